@@ -1,0 +1,254 @@
+"""One-pass activation and gradient capture for timm Vision Transformers.
+
+One forward and the backward passes of ``torch.autograd.grad`` on that same graph record,
+for every block ``b``:
+
+- attention probabilities ``A_b [B,H,T,T]`` (the output of ``attn.attn_drop``; attention is
+  switched to the unfused path, DESIGN.md §3) and their gradient w.r.t. the class logit
+  ``y_c`` and, where asked, the cross-entropy loss ``ℓ``;
+- the block's input and output hidden states ``[B,T,D]`` and the gradient of ``y_c`` w.r.t.
+  the output (and, where asked, of ``ℓ``);
+- what TokenTM (Wu et al., 2024, https://arxiv.org/abs/2404.17326) needs: the input and
+  output of the MHSA module and of the FFN module ``[B,T,D]``.
+
+It follows the hook pattern of pytorch-grad-cam's ``ActivationsAndGradients`` and of
+Chefer et al. (2021, https://arxiv.org/abs/2103.15679), but without a private model copy:
+hooks are installed on the timm modules by :class:`Capture` and removed on exit.
+
+The scalar for the logit gradient is ``Σ_b y_{b,c_b}`` and the loss is the cross-entropy with
+``reduction="sum"``; images do not interact in eval mode, so every image receives exactly
+its own gradient and results do not depend on batch composition.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .vit import classify_tokens, disable_fused_attention, embed_tokens, grid_size, num_prefix_tokens
+
+__all__ = ["Capture", "CaptureResult", "capture"]
+
+
+@dataclass
+class CaptureResult:
+    """Everything one forward + backward recorded. Lists are indexed by block, 0-based.
+
+    Attributes:
+        logits: ``[B,C]`` logits of the forward pass.
+        class_index: ``[B]`` class ``c`` whose logit was differentiated.
+        labels: ``[B]`` labels of the loss, or ``None`` when no loss gradient was taken.
+        attn: per block ``[B,H,T,T]`` attention probabilities.
+        attn_grad: per block ``[B,H,T,T]`` ``∂y_c/∂A``.
+        attn_grad_loss: per block ``[B,H,T,T]`` ``∂ℓ/∂A`` or ``None`` (blocks not asked).
+        hidden_in: per block ``[B,T,D]`` block input.
+        hidden: per block ``[B,T,D]`` block output ``h``.
+        hidden_grad: per block ``[B,T,D]`` ``∂y_c/∂h``.
+        hidden_grad_loss: per block ``[B,T,D]`` ``∂ℓ/∂h`` or ``None``.
+        attn_in / attn_out: per block ``[B,T,D]`` input (after ``norm1``) and output of MHSA.
+        mlp_in / mlp_out: per block ``[B,T,D]`` input (after ``norm2``) and output of the FFN.
+        num_prefix_tokens: ``P``.
+        grid_size: patch grid ``(rows, cols)``; ``N = rows·cols`` on unpruned sequences.
+    """
+
+    logits: Tensor
+    class_index: Tensor
+    labels: Tensor | None
+    attn: list[Tensor]
+    attn_grad: list[Tensor]
+    attn_grad_loss: list[Tensor | None]
+    hidden_in: list[Tensor]
+    hidden: list[Tensor]
+    hidden_grad: list[Tensor]
+    hidden_grad_loss: list[Tensor | None]
+    attn_in: list[Tensor]
+    attn_out: list[Tensor]
+    mlp_in: list[Tensor]
+    mlp_out: list[Tensor]
+    num_prefix_tokens: int
+    grid_size: tuple[int, int]
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def depth(self) -> int:
+        """Number of blocks recorded."""
+        return len(self.attn)
+
+    def patch(self, t: Tensor) -> Tensor:
+        """Drop prefix tokens along dim 1: ``[B,T,...] → [B,N,...]``."""
+        return t[:, self.num_prefix_tokens:]
+
+    def to(self, device: torch.device | str) -> "CaptureResult":
+        """Move every tensor to ``device`` (returns a new result)."""
+        def mv(v):
+            if isinstance(v, Tensor):
+                return v.to(device)
+            if isinstance(v, list):
+                return [mv(t) for t in v]
+            return v
+        return CaptureResult(**{k: mv(getattr(self, k)) for k in self.__dataclass_fields__})
+
+
+class Capture:
+    """Context manager that hooks every block of a timm ViT and records activations.
+
+    Inside the ``with``, any forward of the model (full, or the staged token path of
+    :mod:`midas_nb.vit`, pruned sequences included) fills ``self.records``; on exit every
+    hook is removed. Use :func:`capture` for the usual one-call use.
+
+    Args:
+        model: a timm ``VisionTransformer`` (or any module with ``blocks`` whose blocks have
+            ``attn.attn_drop``, ``attn``, ``mlp``). Fused attention is switched off in place.
+
+    Example::
+
+        >>> with Capture(model) as cap:
+        ...     logits = model(images)            # B x C
+        >>> cap.records["attn"][0].shape          # B x H x T x T
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.handles: list = []
+        self.records: dict[str, list] = {}
+
+    def _store(self, key: str, i: int, value: Tensor) -> None:
+        self.records[key][i] = value
+
+    def _io_hook(self, name: str, i: int):
+        def hook(module, args, out):
+            self.records[f"{name}_in"][i] = args[0]
+            self.records[f"{name}_out"][i] = out
+        return hook
+
+    def __enter__(self) -> "Capture":
+        disable_fused_attention(self.model)
+        n = len(self.model.blocks)
+        self.records = {k: [None] * n for k in
+                        ("attn", "hidden_in", "hidden", "attn_in", "attn_out", "mlp_in", "mlp_out")}
+
+        def first_block_pre(module, args):
+            # Frozen backbones give tokens without grad: make block 1's input a leaf that needs
+            # grad so that every later activation is part of the graph.
+            x = args[0]
+            if torch.is_grad_enabled() and not x.requires_grad:
+                return (x.detach().requires_grad_(True),) + tuple(args[1:])
+            return None
+
+        self.handles.append(self.model.blocks[0].register_forward_pre_hook(first_block_pre))
+        for i, blk in enumerate(self.model.blocks):
+            self.handles.append(blk.register_forward_pre_hook(
+                lambda m, a, i=i: self._store("hidden_in", i, a[0])))
+            self.handles.append(blk.register_forward_hook(
+                lambda m, a, o, i=i: self._store("hidden", i, o)))
+            self.handles.append(blk.attn.attn_drop.register_forward_hook(
+                lambda m, a, o, i=i: self._store("attn", i, o)))
+            self.handles.append(blk.attn.register_forward_hook(self._io_hook("attn", i)))
+            self.handles.append(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        """Remove every hook (idempotent)."""
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+
+def _grads(scalar: Tensor, tensors: Sequence[Tensor], retain: bool) -> list[Tensor]:
+    gs = torch.autograd.grad(scalar, list(tensors), retain_graph=retain, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(tensors, gs)]
+
+
+def capture(
+    model: nn.Module,
+    images: Tensor | None,
+    class_index: Tensor | None = None,
+    labels: Tensor | None = None,
+    *,
+    tokens: Tensor | None = None,
+    loss_blocks: Sequence[int] | None = None,
+    forward_fn=None,
+) -> CaptureResult:
+    """One forward and the backward passes on the same graph; returns a :class:`CaptureResult`.
+
+    Args:
+        model: timm ViT in eval mode (its parameters may be frozen).
+        images: ``[B,3,H,W]`` normalised images, or ``None`` when ``tokens`` is given.
+        class_index: ``[B]`` long, the class ``c`` whose logit ``y_c`` is differentiated.
+            ``None`` means the model's prediction (argmax).
+        labels: ``[B]`` long; when given, ``∂ℓ/∂A`` and ``∂ℓ/∂h`` of the cross-entropy loss
+            (``reduction="sum"``) are recorded too, from a second ``autograd.grad`` on the
+            *same* graph (no second forward).
+        tokens: ``[B,T,D]`` output of :func:`midas_nb.vit.embed_tokens` computed elsewhere
+            (e.g. from cached stem features); bypasses the patch embedding.
+        loss_blocks: 0-based blocks whose loss gradients are wanted (``None``: all). The loss
+            backward only reaches as deep as the shallowest of them, which saves time.
+        forward_fn: optional ``f(model, tokens) -> logits`` replacing
+            ``classify_tokens(model, run_blocks(model, tokens))`` (e.g. a pruned forward).
+
+    Returns:
+        CaptureResult with every tensor detached (the graph is freed on return).
+
+    Raises:
+        ValueError: if neither ``images`` nor ``tokens`` is given, or shapes disagree.
+    """
+    if images is None and tokens is None:
+        raise ValueError("capture needs images [B,3,H,W] or tokens [B,T,D]")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad(), Capture(model) as cap:
+            x = tokens if tokens is not None else embed_tokens(model, images)
+            if forward_fn is None:
+                logits = classify_tokens(model, model.blocks(x))
+            else:
+                logits = forward_fn(model, x)
+            B = logits.shape[0]
+            if class_index is None:
+                class_index = logits.argmax(-1)
+            class_index = torch.as_tensor(class_index, device=logits.device).long().reshape(B)
+            rec = cap.records
+            depth = len(rec["attn"])
+            if any(a is None for a in rec["attn"]):
+                raise RuntimeError("attention was not recorded for every block; is the model a timm ViT?")
+            y = logits.gather(1, class_index[:, None]).sum()
+            grads = _grads(y, rec["attn"] + rec["hidden"], retain=labels is not None)
+            attn_grad, hidden_grad = grads[:depth], grads[depth:]
+            attn_grad_loss: list[Tensor | None] = [None] * depth
+            hidden_grad_loss: list[Tensor | None] = [None] * depth
+            if labels is not None:
+                labels = torch.as_tensor(labels, device=logits.device).long().reshape(B)
+                blocks = list(range(depth)) if loss_blocks is None else sorted(set(loss_blocks))
+                loss = F.cross_entropy(logits, labels, reduction="sum")
+                g = _grads(loss, [rec["attn"][b] for b in blocks] + [rec["hidden"][b] for b in blocks],
+                           retain=False)
+                for j, b in enumerate(blocks):
+                    attn_grad_loss[b] = g[j].detach()
+                    hidden_grad_loss[b] = g[len(blocks) + j].detach()
+            det = lambda ts: [t.detach() for t in ts]  # noqa: E731
+            return CaptureResult(
+                logits=logits.detach(),
+                class_index=class_index.detach(),
+                labels=None if labels is None else labels.detach(),
+                attn=det(rec["attn"]),
+                attn_grad=det(attn_grad),
+                attn_grad_loss=attn_grad_loss,
+                hidden_in=det(rec["hidden_in"]),
+                hidden=det(rec["hidden"]),
+                hidden_grad=det(hidden_grad),
+                hidden_grad_loss=hidden_grad_loss,
+                attn_in=det(rec["attn_in"]),
+                attn_out=det(rec["attn_out"]),
+                mlp_in=det(rec["mlp_in"]),
+                mlp_out=det(rec["mlp_out"]),
+                num_prefix_tokens=num_prefix_tokens(model),
+                grid_size=grid_size(model),
+            )
+    finally:
+        model.train(was_training)
