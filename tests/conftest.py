@@ -1,0 +1,31 @@
+"""Shared test configuration.
+
+- Notebooks validated by nbval run in the smoke profile (``MIDAS_PROFILE=smoke``), set here
+  before any kernel starts so the kernels inherit it.
+- Caches (checkpoints, targets, scorers) go to ``<repo>/.cache/midas_nb_test`` unless
+  ``MIDAS_CACHE_DIR`` is set, so tests never read a user's cache.
+- ``shared_data`` locates ``../shared/data``; tests that need it skip with a clear reason.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("MIDAS_PROFILE", "smoke")
+os.environ.setdefault("MIDAS_CACHE_DIR", str(REPO / ".cache" / "midas_nb_test"))
+os.environ.setdefault("MIDAS_RUNS_DIR", str(REPO / "runs" / "test"))
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data``; skips the test when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (../shared/data relative to the repo root)")
+    return SHARED_DATA
