@@ -1,0 +1,233 @@
+"""Shared machinery of the dataset readers: errors, annotation parsing, image
+loading, the common ``Dataset`` base class."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from .grid import box_mask_from_box, grid_shape, part_mask_from_keypoints
+from .sample import Sample
+from .transforms import EvalTransform
+
+__all__ = ["DatasetError", "AnnotatedDataset", "read_lines", "require_root", "check_files_exist",
+           "open_rgb", "first_k_per_class"]
+
+PathLike = str | os.PathLike
+
+
+class DatasetError(ValueError):
+    """Bad dataset input. The message names the file (and line or field) and what
+    was expected."""
+
+
+def require_root(root: PathLike, what: str) -> Path:
+    """Return ``root`` as a ``Path``; raise :class:`DatasetError` when it is not a
+    directory."""
+    p = Path(root).expanduser()
+    if not p.is_dir():
+        raise DatasetError(f"dataset root {p} does not exist or is not a directory; "
+                           f"expected {what}")
+    return p
+
+
+def read_lines(path: Path, what: str) -> list[tuple[int, str]]:
+    """Non-empty lines of an annotation file as ``(line_number, text)``.
+
+    Raises:
+        DatasetError: the file is missing or not UTF-8 text.
+    """
+    if not path.is_file():
+        raise DatasetError(f"missing annotation file {path}; expected {what}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: not UTF-8 text ({e}); expected {what}") from None
+    return [(i + 1, ln.strip()) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+
+
+def check_files_exist(paths: Sequence[Path], listing: Path | str, show: int = 5) -> None:
+    """Raise :class:`DatasetError` naming the first ``show`` paths that do not exist.
+
+    One ``os.listdir`` per directory, so checking thousands of files is cheap.
+    """
+    by_dir: dict[Path, set[str]] = {}
+    missing: list[Path] = []
+    for p in paths:
+        d = p.parent
+        if d not in by_dir:
+            try:
+                by_dir[d] = set(os.listdir(d))
+            except OSError:
+                by_dir[d] = set()
+        if p.name not in by_dir[d]:
+            missing.append(p)
+    if missing:
+        shown = ", ".join(str(m) for m in missing[:show])
+        more = f" (and {len(missing) - show} more)" if len(missing) > show else ""
+        raise DatasetError(f"{len(missing)} image(s) listed in {listing} are missing: {shown}{more}; "
+                           "expected every listed image file to exist (pass check_files=False "
+                           "to defer the check to loading time)")
+
+
+def open_rgb(path: Path, listing: Path | str | None = None) -> Image.Image:
+    """Open an image fully decoded and converted to RGB (grayscale, CMYK, palette,
+    RGBA ... are converted).
+
+    Raises:
+        DatasetError: file missing, unreadable or corrupt (message names the file).
+    """
+    try:
+        with Image.open(path) as im:
+            im.load()
+            return im.convert("RGB")
+    except FileNotFoundError:
+        where = f" listed in {listing}" if listing else ""
+        raise DatasetError(f"image {path}{where} is missing; expected an image file there") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise DatasetError(f"cannot read image {path} ({type(e).__name__}: {e}); "
+                           "expected a readable image file (JPEG/PNG)") from None
+
+
+def first_k_per_class(order: Sequence[int], labels: Sequence[int], k: int | None) -> list[int]:
+    """Positions of the first ``k`` items of each label, following ``order``; all
+    positions (in ``order``) when ``k`` is None."""
+    if k is None:
+        return list(order)
+    if k < 1:
+        raise ValueError(f"max_images_per_class must be >= 1, got {k}")
+    seen: Counter = Counter()
+    keep = []
+    for i in order:
+        if seen[labels[i]] < k:
+            seen[labels[i]] += 1
+            keep.append(i)
+    return keep
+
+
+class AnnotatedDataset(Dataset):
+    """Base class of :class:`CUBDataset`, :class:`AircraftDataset` and
+    :class:`CarsDataset`: a ``torch.utils.data.Dataset`` of :class:`Sample`.
+
+    Subclasses fill ``paths``, ``labels``, ``image_ids``, ``raw_parts`` ``[M, P, 3]``,
+    ``raw_boxes`` ``[M, 4]`` (source pixels, ``x0 y0 x1 y1``), ``classes``,
+    ``part_names``, ``label_map`` and ``listing`` (the file that lists the images).
+
+    Attributes common to every dataset:
+        classes / class_names: class names in contiguous-index order.
+        num_classes: ``len(classes)``.
+        part_names: part names (empty when the dataset has no parts).
+        has_parts: ``len(part_names) > 0``.
+        labels: contiguous class index per item (``-1`` when unknown).
+        image_ids: dataset identifier per item (``str``).
+        skipped: ``collections.Counter`` of counted skips, e.g. ``"no_visible_part"``
+            (images kept for classification whose raw annotation has no visible part;
+            their ``part_mask`` is all False and part metrics exclude them).
+        transform: the joint transform (default ``EvalTransform(224)``).
+        patch_size: patch side used for ``part_mask`` / ``box_mask``.
+    """
+
+    dataset_name = "dataset"
+
+    def __init__(self, transform: Callable | None, patch_size: int) -> None:
+        self.transform = transform if transform is not None else EvalTransform(224)
+        self.patch_size = int(patch_size)
+        size = getattr(self.transform, "image_size", None)
+        if size is not None:
+            grid_shape(size, self.patch_size)  # fail early on a bad image/patch size
+        self.skipped: Counter = Counter()
+        self.paths: list[Path] = []
+        self.labels: list[int] = []
+        self.image_ids: list[str] = []
+        self.raw_parts = np.zeros((0, 0, 3), np.float32)
+        self.raw_boxes = np.zeros((0, 4), np.float32)
+        self.classes: list[str] = []
+        self.part_names: list[str] = []
+        self.label_map: dict[Any, int] = {}
+        self.listing: Path | str = ""
+
+    # ------------------------------------------------------------------ API
+    @property
+    def class_names(self) -> list[str]:
+        return self.classes
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def has_parts(self) -> bool:
+        return len(self.part_names) > 0
+
+    @property
+    def has_visible_part(self) -> list[bool]:
+        """Per item: the raw annotation has at least one visible part."""
+        if self.raw_parts.shape[1] == 0:
+            return [False] * len(self)
+        return [bool(v) for v in (self.raw_parts[:, :, 2] > 0).any(axis=1)]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _preprocess(self, index: int, image: Image.Image, parts: np.ndarray, box: np.ndarray
+                    ) -> tuple[Image.Image, np.ndarray, np.ndarray]:
+        """Hook applied to the raw image before the transform (e.g. banner crop)."""
+        return image, parts, box
+
+    def load_raw(self, index: int) -> tuple[Image.Image, np.ndarray, np.ndarray]:
+        """Raw RGB image, parts ``[P, 3]`` and box ``[4]`` in the image's pixels, after
+        ``_preprocess``; visible keypoints outside the frame are made invisible."""
+        image = open_rgb(self.paths[index], self.listing)
+        parts = self.raw_parts[index].copy()
+        box = self.raw_boxes[index].copy()
+        image, parts, box = self._preprocess(index, image, parts, box)
+        w, h = image.size
+        if parts.shape[0]:
+            out = (parts[:, 0] < 0) | (parts[:, 0] >= w) | (parts[:, 1] < 0) | (parts[:, 1] >= h)
+            parts[out | (parts[:, 2] <= 0)] = 0.0
+        box = np.array([np.clip(box[0], 0, w), np.clip(box[1], 0, h),
+                        np.clip(box[2], 0, w), np.clip(box[3], 0, h)], np.float32)
+        return image, parts, box
+
+    def __getitem__(self, index: int) -> Sample:
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} images")
+        image, parts, box = self.load_raw(index)
+        img_t, parts_t, box_t = self.transform(image, torch.from_numpy(parts), torch.from_numpy(box),
+                                               part_names=self.part_names)
+        hw = (int(img_t.shape[-2]), int(img_t.shape[-1]))
+        return Sample(
+            image=img_t,
+            label=int(self.labels[index]),
+            parts=parts_t.to(torch.float32),
+            box=box_t.to(torch.float32),
+            part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
+            box_mask=box_mask_from_box(box_t, hw, self.patch_size),
+            image_id=self.image_ids[index],
+            index=index,
+        )
+
+    def class_counts(self) -> dict[int, int]:
+        """Number of items per contiguous label."""
+        return dict(sorted(Counter(self.labels).items()))
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(root={getattr(self, 'root', None)}, split={getattr(self, 'split', None)!r}, "
+                f"images={len(self)}, classes={self.num_classes}, parts={len(self.part_names)}, "
+                f"skipped={dict(self.skipped)})")
+
+
+def group_positions(keys: Iterable[Any]) -> dict[Any, list[int]]:
+    d: dict[Any, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        d[k].append(i)
+    return d
