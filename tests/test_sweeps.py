@@ -1,0 +1,441 @@
+"""Sweeps (midas_nb.sweeps): grids, the atomic per-cell store, resume after a real SIGKILL,
+failure recording and retry, and every executor (local, processes, submitit debug).
+
+Cell functions here are top-level (picklable) and leave marker files, so the tests count
+how often each cell was started and finished without relying on timing.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from midas_nb.config import get_profile
+from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status,
+                             make_grid, run_sweep, sweep_status, sweep_status_report)
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def marker_cell_fn(cell: SweepCell, marker_dir: str) -> list[dict]:
+    """Leaves ``start-<key>-*`` / ``finish-<key>-*`` markers; blocks while ``block-<key>``
+    exists (so a test can kill it mid-cell); raises while ``fail-<key>`` exists."""
+    d = Path(marker_dir)
+    (d / f"start-{cell.key}-{uuid.uuid4().hex}").touch()
+    (d / f"pid-{cell.key}").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while (d / f"block-{cell.key}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("test cell blocked for 120 s without being killed")
+        time.sleep(0.02)
+    if (d / f"fail-{cell.key}").exists():
+        raise RuntimeError(f"boom in {cell.label}")
+    (d / f"finish-{cell.key}-{uuid.uuid4().hex}").touch()
+    return [dict(metric="score", value=cell.depth * 100 + cell.seed),
+            dict(metric="other", value=-cell.depth)]
+
+
+def frame_cell_fn(cell: SweepCell) -> pd.DataFrame:
+    return pd.DataFrame(dict(condition=[cell.condition], miou=[cell.depth / 10], idauc=[cell.budget]))
+
+
+def count(marker_dir: Path, kind: str, cell: SweepCell) -> int:
+    return len(list(marker_dir.glob(f"{kind}-{cell.key}-*")))
+
+
+def toy_cells(n: int = 4) -> list[SweepCell]:
+    return [SweepCell("synthetic", "vit_smoke", depth=L, budget=0.25, condition="reference", seed=0,
+                      checkpoint_id="ckpt-test") for L in range(1, n + 1)]
+
+
+def _sweep_script(store_root: str, marker_dir: str) -> None:
+    """Body of the subprocess that the kill test SIGKILLs (local executor)."""
+    run_sweep(toy_cells(), functools.partial(marker_cell_fn, marker_dir=marker_dir), ResultStore(store_root))
+
+
+def wait_for(cond, what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def assert_store_clean(store: ResultStore, cells: list[SweepCell]) -> None:
+    """Every cell done exactly once, every record a complete valid file, nothing stray."""
+    assert store.problems() == []
+    files = sorted(p.name for p in store.cells_dir.iterdir())
+    assert files == sorted(f"{c.key}.json" for c in cells)
+    for c in cells:
+        rec = json.loads(store.path(c.key).read_text())
+        assert rec["status"] == "done" and rec["key"] == c.key and rec["cell"] == c.to_dict()
+        assert [r["value"] for r in rec["rows"]] == [c.depth * 100 + c.seed, -c.depth]
+
+
+@pytest.fixture
+def markers(tmp_path) -> Path:
+    d = tmp_path / "markers"
+    d.mkdir()
+    return d
+
+
+# ------------------------------------------------------------------------------ grids
+
+
+def test_make_grid_sizes_follow_the_profile():
+    prof = get_profile("quick")
+    nc, ns = len(prof["conditions"]), len(prof["seeds"])
+    nL, nb = len(prof["depths"]), len(prof["budgets"])
+    assert prof["depth"] in prof["depths"] and prof["budget"] in prof["budgets"]
+    depth = make_grid(prof, "depth")
+    budget = make_grid(prof, "budget")
+    cross = make_grid(prof, "cross")
+    assert len(depth) == nL * nc * ns and len(budget) == nb * nc * ns
+    # L sweep at b=25% plus b sweep at L=6; the shared point (6, 0.25) once
+    assert len(cross) == (nL + nb - 1) * nc * ns
+    assert make_grid(prof, "regime") == cross
+    assert {(c.depth, c.budget) for c in cross} == (
+        {(L, prof["budget"]) for L in prof["depths"]} | {(prof["depth"], b) for b in prof["budgets"]})
+    assert len(make_grid(prof, "full")) == nL * nb * nc * ns
+    scale = make_grid(prof, "scale")
+    assert len(scale) == len(prof["scale_backbones"]) * nc * ns
+    assert {c.backbone for c in scale} == set(prof["scale_backbones"])
+    assert {(c.depth, c.budget) for c in scale} == {(prof["depth"], prof["budget"])}
+    for grid in (depth, budget, cross, scale):
+        assert len({c.key for c in grid}) == len(grid)
+
+
+def test_paper_grid_is_the_full_product():
+    prof = get_profile("paper")
+    cells = make_grid(prof, "regime")
+    # 4 depths × 4 budgets × 7 conditions × 3 seeds × 3 datasets × 3 backbones
+    assert len(cells) == 4 * 4 * len(prof["conditions"]) * 3 * 3 * 3
+    # without a CUB root the embedded synthetic set stands in (labelled as Study labels it)
+    assert {c.dataset for c in cells} == {"synthetic", "aircraft", "cars"}
+    assert {c.backbone for c in cells} == set(prof["scale_backbones"])
+    roots = {"cub": "/data/CUB_200_2011", "aircraft": "/data/fgvc", "cars": "/data/cars"}
+    real = make_grid(get_profile("paper", data_roots=roots), "regime")
+    assert {c.dataset for c in real} == {"cub", "aircraft", "cars"}
+    assert len({c.checkpoint_id for c in real}) == 3 * 3      # one checkpoint per dataset × backbone
+
+
+def test_cell_key_depends_on_every_parameter():
+    c = toy_cells(1)[0]
+    same = SweepCell.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert same == c and same.key == c.key and hash(same) == hash(c)
+    assert SweepCell("synthetic", "vit_smoke", 1, 0.2500000001, "reference", 0, "ckpt-test").key == c.key
+    variants = [
+        SweepCell("cub", "vit_smoke", 1, 0.25, "reference", 0, "ckpt-test"),
+        SweepCell("synthetic", "vit_other", 1, 0.25, "reference", 0, "ckpt-test"),
+        SweepCell("synthetic", "vit_smoke", 2, 0.25, "reference", 0, "ckpt-test"),
+        SweepCell("synthetic", "vit_smoke", 1, 0.5, "reference", 0, "ckpt-test"),
+        SweepCell("synthetic", "vit_smoke", 1, 0.25, "T5", 0, "ckpt-test"),
+        SweepCell("synthetic", "vit_smoke", 1, 0.25, "reference", 1, "ckpt-test"),
+        SweepCell("synthetic", "vit_smoke", 1, 0.25, "reference", 0, "ckpt-other"),
+        SweepCell("synthetic", "vit_smoke", 1, 0.25, "reference", 0, "ckpt-test", params={"lr": 1e-3}),
+    ]
+    assert len({v.key for v in variants} | {c.key}) == len(variants) + 1
+    # the profile's protocol settings and fine-tuning settings reach the key
+    base = make_grid(get_profile("smoke"), "scale")
+    other_lr = make_grid(get_profile("smoke", scorer_train=dict(epochs=2, batch_size=32, lr=5e-4)), "scale")
+    other_ft = make_grid(get_profile("smoke", finetune=dict(epochs=3, batch_size=32, lr=2e-3, warmup_epochs=1)),
+                         "scale")
+    assert not ({c.key for c in base} & {c.key for c in other_lr})
+    assert not ({c.key for c in base} & {c.key for c in other_ft})
+
+
+def test_make_grid_rejects_bad_input():
+    with pytest.raises(ValueError, match="grid kind"):
+        make_grid("smoke", "diagonal")
+    with pytest.raises(ValueError, match="seeds is empty"):
+        make_grid("smoke", "depth", seeds=[])
+    with pytest.raises(ValueError, match="budget must be in"):
+        SweepCell("cub", "b", 3, 1.5, "reference", 0)
+
+
+# ------------------------------------------------------------------------------ the store
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    p = tmp_path / "d" / "rec.json"
+    atomic_write_text(p, '{"a": 1}')
+    atomic_write_text(p, '{"a": 2}')
+    assert json.loads(p.read_text()) == {"a": 2}
+    assert sorted(x.name for x in p.parent.iterdir()) == ["rec.json"]
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_text(p, '{"a": 3}')
+    assert json.loads(p.read_text()) == {"a": 2}          # the old record is intact
+    assert sorted(x.name for x in p.parent.iterdir()) == ["rec.json"]
+
+
+def test_corrupt_and_leftover_files_are_ignored_reported_and_recomputed(tmp_path, markers):
+    cells = toy_cells(3)
+    store = ResultStore(tmp_path / "store")
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    run_sweep(cells, fn, store)
+    # a killed writer's temp file, a truncated record, and a record of another cell under this name
+    (store.cells_dir / f".{cells[0].key}.json.abc123.tmp").write_text('{"format": "midas')
+    full = store.path(cells[1].key).read_text()
+    store.path(cells[1].key).write_text(full[: len(full) // 2])
+    store.path(cells[2].key).write_text(store.path(cells[0].key).read_text())
+
+    table = store.status(cells)
+    assert list(table["status"]) == ["done", "pending", "pending"]
+    reasons = {Path(p["path"]).name: p["reason"] for p in table.attrs["problems"]}
+    assert "temporary" in reasons[f".{cells[0].key}.json.abc123.tmp"]
+    assert "unreadable JSON" in reasons[f"{cells[1].key}.json"]
+    assert "does not match" in reasons[f"{cells[2].key}.json"]
+    assert set(store.results()["cell_key"]) == {cells[0].key}   # only the valid record is read
+    assert "ignored" in format_status(table)
+
+    status = run_sweep(cells, fn, store)
+    assert status.complete and status.done == 3
+    assert [count(markers, "finish", c) for c in cells] == [1, 2, 2]
+    # the temp file is reported, never deleted (its writer may be alive) and never read
+    assert [Path(p["path"]).name for p in store.problems()] == [f".{cells[0].key}.json.abc123.tmp"]
+
+
+def test_results_fill_cell_columns_and_keep_row_columns(tmp_path):
+    cells = toy_cells(2)
+    store = ResultStore(tmp_path / "store")
+    run_sweep(cells, frame_cell_fn, store)
+    df = store.results(cells)
+    assert len(df) == 2
+    assert list(df["miou"]) == [0.1, 0.2] and list(df["idauc"]) == [0.25, 0.25]
+    assert list(df["depth"]) == [1, 2] and list(df["cell_key"]) == [c.key for c in cells]
+    assert set(df["checkpoint_id"]) == {"ckpt-test"} and set(df["dataset"]) == {"synthetic"}
+
+
+# ------------------------------------------------------------------------------ kill + resume
+
+
+def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path, markers):
+    cells = toy_cells(4)
+    root = tmp_path / "store"
+    (markers / f"block-{cells[1].key}").touch()   # the second cell runs until it is killed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    code = f"from test_sweeps import _sweep_script; _sweep_script({str(root)!r}, {str(markers)!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=str(tmp_path))
+    try:
+        wait_for(lambda: count(markers, "finish", cells[0]) == 1 and count(markers, "start", cells[1]) == 1,
+                 "cell 0 finished and cell 1 running")
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    store = ResultStore(root)
+    assert [store.state(c.key) for c in cells] == ["done", "running", "pending", "pending"]
+    assert store.problems() == []
+    assert "1 done" in sweep_status_report(root) and "1 running" in sweep_status_report(root)
+
+    (markers / f"block-{cells[1].key}").unlink()
+    status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    assert status.complete and status.done == 4
+    assert [count(markers, "finish", c) for c in cells] == [1, 1, 1, 1]
+    assert [count(markers, "start", c) for c in cells] == [1, 2, 1, 1]   # cell 0 was not redone
+    assert_store_clean(store, cells)
+    # a third run computes nothing
+    run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    assert [count(markers, "start", c) for c in cells] == [1, 2, 1, 1]
+
+
+def test_processes_executor_survives_a_killed_worker_and_resumes(tmp_path, markers):
+    cells = toy_cells(4)
+    store = ResultStore(tmp_path / "store")
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    (markers / f"block-{cells[1].key}").touch()
+    pid_file = markers / f"pid-{cells[1].key}"
+
+    def killer():
+        wait_for(lambda: count(markers, "start", cells[1]) == 1 and pid_file.exists(), "cell 1 running")
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    status = run_sweep(cells, fn, store, executor="processes", max_workers=1)
+    t.join(timeout=60)
+    assert status.done == 1 and status.failed == 1 and status.pending == 2
+    assert status.executor_errors and "BrokenProcessPool" in " ".join(status.executor_errors)
+    rec = store.read(cells[1].key)
+    assert rec["status"] == "failed" and "worker lost" in rec["error"]
+
+    (markers / f"block-{cells[1].key}").unlink()
+    status = run_sweep(cells, fn, store, executor="processes", max_workers=2)
+    assert status.complete
+    assert [count(markers, "finish", c) for c in cells] == [1, 1, 1, 1]
+    assert [count(markers, "start", c) for c in cells] == [1, 2, 1, 1]
+    assert_store_clean(store, cells)
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def test_failing_cell_is_recorded_the_rest_finish_and_rerun_retries(tmp_path, markers):
+    cells = toy_cells(3)
+    store = ResultStore(tmp_path / "store")
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    (markers / f"fail-{cells[1].key}").touch()
+    status = run_sweep(cells, fn, store)
+    assert (status.done, status.failed, status.pending) == (2, 1, 0)
+    row = status.table.set_index("key").loc[cells[1].key]
+    assert row["status"] == "failed" and row["error"] == f"RuntimeError: boom in {cells[1].label}"
+    rec = store.read(cells[1].key)
+    assert "marker_cell_fn" in rec["traceback"] and rec["rows"] == [] and rec["attempt"] == 1
+    text = format_status(status.table)
+    assert "1 failed" in text and f"FAILED {cells[1].label}" in text and "boom" in text
+    assert set(store.results()["cell_key"]) == {cells[0].key, cells[2].key}
+
+    (markers / f"fail-{cells[1].key}").unlink()
+    status = run_sweep(cells, fn, store, retry_failed=False)
+    assert status.failed == 1 and count(markers, "start", cells[1]) == 1   # not retried
+    status = run_sweep(cells, fn, store)
+    assert status.complete and store.read(cells[1].key)["attempt"] == 2
+    assert [count(markers, "finish", c) for c in cells] == [1, 1, 1]
+    assert_store_clean(store, cells)
+
+
+def test_unserialisable_output_is_a_cell_failure(tmp_path):
+    store = ResultStore(tmp_path / "store")
+    status = run_sweep(toy_cells(1), _bad_output_fn, store)
+    assert status.failed == 1 and "TypeError" in status.table["error"].iloc[0]
+
+
+def _bad_output_fn(cell: SweepCell) -> list[dict]:
+    return [dict(value=object())]
+
+
+# ------------------------------------------------------------------------------ executors
+
+
+def test_submitit_debug_executor_runs_two_cells(tmp_path, markers):
+    cells = toy_cells(2)
+    store = ResultStore(tmp_path / "store")
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    status = run_sweep(cells, fn, store, executor="slurm",
+                       slurm=dict(cluster="debug", partition="gpu", time=10, gpus_per_node=1, cpus_per_task=2))
+    assert status.complete and status.done == 2
+    assert [count(markers, "finish", c) for c in cells] == [1, 1]
+    jobs = json.loads((store.root / "jobs.json").read_text())
+    assert set(jobs) == {c.key for c in cells}
+    assert (store.root / "submitit").is_dir()
+    assert_store_clean(store, cells)
+
+
+def test_submitit_debug_executor_records_failures(tmp_path, markers):
+    cells = toy_cells(2)
+    (markers / f"fail-{cells[0].key}").touch()
+    status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)),
+                       ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(cluster="debug"))
+    assert (status.done, status.failed) == (1, 1)
+
+
+@pytest.mark.slow
+def test_submitit_local_executor_pickles_and_runs_in_subprocesses(tmp_path, markers, monkeypatch):
+    # the path a real Slurm job takes: the job is pickled, then run by a fresh interpreter
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    cells = toy_cells(2)
+    store = ResultStore(tmp_path / "store")
+    status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store,
+                       executor="slurm", slurm=dict(cluster="local", time=5, cpus_per_task=1))
+    assert status.complete, str(status)
+    assert os.getpid() not in {int((markers / f"pid-{c.key}").read_text()) for c in cells}
+    assert_store_clean(store, cells)
+
+
+def test_processes_executor_runs_cells(tmp_path, markers):
+    cells = toy_cells(3)
+    store = ResultStore(tmp_path / "store")
+    status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store,
+                       executor="processes", max_workers=2)
+    assert status.complete
+    pids = {int((markers / f"pid-{c.key}").read_text()) for c in cells}
+    assert os.getpid() not in pids                 # computed in worker processes
+    assert {r["pid"] for r in (store.read(c.key) for c in cells)} == pids   # workers wrote records
+    assert_store_clean(store, cells)
+
+
+def test_run_sweep_rejects_duplicates_and_bad_executor(tmp_path):
+    c = toy_cells(1)
+    with pytest.raises(ValueError, match="duplicated"):
+        run_sweep(c + c, frame_cell_fn, ResultStore(tmp_path / "s"))
+    with pytest.raises(ValueError, match="executor"):
+        run_sweep(c, frame_cell_fn, ResultStore(tmp_path / "s"), executor="threads")
+
+
+# ------------------------------------------------------------------------------ status CLI hook
+
+
+def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, capsys):
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    cells = toy_cells(3)
+    (markers / f"fail-{cells[2].key}").touch()
+    store = ResultStore(name="toy")
+    assert store.root == tmp_path / "runs" / "sweeps" / "toy"
+    # register the grid, compute only the first two cells: the third shows as pending
+    store.register(cells)
+    run_sweep(cells[:2], functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    table = sweep_status("toy")
+    assert list(table["status"]) == ["done", "done", "pending"]
+    run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    table = sweep_status("toy")
+    assert list(table["status"]) == ["done", "done", "failed"]
+    assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in sweep_status_report(None)
+    assert main_status(["toy"]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    with pytest.raises(FileNotFoundError, match="no sweep store"):
+        sweep_status("nope")
+
+
+# ------------------------------------------------------------------------------ the real cell function
+
+
+@pytest.mark.slow
+def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
+    """Two cells of the real protocol through the store; rows match a direct run_protocol."""
+    from midas_nb.metrics import decoupling_D
+    from midas_nb.sweeps import ProtocolCellRunner, scale_readout
+
+    prof = get_profile("smoke", max_eval_images=8, bootstrap=20, idauc_steps=4,
+                       scorer_train=dict(epochs=1, batch_size=32, lr=1e-3))
+    cells = make_grid(prof, "scale", backbones=[prof["backbone"]], conditions=["reference", "unsupervised"])
+    store = ResultStore(tmp_path / "store")
+    runner = ProtocolCellRunner(prof)
+    status = run_sweep(cells, runner, store)
+    assert status.complete, str(status)
+    df = store.results(cells)
+    assert list(df["condition"]) == ["reference", "unsupervised"]
+    assert set(df["dataset"]) == {"synthetic"} and set(df["depth"]) == {prof["depth"]}
+    study = runner.study(cells[0])
+    assert set(df["checkpoint_id"]) == {study.meta["checkpoint_id"]}
+    assert df["miou"].between(0, 1).all() and df["idauc"].between(-1, 1).all()
+    D = decoupling_D(df)
+    assert D.set_index("condition").loc["reference", "D_pp"] == 0
+    # the same cells through scale_readout read the store and compute nothing new
+    again = scale_readout(prof, [prof["backbone"]], store=store, conditions=["reference", "unsupervised"],
+                          cell_fn=_must_not_run)
+    assert again.attrs["status"].complete
+    pd.testing.assert_frame_equal(again, df)
+
+
+def _must_not_run(cell: SweepCell) -> list[dict]:
+    raise AssertionError(f"cell {cell.label} should have been read from the store")
