@@ -1,0 +1,233 @@
+"""Token pruning at depth ``L`` and budget ``b`` (DESIGN.md §3, §5).
+
+The pruned forward of a timm ViT runs blocks ``1..L`` on all ``P + N`` tokens, scores the
+``N`` patch tokens from block ``L``'s output with a :class:`~midas_nb.scorers.TokenScorer`,
+keeps the prefix tokens plus the top ``k = ceil(b·N)`` patch tokens, and runs blocks
+``L+1..depth`` on the really shorter sequence of ``P + k`` tokens (so the FLOPs drop), then
+the final norm and head. Kept tokens keep their position embedding (it was added before
+pruning), as in DynamicViT (Rao et al., 2021, https://arxiv.org/abs/2106.02034) and EViT
+(Liang et al., 2022, https://arxiv.org/abs/2202.07800), whose one-stage variant at a single
+depth this is.
+
+Conventions:
+- ``keep_idx [B,k]`` lists the kept patch tokens (0..N-1, prefix excluded) **sorted by
+  position** (ascending), so the kept sequence stays row-major; the ranking itself is in
+  ``scores``.
+- top-k ties are broken by :func:`torch.topk` (implementation-defined).
+
+Example::
+
+    >>> out = pruned_forward(model, images, ReferenceScorer(), depth=6, budget=0.25)
+    >>> out.logits.shape, out.keep_idx.shape, out.keep_mask.shape    # B x C, B x k, B x N
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .scorers import TokenScorer
+from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
+
+__all__ = [
+    "PrunedOutput",
+    "PrunedViT",
+    "check_depth",
+    "select_top_k",
+    "keep_mask_from_indices",
+    "record_attention",
+    "score_tokens",
+    "prune_tokens",
+    "pruned_forward",
+]
+
+
+@dataclass
+class PrunedOutput:
+    """Result of a pruned forward.
+
+    Attributes:
+        logits: ``[B,C]`` logits of the pruned model.
+        keep_idx: ``[B,k]`` long, kept patch tokens (0..N-1), sorted by position.
+        keep_mask: ``[B,N]`` bool, ``True`` at kept patch tokens (``k`` per row).
+        scores: ``[B,N]`` scorer output at block ``L`` (the ranking; higher = keep).
+        tokens: ``[B,P+k,D]`` output of the last block (before the final norm) when
+            ``return_tokens=True``, else ``None``.
+    """
+
+    logits: Tensor
+    keep_idx: Tensor
+    keep_mask: Tensor
+    scores: Tensor
+    tokens: Tensor | None = None
+
+
+def check_depth(model: nn.Module, depth: int) -> int:
+    """Validate depth ``L ∈ {1..len(blocks)-1}`` (DESIGN.md §3); returns it as ``int``.
+
+    Raises:
+        ValueError: if ``depth`` is outside ``1..len(model.blocks)-1``.
+    """
+    n_blocks = len(model.blocks)
+    if not (1 <= int(depth) <= n_blocks - 1):
+        raise ValueError(f"depth L must be in 1..{n_blocks - 1} for a {n_blocks}-block ViT, got {depth}")
+    return int(depth)
+
+
+def select_top_k(scores: Tensor, k: int) -> Tensor:
+    """Indices of the ``k`` highest scores per row, sorted by position: ``[B,N] → [B,k]`` long.
+
+    Raises:
+        ValueError: if ``k`` is outside ``1..N``.
+    """
+    B, N = scores.shape
+    if not 1 <= k <= N:
+        raise ValueError(f"k must be in 1..N={N}, got {k}")
+    idx = scores.detach().topk(k, dim=1, sorted=False).indices
+    return idx.sort(dim=1).values
+
+
+def keep_mask_from_indices(keep_idx: Tensor, n_patches: int) -> Tensor:
+    """Boolean keep mask ``[B,N]`` from kept indices ``[B,k]``."""
+    mask = torch.zeros(keep_idx.shape[0], n_patches, dtype=torch.bool, device=keep_idx.device)
+    return mask.scatter_(1, keep_idx.long(), True)
+
+
+@contextmanager
+def record_attention(block: nn.Module) -> Iterator[dict]:
+    """Record the attention probabilities ``[B,H,T,T]`` of one timm ``Block`` (into ``rec["attn"]``).
+
+    The block's attention is switched to the unfused path for the duration (the fused
+    ``scaled_dot_product_attention`` never forms the softmax matrix, DESIGN.md §3) and its
+    previous setting is restored on exit, as is the hook on ``attn.attn_drop``.
+    """
+    attn = block.attn
+    had_flag = hasattr(attn, "fused_attn")
+    fused = getattr(attn, "fused_attn", False)
+    rec: dict = {}
+    if had_flag:
+        attn.fused_attn = False
+    handle = attn.attn_drop.register_forward_hook(lambda m, a, o: rec.__setitem__("attn", o))
+    try:
+        yield rec
+    finally:
+        handle.remove()
+        if had_flag:
+            attn.fused_attn = fused
+
+
+def score_tokens(
+    backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int
+) -> tuple[Tensor, Tensor]:
+    """Blocks ``1..L`` on all tokens, then the scorer: returns ``(hidden [B,P+N,D], scores [B,N])``.
+
+    ``hidden`` is the output of block ``L``. Scorers with ``needs_attention`` get block ``L``'s
+    attention (recorded with :func:`record_attention`).
+    """
+    depth = check_depth(backbone, depth)
+    P = num_prefix_tokens(backbone)
+    x = embed_tokens(backbone, images)
+    if scorer.needs_attention:
+        x = run_blocks(backbone, x, 0, depth - 1)
+        with record_attention(backbone.blocks[depth - 1]) as rec:
+            x = backbone.blocks[depth - 1](x)
+        return x, scorer(x, P, rec["attn"])
+    x = run_blocks(backbone, x, 0, depth)
+    return x, scorer(x, P)
+
+
+def prune_tokens(
+    backbone: nn.Module,
+    hidden: Tensor,
+    scores: Tensor,
+    depth: int,
+    budget: float,
+    *,
+    return_tokens: bool = False,
+) -> PrunedOutput:
+    """Keep the top ``k = ceil(b·N)`` patch tokens of block ``L``'s output and finish the forward.
+
+    Args:
+        backbone: timm ViT with ``len(blocks) > L``.
+        hidden: ``[B,P+N,D]`` output of block ``L`` (e.g. from :func:`score_tokens` or a cache).
+        scores: ``[B,N]`` ranking (higher = keep); only its order is used (no gradient flows
+            through the selection; see :mod:`midas_nb.train` for the relaxations).
+        depth: ``L`` (1-based); blocks ``L+1..depth`` run on ``P + k`` tokens.
+        budget: ``b ∈ (0,1]``.
+        return_tokens: also return the last block's output ``[B,P+k,D]``.
+
+    Returns:
+        :class:`PrunedOutput`.
+
+    Raises:
+        ValueError: on a depth or budget out of range, or shapes that disagree.
+    """
+    depth = check_depth(backbone, depth)
+    P = num_prefix_tokens(backbone)
+    B, T, _ = hidden.shape
+    N = T - P
+    if scores.shape != (B, N):
+        raise ValueError(f"scores must be [B,N]=({B},{N}), got {tuple(scores.shape)}")
+    k = keep_count(budget, N)
+    keep_idx = select_top_k(scores, k)
+    x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, None)
+    return PrunedOutput(
+        logits=classify_tokens(backbone, x),
+        keep_idx=keep_idx,
+        keep_mask=keep_mask_from_indices(keep_idx, N),
+        scores=scores,
+        tokens=x if return_tokens else None,
+    )
+
+
+def pruned_forward(
+    backbone: nn.Module,
+    images: Tensor,
+    scorer: TokenScorer,
+    depth: int,
+    budget: float,
+    *,
+    return_tokens: bool = False,
+) -> PrunedOutput:
+    """Pruned forward of a timm ViT: all tokens up to block ``L``, prefix + top-``k`` after.
+
+    Args:
+        backbone: timm ViT (1 or 2 prefix tokens; the offline hybrid is one too), in the mode
+            the caller wants (usually eval); runs under the caller's grad mode.
+        images: ``[B,3,H,W]`` normalised images on the backbone's device.
+        scorer: a :class:`~midas_nb.scorers.TokenScorer` reading block ``L``'s output.
+        depth: ``L ∈ 1..len(blocks)-1`` (1-based; the scorer reads block ``L``'s output).
+        budget: ``b ∈ (0,1]``; ``k = ceil(b·N)`` patch tokens are kept
+            (:func:`midas_nb.vit.keep_count`). At ``b = 1`` the logits equal the full model's.
+        return_tokens: also return the last block's output ``[B,P+k,D]``.
+
+    Returns:
+        :class:`PrunedOutput` (``logits [B,C]``, ``keep_idx [B,k]`` sorted by position,
+        ``keep_mask [B,N]``, ``scores [B,N]``).
+
+    Raises:
+        ValueError: on a depth or budget out of range.
+    """
+    hidden, scores = score_tokens(backbone, images, scorer, depth)
+    return prune_tokens(backbone, hidden, scores, depth, budget, return_tokens=return_tokens)
+
+
+class PrunedViT(nn.Module):
+    """A backbone and a scorer as one module: ``forward(images) -> logits [B,C]`` (pruned).
+
+    Handy for :func:`midas_nb.metrics.measure_throughput` and for code that expects a
+    classifier. Args as in :func:`pruned_forward`.
+    """
+
+    def __init__(self, backbone: nn.Module, scorer: TokenScorer, depth: int, budget: float):
+        super().__init__()
+        check_depth(backbone, depth)
+        keep_count(budget, 1)  # validates the budget
+        self.backbone, self.scorer = backbone, scorer
+        self.depth, self.budget = int(depth), float(budget)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return pruned_forward(self.backbone, images, self.scorer, self.depth, self.budget).logits

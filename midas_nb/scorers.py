@@ -1,0 +1,219 @@
+"""Token scorers: one score per patch token from the hidden states at the output of block ``L``.
+
+A scorer ranks the ``N`` patch tokens of a timm ViT at depth ``L`` (DESIGN.md §3, §5); the
+pruned forward of :mod:`midas_nb.pruning` keeps the top ``k = ceil(b·N)`` of them. Higher
+score = keep. Every scorer derives from :class:`TokenScorer` and overrides one method,
+:meth:`TokenScorer.score`.
+
+- ``reference`` — :class:`ReferenceScorer`: the CLS attention of block ``L``, ``E_h A_h[cls,j]``
+  (target T0 of DESIGN.md §4), no parameters. The attention-based ranking of EViT (Liang et
+  al., 2022, "Not All Patches are What You Need", https://arxiv.org/abs/2202.07800).
+- ``mlp`` — :class:`MLPScorer`: LayerNorm → Linear → GELU → Linear, one score per patch token,
+  the per-token predictor of DynamicViT (Rao et al., 2021, https://arxiv.org/abs/2106.02034)
+  without its global-feature branch. Trained by :mod:`midas_nb.train` (unsupervised or
+  supervised by a target).
+- ``random`` — :class:`RandomScorer`: a seeded uniform random ranking (lower bound).
+
+Further families (``cropr``, ``iared``; DESIGN.md §5) register themselves with
+:func:`register_scorer` and are built by name with :func:`build_scorer`.
+
+Example::
+
+    >>> scorer = build_scorer("mlp", dim=192)
+    >>> scorer(hidden, num_prefix=1).shape        # hidden: B x (1+N) x 192
+    torch.Size([B, N])
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "TokenScorer",
+    "ReferenceScorer",
+    "MLPScorer",
+    "RandomScorer",
+    "register_scorer",
+    "list_scorers",
+    "build_scorer",
+    "cls_attention",
+]
+
+
+def cls_attention(attn: Tensor, num_prefix: int) -> Tensor:
+    """CLS attention to patch tokens, mean over heads: ``E_h A_h[cls, j]`` (target T0).
+
+    Args:
+        attn: ``[B,H,T,T]`` attention probabilities of one block (rows: queries).
+        num_prefix: ``P``; the CLS token is token 0, patch tokens are ``P..T-1``.
+
+    Returns:
+        ``[B,N]`` with ``N = T - P``.
+    """
+    if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
+        raise ValueError(f"attn must be [B,H,T,T], got {tuple(attn.shape)}")
+    return attn[:, :, 0, num_prefix:].mean(dim=1)
+
+
+class TokenScorer(nn.Module):
+    """Base class of token scorers: ``[B,P+N,D]`` hidden states of block ``L`` → ``[B,N]`` scores.
+
+    Subclasses override only :meth:`score`. ``forward(tokens, num_prefix, attn=None)`` checks
+    shapes and calls it. Scorers whose class sets ``needs_attention = True`` also receive the
+    attention probabilities of block ``L`` (``[B,H,T,T]``); :func:`midas_nb.pruning.pruned_forward`
+    records them only for such scorers.
+
+    Class attributes:
+        needs_attention: the scorer reads block ``L``'s attention (default ``False``).
+        trainable: the scorer has parameters that :mod:`midas_nb.train` trains.
+    """
+
+    needs_attention: bool = False
+    trainable: bool = False
+
+    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        """Scores of the patch tokens (higher = keep).
+
+        Args:
+            tokens: ``[B,P+N,D]`` output of block ``L`` (prefix tokens first).
+            num_prefix: ``P``.
+            attn: ``[B,H,P+N,P+N]`` attention of block ``L`` (only for ``needs_attention``).
+
+        Returns:
+            ``[B,N]`` float scores.
+        """
+        raise NotImplementedError
+
+    def forward(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        if tokens.dim() != 3:
+            raise ValueError(f"tokens must be [B,T,D], got {tuple(tokens.shape)}")
+        if not 0 <= num_prefix < tokens.shape[1]:
+            raise ValueError(f"num_prefix must be in [0, T={tokens.shape[1]}), got {num_prefix}")
+        if self.needs_attention and attn is None:
+            raise ValueError(f"{type(self).__name__} needs the attention of block L ([B,H,T,T]); got None")
+        s = self.score(tokens, num_prefix, attn)
+        B, T, _ = tokens.shape
+        if s.shape != (B, T - num_prefix):
+            raise RuntimeError(f"{type(self).__name__}.score returned {tuple(s.shape)}, "
+                               f"expected [B,N]=({B},{T - num_prefix})")
+        return s
+
+
+class ReferenceScorer(TokenScorer):
+    """Training-free reference: CLS attention of block ``L`` (T0, DESIGN.md §4, §5).
+
+    ``s_j = E_h A_h[cls, j]`` with ``A_h`` the attention probabilities of block ``L`` (the block
+    whose output the other scorers read). Liang et al., 2022 (EViT),
+    https://arxiv.org/abs/2202.07800, Eq. 3.
+    """
+
+    needs_attention = True
+
+    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        if attn.shape[-1] != tokens.shape[1]:
+            raise ValueError(f"attention is over T={attn.shape[-1]} tokens but tokens has "
+                             f"T={tokens.shape[1]}")
+        return cls_attention(attn, num_prefix).to(tokens.dtype)
+
+
+class MLPScorer(TokenScorer):
+    """Per-token MLP scorer: LayerNorm → Linear(D, hidden) → GELU → Linear(hidden, 1).
+
+    Reads each patch token's hidden state at the output of block ``L`` and returns one score
+    per patch token (prefix tokens are not scored). The local branch of DynamicViT's predictor
+    (Rao et al., 2021, https://arxiv.org/abs/2106.02034, Eq. 2–4).
+
+    Args:
+        dim: embedding width ``D`` of the backbone.
+        hidden: width of the hidden layer. Default: ``dim // 2``.
+    """
+
+    trainable = True
+
+    def __init__(self, dim: int, hidden: int | None = None):
+        super().__init__()
+        assert dim > 0, f"dim must be positive, got {dim}"
+        hidden = max(1, dim // 2) if hidden is None else int(hidden)
+        assert hidden > 0, f"hidden must be positive, got {hidden}"
+        self.dim, self.hidden = int(dim), hidden
+        self.mlp = nn.Sequential(
+            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        return self.mlp(tokens[:, num_prefix:]).squeeze(-1)
+
+
+class RandomScorer(TokenScorer):
+    """Seeded uniform random ranking (the lower bound of DESIGN.md §4 ``random``).
+
+    Scores are drawn on the CPU from a generator seeded with ``seed`` (so CPU and CUDA runs
+    rank identically) and moved to the tokens' device. The sequence of draws advances with
+    every call; :meth:`reset` restarts it, so a fixed order of batches gives fixed rankings.
+
+    Args:
+        seed: seed of the generator. Default: 0.
+    """
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.seed = int(seed)
+        self.generator = torch.Generator().manual_seed(self.seed)
+
+    def reset(self) -> None:
+        """Restart the sequence of draws from ``seed``."""
+        self.generator.manual_seed(self.seed)
+
+    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        B, T, _ = tokens.shape
+        s = torch.rand(B, T - num_prefix, generator=self.generator)
+        return s.to(device=tokens.device, dtype=tokens.dtype)
+
+
+_SCORERS: dict[str, Callable[..., TokenScorer]] = {}
+
+
+def register_scorer(name: str) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
+    """Decorator registering a scorer factory ``f(dim: int, **kwargs) -> TokenScorer`` by name.
+
+    Raises:
+        ValueError: if ``name`` is already registered.
+    """
+    def deco(factory: Callable[..., TokenScorer]) -> Callable[..., TokenScorer]:
+        if name in _SCORERS:
+            raise ValueError(f"scorer {name!r} is already registered")
+        _SCORERS[name] = factory
+        return factory
+    return deco
+
+
+def list_scorers() -> list[str]:
+    """Names of the registered scorers, in registration order."""
+    return list(_SCORERS)
+
+
+def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
+    """Build the scorer registered as ``name`` for embedding width ``dim``.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name not in _SCORERS:
+        raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
+    return _SCORERS[name](dim, **kwargs)
+
+
+@register_scorer("reference")
+def _reference(dim: int) -> TokenScorer:
+    return ReferenceScorer()
+
+
+@register_scorer("mlp")
+def _mlp(dim: int, hidden: int | None = None) -> TokenScorer:
+    return MLPScorer(dim, hidden=hidden)
+
+
+@register_scorer("random")
+def _random(dim: int, seed: int = 0) -> TokenScorer:
+    return RandomScorer(seed=seed)

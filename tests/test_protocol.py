@@ -1,0 +1,176 @@
+"""Scorer training (frozen backbone, caches) and the end-to-end three-condition protocol."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import timm
+import torch
+
+from midas_nb.data import Sample
+from midas_nb.protocol import evaluation_subset, list_conditions, protocol_params, run_protocol
+from midas_nb.pruning import score_tokens
+from midas_nb.scorers import MLPScorer, ReferenceScorer
+from midas_nb.train import block_cache, load_or_train_scorer, train_scorer
+from midas_nb.vit import disable_fused_attention
+
+
+def tiny_vit(**kw):
+    torch.manual_seed(0)
+    args = dict(pretrained=False, img_size=32, patch_size=8, depth=3, embed_dim=32, num_heads=2,
+                num_classes=4)
+    args.update(kw)
+    return timm.create_model("vit_tiny_patch16_224", **args).eval()
+
+
+class TinyDataset(torch.utils.data.Dataset):
+    """Samples with the fields of ``midas_nb.data.Sample``: 32×32 images, 4×4 patch grid."""
+
+    def __init__(self, n: int, seed: int, has_parts: bool = True, num_classes: int = 4):
+        g = torch.Generator().manual_seed(seed)
+        self.labels = torch.arange(n) % num_classes
+        self.images = torch.randn(n, 3, 32, 32, generator=g) + self.labels[:, None, None, None] * 0.5
+        self.part_mask = torch.rand(n, 16, generator=g) < 0.3
+        self.part_mask[0] = False                         # one image without a visible part
+        self.box_mask = torch.rand(n, 16, generator=g) < 0.5
+        self.has_parts, self.num_classes = has_parts, num_classes
+        self.classes = [f"c{i}" for i in range(num_classes)]
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return Sample(image=self.images[i], label=int(self.labels[i]), parts=torch.zeros(0, 3),
+                      box=torch.tensor([0.0, 0.0, 32.0, 32.0]), part_mask=self.part_mask[i],
+                      box_mask=self.box_mask[i], image_id=str(i), index=i)
+
+
+def test_block_cache_matches_the_staged_forward_and_is_reloaded(tmp_path):
+    model, data = tiny_vit(), TinyDataset(10, 0)
+    cache = block_cache(model, data, depth=2, key={"t": 1}, cache_dir=tmp_path, batch_size=4, progress=False)
+    with torch.no_grad():
+        hidden, t0 = score_tokens(model, data.images, ReferenceScorer(), 2)
+        full = model(data.images)
+    torch.testing.assert_close(cache.hidden, hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cache.cls_attn, t0, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(cache.logits, full, atol=1e-5, rtol=1e-5)
+    assert cache.labels.tolist() == data.labels.tolist() and cache.indices.tolist() == list(range(10))
+    assert torch.equal(cache.part_mask, data.part_mask)
+    assert len(list((tmp_path / "blocks").glob("*.pt"))) == 1
+    again = block_cache(model, data, depth=2, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    assert torch.equal(again.hidden, cache.hidden)
+
+
+def test_backbone_is_bit_identical_and_only_the_scorer_trains(tmp_path):
+    model, data = tiny_vit(), TinyDataset(12, 1)
+    model.train()                                             # train_scorer must switch it to eval
+    model.blocks[0].attn.qkv.weight.requires_grad_(True)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cache = block_cache(model, data, depth=1, key=None, batch_size=6, progress=False)
+    torch.manual_seed(0)
+    scorer = MLPScorer(32)
+    s_before = [p.clone() for p in scorer.parameters()]
+    targets = torch.rand(12, 16)
+    for relaxation in ("st", "soft"):
+        res = train_scorer(model, scorer, cache, depth=1, budget=0.25, targets=targets,
+                           relaxation=relaxation, epochs=2, batch_size=4, progress=False)
+        assert len(res.loss) == 2 and all(math.isfinite(v) for v in res.loss + res.loss_ga)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in model.parameters())
+    assert model.training and model.blocks[0].attn.qkv.weight.requires_grad   # flags restored
+    assert any(not torch.equal(a, b) for a, b in zip(s_before, scorer.parameters()))
+
+
+def test_supervised_training_reduces_the_distillation_loss():
+    model, data = tiny_vit(), TinyDataset(16, 2)
+    cache = block_cache(model, data, depth=2, key=None, progress=False)
+    targets = cache.hidden[:, 1:, :3].sum(-1)                     # a target the MLP can express
+    torch.manual_seed(0)
+    res = train_scorer(model, MLPScorer(32), cache, depth=2, budget=0.5, targets=targets, lam=5.0,
+                       epochs=15, batch_size=8, lr=1e-2, progress=False)
+    assert res.loss_ga[-1] < 0.5 * res.loss_ga[0]
+
+
+def test_scorer_checkpoints_are_cached_by_key(tmp_path):
+    model, data = tiny_vit(), TinyDataset(8, 3)
+    cache = block_cache(model, data, depth=1, key=None, progress=False)
+    kw = dict(key={"condition": "unsupervised"}, depth=1, budget=0.25, seed=1, cache_dir=tmp_path,
+              progress=False, epochs=1, batch_size=4)
+    a, res_a, loaded_a = load_or_train_scorer(model, cache, **kw)
+    b, res_b, loaded_b = load_or_train_scorer(model, cache, **kw)
+    c, _, loaded_c = load_or_train_scorer(model, cache, **dict(kw, seed=2))
+    assert (loaded_a, loaded_b, loaded_c) == (False, True, False)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert res_b.loss == res_a.loss
+    assert any(not torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+def test_evaluation_subset_is_seeded_sorted_and_spread():
+    sub = evaluation_subset(100, 20, seed=0)
+    assert sub == sorted(sub) and len(set(sub)) == 20 and max(sub) > 50
+    assert sub == evaluation_subset(100, 20, seed=0) != evaluation_subset(100, 20, seed=1)
+    assert evaluation_subset(5, None) == evaluation_subset(5, 10) == [0, 1, 2, 3, 4]
+
+
+def test_protocol_params_rejects_unknown_settings():
+    assert protocol_params(lam=2.0)["lam"] == 2.0
+    with pytest.raises(ValueError, match="unknown protocol setting"):
+        protocol_params(lamda=2.0)
+
+
+@pytest.mark.parametrize("relaxation", ["st", "soft"])
+def test_run_protocol_end_to_end(tmp_path, relaxation):
+    model = disable_fused_attention(tiny_vit())       # as midas_nb.backbones builds them
+    train, test = TinyDataset(16, 4), TinyDataset(10, 5)
+    conditions, seeds = ["reference", "unsupervised", "T5", "random"], [0, 1]
+    assert set(conditions) <= set(list_conditions())
+    df = run_protocol(train, test, model, depth=2, budget=0.25, conditions=conditions, seeds=seeds,
+                      dataset_name="tiny", backbone_name="vit_tiny_test", checkpoint_id="ck0",
+                      relaxation=relaxation, epochs=1, batch_size=8, idauc_steps=4,
+                      max_eval_images=8, bootstrap=50, cache_dir=tmp_path, progress=False,
+                      throughput_repeats=1, throughput_batch=4)
+    assert isinstance(df, pd.DataFrame) and len(df) == len(conditions) * len(seeds)
+    assert sorted(zip(df.condition, df.seed)) == sorted((c, s) for c in conditions for s in seeds)
+    assert (df.n_images == 8).all()
+    # the tiny data set has one image without parts, and it is in the evaluated subset or not
+    assert set(df.n_skipped_parts) <= {0, 1}
+    assert df.set_index(["condition", "seed"]).loc[("T5", 0), "target"] == "T5"
+    assert (df[df.condition.isin(["unsupervised", "T5"])].relaxation == relaxation).all()
+    for col in ("miou", "idauc", "accuracy", "throughput", "ins_auc", "del_auc"):
+        assert df[col].notna().all(), col
+    assert ((df.miou_lo <= df.miou) & (df.miou <= df.miou_hi)).all()
+    assert ((df.accuracy >= 0) & (df.accuracy <= 1)).all()
+    # reference is deterministic: the same metrics for every seed; random differs by seed
+    ref = df[df.condition == "reference"]
+    assert ref.miou.nunique() == 1 and ref.idauc.nunique() == 1
+    assert 0.0 <= df.attrs["full_accuracy"] <= 1.0
+    assert (df.full_accuracy == df.attrs["full_accuracy"]).all()
+    assert df.attrs["params"]["relaxation"] == relaxation
+    assert [blk.attn.fused_attn for blk in model.blocks] == [False] * 3           # restored
+    assert all(p.requires_grad for p in model.parameters())                      # frozen() restored
+    # a rerun loads every trained scorer from the cache and gives the same table
+    again = run_protocol(train, test, model, depth=2, budget=0.25, conditions=conditions, seeds=seeds,
+                         dataset_name="tiny", backbone_name="vit_tiny_test", checkpoint_id="ck0",
+                         relaxation=relaxation, epochs=1, batch_size=8, idauc_steps=4,
+                         max_eval_images=8, bootstrap=50, cache_dir=tmp_path, progress=False,
+                         throughput_repeats=1, throughput_batch=4)
+    assert again[again.scorer == "mlp"].from_cache.all()
+    pd.testing.assert_series_equal(again.accuracy, df.accuracy)
+    pd.testing.assert_series_equal(again.miou, df.miou)
+
+
+def test_run_protocol_box_coverage_and_bad_condition(tmp_path):
+    model = tiny_vit()                               # fused attention (timm's default)
+    train, test = TinyDataset(8, 6), TinyDataset(6, 7, has_parts=False)
+    df = run_protocol(train, test, model, depth=1, budget=0.5, conditions=["random"], seeds=[3],
+                      dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1,
+                      idauc_steps=0, bootstrap=20, cache_dir=tmp_path, progress=False,
+                      throughput_repeats=1, throughput_batch=2)
+    assert len(df) == 1 and df.coverage_kind[0] == "box coverage" and df.seed[0] == 3
+    assert all(blk.attn.fused_attn for blk in model.blocks)                      # restored
+    with pytest.raises(ValueError, match="unknown or no conditions"):
+        run_protocol(train, test, model, depth=1, budget=0.5, conditions=["T9"], seeds=[0],
+                     dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", cache_dir=tmp_path,
+                     progress=False)
