@@ -9,7 +9,12 @@ condition and seed, prunes at ``(L, b)`` and evaluates on the test split:
   MLP trained with ``L_cls + λ·L_ga`` on that target (``supervised(Tk)``; the target maps of
   the train split come from :func:`midas_nb.targets.target_cache` with ``class_rule="label"``);
 - ``random`` — a seeded random ranking (:class:`~midas_nb.scorers.RandomScorer`), the lower
-  bound.
+  bound;
+- scorer families that are conditions of their own (``cropr``, ``iared``;
+  :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.related`) — built by name,
+  trained with their own objective (:meth:`~midas_nb.scorers.TokenScorer.training_loss`) on the
+  same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their
+  :meth:`~midas_nb.scorers.TokenScorer.evaluation_extras` add columns to their rows.
 
 Seeds: trainable conditions train once per seed (seed = MLP initialisation and batch order);
 ``random`` draws its ranking from each seed; ``reference`` is deterministic — it is evaluated
@@ -20,6 +25,8 @@ Metrics per row (test split, :mod:`midas_nb.metrics`): part mIoU of the kept mas
 coverage when the dataset has no parts) with a bootstrap CI over images; IDAUC in token space
 with the scorer's block-``L`` scores as the ranking and the full model's prediction as the
 class, with CI, plus insertion and deletion AUC; top-1 accuracy of the pruned model with CI;
+Point-in-Box of the scorer's top-ranked patch (``pib``: the fraction of images whose
+highest-scoring patch lies in the object box, LaSt-ViT's probe applied to the ranking);
 throughput of the pruned forward (images/s, from images, stem included). The unpruned model's
 accuracy and throughput are in every row (``full_accuracy``, ``throughput_full``) and in
 ``df.attrs``; the settings are in ``df.attrs["params"]`` (:func:`protocol_params`).
@@ -41,7 +48,8 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .pruning import check_depth, prune_tokens, pruned_forward
-from .scorers import MLPScorer, RandomScorer, ReferenceScorer, TokenScorer
+from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
+                      list_scorer_conditions)
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
 from .vit import keep_count
 
@@ -75,9 +83,12 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
 
 
 def list_conditions() -> list[str]:
-    """Every valid condition: ``reference``, ``unsupervised``, ``random`` and the target ids."""
+    """Every valid condition: ``reference``, ``unsupervised``, ``random``, the target ids
+    (``supervised(Tk)``) and the scorer families of :func:`midas_nb.scorers.list_scorer_conditions`."""
     from .targets import list_targets
-    return list(BASE_CONDITIONS) + [t for t in list_targets() if t not in BASE_CONDITIONS]
+    targets = [t for t in list_targets() if t not in BASE_CONDITIONS]
+    families = [f for f in list_scorer_conditions() if f not in BASE_CONDITIONS and f not in targets]
+    return list(BASE_CONDITIONS) + targets + families
 
 
 def protocol_params(**overrides: Any) -> dict[str, Any]:
@@ -207,7 +218,8 @@ def run_protocol(
         depth: ``L ∈ 1..len(blocks)-1``.
         budget: ``b ∈ (0,1]``.
         conditions: names from :func:`list_conditions` (``reference``, ``unsupervised``,
-            ``random``, target ids such as ``T1``..``T5`` for ``supervised(Tk)``).
+            ``random``, target ids such as ``T1``..``T5`` for ``supervised(Tk)``, scorer
+            families such as ``cropr``, ``iared``).
         seeds: training seeds; every condition gets one row per seed (module docstring).
         dataset_name, backbone_name, checkpoint_id: identity columns of the rows and parts of
             every cache key.
@@ -230,17 +242,18 @@ def run_protocol(
 
     Returns:
         ``pd.DataFrame`` validated by :func:`midas_nb.results.make_table`, one row per
-        condition × seed, with extra columns ``scorer``, ``full_accuracy``,
+        condition × seed (``pib`` filled), with extra columns ``scorer``, ``full_accuracy``,
         ``throughput_full``, ``speedup``, ``n_idauc_images``, ``lambda_ga``, ``temperature``,
         ``distill_form``, ``epochs``, ``train_loss``, ``train_accuracy``, ``train_seconds``,
-        ``from_cache``. ``df.attrs`` holds ``params``, ``full_accuracy``, ``throughput_full``.
+        ``from_cache`` (and the scorer families' extra columns, NaN in other rows).
+        ``df.attrs`` holds ``params``, ``full_accuracy``, ``throughput_full``.
 
     Raises:
         ValueError: unknown conditions, empty seeds, bad depth or budget.
     """
     from torch.utils.data import Subset
 
-    from .metrics import bootstrap_ci, box_coverage, measure_throughput, part_miou
+    from .metrics import bootstrap_ci, box_coverage, measure_throughput, part_miou, point_in_box
     from .results import make_table, summarise_metrics
 
     params = protocol_params(relaxation=relaxation, lam=lam, temperature=temperature, epochs=epochs,
@@ -256,8 +269,9 @@ def run_protocol(
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
     conditions = list(dict.fromkeys(conditions))
-    supervised = [c for c in conditions if c not in BASE_CONDITIONS]
-    trainable = [c for c in conditions if c == "unsupervised" or c in supervised]
+    families = [c for c in conditions if c in set(list_scorer_conditions())]
+    supervised = [c for c in conditions if c not in BASE_CONDITIONS and c not in families]
+    trainable = [c for c in conditions if c == "unsupervised" or c in supervised or c in families]
     device = torch.device(device)
     ebs = int(params["eval_batch_size"])
     ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
@@ -299,7 +313,9 @@ def run_protocol(
         dim = test_cache.hidden.shape[-1]
         family = {"reference": ReferenceScorer(), "mlp": MLPScorer(dim, params["mlp_hidden"]).to(device).eval(),
                   "random": RandomScorer(0)}
-        needed = {"reference" if c == "reference" else "random" if c == "random" else "mlp" for c in conditions}
+        n_classes = int(test_cache.logits.shape[-1])      # scorer families may need it (aux heads)
+        family.update({c: build_scorer(c, dim, num_classes=n_classes).to(device).eval() for c in families})
+        needed = {c if c in ("reference", "random") or c in families else "mlp" for c in conditions}
         family = {k: v for k, v in family.items() if k in needed}
         throughput_full = measure_throughput(backbone, tp_images, repeats=reps, warmup=1)
         throughput = {name: measure_throughput(
@@ -321,6 +337,17 @@ def run_protocol(
                 kind, target_id, relax = "reference", "T0", ""
             elif cond == "random":
                 scorer, kind, target_id, relax = RandomScorer(seed), "random", "", ""
+            elif cond in families:      # a scorer family with its own objective
+                scorer, result, loaded = load_or_train_scorer(
+                    backbone, train_cache, key=dict(ident, condition=cond, target=""),
+                    depth=depth, budget=budget, targets=None, seed=seed, scorer=cond,
+                    scorer_kwargs=dict(num_classes=n_classes),
+                    cache_dir=cache_dir, device=device, progress=progress,
+                    epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=params["weight_decay"])
+                kind, target_id, relax = cond, "", ""
+                train_info = dict(train_loss=result.loss[-1] if result.loss else float("nan"),
+                                  train_accuracy=result.train_accuracy[-1] if result.train_accuracy else float("nan"),
+                                  train_seconds=result.seconds, from_cache=loaded)
             else:
                 target_id = "" if cond == "unsupervised" else cond
                 scorer, result, loaded = load_or_train_scorer(
@@ -345,17 +372,22 @@ def run_protocol(
                 insdel = _insdel(backbone, idauc_images, scores[:n_idauc], full_pred[:n_idauc],
                                  idauc_steps, ebs, device)
             correct = (logits.argmax(-1) == test_cache.labels).float()
+            in_box = point_in_box(scores, test_cache.box_mask)
             row = dict(dataset=dataset_name, backbone=backbone_name, checkpoint_id=checkpoint_id,
                        condition=cond, target=target_id, relaxation=relax, depth=depth,
                        budget=float(budget), seed=seed, device=str(device),
                        throughput=throughput[kind], scorer=kind)
-            row.update(summarise_metrics(coverage, insdel, correct, n_boot=int(bootstrap)))
+            row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(bootstrap)))
             row.update(n_images=n_eval, full_accuracy=full_accuracy,
                        throughput_full=throughput_full, speedup=throughput[kind] / throughput_full,
                        n_idauc_images=n_idauc if insdel is not None else 0,
                        lambda_ga=float(lam) if target_id and cond != "reference" else 0.0,
                        temperature=float(temperature), distill_form=params["distill_form"],
-                       epochs=int(epochs) if kind == "mlp" else 0, **train_info)
+                       epochs=int(epochs) if kind not in ("reference", "random") else 0, **train_info)
+            if cond in families:
+                row.update(scorer.evaluation_extras(
+                    backbone, test_cache.hidden, test_cache.labels, scores, depth=depth, budget=budget,
+                    num_prefix=test_cache.num_prefix, images=tp_images))
             if cond == "reference":
                 evaluated[("reference", 0)] = row
             rows.append(row)

@@ -14,8 +14,12 @@ score = keep. Every scorer derives from :class:`TokenScorer` and overrides one m
   supervised by a target).
 - ``random`` — :class:`RandomScorer`: a seeded uniform random ranking (lower bound).
 
-Further families (``cropr``, ``iared``; DESIGN.md §5) register themselves with
-:func:`register_scorer` and are built by name with :func:`build_scorer`.
+Further families (``cropr``, ``iared``; DESIGN.md §5, :mod:`midas_nb.related`) register
+themselves with :func:`register_scorer` (``condition=True``: a protocol condition of its own) and
+are built by name with :func:`build_scorer`. A family with its own objective (an auxiliary head,
+REINFORCE) overrides :meth:`TokenScorer.training_loss`, which :func:`midas_nb.train.train_scorer`
+calls in place of the default ``L_cls``; :meth:`TokenScorer.evaluation_extras` adds
+family-specific columns to its protocol rows.
 
 Example::
 
@@ -25,7 +29,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -37,6 +41,7 @@ __all__ = [
     "RandomScorer",
     "register_scorer",
     "list_scorers",
+    "list_scorer_conditions",
     "build_scorer",
     "cls_attention",
 ]
@@ -65,6 +70,12 @@ class TokenScorer(nn.Module):
     attention probabilities of block ``L`` (``[B,H,T,T]``); :func:`midas_nb.pruning.pruned_forward`
     records them only for such scorers.
 
+    Two optional hooks serve scorer families with an objective of their own (Cropr's auxiliary
+    head, IA-RED²'s REINFORCE; :mod:`midas_nb.related`): :meth:`training_loss` (used by
+    :func:`midas_nb.train.train_scorer` instead of the default ``L_cls``) and
+    :meth:`evaluation_extras` (extra columns of the scorer's protocol rows). The defaults
+    (``None`` and ``{}``) keep the standard behaviour.
+
     Class attributes:
         needs_attention: the scorer reads block ``L``'s attention (default ``False``).
         trainable: the scorer has parameters that :mod:`midas_nb.train` trains.
@@ -85,6 +96,47 @@ class TokenScorer(nn.Module):
             ``[B,N]`` float scores.
         """
         raise NotImplementedError
+
+    def training_loss(
+        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
+        num_prefix: int,
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
+
+        ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorer`
+        (cross-entropy of the relaxed pruned forward). A family with its own objective returns
+        ``(loss, logits, scores)``: the scalar loss that replaces ``L_cls`` (``λ·L_ga`` is still
+        added when a target is given), ``[B,C]`` logits whose accuracy is logged, and the
+        ``[B,N]`` scores (differentiable) that ``L_ga`` would distil into.
+
+        Args:
+            backbone: the frozen timm ViT (eval mode, ``requires_grad=False``).
+            hidden: ``[B,P+N,D]`` block-``L`` output (from the cache; no graph to the backbone).
+            labels: ``[B]`` long ground-truth labels.
+            depth: ``L``.
+            budget: ``b``.
+            num_prefix: ``P``.
+        """
+        return None
+
+    def evaluation_extras(
+        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *, depth: int,
+        budget: float, num_prefix: int, images: Tensor | None = None,
+    ) -> dict[str, Any]:
+        """Family-specific columns of a protocol row (default: none).
+
+        Args:
+            backbone: the frozen timm ViT.
+            hidden: ``[n,P+N,D]`` block-``L`` states of the evaluated test images (CPU cache).
+            labels: ``[n]`` long labels.
+            scores: ``[n,N]`` this scorer's scores of those images.
+            depth, budget, num_prefix: ``L``, ``b``, ``P``.
+            images: ``[B,3,H,W]`` a batch on the backbone's device for throughput, or ``None``.
+
+        Returns:
+            ``{column: value}`` merged into the row.
+        """
+        return {}
 
     def forward(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         if tokens.dim() != 3:
@@ -172,10 +224,23 @@ class RandomScorer(TokenScorer):
 
 
 _SCORERS: dict[str, Callable[..., TokenScorer]] = {}
+_CONDITIONS: list[str] = []
+#: modules that register further scorer families (imported by :func:`list_scorer_conditions`)
+_FAMILY_MODULES: tuple[str, ...] = ("midas_nb.related",)
 
 
-def register_scorer(name: str) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
+def register_scorer(
+    name: str, *, condition: bool = False,
+) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
     """Decorator registering a scorer factory ``f(dim: int, **kwargs) -> TokenScorer`` by name.
+
+    Args:
+        name: registry key.
+        condition: the family is a protocol condition of its own (``cropr``, ``iared``): the
+            protocol builds it with :func:`build_scorer`, trains it with
+            :func:`midas_nb.train.train_scorer` (its :meth:`TokenScorer.training_loss`) and
+            evaluates it by top-``k`` like every other condition; its factory is then called
+            as ``f(dim, num_classes=C, **kwargs)`` (auxiliary heads need ``C``). Default: ``False``.
 
     Raises:
         ValueError: if ``name`` is already registered.
@@ -184,6 +249,8 @@ def register_scorer(name: str) -> Callable[[Callable[..., TokenScorer]], Callabl
         if name in _SCORERS:
             raise ValueError(f"scorer {name!r} is already registered")
         _SCORERS[name] = factory
+        if condition:
+            _CONDITIONS.append(name)
         return factory
     return deco
 
@@ -193,12 +260,26 @@ def list_scorers() -> list[str]:
     return list(_SCORERS)
 
 
+def list_scorer_conditions() -> list[str]:
+    """Scorer families that are protocol conditions of their own (``condition=True``).
+
+    Imports the modules that register them (:data:`_FAMILY_MODULES`, i.e.
+    :mod:`midas_nb.related`) first, so the list does not depend on what the caller imported.
+    """
+    import importlib
+    for mod in _FAMILY_MODULES:
+        importlib.import_module(mod)
+    return list(_CONDITIONS)
+
+
 def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     """Build the scorer registered as ``name`` for embedding width ``dim``.
 
     Raises:
         ValueError: for an unknown name.
     """
+    if name not in _SCORERS:
+        list_scorer_conditions()            # import the modules that register further families
     if name not in _SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)

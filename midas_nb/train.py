@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 
 from .config import cache_dir as default_cache_dir
 from .pruning import check_depth, record_attention, select_top_k
-from .scorers import MLPScorer, TokenScorer, cls_attention
+from .scorers import MLPScorer, TokenScorer, build_scorer, cls_attention
 from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
 
 __all__ = [
@@ -381,6 +381,11 @@ def train_scorer(
 ) -> TrainResult:
     """Train ``scorer`` in place on cached block-``L`` states with ``L = L_cls + λ·L_ga``.
 
+    A scorer whose :meth:`~midas_nb.scorers.TokenScorer.training_loss` returns a loss (Cropr's
+    auxiliary head, IA-RED²'s REINFORCE; :mod:`midas_nb.related`) is trained with that loss in
+    place of ``L_cls`` (``relaxation`` and ``mask_temperature`` are then unused); ``loss_cls``
+    of the result records it.
+
     The backbone is frozen and in eval mode throughout (its weights are not changed); only
     ``scorer.parameters()`` are optimised (AdamW, cosine decay of the learning rate per step).
     ``seed`` fixes the batch order (the scorer's initialisation is the caller's; see
@@ -441,9 +446,15 @@ def train_scorer(
             for idx in torch.randperm(n, generator=gen).split(batch_size):
                 hidden = cache.hidden[idx].to(device, torch.float32)
                 labels = cache.labels[idx].to(device)
-                scores = scorer(hidden, cache.num_prefix)
-                logits = relaxed_logits(backbone, hidden, scores, depth, budget, relaxation, mask_temperature)
-                loss_cls = F.cross_entropy(logits, labels)
+                hook = getattr(scorer, "training_loss", None)
+                own = None if hook is None else hook(backbone, hidden, labels, depth=depth,
+                                                     budget=budget, num_prefix=cache.num_prefix)
+                if own is None:
+                    scores = scorer(hidden, cache.num_prefix)
+                    logits = relaxed_logits(backbone, hidden, scores, depth, budget, relaxation, mask_temperature)
+                    loss_cls = F.cross_entropy(logits, labels)
+                else:       # a family with its own objective (TokenScorer.training_loss)
+                    loss_cls, logits, scores = own
                 loss_ga = (distill_loss(scores, targets[idx].to(device), distill_form, temperature)
                            if targets is not None else scores.new_zeros(()))
                 loss = loss_cls + lam * loss_ga
@@ -478,9 +489,11 @@ def load_or_train_scorer(
     cache_dir: str | Path | None = None,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    scorer: str = "mlp",
+    scorer_kwargs: dict[str, Any] | None = None,
     **train_kwargs,
-) -> tuple[MLPScorer, TrainResult, bool]:
-    """An :class:`MLPScorer` trained by :func:`train_scorer`, cached on disk by key.
+) -> tuple[TokenScorer, TrainResult, bool]:
+    """A scorer (default: an :class:`MLPScorer`) trained by :func:`train_scorer`, cached by key.
 
     The scorer is initialised under ``torch.manual_seed(seed)`` (the global RNG state is
     restored afterwards) and trained with batch-order seed ``seed``.
@@ -490,7 +503,10 @@ def load_or_train_scorer(
             :func:`train_scorer`.
         key: identifies the entry together with every training setting, e.g.
             ``{"condition": "T5", "target": "T5", "checkpoint_id": ..., "dataset": "cub"}``.
-        mlp_hidden: hidden width of the MLP (default ``D // 2``).
+        mlp_hidden: hidden width of the MLP (default ``D // 2``; ``scorer="mlp"`` only).
+        scorer: registered scorer family (:func:`midas_nb.scorers.build_scorer`); ``"mlp"``
+            (default) or a family with its own objective such as ``"cropr"``/``"iared"``.
+        scorer_kwargs: keyword arguments of that family's factory (part of the key).
         cache_dir: cache root (default ``midas_nb.config.cache_dir()``); entries live under
             ``<cache_dir>/scorers/<hash>.pt`` with a ``.json`` of the key beside.
         **train_kwargs: the other keyword arguments of :func:`train_scorer`.
@@ -499,26 +515,32 @@ def load_or_train_scorer(
         ``(scorer on device in eval mode, TrainResult, loaded_from_cache)``.
     """
     dim = cache.hidden.shape[-1]
+    family = str(scorer)
+    extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}))
     full_key = dict(key, depth=int(depth), budget=float(budget), seed=int(seed), mlp_hidden=mlp_hidden,
                     dim=int(dim), n_train=len(cache), supervised=targets is not None,
-                    kind="mlp_scorer", **{k: (float(v) if isinstance(v, (int, float)) and not
-                                             isinstance(v, bool) else v) for k, v in train_kwargs.items()})
+                    kind=f"{family}_scorer", **extra_key,
+                    **{k: (float(v) if isinstance(v, (int, float)) and not
+                           isinstance(v, bool) else v) for k, v in train_kwargs.items()})
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = root / "scorers" / f"{key_hash(full_key)}.pt"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        scorer = MLPScorer(dim, hidden=mlp_hidden)
-    scorer.to(device)
+        if family == "mlp":
+            model = MLPScorer(dim, hidden=mlp_hidden)
+        else:
+            model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
+    model.to(device)
     if path.exists():
         blob = torch.load(path, map_location=device, weights_only=False)
-        scorer.load_state_dict(blob["state_dict"])
-        scorer.eval()
-        return scorer, TrainResult(**blob["result"]), True
-    result = train_scorer(backbone, scorer, cache, depth=depth, budget=budget, targets=targets,
+        model.load_state_dict(blob["state_dict"])
+        model.eval()
+        return model, TrainResult(**blob["result"]), True
+    result = train_scorer(backbone, model, cache, depth=depth, budget=budget, targets=targets,
                           seed=seed, device=device, progress=progress, **train_kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"state_dict": scorer.state_dict(), "result": result.__dict__, "key": full_key}, tmp)
+    torch.save({"state_dict": model.state_dict(), "result": result.__dict__, "key": full_key}, tmp)
     tmp.replace(path)
     path.with_suffix(".json").write_text(json.dumps(full_key, sort_keys=True, default=str, indent=1))
-    return scorer, result, False
+    return model, result, False

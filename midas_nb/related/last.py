@@ -1,0 +1,362 @@
+"""LaSt-ViT selective aggregation: a backbone variant whose class representation is pooled
+from the most stable patch tokens, with Patch Score maps and Point-in-Box before and after.
+
+Shi, Yu & Yang, *Vision Transformers Need More Than Registers* (LaSt-ViT, 2026),
+https://arxiv.org/abs/2602.22394. The stability of token ``j`` in channel ``d`` is its
+closeness to the channel-axis low-passed copy of its own feature vector,
+``stab_{j,d} = −|h_{j,d} − lowpass(h_j)_d|`` (:func:`midas_nb.targets.channel_lowpass`, Gaussian
+window σ = √D — the same definition as the ``last_votes`` target, DESIGN.md §4). **Selective
+aggregation** replaces the CLS representation by the channel-wise top-``K`` pooling of the
+most stable patch tokens: ``z_d = mean_{j ∈ top-K_j(stab_{·,d})} h_{j,d}`` (``K ≈ N/2``),
+then the final norm and the classifier head (:func:`last_aggregate`, :class:`LaStHead`).
+
+:func:`last_finetune` fine-tunes a copy of the backbone's last block(s) and head with it
+(everything else frozen; the input states of the tuned blocks are computed once and cached,
+so an epoch runs only the tuned blocks). ``aggregation="cls"`` runs the same recipe with the
+CLS head — the control that separates the aggregation from the extra training.
+:func:`pib_table` reports Point-in-Box of the Patch Score map (``cos(representation,
+patch)`` at the last block; the representation is CLS for a plain backbone, ``z`` for the
+LaSt variant; :func:`midas_nb.metrics.patch_score`, :func:`midas_nb.metrics.point_in_box`)
+and accuracy per model.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..targets import channel_lowpass
+from ..vit import classify_tokens, embed_tokens, num_prefix_tokens, run_blocks
+
+__all__ = ["Aggregation", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
+           "patch_score_maps", "pib_table"]
+
+Aggregation = Literal["last", "cls"]
+
+
+def token_stability(tokens: Tensor, sigma: float | None = None) -> Tensor:
+    """LaSt-ViT stability ``−|h_{j,d} − lowpass(h_j)_d|``: ``[B,N,D] → [B,N,D]`` float32 (≤ 0)."""
+    if tokens.dim() != 3:
+        raise ValueError(f"tokens must be [B,N,D], got {tuple(tokens.shape)}")
+    return -(tokens.float() - channel_lowpass(tokens, sigma)).abs()
+
+
+def last_aggregate(tokens: Tensor, num_tokens: int | None = None, sigma: float | None = None) -> Tensor:
+    """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``.
+
+    For every image and channel ``d``, the ``K`` tokens of highest stability
+    (:func:`token_stability`) in that channel are selected and their values ``h_{j,d}`` averaged.
+    Differentiable in ``tokens`` through the selected values (the selection itself is not).
+
+    Args:
+        tokens: ``[B,N,D]`` patch tokens (prefix removed).
+        num_tokens: ``K``, ``1 ≤ K ≤ N``. Default: ``N // 2`` (at least 1).
+        sigma: low-pass window width (default ``√D``).
+
+    Returns:
+        ``[B,D]`` in the dtype of ``tokens``.
+
+    Raises:
+        ValueError: ``tokens`` not 3-D or ``K`` outside ``1..N``.
+    """
+    stab = token_stability(tokens, sigma)
+    N = tokens.shape[1]
+    k = max(1, N // 2) if num_tokens is None else int(num_tokens)
+    if not 1 <= k <= N:
+        raise ValueError(f"num_tokens K must be in 1..{N} (patch tokens), got {num_tokens!r}")
+    idx = stab.topk(k, dim=1).indices                                        # [B,K,D]
+    return tokens.gather(1, idx).mean(dim=1)
+
+
+class LaStHead(nn.Module):
+    """Classifier on the last block's output with LaSt (or CLS) aggregation.
+
+    ``logits = head(fc_norm(norm(z)))`` with ``z = last_aggregate(patches, K)`` (``"last"``) or
+    ``z = h_CLS`` (``"cls"``; then this equals timm's token-pooling ``forward_head``).
+
+    Args:
+        norm, fc_norm, head: the backbone's final norm, pooled-feature norm and classifier
+            (copies are trained by :func:`last_finetune`).
+        num_prefix: ``P``.
+        aggregation: ``"last"`` (default) or ``"cls"``.
+        num_tokens: ``K`` (default ``N // 2``).
+        sigma: low-pass window width (default ``√D``).
+    """
+
+    def __init__(self, norm: nn.Module, fc_norm: nn.Module, head: nn.Module, num_prefix: int,
+                 aggregation: Aggregation = "last", num_tokens: int | None = None, sigma: float | None = None):
+        super().__init__()
+        assert aggregation in ("last", "cls"), f"aggregation must be 'last' or 'cls', got {aggregation!r}"
+        self.norm, self.fc_norm, self.head = norm, fc_norm, head
+        self.num_prefix, self.aggregation = int(num_prefix), aggregation
+        self.num_tokens, self.sigma = num_tokens, sigma
+
+    def representation(self, tokens: Tensor) -> Tensor:
+        """The class representation ``z``: ``[B,P+N,D] → [B,D]`` (before the final norm)."""
+        if self.aggregation == "cls":
+            return tokens[:, 0]
+        return last_aggregate(tokens[:, self.num_prefix:], self.num_tokens, self.sigma)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.head(self.fc_norm(self.norm(self.representation(tokens))))
+
+
+class LaStViT(nn.Module):
+    """A frozen timm ViT whose last ``t`` blocks and head are tuned copies with LaSt aggregation.
+
+    ``forward(images) -> [B,C]``; :meth:`patch_scores` gives the Patch Score map ``[B,N]``.
+    The backbone is shared (not copied) and stays in eval mode.
+
+    Args:
+        backbone: timm ViT (frozen).
+        tune_blocks: ``t``, trailing blocks that are copied and tuned, ``1 ≤ t < depth``.
+        aggregation: ``"last"`` or ``"cls"`` (see :class:`LaStHead`).
+        num_tokens, sigma: see :func:`last_aggregate`.
+    """
+
+    def __init__(self, backbone: nn.Module, tune_blocks: int = 1, aggregation: Aggregation = "last",
+                 num_tokens: int | None = None, sigma: float | None = None):
+        super().__init__()
+        n = len(backbone.blocks)
+        if not 1 <= int(tune_blocks) <= n - 1:
+            raise ValueError(f"tune_blocks must be in 1..{n - 1} for a {n}-block ViT, got {tune_blocks}")
+        self.backbone = backbone
+        self.start = n - int(tune_blocks)
+        self.blocks = copy.deepcopy(backbone.blocks[self.start:])
+        self.head = LaStHead(copy.deepcopy(backbone.norm), copy.deepcopy(getattr(backbone, "fc_norm", nn.Identity())),
+                             copy.deepcopy(backbone.head), num_prefix_tokens(backbone), aggregation,
+                             num_tokens, sigma)
+        for p in self.tuned_parameters():       # the backbone may come frozen; its copies train
+            p.requires_grad_(True)
+        self.history: dict[str, Any] = {}
+
+    def train(self, mode: bool = True) -> "LaStViT":
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def tuned_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the tuned copies (blocks and head)."""
+        return list(self.blocks.parameters()) + list(self.head.parameters())
+
+    def trunk(self, images: Tensor) -> Tensor:
+        """Frozen part: embedding and blocks ``1..depth−t``: ``[B,3,H,W] → [B,P+N,D]``."""
+        return run_blocks(self.backbone, embed_tokens(self.backbone, images), 0, self.start)
+
+    def forward_tokens(self, x: Tensor) -> Tensor:
+        """Tuned blocks on the trunk's output: ``[B,P+N,D] → [B,P+N,D]`` (last block's output)."""
+        for blk in self.blocks:
+            x = blk(x)
+        return x
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.forward_tokens(self.trunk(images)))
+
+    def scores_and_logits(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """``(patch scores [B,N], logits [B,C])`` from one forward."""
+        x = self.forward_tokens(self.trunk(images))
+        z = self.head.representation(x)
+        return F.cosine_similarity(x[:, self.head.num_prefix:], z[:, None], dim=-1), self.head(x)
+
+    def patch_scores(self, images: Tensor) -> Tensor:
+        """Patch Score ``cos(z, h_j)`` at the last block (``z`` the class representation): ``[B,N]``."""
+        return self.scores_and_logits(images)[0]
+
+
+def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
+    if isinstance(model, LaStViT):
+        return model.scores_and_logits(images)
+    from ..metrics import patch_score
+    x = run_blocks(model, embed_tokens(model, images))
+    return patch_score(x, num_prefix_tokens(model)), classify_tokens(model, x)
+
+
+def _key_hash(key: Mapping[str, Any]) -> str:
+    from ..train import key_hash
+    return key_hash(dict(key))
+
+
+def last_finetune(
+    backbone: nn.Module,
+    train_set,
+    *,
+    aggregation: Aggregation = "last",
+    tune_blocks: int = 1,
+    num_tokens: int | None = None,
+    sigma: float | None = None,
+    epochs: int = 3,
+    batch_size: int = 64,
+    lr: float = 5e-4,
+    weight_decay: float = 0.05,
+    label_smoothing: float = 0.1,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    key: Mapping[str, Any] | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+) -> LaStViT:
+    """Fine-tune a copy of the backbone's last ``t`` blocks and head with LaSt aggregation.
+
+    Everything before the tuned blocks is frozen; the output of block ``depth−t`` of every
+    training image is computed once (:func:`midas_nb.train.block_cache`, no augmentation) and
+    each step runs the tuned blocks and head only: AdamW, cosine decay per step, cross-entropy
+    with label smoothing, batch order seeded by ``seed``.
+
+    Args:
+        backbone: the fine-tuned timm ViT (not modified).
+        train_set: map-style dataset of :class:`midas_nb.data.Sample`.
+        aggregation: ``"last"`` (LaSt-ViT) or ``"cls"`` (the same recipe with the CLS head, a
+            control).
+        tune_blocks: ``t``, trailing blocks tuned. Default: 1.
+        num_tokens, sigma: ``K`` (default ``N // 2``) and the low-pass width (default ``√D``).
+        epochs, batch_size, lr, weight_decay, label_smoothing: optimisation.
+        seed: batch order.
+        device: where it runs.
+        key: identifies the backbone and data (e.g. ``{"checkpoint_id": ..., "dataset": ...}``);
+            with a key the block states and the tuned weights are cached on disk under
+            ``cache_dir`` (default :func:`midas_nb.config.cache_dir`), ``<cache>/last/<hash>.pt``.
+        progress: tqdm bar.
+
+    Returns:
+        :class:`LaStViT` in eval mode on ``device``; ``model.history`` holds per-epoch
+        ``loss`` and ``train_accuracy``, ``seconds`` and the settings.
+    """
+    from ..config import cache_dir as default_cache_dir
+    from ..train import block_cache, frozen
+
+    device = torch.device(device)
+    backbone.to(device)
+    model = LaStViT(backbone, tune_blocks, aggregation, num_tokens, sigma).to(device)
+    settings = dict(aggregation=aggregation, tune_blocks=int(tune_blocks), num_tokens=num_tokens, sigma=sigma,
+                    epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
+                    label_smoothing=float(label_smoothing), seed=int(seed), n_train=len(train_set))
+    path = None
+    if key is not None:
+        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        full_key = dict(key, kind="last_finetune", **settings)
+        path = root / "last" / f"{_key_hash(full_key)}.pt"
+        if path.exists():
+            blob = torch.load(path, map_location=device, weights_only=True)
+            model.blocks.load_state_dict(blob["blocks"])
+            model.head.load_state_dict(blob["head"])
+            model.history = dict(json.loads(blob["history"]), from_cache=True)
+            return model.eval()
+    cache = block_cache(backbone, train_set, depth=model.start,
+                        key=None if key is None else dict(key, split="train", purpose="last_finetune"),
+                        cache_dir=cache_dir, device=device, progress=progress)
+    params = model.tuned_parameters()
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    n = len(cache)
+    total = max(1, epochs * math.ceil(n / batch_size))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
+    gen = torch.Generator().manual_seed(int(seed))
+    history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings)
+    t0 = time.perf_counter()
+    model.train()
+    with frozen(backbone), tqdm(total=total, desc=f"LaSt fine-tune ({aggregation})", disable=not progress,
+                                leave=False) as bar:
+        for _ in range(epochs):
+            loss_sum, correct = 0.0, 0
+            for idx in torch.randperm(n, generator=gen).split(batch_size):
+                h = cache.hidden[idx].to(device, torch.float32)
+                labels = cache.labels[idx].to(device)
+                logits = model.head(model.forward_tokens(h))
+                loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                loss_sum += loss.item() * len(idx)
+                correct += int((logits.argmax(-1) == labels).sum())
+                bar.update(1)
+            history["loss"].append(loss_sum / n)
+            history["train_accuracy"].append(correct / n)
+    model.eval()
+    history["seconds"] = time.perf_counter() - t0
+    model.history = dict(history, from_cache=False)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save({"blocks": model.blocks.state_dict(), "head": model.head.state_dict(),
+                    "history": json.dumps(history, default=str)}, tmp)
+        tmp.replace(path)
+    return model
+
+
+@torch.no_grad()
+def patch_score_maps(models: Mapping[str, nn.Module], images: Tensor) -> dict[str, Tensor]:
+    """Patch Score maps ``{name: [B,N]}`` of each model on ``images`` (on the models' device).
+
+    A plain timm ViT: ``cos(h_CLS, h_j)`` at the last block (:func:`midas_nb.metrics.patch_score`);
+    a :class:`LaStViT`: ``cos(z, h_j)`` with its class representation ``z``.
+    """
+    return {name: _scores_and_logits(m.eval(), images)[0] for name, m in models.items()}
+
+
+def pib_table(
+    models: Mapping[str, nn.Module],
+    test_set,
+    *,
+    max_images: int | None = None,
+    subset_seed: int = 0,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+    n_boot: int = 1000,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Point-in-Box of the Patch Score map and top-1 accuracy of each model on the test split.
+
+    Args:
+        models: ``{name: model}``, plain timm ViTs (CLS patch score) and/or :class:`LaStViT`.
+        test_set: dataset of :class:`midas_nb.data.Sample` (``box_mask`` is the object box).
+        max_images: a seeded random subset of this many images
+            (:func:`midas_nb.protocol.evaluation_subset`); ``None``: all.
+        subset_seed: seed of that subset.
+        batch_size, device, progress: evaluation settings.
+        n_boot: bootstrap resamples of the 95 % CIs over images.
+
+    Returns:
+        One row per model: ``model``, ``aggregation`` (``"cls"`` for plain backbones),
+        ``pib``, ``pib_lo``, ``pib_hi``, ``accuracy``, ``accuracy_lo``, ``accuracy_hi``,
+        ``n_images``.
+    """
+    from torch.utils.data import DataLoader, Subset
+
+    from ..data import collate_samples
+    from ..metrics import bootstrap_ci, point_in_box
+    from ..protocol import evaluation_subset
+
+    if not models:
+        raise ValueError("pib_table needs at least one model")
+    device = torch.device(device)
+    subset = evaluation_subset(len(test_set), max_images, subset_seed)
+    data = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
+    hits: dict[str, list[Tensor]] = {k: [] for k in models}
+    correct: dict[str, list[Tensor]] = {k: [] for k in models}
+    for m in models.values():
+        m.to(device).eval()
+    with torch.no_grad():
+        for batch in tqdm(DataLoader(data, batch_size=batch_size, collate_fn=collate_samples),
+                          desc="Point-in-Box", disable=not progress, leave=False):
+            images = batch.images.to(device)
+            for name, m in models.items():
+                scores, logits = _scores_and_logits(m, images)
+                hits[name].append(point_in_box(scores.float().cpu(), batch.box_mask))
+                correct[name].append((logits.argmax(-1).cpu() == batch.labels).float())
+    rows = []
+    for name, m in models.items():
+        pib, pib_lo, pib_hi = bootstrap_ci(torch.cat(hits[name]).float(), n_boot=n_boot)
+        acc, acc_lo, acc_hi = bootstrap_ci(torch.cat(correct[name]), n_boot=n_boot)
+        rows.append(dict(model=name, aggregation=m.head.aggregation if isinstance(m, LaStViT) else "cls",
+                         pib=pib, pib_lo=pib_lo, pib_hi=pib_hi, accuracy=acc, accuracy_lo=acc_lo,
+                         accuracy_hi=acc_hi, n_images=len(subset)))
+    return pd.DataFrame(rows)

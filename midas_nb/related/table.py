@@ -1,0 +1,173 @@
+"""One table of the related methods beside the MIDAS conditions (notebook 06).
+
+:func:`related_table` merges three kinds of rows into one frame (``kind`` column):
+
+- ``"pruning"`` — every protocol condition at ``(L, b)`` (MIDAS conditions, ``cropr``,
+  ``iared``): part mIoU, IDAUC, accuracy with bootstrap CIs (mean over seeds of the per-seed
+  bounds) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
+  Point-in-Box of the scorer's top patch, throughput and speed-up, and the families' extra
+  columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);
+- ``"relevance map"`` — TokenTM's positive/negative perturbation AUCs of target maps
+  (:func:`~midas_nb.related.perturbation.perturbation_table`);
+- ``"backbone"`` — Point-in-Box of the Patch Score and accuracy of the backbone and its LaSt
+  (and CLS-control) fine-tunes (:func:`~midas_nb.related.last.pib_table`).
+
+:func:`run_related` computes all three from a :class:`midas_nb.study.Study` and returns them
+with the merged table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import pandas as pd
+from torch import nn
+
+__all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
+           "run_related"]
+
+#: conditions of notebook 06 (MIDAS conditions, related targets, related scorer families)
+RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", "tokentm", "rollout",
+                                       "last_votes", "cropr", "iared")
+#: maps compared by the perturbation tests (TokenTM's comparison)
+PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout", "T3", "T5")
+#: per-row columns that only some scorer families fill; averaged over seeds when present
+FAMILY_COLUMNS: tuple[str, ...] = ("speedup", "full_accuracy", "throughput_full", "accuracy_llf",
+                                   "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf", "llf_speed_ratio", "aux_accuracy",
+                                   "threshold_keep_rate", "threshold_accuracy", "threshold_accuracy_lo",
+                                   "threshold_accuracy_hi", "train_seconds")
+
+
+def related_table(
+    protocol_table: pd.DataFrame,
+    *,
+    perturbation: pd.DataFrame | None = None,
+    pib: pd.DataFrame | None = None,
+    band: float = 0.01,
+) -> pd.DataFrame:
+    """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
+
+    Args:
+        protocol_table: results rows of :func:`midas_nb.protocol.run_protocol` (any number of
+            seeds; must contain the ``reference`` condition for ``D``).
+        perturbation: :func:`~midas_nb.related.perturbation.perturbation_table` output, or ``None``.
+        pib: :func:`~midas_nb.related.last.pib_table` output, or ``None``.
+        band: IDAUC parity band of ``D``. Default: 0.01.
+
+    Returns:
+        One row per pruning condition (``method`` = condition; metric columns are means over
+        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the mean bootstrap bounds; ``D_pp``,
+        ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
+        backbone variant (``pib``, ``accuracy`` with CIs). Columns a row kind does not have are NaN.
+    """
+    from ..metrics import decoupling_D
+    from ..results import METRIC_COLUMNS, aggregate_seeds
+
+    parts = []
+    agg = aggregate_seeds(protocol_table)
+    rename = {f"{m}_mean": m for m in METRIC_COLUMNS}
+    agg = agg.rename(columns=rename)
+    keys = [c for c in ("dataset", "backbone", "checkpoint_id", "condition", "target", "relaxation", "depth",
+                        "budget") if c in agg.columns]
+    extra = [c for c in FAMILY_COLUMNS if c in protocol_table.columns]
+    if extra:
+        means = protocol_table.groupby(keys, dropna=False, sort=False)[extra].mean().reset_index()
+        agg = agg.merge(means, on=keys, how="left")
+    D = decoupling_D(protocol_table, band=band)
+    dkeys = [c for c in keys if c in D.columns]
+    agg = agg.merge(D[dkeys + ["D_pp", "D_pp_std", "delta_idauc", "status", "D_cell"]]
+                    .rename(columns={"status": "D_status"}), on=dkeys, how="left")
+    agg.insert(0, "method", agg["condition"])
+    agg.insert(0, "kind", "pruning")
+    parts.append(agg)
+    if perturbation is not None and len(perturbation):
+        pt = perturbation.drop(columns=[c for c in ("pos_curve", "neg_curve", "fractions") if c in perturbation],
+                               errors="ignore").rename(columns={"target": "method"})
+        pt.insert(0, "kind", "relevance map")
+        parts.append(pt)
+    if pib is not None and len(pib):
+        pb = pib.rename(columns={"model": "method"})
+        pb.insert(0, "kind", "backbone")
+        parts.append(pb)
+    return pd.concat(parts, ignore_index=True, sort=False)
+
+
+@dataclass
+class RelatedResults:
+    """What :func:`run_related` computed.
+
+    Attributes:
+        table: :func:`related_table` of the three parts.
+        protocol: protocol rows (one per condition × seed).
+        perturbation: perturbation AUCs and curves per map.
+        pib: Point-in-Box and accuracy per backbone variant.
+        models: the LaSt and CLS-control fine-tunes (``{"LaSt fine-tune": ..., "CLS fine-tune": ...}``).
+    """
+
+    table: pd.DataFrame
+    protocol: pd.DataFrame
+    perturbation: pd.DataFrame | None = None
+    pib: pd.DataFrame | None = None
+    models: dict[str, nn.Module] = field(default_factory=dict)
+
+
+def run_related(
+    study: Any,
+    *,
+    conditions: Sequence[str] | None = None,
+    perturbation_maps: Sequence[str] | None = PERTURBATION_MAPS,
+    last: bool = True,
+    last_epochs: int = 3,
+    last_tune_blocks: int = 1,
+    max_images: int | None = None,
+    **protocol_kwargs: Any,
+) -> RelatedResults:
+    """Every related method of notebook 06 on a :class:`midas_nb.study.Study`, and the table.
+
+    1. the protocol at the study's ``(L, b)`` with ``conditions`` (default
+       :data:`RELATED_CONDITIONS` minus the ones the package does not know) — cached by
+       ``Study.protocol``; Cropr's and IA-RED²'s rows carry their extra columns;
+    2. positive/negative perturbation tests of ``perturbation_maps`` (test-split target maps,
+       class = prediction) — skipped with ``None``;
+    3. LaSt-ViT: the last ``last_tune_blocks`` block(s) and head fine-tuned for ``last_epochs``
+       with LaSt aggregation and, as a control, with the CLS head (cached by checkpoint); Point-in-Box and
+       accuracy of backbone, control and LaSt variant — skipped with ``last=False``.
+
+    Args:
+        study: a :class:`midas_nb.study.Study`.
+        conditions: protocol conditions.
+        perturbation_maps: target ids for the perturbation tests, or ``None``.
+        last: run the LaSt-ViT part.
+        last_epochs, last_tune_blocks: LaSt fine-tune settings.
+        max_images: test images of parts 2 and 3 (seeded subset); ``None``: the profile's
+            ``max_eval_images``.
+        **protocol_kwargs: passed to ``Study.protocol`` (e.g. ``seeds``, ``epochs``).
+
+    Returns:
+        :class:`RelatedResults`.
+    """
+    from ..protocol import list_conditions
+    from .last import last_finetune, pib_table
+    from .perturbation import perturbation_table
+
+    p = study.params
+    valid = set(list_conditions())
+    conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
+    protocol = study.protocol(conditions=conditions, **protocol_kwargs)
+    n_img = max_images if max_images is not None else p.get("max_eval_images")
+    n_boot = int(p.get("bootstrap", 1000))
+    pert = None
+    if perturbation_maps:
+        maps = study.target_maps(split="test", ids=list(perturbation_maps))
+        pert = perturbation_table(study.model, study.test_set, maps, steps=int(p.get("idauc_steps", 10)),
+                                  max_images=n_img, device=study.device, n_boot=n_boot, progress=study.progress)
+    pib, models = None, {}
+    if last:
+        key = dict(dataset=study.dataset_name, root=str(study.data_root), checkpoint=study.meta["checkpoint_id"])
+        for name, agg in (("CLS fine-tune", "cls"), ("LaSt fine-tune", "last")):
+            models[name] = last_finetune(study.model, study.train_set, aggregation=agg, tune_blocks=last_tune_blocks,
+                                         epochs=last_epochs, device=study.device, key=key, progress=study.progress)
+        pib = pib_table({"backbone": study.model, **models}, study.test_set, max_images=n_img,
+                        device=study.device, n_boot=n_boot, progress=study.progress)
+    table = related_table(protocol, perturbation=pert, pib=pib)
+    return RelatedResults(table=table, protocol=protocol, perturbation=pert, pib=pib, models=models)
