@@ -61,6 +61,7 @@ from .config import get_profile, runs_dir
 __all__ = [
     "GridKind",
     "ExecutorKind",
+    "CellState",
     "PAPER_DATASETS",
     "SweepCell",
     "make_grid",
@@ -68,6 +69,7 @@ __all__ = [
     "resolve_checkpoint_ids",
     "ResultStore",
     "StoreStatus",
+    "atomic_write_text",
     "run_sweep",
     "run_cell",
     "ProtocolCellRunner",
@@ -1015,6 +1017,8 @@ class ProtocolCellRunner:
         device: overrides ``profile["device"]`` (CUDA falls back to CPU when absent, as in Study).
         cache_dir: target/scorer cache passed to ``run_protocol``; default the package cache.
         progress: show progress bars.
+        study: an existing :class:`midas_nb.study.Study` to reuse, in this process only, for
+            the cells of its dataset and backbone (saves loading them twice in a notebook).
 
     Raises (per cell, recorded by :func:`run_sweep`):
         ValueError: the cell was keyed by a real checkpoint id that differs from the
@@ -1022,11 +1026,18 @@ class ProtocolCellRunner:
     """
 
     def __init__(self, profile: str | Mapping[str, Any], *, device: str | None = None,
-                 cache_dir: str | Path | None = None, progress: bool = False) -> None:
+                 cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
         self.profile = get_profile(profile) if isinstance(profile, str) else dict(profile)
         self.device = device
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.progress = progress
+        # a caller's Study (e.g. the notebook's) is reused in-process; it is not pickled
+        self._local_study = study
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local_study"] = None
+        return state
 
     def __repr__(self) -> str:
         return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
@@ -1034,6 +1045,9 @@ class ProtocolCellRunner:
 
     def study(self, cell: SweepCell):
         """The Study holding the cell's data and backbone."""
+        st = self._local_study
+        if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
+            return st
         return _study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
 
     def __call__(self, cell: SweepCell) -> pd.DataFrame:

@@ -439,3 +439,16 @@ def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
 
 def _must_not_run(cell: SweepCell) -> list[dict]:
     raise AssertionError(f"cell {cell.label} should have been read from the store")
+
+
+def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
+    import pickle
+    from types import SimpleNamespace
+
+    from midas_nb.sweeps import ProtocolCellRunner
+
+    fake = SimpleNamespace(dataset_name="synthetic", params={"backbone": "vit_smoke"})
+    runner = ProtocolCellRunner("smoke", study=fake)
+    assert runner.study(toy_cells(1)[0]) is fake
+    clone = pickle.loads(pickle.dumps(runner))
+    assert clone._local_study is None and clone.profile == runner.profile
