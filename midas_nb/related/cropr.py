@@ -40,7 +40,8 @@ from ..vit import classify_tokens, gather_tokens, keep_count, num_prefix_tokens,
 __all__ = ["CroprScorer", "prune_tokens_llf", "cropr_forward"]
 
 
-def _default_heads(dim: int) -> int:
+def default_heads(dim: int) -> int:
+    """Heads of a ViT of width ``dim`` (head width 64): ``dim // 64`` if it divides ``dim``, else 1."""
     heads = max(1, dim // 64)
     return heads if dim % heads == 0 else 1
 
@@ -62,7 +63,7 @@ class CroprScorer(TokenScorer):
 
     def __init__(self, dim: int, num_classes: int, num_heads: int | None = None, mlp_ratio: float = 2.0):
         super().__init__()
-        num_heads = _default_heads(dim) if num_heads is None else int(num_heads)
+        num_heads = default_heads(dim) if num_heads is None else int(num_heads)
         assert dim > 0 and num_classes > 0, f"dim and num_classes must be positive, got {dim}, {num_classes}"
         assert num_heads > 0 and dim % num_heads == 0, f"dim={dim} must be divisible by num_heads={num_heads}"
         self.dim, self.num_classes, self.num_heads = int(dim), int(num_classes), num_heads

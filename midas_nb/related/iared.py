@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..pruning import check_depth
 from ..scorers import TokenScorer, register_scorer
 from ..vit import classify_tokens, num_prefix_tokens
+from .cropr import default_heads
 
 __all__ = ["IARedScorer", "iared_reward", "bernoulli_log_prob", "reinforce_loss", "masked_logits"]
 
@@ -149,7 +150,7 @@ class IARedScorer(TokenScorer):
     def __init__(self, dim: int, num_heads: int | None = None, penalty: float = 1.0, exponent: float = 2.0,
                  threshold: float = 0.5, seed: int | None = None, num_classes: int | None = None):
         super().__init__()
-        num_heads = (max(1, dim // 64) if dim % max(1, dim // 64) == 0 else 1) if num_heads is None else int(num_heads)
+        num_heads = default_heads(dim) if num_heads is None else int(num_heads)
         assert dim > 0 and num_heads > 0 and dim % num_heads == 0, \
             f"dim={dim} must be positive and divisible by num_heads={num_heads}"
         assert penalty >= 0 and exponent > 0 and 0 < threshold < 1, \
