@@ -27,7 +27,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         finetune=dict(epochs=12, batch_size=32, lr=2e-3, warmup_epochs=1),
         depth=2,
         budget=0.25,
-        depths=[1, 2, 3],
+        depths=[1, 2],  # L = depth-1 = 3 makes T5 degenerate (docs/architecture.md)
         budgets=[0.25, 0.5],
         seeds=[0],
         conditions=["reference", "unsupervised", "T1", "T5"],
