@@ -130,6 +130,38 @@ class Study:
         """Checkpoint metadata (``checkpoint_id``, accuracies, versions, ...)."""
         return self._backbone[1]
 
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The backbone's patch grid ``(rows, cols)``; ``N = rows·cols`` patch tokens."""
+        from .vit import grid_size
+        return grid_size(self.model)
+
+    def batch(self, n: int = 4, split: str = "test", indices: list[int] | None = None):
+        """A :class:`midas_nb.data.Batch` of the split's images ``indices`` (default: ``n``
+        images spread evenly over the split, so several classes appear)."""
+        from .data import collate_samples
+        ds = self.train_set if split == "train" else self.test_set
+        if indices is None:
+            n = max(1, min(int(n), len(ds)))
+            indices = [round(i * (len(ds) - 1) / max(1, n - 1)) for i in range(n)] if n > 1 else [0]
+        return collate_samples([ds[int(i)] for i in indices])
+
+    def summary(self) -> pd.DataFrame:
+        """The study at a glance: data, backbone, patch grid and the backbone's accuracy."""
+        m, ds = self.meta, self.test_set
+        rows = [("profile", self.params["profile"]), ("dataset", self.dataset_name),
+                ("data root", str(self.data_root)), ("classes", ds.num_classes),
+                ("train images", len(self.train_set)), ("test images", len(ds)),
+                ("part keypoints", ", ".join(ds.part_names) if ds.has_parts else "none (box coverage)"),
+                ("backbone", self.params["backbone"]), ("checkpoint", m.get("checkpoint_id")),
+                ("image size (px)", self.params["image_size"]),
+                ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
+                ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
+                ("fine-tuning epochs", m.get("epochs")),
+                ("train accuracy", m.get("train_accuracy")), ("test accuracy", m.get("test_accuracy")),
+                ("chance accuracy", 1.0 / ds.num_classes), ("device", str(self.device))]
+        return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
+
     # -------------------------------------------------------------------------- targets
     def target_maps(self, split: str = "test", depth: int | None = None,
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
@@ -143,6 +175,40 @@ class Study:
                    checkpoint=self.meta["checkpoint_id"], depth=depth, class_rule=rule)
         return target_cache(self.model, ds, ids=ids, depth=depth, class_rule=rule, key=key,
                             device=self.device, progress=self.progress)
+
+    def target_coverage(self, budget: float | None = None, ids: list[str] | None = None) -> pd.DataFrame:
+        """Part mIoU of each target map's own top ``k = ceil(b·N)`` tokens on the test split.
+
+        What a scorer that imitated the target perfectly would cover — before any scorer is
+        trained. Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over
+        images), ``n_images``, ``n_skipped``, ``coverage_kind``.
+        """
+        from .metrics import bootstrap_ci, box_coverage, part_miou
+        from .pruning import keep_mask_from_indices, select_top_k
+        from .vit import keep_count
+        budget = float(budget or self.params["budget"])
+        ds = self.test_set
+        ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in range(len(ds))])
+        metric = part_miou if ds.has_parts else box_coverage
+        rows = []
+        for k, v in self.target_maps(ids=ids).items():
+            keep = keep_mask_from_indices(select_top_k(v.float(), keep_count(budget, v.shape[1])), v.shape[1])
+            r = metric(keep, ref)
+            mean, lo, hi = bootstrap_ci(r.per_image, n_boot=int(self.params["bootstrap"]))
+            rows.append(dict(target=k, miou=mean, miou_lo=lo, miou_hi=hi, n_images=r.n_images,
+                             n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget))
+        return pd.DataFrame(rows)
+
+    def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
+        """Insertion/deletion curves (:class:`midas_nb.metrics.InsDel`) of target rankings on
+        ``n`` test images (those of :meth:`batch`), ``{id: InsDel}``; class = the prediction."""
+        from .metrics import insertion_deletion_auc
+        ids = list(ids or ["T0", "T5"])
+        b = self.batch(n)
+        maps = self.target_maps(ids=ids)
+        return {k: insertion_deletion_auc(self.model, b.images.to(self.device), maps[k][b.indices].to(self.device),
+                                          steps=int(self.params["idauc_steps"]), device=self.device)
+                for k in ids}
 
     # ------------------------------------------------------------------------- protocol
     def protocol(self, depth: int | None = None, budget: float | None = None,
@@ -174,3 +240,73 @@ class Study:
         table.to_csv(tmp, index=False)
         tmp.replace(path)
         return table
+
+    # --------------------------------------------------------------------------- sweeps
+    def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
+              run: bool = True, **slurm: Any) -> tuple[pd.DataFrame, Any]:
+        """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
+
+        Cells come from :func:`midas_nb.sweeps.make_grid` (``kind``: ``"regime"`` = the full
+        grid for ``paper``, the L sweep at ``budget`` plus the b sweep at ``depth`` otherwise)
+        and live in the store ``runs/sweeps/<profile>``; finished cells are read, missing
+        ones computed (``run=False`` only reads). ``executor="slurm"`` with submitit settings
+        in ``**slurm`` (``partition=...``, ``timeout_min=...``, ``gpus_per_node=...``) runs the
+        cells on a cluster.
+
+        Returns:
+            ``(rows, status)``: one results row per condition × seed × cell that is done, and
+            the sweep status (done / failed / pending cells with the failures' errors).
+        """
+        from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
+        cells = make_grid(self.params, kind)
+        store = ResultStore(name=self.params["profile"])
+        if run:
+            status = run_sweep(cells, ProtocolCellRunner(self.params), store, executor=executor,
+                               max_workers=max_workers, slurm=slurm or None)
+        else:
+            status = store.summary(cells)
+        rows = store.results(cells)
+        rows.attrs.clear()
+        return rows, status
+
+    def scale(self, executor: str = "local", max_workers: int = 2,
+              run: bool = True) -> tuple[pd.DataFrame, Any]:
+        """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
+        each of the profile's ``scale_backbones`` (:func:`midas_nb.sweeps.scale_readout`)."""
+        from .sweeps import scale_readout
+        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run)
+        status = rows.attrs.pop("status", None)
+        rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
+        return rows, status
+
+    # ----------------------------------------------------------------------- LaSt-ViT
+    def point_in_box(self, ids: list[str] | None = None, n: int | None = None) -> pd.DataFrame:
+        """Point-in-Box rates on the test split (LaSt-ViT, DESIGN.md §6).
+
+        One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block)
+        and each target map in ``ids`` (default: the profile's targets) at the study depth;
+        PiB = the top patch lies in the object box. Columns ``ranking``, ``pib``, ``pib_lo``,
+        ``pib_hi`` (bootstrap 95 % CI over images), ``n_images``.
+        """
+        from .data import collate_samples
+        from .metrics import bootstrap_ci, patch_score, point_in_box
+        from .vit import embed_tokens, num_prefix_tokens, run_blocks
+        ds = self.test_set
+        m = len(ds) if n is None else min(int(n), len(ds))
+        hits: dict[str, list[torch.Tensor]] = {"patch_score": []}
+        boxes = []
+        model = self.model.to(self.device).eval()
+        with torch.no_grad():
+            for start in range(0, m, 32):
+                b = collate_samples([ds[i] for i in range(start, min(m, start + 32))])
+                x = run_blocks(model, embed_tokens(model, b.images.to(self.device)))
+                hits["patch_score"].append(point_in_box(patch_score(x, num_prefix_tokens(model)).cpu(), b.box_mask))
+                boxes.append(b.box_mask)
+        box = torch.cat(boxes)
+        for k, v in self.target_maps(ids=ids).items():
+            hits[k] = [point_in_box(v[:m].float(), box)]
+        rows = []
+        for k, h in hits.items():
+            mean, lo, hi = bootstrap_ci(torch.cat(h).float(), n_boot=int(self.params["bootstrap"]))
+            rows.append(dict(ranking=k, pib=mean, pib_lo=lo, pib_hi=hi, n_images=m))
+        return pd.DataFrame(rows)

@@ -1,0 +1,223 @@
+"""The notebooks: structure of every notebook, and one papermill run with injected parameters.
+
+nbval (``--nbval-lax`` over ``notebooks/``, smoke profile) executes every notebook; these
+tests add what nbval cannot see: the committed files are clean (no outputs), each has exactly
+one ``parameters`` cell with the agreed names, imports only ``midas_nb`` and ``os``, and a
+papermill run picks up injected parameters and writes results that can be read back.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import nbformat
+import pandas as pd
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+PARAMETERS = ["profile", "data_root", "dataset", "backbone", "depth", "budget", "seeds", "device", "output_dir"]
+EXPECTED = ["00_quickstart", "01_supervision_targets", "02_three_condition_protocol", "03_cosine_probes",
+            "04_regime_sweeps", "05_scale_sensitivity", "06_related_methods", "07_deployment_guide"]
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_eight_notebooks_exist():
+    assert [p.stem for p in NOTEBOOKS] == EXPECTED
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_valid_and_clean(path):
+    raw = json.loads(path.read_text())
+    assert raw["nbformat"] == 4
+    nb = nbformat.reads(path.read_text(), as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    for c in _code_cells(nb):
+        assert c.outputs == [], f"{path.name}: committed with outputs"
+        assert c.execution_count is None, f"{path.name}: committed with execution counts"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_one_parameters_cell_then_the_study(path):
+    nb = nbformat.read(str(path), as_version=4)
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: {len(tagged)} cells tagged 'parameters'"
+    cell = nb.cells[tagged[0]]
+    assert cell.cell_type == "code"
+    tree = ast.parse(cell.source)
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert assigned == PARAMETERS
+    values = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+    assert ast.unparse(values["profile"]) == "os.environ.get('MIDAS_PROFILE', 'quick')"
+    assert all(isinstance(values[k], ast.Constant) and values[k].value is None for k in PARAMETERS[1:])
+    # papermill sees the same names
+    import papermill as pm
+    assert list(pm.inspect_notebook(str(path))) == PARAMETERS
+    # the next code cell builds the study from every parameter and names the figures after the notebook
+    nxt = next(c for c in nb.cells[tagged[0] + 1:] if c.cell_type == "code").source
+    call = "Study(profile, data_root=data_root, dataset=dataset, backbone=backbone, depth=depth,"
+    assert call in nxt and "budget=budget, seeds=seeds, device=device)" in nxt
+    assert f'plots.set_output("{path.stem}", output_dir)' in nxt
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cells_import_only_midas_nb_and_os(path):
+    nb = nbformat.read(str(path), as_version=4)
+    asserts = 0
+    for c in _code_cells(nb):
+        tree = ast.parse(c.source)          # also rejects IPython magics and shell escapes
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                roots = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            assert roots <= {"midas_nb", "os"}, f"{path.name}: imports {roots}"
+        asserts += sum(isinstance(n, ast.Assert) for n in ast.walk(tree))
+    assert asserts >= 2, f"{path.name}: only {asserts} assert statements"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_figure_cells_end_without_a_figure_repr(path):
+    """A cell that draws a figure assigns it (``fig = plots.x(...)``) instead of ending on it."""
+    nb = nbformat.read(str(path), as_version=4)
+    for c in _code_cells(nb):
+        tree = ast.parse(c.source)
+        if not tree.body:
+            continue
+        last = tree.body[-1]
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            name = ast.unparse(last.value.func)
+            assert not (name.startswith("plots.") and name != "plots.taxonomy_table"), \
+                f"{path.name}: cell ends on {name}(...), whose Figure would be shown twice"
+
+
+# ---------------------------------------------------------------------------------------------
+# execution
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
+    """Run 02 in the smoke profile with a non-default budget; read its saved tables back."""
+    import papermill as pm
+
+    # the kernel starts in notebooks/ and inherits this environment: make the package
+    # importable there even when it is not pip-installed
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+
+    path = REPO / "notebooks" / "02_three_condition_protocol.ipynb"
+    out_nb = tmp_path / path.name
+    pm.execute_notebook(str(path), str(out_nb), parameters=dict(profile="smoke", budget=0.5,
+                                                                  output_dir=str(tmp_path)),
+                        cwd=str(path.parent), kernel_name="python3", progress_bar=False)
+    table = pd.read_csv(tmp_path / "02_three_condition_protocol_table.csv")
+    from midas_nb.config import get_profile
+    smoke = get_profile("smoke")
+    assert set(table["budget"]) == {0.5}
+    assert set(table["depth"]) == {smoke["depth"]}
+    assert set(table["condition"]) == set(smoke["conditions"])
+    assert set(table["seed"]) == set(smoke["seeds"])
+    assert table["miou"].between(0, 1).all() and table["idauc"].between(-1, 1).all()
+    D = pd.read_csv(tmp_path / "02_three_condition_protocol_D.csv").set_index("condition")
+    assert D.loc["reference", "D_pp"] == 0.0
+    # D recomputed from the saved table agrees with the notebook's
+    t = table.groupby("condition")[["miou", "idauc"]].mean()
+    for cond in smoke["conditions"]:
+        assert D.loc[cond, "D_pp"] == pytest.approx(100 * (t.loc[cond, "miou"] - t.loc["reference", "miou"]), abs=1e-9)
+    assert (tmp_path / "02_three_condition_protocol_coverage_vs_faithfulness.png").stat().st_size > 10_000
+    executed = nbformat.read(str(out_nb), as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "budget = 0.5" in injected[0].source
+
+
+# ---------------------------------------------------------------------------------------------
+# the explorer and the Study helpers the notebooks use
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env, expected", [({"MIDAS_HEADLESS": "1"}, True), ({"MIDAS_HEADLESS": "0"}, False),
+                                           ({"MIDAS_PROFILE": "smoke"}, True), ({"MIDAS_PROFILE": "quick"}, True)])
+def test_is_headless(monkeypatch, env, expected):
+    from midas_nb import widgets
+    monkeypatch.delenv("MIDAS_HEADLESS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    # no IPython kernel in pytest: headless unless MIDAS_HEADLESS says otherwise
+    assert widgets.is_headless() is expected
+
+
+def test_kept_mask_is_top_k():
+    from midas_nb import widgets
+    scores = torch.tensor([[0.1, 0.9, 0.5, 0.3], [4.0, 3.0, 2.0, 1.0]])
+    m = widgets.kept_mask(scores, 0.5)
+    assert m.tolist() == [[False, True, True, False], [True, True, False, False]]
+    assert widgets.kept_mask(scores, 0.3).sum(1).tolist() == [2, 2]          # ceil(0.3·4) = 2
+
+
+@pytest.fixture(scope="module")
+def smoke_study():
+    from midas_nb.study import Study
+    return Study("smoke", progress=False)
+
+
+@pytest.mark.slow
+def test_explorer_static_and_interactive(smoke_study, tmp_path):
+    from matplotlib.figure import Figure
+
+    from midas_nb import plots, widgets
+    plots.set_output("07_test", tmp_path)
+    try:
+        fig = widgets.explorer(smoke_study, interactive=False)
+        assert isinstance(fig, Figure)
+        panels = [a for a in fig.axes if a.get_visible()]
+        n_keep = math.ceil(smoke_study.params["budget"] * smoke_study.grid[0] * smoke_study.grid[1])
+        assert [a.get_title().split()[0] for a in panels] == ["T0", "T1", "T3", "T5"]
+        assert all(f"kept {n_keep}/" in a.get_title() for a in panels)
+        assert (tmp_path / "07_test_explorer.png").is_file()
+        box = widgets.explorer(smoke_study, n_images=3, interactive=True)
+        import ipywidgets
+        assert isinstance(box, ipywidgets.VBox)
+        controls = {w.description: w for row in box.children[:2] for w in row.children}
+        assert set(controls) == {"image", "ranking", "depth L", "budget b"}
+        assert controls["depth L"].max == len(smoke_study.model.blocks) - 1
+        controls["budget b"].value = 0.5                     # redraws without error
+    finally:
+        plots.set_output(None, None)
+
+
+@pytest.mark.slow
+def test_target_coverage_matches_a_direct_computation(smoke_study):
+    cov = smoke_study.target_coverage(ids=["T0", "T5"]).set_index("target")
+    maps = smoke_study.target_maps(ids=["T5"])
+    ds = smoke_study.test_set
+    N = maps["T5"].shape[1]
+    k = math.ceil(smoke_study.params["budget"] * N)
+    ious = []
+    for i in range(len(ds)):
+        kept = set(torch.topk(maps["T5"][i], k).indices.tolist())
+        parts = set(torch.nonzero(ds[i].part_mask).flatten().tolist())
+        if parts:
+            ious.append(len(kept & parts) / len(kept | parts))
+    assert cov.loc["T5", "miou"] == pytest.approx(sum(ious) / len(ious), abs=1e-6)
+    assert cov.loc["T5", "miou_lo"] <= cov.loc["T5", "miou"] <= cov.loc["T5", "miou_hi"]
+    assert cov.loc["T0", "coverage_kind"] == "part mIoU"
+
+
+@pytest.mark.slow
+def test_point_in_box_of_a_target_is_its_top_patch_in_the_box(smoke_study):
+    pib = smoke_study.point_in_box(ids=["T0"]).set_index("ranking")
+    maps = smoke_study.target_maps(ids=["T0"])["T0"]
+    ds = smoke_study.test_set
+    hits = [bool(ds[i].box_mask[int(maps[i].argmax())]) for i in range(len(ds))]
+    assert pib.loc["T0", "pib"] == pytest.approx(sum(hits) / len(hits))
+    assert 0.0 <= pib.loc["patch_score", "pib"] <= 1.0 and pib.loc["T0", "n_images"] == len(ds)

@@ -1,0 +1,318 @@
+"""Figures of :mod:`midas_nb.plots` on small hand-made inputs.
+
+Each figure function must return a Figure with labelled axes, write ``<notebook>_<name>.png``
+into the output directory, and draw what its inputs say (checked on the artists).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from types import SimpleNamespace
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from midas_nb import plots
+
+
+@pytest.fixture(autouse=True)
+def out_dir(tmp_path):
+    d = plots.set_output("99_test", tmp_path)
+    yield d
+    plots.set_output(None, None)
+
+
+def _labelled(fig: Figure) -> list:
+    """Visible axes with both axis labels (colour-bar axes excluded)."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() and ax.get_ylabel()]
+
+
+def _png(out_dir, name):
+    p = out_dir / f"99_test_{name}.png"
+    assert p.is_file() and p.stat().st_size > 2000, p
+    return p
+
+
+def _batch(B=2, H=32, p=8):
+    g = H // p
+    images = torch.randn(B, 3, H, H)
+    parts = torch.zeros(B, 3, 3)
+    parts[0, 0] = torch.tensor([3.0, 3.0, 1.0])       # patch (0, 0) -> token 0
+    parts[0, 1] = torch.tensor([20.0, 28.0, 1.0])     # patch (3, 2) -> token 14
+    parts[1, 2] = torch.tensor([12.0, 12.0, 1.0])     # patch (1, 1) -> token 5
+    part_mask = torch.zeros(B, g * g, dtype=torch.bool)
+    part_mask[0, [0, 14]] = True
+    part_mask[1, 5] = True
+    boxes = torch.tensor([[0.0, 0.0, 24.0, 32.0], [8.0, 8.0, 16.0, 16.0]])[:B]
+    return SimpleNamespace(images=images, labels=torch.tensor([0, 1])[:B], parts=parts, boxes=boxes,
+                           part_mask=part_mask, box_mask=part_mask.clone(), image_ids=["a", "b"][:B],
+                           indices=torch.arange(B))
+
+
+def test_figure_path_uses_notebook_prefix(out_dir):
+    assert plots.figure_path("x") == out_dir / "99_test_x.png"
+    with pytest.raises(ValueError, match="plain file stem"):
+        plots.figure_path("a/b")
+    path = plots.save_table(pd.DataFrame({"a": [1, 2]}), "tab")
+    assert path == out_dir / "99_test_tab.csv"
+    assert pd.read_csv(path)["a"].tolist() == [1, 2]
+
+
+def test_image_to_rgb_undoes_normalisation():
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.1, 0.25)
+    rgb = np.random.default_rng(0).uniform(0.1, 0.9, size=(4, 5, 3))
+    x = (torch.tensor(rgb).permute(2, 0, 1) - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    np.testing.assert_allclose(plots.image_to_rgb(x, (mean, std)), rgb, atol=1e-6)
+    mm = plots.image_to_rgb(x)
+    assert mm.min() == pytest.approx(0.0) and mm.max() == pytest.approx(1.0)
+
+
+def test_show_parts_on_grid(out_dir):
+    b = _batch()
+    fig = plots.show_parts_on_grid(b, patch_size=8, n=2, class_names=["gull", "wren"], save="parts")
+    assert isinstance(fig, Figure)
+    assert _labelled(fig), "no labelled axes"
+    _png(out_dir, "parts")
+    ax0, ax1 = fig.axes[0], fig.axes[1]
+    # 2 part patches + 1 box on image 0, 1 + 1 on image 1
+    assert len(ax0.patches) == 3 and len(ax1.patches) == 2
+    # keypoints drawn: image 0 shows exactly its two visible keypoints
+    offsets = ax0.collections[0].get_offsets()
+    np.testing.assert_allclose(np.asarray(offsets), [[3.0, 3.0], [20.0, 28.0]])
+    assert "gull" in ax0.get_title() and "part patches: 2 of 16" in ax0.get_title()
+    fig_one = plots.show_parts_on_grid(SimpleNamespace(image=b.images[1], label=1, parts=b.parts[1], box=b.boxes[1],
+                                                       part_mask=b.part_mask[1], box_mask=b.box_mask[1],
+                                                       image_id="b", index=1), patch_size=8)
+    assert len([a for a in fig_one.axes if a.get_visible()]) == 1
+
+
+def test_target_heatmaps_rank_normalised(out_dir):
+    B, N = 2, 16
+    images = torch.randn(B, 3, 32, 32)
+    t0 = torch.arange(N, dtype=torch.float32).repeat(B, 1)          # rank = position
+    t5 = -t0 * 1000.0                                               # reversed, other units
+    fig = plots.target_heatmaps(images, {"T0": t0, "T5": t5}, grid=(4, 4), save="targets")
+    _png(out_dir, "targets")
+    axes = [a for a in fig.axes if a.get_visible()]
+    # rows = images, cols = photo + targets; + one colour bar
+    assert len(axes) == B * 3 + 1
+    cbar = axes[-1]
+    assert "rank" in cbar.get_ylabel()
+    heat_t0 = axes[1].images[-1].get_array()
+    heat_t5 = axes[2].images[-1].get_array()
+    np.testing.assert_allclose(heat_t0.ravel(), np.arange(N) / (N - 1))
+    np.testing.assert_allclose(heat_t5.ravel(), 1 - np.arange(N) / (N - 1))
+    assert axes[1].get_title() == "T0" and axes[0].get_ylabel() == "image 0"
+    with pytest.raises(ValueError, match="does not hold"):
+        plots.target_heatmaps(images, {"T0": t0}, grid=(3, 3))
+
+
+def test_target_heatmaps_selects_rows_by_indices(out_dir):
+    images = torch.randn(2, 3, 16, 16)
+    split_maps = {"T1": torch.stack([torch.arange(4.0), -torch.arange(4.0), torch.arange(4.0).flip(0)])}
+    fig = plots.target_heatmaps(images, split_maps, grid=(2, 2), indices=torch.tensor([1, 2]),
+                                normalize="minmax")
+    heat = [a for a in fig.axes if a.get_visible()]
+    np.testing.assert_allclose(heat[1].images[-1].get_array().ravel(), [1.0, 2 / 3, 1 / 3, 0.0])
+    np.testing.assert_allclose(heat[3].images[-1].get_array().ravel(), [1.0, 2 / 3, 1 / 3, 0.0])
+    assert "min–max" in heat[-1].get_ylabel()
+
+
+def test_cosine_depth_lines(out_dir):
+    df = pd.DataFrame(dict(depth=[1, 2, 3, 1, 2, 3], hidden=["T5"] * 3 + ["T4"] * 3, attention=["T3"] * 6,
+                           cosine=[0.1, 0.05, -0.02, 0.3, 0.2, 0.1], lo=[0.0] * 6, hi=[0.4] * 6))
+    fig = plots.cosine_depth_lines(df, save="cosdepth")
+    _png(out_dir, "cosdepth")
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith("depth L") and "cosine" in ax.get_ylabel()
+    lines = {l.get_label(): l for l in ax.get_lines() if not l.get_label().startswith("_")}
+    assert set(lines) == {"T5 vs T3", "T4 vs T3"}
+    np.testing.assert_allclose(lines["T5 vs T3"].get_ydata(), [0.1, 0.05, -0.02])
+
+
+def test_taxonomy_table():
+    t = plots.taxonomy_table()
+    assert list(t.index) == ["T0", "T1", "T2", "T3", "T4", "T5"]
+    assert {"source", "operator", "definition (patch token j)"} <= set(t.columns)
+    assert t.loc["T5", "source"] == "hidden state" and t.loc["T0", "source"] == "attention"
+    assert t.loc["T3", "gradient of"] == "logit y_c" and t.loc["T2", "gradient of"] == "loss ℓ"
+    full = plots.taxonomy_table(related=True)
+    assert {"rollout", "tokentm", "last_votes", "random"} <= set(full.index)
+
+
+def _protocol_table():
+    rows = []
+    for seed in (0, 1):
+        for cond, m, i in (("reference", 0.30, 0.20), ("unsupervised", 0.28, 0.215), ("T1", 0.22, 0.21),
+                           ("T5", 0.35, 0.205 - 0.02 * seed)):
+            rows.append(dict(condition=cond, seed=seed, miou=m + 0.01 * seed, miou_lo=m - 0.02, miou_hi=m + 0.03,
+                             idauc=i, idauc_lo=i - 0.01, idauc_hi=i + 0.01, coverage_kind="part mIoU"))
+    return pd.DataFrame(rows)
+
+
+def test_coverage_vs_faithfulness(out_dir):
+    table = _protocol_table()
+    fig = plots.coverage_vs_faithfulness(table, save="scatter")
+    _png(out_dir, "scatter")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "part mIoU (%)"
+    assert ax.get_ylabel() == "insertion − deletion AUC"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"reference", "unsupervised", "T1", "T5"} <= set(labels)
+    assert any(lbl.startswith("parity band") for lbl in labels)
+    # the band starts at IDAUC_ref − 0.01 = 0.19
+    span = [p for p in ax.patches if p.get_label().startswith("parity band")][0]
+    assert span.get_y() == pytest.approx(0.19)
+    # points are seed means, in percent: T5 mIoU = (0.35 + 0.36) / 2
+    xs = {t.get_text(): t.xy[0] for t in ax.texts}
+    assert xs["T5"] == pytest.approx(35.5)
+    box = plots.coverage_vs_faithfulness(table.assign(coverage_kind="box coverage"))
+    assert box.axes[0].get_xlabel() == "box coverage mIoU (%)"
+    with pytest.raises(ValueError, match="missing column"):
+        plots.coverage_vs_faithfulness(table.drop(columns=["idauc"]))
+
+
+def test_cosine_heatmap(out_dir):
+    ids = ["T0", "T3", "T5"]
+    m = pd.DataFrame([[1.0, 0.4, 0.05], [0.4, 1.0, 0.08], [0.05, 0.08, 1.0]], index=ids, columns=ids)
+    fig = plots.cosine_heatmap(m, highlight=("T5", "T3"), lo=m - 0.01, hi=m + 0.01, save="cosine")
+    _png(out_dir, "cosine")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "target" and ax.get_ylabel() == "target"
+    assert "cos(T5, T3) = 0.080 [0.070, 0.090]" in ax.get_title()
+    assert len(ax.patches) == 2                      # both symmetric cells framed
+    assert sorted(t.get_text() for t in ax.texts).count("1.00") == 3
+    assert "cosine" in fig.axes[1].get_ylabel()
+    none = plots.cosine_heatmap(m, highlight=("T5", "T9"))
+    assert len(none.axes[0].patches) == 0
+
+
+def _d_table():
+    rows = []
+    for cond in ("reference", "T1", "T5"):
+        for depth in (1, 2, 3):
+            for budget in (0.25, 0.5):
+                d = 0.0 if cond == "reference" else (2.0 * depth if cond == "T5" else -3.0)
+                inb = not (cond == "T5" and depth == 3 and budget == 0.5)
+                rows.append(dict(condition=cond, depth=depth, budget=budget, D_pp=d, D_pp_std=0.5,
+                                 in_band=inb))
+    return pd.DataFrame(rows)
+
+
+def test_regime_heatmap_marks_band(out_dir):
+    fig = plots.regime_heatmap(_d_table(), save="regime")
+    _png(out_dir, "regime")
+    panels = [a for a in fig.axes if a.get_title() in ("T1", "T5")]
+    assert [a.get_title() for a in panels] == ["T1", "T5"]
+    for a in panels:
+        assert a.get_xlabel().startswith("budget b") and a.get_ylabel().startswith("depth L")
+    t5 = panels[1]
+    texts = [t.get_text() for t in t5.texts]
+    assert texts.count("✗ (+6.0)") == 1                      # the one outside-band cell
+    assert sum(t.endswith("✓") for t in texts) == 5
+    assert "+4.0 ✓" in texts
+    # colour only in-band cells: the out-of-band cell (depth 3 -> row 2, budget 0.5 -> col 1) is masked
+    arr = t5.images[0].get_array()
+    assert np.ma.is_masked(arr[2, 1]) and float(arr[0, 0]) == pytest.approx(2.0)
+    assert [t.get_text() for t in t5.get_xticklabels()] == ["25%", "50%"]
+    assert "pp" in fig.axes[-1].get_ylabel()
+
+
+def test_regime_lines(out_dir):
+    fig = plots.regime_lines(_d_table(), x="depth", hue="budget", save="lines")
+    _png(out_dir, "lines")
+    t5 = [a for a in fig.axes if a.get_title() == "T5"][0]
+    assert t5.get_xlabel().startswith("depth L")
+    # exactly one T5 point (depth 3, budget 50%) is outside the band, drawn as an x
+    out = [c for c in t5.collections if c.get_gid() == "outside band"]
+    inb = [c for c in t5.collections if c.get_gid() == "in band"]
+    np.testing.assert_allclose(np.concatenate([c.get_offsets() for c in out]), [[3.0, 6.0]])
+    assert sum(len(c.get_offsets()) for c in inb) == 5
+    assert _labelled(fig)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "budget = 25%" in labels and "outside band" in labels
+
+
+def test_scale_plot(out_dir):
+    rows = []
+    for bb, d5 in (("small", 3.0), ("wide", -1.0)):
+        for cond, d, inb in (("reference", 0.0, True), ("T5", d5, bb == "small"), ("T1", -4.0, True)):
+            rows.append(dict(backbone=bb, condition=cond, D_pp=d, in_band=inb))
+    fig = plots.scale_plot(pd.DataFrame(rows), save="scale")
+    _png(out_dir, "scale")
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "backbone" and "pp" in ax.get_ylabel()
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches if hasattr(p, "get_height"))
+    assert heights == sorted([3.0, -1.0, -4.0, -4.0])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["small", "wide"]
+
+
+def test_kept_tokens_overlay(out_dir):
+    images = torch.randn(2, 3, 32, 32)
+    keep = torch.zeros(2, 16, dtype=torch.bool)
+    keep[0, :4] = True
+    keep[1, [5, 6, 9, 10]] = True
+    fig = plots.kept_tokens_overlay(images, keep, grid=(4, 4), part_mask=keep.flip(1), titles=["a", "b"],
+                                    save="kept")
+    _png(out_dir, "kept")
+    ax = fig.axes[0]
+    assert "kept 4/16" in ax.get_title()
+    shade = ax.images[1].get_array()
+    # first row of patches (tokens 0..3) is kept: transparent; the rest dimmed
+    assert np.all(shade[0, :, 3] == 0) and np.all(shade[1:, :, 3] > 0)
+    single = plots.kept_tokens_overlay(images[0], keep[0])
+    assert len([a for a in single.axes if a.get_visible()]) == 1
+    with pytest.raises(ValueError, match="rows for"):
+        plots.kept_tokens_overlay(images, keep[:1])
+
+
+def test_insertion_deletion_curves(out_dir):
+    frac = torch.linspace(0, 1, 5)
+    ins = torch.stack([frac, frac ** 2])
+    dele = 1 - ins
+    r = SimpleNamespace(fractions=frac, ins_curve=ins, del_curve=dele,
+                        ins_auc=torch.tensor([0.5, 1 / 3]), del_auc=torch.tensor([0.5, 2 / 3]))
+    fig = plots.insertion_deletion_curves({"T5": r, "reference": r}, save="insdel")
+    _png(out_dir, "insdel")
+    ax_ins, ax_del = fig.axes
+    assert "inserted" in ax_ins.get_xlabel() and "p_c" in ax_ins.get_ylabel()
+    line = ax_ins.get_lines()[0]
+    np.testing.assert_allclose(line.get_xdata(), [0, 25, 50, 75, 100])
+    np.testing.assert_allclose(line.get_ydata(), ((frac + frac ** 2) / 2).numpy(), rtol=1e-6)
+    assert "AUC 0.417" in ax_ins.get_legend().get_texts()[0].get_text()
+
+
+def test_perturbation_curves(out_dir):
+    frac = [0.0, 0.5, 1.0]
+    table = pd.DataFrame(dict(target=["tokentm", "T5"], fractions=[frac, "[0.0, 0.5, 1.0]"],
+                              pos_curve=[[0.8, 0.3, 0.1], "[0.8, 0.5, 0.1]"], neg_curve=[[0.8, 0.7, 0.1], [0.8, 0.6, 0.1]],
+                              pos_auc=[0.375, 0.475], neg_auc=[0.575, 0.525]))
+    fig = plots.perturbation_curves(table, save="perturb")
+    _png(out_dir, "perturb")
+    pos, neg = fig.axes
+    assert pos.get_xlabel() == "patch tokens removed (%)" and pos.get_ylabel() == "top-1 accuracy (%)"
+    lines = {l.get_label(): l for l in pos.get_lines()}
+    assert set(lines) == {"tokentm (AUC 0.375)", "T5 (AUC 0.475)"}
+    np.testing.assert_allclose(lines["T5 (AUC 0.475)"].get_ydata(), [80, 50, 10])     # JSON string parsed
+    np.testing.assert_allclose(lines["T5 (AUC 0.475)"].get_xdata(), [0, 50, 100])
+
+
+def test_no_figures_left_open():
+    import matplotlib.pyplot as plt
+    plt.close("all")
+    plots.taxonomy_table()
+    plots.kept_tokens_overlay(torch.randn(3, 16, 16), torch.ones(4, dtype=torch.bool))
+    assert plt.get_fignums() == []
+
+
+def test_glyphs_render_without_warning(out_dir):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.regime_heatmap(_d_table(), save="glyphs")
