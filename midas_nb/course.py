@@ -1,0 +1,562 @@
+"""Course edition of the notebooks: exercise checkers, solution stripping, static HTML export.
+
+Each notebook ends with 2–4 exercises. An exercise has a name ``"NN.short_name"`` (``NN`` =
+the notebook's number), a prompt, a hint and a *checker* that computes the expected answer
+from objects the notebook already built (``study``, ``maps``, ``table``, ...), passed as
+keyword arguments::
+
+    >>> answer = None                                   # the student's cell, left unanswered
+    >>> check_exercise("00.keep_count", answer, study=study)
+    ✗ 00.keep_count: no answer yet — ...
+    False
+
+The reference solution of each exercise lives in a code cell tagged ``solution`` (collapsed
+in Jupyter through ``metadata.jupyter.source_hidden``) that asserts ``check_exercise(...)``;
+:func:`strip_solutions` (``midas-nb strip-solutions``) removes those cells for students.
+:func:`export_html` (``midas-nb export-html``) turns a run's executed notebooks into a static
+HTML edition with a contents page and previous/next links.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+
+__all__ = ["Exercise", "EXERCISES", "check_exercise", "list_exercises", "expected_answer",
+           "strip_solutions", "export_html", "notebook_title", "SOLUTION_TAG"]
+
+SOLUTION_TAG = "solution"
+_NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+
+
+# ------------------------------------------------------------------------------------ exercises
+@dataclass(frozen=True)
+class Exercise:
+    """One checkable exercise.
+
+    Attributes:
+        name: ``"NN.short_name"``; ``NN`` is the notebook's two-digit number.
+        prompt: the question, as shown in the notebook (Markdown).
+        hint: shown when an answer is wrong.
+        needs: keyword arguments the checker reads (objects the notebook already built).
+        expected: ``expected(**ctx)`` → the expected answer.
+        compare: ``compare(answer, expected)`` → ``(ok, message)``.
+    """
+
+    name: str
+    prompt: str
+    hint: str
+    needs: tuple[str, ...]
+    expected: Callable[..., Any]
+    compare: Callable[[Any, Any], tuple[bool, str]]
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def _register(name: str, prompt: str, hint: str, needs: Iterable[str],
+              compare: Callable[[Any, Any], tuple[bool, str]]):
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in EXERCISES:
+            raise ValueError(f"exercise {name!r} registered twice")
+        EXERCISES[name] = Exercise(name, prompt, hint, tuple(needs), fn, compare)
+        return fn
+    return deco
+
+
+def list_exercises(notebook: str | None = None) -> list[str]:
+    """Registered exercise names, optionally only those of notebook ``"NN"`` (e.g. ``"02"``)."""
+    return [k for k in EXERCISES if notebook is None or k.split(".")[0] == notebook[:2]]
+
+
+def expected_answer(name: str, **ctx: Any) -> Any:
+    """The answer the checker of exercise ``name`` expects, computed from ``ctx``.
+
+    Raises:
+        KeyError: for an unknown exercise or a missing context object.
+    """
+    ex = _get(name)
+    missing = [k for k in ex.needs if k not in ctx]
+    if missing:
+        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)} "
+                       f"(objects the notebook already built)")
+    return ex.expected(**{k: ctx[k] for k in ex.needs})
+
+
+def _get(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise KeyError(f"unknown exercise {name!r}; registered: {sorted(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
+    """Check a student's ``answer`` to exercise ``name``; prints ``✓``/``✗`` and why.
+
+    Args:
+        name: a registered exercise (:func:`list_exercises`), e.g. ``"01.abs_t5"``.
+        answer: the student's answer; ``None`` means "not answered yet" (returns ``False``
+            without raising, so an unanswered notebook still runs).
+        **ctx: the notebook objects the checker needs (``study=study``, ``maps=maps``, ...;
+            :attr:`Exercise.needs`).
+
+    Returns:
+        ``True`` when the answer matches the expected one (numbers within 1e-6 relative,
+        tensors elementwise, names case-insensitively, ties accepted).
+
+    Raises:
+        KeyError: for an unknown exercise name (a typo in the notebook, not a wrong answer).
+    """
+    ex = _get(name)
+    if answer is None:
+        print(f"✗ {name}: no answer yet — replace `None` with your answer. Hint: {ex.hint}")
+        return False
+    try:
+        expected = expected_answer(name, **ctx)
+    except KeyError as e:
+        print(f"✗ {name}: cannot check — {e.args[0]}")
+        return False
+    try:
+        ok, why = ex.compare(answer, expected)
+    except (TypeError, ValueError, RuntimeError) as e:
+        ok, why = False, f"could not compare your answer ({type(e).__name__}: {e})"
+    if ok:
+        print(f"✓ {name}: correct. {why}".rstrip())
+    else:
+        print(f"✗ {name}: {why} Hint: {ex.hint}")
+    return bool(ok)
+
+
+# ---------------------------------------------------------------------------------- comparisons
+def _number(answer: Any, expected: float, rtol: float = 1e-6, atol: float = 1e-9) -> tuple[bool, str]:
+    if isinstance(answer, torch.Tensor):
+        if answer.numel() != 1:
+            return False, f"expected one number, got a tensor of shape {tuple(answer.shape)}."
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) and not hasattr(answer, "__float__"):
+        return False, f"expected a number, got {type(answer).__name__}."
+    a = float(answer)
+    if math.isnan(expected):
+        return (math.isnan(a), "the expected value is undefined (NaN) on this run.")
+    if math.isclose(a, expected, rel_tol=rtol, abs_tol=atol):
+        return True, f"({a:.6g})"
+    return False, f"your value {a:.6g} is too {'high' if a > expected else 'low'}."
+
+
+def _integer(answer: Any, expected: int) -> tuple[bool, str]:
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, int) and not (isinstance(answer, float) and answer.is_integer()):
+        return False, f"expected a whole number, got {answer!r}."
+    a = int(answer)
+    if a == expected:
+        return True, f"({a})"
+    return False, f"{a} is too {'high' if a > expected else 'low'}."
+
+
+def _integers(answer: Any, expected: list[int]) -> tuple[bool, str]:
+    try:
+        a = [int(x) for x in answer]
+    except (TypeError, ValueError):
+        return False, f"expected a list of {len(expected)} whole numbers, got {answer!r}."
+    if len(a) != len(expected):
+        return False, f"expected {len(expected)} numbers (one per budget), got {len(a)}."
+    wrong = [i for i, (x, y) in enumerate(zip(a, expected)) if x != y]
+    if not wrong:
+        return True, f"({a})"
+    return False, f"entries at positions {wrong} are wrong."
+
+
+def _choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
+    if not isinstance(answer, str):
+        return False, f"expected a name (a string), got {type(answer).__name__}."
+    if answer.strip().lower() in {a.lower() for a in accepted}:
+        tie = f" (tied with {sorted(accepted - {answer.strip()})})" if len(accepted) > 1 else ""
+        return True, f"({answer}{tie})"
+    return False, f"{answer!r} is not it."
+
+
+def _pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
+    try:
+        a = frozenset(str(x).lower() for x in answer)
+    except TypeError:
+        return False, f"expected two target names, e.g. ('T0', 'T1'), got {answer!r}."
+    if len(a) != 2:
+        return False, f"expected two different target names, got {answer!r}."
+    if a in {frozenset(x.lower() for x in p) for p in accepted}:
+        return True, f"({tuple(answer)})"
+    return False, f"{tuple(answer)} is not the most similar pair."
+
+
+def _names(answer: Any, expected: set[str]) -> tuple[bool, str]:
+    if isinstance(answer, str):
+        return False, "expected a collection of names (list or set), got a single string."
+    try:
+        a = {str(x).lower() for x in answer} - {"reference"}
+    except TypeError:
+        return False, f"expected a list or set of condition names, got {answer!r}."
+    e = {x.lower() for x in expected} - {"reference"}
+    if a == e:
+        return True, f"({sorted(a)})"
+    msgs = []
+    if a - e:
+        msgs.append(f"{sorted(a - e)} should not be there")
+    if e - a:
+        msgs.append(f"{len(e - a)} condition(s) are missing")
+    return False, "; ".join(msgs) + "."
+
+
+def _tensor(answer: Any, expected: torch.Tensor) -> tuple[bool, str]:
+    if not isinstance(answer, torch.Tensor):
+        return False, f"expected a tensor, got {type(answer).__name__}."
+    if tuple(answer.shape) != tuple(expected.shape):
+        return False, f"expected shape {tuple(expected.shape)} ([M images, N patch tokens]), got {tuple(answer.shape)}."
+    a, e = answer.detach().float().cpu(), expected.detach().float().cpu()
+    bad = ~torch.isclose(a, e, rtol=1e-5, atol=1e-8)
+    if not bool(bad.any()):
+        return True, ""
+    return False, f"{int(bad.sum())} of {bad.numel()} values differ."
+
+
+# --------------------------------------------------------------------------------- helpers
+def _n_patches(study) -> int:
+    r, c = study.grid
+    return int(r * c)
+
+
+def _argmax_ties(values: dict[str, float], tol: float = 1e-9) -> set[str]:
+    finite = {k: v for k, v in values.items() if not math.isnan(v)}
+    if not finite:
+        raise ValueError("no finite value to compare")
+    best = max(finite.values())
+    return {k for k, v in finite.items() if v >= best - tol}
+
+
+def _D_by_condition(table) -> Any:
+    from .metrics import decoupling_D
+    return decoupling_D(table).set_index("condition")
+
+
+# ------------------------------------------------------------------------ 00 quickstart
+@_register("00.keep_count",
+           "At budget **b = 10 %**, how many patch tokens does the pruned model keep on this study's "
+           "patch grid? (`int`)",
+           "k = ceil(b·N) with N = rows × cols of `study.grid`.", ["study"], _integer)
+def _ex_keep_count(study) -> int:
+    from .vit import keep_count
+    return keep_count(0.10, _n_patches(study))
+
+
+@_register("00.iou_ceiling",
+           "On the four example images (`batch`), what is the best part IoU any ranking could reach "
+           "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above)",
+           "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", ["batch"], _number)
+def _ex_iou_ceiling(batch) -> float:
+    f = float(batch.part_mask.float().mean())
+    return min(f, 0.10) / max(f, 0.10)
+
+
+@_register("00.part_patches",
+           "How many part patches does the **first** example image of `batch` have? (`int`)",
+           "count the True entries of one row of `batch.part_mask`.", ["batch"], _integer)
+def _ex_part_patches(batch) -> int:
+    return int(batch.part_mask[0].sum())
+
+
+# --------------------------------------------------------------------------- 01 targets
+@_register("01.abs_t5",
+           "Add a target that is the **absolute value of T5**: build its map over the test split "
+           "(a tensor `[M, N]` like `maps['T5']`).",
+           "T5 is signed (input × gradient); `torch`'s `.abs()` works on tensors.", ["maps"], _tensor)
+def _ex_abs_t5(maps) -> torch.Tensor:
+    return maps["T5"].abs()
+
+
+@_register("01.abs_t5_miou",
+           "What part mIoU do the top `k = ceil(b·N)` tokens of **|T5|** reach on the test split, at the "
+           "study's budget? (`float`; images without a part patch are left out)",
+           "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou`; "
+           "the part masks are `study.test_set[i].part_mask`.", ["maps", "study"], _number)
+def _ex_abs_t5_miou(maps, study) -> float:
+    # independent of midas_nb.pruning/metrics: per-image sets, stable sort (ties → lower index)
+    import math as _m
+    scores = maps["T5"].abs().float()
+    n = scores.shape[1]
+    k = max(1, min(n, _m.ceil(round(float(study.params["budget"]) * n, 9))))
+    ious = []
+    for i in range(scores.shape[0]):
+        order = torch.sort(scores[i], descending=True, stable=True).indices[:k]
+        kept = set(order.tolist())
+        parts = set(torch.nonzero(study.test_set[i].part_mask).flatten().tolist())
+        if parts:
+            ious.append(len(kept & parts) / len(kept | parts))
+    return sum(ious) / len(ious) if ious else float("nan")
+
+
+@_register("01.best_target",
+           "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`)? (`str`)",
+           "sort `coverage` by `miou`.", ["coverage"], _choice)
+def _ex_best_target(coverage) -> set[str]:
+    return _argmax_ties(dict(zip(coverage["target"], coverage["miou"].astype(float))))
+
+
+# -------------------------------------------------------------------------- 02 protocol
+@_register("02.D_T5",
+           "Compute **D(T5)** yourself from `table`: 100 × (mean mIoU of T5 − mean mIoU of the "
+           "reference), in percentage points. (`float`)",
+           "`table.groupby('condition')['miou'].mean()`.", ["table"], _number)
+def _ex_d_t5(table) -> float:
+    return float(_D_by_condition(table).loc["T5", "D_pp"])
+
+
+@_register("02.best_D",
+           "Which non-reference condition has the **largest D**? (`str`)",
+           "look at `D_pp` in `D`, leaving the reference out.", ["table"], _choice)
+def _ex_best_d(table) -> set[str]:
+    d = _D_by_condition(table).drop(index="reference", errors="ignore")
+    return _argmax_ties(d["D_pp"].astype(float).to_dict())
+
+
+@_register("02.in_band",
+           "Which conditions are **inside the IDAUC parity band** (ΔIDAUC ≥ −0.01)? (a list or set of "
+           "names; including the reference is optional)",
+           "`delta_idauc` in `D`, or mean IDAUC per condition minus the reference's.", ["table"], _names)
+def _ex_in_band(table) -> set[str]:
+    d = _D_by_condition(table)
+    return set(d.index[d["in_band"].astype(bool)])
+
+
+# ---------------------------------------------------------------------------- 03 probes
+@_register("03.cos_t5_t3",
+           "What is the mean rank cosine between **T5 and T3** on this run? (`float`)",
+           "read it from the matrix `mean` (rows and columns are target ids).", ["mean"], _number)
+def _ex_cos_t5_t3(mean) -> float:
+    return float(mean.loc["T5", "T3"])
+
+
+@_register("03.most_similar_pair",
+           "Which **two different targets** rank the tokens most alike (highest mean cosine off the "
+           "diagonal)? (a pair of names, in any order)",
+           "`mean.stack()` lists (row, column, value); skip pairs of a target with itself.", ["mean"], _pair)
+def _ex_most_similar(mean) -> set[frozenset[str]]:
+    vals = {frozenset((a, b)): float(mean.loc[a, b]) for a in mean.index for b in mean.columns if a != b}
+    best = _argmax_ties({"|".join(sorted(k)): v for k, v in vals.items()})
+    return {frozenset(k.split("|")) for k in best}
+
+
+# ---------------------------------------------------------------------------- 04 sweeps
+@_register("04.T5_cells_in_band",
+           "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band? (`int`)",
+           "filter `D` to condition T5 and count `in_band`.", ["D"], _integer)
+def _ex_t5_cells(D) -> int:
+    return int(D.loc[D["condition"] == "T5", "in_band"].astype(bool).sum())
+
+
+@_register("04.keep_counts",
+           "How many tokens are kept at each budget of the sweep (`study.params['budgets']`, in that "
+           "order)? (a list of `int`)",
+           "k = ceil(b·N) for each b.", ["study"], _integers)
+def _ex_keep_counts(study) -> list[int]:
+    from .vit import keep_count
+    return [keep_count(b, _n_patches(study)) for b in study.params["budgets"]]
+
+
+# ----------------------------------------------------------------------------- 05 scale
+@_register("05.best_backbone_T5",
+           "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`)",
+           "filter `D` to condition T5.", ["D"], _choice)
+def _ex_best_backbone(D) -> set[str]:
+    t5 = D[D["condition"] == "T5"]
+    return _argmax_ties(dict(zip(t5["backbone"], t5["D_pp"].astype(float))))
+
+
+@_register("05.D_spread_T5",
+           "How much does **D(T5)** vary across backbones: largest minus smallest, in pp? (`float`)",
+           "`max - min` of T5's `D_pp`.", ["D"], _number)
+def _ex_spread(D) -> float:
+    t5 = D.loc[D["condition"] == "T5", "D_pp"].astype(float)
+    return float(t5.max() - t5.min())
+
+
+# --------------------------------------------------------------------------- 06 related
+@_register("06.best_separation",
+           "Which relevance map separates relevant from irrelevant tokens best in TokenTM's "
+           "perturbation tests (highest `neg_minus_pos`)? (`str`)",
+           "sort `res.perturbation` by `neg_minus_pos`.", ["res"], _choice)
+def _ex_best_sep(res) -> set[str]:
+    p = res.perturbation
+    return _argmax_ties(dict(zip(p["target"], p["neg_minus_pos"].astype(float))))
+
+
+@_register("06.pib_T0",
+           "Compute the **Point-in-Box rate of T0** yourself: over the first `n_images` test images, the "
+           "fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
+           "`study.target_maps(ids=['T0'])['T0'][i].argmax()` and `study.test_set[i].box_mask`.",
+           ["pib"], _number)
+def _ex_pib_t0(pib) -> float:
+    return float(pib.set_index("ranking").loc["T0", "pib"])
+
+
+# ---------------------------------------------------------------------------- 07 deploy
+@_register("07.coverage_first",
+           "Apply the **coverage-first** rule yourself to `table`: among the conditions inside the parity "
+           "band (reference included, D = 0), the one with the largest D. (`str`)",
+           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `in_band`.", ["table"], _choice)
+def _ex_cov_first(table) -> set[str]:
+    from .results import recommend_deployment
+    adv = recommend_deployment(table)[0].set_index("goal")
+    return {str(adv.loc["coverage-first", "condition"])}
+
+
+@_register("07.faithfulness_first",
+           "Apply the **faithfulness-first** rule yourself: the condition with the highest mean IDAUC "
+           "(within 0.001 of the best: the higher mIoU wins). (`str`)",
+           "`table.groupby('condition')[['idauc', 'miou']].mean()`.", ["table"], _choice)
+def _ex_faith_first(table) -> set[str]:
+    from .results import recommend_deployment
+    adv = recommend_deployment(table)[0].set_index("goal")
+    return {str(adv.loc["faithfulness-first", "condition"])}
+
+
+# ----------------------------------------------------------------------------- stripping
+def _is_solution(cell) -> bool:
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
+    """Remove the cells tagged ``solution`` from a notebook (the student edition).
+
+    Args:
+        path: the notebook.
+        out: where to write: a file path (``out == path`` overwrites in place), an existing
+            directory (the same file name inside it), or ``None`` — ``<path's folder>/student/
+            <same name>``; a sibling folder rather than a ``*_student.ipynb`` suffix, so the
+            ``NN_*.ipynb`` notebook list of ``midas-nb run`` never picks the copies up.
+
+    Returns:
+        The number of removed cells. Everything else (the ``parameters`` cell, exercises,
+        student cells, metadata) is kept, and the result is validated with nbformat.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+    """
+    import nbformat
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
+    nb = nbformat.read(str(path), as_version=4)
+    before = len(nb.cells)
+    nb.cells = [c for c in nb.cells if not _is_solution(c)]
+    removed = before - len(nb.cells)
+    if out is None:
+        target = path.parent / "student" / path.name
+    else:
+        target = Path(out)
+        if target.is_dir():
+            target = target / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.validate(nb)
+    tmp = target.with_name(target.name + ".tmp")
+    nbformat.write(nb, str(tmp))
+    tmp.replace(target)
+    return removed
+
+
+# ------------------------------------------------------------------------------ HTML export
+def notebook_title(nb, default: str) -> str:
+    """The text of the first Markdown heading of a notebook (``default`` when there is none)."""
+    for c in nb.cells:
+        if c.cell_type != "markdown":
+            continue
+        for line in c.source.splitlines():
+            m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m and m.group(1):
+                return m.group(1)
+    return default
+
+
+def _is_executed(nb) -> bool:
+    return any(c.cell_type == "code" and (c.get("execution_count") is not None or c.get("outputs"))
+               for c in nb.cells)
+
+
+_NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1.5em;padding:.6em 1em;"
+            "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
+            "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
+
+
+def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
+    parts = ['<a class="midas-contents" href="index.html">Contents</a>']
+    if prev:
+        parts.append(f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>')
+    if nxt:
+        parts.append(f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
+    return f'<nav class="midas-nav {where}">' + "".join(parts) + "</nav>"
+
+
+def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
+                strip_solutions: bool = False) -> Path:
+    """Static HTML edition of a run's executed notebooks; returns the contents page.
+
+    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's ``HTMLExporter``, lab
+    template; figures are the notebooks' inline PNG outputs and stay embedded as data URIs,
+    Markdown images are embedded too), in file-name order, each with "Contents / previous /
+    next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
+    title (the first Markdown heading). Notebooks with no executed code cell are skipped
+    with a warning.
+
+    Args:
+        input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
+        output_dir: where the pages go (default ``<input_dir>/html``).
+        strip_solutions: leave the cells tagged ``solution`` out of the pages.
+
+    Raises:
+        FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
+    input_dir = Path(input_dir)
+    out = Path(output_dir) if output_dir is not None else input_dir / "html"
+    paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
+    pages: list[tuple[Path, Any, str]] = []
+    for p in paths:
+        nb = nbformat.read(str(p), as_version=4)
+        if not _is_executed(nb):
+            warnings.warn(f"{p.name} has no executed code cell; left out of the HTML edition", stacklevel=2)
+            continue
+        pages.append((p, nb, notebook_title(nb, p.stem)))
+    if not pages:
+        raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
+                                f"run `midas-nb run --output {input_dir}` first")
+    out.mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    if strip_solutions:
+        exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
+                                       enabled=True)
+    links = [(p.stem + ".html", title) for p, _, title in pages]
+    for i, (p, nb, title) in enumerate(pages):
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
+        prev = links[i - 1] if i > 0 else None
+        nxt = links[i + 1] if i + 1 < len(links) else None
+        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top"), body, count=1)
+        body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
+        (out / links[i][0]).write_text(body, encoding="utf-8")
+    items = "\n".join(f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small></li>'
+                      for href, title in links)
+    index = out / "index.html"
+    index.write_text(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<title>midas_nb — contents</title>"
+        "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}"
+        "li{margin:.4em 0}</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness "
+        "in token-pruning ViTs</h1>\n<p>Read the notebooks in order; each page links to the previous and "
+        f"next one. Executed notebooks from <code>{html.escape(str(input_dir))}</code>.</p>\n"
+        f"<ol class=\"midas-contents\">\n{items}\n</ol>\n</body></html>\n", encoding="utf-8")
+    return index

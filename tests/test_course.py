@@ -1,0 +1,364 @@
+"""Course edition: exercise checkers, notebook structure, strip-solutions, HTML export, browser.
+
+Checkers are tested on hand-built contexts (tiny tensors and tables) whose right answers are
+computed here by hand; the notebooks' reference solutions run under nbval (smoke profile).
+"""
+from __future__ import annotations
+
+import ast
+import base64
+import io
+import math
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pandas as pd
+import pytest
+import torch
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from midas_nb import course
+from midas_nb.course import EXERCISES, check_exercise, export_html, strip_solutions
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+# ------------------------------------------------------------------------------ contexts
+class _Study(SimpleNamespace):
+    """What the checkers read of a Study: grid, params, test_set[i].part_mask."""
+
+
+def _study(grid=(4, 4), budget=0.25, budgets=(0.1, 0.25, 0.5), part_masks=None):
+    test_set = [SimpleNamespace(part_mask=m) for m in (part_masks or [])]
+    return _Study(grid=grid, params=dict(budget=budget, budgets=list(budgets)), test_set=test_set)
+
+
+def _table():
+    # two seeds; reference idauc 0.50, T1 loses 0.05 (outside band), T5 gains coverage in band
+    rows = []
+    for seed in (0, 1):
+        rows += [dict(condition="reference", seed=seed, miou=0.30, idauc=0.50),
+                 dict(condition="unsupervised", seed=seed, miou=0.31 + 0.01 * seed, idauc=0.495),
+                 dict(condition="T1", seed=seed, miou=0.40, idauc=0.45),
+                 dict(condition="T5", seed=seed, miou=0.35, idauc=0.505)]
+    return pd.DataFrame(rows)
+
+
+def test_registry_has_two_to_four_exercises_per_notebook():
+    for path in NOTEBOOKS:
+        n = len(course.list_exercises(path.name[:2]))
+        assert 2 <= n <= 4, f"{path.name}: {n} exercises"
+    assert all(re.fullmatch(r"\d\d\.\w+", k) for k in EXERCISES)
+
+
+def test_unanswered_exercise_is_false_without_raising(capsys):
+    assert check_exercise("00.keep_count", None) is False      # no context needed for None
+    assert "no answer yet" in capsys.readouterr().out
+    with pytest.raises(KeyError, match="unknown exercise"):
+        check_exercise("00.no_such_exercise", 1)
+
+
+def test_missing_context_is_reported_not_raised(capsys):
+    assert check_exercise("00.keep_count", 3) is False
+    assert "needs study=" in capsys.readouterr().out
+
+
+def test_keep_count_and_keep_counts():
+    s = _study(grid=(14, 14), budgets=(0.1, 0.25, 0.5))      # N = 196
+    assert check_exercise("00.keep_count", 20, study=s)      # ceil(19.6)
+    assert not check_exercise("00.keep_count", 19, study=s)
+    assert not check_exercise("00.keep_count", 19.6, study=s)
+    assert not check_exercise("00.keep_count", "20", study=s)
+    assert check_exercise("04.keep_counts", [20, 49, 98], study=s)
+    assert not check_exercise("04.keep_counts", [19, 49, 98], study=s)
+    assert not check_exercise("04.keep_counts", [20, 49], study=s)
+
+
+def test_iou_ceiling_and_part_patches():
+    part_mask = torch.zeros(2, 16, dtype=torch.bool)
+    part_mask[0, :3] = True                                  # f = 3/32
+    batch = SimpleNamespace(part_mask=part_mask)
+    assert check_exercise("00.iou_ceiling", (3 / 32) / 0.10, batch=batch)
+    assert not check_exercise("00.iou_ceiling", 0.10 / (3 / 32), batch=batch)
+    assert check_exercise("00.part_patches", 3, batch=batch)
+    assert not check_exercise("00.part_patches", 2, batch=batch)
+
+
+def test_abs_t5_and_its_miou():
+    t5 = torch.tensor([[-4.0, 1.0, 0.5, -0.1], [0.2, -3.0, 2.0, 0.0]])
+    maps = {"T5": t5}
+    assert check_exercise("01.abs_t5", torch.tensor([[4.0, 1.0, 0.5, 0.1], [0.2, 3.0, 2.0, 0.0]]), maps=maps)
+    assert not check_exercise("01.abs_t5", t5, maps=maps)
+    assert not check_exercise("01.abs_t5", t5.abs()[:1], maps=maps)
+    # budget 0.5 of N=4 keeps 2: |T5| keeps {0,1} and {1,2}; parts {0} and {2,3} -> IoU 1/2 and 1/3
+    parts = [torch.tensor([True, False, False, False]), torch.tensor([False, False, True, True])]
+    s = _study(grid=(2, 2), budget=0.5, part_masks=parts)
+    assert check_exercise("01.abs_t5_miou", (1 / 2 + 1 / 3) / 2, maps=maps, study=s)
+    # the signed T5 would keep {1,2} and {2,3}: IoU 0 and 1 -> 0.5, which is wrong for |T5|
+    assert not check_exercise("01.abs_t5_miou", 0.5, maps=maps, study=s)
+
+
+def test_abs_t5_miou_matches_the_package_metric():
+    """The checker's independent per-image IoU equals midas_nb.metrics.part_miou of top-k."""
+    from midas_nb import metrics, pruning
+    g = torch.Generator().manual_seed(0)
+    t5 = torch.randn(6, 16, generator=g)
+    parts = torch.rand(6, 16, generator=g) < 0.3
+    parts[0] = False                                         # an image without parts is skipped
+    s = _study(grid=(4, 4), budget=0.25, part_masks=list(parts))
+    keep = pruning.keep_mask_from_indices(pruning.select_top_k(t5.abs(), 4), 16)
+    assert check_exercise("01.abs_t5_miou", metrics.part_miou(keep, parts).mean, maps={"T5": t5}, study=s)
+
+
+def test_best_target_accepts_ties():
+    cov = pd.DataFrame(dict(target=["T0", "T5", "random"], miou=[0.4, 0.4, 0.1]))
+    assert check_exercise("01.best_target", "T5", coverage=cov)
+    assert check_exercise("01.best_target", "t0", coverage=cov)
+    assert not check_exercise("01.best_target", "random", coverage=cov)
+
+
+def test_protocol_exercises_on_a_hand_built_table():
+    table = _table()
+    assert check_exercise("02.D_T5", 5.0, table=table)                   # 100·(0.35 − 0.30)
+    assert not check_exercise("02.D_T5", 0.05, table=table)              # a fraction, not pp
+    assert check_exercise("02.best_D", "T1", table=table)                # D(T1) = 10 pp, out of band
+    assert not check_exercise("02.best_D", "T5", table=table)
+    assert check_exercise("02.in_band", {"unsupervised", "T5"}, table=table)
+    assert check_exercise("02.in_band", ["reference", "unsupervised", "T5"], table=table)
+    assert not check_exercise("02.in_band", {"T5"}, table=table)
+    assert not check_exercise("02.in_band", "T5", table=table)
+    # coverage-first: in band {reference 0, unsupervised +1.5, T5 +5} -> T5; faithfulness-first:
+    # T5 0.505 is highest (unsupervised 0.495 is beyond the 1e-3 tie tolerance)
+    assert check_exercise("07.coverage_first", "T5", table=table)
+    assert not check_exercise("07.coverage_first", "T1", table=table)
+    assert check_exercise("07.faithfulness_first", "T5", table=table)
+    assert not check_exercise("07.faithfulness_first", "reference", table=table)
+
+
+def test_cosine_exercises():
+    ids = ["T0", "T3", "T5"]
+    mean = pd.DataFrame([[1.0, 0.2, 0.6], [0.2, 1.0, 0.05], [0.6, 0.05, 1.0]], index=ids, columns=ids)
+    assert check_exercise("03.cos_t5_t3", 0.05, mean=mean)
+    assert not check_exercise("03.cos_t5_t3", 0.2, mean=mean)
+    assert check_exercise("03.most_similar_pair", ("T5", "T0"), mean=mean)
+    assert not check_exercise("03.most_similar_pair", ("T0", "T0"), mean=mean)
+    assert not check_exercise("03.most_similar_pair", ("T0", "T3"), mean=mean)
+
+
+def test_sweep_and_scale_exercises():
+    D = pd.DataFrame(dict(condition=["T5", "T5", "T5", "T1"], backbone=["a", "b", "c", "a"],
+                          in_band=[True, False, True, True], D_pp=[1.5, -2.0, 3.0, 9.0]))
+    assert check_exercise("04.T5_cells_in_band", 2, D=D)
+    assert not check_exercise("04.T5_cells_in_band", 3, D=D)
+    assert check_exercise("05.best_backbone_T5", "c", D=D)
+    assert not check_exercise("05.best_backbone_T5", "a", D=D)
+    assert check_exercise("05.D_spread_T5", 5.0, D=D)
+    assert not check_exercise("05.D_spread_T5", 11.0, D=D)
+
+
+def test_related_exercises():
+    res = SimpleNamespace(perturbation=pd.DataFrame(dict(target=["T0", "tokentm"], neg_minus_pos=[0.1, 0.3])))
+    assert check_exercise("06.best_separation", "tokentm", res=res)
+    assert not check_exercise("06.best_separation", "T0", res=res)
+    pib = pd.DataFrame(dict(ranking=["patch_score", "T0"], pib=[0.9, 0.75], n_images=[4, 4]))
+    assert check_exercise("06.pib_T0", 3 / 4, pib=pib)
+    assert not check_exercise("06.pib_T0", 0.9, pib=pib)
+
+
+# ------------------------------------------------------------------------ notebook structure
+def _tags(cell) -> list[str]:
+    return cell.metadata.get("tags", [])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_has_objectives_and_checked_exercises(path):
+    nb = nbformat.read(str(path), as_version=4)
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+    lo = nb.cells[1]
+    assert "learning-objectives" in _tags(lo) and "**Prerequisite:**" in lo.source
+    assert 3 <= sum(line.startswith("* ") for line in lo.source.splitlines()) + 1 <= 6
+    names = course.list_exercises(path.name[:2])
+    solutions = [c for c in nb.cells if "solution" in _tags(c)]
+    assert len(solutions) == len(names)
+    for name in names:
+        student = [c for c in nb.cells if "exercise" in _tags(c) and c.cell_type == "code" and f'"{name}"' in c.source]
+        assert len(student) == 1 and "answer = None" in student[0].source
+        sol = [c for c in solutions if f'"{name}"' in c.source]
+        assert len(sol) == 1 and sol[0].metadata["jupyter"]["source_hidden"] is True
+        last = ast.parse(sol[0].source).body[-1]
+        assert isinstance(last, ast.Assert) and ast.unparse(last.test).startswith(f"check_exercise('{name}', answer")
+        # every keyword the checker needs is passed from the notebook
+        call = last.test
+        assert {kw.arg for kw in call.keywords} == set(EXERCISES[name].needs)
+    # exercises come after every other cell (appended), the last cell is a solution
+    first_ex = next(i for i, c in enumerate(nb.cells) if "exercise" in _tags(c))
+    assert all(set(_tags(c)) & {"exercise", "solution"} for c in nb.cells[first_ex:])
+
+
+# ------------------------------------------------------------------------------- stripping
+def test_strip_solutions_default_and_explicit_paths(tmp_path):
+    src = tmp_path / "00_quickstart.ipynb"
+    shutil.copy(NOTEBOOKS[0], src)
+    n_solutions = sum("solution" in _tags(c) for c in nbformat.read(str(src), as_version=4).cells)
+    assert strip_solutions(src) == n_solutions > 0
+    student = nbformat.read(str(tmp_path / "student" / src.name), as_version=4)
+    nbformat.validate(student)
+    assert not any("solution" in _tags(c) for c in student.cells)
+    assert sum("parameters" in _tags(c) for c in student.cells) == 1
+    assert len(student.cells) == len(nbformat.read(str(src), as_version=4).cells) - n_solutions
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    assert strip_solutions(src, out_dir) == n_solutions and (out_dir / src.name).is_file()
+    assert strip_solutions(src, src) == n_solutions                       # in place
+    assert strip_solutions(src, src) == 0                                 # idempotent
+    with pytest.raises(FileNotFoundError):
+        strip_solutions(tmp_path / "missing.ipynb")
+
+
+def test_cli_strip_solutions(tmp_path, capsys):
+    from midas_nb.cli import main
+    src = tmp_path / "01_supervision_targets.ipynb"
+    shutil.copy(NOTEBOOKS[1], src)
+    assert main(["strip-solutions", str(src)]) == 0
+    assert "solution cell(s) removed" in capsys.readouterr().out
+    assert (tmp_path / "student" / src.name).is_file()
+
+
+@pytest.mark.slow
+def test_stripped_notebook_still_runs(tmp_path, monkeypatch):
+    """The student edition of 00 runs in the smoke profile; unanswered checks print ✗."""
+    import papermill as pm
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    monkeypatch.setenv("MIDAS_PROFILE", "smoke")
+    strip_solutions(NOTEBOOKS[0], tmp_path / NOTEBOOKS[0].name)
+    out = tmp_path / "executed.ipynb"
+    pm.execute_notebook(str(tmp_path / NOTEBOOKS[0].name), str(out), parameters=dict(profile="smoke",
+                        output_dir=str(tmp_path)), cwd=str(REPO / "notebooks"), kernel_name="python3",
+                        progress_bar=False)
+    text = "".join(o.get("text", "") for c in nbformat.read(str(out), as_version=4).cells
+                   if c.cell_type == "code" for o in c.outputs)
+    assert text.count("✗") == len(course.list_exercises("00")) and "✓" not in text
+
+
+# ------------------------------------------------------------------------------- HTML export
+def _png_b64() -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1, 2], [0, 1, 0])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def executed_dir(tmp_path_factory):
+    """Three executed notebooks: 00 run by nbclient (a matplotlib PNG), 01/02 hand-built."""
+    from nbclient import NotebookClient
+    d = tmp_path_factory.mktemp("executed")
+    nb = new_notebook(cells=[new_markdown_cell("# Zero · first steps\n\ntext"),
+                             new_code_cell("%matplotlib inline\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(2, 1.5))\n"
+                                           "ax.plot([0, 1, 2], [0, 1, 0])\nplt.show()")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(d)}}).execute()
+    nbformat.write(nb, str(d / "00_first.ipynb"))
+    for i, title in ((1, "One · the middle"), (2, "Two · the end")):
+        cell = new_code_cell("fig", execution_count=1,
+                             outputs=[new_output("display_data", data={"image/png": _png_b64(), "text/plain": "<Figure>"})])
+        sol = new_code_cell("# reference-solution-marker", execution_count=2, metadata={"tags": ["solution"]})
+        nbformat.write(new_notebook(cells=[new_markdown_cell(f"intro\n\n## {title}"), cell, sol]),
+                       str(d / f"0{i}_page.ipynb"))
+    nbformat.write(new_notebook(cells=[new_code_cell("1")]), str(d / "03_never_run.ipynb"))   # not executed
+    return d
+
+
+@pytest.fixture(scope="module")
+def html_dir(executed_dir):
+    with pytest.warns(UserWarning, match="03_never_run"):
+        index = export_html(executed_dir)
+    assert index == executed_dir / "html" / "index.html"
+    return index.parent
+
+
+def test_export_pages_titles_links_and_images(html_dir):
+    pages = ["00_first.html", "01_page.html", "02_page.html"]
+    assert sorted(p.name for p in html_dir.glob("*.html")) == sorted(pages + ["index.html"])
+    index = (html_dir / "index.html").read_text()
+    hrefs = re.findall(r'<li><a href="([^"]+)">([^<]+)</a>', index)
+    assert hrefs == [("00_first.html", "Zero · first steps"), ("01_page.html", "One · the middle"),
+                     ("02_page.html", "Two · the end")]
+    for i, name in enumerate(pages):
+        text = (html_dir / name).read_text()
+        prev = re.findall(r'class="midas-prev" rel="prev" href="([^"]+)"', text)
+        nxt = re.findall(r'class="midas-next" rel="next" href="([^"]+)"', text)
+        assert prev == ([pages[i - 1]] * 2 if i > 0 else [])               # top and bottom bars
+        assert nxt == ([pages[i + 1]] * 2 if i + 1 < len(pages) else [])
+        assert text.count('href="index.html"') == 2
+        pngs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=\s]+)"', text)
+        assert pngs and base64.b64decode(re.sub(r"\s", "", pngs[0]))[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "reference-solution-marker" in (html_dir / "01_page.html").read_text()        # solutions kept by default
+
+
+def test_export_can_strip_solutions_and_rejects_empty_dirs(executed_dir, tmp_path):
+    index = export_html(executed_dir, tmp_path / "student_html", strip_solutions=True)
+    assert "reference-solution-marker" not in (index.parent / "01_page.html").read_text()
+    with pytest.raises(FileNotFoundError, match="no executed notebook"):
+        export_html(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------- browser
+_PROBE = ("<script>window.addEventListener('load', function () {"
+          "var imgs = Array.prototype.slice.call(document.images);"
+          "var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;"
+          "var links = Array.prototype.map.call(document.querySelectorAll('a[href]'), function (a) {"
+          " return a.getAttribute('href'); }).join(' ');"
+          "document.body.setAttribute('data-images-decoded', String(ok));"
+          "document.body.setAttribute('data-images', String(imgs.length));"
+          "document.body.setAttribute('data-links', links); });</script>")
+
+
+def _chromium(args: list[str], user_dir: Path) -> subprocess.CompletedProcess:
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={user_dir}", "--virtual-time-budget=5000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not CHROMIUM.is_file(), reason="headless Chromium not installed at /usr/bin/chromium "
+                    "(Debian packages chromium and chromium-driver; .ci/run installs them)")
+def test_html_edition_in_headless_chromium(html_dir, tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(html_dir, site)
+    for page in site.glob("*.html"):                         # the probe goes only into this test copy
+        page.write_text(page.read_text().replace("</body>", _PROBE + "</body>", 1))
+    doms = {}
+    for name in ("index.html", "01_page.html"):
+        r = _chromium(["--dump-dom", (site / name).as_uri()], tmp_path / "profile")
+        assert r.returncode == 0, r.stderr[-2000:]
+        doms[name] = r.stdout
+    # the contents page shows every title and links to pages that exist
+    for title in ("Zero · first steps", "One · the middle", "Two · the end"):
+        assert title in doms["index.html"]
+    for name, dom in doms.items():
+        links = re.search(r'data-links="([^"]*)"', dom)
+        assert links, f"{name}: the probe did not run"
+        local = [h for h in links.group(1).split() if not re.match(r"^[a-z]+:|^#", h)]
+        assert local, f"{name}: no links between pages"
+        missing = [h for h in local if not (site / h.split("#")[0]).is_file()]
+        assert not missing, f"{name}: broken links {missing}"
+    # the notebook page decoded its figure
+    decoded = int(re.search(r'data-images-decoded="(\d+)"', doms["01_page.html"]).group(1))
+    assert decoded >= 1 and "One · the middle" in doms["01_page.html"]
+    shot = tmp_path / "shot.png"
+    r = _chromium([f"--screenshot={shot}", "--window-size=1200,900", (site / "index.html").as_uri()],
+                  tmp_path / "profile2")
+    assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 1000
