@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
     st.add_argument("paths", nargs="*")
-    st.add_argument("--in-place", action="store_true", help="overwrite (default: write *_student.ipynb)")
+    st.add_argument("--in-place", action="store_true", help="overwrite (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")

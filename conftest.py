@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("MIDAS_PROFILE", "smoke")
