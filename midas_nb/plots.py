@@ -421,6 +421,9 @@ def taxonomy_table(related: bool = False) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # protocol
 # ---------------------------------------------------------------------------------------------
+_AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
+                "backbone": "backbone"}
+
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
 
 
@@ -621,9 +624,6 @@ def _fmt_axis_value(name: str, v: Any) -> str:
         return f"{float(v) * 100:g}%"
     return f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
-
-_AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
-                "backbone": "backbone"}
 
 
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",

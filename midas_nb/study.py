@@ -286,12 +286,14 @@ class Study:
         One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block)
         and each target map in ``ids`` (default: the profile's targets) at the study depth;
         PiB = the top patch lies in the object box. Columns ``ranking``, ``pib``, ``pib_lo``,
-        ``pib_hi`` (bootstrap 95 % CI over images), ``n_images``.
+        ``pib_hi`` (bootstrap 95 % CI over images), ``n_images``. ``n``: the first ``n`` test
+        images (default: the profile's ``max_eval_images``; ``None`` there means all).
         """
         from .data import collate_samples
         from .metrics import bootstrap_ci, patch_score, point_in_box
         from .vit import embed_tokens, num_prefix_tokens, run_blocks
         ds = self.test_set
+        n = n if n is not None else self.params.get("max_eval_images")
         m = len(ds) if n is None else min(int(n), len(ds))
         hits: dict[str, list[torch.Tensor]] = {"patch_score": []}
         boxes = []
