@@ -63,6 +63,7 @@ __all__ = [
     "ExecutorKind",
     "CellState",
     "PAPER_DATASETS",
+    "SEEDLESS_CONDITIONS",
     "SweepCell",
     "make_grid",
     "checkpoint_spec_id",
@@ -86,6 +87,9 @@ CellState = Literal["done", "failed", "running", "pending"]
 
 #: datasets of the paper grid (DESIGN.md §7), used when a ``paper`` profile names no ``datasets``
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
+
+#: conditions without trainable parameters: their result does not depend on the seed
+SEEDLESS_CONDITIONS: tuple[str, ...] = ("reference",)
 
 RECORD_FORMAT = "midas_nb.sweep_record/1"
 _TMP_SUFFIX = ".tmp"
@@ -244,6 +248,7 @@ def make_grid(
     seeds: Sequence[int] | None = None,
     checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec", "resolve"] = "spec",
     params: Mapping[str, Any] | None = None,
+    seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
 ) -> list[SweepCell]:
     """The cells of a sweep for a profile.
 
@@ -258,7 +263,12 @@ def make_grid(
     - ``"scale"``  — the single point ``(depth, budget)`` for every backbone in
       ``scale_backbones``.
 
-    Each point is crossed with conditions × seeds × datasets × backbones. Datasets default to
+    Each point is crossed with conditions × seeds × datasets × backbones, except that a
+    condition without trainable parameters (``seedless_conditions``, default ``reference``:
+    the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
+    :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
+    the same value. Per point that is ``(C − R)·S + R`` cells for ``C`` conditions of which
+    ``R`` are seedless and ``S`` seeds. Datasets default to
     the profile's ``datasets`` key, else :data:`PAPER_DATASETS` for the ``paper`` profile,
     else ``[dataset]``; backbones to ``scale_backbones`` for ``kind="scale"``, else the
     profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
@@ -274,6 +284,7 @@ def make_grid(
             ``"resolve"`` (:func:`resolve_checkpoint_ids`: the real ids, datasets are read) or
             an explicit ``{(dataset, backbone): checkpoint_id}``.
         params: extra settings merged into every cell's ``params`` (they enter the key).
+        seedless_conditions: conditions computed for the first seed only (``()``: every seed).
 
     Returns:
         Cells ordered dataset, backbone, point, condition, seed (no duplicates).
@@ -334,7 +345,7 @@ def make_grid(
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             for L, b in points:
                 for cond in conditions:
-                    for s in seeds:
+                    for s in (seeds[:1] if cond in seedless_conditions else seeds):
                         cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base))
     return cells
 

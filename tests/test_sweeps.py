@@ -100,19 +100,24 @@ def test_make_grid_sizes_follow_the_profile():
     prof = get_profile("quick")
     nc, ns = len(prof["conditions"]), len(prof["seeds"])
     nL, nb = len(prof["depths"]), len(prof["budgets"])
+    assert "reference" in prof["conditions"] and ns > 1
+    per_point = (nc - 1) * ns + 1          # the parameter-free reference is run for one seed
+    assert len(make_grid(prof, "depth", seedless_conditions=())) == nL * nc * ns
     assert prof["depth"] in prof["depths"] and prof["budget"] in prof["budgets"]
     depth = make_grid(prof, "depth")
     budget = make_grid(prof, "budget")
     cross = make_grid(prof, "cross")
-    assert len(depth) == nL * nc * ns and len(budget) == nb * nc * ns
+    assert len(depth) == nL * per_point and len(budget) == nb * per_point
     # L sweep at b=25% plus b sweep at L=6; the shared point (6, 0.25) once
-    assert len(cross) == (nL + nb - 1) * nc * ns
+    assert len(cross) == (nL + nb - 1) * per_point
+    assert {c.seed for c in cross if c.condition == "reference"} == {prof["seeds"][0]}
+    assert {c.seed for c in cross if c.condition == "T5"} == set(prof["seeds"])
     assert make_grid(prof, "regime") == cross
     assert {(c.depth, c.budget) for c in cross} == (
         {(L, prof["budget"]) for L in prof["depths"]} | {(prof["depth"], b) for b in prof["budgets"]})
-    assert len(make_grid(prof, "full")) == nL * nb * nc * ns
+    assert len(make_grid(prof, "full")) == nL * nb * per_point
     scale = make_grid(prof, "scale")
-    assert len(scale) == len(prof["scale_backbones"]) * nc * ns
+    assert len(scale) == len(prof["scale_backbones"]) * per_point
     assert {c.backbone for c in scale} == set(prof["scale_backbones"])
     assert {(c.depth, c.budget) for c in scale} == {(prof["depth"], prof["budget"])}
     for grid in (depth, budget, cross, scale):
@@ -122,8 +127,8 @@ def test_make_grid_sizes_follow_the_profile():
 def test_paper_grid_is_the_full_product():
     prof = get_profile("paper")
     cells = make_grid(prof, "regime")
-    # 4 depths × 4 budgets × 7 conditions × 3 seeds × 3 datasets × 3 backbones
-    assert len(cells) == 4 * 4 * len(prof["conditions"]) * 3 * 3 * 3
+    # 4 depths × 4 budgets × (6 trained conditions × 3 seeds + reference) × 3 datasets × 3 backbones
+    assert len(cells) == 4 * 4 * ((len(prof["conditions"]) - 1) * 3 + 1) * 3 * 3
     # without a CUB root the embedded synthetic set stands in (labelled as Study labels it)
     assert {c.dataset for c in cells} == {"synthetic", "aircraft", "cars"}
     assert {c.backbone for c in cells} == set(prof["scale_backbones"])
