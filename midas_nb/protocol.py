@@ -33,7 +33,11 @@ accuracy and throughput are in every row (``full_accuracy``, ``throughput_full``
 
 Block-``L`` states of both splits are cached once (:func:`midas_nb.train.block_cache`); each
 condition then only runs its scorer and blocks ``L+1..depth`` on the kept tokens (and the
-insertion/deletion forwards).
+insertion/deletion forwards). Apart from the target maps (which need the attention matrices),
+the run uses timm's fused attention (:func:`fused_attention`; numerically the same, faster) for
+every block — throughput included, for the full and the pruned model alike — and restores the
+backbone's setting afterwards. IDAUC costs about ``S+1`` full forwards per image and scorer:
+``max_idauc_images`` bounds it on CPU.
 """
 from __future__ import annotations
 
@@ -243,6 +247,8 @@ def run_protocol(
     Returns:
         ``pd.DataFrame`` validated by :func:`midas_nb.results.make_table`, one row per
         condition × seed (``pib`` filled), with extra columns ``scorer``, ``full_accuracy``,
+        ``agreement`` (fraction of images where the pruned prediction equals the full model's;
+        finer than accuracy when pruning barely changes it),
         ``throughput_full``, ``speedup``, ``n_idauc_images``, ``lambda_ga``, ``temperature``,
         ``distill_form``, ``epochs``, ``train_loss``, ``train_accuracy``, ``train_seconds``,
         ``from_cache`` (and the scorer families' extra columns, NaN in other rows).
@@ -291,7 +297,8 @@ def run_protocol(
         train_cache = None
         if trainable:
             train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
-                                      cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress)
+                                      cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress,
+                                      full_logits=False)
 
         # --- test split ---------------------------------------------------------------------
         subset = evaluation_subset(len(test_set), params["max_eval_images"], params["eval_subset_seed"])
@@ -379,6 +386,7 @@ def run_protocol(
                        throughput=throughput[kind], scorer=kind)
             row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(bootstrap)))
             row.update(n_images=n_eval, full_accuracy=full_accuracy,
+                       agreement=float((logits.argmax(-1) == full_pred).float().mean()),
                        throughput_full=throughput_full, speedup=throughput[kind] / throughput_full,
                        n_idauc_images=n_idauc if insdel is not None else 0,
                        lambda_ga=float(lam) if target_id and cond != "reference" else 0.0,

@@ -227,7 +227,7 @@ class BlockCache:
         hidden: ``[n,P+N,D]`` output of block ``L`` (``dtype`` of the cache).
         cls_attn: ``[n,N]`` CLS attention of block ``L``, ``E_h A_h[cls,j]`` (T0; the reference
             scores).
-        logits: ``[n,C]`` logits of the full (unpruned) model.
+        logits: ``[n,C]`` logits of the full (unpruned) model (``[n,0]`` when not computed).
         labels: ``[n]`` long.
         part_mask: ``[n,N]`` bool.
         box_mask: ``[n,N]`` bool.
@@ -258,7 +258,8 @@ def _loader(dataset, batch_size: int):
 
 
 @torch.no_grad()
-def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype) -> BlockCache:
+def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
+                         full_logits) -> BlockCache:
     P = num_prefix_tokens(backbone)
     out: dict[str, list] = {k: [] for k in ("hidden", "cls_attn", "logits", "labels", "part_mask",
                                             "box_mask", "indices")}
@@ -268,7 +269,10 @@ def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress,
         x = run_blocks(backbone, x, 0, depth - 1)
         with record_attention(backbone.blocks[depth - 1]) as rec:
             x = backbone.blocks[depth - 1](x)
-        logits = classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+        if full_logits:
+            logits = classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+        else:
+            logits = x.new_zeros(x.shape[0], 0)
         out["hidden"].append(x.to("cpu", dtype))
         out["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
         out["logits"].append(logits.float().cpu())
@@ -291,6 +295,7 @@ def block_cache(
     device: str | torch.device = "cpu",
     progress: bool = True,
     dtype: torch.dtype = torch.float32,
+    full_logits: bool = True,
 ) -> BlockCache:
     """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
 
@@ -310,6 +315,8 @@ def block_cache(
         device: where the backbone runs.
         progress: show a tqdm bar.
         dtype: storage dtype of ``hidden``. Default: float32.
+        full_logits: also run blocks ``L+1..depth`` on all tokens for the full model's logits
+            (``False``: ``logits`` is ``[n,0]``, about half the cost; enough for training).
 
     Returns:
         :class:`BlockCache` with rows in dataset order.
@@ -317,13 +324,15 @@ def block_cache(
     depth = check_depth(backbone, depth)
     path = None
     if key is not None:
-        full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), kind="block_cache")
+        full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
+                        kind="block_cache")
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         path = root / "blocks" / f"{key_hash(full_key)}.pt"
         if path.exists():
             return BlockCache(**torch.load(path, map_location="cpu", weights_only=True))
     with frozen(backbone):
-        cache = _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype)
+        cache = _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
+                                     full_logits)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -532,7 +541,7 @@ def load_or_train_scorer(
             model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
     model.to(device)
     if path.exists():
-        blob = torch.load(path, map_location=device, weights_only=False)
+        blob = torch.load(path, map_location=device, weights_only=True)
         model.load_state_dict(blob["state_dict"])
         model.eval()
         return model, TrainResult(**blob["result"]), True
