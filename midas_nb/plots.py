@@ -634,7 +634,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
 
     In-band cells (``in_band``: ``ΔIDAUC ≥ −band``) are coloured by D and annotated
     ``+2.1 ✓``; cells outside the band are grey, hatched and annotated ``✗`` with their D in
-    brackets (DESIGN.md §6: marked, never dropped). Missing cells are blank.
+    brackets (DESIGN.md §6: marked, never dropped). Cells the sweep did not run say "not run".
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``, ``y``,
@@ -677,7 +677,9 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
         for i in range(len(ys)):
             for j in range(len(xs)):
-                if np.isnan(band[i, j]):
+                if np.isnan(band[i, j]):      # not part of the grid (e.g. a cross-shaped sweep)
+                    ax.text(j, i, "not run", ha="center", va="center", fontsize=FONT["annot"] - 1,
+                            color="0.55", style="italic")
                     continue
                 if band[i, j] == 1.0:
                     v = grid[i, j]

@@ -225,6 +225,15 @@ def test_regime_heatmap_marks_band(out_dir):
     assert "pp" in fig.axes[-1].get_ylabel()
 
 
+def test_regime_heatmap_labels_cells_not_run():
+    cross = _d_table()
+    cross = cross[~((cross["depth"] == 1) & (cross["budget"] == 0.5))]
+    fig = plots.regime_heatmap(cross)
+    t5 = [a for a in fig.axes if a.get_title() == "T5"][0]
+    notrun = [t for t in t5.texts if t.get_text() == "not run"]
+    assert len(notrun) == 1 and notrun[0].get_position() == (1, 0)      # column budget 0.5, row depth 1
+
+
 def test_regime_lines(out_dir):
     fig = plots.regime_lines(_d_table(), x="depth", hue="budget", save="lines")
     _png(out_dir, "lines")
