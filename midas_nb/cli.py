@@ -85,6 +85,8 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     env_profile = os.environ.get("MIDAS_PROFILE")
     os.environ["MIDAS_PROFILE"] = profile
+    # batch runs have no widget front-end: the explorer draws its static figure
+    os.environ.setdefault("MIDAS_HEADLESS", "1")
     t_all = time.time()
     try:
         for i, nb in enumerate(paths, 1):

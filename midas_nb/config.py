@@ -32,10 +32,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         seeds=[0],
         conditions=["reference", "unsupervised", "T1", "T5"],
         targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
-        scorer_train=dict(epochs=2, batch_size=32, lr=1e-3),
-        idauc_steps=8,
-        max_eval_images=24,
-        bootstrap=200,
+        scorer_train=dict(epochs=2, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=4),
+        idauc_steps=4,
+        max_eval_images=12,
+        bootstrap=100,
         scale_backbones=["vit_smoke", "vit_smoke_wide"],
         device="cpu",
     ),
@@ -146,3 +146,8 @@ def figures_dir() -> Path:
 def default_data_root() -> Path:
     """``../shared/data`` relative to the project root (may not exist)."""
     return project_root().parent / "shared" / "data"
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles: ``["paper", "quick", "smoke"]``."""
+    return sorted(PROFILES)
