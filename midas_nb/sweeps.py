@@ -755,8 +755,9 @@ def _open_store(name_or_store: str | Path | ResultStore, must_exist: bool = Fals
     if isinstance(name_or_store, ResultStore):
         return name_or_store
     p = Path(name_or_store)
-    if not p.is_dir() and len(p.parts) == 1:
-        p = runs_dir() / "sweeps" / str(name_or_store)
+    named = runs_dir() / "sweeps" / str(name_or_store)
+    if len(p.parts) == 1 and (named.is_dir() or not p.is_dir()):  # a bare name is a sweep name
+        p = named
     if must_exist and not p.is_dir():
         known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir()) \
             if (runs_dir() / "sweeps").is_dir() else []
