@@ -5,9 +5,14 @@ them), CPU, the same batch for both, depth ``L = 6``, budget ``b = 25 %`` (``k =
 patch tokens after block 6). Full and pruned calls are interleaved and the median time per
 call is used, which is robust to other load on a shared machine. Goal: ratio ≥ 1.45.
 
+Single-threaded by default: on a shared machine, multi-threaded timings of the short (pruned)
+sequence are dominated by OpenMP barrier waits whenever another process holds a core (measured
+here: 1.2× with 2 threads at load ≈ 3 on 2 cores, 1.6× single-threaded in the same minute).
+Pass ``--threads 0`` (torch's default) on a dedicated machine.
+
 Usage::
 
-    python bench/pruning.py [--batch 16] [--repeats 5] [--threads N]
+    python bench/pruning.py [--batch 16] [--repeats 5] [--threads 1]
 
 The last line is ``ratio: <pruned throughput / unpruned throughput>`` for the MLP scorer (the
 trained conditions); the reference (T0) scorer's ratio is printed above it.
@@ -36,7 +41,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--budget", type=float, default=0.25)
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads; 0 keeps torch's default (all cores)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
