@@ -214,27 +214,37 @@ class Study:
     def protocol(self, depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
                  relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)``; cached under ``runs/``."""
-        from .protocol import run_protocol
+        """The three-condition protocol table at ``(depth, budget)``: one row per condition × seed.
+
+        Every row is a cell of the profile's result store (``runs/sweeps/<profile>``, the one
+        :meth:`sweep` and :meth:`scale` use): a row computed here is not computed again by
+        the regime sweep, the scale readout or the related-methods table, and vice versa.
+        ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
+        ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
+        :func:`midas_nb.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
+        The table is also written to ``runs/tables/protocol_<hash>.csv``.
+
+        Raises:
+            RuntimeError: a cell failed (its error is in the message; the store keeps it).
+        """
+        from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
         p = self.params
-        depth = depth or p["depth"]
-        budget = budget or p["budget"]
+        depth = int(depth or p["depth"])
+        budget = float(budget or p["budget"])
         conditions = list(conditions or p["conditions"])
-        seeds = list(seeds if seeds is not None else p["seeds"])
-        st = dict(p["scorer_train"])
-        st.update(kwargs)
-        key = dict(dataset=self.dataset_name, root=str(self.data_root), checkpoint=self.meta["checkpoint_id"],
-                   depth=depth, budget=budget, conditions=conditions, seeds=seeds, relaxation=relaxation,
-                   idauc_steps=p["idauc_steps"], max_eval_images=p["max_eval_images"], **st)
+        seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
+        point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        cells = make_grid(point, "scale", backbones=[p["backbone"]], conditions=conditions, seeds=seeds,
+                          params=dict(relaxation=relaxation, **kwargs))
+        store = ResultStore(name=p["profile"])
+        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
+        if not status.complete:
+            raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
+        table = store.results(cells)
+        table.attrs.clear()
+        key = dict(dataset=self.dataset_name, root=str(self.data_root), depth=depth, budget=budget,
+                   conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         path = config.runs_dir() / "tables" / f"protocol_{_key_hash(key)}.csv"
-        if path.is_file():
-            return pd.read_csv(path)
-        table = run_protocol(self.train_set, self.test_set, self.model, depth=depth, budget=budget,
-                             conditions=conditions, seeds=seeds, dataset_name=self.dataset_name,
-                             backbone_name=p["backbone"], checkpoint_id=self.meta["checkpoint_id"],
-                             relaxation=relaxation, idauc_steps=p["idauc_steps"],
-                             max_eval_images=p["max_eval_images"], bootstrap=p["bootstrap"],
-                             device=self.device, progress=self.progress, **st)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         table.to_csv(tmp, index=False)
@@ -261,7 +271,7 @@ class Study:
         cells = make_grid(self.params, kind)
         store = ResultStore(name=self.params["profile"])
         if run:
-            status = run_sweep(cells, ProtocolCellRunner(self.params), store, executor=executor,
+            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self), store, executor=executor,
                                max_workers=max_workers, slurm=slurm or None)
         else:
             status = store.summary(cells)

@@ -225,10 +225,10 @@ def _protocol_params(profile: Mapping[str, Any]) -> dict[str, Any]:
     and :class:`ProtocolCellRunner` passes them (less ``image_size``/``patch_size``) to
     :func:`midas_nb.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
     keys, default ``"st"``, 1, 1), every ``scorer_train`` key (``epochs``, ``batch_size``,
-    ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``bootstrap``."""
+    ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
     out = {k: profile.get(k, v) for k, v in _PROTOCOL_DEFAULTS.items()}
     out.update(dict(profile.get("scorer_train") or {}))
-    for k in ("idauc_steps", "max_eval_images", "bootstrap") + _DATA_PARAMS:
+    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap") + _DATA_PARAMS:
         if k in profile:
             out[k] = profile[k]
     return out
@@ -263,7 +263,8 @@ def make_grid(
     - ``"scale"``  — the single point ``(depth, budget)`` for every backbone in
       ``scale_backbones``.
 
-    Each point is crossed with conditions × seeds × datasets × backbones, except that a
+    Each point is crossed with conditions (default: the profile's ``sweep_conditions``, else
+    its ``conditions``) × seeds × datasets × backbones, except that a
     condition without trainable parameters (``seedless_conditions``, default ``reference``:
     the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
     :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
@@ -322,7 +323,9 @@ def make_grid(
             backbones = prof.get("backbones") or (
                 list(prof["scale_backbones"]) if _is_paper(prof) and prof.get("scale_backbones")
                 else [prof["backbone"]])
-    conditions = list(prof["conditions"] if conditions is None else conditions)
+    if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
+        conditions = prof.get("sweep_conditions") or prof["conditions"]
+    conditions = list(conditions)
     seeds = [int(s) for s in (prof["seeds"] if seeds is None else seeds)]
     for name, values in dict(datasets=datasets, backbones=backbones, conditions=conditions,
                              seeds=seeds, depths=depths, budgets=budgets).items():

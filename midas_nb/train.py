@@ -187,10 +187,25 @@ def relaxed_logits(
         bias = torch.cat([bias.new_zeros(B, P), bias], dim=1).to(hidden.dtype)
         attn_mask = bias[:, None, None, :]                               # [B,1,1,T] on keys
         x = hidden
-        for blk in backbone.blocks[depth:]:
-            x = blk(x, attn_mask=attn_mask)
+        # CUDA's memory-efficient SDPA kernel rejects this broadcast additive mask in the
+        # backward pass ("LSE is not correctly aligned" for T not a multiple of 8); the math
+        # kernel computes the same softmax(QKᵀ/√d + bias)·V. CPU keeps its default kernel.
+        with _math_sdpa(hidden.is_cuda):
+            for blk in backbone.blocks[depth:]:
+                x = blk(x, attn_mask=attn_mask)
         return classify_tokens(backbone, x)
     raise ValueError(f"unknown relaxation {relaxation!r}; expected 'st' or 'soft'")
+
+
+@contextmanager
+def _math_sdpa(enabled: bool) -> Iterator[None]:
+    """Restrict ``F.scaled_dot_product_attention`` to the math kernel when ``enabled``."""
+    if not enabled:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
 
 
 @contextmanager

@@ -221,6 +221,32 @@ def test_soft_relaxation_tends_to_hard_pruning_as_the_mask_sharpens():
     assert (blunt - hard).abs().max() > 1e-3
 
 
+def test_soft_relaxation_math_kernel_matches_the_default_kernel():
+    """The CUDA guard (math SDPA kernel) computes the same logits and score gradients."""
+    from midas_nb.train import _math_sdpa
+    model = MODELS["cls"]().requires_grad_(False)
+    hidden, scorer = _hidden_and_scores(model)
+    out = []
+    for math_only in (False, True):
+        scores = scorer(hidden, 1).detach().requires_grad_(True)
+        with _math_sdpa(math_only):
+            logits = relaxed_logits(model, hidden, scores, 2, 0.25, "soft")
+        (g,) = torch.autograd.grad(logits.logsumexp(-1).sum(), scores)
+        out.append((logits.detach(), g))
+    torch.testing.assert_close(out[0][0], out[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[0][1], out[1][1], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the kernel choice only matters there)")
+def test_soft_relaxation_backward_runs_on_cuda():
+    model = MODELS["cls"]().requires_grad_(False).cuda()
+    hidden, scorer = _hidden_and_scores(model)
+    scores = scorer(hidden, 1).detach().cuda().requires_grad_(True)
+    logits = relaxed_logits(model, hidden.cuda(), scores, 2, 0.25, "soft")
+    (g,) = torch.autograd.grad(logits.logsumexp(-1).sum(), scores)
+    assert torch.isfinite(g).all() and (g != 0).any()
+
+
 def test_soft_relaxation_refuses_average_pooling():
     model = MODELS["cls"]()
     model.global_pool = "avg"

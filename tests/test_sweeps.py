@@ -98,6 +98,11 @@ def markers(tmp_path) -> Path:
 
 def test_make_grid_sizes_follow_the_profile():
     prof = get_profile("quick")
+    # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions)
+    assert set(prof["sweep_conditions"]) < set(prof["conditions"])
+    assert {c.condition for c in make_grid(prof, "cross")} == set(prof["sweep_conditions"])
+    assert {c.condition for c in make_grid(prof, "cross", conditions=prof["conditions"])} == set(prof["conditions"])
+    prof.pop("sweep_conditions")
     nc, ns = len(prof["conditions"]), len(prof["seeds"])
     nL, nb = len(prof["depths"]), len(prof["budgets"])
     assert "reference" in prof["conditions"] and ns > 1

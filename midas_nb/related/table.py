@@ -140,8 +140,11 @@ def run_related(
         last: run the LaSt-ViT part.
         last_epochs, last_tune_blocks: LaSt fine-tune settings.
         max_images: test images of parts 2 and 3 (seeded subset); ``None``: the profile's
-            ``max_eval_images``.
-        **protocol_kwargs: passed to ``Study.protocol`` (e.g. ``seeds``, ``epochs``).
+            ``max_idauc_images`` (else ``max_eval_images``) for the perturbation curves and
+            ``max_eval_images`` for Point-in-Box.
+        **protocol_kwargs: passed to ``Study.protocol`` (e.g. ``seeds``, ``epochs``). Without
+            ``seeds``, the systems outside the profile's ``conditions`` train with the profile's
+            ``related_seeds`` when it has them.
 
     Returns:
         :class:`RelatedResults`.
@@ -153,14 +156,27 @@ def run_related(
     p = study.params
     valid = set(list_conditions())
     conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
-    protocol = study.protocol(conditions=conditions, **protocol_kwargs)
+    seeds = protocol_kwargs.pop("seeds", None)
+    if seeds is None and p.get("related_seeds"):
+        # the MIDAS conditions keep the profile's seeds (their rows are shared with notebook 02);
+        # the other systems' scorers train with ``related_seeds`` (the quick profile: one seed)
+        shared = [c for c in conditions if c in p["conditions"]]
+        other = [c for c in conditions if c not in shared]
+        parts = [study.protocol(conditions=shared, **protocol_kwargs)] if shared else []
+        if other:
+            parts.append(study.protocol(conditions=other, seeds=list(p["related_seeds"]), **protocol_kwargs))
+        protocol = pd.concat(parts, ignore_index=True)
+    else:
+        protocol = study.protocol(conditions=conditions, seeds=seeds, **protocol_kwargs)
     n_img = max_images if max_images is not None else p.get("max_eval_images")
+    # the perturbation curves cost S forwards per image, like IDAUC: same image bound
+    n_curve = max_images if max_images is not None else (p.get("max_idauc_images") or n_img)
     n_boot = int(p.get("bootstrap", 1000))
     pert = None
     if perturbation_maps:
         maps = study.target_maps(split="test", ids=list(perturbation_maps))
         pert = perturbation_table(study.model, study.test_set, maps, steps=int(p.get("idauc_steps", 10)),
-                                  max_images=n_img, device=study.device, n_boot=n_boot, progress=study.progress)
+                                  max_images=n_curve, device=study.device, n_boot=n_boot, progress=study.progress)
     pib, models = None, {}
     if last:
         key = dict(dataset=study.dataset_name, root=str(study.data_root), checkpoint=study.meta["checkpoint_id"])
