@@ -87,6 +87,10 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     os.environ["MIDAS_PROFILE"] = profile
     # batch runs have no widget front-end: the explorer draws its static figure
     os.environ.setdefault("MIDAS_HEADLESS", "1")
+    # no tqdm residue in the executed notebooks (and their HTML edition); papermill's own bar
+    # shows the progress of a batch run
+    env_tqdm = os.environ.get("TQDM_DISABLE")
+    os.environ.setdefault("TQDM_DISABLE", "1")
     t_all = time.time()
     try:
         for i, nb in enumerate(paths, 1):
@@ -103,10 +107,11 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
                     f"the executed copy with the error is {target}") from None
             print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
     finally:
-        if env_profile is None:
-            os.environ.pop("MIDAS_PROFILE", None)
-        else:
-            os.environ["MIDAS_PROFILE"] = env_profile
+        for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     print(f"\nAll {len(paths)} notebooks ran in {time.time() - t_all:.0f} s.")
     print(f"  executed notebooks: {out_dir}")
     print(f"  results tables:     {config.runs_dir() / 'tables'}")

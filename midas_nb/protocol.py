@@ -209,6 +209,7 @@ def run_protocol(
     device: str | torch.device = "cpu",
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    prefetch_targets: Sequence[str] = (),
     **settings: Any,
 ) -> pd.DataFrame:
     """Train and evaluate every condition × seed at ``(L, b)``; one results row each.
@@ -239,6 +240,10 @@ def run_protocol(
         cache_dir: root of the block, target and scorer caches (default
             ``midas_nb.config.cache_dir()``).
         progress: tqdm bars.
+        prefetch_targets: further target ids computed in the same pass over the train split
+            when the supervised conditions' targets are first computed (one capture pass
+            yields every target; later runs with other conditions find them cached). Does not
+            change any result.
         **settings: other keys of :data:`PROTOCOL_DEFAULTS` (``distill_form``,
             ``mask_temperature``, ``weight_decay``, ``mlp_hidden``, ``max_idauc_images``,
             ``eval_subset_seed``, ``eval_batch_size``, ``throughput_batch``,
@@ -286,11 +291,14 @@ def run_protocol(
 
     targets: dict[str, Tensor] = {}
     if supervised:   # (capture unfuses the attention in place: run it before fused_attention)
-        from .targets import target_cache
+        from .targets import list_targets, target_cache
+        known = set(list_targets())
+        extra = [t for t in dict.fromkeys(prefetch_targets) if t in known and t not in supervised]
         with frozen(backbone):
-            targets = target_cache(backbone, train_set, ids=supervised, depth=depth, class_rule="label",
+            targets = target_cache(backbone, train_set, ids=supervised + extra, depth=depth, class_rule="label",
                                    key=dict(ident, split="train", n=len(train_set)), cache_dir=cache_dir,
                                    batch_size=ebs, device=device, progress=progress)
+        targets = {k: targets[k] for k in supervised}
 
     with frozen(backbone), fused_attention(backbone):
         # --- train split: block-L states ------------------------------------------------------

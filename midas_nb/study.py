@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class Study:
 
     Args:
         profile: ``"smoke" | "quick" | "paper"`` (DESIGN.md §7).
+        progress: tqdm bars for the long stages; off whenever ``TQDM_DISABLE`` is set (as
+            ``midas-nb run`` and the test suite do).
         **overrides: any profile key (``data_root``, ``dataset``, ``backbone``, ``depth``,
             ``budget``, ``seeds``, ``device``, ``conditions``, ...); ``None`` values are
             ignored so notebook parameters can pass through unchanged.
@@ -79,7 +82,8 @@ class Study:
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self.params = config.get_profile(profile, **overrides)
-        self.progress = progress
+        # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
+        self.progress = progress and os.environ.get("TQDM_DISABLE", "") in ("", "0", "false", "False")
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
         if self.params.get("device") == "cuda" and not torch.cuda.is_available():
             self.params["device"] = "cpu"

@@ -1025,7 +1025,9 @@ class ProtocolCellRunner:
     with the notebooks; one Study per process and (dataset, backbone)), then calls
     :func:`midas_nb.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
     ``conditions=[cell.condition]``, ``seeds=[cell.seed]`` and the protocol settings stored in
-    ``cell.params``, so a cell is computed exactly as its key says.
+    ``cell.params``, so a cell is computed exactly as its key says. The first supervised cell
+    at a depth computes the train-split maps of all the profile's ``targets`` in one pass
+    (``prefetch_targets``), so the cells of the other targets find them cached.
 
     Args:
         profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
@@ -1083,7 +1085,7 @@ class ProtocolCellRunner:
             study.train_set, study.test_set, model, depth=cell.depth, budget=cell.budget,
             conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
             backbone_name=cell.backbone, checkpoint_id=ckpt, device=study.device,
-            progress=self.progress, **settings)
+            progress=self.progress, prefetch_targets=list(self.profile.get("targets") or ()), **settings)
 
 
 def scale_readout(

@@ -8,12 +8,12 @@ import pytest
 import timm
 import torch
 
-from midas_nb.data import Sample
 from midas_nb.protocol import evaluation_subset, list_conditions, protocol_params, run_protocol
 from midas_nb.pruning import score_tokens
 from midas_nb.scorers import MLPScorer, ReferenceScorer
 from midas_nb.train import block_cache, load_or_train_scorer, train_scorer
 from midas_nb.vit import disable_fused_attention
+from tiny_data import TinyDataset as _Tiny
 
 
 def tiny_vit(**kw):
@@ -24,26 +24,11 @@ def tiny_vit(**kw):
     return timm.create_model("vit_tiny_patch16_224", **args).eval()
 
 
-class TinyDataset(torch.utils.data.Dataset):
-    """Samples with the fields of ``midas_nb.data.Sample``: 32×32 images, 4×4 patch grid."""
+class TinyDataset(_Tiny):
+    """:class:`tiny_data.TinyDataset` whose image 0 has no visible part."""
 
     def __init__(self, n: int, seed: int, has_parts: bool = True, num_classes: int = 4):
-        g = torch.Generator().manual_seed(seed)
-        self.labels = torch.arange(n) % num_classes
-        self.images = torch.randn(n, 3, 32, 32, generator=g) + self.labels[:, None, None, None] * 0.5
-        self.part_mask = torch.rand(n, 16, generator=g) < 0.3
-        self.part_mask[0] = False                         # one image without a visible part
-        self.box_mask = torch.rand(n, 16, generator=g) < 0.5
-        self.has_parts, self.num_classes = has_parts, num_classes
-        self.classes = [f"c{i}" for i in range(num_classes)]
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return Sample(image=self.images[i], label=int(self.labels[i]), parts=torch.zeros(0, 3),
-                      box=torch.tensor([0.0, 0.0, 32.0, 32.0]), part_mask=self.part_mask[i],
-                      box_mask=self.box_mask[i], image_id=str(i), index=i)
+        super().__init__(n, seed, has_parts=has_parts, num_classes=num_classes, first_without_parts=True)
 
 
 def test_block_cache_matches_the_staged_forward_and_is_reloaded(tmp_path):
@@ -164,6 +149,24 @@ def test_run_protocol_end_to_end(tmp_path, relaxation):
     assert again[again.scorer == "mlp"].from_cache.all()
     pd.testing.assert_series_equal(again.accuracy, df.accuracy)
     pd.testing.assert_series_equal(again.miou, df.miou)
+
+
+def test_prefetched_targets_are_cached_in_the_same_pass_and_change_nothing(tmp_path):
+    from safetensors import safe_open
+    model = tiny_vit()
+    train, test = TinyDataset(12, 8), TinyDataset(6, 9)
+    kw = dict(depth=2, budget=0.25, seeds=[0], dataset_name="tiny", backbone_name="vit", checkpoint_id="ck",
+              epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False,
+              throughput_repeats=1, throughput_batch=2)
+    plain = run_protocol(train, test, model, conditions=["T1"], cache_dir=tmp_path / "a", **kw)
+    fetched = run_protocol(train, test, model, conditions=["T1"], cache_dir=tmp_path / "b",
+                           prefetch_targets=["T5", "T1", "rollout", "not-a-target"], **kw)
+    for col in ("miou", "idauc", "accuracy", "train_loss"):
+        assert plain[col].tolist() == fetched[col].tolist(), col
+    files = list((tmp_path / "b" / "targets").glob("*.safetensors"))
+    assert len(files) == 1
+    with safe_open(str(files[0]), "pt") as f:
+        assert set(f.keys()) == {"T1", "T5", "rollout"}
 
 
 def test_run_protocol_box_coverage_and_bad_condition(tmp_path):

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from midas_nb.data import Sample
 from midas_nb.metrics import patch_score
 from midas_nb.protocol import list_conditions, run_protocol
 from midas_nb.pruning import prune_tokens, pruned_forward, score_tokens
@@ -22,6 +21,7 @@ from midas_nb.related import (CroprScorer, IARedScorer, LaStViT, bernoulli_log_p
 from midas_nb.results import make_table
 from midas_nb.scorers import build_scorer, list_scorer_conditions
 from midas_nb.vit import embed_tokens, run_blocks
+from tiny_data import TinyDataset
 
 
 def tiny_vit(**kw):
@@ -32,27 +32,6 @@ def tiny_vit(**kw):
     return timm.create_model("vit_tiny_patch16_224", **args).eval()
 
 
-class TinyDataset(torch.utils.data.Dataset):
-    """Samples with the fields of ``midas_nb.data.Sample``: 32×32 images, 4×4 patch grid."""
-
-    def __init__(self, n: int, seed: int, num_classes: int = 4, images: torch.Tensor | None = None,
-                 labels: torch.Tensor | None = None):
-        g = torch.Generator().manual_seed(seed)
-        self.labels = torch.arange(n) % num_classes if labels is None else labels
-        self.images = (torch.randn(n, 3, 32, 32, generator=g) + self.labels[:, None, None, None] * 0.5
-                       if images is None else images)
-        self.part_mask = torch.rand(n, 16, generator=g) < 0.3
-        self.box_mask = torch.rand(n, 16, generator=g) < 0.5
-        self.has_parts, self.num_classes = True, num_classes
-        self.classes = [f"c{i}" for i in range(num_classes)]
-
-    def __len__(self):
-        return len(self.labels)
-
-    def __getitem__(self, i):
-        return Sample(image=self.images[i], label=int(self.labels[i]), parts=torch.zeros(0, 3),
-                      box=torch.tensor([0.0, 0.0, 32.0, 32.0]), part_mask=self.part_mask[i],
-                      box_mask=self.box_mask[i], image_id=str(i), index=i)
 
 
 # ------------------------------------------------------------------------------ toy model
