@@ -3,7 +3,9 @@
 - Notebooks validated by nbval run in the smoke profile (``MIDAS_PROFILE=smoke``), set here
   before any kernel starts so the kernels inherit it.
 - Caches (checkpoints, targets, scorers) go to ``<repo>/.cache/midas_nb_test`` unless
-  ``MIDAS_CACHE_DIR`` is set, so tests never read a user's cache.
+  ``MIDAS_CACHE_DIR`` is set, so tests never read a user's cache; result stores and tables to
+  ``<repo>/runs/test`` and figures to ``<repo>/runs/test/figures``, so the tests never touch
+  the results of a user's ``midas-nb run``.
 - ``shared_data`` locates ``../shared/data``; tests that need it skip with a clear reason.
 """
 from __future__ import annotations
@@ -19,6 +21,8 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 os.environ.setdefault("MIDAS_PROFILE", "smoke")
 os.environ.setdefault("MIDAS_CACHE_DIR", str(REPO / ".cache" / "midas_nb_test"))
 os.environ.setdefault("MIDAS_RUNS_DIR", str(REPO / "runs" / "test"))
+# figures of the smoke notebooks must not replace those of a user's analysis run in figures/
+os.environ.setdefault("MIDAS_FIGURES_DIR", str(REPO / "runs" / "test" / "figures"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
 

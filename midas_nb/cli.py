@@ -64,14 +64,25 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
                   progress: bool = True) -> Path:
     """Execute the notebooks in order with papermill; returns the output directory.
 
+    The data settings and the ``extra`` parameter names are checked before any kernel
+    starts. Each notebook executes into ``<output>/.partial/`` and replaces
+    ``<output>/<name>`` only when it succeeds, so an earlier good copy survives a failure.
     Stops at the first failure, naming the notebook and the failing cell; papermill's
-    executed copy (with the error) is kept in the output directory.
+    executed copy (with the error) is kept as ``<output>/failed/<name>``.
 
     Raises:
-        RuntimeError: when a notebook fails (the message names notebook, cell and error).
+        RuntimeError: when a notebook fails (the message names notebook, cell, error and
+            the failed copy).
+        ValueError, FileNotFoundError: bad data settings (unknown dataset, missing data root,
+            a dataset without embedded default and no data root) or a parameter name that
+            none of the selected notebooks accepts.
     """
+    import shutil
+
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
+
+    from .study import check_data
 
     out_dir = Path(output) if output else config.runs_dir() / profile
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +94,12 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     paths = notebook_paths(notebooks)
     if not paths:
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
+    check_data(config.get_profile(profile, **{k: v for k, v in params.items() if k != "profile"}))
+    accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
+    known = set().union(*accepted_by.values())
+    unknown = sorted(set(extra or {}) - known)
+    if unknown:
+        raise ValueError(f"unknown notebook parameter(s) {unknown}; the selected notebooks accept {sorted(known)}")
     env_profile = os.environ.get("MIDAS_PROFILE")
     os.environ["MIDAS_PROFILE"] = profile
     # batch runs have no widget front-end: the explorer draws its static figure
@@ -97,14 +114,20 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
             target = out_dir / nb.name
             print(f"[{i}/{len(paths)}] {nb.name} ...", flush=True)
             t0 = time.time()
-            accepted = set(pm.inspect_notebook(str(nb)))
+            accepted = accepted_by[nb]
+            partial = out_dir / ".partial" / nb.name
+            partial.parent.mkdir(parents=True, exist_ok=True)
             try:
-                pm.execute_notebook(str(nb), str(target), parameters={k: v for k, v in params.items() if k in accepted},
+                pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
                                     cwd=str(nb.parent), progress_bar=progress, kernel_name="python3")
             except PapermillExecutionError as e:
+                failed = out_dir / "failed" / nb.name
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(partial), str(failed))
                 raise RuntimeError(
                     f"notebook {nb.name} failed in cell {e.exec_count} ({e.ename}: {e.evalue}); "
-                    f"the executed copy with the error is {target}") from None
+                    f"the executed copy with the error is {failed}") from None
+            partial.replace(target)
             print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
     finally:
         for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm)):
@@ -140,14 +163,19 @@ def _cmd_params(args: argparse.Namespace) -> int:
         except ValueError as e:
             print(f"midas-nb params: {e}", file=sys.stderr)
             return 1
+    print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default)")
     for name, info in pm.inspect_notebook(str(path)).items():
-        print(f"{name:16s} {info['inferred_type_name']:10s} default={info['default']}  {info['help']}")
+        print(f"  {name:12s} default {info['default']:42s} {info['help']}")
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweeps import sweep_status_report
-    print(sweep_status_report(args.name))
+    try:
+        print(sweep_status_report(args.name))
+    except (FileNotFoundError, ValueError) as e:
+        print(f"midas-nb sweep status: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -189,9 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", help="path or prefix such as 02")
     p.set_defaults(func=_cmd_params)
 
-    s = sub.add_parser("sweep", help="sweep utilities")
-    s.add_argument("action", choices=["status"])
-    s.add_argument("name", nargs="?", default=None, help="sweep name (default: all under runs/sweeps)")
+    s = sub.add_parser("sweep", help="sweep utilities",
+                       description="status: cells done / failed / pending of the result stores under "
+                                   "runs/sweeps (one store per profile), with the failures' errors")
+    s.add_argument("action", choices=["status"], help="what to do (status)")
+    s.add_argument("name", nargs="?", default=None,
+                   help="store name = the profile that wrote it, e.g. quick (default: every store)")
     s.set_defaults(func=_cmd_sweep)
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")

@@ -499,6 +499,15 @@ def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) 
     return f'<nav class="midas-nav {where}">' + "".join(parts) + "</nav>"
 
 
+def _first_error(nb: Any) -> str:
+    """``"<ename>: <evalue>"`` of the first error output of an executed notebook, else ``""``."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if out.get("output_type") == "error":
+                return f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".strip()
+    return ""
+
+
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                 strip_solutions: bool = False) -> Path:
     """Static HTML edition of a run's executed notebooks; returns the contents page.
@@ -508,7 +517,8 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     Markdown images are embedded too), in file-name order, each with "Contents / previous /
     next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
     title (the first Markdown heading). Notebooks with no executed code cell are skipped
-    with a warning.
+    with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
+    on the contents page, with a warning.
 
     Args:
         input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
@@ -525,13 +535,17 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
-    pages: list[tuple[Path, Any, str]] = []
+    pages: list[tuple[Path, Any, str, str]] = []
     for p in paths:
         nb = nbformat.read(str(p), as_version=4)
         if not _is_executed(nb):
             warnings.warn(f"{p.name} has no executed code cell; left out of the HTML edition", stacklevel=2)
             continue
-        pages.append((p, nb, notebook_title(nb, p.stem)))
+        failed = _first_error(nb)
+        if failed:
+            warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
+                          f"in the HTML edition", stacklevel=2)
+        pages.append((p, nb, notebook_title(nb, p.stem), failed))
     if not pages:
         raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
                                 f"run `midas-nb run --output {input_dir}` first")
@@ -540,16 +554,18 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     if strip_solutions:
         exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
                                        enabled=True)
-    links = [(p.stem + ".html", title) for p, _, title in pages]
-    for i, (p, nb, title) in enumerate(pages):
+    links = [(p.stem + ".html", title) for p, _, title, _ in pages]
+    for i, (p, nb, title, _) in enumerate(pages):
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev = links[i - 1] if i > 0 else None
         nxt = links[i + 1] if i + 1 < len(links) else None
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top"), body, count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
         (out / links[i][0]).write_text(body, encoding="utf-8")
-    items = "\n".join(f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small></li>'
-                      for href, title in links)
+    items = "\n".join(
+        f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
+        + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "") + "</li>"
+        for (href, title), (_, _, _, failed) in zip(links, pages))
     index = out / "index.html"
     index.write_text(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

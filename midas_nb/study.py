@@ -27,13 +27,34 @@ import torch
 
 from . import config
 
-__all__ = ["Study", "resolve_data"]
+__all__ = ["Study", "check_data", "resolve_data"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
 
 def _key_hash(key: dict) -> str:
     return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def check_data(params: dict[str, Any]) -> tuple[str, Path | None]:
+    """``(dataset name, data root or None for the embedded default)``, checked, nothing read.
+
+    Raises:
+        ValueError: unknown dataset name; Aircraft or Cars without ``data_root``.
+        FileNotFoundError: ``data_root`` is not a directory.
+    """
+    name = params.get("dataset", "cub")
+    if name not in _DATASET_NAMES:
+        raise ValueError(f"unknown dataset {name!r}; expected one of {_DATASET_NAMES}")
+    root = params.get("data_root")
+    if root is not None and name != "synthetic":
+        root = Path(root).expanduser()
+        if not root.is_dir():
+            raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
+        return name, root
+    if name not in ("cub", "synthetic"):
+        raise ValueError(f"dataset {name!r} needs --data-root (no embedded default for it)")
+    return name, None
 
 
 def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
@@ -48,17 +69,9 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
         ValueError: for an unknown dataset name, or a real dataset other than CUB with no
             ``data_root`` (Aircraft and Cars have no embedded default).
     """
-    name = params.get("dataset", "cub")
-    if name not in _DATASET_NAMES:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {_DATASET_NAMES}")
-    root = params.get("data_root")
-    if root is not None and name != "synthetic":
-        root = Path(root).expanduser()
-        if not root.is_dir():
-            raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
+    name, root = check_data(params)
+    if root is not None:
         return name, root, name
-    if name not in ("cub", "synthetic"):
-        raise ValueError(f"dataset {name!r} needs --data-root (no embedded default for it)")
     from .data import make_synthetic_cub
 
     syn = dict(params.get("synthetic") or {})

@@ -315,6 +315,20 @@ def test_export_can_strip_solutions_and_rejects_empty_dirs(executed_dir, tmp_pat
         export_html(tmp_path / "empty")
 
 
+def test_export_marks_a_notebook_that_stopped_with_an_error(tmp_path):
+    ok = new_code_cell("1", execution_count=1, outputs=[new_output("execute_result", data={"text/plain": "1"},
+                                                                   execution_count=1)])
+    bad = new_code_cell("raise ValueError('no data')", execution_count=1,
+                        outputs=[new_output("error", ename="ValueError", evalue="no data", traceback=[])])
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Fine"), ok]), str(tmp_path / "00_fine.ipynb"))
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Broken"), bad]), str(tmp_path / "01_broken.ipynb"))
+    with pytest.warns(UserWarning, match=r"01_broken.ipynb stopped with an error \(ValueError: no data\)"):
+        index = export_html(tmp_path)
+    items = re.findall(r"<li>(.*?)</li>", index.read_text())
+    assert len(items) == 2 and "failed" not in items[0]
+    assert 'class="midas-failed">failed: ValueError: no data</strong>' in items[1]
+
+
 # ---------------------------------------------------------------------------------- browser
 _PROBE = ("<script>window.addEventListener('load', function () {"
           "var imgs = Array.prototype.slice.call(document.images);"
