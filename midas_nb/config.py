@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["PROFILES", "ProfileName", "get_profile", "profile_from_env", "cache_dir", "runs_dir",
+__all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "profile_from_env", "cache_dir", "runs_dir",
            "figures_dir", "project_root", "default_data_root"]
 
 ProfileName = Literal["smoke", "quick", "paper"]
@@ -49,6 +49,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         patch_size=16,
         # 62.3% test top-1 on the real CUB subset (40 classes), checkpoint 40d2cedf4f5c
         finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1),
+        # the embedded synthetic set has 96 training images: 30 steps of the recipe above leave
+        # the backbone at 39 % (8 classes); 360 smaller steps reach 88.5 % test top-1 in 2 min
+        synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),
         depth=6,
         budget=0.25,
         depths=[3, 6, 9],
@@ -108,6 +111,14 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     prof.update({k: v for k, v in overrides.items() if v is not None})
     prof["profile"] = name
     return prof
+
+
+def finetune_settings(profile: dict[str, Any], dataset_label: str) -> dict[str, Any]:
+    """The fine-tuning recipe a profile uses for a dataset: ``synthetic_finetune`` for the
+    embedded synthetic set when the profile has one, else ``finetune``."""
+    if dataset_label == "synthetic" and profile.get("synthetic_finetune"):
+        return dict(profile["synthetic_finetune"])
+    return dict(profile.get("finetune") or {})
 
 
 def profile_from_env(default: str = "quick") -> str:

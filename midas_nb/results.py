@@ -57,6 +57,7 @@ from . import config
 from .metrics import COVERAGE_KINDS, InsDel, PartIoU, bootstrap_ci, decoupling_D
 
 __all__ = [
+    "side_by_side",
     "Column",
     "SCHEMA",
     "SCHEMA_COLUMNS",
@@ -314,6 +315,25 @@ def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
             raise ValueError(f"results row {i} is missing required column(s) {missing}; "
                              f"required: {list(REQUIRED_COLUMNS)}")
     return validate_table(pd.DataFrame(dicts))
+
+
+def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    """Mean of ``columns`` over each named set of result rows, one output row per name.
+
+    For comparisons across tables (e.g. the ``random`` rows against the ``unsupervised`` rows
+    of an ``st`` and a ``soft`` table). Means are unweighted over the rows given (seeds).
+
+    Raises:
+        ValueError: a set of rows is empty or lacks one of ``columns``.
+    """
+    out = {}
+    for name, df in rows.items():
+        missing = [c for c in columns if c not in df.columns]
+        if len(df) == 0 or missing:
+            raise ValueError(f"side_by_side: rows {name!r} are empty or lack columns {missing}; "
+                             f"expected at least one row with {list(columns)}")
+        out[name] = df[list(columns)].astype(float).mean()
+    return pd.DataFrame(out).T
 
 
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,

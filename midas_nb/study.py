@@ -133,7 +133,7 @@ class Study:
     @cached_property
     def _backbone(self):
         from .backbones import load_or_finetune
-        ft = dict(self.params["finetune"])
+        ft = config.finetune_settings(self.params, self.dataset_name)
         return load_or_finetune(self.params["backbone"], self.train_set, self.test_set, seed=0,
                                 device=self.device, progress=self.progress, **ft)
 

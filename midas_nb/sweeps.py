@@ -56,7 +56,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .config import get_profile, runs_dir
+from .config import finetune_settings, get_profile, runs_dir
 
 __all__ = [
     "GridKind",
@@ -191,7 +191,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
         data_root=_data_root_for(profile, dataset),
         image_size=profile.get("image_size"),
         patch_size=profile.get("patch_size"),
-        finetune=profile.get("finetune"),
+        finetune=finetune_settings(dict(profile), label),
         synthetic=profile.get("synthetic") if label == "synthetic" else None,
     )
     return "spec-" + _short_hash(spec, 12)
@@ -207,11 +207,11 @@ def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[
     from .backbones import checkpoint_key
 
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    ft = dict(prof.get("finetune") or {})
     out = {}
     for ds in datasets:
         for bb in backbones:
             study = _study(prof, ds, bb)
+            ft = finetune_settings(prof, study.dataset_name)
             out[(ds, bb)], _ = checkpoint_key(bb, study.train_set, study.test_set, seed=0, **ft)
     return out
 

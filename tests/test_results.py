@@ -151,3 +151,18 @@ def test_recommend_deployment_tie_break_and_fallback():
     a = advice.set_index("goal")
     assert a.loc["coverage-first", "condition"] == "T1" and a.loc["coverage-first", "fallback"]
     assert "FALLBACK" in text
+
+
+def test_side_by_side_means_each_named_set_of_rows():
+    import pandas as pd
+    from midas_nb.results import side_by_side
+    a = pd.DataFrame({"accuracy": [0.5, 0.7], "agreement": [0.6, 0.8], "seed": [0, 1]})
+    b = pd.DataFrame({"accuracy": [0.25], "agreement": [1.0]})
+    out = side_by_side({"a": a, "b": b}, ["accuracy", "agreement"])
+    assert list(out.index) == ["a", "b"] and list(out.columns) == ["accuracy", "agreement"]
+    assert out.loc["a", "accuracy"] == pytest.approx(0.6) and out.loc["a", "agreement"] == pytest.approx(0.7)
+    assert out.loc["b"].tolist() == [0.25, 1.0]
+    with pytest.raises(ValueError, match="'c' are empty"):
+        side_by_side({"c": a.iloc[:0]}, ["accuracy"])
+    with pytest.raises(ValueError, match=r"lack columns \['idauc'\]"):
+        side_by_side({"a": a}, ["idauc"])

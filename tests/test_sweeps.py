@@ -462,3 +462,18 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))
     assert clone._local_study is None and clone.profile == runner.profile
+
+
+def test_synthetic_recipe_is_used_only_for_the_embedded_set():
+    from midas_nb.config import finetune_settings
+    from midas_nb.sweeps import checkpoint_spec_id
+    prof = get_profile("quick")
+    real = get_profile("quick", data_root="/data/cub")
+    assert finetune_settings(prof, "synthetic") == prof["synthetic_finetune"]
+    assert finetune_settings(real, "cub") == real["finetune"]
+    assert finetune_settings(get_profile("smoke"), "synthetic") == get_profile("smoke")["finetune"]  # no override
+    # the synthetic recipe enters the spec id of synthetic cells only
+    other = dict(prof, synthetic_finetune=dict(prof["synthetic_finetune"], epochs=1))
+    assert checkpoint_spec_id(other, "cub", "hybrid_lite0_vit") != checkpoint_spec_id(prof, "cub", "hybrid_lite0_vit")
+    real_other = dict(real, synthetic_finetune=dict(epochs=1))
+    assert checkpoint_spec_id(real_other, "cub", "hybrid_lite0_vit") == checkpoint_spec_id(real, "cub", "hybrid_lite0_vit")
