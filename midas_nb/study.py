@@ -239,7 +239,8 @@ class Study:
         ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
         ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
         :func:`midas_nb.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
-        The table is also written to ``runs/tables/protocol_<hash>.csv``.
+        The table is also written to ``runs/tables/protocol_<hash>.csv`` (and ``.parquet`` when
+        pyarrow is installed; :func:`midas_nb.results.save_table`).
 
         Raises:
             RuntimeError: a cell failed (its error is in the message; the store keeps it).
@@ -261,11 +262,8 @@ class Study:
         table.attrs.clear()
         key = dict(dataset=self.dataset_name, root=str(self.data_root), depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
-        path = config.runs_dir() / "tables" / f"protocol_{_key_hash(key)}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        table.to_csv(tmp, index=False)
-        tmp.replace(path)
+        from .results import save_table
+        save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
         return table
 
     # --------------------------------------------------------------------------- sweeps
