@@ -408,9 +408,7 @@ def _ex_pib_t0(pib) -> float:
            "band (reference included, D = 0), the one with the largest D. (`str`)",
            "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `in_band`.", ["table"], _choice)
 def _ex_cov_first(table) -> set[str]:
-    from .results import recommend_deployment
-    adv = recommend_deployment(table)[0].set_index("goal")
-    return {str(adv.loc["coverage-first", "condition"])}
+    return _advised(table, "coverage-first")
 
 
 @_register("07.faithfulness_first",
@@ -418,9 +416,14 @@ def _ex_cov_first(table) -> set[str]:
            "(within 0.001 of the best: the higher mIoU wins). (`str`)",
            "`table.groupby('condition')[['idauc', 'miou']].mean()`.", ["table"], _choice)
 def _ex_faith_first(table) -> set[str]:
+    return _advised(table, "faithfulness-first")
+
+
+def _advised(table, goal: str) -> set[str]:
+    """The condition :func:`midas_nb.results.recommend_deployment` advises for ``goal``."""
     from .results import recommend_deployment
     adv = recommend_deployment(table)[0].set_index("goal")
-    return {str(adv.loc["faithfulness-first", "condition"])}
+    return {str(adv.loc[goal, "condition"])}
 
 
 # ----------------------------------------------------------------------------- stripping

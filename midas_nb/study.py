@@ -245,6 +245,7 @@ class Study:
         Raises:
             RuntimeError: a cell failed (its error is in the message; the store keeps it).
         """
+        from .results import save_table
         from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
         p = self.params
         depth = int(depth or p["depth"])
@@ -262,7 +263,6 @@ class Study:
         table.attrs.clear()
         key = dict(dataset=self.dataset_name, root=str(self.data_root), depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
-        from .results import save_table
         save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
         return table
 
