@@ -29,7 +29,10 @@ https://arxiv.org/abs/1711.05101), linear warm-up then cosine decay per step, la
 (Szegedy et al., 2016, https://arxiv.org/abs/1512.00567), random horizontal flips, seeded,
 mixed precision (CUDA: autocast; CPU: bfloat16 autocast where the CPU has native bfloat16).
 Checkpoints are cached with JSON metadata and loaded instead of retrained when the metadata
-key matches. For the hybrid backbone the frozen stem's features are computed once per
+key matches (:func:`checkpoint_key`: data content, recipe, numerics) and the weights file's
+SHA-256 equals the one recorded when it was written (otherwise reported and retrained). The
+same seed on the same machine (precision, thread count) gives bit-identical weights; every
+checkpoint's metadata records their digest (``weights_digest``). For the hybrid backbone the frozen stem's features are computed once per
 (dataset, split, image size, flip) and cached on disk, so training touches only the
 transformer; flip augmentation then picks the flipped copy of an image's features.
 
@@ -49,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
@@ -83,6 +85,11 @@ __all__ = [
     "finetune",
     "load_or_finetune",
     "checkpoint_key",
+    "weights_for",
+    "expected_weight_files",
+    "hub_problem",
+    "num_blocks",
+    "check_backbone",
 ]
 
 PAPER_BACKBONES: tuple[str, ...] = (
@@ -101,6 +108,12 @@ _LOCAL_ARCHS: dict[str, dict[str, Any]] = {
     "vit_smoke": dict(lite0_stem=True, img_size=64, patch_size=8, embed_dim=48, depth=4, num_heads=3, mlp_ratio=4.0),
     "vit_smoke_wide": dict(lite0_stem=True, img_size=64, patch_size=8, embed_dim=96, depth=4, num_heads=4,
                            mlp_ratio=4.0),
+    # DeiT-style students of the ImageNet Lite0 (timm VisionTransformerDistilled: CLS + distillation
+    # token), trained by midas_nb.distill.finetune_distilled
+    "hybrid_lite0_deit": dict(lite0_stem=True, distilled=True, img_size=224, patch_size=16, embed_dim=192, depth=12,
+                              num_heads=3, mlp_ratio=4.0),
+    "vit_smoke_deit": dict(lite0_stem=True, distilled=True, img_size=64, patch_size=8, embed_dim=48, depth=4,
+                           num_heads=3, mlp_ratio=4.0),
 }
 _HALF = (0.5, 0.5, 0.5)
 # EfficientNet-Lite0 (TF port) expects inputs scaled to [-1, 1]: mean = std = 0.5.
@@ -193,7 +206,10 @@ def _lite0_timm_state_dict() -> dict[str, Tensor]:
 
     path = _efficientnet_lite0_file()
     src = torch.load(path, map_location="cpu", weights_only=True)
-    ref = timm.create_model("tf_efficientnet_lite0", pretrained=False).state_dict()
+    # a throw-away model for the key names: its random init must not consume the caller's
+    # global RNG (this runs once per process, so it would shift every later seeded init)
+    with torch.random.fork_rng(devices=[]):
+        ref = timm.create_model("tf_efficientnet_lite0", pretrained=False).state_dict()
     if len(src) != len(ref):
         raise BackboneError(f"{path}: {len(src)} tensors, timm tf_efficientnet_lite0 has {len(ref)}")
     out = {}
@@ -210,7 +226,10 @@ def lite0_classifier() -> nn.Module:
     package's weights. Inputs ``[B,3,H,W]`` normalised with mean = std = 0.5; returns ``[B,1000]``."""
     import timm
 
-    model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
+    # the random init is overwritten by the weights below; it must not consume the global RNG,
+    # or a seeded ViT built around this stem would depend on what the process built before
+    with torch.random.fork_rng(devices=[]):
+        model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
     model.load_state_dict(_lite0_timm_state_dict())
     return model.eval()
 
@@ -320,6 +339,152 @@ class FrozenStemEmbed(nn.Module):
 # ----------------------------------------------------------------------------- factory
 
 
+# ----------------------------------------------------------------------------- weights: where from
+
+
+def weights_for(profile: dict[str, Any], name: str) -> str | None:
+    """The ``weights`` argument of :func:`create_backbone` a profile implies for ``name``.
+
+    The file ``profile["weights"][name]`` when given (``--weights NAME=PATH``); else, for a
+    timm backbone, the profile's ``pretrained`` (``"hub"``: timm's pretrained weights, which
+    the paper starts from; ``None``: random init); ``None`` for the local hybrid and smoke
+    architectures (trained here, no hub weights).
+    """
+    w = (profile.get("weights") or {}).get(name)
+    if w:
+        return str(Path(w).expanduser())
+    if name in _LOCAL_ARCHS:
+        return None
+    return profile.get("pretrained", "hub")
+
+
+def expected_weight_files(name: str) -> list[str]:
+    """File names a user can pass as ``--weights NAME=PATH`` for a timm backbone: the timm hub's
+    ``model.safetensors`` (from ``huggingface.co/<hf_hub_id>``) and the original release file
+    (DeiT ``.pth`` ``{"model": state_dict}``, AugReg big_vision ``.npz``) named by timm's
+    pretrained config. Empty for local architectures.
+
+    Raises:
+        BackboneError: unknown name.
+    """
+    if name in _LOCAL_ARCHS:
+        return []
+    cfg = _timm_pretrained_cfg(name)
+    out = []
+    if cfg.get("hf_hub_id"):
+        out.append(f"{cfg.get('hf_hub_filename') or 'model.safetensors'} (from huggingface.co/{cfg['hf_hub_id']})")
+    if cfg.get("url"):
+        out.append(f"{cfg['url'].rsplit('/', 1)[-1]} (the original release, {cfg['url']})")
+    return out
+
+
+_HUB_PROBE_SECONDS = 5.0
+
+
+def _hub_cached(cfg: dict[str, Any]) -> bool:
+    repo = cfg.get("hf_hub_id")
+    if not repo:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - a timm dependency
+        return False
+    names = [cfg.get("hf_hub_filename")] if cfg.get("hf_hub_filename") else ["model.safetensors", "pytorch_model.bin"]
+    return any(isinstance(try_to_load_from_cache(repo, n), str) for n in names)
+
+
+def _probe(url: str, timeout: float) -> str | None:
+    """``None`` when a ``HEAD`` request for ``url`` (the weights file on the hub) succeeds (2xx,
+    redirects followed) within ``timeout`` s, else why not. It runs in a worker thread with an
+    overall deadline, so neither a hanging name resolver nor a server that accepts the
+    connection and never answers can stall the caller."""
+    import concurrent.futures
+    import urllib.request
+
+    def head() -> None:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            pass  # HTTP errors (404, 5xx, ...) raise HTTPError: the file cannot be downloaded
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(head).result(timeout=timeout + 0.5)
+    except concurrent.futures.TimeoutError:
+        return f"no answer from {url} within {timeout:g} s"
+    except Exception as e:  # noqa: BLE001 - URLError, HTTPError, socket timeout, refused, bad URL
+        reason = getattr(e, "reason", None) or e
+        return f"{url}: {type(e).__name__}: {reason}"
+    finally:
+        pool.shutdown(wait=False)
+    return None
+
+
+def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
+    """``None`` when timm can get ``name``'s pretrained weights (in the local Hugging Face cache,
+    or the hub answers within ``timeout`` seconds), else one line saying why not and which local
+    file to pass instead (``--weights NAME=/path/to/<file>``, :func:`expected_weight_files`).
+
+    Honours ``HF_HUB_OFFLINE`` (then only the cache counts) and ``HF_ENDPOINT``. Never
+    downloads; takes at most about ``timeout`` seconds.
+    """
+    cfg = _timm_pretrained_cfg(name)
+    if _hub_cached(cfg):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if offline:
+        why = "HF_HUB_OFFLINE is set and they are not in the local hub cache"
+    elif cfg.get("hf_hub_id"):
+        fname = cfg.get("hf_hub_filename") or "model.safetensors"
+        why = _probe(f"{endpoint}/{cfg['hf_hub_id']}/resolve/main/{fname}", timeout)
+    else:
+        why = _probe(str(cfg.get("url")), timeout)
+    if why is None:
+        return None
+    files = expected_weight_files(name)
+    first = files[0].split(" ")[0] if files else "weights.pth"
+    return (f"weights of {name}: the Hugging Face hub ({endpoint}) cannot be reached ({why}); "
+            f"pass a local file: --weights {name}=/path/to/{first}"
+            + (f" (expected: {' or '.join(files)})" if files else ""))
+
+
+def num_blocks(name: str, **kwargs: Any) -> int:
+    """Transformer blocks of backbone ``name`` built with ``kwargs`` (built on the meta device:
+    no memory, no weights, no download).
+
+    Raises:
+        BackboneError: unknown name or arguments timm rejects.
+    """
+    if name in _LOCAL_ARCHS:
+        return int(dict(_LOCAL_ARCHS[name], **kwargs)["depth"])
+    import timm
+
+    _timm_pretrained_cfg(name)
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **kwargs)
+    except Exception as e:  # noqa: BLE001 - bad kwargs: one line naming them
+        raise BackboneError(f"timm cannot build {name!r} with {kwargs}: {type(e).__name__}: {e}") from e
+    return len(model.blocks)
+
+
+def check_backbone(name: str, kwargs: dict[str, Any] | None = None, depths: Sequence[int] = ()) -> list[str]:
+    """Problems (one line each) of using backbone ``name`` with ``kwargs`` at scorer depths
+    ``depths``: an unknown name, arguments timm rejects, or a depth outside ``1..blocks-1``
+    (the scorer reads block ``L``; blocks ``L+1..`` must exist to see the kept tokens)."""
+    try:
+        blocks = num_blocks(name, **dict(kwargs or {}))
+    except BackboneError as e:
+        return [f"backbone: {e}"]
+    bad = sorted({int(L) for L in depths if not 1 <= int(L) <= blocks - 1})
+    if bad:
+        return [f"depth: L = {', '.join(map(str, bad))} is outside 1..{blocks - 1} for {name} "
+                f"({blocks} blocks; the scorer reads block L and blocks L+1..{blocks} see the kept tokens)"]
+    return []
+
+
+# ----------------------------------------------------------------------------- weights: files
+
+
 def _load_file_state_dict(path: Path) -> dict[str, Tensor]:
     suffix = path.suffix.lower()
     try:
@@ -354,11 +519,80 @@ def _fmt_keys(keys: Sequence[str], limit: int = 8) -> str:
     return ", ".join(keys[:limit]) + more
 
 
+def _npz_layout(model: nn.Module) -> dict[str, tuple[int | None, ...]]:
+    """Keys and shapes (``None``: any size) of an original ViT/AugReg ``.npz`` checkpoint for
+    ``model`` — the layout timm's ``_load_weights`` reads (Steiner et al. 2022, the
+    ``vision_transformer`` release: ``Transformer/encoderblock_<i>/...``). The patch kernel may
+    have another patch size and the position table another grid: timm resamples both."""
+    D = int(model.embed_dim)
+    out: dict[str, tuple[int | None, ...]] = {
+        "embedding/kernel": (None, None, int(model.patch_embed.proj.weight.shape[1]), D),
+        "embedding/bias": (D,), "cls": (1, 1, D),
+        "Transformer/posembed_input/pos_embedding": (1, None, D),
+        "Transformer/encoder_norm/scale": (D,), "Transformer/encoder_norm/bias": (D,),
+        "head/kernel": (D, None), "head/bias": (None,),
+    }
+    for i, blk in enumerate(model.blocks):
+        b = f"Transformer/encoderblock_{i}/"
+        H = int(blk.attn.num_heads)
+        hd = D // H
+        hidden = int(blk.mlp.fc1.out_features)
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            out[f"{b}{ln}/scale"] = (D,)
+            out[f"{b}{ln}/bias"] = (D,)
+        for n in ("query", "key", "value"):
+            out[f"{b}MultiHeadDotProductAttention_1/{n}/kernel"] = (D, H, hd)
+            out[f"{b}MultiHeadDotProductAttention_1/{n}/bias"] = (H, hd)
+        out[f"{b}MultiHeadDotProductAttention_1/out/kernel"] = (H, hd, D)
+        out[f"{b}MultiHeadDotProductAttention_1/out/bias"] = (D,)
+        out[f"{b}MlpBlock_3/Dense_0/kernel"] = (D, hidden)
+        out[f"{b}MlpBlock_3/Dense_0/bias"] = (hidden,)
+        out[f"{b}MlpBlock_3/Dense_1/kernel"] = (hidden, D)
+        out[f"{b}MlpBlock_3/Dense_1/bias"] = (D,)
+    return out
+
+
+def _check_npz(model: nn.Module, path: Path) -> None:
+    """Name the missing, unexpected and wrong-shape arrays of an original-layout ``.npz`` before
+    timm copies them (its reader stops at the first one with a bare size error). big_vision
+    layouts (``params/...``, stacked ``encoderblock``) are left to timm's reader."""
+    import numpy as np
+
+    try:
+        with np.load(path) as npz:
+            shapes = {k: tuple(npz[k].shape) for k in npz.files}
+    except Exception as e:  # noqa: BLE001 - not a readable .npz
+        raise BackboneError(f"could not read weights from {path}: {type(e).__name__}: {e}") from e
+    if any(k.startswith("params/") for k in shapes) or "Transformer/encoderblock/LayerNorm_0/scale" in shapes:
+        return
+    layout = _npz_layout(model)
+    missing = sorted(set(layout) - set(shapes))
+    # pre_logits: the representation layer of old in21k files, which timm deliberately ignores
+    unexpected = sorted(k for k in set(shapes) - set(layout) if not k.startswith("pre_logits/"))
+    wrong = sorted(k for k in set(layout) & set(shapes)
+                   if len(layout[k]) != len(shapes[k])
+                   or any(e is not None and e != g for e, g in zip(layout[k], shapes[k])))
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing arrays: {_fmt_keys(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected arrays: {_fmt_keys(unexpected)}")
+        if wrong:
+            parts.append(f"{len(wrong)} shape mismatches: " + _fmt_keys(
+                [f"{k} file {shapes[k]} vs model {tuple('*' if e is None else e for e in layout[k])}"
+                 for k in wrong]))
+        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
+                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
+                            + "; ".join(parts))
+
+
 def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool) -> None:
     """Strictly load ``path`` into ``model`` (classifier handled per ``head``)."""
     if path.suffix.lower() == ".npz":
         if not hasattr(model, "load_pretrained"):
             raise BackboneError(f"{path}: .npz (JAX) weights need a timm VisionTransformer")
+        _check_npz(model, path)
         head_before = {n: getattr(model, n).state_dict() for n in _classifier_names(model)
                        if isinstance(getattr(model, n, None), nn.Module)}
         if head == "keep":
@@ -418,12 +652,15 @@ def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: boo
 def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Module:
     from timm.models.vision_transformer import VisionTransformer
 
+    from timm.models.deit import VisionTransformerDistilled
+
     args = dict(_LOCAL_ARCHS[name], **kwargs)
     hybrid = args.pop("lite0_stem", False)
+    distilled = args.pop("distilled", False)
     if hybrid:
         args.setdefault("patch_size", LITE0_STRIDE)
         args["embed_layer"] = FrozenStemEmbed
-    model = VisionTransformer(num_classes=num_classes, **args)
+    model = (VisionTransformerDistilled if distilled else VisionTransformer)(num_classes=num_classes, **args)
     if hybrid:
         # the ViT initialiser must not have touched the stem: reload its ImageNet weights
         stem = model.patch_embed.backbone
@@ -498,6 +735,10 @@ def create_backbone(
         model = _build_local(name, num_classes, kwargs)
     else:
         _timm_pretrained_cfg(name)  # raises BackboneError for unknown names
+        if hub:  # fail in seconds, naming the local-file alternative, instead of hanging offline
+            why = hub_problem(name)
+            if why:
+                raise BackboneError(why)
         try:
             model = timm.create_model(name, pretrained=hub, num_classes=num_classes, **kwargs)
         except Exception as e:  # noqa: BLE001 - offline hub, bad kwargs: re-raised with the name
@@ -562,28 +803,21 @@ def _dataset_labels(dataset) -> list[int]:
 
 
 def dataset_fingerprint(dataset) -> str:
-    """Short hash identifying a dataset *as transformed*, independent of where it lives on disk:
-    type, split, size, labels, class names, image ids (where the dataset lists them) and the
-    bytes of three transformed images (first, middle, last), so a change of image size, crop or
-    normalisation changes it. 16 hex characters.
+    """Content identity of a dataset split, independent of where it lives on disk (16 hex digits).
+
+    :attr:`midas_nb.identity.DatasetIdentity.full` of :func:`midas_nb.identity.dataset_identity`:
+    image ids and the bytes of every image file, dataset kind, split, class names and labels,
+    part keypoints and boxes of the split's images, and the transform (image size, crop,
+    normalisation). Moving the directory keeps it; changing one annotation line or one image
+    changes it. Checkpoints key on the narrower ``model_inputs`` component (no keypoints, see
+    :func:`checkpoint_key`).
 
     Raises:
         ValueError: for an empty dataset.
     """
-    n = len(dataset)
-    if n == 0:
-        raise ValueError("dataset is empty")
-    h = hashlib.sha1()
-    head = dict(type=type(dataset).__name__, split=str(getattr(dataset, "split", "")), n=n,
-                classes=[str(c) for c in (getattr(dataset, "classes", None) or [])],
-                image_ids=[str(i) for i in (getattr(dataset, "image_ids", None) or [])])
-    h.update(json.dumps(head, sort_keys=True).encode())
-    h.update(json.dumps(_dataset_labels(dataset)).encode())
-    for i in sorted({0, n // 2, n - 1}):
-        s = dataset[i]
-        h.update(str(getattr(s, "image_id", i)).encode())
-        h.update(s.image.detach().cpu().contiguous().float().numpy().tobytes())
-    return h.hexdigest()[:16]
+    from .identity import dataset_identity
+
+    return dataset_identity(dataset).full
 
 
 def _dataset_info(dataset) -> dict[str, Any]:
@@ -627,8 +861,11 @@ def stem_features(
 ) -> Tensor:
     """Frozen-stem features of every image of ``dataset``, cached on disk (float16).
 
-    Computed once per (dataset fingerprint, image size, flip) with the dataset's own
-    (eval) transform; ``flip=True`` adds the features of the horizontally flipped image.
+    Computed once per (dataset content: images, labels, transform — see
+    :func:`midas_nb.identity.dataset_identity`; stem weights; image size; flip) with the
+    dataset's own (eval) transform and stored as a verified cache file
+    (:func:`midas_nb.identity.load_or_build`: a truncated file is reported and recomputed);
+    ``flip=True`` adds the features of the horizontally flipped image.
 
     Args:
         model: a hybrid backbone (its ``patch_embed`` is a :class:`FrozenStemEmbed`).
@@ -646,32 +883,33 @@ def stem_features(
     """
     if not is_hybrid(model):
         raise ValueError("stem_features needs the hybrid backbone (patch_embed is a FrozenStemEmbed)")
+    from .identity import dataset_identity, file_digest, hash_json, load_or_build
+
     embed: FrozenStemEmbed = model.patch_embed
-    key = f"{dataset_fingerprint(dataset)}_{embed.img_size[0]}x{embed.img_size[1]}_{'flip' if flip else 'noflip'}"
-    path = _feature_cache_dir(cache_dir) / f"lite0s16_{key}.pt"
-    if path.is_file():
-        try:
-            feats = torch.load(path, map_location="cpu", weights_only=True)
-            if feats.shape[0] == len(dataset):
-                return feats
-        except Exception:  # noqa: BLE001 - a truncated file is recomputed
-            pass
-    stem = embed.backbone
-    was_device = next(stem.parameters()).device
-    stem.to(device)
-    out = []
-    loader = _loader(dataset, batch_size, num_workers)
-    for images, _ in _progress(loader, len(loader), f"stem features ({'+flip' if flip else 'eval'})", progress):
-        images = images.to(device)
-        f = embed.stem(images).float()
-        if flip:
-            f = torch.stack([f, embed.stem(images.flip(-1)).float()], dim=1)
-        out.append(f.half().cpu())
-    stem.to(was_device)
-    feats = torch.cat(out).contiguous()
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(feats, tmp)
-    tmp.replace(path)
+    key = dict(kind="lite0_stem_features", data=dataset_identity(dataset).model_inputs,
+               stem_sha256=file_digest(_efficientnet_lite0_file()), stride=list(embed.patch_size),
+               channels=embed.feature_dim, img_size=list(embed.img_size), flip=bool(flip), dtype="float16")
+    path = _feature_cache_dir(cache_dir) / f"lite0_{hash_json(key)}.pt"
+
+    def build() -> Tensor:
+        stem = embed.backbone
+        was_device = next(stem.parameters()).device
+        stem.to(device)
+        out = []
+        loader = _loader(dataset, batch_size, num_workers)
+        for images, _ in _progress(loader, len(loader), f"stem features ({'+flip' if flip else 'eval'})", progress):
+            images = images.to(device)
+            f = embed.stem(images).float()
+            if flip:
+                f = torch.stack([f, embed.stem(images.flip(-1)).float()], dim=1)
+            out.append(f.half().cpu())
+        stem.to(was_device)
+        return torch.cat(out).contiguous()
+
+    feats, _ = load_or_build(
+        path, build, key=key, what="stem-feature cache",
+        validate=lambda t: None if isinstance(t, Tensor) and t.shape[0] == len(dataset)
+        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")
     return feats
 
 
@@ -818,12 +1056,23 @@ def finetune(
 
     Returns:
         ``(model, meta)``: the model in eval mode and a JSON-serialisable dict (backbone
-        config, datasets, classes, recipe, accuracies in ``[0,1]``, timings in s, versions).
+        config, datasets, classes, recipe, accuracies in ``[0,1]``, timings in s, versions,
+        ``num_threads``, ``weights_digest`` — :func:`midas_nb.identity.state_dict_digest`).
 
     Raises:
         ValueError: empty datasets, ``epochs < 1``, labels outside ``[0, num_classes)``.
         BackboneError: see :func:`create_backbone`.
     """
+    from .distill import finetune_distilled, is_distilled_name
+
+    if is_distilled_name(model_name):  # DeiT-style students: teacher, distillation token, dense hints
+        return finetune_distilled(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
+                                  warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
+                                  label_smoothing=label_smoothing, weight_decay=weight_decay,
+                                  num_workers=num_workers, progress=progress, weights=weights,
+                                  backbone_kwargs=backbone_kwargs, amp=amp)
+    from .identity import state_dict_digest
+
     if epochs < 1 or batch_size < 1 or lr <= 0:
         raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
     if len(train_set) == 0 or len(test_set) == 0:
@@ -922,7 +1171,7 @@ def finetune(
     recipe = _Recipe(epochs, batch_size, float(lr), float(warmup_epochs), int(seed),
                      float(label_smoothing), float(weight_decay))
     ckpt_id, key = checkpoint_key(model_name, train_set, test_set, weights=weights, backbone_kwargs=backbone_kwargs,
-                                  **recipe.__dict__)
+                                  device=device, amp=amp, **recipe.__dict__)
     meta = dict(
         checkpoint_id=ckpt_id,
         key=key,
@@ -945,9 +1194,21 @@ def finetune(
         timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
         versions=_versions(),
+        num_threads=int(torch.get_num_threads()),
+        weights_digest=state_dict_digest(model),
         loaded_from_cache=False,
     )
     return model, meta
+
+
+def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str, Any]:
+    """What makes two trainings with the same seed give different bits: the precision (autocast
+    dtype or float32) and, on CPU, the number of intra-op threads (reductions are split by
+    thread, so 1 and 2 threads give different float sums; measured on the smoke backbone)."""
+    device = torch.device(device)
+    precision = _autocast(device, amp)[1]
+    return dict(device_type=device.type, precision=precision,
+                num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 
 
 def checkpoint_key(
@@ -964,19 +1225,41 @@ def checkpoint_key(
     weight_decay: float = 0.05,
     weights: str | os.PathLike | None = None,
     backbone_kwargs: dict[str, Any] | None = None,
+    device: torch.device | str = "cpu",
+    amp: bool | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """``(checkpoint_id, key)``: the metadata that identifies a fine-tuned checkpoint and its
-    12-hex-digit SHA-1. Device, precision and package versions are recorded but not part of it."""
+    """``(checkpoint_id, key)``: what a fine-tuned checkpoint depends on, and its 12-hex-digit
+    SHA-256 (:func:`midas_nb.identity.hash_json`).
+
+    The key holds the model name, initial weights (a file by the SHA-256 of its bytes, not its
+    path), backbone kwargs, the ``model_inputs`` identity of both splits (image bytes, labels,
+    split, transform — not the part keypoints, which training never reads;
+    :func:`midas_nb.identity.dataset_identity`), the recipe and its version, and the training
+    numerics (precision; CPU thread count), so that one id means bit-identical weights on one
+    machine. Package versions, timings and accuracies are recorded in the metadata only.
+    """
+    from .identity import dataset_identity, file_digest, hash_json
+
+    if weights is None or str(weights) == "hub":
+        w = None if weights is None else "hub"
+    elif Path(weights).is_file():
+        w = dict(file_sha256=file_digest(weights), suffix=Path(weights).suffix.lower())
+    else:
+        w = str(weights)     # create_backbone reports the missing file
     key = dict(
-        model_name=model_name, weights=None if weights is None else str(weights),
+        model_name=model_name, weights=w,
         backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
-        train=dataset_fingerprint(train_set), test=dataset_fingerprint(test_set),
+        train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
         epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), warmup_epochs=float(warmup_epochs),
         seed=int(seed), label_smoothing=float(label_smoothing), weight_decay=float(weight_decay),
-        recipe_version=_RECIPE_VERSION,
+        recipe_version=_RECIPE_VERSION, numerics=_training_numerics(device, amp),
     )
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return digest, key
+    from .distill import distill_recipe, is_distilled_name
+
+    if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.distill)
+        key["distill"] = distill_recipe(model_name).key()
+    key = json.loads(json.dumps(key, default=str))
+    return hash_json(key, 12), key
 
 
 def _checkpoint_dir(cache_dir: str | os.PathLike | None) -> Path:
@@ -1016,26 +1299,41 @@ def load_or_finetune(
     """
     ckpt_id, key = checkpoint_key(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
                                   warmup_epochs=warmup_epochs, seed=seed, label_smoothing=label_smoothing,
-                                  weight_decay=weight_decay, weights=weights, backbone_kwargs=backbone_kwargs)
+                                  weight_decay=weight_decay, weights=weights, backbone_kwargs=backbone_kwargs,
+                                  device=device, amp=amp)
     folder = _checkpoint_dir(cache_dir)
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
     pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
-    if pt.is_file() and js.is_file():
-        meta = json.loads(js.read_text())
-        if meta.get("key") == json.loads(json.dumps(key, default=str)):
+    from .identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
+
+    if pt.is_file() or js.is_file():
+        problem = None
+        try:
+            meta = json.loads(js.read_text())
+            if meta.get("key") != key:
+                problem = "its metadata holds another key"
+            elif meta.get("weights_sha256") != file_digest(pt):
+                problem = "the weights file's SHA-256 differs from the one recorded when it was written"
+        except (OSError, ValueError, AttributeError) as e:
+            problem = f"unreadable checkpoint or metadata ({type(e).__name__}: {e})"
+        if problem is None:
             model = create_backbone(model_name, int(meta["num_classes"]), weights=pt, device=device,
                                     head="keep", **(backbone_kwargs or {}))
             meta["loaded_from_cache"] = True
             meta["checkpoint_path"] = str(pt)
+            meta["weights_digest"] = state_dict_digest(model)
             return model, meta
+        report_corrupt(pt, problem, "checkpoint")
     model, meta = finetune(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
                            warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
                            label_smoothing=label_smoothing, weight_decay=weight_decay, num_workers=num_workers,
                            progress=progress, weights=weights, backbone_kwargs=backbone_kwargs, amp=amp)
     assert meta["checkpoint_id"] == ckpt_id, "checkpoint key changed during training"
     meta = dict(meta, checkpoint_path=str(pt))
-    tmp = pt.with_suffix(f".tmp{os.getpid()}")
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    tmp.replace(pt)
-    js.write_text(json.dumps(dict(meta, loaded_from_cache=False), indent=1, default=str))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    atomic_write(pt, lambda f: torch.save(state, f))
+    # the metadata is written second and records the weights file's digest: a checkpoint is
+    # used only when both exist and agree (a crash between the two writes means a rebuild)
+    meta["weights_sha256"] = file_digest(pt)
+    atomic_write_text(js, json.dumps(dict(meta, loaded_from_cache=False), indent=1, default=str))
     return model, meta

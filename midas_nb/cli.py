@@ -2,13 +2,15 @@
 
 Subcommands::
 
-    midas-nb run [--profile smoke|quick|paper] [--data-root PATH] [--dataset NAME]
+    midas-nb run [--config RUN.yaml] [--profile smoke|quick|paper|rehearsal]
+                 [--data-root [DATASET=]PATH]... [--weights [BACKBONE=]FILE]... [--dataset NAME]
                  [--backbone NAME] [--device DEV] [--notebooks 02,04] [-p NAME VALUE]...
-                 [--output DIR]
+                 [--output DIR] [--cell-timeout SECONDS]
     midas-nb params NOTEBOOK            # list a notebook's parameters
     midas-nb sweep status [NAME]        # cells done / failed / pending of a sweep
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
     midas-nb export-html [--profile P]  # static HTML edition of a run's executed notebooks
+    midas-nb report [--profile P] [--output DIR] [--readme README.md]   # REPORT.md + CSV tables
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from typing import Any, Sequence
 import yaml
 
 from . import config
+from .runspec import PreflightError, RunSpec, load_run_file, parse_data_roots, parse_weights, preflight
 
 __all__ = ["main", "notebook_paths", "run_notebooks"]
 
@@ -58,50 +61,80 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def _failure_note(nb_path: Path, message: str) -> Any:
+    """The executed copy papermill left (or the source notebook) with a first Markdown cell
+    saying why it did not finish."""
+    import nbformat
+
+    nb = nbformat.read(str(nb_path), as_version=4)
+    note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {message}")
+    note.metadata["tags"] = ["midas-run-failure"]
+    nb.cells.insert(0, note)
+    return nb
+
+
 def run_notebooks(profile: str = "quick", *, data_root: str | None = None, dataset: str | None = None,
                   backbone: str | None = None, device: str | None = None, notebooks: str | None = None,
                   extra: dict[str, Any] | None = None, output: str | Path | None = None,
-                  progress: bool = True) -> Path:
+                  progress: bool = True, data_roots: dict[str, str] | None = None,
+                  weights: dict[str, str] | str | None = None, cell_timeout: float | None = None,
+                  spec: RunSpec | None = None) -> Path:
     """Execute the notebooks in order with papermill; returns the output directory.
 
-    The data settings and the ``extra`` parameter names are checked before any kernel
-    starts. Each notebook executes into ``<output>/.partial/`` and replaces
-    ``<output>/<name>`` only when it succeeds, so an earlier good copy survives a failure.
-    Stops at the first failure, naming the notebook and the failing cell; papermill's
-    executed copy (with the error) is kept as ``<output>/failed/<name>``.
+    The whole run description (:class:`midas_nb.runspec.RunSpec`: the arguments here, or
+    ``spec``) is checked before any kernel starts (:func:`midas_nb.runspec.preflight`). Each
+    notebook executes into ``<output>/.partial/`` and replaces ``<output>/<name>`` only when it
+    succeeds, so an earlier good copy survives a failure. Stops at the first failure, naming
+    the notebook and the failing cell; the executed copy (with the error, or with a first cell
+    saying that the kernel died or timed out) is kept as ``<output>/failed/<name>``. The run
+    is recorded in ``<output>/run.json`` (:mod:`midas_nb.runs`): each executed copy carries its
+    run id, and older copies the run did not replace are reported as stale.
+
+    Args:
+        weights: ``{backbone: file}``, or one file for the study's backbone.
+        cell_timeout: seconds one cell may run (papermill's ``execution_timeout``); ``None``: no limit.
 
     Raises:
-        RuntimeError: when a notebook fails (the message names notebook, cell, error and
-            the failed copy).
-        ValueError, FileNotFoundError: bad data settings (unknown dataset, missing data root,
-            a dataset without embedded default and no data root) or a parameter name that
-            none of the selected notebooks accepts.
+        midas_nb.runspec.PreflightError: (a ``ValueError``) the run cannot start; one line per problem.
+        RuntimeError: a notebook failed, its kernel died or a cell timed out (the message names
+            the notebook, what happened, and the failed copy).
     """
     import shutil
 
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from .study import check_data
+    from .runs import RunManifest, new_run_id, run_summary
 
-    out_dir = Path(output) if output else config.runs_dir() / profile
-    out_dir.mkdir(parents=True, exist_ok=True)
-    params: dict[str, Any] = {"profile": profile}
-    for k, v in dict(data_root=data_root, dataset=dataset, backbone=backbone, device=device).items():
-        if v is not None:
-            params[k] = str(Path(v).expanduser().resolve()) if k == "data_root" else v
-    params.update(extra or {})
-    paths = notebook_paths(notebooks)
+    if spec is None:
+        spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
+                       data_roots=dict(data_roots or {}), params=dict(extra or {}), notebooks=notebooks,
+                       output=None if output is None else str(output), cell_timeout=cell_timeout)
+        if isinstance(weights, (str, os.PathLike)):
+            spec.params.setdefault("weights", str(weights))
+        elif weights:
+            spec.weights = dict(weights)
+    _fold_structured_params(spec)
+    try:
+        paths = notebook_paths(spec.notebooks)
+    except ValueError as e:
+        raise PreflightError([str(e)]) from None
     if not paths:
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
-    check_data(config.get_profile(profile, **{k: v for k, v in params.items() if k != "profile"}))
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
     known = set().union(*accepted_by.values())
-    unknown = sorted(set(extra or {}) - known)
-    if unknown:
-        raise ValueError(f"unknown notebook parameter(s) {unknown}; the selected notebooks accept {sorted(known)}")
+    problems = preflight(spec, paths, known)
+    if problems:
+        raise PreflightError(problems)
+
+    out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = spec.notebook_parameters()
+    run_id = new_run_id()
+    manifest = RunManifest(out_dir)
+    manifest.start(run_id, params, [nb.name for nb in paths])
     env_profile = os.environ.get("MIDAS_PROFILE")
-    os.environ["MIDAS_PROFILE"] = profile
+    os.environ["MIDAS_PROFILE"] = spec.profile
     # batch runs have no widget front-end: the explorer draws its static figure
     os.environ.setdefault("MIDAS_HEADLESS", "1")
     # no tqdm residue in the executed notebooks (and their HTML edition); papermill's own bar
@@ -109,6 +142,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     env_tqdm = os.environ.get("TQDM_DISABLE")
     os.environ.setdefault("TQDM_DISABLE", "1")
     t_all = time.time()
+    status = "interrupted"
     try:
         for i, nb in enumerate(paths, 1):
             target = out_dir / nb.name
@@ -117,37 +151,156 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
             accepted = accepted_by[nb]
             partial = out_dir / ".partial" / nb.name
             partial.parent.mkdir(parents=True, exist_ok=True)
+            failed = out_dir / "failed" / nb.name
             try:
                 pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                                    cwd=str(nb.parent), progress_bar=progress, kernel_name="python3")
+                                    cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
+                                    execution_timeout=spec.cell_timeout)
             except PapermillExecutionError as e:
-                failed = out_dir / "failed" / nb.name
                 failed.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(partial), str(failed))
-                raise RuntimeError(
-                    f"notebook {nb.name} failed in cell {e.exec_count} ({e.ename}: {e.evalue}); "
-                    f"the executed copy with the error is {failed}") from None
+                msg = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
+                manifest.record(run_id, nb.name, "failed", msg, time.time() - t0)
+                status = "failed"
+                raise RuntimeError(f"notebook {nb.name} {msg}; the executed copy with the error is {failed}") from None
+            except Exception as e:  # noqa: BLE001 - a dead kernel, a cell timeout, a kernel that never started
+                name = type(e).__name__
+                if "Timeout" in name:
+                    what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
+                            f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
+                elif "DeadKernel" in name:
+                    what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
+                            f"killed process are the usual causes")
+                else:
+                    what = f"the kernel stopped ({name}: {e})"
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                nbformat_write(_failure_note(partial if partial.is_file() else nb, what), failed)
+                partial.unlink(missing_ok=True)
+                manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
+                status = "failed"
+                raise RuntimeError(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
+            _stamp(partial, run_id, spec.profile, params)
             partial.replace(target)
+            manifest.record(run_id, nb.name, "done", "", time.time() - t0)
             print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
+        status = "done"
     finally:
+        manifest.finish(run_id, status)  # type: ignore[arg-type]
         for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm)):
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    print(f"\nAll {len(paths)} notebooks ran in {time.time() - t_all:.0f} s.")
+        print("\n" + run_summary(out_dir), flush=True)
+    print(f"\nAll {len(paths)} notebooks ran in {time.time() - t_all:.0f} s (run {run_id}).")
     print(f"  executed notebooks: {out_dir}")
     print(f"  results tables:     {config.runs_dir() / 'tables'}")
     print(f"  figures:            {config.figures_dir()}")
+    _print_paper_table(spec, paths)
     return out_dir
 
 
+def nbformat_write(nb: Any, path: Path) -> None:
+    import nbformat
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def _stamp(path: Path, run_id: str, profile: str, params: dict[str, Any]) -> None:
+    """Write the run id into an executed notebook's metadata (``metadata["midas_nb"]``)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["midas_nb"] = dict(run_id=run_id, profile=profile, parameters=params)
+    nbformat.write(nb, str(path))
+
+
+def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
+    """After a run whose profile spans several datasets or backbones (paper, rehearsal) and that
+    ran the scale readout (05): print the paper-shaped table and save it under runs/tables."""
+    from .runspec import GRID_NOTEBOOKS
+    from .sweeps import grid_spans
+
+    if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
+        return
+    settings = spec.settings()
+    datasets, backbones = grid_spans(settings, "scale")
+    if len(datasets) < 2:
+        return
+    from .paper_table import format_paper_table, paper_table_for
+    from .results import save_table
+
+    table = paper_table_for(settings)
+    save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
+    print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
+          f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):")
+    print(format_paper_table(table))
+
+
+def _fold_structured_params(spec: RunSpec) -> None:
+    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
+    that every notebook gets the same normalised values (a bare weights path = the study's
+    backbone's file)."""
+    p = spec.params
+    if isinstance(p.get("data_root"), str):
+        spec.data_root = p.pop("data_root")
+    if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
+        spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
+    w = p.get("weights")
+    if isinstance(w, (str, os.PathLike)):
+        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
+            if spec.profile in config.PROFILES else None
+        if bb is not None:
+            p.pop("weights")
+            spec.weights = {str(bb): str(w), **spec.weights}
+    elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
+        spec.weights = {**p.pop("weights"), **spec.weights}
+
+
+def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
+    """The run description of ``midas-nb run``: the run file (``--config``), then the command line."""
+    problems: list[str] = []
+    file: dict[str, Any] = {}
+    if args.config:
+        file, problems = load_run_file(args.config)
+    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
+    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
+        v = getattr(args, k.replace("-", "_"), None)
+        setattr(spec, k, v if v is not None else file.get(k))
+    spec.data_root = file.get("data_root")
+    roots = file.get("data_roots")
+    spec.data_roots = {str(k): str(v) for k, v in roots.items()} if isinstance(roots, dict) else {}
+    fw = file.get("weights")
+    file_bare = fw if isinstance(fw, str) else None
+    spec.weights = {str(k): str(v) for k, v in fw.items()} if isinstance(fw, dict) else {}
+    spec.params = dict(file["params"]) if isinstance(file.get("params"), dict) else {}
+    plain, roots, probs = parse_data_roots(args.data_root or [])
+    problems += probs
+    if plain is not None:
+        spec.data_root = plain
+    spec.data_roots.update(roots)
+    bare, named, probs = parse_weights(args.weights or [])
+    problems += probs
+    spec.weights.update(named)
+    bare = bare if bare is not None else file_bare
+    if bare is not None:
+        spec.params.setdefault("weights", bare)
+    spec.params.update({name: _parse_value(value) for name, value in (args.param or [])})
+    return spec, problems
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    extra = {name: _parse_value(value) for name, value in (args.param or [])}
+    spec, problems = _spec_from_args(args)
     try:
-        run_notebooks(args.profile, data_root=args.data_root, dataset=args.dataset, backbone=args.backbone,
-                      device=args.device, notebooks=args.notebooks, extra=extra, output=args.output,
-                      progress=not args.no_progress)
+        if problems:
+            raise PreflightError(problems)
+        run_notebooks(spec=spec, progress=not args.no_progress)
+    except PreflightError as e:
+        for line in e.problems:
+            print(f"midas-nb run: {line}", file=sys.stderr)
+        print(f"midas-nb run: {len(e.problems)} problem(s); no notebook was started", file=sys.stderr)
+        return 2
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         print(f"midas-nb run: {e}", file=sys.stderr)
         return 1
@@ -196,20 +349,47 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import make_report
+    overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
+                 if v is not None}
+    try:
+        path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
+                           from_tables=args.from_tables, overrides=overrides)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"midas-nb report: {e}", file=sys.stderr)
+        return 1
+    print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="midas-nb", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
 
-    r = sub.add_parser("run", help="execute the notebooks in order with papermill")
-    r.add_argument("--profile", choices=sorted(config.PROFILES), default="quick")
-    r.add_argument("--data-root", default=None, help="dataset directory (default: embedded synthetic CUB-format set)")
+    r = sub.add_parser("run", help="execute the notebooks in order with papermill",
+                       description="Execute the notebooks in order with papermill. Every setting is checked "
+                                   "before any kernel starts; problems are listed one per line (exit status 2).")
+    r.add_argument("--config", default=None, metavar="RUN.yaml",
+                   help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
+                        "command-line options override it")
+    r.add_argument("--profile", choices=sorted(config.PROFILES), default=None, help="default: quick")
+    r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
+                   help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
+                        "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
+    r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
+                   help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
+                        "run's backbone's (default: timm's pretrained weights from the hub)")
     r.add_argument("--dataset", choices=["cub", "aircraft", "cars", "synthetic"], default=None)
     r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
-    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's)")
+    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "
+                                                   "cuda without CUDA is an error)")
     r.add_argument("--notebooks", default=None, help="comma-separated prefixes, e.g. 00,02")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="extra notebook parameter (YAML value), repeatable")
     r.add_argument("--output", default=None, help="directory for executed notebooks (default runs/<profile>)")
+    r.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop a cell that runs longer (the notebook goes to failed/)")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=_cmd_run)
 
@@ -235,6 +415,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--input", default=None, help="directory of executed notebooks (default runs/<profile>)")
     e.add_argument("--output", default=None, help="output directory (default <input>/html)")
     e.set_defaults(func=_cmd_export)
+
+    rp = sub.add_parser("report", help="REPORT.md and its CSV tables from a profile's result store",
+                        description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
+                                    "and writes REPORT.md plus its CSV tables, with the paper's values beside "
+                                    "ours and which of the paper's findings hold")
+    rp.add_argument("--profile", choices=sorted(config.PROFILES), default="quick")
+    rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
+    rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")
+    rp.add_argument("--readme", default=None, help="rewrite this README's results section from the tables")
+    rp.add_argument("--from-tables", default=None,
+                    help="re-render REPORT.md (and --readme) from the CSV tables in this directory, no store")
+    rp.add_argument("--backbone", default=None, help="the run's backbone, when not the profile's")
+    rp.add_argument("--depth", type=int, default=None, help="the run's depth L, when not the profile's")
+    rp.add_argument("--budget", type=float, default=None, help="the run's budget b, when not the profile's")
+    rp.set_defaults(func=_cmd_report)
     return ap
 
 

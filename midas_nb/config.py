@@ -11,15 +11,37 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "profile_from_env", "cache_dir", "runs_dir",
-           "figures_dir", "project_root", "default_data_root"]
+           "figures_dir", "project_root", "default_data_root", "DATA_ROOT_DATASETS", "data_root_for",
+           "dataset_label", "grid_datasets", "backbone_kwargs_for", "check_profile", "check_device",
+           "ProfileError"]
 
-ProfileName = Literal["smoke", "quick", "paper"]
+ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
+
+#: datasets read from a directory (``synthetic`` is generated, never given a root)
+DATA_ROOT_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
+_DATASETS: tuple[str, ...] = DATA_ROOT_DATASETS + ("synthetic",)
+_PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
+_PAPER_BACKBONES: list[str] = ["deit_tiny_patch16_224.fb_in1k", "deit_small_patch16_224.fb_in1k",
+                               "vit_base_patch16_224.augreg_in21k_ft_in1k"]
+
+# keys every profile has (a profile's own entry wins)
+_COMMON: dict[str, Any] = dict(
+    data_roots={},               # {dataset: directory}; data_root is the profile's own dataset's
+    weights={},                  # {backbone: weights file}; a backbone not named here uses `pretrained`
+    pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
+    backbone_kwargs={},          # timm VisionTransformer kwargs: {kwarg: value} for every backbone and/or
+                                 # {backbone: {kwarg: value}} for one
+    max_images_per_class=None,   # keep the first k images of each class of every split (None: all)
+    synthetic_default=False,     # CUB without any data root is the embedded synthetic set
+    torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
+)
 
 PROFILES: dict[str, dict[str, Any]] = {
     # seconds on 2 CPU cores: synthetic CUB-format data, a tiny ViT trained from scratch
     "smoke": dict(
         dataset="synthetic",
         data_root=None,              # generated under cache_dir()/data/synthetic_smoke
+        synthetic_default=True,
         synthetic=dict(num_classes=4, images_per_class=12, image_size=96, seed=0),
         backbone="vit_smoke",
         image_size=64,
@@ -38,11 +60,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         bootstrap=100,
         scale_backbones=["vit_smoke", "vit_smoke_wide"],
         device="cpu",
+        torch_threads=1,             # tiny tensors: OpenMP start-up and barriers cost more than they save
     ),
     # minutes on 2 CPU cores: the real CUB subset where given, the offline hybrid backbone
     "quick": dict(
         dataset="cub",
         data_root=None,              # None: the embedded synthetic default
+        synthetic_default=True,      # the README's main command: no data root -> synthetic CUB
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
         backbone="hybrid_lite0_vit",
         image_size=224,
@@ -66,7 +90,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         scorer_train=dict(epochs=3, batch_size=64, lr=1e-3, throughput_repeats=2),
         idauc_steps=8,
         max_eval_images=300,         # mIoU, accuracy, PiB: 300 test images
-        max_idauc_images=64,         # IDAUC and perturbation curves: the first 64 of them
+        max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random 64 of them
         bootstrap=1000,
         scale_backbones=["hybrid_lite0_vit_w128", "hybrid_lite0_vit"],
         device="cpu",
@@ -91,9 +115,43 @@ PROFILES: dict[str, dict[str, Any]] = {
         idauc_steps=20,
         max_eval_images=None,
         bootstrap=2000,
-        scale_backbones=["deit_tiny_patch16_224.fb_in1k", "deit_small_patch16_224.fb_in1k",
-                         "vit_base_patch16_224.augreg_in21k_ft_in1k"],
+        scale_backbones=list(_PAPER_BACKBONES),
+        datasets=list(_PAPER_DATASETS),
         device="cuda",
+    ),
+    # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
+    # backbones by their timm names with 12 blocks, every L and b of the paper grid, every
+    # condition, 2 seeds) with tiny image counts and sizes; docs/architecture.md "Rehearsal"
+    "rehearsal": dict(
+        dataset="cub",
+        data_root=None,
+        datasets=list(_PAPER_DATASETS),
+        backbone="deit_small_patch16_224.fb_in1k",
+        # as in paper, the regime sweep (04) and the scale readout (05, the paper table) span the
+        # 3 datasets x the 3 paper backbones; the regime visits every L and b once (cross grid)
+        backbones=list(_PAPER_BACKBONES),
+        scale_backbones=list(_PAPER_BACKBONES),
+        backbone_kwargs=dict(img_size=64),      # 4x4 patch grid; real widths, so real weight files load
+        max_images_per_class=2,
+        image_size=64,
+        patch_size=16,
+        finetune=dict(epochs=1, batch_size=32, lr=5e-4, warmup_epochs=0),
+        depth=6,
+        budget=0.25,
+        depths=[3, 6, 9, 11],
+        budgets=[0.10, 0.25, 0.50, 0.75],
+        seeds=[0, 1],
+        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
+        sweep_conditions=["reference", "T1", "T5"],
+        related_seeds=[0],
+        targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
+        scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=4),
+        idauc_steps=4,
+        max_eval_images=8,
+        max_idauc_images=8,
+        bootstrap=50,
+        device="cpu",
+        torch_threads=1,
     ),
 }
 
@@ -107,8 +165,11 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
     prof = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-            for k, v in PROFILES[name].items()}
+            for k, v in dict(_COMMON, **PROFILES[name]).items()}
     prof.update({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(prof.get("weights"), (str, os.PathLike)):
+        # a bare path (``-p weights /path/to/deit_small.pth``) is the study's backbone's file
+        prof["weights"] = {str(prof.get("backbone")): str(prof["weights"])}
     prof["profile"] = name
     return prof
 
@@ -168,3 +229,228 @@ def default_data_root() -> Path:
 def list_profiles() -> list[str]:
     """Names of the profiles: ``["paper", "quick", "smoke"]``."""
     return sorted(PROFILES)
+
+
+# ------------------------------------------------------------------------------------------
+# data roots, backbone arguments and the checks every run does before any work
+# ------------------------------------------------------------------------------------------
+
+class ProfileError(ValueError):
+    """Settings that cannot run: one line per problem in ``problems`` (and in the message)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _roots(profile: dict[str, Any]) -> dict[str, str]:
+    """Every data root a profile names: ``data_roots`` plus ``data_root`` for its own dataset."""
+    roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
+    own = profile.get("dataset")
+    if profile.get("data_root") is not None and own in DATA_ROOT_DATASETS:
+        roots.setdefault(own, str(profile["data_root"]))
+    return roots
+
+
+def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
+    """The directory a profile reads ``dataset`` from, or ``None`` for the embedded synthetic set.
+
+    ``data_roots[dataset]``, else ``data_root`` when ``dataset`` is the profile's own. Without a
+    root, only two cases read the embedded synthetic CUB-format set: the dataset is named
+    ``"synthetic"``, or it is ``"cub"`` in a profile whose ``synthetic_default`` is set
+    (smoke, quick: the README's main command) and that names no data root at all. Nothing is
+    read or checked on disk here.
+
+    Raises:
+        ValueError: unknown dataset name, or a dataset that needs a root and has none (the
+            message names the ``--data-root NAME=PATH`` option).
+    """
+    if dataset not in _DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {_DATASETS}")
+    if dataset == "synthetic":
+        return None
+    roots = _roots(profile)
+    if dataset in roots:
+        return Path(roots[dataset]).expanduser()
+    if dataset == "cub" and profile.get("synthetic_default") and not roots:
+        return None
+    given = f"; data roots given: {sorted(roots)}" if roots else ""
+    raise ValueError(f"dataset {dataset!r} has no data root: pass --data-root {dataset}=/path/to/{dataset} "
+                     f"(the {profile.get('profile', '?')} profile substitutes no synthetic data{given})")
+
+
+def dataset_label(profile: dict[str, Any], dataset: str) -> str:
+    """The name results carry for ``dataset``: ``"synthetic"`` where :func:`data_root_for` gives
+    the embedded set, the dataset's own name otherwise (raises as :func:`data_root_for`)."""
+    return "synthetic" if data_root_for(profile, dataset) is None else dataset
+
+
+def grid_datasets(profile: dict[str, Any]) -> list[str]:
+    """The datasets a profile's sweeps span: its ``datasets`` key, else ``[dataset]``."""
+    return list(profile.get("datasets") or [profile["dataset"]])
+
+
+def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the entries of
+    ``backbone_kwargs`` that are not dicts apply to every backbone, ``backbone_kwargs[backbone]``
+    (a dict) to that one and wins."""
+    kw = dict(profile.get("backbone_kwargs") or {})
+    out = {k: v for k, v in kw.items() if not isinstance(v, dict)}
+    out.update(kw.get(backbone) or {})
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    import numbers
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    import math
+    import numbers
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def _show(v: Any) -> str:
+    return f"{v!r} ({type(v).__name__})"
+
+
+def check_device(device: Any) -> str | None:
+    """``None`` when ``device`` names a device this machine has, else the problem (one line).
+
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N < the number of CUDA devices), ``"mps"``. A CUDA
+    device without CUDA is an error, never a silent CPU run.
+    """
+    import re
+
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
+        return f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {_show(device)}"
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            return (f"device: {device!r} was asked for but this machine has no CUDA device "
+                    f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            return f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return "device: 'mps' was asked for but is not available on this machine"
+    return None
+
+
+def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
+    if recipe is None:
+        return
+    if not isinstance(recipe, dict):
+        problems.append(f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
+                        f"got {_show(recipe)}")
+        return
+    for k in ("epochs", "batch_size", "throughput_repeats", "throughput_batch"):
+        if k in recipe and not (_is_int(recipe[k]) and recipe[k] >= 1):
+            problems.append(f"{name}.{k}: expected an integer >= 1, got {_show(recipe[k])}")
+    if "lr" in recipe and not (_is_number(recipe["lr"]) and recipe["lr"] > 0):
+        problems.append(f"{name}.lr: expected a number > 0, got {_show(recipe['lr'])}")
+    if "warmup_epochs" in recipe and not (_is_number(recipe["warmup_epochs"]) and recipe["warmup_epochs"] >= 0):
+        problems.append(f"{name}.warmup_epochs: expected a number >= 0, got {_show(recipe['warmup_epochs'])}")
+
+
+def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
+    """Every problem of a profile's settings (types and ranges), one line each; ``[]`` when fine.
+
+    Checked without loading anything: ``dataset`` (a known name), ``depth`` (an integer
+    ``L >= 1``; the upper bound ``L < blocks`` needs the backbone, see
+    :func:`midas_nb.backbones.check_depths`), ``budget`` (a number in ``(0, 1]``), ``depths`` /
+    ``budgets`` / ``seeds`` (non-empty lists of such values without duplicates; seeds integers),
+    condition and target lists, ``idauc_steps >= 1``, ``bootstrap >= 1``, image counts,
+    ``image_size`` a multiple of ``patch_size``, the fine-tuning and scorer recipes, the data-root,
+    weights and backbone-argument mappings, and (``device=True``) that ``device`` exists here
+    (:func:`check_device`). ``0`` is a value like any other: it is never read as "the default".
+    """
+    p = profile
+    problems: list[str] = []
+    if p.get("profile") not in PROFILES:
+        problems.append(f"profile: expected one of {sorted(PROFILES)}, got {_show(p.get('profile'))}")
+    if p.get("dataset") not in _DATASETS:
+        problems.append(f"dataset: expected one of {list(_DATASETS)}, got {_show(p.get('dataset'))}")
+    for key in ("backbone",):
+        if not (isinstance(p.get(key), str) and p[key]):
+            problems.append(f"{key}: expected a backbone name, got {_show(p.get(key))}")
+    for key in ("scale_backbones", "backbones", "datasets"):
+        v = p.get(key)
+        if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
+            problems.append(f"{key}: expected a non-empty list of names, got {_show(v)}")
+    if isinstance(p.get("datasets"), list):
+        bad = [d for d in p["datasets"] if d not in _DATASETS]
+        if bad:
+            problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(_DATASETS)}")
+    depth = p.get("depth")
+    if not (_is_int(depth) and depth >= 1):
+        problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {_show(depth)}")
+    budget = p.get("budget")
+    if not (_is_number(budget) and 0 < float(budget) <= 1):
+        problems.append(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {_show(budget)}")
+    for key, ok, what in (("depths", lambda v: _is_int(v) and v >= 1, "integers L >= 1"),
+                          ("budgets", lambda v: _is_number(v) and 0 < float(v) <= 1, "numbers in (0, 1]"),
+                          ("seeds", _is_int, "integers"),
+                          ("related_seeds", _is_int, "integers")):
+        v = p.get(key)
+        if v is None and key in ("depths", "budgets", "related_seeds"):
+            continue
+        if not isinstance(v, (list, tuple)) or not v:
+            problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {_show(v)}")
+        elif not all(ok(x) for x in v):
+            problems.append(f"{key}: expected a list of {what}, got {list(v)!r}")
+        elif len(set(v)) != len(v):
+            problems.append(f"{key}: duplicated entries in {list(v)!r}")
+    for key in ("conditions", "sweep_conditions", "targets"):
+        v = p.get(key)
+        if v is None and key == "sweep_conditions":
+            continue
+        if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
+            problems.append(f"{key}: expected a non-empty list of names, got {_show(v)}")
+    for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1)):
+        if not (_is_int(p.get(key)) and p[key] >= lo):
+            problems.append(f"{key}: expected an integer >= {lo}, got {_show(p.get(key))}")
+    if _is_int(p.get("image_size")) and _is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
+            and p["image_size"] % p["patch_size"]:
+        problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
+    for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
+        v = p.get(key)
+        if v is not None and not (_is_int(v) and v >= 1):
+            problems.append(f"{key}: expected None (all) or an integer >= 1, got {_show(v)}")
+    for key in ("finetune", "synthetic_finetune", "scorer_train"):
+        _check_recipe(key, p.get(key), problems)
+    if p.get("data_root") is not None and not isinstance(p["data_root"], (str, os.PathLike)):
+        problems.append(f"data_root: expected a directory path, got {_show(p['data_root'])}")
+    roots = p.get("data_roots")
+    if not isinstance(roots, dict):
+        problems.append(f"data_roots: expected a mapping {{dataset: directory}}, got {_show(roots)}")
+    else:
+        for k, v in roots.items():
+            if k not in DATA_ROOT_DATASETS:
+                problems.append(f"data_roots: unknown dataset {k!r}; expected names from {list(DATA_ROOT_DATASETS)}")
+            elif not isinstance(v, (str, os.PathLike)):
+                problems.append(f"data_roots.{k}: expected a directory path, got {_show(v)}")
+        own = p.get("dataset")
+        if own in roots and p.get("data_root") is not None and \
+                Path(str(roots[own])).expanduser() != Path(str(p["data_root"])).expanduser():
+            problems.append(f"data_root: {str(p['data_root'])!r} and data_roots.{own} = {str(roots[own])!r} "
+                            f"name two roots for {own!r}; give one")
+    weights = p.get("weights")
+    if not isinstance(weights, dict):
+        problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {_show(weights)}")
+    else:
+        for k, v in weights.items():
+            if not isinstance(v, (str, os.PathLike)):
+                problems.append(f"weights.{k}: expected a weights file path, got {_show(v)}")
+    if p.get("pretrained") not in ("hub", None):
+        problems.append(f"pretrained: expected 'hub' or None, got {_show(p.get('pretrained'))}")
+    kw = p.get("backbone_kwargs")
+    if not isinstance(kw, dict):
+        problems.append(f"backbone_kwargs: expected a mapping of timm VisionTransformer arguments, got {_show(kw)}")
+    if device:
+        why = check_device(p.get("device"))
+        if why:
+            problems.append(why)
+    return problems

@@ -464,9 +464,8 @@ def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
             target = target / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.validate(nb)
-    tmp = target.with_name(target.name + ".tmp")
-    nbformat.write(nb, str(tmp))
-    tmp.replace(target)
+    from .identity import atomic_write_text
+    atomic_write_text(target, nbformat.writes(nb) + "\n")
     return removed
 
 
@@ -521,7 +520,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
     title (the first Markdown heading). Notebooks with no executed code cell are skipped
     with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
-    on the contents page, with a warning.
+    on the contents page, with a warning. A notebook the run manifest (``run.json``,
+    :func:`midas_nb.runs.notebook_states`) reports as stale — an older copy the latest run
+    failed to replace or did not reach, or one from a run with other settings — is exported
+    marked "stale: <reason>" on the contents page and with a banner on its page, with a warning.
 
     Args:
         input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
@@ -538,6 +540,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
+    from .runs import notebook_states
+
+    stale = {st.name: st.reason for st in notebook_states(input_dir) if st.state == "stale"}
     pages: list[tuple[Path, Any, str, str]] = []
     for p in paths:
         nb = nbformat.read(str(p), as_version=4)
@@ -548,6 +553,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         if failed:
             warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
                           f"in the HTML edition", stacklevel=2)
+        if p.name in stale:
+            warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
+                          f"edition", stacklevel=2)
         pages.append((p, nb, notebook_title(nb, p.stem), failed))
     if not pages:
         raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
@@ -562,13 +570,20 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev = links[i - 1] if i > 0 else None
         nxt = links[i + 1] if i + 1 < len(links) else None
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top"), body, count=1)
+        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
+                  f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
+                  f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'
+                  if p.name in stale else "")
+        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
+                      count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
         (out / links[i][0]).write_text(body, encoding="utf-8")
     items = "\n".join(
         f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
-        + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "") + "</li>"
-        for (href, title), (_, _, _, failed) in zip(links, pages))
+        + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
+        + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
+        + "</li>"
+        for (href, title), (p, _, _, failed) in zip(links, pages))
     index = out / "index.html"
     index.write_text(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

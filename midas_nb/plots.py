@@ -118,11 +118,13 @@ def save_figure(fig: Figure, name: str, dpi: int = 130) -> Path:
 
 
 def save_table(table: pd.DataFrame, name: str) -> Path:
-    """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``)."""
+    """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``), atomically
+    (:func:`midas_nb.identity.atomic_write_text`); list columns (per-image values) as JSON."""
+    from .identity import atomic_write_text
+    from .results import _encode_lists
+
     path = figure_path(name, ".csv")
-    tmp = path.with_suffix(".csv.tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(path)
+    atomic_write_text(path, _encode_lists(table).to_csv(index=False))
     return path
 
 
@@ -246,7 +248,9 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
     """Photos with part keypoints, the part-mask patches and the object box on the patch grid.
 
     Shows what part mIoU compares kept tokens against (DESIGN.md §6): a patch is "part" when
-    it holds a visible keypoint after the image's resize/crop.
+    it holds a visible keypoint after the image's resize/crop. Datasets without part keypoints
+    (FGVC-Aircraft, Stanford Cars: ``parts`` is ``[B, 0, 3]``) show the box patches instead,
+    which box coverage compares kept tokens against.
 
     Args:
         data: a :class:`midas_nb.data.Sample` or :class:`midas_nb.data.Batch` (first ``n``).
@@ -259,11 +263,14 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
     f = _batch_fields(data, n)
     B, _, H, W = f["images"].shape
     rows, cols = H // int(patch_size), W // int(patch_size)
+    boxes_only = f["parts"].ndim < 2 or f["parts"].shape[1] == 0  # no part keypoints: box coverage
+    kind = "box" if boxes_only else "part"
+    masks = f["box_mask"] if boxes_only else f["part_mask"]
     fig, axes = _panels(B, ncols)
     for i, ax in enumerate(axes):
         ax.imshow(image_to_rgb(f["images"][i], normalization), extent=(0, W, H, 0))
         _draw_grid(ax, rows, cols, H, W)
-        _patch_rects(ax, f["part_mask"][i], rows, cols, H / rows, W / cols,
+        _patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
                      facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
         x0, y0, x1, y1 = f["boxes"][i]
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.8))
@@ -277,15 +284,18 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
         label = f["labels"][i]
         name = (_short_name(class_names[label]) if class_names is not None and 0 <= label < len(class_names)
                 else f"class {label}")
-        ax.set_title(f"{name}\npart patches: {int(f['part_mask'][i].sum())} of {rows * cols}",
+        ax.set_title(f"{name}\n{kind} patches: {int(masks[i].sum())} of {rows * cols}",
                      fontsize=FONT["annot"])
         _pixel_axes(ax, show_labels=(i % max(1, min(ncols, B)) == 0))
-    handles = [Line2D([], [], marker="o", ls="", color="red", markeredgecolor="white", label="visible part keypoint"),
-               Patch(facecolor="gold", edgecolor="darkorange", alpha=0.6, label=f"part patch ({patch_size}×{patch_size} px)"),
-               Patch(fill=False, edgecolor="cyan", lw=1.8, label="object box")]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=FONT["legend"], frameon=False,
+    handles = ([] if boxes_only else
+               [Line2D([], [], marker="o", ls="", color="red", markeredgecolor="white", label="visible part keypoint")])
+    handles += [Patch(facecolor="gold", edgecolor="darkorange", alpha=0.6,
+                      label=f"{kind} patch ({patch_size}×{patch_size} px)"),
+                Patch(fill=False, edgecolor="cyan", lw=1.8, label="object box")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False,
                bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle(f"Part keypoints on the {rows}×{cols} patch grid", fontsize=FONT["title"])
+    fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
+                 else f"Part keypoints on the {rows}×{cols} patch grid", fontsize=FONT["title"])
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return _finish(fig, save)
 
@@ -449,9 +459,49 @@ def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFr
     return agg.loc[order].reset_index()
 
 
+def _mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
+                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
+    """Guard against silent averaging: ``table`` may hold several datasets / backbones only when
+    the caller lists them in ``average_over``; returns the title note that says so.
+
+    Raises:
+        ValueError: several values of a column in ``cols`` that ``average_over`` does not name.
+    """
+    mixed = {c: [str(v) for v in dict.fromkeys(table[c])] for c in cols
+             if c in table.columns and table[c].nunique(dropna=False) > 1}
+    silent = {c: v for c, v in mixed.items() if c not in set(average_over)}
+    if silent:
+        detail = "; ".join(f"{c}: {', '.join(v)}" for c, v in silent.items())
+        raise ValueError(f"{what}: the table holds several {' and '.join(f'{c}s' for c in silent)} ({detail}); "
+                         f"select one, or pass average_over={tuple(silent)!r} to average over them "
+                         "(the title then says so)")
+    return "".join(f" — mean over {c}s {', '.join(v)}" for c, v in mixed.items())
+
+
+def _condition_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per condition: mean ``miou`` / ``idauc`` over rows (seeds) and their 95 % intervals
+    (:func:`midas_nb.results.aggregate_seeds`: seeds × images bootstrap from the per-image
+    values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
+    interval, never the mean of per-seed bounds)."""
+    from .results import aggregate_seeds
+
+    t = table.assign(condition=table["condition"].astype(str))
+    agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns])
+    agg = agg.rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
+    for m in ("miou", "idauc"):
+        for b in ("lo", "hi"):
+            col = f"{m}_{b}"
+            if col not in agg.columns:
+                agg[col] = np.nan
+            if col in t.columns:
+                single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
+                agg[col] = agg[col].fillna(agg["condition"].map(single))
+    return agg
+
+
 def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float = 0.01,
                              coverage_label: str | None = None, title: str | None = None,
-                             save: str | None = None) -> Figure:
+                             save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """Part coverage (mIoU, %) against faithfulness (IDAUC) per condition, with the parity band.
 
     The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band``
@@ -460,26 +510,33 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
 
     Args:
         table: protocol rows (``midas_nb.protocol`` schema): ``condition``, ``miou``, ``idauc``
-            and, when present, ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi`` (95 % bootstrap
-            CIs over images) and ``coverage_kind``. Several rows per condition (seeds) are
-            averaged.
+            and, when present, the per-image values (``miou_per_image``, ``idauc_per_image``
+            with their image ids) or ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi``, and
+            ``coverage_kind``. Several rows per condition (seeds) are averaged; the error bars
+            are 95 % intervals of that mean over seeds and images
+            (:func:`midas_nb.results.aggregate_seeds`), or the row's own bootstrap interval for
+            a single seed.
         reference: the reference condition.
         band: the parity band in IDAUC units.
         coverage_label: x-axis quantity (default from ``coverage_kind``: part mIoU or box
             coverage).
         title: figure title.
         save: figure name for :func:`save_figure`.
+        average_over: ``("dataset",)`` / ``("backbone",)`` to allow rows of several datasets /
+            backbones, averaged per condition (the title says so); by default they are an error.
 
     Raises:
-        ValueError: when ``condition``, ``miou`` or ``idauc`` is missing.
+        ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes
+            datasets / backbones not named in ``average_over``.
     """
     missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
     if missing:
         raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    note = _mixed_groups(table, average_over, "coverage_vs_faithfulness")
     if coverage_label is None:
         kind = str(table["coverage_kind"].iloc[0]) if "coverage_kind" in table.columns else "part mIoU"
         coverage_label = "box coverage mIoU" if "box" in kind.lower() else "part mIoU"
-    agg = _aggregate_conditions(table, ["miou", "idauc", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi"])
+    agg = _condition_summary(table)
     colors = _condition_colors(agg["condition"].tolist())
     fig, ax = plt.subplots(figsize=(8.2, 4.6))
     ref = agg[agg["condition"] == reference]
@@ -516,7 +573,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     ax.grid(alpha=0.3)
     ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
               frameon=False)
-    ax.set_title(title or "Coverage vs faithfulness (error bars: 95 % bootstrap CI over images)",
+    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % bootstrap CI over seeds and images)") + note,
                  fontsize=FONT["title"] - 1)
     fig.tight_layout()
     return _finish(fig, save)
@@ -619,6 +676,38 @@ def _d_table_check(table: pd.DataFrame, needed: Sequence[str]) -> None:
                          "(expected the output of midas_nb.metrics.decoupling_D)")
 
 
+def _group_status(g: pd.DataFrame) -> str:
+    """One parity-band status for the rows of a plotted cell (``decoupling_D``'s ``status``
+    when present, else the point decision ``in_band``): any undefined → "undefined", all in
+    band → "in band", any outside → "outside band", else "not resolved"."""
+    if "status" in g.columns:
+        st = set(g["status"].astype(str))
+    else:
+        st = {"undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
+    if "undefined" in st or "no reference" in st:
+        return "undefined"
+    if st == {"in band"}:
+        return "in band"
+    if "outside band" in st:
+        return "outside band"
+    return "not resolved"
+
+
+def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
+    """(lower, upper) error-bar lengths of the mean D of ``g`` and what they are: the paired
+    95 % interval (``D_pp_lo``/``D_pp_hi``) of a single row, else the seed std, else none."""
+    d = float(g[value].mean())
+    if len(g) == 1 and {f"{value}_lo", f"{value}_hi"} <= set(g.columns):
+        lo, hi = float(g[f"{value}_lo"].iloc[0]), float(g[f"{value}_hi"].iloc[0])
+        if np.isfinite(lo) and np.isfinite(hi):
+            return max(0.0, d - lo), max(0.0, hi - d), "95 % paired CI"
+    if f"{value}_std" in g.columns:
+        sd = float(g[f"{value}_std"].mean())
+        if np.isfinite(sd):
+            return sd, sd, "seed std"
+    return math.nan, math.nan, ""
+
+
 def _fmt_axis_value(name: str, v: Any) -> str:
     if name == "budget":
         return f"{float(v) * 100:g}%"
@@ -629,23 +718,27 @@ def _fmt_axis_value(name: str, v: Any) -> str:
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
                    conditions: Sequence[str] | None = None, reference: str = "reference",
                    vmax: float | None = None, title: str | None = None,
-                   save: str | None = None) -> Figure:
+                   save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) over a ``y × x`` grid (default depth × budget), one panel per condition.
 
-    In-band cells (``in_band``: ``ΔIDAUC ≥ −band``) are coloured by D and annotated
-    ``+2.1 ✓``; cells outside the band are grey, hatched and annotated ``✗`` with their D in
-    brackets (DESIGN.md §6: marked, never dropped). Cells the sweep did not run say "not run".
+    In-band cells (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
+    coloured by D and annotated ``+2.1 ✓``; cells whose interval straddles the band edge
+    ("not resolved") are coloured by D and annotated ``+2.1 ?``; cells outside the band are
+    grey, hatched and annotated ``✗`` with their D in brackets (DESIGN.md §6: marked, never
+    dropped); undefined cells (NaN IDAUC or mIoU) say "undefined"; cells the sweep did not run
+    say "not run". Without a ``status`` column the point decision ``in_band`` is used.
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``, ``y``,
-            ``value`` and ``in_band`` columns (other columns, e.g. dataset, must be constant or
-            are averaged).
+            ``value`` and ``in_band`` (and ``status``) columns. Several datasets or backbones
+            are an error unless named in ``average_over`` (then averaged, and the title says so).
         x, y: grid columns. value: the D column (percentage points).
         conditions: panels (default: every condition except the reference).
         vmax: half-range of the diverging colour scale (default: largest |D|).
         title: figure title. save: figure name for :func:`save_figure`.
     """
     _d_table_check(table, ["condition", x, y, value, "in_band"])
+    note = _mixed_groups(table, average_over, "regime_heatmap", [c for c in ("dataset", "backbone") if c not in (x, y)])
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
     if not conds:
@@ -668,22 +761,23 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         cond = conds[k]
         sub = table[table["condition"].astype(str) == cond]
         grid = np.full((len(ys), len(xs)), np.nan)
-        band = np.full((len(ys), len(xs)), np.nan)
+        status = np.full((len(ys), len(xs)), "not run", dtype=object)
         for (yv, xv), g in sub.groupby([y, x]):
             i, j = ys.index(yv), xs.index(xv)
             grid[i, j] = g[value].astype(float).mean()
-            band[i, j] = float(g["in_band"].astype(bool).all())
-        shown = np.where(band == 1.0, grid, np.nan)
+            status[i, j] = _group_status(g)
+        shown = np.where((status == "in band") | (status == "not resolved"), grid, np.nan)
         im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
         for i in range(len(ys)):
             for j in range(len(xs)):
-                if np.isnan(band[i, j]):      # not part of the grid (e.g. a cross-shaped sweep)
-                    ax.text(j, i, "not run", ha="center", va="center", fontsize=FONT["annot"] - 1,
+                if status[i, j] in ("not run", "undefined"):   # not in the grid / NaN values
+                    ax.text(j, i, status[i, j], ha="center", va="center", fontsize=FONT["annot"] - 1,
                             color="0.55", style="italic")
                     continue
-                if band[i, j] == 1.0:
+                if status[i, j] in ("in band", "not resolved"):
                     v = grid[i, j]
-                    ax.text(j, i, f"{v:+.1f} ✓", ha="center", va="center", fontsize=FONT["annot"],
+                    mark = "✓" if status[i, j] == "in band" else "?"
+                    ax.text(j, i, f"{v:+.1f} {mark}", ha="center", va="center", fontsize=FONT["annot"],
                             color="white" if abs(v) > 0.6 * lim else "black")
                 else:
                     ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="0.45",
@@ -702,29 +796,37 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
     fig.legend(handles=[Patch(facecolor="white", edgecolor="0.4", label="✓ in parity band (coloured by D)"),
+                        Patch(facecolor="white", edgecolor="0.4",
+                              label="? band not resolved: ΔIDAUC CI straddles −band"),
                         Patch(facecolor="0.85", edgecolor="0.45", hatch="///",
                               label="✗ outside band: ΔIDAUC < −band (D in brackets)")],
-               loc="lower center", ncol=2, fontsize=FONT["legend"], frameon=False)
-    fig.suptitle(title or f"Decoupling D over {y} × {x}", fontsize=FONT["title"])
+               loc="lower center", ncol=3, fontsize=FONT["legend"], frameon=False)
+    fig.suptitle((title or f"Decoupling D over {y} × {x}") + note, fontsize=FONT["title"])
     return _finish(fig, save)
 
 
 def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, value: str = "D_pp",
                  conditions: Sequence[str] | None = None, reference: str = "reference",
-                 title: str | None = None, save: str | None = None) -> Figure:
+                 title: str | None = None, save: str | None = None,
+                 average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) against ``x`` (default depth), one line per ``hue`` value, one panel per condition.
 
-    Filled markers: in the parity band; open ``×`` markers: outside (D still drawn). Error bars
-    are the seed std (``D_pp_std``) where present.
+    Filled markers: in the parity band; open circles: band not resolved (the paired ΔIDAUC
+    interval straddles ``−band``); ``×`` markers: outside (D still drawn). Error bars are the
+    95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present (else the seed std); the
+    legend says which.
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output (``condition``, ``x``, ``hue``,
-            ``value``, ``in_band``).
+            ``value``, ``in_band``; ``status`` and intervals where present).
         x: x-axis column. hue: one line per value of this column.
         value: the D column (pp). conditions: panels (default: all but the reference).
         title: figure title. save: figure name for :func:`save_figure`.
+        average_over: datasets / backbones to average over (default: several are an error).
     """
     _d_table_check(table, ["condition", x, hue, value, "in_band"])
+    note = _mixed_groups(table, average_over, "regime_lines", [c for c in ("dataset", "backbone") if c not in (x, hue)])
+    kinds: set[str] = set()
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
     if not conds:
@@ -742,20 +844,22 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
             continue
         sub = table[table["condition"].astype(str) == conds[k]]
         for hv in hues:
-            s = sub[sub[hue] == hv].groupby(x).agg(
-                D=(value, "mean"), band=("in_band", "all"),
-                sd=(f"{value}_std", "mean") if f"{value}_std" in sub.columns else (value, "size"))
-            s = s.sort_index()
-            if s.empty:
+            groups = sorted(sub[sub[hue] == hv].groupby(x), key=lambda kv: kv[0])
+            if not groups:
                 continue
-            xv = s.index.to_numpy(dtype=float)
-            sd = s["sd"].to_numpy(dtype=float) if f"{value}_std" in sub.columns else None
-            ax.errorbar(xv, s["D"], yerr=None if sd is None or np.isnan(sd).all() else np.nan_to_num(sd),
+            xv = np.array([float(xk) for xk, _ in groups])
+            d = np.array([float(g[value].mean()) for _, g in groups])
+            errs = [_d_errors(g, value) for _, g in groups]
+            kinds.update(e[2] for e in errs if e[2])
+            yerr = np.array([[e[0] for e in errs], [e[1] for e in errs]])
+            ax.errorbar(xv, d, yerr=None if np.isnan(yerr).all() else np.nan_to_num(yerr),
                         color=colors[hv], lw=1.5, capsize=2, label=f"{hue} = {_fmt_axis_value(hue, hv)}")
-            inb = s["band"].to_numpy(dtype=bool)
-            ax.scatter(xv[inb], s["D"].to_numpy()[inb], color=colors[hv], s=36, zorder=3, gid="in band")
-            ax.scatter(xv[~inb], s["D"].to_numpy()[~inb], color=colors[hv], marker="x", s=60, zorder=3,
-                       gid="outside band")
+            st = np.array([_group_status(g) for _, g in groups])
+            ax.scatter(xv[st == "in band"], d[st == "in band"], color=colors[hv], s=36, zorder=3, gid="in band")
+            ax.scatter(xv[st == "not resolved"], d[st == "not resolved"], facecolors="white",
+                       edgecolors=colors[hv], s=36, zorder=3, gid="not resolved")
+            ax.scatter(xv[st == "outside band"], d[st == "outside band"], color=colors[hv], marker="x", s=60,
+                       zorder=3, gid="outside band")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_title(conds[k], fontsize=FONT["label"])
         ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
@@ -767,10 +871,12 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=colors[hv], lw=1.5, label=f"{hue} = {_fmt_axis_value(hue, hv)}") for hv in hues]
     handles += [Line2D([], [], color="0.3", marker="o", ls="", label="in parity band"),
+                Line2D([], [], color="0.3", marker="o", markerfacecolor="white", ls="", label="band not resolved"),
                 Line2D([], [], color="0.3", marker="x", ls="", ms=8, label="outside band")]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=FONT["legend"],
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=FONT["legend"],
                frameon=False)
-    fig.suptitle(title or f"Decoupling D against {x}", fontsize=FONT["title"])
+    bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
+    fig.suptitle((title or f"Decoupling D against {x}") + note + bars, fontsize=FONT["title"])
     fig.tight_layout(rect=(0, 0.09, 1, 0.95))
     return _finish(fig, save)
 
@@ -778,11 +884,14 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
 def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
                conditions: Sequence[str] | None = None, reference: str = "reference",
                order: Sequence[str] | None = None, title: str | None = None,
-               save: str | None = None) -> Figure:
+               save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) per backbone (or any categorical ``x``), one group of bars per backbone.
 
-    Solid bars are in the parity band; hatched, pale bars are outside it. Error bars: the seed
-    std (``D_pp_std``) where present.
+    Solid bars are in the parity band; dotted bars: band not resolved (the paired ΔIDAUC
+    interval straddles ``−band``); hatched, pale bars are outside it; undefined values are not
+    drawn and labelled "undefined". Error bars: the 95 % paired interval (``D_pp_lo`` /
+    ``D_pp_hi``) where present, else the seed std; the title says which. Several datasets (or,
+    with another ``x``, backbones) are an error unless named in ``average_over``.
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``,
@@ -792,6 +901,8 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
         title: figure title. save: figure name for :func:`save_figure`.
     """
     _d_table_check(table, ["condition", x, value, "in_band"])
+    note = _mixed_groups(table, average_over, "scale_plot", [c for c in ("dataset", "backbone") if c != x])
+    kinds: set[str] = set()
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
     cats = list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
@@ -805,12 +916,20 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
             if g.empty:
                 continue
             d = float(g[value].mean())
-            inb = bool(g["in_band"].astype(bool).all())
-            sd = float(g[f"{value}_std"].mean()) if f"{value}_std" in g.columns else float("nan")
+            st = _group_status(g)
             pos = i - 0.4 + width * (k + 0.5)
+            if st == "undefined" or not np.isfinite(d):
+                ax.text(pos, 0, "undefined", rotation=90, ha="center", va="bottom", fontsize=FONT["annot"] - 1,
+                        color="0.4")
+                continue
+            inb = st == "in band"
+            lo, hi, kind = _d_errors(g, value)
+            if kind:
+                kinds.add(kind)
             ax.bar(pos, d, width=width * 0.92, color=colors[cond], alpha=1.0 if inb else 0.35,
-                   hatch=None if inb else "///", edgecolor="black" if not inb else colors[cond],
-                   yerr=None if not np.isfinite(sd) else sd, capsize=2,
+                   hatch=None if inb else ("..." if st == "not resolved" else "///"),
+                   edgecolor="black" if not inb else colors[cond],
+                   yerr=None if not np.isfinite(lo) else [[lo], [hi]], capsize=2,
                    label=cond if i == 0 or cat == cats[0] else None)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(cats)), cats, rotation=15 if max(map(len, cats)) > 14 else 0,
@@ -820,9 +939,11 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     ax.tick_params(labelsize=FONT["tick"])
     ax.grid(axis="y", alpha=0.3)
     handles = [Patch(color=colors[c], label=c) for c in conds]
+    handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="...", label="band not resolved"))
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="///", label="outside parity band"))
     ax.legend(handles=handles, fontsize=FONT["legend"], loc="best", framealpha=0.85)
-    ax.set_title(title or f"Decoupling D across {x}s", fontsize=FONT["title"])
+    bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
+    ax.set_title((title or f"Decoupling D across {x}s") + note + bars, fontsize=FONT["title"])
     fig.tight_layout()
     return _finish(fig, save)
 

@@ -54,6 +54,7 @@ from tqdm.auto import tqdm
 from .pruning import check_depth, prune_tokens, pruned_forward
 from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
                       list_scorer_conditions)
+from .identity import dataset_identity, state_dict_digest
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
 from .vit import keep_count
 
@@ -163,11 +164,13 @@ def _pruned_eval(backbone, cache: BlockCache, scores: Tensor, depth, budget, bat
     return torch.cat(logits), torch.cat(masks)
 
 
-def _load_images(dataset, n: int, batch_size: int) -> Tensor:
+def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
+    """Images of the first ``n`` items of ``dataset``, or of the positions ``n``."""
     from torch.utils.data import DataLoader, Subset
 
     from .data import collate_samples
-    sub = Subset(dataset, list(range(min(n, len(dataset)))))
+    idx = list(range(min(n, len(dataset)))) if isinstance(n, int) else [int(i) for i in n]
+    sub = Subset(dataset, idx)
     return torch.cat([b.images for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples)])
 
 
@@ -256,7 +259,13 @@ def run_protocol(
         finer than accuracy when pruning barely changes it),
         ``throughput_full``, ``speedup``, ``n_idauc_images``, ``lambda_ga``, ``temperature``,
         ``distill_form``, ``epochs``, ``train_loss``, ``train_accuracy``, ``train_seconds``,
-        ``from_cache`` (and the scorer families' extra columns, NaN in other rows).
+        ``from_cache`` (and the scorer families' extra columns, NaN in other rows);
+        ``weights_digest`` (:func:`midas_nb.identity.state_dict_digest` of the backbone the row
+        was computed with), ``dataset_fingerprint`` (content identity of the evaluated test
+        images, :attr:`midas_nb.identity.DatasetIdentity.full`) and the per-image values behind the means (lists, see
+        :data:`midas_nb.results.PER_IMAGE_COLUMNS`): ``image_ids``, ``miou_per_image`` (NaN for
+        an image without a visible part), ``idauc_image_ids``, ``idauc_per_image``,
+        ``accuracy_per_image`` (1 = the pruned prediction is correct; ids as ``image_ids``).
         ``df.attrs`` holds ``params``, ``full_accuracy``, ``throughput_full``.
 
     Raises:
@@ -287,6 +296,9 @@ def run_protocol(
     ebs = int(params["eval_batch_size"])
     ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
     backbone.to(device)
+    # the weights every row was computed from (one checkpoint id could be retrained into other
+    # bits on another machine; the digest makes that visible, and the caches key on it)
+    weights_digest = state_dict_digest(backbone)
     t_start = time.perf_counter()
 
     targets: dict[str, Tensor] = {}
@@ -306,7 +318,7 @@ def run_protocol(
         if trainable:
             train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
                                       cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress,
-                                      full_logits=False)
+                                      full_logits=False, masks=False)
 
         # --- test split ---------------------------------------------------------------------
         subset = evaluation_subset(len(test_set), params["max_eval_images"], params["eval_subset_seed"])
@@ -315,12 +327,16 @@ def run_protocol(
                                  key=dict(ident, split="test", subset=key_hash({"i": subset})),
                                  cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress)
         n_eval = len(test_cache)
+        eval_fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
         full_pred = test_cache.logits.argmax(-1)
         full_correct = (full_pred == test_cache.labels).float()
         full_accuracy = float(full_correct.mean())
         has_parts = bool(getattr(test_set, "has_parts", True))
         n_idauc = n_eval if params["max_idauc_images"] is None else min(n_eval, int(params["max_idauc_images"]))
-        idauc_images = _load_images(eval_set, n_idauc, ebs) if idauc_steps > 0 and n_idauc > 0 else None
+        # IDAUC images: a seeded random subset of the evaluated ones (test splits are ordered by
+        # class, so the first n would cover only the first classes), the same for every row
+        ipos = evaluation_subset(n_eval, n_idauc, int(params["eval_subset_seed"]) + 1)
+        idauc_images = _load_images(eval_set, ipos, ebs) if idauc_steps > 0 and n_idauc > 0 else None
 
         # --- throughput of the pruned forward per scorer family, and of the full model -------
         tp_images = _load_images(eval_set, int(params["throughput_batch"]), ebs).to(device)
@@ -384,7 +400,7 @@ def run_protocol(
                         else box_coverage(keep_mask, test_cache.box_mask))
             insdel = None
             if idauc_images is not None:
-                insdel = _insdel(backbone, idauc_images, scores[:n_idauc], full_pred[:n_idauc],
+                insdel = _insdel(backbone, idauc_images, scores[ipos], full_pred[ipos],
                                  idauc_steps, ebs, device)
             correct = (logits.argmax(-1) == test_cache.labels).float()
             in_box = point_in_box(scores, test_cache.box_mask)
@@ -393,6 +409,14 @@ def run_protocol(
                        budget=float(budget), seed=seed, device=str(device),
                        throughput=throughput[kind], scorer=kind)
             row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(bootstrap)))
+            # per-image values with the image ids, for paired intervals (decoupling_D) and the
+            # seed × image bootstrap (aggregate_seeds); NaN where an image has no visible part
+            row.update(image_ids=list(test_cache.image_ids),
+                       miou_per_image=[float(v) for v in coverage.per_image.tolist()],
+                       idauc_image_ids=[test_cache.image_ids[i] for i in ipos] if insdel is not None else [],
+                       idauc_per_image=[float(v) for v in insdel.idauc.tolist()] if insdel is not None else [],
+                       accuracy_per_image=[float(v) for v in correct.tolist()],
+                       weights_digest=weights_digest, dataset_fingerprint=eval_fingerprint)
             row.update(n_images=n_eval, full_accuracy=full_accuracy,
                        agreement=float((logits.argmax(-1) == full_pred).float().mean()),
                        throughput_full=throughput_full, speedup=throughput[kind] / throughput_full,

@@ -70,6 +70,7 @@ __all__ = [
     "make_table",
     "validate_table",
     "aggregate_seeds",
+    "PER_IMAGE_COLUMNS",
     "save_table",
     "load_table",
     "recommend_deployment",
@@ -129,6 +130,12 @@ ID_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "conditio
 METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accuracy", "pib",
                                    "throughput")
 _CI_METRICS = ("miou", "idauc", "accuracy")
+#: per-image values stored in every protocol row (lists; ``image_ids`` for mIoU and accuracy,
+#: ``idauc_image_ids`` for IDAUC): what the paired and seed × image intervals resample
+PER_IMAGE_COLUMNS: tuple[str, ...] = ("image_ids", "miou_per_image", "accuracy_per_image",
+                                      "idauc_image_ids", "idauc_per_image")
+#: per-image value column → its image-id column
+_PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
 _BY_NAME = {c.name: c for c in SCHEMA}
 
 
@@ -337,40 +344,71 @@ def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd
 
 
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
-                    metrics: Sequence[str] = METRIC_COLUMNS) -> pd.DataFrame:
-    """Mean, sample std (``ddof=1``; NaN for one seed) and count over seeds, per metric.
+                    metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
+                    alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
+    """Mean, sample std (``ddof=1``; NaN for one seed) and count over seeds, per metric, with a
+    confidence interval of the mean over seeds.
+
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)``
+    percentile-bootstrap interval of the mean over seeds that accounts for both sources of
+    variation: each resample draws the seeds with replacement and the test images with
+    replacement (the same images for every seed), from the per-image values the protocol stores
+    (:data:`PER_IMAGE_COLUMNS`; :func:`midas_nb.metrics.hierarchical_bootstrap`). With one
+    seed it is the bootstrap over images. It is *not* the mean of the per-seed bounds. A group
+    whose rows lack per-image values gets NaN bounds (``ci_method`` says which).
 
     Args:
         table: results rows.
         by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``.
         metrics: metric columns to aggregate (those present are used).
+        n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
 
     Returns:
         One row per group: ``by``, ``n_seeds`` (rows in the group), ``seeds`` (sorted, as a
         string), ``n_images`` (mean), and for each metric ``m``: ``m_mean``, ``m_std``,
         ``m_n`` (non-NaN values); for ``miou``, ``idauc``, ``accuracy`` also ``m_lo`` /
-        ``m_hi`` = mean over seeds of the per-seed bootstrap bounds.
+        ``m_hi`` (above) and one ``ci_method`` column (``"seeds × images bootstrap"``,
+        ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``).
     """
+    from .metrics import _per_image, hierarchical_bootstrap
+
     by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
     missing = [c for c in by if c not in table.columns]
     if missing:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
     metrics = [m for m in metrics if m in table.columns]
-    g = table.groupby(by, dropna=False, sort=False)
+    src = table.reset_index(drop=True)
+    g = src.assign(_row=np.arange(len(src))).groupby(by, dropna=False, sort=False)
     spec: dict[str, tuple[str, Any]] = {"n_seeds": (metrics[0] if metrics else by[0], "size")}
-    if "seed" in table.columns:
+    if "seed" in src.columns:
         spec["seeds"] = ("seed", lambda s: ",".join(str(x) for x in sorted(set(s))))
-    if "n_images" in table.columns:
+    if "n_images" in src.columns:
         spec["n_images"] = ("n_images", "mean")
     for m in metrics:
         spec[f"{m}_mean"] = (m, "mean")
         spec[f"{m}_std"] = (m, "std")
         spec[f"{m}_n"] = (m, "count")
-        if m in _CI_METRICS:
-            for b in ("lo", "hi"):
-                if f"{m}_{b}" in table.columns:
-                    spec[f"{m}_{b}"] = (f"{m}_{b}", "mean")
-    return g.agg(**spec).reset_index()
+    spec["_rows"] = ("_row", list)
+    out = g.agg(**spec).reset_index()
+    ci_metrics = [m for m in metrics if m in _CI_METRICS]
+    methods = []
+    for k, rows in enumerate(out["_rows"]):
+        recs = [src.iloc[i].to_dict() for i in rows]
+        method = "unavailable: no per-image values"
+        for m in ci_metrics:
+            maps = [_per_image(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
+            lo = hi = math.nan
+            if maps and all(x is not None for x in maps):
+                ids = sorted(set.intersection(*(set(x) for x in maps)))
+                if ids:
+                    mat = np.array([[x[i] for i in ids] for x in maps])
+                    lo, hi = hierarchical_bootstrap(mat, n_boot, alpha, seed)
+                    method = "seeds × images bootstrap" if len(recs) > 1 else "images bootstrap (one seed)"
+            out.loc[k, f"{m}_lo"], out.loc[k, f"{m}_hi"] = lo, hi
+        methods.append(method)
+    if ci_metrics:
+        out["ci_method"] = methods
+    return out.drop(columns=["_rows"])
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -398,11 +436,36 @@ def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = Non
     ``runs_dir=None`` → :func:`midas_nb.config.runs_dir` (``runs/`` or ``MIDAS_RUNS_DIR``).
     Returns the CSV path.
     """
+    from .identity import atomic_write_text
+
     csv, parquet = _paths(name, runs_dir)
-    table.to_csv(csv, index=False)
+    atomic_write_text(csv, _encode_lists(table).to_csv(index=False))
     if _has_pyarrow():
-        table.to_parquet(parquet, index=False)
+        from .identity import atomic_write
+        enc = _encode_lists(table)
+        atomic_write(parquet, lambda f: enc.to_parquet(f, index=False))
     return csv
+
+
+def _encode_lists(table: pd.DataFrame) -> pd.DataFrame:
+    """List-valued columns (the per-image values) as JSON text, so CSV and parquet keep them."""
+    import json
+
+    out = table.copy()
+    for c in out.columns:
+        if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple))).any():
+            out[c] = out[c].map(lambda v: json.dumps(list(v), allow_nan=True) if isinstance(v, (list, tuple)) else v)
+    return out
+
+
+def _decode_lists(df: pd.DataFrame) -> pd.DataFrame:
+    """Inverse of :func:`_encode_lists` for the :data:`PER_IMAGE_COLUMNS`."""
+    import json
+
+    for c in PER_IMAGE_COLUMNS:
+        if c in df.columns:
+            df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)
+    return df
 
 
 def load_table(name: str, runs_dir: str | Path | None = None,
@@ -440,7 +503,7 @@ def load_table(name: str, runs_dir: str | Path | None = None,
                 pass
     if all(c in df.columns for c in SCHEMA_COLUMNS):
         df = _cast(df)
-    return df
+    return _decode_lists(df)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,11 +541,17 @@ def recommend_deployment(
     :func:`~midas_nb.metrics.decoupling_D`):
 
     - **coverage-first**: the condition with the highest ``D_pp`` among those inside the IDAUC
-      parity band (``delta_idauc ≥ −band``; the reference, ``D = 0``, is a candidate, so a
-      scorer is only advised over it when it gains coverage at parity). Ties → higher IDAUC.
+      parity band by the point decision (``in_band``: ``delta_idauc ≥ −band``; the reference,
+      ``D = 0``, is a candidate, so a scorer is only advised over it when it gains coverage at
+      parity). Ties → higher IDAUC. When the pick's paired ΔIDAUC interval straddles the band
+      edge (status ``"not resolved"``) the reason says so, with the interval.
       Fallback, when the cell has no reference row: the highest mIoU, ``fallback=True``.
     - **faithfulness-first**: the highest mean IDAUC; conditions within ``tie_tol`` of it
       (default 0.001, the precision IDAUC is reported to) are ties, broken by higher mIoU.
+
+    When a goal has no candidate with defined values — every IDAUC is NaN (e.g. measured with
+    ``idauc_steps=0``), or every mIoU is NaN — the row says **no recommendation** with the
+    reason (``recommended=False``, empty condition) instead of picking from undefined numbers.
 
     Args:
         table: results rows (per seed); needs ``condition``, ``miou``, ``idauc``.
@@ -491,9 +560,11 @@ def recommend_deployment(
 
     Returns:
         ``(advice, text)``: ``advice`` has one row per (cell, goal) with the evidence —
-        ``goal``, cell and condition columns, ``D_pp``, ``delta_idauc``, ``in_band``,
-        ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``,
-        ``n_seeds``, ``fallback``, ``reason``; ``text`` joins the one-line reasons.
+        ``goal``, cell and condition columns, ``recommended``, ``D_pp``, ``D_pp_lo``,
+        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``in_band``,
+        ``status``, ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
+        (intervals: :func:`aggregate_seeds`, seeds × images), ``n_seeds``, ``fallback``,
+        ``reason``; ``text`` joins the one-line reasons.
 
     Raises:
         ValueError: for missing columns or an unknown ``miou_unit``.
@@ -501,23 +572,24 @@ def recommend_deployment(
     by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] \
         if by is None else list(by)
     key = [c for c in ("condition", "target", "relaxation") if c in table.columns]
-    has_ref = "condition" in table.columns and bool((table["condition"] == reference).any())
+    missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
+    if missing:
+        raise ValueError(f"recommend_deployment: table is missing column(s) {missing}")
+    has_ref = bool((table["condition"] == reference).any())
     if has_ref:
         agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit)
     else:  # no reference anywhere: means only, D undefined (coverage-first falls back)
-        missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
-        if missing:
-            raise ValueError(f"recommend_deployment: table is missing column(s) {missing}")
         agg = (table.groupby(by + key, dropna=False, sort=False)
                .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size"))
                .reset_index())
-        agg["D_pp"], agg["delta_idauc"], agg["in_band"] = _NaN, _NaN, False
+        agg["D_pp"], agg["delta_idauc"] = _NaN, _NaN
+        agg["in_band"] = pd.array([pd.NA] * len(agg), dtype="boolean")
         agg["status"] = "no reference"
-    cis = [f"{m}_{b}" for m in ("miou", "idauc") for b in ("lo", "hi") if f"{m}_{b}" in table.columns]
-    if cis:
-        bounds = table.groupby(by + key, dropna=False, sort=False)[cis].mean().reset_index()
-        agg = agg.merge(bounds, on=by + key, how="left")
-    for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi"):
+    bounds = aggregate_seeds(table, by=by + key, metrics=("miou", "idauc"))
+    cis = [c for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi") if c in bounds.columns]
+    agg = agg.merge(bounds[by + key + cis], on=by + key, how="left")
+    for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo", "D_pp_hi", "delta_idauc_lo",
+              "delta_idauc_hi"):
         if c not in agg.columns:
             agg[c] = _NaN
 
@@ -527,39 +599,74 @@ def recommend_deployment(
         cell_key = cell_key if isinstance(cell_key, tuple) else (cell_key,)
         where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key))
         where = f" ({where})" if where else ""
+        ident = dict(zip(by, cell_key))
         # coverage-first
-        inside = cell[(cell["status"] == "in band")]
-        if len(inside):
-            pick = inside.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
-            fallback = False
-            why = (f"highest D among in-band conditions: D={pick['D_pp']:+.2f} pp, "
-                   f"ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}; mIoU {pick['miou']:.3f}"
-                   f"{_ci(pick, 'miou')}")
+        cell_has_ref = bool((cell["status"] != "no reference").any())
+        if cell_has_ref:
+            inside = cell[cell["in_band"].fillna(False).astype(bool) & cell["D_pp"].notna()]
+            if len(inside):
+                pick = inside.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
+                unresolved = ""
+                if pick.get("status") == "not resolved":
+                    unresolved = (f"; band NOT RESOLVED: ΔIDAUC 95 % CI [{pick['delta_idauc_lo']:+.3f}, "
+                                  f"{pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
+                why = (f"highest D among in-band conditions: D={pick['D_pp']:+.2f} pp"
+                       f"{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
+                       f"mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}")
+                rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why))
+            else:
+                undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
+                rows.append(_no_advice("coverage-first", ident, key, where,
+                                       "the parity band is undefined for every condition (D or ΔIDAUC "
+                                       f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                       "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
         else:
-            pick = cell.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
-            fallback = True
-            why = (f"FALLBACK (no reference in this cell, D undefined): highest mIoU "
-                   f"{pick['miou']:.3f}{_ci(pick, 'miou')}")
-        rows.append(dict(goal="coverage-first", **dict(zip(by, cell_key)),
-                         **{k: pick[k] for k in key}, _pick=pick, fallback=fallback,
-                         reason=f"coverage-first{where}: {_label(pick)} — {why}"))
+            ok = cell[cell["miou"].notna()]
+            if len(ok):
+                pick = ok.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
+                why = (f"FALLBACK (no reference in this cell, D undefined): highest mIoU "
+                       f"{pick['miou']:.3f}{_ci(pick, 'miou')}")
+                rows.append(_advice_row("coverage-first", ident, key, pick, True, where, why))
+            else:
+                rows.append(_no_advice("coverage-first", ident, key, where,
+                                       "no reference and every mIoU is NaN"))
         # faithfulness-first
-        best = cell["idauc"].max()
-        ties = cell[cell["idauc"] >= best - tie_tol]
-        pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
-        tie_note = (f"; {len(ties)} conditions within {tie_tol:g} of the best IDAUC, "
-                    f"highest mIoU {pick['miou']:.3f} breaks the tie") if len(ties) > 1 else ""
-        why = f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}{tie_note}"
-        rows.append(dict(goal="faithfulness-first", **dict(zip(by, cell_key)),
-                         **{k: pick[k] for k in key}, _pick=pick, fallback=False,
-                         reason=f"faithfulness-first{where}: {_label(pick)} — {why}"))
+        ok = cell[cell["idauc"].notna()]
+        if len(ok):
+            best = ok["idauc"].max()
+            ties = ok[ok["idauc"] >= best - tie_tol]
+            pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
+            tie_note = (f"; {len(ties)} conditions within {tie_tol:g} of the best IDAUC, "
+                        f"highest mIoU {pick['miou']:.3f} breaks the tie") if len(ties) > 1 else ""
+            why = f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}{tie_note}"
+            rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where, why))
+        else:
+            rows.append(_no_advice("faithfulness-first", ident, key, where,
+                                   "IDAUC is NaN for every condition (not measured: idauc_steps=0 or "
+                                   "max_idauc_images=0?)"))
 
-    evidence = ("D_pp", "delta_idauc", "in_band", "miou", "miou_lo", "miou_hi", "idauc",
-                "idauc_lo", "idauc_hi", "n_seeds")
-    for r in rows:
-        pick = r.pop("_pick")
-        for c in evidence:
-            r[c] = pick.get(c, _NaN)
-    cols = ["goal"] + by + key + list(evidence) + ["fallback", "reason"]
+    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
+
+
+_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "in_band",
+             "status", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "n_seeds")
+
+
+def _pp_ci(row: pd.Series) -> str:
+    lo, hi = row.get("D_pp_lo", _NaN), row.get("D_pp_hi", _NaN)
+    return "" if pd.isna(lo) or pd.isna(hi) else f" [{lo:+.2f}, {hi:+.2f}]"
+
+
+def _advice_row(goal: str, ident: dict, key: list[str], pick: pd.Series, fallback: bool, where: str,
+                why: str) -> dict[str, Any]:
+    return dict(goal=goal, **ident, **{k: pick[k] for k in key}, recommended=True,
+                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, fallback=fallback,
+                reason=f"{goal}{where}: {_label(pick)} — {why}")
+
+
+def _no_advice(goal: str, ident: dict, key: list[str], where: str, why: str) -> dict[str, Any]:
+    return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False,
+                **{c: _NaN for c in _EVIDENCE}, fallback=False,
+                reason=f"{goal}{where}: no recommendation — {why}")

@@ -15,8 +15,6 @@ Example::
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from functools import cached_property
 from pathlib import Path
@@ -27,47 +25,45 @@ import torch
 
 from . import config
 
-__all__ = ["Study", "check_data", "resolve_data"]
+__all__ = ["Study", "check_data", "check_layout", "resolve_data", "TRAIN_SPLIT"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
 
 def _key_hash(key: dict) -> str:
-    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    from .identity import hash_json
+    return hash_json(key, 12)
 
 
 def check_data(params: dict[str, Any]) -> tuple[str, Path | None]:
-    """``(dataset name, data root or None for the embedded default)``, checked, nothing read.
+    """``(dataset name, data root or None for the embedded synthetic set)``, checked, no image read.
+
+    The root comes from :func:`midas_nb.config.data_root_for` (``data_roots[dataset]``, or
+    ``data_root`` for the profile's own dataset); the embedded synthetic set only where it was
+    asked for by name or the profile documents it (smoke/quick without any data root).
 
     Raises:
-        ValueError: unknown dataset name; Aircraft or Cars without ``data_root``.
-        FileNotFoundError: ``data_root`` is not a directory.
+        ValueError: unknown dataset name; a dataset without a root where no synthetic
+            default applies (the message names ``--data-root NAME=PATH``).
+        FileNotFoundError: the root is not a directory.
     """
     name = params.get("dataset", "cub")
-    if name not in _DATASET_NAMES:
-        raise ValueError(f"unknown dataset {name!r}; expected one of {_DATASET_NAMES}")
-    root = params.get("data_root")
-    if root is not None and name != "synthetic":
-        root = Path(root).expanduser()
-        if not root.is_dir():
-            raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
-        return name, root
-    if name not in ("cub", "synthetic"):
-        raise ValueError(f"dataset {name!r} needs --data-root (no embedded default for it)")
-    return name, None
+    root = config.data_root_for(params, name)
+    if root is not None and not root.is_dir():
+        raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
+    return name, root
 
 
 def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
     """``(loader name, root, label)`` for a profile's data settings.
 
-    With ``data_root`` set, that directory is read with the loader named by ``dataset``.
-    Without it, the embedded default is generated once (deterministic by seed) under
-    ``cache_dir()/data`` in CUB's layout and read with the CUB loader; its label is
+    With a data root (:func:`check_data`), that directory is read with the loader named by
+    ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
+    under ``cache_dir()/data`` in CUB's layout and read with the CUB loader; its label is
     ``"synthetic"`` everywhere it appears.
 
     Raises:
-        ValueError: for an unknown dataset name, or a real dataset other than CUB with no
-            ``data_root`` (Aircraft and Cars have no embedded default).
+        ValueError, FileNotFoundError: as :func:`check_data`.
     """
     name, root = check_data(params)
     if root is not None:
@@ -81,26 +77,74 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
     return "cub", root, "synthetic"
 
 
+def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
+    """Problems (one line each) of reading ``root`` as ``dataset``; ``[]`` when it has the layout.
+
+    Builds the train split (:data:`TRAIN_SPLIT`) and the test split with the dataset's own
+    reader: every annotation file is parsed and every listed image is checked to exist; no
+    image is decoded. Stanford Cars must have test labels (``cars_test_annos_withlabels.mat``):
+    the protocol's accuracies and the backbone's test accuracy need them.
+    """
+    from .data import DatasetError, load_dataset
+
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
+    extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
+    problems = []
+    for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
+        try:
+            ds = load_dataset(dataset, root, split, **extra)
+        except (DatasetError, ValueError, OSError) as e:
+            problems.append(f"data root {str(root)!r} does not have the {dataset} layout ({split} split): {e}")
+            continue
+        if dataset == "cars" and not getattr(ds, "has_labels", True):
+            problems.append(f"data root {str(root)!r} (cars): {ds.annotation_file} has no class field; the test "
+                            f"accuracies need the labelled test file cars_test_annos_withlabels.mat in "
+                            f"{getattr(ds, 'devkit', root)}")
+    return problems
+
+
+#: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
+#: trains on trainval = train + val and tests on test; CUB and Cars have train/test only)
+TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
+
+
 class Study:
     """Data, backbone and cached pipeline stages for one profile.
 
     Args:
-        profile: ``"smoke" | "quick" | "paper"`` (DESIGN.md §7).
+        profile: ``"smoke" | "quick" | "paper" | "rehearsal"`` (DESIGN.md §7).
         progress: tqdm bars for the long stages; off whenever ``TQDM_DISABLE`` is set (as
             ``midas-nb run`` and the test suite do).
-        **overrides: any profile key (``data_root``, ``dataset``, ``backbone``, ``depth``,
-            ``budget``, ``seeds``, ``device``, ``conditions``, ...); ``None`` values are
-            ignored so notebook parameters can pass through unchanged.
+        **overrides: any profile key (``data_root``, ``data_roots``, ``dataset``, ``backbone``,
+            ``weights`` (a file for the study's backbone, or ``{backbone: file}``),
+            ``backbone_kwargs``, ``depth``, ``budget``, ``seeds``, ``device``, ``conditions``,
+            ...); ``None`` values are ignored so notebook parameters can pass through unchanged.
+
+    Raises:
+        midas_nb.config.ProfileError: a setting of the wrong type or out of range (every
+            problem, one line each: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
+            seeds not a list of integers, a CUDA device on a machine without CUDA, ...).
+        ValueError, FileNotFoundError: a dataset without a data root (see :func:`check_data`).
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self.params = config.get_profile(profile, **overrides)
+        problems = config.check_profile(self.params)
+        if not problems:
+            from .backbones import check_backbone
+            p = self.params
+            problems = check_backbone(p["backbone"], config.backbone_kwargs_for(p, p["backbone"]),
+                                      [p["depth"], *(p.get("depths") or [])])
+        if problems:  # nothing is replaced: a bad value is an error, never the profile's default
+            raise config.ProfileError(problems)
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
         self.progress = progress and os.environ.get("TQDM_DISABLE", "") in ("", "0", "false", "False")
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
-        if self.params.get("device") == "cuda" and not torch.cuda.is_available():
-            self.params["device"] = "cpu"
         self.device = torch.device(self.params["device"])
+        if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
+            torch.set_num_threads(int(self.params["torch_threads"]))
 
     def __repr__(self) -> str:
         p = self.params
@@ -114,12 +158,29 @@ class Study:
         from .backbones import backbone_normalization
         return backbone_normalization(self.params["backbone"])
 
+    @property
+    def weights(self) -> str | None:
+        """The backbone's initial weights: a file (``--weights NAME=PATH``), ``"hub"`` (timm's
+        pretrained weights) or ``None`` (random init / the local architectures)."""
+        from .backbones import weights_for
+        return weights_for(self.params, self.params["backbone"])
+
+    @property
+    def backbone_kwargs(self) -> dict[str, Any]:
+        """timm ``VisionTransformer`` arguments of the backbone (profile ``backbone_kwargs``)."""
+        return config.backbone_kwargs_for(self.params, self.params["backbone"])
+
     def dataset(self, split: str, train: bool = False):
         """The ``split`` of the study's dataset with the backbone's normalisation."""
         from .data import load_dataset
         mean, std = self.normalization
+        if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
+            split = TRAIN_SPLIT.get(self.loader_name, "train")
+        extra = {}
+        if self.params.get("max_images_per_class") is not None:
+            extra["max_images_per_class"] = int(self.params["max_images_per_class"])
         return load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
-                            patch_size=self.params["patch_size"], train=train, mean=mean, std=std)
+                            patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
 
     @cached_property
     def train_set(self):
@@ -130,12 +191,24 @@ class Study:
         return self.dataset("test")
 
     # ------------------------------------------------------------------------- backbone
+    def _finetune_args(self) -> dict[str, Any]:
+        """The arguments of :func:`midas_nb.backbones.load_or_finetune` / ``checkpoint_key``
+        besides the model name and the two splits (one place, so both always agree)."""
+        ft = config.finetune_settings(self.params, self.dataset_name)
+        return dict(seed=0, device=self.device, weights=self.weights,
+                    backbone_kwargs=self.backbone_kwargs or None, **ft)
+
+    def checkpoint_key(self) -> tuple[str, dict[str, Any]]:
+        """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
+        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics)."""
+        from .backbones import checkpoint_key
+        return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, **self._finetune_args())
+
     @cached_property
     def _backbone(self):
         from .backbones import load_or_finetune
-        ft = config.finetune_settings(self.params, self.dataset_name)
-        return load_or_finetune(self.params["backbone"], self.train_set, self.test_set, seed=0,
-                                device=self.device, progress=self.progress, **ft)
+        return load_or_finetune(self.params["backbone"], self.train_set, self.test_set,
+                                progress=self.progress, **self._finetune_args())
 
     @property
     def model(self) -> torch.nn.Module:
@@ -184,12 +257,13 @@ class Study:
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Target maps ``{id: [M, N]}`` over the split's images (cached on disk)."""
         from .targets import target_cache
-        depth = depth or self.params["depth"]
-        ids = list(ids or self.params["targets"])
+        depth = int(self.params["depth"] if depth is None else depth)
+        ids = list(self.params["targets"] if ids is None else ids)
         ds = self.train_set if split == "train" else self.test_set
         rule = "label" if split == "train" else "prediction"
-        key = dict(dataset=self.dataset_name, root=str(self.data_root), split=split,
-                   checkpoint=self.meta["checkpoint_id"], depth=depth, class_rule=rule)
+        # no data path: target_cache adds the split's content identity and the weights digest
+        key = dict(dataset=self.dataset_name, split=split, checkpoint=self.meta["checkpoint_id"],
+                   depth=depth, class_rule=rule)
         return target_cache(self.model, ds, ids=ids, depth=depth, class_rule=rule, key=key,
                             device=self.device, progress=self.progress)
 
@@ -203,7 +277,7 @@ class Study:
         from .metrics import bootstrap_ci, box_coverage, part_miou
         from .pruning import keep_mask_from_indices, select_top_k
         from .vit import keep_count
-        budget = float(budget or self.params["budget"])
+        budget = float(self.params["budget"] if budget is None else budget)
         ds = self.test_set
         ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in range(len(ds))])
         metric = part_miou if ds.has_parts else box_coverage
@@ -248,20 +322,21 @@ class Study:
         from .results import save_table
         from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
         p = self.params
-        depth = int(depth or p["depth"])
-        budget = float(budget or p["budget"])
-        conditions = list(conditions or p["conditions"])
+        depth = int(p["depth"] if depth is None else depth)
+        budget = float(p["budget"] if budget is None else budget)
+        conditions = list(p["conditions"] if conditions is None else conditions)
         seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
         point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
-        cells = make_grid(point, "scale", backbones=[p["backbone"]], conditions=conditions, seeds=seeds,
-                          params=dict(relaxation=relaxation, **kwargs))
+        cells = make_grid(point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
+                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs))
         store = ResultStore(name=p["profile"])
         status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
         table = store.results(cells)
         table.attrs.clear()
-        key = dict(dataset=self.dataset_name, root=str(self.data_root), depth=depth, budget=budget,
+        # the cells' keys hold the data content, settings and result format (no data path)
+        key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
         return table
@@ -280,16 +355,19 @@ class Study:
 
         Returns:
             ``(rows, status)``: one results row per condition × seed × cell that is done, and
-            the sweep status (done / failed / pending cells with the failures' errors).
+            the sweep status (:class:`midas_nb.sweeps.StoreStatus`: done / failed / pending
+            cells with the failures' errors; ``status.complete`` says whether every cell is
+            done — rows of failed or pending cells are absent, so check it before reading).
         """
-        from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
+        from .sweeps import ProtocolCellRunner, ResultStore, StoreStatus, make_grid, run_sweep
         cells = make_grid(self.params, kind)
         store = ResultStore(name=self.params["profile"])
         if run:
             status = run_sweep(cells, ProtocolCellRunner(self.params, study=self), store, executor=executor,
                                max_workers=max_workers, slurm=slurm or None)
         else:
-            status = store.summary(cells)
+            table = store.status(cells)
+            status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
         rows = store.results(cells)
         rows.attrs.clear()
         return rows, status

@@ -39,24 +39,23 @@ Example::
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import json
 import math
 import multiprocessing
 import os
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
-from .config import finetune_settings, get_profile, runs_dir
+from .config import data_root_for, dataset_label, get_profile, grid_datasets, runs_dir
+from .identity import RESULT_FORMAT_VERSION, annotation_stamp, atomic_write_text, canonical_json, hash_json
+from .identity import _jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
 
 __all__ = [
     "GridKind",
@@ -66,6 +65,7 @@ __all__ = [
     "SEEDLESS_CONDITIONS",
     "SweepCell",
     "make_grid",
+    "grid_spans",
     "checkpoint_spec_id",
     "resolve_checkpoint_ids",
     "ResultStore",
@@ -104,12 +104,13 @@ _PROTOCOL_DEFAULTS: dict[str, Any] = dict(relaxation="st", lam=1.0, temperature=
 # ----------------------------------------------------------------------------------------------
 
 def _canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, no whitespace) used for hashing."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable)
+    """Deterministic JSON (sorted keys, no whitespace) used for hashing
+    (:func:`midas_nb.identity.canonical_json`)."""
+    return canonical_json(obj)
 
 
 def _short_hash(obj: Any, n: int = 16) -> str:
-    return hashlib.sha1(_canonical_json(obj).encode()).hexdigest()[:n]
+    return hash_json(obj, n)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,10 @@ class SweepCell:
             (see :func:`checkpoint_spec_id`); part of :attr:`key`.
         params: further JSON-serialisable settings that change the result (protocol
             hyper-parameters, image size, ...); part of :attr:`key`. Not part of ``hash()``.
+        data_id: content identity of the evaluated test images — their bytes, labels, part
+            keypoints and boxes, transform (:func:`eval_data_id`); part of :attr:`key`, so
+            editing one keypoint of an evaluated test image makes the cells of that dataset
+            new cells, while the checkpoint (and the target and scorer caches) stay valid.
     """
 
     dataset: str
@@ -137,6 +142,7 @@ class SweepCell:
     seed: int
     checkpoint_id: str = ""
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    data_id: str = ""
 
     def __post_init__(self) -> None:
         # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
@@ -159,12 +165,15 @@ class SweepCell:
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
         """Inverse of :meth:`to_dict`."""
         return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
-                   checkpoint_id=d.get("checkpoint_id", ""), params=d.get("params", {}))
+                   checkpoint_id=d.get("checkpoint_id", ""), params=d.get("params", {}),
+                   data_id=d.get("data_id", ""))
 
     @property
     def key(self) -> str:
-        """Stable 16-hex-digit key: SHA-1 of the canonical JSON of every field."""
-        return _short_hash(self.to_dict())
+        """Stable 16-hex-digit key: SHA-256 of the canonical JSON of every field and of
+        :data:`midas_nb.identity.RESULT_FORMAT_VERSION` (a changed metric definition makes
+        every cell new)."""
+        return _short_hash(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION))
 
     @property
     def label(self) -> str:
@@ -173,47 +182,65 @@ class SweepCell:
                 f"{self.condition} s{self.seed}")
 
 
-def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``.
+def _spec_of(study: Any) -> str:
+    """``"spec-"`` + the hash of a study's checkpoint key without the training numerics."""
+    _, key = study.checkpoint_key()
+    return "spec-" + _short_hash({k: v for k, v in key.items() if k != "numerics"}, 12)
 
-    ``"spec-"`` + a hash of everything fine-tuning depends on that is known without loading
-    anything: backbone, dataset label and root, image and patch size, the ``finetune``
-    settings, the synthetic-data settings (embedded dataset only). Grids can then be built,
-    and their status shown, on a machine without the data. The real checkpoint id
-    (:func:`midas_nb.backbones.checkpoint_key`, which also hashes the transformed images) is
-    stored in every result row (column ``checkpoint_id``); ``make_grid(...,
-    checkpoint_ids="resolve")`` keys cells by it instead.
+
+def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) -> str:
+    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``, by content.
+
+    ``"spec-"`` + the hash of :func:`midas_nb.backbones.checkpoint_key` (model, initial
+    weights, recipe, and the content of both splits: image bytes, labels, split, transform —
+    :func:`midas_nb.identity.dataset_identity`) without the training numerics (precision,
+    thread count), so the id is the same on a login node and on the worker that trains. Nothing
+    is trained; the datasets' annotations are parsed and their image files hashed (memoised per
+    process). Moving the data keeps the id; replacing an image or a label changes it; part
+    keypoints do not enter it (training never reads them; they enter the cell's ``data_id``).
+    The real checkpoint id and the weights digest are stored in every result row
+    (``checkpoint_id``, ``weights_digest``).
+
+    Raises:
+        ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
     """
-    label = _dataset_label(profile, dataset)
-    spec = dict(
-        dataset=label,
-        backbone=backbone,
-        data_root=_data_root_for(profile, dataset),
-        image_size=profile.get("image_size"),
-        patch_size=profile.get("patch_size"),
-        finetune=finetune_settings(dict(profile), label),
-        synthetic=profile.get("synthetic") if label == "synthetic" else None,
-    )
-    return "spec-" + _short_hash(spec, 12)
+    return _spec_of(_study(dict(profile), dataset, backbone))
+
+
+def _eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
+    """:attr:`~midas_nb.identity.DatasetIdentity.full` of the test images a protocol run with
+    ``settings`` evaluates (:func:`midas_nb.protocol.evaluation_subset`)."""
+    from torch.utils.data import Subset
+
+    from .identity import dataset_identity
+    from .protocol import evaluation_subset
+
+    test = study.test_set
+    idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
+    return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
+
+
+def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
+                 settings: Mapping[str, Any] | None = None) -> str:
+    """Content identity of the test images a cell evaluates (the test split with the backbone's
+    transform, restricted to the evaluated subset of ``settings``' ``max_eval_images`` /
+    ``eval_subset_seed``; default the profile's protocol settings):
+    :attr:`midas_nb.identity.DatasetIdentity.full` — images, labels, part keypoints, boxes,
+    transform. Enters :attr:`SweepCell.data_id`: a keypoint of an evaluated image changes it,
+    one of an image outside the subset does not."""
+    prof = dict(profile)
+    return _eval_identity(_study(prof, dataset, backbone), _protocol_params(prof) if settings is None else settings)
 
 
 def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[str],
                            backbones: Sequence[str]) -> dict[tuple[str, str], str]:
     """Real checkpoint ids ``{(dataset, backbone): id}`` without training anything.
 
-    Loads each dataset (annotations and three images, for the fingerprint) and hashes the
-    fine-tuning key exactly as :func:`midas_nb.backbones.load_or_finetune` does.
+    Parses each dataset and hashes its content, then the fine-tuning key exactly as
+    :func:`midas_nb.backbones.load_or_finetune` does (:meth:`midas_nb.study.Study.checkpoint_key`).
     """
-    from .backbones import checkpoint_key
-
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    out = {}
-    for ds in datasets:
-        for bb in backbones:
-            study = _study(prof, ds, bb)
-            ft = finetune_settings(prof, study.dataset_name)
-            out[(ds, bb)], _ = checkpoint_key(bb, study.train_set, study.test_set, seed=0, **ft)
-    return out
+    return {(ds, bb): _study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
 
 
 # cell params that describe the data, not run_protocol arguments
@@ -238,6 +265,22 @@ def _is_paper(profile: Mapping[str, Any]) -> bool:
     return profile.get("profile") == "paper"
 
 
+def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
+    """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
+    datasets = the profile's ``datasets`` key (:data:`PAPER_DATASETS` for ``paper`` without
+    one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"``, else the
+    profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    Nothing is read; data roots are not resolved."""
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    datasets = list(PAPER_DATASETS) if _is_paper(prof) and not prof.get("datasets") else grid_datasets(prof)
+    if kind == "scale":
+        backbones = list(prof.get("scale_backbones") or [prof["backbone"]])
+    else:
+        backbones = list(prof.get("backbones") or (
+            prof["scale_backbones"] if _is_paper(prof) and prof.get("scale_backbones") else [prof["backbone"]]))
+    return datasets, backbones
+
+
 def make_grid(
     profile: str | Mapping[str, Any],
     kind: GridKind = "regime",
@@ -249,6 +292,7 @@ def make_grid(
     checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec", "resolve"] = "spec",
     params: Mapping[str, Any] | None = None,
     seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
+    data_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> list[SweepCell]:
     """The cells of a sweep for a profile.
 
@@ -273,17 +317,22 @@ def make_grid(
     the profile's ``datasets`` key, else :data:`PAPER_DATASETS` for the ``paper`` profile,
     else ``[dataset]``; backbones to ``scale_backbones`` for ``kind="scale"``, else the
     profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
-    CUB without a data root (``data_roots[name]``, or ``data_root`` for the profile's own
-    dataset) is the embedded synthetic set; its cells are labelled ``"synthetic"``, as
+    Each dataset's root is ``data_roots[name]`` (or ``data_root`` for the profile's own
+    dataset); a dataset without one is an error (:func:`midas_nb.config.data_root_for`), except
+    the embedded synthetic set where it applies (named ``"synthetic"``, or CUB in smoke/quick
+    without any data root), whose cells are labelled ``"synthetic"`` as
     :func:`midas_nb.study.resolve_data` labels it.
 
     Args:
         profile: a profile name or dict (:func:`midas_nb.config.get_profile`).
         kind: grid shape (above).
         datasets, backbones, conditions, seeds: override the profile's lists.
-        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: nothing is loaded),
-            ``"resolve"`` (:func:`resolve_checkpoint_ids`: the real ids, datasets are read) or
-            an explicit ``{(dataset, backbone): checkpoint_id}``.
+        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: content-based, nothing
+            is trained), ``"resolve"`` (:func:`resolve_checkpoint_ids`: the real ids) or an
+            explicit ``{(dataset, backbone): checkpoint_id}``.
+        data_ids: explicit ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`
+            (the evaluated split's content). With explicit ``checkpoint_ids`` and ``data_ids``
+            no dataset is read.
         params: extra settings merged into every cell's ``params`` (they enter the key).
         seedless_conditions: conditions computed for the first seed only (``()``: every seed).
 
@@ -291,7 +340,8 @@ def make_grid(
         Cells ordered dataset, backbone, point, condition, seed (no duplicates).
 
     Raises:
-        ValueError: unknown ``kind``; empty lists; duplicated entries.
+        ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a
+            data root (see above).
     """
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     if kind == "regime":
@@ -314,15 +364,9 @@ def make_grid(
                          "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
     points = list(dict.fromkeys((L, round(b, 6)) for L, b in points))  # drop the shared point
 
-    if datasets is None:
-        datasets = prof.get("datasets") or (list(PAPER_DATASETS) if _is_paper(prof) else [prof["dataset"]])
-    if backbones is None:
-        if kind == "scale":
-            backbones = prof.get("scale_backbones") or [prof["backbone"]]
-        else:
-            backbones = prof.get("backbones") or (
-                list(prof["scale_backbones"]) if _is_paper(prof) and prof.get("scale_backbones")
-                else [prof["backbone"]])
+    span_datasets, span_backbones = grid_spans(prof, kind)
+    datasets = span_datasets if datasets is None else datasets
+    backbones = span_backbones if backbones is None else backbones
     if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
         conditions = prof.get("sweep_conditions") or prof["conditions"]
     conditions = list(conditions)
@@ -340,16 +384,20 @@ def make_grid(
         checkpoint_ids = {}
     elif not isinstance(checkpoint_ids, Mapping):
         raise ValueError(f"checkpoint_ids must be 'spec', 'resolve' or a dict, got {checkpoint_ids!r}")
+    if data_ids is not None and not isinstance(data_ids, Mapping):
+        raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
     base = dict(_protocol_params(prof), **dict(params or {}))
     cells = []
     for ds in datasets:
         label = _dataset_label(prof, ds)
         for bb in backbones:
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
+            data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
             for L, b in points:
                 for cond in conditions:
                     for s in (seeds[:1] if cond in seedless_conditions else seeds):
-                        cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base))
+                        cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
+                                               data_id=data_id))
     return cells
 
 
@@ -357,66 +405,13 @@ def make_grid(
 # the result store
 # ----------------------------------------------------------------------------------------------
 
-def _jsonable(o: Any) -> Any:
-    """``json.dumps`` fallback for numpy / torch / pandas / path values."""
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (Path,)):
-        return str(o)
-    if isinstance(o, (pd.Timestamp,)):
-        return o.isoformat()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    if hasattr(o, "detach") and hasattr(o, "tolist"):  # torch.Tensor without importing torch
-        return o.detach().cpu().tolist()
-    raise TypeError(f"value of type {type(o).__name__} is not JSON-serialisable: {o!r:.80}")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically.
-
-    The text goes to a temporary file in the same directory (``.<name>.<random>.tmp``), is
-    flushed and ``fsync``-ed, then ``os.replace``-d over ``path`` and the directory is
-    ``fsync``-ed. Readers see either the old file or the complete new one; a writer killed
-    midway leaves only the temporary file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-
-
 def _rows_of(out: Any) -> list[dict[str, Any]]:
     """A cell function's output as a list of row dicts."""
     if isinstance(out, pd.DataFrame):
-        return json.loads(out.to_json(orient="records", double_precision=15, default_handler=str))
+        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
+        # a row read back from the store equals the row computed (pandas' to_json rounds to 15
+        # digits); NaN stays NaN
+        return json.loads(json.dumps(out.to_dict(orient="records"), default=_jsonable, allow_nan=True))
     if isinstance(out, Mapping):
         return [dict(out)]
     if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
@@ -976,23 +971,21 @@ def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException) -> Non
 # ----------------------------------------------------------------------------------------------
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
-    """The data root a profile gives ``dataset``: ``profile["data_roots"][dataset]``, else
-    ``profile["data_root"]`` when ``dataset`` is the profile's own, else ``None`` (the embedded
-    synthetic CUB-format default for ``cub``; an error later for Aircraft and Cars)."""
-    roots = profile.get("data_roots") or {}
-    if roots.get(dataset):
-        return str(roots[dataset])
-    if profile.get("data_root") and dataset == profile.get("dataset"):
-        return str(profile["data_root"])
-    return None
+    """The resolved data root of ``dataset`` in a profile (:func:`midas_nb.config.data_root_for`:
+    ``data_roots[dataset]``, else ``data_root`` for the profile's own dataset), or ``None`` for
+    the embedded synthetic set (asked for by name, or CUB in smoke/quick without any root).
+
+    Raises:
+        ValueError: a dataset that has no root and no synthetic default (never substituted).
+    """
+    root = data_root_for(dict(profile), dataset)
+    return None if root is None else str(root.resolve())
 
 
 def _dataset_label(profile: Mapping[str, Any], dataset: str) -> str:
-    """The name results carry for ``dataset``: ``"synthetic"`` for the embedded default (no data
-    root for CUB), as :func:`midas_nb.study.resolve_data` labels it; the dataset name otherwise."""
-    if dataset == "synthetic" or (dataset == "cub" and _data_root_for(profile, dataset) is None):
-        return "synthetic"
-    return dataset
+    """The name results carry for ``dataset``: ``"synthetic"`` for the embedded set, as
+    :func:`midas_nb.study.resolve_data` labels it; the dataset name otherwise."""
+    return dataset_label(dict(profile), dataset)
 
 
 # per-process cache of heavy objects (datasets and fine-tuned backbones, held by Study objects):
@@ -1006,15 +999,22 @@ def _study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str 
     """The (per-process cached) :class:`midas_nb.study.Study` for one dataset and backbone."""
     from .study import Study
 
-    overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_roots")}
-    overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset))
+    overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
+    # the cell's dataset gets its own root (data_roots / data_root resolved for it): a root given
+    # for the profile's own dataset must not follow the study to another dataset
+    overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset),
+                     data_roots={})
     if device is not None:
         overrides["device"] = device
     name = str(profile.get("profile", "quick"))
     key = "study:" + _canonical_json([name, overrides])
-    if key not in _PROCESS_CACHE:
-        _PROCESS_CACHE[key] = Study(name, progress=progress, **overrides)
-    return _PROCESS_CACHE[key]
+    cached = _PROCESS_CACHE.get(key)
+    # a Study parses the annotation files once; if they were edited since (or the synthetic set
+    # regenerated), a fresh Study reads them again, so identities and results follow the files
+    if cached is None or cached[1] != annotation_stamp(cached[0].data_root):
+        st = Study(name, progress=progress, **overrides)
+        cached = _PROCESS_CACHE[key] = (st, annotation_stamp(st.data_root))
+    return cached[0]
 
 
 class ProtocolCellRunner:
@@ -1031,7 +1031,8 @@ class ProtocolCellRunner:
 
     Args:
         profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
-        device: overrides ``profile["device"]`` (CUDA falls back to CPU when absent, as in Study).
+        device: overrides ``profile["device"]`` (a CUDA device on a machine without CUDA is an
+            error, as in Study).
         cache_dir: target/scorer cache passed to ``run_protocol``; default the package cache.
         progress: show progress bars.
         study: an existing :class:`midas_nb.study.Study` to reuse, in this process only, for
@@ -1071,12 +1072,22 @@ class ProtocolCellRunner:
         from .protocol import run_protocol
 
         study = self.study(cell)
+        # the grid must describe the data and recipe this process sees: a cell keyed by other
+        # data (edited keypoints, replaced images) or another recipe is never filled with rows
+        # computed from the current ones
+        if cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != _spec_of(study):
+            raise ValueError(f"cell {cell.label} was keyed by checkpoint spec {cell.checkpoint_id!r} but the "
+                             f"data and recipe now give {_spec_of(study)!r}; rebuild the grid")
+        settings = dict(_protocol_params(self.profile), **cell.params)
+        if cell.data_id and cell.data_id != _eval_identity(study, settings):
+            raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
+                             f"evaluated test images now are {_eval_identity(study, settings)!r} (images, "
+                             "labels, keypoints or boxes changed); rebuild the grid")
         model, meta = study.model, study.meta
         ckpt = str(meta.get("checkpoint_id", ""))
         if cell.checkpoint_id and not cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != ckpt:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the "
                              f"profile now yields checkpoint {ckpt!r}; rebuild the grid")
-        settings = dict(_protocol_params(self.profile), **cell.params)
         for k in _DATA_PARAMS:
             settings.pop(k, None)
         if self.cache_dir is not None:
@@ -1121,7 +1132,8 @@ def scale_readout(
     Returns:
         The result rows of the scale cells that are done (column ``backbone`` tells them apart;
         ``midas_nb.metrics.decoupling_D`` groups by it, giving D per backbone);
-        ``attrs["status"]`` is the :class:`StoreStatus` (when ``run``) or status table.
+        ``attrs["status"]`` is the :class:`StoreStatus` of the cells (``complete`` is False
+        while any cell failed or is pending: their rows are absent).
     """
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     store = _open_store(store if store is not None else prof.get("profile", "default"))
@@ -1130,7 +1142,8 @@ def scale_readout(
         st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof), store, executor=executor,
                        max_workers=max_workers, slurm=slurm)
     else:
-        st = store.status(cells)
+        table = store.status(cells)
+        st = StoreStatus(table=table, problems=table.attrs.get("problems", []))
     out = store.results(cells)
     out.attrs["status"] = st
     return out

@@ -45,7 +45,6 @@ References:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -630,12 +629,38 @@ def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed
 
 def target_cache_path(full_key: dict, cache_dir: str | os.PathLike | None = None) -> Path:
     """``<cache_dir>/targets/targets-<sha256(key JSON)[:16]>.safetensors`` for a full cache key."""
+    from .identity import hash_json
     if cache_dir is None:
         from .config import cache_dir as default_cache_dir
         cache_dir = default_cache_dir()
-    text = json.dumps(full_key, sort_keys=True, default=str)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return Path(cache_dir) / "targets" / f"targets-{digest}.safetensors"
+    return Path(cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
+
+
+def _maps_digest(maps: dict[str, Tensor]) -> str:
+    """SHA-256 over the maps (sorted ids; dtype, shape, bytes): the target cache's integrity record."""
+    from .identity import hash_json, tensor_digest
+    return hash_json({k: tensor_digest(maps[k], None) for k in sorted(maps)}, 64)
+
+
+def _read_verified_maps(path: Path, key_text: str, load_bytes) -> dict[str, Tensor]:
+    """The maps of a target cache file after checking its key and its digest.
+
+    Raises:
+        CacheIntegrityError: unreadable (truncated) file, another key, or a digest mismatch.
+    """
+    from .identity import CacheIntegrityError
+    data = path.read_bytes()
+    try:
+        maps = load_bytes(data)
+        header_len = int.from_bytes(data[:8], "little")
+        meta = json.loads(data[8:8 + header_len]).get("__metadata__", {}) or {}
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CacheIntegrityError(f"unreadable safetensors file ({type(e).__name__}: {e})") from None
+    if meta.get("key") != key_text:
+        raise CacheIntegrityError(f"holds key {meta.get('key')!r}, expected {key_text!r}")
+    if meta.get("sha256") != _maps_digest(maps):
+        raise CacheIntegrityError("the maps' SHA-256 differs from the one recorded when the file was written")
+    return maps
 
 
 def _collate():
@@ -663,12 +688,17 @@ def target_cache(
     """Target maps of a whole dataset split, computed once and stored on disk.
 
     The file is one safetensors file per cache key: ``key`` (the caller's dataset name, split,
-    backbone checkpoint id, image size, …) plus ``depth``, ``class_rule``, the backbone's patch
-    grid and prefix count and the ``random`` seed, hashed into the file name
-    (:func:`target_cache_path`); the key JSON is stored beside it (``.json``) and in the file's
-    metadata. The file holds one ``[len(dataset), N]`` tensor per target id, in dataset order.
-    An existing file is loaded; ids missing from it are computed (one pass over the dataset for
-    all missing ids together) and added to the file — stored maps are never recomputed.
+    backbone checkpoint id, …) plus the dataset's content identity
+    (:attr:`midas_nb.identity.DatasetIdentity.model_inputs`: images, labels, transform — target
+    maps do not read the part keypoints), the backbone's weights digest, ``depth``,
+    ``class_rule``, the backbone's patch grid and prefix count and the ``random`` seed, hashed
+    into the file name (:func:`target_cache_path`); the key JSON is stored beside it (``.json``)
+    and in the file's metadata with the SHA-256 of the maps. The file holds one
+    ``[len(dataset), N]`` tensor per target id, in dataset order. An existing file is loaded
+    after its key and digest are checked (a truncated or corrupt file is reported with
+    :class:`midas_nb.identity.CacheIntegrityWarning` and recomputed); ids missing from it are
+    computed (one pass over the dataset for all missing ids together) and added to the file
+    (atomic rewrite) — stored maps are never recomputed.
 
     Args:
         backbone: timm ViT; moved to ``device``.
@@ -690,32 +720,34 @@ def target_cache(
         ``{id: [len(dataset), N] float32}`` on CPU.
 
     Raises:
-        ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``,
-            or a cached file whose key or length does not match.
+        ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load as load_bytes
+    from safetensors.torch import save as save_bytes
     from tqdm.auto import tqdm
+
+    from .identity import (CacheIntegrityError, atomic_write_bytes, atomic_write_text, dataset_identity,
+                           report_corrupt, state_dict_digest)
 
     ids = _check_ids(ids)
     if class_rule not in ("label", "prediction"):
         raise ValueError(f"class_rule must be 'label' or 'prediction', got {class_rule!r}")
     seed = DEFAULT_RANDOM_SEED if seed is None else int(seed)
-    full_key = _cache_key(key, depth, class_rule, backbone, seed)
+    full_key = _cache_key(dict(key, data=dataset_identity(dataset).model_inputs,
+                               weights=state_dict_digest(backbone)), depth, class_rule, backbone, seed)
     path = target_cache_path(full_key, cache_dir)
     key_text = json.dumps(full_key, sort_keys=True, default=str)
 
     stored: dict[str, Tensor] = {}
     if path.exists():
-        from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        if meta.get("key") != key_text:
-            raise ValueError(f"cache file {path} holds key {meta.get('key')!r}, expected {key_text!r}")
-        stored = load_file(str(path))
-        for name, t in stored.items():
-            if t.shape[0] != len(dataset):
-                raise ValueError(f"cache file {path}: {name} has {t.shape[0]} rows, dataset has "
-                                 f"{len(dataset)} images; delete the file to recompute")
+        try:
+            stored = _read_verified_maps(path, key_text, load_bytes)
+            for name, t in stored.items():
+                if t.shape[0] != len(dataset):
+                    raise CacheIntegrityError(f"{name} has {t.shape[0]} rows, the dataset {len(dataset)} images")
+        except (CacheIntegrityError, OSError, ValueError, RuntimeError) as e:
+            report_corrupt(path, str(e), "target cache")
+            stored = {}
     missing = [i for i in ids if i not in stored]
     if missing:
         collate = _collate()
@@ -738,10 +770,7 @@ def target_cache(
             for i in missing:
                 new[i].append(maps[i].detach().float().cpu())
         stored.update({i: torch.cat(v).contiguous() for i, v in new.items()})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        save_file(stored, str(tmp), metadata={"key": key_text})
-        os.replace(tmp, path)
-        path.with_suffix(".json").write_text(
-            json.dumps(dict(full_key, ids=sorted(stored)), indent=2, sort_keys=True, default=str))
+        atomic_write_bytes(path, save_bytes(stored, metadata={"key": key_text, "sha256": _maps_digest(stored)}))
+        atomic_write_text(path.with_suffix(".json"),
+                          json.dumps(dict(full_key, ids=sorted(stored)), indent=2, sort_keys=True, default=str))
     return {i: stored[i] for i in ids}

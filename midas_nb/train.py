@@ -37,8 +37,6 @@ parameters and a frozen backbone). Trained scorers are cached by key
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from contextlib import contextmanager
@@ -52,6 +50,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .config import cache_dir as default_cache_dir
+from .identity import load_torch_payload, torch_payload
 from .pruning import check_depth, record_attention, select_top_k
 from .scorers import MLPScorer, TokenScorer, build_scorer, cls_attention
 from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
@@ -229,9 +228,9 @@ def frozen(backbone: nn.Module) -> Iterator[nn.Module]:
 
 
 def key_hash(key: dict[str, Any]) -> str:
-    """Stable 16-hex-digit hash of a JSON-able key dict (sorted keys)."""
-    blob = json.dumps(key, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+    """Stable 16-hex-digit hash of a JSON-able key dict (:func:`midas_nb.identity.hash_json`)."""
+    from .identity import hash_json
+    return hash_json(key)
 
 
 @dataclass
@@ -249,6 +248,10 @@ class BlockCache:
         indices: ``[n]`` long, ``Sample.index`` of each row.
         depth: ``L``.
         num_prefix: ``P``.
+        image_ids: ``Sample.image_id`` of each row (the ids per-image results are stored with).
+        data_id: content identity of the dataset the rows come from (``""`` when not cached):
+            :attr:`~midas_nb.identity.DatasetIdentity.full` with masks, ``model_inputs``
+            without; scorer caches key on it.
     """
 
     hidden: Tensor
@@ -260,6 +263,8 @@ class BlockCache:
     indices: Tensor
     depth: int
     num_prefix: int
+    image_ids: list[str] = field(default_factory=list)
+    data_id: str = ""
 
     def __len__(self) -> int:
         return int(self.hidden.shape[0])
@@ -274,10 +279,11 @@ def _loader(dataset, batch_size: int):
 
 @torch.no_grad()
 def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                         full_logits) -> BlockCache:
+                         full_logits, masks: bool = True) -> BlockCache:
     P = num_prefix_tokens(backbone)
     out: dict[str, list] = {k: [] for k in ("hidden", "cls_attn", "logits", "labels", "part_mask",
                                             "box_mask", "indices")}
+    ids: list[str] = []
     for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depth} cache", disable=not progress,
                       leave=False):
         x = embed_tokens(backbone, batch.images.to(device))
@@ -292,11 +298,16 @@ def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress,
         out["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
         out["logits"].append(logits.float().cpu())
         out["labels"].append(batch.labels.long().cpu())
-        out["part_mask"].append(batch.part_mask.bool().cpu())
-        out["box_mask"].append(batch.box_mask.bool().cpu())
+        if masks:
+            out["part_mask"].append(batch.part_mask.bool().cpu())
+            out["box_mask"].append(batch.box_mask.bool().cpu())
+        else:       # training never reads them; not stored, so the cache needs no annotations
+            out["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+            out["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
         out["indices"].append(batch.indices.long().cpu())
+        ids.extend(str(i) for i in batch.image_ids)
     cat = {k: torch.cat(v) for k, v in out.items()}
-    return BlockCache(**cat, depth=depth, num_prefix=P)
+    return BlockCache(**cat, depth=depth, num_prefix=P, image_ids=ids)
 
 
 def block_cache(
@@ -311,6 +322,7 @@ def block_cache(
     progress: bool = True,
     dtype: torch.dtype = torch.float32,
     full_logits: bool = True,
+    masks: bool = True,
 ) -> BlockCache:
     """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
 
@@ -332,28 +344,46 @@ def block_cache(
         dtype: storage dtype of ``hidden``. Default: float32.
         full_logits: also run blocks ``L+1..depth`` on all tokens for the full model's logits
             (``False``: ``logits`` is ``[n,0]``, about half the cost; enough for training).
+        masks: store the part and box masks (``False``: ``[n,0]``; training never reads them,
+            and the cache then keys on the images, labels and transform only, so editing a
+            keypoint of a training image does not invalidate it).
+
+    The disk entry is keyed by ``key`` + depth, size, dtype, the two flags and the dataset's
+    content (:func:`midas_nb.identity.dataset_identity`: ``full`` with masks,
+    ``model_inputs`` without) and the backbone's weights digest, and stored as a verified cache file: a truncated or corrupt file
+    is reported (:class:`midas_nb.identity.CacheIntegrityWarning`) and recomputed.
 
     Returns:
         :class:`BlockCache` with rows in dataset order.
     """
+    from .identity import dataset_identity, load_or_build, state_dict_digest
+
     depth = check_depth(backbone, depth)
-    path = None
-    if key is not None:
-        full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
-                        kind="block_cache")
-        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        path = root / "blocks" / f"{key_hash(full_key)}.pt"
-        if path.exists():
-            return BlockCache(**torch.load(path, map_location="cpu", weights_only=True))
-    with frozen(backbone):
-        cache = _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                                     full_logits)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save({k: getattr(cache, k) for k in cache.__dataclass_fields__}, tmp)
-        tmp.replace(path)
-        path.with_suffix(".json").write_text(json.dumps(full_key, sort_keys=True, default=str, indent=1))
+
+    def build() -> BlockCache:
+        with frozen(backbone):
+            return _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
+                                        full_logits, masks)
+
+    if key is None:
+        return build()
+    ident = dataset_identity(dataset)
+    full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
+                    masks=bool(masks), data=ident.full if masks else ident.model_inputs,
+                    weights=state_dict_digest(backbone), kind="block_cache")
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = root / "blocks" / f"{key_hash(full_key)}.pt"
+    fields = list(BlockCache.__dataclass_fields__)
+    def build_keyed() -> BlockCache:
+        c = build()
+        c.data_id = full_key["data"]
+        return c
+
+    cache, _ = load_or_build(
+        path, build_keyed, key=full_key, what="block-state cache",
+        encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
+        decode=lambda b: BlockCache(**load_torch_payload(b)),
+        validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
     return cache
 
 
@@ -532,17 +562,24 @@ def load_or_train_scorer(
             (default) or a family with its own objective such as ``"cropr"``/``"iared"``.
         scorer_kwargs: keyword arguments of that family's factory (part of the key).
         cache_dir: cache root (default ``midas_nb.config.cache_dir()``); entries live under
-            ``<cache_dir>/scorers/<hash>.pt`` with a ``.json`` of the key beside.
+            ``<cache_dir>/scorers/<hash>.pt``, verified cache files
+            (:func:`midas_nb.identity.load_or_build`) keyed by ``key``, every training setting,
+            the training cache's content identity (``cache.data_id``), the backbone's weights
+            digest and the SHA-256 of the target maps, so a scorer is never reused for other data or other targets.
         **train_kwargs: the other keyword arguments of :func:`train_scorer`.
 
     Returns:
         ``(scorer on device in eval mode, TrainResult, loaded_from_cache)``.
     """
+    from .identity import load_or_build, state_dict_digest, tensor_digest
+
     dim = cache.hidden.shape[-1]
     family = str(scorer)
     extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}))
     full_key = dict(key, depth=int(depth), budget=float(budget), seed=int(seed), mlp_hidden=mlp_hidden,
                     dim=int(dim), n_train=len(cache), supervised=targets is not None,
+                    train_data=cache.data_id or None, weights=state_dict_digest(backbone),
+                    targets_digest=None if targets is None else tensor_digest(targets),
                     kind=f"{family}_scorer", **extra_key,
                     **{k: (float(v) if isinstance(v, (int, float)) and not
                            isinstance(v, bool) else v) for k, v in train_kwargs.items()})
@@ -555,16 +592,15 @@ def load_or_train_scorer(
         else:
             model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
     model.to(device)
-    if path.exists():
-        blob = torch.load(path, map_location=device, weights_only=True)
+
+    def build() -> dict[str, Any]:
+        result = train_scorer(backbone, model, cache, depth=depth, budget=budget, targets=targets,
+                              seed=seed, device=device, progress=progress, **train_kwargs)
+        return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "result": result.__dict__, "key": full_key}
+
+    blob, loaded = load_or_build(path, build, key=full_key, what="scorer cache")
+    if loaded:
         model.load_state_dict(blob["state_dict"])
         model.eval()
-        return model, TrainResult(**blob["result"]), True
-    result = train_scorer(backbone, model, cache, depth=depth, budget=budget, targets=targets,
-                          seed=seed, device=device, progress=progress, **train_kwargs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"state_dict": model.state_dict(), "result": result.__dict__, "key": full_key}, tmp)
-    tmp.replace(path)
-    path.with_suffix(".json").write_text(json.dumps(full_key, sort_keys=True, default=str, indent=1))
-    return model, result, False
+    return model, TrainResult(**blob["result"]), loaded

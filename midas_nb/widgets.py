@@ -1,11 +1,25 @@
-"""Interactive explorer of token pruning (ipywidgets), with a static fallback for batch runs.
+"""The explorer: which patch tokens two rankings keep, side by side, with their coverage and
+faithfulness on the shown image (ipywidgets, with a static still for batch runs).
 
-:func:`explorer` shows which patch tokens a ranking keeps — image × ranking (a supervision
-target of DESIGN.md §4; ``T0`` is exactly the training-free reference scorer) × depth ``L`` ×
-budget ``b`` — over the photo, with the part patches outlined, and the part IoU of that
-single image. In a live Jupyter front-end it returns ipywidgets controls; when no front-end
-can show widgets (papermill, nbval, scripts, the smoke profile) it returns one static
-:class:`matplotlib.figure.Figure` instead, so executed notebooks always hold a figure.
+:func:`explorer` puts two rankings (supervision targets of DESIGN.md §4; ``T0`` is exactly the
+training-free reference scorer, the others what a perfectly trained supervised scorer would
+imitate) side by side on one test image at the same depth ``L`` and budget ``b``:
+
+- the photo with the kept top ``k = ceil(b·N)`` patch tokens bright and the dropped ones
+  dimmed; part patches outlined and visible part keypoints dotted (datasets without parts:
+  the object box, "box coverage");
+- the insertion and deletion curves of ``p_c`` (the predicted class's softmax probability)
+  along each ranking on that image (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421;
+  token space, :func:`midas_nb.metrics.insertion_deletion_auc`);
+- a text read-out: kept tokens, the image's part IoU (:func:`midas_nb.metrics.part_miou`),
+  insertion / deletion AUC and IDAUC for each ranking, and the part mIoU over the explorer's
+  images at that setting.
+
+In a live Jupyter front-end (JupyterLab) it returns ipywidgets controls (image, left target,
+right target, depth ``L``, budget ``b``) that redraw the figure; when no front-end can show
+widgets (papermill, nbval, scripts, the static HTML edition) it returns one static
+:class:`matplotlib.figure.Figure` for the study's depth and budget, marked as a still of an
+interactive explorer, so executed notebooks always hold a figure.
 
 Headless rule (:func:`is_headless`), first match wins:
 
@@ -16,14 +30,28 @@ Headless rule (:func:`is_headless`), first match wins:
 """
 from __future__ import annotations
 
+import html
+import io
+import math
 import os
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import torch
+from torch import Tensor
 
 from . import plots
 
-__all__ = ["is_headless", "kept_mask", "explorer", "static_explorer"]
+__all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer",
+           "static_explorer", "STATIC_NOTE"]
+
+#: the note a static still carries (the HTML edition and batch runs show it under the figure)
+STATIC_NOTE = ("Static still of a batch run. In JupyterLab this explorer is interactive: "
+               "pick the image, the two targets, depth L and budget b.")
+
+#: the pair shown by default: the reference ranking against the hidden-state input×gradient
+DEFAULT_PAIR: tuple[str, str] = ("T0", "T5")
 
 
 def is_headless() -> bool:
@@ -47,7 +75,7 @@ def is_headless() -> bool:
     return False
 
 
-def kept_mask(scores: torch.Tensor, budget: float) -> torch.Tensor:
+def kept_mask(scores: Tensor, budget: float) -> Tensor:
     """``[B,N]`` bool: the top ``k = ceil(b·N)`` patch tokens of ``scores [B,N]`` (DESIGN.md §3)."""
     from .pruning import keep_mask_from_indices, select_top_k
     from .vit import keep_count
@@ -55,8 +83,9 @@ def kept_mask(scores: torch.Tensor, budget: float) -> torch.Tensor:
     return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
 
 
-def _maps(study, batch, depth: int, ids: Sequence[str]) -> dict[str, torch.Tensor]:
-    """Target maps of one batch at ``depth`` (class = the backbone's prediction, test rule)."""
+def _maps(study, batch, depth: int, ids: Sequence[str]) -> dict[str, Tensor]:
+    """Target maps ``{id: [B,N]}`` of one batch at ``depth`` (class = the backbone's prediction,
+    the test-split rule of DESIGN.md §3)."""
     from .targets import compute_targets
     model = study.model.to(study.device).eval()
     images = batch.images.to(study.device)
@@ -64,7 +93,7 @@ def _maps(study, batch, depth: int, ids: Sequence[str]) -> dict[str, torch.Tenso
         pred = model(images).argmax(-1)
     maps = compute_targets(model, images, list(ids), depth, pred, labels=batch.labels.to(study.device),
                            indices=batch.indices)
-    return {k: v.detach().cpu() for k, v in maps.items()}
+    return {k: v.detach().float().cpu() for k, v in maps.items()}
 
 
 def _short(name: str, limit: int = 24) -> str:
@@ -72,100 +101,363 @@ def _short(name: str, limit: int = 24) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _title(study, batch, b: int) -> str:
-    label = int(batch.labels[b])
+def _class_name(study, label: int) -> str:
     classes = getattr(study.test_set, "classes", None)
-    return _short(classes[label]) if classes else f"class {label}"
+    return _short(classes[label], 40) if classes else f"class {label}"
 
 
-def static_explorer(study, image: int = 0, rankings: Sequence[str] = ("T0", "T1", "T3", "T5"),
-                    depth: int | None = None, budget: float | None = None, save: str | None = "explorer"):
-    """One figure: the kept tokens of each ranking on one test image at ``(depth, budget)``.
+@dataclass
+class ExplorerView:
+    """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
+
+    Attributes:
+        position: the image's position in the explorer's image list.
+        index: the image's index in the study's test split.
+        class_name: its ground-truth class (display name).
+        depth: ``L`` (1-based; the scorer reads block ``L``'s output).
+        budget: ``b``; ``n_keep = ceil(b·N)`` patch tokens are kept.
+        targets: the two ranking ids, left and right.
+        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major patch grid).
+        n_keep, n_patches: ``k`` and ``N``.
+        coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
+        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches;
+            ``NaN`` when the image has no part patch.
+        miou: the mean IoU of each ranking over the explorer's images at the same ``(L, b)``
+            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
+        n_images: images in that mean (all of the explorer's images, skipped ones included).
+        insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
+    """
+
+    position: int
+    index: int
+    class_name: str
+    depth: int
+    budget: float
+    targets: tuple[str, str]
+    keep: Tensor
+    n_keep: int
+    n_patches: int
+    coverage_kind: str
+    iou: tuple[float, float]
+    miou: tuple[float, float]
+    n_images: int
+    insdel: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def region(self) -> str:
+        """``"part"`` or ``"box"``: what the IoU is taken with."""
+        return "part" if self.coverage_kind == "part mIoU" else "box"
+
+    def lines(self) -> list[str]:
+        """The read-out as plain-text lines (what :func:`explorer` shows under the figure)."""
+        head = (f"image {self.position} (test index {self.index}, {self.class_name}) · depth L={self.depth} · "
+                f"budget b={self.budget:.0%} → k={self.n_keep} of N={self.n_patches} patch tokens")
+        out = [head]
+        for t, iou in zip(self.targets, self.iou):
+            r = self.insdel[t]
+            iou_s = "n/a (no part patch)" if math.isnan(iou) else f"{iou:.3f}"
+            out.append(f"{t}: kept {self.n_keep}/{self.n_patches} patch tokens · {self.region} IoU {iou_s} · "
+                       f"IDAUC {float(r.idauc[0]):+.3f} (insertion {float(r.ins_auc[0]):.3f}, "
+                       f"deletion {float(r.del_auc[0]):.3f})")
+        means = " · ".join(f"{t} {m:.3f}" for t, m in zip(self.targets, self.miou))
+        out.append(f"{self.coverage_kind} over the explorer's {self.n_images} images at this L and b: {means}")
+        return out
+
+    def readout(self) -> str:
+        """The read-out as one plain-text string (lines joined by newlines)."""
+        return "\n".join(self.lines())
+
+    def readout_html(self) -> str:
+        """The read-out as HTML (one ``<div>`` per line, escaped)."""
+        return "".join(f"<div>{html.escape(s)}</div>" for s in self.lines())
+
+
+class _ViewCache:
+    """Per-depth target maps and per-(depth, image, target) insertion/deletion curves of one
+    batch, computed on first use (insertion/deletion does not depend on the budget)."""
+
+    def __init__(self, study, batch, ids: Sequence[str]):
+        self.study, self.batch, self.ids = study, batch, list(ids)
+        self.maps: dict[int, dict[str, Tensor]] = {}
+        self.insdel: dict[tuple[int, int, str], Any] = {}
+
+    def maps_at(self, depth: int) -> dict[str, Tensor]:
+        if depth not in self.maps:
+            self.maps[depth] = _maps(self.study, self.batch, depth, self.ids)
+        return self.maps[depth]
+
+    def insdel_of(self, depth: int, position: int, target: str):
+        from .metrics import insertion_deletion_auc
+        key = (depth, position, target)
+        if key not in self.insdel:
+            st = self.study
+            ranking = self.maps_at(depth)[target][position:position + 1]
+            r = insertion_deletion_auc(st.model.to(st.device), self.batch.images[position:position + 1],
+                                       ranking, steps=int(st.params["idauc_steps"]), device=st.device)
+            self.insdel[key] = r
+        return self.insdel[key]
+
+    def view(self, position: int, targets: Sequence[str], depth: int, budget: float) -> ExplorerView:
+        from .metrics import box_coverage, part_miou
+        st, batch = self.study, self.batch
+        if not 0 <= position < len(batch.indices):
+            raise ValueError(f"image position {position} is outside the explorer's {len(batch.indices)} images")
+        unknown = [t for t in targets if t not in self.ids]
+        if unknown:
+            raise ValueError(f"unknown ranking(s) {unknown}; the explorer offers {self.ids}")
+        n_blocks = len(st.model.blocks)
+        if not 1 <= int(depth) <= n_blocks - 1:
+            raise ValueError(f"depth L must be in 1..{n_blocks - 1} (the backbone has {n_blocks} blocks), got {depth}")
+        if not 0.0 < float(budget) <= 1.0:
+            raise ValueError(f"budget b must be in (0, 1], got {budget}")
+        depth, budget = int(depth), float(budget)
+        maps = self.maps_at(depth)
+        has_parts = bool(getattr(st.test_set, "has_parts", True))
+        region = batch.part_mask if has_parts else batch.box_mask
+        metric = part_miou if has_parts else box_coverage
+        keep_all = {t: kept_mask(maps[t], budget) for t in targets}
+        ious = tuple(float(metric(keep_all[t][position:position + 1], region[position:position + 1]).per_image[0])
+                     for t in targets)
+        means = tuple(float(metric(keep_all[t], region).mean) for t in targets)
+        keep = torch.stack([keep_all[t][position] for t in targets])
+        return ExplorerView(
+            position=position, index=int(batch.indices[position]),
+            class_name=_class_name(st, int(batch.labels[position])), depth=depth, budget=budget,
+            targets=(targets[0], targets[1]), keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
+            coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
+            n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
+
+
+def _explorer_batch(study, n_images: int):
+    m = max(1, min(int(n_images), len(study.test_set)))
+    return study.batch(n=m)
+
+
+def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
+                  budget: float | None = None, n_images: int = 12) -> ExplorerView:
+    """The explorer's numbers for one setting, without drawing anything.
 
     Args:
         study: a :class:`midas_nb.study.Study`.
-        image: position in the study's test split.
-        rankings: target ids (``T0`` = the reference scorer's ranking).
+        image: position in the explorer's image list (``n_images`` test images spread evenly
+            over the split, :meth:`midas_nb.study.Study.batch`).
+        targets: two ranking ids (``T0`` = the reference scorer's ranking).
+        depth, budget: ``L`` and ``b``; default the study's.
+        n_images: the explorer's image list.
+
+    Returns:
+        :class:`ExplorerView`.
+
+    Raises:
+        ValueError: not two targets, an unknown target, an image outside the list, ``L``
+            outside ``1..depth−1`` or ``b`` outside ``(0, 1]``.
+    """
+    targets = tuple(targets)
+    if len(targets) != 2:
+        raise ValueError(f"the explorer compares two rankings, got {len(targets)}: {targets}")
+    cache = _ViewCache(study, _explorer_batch(study, n_images), targets)
+    return cache.view(int(image), targets, int(study.params["depth"] if depth is None else depth),
+                      float(study.params["budget"] if budget is None else budget))
+
+
+def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: int, H: int, W: int) -> None:
+    """Part patches outlined and visible keypoints dotted, or the object box (no parts)."""
+    from matplotlib.patches import Rectangle
+    if view.region == "part":
+        pm = plots._np(batch.part_mask[position]).astype(bool)
+        plots._patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
+        parts = plots._np(batch.parts[position])
+        vis = parts[:, 2] > 0
+        ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c="red", edgecolors="white", linewidths=0.5, zorder=3)
+    else:
+        x0, y0, x1, y1 = (float(v) for v in plots._np(batch.boxes[position]))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.6))
+
+
+def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
+                    note: str | None = None):
+    """The explorer's figure: two kept-token panels (left, right ranking) and the
+    insertion/deletion curves of ``p_c`` on the shown image.
+
+    Args:
+        view: :class:`ExplorerView` of the setting.
+        batch: the explorer's :class:`midas_nb.data.Batch` (the image is ``batch.images[view.position]``).
+        grid: the patch grid ``(rows, cols)``.
+        normalization: ``(mean, std)`` of the backbone, undone for display.
+        note: a line under the figure (the static still's :data:`STATIC_NOTE`).
+
+    Returns:
+        A :class:`matplotlib.figure.Figure` (not closed, not saved).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows, cols = (int(g) for g in grid)
+    p = view.position
+    img = plots.image_to_rgb(batch.images[p], normalization)
+    H, W = img.shape[:2]
+    fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
+    colors = {view.targets[0]: "tab:blue", view.targets[1]: "tab:orange"}
+    if view.targets[0] == view.targets[1]:
+        colors = {view.targets[0]: "tab:blue"}
+    for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
+        keep = plots._np(view.keep[j]).astype(bool)
+        ax.imshow(img, extent=(0, W, H, 0))
+        shade = np.zeros((rows, cols, 4))
+        shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
+        ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
+        plots._patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
+        _draw_region(ax, view, batch, p, rows, cols, H, W)
+        ax.set_xlim(0, W)
+        ax.set_ylim(H, 0)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        iou = view.iou[j]
+        r = view.insdel[t]
+        ax.set_title(f"{t}: kept {view.n_keep}/{view.n_patches}\n{view.region} IoU "
+                     f"{'n/a' if math.isnan(iou) else f'{iou:.2f}'} · IDAUC {float(r.idauc[0]):+.3f}",
+                     fontsize=plots.FONT["label"], color=colors.get(t, "black"))
+    ax = axes[2]
+    for t in dict.fromkeys(view.targets):
+        r = view.insdel[t]
+        frac = plots._np(r.fractions) * 100
+        ax.plot(frac, plots._np(r.ins_curve[0]), "-o", ms=3, color=colors[t],
+                label=f"{t} insertion (AUC {float(r.ins_auc[0]):.3f})")
+        ax.plot(frac, plots._np(r.del_curve[0]), "--s", ms=3, color=colors[t],
+                label=f"{t} deletion (AUC {float(r.del_auc[0]):.3f})")
+    ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=plots.FONT["tick"])
+    ax.set_ylabel("p_c (predicted class)", fontsize=plots.FONT["tick"])
+    ax.set_title("insertion (solid) and deletion (dashed), this image", fontsize=plots.FONT["label"])
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=plots.FONT["tick"])
+    ax.legend(fontsize=plots.FONT["legend"] - 1, loc="best")
+    handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
+               Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")]
+    if view.region == "part":
+        from matplotlib.lines import Line2D
+        handles.append(Patch(fill=False, edgecolor="gold", ls="--", lw=1.4, label="part patch"))
+        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc="red", mec="white", label="visible part keypoint"))
+    else:
+        handles.append(Patch(fill=False, edgecolor="cyan", lw=1.6, label="object box"))
+    fig.legend(handles=handles, loc="lower left", ncol=len(handles), fontsize=plots.FONT["legend"], frameon=False)
+    fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
+                 fontsize=plots.FONT["title"])
+    bottom = 0.08
+    if note:
+        fig.text(0.99, 0.015, note, ha="right", va="bottom", fontsize=plots.FONT["annot"], style="italic",
+                 color="0.25")
+        bottom = 0.11
+    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    return fig
+
+
+def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
+                    budget: float | None = None, save: str | None = "explorer", n_images: int = 12):
+    """The explorer's static still: :func:`explorer_figure` of one setting, with
+    :data:`STATIC_NOTE` under it (batch runs, the HTML edition).
+
+    Args:
+        study: a :class:`midas_nb.study.Study`.
+        image: position in the explorer's image list.
+        targets: the two rankings (default ``("T0", "T5")``).
         depth, budget: default the study's.
         save: figure name for :func:`midas_nb.plots.save_figure` (``None``: not saved).
+        n_images: the explorer's image list (:func:`explorer_view`).
+
+    Returns:
+        The Figure; ``fig.explorer_view`` holds its :class:`ExplorerView`.
     """
-    from .metrics import part_miou
-    depth = int(depth or study.params["depth"])
-    budget = float(budget or study.params["budget"])
-    batch = study.batch(indices=[int(image)])
-    maps = _maps(study, batch, depth, rankings)
-    masks = torch.cat([kept_mask(maps[r], budget) for r in rankings])
-    ious = [part_miou(masks[i:i + 1], batch.part_mask).mean for i in range(len(rankings))]
-    titles = [f"{r}  (IoU {v:.2f})" if v == v else r for r, v in zip(rankings, ious)]
-    return plots.kept_tokens_overlay(
-        batch.images.expand(len(rankings), -1, -1, -1), masks, study.grid,
-        part_mask=batch.part_mask.expand(len(rankings), -1), titles=titles,
-        normalization=study.normalization, ncols=len(rankings),
-        suptitle=f"Kept tokens at depth L={depth}, budget b={budget:.0%} — {_title(study, batch, 0)}",
-        save=save)
+    targets = tuple(targets)
+    view = explorer_view(study, image, targets, depth, budget, n_images)
+    batch = _explorer_batch(study, n_images)
+    fig = explorer_figure(view, batch, study.grid, study.normalization, note=STATIC_NOTE)
+    fig.explorer_view = view
+    return plots._finish(fig, save)
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
-             interactive: bool | None = None, save: str | None = "explorer"):
-    """Image × ranking × depth × budget → kept tokens over the photo.
+             interactive: bool | None = None, save: str | None = "explorer",
+             targets: Sequence[str] = DEFAULT_PAIR):
+    """Two rankings side by side on one test image, at one depth ``L`` and budget ``b``.
 
     Args:
         study: a :class:`midas_nb.study.Study`.
-        n_images: test images offered by the image menu.
-        rankings: target ids offered (default: the profile's targets).
+        n_images: test images offered by the image menu (spread evenly over the split).
+        rankings: target ids offered by the two target menus (default: the profile's targets).
         interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not
             :func:`is_headless`.
         save: name of the static figure (headless only).
+        targets: the pair shown first (default T0 against T5; a target not offered falls back
+            to the first offered ones).
 
     Returns:
-        ``ipywidgets.VBox``, already displayed (interactive), or a ``matplotlib`` Figure
-        (headless, from :func:`static_explorer` with the study's depth and budget). Notebook
-        cells assign the result (``view = explorer(study)``) so nothing is shown twice.
+        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed,
+        whose ``view`` attribute is the :class:`ExplorerView` shown; controls ``image``,
+        ``left target``, ``right target``, ``depth L``, ``budget b``; the figure is an
+        ``ipywidgets.Image`` (class ``midas-explorer-figure``), the read-out an
+        ``ipywidgets.HTML`` (class ``midas-explorer-readout``). A failing redraw shows its
+        error in the read-out (class ``midas-explorer-error``) instead of only in the kernel
+        log. Headless: the static still of :func:`static_explorer` at the study's depth and
+        budget. Notebook cells assign the result (``view = explorer(study)``) so nothing is
+        shown twice.
     """
     if interactive is None:
         interactive = not is_headless()
     ids = list(rankings or study.params["targets"])
+    pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:
-        shown = [r for r in ("T0", "T1", "T3", "T5") if r in ids] or ids[:4]
-        return static_explorer(study, 0, shown, save=save)
+        return static_explorer(study, 0, pair, save=save, n_images=n_images)
 
     import ipywidgets as W
-    import matplotlib.pyplot as plt
     from IPython.display import display
 
-    from .metrics import part_miou
-
     n_blocks = len(study.model.blocks)
-    m = min(int(n_images), len(study.test_set))
-    batch = study.batch(n=m)
-    options = [(f"{i}: {_title(study, batch, i)}", i) for i in range(m)]
-    image_w = W.Dropdown(options=options, value=0, description="image")
-    rank_w = W.Dropdown(options=ids, value="T5" if "T5" in ids else ids[0], description="ranking")
-    depth_w = W.IntSlider(value=int(study.params["depth"]), min=1, max=n_blocks - 1, description="depth L")
+    batch = _explorer_batch(study, n_images)
+    cache = _ViewCache(study, batch, ids)
+    m = len(batch.indices)
+    options = [(f"{i}: {_class_name(study, int(batch.labels[i]))} (test {int(batch.indices[i])})", i)
+               for i in range(m)]
+    style = {"description_width": "90px"}
+    image_w = W.Dropdown(options=options, value=0, description="image", style=style)
+    left_w = W.Dropdown(options=ids, value=pair[0], description="left target", style=style)
+    right_w = W.Dropdown(options=ids, value=pair[1], description="right target", style=style)
+    depth_w = W.IntSlider(value=min(int(study.params["depth"]), n_blocks - 1), min=1, max=n_blocks - 1,
+                          description="depth L", style=style, continuous_update=False)
     budget_w = W.FloatSlider(value=float(study.params["budget"]), min=0.05, max=1.0, step=0.05,
-                             description="budget b", readout_format=".0%")
-    out = W.Output()
-    cache: dict[int, dict[str, torch.Tensor]] = {}
+                             description="budget b", readout_format=".0%", style=style, continuous_update=False)
+    figure_w = W.Image(format="png")
+    figure_w.add_class("midas-explorer-figure")
+    readout_w = W.HTML()
+    readout_w.add_class("midas-explorer-readout")
+    box = W.VBox([W.HBox([image_w, left_w, right_w]), W.HBox([depth_w, budget_w]), figure_w, readout_w])
+    box.add_class("midas-explorer")
+    box.view = None
 
     def draw(*_: Any) -> None:
-        L = depth_w.value
-        if L not in cache:
-            cache[L] = _maps(study, batch, L, ids)
-        b = image_w.value
-        mask = kept_mask(cache[L][rank_w.value][b:b + 1], budget_w.value)
-        iou = part_miou(mask, batch.part_mask[b:b + 1]).mean
-        with out:
-            out.clear_output(wait=True)
-            fig = plots.kept_tokens_overlay(
-                batch.images[b], mask[0], study.grid, part_mask=batch.part_mask[b:b + 1],
-                titles=[f"{rank_w.value}, L={L}, b={budget_w.value:.0%}, part IoU {iou:.2f}"],
-                normalization=study.normalization, ncols=1)
-            display(fig)
-            plt.close(fig)
+        try:
+            view = cache.view(image_w.value, (left_w.value, right_w.value), depth_w.value, budget_w.value)
+            fig = explorer_figure(view, batch, study.grid, study.normalization)
+            figure_w.value = _png(fig)
+            readout_w.remove_class("midas-explorer-error")
+            readout_w.value = view.readout_html()
+            box.view = view
+        except Exception as e:  # noqa: BLE001 - an observer's exception would only reach the kernel log
+            readout_w.add_class("midas-explorer-error")
+            readout_w.value = (f"<div style='color:#b00020'><b>explorer error</b>: "
+                               f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</div>")
+            raise
 
-    for w in (image_w, rank_w, depth_w, budget_w):
+    for w in (image_w, left_w, right_w, depth_w, budget_w):
         w.observe(draw, names="value")
-    box = W.VBox([W.HBox([image_w, rank_w]), W.HBox([depth_w, budget_w]), out])
     display(box)
     draw()
     return box

@@ -14,18 +14,18 @@ def test_bad_data_settings_and_unknown_parameters_stop_before_any_kernel(tmp_pat
     def no_kernel(*a, **k):
         raise AssertionError("a notebook was executed")
     monkeypatch.setattr("papermill.execute_notebook", no_kernel)
-    assert cli.main(["run", "--data-root", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")]) == 1
+    assert cli.main(["run", "--data-root", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert cli.main(["run", "--dataset", "aircraft", "--output", str(tmp_path / "o")]) == 1
-    assert "needs --data-root" in capsys.readouterr().err
-    assert cli.main(["run", "-p", "no_such_param", "3", "--notebooks", "07", "--output", str(tmp_path / "o")]) == 1
+    assert cli.main(["run", "--dataset", "aircraft", "--output", str(tmp_path / "o")]) == 2
+    assert "dataset 'aircraft' has no data root: pass --data-root aircraft=" in capsys.readouterr().err
+    assert cli.main(["run", "-p", "no_such_param", "3", "--notebooks", "07", "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "unknown notebook parameter(s) ['no_such_param']" in err and "'budget'" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.ipynb"))
 
 
 def test_data_root_message_names_the_path(tmp_path, capsys):
-    assert cli.main(["run", "--data-root", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")]) == 1
+    assert cli.main(["run", "--data-root", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "nowhere" in err and "does not exist" in err and "Traceback" not in err
 

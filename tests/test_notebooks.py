@@ -24,7 +24,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PARAMETERS = ["profile", "data_root", "dataset", "backbone", "depth", "budget", "seeds", "device", "output_dir"]
+PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "backbone", "weights", "backbone_kwargs", "depth",
+              "budget", "seeds", "device", "output_dir"]
+# a notebook's own parameters, just before output_dir
+EXTRA_PARAMETERS = {"05_scale_sensitivity": ["compare_with"]}
 EXPECTED = ["00_quickstart", "01_supervision_targets", "02_three_condition_protocol", "03_cosine_probes",
             "04_regime_sweeps", "05_scale_sensitivity", "06_related_methods", "07_deployment_guide"]
 
@@ -58,17 +61,19 @@ def test_one_parameters_cell_then_the_study(path):
     assert cell.cell_type == "code"
     tree = ast.parse(cell.source)
     assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
-    assert assigned == PARAMETERS
+    expected = PARAMETERS[:-1] + EXTRA_PARAMETERS.get(path.stem, []) + PARAMETERS[-1:]
+    assert assigned == expected
     values = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
     assert ast.unparse(values["profile"]) == "os.environ.get('MIDAS_PROFILE', 'quick')"
-    assert all(isinstance(values[k], ast.Constant) and values[k].value is None for k in PARAMETERS[1:])
+    assert all(isinstance(values[k], ast.Constant) and values[k].value is None for k in expected[1:])
     # papermill sees the same names
     import papermill as pm
-    assert list(pm.inspect_notebook(str(path))) == PARAMETERS
+    assert list(pm.inspect_notebook(str(path))) == expected
     # the next code cell builds the study from every parameter and names the figures after the notebook
     nxt = next(c for c in nb.cells[tagged[0] + 1:] if c.cell_type == "code").source
-    call = "Study(profile, data_root=data_root, dataset=dataset, backbone=backbone, depth=depth,"
-    assert call in nxt and "budget=budget, seeds=seeds, device=device)" in nxt
+    call = "Study(profile, data_root=data_root, data_roots=data_roots, dataset=dataset, backbone=backbone,"
+    assert call in nxt and "weights=weights, backbone_kwargs=backbone_kwargs, depth=depth, budget=budget" in nxt
+    assert "seeds=seeds,\n              device=device)" in nxt
     assert f'plots.set_output("{path.stem}", output_dir)' in nxt
 
 
@@ -178,29 +183,7 @@ def smoke_study():
     return Study("smoke", progress=False)
 
 
-@pytest.mark.slow
-def test_explorer_static_and_interactive(smoke_study, tmp_path):
-    from matplotlib.figure import Figure
-
-    from midas_nb import plots, widgets
-    plots.set_output("07_test", tmp_path)
-    try:
-        fig = widgets.explorer(smoke_study, interactive=False)
-        assert isinstance(fig, Figure)
-        panels = [a for a in fig.axes if a.get_visible()]
-        n_keep = math.ceil(smoke_study.params["budget"] * smoke_study.grid[0] * smoke_study.grid[1])
-        assert [a.get_title().split()[0] for a in panels] == ["T0", "T1", "T3", "T5"]
-        assert all(f"kept {n_keep}/" in a.get_title() for a in panels)
-        assert (tmp_path / "07_test_explorer.png").is_file()
-        box = widgets.explorer(smoke_study, n_images=3, interactive=True)
-        import ipywidgets
-        assert isinstance(box, ipywidgets.VBox)
-        controls = {w.description: w for row in box.children[:2] for w in row.children}
-        assert set(controls) == {"image", "ranking", "depth L", "budget b"}
-        assert controls["depth L"].max == len(smoke_study.model.blocks) - 1
-        controls["budget b"].value = 0.5                     # redraws without error
-    finally:
-        plots.set_output(None, None)
+# the explorer itself: tests/test_widgets.py (Python) and tests/test_browser.py (JupyterLab)
 
 
 @pytest.mark.slow

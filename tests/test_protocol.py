@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import timm
@@ -182,3 +183,70 @@ def test_run_protocol_box_coverage_and_bad_condition(tmp_path):
         run_protocol(train, test, model, depth=1, budget=0.5, conditions=["T9"], seeds=[0],
                      dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", cache_dir=tmp_path,
                      progress=False)
+
+
+def _idauc_by_hand(model, images: torch.Tensor, scores: torch.Tensor, steps: int, cls: torch.Tensor):
+    """Insertion − deletion AUC of p_c per image, written here from the definition (DESIGN.md
+    §6): tokens kept in rank order (ties to the lower index), positions kept, k_s = round(s·N/S)
+    with halves up, trapezoid over k_s/N. Uses only timm's own modules."""
+    with torch.no_grad():
+        x = model.norm_pre(model._pos_embed(model.patch_embed(images)))          # [B,1+N,D]
+        B, T, _ = x.shape
+        N = T - 1
+        counts = [math.floor(s * N / steps + 0.5) for s in range(steps + 1)]
+        frac = np.array(counts, dtype=np.float64) / N
+        out = []
+        for b in range(B):
+            order = sorted(range(N), key=lambda j: (-float(scores[b, j]), j))
+
+            def p_c(patches):
+                idx = [0] + [1 + j for j in sorted(patches)]
+                logits = model.head(model.norm(model.blocks(x[b:b + 1, idx]))[:, 0])
+                return float(torch.softmax(logits.double(), -1)[0, cls[b]])
+
+            ins = np.array([p_c(order[:k]) for k in counts])
+            dele = np.array([p_c(order[k:]) for k in counts])
+            out.append(np.trapezoid(ins, frac) - np.trapezoid(dele, frac))
+    return np.array(out)
+
+
+def test_a_protocol_row_is_recomputed_from_its_saved_scorer(tmp_path):
+    """mIoU and IDAUC of one row, recomputed here from the scorer the protocol saved: the
+    block-L states by timm's modules, the top-k and the IoU by hand, and insertion/deletion
+    from the definition — per image and as the row's means."""
+    from midas_nb.identity import load_torch_payload, load_verified
+
+    model = disable_fused_attention(tiny_vit())
+    train, test = TinyDataset(16, 4), TinyDataset(6, 5)
+    depth, budget, steps = 2, 0.25, 4
+    df = run_protocol(train, test, model, depth=depth, budget=budget, conditions=["unsupervised"], seeds=[0],
+                      dataset_name="tiny", backbone_name="vit", checkpoint_id="ck0", epochs=1, batch_size=8,
+                      idauc_steps=steps, bootstrap=20, cache_dir=tmp_path, progress=False,
+                      throughput_repeats=1, throughput_batch=2)
+    row = df.iloc[0]
+    (blob,) = [load_torch_payload(load_verified(f)) for f in (tmp_path / "scorers").glob("*.pt")]
+    assert blob["key"]["condition"] == "unsupervised" and blob["key"]["seed"] == 0
+    scorer = MLPScorer(32)
+    scorer.load_state_dict(blob["state_dict"])
+    with torch.no_grad():
+        x = model.norm_pre(model._pos_embed(model.patch_embed(test.images)))
+        scores = scorer.eval()(model.blocks[:depth](x), 1)                   # [B,N]
+        full_pred = model(test.images).argmax(-1)
+    N = scores.shape[1]
+    k = math.ceil(budget * N)
+    keep = torch.zeros_like(test.part_mask)
+    for b in range(len(scores)):
+        for j in sorted(range(N), key=lambda j: (-float(scores[b, j]), j))[:k]:
+            keep[b, j] = True
+    part = test.part_mask
+    iou = [float((keep[b] & part[b]).sum() / (keep[b] | part[b]).sum()) if part[b].any() else math.nan
+           for b in range(len(part))]
+    assert math.isnan(iou[0])                                    # image 0 has no visible part
+    np.testing.assert_allclose(row["miou_per_image"], iou, rtol=1e-6, atol=1e-7)
+    assert row["miou"] == pytest.approx(np.nanmean(iou), abs=1e-7)
+    assert row["n_skipped_parts"] == 1
+    idauc = _idauc_by_hand(model, test.images, scores, steps, full_pred)
+    assert row["idauc_image_ids"] == [str(i) for i in range(6)]
+    np.testing.assert_allclose(row["idauc_per_image"], idauc, rtol=1e-4, atol=1e-5)
+    assert row["idauc"] == pytest.approx(idauc.mean(), abs=1e-5)
+    assert np.abs(idauc).max() > 1e-3                             # a non-trivial check

@@ -79,7 +79,9 @@ def test_aggregate_seeds_by_hand():
     assert agg.loc["reference", "miou_std"] == pytest.approx(math.sqrt(0.005))   # ddof=1
     assert agg.loc["reference", "miou_n"] == 2 and agg.loc["reference", "idauc_n"] == 1
     assert agg.loc["reference", "idauc_mean"] == pytest.approx(0.30)
-    assert agg.loc["reference", "miou_lo"] == pytest.approx(0.40)
+    # no per-image values: no interval (never the mean of the per-seed bounds, 0.40 here)
+    assert math.isnan(agg.loc["reference", "miou_lo"]) and math.isnan(agg.loc["reference", "miou_hi"])
+    assert agg.loc["reference", "ci_method"] == "unavailable: no per-image values"
     assert agg.loc["T5", "n_seeds"] == 1 and math.isnan(agg.loc["T5", "miou_std"])
 
 

@@ -131,16 +131,24 @@ def test_make_grid_sizes_follow_the_profile():
 
 def test_paper_grid_is_the_full_product():
     prof = get_profile("paper")
-    cells = make_grid(prof, "regime")
-    # 4 depths × 4 budgets × (6 trained conditions × 3 seeds + reference) × 3 datasets × 3 backbones
-    assert len(cells) == 4 * 4 * ((len(prof["conditions"]) - 1) * 3 + 1) * 3 * 3
-    # without a CUB root the embedded synthetic set stands in (labelled as Study labels it)
-    assert {c.dataset for c in cells} == {"synthetic", "aircraft", "cars"}
-    assert {c.backbone for c in cells} == set(prof["scale_backbones"])
+    # without a CUB root the paper grid is an error (issue 14: never the synthetic set instead)
+    with pytest.raises(ValueError, match=r"dataset 'cub' has no data root: pass --data-root cub="):
+        make_grid(prof, "regime")
     roots = {"cub": "/data/CUB_200_2011", "aircraft": "/data/fgvc", "cars": "/data/cars"}
-    real = make_grid(get_profile("paper", data_roots=roots), "regime")
+    # cells are keyed by data content, which needs the data: explicit ids read nothing
+    pairs = [(d, b) for d in roots for b in prof["scale_backbones"]]
+    ids = {p: f"ckpt-{i}" for i, p in enumerate(pairs)}
+    data = {p: f"data-{p[0]}" for p in pairs}
+    real = make_grid(get_profile("paper", data_roots=roots), "regime", checkpoint_ids=ids, data_ids=data)
+    # 4 depths × 4 budgets × (6 trained conditions × 3 seeds + reference) × 3 datasets × 3 backbones
+    assert len(real) == 4 * 4 * ((len(prof["conditions"]) - 1) * 3 + 1) * 3 * 3
     assert {c.dataset for c in real} == {"cub", "aircraft", "cars"}
+    assert {c.backbone for c in real} == set(prof["scale_backbones"])
     assert len({c.checkpoint_id for c in real}) == 3 * 3      # one checkpoint per dataset × backbone
+    assert {c.data_id for c in real} == set(data.values())
+    with pytest.raises(ValueError, match=r"dataset 'cars' has no data root"):
+        make_grid(get_profile("paper", data_roots={k: v for k, v in roots.items() if k != "cars"}), "regime",
+                  checkpoint_ids=ids, data_ids=data)
 
 
 def test_cell_key_depends_on_every_parameter():
@@ -421,7 +429,7 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
 
 @pytest.mark.slow
 def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
-    """Two cells of the real protocol through the store; rows match a direct run_protocol."""
+    """Two cells of the real protocol through the store; their rows equal a direct run_protocol."""
     from midas_nb.metrics import decoupling_D
     from midas_nb.sweeps import ProtocolCellRunner, scale_readout
 
@@ -440,6 +448,20 @@ def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
     assert df["miou"].between(0, 1).all() and df["idauc"].between(-1, 1).all()
     D = decoupling_D(df)
     assert D.set_index("condition").loc["reference", "D_pp"] == 0
+    # the store's rows are exactly what a direct run_protocol with the cells' settings gives
+    from midas_nb.protocol import run_protocol
+    from midas_nb.sweeps import _protocol_params
+    settings = {k: v for k, v in _protocol_params(prof).items() if k not in ("image_size", "patch_size")}
+    direct = run_protocol(study.train_set, study.test_set, study.model, depth=prof["depth"], budget=prof["budget"],
+                          conditions=["reference", "unsupervised"], seeds=prof["seeds"],
+                          dataset_name=study.dataset_name, backbone_name=prof["backbone"],
+                          checkpoint_id=study.meta["checkpoint_id"], progress=False, **settings)
+    assert direct["from_cache"][direct["condition"] == "unsupervised"].all()     # the cells' scorer
+    for col in ("condition", "seed", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "accuracy",
+                "n_images", "n_skipped_parts", "weights_digest", "image_ids", "miou_per_image",
+                "idauc_per_image", "accuracy_per_image"):
+        assert df[col].tolist() == direct[col].tolist(), col
+    assert df["weights_digest"].iloc[0] == study.meta["weights_digest"]
     # the same cells through scale_readout read the store and compute nothing new
     again = scale_readout(prof, [prof["backbone"]], store=store, conditions=["reference", "unsupervised"],
                           cell_fn=_must_not_run)
@@ -464,11 +486,14 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
     assert clone._local_study is None and clone.profile == runner.profile
 
 
-def test_synthetic_recipe_is_used_only_for_the_embedded_set():
+def test_synthetic_recipe_is_used_only_for_the_embedded_set(tmp_path):
     from midas_nb.config import finetune_settings
+    from midas_nb.data import make_synthetic_cub
     from midas_nb.sweeps import checkpoint_spec_id
     prof = get_profile("quick")
-    real = get_profile("quick", data_root="/data/cub")
+    # a real-data root (CUB layout) of its own: spec ids are content-based, so it must exist
+    cub = make_synthetic_cub(tmp_path / "cub", num_classes=2, images_per_class=2, image_size=64)
+    real = get_profile("quick", data_root=str(cub))
     assert finetune_settings(prof, "synthetic") == prof["synthetic_finetune"]
     assert finetune_settings(real, "cub") == real["finetune"]
     assert finetune_settings(get_profile("smoke"), "synthetic") == get_profile("smoke")["finetune"]  # no override

@@ -149,6 +149,57 @@ def _attention_and_grads_by_hand(model, images, c):
     return [a.detach() for a in store], [a.grad.detach() for a in store]
 
 
+def _attention_and_hidden_by_hand(model, images, scalar_of_logits):
+    """Attention maps and block outputs with ``retain_grad``, and their gradients of
+    ``scalar_of_logits(logits)`` — plain autograd hooks, independent of midas_nb.capture."""
+    attns, hiddens = [], []
+
+    def keep(store):
+        def hook(module, args, out):
+            out.retain_grad()
+            store.append(out)
+        return hook
+
+    handles = [blk.attn.attn_drop.register_forward_hook(keep(attns)) for blk in model.blocks]
+    handles += [blk.register_forward_hook(keep(hiddens)) for blk in model.blocks]
+    try:
+        scalar_of_logits(model(images)).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return ([a.detach() for a in attns], [a.grad.detach() for a in attns],
+            [h.detach() for h in hiddens], [h.grad.detach() for h in hiddens])
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_t2_equals_loss_gradient_attention_by_autograd(model, images, depth):
+    """T2 = E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j] with ℓ the summed cross-entropy on the labels."""
+    labels = torch.tensor([2, 0, 4])
+    attns, grads, _, _ = _attention_and_hidden_by_hand(
+        model, images, lambda logits: F.cross_entropy(logits, labels, reduction="sum"))
+    a, g = attns[depth - 1], grads[depth - 1]                          # [B,H,T,T]
+    expected = (a[:, :, 0, 1:] * -g[:, :, 0, 1:]).clamp(min=0).mean(1)
+    assert expected.abs().max() > 1e-6
+    out = compute_targets(model, images, ["T2"], depth, torch.tensor([1, 1, 1]), labels=labels)["T2"]
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-7)
+    # the labels, not the class index, define T2: other labels give another map
+    other = compute_targets(model, images, ["T2"], depth, torch.tensor([1, 1, 1]),
+                            labels=torch.tensor([0, 1, 2]))["T2"]
+    assert not torch.allclose(other, out)
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_t4_equals_attention_weighted_hidden_gradient_by_autograd(model, images, depth):
+    """T4 = E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂ with h the output of block L."""
+    c = torch.tensor([3, 1, 0])
+    attns, _, hidden, hgrad = _attention_and_hidden_by_hand(
+        model, images, lambda logits: logits.gather(1, c[:, None]).sum())
+    expected = attns[depth - 1][:, :, 0, 1:].mean(1) * hgrad[depth - 1][:, 1:].norm(dim=-1)
+    assert expected.abs().max() > 1e-6
+    out = compute_targets(model, images, ["T4"], depth, c)["T4"]
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-7)
+
+
 def test_t3_equals_loop_per_block_chefer_rule(images):
     model = _tiny_vit(depth=2, seed=1)
     c = torch.tensor([1, 2, 3])
@@ -292,7 +343,6 @@ class _SampleList(torch.utils.data.Dataset):
 
 
 def test_cache_round_trip(model, images, tmp_path, monkeypatch):
-    pytest.importorskip("midas_nb.data.sample")
     ds = _SampleList(images, torch.tensor([1, 0, 3]))
     key = dict(dataset="toy", split="train", checkpoint="tiny-seed0")
     first = target_cache(model, ds, ids=["T0", "T5"], depth=1, class_rule="label", key=key,

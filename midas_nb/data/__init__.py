@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from ._common import AnnotatedDataset, DatasetError
 from .aircraft import AircraftDataset
+from .builders import make_aircraft_from_cub, make_cars_from_cub
 from .cars import CarsDataset, read_cars_annotations, read_cars_meta
 from .cub import CUB_PART_NAMES, CUBDataset, read_cub_annotations
 from .grid import (box_mask_from_box, grid_shape, num_patches, part_mask_from_keypoints,
@@ -31,6 +32,7 @@ __all__ = [
     "Sample", "Batch", "collate_samples", "DatasetError", "AnnotatedDataset",
     "CUBDataset", "AircraftDataset", "CarsDataset", "load_dataset", "DATASET_NAMES",
     "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes",
+    "make_aircraft_from_cub", "make_cars_from_cub",
     "read_cub_annotations", "read_cars_meta", "read_cars_annotations", "CUB_PART_NAMES",
     "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize",
     "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD",

@@ -216,6 +216,11 @@ class AnnotatedDataset(Dataset):
             index=index,
         )
 
+    def identity_options(self) -> dict[str, Any]:
+        """Settings of the dataset itself (not of its transform) that change what a sample
+        holds, for :func:`midas_nb.identity.dataset_identity` (default: none)."""
+        return {}
+
     def class_counts(self) -> dict[int, int]:
         """Number of items per contiguous label."""
         return dict(sorted(Counter(self.labels).items()))

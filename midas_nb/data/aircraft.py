@@ -170,6 +170,10 @@ class AircraftDataset(AnnotatedDataset):
         if check_files:
             check_files_exist(self.paths, label_path)
 
+    def identity_options(self) -> dict:
+        """The banner crop changes every image a sample holds (dataset identity)."""
+        return dict(crop_banner=self.crop_banner, banner_height=self.banner_height)
+
     def _preprocess(self, index: int, image: Image.Image, parts: np.ndarray, box: np.ndarray
                     ) -> tuple[Image.Image, np.ndarray, np.ndarray]:
         if self.crop_banner and self.banner_height > 0:

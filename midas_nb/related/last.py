@@ -180,11 +180,6 @@ def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor
     return patch_score(x, num_prefix_tokens(model)), classify_tokens(model, x)
 
 
-def _key_hash(key: Mapping[str, Any]) -> str:
-    from ..train import key_hash
-    return key_hash(dict(key))
-
-
 def last_finetune(
     backbone: nn.Module,
     train_set,
@@ -223,7 +218,9 @@ def last_finetune(
         device: where it runs.
         key: identifies the backbone and data (e.g. ``{"checkpoint_id": ..., "dataset": ...}``);
             with a key the block states and the tuned weights are cached on disk under
-            ``cache_dir`` (default :func:`midas_nb.config.cache_dir`), ``<cache>/last/<hash>.pt``.
+            ``cache_dir`` (default :func:`midas_nb.config.cache_dir`), ``<cache>/last/<hash>.pt``
+            (verified cache file; the key also holds the training split's content identity
+            and the backbone's weights digest).
         progress: tqdm bar.
 
     Returns:
@@ -231,6 +228,7 @@ def last_finetune(
         ``loss`` and ``train_accuracy``, ``seconds`` and the settings.
     """
     from ..config import cache_dir as default_cache_dir
+    from ..identity import dataset_identity, hash_json, load_or_build, state_dict_digest
     from ..train import block_cache, frozen
 
     device = torch.device(device)
@@ -239,57 +237,57 @@ def last_finetune(
     settings = dict(aggregation=aggregation, tune_blocks=int(tune_blocks), num_tokens=num_tokens, sigma=sigma,
                     epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
                     label_smoothing=float(label_smoothing), seed=int(seed), n_train=len(train_set))
-    path = None
-    if key is not None:
+
+    def build() -> dict[str, Any]:
+        cache = block_cache(backbone, train_set, depth=model.start,
+                            key=None if key is None else dict(key, split="train", purpose="last_finetune"),
+                            cache_dir=cache_dir, device=device, progress=progress, masks=False)
+        params = model.tuned_parameters()
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        n = len(cache)
+        total = max(1, epochs * math.ceil(n / batch_size))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
+        gen = torch.Generator().manual_seed(int(seed))
+        history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings)
+        t0 = time.perf_counter()
+        model.train()
+        with frozen(backbone), tqdm(total=total, desc=f"LaSt fine-tune ({aggregation})", disable=not progress,
+                                    leave=False) as bar:
+            for _ in range(epochs):
+                loss_sum, correct = 0.0, 0
+                for idx in torch.randperm(n, generator=gen).split(batch_size):
+                    h = cache.hidden[idx].to(device, torch.float32)
+                    labels = cache.labels[idx].to(device)
+                    logits = model.head(model.forward_tokens(h))
+                    loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    sched.step()
+                    loss_sum += loss.item() * len(idx)
+                    correct += int((logits.argmax(-1) == labels).sum())
+                    bar.update(1)
+                history["loss"].append(loss_sum / n)
+                history["train_accuracy"].append(correct / n)
+        model.eval()
+        history["seconds"] = time.perf_counter() - t0
+        return {"blocks": {k: v.detach().cpu() for k, v in model.blocks.state_dict().items()},
+                "head": {k: v.detach().cpu() for k, v in model.head.state_dict().items()},
+                "history": json.dumps(history, default=str)}
+
+    if key is None:
+        blob, loaded = build(), False
+    else:
         root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        full_key = dict(key, kind="last_finetune", **settings)
-        path = root / "last" / f"{_key_hash(full_key)}.pt"
-        if path.exists():
-            blob = torch.load(path, map_location=device, weights_only=True)
-            model.blocks.load_state_dict(blob["blocks"])
-            model.head.load_state_dict(blob["head"])
-            model.history = dict(json.loads(blob["history"]), from_cache=True)
-            return model.eval()
-    cache = block_cache(backbone, train_set, depth=model.start,
-                        key=None if key is None else dict(key, split="train", purpose="last_finetune"),
-                        cache_dir=cache_dir, device=device, progress=progress)
-    params = model.tuned_parameters()
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    n = len(cache)
-    total = max(1, epochs * math.ceil(n / batch_size))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
-    gen = torch.Generator().manual_seed(int(seed))
-    history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings)
-    t0 = time.perf_counter()
-    model.train()
-    with frozen(backbone), tqdm(total=total, desc=f"LaSt fine-tune ({aggregation})", disable=not progress,
-                                leave=False) as bar:
-        for _ in range(epochs):
-            loss_sum, correct = 0.0, 0
-            for idx in torch.randperm(n, generator=gen).split(batch_size):
-                h = cache.hidden[idx].to(device, torch.float32)
-                labels = cache.labels[idx].to(device)
-                logits = model.head(model.forward_tokens(h))
-                loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sched.step()
-                loss_sum += loss.item() * len(idx)
-                correct += int((logits.argmax(-1) == labels).sum())
-                bar.update(1)
-            history["loss"].append(loss_sum / n)
-            history["train_accuracy"].append(correct / n)
-    model.eval()
-    history["seconds"] = time.perf_counter() - t0
-    model.history = dict(history, from_cache=False)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save({"blocks": model.blocks.state_dict(), "head": model.head.state_dict(),
-                    "history": json.dumps(history, default=str)}, tmp)
-        tmp.replace(path)
-    return model
+        full_key = dict(key, kind="last_finetune", data=dataset_identity(train_set).model_inputs,
+                        weights=state_dict_digest(backbone), **settings)
+        blob, loaded = load_or_build(root / "last" / f"{hash_json(full_key)}.pt", build, key=full_key,
+                                     what="LaSt fine-tune cache")
+    if loaded:
+        model.blocks.load_state_dict(blob["blocks"])
+        model.head.load_state_dict(blob["head"])
+    model.history = dict(json.loads(blob["history"]), from_cache=loaded)
+    return model.eval()
 
 
 @torch.no_grad()

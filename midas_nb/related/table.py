@@ -3,8 +3,8 @@
 :func:`related_table` merges three kinds of rows into one frame (``kind`` column):
 
 - ``"pruning"`` — every protocol condition at ``(L, b)`` (MIDAS conditions, ``cropr``,
-  ``iared``): part mIoU, IDAUC, accuracy with bootstrap CIs (mean over seeds of the per-seed
-  bounds) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
+  ``iared``): part mIoU, IDAUC, accuracy with 95 % bootstrap CIs of the mean over seeds
+  (seeds × images, :func:`midas_nb.results.aggregate_seeds`) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
   Point-in-Box of the scorer's top patch, throughput and speed-up, and the families' extra
   columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);
 - ``"relevance map"`` — TokenTM's positive/negative perturbation AUCs of target maps
@@ -56,7 +56,7 @@ def related_table(
 
     Returns:
         One row per pruning condition (``method`` = condition; metric columns are means over
-        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the mean bootstrap bounds; ``D_pp``,
+        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images bootstrap interval; ``D_pp``,
         ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
         backbone variant (``pib``, ``accuracy`` with CIs). Columns a row kind does not have are NaN.
     """
@@ -179,7 +179,8 @@ def run_related(
                                   max_images=n_curve, device=study.device, n_boot=n_boot, progress=study.progress)
     pib, models = None, {}
     if last:
-        key = dict(dataset=study.dataset_name, root=str(study.data_root), checkpoint=study.meta["checkpoint_id"])
+        # no data path in the key: last_finetune adds the training split's content identity
+        key = dict(dataset=study.dataset_name, checkpoint=study.meta["checkpoint_id"])
         for name, agg in (("CLS fine-tune", "cls"), ("LaSt fine-tune", "last")):
             models[name] = last_finetune(study.model, study.train_set, aggregation=agg, tune_blocks=last_tune_blocks,
                                          epochs=last_epochs, device=study.device, key=key, progress=study.progress)

@@ -1,0 +1,314 @@
+"""Is the package ready for the GPU paper run? One short script, two parts.
+
+(a) **Agreement**: on one fixed batch, the capture (attention, hidden states and their
+    gradients at block L), the supervision targets T0–T5, the pruned forward (``st`` and
+    ``soft`` relaxations), insertion/deletion AUC and one scorer training step run on the
+    device with mixed precision (autocast; bfloat16 where supported) and on the CPU in
+    float32; every quantity is compared (cosine of maps, max |Δ| of probabilities and AUCs,
+    top-1 agreement, relative change of the updated scorer weights). A line per check ends in
+    ``ok`` or ``MISMATCH``.
+(b) **Projection**: the components of one protocol cell of DeiT-S/16 at paper sizes
+    (224 px, 384 wide, 12 blocks, L = 6, b = 25 %, batch 128, S = 20 IDAUC steps) are timed on
+    the device — block-L cache and target capture over the train split (once per dataset),
+    scorer training (10 epochs), evaluation (pruned forward, IDAUC) over the test split — and
+    one real cell (:func:`midas_nb.protocol.run_protocol`, a small synthetic set) runs end to
+    end. The script prints the projected hours of the paper table: 3 datasets (CUB-200-2011
+    5,994 / 5,794, FGVC-Aircraft trainval 6,667 / test 3,333, Stanford Cars 8,144 / 8,041
+    images) × 7 conditions × 3 seeds (the reference once) at L = 6, b = 25 %, plus the three
+    backbone fine-tunes (30 epochs). Goal: ≤ 2 h on one H200; last line
+    ``ratio: <projected hours / 2>``.
+
+    python bench/gpu_check.py --device cuda            # the real check (needs a CUDA GPU)
+    python bench/gpu_check.py --device cpu --small     # CI: tiny model, same code path
+
+Random weights are used (the numbers being compared do not depend on pretraining); pass
+``--weights FILE`` to check a real DeiT-S file. Exit status 1 when a check mismatches.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from midas_nb.backbones import create_backbone  # noqa: E402
+from midas_nb.capture import capture  # noqa: E402
+from midas_nb.metrics import insertion_deletion_auc  # noqa: E402
+from midas_nb.scorers import MLPScorer  # noqa: E402
+from midas_nb.targets import get_target  # noqa: E402
+from midas_nb.train import distill_loss, relaxed_logits  # noqa: E402
+from midas_nb.vit import embed_tokens, num_prefix_tokens, run_blocks  # noqa: E402
+
+BACKBONE = "deit_small_patch16_224.fb_in1k"
+#: (train, test) images of the paper's datasets (Aircraft: trainval / test)
+PAPER_SPLITS = {"cub": (5994, 5794), "aircraft": (6667, 3333), "cars": (8144, 8041)}
+CONDITIONS = 7          # reference, unsupervised, T1..T5
+TRAINED = 6             # every condition but the reference trains a scorer
+SEEDS = 3
+GOAL_HOURS = 2.0
+
+
+def _autocast(device: torch.device):
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    else:
+        dtype = torch.bfloat16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype), str(dtype).replace("torch.", "")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().float().cpu().flatten(1), b.detach().float().cpu().flatten(1)
+    return float(F.cosine_similarity(a, b, dim=1, eps=1e-12).min())
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.failed = 0
+
+    def report(self, name: str, value: float, ok: bool, what: str) -> None:
+        self.failed += int(not ok)
+        print(f"  {name:<34} {what} = {value:.4g}  {'ok' if ok else 'MISMATCH'}", flush=True)
+
+
+def agreement(args, device: torch.device, kw: dict) -> int:
+    """Part (a); returns the number of mismatches."""
+    torch.manual_seed(0)
+    ref = create_backbone(BACKBONE, 10, weights=args.weights, **kw).float().eval()
+    dev = create_backbone(BACKBONE, 10, weights=args.weights, **kw).eval()
+    dev.load_state_dict(ref.state_dict())
+    dev = dev.to(device)
+    size = ref.patch_embed.img_size
+    g = torch.Generator().manual_seed(1)
+    images = torch.randn(args.batch, 3, *size, generator=g)
+    labels = torch.randint(0, 10, (args.batch,), generator=g)
+    amp, precision = _autocast(device)
+    L, b = args.depth, 0.25
+    chk = Checks()
+    print(f"(a) {device} with autocast {precision} against cpu float32, batch {args.batch}, "
+          f"{size[0]} px, L={L}, b={b}:")
+
+    # capture: attention, hidden state and their gradients at block L
+    cap_ref = capture(ref, images, labels, labels)
+    with amp():
+        cap_dev = capture(dev, images.to(device), labels.to(device), labels.to(device))
+    i = L - 1
+    for name, x, y in (("attention A (block L)", cap_ref.attn[i], cap_dev.attn[i]),
+                       ("hidden h (block L)", cap_ref.hidden[i], cap_dev.hidden[i]),
+                       ("dy_c/dA (block L)", cap_ref.attn_grad[i], cap_dev.attn_grad[i]),
+                       ("dy_c/dh (block L)", cap_ref.hidden_grad[i], cap_dev.hidden_grad[i])):
+        c = _cos(x, y)
+        chk.report(f"capture {name}", c, c >= args.cos_min, "min cosine over images")
+    # targets T0..T5 at block L
+    cls = labels
+    for t in ("T0", "T1", "T2", "T3", "T4", "T5"):
+        a = get_target(t)(cap_ref, L, cls)
+        bmap = get_target(t)(cap_dev.to("cpu"), L, cls)
+        c = _cos(a, bmap)
+        chk.report(f"target {t}", c, c >= args.cos_min, "min cosine over images")
+    # pruned forward, st and soft, with an MLP scorer
+    torch.manual_seed(2)
+    scorer_ref = MLPScorer(ref.embed_dim)
+    scorer_dev = MLPScorer(ref.embed_dim).to(device)
+    scorer_dev.load_state_dict(scorer_ref.state_dict())
+    P = num_prefix_tokens(ref)
+    with torch.no_grad():
+        h_ref = run_blocks(ref, embed_tokens(ref, images), 0, L)
+        with amp():
+            h_dev = run_blocks(dev, embed_tokens(dev, images.to(device)), 0, L)
+    for relax in ("st", "soft"):
+        with torch.no_grad():
+            p_ref = relaxed_logits(ref, h_ref, scorer_ref(h_ref, P), L, b, relax).softmax(-1)
+            with amp():
+                p_dev = relaxed_logits(dev, h_dev, scorer_dev(h_dev, P), L, b, relax).float().softmax(-1).cpu()
+        d = float((p_ref - p_dev).abs().max())
+        chk.report(f"pruned forward ({relax}) softmax", d, d <= args.prob_tol, "max |dp|")
+        agree = float((p_ref.argmax(-1) == p_dev.argmax(-1)).float().mean())
+        chk.report(f"pruned forward ({relax}) top-1", agree, agree >= 0.75, "agreement")
+    # insertion / deletion AUC along T5
+    rank = get_target("T5")(cap_ref, L, cls)
+    ins_ref = insertion_deletion_auc(ref, images, rank, steps=args.steps, device="cpu")
+    with amp():
+        ins_dev = insertion_deletion_auc(dev, images.to(device), rank.to(device), steps=args.steps, device=device)
+    d = float((ins_ref.idauc.cpu() - ins_dev.idauc.float().cpu()).abs().max())
+    chk.report("IDAUC (T5 ranking)", d, d <= args.auc_tol, "max |dIDAUC|")
+    # one scorer training step: L_cls through the st relaxation + lambda * L_ga(T5)
+    target = get_target("T5")(cap_ref, L, cls)
+    moved = []
+    for model, scorer, h, dv in ((ref, scorer_ref, h_ref, torch.device("cpu")), (dev, scorer_dev, h_dev, device)):
+        opt = torch.optim.AdamW(scorer.parameters(), lr=1e-3)
+        before = {k: v.detach().clone() for k, v in scorer.state_dict().items()}
+        ctx = amp if dv.type == device.type and model is dev else contextlib.nullcontext
+        with ctx():
+            s = scorer(h.detach().float() if model is ref else h.detach(), P)
+            loss = F.cross_entropy(relaxed_logits(model, h.detach(), s, L, b, "st").float(), labels.to(dv)) \
+                + distill_loss(s.float(), target.to(dv))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        moved.append({k: (scorer.state_dict()[k] - before[k]).float().cpu() for k in before})
+    c = min(float(F.cosine_similarity(moved[0][k].flatten(), moved[1][k].flatten(), dim=0, eps=1e-12))
+            for k in moved[0] if moved[0][k].abs().sum() > 0)
+    chk.report("scorer step: weight update", c, c >= args.cos_min_step, "min cosine over tensors")
+    return chk.failed
+
+
+def _time(fn, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up (kernels, caches)
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t) / repeats
+
+
+def projection(args, device: torch.device, kw: dict) -> float:
+    """Part (b); returns the projected hours of the paper table (plus fine-tunes)."""
+    torch.manual_seed(0)
+    model = create_backbone(BACKBONE, 200, weights=args.weights, device=device, **kw).eval()
+    amp, precision = _autocast(device)
+    B, L, b, S = args.time_batch, args.depth, 0.25, args.steps
+    size = model.patch_embed.img_size
+    images = torch.randn(B, 3, *size, device=device)
+    labels = torch.randint(0, 200, (B,), device=device)
+    P = num_prefix_tokens(model)
+    scorer = MLPScorer(model.embed_dim).to(device)
+    opt = torch.optim.AdamW(scorer.parameters(), lr=1e-3)
+    with torch.no_grad(), amp():
+        h = run_blocks(model, embed_tokens(model, images), 0, L)
+    target = torch.randn(B, h.shape[1] - P, device=device)
+
+    def block_cache():
+        with torch.no_grad(), amp():
+            run_blocks(model, embed_tokens(model, images), 0, L)
+
+    def targets():
+        with amp():
+            capture(model, images, labels, labels)
+
+    def train_step():
+        with amp():
+            s = scorer(h, P)
+            loss = F.cross_entropy(relaxed_logits(model, h, s, L, b, "st").float(), labels) + distill_loss(s.float(), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def evaluate():
+        with torch.no_grad(), amp():
+            s = scorer(h, P)
+            relaxed_logits(model, h, s, L, b, "st")
+            insertion_deletion_auc(model, images, s.float(), steps=S, device=device)
+
+    ft = create_backbone(BACKBONE, 200, weights=args.weights, device=device, **kw).train()
+    ft_opt = torch.optim.AdamW(ft.parameters(), lr=1e-4)
+
+    def finetune_step():
+        with amp():
+            loss = F.cross_entropy(ft(images).float(), labels)
+        ft_opt.zero_grad()
+        loss.backward()
+        ft_opt.step()
+
+    r = args.repeats
+    per = {name: _time(fn, device, r) / B for name, fn in
+           (("block cache", block_cache), ("targets", targets), ("train", train_step), ("evaluate", evaluate),
+            ("finetune", finetune_step))}
+    print(f"\n(b) {device}, autocast {precision}, {size[0]} px, width {model.embed_dim}, "
+          f"{len(model.blocks)} blocks, batch {B}: ms per image")
+    for k, v in per.items():
+        print(f"  {k:<12} {1e3 * v:8.3f}")
+    table_s = finetune_s = 0.0
+    for ds, (n_train, n_test) in PAPER_SPLITS.items():
+        once = n_train * (per["block cache"] + per["targets"])
+        cells = TRAINED * SEEDS * (args.epochs * n_train * per["train"] + n_test * per["evaluate"]) \
+            + n_test * per["evaluate"]                                   # the reference: once
+        table_s += once + cells
+        finetune_s += args.finetune_epochs * n_train * per["finetune"]
+        print(f"  {ds:<9} {n_train:>5} train / {n_test:>5} test: table {((once + cells) / 3600):.2f} h")
+    print(f"projected paper table (3 datasets x {CONDITIONS} conditions x {SEEDS} seeds, L={L}, b={b:g}, "
+          f"{args.epochs} scorer epochs, S={S}): {table_s / 3600:.2f} h on this device")
+    print(f"projected DeiT-S fine-tunes ({args.finetune_epochs} epochs, 3 datasets): {finetune_s / 3600:.2f} h")
+    return table_s / 3600
+
+
+def one_cell(args, device: torch.device, kw: dict) -> None:
+    """One real protocol cell end to end (run_protocol) on a small synthetic set."""
+    from midas_nb.data import load_dataset, make_synthetic_cub
+    from midas_nb.protocol import run_protocol
+
+    size = int(kw.get("img_size", 224))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = make_synthetic_cub(Path(tmp) / "syn", num_classes=4, images_per_class=args.cell_images // 2,
+                                  image_size=round(size * 256 / 224), seed=0)
+        tr = load_dataset("cub", root, "train", image_size=size, patch_size=16)
+        te = load_dataset("cub", root, "test", image_size=size, patch_size=16)
+        torch.manual_seed(0)
+        model = create_backbone(BACKBONE, tr.num_classes, weights=args.weights, device=device, **kw).eval()
+        _sync(device)
+        t = time.perf_counter()
+        rows = run_protocol(tr, te, model, depth=args.depth, budget=0.25, conditions=["T5"], seeds=[0],
+                            dataset_name="synthetic", backbone_name=BACKBONE, checkpoint_id="gpu-check",
+                            device=device, progress=False, epochs=1, batch_size=min(32, len(tr)),
+                            idauc_steps=args.steps, bootstrap=50, cache_dir=Path(tmp) / "cache")
+        _sync(device)
+        print(f"\none protocol cell (run_protocol, T5, seed 0, {len(tr)} train / {len(te)} test synthetic images, "
+              f"1 epoch): {time.perf_counter() - t:.1f} s; mIoU {float(rows['miou'].iloc[0]):.3f}, "
+              f"IDAUC {float(rows['idauc'].iloc[0]):+.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
+    ap.add_argument("--small", action="store_true", help="tiny DeiT-S (64 px, width 32) for a CPU run in CI")
+    ap.add_argument("--weights", default=None, help="a DeiT-S weights file (default: random init)")
+    ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=8, help="batch of the agreement checks")
+    ap.add_argument("--time-batch", type=int, default=128, help="batch of the timings (the paper profile's)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20, help="IDAUC steps S (paper profile: 20)")
+    ap.add_argument("--epochs", type=int, default=10, help="scorer epochs (paper profile: 10)")
+    ap.add_argument("--finetune-epochs", type=int, default=30, help="backbone epochs (paper profile: 30)")
+    ap.add_argument("--cell-images", type=int, default=32)
+    ap.add_argument("--cos-min", type=float, default=0.98, help="min cosine of maps / gradients")
+    ap.add_argument("--cos-min-step", type=float, default=0.95, help="min cosine of the scorer weight update")
+    ap.add_argument("--prob-tol", type=float, default=0.05, help="max |dp| of pruned-forward probabilities")
+    ap.add_argument("--auc-tol", type=float, default=0.03, help="max |dIDAUC|")
+    args = ap.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"gpu_check: --device {args.device} but this machine has no CUDA device; use --device cpu --small",
+              file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    kw = dict(img_size=64, embed_dim=32, num_heads=2) if args.small else {}
+    if args.small:
+        args.time_batch = min(args.time_batch, 16)
+        args.steps = min(args.steps, 8)
+    if device.type == "cuda":
+        print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    else:
+        print(f"device: cpu ({torch.get_num_threads()} threads), torch {torch.__version__}"
+              + (" [--small: a tiny DeiT-S, the timings say nothing about the GPU]" if args.small else ""))
+    failed = agreement(args, device, kw)
+    hours = projection(args, device, kw)
+    one_cell(args, device, kw)
+    print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; "
+          f"goal <= {GOAL_HOURS:g} h for the paper table on one H200")
+    print(f"ratio: {hours / GOAL_HOURS:.3f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

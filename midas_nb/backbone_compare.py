@@ -1,0 +1,183 @@
+"""The MIDAS readout on several backbones side by side (notebook 05, issue 18).
+
+Offline, the question is whether a result comes from the method or from the backbone: the
+label-trained hybrid ViT (``hybrid_lite0_vit``) and its DeiT-style student of the ImageNet
+EfficientNet-Lite0 (``hybrid_lite0_deit``, :mod:`midas_nb.distill`) are read out with the same
+protocol, data, seeds and sample sizes, and every paper finding is evaluated on each by
+:func:`midas_nb.report.paper_findings` — computed from the rows, never typed.
+
+:func:`compare_backbones` runs (or reads) the profile's regime sweep for every backbone in the
+run's result store (cells shared with notebooks 02, 04 and 05's scale readout), the
+hidden- vs attention-gradient cosine probes at the profile's depth (kept in the store with
+:func:`midas_nb.report.save_probes`, so ``midas-nb report`` shows them too), ``D`` with paired
+bootstrap intervals and band status at ``(L, b)`` (:func:`midas_nb.metrics.decoupling_D`), and
+the findings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["OFFLINE_PARTNERS", "comparison_backbones", "BackboneComparison", "compare_backbones"]
+
+#: label-trained offline backbone -> its distilled student (and back)
+OFFLINE_PARTNERS: dict[str, str] = {"hybrid_lite0_vit": "hybrid_lite0_deit", "vit_smoke": "vit_smoke_deit"}
+_REVERSE = {v: k for k, v in OFFLINE_PARTNERS.items()}
+_PROBE_TARGETS = ["T2", "T3", "T4", "T5"]
+
+
+def comparison_backbones(params: dict[str, Any]) -> list[str]:
+    """Backbones of the side-by-side readout for a profile: ``params["compare_backbones"]``
+    when set; else the profile's backbone and its offline partner (label-trained first,
+    :data:`OFFLINE_PARTNERS`); else the profile's backbone alone."""
+    given = params.get("compare_backbones")
+    if given:
+        return list(dict.fromkeys(given))
+    b = params["backbone"]
+    if b in OFFLINE_PARTNERS:
+        return [b, OFFLINE_PARTNERS[b]]
+    if b in _REVERSE:
+        return [_REVERSE[b], b]
+    return [b]
+
+
+@dataclass
+class BackboneComparison:
+    """The readout of :func:`compare_backbones`.
+
+    Attributes:
+        backbones: in display order.
+        rows: protocol result rows of the regime sweep, every backbone (``backbone`` column).
+        probes: hidden- vs attention-gradient cosines at ``depth`` (``dataset``, ``backbone``,
+            ``checkpoint_id``, ``depth``, ``hidden``, ``attention``, ``cosine``, ``lo``, ``hi``).
+        D: :func:`midas_nb.metrics.decoupling_D` at ``(depth, budget)``, one row per backbone ×
+            condition, with paired 95 % intervals and band status.
+        findings: :func:`midas_nb.report.paper_findings` of ``rows`` and ``probes``.
+        accuracy: per backbone, the checkpoint id and its test top-1 (and the teacher's, for a
+            distilled backbone).
+        status: :class:`midas_nb.sweeps.StoreStatus` of the cells (``complete`` False while a
+            cell failed or is pending).
+        depth, budget: the point ``(L, b)``.
+    """
+
+    backbones: list[str]
+    rows: pd.DataFrame
+    probes: pd.DataFrame
+    D: pd.DataFrame
+    findings: pd.DataFrame
+    accuracy: pd.DataFrame
+    status: Any
+    depth: int
+    budget: float
+
+    def table(self) -> pd.DataFrame:
+        """``D`` per condition, backbones side by side: ``D (pp) [95 % CI]``, ``ΔIDAUC`` and band
+        status per backbone (columns ``(backbone, quantity)``), index = condition."""
+        def ci(m, lo, hi, fmt):
+            if not np.isfinite(m):
+                return "undefined"
+            return f"{m:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{fmt}}"
+
+        parts = {}
+        for b in self.backbones:
+            g = self.D[self.D["backbone"] == b].set_index("condition")
+            parts[b] = pd.DataFrame({
+                "D (pp)": [ci(r.D_pp, r.D_pp_lo, r.D_pp_hi, "+.2f") for r in g.itertuples()],
+                "ΔIDAUC": [ci(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, "+.3f") for r in g.itertuples()],
+                "band": list(g["status"]),
+            }, index=g.index)
+        return pd.concat(parts, axis=1)
+
+    def findings_table(self) -> pd.DataFrame:
+        """Does each paper finding hold? Index = finding, one column per backbone (``True`` /
+        ``False`` / ``"not resolved"`` / ``"undefined"``), then the paper's statement; the
+        cross-backbone ``scale`` finding is left out (notebook 05's scale readout shows it)."""
+        f = self.findings[self.findings["finding"] != "scale"]
+        holds = f.pivot(index="finding", columns="backbone", values="holds")
+        holds = holds[[b for b in self.backbones if b in holds.columns]]
+        statement = f.drop_duplicates("finding").set_index("finding")["statement"]
+        order = list(dict.fromkeys(f["finding"]))
+        return holds.join(statement).loc[order]
+
+    def changed(self) -> list[str]:
+        """Findings whose verdict differs between the first two backbones (both decided)."""
+        t = self.findings_table()
+        if len(self.backbones) < 2:
+            return []
+        a, b = self.backbones[:2]
+        return [fid for fid, r in t.iterrows()
+                if isinstance(r[a], (bool, np.bool_)) and isinstance(r[b], (bool, np.bool_)) and r[a] != r[b]]
+
+
+def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
+                      executor: str = "local", max_workers: int = 2) -> BackboneComparison:
+    """The MIDAS readout of ``study``'s profile on each backbone of ``backbones``.
+
+    Args:
+        study: a :class:`midas_nb.study.Study` (its profile, data, ``(L, b)``, seeds and sweep
+            settings are used; its own backbone need not be among ``backbones``).
+        backbones: default :func:`comparison_backbones` of the study's settings.
+        run: compute missing sweep cells and probes; ``False`` only reads the store (probes
+            then come from :func:`midas_nb.report.load_probes`).
+        executor, max_workers: as :func:`midas_nb.sweeps.run_sweep`.
+
+    Returns:
+        A :class:`BackboneComparison`.
+
+    Raises:
+        ValueError: an empty or duplicated backbone list.
+    """
+    from . import metrics, probes, report
+    from .sweeps import (ProtocolCellRunner, ResultStore, StoreStatus, _study, make_grid,
+                         run_sweep)
+
+    params = dict(study.params)
+    backbones = list(backbones) if backbones is not None else comparison_backbones(params)
+    if not backbones or len(set(backbones)) != len(backbones):
+        raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
+    L0, b0 = int(params["depth"]), float(params["budget"])
+    # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
+    # must not mix them in one side-by-side table
+    dataset = params["dataset"]
+    cells = make_grid(params, "regime", datasets=[dataset], backbones=backbones)
+    store = ResultStore(name=params["profile"])
+    if run:
+        status = run_sweep(cells, ProtocolCellRunner(params), store, executor=executor, max_workers=max_workers)
+    else:
+        table = store.status(cells)
+        status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
+    rows = store.results(cells)
+    rows.attrs.clear()
+
+    probe_frames, acc = [], []
+    for b in backbones:
+        st = _study(params, dataset, b, progress=study.progress)
+        m = st.meta
+        d = m.get("distillation") or {}
+        acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
+                        teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan)))
+        if run:
+            hv = probes.hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
+                                                     bootstrap=int(params["bootstrap"]))
+            report.save_probes(st, hv)
+    pr = report.load_probes(params["profile"])
+    if pr is not None:
+        pr = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0)]
+        ckpts = {a["checkpoint_id"] for a in acc}
+        pr = pr[pr["checkpoint_id"].astype(str).isin(ckpts)].reset_index(drop=True)
+        probe_frames.append(pr)
+    probe_table = pd.concat(probe_frames, ignore_index=True) if probe_frames else pd.DataFrame(
+        columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi"])
+
+    at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)] if len(rows) else rows
+    D = metrics.decoupling_D(at, n_boot=int(params["bootstrap"])) if len(at) else pd.DataFrame(
+        columns=["backbone", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
+                 "delta_idauc_hi", "status"])
+    findings = (report.paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0)
+                if len(rows) else pd.DataFrame(columns=["dataset", "backbone", "finding", "statement", "holds",
+                                                        "evidence"]))
+    return BackboneComparison(backbones=backbones, rows=rows, probes=probe_table, D=D, findings=findings,
+                              accuracy=pd.DataFrame(acc).set_index("backbone"), status=status, depth=L0, budget=b0)

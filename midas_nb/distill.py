@@ -1,0 +1,599 @@
+"""Distilling an ImageNet CNN into the offline hybrid ViT: distillation token and token labels.
+
+The offline hybrid ViT (:mod:`midas_nb.backbones`) puts twelve transformer blocks, trained from
+nothing, on top of the frozen stride-16 stage of an ImageNet EfficientNet-Lite0. Trained on
+labels alone its blocks learn little from 1,200 photos (62 % test top-1 on the 40-class CUB
+subset). Here the *rest of the same EfficientNet-Lite0* — its stages above the student's stem,
+which saw ImageNet — teaches them, with the field's tools:
+
+- **Distillation token** (Touvron et al., 2021, DeiT, "Training data-efficient image
+  transformers & distillation through attention", https://arxiv.org/abs/2012.12877, §4): a
+  second prefix token whose head learns the teacher's prediction — soft (KL at temperature
+  ``τ``, Hinton et al., 2015, https://arxiv.org/abs/1503.02531) or hard (the teacher's arg max,
+  DeiT's "hard-label distillation"); the class token's head learns the label. The loss is
+  ``(1-α)·CE(head(z_cls), y) + α·KD(head_dist(z_dist), teacher)``; at inference the model's
+  logits are the mean of both heads (timm :class:`~timm.models.deit.VisionTransformerDistilled`).
+- **Token labels** (Jiang et al., 2021, "All Tokens Matter: Token Labeling for Training Better
+  Vision Transformers", https://arxiv.org/abs/2104.10858): the teacher's class scores *per
+  location* (its linear probe applied to every position of its last feature map before
+  pooling) are distilled into the final patch tokens through a training-only linear head,
+  average-pooled to the teacher's grid (KL per location).
+- **MixToken** (same paper): CutMix (Yun et al., 2019, https://arxiv.org/abs/1905.04899) on the
+  token grid after the patch embedding — here on the cached stem features, so it costs nothing —
+  with the labels mixed by area and the dense teacher targets pasted with the same box.
+- **Dense feature hints** (Romero et al., 2015, FitNets, https://arxiv.org/abs/1412.6550), off
+  by default: a linear map of the patch tokens regresses the teacher's channel-standardised map.
+
+The teacher is ``stem → blocks[k:] → conv_head → bn2`` of the ImageNet EfficientNet-Lite0
+(:func:`lite0_teacher_head`; ``k`` = the stem's stage) with a linear classifier fitted on its
+globally pooled features (:func:`fit_linear_probe`). Since the student's frozen stem *is* the
+teacher's first stages, the teacher runs on the cached stem features: seconds, not a second
+CNN pass. On its own training images a linear probe is ~100 % correct, so its predictions there
+would only repeat the labels: the distillation token and the token labels learn **out-of-fold**
+scores instead (``k``-fold cross-fitting, :func:`out_of_fold_logits`: each image's scores come
+from a probe that never saw it), which carry the teacher's honest mistakes and class
+similarities. The auxiliary heads exist only during training; the saved backbone is a plain timm
+``VisionTransformerDistilled`` (two prefix tokens: CLS and distillation).
+
+Measured recipes and accuracies (CUB subset, classes 1–20 for tuning, 21–40 and 1–40 to check):
+``docs/architecture.md`` ("Distilled offline backbone") and ``bench/backbone_distill.py``.
+
+Shapes: stem features ``[M,C_s,h,w]`` (``C_s`` = 112 at stride 16, 40 at stride 8), teacher
+features ``[M,1280,h',w']`` (``h' = h/2`` at stride 16: the stride-32 map), pooled ``[M,1280]``,
+class score maps ``[M,K,h',w']``, logits ``[M,K]`` for ``K`` classes.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "DistillRecipe",
+    "DISTILLED_RECIPES",
+    "is_distilled_name",
+    "distill_recipe",
+    "lite0_teacher_head",
+    "teacher_features",
+    "LinearProbe",
+    "fit_linear_probe",
+    "probe_maps",
+    "out_of_fold_logits",
+    "mix_tokens",
+    "distillation_loss",
+    "finetune_distilled",
+]
+
+#: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
+DISTILL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DistillRecipe:
+    """How a distilled backbone is trained besides the fine-tuning schedule (epochs, lr, ...).
+
+    Attributes:
+        token: distillation-token target: ``"soft"`` (KL at temperature ``tau``), ``"hard"``
+            (cross-entropy on the teacher's arg max, DeiT), ``"none"`` (the token's head then
+            learns the label too).
+        alpha: weight of the distillation-token loss; the class token's CE gets ``1 - alpha``.
+        tau: temperature of the soft target (the KL is multiplied by ``tau²``, Hinton et al.).
+        token_label_weight: weight of the dense token labels (0 switches them off): per-location
+            teacher class scores (the probe applied to every location of the teacher's map
+            before pooling) distilled into the patch tokens through a training-only linear head
+            (KL per location, mean over locations; Jiang et al., 2021, token labeling).
+        hint_weight: ``λ`` of the dense feature hint (0 switches it off).
+        mix_prob: probability of MixToken per batch (Jiang et al., 2021: CutMix on the token grid
+            after the patch embedding): a box of the stem-feature grid, aligned with the teacher's
+            grid, is pasted from another image of the batch; labels mix by area, the teacher's
+            dense targets are pasted with the same box.
+        oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
+            probe's own, in-sample logits).
+        probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear
+            probe (full-batch AdamW on standardised pooled features).
+    """
+
+    token: Literal["soft", "hard", "none"] = "soft"
+    alpha: float = 0.5
+    tau: float = 1.0
+    token_label_weight: float = 1.0
+    hint_weight: float = 0.0
+    mix_prob: float = 0.5
+    oof_folds: int = 5
+    probe_steps: int = 100
+    probe_lr: float = 1e-2
+    probe_weight_decay: float = 0.1
+    probe_label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        assert self.token in ("soft", "hard", "none"), f"token must be soft, hard or none, got {self.token!r}"
+        assert 0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1], got {self.alpha}"
+        assert self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0, \
+            f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
+        assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
+        assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
+
+    def key(self) -> dict[str, Any]:
+        """The fields and :data:`DISTILL_VERSION`, for checkpoint keys."""
+        return dict(asdict(self), version=DISTILL_VERSION)
+
+
+#: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
+DISTILLED_RECIPES: dict[str, DistillRecipe] = {
+    "hybrid_lite0_deit": DistillRecipe(),
+    "vit_smoke_deit": DistillRecipe(),
+}
+
+
+def is_distilled_name(name: str) -> bool:
+    """True for a backbone trained with :func:`finetune_distilled`."""
+    return name in DISTILLED_RECIPES
+
+
+def distill_recipe(name: str) -> DistillRecipe:
+    """The :class:`DistillRecipe` of a distilled backbone name.
+
+    Raises:
+        KeyError: naming the known distilled backbones.
+    """
+    if name not in DISTILLED_RECIPES:
+        raise KeyError(f"{name!r} is not a distilled backbone; expected one of {sorted(DISTILLED_RECIPES)}")
+    return DISTILLED_RECIPES[name]
+
+
+# ----------------------------------------------------------------------------- teacher
+
+
+def lite0_teacher_head(stride: Literal[8, 16] = 16) -> nn.Sequential:
+    """The stages of the ImageNet EfficientNet-Lite0 above its stride-``stride`` stem (frozen, eval):
+    ``blocks[k:]`` → ``conv_head`` → ``bn2`` (BN + ReLU6), i.e. ``forward_features`` of
+    ``tf_efficientnet_lite0`` continued from :func:`midas_nb.backbones.lite0_stem`'s output.
+
+    ``[B,C_s,h,w] → [B,1280,h·stride/32,w·stride/32]``.
+
+    Raises:
+        ValueError: for a stride other than 8 or 16.
+    """
+    from .backbones import LITE0_STAGES, lite0_classifier
+
+    if stride not in LITE0_STAGES:
+        raise ValueError(f"Lite0 stem stride must be one of {sorted(LITE0_STAGES)}, got {stride}")
+    full = lite0_classifier()
+    head = nn.Sequential(*full.blocks[LITE0_STAGES[stride][0]:], full.conv_head, full.bn2)
+    head.requires_grad_(False)
+    return head.eval()
+
+
+@torch.no_grad()
+def teacher_features(head: nn.Module, stem_feats: Tensor, batch_size: int = 64,
+                     device: torch.device | str = "cpu") -> Tensor:
+    """Teacher feature maps of cached stem features, float16 on CPU.
+
+    ``[M,C_s,h,w]`` or ``[M,2,C_s,h,w]`` (image and flip) → ``[M,1280,h',w']`` or
+    ``[M,2,1280,h',w']``.
+    """
+    flat = stem_feats.flatten(0, 1) if stem_feats.dim() == 5 else stem_feats
+    head = head.to(device)
+    out = [head(flat[i:i + batch_size].to(device).float()).half().cpu() for i in range(0, len(flat), batch_size)]
+    feats = torch.cat(out)
+    return feats.view(*stem_feats.shape[:2], *feats.shape[1:]) if stem_feats.dim() == 5 else feats
+
+
+class LinearProbe(nn.Module):
+    """Linear classifier on standardised features: ``[M,F] → [M,K]``, ``(x − μ)/σ · Wᵀ + b``."""
+
+    def __init__(self, mean: Tensor, std: Tensor, num_classes: int):
+        super().__init__()
+        self.register_buffer("mean", mean.clone())
+        self.register_buffer("std", std.clone())
+        self.fc = nn.Linear(mean.numel(), num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc((x.float() - self.mean) / self.std)
+
+
+def fit_linear_probe(features: Tensor, labels: Tensor, num_classes: int, *, steps: int = 100, lr: float = 1e-2,
+                     weight_decay: float = 0.1, label_smoothing: float = 0.1, seed: int = 0) -> LinearProbe:
+    """Fit a :class:`LinearProbe` by full-batch AdamW on cross-entropy with label smoothing.
+
+    Args:
+        features: ``[M,F]`` pooled teacher features (float).
+        labels: ``[M]`` class indices in ``[0, num_classes)``.
+
+    Raises:
+        ValueError: mismatched lengths or labels outside ``[0, num_classes)``.
+    """
+    if features.dim() != 2 or labels.shape != (features.shape[0],):
+        raise ValueError(f"need features [M,F] and labels [M], got {tuple(features.shape)} and {tuple(labels.shape)}")
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes}), got [{int(labels.min())}, {int(labels.max())}]")
+    x = features.float()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        # a floor on the scale: a channel almost constant over the pooled training features
+        # (a ReLU6 unit that rarely fires) must not blow up when the probe is applied per location
+        std = x.std(0)
+        probe = LinearProbe(x.mean(0), std.clamp_min(0.01 * float(std.mean()) + 1e-6), num_classes)
+    opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
+    with torch.enable_grad():
+        for _ in range(steps):
+            loss = F.cross_entropy(probe(x), labels, label_smoothing=label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return probe.eval().requires_grad_(False)
+
+
+def probe_maps(probe: LinearProbe, maps: Tensor, batch_size: int = 256) -> Tensor:
+    """The probe applied at every location of teacher feature maps (before pooling): class
+    score maps ``[n,F,h,w] → [n,K,h,w]`` (float32). The probe is affine, so their mean over
+    locations equals the probe's logits of the pooled features."""
+    out = [probe(maps[i:i + batch_size].float().permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+           for i in range(0, len(maps), batch_size)]
+    return torch.cat(out) if out else maps.new_zeros(0, probe.fc.out_features, *maps.shape[-2:]).float()
+
+
+def out_of_fold_logits(pooled: Tensor, labels: Tensor, num_classes: int, folds: int, *, seed: int = 0,
+                       maps: Tensor | None = None, **probe_kw: Any) -> Tensor:
+    """Cross-fitted probe logits: each image's logits come from a probe fitted without it.
+
+    Args:
+        pooled: ``[M,V,F]`` pooled teacher features of ``V`` views per image (image, flip); the
+            views of one image always fall in the same fold.
+        labels: ``[M]``.
+        folds: number of folds (``>= 2``); images are split by a permutation seeded with ``seed``.
+        maps: optional ``[M,V,F,h,w]`` teacher maps (``pooled`` is their mean); then the
+            held-out probe is applied at every location (:func:`probe_maps`).
+        **probe_kw: :func:`fit_linear_probe` settings.
+
+    Returns:
+        ``[M,V,K]`` logits, or ``[M,V,K,h,w]`` score maps when ``maps`` is given.
+
+    Raises:
+        ValueError: fewer images than folds, or ``folds < 2``.
+    """
+    M, V, Fdim = pooled.shape
+    if folds < 2 or M < folds:
+        raise ValueError(f"need 2 <= folds <= number of images, got folds={folds} for {M} images")
+    perm = torch.randperm(M, generator=torch.Generator().manual_seed(seed))
+    out = torch.empty(M, V, num_classes, *(() if maps is None else maps.shape[-2:]))
+    for f, held in enumerate(perm.chunk(folds)):
+        keep = torch.ones(M, dtype=torch.bool)
+        keep[held] = False
+        probe = fit_linear_probe(pooled[keep].flatten(0, 1), labels[keep].repeat_interleave(V), num_classes,
+                                 seed=seed + f, **probe_kw)
+        if maps is None:
+            out[held] = probe(pooled[held].flatten(0, 1)).view(len(held), V, num_classes)
+        else:
+            out[held] = probe_maps(probe, maps[held].flatten(0, 1)).view(len(held), V, *out.shape[2:])
+    return out
+
+
+def distillation_loss(logits_cls: Tensor, logits_dist: Tensor, labels: Tensor, teacher_logits: Tensor,
+                      recipe: DistillRecipe, label_smoothing: float = 0.1, *,
+                      labels_mixed: Tensor | None = None, lam: float = 1.0) -> Tensor:
+    """``(1−α)·CE(logits_cls, labels) + α·KD(logits_dist, teacher)`` (DeiT, §4).
+
+    KD is ``τ²·KL(softmax(t/τ) ‖ softmax(s/τ))`` (``token="soft"``), ``CE(s, argmax t)``
+    (``"hard"``) or ``CE(s, labels)`` (``"none"``). With MixToken (``labels_mixed``, the labels of
+    the pasted images, and ``λ`` the kept area) every label cross-entropy is
+    ``λ·CE(·, labels) + (1−λ)·CE(·, labels_mixed)``. Inputs ``[B,K]``, ``labels [B]``; returns a scalar.
+    """
+    def ce(logits: Tensor) -> Tensor:
+        out = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+        if labels_mixed is not None:
+            out = lam * out + (1.0 - lam) * F.cross_entropy(logits, labels_mixed, label_smoothing=label_smoothing)
+        return out
+
+    s = logits_dist.float()
+    if recipe.token == "soft":
+        t = recipe.tau
+        kd = t * t * F.kl_div(F.log_softmax(s / t, -1), F.log_softmax(teacher_logits.float() / t, -1),
+                              reduction="batchmean", log_target=True)
+    elif recipe.token == "hard":
+        kd = F.cross_entropy(s, teacher_logits.argmax(-1))
+    else:
+        kd = ce(s)
+    return (1.0 - recipe.alpha) * ce(logits_cls.float()) + recipe.alpha * kd
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _token_maps(tokens: Tensor, head: nn.Linear, grid: tuple[int, int], size: tuple[int, int]) -> Tensor:
+    """A linear map of patch tokens ``[B,N,D]`` on the patch grid, average-pooled to ``size``:
+    ``[B,C,size]`` (float32)."""
+    B = tokens.shape[0]
+    s = head(tokens).float().transpose(1, 2).reshape(B, -1, *grid)
+    return F.adaptive_avg_pool2d(s, size)
+
+
+def token_label_loss(student_maps: Tensor, teacher_maps: Tensor) -> Tensor:
+    """Token labeling (Jiang et al., 2021, https://arxiv.org/abs/2104.10858): ``KL(softmax(t) ‖
+    softmax(s))`` over classes at every location, mean over locations and images.
+    ``[B,K,h,w]`` both; returns a scalar."""
+    kl = F.kl_div(F.log_softmax(student_maps.float(), 1), F.log_softmax(teacher_maps.float(), 1),
+                  reduction="none", log_target=True)
+    return kl.sum(1).mean()
+
+
+def mix_tokens(stem: Tensor, targets: Sequence[Tensor], generator: torch.Generator) -> tuple[Tensor, list[Tensor], Tensor, float]:
+    """MixToken (Jiang et al., 2021): CutMix on the token grid after the patch embedding.
+
+    A box covering a fraction ``1 − λ`` of the image (``λ ~ U(0, 1)``, the CutMix rule of Yun et
+    al., 2019, with ``Beta(1, 1)``), aligned with the grid of the dense ``targets``, is pasted
+    into every image from image ``perm[i]`` of the batch, in the stem features and in each
+    target map alike.
+
+    Args:
+        stem: ``[B,C,H,W]`` stem features; ``H, W`` multiples of the targets' ``h, w``.
+        targets: ``[B,…,h,w]`` maps (teacher features, teacher score maps).
+        generator: the RNG of the box, ``λ`` and the permutation.
+
+    Returns:
+        ``(stem, targets, perm, lam)``: mixed copies, the permutation ``[B]`` and the exact
+        kept area fraction ``λ = 1 − box area / (h·w)`` (the weight of each image's own label).
+    """
+    B, _, H, W = stem.shape
+    h, w = targets[0].shape[-2:]
+    assert H % h == 0 and W % w == 0, f"stem grid {(H, W)} must be a multiple of the target grid {(h, w)}"
+    lam = float(torch.rand((), generator=generator))
+    bh = min(h, max(1, round(h * math.sqrt(1.0 - lam))))
+    bw = min(w, max(1, round(w * math.sqrt(1.0 - lam))))
+    r0 = int(torch.randint(0, h - bh + 1, (), generator=generator))
+    c0 = int(torch.randint(0, w - bw + 1, (), generator=generator))
+    perm = torch.randperm(B, generator=generator)
+    fy, fx = H // h, W // w
+
+    def paste(t: Tensor, f0: int, f1: int) -> Tensor:
+        t = t.clone()
+        rs, cs = slice(r0 * f0, (r0 + bh) * f0), slice(c0 * f1, (c0 + bw) * f1)
+        t[..., rs, cs] = t[perm][..., rs, cs]
+        return t
+
+    return paste(stem, fy, fx), [paste(t, 1, 1) for t in targets], perm, 1.0 - bh * bw / (h * w)
+
+
+def finetune_distilled(
+    model_name: str,
+    train_set,
+    test_set,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    warmup_epochs: float,
+    seed: int,
+    device: torch.device | str = "cpu",
+    cache_dir=None,
+    label_smoothing: float = 0.1,
+    weight_decay: float = 0.05,
+    num_workers: int = 0,
+    progress: bool = True,
+    weights=None,
+    backbone_kwargs: dict[str, Any] | None = None,
+    amp: bool | None = None,
+    recipe: DistillRecipe | None = None,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Train a distilled hybrid backbone from nothing (distillation token, token labels, MixToken).
+
+    Same arguments, schedule and returns as :func:`midas_nb.backbones.finetune` (which calls
+    this for the names of :data:`DISTILLED_RECIPES`): AdamW, linear warm-up + cosine, label
+    smoothing, random flips through the cached stem features of image and flip, bfloat16
+    autocast on CPUs with native bfloat16. Added (:class:`DistillRecipe`): the teacher
+    (:func:`lite0_teacher_head` and a :func:`fit_linear_probe` on its pooled features of the
+    training images and their flips), its out-of-fold class score maps (token labels; their
+    mean is the distillation token's target), MixToken, and optionally the dense hint. ``meta`` adds
+    ``distillation``: the recipe, the teacher's test / out-of-fold train accuracy, the
+    student's class-token / distillation-token / mean-of-both test accuracies, and timings.
+    ``test_accuracy`` is the model's own (mean of both heads, as ``model(images)``).
+
+    Raises:
+        ValueError: as :func:`~midas_nb.backbones.finetune`; also for a name that is not a
+            distilled hybrid backbone.
+    """
+    from . import backbones as bb
+    from .identity import state_dict_digest
+    from .vit import num_prefix_tokens
+
+    recipe = recipe or distill_recipe(model_name)
+    if epochs < 1 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
+    if len(train_set) == 0 or len(test_set) == 0:
+        raise ValueError("train_set and test_set must not be empty")
+    if weights is not None:
+        raise ValueError(f"{model_name} is trained from nothing by distillation; weights must be None, got {weights!r}")
+    device = torch.device(device)
+    backbone_kwargs = dict(backbone_kwargs or {})
+    t_start = time.perf_counter()
+    train_labels = torch.tensor(bb._dataset_labels(train_set), dtype=torch.long)
+    test_labels = torch.tensor(bb._dataset_labels(test_set), dtype=torch.long)
+    num_classes = int(getattr(train_set, "num_classes", 0) or int(train_labels.max()) + 1)
+    if int(train_labels.min()) < 0 or int(train_labels.max()) >= num_classes:
+        raise ValueError(f"train labels must lie in [0, {num_classes}), got "
+                         f"[{int(train_labels.min())}, {int(train_labels.max())}]")
+
+    torch.manual_seed(seed)
+    model = bb.create_backbone(model_name, num_classes, device=device, **backbone_kwargs)
+    if not (bb.is_hybrid(model) and num_prefix_tokens(model) == 2):
+        raise ValueError(f"{model_name} must be a hybrid backbone with a distillation token")
+    P = 2
+    grid = tuple(model.patch_embed.grid_size)
+    autocast, precision = bb._autocast(device, amp)
+    gen = torch.Generator().manual_seed(seed)
+
+    # stem features (cached by the backbones module), then the teacher on top of them
+    t0 = time.perf_counter()
+    train_feats = bb.stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
+                                   cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    test_feats = bb.stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
+                                  cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    features_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    head = lite0_teacher_head(model.patch_embed.patch_size[0])
+    t_train = teacher_features(head, train_feats, batch_size, device)            # [M,2,1280,h',w']
+    t_test = teacher_features(head, test_feats, batch_size, device)              # [M',1280,h',w']
+    M, tgrid = len(train_labels), tuple(t_train.shape[-2:])
+    pooled = t_train.float().mean((-1, -2))                                      # [M,2,1280]
+    probe_kw = dict(steps=recipe.probe_steps, lr=recipe.probe_lr, weight_decay=recipe.probe_weight_decay,
+                    label_smoothing=recipe.probe_label_smoothing)
+    probe = fit_linear_probe(pooled.flatten(0, 1), train_labels.repeat_interleave(2), num_classes, seed=seed,
+                             **probe_kw)
+    teacher_test_acc = float((probe(t_test.float().mean((-1, -2))).argmax(-1) == test_labels).float().mean())
+    del t_test
+    # the teacher's class scores on the training images: per location (token labels; their mean
+    # is the pooled logit), out of fold unless oof_folds = 0
+    if recipe.oof_folds:
+        t_maps = out_of_fold_logits(pooled, train_labels, num_classes, recipe.oof_folds, seed=seed, maps=t_train,
+                                    **probe_kw)
+    else:
+        t_maps = probe_maps(probe, t_train.flatten(0, 1)).view(M, 2, num_classes, *tgrid)
+    if not torch.isfinite(t_maps).all():
+        raise ValueError("the teacher's class score maps are not finite; the probe diverged "
+                         f"(probe settings {probe_kw})")
+    t_maps = t_maps.half()                                                       # [M,2,K,h',w']
+    teacher_train_acc = float((t_maps[:, 0].float().mean((-1, -2)).argmax(-1) == train_labels).float().mean())
+    hint_mean = t_train.float().mean((0, 1, 3, 4))[None, :, None, None].to(device)
+    hint_std = t_train.float().std((0, 1, 3, 4))[None, :, None, None].to(device) + 1e-3
+    if recipe.hint_weight == 0:
+        del t_train
+        t_train = None
+    teacher_s = time.perf_counter() - t0
+
+    # training-only linear heads on the patch tokens (not part of the saved backbone)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        hint = nn.Linear(model.embed_dim, t_train.shape[2]).to(device) if recipe.hint_weight > 0 else None
+        tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
+
+    from timm.optim import param_groups_weight_decay
+
+    skip = set(getattr(model, "no_weight_decay", lambda: set())())
+    params = param_groups_weight_decay(model, weight_decay, no_weight_decay_list=skip)
+    params = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in params]
+    for extra in (hint, tl_head):
+        if extra is not None:
+            params.append(dict(params=list(extra.parameters()), weight_decay=weight_decay))
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999))
+    steps_per_epoch = math.ceil(len(train_set) / batch_size)
+    total = epochs * steps_per_epoch
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, bb._warmup_cosine(total, max(1, round(warmup_epochs * steps_per_epoch))))
+    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
+
+    history = []
+    model.train()
+    t0 = time.perf_counter()
+    bar = bb._progress(range(epochs), epochs, f"distil {model_name}", progress)
+    for epoch in bar:
+        t_ep = time.perf_counter()
+        order = torch.randperm(M, generator=gen)
+        flips = (torch.rand(M, generator=gen) < 0.5).long()
+        sums = dict(loss=0.0, hint=0.0, token_labels=0.0)
+        correct = seen = mixed = 0
+        for i in range(0, M, batch_size):
+            idx = order[i:i + batch_size]
+            fl = flips[idx]
+            x = train_feats[idx, fl].to(device).float()
+            y = train_labels[idx].to(device)
+            maps = [t_maps[idx, fl].to(device).float()]
+            if hint is not None:
+                maps.append((t_train[idx, fl].to(device).float() - hint_mean) / hint_std)
+            y2, lam = None, 1.0
+            if recipe.mix_prob > 0 and float(torch.rand((), generator=gen)) < recipe.mix_prob:
+                x, maps, perm, lam = mix_tokens(x, maps, gen)
+                y2 = y[perm.to(device)]
+                mixed += 1
+            with autocast():
+                z = model.norm(model.blocks(bb.tokens_from_stem_features(model, x)))
+                lc, ld = model.head(z[:, 0]), model.head_dist(z[:, 1])
+                loss = distillation_loss(lc, ld, y, maps[0].mean((-1, -2)), recipe, label_smoothing,
+                                         labels_mixed=y2, lam=lam)
+                if tl_head is not None:
+                    lt = token_label_loss(_token_maps(z[:, P:], tl_head, grid, tgrid), maps[0])
+                    loss = loss + recipe.token_label_weight * lt
+                    sums["token_labels"] += float(lt.detach()) * len(y)
+                if hint is not None:
+                    lh = F.mse_loss(_token_maps(z[:, P:], hint, grid, tgrid), maps[1])
+                    loss = loss + recipe.hint_weight * lh
+                    sums["hint"] += float(lh.detach()) * len(y)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            sums["loss"] += float(loss.detach()) * len(y)
+            correct += int(((lc + ld).argmax(-1) == y).sum())
+            seen += len(y)
+        history.append(dict(epoch=epoch + 1, loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen,
+                            token_label_loss=sums["token_labels"] / seen, mixed_batches=mixed,
+                            train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep))
+        if progress and hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{sums['loss'] / seen:.3f}", acc=f"{correct / seen:.3f}")
+    train_s = time.perf_counter() - t0
+    model.eval()
+    del t_train, t_maps
+
+    t0 = time.perf_counter()
+    train_acc = bb._feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
+    head_acc = _head_accuracies(model, test_feats, test_labels, batch_size, device)
+    eval_s = time.perf_counter() - t0
+
+    recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
+                         warmup_epochs=float(warmup_epochs), seed=int(seed),
+                         label_smoothing=float(label_smoothing), weight_decay=float(weight_decay))
+    ckpt_id, key = bb.checkpoint_key(model_name, train_set, test_set, weights=weights,
+                                     backbone_kwargs=backbone_kwargs, device=device, amp=amp, **recipe_fields)
+    meta = dict(
+        checkpoint_id=ckpt_id,
+        key=key,
+        backbone=bb.backbone_config(model, model_name),
+        weights=None,
+        backbone_kwargs=backbone_kwargs,
+        train_set=bb._dataset_info(train_set),
+        test_set=bb._dataset_info(test_set),
+        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
+        num_classes=num_classes,
+        recipe=dict(recipe_fields, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
+                    augmentation="random horizontal flip p=0.5", recipe_version=bb._RECIPE_VERSION),
+        distillation=dict(
+            recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
+            teacher_test_accuracy=teacher_test_acc, teacher_train_accuracy_out_of_fold=teacher_train_acc,
+            student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],
+            student_test_accuracy=head_acc["mean"]),
+        seed=int(seed),
+        epochs=int(epochs),
+        train_accuracy=train_acc,
+        test_accuracy=head_acc["mean"],
+        history=history,
+        precision=precision,
+        device=str(device),
+        timings=dict(features_s=features_s, teacher_s=teacher_s, train_s=train_s, eval_s=eval_s,
+                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
+        versions=bb._versions(),
+        num_threads=int(torch.get_num_threads()),
+        weights_digest=state_dict_digest(model),
+        loaded_from_cache=False,
+    )
+    return model, meta
+
+
+@torch.no_grad()
+def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
+                     device) -> dict[str, float]:
+    """Test accuracies of the class-token head, the distillation-token head and their mean."""
+    from .backbones import tokens_from_stem_features
+
+    hits = dict(cls=0, dist=0, mean=0)
+    for i in range(0, len(labels), batch_size):
+        z = model.norm(model.blocks(tokens_from_stem_features(model, feats[i:i + batch_size].to(device).float())))
+        lc, ld = model.head(z[:, 0]).cpu(), model.head_dist(z[:, 1]).cpu()
+        y = labels[i:i + batch_size]
+        for k, lg in (("cls", lc), ("dist", ld), ("mean", (lc + ld) / 2)):
+            hits[k] += int((lg.argmax(-1) == y).sum())
+    return {k: v / max(1, len(labels)) for k, v in hits.items()}

@@ -1,0 +1,158 @@
+"""The paper-shaped table: one row block per dataset × backbone, the paper's numbers beside ours.
+
+The MIDAS paper reports, at ``L = 6``, ``b = 25 %`` (DESIGN.md §8), the decoupling
+``D = mIoU_t − mIoU_ref`` and ``ΔIDAUC = IDAUC_t − IDAUC_ref`` of each supervision condition
+per dataset (part mIoU on CUB-200-2011; box coverage on FGVC-Aircraft and Stanford Cars, which
+have no part keypoints) and backbone. :func:`paper_table` lays our result rows out the same
+way and puts the paper's values (:mod:`midas_nb.paper_reference`) beside ours where the paper
+has them; :func:`paper_table_for` reads a profile's result store (the scale readout's cells:
+every dataset × backbone at the profile's ``(L, b)``); :func:`format_paper_table` prints it.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
+
+__all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
+
+CONDITION_ORDER: tuple[str, ...] = ("reference", "unsupervised", "T1", "T2", "T3", "T4", "T5")
+_DATASET_ORDER: tuple[str, ...] = ("cub", "aircraft", "cars", "synthetic")
+COLUMNS: list[str] = ["dataset", "backbone", "coverage_kind", "condition", "miou", "idauc", "D_pp", "D_pp_std",
+                      "delta_idauc", "status", "n_seeds", "paper_D_pp", "paper_delta_idauc", "paper_status"]
+
+
+def _order(values: Sequence[str], first: Sequence[str]) -> list[str]:
+    values = list(dict.fromkeys(values))
+    return [v for v in first if v in values] + [v for v in values if v not in first]
+
+
+def _paper_status(condition: str, dataset: str) -> str | None:
+    table = {"T5": PAPER_D_T5, "T1": PAPER_D_T1}.get(condition, {})
+    return table.get(dataset, {}).get("status")
+
+
+def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
+                expected: Sequence[tuple[str, str]] | None = None,
+                backbone_order: Sequence[str] | None = None) -> pd.DataFrame:
+    """Our rows at ``(depth, budget)`` in the paper's layout, the paper's values beside them.
+
+    Args:
+        rows: protocol result rows (``dataset``, ``backbone``, ``depth``, ``budget``,
+            ``condition``, ``seed``, ``miou``, ``idauc``, ``coverage_kind``), e.g. a profile's
+            result store (:meth:`midas_nb.sweeps.ResultStore.results`).
+        depth, budget: the point (default the paper's ``L = 6``, ``b = 0.25``).
+        expected: ``(dataset, backbone)`` blocks that must appear; a block without rows gets
+            one row with ``status = "no result"`` instead of disappearing.
+        backbone_order: order of the backbone blocks (default: the order in ``rows``).
+
+    Returns:
+        One row per dataset × backbone × condition (:data:`COLUMNS`), blocks ordered CUB,
+        Aircraft, Cars; ``miou`` is part mIoU or box coverage as ``coverage_kind`` says;
+        ``D_pp`` / ``delta_idauc`` / ``status`` from :func:`midas_nb.metrics.decoupling_D`
+        (mean over seeds, parity band 0.01); ``paper_*`` the paper's value (DeiT-S/16 rows of
+        CUB, Aircraft and Cars for T5, Aircraft for T1) or NaN / ``None`` where it has none.
+
+    Raises:
+        ValueError: rows lacking a needed column.
+    """
+    from .metrics import decoupling_D
+
+    depth = int(PAPER_SETTING["depth"] if depth is None else depth)
+    budget = float(PAPER_SETTING["budget"] if budget is None else budget)
+    need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
+    if len(rows):
+        missing = [c for c in need if c not in rows.columns]
+        if missing:
+            raise ValueError(f"paper_table: rows lack column(s) {missing}; have {list(rows.columns)}")
+        at = rows[(rows["depth"].astype(int) == depth) & np.isclose(rows["budget"].astype(float), budget)]
+    else:
+        at = pd.DataFrame(columns=need)
+    blocks: list[pd.DataFrame] = []
+    if len(at) and (at["condition"] == "reference").any():
+        D = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"])
+        kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else None
+        D["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
+                              for d, b in zip(D["dataset"], D["backbone"])]
+        blocks.append(D)
+    have = pd.concat(blocks, ignore_index=True) if blocks else pd.DataFrame(columns=COLUMNS)
+    present = set(zip(have["dataset"], have["backbone"])) if len(have) else set()
+    extra = []
+    for d, b in (expected or []):
+        if (d, b) not in present:
+            n = int(((at["dataset"] == d) & (at["backbone"] == b)).sum()) if len(at) else 0
+            extra.append(dict(dataset=d, backbone=b, condition=None,
+                              status="no result" if n == 0 else "no reference row"))
+    if extra:
+        have = pd.concat([have, pd.DataFrame(extra)], ignore_index=True)
+    if not len(have):
+        return pd.DataFrame(columns=COLUMNS)
+    paper_bb = PAPER_SETTING["backbone"]
+    on_paper = (have["backbone"] == paper_bb) & (depth == PAPER_SETTING["depth"]) & \
+        bool(np.isclose(budget, PAPER_SETTING["budget"]))
+    have["paper_D_pp"] = [paper_value(str(c), str(d), "D_pp") if ok else None
+                          for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
+    have["paper_delta_idauc"] = [paper_value(str(c), str(d), "delta_idauc") if ok else None
+                                 for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
+    have["paper_status"] = [_paper_status(str(c), str(d)) if ok else None
+                            for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
+    for c in ("paper_D_pp", "paper_delta_idauc"):
+        have[c] = pd.to_numeric(have[c], errors="coerce")
+    for c in COLUMNS:
+        if c not in have.columns:
+            have[c] = None
+    ds_rank = {d: i for i, d in enumerate(_order(have["dataset"], _DATASET_ORDER))}
+    bb_rank = {b: i for i, b in enumerate(_order(have["backbone"], list(backbone_order or [])))}
+    cond_rank = {c: i for i, c in enumerate(_order([c for c in have["condition"] if c is not None],
+                                                   CONDITION_ORDER))}
+    have = have.assign(_d=have["dataset"].map(ds_rank), _b=have["backbone"].map(bb_rank),
+                       _c=have["condition"].map(lambda c: cond_rank.get(c, -1)))
+    have = have.sort_values(["_d", "_b", "_c"], kind="stable").drop(columns=["_d", "_b", "_c"])
+    return have[COLUMNS].reset_index(drop=True)
+
+
+def paper_table_for(profile: str | Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`paper_table` of a profile's result store: the scale readout's cells (every
+    dataset × backbone at the profile's ``(depth, budget)``), each block expected."""
+    from .config import dataset_label, get_profile
+    from .sweeps import ResultStore, grid_spans, make_grid
+
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    cells = make_grid(prof, "scale")
+    rows = ResultStore(name=str(prof.get("profile", "default"))).results(cells)
+    datasets, backbones = grid_spans(prof, "scale")
+    expected = [(dataset_label(prof, d), b) for d in datasets for b in backbones]
+    return paper_table(rows, depth=int(prof["depth"]), budget=float(prof["budget"]), expected=expected,
+                       backbone_order=backbones)
+
+
+def _num(v: Any, fmt: str) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if not np.isfinite(f) else format(f, fmt)
+
+
+def format_paper_table(table: pd.DataFrame) -> str:
+    """Plain-text rendering: one block per dataset × backbone, a line per condition."""
+    if not len(table):
+        return "paper table: no rows"
+    lines = []
+    for (d, b), g in table.groupby(["dataset", "backbone"], sort=False):
+        kind = next((k for k in g["coverage_kind"] if isinstance(k, str)), "coverage")
+        lines.append(f"{d} × {b}  ({kind})")
+        if g["condition"].isna().all():
+            lines.append(f"    {g['status'].iloc[0]}")
+            continue
+        lines.append(f"    {'condition':>12} {'cov.':>6} {'IDAUC':>7} {'D (pp)':>8} {'ΔIDAUC':>7}  {'band':<13}"
+                     f" {'paper D':>8} {'paper ΔIDAUC':>12}")
+        for _, r in g.iterrows():
+            lines.append(f"    {str(r['condition']):>12} {_num(r['miou'], '.3f'):>6} {_num(r['idauc'], '+.3f'):>7} "
+                         f"{_num(r['D_pp'], '+.2f'):>8} {_num(r['delta_idauc'], '+.3f'):>7}  "
+                         f"{str(r['status']):<13} {_num(r['paper_D_pp'], '+.2f'):>8} "
+                         f"{_num(r['paper_delta_idauc'], '+.3f'):>12}")
+    return "\n".join(lines)

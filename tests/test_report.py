@@ -1,0 +1,282 @@
+"""midas_nb.report: paper_findings on hand-made rows, the report built from a hand-made result
+store, the README's results section against the committed results/ tables, the CLI."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from midas_nb import report
+from midas_nb.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+_IDS = ["a", "b", "c", "d"]
+_SPREAD = [-0.02, 0.02, -0.01, 0.01]           # per-image offsets around the mean (same for every row)
+
+
+def _row(cond: str, seed: int, miou: float, idauc: float, *, depth: int = 6, budget: float = 0.25,
+         backbone: str = "bb", dataset: str = "cub", ckpt: str = "ck-new", **extra) -> dict:
+    """One protocol row with per-image values (what the paired intervals resample)."""
+    return dict(image_ids=_IDS, miou_per_image=[miou + o for o in _SPREAD], accuracy_per_image=[1.0, 0.0, 1.0, 0.0],
+                idauc_image_ids=_IDS, idauc_per_image=[idauc + o for o in _SPREAD],
+                coverage_kind="part mIoU", dataset=dataset, backbone=backbone, checkpoint_id=ckpt, condition=cond,
+                target="T0" if cond == "reference" else ("" if cond == "unsupervised" else cond),
+                relaxation="" if cond == "reference" else "st", depth=depth, budget=budget, seed=seed,
+                n_images=100, n_skipped_parts=2, miou=miou, miou_lo=miou - 0.01, miou_hi=miou + 0.01,
+                idauc=idauc, idauc_lo=idauc - 0.02, idauc_hi=idauc + 0.02, accuracy=0.5, accuracy_lo=0.45,
+                accuracy_hi=0.55, idauc_steps=8, n_idauc_images=32, full_accuracy=0.6,
+                weights_digest="w" + ckpt, **extra)
+
+
+def _point(depth=6, budget=0.25, d_t5=(0.10, 0.11), d_t1=(-0.05, -0.06), idauc_t5=0.20, **kw) -> list[dict]:
+    """reference (seed 0 only, as the store holds it), T1 and T5 for seeds 0 and 1; D in mIoU units."""
+    rows = [_row("reference", 0, 0.30, 0.20, depth=depth, budget=budget, **kw)]
+    for s in (0, 1):
+        rows.append(_row("T1", s, 0.30 + d_t1[s], 0.21, depth=depth, budget=budget, **kw))
+        rows.append(_row("T5", s, 0.30 + d_t5[s], idauc_t5, depth=depth, budget=budget, **kw))
+    return rows
+
+
+def _holds(f: pd.DataFrame, fid: str, backbone: str | None = None):
+    g = f[f["finding"] == fid]
+    if backbone is not None:
+        g = g[g["backbone"] == backbone]
+    assert len(g) == 1, g
+    return g.iloc[0]["holds"], g.iloc[0]["evidence"]
+
+
+# ------------------------------------------------------------------------------- paper_findings
+def test_findings_hold_where_the_rows_say_so():
+    f = report.paper_findings(pd.DataFrame(_point()))
+    assert set(f["finding"]) == set(PAPER_FINDINGS)
+    assert set(f["statement"]) == set(PAPER_FINDINGS.values())
+    holds, ev = _holds(f, "t5_gain_in_band")
+    assert holds is True and "D(T5) = +10.50" in ev and "in band" in ev      # mean of +10 and +11 pp
+    holds, ev = _holds(f, "t1_below_reference")
+    assert holds is True and "D(T1) = -5.50" in ev
+    assert _holds(f, "cosine_small")[0] == "undefined"                        # no probes given
+    assert _holds(f, "fades_deep_loose")[0] == "undefined"                    # one point only
+    holds, ev = _holds(f, "scale", "bb")
+    assert holds == "undefined" and "DeiT-Ti" in ev
+    assert set(f["depth"]) == {6} and set(f["budget"]) == {0.25}
+
+
+def test_findings_that_do_not_hold():
+    # T5 loses 0.05 IDAUC: outside the band; T1 gains coverage
+    f = report.paper_findings(pd.DataFrame(_point(d_t1=(0.05, 0.06), idauc_t5=0.15)))
+    holds, ev = _holds(f, "t5_gain_in_band")
+    assert holds is False and "outside band" in ev and "ΔIDAUC = -0.050" in ev
+    assert _holds(f, "t1_below_reference")[0] is False
+    # in band but less coverage than the reference: no gain
+    f = report.paper_findings(pd.DataFrame(_point(d_t5=(-0.05, -0.06))))
+    assert _holds(f, "t5_gain_in_band")[0] is False
+    # no T5 rows at all
+    rows = pd.DataFrame([r for r in _point() if r["condition"] != "T5"])
+    assert _holds(report.paper_findings(rows), "t5_gain_in_band")[0] == "undefined"
+    # no reference: nothing can be said about D
+    rows = pd.DataFrame([r for r in _point() if r["condition"] != "reference"])
+    f = report.paper_findings(rows)
+    assert _holds(f, "t5_gain_in_band")[0] == "undefined" and _holds(f, "t1_below_reference")[0] == "undefined"
+
+
+@pytest.mark.parametrize("cos, lo, hi, expected", [(0.05, 0.02, 0.07, True), (0.20, 0.15, 0.25, False),
+                                                    (-0.20, -0.25, -0.15, False), (0.07, 0.03, 0.11, "not resolved")])
+def test_cosine_finding_against_the_papers_bound(cos, lo, hi, expected):
+    probes = pd.DataFrame([dict(dataset="cub", backbone="bb", checkpoint_id="ck-new", depth=6, hidden="T5",
+                                attention="T3", cosine=cos, lo=lo, hi=hi, n_images=50),
+                           dict(dataset="cub", backbone="bb", checkpoint_id="ck-new", depth=6, hidden="T4",
+                                attention="T2", cosine=0.01, lo=-0.01, hi=0.03, n_images=50)])
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(_point()), probes), "cosine_small")
+    assert holds == expected and f"T5·T3 = {cos:+.3f} [{lo:+.3f}, {hi:+.3f}]" in ev
+    assert PAPER_COSINE_MAX == 0.082
+    # probes of another checkpoint are not evidence for this one
+    stale = probes.assign(checkpoint_id="ck-old")
+    assert _holds(report.paper_findings(pd.DataFrame(_point()), stale), "cosine_small")[0] == "undefined"
+
+
+@pytest.mark.parametrize("strong, weak, expected", [(0.08, 0.01, True), (0.01, 0.08, False)])
+def test_regime_finding(strong, weak, expected):
+    rows = []
+    for L, b in ((3, 0.25), (6, 0.25), (6, 0.10)):
+        rows += _point(L, b, d_t5=(strong, strong + 0.002))
+    for L, b in ((9, 0.25), (6, 0.50)):
+        rows += _point(L, b, d_t5=(weak, weak + 0.002))
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep_loose")
+    assert holds is expected
+    assert "over 3 cells with L ≤ 6, b ≤ 25%" in ev and "over 2 deeper or looser cells" in ev
+
+
+def test_scale_finding_needs_deit_tiny_and_vit_base():
+    tiny, base = "deit_tiny_patch16_224.fb_in1k", "vit_base_patch16_224.augreg_in21k_ft_in1k"
+    rows = _point(backbone=tiny) + _point(backbone=base, d_t5=(-0.04, -0.05))
+    f = report.paper_findings(pd.DataFrame(rows))
+    holds, ev = _holds(f, "scale", f"{tiny}+{base}")
+    assert holds is True and "DeiT-Ti: D(T5) = +10.50" in ev and "ViT-B: D(T5) = -4.50" in ev
+    # per-backbone findings are reported for each backbone
+    assert len(f[f["finding"] == "t5_gain_in_band"]) == 2
+    rows = _point(backbone=tiny) + _point(backbone=base)                     # no reversal on ViT-B
+    assert _holds(report.paper_findings(pd.DataFrame(rows)), "scale")[0] is False
+
+
+def test_findings_paragraph_is_computed_from_the_table():
+    f = report.paper_findings(pd.DataFrame(_point(d_t1=(0.05, 0.06))))
+    text = report.findings_paragraph(f, "cub", "bb")
+    assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 5 findings holds, 1 does not, "
+                           "0 are not resolved and 3 are undefined on this run.")
+    assert "This holds: " + PAPER_FINDINGS["t5_gain_in_band"] in text
+    assert "This does not hold: " + PAPER_FINDINGS["t1_below_reference"] in text
+
+
+# ------------------------------------------------------------------------ report from a store
+@pytest.fixture
+def store(tmp_path):
+    """A result store with the main point, a regime cell, a stale checkpoint, a superseded
+    record, a soft-relaxation cell and a failed cell."""
+    from midas_nb.sweeps import ResultStore, SweepCell
+    st = ResultStore(tmp_path / "sweeps" / "demo")
+    t = time.time()
+
+    def put(rows, params=None, ckpt="spec-x", seed=0, fail=False):
+        r0 = rows[0] if rows else {}
+        cell = SweepCell(r0.get("dataset", "cub"), r0.get("backbone", "bb"), r0.get("depth", 6),
+                         r0.get("budget", 0.25), r0.get("condition", "T5"), r0.get("seed", seed),
+                         checkpoint_id=ckpt, params=dict(dict(relaxation="st", epochs=3), **(params or {})))
+        if fail:
+            st.record_failed(cell, "RuntimeError: out of memory", started=t)
+        else:
+            st.record_done(cell, rows, started=t)
+        time.sleep(0.01)                              # records are ordered by their finish time
+
+    put([_row("T5", 0, 0.90, 0.9, ckpt="ck-old")], ckpt="spec-old")             # stale checkpoint
+    put([_row("T5", 0, 0.99, 0.2)], params=dict(epochs=1))                        # superseded below
+    for r in _point() + [_row("unsupervised", s, 0.31, 0.0) for s in (0, 1)]:
+        put([r], params=dict(epochs=3))
+    for r in _point(depth=9, d_t5=(0.02, 0.03)):
+        put([r])
+    put([_row("T5", 0, 0.5, 0.2)], params=dict(relaxation="soft"))               # other relaxation
+    put([_row("T1", 0, 0.5, 0.2, depth=3)], fail=True)
+    probes = SimpleNamespace(params=dict(depth=6, profile="demo", backbone="bb"), meta=dict(checkpoint_id="ck-new"),
+                             dataset_name="cub")
+    hv = pd.DataFrame(dict(depth=[float("nan")] * 2, hidden=["T5", "T4"], attention=["T3", "T2"],
+                           cosine=[0.05, -0.02], lo=[0.01, -0.06], hi=[0.07, 0.02], n_images=[40, 40], mode="rank"))
+    report.save_probes(probes, hv, store=st.root)
+    return st
+
+
+def _profile(**kw):
+    from midas_nb import config
+    return config.get_profile("smoke", **dict(dict(backbone="bb", depth=6, budget=0.25, seeds=[0, 1],
+                                                   conditions=["reference", "unsupervised", "T1", "T5"],
+                                                   sweep_conditions=["reference", "T1", "T5"],
+                                                   scale_backbones=["bb"]), **kw))
+
+
+def test_store_rows_keep_the_newest_checkpoint_record_and_relaxation(store):
+    rows, left = report.load_store_rows("smoke", store.root)
+    assert set(rows["checkpoint_id"]) == {"ck-new"}
+    assert left["stale_checkpoint"] == {"ck-old": 1}
+    assert left["superseded"] == 1 and left["other_relaxation"] == 1
+    assert left["failed_cells"] == ["cub/bb L3 b0.25 T1 s0"]
+    t5 = rows[(rows["condition"] == "T5") & (rows["depth"] == 6) & (rows["seed"] == 0)]
+    assert t5["miou"].tolist() == [pytest.approx(0.40)]                       # not the superseded 0.99
+
+
+def test_report_tables_and_markdown(store, tmp_path):
+    rows, left = report.load_store_rows("smoke", store.root)
+    tables = report.build_tables(rows, _profile(), left_out=left, probes=report.load_probes("demo", store.root))
+    tc = tables["three_conditions"].set_index("condition")
+    assert list(tc.index) == ["reference", "unsupervised", "T1", "T5"]
+    assert tc.loc["T5", "D_pp"] == pytest.approx(10.5) and tc.loc["T1", "D_pp"] == pytest.approx(-5.5)
+    assert tc.loc["T5", "miou"] == pytest.approx(0.405) and tc.loc["T5", "n_seeds"] == 2
+    assert tc.loc["T5", "paper_D_pp"] == PAPER_D_T5["cub"]["D_pp"]
+    assert tc.loc["T5", "paper_delta_idauc"] == PAPER_D_T5["cub"]["delta_idauc"]
+    assert tc.loc["unsupervised", "status"] == "outside band"               # IDAUC 0.0 vs 0.2
+    rg = tables["regime"]
+    assert sorted(zip(rg["condition"], rg["depth"])) == [("T1", 6), ("T1", 9), ("T5", 6), ("T5", 9)]
+    assert rg.set_index(["condition", "depth"]).loc[("T5", 9), "D_pp"] == pytest.approx(2.5)
+    assert tables["cosine_probes"]["depth"].tolist() == [6, 6]               # NaN depth = the study's
+    f = tables["findings"].set_index("finding")["holds"]
+    assert f["t5_gain_in_band"] is True and f["cosine_small"] is True and f["fades_deep_loose"] is True
+    prov = dict(zip(tables["provenance"]["setting"], tables["provenance"]["value"]))
+    assert prov["failed cells left out"] == "1" and prov["rows of older checkpoints left out"] == "1"
+    assert prov["weights digest"] == "wck-new" and prov["seeds"] == "0,1"
+    assert prov["dataset fingerprint (test split)"].startswith("not recorded")
+    assert prov["run kind"].startswith("smoke run")
+
+    out = tmp_path / "out"
+    report.write_tables(tables, out)
+    back = report.read_tables(out)
+    md = report.render_report(back)
+    t5 = back["three_conditions"].set_index("condition").loc["T5"]
+    assert t5["miou_lo"] < t5["miou"] < t5["miou_hi"] and t5["D_pp_lo"] <= 10.5 <= t5["D_pp_hi"]
+    assert f"| T5 | 2 | 0.405 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
+    assert f"+10.50 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
+    assert "+10.50" in md and "in |" in md and "**Smoke run.**" in md
+    assert report.findings_paragraph(back["findings"], "cub", "bb") in md
+
+
+def test_dataset_fingerprint_from_the_checkpoint_metadata(store, tmp_path, monkeypatch):
+    import json
+    monkeypatch.setenv("MIDAS_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "cache" / "checkpoints" / "bb-ck-new.json").write_text(json.dumps(
+        dict(checkpoint_id="ck-new", test_set=dict(fingerprint="f00dtest"), train_set=dict(fingerprint="f00dtrain"))))
+    rows, left = report.load_store_rows("smoke", store.root)
+    prov = report.build_tables(rows, _profile(), left_out=left)["provenance"]
+    prov = dict(zip(prov["setting"], prov["value"]))
+    assert prov["dataset fingerprint (test split)"] == "f00dtest (checkpoint metadata)"
+    assert prov["dataset fingerprint (train split)"] == "f00dtrain (checkpoint metadata)"
+    # a fingerprint the rows carry wins
+    prov = report.build_tables(rows.assign(dataset_fingerprint="rowsfp"), _profile(), left_out=left)["provenance"]
+    assert dict(zip(prov["setting"], prov["value"]))["dataset fingerprint (test split)"] == "rowsfp"
+
+
+def test_make_report_and_readme_section(store, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{report.README_BEGIN}\nold numbers\n{report.README_END}\n\n## after\n")
+    out = tmp_path / "results"
+    path = report.make_report("smoke", store=store.root, output=out, readme=readme,
+                              overrides=dict(backbone="bb", depth=6, budget=0.25,
+                                             conditions=["reference", "unsupervised", "T1", "T5"]))
+    assert path == out / "REPORT.md" and sorted(p.name for p in out.glob("*.csv")) == sorted(
+        f"{n}.csv" for n in report.TABLES)
+    text = readme.read_text()
+    assert "old numbers" not in text and text.startswith("# x\n\n") and text.endswith("\n\n## after\n")
+    section = report.readme_current_section(readme)
+    assert section == report.readme_section(report.read_tables(out), "results/REPORT.md")
+    t5 = report.read_tables(out)["three_conditions"].set_index("condition").loc["T5"]
+    assert f"| T5 | 0.405 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in section and "| +2.11 |" in section
+    # re-rendering from the tables alone changes nothing
+    before = (readme.read_text(), path.read_text())
+    report.make_report("smoke", from_tables=out, readme=readme)
+    assert (readme.read_text(), path.read_text()) == before
+    with pytest.raises(ValueError, match="no results section markers"):
+        report.update_readme(tmp_path / "results" / "REPORT.md", section)
+
+
+def test_cli_report(store, tmp_path, capsys):
+    from midas_nb.cli import main
+    out = tmp_path / "cli"
+    assert main(["report", "--profile", "smoke", "--store", str(store.root), "--output", str(out),
+                 "--backbone", "bb", "--depth", "6", "--budget", "0.25"]) == 0
+    assert (out / "REPORT.md").is_file() and f"report: {out / 'REPORT.md'}" in capsys.readouterr().out
+    assert main(["report", "--profile", "smoke", "--store", str(tmp_path / "nowhere")]) == 1
+    assert "no result store at" in capsys.readouterr().err
+    assert main(["report", "--profile", "smoke", "--store", str(store.root), "--output", str(out),
+                 "--depth", "4"]) == 1
+    assert "no reference rows of backbone 'vit_smoke' at L=4" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the committed reference results
+def test_readme_results_section_matches_the_committed_tables():
+    """README.md's results section and results/REPORT.md are exactly what the committed
+    results/*.csv tables render to (regenerate with `midas-nb report --from-tables results
+    --readme README.md`)."""
+    tables = report.read_tables(REPO / "results")
+    assert report.readme_current_section(REPO / "README.md") == report.readme_section(tables, "results/REPORT.md")
+    assert (REPO / "results" / "REPORT.md").read_text(encoding="utf-8") == report.render_report(tables)

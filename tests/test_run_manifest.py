@@ -1,0 +1,117 @@
+"""Robust runs (issue 15, item 5): a kernel that dies or a cell that times out goes to
+``failed/`` with a message; copies from an older run that a failed rerun did not replace are
+marked stale in the run summary and in the HTML edition."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from midas_nb import cli
+from midas_nb.course import export_html
+from midas_nb.runs import RunManifest, notebook_states, run_summary, settings_digest
+
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+
+
+def _write(src, name, code):
+    params = new_code_cell("budget = None", metadata={"tags": ["parameters"]})
+    nb = new_notebook(cells=[new_markdown_cell(f"# {name}"), params, new_code_cell(code)], metadata=KERNEL)
+    nbformat.write(nb, str(src / name))
+
+
+@pytest.fixture
+def three(tmp_path, monkeypatch):
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    _write(src, "00_first.ipynb", "x = 1")
+    _write(src, "01_middle.ipynb", "y = 2")
+    _write(src, "02_last.ipynb", "z = 3")
+    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    return src, tmp_path / "out"
+
+
+def _states(out):
+    return {s.name: s for s in notebook_states(out)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["dies", "times out"])
+def test_dead_or_timed_out_kernel_goes_to_failed_and_later_copies_turn_stale(three, how, capsys):
+    src, out = three
+    cli.run_notebooks("smoke", output=out, progress=False)                 # run 1: all good
+    first = {s.name: s.run_id for s in notebook_states(out)}
+    assert set(first) == {"00_first.ipynb", "01_middle.ipynb", "02_last.ipynb"} and len(set(first.values())) == 1
+    assert all(s.state == "current" for s in notebook_states(out))
+    good_01 = (out / "01_middle.ipynb").read_text()
+
+    _write(src, "01_middle.ipynb", "import os\nos._exit(1)" if how == "dies" else "import time\ntime.sleep(60)")
+    with pytest.raises(RuntimeError) as e:                                  # run 2 stops at 01
+        cli.run_notebooks("smoke", output=out, progress=False, cell_timeout=3 if how == "times out" else None)
+    msg = str(e.value)
+    expected = "the kernel died" if how == "dies" else "ran longer than the cell timeout (3 s)"
+    assert "01_middle.ipynb" in msg and expected in msg and str(out / "failed" / "01_middle.ipynb") in msg
+    failed = nbformat.read(str(out / "failed" / "01_middle.ipynb"), as_version=4)
+    assert failed.cells[0].cell_type == "markdown" and expected in failed.cells[0].source
+    assert not list((out / ".partial").glob("*.ipynb"))
+    assert (out / "01_middle.ipynb").read_text() == good_01                 # the good copy stays
+
+    states = _states(out)
+    assert states["00_first.ipynb"].state == "current" and states["00_first.ipynb"].run_id != first["00_first.ipynb"]
+    assert states["01_middle.ipynb"].state == "stale" and "failed here" in states["01_middle.ipynb"].reason
+    assert states["02_last.ipynb"].state == "stale" and "did not reach it" in states["02_last.ipynb"].reason
+    printed = capsys.readouterr().out
+    assert "STALE    01_middle.ipynb" in printed and "STALE    02_last.ipynb" in printed
+    assert "current  00_first.ipynb" in printed
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        index = export_html(out)
+    page = index.read_text()
+    items = {ln.split('href="')[1].split('.html')[0]: ln for ln in page.splitlines() if "<li>" in ln}
+    assert "midas-stale" not in items["00_first"]
+    assert "stale:" in items["01_middle"] and "failed here" in items["01_middle"]
+    assert "stale:" in items["02_last"] and "did not reach it" in items["02_last"]
+    assert "this page is not from the latest run" in (index.parent / "02_last.html").read_text()
+    assert "this page is not from the latest run" not in (index.parent / "00_first.html").read_text()
+
+
+@pytest.mark.slow
+def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three):
+    src, out = three
+    cli.run_notebooks("smoke", output=out, progress=False)
+    cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
+    states = _states(out)
+    assert states["01_middle.ipynb"].state == "current"
+    for name in ("00_first.ipynb", "02_last.ipynb"):
+        assert states[name].state == "stale" and "with other settings" in states[name].reason
+        assert "budget None -> 0.5" in states[name].reason
+    # back to the default settings, selecting only 00: 02 (run 1) matches the latest run again,
+    # 01 (budget 0.5) is now the odd one out
+    cli.run_notebooks("smoke", output=out, notebooks="00", progress=False)
+    states = _states(out)
+    assert states["00_first.ipynb"].state == "current" and states["02_last.ipynb"].state == "current"
+    assert states["01_middle.ipynb"].state == "stale"
+
+
+def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    nb = new_notebook(cells=[new_code_cell("x = 1", execution_count=1)], metadata=KERNEL)
+    nbformat.write(nb, str(out / "00_a.ipynb"))
+    assert [s.state for s in notebook_states(out)] == ["unrecorded"]      # no manifest: older layout
+    man = RunManifest(out)
+    man.start("r1", {"profile": "smoke"}, ["00_a.ipynb"])
+    man.record("r1", "00_a.ipynb", "done")
+    man.finish("r1", "done")
+    st = notebook_states(out)[0]
+    assert st.state == "stale" and "not produced by a run recorded" in st.reason     # no run id in the copy
+    nb.metadata["midas_nb"] = {"run_id": "r1"}
+    nbformat.write(nb, str(out / "00_a.ipynb"))
+    assert notebook_states(out)[0].state == "current"
+    data = json.loads((out / "run.json").read_text())
+    assert data["runs"]["r1"]["digest"] == settings_digest({"profile": "smoke"})
+    assert "current  00_a.ipynb" in run_summary(out)
