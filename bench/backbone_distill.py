@@ -1,7 +1,7 @@
 """The distilled offline backbone next to the label-trained one: accuracy and build time from nothing.
 
 Issue 18's goal: >= 72 % test top-1 on the 40-class CUB subset for ``hybrid_lite0_deit`` (the
-DeiT-style student of the ImageNet EfficientNet-Lite0, :mod:`midas_nb.distill`), its whole
+DeiT-style student of the ImageNet EfficientNet-Lite0, :mod:`midas_nb.backbones.distilled`), its whole
 build — stem features, teacher, student — <= 10 min on 2 CPU cores, with a recipe that holds on
 other CUB classes. Both backbones are built with the quick profile's schedule, each in its own
 empty cache (so each build includes its stem features), on the classes ``--classes`` of the CUB

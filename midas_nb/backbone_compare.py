@@ -2,7 +2,7 @@
 
 Offline, the question is whether a result comes from the method or from the backbone: the
 label-trained hybrid ViT (``hybrid_lite0_vit``) and its DeiT-style student of the ImageNet
-EfficientNet-Lite0 (``hybrid_lite0_deit``, :mod:`midas_nb.distill`) are read out with the same
+EfficientNet-Lite0 (``hybrid_lite0_deit``, :mod:`midas_nb.backbones.distilled`) are read out with the same
 protocol, data, seeds and sample sizes, and every paper finding is evaluated on each by
 :func:`midas_nb.report.paper_findings` — computed from the rows, never typed.
 
@@ -11,7 +11,8 @@ run's result store (cells shared with notebooks 02, 04 and 05's scale readout), 
 hidden- vs attention-gradient cosine probes at the profile's depth (kept in the store with
 :func:`midas_nb.report.save_probes`, so ``midas-nb report`` shows them too), ``D`` with paired
 bootstrap intervals and band status at ``(L, b)`` (:func:`midas_nb.metrics.decoupling_D`), and
-the findings.
+the findings. Every interval (D, ΔIDAUC, cosines, the findings' evidence) uses the profile's
+``bootstrap`` resamples and seed :data:`midas_nb.report.BOOTSTRAP_SEED`, as ``midas-nb report`` does.
 """
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+
+from . import metrics, probes, report
+from .study import ProtocolCellRunner, cached_study, make_grid
+from .sweeps import ResultStore, StoreStatus, run_sweep
 
 __all__ = ["OFFLINE_PARTNERS", "comparison_backbones", "BackboneComparison", "compare_backbones"]
 
@@ -130,15 +135,12 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     Raises:
         ValueError: an empty or duplicated backbone list.
     """
-    from . import metrics, probes, report
-    from .sweeps import (ProtocolCellRunner, ResultStore, StoreStatus, _study, make_grid,
-                         run_sweep)
-
     params = dict(study.params)
     backbones = list(backbones) if backbones is not None else comparison_backbones(params)
     if not backbones or len(set(backbones)) != len(backbones):
         raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
     L0, b0 = int(params["depth"]), float(params["budget"])
+    n_boot = int(params["bootstrap"])   # the profile's resamples, seed report.BOOTSTRAP_SEED: the report's intervals
     # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
     # must not mix them in one side-by-side table
     dataset = params["dataset"]
@@ -154,14 +156,14 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
 
     probe_frames, acc = [], []
     for b in backbones:
-        st = _study(params, dataset, b, progress=study.progress)
+        st = cached_study(params, dataset, b, progress=study.progress)
         m = st.meta
         d = m.get("distillation") or {}
         acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
                         teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan)))
         if run:
             hv = probes.hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
-                                                     bootstrap=int(params["bootstrap"]))
+                                                     bootstrap=n_boot, seed=report.BOOTSTRAP_SEED)
             report.save_probes(st, hv)
     pr = report.load_probes(params["profile"])
     if pr is not None:
@@ -173,10 +175,11 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
         columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi"])
 
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)] if len(rows) else rows
-    D = metrics.decoupling_D(at, n_boot=int(params["bootstrap"])) if len(at) else pd.DataFrame(
+    D = metrics.decoupling_D(at, n_boot=n_boot, ci_seed=report.BOOTSTRAP_SEED) if len(at) else pd.DataFrame(
         columns=["backbone", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
                  "delta_idauc_hi", "status"])
-    findings = (report.paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0)
+    findings = (report.paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0,
+                                      n_boot=n_boot)
                 if len(rows) else pd.DataFrame(columns=["dataset", "backbone", "finding", "statement", "holds",
                                                         "evidence"]))
     return BackboneComparison(backbones=backbones, rows=rows, probes=probe_table, D=D, findings=findings,

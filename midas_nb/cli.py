@@ -16,15 +16,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
 from . import config
-from .runspec import PreflightError, RunSpec, load_run_file, parse_data_roots, parse_weights, preflight
+from .backbones import backbone_kwargs, check_backbone
+from .course import export_html, strip_solutions
+from .paper_table import format_paper_table, paper_table_for
+from .report import make_report, README_BEGIN, README_END
+from .results import save_table
+from .runs import new_run_id, run_summary, RunManifest
+from .runspec import (_setting_of, GRID_NOTEBOOKS, load_run_file, output_problem, parse_data_roots, parse_weights,
+                      preflight, PreflightError, RunSpec, yaml_load)
+from .study import grid_spans
+from .sweeps import sweep_status_report
 
 __all__ = ["main", "notebook_paths", "run_notebooks"]
 
@@ -34,29 +42,56 @@ def notebooks_dir() -> Path:
     return config.project_root() / "notebooks"
 
 
-def notebook_paths(selection: str | None = None) -> list[Path]:
-    """The ordered notebooks (``00_*.ipynb`` ...), optionally only the comma-separated prefixes.
+def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
+    """The ordered notebooks (``00_*.ipynb`` ...); with ``selection`` (comma-separated prefixes
+    ``"00,02"`` or a list of them) only those. ``None`` selects every notebook.
 
     Raises:
-        ValueError: when a requested prefix matches no notebook.
+        ValueError: a selection that is not a string (or list of strings), names no prefix
+            (``","``), or has prefixes that match no notebook (all of them named in one message).
     """
     paths = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
-    if not selection:
+    if selection is None:
         return paths
+    if isinstance(selection, (list, tuple)) and all(isinstance(x, str) for x in selection):
+        selection = ",".join(selection)
+    available = [p.stem for p in paths]
+    if not isinstance(selection, str):
+        raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
+                         f"({type(selection).__name__})")
     wanted = [s.strip() for s in selection.split(",") if s.strip()]
-    out = []
+    if not wanted:
+        raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
+                         f"(available: {available})")
+    out: list[Path] = []
+    missing = []
     for w in wanted:
         hits = [p for p in paths if p.name.startswith(w) or p.stem == w]
         if not hits:
-            raise ValueError(f"no notebook matches {w!r}; available: {[p.stem for p in paths]}")
+            missing.append(repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) else ""))
         out.extend(h for h in hits if h not in out)
+    if missing:
+        raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
     return sorted(out)
 
 
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
 def _parse_value(text: str) -> Any:
-    """A ``-p NAME VALUE`` value: YAML scalars/lists (``0.25``, ``[0, 1]``, ``null``) or a string."""
+    """A ``-p NAME VALUE`` value: a decimal number (``10``, ``0.25``, ``1e-1``, never octal),
+    else YAML (``[0, 1]``, ``null``, ``{img_size: 64}``; exponents without a dot are numbers,
+    :func:`midas_nb.runspec.yaml_load`), else the text as a string."""
+    t = text.strip()
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    import yaml
+
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except yaml.YAMLError:
         return text
 
@@ -99,12 +134,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         RuntimeError: a notebook failed, its kernel died or a cell timed out (the message names
             the notebook, what happened, and the failed copy).
     """
-    import shutil
-
-    import papermill as pm
-    from papermill.exceptions import PapermillExecutionError
-
-    from .runs import RunManifest, new_run_id, run_summary
+    import papermill as pm  # heavy; imported only when a batch run starts
 
     if spec is None:
         spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
@@ -115,15 +145,16 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         elif weights:
             spec.weights = dict(weights)
     _fold_structured_params(spec)
+    selection: list[str] = []
     try:
         paths = notebook_paths(spec.notebooks)
-    except ValueError as e:
-        raise PreflightError([str(e)]) from None
-    if not paths:
+    except ValueError as e:  # listed with every other problem; the rest is checked without the grids
+        selection, paths = [f"--notebooks: {e}"], []
+    if not paths and not selection:
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    known = set().union(*accepted_by.values())
-    problems = preflight(spec, paths, known)
+    known = set().union(*accepted_by.values()) if paths else None
+    problems = selection + preflight(spec, paths, known)
     if problems:
         raise PreflightError(problems)
 
@@ -145,44 +176,12 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     status = "interrupted"
     try:
         for i, nb in enumerate(paths, 1):
-            target = out_dir / nb.name
-            print(f"[{i}/{len(paths)}] {nb.name} ...", flush=True)
-            t0 = time.time()
-            accepted = accepted_by[nb]
-            partial = out_dir / ".partial" / nb.name
-            partial.parent.mkdir(parents=True, exist_ok=True)
-            failed = out_dir / "failed" / nb.name
             try:
-                pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                                    cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
-                                    execution_timeout=spec.cell_timeout)
-            except PapermillExecutionError as e:
-                failed.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(partial), str(failed))
-                msg = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
-                manifest.record(run_id, nb.name, "failed", msg, time.time() - t0)
+                _execute_notebook(nb, f"[{i}/{len(paths)}]", out_dir, accepted_by[nb], params, spec, progress,
+                                  manifest, run_id)
+            except _NotebookFailed:
                 status = "failed"
-                raise RuntimeError(f"notebook {nb.name} {msg}; the executed copy with the error is {failed}") from None
-            except Exception as e:  # noqa: BLE001 - a dead kernel, a cell timeout, a kernel that never started
-                name = type(e).__name__
-                if "Timeout" in name:
-                    what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
-                            f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
-                elif "DeadKernel" in name:
-                    what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
-                            f"killed process are the usual causes")
-                else:
-                    what = f"the kernel stopped ({name}: {e})"
-                failed.parent.mkdir(parents=True, exist_ok=True)
-                nbformat_write(_failure_note(partial if partial.is_file() else nb, what), failed)
-                partial.unlink(missing_ok=True)
-                manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
-                status = "failed"
-                raise RuntimeError(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
-            _stamp(partial, run_id, spec.profile, params)
-            partial.replace(target)
-            manifest.record(run_id, nb.name, "done", "", time.time() - t0)
-            print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
+                raise
         status = "done"
     finally:
         manifest.finish(run_id, status)  # type: ignore[arg-type]
@@ -198,6 +197,58 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     print(f"  figures:            {config.figures_dir()}")
     _print_paper_table(spec, paths)
     return out_dir
+
+
+class _NotebookFailed(RuntimeError):
+    """A notebook of a batch run failed (its message names the notebook, what happened and the
+    executed copy kept under ``failed/``)."""
+
+
+def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
+                      spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
+    """Execute one notebook of a batch run into ``<out_dir>/.partial/`` and move it to
+    ``<out_dir>/<name>`` when it succeeds; on failure keep the executed copy under ``failed/``,
+    record it in the manifest and raise :class:`_NotebookFailed`."""
+    import shutil
+
+    import papermill as pm  # heavy; imported only when a batch run starts
+    from papermill.exceptions import PapermillExecutionError
+
+    target = out_dir / nb.name
+    print(f"{counter} {nb.name} ...", flush=True)
+    t0 = time.time()
+    partial = out_dir / ".partial" / nb.name
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    failed = out_dir / "failed" / nb.name
+    try:
+        pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
+                            cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
+                            execution_timeout=spec.cell_timeout)
+    except PapermillExecutionError as e:
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(partial), str(failed))
+        msg = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
+        manifest.record(run_id, nb.name, "failed", msg, time.time() - t0)
+        raise _NotebookFailed(f"notebook {nb.name} {msg}; the executed copy with the error is {failed}") from None
+    except Exception as e:  # noqa: BLE001 - a dead kernel, a cell timeout, a kernel that never started
+        name = type(e).__name__
+        if "Timeout" in name:
+            what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
+                    f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
+        elif "DeadKernel" in name:
+            what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
+                    f"killed process are the usual causes")
+        else:
+            what = f"the kernel stopped ({name}: {e})"
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        nbformat_write(_failure_note(partial if partial.is_file() else nb, what), failed)
+        partial.unlink(missing_ok=True)
+        manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
+        raise _NotebookFailed(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
+    _stamp(partial, run_id, spec.profile, params)
+    partial.replace(target)
+    manifest.record(run_id, nb.name, "done", "", time.time() - t0)
+    print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
 
 
 def nbformat_write(nb: Any, path: Path) -> None:
@@ -219,17 +270,12 @@ def _stamp(path: Path, run_id: str, profile: str, params: dict[str, Any]) -> Non
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     """After a run whose profile spans several datasets or backbones (paper, rehearsal) and that
     ran the scale readout (05): print the paper-shaped table and save it under runs/tables."""
-    from .runspec import GRID_NOTEBOOKS
-    from .sweeps import grid_spans
-
     if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
         return
     settings = spec.settings()
     datasets, backbones = grid_spans(settings, "scale")
     if len(datasets) < 2:
         return
-    from .paper_table import format_paper_table, paper_table_for
-    from .results import save_table
 
     table = paper_table_for(settings)
     save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
@@ -250,7 +296,7 @@ def _fold_structured_params(spec: RunSpec) -> None:
     w = p.get("weights")
     if isinstance(w, (str, os.PathLike)):
         bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
-            if spec.profile in config.PROFILES else None
+            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
         if bb is not None:
             p.pop("weights")
             spec.weights = {str(bb): str(w), **spec.weights}
@@ -268,12 +314,14 @@ def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
     for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
         v = getattr(args, k.replace("-", "_"), None)
         setattr(spec, k, v if v is not None else file.get(k))
+    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
+    # against its directory by load_run_file; nothing is turned into a string here
     spec.data_root = file.get("data_root")
     roots = file.get("data_roots")
-    spec.data_roots = {str(k): str(v) for k, v in roots.items()} if isinstance(roots, dict) else {}
+    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
     fw = file.get("weights")
     file_bare = fw if isinstance(fw, str) else None
-    spec.weights = {str(k): str(v) for k, v in fw.items()} if isinstance(fw, dict) else {}
+    spec.weights = dict(fw) if isinstance(fw, dict) else {}
     spec.params = dict(file["params"]) if isinstance(file.get("params"), dict) else {}
     plain, roots, probs = parse_data_roots(args.data_root or [])
     problems += probs
@@ -297,8 +345,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise PreflightError(problems)
         run_notebooks(spec=spec, progress=not args.no_progress)
     except PreflightError as e:
-        for line in e.problems:
-            print(f"midas-nb run: {line}", file=sys.stderr)
+        for line in e.problems:  # one line each, whatever a library's message holds
+            print("midas-nb run: " + " ".join(str(line).split()), file=sys.stderr)
         print(f"midas-nb run: {len(e.problems)} problem(s); no notebook was started", file=sys.stderr)
         return 2
     except (RuntimeError, ValueError, FileNotFoundError) as e:
@@ -315,15 +363,21 @@ def _cmd_params(args: argparse.Namespace) -> int:
             path = notebook_paths(args.notebook)[0]
         except ValueError as e:
             print(f"midas-nb params: {e}", file=sys.stderr)
-            return 1
+            return 2
+    try:
+        params = pm.inspect_notebook(str(path))
+    except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        print(f"midas-nb params: {path} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an "
+              f".ipynb file or a notebook prefix such as 02", file=sys.stderr)
+        return 2
     print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default)")
-    for name, info in pm.inspect_notebook(str(path)).items():
+    for name, info in params.items():
         print(f"  {name:12s} default {info['default']:42s} {info['help']}")
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweeps import sweep_status_report
     try:
         print(sweep_status_report(args.name))
     except (FileNotFoundError, ValueError) as e:
@@ -333,7 +387,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
-    from .course import strip_solutions
     paths = [Path(p) for p in args.paths] or notebook_paths()
     for p in paths:
         n = strip_solutions(p, p if args.in_place else None)
@@ -342,20 +395,90 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .course import export_html
-    index = export_html(Path(args.input) if args.input else config.runs_dir() / args.profile,
-                        Path(args.output) if args.output else None)
+    src = Path(args.input) if args.input else config.runs_dir() / args.profile
+    how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
+    where = "" if args.input else " (or name the run's directory with --input DIR)"
+    if not src.is_dir():
+        print(f"midas-nb export-html: no executed notebooks: {src} does not exist or is not a directory; "
+              f"run `{how}` first{where}", file=sys.stderr)
+        return 2
+    try:
+        index = export_html(src, Path(args.output) if args.output else None)
+    except FileNotFoundError as e:
+        if not str(e).startswith("no executed notebook"):
+            print(f"midas-nb export-html: {e}", file=sys.stderr)
+            return 1
+        print(f"midas-nb export-html: no executed notebook (NN_*.ipynb with outputs) in {src}; run `{how}` first"
+              f"{where}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an output directory that cannot be written
+        print(f"midas-nb export-html: cannot write the HTML edition ({type(e).__name__}: {e})", file=sys.stderr)
+        return 1
     print(f"HTML edition: {index}")
     return 0
 
 
+def _report_problems(args: argparse.Namespace) -> list[str]:
+    """``midas-nb report``'s arguments checked as ``run`` checks them, before anything is read or
+    written (one line each, all of them): depth ``L`` an integer within the backbone's blocks,
+    budget ``b`` in ``[1e-6, 1]``, a known backbone; ``--from-tables`` re-renders saved tables
+    as they are, so the options that select what is read from a store (``--store``,
+    ``--backbone``, ``--depth``, ``--budget``) are refused with it; the ``--from-tables``
+    directory exists; ``--readme`` is an existing file with the results-section
+    markers; the output directory exists writable or can be created
+    (:func:`midas_nb.runspec.output_problem`)."""
+    problems: list[str] = []
+    given = {f"--{k}": v for k, v in dict(store=args.store, backbone=args.backbone, depth=args.depth,
+                                            budget=args.budget).items() if v is not None}
+    if args.from_tables is not None and given:
+        problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} select what is "
+                        f"read from a result store and would be ignored: drop {'it' if len(given) == 1 else 'them'} "
+                        f"or drop --from-tables")
+    # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
+    if args.from_tables is not None and not Path(args.from_tables).expanduser().is_dir():
+        state = "is not a directory" if Path(args.from_tables).expanduser().exists() else "does not exist"
+        problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
+    if args.readme is not None:
+        readme = Path(args.readme).expanduser()
+        if not readme.is_file():
+            state = "is a directory" if readme.is_dir() else "does not exist"
+            problems.append(f"--readme {args.readme!r}: {state}; expected a README file with the results section "
+                            f"markers {README_BEGIN!r} ... {README_END!r}")
+        else:
+            text = readme.read_text(encoding="utf-8", errors="replace")
+            i, j = text.find(README_BEGIN), text.find(README_END)
+            if i < 0 or j < i:
+                problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
+                                f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
+    if args.output is not None:
+        why = output_problem(args.output)
+        if why:
+            problems.append(why.replace("for the executed notebooks", "for the report"))
+    overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
+                 if v is not None}
+    if not overrides:
+        return problems
+    prof = config.get_profile(args.profile, **overrides)
+    form = [f"--{line}" for line in config.check_profile(prof, device=False) if _setting_of(line) in overrides]
+    if not form and ("depth" in overrides or "backbone" in overrides):
+        form = [f"--{line}" for line in check_backbone(prof["backbone"], backbone_kwargs(
+            prof, prof["backbone"]), [prof["depth"]])]
+    return problems + form
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import make_report
+    problems = _report_problems(args)
+    if problems:
+        for line in problems:
+            print(f"midas-nb report: {line}", file=sys.stderr)
+        print(f"midas-nb report: {len(problems)} problem(s); nothing was written", file=sys.stderr)
+        return 2
     overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
                  if v is not None}
     try:
         path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
-                           from_tables=args.from_tables, overrides=overrides)
+                           from_tables=args.from_tables, overrides=overrides,
+                           allow_incomplete=args.allow_incomplete)
     except (FileNotFoundError, ValueError) as e:
         print(f"midas-nb report: {e}", file=sys.stderr)
         return 1
@@ -429,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--backbone", default=None, help="the run's backbone, when not the profile's")
     rp.add_argument("--depth", type=int, default=None, help="the run's depth L, when not the profile's")
     rp.add_argument("--budget", type=float, default=None, help="the run's budget b, when not the profile's")
+    rp.add_argument("--allow-incomplete", action="store_true",
+                    help="write the report although cells the profile expects have no result (failed, pending, "
+                         "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")
     rp.set_defaults(func=_cmd_report)
     return ap
 

@@ -15,7 +15,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .config import dataset_label, get_profile
+from .metrics import decoupling_D
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
+from .study import grid_spans, make_grid
+from .sweeps import ResultStore
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
 
@@ -37,7 +41,7 @@ def _paper_status(condition: str, dataset: str) -> str | None:
 
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
-                backbone_order: Sequence[str] | None = None) -> pd.DataFrame:
+                backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Our rows at ``(depth, budget)`` in the paper's layout, the paper's values beside them.
 
     Args:
@@ -48,6 +52,8 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
         expected: ``(dataset, backbone)`` blocks that must appear; a block without rows gets
             one row with ``status = "no result"`` instead of disappearing.
         backbone_order: order of the backbone blocks (default: the order in ``rows``).
+        n_boot: bootstrap resamples of the intervals behind ``status`` (the profile's
+            ``bootstrap``; the bootstrap seed is fixed, so a rerun gives the same table).
 
     Returns:
         One row per dataset × backbone × condition (:data:`COLUMNS`), blocks ordered CUB,
@@ -59,8 +65,6 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     Raises:
         ValueError: rows lacking a needed column.
     """
-    from .metrics import decoupling_D
-
     depth = int(PAPER_SETTING["depth"] if depth is None else depth)
     budget = float(PAPER_SETTING["budget"] if budget is None else budget)
     need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
@@ -73,7 +77,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
         at = pd.DataFrame(columns=need)
     blocks: list[pd.DataFrame] = []
     if len(at) and (at["condition"] == "reference").any():
-        D = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"])
+        D = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"], n_boot=n_boot)
         kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else None
         D["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
                               for d, b in zip(D["dataset"], D["backbone"])]
@@ -116,17 +120,15 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
 
 def paper_table_for(profile: str | Mapping[str, Any]) -> pd.DataFrame:
     """:func:`paper_table` of a profile's result store: the scale readout's cells (every
-    dataset × backbone at the profile's ``(depth, budget)``), each block expected."""
-    from .config import dataset_label, get_profile
-    from .sweeps import ResultStore, grid_spans, make_grid
-
+    dataset × backbone at the profile's ``(depth, budget)``), each block expected; intervals with
+    the profile's ``bootstrap`` resamples."""
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     cells = make_grid(prof, "scale")
     rows = ResultStore(name=str(prof.get("profile", "default"))).results(cells)
     datasets, backbones = grid_spans(prof, "scale")
     expected = [(dataset_label(prof, d), b) for d in datasets for b in backbones]
     return paper_table(rows, depth=int(prof["depth"]), budget=float(prof["budget"]), expected=expected,
-                       backbone_order=backbones)
+                       backbone_order=backbones, n_boot=int(prof.get("bootstrap", 1000)))
 
 
 def _num(v: Any, fmt: str) -> str:

@@ -42,27 +42,39 @@ backbone's setting afterwards. IDAUC costs about ``S+1`` full forwards per image
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import pandas as pd
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
+
+from .data import collate_samples
+from .metrics import (InsDel, bootstrap_ci, box_coverage, insertion_deletion_auc, measure_throughput, part_miou,
+                      point_in_box)
 
 from .pruning import check_depth, prune_tokens, pruned_forward
 from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
                       list_scorer_conditions)
 from .identity import dataset_identity, state_dict_digest
+from .results import make_table, summarise_metrics
+from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
-from .vit import keep_count
+from .vit import fused_attention, keep_count
 
-__all__ = ["BASE_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
+__all__ = ["BASE_CONDITIONS", "SEEDLESS_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
 
 #: conditions that are not a supervision target id
 BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random")
+
+#: conditions without trainable parameters whose ranking does not depend on the seed (the T0
+#: scorer): :func:`run_protocol` evaluates them once and repeats the row for every seed, and
+#: :func:`midas_nb.study.make_grid` gives them only the first seed's cell
+SEEDLESS_CONDITIONS: tuple[str, ...] = ("reference",)
 
 #: default settings of :func:`run_protocol` (stored with every table in ``df.attrs["params"]``)
 PROTOCOL_DEFAULTS: dict[str, Any] = dict(
@@ -90,7 +102,6 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
 def list_conditions() -> list[str]:
     """Every valid condition: ``reference``, ``unsupervised``, ``random``, the target ids
     (``supervised(Tk)``) and the scorer families of :func:`midas_nb.scorers.list_scorer_conditions`."""
-    from .targets import list_targets
     targets = [t for t in list_targets() if t not in BASE_CONDITIONS]
     families = [f for f in list_scorer_conditions() if f not in BASE_CONDITIONS and f not in targets]
     return list(BASE_CONDITIONS) + targets + families
@@ -121,24 +132,6 @@ def evaluation_subset(n: int, max_images: int | None, seed: int = 0) -> list[int
     return sorted(torch.randperm(n, generator=g)[: int(max_images)].tolist())
 
 
-@contextmanager
-def fused_attention(model: nn.Module) -> Iterator[nn.Module]:
-    """Switch every timm ``Attention`` of ``model`` to the fused path; restore the flags on exit.
-
-    Speed only (about a quarter faster on CPU): the protocol never reads attention except
-    block ``L``'s for T0, which :func:`midas_nb.pruning.record_attention` unfuses itself.
-    """
-    mods = [m for m in model.modules() if hasattr(m, "fused_attn")]
-    flags = [m.fused_attn for m in mods]
-    for m in mods:
-        m.fused_attn = True
-    try:
-        yield model
-    finally:
-        for m, f in zip(mods, flags):
-            m.fused_attn = f
-
-
 def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> Tensor:
     """``[n,N]`` scores of a scorer over a cache (reference: the cached T0)."""
     if isinstance(scorer, ReferenceScorer):
@@ -166,9 +159,6 @@ def _pruned_eval(backbone, cache: BlockCache, scores: Tensor, depth, budget, bat
 
 def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
     """Images of the first ``n`` items of ``dataset``, or of the positions ``n``."""
-    from torch.utils.data import DataLoader, Subset
-
-    from .data import collate_samples
     idx = list(range(min(n, len(dataset)))) if isinstance(n, int) else [int(i) for i in n]
     sub = Subset(dataset, idx)
     return torch.cat([b.images for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples)])
@@ -176,7 +166,6 @@ def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
 
 def _insdel(backbone, images: Tensor, scores: Tensor, class_index: Tensor, steps: int,
             batch_size: int, device):
-    from .metrics import InsDel, insertion_deletion_auc
     parts = []
     for i in range(0, images.shape[0], batch_size):
         r = insertion_deletion_auc(backbone, images[i:i + batch_size].to(device),
@@ -271,16 +260,83 @@ def run_protocol(
     Raises:
         ValueError: unknown conditions, empty seeds, bad depth or budget.
     """
-    from torch.utils.data import Subset
-
-    from .metrics import bootstrap_ci, box_coverage, measure_throughput, part_miou, point_in_box
-    from .results import make_table, summarise_metrics
-
     params = protocol_params(relaxation=relaxation, lam=lam, temperature=temperature, epochs=epochs,
                              batch_size=batch_size, lr=lr, idauc_steps=idauc_steps,
                              max_eval_images=max_eval_images, bootstrap=bootstrap, **settings)
     depth = check_depth(backbone, depth)
     keep_count(budget, 1)
+    conditions, seeds, groups = _check_conditions(conditions, seeds)
+    device = torch.device(device)
+    ebs = int(params["eval_batch_size"])
+    ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
+    backbone.to(device)
+    # the weights every row was computed from (one checkpoint id could be retrained into other
+    # bits on another machine; the digest makes that visible, and the caches key on it)
+    run = _Run(backbone=backbone, depth=depth, budget=float(budget), params=params, ident=ident,
+               weights_digest=state_dict_digest(backbone), device=device, ebs=ebs, cache_dir=cache_dir,
+               progress=progress)
+    t_start = time.perf_counter()
+    # (capture unfuses the attention in place: the targets are computed before fused_attention)
+    targets = _supervision_targets(run, train_set, groups["supervised"], prefetch_targets)
+    with frozen(backbone), fused_attention(backbone):
+        train_cache = None
+        if groups["trainable"]:
+            train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
+                                      cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress,
+                                      full_logits=False, masks=False)
+        ev = _evaluation_split(run, test_set)
+        speed = _throughputs(run, ev, conditions, groups["families"])
+        rows: list[dict[str, Any]] = []
+        evaluated: dict[str, dict[str, Any]] = {}      # seedless conditions: evaluated once
+        for cond, seed in tqdm([(c, s) for c in conditions for s in seeds], desc="protocol", disable=not progress):
+            if cond in evaluated:
+                rows.append(dict(evaluated[cond], seed=seed))
+                continue
+            trained = _condition_scorer(run, cond, seed, train_cache, targets, groups["families"], ev.n_classes)
+            row = _evaluate(run, ev, speed, cond, seed, trained, is_family=cond in groups["families"])
+            if cond in SEEDLESS_CONDITIONS:
+                evaluated[cond] = row
+            rows.append(row)
+
+    table = make_table(rows)
+    table.attrs["params"] = dict(params, depth=depth, budget=float(budget), conditions=conditions,
+                                 seeds=seeds, **ident)
+    table.attrs["full_accuracy"] = ev.full_accuracy
+    table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(bootstrap))
+    table.attrs["throughput_full"] = speed.full
+    table.attrs["seconds"] = time.perf_counter() - t_start
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
+# the steps of run_protocol
+
+
+@dataclass
+class _Run:
+    """The settings one protocol run shares between its steps."""
+
+    backbone: nn.Module
+    depth: int
+    budget: float
+    params: dict[str, Any]
+    ident: dict[str, str]
+    weights_digest: str
+    device: torch.device
+    ebs: int
+    cache_dir: str | Path | None
+    progress: bool
+
+
+def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
+                      ) -> tuple[list[str], list[int], dict[str, list[str]]]:
+    """``(conditions without repeats, seeds, groups)``; ``groups``: ``families`` (scorer
+    families with their own objective), ``supervised`` (target ids), ``trainable`` (both, plus
+    ``unsupervised``).
+
+    Raises:
+        ValueError: unknown or no conditions, no seeds.
+    """
     valid = list_conditions()
     unknown = [c for c in conditions if c not in valid]
     if unknown or not conditions:
@@ -292,151 +348,172 @@ def run_protocol(
     families = [c for c in conditions if c in set(list_scorer_conditions())]
     supervised = [c for c in conditions if c not in BASE_CONDITIONS and c not in families]
     trainable = [c for c in conditions if c == "unsupervised" or c in supervised or c in families]
-    device = torch.device(device)
-    ebs = int(params["eval_batch_size"])
-    ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
-    backbone.to(device)
-    # the weights every row was computed from (one checkpoint id could be retrained into other
-    # bits on another machine; the digest makes that visible, and the caches key on it)
-    weights_digest = state_dict_digest(backbone)
-    t_start = time.perf_counter()
+    return conditions, seeds, dict(families=families, supervised=supervised, trainable=trainable)
 
-    targets: dict[str, Tensor] = {}
-    if supervised:   # (capture unfuses the attention in place: run it before fused_attention)
-        from .targets import list_targets, target_cache
-        known = set(list_targets())
-        extra = [t for t in dict.fromkeys(prefetch_targets) if t in known and t not in supervised]
-        with frozen(backbone):
-            targets = target_cache(backbone, train_set, ids=supervised + extra, depth=depth, class_rule="label",
-                                   key=dict(ident, split="train", n=len(train_set)), cache_dir=cache_dir,
-                                   batch_size=ebs, device=device, progress=progress)
-        targets = {k: targets[k] for k in supervised}
 
-    with frozen(backbone), fused_attention(backbone):
-        # --- train split: block-L states ------------------------------------------------------
-        train_cache = None
-        if trainable:
-            train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
-                                      cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress,
-                                      full_logits=False, masks=False)
+def _supervision_targets(run: _Run, train_set, supervised: list[str], prefetch: Sequence[str]) -> dict[str, Tensor]:
+    """The train-split maps ``[n,N]`` of the supervised conditions' targets (label class rule),
+    from the target cache; ``prefetch`` targets are computed in the same pass."""
+    if not supervised:
+        return {}
+    known = set(list_targets())
+    extra = [t for t in dict.fromkeys(prefetch) if t in known and t not in supervised]
+    with frozen(run.backbone):
+        targets = target_cache(run.backbone, train_set, ids=supervised + extra, depth=run.depth, class_rule="label",
+                               key=dict(run.ident, split="train", n=len(train_set)), cache_dir=run.cache_dir,
+                               batch_size=run.ebs, device=run.device, progress=run.progress)
+    return {k: targets[k] for k in supervised}
 
-        # --- test split ---------------------------------------------------------------------
-        subset = evaluation_subset(len(test_set), params["max_eval_images"], params["eval_subset_seed"])
-        eval_set = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
-        test_cache = block_cache(backbone, eval_set, depth=depth,
-                                 key=dict(ident, split="test", subset=key_hash({"i": subset})),
-                                 cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress)
-        n_eval = len(test_cache)
-        eval_fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
-        full_pred = test_cache.logits.argmax(-1)
-        full_correct = (full_pred == test_cache.labels).float()
-        full_accuracy = float(full_correct.mean())
-        has_parts = bool(getattr(test_set, "has_parts", True))
-        n_idauc = n_eval if params["max_idauc_images"] is None else min(n_eval, int(params["max_idauc_images"]))
-        # IDAUC images: a seeded random subset of the evaluated ones (test splits are ordered by
-        # class, so the first n would cover only the first classes), the same for every row
-        ipos = evaluation_subset(n_eval, n_idauc, int(params["eval_subset_seed"]) + 1)
-        idauc_images = _load_images(eval_set, ipos, ebs) if idauc_steps > 0 and n_idauc > 0 else None
 
-        # --- throughput of the pruned forward per scorer family, and of the full model -------
-        tp_images = _load_images(eval_set, int(params["throughput_batch"]), ebs).to(device)
-        reps = int(params["throughput_repeats"])
-        dim = test_cache.hidden.shape[-1]
-        family = {"reference": ReferenceScorer(), "mlp": MLPScorer(dim, params["mlp_hidden"]).to(device).eval(),
-                  "random": RandomScorer(0)}
-        n_classes = int(test_cache.logits.shape[-1])      # scorer families may need it (aux heads)
-        family.update({c: build_scorer(c, dim, num_classes=n_classes).to(device).eval() for c in families})
-        needed = {c if c in ("reference", "random") or c in families else "mlp" for c in conditions}
-        family = {k: v for k, v in family.items() if k in needed}
-        throughput_full = measure_throughput(backbone, tp_images, repeats=reps, warmup=1)
-        throughput = {name: measure_throughput(
-            lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits, tp_images,
-            repeats=reps, warmup=1) for name, s in family.items()}
+@dataclass
+class _EvalSplit:
+    """The evaluated test images: their block-``L`` cache, the full model's predictions and the
+    IDAUC subset (positions ``ipos`` into the cache, their images)."""
 
-        # --- conditions × seeds -------------------------------------------------------------
-        rows: list[dict[str, Any]] = []
-        jobs = [(c, s) for c in conditions for s in seeds]
-        evaluated: dict[tuple[str, int], dict[str, Any]] = {}
-        for cond, seed in tqdm(jobs, desc="protocol", disable=not progress):
-            train_info: dict[str, Any] = dict(train_loss=float("nan"), train_accuracy=float("nan"),
-                                              train_seconds=0.0, from_cache=False)
-            if cond == "reference":
-                if ("reference", 0) in evaluated:
-                    rows.append(dict(evaluated[("reference", 0)], seed=seed))
-                    continue
-                scorer: TokenScorer = ReferenceScorer()
-                kind, target_id, relax = "reference", "T0", ""
-            elif cond == "random":
-                scorer, kind, target_id, relax = RandomScorer(seed), "random", "", ""
-            elif cond in families:      # a scorer family with its own objective
-                scorer, result, loaded = load_or_train_scorer(
-                    backbone, train_cache, key=dict(ident, condition=cond, target=""),
-                    depth=depth, budget=budget, targets=None, seed=seed, scorer=cond,
-                    scorer_kwargs=dict(num_classes=n_classes),
-                    cache_dir=cache_dir, device=device, progress=progress,
-                    epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=params["weight_decay"])
-                kind, target_id, relax = cond, "", ""
-                train_info = dict(train_loss=result.loss[-1] if result.loss else float("nan"),
-                                  train_accuracy=result.train_accuracy[-1] if result.train_accuracy else float("nan"),
-                                  train_seconds=result.seconds, from_cache=loaded)
-            else:
-                target_id = "" if cond == "unsupervised" else cond
-                scorer, result, loaded = load_or_train_scorer(
-                    backbone, train_cache,
-                    key=dict(ident, condition=cond, target=target_id),
-                    depth=depth, budget=budget,
-                    targets=targets.get(cond), seed=seed, mlp_hidden=params["mlp_hidden"],
-                    cache_dir=cache_dir, device=device, progress=progress,
-                    relaxation=relaxation, lam=lam, temperature=temperature,
-                    distill_form=params["distill_form"], mask_temperature=params["mask_temperature"],
-                    epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=params["weight_decay"])
-                kind, relax = "mlp", relaxation
-                train_info = dict(train_loss=result.loss[-1] if result.loss else float("nan"),
-                                  train_accuracy=result.train_accuracy[-1] if result.train_accuracy else float("nan"),
-                                  train_seconds=result.seconds, from_cache=loaded)
-            scores = _scores(scorer, test_cache, ebs, device)
-            logits, keep_mask = _pruned_eval(backbone, test_cache, scores, depth, budget, ebs, device)
-            coverage = (part_miou(keep_mask, test_cache.part_mask) if has_parts
-                        else box_coverage(keep_mask, test_cache.box_mask))
-            insdel = None
-            if idauc_images is not None:
-                insdel = _insdel(backbone, idauc_images, scores[ipos], full_pred[ipos],
-                                 idauc_steps, ebs, device)
-            correct = (logits.argmax(-1) == test_cache.labels).float()
-            in_box = point_in_box(scores, test_cache.box_mask)
-            row = dict(dataset=dataset_name, backbone=backbone_name, checkpoint_id=checkpoint_id,
-                       condition=cond, target=target_id, relaxation=relax, depth=depth,
-                       budget=float(budget), seed=seed, device=str(device),
-                       throughput=throughput[kind], scorer=kind)
-            row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(bootstrap)))
-            # per-image values with the image ids, for paired intervals (decoupling_D) and the
-            # seed × image bootstrap (aggregate_seeds); NaN where an image has no visible part
-            row.update(image_ids=list(test_cache.image_ids),
-                       miou_per_image=[float(v) for v in coverage.per_image.tolist()],
-                       idauc_image_ids=[test_cache.image_ids[i] for i in ipos] if insdel is not None else [],
-                       idauc_per_image=[float(v) for v in insdel.idauc.tolist()] if insdel is not None else [],
-                       accuracy_per_image=[float(v) for v in correct.tolist()],
-                       weights_digest=weights_digest, dataset_fingerprint=eval_fingerprint)
-            row.update(n_images=n_eval, full_accuracy=full_accuracy,
-                       agreement=float((logits.argmax(-1) == full_pred).float().mean()),
-                       throughput_full=throughput_full, speedup=throughput[kind] / throughput_full,
-                       n_idauc_images=n_idauc if insdel is not None else 0,
-                       lambda_ga=float(lam) if target_id and cond != "reference" else 0.0,
-                       temperature=float(temperature), distill_form=params["distill_form"],
-                       epochs=int(epochs) if kind not in ("reference", "random") else 0, **train_info)
-            if cond in families:
-                row.update(scorer.evaluation_extras(
-                    backbone, test_cache.hidden, test_cache.labels, scores, depth=depth, budget=budget,
-                    num_prefix=test_cache.num_prefix, images=tp_images))
-            if cond == "reference":
-                evaluated[("reference", 0)] = row
-            rows.append(row)
+    eval_set: Any
+    cache: BlockCache
+    fingerprint: str
+    full_pred: Tensor
+    full_correct: Tensor
+    full_accuracy: float
+    has_parts: bool
+    n_idauc: int
+    ipos: list[int]
+    idauc_images: Tensor | None
+    n_classes: int
 
-    table = make_table(rows)
-    table.attrs["params"] = dict(params, depth=depth, budget=float(budget), conditions=conditions,
-                                 seeds=seeds, **ident)
-    table.attrs["full_accuracy"] = full_accuracy
-    table.attrs["full_accuracy_ci"] = bootstrap_ci(full_correct, n_boot=int(bootstrap))
-    table.attrs["throughput_full"] = throughput_full
-    table.attrs["seconds"] = time.perf_counter() - t_start
-    return table
+
+def _evaluation_split(run: _Run, test_set) -> _EvalSplit:
+    p = run.params
+    subset = evaluation_subset(len(test_set), p["max_eval_images"], p["eval_subset_seed"])
+    eval_set = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
+    cache = block_cache(run.backbone, eval_set, depth=run.depth,
+                        key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
+                        cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
+    n_eval = len(cache)
+    fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
+    full_pred = cache.logits.argmax(-1)
+    full_correct = (full_pred == cache.labels).float()
+    n_idauc = n_eval if p["max_idauc_images"] is None else min(n_eval, int(p["max_idauc_images"]))
+    # IDAUC images: a seeded random subset of the evaluated ones (test splits are ordered by
+    # class, so the first n would cover only the first classes), the same for every row
+    ipos = evaluation_subset(n_eval, n_idauc, int(p["eval_subset_seed"]) + 1)
+    idauc_images = _load_images(eval_set, ipos, run.ebs) if p["idauc_steps"] > 0 and n_idauc > 0 else None
+    return _EvalSplit(eval_set=eval_set, cache=cache, fingerprint=fingerprint, full_pred=full_pred,
+                      full_correct=full_correct, full_accuracy=float(full_correct.mean()),
+                      has_parts=bool(getattr(test_set, "has_parts", True)), n_idauc=n_idauc, ipos=ipos,
+                      idauc_images=idauc_images, n_classes=int(cache.logits.shape[-1]))
+
+
+@dataclass
+class _Speed:
+    """Throughput (images/s) of the full model and of the pruned forward per scorer kind, and
+    the images it was measured on."""
+
+    full: float
+    pruned: dict[str, float]
+    images: Tensor
+
+
+def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: list[str]) -> _Speed:
+    p = run.params
+    backbone, device = run.backbone, run.device
+    tp_images = _load_images(ev.eval_set, int(p["throughput_batch"]), run.ebs).to(device)
+    reps = int(p["throughput_repeats"])
+    dim = ev.cache.hidden.shape[-1]
+    family = {"reference": ReferenceScorer(), "mlp": MLPScorer(dim, p["mlp_hidden"]).to(device).eval(),
+              "random": RandomScorer(0)}
+    family.update({c: build_scorer(c, dim, num_classes=ev.n_classes).to(device).eval() for c in families})
+    needed = {c if c in ("reference", "random") or c in families else "mlp" for c in conditions}
+    family = {k: v for k, v in family.items() if k in needed}
+    full = measure_throughput(backbone, tp_images, repeats=reps, warmup=1)
+    pruned = {name: measure_throughput(
+        lambda x, s=s: pruned_forward(backbone, x, s, run.depth, run.budget).logits, tp_images,
+        repeats=reps, warmup=1) for name, s in family.items()}
+    return _Speed(full=full, pruned=pruned, images=tp_images)
+
+
+@dataclass
+class _Trained:
+    """A condition's scorer and its training record (``kind``: the scorer column)."""
+
+    scorer: TokenScorer
+    kind: str
+    target_id: str
+    relaxation: str
+    info: dict[str, Any]
+
+
+def _train_info(result: Any, loaded: bool) -> dict[str, Any]:
+    return dict(train_loss=result.loss[-1] if result.loss else float("nan"),
+                train_accuracy=result.train_accuracy[-1] if result.train_accuracy else float("nan"),
+                train_seconds=result.seconds, from_cache=loaded)
+
+
+def _condition_scorer(run: _Run, cond: str, seed: int, train_cache: BlockCache | None,
+                      targets: dict[str, Tensor], families: list[str], n_classes: int) -> _Trained:
+    """The scorer of one condition and seed: built (``reference``, ``random``) or trained and
+    cached (:func:`midas_nb.train.load_or_train_scorer`)."""
+    p = run.params
+    none = dict(train_loss=float("nan"), train_accuracy=float("nan"), train_seconds=0.0, from_cache=False)
+    if cond == "reference":
+        return _Trained(ReferenceScorer(), "reference", "T0", "", none)
+    if cond == "random":
+        return _Trained(RandomScorer(seed), "random", "", "", none)
+    common = dict(depth=run.depth, budget=run.budget, seed=seed, cache_dir=run.cache_dir, device=run.device,
+                  progress=run.progress, epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
+                  weight_decay=p["weight_decay"])
+    if cond in families:      # a scorer family with its own objective
+        scorer, result, loaded = load_or_train_scorer(
+            run.backbone, train_cache, key=dict(run.ident, condition=cond, target=""), targets=None,
+            scorer=cond, scorer_kwargs=dict(num_classes=n_classes), **common)
+        return _Trained(scorer, cond, "", "", _train_info(result, loaded))
+    target_id = "" if cond == "unsupervised" else cond
+    scorer, result, loaded = load_or_train_scorer(
+        run.backbone, train_cache, key=dict(run.ident, condition=cond, target=target_id),
+        targets=targets.get(cond), mlp_hidden=p["mlp_hidden"], relaxation=p["relaxation"], lam=p["lam"],
+        temperature=p["temperature"], distill_form=p["distill_form"], mask_temperature=p["mask_temperature"],
+        **common)
+    return _Trained(scorer, "mlp", target_id, p["relaxation"], _train_info(result, loaded))
+
+
+def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Trained,
+              is_family: bool) -> dict[str, Any]:
+    """One results row: the condition's ranking of the evaluated images, scored."""
+    p, backbone, device, cache = run.params, run.backbone, run.device, ev.cache
+    scores = _scores(t.scorer, cache, run.ebs, device)
+    logits, keep_mask = _pruned_eval(backbone, cache, scores, run.depth, run.budget, run.ebs, device)
+    coverage = (part_miou(keep_mask, cache.part_mask) if ev.has_parts
+                else box_coverage(keep_mask, cache.box_mask))
+    insdel = None
+    if ev.idauc_images is not None:
+        insdel = _insdel(backbone, ev.idauc_images, scores[ev.ipos], ev.full_pred[ev.ipos],
+                         p["idauc_steps"], run.ebs, device)
+    correct = (logits.argmax(-1) == cache.labels).float()
+    in_box = point_in_box(scores, cache.box_mask)
+    id_ = run.ident
+    row = dict(dataset=id_["dataset"], backbone=id_["backbone"], checkpoint_id=id_["checkpoint_id"],
+               condition=cond, target=t.target_id, relaxation=t.relaxation, depth=run.depth,
+               budget=run.budget, seed=seed, device=str(device),
+               throughput=speed.pruned[t.kind], scorer=t.kind)
+    row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(p["bootstrap"])))
+    # per-image values with the image ids, for paired intervals (decoupling_D) and the
+    # seed × image bootstrap (aggregate_seeds); NaN where an image has no visible part
+    row.update(image_ids=list(cache.image_ids),
+               miou_per_image=[float(v) for v in coverage.per_image.tolist()],
+               idauc_image_ids=[cache.image_ids[i] for i in ev.ipos] if insdel is not None else [],
+               idauc_per_image=[float(v) for v in insdel.idauc.tolist()] if insdel is not None else [],
+               accuracy_per_image=[float(v) for v in correct.tolist()],
+               weights_digest=run.weights_digest, dataset_fingerprint=ev.fingerprint)
+    row.update(n_images=len(cache), full_accuracy=ev.full_accuracy,
+               agreement=float((logits.argmax(-1) == ev.full_pred).float().mean()),
+               throughput_full=speed.full, speedup=speed.pruned[t.kind] / speed.full,
+               n_idauc_images=ev.n_idauc if insdel is not None else 0,
+               lambda_ga=float(p["lam"]) if t.target_id and cond != "reference" else 0.0,
+               temperature=float(p["temperature"]), distill_form=p["distill_form"],
+               epochs=int(p["epochs"]) if t.kind not in ("reference", "random") else 0, **t.info)
+    if is_family:
+        row.update(t.scorer.evaluation_extras(
+            backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
+            num_prefix=cache.num_prefix, images=speed.images))
+    return row

@@ -38,6 +38,7 @@ __all__ = [
     "check_depth",
     "select_top_k",
     "keep_mask_from_indices",
+    "kept_token_indices",
     "record_attention",
     "score_tokens",
     "prune_tokens",
@@ -139,6 +140,24 @@ def score_tokens(
     return x, scorer(x, P)
 
 
+def kept_token_indices(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int,
+                       budget: float) -> tuple[int, int, Tensor]:
+    """``(depth L, prefix count P, keep_idx [B,k])``: the top ``k = ceil(b·N)`` patch tokens of
+    ``scores [B,N]`` for block-``L`` states ``hidden [B,P+N,D]`` (DESIGN.md §3), after checking
+    the depth, the budget and that the shapes agree.
+
+    Raises:
+        ValueError: on a depth or budget out of range, or shapes that disagree.
+    """
+    depth = check_depth(backbone, depth)
+    P = num_prefix_tokens(backbone)
+    B, T, _ = hidden.shape
+    N = T - P
+    if scores.shape != (B, N):
+        raise ValueError(f"scores must be [B,N]=({B},{N}), got {tuple(scores.shape)}")
+    return depth, P, select_top_k(scores, keep_count(budget, N))
+
+
 def prune_tokens(
     backbone: nn.Module,
     hidden: Tensor,
@@ -165,14 +184,8 @@ def prune_tokens(
     Raises:
         ValueError: on a depth or budget out of range, or shapes that disagree.
     """
-    depth = check_depth(backbone, depth)
-    P = num_prefix_tokens(backbone)
-    B, T, _ = hidden.shape
-    N = T - P
-    if scores.shape != (B, N):
-        raise ValueError(f"scores must be [B,N]=({B},{N}), got {tuple(scores.shape)}")
-    k = keep_count(budget, N)
-    keep_idx = select_top_k(scores, k)
+    depth, P, keep_idx = kept_token_indices(backbone, hidden, scores, depth, budget)
+    N = hidden.shape[1] - P
     x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, None)
     return PrunedOutput(
         logits=classify_tokens(backbone, x),

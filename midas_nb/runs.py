@@ -25,12 +25,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
+
+from .identity import atomic_write_text
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "new_run_id", "notebook_states", "run_summary",
            "settings_digest"]
@@ -50,21 +51,6 @@ def new_run_id() -> str:
 def settings_digest(settings: dict[str, Any]) -> str:
     """12-hex-digit digest of a run's injected parameters (key order does not matter)."""
     return hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class RunManifest:
@@ -91,7 +77,7 @@ class RunManifest:
         return self.path.is_file() and self._read() is not None
 
     def save(self) -> None:
-        _atomic_write(self.path, json.dumps(self.data, indent=1, default=str))
+        atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
     # -- writing ---------------------------------------------------------------------------------
     def start(self, run_id: str, settings: dict[str, Any], selected: Iterable[str]) -> None:

@@ -24,26 +24,36 @@ notebooks that span several datasets and backbones (regime sweep, scale readout)
 root and file.
 
 :func:`preflight` checks the whole description before any kernel starts and returns one line
-per problem: the profile's values (types and ranges, :func:`midas_nb.config.check_profile`),
-the device, the backbone names and the depths against their blocks, every data root against
-its dataset's layout (annotation files parsed, images checked to exist, none decoded), a root
-for every dataset the selected notebooks use (no silent synthetic stand-in), every weights
-file loaded into its architecture (missing / unexpected / wrong-shape keys named), and the
-reachability of the Hugging Face hub for timm backbones without a file (a few seconds at most,
-with the local-file alternative named).
+per problem, every group in one pass: the profile's values (types and ranges,
+:func:`midas_nb.config.check_profile`), the device, the output directory (writable or
+creatable), the backbone names, their ``backbone_kwargs`` (built on the meta device), the depths
+against their blocks and their patch size against the profile's, every data root against its
+dataset's layout (annotation files parsed, images checked to exist, none decoded), a root for
+every dataset the selected notebooks use (no silent synthetic stand-in) and none that no
+notebook reads, every weights file loaded into its architecture (missing / unexpected /
+wrong-shape keys named), and the reachability of the Hugging Face hub for timm backbones
+without a file (a few seconds at most, with the local-file alternative named).
+
+A run file's fields are checked against their types (:func:`load_run_file`) and its relative
+paths are taken from the run file's directory.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import config
+from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
+                        weights_file_problem, weights_for)
+from .config import _DATASETS, _show
+from .study import check_layout, grid_spans
 
 __all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "preflight"]
+           "notebook_needs", "output_problem", "preflight", "yaml_load"]
 
 #: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
 RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "notebooks", "output",
@@ -51,6 +61,34 @@ RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "n
 
 #: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
+
+
+def yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` that reads ``1e-9`` and ``5E3`` as numbers: PyYAML follows YAML 1.1,
+    whose float needs a dot, so ``budget: 1e-1`` would be the string ``'1e-1'`` (YAML 1.2 and
+    Python read it as 0.1).
+
+    Raises:
+        yaml.YAMLError: text that is not YAML.
+    """
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+@functools.lru_cache(maxsize=1)
+def _yaml_loader() -> type:
+    import re
+
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                  list("-+0123456789"))
+    return _Loader
 
 
 class PreflightError(ValueError):
@@ -97,11 +135,11 @@ class RunSpec:
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         if self.data_root is not None:
-            out["data_root"] = str(Path(self.data_root).expanduser().resolve())
+            out["data_root"] = _absolute(self.data_root)
         if self.data_roots:
-            out["data_roots"] = {k: str(Path(v).expanduser().resolve()) for k, v in self.data_roots.items()}
+            out["data_roots"] = {k: _absolute(v) for k, v in self.data_roots.items()}
         if self.weights:
-            out["weights"] = {k: str(Path(v).expanduser().resolve()) for k, v in self.weights.items()}
+            out["weights"] = {k: _absolute(v) for k, v in self.weights.items()}
         out.update(self.params)
         return out
 
@@ -109,6 +147,18 @@ class RunSpec:
         """The profile dict the notebooks will build their study from (no ``output_dir``)."""
         p = {k: v for k, v in self.notebook_parameters().items() if k not in ("profile", "output_dir")}
         return config.get_profile(self.profile, **p)
+
+
+def _absolute(value: Any, base: Path | None = None) -> Any:
+    """``value`` as an absolute path string (``~`` expanded; a relative path taken from ``base``,
+    else from the working directory). Empty or non-path values are returned unchanged, so that
+    :func:`midas_nb.config.check_profile` names them instead of reading the working directory."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        return value
+    path = Path(value).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return str(path.resolve())
 
 
 def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str], list[str]]:
@@ -122,7 +172,11 @@ def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str],
     problems = []
     for v in values:
         name, sep, path = str(v).partition("=")
-        if sep and name in config.DATA_ROOT_DATASETS:
+        if not str(v).strip() or (sep and name in config.DATA_ROOT_DATASETS and not path.strip()):
+            problems.append(f"--data-root {v!r}: empty path; expected NAME=PATH with NAME one of "
+                            f"{list(config.DATA_ROOT_DATASETS)}, or a plain PATH (an empty path would silently "
+                            f"mean the current directory)")
+        elif sep and name in config.DATA_ROOT_DATASETS:
             if name in roots and roots[name] != path:
                 problems.append(f"--data-root {name}= given twice ({roots[name]!r}, {path!r}); give one")
             roots[name] = path
@@ -144,7 +198,10 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
     problems = []
     for v in values:
         name, sep, path = str(v).partition("=")
-        if sep and name and os.sep not in name and "/" not in name and not Path(v).exists():
+        if not str(v).strip() or (sep and name and os.sep not in name and "/" not in name and not Path(v).exists()
+                                  and not path.strip()):
+            problems.append(f"--weights {v!r}: empty path; expected BACKBONE=FILE or a bare FILE")
+        elif sep and name and os.sep not in name and "/" not in name and not Path(v).exists():
             if name in out and out[name] != path:
                 problems.append(f"--weights {name}= given twice ({out[name]!r}, {path!r}); give one")
             out[name] = path
@@ -156,36 +213,128 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
     return bare, out, problems
 
 
+#: run-file settings that are directory paths
+_PATH_KEYS: tuple[str, ...] = ("data_root", "output")
+
+
+def _is_path(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key, problem)`` for every run-file setting of the wrong type (one each)."""
+    out: list[tuple[str, str]] = []
+    for k, v in data.items():
+        if k not in RUN_FILE_KEYS or v is None:
+            continue
+        if k == "profile" and not (isinstance(v, str) and v in config.PROFILES):
+            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {_show(v)}"))
+        elif k == "dataset" and not (isinstance(v, str) and v in _DATASETS):
+            out.append((k, f"dataset: expected one of {list(_DATASETS)}, got {_show(v)}"))
+        elif k in ("backbone", "device") and not _is_path(v):
+            out.append((k, f"{k}: expected a name (a string), got {_show(v)}"))
+        elif k in _PATH_KEYS and not _is_path(v):
+            out.append((k, f"{k}: expected a directory path (a non-empty string), got {_show(v)}"))
+        elif k == "notebooks" and not (_is_path(v) or (isinstance(v, list) and v and all(_is_path(x) for x in v))):
+            out.append((k, f"notebooks: expected prefixes as a string '00,02' or a list of quoted strings "
+                           f"['00', '02'], got {_show(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
+                                                             "quote them)" if isinstance(v, (int, list)) and v
+                                                             else "")))
+        elif k == "cell_timeout" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
+            out.append((k, f"cell_timeout: expected seconds > 0, got {_show(v)}"))
+        elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
+            out.append((k, f"params: expected a mapping of notebook parameters {{name: value}}, got {_show(v)}"))
+        elif k == "data_roots":
+            if not isinstance(v, dict):
+                out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {_show(v)}"))
+                continue
+            for name, root in v.items():
+                if name not in config.DATA_ROOT_DATASETS:
+                    out.append((k, f"data_roots: unknown dataset {name!r}; expected names from "
+                                   f"{list(config.DATA_ROOT_DATASETS)}"))
+                elif not _is_path(root):
+                    out.append((k, f"data_roots.{name}: expected a directory path, got {_show(root)}"))
+        elif k == "weights":
+            if isinstance(v, dict):
+                for name, file in v.items():
+                    if not (isinstance(name, str) and name):
+                        out.append((k, f"weights: expected backbone names as keys, got {_show(name)}"))
+                    elif not _is_path(file):
+                        out.append((k, f"weights.{name}: expected a weights file path, got {_show(file)}"))
+            elif not _is_path(v):
+                out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {_show(v)}"))
+    return out
+
+
+def _resolve_run_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A run file's paths made absolute, relative ones taken from the run file's directory
+    ``base`` (``~`` expanded): ``data_root``, ``data_roots``, ``weights``, ``output`` and the
+    same path parameters under ``params`` (``data_root``, ``data_roots``, ``weights``,
+    ``output_dir``)."""
+    def paths(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+        d = dict(d)
+        for k in keys:
+            if isinstance(d.get(k), dict):
+                d[k] = {n: _absolute(v, base) for n, v in d[k].items()}
+            elif k in d:
+                d[k] = _absolute(d[k], base)
+        return d
+
+    out = paths(data, ("data_root", "data_roots", "weights", "output"))
+    if isinstance(out.get("params"), dict):
+        out["params"] = paths(out["params"], ("data_root", "data_roots", "weights", "output_dir"))
+    return out
+
+
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
-    """A run file's settings (YAML mapping with :data:`RUN_FILE_KEYS`) and its problems."""
+    """A run file's settings (YAML mapping with :data:`RUN_FILE_KEYS`) and its problems.
+
+    Every setting is checked against its type (one line per problem: ``profile`` a profile
+    name, ``notebooks`` a string or a list of strings, ``data_roots`` a mapping of dataset
+    names to non-empty paths, ``cell_timeout`` seconds > 0, ...); a setting with a problem is
+    left out of the returned mapping. Relative paths (``data_root``, ``data_roots``,
+    ``weights``, ``output``, and those under ``params``) are taken from the run file's
+    directory, not the working directory, so a run file names the same files wherever the
+    command is started; ``notebooks`` as a list is joined to ``"00,02"``.
+
+    Returns:
+        ``(settings, problems)``; ``problems`` lines start with ``--config 'PATH':``.
+    """
     import yaml
 
     path = Path(path)
+    where = f"--config {str(path)!r}"
+    if path.is_dir():
+        return {}, [f"{where}: is a directory; expected a YAML run file (e.g. run.yaml with profile:, data_roots:, "
+                    f"weights:, params:)"]
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}, [f"--config {str(path)!r}: no such file"]
+        return {}, [f"{where}: no such file"]
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        return {}, [f"--config {str(path)!r}: not valid YAML ({e})"]
+        return {}, [f"{where}: not valid YAML ({e})"]
+    except OSError as e:
+        return {}, [f"{where}: cannot be read ({type(e).__name__}: {e.strerror or e})"]
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        return {}, [f"--config {str(path)!r}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
+        return {}, [f"{where}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
                     f"got {type(data).__name__}"]
-    problems = [f"--config {str(path)!r}: unknown setting {k!r}; expected one of {list(RUN_FILE_KEYS)}"
+    problems = [f"{where}: unknown setting {k!r}; expected one of {list(RUN_FILE_KEYS)}"
                 for k in data if k not in RUN_FILE_KEYS]
-    for k in ("data_roots", "weights", "params"):
-        if k in data and data[k] is not None and not isinstance(data[k], (dict, str) if k == "weights" else dict):
-            problems.append(f"--config {str(path)!r}: {k} must be a mapping, got {type(data[k]).__name__}")
-    return {k: v for k, v in data.items() if k in RUN_FILE_KEYS}, problems
+    typed = _run_file_problems(data)
+    problems += [f"{where}: {line}" for _, line in typed]
+    bad = {k for k, _ in typed}
+    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
+    if isinstance(data.get("notebooks"), list):
+        data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
+    return _resolve_run_file_paths(data, path.expanduser().resolve().parent), problems
 
 
 def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` the selected notebooks use: the study's dataset and backbone,
     plus the grid of the notebooks that sweep (:data:`GRID_NOTEBOOKS`: 04 the regime grid, 05
     the scale readout)."""
-    from .sweeps import grid_spans
-
     datasets, backbones = [settings["dataset"]], [settings["backbone"]]
     for nb in notebooks:
         kind = GRID_NOTEBOOKS.get(Path(nb).name[:2])
@@ -197,8 +346,6 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
 
 
 def _check_weights_file(name: str, path: str, kwargs: dict[str, Any]) -> str | None:
-    from .backbones import BackboneError, create_backbone
-
     try:
         create_backbone(name, 2, weights=path, head="replace", **kwargs)
     except BackboneError as e:
@@ -206,8 +353,44 @@ def _check_weights_file(name: str, path: str, kwargs: dict[str, Any]) -> str | N
     return None
 
 
+def output_problem(output: str | os.PathLike) -> str | None:
+    """``None`` when the output directory ``output`` exists and takes new files, or can be
+    created; else why not (one line). Probes with a temporary entry that is removed at once;
+    creates nothing that stays."""
+    import tempfile
+
+    out = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        return f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"
+    probe_in = out
+    while not probe_in.exists() and probe_in != probe_in.parent:
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        return (f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
+                f"for the executed notebooks")
+    try:
+        tempfile.TemporaryDirectory(dir=probe_in, prefix=".midas-probe-").cleanup()
+    except OSError as e:
+        what = "is not writable" if probe_in == out else f"cannot be created under {str(probe_in)!r}"
+        return (f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
+                f"directory for the executed notebooks")
+    return None
+
+
+def _setting_of(line: str) -> str:
+    """The profile key a :func:`midas_nb.config.check_profile` line is about (``"budget"`` for
+    ``"budget: expected ..."``, ``"finetune"`` for ``"finetune.lr: ..."``)."""
+    return line.split(":", 1)[0].split(".", 1)[0].strip()
+
+
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
     """Every problem of running ``notebooks`` with ``spec``, one line each (module docstring).
+
+    All groups are checked in one pass — the settings' types and ranges, the device, the
+    output directory, the data roots, the backbones (names, arguments, depths, patch and input
+    sizes), the weights files and the hub — so the user sees every problem at once. A group
+    is skipped only where a setting it reads is itself reported (a root check needs a
+    well-typed ``data_roots``; a weights check needs a backbone that can be built).
 
     Args:
         spec: the run description.
@@ -218,7 +401,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     Returns:
         ``[]`` when the run can start.
     """
-    if spec.profile not in config.PROFILES:
+    if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:
         return [f"--profile: unknown profile {spec.profile!r}; expected one of {sorted(config.PROFILES)}"]
     problems: list[str] = []
     if "profile" in spec.params:
@@ -232,22 +415,39 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
                                               and not isinstance(spec.cell_timeout, bool) and spec.cell_timeout > 0):
         problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")
+    if spec.output is not None and not (isinstance(spec.output, (str, os.PathLike)) and str(spec.output).strip()):
+        problems.append(f"--output: expected a directory path, got {spec.output!r}")
+    else:
+        why = output_problem(spec.output if spec.output is not None else config.runs_dir() / spec.profile)
+        if why:
+            problems.append(why)
     try:
         settings = spec.settings()
     except (TypeError, ValueError) as e:
         return problems + [str(e)]
-    problems += config.check_profile(settings)
-    if problems:
-        return problems  # the later checks need well-typed settings
-
-    from .backbones import check_backbone, hub_problem, weights_for
-    from .study import check_layout
-
+    form = config.check_profile(settings, device=False)
+    problems += form
+    why = config.check_device(settings.get("device"))
+    if why:
+        problems.append(why)
+    bad = {_setting_of(line) for line in form}
+    if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
+        return problems  # which datasets and backbones the notebooks use is not known
     try:
         datasets, backbones = notebook_needs(settings, notebooks)
     except (KeyError, ValueError) as e:
-        return [str(e)]
-    # data: a root for every dataset used; every named root in its dataset's layout
+        return problems + [str(e)]
+    if not bad & {"data_root", "data_roots", "max_images_per_class"}:
+        problems += _data_problems(settings, datasets)
+    if "backbone_kwargs" not in bad:
+        problems += _backbone_problems(settings, backbones, bad)
+    return problems
+
+
+def _data_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[str]:
+    """A root for every dataset used; every named root in its dataset's layout; no named root
+    that no notebook of the run would read (it would be silently unused)."""
+    problems: list[str] = []
     roots: dict[str, Path] = {}
     for ds in datasets:
         try:
@@ -257,32 +457,51 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
             continue
         if root is not None:
             roots[ds] = root
+    # a root for a dataset that no notebook of this profile reads (any selection): an error, not
+    # a silently unused directory (smoke runs the synthetic set; --dataset names the study's)
+    every, _ = notebook_needs(settings, [f"{k}_" for k in GRID_NOTEBOOKS])
     for ds, root in dict(config._roots(settings)).items():
+        if ds not in every:
+            problems.append(f"--data-root {ds}={root}: no notebook of this run reads dataset {ds!r} (the "
+                            f"{settings['profile']} profile with dataset {settings['dataset']!r} uses {every}); "
+                            f"pass --dataset {ds} to run on it")
         roots.setdefault(ds, Path(root).expanduser())
     for ds, root in roots.items():
         problems += check_layout(ds, root, max_images_per_class=settings.get("max_images_per_class"))
-    # backbones: names, arguments, depths; weights files load; hub reachable where needed
-    depths = [settings["depth"], *(settings.get("depths") or [])]
-    unknown_bb = set()
+    return problems
+
+
+def _backbone_problems(settings: dict[str, Any], backbones: Sequence[str], bad: set[str]) -> list[str]:
+    """Backbone names, arguments, depths, patch and input sizes; weights files that load; the
+    hub reachable where a backbone needs it (probes run in parallel, a few seconds at most)."""
+    problems: list[str] = []
+    depths = [] if bad & {"depth", "depths"} else [settings["depth"], *(settings.get("depths") or [])]
+    sizes_ok = not bad & {"image_size", "patch_size"}
+    unbuildable = set()
     for bb in backbones:
-        bad = check_backbone(bb, config.backbone_kwargs_for(settings, bb), depths)
-        if any(b.startswith("backbone:") for b in bad):
-            unknown_bb.add(bb)
-        problems += bad
+        found = check_backbone(bb, backbone_kwargs(settings, bb), depths,
+                               image_size=settings["image_size"] if sizes_ok else None,
+                               patch_size=settings["patch_size"] if sizes_ok else None)
+        if any(b.startswith("backbone:") for b in found):
+            unbuildable.add(bb)
+        problems += found
+    if bad & {"weights", "pretrained"}:
+        return problems
     unused = sorted(set(settings.get("weights") or {}) - set(backbones))
     for name in unused:
         problems.append(f"--weights {name}: the selected notebooks do not use this backbone; they use {backbones}")
     jobs = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for bb in (b for b in backbones if b not in unknown_bb):
+        for bb in (b for b in backbones if b not in unbuildable):
             w = weights_for(settings, bb)
             if w == "hub":
                 jobs[pool.submit(hub_problem, bb)] = bb
             elif w is not None:
-                if not Path(w).is_file():
-                    problems.append(f"--weights {bb}: weights file {w} does not exist")
+                why = weights_file_problem(w)
+                if why:
+                    problems.append(f"--weights {bb}: {why}")
                 else:
-                    problems_w = _check_weights_file(bb, w, config.backbone_kwargs_for(settings, bb))
+                    problems_w = _check_weights_file(bb, w, backbone_kwargs(settings, bb))
                     if problems_w:
                         problems.append(problems_w)
         for fut, bb in jobs.items():

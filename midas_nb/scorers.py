@@ -34,6 +34,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
+from .targets import cls_attention_map
+
 __all__ = [
     "TokenScorer",
     "ReferenceScorer",
@@ -47,19 +49,8 @@ __all__ = [
 ]
 
 
-def cls_attention(attn: Tensor, num_prefix: int) -> Tensor:
-    """CLS attention to patch tokens, mean over heads: ``E_h A_h[cls, j]`` (target T0).
-
-    Args:
-        attn: ``[B,H,T,T]`` attention probabilities of one block (rows: queries).
-        num_prefix: ``P``; the CLS token is token 0, patch tokens are ``P..T-1``.
-
-    Returns:
-        ``[B,N]`` with ``N = T - P``.
-    """
-    if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
-        raise ValueError(f"attn must be [B,H,T,T], got {tuple(attn.shape)}")
-    return attn[:, :, 0, num_prefix:].mean(dim=1)
+#: the T0 operator on one block's attention (:func:`midas_nb.targets.cls_attention_map`)
+cls_attention = cls_attention_map
 
 
 class TokenScorer(nn.Module):
@@ -225,8 +216,6 @@ class RandomScorer(TokenScorer):
 
 _SCORERS: dict[str, Callable[..., TokenScorer]] = {}
 _CONDITIONS: list[str] = []
-#: modules that register further scorer families (imported by :func:`list_scorer_conditions`)
-_FAMILY_MODULES: tuple[str, ...] = ("midas_nb.related",)
 
 
 def register_scorer(
@@ -263,12 +252,10 @@ def list_scorers() -> list[str]:
 def list_scorer_conditions() -> list[str]:
     """Scorer families that are protocol conditions of their own (``condition=True``).
 
-    Imports the modules that register them (:data:`_FAMILY_MODULES`, i.e.
-    :mod:`midas_nb.related`) first, so the list does not depend on what the caller imported.
+    The package registers them when it is imported (``midas_nb/__init__.py`` imports
+    :mod:`midas_nb.related`, as timm's package import registers its models), so the list does
+    not depend on what the caller imported.
     """
-    import importlib
-    for mod in _FAMILY_MODULES:
-        importlib.import_module(mod)
     return list(_CONDITIONS)
 
 
@@ -278,8 +265,6 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     Raises:
         ValueError: for an unknown name.
     """
-    if name not in _SCORERS:
-        list_scorer_conditions()            # import the modules that register further families
     if name not in _SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)

@@ -21,6 +21,8 @@ register tokens; ``N`` patch tokens, row-major over the patch grid), ``D`` embed
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +38,9 @@ __all__ = [
     "forward_kept_tokens",
     "keep_count",
     "disable_fused_attention",
+    "fused_attention",
+    "math_sdpa",
+    "frozen",
 ]
 
 
@@ -78,6 +83,53 @@ def disable_fused_attention(model: nn.Module) -> nn.Module:
         if hasattr(m, "fused_attn"):
             m.fused_attn = False
     return model
+
+
+# switches of a model's computation (restored on exit)
+
+@contextmanager
+def fused_attention(model: nn.Module) -> Iterator[nn.Module]:
+    """Switch every timm ``Attention`` of ``model`` to the fused path; restore the flags on exit.
+
+    Speed only (about a quarter faster on CPU): the protocol never reads attention except
+    block ``L``'s for T0, which :func:`midas_nb.pruning.record_attention` unfuses itself.
+    """
+    mods = [m for m in model.modules() if hasattr(m, "fused_attn")]
+    flags = [m.fused_attn for m in mods]
+    for m in mods:
+        m.fused_attn = True
+    try:
+        yield model
+    finally:
+        for m, f in zip(mods, flags):
+            m.fused_attn = f
+
+
+@contextmanager
+def math_sdpa(enabled: bool) -> Iterator[None]:
+    """Restrict ``F.scaled_dot_product_attention`` to the math kernel when ``enabled``."""
+    if not enabled:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+@contextmanager
+def frozen(backbone: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit."""
+    was_training = backbone.training
+    flags = [(p, p.requires_grad) for p in backbone.parameters()]
+    backbone.eval()
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield backbone
+    finally:
+        for p, f in flags:
+            p.requires_grad_(f)
+        backbone.train(was_training)
 
 
 def embed_tokens(model: nn.Module, images: Tensor) -> Tensor:

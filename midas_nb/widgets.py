@@ -42,6 +42,10 @@ import torch
 from torch import Tensor
 
 from . import plots
+from .metrics import box_coverage, insertion_deletion_auc, part_miou
+from .pruning import keep_mask_from_indices, select_top_k
+from .targets import compute_targets
+from .vit import keep_count
 
 __all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer",
            "static_explorer", "STATIC_NOTE"]
@@ -77,8 +81,6 @@ def is_headless() -> bool:
 
 def kept_mask(scores: Tensor, budget: float) -> Tensor:
     """``[B,N]`` bool: the top ``k = ceil(b·N)`` patch tokens of ``scores [B,N]`` (DESIGN.md §3)."""
-    from .pruning import keep_mask_from_indices, select_top_k
-    from .vit import keep_count
     k = keep_count(budget, scores.shape[1])
     return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
 
@@ -86,7 +88,6 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
 def _maps(study, batch, depth: int, ids: Sequence[str]) -> dict[str, Tensor]:
     """Target maps ``{id: [B,N]}`` of one batch at ``depth`` (class = the backbone's prediction,
     the test-split rule of DESIGN.md §3)."""
-    from .targets import compute_targets
     model = study.model.to(study.device).eval()
     images = batch.images.to(study.device)
     with torch.no_grad():
@@ -187,7 +188,6 @@ class _ViewCache:
         return self.maps[depth]
 
     def insdel_of(self, depth: int, position: int, target: str):
-        from .metrics import insertion_deletion_auc
         key = (depth, position, target)
         if key not in self.insdel:
             st = self.study
@@ -198,7 +198,6 @@ class _ViewCache:
         return self.insdel[key]
 
     def view(self, position: int, targets: Sequence[str], depth: int, budget: float) -> ExplorerView:
-        from .metrics import box_coverage, part_miou
         st, batch = self.study, self.batch
         if not 0 <= position < len(batch.indices):
             raise ValueError(f"image position {position} is outside the explorer's {len(batch.indices)} images")

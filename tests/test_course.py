@@ -130,10 +130,17 @@ def test_protocol_exercises_on_a_hand_built_table():
     assert not check_exercise("02.D_T5", 0.05, table=table)              # a fraction, not pp
     assert check_exercise("02.best_D", "T1", table=table)                # D(T1) = 10 pp, out of band
     assert not check_exercise("02.best_D", "T5", table=table)
-    assert check_exercise("02.in_band", {"unsupervised", "T5"}, table=table)
-    assert check_exercise("02.in_band", ["reference", "unsupervised", "T5"], table=table)
-    assert not check_exercise("02.in_band", {"T5"}, table=table)
-    assert not check_exercise("02.in_band", "T5", table=table)
+    # in band = the whole ΔIDAUC interval at or above −0.01: T5's interval straddles −0.01
+    # (mean +0.005, point decision "in band") -> not resolved, not in band
+    D = pd.DataFrame(dict(condition=["reference", "unsupervised", "T1", "T5"], D_pp=[0.0, 1.5, 10.0, 5.0],
+                          delta_idauc=[0.0, -0.005, -0.05, 0.005], delta_idauc_lo=[0.0, -0.008, -0.07, -0.02],
+                          delta_idauc_hi=[0.0, -0.002, -0.03, 0.03]))
+    assert check_exercise("02.in_band", {"unsupervised"}, D=D)
+    assert check_exercise("02.in_band", ["reference", "unsupervised"], D=D)
+    assert not check_exercise("02.in_band", {"unsupervised", "T5"}, D=D)         # the point decision
+    assert not check_exercise("02.in_band", "unsupervised", D=D)
+    # without intervals (NaN bounds) the point decision is all there is
+    assert check_exercise("02.in_band", {"unsupervised", "T5"}, D=D.assign(delta_idauc_lo=float("nan")))
     # coverage-first: in band {reference 0, unsupervised +1.5, T5 +5} -> T5; faithfulness-first:
     # T5 0.505 is highest (unsupervised 0.495 is beyond the 1e-3 tie tolerance)
     assert check_exercise("07.coverage_first", "T5", table=table)
@@ -152,11 +159,40 @@ def test_cosine_exercises():
     assert not check_exercise("03.most_similar_pair", ("T0", "T3"), mean=mean)
 
 
+def test_band_exercises_agree_with_decoupling_D_status_at_the_edges():
+    """The in-band exercises count what decoupling_D's status says, also where a plain
+    ``delta_idauc_lo >= -0.01`` does not: ΔIDAUC = −0.01 on every image (−0.01 − 9e-18 in
+    floating point: in band by the metric's tolerance) and a row whose D is undefined (its
+    interval is inside, its status "undefined"). The notebook 04 solution failed on the first."""
+    from midas_nb.metrics import decoupling_D
+    ref, ids, rows = [0.30, 0.20, 0.40, 0.10], ["a", "b", "c", "d"], []
+    for cond, miou, idauc in (("reference", 0.30, ref), ("T5", 0.35, [x - 0.01 for x in ref]),
+                              ("T1", 0.32, [ref[0] + 0.05, ref[1] - 0.08, ref[2] + 0.04, ref[3] - 0.05]),
+                              ("unsupervised", 0.31, [x + 0.02 for x in ref]),
+                              ("T4", math.nan, [x + 0.02 for x in ref])):
+        rows.append(dict(dataset="d", backbone="b", depth=2, budget=0.25, condition=cond, seed=0, miou=miou,
+                         idauc=sum(idauc) / 4, image_ids=ids, idauc_image_ids=ids, miou_per_image=[miou] * 4,
+                         idauc_per_image=idauc))
+    D = decoupling_D(pd.DataFrame(rows), n_boot=200)
+    status = dict(zip(D["condition"], D["status"]))
+    assert status == {"reference": "in band", "T5": "in band", "T1": "not resolved", "unsupervised": "in band",
+                      "T4": "undefined"}
+    naive = set(D.loc[D["delta_idauc_lo"] >= -0.01, "condition"])
+    assert "T5" not in naive and "T4" in naive                   # the float edge and the undefined row
+    assert check_exercise("02.in_band", set(D.loc[D["status"] == "in band", "condition"]), D=D)
+    assert not check_exercise("02.in_band", naive, D=D)
+    assert check_exercise("04.T5_cells_in_band", 1, D=D)         # T5's one cell is in band
+    assert not check_exercise("04.T5_cells_in_band", 0, D=D)
+
+
 def test_sweep_and_scale_exercises():
+    # T5: cell a resolved in band, b outside, c's interval straddles −0.01 (point: in band)
     D = pd.DataFrame(dict(condition=["T5", "T5", "T5", "T1"], backbone=["a", "b", "c", "a"],
-                          in_band=[True, False, True, True], D_pp=[1.5, -2.0, 3.0, 9.0]))
-    assert check_exercise("04.T5_cells_in_band", 2, D=D)
-    assert not check_exercise("04.T5_cells_in_band", 3, D=D)
+                          in_band=[True, False, True, True], D_pp=[1.5, -2.0, 3.0, 9.0],
+                          delta_idauc=[0.01, -0.03, 0.0, 0.02], delta_idauc_lo=[-0.005, -0.05, -0.04, 0.0],
+                          delta_idauc_hi=[0.02, -0.02, 0.04, 0.04]))
+    assert check_exercise("04.T5_cells_in_band", 1, D=D)
+    assert not check_exercise("04.T5_cells_in_band", 2, D=D)                    # the point decision
     assert check_exercise("05.best_backbone_T5", "c", D=D)
     assert not check_exercise("05.best_backbone_T5", "a", D=D)
     assert check_exercise("05.D_spread_T5", 5.0, D=D)

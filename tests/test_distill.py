@@ -1,4 +1,4 @@
-"""Tests of midas_nb.distill (the DeiT-style student of the ImageNet Lite0) and of the MIDAS
+"""Tests of midas_nb.backbones.distilled (the DeiT-style student of the ImageNet Lite0) and of the MIDAS
 pipeline on a distilled backbone: two prefix tokens (CLS, distillation), CLS-based targets read
 token 0, prefix tokens are never pruned."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from midas_nb import backbones as bb
-from midas_nb import distill as dl
+from midas_nb import backbones as dl  # the distilled backbone's names (midas_nb.backbones.distilled)
 from midas_nb.capture import capture
 from midas_nb.protocol import run_protocol
 from midas_nb.pruning import pruned_forward

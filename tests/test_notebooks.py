@@ -22,6 +22,9 @@ import pandas as pd
 import pytest
 import torch
 
+from midas_nb.protocol import evaluation_subset
+from midas_nb.related.last import pib_table
+
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "backbone", "weights", "backbone_kwargs", "depth",
@@ -209,8 +212,14 @@ def test_point_in_box_of_a_target_is_its_top_patch_in_the_box(smoke_study):
     pib = smoke_study.point_in_box(ids=["T0"], n=10).set_index("ranking")
     maps = smoke_study.target_maps(ids=["T0"])["T0"]
     ds = smoke_study.test_set
-    hits = [bool(ds[i].box_mask[int(maps[i].argmax())]) for i in range(10)]
+    # the protocol's evaluated images (a seeded subset), the same images as related.last.pib_table
+    images = evaluation_subset(len(ds), 10, smoke_study.params.get("eval_subset_seed", 0))
+    assert len(images) == 10 and images != list(range(10))
+    hits = [bool(ds[i].box_mask[int(maps[i].argmax())]) for i in images]
     assert pib.loc["T0", "pib"] == pytest.approx(sum(hits) / len(hits))
+    ref = pib_table({"m": smoke_study.model}, ds, max_images=10, n_boot=smoke_study.params["bootstrap"],
+                    progress=False)
+    assert pib.loc["patch_score", "pib"] == ref.at[0, "pib"]
     assert 0.0 <= pib.loc["patch_score", "pib"] <= 1.0 and pib.loc["T0", "n_images"] == 10
     default = smoke_study.point_in_box(ids=["T0"])
     assert int(default["n_images"].iloc[0]) == min(len(ds), smoke_study.params["max_eval_images"] or len(ds))

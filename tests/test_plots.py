@@ -60,7 +60,7 @@ def test_figure_path_uses_notebook_prefix(out_dir):
     assert plots.figure_path("x") == out_dir / "99_test_x.png"
     with pytest.raises(ValueError, match="plain file stem"):
         plots.figure_path("a/b")
-    path = plots.save_table(pd.DataFrame({"a": [1, 2]}), "tab")
+    path = plots.save_csv(pd.DataFrame({"a": [1, 2]}), "tab")
     assert path == out_dir / "99_test_tab.csv"
     assert pd.read_csv(path)["a"].tolist() == [1, 2]
 
@@ -298,12 +298,12 @@ def test_insertion_deletion_curves(out_dir):
     assert "AUC 0.417" in ax_ins.get_legend().get_texts()[0].get_text()
 
 
-def test_perturbation_curves(out_dir):
+def test_perturbation_plot(out_dir):
     frac = [0.0, 0.5, 1.0]
     table = pd.DataFrame(dict(target=["tokentm", "T5"], fractions=[frac, "[0.0, 0.5, 1.0]"],
                               pos_curve=[[0.8, 0.3, 0.1], "[0.8, 0.5, 0.1]"], neg_curve=[[0.8, 0.7, 0.1], [0.8, 0.6, 0.1]],
                               pos_auc=[0.375, 0.475], neg_auc=[0.575, 0.525]))
-    fig = plots.perturbation_curves(table, save="perturb")
+    fig = plots.perturbation_plot(table, save="perturb")
     _png(out_dir, "perturb")
     pos, neg = fig.axes
     assert pos.get_xlabel() == "patch tokens removed (%)" and pos.get_ylabel() == "top-1 accuracy (%)"

@@ -239,8 +239,9 @@ def test_soft_relaxation_math_kernel_matches_the_default_kernel():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the kernel choice only matters there)")
 def test_soft_relaxation_backward_runs_on_cuda():
-    model = MODELS["cls"]().requires_grad_(False).cuda()
-    hidden, scorer = _hidden_and_scores(model)
+    model = MODELS["cls"]().requires_grad_(False)
+    hidden, scorer = _hidden_and_scores(model)  # built on the CPU, then moved with the model
+    model = model.cuda()
     scores = scorer(hidden, 1).detach().cuda().requires_grad_(True)
     logits = relaxed_logits(model, hidden.cuda(), scores, 2, 0.25, "soft")
     (g,) = torch.autograd.grad(logits.logsumexp(-1).sum(), scores)

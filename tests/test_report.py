@@ -116,11 +116,29 @@ def test_scale_finding_needs_deit_tiny_and_vit_base():
     rows = _point(backbone=tiny) + _point(backbone=base, d_t5=(-0.04, -0.05))
     f = report.paper_findings(pd.DataFrame(rows))
     holds, ev = _holds(f, "scale", f"{tiny}+{base}")
-    assert holds is True and "DeiT-Ti: D(T5) = +10.50" in ev and "ViT-B: D(T5) = -4.50" in ev
+    assert holds is True and f"DeiT-Ti ({tiny}): D(T5) = +10.50" in ev and f"ViT-B ({base}): D(T5) = -4.50" in ev
+    assert ev.startswith(f"scale readout backbones: {tiny}, {base}")
     # per-backbone findings are reported for each backbone
     assert len(f[f["finding"] == "t5_gain_in_band"]) == 2
     rows = _point(backbone=tiny) + _point(backbone=base)                     # no reversal on ViT-B
     assert _holds(report.paper_findings(pd.DataFrame(rows)), "scale")[0] is False
+
+
+def test_scale_finding_matches_the_paper_backbones_by_exact_name():
+    """A distilled or narrowed DeiT-Ti is not DeiT-Ti, and rows of backbones outside the scale
+    readout (e.g. notebook 05's comparison rows at the same point) never enter the finding."""
+    tiny, base = "deit_tiny_patch16_224.fb_in1k", "vit_base_patch16_224.augreg_in21k_ft_in1k"
+    reversal = _point(backbone=base, d_t5=(-0.04, -0.05))
+    for lookalike in ("deit_tiny_distilled_patch16_224.fb_in1k", "deit_tiny_patch16_224.fb_in1k_w128"):
+        holds, ev = _holds(report.paper_findings(pd.DataFrame(_point(backbone=lookalike) + reversal)), "scale")
+        assert holds == "undefined" and f"concerns DeiT-Ti/16 ({tiny})" in ev and lookalike in ev
+    # the scale readout holds DeiT-Ti and ViT-B; a comparison backbone at the point is left out
+    rows = pd.DataFrame(_point(backbone=tiny) + reversal + _point(backbone="hybrid_lite0_deit", d_t5=(-0.5, -0.6)))
+    f = report.paper_findings(rows, scale_backbones=[tiny, base])
+    holds, ev = _holds(f, "scale", f"{tiny}+{base}")
+    assert holds is True and "hybrid_lite0_deit" not in ev
+    assert "hybrid_lite0_deit" in _holds(report.paper_findings(rows), "scale",
+                                         f"{tiny}+hybrid_lite0_deit+{base}")[1]   # without: all backbones
 
 
 def test_findings_paragraph_is_computed_from_the_table():
@@ -168,12 +186,15 @@ def store(tmp_path):
     return st
 
 
+# the profile the fixture store is complete for: cub, backbone bb, L ∈ {6, 9} at b = 25 %, seeds 0, 1
+_PROFILE = dict(dataset="cub", backbone="bb", depth=6, budget=0.25, depths=[6, 9], budgets=[0.25], seeds=[0, 1],
+                conditions=["reference", "unsupervised", "T1", "T5"], sweep_conditions=["reference", "T1", "T5"],
+                scale_backbones=["bb"])
+
+
 def _profile(**kw):
     from midas_nb import config
-    return config.get_profile("smoke", **dict(dict(backbone="bb", depth=6, budget=0.25, seeds=[0, 1],
-                                                   conditions=["reference", "unsupervised", "T1", "T5"],
-                                                   sweep_conditions=["reference", "T1", "T5"],
-                                                   scale_backbones=["bb"]), **kw))
+    return config.get_profile("smoke", **dict(_PROFILE, **kw))
 
 
 def test_store_rows_keep_the_newest_checkpoint_record_and_relaxation(store):
@@ -205,8 +226,11 @@ def test_report_tables_and_markdown(store, tmp_path):
     prov = dict(zip(tables["provenance"]["setting"], tables["provenance"]["value"]))
     assert prov["failed cells left out"] == "1" and prov["rows of older checkpoints left out"] == "1"
     assert prov["weights digest"] == "wck-new" and prov["seeds"] == "0,1"
-    assert prov["dataset fingerprint (test split)"].startswith("not recorded")
+    assert prov["evaluated images' fingerprint"] == "not recorded in the result rows"
     assert prov["run kind"].startswith("smoke run")
+    assert prov["result store"] == str(store.root.resolve())         # the store read, not runs/sweeps/<profile>
+    assert prov["completeness: regime grid"] == "complete: all 10 expected cells have results"
+    assert "missing cell" not in prov and (tables["regime"]["missing"] == "").all()
 
     out = tmp_path / "out"
     report.write_tables(tables, out)
@@ -220,29 +244,38 @@ def test_report_tables_and_markdown(store, tmp_path):
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
 
 
-def test_dataset_fingerprint_from_the_checkpoint_metadata(store, tmp_path, monkeypatch):
+def test_dataset_fingerprints_say_what_they_identify_and_where_they_come_from(store, tmp_path, monkeypatch):
+    """The rows' fingerprint identifies the evaluated images only; the checkpoint metadata's the
+    whole splits. Both are labelled as such, with their source; nothing stands in for the other."""
     import json
-    monkeypatch.setenv("MIDAS_CACHE_DIR", str(tmp_path / "cache"))
-    (tmp_path / "cache" / "checkpoints").mkdir(parents=True)
-    (tmp_path / "cache" / "checkpoints" / "bb-ck-new.json").write_text(json.dumps(
-        dict(checkpoint_id="ck-new", test_set=dict(fingerprint="f00dtest"), train_set=dict(fingerprint="f00dtrain"))))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MIDAS_CACHE_DIR", str(cache))
     rows, left = report.load_store_rows("smoke", store.root)
-    prov = report.build_tables(rows, _profile(), left_out=left)["provenance"]
-    prov = dict(zip(prov["setting"], prov["value"]))
-    assert prov["dataset fingerprint (test split)"] == "f00dtest (checkpoint metadata)"
-    assert prov["dataset fingerprint (train split)"] == "f00dtrain (checkpoint metadata)"
-    # a fingerprint the rows carry wins
-    prov = report.build_tables(rows.assign(dataset_fingerprint="rowsfp"), _profile(), left_out=left)["provenance"]
-    assert dict(zip(prov["setting"], prov["value"]))["dataset fingerprint (test split)"] == "rowsfp"
+
+    def prov(r):
+        p = report.build_tables(r, _profile(), left_out=left)["provenance"]
+        return dict(zip(p["setting"], p["value"]))
+
+    p = prov(rows)                                   # no metadata in this machine's cache
+    assert p["evaluated images' fingerprint"] == "not recorded in the result rows"
+    assert p["test split fingerprint"] == (f"not available: no metadata of checkpoint ck-new in this machine's "
+                                           f"cache {(cache / 'checkpoints').resolve()} (MIDAS_CACHE_DIR)")
+    meta = cache / "checkpoints" / "bb-ck-new.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps(dict(checkpoint_id="ck-new", test_set=dict(fingerprint="f00dtest", num_images=5794),
+                                    train_set=dict(fingerprint="f00dtrain"))))
+    p = prov(rows.assign(dataset_fingerprint="rowsfp"))
+    assert p["evaluated images' fingerprint"] == "rowsfp (100 of 5794 test images; from the result rows)"
+    assert p["test split fingerprint"] == f"f00dtest (checkpoint metadata {meta.resolve()})"
+    assert p["train split fingerprint"] == f"f00dtrain (checkpoint metadata {meta.resolve()})"
+    assert not any(k.startswith("dataset fingerprint") for k in p)
 
 
 def test_make_report_and_readme_section(store, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{report.README_BEGIN}\nold numbers\n{report.README_END}\n\n## after\n")
     out = tmp_path / "results"
-    path = report.make_report("smoke", store=store.root, output=out, readme=readme,
-                              overrides=dict(backbone="bb", depth=6, budget=0.25,
-                                             conditions=["reference", "unsupervised", "T1", "T5"]))
+    path = report.make_report("smoke", store=store.root, output=out, readme=readme, overrides=_PROFILE)
     assert path == out / "REPORT.md" and sorted(p.name for p in out.glob("*.csv")) == sorted(
         f"{n}.csv" for n in report.TABLES)
     text = readme.read_text()
@@ -259,17 +292,134 @@ def test_make_report_and_readme_section(store, tmp_path):
         report.update_readme(tmp_path / "results" / "REPORT.md", section)
 
 
-def test_cli_report(store, tmp_path, capsys):
+def _smoke_store(root: Path):
+    """A store holding one row for every cell the smoke profile's report expects (registered in
+    grid.json, as run_sweep does)."""
+    from midas_nb.sweeps import ResultStore, SweepCell
+    st, cells, t = ResultStore(root), [], time.time()
+    exp = report.expected_cells("smoke").drop_duplicates(["dataset", "backbone", "depth", "budget", "condition", "seed"])
+    mious = dict(reference=0.30, unsupervised=0.28, T1=0.25, T5=0.33)
+    for r in exp.to_dict("records"):
+        cell = SweepCell(r["dataset"], r["backbone"], r["depth"], r["budget"], r["condition"], r["seed"],
+                         checkpoint_id="spec-" + r["backbone"], params=dict(relaxation="st"))
+        st.record_done(cell, [_row(r["condition"], r["seed"], mious[r["condition"]], 0.2, depth=r["depth"],
+                                   budget=r["budget"], backbone=r["backbone"], dataset=r["dataset"],
+                                   ckpt="ck-" + r["backbone"])], started=t)
+        cells.append(cell)
+    st.register(cells)
+    return st, cells
+
+
+def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
+    """Cells the profile expects but the store lacks (failed, unreadable, running) make the
+    report refuse by default; with allow_incomplete every one is listed and the rows they
+    affect are marked, never silently dropped."""
+    from midas_nb.sweeps import SweepCell
+    cell = lambda cond, seed: SweepCell("cub", "bb", 9, 0.25, cond, seed, checkpoint_id="spec-x",  # noqa: E731
+                                        params=dict(relaxation="st", epochs=3))
+    t5_0, t5_1, t1_1 = cell("T5", 0), cell("T5", 1), cell("T1", 1)
+    store.register([t5_0, t5_1, t1_1])
+    text = store.path(t5_0.key).read_text()
+    store.path(t5_0.key).write_text(text[: len(text) // 2])                      # truncated record
+    store.record_failed(t5_1, "RuntimeError: CUDA out of memory", started=time.time())
+    store.path(t1_1.key).unlink()
+    store.mark_running(t1_1)                                                      # a worker, no record
+    out = tmp_path / "rep"
+    with pytest.raises(report.IncompleteReportError) as e:
+        report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)
+    msg = str(e.value)
+    assert "3 of the 12 cells the smoke profile's report needs have no result" in msg
+    assert "cub/bb L9 b0.25 T5 s0: unreadable record: unreadable JSON" in msg
+    assert "cub/bb L9 b0.25 T5 s1: failed: RuntimeError: CUDA out of memory" in msg
+    assert "cub/bb L9 b0.25 T1 s1: running, or killed" in msg and "--allow-incomplete" in msg
+    assert not out.exists()
+
+    path = report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE, allow_incomplete=True)
+    tables = report.read_tables(out)
+    prov = tables["provenance"]
+    settings = dict(zip(prov["setting"], prov["value"]))
+    assert settings["completeness: regime grid"] == "INCOMPLETE: 3 of 10 expected cells have no result"
+    assert settings["completeness: three-condition table"] == "complete: all 7 expected cells have results"
+    assert sorted(prov.loc[prov["setting"] == "missing cell", "value"].str.split(" ").str[:5].str.join(" ")) == [
+        "cub/bb L9 b0.25 T1 s1", "cub/bb L9 b0.25 T5 s0", "cub/bb L9 b0.25 T5 s1"]
+    rg = tables["regime"].set_index(["condition", "depth"])
+    assert rg.loc[("T1", 9), "missing"] == "1 of 2 cells missing" and rg.loc[("T1", 9), "n_seeds"] == 1
+    assert rg.loc[("T5", 9), "status"] == "missing" and rg.loc[("T5", 9), "missing"] == "2 of 2 cells missing"
+    assert rg.loc[("T5", 6), "missing"] == ""                                    # complete rows stay unmarked
+    fades = tables["findings"].set_index("finding").loc["fades_deep_loose", "evidence"]
+    assert fades.endswith(" — INCOMPLETE: 3 expected cells missing")
+    md = path.read_text()
+    assert "> **INCOMPLETE.** 3 cells the `smoke` profile expects have no result (regime grid)" in md
+    assert "## Regime grid (D per depth L × budget b) — ⚠ INCOMPLETE: 3 of 10" in md
+    assert "| cub | T5 | 9 | 25% | n/a |  | ⚠ no result (2 of 2 cells missing) |" in md
+    # re-rendering incomplete tables is refused too, unless allowed
+    with pytest.raises(report.IncompleteReportError, match="is incomplete"):
+        report.make_report("smoke", from_tables=out)
+    assert report.make_report("smoke", from_tables=out, allow_incomplete=True).read_text() == md
+
+
+def test_cli_report(tmp_path, capsys):
+    """The reviewer's case: one truncated cell file of a finished smoke store."""
     from midas_nb.cli import main
+    st, cells = _smoke_store(tmp_path / "sweeps" / "smoke")
     out = tmp_path / "cli"
-    assert main(["report", "--profile", "smoke", "--store", str(store.root), "--output", str(out),
-                 "--backbone", "bb", "--depth", "6", "--budget", "0.25"]) == 0
+    args = ["report", "--profile", "smoke", "--store", str(st.root), "--output", str(out)]
+    assert main(args) == 0
     assert (out / "REPORT.md").is_file() and f"report: {out / 'REPORT.md'}" in capsys.readouterr().out
+    assert "INCOMPLETE" not in (out / "REPORT.md").read_text()
+    wide_t5 = next(c for c in cells if c.backbone == "vit_smoke_wide" and c.condition == "T5")
+    st.path(wide_t5.key).write_text(st.path(wide_t5.key).read_text()[:300])
+    assert (st.status()["status"] == "pending").sum() == 1                       # what `sweep status` says
+    out2 = tmp_path / "cli2"
+    assert main(args[:-1] + [str(out2)]) == 1
+    err = capsys.readouterr().err
+    assert "is incomplete: 1 of the" in err and "synthetic/vit_smoke_wide L2 b0.25 T5 s0: unreadable record" in err
+    assert not out2.exists()
+    assert main(args[:-1] + [str(out2), "--allow-incomplete"]) == 0
+    sc = report.read_tables(out2)["scale"]
+    row = sc[(sc["backbone"] == "vit_smoke_wide") & (sc["condition"] == "T5")]
+    assert row["status"].tolist() == ["missing"] and row["missing"].tolist() == ["1 of 1 cells missing"]
     assert main(["report", "--profile", "smoke", "--store", str(tmp_path / "nowhere")]) == 1
     assert "no result store at" in capsys.readouterr().err
-    assert main(["report", "--profile", "smoke", "--store", str(store.root), "--output", str(out),
-                 "--depth", "4"]) == 1
-    assert "no reference rows of backbone 'vit_smoke' at L=4" in capsys.readouterr().err
+    assert main(args + ["--budget", "0.75", "--allow-incomplete"]) == 1
+    assert "no reference rows of backbone 'vit_smoke' at L=2, b=0.75" in capsys.readouterr().err
+
+
+def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_path):
+    """Every interval of the report is drawn with the profile's `bootstrap` resamples and the
+    fixed seed: equal to decoupling_D / aggregate_seeds called so, and two runs write the same bytes."""
+    import numpy as np
+    from midas_nb.metrics import decoupling_D
+    from midas_nb.results import aggregate_seeds
+    st, _ = _smoke_store(tmp_path / "store")
+    # images that differ: the intervals then depend on the number of resamples
+    rng = np.random.default_rng(3)
+    for rec_path in sorted(st.cells_dir.glob("*.json")):
+        import json
+        rec = json.loads(rec_path.read_text())
+        for r in rec["rows"]:
+            r["miou_per_image"] = list(r["miou"] + rng.normal(0, 0.1, 4))
+            r["idauc_per_image"] = list(r["idauc"] + rng.normal(0, 0.1, 4))
+        rec_path.write_text(json.dumps(rec))
+    a, b = tmp_path / "a", tmp_path / "b"
+    report.make_report("smoke", store=st.root, output=a)
+    report.make_report("smoke", store=st.root, output=b)
+    for name in list(report.TABLES) + ["REPORT"]:
+        ext = ".md" if name == "REPORT" else ".csv"
+        assert (a / f"{name}{ext}").read_bytes() == (b / f"{name}{ext}").read_bytes(), name
+    tables = report.read_tables(a)
+    prov = dict(zip(tables["provenance"]["setting"], tables["provenance"]["value"]))
+    assert prov["bootstrap"] == "100 resamples per interval (the profile's `bootstrap`), seed 0"
+    rows, _ = report.load_store_rows("smoke", st.root)
+    at = rows[(rows["backbone"] == "vit_smoke") & (rows["depth"] == 2) & (rows["budget"] == 0.25)]
+    cell = ["dataset", "backbone", "depth", "budget"]
+    t5 = tables["three_conditions"].set_index("condition").loc["T5"]
+    d100 = decoupling_D(at, by=cell, n_boot=100, ci_seed=0).set_index("condition").loc["T5"]
+    d1000 = decoupling_D(at, by=cell, n_boot=1000, ci_seed=0).set_index("condition").loc["T5"]
+    assert (t5["D_pp_lo"], t5["D_pp_hi"]) == pytest.approx((d100["D_pp_lo"], d100["D_pp_hi"]))
+    assert (t5["D_pp_lo"], t5["D_pp_hi"]) != pytest.approx((d1000["D_pp_lo"], d1000["D_pp_hi"]))
+    g100 = aggregate_seeds(at[at["condition"] == "T5"], by=cell + ["condition"], n_boot=100).iloc[0]
+    assert (t5["miou_lo"], t5["miou_hi"]) == pytest.approx((g100["miou_lo"], g100["miou_hi"]))
 
 
 # ------------------------------------------------------------------ the committed reference results

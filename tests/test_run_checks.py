@@ -177,3 +177,284 @@ def test_data_root_and_weights_forms():
     bare, named, problems = parse_weights(["/w/deit_small.pth", "vit_base_patch16_224.augreg_in21k_ft_in1k=/w/B.npz"])
     assert bare == "/w/deit_small.pth" and named == {"vit_base_patch16_224.augreg_in21k_ft_in1k": "/w/B.npz"}
     assert not problems
+
+
+# ------------------------------------------------------------------------------------------
+# review of the command line (issue 14/15 follow-up): every problem checkable before a kernel
+# starts is one line, all of them together, exit status 2, never a traceback
+# ------------------------------------------------------------------------------------------
+
+def _problems(lines):
+    assert lines and lines[-1].endswith("problem(s); no notebook was started"), lines
+    assert not any("Traceback" in ln for ln in lines)
+    return lines[:-1]
+
+
+def test_a_data_root_for_the_synthetic_set_is_an_error(tmp_path, capsys, no_kernel):
+    """It used to be dropped (config._roots) and recorded in the notebooks' metadata."""
+    out = tmp_path / "out"
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--data-root", str(tmp_path), "--output", str(out)],
+                     capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and "the run's dataset is 'synthetic', which is generated and takes no data root" in line
+    assert "use --dataset cub --data-root PATH" in line and str(tmp_path) in line
+    rc, lines = _run(["--profile", "quick", "--dataset", "synthetic", "--notebooks", "02", "--data-root",
+                      str(tmp_path), "--output", str(out)], capsys)
+    assert rc == 2 and "takes no data root" in _problems(lines)[0]
+    # a named root for a dataset that no notebook of the run reads is not silently unused either
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--data-root", f"cub={tmp_path}",
+                      "--output", str(out)], capsys)
+    assert rc == 2 and any("no notebook of this run reads dataset 'cub'" in ln and "--dataset cub" in ln
+                           for ln in _problems(lines))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["-p", "backbone_kwargs", "{embed_dim: 7}"],
+     "backbone: 'vit_smoke' (built here from timm's VisionTransformer) cannot be built with backbone_kwargs "
+     "{'embed_dim': 7}: AssertionError: dim should be divisible by num_heads"),
+    (["-p", "backbone_kwargs", "{nosuch: 7}"], "unexpected keyword argument 'nosuch'"),
+    (["-p", "backbone_kwargs", "{vit_smoke: 5}"], "unexpected keyword argument 'vit_smoke'"),
+    (["-p", "budget", "2e0"], "budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 2.0 (float)"),
+    (["--data-root", "cub="], "--data-root 'cub=': empty path"),
+    (["--weights", "vit_smoke="], "--weights 'vit_smoke=': empty path"),
+    (["--notebooks", ","], "--notebooks: ',' names no notebook; expected comma-separated prefixes such as 00,02"),
+    (["--notebooks", "2"], "--notebooks: no notebook matches '2' (prefixes have two digits: '02')"),
+    (["-p", "dataset", "[cub]"], "dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], got ['cub']"),
+])
+def test_more_bad_arguments_are_one_line_before_any_kernel(args, expected, tmp_path, capsys, no_kernel):
+    out = tmp_path / "out"
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", *args, "--output", str(out)], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and expected in line, line
+    assert not out.exists()
+
+
+def test_numbers_with_an_exponent_are_numbers(tmp_path, capsys, recorder):
+    """PyYAML (YAML 1.1) reads ``1e-1`` as a string: ``-p budget 1e-1`` used to be "got '1e-1' (str)"."""
+    assert cli._parse_value("1e-9") == 1e-9 and cli._parse_value("010") == 10 and cli._parse_value("-3") == -3
+    assert cli._parse_value("[1e-1, 0.5]") == [0.1, 0.5] and cli._parse_value("{img_size: 64}") == {"img_size": 64}
+    assert cli._parse_value("abc") == "abc" and cli._parse_value("null") is None
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "budget", "1e-1", "--output",
+                      str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["budget"] == 0.1
+
+
+def test_weights_that_are_not_a_file_say_what_they_are(tmp_path, capsys, no_kernel):
+    text = tmp_path / "notes.pth"
+    text.write_text("not weights\n" * 5)
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--weights", f"vit_smoke={text}",
+                      "--output", str(tmp_path / "o")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and f"--weights vit_smoke: {text} is not a weights file this loader can read" in line
+    assert "expected a PyTorch state dict (.pth/.pt/.bin" in line and ".safetensors" in line and ".npz" in line
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    torch.save(create_backbone("vit_smoke", 4).state_dict(), folder / "vit_smoke.pth")
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--weights", f"vit_smoke={folder}",
+                      "--output", str(tmp_path / "o")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and f"weights file {folder} is a directory" in line and "it holds vit_smoke.pth" in line
+    assert "does not exist" not in line
+
+
+def test_an_output_directory_that_cannot_be_made_is_a_preflight_line(tmp_path, capsys, no_kernel):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--output", str(blocker / "out")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and f"--output '{blocker / 'out'}': cannot be created: '{blocker}' is a file" in line
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--output", str(blocker)], capsys)
+    assert rc == 2 and f"--output '{blocker}': is a file" in _problems(lines)[0]
+    assert blocker.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_every_group_of_problems_is_listed_in_one_pass(tmp_path, capsys, no_kernel):
+    """Preflight used to stop after the settings' group: the device hid the roots and weights."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--dataset", "cub", "-p", "budget", "5",
+                      "--device", "cuda:99", "--data-root", str(tmp_path / "no_cub"),
+                      "--weights", str(tmp_path / "no.pth"), "--output", str(tmp_path / "o")], capsys)
+    problems = _problems(lines)
+    assert rc == 2 and len(problems) == 4, problems
+    assert problems[0].startswith("midas-nb run: budget: expected a kept fraction")
+    assert "device: 'cuda:99'" in problems[1]
+    assert any("no_cub" in ln and "does not exist or is not a directory" in ln for ln in problems)
+    assert any(f"--weights vit_smoke: weights file {tmp_path / 'no.pth'} does not exist" in ln for ln in problems)
+
+
+def _paper_file(tmp_path, name="deit_tiny_patch16_224.fb_in1k"):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from weight_files import SMALL_KWARGS, paper_arch, write_deit_release
+
+    model = paper_arch(name.split(".")[0], **SMALL_KWARGS[name])          # 224 px, as released
+    return write_deit_release(model, tmp_path / "deit_tiny.pth"), SMALL_KWARGS[name]
+
+
+def test_a_backbone_with_other_patches_than_the_profile_fails_in_preflight(tmp_path, capsys, no_kernel):
+    """Smoke cuts 8 px patches; DeiT-Ti/16 used to pass preflight and fail in notebook 00 cell 7
+    ("Input height (64) doesn't match model (224)")."""
+    deit = "deit_tiny_patch16_224.fb_in1k"
+    path, small = _paper_file(tmp_path)
+    kwargs = "{%s: {embed_dim: %d, num_heads: %d}}" % (deit, small["embed_dim"], small["num_heads"])
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--backbone", deit, "--weights", f"{deit}={path}",
+                      "-p", "backbone_kwargs", kwargs, "--output", str(tmp_path / "o")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and f"patch_size: {deit} has 16 px patches but the profile's patch_size is 8 px" in line
+    assert "a profile with 16 px patches (paper, quick, rehearsal)" in line
+
+
+def test_the_input_size_follows_the_profile_and_a_224_file_loads(tmp_path):
+    """A 224 px weights file in a 64 px profile: ``img_size`` follows ``image_size`` (timm resamples
+    the position embeddings), as the rehearsal's own ``img_size: 64`` did; a ``backbone_kwargs``
+    that replaces the rehearsal's used to leave a 224 px model fed 64 px images."""
+    from midas_nb.backbones import backbone_kwargs, check_backbone
+
+    deit = "deit_tiny_patch16_224.fb_in1k"
+    path, small = _paper_file(tmp_path)
+    prof = config.get_profile("rehearsal", backbone=deit, backbone_kwargs={deit: small})
+    kwargs = backbone_kwargs(prof, deit)
+    assert kwargs == dict(small, img_size=64)
+    model = create_backbone(deit, 4, weights=path, **kwargs)
+    assert model.patch_embed.img_size == (64, 64) and tuple(model.pos_embed.shape) == (1, 1 + 16, small["embed_dim"])
+    assert model(torch.zeros(2, 3, 64, 64)).shape == (2, 4)
+    # the profiles' own backbones get nothing added (their checkpoint keys stay as they were)
+    for name in ("smoke", "quick", "paper"):
+        p = config.get_profile(name)
+        assert all("img_size" not in backbone_kwargs(p, b) for b in [p["backbone"], *p["scale_backbones"]])
+    # an img_size that contradicts the images is a problem, not a silent mismatch
+    rng = torch.random.get_rng_state()
+    assert check_backbone(deit, dict(small, img_size=96), [6], image_size=64, patch_size=16) == [
+        f"image_size: {deit} is built for 96×96 px inputs (backbone_kwargs img_size) but the profile's images are "
+        f"64 px; drop img_size from backbone_kwargs (it then follows image_size) or pass -p image_size 96"]
+    assert torch.equal(rng, torch.random.get_rng_state())              # a meta-device build draws nothing
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("notebooks: 2\n", ["notebooks: expected prefixes as a string '00,02' or a list of quoted strings ['00', '02'], "
+                        "got 2 (int)"]),
+    ("notebooks: [00, 02]\n", ["got [0, 2] (list) (YAML reads 00 and 02 as the numbers 0 and 2: quote them)"]),
+    ("profile: [smoke]\n", ["profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], got ['smoke'] (list)"]),
+    ("profile: smoke\ndataset: [cub]\n", ["dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], "
+                                         "got ['cub'] (list)"]),
+    ("data_root: 5\noutput: 5\n", ["data_root: expected a directory path (a non-empty string), got 5 (int)",
+                                   "output: expected a directory path (a non-empty string), got 5 (int)"]),
+    ("profile: smoke\ndata_roots: {cub: }\n", ["data_roots.cub: expected a directory path, got None (NoneType)"]),
+    ("profile: smoke\nweights: {vit_smoke: [1]}\n", ["weights.vit_smoke: expected a weights file path, got [1] (list)"]),
+    ("profile: smoke\nparams: [1]\ncell_timeout: 0\n", ["params: expected a mapping of notebook parameters",
+                                                       "cell_timeout: expected seconds > 0, got 0 (int)"]),
+])
+def test_run_file_fields_are_type_checked(text, expected, tmp_path, capsys, no_kernel):
+    run = tmp_path / "run.yaml"
+    run.write_text(text)
+    rc, lines = _run(["--config", str(run), "--output", str(tmp_path / "o")], capsys)
+    problems = _problems(lines)
+    assert rc == 2 and len(problems) == len(expected), problems
+    for line, want in zip(problems, expected):
+        assert line.startswith(f"midas-nb run: --config '{run}': ") and want in line, line
+    rc, lines = _run(["--config", str(tmp_path), "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and f"--config '{tmp_path}': is a directory; expected a YAML run file" in _problems(lines)[0]
+
+
+def test_run_file_paths_are_relative_to_the_run_file(tmp_path, capsys, recorder, monkeypatch):
+    """Values are no longer turned into strings before the check, and a relative path names the
+    same file from any working directory."""
+    here = tmp_path / "project"
+    (here / "w").mkdir(parents=True)
+    torch.save(create_backbone("vit_smoke", 4).state_dict(), here / "w" / "vit_smoke.pth")
+    run = here / "run.yaml"
+    run.write_text("profile: smoke\nnotebooks: ['07']\nweights: {vit_smoke: w/vit_smoke.pth}\noutput: executed\n"
+                   "params: {budget: 1e-1}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    rc, lines = _run(["--config", str(run)], capsys)
+    assert rc == 0, lines
+    assert recorder == [("07_deployment_guide.ipynb", {"profile": "smoke", "budget": 0.1,
+                                                       "weights": {"vit_smoke": str(here / "w" / "vit_smoke.pth")}})]
+    assert (here / "executed" / "07_deployment_guide.ipynb").is_file() and not any(elsewhere.iterdir())
+
+
+def test_export_html_and_params_answer_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["export-html", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'runs' / 'smoke'} does not exist" in err[0]
+    assert "run `midas-nb run --profile smoke` first" in err[0]
+    (tmp_path / "runs" / "smoke").mkdir(parents=True)
+    assert cli.main(["export-html", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no executed notebook (NN_*.ipynb with outputs)" in err[0]
+    assert "run `midas-nb run --profile smoke` first" in err[0] and "--output" not in err[0]
+    bad = tmp_path / "notes.ipynb"
+    bad.write_text('{"cells": 3')
+    assert cli.main(["params", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad} is not a Jupyter notebook (NotJSONError" in err[0]
+
+
+def test_report_arguments_are_checked(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert cli.main(["report", "--depth", "0", "--budget", "7", "--from-tables", "results", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("midas-nb report: --from-tables re-renders the saved tables as they are; --depth, --budget "
+                      "select what is read from a result store and would be ignored: drop them or drop --from-tables")
+    assert err[1:] == ["midas-nb report: --depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)",
+                       "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 7.0 (float)",
+                       "midas-nb report: 3 problem(s); nothing was written"]   # all of them at once
+    assert cli.main(["report", "--profile", "smoke", "--depth", "0", "--budget", "7", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[:2] == ["midas-nb report: --depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)",
+                       "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 7.0 (float)"]
+    assert cli.main(["report", "--profile", "smoke", "--depth", "9", "--output", str(out)]) == 2
+    assert "--depth: L = 9 is outside 1..3 for vit_smoke (4 blocks" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_budget_below_the_cells_resolution_is_refused_before_any_kernel(tmp_path, capsys, no_kernel):
+    """``-p budget 1e-9`` used to pass preflight as a number in (0, 1] and fail in notebook 02's
+    cell 4: result cells key b to 6 decimals (``SweepCell``), so it became 0.0."""
+    from midas_nb.sweeps import SweepCell
+
+    with pytest.raises(ValueError, match="budget must be in"):           # why the floor is 1e-6
+        SweepCell("synthetic", "vit_smoke", 2, 1e-9, "T1", 0)
+    assert SweepCell("synthetic", "vit_smoke", 2, 1e-6, "T1", 0).budget == 1e-6
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "budget", "1e-9", "--output",
+                      str(tmp_path / "o")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and line == ("midas-nb run: budget: 1e-09 is below 1e-06, the resolution at which result cells "
+                                "key b (6 decimals; it would round to 0); expected b in [1e-06, 1]")
+    assert config.check_profile(config.get_profile("smoke", budget=1e-6, budgets=[1e-6, 1.0]), device=False) == []
+    assert config.check_profile(config.get_profile("smoke", budgets=[5e-7, 0.5]), device=False) == [
+        "budgets: expected a list of numbers in [1e-06, 1], got [5e-07, 0.5]"]
+
+
+def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
+    """A missing README used to fail after REPORT.md and its tables were written (exit 1); a missing
+    --from-tables directory said "tables missing"; every problem is now listed at once, exit 2."""
+    out = tmp_path / "report"
+    no_markers = tmp_path / "README.md"
+    no_markers.write_text("# a README without a results section\n")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert cli.main(["report", "--profile", "smoke", "--from-tables", str(tmp_path / "nope"), "--readme",
+                     str(tmp_path / "missing.md"), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"midas-nb report: --from-tables '{tmp_path / 'nope'}': does not exist; expected the directory " \
+                     f"of a report's CSV tables"
+    assert err[1].startswith(f"midas-nb report: --readme '{tmp_path / 'missing.md'}': does not exist; expected a "
+                             f"README file with the results section markers")
+    assert err[2:] == ["midas-nb report: 2 problem(s); nothing was written"]
+    assert cli.main(["report", "--profile", "smoke", "--readme", str(no_markers),
+                     "--budget", "0", "--output", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"midas-nb report: --readme '{no_markers}': has no results section; expected the markers "
+        f"'<!-- midas-nb report: begin (generated by `midas-nb report` from the results/ tables; do not edit) -->' "
+        f"... '<!-- midas-nb report: end -->' around the section to rewrite",
+        f"midas-nb report: --output '{blocker / 'out'}': cannot be created: '{blocker}' is a file; expected a "
+        f"directory for the report",
+        "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 0.0 (float)",
+        "midas-nb report: 3 problem(s); nothing was written"]
+    assert not out.exists() and no_markers.read_text() == "# a README without a results section\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "a_file"]

@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 
 from midas_nb.config import get_profile
-from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status,
-                             make_grid, run_sweep, sweep_status, sweep_status_report)
+from midas_nb.study import make_grid
+from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status, run_sweep,
+                             sweep_status, sweep_status_report)
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -431,7 +432,7 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
 def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
     """Two cells of the real protocol through the store; their rows equal a direct run_protocol."""
     from midas_nb.metrics import decoupling_D
-    from midas_nb.sweeps import ProtocolCellRunner, scale_readout
+    from midas_nb.study import ProtocolCellRunner, scale_readout
 
     prof = get_profile("smoke", max_eval_images=8, bootstrap=20, idauc_steps=4,
                        scorer_train=dict(epochs=1, batch_size=32, lr=1e-3))
@@ -450,7 +451,7 @@ def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
     assert D.set_index("condition").loc["reference", "D_pp"] == 0
     # the store's rows are exactly what a direct run_protocol with the cells' settings gives
     from midas_nb.protocol import run_protocol
-    from midas_nb.sweeps import _protocol_params
+    from midas_nb.study.grid import _protocol_params
     settings = {k: v for k, v in _protocol_params(prof).items() if k not in ("image_size", "patch_size")}
     direct = run_protocol(study.train_set, study.test_set, study.model, depth=prof["depth"], budget=prof["budget"],
                           conditions=["reference", "unsupervised"], seeds=prof["seeds"],
@@ -477,7 +478,7 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
     import pickle
     from types import SimpleNamespace
 
-    from midas_nb.sweeps import ProtocolCellRunner
+    from midas_nb.study import ProtocolCellRunner
 
     fake = SimpleNamespace(dataset_name="synthetic", params={"backbone": "vit_smoke"})
     runner = ProtocolCellRunner("smoke", study=fake)
@@ -489,7 +490,7 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 def test_synthetic_recipe_is_used_only_for_the_embedded_set(tmp_path):
     from midas_nb.config import finetune_settings
     from midas_nb.data import make_synthetic_cub
-    from midas_nb.sweeps import checkpoint_spec_id
+    from midas_nb.study import checkpoint_spec_id
     prof = get_profile("quick")
     # a real-data root (CUB layout) of its own: spec ids are content-based, so it must exist
     cub = make_synthetic_cub(tmp_path / "cub", num_classes=2, images_per_class=2, image_size=64)

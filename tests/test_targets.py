@@ -353,7 +353,7 @@ def test_cache_round_trip(model, images, tmp_path, monkeypatch):
     files = list((tmp_path / "targets").glob("*.safetensors"))
     assert len(files) == 1 and files[0].with_suffix(".json").exists()
 
-    import midas_nb.targets as targets_mod
+    import midas_nb.targets.cache as targets_mod
 
     def no_compute(*args, **kwargs):
         raise AssertionError("the cache should have been loaded, not recomputed")

@@ -31,7 +31,7 @@ import shutil
 import tempfile
 from itertools import product
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -184,6 +184,23 @@ def _draw_bird(rng: np.random.Generator, attrs: dict[str, str], size: int, ss: i
     d.ellipse(S([(ex - er * 1.5, ey - er * 1.5), (ex + er * 1.5, ey + er * 1.5)]), fill=(250, 250, 250))
     d.ellipse(S([(ex - er, ey - er), (ex + er, ey + er)]), fill=(10, 10, 10))
 
+    kp = _bird_keypoints(P, facing, hx, hy, beak_len, L, (ex, ey), wc, far_wing)
+    # object box: union of the drawn shapes
+    pts = np.array(tail + beak + [P(x, y) for x, y in ((-1.0, -0.62), (1.0, 0.62), (0.25, 1.0), (-0.12, 1.0))]
+                   + [(hcx - R, hcy - R), (hcx + R, hcy + R)] + ([P(-0.8, -0.97)] if far_wing else []))
+    box = np.array([pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()])
+    occ = _occluder(rng, d, box, L, ss)
+    out = _visible_parts(kp, size, occ)
+    box = np.clip(box, 0, size)
+    return img, out, box
+
+
+def _bird_keypoints(P: Callable[[float, float], tuple[float, float]], facing: float, hx: float, hy: float,
+                    beak_len: float, L: float, eye: tuple[float, float], wing: tuple[float, float], far_wing: bool
+                    ) -> dict[str, tuple[float, float, int]]:
+    """The 15 CUB part keypoints ``name -> (x, y, visible)`` of a drawn bird, in final pixels
+    (``P``: local bird coordinates in units of the half-length ``L`` px → final pixels;
+    ``beak_len`` in px; the far eye is hidden, the far wing visible when drawn)."""
     near, far = ("right", "left") if facing > 0 else ("left", "right")
     kp: dict[str, tuple[float, float, int]] = {}
 
@@ -196,31 +213,37 @@ def _draw_bird(rng: np.random.Generator, attrs: dict[str, str], size: int, ss: i
     put("breast", P(0.62, 0.30))
     put("crown", P(hx, hy - 0.28))
     put("forehead", P(hx + 0.27, hy - 0.24))
-    put(f"{near} eye", (ex, ey))
-    put(f"{far} eye", (ex, ey), vis=False)
+    put(f"{near} eye", eye)
+    put(f"{far} eye", eye, vis=False)
     put(f"{near} leg", P(0.25, 0.98))
     put(f"{far} leg", P(-0.05, 0.98))
-    put(f"{near} wing", wc)
+    put(f"{near} wing", wing)
     put(f"{far} wing", P(-0.25, -0.82), vis=far_wing)
     put("nape", P(hx - 0.33, hy + 0.12))
     put("tail", P(-1.45, 0.0))
     put("throat", P(hx + 0.12, hy + 0.36))
+    return kp
 
-    # object box: union of the drawn shapes
-    pts = np.array(tail + beak + [P(x, y) for x, y in ((-1.0, -0.62), (1.0, 0.62), (0.25, 1.0), (-0.12, 1.0))]
-                   + [(hcx - R, hcy - R), (hcx + R, hcy + R)] + ([P(-0.8, -0.97)] if far_wing else []))
-    box = np.array([pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()])
 
-    # occluder: a clutter-coloured block over part of the bird
-    occ = None
-    if rng.random() < 0.25:
-        ow, oh = rng.uniform(0.5, 1.0) * L, rng.uniform(0.5, 1.0) * L
-        ox = float(rng.uniform(box[0], box[2])) - ow / 2
-        oy = float(rng.uniform(box[1], box[3])) - oh / 2
-        occ = (ox, oy, ox + ow, oy + oh)
-        g = int(rng.integers(60, 200))
-        d.rectangle(S([(occ[0], occ[1]), (occ[2], occ[3])]), fill=(g, g, int(g * 0.9)))
+def _occluder(rng: np.random.Generator, d: ImageDraw.ImageDraw, box: np.ndarray, L: float, ss: int
+              ) -> tuple[float, float, float, float] | None:
+    """With probability 1/4, a clutter-coloured block over part of the bird (drawn on ``d``);
+    its rectangle ``x0 y0 x1 y1`` in final pixels, else ``None``."""
+    if rng.random() >= 0.25:
+        return None
+    ow, oh = rng.uniform(0.5, 1.0) * L, rng.uniform(0.5, 1.0) * L
+    ox = float(rng.uniform(box[0], box[2])) - ow / 2
+    oy = float(rng.uniform(box[1], box[3])) - oh / 2
+    occ = (ox, oy, ox + ow, oy + oh)
+    g = int(rng.integers(60, 200))
+    d.rectangle([(occ[0] * ss, occ[1] * ss), (occ[2] * ss, occ[3] * ss)], fill=(g, g, int(g * 0.9)))
+    return occ
 
+
+def _visible_parts(kp: dict[str, tuple[float, float, int]], size: int,
+                   occ: tuple[float, float, float, float] | None) -> np.ndarray:
+    """``[15, 3]`` in :data:`CUB_PART_NAMES` order; a keypoint outside the image or under the
+    occluder becomes ``(0, 0, 0)``."""
     out = np.zeros((len(CUB_PART_NAMES), 3), np.float32)
     for k, name in enumerate(CUB_PART_NAMES):
         x, y, v = kp[name]
@@ -229,8 +252,7 @@ def _draw_bird(rng: np.random.Generator, attrs: dict[str, str], size: int, ss: i
         if v and occ is not None and occ[0] <= x <= occ[2] and occ[1] <= y <= occ[3]:
             v = 0
         out[k] = (x, y, 1) if v else (0, 0, 0)
-    box = np.clip(box, 0, size)
-    return img, out, box
+    return out
 
 
 def _render(rng: np.random.Generator, attrs: dict[str, str], size: int) -> tuple[Image.Image, np.ndarray, np.ndarray]:

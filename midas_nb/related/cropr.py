@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..pruning import (PrunedOutput, check_depth, keep_mask_from_indices, prune_tokens, score_tokens,
-                       select_top_k)
+from ..metrics import bootstrap_ci, measure_throughput
+from ..pruning import PrunedOutput, keep_mask_from_indices, kept_token_indices, prune_tokens, score_tokens
 from ..scorers import TokenScorer, register_scorer
-from ..vit import classify_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
+from ..vit import classify_tokens, gather_tokens, run_blocks
 
 __all__ = ["CroprScorer", "prune_tokens_llf", "cropr_forward"]
 
@@ -123,7 +123,6 @@ class CroprScorer(TokenScorer):
         of the auxiliary head and, given ``images``, ``throughput_llf`` (images/s) with
         ``llf_speed_ratio`` = LLF / plain Cropr pruning, both timed in alternation here (the
         best of two rounds each) so that the ratio does not depend on the machine's load."""
-        from ..metrics import bootstrap_ci, measure_throughput
         device = next(backbone.parameters()).device
         llf, aux = [], []
         with torch.no_grad():
@@ -167,13 +166,8 @@ def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth:
         :class:`~midas_nb.pruning.PrunedOutput` (``keep_idx``/``keep_mask`` of the pruned
         stretch).
     """
-    depth = check_depth(backbone, depth)
-    P = num_prefix_tokens(backbone)
-    B, T, D = hidden.shape
-    N = T - P
-    if scores.shape != (B, N):
-        raise ValueError(f"scores must be [B,N]=({B},{N}), got {tuple(scores.shape)}")
-    keep_idx = select_top_k(scores, keep_count(budget, N))
+    depth, P, keep_idx = kept_token_indices(backbone, hidden, scores, depth, budget)
+    N, D = hidden.shape[1] - P, hidden.shape[2]
     x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, len(backbone.blocks) - 1)
     patches = hidden[:, P:].scatter(1, keep_idx.unsqueeze(-1).expand(-1, -1, D), x[:, P:])
     x = backbone.blocks[-1](torch.cat([x[:, :P], patches], dim=1))

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..metrics import bootstrap_ci
 from ..pruning import check_depth
 from ..scorers import TokenScorer, register_scorer
 from ..vit import classify_tokens, num_prefix_tokens
@@ -197,7 +198,6 @@ class IARedScorer(TokenScorer):
                           images: Tensor | None = None) -> dict[str, Any]:
         """The interpreter's own rule (keep ``π_j > threshold``): ``threshold_keep_rate`` (mean
         kept fraction), ``threshold_accuracy`` (+ bootstrap CI)."""
-        from ..metrics import bootstrap_ci
         device = next(backbone.parameters()).device
         keep = scores > self.threshold
         preds = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -32,10 +31,17 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
+from ..config import cache_dir as default_cache_dir
+from ..data import collate_samples
+from ..identity import dataset_identity, hash_json, load_or_build, state_dict_digest
+from ..metrics import bootstrap_ci, patch_score, point_in_box
+from ..protocol import evaluation_subset
 from ..targets import channel_lowpass
-from ..vit import classify_tokens, embed_tokens, num_prefix_tokens, run_blocks
+from ..train import block_cache, optimise_on_cache
+from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
 
 __all__ = ["Aggregation", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
            "patch_score_maps", "pib_table"]
@@ -175,7 +181,6 @@ class LaStViT(nn.Module):
 def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
     if isinstance(model, LaStViT):
         return model.scores_and_logits(images)
-    from ..metrics import patch_score
     x = run_blocks(model, embed_tokens(model, images))
     return patch_score(x, num_prefix_tokens(model)), classify_tokens(model, x)
 
@@ -227,9 +232,6 @@ def last_finetune(
         :class:`LaStViT` in eval mode on ``device``; ``model.history`` holds per-epoch
         ``loss`` and ``train_accuracy``, ``seconds`` and the settings.
     """
-    from ..config import cache_dir as default_cache_dir
-    from ..identity import dataset_identity, hash_json, load_or_build, state_dict_digest
-    from ..train import block_cache, frozen
 
     device = torch.device(device)
     backbone.to(device)
@@ -242,33 +244,30 @@ def last_finetune(
         cache = block_cache(backbone, train_set, depth=model.start,
                             key=None if key is None else dict(key, split="train", purpose="last_finetune"),
                             cache_dir=cache_dir, device=device, progress=progress, masks=False)
-        params = model.tuned_parameters()
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         n = len(cache)
-        total = max(1, epochs * math.ceil(n / batch_size))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
-        gen = torch.Generator().manual_seed(int(seed))
         history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings)
+        sums = [0.0, 0]                     # loss sum, correct count of the current epoch
+
+        def step(idx: torch.Tensor) -> torch.Tensor:
+            h = cache.hidden[idx].to(device, torch.float32)
+            labels = cache.labels[idx].to(device)
+            logits = model.head(model.forward_tokens(h))
+            loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+            sums[0] += loss.item() * len(idx)
+            sums[1] += int((logits.argmax(-1) == labels).sum())
+            return loss
+
+        def end_epoch() -> None:
+            history["loss"].append(sums[0] / n)
+            history["train_accuracy"].append(sums[1] / n)
+            sums[:] = [0.0, 0]
+
         t0 = time.perf_counter()
         model.train()
-        with frozen(backbone), tqdm(total=total, desc=f"LaSt fine-tune ({aggregation})", disable=not progress,
-                                    leave=False) as bar:
-            for _ in range(epochs):
-                loss_sum, correct = 0.0, 0
-                for idx in torch.randperm(n, generator=gen).split(batch_size):
-                    h = cache.hidden[idx].to(device, torch.float32)
-                    labels = cache.labels[idx].to(device)
-                    logits = model.head(model.forward_tokens(h))
-                    loss = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    sched.step()
-                    loss_sum += loss.item() * len(idx)
-                    correct += int((logits.argmax(-1) == labels).sum())
-                    bar.update(1)
-                history["loss"].append(loss_sum / n)
-                history["train_accuracy"].append(correct / n)
+        with frozen(backbone):
+            optimise_on_cache(model.tuned_parameters(), n, step, epochs=epochs, batch_size=batch_size, lr=lr,
+                              weight_decay=weight_decay, seed=seed, desc=f"LaSt fine-tune ({aggregation})",
+                              progress=progress, end_epoch=end_epoch)
         model.eval()
         history["seconds"] = time.perf_counter() - t0
         return {"blocks": {k: v.detach().cpu() for k, v in model.blocks.state_dict().items()},
@@ -327,11 +326,7 @@ def pib_table(
         ``pib``, ``pib_lo``, ``pib_hi``, ``accuracy``, ``accuracy_lo``, ``accuracy_hi``,
         ``n_images``.
     """
-    from torch.utils.data import DataLoader, Subset
 
-    from ..data import collate_samples
-    from ..metrics import bootstrap_ci, point_in_box
-    from ..protocol import evaluation_subset
 
     if not models:
         raise ValueError("pib_table needs at least one model")

@@ -29,7 +29,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..data import collate_samples
 from ..metrics import bootstrap_ci, curve_auc, insertion_counts
+from ..protocol import evaluation_subset
 from ..vit import classify_tokens, embed_tokens, gather_tokens, num_prefix_tokens, run_blocks
 
 __all__ = ["ReferenceClass", "perturbation_curves", "perturbation_test", "perturbation_table"]
@@ -123,7 +125,6 @@ def _batches(data: Any, n: int, batch_size: int):
         return
     from torch.utils.data import DataLoader, Subset
 
-    from ..data import collate_samples
     sub = Subset(data, list(range(n)))
     for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples):
         yield b.images, b.labels
@@ -238,7 +239,6 @@ def perturbation_table(
     """
     from torch.utils.data import Subset
 
-    from ..protocol import evaluation_subset
 
     bad = {k: tuple(v.shape) for k, v in target_maps.items() if v.dim() != 2 or v.shape[0] != len(test_set)}
     if bad:

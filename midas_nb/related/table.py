@@ -23,6 +23,12 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
+from ..metrics import decoupling_D
+from ..protocol import list_conditions
+from ..results import aggregate_seeds, METRIC_COLUMNS
+from .last import last_finetune, pib_table
+from .perturbation import perturbation_table
+
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
            "run_related"]
 
@@ -44,6 +50,7 @@ def related_table(
     perturbation: pd.DataFrame | None = None,
     pib: pd.DataFrame | None = None,
     band: float = 0.01,
+    n_boot: int = 1000,
 ) -> pd.DataFrame:
     """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
 
@@ -53,6 +60,8 @@ def related_table(
         perturbation: :func:`~midas_nb.related.perturbation.perturbation_table` output, or ``None``.
         pib: :func:`~midas_nb.related.last.pib_table` output, or ``None``.
         band: IDAUC parity band of ``D``. Default: 0.01.
+        n_boot: bootstrap resamples of the intervals and of ``D_status`` (:func:`run_related`
+            passes the profile's ``bootstrap``).
 
     Returns:
         One row per pruning condition (``method`` = condition; metric columns are means over
@@ -60,11 +69,8 @@ def related_table(
         ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
         backbone variant (``pib``, ``accuracy`` with CIs). Columns a row kind does not have are NaN.
     """
-    from ..metrics import decoupling_D
-    from ..results import METRIC_COLUMNS, aggregate_seeds
-
     parts = []
-    agg = aggregate_seeds(protocol_table)
+    agg = aggregate_seeds(protocol_table, n_boot=n_boot)
     rename = {f"{m}_mean": m for m in METRIC_COLUMNS}
     agg = agg.rename(columns=rename)
     keys = [c for c in ("dataset", "backbone", "checkpoint_id", "condition", "target", "relaxation", "depth",
@@ -73,7 +79,7 @@ def related_table(
     if extra:
         means = protocol_table.groupby(keys, dropna=False, sort=False)[extra].mean().reset_index()
         agg = agg.merge(means, on=keys, how="left")
-    D = decoupling_D(protocol_table, band=band)
+    D = decoupling_D(protocol_table, band=band, n_boot=n_boot)
     dkeys = [c for c in keys if c in D.columns]
     agg = agg.merge(D[dkeys + ["D_pp", "D_pp_std", "delta_idauc", "status", "D_cell"]]
                     .rename(columns={"status": "D_status"}), on=dkeys, how="left")
@@ -149,10 +155,6 @@ def run_related(
     Returns:
         :class:`RelatedResults`.
     """
-    from ..protocol import list_conditions
-    from .last import last_finetune, pib_table
-    from .perturbation import perturbation_table
-
     p = study.params
     valid = set(list_conditions())
     conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
@@ -186,5 +188,5 @@ def run_related(
                                          epochs=last_epochs, device=study.device, key=key, progress=study.progress)
         pib = pib_table({"backbone": study.model, **models}, study.test_set, max_images=n_img,
                         device=study.device, n_boot=n_boot, progress=study.progress)
-    table = related_table(protocol, perturbation=pert, pib=pib)
+    table = related_table(protocol, perturbation=pert, pib=pib, n_boot=n_boot)
     return RelatedResults(table=table, protocol=protocol, perturbation=pert, pib=pib, models=models)

@@ -1,18 +1,6 @@
-"""One study = one (profile, dataset, backbone): the object every notebook starts from.
-
-A :class:`Study` resolves the data (the real dataset under ``data_root``, or the embedded
-synthetic CUB-format default when no path is given), builds or loads the fine-tuned backbone
-through the checkpoint cache, and gives the notebooks short calls for each stage of the
-pipeline (DESIGN.md §2): target maps, the three-condition protocol, sweeps. Every stage is
-cached (checkpoints and target maps under :func:`midas_nb.config.cache_dir`, tables under
-``runs/``), so each notebook runs on its own and a rerun is fast.
-
-Example::
-
-    >>> study = Study("smoke")                 # embedded synthetic data, tiny ViT
-    >>> table = study.protocol()               # one row per condition x seed
-    >>> maps = study.target_maps()             # {"T0": [M, N], ...} on the test split
-"""
+"""One study = one (profile, dataset, backbone): its data splits, fine-tuned backbone and target
+maps (:class:`StudyBase`; :class:`midas_nb.study.Study` adds the protocol runs through the
+result store)."""
 from __future__ import annotations
 
 import os
@@ -23,15 +11,24 @@ from typing import Any
 import pandas as pd
 import torch
 
-from . import config
+from .. import config
+from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
+                         weights_for)
+from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
+from ..identity import hash_json
+from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, part_miou, point_in_box
+from ..protocol import evaluation_subset
+from ..pruning import keep_mask_from_indices, select_top_k
+from ..related.last import pib_table
+from ..targets import target_cache
+from ..vit import grid_size, keep_count
 
-__all__ = ["Study", "check_data", "check_layout", "resolve_data", "TRAIN_SPLIT"]
+__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "TRAIN_SPLIT"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
 
 def _key_hash(key: dict) -> str:
-    from .identity import hash_json
     return hash_json(key, 12)
 
 
@@ -68,7 +65,6 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
     name, root = check_data(params)
     if root is not None:
         return name, root, name
-    from .data import make_synthetic_cub
 
     syn = dict(params.get("synthetic") or {})
     root = config.cache_dir() / "data" / f"synthetic_{_key_hash(syn)}"
@@ -85,8 +81,6 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
     image is decoded. Stanford Cars must have test labels (``cars_test_annos_withlabels.mat``):
     the protocol's accuracies and the backbone's test accuracy need them.
     """
-    from .data import DatasetError, load_dataset
-
     root = Path(root).expanduser()
     if not root.is_dir():
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
@@ -110,7 +104,7 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
 TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
 
 
-class Study:
+class StudyBase:
     """Data, backbone and cached pipeline stages for one profile.
 
     Args:
@@ -133,10 +127,10 @@ class Study:
         self.params = config.get_profile(profile, **overrides)
         problems = config.check_profile(self.params)
         if not problems:
-            from .backbones import check_backbone
             p = self.params
-            problems = check_backbone(p["backbone"], config.backbone_kwargs_for(p, p["backbone"]),
-                                      [p["depth"], *(p.get("depths") or [])])
+            problems = check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]),
+                                      [p["depth"], *(p.get("depths") or [])],
+                                      image_size=p["image_size"], patch_size=p["patch_size"])
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
@@ -155,24 +149,22 @@ class Study:
     # ----------------------------------------------------------------------------- data
     @cached_property
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        from .backbones import backbone_normalization
         return backbone_normalization(self.params["backbone"])
 
     @property
     def weights(self) -> str | None:
         """The backbone's initial weights: a file (``--weights NAME=PATH``), ``"hub"`` (timm's
         pretrained weights) or ``None`` (random init / the local architectures)."""
-        from .backbones import weights_for
         return weights_for(self.params, self.params["backbone"])
 
     @property
     def backbone_kwargs(self) -> dict[str, Any]:
-        """timm ``VisionTransformer`` arguments of the backbone (profile ``backbone_kwargs``)."""
-        return config.backbone_kwargs_for(self.params, self.params["backbone"])
+        """timm ``VisionTransformer`` arguments of the backbone (profile ``backbone_kwargs``;
+        ``img_size`` follows ``image_size``, :func:`midas_nb.backbones.backbone_kwargs`)."""
+        return backbone_kwargs(self.params, self.params["backbone"])
 
     def dataset(self, split: str, train: bool = False):
         """The ``split`` of the study's dataset with the backbone's normalisation."""
-        from .data import load_dataset
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
@@ -201,12 +193,10 @@ class Study:
     def checkpoint_key(self) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
         loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics)."""
-        from .backbones import checkpoint_key
         return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, **self._finetune_args())
 
     @cached_property
     def _backbone(self):
-        from .backbones import load_or_finetune
         return load_or_finetune(self.params["backbone"], self.train_set, self.test_set,
                                 progress=self.progress, **self._finetune_args())
 
@@ -223,13 +213,11 @@ class Study:
     @property
     def grid(self) -> tuple[int, int]:
         """The backbone's patch grid ``(rows, cols)``; ``N = rows·cols`` patch tokens."""
-        from .vit import grid_size
         return grid_size(self.model)
 
     def batch(self, n: int = 4, split: str = "test", indices: list[int] | None = None):
         """A :class:`midas_nb.data.Batch` of the split's images ``indices`` (default: ``n``
         images spread evenly over the split, so several classes appear)."""
-        from .data import collate_samples
         ds = self.train_set if split == "train" else self.test_set
         if indices is None:
             n = max(1, min(int(n), len(ds)))
@@ -256,7 +244,6 @@ class Study:
     def target_maps(self, split: str = "test", depth: int | None = None,
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Target maps ``{id: [M, N]}`` over the split's images (cached on disk)."""
-        from .targets import target_cache
         depth = int(self.params["depth"] if depth is None else depth)
         ids = list(self.params["targets"] if ids is None else ids)
         ds = self.train_set if split == "train" else self.test_set
@@ -274,9 +261,6 @@ class Study:
         trained. Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over
         images), ``n_images``, ``n_skipped``, ``coverage_kind``.
         """
-        from .metrics import bootstrap_ci, box_coverage, part_miou
-        from .pruning import keep_mask_from_indices, select_top_k
-        from .vit import keep_count
         budget = float(self.params["budget"] if budget is None else budget)
         ds = self.test_set
         ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in range(len(ds))])
@@ -293,7 +277,6 @@ class Study:
     def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
         """Insertion/deletion curves (:class:`midas_nb.metrics.InsDel`) of target rankings on
         ``n`` test images (those of :meth:`batch`), ``{id: InsDel}``; class = the prediction."""
-        from .metrics import insertion_deletion_auc
         ids = list(ids or ["T0", "T5"])
         b = self.batch(n)
         maps = self.target_maps(ids=ids)
@@ -301,117 +284,29 @@ class Study:
                                           steps=int(self.params["idauc_steps"]), device=self.device)
                 for k in ids}
 
-    # ------------------------------------------------------------------------- protocol
-    def protocol(self, depth: int | None = None, budget: float | None = None,
-                 conditions: list[str] | None = None, seeds: list[int] | None = None,
-                 relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)``: one row per condition × seed.
-
-        Every row is a cell of the profile's result store (``runs/sweeps/<profile>``, the one
-        :meth:`sweep` and :meth:`scale` use): a row computed here is not computed again by
-        the regime sweep, the scale readout or the related-methods table, and vice versa.
-        ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
-        ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
-        :func:`midas_nb.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
-        The table is also written to ``runs/tables/protocol_<hash>.csv`` (and ``.parquet`` when
-        pyarrow is installed; :func:`midas_nb.results.save_table`).
-
-        Raises:
-            RuntimeError: a cell failed (its error is in the message; the store keeps it).
-        """
-        from .results import save_table
-        from .sweeps import ProtocolCellRunner, ResultStore, make_grid, run_sweep
-        p = self.params
-        depth = int(p["depth"] if depth is None else depth)
-        budget = float(p["budget"] if budget is None else budget)
-        conditions = list(p["conditions"] if conditions is None else conditions)
-        seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
-        point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
-        cells = make_grid(point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
-                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs))
-        store = ResultStore(name=p["profile"])
-        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
-        if not status.complete:
-            raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
-        table = store.results(cells)
-        table.attrs.clear()
-        # the cells' keys hold the data content, settings and result format (no data path)
-        key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
-                   conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
-        save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
-        return table
-
-    # --------------------------------------------------------------------------- sweeps
-    def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
-              run: bool = True, **slurm: Any) -> tuple[pd.DataFrame, Any]:
-        """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
-
-        Cells come from :func:`midas_nb.sweeps.make_grid` (``kind``: ``"regime"`` = the full
-        grid for ``paper``, the L sweep at ``budget`` plus the b sweep at ``depth`` otherwise)
-        and live in the store ``runs/sweeps/<profile>``; finished cells are read, missing
-        ones computed (``run=False`` only reads). ``executor="slurm"`` with submitit settings
-        in ``**slurm`` (``partition=...``, ``timeout_min=...``, ``gpus_per_node=...``) runs the
-        cells on a cluster.
-
-        Returns:
-            ``(rows, status)``: one results row per condition × seed × cell that is done, and
-            the sweep status (:class:`midas_nb.sweeps.StoreStatus`: done / failed / pending
-            cells with the failures' errors; ``status.complete`` says whether every cell is
-            done — rows of failed or pending cells are absent, so check it before reading).
-        """
-        from .sweeps import ProtocolCellRunner, ResultStore, StoreStatus, make_grid, run_sweep
-        cells = make_grid(self.params, kind)
-        store = ResultStore(name=self.params["profile"])
-        if run:
-            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self), store, executor=executor,
-                               max_workers=max_workers, slurm=slurm or None)
-        else:
-            table = store.status(cells)
-            status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
-        rows = store.results(cells)
-        rows.attrs.clear()
-        return rows, status
-
-    def scale(self, executor: str = "local", max_workers: int = 2,
-              run: bool = True) -> tuple[pd.DataFrame, Any]:
-        """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
-        each of the profile's ``scale_backbones`` (:func:`midas_nb.sweeps.scale_readout`)."""
-        from .sweeps import scale_readout
-        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run)
-        status = rows.attrs.pop("status", None)
-        rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
-        return rows, status
-
     # ----------------------------------------------------------------------- LaSt-ViT
     def point_in_box(self, ids: list[str] | None = None, n: int | None = None) -> pd.DataFrame:
         """Point-in-Box rates on the test split (LaSt-ViT, DESIGN.md §6).
 
-        One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block)
-        and each target map in ``ids`` (default: the profile's targets) at the study depth;
-        PiB = the top patch lies in the object box. Columns ``ranking``, ``pib``, ``pib_lo``,
-        ``pib_hi`` (bootstrap 95 % CI over images), ``n_images``. ``n``: the first ``n`` test
-        images (default: the profile's ``max_eval_images``; ``None`` there means all).
+        One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block,
+        :func:`midas_nb.related.last.pib_table`, the one implementation) and each target map in
+        ``ids`` (default: the profile's targets) at the study depth; PiB = the top patch lies in
+        the object box. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi`` (bootstrap 95 % CI
+        over images), ``n_images``. The images are the protocol's evaluated ones: ``n`` drawn
+        with the profile's ``eval_subset_seed`` (:func:`midas_nb.protocol.evaluation_subset`;
+        default ``n``: the profile's ``max_eval_images``; ``None`` there means all).
         """
-        from .data import collate_samples
-        from .metrics import bootstrap_ci, patch_score, point_in_box
-        from .vit import embed_tokens, num_prefix_tokens, run_blocks
         ds = self.test_set
         n = n if n is not None else self.params.get("max_eval_images")
-        m = len(ds) if n is None else min(int(n), len(ds))
-        hits: dict[str, list[torch.Tensor]] = {"patch_score": []}
-        boxes = []
-        model = self.model.to(self.device).eval()
-        with torch.no_grad():
-            for start in range(0, m, 32):
-                b = collate_samples([ds[i] for i in range(start, min(m, start + 32))])
-                x = run_blocks(model, embed_tokens(model, b.images.to(self.device)))
-                hits["patch_score"].append(point_in_box(patch_score(x, num_prefix_tokens(model)).cpu(), b.box_mask))
-                boxes.append(b.box_mask)
-        box = torch.cat(boxes)
+        seed = int(self.params.get("eval_subset_seed", 0))
+        n_boot = int(self.params["bootstrap"])
+        subset = evaluation_subset(len(ds), n, seed)
+        pib = pib_table({"patch_score": self.model}, ds, max_images=n, subset_seed=seed, device=self.device,
+                        n_boot=n_boot, progress=False)
+        rows = [dict(ranking="patch_score", pib=pib.at[0, "pib"], pib_lo=pib.at[0, "pib_lo"],
+                     pib_hi=pib.at[0, "pib_hi"], n_images=len(subset))]
+        box = torch.stack([ds[i].box_mask for i in subset])
         for k, v in self.target_maps(ids=ids).items():
-            hits[k] = [point_in_box(v[:m].float(), box)]
-        rows = []
-        for k, h in hits.items():
-            mean, lo, hi = bootstrap_ci(torch.cat(h).float(), n_boot=int(self.params["bootstrap"]))
-            rows.append(dict(ranking=k, pib=mean, pib_lo=lo, pib_hi=hi, n_images=m))
+            mean, lo, hi = bootstrap_ci(point_in_box(v[subset].float(), box).float(), n_boot=n_boot)
+            rows.append(dict(ranking=k, pib=mean, pib_lo=lo, pib_hi=hi, n_images=len(subset)))
         return pd.DataFrame(rows)

@@ -1,38 +1,16 @@
-"""Course edition of the notebooks: exercise checkers, solution stripping, static HTML export.
-
-Each notebook ends with 2–4 exercises. An exercise has a name ``"NN.short_name"`` (``NN`` =
-the notebook's number), a prompt, a hint and a *checker* that computes the expected answer
-from objects the notebook already built (``study``, ``maps``, ``table``, ...), passed as
-keyword arguments::
-
-    >>> answer = None                                   # the student's cell, left unanswered
-    >>> check_exercise("00.keep_count", answer, study=study)
-    ✗ 00.keep_count: no answer yet — ...
-    False
-
-The reference solution of each exercise lives in a code cell tagged ``solution`` (collapsed
-in Jupyter through ``metadata.jupyter.source_hidden``) that asserts ``check_exercise(...)``;
-:func:`strip_solutions` (``midas-nb strip-solutions``) removes those cells for students.
-:func:`export_html` (``midas-nb export-html``) turns a run's executed notebooks into a static
-HTML edition with a contents page and previous/next links.
-"""
+"""Exercise checkers of the course edition: each notebook's 2–4 exercises, their expected answers from the
+objects the notebook built, and :func:`check_exercise`."""
 from __future__ import annotations
 
-import html
 import math
-import re
-import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["Exercise", "EXERCISES", "check_exercise", "list_exercises", "expected_answer",
-           "strip_solutions", "export_html", "notebook_title", "SOLUTION_TAG"]
-
-SOLUTION_TAG = "solution"
-_NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+from ..metrics import decoupling_D
+from ..results import recommend_deployment
+from ..vit import keep_count
 
 
 # ------------------------------------------------------------------------------------ exercises
@@ -238,7 +216,6 @@ def _argmax_ties(values: dict[str, float], tol: float = 1e-9) -> set[str]:
 
 
 def _D_by_condition(table) -> Any:
-    from .metrics import decoupling_D
     return decoupling_D(table).set_index("condition")
 
 
@@ -248,7 +225,6 @@ def _D_by_condition(table) -> Any:
            "patch grid? (`int`)",
            "k = ceil(b·N) with N = rows × cols of `study.grid`.", ["study"], _integer)
 def _ex_keep_count(study) -> int:
-    from .vit import keep_count
     return keep_count(0.10, _n_patches(study))
 
 
@@ -322,13 +298,30 @@ def _ex_best_d(table) -> set[str]:
     return _argmax_ties(d["D_pp"].astype(float).to_dict())
 
 
+def _resolved_in_band(D, band: float = 0.01) -> Any:
+    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
+    whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
+    row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
+    is never inside. Computed here from the interval columns, independently of
+    ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
+    import pandas as pd
+    lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
+    hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
+    point = D["delta_idauc"].astype(float)
+    defined = point.notna() & (D["D_pp"].astype(float).notna() if "D_pp" in D.columns else True)
+    has_ci = lo.notna() & hi.notna()
+    inside = (has_ci & (lo.astype(float) >= -band - 1e-12)) | (~has_ci & (point >= -band - 1e-12))
+    return defined & inside
+
+
 @_register("02.in_band",
-           "Which conditions are **inside the IDAUC parity band** (ΔIDAUC ≥ −0.01)? (a list or set of "
-           "names; including the reference is optional)",
-           "`delta_idauc` in `D`, or mean IDAUC per condition minus the reference's.", ["table"], _names)
-def _ex_in_band(table) -> set[str]:
-    d = _D_by_condition(table)
-    return set(d.index[d["in_band"].astype(bool)])
+           "Which conditions does `D` show **inside the IDAUC parity band** — the whole 95 % interval of "
+           "ΔIDAUC at or above −0.01 (`delta_idauc_lo ≥ −0.01`)? A mean ΔIDAUC above −0.01 whose interval "
+           "straddles −0.01 is *not resolved*, not in band. (a list or set of names; including the "
+           "reference is optional)",
+           "compare `delta_idauc_lo` in `D` with −0.01 (`status` says the same in words).", ["D"], _names)
+def _ex_in_band(D) -> set[str]:
+    return set(D.loc[_resolved_in_band(D), "condition"].astype(str))
 
 
 # ---------------------------------------------------------------------------- 03 probes
@@ -351,10 +344,14 @@ def _ex_most_similar(mean) -> set[frozenset[str]]:
 
 # ---------------------------------------------------------------------------- 04 sweeps
 @_register("04.T5_cells_in_band",
-           "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band? (`int`)",
-           "filter `D` to condition T5 and count `in_band`.", ["D"], _integer)
+           "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band — its whole "
+           "95 % ΔIDAUC interval at or above −0.01 (cells whose interval straddles −0.01 are *not resolved* "
+           "and do not count)? (`int`)",
+           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status == 'in band'`).", ["D"],
+           _integer)
 def _ex_t5_cells(D) -> int:
-    return int(D.loc[D["condition"] == "T5", "in_band"].astype(bool).sum())
+    t5 = D[D["condition"] == "T5"]
+    return int(_resolved_in_band(t5).sum())
 
 
 @_register("04.keep_counts",
@@ -362,7 +359,6 @@ def _ex_t5_cells(D) -> int:
            "order)? (a list of `int`)",
            "k = ceil(b·N) for each b.", ["study"], _integers)
 def _ex_keep_counts(study) -> list[int]:
-    from .vit import keep_count
     return [keep_count(b, _n_patches(study)) for b in study.params["budgets"]]
 
 
@@ -394,9 +390,11 @@ def _ex_best_sep(res) -> set[str]:
 
 
 @_register("06.pib_T0",
-           "Compute the **Point-in-Box rate of T0** yourself: over the first `n_images` test images, the "
-           "fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
-           "`study.target_maps(ids=['T0'])['T0'][i].argmax()` and `study.test_set[i].box_mask`.",
+           "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
+           "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
+           "the images are `midas_nb.protocol.evaluation_subset(len(study.test_set), n_images, "
+           "study.params.get('eval_subset_seed', 0))`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
+           "and `study.test_set[i].box_mask`.",
            ["pib"], _number)
 def _ex_pib_t0(pib) -> float:
     return float(pib.set_index("ranking").loc["T0", "pib"])
@@ -404,9 +402,10 @@ def _ex_pib_t0(pib) -> float:
 
 # ---------------------------------------------------------------------------- 07 deploy
 @_register("07.coverage_first",
-           "Apply the **coverage-first** rule yourself to `table`: among the conditions inside the parity "
-           "band (reference included, D = 0), the one with the largest D. (`str`)",
-           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `in_band`.", ["table"], _choice)
+           "Apply the **coverage-first** rule yourself to `table`: among the conditions whose *mean* ΔIDAUC is "
+           "at or above −0.01 (the rule's point decision, reference included with D = 0), the one with the "
+           "largest D. (`str`; the advice's `status` then says whether the interval resolves the band)",
+           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `delta_idauc`.", ["table"], _choice)
 def _ex_cov_first(table) -> set[str]:
     return _advised(table, "coverage-first")
 
@@ -421,176 +420,5 @@ def _ex_faith_first(table) -> set[str]:
 
 def _advised(table, goal: str) -> set[str]:
     """The condition :func:`midas_nb.results.recommend_deployment` advises for ``goal``."""
-    from .results import recommend_deployment
     adv = recommend_deployment(table)[0].set_index("goal")
     return {str(adv.loc[goal, "condition"])}
-
-
-# ----------------------------------------------------------------------------- stripping
-def _is_solution(cell) -> bool:
-    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
-
-
-def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
-    """Remove the cells tagged ``solution`` from a notebook (the student edition).
-
-    Args:
-        path: the notebook.
-        out: where to write: a file path (``out == path`` overwrites in place), an existing
-            directory (the same file name inside it), or ``None`` — ``<path's folder>/student/
-            <same name>``; a sibling folder rather than a ``*_student.ipynb`` suffix, so the
-            ``NN_*.ipynb`` notebook list of ``midas-nb run`` never picks the copies up.
-
-    Returns:
-        The number of removed cells. Everything else (the ``parameters`` cell, exercises,
-        student cells, metadata) is kept, and the result is validated with nbformat.
-
-    Raises:
-        FileNotFoundError: when ``path`` does not exist.
-    """
-    import nbformat
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
-    nb = nbformat.read(str(path), as_version=4)
-    before = len(nb.cells)
-    nb.cells = [c for c in nb.cells if not _is_solution(c)]
-    removed = before - len(nb.cells)
-    if out is None:
-        target = path.parent / "student" / path.name
-    else:
-        target = Path(out)
-        if target.is_dir():
-            target = target / path.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.validate(nb)
-    from .identity import atomic_write_text
-    atomic_write_text(target, nbformat.writes(nb) + "\n")
-    return removed
-
-
-# ------------------------------------------------------------------------------ HTML export
-def notebook_title(nb, default: str) -> str:
-    """The text of the first Markdown heading of a notebook (``default`` when there is none)."""
-    for c in nb.cells:
-        if c.cell_type != "markdown":
-            continue
-        for line in c.source.splitlines():
-            m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
-            if m and m.group(1):
-                return m.group(1)
-    return default
-
-
-def _is_executed(nb) -> bool:
-    return any(c.cell_type == "code" and (c.get("execution_count") is not None or c.get("outputs"))
-               for c in nb.cells)
-
-
-_NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1.5em;padding:.6em 1em;"
-            "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
-            "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
-
-
-def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
-    parts = ['<a class="midas-contents" href="index.html">Contents</a>']
-    if prev:
-        parts.append(f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>')
-    if nxt:
-        parts.append(f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
-    return f'<nav class="midas-nav {where}">' + "".join(parts) + "</nav>"
-
-
-def _first_error(nb: Any) -> str:
-    """``"<ename>: <evalue>"`` of the first error output of an executed notebook, else ``""``."""
-    for cell in nb.cells:
-        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            if out.get("output_type") == "error":
-                return f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".strip()
-    return ""
-
-
-def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
-                strip_solutions: bool = False) -> Path:
-    """Static HTML edition of a run's executed notebooks; returns the contents page.
-
-    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's ``HTMLExporter``, lab
-    template; figures are the notebooks' inline PNG outputs and stay embedded as data URIs,
-    Markdown images are embedded too), in file-name order, each with "Contents / previous /
-    next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
-    title (the first Markdown heading). Notebooks with no executed code cell are skipped
-    with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
-    on the contents page, with a warning. A notebook the run manifest (``run.json``,
-    :func:`midas_nb.runs.notebook_states`) reports as stale — an older copy the latest run
-    failed to replace or did not reach, or one from a run with other settings — is exported
-    marked "stale: <reason>" on the contents page and with a banner on its page, with a warning.
-
-    Args:
-        input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
-        output_dir: where the pages go (default ``<input_dir>/html``).
-        strip_solutions: leave the cells tagged ``solution`` out of the pages.
-
-    Raises:
-        FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
-    """
-    import nbformat
-    from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
-
-    input_dir = Path(input_dir)
-    out = Path(output_dir) if output_dir is not None else input_dir / "html"
-    paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
-    from .runs import notebook_states
-
-    stale = {st.name: st.reason for st in notebook_states(input_dir) if st.state == "stale"}
-    pages: list[tuple[Path, Any, str, str]] = []
-    for p in paths:
-        nb = nbformat.read(str(p), as_version=4)
-        if not _is_executed(nb):
-            warnings.warn(f"{p.name} has no executed code cell; left out of the HTML edition", stacklevel=2)
-            continue
-        failed = _first_error(nb)
-        if failed:
-            warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
-                          f"in the HTML edition", stacklevel=2)
-        if p.name in stale:
-            warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
-                          f"edition", stacklevel=2)
-        pages.append((p, nb, notebook_title(nb, p.stem), failed))
-    if not pages:
-        raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
-                                f"run `midas-nb run --output {input_dir}` first")
-    out.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
-    if strip_solutions:
-        exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
-                                       enabled=True)
-    links = [(p.stem + ".html", title) for p, _, title, _ in pages]
-    for i, (p, nb, title, _) in enumerate(pages):
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
-        prev = links[i - 1] if i > 0 else None
-        nxt = links[i + 1] if i + 1 < len(links) else None
-        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
-                  f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
-                  f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'
-                  if p.name in stale else "")
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
-                      count=1)
-        body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
-        (out / links[i][0]).write_text(body, encoding="utf-8")
-    items = "\n".join(
-        f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
-        + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
-        + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
-        + "</li>"
-        for (href, title), (p, _, _, failed) in zip(links, pages))
-    index = out / "index.html"
-    index.write_text(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>midas_nb — contents</title>"
-        "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}"
-        "li{margin:.4em 0}</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness "
-        "in token-pruning ViTs</h1>\n<p>Read the notebooks in order; each page links to the previous and "
-        f"next one. Executed notebooks from <code>{html.escape(str(input_dir))}</code>.</p>\n"
-        f"<ol class=\"midas-contents\">\n{items}\n</ol>\n</body></html>\n", encoding="utf-8")
-    return index

@@ -1,81 +1,29 @@
-"""Scorer training at depth ``L`` and budget ``b`` with the backbone frozen (DESIGN.md §5).
-
-The loss of a trainable scorer (:class:`~midas_nb.scorers.MLPScorer`) is
-
-    ``L = L_cls + λ·L_ga``
-
-- ``L_cls`` — cross-entropy of the *pruned* model's logits on the label. It reaches the
-  scorer through a relaxation of the hard top-k selection (``relaxation``):
-
-  * ``"st"`` (default) — hard top-k forward; the kept tokens ``x_j`` (block-``L`` output) are
-    multiplied by the straight-through multiplier ``m_j = 1 + s_j − sg(s_j)`` (value 1,
-    gradient 1 w.r.t. ``s_j``), so ``∂L_cls/∂s_j = ⟨∂L_cls/∂x_j, x_j⟩`` for kept tokens — an
-    input×gradient signal at depth ``L``, i.e. T5-like (DESIGN.md §4) — and **0 for dropped
-    tokens**. The forward equals the evaluation forward exactly. Only ``P + k`` tokens run
-    through blocks ``L+1..depth``.
-  * ``"soft"`` — all ``P + N`` tokens run through blocks ``L+1..depth`` with an additive
-    attention bias on the *keys*: ``β_j = log σ((s_j − t) / (τ_m·sd(s)))`` for patch tokens and
-    ``0`` for prefix tokens, where ``t`` is the midpoint between the ``k``-th and ``(k+1)``-th
-    highest score and ``sd(s)`` the per-image standard deviation of the scores (both
-    detached, so ``τ_m`` is in units of the score spread and the mask does not soften or
-    sharpen with the scores' scale). ``exp(β_j)`` multiplies the attention every query pays to
-    key ``j`` (before renormalisation) — the attention masking of DynamicViT (Rao et al., 2021,
-    https://arxiv.org/abs/2106.02034, Eq. 8–9) with a sigmoid gate around the top-k threshold
-    instead of Gumbel samples. Every token gets a gradient; evaluation uses the hard top-k.
-    Needs CLS pooling (``global_pool="token"``).
-
-- ``L_ga`` — distillation of a cached target map ``T [B,N]`` into the scores (:func:`distill_loss`);
-  default ``"kl"``: ``KL(softmax(z(T)/τ) ‖ softmax(s/τ))`` with ``z`` the per-image z-score
-  (the attention-guidance loss of MIDAS; the ListNet top-one loss, Cao et al., 2007).
-
-The backbone stays frozen and in eval mode (:func:`frozen`); only scorer parameters train.
-Block-``L`` hidden states of a split are computed once and cached (:func:`block_cache`), so a
-scorer step runs only the scorer and blocks ``L+1..depth`` on the kept tokens. No flip
-augmentation is used (cached states are of the un-augmented images; the scorer has ~D²/2
-parameters and a frozen backbone). Trained scorers are cached by key
-(:func:`load_or_train_scorer`) under ``midas_nb.config.cache_dir()/scorers``.
-"""
+"""Scorer training: ``L = L_cls + λ·L_ga`` at depth ``L`` and budget ``b`` (see
+:mod:`midas_nb.train` for the definitions and their sources)."""
 from __future__ import annotations
 
-import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
-from .config import cache_dir as default_cache_dir
-from .identity import load_torch_payload, torch_payload
-from .pruning import check_depth, record_attention, select_top_k
-from .scorers import MLPScorer, TokenScorer, build_scorer, cls_attention
-from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
+from ..config import cache_dir as default_cache_dir
+from ..identity import load_or_build, state_dict_digest, tensor_digest
+from ..pruning import check_depth, select_top_k
+from ..scorers import MLPScorer, TokenScorer, build_scorer
+from ..vit import classify_tokens, frozen, gather_tokens, keep_count, math_sdpa, num_prefix_tokens, run_blocks
+from .cache import BlockCache, key_hash
+from .loop import optimise_on_cache
 
-__all__ = [
-    "Relaxation",
-    "DistillForm",
-    "BlockCache",
-    "TrainResult",
-    "zscore",
-    "distill_loss",
-    "relaxed_logits",
-    "frozen",
-    "key_hash",
-    "block_cache",
-    "train_scorer",
-    "load_or_train_scorer",
-]
+__all__ = ["Relaxation", "DistillForm", "TrainResult", "zscore", "distill_loss", "relaxed_logits",
+           "train_scorer", "load_or_train_scorer"]
 
 Relaxation = Literal["st", "soft"]
 DistillForm = Literal["kl", "mse_z", "rank"]
-
-
-# --------------------------------------------------------------------------------------------
-# losses
 
 
 def zscore(x: Tensor, dim: int = -1, eps: float = 1e-6) -> Tensor:
@@ -189,206 +137,11 @@ def relaxed_logits(
         # CUDA's memory-efficient SDPA kernel rejects this broadcast additive mask in the
         # backward pass ("LSE is not correctly aligned" for T not a multiple of 8); the math
         # kernel computes the same softmax(QKᵀ/√d + bias)·V. CPU keeps its default kernel.
-        with _math_sdpa(hidden.is_cuda):
+        with math_sdpa(hidden.is_cuda):
             for blk in backbone.blocks[depth:]:
                 x = blk(x, attn_mask=attn_mask)
         return classify_tokens(backbone, x)
     raise ValueError(f"unknown relaxation {relaxation!r}; expected 'st' or 'soft'")
-
-
-@contextmanager
-def _math_sdpa(enabled: bool) -> Iterator[None]:
-    """Restrict ``F.scaled_dot_product_attention`` to the math kernel when ``enabled``."""
-    if not enabled:
-        yield
-        return
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.MATH]):
-        yield
-
-
-@contextmanager
-def frozen(backbone: nn.Module) -> Iterator[nn.Module]:
-    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit."""
-    was_training = backbone.training
-    flags = [(p, p.requires_grad) for p in backbone.parameters()]
-    backbone.eval()
-    for p, _ in flags:
-        p.requires_grad_(False)
-    try:
-        yield backbone
-    finally:
-        for p, f in flags:
-            p.requires_grad_(f)
-        backbone.train(was_training)
-
-
-# --------------------------------------------------------------------------------------------
-# block-L cache
-
-
-def key_hash(key: dict[str, Any]) -> str:
-    """Stable 16-hex-digit hash of a JSON-able key dict (:func:`midas_nb.identity.hash_json`)."""
-    from .identity import hash_json
-    return hash_json(key)
-
-
-@dataclass
-class BlockCache:
-    """Block-``L`` outputs and full-model outputs of a dataset, in dataset order (CPU tensors).
-
-    Attributes:
-        hidden: ``[n,P+N,D]`` output of block ``L`` (``dtype`` of the cache).
-        cls_attn: ``[n,N]`` CLS attention of block ``L``, ``E_h A_h[cls,j]`` (T0; the reference
-            scores).
-        logits: ``[n,C]`` logits of the full (unpruned) model (``[n,0]`` when not computed).
-        labels: ``[n]`` long.
-        part_mask: ``[n,N]`` bool.
-        box_mask: ``[n,N]`` bool.
-        indices: ``[n]`` long, ``Sample.index`` of each row.
-        depth: ``L``.
-        num_prefix: ``P``.
-        image_ids: ``Sample.image_id`` of each row (the ids per-image results are stored with).
-        data_id: content identity of the dataset the rows come from (``""`` when not cached):
-            :attr:`~midas_nb.identity.DatasetIdentity.full` with masks, ``model_inputs``
-            without; scorer caches key on it.
-    """
-
-    hidden: Tensor
-    cls_attn: Tensor
-    logits: Tensor
-    labels: Tensor
-    part_mask: Tensor
-    box_mask: Tensor
-    indices: Tensor
-    depth: int
-    num_prefix: int
-    image_ids: list[str] = field(default_factory=list)
-    data_id: str = ""
-
-    def __len__(self) -> int:
-        return int(self.hidden.shape[0])
-
-
-def _loader(dataset, batch_size: int):
-    from torch.utils.data import DataLoader
-
-    from .data import collate_samples
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples)
-
-
-@torch.no_grad()
-def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                         full_logits, masks: bool = True) -> BlockCache:
-    P = num_prefix_tokens(backbone)
-    out: dict[str, list] = {k: [] for k in ("hidden", "cls_attn", "logits", "labels", "part_mask",
-                                            "box_mask", "indices")}
-    ids: list[str] = []
-    for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depth} cache", disable=not progress,
-                      leave=False):
-        x = embed_tokens(backbone, batch.images.to(device))
-        x = run_blocks(backbone, x, 0, depth - 1)
-        with record_attention(backbone.blocks[depth - 1]) as rec:
-            x = backbone.blocks[depth - 1](x)
-        if full_logits:
-            logits = classify_tokens(backbone, run_blocks(backbone, x, depth, None))
-        else:
-            logits = x.new_zeros(x.shape[0], 0)
-        out["hidden"].append(x.to("cpu", dtype))
-        out["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
-        out["logits"].append(logits.float().cpu())
-        out["labels"].append(batch.labels.long().cpu())
-        if masks:
-            out["part_mask"].append(batch.part_mask.bool().cpu())
-            out["box_mask"].append(batch.box_mask.bool().cpu())
-        else:       # training never reads them; not stored, so the cache needs no annotations
-            out["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
-            out["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
-        out["indices"].append(batch.indices.long().cpu())
-        ids.extend(str(i) for i in batch.image_ids)
-    cat = {k: torch.cat(v) for k, v in out.items()}
-    return BlockCache(**cat, depth=depth, num_prefix=P, image_ids=ids)
-
-
-def block_cache(
-    backbone: nn.Module,
-    dataset,
-    *,
-    depth: int,
-    key: dict[str, Any] | None,
-    cache_dir: str | Path | None = None,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    progress: bool = True,
-    dtype: torch.dtype = torch.float32,
-    full_logits: bool = True,
-    masks: bool = True,
-) -> BlockCache:
-    """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
-
-    The backbone runs frozen in eval mode. Use a dataset with a deterministic transform: each
-    image is computed once.
-
-    Args:
-        backbone: timm ViT on ``device``.
-        dataset: map-style dataset of :class:`midas_nb.data.Sample`.
-        depth: ``L``.
-        key: what identifies the cache entry besides depth, size and dtype, e.g.
-            ``{"checkpoint_id": ..., "dataset": "cub", "split": "train"}``; ``None`` disables
-            the disk cache.
-        cache_dir: root of the cache. Default: ``midas_nb.config.cache_dir()``; entries live
-            under ``<cache_dir>/blocks/<hash>.pt``.
-        batch_size: images per forward.
-        device: where the backbone runs.
-        progress: show a tqdm bar.
-        dtype: storage dtype of ``hidden``. Default: float32.
-        full_logits: also run blocks ``L+1..depth`` on all tokens for the full model's logits
-            (``False``: ``logits`` is ``[n,0]``, about half the cost; enough for training).
-        masks: store the part and box masks (``False``: ``[n,0]``; training never reads them,
-            and the cache then keys on the images, labels and transform only, so editing a
-            keypoint of a training image does not invalidate it).
-
-    The disk entry is keyed by ``key`` + depth, size, dtype, the two flags and the dataset's
-    content (:func:`midas_nb.identity.dataset_identity`: ``full`` with masks,
-    ``model_inputs`` without) and the backbone's weights digest, and stored as a verified cache file: a truncated or corrupt file
-    is reported (:class:`midas_nb.identity.CacheIntegrityWarning`) and recomputed.
-
-    Returns:
-        :class:`BlockCache` with rows in dataset order.
-    """
-    from .identity import dataset_identity, load_or_build, state_dict_digest
-
-    depth = check_depth(backbone, depth)
-
-    def build() -> BlockCache:
-        with frozen(backbone):
-            return _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                                        full_logits, masks)
-
-    if key is None:
-        return build()
-    ident = dataset_identity(dataset)
-    full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
-                    masks=bool(masks), data=ident.full if masks else ident.model_inputs,
-                    weights=state_dict_digest(backbone), kind="block_cache")
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = root / "blocks" / f"{key_hash(full_key)}.pt"
-    fields = list(BlockCache.__dataclass_fields__)
-    def build_keyed() -> BlockCache:
-        c = build()
-        c.data_id = full_key["data"]
-        return c
-
-    cache, _ = load_or_build(
-        path, build_keyed, key=full_key, what="block-state cache",
-        encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
-        decode=lambda b: BlockCache(**load_torch_payload(b)),
-        validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
-    return cache
-
-
-# --------------------------------------------------------------------------------------------
-# training
 
 
 @dataclass
@@ -487,44 +240,42 @@ def train_scorer(
                     batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
                     seed=int(seed), supervised=targets is not None)
     result = TrainResult(params=settings)
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    steps_per_epoch = math.ceil(n / batch_size)
-    total = max(1, epochs * steps_per_epoch)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 * (1 + math.cos(math.pi * min(i, total) / total)))
-    gen = torch.Generator().manual_seed(int(seed))
+    sums = torch.zeros(4, dtype=torch.float64)
+    hook = getattr(scorer, "training_loss", None)
+
+    def step(idx: Tensor) -> Tensor:
+        nonlocal sums
+        hidden = cache.hidden[idx].to(device, torch.float32)
+        labels = cache.labels[idx].to(device)
+        own = None if hook is None else hook(backbone, hidden, labels, depth=depth,
+                                             budget=budget, num_prefix=cache.num_prefix)
+        if own is None:
+            scores = scorer(hidden, cache.num_prefix)
+            logits = relaxed_logits(backbone, hidden, scores, depth, budget, relaxation, mask_temperature)
+            loss_cls = F.cross_entropy(logits, labels)
+        else:       # a family with its own objective (TokenScorer.training_loss)
+            loss_cls, logits, scores = own
+        loss_ga = (distill_loss(scores, targets[idx].to(device), distill_form, temperature)
+                   if targets is not None else scores.new_zeros(()))
+        loss = loss_cls + lam * loss_ga
+        b = len(idx)
+        sums += torch.tensor([loss.item() * b, loss_cls.item() * b, loss_ga.item() * b,
+                              (logits.argmax(-1) == labels).sum().item()], dtype=torch.float64)
+        return loss
+
+    def end_epoch() -> None:
+        nonlocal sums
+        result.loss.append(float(sums[0] / n))
+        result.loss_cls.append(float(sums[1] / n))
+        result.loss_ga.append(float(sums[2] / n))
+        result.train_accuracy.append(float(sums[3] / n))
+        sums = torch.zeros(4, dtype=torch.float64)
+
     t0 = time.perf_counter()
     scorer.train()
-    with frozen(backbone), tqdm(total=total, desc="train scorer", disable=not progress, leave=False) as bar:
-        for _ in range(epochs):
-            sums = torch.zeros(4, dtype=torch.float64)
-            for idx in torch.randperm(n, generator=gen).split(batch_size):
-                hidden = cache.hidden[idx].to(device, torch.float32)
-                labels = cache.labels[idx].to(device)
-                hook = getattr(scorer, "training_loss", None)
-                own = None if hook is None else hook(backbone, hidden, labels, depth=depth,
-                                                     budget=budget, num_prefix=cache.num_prefix)
-                if own is None:
-                    scores = scorer(hidden, cache.num_prefix)
-                    logits = relaxed_logits(backbone, hidden, scores, depth, budget, relaxation, mask_temperature)
-                    loss_cls = F.cross_entropy(logits, labels)
-                else:       # a family with its own objective (TokenScorer.training_loss)
-                    loss_cls, logits, scores = own
-                loss_ga = (distill_loss(scores, targets[idx].to(device), distill_form, temperature)
-                           if targets is not None else scores.new_zeros(()))
-                loss = loss_cls + lam * loss_ga
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                sched.step()
-                b = len(idx)
-                sums += torch.tensor([loss.item() * b, loss_cls.item() * b, loss_ga.item() * b,
-                                      (logits.argmax(-1) == labels).sum().item()], dtype=torch.float64)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-            result.loss.append(float(sums[0] / n))
-            result.loss_cls.append(float(sums[1] / n))
-            result.loss_ga.append(float(sums[2] / n))
-            result.train_accuracy.append(float(sums[3] / n))
+    with frozen(backbone):
+        optimise_on_cache(params, n, step, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
+                          seed=seed, desc="train scorer", progress=progress, end_epoch=end_epoch, show_loss=True)
     scorer.eval()
     result.seconds = time.perf_counter() - t0
     return result
@@ -571,8 +322,6 @@ def load_or_train_scorer(
     Returns:
         ``(scorer on device in eval mode, TrainResult, loaded_from_cache)``.
     """
-    from .identity import load_or_build, state_dict_digest, tensor_digest
-
     dim = cache.hidden.shape[-1]
     family = str(scorer)
     extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}))

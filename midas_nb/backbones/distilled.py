@@ -40,113 +40,26 @@ Measured recipes and accuracies (CUB subset, classes 1–20 for tuning, 21–40 
 
 Shapes: stem features ``[M,C_s,h,w]`` (``C_s`` = 112 at stride 16, 40 at stride 8), teacher
 features ``[M,1280,h',w']`` (``h' = h/2`` at stride 16: the stride-32 map), pooled ``[M,1280]``,
-class score maps ``[M,K,h',w']``, logits ``[M,K]`` for ``K`` classes.
-"""
+class score maps ``[M,K,h',w']``, logits ``[M,K]`` for ``K`` classes."""
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = [
-    "DistillRecipe",
-    "DISTILLED_RECIPES",
-    "is_distilled_name",
-    "distill_recipe",
-    "lite0_teacher_head",
-    "teacher_features",
-    "LinearProbe",
-    "fit_linear_probe",
-    "probe_maps",
-    "out_of_fold_logits",
-    "mix_tokens",
-    "distillation_loss",
-    "finetune_distilled",
-]
-
-#: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
-DISTILL_VERSION = 1
-
-
-@dataclass(frozen=True)
-class DistillRecipe:
-    """How a distilled backbone is trained besides the fine-tuning schedule (epochs, lr, ...).
-
-    Attributes:
-        token: distillation-token target: ``"soft"`` (KL at temperature ``tau``), ``"hard"``
-            (cross-entropy on the teacher's arg max, DeiT), ``"none"`` (the token's head then
-            learns the label too).
-        alpha: weight of the distillation-token loss; the class token's CE gets ``1 - alpha``.
-        tau: temperature of the soft target (the KL is multiplied by ``tau²``, Hinton et al.).
-        token_label_weight: weight of the dense token labels (0 switches them off): per-location
-            teacher class scores (the probe applied to every location of the teacher's map
-            before pooling) distilled into the patch tokens through a training-only linear head
-            (KL per location, mean over locations; Jiang et al., 2021, token labeling).
-        hint_weight: ``λ`` of the dense feature hint (0 switches it off).
-        mix_prob: probability of MixToken per batch (Jiang et al., 2021: CutMix on the token grid
-            after the patch embedding): a box of the stem-feature grid, aligned with the teacher's
-            grid, is pasted from another image of the batch; labels mix by area, the teacher's
-            dense targets are pasted with the same box.
-        oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
-            probe's own, in-sample logits).
-        probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear
-            probe (full-batch AdamW on standardised pooled features).
-    """
-
-    token: Literal["soft", "hard", "none"] = "soft"
-    alpha: float = 0.5
-    tau: float = 1.0
-    token_label_weight: float = 1.0
-    hint_weight: float = 0.0
-    mix_prob: float = 0.5
-    oof_folds: int = 5
-    probe_steps: int = 100
-    probe_lr: float = 1e-2
-    probe_weight_decay: float = 0.1
-    probe_label_smoothing: float = 0.1
-
-    def __post_init__(self) -> None:
-        assert self.token in ("soft", "hard", "none"), f"token must be soft, hard or none, got {self.token!r}"
-        assert 0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1], got {self.alpha}"
-        assert self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0, \
-            f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
-        assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
-        assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
-
-    def key(self) -> dict[str, Any]:
-        """The fields and :data:`DISTILL_VERSION`, for checkpoint keys."""
-        return dict(asdict(self), version=DISTILL_VERSION)
-
-
-#: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
-DISTILLED_RECIPES: dict[str, DistillRecipe] = {
-    "hybrid_lite0_deit": DistillRecipe(),
-    "vit_smoke_deit": DistillRecipe(),
-}
-
-
-def is_distilled_name(name: str) -> bool:
-    """True for a backbone trained with :func:`finetune_distilled`."""
-    return name in DISTILLED_RECIPES
-
-
-def distill_recipe(name: str) -> DistillRecipe:
-    """The :class:`DistillRecipe` of a distilled backbone name.
-
-    Raises:
-        KeyError: naming the known distilled backbones.
-    """
-    if name not in DISTILLED_RECIPES:
-        raise KeyError(f"{name!r} is not a distilled backbone; expected one of {sorted(DISTILLED_RECIPES)}")
-    return DISTILLED_RECIPES[name]
-
-
-# ----------------------------------------------------------------------------- teacher
+from ..identity import state_dict_digest
+from ..vit import num_prefix_tokens
+from .checkpoint import _RECIPE_VERSION, checkpoint_key
+from .factory import backbone_config, create_backbone
+from .features import (_adamw_cosine, _autocast, _check_training_args, _dataset_info, _feature_accuracy, _progress,
+                       _versions, stem_features)
+from .lite0 import is_hybrid, lite0_classifier, LITE0_STAGES, tokens_from_stem_features
+from .recipes import distill_recipe, DistillRecipe
 
 
 def lite0_teacher_head(stride: Literal[8, 16] = 16) -> nn.Sequential:
@@ -159,8 +72,6 @@ def lite0_teacher_head(stride: Literal[8, 16] = 16) -> nn.Sequential:
     Raises:
         ValueError: for a stride other than 8 or 16.
     """
-    from .backbones import LITE0_STAGES, lite0_classifier
-
     if stride not in LITE0_STAGES:
         raise ValueError(f"Lite0 stem stride must be one of {sorted(LITE0_STAGES)}, got {stride}")
     full = lite0_classifier()
@@ -302,9 +213,6 @@ def distillation_loss(logits_cls: Tensor, logits_dist: Tensor, labels: Tensor, t
     return (1.0 - recipe.alpha) * ce(logits_cls.float()) + recipe.alpha * kd
 
 
-# ----------------------------------------------------------------------------- training
-
-
 def _token_maps(tokens: Tensor, head: nn.Linear, grid: tuple[int, int], size: tuple[int, int]) -> Tensor:
     """A linear map of patch tokens ``[B,N,D]`` on the patch grid, average-pooled to ``size``:
     ``[B,C,size]`` (float32)."""
@@ -397,42 +305,120 @@ def finetune_distilled(
         ValueError: as :func:`~midas_nb.backbones.finetune`; also for a name that is not a
             distilled hybrid backbone.
     """
-    from . import backbones as bb
-    from .identity import state_dict_digest
-    from .vit import num_prefix_tokens
 
     recipe = recipe or distill_recipe(model_name)
-    if epochs < 1 or batch_size < 1 or lr <= 0:
-        raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
-    if len(train_set) == 0 or len(test_set) == 0:
-        raise ValueError("train_set and test_set must not be empty")
-    if weights is not None:
-        raise ValueError(f"{model_name} is trained from nothing by distillation; weights must be None, got {weights!r}")
+    train_labels, test_labels, num_classes = _check_training_args(train_set, test_set, epochs, batch_size, lr,
+                                                                  weights=weights, from_nothing=model_name)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
     t_start = time.perf_counter()
-    train_labels = torch.tensor(bb._dataset_labels(train_set), dtype=torch.long)
-    test_labels = torch.tensor(bb._dataset_labels(test_set), dtype=torch.long)
-    num_classes = int(getattr(train_set, "num_classes", 0) or int(train_labels.max()) + 1)
-    if int(train_labels.min()) < 0 or int(train_labels.max()) >= num_classes:
-        raise ValueError(f"train labels must lie in [0, {num_classes}), got "
-                         f"[{int(train_labels.min())}, {int(train_labels.max())}]")
-
     torch.manual_seed(seed)
-    model = bb.create_backbone(model_name, num_classes, device=device, **backbone_kwargs)
-    if not (bb.is_hybrid(model) and num_prefix_tokens(model) == 2):
+    model = create_backbone(model_name, num_classes, device=device, **backbone_kwargs)
+    if not (is_hybrid(model) and num_prefix_tokens(model) == 2):
         raise ValueError(f"{model_name} must be a hybrid backbone with a distillation token")
-    P = 2
-    grid = tuple(model.patch_embed.grid_size)
-    autocast, precision = bb._autocast(device, amp)
+    autocast, precision = _autocast(device, amp)
     gen = torch.Generator().manual_seed(seed)
-
-    # stem features (cached by the backbones module), then the teacher on top of them
+    teacher = _teacher_targets(model, recipe, train_set, test_set, train_labels, test_labels, num_classes, seed=seed,
+                               batch_size=batch_size, device=device, cache_dir=cache_dir, num_workers=num_workers,
+                               progress=progress)
+    # training-only linear heads on the patch tokens (not part of the saved backbone)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        hint = nn.Linear(model.embed_dim, teacher.channels).to(device) if recipe.hint_weight > 0 else None
+        tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
+    steps_per_epoch = math.ceil(len(train_set) / batch_size)
+    optimizer, scheduler = _adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=weight_decay,
+                                         total=epochs * steps_per_epoch,
+                                         warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+    step = _DistillStep(model=model, recipe=recipe, teacher=teacher, train_labels=train_labels, hint=hint,
+                        tl_head=tl_head, optimizer=optimizer, scheduler=scheduler, autocast=autocast,
+                        scaler=torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16"),
+                        label_smoothing=label_smoothing, batch_size=batch_size, device=device, gen=gen)
+    history = []
+    model.train()
     t0 = time.perf_counter()
-    train_feats = bb.stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
-                                   cache_dir=cache_dir, num_workers=num_workers, progress=progress)
-    test_feats = bb.stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
-                                  cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    bar = _progress(range(epochs), epochs, f"distil {model_name}", progress)
+    for epoch in bar:
+        history.append(dict(epoch=epoch + 1, **step.epoch()))
+        if progress and hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
+    train_s = time.perf_counter() - t0
+    model.eval()
+    del step, teacher.train, teacher.maps
+
+    t0 = time.perf_counter()
+    train_acc = _feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
+    head_acc = _head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
+    eval_s = time.perf_counter() - t0
+    recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
+                         warmup_epochs=float(warmup_epochs), seed=int(seed),
+                         label_smoothing=float(label_smoothing), weight_decay=float(weight_decay))
+    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, weights=weights,
+                                     backbone_kwargs=backbone_kwargs, device=device, amp=amp, **recipe_fields)
+    meta = dict(
+        checkpoint_id=ckpt_id,
+        key=key,
+        backbone=backbone_config(model, model_name),
+        weights=None,
+        backbone_kwargs=backbone_kwargs,
+        train_set=_dataset_info(train_set),
+        test_set=_dataset_info(test_set),
+        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
+        num_classes=num_classes,
+        recipe=dict(recipe_fields, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
+                    augmentation="random horizontal flip p=0.5", recipe_version=_RECIPE_VERSION),
+        distillation=dict(
+            recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
+            teacher_test_accuracy=teacher.test_accuracy, teacher_train_accuracy_out_of_fold=teacher.train_accuracy,
+            student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],
+            student_test_accuracy=head_acc["mean"]),
+        seed=int(seed),
+        epochs=int(epochs),
+        train_accuracy=train_acc,
+        test_accuracy=head_acc["mean"],
+        history=history,
+        precision=precision,
+        device=str(device),
+        timings=dict(features_s=teacher.features_s, teacher_s=teacher.teacher_s, train_s=train_s, eval_s=eval_s,
+                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
+        versions=_versions(),
+        num_threads=int(torch.get_num_threads()),
+        weights_digest=state_dict_digest(model),
+        loaded_from_cache=False,
+    )
+    return model, meta
+
+
+@dataclass
+class _Teacher:
+    """The stem features of both splits (train: image and flip) and what the teacher gives the
+    student: class score maps ``maps [M,2,K,h',w']`` (half precision), its features ``train``
+    ``[M,2,1280,h',w']`` for the dense hint (``None`` without one) with their channel mean/std."""
+
+    train_feats: Tensor
+    test_feats: Tensor
+    train: Tensor | None
+    maps: Tensor
+    hint_mean: Tensor
+    hint_std: Tensor
+    channels: int
+    grid: tuple[int, int]
+    test_accuracy: float
+    train_accuracy: float
+    features_s: float
+    teacher_s: float
+
+
+def _teacher_targets(model: nn.Module, recipe: DistillRecipe, train_set, test_set, train_labels: Tensor,
+                     test_labels: Tensor, num_classes: int, *, seed: int, batch_size: int, device: torch.device,
+                     cache_dir, num_workers: int, progress: bool) -> _Teacher:
+    """Stem features (cached by :func:`midas_nb.backbones.stem_features`), then the teacher on
+    top of them: a linear probe on its pooled features and its (out-of-fold) class score maps."""
+    t0 = time.perf_counter()
+    train_feats = stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
+                                cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    test_feats = stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
+                               cache_dir=cache_dir, num_workers=num_workers, progress=progress)
     features_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     head = lite0_teacher_head(model.patch_embed.patch_size[0])
@@ -460,135 +446,91 @@ def finetune_distilled(
     teacher_train_acc = float((t_maps[:, 0].float().mean((-1, -2)).argmax(-1) == train_labels).float().mean())
     hint_mean = t_train.float().mean((0, 1, 3, 4))[None, :, None, None].to(device)
     hint_std = t_train.float().std((0, 1, 3, 4))[None, :, None, None].to(device) + 1e-3
+    channels = int(t_train.shape[2])
     if recipe.hint_weight == 0:
         del t_train
         t_train = None
-    teacher_s = time.perf_counter() - t0
+    return _Teacher(train_feats=train_feats, test_feats=test_feats, train=t_train, maps=t_maps, hint_mean=hint_mean,
+                    hint_std=hint_std, channels=channels, grid=tgrid, test_accuracy=teacher_test_acc,
+                    train_accuracy=teacher_train_acc, features_s=features_s, teacher_s=time.perf_counter() - t0)
 
-    # training-only linear heads on the patch tokens (not part of the saved backbone)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 1)
-        hint = nn.Linear(model.embed_dim, t_train.shape[2]).to(device) if recipe.hint_weight > 0 else None
-        tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
 
-    from timm.optim import param_groups_weight_decay
+@dataclass
+class _DistillStep:
+    """One epoch of distillation training over the cached stem features (:meth:`epoch`)."""
 
-    skip = set(getattr(model, "no_weight_decay", lambda: set())())
-    params = param_groups_weight_decay(model, weight_decay, no_weight_decay_list=skip)
-    params = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in params]
-    for extra in (hint, tl_head):
-        if extra is not None:
-            params.append(dict(params=list(extra.parameters()), weight_decay=weight_decay))
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999))
-    steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    total = epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, bb._warmup_cosine(total, max(1, round(warmup_epochs * steps_per_epoch))))
-    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
+    model: nn.Module
+    recipe: DistillRecipe
+    teacher: _Teacher
+    train_labels: Tensor
+    hint: nn.Linear | None
+    tl_head: nn.Linear | None
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    autocast: Any
+    scaler: Any
+    label_smoothing: float
+    batch_size: int
+    device: torch.device
+    gen: torch.Generator
 
-    history = []
-    model.train()
-    t0 = time.perf_counter()
-    bar = bb._progress(range(epochs), epochs, f"distil {model_name}", progress)
-    for epoch in bar:
+    def epoch(self) -> dict[str, Any]:
+        """Train one epoch (random order and flips from ``gen``); its losses, accuracy, timing."""
         t_ep = time.perf_counter()
-        order = torch.randperm(M, generator=gen)
-        flips = (torch.rand(M, generator=gen) < 0.5).long()
+        M = len(self.train_labels)
+        order = torch.randperm(M, generator=self.gen)
+        flips = (torch.rand(M, generator=self.gen) < 0.5).long()
         sums = dict(loss=0.0, hint=0.0, token_labels=0.0)
         correct = seen = mixed = 0
-        for i in range(0, M, batch_size):
-            idx = order[i:i + batch_size]
-            fl = flips[idx]
-            x = train_feats[idx, fl].to(device).float()
-            y = train_labels[idx].to(device)
-            maps = [t_maps[idx, fl].to(device).float()]
-            if hint is not None:
-                maps.append((t_train[idx, fl].to(device).float() - hint_mean) / hint_std)
-            y2, lam = None, 1.0
-            if recipe.mix_prob > 0 and float(torch.rand((), generator=gen)) < recipe.mix_prob:
-                x, maps, perm, lam = mix_tokens(x, maps, gen)
-                y2 = y[perm.to(device)]
-                mixed += 1
-            with autocast():
-                z = model.norm(model.blocks(bb.tokens_from_stem_features(model, x)))
-                lc, ld = model.head(z[:, 0]), model.head_dist(z[:, 1])
-                loss = distillation_loss(lc, ld, y, maps[0].mean((-1, -2)), recipe, label_smoothing,
-                                         labels_mixed=y2, lam=lam)
-                if tl_head is not None:
-                    lt = token_label_loss(_token_maps(z[:, P:], tl_head, grid, tgrid), maps[0])
-                    loss = loss + recipe.token_label_weight * lt
-                    sums["token_labels"] += float(lt.detach()) * len(y)
-                if hint is not None:
-                    lh = F.mse_loss(_token_maps(z[:, P:], hint, grid, tgrid), maps[1])
-                    loss = loss + recipe.hint_weight * lh
-                    sums["hint"] += float(lh.detach()) * len(y)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
+        for i in range(0, M, self.batch_size):
+            idx = order[i:i + self.batch_size]
+            loss, lc, ld, y, was_mixed = self._batch(idx, flips[idx], sums)
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
             sums["loss"] += float(loss.detach()) * len(y)
             correct += int(((lc + ld).argmax(-1) == y).sum())
             seen += len(y)
-        history.append(dict(epoch=epoch + 1, loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen,
-                            token_label_loss=sums["token_labels"] / seen, mixed_batches=mixed,
-                            train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep))
-        if progress and hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{sums['loss'] / seen:.3f}", acc=f"{correct / seen:.3f}")
-    train_s = time.perf_counter() - t0
-    model.eval()
-    del t_train, t_maps
+            mixed += was_mixed
+        return dict(loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen,
+                    token_label_loss=sums["token_labels"] / seen, mixed_batches=mixed,
+                    train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep)
 
-    t0 = time.perf_counter()
-    train_acc = bb._feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
-    head_acc = _head_accuracies(model, test_feats, test_labels, batch_size, device)
-    eval_s = time.perf_counter() - t0
-
-    recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
-                         warmup_epochs=float(warmup_epochs), seed=int(seed),
-                         label_smoothing=float(label_smoothing), weight_decay=float(weight_decay))
-    ckpt_id, key = bb.checkpoint_key(model_name, train_set, test_set, weights=weights,
-                                     backbone_kwargs=backbone_kwargs, device=device, amp=amp, **recipe_fields)
-    meta = dict(
-        checkpoint_id=ckpt_id,
-        key=key,
-        backbone=bb.backbone_config(model, model_name),
-        weights=None,
-        backbone_kwargs=backbone_kwargs,
-        train_set=bb._dataset_info(train_set),
-        test_set=bb._dataset_info(test_set),
-        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
-        num_classes=num_classes,
-        recipe=dict(recipe_fields, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
-                    augmentation="random horizontal flip p=0.5", recipe_version=bb._RECIPE_VERSION),
-        distillation=dict(
-            recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
-            teacher_test_accuracy=teacher_test_acc, teacher_train_accuracy_out_of_fold=teacher_train_acc,
-            student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],
-            student_test_accuracy=head_acc["mean"]),
-        seed=int(seed),
-        epochs=int(epochs),
-        train_accuracy=train_acc,
-        test_accuracy=head_acc["mean"],
-        history=history,
-        precision=precision,
-        device=str(device),
-        timings=dict(features_s=features_s, teacher_s=teacher_s, train_s=train_s, eval_s=eval_s,
-                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
-        versions=bb._versions(),
-        num_threads=int(torch.get_num_threads()),
-        weights_digest=state_dict_digest(model),
-        loaded_from_cache=False,
-    )
-    return model, meta
+    def _batch(self, idx: Tensor, fl: Tensor, sums: dict[str, float]):
+        t, recipe, model, device = self.teacher, self.recipe, self.model, self.device
+        x = t.train_feats[idx, fl].to(device).float()
+        y = self.train_labels[idx].to(device)
+        maps = [t.maps[idx, fl].to(device).float()]
+        if self.hint is not None:
+            maps.append((t.train[idx, fl].to(device).float() - t.hint_mean) / t.hint_std)
+        y2, lam, mixed = None, 1.0, 0
+        if recipe.mix_prob > 0 and float(torch.rand((), generator=self.gen)) < recipe.mix_prob:
+            x, maps, perm, lam = mix_tokens(x, maps, self.gen)
+            y2 = y[perm.to(device)]
+            mixed = 1
+        grid, P = tuple(model.patch_embed.grid_size), 2
+        with self.autocast():
+            z = model.norm(model.blocks(tokens_from_stem_features(model, x)))
+            lc, ld = model.head(z[:, 0]), model.head_dist(z[:, 1])
+            loss = distillation_loss(lc, ld, y, maps[0].mean((-1, -2)), recipe, self.label_smoothing,
+                                     labels_mixed=y2, lam=lam)
+            if self.tl_head is not None:
+                lt = token_label_loss(_token_maps(z[:, P:], self.tl_head, grid, t.grid), maps[0])
+                loss = loss + recipe.token_label_weight * lt
+                sums["token_labels"] += float(lt.detach()) * len(y)
+            if self.hint is not None:
+                lh = F.mse_loss(_token_maps(z[:, P:], self.hint, grid, t.grid), maps[1])
+                loss = loss + recipe.hint_weight * lh
+                sums["hint"] += float(lh.detach()) * len(y)
+        return loss, lc, ld, y, mixed
 
 
 @torch.no_grad()
 def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
                      device) -> dict[str, float]:
     """Test accuracies of the class-token head, the distillation-token head and their mean."""
-    from .backbones import tokens_from_stem_features
-
     hits = dict(cls=0, dist=0, mean=0)
     for i in range(0, len(labels), batch_size):
         z = model.norm(model.blocks(tokens_from_stem_features(model, feats[i:i + batch_size].to(device).float())))

@@ -1,0 +1,82 @@
+"""What a fine-tuned checkpoint depends on (:func:`checkpoint_key`) and where it is cached."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import cache_dir as default_cache
+from ..identity import dataset_identity, file_digest, hash_json
+from .features import _autocast
+from .recipes import distill_recipe, is_distilled_name
+
+
+# bump when the training recipe changes in a way that invalidates cached checkpoints
+_RECIPE_VERSION = 1
+
+
+def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str, Any]:
+    """What makes two trainings with the same seed give different bits: the precision (autocast
+    dtype or float32) and, on CPU, the number of intra-op threads (reductions are split by
+    thread, so 1 and 2 threads give different float sums; measured on the smoke backbone)."""
+    device = torch.device(device)
+    precision = _autocast(device, amp)[1]
+    return dict(device_type=device.type, precision=precision,
+                num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
+
+
+def checkpoint_key(
+    model_name: str,
+    train_set,
+    test_set,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    warmup_epochs: float,
+    seed: int,
+    label_smoothing: float = 0.1,
+    weight_decay: float = 0.05,
+    weights: str | os.PathLike | None = None,
+    backbone_kwargs: dict[str, Any] | None = None,
+    device: torch.device | str = "cpu",
+    amp: bool | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """``(checkpoint_id, key)``: what a fine-tuned checkpoint depends on, and its 12-hex-digit
+    SHA-256 (:func:`midas_nb.identity.hash_json`).
+
+    The key holds the model name, initial weights (a file by the SHA-256 of its bytes, not its
+    path), backbone kwargs, the ``model_inputs`` identity of both splits (image bytes, labels,
+    split, transform — not the part keypoints, which training never reads;
+    :func:`midas_nb.identity.dataset_identity`), the recipe and its version, and the training
+    numerics (precision; CPU thread count), so that one id means bit-identical weights on one
+    machine. Package versions, timings and accuracies are recorded in the metadata only.
+    """
+    if weights is None or str(weights) == "hub":
+        w = None if weights is None else "hub"
+    elif Path(weights).is_file():
+        w = dict(file_sha256=file_digest(weights), suffix=Path(weights).suffix.lower())
+    else:
+        w = str(weights)     # create_backbone reports the missing file
+    key = dict(
+        model_name=model_name, weights=w,
+        backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
+        train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
+        epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), warmup_epochs=float(warmup_epochs),
+        seed=int(seed), label_smoothing=float(label_smoothing), weight_decay=float(weight_decay),
+        recipe_version=_RECIPE_VERSION, numerics=_training_numerics(device, amp),
+    )
+
+    if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.backbones.distilled)
+        key["distill"] = distill_recipe(model_name).key()
+    key = json.loads(json.dumps(key, default=str))
+    return hash_json(key, 12), key
+
+
+def _checkpoint_dir(cache_dir: str | os.PathLike | None) -> Path:
+    p = Path(cache_dir) if cache_dir is not None else default_cache() / "checkpoints"
+    p.mkdir(parents=True, exist_ok=True)
+    return p

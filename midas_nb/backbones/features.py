@@ -1,0 +1,242 @@
+"""Cached stem features of a dataset (the hybrid trains on them) and the data helpers of fine-tuning."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..config import cache_dir as default_cache
+from ..identity import dataset_identity, file_digest, hash_json, load_or_build
+from ..optim import cosine_lr
+from ..vit import classify_tokens
+from .lite0 import _efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
+
+
+def _collate(samples: list) -> tuple[Tensor, Tensor]:
+    """``(images [B,3,H,W], labels [B])`` from a list of ``midas_nb.data.Sample``."""
+    images = torch.stack([s.image for s in samples])
+    labels = torch.tensor([int(s.label) for s in samples], dtype=torch.long)
+    return images, labels
+
+
+def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False,
+                                       num_workers=num_workers, collate_fn=_collate)
+
+
+def _dataset_labels(dataset) -> list[int]:
+    labels = getattr(dataset, "labels", None)
+    if labels is None:
+        labels = [int(dataset[i].label) for i in range(len(dataset))]
+    return [int(v) for v in labels]
+
+
+def dataset_fingerprint(dataset) -> str:
+    """Content identity of a dataset split, independent of where it lives on disk (16 hex digits).
+
+    :attr:`midas_nb.identity.DatasetIdentity.full` of :func:`midas_nb.identity.dataset_identity`:
+    image ids and the bytes of every image file, dataset kind, split, class names and labels,
+    part keypoints and boxes of the split's images, and the transform (image size, crop,
+    normalisation). Moving the directory keeps it; changing one annotation line or one image
+    changes it. Checkpoints key on the narrower ``model_inputs`` component (no keypoints, see
+    :func:`checkpoint_key`).
+
+    Raises:
+        ValueError: for an empty dataset.
+    """
+    return dataset_identity(dataset).full
+
+
+def _dataset_info(dataset) -> dict[str, Any]:
+    name = getattr(dataset, "name", None) or getattr(dataset, "dataset_name", None)
+    return dict(type=type(dataset).__name__, name=name,
+                root=None if getattr(dataset, "root", None) is None else str(dataset.root),
+                split=getattr(dataset, "split", None), num_images=len(dataset),
+                fingerprint=dataset_fingerprint(dataset))
+
+
+def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
+    p = Path(cache_dir) / "stem_features" if cache_dir is not None else default_cache() / "stem_features"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _progress(iterable, total: int | None, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, leave=False)
+
+
+@torch.no_grad()
+def stem_features(
+    model: nn.Module,
+    dataset,
+    *,
+    flip: bool = False,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    cache_dir: str | os.PathLike | None = None,
+    num_workers: int = 0,
+    progress: bool = True,
+) -> Tensor:
+    """Frozen-stem features of every image of ``dataset``, cached on disk (float16).
+
+    Computed once per (dataset content: images, labels, transform — see
+    :func:`midas_nb.identity.dataset_identity`; stem weights; image size; flip) with the
+    dataset's own (eval) transform and stored as a verified cache file
+    (:func:`midas_nb.identity.load_or_build`: a truncated file is reported and recomputed);
+    ``flip=True`` adds the features of the horizontally flipped image.
+
+    Args:
+        model: a hybrid backbone (its ``patch_embed`` is a :class:`FrozenStemEmbed`).
+        dataset: ``Dataset`` of ``midas_nb.data.Sample``.
+        flip: also compute the mirrored copy.
+        cache_dir: checkpoint cache root; features go to ``<cache_dir>/stem_features``
+            (default ``midas_nb.config.cache_dir()/stem_features``).
+
+    Returns:
+        float16 CPU tensor ``[M,112,h,w]`` (``flip=False``) or ``[M,2,112,h,w]`` (index 1 of
+        dim 1 is the flipped image), ``M = len(dataset)``, ``(h,w)`` the model's grid.
+
+    Raises:
+        ValueError: if ``model`` is not a hybrid backbone.
+    """
+    if not is_hybrid(model):
+        raise ValueError("stem_features needs the hybrid backbone (patch_embed is a FrozenStemEmbed)")
+
+    embed: FrozenStemEmbed = model.patch_embed
+    key = dict(kind="lite0_stem_features", data=dataset_identity(dataset).model_inputs,
+               stem_sha256=file_digest(_efficientnet_lite0_file()), stride=list(embed.patch_size),
+               channels=embed.feature_dim, img_size=list(embed.img_size), flip=bool(flip), dtype="float16")
+    path = _feature_cache_dir(cache_dir) / f"lite0_{hash_json(key)}.pt"
+
+    def build() -> Tensor:
+        stem = embed.backbone
+        was_device = next(stem.parameters()).device
+        stem.to(device)
+        out = []
+        loader = _loader(dataset, batch_size, num_workers)
+        for images, _ in _progress(loader, len(loader), f"stem features ({'+flip' if flip else 'eval'})", progress):
+            images = images.to(device)
+            f = embed.stem(images).float()
+            if flip:
+                f = torch.stack([f, embed.stem(images.flip(-1)).float()], dim=1)
+            out.append(f.half().cpu())
+        stem.to(was_device)
+        return torch.cat(out).contiguous()
+
+    feats, _ = load_or_build(
+        path, build, key=key, what="stem-feature cache",
+        validate=lambda t: None if isinstance(t, Tensor) and t.shape[0] == len(dataset)
+        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")
+    return feats
+
+
+def _autocast(device: torch.device, amp: bool | None):
+    """(context factory, description) for mixed precision on ``device``."""
+    if amp is None:
+        if device.type == "cuda":
+            amp = True
+        elif device.type == "cpu":
+            amp = bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+        else:
+            amp = False
+    if not amp:
+        return contextlib.nullcontext, "float32"
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    else:
+        dtype = torch.bfloat16
+    return functools.partial(torch.autocast, device_type=device.type, dtype=dtype), str(dtype).replace("torch.", "")
+
+
+@torch.no_grad()
+def evaluate_accuracy(
+    model: nn.Module,
+    dataset,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    *,
+    num_workers: int = 0,
+    progress: bool = False,
+) -> float:
+    """Top-1 accuracy in ``[0, 1]`` of ``model`` (eval mode, float32) on a ``Dataset`` of ``Sample``."""
+    was = model.training
+    model.eval()
+    correct = total = 0
+    loader = _loader(dataset, batch_size, num_workers)
+    for images, labels in _progress(loader, len(loader), "evaluate", progress):
+        logits = model(images.to(device))
+        correct += int((logits.argmax(-1).cpu() == labels).sum())
+        total += len(labels)
+    model.train(was)
+    return correct / max(1, total)
+
+
+@torch.no_grad()
+def _feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> float:
+    was = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(labels), batch_size):
+        f = feats[i:i + batch_size].to(device).float()
+        logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, f)))
+        correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
+    model.train(was)
+    return correct / max(1, len(labels))
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    import timm
+
+    return dict(torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
+
+
+def _check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
+                         weights: Any = None, from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
+    """``(train labels [M], test labels [M'], number of classes)`` of a fine-tuning run.
+
+    Raises:
+        ValueError: ``epochs < 1``, ``batch_size < 1``, ``lr <= 0``, an empty split, initial
+            ``weights`` for a backbone trained from nothing (``from_nothing``: its name), train
+            labels outside ``[0, num_classes)``.
+    """
+    if epochs < 1 or batch_size < 1 or lr <= 0:
+        raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
+    if len(train_set) == 0 or len(test_set) == 0:
+        raise ValueError("train_set and test_set must not be empty")
+    if from_nothing is not None and weights is not None:
+        raise ValueError(f"{from_nothing} is trained from nothing by distillation; weights must be None, got {weights!r}")
+    train_labels = torch.tensor(_dataset_labels(train_set), dtype=torch.long)
+    test_labels = torch.tensor(_dataset_labels(test_set), dtype=torch.long)
+    num_classes = int(getattr(train_set, "num_classes", 0) or int(train_labels.max()) + 1)
+    if int(train_labels.min()) < 0 or int(train_labels.max()) >= num_classes:
+        raise ValueError(f"train labels must lie in [0, {num_classes}), got "
+                         f"[{int(train_labels.min())}, {int(train_labels.max())}]")
+    return train_labels, test_labels, num_classes
+
+
+def _adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: float, weight_decay: float,
+                  total: int, warmup: int):
+    """``(optimizer, scheduler)`` of both fine-tuning recipes: AdamW over ``model`` (no decay on
+    norms, biases and tokens: timm's parameter groups) and the training-only ``extras``, with the
+    linear warm-up + cosine multiplier :func:`midas_nb.optim.cosine_lr` stepped per step."""
+    from timm.optim import param_groups_weight_decay
+
+    skip = set(getattr(model, "no_weight_decay", lambda: set())())
+    params = param_groups_weight_decay(model, weight_decay, no_weight_decay_list=skip)
+    params = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in params]
+    for extra in extras:
+        if extra is not None:
+            params.append(dict(params=list(extra.parameters()), weight_decay=weight_decay))
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999))
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lr(total, warmup))

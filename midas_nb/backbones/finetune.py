@@ -1,0 +1,283 @@
+"""Fine-tuning a backbone on a dataset (:func:`finetune`) and the verified checkpoint cache (:func:`load_or_finetune`)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
+from ..vit import classify_tokens
+from .checkpoint import _checkpoint_dir, _RECIPE_VERSION, checkpoint_key
+from .distilled import finetune_distilled
+from .factory import backbone_config, create_backbone
+from .features import (_adamw_cosine, _autocast, _check_training_args, _collate, _dataset_info, _feature_accuracy,
+                       _progress, _versions, evaluate_accuracy, stem_features)
+from .lite0 import is_hybrid, tokens_from_stem_features
+from .recipes import is_distilled_name
+
+
+@dataclass
+class _Recipe:
+    epochs: int
+    batch_size: int
+    lr: float
+    warmup_epochs: float
+    seed: int
+    label_smoothing: float
+    weight_decay: float
+
+
+def finetune(
+    model_name: str,
+    train_set,
+    test_set,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    warmup_epochs: float,
+    seed: int,
+    device: torch.device | str = "cpu",
+    cache_dir: str | os.PathLike | None = None,
+    label_smoothing: float = 0.1,
+    weight_decay: float = 0.05,
+    num_workers: int = 0,
+    progress: bool = True,
+    weights: str | os.PathLike | None = None,
+    backbone_kwargs: dict[str, Any] | None = None,
+    amp: bool | None = None,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Fine-tune (or, for the hybrid and smoke backbones, train from scratch) a backbone.
+
+    AdamW (no weight decay on biases, norms, position embedding and prefix tokens), per-step
+    linear warm-up for ``warmup_epochs`` then cosine decay to 0, cross-entropy with label
+    smoothing, random horizontal flips (p = 0.5), seeded (init, order, flips). Mixed
+    precision: autocast on CUDA; bfloat16 autocast on CPUs with native bfloat16 (``amp=None``
+    decides; ``False`` forces float32). Hybrid backbone: the frozen stem runs once per
+    image and its flip (:func:`stem_features`, cached), training touches only the
+    transformer; pass the datasets with their *eval* transform (flips are added here).
+    Reported accuracies are measured in float32, eval mode, without flips.
+
+    Args:
+        model_name: see :func:`create_backbone`.
+        train_set / test_set: ``Dataset`` of ``midas_nb.data.Sample`` with the backbone's
+            normalisation (:func:`backbone_normalization`) and a fixed image size.
+        epochs, batch_size, lr (peak), warmup_epochs, seed: the schedule.
+        device: ``"cpu"``, ``"cuda"``, …
+        cache_dir: checkpoint cache; stem features go to ``<cache_dir>/stem_features``.
+        weights: initial weights (:func:`create_backbone`), e.g. ``"hub"`` for the paper's DeiTs.
+        backbone_kwargs: extra :func:`create_backbone` arguments (``img_size``, ``drop_path_rate``).
+        amp: mixed precision (``None``: automatic, see above).
+
+    Returns:
+        ``(model, meta)``: the model in eval mode and a JSON-serialisable dict (backbone
+        config, datasets, classes, recipe, accuracies in ``[0,1]``, timings in s, versions,
+        ``num_threads``, ``weights_digest`` — :func:`midas_nb.identity.state_dict_digest`).
+
+    Raises:
+        ValueError: empty datasets, ``epochs < 1``, labels outside ``[0, num_classes)``.
+        BackboneError: see :func:`create_backbone`.
+    """
+    if is_distilled_name(model_name):  # DeiT-style students: teacher, distillation token, dense hints
+        return finetune_distilled(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
+                                  warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
+                                  label_smoothing=label_smoothing, weight_decay=weight_decay,
+                                  num_workers=num_workers, progress=progress, weights=weights,
+                                  backbone_kwargs=backbone_kwargs, amp=amp)
+
+    train_labels, test_labels, num_classes = _check_training_args(train_set, test_set, epochs, batch_size, lr)
+    device = torch.device(device)
+    backbone_kwargs = dict(backbone_kwargs or {})
+    t_start = time.perf_counter()
+    torch.manual_seed(seed)
+    model = create_backbone(model_name, num_classes, weights=weights, device=device, **backbone_kwargs)
+    hybrid = is_hybrid(model)
+    autocast, precision = _autocast(device, amp)
+    gen = torch.Generator().manual_seed(seed)
+    t_feat = time.perf_counter()
+    train_feats = test_feats = None
+    if hybrid:
+        train_feats = stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
+                                    cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+        test_feats = stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
+                                   cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    features_s = time.perf_counter() - t_feat
+    steps_per_epoch = math.ceil(len(train_set) / batch_size)
+    optimizer, scheduler = _adamw_cosine(model, (), lr=lr, weight_decay=weight_decay, total=epochs * steps_per_epoch,
+                                         warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+    scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
+
+    history = []
+    model.train()
+    t_train = time.perf_counter()
+    bar = _progress(range(epochs), epochs, f"finetune {model_name}", progress)
+    for epoch in bar:
+        batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
+        history.append(dict(epoch=epoch + 1, **_train_epoch(model, batches, hybrid, autocast, optimizer, scheduler,
+                                                            scaler, label_smoothing)))
+        if progress and hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
+    train_s = time.perf_counter() - t_train
+    model.eval()
+
+    t_eval = time.perf_counter()
+    if hybrid:
+        train_acc = _feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
+        test_acc = _feature_accuracy(model, test_feats, test_labels, batch_size, device)
+    else:
+        train_acc = evaluate_accuracy(model, train_set, batch_size, device, num_workers=num_workers)
+        test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
+    eval_s = time.perf_counter() - t_eval
+
+    recipe = _Recipe(epochs, batch_size, float(lr), float(warmup_epochs), int(seed),
+                     float(label_smoothing), float(weight_decay))
+    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, weights=weights, backbone_kwargs=backbone_kwargs,
+                                  device=device, amp=amp, **recipe.__dict__)
+    meta = dict(
+        checkpoint_id=ckpt_id,
+        key=key,
+        backbone=backbone_config(model, model_name),
+        weights=None if weights is None else str(weights),
+        backbone_kwargs=backbone_kwargs,
+        train_set=_dataset_info(train_set),
+        test_set=_dataset_info(test_set),
+        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
+        num_classes=num_classes,
+        recipe=dict(recipe.__dict__, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
+                    augmentation="random horizontal flip p=0.5", recipe_version=_RECIPE_VERSION),
+        seed=int(seed),
+        epochs=int(epochs),
+        train_accuracy=train_acc,
+        test_accuracy=test_acc,
+        history=history,
+        precision=precision,
+        device=str(device),
+        timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
+                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
+        versions=_versions(),
+        num_threads=int(torch.get_num_threads()),
+        weights_digest=state_dict_digest(model),
+        loaded_from_cache=False,
+    )
+    return model, meta
+
+
+def _batches(train_set, train_labels: Tensor, train_feats: Tensor | None, gen: torch.Generator, batch_size: int,
+             device: torch.device, num_workers: int):
+    """``(inputs on device, labels on device)`` for one epoch in a seeded order with seeded
+    horizontal flips (drawn from ``gen`` when the epoch starts): cached stem features of image
+    or flip (``train_feats [M,2,...]``, the hybrid), else the images through a DataLoader."""
+    order = torch.randperm(len(train_set), generator=gen)
+    flips = torch.rand(len(train_set), generator=gen) < 0.5
+    if train_feats is not None:
+        for i in range(0, len(order), batch_size):
+            idx = order[i:i + batch_size]
+            yield train_feats[idx, flips[idx].long()].to(device).float(), train_labels[idx].to(device)
+        return
+    loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size, sampler=order.tolist(),
+                                         num_workers=num_workers, collate_fn=_collate,
+                                         pin_memory=device.type == "cuda")
+    for i, (images, labels) in zip(range(0, len(order), batch_size), loader):
+        flip = flips[order[i:i + batch_size]][:, None, None, None]
+        images = torch.where(flip, images.flip(-1), images)
+        yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+def _train_epoch(model: nn.Module, batches, hybrid: bool, autocast, optimizer, scheduler, scaler,
+                 label_smoothing: float) -> dict[str, float]:
+    """One epoch of cross-entropy training (label smoothing) over ``batches`` of ``(inputs,
+    labels)`` — stem features for the hybrid, images otherwise; its loss, accuracy and seconds."""
+    t_ep = time.perf_counter()
+    loss_sum, correct, seen = 0.0, 0, 0
+    for x, y in batches:
+        with autocast():
+            if hybrid:
+                logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, x)))
+            else:
+                logits = model(x)
+            loss = F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        loss_sum += float(loss.detach()) * len(y)
+        correct += int((logits.argmax(-1) == y).sum())
+        seen += len(y)
+    return dict(loss=loss_sum / seen, train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep)
+
+
+def load_or_finetune(
+    model_name: str,
+    train_set,
+    test_set,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    warmup_epochs: float,
+    seed: int,
+    device: torch.device | str = "cpu",
+    cache_dir: str | os.PathLike | None = None,
+    label_smoothing: float = 0.1,
+    weight_decay: float = 0.05,
+    num_workers: int = 0,
+    progress: bool = True,
+    weights: str | os.PathLike | None = None,
+    backbone_kwargs: dict[str, Any] | None = None,
+    amp: bool | None = None,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The cached fine-tuned backbone when its metadata key matches, else :func:`finetune` it.
+
+    Checkpoints live in ``cache_dir`` (default ``midas_nb.config.cache_dir()/checkpoints``) as
+    ``<name>-<checkpoint_id>.pt`` (state dict) and ``.json`` (``meta``); ``checkpoint_id`` is
+    the hash of :func:`checkpoint_key`. ``meta["loaded_from_cache"]`` tells which happened.
+    Arguments and returns as :func:`finetune`.
+    """
+    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
+                                  warmup_epochs=warmup_epochs, seed=seed, label_smoothing=label_smoothing,
+                                  weight_decay=weight_decay, weights=weights, backbone_kwargs=backbone_kwargs,
+                                  device=device, amp=amp)
+    folder = _checkpoint_dir(cache_dir)
+    stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
+    pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
+
+    if pt.is_file() or js.is_file():
+        problem = None
+        try:
+            meta = json.loads(js.read_text())
+            if meta.get("key") != key:
+                problem = "its metadata holds another key"
+            elif meta.get("weights_sha256") != file_digest(pt):
+                problem = "the weights file's SHA-256 differs from the one recorded when it was written"
+        except (OSError, ValueError, AttributeError) as e:
+            problem = f"unreadable checkpoint or metadata ({type(e).__name__}: {e})"
+        if problem is None:
+            model = create_backbone(model_name, int(meta["num_classes"]), weights=pt, device=device,
+                                    head="keep", **(backbone_kwargs or {}))
+            meta["loaded_from_cache"] = True
+            meta["checkpoint_path"] = str(pt)
+            meta["weights_digest"] = state_dict_digest(model)
+            return model, meta
+        report_corrupt(pt, problem, "checkpoint")
+    model, meta = finetune(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
+                           warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
+                           label_smoothing=label_smoothing, weight_decay=weight_decay, num_workers=num_workers,
+                           progress=progress, weights=weights, backbone_kwargs=backbone_kwargs, amp=amp)
+    assert meta["checkpoint_id"] == ckpt_id, "checkpoint key changed during training"
+    meta = dict(meta, checkpoint_path=str(pt))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    atomic_write(pt, lambda f: torch.save(state, f))
+    # the metadata is written second and records the weights file's digest: a checkpoint is
+    # used only when both exist and agree (a crash between the two writes means a rebuild)
+    meta["weights_sha256"] = file_digest(pt)
+    atomic_write_text(js, json.dumps(dict(meta, loaded_from_cache=False), indent=1, default=str))
+    return model, meta

@@ -1,0 +1,84 @@
+"""The distilled backbones' names and recipes (:class:`DistillRecipe`); they enter checkpoint keys."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+
+
+
+#: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
+DISTILL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DistillRecipe:
+    """How a distilled backbone is trained besides the fine-tuning schedule (epochs, lr, ...).
+
+    Attributes:
+        token: distillation-token target: ``"soft"`` (KL at temperature ``tau``), ``"hard"``
+            (cross-entropy on the teacher's arg max, DeiT), ``"none"`` (the token's head then
+            learns the label too).
+        alpha: weight of the distillation-token loss; the class token's CE gets ``1 - alpha``.
+        tau: temperature of the soft target (the KL is multiplied by ``tau²``, Hinton et al.).
+        token_label_weight: weight of the dense token labels (0 switches them off): per-location
+            teacher class scores (the probe applied to every location of the teacher's map
+            before pooling) distilled into the patch tokens through a training-only linear head
+            (KL per location, mean over locations; Jiang et al., 2021, token labeling).
+        hint_weight: ``λ`` of the dense feature hint (0 switches it off).
+        mix_prob: probability of MixToken per batch (Jiang et al., 2021: CutMix on the token grid
+            after the patch embedding): a box of the stem-feature grid, aligned with the teacher's
+            grid, is pasted from another image of the batch; labels mix by area, the teacher's
+            dense targets are pasted with the same box.
+        oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
+            probe's own, in-sample logits).
+        probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear
+            probe (full-batch AdamW on standardised pooled features).
+    """
+
+    token: Literal["soft", "hard", "none"] = "soft"
+    alpha: float = 0.5
+    tau: float = 1.0
+    token_label_weight: float = 1.0
+    hint_weight: float = 0.0
+    mix_prob: float = 0.5
+    oof_folds: int = 5
+    probe_steps: int = 100
+    probe_lr: float = 1e-2
+    probe_weight_decay: float = 0.1
+    probe_label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        assert self.token in ("soft", "hard", "none"), f"token must be soft, hard or none, got {self.token!r}"
+        assert 0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1], got {self.alpha}"
+        assert self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0, \
+            f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
+        assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
+        assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
+
+    def key(self) -> dict[str, Any]:
+        """The fields and :data:`DISTILL_VERSION`, for checkpoint keys."""
+        return dict(asdict(self), version=DISTILL_VERSION)
+
+
+#: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
+DISTILLED_RECIPES: dict[str, DistillRecipe] = {
+    "hybrid_lite0_deit": DistillRecipe(),
+    "vit_smoke_deit": DistillRecipe(),
+}
+
+
+def is_distilled_name(name: str) -> bool:
+    """True for a backbone trained with :func:`finetune_distilled`."""
+    return name in DISTILLED_RECIPES
+
+
+def distill_recipe(name: str) -> DistillRecipe:
+    """The :class:`DistillRecipe` of a distilled backbone name.
+
+    Raises:
+        KeyError: naming the known distilled backbones.
+    """
+    if name not in DISTILLED_RECIPES:
+        raise KeyError(f"{name!r} is not a distilled backbone; expected one of {sorted(DISTILLED_RECIPES)}")
+    return DISTILLED_RECIPES[name]

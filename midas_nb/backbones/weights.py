@@ -1,0 +1,313 @@
+"""Where a backbone's weights come from: a profile's ``weights`` file, the timm hub cache, and the file checks."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .registry import _LOCAL_ARCHS, _timm_pretrained_cfg, BackboneError
+
+
+def weights_for(profile: dict[str, Any], name: str) -> str | None:
+    """The ``weights`` argument of :func:`create_backbone` a profile implies for ``name``.
+
+    The file ``profile["weights"][name]`` when given (``--weights NAME=PATH``); else, for a
+    timm backbone, the profile's ``pretrained`` (``"hub"``: timm's pretrained weights, which
+    the paper starts from; ``None``: random init); ``None`` for the local hybrid and smoke
+    architectures (trained here, no hub weights).
+    """
+    w = (profile.get("weights") or {}).get(name)
+    if w:
+        return str(Path(w).expanduser())
+    if name in _LOCAL_ARCHS:
+        return None
+    return profile.get("pretrained", "hub")
+
+
+def expected_weight_files(name: str) -> list[str]:
+    """File names a user can pass as ``--weights NAME=PATH`` for a timm backbone: the timm hub's
+    ``model.safetensors`` (from ``huggingface.co/<hf_hub_id>``) and the original release file
+    (DeiT ``.pth`` ``{"model": state_dict}``, AugReg big_vision ``.npz``) named by timm's
+    pretrained config. Empty for local architectures.
+
+    Raises:
+        BackboneError: unknown name.
+    """
+    if name in _LOCAL_ARCHS:
+        return []
+    cfg = _timm_pretrained_cfg(name)
+    out = []
+    if cfg.get("hf_hub_id"):
+        out.append(f"{cfg.get('hf_hub_filename') or 'model.safetensors'} (from huggingface.co/{cfg['hf_hub_id']})")
+    if cfg.get("url"):
+        out.append(f"{cfg['url'].rsplit('/', 1)[-1]} (the original release, {cfg['url']})")
+    return out
+
+
+_HUB_PROBE_SECONDS = 5.0
+
+
+#: suffixes of the weights files :func:`create_backbone` reads
+_WEIGHT_SUFFIXES: tuple[str, ...] = (".pth", ".pt", ".bin", ".safetensors", ".npz")
+
+
+_WEIGHT_FORMATS = ("a PyTorch state dict (.pth/.pt/.bin; the DeiT release's {'model': state_dict} too), "
+                   "timm's model.safetensors, or an AugReg/big_vision .npz")
+
+
+def _hub_cached(cfg: dict[str, Any]) -> bool:
+    repo = cfg.get("hf_hub_id")
+    if not repo:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - a timm dependency
+        return False
+    names = [cfg.get("hf_hub_filename")] if cfg.get("hf_hub_filename") else ["model.safetensors", "pytorch_model.bin"]
+    return any(isinstance(try_to_load_from_cache(repo, n), str) for n in names)
+
+
+def _probe(url: str, timeout: float) -> str | None:
+    """``None`` when a ``HEAD`` request for ``url`` (the weights file on the hub) succeeds (2xx,
+    redirects followed) within ``timeout`` s, else why not. It runs in a worker thread with an
+    overall deadline, so neither a hanging name resolver nor a server that accepts the
+    connection and never answers can stall the caller."""
+    import concurrent.futures
+    import urllib.request
+
+    def head() -> None:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            pass  # HTTP errors (404, 5xx, ...) raise HTTPError: the file cannot be downloaded
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(head).result(timeout=timeout + 0.5)
+    except concurrent.futures.TimeoutError:
+        return f"no answer from {url} within {timeout:g} s"
+    except Exception as e:  # noqa: BLE001 - URLError, HTTPError, socket timeout, refused, bad URL
+        reason = getattr(e, "reason", None) or e
+        return f"{url}: {type(e).__name__}: {reason}"
+    finally:
+        pool.shutdown(wait=False)
+    return None
+
+
+def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
+    """``None`` when timm can get ``name``'s pretrained weights (in the local Hugging Face cache,
+    or the hub answers within ``timeout`` seconds), else one line saying why not and which local
+    file to pass instead (``--weights NAME=/path/to/<file>``, :func:`expected_weight_files`).
+
+    Honours ``HF_HUB_OFFLINE`` (then only the cache counts) and ``HF_ENDPOINT``. Never
+    downloads; takes at most about ``timeout`` seconds.
+    """
+    cfg = _timm_pretrained_cfg(name)
+    if _hub_cached(cfg):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    if offline:
+        why = "HF_HUB_OFFLINE is set and they are not in the local hub cache"
+    elif cfg.get("hf_hub_id"):
+        fname = cfg.get("hf_hub_filename") or "model.safetensors"
+        why = _probe(f"{endpoint}/{cfg['hf_hub_id']}/resolve/main/{fname}", timeout)
+    else:
+        why = _probe(str(cfg.get("url")), timeout)
+    if why is None:
+        return None
+    files = expected_weight_files(name)
+    first = files[0].split(" ")[0] if files else "weights.pth"
+    return (f"weights of {name}: the Hugging Face hub ({endpoint}) cannot be reached ({why}); "
+            f"pass a local file: --weights {name}=/path/to/{first}"
+            + (f" (expected: {' or '.join(files)})" if files else ""))
+
+
+def weights_file_problem(path: str | os.PathLike) -> str | None:
+    """``None`` when ``path`` is an existing file, else why not, in one line: it does not exist,
+    or it is a directory (naming the weights files found in it)."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        return None
+    if path.is_dir():
+        found = sorted(q.name for q in path.iterdir() if q.suffix.lower() in _WEIGHT_SUFFIXES)[:4]
+        hint = f" (it holds {', '.join(found)}: name one)" if found else ""
+        return (f"weights file {path} is a directory; expected a weights file "
+                f"({', '.join(_WEIGHT_SUFFIXES)}){hint}")
+    return f"weights file {path} does not exist"
+
+
+def _reason(e: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of a reader's exception on one line: torch's weights-only unpickler
+    explains its policy over several lines; the line after "WeightsUnpickler error" says why."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    pick = next((lines[i + 1] for i, ln in enumerate(lines[:-1]) if "WeightsUnpickler error" in ln), None)
+    text = pick or (lines[0] if lines else "")
+    return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
+
+
+def _load_file_state_dict(path: Path) -> dict[str, Tensor]:
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            sd: Any = load_file(str(path), device="cpu")
+        else:
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - re-raised with the file named
+        raise BackboneError(f"{path} is not a weights file this loader can read ({_reason(e)}); "
+                            f"expected {_WEIGHT_FORMATS}") from e
+    if isinstance(sd, dict):
+        for key in ("state_dict_ema", "model_ema", "state_dict", "model"):
+            if key in sd and isinstance(sd[key], dict):
+                sd = sd[key]
+                break
+    if not isinstance(sd, dict) or not all(isinstance(v, Tensor) for v in sd.values()):
+        raise BackboneError(f"{path} does not hold a state dict of tensors; expected {_WEIGHT_FORMATS}")
+    if sd and all(k.startswith("module.") for k in sd):
+        sd = {k[len("module."):]: v for k, v in sd.items()}
+    return dict(sd)
+
+
+def _classifier_names(model: nn.Module) -> tuple[str, ...]:
+    cls = (getattr(model, "pretrained_cfg", None) or {}).get("classifier", "head")
+    return (cls,) if isinstance(cls, str) else tuple(cls)
+
+
+def _fmt_keys(keys: Sequence[str], limit: int = 8) -> str:
+    keys = list(keys)
+    more = f" … (+{len(keys) - limit} more)" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def _npz_layout(model: nn.Module) -> dict[str, tuple[int | None, ...]]:
+    """Keys and shapes (``None``: any size) of an original ViT/AugReg ``.npz`` checkpoint for
+    ``model`` — the layout timm's ``_load_weights`` reads (Steiner et al. 2022, the
+    ``vision_transformer`` release: ``Transformer/encoderblock_<i>/...``). The patch kernel may
+    have another patch size and the position table another grid: timm resamples both."""
+    D = int(model.embed_dim)
+    out: dict[str, tuple[int | None, ...]] = {
+        "embedding/kernel": (None, None, int(model.patch_embed.proj.weight.shape[1]), D),
+        "embedding/bias": (D,), "cls": (1, 1, D),
+        "Transformer/posembed_input/pos_embedding": (1, None, D),
+        "Transformer/encoder_norm/scale": (D,), "Transformer/encoder_norm/bias": (D,),
+        "head/kernel": (D, None), "head/bias": (None,),
+    }
+    for i, blk in enumerate(model.blocks):
+        b = f"Transformer/encoderblock_{i}/"
+        H = int(blk.attn.num_heads)
+        hd = D // H
+        hidden = int(blk.mlp.fc1.out_features)
+        for ln in ("LayerNorm_0", "LayerNorm_2"):
+            out[f"{b}{ln}/scale"] = (D,)
+            out[f"{b}{ln}/bias"] = (D,)
+        for n in ("query", "key", "value"):
+            out[f"{b}MultiHeadDotProductAttention_1/{n}/kernel"] = (D, H, hd)
+            out[f"{b}MultiHeadDotProductAttention_1/{n}/bias"] = (H, hd)
+        out[f"{b}MultiHeadDotProductAttention_1/out/kernel"] = (H, hd, D)
+        out[f"{b}MultiHeadDotProductAttention_1/out/bias"] = (D,)
+        out[f"{b}MlpBlock_3/Dense_0/kernel"] = (D, hidden)
+        out[f"{b}MlpBlock_3/Dense_0/bias"] = (hidden,)
+        out[f"{b}MlpBlock_3/Dense_1/kernel"] = (hidden, D)
+        out[f"{b}MlpBlock_3/Dense_1/bias"] = (D,)
+    return out
+
+
+def _check_npz(model: nn.Module, path: Path) -> None:
+    """Name the missing, unexpected and wrong-shape arrays of an original-layout ``.npz`` before
+    timm copies them (its reader stops at the first one with a bare size error). big_vision
+    layouts (``params/...``, stacked ``encoderblock``) are left to timm's reader."""
+    import numpy as np
+
+    try:
+        with np.load(path) as npz:
+            shapes = {k: tuple(npz[k].shape) for k in npz.files}
+    except Exception as e:  # noqa: BLE001 - not a readable .npz
+        raise BackboneError(f"{path} is not a readable .npz weights file ({_reason(e)}); "
+                            f"expected {_WEIGHT_FORMATS}") from e
+    if any(k.startswith("params/") for k in shapes) or "Transformer/encoderblock/LayerNorm_0/scale" in shapes:
+        return
+    layout = _npz_layout(model)
+    missing = sorted(set(layout) - set(shapes))
+    # pre_logits: the representation layer of old in21k files, which timm deliberately ignores
+    unexpected = sorted(k for k in set(shapes) - set(layout) if not k.startswith("pre_logits/"))
+    wrong = sorted(k for k in set(layout) & set(shapes)
+                   if len(layout[k]) != len(shapes[k])
+                   or any(e is not None and e != g for e, g in zip(layout[k], shapes[k])))
+    if missing or unexpected or wrong:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing arrays: {_fmt_keys(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected arrays: {_fmt_keys(unexpected)}")
+        if wrong:
+            parts.append(f"{len(wrong)} shape mismatches: " + _fmt_keys(
+                [f"{k} file {shapes[k]} vs model {tuple('*' if e is None else e for e in layout[k])}"
+                 for k in wrong]))
+        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
+                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
+                            + "; ".join(parts))
+
+
+def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool) -> None:
+    """Strictly load ``path`` into ``model`` (classifier handled per ``head``)."""
+    if path.suffix.lower() == ".npz":
+        if not hasattr(model, "load_pretrained"):
+            raise BackboneError(f"{path}: .npz (JAX) weights need a timm VisionTransformer")
+        _check_npz(model, path)
+        head_before = {n: getattr(model, n).state_dict() for n in _classifier_names(model)
+                       if isinstance(getattr(model, n, None), nn.Module)}
+        if head == "keep":
+            import numpy as np
+
+            with np.load(path) as npz:
+                kernel = [npz[k].shape for k in npz.files if k.endswith("head/kernel")]
+            if not kernel or kernel[0][-1] != getattr(model, "num_classes", None):
+                raise BackboneError(f"{path}: classifier does not match num_classes="
+                                    f"{getattr(model, 'num_classes', '?')} (head/kernel "
+                                    f"{kernel[0] if kernel else 'missing'}); use head='replace'")
+        try:
+            model.load_pretrained(str(path))  # timm's big_vision/AugReg .npz reader
+        except Exception as e:  # noqa: BLE001
+            raise BackboneError(f"could not load JAX weights {path} into {type(model).__name__}: "
+                                f"{type(e).__name__}: {e}") from e
+        if head == "replace":
+            for n, sd in head_before.items():
+                getattr(model, n).load_state_dict(sd)
+        return
+    sd = _load_file_state_dict(path)
+    if timm_filter:
+        from timm.models.vision_transformer import checkpoint_filter_fn
+
+        try:
+            sd = checkpoint_filter_fn(sd, model)
+        except Exception as e:  # noqa: BLE001
+            raise BackboneError(f"{path}: the state dict does not fit {type(model).__name__}: "
+                                f"{type(e).__name__}: {e}") from e
+    own = model.state_dict()
+    head_keys = {f"{c}.{p}" for c in _classifier_names(model) for p in ("weight", "bias")} & set(own)
+    head_mismatch = sorted(k for k in head_keys if k in sd and tuple(sd[k].shape) != tuple(own[k].shape))
+    if head == "keep" and (head_mismatch or not head_keys <= set(sd)):
+        detail = "; ".join(f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}" for k in head_mismatch)
+        raise BackboneError(f"{path}: classifier does not match num_classes={getattr(model, 'num_classes', '?')} "
+                            f"({detail or 'classifier keys missing from the file'}); use head='replace'")
+    drop = head_keys if head == "replace" else set(head_mismatch)
+    sd = {k: v for k, v in sd.items() if k not in drop}
+    missing = sorted(set(own) - set(sd) - drop)
+    unexpected = sorted(set(sd) - set(own))
+    shapes = sorted(k for k in set(sd) & set(own) if tuple(sd[k].shape) != tuple(own[k].shape))
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing keys: {_fmt_keys(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected keys: {_fmt_keys(unexpected)}")
+        if shapes:
+            parts.append(f"{len(shapes)} shape mismatches: " + _fmt_keys(
+                [f"{k} file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes]))
+        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
+                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
+                            + "; ".join(parts))
+    model.load_state_dict(sd, strict=False)  # only the dropped classifier keys stay at their init

@@ -1,0 +1,187 @@
+"""Publishing the course edition: :func:`strip_solutions` (``midas-nb strip-solutions``) and the static HTML
+edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-html``)."""
+from __future__ import annotations
+
+import html
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..identity import atomic_write_text
+from ..runs import notebook_states
+
+
+
+SOLUTION_TAG = "solution"
+
+
+_NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+
+
+# ----------------------------------------------------------------------------- stripping
+def _is_solution(cell) -> bool:
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
+    """Remove the cells tagged ``solution`` from a notebook (the student edition).
+
+    Args:
+        path: the notebook.
+        out: where to write: a file path (``out == path`` overwrites in place), an existing
+            directory (the same file name inside it), or ``None`` — ``<path's folder>/student/
+            <same name>``; a sibling folder rather than a ``*_student.ipynb`` suffix, so the
+            ``NN_*.ipynb`` notebook list of ``midas-nb run`` never picks the copies up.
+
+    Returns:
+        The number of removed cells. Everything else (the ``parameters`` cell, exercises,
+        student cells, metadata) is kept, and the result is validated with nbformat.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+    """
+    import nbformat
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
+    nb = nbformat.read(str(path), as_version=4)
+    before = len(nb.cells)
+    nb.cells = [c for c in nb.cells if not _is_solution(c)]
+    removed = before - len(nb.cells)
+    if out is None:
+        target = path.parent / "student" / path.name
+    else:
+        target = Path(out)
+        if target.is_dir():
+            target = target / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.validate(nb)
+    atomic_write_text(target, nbformat.writes(nb) + "\n")
+    return removed
+
+
+# ------------------------------------------------------------------------------ HTML export
+def notebook_title(nb, default: str) -> str:
+    """The text of the first Markdown heading of a notebook (``default`` when there is none)."""
+    for c in nb.cells:
+        if c.cell_type != "markdown":
+            continue
+        for line in c.source.splitlines():
+            m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m and m.group(1):
+                return m.group(1)
+    return default
+
+
+def _is_executed(nb) -> bool:
+    return any(c.cell_type == "code" and (c.get("execution_count") is not None or c.get("outputs"))
+               for c in nb.cells)
+
+
+_NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1.5em;padding:.6em 1em;"
+            "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
+            "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
+
+
+def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
+    parts = ['<a class="midas-contents" href="index.html">Contents</a>']
+    if prev:
+        parts.append(f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>')
+    if nxt:
+        parts.append(f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
+    return f'<nav class="midas-nav {where}">' + "".join(parts) + "</nav>"
+
+
+def _first_error(nb: Any) -> str:
+    """``"<ename>: <evalue>"`` of the first error output of an executed notebook, else ``""``."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if out.get("output_type") == "error":
+                return f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".strip()
+    return ""
+
+
+def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
+                strip_solutions: bool = False) -> Path:
+    """Static HTML edition of a run's executed notebooks; returns the contents page.
+
+    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's ``HTMLExporter``, lab
+    template; figures are the notebooks' inline PNG outputs and stay embedded as data URIs,
+    Markdown images are embedded too), in file-name order, each with "Contents / previous /
+    next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
+    title (the first Markdown heading). Notebooks with no executed code cell are skipped
+    with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
+    on the contents page, with a warning. A notebook the run manifest (``run.json``,
+    :func:`midas_nb.runs.notebook_states`) reports as stale — an older copy the latest run
+    failed to replace or did not reach, or one from a run with other settings — is exported
+    marked "stale: <reason>" on the contents page and with a banner on its page, with a warning.
+
+    Args:
+        input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
+        output_dir: where the pages go (default ``<input_dir>/html``).
+        strip_solutions: leave the cells tagged ``solution`` out of the pages.
+
+    Raises:
+        FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
+    input_dir = Path(input_dir)
+    out = Path(output_dir) if output_dir is not None else input_dir / "html"
+    paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
+
+    stale = {st.name: st.reason for st in notebook_states(input_dir) if st.state == "stale"}
+    pages: list[tuple[Path, Any, str, str]] = []
+    for p in paths:
+        nb = nbformat.read(str(p), as_version=4)
+        if not _is_executed(nb):
+            warnings.warn(f"{p.name} has no executed code cell; left out of the HTML edition", stacklevel=2)
+            continue
+        failed = _first_error(nb)
+        if failed:
+            warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
+                          f"in the HTML edition", stacklevel=2)
+        if p.name in stale:
+            warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
+                          f"edition", stacklevel=2)
+        pages.append((p, nb, notebook_title(nb, p.stem), failed))
+    if not pages:
+        raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
+                                f"run `midas-nb run --output {input_dir}` first")
+    out.mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    if strip_solutions:
+        exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
+                                       enabled=True)
+    links = [(p.stem + ".html", title) for p, _, title, _ in pages]
+    for i, (p, nb, title, _) in enumerate(pages):
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
+        prev = links[i - 1] if i > 0 else None
+        nxt = links[i + 1] if i + 1 < len(links) else None
+        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
+                  f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
+                  f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'
+                  if p.name in stale else "")
+        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
+                      count=1)
+        body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
+        (out / links[i][0]).write_text(body, encoding="utf-8")
+    items = "\n".join(
+        f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
+        + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
+        + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
+        + "</li>"
+        for (href, title), (p, _, _, failed) in zip(links, pages))
+    index = out / "index.html"
+    index.write_text(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<title>midas_nb — contents</title>"
+        "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}"
+        "li{margin:.4em 0}</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness "
+        "in token-pruning ViTs</h1>\n<p>Read the notebooks in order; each page links to the previous and "
+        f"next one. Executed notebooks from <code>{html.escape(str(input_dir))}</code>.</p>\n"
+        f"<ol class=\"midas-contents\">\n{items}\n</ol>\n</body></html>\n", encoding="utf-8")
+    return index

@@ -1,0 +1,61 @@
+"""Metrics of the MIDAS analysis (DESIGN.md §6), each with its direction and its source.
+
+Every metric is registered with Quantus-style metadata (Hedström et al., 2023, Quantus,
+https://arxiv.org/abs/2202.06861): whether a higher value is better, its category and the
+paper it comes from. ``list_metrics()`` / ``get_metric(name)`` give access to them.
+
+==========================  ==============  ===========================================
+metric                      higher better   source
+==========================  ==============  ===========================================
+``part_miou``               yes             IoU of kept tokens vs part patches (MIDAS)
+``box_coverage``            yes             the same IoU against the object box
+``insertion_deletion_auc``  yes (IDAUC)     Petsiuk et al., 2018, RISE, arXiv:1806.07421
+``decoupling_D``            yes             MIDAS: D = mIoU_t − mIoU_ref in the IDAUC band
+``point_in_box``            yes             Shi et al., 2026, LaSt-ViT, arXiv:2602.22394
+``pruned_accuracy``         yes             top-1 accuracy of the pruned model
+``throughput``              yes             images per second, device-synchronised
+==========================  ==============  ===========================================
+
+Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``curve_auc``
+(trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate) and ``bootstrap_ci``
+(:mod:`midas_nb.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
+Bootstrap*, ch. 13).
+
+Shapes: ``B`` images, ``N`` patch tokens (row-major over the patch grid, prefix tokens
+excluded), ``T = P + N`` tokens, ``D`` embedding width, ``S`` insertion/deletion steps.
+"""
+from __future__ import annotations
+
+# submodules in registration order (list_metrics() keeps it)
+from ..stats import bootstrap_ci, hierarchical_bootstrap
+from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, register_metric
+from .coverage import COVERAGE_KINDS, PartIoU, box_coverage, part_miou
+from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
+from .decoupling import (DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, _as_float_list, _paired_matrix, _per_image,
+                         decoupling_D)
+from .lastvit import patch_score, point_in_box
+from .speed import measure_throughput, pruned_accuracy
+
+__all__ = [
+    "MetricSpec",
+    "register_metric",
+    "list_metrics",
+    "get_metric",
+    "PartIoU",
+    "part_miou",
+    "box_coverage",
+    "InsDel",
+    "insertion_deletion_auc",
+    "insertion_counts",
+    "curve_auc",
+    "gaussian_blur",
+    "decoupling_D",
+    "D_STATUSES",
+    "hierarchical_bootstrap",
+    "patch_score",
+    "point_in_box",
+    "pruned_accuracy",
+    "measure_throughput",
+    "bootstrap_ci",
+    "COVERAGE_KINDS",
+]

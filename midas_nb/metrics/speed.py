@@ -1,0 +1,83 @@
+"""Accuracy of the pruned model and device-synchronised throughput."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from .registry import register_metric
+
+
+@register_metric("pruned_accuracy", higher_is_better=True, category="accuracy",
+                 reference="top-1 accuracy",
+                 summary="fraction of images whose pruned-model prediction equals the label")
+def pruned_accuracy(logits: Tensor, labels: Tensor) -> float:
+    """Top-1 accuracy of ``logits [B,C]`` against ``labels [B]`` (a fraction in ``[0,1]``).
+
+    Per-image correctness for :func:`bootstrap_ci` is ``(logits.argmax(-1) == labels)``.
+    """
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        raise ValueError(f"logits must be [B,C] and labels [B], got {tuple(logits.shape)} and "
+                         f"{tuple(labels.shape)}")
+    return float((logits.argmax(-1) == labels.to(logits.device)).float().mean())
+
+
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _num_images(batch: Any) -> int:
+    for attr in ("images",):
+        if hasattr(batch, attr):
+            return int(getattr(batch, attr).shape[0])
+    if isinstance(batch, Tensor):
+        return int(batch.shape[0])
+    return len(batch)
+
+
+@register_metric("throughput", higher_is_better=True, category="efficiency",
+                 reference="wall-clock images per second (device-synchronised)",
+                 summary="images per second of the pruned forward")
+def measure_throughput(
+    fn: Callable[[Any], Any],
+    batch: Any,
+    repeats: int = 10,
+    warmup: int = 2,
+    *,
+    device: torch.device | str | None = None,
+) -> float:
+    """Images per second of ``fn(batch)``, timed over ``repeats`` calls after ``warmup`` calls.
+
+    Runs under ``torch.no_grad``; on CUDA the device is synchronised before starting and
+    stopping the clock (kernels are asynchronous).
+
+    Args:
+        fn: callable taking ``batch``.
+        batch: a ``[B,...]`` tensor, a ``Batch`` (``.images``), or a sized sequence.
+        repeats: timed calls (≥ 1).
+        warmup: untimed calls first.
+        device: device to synchronise; ``None`` → that of ``batch`` (``batch.images``).
+
+    Returns:
+        ``B · repeats / seconds`` (images/s).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be ≥ 1, got {repeats}")
+    if device is None:
+        t = batch.images if hasattr(batch, "images") else batch
+        device = t.device if isinstance(t, Tensor) else None
+    dev = torch.device(device) if device is not None else None
+    n = _num_images(batch)
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(batch)
+        _sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(repeats):
+            fn(batch)
+        _sync(dev)
+        elapsed = time.perf_counter() - t0
+    return n * repeats / max(elapsed, 1e-12)

@@ -1,0 +1,205 @@
+"""Figures over the photos: part keypoints on the patch grid, target heatmaps, kept patch tokens."""
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.lines import Line2D
+
+from .common import (_batch_fields, _draw_grid, _grid_of, _normalise_map, _np, _panels, _patch_rects, _pixel_axes,
+                     _short_name, image_to_rgb)
+from .output import _finish, FONT, Normalization
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4,
+                       normalization: Normalization = None, class_names: Sequence[str] | None = None,
+                       save: str | None = None) -> Figure:
+    """Photos with part keypoints, the part-mask patches and the object box on the patch grid.
+
+    Shows what part mIoU compares kept tokens against (DESIGN.md §6): a patch is "part" when
+    it holds a visible keypoint after the image's resize/crop. Datasets without part keypoints
+    (FGVC-Aircraft, Stanford Cars: ``parts`` is ``[B, 0, 3]``) show the box patches instead,
+    which box coverage compares kept tokens against.
+
+    Args:
+        data: a :class:`midas_nb.data.Sample` or :class:`midas_nb.data.Batch` (first ``n``).
+        patch_size: patch side in pixels (``H/p`` rows of patches).
+        n: images to show. ncols: panels per row.
+        normalization: ``(mean, std)`` of the backbone to undo for display.
+        class_names: names indexed by label, for the panel titles.
+        save: figure name for :func:`save_figure`.
+    """
+    f = _batch_fields(data, n)
+    B, _, H, W = f["images"].shape
+    rows, cols = H // int(patch_size), W // int(patch_size)
+    boxes_only = f["parts"].ndim < 2 or f["parts"].shape[1] == 0  # no part keypoints: box coverage
+    kind = "box" if boxes_only else "part"
+    masks = f["box_mask"] if boxes_only else f["part_mask"]
+    fig, axes = _panels(B, ncols)
+    for i, ax in enumerate(axes):
+        ax.imshow(image_to_rgb(f["images"][i], normalization), extent=(0, W, H, 0))
+        _draw_grid(ax, rows, cols, H, W)
+        _patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
+                     facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
+        x0, y0, x1, y1 = f["boxes"][i]
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.8))
+        parts = f["parts"][i]
+        vis = parts[:, 2] > 0 if parts.size else np.zeros(0, bool)
+        if vis.any():
+            ax.scatter(parts[vis, 0], parts[vis, 1], s=22, c="red", edgecolors="white", linewidths=0.7,
+                       zorder=3)
+        ax.set_xlim(0, W)
+        ax.set_ylim(H, 0)
+        label = f["labels"][i]
+        name = (_short_name(class_names[label]) if class_names is not None and 0 <= label < len(class_names)
+                else f"class {label}")
+        ax.set_title(f"{name}\n{kind} patches: {int(masks[i].sum())} of {rows * cols}",
+                     fontsize=FONT["annot"])
+        _pixel_axes(ax, show_labels=(i % max(1, min(ncols, B)) == 0))
+    handles = ([] if boxes_only else
+               [Line2D([], [], marker="o", ls="", color="red", markeredgecolor="white", label="visible part keypoint")])
+    handles += [Patch(facecolor="gold", edgecolor="darkorange", alpha=0.6,
+                      label=f"{kind} patch ({patch_size}×{patch_size} px)"),
+                Patch(fill=False, edgecolor="cyan", lw=1.8, label="object box")]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
+                 else f"Part keypoints on the {rows}×{cols} patch grid", fontsize=FONT["title"])
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return _finish(fig, save)
+
+
+def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | int | None = None, *,
+                    normalization: Normalization = None, normalize: Literal["rank", "minmax"] = "rank",
+                    indices: Sequence[int] | Any | None = None, titles: Mapping[str, str] | None = None,
+                    row_labels: Sequence[str] | None = None, alpha: float = 0.6, title: str | None = None,
+                    save: str | None = None) -> Figure:
+    """Target maps over the photos: rows = images, columns = targets.
+
+    Each map is normalised per image — by rank (``"rank"``, the percentile of each token in
+    that image's ranking: what top-k pruning uses) or min–max — so that targets with
+    different units (probabilities, signed input×gradient, votes) share one colour bar.
+
+    Args:
+        images: ``[B,3,H,W]`` images (normalised for the backbone).
+        maps: ``{target id: [B,N]}`` maps on the same images, in column order; or maps over a
+            whole split (``[M,N]``) with ``indices`` naming the rows of ``images``.
+        grid: patch grid ``(rows, cols)``; ``None`` → square from ``N``.
+        normalization: ``(mean, std)`` to undo for display.
+        normalize: ``"rank"`` or ``"minmax"`` (per image and target).
+        indices: ``[B]`` rows of the maps that belong to ``images`` (e.g. ``batch.indices``).
+        titles: column titles per target id (default: the id).
+        row_labels: one label per image row.
+        alpha: opacity of the heat map over the photo.
+        title: figure title (default "Target maps on the R×C patch grid").
+        save: figure name for :func:`save_figure`.
+    """
+    if normalize not in ("rank", "minmax"):
+        raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")
+    if not maps:
+        raise ValueError("maps is empty; expected {target id: [B,N]}")
+    imgs = _np(images)
+    if imgs.ndim == 3:
+        imgs = imgs[None]
+    B, _, H, W = imgs.shape
+    ids = list(maps)
+    arrs = {k: _np(v).reshape(-1, _np(v).shape[-1]) for k, v in maps.items()}
+    if indices is not None:
+        rows_sel = _np(indices).astype(int).ravel()
+        arrs = {k: a[rows_sel] for k, a in arrs.items()}
+    for k, a in arrs.items():
+        if a.shape[0] < B:
+            raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
+    rows, cols = _grid_of(grid, arrs[ids[0]].shape[1])
+    size = 2.1
+    fig, axes = plt.subplots(B, len(ids) + 1, figsize=(size * (len(ids) + 1) + 0.8, size * B + 0.7),
+                             squeeze=False)
+    im = None
+    for b in range(B):
+        rgb = image_to_rgb(imgs[b], normalization)
+        axes[b, 0].imshow(rgb, extent=(0, W, H, 0))
+        axes[b, 0].set_ylabel(row_labels[b] if row_labels else f"image {b}", fontsize=FONT["annot"])
+        for j, k in enumerate(ids, start=1):
+            ax = axes[b, j]
+            m = _normalise_map(arrs[k][b].astype(np.float64), normalize).reshape(rows, cols)
+            ax.imshow(rgb, extent=(0, W, H, 0))
+            im = ax.imshow(m, extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1, alpha=alpha,
+                           interpolation="nearest")
+        for ax in axes[b]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    axes[0, 0].set_title("photo", fontsize=FONT["label"])
+    for j, k in enumerate(ids, start=1):
+        axes[0, j].set_title((titles or {}).get(k, k), fontsize=FONT["label"])
+    label = ("rank percentile within the image (1 = highest, kept first)" if normalize == "rank"
+             else "min–max normalised score per image")
+    fig.tight_layout(rect=(0, 0, 0.93, 0.96))
+    cax = fig.add_axes((0.94, 0.15, 0.015, 0.7))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label(label, fontsize=FONT["annot"])
+    cb.ax.tick_params(labelsize=FONT["tick"])
+    fig.suptitle(title or f"Target maps on the {rows}×{cols} patch grid", fontsize=FONT["title"])
+    return _finish(fig, save)
+
+
+# ---------------------------------------------------------------------------------------------
+# pruning
+# ---------------------------------------------------------------------------------------------
+def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | None = None, *,
+                        part_mask: Any | None = None, titles: Sequence[str] | None = None,
+                        normalization: Normalization = None, ncols: int = 4, dim: float = 0.75,
+                        suptitle: str | None = None, save: str | None = None) -> Figure:
+    """The kept patch tokens over the photo: dropped patches are dimmed.
+
+    Args:
+        image: ``[3,H,W]`` or ``[B,3,H,W]`` images (normalised for the backbone).
+        keep_mask: ``[N]`` or ``[B,N]`` bool, kept patch tokens (row-major).
+        grid: patch grid ``(rows, cols)``; ``None`` → square from ``N``.
+        part_mask: optional ``[B,N]`` part patches, outlined in gold.
+        titles: one title per panel.
+        normalization: ``(mean, std)`` to undo for display.
+        ncols: panels per row. dim: darkness of dropped patches (0 = none, 1 = black).
+        suptitle: figure title. save: figure name for :func:`save_figure`.
+    """
+    imgs = _np(image)
+    keep = _np(keep_mask).astype(bool)
+    if imgs.ndim == 3:
+        imgs = imgs[None]
+    if keep.ndim == 1:
+        keep = keep[None]
+    if keep.shape[0] != imgs.shape[0]:
+        raise ValueError(f"keep_mask has {keep.shape[0]} rows for {imgs.shape[0]} images")
+    parts = None if part_mask is None else _np(part_mask).astype(bool).reshape(keep.shape)
+    B, _, H, W = imgs.shape
+    rows, cols = _grid_of(grid, keep.shape[1])
+    fig, axes = _panels(B, ncols, size=3.0)
+    for b, ax in enumerate(axes):
+        ax.imshow(image_to_rgb(imgs[b], normalization), extent=(0, W, H, 0))
+        shade = np.zeros((rows, cols, 4))
+        shade[..., 3] = np.where(keep[b].reshape(rows, cols), 0.0, dim)
+        ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
+        _patch_rects(ax, keep[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
+        if parts is not None:
+            _patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4,
+                         ls="--")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        t = titles[b] if titles is not None and b < len(titles) else f"image {b}"
+        ax.set_title(f"{t}\nkept {int(keep[b].sum())}/{rows * cols} tokens", fontsize=FONT["annot"])
+    handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
+               Patch(facecolor=(0, 0, 0, dim), label="dropped patch token")]
+    if parts is not None:
+        handles.append(Patch(fill=False, edgecolor="gold", ls="--", lw=1.4, label="part patch"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False)
+    top = 1.0
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=FONT["title"])
+        top = 1.0 - 0.45 / fig.get_figheight()
+    fig.tight_layout(rect=(0, 0.07, 1, top))
+    return _finish(fig, save)

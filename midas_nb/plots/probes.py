@@ -1,0 +1,97 @@
+"""Figures of the cosine probes between target rankings."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from .output import _finish, FONT
+
+
+# ---------------------------------------------------------------------------------------------
+# probes
+# ---------------------------------------------------------------------------------------------
+def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5", "T3"), *,
+                   lo: pd.DataFrame | None = None, hi: pd.DataFrame | None = None,
+                   title: str | None = None, save: str | None = None) -> Figure:
+    """Mean per-image cosine similarity between target rankings, as an annotated matrix.
+
+    Args:
+        mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``.
+        highlight: a pair of ids whose cell is framed and called out in the title
+            (default: hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in
+            the matrix → nothing highlighted.
+        lo, hi: CI bounds in the same layout, shown in the call-out.
+        title: figure title.
+        save: figure name for :func:`save_figure`.
+
+    Raises:
+        ValueError: when ``mean`` is not square with matching index and columns.
+    """
+    if list(mean.index) != list(mean.columns):
+        raise ValueError("mean must be a square DataFrame with the same ids as index and columns")
+    ids = [str(i) for i in mean.index]
+    M = mean.to_numpy(dtype=float)
+    n = len(ids)
+    side = max(4.5, 0.62 * n + 2.2)
+    fig, ax = plt.subplots(figsize=(side + 1.0, side))
+    im = ax.imshow(M, cmap="RdBu_r", vmin=-1, vmax=1)
+    for i in range(n):
+        for j in range(n):
+            v = M[i, j]
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
+                        color="white" if abs(v) > 0.6 else "black")
+    ax.set_xticks(range(n), ids, rotation=45, ha="right", fontsize=FONT["tick"])
+    ax.set_yticks(range(n), ids, fontsize=FONT["tick"])
+    ax.set_xlabel("target", fontsize=FONT["label"])
+    ax.set_ylabel("target", fontsize=FONT["label"])
+    cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    cb.set_label("mean per-image cosine similarity", fontsize=FONT["annot"])
+    cb.ax.tick_params(labelsize=FONT["tick"])
+    callout = ""
+    if highlight is not None and all(h in ids for h in highlight):
+        a, b = ids.index(highlight[0]), ids.index(highlight[1])
+        for (r, c) in {(a, b), (b, a)}:
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="lime", lw=3))
+        callout = f"\ncos({highlight[0]}, {highlight[1]}) = {M[a, b]:.3f}"
+        if lo is not None and hi is not None:
+            callout += f" [{float(lo.iloc[a, b]):.3f}, {float(hi.iloc[a, b]):.3f}]"
+    ax.set_title((title or "Cosine similarity of target maps") + callout, fontsize=FONT["title"] - 1)
+    fig.tight_layout()
+    return _finish(fig, save)
+
+
+def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
+    """Cosine of target pairs against depth, with CIs (:func:`midas_nb.probes.cosine_across_depths`).
+
+    Args:
+        table: long table with ``depth``, ``cosine``, ``lo``, ``hi`` and the pair as
+            ``a``/``b`` or ``hidden``/``attention`` columns.
+        title: figure title. save: figure name for :func:`save_figure`.
+    """
+    a, b = ("hidden", "attention") if "hidden" in table.columns else ("a", "b")
+    missing = [c for c in ("depth", "cosine", a, b) if c not in table.columns]
+    if missing:
+        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    cmap = plt.get_cmap("tab10")
+    for i, ((x, y), g) in enumerate(table.groupby([a, b], sort=False)):
+        g = g.sort_values("depth")
+        d = g["depth"].to_numpy(dtype=float)
+        ax.plot(d, g["cosine"], marker="o", color=cmap(i % 10), label=f"{x} vs {y}")
+        if {"lo", "hi"} <= set(g.columns) and g["lo"].notna().any():
+            ax.fill_between(d, g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float),
+                            color=cmap(i % 10), alpha=0.15, lw=0)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(sorted(table["depth"].dropna().unique()))
+    ax.set_xlabel("depth L (targets read at block L)", fontsize=FONT["label"])
+    ax.set_ylabel("mean per-image cosine similarity", fontsize=FONT["label"])
+    ax.tick_params(labelsize=FONT["tick"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=FONT["legend"], loc="best", framealpha=0.85)
+    ax.set_title(title or "Cosine of target rankings across depths (bands: 95 % CI)", fontsize=FONT["title"] - 1)
+    fig.tight_layout()
+    return _finish(fig, save)

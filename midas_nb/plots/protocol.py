@@ -1,0 +1,249 @@
+"""Figures of the three-condition protocol: coverage against faithfulness, insertion/deletion and perturbation curves."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..results import aggregate_seeds
+from .common import _np
+from .output import _finish, FONT
+
+
+# ---------------------------------------------------------------------------------------------
+# protocol
+# ---------------------------------------------------------------------------------------------
+_AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
+                "backbone": "backbone"}
+
+
+_MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
+
+
+def _condition_colors(conditions: Sequence[str]) -> dict[str, Any]:
+    cmap = plt.get_cmap("tab10")
+    out, i = {}, 0
+    for c in conditions:
+        if c == "reference":
+            out[c] = "black"
+        elif c == "unsupervised":
+            out[c] = "grey"
+        else:
+            out[c] = cmap(i % 10)
+            i += 1
+    return out
+
+
+def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+    """One row per condition: means of ``cols`` over seeds (or any repeated rows)."""
+    present = [c for c in cols if c in table.columns]
+    order = list(dict.fromkeys(table["condition"].astype(str)))
+    agg = table.assign(condition=table["condition"].astype(str)).groupby("condition", sort=False)[present].mean()
+    return agg.loc[order].reset_index()
+
+
+def _mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
+                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
+    """Guard against silent averaging: ``table`` may hold several datasets / backbones only when
+    the caller lists them in ``average_over``; returns the title note that says so.
+
+    Raises:
+        ValueError: several values of a column in ``cols`` that ``average_over`` does not name.
+    """
+    mixed = {c: [str(v) for v in dict.fromkeys(table[c])] for c in cols
+             if c in table.columns and table[c].nunique(dropna=False) > 1}
+    silent = {c: v for c, v in mixed.items() if c not in set(average_over)}
+    if silent:
+        detail = "; ".join(f"{c}: {', '.join(v)}" for c, v in silent.items())
+        raise ValueError(f"{what}: the table holds several {' and '.join(f'{c}s' for c in silent)} ({detail}); "
+                         f"select one, or pass average_over={tuple(silent)!r} to average over them "
+                         "(the title then says so)")
+    return "".join(f" — mean over {c}s {', '.join(v)}" for c, v in mixed.items())
+
+
+def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
+    """One row per condition: mean ``miou`` / ``idauc`` over rows (seeds) and their 95 % intervals
+    (:func:`midas_nb.results.aggregate_seeds`: seeds × images bootstrap from the per-image
+    values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
+    interval, never the mean of per-seed bounds)."""
+    t = table.assign(condition=table["condition"].astype(str))
+    agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns],
+                          n_boot=n_boot)
+    agg = agg.rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
+    for m in ("miou", "idauc"):
+        for b in ("lo", "hi"):
+            col = f"{m}_{b}"
+            if col not in agg.columns:
+                agg[col] = np.nan
+            if col in t.columns:
+                single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
+                agg[col] = agg[col].fillna(agg["condition"].map(single))
+    return agg
+
+
+def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float = 0.01,
+                             coverage_label: str | None = None, title: str | None = None,
+                             save: str | None = None, average_over: Sequence[str] = (),
+                             n_boot: int = 1000) -> Figure:
+    """Part coverage (mIoU, %) against faithfulness (IDAUC) per condition, with the parity band.
+
+    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band``
+    (asymmetric: faithfulness gains always count); the dashed vertical line is the reference
+    mIoU, so a point in the band and right of the line has ``D > 0`` at parity.
+
+    Args:
+        table: protocol rows (``midas_nb.protocol`` schema): ``condition``, ``miou``, ``idauc``
+            and, when present, the per-image values (``miou_per_image``, ``idauc_per_image``
+            with their image ids) or ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi``, and
+            ``coverage_kind``. Several rows per condition (seeds) are averaged; the error bars
+            are 95 % intervals of that mean over seeds and images
+            (:func:`midas_nb.results.aggregate_seeds`), or the row's own bootstrap interval for
+            a single seed.
+        reference: the reference condition.
+        band: the parity band in IDAUC units.
+        coverage_label: x-axis quantity (default from ``coverage_kind``: part mIoU or box
+            coverage).
+        title: figure title.
+        save: figure name for :func:`save_figure`.
+        average_over: ``("dataset",)`` / ``("backbone",)`` to allow rows of several datasets /
+            backbones, averaged per condition (the title says so); by default they are an error.
+        n_boot: bootstrap resamples of the error bars (pass the profile's ``bootstrap`` so they
+            are the intervals the tables show; the bootstrap seed is fixed).
+
+    Raises:
+        ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes
+            datasets / backbones not named in ``average_over``.
+    """
+    missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
+    if missing:
+        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    note = _mixed_groups(table, average_over, "coverage_vs_faithfulness")
+    if coverage_label is None:
+        kind = str(table["coverage_kind"].iloc[0]) if "coverage_kind" in table.columns else "part mIoU"
+        coverage_label = "box coverage mIoU" if "box" in kind.lower() else "part mIoU"
+    agg = _condition_summary(table, n_boot)
+    colors = _condition_colors(agg["condition"].tolist())
+    fig, ax = plt.subplots(figsize=(8.2, 4.6))
+    ref = agg[agg["condition"] == reference]
+    if len(ref):
+        r_m, r_i = float(ref["miou"].iloc[0]) * 100, float(ref["idauc"].iloc[0])
+        ax.axhspan(r_i - band, max(r_i - band, agg["idauc_hi"].max() if "idauc_hi" in agg else agg["idauc"].max()) + 1.0,
+                   color="tab:green", alpha=0.10, lw=0, label=f"parity band: IDAUC ≥ ref − {band:g}")
+        ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
+        ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label="reference mIoU")
+    for i, row in agg.iterrows():
+        c = row["condition"]
+        x, y = row["miou"] * 100, row["idauc"]
+        xerr = yerr = None
+        if {"miou_lo", "miou_hi"} <= set(agg.columns) and pd.notna(row["miou_lo"]):
+            xerr = [[max(0.0, x - row["miou_lo"] * 100)], [max(0.0, row["miou_hi"] * 100 - x)]]
+        if {"idauc_lo", "idauc_hi"} <= set(agg.columns) and pd.notna(row["idauc_lo"]):
+            yerr = [[max(0.0, y - row["idauc_lo"])], [max(0.0, row["idauc_hi"] - y)]]
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c],
+                    ms=8, capsize=3, lw=1.2, label=c, zorder=3)
+        if len(agg) <= 6:       # beyond that, labels collide; the legend names the markers
+            ax.annotate(c, (x, y), textcoords="offset points", xytext=(6, 5), fontsize=FONT["annot"])
+    # keep the band from stretching the y range
+    ys = np.concatenate([agg["idauc"].to_numpy(),
+                         agg["idauc_lo"].dropna().to_numpy() if "idauc_lo" in agg else [],
+                         agg["idauc_hi"].dropna().to_numpy() if "idauc_hi" in agg else []])
+    lo, hi = float(np.nanmin(ys)), float(np.nanmax(ys))
+    if len(ref):
+        lo = min(lo, r_i - band)
+    pad = max(0.01, 0.08 * (hi - lo))
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlabel(f"{coverage_label} (%)", fontsize=FONT["label"])
+    ax.set_ylabel("insertion − deletion AUC", fontsize=FONT["label"])
+    ax.tick_params(labelsize=FONT["tick"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+              frameon=False)
+    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % bootstrap CI over seeds and images)") + note,
+                 fontsize=FONT["title"] - 1)
+    fig.tight_layout()
+    return _finish(fig, save)
+
+
+def insertion_deletion_curves(results: Any, *, title: str | None = None, save: str | None = None) -> Figure:
+    """Mean insertion and deletion curves of ``p_c`` (the curves behind IDAUC).
+
+    Args:
+        results: one :class:`midas_nb.metrics.InsDel` or ``{label: InsDel}`` (e.g. one per
+            condition); anything with ``fractions [S+1]``, ``ins_curve [B,S+1]``,
+            ``del_curve [B,S+1]`` and ``ins_auc``/``del_auc [B]`` works.
+        title: figure title. save: figure name for :func:`save_figure`.
+    """
+    if not isinstance(results, Mapping):
+        results = {"ranking": results}
+    if not results:
+        raise ValueError("results is empty")
+    colors = _condition_colors(list(results))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
+    for label, r in results.items():
+        frac = _np(r.fractions) * 100
+        for ax, curve, auc, what in ((axes[0], r.ins_curve, r.ins_auc, "ins"),
+                                     (axes[1], r.del_curve, r.del_auc, "del")):
+            c = _np(curve)
+            c = c[None] if c.ndim == 1 else c
+            ax.plot(frac, c.mean(0), marker=".", color=colors[label],
+                    label=f"{label} (AUC {float(_np(auc).mean()):.3f})")
+    axes[0].set_xlabel("patch tokens inserted, most important first (%)", fontsize=FONT["label"])
+    axes[1].set_xlabel("patch tokens deleted, most important first (%)", fontsize=FONT["label"])
+    axes[0].set_ylabel("p_c (softmax prob. of predicted class)", fontsize=FONT["label"])
+    axes[0].set_title("insertion (higher = more faithful)", fontsize=FONT["label"])
+    axes[1].set_title("deletion (lower = more faithful)", fontsize=FONT["label"])
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=FONT["tick"])
+        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
+        ax.set_xlim(0, 100)
+    if title:
+        fig.suptitle(title, fontsize=FONT["title"])
+    fig.tight_layout()
+    return _finish(fig, save)
+
+
+def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
+    """Accuracy as tokens are removed: most relevant first (positive) and least relevant first
+    (negative), one line per relevance map — the evaluation of TokenTM (Wu et al., 2024,
+    https://arxiv.org/abs/2403.14552).
+
+    Args:
+        table: one row per map with ``target``, ``fractions`` (removed fraction, ``[S+1]``),
+            ``pos_curve`` and ``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
+            (:func:`midas_nb.related.perturbation_table`); list columns may be JSON strings (CSV).
+        title: figure title. save: figure name for :func:`save_figure`.
+    """
+    import json
+
+    missing = [c for c in ("target", "fractions", "pos_curve", "neg_curve") if c not in table.columns]
+    if missing:
+        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+
+    def arr(v: Any) -> np.ndarray:
+        return np.asarray(json.loads(v) if isinstance(v, str) else v, dtype=float)
+
+    colors = _condition_colors([str(t) for t in table["target"]])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
+    for _, r in table.iterrows():
+        x = arr(r["fractions"]) * 100
+        for ax, col in ((axes[0], "pos"), (axes[1], "neg")):
+            auc = f" (AUC {float(r[f'{col}_auc']):.3f})" if f"{col}_auc" in r and pd.notna(r[f"{col}_auc"]) else ""
+            ax.plot(x, arr(r[f"{col}_curve"]) * 100, marker=".", color=colors[str(r["target"])],
+                    label=f"{r['target']}{auc}")
+    axes[0].set_title("positive: most relevant removed first (lower AUC = better)", fontsize=FONT["label"] - 1)
+    axes[1].set_title("negative: least relevant removed first (higher AUC = better)", fontsize=FONT["label"] - 1)
+    for ax in axes:
+        ax.set_xlabel("patch tokens removed (%)", fontsize=FONT["label"])
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=FONT["tick"])
+        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
+        ax.set_xlim(0, 100)
+    axes[0].set_ylabel("top-1 accuracy (%)", fontsize=FONT["label"])
+    if title:
+        fig.suptitle(title, fontsize=FONT["title"])
+    fig.tight_layout()
+    return _finish(fig, save)

@@ -1,0 +1,321 @@
+"""Which of the MIDAS paper's findings hold in a run (DESIGN.md §8), each with its evidence and intervals."""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..backbones import PAPER_BACKBONES
+from ..metrics import decoupling_D
+from ..paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
+
+
+Holds = bool | Literal["undefined", "not resolved"]
+
+
+#: RNG seed of every bootstrap interval of a report (a rerun is byte-identical)
+BOOTSTRAP_SEED = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# D with intervals and band status
+# ---------------------------------------------------------------------------------------------
+def _D(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000) -> pd.DataFrame:
+    """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
+    gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`."""
+    d = decoupling_D(rows, band=band, by=list(by), condition_cols=("condition",), n_boot=int(n_boot),
+                     ci_seed=BOOTSTRAP_SEED)
+    for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
+        if c not in d.columns:
+            d[c] = math.nan
+    return d
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _empty_d() -> pd.DataFrame:
+    return pd.DataFrame(columns=["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi",
+                                 "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status"])
+
+
+def _is_num(x: Any) -> bool:
+    try:
+        return x is not None and not math.isnan(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") -> str:
+    if not _is_num(m):
+        return "n/a"
+    s = f"{m:{fmt}}{unit}"
+    if _is_num(lo) and _is_num(hi):
+        s += f" [{lo:{fmt}}, {hi:{fmt}}]"
+    return s
+
+
+def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
+    """``m > 0`` (``positive``) or ``m < 0``: decided by the interval when there is one, else by
+    the point value; ``"not resolved"`` when the interval contains 0."""
+    if not _is_num(m):
+        return "undefined"
+    if _is_num(lo) and _is_num(hi):
+        if lo > 0:
+            return positive
+        if hi < 0:
+            return not positive
+        return "not resolved"
+    return bool(m > 0) if positive else bool(m < 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the paper's findings
+# ---------------------------------------------------------------------------------------------
+def _point(g: pd.DataFrame, depth: int | None, budget: float | None) -> tuple[int, float]:
+    if depth is not None and budget is not None:
+        return int(depth), float(budget)
+    pts = g.groupby(["depth", "budget"])["condition"].nunique()
+    default = (int(PAPER_SETTING["depth"]), float(PAPER_SETTING["budget"]))
+    if depth is None and budget is None and default in pts.index:
+        return default
+    if depth is not None:
+        pts = pts[pts.index.get_level_values(0) == int(depth)]
+    if budget is not None:
+        pts = pts[np.isclose(pts.index.get_level_values(1).astype(float), float(budget))]
+    if not len(pts):
+        raise ValueError(f"paper_findings: no rows at depth={depth}, budget={budget}")
+    L, b = pts.idxmax()
+    return int(L), float(b)
+
+
+def _row_of(d: pd.DataFrame, cond: str) -> pd.Series | None:
+    r = d[d["condition"] == cond]
+    return None if r.empty else r.iloc[0]
+
+
+def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any) -> dict:
+    if isinstance(holds, (bool, np.bool_)):
+        holds = bool(holds)
+    return dict(dataset=dataset, backbone=backbone, depth=int(depth), budget=float(budget), finding=fid,
+                statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence)
+
+
+def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
+    r = _row_of(d, "T5")
+    if r is None:
+        return "undefined", "no T5 rows at this point"
+    status = str(r["status"])
+    D = _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
+    dI = _ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
+    ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}"
+    if status in ("no reference", "undefined"):
+        return "undefined", ev
+    gain = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True)
+    if status == "outside band":
+        return False, ev + f" (ΔIDAUC < −{band:g})"
+    if gain is False:                 # no coverage gain, whatever the band says
+        return False, ev
+    if status == "not resolved" or gain == "not resolved":
+        return "not resolved", ev
+    return gain, ev
+
+
+def _t1_finding(d: pd.DataFrame) -> tuple[Holds, str]:
+    r = _row_of(d, "T1")
+    if r is None:
+        return "undefined", "no T1 rows at this point"
+    if str(r["status"]) in ("no reference", "undefined"):
+        return "undefined", f"D(T1) has no reference ({r['status']})"
+    ev = f"D(T1) = {_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}"
+    return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
+
+
+def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
+    if pr is None or pr.empty:
+        return "undefined", "no cosine probes recorded for this checkpoint (notebook 03 saves them)"
+    at = pr[pr["depth"].astype(int) == int(depth)]
+    if at.empty:
+        return "undefined", f"no cosine probes at L={depth} (have L ∈ {sorted(set(pr['depth'].astype(int)))})"
+    bound = PAPER_COSINE_MAX
+    i = at["cosine"].abs().idxmax()
+    top = at.loc[i]
+    ev = (f"largest |cos|: {top['hidden']}·{top['attention']} = {_ci_text(top['cosine'], top['lo'], top['hi'], '+.3f')} "
+          f"of {len(at)} hidden×attention pairs at L={depth}")
+    if not (at[["lo", "hi"]].notna().all().all()):
+        return bool(at["cosine"].abs().max() <= bound), ev + " (no CI)"
+    reach = at[["lo", "hi"]].abs().max(axis=1)
+    if bool((reach <= bound).all()):
+        return True, ev
+    if bool(((at["lo"] > bound) | (at["hi"] < -bound)).any()):
+        return False, ev
+    return "not resolved", ev + f"; an interval crosses ±{bound}"
+
+
+def _regime_finding(d: pd.DataFrame, L0: int, b0: float) -> tuple[Holds, str]:
+    t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])]
+    strong = t5[(t5["depth"] <= L0) & (t5["budget"] <= b0 + 1e-9)]
+    weak = t5[(t5["depth"] > L0) | (t5["budget"] > b0 + 1e-9)]
+    if strong.empty or weak.empty:
+        return "undefined", (f"the regime sweep needs T5 cells with L ≤ {L0}, b ≤ {b0:.0%} and beyond; "
+                             f"have {len(strong)} and {len(weak)}")
+    ms, mw = float(strong["D_pp"].mean()), float(weak["D_pp"].mean())
+    ev = (f"mean D(T5) {ms:+.2f} pp over {_n(len(strong), 'cell', 'cells')} with L ≤ {L0}, b ≤ {b0:.0%} vs "
+          f"{mw:+.2f} pp over {_n(len(weak), 'deeper or looser cell', 'deeper or looser cells')}")
+    holds: Holds = bool(ms > mw)
+    lo_s, hi_w = strong["D_pp_lo"].mean(), weak["D_pp_hi"].mean()
+    hi_s, lo_w = strong["D_pp_hi"].mean(), weak["D_pp_lo"].mean()
+    if _is_num(lo_s) and _is_num(hi_w):
+        # conservative: the averaged intervals of the two groups must not overlap
+        if (holds and lo_s <= hi_w) or (not holds and hi_s >= lo_w):
+            holds = "not resolved"
+            ev += " (their averaged intervals overlap)"
+    return holds, ev
+
+
+def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
+    backbones = sorted(set(d["backbone"]))
+    tiny, base = PAPER_BACKBONES[0], PAPER_BACKBONES[2]       # matched by exact timm name only
+    if tiny not in backbones or base not in backbones:
+        return "undefined", (f"the scale readout has {', '.join(backbones) or 'no backbone'}; the finding "
+                             f"concerns DeiT-Ti/16 ({tiny}) and AugReg ViT-B/16 ({base})")
+    parts, verdicts = [f"scale readout backbones: {', '.join(backbones)}"], []
+    for name, bb, positive in ((f"DeiT-Ti ({tiny})", tiny, True), (f"ViT-B ({base})", base, False)):
+        r = _row_of(d[d["backbone"] == bb], "T5")
+        if r is None or str(r["status"]) in ("no reference", "undefined"):
+            return "undefined", f"no D(T5) for {bb}"
+        parts.append(f"{name}: D(T5) = {_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, {r['status']}")
+        if positive:
+            verdicts.append(False if r["status"] == "outside band" else
+                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True))
+        else:  # reverses: D < 0, or the gain is lost outside the band
+            verdicts.append(True if r["status"] == "outside band" else
+                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False))
+    holds: Holds = ("not resolved" if "not resolved" in verdicts else all(v is True for v in verdicts))
+    return holds, "; ".join(parts)
+
+
+def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
+                   budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
+                   scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
+    """Which of the paper's findings (:data:`midas_nb.paper_reference.PAPER_FINDINGS`) hold on
+    these result rows, per dataset × backbone.
+
+    The findings are evaluated at one point ``(L, b)`` — ``depth``/``budget``, default the
+    paper's ``L = 6, b = 25 %`` where the rows have it, else the point with the most
+    conditions — from :func:`midas_nb.metrics.decoupling_D` of the rows there (its paired
+    intervals ``D_pp_lo``/``D_pp_hi`` and band ``status`` where present; the point values
+    otherwise):
+
+    - ``t5_gain_in_band`` — D(T5) > 0 inside the parity band: ``False`` outside the band,
+      ``"not resolved"`` when the band status is not resolved or the interval of D contains 0;
+    - ``t1_below_reference`` — D(T1) < 0 (the interval decides where there is one);
+    - ``cosine_small`` — every hidden×attention-gradient rank cosine at ``L`` within
+      ±0.082: ``True`` when every interval lies within, ``False`` when one lies entirely beyond,
+      else ``"not resolved"`` (``probes``: :func:`load_probes` / notebook 03's table with
+      ``dataset``, ``backbone``, ``depth``; ``"undefined"`` without it);
+    - ``fades_deep_loose`` — the mean D(T5) over the regime cells with ``L ≤ L0``, ``b ≤ b0``
+      exceeds the mean over the deeper or looser cells; ``"not resolved"`` when the two groups'
+      averaged intervals overlap; ``"undefined"`` without cells on both sides;
+    - ``scale`` (one row per dataset, backbone = the backbones joined by ``+``) — D(T5) > 0 in
+      band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B, the two matched
+      by their exact timm names (:data:`midas_nb.backbones.PAPER_BACKBONES`: a distilled or
+      narrowed variant is not DeiT-Ti); ``"undefined"`` unless both are in the rows. The
+      evidence names the backbones used.
+
+    Args:
+        rows: result rows (:mod:`midas_nb.results` schema; several datasets and backbones allowed).
+        probes: cosine probes by dataset, backbone and depth, or ``None``.
+        depth, budget: the point of the per-backbone findings.
+        band: the parity band of ``decoupling_D``.
+        n_boot: bootstrap resamples of the intervals (seed :data:`BOOTSTRAP_SEED`).
+        scale_backbones: the backbones of the scale readout (``None``: every backbone in the
+            rows at the point); other backbones never enter the ``scale`` finding.
+
+    Returns:
+        One row per (dataset, backbone, finding): ``dataset``, ``backbone``, ``depth``,
+        ``budget``, ``finding`` (id), ``statement``, ``holds`` (``True`` / ``False`` /
+        ``"undefined"`` / ``"not resolved"``), ``evidence`` (a short string with the numbers).
+
+    Raises:
+        ValueError: rows without ``dataset``, ``backbone``, ``condition``, ``depth``,
+            ``budget``, ``miou``, ``idauc``, or no rows at the requested point.
+    """
+    need = ["dataset", "backbone", "condition", "depth", "budget", "miou", "idauc"]
+    missing = [c for c in need if c not in rows.columns]
+    if missing:
+        raise ValueError(f"paper_findings: rows lack {missing}")
+    out: list[dict] = []
+    cell = ["dataset", "backbone", "depth", "budget"]
+    for (ds, bb), g in rows.groupby(["dataset", "backbone"], sort=False):
+        L0, b0 = _point(g, depth, budget)
+        at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
+        has_ref = bool((at["condition"] == "reference").any())
+        d = _D(at, cell, band, n_boot) if has_ref else _empty_d()
+        for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band)), ("t1_below_reference", lambda: _t1_finding(d))):
+            holds, ev = fn() if has_ref else ("undefined", f"no reference rows at L={L0}, b={b0:.0%}")
+            out.append(_finding(ds, bb, fid, holds, ev, L0, b0))
+        pr = None
+        if probes is not None and len(probes):
+            pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb)]
+            if "checkpoint_id" in probes.columns and "checkpoint_id" in g.columns:
+                pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
+        out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
+        reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
+        dr = _D(reg, cell, band, n_boot) if len(reg) else _empty_d()
+        out.append(_finding(ds, bb, "fades_deep_loose", *_regime_finding(dr, L0, b0), L0, b0))
+    for ds, g in rows.groupby("dataset", sort=False):
+        L0, b0 = _point(g, depth, budget)
+        at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
+        if scale_backbones is not None:
+            at = at[at["backbone"].isin(list(scale_backbones))]
+        bbs = "+".join(sorted(set(at["backbone"])))
+        at = at[at.groupby("backbone")["condition"].transform(lambda s: (s == "reference").any())]
+        d = _D(at, cell, band, n_boot) if len(at) else _empty_d()
+        out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0))
+    return pd.DataFrame(out, columns=["dataset", "backbone", "depth", "budget", "finding", "statement", "holds",
+                                      "evidence"])
+
+
+def _holds_value(v: Any) -> Holds:
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    s = str(v)
+    return {"True": True, "False": False}.get(s, s)  # type: ignore[return-value]
+
+
+def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backbone: str | None = None) -> str:
+    """One paragraph, computed from :func:`paper_findings` output: which of the paper's
+    findings hold on this run, which do not, which are not resolved and which are undefined
+    (for one dataset × backbone; the ``scale`` row of that dataset is included)."""
+    f = findings
+    if dataset is not None:
+        f = f[f["dataset"] == dataset]
+    if backbone is not None:
+        f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
+    if f.empty:
+        return "No finding could be evaluated."
+    groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are undefined": []}
+    for _, r in f.iterrows():
+        h = _holds_value(r["holds"])
+        key = ("hold" if h is True else "do not hold" if h is False else
+               "are not resolved" if h == "not resolved" else "are undefined")
+        groups[key].append(f"{r['statement']} ({r['evidence']})")
+    first = f.iloc[0]
+    n = {k: len(v) for k, v in groups.items()}
+    head = (f"On {first['dataset']} with {backbone or first['backbone']} at L={int(first['depth'])}, "
+            f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings "
+            f"{'holds' if n['hold'] == 1 else 'hold'}, {n['do not hold']} "
+            f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
+            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved and {n['are undefined']} "
+            f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
+    parts = [head]
+    singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
+                "are undefined": "is undefined"}
+    for k, items in groups.items():
+        if items:
+            parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")
+    return " ".join(parts)

@@ -1,0 +1,74 @@
+"""The cosine probes notebook 03 saves beside the result store, and reading them back."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .. import config
+from ..identity import atomic_write_text
+
+
+_PROBE_DIR = "derived"
+
+
+_PROBE_FILE = "cosine_probes.csv"
+
+
+# ---------------------------------------------------------------------------------------------
+# cosine probes in the store (written by notebook 03)
+# ---------------------------------------------------------------------------------------------
+def _probe_path(profile: str, store: str | Path | None = None) -> Path:
+    root = Path(store) if store is not None else config.runs_dir() / "sweeps" / profile
+    return root / _PROBE_DIR / _PROBE_FILE
+
+
+def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
+    """Keep notebook 03's cosine probes in the run's result store, for the report.
+
+    Args:
+        study: the :class:`midas_nb.study.Study` the probes were computed on; its dataset,
+            backbone and checkpoint id tag the rows.
+        *tables: :func:`midas_nb.probes.hidden_vs_attention_gradient` outputs (``depth`` NaN,
+            i.e. one depth, means the study's depth).
+        store: the store directory; default ``runs/sweeps/<profile>``.
+
+    Rows of the same dataset × backbone × depth × pair replace earlier ones; the file is
+    ``<store>/derived/cosine_probes.csv``, written atomically. Returns its path.
+
+    Raises:
+        ValueError: no table, or a table without the probe columns.
+    """
+    if not tables:
+        raise ValueError("save_probes needs at least one probe table")
+    need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
+    frames = []
+    for t in tables:
+        missing = need - set(t.columns)
+        if missing:
+            raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
+                             "probes.hidden_vs_attention_gradient")
+        t = t.copy()
+        t["depth"] = t["depth"].fillna(study.params["depth"]).astype(int) if "depth" in t else int(study.params["depth"])
+        frames.append(t)
+    new = pd.concat(frames, ignore_index=True)
+    new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
+    new.insert(0, "backbone", str(study.params["backbone"]))
+    new.insert(0, "dataset", str(study.dataset_name))
+    ident = ["dataset", "backbone", "depth", "hidden", "attention"]
+    new = new.drop_duplicates(ident, keep="last")
+    path = _probe_path(study.params["profile"], store)
+    if path.is_file():
+        old = pd.read_csv(path)
+        old = old.merge(new[ident], on=ident, how="left", indicator=True)
+        old = old[old["_merge"] == "left_only"].drop(columns="_merge")
+        new = pd.concat([old, new], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, new.to_csv(index=False))
+    return path
+
+
+def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
+    """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
+    path = _probe_path(profile, store)
+    return pd.read_csv(path) if path.is_file() else None

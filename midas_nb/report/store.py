@@ -1,0 +1,234 @@
+"""Reading a profile's result store for the report: its rows, and which cells the profile expects but lack a result."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from .. import config
+from ..study import grid_spans, make_grid
+from ..sweeps import ResultStore
+
+
+#: the report's sections built from result cells, and how the report names them
+SECTIONS: dict[str, str] = {"three_conditions": "three-condition table", "regime": "regime grid",
+                            "scale": "scale readout"}
+
+
+class IncompleteReportError(ValueError):
+    """The result store lacks cells the profile's report needs (failed, pending, unreadable or
+    never computed); ``midas-nb report --allow-incomplete`` writes the report marked incomplete."""
+
+
+_IDENT = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the result store
+# ---------------------------------------------------------------------------------------------
+def _store(profile: str, store: str | Path | None):
+    if store is None:
+        root = config.runs_dir() / "sweeps" / profile
+    else:
+        root = Path(store)
+    if not (root / "cells").is_dir():
+        raise FileNotFoundError(f"no result store at {root} (expected {root / 'cells'}); run the notebooks "
+                                f"first (`midas-nb run --profile {profile}`) or pass --store")
+    return ResultStore(root)
+
+
+def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
+                    relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The result rows the report uses, and what it left out.
+
+    Reads every record of the store (``runs/sweeps/<profile>`` or ``store``) and keeps
+
+    1. rows of done cells whose protocol ``relaxation`` is the profile's (default ``"st"``;
+       notebook 02's ``soft`` comparison cells are left out);
+    2. per dataset × backbone, the rows of the checkpoint whose newest record is the newest
+       (older checkpoints' rows are stale: the backbone was fine-tuned again);
+    3. per (dataset, backbone, depth, budget, condition, seed), the newest record (older ones
+       were computed with other protocol settings).
+
+    Returns:
+        ``(rows, left_out)``: rows in the :mod:`midas_nb.results` schema plus ``cell_key``,
+        ``finished``; ``left_out`` counts ``failed_cells`` (with their labels), ``other_relaxation``,
+        ``stale_checkpoint`` (rows, by checkpoint id), ``superseded`` rows and the store
+        ``problems`` (invalid files), and holds ``cell_states`` — why a cell has no row, by its
+        (dataset, backbone, L, b, condition, seed): a failed record's error, or a cell of the
+        store's grid (``grid.json``) whose record is unreadable, that is running (or was
+        killed), or that never finished — for :func:`missing_cells`.
+
+    Raises:
+        FileNotFoundError: no store; ValueError: the store has no done cell.
+    """
+    st = _store(profile, store)
+    prof = config.get_profile(profile)
+    relaxation = relaxation or prof.get("relaxation", "st")
+    records, problems = st.scan()
+    rows: list[dict[str, Any]] = []
+    failed: list[str] = []
+    other_relax = 0
+    for key, rec in records.items():
+        if rec["status"] != "done":
+            failed.append(str(rec.get("label", key)))
+            continue
+        cell = rec["cell"]
+        if str((cell.get("params") or {}).get("relaxation", "st")) != relaxation:
+            other_relax += len(rec["rows"])
+            continue
+        for r in rec["rows"]:
+            r = dict(r)
+            for col in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id"):
+                r.setdefault(col, cell.get(col))
+            r["cell_key"], r["finished"] = key, float(rec.get("finished") or 0.0)
+            rows.append(r)
+    if not rows:
+        raise ValueError(f"the result store {st.root} has no finished rows with the {relaxation!r} relaxation "
+                         f"({len(failed)} failed cells); run the notebooks first")
+    df = pd.DataFrame(rows)
+    stale: dict[str, int] = {}
+    keep = []
+    for _, g in df.groupby(["dataset", "backbone"], sort=False):
+        newest = g.loc[g["finished"].idxmax(), "checkpoint_id"]
+        for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
+            stale[str(ck)] = int(n)
+        keep.append(g[g["checkpoint_id"] == newest])
+    df = pd.concat(keep, ignore_index=True)
+    ident = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+    df = df.sort_values("finished", kind="stable")
+    superseded = int(df.duplicated(ident, keep="last").sum())
+    df = df.drop_duplicates(ident, keep="last").reset_index(drop=True)
+    left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, stale_checkpoint=stale,
+                    superseded=superseded, problems=[p["reason"] for p in problems], relaxation=relaxation,
+                    store=str(st.root), cell_states=_cell_states(st, records, problems, relaxation))
+    return df, left_out
+
+
+def _ident(d: Mapping[str, Any]) -> tuple:
+    return (str(d["dataset"]), str(d["backbone"]), int(d["depth"]), round(float(d["budget"]), 6),
+            str(d["condition"]), int(d["seed"]))
+
+
+def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
+                 relaxation: str) -> dict[tuple, str]:
+    """Why a cell of ``relaxation`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
+    def ours(cell: Mapping[str, Any]) -> bool:
+        return str((cell.get("params") or {}).get("relaxation", "st")) == relaxation
+
+    out: dict[tuple, str] = {}
+    for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
+        if rec["status"] == "failed" and ours(rec["cell"]):
+            err = str(rec.get("error") or "").strip().splitlines()
+            out.setdefault(_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
+    bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
+    for c in st.registered_cells():
+        if c.key in records or not ours(c.to_dict()):
+            continue
+        why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
+               "running, or killed (a worker marker, no record)" if st.running_path(c.key).exists() else
+               "pending (in the store's grid, never finished)")
+        out.setdefault(_ident(c.to_dict()), why)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# completeness: the cells the profile's sections need, against the store
+# ---------------------------------------------------------------------------------------------
+def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[str] = ()) -> pd.DataFrame:
+    """The cells each section of the report reads, from the profile alone (no data is read).
+
+    - ``three_conditions`` — the profile's dataset and backbone at ``(depth, budget)``, every
+      condition of ``conditions`` × ``seeds`` (what notebook 02's ``Study.protocol`` computes);
+    - ``regime`` — :func:`midas_nb.study.make_grid` ``(profile, "regime")`` of the profile's
+      backbone (the backbone the regime table shows);
+    - ``scale`` — :func:`midas_nb.study.make_grid` ``(profile, "scale")``.
+
+    The parameter-free reference is expected under the first seed only, as ``make_grid`` makes
+    it. Dataset names become the labels the rows carry: the name itself where the store holds
+    it (``datasets_present``), else :func:`midas_nb.config.dataset_label` (``synthetic`` for CUB
+    in smoke/quick without a data root), else the name.
+
+    Returns:
+        One row per (section, cell): ``section``, ``dataset``, ``backbone``, ``depth``,
+        ``budget``, ``condition``, ``seed``.
+    """
+    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    present = set(datasets_present) | {"synthetic"}
+
+    def label(name: str) -> str:
+        try:
+            return name if name in present else config.dataset_label(prof, name)
+        except ValueError:                              # a root the report does not know
+            return name
+
+    specs = (("three_conditions", "scale", [prof["dataset"]], [prof["backbone"]], list(prof["conditions"])),
+             ("regime", "regime", grid_spans(prof, "regime")[0], [prof["backbone"]], None),
+             ("scale", "scale", *grid_spans(prof, "scale"), None))
+    out = []
+    for section, kind, names, backbones, conditions in specs:
+        labels = list(dict.fromkeys(label(n) for n in names))
+        # the labels go in as datasets with a placeholder root and ids: nothing is read
+        q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
+        ids = {(d, b): "expected" for d in labels for b in backbones}
+        out += [dict(zip(["section"] + _IDENT, (section, *_ident(c.to_dict()))))
+                for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
+                                   checkpoint_ids=ids, data_ids=ids)]
+    return pd.DataFrame(out, columns=["section"] + _IDENT)
+
+
+def missing_cells(rows: pd.DataFrame, profile: str | Mapping[str, Any],
+                  left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The :func:`expected_cells` without a row in ``rows``, each once, with the sections it
+    belongs to and why it is missing (``left_out["cell_states"]`` of :func:`load_store_rows`;
+    otherwise "not in the store (never computed)").
+
+    Returns:
+        ``sections`` (comma-joined :data:`SECTIONS` keys), the cell columns, ``label``
+        (``dataset/backbone L b condition s<seed>``), ``state``.
+    """
+    states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
+    exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
+    have = {_ident(r) for r in rows[_IDENT].to_dict("records")}
+    out: dict[tuple, dict[str, Any]] = {}
+    for r in exp.to_dict("records"):
+        k = _ident(r)
+        if k not in have:
+            e = out.setdefault(k, dict(sections=[], **dict(zip(_IDENT, k))))
+            e["sections"].append(r["section"])
+    rows_out = [dict(e, sections=",".join(e["sections"]),
+                     label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                     state=states.get(k, "not in the store (never computed)")) for k, e in out.items()]
+    return pd.DataFrame(rows_out, columns=["sections"] + _IDENT + ["label", "state"])
+
+
+def _mark(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
+          with_reference: bool) -> pd.DataFrame:
+    """``table`` (one row per dataset, backbone, L, b, condition) with a ``missing`` column that
+    says how many of a row's expected cells (and of its point's reference) have no result, plus
+    a row with ``status = "missing"`` for every expected condition the table lacks entirely."""
+    cols = _IDENT[:5]
+    out = table.copy()
+    out["missing"] = ""
+    m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
+    if m.empty:
+        return out
+    key = lambda d: (str(d["dataset"]), str(d["backbone"]), int(d["depth"]), round(float(d["budget"]), 6),  # noqa: E731
+                     str(d["condition"]))
+    where = {key(r): i for i, r in zip(out.index, out[cols].to_dict("records"))}
+    n_missing = pd.Series([key(r) for r in m.to_dict("records")]).value_counts().to_dict()
+    expected = pd.Series([key(r) for r in exp[exp["section"] == section].to_dict("records")]).value_counts()
+    extra = []
+    for g, n in expected.items():
+        k = n_missing.get(g, 0)
+        ref = 0 if g[4] == "reference" else n_missing.get(g[:4] + ("reference",), 0)
+        if (g[4] == "reference" and not with_reference) or not (k or ref):
+            continue
+        text = "; ".join(t for t in (f"{k} of {n} cells missing" if k else "",
+                                     "its reference cell is missing" if ref else "") if t)
+        if g in where:
+            out.at[where[g], "missing"] = text
+        else:
+            extra.append(dict(zip(cols, g), status="missing", missing=text))
+    return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out

@@ -1,0 +1,384 @@
+"""The report's CSV tables (provenance, three conditions, cosine probes, regime, scale, findings) from the rows."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import config
+from ..backbones import PAPER_BACKBONES
+from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
+from ..paper_table import paper_table
+from ..results import aggregate_seeds
+from .findings import _D, _n, BOOTSTRAP_SEED, paper_findings
+from .store import _mark, expected_cells, missing_cells, SECTIONS
+
+
+#: the CSV tables of a report, in the order REPORT.md shows them
+TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings")
+
+
+_DATASET_ORDER = ("cub", "aircraft", "cars", "synthetic")
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables
+# ---------------------------------------------------------------------------------------------
+def _order(values: Sequence[str], first: Sequence[str]) -> list[str]:
+    vals = list(dict.fromkeys(values))
+    return [v for v in first if v in vals] + [v for v in vals if v not in first]
+
+
+def _paper_status(condition: str, dataset: str) -> str:
+    if condition == "T5" and dataset in PAPER_D_T5:
+        return str(PAPER_D_T5[dataset]["status"])
+    if condition == "T1":
+        return "below reference" + ("" if dataset in PAPER_D_T1 else " (no value given)")
+    return ""
+
+
+def _first(series: pd.Series) -> Any:
+    s = series.dropna()
+    return s.iloc[0] if len(s) else ""
+
+
+def _shown_path(p: str | Path) -> str:
+    """A path as the report prints it: relative to the project root inside it, else absolute."""
+    p = Path(p).resolve()
+    try:
+        return p.relative_to(config.project_root().resolve()).as_posix()
+    except ValueError:
+        return str(p)
+
+
+def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
+    """Content fingerprints of the data behind these rows, each saying where it came from:
+
+    - ``evaluated images' fingerprint`` — the rows' ``dataset_fingerprint``: the identity of
+      the test images the protocol evaluated (``max_eval_images`` of the test split,
+      :func:`midas_nb.protocol.run_protocol`), "n of M test images";
+    - ``test split fingerprint`` / ``train split fingerprint`` — the whole splits, from the
+      fine-tuned checkpoint's metadata in *this machine's* cache
+      (``<MIDAS_CACHE_DIR>/checkpoints/*-<checkpoint id>.json``, path printed); where it is
+      absent the value says so and why, never another value in its place.
+    """
+    ckpt = str(_first(g["checkpoint_id"]))
+    cache = config.cache_dir() / "checkpoints"
+    meta, where = None, cache
+    for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
+        try:
+            meta, where = json.loads(path.read_text()), path
+            break
+        except (OSError, json.JSONDecodeError):
+            continue
+    n_test = ((meta or {}).get("test_set") or {}).get("num_images")
+    out = {}
+    fps = sorted(set(map(str, g["dataset_fingerprint"].dropna()))) if "dataset_fingerprint" in g.columns else []
+    n_eval = sorted(set(int(v) for v in g["n_images"].dropna())) if "n_images" in g.columns else []
+    of = f"{', '.join(map(str, n_eval)) or '?'} of {n_test or 'M (split size: no checkpoint metadata)'} test images"
+    out["evaluated images' fingerprint"] = (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
+                                            "not recorded in the result rows")
+    for split in ("test", "train"):
+        fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
+        out[f"{split} split fingerprint"] = (
+            f"{fp} (checkpoint metadata {_shown_path(where)})" if fp else
+            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
+            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(cache)} "
+            "(MIDAS_CACHE_DIR)")
+    return out
+
+
+def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[str, Any],
+                blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
+                exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
+    out: list[tuple[str, str, str, str]] = []
+
+    def add(ds: str, bb: str, k: str, v: Any) -> None:
+        out.append((ds, bb, k, str(v)))
+
+    kind = {"smoke": "smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
+            "quick": "quick run (2 CPU cores)", "paper": "paper run (GPU)"}.get(prof["profile"], prof["profile"])
+    add("", "", "profile", prof["profile"])
+    add("", "", "run kind", kind)
+    add("", "", "result store", _shown_path(left_out["store"]) if left_out.get("store") else "not recorded")
+    add("", "", "relaxation", left_out.get("relaxation", "st"))
+    add("", "", "failed cells left out", len(left_out.get("failed_cells", [])))
+    add("", "", "rows of other relaxations left out", left_out.get("other_relaxation", 0))
+    add("", "", "rows of older checkpoints left out", sum(left_out.get("stale_checkpoint", {}).values()))
+    add("", "", "rows superseded by a newer record", left_out.get("superseded", 0))
+    add("", "", "invalid store files ignored", len(left_out.get("problems", [])))
+    add("", "", "bootstrap", f"{_n_boot(prof)} resamples per interval (the profile's `bootstrap`), "
+                             f"seed {BOOTSTRAP_SEED}")
+    for sec, name in SECTIONS.items():
+        n = int((exp["section"] == sec).sum())
+        k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
+        add("", "", f"completeness: {name}", f"INCOMPLETE: {k} of {n} expected cells {'has' if k == 1 else 'have'} no result" if k else
+            f"complete: all {n} expected cells have results")
+    for r in miss.to_dict("records"):
+        add("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
+                                    f"{r['state']}")
+    versions = sorted(set(str(v) for v in rows.get("versions", pd.Series(dtype=str)).dropna() if str(v)))
+    add("", "", "versions", " | ".join(versions) if versions else "not recorded")
+    for ds, bb in blocks:
+        g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
+        at = g[(g["depth"] == prof["depth"]) & np.isclose(g["budget"].astype(float), float(prof["budget"]))]
+        add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
+        vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
+        add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
+        for name, text in _fingerprints(g).items():
+            add(ds, bb, name, text)
+        add(ds, bb, "depth L, budget b", f"{prof['depth']}, {float(prof['budget']):.0%}")
+        add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
+        shown = [c for c in _order(at["condition"], prof["conditions"]) if c in set(prof["conditions"]) | {"random"}]
+        add(ds, bb, "conditions", ", ".join(shown))
+        add(ds, bb, "coverage", _first(at.get("coverage_kind", pd.Series(dtype=str))) or "part mIoU")
+        for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
+                          ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", "images without a visible part")):
+            vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []
+            add(ds, bb, name, ", ".join(map(str, vals)) if vals else "not recorded")
+        if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
+            add(ds, bb, "backbone test accuracy (all tokens)", f"{float(at['full_accuracy'].mean()):.3f}")
+        pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
+        add(ds, bb, "(L, b) points", " ".join(f"({L}, {b:.0%})" for L, b in pts))
+        others = sorted(set(g["condition"]) - set(prof["conditions"]) - {"random"})
+        add(ds, bb, "other conditions in the store (not in this report)", ", ".join(others) if others else "none")
+        add(ds, bb, "cosine probe rows", probes_used.get((ds, bb), 0))
+    return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
+
+
+def _n_boot(prof: Mapping[str, Any]) -> int:
+    return int(prof.get("bootstrap", 1000))
+
+
+def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
+    """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
+    dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
+    sections = {"t5_gain_in_band": ("three_conditions", "regime"), "t1_below_reference": ("three_conditions", "regime"),
+                "fades_deep_loose": ("three_conditions", "regime"), "scale": ("scale",)}.get(finding)
+    if not sections or miss.empty:
+        return ""
+    m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
+    if finding != "scale":
+        m = m[m["backbone"] == backbone]
+    return f" — INCOMPLETE: {_n(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
+
+
+def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick", *,
+                 left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
+                 band: float = 0.01) -> dict[str, pd.DataFrame]:
+    """The report's tables (:data:`TABLES`) from result rows.
+
+    Args:
+        rows: result rows (:func:`load_store_rows`).
+        profile: profile name or dict; gives ``depth``, ``budget``, ``backbone``,
+            ``conditions``, ``sweep_conditions``, ``scale_backbones``.
+        left_out: what :func:`load_store_rows` left out (enters ``provenance``).
+        probes: cosine probes (:func:`load_probes`), or ``None``.
+        band: the parity band.
+
+    Every interval uses the profile's ``bootstrap`` resamples and seed :data:`BOOTSTRAP_SEED`.
+    Cells the profile expects but the rows lack (:func:`missing_cells`) are listed in
+    ``provenance`` (``missing cell`` rows, ``completeness: <section>``); the rows of the
+    three-condition, regime and scale tables they affect say so in a ``missing`` column, an
+    expected condition without any row gets a row with ``status = "missing"``, and the evidence
+    of the findings that read them ends with "INCOMPLETE".
+
+    Raises:
+        ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
+    """
+    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    L0, b0 = int(prof["depth"]), float(prof["budget"])
+    n_boot = _n_boot(prof)
+    at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
+    main = at[at["backbone"] == prof["backbone"]]
+    if main.empty or not (main["condition"] == "reference").any():
+        have = sorted(set(zip(rows["backbone"], rows["depth"].astype(int), rows["budget"].astype(float))))
+        raise ValueError(f"no reference rows of backbone {prof['backbone']!r} at L={L0}, b={b0:g} in the store; "
+                         f"it has (backbone, L, b) = {have[:8]}")
+    blocks = [(ds, prof["backbone"]) for ds in _order(main["dataset"], _DATASET_ORDER)]
+    exp, miss = expected_cells(prof, sorted(set(rows["dataset"]))), missing_cells(rows, prof, left_out)
+    tc = _mark(_three_conditions_table(main, prof, band, n_boot), exp, miss, "three_conditions", with_reference=True)
+    rg = _mark(_regime_table(rows, prof, band, n_boot), exp, miss, "regime", with_reference=False)
+    sc = _mark(_scale_table(at, prof, band, n_boot), exp, miss, "scale", with_reference=False)
+    pr, probes_used = _probes_table(probes, main, prof)
+    fnd = _findings_table(rows, pr, prof, miss, band, n_boot)
+    prov = _provenance(rows, left_out or {}, prof, blocks, probes_used, exp, miss)
+    return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd)
+
+
+_CELL = ["dataset", "backbone", "depth", "budget"]
+
+
+def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+    """The three-condition protocol at the profile's point: the paper-shaped table
+    (:func:`midas_nb.paper_table.paper_table`) with the intervals and the paper's numbers."""
+    L0, b0, cell = int(prof["depth"]), float(prof["budget"]), _CELL
+    conds = list(prof["conditions"]) + (["random"] if (main["condition"] == "random").any() else [])
+    proto = main[main["condition"].isin(conds)]
+    tc = paper_table(proto, depth=L0, budget=b0, n_boot=n_boot)
+    tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
+    agg = aggregate_seeds(proto, by=cell + ["condition"], metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
+                          seed=BOOTSTRAP_SEED)
+    agg = agg.rename(columns={"accuracy_mean": "accuracy"})
+    d = _D(proto, cell, band, n_boot)
+    tc = tc.drop(columns=[c for c in ("n_seeds",) if c in tc.columns]).merge(
+        agg[cell + ["condition", "n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi",
+                    "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
+        d[cell + ["condition", "D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"]],
+        on=cell + ["condition"], how="left")
+    # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
+    # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
+    # point (the header names the paper's setting), never at another (L, b)
+    at_paper_point = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
+    if at_paper_point:
+        for col in ("D_pp", "delta_idauc"):
+            fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
+            tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
+                                                             pd.Series(fill, index=tc.index, dtype=float))
+        tc["paper_status"] = [ps if isinstance(ps, str) and ps else _paper_status(c, ds)
+                              for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
+    else:
+        tc["paper_status"] = tc["paper_status"].fillna("")
+    order = {c: i for i, c in enumerate(conds)}
+    ds_order = {v: i for i, v in enumerate(_DATASET_ORDER)}
+    tc = tc.assign(_d=tc["dataset"].map(ds_order).fillna(99), _c=tc["condition"].map(order).fillna(99))
+    tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
+    tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
+                      "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", "D_pp", "D_pp_lo",
+                      "D_pp_hi", "D_pp_std", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status",
+                      "paper_D_pp", "paper_delta_idauc", "paper_status"]
+    tc = tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
+    return tc
+
+
+def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+    """D over the regime grid: the profile's backbone, every point with a reference."""
+    cell = _CELL
+    swept = list(prof.get("sweep_conditions") or prof["conditions"])
+    reg_rows = rows[(rows["backbone"] == prof["backbone"]) & rows["condition"].isin(swept)]
+    reg_rows = reg_rows[reg_rows.groupby(cell)["condition"].transform(lambda s: (s == "reference").any())]
+    rg_cols = cell + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
+                      "status", "n_seeds", "paper_expectation"]
+    if len(reg_rows):
+        rg = _D(reg_rows, cell, band, n_boot)
+        rg = rg[rg["condition"] != "reference"]
+        rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
+                                   "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
+                                   for L, b in zip(rg["depth"], rg["budget"])]
+        rg = rg.sort_values(["dataset", "condition", "depth", "budget"], kind="stable")
+        rg = rg[rg_cols].reset_index(drop=True)
+    else:
+        rg = pd.DataFrame(columns=rg_cols)
+    return rg
+
+
+def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+    """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
+    cell = _CELL
+    swept = list(prof.get("sweep_conditions") or prof["conditions"])
+    scale_bbs = list(prof.get("scale_backbones") or [prof["backbone"]])
+    sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept)]
+    sc_rows = sc_rows[sc_rows.groupby(["dataset", "backbone"])["condition"].transform(lambda s: (s == "reference").any())]
+    sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
+               "status", "n_seeds", "miou", "idauc", "paper"]
+    if len(sc_rows):
+        sc = _D(sc_rows, cell, band, n_boot)
+        sc = sc[sc["condition"] != "reference"].copy()
+        notes = []
+        for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"]):   # exact timm names only
+            if c == "T5" and bb == PAPER_BACKBONES[0]:
+                notes.append("decoupling reproduces (D > 0)")
+            elif c == "T5" and bb == PAPER_BACKBONES[2]:
+                notes.append("decoupling reverses")
+            elif bb == PAPER_SETTING["backbone"] and paper_value(c, ds) is not None:
+                notes.append(f"D = {paper_value(c, ds):+.2f} pp")
+            else:
+                notes.append("")
+        sc["paper"] = notes
+        bb_order = {b: i for i, b in enumerate(scale_bbs)}
+        sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
+                            else s, kind="stable")
+        sc = sc[sc_cols].reset_index(drop=True)
+    else:
+        sc = pd.DataFrame(columns=sc_cols)
+    return sc
+
+
+def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, prof: Mapping[str, Any]
+                  ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
+    """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
+    probes_used: dict[tuple[str, str], int] = {}
+    if probes is not None and len(probes):
+        ck = set(main["checkpoint_id"])
+        pr = probes[probes["checkpoint_id"].isin(ck) & (probes["backbone"] == prof["backbone"])].copy()
+        pr["paper_max_abs"] = PAPER_COSINE_MAX
+        cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
+                "n_images", "mode", "paper_max_abs"]
+        pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
+                                                                 kind="stable").reset_index(drop=True)
+        for (ds, bb), g in pr.groupby(["dataset", "backbone"]):
+            probes_used[(ds, bb)] = len(g)
+    else:
+        pr = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine",
+                                   "lo", "hi", "n_images", "mode", "paper_max_abs"])
+
+    return pr, probes_used
+
+
+def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, prof: Mapping[str, Any], miss: pd.DataFrame, band: float,
+                    n_boot: int) -> pd.DataFrame:
+    """The paper's findings of each block at the profile's point (:func:`paper_findings`), plus
+    the scale finding of the scale readout's backbones (not other rows at the point, e.g.
+    notebook 05's comparison of the distilled backbone); INCOMPLETE where cells are missing."""
+    L0, b0 = int(prof["depth"]), float(prof["budget"])
+    swept = list(prof.get("sweep_conditions") or prof["conditions"])
+    scale_bbs = list(prof.get("scale_backbones") or [prof["backbone"]])
+    fnd_rows = rows[rows["condition"].isin(set(prof["conditions"]) | set(swept))]
+    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == prof["backbone"]) |
+                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
+                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
+                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
+                         scale_backbones=scale_bbs)
+    fnd = fnd[(fnd["backbone"] == prof["backbone"]) | (fnd["finding"] == "scale")].reset_index(drop=True)
+    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
+                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
+
+    return fnd
+
+
+def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:
+    """Write each table to ``<output>/<name>.csv``; returns the paths."""
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in TABLES:
+        p = out / f"{name}.csv"
+        tables[name].to_csv(p, index=False)
+        paths.append(p)
+    return paths
+
+
+def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
+    """The tables of a report directory (every name in :data:`TABLES`).
+
+    Raises:
+        FileNotFoundError: a table is missing (the message names it and the directory).
+    """
+    d = Path(directory)
+    missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
+    if missing:
+        raise FileNotFoundError(f"report tables {missing} missing in {d}; expected {list(TABLES)}")
+    out = {}
+    for n in TABLES:
+        df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
+        for c in ("dataset", "backbone", "setting", "value", "condition", "status", "seeds", "paper_status",
+                  "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
+                  "missing"):
+            if c in df.columns:
+                df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
+        out[n] = df
+    return out

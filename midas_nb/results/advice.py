@@ -1,0 +1,180 @@
+"""Deployment advice from a results table (:func:`recommend_deployment`): coverage-first and faithfulness-first picks
+with their band status and evidence (beside :func:`midas_nb.metrics.decoupling_D`, which it reads)."""
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+import pandas as pd
+
+from ..metrics import decoupling_D
+from .aggregate import aggregate_seeds
+from .table import _NaN
+
+
+# ---------------------------------------------------------------------------------------------
+# deployment advice
+# ---------------------------------------------------------------------------------------------
+GOALS = ("coverage-first", "faithfulness-first")
+
+
+def _label(row: pd.Series) -> str:
+    cond = str(row["condition"])
+    tgt = str(row.get("target", "") or "")
+    rel = str(row.get("relaxation", "") or "")
+    s = cond if not tgt or tgt in ("nan", cond) else f"{cond} ({tgt})"
+    return s if not rel or rel == "nan" else f"{s}, {rel}"
+
+
+def _ci(row: pd.Series, m: str) -> str:
+    lo, hi = row.get(f"{m}_lo", _NaN), row.get(f"{m}_hi", _NaN)
+    if pd.isna(lo) or pd.isna(hi):
+        return ""
+    return f" [{lo:.3f}, {hi:.3f}]"
+
+
+def recommend_deployment(
+    table: pd.DataFrame,
+    reference: str = "reference",
+    band: float = 0.01,
+    by: Sequence[str] | None = None,
+    tie_tol: float = 1e-3,
+    miou_unit: Literal["fraction", "percent"] = "fraction",
+    n_boot: int = 1000,
+) -> tuple[pd.DataFrame, str]:
+    """Which scorer to deploy, per cell, for a coverage-first and a faithfulness-first goal.
+
+    Rules (per cell = dataset × backbone × depth × budget; seeds averaged as in
+    :func:`~midas_nb.metrics.decoupling_D`):
+
+    - **coverage-first**: the condition with the highest ``D_pp`` among those inside the IDAUC
+      parity band by the point decision (``in_band``: ``delta_idauc ≥ −band``; the reference,
+      ``D = 0``, is a candidate, so a scorer is only advised over it when it gains coverage at
+      parity). Ties → higher IDAUC. When the pick's paired ΔIDAUC interval straddles the band
+      edge (status ``"not resolved"``) the reason says so, with the interval.
+      Fallback, when the cell has no reference row: the highest mIoU, ``fallback=True``.
+    - **faithfulness-first**: the highest mean IDAUC; conditions within ``tie_tol`` of it
+      (default 0.001, the precision IDAUC is reported to) are ties, broken by higher mIoU.
+
+    When a goal has no candidate with defined values — every IDAUC is NaN (e.g. measured with
+    ``idauc_steps=0``), or every mIoU is NaN — the row says **no recommendation** with the
+    reason (``recommended=False``, empty condition) instead of picking from undefined numbers.
+
+    Args:
+        table: results rows (per seed); needs ``condition``, ``miou``, ``idauc``.
+        reference, band, by, miou_unit: as in :func:`~midas_nb.metrics.decoupling_D`.
+        tie_tol: IDAUC tie tolerance of the faithfulness-first rule.
+        n_boot: bootstrap resamples of every interval and of ``status`` (pass the profile's
+            ``bootstrap``; the bootstrap seed is fixed).
+
+    Returns:
+        ``(advice, text)``: ``advice`` has one row per (cell, goal) with the evidence —
+        ``goal``, cell and condition columns, ``recommended``, ``D_pp``, ``D_pp_lo``,
+        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``in_band``,
+        ``status``, ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
+        (intervals: :func:`aggregate_seeds`, seeds × images), ``n_seeds``, ``fallback``,
+        ``reason``; ``text`` joins the one-line reasons.
+
+    Raises:
+        ValueError: for missing columns or an unknown ``miou_unit``.
+    """
+    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] \
+        if by is None else list(by)
+    key = [c for c in ("condition", "target", "relaxation") if c in table.columns]
+    missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
+    if missing:
+        raise ValueError(f"recommend_deployment: table is missing column(s) {missing}")
+    has_ref = bool((table["condition"] == reference).any())
+    if has_ref:
+        agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit, n_boot=n_boot)
+    else:  # no reference anywhere: means only, D undefined (coverage-first falls back)
+        agg = (table.groupby(by + key, dropna=False, sort=False)
+               .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size"))
+               .reset_index())
+        agg["D_pp"], agg["delta_idauc"] = _NaN, _NaN
+        agg["in_band"] = pd.array([pd.NA] * len(agg), dtype="boolean")
+        agg["status"] = "no reference"
+    bounds = aggregate_seeds(table, by=by + key, metrics=("miou", "idauc"), n_boot=n_boot)
+    cis = [c for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi") if c in bounds.columns]
+    agg = agg.merge(bounds[by + key + cis], on=by + key, how="left")
+    for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo", "D_pp_hi", "delta_idauc_lo",
+              "delta_idauc_hi"):
+        if c not in agg.columns:
+            agg[c] = _NaN
+
+    rows: list[dict[str, Any]] = []
+    groups = agg.groupby(by, dropna=False, sort=False) if by else [((), agg)]
+    for cell_key, cell in groups:
+        cell_key = cell_key if isinstance(cell_key, tuple) else (cell_key,)
+        where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key))
+        where = f" ({where})" if where else ""
+        ident = dict(zip(by, cell_key))
+        # coverage-first
+        cell_has_ref = bool((cell["status"] != "no reference").any())
+        if cell_has_ref:
+            inside = cell[cell["in_band"].fillna(False).astype(bool) & cell["D_pp"].notna()]
+            if len(inside):
+                pick = inside.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
+                unresolved = ""
+                if pick.get("status") == "not resolved":
+                    unresolved = (f"; band NOT RESOLVED: ΔIDAUC 95 % CI [{pick['delta_idauc_lo']:+.3f}, "
+                                  f"{pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
+                why = (f"highest D among conditions at parity by the mean ΔIDAUC: D={pick['D_pp']:+.2f} pp"
+                       f"{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
+                       f"mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}")
+                rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why))
+            else:
+                undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
+                rows.append(_no_advice("coverage-first", ident, key, where,
+                                       "the parity band is undefined for every condition (D or ΔIDAUC "
+                                       f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                       "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
+        else:
+            ok = cell[cell["miou"].notna()]
+            if len(ok):
+                pick = ok.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
+                why = (f"FALLBACK (no reference in this cell, D undefined): highest mIoU "
+                       f"{pick['miou']:.3f}{_ci(pick, 'miou')}")
+                rows.append(_advice_row("coverage-first", ident, key, pick, True, where, why))
+            else:
+                rows.append(_no_advice("coverage-first", ident, key, where,
+                                       "no reference and every mIoU is NaN"))
+        # faithfulness-first
+        ok = cell[cell["idauc"].notna()]
+        if len(ok):
+            best = ok["idauc"].max()
+            ties = ok[ok["idauc"] >= best - tie_tol]
+            pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
+            tie_note = (f"; {len(ties)} conditions within {tie_tol:g} of the best IDAUC, "
+                        f"highest mIoU {pick['miou']:.3f} breaks the tie") if len(ties) > 1 else ""
+            why = f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}{tie_note}"
+            rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where, why))
+        else:
+            rows.append(_no_advice("faithfulness-first", ident, key, where,
+                                   "IDAUC is NaN for every condition (not measured: idauc_steps=0 or "
+                                   "max_idauc_images=0?)"))
+
+    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
+    advice = pd.DataFrame(rows)[cols]
+    return advice, "\n".join(advice["reason"])
+
+
+_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "in_band",
+             "status", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "n_seeds")
+
+
+def _pp_ci(row: pd.Series) -> str:
+    lo, hi = row.get("D_pp_lo", _NaN), row.get("D_pp_hi", _NaN)
+    return "" if pd.isna(lo) or pd.isna(hi) else f" [{lo:+.2f}, {hi:+.2f}]"
+
+
+def _advice_row(goal: str, ident: dict, key: list[str], pick: pd.Series, fallback: bool, where: str,
+                why: str) -> dict[str, Any]:
+    return dict(goal=goal, **ident, **{k: pick[k] for k in key}, recommended=True,
+                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, fallback=fallback,
+                reason=f"{goal}{where}: {_label(pick)} — {why}")
+
+
+def _no_advice(goal: str, ident: dict, key: list[str], where: str, why: str) -> dict[str, Any]:
+    return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False,
+                **{c: _NaN for c in _EVIDENCE}, fallback=False,
+                reason=f"{goal}{where}: no recommendation — {why}")

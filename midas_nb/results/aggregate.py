@@ -1,0 +1,77 @@
+"""Means over seeds with seed × image bootstrap intervals (:func:`aggregate_seeds`)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..metrics import _per_image, hierarchical_bootstrap
+from .table import _CI_METRICS, _PER_IMAGE_IDS, ID_COLUMNS, METRIC_COLUMNS
+
+
+def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
+                    metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
+                    alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
+    """Mean, sample std (``ddof=1``; NaN for one seed) and count over seeds, per metric, with a
+    confidence interval of the mean over seeds.
+
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)``
+    percentile-bootstrap interval of the mean over seeds that accounts for both sources of
+    variation: each resample draws the seeds with replacement and the test images with
+    replacement (the same images for every seed), from the per-image values the protocol stores
+    (:data:`PER_IMAGE_COLUMNS`; :func:`midas_nb.metrics.hierarchical_bootstrap`). With one
+    seed it is the bootstrap over images. It is *not* the mean of the per-seed bounds. A group
+    whose rows lack per-image values gets NaN bounds (``ci_method`` says which).
+
+    Args:
+        table: results rows.
+        by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``.
+        metrics: metric columns to aggregate (those present are used).
+        n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
+
+    Returns:
+        One row per group: ``by``, ``n_seeds`` (rows in the group), ``seeds`` (sorted, as a
+        string), ``n_images`` (mean), and for each metric ``m``: ``m_mean``, ``m_std``,
+        ``m_n`` (non-NaN values); for ``miou``, ``idauc``, ``accuracy`` also ``m_lo`` /
+        ``m_hi`` (above) and one ``ci_method`` column (``"seeds × images bootstrap"``,
+        ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``).
+    """
+    by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
+    missing = [c for c in by if c not in table.columns]
+    if missing:
+        raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
+    metrics = [m for m in metrics if m in table.columns]
+    src = table.reset_index(drop=True)
+    g = src.assign(_row=np.arange(len(src))).groupby(by, dropna=False, sort=False)
+    spec: dict[str, tuple[str, Any]] = {"n_seeds": (metrics[0] if metrics else by[0], "size")}
+    if "seed" in src.columns:
+        spec["seeds"] = ("seed", lambda s: ",".join(str(x) for x in sorted(set(s))))
+    if "n_images" in src.columns:
+        spec["n_images"] = ("n_images", "mean")
+    for m in metrics:
+        spec[f"{m}_mean"] = (m, "mean")
+        spec[f"{m}_std"] = (m, "std")
+        spec[f"{m}_n"] = (m, "count")
+    spec["_rows"] = ("_row", list)
+    out = g.agg(**spec).reset_index()
+    ci_metrics = [m for m in metrics if m in _CI_METRICS]
+    methods = []
+    for k, rows in enumerate(out["_rows"]):
+        recs = [src.iloc[i].to_dict() for i in rows]
+        method = "unavailable: no per-image values"
+        for m in ci_metrics:
+            maps = [_per_image(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
+            lo = hi = math.nan
+            if maps and all(x is not None for x in maps):
+                ids = sorted(set.intersection(*(set(x) for x in maps)))
+                if ids:
+                    mat = np.array([[x[i] for i in ids] for x in maps])
+                    lo, hi = hierarchical_bootstrap(mat, n_boot, alpha, seed)
+                    method = "seeds × images bootstrap" if len(recs) > 1 else "images bootstrap (one seed)"
+            out.loc[k, f"{m}_lo"], out.loc[k, f"{m}_hi"] = lo, hi
+        methods.append(method)
+    if ci_metrics:
+        out["ci_method"] = methods
+    return out.drop(columns=["_rows"])

@@ -1,0 +1,105 @@
+"""Writing and reading results tables: CSV (per-image lists as JSON) and parquet when pyarrow is installed."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from .. import config
+from ..identity import atomic_write, atomic_write_text
+from .table import _cast, PER_IMAGE_COLUMNS, SCHEMA, SCHEMA_COLUMNS
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _paths(name: str, runs_dir: str | Path | None) -> tuple[Path, Path]:
+    if not _NAME_RE.match(name):
+        raise ValueError(f"table name must be a plain file stem (letters, digits, . _ -), got {name!r}")
+    root = Path(runs_dir) if runs_dir is not None else config.runs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"{name}.csv", root / f"{name}.parquet"
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
+    """Write ``table`` to ``<runs_dir>/<name>.csv`` (and ``.parquet`` if pyarrow is importable).
+
+    ``runs_dir=None`` → :func:`midas_nb.config.runs_dir` (``runs/`` or ``MIDAS_RUNS_DIR``).
+    Returns the CSV path.
+    """
+    csv, parquet = _paths(name, runs_dir)
+    atomic_write_text(csv, _encode_lists(table).to_csv(index=False))
+    if _has_pyarrow():
+        enc = _encode_lists(table)
+        atomic_write(parquet, lambda f: enc.to_parquet(f, index=False))
+    return csv
+
+
+def _encode_lists(table: pd.DataFrame) -> pd.DataFrame:
+    """List-valued columns (the per-image values) as JSON text, so CSV and parquet keep them."""
+    import json
+
+    out = table.copy()
+    for c in out.columns:
+        if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple))).any():
+            out[c] = out[c].map(lambda v: json.dumps(list(v), allow_nan=True) if isinstance(v, (list, tuple)) else v)
+    return out
+
+
+def _decode_lists(df: pd.DataFrame) -> pd.DataFrame:
+    """Inverse of :func:`_encode_lists` for the :data:`PER_IMAGE_COLUMNS`."""
+    import json
+
+    for c in PER_IMAGE_COLUMNS:
+        if c in df.columns:
+            df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)
+    return df
+
+
+def load_table(name: str, runs_dir: str | Path | None = None,
+               format: Literal["auto", "csv", "parquet"] = "auto") -> pd.DataFrame:
+    """Read a table written by :func:`save_table`.
+
+    ``format="auto"`` prefers the parquet file (exact dtypes) when it exists and pyarrow is
+    importable. Schema columns get the schema's dtypes back (empty strings stay ``""``).
+
+    Raises:
+        FileNotFoundError: when the file is absent.
+    """
+    csv, parquet = _paths(name, runs_dir)
+    use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and _has_pyarrow())
+    path = parquet if use_parquet else csv
+    if not path.exists():
+        raise FileNotFoundError(f"no results table at {path}")
+    if use_parquet:
+        df = pd.read_parquet(path)
+    else:
+        # read every cell as text so that strings such as "None" or "" survive, then parse
+        # the non-text columns ("" → NaN; "True"/"False" → bool)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        text_cols = {c.name for c in SCHEMA if c.dtype == "str"}
+        for c in df.columns:
+            if c in text_cols:
+                continue
+            col = df[c].replace({"": np.nan})
+            if set(col.dropna()) <= {"True", "False"} and col.notna().any():
+                df[c] = col.map({"True": True, "False": False})
+                continue
+            try:
+                df[c] = pd.to_numeric(col)
+            except (ValueError, TypeError):
+                pass
+    if all(c in df.columns for c in SCHEMA_COLUMNS):
+        df = _cast(df)
+    return _decode_lists(df)

@@ -1,0 +1,295 @@
+"""The results table's schema (one row per dataset, backbone, condition, depth, budget, seed) and its validation."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from torch import Tensor
+
+from ..metrics import bootstrap_ci, COVERAGE_KINDS, InsDel, PartIoU
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the results schema."""
+
+    name: str
+    dtype: Literal["str", "int", "float"]
+    required: bool
+    default: Any
+    description: str
+
+
+_NaN = math.nan
+
+
+SCHEMA: tuple[Column, ...] = (
+    Column("dataset", "str", True, None, "dataset name"),
+    Column("backbone", "str", True, None, "backbone id"),
+    Column("checkpoint_id", "str", True, None, "fine-tuned backbone checkpoint"),
+    Column("condition", "str", True, None, "protocol condition"),
+    Column("target", "str", False, "", "supervision target id"),
+    Column("relaxation", "str", False, "", "differentiable selection"),
+    Column("depth", "int", True, None, "scorer depth L (1-based)"),
+    Column("budget", "float", True, None, "kept fraction b of patch tokens"),
+    Column("seed", "int", True, None, "scorer-training seed"),
+    Column("n_images", "int", True, None, "evaluation images"),
+    Column("n_skipped_parts", "int", False, 0, "images without a visible part"),
+    Column("coverage_kind", "str", False, "part mIoU", "part mIoU or box coverage"),
+    Column("miou", "float", False, _NaN, "mean part IoU (fraction)"),
+    Column("miou_lo", "float", False, _NaN, "bootstrap CI low of miou"),
+    Column("miou_hi", "float", False, _NaN, "bootstrap CI high of miou"),
+    Column("idauc", "float", False, _NaN, "insertion − deletion AUC"),
+    Column("idauc_lo", "float", False, _NaN, "bootstrap CI low of idauc"),
+    Column("idauc_hi", "float", False, _NaN, "bootstrap CI high of idauc"),
+    Column("ins_auc", "float", False, _NaN, "insertion AUC"),
+    Column("del_auc", "float", False, _NaN, "deletion AUC (lower is better)"),
+    Column("accuracy", "float", False, _NaN, "pruned top-1 accuracy (fraction)"),
+    Column("accuracy_lo", "float", False, _NaN, "bootstrap CI low of accuracy"),
+    Column("accuracy_hi", "float", False, _NaN, "bootstrap CI high of accuracy"),
+    Column("pib", "float", False, _NaN, "Point-in-Box rate (fraction)"),
+    Column("throughput", "float", False, _NaN, "images/s of the pruned forward"),
+    Column("idauc_steps", "int", False, 0, "insertion/deletion steps S"),
+    Column("idauc_space", "str", False, "token", "token or pixel"),
+    Column("device", "str", False, "", "measurement device"),
+    Column("versions", "str", False, None, "torch/timm/midas_nb versions"),
+)
+
+
+SCHEMA_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA)
+
+
+REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA if c.required)
+
+
+#: identity of a row apart from the seed (the default ``by`` of :func:`aggregate_seeds`)
+ID_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "condition", "target",
+                               "relaxation", "depth", "budget", "coverage_kind", "idauc_space")
+
+
+#: point metrics aggregated over seeds
+METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accuracy", "pib",
+                                   "throughput")
+
+
+_CI_METRICS = ("miou", "idauc", "accuracy")
+
+
+#: per-image values stored in every protocol row (lists; ``image_ids`` for mIoU and accuracy,
+#: ``idauc_image_ids`` for IDAUC): what the paired and seed × image intervals resample
+PER_IMAGE_COLUMNS: tuple[str, ...] = ("image_ids", "miou_per_image", "accuracy_per_image",
+                                      "idauc_image_ids", "idauc_per_image")
+
+
+#: per-image value column → its image-id column
+_PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
+
+
+_BY_NAME = {c.name: c for c in SCHEMA}
+
+
+def current_versions() -> str:
+    """``"torch=<v>;timm=<v>;midas_nb=<v>"`` of the running environment."""
+    import importlib.metadata as md
+
+    import timm
+    import torch
+
+    try:
+        own = md.version("midas_nb")
+    except md.PackageNotFoundError:
+        own = "unknown"
+    return f"torch={torch.__version__};timm={timm.__version__};midas_nb={own}"
+
+
+@dataclass
+class ResultRow:
+    """One row of the results table (see the module docstring for units).
+
+    ``extras`` holds additional columns (e.g. ``lambda_ga``, ``scorer``); they are written
+    after the schema columns. ``to_dict()`` flattens them in.
+    """
+
+    dataset: str
+    backbone: str
+    checkpoint_id: str
+    condition: str
+    depth: int
+    budget: float
+    seed: int
+    n_images: int
+    target: str = ""
+    relaxation: str = ""
+    n_skipped_parts: int = 0
+    coverage_kind: str = "part mIoU"
+    miou: float = _NaN
+    miou_lo: float = _NaN
+    miou_hi: float = _NaN
+    idauc: float = _NaN
+    idauc_lo: float = _NaN
+    idauc_hi: float = _NaN
+    ins_auc: float = _NaN
+    del_auc: float = _NaN
+    accuracy: float = _NaN
+    accuracy_lo: float = _NaN
+    accuracy_hi: float = _NaN
+    pib: float = _NaN
+    throughput: float = _NaN
+    idauc_steps: int = 0
+    idauc_space: str = "token"
+    device: str = ""
+    versions: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extras = d.pop("extras")
+        clash = set(extras) & set(d)
+        if clash:
+            raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
+        d.update(extras)
+        return d
+
+
+def summarise_metrics(
+    coverage: PartIoU | None = None,
+    insdel: InsDel | None = None,
+    correct: Tensor | np.ndarray | None = None,
+    in_box: Tensor | np.ndarray | None = None,
+    *,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The metric columns of a row from per-image results, with seeded bootstrap CIs.
+
+    Args:
+        coverage: :func:`~midas_nb.metrics.part_miou` / ``box_coverage`` output → ``miou``,
+            CI, ``n_skipped_parts``, ``coverage_kind``, ``n_images``.
+        insdel: :func:`~midas_nb.metrics.insertion_deletion_auc` output → ``idauc`` with CI,
+            ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``.
+        correct: ``[B]`` per-image correctness of the pruned model → ``accuracy`` with CI.
+        in_box: ``[B]`` :func:`~midas_nb.metrics.point_in_box` → ``pib``.
+        n_boot, alpha, seed: :func:`~midas_nb.metrics.bootstrap_ci` settings.
+
+    Returns:
+        A dict to merge into a :class:`ResultRow` / row dict.
+    """
+    out: dict[str, Any] = {}
+
+    def ci(name: str, values: Any) -> None:
+        m, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
+        out[name], out[f"{name}_lo"], out[f"{name}_hi"] = m, lo, hi
+
+    if coverage is not None:
+        ci("miou", coverage.per_image)
+        out.update(n_images=coverage.n_images, n_skipped_parts=coverage.n_skipped,
+                   coverage_kind=coverage.name)
+    if insdel is not None:
+        ci("idauc", insdel.idauc)
+        out.update(ins_auc=float(insdel.ins_auc.float().mean()),
+                   del_auc=float(insdel.del_auc.float().mean()),
+                   idauc_steps=insdel.steps, idauc_space=insdel.space)
+        out.setdefault("n_images", int(insdel.idauc.numel()))
+    if correct is not None:
+        c = correct.float() if isinstance(correct, Tensor) else np.asarray(correct, dtype=float)
+        ci("accuracy", c)
+        out.setdefault("n_images", int(len(c)))
+    if in_box is not None:
+        b = in_box.float() if isinstance(in_box, Tensor) else np.asarray(in_box, dtype=float)
+        out["pib"] = float(b.mean())
+    return out
+
+
+def _cast(df: pd.DataFrame) -> pd.DataFrame:
+    for c in SCHEMA:
+        if c.dtype == "str":
+            df[c.name] = df[c.name].fillna("").astype(str)
+        elif c.dtype == "int":
+            df[c.name] = pd.to_numeric(df[c.name]).astype("int64")
+        else:
+            df[c.name] = pd.to_numeric(df[c.name]).astype("float64")
+    return df
+
+
+def validate_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Check a frame against the schema; returns a copy with schema dtypes and column order.
+
+    Optional columns that are absent are added with their defaults (``versions``: the running
+    environment's).
+
+    Raises:
+        ValueError: a required column is missing, a required cell is empty, ``budget`` is
+            outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or ``coverage_kind`` is not one
+            of ``"part mIoU"`` / ``"box coverage"``.
+    """
+    df = table.copy()
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"results table is missing required column(s) {missing}; required: "
+                         f"{list(REQUIRED_COLUMNS)}")
+    for c in REQUIRED_COLUMNS:
+        empty = df[c].isna() | (df[c].astype(str) == "")
+        if empty.any():
+            rows = list(df.index[empty][:5])
+            raise ValueError(f"results table: required column {c!r} is empty in row(s) {rows}")
+    for c in SCHEMA:
+        if c.name not in df.columns:
+            df[c.name] = current_versions() if c.name == "versions" else c.default
+        elif c.name == "versions":
+            df[c.name] = df[c.name].where(df[c.name].notna() & (df[c.name] != ""), current_versions())
+        elif not c.required and c.default is not None:
+            if c.dtype != "float":      # NaN is the float default anyway
+                df[c.name] = df[c.name].where(df[c.name].notna(), c.default)
+    df = _cast(df)
+    bad = df[~((df["budget"] > 0) & (df["budget"] <= 1))]
+    if len(bad):
+        raise ValueError(f"budget must be in (0, 1], got {bad['budget'].tolist()[:5]}")
+    if (df["depth"] < 1).any():
+        raise ValueError(f"depth must be ≥ 1 (1-based block index), got {df['depth'].min()}")
+    if (df["n_images"] < 0).any() or (df["n_skipped_parts"] < 0).any():
+        raise ValueError("n_images and n_skipped_parts must be ≥ 0")
+    kinds = set(df["coverage_kind"]) - set(COVERAGE_KINDS)
+    if kinds:
+        raise ValueError(f"coverage_kind must be one of {list(COVERAGE_KINDS)}, got {sorted(kinds)}")
+    extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
+    return df[list(SCHEMA_COLUMNS) + extras].reset_index(drop=True)
+
+
+def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
+    """Build the validated results table from :class:`ResultRow` s or dicts.
+
+    Raises:
+        ValueError: see :func:`validate_table`; also for an empty ``rows``.
+    """
+    dicts = [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]
+    if not dicts:
+        raise ValueError("make_table: no rows")
+    for i, d in enumerate(dicts):
+        missing = [c for c in REQUIRED_COLUMNS if c not in d]
+        if missing:
+            raise ValueError(f"results row {i} is missing required column(s) {missing}; "
+                             f"required: {list(REQUIRED_COLUMNS)}")
+    return validate_table(pd.DataFrame(dicts))
+
+
+def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
+    """Mean of ``columns`` over each named set of result rows, one output row per name.
+
+    For comparisons across tables (e.g. the ``random`` rows against the ``unsupervised`` rows
+    of an ``st`` and a ``soft`` table). Means are unweighted over the rows given (seeds).
+
+    Raises:
+        ValueError: a set of rows is empty or lacks one of ``columns``.
+    """
+    out = {}
+    for name, df in rows.items():
+        missing = [c for c in columns if c not in df.columns]
+        if len(df) == 0 or missing:
+            raise ValueError(f"side_by_side: rows {name!r} are empty or lack columns {missing}; "
+                             f"expected at least one row with {list(columns)}")
+        out[name] = df[list(columns)].astype(float).mean()
+    return pd.DataFrame(out).T

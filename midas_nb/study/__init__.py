@@ -1,0 +1,27 @@
+"""One study = one (profile, dataset, backbone): the object every notebook starts from.
+
+A :class:`Study` resolves the data (the real dataset under ``data_root``, or the embedded
+synthetic CUB-format default when no path is given), builds or loads the fine-tuned backbone
+through the checkpoint cache, and gives the notebooks short calls for each stage of the
+pipeline (DESIGN.md §2): target maps, the three-condition protocol, sweeps. Every stage is
+cached (checkpoints and target maps under :func:`midas_nb.config.cache_dir`, tables under
+``runs/``), so each notebook runs on its own and a rerun is fast.
+
+Example::
+
+    >>> study = Study("smoke")                 # embedded synthetic data, tiny ViT
+    >>> table = study.protocol()               # one row per condition x seed
+    >>> maps = study.target_maps()             # {"T0": [M, N], ...} on the test split
+"""
+from __future__ import annotations
+
+from .base import check_data, check_layout, resolve_data, StudyBase
+from .cache import cached_study
+from .core import Study
+from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
+                   protocol_settings, resolve_checkpoint_ids, SEEDLESS_CONDITIONS)
+from .runner import ProtocolCellRunner, scale_readout
+
+__all__ = ["Study", "StudyBase", "check_data", "check_layout", "resolve_data", "cached_study", "make_grid",
+           "grid_spans", "checkpoint_spec_id", "eval_data_id", "resolve_checkpoint_ids", "protocol_settings",
+           "ProtocolCellRunner", "scale_readout", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "GridKind"]

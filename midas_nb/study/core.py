@@ -1,0 +1,99 @@
+"""The :class:`Study` of the notebooks: a :class:`~midas_nb.study.base.StudyBase` whose protocol,
+regime sweeps and scale readout are cells of the profile's result store (``runs/sweeps/<profile>``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .. import config
+from ..results import save_table
+from ..sweeps import ResultStore, run_sweep, StoreStatus
+from .base import _key_hash, StudyBase
+from .grid import make_grid
+from .runner import ProtocolCellRunner, scale_readout
+
+__all__ = ["Study"]
+
+
+class Study(StudyBase):
+    """One study = one (profile, dataset, backbone), with the three-condition protocol, the regime
+    sweeps and the scale readout (:class:`~midas_nb.study.base.StudyBase` for the rest).
+    """
+
+    # ------------------------------------------------------------------------- protocol
+    def protocol(self, depth: int | None = None, budget: float | None = None,
+                 conditions: list[str] | None = None, seeds: list[int] | None = None,
+                 relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
+        """The three-condition protocol table at ``(depth, budget)``: one row per condition × seed.
+
+        Every row is a cell of the profile's result store (``runs/sweeps/<profile>``, the one
+        :meth:`sweep` and :meth:`scale` use): a row computed here is not computed again by
+        the regime sweep, the scale readout or the related-methods table, and vice versa.
+        ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
+        ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
+        :func:`midas_nb.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
+        The table is also written to ``runs/tables/protocol_<hash>.csv`` (and ``.parquet`` when
+        pyarrow is installed; :func:`midas_nb.results.save_table`).
+
+        Raises:
+            RuntimeError: a cell failed (its error is in the message; the store keeps it).
+        """
+        p = self.params
+        depth = int(p["depth"] if depth is None else depth)
+        budget = float(p["budget"] if budget is None else budget)
+        conditions = list(p["conditions"] if conditions is None else conditions)
+        seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
+        point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        cells = make_grid(point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
+                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs))
+        store = ResultStore(name=p["profile"])
+        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
+        if not status.complete:
+            raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
+        table = store.results(cells)
+        table.attrs.clear()
+        # the cells' keys hold the data content, settings and result format (no data path)
+        key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
+                   conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
+        save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
+        return table
+
+    # --------------------------------------------------------------------------- sweeps
+    def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
+              run: bool = True, **slurm: Any) -> tuple[pd.DataFrame, Any]:
+        """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
+
+        Cells come from :func:`midas_nb.study.make_grid` (``kind``: ``"regime"`` = the full
+        grid for ``paper``, the L sweep at ``budget`` plus the b sweep at ``depth`` otherwise)
+        and live in the store ``runs/sweeps/<profile>``; finished cells are read, missing
+        ones computed (``run=False`` only reads). ``executor="slurm"`` with submitit settings
+        in ``**slurm`` (``partition=...``, ``timeout_min=...``, ``gpus_per_node=...``) runs the
+        cells on a cluster.
+
+        Returns:
+            ``(rows, status)``: one results row per condition × seed × cell that is done, and
+            the sweep status (:class:`midas_nb.sweeps.StoreStatus`: done / failed / pending
+            cells with the failures' errors; ``status.complete`` says whether every cell is
+            done — rows of failed or pending cells are absent, so check it before reading).
+        """
+        cells = make_grid(self.params, kind)
+        store = ResultStore(name=self.params["profile"])
+        if run:
+            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self), store, executor=executor,
+                               max_workers=max_workers, slurm=slurm or None)
+        else:
+            table = store.status(cells)
+            status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
+        rows = store.results(cells)
+        rows.attrs.clear()
+        return rows, status
+
+    def scale(self, executor: str = "local", max_workers: int = 2,
+              run: bool = True) -> tuple[pd.DataFrame, Any]:
+        """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
+        each of the profile's ``scale_backbones`` (:func:`midas_nb.study.scale_readout`)."""
+        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run)
+        status = rows.attrs.pop("status", None)
+        rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
+        return rows, status

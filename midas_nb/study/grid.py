@@ -1,0 +1,251 @@
+"""The cells of a profile's sweeps: grids over dataset × backbone × ``(L, b)`` × condition × seed.
+
+:func:`make_grid` builds :class:`midas_nb.sweeps.SweepCell` objects whose keys hold the
+fine-tuned checkpoint's content id (:func:`checkpoint_spec_id`), the evaluated test images'
+content id (:func:`eval_data_id`) and the protocol settings that change a result
+(:func:`protocol_settings`), so a changed setting or datum is a new cell. The MIDAS paper grid is
+``L ∈ {3,6,9,11}`` × ``b ∈ {0.10,0.25,0.50,0.75}`` × all conditions × 3 seeds × {CUB,
+Aircraft, Cars} × {DeiT-Ti/16, DeiT-S/16, AugReg ViT-B/16} (DESIGN.md §5, §7–8); profiles pick
+smaller grids.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Sequence
+
+from torch.utils.data import Subset
+
+from ..config import get_profile, grid_datasets
+from ..identity import dataset_identity, hash_json
+from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
+from ..sweeps import SweepCell
+from .cache import _dataset_label, _study
+
+__all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
+           "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
+
+GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
+
+#: datasets of the paper grid (DESIGN.md §7), used when a ``paper`` profile names no ``datasets``
+PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
+
+#: the protocol settings a profile may set at its top level; they enter every cell's key with
+#: :data:`midas_nb.protocol.PROTOCOL_DEFAULTS` as their defaults
+_KEYED_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature")
+
+
+def _spec_of(study: Any) -> str:
+    """``"spec-"`` + the hash of a study's checkpoint key without the training numerics."""
+    _, key = study.checkpoint_key()
+    return "spec-" + hash_json({k: v for k, v in key.items() if k != "numerics"}, 12)
+
+
+def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) -> str:
+    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``, by content.
+
+    ``"spec-"`` + the hash of :func:`midas_nb.backbones.checkpoint_key` (model, initial
+    weights, recipe, and the content of both splits: image bytes, labels, split, transform —
+    :func:`midas_nb.identity.dataset_identity`) without the training numerics (precision,
+    thread count), so the id is the same on a login node and on the worker that trains. Nothing
+    is trained; the datasets' annotations are parsed and their image files hashed (memoised per
+    process). Moving the data keeps the id; replacing an image or a label changes it; part
+    keypoints do not enter it (training never reads them; they enter the cell's ``data_id``).
+    The real checkpoint id and the weights digest are stored in every result row
+    (``checkpoint_id``, ``weights_digest``).
+
+    Raises:
+        ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
+    """
+    return _spec_of(_study(dict(profile), dataset, backbone))
+
+
+def _eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
+    """:attr:`~midas_nb.identity.DatasetIdentity.full` of the test images a protocol run with
+    ``settings`` evaluates (:func:`midas_nb.protocol.evaluation_subset`)."""
+    test = study.test_set
+    idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
+    return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
+
+
+def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
+                 settings: Mapping[str, Any] | None = None) -> str:
+    """Content identity of the test images a cell evaluates (the test split with the backbone's
+    transform, restricted to the evaluated subset of ``settings``' ``max_eval_images`` /
+    ``eval_subset_seed``; default the profile's protocol settings):
+    :attr:`midas_nb.identity.DatasetIdentity.full` — images, labels, part keypoints, boxes,
+    transform. Enters :attr:`SweepCell.data_id`: a keypoint of an evaluated image changes it,
+    one of an image outside the subset does not."""
+    prof = dict(profile)
+    return _eval_identity(_study(prof, dataset, backbone), _protocol_params(prof) if settings is None else settings)
+
+
+def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[str],
+                           backbones: Sequence[str]) -> dict[tuple[str, str], str]:
+    """Real checkpoint ids ``{(dataset, backbone): id}`` without training anything.
+
+    Parses each dataset and hashes its content, then the fine-tuning key exactly as
+    :func:`midas_nb.backbones.load_or_finetune` does (:meth:`midas_nb.study.Study.checkpoint_key`).
+    """
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    return {(ds, bb): _study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
+
+
+# cell params that describe the data, not run_protocol arguments
+_DATA_PARAMS = ("image_size", "patch_size")
+
+
+def _protocol_params(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's settings that change a protocol run's result; they enter every cell's key
+    and :class:`ProtocolCellRunner` passes them (less ``image_size``/``patch_size``) to
+    :func:`midas_nb.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
+    keys, default ``"st"``, 1, 1), every ``scorer_train`` key (``epochs``, ``batch_size``,
+    ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
+    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _KEYED_SETTINGS}
+    out.update(dict(profile.get("scorer_train") or {}))
+    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap") + _DATA_PARAMS:
+        if k in profile:
+            out[k] = profile[k]
+    return out
+
+
+def _is_paper(profile: Mapping[str, Any]) -> bool:
+    return profile.get("profile") == "paper"
+
+
+def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
+    """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
+    datasets = the profile's ``datasets`` key (:data:`PAPER_DATASETS` for ``paper`` without
+    one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"``, else the
+    profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    Nothing is read; data roots are not resolved."""
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    datasets = list(PAPER_DATASETS) if _is_paper(prof) and not prof.get("datasets") else grid_datasets(prof)
+    if kind == "scale":
+        backbones = list(prof.get("scale_backbones") or [prof["backbone"]])
+    else:
+        backbones = list(prof.get("backbones") or (
+            prof["scale_backbones"] if _is_paper(prof) and prof.get("scale_backbones") else [prof["backbone"]]))
+    return datasets, backbones
+
+
+def make_grid(
+    profile: str | Mapping[str, Any],
+    kind: GridKind = "regime",
+    *,
+    datasets: Sequence[str] | None = None,
+    backbones: Sequence[str] | None = None,
+    conditions: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec", "resolve"] = "spec",
+    params: Mapping[str, Any] | None = None,
+    seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
+    data_ids: Mapping[tuple[str, str], str] | None = None,
+) -> list[SweepCell]:
+    """The cells of a sweep for a profile.
+
+    Points ``(L, b)`` by ``kind`` (profile keys ``depth``, ``budget``, ``depths``, ``budgets``):
+
+    - ``"depth"``  — ``L ∈ depths`` at ``b = budget``;
+    - ``"budget"`` — ``b ∈ budgets`` at ``L = depth``;
+    - ``"cross"``  — the union of the two (the shared point ``(depth, budget)`` once):
+      ``len(depths) + len(budgets) − 1`` points when ``depth ∈ depths`` and ``budget ∈ budgets``;
+    - ``"full"``   — ``depths × budgets``;
+    - ``"regime"`` — the profile's default: ``"full"`` for ``paper``, ``"cross"`` otherwise;
+    - ``"scale"``  — the single point ``(depth, budget)`` for every backbone in
+      ``scale_backbones``.
+
+    Each point is crossed with conditions (default: the profile's ``sweep_conditions``, else
+    its ``conditions``) × seeds × datasets × backbones, except that a
+    condition without trainable parameters (``seedless_conditions``, default ``reference``:
+    the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
+    :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
+    the same value. Per point that is ``(C − R)·S + R`` cells for ``C`` conditions of which
+    ``R`` are seedless and ``S`` seeds. Datasets default to
+    the profile's ``datasets`` key, else :data:`PAPER_DATASETS` for the ``paper`` profile,
+    else ``[dataset]``; backbones to ``scale_backbones`` for ``kind="scale"``, else the
+    profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    Each dataset's root is ``data_roots[name]`` (or ``data_root`` for the profile's own
+    dataset); a dataset without one is an error (:func:`midas_nb.config.data_root_for`), except
+    the embedded synthetic set where it applies (named ``"synthetic"``, or CUB in smoke/quick
+    without any data root), whose cells are labelled ``"synthetic"`` as
+    :func:`midas_nb.study.resolve_data` labels it.
+
+    Args:
+        profile: a profile name or dict (:func:`midas_nb.config.get_profile`).
+        kind: grid shape (above).
+        datasets, backbones, conditions, seeds: override the profile's lists.
+        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: content-based, nothing
+            is trained), ``"resolve"`` (:func:`resolve_checkpoint_ids`: the real ids) or an
+            explicit ``{(dataset, backbone): checkpoint_id}``.
+        data_ids: explicit ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`
+            (the evaluated split's content). With explicit ``checkpoint_ids`` and ``data_ids``
+            no dataset is read.
+        params: extra settings merged into every cell's ``params`` (they enter the key).
+        seedless_conditions: conditions computed for the first seed only (``()``: every seed).
+
+    Returns:
+        Cells ordered dataset, backbone, point, condition, seed (no duplicates).
+
+    Raises:
+        ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a
+            data root (see above).
+    """
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    if kind == "regime":
+        kind = "full" if _is_paper(prof) else "cross"
+    L0, b0 = int(prof["depth"]), float(prof["budget"])
+    depths = [int(x) for x in prof.get("depths", [L0])]
+    budgets = [float(x) for x in prof.get("budgets", [b0])]
+    if kind == "depth":
+        points = [(L, b0) for L in depths]
+    elif kind == "budget":
+        points = [(L0, b) for b in budgets]
+    elif kind == "cross":
+        points = [(L, b0) for L in depths] + [(L0, b) for b in budgets]
+    elif kind == "full":
+        points = [(L, b) for L in depths for b in budgets]
+    elif kind == "scale":
+        points = [(L0, b0)]
+    else:
+        raise ValueError(f"unknown grid kind {kind!r}; expected one of "
+                         "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
+    points = list(dict.fromkeys((L, round(b, 6)) for L, b in points))  # drop the shared point
+
+    span_datasets, span_backbones = grid_spans(prof, kind)
+    datasets = span_datasets if datasets is None else datasets
+    backbones = span_backbones if backbones is None else backbones
+    if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
+        conditions = prof.get("sweep_conditions") or prof["conditions"]
+    conditions = list(conditions)
+    seeds = [int(s) for s in (prof["seeds"] if seeds is None else seeds)]
+    for name, values in dict(datasets=datasets, backbones=backbones, conditions=conditions,
+                             seeds=seeds, depths=depths, budgets=budgets).items():
+        if len(values) == 0:
+            raise ValueError(f"make_grid: {name} is empty; expected at least one entry")
+        if len(set(values)) != len(values):
+            raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
+
+    if checkpoint_ids == "resolve":
+        checkpoint_ids = resolve_checkpoint_ids(prof, datasets, backbones)
+    elif checkpoint_ids == "spec":
+        checkpoint_ids = {}
+    elif not isinstance(checkpoint_ids, Mapping):
+        raise ValueError(f"checkpoint_ids must be 'spec', 'resolve' or a dict, got {checkpoint_ids!r}")
+    if data_ids is not None and not isinstance(data_ids, Mapping):
+        raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
+    base = dict(_protocol_params(prof), **dict(params or {}))
+    cells = []
+    for ds in datasets:
+        label = _dataset_label(prof, ds)
+        for bb in backbones:
+            ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
+            data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
+            for L, b in points:
+                for cond in conditions:
+                    for s in (seeds[:1] if cond in seedless_conditions else seeds):
+                        cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
+                                               data_id=data_id))
+    return cells
+
+
+#: the public name of :func:`_protocol_params`
+protocol_settings = _protocol_params

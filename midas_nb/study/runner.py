@@ -1,0 +1,147 @@
+"""The protocol's cell function (:class:`ProtocolCellRunner`) and the scale readout
+(:func:`scale_readout`): one run of :func:`midas_nb.protocol.run_protocol` per sweep cell, through
+the profile's result store (:mod:`midas_nb.sweeps`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from ..config import get_profile
+from ..protocol import run_protocol
+from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
+from .cache import _study
+from .grid import _DATA_PARAMS, _eval_identity, _protocol_params, _spec_of, make_grid
+
+__all__ = ["ProtocolCellRunner", "scale_readout"]
+
+
+class ProtocolCellRunner:
+    """The real ``cell_fn``: one protocol run per cell (picklable; heavy objects cached per process).
+
+    For a cell it takes the dataset splits and the fine-tuned backbone from a
+    :class:`midas_nb.study.Study` (so checkpoints, target caches and dataset labels are shared
+    with the notebooks; one Study per process and (dataset, backbone)), then calls
+    :func:`midas_nb.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
+    ``conditions=[cell.condition]``, ``seeds=[cell.seed]`` and the protocol settings stored in
+    ``cell.params``, so a cell is computed exactly as its key says. The first supervised cell
+    at a depth computes the train-split maps of all the profile's ``targets`` in one pass
+    (``prefetch_targets``), so the cells of the other targets find them cached.
+
+    Args:
+        profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
+        device: overrides ``profile["device"]`` (a CUDA device on a machine without CUDA is an
+            error, as in Study).
+        cache_dir: target/scorer cache passed to ``run_protocol``; default the package cache.
+        progress: show progress bars.
+        study: an existing :class:`midas_nb.study.Study` to reuse, in this process only, for
+            the cells of its dataset and backbone (saves loading them twice in a notebook).
+
+    Raises (per cell, recorded by :func:`run_sweep`):
+        ValueError: the cell was keyed by a real checkpoint id that differs from the
+            checkpoint the profile now yields (the grid is stale; rebuild it).
+    """
+
+    def __init__(self, profile: str | Mapping[str, Any], *, device: str | None = None,
+                 cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
+        self.profile = get_profile(profile) if isinstance(profile, str) else dict(profile)
+        self.device = device
+        self.cache_dir = str(cache_dir) if cache_dir is not None else None
+        self.progress = progress
+        # a caller's Study (e.g. the notebook's) is reused in-process; it is not pickled
+        self._local_study = study
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_local_study"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
+                f"device={self.device or self.profile.get('device')!r})")
+
+    def study(self, cell: SweepCell):
+        """The Study holding the cell's data and backbone."""
+        st = self._local_study
+        if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
+            return st
+        return _study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
+
+    def __call__(self, cell: SweepCell) -> pd.DataFrame:
+        study = self.study(cell)
+        # the grid must describe the data and recipe this process sees: a cell keyed by other
+        # data (edited keypoints, replaced images) or another recipe is never filled with rows
+        # computed from the current ones
+        if cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != _spec_of(study):
+            raise ValueError(f"cell {cell.label} was keyed by checkpoint spec {cell.checkpoint_id!r} but the "
+                             f"data and recipe now give {_spec_of(study)!r}; rebuild the grid")
+        settings = dict(_protocol_params(self.profile), **cell.params)
+        if cell.data_id and cell.data_id != _eval_identity(study, settings):
+            raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
+                             f"evaluated test images now are {_eval_identity(study, settings)!r} (images, "
+                             "labels, keypoints or boxes changed); rebuild the grid")
+        model, meta = study.model, study.meta
+        ckpt = str(meta.get("checkpoint_id", ""))
+        if cell.checkpoint_id and not cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != ckpt:
+            raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the "
+                             f"profile now yields checkpoint {ckpt!r}; rebuild the grid")
+        for k in _DATA_PARAMS:
+            settings.pop(k, None)
+        if self.cache_dir is not None:
+            settings["cache_dir"] = self.cache_dir
+        return run_protocol(
+            study.train_set, study.test_set, model, depth=cell.depth, budget=cell.budget,
+            conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
+            backbone_name=cell.backbone, checkpoint_id=ckpt, device=study.device,
+            progress=self.progress, prefetch_targets=list(self.profile.get("targets") or ()), **settings)
+
+
+def scale_readout(
+    profile: str | Mapping[str, Any],
+    backbones: Sequence[str] | None = None,
+    *,
+    store: ResultStore | str | Path | None = None,
+    datasets: Sequence[str] | None = None,
+    conditions: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    executor: ExecutorKind = "local",
+    max_workers: int = 2,
+    slurm: Mapping[str, Any] | None = None,
+    run: bool = True,
+    cell_fn: Callable[[SweepCell], Any] | None = None,
+) -> pd.DataFrame:
+    """Scale sensitivity: the protocol at the profile's ``(depth, budget)`` for each backbone.
+
+    Quick profile: the hybrid backbone in two widths (``hybrid_lite0_vit_w128``,
+    ``hybrid_lite0_vit``); paper profile: DeiT-Ti/16, DeiT-S/16, AugReg ViT-B/16 (the
+    profile's ``scale_backbones``). Cells go through the same store as the regime sweeps
+    (default: the one named after the profile), so cells shared with them are computed once.
+
+    Args:
+        profile: profile name or dict.
+        backbones: override ``scale_backbones``.
+        store: result store; default ``ResultStore(name=<profile name>)``.
+        datasets, conditions, seeds: override the profile's lists.
+        executor, max_workers, slurm: as in :func:`run_sweep`.
+        run: compute missing cells first; ``False`` only reads what the store has.
+        cell_fn: default :class:`ProtocolCellRunner` of ``profile``.
+
+    Returns:
+        The result rows of the scale cells that are done (column ``backbone`` tells them apart;
+        ``midas_nb.metrics.decoupling_D`` groups by it, giving D per backbone);
+        ``attrs["status"]`` is the :class:`StoreStatus` of the cells (``complete`` is False
+        while any cell failed or is pending: their rows are absent).
+    """
+    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    store = open_store(store if store is not None else prof.get("profile", "default"))
+    cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
+    if run:
+        st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof), store, executor=executor,
+                       max_workers=max_workers, slurm=slurm)
+    else:
+        table = store.status(cells)
+        st = StoreStatus(table=table, problems=table.attrs.get("problems", []))
+    out = store.results(cells)
+    out.attrs["status"] = st
+    return out

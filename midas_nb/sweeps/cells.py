@@ -1,0 +1,99 @@
+"""Sweep cells: one cell = one protocol run for (dataset, backbone, L, b, condition, seed).
+
+A :class:`SweepCell`'s :attr:`SweepCell.key` is a hash of every parameter that changes the
+result (including the backbone checkpoint id, the evaluated data's identity and the protocol
+settings), so a changed setting is a new cell and never reads a stale record. This module is
+part of the generic sweep engine: it imports no domain module (the grids of a profile are
+:func:`midas_nb.study.make_grid`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping
+
+from ..identity import RESULT_FORMAT_VERSION, canonical_json, hash_json
+
+__all__ = ["SweepCell", "CellState", "ExecutorKind"]
+
+ExecutorKind = Literal["local", "processes", "slurm"]
+CellState = Literal["done", "failed", "running", "pending"]
+
+
+def _canonical_json(obj: Any) -> str:
+    """Deterministic JSON (sorted keys, no whitespace) used for hashing
+    (:func:`midas_nb.identity.canonical_json`)."""
+    return canonical_json(obj)
+
+
+def _short_hash(obj: Any, n: int = 16) -> str:
+    return hash_json(obj, n)
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One cell of a sweep: one protocol run for one (dataset, backbone, L, b, condition, seed).
+
+    Attributes:
+        dataset: dataset name (``"cub"``, ``"aircraft"``, ``"cars"``, ``"synthetic"``).
+        backbone: backbone name as understood by :func:`midas_nb.backbones.load_or_finetune`.
+        depth: scorer depth ``L`` (1-based; the scorer reads the output of block ``L``).
+        budget: kept fraction ``b ∈ (0, 1]`` of patch tokens.
+        condition: protocol condition (``"reference"``, ``"unsupervised"`` or a target id).
+        seed: scorer seed.
+        checkpoint_id: id of the fine-tuned backbone checkpoint the cell's result depends on
+            (see :func:`midas_nb.study.checkpoint_spec_id`); part of :attr:`key`.
+        params: further JSON-serialisable settings that change the result (protocol
+            hyper-parameters, image size, ...); part of :attr:`key`. Not part of ``hash()``.
+        data_id: content identity of the evaluated test images — their bytes, labels, part
+            keypoints and boxes, transform (:func:`midas_nb.study.eval_data_id`); part of :attr:`key`, so
+            editing one keypoint of an evaluated test image makes the cells of that dataset
+            new cells, while the checkpoint (and the target and scorer caches) stay valid.
+    """
+
+    dataset: str
+    backbone: str
+    depth: int
+    budget: float
+    condition: str
+    seed: int
+    checkpoint_id: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    data_id: str = ""
+
+    def __post_init__(self) -> None:
+        # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
+        object.__setattr__(self, "depth", int(self.depth))
+        object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "budget", round(float(self.budget), 6))
+        object.__setattr__(self, "params", json.loads(_canonical_json(dict(self.params))))
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1 (1-based block index), got {self.depth}")
+        if not (0.0 < self.budget <= 1.0):
+            raise ValueError(f"budget must be in (0, 1], got {self.budget}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of all fields (JSON-serialisable)."""
+        d = asdict(self)
+        d["params"] = dict(self.params)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
+                   checkpoint_id=d.get("checkpoint_id", ""), params=d.get("params", {}),
+                   data_id=d.get("data_id", ""))
+
+    @property
+    def key(self) -> str:
+        """Stable 16-hex-digit key: SHA-256 of the canonical JSON of every field and of
+        :data:`midas_nb.identity.RESULT_FORMAT_VERSION` (a changed metric definition makes
+        every cell new)."""
+        return _short_hash(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION))
+
+    @property
+    def label(self) -> str:
+        """Readable short name, e.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
+        return (f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} "
+                f"{self.condition} s{self.seed}")

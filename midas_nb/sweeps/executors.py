@@ -1,0 +1,191 @@
+"""Sweep executors: compute the cells a store lacks, locally, in processes or on Slurm.
+
+:func:`run_sweep` skips finished cells, (re)computes missing or failed ones, records a failing
+cell's error and traceback without stopping the others. The worker that computes a cell writes
+its record itself (:func:`run_cell`), so a killed parent loses nothing finished. Executors:
+``local`` (in-process loop), ``processes`` (:class:`concurrent.futures.ProcessPoolExecutor`)
+and ``slurm`` (submitit's ``AutoExecutor``; ``slurm={"cluster": "debug"}`` or ``"local"`` runs
+the same code path without a cluster). Part of the generic sweep engine: imports no domain
+module (the protocol's cell function is :class:`midas_nb.study.ProtocolCellRunner`).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import multiprocessing
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from ..identity import atomic_write_text
+from ..identity import _jsonable
+from .cells import CellState, ExecutorKind, SweepCell
+from .store import ResultStore, StoreStatus, _open_store, _rows_of
+
+__all__ = ["run_cell", "run_sweep"]
+
+
+def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> CellState:
+    """Compute one cell and write its record; the worker body of every executor.
+
+    Catches every ``Exception`` from ``cell_fn`` (and from turning its output into rows) and
+    records it as a failure with the traceback; never raises for a failing cell.
+
+    Returns:
+        ``"done"`` or ``"failed"``.
+    """
+    store = ResultStore(store_root)
+    started = time.time()
+    store.mark_running(cell)
+    try:
+        rows = _rows_of(cell_fn(cell))
+        json.dumps(rows, default=_jsonable, allow_nan=True)  # fail here, as this cell's error
+        store.record_done(cell, rows, started=started)
+        state: CellState = "done"
+    except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
+        store.record_failed(cell, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
+        state = "failed"
+    finally:
+        store.clear_running(cell.key)
+    return state
+
+
+def _slurm_parameters(slurm: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """Map the ``slurm`` dict of :func:`run_sweep` to submitit ``AutoExecutor`` parameters."""
+    s = dict(slurm)
+    cluster = s.pop("cluster", None)
+    alias = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb",
+                 array_parallelism="slurm_array_parallelism", account="slurm_account",
+                 qos="slurm_qos", constraint="slurm_constraint")
+    params: dict[str, Any] = {}
+    for k, v in s.items():
+        if v is None:
+            continue
+        if k == "mem" and isinstance(v, str):
+            params["slurm_mem"] = v  # e.g. "32G"
+            continue
+        params[alias.get(k, k)] = v
+    params.setdefault("name", "midas_sweep")
+    return cluster, params
+
+
+def run_sweep(
+    cells: Sequence[SweepCell],
+    cell_fn: Callable[[SweepCell], Any],
+    store: ResultStore | str | Path,
+    executor: ExecutorKind = "local",
+    max_workers: int = 2,
+    slurm: Mapping[str, Any] | None = None,
+    retry_failed: bool = True,
+    *,
+    mp_context: Literal["spawn", "forkserver", "fork"] = "spawn",
+    wait: bool = True,
+    progress: bool = False,
+) -> StoreStatus:
+    """Run the cells that are not finished; return the sweep's status.
+
+    Finished cells (a valid ``done`` record) are skipped; missing cells, cells whose record is
+    invalid, and (with ``retry_failed``) failed cells are computed. A failing cell records its
+    error and traceback and the others go on. Workers write their own records
+    (:func:`run_cell`), so stopping the parent at any moment loses no finished cell and
+    running the same call again resumes.
+
+    Args:
+        cells: the grid (:func:`midas_nb.study.make_grid`); keys must be unique.
+        cell_fn: ``cell -> DataFrame | list[dict] | dict``; must be picklable (a top-level
+            function, ``functools.partial`` of one, or an instance of a top-level class such as
+            :class:`midas_nb.study.ProtocolCellRunner`) for ``processes`` and ``slurm``.
+        store: a :class:`ResultStore`, its directory, or a sweep name.
+        executor: ``"local"`` (in-process loop), ``"processes"`` (``ProcessPoolExecutor`` with
+            ``max_workers`` workers started by ``mp_context``; "spawn" is safe with CUDA and
+            threads) or ``"slurm"`` (one submitit job per cell, submitted as a job array).
+        max_workers: process-pool size.
+        slurm: submitit settings: ``partition``, ``time`` (minutes), ``gpus_per_node``,
+            ``cpus_per_task``, ``mem`` (GB number, or a Slurm string such as ``"32G"``),
+            ``array_parallelism``, any other ``AutoExecutor`` parameter by its own name, and
+            ``cluster`` (``None`` = auto-detect Slurm; ``"local"`` or ``"debug"`` run the same
+            path on this machine). Job logs go to ``<store>/submitit``.
+        retry_failed: recompute cells whose record says ``failed``.
+        wait: for ``slurm``, wait for the jobs (default); ``False`` returns after submission.
+        progress: show a tqdm bar over finished cells.
+
+    Returns:
+        :class:`StoreStatus` of ``cells``.
+
+    Raises:
+        ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
+    """
+    store = _open_store(store)
+    cells = list(cells)
+    keys = [c.key for c in cells]
+    if len(set(keys)) != len(keys):
+        dup = sorted({c.label for c in cells if keys.count(c.key) > 1})
+        raise ValueError(f"run_sweep: duplicated cells {dup[:5]}; every cell must be unique")
+    if executor not in ("local", "processes", "slurm"):
+        raise ValueError(f"unknown executor {executor!r}; expected 'local', 'processes' or 'slurm'")
+    if max_workers < 1:
+        raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+    store.register(cells)
+    skip = {"done", "failed"} if not retry_failed else {"done"}
+    todo = [c for c in cells if store.state(c.key) not in skip]
+    errors: list[str] = []
+    root = str(store.root)
+
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell")
+
+    if not todo:
+        pass
+    elif executor == "local":
+        for c in todo:
+            run_cell(c, cell_fn, root)
+            if bar is not None:
+                bar.update(1)
+    elif executor == "processes":
+        ctx = multiprocessing.get_context(mp_context)
+        with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx) as pool:
+            futures = {pool.submit(run_cell, c, cell_fn, root): c for c in todo}
+            for fut in cf.as_completed(futures):
+                c = futures[fut]
+                try:
+                    fut.result()
+                except Exception as e:  # noqa: BLE001 - the worker died or could not start
+                    errors.append(f"{c.label}: {type(e).__name__}: {e}")
+                    _record_lost(store, c, e)
+                if bar is not None:
+                    bar.update(1)
+    else:
+        import submitit
+
+        cluster, params = _slurm_parameters(slurm or {})
+        ex = submitit.AutoExecutor(folder=store.root / "submitit", cluster=cluster)
+        ex.update_parameters(**params)
+        jobs = ex.map_array(run_cell, todo, [cell_fn] * len(todo), [root] * len(todo))
+        atomic_write_text(store.root / "jobs.json", json.dumps(
+            {c.key: str(j.job_id) for c, j in zip(todo, jobs)}, indent=1))
+        if wait:
+            for c, j in zip(todo, jobs):
+                try:
+                    j.result()
+                except Exception as e:  # noqa: BLE001 - job killed, timed out, node failure
+                    errors.append(f"{c.label} (job {j.job_id}): {type(e).__name__}: {e}")
+                    _record_lost(store, c, e)
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    table = store.status(cells)
+    return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
+
+
+def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException) -> None:
+    """After an executor-level failure, record ``cell`` as failed if its worker had started it
+    (``.running`` marker) but wrote no record; cells never started stay pending."""
+    if store.read(cell.key) is not None or not store.running_path(cell.key).exists():
+        return
+    store.record_failed(cell, f"worker lost: {type(exc).__name__}: {exc}",
+                        "".join(traceback.format_exception(exc)), started=time.time())
+    store.clear_running(cell.key)

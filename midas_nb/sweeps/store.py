@@ -1,0 +1,431 @@
+"""The JSON result store of a sweep: one record per finished (or failed) cell.
+
+:class:`ResultStore` keeps ``runs/sweeps/<name>/cells/<key>.json``, written atomically
+(temporary file in the same directory, ``fsync``, ``os.replace``). A killed writer leaves at
+most a temporary file, which is reported and never read as a result. :func:`sweep_status` /
+:func:`format_status` / :func:`main_status` read a store back (``python -m midas_nb.sweeps``).
+Part of the generic sweep engine: imports no domain module.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from ..config import runs_dir
+from ..identity import atomic_write_text
+from ..identity import _jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
+from .cells import CellState, SweepCell
+
+__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status",
+           "sweep_status_report", "main_status", "open_store"]
+
+RECORD_FORMAT = "midas_nb.sweep_record/1"
+_TMP_SUFFIX = ".tmp"
+_RUNNING_SUFFIX = ".running"
+
+
+def _rows_of(out: Any) -> list[dict[str, Any]]:
+    """A cell function's output as a list of row dicts."""
+    if isinstance(out, pd.DataFrame):
+        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
+        # a row read back from the store equals the row computed (pandas' to_json rounds to 15
+        # digits); NaN stays NaN
+        return json.loads(json.dumps(out.to_dict(orient="records"), default=_jsonable, allow_nan=True))
+    if isinstance(out, Mapping):
+        return [dict(out)]
+    if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
+        rows = list(out)
+        if not all(isinstance(r, Mapping) for r in rows):
+            raise TypeError("cell_fn must return a DataFrame, a dict or a list of dicts; "
+                            f"got a list with {sorted({type(r).__name__ for r in rows})}")
+        return [dict(r) for r in rows]
+    raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
+
+
+class ResultStore:
+    """A directory of per-cell JSON records: ``<root>/cells/<key>.json``.
+
+    A record holds ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`),
+    ``status`` (``"done"`` or ``"failed"``), ``rows`` (the cell's result rows; empty for
+    failures), ``error`` and ``traceback`` (failures), ``attempt`` (1 on the first run),
+    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host`` and ``pid``.
+    While a worker computes a cell it keeps a ``<key>.running`` marker (host, pid, start);
+    a marker without a record means "running" or, if no sweep is running, "killed".
+    ``<root>/grid.json`` lists the cells ever registered by :func:`run_sweep`, so
+    :func:`sweep_status` can show pending cells without the profile.
+
+    Files that are not complete, valid records (leftover ``*.tmp`` files of a killed writer,
+    truncated or foreign JSON) are ignored and listed by :meth:`problems`; a cell whose record
+    is invalid counts as pending and is recomputed.
+
+    Args:
+        root: the store directory; default ``runs_dir()/"sweeps"/name``.
+        name: sweep name used when ``root`` is not given.
+    """
+
+    def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
+        self.root = Path(root) if root is not None else runs_dir() / "sweeps" / name
+        self.cells_dir = self.root / "cells"
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"ResultStore({str(self.root)!r})"
+
+    def __reduce__(self):  # pickle as the path only (workers re-open the store)
+        return (ResultStore, (str(self.root),))
+
+    # -- paths --------------------------------------------------------------------------------
+    def path(self, key: str) -> Path:
+        """Record path of cell ``key``."""
+        return self.cells_dir / f"{key}.json"
+
+    def running_path(self, key: str) -> Path:
+        return self.cells_dir / f"{key}{_RUNNING_SUFFIX}"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "grid.json"
+
+    # -- writing ------------------------------------------------------------------------------
+    def write_record(self, record: Mapping[str, Any]) -> Path:
+        """Write a record atomically (see :func:`atomic_write_text`); returns its path."""
+        key = record["key"]
+        text = json.dumps(record, default=_jsonable, allow_nan=True, indent=1)
+        p = self.path(key)
+        atomic_write_text(p, text)
+        return p
+
+    def _base_record(self, cell: SweepCell, started: float) -> dict[str, Any]:
+        prev = self.read(cell.key)
+        now = time.time()
+        return dict(format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
+                    attempt=int(prev.get("attempt", 0)) + 1 if prev else 1,
+                    started=started, finished=now, duration_s=now - started,
+                    host=socket.gethostname(), pid=os.getpid())
+
+    def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
+        """Record a finished cell with its result rows."""
+        rec = self._base_record(cell, started)
+        rec.update(status="done", rows=rows, error=None, traceback=None)
+        return self.write_record(rec)
+
+    def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
+        """Record a failed cell with its error text and traceback."""
+        rec = self._base_record(cell, started)
+        rec.update(status="failed", rows=[], error=error, traceback=tb)
+        return self.write_record(rec)
+
+    def mark_running(self, cell: SweepCell) -> None:
+        """Write the ``<key>.running`` marker (host, pid, start time)."""
+        atomic_write_text(self.running_path(cell.key), json.dumps(
+            dict(key=cell.key, host=socket.gethostname(), pid=os.getpid(), started=time.time())))
+
+    def clear_running(self, key: str) -> None:
+        try:
+            os.unlink(self.running_path(key))
+        except FileNotFoundError:
+            pass
+
+    def register(self, cells: Sequence[SweepCell]) -> None:
+        """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed)."""
+        grid = self._read_manifest()
+        grid.update({c.key: c.to_dict() for c in cells})
+        atomic_write_text(self.manifest_path, json.dumps(grid, default=_jsonable, indent=1))
+
+    # -- reading ------------------------------------------------------------------------------
+    def _read_manifest(self) -> dict[str, dict]:
+        try:
+            grid = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            return grid if isinstance(grid, dict) else {}
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            return {}
+
+    def registered_cells(self) -> list[SweepCell]:
+        """The cells listed in ``grid.json`` (empty if none were registered)."""
+        out = []
+        for d in self._read_manifest().values():
+            try:
+                out.append(SweepCell.from_dict(d))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return out
+
+    @staticmethod
+    def _validate(rec: Any, key: str) -> str | None:
+        """``None`` if ``rec`` is a valid record for ``key``, else the reason it is not."""
+        if not isinstance(rec, dict):
+            return "not a JSON object"
+        if rec.get("format") != RECORD_FORMAT:
+            return f"format {rec.get('format')!r} is not {RECORD_FORMAT!r}"
+        if rec.get("key") != key:
+            return f"key {rec.get('key')!r} does not match the file name {key!r}"
+        if rec.get("status") not in ("done", "failed"):
+            return f"status {rec.get('status')!r} is not 'done' or 'failed'"
+        if not isinstance(rec.get("rows"), list):
+            return "rows is not a list"
+        if not isinstance(rec.get("cell"), dict):
+            return "cell is not an object"
+        return None
+
+    def _load(self, path: Path) -> tuple[dict | None, str | None]:
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None, None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return None, f"unreadable JSON ({e})"
+        why = self._validate(rec, path.stem)
+        return (None, why) if why else (rec, None)
+
+    def read(self, key: str) -> dict[str, Any] | None:
+        """The valid record of cell ``key``, or ``None`` (missing or invalid)."""
+        rec, _ = self._load(self.path(key))
+        return rec
+
+    def scan(self) -> tuple[dict[str, dict], list[dict[str, str]]]:
+        """All valid records by key, and the problems found (``path``, ``reason``)."""
+        records: dict[str, dict] = {}
+        problems: list[dict[str, str]] = []
+        for p in sorted(self.cells_dir.iterdir()):
+            if p.name.endswith(_TMP_SUFFIX):
+                problems.append(dict(path=str(p), reason="leftover temporary file (a writer was "
+                                     "interrupted, or one is writing now); ignored"))
+            elif p.suffix == ".json":
+                rec, why = self._load(p)
+                if rec is None:
+                    if why:
+                        problems.append(dict(path=str(p), reason=f"invalid record ignored: {why}"))
+                else:
+                    records[p.stem] = rec
+            elif p.name.endswith(_RUNNING_SUFFIX):
+                continue
+            else:
+                problems.append(dict(path=str(p), reason="unexpected file; ignored"))
+        return records, problems
+
+    def problems(self) -> list[dict[str, str]]:
+        """Files in the store that are not valid records (temporary, truncated, foreign)."""
+        return self.scan()[1]
+
+    def state(self, key: str) -> CellState:
+        """``done``, ``failed``, ``running`` (marker, no record) or ``pending``."""
+        rec = self.read(key)
+        if rec is not None:
+            return rec["status"]
+        return "running" if self.running_path(key).exists() else "pending"
+
+    def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
+        """One row per cell: its parameters, ``status`` (done/failed/running/pending),
+        ``error``, ``attempt``, ``duration_s``, ``n_rows``.
+
+        Args:
+            cells: the cells to report; default the registered cells plus every cell with a
+                record. ``attrs["problems"]`` holds :meth:`problems`.
+        """
+        records, problems = self.scan()
+        if cells is None:
+            by_key = {c.key: c for c in self.registered_cells()}
+            for k, rec in records.items():
+                if k not in by_key:
+                    try:
+                        by_key[k] = SweepCell.from_dict(rec["cell"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+            cells = list(by_key.values())
+        rows = []
+        for c in cells:
+            rec = records.get(c.key)
+            if rec is not None:
+                st = rec["status"]
+            else:
+                st = "running" if self.running_path(c.key).exists() else "pending"
+            rows.append(dict(
+                key=c.key, label=c.label, dataset=c.dataset, backbone=c.backbone, depth=c.depth,
+                budget=c.budget, condition=c.condition, seed=c.seed, checkpoint_id=c.checkpoint_id,
+                status=st,
+                error=(rec or {}).get("error"),
+                attempt=(rec or {}).get("attempt", 0),
+                duration_s=(rec or {}).get("duration_s", math.nan),
+                n_rows=len((rec or {}).get("rows", [])),
+            ))
+        cols = ["key", "label", "dataset", "backbone", "depth", "budget", "condition", "seed",
+                "checkpoint_id", "status", "error", "attempt", "duration_s", "n_rows"]
+        df = pd.DataFrame(rows, columns=cols)
+        df.attrs["problems"] = problems
+        df.attrs["root"] = str(self.root)
+        return df
+
+    def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
+        """Concatenated result rows of the done cells (all, or only those of ``cells``).
+
+        Every row gets ``cell_key``; the cell's parameters (``dataset``, ``backbone``,
+        ``depth``, ``budget``, ``condition``, ``seed``, ``checkpoint_id``) fill columns the rows
+        lack, never overwrite those they have.
+        """
+        records, _ = self.scan()
+        if cells is None:  # grid order first, then records of cells never registered
+            keys = [c.key for c in self.registered_cells() if c.key in records]
+            keys += [k for k in records if k not in set(keys)]
+        else:
+            keys = [c.key for c in cells]
+        frames = []
+        for k in keys:
+            rec = records.get(k)
+            if rec is None or rec["status"] != "done" or not rec["rows"]:
+                continue
+            df = pd.DataFrame(rec["rows"])
+            cell = rec["cell"]
+            for col in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id"):
+                if col not in df.columns:
+                    df[col] = cell.get(col)
+            df["cell_key"] = k
+            frames.append(df)
+        if not frames:
+            return pd.DataFrame()
+        return pd.concat(frames, ignore_index=True)
+
+    def summary(self, cells: Sequence[SweepCell] | None = None) -> str:
+        """Printable summary of :meth:`status` (see :func:`format_status`)."""
+        return format_status(self.status(cells))
+
+
+@dataclass
+class StoreStatus:
+    """What :func:`run_sweep` returns: the status table of its cells and the store's problems.
+
+    Attributes:
+        table: :meth:`ResultStore.status` of the sweep's cells.
+        problems: invalid files found in the store.
+        executor_errors: errors the executor itself raised (e.g. a worker process died).
+    """
+
+    table: pd.DataFrame
+    problems: list[dict[str, str]] = field(default_factory=list)
+    executor_errors: list[str] = field(default_factory=list)
+
+    def count(self, state: CellState) -> int:
+        return int((self.table["status"] == state).sum()) if len(self.table) else 0
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def pending(self) -> int:
+        return self.count("pending") + self.count("running")
+
+    @property
+    def complete(self) -> bool:
+        """All cells done."""
+        return len(self.table) > 0 and self.done == len(self.table)
+
+    def __str__(self) -> str:
+        s = format_status(self.table)
+        if self.executor_errors:
+            s += "\nexecutor errors:\n" + "\n".join(f"  {e}" for e in self.executor_errors)
+        return s
+
+
+def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
+    """Printable summary of a status table: counts, then one line per failed cell with its
+    error, then the store's problems (from ``table.attrs``)."""
+    n = len(table)
+    counts = table["status"].value_counts().to_dict() if n else {}
+    head = (f"{n} cells: {counts.get('done', 0)} done, {counts.get('failed', 0)} failed, "
+            f"{counts.get('running', 0)} running, {counts.get('pending', 0)} pending")
+    if "root" in table.attrs:
+        head += f"  [{table.attrs['root']}]"
+    lines = [head]
+    failed = table[table["status"] == "failed"] if n else table
+    for _, r in failed.head(max_errors).iterrows():
+        err = str(r["error"]).strip().splitlines()
+        lines.append(f"  FAILED {r['label']} (key {r['key']}, attempt {r['attempt']}): "
+                     f"{err[-1] if err else ''}")
+    if len(failed) > max_errors:
+        lines.append(f"  ... and {len(failed) - max_errors} more failures")
+    if counts.get("running", 0):
+        lines.append("  note: 'running' cells have a worker marker but no record; if no sweep is "
+                     "running they were killed and will be recomputed")
+    for p in table.attrs.get("problems", []):
+        lines.append(f"  ignored {Path(p['path']).name}: {p['reason']}")
+    return "\n".join(lines)
+
+
+def sweep_status(name_or_store: str | Path | ResultStore) -> pd.DataFrame:
+    """Status table of a sweep (see :meth:`ResultStore.status`).
+
+    Args:
+        name_or_store: a :class:`ResultStore`, a store directory, or a sweep name under
+            ``runs_dir()/"sweeps"``.
+
+    Raises:
+        FileNotFoundError: when no such store exists.
+    """
+    return _open_store(name_or_store, must_exist=True).status()
+
+
+def _open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
+    if isinstance(name_or_store, ResultStore):
+        return name_or_store
+    p = Path(name_or_store)
+    named = runs_dir() / "sweeps" / str(name_or_store)
+    if len(p.parts) == 1 and (named.is_dir() or not p.is_dir()):  # a bare name is a sweep name
+        p = named
+    if must_exist and not p.is_dir():
+        known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir()) \
+            if (runs_dir() / "sweeps").is_dir() else []
+        raise FileNotFoundError(f"no sweep store at {p}; known sweeps: {known}")
+    return ResultStore(p)
+
+
+def _all_stores() -> list[str]:
+    base = runs_dir() / "sweeps"
+    return sorted(str(q) for q in base.glob("*") if (q / "cells").is_dir()) if base.is_dir() else []
+
+
+def sweep_status_report(name: str | Path | ResultStore | None = None) -> str:
+    """Printable status of one sweep, or of every sweep under ``runs_dir()/"sweeps"`` (``None``):
+    done / failed / running / pending counts, one line per failure with its error, ignored files.
+    This is what ``midas-nb sweep status [NAME]`` prints."""
+    names = [name] if name is not None else _all_stores()
+    if not names:
+        return f"no sweeps under {runs_dir() / 'sweeps'}"
+    return "\n".join(format_status(sweep_status(n)) for n in names)
+
+
+def main_status(argv: Sequence[str] | None = None) -> int:
+    """``python -m midas_nb.sweeps [NAME|PATH ...]``: print each sweep's summary.
+
+    Without arguments, every store under ``runs_dir()/"sweeps"``. Returns 0 when no cell
+    failed, 1 otherwise (so scripts can gate on it).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = argv or _all_stores()
+    if not names:
+        print(f"no sweeps under {runs_dir() / 'sweeps'}")
+        return 0
+    rc = 0
+    for name in names:
+        table = sweep_status(name)
+        print(format_status(table))
+        rc |= int((table["status"] == "failed").any())
+    return rc
+
+
+def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
+    """A :class:`ResultStore` from a store, a store directory or a sweep name (a bare name is
+    ``runs_dir()/"sweeps"/<name>`` when that store exists)."""
+    return _open_store(name_or_store, must_exist)

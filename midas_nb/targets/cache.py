@@ -1,0 +1,239 @@
+"""All targets of a split from one capture pass (:func:`compute_targets`), cached on disk by content
+(:func:`target_cache`)."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import torch
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..capture import capture
+from ..config import cache_dir as default_cache_dir
+from ..data import collate_samples
+from ..identity import (CacheIntegrityError, atomic_write_bytes, atomic_write_text, dataset_identity, hash_json,
+                        report_corrupt, state_dict_digest, tensor_digest)
+from ..vit import grid_size, num_prefix_tokens
+from .registry import DEFAULT_RANDOM_SEED, _REGISTRY, list_targets
+
+
+def _check_ids(ids: Sequence[str]) -> list[str]:
+    ids = list(ids)
+    unknown = [i for i in ids if i not in _REGISTRY]
+    if unknown or not ids:
+        raise ValueError(f"unknown or no target ids {unknown or ids}; expected some of {list_targets()}")
+    return list(dict.fromkeys(ids))
+
+
+def _capture_and_compute(
+    backbone: nn.Module, images: Tensor | None, ids: list[str], depth: int,
+    class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
+    indices: Tensor | None, seed: int | None,
+) -> dict[str, Tensor]:
+    n_blocks = len(backbone.blocks)
+    if not (1 <= int(depth) <= n_blocks):
+        raise ValueError(f"depth L must be in 1..{n_blocks} (1-based block of the backbone), got {depth!r}")
+    want_loss = "T2" in ids
+    if want_loss:
+        if labels is None:
+            raise ValueError("T2 needs labels [B] (ground truth) for the cross-entropy loss")
+        if bool((torch.as_tensor(labels) < 0).any()):
+            raise ValueError("T2 needs ground-truth labels ≥ 0; this split has unlabelled images (-1)")
+    cap = capture(backbone, images, class_index, labels if want_loss else None, tokens=tokens,
+                  loss_blocks=[int(depth) - 1] if want_loss else None)
+    if indices is not None:
+        cap.extras["indices"] = torch.as_tensor(indices).reshape(-1).cpu()
+    if seed is not None:
+        cap.extras["seed"] = int(seed)
+    return {i: _REGISTRY[i](cap, depth, cap.class_index) for i in ids}
+
+
+def compute_targets(
+    backbone: nn.Module,
+    images: Tensor | None,
+    ids: Sequence[str],
+    depth: int,
+    class_index: Tensor,
+    labels: Tensor | None = None,
+    *,
+    tokens: Tensor | None = None,
+    indices: Tensor | None = None,
+    seed: int | None = None,
+) -> dict[str, Tensor]:
+    """Targets ``ids`` of a batch from **one** forward and its backward passes.
+
+    One :func:`midas_nb.capture.capture` call: the logit gradient ``∂y_c/∂·`` and, only when
+    ``"T2"`` is requested, the loss gradient ``∂ℓ/∂·`` come from two ``autograd.grad`` calls on
+    the same graph; the loss backward stops at block ``L`` (``loss_blocks=[L-1]``).
+
+    Args:
+        backbone: timm ViT (eval mode is used; fused attention is switched off in place).
+        images: ``[B,3,H,W]`` normalised images (or ``None`` with ``tokens``).
+        ids: target ids from :func:`list_targets`.
+        depth: 1-based depth ``L``, ``1 ≤ L ≤ len(backbone.blocks)``.
+        class_index: ``[B]`` long, the class ``c`` (ground truth on the train split, the
+            prediction otherwise; DESIGN.md §3). Required, no default rule here.
+        labels: ``[B]`` long ground-truth labels; required for ``"T2"``, unused otherwise.
+        tokens: ``[B,T,D]`` embedded tokens instead of ``images`` (see ``capture``).
+        indices: ``[B]`` dataset indices of the images (seed the ``random`` target per image).
+        seed: seed of the ``random`` target (default :data:`DEFAULT_RANDOM_SEED`).
+
+    Returns:
+        ``{id: [B,N] float32}`` on the backbone's device, patch tokens only, row-major.
+
+    Raises:
+        ValueError: unknown ids, ``depth`` out of range, ``class_index`` missing, or ``"T2"``
+            without labels.
+    """
+    ids = _check_ids(ids)
+    if class_index is None:
+        raise ValueError("class_index [B] is required (ground truth on the train split, prediction otherwise)")
+    return _capture_and_compute(backbone, images, ids, depth, class_index, labels, tokens, indices, seed)
+
+
+# ------------------------------------------------------------------------ disk cache
+
+def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed: int) -> dict:
+    full = dict(key)
+    full.update(depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
+                num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1)
+    return full
+
+
+def target_cache_path(full_key: dict, cache_dir: str | os.PathLike | None = None) -> Path:
+    """``<cache_dir>/targets/targets-<sha256(key JSON)[:16]>.safetensors`` for a full cache key."""
+    if cache_dir is None:
+        cache_dir = default_cache_dir()
+    return Path(cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
+
+
+def _maps_digest(maps: dict[str, Tensor]) -> str:
+    """SHA-256 over the maps (sorted ids; dtype, shape, bytes): the target cache's integrity record."""
+    return hash_json({k: tensor_digest(maps[k], None) for k in sorted(maps)}, 64)
+
+
+def _read_verified_maps(path: Path, key_text: str, load_bytes) -> dict[str, Tensor]:
+    """The maps of a target cache file after checking its key and its digest.
+
+    Raises:
+        CacheIntegrityError: unreadable (truncated) file, another key, or a digest mismatch.
+    """
+    data = path.read_bytes()
+    try:
+        maps = load_bytes(data)
+        header_len = int.from_bytes(data[:8], "little")
+        meta = json.loads(data[8:8 + header_len]).get("__metadata__", {}) or {}
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CacheIntegrityError(f"unreadable safetensors file ({type(e).__name__}: {e})") from None
+    if meta.get("key") != key_text:
+        raise CacheIntegrityError(f"holds key {meta.get('key')!r}, expected {key_text!r}")
+    if meta.get("sha256") != _maps_digest(maps):
+        raise CacheIntegrityError("the maps' SHA-256 differs from the one recorded when the file was written")
+    return maps
+
+
+def _collate():
+    return collate_samples
+
+
+def target_cache(
+    backbone: nn.Module,
+    dataset: torch.utils.data.Dataset,
+    *,
+    ids: Sequence[str],
+    depth: int,
+    class_rule: Literal["label", "prediction"],
+    key: dict[str, Any],
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+    seed: int | None = None,
+) -> dict[str, Tensor]:
+    """Target maps of a whole dataset split, computed once and stored on disk.
+
+    The file is one safetensors file per cache key: ``key`` (the caller's dataset name, split,
+    backbone checkpoint id, …) plus the dataset's content identity
+    (:attr:`midas_nb.identity.DatasetIdentity.model_inputs`: images, labels, transform — target
+    maps do not read the part keypoints), the backbone's weights digest, ``depth``,
+    ``class_rule``, the backbone's patch grid and prefix count and the ``random`` seed, hashed
+    into the file name (:func:`target_cache_path`); the key JSON is stored beside it (``.json``)
+    and in the file's metadata with the SHA-256 of the maps. The file holds one
+    ``[len(dataset), N]`` tensor per target id, in dataset order. An existing file is loaded
+    after its key and digest are checked (a truncated or corrupt file is reported with
+    :class:`midas_nb.identity.CacheIntegrityWarning` and recomputed); ids missing from it are
+    computed (one pass over the dataset for all missing ids together) and added to the file
+    (atomic rewrite) — stored maps are never recomputed.
+
+    Args:
+        backbone: timm ViT; moved to ``device``.
+        dataset: ``Dataset`` of :class:`midas_nb.data.Sample` (batched with
+            ``collate_samples``); iterated in order, without shuffling.
+        ids: target ids from :func:`list_targets`.
+        depth: 1-based depth ``L``.
+        class_rule: ``"label"`` — ``c`` is the ground-truth label (train split);
+            ``"prediction"`` — ``c`` is the backbone's argmax, from the same forward.
+        key: JSON-serialisable description of dataset, split and backbone checkpoint.
+        cache_dir: root of the cache (default :func:`midas_nb.config.cache_dir`).
+        batch_size: images per forward.
+        device: where the backbone runs (``"cpu"``, ``"cuda"``…). Maps are stored on CPU.
+        progress: show a tqdm bar while filling.
+        seed: seed of the ``random`` target (default :data:`DEFAULT_RANDOM_SEED`); the image's
+            dataset index (``Sample.index``) seeds it per image.
+
+    Returns:
+        ``{id: [len(dataset), N] float32}`` on CPU.
+
+    Raises:
+        ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``.
+    """
+    ids = _check_ids(ids)
+    if class_rule not in ("label", "prediction"):
+        raise ValueError(f"class_rule must be 'label' or 'prediction', got {class_rule!r}")
+    seed = DEFAULT_RANDOM_SEED if seed is None else int(seed)
+    full_key = _cache_key(dict(key, data=dataset_identity(dataset).model_inputs,
+                               weights=state_dict_digest(backbone)), depth, class_rule, backbone, seed)
+    path = target_cache_path(full_key, cache_dir)
+    key_text = json.dumps(full_key, sort_keys=True, default=str)
+
+    stored: dict[str, Tensor] = {}
+    if path.exists():
+        try:
+            stored = _read_verified_maps(path, key_text, load_bytes)
+            for name, t in stored.items():
+                if t.shape[0] != len(dataset):
+                    raise CacheIntegrityError(f"{name} has {t.shape[0]} rows, the dataset {len(dataset)} images")
+        except (CacheIntegrityError, OSError, ValueError, RuntimeError) as e:
+            report_corrupt(path, str(e), "target cache")
+            stored = {}
+    missing = [i for i in ids if i not in stored]
+    if missing:
+        collate = _collate()
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False,
+                                             collate_fn=collate)
+        backbone.to(device)
+        new: dict[str, list[Tensor]] = {i: [] for i in missing}
+        for batch in tqdm(loader, desc=f"targets L={depth}", disable=not progress):
+            images = batch.images.to(device)
+            labels = batch.labels.to(device)
+            if class_rule == "label":
+                if bool((labels < 0).any()):
+                    raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
+                                     "use class_rule='prediction' on unlabelled splits")
+                class_index = labels
+            else:
+                class_index = None          # capture() takes the argmax of the same forward
+            maps = _capture_and_compute(backbone, images, missing, depth, class_index, labels,
+                                        None, batch.indices, seed)
+            for i in missing:
+                new[i].append(maps[i].detach().float().cpu())
+        stored.update({i: torch.cat(v).contiguous() for i, v in new.items()})
+        atomic_write_bytes(path, save_bytes(stored, metadata={"key": key_text, "sha256": _maps_digest(stored)}))
+        atomic_write_text(path.with_suffix(".json"),
+                          json.dumps(dict(full_key, ids=sorted(stored)), indent=2, sort_keys=True, default=str))
+    return {i: stored[i] for i in ids}

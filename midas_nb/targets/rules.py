@@ -1,0 +1,273 @@
+"""The operators behind the targets (DESIGN.md §4): CLS attention, GAE / Chefer relevance, attention
+rollout, TokenTM's updates, LaSt-ViT's channel low-pass and stability votes; and the helpers that
+read a capture."""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..capture import CaptureResult
+
+def cls_attention_map(attn: Tensor, num_prefix: int) -> Tensor:
+    """CLS attention to patch tokens, mean over heads: ``E_h A_h[cls, j]`` (target T0; the
+    reference scorer :class:`midas_nb.scorers.ReferenceScorer`; EViT's token attentiveness,
+    Liang et al., 2022, https://arxiv.org/abs/2202.07800).
+
+    Args:
+        attn: ``[B,H,T,T]`` attention probabilities of one block (rows: queries).
+        num_prefix: ``P``; the CLS token is token 0, patch tokens are ``P..T-1``.
+
+    Returns:
+        ``[B,N]`` with ``N = T - P``.
+
+    Raises:
+        ValueError: ``attn`` is not ``[B,H,T,T]``.
+    """
+    if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
+        raise ValueError(f"attn must be [B,H,T,T], got {tuple(attn.shape)}")
+    return attn[:, :, 0, num_prefix:].mean(dim=1)
+
+
+def _block(capture: CaptureResult, depth: int) -> int:
+    """0-based block index of the 1-based depth ``L``; checks ``1 ≤ L ≤ capture.depth``."""
+    if not (1 <= int(depth) <= capture.depth):
+        raise ValueError(f"depth L must be in 1..{capture.depth} (1-based block), got {depth!r}")
+    return int(depth) - 1
+
+
+def _check_class(capture: CaptureResult, class_index: Tensor) -> None:
+    """Gradient targets read ``∂y_c/∂·`` of the capture: its class must be ``class_index``."""
+    c = torch.as_tensor(class_index, device=capture.class_index.device).long().reshape(-1)
+    if c.shape != capture.class_index.shape or not torch.equal(c, capture.class_index):
+        raise ValueError("class_index differs from the class whose logit the capture differentiated "
+                         f"(capture.class_index={capture.class_index.tolist()}, got {c.tolist()}); "
+                         "capture again with this class_index")
+
+
+def _cls_patches(capture: CaptureResult, m: Tensor) -> Tensor:
+    """CLS row, patch columns: ``[B,T,T] → [B,N]`` (float32)."""
+    return m[:, 0, capture.num_prefix_tokens:].float()
+
+
+def _eye_like(m: Tensor) -> Tensor:
+    """Identity ``[T,T]`` broadcastable against ``m [B,T,T]``."""
+    return torch.eye(m.shape[-1], dtype=m.dtype, device=m.device)
+
+
+def _basis_row(batch: int, tokens: int, row: int, device: torch.device) -> Tensor:
+    """Unit row vectors ``e_row`` as a batch ``[B,1,T]`` float32."""
+    v = torch.zeros(batch, 1, tokens, dtype=torch.float32, device=device)
+    v[:, 0, row] = 1.0
+    return v
+
+
+def gae_attention(attn: Tensor, attn_grad: Tensor) -> Tensor:
+    """Gradient-weighted head mean of Chefer et al. (2021, eq. 5): ``Ā = E_h[(∇A ⊙ A)⁺]``.
+
+    The positive part is taken per head, before the mean over heads (as in the paper and its
+    code). Also used for T2 with ``∇A = −∂ℓ/∂A``.
+
+    Args:
+        attn: ``[B,H,T,T]`` attention probabilities ``A``.
+        attn_grad: ``[B,H,T,T]`` gradient ``∇A`` of the explained scalar w.r.t. ``A``.
+
+    Returns:
+        ``[B,T,T]`` float32.
+    """
+    if attn.shape != attn_grad.shape or attn.dim() != 4:
+        raise ValueError(f"attn and attn_grad must both be [B,H,T,T], got {tuple(attn.shape)} "
+                         f"and {tuple(attn_grad.shape)}")
+    return (attn_grad.float() * attn.float()).clamp_min(0).mean(1)
+
+
+def chefer_relevance(
+    attn: Sequence[Tensor], attn_grad: Sequence[Tensor], *, row: int | None = None
+) -> Tensor:
+    """Chefer et al. (2021, https://arxiv.org/abs/2103.15679, eqs. 5–6) relevance ``R``.
+
+    ``R⁰ = I``; for every block ``b = 1, 2, …`` in forward order:
+    ``R ← R + Ā_b · R`` with ``Ā_b = E_h[(∇A_b ⊙ A_b)⁺]`` (:func:`gae_attention`). Hence
+    ``R = (I + Ā_n) ⋯ (I + Ā_1)``.
+
+    Args:
+        attn: per block ``[B,H,T,T]`` attention probabilities, forward order.
+        attn_grad: per block ``[B,H,T,T]`` ``∂y_c/∂A``.
+        row: when given, return only row ``row`` of ``R`` (``[B,T]``), computed as a row vector
+            times the product (``O(T²)`` per block instead of ``O(T³)``; same value).
+
+    Returns:
+        ``[B,T,T]`` (or ``[B,T]`` with ``row``) float32.
+    """
+    if len(attn) != len(attn_grad) or len(attn) == 0:
+        raise ValueError(f"need one attn_grad per attn and at least one block, got {len(attn)} "
+                         f"and {len(attn_grad)}")
+    if row is None:
+        a0 = attn[0]
+        r = _eye_like(a0.float()).expand(a0.shape[0], -1, -1)
+        for a, g in zip(attn, attn_grad):
+            r = r + gae_attention(a, g) @ r
+        return r
+    # row · (I + Ā_n) ⋯ (I + Ā_1): walk the blocks backwards
+    v = _basis_row(attn[0].shape[0], attn[0].shape[-1], row, attn[0].device)
+    for a, g in zip(reversed(attn), reversed(attn_grad)):
+        v = v + v @ gae_attention(a, g)
+    return v[:, 0]
+
+
+def rollout_factor(attn: Tensor) -> Tensor:
+    """One rollout factor (Abnar & Zuidema, 2020): ``Â = rownorm(E_h A + I) = ½(E_h A + I)``.
+
+    Args:
+        attn: ``[B,H,T,T]`` attention probabilities (rows sum to 1).
+
+    Returns:
+        ``[B,T,T]`` float32, rows summing to 1.
+    """
+    if attn.dim() != 4:
+        raise ValueError(f"attn must be [B,H,T,T], got {tuple(attn.shape)}")
+    a = attn.float().mean(1) + _eye_like(attn.float())
+    return a / a.sum(-1, keepdim=True)
+
+
+def attention_rollout(attn: Sequence[Tensor], *, row: int | None = None) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020, https://arxiv.org/abs/2005.00928, §3).
+
+    ``R = Â_n ⋯ Â_2 · Â_1`` for the given blocks in forward order (``R ← Â_b · R`` going up),
+    ``Â_b`` from :func:`rollout_factor`. Row ``i`` of ``R`` is how much each input token
+    flowed into token ``i`` at the output of the last given block.
+
+    Args:
+        attn: per block ``[B,H,T,T]``, forward order (at least one).
+        row: when given, return only row ``row`` (``[B,T]``), computed as a row vector.
+
+    Returns:
+        ``[B,T,T]`` (or ``[B,T]``) float32.
+    """
+    if len(attn) == 0:
+        raise ValueError("attention_rollout needs at least one block")
+    if row is None:
+        r = rollout_factor(attn[0])
+        for a in attn[1:]:
+            r = rollout_factor(a) @ r
+        return r
+    v = _basis_row(attn[0].shape[0], attn[0].shape[-1], row, attn[0].device)
+    for a in reversed(attn):
+        v = v @ rollout_factor(a)
+    return v[:, 0]
+
+
+def necc(e: Tensor, e_tilde: Tensor, eps: float = 1e-12) -> Tensor:
+    """Normalised exponential cosine correlation of TokenTM (Wu et al., 2024).
+
+    ``NECC(i) = exp(cos(E_i, Ẽ_i)) / Σ_t exp(cos(E_t, Ẽ_t))``: a softmax over the tokens of
+    each image of the cosine between a token before (``E``) and after (``Ẽ``) a transformation.
+
+    Args:
+        e: ``[B,T,D]`` tokens before the transformation.
+        e_tilde: ``[B,T,D]`` tokens after it.
+
+    Returns:
+        ``[B,T]`` float32, each row summing to 1.
+    """
+    if e.shape != e_tilde.shape or e.dim() != 3:
+        raise ValueError(f"e and e_tilde must both be [B,T,D], got {tuple(e.shape)} and {tuple(e_tilde.shape)}")
+    cos = torch.nn.functional.cosine_similarity(e.float(), e_tilde.float(), dim=-1, eps=eps)
+    return cos.softmax(-1)
+
+
+def transformation_weight(e: Tensor, e_tilde: Tensor, eps: float = 1e-12) -> Tensor:
+    """Diagonal of TokenTM's transformation weight ``W = diag(‖Ẽ_i‖/‖E_i‖ · NECC(i))``.
+
+    Args:
+        e: ``[B,T,D]`` tokens before the transformation.
+        e_tilde: ``[B,T,D]`` tokens after it.
+
+    Returns:
+        ``[B,T]`` float32 ``w`` with ``W = diag(w)``.
+    """
+    ratio = e_tilde.float().norm(dim=-1) / e.float().norm(dim=-1).clamp_min(eps)
+    return ratio * necc(e, e_tilde, eps)
+
+
+def tokentm_mhsa_update(attn: Tensor, attn_grad: Tensor, w: Tensor) -> Tensor:
+    """TokenTM's MHSA update ``U = I + E_h[(∂y_c/∂A)⁺ ⊙ A] · diag(w)``.
+
+    With ``w = 1`` this is Chefer's attention rule ``I + E_h[(∂y_c/∂A)⁺ ⊙ A]``.
+
+    Args:
+        attn: ``[B,H,T,T]`` attention probabilities.
+        attn_grad: ``[B,H,T,T]`` ``∂y_c/∂A``.
+        w: ``[B,T]`` diagonal of ``W`` (:func:`transformation_weight` of the MHSA module).
+
+    Returns:
+        ``[B,T,T]`` float32.
+    """
+    if attn.shape != attn_grad.shape or attn.dim() != 4 or w.shape != (attn.shape[0], attn.shape[-1]):
+        raise ValueError(f"expected attn, attn_grad [B,H,T,T] and w [B,T], got {tuple(attn.shape)}, "
+                         f"{tuple(attn_grad.shape)}, {tuple(w.shape)}")
+    a_bar = (attn_grad.float().clamp_min(0) * attn.float()).mean(1)
+    # M · diag(w) scales column t of M by w_t
+    return _eye_like(a_bar) + a_bar * w.float()[:, None, :]
+
+
+def tokentm_ffn_update(w: Tensor) -> Tensor:
+    """TokenTM's FFN update ``U = I + diag(w)``: ``[B,T] → [B,T,T]`` float32."""
+    if w.dim() != 2:
+        raise ValueError(f"w must be [B,T], got {tuple(w.shape)}")
+    return torch.diag_embed(1.0 + w.float())
+
+
+def channel_lowpass(h: Tensor, sigma: float | None = None) -> Tensor:
+    """Low-pass each token's feature vector along the channel axis (LaSt-ViT).
+
+    ``lowpass(h) = irfft(rfft(h, dim=-1) · g, n=D)`` with the Gaussian window
+    ``g_f = exp(−f² / (2σ²))`` over the rfft frequency index ``f = 0 … ⌊D/2⌋`` (``f = 0`` is the
+    channel mean, kept unchanged), ``σ = √D`` by default. This is the real-input form of the
+    official code's window centred on the zero frequency of the ``fftshift``-ed spectrum.
+
+    Args:
+        h: ``[…,D]`` features.
+        sigma: window width in frequency bins; ``None`` means ``√D``.
+
+    Returns:
+        ``[…,D]`` float32.
+    """
+    d = h.shape[-1]
+    sigma = math.sqrt(d) if sigma is None else float(sigma)
+    if sigma <= 0:
+        raise ValueError(f"sigma must be > 0, got {sigma}")
+    f = torch.arange(d // 2 + 1, device=h.device, dtype=torch.float32)
+    window = torch.exp(-f.square() / (2.0 * sigma ** 2))
+    return torch.fft.irfft(torch.fft.rfft(h.float(), dim=-1) * window, n=d, dim=-1)
+
+
+def stability_votes(h: Tensor, num_votes: int | None = None, sigma: float | None = None) -> Tensor:
+    """LaSt-ViT stability votes: each channel votes for its ``K`` most stable tokens.
+
+    ``stability_{j,d} = −|h_{j,d} − lowpass(h_j)_d|`` (closeness to the channel-low-passed copy,
+    :func:`channel_lowpass`); channel ``d`` votes for the ``K`` tokens of highest stability;
+    ``score_j`` = number of votes token ``j`` receives, so every image's scores sum to ``K·D``.
+    (The official code ranks ``h / |lowpass(h) − h|`` and keeps the top-1 token per channel;
+    MIDAS uses the closeness itself and ``K ≈ N/2`` votes, DESIGN.md §4.)
+
+    Args:
+        h: ``[B,N,D]`` patch tokens.
+        num_votes: ``K`` tokens per channel, ``1 ≤ K ≤ N``; ``None`` means ``N // 2`` (at least 1).
+        sigma: see :func:`channel_lowpass`.
+
+    Returns:
+        ``[B,N]`` float32 vote counts in ``0 … D``.
+    """
+    if h.dim() != 3:
+        raise ValueError(f"h must be [B,N,D], got {tuple(h.shape)}")
+    B, N, D = h.shape
+    k = max(1, N // 2) if num_votes is None else int(num_votes)
+    if not (1 <= k <= N):
+        raise ValueError(f"num_votes K must be in 1..{N} (patch tokens), got {num_votes!r}")
+    stability = -(h.float() - channel_lowpass(h, sigma)).abs()            # B x N x D
+    winners = stability.topk(k, dim=1).indices                              # B x K x D
+    votes = torch.zeros(B, N, dtype=torch.float32, device=h.device)
+    return votes.scatter_add_(1, winners.reshape(B, -1), torch.ones(B, k * D, device=h.device))

@@ -1,0 +1,178 @@
+"""Block-``L`` states of a split, computed once and cached on disk (:func:`block_cache`).
+
+A scorer step (and a LaSt fine-tune step) then runs only the scorer and the blocks after
+``L`` on the cached states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from ..config import cache_dir as default_cache_dir
+from ..data import collate_samples
+from ..identity import dataset_identity, hash_json, load_or_build, load_torch_payload, state_dict_digest, torch_payload
+from ..pruning import check_depth, record_attention
+from ..scorers import cls_attention
+from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
+
+__all__ = ["BlockCache", "block_cache", "key_hash"]
+
+
+def key_hash(key: dict[str, Any]) -> str:
+    """Stable 16-hex-digit hash of a JSON-able key dict (:func:`midas_nb.identity.hash_json`)."""
+    return hash_json(key)
+
+
+@dataclass
+class BlockCache:
+    """Block-``L`` outputs and full-model outputs of a dataset, in dataset order (CPU tensors).
+
+    Attributes:
+        hidden: ``[n,P+N,D]`` output of block ``L`` (``dtype`` of the cache).
+        cls_attn: ``[n,N]`` CLS attention of block ``L``, ``E_h A_h[cls,j]`` (T0; the reference
+            scores).
+        logits: ``[n,C]`` logits of the full (unpruned) model (``[n,0]`` when not computed).
+        labels: ``[n]`` long.
+        part_mask: ``[n,N]`` bool.
+        box_mask: ``[n,N]`` bool.
+        indices: ``[n]`` long, ``Sample.index`` of each row.
+        depth: ``L``.
+        num_prefix: ``P``.
+        image_ids: ``Sample.image_id`` of each row (the ids per-image results are stored with).
+        data_id: content identity of the dataset the rows come from (``""`` when not cached):
+            :attr:`~midas_nb.identity.DatasetIdentity.full` with masks, ``model_inputs``
+            without; scorer caches key on it.
+    """
+
+    hidden: Tensor
+    cls_attn: Tensor
+    logits: Tensor
+    labels: Tensor
+    part_mask: Tensor
+    box_mask: Tensor
+    indices: Tensor
+    depth: int
+    num_prefix: int
+    image_ids: list[str] = field(default_factory=list)
+    data_id: str = ""
+
+    def __len__(self) -> int:
+        return int(self.hidden.shape[0])
+
+
+def _loader(dataset, batch_size: int):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples)
+
+
+@torch.no_grad()
+def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
+                         full_logits, masks: bool = True) -> BlockCache:
+    P = num_prefix_tokens(backbone)
+    out: dict[str, list] = {k: [] for k in ("hidden", "cls_attn", "logits", "labels", "part_mask",
+                                            "box_mask", "indices")}
+    ids: list[str] = []
+    for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depth} cache", disable=not progress,
+                      leave=False):
+        x = embed_tokens(backbone, batch.images.to(device))
+        x = run_blocks(backbone, x, 0, depth - 1)
+        with record_attention(backbone.blocks[depth - 1]) as rec:
+            x = backbone.blocks[depth - 1](x)
+        if full_logits:
+            logits = classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+        else:
+            logits = x.new_zeros(x.shape[0], 0)
+        out["hidden"].append(x.to("cpu", dtype))
+        out["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
+        out["logits"].append(logits.float().cpu())
+        out["labels"].append(batch.labels.long().cpu())
+        if masks:
+            out["part_mask"].append(batch.part_mask.bool().cpu())
+            out["box_mask"].append(batch.box_mask.bool().cpu())
+        else:       # training never reads them; not stored, so the cache needs no annotations
+            out["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+            out["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+        out["indices"].append(batch.indices.long().cpu())
+        ids.extend(str(i) for i in batch.image_ids)
+    cat = {k: torch.cat(v) for k, v in out.items()}
+    return BlockCache(**cat, depth=depth, num_prefix=P, image_ids=ids)
+
+
+def block_cache(
+    backbone: nn.Module,
+    dataset,
+    *,
+    depth: int,
+    key: dict[str, Any] | None,
+    cache_dir: str | Path | None = None,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+    dtype: torch.dtype = torch.float32,
+    full_logits: bool = True,
+    masks: bool = True,
+) -> BlockCache:
+    """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
+
+    The backbone runs frozen in eval mode. Use a dataset with a deterministic transform: each
+    image is computed once.
+
+    Args:
+        backbone: timm ViT on ``device``.
+        dataset: map-style dataset of :class:`midas_nb.data.Sample`.
+        depth: ``L``.
+        key: what identifies the cache entry besides depth, size and dtype, e.g.
+            ``{"checkpoint_id": ..., "dataset": "cub", "split": "train"}``; ``None`` disables
+            the disk cache.
+        cache_dir: root of the cache. Default: ``midas_nb.config.cache_dir()``; entries live
+            under ``<cache_dir>/blocks/<hash>.pt``.
+        batch_size: images per forward.
+        device: where the backbone runs.
+        progress: show a tqdm bar.
+        dtype: storage dtype of ``hidden``. Default: float32.
+        full_logits: also run blocks ``L+1..depth`` on all tokens for the full model's logits
+            (``False``: ``logits`` is ``[n,0]``, about half the cost; enough for training).
+        masks: store the part and box masks (``False``: ``[n,0]``; training never reads them,
+            and the cache then keys on the images, labels and transform only, so editing a
+            keypoint of a training image does not invalidate it).
+
+    The disk entry is keyed by ``key`` + depth, size, dtype, the two flags and the dataset's
+    content (:func:`midas_nb.identity.dataset_identity`: ``full`` with masks,
+    ``model_inputs`` without) and the backbone's weights digest, and stored as a verified cache file: a truncated or corrupt file
+    is reported (:class:`midas_nb.identity.CacheIntegrityWarning`) and recomputed.
+
+    Returns:
+        :class:`BlockCache` with rows in dataset order.
+    """
+    depth = check_depth(backbone, depth)
+
+    def build() -> BlockCache:
+        with frozen(backbone):
+            return _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
+                                        full_logits, masks)
+
+    if key is None:
+        return build()
+    ident = dataset_identity(dataset)
+    full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
+                    masks=bool(masks), data=ident.full if masks else ident.model_inputs,
+                    weights=state_dict_digest(backbone), kind="block_cache")
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = root / "blocks" / f"{key_hash(full_key)}.pt"
+    fields = list(BlockCache.__dataclass_fields__)
+    def build_keyed() -> BlockCache:
+        c = build()
+        c.data_id = full_key["data"]
+        return c
+
+    cache, _ = load_or_build(
+        path, build_keyed, key=full_key, what="block-state cache",
+        encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
+        decode=lambda b: BlockCache(**load_torch_payload(b)),
+        validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
+    return cache
