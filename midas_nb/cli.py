@@ -387,7 +387,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
+    import nbformat
     paths = [Path(p) for p in args.paths] or notebook_paths()
+    problems = []
+    for p in paths:  # every path checked before any notebook is written
+        if not p.is_file():
+            problems.append(f"{p} {'is a directory' if p.is_dir() else 'does not exist'}; expected an .ipynb file")
+            continue
+        try:
+            nbformat.read(p, as_version=4)
+        except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            problems.append(f"{p} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an .ipynb file")
+    if problems:
+        for line in problems:
+            print(f"midas-nb strip-solutions: {line}", file=sys.stderr)
+        return 2
     for p in paths:
         n = strip_solutions(p, p if args.in_place else None)
         print(f"{p}: {n} solution cell(s) removed")
@@ -529,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_sweep)
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
-    st.add_argument("paths", nargs="*")
+    st.add_argument("paths", nargs="*", metavar="NOTEBOOK",
+                    help="notebooks to strip (default: every notebook in notebooks/)")
     st.add_argument("--in-place", action="store_true", help="overwrite (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
 

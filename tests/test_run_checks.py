@@ -393,6 +393,19 @@ def test_export_html_and_params_answer_in_one_line(tmp_path, capsys, monkeypatch
     assert len(err) == 1 and f"{bad} is not a Jupyter notebook (NotJSONError" in err[0]
 
 
+def test_strip_solutions_answers_every_bad_path_in_one_line_each(tmp_path, capsys):
+    bad = tmp_path / "notes.ipynb"
+    bad.write_text("vm\n")
+    missing = tmp_path / "nope.ipynb"
+    assert cli.main(["strip-solutions", str(missing), str(bad), str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"midas-nb strip-solutions: {missing} does not exist; expected an .ipynb file",
+                   err[1],
+                   f"midas-nb strip-solutions: {tmp_path} is a directory; expected an .ipynb file"]
+    assert err[1].startswith(f"midas-nb strip-solutions: {bad} is not a Jupyter notebook (NotJSONError")
+    assert not (tmp_path / "student").exists()      # nothing written
+
+
 def test_report_arguments_are_checked(tmp_path, capsys):
     out = tmp_path / "report"
     assert cli.main(["report", "--depth", "0", "--budget", "7", "--from-tables", "results", "--output", str(out)]) == 2
