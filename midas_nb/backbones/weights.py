@@ -182,6 +182,24 @@ def _fmt_keys(keys: Sequence[str], limit: int = 8) -> str:
     return ", ".join(keys[:limit]) + more
 
 
+def _raise_if_unfit(path: Path, model: nn.Module, noun: str, missing: Sequence[str],
+                    unexpected: Sequence[str], mismatches: Sequence[str]) -> None:
+    """One :class:`BackboneError` naming the ``missing`` / ``unexpected`` entries (``noun``:
+    "arrays" of an .npz file, "keys" of a state dict) and the shape ``mismatches`` (already
+    formatted "KEY file SHAPE vs model SHAPE"); nothing when all three are empty."""
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing {noun}: {_fmt_keys(missing)}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected {noun}: {_fmt_keys(unexpected)}")
+    if mismatches:
+        parts.append(f"{len(mismatches)} shape mismatches: " + _fmt_keys(mismatches))
+    if parts:
+        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
+                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
+                            + "; ".join(parts))
+
+
 def _npz_layout(model: nn.Module) -> dict[str, tuple[int | None, ...]]:
     """Keys and shapes (``None``: any size) of an original ViT/AugReg ``.npz`` checkpoint for
     ``model`` — the layout timm's ``_load_weights`` reads (Steiner et al. 2022, the
@@ -236,19 +254,9 @@ def _check_npz(model: nn.Module, path: Path) -> None:
     wrong = sorted(k for k in set(layout) & set(shapes)
                    if len(layout[k]) != len(shapes[k])
                    or any(e is not None and e != g for e, g in zip(layout[k], shapes[k])))
-    if missing or unexpected or wrong:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing arrays: {_fmt_keys(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected arrays: {_fmt_keys(unexpected)}")
-        if wrong:
-            parts.append(f"{len(wrong)} shape mismatches: " + _fmt_keys(
-                [f"{k} file {shapes[k]} vs model {tuple('*' if e is None else e for e in layout[k])}"
-                 for k in wrong]))
-        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
-                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
-                            + "; ".join(parts))
+    _raise_if_unfit(path, model, "arrays", missing, unexpected,
+                    [f"{k} file {shapes[k]} vs model {tuple('*' if e is None else e for e in layout[k])}"
+                     for k in wrong])
 
 
 def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool) -> None:
@@ -298,16 +306,6 @@ def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: boo
     missing = sorted(set(own) - set(sd) - drop)
     unexpected = sorted(set(sd) - set(own))
     shapes = sorted(k for k in set(sd) & set(own) if tuple(sd[k].shape) != tuple(own[k].shape))
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing keys: {_fmt_keys(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected keys: {_fmt_keys(unexpected)}")
-        if shapes:
-            parts.append(f"{len(shapes)} shape mismatches: " + _fmt_keys(
-                [f"{k} file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes]))
-        raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
-                            f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
-                            + "; ".join(parts))
+    _raise_if_unfit(path, model, "keys", missing, unexpected,
+                    [f"{k} file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes])
     model.load_state_dict(sd, strict=False)  # only the dropped classifier keys stay at their init
