@@ -21,13 +21,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from midas_nb.backbones import backbone_normalization, load_or_finetune
-from midas_nb.config import cache_dir, default_data_root, get_profile
+from midas_nb.config import cache_dir, default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
 
 def main() -> None:
     prof = get_profile("quick")
-    ft = prof["finetune"]
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backbone", default=prof["backbone"])
     ap.add_argument("--dataset", choices=["cub", "synthetic"], default="cub",
@@ -38,10 +37,10 @@ def main() -> None:
     ap.add_argument("--synthetic-classes", type=int, default=40)
     ap.add_argument("--synthetic-images-per-class", type=int, default=57)
     ap.add_argument("--cache-dir", default=None, help="checkpoint cache (default: the user's cache)")
-    ap.add_argument("--epochs", type=int, default=ft["epochs"])
-    ap.add_argument("--batch-size", type=int, default=ft["batch_size"])
-    ap.add_argument("--lr", type=float, default=ft["lr"])
-    ap.add_argument("--warmup-epochs", type=float, default=ft["warmup_epochs"])
+    ap.add_argument("--epochs", type=int, default=None, help="default: the quick profile's for --backbone")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the quick profile's for --backbone")
+    ap.add_argument("--lr", type=float, default=None, help="default: the quick profile's for --backbone")
+    ap.add_argument("--warmup-epochs", type=float, default=None, help="default: the quick profile's for --backbone")
     ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
@@ -50,6 +49,10 @@ def main() -> None:
     ap.add_argument("--num-workers", type=int, default=0)
     ap.add_argument("--backbone-kwargs", default="{}", help="JSON dict for create_backbone")
     args = ap.parse_args()
+    ft = finetune_settings(prof, "cub", args.backbone)   # the quick recipe of this backbone (per-backbone epochs)
+    for k in ("epochs", "batch_size", "lr", "warmup_epochs"):
+        if getattr(args, k) is None:
+            setattr(args, k, ft[k])
     torch.set_num_threads(args.threads)
 
     mean, std = backbone_normalization(args.backbone)

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from midas_nb.backbones import backbone_normalization, load_or_finetune
-from midas_nb.config import default_data_root, get_profile
+from midas_nb.config import default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
 _FILTERED = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "bounding_boxes.txt")
@@ -98,16 +98,16 @@ def main() -> None:
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="midas_distill_"))
     root = cub_class_subset(Path(args.root), first, last, work / f"cub_{first}_{last}")
 
-    ft = dict(prof["finetune"])
+    ft = {name: finetune_settings(prof, "cub", name) for name in (args.old, args.new)}
     mean, std = backbone_normalization(args.new)
     data_kw = dict(image_size=prof["image_size"], patch_size=prof["patch_size"], mean=mean, std=std)
     train, test = load_dataset("cub", root, "train", **data_kw), load_dataset("cub", root, "test", **data_kw)
     print(f"classes {first}-{last}: {train.num_classes} classes, {len(train)} train / {len(test)} test images; "
-          f"recipe {ft}; {args.threads} threads", flush=True)
+          f"recipes {ft}; {args.threads} threads", flush=True)
     results = {}
     for name in ([] if args.skip_old else [args.old]) + [args.new]:
         cache = work / f"cache_{name}_{int(time.time())}"
-        r = build(name, train, test, ft, cache, args.device)
+        r = build(name, train, test, ft[name], cache, args.device)
         results[name] = r
         d = r["distillation"] or {}
         teacher = f", teacher {d['teacher_test_accuracy']:.3f}" if d else ""

@@ -23,30 +23,13 @@ import numpy as np
 import pandas as pd
 
 from . import metrics, probes, report
+from .backbones import comparison_backbones, OFFLINE_PARTNERS
 from .study import ProtocolCellRunner, cached_study, make_grid
 from .sweeps import ResultStore, StoreStatus, run_sweep
 
 __all__ = ["OFFLINE_PARTNERS", "comparison_backbones", "BackboneComparison", "compare_backbones"]
 
-#: label-trained offline backbone -> its distilled student (and back)
-OFFLINE_PARTNERS: dict[str, str] = {"hybrid_lite0_vit": "hybrid_lite0_deit", "vit_smoke": "vit_smoke_deit"}
-_REVERSE = {v: k for k, v in OFFLINE_PARTNERS.items()}
 _PROBE_TARGETS = ["T2", "T3", "T4", "T5"]
-
-
-def comparison_backbones(params: dict[str, Any]) -> list[str]:
-    """Backbones of the side-by-side readout for a profile: ``params["compare_backbones"]``
-    when set; else the profile's backbone and its offline partner (label-trained first,
-    :data:`OFFLINE_PARTNERS`); else the profile's backbone alone."""
-    given = params.get("compare_backbones")
-    if given:
-        return list(dict.fromkeys(given))
-    b = params["backbone"]
-    if b in OFFLINE_PARTNERS:
-        return [b, OFFLINE_PARTNERS[b]]
-    if b in _REVERSE:
-        return [_REVERSE[b], b]
-    return [b]
 
 
 @dataclass

@@ -113,8 +113,11 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
                   extra: dict[str, Any] | None = None, output: str | Path | None = None,
                   progress: bool = True, data_roots: dict[str, str] | None = None,
                   weights: dict[str, str] | str | None = None, cell_timeout: float | None = None,
-                  spec: RunSpec | None = None) -> Path:
+                  spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
     """Execute the notebooks in order with papermill; returns the output directory.
+
+    ``problems``: problems already found in the run description (a run file's, the command
+    line's); they are reported together with every problem the checks below find.
 
     The whole run description (:class:`midas_nb.runspec.RunSpec`: the arguments here, or
     ``spec``) is checked before any kernel starts (:func:`midas_nb.runspec.preflight`). Each
@@ -154,7 +157,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
     known = set().union(*accepted_by.values()) if paths else None
-    problems = selection + preflight(spec, paths, known)
+    problems = list(problems) + selection + preflight(spec, paths, known)
     if problems:
         raise PreflightError(problems)
 
@@ -216,6 +219,9 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
 
     target = out_dir / nb.name
     print(f"{counter} {nb.name} ...", flush=True)
+    if counter.startswith("[1/"):  # a new user otherwise takes a long silent cell for a hang
+        print("    (one cell can run for minutes without output: a first run trains and caches the backbones and "
+              "scorers; Ctrl-C stops, and the next run resumes from the caches)", flush=True)
     t0 = time.time()
     partial = out_dir / ".partial" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -340,10 +346,8 @@ def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     spec, problems = _spec_from_args(args)
-    try:
-        if problems:
-            raise PreflightError(problems)
-        run_notebooks(spec=spec, progress=not args.no_progress)
+    try:  # the run file's and command line's problems are listed with every other problem preflight finds
+        run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except PreflightError as e:
         for line in e.problems:  # one line each, whatever a library's message holds
             print("midas-nb run: " + " ".join(str(line).split()), file=sys.stderr)
@@ -577,7 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
+        print(f"midas-nb {args.command}: interrupted; finished notebooks, cached checkpoints and result-store "
+              "cells are kept, and the next run resumes from them", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -430,3 +430,44 @@ def test_readme_results_section_matches_the_committed_tables():
     tables = report.read_tables(REPO / "results")
     assert report.readme_current_section(REPO / "README.md") == report.readme_section(tables, "results/REPORT.md")
     assert (REPO / "results" / "REPORT.md").read_text(encoding="utf-8") == report.render_report(tables)
+
+
+def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
+    """Issue 18: the report's side-by-side table of the label-trained backbone and its distilled
+    student — D per condition with paired intervals, the verdict of each finding per backbone,
+    and the findings that changed with the backbone named from the verdicts, not typed."""
+    from midas_nb.config import get_profile
+    from midas_nb.report.markdown import backbone_changes, backbones_section
+    from midas_nb.report.tables import read_tables, write_tables
+    prof = get_profile("quick")            # backbone hybrid_lite0_deit, partner hybrid_lite0_vit
+    rows = pd.DataFrame(_point(backbone="hybrid_lite0_vit", ckpt="ck-old") +
+                        _point(backbone="hybrid_lite0_deit", ckpt="ck-new", d_t1=(0.05, 0.06)))
+    tables = report.build_tables(rows, prof)
+    bt = tables["backbones"]
+    D = bt[bt["kind"] == "D"].set_index(["backbone", "item"])
+    assert D.loc[("hybrid_lite0_vit", "T1"), "estimate"] == pytest.approx(-5.5)    # mean of -5 and -6 pp
+    assert D.loc[("hybrid_lite0_deit", "T1"), "estimate"] == pytest.approx(5.5)
+    assert D.loc[("hybrid_lite0_deit", "T5"), "estimate"] == pytest.approx(10.5)
+    assert D.loc[("hybrid_lite0_deit", "T5"), "lo"] <= 10.5 <= D.loc[("hybrid_lite0_deit", "T5"), "hi"]
+    assert D.loc[("hybrid_lite0_deit", "T5"), "verdict"] == "in band"
+    F = bt[bt["kind"] == "finding"].set_index(["backbone", "item"])["verdict"]
+    assert F[("hybrid_lite0_vit", "t1_below_reference")] == "True"
+    assert F[("hybrid_lite0_deit", "t1_below_reference")] == "False"
+    assert F[("hybrid_lite0_vit", "t5_gain_in_band")] == F[("hybrid_lite0_deit", "t5_gain_in_band")] == "True"
+    assert list(bt.loc[bt["kind"] == "D", "checkpoint_id"].unique()) == ["ck-old", "ck-new"]   # label-trained first
+    # the same verdicts after the CSV round trip, and the sentence that names the change
+    write_tables(tables, tmp_path)
+    back = read_tables(tmp_path)["backbones"]
+    assert backbone_changes(back, "cub") == (["t1_below_reference"], ["cosine_small", "fades_deep_loose"])
+    md = backbones_section(back)
+    assert ("Changed with the backbone (hybrid_lite0_vit → hybrid_lite0_deit, both verdicts decided): "
+            + PAPER_FINDINGS["t1_below_reference"]) in md
+    assert "| T5 | +10.50 [+10.00, +11.00], in | +10.50 [+10.00, +11.00], in |" in md and "does not hold" in md
+    # a partner without rows is reported missing, never left out silently
+    only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
+    miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
+    assert list(miss["kind"]) == ["missing"] and "notebook 05" in miss["evidence"].iloc[0]
+    # one backbone without a partner (a paper profile's DeiT): no side-by-side table
+    paper_like = dict(prof, backbone="deit_small_patch16_224.fb_in1k")
+    rows_p = pd.DataFrame(_point(backbone="deit_small_patch16_224.fb_in1k"))
+    assert report.build_tables(rows_p, paper_like)["backbones"].empty

@@ -471,3 +471,48 @@ def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
         "midas-nb report: 3 problem(s); nothing was written"]
     assert not out.exists() and no_markers.read_text() == "# a README without a results section\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "a_file"]
+
+
+def test_sweep_status_refuses_a_folder_that_is_not_a_store(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    assert cli.main(["sweep", "status", str(tmp_path / "notes")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a sweep store" in err[0] and "cells/" in err[0]
+    from midas_nb.sweeps import ResultStore, SweepCell
+    store = ResultStore(tmp_path / "real")
+    store.register([SweepCell(dataset="cub", backbone="b", depth=6, budget=0.25, condition="T5", seed=0,
+                              checkpoint_id="c", params={})])
+    assert cli.main(["sweep", "status", str(tmp_path / "real")]) == 0
+    assert "pending" in capsys.readouterr().out
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr("papermill.execute_notebook", interrupted)
+    code = cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(tmp_path / "nb")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and "interrupted" in err[-1] and "Traceback" not in "\n".join(err)
+    assert not (tmp_path / "nb" / "00_quickstart.ipynb").exists()
+
+
+def test_per_backbone_finetune_entries_are_checked_like_the_shared_recipe():
+    ok = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1,
+                                                   hybrid_lite0_deit=dict(epochs=20)))
+    assert config.check_profile(ok, device=False) == []
+    bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1,
+                                                    hybrid_lite0_deit=dict(epochs=0, lr=-1)))
+    assert config.check_profile(bad, device=False) == [
+        "finetune.hybrid_lite0_deit.epochs: expected an integer >= 1, got 0 (int)",
+        "finetune.hybrid_lite0_deit.lr: expected a number > 0, got -1 (int)"]
+
+
+def test_a_run_file_problem_does_not_hide_the_other_problems(tmp_path, capsys, no_kernel):
+    rf = tmp_path / "run.yaml"
+    rf.write_text(f"profile: quick\nfoo: 1\ndata_roots:\n  cub: {tmp_path / 'nope'}\n")
+    assert cli.main(["run", "--config", str(rf), "--output", str(tmp_path / "nb")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert any("unknown setting 'foo'" in ln for ln in lines)
+    assert any("does not exist" in ln and "nope" in ln for ln in lines)
+    assert lines[-1] == "midas-nb run: 2 problem(s); no notebook was started"
+    assert not (tmp_path / "nb").exists()

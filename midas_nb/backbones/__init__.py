@@ -62,8 +62,8 @@ from .factory import (_architecture, backbone_config, backbone_kwargs, check_bac
                       num_blocks)  # noqa: F401
 from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accuracy, _progress, _versions,
                        dataset_fingerprint, evaluate_accuracy, stem_features)  # noqa: F401
-from .recipes import (distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
-                      is_distilled_name)  # noqa: F401
+from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
+                      is_distilled_name, OFFLINE_PARTNERS)  # noqa: F401
 from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401
 from .distilled import (distillation_loss, finetune_distilled, fit_linear_probe, LinearProbe, lite0_teacher_head,
                         mix_tokens, out_of_fold_logits, probe_maps, teacher_features, token_label_loss)  # noqa: F401

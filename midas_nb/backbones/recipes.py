@@ -82,3 +82,23 @@ def distill_recipe(name: str) -> DistillRecipe:
     if name not in DISTILLED_RECIPES:
         raise KeyError(f"{name!r} is not a distilled backbone; expected one of {sorted(DISTILLED_RECIPES)}")
     return DISTILLED_RECIPES[name]
+
+
+#: label-trained offline backbone -> its distilled student (notebook 05 and the report put them side by side)
+OFFLINE_PARTNERS: dict[str, str] = {"hybrid_lite0_vit": "hybrid_lite0_deit", "vit_smoke": "vit_smoke_deit"}
+_REVERSE = {v: k for k, v in OFFLINE_PARTNERS.items()}
+
+
+def comparison_backbones(params: dict[str, Any]) -> list[str]:
+    """Backbones of the side-by-side readout for a profile: ``params["compare_backbones"]``
+    when set; else the profile's backbone and its offline partner (label-trained first,
+    :data:`OFFLINE_PARTNERS`); else the profile's backbone alone."""
+    given = params.get("compare_backbones")
+    if given:
+        return list(dict.fromkeys(given))
+    b = params["backbone"]
+    if b in OFFLINE_PARTNERS:
+        return [b, OFFLINE_PARTNERS[b]]
+    if b in _REVERSE:
+        return [_REVERSE[b], b]
+    return [b]

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
+from ..paper_reference import PAPER_FINDINGS
 from .findings import _ci_text, _is_num, _n, findings_paragraph
 from .probes import load_probes
 from .store import _IDENT, expected_cells, IncompleteReportError, load_store_rows, missing_cells, SECTIONS
@@ -183,12 +184,91 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                              [[r["dataset"], r["backbone"], r["condition"], _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]),
                                _f(r["delta_idauc"], "+.3f"), _band_text(r), _int(r["n_seeds"]), r["paper"]]
                               for _, r in sc.iterrows()]) + "\n")
+    out.append(backbones_section(tables.get("backbones")))
     out.append("\n## The paper's findings, one by one\n")
     f = tables["findings"]
     out.append(_md_table(["dataset", "backbone", "finding", "holds", "evidence"],
                          [[r["dataset"], r["backbone"], r["statement"], r["holds"], r["evidence"]]
                           for _, r in f.iterrows()]) + "\n")
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
+
+
+def _verdict(v: Any) -> str:
+    return {"True": "holds", "False": "does not hold"}.get(str(v), str(v))
+
+
+def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[str]]:
+    """Findings whose verdict differs between the first two backbones of the ``backbones``
+    table for ``dataset``: ``(changed, undecided)`` — ``changed`` where both verdicts are
+    decided (holds / does not hold) and differ, ``undecided`` where one is not."""
+    f = bt[(bt["dataset"] == dataset) & (bt["kind"] == "finding")]
+    bbs = list(dict.fromkeys(f["backbone"]))
+    if len(bbs) < 2:
+        return [], []
+    a, b = (f[f["backbone"] == x].set_index("item")["verdict"] for x in bbs[:2])
+    changed, undecided = [], []
+    for fid in a.index.intersection(b.index):
+        va, vb = str(a[fid]), str(b[fid])
+        if {va, vb} <= {"True", "False"}:
+            if va != vb:
+                changed.append(fid)
+        else:
+            undecided.append(fid)
+    return changed, undecided
+
+
+def backbones_section(bt: pd.DataFrame | None) -> str:
+    """REPORT.md's side-by-side section of the offline backbones (notebook 05, issue 18), from the
+    ``backbones`` table: accuracy, D per condition, cosines and the findings per backbone, and a
+    computed sentence naming the findings whose verdict changed with the backbone."""
+    if bt is None or bt.empty:
+        return ""
+    out = ["\n## The offline backbones side by side (notebook 05)\n",
+           "The same protocol, data, seeds and sample sizes on the label-trained offline backbone and its "
+           "distilled student (`midas_nb.backbone_compare`); every verdict is computed from the rows.\n"]
+    for ds in dict.fromkeys(bt["dataset"]):
+        t = bt[bt["dataset"] == ds]
+        bbs = list(dict.fromkeys(t["backbone"]))
+        L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
+        out.append(f"\n{ds} · L = {L}, b = {b:.0%}\n")
+        acc = []
+        for bb in bbs:
+            r = t[t["backbone"] == bb].iloc[0]
+            acc.append([bb, r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
+                        _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
+                        "missing: " + r["evidence"] if r["kind"] == "missing" else ""])
+        out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
+                              "all-token accuracy (evaluated images)", "note"], acc) + "\n")
+        for kind, label in (("D", "D (pp) [CI], parity band"), ("cosine", "cosine [CI]"), ("finding", "verdict")):
+            k = t[t["kind"] == kind]
+            if k.empty:
+                continue
+            items = list(dict.fromkeys(k["item"]))
+            body = []
+            for it in items:
+                row = [PAPER_FINDINGS.get(it, it) if kind == "finding" else it]
+                for bb in bbs:
+                    m = k[(k["backbone"] == bb) & (k["item"] == it)]
+                    if m.empty:
+                        row.append("—")
+                        continue
+                    r = m.iloc[0]
+                    if kind == "D":
+                        row.append(f"{_ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}")
+                    elif kind == "cosine":
+                        row.append(_ci_text(r["estimate"], r["lo"], r["hi"], "+.3f"))
+                    else:
+                        row.append(_verdict(r["verdict"]))
+                body.append(row)
+            head = {"D": "condition", "cosine": "hidden·attention", "finding": "paper finding"}[kind]
+            out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
+        changed, undecided = backbone_changes(bt, ds)
+        if len(bbs) >= 2:
+            names = lambda ids: "; ".join(PAPER_FINDINGS.get(i, i) for i in ids)  # noqa: E731
+            out.append((f"Changed with the backbone ({bbs[0]} → {bbs[1]}, both verdicts decided): {names(changed)}."
+                        if changed else f"No finding's decided verdict differs between {bbs[0]} and {bbs[1]}.")
+                       + (f" Undecided on at least one backbone: {names(undecided)}." if undecided else "") + "\n")
+    return "\n".join(out)
 
 
 def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "results/REPORT.md") -> str:
@@ -210,8 +290,8 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
              _smoke_note(g).rstrip("\n") + ("\n" if _smoke_note(g) else ""),
              f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
              f"fingerprint {evaluated}; test split fingerprint "
-             f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} test top-1 "
-             f"with all tokens; seeds {p.get('seeds')}; part mIoU and accuracy on {p.get('test images (mIoU, accuracy)')} "
+             f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
+             f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; part mIoU and accuracy on {p.get('test images (mIoU, accuracy)')} "
              f"test images, IDAUC on {p.get('IDAUC images')} (S = {p.get('IDAUC steps S')}). "
              f"Intervals: 95 % bootstrap, {g.get('bootstrap', 'resamples not recorded')} (paired for D); "
              "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
@@ -259,7 +339,8 @@ def _incomplete_message(what: str, missing: Sequence[str], profile: str, n_expec
     head = (f"{what} is incomplete: {len(missing)}{of} cells the {profile} profile's report needs "
             f"{'has' if len(missing) == 1 else 'have'} no result")
     shown = "\n".join(f"  {m}" for m in missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
-    return (f"{head}:\n{shown}\nFinish them (`midas-nb sweep status`; rerun the notebooks that compute them, "
+    return (f"{head}:\n{shown}\nFinish them (`midas-nb sweep status` lists every cell the store has seen, these "
+            "and cells of other settings, so its counts can be larger; rerun the notebooks that compute them, "
             f"`midas-nb run --profile {profile}`), or pass --allow-incomplete to write a report marked INCOMPLETE "
             "that lists them.")
 

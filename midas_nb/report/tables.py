@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from ..backbones import PAPER_BACKBONES
+from ..backbones import comparison_backbones, PAPER_BACKBONES
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from ..paper_table import paper_table
 from ..results import aggregate_seeds
@@ -19,7 +19,8 @@ from .store import _mark, expected_cells, missing_cells, SECTIONS
 
 
 #: the CSV tables of a report, in the order REPORT.md shows them
-TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings")
+TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings",
+                           "backbones")
 
 
 _DATASET_ORDER = ("cub", "aircraft", "cars", "synthetic")
@@ -207,7 +208,9 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
     pr, probes_used = _probes_table(probes, main, prof)
     fnd = _findings_table(rows, pr, prof, miss, band, n_boot)
     prov = _provenance(rows, left_out or {}, prof, blocks, probes_used, exp, miss)
-    return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd)
+    bbt = _backbones_table(rows, probes, prof, band, n_boot)
+    return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
+                backbones=bbt)
 
 
 _CELL = ["dataset", "backbone", "depth", "budget"]
@@ -350,6 +353,82 @@ def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, prof: Mapping[str, Any
     return fnd
 
 
+#: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
+BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "teacher_test_accuracy",
+                    "full_accuracy", "depth", "budget", "kind", "item", "estimate", "lo", "hi", "verdict", "evidence"]
+
+
+def _checkpoint_meta(ckpt: str) -> dict[str, Any]:
+    """The fine-tuned checkpoint's metadata in this machine's cache (``{}`` where absent)."""
+    for path in sorted((config.cache_dir() / "checkpoints").glob(f"*-{ckpt}.json")) if ckpt else []:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+    return {}
+
+
+def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapping[str, Any], band: float,
+                     n_boot: int) -> pd.DataFrame:
+    """Notebook 05's side-by-side readout (issue 18): for each backbone of
+    :func:`midas_nb.backbones.comparison_backbones` (the offline backbone and its distilled
+    partner), at the profile's ``(L, b)``:
+
+    - ``kind = "D"``: D per swept condition with its paired interval, ``verdict`` the band status
+      and ``evidence`` ΔIDAUC with its interval (:func:`midas_nb.metrics.decoupling_D`);
+    - ``kind = "cosine"``: the hidden- vs attention-gradient cosines at ``L`` of its checkpoint;
+    - ``kind = "finding"``: each paper finding's verdict (:func:`paper_findings` over the
+      backbone's own rows: the regime grid where the store has it);
+    - ``kind = "missing"``: a backbone without a reference at ``(L, b)`` (notebook 05 not run).
+
+    Accuracies: ``full_accuracy`` on the evaluated images (the rows), ``test_accuracy`` and the
+    teacher's from the checkpoint metadata in this machine's cache (empty where absent). Empty
+    for a profile with one comparison backbone."""
+    L0, b0 = int(prof["depth"]), float(prof["budget"])
+    bbs = comparison_backbones(dict(prof))
+    if len(bbs) < 2 or rows.empty:
+        return pd.DataFrame(columns=BACKBONE_COLUMNS)
+    swept = list(prof.get("sweep_conditions") or prof["conditions"])
+    out: list[dict[str, Any]] = []
+    for ds in _order(rows["dataset"], _DATASET_ORDER):
+        for bb in bbs:
+            g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept)]
+            at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
+            base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
+            if at.empty or not (at["condition"] == "reference").any():
+                out.append(dict(base, kind="missing", verdict="missing",
+                                evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
+                continue
+            ck = str(_first(at["checkpoint_id"]))
+            meta = _checkpoint_meta(ck)
+            base.update(checkpoint_id=ck, test_accuracy=meta.get("test_accuracy", np.nan),
+                        teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
+                        full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
+                        str(_first(at["full_accuracy"])) != "" else np.nan)
+            d = _D(at, _CELL, band, n_boot)
+            for r in d[d["condition"] != "reference"].itertuples():
+                out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
+                                verdict=r.status, evidence=f"ΔIDAUC {_ci(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi)}"))
+            pr = None
+            if probes is not None and len(probes):
+                pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
+                            (probes["checkpoint_id"].astype(str) == ck)]
+                for r in pr.sort_values(["hidden", "attention"]).itertuples():
+                    out.append(dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo,
+                                    hi=r.hi, verdict="", evidence=f"{int(r.n_images)} images"))
+            f = paper_findings(g, pr if pr is not None and len(pr) else None, depth=L0, budget=b0, band=band,
+                               n_boot=n_boot, scale_backbones=[])
+            for r in f[(f["backbone"] == bb) & (f["finding"] != "scale")].itertuples():
+                out.append(dict(base, kind="finding", item=r.finding, verdict=str(r.holds), evidence=r.evidence))
+    return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
+
+
+def _ci(m: Any, lo: Any, hi: Any) -> str:
+    ok = all(isinstance(v, (int, float, np.floating)) and np.isfinite(v) for v in (m, lo, hi))
+    return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" if ok else (f"{m:+.3f}" if isinstance(m, float) and np.isfinite(m)
+                                                          else "undefined")
+
+
 def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:
     """Write each table to ``<output>/<name>.csv``; returns the paths."""
     out = Path(output)
@@ -377,7 +456,7 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
         df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
         for c in ("dataset", "backbone", "setting", "value", "condition", "status", "seeds", "paper_status",
                   "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
-                  "missing"):
+                  "missing", "kind", "item", "verdict"):
             if c in df.columns:
                 df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
         out[n] = df

@@ -186,7 +186,7 @@ class StudyBase:
     def _finetune_args(self) -> dict[str, Any]:
         """The arguments of :func:`midas_nb.backbones.load_or_finetune` / ``checkpoint_key``
         besides the model name and the two splits (one place, so both always agree)."""
-        ft = config.finetune_settings(self.params, self.dataset_name)
+        ft = config.finetune_settings(self.params, self.dataset_name, self.params["backbone"])
         return dict(seed=0, device=self.device, weights=self.weights,
                     backbone_kwargs=self.backbone_kwargs or None, **ft)
 

@@ -388,6 +388,9 @@ def _open_store(name_or_store: str | Path | ResultStore, must_exist: bool = Fals
         known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir()) \
             if (runs_dir() / "sweeps").is_dir() else []
         raise FileNotFoundError(f"no sweep store at {p}; known sweeps: {known}")
+    if must_exist and not ((p / "cells").is_dir() or (p / "grid.json").is_file()):
+        raise ValueError(f"{p} is not a sweep store (it has neither cells/ nor grid.json); expected a sweep "
+                         f"name under {runs_dir() / 'sweeps'} or a store directory written by midas_nb")
     return ResultStore(p)
 
 
