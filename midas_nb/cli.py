@@ -457,6 +457,13 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     if args.from_tables is not None and not Path(args.from_tables).expanduser().is_dir():
         state = "is not a directory" if Path(args.from_tables).expanduser().exists() else "does not exist"
         problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
+    elif args.from_tables is not None:
+        from .report import TABLES
+        absent = [f"{n}.csv" for n in TABLES if not (Path(args.from_tables).expanduser() / f"{n}.csv").is_file()]
+        if absent:
+            problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
+                            f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
+                            "(e.g. results)")
     if args.readme is not None:
         readme = Path(args.readme).expanduser()
         if not readme.is_file():

@@ -516,3 +516,11 @@ def test_a_run_file_problem_does_not_hide_the_other_problems(tmp_path, capsys, n
     assert any("does not exist" in ln and "nope" in ln for ln in lines)
     assert lines[-1] == "midas-nb run: 2 problem(s); no notebook was started"
     assert not (tmp_path / "nb").exists()
+
+
+def test_report_from_a_folder_without_the_tables_is_one_line_exit_2(tmp_path, capsys):
+    (tmp_path / "findings.csv").write_text("x\n")
+    assert cli.main(["report", "--profile", "quick", "--from-tables", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "6 of the report's 7 tables missing" in err[0] and "findings.csv" not in err[0]
+    assert err[-1] == "midas-nb report: 1 problem(s); nothing was written"
