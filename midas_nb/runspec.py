@@ -404,6 +404,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:
         return [f"--profile: unknown profile {spec.profile!r}; expected one of {sorted(config.PROFILES)}"]
     problems: list[str] = []
+    unknown: list[str] = []
     if "profile" in spec.params:
         problems.append("-p profile: set the profile with --profile (or 'profile:' in the run file)")
     if accepted is not None:  # every parameter the run would inject must reach a notebook
@@ -425,7 +426,8 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         settings = spec.settings()
     except (TypeError, ValueError) as e:
         return problems + [str(e)]
-    form = config.check_profile(settings, device=False)
+    # a refused parameter is reported once, as unknown; its value is not checked as well
+    form = [line for line in config.check_profile(settings, device=False) if _setting_of(line) not in unknown]
     problems += form
     why = config.check_device(settings.get("device"))
     if why:

@@ -524,3 +524,11 @@ def test_report_from_a_folder_without_the_tables_is_one_line_exit_2(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert "6 of the report's 7 tables missing" in err[0] and "findings.csv" not in err[0]
     assert err[-1] == "midas-nb report: 1 problem(s); nothing was written"
+
+
+def test_a_refused_parameter_is_reported_once_not_also_value_checked(tmp_path, capsys, no_kernel):
+    assert cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(tmp_path / "nb"),
+                     "-p", "finetune", '{"epochs": 0}']) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "unknown notebook parameter(s) ['finetune']" in lines[0]
+    assert lines[1] == "midas-nb run: 1 problem(s); no notebook was started"
