@@ -14,7 +14,7 @@ from ..backbones import comparison_backbones, PAPER_BACKBONES
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from ..paper_table import paper_table
 from ..results import aggregate_seeds
-from .findings import _D, _n, BOOTSTRAP_SEED, paper_findings
+from .findings import _ci_text, _D, _n, BOOTSTRAP_SEED, paper_findings
 from .store import _mark, expected_cells, missing_cells, SECTIONS
 
 
@@ -69,13 +69,7 @@ def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
     """
     ckpt = str(_first(g["checkpoint_id"]))
     cache = config.cache_dir() / "checkpoints"
-    meta, where = None, cache
-    for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
-        try:
-            meta, where = json.loads(path.read_text()), path
-            break
-        except (OSError, json.JSONDecodeError):
-            continue
+    meta, where = _checkpoint_meta(ckpt)
     n_test = ((meta or {}).get("test_set") or {}).get("num_images")
     out = {}
     fps = sorted(set(map(str, g["dataset_fingerprint"].dropna()))) if "dataset_fingerprint" in g.columns else []
@@ -358,14 +352,16 @@ BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "te
                     "full_accuracy", "depth", "budget", "kind", "item", "estimate", "lo", "hi", "verdict", "evidence"]
 
 
-def _checkpoint_meta(ckpt: str) -> dict[str, Any]:
-    """The fine-tuned checkpoint's metadata in this machine's cache (``{}`` where absent)."""
-    for path in sorted((config.cache_dir() / "checkpoints").glob(f"*-{ckpt}.json")) if ckpt else []:
+def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
+    """The fine-tuned checkpoint's metadata in this machine's cache and the file it came from;
+    ``(None, <cache>/checkpoints)`` where no readable ``*-<ckpt>.json`` exists."""
+    cache = config.cache_dir() / "checkpoints"
+    for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
         try:
-            return json.loads(path.read_text())
+            return json.loads(path.read_text()), path
         except (OSError, json.JSONDecodeError):
             continue
-    return {}
+    return None, cache
 
 
 def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapping[str, Any], band: float,
@@ -400,7 +396,7 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
                                 evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
                 continue
             ck = str(_first(at["checkpoint_id"]))
-            meta = _checkpoint_meta(ck)
+            meta = _checkpoint_meta(ck)[0] or {}
             base.update(checkpoint_id=ck, test_accuracy=meta.get("test_accuracy", np.nan),
                         teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
                         full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
@@ -408,7 +404,7 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
             d = _D(at, _CELL, band, n_boot)
             for r in d[d["condition"] != "reference"].itertuples():
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
-                                verdict=r.status, evidence=f"ΔIDAUC {_ci(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi)}"))
+                                verdict=r.status, evidence=f"ΔIDAUC {_ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"))
             pr = None
             if probes is not None and len(probes):
                 pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
@@ -421,12 +417,6 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
             for r in f[(f["backbone"] == bb) & (f["finding"] != "scale")].itertuples():
                 out.append(dict(base, kind="finding", item=r.finding, verdict=str(r.holds), evidence=r.evidence))
     return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
-
-
-def _ci(m: Any, lo: Any, hi: Any) -> str:
-    ok = all(isinstance(v, (int, float, np.floating)) and np.isfinite(v) for v in (m, lo, hi))
-    return f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" if ok else (f"{m:+.3f}" if isinstance(m, float) and np.isfinite(m)
-                                                          else "undefined")
 
 
 def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:
