@@ -34,6 +34,8 @@ _COMMON: dict[str, Any] = dict(
     max_images_per_class=None,   # keep the first k images of each class of every split (None: all)
     synthetic_default=False,     # CUB without any data root is the embedded synthetic set
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
+    other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
+                                 # partner of the side-by-side (False: the profile's backbone only)
 )
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -85,6 +87,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         depths=[3, 6, 9],
         budgets=[0.10, 0.25, 0.50],
         seeds=[0, 1],
+        # the regime sweep's points other than (depth, budget): one seed (D's paired interval is
+        # over images; the seed spread is shown where notebook 02 has both seeds)
+        sweep_seeds=[0],
         conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
         # the regime sweep and the scale readout: the reference and the paper's two headline
         # targets (D needs only the reference); the protocol table keeps every condition
@@ -97,6 +102,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random 64 of them
         bootstrap=1000,
         scale_backbones=["hybrid_lite0_vit_w128", "hybrid_lite0_vit"],
+        # off in quick's 45-min budget: each other backbone is trained from nothing on 2 cores (the
+        # width-128 readout ~10 min, the label-trained partner with its regime sweep ~29 min);
+        # `-p other_backbones true` adds both (README "Real data"; docs/architecture.md)
+        other_backbones=False,
         device="cpu",
     ),
     # GPU: the paper's datasets, backbones, seeds and full grid
@@ -399,6 +408,8 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
     p = profile
     problems: list[str] = []
     _check_names(p, problems)
+    if not isinstance(p.get("other_backbones", True), bool):
+        problems.append(f"other_backbones: expected true or false, got {_show(p.get('other_backbones'))}")
     _check_grid(p, problems)
     for key in ("finetune", "synthetic_finetune", "scorer_train"):
         _check_recipe(key, p.get(key), problems)
@@ -444,9 +455,10 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
                           ("budgets", lambda v: _is_number(v) and _MIN_BUDGET <= float(v) <= 1,
                            f"numbers in [{_MIN_BUDGET:g}, 1]"),
                           ("seeds", _is_int, "integers"),
+                          ("sweep_seeds", _is_int, "integers"),
                           ("related_seeds", _is_int, "integers")):
         v = p.get(key)
-        if v is None and key in ("depths", "budgets", "related_seeds"):
+        if v is None and key in ("depths", "budgets", "sweep_seeds", "related_seeds"):
             continue
         if not isinstance(v, (list, tuple)) or not v:
             problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {_show(v)}")

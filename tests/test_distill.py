@@ -259,6 +259,39 @@ def test_token_label_loss_is_zero_at_the_teacher_and_matches_the_formula():
     torch.testing.assert_close(dl.token_label_loss(s, t), (p * (p.log() - logq)).sum(1).mean())
 
 
+def test_drop_cells_keeps_the_prefix_and_whole_cells_and_the_kept_token_labels():
+    """PatchDropout by teacher-grid cells: prefix tokens always kept, each kept cell's patch tokens
+    in place, and the token-label loss on the kept cells equals the full one with every cell kept
+    and the per-cell KL by hand otherwise."""
+    from midas_nb.backbones.distilled import _token_maps, drop_cells, kept_token_label_loss
+    g = torch.Generator().manual_seed(0)
+    B, P, D, K = 3, 2, 5, 7
+    tok = torch.randn(B, P + 4 * 6, D, generator=g)
+    head = torch.nn.Linear(D, K)
+    teacher = torch.randn(B, K, 2, 3, generator=g)
+    kept, cells = drop_cells(tok, P, (4, 6), (2, 3), 1.0, g)
+    assert cells.tolist() == [list(range(6))] * B
+    torch.testing.assert_close(kept_token_label_loss(kept[:, P:], head, cells, teacher),
+                               dl.token_label_loss(_token_maps(tok[:, P:], head, (4, 6), (2, 3)), teacher))
+    kept, cells = drop_cells(tok, P, (4, 6), (2, 3), 0.5, g)
+    assert kept.shape == (B, P + 3 * 4, D) and torch.equal(kept[:, :P], tok[:, :P])
+    for b in range(B):
+        assert cells[b].tolist() == sorted(set(cells[b].tolist()))
+        for i, c in enumerate(cells[b].tolist()):
+            r, q = divmod(c, 3)
+            rows = [P + (2 * r + dy) * 6 + 2 * q + dx for dy in (0, 1) for dx in (0, 1)]
+            assert torch.equal(kept[b, P + 4 * i:P + 4 * i + 4], tok[b, rows])
+    s = head(kept[:, P:]).reshape(B, 3, 4, K).mean(2)
+    t = torch.stack([teacher.flatten(2).transpose(1, 2)[b, cells[b]] for b in range(B)])
+    p = t.softmax(-1)
+    torch.testing.assert_close(kept_token_label_loss(kept[:, P:], head, cells, teacher),
+                               (p * (p.log() - s.log_softmax(-1))).sum(-1).mean())
+    with pytest.raises(ValueError, match="multiple of the cell grid"):
+        drop_cells(tok, P, (4, 6), (3, 4), 0.5, g)
+    # off by default: the recipe key of a checkpoint without PatchDropout is unchanged
+    assert "token_keep" not in dl.DistillRecipe().key() and dl.DistillRecipe(token_keep=0.5).key()["token_keep"] == 0.5
+
+
 def test_distillation_loss_by_hand():
     g = torch.Generator().manual_seed(2)
     lc, ld, t = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)

@@ -170,6 +170,29 @@ def test_prefetched_targets_are_cached_in_the_same_pass_and_change_nothing(tmp_p
         assert set(f.keys()) == {"T1", "T5", "rollout"}
 
 
+def test_throughput_is_timed_once_per_backbone_point_and_scorer_kind(tmp_path, monkeypatch):
+    """The pruned forward's cost depends on the weights' architecture, L, b and the scorer kind, not
+    on the scorer's weights: cells of one (backbone, L, b) share one timing per kind."""
+    import midas_nb.protocol as proto
+    calls = []
+    real = proto.measure_throughput
+    monkeypatch.setattr(proto, "measure_throughput", lambda fn, x, **k: calls.append(1) or real(fn, x, **k))
+    monkeypatch.setattr(proto, "_SPEED_MEMO", {})
+    model = tiny_vit()
+    train, test = TinyDataset(12, 8), TinyDataset(6, 9)
+    kw = dict(depth=2, seeds=[0], dataset_name="tiny", backbone_name="vit", checkpoint_id="ck",
+              epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path,
+              throughput_repeats=1, throughput_batch=2)
+    a = run_protocol(train, test, model, budget=0.25, conditions=["reference", "T1"], **kw)
+    assert len(calls) == 3                          # the full model, the reference and the MLP scorer
+    b = run_protocol(train, test, model, budget=0.25, conditions=["T5"], **kw)
+    assert len(calls) == 3
+    assert b["throughput"].iloc[0] == a.loc[a["condition"] == "T1", "throughput"].iloc[0]
+    assert b["throughput_full"].iloc[0] == a["throughput_full"].iloc[0]
+    run_protocol(train, test, model, budget=0.5, conditions=["T1"], **kw)
+    assert len(calls) == 4                          # another b: the pruned forward only
+
+
 def test_run_protocol_box_coverage_and_bad_condition(tmp_path):
     model = tiny_vit()                               # fused attention (timm's default)
     train, test = TinyDataset(8, 6), TinyDataset(6, 7, has_parts=False)

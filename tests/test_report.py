@@ -463,8 +463,16 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     assert ("Changed with the backbone (hybrid_lite0_vit → hybrid_lite0_deit, both verdicts decided): "
             + PAPER_FINDINGS["t1_below_reference"]) in md
     assert "| T5 | +10.50 [+10.00, +11.00], in | +10.50 [+10.00, +11.00], in |" in md and "does not hold" in md
-    # a partner without rows is reported missing, never left out silently
+    # a partner without rows is reported, never left out silently: "not run" where the profile does
+    # not train it (quick's default), "missing" where it should have rows
     only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
+    miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
+    assert list(miss["kind"]) == ["not run"] and "-p other_backbones true" in miss["evidence"].iloc[0]
+    md = backbones_section(only_new)
+    assert "No comparison of the findings: hybrid_lite0_vit has no rows (not run)." in md
+    assert "No finding's decided verdict differs" not in md
+    on = dict(prof, other_backbones=True)
+    only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), on)["backbones"]
     miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
     assert list(miss["kind"]) == ["missing"] and "notebook 05" in miss["evidence"].iloc[0]
     # one backbone without a partner (a paper profile's DeiT): no side-by-side table

@@ -97,13 +97,62 @@ def markers(tmp_path) -> Path:
 # ------------------------------------------------------------------------------ grids
 
 
-def test_make_grid_sizes_follow_the_profile():
+def test_quick_reads_out_other_backbones_only_when_asked():
+    """quick's 45-min budget: the scale readout and the side-by-side run the profile's own backbone
+    unless other_backbones is on (each other backbone is trained from nothing offline)."""
+    from midas_nb.backbones import comparison_backbones
+    from midas_nb.config import check_profile
     prof = get_profile("quick")
+    assert prof["other_backbones"] is False and get_profile("paper")["other_backbones"] is True
+    assert {c.backbone for c in make_grid(prof, "scale")} == {prof["backbone"]}
+    assert comparison_backbones(prof) == [prof["backbone"]]
+    assert comparison_backbones(prof, planned=True) == ["hybrid_lite0_vit", "hybrid_lite0_deit"]
+    on = get_profile("quick", other_backbones=True)
+    assert {c.backbone for c in make_grid(on, "scale")} == set(on["scale_backbones"])
+    assert comparison_backbones(on) == ["hybrid_lite0_vit", "hybrid_lite0_deit"]
+    assert make_grid(on, "regime") == make_grid(prof, "regime")      # the regime sweep is the main backbone's
+    assert check_profile(get_profile("quick", other_backbones="yes"), device=False) == [
+        "other_backbones: expected true or false, got 'yes' (str)"]
+
+
+def test_sweep_seeds_apply_off_the_profiles_point():
+    """quick sweeps its other (L, b) points with sweep_seeds (one seed); its own point keeps every
+    seed (notebook 02's cells), and an explicit seeds list applies everywhere."""
+    prof = get_profile("quick")
+    assert prof["sweep_seeds"] == [0] and prof["seeds"] == [0, 1]
+    cross = make_grid(prof, "regime")
+    L0, b0 = prof["depth"], prof["budget"]
+    centre = [c for c in cross if (c.depth, c.budget) == (L0, b0)]
+    off = [c for c in cross if (c.depth, c.budget) != (L0, b0)]
+    assert {c.seed for c in centre if c.condition == "T5"} == {0, 1}
+    assert {c.seed for c in off} == {0} and len(off) == 4 * len(prof["sweep_conditions"])
+    assert {c.seed for c in make_grid(prof, "regime", seeds=[0, 1]) if c.condition == "T5"} == {0, 1}
+    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (2 * 2 + 1)
+    from midas_nb.config import check_profile
+    assert check_profile(get_profile("quick", sweep_seeds=[0, 0]), device=False) == [
+        "sweep_seeds: duplicated entries in [0, 0]"]
+
+
+def test_prefetch_targets_only_where_other_cells_read_them():
+    """The first cell at (backbone, L) computes all the profile's targets only at its own backbone and
+    depth (notebooks 02 and 06 train every condition there); elsewhere only the swept targets."""
+    from midas_nb.study.runner import prefetch_targets
+    prof = get_profile("quick")
+    assert prefetch_targets(prof, prof["backbone"], prof["depth"]) == prof["targets"]
+    assert prefetch_targets(prof, prof["backbone"], 3) == ["T1", "T5"]
+    assert prefetch_targets(prof, "hybrid_lite0_vit", prof["depth"]) == ["T1", "T5"]
+    paper = get_profile("paper")      # no sweep_conditions: every supervised condition is swept
+    assert prefetch_targets(paper, "deit_tiny_patch16_224.fb_in1k", 3) == ["T1", "T2", "T3", "T4", "T5"]
+
+
+def test_make_grid_sizes_follow_the_profile():
+    prof = get_profile("quick", other_backbones=True)
     # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions)
     assert set(prof["sweep_conditions"]) < set(prof["conditions"])
     assert {c.condition for c in make_grid(prof, "cross")} == set(prof["sweep_conditions"])
     assert {c.condition for c in make_grid(prof, "cross", conditions=prof["conditions"])} == set(prof["conditions"])
     prof.pop("sweep_conditions")
+    prof.pop("sweep_seeds")
     nc, ns = len(prof["conditions"]), len(prof["seeds"])
     nL, nb = len(prof["depths"]), len(prof["budgets"])
     assert "reference" in prof["conditions"] and ns > 1

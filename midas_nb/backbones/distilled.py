@@ -230,6 +230,54 @@ def token_label_loss(student_maps: Tensor, teacher_maps: Tensor) -> Tensor:
     return kl.sum(1).mean()
 
 
+def drop_cells(tokens: Tensor, num_prefix: int, grid: tuple[int, int], cell_grid: tuple[int, int], keep: float,
+               generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """PatchDropout by cells (Liu et al., 2023, https://arxiv.org/abs/2208.07220): keep the prefix
+    tokens and the patch tokens of a random ``k = max(1, round(keep·h'·w'))`` of the ``h'×w'``
+    cells of ``cell_grid`` per image (each cell = ``(h/h')×(w/w')`` patch tokens), in cell order.
+
+    Args:
+        tokens: ``[B,P+N,D]`` with ``N = h·w`` patch tokens in row-major order.
+        num_prefix: ``P``.
+        grid: ``(h, w)``, multiples of ``cell_grid``.
+        cell_grid: ``(h', w')``.
+        keep: fraction of cells kept, in ``(0, 1]``.
+        generator: the RNG of the kept cells.
+
+    Returns:
+        ``(kept tokens [B,P+k·f,D], kept cells [B,k])`` with ``f`` patch tokens per cell; the
+        patch tokens of cell ``cells[:, i]`` are rows ``P+i·f … P+(i+1)·f−1``.
+    """
+    (h, w), (ch, cw) = grid, cell_grid
+    if h % ch or w % cw:
+        raise ValueError(f"patch grid {grid} must be a multiple of the cell grid {cell_grid}")
+    B, C = tokens.shape[0], ch * cw
+    fy, fx = h // ch, w // cw
+    k = max(1, round(keep * C))
+    cells = torch.rand(B, C, generator=generator).argsort(1)[:, :k].sort(1).values.to(tokens.device)
+    r, c = cells // cw, cells % cw                                                   # [B,k]
+    dy = torch.arange(fy, device=tokens.device).repeat_interleave(fx)                # [f]
+    dx = torch.arange(fx, device=tokens.device).repeat(fy)
+    idx = ((r[..., None] * fy + dy) * w + c[..., None] * fx + dx).reshape(B, -1)     # [B,k·f]
+    patches = tokens[:, num_prefix:].gather(1, idx[..., None].expand(-1, -1, tokens.shape[-1]))
+    return torch.cat([tokens[:, :num_prefix], patches], 1), cells
+
+
+def kept_token_label_loss(patch_tokens: Tensor, head: nn.Linear, cells: Tensor, teacher_maps: Tensor) -> Tensor:
+    """:func:`token_label_loss` on the kept cells of :func:`drop_cells`: the student's score of a
+    cell is the mean of ``head`` over its patch tokens (what ``_token_maps``' average pooling
+    gives with every token present), KL per kept cell, mean over kept cells and images.
+
+    ``patch_tokens [B,k·f,D]``, ``cells [B,k]``, ``teacher_maps [B,K,h',w']``; returns a scalar.
+    """
+    B, k = cells.shape
+    s = head(patch_tokens).float().reshape(B, k, -1, head.out_features).mean(2)          # [B,k,K]
+    t = teacher_maps.flatten(2).transpose(1, 2)                                            # [B,h'w',K]
+    t = t.gather(1, cells[..., None].expand(-1, -1, t.shape[-1]))
+    kl = F.kl_div(F.log_softmax(s, -1), F.log_softmax(t.float(), -1), reduction="none", log_target=True)
+    return kl.sum(-1).mean()
+
+
 def mix_tokens(stem: Tensor, targets: Sequence[Tensor], generator: torch.Generator) -> tuple[Tensor, list[Tensor], Tensor, float]:
     """MixToken (Jiang et al., 2021): CutMix on the token grid after the patch embedding.
 
@@ -511,16 +559,26 @@ class _DistillStep:
             y2 = y[perm.to(device)]
             mixed = 1
         grid, P = tuple(model.patch_embed.grid_size), 2
+        tokens = tokens_from_stem_features(model, x)
+        cells = None
+        if recipe.token_keep < 1.0:
+            tokens, cells = drop_cells(tokens, P, grid, t.grid, recipe.token_keep, self.gen)
         with self.autocast():
-            z = model.norm(model.blocks(tokens_from_stem_features(model, x)))
+            z = model.norm(model.blocks(tokens))
             lc, ld = model.head(z[:, 0]), model.head_dist(z[:, 1])
             loss = distillation_loss(lc, ld, y, maps[0].mean((-1, -2)), recipe, self.label_smoothing,
                                      labels_mixed=y2, lam=lam)
-            if self.tl_head is not None:
+            if self.tl_head is not None and cells is not None:
+                lt = kept_token_label_loss(z[:, P:], self.tl_head, cells, maps[0])
+                loss = loss + recipe.token_label_weight * lt
+                sums["token_labels"] += float(lt.detach()) * len(y)
+            elif self.tl_head is not None:
                 lt = token_label_loss(_token_maps(z[:, P:], self.tl_head, grid, t.grid), maps[0])
                 loss = loss + recipe.token_label_weight * lt
                 sums["token_labels"] += float(lt.detach()) * len(y)
             if self.hint is not None:
+                if cells is not None:
+                    raise ValueError("the dense hint needs every patch token; use token_keep=1.0 with hint_weight > 0")
                 lh = F.mse_loss(_token_maps(z[:, P:], self.hint, grid, t.grid), maps[1])
                 loss = loss + recipe.hint_weight * lh
                 sums["hint"] += float(lh.detach()) * len(y)

@@ -30,6 +30,12 @@ class DistillRecipe:
             after the patch embedding): a box of the stem-feature grid, aligned with the teacher's
             grid, is pasted from another image of the batch; labels mix by area, the teacher's
             dense targets are pasted with the same box.
+        token_keep: fraction of the teacher-grid cells whose patch tokens enter the blocks in a
+            training step (PatchDropout, Liu et al., 2023, "PatchDropout: Economizing Vision
+            Transformers Using Patch Dropout", https://arxiv.org/abs/2208.07220: a random subset of
+            patch tokens per image, prefix tokens always kept); the cells are the teacher's grid
+            (2×2 patch tokens at stride 16), so the token labels of the kept cells stay exact.
+            1.0 switches it off; evaluation and the saved backbone always see every token.
         oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
             probe's own, in-sample logits).
         probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear
@@ -42,6 +48,7 @@ class DistillRecipe:
     token_label_weight: float = 1.0
     hint_weight: float = 0.0
     mix_prob: float = 0.5
+    token_keep: float = 1.0
     oof_folds: int = 5
     probe_steps: int = 100
     probe_lr: float = 1e-2
@@ -54,11 +61,16 @@ class DistillRecipe:
         assert self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0, \
             f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
         assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
+        assert 0.0 < self.token_keep <= 1.0, f"token_keep must be in (0, 1], got {self.token_keep}"
         assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
 
     def key(self) -> dict[str, Any]:
-        """The fields and :data:`DISTILL_VERSION`, for checkpoint keys."""
-        return dict(asdict(self), version=DISTILL_VERSION)
+        """The fields and :data:`DISTILL_VERSION`, for checkpoint keys (``token_keep`` only when
+        PatchDropout is on, so checkpoints built before the field existed keep their keys)."""
+        fields = asdict(self)
+        if fields["token_keep"] == 1.0:
+            del fields["token_keep"]
+        return dict(fields, version=DISTILL_VERSION)
 
 
 #: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
@@ -89,10 +101,15 @@ OFFLINE_PARTNERS: dict[str, str] = {"hybrid_lite0_vit": "hybrid_lite0_deit", "vi
 _REVERSE = {v: k for k, v in OFFLINE_PARTNERS.items()}
 
 
-def comparison_backbones(params: dict[str, Any]) -> list[str]:
+def comparison_backbones(params: dict[str, Any], *, planned: bool = False) -> list[str]:
     """Backbones of the side-by-side readout for a profile: ``params["compare_backbones"]``
     when set; else the profile's backbone and its offline partner (label-trained first,
-    :data:`OFFLINE_PARTNERS`); else the profile's backbone alone."""
+    :data:`OFFLINE_PARTNERS`); else the profile's backbone alone. Where ``other_backbones`` is
+    false (quick) a run computes the profile's backbone alone; ``planned=True`` still lists
+    every backbone of the side-by-side (the report shows those the store holds and names the
+    others as not run)."""
+    if not planned and not params.get("other_backbones", True):
+        return [params["backbone"]]
     given = params.get("compare_backbones")
     if given:
         return list(dict.fromkeys(given))

@@ -236,7 +236,7 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
             r = t[t["backbone"] == bb].iloc[0]
             acc.append([bb, r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
                         _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
-                        "missing: " + r["evidence"] if r["kind"] == "missing" else ""])
+                        f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""])
         out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
                               "all-token accuracy (evaluated images)", "note"], acc) + "\n")
         for kind, label in (("D", "D (pp) [CI], parity band"), ("cosine", "cosine [CI]"), ("finding", "verdict")):
@@ -263,7 +263,12 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
             head = {"D": "condition", "cosine": "hidden·attention", "finding": "paper finding"}[kind]
             out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
         changed, undecided = backbone_changes(bt, ds)
-        if len(bbs) >= 2:
+        read = list(dict.fromkeys(t.loc[t["kind"] == "finding", "backbone"]))
+        if len(bbs) >= 2 and len(read) < 2:
+            out.append("No comparison of the findings: " + ", ".join(
+                f"{bb} has no rows ({str(t.loc[t['backbone'] == bb, 'kind'].iloc[0])})" for bb in bbs if bb not in read)
+                + ".\n")
+        elif len(bbs) >= 2:
             names = lambda ids: "; ".join(PAPER_FINDINGS.get(i, i) for i in ids)  # noqa: E731
             out.append((f"Changed with the backbone ({bbs[0]} → {bbs[1]}, both verdicts decided): {names(changed)}."
                         if changed else f"No finding's decided verdict differs between {bbs[0]} and {bbs[1]}.")

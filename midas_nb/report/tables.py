@@ -273,11 +273,21 @@ def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_bo
     return rg
 
 
+def _scale_display(prof: Mapping[str, Any]) -> list[str]:
+    """Backbones the scale section shows where the store has their rows: the profile's
+    ``scale_backbones``; where ``other_backbones`` is false (quick) the profile's own backbone
+    first (the only one such a run computes), then those (a run with the flag on fills them)."""
+    listed = list(prof.get("scale_backbones") or [prof["backbone"]])
+    if prof.get("other_backbones", True):
+        return listed
+    return list(dict.fromkeys([prof["backbone"]] + listed))
+
+
 def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     cell = _CELL
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    scale_bbs = list(prof.get("scale_backbones") or [prof["backbone"]])
+    scale_bbs = _scale_display(prof)
     sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept)]
     sc_rows = sc_rows[sc_rows.groupby(["dataset", "backbone"])["condition"].transform(lambda s: (s == "reference").any())]
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
@@ -333,7 +343,7 @@ def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, prof: Mapping[str, Any
     notebook 05's comparison of the distilled backbone); INCOMPLETE where cells are missing."""
     L0, b0 = int(prof["depth"]), float(prof["budget"])
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    scale_bbs = list(prof.get("scale_backbones") or [prof["backbone"]])
+    scale_bbs = _scale_display(prof)
     fnd_rows = rows[rows["condition"].isin(set(prof["conditions"]) | set(swept))]
     fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == prof["backbone"]) |
                                   (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
@@ -375,13 +385,14 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
     - ``kind = "cosine"``: the hidden- vs attention-gradient cosines at ``L`` of its checkpoint;
     - ``kind = "finding"``: each paper finding's verdict (:func:`paper_findings` over the
       backbone's own rows: the regime grid where the store has it);
-    - ``kind = "missing"``: a backbone without a reference at ``(L, b)`` (notebook 05 not run).
+    - ``kind = "missing"``: a backbone without a reference at ``(L, b)`` (notebook 05 not run);
+      ``kind = "not run"`` instead where the profile does not run it (``other_backbones`` false).
 
     Accuracies: ``full_accuracy`` on the evaluated images (the rows), ``test_accuracy`` and the
     teacher's from the checkpoint metadata in this machine's cache (empty where absent). Empty
     for a profile with one comparison backbone."""
     L0, b0 = int(prof["depth"]), float(prof["budget"])
-    bbs = comparison_backbones(dict(prof))
+    bbs = comparison_backbones(dict(prof), planned=True)
     if len(bbs) < 2 or rows.empty:
         return pd.DataFrame(columns=BACKBONE_COLUMNS)
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
@@ -392,8 +403,13 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
             if at.empty or not (at["condition"] == "reference").any():
-                out.append(dict(base, kind="missing", verdict="missing",
-                                evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
+                if bb != prof["backbone"] and not prof.get("other_backbones", True):
+                    out.append(dict(base, kind="not run", verdict="not run",
+                                    evidence=f"the {prof['profile']} profile trains no other backbone "
+                                             "(other_backbones=false); `midas-nb run -p other_backbones true` adds it"))
+                else:
+                    out.append(dict(base, kind="missing", verdict="missing",
+                                    evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
                 continue
             ck = str(_first(at["checkpoint_id"]))
             meta = _checkpoint_meta(ck)[0] or {}

@@ -114,13 +114,15 @@ def _is_paper(profile: Mapping[str, Any]) -> bool:
 def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
     datasets = the profile's ``datasets`` key (:data:`PAPER_DATASETS` for ``paper`` without
-    one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"``, else the
-    profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"`` (the profile's
+    ``backbone`` alone where ``other_backbones`` is false, as in quick), else the profile's
+    ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
     Nothing is read; data roots are not resolved."""
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     datasets = list(PAPER_DATASETS) if _is_paper(prof) and not prof.get("datasets") else grid_datasets(prof)
     if kind == "scale":
-        backbones = list(prof.get("scale_backbones") or [prof["backbone"]])
+        backbones = (list(prof.get("scale_backbones") or [prof["backbone"]]) if prof.get("other_backbones", True)
+                     else [prof["backbone"]])
     else:
         backbones = list(prof.get("backbones") or (
             prof["scale_backbones"] if _is_paper(prof) and prof.get("scale_backbones") else [prof["backbone"]]))
@@ -154,7 +156,9 @@ def make_grid(
       ``scale_backbones``.
 
     Each point is crossed with conditions (default: the profile's ``sweep_conditions``, else
-    its ``conditions``) × seeds × datasets × backbones, except that a
+    its ``conditions``) × seeds × datasets × backbones — the seeds are the profile's ``seeds`` at
+    its own point ``(depth, budget)`` and its ``sweep_seeds`` (default ``seeds``) at the others,
+    unless ``seeds`` is given (then every point has those) — except that a
     condition without trainable parameters (``seedless_conditions``, default ``reference``:
     the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
     :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
@@ -216,9 +220,13 @@ def make_grid(
     if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
         conditions = prof.get("sweep_conditions") or prof["conditions"]
     conditions = list(conditions)
+    # the profile's point (L, b) has every seed (its cells are notebook 02's); the sweep's other
+    # points the profile's sweep_seeds where it has them (quick: one seed, for its time budget)
+    off_seeds = [int(s) for s in (prof.get("sweep_seeds") or prof["seeds"])] if seeds is None else None
     seeds = [int(s) for s in (prof["seeds"] if seeds is None else seeds)]
+    off_seeds = off_seeds or seeds
     for name, values in dict(datasets=datasets, backbones=backbones, conditions=conditions,
-                             seeds=seeds, depths=depths, budgets=budgets).items():
+                             seeds=seeds, sweep_seeds=off_seeds, depths=depths, budgets=budgets).items():
         if len(values) == 0:
             raise ValueError(f"make_grid: {name} is empty; expected at least one entry")
         if len(set(values)) != len(values):
@@ -240,8 +248,9 @@ def make_grid(
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
             for L, b in points:
+                at = seeds if (L, b) == (L0, round(b0, 6)) else off_seeds
                 for cond in conditions:
-                    for s in (seeds[:1] if cond in seedless_conditions else seeds):
+                    for s in (at[:1] if cond in seedless_conditions else at):
                         cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
                                                data_id=data_id))
     return cells

@@ -14,7 +14,7 @@ from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStat
 from .cache import _study
 from .grid import _DATA_PARAMS, _eval_identity, _protocol_params, _spec_of, make_grid
 
-__all__ = ["ProtocolCellRunner", "scale_readout"]
+__all__ = ["ProtocolCellRunner", "prefetch_targets", "scale_readout"]
 
 
 class ProtocolCellRunner:
@@ -26,8 +26,11 @@ class ProtocolCellRunner:
     :func:`midas_nb.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
     ``conditions=[cell.condition]``, ``seeds=[cell.seed]`` and the protocol settings stored in
     ``cell.params``, so a cell is computed exactly as its key says. The first supervised cell
-    at a depth computes the train-split maps of all the profile's ``targets`` in one pass
-    (``prefetch_targets``), so the cells of the other targets find them cached.
+    of the profile's own backbone at the profile's depth computes the train-split maps of all the
+    profile's ``targets`` in one pass (``prefetch_targets``), so the cells of the other targets
+    (notebooks 02 and 06) find them cached; elsewhere (the regime sweep's other depths, the scale
+    readout's other backbones) the pass computes only the targets of ``sweep_conditions``, the
+    only supervised conditions run there (:func:`prefetch_targets`).
 
     Args:
         profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
@@ -94,7 +97,21 @@ class ProtocolCellRunner:
             study.train_set, study.test_set, model, depth=cell.depth, budget=cell.budget,
             conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
             backbone_name=cell.backbone, checkpoint_id=ckpt, device=study.device,
-            progress=self.progress, prefetch_targets=list(self.profile.get("targets") or ()), **settings)
+            progress=self.progress, prefetch_targets=prefetch_targets(self.profile, cell.backbone, cell.depth),
+            **settings)
+
+
+def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> list[str]:
+    """Target ids whose train-split maps a cell of ``(backbone, depth)`` computes in its capture
+    pass: all the profile's ``targets`` at the profile's own backbone and depth (where notebooks 02
+    and 06 train every condition); elsewhere those among ``sweep_conditions`` (default:
+    ``conditions``), the supervised conditions the regime sweep and the scale readout run. The maps
+    of a target do not depend on which others share the pass (one forward, per-target rules)."""
+    targets = list(profile.get("targets") or ())
+    if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
+        return targets
+    swept = set(profile.get("sweep_conditions") or profile.get("conditions") or ())
+    return [t for t in targets if t in swept]
 
 
 def scale_readout(
