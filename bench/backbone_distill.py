@@ -27,13 +27,14 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from midas_nb.backbones import backbone_normalization, load_or_finetune
+from midas_nb.backbones import backbone_normalization, DISTILLED_RECIPES, load_or_finetune
 from midas_nb.config import default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
@@ -92,6 +93,9 @@ def main() -> None:
     ap.add_argument("--work-dir", default=None, help="class subset and caches (default: a temporary directory)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--epochs", type=int, default=None, help="the new backbone's epochs (default: the quick profile's)")
+    ap.add_argument("--token-keep", type=float, default=None,
+                    help="PatchDropout for the new backbone: fraction of teacher cells kept per step (DistillRecipe.token_keep)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     first, last = (int(v) for v in args.classes.split("-"))
@@ -99,6 +103,10 @@ def main() -> None:
     root = cub_class_subset(Path(args.root), first, last, work / f"cub_{first}_{last}")
 
     ft = {name: finetune_settings(prof, "cub", name) for name in (args.old, args.new)}
+    if args.epochs is not None:
+        ft[args.new]["epochs"] = args.epochs
+    if args.token_keep is not None:   # the measured alternative of docs/architecture.md, off by default
+        DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], token_keep=args.token_keep)
     mean, std = backbone_normalization(args.new)
     data_kw = dict(image_size=prof["image_size"], patch_size=prof["patch_size"], mean=mean, std=std)
     train, test = load_dataset("cub", root, "train", **data_kw), load_dataset("cub", root, "test", **data_kw)

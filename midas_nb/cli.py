@@ -194,7 +194,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
             else:
                 os.environ[name] = value
         print("\n" + run_summary(out_dir), flush=True)
-    print(f"\nAll {len(paths)} notebooks ran in {time.time() - t_all:.0f} s (run {run_id}).")
+    print(f"\n{'The notebook' if len(paths) == 1 else f'All {len(paths)} notebooks'} ran in {time.time() - t_all:.0f} s (run {run_id}).")
     print(f"  executed notebooks: {out_dir}")
     print(f"  results tables:     {config.runs_dir() / 'tables'}")
     print(f"  figures:            {config.figures_dir()}")

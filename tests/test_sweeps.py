@@ -382,6 +382,21 @@ def test_failing_cell_is_recorded_the_rest_finish_and_rerun_retries(tmp_path, ma
     assert_store_clean(store, cells)
 
 
+def test_unreadable_grid_json_is_reported_and_its_cells_recovered(tmp_path, markers):
+    """A garbage grid.json never reads as an empty store: the cells come back from their records,
+    the problem is listed, and the next registration writes a good manifest."""
+    cells = toy_cells(3)
+    store = ResultStore(tmp_path / "store")
+    run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    store.manifest_path.write_text("{not json", encoding="utf-8")
+    assert {c.key for c in store.registered_cells()} == {c.key for c in cells}
+    (problem,) = [p for p in store.problems() if p["path"].endswith("grid.json")]
+    assert "unreadable JSON" in problem["reason"] and "recovered from their 3 records" in problem["reason"]
+    store.register(cells[:1])
+    assert json.loads(store.manifest_path.read_text()).keys() == {c.key for c in cells}
+    assert not store.problems()
+
+
 def test_unserialisable_output_is_a_cell_failure(tmp_path):
     store = ResultStore(tmp_path / "store")
     status = run_sweep(toy_cells(1), _bad_output_fn, store)

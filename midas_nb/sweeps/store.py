@@ -142,12 +142,24 @@ class ResultStore:
         atomic_write_text(self.manifest_path, json.dumps(grid, default=_jsonable, indent=1))
 
     # -- reading ------------------------------------------------------------------------------
-    def _read_manifest(self) -> dict[str, dict]:
+    def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
+        """``(grid, None)``; ``({}, None)`` without a ``grid.json``; ``(None, why)`` for one that
+        cannot be read."""
         try:
             grid = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-            return grid if isinstance(grid, dict) else {}
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            return {}
+        except FileNotFoundError:
+            return {}, None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return None, f"unreadable JSON ({e})"
+        return (grid, None) if isinstance(grid, dict) else (None, f"a JSON {type(grid).__name__}, not an object")
+
+    def _read_manifest(self) -> dict[str, dict]:
+        grid, _ = self._parse_manifest()
+        if grid is not None:
+            return grid
+        # an unreadable grid.json (reported by scan()): every finished cell's record holds its
+        # cell, so the list is recovered from the records rather than read as empty
+        return {k: r["cell"] for k, r in self.scan()[0].items()}
 
     def registered_cells(self) -> list[SweepCell]:
         """The cells listed in ``grid.json`` (empty if none were registered)."""
@@ -210,6 +222,11 @@ class ResultStore:
                 continue
             else:
                 problems.append(dict(path=str(p), reason="unexpected file; ignored"))
+        _, why = self._parse_manifest()
+        if why:
+            problems.append(dict(path=str(self.manifest_path),
+                                 reason=f"grid.json is {why}; the cells are recovered from their {len(records)} "
+                                        "records (cells registered but never finished are not listed)"))
         return records, problems
 
     def problems(self) -> list[dict[str, str]]:
