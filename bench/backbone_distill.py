@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from midas_nb.backbones import backbone_normalization, DISTILLED_RECIPES, load_or_finetune
+from midas_nb.backbones import backbone_normalization, DISTILLED_RECIPES, load_or_finetune, machine_info
 from midas_nb.config import default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
@@ -77,7 +77,8 @@ def build(name: str, train, test, ft: dict, cache: Path, device: str) -> dict:
     assert not meta["loaded_from_cache"], f"{cache} was not empty"
     return dict(name=name, checkpoint_id=meta["checkpoint_id"], test_accuracy=meta["test_accuracy"],
                 train_accuracy=meta["train_accuracy"], distillation=meta.get("distillation"),
-                timings=meta["timings"], wall_s=wall, cpu_s=cpu, load_before=load0, load_after=_load())
+                timings=meta["timings"], wall_s=wall, cpu_s=cpu, load_before=load0, load_after=_load(),
+                precision=meta["precision"], attention=meta.get("attention"))
 
 
 def main() -> None:
@@ -112,6 +113,9 @@ def main() -> None:
     train, test = load_dataset("cub", root, "train", **data_kw), load_dataset("cub", root, "test", **data_kw)
     print(f"classes {first}-{last}: {train.num_classes} classes, {len(train)} train / {len(test)} test images; "
           f"recipes {ft}; {args.threads} threads", flush=True)
+    m = machine_info()  # build times differ several-fold between CPUs (AMX/AVX-512 bfloat16 vs AVX2 float32)
+    print(f"machine: {m['cpu']}, {m['logical_cpus']} logical CPUs, kernels {m['cpu_capability']}, "
+          f"native bfloat16 {'yes' if m['native_bfloat16'] else 'no'}", flush=True)
     results = {}
     for name in ([] if args.skip_old else [args.old]) + [args.new]:
         cache = work / f"cache_{name}_{int(time.time())}"
@@ -122,7 +126,8 @@ def main() -> None:
         heads = (f" (class token {d['student_test_accuracy_cls']:.3f}, distillation token "
                  f"{d['student_test_accuracy_dist']:.3f})") if d else ""
         print(f"{name}: test top-1 {r['test_accuracy']:.3f}{heads}{teacher}; build {r['wall_s']:.0f} s wall, "
-              f"{r['cpu_s']:.0f} s CPU, load {r['load_before']:.1f} -> {r['load_after']:.1f}; "
+              f"{r['cpu_s']:.0f} s CPU, load {r['load_before']:.1f} -> {r['load_after']:.1f}, {r['precision']}, "
+              f"attention {r['attention']}; "
               f"stages {json.dumps({k: round(v, 1) for k, v in r['timings'].items()})}", flush=True)
     new = results[args.new]["test_accuracy"]
     old = args.old_accuracy if args.skip_old else results[args.old]["test_accuracy"]

@@ -346,6 +346,59 @@ def test_finetune_distilled_trains_caches_and_reports_the_teacher(tmp_path):
         assert ka == kb and torch.equal(a, b), ka
 
 
+@pytest.mark.parametrize("name", ["vit_smoke", "vit_smoke_deit"])
+def test_backbone_training_runs_fused_attention_and_returns_the_model_unfused(tmp_path, monkeypatch, name):
+    """Both training loops (labels, distillation) and their accuracy evaluation go through
+    ``F.scaled_dot_product_attention``; the returned backbone is unfused again, so capture's hooks
+    on ``attn_drop`` see the attention matrix."""
+    from midas_nb.backbones.features import ATTENTION_KERNEL
+
+    calls = {"train": 0, "eval": 0}
+    real = F.scaled_dot_product_attention
+
+    def counting(*a, **kw):
+        calls["train" if torch.is_grad_enabled() else "eval"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    train, test = ImageSet(16, 0), ImageSet(8, 1)
+    model, meta = bb.finetune(name, train, test, **_recipe(epochs=1, cache_dir=tmp_path))
+    blocks = len(model.blocks)
+    assert calls["train"] == 2 * blocks        # 16 images in batches of 8: 2 steps, one call per block
+    assert calls["eval"] >= 3 * blocks         # train (2 batches) and test (1 batch) accuracy
+    # the kernel changes the bits of the weights, so it is part of the checkpoint's numerics
+    assert meta["attention"] == meta["key"]["numerics"]["attention"] == ATTENTION_KERNEL
+    assert meta["machine"]["logical_cpus"] >= 1 and meta["machine"]["cpu_capability"]
+    assert not any(m.fused_attn for m in model.modules() if hasattr(m, "fused_attn"))
+    maps = capture(model, _images(2)[:, :, :64, :64]).attn
+    assert len(maps) == blocks and maps[0].shape[-1] == maps[0].shape[-2] == 64 + num_prefix_tokens(model)
+
+
+def test_fused_attention_training_step_is_the_unfused_computation():
+    """Speed only: loss and every parameter gradient of one training step agree between timm's
+    fused and unfused attention (float32, same inputs)."""
+    from midas_nb.vit import fused_attention
+
+    model = _smoke_deit().train()
+    tokens = torch.randn(4, 2 + 64, model.embed_dim, generator=torch.Generator().manual_seed(3))
+    y = torch.tensor([0, 1, 2, 3])
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        z = model.norm(model.blocks(tokens))
+        loss = F.cross_entropy(model.head(z[:, 0]), y) + F.cross_entropy(model.head_dist(z[:, 1]), y)
+        loss.backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    loss_u, grads_u = step()
+    with fused_attention(model):
+        loss_f, grads_f = step()
+    assert grads_u.keys() == grads_f.keys() and any("attn.qkv" in k for k in grads_u)
+    torch.testing.assert_close(loss_f, loss_u, rtol=1e-5, atol=1e-6)
+    for k in grads_u:
+        torch.testing.assert_close(grads_f[k], grads_u[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
 def test_checkpoint_key_names_the_distillation_recipe(monkeypatch):
     train, test = ImageSet(8, 0), ImageSet(4, 1)
     r = dict(epochs=2, batch_size=8, lr=2e-3, warmup_epochs=1, seed=0)

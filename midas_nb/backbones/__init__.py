@@ -61,7 +61,7 @@ from .weights import (_load_weights_file, expected_weight_files, hub_problem, we
 from .factory import (_architecture, backbone_config, backbone_kwargs, check_backbone, create_backbone,
                       num_blocks)  # noqa: F401
 from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accuracy, _progress, _versions,
-                       dataset_fingerprint, evaluate_accuracy, stem_features)  # noqa: F401
+                       ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info, stem_features)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
                       is_distilled_name, OFFLINE_PARTNERS)  # noqa: F401
 from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401
@@ -95,4 +95,6 @@ __all__ = [
     "default_image_size",
     "backbone_kwargs",
     "weights_file_problem",
+    "machine_info",
+    "ATTENTION_KERNEL",
 ]

@@ -10,7 +10,7 @@ import torch
 
 from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json
-from .features import _autocast
+from .features import _autocast, ATTENTION_KERNEL
 from .recipes import distill_recipe, is_distilled_name
 
 
@@ -20,11 +20,13 @@ _RECIPE_VERSION = 1
 
 def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str, Any]:
     """What makes two trainings with the same seed give different bits: the precision (autocast
-    dtype or float32) and, on CPU, the number of intra-op threads (reductions are split by
-    thread, so 1 and 2 threads give different float sums; measured on the smoke backbone)."""
+    dtype or float32), the attention kernel (:data:`~midas_nb.backbones.features.ATTENTION_KERNEL`:
+    the fused kernel sums in another order than the explicit softmax matrix) and, on CPU, the
+    number of intra-op threads (reductions are split by thread, so 1 and 2 threads give different
+    float sums; measured on the smoke backbone)."""
     device = torch.device(device)
     precision = _autocast(device, amp)[1]
-    return dict(device_type=device.type, precision=precision,
+    return dict(device_type=device.type, precision=precision, attention=ATTENTION_KERNEL,
                 num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 
 

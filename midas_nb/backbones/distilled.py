@@ -53,11 +53,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..identity import state_dict_digest
-from ..vit import num_prefix_tokens
+from ..vit import fused_attention, num_prefix_tokens
 from .checkpoint import _RECIPE_VERSION, checkpoint_key
 from .factory import backbone_config, create_backbone
-from .features import (_adamw_cosine, _autocast, _check_training_args, _dataset_info, _feature_accuracy, _progress,
-                       _versions, stem_features)
+from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _dataset_info,
+                       _feature_accuracy, machine_info, _progress, _versions, stem_features)
 from .lite0 import is_hybrid, lite0_classifier, LITE0_STAGES, tokens_from_stem_features
 from .recipes import distill_recipe, DistillRecipe
 
@@ -386,18 +386,20 @@ def finetune_distilled(
     model.train()
     t0 = time.perf_counter()
     bar = _progress(range(epochs), epochs, f"distil {model_name}", progress)
-    for epoch in bar:
-        history.append(dict(epoch=epoch + 1, **step.epoch()))
-        if progress and hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
-    train_s = time.perf_counter() - t0
-    model.eval()
-    del step, teacher.train, teacher.maps
+    with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
+        for epoch in bar:
+            history.append(dict(epoch=epoch + 1, **step.epoch()))
+            if progress and hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
+                                acc=f"{history[-1]['train_running_accuracy']:.3f}")
+        train_s = time.perf_counter() - t0
+        model.eval()
+        del step, teacher.train, teacher.maps
 
-    t0 = time.perf_counter()
-    train_acc = _feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
-    head_acc = _head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
-    eval_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        train_acc = _feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
+        head_acc = _head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
+        eval_s = time.perf_counter() - t0
     recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
                          warmup_epochs=float(warmup_epochs), seed=int(seed),
                          label_smoothing=float(label_smoothing), weight_decay=float(weight_decay))
@@ -426,11 +428,13 @@ def finetune_distilled(
         test_accuracy=head_acc["mean"],
         history=history,
         precision=precision,
+        attention=ATTENTION_KERNEL,
         device=str(device),
         timings=dict(features_s=teacher.features_s, teacher_s=teacher.teacher_s, train_s=train_s, eval_s=eval_s,
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
         versions=_versions(),
         num_threads=int(torch.get_num_threads()),
+        machine=machine_info(),
         weights_digest=state_dict_digest(model),
         loaded_from_cache=False,
     )

@@ -139,6 +139,15 @@ def stem_features(
     return feats
 
 
+#: How backbone training and its accuracy evaluation compute attention: timm's fused
+#: ``F.scaled_dot_product_attention`` path (:func:`midas_nb.vit.fused_attention`), the same
+#: softmax attention without materialising the ``[B,H,T,T]`` matrix; 1.6x faster per training step
+#: on a 2-core AVX2 CPU (docs/architecture.md). Recorded as ``meta["attention"]``; like the precision
+#: and the thread count it is a kernel choice, not part of the checkpoint key (the weights digest
+#: tells builds apart). The returned backbones are unfused again (capture hooks need the matrix).
+ATTENTION_KERNEL = "fused (F.scaled_dot_product_attention)"
+
+
 def _autocast(device: torch.device, amp: bool | None):
     """(context factory, description) for mixed precision on ``device``."""
     if amp is None:
@@ -199,6 +208,26 @@ def _versions() -> dict[str, str]:
     import timm
 
     return dict(torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
+
+
+def machine_info() -> dict[str, Any]:
+    """Where a build's timings were measured: CPU model (Linux ``/proc/cpuinfo``, else
+    ``platform.processor()``), logical CPUs, torch's CPU kernel level (``AVX2``, ``AVX512``, ...)
+    and whether the CPU has native bfloat16 (which decides CPU autocast, :func:`_autocast`).
+    The same recipe runs several times faster on a CPU with AMX/AVX-512 bfloat16 than on an
+    AVX2-only one (docs/architecture.md), so a timing means little without these."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return dict(cpu=model, logical_cpus=os.cpu_count(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
+                native_bfloat16=bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()))
 
 
 def _check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,

@@ -14,11 +14,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
-from ..vit import classify_tokens
+from ..vit import classify_tokens, fused_attention
 from .checkpoint import _checkpoint_dir, _RECIPE_VERSION, checkpoint_key
 from .distilled import finetune_distilled
 from .factory import backbone_config, create_backbone
-from .features import (_adamw_cosine, _autocast, _check_training_args, _collate, _dataset_info, _feature_accuracy,
+from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _collate, _dataset_info,
+                       _feature_accuracy, machine_info,
                        _progress, _versions, evaluate_accuracy, stem_features)
 from .lite0 import is_hybrid, tokens_from_stem_features
 from .recipes import is_distilled_name
@@ -119,23 +120,27 @@ def finetune(
     model.train()
     t_train = time.perf_counter()
     bar = _progress(range(epochs), epochs, f"finetune {model_name}", progress)
-    for epoch in bar:
-        batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
-        history.append(dict(epoch=epoch + 1, **_train_epoch(model, batches, hybrid, autocast, optimizer, scheduler,
-                                                            scaler, label_smoothing)))
-        if progress and hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
-    train_s = time.perf_counter() - t_train
-    model.eval()
+    # training and evaluation run timm's fused attention (speed only, ATTENTION_KERNEL); the
+    # returned model is unfused again, as capture needs
+    with fused_attention(model):
+        for epoch in bar:
+            batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
+            history.append(dict(epoch=epoch + 1, **_train_epoch(model, batches, hybrid, autocast, optimizer,
+                                                                scheduler, scaler, label_smoothing)))
+            if progress and hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
+                                acc=f"{history[-1]['train_running_accuracy']:.3f}")
+        train_s = time.perf_counter() - t_train
+        model.eval()
 
-    t_eval = time.perf_counter()
-    if hybrid:
-        train_acc = _feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
-        test_acc = _feature_accuracy(model, test_feats, test_labels, batch_size, device)
-    else:
-        train_acc = evaluate_accuracy(model, train_set, batch_size, device, num_workers=num_workers)
-        test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
-    eval_s = time.perf_counter() - t_eval
+        t_eval = time.perf_counter()
+        if hybrid:
+            train_acc = _feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
+            test_acc = _feature_accuracy(model, test_feats, test_labels, batch_size, device)
+        else:
+            train_acc = evaluate_accuracy(model, train_set, batch_size, device, num_workers=num_workers)
+            test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
+        eval_s = time.perf_counter() - t_eval
 
     recipe = _Recipe(epochs, batch_size, float(lr), float(warmup_epochs), int(seed),
                      float(label_smoothing), float(weight_decay))
@@ -159,11 +164,13 @@ def finetune(
         test_accuracy=test_acc,
         history=history,
         precision=precision,
+        attention=ATTENTION_KERNEL,
         device=str(device),
         timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
         versions=_versions(),
         num_threads=int(torch.get_num_threads()),
+        machine=machine_info(),
         weights_digest=state_dict_digest(model),
         loaded_from_cache=False,
     )
