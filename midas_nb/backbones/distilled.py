@@ -57,7 +57,7 @@ from ..vit import fused_attention, num_prefix_tokens
 from .checkpoint import _RECIPE_VERSION, checkpoint_key
 from .factory import backbone_config, create_backbone
 from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _dataset_info,
-                       _feature_accuracy, machine_info, _progress, _versions, stem_features)
+                       _feature_accuracy, _head_accuracies, machine_info, _run_epochs, _versions, stem_features)
 from .lite0 import is_hybrid, lite0_classifier, LITE0_STAGES, tokens_from_stem_features
 from .recipes import distill_recipe, DistillRecipe
 
@@ -382,16 +382,10 @@ def finetune_distilled(
                         tl_head=tl_head, optimizer=optimizer, scheduler=scheduler, autocast=autocast,
                         scaler=torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16"),
                         label_smoothing=label_smoothing, batch_size=batch_size, device=device, gen=gen)
-    history = []
     model.train()
     t0 = time.perf_counter()
-    bar = _progress(range(epochs), epochs, f"distil {model_name}", progress)
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
-        for epoch in bar:
-            history.append(dict(epoch=epoch + 1, **step.epoch()))
-            if progress and hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
-                                acc=f"{history[-1]['train_running_accuracy']:.3f}")
+        history = _run_epochs(epochs, f"distil {model_name}", progress, step.epoch)
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps
@@ -587,17 +581,3 @@ class _DistillStep:
                 loss = loss + recipe.hint_weight * lh
                 sums["hint"] += float(lh.detach()) * len(y)
         return loss, lc, ld, y, mixed
-
-
-@torch.no_grad()
-def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
-                     device) -> dict[str, float]:
-    """Test accuracies of the class-token head, the distillation-token head and their mean."""
-    hits = dict(cls=0, dist=0, mean=0)
-    for i in range(0, len(labels), batch_size):
-        z = model.norm(model.blocks(tokens_from_stem_features(model, feats[i:i + batch_size].to(device).float())))
-        lc, ld = model.head(z[:, 0]).cpu(), model.head_dist(z[:, 1]).cpu()
-        y = labels[i:i + batch_size]
-        for k, lg in (("cls", lc), ("dist", ld), ("mean", (lc + ld) / 2)):
-            hits[k] += int((lg.argmax(-1) == y).sum())
-    return {k: v / max(1, len(labels)) for k, v in hits.items()}

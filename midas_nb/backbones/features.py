@@ -202,6 +202,33 @@ def _feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_siz
     return correct / max(1, len(labels))
 
 
+def _run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
+    """``epochs`` calls of ``run_epoch()`` (one epoch each, returning its losses and
+    ``train_running_accuracy``) under a progress bar; the per-epoch history."""
+    history = []
+    bar = _progress(range(epochs), epochs, desc, progress)
+    for epoch in bar:
+        history.append(dict(epoch=epoch + 1, **run_epoch()))
+        if progress and hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
+    return history
+
+
+@torch.no_grad()
+def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
+                     device) -> dict[str, float]:
+    """Test accuracies of a distilled backbone's class-token head, its distillation-token head
+    and their mean (the model's own logits), from cached stem features ``feats [M,C_s,h,w]``."""
+    hits = dict(cls=0, dist=0, mean=0)
+    for i in range(0, len(labels), batch_size):
+        z = model.norm(model.blocks(tokens_from_stem_features(model, feats[i:i + batch_size].to(device).float())))
+        lc, ld = model.head(z[:, 0]).cpu(), model.head_dist(z[:, 1]).cpu()
+        y = labels[i:i + batch_size]
+        for k, lg in (("cls", lc), ("dist", ld), ("mean", (lc + ld) / 2)):
+            hits[k] += int((lg.argmax(-1) == y).sum())
+    return {k: v / max(1, len(labels)) for k, v in hits.items()}
+
+
 def _versions() -> dict[str, str]:
     import platform
 

@@ -19,8 +19,8 @@ from .checkpoint import _checkpoint_dir, _RECIPE_VERSION, checkpoint_key
 from .distilled import finetune_distilled
 from .factory import backbone_config, create_backbone
 from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _collate, _dataset_info,
-                       _feature_accuracy, machine_info,
-                       _progress, _versions, evaluate_accuracy, stem_features)
+                       _feature_accuracy, machine_info, _run_epochs, _versions, evaluate_accuracy,
+                       stem_features)
 from .lite0 import is_hybrid, tokens_from_stem_features
 from .recipes import is_distilled_name
 
@@ -116,20 +116,17 @@ def finetune(
                                          warmup=max(1, round(warmup_epochs * steps_per_epoch)))
     scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
 
-    history = []
     model.train()
     t_train = time.perf_counter()
-    bar = _progress(range(epochs), epochs, f"finetune {model_name}", progress)
+
+    def run_epoch() -> dict[str, float]:
+        batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
+        return _train_epoch(model, batches, hybrid, autocast, optimizer, scheduler, scaler, label_smoothing)
+
     # training and evaluation run timm's fused attention (speed only, ATTENTION_KERNEL); the
     # returned model is unfused again, as capture needs
     with fused_attention(model):
-        for epoch in bar:
-            batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
-            history.append(dict(epoch=epoch + 1, **_train_epoch(model, batches, hybrid, autocast, optimizer,
-                                                                scheduler, scaler, label_smoothing)))
-            if progress and hasattr(bar, "set_postfix"):
-                bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
-                                acc=f"{history[-1]['train_running_accuracy']:.3f}")
+        history = _run_epochs(epochs, f"finetune {model_name}", progress, run_epoch)
         train_s = time.perf_counter() - t_train
         model.eval()
 
