@@ -31,7 +31,7 @@ mixed precision (CUDA: autocast; CPU: bfloat16 autocast where the CPU has native
 Checkpoints are cached with JSON metadata and loaded instead of retrained when the metadata
 key matches (:func:`checkpoint_key`: data content, recipe, numerics) and the weights file's
 SHA-256 equals the one recorded when it was written (otherwise reported and retrained). The
-same seed on the same machine (precision, thread count) gives bit-identical weights; every
+same seed on the same machine (precision, attention kernel, thread count) gives bit-identical weights; every
 checkpoint's metadata records their digest (``weights_digest``). For the hybrid backbone the frozen stem's features are computed once per
 (dataset, split, image size, flip) and cached on disk, so training touches only the
 transformer; flip augmentation then picks the flipped copy of an image's features.

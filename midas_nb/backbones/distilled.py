@@ -428,7 +428,7 @@ def finetune_distilled(
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
         versions=_versions(),
         num_threads=int(torch.get_num_threads()),
-        machine=machine_info(),
+        machine=machine_info(device),
         weights_digest=state_dict_digest(model),
         loaded_from_cache=False,
     )

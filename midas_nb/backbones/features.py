@@ -141,10 +141,11 @@ def stem_features(
 
 #: How backbone training and its accuracy evaluation compute attention: timm's fused
 #: ``F.scaled_dot_product_attention`` path (:func:`midas_nb.vit.fused_attention`), the same
-#: softmax attention without materialising the ``[B,H,T,T]`` matrix; 1.6x faster per training step
-#: on a 2-core AVX2 CPU (docs/architecture.md). Recorded as ``meta["attention"]``; like the precision
-#: and the thread count it is a kernel choice, not part of the checkpoint key (the weights digest
-#: tells builds apart). The returned backbones are unfused again (capture hooks need the matrix).
+#: softmax attention without materialising the ``[B,H,T,T]`` matrix, faster per training step
+#: (measurements in docs/architecture.md). Recorded as ``meta["attention"]``; it sums in another
+#: order than the explicit matrix, so like the precision and the thread count it is part of the
+#: checkpoint key's training numerics. The returned backbones are unfused again (capture hooks
+#: need the matrix).
 ATTENTION_KERNEL = "fused (F.scaled_dot_product_attention)"
 
 
@@ -237,12 +238,13 @@ def _versions() -> dict[str, str]:
     return dict(torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     """Where a build's timings were measured: CPU model (Linux ``/proc/cpuinfo``, else
     ``platform.processor()``), logical CPUs, torch's CPU kernel level (``AVX2``, ``AVX512``, ...)
     and whether the CPU has native bfloat16 (which decides CPU autocast, :func:`_autocast`).
     The same recipe runs several times faster on a CPU with AMX/AVX-512 bfloat16 than on an
-    AVX2-only one (docs/architecture.md), so a timing means little without these."""
+    AVX2-only one (docs/architecture.md), so a timing means little without these. For a CUDA
+    ``device`` also the GPU's name (``gpu``)."""
     import platform
 
     model = platform.processor() or platform.machine()
@@ -253,8 +255,11 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return dict(cpu=model, logical_cpus=os.cpu_count(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
+    info = dict(cpu=model, logical_cpus=os.cpu_count(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
                 native_bfloat16=bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()))
+    if device is not None and torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
 
 
 def _check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
