@@ -31,8 +31,8 @@ mixed precision (CUDA: autocast; CPU: bfloat16 autocast where the CPU has native
 Checkpoints are cached with JSON metadata and loaded instead of retrained when the metadata
 key matches (:func:`checkpoint_key`: data content, recipe, numerics) and the weights file's
 SHA-256 equals the one recorded when it was written (otherwise reported and retrained). The
-same seed on the same machine (precision, attention kernel, thread count) gives bit-identical weights; every
-checkpoint's metadata records their digest (``weights_digest``). For the hybrid backbone the frozen stem's features are computed once per
+same seed on the same machine (precision, attention kernel, thread count) gives bit-identical
+weights; every checkpoint's metadata records their digest (``weights_digest``). For the hybrid backbone the frozen stem's features are computed once per
 (dataset, split, image size, flip) and cached on disk, so training touches only the
 transformer; flip augmentation then picks the flipped copy of an image's features.
 
@@ -61,7 +61,8 @@ from .weights import (_load_weights_file, expected_weight_files, hub_problem, we
 from .factory import (_architecture, backbone_config, backbone_kwargs, check_backbone, create_backbone,
                       num_blocks)  # noqa: F401
 from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accuracy, _progress, _versions,
-                       ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info, stem_features)  # noqa: F401
+                       ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info,
+                       stem_features)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
                       is_distilled_name, OFFLINE_PARTNERS)  # noqa: F401
 from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401

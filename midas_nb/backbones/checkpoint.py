@@ -54,8 +54,8 @@ def checkpoint_key(
     path), backbone kwargs, the ``model_inputs`` identity of both splits (image bytes, labels,
     split, transform — not the part keypoints, which training never reads;
     :func:`midas_nb.identity.dataset_identity`), the recipe and its version, and the training
-    numerics (precision; attention kernel; CPU thread count), so that one id means bit-identical weights on one
-    machine. Package versions, timings and accuracies are recorded in the metadata only.
+    numerics (precision; attention kernel; CPU thread count), so that one id means bit-identical
+    weights on one machine. Package versions, timings and accuracies are recorded in the metadata only.
     """
     if weights is None or str(weights) == "hub":
         w = None if weights is None else "hub"

@@ -149,13 +149,19 @@ def stem_features(
 ATTENTION_KERNEL = "fused (F.scaled_dot_product_attention)"
 
 
+def _native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 / AMX); elsewhere bfloat16
+    autocast is emulated and far slower than float32 (docs/architecture.md)."""
+    return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+
+
 def _autocast(device: torch.device, amp: bool | None):
     """(context factory, description) for mixed precision on ``device``."""
     if amp is None:
         if device.type == "cuda":
             amp = True
         elif device.type == "cpu":
-            amp = bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+            amp = _native_bfloat16()
         else:
             amp = False
     if not amp:
@@ -256,7 +262,7 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     except OSError:
         pass
     info = dict(cpu=model, logical_cpus=os.cpu_count(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
-                native_bfloat16=bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()))
+                native_bfloat16=_native_bfloat16())
     if device is not None and torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
