@@ -78,7 +78,7 @@ def build(name: str, train, test, ft: dict, cache: Path, device: str) -> dict:
     return dict(name=name, checkpoint_id=meta["checkpoint_id"], test_accuracy=meta["test_accuracy"],
                 train_accuracy=meta["train_accuracy"], distillation=meta.get("distillation"),
                 timings=meta["timings"], wall_s=wall, cpu_s=cpu, load_before=load0, load_after=_load(),
-                precision=meta["precision"], attention=meta.get("attention"))
+                precision=meta["precision"], attention=meta.get("attention"), machine=meta.get("machine"))
 
 
 def main() -> None:

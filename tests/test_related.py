@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from midas_nb.backbones import ATTENTION_KERNEL
 from midas_nb.metrics import patch_score
 from midas_nb.protocol import list_conditions, run_protocol
 from midas_nb.pruning import prune_tokens, pruned_forward, score_tokens
@@ -334,6 +336,9 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
                        key={"ck": "t"}, cache_dir=tmp_path)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert len(ft.history["loss"]) == 2 and all(math.isfinite(v) for v in ft.history["loss"])
+    fused = [m.fused_attn for m in ft.blocks.modules() if hasattr(m, "fused_attn")]
+    assert fused and ft.history["attention"] == (ATTENTION_KERNEL if all(fused) else "unfused (softmax(q k^T) v)")
+    assert ft.history["precision"] == "float32" and ft.history["machine"]["logical_cpus"] == os.cpu_count()
     assert any(not torch.equal(a, b) for a, b in zip(ft.blocks.parameters(), model.blocks[-1:].parameters()))
     with torch.no_grad():
         tokens = ft.forward_tokens(ft.trunk(images))

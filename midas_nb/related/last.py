@@ -41,6 +41,7 @@ from ..metrics import bootstrap_ci, patch_score, point_in_box
 from ..protocol import evaluation_subset
 from ..targets import channel_lowpass
 from ..train import block_cache, optimise_on_cache
+from ..backbones import ATTENTION_KERNEL, machine_info
 from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
 
 __all__ = ["Aggregation", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
@@ -230,7 +231,8 @@ def last_finetune(
 
     Returns:
         :class:`LaStViT` in eval mode on ``device``; ``model.history`` holds per-epoch
-        ``loss`` and ``train_accuracy``, ``seconds`` and the settings.
+        ``loss`` and ``train_accuracy``, ``seconds``, the settings, and ``precision``, ``attention``
+        and ``machine`` (:func:`midas_nb.backbones.machine_info`) of the build.
     """
 
     device = torch.device(device)
@@ -245,7 +247,12 @@ def last_finetune(
                             key=None if key is None else dict(key, split="train", purpose="last_finetune"),
                             cache_dir=cache_dir, device=device, progress=progress, masks=False)
         n = len(cache)
-        history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings)
+        # float32, the tuned copies' attention path as it is (timm's fused_attn flags; the backbone
+        # comes unfused for capture), and the machine: recorded as the backbone checkpoints do
+        fused = any(getattr(m, "fused_attn", False) for m in model.blocks.modules())
+        history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings, precision="float32",
+                                       attention=ATTENTION_KERNEL if fused else "unfused (softmax(q k^T) v)",
+                                       machine=machine_info(device))
         sums = [0.0, 0]                     # loss sum, correct count of the current epoch
 
         def step(idx: torch.Tensor) -> torch.Tensor:
