@@ -97,6 +97,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None, help="the new backbone's epochs (default: the quick profile's)")
     ap.add_argument("--token-keep", type=float, default=None,
                     help="PatchDropout for the new backbone: fraction of teacher cells kept per step (DistillRecipe.token_keep)")
+    ap.add_argument("--coarse-epochs", type=int, default=None,
+                    help="progressive token resolution for the new backbone: epochs on the teacher's grid "
+                         "first (DistillRecipe.coarse_epochs)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     first, last = (int(v) for v in args.classes.split("-"))
@@ -108,6 +111,8 @@ def main() -> None:
         ft[args.new]["epochs"] = args.epochs
     if args.token_keep is not None:   # the measured alternative of docs/architecture.md, off by default
         DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], token_keep=args.token_keep)
+    if args.coarse_epochs is not None:   # measured alternative, off by default (docs/architecture.md)
+        DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], coarse_epochs=args.coarse_epochs)
     mean, std = backbone_normalization(args.new)
     data_kw = dict(image_size=prof["image_size"], patch_size=prof["patch_size"], mean=mean, std=std)
     train, test = load_dataset("cub", root, "train", **data_kw), load_dataset("cub", root, "test", **data_kw)

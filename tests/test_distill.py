@@ -292,6 +292,52 @@ def test_drop_cells_keeps_the_prefix_and_whole_cells_and_the_kept_token_labels()
     assert "token_keep" not in dl.DistillRecipe().key() and dl.DistillRecipe(token_keep=0.5).key()["token_keep"] == 0.5
 
 
+def test_coarse_tokens_average_each_cell_and_keep_the_prefix():
+    from midas_nb.backbones.distilled import coarse_tokens
+
+    g = torch.Generator().manual_seed(4)
+    B, P, D = 2, 2, 5
+    tok = torch.randn(B, P + 4 * 6, D, generator=g)
+    out = coarse_tokens(tok, P, (4, 6), (2, 3))
+    assert out.shape == (B, P + 6, D) and torch.equal(out[:, :P], tok[:, :P])
+    for c in range(6):                      # cell c = (r, q) of the 2x3 grid holds 2x2 patch tokens
+        r, q = divmod(c, 3)
+        rows = [P + (2 * r + dy) * 6 + 2 * q + dx for dy in (0, 1) for dx in (0, 1)]
+        torch.testing.assert_close(out[:, P + c], tok[:, rows].mean(1))
+    with pytest.raises(ValueError, match="multiple of the cell grid"):
+        coarse_tokens(tok, P, (4, 6), (3, 4))
+    # off by default: the key of a checkpoint without the coarse stage is unchanged
+    assert "coarse_epochs" not in dl.DistillRecipe().key()
+    assert dl.DistillRecipe(coarse_epochs=3).key()["coarse_epochs"] == 3
+    with pytest.raises(AssertionError, match="do not combine"):
+        dl.DistillRecipe(coarse_epochs=3, token_keep=0.5)
+
+
+def test_coarse_epochs_train_on_the_teacher_grid_first(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    recipe = replace(dl.distill_recipe("vit_smoke_deit"), coarse_epochs=1)
+    monkeypatch.setitem(bb.DISTILLED_RECIPES, "vit_smoke_deit", recipe)
+    from timm.models.vision_transformer import Block
+
+    seen, orig = [], Block.forward
+
+    def spy(self, x, *a, **kw):             # the token count each transformer block sees
+        seen.append(x.shape[1])
+        return orig(self, x, *a, **kw)
+
+    monkeypatch.setattr(Block, "forward", spy)
+    train, test = ImageSet(20, 0), ImageSet(8, 1)
+    model, meta = bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe())
+    assert [h["coarse"] for h in meta["history"]] == [True, False]
+    assert meta["key"]["distill"]["coarse_epochs"] == 1
+    n, depth, steps = model.patch_embed.num_patches, len(model.blocks), math.ceil(20 / 8)
+    cells = (64 // 32) ** 2                 # the teacher's stride-32 grid at 64 px: 2x2 (patch grid 8x8)
+    # epoch 1 on the teacher's grid, epoch 2 and evaluation on every patch token
+    assert seen[:steps * depth] == [2 + cells] * (steps * depth)
+    assert len(seen) > 2 * steps * depth and set(seen[steps * depth:]) == {2 + n}
+
+
 def test_distillation_loss_by_hand():
     g = torch.Generator().manual_seed(2)
     lc, ld, t = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)

@@ -263,6 +263,26 @@ def drop_cells(tokens: Tensor, num_prefix: int, grid: tuple[int, int], cell_grid
     return torch.cat([tokens[:, :num_prefix], patches], 1), cells
 
 
+def coarse_tokens(tokens: Tensor, num_prefix: int, grid: tuple[int, int], cell_grid: tuple[int, int]) -> Tensor:
+    """Progressive token resolution's coarse stage (:attr:`DistillRecipe.coarse_epochs`): the
+    patch tokens of each cell of ``cell_grid`` replaced by their mean (position embedding
+    included), prefix tokens unchanged.
+
+    ``[B,P+h·w,D] → [B,P+h'·w',D]`` (row-major cells; ``grid = (h, w)`` a multiple of
+    ``cell_grid = (h', w')``).
+
+    Raises:
+        ValueError: if ``grid`` is not a multiple of ``cell_grid``.
+    """
+    (h, w), (ch, cw) = grid, cell_grid
+    if h % ch or w % cw:
+        raise ValueError(f"patch grid {grid} must be a multiple of the cell grid {cell_grid}")
+    B, _, D = tokens.shape
+    patches = tokens[:, num_prefix:].reshape(B, h, w, D).permute(0, 3, 1, 2)
+    cells = F.avg_pool2d(patches, (h // ch, w // cw)).flatten(2).transpose(1, 2)
+    return torch.cat([tokens[:, :num_prefix], cells], 1)
+
+
 def kept_token_label_loss(patch_tokens: Tensor, head: nn.Linear, cells: Tensor, teacher_maps: Tensor) -> Tensor:
     """:func:`token_label_loss` on the kept cells of :func:`drop_cells`: the student's score of a
     cell is the mean of ``head`` over its patch tokens (what ``_token_maps``' average pooling
@@ -520,9 +540,13 @@ class _DistillStep:
     device: torch.device
     gen: torch.Generator
 
+    epochs_done: int = 0
+
     def epoch(self) -> dict[str, Any]:
         """Train one epoch (random order and flips from ``gen``); its losses, accuracy, timing."""
         t_ep = time.perf_counter()
+        coarse = self.epochs_done < self.recipe.coarse_epochs
+        self.epochs_done += 1
         M = len(self.train_labels)
         order = torch.randperm(M, generator=self.gen)
         flips = (torch.rand(M, generator=self.gen) < 0.5).long()
@@ -530,7 +554,7 @@ class _DistillStep:
         correct = seen = mixed = 0
         for i in range(0, M, self.batch_size):
             idx = order[i:i + self.batch_size]
-            loss, lc, ld, y, was_mixed = self._batch(idx, flips[idx], sums)
+            loss, lc, ld, y, was_mixed = self._batch(idx, flips[idx], sums, coarse)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -542,9 +566,9 @@ class _DistillStep:
             mixed += was_mixed
         return dict(loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen,
                     token_label_loss=sums["token_labels"] / seen, mixed_batches=mixed,
-                    train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep)
+                    train_running_accuracy=correct / seen, coarse=coarse, seconds=time.perf_counter() - t_ep)
 
-    def _batch(self, idx: Tensor, fl: Tensor, sums: dict[str, float]):
+    def _batch(self, idx: Tensor, fl: Tensor, sums: dict[str, float], coarse: bool = False):
         t, recipe, model, device = self.teacher, self.recipe, self.model, self.device
         x = t.train_feats[idx, fl].to(device).float()
         y = self.train_labels[idx].to(device)
@@ -559,6 +583,8 @@ class _DistillStep:
         grid, P = tuple(model.patch_embed.grid_size), 2
         tokens = tokens_from_stem_features(model, x)
         cells = None
+        if coarse:
+            tokens, grid = coarse_tokens(tokens, P, grid, t.grid), t.grid
         if recipe.token_keep < 1.0:
             tokens, cells = drop_cells(tokens, P, grid, t.grid, recipe.token_keep, self.gen)
         with self.autocast():

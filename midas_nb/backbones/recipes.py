@@ -36,6 +36,15 @@ class DistillRecipe:
             patch tokens per image, prefix tokens always kept); the cells are the teacher's grid
             (2×2 patch tokens at stride 16), so the token labels of the kept cells stay exact.
             1.0 switches it off; evaluation and the saved backbone always see every token.
+        coarse_epochs: the first ``coarse_epochs`` training epochs run on the teacher's grid
+            instead of the patch grid (progressive token resolution, in the spirit of FixRes,
+            Touvron et al., 2019, https://arxiv.org/abs/1906.06423, and of progressive ViT
+            training, Li et al., 2022, AutoProg, https://arxiv.org/abs/2203.14509): every cell
+            of patch tokens (after the position embedding) is replaced by its mean, so the
+            blocks see one token per cell of the teacher's stride-32 grid (49 at 224 px, a
+            quarter of the stride-16 patch grid) and each is exactly one teacher cell for the
+            token labels; the later epochs and evaluation see every token.
+            0 switches it off.
         oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
             probe's own, in-sample logits).
         probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear
@@ -49,6 +58,7 @@ class DistillRecipe:
     hint_weight: float = 0.0
     mix_prob: float = 0.5
     token_keep: float = 1.0
+    coarse_epochs: int = 0
     oof_folds: int = 5
     probe_steps: int = 100
     probe_lr: float = 1e-2
@@ -62,14 +72,19 @@ class DistillRecipe:
             f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
         assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
         assert 0.0 < self.token_keep <= 1.0, f"token_keep must be in (0, 1], got {self.token_keep}"
+        assert self.coarse_epochs >= 0, f"coarse_epochs must be >= 0, got {self.coarse_epochs}"
+        assert self.coarse_epochs == 0 or self.token_keep == 1.0, "coarse_epochs and token_keep < 1 do not combine"
         assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
 
     def key(self) -> dict[str, Any]:
         """The fields and :data:`DISTILL_VERSION`, for checkpoint keys (``token_keep`` only when
-        PatchDropout is on, so checkpoints built before the field existed keep their keys)."""
+        PatchDropout is on, ``coarse_epochs`` only when non-zero, so checkpoints built before
+        these fields existed keep their keys)."""
         fields = asdict(self)
         if fields["token_keep"] == 1.0:
             del fields["token_keep"]
+        if fields["coarse_epochs"] == 0:
+            del fields["coarse_epochs"]
         return dict(fields, version=DISTILL_VERSION)
 
 
