@@ -336,6 +336,16 @@ def test_coarse_epochs_train_on_the_teacher_grid_first(tmp_path, monkeypatch):
     # epoch 1 on the teacher's grid, epoch 2 and evaluation on every patch token
     assert seen[:steps * depth] == [2 + cells] * (steps * depth)
     assert len(seen) > 2 * steps * depth and set(seen[steps * depth:]) == {2 + n}
+    # another recipe, another checkpoint: the default request is not served the coarse build
+    monkeypatch.setitem(bb.DISTILLED_RECIPES, "vit_smoke_deit", dl.DistillRecipe())
+    _, plain = bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe(epochs=1))
+    assert plain["loaded_from_cache"] is False and "coarse_epochs" not in plain["key"]["distill"]
+    # the registry's recipe is the only one a build takes (the key reads it); coarse < epochs
+    with pytest.raises(ValueError, match="differs from DISTILLED_RECIPES"):
+        dl.finetune_distilled("vit_smoke_deit", train, test, recipe=recipe, **_recipe())
+    monkeypatch.setitem(bb.DISTILLED_RECIPES, "vit_smoke_deit", replace(recipe, coarse_epochs=2))
+    with pytest.raises(ValueError, match="coarse_epochs=2 must be < epochs=2"):
+        bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe())
 
 
 def test_distillation_loss_by_hand():

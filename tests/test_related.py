@@ -336,9 +336,15 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
                        key={"ck": "t"}, cache_dir=tmp_path)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert len(ft.history["loss"]) == 2 and all(math.isfinite(v) for v in ft.history["loss"])
-    fused = [m.fused_attn for m in ft.blocks.modules() if hasattr(m, "fused_attn")]
-    assert fused and ft.history["attention"] == (ATTENTION_KERNEL if all(fused) else "unfused (softmax(q k^T) v)")
     assert ft.history["precision"] == "float32" and ft.history["machine"]["logical_cpus"] == os.cpu_count()
+    # the history names the attention path the tuned copies took: both settings of timm's flag
+    for fused in (True, False):
+        bb = tiny_vit()
+        for m in bb.modules():
+            if hasattr(m, "fused_attn"):
+                m.fused_attn = fused
+        h = last_finetune(bb, train, epochs=1, batch_size=8, progress=False).history
+        assert h["attention"] == (ATTENTION_KERNEL if fused else "unfused (softmax(q k^T) v)")
     assert any(not torch.equal(a, b) for a, b in zip(ft.blocks.parameters(), model.blocks[-1:].parameters()))
     with torch.no_grad():
         tokens = ft.forward_tokens(ft.trunk(images))

@@ -39,12 +39,12 @@ class DistillRecipe:
         coarse_epochs: the first ``coarse_epochs`` training epochs run on the teacher's grid
             instead of the patch grid (progressive token resolution, in the spirit of FixRes,
             Touvron et al., 2019, https://arxiv.org/abs/1906.06423, and of progressive ViT
-            training, Li et al., 2022, AutoProg, https://arxiv.org/abs/2203.14509): every cell
-            of patch tokens (after the position embedding) is replaced by its mean, so the
-            blocks see one token per cell of the teacher's stride-32 grid (49 at 224 px, a
-            quarter of the stride-16 patch grid) and each is exactly one teacher cell for the
-            token labels; the later epochs and evaluation see every token.
-            0 switches it off.
+            training, Li et al., 2022, AutoProg, https://arxiv.org/abs/2203.14509): the patch
+            tokens of every cell of the teacher's stride-32 grid (2×2 of them at stride 16, 4×4 at
+            stride 8), taken after the position embedding and ``norm_pre``, are replaced by their
+            mean, so the blocks see one token per cell (49 at 224 px) and each is exactly one
+            teacher cell for the token labels; the later epochs and evaluation see every token.
+            0 switches it off; it must be below the schedule's epochs.
         oof_folds: folds of the out-of-fold teacher logits on the training images (0: the
             probe's own, in-sample logits).
         probe_steps, probe_lr, probe_weight_decay, probe_label_smoothing: the teacher's linear

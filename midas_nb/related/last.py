@@ -249,7 +249,8 @@ def last_finetune(
         n = len(cache)
         # float32, the tuned copies' attention path as it is (timm's fused_attn flags; the backbone
         # comes unfused for capture), and the machine: recorded as the backbone checkpoints do
-        fused = any(getattr(m, "fused_attn", False) for m in model.blocks.modules())
+        flags = [m.fused_attn for m in model.blocks.modules() if hasattr(m, "fused_attn")]
+        fused = bool(flags) and all(flags)
         history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings, precision="float32",
                                        attention=ATTENTION_KERNEL if fused else "unfused (softmax(q k^T) v)",
                                        machine=machine_info(device))
