@@ -11,6 +11,7 @@ images linked, not copied):
     python bench/backbone_distill.py                    # classes 1-40 of ../shared/data/cub200_subset
     python bench/backbone_distill.py --classes 21-40    # the check on other classes
     python bench/backbone_distill.py --skip-old         # the new backbone only
+    python bench/backbone_distill.py --skip-old --epochs 24 --coarse-epochs 18 --seed 1   # a variant, another seed
 
 Prints per-backbone accuracy, teacher accuracy, wall and CPU time (user + sys of this process,
 ``resource.getrusage``) and the 1-minute load average before and after each build (wall times
@@ -69,10 +70,10 @@ def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0]) if Path("/proc/loadavg").exists() else float("nan")
 
 
-def build(name: str, train, test, ft: dict, cache: Path, device: str) -> dict:
+def build(name: str, train, test, ft: dict, cache: Path, device: str, seed: int = 0) -> dict:
     """Build ``name`` from nothing in the empty cache ``cache``; accuracy, timings, load."""
     load0, t0, c0 = _load(), time.perf_counter(), _cpu()
-    model, meta = load_or_finetune(name, train, test, seed=0, device=device, cache_dir=cache, progress=False, **ft)
+    model, meta = load_or_finetune(name, train, test, seed=seed, device=device, cache_dir=cache, progress=False, **ft)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     assert not meta["loaded_from_cache"], f"{cache} was not empty"
     return dict(name=name, checkpoint_id=meta["checkpoint_id"], test_accuracy=meta["test_accuracy"],
@@ -93,6 +94,7 @@ def main() -> None:
                     help="with --skip-old: the old backbone's accuracy to compare with (62.3 %% on classes 1-40)")
     ap.add_argument("--work-dir", default=None, help="class subset and caches (default: a temporary directory)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0, help="the builds' seed (initialisation, batch order, MixToken)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--epochs", type=int, default=None, help="the new backbone's epochs (default: the quick profile's)")
     ap.add_argument("--token-keep", type=float, default=None,
@@ -124,7 +126,7 @@ def main() -> None:
     results = {}
     for name in ([] if args.skip_old else [args.old]) + [args.new]:
         cache = work / f"cache_{name}_{int(time.time())}"
-        r = build(name, train, test, ft[name], cache, args.device)
+        r = build(name, train, test, ft[name], cache, args.device, args.seed)
         results[name] = r
         d = r["distillation"] or {}
         teacher = f", teacher {d['teacher_test_accuracy']:.3f}" if d else ""
