@@ -111,10 +111,11 @@ def main() -> None:
     ft = {name: finetune_settings(prof, "cub", name) for name in (args.old, args.new)}
     if args.epochs is not None:
         ft[args.new]["epochs"] = args.epochs
-    if args.token_keep is not None:   # the measured alternative of docs/architecture.md, off by default
-        DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], token_keep=args.token_keep)
-    if args.coarse_epochs is not None:   # measured alternative, off by default (docs/architecture.md)
-        DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], coarse_epochs=args.coarse_epochs)
+    # the measured alternatives of docs/architecture.md, off by default
+    variant = {k: v for k, v in dict(token_keep=args.token_keep, coarse_epochs=args.coarse_epochs).items()
+               if v is not None}
+    if variant:
+        DISTILLED_RECIPES[args.new] = replace(DISTILLED_RECIPES[args.new], **variant)
     mean, std = backbone_normalization(args.new)
     data_kw = dict(image_size=prof["image_size"], patch_size=prof["patch_size"], mean=mean, std=std)
     train, test = load_dataset("cub", root, "train", **data_kw), load_dataset("cub", root, "test", **data_kw)

@@ -293,7 +293,7 @@ def test_drop_cells_keeps_the_prefix_and_whole_cells_and_the_kept_token_labels()
 
 
 def test_coarse_tokens_average_each_cell_and_keep_the_prefix():
-    from midas_nb.backbones.distilled import coarse_tokens
+    from midas_nb.backbones.token_schedules import coarse_tokens
 
     g = torch.Generator().manual_seed(4)
     B, P, D = 2, 2, 5

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from midas_nb.backbones import ATTENTION_KERNEL
+from midas_nb.backbones import ATTENTION_KERNEL, UNFUSED_ATTENTION_KERNEL
 from midas_nb.metrics import patch_score
 from midas_nb.protocol import list_conditions, run_protocol
 from midas_nb.pruning import prune_tokens, pruned_forward, score_tokens
@@ -344,7 +344,7 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
             if hasattr(m, "fused_attn"):
                 m.fused_attn = fused
         h = last_finetune(bb, train, epochs=1, batch_size=8, progress=False).history
-        assert h["attention"] == (ATTENTION_KERNEL if fused else "unfused (softmax(q k^T) v)")
+        assert h["attention"] == (ATTENTION_KERNEL if fused else UNFUSED_ATTENTION_KERNEL)
     assert any(not torch.equal(a, b) for a, b in zip(ft.blocks.parameters(), model.blocks[-1:].parameters()))
     with torch.no_grad():
         tokens = ft.forward_tokens(ft.trunk(images))

@@ -62,7 +62,7 @@ from .factory import (_architecture, backbone_config, backbone_kwargs, check_bac
                       num_blocks)  # noqa: F401
 from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accuracy, _progress, _versions,
                        ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info,
-                       stem_features)  # noqa: F401
+                       stem_features, UNFUSED_ATTENTION_KERNEL)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
                       is_distilled_name, OFFLINE_PARTNERS)  # noqa: F401
 from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401
@@ -98,4 +98,5 @@ __all__ = [
     "weights_file_problem",
     "machine_info",
     "ATTENTION_KERNEL",
+    "UNFUSED_ATTENTION_KERNEL",
 ]

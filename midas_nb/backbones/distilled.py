@@ -487,13 +487,11 @@ class _DistillStep:
     device: torch.device
     gen: torch.Generator
 
-    epochs_done: int = 0
-
-    def epoch(self) -> dict[str, Any]:
-        """Train one epoch (random order and flips from ``gen``); its losses, accuracy, timing."""
+    def epoch(self, index: int) -> dict[str, Any]:
+        """Train epoch ``index`` (0-based; random order and flips from ``gen``; on the teacher's
+        grid while ``index < recipe.coarse_epochs``); its losses, accuracy, timing."""
         t_ep = time.perf_counter()
-        coarse = self.epochs_done < self.recipe.coarse_epochs
-        self.epochs_done += 1
+        coarse = index < self.recipe.coarse_epochs
         M = len(self.train_labels)
         order = torch.randperm(M, generator=self.gen)
         flips = (torch.rand(M, generator=self.gen) < 0.5).long()

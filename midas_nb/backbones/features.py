@@ -147,6 +147,9 @@ def stem_features(
 #: checkpoint key's training numerics. The returned backbones are unfused again (capture hooks
 #: need the matrix).
 ATTENTION_KERNEL = "fused (F.scaled_dot_product_attention)"
+#: The label of timm's unfused path (the explicit ``softmax(q kᵀ) v`` matrix), for training
+#: that runs it (LaSt-ViT's fine-tune, :func:`midas_nb.related.last_finetune`).
+UNFUSED_ATTENTION_KERNEL = "unfused (softmax(q k^T) v)"
 
 
 def _native_bfloat16() -> bool:
@@ -210,12 +213,12 @@ def _feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_siz
 
 
 def _run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
-    """``epochs`` calls of ``run_epoch()`` (one epoch each, returning its losses and
-    ``train_running_accuracy``) under a progress bar; the per-epoch history."""
+    """``epochs`` calls of ``run_epoch(epoch)`` (``epoch`` = 0, 1, …; one epoch each, returning
+    its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history."""
     history = []
     bar = _progress(range(epochs), epochs, desc, progress)
     for epoch in bar:
-        history.append(dict(epoch=epoch + 1, **run_epoch()))
+        history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
         if progress and hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
     return history

@@ -119,7 +119,7 @@ def finetune(
     model.train()
     t_train = time.perf_counter()
 
-    def run_epoch() -> dict[str, float]:
+    def run_epoch(_epoch: int) -> dict[str, float]:
         batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
         return _train_epoch(model, batches, hybrid, autocast, optimizer, scheduler, scaler, label_smoothing)
 

@@ -41,7 +41,7 @@ from ..metrics import bootstrap_ci, patch_score, point_in_box
 from ..protocol import evaluation_subset
 from ..targets import channel_lowpass
 from ..train import block_cache, optimise_on_cache
-from ..backbones import ATTENTION_KERNEL, machine_info
+from ..backbones import ATTENTION_KERNEL, machine_info, UNFUSED_ATTENTION_KERNEL
 from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
 
 __all__ = ["Aggregation", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
@@ -252,7 +252,7 @@ def last_finetune(
         flags = [m.fused_attn for m in model.blocks.modules() if hasattr(m, "fused_attn")]
         fused = bool(flags) and all(flags)
         history: dict[str, Any] = dict(loss=[], train_accuracy=[], settings=settings, precision="float32",
-                                       attention=ATTENTION_KERNEL if fused else "unfused (softmax(q k^T) v)",
+                                       attention=ATTENTION_KERNEL if fused else UNFUSED_ATTENTION_KERNEL,
                                        machine=machine_info(device))
         sums = [0.0, 0]                     # loss sum, correct count of the current epoch
 
