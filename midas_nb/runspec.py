@@ -28,7 +28,8 @@ per problem, every group in one pass: the profile's values (types and ranges,
 :func:`midas_nb.config.check_profile`), the device, the output directory (writable or
 creatable), the backbone names, their ``backbone_kwargs`` (built on the meta device), the depths
 against their blocks and their patch size against the profile's, every data root against its
-dataset's layout (annotation files parsed, images checked to exist, none decoded), a root for
+dataset's layout (annotation files parsed, images checked to exist, none decoded), every
+distilled backbone's schedule against its recipe (more epochs than its coarse epochs), a root for
 every dataset the selected notebooks use (no silent synthetic stand-in) and none that no
 notebook reads, every weights file loaded into its architecture (missing / unexpected /
 wrong-shape keys named), and the reachability of the Hugging Face hub for timm backbones
@@ -48,7 +49,7 @@ from typing import Any, Iterable, Sequence
 
 from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
-                        weights_file_problem, weights_for)
+                        schedule_problem, weights_file_problem, weights_for)
 from .config import _DATASETS, _show
 from .study import check_layout, grid_spans
 
@@ -441,8 +442,28 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         return problems + [str(e)]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
         problems += _data_problems(settings, datasets)
+    if not bad & {"finetune", "synthetic_finetune", "data_root", "data_roots"}:
+        problems += _schedule_problems(settings, datasets, backbones)
     if "backbone_kwargs" not in bad:
         problems += _backbone_problems(settings, backbones, bad)
+    return problems
+
+
+def _schedule_problems(settings: dict[str, Any], datasets: Sequence[str], backbones: Sequence[str]) -> list[str]:
+    """Every backbone's schedule (:func:`midas_nb.config.finetune_settings` for each dataset it
+    may be trained on) against its recipe (:func:`midas_nb.backbones.schedule_problem`); the
+    build would refuse it only after the data and stem features are loaded."""
+    problems: list[str] = []
+    for bb in backbones:
+        for ds in datasets:
+            try:
+                label = ds if config.data_root_for(settings, ds) is not None else "synthetic"
+            except ValueError:
+                continue  # reported by the data checks
+            why = schedule_problem(bb, config.finetune_settings(settings, label, bb).get("epochs"))
+            line = f"{config.finetune_source(settings, label)}.epochs: on {label}, {why}"
+            if why and line not in problems:
+                problems.append(line)
     return problems
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from midas_nb import cli, config
+from midas_nb import cli, config, runspec
 from midas_nb.backbones import create_backbone
 from midas_nb.runspec import parse_data_roots, parse_weights
 
@@ -532,3 +532,29 @@ def test_a_refused_parameter_is_reported_once_not_also_value_checked(tmp_path, c
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and "unknown notebook parameter(s) ['finetune']" in lines[0]
     assert lines[1] == "midas-nb run: 1 problem(s); no notebook was started"
+
+
+def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_kernel(tmp_path, capsys, no_kernel):
+    """``hybrid_lite0_deit`` trains its first ``coarse_epochs`` (18) epochs on the teacher's grid; a
+    shorter schedule passed every setting check and failed only in notebook 00, after the stem
+    features (minutes on real data)."""
+    from midas_nb.backbones import distill_recipe, schedule_problem
+    from midas_nb.data import make_synthetic_cub
+    from midas_nb.study import Study
+    assert distill_recipe("hybrid_lite0_deit").coarse_epochs == 18
+    assert schedule_problem("hybrid_lite0_deit", 19) is None and schedule_problem("hybrid_lite0_vit", 1) is None
+    assert schedule_problem("vit_smoke_deit", 1) is None  # no coarse stage
+    cub = make_synthetic_cub(tmp_path / "cub", num_classes=2, images_per_class=2, image_size=64)
+    # the rehearsal trains 1 epoch: reported before any kernel, as one line
+    rc, lines = _run(["--profile", "rehearsal", "--backbone", "hybrid_lite0_deit", "--notebooks", "02",
+                      "--data-root", str(cub), "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and _problems(lines) == [
+        "midas-nb run: finetune.epochs: on cub, hybrid_lite0_deit trains its first 18 epochs on coarse tokens "
+        "(DISTILLED_RECIPES, progressive token resolution); expected more than 18 epochs, got 1"]
+    # the embedded synthetic set reads synthetic_finetune (the Python API checks it too)
+    with pytest.raises(config.ProfileError, match=r"synthetic_finetune\.epochs: on synthetic, hybrid_lite0_deit "
+                                                  r".*expected more than 18 epochs, got 18"):
+        Study("quick", synthetic_finetune=dict(epochs=18, batch_size=16, lr=1e-3, warmup_epochs=2))
+    # the profiles' own schedules pass: 24 epochs on real data, 60 on the synthetic set
+    for spec in (runspec.RunSpec(profile="quick"), runspec.RunSpec(profile="quick", data_root=str(cub))):
+        assert runspec.preflight(spec, ["02_three_condition_protocol.ipynb"]) == []

@@ -563,10 +563,10 @@ def test_synthetic_recipe_is_used_only_for_the_embedded_set(tmp_path):
     shared = {k: v for k, v in real["finetune"].items() if not isinstance(v, dict)}
     assert finetune_settings(real, "cub") == shared == finetune_settings(real, "cub", "hybrid_lite0_vit")
     # a per-backbone entry overrides the shared settings for that backbone only (real data only)
-    assert finetune_settings(real, "cub", "hybrid_lite0_deit") == dict(shared, epochs=20)
+    assert finetune_settings(real, "cub", "hybrid_lite0_deit") == dict(shared, epochs=24)
     assert finetune_settings(prof, "synthetic", "hybrid_lite0_deit") == prof["synthetic_finetune"]
     assert checkpoint_spec_id(real, "cub", "hybrid_lite0_deit") != checkpoint_spec_id(
-        dict(real, finetune=shared), "cub", "hybrid_lite0_deit")
+        dict(real, finetune=dict(shared, hybrid_lite0_deit=dict(epochs=25))), "cub", "hybrid_lite0_deit")
     assert checkpoint_spec_id(real, "cub", "hybrid_lite0_vit") == checkpoint_spec_id(
         dict(real, finetune=shared), "cub", "hybrid_lite0_vit")
     assert finetune_settings(get_profile("smoke"), "synthetic") == get_profile("smoke")["finetune"]  # no override

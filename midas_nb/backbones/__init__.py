@@ -64,7 +64,7 @@ from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accur
                        ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info,
                        stem_features, UNFUSED_ATTENTION_KERNEL)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
-                      is_distilled_name, OFFLINE_PARTNERS)  # noqa: F401
+                      is_distilled_name, OFFLINE_PARTNERS, schedule_problem)  # noqa: F401
 from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401
 from .distilled import (distillation_loss, finetune_distilled, fit_linear_probe, LinearProbe, lite0_teacher_head,
                         mix_tokens, out_of_fold_logits, probe_maps, teacher_features, token_label_loss)  # noqa: F401
@@ -93,6 +93,7 @@ __all__ = [
     "hub_problem",
     "num_blocks",
     "check_backbone",
+    "schedule_problem",
     "default_image_size",
     "backbone_kwargs",
     "weights_file_problem",

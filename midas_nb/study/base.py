@@ -13,7 +13,7 @@ import torch
 
 from .. import config
 from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
-                         weights_for)
+                         schedule_problem, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
 from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, part_miou, point_in_box
@@ -121,6 +121,9 @@ class StudyBase:
             problem, one line each: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
             seeds not a list of integers, a CUDA device on a machine without CUDA, ...).
         ValueError, FileNotFoundError: a dataset without a data root (see :func:`check_data`).
+        midas_nb.config.ProfileError: also a schedule the backbone's recipe cannot train
+            (:func:`midas_nb.backbones.schedule_problem`: a distilled backbone needs more epochs
+            than its coarse epochs).
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
@@ -136,6 +139,11 @@ class StudyBase:
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
         self.progress = progress and os.environ.get("TQDM_DISABLE", "") in ("", "0", "false", "False")
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
+        why = schedule_problem(self.params["backbone"], config.finetune_settings(
+            self.params, self.dataset_name, self.params["backbone"]).get("epochs"))
+        if why:
+            raise config.ProfileError([f"{config.finetune_source(self.params, self.dataset_name)}.epochs: "
+                                       f"on {self.dataset_name}, {why}"])
         self.device = torch.device(self.params["device"])
         if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
             torch.set_num_threads(int(self.params["torch_threads"]))
