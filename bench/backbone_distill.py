@@ -11,7 +11,8 @@ images linked, not copied):
     python bench/backbone_distill.py                    # classes 1-40 of ../shared/data/cub200_subset
     python bench/backbone_distill.py --classes 21-40    # the check on other classes
     python bench/backbone_distill.py --skip-old         # the new backbone only
-    python bench/backbone_distill.py --skip-old --epochs 24 --coarse-epochs 18 --seed 1   # a variant, another seed
+    python bench/backbone_distill.py --skip-old --seed 1                                 # another seed
+    python bench/backbone_distill.py --skip-old --epochs 20 --coarse-epochs 0           # the earlier full-token recipe
 
 Prints per-backbone accuracy, teacher accuracy, wall and CPU time (user + sys of this process,
 ``resource.getrusage``) and the 1-minute load average before and after each build (wall times
@@ -101,7 +102,7 @@ def main() -> None:
                     help="PatchDropout for the new backbone: fraction of teacher cells kept per step (DistillRecipe.token_keep)")
     ap.add_argument("--coarse-epochs", type=int, default=None,
                     help="progressive token resolution for the new backbone: epochs on the teacher's grid "
-                         "first (DistillRecipe.coarse_epochs)")
+                         "first (DistillRecipe.coarse_epochs; default: the registry's, 18 for hybrid_lite0_deit)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     first, last = (int(v) for v in args.classes.split("-"))
@@ -111,7 +112,7 @@ def main() -> None:
     ft = {name: finetune_settings(prof, "cub", name) for name in (args.old, args.new)}
     if args.epochs is not None:
         ft[args.new]["epochs"] = args.epochs
-    # the measured alternatives of docs/architecture.md, off by default
+    # the measured alternatives of docs/architecture.md (default: the registry's recipe)
     variant = {k: v for k, v in dict(token_keep=args.token_keep, coarse_epochs=args.coarse_epochs).items()
                if v is not None}
     if variant:
