@@ -10,7 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_source", "profile_from_env",
+__all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
+           "profile_from_env",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATA_ROOT_DATASETS",
            "data_root_for", "dataset_label", "grid_datasets", "backbone_kwargs_for", "check_profile", "check_device",
            "ProfileError"]
@@ -193,6 +194,15 @@ def finetune_source(profile: dict[str, Any], dataset_label: str) -> str:
     """The profile key :func:`finetune_settings` reads for a dataset: ``"synthetic_finetune"``
     for the embedded synthetic set when the profile has one, else ``"finetune"``."""
     return "synthetic_finetune" if dataset_label == "synthetic" and profile.get("synthetic_finetune") else "finetune"
+
+
+def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone: str, setting: str) -> str:
+    """The dotted profile key a :func:`finetune_settings` value comes from, for messages:
+    ``"finetune.hybrid_lite0_deit.epochs"`` where the backbone's own entry sets it, else
+    ``"finetune.epochs"`` (``synthetic_finetune`` on the embedded synthetic set)."""
+    source = finetune_source(profile, dataset_label)
+    entry = (profile.get(source) or {}).get(backbone)
+    return f"{source}.{backbone}.{setting}" if isinstance(entry, dict) and setting in entry else f"{source}.{setting}"
 
 
 def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:

@@ -442,7 +442,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         return problems + [str(e)]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
         problems += _data_problems(settings, datasets)
-    if not bad & {"finetune", "synthetic_finetune", "data_root", "data_roots"}:
+    if not (bad | set(unknown)) & {"finetune", "synthetic_finetune", "data_root", "data_roots"}:
         problems += _schedule_problems(settings, datasets, backbones)
     if "backbone_kwargs" not in bad:
         problems += _backbone_problems(settings, backbones, bad)
@@ -461,7 +461,7 @@ def _schedule_problems(settings: dict[str, Any], datasets: Sequence[str], backbo
             except ValueError:
                 continue  # reported by the data checks
             why = schedule_problem(bb, config.finetune_settings(settings, label, bb).get("epochs"))
-            line = f"{config.finetune_source(settings, label)}.epochs: on {label}, {why}"
+            line = f"{config.finetune_setting_name(settings, label, bb, 'epochs')}: on {label}, {why}"
             if why and line not in problems:
                 problems.append(line)
     return problems

@@ -538,6 +538,7 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
     """``hybrid_lite0_deit`` trains its first ``coarse_epochs`` (18) epochs on the teacher's grid; a
     shorter schedule passed every setting check and failed only in notebook 00, after the stem
     features (minutes on real data)."""
+    import numpy as np
     from midas_nb.backbones import distill_recipe, schedule_problem
     from midas_nb.data import make_synthetic_cub
     from midas_nb.study import Study
@@ -551,10 +552,18 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
     assert rc == 2 and _problems(lines) == [
         "midas-nb run: finetune.epochs: on cub, hybrid_lite0_deit trains its first 18 epochs on coarse tokens "
         "(DISTILLED_RECIPES, progressive token resolution); expected more than 18 epochs, got 1"]
-    # the embedded synthetic set reads synthetic_finetune (the Python API checks it too)
+    # the embedded synthetic set reads synthetic_finetune (the Python API checks it too; NumPy integers
+    # are integers); a per-backbone entry is named as such
     with pytest.raises(config.ProfileError, match=r"synthetic_finetune\.epochs: on synthetic, hybrid_lite0_deit "
                                                   r".*expected more than 18 epochs, got 18"):
-        Study("quick", synthetic_finetune=dict(epochs=18, batch_size=16, lr=1e-3, warmup_epochs=2))
+        Study("quick", synthetic_finetune=dict(epochs=np.int64(18), batch_size=16, lr=1e-3, warmup_epochs=2))
+    with pytest.raises(config.ProfileError, match=r"^finetune\.hybrid_lite0_deit\.epochs: on cub, .*got 17$"):
+        Study("quick", data_root=str(cub), finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1,
+                                                         hybrid_lite0_deit=dict(epochs=17)))
+    # a refused -p finetune is reported once, as unknown, not also as a schedule
+    rc, lines = _run(["--profile", "quick", "--notebooks", "02", "-p", "finetune", "{epochs: 3}",
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and len(_problems(lines)) == 1 and "unknown notebook parameter(s) ['finetune']" in lines[0]
     # the profiles' own schedules pass: 24 epochs on real data, 60 on the synthetic set
     for spec in (runspec.RunSpec(profile="quick"), runspec.RunSpec(profile="quick", data_root=str(cub))):
         assert runspec.preflight(spec, ["02_three_condition_protocol.ipynb"]) == []

@@ -1,6 +1,7 @@
 """The distilled backbones' names and recipes (:class:`DistillRecipe`); they enter checkpoint keys."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -123,9 +124,10 @@ def schedule_problem(name: str, epochs: Any) -> str | None:
     A distilled backbone with ``coarse_epochs`` (:attr:`DistillRecipe.coarse_epochs`) needs
     more epochs than that: its last epochs must see every patch token, as evaluation does.
     Backbones without a coarse stage, and non-integer ``epochs`` (reported by the profile
-    check), give ``None``.
+    check), give ``None``; NumPy integers count as integers.
     """
-    if not (is_distilled_name(name) and distill_recipe(name).coarse_epochs) or not isinstance(epochs, int):
+    if (not (is_distilled_name(name) and distill_recipe(name).coarse_epochs)
+            or not isinstance(epochs, numbers.Integral) or isinstance(epochs, bool)):
         return None
     coarse = distill_recipe(name).coarse_epochs
     if epochs > coarse:

@@ -142,8 +142,8 @@ class StudyBase:
         why = schedule_problem(self.params["backbone"], config.finetune_settings(
             self.params, self.dataset_name, self.params["backbone"]).get("epochs"))
         if why:
-            raise config.ProfileError([f"{config.finetune_source(self.params, self.dataset_name)}.epochs: "
-                                       f"on {self.dataset_name}, {why}"])
+            name = config.finetune_setting_name(self.params, self.dataset_name, self.params["backbone"], "epochs")
+            raise config.ProfileError([f"{name}: on {self.dataset_name}, {why}"])
         self.device = torch.device(self.params["device"])
         if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
             torch.set_num_threads(int(self.params["torch_threads"]))
