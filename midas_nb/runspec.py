@@ -49,9 +49,9 @@ from typing import Any, Iterable, Sequence
 
 from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
-                        schedule_problem, weights_file_problem, weights_for)
+                        weights_file_problem, weights_for)
 from .config import _DATASETS, _show
-from .study import check_layout, grid_spans
+from .study import check_layout, grid_spans, schedule_line
 
 __all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "output_problem", "preflight", "yaml_load"]
@@ -450,19 +450,17 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
 
 
 def _schedule_problems(settings: dict[str, Any], datasets: Sequence[str], backbones: Sequence[str]) -> list[str]:
-    """Every backbone's schedule (:func:`midas_nb.config.finetune_settings` for each dataset it
-    may be trained on) against its recipe (:func:`midas_nb.backbones.schedule_problem`); the
-    build would refuse it only after the data and stem features are loaded."""
+    """Every backbone's schedule on each dataset it may be trained on (:func:`midas_nb.study.schedule_line`);
+    the build would refuse it only after the data and stem features are loaded."""
     problems: list[str] = []
     for bb in backbones:
         for ds in datasets:
             try:
-                label = ds if config.data_root_for(settings, ds) is not None else "synthetic"
+                label = config.dataset_label(settings, ds)
             except ValueError:
                 continue  # reported by the data checks
-            why = schedule_problem(bb, config.finetune_settings(settings, label, bb).get("epochs"))
-            line = f"{config.finetune_setting_name(settings, label, bb, 'epochs')}: on {label}, {why}"
-            if why and line not in problems:
+            line = schedule_line(settings, label, bb)
+            if line and line not in problems:
                 problems.append(line)
     return problems
 

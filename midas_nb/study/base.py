@@ -23,7 +23,7 @@ from ..related.last import pib_table
 from ..targets import target_cache
 from ..vit import grid_size, keep_count
 
-__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "TRAIN_SPLIT"]
+__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "TRAIN_SPLIT"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
@@ -71,6 +71,16 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
     if not (root / "images.txt").is_file():
         make_synthetic_cub(root, **syn)
     return "cub", root, "synthetic"
+
+
+def schedule_line(params: dict[str, Any], dataset_label: str, backbone: str) -> str | None:
+    """``None`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
+    (:func:`midas_nb.config.finetune_settings`); else one line naming the setting
+    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.schedule_problem`)."""
+    why = schedule_problem(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))
+    if why is None:
+        return None
+    return f"{config.finetune_setting_name(params, dataset_label, backbone, 'epochs')}: on {dataset_label}, {why}"
 
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
@@ -139,11 +149,9 @@ class StudyBase:
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
         self.progress = progress and os.environ.get("TQDM_DISABLE", "") in ("", "0", "false", "False")
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
-        why = schedule_problem(self.params["backbone"], config.finetune_settings(
-            self.params, self.dataset_name, self.params["backbone"]).get("epochs"))
-        if why:
-            name = config.finetune_setting_name(self.params, self.dataset_name, self.params["backbone"], "epochs")
-            raise config.ProfileError([f"{name}: on {self.dataset_name}, {why}"])
+        line = schedule_line(self.params, self.dataset_name, self.params["backbone"])
+        if line:
+            raise config.ProfileError([line])
         self.device = torch.device(self.params["device"])
         if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
             torch.set_num_threads(int(self.params["torch_threads"]))
