@@ -49,6 +49,8 @@ from .files import (_decode_lists, _encode_lists, load_table, save_table)  # noq
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
                     SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401
+from .verdict import (BASELINE_CONDITIONS, ClaimVerdict, claim_verdict, condition_reading,
+                      per_image_means)  # noqa: F401
 
 __all__ = [
     "side_by_side",
@@ -69,4 +71,9 @@ __all__ = [
     "load_table",
     "recommend_deployment",
     "GOALS",
+    "ClaimVerdict",
+    "claim_verdict",
+    "condition_reading",
+    "per_image_means",
+    "BASELINE_CONDITIONS",
 ]

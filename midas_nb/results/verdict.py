@@ -1,0 +1,339 @@
+"""Whether the MIDAS claim holds on one run, both halves tested (:func:`claim_verdict`).
+
+The claim (DESIGN.md §1, §6, §8) has two halves, and a run can show either, both or neither:
+
+(a) **parity** — a supervised scorer raises part coverage over the reference (``D > 0``) while
+    its faithfulness stays inside the IDAUC parity band (:func:`midas_nb.metrics.decoupling_D`);
+(b) **different winners** — the condition with the best coverage is not the one with the best
+    faithfulness, each lead resolved by a paired interval on the images both were measured on;
+
+and one reading that decides whether the word *decoupling* fits at all:
+
+(c) **co-movement** — whether coverage and faithfulness rise together across the conditions
+    (Pearson correlation of the per-condition means, with a bootstrap interval over images).
+    Where they rise together, the run shows "both rose", not a decoupling.
+
+Every interval here resamples the test images (paired where two conditions are compared) from
+the per-image values the protocol stores (:data:`midas_nb.results.PER_IMAGE_COLUMNS`); each
+condition's per-image value is its mean over seeds, so the intervals are images-only (the
+seed spread is reported by :func:`midas_nb.results.aggregate_seeds` and ``decoupling_D``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..metrics import decoupling_D
+
+__all__ = ["ClaimVerdict", "claim_verdict", "condition_reading", "per_image_means", "CELL_COLUMNS",
+           "BASELINE_CONDITIONS"]
+
+#: columns that identify one comparable cell: a verdict never mixes two of them
+CELL_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "depth", "budget")
+
+#: conditions that are lower bounds, never candidates for a "winner" (a random ranking)
+BASELINE_CONDITIONS: tuple[str, ...] = ("random",)
+
+_METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image")}
+
+
+def _as_list(v: Any) -> list | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, str):
+        v = json.loads(v)
+    return list(v)
+
+
+def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, float]]:
+    """``{condition: {image_id: mean over seeds}}`` of one metric's per-image values.
+
+    A condition's value for an image is the mean over the seeds that measured the image
+    (NaN values, e.g. an image without a visible part, are skipped). Conditions whose rows carry
+    no per-image values are left out.
+
+    Args:
+        table: results rows of one cell (:data:`CELL_COLUMNS`).
+        metric: ``"miou"`` or ``"idauc"``.
+
+    Raises:
+        ValueError: unknown metric.
+    """
+    if metric not in _METRIC_IDS:
+        raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
+    ids_col, val_col = _METRIC_IDS[metric]
+    out: dict[str, dict[str, float]] = {}
+    for cond, rows in table.groupby("condition", sort=False):
+        sums: dict[str, list[float]] = {}
+        for _, r in rows.iterrows():
+            ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
+            if ids is None or vals is None or len(ids) != len(vals):
+                continue
+            for i, v in zip(ids, vals):
+                if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                    sums.setdefault(str(i), []).append(float(v))
+        if sums:
+            out[str(cond)] = {i: float(np.mean(v)) for i, v in sums.items()}
+    return out
+
+
+def _paired_diff(a: Mapping[str, float], b: Mapping[str, float], n_boot: int, alpha: float,
+                 rng: np.random.Generator) -> tuple[float, float, float, int]:
+    """Mean of ``a_i − b_i`` over the shared images with a percentile-bootstrap interval:
+    ``(mean, lo, hi, n_images)``; NaNs when no image is shared."""
+    ids = sorted(set(a) & set(b))
+    if not ids:
+        return math.nan, math.nan, math.nan, 0
+    d = np.array([a[i] - b[i] for i in ids])
+    idx = rng.integers(0, d.size, size=(n_boot, d.size))
+    boot = d[idx].mean(axis=1)
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return float(d.mean()), float(lo), float(hi), len(ids)
+
+
+def _sign(lo: float, hi: float) -> str:
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "undefined"
+    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+
+
+def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:
+    """What one condition's coverage and faithfulness changes against the reference show.
+
+    Args:
+        D_lo, D_hi: paired interval of ``D`` (pp).
+        d_idauc_lo, d_idauc_hi: paired interval of ``ΔIDAUC``.
+        status: the band status of :func:`midas_nb.metrics.decoupling_D`.
+
+    Returns:
+        ``"both rose"`` (coverage and faithfulness both up, resolved), ``"coverage up at parity"``
+        (coverage up, band held, no resolved faithfulness gain: the paper's decoupling shape),
+        ``"coverage up, faithfulness down"``, ``"coverage up, parity not resolved"``,
+        ``"coverage down"``, ``"coverage change not resolved"`` or ``"undefined"``; with
+        ``" (band uninformative)"`` appended where the reference is not faithful enough for the
+        band to decide.
+    """
+    d, f = _sign(D_lo, D_hi), _sign(d_idauc_lo, d_idauc_hi)
+    if d == "undefined":
+        text = "undefined"
+    elif d == "negative":
+        text = "coverage down"
+    elif d == "not resolved":
+        text = "coverage change not resolved"
+    elif f == "positive":
+        text = "both rose"
+    elif status == "in band":
+        text = "coverage up at parity"
+    elif status == "outside band":
+        text = "coverage up, faithfulness down"
+    else:
+        text = "coverage up, parity not resolved"
+    return text + (" (band uninformative)" if status == "uninformative" else "")
+
+
+def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
+    if not np.isfinite(m):
+        return "n/a"
+    return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{f}}"
+
+
+def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    return {c: float(np.mean(list(v.values()))) for c, v in per_image.items() if v}
+
+
+def _comovement(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mapping[str, float]],
+                n_boot: int, alpha: float, rng: np.random.Generator) -> dict[str, Any]:
+    """Pearson r of per-condition mean mIoU vs mean IDAUC over the conditions other than the
+    baselines (:data:`BASELINE_CONDITIONS`), with an images bootstrap (mIoU and IDAUC images
+    resampled independently, the same draw for every condition)."""
+    conds = sorted((set(miou) & set(idauc)) - set(BASELINE_CONDITIONS))
+    out: dict[str, Any] = {"n_conditions": len(conds), "conditions": conds, "r": math.nan, "r_lo": math.nan,
+                           "r_hi": math.nan, "n_miou_images": 0, "n_idauc_images": 0, "reading": "undefined"}
+    if len(conds) < 3:
+        out["reason"] = f"needs ≥ 3 conditions with per-image mIoU and IDAUC, found {len(conds)}"
+        return out
+    ids_m = sorted(set.intersection(*(set(miou[c]) for c in conds)))
+    ids_f = sorted(set.intersection(*(set(idauc[c]) for c in conds)))
+    out.update(n_miou_images=len(ids_m), n_idauc_images=len(ids_f))
+    if not ids_m or not ids_f:
+        out["reason"] = "no image shared by every condition"
+        return out
+    M = np.array([[miou[c][i] for i in ids_m] for c in conds])       # [C, n_m]
+    F = np.array([[idauc[c][i] for i in ids_f] for c in conds])      # [C, n_f]
+
+    def r_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:              # rows: resamples
+        xc, yc = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
+        den = np.sqrt((xc ** 2).sum(-1) * (yc ** 2).sum(-1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (xc * yc).sum(-1) / den
+
+    out["r"] = float(r_of(M.mean(1)[None], F.mean(1)[None])[0])
+    wm = rng.multinomial(len(ids_m), np.full(len(ids_m), 1 / len(ids_m)), size=n_boot) / len(ids_m)
+    wf = rng.multinomial(len(ids_f), np.full(len(ids_f), 1 / len(ids_f)), size=n_boot) / len(ids_f)
+    boot = r_of(wm @ M.T, wf @ F.T)
+    boot = boot[np.isfinite(boot)]
+    if boot.size:
+        out["r_lo"], out["r_hi"] = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
+    s = _sign(out["r_lo"], out["r_hi"])
+    out["reading"] = {"positive": "move together", "negative": "trade off", "not resolved": "not resolved",
+                      "undefined": "undefined"}[s]
+    return out
+
+
+def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mapping[str, float]],
+             n_boot: int, alpha: float, rng: np.random.Generator) -> dict[str, Any]:
+    """Best-coverage and best-faithfulness conditions and their paired differences on both
+    metrics (the coverage winner minus the faithfulness winner on mIoU, the reverse on IDAUC)."""
+    mm = {c: v for c, v in _means(miou).items() if c not in BASELINE_CONDITIONS}
+    fm = {c: v for c, v in _means(idauc).items() if c not in BASELINE_CONDITIONS}
+    out: dict[str, Any] = {"coverage_winner": None, "faithfulness_winner": None, "reading": "undefined"}
+    if not mm or not fm:
+        return out
+    cov, fai = max(mm, key=mm.get), max(fm, key=fm.get)
+    out.update(coverage_winner=cov, faithfulness_winner=fai)
+    if cov == fai:
+        out["reading"] = "one condition leads both"
+        for metric, means, per in (("miou", mm, miou), ("idauc", fm, idauc)):
+            others = {c: v for c, v in means.items() if c != cov}
+            if others:
+                runner = max(others, key=others.get)
+                d = _paired_diff(per[cov], per[runner], n_boot, alpha, rng)
+                out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
+                            f"{metric}_lead_hi": d[2]})
+        return out
+    dm = _paired_diff(miou[cov], miou.get(fai, {}), n_boot, alpha, rng)
+    df = _paired_diff(idauc[fai], idauc.get(cov, {}), n_boot, alpha, rng)
+    out.update(miou_diff=dm[0], miou_diff_lo=dm[1], miou_diff_hi=dm[2], n_miou_images=dm[3],
+               idauc_diff=df[0], idauc_diff_lo=df[1], idauc_diff_hi=df[2], n_idauc_images=df[3])
+    resolved = [_sign(dm[1], dm[2]) == "positive", _sign(df[1], df[2]) == "positive"]
+    out["reading"] = ("different winners" if all(resolved) else
+                      "not resolved: the coverage lead" if resolved[1] else
+                      "not resolved: the faithfulness lead" if resolved[0] else "not resolved: both leads")
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """The computed verdict of one cell (see :func:`claim_verdict`).
+
+    Attributes:
+        conditions: one row per non-reference condition: ``D_pp`` / ``delta_idauc`` with their
+            paired intervals and band ``status`` (:func:`~midas_nb.metrics.decoupling_D`), and
+            ``reading`` (:func:`condition_reading`).
+        winners: best-coverage / best-faithfulness conditions and their paired differences.
+        comovement: correlation of coverage and faithfulness across conditions.
+        decoupling_shown: the run shows the paper's claim — the focus condition's coverage up at
+            parity *and* the two winners differ, resolved; else False.
+        text: the sentences a notebook prints.
+    """
+
+    conditions: pd.DataFrame
+    winners: dict[str, Any]
+    comovement: dict[str, Any]
+    decoupling_shown: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _one_cell(table: pd.DataFrame) -> None:
+    cols = [c for c in CELL_COLUMNS if c in table.columns]
+    cells = table[cols].drop_duplicates()
+    if len(cells) > 1:
+        raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
+                         f"{cells.to_dict('records')}; filter the table or call it per cell")
+
+
+def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
+          shown: bool) -> str:
+    lines = []
+    if focus in set(cond["condition"]):
+        r = cond.set_index("condition").loc[focus]
+        lines.append(f"(a) parity: D({focus}) = {_fmt(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], '+.2f')} pp, "
+                     f"ΔIDAUC = {_fmt(r['delta_idauc'], r['delta_idauc_lo'], r['delta_idauc_hi'])}, "
+                     f"band: {r['status']} → {r['reading']}.")
+    else:
+        lines.append(f"(a) parity: {focus} is not in this table.")
+    cov, fai = winners.get("coverage_winner"), winners.get("faithfulness_winner")
+    if winners["reading"] == "one condition leads both":
+        leads = [f"{m} lead over {winners[f'{m}_runner_up']} "
+                 f"{_fmt(winners[f'{m}_lead'], winners[f'{m}_lead_lo'], winners[f'{m}_lead_hi'])}"
+                 for m in ("miou", "idauc") if f"{m}_runner_up" in winners]
+        lines.append(f"(b) winners: {cov} leads on both coverage and faithfulness — no different winners"
+                     + (f" ({'; '.join(leads)})" if leads else "") + ".")
+    elif cov is not None:
+        lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: mIoU "
+                     f"{_fmt(winners['miou_diff'], winners['miou_diff_lo'], winners['miou_diff_hi'])} "
+                     f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
+                     f"{_fmt(winners['idauc_diff'], winners['idauc_diff_lo'], winners['idauc_diff_hi'])} "
+                     f"({winners['n_idauc_images']} images) → {winners['reading']}.")
+    else:
+        lines.append("(b) winners: undefined (no per-image values).")
+    if np.isfinite(co["r"]):
+        lines.append(f"(c) across {co['n_conditions']} conditions, mean mIoU and mean IDAUC correlate "
+                     f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} → {co['reading']}.")
+    else:
+        lines.append(f"(c) co-movement: undefined ({co.get('reason', 'no values')}).")
+    if shown:
+        lines.append(f"This run shows the decoupling: {focus} gains coverage at faithfulness parity and the "
+                     "best-coverage and best-faithfulness conditions differ.")
+    else:
+        why = []
+        if co["reading"] == "move together":
+            why.append("coverage and faithfulness rose together")
+        if not winners["reading"].startswith("different"):
+            why.append(f"the winners: {winners['reading']}")
+        if focus in set(cond["condition"]):
+            why.append(f"{focus}: {cond.set_index('condition').loc[focus, 'reading']}")
+        lines.append("This run does not show a decoupling (" + "; ".join(why) + ").")
+    return "\n".join(lines)
+
+
+def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "reference",
+                  band: float = 0.01, n_boot: int = 1000, alpha: float = 0.05,
+                  seed: int = 0) -> ClaimVerdict:
+    """Test both halves of the MIDAS claim on one cell of a results table.
+
+    Args:
+        table: protocol rows of one cell (:data:`CELL_COLUMNS`; any number of seeds) with the
+            per-image columns the protocol stores; must contain the ``reference`` condition.
+        focus: the condition whose parity is the claim's first half (the paper's T5).
+        reference: the reference condition (T0).
+        band: the IDAUC parity band.
+        n_boot, alpha, seed: bootstrap resamples, level, RNG seed (reproducible).
+
+    Returns:
+        :class:`ClaimVerdict`.
+
+    Raises:
+        ValueError: rows of several cells; no reference condition.
+    """
+    _one_cell(table)
+    if reference not in set(table["condition"]):
+        raise ValueError(f"claim_verdict: the table has no {reference!r} condition "
+                         f"(conditions: {sorted(set(table['condition']))})")
+    D = decoupling_D(table, reference=reference, band=band, condition_cols=("condition",), n_boot=n_boot,
+                     alpha=alpha, ci_seed=seed)
+    D = D[D["condition"] != reference].copy()
+    for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
+        if c not in D.columns:
+            D[c] = math.nan
+    D["reading"] = [condition_reading(r["D_pp_lo"], r["D_pp_hi"], r["delta_idauc_lo"], r["delta_idauc_hi"],
+                                      str(r["status"])) for _, r in D.iterrows()]
+    keep = [c for c in ("condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
+                        "delta_idauc_hi", "status", "reading") if c in D.columns]
+    cond = D[keep].reset_index(drop=True)
+    rng = np.random.default_rng(seed)
+    miou, idauc = per_image_means(table, "miou"), per_image_means(table, "idauc")
+    winners = _winners(miou, idauc, n_boot, alpha, rng)
+    co = _comovement(miou, idauc, n_boot, alpha, rng)
+    focus_reading = (cond.set_index("condition").loc[focus, "reading"] if focus in set(cond["condition"])
+                     else "undefined")
+    shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
+    return ClaimVerdict(cond, winners, co, bool(shown), _text(cond, focus, winners, co, bool(shown)))

@@ -1,0 +1,117 @@
+"""The claim's computed verdict (midas_nb.results.verdict) on constructed tables: a run where both
+halves hold, one where the two winners tie, one where coverage and faithfulness rose together."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from midas_nb.results import claim_verdict, condition_reading, per_image_means
+
+N_IMG = 60
+
+
+def _row(cond: str, seed: int, miou: np.ndarray, idauc: np.ndarray) -> dict:
+    ids = [f"img{i}" for i in range(len(miou))]
+    return {"dataset": "cub", "backbone": "b", "checkpoint_id": "ck", "condition": cond, "target": "",
+            "relaxation": "", "depth": 6, "budget": 0.25, "seed": seed, "n_images": len(ids),
+            "miou": float(miou.mean()), "idauc": float(idauc.mean()),
+            "image_ids": ids, "miou_per_image": list(map(float, miou)),
+            "idauc_image_ids": ids, "idauc_per_image": list(map(float, idauc))}
+
+
+def _table(means: dict[str, tuple[float, float]], noise: float = 0.01, seeds=(0, 1), rng_seed=0,
+           random_idauc: float | None = 0.0) -> pd.DataFrame:
+    """Per-image values = condition mean + a shared image effect + small per-condition noise."""
+    rng = np.random.default_rng(rng_seed)
+    img_m, img_f = rng.normal(0, 0.05, N_IMG), rng.normal(0, 0.05, N_IMG)
+    rows = []
+    for cond, (m, f) in means.items():
+        for s in (seeds if cond != "reference" else seeds[:1]):
+            rows.append(_row(cond, s, m + img_m + rng.normal(0, noise, N_IMG),
+                             f + img_f + rng.normal(0, noise, N_IMG)))
+    if random_idauc is not None:       # the random ranking: the band's own check on the reference
+        rows.append(_row("random", 0, 0.05 + img_m + rng.normal(0, noise, N_IMG),
+                         random_idauc + img_f + rng.normal(0, noise, N_IMG)))
+    return pd.DataFrame(rows)
+
+
+def test_both_halves_hold():
+    # T5: coverage +8 pp at parity (ΔIDAUC ≈ 0); unsupervised: the most faithful, less coverage
+    t = _table({"reference": (0.10, 0.20), "T5": (0.18, 0.20), "unsupervised": (0.12, 0.30),
+                "T1": (0.08, 0.25)})
+    v = claim_verdict(t, n_boot=400)
+    r = v.conditions.set_index("condition").loc["T5"]
+    assert r["D_pp"] == pytest.approx(8.0, abs=1.0) and r["reading"] == "coverage up at parity"
+    assert v.winners["coverage_winner"] == "T5" and v.winners["faithfulness_winner"] == "unsupervised"
+    assert v.winners["reading"] == "different winners"
+    assert v.decoupling_shown and "shows the decoupling" in v.text
+
+
+def test_winners_that_tie_within_noise_are_not_resolved():
+    # T3 covers most; T5 is the most faithful by 0.0005 IDAUC with 0.01 per-image noise on 60
+    # images: "coverage-first T3, faithfulness-first T5" is not two winners, the lead is not resolved
+    t = _table({"reference": (0.10, 0.20), "T5": (0.15, 0.2005), "T3": (0.18, 0.2000)})
+    v = claim_verdict(t, n_boot=400)
+    w = v.winners
+    assert (w["coverage_winner"], w["faithfulness_winner"]) == ("T3", "T5")
+    assert w["idauc_diff"] == pytest.approx(0.0005, abs=0.003)
+    assert w["idauc_diff_lo"] <= 0 <= w["idauc_diff_hi"] and w["miou_diff_lo"] > 0
+    assert w["reading"] == "not resolved: the faithfulness lead"
+    assert not v.decoupling_shown and "does not show a decoupling" in v.text
+
+
+def test_both_rose_together_is_not_called_decoupling():
+    t = _table({"reference": (0.10, 0.20), "unsupervised": (0.12, 0.23), "T1": (0.14, 0.26),
+                "T3": (0.16, 0.29), "T5": (0.18, 0.32)})
+    v = claim_verdict(t, n_boot=400)
+    assert v.conditions.set_index("condition").loc["T5", "reading"] == "both rose"
+    assert v.comovement["reading"] == "move together" and v.comovement["r_lo"] > 0
+    assert v.winners["reading"] == "one condition leads both"
+    assert v.winners["miou_runner_up"] == "T3" and v.winners["miou_lead_lo"] > 0
+    assert not v.decoupling_shown
+    assert "rose together" in v.text and "shows the decoupling" not in v.text
+
+
+def test_correlation_and_paired_difference_match_independent_computations():
+    t = _table({"reference": (0.10, 0.20), "T5": (0.18, 0.20), "unsupervised": (0.12, 0.30),
+                "T1": (0.08, 0.25)}, random_idauc=None)
+    v = claim_verdict(t, n_boot=200)
+    means = t.explode(["image_ids", "miou_per_image", "idauc_image_ids", "idauc_per_image"])
+    m = means.groupby("condition")["miou_per_image"].apply(lambda s: np.mean(s.astype(float)))
+    f = means.groupby("condition")["idauc_per_image"].apply(lambda s: np.mean(s.astype(float)))
+    conds = sorted(m.index)
+    assert v.comovement["r"] == pytest.approx(np.corrcoef(m[conds], f[conds])[0, 1], abs=1e-12)
+    # coverage winner T5 minus faithfulness winner unsupervised, image by image (seed means)
+    pm = per_image_means(t, "miou")
+    diff = np.mean([pm["T5"][i] - pm["unsupervised"][i] for i in pm["T5"]])
+    assert v.winners["miou_diff"] == pytest.approx(diff, abs=1e-12)
+    assert v.winners["miou_diff_lo"] <= diff <= v.winners["miou_diff_hi"]
+
+
+def test_per_image_means_average_the_seeds_image_by_image():
+    rows = [_row("T5", 0, np.array([0.1, 0.3]), np.array([0.0, 0.2])),
+            _row("T5", 1, np.array([0.3, 0.5]), np.array([0.2, np.nan]))]
+    pm = per_image_means(pd.DataFrame(rows), "idauc")
+    assert pm == {"T5": {"img0": pytest.approx(0.1), "img1": pytest.approx(0.2)}}
+    with pytest.raises(ValueError, match="metric must be one of"):
+        per_image_means(pd.DataFrame(rows), "accuracy")
+
+
+def test_readings_by_hand():
+    assert condition_reading(1.0, 3.0, 0.01, 0.05, "in band") == "both rose"
+    assert condition_reading(1.0, 3.0, -0.005, 0.02, "in band") == "coverage up at parity"
+    assert condition_reading(1.0, 3.0, -0.05, -0.02, "outside band") == "coverage up, faithfulness down"
+    assert condition_reading(-3.0, -1.0, -0.005, 0.02, "in band") == "coverage down"
+    assert condition_reading(-1.0, 1.0, -0.005, 0.02, "in band") == "coverage change not resolved"
+    assert condition_reading(1.0, 3.0, -0.005, 0.02, "uninformative").endswith("(band uninformative)")
+
+
+def test_rows_of_two_cells_or_checkpoints_are_refused():
+    t = _table({"reference": (0.10, 0.20), "T5": (0.18, 0.20)})
+    t2 = t.copy()
+    t2["checkpoint_id"] = "other"
+    with pytest.raises(ValueError, match="rows of one cell"):
+        claim_verdict(pd.concat([t, t2]), n_boot=50)
+    with pytest.raises(ValueError, match="no 'reference' condition"):
+        claim_verdict(t[t["condition"] != "reference"], n_boot=50)
