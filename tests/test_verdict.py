@@ -115,3 +115,33 @@ def test_rows_of_two_cells_or_checkpoints_are_refused():
         claim_verdict(pd.concat([t, t2]), n_boot=50)
     with pytest.raises(ValueError, match="no 'reference' condition"):
         claim_verdict(t[t["condition"] != "reference"], n_boot=50)
+
+
+def _coverage(targets: dict[str, float], rng_seed: int = 1) -> pd.DataFrame:
+    rng = np.random.default_rng(rng_seed)
+    ids = [f"img{i}" for i in range(N_IMG)]
+    return pd.DataFrame([dict(target=t, miou=m, image_ids=ids,
+                              miou_per_image=list(m + rng.normal(0, 0.02, N_IMG))) for t, m in targets.items()])
+
+
+def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control():
+    from midas_nb.results import targets_vs_scorers
+    # targets' own coverage differs a lot; scorers all land near the control, except T1 (+5 pp)
+    cov = _coverage({"T1": 0.12, "T2": 0.09, "T5": 0.06})
+    t = _table({"reference": (0.10, 0.2), "T1": (0.20, 0.2), "T2": (0.15, 0.2), "T5": (0.1505, 0.2),
+                "random_map": (0.15, 0.2)}, random_idauc=None)
+    frame, text = targets_vs_scorers(cov, t, n_boot=400)
+    r = frame.set_index("target")
+    assert r.loc["T1", "reading"].startswith("above the control")
+    assert r.loc["T5", "reading"].startswith("matches the control")
+    pm = per_image_means(t, "miou")
+    assert r.loc["T5", "gain_over_control"] == pytest.approx(np.mean([pm["T5"][i] - pm["random_map"][i]
+                                                                      for i in pm["T5"]]), abs=1e-12)
+    own_t5 = np.mean(cov.set_index("target").loc["T5", "miou_per_image"])
+    assert r.loc["T5", "target_miou"] == pytest.approx(own_t5, abs=1e-12)
+    assert "T1 cover more than it" in text and "spans" in text
+    # without the control, nothing is credited
+    frame2, text2 = targets_vs_scorers(cov, t[t["condition"] != "random_map"], n_boot=100)
+    assert frame2["reading"].str.startswith("no random_map").all() and "cannot be credited" in text2
+    with pytest.raises(ValueError, match="per-image columns"):
+        targets_vs_scorers(cov.drop(columns=["miou_per_image"]), t)

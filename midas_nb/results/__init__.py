@@ -49,8 +49,8 @@ from .files import (_decode_lists, _encode_lists, load_table, save_table)  # noq
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
                     SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401
-from .verdict import (BASELINE_CONDITIONS, ClaimVerdict, claim_verdict, condition_reading,
-                      per_image_means)  # noqa: F401
+from .verdict import (BASELINE_CONDITIONS, CONTROL_CONDITION, ClaimVerdict, claim_verdict, condition_reading,
+                      per_image_means, targets_vs_scorers)  # noqa: F401
 
 __all__ = [
     "side_by_side",
@@ -76,4 +76,6 @@ __all__ = [
     "condition_reading",
     "per_image_means",
     "BASELINE_CONDITIONS",
+    "CONTROL_CONDITION",
+    "targets_vs_scorers",
 ]

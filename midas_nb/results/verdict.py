@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..metrics import decoupling_D
 
-__all__ = ["ClaimVerdict", "claim_verdict", "condition_reading", "per_image_means", "CELL_COLUMNS",
+__all__ = ["ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "CELL_COLUMNS",
            "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
@@ -38,6 +38,9 @@ CELL_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "depth"
 
 #: conditions that are lower bounds, never candidates for a "winner" (a random ranking)
 BASELINE_CONDITIONS: tuple[str, ...] = ("random",)
+
+#: the supervised control that distils a seeded random map (same loss, λ and scorer as supervised(Tk))
+CONTROL_CONDITION = "random_map"
 
 _METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image")}
 
@@ -337,3 +340,89 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
                      else "undefined")
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
     return ClaimVerdict(cond, winners, co, bool(shown), _text(cond, focus, winners, co, bool(shown)))
+
+
+def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if not v.size:
+        return math.nan, math.nan, math.nan
+    boot = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return float(v.mean()), float(lo), float(hi)
+
+
+def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: str = CONTROL_CONDITION,
+                       n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """Each target's own top-k coverage beside the coverage of the scorer distilled from it and
+    of the random-map control, on the same images.
+
+    A scorer trained with ``L_cls + λ·L_ga(Tk)`` can cover more or less than ``Tk``'s own top-k
+    (it also learns from ``L_cls``); whether ``Tk``'s *content* explains the scorer's coverage is
+    decided against the control that distils a seeded random map with the same loss and λ:
+    ``gain = mIoU(scorer Tk) − mIoU(control)``, paired over the images both were evaluated on,
+    seeds averaged per image, percentile bootstrap over images.
+
+    Args:
+        coverage: :meth:`midas_nb.study.Study.target_coverage` (``target``, ``miou`` and the
+            per-image ``image_ids`` / ``miou_per_image``).
+        table: protocol rows of one cell (conditions named after the targets, plus ``control``).
+        control: the control condition's name.
+        n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
+
+    Returns:
+        ``(frame, text)``: one row per target that has a scorer in ``table`` — ``target``,
+        ``target_miou`` / ``_lo`` / ``_hi`` (its own top-k, on the scorer's images),
+        ``scorer_miou`` / ``_lo`` / ``_hi``, ``control_miou``, ``gain_over_control`` / ``_lo`` /
+        ``_hi``, ``n_images``, ``reading``; and the computed sentences.
+
+    Raises:
+        ValueError: ``coverage`` lacks the per-image columns; rows of several cells.
+    """
+    if not {"image_ids", "miou_per_image"} <= set(coverage.columns):
+        raise ValueError("targets_vs_scorers needs the per-image columns image_ids / miou_per_image of "
+                         "Study.target_coverage()")
+    _one_cell(table)
+    rng = np.random.default_rng(seed)
+    scorers = per_image_means(table, "miou")
+    ctrl = scorers.get(control)
+    rows = []
+    for _, c in coverage.iterrows():
+        tgt = str(c["target"])
+        if tgt not in scorers or tgt == control:
+            continue
+        own = dict(zip(map(str, _as_list(c["image_ids"]) or []), map(float, _as_list(c["miou_per_image"]) or [])))
+        sc = scorers[tgt]
+        ids = [i for i in sc if i in own and np.isfinite(own[i])]
+        t_m = _ci_of([own[i] for i in ids], n_boot, alpha, rng)
+        s_m = _ci_of([sc[i] for i in ids], n_boot, alpha, rng)
+        row = dict(target=tgt, target_miou=t_m[0], target_miou_lo=t_m[1], target_miou_hi=t_m[2],
+                   scorer_miou=s_m[0], scorer_miou_lo=s_m[1], scorer_miou_hi=s_m[2], n_images=len(ids))
+        if ctrl is not None:
+            g = _paired_diff(sc, ctrl, n_boot, alpha, rng)
+            row.update(control_miou=float(np.mean([ctrl[i] for i in sc if i in ctrl])) if g[3] else math.nan,
+                       gain_over_control=g[0], gain_over_control_lo=g[1], gain_over_control_hi=g[2])
+            row["reading"] = {"positive": "above the control: the target's content adds coverage",
+                              "negative": "below the control",
+                              "not resolved": "matches the control: not attributable to the target's content",
+                              "undefined": "undefined"}[_sign(g[1], g[2])]
+        else:
+            row.update(control_miou=math.nan, gain_over_control=math.nan, gain_over_control_lo=math.nan,
+                       gain_over_control_hi=math.nan, reading=f"no {control} control in this table")
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out, "no target has a distilled scorer in this table."
+    t_span = out["target_miou"].max() - out["target_miou"].min()
+    s_span = out["scorer_miou"].max() - out["scorer_miou"].min()
+    lines = [f"The targets' own top-k coverage spans {100 * t_span:.1f} pp across {len(out)} targets; the scorers "
+             f"distilled from them span {100 * s_span:.1f} pp" +
+             (" — the scorers do not follow their targets' differences." if s_span < 0.5 * t_span else ".")]
+    if ctrl is not None:
+        above = list(out.loc[out["reading"].str.startswith("above"), "target"])
+        lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): "
+                     + (f"{', '.join(above)} cover more than it (resolved); " if above else
+                        "no scorer covers resolvably more than it; ")
+                     + "for the others the gain over the reference is not attributable to the target's content.")
+    else:
+        lines.append(f"Without the {control} control the gain cannot be credited to the targets' content.")
+    return out, "\n".join(lines)

@@ -275,7 +275,9 @@ class StudyBase:
 
         What a scorer that imitated the target perfectly would cover — before any scorer is
         trained. Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over
-        images), ``n_images``, ``n_skipped``, ``coverage_kind``.
+        images), ``n_images``, ``n_skipped``, ``coverage_kind``, and the per-image values
+        ``image_ids`` / ``miou_per_image`` (NaN: an image without a visible part) that
+        :func:`midas_nb.results.targets_vs_scorers` pairs with the scorers' rows.
         """
         budget = float(self.params["budget"] if budget is None else budget)
         ds = self.test_set
@@ -287,7 +289,8 @@ class StudyBase:
             r = metric(keep, ref)
             mean, lo, hi = bootstrap_ci(r.per_image, n_boot=int(self.params["bootstrap"]))
             rows.append(dict(target=k, miou=mean, miou_lo=lo, miou_hi=hi, n_images=r.n_images,
-                             n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget))
+                             n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget,
+                             image_ids=list(ds.image_ids), miou_per_image=[float(x) for x in r.per_image]))
         return pd.DataFrame(rows)
 
     def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
