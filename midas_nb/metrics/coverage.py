@@ -89,3 +89,33 @@ def box_coverage(keep_mask: Tensor, box_mask: Tensor) -> PartIoU:
     ``"box coverage"`` so that it is never shown as part mIoU.
     """
     return _mask_iou(keep_mask, box_mask, "box coverage")
+
+
+def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:
+    """The highest IoU any ranking can reach when it keeps ``k`` patch tokens, per image.
+
+    Keeping exactly ``k`` tokens against a reference mask of ``|P|`` patches, the overlap is at
+    most ``min(k, |P|)`` and the union at least ``max(k, |P|)``, so
+    ``IoU ≤ min(k, |P|) / max(k, |P|)`` — reached by keeping the part patches first. Part mIoU
+    (and box coverage) are read against this ceiling, not against 1 (notebook 00; with
+    fractions ``f = |P|/N`` and ``b ≈ k/N`` it is ``min(f, b) / max(f, b)``).
+
+    Args:
+        ref_mask: ``[B,N]`` bool, the part (or box) patches.
+        k: kept patch tokens, ``1 ≤ k ≤ N`` (:func:`midas_nb.vit.keep_count`).
+
+    Returns:
+        ``[B]`` float; ``NaN`` for images without a reference patch (skipped by the metrics).
+
+    Raises:
+        ValueError: ``ref_mask`` is not ``[B,N]`` or ``k`` is outside ``1..N``.
+    """
+    if ref_mask.dim() != 2:
+        raise ValueError(f"ref_mask must be [B,N], got {tuple(ref_mask.shape)}")
+    n = ref_mask.shape[1]
+    if not 1 <= int(k) <= n:
+        raise ValueError(f"k must be in 1..{n} (kept patch tokens), got {k!r}")
+    p = ref_mask.bool().sum(1).float()
+    kk = torch.full_like(p, float(k))
+    ceil = torch.minimum(p, kk) / torch.maximum(p, kk)
+    return torch.where(p > 0, ceil, torch.full_like(p, math.nan))

@@ -16,7 +16,7 @@ from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone
                          schedule_problem, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
-from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, part_miou, point_in_box
+from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou, point_in_box
 from ..protocol import evaluation_subset
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..related.last import pib_table
@@ -291,6 +291,25 @@ class StudyBase:
             rows.append(dict(target=k, miou=mean, miou_lo=lo, miou_hi=hi, n_images=r.n_images,
                              n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget,
                              image_ids=list(ds.image_ids), miou_per_image=[float(x) for x in r.per_image]))
+        return pd.DataFrame(rows)
+
+    def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
+        """The best part mIoU (box coverage) any ranking can reach at each budget, on the
+        protocol's evaluated test images (:func:`midas_nb.metrics.iou_ceiling`, mean over the
+        images with a part patch). Columns ``budget``, ``k``, ``ceiling``, ``n_images``,
+        ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
+        ds = self.test_set
+        subset = evaluation_subset(len(ds), self.params.get("max_eval_images"),
+                                   int(self.params.get("eval_subset_seed", 0)))
+        ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in subset])
+        if budgets is None:
+            budgets = sorted({float(b) for b in self.params.get("budgets") or []} | {float(self.params["budget"])})
+        rows = []
+        for b in budgets:
+            k = keep_count(b, ref.shape[1])
+            c = iou_ceiling(ref, k)
+            rows.append(dict(budget=float(b), k=k, ceiling=float(c.nanmean()), n_images=int(c.isfinite().sum()),
+                             coverage_kind="part mIoU" if ds.has_parts else "box coverage"))
         return pd.DataFrame(rows)
 
     def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
