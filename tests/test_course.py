@@ -23,7 +23,7 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from midas_nb import course
-from midas_nb.course import EXERCISES, check_exercise, export_html, strip_solutions
+from midas_nb.course import EXERCISES, check_exercise, check_solution, export_html, strip_solutions
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -58,9 +58,10 @@ def test_registry_has_two_to_four_exercises_per_notebook():
     assert all(re.fullmatch(r"\d\d\.\w+", k) for k in EXERCISES)
 
 
-def test_unanswered_exercise_is_false_without_raising(capsys):
+def test_unanswered_exercise_is_false_and_silent(capsys):
+    # an executed or HTML edition shows nothing under an unanswered question
     assert check_exercise("00.keep_count", None) is False      # no context needed for None
-    assert "no answer yet" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""
     with pytest.raises(KeyError, match="unknown exercise"):
         check_exercise("00.no_such_exercise", 1)
 
@@ -229,9 +230,9 @@ def test_notebook_has_objectives_and_checked_exercises(path):
         sol = [c for c in solutions if f'"{name}"' in c.source]
         assert len(sol) == 1 and sol[0].metadata["jupyter"]["source_hidden"] is True
         last = ast.parse(sol[0].source).body[-1]
-        assert isinstance(last, ast.Assert) and ast.unparse(last.test).startswith(f"check_exercise('{name}', answer")
+        assert isinstance(last, ast.Expr) and ast.unparse(last.value).startswith(f"check_solution('{name}', answer")
         # every keyword the checker needs is passed from the notebook
-        call = last.test
+        call = last.value
         assert {kw.arg for kw in call.keywords} == set(EXERCISES[name].needs)
     # exercises come after every other cell (appended), the last cell is a solution
     first_ex = next(i for i, c in enumerate(nb.cells) if "exercise" in _tags(c))
@@ -412,3 +413,20 @@ def test_html_edition_in_headless_chromium(html_dir, tmp_path):
     r = _chromium([f"--screenshot={shot}", "--window-size=1200,900", (site / "index.html").as_uri()],
                   tmp_path / "profile2")
     assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 1000
+
+
+def test_check_solution_prints_nothing_and_raises_on_a_wrong_solution(capsys):
+    s = _study(grid=(14, 14), budgets=(0.1, 0.25, 0.5))      # N = 196
+    check_solution("00.keep_count", 20, study=s)               # ceil(0.1 · 196) = 20
+    assert capsys.readouterr().out == ""
+    with pytest.raises(AssertionError, match="reference solution of 00.keep_count disagrees"):
+        check_solution("00.keep_count", 19, study=s)
+
+
+def test_solution_cells_reveal_nothing():
+    # the solution cells call the silent check_solution, never check_exercise (which prints the answer)
+    for path in NOTEBOOKS:
+        nb = nbformat.read(str(path), as_version=4)
+        for c in nb.cells:
+            if "solution" in _tags(c):
+                assert "check_exercise(" not in c.source and "check_solution(" in c.source, path.name

@@ -78,8 +78,9 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
     Args:
         name: a registered exercise (:func:`list_exercises`), e.g. ``"01.abs_t5"``.
-        answer: the student's answer; ``None`` means "not answered yet" (returns ``False``
-            without raising, so an unanswered notebook still runs).
+        answer: the student's answer; ``None`` means "not answered yet": returns ``False``
+            without printing or raising, so an unanswered notebook runs, and its executed and
+            HTML editions show nothing under the question.
         **ctx: the notebook objects the checker needs (``study=study``, ``maps=maps``, ...;
             :attr:`Exercise.needs`).
 
@@ -91,8 +92,7 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
         KeyError: for an unknown exercise name (a typo in the notebook, not a wrong answer).
     """
     ex = _get(name)
-    if answer is None:
-        print(f"✗ {name}: no answer yet — replace `None` with your answer. Hint: {ex.hint}")
+    if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
         return False
     try:
         expected = expected_answer(name, **ctx)
@@ -108,6 +108,24 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
     else:
         print(f"✗ {name}: {why} Hint: {ex.hint}")
     return bool(ok)
+
+
+def check_solution(name: str, answer: Any, **ctx: Any) -> None:
+    """Verify a reference solution against the checker of exercise ``name``, silently.
+
+    The cells tagged ``solution`` call this instead of :func:`check_exercise`, so that a run
+    still proves every reference solution right while the executed notebook and its HTML
+    edition do not print the answer under the question.
+
+    Raises:
+        AssertionError: the solution disagrees with the checker (the message says how).
+        KeyError: an unknown exercise or a missing context object.
+    """
+    ex = _get(name)
+    expected = expected_answer(name, **ctx)
+    ok, why = ex.compare(answer, expected)
+    if not ok:
+        raise AssertionError(f"the reference solution of {name} disagrees with its checker: {why}")
 
 
 # ---------------------------------------------------------------------------------- comparisons
