@@ -1,6 +1,7 @@
 """Related systems: Cropr, IA-RED², LaSt-ViT aggregation, TokenTM's perturbation tests, the table."""
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -84,29 +85,107 @@ def decisive_token_vit(n_blocks: int = 1) -> nn.Module:
 def test_cropr_and_iared_are_protocol_conditions():
     assert {"cropr", "iared"} <= set(list_scorer_conditions())
     assert {"cropr", "iared"} <= set(list_conditions())
-    assert isinstance(build_scorer("cropr", 32, num_classes=3), CroprScorer)
-    assert isinstance(build_scorer("iared", 32, num_classes=3), IARedScorer)
+    assert isinstance(build_scorer("cropr", 48, num_classes=3), CroprScorer)
+    assert isinstance(build_scorer("iared", 48, num_classes=3), IARedScorer)
 
 
 # ------------------------------------------------------------------------------ Cropr
-def test_cropr_scores_are_the_summed_query_key_products():
+class OfficialCroprCrossAttention(nn.Module):
+    """``benbergner/cropr``, ``cls/cropr.py``: ``CrossAttention`` (``training=True``, no
+    norm/projections as in ``cls/main.py``'s defaults) and ``ClassificationHead``, forwards copied;
+    weights are loaded from the package's module below."""
+
+    def __init__(self, embed_dim, num_heads, mlp_ratio, num_classes):
+        super().__init__()
+        self.num_queries, self.head_dim = 1, embed_dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.queries = nn.Parameter(torch.empty(1, 1, embed_dim))
+        self.q = self.k = self.v = self.attn_norm = nn.Identity()
+        self.proj = nn.Linear(embed_dim, embed_dim) if num_heads > 1 else nn.Identity()
+        self.mlp_norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.mlp = timm.layers.Mlp(embed_dim, int(embed_dim * mlp_ratio))
+        self.head = nn.Sequential()
+        self.head.norm = nn.LayerNorm(embed_dim)
+        self.head.head = nn.Linear(embed_dim, num_classes)
+
+    def forward_scorer(self, x):
+        B, N = x.shape[:2]
+        x = self.attn_norm(x)
+        q_in = self.queries.expand(B, -1, -1)
+        q = self.q(q_in).reshape(B, self.num_queries, -1, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(B, N, -1, self.head_dim).transpose(1, 2)
+        attn = q @ k.transpose(-2, -1)
+        scores = attn.sum((1, 2))
+        return scores
+
+    def forward(self, x):
+        B, N, D = x.shape
+        x = self.attn_norm(x)
+        q_in = self.queries.expand(B, -1, -1)
+        M = q_in.shape[1]
+        q = self.q(q_in).reshape(B, M, -1, self.head_dim).transpose(1, 2)
+        k = self.k(x).reshape(B, N, -1, self.head_dim).transpose(1, 2)
+        v = self.v(x).reshape(B, N, -1, self.head_dim).transpose(1, 2)
+        attn = q @ k.transpose(-2, -1)  # B, H, M, N
+        attn_sm = (attn * self.scale).softmax(dim=-1)
+        x = attn_sm @ v
+        x = x.transpose(1, 2).reshape(B, M, D).squeeze(1)
+        x = self.proj(x)
+        if hasattr(self, "mlp"):
+            x = x + self.mlp(self.mlp_norm(x))
+        scores = attn.sum((1, 2))  # B, N
+        return x, scores
+
+    def prune(self, x, scores, pruning_rate):          # ``Cropr.prune`` with ``scores[:, 0] = inf``
+        scores = scores.clone()
+        scores[:, 0] = math.inf
+        M = x.shape[1]
+        num_keep = M - pruning_rate
+        idx = torch.argsort(scores, dim=1, descending=True, stable=False)
+        return idx[:, :num_keep]
+
+
+def official_cropr(scorer: CroprScorer) -> OfficialCroprCrossAttention:
+    """The official module carrying ``scorer``'s weights (state-dict mapping of the names)."""
+    off = OfficialCroprCrossAttention(scorer.dim, scorer.num_heads, scorer.mlp_ratio, scorer.num_classes)
+    sd = {k.replace("head_norm.", "head.norm.").replace("head.weight", "head.head.weight")
+          .replace("head.bias", "head.head.bias"): v for k, v in scorer.state_dict().items()}
+    off.load_state_dict(sd, strict=True)
+    return off.eval()
+
+
+@functools.lru_cache(maxsize=1)
+def vit64() -> nn.Module:
+    """A random timm ViT-Ti at 64 px (4×4 patch grid, D = 192, 3 heads)."""
     torch.manual_seed(0)
-    scorer = CroprScorer(12, num_classes=3, num_heads=3)
-    x = torch.randn(2, 1 + 5, 12)
-    ln = F.layer_norm(x[:, 1:], (12,), scorer.norm.weight, scorer.norm.bias, scorer.norm.eps)
-    k = ln @ scorer.key.weight.T + scorer.key.bias                             # [B,N,D]
-    expected = torch.zeros(2, 5)
-    for h in range(3):
-        kh = k[..., 4 * h:4 * (h + 1)]
-        expected += (kh * scorer.query[h]).sum(-1) / 2.0                       # √d_h = 2
-    torch.testing.assert_close(scorer(x, 1), expected)
-    # the aggregator: per head, softmax over tokens of the same products weights that head's slice
-    agg = torch.zeros(2, 12)
-    for h in range(3):
-        a = ((k[..., 4 * h:4 * (h + 1)] * scorer.query[h]).sum(-1) / 2.0).softmax(-1)
-        agg[:, 4 * h:4 * (h + 1)] = (a[..., None] * ln[..., 4 * h:4 * (h + 1)]).sum(1)
-    z = agg + scorer.agg_mlp(scorer.agg_norm(agg))
-    torch.testing.assert_close(scorer.aux_logits(x, 1), scorer.head(scorer.head_norm(z)))
+    return timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
+
+
+def vit64_tokens(n_images: int = 3, depth: int = 2, seed: int = 0) -> torch.Tensor:
+    """Block-``depth`` tokens ``[B,1+16,192]`` of :func:`vit64` on random images (``seed``)."""
+    images = torch.randn(n_images, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return run_blocks(vit64(), embed_tokens(vit64(), images), 0, depth)
+
+
+@pytest.mark.parametrize("num_heads", [1, 3])
+def test_cropr_equals_the_official_cross_attention(num_heads):
+    hidden = vit64_tokens()
+    torch.manual_seed(1)
+    scorer = CroprScorer(192, num_classes=10, num_heads=num_heads).eval()
+    if num_heads == 1:                                          # the official defaults
+        assert isinstance(scorer.proj, nn.Identity) and scorer.mlp.fc1.out_features == 4 * 192
+    off = official_cropr(scorer)
+    with torch.no_grad():
+        ours = scorer(hidden, 1)
+        torch.testing.assert_close(ours, off.forward_scorer(hidden)[:, 1:])
+        x_aggr, scores = off(hidden)
+        torch.testing.assert_close(ours, scores[:, 1:])
+        torch.testing.assert_close(scorer.aux_logits(hidden, 1), off.head.head(off.head.norm(x_aggr)))
+        for budget in (0.25, 0.5):                              # the same kept tokens at each budget
+            k = math.ceil(budget * 16)
+            kept = off.prune(hidden, scores, 17 - (1 + k))[:, 1:] - 1
+            assert torch.equal(ours.topk(k, dim=1).indices.sort(1).values, kept.sort(1).values)
 
 
 def test_cropr_loss_leaves_the_backbone_without_gradient():
@@ -123,8 +202,8 @@ def test_cropr_loss_leaves_the_backbone_without_gradient():
     assert logits.shape == (4, 4) and scores.shape == (4, 16)
     loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
-    assert scorer.query.grad is not None and scorer.query.grad.abs().sum() > 0
-    assert scorer.key.weight.grad.abs().sum() > 0 and scorer.head.weight.grad.abs().sum() > 0
+    assert scorer.queries.grad is not None and scorer.queries.grad.abs().sum() > 0
+    assert scorer.mlp.fc1.weight.grad.abs().sum() > 0 and scorer.head.weight.grad.abs().sum() > 0
 
 
 def test_cropr_last_layer_fusion():
@@ -227,20 +306,85 @@ def test_reinforce_step_raises_the_keep_probability_of_the_decisive_token():
     assert flipped(one, 1)[0, KEY_TOKEN] < before[KEY_TOKEN] - 1e-3
 
 
-def test_iared_scores_are_head_averaged_sigmoids():
-    torch.manual_seed(4)
-    scorer = IARedScorer(8, num_heads=2, seed=0)
-    x = torch.randn(2, 1 + 3, 8)
-    ln = F.layer_norm(x[:, 1:], (8,), scorer.norm.weight, scorer.norm.bias, scorer.norm.eps)
-    k = ln @ scorer.key.weight.T + scorer.key.bias
-    q = scorer.query.weight @ scorer.policy_token + scorer.query.bias
-    expected = sum(torch.sigmoid((k[..., 4 * h:4 * h + 4] * q[4 * h:4 * h + 4]).sum(-1) / 2.0) for h in range(2)) / 2
-    torch.testing.assert_close(scorer(x, 1), expected)
+class OfficialPerBlockAgent(nn.Module):
+    """IA-RED²'s ``PerBlockAgent`` (``IA_RED_model.py``; ``joon-stack/ltrp``,
+    ``score_net/ia_red_utils/IA_RED_model.py``), forward copied (``matmul`` module → ``@``)."""
+
+    def __init__(self, dim, num_heads=2, qkv_bias=True, qk_scale=None):
+        super().__init__()
+        self.num_heads = num_heads
+        head_dim = dim // num_heads
+        self.scale = qk_scale or head_dim ** -0.5
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
+        self.qk = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.act = nn.Sigmoid()
+
+    def forward(self, x, prev_policy=None):
+        B, N, C = x.shape
+        if prev_policy is None:
+            prev_policy = torch.ones(B, N, device=x.device)
+        x = x * prev_policy.unsqueeze(2)
+        x = self.norm(x)
+        qk = self.qk(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(2, 0, 3, 1, 4)
+        q, k = qk[0], qk[1]  # B x num_head x N x C
+        attn = (q[:, :, :1] @ k.transpose(-2, -1)) * self.scale
+        attn = self.act(attn)
+        attn = attn.squeeze(2).mean(1)
+        attn = attn * prev_policy
+        return attn
+
+
+def official_agent(scorer: IARedScorer) -> OfficialPerBlockAgent:
+    """The official interpreter carrying ``scorer``'s weights; its unused third ``qk`` block is
+    random (it must not matter)."""
+    off = OfficialPerBlockAgent(scorer.dim, num_heads=scorer.num_heads)
+    with torch.no_grad():
+        off.qk.weight[:2 * scorer.dim] = scorer.qk.weight
+        off.qk.bias[:2 * scorer.dim] = scorer.qk.bias
+    return off.eval()
+
+
+def test_iared_equals_the_official_interpreter():
+    hidden = vit64_tokens()
+    torch.manual_seed(2)
+    scorer = IARedScorer(192, seed=0).eval()
+    assert scorer.num_heads == 6 and not scorer.norm.elementwise_affine       # AttnGroup's interpreter
+    off = official_agent(scorer)
+    with torch.no_grad():
+        ours, probs = scorer(hidden, 1), off(hidden)
+    torch.testing.assert_close(ours, probs[:, 1:])
+    assert torch.equal(ours > 0.5, probs[:, 1:] > 0.5)                         # AttnGroup's policy_map
+    for k in (4, 8):
+        assert torch.equal(ours.topk(k, dim=1).indices.sort(1).values,
+                           probs[:, 1:].topk(k, dim=1).indices.sort(1).values)
+
+
+def test_iared_scores_depend_on_the_image_through_the_first_token():
+    hidden = vit64_tokens()
+    torch.manual_seed(3)
+    scorer = IARedScorer(192, seed=0).eval()
+    other = hidden.clone()
+    other[:, 0] = vit64_tokens(seed=5)[:, 0]                    # another image's CLS, same patch tokens
+    with torch.no_grad():
+        a, b = scorer(hidden, 1), scorer(other, 1)
+    assert (a - b).abs().max() > 1e-3                           # a per-token classifier would not move
+    # two images, same patch token at one position: its score differs with the rest of the image
+    same = vit64_tokens(seed=5)
+    same[:, 1 + 3] = hidden[:, 1 + 3]
+    with torch.no_grad():
+        assert (scorer(same, 1)[:, 3] - a[:, 3]).abs().max() > 1e-3
+
+
+def test_iared_rejects_a_width_its_heads_do_not_divide():
+    with pytest.raises(ValueError, match="divisible by num_heads=6"):
+        IARedScorer(32)
+    with pytest.raises(ValueError, match="first .CLS. token"):
+        IARedScorer(12, num_heads=2)(torch.randn(1, 4, 12), 0)
 
 
 # ------------------------------------------------------------------------------ protocol
 def test_cropr_and_iared_rows_in_the_protocol(tmp_path):
-    model = tiny_vit()
+    model = tiny_vit(embed_dim=48, num_heads=3)                 # 48: divisible by IA-RED²'s 6 heads
     train, test = TinyDataset(16, 4), TinyDataset(8, 5)
     kw = dict(depth=2, budget=0.25, conditions=["reference", "cropr", "iared"], seeds=[0, 1],
               dataset_name="tiny", backbone_name="vit_tiny_test", checkpoint_id="ck0", epochs=1, batch_size=8,
@@ -285,6 +429,21 @@ def test_cropr_and_iared_rows_in_the_protocol(tmp_path):
     again = run_protocol(train, test, model, **kw)
     assert again[again.condition.isin(["cropr", "iared"])].from_cache.all()
     pd.testing.assert_series_equal(again.accuracy, df.accuracy)
+
+
+@pytest.mark.parametrize("family, cls", [("cropr", CroprScorer), ("iared", IARedScorer)])
+def test_scorer_cache_is_keyed_by_the_architecture(tmp_path, monkeypatch, family, cls):
+    from midas_nb.train import block_cache, load_or_train_scorer
+    model = tiny_vit(embed_dim=48, num_heads=3)
+    cache = block_cache(model, TinyDataset(8, 4), depth=1, key=None, progress=False, full_logits=False,
+                        masks=False)
+    kw = dict(key={"condition": family}, depth=1, budget=0.5, cache_dir=tmp_path, progress=False,
+              scorer=family, scorer_kwargs=dict(num_classes=4), epochs=1, batch_size=8)
+    assert not load_or_train_scorer(model, cache, **kw)[2]
+    assert load_or_train_scorer(model, cache, **kw)[2]          # same architecture: from the cache
+    monkeypatch.setattr(cls, "architecture", f"{family}/an-older-version", raising=False)
+    assert not load_or_train_scorer(model, cache, **kw)[2]      # another architecture: trained anew
+    assert len(list((tmp_path / "scorers").glob("*.pt"))) == 2
 
 
 # ------------------------------------------------------------------------------ LaSt-ViT
@@ -428,14 +587,14 @@ def test_related_table_merges_the_three_kinds():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_related_methods_run_on_cuda(tmp_path):
     dev = torch.device("cuda")
-    model = tiny_vit()
+    model = tiny_vit(embed_dim=48, num_heads=3)
     images = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         hidden = run_blocks(model, embed_tokens(model, images), 0, 1)
         keep = torch.rand(3, 16, generator=torch.Generator().manual_seed(0)) < 0.4
         cpu = masked_logits(model, hidden, keep, 1)
         torch.manual_seed(2)
-        scorer = CroprScorer(32, num_classes=4, num_heads=2).eval()
+        scorer = CroprScorer(48, num_classes=4).eval()
         llf_cpu = cropr_forward(model, images, scorer, 1, 0.25, fusion=True).logits
         model.to(dev), scorer.to(dev)
         torch.testing.assert_close(masked_logits(model, hidden.to(dev), keep.to(dev), 1).cpu(), cpu,

@@ -2,10 +2,13 @@
 
 - :mod:`~midas_nb.related.cropr` — **Token Cropr** (Bergner, Lippert & Mahendran, CVPR 2025,
   https://arxiv.org/abs/2412.00965): scorer family ``cropr`` (one learnable query over
-  stop-gradient tokens, auxiliary head), optional last-layer fusion.
+  stop-gradient tokens, auxiliary head), optional last-layer fusion; follows the official
+  ``benbergner/cropr``, ``cls/cropr.py``.
 - :mod:`~midas_nb.related.iared` — **IA-RED²** (Pan et al., NeurIPS 2021,
-  https://arxiv.org/abs/2106.12620): scorer family ``iared`` (multi-head interpreter,
-  REINFORCE), evaluated by top-``k`` and by its own 0.5 threshold.
+  https://arxiv.org/abs/2106.12620): scorer family ``iared`` (multi-head interpreter with its
+  query from the first token, REINFORCE), evaluated by top-``k`` and by its own 0.5 threshold;
+  follows the authors' ``IA_RED_model.py`` (``PerBlockAgent``; as distributed in
+  ``joon-stack/ltrp``, ``score_net/ia_red_utils/IA_RED_model.py``).
 - :mod:`~midas_nb.related.last` — **LaSt-ViT** (Shi, Yu & Yang, 2026,
   https://arxiv.org/abs/2602.22394): selective aggregation of the most stable tokens, a short
   fine-tune with it, Patch Score and Point-in-Box before and after.

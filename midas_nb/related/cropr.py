@@ -1,35 +1,45 @@
 """Token Cropr: a cross-attention pruner trained through an auxiliary head (scorer ``cropr``).
 
 Bergner, Lippert & Mahendran, *Token Cropr: Faster ViTs for Quite a Few Tasks*, CVPR 2025,
-https://arxiv.org/abs/2412.00965. One Cropr module at depth ``L`` (DESIGN.md §5), reading the
-output of block ``L`` like every other scorer of :mod:`midas_nb.scorers`:
+https://arxiv.org/abs/2412.00965. Follows the official code, ``benbergner/cropr``, file
+``cls/cropr.py`` (``CrossAttention``, ``ClassificationHead``, ``Cropr``), with the defaults of
+``cls/main.py`` (``--cropr_num_heads 1``, ``--cropr_mlp_ratio 4``, no pre-attention norm, no
+query/key/value projection, ``--cropr_mlp true``). One Cropr module at depth ``L``
+(DESIGN.md §5), reading the output of block ``L`` like every other scorer of
+:mod:`midas_nb.scorers`:
 
-- **router / scorer** — one learnable query ``q ∈ R^{H×d_h}`` cross-attends over the
-  stop-gradient patch tokens; keys ``k_j = W_k·LN(sg(x_j)) + b_k`` split into ``H`` heads; the
-  score of token ``j`` is the query–key product summed over heads,
-  ``s_j = Σ_h ⟨q_h, k_{h,j}⟩ / √d_h``. No value or output projection is needed for scoring.
-- **aggregator** — the attention ``a_{h,j} = softmax_j(⟨q_h, k_{h,j}⟩/√d_h)`` averages the
-  normalised stop-gradient tokens, head ``h`` its own channel slice (identity value/out
-  projection): ``o = concat_h Σ_j a_{h,j} LN(sg(x_j))_h``; then ``z = o + MLP(LN(o))``.
-- **auxiliary head** — ``LN → Linear(D, C)`` on ``z``, trained with cross-entropy on the label.
-  The aggregator's softmax carries the gradient to the query and key weights, so the scores
-  learn task relevance; the stop-gradient keeps the auxiliary loss out of the backbone.
+- **scorer** (``CrossAttention.forward_scorer``) — one learnable query ``q ∈ R^D`` (split into
+  ``H`` heads; ``H = 1`` by default) against the stop-gradient tokens themselves as keys; the
+  score of token ``j`` is the unscaled query–key product summed over heads,
+  ``s_j = Σ_h ⟨q_h, x_{j,h}⟩``.
+- **aggregator** (``CrossAttention.forward``) — ``a_h = softmax_j(⟨q_h, x_{j,h}⟩ / √d_h)`` over
+  all ``P + N`` tokens (prefix included, as the official module sees the CLS token), values =
+  the tokens, ``o = proj(concat_h Σ_j a_{h,j} x_{j,h})`` (``proj`` a linear map when ``H > 1``,
+  identity when ``H = 1``), then ``z = o + MLP(LN(o))`` (timm ``Mlp``, hidden ``4·D``, GELU;
+  LayerNorm ``eps = 1e-6``).
+- **auxiliary head** (``ClassificationHead``) — ``LN → Linear(D, C)`` on ``z``, trained with
+  cross-entropy on the label. The aggregator's softmax carries the gradient to the query, so
+  the scores learn task relevance; the stop-gradient keeps the auxiliary loss out of the
+  backbone.
 
-At inference only the scorer remains (the aggregator and head are not run): top-``k`` of
-``s`` at budget ``b``. **Last-layer fusion** (LLF, the paper's option for dense tasks): the
+At inference only the scorer remains: top-``k`` of ``s`` at budget ``b`` (the official keeps a
+fixed number per module, ``M − pruning_rate``, and pins the CLS token with ``+∞``; here prefix
+tokens are always kept and ``k = ceil(b·N)``). **Last-layer fusion** (LLF, ``--cropr_llf``): the
 pruned tokens are put back, with their block-``L`` states, before the final block, which runs
 on all ``P + N`` tokens (:func:`prune_tokens_llf`, :func:`cropr_forward` with ``fusion=True``).
 
-The backbone stays frozen here (MIDAS's protocol), where the paper trains it jointly; the
-module sits at one depth ``L`` instead of one per block, so it shares the MIDAS tables.
+Differences of setting (not of the module): the backbone stays frozen here (MIDAS's
+protocol), where the paper trains it jointly with one module per block; the module sits at one
+depth ``L`` so it shares the MIDAS tables. The official's optional switches (pre-attention
+norm, query/key/value projections, several queries) are off by default there and not offered.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from timm.layers import Mlp, trunc_normal_, trunc_normal_tf_
 from torch import Tensor, nn
 
 from ..metrics import bootstrap_ci, measure_throughput
@@ -40,77 +50,87 @@ from ..vit import classify_tokens, gather_tokens, run_blocks
 __all__ = ["CroprScorer", "prune_tokens_llf", "cropr_forward"]
 
 
-def default_heads(dim: int) -> int:
-    """Heads of a ViT of width ``dim`` (head width 64): ``dim // 64`` if it divides ``dim``, else 1."""
-    heads = max(1, dim // 64)
-    return heads if dim % heads == 0 else 1
-
-
 class CroprScorer(TokenScorer):
     """Cropr module at depth ``L``: query-key scorer + aggregator + auxiliary head.
+
+    Official code: ``benbergner/cropr``, ``cls/cropr.py`` (``CrossAttention`` with
+    ``num_queries=1``, ``ClassificationHead``); parameter names follow it (``queries``,
+    ``proj``, ``mlp_norm``, ``mlp.fc1``/``mlp.fc2``; ``head_norm``/``head`` are the official
+    ``head.norm``/``head.head``).
 
     Args:
         dim: embedding width ``D``.
         num_classes: classes ``C`` of the auxiliary head.
-        num_heads: heads ``H`` of the cross-attention (``D % H == 0``). Default: ``D // 64``
-            (at least 1), the head width of a ViT.
-        mlp_ratio: hidden width of the aggregator's MLP as a multiple of ``D``. Default: 2.0.
+        num_heads: heads ``H`` of the cross-attention (``D % H == 0``). Default: 1 (official).
+        mlp_ratio: hidden width of the aggregator's MLP as a multiple of ``D``. Default: 4.0
+            (official).
 
     Shapes: ``score(tokens [B,P+N,D], P) -> [B,N]``; ``aux_logits(tokens, P) -> [B,C]``.
+
+    Raises:
+        ValueError: ``D`` not divisible by ``H``, or a non-positive size.
     """
 
     trainable = True
+    #: architecture identity, part of the scorer cache key (:func:`midas_nb.train.load_or_train_scorer`)
+    architecture = "cropr/official-cls-v1"
 
-    def __init__(self, dim: int, num_classes: int, num_heads: int | None = None, mlp_ratio: float = 2.0):
+    def __init__(self, dim: int, num_classes: int, num_heads: int = 1, mlp_ratio: float = 4.0):
         super().__init__()
-        num_heads = default_heads(dim) if num_heads is None else int(num_heads)
-        assert dim > 0 and num_classes > 0, f"dim and num_classes must be positive, got {dim}, {num_classes}"
-        assert num_heads > 0 and dim % num_heads == 0, f"dim={dim} must be divisible by num_heads={num_heads}"
-        self.dim, self.num_classes, self.num_heads = int(dim), int(num_classes), num_heads
+        if dim <= 0 or num_classes <= 0 or num_heads <= 0 or mlp_ratio <= 0:
+            raise ValueError(f"dim, num_classes, num_heads and mlp_ratio must be positive, got {dim}, "
+                             f"{num_classes}, {num_heads}, {mlp_ratio}")
+        if dim % num_heads:
+            raise ValueError(f"Cropr: dim={dim} must be divisible by num_heads={num_heads}")
+        self.dim, self.num_classes, self.num_heads = int(dim), int(num_classes), int(num_heads)
         self.head_dim = dim // num_heads
-        hidden = max(1, int(round(mlp_ratio * dim)))
-        self.query = nn.Parameter(torch.empty(num_heads, self.head_dim))
-        nn.init.trunc_normal_(self.query, std=0.02)
-        self.norm = nn.LayerNorm(dim)
-        self.key = nn.Linear(dim, dim)
-        self.agg_norm = nn.LayerNorm(dim)
-        self.agg_mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+        self.scale = self.head_dim ** -0.5
+        self.mlp_ratio = float(mlp_ratio)
+        self.queries = nn.Parameter(torch.empty(1, 1, dim))
+        trunc_normal_tf_(self.queries, std=dim ** -0.5)
+        self.proj = nn.Linear(dim, dim) if num_heads > 1 else nn.Identity()
+        self.mlp_norm = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.head_norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
+        trunc_normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
 
-    def attention_logits(self, tokens: Tensor, num_prefix: int) -> Tensor:
-        """Per-head query-key products ``⟨q_h, k_{h,j}⟩/√d_h`` of the patch tokens: ``[B,H,N]``.
+    def attention_logits(self, tokens: Tensor) -> Tensor:
+        """Unscaled per-head query-key products ``⟨q_h, x_{j,h}⟩`` of all tokens: ``[B,H,P+N]``.
 
         The tokens are detached first (stop-gradient: nothing flows back into the backbone).
         """
-        x = tokens[:, num_prefix:].detach()
-        B, N, _ = x.shape
-        k = self.key(self.norm(x)).view(B, N, self.num_heads, self.head_dim)
-        return torch.einsum("bnhd,hd->bhn", k, self.query) / math.sqrt(self.head_dim)
+        x = tokens.detach()
+        B, T, _ = x.shape
+        q = self.queries.reshape(self.num_heads, self.head_dim)
+        return torch.einsum("bthd,hd->bht", x.reshape(B, T, self.num_heads, self.head_dim), q)
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
-        return self.attention_logits(tokens, num_prefix).sum(dim=1)
+        return self.attention_logits(tokens)[:, :, num_prefix:].sum(dim=1)
 
-    def aggregate(self, tokens: Tensor, num_prefix: int, logits: Tensor | None = None) -> Tensor:
-        """Aggregator output ``z = o + MLP(LN(o))``, ``o`` the attention-weighted tokens: ``[B,D]``."""
+    def aggregate(self, tokens: Tensor, logits: Tensor | None = None) -> Tensor:
+        """Aggregator output ``z = o + MLP(LN(o))`` over all ``P + N`` tokens: ``[B,D]``."""
         if logits is None:
-            logits = self.attention_logits(tokens, num_prefix)
-        x = self.norm(tokens[:, num_prefix:].detach())
-        B, N, D = x.shape
-        a = logits.softmax(dim=-1)                                          # [B,H,N]
-        o = torch.einsum("bhn,bnhd->bhd", a, x.view(B, N, self.num_heads, self.head_dim)).reshape(B, D)
-        return o + self.agg_mlp(self.agg_norm(o))
+            logits = self.attention_logits(tokens)
+        x = tokens.detach()
+        B, T, D = x.shape
+        a = (logits * self.scale).softmax(dim=-1)                           # [B,H,T]
+        o = torch.einsum("bht,bthd->bhd", a, x.reshape(B, T, self.num_heads, self.head_dim)).reshape(B, D)
+        o = self.proj(o)
+        return o + self.mlp(self.mlp_norm(o))
 
     def aux_logits(self, tokens: Tensor, num_prefix: int, logits: Tensor | None = None) -> Tensor:
-        """Auxiliary head on the aggregator: ``[B,C]`` (training only)."""
-        return self.head(self.head_norm(self.aggregate(tokens, num_prefix, logits)))
+        """Auxiliary head on the aggregator: ``[B,C]`` (training only; ``num_prefix`` unused,
+        the aggregator attends over every token)."""
+        return self.head(self.head_norm(self.aggregate(tokens, logits)))
 
     def training_loss(self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int,
                       budget: float, num_prefix: int) -> tuple[Tensor, Tensor, Tensor]:
         """Cross-entropy of the auxiliary head; logged logits are the hard top-``k`` pruned
         model's (no gradient: the selection is not differentiated, as in the paper)."""
-        logits_attn = self.attention_logits(hidden, num_prefix)
-        scores = logits_attn.sum(dim=1)
+        logits_attn = self.attention_logits(hidden)
+        scores = logits_attn[:, :, num_prefix:].sum(dim=1)
         loss = F.cross_entropy(self.aux_logits(hidden, num_prefix, logits_attn), labels)
         with torch.no_grad():
             pruned = prune_tokens(backbone, hidden.detach(), scores.detach(), depth, budget).logits
@@ -190,5 +210,5 @@ def cropr_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, dept
 
 
 @register_scorer("cropr", condition=True)
-def _cropr(dim: int, num_classes: int, num_heads: int | None = None, mlp_ratio: float = 2.0) -> TokenScorer:
+def _cropr(dim: int, num_classes: int, num_heads: int = 1, mlp_ratio: float = 4.0) -> TokenScorer:
     return CroprScorer(dim, num_classes, num_heads=num_heads, mlp_ratio=mlp_ratio)

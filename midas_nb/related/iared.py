@@ -1,31 +1,39 @@
 """IA-RED²: a multi-head interpreter trained with REINFORCE (scorer ``iared``).
 
 Pan, Panda, Jiang, Wang, Feris & Oliva, *IA-RED²: Interpretability-Aware Redundancy Reduction
-for Vision Transformers*, NeurIPS 2021, https://arxiv.org/abs/2106.12620. One interpreter at
-depth ``L`` (DESIGN.md §5), reading the output of block ``L``:
+for Vision Transformers*, NeurIPS 2021, https://arxiv.org/abs/2106.12620. The interpreter
+follows the authors' model file ``IA_RED_model.py`` (classes ``PerBlockAgent``, ``AttnGroup``,
+builder ``interp_deit_small_patch16_224``; the project page lists the code as "coming soon",
+the file is distributed with LTRP's score networks, e.g. ``joon-stack/ltrp``,
+``score_net/ia_red_utils/IA_RED_model.py``). One interpreter at depth ``L`` (DESIGN.md §5),
+reading the output of block ``L``:
 
-- **multi-head interpreter** — a learnable policy token ``p ∈ R^D``; per head ``h`` linear maps
-  ``q_h = (W_q p + b_q)_h``, ``k_{h,j} = (W_k LN(x_j) + b_k)_h``; the informative score of patch
-  token ``j`` is the mean over heads of ``σ(⟨q_h, k_{h,j}⟩ / √d_h)`` — a keep probability
-  ``π_j ∈ (0,1)``.
-- **policy** — keep token ``j`` with ``u_j ~ Bernoulli(π_j)`` independently (prefix tokens are
-  always kept); blocks ``L+1..depth`` see only the kept tokens (key masking,
-  :func:`masked_logits`).
-- **reward** (:func:`iared_reward`) — ``R = 1 − ρ^e`` when the prediction is correct (``ρ`` the
-  kept fraction, ``e = 2`` by default: fewer tokens, more reward) and ``R = −γ`` when it is
-  wrong.
+- **multi-head interpreter** (``PerBlockAgent``) — ``x̂ = LN(x)`` without affine parameters
+  over the whole sequence, one linear map ``W_qk`` (bias) gives per head ``h`` a query and a key
+  for every token; the **query comes from the sequence's first token** (CLS), so the score of a
+  token depends on the image, not on the token alone: ``π_j = mean_h σ(⟨q_{h,0}, k_{h,j}⟩/√d_h)``,
+  a keep probability in ``(0,1)``. Heads: 6, the value ``AttnGroup`` builds (the class's own
+  default, 2, is not used by the released model).
+- **policy** (``AttnGroup.forward_agent``) — keep token ``j`` with ``u_j ~ Bernoulli(π_j)``
+  (prefix tokens always kept); at inference keep ``π_j > 0.5``. Blocks ``L+1..depth`` see only
+  the kept tokens (key masking, :func:`masked_logits`).
+- **reward** (:func:`iared_reward`, the paper's reward) — ``R = 1 − ρ^e`` when the prediction is
+  correct (``ρ`` the kept fraction, ``e = 2``) and ``R = −γ`` when it is wrong (``γ = 1``, the
+  builder's ``error_penalty=-1``).
 - **REINFORCE** (Williams, 1992) with the batch-mean baseline (:func:`reinforce_loss`):
   ``∇J ≈ mean_b (R_b − R̄) ∇ log π(u_b)``, ``log π(u) = Σ_j u_j log π_j + (1−u_j) log(1−π_j)``.
+  The released file has no training loop; the baseline is this package's choice.
 
-The backbone is frozen (MIDAS's protocol; the paper also fine-tunes it afterwards) and no
-gradient flows through it: the forward that decides the reward runs under ``no_grad``.
-Evaluation ranks tokens by ``π`` and keeps the top ``k`` at the shared budget; the interpreter's
-own rule (keep ``π_j > 0.5``) is reported beside it (``threshold_keep_rate``,
-``threshold_accuracy``) by :meth:`IARedScorer.evaluation_extras`.
+Differences of setting: the backbone is frozen (MIDAS's protocol; the paper also fine-tunes
+it) and no gradient flows through it; one interpreter scores once at depth ``L`` instead of one
+per group of blocks (the first group's interpreter, whose previous policy is all ones);
+evaluation ranks tokens by ``π`` and keeps the top ``k`` at the shared budget, and the
+interpreter's own rule (keep ``π_j > 0.5``) is reported beside it (``threshold_keep_rate``,
+``threshold_accuracy``) by :meth:`IARedScorer.evaluation_extras`. The official ``W_qk`` has a
+third, unused output block (``dim * 3``); it is left out.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -35,7 +43,9 @@ from ..metrics import bootstrap_ci
 from ..pruning import check_depth
 from ..scorers import TokenScorer, register_scorer
 from ..vit import classify_tokens, num_prefix_tokens
-from .cropr import default_heads
+
+#: heads of the released interpreter (``AttnGroup``: ``PerBlockAgent(dim, num_heads=6)``)
+DEFAULT_HEADS = 6
 
 __all__ = ["IARedScorer", "iared_reward", "bernoulli_log_prob", "reinforce_loss", "masked_logits"]
 
@@ -134,9 +144,14 @@ def masked_logits(backbone: nn.Module, hidden: Tensor, keep_mask: Tensor, depth:
 class IARedScorer(TokenScorer):
     """IA-RED² multi-head interpreter at depth ``L``; scores are keep probabilities ``π ∈ (0,1)``.
 
+    Official code: ``PerBlockAgent`` in ``IA_RED_model.py`` (see the module docstring); the
+    parameter ``qk`` holds the official ``qk`` layer's query and key blocks (its first ``2·D``
+    output rows).
+
     Args:
         dim: embedding width ``D``.
-        num_heads: heads ``H`` (``D % H == 0``). Default: ``D // 64`` (at least 1).
+        num_heads: heads ``H`` (``D % H == 0``). Default: 6 (the released model).
+        qkv_bias: bias of the query/key map. Default: True (official).
         penalty: ``γ`` of the reward for a wrong prediction. Default: 1.0.
         exponent: ``e`` of the reward ``1 − ρ^e``. Default: 2.0.
         threshold: the interpreter's own keep rule ``π_j > threshold``. Default: 0.5.
@@ -144,35 +159,43 @@ class IARedScorer(TokenScorer):
             Default: ``None`` — drawn from torch's global RNG at construction, so
             ``torch.manual_seed`` before building the scorer fixes it.
         num_classes: accepted for the protocol's factory convention; unused.
+
+    Shapes: ``score(tokens [B,P+N,D], P) -> [B,N]`` (``P ≥ 1``: the query is token 0).
+
+    Raises:
+        ValueError: ``D`` not divisible by ``H``, or a setting out of range.
     """
 
     trainable = True
+    #: architecture identity, part of the scorer cache key (:func:`midas_nb.train.load_or_train_scorer`)
+    architecture = "iared/official-perblockagent-v1"
 
-    def __init__(self, dim: int, num_heads: int | None = None, penalty: float = 1.0, exponent: float = 2.0,
-                 threshold: float = 0.5, seed: int | None = None, num_classes: int | None = None):
+    def __init__(self, dim: int, num_heads: int = DEFAULT_HEADS, qkv_bias: bool = True, penalty: float = 1.0,
+                 exponent: float = 2.0, threshold: float = 0.5, seed: int | None = None,
+                 num_classes: int | None = None):
         super().__init__()
-        num_heads = default_heads(dim) if num_heads is None else int(num_heads)
-        assert dim > 0 and num_heads > 0 and dim % num_heads == 0, \
-            f"dim={dim} must be positive and divisible by num_heads={num_heads}"
-        assert penalty >= 0 and exponent > 0 and 0 < threshold < 1, \
-            f"need penalty ≥ 0, exponent > 0, 0 < threshold < 1; got {penalty}, {exponent}, {threshold}"
-        self.dim, self.num_heads, self.head_dim = int(dim), num_heads, dim // num_heads
+        if dim <= 0 or num_heads <= 0 or dim % num_heads:
+            raise ValueError(f"IA-RED² interpreter: dim={dim} must be positive and divisible by num_heads="
+                             f"{num_heads} (the released model uses 6 heads; pass num_heads= for other widths)")
+        if penalty < 0 or exponent <= 0 or not 0 < threshold < 1:
+            raise ValueError(f"need penalty ≥ 0, exponent > 0, 0 < threshold < 1; got {penalty}, {exponent}, "
+                             f"{threshold}")
+        self.dim, self.num_heads, self.head_dim = int(dim), int(num_heads), dim // num_heads
+        self.scale = self.head_dim ** -0.5
         self.penalty, self.exponent, self.threshold = float(penalty), float(exponent), float(threshold)
-        self.policy_token = nn.Parameter(torch.empty(dim))
-        nn.init.trunc_normal_(self.policy_token, std=0.02)
-        self.norm = nn.LayerNorm(dim)
-        self.query = nn.Linear(dim, dim)
-        self.key = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
+        self.qk = nn.Linear(dim, 2 * dim, bias=qkv_bias)
         self.seed = int(torch.randint(0, 2 ** 62, (1,)).item()) if seed is None else int(seed)
         self.generator = torch.Generator().manual_seed(self.seed)
 
     def head_scores(self, tokens: Tensor, num_prefix: int) -> Tensor:
-        """Per-head informative scores ``σ(⟨q_h, k_{h,j}⟩/√d_h)``: ``[B,H,N]``."""
-        x = tokens[:, num_prefix:]
-        B, N, _ = x.shape
-        k = self.key(self.norm(x)).view(B, N, self.num_heads, self.head_dim)
-        q = self.query(self.policy_token).view(self.num_heads, self.head_dim)
-        return torch.sigmoid(torch.einsum("bnhd,hd->bhn", k, q) / math.sqrt(self.head_dim))
+        """Per-head informative scores ``σ(⟨q_{h,0}, k_{h,j}⟩/√d_h)`` of the patch tokens: ``[B,H,N]``."""
+        if num_prefix < 1:
+            raise ValueError("IA-RED²'s query comes from the first (CLS) token; got num_prefix=0")
+        B, T, _ = tokens.shape
+        qk = self.qk(self.norm(tokens)).view(B, T, 2, self.num_heads, self.head_dim)
+        q, k = qk[:, 0, 0], qk[:, num_prefix:, 1]                              # [B,H,d], [B,N,H,d]
+        return torch.sigmoid(torch.einsum("bhd,bnhd->bhn", q, k) * self.scale)
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         return self.head_scores(tokens, num_prefix).mean(dim=1)
@@ -211,7 +234,8 @@ class IARedScorer(TokenScorer):
 
 
 @register_scorer("iared", condition=True)
-def _iared(dim: int, num_classes: int | None = None, num_heads: int | None = None, penalty: float = 1.0,
-           exponent: float = 2.0, threshold: float = 0.5, seed: int | None = None) -> TokenScorer:
-    return IARedScorer(dim, num_heads=num_heads, penalty=penalty, exponent=exponent, threshold=threshold,
-                       seed=seed)
+def _iared(dim: int, num_classes: int | None = None, num_heads: int = DEFAULT_HEADS, qkv_bias: bool = True,
+           penalty: float = 1.0, exponent: float = 2.0, threshold: float = 0.5,
+           seed: int | None = None) -> TokenScorer:
+    return IARedScorer(dim, num_heads=num_heads, qkv_bias=qkv_bias, penalty=penalty, exponent=exponent,
+                       threshold=threshold, seed=seed)

@@ -316,7 +316,9 @@ def load_or_train_scorer(
             ``<cache_dir>/scorers/<hash>.pt``, verified cache files
             (:func:`midas_nb.identity.load_or_build`) keyed by ``key``, every training setting,
             the training cache's content identity (``cache.data_id``), the backbone's weights
-            digest and the SHA-256 of the target maps, so a scorer is never reused for other data or other targets.
+            digest, the SHA-256 of the target maps and, for other families, the scorer class's
+            ``architecture`` string, so a scorer is never reused for other data, other targets or
+            another architecture.
         **train_kwargs: the other keyword arguments of :func:`train_scorer`.
 
     Returns:
@@ -324,7 +326,16 @@ def load_or_train_scorer(
     """
     dim = cache.hidden.shape[-1]
     family = str(scorer)
-    extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        if family == "mlp":
+            model = MLPScorer(dim, hidden=mlp_hidden)
+        else:
+            model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
+    model.to(device)
+    # a family's architecture identity keys its cache: a checkpoint of another version is never loaded
+    extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}),
+                                                architecture=getattr(model, "architecture", None))
     full_key = dict(key, depth=int(depth), budget=float(budget), seed=int(seed), mlp_hidden=mlp_hidden,
                     dim=int(dim), n_train=len(cache), supervised=targets is not None,
                     train_data=cache.data_id or None, weights=state_dict_digest(backbone),
@@ -334,13 +345,6 @@ def load_or_train_scorer(
                            isinstance(v, bool) else v) for k, v in train_kwargs.items()})
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = root / "scorers" / f"{key_hash(full_key)}.pt"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
-        if family == "mlp":
-            model = MLPScorer(dim, hidden=mlp_hidden)
-        else:
-            model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
-    model.to(device)
 
     def build() -> dict[str, Any]:
         result = train_scorer(backbone, model, cache, depth=depth, budget=budget, targets=targets,
