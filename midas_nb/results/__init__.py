@@ -49,6 +49,7 @@ from .files import (_decode_lists, _encode_lists, load_table, save_table)  # noq
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
                     SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401
+from .present import compact, format_ci, sample_note  # noqa: F401
 from .verdict import (BASELINE_CONDITIONS, CONTROL_CONDITION, ClaimVerdict, claim_verdict, condition_reading,
                       per_image_means, targets_vs_scorers)  # noqa: F401
 
@@ -78,4 +79,7 @@ __all__ = [
     "BASELINE_CONDITIONS",
     "CONTROL_CONDITION",
     "targets_vs_scorers",
+    "compact",
+    "format_ci",
+    "sample_note",
 ]

@@ -1,0 +1,124 @@
+"""What a reader sees of a results table: one settings line that states the sample
+(:func:`sample_note`) and compact tables whose numbers read ``0.153 [0.148, 0.158]``
+(:func:`compact`)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+__all__ = ["sample_note", "compact", "format_ci"]
+
+
+def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
+    """``"0.153 [0.148, 0.158]"``; the bare value without an interval; ``"n/a"`` for NaN.
+
+    Negative zero prints as ``0.000`` (``-0.0004`` rounds to ``0.000``, never ``-0.000``).
+    """
+    def f(x: Any) -> str:
+        x = float(x)
+        s = f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+        zero = f"{0.0:.{digits}f}"
+        return s.replace("-" + zero, ("+" if signed else "") + zero) if s.lstrip("+-") == zero else s
+
+    try:
+        if m is None or math.isnan(float(m)):
+            return "n/a"
+    except (TypeError, ValueError):
+        return str(m)
+    try:
+        ok = not (math.isnan(float(lo)) or math.isnan(float(hi)))
+    except (TypeError, ValueError):
+        ok = False
+    return f"{f(m)} [{f(lo)}, {f(hi)}]" if ok else f(m)
+
+
+def _values(table: pd.DataFrame, col: str) -> list:
+    return sorted({v for v in table[col].dropna().tolist()}) if col in table.columns else []
+
+
+def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
+    v = _values(table, col)
+    return None if not v else fmt(v[0]) if len(v) == 1 else ", ".join(fmt(x) for x in v)
+
+
+def sample_note(table: pd.DataFrame) -> str:
+    """One line stating a protocol table's sample and settings, read from its rows.
+
+    Images for coverage (and how many had no visible part / informative box), images and steps
+    for IDAUC, seeds, the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the
+    backbone and its checkpoint — so no table says "299 test images" when IDAUC used 64.
+
+    Raises:
+        ValueError: an empty table.
+    """
+    if table.empty:
+        raise ValueError("sample_note: the table has no rows")
+    parts = []
+    n = _one(table, "n_images", lambda x: f"{int(x)}")
+    kind = _one(table, "coverage_kind") or "part mIoU"
+    if n is not None:
+        skipped = _values(table, "n_skipped_parts")
+        sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""
+        parts.append(f"{kind}: {n} test images{sk}")
+    ni = _one(table, "n_idauc_images", lambda x: f"{int(x)}")
+    steps = _one(table, "idauc_steps", lambda x: f"{int(x)}")
+    if ni is not None:
+        parts.append(f"IDAUC: {ni} images, {steps} steps" if steps else f"IDAUC: {ni} images")
+    seeds = _values(table, "seed")
+    if seeds:
+        parts.append("seeds " + ", ".join(str(int(s)) for s in seeds))
+    trained = table[table.get("epochs", pd.Series(0, index=table.index)).fillna(0) > 0] \
+        if "epochs" in table.columns else table.iloc[0:0]
+    if len(trained):
+        sc = _one(trained, "scorer") or "scorer"
+        ep = _one(trained, "epochs", lambda x: f"{int(x)}")
+        parts.append(f"{sc} scorers trained {ep} epochs")
+        sup = trained[trained.get("lambda_ga", pd.Series(0.0, index=trained.index)).fillna(0) > 0] \
+            if "lambda_ga" in trained.columns else trained.iloc[0:0]
+        if len(sup):
+            parts.append("λ = " + (_one(sup, "lambda_ga", lambda x: f"{float(x):g}") or "?"))
+        rel = [r for r in _values(trained, "relaxation") if r]
+        if rel:
+            parts.append("relaxation " + "/".join(rel))
+    d, b = _one(table, "depth", lambda x: f"{int(x)}"), _one(table, "budget", lambda x: f"{float(x):.0%}")
+    if d is not None and b is not None:
+        parts.append(f"L = {d}, b = {b}")
+    bb = _one(table, "backbone")
+    if bb is not None:
+        ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
+        parts.append(f"backbone {bb}" + (f" ({ck})" if ck else ""))
+    return "; ".join(parts)
+
+
+def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
+            digits: int = 3, signed: Sequence[str] = ()) -> pd.DataFrame:
+    """A reader's table: one column per metric, each cell ``m [lo, hi]``.
+
+    For each metric ``m`` the value column is ``m`` or ``m_mean`` (seed aggregates) and the
+    bounds ``m_lo`` / ``m_hi`` where present. Columns that are NaN in every row are dropped.
+
+    Args:
+        table: rows with the metric columns.
+        metrics: metric names, in display order.
+        index: column(s) naming the rows.
+        digits: decimals.
+        signed: metrics printed with a sign (differences such as ``D_pp``, ``delta_idauc``).
+
+    Raises:
+        ValueError: a metric without a value column in ``table``.
+    """
+    index = [index] if isinstance(index, str) else list(index)
+    out = table[index].copy()
+    for m in metrics:
+        col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
+        if col is None:
+            raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
+        if table[col].isna().all():
+            continue
+        lo, hi = table.get(f"{m}_lo"), table.get(f"{m}_hi")
+        out[m] = [format_ci(v, lo.iloc[i] if lo is not None else math.nan,
+                            hi.iloc[i] if hi is not None else math.nan, digits, m in signed)
+                  for i, v in enumerate(table[col].tolist())]
+    return out.set_index(index)

@@ -1,0 +1,42 @@
+"""Reader-facing formatting of results tables (results.present)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from midas_nb.results import compact, format_ci, sample_note
+
+
+def test_format_ci_by_hand():
+    assert format_ci(0.1534, 0.1481, 0.1579) == "0.153 [0.148, 0.158]"
+    assert format_ci(0.1534) == "0.153" and format_ci(math.nan, 0, 1) == "n/a"
+    assert format_ci(-0.0004, -0.001, 0.0002) == "0.000 [-0.001, 0.000]"      # no negative zero
+    assert format_ci(2.5, 1.0, 4.0, digits=2, signed=True) == "+2.50 [+1.00, +4.00]"
+    assert format_ci(-0.001, digits=2, signed=True) == "+0.00"
+
+
+def test_compact_table_drops_empty_columns_and_uses_seed_means():
+    t = pd.DataFrame({"condition": ["reference", "T5"], "miou_mean": [0.1, 0.18], "miou_lo": [0.09, 0.17],
+                      "miou_hi": [0.11, 0.19], "pib": [math.nan, math.nan], "D_pp": [0.0, 8.0],
+                      "D_pp_lo": [0.0, 7.5], "D_pp_hi": [0.0, 8.5]})
+    c = compact(t, ["miou", "pib", "D_pp"], signed=["D_pp"], digits=2)
+    assert list(c.columns) == ["miou", "D_pp"]
+    assert c.loc["T5", "miou"] == "0.18 [0.17, 0.19]" and c.loc["T5", "D_pp"] == "+8.00 [+7.50, +8.50]"
+    with pytest.raises(ValueError, match="no column 'idauc'"):
+        compact(t, ["idauc"])
+
+
+def test_sample_note_states_both_samples_and_the_training_settings():
+    rows = [dict(condition="reference", seed=0, n_images=299, n_skipped_parts=3, n_idauc_images=64, idauc_steps=8,
+                 epochs=0, lambda_ga=0.0, scorer="reference", relaxation="", depth=6, budget=0.25,
+                 backbone="hybrid_lite0_deit", checkpoint_id="9a979eb22e80abcdef", coverage_kind="part mIoU")]
+    for s in (0, 1):
+        rows.append(dict(rows[0], condition="T5", seed=s, epochs=30, lambda_ga=1.0, scorer="mlp", relaxation="st"))
+    note = sample_note(pd.DataFrame(rows))
+    assert note == ("part mIoU: 299 test images, 3 skipped; IDAUC: 64 images, 8 steps; seeds 0, 1; "
+                    "mlp scorers trained 30 epochs; λ = 1; relaxation st; L = 6, b = 25%; "
+                    "backbone hybrid_lite0_deit (9a979eb22e80)")
+    with pytest.raises(ValueError, match="no rows"):
+        sample_note(pd.DataFrame())
