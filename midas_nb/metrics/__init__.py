@@ -34,7 +34,7 @@ from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertio
 from .decoupling import (DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, _as_float_list, _paired_matrix, _per_image,
                          decoupling_D)
 from .lastvit import patch_score, point_in_box
-from .speed import measure_throughput, pruned_accuracy
+from .speed import measure_throughput, measure_throughputs, pruned_accuracy
 
 __all__ = [
     "MetricSpec",
@@ -57,6 +57,7 @@ __all__ = [
     "point_in_box",
     "pruned_accuracy",
     "measure_throughput",
+    "measure_throughputs",
     "bootstrap_ci",
     "COVERAGE_KINDS",
 ]

@@ -1,6 +1,7 @@
 """Accuracy of the pruned model and device-synchronised throughput."""
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Callable
 
@@ -81,3 +82,60 @@ def measure_throughput(
         _sync(dev)
         elapsed = time.perf_counter() - t0
     return n * repeats / max(elapsed, 1e-12)
+
+
+def measure_throughputs(
+    fns: dict[str, Callable[[Any], Any]],
+    batch: Any,
+    repeats: int = 5,
+    warmup: int = 1,
+    rounds: int = 3,
+    *,
+    device: torch.device | str | None = None,
+) -> dict[str, float]:
+    """Images per second of several forwards measured together, so that they can be compared.
+
+    Timing each forward on its own lets the machine's load drift between them (a pruned
+    forward measured under load can come out slower than the full model measured idle).
+    Here every round times each forward once (``repeats`` calls, device-synchronised), in an
+    order that rotates from round to round, and each forward's throughput is the median over
+    the ``rounds`` rounds; a speed-up is then a ratio of two medians measured side by side.
+
+    Args:
+        fns: ``{name: fn}``, each taking ``batch`` (e.g. ``"full"`` and one pruned forward per
+            scorer kind).
+        batch: a ``[B,...]`` tensor, a ``Batch`` (``.images``), or a sized sequence.
+        repeats: calls timed per forward per round (≥ 1).
+        warmup: untimed calls of every forward first.
+        rounds: interleaved rounds (≥ 1).
+        device: device to synchronise; ``None`` → that of ``batch``.
+
+    Returns:
+        ``{name: images/s}`` (median over rounds of ``B · repeats / seconds``).
+
+    Raises:
+        ValueError: ``repeats`` or ``rounds`` below 1, or no forward.
+    """
+    if repeats < 1 or rounds < 1 or not fns:
+        raise ValueError(f"need repeats ≥ 1, rounds ≥ 1 and at least one forward, got repeats={repeats}, "
+                         f"rounds={rounds}, {len(fns)} forward(s)")
+    if device is None:
+        t = batch.images if hasattr(batch, "images") else batch
+        device = t.device if isinstance(t, Tensor) else None
+    dev = torch.device(device) if device is not None else None
+    n = _num_images(batch)
+    names = list(fns)
+    rates: dict[str, list[float]] = {k: [] for k in names}
+    with torch.no_grad():
+        for k in names:
+            for _ in range(warmup):
+                fns[k](batch)
+        for r in range(rounds):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                _sync(dev)
+                t0 = time.perf_counter()
+                for _ in range(repeats):
+                    fns[k](batch)
+                _sync(dev)
+                rates[k].append(n * repeats / max(time.perf_counter() - t0, 1e-12))
+    return {k: float(statistics.median(v)) for k, v in rates.items()}
