@@ -250,6 +250,10 @@ def test_cropr_and_iared_rows_in_the_protocol(tmp_path):
     assert sorted(zip(df.condition, df.seed)) == sorted((c, s) for c in kw["conditions"] for s in (0, 1))
     assert (df.scorer.isin(["reference", "cropr", "iared"])).all()
     assert df.pib.between(0, 1).all() and df.throughput.gt(0).all() and df.miou.notna().all()
+    # Point-in-Box baselines of the 8 test images: the centre patch (2, 2) = 10 of the 4×4 grid,
+    # and the box's share of patches
+    assert df.pib_centre.eq(float(test.box_mask[:, 10].float().mean())).all()
+    assert df.pib_box_area.sub(float(test.box_mask.float().mean())).abs().lt(1e-6).all()
     cropr, iared = df[df.condition == "cropr"], df[df.condition == "iared"]
     assert cropr.accuracy_llf.between(0, 1).all() and cropr.throughput_llf.gt(0).all()
     assert iared.threshold_keep_rate.between(0, 1).all() and iared.threshold_accuracy.between(0, 1).all()
@@ -411,17 +415,26 @@ def test_related_table_merges_the_three_kinds():
                          pib=0.5, throughput=100.0))
         rows.append(dict(base, condition="cropr", seed=seed, miou=m_cr, idauc=0.21, accuracy=0.7, pib=0.6,
                          throughput=150.0, accuracy_llf=0.75 + 0.05 * seed))
+        rows.append(dict(base, condition="last_votes", target="last_votes", seed=seed, miou=0.3, idauc=0.2,
+                         accuracy=0.8, pib=0.5, throughput=100.0))
+    for r in rows:
+        r.update(pib_centre=0.9, pib_box_area=0.25)
     protocol = make_table(rows)
     pert = pd.DataFrame([dict(target="tokentm", pos_auc=0.2, neg_auc=0.6, pos_curve=[1.0, 0.0])])
-    pib = pd.DataFrame([dict(model="backbone", aggregation="cls", pib=0.4, accuracy=0.8)])
+    pib = pd.DataFrame([dict(model="backbone", aggregation="cls", pib=0.4, accuracy=0.8, last_K=float("nan")),
+                        dict(model="LaSt fine-tune (K=1)", aggregation="last", pib=0.5, accuracy=0.8, last_K=1)])
     table = related_table(protocol, perturbation=pert, pib=pib)
-    assert list(table.kind) == ["pruning", "pruning", "relevance map", "backbone"]
+    assert list(table.kind) == ["pruning"] * 3 + ["relevance map", "backbone", "backbone"]
     t = table.set_index("method")
     assert t.loc["cropr", "D_pp"] == pytest.approx(4.0) and t.loc["reference", "D_pp"] == 0
     assert t.loc["cropr", "D_status"] == "in band" and t.loc["cropr", "miou"] == pytest.approx(0.34)
     assert t.loc["cropr", "accuracy_llf"] == pytest.approx(0.775) and math.isnan(t.loc["reference", "accuracy_llf"])
     assert t.loc["tokentm", "neg_auc"] == 0.6 and "pos_curve" not in table.columns
     assert t.loc["backbone", "pib"] == 0.4 and math.isnan(t.loc["backbone", "miou"])
+    # the Point-in-Box baselines stand beside every pruning row's pib; LaSt rows say their K
+    assert (t.loc[["reference", "cropr", "last_votes"], "pib_centre"] == 0.9).all()
+    assert (t.loc[["reference", "cropr", "last_votes"], "pib_box_area"] == 0.25).all()
+    assert t.loc["last_votes", "last_K"] == "N//2" and t.loc["LaSt fine-tune (K=1)", "last_K"] == 1
 
 
 # ------------------------------------------------------------------------------ CUDA
