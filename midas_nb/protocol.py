@@ -26,7 +26,9 @@ coverage when the dataset has no parts) with a bootstrap CI over images; IDAUC i
 with the scorer's block-``L`` scores as the ranking and the full model's prediction as the
 class, with CI, plus insertion and deletion AUC; top-1 accuracy of the pruned model with CI;
 Point-in-Box of the scorer's top-ranked patch (``pib``: the fraction of images whose
-highest-scoring patch lies in the object box, LaSt-ViT's probe applied to the ranking);
+highest-scoring patch lies in the object box, LaSt-ViT's probe applied to the ranking) beside
+its baselines on the same images (``pib_centre``: the centre patch alone; ``pib_box_area``: the
+box's share of patches, a random patch's expected PiB);
 throughput of the pruned forward (images/s, from images, stem included). The unpruned model's
 accuracy and throughput are in every row (``full_accuracy``, ``throughput_full``) and in
 ``df.attrs``; the settings are in ``df.attrs["params"]`` (:func:`protocol_params`).
@@ -53,8 +55,8 @@ from torch.utils.data import DataLoader, Subset
 from tqdm.auto import tqdm
 
 from .data import collate_samples
-from .metrics import (InsDel, bootstrap_ci, box_coverage, insertion_deletion_auc, measure_throughput, part_miou,
-                      point_in_box)
+from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
+                      measure_throughput, part_miou, point_in_box)
 
 from .pruning import check_depth, prune_tokens, pruned_forward
 from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
@@ -63,7 +65,7 @@ from .identity import dataset_identity, state_dict_digest
 from .results import make_table, summarise_metrics
 from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
-from .vit import fused_attention, keep_count
+from .vit import fused_attention, grid_size, keep_count
 
 __all__ = ["BASE_CONDITIONS", "SEEDLESS_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
@@ -519,6 +521,8 @@ def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t:
                idauc_per_image=[float(v) for v in insdel.idauc.tolist()] if insdel is not None else [],
                accuracy_per_image=[float(v) for v in correct.tolist()],
                weights_digest=run.weights_digest, dataset_fingerprint=ev.fingerprint)
+    row.update(pib_centre=float(centre_in_box(cache.box_mask, grid_size(backbone)).float().mean()),
+               pib_box_area=float(box_share(cache.box_mask).mean()))
     row.update(n_images=len(cache), full_accuracy=ev.full_accuracy,
                agreement=float((logits.argmax(-1) == ev.full_pred).float().mean()),
                throughput_full=speed.full, speedup=speed.pruned[t.kind] / speed.full,

@@ -394,6 +394,10 @@ def test_cropr_and_iared_rows_in_the_protocol(tmp_path):
     assert sorted(zip(df.condition, df.seed)) == sorted((c, s) for c in kw["conditions"] for s in (0, 1))
     assert (df.scorer.isin(["reference", "cropr", "iared"])).all()
     assert df.pib.between(0, 1).all() and df.throughput.gt(0).all() and df.miou.notna().all()
+    # Point-in-Box baselines of the 8 test images: the centre patch (2, 2) = 10 of the 4×4 grid,
+    # and the box's share of patches
+    assert df.pib_centre.eq(float(test.box_mask[:, 10].float().mean())).all()
+    assert df.pib_box_area.sub(float(test.box_mask.float().mean())).abs().lt(1e-6).all()
     cropr, iared = df[df.condition == "cropr"], df[df.condition == "iared"]
     assert cropr.accuracy_llf.between(0, 1).all() and cropr.throughput_llf.gt(0).all()
     assert iared.threshold_keep_rate.between(0, 1).all() and iared.threshold_accuracy.between(0, 1).all()
@@ -447,37 +451,37 @@ def test_scorer_cache_is_keyed_by_the_architecture(tmp_path, monkeypatch, family
 
 
 # ------------------------------------------------------------------------------ LaSt-ViT
-def _lowpass_np(h: np.ndarray) -> np.ndarray:
+def _ratio_np(h: np.ndarray) -> np.ndarray:
+    """LaSt-ViT's ``x / |lowpass(x) − x|`` in numpy (official order: fft, fftshift, window, ifftshift, ifft)."""
     D = h.shape[-1]
-    f = np.arange(D // 2 + 1)
-    return np.fft.irfft(np.fft.rfft(h, axis=-1) * np.exp(-f ** 2 / (2 * D)), n=D, axis=-1)
+    t = np.arange(-D // 2 + 1, D // 2 + 1)
+    window = np.exp(-0.5 * (t / np.sqrt(D)) ** 2)
+    low = np.fft.ifft(np.fft.ifftshift(np.fft.fftshift(np.fft.fft(h, axis=-1), axes=-1) * window, axes=-1), axis=-1)
+    return h / np.abs(low.real - h)
 
 
 def test_last_aggregate_picks_the_k_most_stable_tokens_per_channel():
-    D = 8
-    alt = torch.tensor([(-1.0) ** d for d in range(D)])
-    # constant tokens pass the low-pass unchanged (stability 0, the maximum); alternating ones
-    # lose (1 − e^{−D/8}) of their amplitude, so the smaller amplitude is the more stable
-    tokens = torch.stack([torch.full((D,), 1.0), 1.0 * alt, torch.full((D,), 3.0), 2.0 * alt])[None]
+    D = 7                        # odd: a constant token passes the low-pass unchanged
+    rnd = torch.randn(D, generator=torch.Generator().manual_seed(3))
+    # ratios: ±inf (up to float round-off) for the constants, by sign; moderate for the random token
+    tokens = torch.stack([torch.full((D,), 1.0), torch.full((D,), -3.0), rnd])[None]
     stab = token_stability(tokens)
-    torch.testing.assert_close(stab[0, [0, 2]], torch.zeros(2, D), atol=1e-5, rtol=0)
-    torch.testing.assert_close(stab[0, 1], torch.full((D,), -(1 - math.exp(-1))), atol=1e-5, rtol=0)
-    torch.testing.assert_close(last_aggregate(tokens, 2), torch.full((1, D), 2.0), atol=1e-5, rtol=0)
-    torch.testing.assert_close(last_aggregate(tokens, 3), ((4.0 + alt) / 3)[None], atol=1e-5, rtol=0)
-    assert last_aggregate(tokens).shape == (1, D)                             # K = N // 2 = 2
-    torch.testing.assert_close(last_aggregate(tokens), last_aggregate(tokens, 2))
+    assert (stab[0, 0] > 1e6).all() and (stab[0, 1] < -1e6).all() and (stab[0, 2].abs() < 1e3).all()
+    torch.testing.assert_close(last_aggregate(tokens, 1), torch.full((1, D), 1.0))
+    torch.testing.assert_close(last_aggregate(tokens), last_aggregate(tokens, 1))    # default K = 1 (official)
+    torch.testing.assert_close(last_aggregate(tokens, 2), ((1.0 + rnd) / 2)[None])
     # against an independent numpy implementation on random tokens
     g = torch.Generator().manual_seed(0)
     h = torch.randn(2, 7, 10, generator=g)
     hn = h.double().numpy()
-    stab_np = -np.abs(hn - _lowpass_np(hn))
+    r_np = _ratio_np(hn)
     expected = np.zeros((2, 10))
     for b in range(2):
         for d in range(10):
-            top = np.argsort(-stab_np[b, :, d], kind="stable")[:3]
+            top = np.argsort(-r_np[b, :, d], kind="stable")[:3]
             expected[b, d] = hn[b, top, d].mean()
     torch.testing.assert_close(last_aggregate(h, 3).double(), torch.from_numpy(expected), atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match="num_tokens"):
+    with pytest.raises(ValueError, match="K"):
         last_aggregate(h, 8)
 
 
@@ -487,7 +491,7 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
     with torch.no_grad():
         copy_cls = LaStViT(model, tune_blocks=1, aggregation="cls")
         torch.testing.assert_close(copy_cls(images), model(images))
-        x = run_blocks(model, embed_tokens(model, images))
+        x = model.norm(run_blocks(model, embed_tokens(model, images)))       # after the final norm
         torch.testing.assert_close(copy_cls.patch_scores(images), patch_score(x, 1))
     train, test = TinyDataset(16, 6), TinyDataset(8, 7)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -507,7 +511,7 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
     assert any(not torch.equal(a, b) for a, b in zip(ft.blocks.parameters(), model.blocks[-1:].parameters()))
     with torch.no_grad():
         tokens = ft.forward_tokens(ft.trunk(images))
-        expected = ft.head.head(ft.head.norm(last_aggregate(tokens[:, 1:])))
+        expected = ft.head.head(last_aggregate(ft.head.norm(tokens)[:, 1:], 1))
         torch.testing.assert_close(ft(images), expected)
     again = last_finetune(model, train, aggregation="last", epochs=2, batch_size=8, lr=1e-2, progress=False,
                           key={"ck": "t"}, cache_dir=tmp_path)
@@ -517,7 +521,7 @@ def test_last_vit_cls_copy_equals_the_backbone_and_finetune_trains_only_the_copy
     assert list(table.model) == ["backbone", "LaSt"] and list(table.aggregation) == ["cls", "last"]
     # PiB by hand for the backbone: top patch-score patch inside the box
     with torch.no_grad():
-        ps = patch_score(run_blocks(model, embed_tokens(model, test.images)), 1)
+        ps = patch_score(model.norm(run_blocks(model, embed_tokens(model, test.images))), 1)
     hits = test.box_mask.gather(1, ps.argmax(1, keepdim=True)).float().mean()
     assert table.pib[0] == pytest.approx(float(hits))
     assert table.accuracy.between(0, 1).all() and (table.n_images == 8).all()
@@ -570,17 +574,26 @@ def test_related_table_merges_the_three_kinds():
                          pib=0.5, throughput=100.0))
         rows.append(dict(base, condition="cropr", seed=seed, miou=m_cr, idauc=0.21, accuracy=0.7, pib=0.6,
                          throughput=150.0, accuracy_llf=0.75 + 0.05 * seed))
+        rows.append(dict(base, condition="last_votes", target="last_votes", seed=seed, miou=0.3, idauc=0.2,
+                         accuracy=0.8, pib=0.5, throughput=100.0))
+    for r in rows:
+        r.update(pib_centre=0.9, pib_box_area=0.25)
     protocol = make_table(rows)
     pert = pd.DataFrame([dict(target="tokentm", pos_auc=0.2, neg_auc=0.6, pos_curve=[1.0, 0.0])])
-    pib = pd.DataFrame([dict(model="backbone", aggregation="cls", pib=0.4, accuracy=0.8)])
+    pib = pd.DataFrame([dict(model="backbone", aggregation="cls", pib=0.4, accuracy=0.8, last_K=float("nan")),
+                        dict(model="LaSt fine-tune (K=1)", aggregation="last", pib=0.5, accuracy=0.8, last_K=1)])
     table = related_table(protocol, perturbation=pert, pib=pib)
-    assert list(table.kind) == ["pruning", "pruning", "relevance map", "backbone"]
+    assert list(table.kind) == ["pruning"] * 3 + ["relevance map", "backbone", "backbone"]
     t = table.set_index("method")
     assert t.loc["cropr", "D_pp"] == pytest.approx(4.0) and t.loc["reference", "D_pp"] == 0
     assert t.loc["cropr", "D_status"] == "in band" and t.loc["cropr", "miou"] == pytest.approx(0.34)
     assert t.loc["cropr", "accuracy_llf"] == pytest.approx(0.775) and math.isnan(t.loc["reference", "accuracy_llf"])
     assert t.loc["tokentm", "neg_auc"] == 0.6 and "pos_curve" not in table.columns
     assert t.loc["backbone", "pib"] == 0.4 and math.isnan(t.loc["backbone", "miou"])
+    # the Point-in-Box baselines stand beside every pruning row's pib; LaSt rows say their K
+    assert (t.loc[["reference", "cropr", "last_votes"], "pib_centre"] == 0.9).all()
+    assert (t.loc[["reference", "cropr", "last_votes"], "pib_box_area"] == 0.25).all()
+    assert t.loc["last_votes", "last_K"] == "N//2" and t.loc["LaSt fine-tune (K=1)", "last_K"] == 1
 
 
 # ------------------------------------------------------------------------------ CUDA

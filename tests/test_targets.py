@@ -281,15 +281,18 @@ def test_tokentm_equals_full_matrix_product(model, images):
 
 def test_last_votes_sum_and_constant_token():
     g = torch.Generator().manual_seed(5)
-    B, N, D = 2, 10, 16
+    B, N, D = 2, 10, 15       # odd D: the window's peak is on the zero frequency
     h = torch.randn(B, N, D, generator=g)
-    h[0, 3] = 2.5          # a channel-constant token is its own low-pass copy: every channel votes for it
+    # a positive channel-constant token is its own low-pass copy: ratio +inf, every channel votes
+    # for it; a negative one gets −inf and no vote (the official ratio is signed)
+    h[0, 3], h[0, 6] = 2.5, -2.5
     votes = stability_votes(h)
     torch.testing.assert_close(votes.sum(-1), torch.full((B,), float(N // 2 * D)))
-    assert votes[0, 3] == D
+    assert votes[0, 3] == D and votes[0, 6] == 0
     torch.testing.assert_close(stability_votes(h, num_votes=3).sum(-1), torch.full((B,), 3.0 * D))
     cap = _fake_capture([torch.full((B, 1, N + 1, N + 1), 1.0 / (N + 1))],
                         hidden=[torch.cat([torch.zeros(B, 1, D), h], 1)])
+    cap.extras["final_norm"] = torch.nn.Identity()
     torch.testing.assert_close(get_target("last_votes")(cap, 1, cap.class_index), votes)
 
 

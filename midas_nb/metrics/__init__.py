@@ -16,7 +16,8 @@ metric                      higher better   source
 ``throughput``              yes             images per second, device-synchronised
 ==========================  ==============  ===========================================
 
-Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``curve_auc``
+Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``centre_in_box`` and
+``box_share`` (the two Point-in-Box baselines), ``curve_auc``
 (trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate) and ``bootstrap_ci``
 (:mod:`midas_nb.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
 Bootstrap*, ch. 13).
@@ -33,7 +34,7 @@ from .coverage import COVERAGE_KINDS, PartIoU, box_coverage, iou_ceiling, part_m
 from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
 from .decoupling import (DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, _as_float_list, _paired_matrix, _per_image,
                          decoupling_D)
-from .lastvit import patch_score, point_in_box
+from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
 from .speed import measure_throughput, measure_throughputs, pruned_accuracy
 
 __all__ = [
@@ -55,6 +56,9 @@ __all__ = [
     "hierarchical_bootstrap",
     "patch_score",
     "point_in_box",
+    "centre_patch",
+    "centre_in_box",
+    "box_share",
     "pruned_accuracy",
     "measure_throughput",
     "measure_throughputs",

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from .cropr import CroprScorer, cropr_forward, prune_tokens_llf
 from .iared import IARedScorer, bernoulli_log_prob, iared_reward, masked_logits, reinforce_loss
-from .last import (LaStHead, LaStViT, last_aggregate, last_finetune, patch_score_maps, pib_table,
-                   token_stability)
+from .last import (LAST_FINETUNE_K, LaStHead, LaStViT, last_aggregate, last_finetune, patch_score_maps,
+                   pib_columns, pib_table, token_stability)
 from .perturbation import perturbation_curves, perturbation_table, perturbation_test
 from .table import (FAMILY_COLUMNS, PERTURBATION_MAPS, RELATED_CONDITIONS, RelatedResults, related_table,
                     run_related)
@@ -42,7 +42,7 @@ __all__ = [
     "CroprScorer", "cropr_forward", "prune_tokens_llf",
     "IARedScorer", "iared_reward", "bernoulli_log_prob", "reinforce_loss", "masked_logits",
     "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune", "patch_score_maps",
-    "pib_table",
+    "pib_table", "pib_columns", "LAST_FINETUNE_K",
     "perturbation_curves", "perturbation_test", "perturbation_table",
     "RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
     "run_related",

@@ -2,22 +2,26 @@
 from the most stable patch tokens, with Patch Score maps and Point-in-Box before and after.
 
 Shi, Yu & Yang, *Vision Transformers Need More Than Registers* (LaSt-ViT, 2026),
-https://arxiv.org/abs/2602.22394. The stability of token ``j`` in channel ``d`` is its
-closeness to the channel-axis low-passed copy of its own feature vector,
-``stab_{j,d} = −|h_{j,d} − lowpass(h_j)_d|`` (:func:`midas_nb.targets.channel_lowpass`, Gaussian
-window σ = √D — the same definition as the ``last_votes`` target, DESIGN.md §4). **Selective
-aggregation** replaces the CLS representation by the channel-wise top-``K`` pooling of the
-most stable patch tokens: ``z_d = mean_{j ∈ top-K_j(stab_{·,d})} h_{j,d}`` (``K ≈ N/2``),
-then the final norm and the classifier head (:func:`last_aggregate`, :class:`LaStHead`).
+https://arxiv.org/abs/2602.22394; official code github.com/ChengShiest/LAST-ViT,
+``cls_pretrain/conf.py``, class ``dense_vit`` (followed here). On the tokens after the final
+LayerNorm, ``x``, the stability of patch token ``j`` in channel ``d`` is the signed ratio
+``r_{j,d} = x_{j,d} / |lowpass(x_j)_d − x_{j,d}|`` (:func:`midas_nb.targets.stability_ratio`,
+channel-axis Gaussian low-pass with σ = √D — the same statistic as the ``last_votes`` target,
+DESIGN.md §4). **Selective aggregation** replaces the CLS representation by the channel-wise
+top-``K`` pooling ``z_d = mean_{j ∈ top-K_j(r_{·,d})} x_{j,d}`` (prefix tokens excluded; the
+official config uses ``K = 1``, :data:`LAST_FINETUNE_K`), then the classifier head
+(:func:`last_aggregate`, :class:`LaStHead`).
 
 :func:`last_finetune` fine-tunes a copy of the backbone's last block(s) and head with it
 (everything else frozen; the input states of the tuned blocks are computed once and cached,
 so an epoch runs only the tuned blocks). ``aggregation="cls"`` runs the same recipe with the
 CLS head — the control that separates the aggregation from the extra training.
 :func:`pib_table` reports Point-in-Box of the Patch Score map (``cos(representation,
-patch)`` at the last block; the representation is CLS for a plain backbone, ``z`` for the
+patch)`` on the last block's tokens after the final norm, as the official
+``visualization/patch_score.py``; the representation is CLS for a plain backbone, ``z`` for the
 LaSt variant; :func:`midas_nb.metrics.patch_score`, :func:`midas_nb.metrics.point_in_box`)
-and accuracy per model.
+beside its centre-patch and box-area baselines, the paired difference to a reference row, and
+accuracy per model.
 """
 from __future__ import annotations
 
@@ -37,36 +41,46 @@ from tqdm.auto import tqdm
 from ..config import cache_dir as default_cache_dir
 from ..data import collate_samples
 from ..identity import dataset_identity, hash_json, load_or_build, state_dict_digest
-from ..metrics import bootstrap_ci, patch_score, point_in_box
+from ..metrics import bootstrap_ci, box_share, centre_in_box, patch_score, point_in_box
 from ..protocol import evaluation_subset
-from ..targets import channel_lowpass
+from ..targets import LAST_STATISTIC, resolve_last_k, stability_ratio
 from ..train import block_cache, optimise_on_cache
 from ..backbones import ATTENTION_KERNEL, machine_info, UNFUSED_ATTENTION_KERNEL
-from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
+from ..vit import embed_tokens, frozen, grid_size, num_prefix_tokens, run_blocks
 
-__all__ = ["Aggregation", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
-           "patch_score_maps", "pib_table"]
+__all__ = ["Aggregation", "LAST_FINETUNE_K", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
+           "patch_score_maps", "pib_table", "pib_columns"]
 
 Aggregation = Literal["last", "cls"]
 
 
+#: ``K`` of the LaSt fine-tune's aggregation when none is given: 1, the official config
+#: (``torch.topk(diff, k=1, dim=1)`` in github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``)
+LAST_FINETUNE_K = 1
+
+
 def token_stability(tokens: Tensor, sigma: float | None = None) -> Tensor:
-    """LaSt-ViT stability ``−|h_{j,d} − lowpass(h_j)_d|``: ``[B,N,D] → [B,N,D]`` float32 (≤ 0)."""
-    if tokens.dim() != 3:
-        raise ValueError(f"tokens must be [B,N,D], got {tuple(tokens.shape)}")
-    return -(tokens.float() - channel_lowpass(tokens, sigma)).abs()
+    """LaSt-ViT stability ``x / |lowpass(x) − x|`` per token and channel: ``[B,N,D] → [B,N,D]`` float32.
+
+    :func:`midas_nb.targets.stability_ratio` (the official ``diff`` of
+    github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``); ``tokens`` are
+    patch tokens after the final norm. Raises ``ValueError`` when ``tokens`` is not 3-D.
+    """
+    return stability_ratio(tokens, sigma)
 
 
 def last_aggregate(tokens: Tensor, num_tokens: int | None = None, sigma: float | None = None) -> Tensor:
     """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``.
 
-    For every image and channel ``d``, the ``K`` tokens of highest stability
-    (:func:`token_stability`) in that channel are selected and their values ``h_{j,d}`` averaged.
-    Differentiable in ``tokens`` through the selected values (the selection itself is not).
+    Transcribes github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``,
+    ``forward``: ``indices = topk(diff, K, dim=1, largest=True)``, ``z = mean(gather(x, 1,
+    indices), dim=1)`` with ``diff`` = :func:`token_stability`; channel ``d`` of ``z`` averages
+    ``x_{j,d}`` over its own ``K`` selected tokens. Differentiable in ``tokens`` through the
+    selected values (the selection itself is not, as there).
 
     Args:
-        tokens: ``[B,N,D]`` patch tokens (prefix removed).
-        num_tokens: ``K``, ``1 ≤ K ≤ N``. Default: ``N // 2`` (at least 1).
+        tokens: ``[B,N,D]`` patch tokens (prefix removed) after the final norm.
+        num_tokens: ``K``, ``1 ≤ K ≤ N``. Default: :data:`LAST_FINETUNE_K` (1, the official config).
         sigma: low-pass window width (default ``√D``).
 
     Returns:
@@ -76,26 +90,26 @@ def last_aggregate(tokens: Tensor, num_tokens: int | None = None, sigma: float |
         ValueError: ``tokens`` not 3-D or ``K`` outside ``1..N``.
     """
     stab = token_stability(tokens, sigma)
-    N = tokens.shape[1]
-    k = max(1, N // 2) if num_tokens is None else int(num_tokens)
-    if not 1 <= k <= N:
-        raise ValueError(f"num_tokens K must be in 1..{N} (patch tokens), got {num_tokens!r}")
-    idx = stab.topk(k, dim=1).indices                                        # [B,K,D]
+    k = resolve_last_k(num_tokens, tokens.shape[1], LAST_FINETUNE_K)
+    idx = stab.topk(k, dim=1, largest=True).indices                          # [B,K,D]
     return tokens.gather(1, idx).mean(dim=1)
 
 
 class LaStHead(nn.Module):
     """Classifier on the last block's output with LaSt (or CLS) aggregation.
 
-    ``logits = head(fc_norm(norm(z)))`` with ``z = last_aggregate(patches, K)`` (``"last"``) or
-    ``z = h_CLS`` (``"cls"``; then this equals timm's token-pooling ``forward_head``).
+    ``x = norm(tokens)``; ``logits = head(fc_norm(z))`` with ``z = last_aggregate(x[:, P:], K)``
+    (``"last"``: the official ``dense_vit.forward`` of github.com/ChengShiest/LAST-ViT,
+    ``cls_pretrain/conf.py``, whose encoder ends with its LayerNorm and whose ``heads`` read ``z``)
+    or ``z = x[:, 0]`` (``"cls"``; then this equals timm's token-pooling
+    ``forward_head(norm(tokens))``).
 
     Args:
         norm, fc_norm, head: the backbone's final norm, pooled-feature norm and classifier
             (copies are trained by :func:`last_finetune`).
         num_prefix: ``P``.
         aggregation: ``"last"`` (default) or ``"cls"``.
-        num_tokens: ``K`` (default ``N // 2``).
+        num_tokens: ``K`` (default :data:`LAST_FINETUNE_K`).
         sigma: low-pass window width (default ``√D``).
     """
 
@@ -107,18 +121,21 @@ class LaStHead(nn.Module):
         self.num_prefix, self.aggregation = int(num_prefix), aggregation
         self.num_tokens, self.sigma = num_tokens, sigma
 
-    def representation(self, tokens: Tensor) -> Tensor:
-        """The class representation ``z``: ``[B,P+N,D] → [B,D]`` (before the final norm)."""
+    def representation(self, normed: Tensor) -> Tensor:
+        """The class representation ``z`` from tokens after the final norm: ``[B,P+N,D] → [B,D]``."""
         if self.aggregation == "cls":
-            return tokens[:, 0]
-        return last_aggregate(tokens[:, self.num_prefix:], self.num_tokens, self.sigma)
+            return normed[:, 0]
+        return last_aggregate(normed[:, self.num_prefix:], self.num_tokens, self.sigma)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return self.head(self.fc_norm(self.norm(self.representation(tokens))))
+        return self.head(self.fc_norm(self.representation(self.norm(tokens))))
 
 
 class LaStViT(nn.Module):
     """A frozen timm ViT whose last ``t`` blocks and head are tuned copies with LaSt aggregation.
+
+    The LaSt head follows github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class
+    ``dense_vit`` (:class:`LaStHead`); there the whole ViT trains, here its last ``t`` blocks.
 
     ``forward(images) -> [B,C]``; :meth:`patch_scores` gives the Patch Score map ``[B,N]``.
     The backbone is shared (not copied) and stays in eval mode.
@@ -127,12 +144,13 @@ class LaStViT(nn.Module):
         backbone: timm ViT (frozen).
         tune_blocks: ``t``, trailing blocks that are copied and tuned, ``1 ≤ t < depth``.
         aggregation: ``"last"`` or ``"cls"`` (see :class:`LaStHead`).
-        num_tokens, sigma: see :func:`last_aggregate`.
+        num_tokens, sigma: see :func:`last_aggregate` (``None``: ``K =`` :data:`LAST_FINETUNE_K`).
     """
 
     def __init__(self, backbone: nn.Module, tune_blocks: int = 1, aggregation: Aggregation = "last",
                  num_tokens: int | None = None, sigma: float | None = None):
         super().__init__()
+        num_tokens = LAST_FINETUNE_K if num_tokens is None else int(num_tokens)
         n = len(backbone.blocks)
         if not 1 <= int(tune_blocks) <= n - 1:
             raise ValueError(f"tune_blocks must be in 1..{n - 1} for a {n}-block ViT, got {tune_blocks}")
@@ -170,20 +188,22 @@ class LaStViT(nn.Module):
 
     def scores_and_logits(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """``(patch scores [B,N], logits [B,C])`` from one forward."""
-        x = self.forward_tokens(self.trunk(images))
+        x = self.head.norm(self.forward_tokens(self.trunk(images)))
         z = self.head.representation(x)
-        return F.cosine_similarity(x[:, self.head.num_prefix:], z[:, None], dim=-1), self.head(x)
+        return (F.cosine_similarity(x[:, self.head.num_prefix:], z[:, None], dim=-1),
+                self.head.head(self.head.fc_norm(z)))
 
     def patch_scores(self, images: Tensor) -> Tensor:
-        """Patch Score ``cos(z, h_j)`` at the last block (``z`` the class representation): ``[B,N]``."""
+        """Patch Score ``cos(z, x_j)`` on the last block's tokens after the final norm (``z`` the class
+        representation): ``[B,N]``."""
         return self.scores_and_logits(images)[0]
 
 
 def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor]:
     if isinstance(model, LaStViT):
         return model.scores_and_logits(images)
-    x = run_blocks(model, embed_tokens(model, images))
-    return patch_score(x, num_prefix_tokens(model)), classify_tokens(model, x)
+    x = model.norm(run_blocks(model, embed_tokens(model, images)))
+    return patch_score(x, num_prefix_tokens(model)), model.forward_head(x)
 
 
 def last_finetune(
@@ -207,6 +227,10 @@ def last_finetune(
 ) -> LaStViT:
     """Fine-tune a copy of the backbone's last ``t`` blocks and head with LaSt aggregation.
 
+    The aggregation is the official one (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``,
+    class ``dense_vit``; :class:`LaStHead`); the recipe (which blocks, optimiser, epochs) is this
+    package's, as the official recipe trains the whole ViT on ImageNet.
+
     Everything before the tuned blocks is frozen; the output of block ``depth−t`` of every
     training image is computed once (:func:`midas_nb.train.block_cache`, no augmentation) and
     each step runs the tuned blocks and head only: AdamW, cosine decay per step, cross-entropy
@@ -218,7 +242,8 @@ def last_finetune(
         aggregation: ``"last"`` (LaSt-ViT) or ``"cls"`` (the same recipe with the CLS head, a
             control).
         tune_blocks: ``t``, trailing blocks tuned. Default: 1.
-        num_tokens, sigma: ``K`` (default ``N // 2``) and the low-pass width (default ``√D``).
+        num_tokens, sigma: ``K`` (default :data:`LAST_FINETUNE_K` = 1, the official config) and the
+            low-pass width (default ``√D``).
         epochs, batch_size, lr, weight_decay, label_smoothing: optimisation.
         seed: batch order.
         device: where it runs.
@@ -238,7 +263,10 @@ def last_finetune(
     device = torch.device(device)
     backbone.to(device)
     model = LaStViT(backbone, tune_blocks, aggregation, num_tokens, sigma).to(device)
-    settings = dict(aggregation=aggregation, tune_blocks=int(tune_blocks), num_tokens=num_tokens, sigma=sigma,
+    # the resolved K and the statistic's version are in the cache key: no result of another
+    # statistic (or of the old N//2 default) is reused
+    settings = dict(aggregation=aggregation, tune_blocks=int(tune_blocks), num_tokens=model.head.num_tokens,
+                    sigma=sigma, statistic=LAST_STATISTIC,
                     epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
                     label_smoothing=float(label_smoothing), seed=int(seed), n_train=len(train_set))
 
@@ -307,10 +335,52 @@ def patch_score_maps(models: Mapping[str, nn.Module], images: Tensor) -> dict[st
     return {name: _scores_and_logits(m.eval(), images)[0] for name, m in models.items()}
 
 
+def pib_columns(hits: Tensor, box_mask: Tensor, grid: tuple[int, int], *, reference_hits: Tensor | None = None,
+                n_boot: int = 1000) -> dict[str, float]:
+    """Point-in-Box of one ranking beside its baselines and, optionally, against a reference ranking.
+
+    Columns (DESIGN.md §6): ``pib``, ``pib_lo``, ``pib_hi`` (mean and 95 % bootstrap CI over
+    images); ``pib_centre`` — the rate of the centre patch alone
+    (:func:`midas_nb.metrics.centre_in_box`); ``pib_box_area`` — the mean share of patches in the
+    box, the expected PiB of a uniformly random patch (:func:`midas_nb.metrics.box_share`); with
+    ``reference_hits``: ``pib_delta``, ``pib_delta_lo``, ``pib_delta_hi`` — the paired difference
+    ``mean(hit − hit_ref)`` with its bootstrap CI over the same images, and ``pib_agreement`` — the
+    fraction of images whose outcome (hit or miss) equals the reference's.
+
+    Args:
+        hits: ``[M]`` bool, the ranking's top patch is in the box (:func:`midas_nb.metrics.point_in_box`).
+        box_mask: ``[M,N]`` bool boxes of the same images.
+        grid: ``(rows, cols)`` patch grid.
+        reference_hits: ``[M]`` bool of the reference ranking on the same images, or ``None``.
+        n_boot: bootstrap resamples.
+
+    Raises:
+        ValueError: ``hits`` / ``reference_hits`` / ``box_mask`` disagree in the number of images.
+    """
+    hits = hits.reshape(-1).float()
+    if box_mask.shape[0] != hits.numel() or (reference_hits is not None and reference_hits.numel() != hits.numel()):
+        raise ValueError(f"hits ({hits.numel()}), box_mask ({tuple(box_mask.shape)}) and reference_hits "
+                         f"({None if reference_hits is None else reference_hits.numel()}) must cover the same images")
+    pib, lo, hi = bootstrap_ci(hits, n_boot=n_boot)
+    out = dict(pib=pib, pib_lo=lo, pib_hi=hi, pib_centre=float(centre_in_box(box_mask, grid).float().mean()),
+               pib_box_area=float(box_share(box_mask).mean()))
+    if reference_hits is not None:
+        ref = reference_hits.reshape(-1).float()
+        d, d_lo, d_hi = bootstrap_ci(hits - ref, n_boot=n_boot)
+        out.update(pib_delta=d, pib_delta_lo=d_lo, pib_delta_hi=d_hi,
+                   pib_agreement=float((hits == ref).float().mean()))
+    return out
+
+
+def _grid(model: nn.Module) -> tuple[int, int]:
+    return grid_size(model.backbone if isinstance(model, LaStViT) else model)
+
+
 def pib_table(
     models: Mapping[str, nn.Module],
     test_set,
     *,
+    reference: str | None = None,
     max_images: int | None = None,
     subset_seed: int = 0,
     batch_size: int = 32,
@@ -318,11 +388,17 @@ def pib_table(
     n_boot: int = 1000,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Point-in-Box of the Patch Score map and top-1 accuracy of each model on the test split.
+    """Point-in-Box of the Patch Score map, its baselines, and top-1 accuracy of each model.
+
+    Patch Score on the last block's tokens after the final norm (official
+    github.com/ChengShiest/LAST-ViT, ``visualization/patch_score.py`` and
+    ``visualization/evaluate_patch_hit.py``: top-1 patch score inside the box).
 
     Args:
         models: ``{name: model}``, plain timm ViTs (CLS patch score) and/or :class:`LaStViT`.
         test_set: dataset of :class:`midas_nb.data.Sample` (``box_mask`` is the object box).
+        reference: the row the others are compared with per image (``pib_delta``,
+            ``pib_agreement``); default: the first model (the backbone, by convention).
         max_images: a seeded random subset of this many images
             (:func:`midas_nb.protocol.evaluation_subset`); ``None``: all.
         subset_seed: seed of that subset.
@@ -331,33 +407,45 @@ def pib_table(
 
     Returns:
         One row per model: ``model``, ``aggregation`` (``"cls"`` for plain backbones),
-        ``pib``, ``pib_lo``, ``pib_hi``, ``accuracy``, ``accuracy_lo``, ``accuracy_hi``,
-        ``n_images``.
+        ``last_K`` (the LaSt aggregation's ``K``; NaN for CLS rows), the columns of
+        :func:`pib_columns` (``pib`` with CI, ``pib_centre``, ``pib_box_area``, ``pib_delta`` with
+        CI and ``pib_agreement`` against ``reference``), ``reference``, ``accuracy``,
+        ``accuracy_lo``, ``accuracy_hi``, ``n_images``.
+
+    Raises:
+        ValueError: no model, or ``reference`` not among them.
     """
-
-
     if not models:
         raise ValueError("pib_table needs at least one model")
+    reference = next(iter(models)) if reference is None else reference
+    if reference not in models:
+        raise ValueError(f"reference {reference!r} is not one of the models {list(models)}")
     device = torch.device(device)
     subset = evaluation_subset(len(test_set), max_images, subset_seed)
     data = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
     hits: dict[str, list[Tensor]] = {k: [] for k in models}
     correct: dict[str, list[Tensor]] = {k: [] for k in models}
+    boxes: list[Tensor] = []
     for m in models.values():
         m.to(device).eval()
     with torch.no_grad():
         for batch in tqdm(DataLoader(data, batch_size=batch_size, collate_fn=collate_samples),
                           desc="Point-in-Box", disable=not progress, leave=False):
             images = batch.images.to(device)
+            boxes.append(batch.box_mask.bool())
             for name, m in models.items():
                 scores, logits = _scores_and_logits(m, images)
                 hits[name].append(point_in_box(scores.float().cpu(), batch.box_mask))
                 correct[name].append((logits.argmax(-1).cpu() == batch.labels).float())
+    box = torch.cat(boxes)
+    ref_hits = torch.cat(hits[reference])
     rows = []
     for name, m in models.items():
-        pib, pib_lo, pib_hi = bootstrap_ci(torch.cat(hits[name]).float(), n_boot=n_boot)
+        last = isinstance(m, LaStViT) and m.head.aggregation == "last"
         acc, acc_lo, acc_hi = bootstrap_ci(torch.cat(correct[name]), n_boot=n_boot)
         rows.append(dict(model=name, aggregation=m.head.aggregation if isinstance(m, LaStViT) else "cls",
-                         pib=pib, pib_lo=pib_lo, pib_hi=pib_hi, accuracy=acc, accuracy_lo=acc_lo,
-                         accuracy_hi=acc_hi, n_images=len(subset)))
+                         last_K=m.head.num_tokens if last else float("nan"),
+                         **pib_columns(torch.cat(hits[name]), box, _grid(m), reference_hits=ref_hits, n_boot=n_boot),
+                         reference=reference, accuracy=acc, accuracy_lo=acc_lo, accuracy_hi=acc_hi,
+                         n_images=len(subset)))
     return pd.DataFrame(rows)

@@ -5,12 +5,18 @@
 - ``"pruning"`` — every protocol condition at ``(L, b)`` (MIDAS conditions, ``cropr``,
   ``iared``): part mIoU, IDAUC, accuracy with 95 % bootstrap CIs of the mean over seeds
   (seeds × images, :func:`midas_nb.results.aggregate_seeds`) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
-  Point-in-Box of the scorer's top patch, throughput and speed-up, and the families' extra
+  Point-in-Box of the scorer's top patch beside its centre-patch and box-area baselines
+  (``pib_centre``, ``pib_box_area``), throughput and speed-up, and the families' extra
   columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);
 - ``"relevance map"`` — TokenTM's positive/negative perturbation AUCs of target maps
   (:func:`~midas_nb.related.perturbation.perturbation_table`);
-- ``"backbone"`` — Point-in-Box of the Patch Score and accuracy of the backbone and its LaSt
-  (and CLS-control) fine-tunes (:func:`~midas_nb.related.last.pib_table`).
+- ``"backbone"`` — Point-in-Box of the Patch Score with its baselines and its paired difference
+  to the backbone, and accuracy, of the backbone and its LaSt (and CLS-control) fine-tunes
+  (:func:`~midas_nb.related.last.pib_table`).
+
+Every LaSt row says its ``K`` (tokens selected per channel) in ``last_K``: the ``last_votes``
+pruning row :data:`midas_nb.targets.LAST_VOTES_K`, the LaSt fine-tune its aggregation's ``K``
+(also in its name, e.g. ``LaSt fine-tune (K=1)``).
 
 :func:`run_related` computes all three from a :class:`midas_nb.study.Study` and returns them
 with the merged table.
@@ -26,7 +32,8 @@ from torch import nn
 from ..metrics import decoupling_D
 from ..protocol import list_conditions
 from ..results import aggregate_seeds, METRIC_COLUMNS
-from .last import last_finetune, pib_table
+from ..targets import LAST_VOTES_K
+from .last import LAST_FINETUNE_K, last_finetune, pib_table
 from .perturbation import perturbation_table
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
@@ -38,7 +45,7 @@ RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", 
 #: maps compared by the perturbation tests (TokenTM's comparison)
 PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout", "T3", "T5")
 #: per-row columns that only some scorer families fill; averaged over seeds when present
-FAMILY_COLUMNS: tuple[str, ...] = ("speedup", "full_accuracy", "throughput_full", "accuracy_llf",
+FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full", "accuracy_llf",
                                    "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf", "llf_speed_ratio", "aux_accuracy",
                                    "threshold_keep_rate", "threshold_accuracy", "threshold_accuracy_lo",
                                    "threshold_accuracy_hi", "train_seconds")
@@ -67,7 +74,9 @@ def related_table(
         One row per pruning condition (``method`` = condition; metric columns are means over
         seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images bootstrap interval; ``D_pp``,
         ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
-        backbone variant (``pib``, ``accuracy`` with CIs). Columns a row kind does not have are NaN.
+        backbone variant (``pib``, ``accuracy`` with CIs). ``pib_centre`` and ``pib_box_area`` (the
+        Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.
+        Columns a row kind does not have are NaN.
     """
     parts = []
     agg = aggregate_seeds(protocol_table, n_boot=n_boot)
@@ -84,6 +93,7 @@ def related_table(
     agg = agg.merge(D[dkeys + ["D_pp", "D_pp_std", "delta_idauc", "status", "D_cell"]]
                     .rename(columns={"status": "D_status"}), on=dkeys, how="left")
     agg.insert(0, "method", agg["condition"])
+    agg["last_K"] = agg["condition"].map({"last_votes": LAST_VOTES_K})
     agg.insert(0, "kind", "pruning")
     parts.append(agg)
     if perturbation is not None and len(perturbation):
@@ -107,7 +117,7 @@ class RelatedResults:
         protocol: protocol rows (one per condition × seed).
         perturbation: perturbation AUCs and curves per map.
         pib: Point-in-Box and accuracy per backbone variant.
-        models: the LaSt and CLS-control fine-tunes (``{"LaSt fine-tune": ..., "CLS fine-tune": ...}``).
+        models: the LaSt and CLS-control fine-tunes (``{"CLS fine-tune": ..., "LaSt fine-tune (K=1)": ...}``).
     """
 
     table: pd.DataFrame
@@ -125,6 +135,7 @@ def run_related(
     last: bool = True,
     last_epochs: int = 3,
     last_tune_blocks: int = 1,
+    last_k: int = LAST_FINETUNE_K,
     max_images: int | None = None,
     **protocol_kwargs: Any,
 ) -> RelatedResults:
@@ -145,6 +156,7 @@ def run_related(
         perturbation_maps: target ids for the perturbation tests, or ``None``.
         last: run the LaSt-ViT part.
         last_epochs, last_tune_blocks: LaSt fine-tune settings.
+        last_k: ``K`` of the LaSt aggregation (default 1, the official config); in the row's name.
         max_images: test images of parts 2 and 3 (seeded subset); ``None``: the profile's
             ``max_idauc_images`` (else ``max_eval_images``) for the perturbation curves and
             ``max_eval_images`` for Point-in-Box.
@@ -183,9 +195,10 @@ def run_related(
     if last:
         # no data path in the key: last_finetune adds the training split's content identity
         key = dict(dataset=study.dataset_name, checkpoint=study.meta["checkpoint_id"])
-        for name, agg in (("CLS fine-tune", "cls"), ("LaSt fine-tune", "last")):
+        for name, agg in (("CLS fine-tune", "cls"), (f"LaSt fine-tune (K={last_k})", "last")):
             models[name] = last_finetune(study.model, study.train_set, aggregation=agg, tune_blocks=last_tune_blocks,
-                                         epochs=last_epochs, device=study.device, key=key, progress=study.progress)
+                                         num_tokens=last_k, epochs=last_epochs, device=study.device, key=key,
+                                         progress=study.progress)
         pib = pib_table({"backbone": study.model, **models}, study.test_set, max_images=n_img,
                         device=study.device, n_boot=n_boot, progress=study.progress)
     table = related_table(protocol, perturbation=pert, pib=pib, n_boot=n_boot)

@@ -19,8 +19,8 @@ from ..identity import hash_json
 from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou, point_in_box
 from ..protocol import evaluation_subset
 from ..pruning import keep_mask_from_indices, select_top_k
-from ..related.last import pib_table
-from ..targets import target_cache
+from ..related.last import pib_columns, pib_table
+from ..targets import LAST_VOTES_K, target_cache
 from ..vit import grid_size, keep_count
 
 __all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "TRAIN_SPLIT"]
@@ -330,7 +330,9 @@ class StudyBase:
         :func:`midas_nb.related.last.pib_table`, the one implementation) and each target map in
         ``ids`` (default: the profile's targets) at the study depth; PiB = the top patch lies in
         the object box. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi`` (bootstrap 95 % CI
-        over images), ``n_images``. The images are the protocol's evaluated ones: ``n`` drawn
+        over images), its baselines ``pib_centre`` (the centre patch alone) and ``pib_box_area``
+        (the box's share of patches; :func:`midas_nb.related.last.pib_columns`), ``n_images``,
+        and ``last_K`` (``K`` of the ``last_votes`` row). The images are the protocol's evaluated ones: ``n`` drawn
         with the profile's ``eval_subset_seed`` (:func:`midas_nb.protocol.evaluation_subset`;
         default ``n``: the profile's ``max_eval_images``; ``None`` there means all).
         """
@@ -341,10 +343,11 @@ class StudyBase:
         subset = evaluation_subset(len(ds), n, seed)
         pib = pib_table({"patch_score": self.model}, ds, max_images=n, subset_seed=seed, device=self.device,
                         n_boot=n_boot, progress=False)
-        rows = [dict(ranking="patch_score", pib=pib.at[0, "pib"], pib_lo=pib.at[0, "pib_lo"],
-                     pib_hi=pib.at[0, "pib_hi"], n_images=len(subset))]
+        cols = ["pib", "pib_lo", "pib_hi", "pib_centre", "pib_box_area"]
+        rows = [dict(ranking="patch_score", **{c: pib.at[0, c] for c in cols}, n_images=len(subset))]
         box = torch.stack([ds[i].box_mask for i in subset])
         for k, v in self.target_maps(ids=ids).items():
-            mean, lo, hi = bootstrap_ci(point_in_box(v[subset].float(), box).float(), n_boot=n_boot)
-            rows.append(dict(ranking=k, pib=mean, pib_lo=lo, pib_hi=hi, n_images=len(subset)))
+            hits = point_in_box(v[subset].float(), box)
+            rows.append(dict(ranking=k, **pib_columns(hits, box, self.grid, n_boot=n_boot), n_images=len(subset),
+                             **({"last_K": LAST_VOTES_K} if k == "last_votes" else {})))
         return pd.DataFrame(rows)

@@ -21,7 +21,7 @@ T4         ``E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂``
 T5         ``Σ_d h_{j,d} · ∂y_c/∂h_{j,d}`` (signed)
 rollout    attention rollout over blocks ``1..L``
 tokentm    TokenTM contribution map over all blocks
-last_votes LaSt-ViT stability votes on the output of block ``L``
+last_votes LaSt-ViT stability votes on block ``L``'s output after the final norm
 random     seeded uniform values (lower bound)
 ========== ===================================================================================
 
@@ -47,8 +47,10 @@ from __future__ import annotations
 
 from .registry import (DEFAULT_RANDOM_SEED, _INFO, _REGISTRY, TargetFn, TargetInfo, get_target, list_targets,
                        register_target, target_info, taxonomy_table)
-from .rules import (attention_rollout, channel_lowpass, chefer_relevance, cls_attention_map, gae_attention, necc,
-                    rollout_factor, stability_votes, tokentm_ffn_update, tokentm_mhsa_update, transformation_weight)
+from .rules import (LAST_STATISTIC, LAST_VOTES_K, attention_rollout, channel_lowpass, chefer_relevance,
+                    cls_attention_map, gae_attention, last_window, necc, resolve_last_k, rollout_factor,
+                    stability_ratio, stability_votes, tokentm_ffn_update, tokentm_mhsa_update,
+                    transformation_weight)
 from . import maps  # noqa: F401 - registers T0–T5 and the related maps, in that order
 from .cache import compute_targets, target_cache, target_cache_path
 
@@ -74,5 +76,10 @@ __all__ = [
     "tokentm_ffn_update",
     "channel_lowpass",
     "stability_votes",
+    "stability_ratio",
+    "last_window",
+    "resolve_last_k",
+    "LAST_STATISTIC",
+    "LAST_VOTES_K",
     "DEFAULT_RANDOM_SEED",
 ]

@@ -20,6 +20,7 @@ from ..identity import (CacheIntegrityError, atomic_write_bytes, atomic_write_te
                         report_corrupt, state_dict_digest, tensor_digest)
 from ..vit import grid_size, num_prefix_tokens
 from .registry import DEFAULT_RANDOM_SEED, _REGISTRY, list_targets
+from .rules import LAST_STATISTIC
 
 
 def _check_ids(ids: Sequence[str]) -> list[str]:
@@ -50,6 +51,7 @@ def _capture_and_compute(
         cap.extras["indices"] = torch.as_tensor(indices).reshape(-1).cpu()
     if seed is not None:
         cap.extras["seed"] = int(seed)
+    cap.extras["final_norm"] = backbone.norm          # last_votes reads x = norm(h_L) (LaSt-ViT)
     return {i: _REGISTRY[i](cap, depth, cap.class_index) for i in ids}
 
 
@@ -101,7 +103,8 @@ def compute_targets(
 def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed: int) -> dict:
     full = dict(key)
     full.update(depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
-                num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1)
+                num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1,
+                last_statistic=LAST_STATISTIC)
     return full
 
 
@@ -161,7 +164,8 @@ def target_cache(
     backbone checkpoint id, …) plus the dataset's content identity
     (:attr:`midas_nb.identity.DatasetIdentity.model_inputs`: images, labels, transform — target
     maps do not read the part keypoints), the backbone's weights digest, ``depth``,
-    ``class_rule``, the backbone's patch grid and prefix count and the ``random`` seed, hashed
+    ``class_rule``, the backbone's patch grid and prefix count, the ``random`` seed and the LaSt
+    statistic's version (:data:`~midas_nb.targets.LAST_STATISTIC`), hashed
     into the file name (:func:`target_cache_path`); the key JSON is stored beside it (``.json``)
     and in the file's metadata with the SHA-256 of the maps. The file holds one
     ``[len(dataset), N]`` tensor per target id, in dataset order. An existing file is loaded

@@ -8,7 +8,8 @@ from torch import Tensor
 
 from ..capture import CaptureResult
 from .registry import DEFAULT_RANDOM_SEED, TargetInfo, register_target
-from .rules import _basis_row, _block, _check_class, attention_rollout, chefer_relevance, cls_attention_map, stability_votes, tokentm_mhsa_update, transformation_weight
+from .rules import (_basis_row, _block, _check_class, attention_rollout, chefer_relevance,
+                    cls_attention_map, stability_votes, tokentm_mhsa_update, transformation_weight)
 
 
 @register_target("T0", TargetInfo('CLS-attention', 'attention',
@@ -158,18 +159,34 @@ def tokentm(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
 
 
 @register_target("last_votes", TargetInfo('LaSt-ViT stability votes (Shi et al.)', 'hidden state',
-                 'channel low-pass stability, top-K votes', '—',
-                 'votes of channels for their K≈N/2 most stable tokens', 'related'))
+                 'channel low-pass ratio, top-K votes', '—',
+                 'votes of channels for their K (default N//2) tokens of largest x/|lowpass(x)−x|', 'related'))
 def last_votes(capture: CaptureResult, depth: int, class_index: Tensor, *,
                num_votes: int | None = None, sigma: float | None = None) -> Tensor:
-    """LaSt-ViT stability votes on the patch tokens of block ``L``'s output → ``[B,N]``.
+    """LaSt-ViT stability votes on block ``L``'s patch tokens after the final norm → ``[B,N]``.
 
-    :func:`stability_votes` with ``K = num_votes`` (default ``N // 2``) and ``σ = √D`` by
-    default; each image's scores sum to ``K·D``. Source: Shi, Yu, Yang, LaSt-ViT,
+    ``x = norm(h_L)`` with the backbone's final norm (``capture.extras["final_norm"]``, set by
+    :func:`~midas_nb.targets.compute_targets` and :func:`~midas_nb.targets.target_cache`): the
+    official statistic reads the encoder output after its final LayerNorm
+    (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``); at
+    ``L = depth`` this is exactly that input, at ``L < depth`` the same norm is applied to block
+    ``L``'s tokens (docs/architecture.md, "LaSt-ViT"). Prefix tokens are dropped before the
+    ranking, as the official ``x[:, 1:]``. Then :func:`stability_votes` with ``K = num_votes``
+    (default ``N // 2``, :data:`midas_nb.targets.LAST_VOTES_K`: the paper's ablation favours ``K ≈ N/2``, and
+    ``K·D`` votes give a graded map to distil, where ``K = 1`` leaves most tokens at 0) and
+    ``σ = √D``; each image's scores sum to ``K·D``. Source: Shi, Yu, Yang, LaSt-ViT,
     https://arxiv.org/abs/2602.22394; DESIGN.md §4.
+
+    Raises:
+        ValueError: the capture carries no final norm.
     """
-    h = capture.patch(capture.hidden[_block(capture, depth)])
-    return stability_votes(h, num_votes=num_votes, sigma=sigma)
+    norm = capture.extras.get("final_norm")
+    if norm is None:
+        raise ValueError("last_votes needs the backbone's final norm in capture.extras['final_norm'] "
+                         "(compute_targets and target_cache set it); got a capture without it")
+    with torch.no_grad():
+        x = norm(capture.hidden[_block(capture, depth)].float())
+    return stability_votes(capture.patch(x), num_votes=num_votes, sigma=sigma)
 
 
 def _image_seed(seed: int, index: int) -> int:

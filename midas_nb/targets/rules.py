@@ -3,7 +3,6 @@ rollout, TokenTM's updates, LaSt-ViT's channel low-pass and stability votes; and
 read a capture."""
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch
@@ -220,54 +219,113 @@ def tokentm_ffn_update(w: Tensor) -> Tensor:
     return torch.diag_embed(1.0 + w.float())
 
 
+#: version of the LaSt-ViT statistic; part of every cache key that holds LaSt results (target maps,
+#: LaSt fine-tunes), so a change of the statistic never reuses a result of the old one
+LAST_STATISTIC = "official-ratio-v2"
+#: ``K`` of the ``last_votes`` target when the call gives none: ``N // 2`` (see :func:`stability_votes`)
+LAST_VOTES_K = "N//2"
+
+
+def last_window(d: int, sigma: float | None = None, device: torch.device | None = None) -> Tensor:
+    """LaSt-ViT's Gaussian window over the ``fftshift``-ed channel spectrum: ``[D]`` float32.
+
+    Transcribes ``dense_vit.gaussian_kernel_1d(kernel_size, sigma)`` of the official code
+    (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``):
+    ``g_i = exp(−½ (t_i/σ)²) / max g`` over ``t = arange(−D//2 + 1, D//2 + 1)`` (Python floor
+    division, so ``−D//2 = ⌊−D/2⌋``), ``σ = √D`` by default (the official ``768 ** 0.5`` for
+    ``D = 768``). For even ``D`` the peak ``t = 0`` sits at index ``D/2 − 1``, one bin below the
+    zero frequency of the shifted spectrum (index ``D/2``): the window is off-centre by one bin,
+    as in the official code, and is kept so.
+
+    Raises:
+        ValueError: ``d < 1`` or ``sigma ≤ 0``.
+    """
+    if int(d) < 1:
+        raise ValueError(f"the channel count D must be ≥ 1, got {d}")
+    sigma = int(d) ** 0.5 if sigma is None else float(sigma)
+    if not sigma > 0:
+        raise ValueError(f"sigma must be > 0, got {sigma}")
+    kernel = torch.exp(-0.5 * (torch.arange(-int(d) // 2 + 1, int(d) // 2 + 1, device=device).float() / sigma) ** 2)
+    return kernel / torch.max(kernel)
+
+
 def channel_lowpass(h: Tensor, sigma: float | None = None) -> Tensor:
     """Low-pass each token's feature vector along the channel axis (LaSt-ViT).
 
-    ``lowpass(h) = irfft(rfft(h, dim=-1) · g, n=D)`` with the Gaussian window
-    ``g_f = exp(−f² / (2σ²))`` over the rfft frequency index ``f = 0 … ⌊D/2⌋`` (``f = 0`` is the
-    channel mean, kept unchanged), ``σ = √D`` by default. This is the real-input form of the
-    official code's window centred on the zero frequency of the ``fftshift``-ed spectrum.
+    ``lowpass(h) = Re ifft(ifftshift(fftshift(fft(h)) · g))`` along the last axis with the
+    window ``g`` of :func:`last_window` — the official code's order of operations
+    (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``, ``forward``),
+    real part taken (the window is not symmetric about the zero frequency for even ``D``, so
+    the inverse transform has an imaginary part, which the official code drops).
 
     Args:
-        h: ``[…,D]`` features.
+        h: ``[…,D]`` features (LayerNorm-ed tokens in LaSt-ViT).
         sigma: window width in frequency bins; ``None`` means ``√D``.
 
     Returns:
         ``[…,D]`` float32.
     """
-    d = h.shape[-1]
-    sigma = math.sqrt(d) if sigma is None else float(sigma)
-    if sigma <= 0:
-        raise ValueError(f"sigma must be > 0, got {sigma}")
-    f = torch.arange(d // 2 + 1, device=h.device, dtype=torch.float32)
-    window = torch.exp(-f.square() / (2.0 * sigma ** 2))
-    return torch.fft.irfft(torch.fft.rfft(h.float(), dim=-1) * window, n=d, dim=-1)
+    window = last_window(h.shape[-1], sigma, h.device)
+    spectrum = torch.fft.fftshift(torch.fft.fft(h.float(), dim=-1), dim=-1) * window
+    return torch.fft.ifft(torch.fft.ifftshift(spectrum, dim=-1), dim=-1).real
+
+
+def stability_ratio(h: Tensor, sigma: float | None = None) -> Tensor:
+    """LaSt-ViT's per-channel stability ``r = h / |lowpass(h) − h|`` (signed; larger = more stable).
+
+    The official ``diff = x_detach / torch.abs(x - x_detach)`` (github.com/ChengShiest/LAST-ViT,
+    ``cls_pretrain/conf.py``, class ``dense_vit``), :func:`channel_lowpass` for ``x``; no
+    epsilon, as there: a value equal to its low-passed copy gives ``±inf`` (``nan`` for 0/0).
+
+    Args:
+        h: ``[B,N,D]`` patch tokens (prefix tokens removed), after the final LayerNorm.
+        sigma: see :func:`channel_lowpass`.
+
+    Returns:
+        ``[B,N,D]`` float32.
+
+    Raises:
+        ValueError: ``h`` not 3-D.
+    """
+    if h.dim() != 3:
+        raise ValueError(f"h must be [B,N,D] patch tokens, got {tuple(h.shape)}")
+    h = h.float()
+    return h / torch.abs(channel_lowpass(h, sigma) - h)
+
+
+def resolve_last_k(k: int | None, n: int, default: int | None = None) -> int:
+    """``K`` tokens per channel: ``k``, else ``default``, else ``N // 2`` (at least 1); checks ``1 ≤ K ≤ N``."""
+    k = default if k is None else k
+    k = max(1, n // 2) if k is None else int(k)
+    if not 1 <= k <= n:
+        raise ValueError(f"K (tokens selected per channel) must be in 1..{n} (patch tokens), got {k}")
+    return k
 
 
 def stability_votes(h: Tensor, num_votes: int | None = None, sigma: float | None = None) -> Tensor:
     """LaSt-ViT stability votes: each channel votes for its ``K`` most stable tokens.
 
-    ``stability_{j,d} = −|h_{j,d} − lowpass(h_j)_d|`` (closeness to the channel-low-passed copy,
-    :func:`channel_lowpass`); channel ``d`` votes for the ``K`` tokens of highest stability;
-    ``score_j`` = number of votes token ``j`` receives, so every image's scores sum to ``K·D``.
-    (The official code ranks ``h / |lowpass(h) − h|`` and keeps the top-1 token per channel;
-    MIDAS uses the closeness itself and ``K ≈ N/2`` votes, DESIGN.md §4.)
+    Channel ``d`` selects the ``K`` tokens of largest :func:`stability_ratio` ``r_{·,d}``
+    (``torch.topk(r, K, dim=1, largest=True)``, the official selection of
+    github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``, where
+    ``K = 1``); ``score_j`` = number of channels that select token ``j``, so every image's scores
+    sum to ``K·D``. Ties are broken as ``torch.topk`` breaks them.
 
     Args:
-        h: ``[B,N,D]`` patch tokens.
+        h: ``[B,N,D]`` patch tokens after the final LayerNorm.
         num_votes: ``K`` tokens per channel, ``1 ≤ K ≤ N``; ``None`` means ``N // 2`` (at least 1).
         sigma: see :func:`channel_lowpass`.
 
     Returns:
         ``[B,N]`` float32 vote counts in ``0 … D``.
+
+    Raises:
+        ValueError: ``h`` not 3-D or ``K`` outside ``1..N``.
     """
     if h.dim() != 3:
         raise ValueError(f"h must be [B,N,D], got {tuple(h.shape)}")
     B, N, D = h.shape
-    k = max(1, N // 2) if num_votes is None else int(num_votes)
-    if not (1 <= k <= N):
-        raise ValueError(f"num_votes K must be in 1..{N} (patch tokens), got {num_votes!r}")
-    stability = -(h.float() - channel_lowpass(h, sigma)).abs()            # B x N x D
-    winners = stability.topk(k, dim=1).indices                              # B x K x D
+    k = resolve_last_k(num_votes, N)
+    winners = stability_ratio(h, sigma).topk(k, dim=1, largest=True).indices     # B x K x D
     votes = torch.zeros(B, N, dtype=torch.float32, device=h.device)
     return votes.scatter_add_(1, winners.reshape(B, -1), torch.ones(B, k * D, device=h.device))
