@@ -56,7 +56,7 @@ from tqdm.auto import tqdm
 
 from .data import collate_samples
 from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      measure_throughput, part_miou, point_in_box)
+                      measure_throughputs, part_miou, point_in_box)
 
 from .pruning import check_depth, prune_tokens, pruned_forward
 from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
@@ -67,7 +67,7 @@ from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
 from .vit import fused_attention, grid_size, keep_count
 
-__all__ = ["BASE_CONDITIONS", "SEEDLESS_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
+__all__ = ["measure_speed", "speed_scorers", "SPEED_ROUNDS", "BASE_CONDITIONS", "SEEDLESS_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
 
 #: conditions that are not a supervision target id
@@ -418,10 +418,52 @@ class _Speed:
 
 
 #: throughputs measured in this process, by (weights digest, evaluated images, images timed,
-#: repeats, device, L, b, scorer kind and width): the pruned forward's cost depends on the
+#: repeats, device, L, b, scorer kinds and width): the pruned forward's cost depends on the
 #: architecture, L and b, not on the scorer's weights, so the cells of one (backbone, L, b) share
-#: one measurement per scorer kind instead of timing the same computation once per cell
-_SPEED_MEMO: dict[tuple, float] = {}
+#: one measurement instead of timing the same computation once per cell
+_SPEED_MEMO: dict[tuple, dict[str, float]] = {}
+
+#: interleaved rounds of every throughput measurement (metrics.measure_throughputs)
+SPEED_ROUNDS = 3
+
+
+def measure_speed(backbone: nn.Module, images: Tensor, depth: int, budget: float,
+                  scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS
+                  ) -> dict[str, float]:
+    """Throughput (images/s) of the full model (``"full"``) and of the pruned forward with each
+    scorer, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
+    so that every speed-up is a ratio of two numbers taken under the same load.
+
+    Args:
+        backbone: the frozen ViT (its attention setting is left as the caller set it).
+        images: ``[B,3,H,W]`` on the measuring device.
+        depth, budget: ``L`` and ``b`` of the pruned forward.
+        scorers: ``{kind: scorer}``; the weights do not matter, only the architecture.
+        repeats, rounds: timed calls per round, interleaved rounds.
+
+    Returns:
+        ``{"full": …, kind: …}`` in images/s.
+    """
+    fns = {"full": backbone}
+    fns.update({k: (lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits)
+                for k, s in scorers.items()})
+    return measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
+
+
+def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,
+                  device: torch.device | str) -> dict[str, TokenScorer]:
+    """One scorer per kind (``reference``, ``random``, ``mlp`` or a scorer family) for timing."""
+    out: dict[str, TokenScorer] = {}
+    for k in kinds:
+        try:
+            s = (ReferenceScorer() if k == "reference" else RandomScorer(0) if k == "random"
+                 else MLPScorer(dim, mlp_hidden) if k == "mlp" else build_scorer(k, dim, num_classes=num_classes))
+        except ValueError:
+            if k in ("reference", "random", "mlp"):
+                raise
+            continue        # a family that cannot be built at this width has no rows to time either
+        out[k] = s.to(device).eval()
+    return out
 
 
 def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: list[str]) -> _Speed:
@@ -430,23 +472,17 @@ def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: lis
     tp_images = _load_images(ev.eval_set, int(p["throughput_batch"]), run.ebs).to(device)
     reps = int(p["throughput_repeats"])
     dim = ev.cache.hidden.shape[-1]
-    family = {"reference": ReferenceScorer(), "mlp": MLPScorer(dim, p["mlp_hidden"]).to(device).eval(),
-              "random": RandomScorer(0)}
-    family.update({c: build_scorer(c, dim, num_classes=ev.n_classes).to(device).eval() for c in families})
-    needed = {c if c in ("reference", "random") or c in families else "mlp" for c in conditions}
-    family = {k: v for k, v in family.items() if k in needed}
-    base = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device))
-
-    def timed(key: tuple, fn) -> float:
-        if key not in _SPEED_MEMO:
-            _SPEED_MEMO[key] = measure_throughput(fn, tp_images, repeats=reps, warmup=1)
-        return _SPEED_MEMO[key]
-
-    full = timed(base + ("full",), backbone)
-    pruned = {name: timed(base + (run.depth, run.budget, name, p["mlp_hidden"]),
-                          lambda x, s=s: pruned_forward(backbone, x, s, run.depth, run.budget).logits)
-              for name, s in family.items()}
-    return _Speed(full=full, pruned=pruned, images=tp_images)
+    # every scorer kind, whatever this call evaluates: rows of separate calls (notebook 06's MIDAS
+    # conditions and scorer families) then share one interleaved measurement and compare
+    kinds = ["reference", "random", "mlp"] + list(list_scorer_conditions())
+    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), run.depth,
+           run.budget, tuple(kinds), p["mlp_hidden"])
+    if key not in _SPEED_MEMO:
+        scorers = speed_scorers(kinds, dim, p["mlp_hidden"], ev.n_classes, device)
+        _SPEED_MEMO[key] = measure_speed(backbone, tp_images, run.depth, run.budget, scorers, repeats=reps)
+    measured = _SPEED_MEMO[key]
+    return _Speed(full=measured["full"], pruned={k: v for k, v in measured.items() if k != "full"},
+                  images=tp_images)
 
 
 @dataclass
