@@ -211,8 +211,11 @@ def perturbation_table(
 ) -> pd.DataFrame:
     """Positive/negative perturbation AUCs of several relevance maps on a test split.
 
-    Compares e.g. TokenTM, rollout, T3 and T5 the way TokenTM's paper does (one embedding
-    per image is shared by all maps).
+    Compares e.g. TokenTM, the rollout over all blocks (``rollout_full``), T3 and T5 the way
+    TokenTM's paper does (one embedding per image is shared by all maps). The protocol follows
+    TokenTM's evaluation code (github.com/wujunyi627/TokenTM, its perturbation-test script,
+    itself from hila-chefer/Transformer-Explainability, ``baselines/ViT/pertubation_eval_from_hdf5.py``)
+    in token space.
 
     Args:
         backbone: timm ViT.
