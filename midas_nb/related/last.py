@@ -51,14 +51,23 @@ Aggregation = Literal["last", "cls"]
 
 
 def token_stability(tokens: Tensor, sigma: float | None = None) -> Tensor:
-    """LaSt-ViT stability ``−|h_{j,d} − lowpass(h_j)_d|``: ``[B,N,D] → [B,N,D]`` float32 (≤ 0)."""
+    """LaSt-ViT stability ``−|h_{j,d} − lowpass(h_j)_d|``: ``[B,N,D] → [B,N,D]`` float32 (≤ 0).
+
+    Shi, Yu & Yang, https://arxiv.org/abs/2602.22394; official code ChengShiest/LAST-ViT, class
+    ``dense_vit`` (which ranks ``h / |lowpass(h) − h|``; DESIGN.md §4 uses the closeness).
+
+    Raises:
+        ValueError: ``tokens`` is not ``[B,N,D]``.
+    """
     if tokens.dim() != 3:
         raise ValueError(f"tokens must be [B,N,D], got {tuple(tokens.shape)}")
     return -(tokens.float() - channel_lowpass(tokens, sigma)).abs()
 
 
 def last_aggregate(tokens: Tensor, num_tokens: int | None = None, sigma: float | None = None) -> Tensor:
-    """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``.
+    """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``
+    (LaSt-ViT's selective aggregation; official code ChengShiest/LAST-ViT, class ``dense_vit``,
+    with ``K = 1`` there and ``K ≈ N/2`` here, DESIGN.md §4).
 
     For every image and channel ``d``, the ``K`` tokens of highest stability
     (:func:`token_stability`) in that channel are selected and their values ``h_{j,d}`` averaged.

@@ -187,7 +187,8 @@ def last_votes(capture: CaptureResult, depth: int, class_index: Tensor, *,
 
     :func:`stability_votes` with ``K = num_votes`` (default ``N // 2``) and ``σ = √D`` by
     default; each image's scores sum to ``K·D``. Source: Shi, Yu, Yang, LaSt-ViT,
-    https://arxiv.org/abs/2602.22394; DESIGN.md §4.
+    https://arxiv.org/abs/2602.22394; official code ChengShiest/LAST-ViT, class ``dense_vit``
+    (the variant differences are listed in :func:`stability_votes`); DESIGN.md §4.
     """
     h = capture.patch(capture.hidden[_block(capture, depth)])
     return stability_votes(h, num_votes=num_votes, sigma=sigma)

@@ -314,7 +314,8 @@ def stability_votes(h: Tensor, num_votes: int | None = None, sigma: float | None
     ``stability_{j,d} = −|h_{j,d} − lowpass(h_j)_d|`` (closeness to the channel-low-passed copy,
     :func:`channel_lowpass`); channel ``d`` votes for the ``K`` tokens of highest stability;
     ``score_j`` = number of votes token ``j`` receives, so every image's scores sum to ``K·D``.
-    (The official code ranks ``h / |lowpass(h) − h|`` and keeps the top-1 token per channel;
+    (The official code, ChengShiest/LAST-ViT, class ``dense_vit``, ranks ``h / |lowpass(h) − h|``
+    and keeps the top-1 token per channel;
     MIDAS uses the closeness itself and ``K ≈ N/2`` votes, DESIGN.md §4.)
 
     Args:
