@@ -8,15 +8,20 @@ for every block ``b``:
   ``y_c`` and, where asked, the cross-entropy loss ``ℓ``;
 - the block's input and output hidden states ``[B,T,D]`` and the gradient of ``y_c`` w.r.t.
   the output (and, where asked, of ``ℓ``);
-- what TokenTM (Wu et al., 2024, https://arxiv.org/abs/2404.17326) needs: the input and
-  output of the MHSA module and of the FFN module ``[B,T,D]``.
+- the input and output of the MHSA module and of the FFN module ``[B,T,D]``;
+- what TokenTM (Wu et al., CVPR 2024, https://arxiv.org/abs/2403.14552) needs besides: the
+  residual stream between MHSA and FFN (the input of ``norm2``), each token's own
+  value→output transform ``attn.proj(v_j)`` ``[B,T,D]`` (computed without grad in a hook on
+  ``attn.qkv``: one extra linear map per block), and, where asked (``prob_grad=True``), the
+  gradient of the class *probability* ``p_c = softmax(y)_c`` w.r.t. ``A`` (one more
+  ``autograd.grad`` on the same graph).
 
 It follows the hook pattern of pytorch-grad-cam's ``ActivationsAndGradients`` and of
 Chefer et al. (2021, https://arxiv.org/abs/2103.15679), but without a private model copy:
 hooks are installed on the timm modules by :class:`Capture` and removed on exit.
 
-The scalar for the logit gradient is ``Σ_b y_{b,c_b}`` and the loss is the cross-entropy with
-``reduction="sum"``; images do not interact in eval mode, so every image receives exactly
+The scalar for the logit gradient is ``Σ_b y_{b,c_b}``, for the probability gradient
+``Σ_b p_{b,c_b}``, and the loss is the cross-entropy with ``reduction="sum"``; images do not interact in eval mode, so every image receives exactly
 its own gradient and results do not depend on batch composition.
 """
 from __future__ import annotations
@@ -50,6 +55,13 @@ class CaptureResult:
         hidden_grad_loss: per block ``[B,T,D]`` ``∂ℓ/∂h`` or ``None``.
         attn_in / attn_out: per block ``[B,T,D]`` input (after ``norm1``) and output of MHSA.
         mlp_in / mlp_out: per block ``[B,T,D]`` input (after ``norm2``) and output of the FFN.
+        hidden_mid: per block ``[B,T,D]`` residual stream between MHSA and FFN (the input of
+            ``norm2``: block input + MHSA output).
+        value_proj: per block ``[B,T,D]`` each token's value through the output projection,
+            ``attn.proj(attn.norm(v_j))`` (TokenTM's MHSA transform ``Ẽ``); the MHSA output is
+            its attention-weighted mix per head.
+        attn_grad_prob: per block ``[B,H,T,T]`` ``∂p_c/∂A`` with ``p_c = softmax(y)_c``, or
+            ``None`` (captured without ``prob_grad``).
         num_prefix_tokens: ``P``.
         grid_size: patch grid ``(rows, cols)``; ``N = rows·cols`` on unpruned sequences.
     """
@@ -71,6 +83,9 @@ class CaptureResult:
     num_prefix_tokens: int
     grid_size: tuple[int, int]
     extras: dict = field(default_factory=dict)
+    hidden_mid: list[Tensor] = field(default_factory=list)
+    value_proj: list[Tensor] = field(default_factory=list)
+    attn_grad_prob: list[Tensor | None] = field(default_factory=list)
 
     @property
     def depth(self) -> int:
@@ -124,11 +139,24 @@ class Capture:
             self.records[f"{name}_out"][i] = out
         return hook
 
+    def _value_proj_hook(self, attn: nn.Module, i: int):
+        # qkv output is [B,T,3·H·hd] laid out (3, H, hd): its last third is v with heads in the
+        # order that Attention.forward concatenates them before ``norm`` and ``proj``
+        def hook(module, args, out):
+            with torch.no_grad():
+                v = out[..., 2 * out.shape[-1] // 3:]
+                v = getattr(attn, "norm", nn.Identity())(v)
+                if getattr(attn, "gate", None) is not None:
+                    v = v * attn.gate(args[0]).sigmoid()
+                self.records["value_proj"][i] = attn.proj(v)
+        return hook
+
     def __enter__(self) -> "Capture":
         disable_fused_attention(self.model)
         n = len(self.model.blocks)
         self.records = {k: [None] * n for k in
-                        ("attn", "hidden_in", "hidden", "attn_in", "attn_out", "mlp_in", "mlp_out")}
+                        ("attn", "hidden_in", "hidden", "attn_in", "attn_out", "mlp_in", "mlp_out",
+                         "hidden_mid", "value_proj")}
 
         def first_block_pre(module, args):
             # Frozen backbones give tokens without grad: make block 1's input a leaf that needs
@@ -148,6 +176,10 @@ class Capture:
                 lambda m, a, o, i=i: self._store("attn", i, o)))
             self.handles.append(blk.attn.register_forward_hook(self._io_hook("attn", i)))
             self.handles.append(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
+            if hasattr(blk, "norm2") and hasattr(blk.attn, "qkv"):     # timm Block / Attention
+                self.handles.append(blk.norm2.register_forward_pre_hook(
+                    lambda m, a, i=i: self._store("hidden_mid", i, a[0])))
+                self.handles.append(blk.attn.qkv.register_forward_hook(self._value_proj_hook(blk.attn, i)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -174,6 +206,7 @@ def capture(
     tokens: Tensor | None = None,
     loss_blocks: Sequence[int] | None = None,
     forward_fn=None,
+    prob_grad: bool = False,
 ) -> CaptureResult:
     """One forward and the backward passes on the same graph; returns a :class:`CaptureResult`.
 
@@ -191,6 +224,8 @@ def capture(
             backward only reaches as deep as the shallowest of them, which saves time.
         forward_fn: optional ``f(model, tokens) -> logits`` replacing
             ``classify_tokens(model, run_blocks(model, tokens))`` (e.g. a pruned forward).
+        prob_grad: also record ``∂p_c/∂A`` of the softmax probability ``p_c`` of the same class
+            (TokenTM), from one more ``autograd.grad`` on the same graph.
 
     Returns:
         CaptureResult with every tensor detached (the graph is freed on return).
@@ -215,11 +250,16 @@ def capture(
             class_index = torch.as_tensor(class_index, device=logits.device).long().reshape(B)
             rec = cap.records
             depth = len(rec["attn"])
+            det = lambda ts: [None if t is None else t.detach() for t in ts]  # noqa: E731
             if any(a is None for a in rec["attn"]):
                 raise RuntimeError("attention was not recorded for every block; is the model a timm ViT?")
             y = logits.gather(1, class_index[:, None]).sum()
-            grads = _grads(y, rec["attn"] + rec["hidden"], retain=labels is not None)
+            grads = _grads(y, rec["attn"] + rec["hidden"], retain=labels is not None or prob_grad)
             attn_grad, hidden_grad = grads[:depth], grads[depth:]
+            attn_grad_prob: list[Tensor | None] = [None] * depth
+            if prob_grad:
+                p = logits.softmax(-1).gather(1, class_index[:, None]).sum()
+                attn_grad_prob = det(_grads(p, rec["attn"], retain=labels is not None))
             attn_grad_loss: list[Tensor | None] = [None] * depth
             hidden_grad_loss: list[Tensor | None] = [None] * depth
             if labels is not None:
@@ -231,7 +271,6 @@ def capture(
                 for j, b in enumerate(blocks):
                     attn_grad_loss[b] = g[j].detach()
                     hidden_grad_loss[b] = g[len(blocks) + j].detach()
-            det = lambda ts: [t.detach() for t in ts]  # noqa: E731
             return CaptureResult(
                 logits=logits.detach(),
                 class_index=class_index.detach(),
@@ -249,6 +288,9 @@ def capture(
                 mlp_out=det(rec["mlp_out"]),
                 num_prefix_tokens=num_prefix_tokens(model),
                 grid_size=grid_size(model),
+                hidden_mid=det(rec["hidden_mid"]),
+                value_proj=det(rec["value_proj"]),
+                attn_grad_prob=attn_grad_prob,
             )
     finally:
         model.train(was_training)

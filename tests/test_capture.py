@@ -179,6 +179,30 @@ def test_tokentm_inputs_and_outputs():
             mid = res.hidden_in[b] + res.attn_out[b]
             torch.testing.assert_close(res.mlp_in[b], blk.norm2(mid), atol=ATOL, rtol=0)
             torch.testing.assert_close(res.hidden[b], mid + res.mlp_out[b], atol=ATOL, rtol=0)
+            torch.testing.assert_close(res.hidden_mid[b], mid, atol=ATOL, rtol=0)
+            # each token's own value through the output projection, from the block's weights
+            B, T, D = res.hidden_in[b].shape
+            qkv = F.linear(res.attn_in[b], blk.attn.qkv.weight, blk.attn.qkv.bias).reshape(B, T, 3, D)
+            own = F.linear(qkv[:, :, 2], blk.attn.proj.weight, blk.attn.proj.bias)
+            torch.testing.assert_close(res.value_proj[b], own, atol=ATOL, rtol=0)
+            # the MHSA output is each head's attention-weighted mix of those values
+            H = blk.attn.num_heads
+            v = qkv[:, :, 2].reshape(B, T, H, D // H).transpose(1, 2)
+            mixed = (res.attn[b] @ v).transpose(1, 2).reshape(B, T, D)
+            torch.testing.assert_close(res.attn_out[b], F.linear(mixed, blk.attn.proj.weight, blk.attn.proj.bias),
+                                       atol=ATOL, rtol=0)
+    assert res.attn_grad_prob == [None] * len(model.blocks)        # only captured with prob_grad=True
+
+
+def test_probability_gradient_by_autograd():
+    model = tiny_vit()
+    x, c = images(), torch.tensor([0, 3, 1])
+    res = capture(model, x, class_index=c, labels=torch.tensor([1, 1, 2]), prob_grad=True)
+    logits, As, _ = manual_forward(model, embed_tokens(model, x))
+    grads = torch.autograd.grad(logits.softmax(-1).gather(1, c[:, None]).sum(), As)
+    for b, g in enumerate(grads):
+        torch.testing.assert_close(res.attn_grad_prob[b], g, atol=1e-6, rtol=1e-4)
+    assert not torch.allclose(res.attn_grad_prob[-1], res.attn_grad[-1])
 
 
 @pytest.mark.parametrize("distilled", [False, True], ids=["cls", "distilled"])

@@ -19,6 +19,7 @@ from midas_nb.targets import (
     stability_votes,
     target_cache,
     target_cache_path,
+    target_info,
     tokentm_ffn_update,
     tokentm_mhsa_update,
     transformation_weight,
@@ -67,7 +68,8 @@ def _fake_capture(attn, attn_grad=None, num_prefix_tokens=1, hidden=None):
 
 
 def test_registry_lists_every_id():
-    assert ALL_IDS == ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"]
+    assert ALL_IDS == ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "rollout_full", "tokentm", "last_votes",
+                       "random"]
     with pytest.raises(ValueError, match="unknown target"):
         get_target("T9")
 
@@ -270,13 +272,128 @@ def test_tokentm_necc_and_updates():
 
 def test_tokentm_equals_full_matrix_product(model, images):
     c = torch.tensor([0, 4, 2])
-    cap = capture(model, images, c)
+    cap = capture(model, images, c, prob_grad=True)
     C = torch.diag_embed(cap.hidden_in[0].norm(dim=-1))           # C⁰ = diag(‖E⁰_i‖)
     for b in range(cap.depth):                                    # MHSA then FFN, per block
-        C = tokentm_mhsa_update(cap.attn[b], cap.attn_grad[b],
-                                transformation_weight(cap.attn_in[b], cap.attn_out[b])) @ C
-        C = tokentm_ffn_update(transformation_weight(cap.mlp_in[b], cap.mlp_out[b])) @ C
+        C = tokentm_mhsa_update(cap.attn[b], cap.attn_grad_prob[b],
+                                transformation_weight(cap.hidden_in[b], cap.value_proj[b])) @ C
+        C = tokentm_ffn_update(transformation_weight(cap.hidden_mid[b], cap.mlp_out[b])) @ C
     torch.testing.assert_close(get_target("tokentm")(cap, 1, c), C[:, 0, 1:], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="prob_grad=True"):
+        get_target("tokentm")(capture(model, images, c), 1, c)
+
+
+def _transcribed_tokentm(model, images, class_index):
+    """TokenTM written out independently of the package (its hooks, capture and rules): one
+    explicit forward through timm's ``Block``/``Attention`` modules keeping every ``A`` (with
+    ``retain_grad``), each token's value through ``attn.proj`` and the residual stream before
+    each layer; ``p_c = softmax(logits)_c`` is back-propagated; then, in forward order and with
+    full ``[T,T]`` matrices: ``W = diag(‖Ẽ‖/‖E‖ · softmax_tokens(cos(E, Ẽ)))``,
+    ``C ← (I + E_h[(∂p_c/∂A_h).clamp(min=0) * A_h] @ W) @ C`` (MHSA) and ``C ← (I + W) @ C``
+    (FFN), from ``C⁰ = diag(‖E⁰‖)``; the CLS row, patch columns (Wu et al., CVPR 2024, §3)."""
+    x = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
+    e0, layers = x, []
+    for blk in model.blocks:
+        at = blk.attn
+        B, T, D = x.shape
+        qkv = at.qkv(blk.norm1(x)).reshape(B, T, 3, at.num_heads, at.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        q, k = at.q_norm(q), at.k_norm(k)
+        attn = ((q * at.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        attn.retain_grad()
+        own = at.proj(v.transpose(1, 2).reshape(B, T, D))                  # Ẽ_j = proj(v_j)
+        mixed = at.proj((attn @ v).transpose(1, 2).reshape(B, T, D))
+        layers.append(("mhsa", x, own, attn))
+        x = x + mixed
+        ffn = blk.mlp(blk.norm2(x))
+        layers.append(("ffn", x, ffn, None))
+        x = x + ffn
+    logits = model.forward_head(model.norm(x))
+    torch.testing.assert_close(logits, model(images), rtol=1e-4, atol=1e-5)
+    logits.softmax(-1).gather(1, class_index[:, None]).sum().backward()
+
+    def weight(e, e_t):
+        cos = F.cosine_similarity(e, e_t, dim=-1)
+        return torch.diag_embed(e_t.norm(dim=-1) / e.norm(dim=-1) * cos.exp() / cos.exp().sum(-1, keepdim=True))
+
+    with torch.no_grad():
+        eye = torch.eye(e0.shape[1])
+        C = torch.diag_embed(e0.norm(dim=-1))
+        for kind, e, e_t, attn in layers:
+            W = weight(e, e_t)
+            if kind == "mhsa":
+                C = (eye + (attn.grad.clamp(min=0) * attn).mean(dim=1) @ W) @ C
+            else:
+                C = (eye + W) @ C
+    return C[:, 0, model.num_prefix_tokens:]
+
+
+def test_tokentm_equals_transcription_on_timm_vit():
+    torch.manual_seed(0)
+    timm.layers.set_fused_attn(False)
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10).eval()
+    for m in vit.modules():            # weights well above float noise (see _tiny_vit)
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.normal_(m.weight, std=m.in_features ** -0.5)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(4))
+    c = torch.tensor([3, 7])
+    expected = _transcribed_tokentm(vit, x, c)
+    got = compute_targets(vit, x, ["tokentm"], 1, c)["tokentm"]
+    assert got.shape == (2, 16) and bool((expected > 0).all())
+    torch.testing.assert_close(got, expected, rtol=2e-4, atol=0)
+
+
+def test_probability_gradient_is_softmax_jacobian_of_logit_gradients(model, images):
+    # ∂p_c/∂A = p_c (∂y_c/∂A − Σ_k p_k ∂y_k/∂A): from one logit-gradient capture per class
+    c = torch.tensor([1, 4, 0])
+    cap = capture(model, images, c, prob_grad=True)
+    p = cap.logits.softmax(-1)
+    per_class = [capture(model, images, torch.full((3,), k)).attn_grad for k in range(p.shape[1])]
+    for b in range(cap.depth):
+        gy = torch.stack([g[b] for g in per_class], 1)                     # B x K x H x T x T
+        mean = (p[:, :, None, None, None] * gy).sum(1)
+        own = gy[torch.arange(3), c]
+        expected = p.gather(1, c[:, None])[:, :, None, None] * (own - mean)
+        # a difference of near-equal terms: tolerance relative to the block's largest gradient
+        torch.testing.assert_close(cap.attn_grad_prob[b], expected, rtol=1e-3,
+                                   atol=1e-4 * float(expected.abs().max()))
+        assert float(expected.abs().max()) > 1e-4
+    # and by torch.autograd.grad on a fresh forward that keeps A
+    kept = []
+    hook = model.blocks[0].attn.attn_drop.register_forward_hook(lambda m, a, o: kept.append(o))
+    try:
+        logits = model(images.clone())
+    finally:
+        hook.remove()
+    (g,) = torch.autograd.grad(logits.softmax(-1).gather(1, c[:, None]).sum(), kept[0])
+    torch.testing.assert_close(cap.attn_grad_prob[0], g, rtol=1e-4, atol=1e-9)
+
+
+def test_rollout_full_is_product_over_every_block(model, images):
+    cap = capture(model, images, torch.tensor([0, 1, 2]))
+    R = torch.eye(cap.attn[0].shape[-1]).expand(3, -1, -1)
+    for a in cap.attn:                                               # independent loop, forward order
+        m = a.mean(1) + torch.eye(a.shape[-1])
+        R = (m / m.sum(-1, keepdim=True)) @ R
+    for L in (1, 2, 3):
+        torch.testing.assert_close(get_target("rollout_full")(cap, L, cap.class_index), R[:, 0, 1:])
+    torch.testing.assert_close(get_target("rollout")(cap, 3, cap.class_index), R[:, 0, 1:])
+    assert not torch.allclose(get_target("rollout")(cap, 1, cap.class_index), R[:, 0, 1:])
+    assert "1..L" in target_info("rollout").name and "all blocks" in target_info("rollout_full").name
+    assert target_info("tokentm").gradient_of == "probability p_c"
+
+
+def test_relevance_map_comparison_explains_the_output(model, images):
+    # the maps of notebook 06's perturbation table that stand for "the model output" (all but
+    # T5, a block-L map) must not change with the depth L
+    from midas_nb.related.table import PERTURBATION_MAPS
+
+    c = torch.tensor([0, 1, 2])
+    ids = [i for i in PERTURBATION_MAPS if i != "T5"]
+    assert any("rollout" in i for i in ids)
+    at1, at2 = compute_targets(model, images, ids, 1, c), compute_targets(model, images, ids, 2, c)
+    for i in ids:
+        torch.testing.assert_close(at1[i], at2[i], msg=f"{i} depends on the depth L")
 
 
 def test_last_votes_sum_and_constant_token():
@@ -380,3 +497,28 @@ def test_cache_round_trip(model, images, tmp_path, monkeypatch):
                                rtol=1e-4, atol=1e-6)
     assert len(list((tmp_path / "targets").glob("*.safetensors"))) == 2
     assert target_cache_path(dict(a=1), tmp_path) != target_cache_path(dict(a=2), tmp_path)
+
+
+def test_cache_key_carries_target_definitions_version(model, images, tmp_path, monkeypatch):
+    # maps cached under an older definition (e.g. TokenTM before version 2) must not be reused
+    import midas_nb.targets.cache as targets_mod
+
+    ds = _SampleList(images, torch.tensor([1, 0, 3]))
+    key = dict(dataset="toy", split="train", checkpoint="tiny-seed0")
+    kw = dict(ids=["tokentm"], depth=1, class_rule="label", key=key, cache_dir=tmp_path, batch_size=3,
+              progress=False)
+    monkeypatch.setattr(targets_mod, "TARGET_DEFINITIONS_VERSION", 1)
+    stale = {"tokentm": torch.zeros(3, 16)}
+    monkeypatch.setattr(targets_mod, "_capture_and_compute", lambda *a, **k: stale)
+    old = target_cache(model, ds, **kw)
+    assert torch.equal(old["tokentm"], stale["tokentm"])
+    monkeypatch.undo()
+    assert targets_mod.TARGET_DEFINITIONS_VERSION >= 2
+    new = target_cache(model, ds, **kw)                     # recomputed, not the stale file
+    torch.testing.assert_close(new["tokentm"], compute_targets(model, images, ["tokentm"], 1,
+                                                               torch.tensor([1, 0, 3]))["tokentm"])
+    files = sorted((tmp_path / "targets").glob("*.json"))
+    assert len(files) == 2
+    import json
+    versions = sorted(json.loads(f.read_text())["target_definitions"] for f in files)
+    assert versions == [1, targets_mod.TARGET_DEFINITIONS_VERSION]

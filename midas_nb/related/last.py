@@ -70,7 +70,9 @@ def token_stability(tokens: Tensor, sigma: float | None = None) -> Tensor:
 
 
 def last_aggregate(tokens: Tensor, num_tokens: int | None = None, sigma: float | None = None) -> Tensor:
-    """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``.
+    """Channel-wise top-``K`` pooling of the most stable patch tokens: ``[B,N,D] → [B,D]``
+    (LaSt-ViT's selective aggregation; official code ChengShiest/LAST-ViT, class ``dense_vit``,
+    with ``K = 1`` there and ``K ≈ N/2`` here, DESIGN.md §4).
 
     Transcribes github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``,
     ``forward``: ``indices = topk(diff, K, dim=1, largest=True)``, ``z = mean(gather(x, 1,

@@ -51,6 +51,10 @@ def perturbation_curves(
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """Per-image correctness along positive and negative perturbation, for several maps.
 
+    The positive/negative perturbation test of Chefer et al. as TokenTM evaluates with it
+    (hila-chefer/Transformer-Explainability, ``baselines/ViT/pertubation_eval_from_hdf5.py``),
+    with tokens dropped instead of pixels blanked (module docstring).
+
     The images are embedded once and every map's perturbations reuse the embedding.
 
     Args:
@@ -169,7 +173,8 @@ def perturbation_test(
     device: str | torch.device = "cpu",
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Positive and negative perturbation test of one relevance map (TokenTM / Chefer et al.).
+    """Positive and negative perturbation test of one relevance map (TokenTM / Chefer et al.;
+    hila-chefer/Transformer-Explainability, ``baselines/ViT/pertubation_eval_from_hdf5.py``).
 
     Args:
         backbone: timm ViT (eval mode is used; moved to ``device``).
@@ -211,8 +216,10 @@ def perturbation_table(
 ) -> pd.DataFrame:
     """Positive/negative perturbation AUCs of several relevance maps on a test split.
 
-    Compares e.g. TokenTM, rollout, T3 and T5 the way TokenTM's paper does (one embedding
-    per image is shared by all maps).
+    Compares e.g. TokenTM, the rollout over all blocks (``rollout_full``), T3 and T5 the way
+    TokenTM's paper does (one embedding per image is shared by all maps). The protocol is
+    Chefer's perturbation test, which TokenTM's evaluation reuses (hila-chefer/
+    Transformer-Explainability, ``baselines/ViT/pertubation_eval_from_hdf5.py``), in token space.
 
     Args:
         backbone: timm ViT.

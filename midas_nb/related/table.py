@@ -9,7 +9,8 @@
   (``pib_centre``, ``pib_box_area``), throughput and speed-up, and the families' extra
   columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);
 - ``"relevance map"`` — TokenTM's positive/negative perturbation AUCs of target maps
-  (:func:`~midas_nb.related.perturbation.perturbation_table`);
+  (:func:`~midas_nb.related.perturbation.perturbation_table`; by default
+  :data:`PERTURBATION_MAPS`, with the rollout over all blocks);
 - ``"backbone"`` — Point-in-Box of the Patch Score with its baselines and its paired difference
   to the backbone, and accuracy, of the backbone and its LaSt (and CLS-control) fine-tunes
   (:func:`~midas_nb.related.last.pib_table`).
@@ -42,8 +43,10 @@ __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related
 #: conditions of notebook 06 (MIDAS conditions, related targets, related scorer families)
 RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", "tokentm", "rollout",
                                        "last_votes", "cropr", "iared")
-#: maps compared by the perturbation tests (TokenTM's comparison)
-PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout", "T3", "T5")
+#: maps compared by the perturbation tests (TokenTM's comparison). TokenTM, T3 and the rollout explain
+#: the model output, so the rollout is ``rollout_full`` (all blocks), not the block-1..L target
+#: ``rollout``; T5 is the block-L map of the MIDAS taxonomy
+PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout_full", "T3", "T5")
 #: per-row columns that only some scorer families fill; averaged over seeds when present
 FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full", "accuracy_llf",
                                    "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf", "llf_speed_ratio", "aux_accuracy",

@@ -19,8 +19,9 @@ T2         ``E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]``
 T3         Chefer GAE over *all* blocks: ``R = I; R += E_h[(∂y_c/∂A_b) ⊙ A_b]⁺ · R``; ``R[cls,j]``
 T4         ``E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂``
 T5         ``Σ_d h_{j,d} · ∂y_c/∂h_{j,d}`` (signed)
-rollout    attention rollout over blocks ``1..L``
-tokentm    TokenTM contribution map over all blocks
+rollout    attention rollout over blocks ``1..L`` (a target at depth ``L``)
+rollout_full attention rollout over *all* blocks (explains the output, like T3 and TokenTM)
+tokentm    TokenTM contribution map over all blocks (gradient of the probability ``p_c``)
 last_votes LaSt-ViT stability votes on block ``L``'s output after the final norm
 random     seeded uniform values (lower bound)
 ========== ===================================================================================
@@ -49,7 +50,7 @@ from .registry import (DEFAULT_RANDOM_SEED, _INFO, _REGISTRY, TargetFn, TargetIn
                        register_target, target_info, taxonomy_table)
 from .rules import (LAST_STATISTIC, LAST_VOTES_K, attention_rollout, channel_lowpass, chefer_relevance,
                     cls_attention_map, gae_attention, last_window, necc, resolve_last_k, rollout_factor,
-                    stability_ratio, stability_votes, tokentm_ffn_update, tokentm_mhsa_update,
+                    stability_ratio, stability_votes, tokentm_ffn_update, tokentm_mhsa_update, tokentm_relevance,
                     transformation_weight)
 from . import maps  # noqa: F401 - registers T0–T5 and the related maps, in that order
 from .cache import compute_targets, target_cache, target_cache_path
@@ -74,6 +75,7 @@ __all__ = [
     "transformation_weight",
     "tokentm_mhsa_update",
     "tokentm_ffn_update",
+    "tokentm_relevance",
     "channel_lowpass",
     "stability_votes",
     "stability_ratio",

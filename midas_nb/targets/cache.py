@@ -46,7 +46,7 @@ def _capture_and_compute(
         if bool((torch.as_tensor(labels) < 0).any()):
             raise ValueError("T2 needs ground-truth labels ≥ 0; this split has unlabelled images (-1)")
     cap = capture(backbone, images, class_index, labels if want_loss else None, tokens=tokens,
-                  loss_blocks=[int(depth) - 1] if want_loss else None)
+                  loss_blocks=[int(depth) - 1] if want_loss else None, prob_grad="tokentm" in ids)
     if indices is not None:
         cap.extras["indices"] = torch.as_tensor(indices).reshape(-1).cpu()
     if seed is not None:
@@ -69,9 +69,10 @@ def compute_targets(
 ) -> dict[str, Tensor]:
     """Targets ``ids`` of a batch from **one** forward and its backward passes.
 
-    One :func:`midas_nb.capture.capture` call: the logit gradient ``∂y_c/∂·`` and, only when
-    ``"T2"`` is requested, the loss gradient ``∂ℓ/∂·`` come from two ``autograd.grad`` calls on
-    the same graph; the loss backward stops at block ``L`` (``loss_blocks=[L-1]``).
+    One :func:`midas_nb.capture.capture` call: the logit gradient ``∂y_c/∂·``, only when
+    ``"tokentm"`` is requested the probability gradient ``∂p_c/∂A``, and only when ``"T2"`` is
+    requested the loss gradient ``∂ℓ/∂·`` come from ``autograd.grad`` calls on the same graph;
+    the loss backward stops at block ``L`` (``loss_blocks=[L-1]``).
 
     Args:
         backbone: timm ViT (eval mode is used; fused attention is switched off in place).
@@ -100,11 +101,17 @@ def compute_targets(
 
 # ------------------------------------------------------------------------ disk cache
 
+#: version of the registered targets' definitions, part of every target cache key: bump it
+#: whenever a target's values change, so that maps cached under the old definition are not reused.
+#: 2: TokenTM per the paper's code (Ẽ = attn.proj(v_j), E = residual stream, ∂p_c/∂A).
+TARGET_DEFINITIONS_VERSION = 2
+
+
 def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed: int) -> dict:
     full = dict(key)
     full.update(depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
                 num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1,
-                last_statistic=LAST_STATISTIC)
+                last_statistic=LAST_STATISTIC, target_definitions=TARGET_DEFINITIONS_VERSION)
     return full
 
 
@@ -164,8 +171,9 @@ def target_cache(
     backbone checkpoint id, …) plus the dataset's content identity
     (:attr:`midas_nb.identity.DatasetIdentity.model_inputs`: images, labels, transform — target
     maps do not read the part keypoints), the backbone's weights digest, ``depth``,
-    ``class_rule``, the backbone's patch grid and prefix count, the ``random`` seed and the LaSt
-    statistic's version (:data:`~midas_nb.targets.LAST_STATISTIC`), hashed
+    ``class_rule``, the backbone's patch grid and prefix count, the ``random`` seed, the LaSt
+    statistic's version (:data:`~midas_nb.targets.LAST_STATISTIC`) and the version of the
+    target definitions (:data:`TARGET_DEFINITIONS_VERSION`), hashed
     into the file name (:func:`target_cache_path`); the key JSON is stored beside it (``.json``)
     and in the file's metadata with the SHA-256 of the maps. The file holds one
     ``[len(dataset), N]`` tensor per target id, in dataset order. An existing file is loaded

@@ -1,5 +1,5 @@
-"""The registered targets: T0–T5 of the MIDAS taxonomy and the related methods' maps (rollout,
-TokenTM, LaSt-ViT votes, random), each ``fn(capture, depth, class_index) -> [B,N]``."""
+"""The registered targets: T0–T5 of the MIDAS taxonomy and the related methods' maps (rollout over
+blocks 1..L and over all blocks, TokenTM, LaSt-ViT votes, random), each ``fn(capture, depth, class_index) -> [B,N]``."""
 from __future__ import annotations
 
 
@@ -8,8 +8,8 @@ from torch import Tensor
 
 from ..capture import CaptureResult
 from .registry import DEFAULT_RANDOM_SEED, TargetInfo, register_target
-from .rules import (_basis_row, _block, _check_class, attention_rollout, chefer_relevance,
-                    cls_attention_map, stability_votes, tokentm_mhsa_update, transformation_weight)
+from .rules import (_block, _check_class, attention_rollout, chefer_relevance, cls_attention_map,
+                    stability_votes, tokentm_relevance)
 
 
 @register_target("T0", TargetInfo('CLS-attention', 'attention',
@@ -113,49 +113,70 @@ def hidden_input_x_gradient(capture: CaptureResult, depth: int, class_index: Ten
     return (capture.hidden[b][:, P:].float() * capture.hidden_grad[b][:, P:].float()).sum(-1)
 
 
-@register_target("rollout", TargetInfo('attention rollout (Abnar & Zuidema, 2020)', 'attention (blocks 1..L)',
-                 'identity-added, row-normalised product', '—',
-                 'Π_b (0.5·I + 0.5·E_h A_b) row-normalised; [cls, j]', 'related'))
+@register_target("rollout", TargetInfo('attention rollout, blocks 1..L (Abnar & Zuidema, 2020)',
+                 'attention (blocks 1..L)', 'identity-added, row-normalised product', '—',
+                 'Π_{b=1..L} rownorm(E_h A_b + I); [cls, j]', 'related'))
 def rollout(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
-    """Attention rollout up to block ``L``, CLS row: ``(Â_L ⋯ Â_1)[cls, j]`` → ``[B,N]``.
+    """Attention rollout over blocks ``1..L``, CLS row: ``(Â_L ⋯ Â_1)[cls, j]`` → ``[B,N]``.
 
-    ``Â_b = rownorm(E_h A_b + I)``; the product runs over blocks ``1 … L`` (what reached the
-    tokens at the output of block ``L``, where the scorer reads them), unlike T3 and TokenTM,
-    which explain the model output and run over all blocks. Source: Abnar & Zuidema, 2020,
-    https://arxiv.org/abs/2005.00928; :func:`attention_rollout`.
+    ``Â_b = rownorm(E_h A_b + I)``; the product runs over blocks ``1 … L`` only (what reached
+    the tokens at the output of block ``L``, where the scorer reads them) — a target at depth
+    ``L``, not an explanation of the model output; :func:`rollout_full` is the latter, the one to
+    set beside T3 and TokenTM. Source: Abnar & Zuidema, 2020, https://arxiv.org/abs/2005.00928,
+    §3, as in Chefer's ``compute_rollout_attention`` / ``GradCam.generate_rollout``
+    (hila-chefer/Transformer-Explainability, ``baselines/ViT/ViT_explanation_generator.py``); :func:`attention_rollout`.
     """
     b = _block(capture, depth)
     r = attention_rollout(capture.attn[: b + 1], row=0)
     return r[:, capture.num_prefix_tokens:]
 
 
-@register_target("tokentm", TargetInfo('TokenTM (Wu et al., 2024)', 'attention + token transformations',
-                 'gradient ⊙ attention with length/direction weights', 'logit y_c',
-                 'C^l = U^l C^{l-1}, U = I + E_h[(∂y_c/∂A)⁺ ⊙ A]·W (MHSA), I + W (FFN)', 'related'))
+@register_target("rollout_full", TargetInfo('attention rollout, all blocks (Abnar & Zuidema, 2020)',
+                 'attention (all blocks)', 'identity-added, row-normalised product', '—',
+                 'Π_{b=1..n} rownorm(E_h A_b + I); [cls, j]', 'related'))
+def rollout_full(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
+    """Attention rollout over **every** block ``1..n`` of the model, CLS row → ``[B,N]``.
+
+    ``(Â_n ⋯ Â_1)[cls, j]`` with ``Â_b = rownorm(E_h A_b + I)``: like T3 and TokenTM it explains
+    the model output, so ``depth`` is only validated (the relevance-map comparison of notebook
+    06 uses this one). Source: Abnar & Zuidema, 2020, https://arxiv.org/abs/2005.00928, §3, as
+    Chefer's ``GradCam.generate_rollout`` with ``start_layer=0`` (hila-chefer/
+    Transformer-Explainability, ``baselines/ViT/ViT_explanation_generator.py``);
+    :func:`attention_rollout`.
+    """
+    _block(capture, depth)
+    r = attention_rollout(capture.attn, row=0)
+    return r[:, capture.num_prefix_tokens:]
+
+
+@register_target("tokentm", TargetInfo('TokenTM (Wu et al., 2024)', 'attention + token transformations (all blocks)',
+                 'gradient ⊙ attention with length/direction weights', 'probability p_c',
+                 'C^l = U^l C^{l-1}, U = I + E_h[(∂p_c/∂A)⁺ ⊙ A]·W (MHSA), I + W (FFN); '
+                 'W = diag(‖Ẽ_i‖/‖E_i‖·NECC(i)); C⁰ = diag(‖E⁰_i‖); C[cls, j]', 'related'))
 def tokentm(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """TokenTM contribution map over all blocks, CLS row → ``[B,N]``.
 
-    Per block ``b`` (MHSA then FFN): ``W = diag(‖Ẽ_i‖/‖E_i‖ · NECC(i))``
-    (:func:`transformation_weight`) with ``E``/``Ẽ`` the input (after ``norm1``) / output of the
-    MHSA module, resp. the input (after ``norm2``) / output of the FFN;
-    ``U_mhsa = I + E_h[(∂y_c/∂A)⁺ ⊙ A]·W`` (:func:`tokentm_mhsa_update`),
-    ``U_ffn = I + W`` (:func:`tokentm_ffn_update`). ``C⁰ = diag(‖E⁰_i‖)`` with ``E⁰`` the input of
-    block 1; ``Cˡ = Uˡ·Cˡ⁻¹`` over all updates; the map is ``C[cls, j]``. Like T3, it runs over
-    every block of the model (it explains the output); ``depth`` is only validated.
-    Source: Wu et al., CVPR 2024, https://arxiv.org/abs/2403.14552 (§3); DESIGN.md §4.
+    Per block (MHSA, then FFN), with ``E`` the residual stream entering the layer and ``Ẽ``
+    each token's own transform by it: MHSA ``E`` = block input, ``Ẽ_j = attn.proj(v_j)``; FFN
+    ``E`` = block input + MHSA output, ``Ẽ`` = FFN output (LayerNorms act only inside ``Ẽ``).
+    ``W = diag(‖Ẽ_i‖/‖E_i‖ · NECC(i))``, ``U_mhsa = I + E_h[(∂p_c/∂A)⁺ ⊙ A]·W`` with ``p_c`` the
+    softmax probability of class ``c``, ``U_ffn = I + W``; ``C⁰ = diag(‖E⁰_i‖)``, ``Cˡ = Uˡ·Cˡ⁻¹``;
+    the map is ``C[cls, j]`` (:func:`tokentm_relevance`). Like T3 it explains the output, so
+    ``depth`` is only validated. Source: Wu, Duan, Kang, Tang, Yan, CVPR 2024,
+    https://arxiv.org/abs/2403.14552, §3 (eqs. of the transformation weight and the
+    aggregation); DESIGN.md §4.
+
+    Raises:
+        ValueError: ``depth`` out of range, another class than the capture's, or a capture
+            without ``∂p_c/∂A`` (capture with ``prob_grad=True``; :func:`compute_targets` does).
     """
     _block(capture, depth)
     _check_class(capture, class_index)
-    B, T, _ = capture.hidden_in[0].shape
-    v = _basis_row(B, T, 0, capture.hidden_in[0].device)
-    # row vector e_clsᵀ · U_n^ffn U_n^mhsa ⋯ U_1^ffn U_1^mhsa, walked from the top block down
-    for b in reversed(range(capture.depth)):
-        w_ffn = transformation_weight(capture.mlp_in[b], capture.mlp_out[b])
-        v = v * (1.0 + w_ffn[:, None, :])                      # v · (I + diag(w))
-        w_attn = transformation_weight(capture.attn_in[b], capture.attn_out[b])
-        v = v @ tokentm_mhsa_update(capture.attn[b], capture.attn_grad[b], w_attn)
-    c0 = capture.hidden_in[0].float().norm(dim=-1)               # diag of C⁰, [B,T]
-    return (v[:, 0] * c0)[:, capture.num_prefix_tokens:]
+    if not capture.attn_grad_prob or any(g is None for g in capture.attn_grad_prob):
+        raise ValueError("tokentm needs ∂p_c/∂A of every block: capture with prob_grad=True")
+    r = tokentm_relevance(capture.hidden_in, capture.value_proj, capture.hidden_mid, capture.mlp_out,
+                          capture.attn, capture.attn_grad_prob, row=0)
+    return r[:, capture.num_prefix_tokens:]
 
 
 @register_target("last_votes", TargetInfo('LaSt-ViT stability votes (Shi et al.)', 'hidden state',

@@ -159,17 +159,21 @@ def attention_rollout(attn: Sequence[Tensor], *, row: int | None = None) -> Tens
 
 
 def necc(e: Tensor, e_tilde: Tensor, eps: float = 1e-12) -> Tensor:
-    """Normalised exponential cosine correlation of TokenTM (Wu et al., 2024).
+    """Normalised exponential cosine correlation of TokenTM (Wu et al., CVPR 2024,
+    https://arxiv.org/abs/2403.14552, §3.2; DESIGN.md §4).
 
     ``NECC(i) = exp(cos(E_i, Ẽ_i)) / Σ_t exp(cos(E_t, Ẽ_t))``: a softmax over the tokens of
-    each image of the cosine between a token before (``E``) and after (``Ẽ``) a transformation.
+    each image of the cosine between a token's input ``E_i`` and its own transform ``Ẽ_i``.
 
     Args:
-        e: ``[B,T,D]`` tokens before the transformation.
-        e_tilde: ``[B,T,D]`` tokens after it.
+        e: ``[B,T,D]`` tokens entering the layer (the residual stream).
+        e_tilde: ``[B,T,D]`` each token's own transform by the layer.
 
     Returns:
         ``[B,T]`` float32, each row summing to 1.
+
+    Raises:
+        ValueError: ``e`` and ``e_tilde`` are not both ``[B,T,D]`` of one shape.
     """
     if e.shape != e_tilde.shape or e.dim() != 3:
         raise ValueError(f"e and e_tilde must both be [B,T,D], got {tuple(e.shape)} and {tuple(e_tilde.shape)}")
@@ -178,42 +182,58 @@ def necc(e: Tensor, e_tilde: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 def transformation_weight(e: Tensor, e_tilde: Tensor, eps: float = 1e-12) -> Tensor:
-    """Diagonal of TokenTM's transformation weight ``W = diag(‖Ẽ_i‖/‖E_i‖ · NECC(i))``.
+    """Diagonal of TokenTM's transformation weight ``W = diag(‖Ẽ_i‖/‖E_i‖ · NECC(i))``
+    (Wu et al., CVPR 2024, https://arxiv.org/abs/2403.14552, §3.2; DESIGN.md §4): the length
+    ratio of a token's transform to its input times the direction term :func:`necc`.
 
     Args:
-        e: ``[B,T,D]`` tokens before the transformation.
-        e_tilde: ``[B,T,D]`` tokens after it.
+        e: ``[B,T,D]`` tokens entering the layer (the residual stream).
+        e_tilde: ``[B,T,D]`` each token's own transform by the layer.
 
     Returns:
         ``[B,T]`` float32 ``w`` with ``W = diag(w)``.
+
+    Raises:
+        ValueError: shapes as in :func:`necc`.
     """
-    ratio = e_tilde.float().norm(dim=-1) / e.float().norm(dim=-1).clamp_min(eps)
-    return ratio * necc(e, e_tilde, eps)
+    w = necc(e, e_tilde, eps)
+    return e_tilde.float().norm(dim=-1) / e.float().norm(dim=-1).clamp_min(eps) * w
 
 
 def tokentm_mhsa_update(attn: Tensor, attn_grad: Tensor, w: Tensor) -> Tensor:
-    """TokenTM's MHSA update ``U = I + E_h[(∂y_c/∂A)⁺ ⊙ A] · diag(w)``.
+    """TokenTM's MHSA update ``U = I + E_h[(∂p_c/∂A_h)⁺ ⊙ A_h] · diag(w)`` (Wu et al., CVPR
+    2024, https://arxiv.org/abs/2403.14552, §3.3; DESIGN.md §4).
 
-    With ``w = 1`` this is Chefer's attention rule ``I + E_h[(∂y_c/∂A)⁺ ⊙ A]``.
+    The gradient is clamped at zero per head, multiplied by that head's attention and then
+    averaged over heads; ``diag(w)`` scales column ``t`` (the attended token) by ``w_t``. With
+    ``w = 1`` this is Chefer's attention rule ``I + E_h[(∇A ⊙ A)⁺]`` (``A ≥ 0``).
 
     Args:
-        attn: ``[B,H,T,T]`` attention probabilities.
-        attn_grad: ``[B,H,T,T]`` ``∂y_c/∂A``.
-        w: ``[B,T]`` diagonal of ``W`` (:func:`transformation_weight` of the MHSA module).
+        attn: ``[B,H,T,T]`` attention probabilities ``A``.
+        attn_grad: ``[B,H,T,T]`` gradient of the explained scalar w.r.t. ``A`` (TokenTM: of the
+            class probability ``p_c``).
+        w: ``[B,T]`` diagonal of ``W`` (:func:`transformation_weight` of the MHSA layer).
 
     Returns:
         ``[B,T,T]`` float32.
+
+    Raises:
+        ValueError: shapes other than ``[B,H,T,T]``, ``[B,H,T,T]``, ``[B,T]``.
     """
     if attn.shape != attn_grad.shape or attn.dim() != 4 or w.shape != (attn.shape[0], attn.shape[-1]):
         raise ValueError(f"expected attn, attn_grad [B,H,T,T] and w [B,T], got {tuple(attn.shape)}, "
                          f"{tuple(attn_grad.shape)}, {tuple(w.shape)}")
     a_bar = (attn_grad.float().clamp_min(0) * attn.float()).mean(1)
-    # M · diag(w) scales column t of M by w_t
     return _eye_like(a_bar) + a_bar * w.float()[:, None, :]
 
 
 def tokentm_ffn_update(w: Tensor) -> Tensor:
-    """TokenTM's FFN update ``U = I + diag(w)``: ``[B,T] → [B,T,T]`` float32."""
+    """TokenTM's FFN update ``U = I + diag(w)`` (Wu et al., CVPR 2024,
+    https://arxiv.org/abs/2403.14552, §3.3; DESIGN.md §4): ``[B,T] → [B,T,T]`` float32.
+
+    Raises:
+        ValueError: ``w`` is not ``[B,T]``.
+    """
     if w.dim() != 2:
         raise ValueError(f"w must be [B,T], got {tuple(w.shape)}")
     return torch.diag_embed(1.0 + w.float())
@@ -247,6 +267,50 @@ def last_window(d: int, sigma: float | None = None, device: torch.device | None 
         raise ValueError(f"sigma must be > 0, got {sigma}")
     kernel = torch.exp(-0.5 * (torch.arange(-int(d) // 2 + 1, int(d) // 2 + 1, device=device).float() / sigma) ** 2)
     return kernel / torch.max(kernel)
+
+
+def tokentm_relevance(
+    hidden_in: Sequence[Tensor], value_proj: Sequence[Tensor], hidden_mid: Sequence[Tensor],
+    mlp_out: Sequence[Tensor], attn: Sequence[Tensor], attn_grad_prob: Sequence[Tensor], *, row: int = 0,
+) -> Tensor:
+    """TokenTM contribution ``C = U_n^ffn U_n^mhsa ⋯ U_1^ffn U_1^mhsa · C⁰``, row ``row``
+    (Wu et al., CVPR 2024, https://arxiv.org/abs/2403.14552, §3; DESIGN.md §4).
+
+    Per block ``b`` (forward order; MHSA, then FFN):
+
+    - MHSA: ``E = hidden_in[b]`` (block input, residual stream, before ``norm1``),
+      ``Ẽ = value_proj[b]`` (each token's ``attn.proj(v_j)``),
+      ``U = I + E_h[(∂p_c/∂A)⁺ ⊙ A]·diag(w)`` (:func:`tokentm_mhsa_update`);
+    - FFN: ``E = hidden_mid[b]`` (residual stream entering the FFN, before ``norm2``),
+      ``Ẽ = mlp_out[b]``, ``U = I + diag(w)`` (:func:`tokentm_ffn_update`);
+
+    ``w`` = :func:`transformation_weight` ``(E, Ẽ)``; ``C⁰ = diag(‖hidden_in[0]_i‖)``. Computed as
+    a row vector times the product, walked from the top block down (``O(T²)`` per update).
+
+    Args:
+        hidden_in, value_proj, hidden_mid, mlp_out: per block ``[B,T,D]``
+            (:class:`midas_nb.capture.CaptureResult` fields of those names).
+        attn: per block ``[B,H,T,T]``.
+        attn_grad_prob: per block ``[B,H,T,T]`` ``∂p_c/∂A``.
+        row: the read-out token (the CLS token, 0).
+
+    Returns:
+        ``[B,T]`` float32, row ``row`` of ``C``.
+
+    Raises:
+        ValueError: lists of different lengths, empty, or holding ``None``.
+    """
+    lists = (hidden_in, value_proj, hidden_mid, mlp_out, attn, attn_grad_prob)
+    if len({len(x) for x in lists}) != 1 or len(attn) == 0 or any(t is None for x in lists for t in x):
+        raise ValueError("TokenTM needs, for every block, hidden_in, value_proj, hidden_mid, mlp_out, attn and "
+                         f"∂p_c/∂A; got lengths {[len(x) for x in lists]} (capture with prob_grad=True, timm blocks)")
+    B, T, _ = hidden_in[0].shape
+    v = _basis_row(B, T, row, hidden_in[0].device)
+    for b in reversed(range(len(attn))):
+        v = v * (1.0 + transformation_weight(hidden_mid[b], mlp_out[b])[:, None, :])   # v · (I + diag(w))
+        w_attn = transformation_weight(hidden_in[b], value_proj[b])
+        v = v @ tokentm_mhsa_update(attn[b], attn_grad_prob[b], w_attn)
+    return v[:, 0] * hidden_in[0].float().norm(dim=-1)                                 # · C⁰
 
 
 def channel_lowpass(h: Tensor, sigma: float | None = None) -> Tensor:
