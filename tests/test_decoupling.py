@@ -149,3 +149,15 @@ def test_findings_do_not_count_an_uninformative_band():
     assert "0 of the paper's 5 findings hold" in text and "2 are uninformative" in text
     ok = paper_findings(_cell([0.20, 0.22] * 4), n_boot=200).set_index("finding")
     assert ok.loc["t5_gain_in_band", "holds"] is True
+
+
+def test_aggregate_seeds_never_averages_two_checkpoints():
+    """aggregate_seeds with a ``by`` that omits the checkpoint still keeps checkpoints apart."""
+    from midas_nb.results import aggregate_seeds
+
+    a = _row("T5", 0, IDS, REF_M, REF_I)
+    b = dict(_row("T5", 1, IDS, REF_M + 0.2, REF_I), checkpoint_id="ck-b")
+    agg = aggregate_seeds(pd.DataFrame([a, b]), by=["dataset", "backbone", "condition"], metrics=("miou",),
+                          n_boot=50).set_index("checkpoint_id")
+    assert agg.loc["ck-a", "miou_mean"] == pytest.approx(0.40) and agg.loc["ck-b", "miou_mean"] == pytest.approx(0.60)
+    assert (agg["n_seeds"] == 1).all()
