@@ -83,12 +83,7 @@ def recommend_deployment(
     missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
     if missing:
         raise ValueError(f"recommend_deployment: table is missing column(s) {missing}")
-    # never pick across checkpoints: a cell is also keyed by the checkpoint columns present (a
-    # missing digest is "", as decoupling_D writes it)
-    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
-    if "weights_digest" in by:
-        table = table.assign(weights_digest=table["weights_digest"].astype(object)
-                             .where(table["weights_digest"].notna(), "").astype(str))
+    table, by = _by_checkpoint(table, by)
     has_ref = bool((table["condition"] == reference).any())
     if has_ref:
         agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit, n_boot=n_boot)
@@ -164,6 +159,16 @@ def recommend_deployment(
     cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
+
+
+def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Never pick across checkpoints: ``by`` plus the checkpoint columns present (a missing
+    digest becomes "", as :func:`decoupling_D` writes it)."""
+    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    if "weights_digest" in by:
+        table = table.assign(weights_digest=table["weights_digest"].astype(object)
+                             .where(table["weights_digest"].notna(), "").astype(str))
+    return table, by
 
 
 _EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "in_band",
