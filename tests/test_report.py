@@ -147,8 +147,7 @@ def test_findings_paragraph_is_computed_from_the_table():
     f = report.paper_findings(pd.DataFrame(_point(d_t1=(0.05, 0.051))))
     text = report.findings_paragraph(f, "cub", "bb")
     assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 5 findings holds, 1 does not, "
-                           "0 are not resolved, 0 are uninformative (the reference is not above the random ranking) and 3 are "
-                           "undefined on this run.")
+                           "0 are not resolved and 3 are undefined on this run.")
     assert "This holds: " + PAPER_FINDINGS["t5_gain_in_band"] in text
     assert "This does not hold: " + PAPER_FINDINGS["t1_below_reference"] in text
 

@@ -336,9 +336,10 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings "
             f"{'holds' if n['hold'] == 1 else 'hold'}, {n['do not hold']} "
             f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
-            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved, {n['are uninformative']} "
-            f"{'is' if n['are uninformative'] == 1 else 'are'} uninformative (the reference is not above the "
-            f"random ranking) and {n['are undefined']} "
+            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
+            + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
+               "reference is not above the random ranking)" if n["are uninformative"] else "")
+            + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
     singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
