@@ -25,8 +25,9 @@ __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_OR
 
 CONDITION_ORDER: tuple[str, ...] = ("reference", "unsupervised", "T1", "T2", "T3", "T4", "T5")
 _DATASET_ORDER: tuple[str, ...] = ("cub", "aircraft", "cars", "synthetic")
-COLUMNS: list[str] = ["dataset", "backbone", "coverage_kind", "condition", "miou", "idauc", "D_pp", "D_pp_std",
-                      "delta_idauc", "status", "n_seeds", "paper_D_pp", "paper_delta_idauc", "paper_status"]
+COLUMNS: list[str] = ["dataset", "backbone", "checkpoint_id", "coverage_kind", "condition", "miou", "idauc", "D_pp",
+                      "D_pp_std", "delta_idauc", "status", "band_reason", "n_seeds", "paper_D_pp",
+                      "paper_delta_idauc", "paper_status"]
 
 
 def _order(values: Sequence[str], first: Sequence[str]) -> list[str]:
@@ -58,8 +59,9 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     Returns:
         One row per dataset × backbone × condition (:data:`COLUMNS`), blocks ordered CUB,
         Aircraft, Cars; ``miou`` is part mIoU or box coverage as ``coverage_kind`` says;
-        ``D_pp`` / ``delta_idauc`` / ``status`` from :func:`midas_nb.metrics.decoupling_D`
-        (mean over seeds, parity band 0.01); ``paper_*`` the paper's value (DeiT-S/16 rows of
+        ``D_pp`` / ``delta_idauc`` / ``status`` / ``band_reason`` from
+        :func:`midas_nb.metrics.decoupling_D` (mean over seeds, parity band 0.01; one block per
+        checkpoint, ``checkpoint_id`` where the rows have it — never compared across checkpoints); ``paper_*`` the paper's value (DeiT-S/16 rows of
         CUB, Aircraft and Cars for T5, Aircraft for T1) or NaN / ``None`` where it has none.
 
     Raises:

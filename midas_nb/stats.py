@@ -1,6 +1,7 @@
 """Percentile bootstrap intervals: over images (:func:`bootstrap_ci`) and over seeds × images
 (:func:`hierarchical_bootstrap`; Efron & Tibshirani, 1993, *An Introduction to the Bootstrap*,
-ch. 13; Davison & Hinkley, 1997, §3.8).
+ch. 13; Davison & Hinkley, 1997, §3.8), and the mean over a few seeds with a t-based seed
+component (:func:`seed_image_interval`; Welch, 1947; Satterthwaite, 1946).
 
 The only source of the package's confidence intervals: metrics rows (:mod:`midas_nb.results`),
 the paired ΔIDAUC / D intervals (:func:`midas_nb.metrics.decoupling_D`), the probes and the
@@ -9,12 +10,13 @@ report use these two functions with a seeded numpy generator, so an interval is 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 from torch import Tensor
 
-__all__ = ["bootstrap_ci", "hierarchical_bootstrap"]
+__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval"]
 
 
 def bootstrap_ci(
@@ -78,12 +80,91 @@ def hierarchical_bootstrap(
     Returns:
         ``(lo, hi)``; ``(nan, nan)`` when no value is finite.
     """
+    stats = _resampled_means(values, n_boot, seed, resample_seeds)
+    if stats is None or stats.size == 0:
+        return math.nan, math.nan
+    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class SeedImageInterval:
+    """A ``(1−alpha)`` interval of the mean over seeds of per-image means, and its parts."""
+
+    mean: float
+    lo: float
+    hi: float
+    per_seed: tuple[float, ...]     # d_s = nanmean_i values[s, i]
+    var_seeds: float                # s²_seeds / S (NaN for one seed)
+    var_images: float               # image-bootstrap variance of the seed-mean
+    df: float                       # Welch–Satterthwaite degrees of freedom (NaN for one seed)
+    n_images: int                   # images with at least one finite value
+    method: str
+
+
+def seed_image_interval(values: np.ndarray, n_boot: int = 1000, alpha: float = 0.05,
+                        seed: int = 0) -> SeedImageInterval:
+    """Mean over seeds of per-image means, with a t-based seed component.
+
+    With ``d_s = nanmean_i values[s, i]`` and ``D̄ = mean_s d_s`` (``S`` seeds, ``n`` images):
+
+    - ``S = 1``: the percentile bootstrap over images (:func:`hierarchical_bootstrap`);
+    - ``S ≥ 2``: ``D̄ ± t_{ν, 1−alpha/2} · √(a + b)`` with ``a = s²_seeds / S`` (sample
+      variance of the ``d_s``, ``ddof = 1``: the seed component) and ``b`` the variance over
+      ``n_boot`` image resamples of the seed-mean (the same images for every seed, seeds fixed:
+      the image component), ``ν = (a + b)² / (a²/(S−1) + b²/(n−1))`` (Welch–Satterthwaite;
+      Satterthwaite, 1946; Welch, 1947): ``ν = S − 1`` when the images add nothing, large when
+      the seeds agree. A percentile bootstrap that also resamples seeds covers the mean only
+      about half the time with 2 seeds (the range of two values); the t quantile with ``S − 1``
+      degrees of freedom accounts for estimating the seed variance from ``S`` values.
+
+    Args:
+        values: ``[S, n]`` per-seed, per-image values (``NaN`` = not counted).
+        n_boot, alpha, seed: image resamples, level, RNG seed.
+
+    Returns:
+        :class:`SeedImageInterval`; ``mean``/``lo``/``hi`` NaN when a seed has no finite value.
+
+    Raises:
+        ValueError: ``values`` not 2-D, ``alpha`` outside (0, 1) or ``n_boot < 2``.
+    """
+    from scipy.stats import t as student_t
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"values must be [S, n] (seeds × images), got shape {x.shape}")
+    if not (0.0 < alpha < 1.0) or n_boot < 2:
+        raise ValueError(f"need 0 < alpha < 1 and n_boot ≥ 2, got alpha={alpha}, n_boot={n_boot}")
+    S = x.shape[0]
+    valid = np.isfinite(x)
+    n = int(valid.any(axis=0).sum())
+    cnt = valid.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = np.where(cnt > 0, np.where(valid, x, 0.0).sum(axis=1) / np.maximum(cnt, 1), np.nan)
+    nan = math.nan
+    if S == 0 or not np.isfinite(d).all():
+        return SeedImageInterval(nan, nan, nan, tuple(map(float, d)), nan, nan, nan, n, "undefined")
+    mean = float(d.mean())
+    if S == 1:
+        lo, hi = hierarchical_bootstrap(x, n_boot, alpha, seed)
+        return SeedImageInterval(mean, lo, hi, (mean,), nan, nan, nan, n, "images bootstrap (one seed)")
+    boot = _resampled_means(x, n_boot, seed, resample_seeds=False)
+    a = float(d.var(ddof=1)) / S
+    b = float(boot.var(ddof=1)) if boot is not None and boot.size > 1 else 0.0
+    num = a * a / (S - 1) + (b * b / (n - 1) if n > 1 and b > 0 else 0.0)
+    df = (a + b) ** 2 / num if num > 0 else float(S - 1)
+    half = float(student_t.ppf(1 - alpha / 2, df)) * math.sqrt(a + b) if a + b > 0 else 0.0
+    return SeedImageInterval(mean, mean - half, mean + half, tuple(map(float, d)), a, b, df, n,
+                             f"t over {S} seeds (Welch–Satterthwaite df) + images bootstrap")
+
+def _resampled_means(values: np.ndarray, n_boot: int, seed: int, resample_seeds: bool) -> np.ndarray | None:
+    """The finite resampled statistics of :func:`hierarchical_bootstrap` (``None``: no finite value)."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"values must be [S, n] (seeds × images), got shape {x.shape}")
     valid = np.isfinite(x)
     if not valid.any():
-        return math.nan, math.nan
+        return None
     S, n = x.shape
     xv = np.where(valid, x, 0.0)
     rng = np.random.default_rng(seed)
@@ -103,8 +184,4 @@ def hierarchical_bootstrap(
         v = np.where(ok, v, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             stats[start:start + m] = (v * np.where(ok, per_seed, 0.0)).sum(1) / v.sum(1)
-    stats = stats[np.isfinite(stats)]
-    if stats.size == 0:
-        return math.nan, math.nan
-    lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
-    return float(lo), float(hi)
+    return stats[np.isfinite(stats)]

@@ -469,9 +469,12 @@ def test_D_over_seeds_resamples_seeds_and_images():
         rows.append(_per_image_row("T5", seed, ids, ref * 0 + 0.12, ref + d))
     D = decoupling_D(make_table(rows)).set_index("condition").loc["T5"]
     assert D["delta_idauc"] == pytest.approx(0.02)
-    # exact paired differences per seed are 0 and 0.04: only seed resampling spreads the interval
-    assert D["delta_idauc_lo"] == pytest.approx(0.0, abs=1e-12)
-    assert D["delta_idauc_hi"] == pytest.approx(0.04, abs=1e-12)
+    # exact paired differences per seed are 0 and 0.04, no image spread: the seed component alone,
+    # 0.02 ± t_{1, 0.975}·s/√2 with s = 0.04/√2 (not the range [0, 0.04] of two seeds)
+    from scipy.stats import t as student_t
+    half = student_t.ppf(0.975, 1) * 0.02
+    assert D["delta_idauc_lo"] == pytest.approx(0.02 - half, abs=1e-12)
+    assert D["delta_idauc_hi"] == pytest.approx(0.02 + half, abs=1e-12)
     from midas_nb.metrics import hierarchical_bootstrap
     assert hierarchical_bootstrap(np.array([[0.0] * 5, [0.04] * 5]), resample_seeds=False) == \
         pytest.approx((0.02, 0.02))

@@ -32,7 +32,8 @@ from ..stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, register_metric
 from .coverage import COVERAGE_KINDS, PartIoU, box_coverage, iou_ceiling, part_miou
 from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
-from .decoupling import (DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, _as_float_list, _paired_matrix, _per_image,
+from .decoupling import (CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, REFERENCE_CHECKS,
+                         _as_float_list, _paired_matrix, _per_image,
                          decoupling_D)
 from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
 from .speed import measure_throughput, measure_throughputs, pruned_accuracy

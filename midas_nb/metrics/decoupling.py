@@ -7,15 +7,19 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import hierarchical_bootstrap
+from ..stats import seed_image_interval
 from .registry import register_metric
 
 
 DEFAULT_CELL = ("dataset", "backbone", "depth", "budget")
 DEFAULT_CONDITION_KEY = ("condition", "target", "relaxation")
+#: identity of the fine-tuned backbone: always part of a cell where present (never compare across checkpoints)
+CHECKPOINT_COLUMNS = ("checkpoint_id", "weights_digest")
 _BAND_EPS = 1e-12   # so that ΔIDAUC = −band computed in floating point counts as inside
 #: the statuses :func:`decoupling_D` gives a (cell, condition)
-D_STATUSES = ("in band", "outside band", "not resolved", "undefined", "no reference")
+D_STATUSES = ("in band", "outside band", "not resolved", "uninformative", "undefined", "no reference")
+#: ``reference_check``: is the reference's IDAUC clearly above the random ranking's in the cell?
+REFERENCE_CHECKS = ("above random", "not above random", "untested")
 
 
 def _as_float_list(v: Any) -> list[float] | None:
@@ -46,27 +50,28 @@ def _per_image(row: Mapping[str, Any], ids_col: str, val_col: str) -> dict[str, 
 
 
 def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] | None],
-                   ids_col: str, val_col: str) -> np.ndarray | None:
-    """``[S, n]`` per-image differences condition − reference over the images every row shares;
-    ``None`` when a row lacks per-image values or no image is shared. ``refs[s] is None``: no
-    reference (values themselves)."""
+                   ids_col: str, val_col: str) -> tuple[np.ndarray | None, str]:
+    """``([S, n] per-image differences condition − reference over the images every row and
+    reference shares, "")``, or ``(None, why)``: ``why == "no per-image values"`` when no row
+    and no reference has them (the caller then uses the rows' own means), else the reason the
+    pairing is impossible. ``refs[s] is None``: no reference (the values themselves)."""
     cond = [_per_image(r, ids_col, val_col) for r in rows]
     ref = [None if r is None else _per_image(r, ids_col, val_col) for r in refs]
-    if any(c is None for c in cond) or any(rf is None and r is not None for rf, r in zip(ref, refs)):
-        return None
+    given = [r is not None for r in refs]
+    if all(c is None for c in cond) and all(rf is None for rf, g in zip(ref, given) if g):
+        return None, "no per-image values"
+    if any(c is None for c in cond) or any(rf is None and g for rf, g in zip(ref, given)):
+        return None, f"{val_col} is stored for only some of the rows and their reference: cannot pair"
     common = set(cond[0])
     for d in cond[1:] + [rf for rf in ref if rf is not None]:
         common &= set(d)
     ids = sorted(common)
     if not ids:
-        return None
-    out = np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)])
-    return out
-
-
+        return None, f"no image of {ids_col} in common with the reference"
+    return np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)]), ""
 @register_metric("decoupling_D", higher_is_better=True, category="decoupling",
                  reference="MIDAS (DESIGN.md §6): D(t) = mIoU_t − mIoU_ref where "
-                           "IDAUC_t − IDAUC_ref ≥ −0.01",
+                           "IDAUC_t − IDAUC_ref ≥ −0.01, the reference clearly above a random ranking",
                  summary="part-coverage gain over the reference scorer at faithfulness parity")
 def decoupling_D(
     table: pd.DataFrame,
@@ -80,42 +85,52 @@ def decoupling_D(
     seed_col: str = "seed",
     miou_unit: Literal["fraction", "percent"] = "fraction",
     per_seed: bool = False,
+    random: str = "random",
     n_boot: int = 1000,
     alpha: float = 0.05,
     ci_seed: int = 0,
 ) -> pd.DataFrame:
     """Decoupling ``D(t) = mIoU_t − mIoU_ref`` with the IDAUC parity band (MIDAS, DESIGN.md §6).
 
-    Within each cell (``by``: dataset, backbone, depth, budget) every condition is compared with
-    the reference condition (``condition == reference``, the training-free T0 scorer):
+    **Cells.** Within each cell — ``by`` (dataset, backbone, depth, budget) *plus* the backbone's
+    identity :data:`CHECKPOINT_COLUMNS` (``checkpoint_id``, ``weights_digest``) wherever the
+    table has them, even when ``by`` omits them — every condition is compared with the reference
+    condition (``condition == reference``; default the training-free T0 scorer, any condition
+    such as ``"random_map"`` works). Rows of two checkpoints are never compared or averaged: a
+    condition whose checkpoint has no reference row gets status ``"no reference"``.
 
-    - ``D_pp = mIoU_t − mIoU_ref`` in percentage points (×100 when ``miou_unit="fraction"``);
-    - ``delta_idauc = IDAUC_t − IDAUC_ref`` (IDAUC units);
-    - ``in_band = delta_idauc ≥ −band`` (asymmetric: faithfulness gains always count): the
-      point decision; ``NA`` when ``delta_idauc`` is undefined (NaN).
+    **Pairing.** Each row is paired with the reference row of its seed when there is one, else
+    the only reference row, else the per-image mean of the cell's reference rows
+    (``ref_paired`` says which). With per-image values (``image_ids``/``<miou>_per_image``,
+    ``idauc_image_ids``/``<idauc>_per_image``) the per-image differences ``x[s, i] = x_t − x_ref``
+    over the images *every* seed and its reference share give both the point and the interval:
 
-    Differences are taken per seed when the reference has a row with the same seed in that
-    cell (``ref_paired``), otherwise against the reference's mean over its seeds (the
-    reference has no parameters, so one seed usually suffices). They are then aggregated
-    over seeds: mean, sample std (``ddof=1``; NaN for one seed) and ``n_seeds``; ``in_band``
-    of the aggregate uses the mean ``delta_idauc`` and ``in_band_frac`` is the fraction of
-    seeds in the band. The reference itself appears with ``D_pp = 0``.
+    - point ``D̄ = mean_s d_s``, ``d_s = nanmean_i x[s, i]`` (×100 for ``D_pp`` when
+      ``miou_unit="fraction"``; ``delta_idauc`` in IDAUC units); ``D_pp_by_seed`` lists the ``d_s``;
+    - interval (:func:`midas_nb.stats.seed_image_interval`): one seed — the paired percentile
+      bootstrap over images; ``S ≥ 2`` seeds — ``D̄ ± t_{ν, 1−alpha/2}·√(s²_seeds/S + v_img)``,
+      ``s²_seeds`` the sample variance of the ``d_s``, ``v_img`` the image-bootstrap variance of
+      the seed-mean (same images for every seed), ``ν`` the Welch–Satterthwaite degrees of
+      freedom (``S − 1`` when the images add nothing). ``ci_method`` names the construction.
 
-    **Intervals** (95 % for ``alpha=0.05``): ``D_pp_lo``/``D_pp_hi`` and
-    ``delta_idauc_lo``/``delta_idauc_hi`` are *paired* percentile-bootstrap intervals of the
-    aggregated differences: each resample draws the test images (the same images for the
-    condition and its reference, matched by image id — so the image-to-image variation both
-    share cancels) and, with several seeds, the seeds too (:func:`hierarchical_bootstrap`); the
-    interval therefore covers image sampling and, over seeds, seed variation. They need the
-    per-image columns the protocol stores (``image_ids``/``miou_per_image``,
-    ``idauc_image_ids``/``idauc_per_image``); rows without them get NaN intervals.
+    Rows with per-image values but no image in common with their reference (or values for only
+    one side) get ``"undefined"`` and the reason — never a point from other images. A table
+    without any per-image values (hand-built) uses the rows' own means: a point decision with
+    NaN intervals (``band_resolved`` NA, ``ci_method`` says so).
 
-    ``status`` — ``"undefined"`` when ``D_pp`` or ``delta_idauc`` is NaN (e.g. no IDAUC was
-    measured, ``idauc_steps=0``, or no image had a visible part): never in or out of the band;
-    ``"no reference"`` when the cell has no reference row; otherwise, with an interval,
-    ``"in band"`` when the whole ΔIDAUC interval is ``≥ −band``, ``"outside band"`` when it is
-    entirely below, ``"not resolved"`` when it straddles ``−band`` (``band_resolved`` False);
-    without an interval the point decision (``band_resolved`` NA). Rows are never dropped.
+    **Reference faithfulness.** In each cell with a ``random`` condition (the protocol's seeded
+    random ranking), ``ref_minus_random`` = IDAUC_ref − IDAUC_random with its paired interval
+    (the same construction). ``reference_check``: ``"above random"`` when the lower bound is
+    ``> 0`` (the point without an interval), ``"not above random"`` otherwise, ``"untested"``
+    where the cell has no random row, no pairs with it, or the reference *is* the random ranking.
+
+    ``status`` (one of :data:`D_STATUSES`), with ``band_reason`` saying why:
+    ``"no reference"`` — the cell (checkpoint) has no reference row; ``"undefined"`` — ``D`` or
+    ``ΔIDAUC`` is NaN or has no pairs; ``"uninformative"`` — the reference is not above random
+    (the band cannot speak about faithfulness parity); else ``"in band"`` when the whole ΔIDAUC
+    interval is ``≥ −band``, ``"outside band"`` when entirely below, ``"not resolved"`` when it
+    straddles ``−band`` (without an interval: the point decision). ``in_band`` is always the
+    point decision ``ΔIDAUC ≥ −band`` (NA when undefined). Rows are never dropped.
 
     Args:
         table: results rows (``midas_nb.results`` schema or any frame with these columns).
@@ -123,56 +138,51 @@ def decoupling_D(
         band: the parity band (IDAUC units), default 0.01.
         miou_col, idauc_col: metric columns.
         by: cell columns; ``None`` → those of ``("dataset","backbone","depth","budget")``
-            present in ``table``.
+            present in ``table``; the checkpoint columns are added either way.
         condition_cols: columns identifying a condition inside a cell; the first must exist,
             the others are used where present.
         seed_col: the seed column (optional in ``table``).
         miou_unit: ``"fraction"`` (mIoU in [0,1]) or ``"percent"``.
-        per_seed: return the per-row differences instead of the aggregate (intervals over
-            images only).
+        per_seed: one row per results row (each seed alone: images-only intervals).
+        random: the random-ranking condition of the reference check.
         n_boot, alpha, ci_seed: bootstrap resamples, level and RNG seed of the intervals.
 
     Returns:
-        One row per (cell, condition) with ``by``, the condition columns, ``D_pp``,
-        ``D_pp_lo``, ``D_pp_hi``, ``D_pp_std``, ``delta_idauc``, ``delta_idauc_lo``,
-        ``delta_idauc_hi``, ``delta_idauc_std``, ``n_seeds``, ``in_band`` (nullable boolean),
-        ``band_resolved`` (nullable boolean), ``in_band_frac``, ``status`` (one of
-        :data:`D_STATUSES`), ``D_cell`` (display string, e.g. ``"+2.11"``, ``"+1.49 (outside
-        band)"``, ``"+0.40 (band not resolved)"``, ``"undefined (IDAUC is NaN)"``), ``miou``,
-        ``idauc``, ``miou_ref``, ``idauc_ref``, ``ref_paired``, ``n_paired_images`` (images
-        of the ΔIDAUC interval; 0 without one); metric columns keep the names
-        ``miou``/``idauc`` whatever ``miou_col``/``idauc_col`` were.
+        One row per (cell, condition) (per row with ``per_seed``): ``by``, the checkpoint
+        columns present (a missing ``weights_digest`` is ``""``), the condition columns,
+        ``D_pp``, ``D_pp_lo``, ``D_pp_hi``, ``D_pp_std`` (over the ``d_s``), ``D_pp_by_seed``,
+        ``delta_idauc`` (+ ``_lo``, ``_hi``, ``_std``), ``n_seeds``, ``in_band`` (nullable
+        boolean), ``band_resolved``, ``in_band_frac`` (seeds whose ``ΔIDAUC ≥ −band``),
+        ``status``, ``band_reason``, ``reference_check``, ``ref_minus_random`` (+ ``_lo``,
+        ``_hi``), ``D_cell`` (display string), ``miou``, ``idauc``, ``miou_ref``, ``idauc_ref``
+        (the rows' own means), ``ref_paired``, ``n_paired_images`` (images of ΔIDAUC; 0 without
+        pairs), ``ci_method``.
 
     Raises:
         ValueError: for missing columns, an unknown ``miou_unit`` or no reference row at all.
     """
-    by, key = _check_columns(table, reference, miou_col, idauc_col, by, condition_cols, miou_unit)
-    cond_col = condition_cols[0]
-    scale = 100.0 if miou_unit == "fraction" else 1.0
+    by, key, ident = _check_columns(table, reference, miou_col, idauc_col, by, condition_cols, miou_unit)
     has_seed = seed_col in table.columns
-    cell = by + ["_cell"]
-    df = _differences(table, cell, cond_col, reference, miou_col, idauc_col, seed_col if has_seed else None, scale)
-    intervals = _PairedIntervals(table, df, cell, cond_col, reference, seed_col if has_seed else None,
-                                 miou_col, idauc_col, scale, n_boot, alpha, ci_seed)
+    pairing = _Pairing(table, by + ident, key, condition_cols[0], reference, seed_col if has_seed else None,
+                       (miou_col, idauc_col), 100.0 if miou_unit == "fraction" else 1.0, (n_boot, alpha, ci_seed))
     if per_seed:
-        out = df.copy()
-        ci = pd.DataFrame([intervals(df.iloc[[k]]) for k in range(len(df))], index=df.index)
-        out = pd.concat([out, ci], axis=1)
-        out["n_seeds"] = 1
+        groups = [[k] for k in range(len(pairing.recs))]
     else:
-        out = _over_seeds(df, cell + key, band, intervals)
-    _band_status(out, band)
-    cols = by + key + [c for c in ("D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "delta_idauc",
-                                   "delta_idauc_lo", "delta_idauc_hi", "delta_idauc_std",
-                                   "n_seeds", "in_band", "band_resolved", "in_band_frac", "status",
-                                   "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired",
-                                   "n_paired_images")
-                       if c in out.columns]
-    if per_seed:
-        cols = by + key + ([seed_col] if has_seed else []) + cols[len(by) + len(key):]
+        groups = list(pairing.src.groupby(by + ident + key, dropna=False, sort=False).indices.values())
+        groups = [list(map(int, g)) for g in groups]
+    out = pd.DataFrame([pairing.group(g, band) for g in groups])
+    checks = {c: pairing.reference_check(c, random, band) for c in dict.fromkeys(out["_cell"])}
+    _band_status(out, band, checks, pairing)
+    cols = by + ident + key + ([seed_col] if per_seed and has_seed else []) + [
+        "D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
+        "delta_idauc_hi", "delta_idauc_std", "n_seeds", "in_band", "band_resolved", "in_band_frac", "status",
+        "band_reason", "reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi",
+        "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired", "n_paired_images", "ci_method"]
     result = out[cols].reset_index(drop=True)
-    result.attrs["interval"] = (f"{100 * (1 - alpha):g} % paired percentile bootstrap over test images "
-                                f"(and seeds when there are several), {n_boot} resamples")
+    result.attrs["interval"] = (f"{100 * (1 - alpha):g} % paired intervals over the images each condition shares "
+                                f"with its reference: bootstrap over images ({n_boot} resamples) for one seed; "
+                                "t with Welch–Satterthwaite df over seeds plus the image-bootstrap variance for "
+                                "several")
     return result
 
 
@@ -181,8 +191,9 @@ def decoupling_D(
 
 
 def _check_columns(table: pd.DataFrame, reference: str, miou_col: str, idauc_col: str, by: Sequence[str] | None,
-                   condition_cols: Sequence[str], miou_unit: str) -> tuple[list[str], list[str]]:
-    """``(cell columns, condition columns present)``; raises the errors of :func:`decoupling_D`."""
+                   condition_cols: Sequence[str], miou_unit: str) -> tuple[list[str], list[str], list[str]]:
+    """``(cell columns, condition columns present, checkpoint columns present)``; raises the
+    errors of :func:`decoupling_D`."""
     if miou_unit not in ("fraction", "percent"):
         raise ValueError(f"miou_unit must be 'fraction' or 'percent', got {miou_unit!r}")
     cond_col = condition_cols[0]
@@ -197,123 +208,171 @@ def _check_columns(table: pd.DataFrame, reference: str, miou_col: str, idauc_col
     if not (table[cond_col] == reference).any():
         raise ValueError(f"decoupling_D: no reference row ({cond_col} == {reference!r}); "
                          f"conditions present: {sorted(table[cond_col].astype(str).unique())}")
-    return list(by), [c for c in condition_cols if c in table.columns]
+    ident = [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    return list(by), [c for c in condition_cols if c in table.columns], ident
 
 
-def _differences(table: pd.DataFrame, cell: list[str], cond_col: str, reference: str, miou_col: str,
-                 idauc_col: str, seed_col: str | None, scale: float) -> pd.DataFrame:
-    """Every row with its reference values (same seed when the reference has it, else the
-    reference's mean) and ``D_pp``, ``delta_idauc``, ``ref_paired``, ``has_reference``;
-    ``_row`` is the position in ``table``, ``_cell`` a constant key (for an empty ``by``)."""
-    df = table.reset_index(drop=True).copy()
-    df["_row"] = np.arange(len(df))
-    df["_cell"] = 0                                      # a constant key when ``by`` is empty
-    df = df.rename(columns={miou_col: "_m", idauc_col: "_i"})
-    ref = df[df[cond_col] == reference]
-    ref_mean = ref.groupby(cell, dropna=False)[["_m", "_i"]].mean().add_suffix("_refmean").reset_index()
-    df = df.merge(ref_mean, on=cell, how="left")
-    if seed_col is not None:
-        ref_seed = (ref.groupby(cell + [seed_col], dropna=False)[["_m", "_i"]].mean()
-                    .add_suffix("_refseed").reset_index())
-        df = df.merge(ref_seed, on=cell + [seed_col], how="left")
-        paired = df["_m_refseed"].notna() | df["_i_refseed"].notna()
-        df["miou_ref"] = df["_m_refseed"].where(paired, df["_m_refmean"])
-        df["idauc_ref"] = df["_i_refseed"].where(paired, df["_i_refmean"])
-    else:
-        paired = pd.Series(False, index=df.index)
-        df["miou_ref"], df["idauc_ref"] = df["_m_refmean"], df["_i_refmean"]
-    df["ref_paired"] = paired.astype(bool)
-    df["miou"], df["idauc"] = df["_m"], df["_i"]
-    df["D_pp"] = (df["miou"] - df["miou_ref"]) * scale
-    df["delta_idauc"] = df["idauc"] - df["idauc_ref"]
-    # a cell "has a reference" when it has a reference row, even if that row's values are NaN
-    df = df.merge(ref[cell].drop_duplicates().assign(has_reference=True), on=cell, how="left")
-    df["has_reference"] = df["has_reference"].fillna(False).astype(bool)
-    return df.sort_values("_row").reset_index(drop=True)
+def _nanless_mean(v: Sequence[float]) -> float:
+    """Mean, NaN when any value is NaN (a mean over seeds is never a silent subset)."""
+    a = np.asarray(v, dtype=float)
+    return float(a.mean()) if a.size and np.isfinite(a).all() else math.nan
 
 
-class _PairedIntervals:
-    """The paired bootstrap intervals of a group of rows (one condition of one cell, or one
-    row): ``D_pp_lo``/``_hi``, ``delta_idauc_lo``/``_hi`` and ``n_paired_images``."""
+class _Pairing:
+    """The rows of a table, their cells (``by`` + checkpoint columns) and reference rows, and the
+    paired point and interval of a group of rows (one condition of one cell, or one row)."""
 
-    def __init__(self, table: pd.DataFrame, df: pd.DataFrame, cell: list[str], cond_col: str, reference: str,
-                 seed_col: str | None, miou_col: str, idauc_col: str, scale: float, n_boot: int, alpha: float,
-                 ci_seed: int) -> None:
-        self.src, self.df, self.cell, self.seed_col = table.reset_index(drop=True), df, cell, seed_col
-        self.scale, self.n_boot, self.alpha, self.ci_seed = scale, n_boot, alpha, ci_seed
+    def __init__(self, table: pd.DataFrame, cell: list[str], key: list[str], cond_col: str, reference: str,
+                 seed_col: str | None, metric_cols: tuple[str, str], scale: float,
+                 boot: tuple[int, float, int]) -> None:
+        src = table.reset_index(drop=True).copy()
+        for c in CHECKPOINT_COLUMNS:                 # a missing digest is a key of its own, not NaN ≠ NaN
+            if c in cell:
+                src[c] = src[c].astype(object).where(src[c].notna(), "").astype(str)
+        self.src, self.recs = src, src.to_dict("records")
+        self.cell, self.key, self.cond_col, self.reference, self.seed_col = cell, key, cond_col, reference, seed_col
+        self.scale, self.boot = scale, boot
+        m, i = metric_cols
         # per-image columns follow the metric columns' names (miou → miou_per_image, image_ids)
-        self.pim = {"m": ("image_ids", f"{miou_col}_per_image"), "i": ("idauc_image_ids", f"{idauc_col}_per_image")}
-        # the reference row(s) each condition row is paired with, as original rows of ``table``
+        self.metric = {"m": (m, "image_ids", f"{m}_per_image"), "i": (i, "idauc_image_ids", f"{i}_per_image")}
+        self.cells = [tuple(r[c] for c in cell) for r in self.recs]
         self.ref_rows: dict[tuple, list[int]] = {}
-        for _, r in df[df[cond_col] == reference].iterrows():
-            self.ref_rows.setdefault(tuple(r[c] for c in cell), []).append(int(r["_row"]))
+        for k, r in enumerate(self.recs):
+            if r[cond_col] == reference:
+                self.ref_rows.setdefault(self.cells[k], []).append(k)
 
-    def reference_for(self, r: pd.Series) -> Mapping[str, Any] | None:
-        """The reference row paired with row ``r`` (same seed, else the only one, else the
-        per-image mean of the cell's reference rows); ``None`` without one."""
-        cands = self.ref_rows.get(tuple(r[c] for c in self.cell), [])
+    def reference_for(self, k: int) -> tuple[Mapping[str, Any] | None, bool]:
+        """``(reference record, paired by seed)`` of row ``k``: the same seed's, else the only
+        one, else the per-image (and own-value) mean of the cell's reference rows."""
+        cands = self.ref_rows.get(self.cells[k], [])
         if not cands:
-            return None
-        src = self.src
+            return None, False
         if self.seed_col is not None:
-            same = [i for i in cands if self.df.at[i, self.seed_col] == r[self.seed_col]]
+            same = [i for i in cands if self.recs[i][self.seed_col] == self.recs[k][self.seed_col]]
             if same:
-                return src.iloc[same[0]].to_dict()
+                return self.recs[same[0]], True
         if len(cands) == 1:
-            return src.iloc[cands[0]].to_dict()
-        # several unpaired reference rows: their per-image mean
-        rows = [src.iloc[i].to_dict() for i in cands]
+            return self.recs[cands[0]], False
+        rows = [self.recs[i] for i in cands]
         out = dict(rows[0])
-        for idc, vc in self.pim.values():
+        for own, idc, vc in self.metric.values():
+            out[own] = _nanless_mean([r[own] for r in rows])
             maps = [_per_image(x, idc, vc) for x in rows]
-            if any(m is None for m in maps):
+            if any(mp is None for mp in maps):
                 out[vc] = None
                 continue
-            ids = sorted(set.intersection(*(set(m) for m in maps)))
-            out[idc], out[vc] = ids, [float(np.nanmean([m[i] for m in maps])) for i in ids]
-        return out
+            ids = sorted(set.intersection(*(set(mp) for mp in maps)))
+            out[idc], out[vc] = ids, [float(np.nanmean([mp[i] for mp in maps])) for i in ids]
+        return out, False
 
-    def __call__(self, members: pd.DataFrame) -> dict[str, Any]:
-        rows = [self.src.iloc[int(i)].to_dict() for i in members["_row"]]
-        refs = [self.reference_for(r) for _, r in members.iterrows()]
-        out: dict[str, Any] = {}
+    def _paired(self, rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any]], tag: str) -> dict[str, Any]:
+        """Point, per-seed values, interval, paired images, method and (if undefined) why."""
+        own, idc, vc = self.metric[tag]
+        mat, why = _paired_matrix(rows, refs, idc, vc)
+        nan = math.nan
+        if mat is None and why == "no per-image values":
+            per = [float(r[own]) - float(rf[own]) for r, rf in zip(rows, refs)]
+            return dict(point=_nanless_mean(per), per=per, lo=nan, hi=nan, n=0,
+                        method="point only (no per-image values)", why="")
+        if mat is None:
+            return dict(point=nan, per=[], lo=nan, hi=nan, n=0, method="none", why=why)
+        si = seed_image_interval(mat, *self.boot)
+        why = "" if np.isfinite(si.mean) else f"{own} is NaN on every paired image of a seed"
+        return dict(point=si.mean, per=list(si.per_seed), lo=si.lo, hi=si.hi, n=si.n_images, method=si.method,
+                    why=why)
+
+    def group(self, idx: list[int], band: float) -> dict[str, Any]:
+        """One output row for the results rows ``idx`` (internal columns start with ``_``)."""
+        rows = [self.recs[k] for k in idx]
+        refs_p = [self.reference_for(k) for k in idx]
+        refs = [r for r, _ in refs_p]
+        res: dict[str, Any] = {c: rows[0][c] for c in self.cell + self.key}
+        if self.seed_col is not None:
+            res[self.seed_col] = rows[0][self.seed_col]
+        res["_cell"], res["n_seeds"] = self.cells[idx[0]], len(idx)
+        has_ref = all(r is not None for r in refs)
+        res.update(has_reference=has_ref, ref_paired=all(p for _, p in refs_p))
+        for tag, name in (("m", "miou"), ("i", "idauc")):
+            own = self.metric[tag][0]
+            res[name] = _nanless_mean([r[own] for r in rows])
+            res[f"{name}_ref"] = _nanless_mean([r[own] for r in refs]) if has_ref else math.nan
+        whys = []
         for tag, name, sc in (("m", "D_pp", self.scale), ("i", "delta_idauc", 1.0)):
-            if any(rf is None for rf in refs):
-                mat = None
-            else:
-                mat = _paired_matrix(rows, refs, *self.pim[tag])
-            lo, hi = (hierarchical_bootstrap(mat, self.n_boot, self.alpha, self.ci_seed) if mat is not None
-                      else (math.nan, math.nan))
-            out[f"{name}_lo"], out[f"{name}_hi"] = lo * sc, hi * sc
+            p = self._paired(rows, refs, tag) if has_ref else dict(point=math.nan, per=[], lo=math.nan,
+                                                                     hi=math.nan, n=0, method="none", why="")
+            res[name], res[f"{name}_lo"], res[f"{name}_hi"] = p["point"] * sc, p["lo"] * sc, p["hi"] * sc
+            per = np.asarray(p["per"], dtype=float) * sc
+            res[f"{name}_std"] = float(per.std(ddof=1)) if per.size > 1 else math.nan
+            res[f"_{name}_per"] = per
+            whys += [p["why"]] if p["why"] else []
             if tag == "i":
-                out["n_paired_images"] = 0 if mat is None else int(mat.shape[1])
-        return out
+                res["n_paired_images"], res["ci_method"] = p["n"], p["method"]
+        res["_why"] = "; ".join(whys)
+        di = res["_delta_idauc_per"]
+        res["in_band_frac"] = float(np.mean(di >= -band - _BAND_EPS)) if di.size and np.isfinite(di).all() else math.nan
+        seeds = [r[self.seed_col] for r in rows] if self.seed_col is not None else list(range(len(rows)))
+        dp = res["_D_pp_per"]
+        res["D_pp_by_seed"] = ", ".join(f"seed {s}: {v:+.2f}" for s, v in zip(seeds, dp)) if dp.size == len(rows) else ""
+        return res
+
+    def reference_check(self, cell: tuple, random: str, band: float) -> dict[str, Any]:
+        """``reference_check``, its text and ``ref_minus_random`` (+ interval) of one cell."""
+        nan = math.nan
+        res = dict(reference_check="untested", text="", ref_minus_random=nan, ref_minus_random_lo=nan,
+                   ref_minus_random_hi=nan)
+        if self.reference == random:
+            res["text"] = f"the reference is the random ranking ({random!r}) itself"
+            return res
+        ridx = [k for k, c in enumerate(self.cells) if c == cell and self.recs[k][self.cond_col] == random]
+        if not ridx:
+            res["text"] = f"reference faithfulness untested: no {random!r} row in this cell"
+            return res
+        if cell not in self.ref_rows:
+            return res
+        g = self.group(ridx, band)
+        d, lo, hi = g["delta_idauc"], g["delta_idauc_lo"], g["delta_idauc_hi"]
+        if not np.isfinite(d):
+            res["text"] = (f"reference faithfulness untested: its IDAUC vs the random ranking is undefined "
+                           f"({g['_why'] or 'IDAUC is NaN'})")
+            return res
+        diff, dlo, dhi = -d, -hi, -lo
+        has_ci = bool(np.isfinite(dlo) and np.isfinite(dhi))
+        above = bool(dlo > 0) if has_ci else bool(diff > 0)
+        ref_rows = [self.recs[k] for k in self.ref_rows[cell]]
+        ref_ci = ""
+        if len(ref_rows) == 1 and all(_finite(ref_rows[0].get(c)) for c in ("idauc_lo", "idauc_hi")):
+            ref_ci = f" [{float(ref_rows[0]['idauc_lo']):+.3f}, {float(ref_rows[0]['idauc_hi']):+.3f}]"
+        delta = f"Δ {diff:+.3f} [{dlo:+.3f}, {dhi:+.3f}], {g['n_paired_images']} paired images" if has_ci else \
+            f"Δ {diff:+.3f}, point decision: no per-image values"
+        res.update(reference_check="above random" if above else "not above random",
+                   text=(f"reference IDAUC {g['idauc_ref']:.3f}{ref_ci} {'above' if above else 'not above'} "
+                         f"{random} {g['idauc']:.3f} ({delta})"),
+                   ref_minus_random=diff, ref_minus_random_lo=dlo, ref_minus_random_hi=dhi)
+        return res
+
+    def no_reference_text(self, cell: tuple) -> str:
+        """Why a cell has no reference: none at all, or only of another checkpoint."""
+        n_by = len(self.cell) - len([c for c in self.cell if c in CHECKPOINT_COLUMNS])
+        ident = [c for c in self.cell if c in CHECKPOINT_COLUMNS]
+        others = sorted({c[n_by:] for c in self.ref_rows if c[:n_by] == cell[:n_by]})
+        if not ident or not others:
+            return f"no {self.reference!r} row in this cell"
+        fmt = lambda t: ", ".join(f"{c}={v or '(not recorded)'}" for c, v in zip(ident, t))  # noqa: E731
+        return (f"no {self.reference!r} row of {fmt(cell[n_by:])}; the reference rows of this cell are of "
+                f"{' | '.join(fmt(o) for o in others)} (never compared across checkpoints)")
 
 
-def _over_seeds(df: pd.DataFrame, group: list[str], band: float, intervals: _PairedIntervals) -> pd.DataFrame:
-    """One row per (cell, condition): means and stds over seeds, ``n_seeds``, ``in_band_frac``
-    and the intervals; a mean is NaN when any seed's difference is undefined."""
-    g = df.groupby(group, dropna=False, sort=False)
-    df["_in_point"] = (df["delta_idauc"] >= -band - _BAND_EPS).where(df["delta_idauc"].notna())
-    out = g.agg(
-        D_pp=("D_pp", "mean"), D_pp_std=("D_pp", "std"),
-        delta_idauc=("delta_idauc", "mean"), delta_idauc_std=("delta_idauc", "std"),
-        n_seeds=("D_pp", "size"), in_band_frac=("_in_point", "mean"),
-        miou=("miou", "mean"), idauc=("idauc", "mean"),
-        miou_ref=("miou_ref", "mean"), idauc_ref=("idauc_ref", "mean"),
-        ref_paired=("ref_paired", "all"), has_reference=("has_reference", "all"),
-        _rows=("_row", list),
-    ).reset_index()
-    # a mean over seeds is NaN when any seed's difference is undefined (never a silent subset)
-    for c in ("D_pp", "delta_idauc"):
-        bad = g[c].apply(lambda s: bool(s.isna().any())).to_numpy()
-        out.loc[bad, c] = np.nan
-    ci = pd.DataFrame([intervals(df[df["_row"].isin(rows)]) for rows in out["_rows"]], index=out.index)
-    return pd.concat([out.drop(columns=["_rows"]), ci], axis=1)
+def _finite(v: Any) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
-def _band_status(out: pd.DataFrame, band: float) -> None:
-    """Add ``in_band``, ``band_resolved``, ``status`` and ``D_cell`` to ``out`` (in place)."""
+def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]],
+                 pairing: _Pairing) -> None:
+    """Add ``in_band``, ``band_resolved``, ``status``, ``band_reason``, the reference check and
+    ``D_cell`` to ``out`` (in place)."""
     has_d = out["D_pp"].notna() & out["delta_idauc"].notna()
     point = (out["delta_idauc"] >= -band - _BAND_EPS)
     out["in_band"] = pd.array([bool(p) if h else pd.NA for p, h in zip(point, has_d)], dtype="boolean")
@@ -322,26 +381,34 @@ def _band_status(out: pd.DataFrame, band: float) -> None:
     inside, outside = lo >= -band - _BAND_EPS, hi < -band - _BAND_EPS
     out["band_resolved"] = pd.array([bool(a or b) if c else pd.NA for a, b, c in zip(inside, outside, has_ci)],
                                     dtype="boolean")
-    status = []
-    for hr, hd, hc, ins, outs, p in zip(out["has_reference"], has_d, has_ci, inside, outside, point):
-        if not hr:
+    status, reason = [], []
+    for k in range(len(out)):
+        chk = checks[out["_cell"].iat[k]]
+        if not out["has_reference"].iat[k]:
             status.append("no reference")
-        elif not hd:
+            reason.append(pairing.no_reference_text(out["_cell"].iat[k]))
+        elif not has_d.iat[k]:
             status.append("undefined")
-        elif hc:
-            status.append("in band" if ins else "outside band" if outs else "not resolved")
+            what = " and ".join(n for n, c in (("mIoU", "D_pp"), ("IDAUC", "delta_idauc"))
+                                if not np.isfinite(out[c].iat[k]))
+            reason.append(out["_why"].iat[k] or f"{what} is NaN")
+        elif chk["reference_check"] == "not above random":
+            status.append("uninformative")
+            reason.append(chk["text"])
         else:
-            status.append("in band" if p else "outside band")
-    out["status"] = status
-    out["D_cell"] = [_cell_text(d, s, m, i) for d, s, m, i in
-                     zip(out["D_pp"], out["status"], out["D_pp"], out["delta_idauc"])]
+            status.append(("in band" if inside.iat[k] else "outside band" if outside.iat[k] else "not resolved")
+                          if has_ci.iat[k] else ("in band" if point.iat[k] else "outside band"))
+            reason.append(chk["text"])
+    out["status"], out["band_reason"] = status, reason
+    for c in ("reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi"):
+        out[c] = [checks[cell][c] for cell in out["_cell"]]
+    out["D_cell"] = [_cell_text(d, s, r) for d, s, r in zip(out["D_pp"], out["status"], out["band_reason"])]
 
 
-def _cell_text(d: float, s: str, m: float, i: float) -> str:
+def _cell_text(d: float, s: str, reason: str) -> str:
     if s == "no reference":
         return "n/a (no reference)"
     if s == "undefined":
-        what = " and ".join(n for n, v in (("mIoU", m), ("IDAUC", i)) if not np.isfinite(v)) or "D"
-        return f"undefined ({what} is NaN)"
-    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)",
-                          "not resolved": " (band not resolved)"}[s]
+        return f"undefined ({reason})"
+    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)", "not resolved": " (band not resolved)",
+                          "uninformative": " (band uninformative: reference not above random)"}[s]

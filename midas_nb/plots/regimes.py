@@ -28,14 +28,17 @@ def _d_table_check(table: pd.DataFrame, needed: Sequence[str]) -> None:
 
 def _group_status(g: pd.DataFrame) -> str:
     """One parity-band status for the rows of a plotted cell (``decoupling_D``'s ``status``
-    when present, else the point decision ``in_band``): any undefined → "undefined", all in
-    band → "in band", any outside → "outside band", else "not resolved"."""
+    when present, else the point decision ``in_band``): any undefined → "undefined", any
+    uninformative (reference not above random) → "uninformative", all in band → "in band", any
+    outside → "outside band", else "not resolved"."""
     if "status" in g.columns:
         st = set(g["status"].astype(str))
     else:
         st = {"undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
     if "undefined" in st or "no reference" in st:
         return "undefined"
+    if "uninformative" in st:
+        return "uninformative"
     if st == {"in band"}:
         return "in band"
     if "outside band" in st:
@@ -119,7 +122,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
         for i in range(len(ys)):
             for j in range(len(xs)):
-                if status[i, j] in ("not run", "undefined"):   # not in the grid / NaN values
+                if status[i, j] in ("not run", "undefined", "uninformative"):   # not in the grid / NaN / no band
                     ax.text(j, i, status[i, j], ha="center", va="center", fontsize=FONT["annot"] - 1,
                             color="0.55", style="italic")
                     continue

@@ -12,7 +12,7 @@ from ..metrics import decoupling_D
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
 
-Holds = bool | Literal["undefined", "not resolved"]
+Holds = bool | Literal["undefined", "not resolved", "uninformative"]
 
 
 #: RNG seed of every bootstrap interval of a report (a rerun is byte-identical)
@@ -22,11 +22,13 @@ BOOTSTRAP_SEED = 0
 # ---------------------------------------------------------------------------------------------
 # D with intervals and band status
 # ---------------------------------------------------------------------------------------------
-def _D(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000) -> pd.DataFrame:
+def _D(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000, reference: str = "reference"
+       ) -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
-    gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`."""
-    d = decoupling_D(rows, band=band, by=list(by), condition_cols=("condition",), n_boot=int(n_boot),
-                     ci_seed=BOOTSTRAP_SEED)
+    gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`; cells
+    are keyed by checkpoint too (``decoupling_D`` adds ``checkpoint_id``/``weights_digest``)."""
+    d = decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
+                     n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
     for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
         if c not in d.columns:
             d[c] = math.nan
@@ -114,6 +116,8 @@ def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
     ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}"
     if status in ("no reference", "undefined"):
         return "undefined", ev
+    if status == "uninformative":     # the band cannot speak about faithfulness parity here
+        return "uninformative", ev + f" — {r.get('band_reason', 'reference not above random')}"
     gain = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True)
     if status == "outside band":
         return False, ev + f" (ΔIDAUC < −{band:g})"
@@ -157,14 +161,22 @@ def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
 
 def _regime_finding(d: pd.DataFrame, L0: int, b0: float) -> tuple[Holds, str]:
     t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])]
+    n_uninf = int((t5["status"] == "uninformative").sum())
+    t5 = t5[t5["status"] != "uninformative"]        # D at a parity that says nothing: not counted
     strong = t5[(t5["depth"] <= L0) & (t5["budget"] <= b0 + 1e-9)]
     weak = t5[(t5["depth"] > L0) | (t5["budget"] > b0 + 1e-9)]
     if strong.empty or weak.empty:
-        return "undefined", (f"the regime sweep needs T5 cells with L ≤ {L0}, b ≤ {b0:.0%} and beyond; "
-                             f"have {len(strong)} and {len(weak)}")
+        why = (f"the regime sweep needs T5 cells with L ≤ {L0}, b ≤ {b0:.0%} and beyond; "
+               f"have {len(strong)} and {len(weak)}")
+        if n_uninf:
+            return "uninformative", why + (f" after leaving out {_n(n_uninf, 'cell', 'cells')} whose reference is "
+                                           "not above the random ranking (band uninformative)")
+        return "undefined", why
     ms, mw = float(strong["D_pp"].mean()), float(weak["D_pp"].mean())
     ev = (f"mean D(T5) {ms:+.2f} pp over {_n(len(strong), 'cell', 'cells')} with L ≤ {L0}, b ≤ {b0:.0%} vs "
           f"{mw:+.2f} pp over {_n(len(weak), 'deeper or looser cell', 'deeper or looser cells')}")
+    if n_uninf:
+        ev += f" ({_n(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
     holds: Holds = bool(ms > mw)
     lo_s, hi_w = strong["D_pp_lo"].mean(), weak["D_pp_hi"].mean()
     hi_s, lo_w = strong["D_pp_hi"].mean(), weak["D_pp_lo"].mean()
@@ -188,13 +200,19 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
         if r is None or str(r["status"]) in ("no reference", "undefined"):
             return "undefined", f"no D(T5) for {bb}"
         parts.append(f"{name}: D(T5) = {_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, {r['status']}")
-        if positive:
+        if r["status"] == "uninformative":
+            parts[-1] += f" ({r.get('band_reason', 'reference not above random')})"
+            sign = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False)
+            # a decided D < 0 reverses whatever the band says; anything else needs the band
+            verdicts.append(True if not positive and sign is True else "uninformative")
+        elif positive:
             verdicts.append(False if r["status"] == "outside band" else
                             _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True))
         else:  # reverses: D < 0, or the gain is lost outside the band
             verdicts.append(True if r["status"] == "outside band" else
                             _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False))
-    holds: Holds = ("not resolved" if "not resolved" in verdicts else all(v is True for v in verdicts))
+    holds: Holds = ("uninformative" if "uninformative" in verdicts else
+                    "not resolved" if "not resolved" in verdicts else all(v is True for v in verdicts))
     return holds, "; ".join(parts)
 
 
@@ -211,7 +229,9 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     otherwise):
 
     - ``t5_gain_in_band`` — D(T5) > 0 inside the parity band: ``False`` outside the band,
-      ``"not resolved"`` when the band status is not resolved or the interval of D contains 0;
+      ``"not resolved"`` when the band status is not resolved or the interval of D contains 0,
+      ``"uninformative"`` when the band is (the reference's IDAUC is not clearly above the random
+      ranking's, DESIGN.md §6: the band says nothing about faithfulness parity), with the reason;
     - ``t1_below_reference`` — D(T1) < 0 (the interval decides where there is one);
     - ``cosine_small`` — every hidden×attention-gradient rank cosine at ``L`` within
       ±0.082: ``True`` when every interval lies within, ``False`` when one lies entirely beyond,
@@ -219,9 +239,11 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
       ``dataset``, ``backbone``, ``depth``; ``"undefined"`` without it);
     - ``fades_deep_loose`` — the mean D(T5) over the regime cells with ``L ≤ L0``, ``b ≤ b0``
       exceeds the mean over the deeper or looser cells; ``"not resolved"`` when the two groups'
-      averaged intervals overlap; ``"undefined"`` without cells on both sides;
+      averaged intervals overlap; cells with an uninformative band are left out (``"uninformative"``
+      when that leaves one side empty; ``"undefined"`` without cells on both sides);
     - ``scale`` (one row per dataset, backbone = the backbones joined by ``+``) — D(T5) > 0 in
-      band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B, the two matched
+      band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B (``"uninformative"``
+      where a verdict needs an uninformative band), the two matched
       by their exact timm names (:data:`midas_nb.backbones.PAPER_BACKBONES`: a distilled or
       narrowed variant is not DeiT-Ti); ``"undefined"`` unless both are in the rows. The
       evidence names the backbones used.
@@ -238,7 +260,8 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     Returns:
         One row per (dataset, backbone, finding): ``dataset``, ``backbone``, ``depth``,
         ``budget``, ``finding`` (id), ``statement``, ``holds`` (``True`` / ``False`` /
-        ``"undefined"`` / ``"not resolved"``), ``evidence`` (a short string with the numbers).
+        ``"undefined"`` / ``"not resolved"`` / ``"uninformative"``), ``evidence`` (a short string
+        with the numbers). Only ``True`` counts as holding.
 
     Raises:
         ValueError: rows without ``dataset``, ``backbone``, ``condition``, ``depth``,
@@ -289,7 +312,8 @@ def _holds_value(v: Any) -> Holds:
 
 def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backbone: str | None = None) -> str:
     """One paragraph, computed from :func:`paper_findings` output: which of the paper's
-    findings hold on this run, which do not, which are not resolved and which are undefined
+    findings hold on this run, which do not, which are not resolved, which are uninformative and
+    which are undefined
     (for one dataset × backbone; the ``scale`` row of that dataset is included)."""
     f = findings
     if dataset is not None:
@@ -298,11 +322,13 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
         f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
     if f.empty:
         return "No finding could be evaluated."
-    groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are undefined": []}
+    groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are uninformative": [],
+                                    "are undefined": []}
     for _, r in f.iterrows():
         h = _holds_value(r["holds"])
         key = ("hold" if h is True else "do not hold" if h is False else
-               "are not resolved" if h == "not resolved" else "are undefined")
+               "are not resolved" if h == "not resolved" else
+               "are uninformative" if h == "uninformative" else "are undefined")
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
@@ -310,11 +336,14 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings "
             f"{'holds' if n['hold'] == 1 else 'hold'}, {n['do not hold']} "
             f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
-            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved and {n['are undefined']} "
+            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
+            + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
+               "reference is not above the random ranking)" if n["are uninformative"] else "")
+            + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
     singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
-                "are undefined": "is undefined"}
+                "are uninformative": "is uninformative", "are undefined": "is undefined"}
     for k, items in groups.items():
         if items:
             parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")

@@ -84,6 +84,24 @@ def _band(status: str) -> str:
     return {"in band": "in", "outside band": "outside", "reference": "—"}.get(status, status)
 
 
+def _reference_note(t: pd.DataFrame) -> str:
+    """The reference's faithfulness test behind the band column of a block (``band_reason``)."""
+    if "band_reason" not in t.columns:
+        return ""
+    rs = [str(r) for r, c in zip(t["band_reason"], t["condition"]) if c != "reference" and str(r)]
+    return f"Reference check: {rs[0]}.\n" if rs else ""
+
+
+def _random_map_note(t: pd.DataFrame) -> str:
+    """D against the random-map control per condition, where the run has that condition."""
+    if "D_vs_random_map_pp" not in t.columns or not t["D_vs_random_map_pp"].map(_is_num).any():
+        return ""
+    parts = [f"{c} {_ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
+             zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
+                 t["status_vs_random_map"]) if c not in ("random_map",) and _is_num(d)]
+    return "D vs random_map (pp): " + "; ".join(parts) + ".\n" if parts else ""
+
+
 def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
     body = []
     for _, r in tc.iterrows():
@@ -124,7 +142,9 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            f"({g.get('bootstrap', 'resamples not recorded')}): seeds × images for mIoU, IDAUC and "
            "accuracy (`aggregate_seeds`), paired per image for D and ΔIDAUC (`decoupling_D`). "
            "The parity-band column is the interval's verdict: \"in\" only when the whole ΔIDAUC interval "
-           "lies at or above −0.01, \"not resolved\" when it straddles −0.01. "
+           "lies at or above −0.01, \"not resolved\" when it straddles −0.01, \"uninformative\" when the reference's "
+           "IDAUC is not clearly above the random ranking's in that cell (paired interval of the difference reaching "
+           "0: the band then says nothing about faithfulness parity, and no finding counts it). "
            "D = mIoU − mIoU(reference) in percentage points, counted only inside the parity band "
            "ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (DESIGN.md §8).\n"]
     out.append("## Run\n")
@@ -153,6 +173,8 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                               "D (pp) [CI]", "ΔIDAUC [CI]", "parity band", "paper D (pp)¹", "paper ΔIDAUC¹"],
                              _three_rows(t)) + "\n")
         out.append("¹ DeiT-S/16 at L = 6, b = 25 % (DESIGN.md §8), shown only at that L and b.\n")
+        out.append(_reference_note(t))
+        out.append(_random_map_note(t))
     out.append("\n## Cosine probes (hidden- vs attention-gradient rank cosine)\n")
     pr = tables["cosine_probes"]
     if pr.empty:

@@ -208,13 +208,17 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
 
 
 _CELL = ["dataset", "backbone", "depth", "budget"]
+#: control conditions shown beside the profile's conditions where the rows have them: the random
+#: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
+_CHECK_CONDITIONS = ("random", "random_map")
 
 
 def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: the paper-shaped table
     (:func:`midas_nb.paper_table.paper_table`) with the intervals and the paper's numbers."""
     L0, b0, cell = int(prof["depth"]), float(prof["budget"]), _CELL
-    conds = list(prof["conditions"]) + (["random"] if (main["condition"] == "random").any() else [])
+    conds = list(prof["conditions"]) + [c for c in _CHECK_CONDITIONS if c not in prof["conditions"] and
+                                        (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
     tc = paper_table(proto, depth=L0, budget=b0, n_boot=n_boot)
     tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
@@ -222,11 +226,18 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
                           seed=BOOTSTRAP_SEED)
     agg = agg.rename(columns={"accuracy_mean": "accuracy"})
     d = _D(proto, cell, band, n_boot)
-    tc = tc.drop(columns=[c for c in ("n_seeds",) if c in tc.columns]).merge(
+    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
+              "delta_idauc_hi", "status", "band_reason", "reference_check"]
+    tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
         agg[cell + ["condition", "n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi",
                     "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
-        d[cell + ["condition", "D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"]],
-        on=cell + ["condition"], how="left")
+        d[cell + ["condition"] + d_cols], on=cell + ["condition"], how="left")
+    if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
+        dr = _D(proto, cell, band, n_boot, reference="random_map").rename(
+            columns={"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo",
+                     "D_pp_hi": "D_vs_random_map_pp_hi", "status": "status_vs_random_map"})
+        tc = tc.merge(dr[cell + ["condition", "D_vs_random_map_pp", "D_vs_random_map_pp_lo", "D_vs_random_map_pp_hi",
+                                 "status_vs_random_map"]], on=cell + ["condition"], how="left")
     # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
     # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
     # point (the header names the paper's setting), never at another (L, b)
@@ -246,8 +257,10 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
     tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
                       "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", "D_pp", "D_pp_lo",
-                      "D_pp_hi", "D_pp_std", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status",
-                      "paper_D_pp", "paper_delta_idauc", "paper_status"]
+                      "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
+                      "status", "band_reason", "reference_check", "D_vs_random_map_pp", "D_vs_random_map_pp_lo",
+                      "D_vs_random_map_pp_hi", "status_vs_random_map", "paper_D_pp", "paper_delta_idauc",
+                      "paper_status"]
     tc = tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
     return tc
 
@@ -256,13 +269,13 @@ def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_bo
     """D over the regime grid: the profile's backbone, every point with a reference."""
     cell = _CELL
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    reg_rows = rows[(rows["backbone"] == prof["backbone"]) & rows["condition"].isin(swept)]
+    reg_rows = rows[(rows["backbone"] == prof["backbone"]) & rows["condition"].isin(swept + ["random"])]
     reg_rows = reg_rows[reg_rows.groupby(cell)["condition"].transform(lambda s: (s == "reference").any())]
     rg_cols = cell + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                      "status", "n_seeds", "paper_expectation"]
+                      "status", "band_reason", "n_seeds", "paper_expectation"]
     if len(reg_rows):
-        rg = _D(reg_rows, cell, band, n_boot)
-        rg = rg[rg["condition"] != "reference"]
+        rg = _D(reg_rows, cell, band, n_boot)      # random rows only test the reference (band_reason)
+        rg = rg[~rg["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))]
         rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
                                    "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
                                    for L, b in zip(rg["depth"], rg["budget"])]
@@ -288,13 +301,13 @@ def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot:
     cell = _CELL
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
     scale_bbs = _scale_display(prof)
-    sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept)]
+    sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept + ["random"])]
     sc_rows = sc_rows[sc_rows.groupby(["dataset", "backbone"])["condition"].transform(lambda s: (s == "reference").any())]
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
-               "status", "n_seeds", "miou", "idauc", "paper"]
+               "status", "band_reason", "n_seeds", "miou", "idauc", "paper"]
     if len(sc_rows):
         sc = _D(sc_rows, cell, band, n_boot)
-        sc = sc[sc["condition"] != "reference"].copy()
+        sc = sc[~sc["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
         notes = []
         for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"]):   # exact timm names only
             if c == "T5" and bb == PAPER_BACKBONES[0]:
@@ -344,7 +357,7 @@ def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, prof: Mapping[str, Any
     L0, b0 = int(prof["depth"]), float(prof["budget"])
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
     scale_bbs = _scale_display(prof)
-    fnd_rows = rows[rows["condition"].isin(set(prof["conditions"]) | set(swept))]
+    fnd_rows = rows[rows["condition"].isin(set(prof["conditions"]) | set(swept) | {"random"})]
     fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == prof["backbone"]) |
                                   (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
                                    np.isclose(fnd_rows["budget"].astype(float), b0))],
@@ -399,7 +412,7 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
     out: list[dict[str, Any]] = []
     for ds in _order(rows["dataset"], _DATASET_ORDER):
         for bb in bbs:
-            g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept)]
+            g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
             if at.empty or not (at["condition"] == "reference").any():
@@ -418,9 +431,10 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
                         full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
                         str(_first(at["full_accuracy"])) != "" else np.nan)
             d = _D(at, _CELL, band, n_boot)
-            for r in d[d["condition"] != "reference"].itertuples():
+            for r in d[~d["condition"].isin(["reference", "random"])].itertuples():
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
-                                verdict=r.status, evidence=f"ΔIDAUC {_ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"))
+                                verdict=r.status, evidence=f"ΔIDAUC {_ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"
+                                + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
             pr = None
             if probes is not None and len(probes):
                 pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
@@ -460,7 +474,8 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
     out = {}
     for n in TABLES:
         df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
-        for c in ("dataset", "backbone", "setting", "value", "condition", "status", "seeds", "paper_status",
+        for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
+                  "D_pp_by_seed", "status_vs_random_map", "seeds", "paper_status",
                   "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
                   "missing", "kind", "item", "verdict"):
             if c in df.columns:

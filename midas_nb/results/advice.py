@@ -6,7 +6,7 @@ from typing import Any, Literal, Sequence
 
 import pandas as pd
 
-from ..metrics import decoupling_D
+from ..metrics import CHECKPOINT_COLUMNS, decoupling_D
 from .aggregate import aggregate_seeds
 from .table import _NaN
 
@@ -83,6 +83,7 @@ def recommend_deployment(
     missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
     if missing:
         raise ValueError(f"recommend_deployment: table is missing column(s) {missing}")
+    table, by = _by_checkpoint(table, by)
     has_ref = bool((table["condition"] == reference).any())
     if has_ref:
         agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit, n_boot=n_boot)
@@ -118,6 +119,8 @@ def recommend_deployment(
                 if pick.get("status") == "not resolved":
                     unresolved = (f"; band NOT RESOLVED: ΔIDAUC 95 % CI [{pick['delta_idauc_lo']:+.3f}, "
                                   f"{pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
+                elif pick.get("status") == "uninformative":
+                    unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
                 why = (f"highest D among conditions at parity by the mean ΔIDAUC: D={pick['D_pp']:+.2f} pp"
                        f"{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
                        f"mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}")
@@ -156,6 +159,16 @@ def recommend_deployment(
     cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
+
+
+def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Never pick across checkpoints: ``by`` plus the checkpoint columns present (a missing
+    digest becomes "", as :func:`decoupling_D` writes it)."""
+    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    if "weights_digest" in by:
+        table = table.assign(weights_digest=table["weights_digest"].astype(object)
+                             .where(table["weights_digest"].notna(), "").astype(str))
+    return table, by
 
 
 _EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "in_band",

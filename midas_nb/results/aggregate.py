@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import _per_image, hierarchical_bootstrap
+from ..metrics import _per_image, CHECKPOINT_COLUMNS, hierarchical_bootstrap
 from .table import _CI_METRICS, _PER_IMAGE_IDS, ID_COLUMNS, METRIC_COLUMNS
 
 
@@ -27,7 +27,8 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
 
     Args:
         table: results rows.
-        by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``.
+        by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``. The
+            checkpoint columns (``checkpoint_id``, ``weights_digest``) present are always added.
         metrics: metric columns to aggregate (those present are used).
         n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
 
@@ -42,6 +43,8 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     missing = [c for c in by if c not in table.columns]
     if missing:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
+    # seeds of two checkpoints (or of one checkpoint id with other weights) are never averaged
+    by += [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
     metrics = [m for m in metrics if m in table.columns]
     src = table.reset_index(drop=True)
     g = src.assign(_row=np.arange(len(src))).groupby(by, dropna=False, sort=False)
