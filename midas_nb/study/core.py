@@ -10,6 +10,7 @@ from .. import config
 from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus
 from .base import _key_hash, StudyBase
+from .control import decoupling_with_controls
 from .grid import make_grid
 from .runner import ProtocolCellRunner, scale_readout
 
@@ -58,6 +59,16 @@ class Study(StudyBase):
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
         return table
+
+    def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        """``D`` against the reference with ``D`` against each control beside it
+        (:func:`midas_nb.study.control.decoupling_with_controls`; columns ``D_pp_vs_random_map``,
+        ``status_vs_random_map``, ...). ``controls``: default ``["random_map"]`` when the table
+        has it, else none; ``n_boot`` defaults to the profile's ``bootstrap``."""
+        if controls is None:
+            controls = ["random_map"] if (table["condition"] == "random_map").any() else []
+        kwargs.setdefault("n_boot", int(self.params["bootstrap"]))
+        return decoupling_with_controls(table, controls, **kwargs)
 
     # --------------------------------------------------------------------------- sweeps
     def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
