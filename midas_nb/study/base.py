@@ -153,7 +153,14 @@ class StudyBase:
         if line:
             raise config.ProfileError([line])
         self.device = torch.device(self.params["device"])
-        if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
+        self.own_threads()
+
+    def own_threads(self) -> None:
+        """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
+        study owns its notebook's kernel). Called again before the checkpoint key is computed and
+        the backbone loaded, since another Study of the process may have changed the count and
+        the CPU thread count is part of the checkpoint's identity (issue 27)."""
+        if self.params.get("torch_threads"):
             torch.set_num_threads(int(self.params["torch_threads"]))
 
     def __repr__(self) -> str:
@@ -208,11 +215,23 @@ class StudyBase:
 
     def checkpoint_key(self) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
-        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics)."""
+        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics —
+        the study's ``torch_threads`` applied first)."""
+        self.own_threads()
         return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, **self._finetune_args())
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The id of the study's fine-tuned checkpoint: the loaded backbone's once it is loaded,
+        else the one loading it now would give (:meth:`checkpoint_key`). Result-store cells are
+        keyed by it (:func:`midas_nb.study.checkpoint_spec_id`)."""
+        if "_backbone" in self.__dict__:
+            return str(self.meta["checkpoint_id"])
+        return self.checkpoint_key()[0]
 
     @cached_property
     def _backbone(self):
+        self.own_threads()
         return load_or_finetune(self.params["backbone"], self.train_set, self.test_set,
                                 progress=self.progress, **self._finetune_args())
 
