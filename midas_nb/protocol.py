@@ -285,7 +285,8 @@ def run_protocol(
         ``df.attrs`` holds ``params``, ``full_accuracy``, ``throughput_full``.
 
     Raises:
-        ValueError: unknown conditions, empty seeds, bad depth or budget.
+        ValueError: unknown conditions, empty seeds, bad depth or budget, a test image without a
+            label (``-1``).
     """
     params = protocol_params(relaxation=relaxation, lam=lam, temperature=temperature, epochs=epochs,
                              batch_size=batch_size, lr=lr, idauc_steps=idauc_steps,
@@ -421,6 +422,10 @@ def _evaluation_split(run: _Run, test_set) -> _EvalSplit:
                         key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
                         cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
     n_eval = len(cache)
+    unlabelled = int((cache.labels < 0).sum())
+    if unlabelled:  # accuracy against label -1 would be 0 for every condition, stored as a result
+        raise ValueError(f"the test split has {unlabelled} of {n_eval} evaluated images without a label (-1); the "
+                         "protocol's accuracies need labels (Stanford Cars: cars_test_annos_withlabels.mat)")
     fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
     full_pred = cache.logits.argmax(-1)
     full_correct = (full_pred == cache.labels).float()

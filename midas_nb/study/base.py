@@ -23,7 +23,8 @@ from ..related.last import pib_table
 from ..targets import target_cache
 from ..vit import grid_size, keep_count
 
-__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "TRAIN_SPLIT"]
+__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "unlabelled_test_message",
+           "TRAIN_SPLIT"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
@@ -102,11 +103,17 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
         except (DatasetError, ValueError, OSError) as e:
             problems.append(f"data root {str(root)!r} does not have the {dataset} layout ({split} split): {e}")
             continue
-        if dataset == "cars" and not getattr(ds, "has_labels", True):
-            problems.append(f"data root {str(root)!r} (cars): {ds.annotation_file} has no class field; the test "
-                            f"accuracies need the labelled test file cars_test_annos_withlabels.mat in "
-                            f"{getattr(ds, 'devkit', root)}")
+        if not getattr(ds, "has_labels", True):
+            problems.append(unlabelled_test_message(dataset, root, ds))
     return problems
+
+
+def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
+    """One line for a test split without labels (Stanford Cars' ``cars_test_annos.mat``): what
+    is missing and where to put it."""
+    return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
+            f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
+            f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
 
 
 #: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
@@ -187,15 +194,25 @@ class StudyBase:
         return backbone_kwargs(self.params, self.params["backbone"])
 
     def dataset(self, split: str, train: bool = False):
-        """The ``split`` of the study's dataset with the backbone's normalisation."""
+        """The ``split`` of the study's dataset with the backbone's normalisation.
+
+        Raises:
+            midas_nb.data.DatasetError: a split without labels (Stanford Cars without
+                ``cars_test_annos_withlabels.mat``; :func:`unlabelled_test_message`).
+        """
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         extra = {}
         if self.params.get("max_images_per_class") is not None:
             extra["max_images_per_class"] = int(self.params["max_images_per_class"])
-        return load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
-                            patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
+        ds = load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
+                          patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
+        if not getattr(ds, "has_labels", True):
+            # Stanford Cars without cars_test_annos_withlabels.mat: every accuracy would be 0 and
+            # stored as done (issue 27); refused here, before anything is trained or stored
+            raise DatasetError(unlabelled_test_message(self.loader_name, self.data_root, ds))
+        return ds
 
     @cached_property
     def train_set(self):
