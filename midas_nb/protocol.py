@@ -10,6 +10,14 @@ condition and seed, prunes at ``(L, b)`` and evaluates on the test split:
   the train split come from :func:`midas_nb.targets.target_cache` with ``class_rule="label"``);
 - ``random`` — a seeded random ranking (:class:`~midas_nb.scorers.RandomScorer`), the lower
   bound;
+- ``random_map`` — the control for the training signal: the same MLP, loss and ``λ`` as
+  ``supervised(Tk)``, distilling the seeded ``random`` target (:mod:`midas_nb.targets.maps`:
+  fixed uniform values per training image, the same for every scorer seed) instead of ``Tk``.
+  Under the ``st`` relaxation ``L_cls`` reaches only the kept tokens while ``L_ga`` gives every
+  token a gradient (DESIGN.md §5), so ``supervised(Tk) − unsupervised`` mixes the target's
+  content with merely having a full-ranking signal; ``D`` of ``Tk`` against ``random_map``
+  (``decoupling_D(table, reference="random_map")``) keeps the content only. Its rows have
+  ``target = "random"`` and ``lambda_ga = λ`` (:data:`CONTROL_TARGETS`);
 - scorer families that are conditions of their own (``cropr``, ``iared``;
   :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.related`) — built by name,
   trained with their own objective (:meth:`~midas_nb.scorers.TokenScorer.training_loss`) on the
@@ -67,11 +75,16 @@ from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
 from .vit import fused_attention, grid_size, keep_count
 
-__all__ = ["measure_speed", "speed_scorers", "SPEED_ROUNDS", "BASE_CONDITIONS", "SEEDLESS_CONDITIONS", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
+__all__ = ["measure_speed", "speed_scorers", "SPEED_ROUNDS", "BASE_CONDITIONS", "CONTROL_TARGETS",
+           "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
 
 #: conditions that are not a supervision target id
-BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random")
+BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random", "random_map")
+
+#: control conditions that distil a registered target under a name of their own (module
+#: docstring): ``random_map`` = supervised(``random``), the full-ranking signal without content
+CONTROL_TARGETS: dict[str, str] = {"random_map": "random"}
 
 #: conditions without trainable parameters whose ranking does not depend on the seed (the T0
 #: scorer): :func:`run_protocol` evaluates them once and repeats the row for every seed, and
@@ -102,11 +115,26 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
 
 
 def list_conditions() -> list[str]:
-    """Every valid condition: ``reference``, ``unsupervised``, ``random``, the target ids
-    (``supervised(Tk)``) and the scorer families of :func:`midas_nb.scorers.list_scorer_conditions`."""
+    """Every valid condition: ``reference``, ``unsupervised``, ``random``, ``random_map``, the
+    target ids (``supervised(Tk)``) and the scorer families of
+    :func:`midas_nb.scorers.list_scorer_conditions`."""
     targets = [t for t in list_targets() if t not in BASE_CONDITIONS]
     families = [f for f in list_scorer_conditions() if f not in BASE_CONDITIONS and f not in targets]
     return list(BASE_CONDITIONS) + targets + families
+
+
+def condition_target(condition: str) -> str:
+    """The target id a condition's rows carry in ``target``: ``"T0"`` for ``reference``, ``""``
+    for the conditions without a distillation target (``unsupervised``, ``random``, scorer
+    families), :data:`CONTROL_TARGETS` for the controls, the condition itself for
+    ``supervised(Tk)``."""
+    if condition == "reference":
+        return "T0"
+    if condition in CONTROL_TARGETS:
+        return CONTROL_TARGETS[condition]
+    if condition in BASE_CONDITIONS or condition in set(list_scorer_conditions()):
+        return ""
+    return condition
 
 
 def protocol_params(**overrides: Any) -> dict[str, Any]:
@@ -217,7 +245,7 @@ def run_protocol(
         depth: ``L ∈ 1..len(blocks)-1``.
         budget: ``b ∈ (0,1]``.
         conditions: names from :func:`list_conditions` (``reference``, ``unsupervised``,
-            ``random``, target ids such as ``T1``..``T5`` for ``supervised(Tk)``, scorer
+            ``random``, ``random_map``, target ids such as ``T1``..``T5`` for ``supervised(Tk)``, scorer
             families such as ``cropr``, ``iared``).
         seeds: training seeds; every condition gets one row per seed (module docstring).
         dataset_name, backbone_name, checkpoint_id: identity columns of the rows and parts of
@@ -260,7 +288,8 @@ def run_protocol(
         ``df.attrs`` holds ``params``, ``full_accuracy``, ``throughput_full``.
 
     Raises:
-        ValueError: unknown conditions, empty seeds, bad depth or budget.
+        ValueError: unknown conditions, empty seeds, bad depth or budget, a test image without a
+            label (``-1``).
     """
     params = protocol_params(relaxation=relaxation, lam=lam, temperature=temperature, epochs=epochs,
                              batch_size=batch_size, lr=lr, idauc_steps=idauc_steps,
@@ -333,8 +362,8 @@ class _Run:
 def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
                       ) -> tuple[list[str], list[int], dict[str, list[str]]]:
     """``(conditions without repeats, seeds, groups)``; ``groups``: ``families`` (scorer
-    families with their own objective), ``supervised`` (target ids), ``trainable`` (both, plus
-    ``unsupervised``).
+    families with their own objective), ``supervised`` (the conditions that distil a target: the
+    target ids and :data:`CONTROL_TARGETS`), ``trainable`` (both, plus ``unsupervised``).
 
     Raises:
         ValueError: unknown or no conditions, no seeds.
@@ -348,23 +377,26 @@ def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
         raise ValueError("seeds must hold at least one seed")
     conditions = list(dict.fromkeys(conditions))
     families = [c for c in conditions if c in set(list_scorer_conditions())]
-    supervised = [c for c in conditions if c not in BASE_CONDITIONS and c not in families]
+    supervised = [c for c in conditions
+                  if (c not in BASE_CONDITIONS or c in CONTROL_TARGETS) and c not in families]
     trainable = [c for c in conditions if c == "unsupervised" or c in supervised or c in families]
     return conditions, seeds, dict(families=families, supervised=supervised, trainable=trainable)
 
 
 def _supervision_targets(run: _Run, train_set, supervised: list[str], prefetch: Sequence[str]) -> dict[str, Tensor]:
     """The train-split maps ``[n,N]`` of the supervised conditions' targets (label class rule),
-    from the target cache; ``prefetch`` targets are computed in the same pass."""
+    by condition (:func:`condition_target`), from the target cache; ``prefetch`` targets are
+    computed in the same pass."""
     if not supervised:
         return {}
     known = set(list_targets())
-    extra = [t for t in dict.fromkeys(prefetch) if t in known and t not in supervised]
+    ids = list(dict.fromkeys(condition_target(c) for c in supervised))
+    extra = [t for t in dict.fromkeys(prefetch) if t in known and t not in ids]
     with frozen(run.backbone):
-        targets = target_cache(run.backbone, train_set, ids=supervised + extra, depth=run.depth, class_rule="label",
+        targets = target_cache(run.backbone, train_set, ids=ids + extra, depth=run.depth, class_rule="label",
                                key=dict(run.ident, split="train", n=len(train_set)), cache_dir=run.cache_dir,
                                batch_size=run.ebs, device=run.device, progress=run.progress)
-    return {k: targets[k] for k in supervised}
+    return {c: targets[condition_target(c)] for c in supervised}
 
 
 @dataclass
@@ -393,6 +425,10 @@ def _evaluation_split(run: _Run, test_set) -> _EvalSplit:
                         key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
                         cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
     n_eval = len(cache)
+    unlabelled = int((cache.labels < 0).sum())
+    if unlabelled:  # accuracy against label -1 would be 0 for every condition, stored as a result
+        raise ValueError(f"the test split has {unlabelled} of {n_eval} evaluated images without a label (-1); the "
+                         "protocol's accuracies need labels (Stanford Cars: cars_test_annos_withlabels.mat)")
     fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
     full_pred = cache.logits.argmax(-1)
     full_correct = (full_pred == cache.labels).float()
@@ -520,7 +556,7 @@ def _condition_scorer(run: _Run, cond: str, seed: int, train_cache: BlockCache |
             run.backbone, train_cache, key=dict(run.ident, condition=cond, target=""), targets=None,
             scorer=cond, scorer_kwargs=dict(num_classes=n_classes), **common)
         return _Trained(scorer, cond, "", "", _train_info(result, loaded))
-    target_id = "" if cond == "unsupervised" else cond
+    target_id = condition_target(cond)     # "" (unsupervised), Tk, or a control's target
     scorer, result, loaded = load_or_train_scorer(
         run.backbone, train_cache, key=dict(run.ident, condition=cond, target=target_id),
         targets=targets.get(cond), mlp_hidden=p["mlp_hidden"], relaxation=p["relaxation"], lam=p["lam"],

@@ -23,7 +23,8 @@ from ..related.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
 from ..vit import grid_size, keep_count
 
-__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "TRAIN_SPLIT"]
+__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "unlabelled_test_message",
+           "TRAIN_SPLIT"]
 
 _DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
 
@@ -102,11 +103,17 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
         except (DatasetError, ValueError, OSError) as e:
             problems.append(f"data root {str(root)!r} does not have the {dataset} layout ({split} split): {e}")
             continue
-        if dataset == "cars" and not getattr(ds, "has_labels", True):
-            problems.append(f"data root {str(root)!r} (cars): {ds.annotation_file} has no class field; the test "
-                            f"accuracies need the labelled test file cars_test_annos_withlabels.mat in "
-                            f"{getattr(ds, 'devkit', root)}")
+        if not getattr(ds, "has_labels", True):
+            problems.append(unlabelled_test_message(dataset, root, ds))
     return problems
+
+
+def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
+    """One line for a test split without labels (Stanford Cars' ``cars_test_annos.mat``): what
+    is missing and where to put it."""
+    return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
+            f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
+            f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
 
 
 #: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
@@ -153,7 +160,14 @@ class StudyBase:
         if line:
             raise config.ProfileError([line])
         self.device = torch.device(self.params["device"])
-        if self.params.get("torch_threads"):  # process-wide: the study owns its notebook's kernel
+        self.own_threads()
+
+    def own_threads(self) -> None:
+        """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
+        study owns its notebook's kernel). Called again before the checkpoint key is computed and
+        the backbone loaded, since another Study of the process may have changed the count and
+        the CPU thread count is part of the checkpoint's identity (issue 27)."""
+        if self.params.get("torch_threads"):
             torch.set_num_threads(int(self.params["torch_threads"]))
 
     def __repr__(self) -> str:
@@ -180,15 +194,25 @@ class StudyBase:
         return backbone_kwargs(self.params, self.params["backbone"])
 
     def dataset(self, split: str, train: bool = False):
-        """The ``split`` of the study's dataset with the backbone's normalisation."""
+        """The ``split`` of the study's dataset with the backbone's normalisation.
+
+        Raises:
+            midas_nb.data.DatasetError: a split without labels (Stanford Cars without
+                ``cars_test_annos_withlabels.mat``; :func:`unlabelled_test_message`).
+        """
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         extra = {}
         if self.params.get("max_images_per_class") is not None:
             extra["max_images_per_class"] = int(self.params["max_images_per_class"])
-        return load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
-                            patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
+        ds = load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
+                          patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
+        if not getattr(ds, "has_labels", True):
+            # Stanford Cars without cars_test_annos_withlabels.mat: every accuracy would be 0 and
+            # stored as done (issue 27); refused here, before anything is trained or stored
+            raise DatasetError(unlabelled_test_message(self.loader_name, self.data_root, ds))
+        return ds
 
     @cached_property
     def train_set(self):
@@ -208,11 +232,23 @@ class StudyBase:
 
     def checkpoint_key(self) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
-        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics)."""
+        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics —
+        the study's ``torch_threads`` applied first)."""
+        self.own_threads()
         return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, **self._finetune_args())
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The id of the study's fine-tuned checkpoint: the loaded backbone's once it is loaded,
+        else the one loading it now would give (:meth:`checkpoint_key`). Result-store cells are
+        keyed by it (:func:`midas_nb.study.checkpoint_spec_id`)."""
+        if "_backbone" in self.__dict__:
+            return str(self.meta["checkpoint_id"])
+        return self.checkpoint_key()[0]
 
     @cached_property
     def _backbone(self):
+        self.own_threads()
         return load_or_finetune(self.params["backbone"], self.train_set, self.test_set,
                                 progress=self.progress, **self._finetune_args())
 

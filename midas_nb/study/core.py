@@ -10,10 +10,25 @@ from .. import config
 from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus
 from .base import _key_hash, StudyBase
+from .control import decoupling_with_controls
 from .grid import make_grid
 from .runner import ProtocolCellRunner, scale_readout
 
 __all__ = ["Study"]
+
+
+def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
+    """Refuse a table whose rows come from more than one checkpoint (``checkpoint_id`` or
+    ``weights_digest``): D and every comparison assume one frozen backbone.
+
+    Raises:
+        RuntimeError: the ids found, and what to do.
+    """
+    for col in ("checkpoint_id", "weights_digest"):
+        if col in table.columns and table[col].dropna().nunique() > 1:
+            found = sorted(table[col].dropna().astype(str).unique())
+            raise RuntimeError(f"{what}: the rows come from {len(found)} checkpoints ({col} {found}); one table "
+                               "compares scorers on one frozen backbone — rebuild the cells with one profile")
 
 
 class Study(StudyBase):
@@ -40,24 +55,39 @@ class Study(StudyBase):
             RuntimeError: a cell failed (its error is in the message; the store keeps it).
         """
         p = self.params
+        self.own_threads()
         depth = int(p["depth"] if depth is None else depth)
         budget = float(p["budget"] if budget is None else budget)
         conditions = list(p["conditions"] if conditions is None else conditions)
         seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
         point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        # the cells name this study's checkpoint (training numerics included): a row computed
+        # with another checkpoint (e.g. another torch_threads) is another cell, never reused
         cells = make_grid(point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
-                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs))
+                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
+                          checkpoint_ids={(p["dataset"], p["backbone"]): self.checkpoint_id})
         store = ResultStore(name=p["profile"])
         status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
         table = store.results(cells)
         table.attrs.clear()
+        _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
         # the cells' keys hold the data content, settings and result format (no data path)
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
         return table
+
+    def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
+        """``D`` against the reference with ``D`` against each control beside it
+        (:func:`midas_nb.study.control.decoupling_with_controls`; columns ``D_pp_vs_random_map``,
+        ``status_vs_random_map``, ...). ``controls``: default ``["random_map"]`` when the table
+        has it, else none; ``n_boot`` defaults to the profile's ``bootstrap``."""
+        if controls is None:
+            controls = ["random_map"] if (table["condition"] == "random_map").any() else []
+        kwargs.setdefault("n_boot", int(self.params["bootstrap"]))
+        return decoupling_with_controls(table, controls, **kwargs)
 
     # --------------------------------------------------------------------------- sweeps
     def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,

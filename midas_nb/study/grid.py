@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 from torch.utils.data import Subset
 
 from ..config import get_profile, grid_datasets
-from ..identity import dataset_identity, hash_json
+from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
 from ..sweeps import SweepCell
 from .cache import _dataset_label, _study
@@ -34,23 +34,26 @@ _KEYED_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature")
 
 
 def _spec_of(study: Any) -> str:
-    """``"spec-"`` + the hash of a study's checkpoint key without the training numerics."""
-    _, key = study.checkpoint_key()
-    return "spec-" + hash_json({k: v for k, v in key.items() if k != "numerics"}, 12)
+    """The checkpoint id a study's cells are keyed by (:attr:`StudyBase.checkpoint_id`)."""
+    return study.checkpoint_id
 
 
 def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``, by content.
 
-    ``"spec-"`` + the hash of :func:`midas_nb.backbones.checkpoint_key` (model, initial
-    weights, recipe, and the content of both splits: image bytes, labels, split, transform —
-    :func:`midas_nb.identity.dataset_identity`) without the training numerics (precision,
-    thread count), so the id is the same on a login node and on the worker that trains. Nothing
-    is trained; the datasets' annotations are parsed and their image files hashed (memoised per
-    process). Moving the data keeps the id; replacing an image or a label changes it; part
-    keypoints do not enter it (training never reads them; they enter the cell's ``data_id``).
-    The real checkpoint id and the weights digest are stored in every result row
-    (``checkpoint_id``, ``weights_digest``).
+    The checkpoint id itself (:func:`midas_nb.backbones.checkpoint_key`: model, initial
+    weights, recipe, the content of both splits — image bytes, labels, split, transform,
+    :func:`midas_nb.identity.dataset_identity` — and the training numerics: precision, attention
+    kernel, CPU thread count), so a cell names the checkpoint its rows are computed with and a
+    row is never reused for another checkpoint (issue 27: the spec id without the numerics let
+    ``torch_threads=2`` reuse the reference row of the 1-thread checkpoint beside a T5 row of a
+    new 2-thread fine-tune). A worker that would fine-tune other bits (another thread count)
+    refuses the cell instead of filing its rows under it; set ``torch_threads`` in the profile to
+    make a login node and its workers agree. Nothing is trained; the datasets' annotations are
+    parsed and their image files hashed (memoised per process). Moving the data keeps the id;
+    replacing an image or a label changes it; part keypoints do not enter it (training never
+    reads them; they enter the cell's ``data_id``). The checkpoint id and the weights digest
+    are also stored in every result row (``checkpoint_id``, ``weights_digest``).
 
     Raises:
         ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
@@ -177,9 +180,9 @@ def make_grid(
         profile: a profile name or dict (:func:`midas_nb.config.get_profile`).
         kind: grid shape (above).
         datasets, backbones, conditions, seeds: override the profile's lists.
-        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: content-based, nothing
-            is trained), ``"resolve"`` (:func:`resolve_checkpoint_ids`: the real ids) or an
-            explicit ``{(dataset, backbone): checkpoint_id}``.
+        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: the checkpoint ids by
+            content and numerics, nothing is trained; ``"resolve"``, :func:`resolve_checkpoint_ids`,
+            gives the same ids) or an explicit ``{(dataset, backbone): checkpoint_id}``.
         data_ids: explicit ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`
             (the evaluated split's content). With explicit ``checkpoint_ids`` and ``data_ids``
             no dataset is read.

@@ -76,9 +76,10 @@ class ProtocolCellRunner:
         # the grid must describe the data and recipe this process sees: a cell keyed by other
         # data (edited keypoints, replaced images) or another recipe is never filled with rows
         # computed from the current ones
-        if cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != _spec_of(study):
-            raise ValueError(f"cell {cell.label} was keyed by checkpoint spec {cell.checkpoint_id!r} but the "
-                             f"data and recipe now give {_spec_of(study)!r}; rebuild the grid")
+        if cell.checkpoint_id and cell.checkpoint_id != _spec_of(study):
+            raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the data, "
+                             f"recipe and training numerics (precision, CPU threads) here give "
+                             f"{_spec_of(study)!r}; rebuild the grid")
         settings = dict(_protocol_params(self.profile), **cell.params)
         if cell.data_id and cell.data_id != _eval_identity(study, settings):
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
@@ -86,7 +87,7 @@ class ProtocolCellRunner:
                              "labels, keypoints or boxes changed); rebuild the grid")
         model, meta = study.model, study.meta
         ckpt = str(meta.get("checkpoint_id", ""))
-        if cell.checkpoint_id and not cell.checkpoint_id.startswith("spec-") and cell.checkpoint_id != ckpt:
+        if cell.checkpoint_id and cell.checkpoint_id != ckpt:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the "
                              f"profile now yields checkpoint {ckpt!r}; rebuild the grid")
         for k in _DATA_PARAMS:

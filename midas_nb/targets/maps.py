@@ -217,12 +217,15 @@ def _image_seed(seed: int, index: int) -> int:
     return x % (1 << 63)
 
 
-@register_target("random", TargetInfo('random ranking (lower bound)', '—',
-                 'seeded uniform', '—',
-                 'u_j ~ U(0, 1)', 'related'))
+@register_target("random", TargetInfo('random map (lower bound; the random_map control distils it)', '—',
+                 'seeded uniform, fixed per image', '—',
+                 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
 def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
                   seed: int | None = None) -> Tensor:
     """Seeded uniform values in ``[0, 1)`` (the random-ranking lower bound) → ``[B,N]``.
+
+    As a supervision target it is the protocol's ``random_map`` control
+    (:mod:`midas_nb.protocol`): a full ranking of every token without any content.
 
     Image ``i`` draws from its own CPU generator seeded from ``(seed, index_i)``: ``seed`` is the
     keyword, else ``capture.extras["seed"]``, else :data:`DEFAULT_RANDOM_SEED`; ``index_i`` is

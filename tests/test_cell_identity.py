@@ -1,0 +1,44 @@
+"""A result-store cell names the checkpoint its rows were computed with (issue 27): studies that
+differ only in ``torch_threads`` (part of the checkpoint identity) never share a protocol table."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from midas_nb.data import make_synthetic_cub
+
+
+@pytest.mark.slow
+def test_two_studies_differing_in_torch_threads_never_mix_checkpoints_in_one_table(tmp_path, monkeypatch):
+    from midas_nb.study import ProtocolCellRunner, Study
+    from midas_nb.sweeps import SweepCell
+
+    monkeypatch.setenv("MIDAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    root = make_synthetic_cub(tmp_path / "data", num_classes=4, images_per_class=6, image_size=96)
+    settings = dict(data_root=str(root), dataset="cub", max_eval_images=6, bootstrap=20, idauc_steps=2,
+                    finetune=dict(epochs=2, batch_size=32, lr=2e-3, warmup_epochs=0),
+                    scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=2))
+    n = torch.get_num_threads()
+    try:
+        one = Study("smoke", progress=False, torch_threads=1, **settings)
+        ref_one = one.protocol(conditions=["reference"])
+        two = Study("smoke", progress=False, torch_threads=2, **settings)
+        table = two.protocol(conditions=["reference", "T5"])
+        # the 2-thread study fine-tuned its own checkpoint; every row of its table comes from it
+        assert two.meta["checkpoint_id"] != one.meta["checkpoint_id"]
+        assert set(table["checkpoint_id"]) == {two.meta["checkpoint_id"]}
+        assert table["weights_digest"].nunique() == 1
+        assert not set(table["cell_key"]) & set(ref_one["cell_key"])   # the 1-thread row was not reused
+        # back in the 1-thread study (the other study changed the process's threads meanwhile):
+        # its own reference row again, and T5 trained on its own checkpoint
+        again = one.protocol(conditions=["reference", "T5"])
+        assert set(again["checkpoint_id"]) == {one.meta["checkpoint_id"]}
+        assert set(ref_one["cell_key"]) <= set(again["cell_key"])
+        # a cell keyed by another checkpoint is refused, not filled with this one's rows
+        cell = SweepCell("cub", two.params["backbone"], 2, 0.25, "T5", 0, checkpoint_id=one.meta["checkpoint_id"],
+                         params={})
+        with pytest.raises(ValueError, match="keyed by checkpoint .*rebuild the grid"):
+            ProtocolCellRunner(two.params, study=two)(cell)
+    finally:
+        torch.set_num_threads(n)
