@@ -64,7 +64,7 @@ from tqdm.auto import tqdm
 
 from .data import collate_samples
 from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      measure_throughputs, part_miou, point_in_box)
+                      measure_speed, part_miou, point_in_box, speed_scorers)
 
 from .pruning import check_depth, prune_tokens, pruned_forward
 from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
@@ -75,7 +75,7 @@ from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
 from .vit import fused_attention, grid_size, keep_count
 
-__all__ = ["measure_speed", "speed_scorers", "SPEED_ROUNDS", "BASE_CONDITIONS", "CONTROL_TARGETS",
+__all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
 
@@ -458,49 +458,6 @@ class _Speed:
 #: architecture, L and b, not on the scorer's weights, so the cells of one (backbone, L, b) share
 #: one measurement instead of timing the same computation once per cell
 _SPEED_MEMO: dict[tuple, dict[str, float]] = {}
-
-#: interleaved rounds of every throughput measurement (metrics.measure_throughputs)
-SPEED_ROUNDS = 3
-
-
-def measure_speed(backbone: nn.Module, images: Tensor, depth: int, budget: float,
-                  scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS
-                  ) -> dict[str, float]:
-    """Throughput (images/s) of the full model (``"full"``) and of the pruned forward with each
-    scorer, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
-    so that every speed-up is a ratio of two numbers taken under the same load.
-
-    Args:
-        backbone: the frozen ViT (its attention setting is left as the caller set it).
-        images: ``[B,3,H,W]`` on the measuring device.
-        depth, budget: ``L`` and ``b`` of the pruned forward.
-        scorers: ``{kind: scorer}``; the weights do not matter, only the architecture.
-        repeats, rounds: timed calls per round, interleaved rounds.
-
-    Returns:
-        ``{"full": …, kind: …}`` in images/s.
-    """
-    fns = {"full": backbone}
-    fns.update({k: (lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits)
-                for k, s in scorers.items()})
-    return measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
-
-
-def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,
-                  device: torch.device | str) -> dict[str, TokenScorer]:
-    """One scorer per kind (``reference``, ``random``, ``mlp`` or a scorer family) for timing."""
-    out: dict[str, TokenScorer] = {}
-    for k in kinds:
-        try:
-            s = (ReferenceScorer() if k == "reference" else RandomScorer(0) if k == "random"
-                 else MLPScorer(dim, mlp_hidden) if k == "mlp" else build_scorer(k, dim, num_classes=num_classes))
-        except ValueError:
-            if k in ("reference", "random", "mlp"):
-                raise
-            continue        # a family that cannot be built at this width has no rows to time either
-        out[k] = s.to(device).eval()
-    return out
-
 
 def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: list[str]) -> _Speed:
     p = run.params

@@ -174,10 +174,11 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     """The pruned forward's cost depends on the architecture, L, b and the scorer kind, not on the
     scorer's weights: every call at one (backbone, L, b) shares one interleaved measurement of the
     full model and of every scorer kind, so rows of separate calls compare."""
+    import midas_nb.metrics.speed as speed
     import midas_nb.protocol as proto
     calls = []
-    real = proto.measure_throughputs
-    monkeypatch.setattr(proto, "measure_throughputs",
+    real = speed.measure_throughputs
+    monkeypatch.setattr(speed, "measure_throughputs",
                         lambda fns, x, **k: calls.append(sorted(fns)) or real(fns, x, **k))
     monkeypatch.setattr(proto, "_SPEED_MEMO", {})
     model = tiny_vit()

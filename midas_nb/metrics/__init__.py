@@ -36,7 +36,7 @@ from .decoupling import (CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY
                          _as_float_list, _paired_matrix, _per_image,
                          decoupling_D)
 from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
-from .speed import measure_throughput, measure_throughputs, pruned_accuracy
+from .speed import SPEED_ROUNDS, measure_speed, measure_throughput, measure_throughputs, pruned_accuracy, speed_scorers
 
 __all__ = [
     "MetricSpec",
@@ -63,6 +63,9 @@ __all__ = [
     "pruned_accuracy",
     "measure_throughput",
     "measure_throughputs",
+    "measure_speed",
+    "speed_scorers",
+    "SPEED_ROUNDS",
     "bootstrap_ci",
     "COVERAGE_KINDS",
 ]

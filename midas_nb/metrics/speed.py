@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..pruning import pruned_forward
+from ..scorers import MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer
 from .registry import register_metric
 
 
@@ -139,3 +141,46 @@ def measure_throughputs(
                 _sync(dev)
                 rates[k].append(n * repeats / max(time.perf_counter() - t0, 1e-12))
     return {k: float(statistics.median(v)) for k, v in rates.items()}
+
+
+#: interleaved rounds of every throughput measurement of the protocol (:func:`measure_speed`)
+SPEED_ROUNDS = 3
+
+
+def measure_speed(backbone: nn.Module, images: Tensor, depth: int, budget: float,
+                  scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS
+                  ) -> dict[str, float]:
+    """Throughput (images/s) of the full model (``"full"``) and of the pruned forward with each
+    scorer, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
+    so that every speed-up is a ratio of two numbers taken under the same load.
+
+    Args:
+        backbone: the frozen ViT (its attention setting is left as the caller set it).
+        images: ``[B,3,H,W]`` on the measuring device.
+        depth, budget: ``L`` and ``b`` of the pruned forward.
+        scorers: ``{kind: scorer}``; the weights do not matter, only the architecture.
+        repeats, rounds: timed calls per round, interleaved rounds.
+
+    Returns:
+        ``{"full": …, kind: …}`` in images/s.
+    """
+    fns = {"full": backbone}
+    fns.update({k: (lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits)
+                for k, s in scorers.items()})
+    return measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
+
+
+def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,
+                  device: torch.device | str) -> dict[str, TokenScorer]:
+    """One scorer per kind (``reference``, ``random``, ``mlp`` or a scorer family) for timing."""
+    out: dict[str, TokenScorer] = {}
+    for k in kinds:
+        try:
+            s = (ReferenceScorer() if k == "reference" else RandomScorer(0) if k == "random"
+                 else MLPScorer(dim, mlp_hidden) if k == "mlp" else build_scorer(k, dim, num_classes=num_classes))
+        except ValueError:
+            if k in ("reference", "random", "mlp"):
+                raise
+            continue        # a family that cannot be built at this width has no rows to time either
+        out[k] = s.to(device).eval()
+    return out
