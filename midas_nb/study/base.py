@@ -96,17 +96,19 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
     problems = []
+    errors: dict[str, list[str]] = {}  # one line per error, naming every split it stops (a missing file stops both)
     for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
         try:
             ds = load_dataset(dataset, root, split, **extra)
         except (DatasetError, ValueError, OSError) as e:
-            problems.append(f"data root {str(root)!r} does not have the {dataset} layout ({split} split): {e}")
+            errors.setdefault(str(e), []).append(split)
             continue
         if dataset == "cars" and not getattr(ds, "has_labels", True):
             problems.append(f"data root {str(root)!r} (cars): {ds.annotation_file} has no class field; the test "
                             f"accuracies need the labelled test file cars_test_annos_withlabels.mat in "
                             f"{getattr(ds, 'devkit', root)}")
-    return problems
+    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(splits)} "
+            f"split{'s' if len(splits) > 1 else ''}): {e}" for e, splits in errors.items()] + problems
 
 
 #: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
