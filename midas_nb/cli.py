@@ -2,10 +2,7 @@
 
 Subcommands::
 
-    midas-nb run [--config RUN.yaml] [--profile smoke|quick|paper|rehearsal]
-                 [--data-root [DATASET=]PATH]... [--weights [BACKBONE=]FILE]... [--dataset NAME]
-                 [--backbone NAME] [--device DEV] [--notebooks 02,04] [-p NAME VALUE]...
-                 [--output DIR] [--cell-timeout SECONDS]
+    midas-nb run [--config RUN.yaml] [--profile P] [--notebooks 02,04] [-p NAME VALUE]... [...]
     midas-nb params NOTEBOOK            # list a notebook's parameters
     midas-nb sweep status [NAME]        # cells done / failed / pending of a sweep
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
@@ -22,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
-# only the standard library, the profiles and the argument readers at import time: --help,
-# --version and argument errors answer without torch (each command imports what it needs)
+# no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from . import config
-from .cliargs import did_you_mean, list_param, param_value, split_value_problem
+from .cliargs import add_examples, package_version, param_value, split_value_problem
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -73,9 +69,7 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
 
 
 def _parse_value(text: str, name: str = "") -> Any:
-    """A ``-p NAME VALUE`` value (:func:`midas_nb.cliargs.param_value`): a decimal number
-    (``10``, ``0.25``, ``1e-1``, never octal), else YAML (``[0, 1]``, ``null``), else the text;
-    a list-valued ``name`` (``seeds``, ``depths``, ...) also takes ``0,1`` and promotes ``0`` to ``[0]``."""
+    """A ``-p NAME VALUE`` value (number, YAML, text; lists take ``0,1``: :func:`midas_nb.cliargs.param_value`)."""
     return param_value(name, text)
 
 
@@ -123,7 +117,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     import papermill as pm  # heavy; imported only when a batch run starts
 
     from .runs import new_run_id, run_summary, RunManifest
-    from .runspec import preflight, PreflightError, RunSpec
+    from .runspec import fold_structured_params, preflight, PreflightError, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
@@ -133,7 +127,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
             spec.params.setdefault("weights", str(weights))
         elif weights:
             spec.weights = dict(weights)
-    _fold_structured_params(spec)
+    fold_structured_params(spec)
     selection: list[str] = []
     try:
         paths = notebook_paths(spec.notebooks)
@@ -190,10 +184,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
 
 def _is_source_dir(path: str | os.PathLike) -> bool:
     """``path`` is the project's ``notebooks/`` (the source notebooks)."""
-    try:
-        return Path(path).expanduser().resolve() == notebooks_dir().resolve()
-    except (OSError, RuntimeError):
-        return False
+    return Path(path).expanduser().resolve() == notebooks_dir().resolve()
 
 
 def _source_output_problem(output: Any) -> list[str]:
@@ -297,60 +288,10 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     print(format_paper_table(table))
 
 
-def _fold_structured_params(spec: RunSpec) -> None:
-    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
-    that every notebook gets the same normalised values (a bare weights path = the study's
-    backbone's file)."""
-    p = spec.params
-    if isinstance(p.get("data_root"), str):
-        spec.data_root = p.pop("data_root")
-    if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
-        spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
-    w = p.get("weights")
-    if isinstance(w, (str, os.PathLike)):
-        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
-            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
-        if bb is not None:
-            p.pop("weights")
-            spec.weights = {str(bb): str(w), **spec.weights}
-    elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
-        spec.weights = {**p.pop("weights"), **spec.weights}
-
-
 def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
-    """The run description of ``midas-nb run``: the run file (``--config``), then the command line."""
-    from .runspec import load_run_file, parse_data_roots, parse_weights, RunSpec
-
-    problems: list[str] = []
-    file: dict[str, Any] = {}
-    if args.config:
-        file, problems = load_run_file(args.config)
-    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
-    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
-        v = getattr(args, k.replace("-", "_"), None)
-        setattr(spec, k, v if v is not None else file.get(k))
-    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
-    # against its directory by load_run_file; nothing is turned into a string here
-    spec.data_root = file.get("data_root")
-    roots = file.get("data_roots")
-    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
-    fw = file.get("weights")
-    file_bare = fw if isinstance(fw, str) else None
-    spec.weights = dict(fw) if isinstance(fw, dict) else {}
-    spec.params = {k: list_param(k, v) for k, v in file["params"].items()} if isinstance(file.get("params"), dict) else {}
-    plain, roots, probs = parse_data_roots(args.data_root or [])
-    problems += probs
-    if plain is not None:
-        spec.data_root = plain
-    spec.data_roots.update(roots)
-    bare, named, probs = parse_weights(args.weights or [])
-    problems += probs
-    spec.weights.update(named)
-    bare = bare if bare is not None else file_bare
-    if bare is not None:
-        spec.params.setdefault("weights", bare)
-    spec.params.update({name: _parse_value(value, name) for name, value in (args.param or [])})
-    return spec, problems
+    """The run description of ``midas-nb run`` (:func:`midas_nb.runspec.spec_from_args`)."""
+    from .runspec import spec_from_args
+    return spec_from_args(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -553,44 +494,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-#: one example per subcommand, shown under its --help (and all of them under midas-nb --help)
-_EXAMPLES: dict[str, str] = {
-    "run": "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
-           "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011",
-    "params": "midas-nb params 02",
-    "sweep": "midas-nb sweep status quick",
-    "strip-solutions": "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb",
-    "export-html": "midas-nb export-html --profile quick",
-    "report": "midas-nb report --profile quick --output runs/quick/report",
-}
-
-
-def _version() -> str:
-    """The installed package's version (importlib.metadata), else the source tree's."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("midas_nb")
-    except metadata.PackageNotFoundError:
-        from . import __version__
-        return __version__
-
-
-def _add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
-    """Each subcommand's example as its epilog; all of them under the top-level help."""
-    for name, parser in sub.choices.items():
-        if name in _EXAMPLES:
-            parser.formatter_class = argparse.RawDescriptionHelpFormatter
-            parser.epilog = "example:\n" + "\n".join(f"  {line}" for line in _EXAMPLES[name].splitlines())
-    ap.epilog = "examples:\n" + "\n".join(f"  {line}" for n in sub.choices if n in _EXAMPLES
-                                           for line in _EXAMPLES[n].splitlines())
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="midas-nb", formatter_class=argparse.RawDescriptionHelpFormatter,
                                  description="midas-nb command line: batch reruns of the notebooks and small "
                                              "utilities.\nmidas-nb COMMAND --help shows a command's options.")
-    ap.add_argument("--version", action="version", version=f"midas-nb {_version()}",
+    ap.add_argument("--version", action="version", version=f"midas-nb {package_version()}",
                     help="print the package version and exit")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -639,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
     st.add_argument("paths", nargs="*", metavar="NOTEBOOK",
                     help="notebooks to strip (default: every notebook in notebooks/)")
-    st.add_argument("--in-place", action="store_true", help="overwrite (default: write student/<name> beside each notebook)")
+    st.add_argument("--in-place", action="store_true",
+                    help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
@@ -667,7 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the report although cells the profile expects have no result (failed, pending, "
                          "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")
     rp.set_defaults(func=_cmd_report)
-    _add_examples(ap, sub)
+    add_examples(ap, sub)
     return ap
 
 

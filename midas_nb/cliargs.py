@@ -11,9 +11,12 @@ so ``midas-nb --help``, ``--version`` and argument errors answer at once; run fi
 - :func:`split_value_problem`: a ``-p`` value that the shell split at its spaces
   (``-p seeds [0, 1]`` unquoted), named with how to write it.
 - :func:`did_you_mean`: the close names of a misspelt one (difflib).
+- :data:`EXAMPLES` / :func:`add_examples`: an example per subcommand for its ``--help``;
+  :func:`package_version` for ``--version``.
 """
 from __future__ import annotations
 
+import argparse
 import difflib
 import functools
 import re
@@ -21,7 +24,8 @@ from typing import Any, Iterable, Sequence
 
 from . import config
 
-__all__ = ["LIST_PARAMS", "did_you_mean", "list_param", "param_value", "split_value_problem", "yaml_load"]
+__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "did_you_mean", "list_param", "package_version", "param_value",
+           "split_value_problem", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset(k for p in config.PROFILES.values() for k, v in p.items()
@@ -129,3 +133,37 @@ def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
     if len(hints) == 1:
         return f" (did you mean {hints[0].split(' -> ')[1]}?)"
     return f" (did you mean: {', '.join(hints)}?)"
+
+
+#: one example per subcommand, shown under its --help (and all of them under midas-nb --help)
+EXAMPLES: dict[str, str] = {
+    "run": "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
+           "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011",
+    "params": "midas-nb params 02",
+    "sweep": "midas-nb sweep status quick",
+    "strip-solutions": "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb",
+    "export-html": "midas-nb export-html --profile quick",
+    "report": "midas-nb report --profile quick --output runs/quick/report",
+}
+
+
+def package_version() -> str:
+    """The installed package's version (importlib.metadata), else the source tree's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("midas_nb")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+        return __version__
+
+
+def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
+    """Each subcommand's example as its epilog; all of them under the top-level help."""
+    for name, parser in sub.choices.items():
+        if name in EXAMPLES:
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter
+            lines = EXAMPLES[name].splitlines()
+            parser.epilog = f"example{'s' if len(lines) > 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
+    ap.epilog = "examples:\n" + "\n".join(f"  {line}" for n in sub.choices if n in EXAMPLES
+                                           for line in EXAMPLES[n].splitlines())

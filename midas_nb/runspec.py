@@ -49,12 +49,13 @@ from typing import Any, Iterable, Sequence
 from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
                         weights_file_problem, weights_for)
-from .cliargs import did_you_mean, yaml_load
+from .cliargs import did_you_mean, list_param, param_value, yaml_load
 from .config import _DATASETS, _show
 from .study import check_layout, grid_spans, schedule_line
 
 __all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "output_problem", "preflight", "yaml_load"]
+           "notebook_needs", "output_problem", "preflight", "yaml_load", "fold_structured_params",
+           "spec_from_args"]
 
 #: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
 RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "notebooks", "output",
@@ -398,8 +399,9 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if accepted is not None:  # every parameter the run would inject must reach a notebook
         unknown = sorted(set(spec.notebook_parameters()) - set(accepted) - {"profile"})
         if unknown:
-            problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, set(accepted) - {'profile'})}; "
-                            f"the selected notebooks accept {sorted(set(accepted) - {'profile'})}")
+            offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
+            problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
+                            f"the selected notebooks accept {sorted(offered)}")
     if "output_dir" in spec.params and not isinstance(spec.params["output_dir"], (str, type(None))):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
@@ -518,3 +520,60 @@ def _backbone_problems(settings: dict[str, Any], backbones: Sequence[str], bad: 
             if why:
                 problems.append(why)
     return problems
+
+
+def fold_structured_params(spec: RunSpec) -> None:
+    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
+    that every notebook gets the same normalised values (a bare weights path = the study's
+    backbone's file)."""
+    p = spec.params
+    if isinstance(p.get("data_root"), str):
+        spec.data_root = p.pop("data_root")
+    if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
+        spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
+    w = p.get("weights")
+    if isinstance(w, (str, os.PathLike)):
+        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
+            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
+        if bb is not None:
+            p.pop("weights")
+            spec.weights = {str(bb): str(w), **spec.weights}
+    elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
+        spec.weights = {**p.pop("weights"), **spec.weights}
+
+
+def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
+    """The run description of ``midas-nb run`` (its parsed arguments ``args``): the run file
+    (``--config``), then the command line; list-valued parameters given as ``0,1`` or a single
+    value become lists (:func:`midas_nb.cliargs.list_param`). Returns ``(spec, problems)``."""
+    problems: list[str] = []
+    file: dict[str, Any] = {}
+    if args.config:
+        file, problems = load_run_file(args.config)
+    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
+    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
+        v = getattr(args, k.replace("-", "_"), None)
+        setattr(spec, k, v if v is not None else file.get(k))
+    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
+    # against its directory by load_run_file; nothing is turned into a string here
+    spec.data_root = file.get("data_root")
+    roots = file.get("data_roots")
+    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
+    fw = file.get("weights")
+    file_bare = fw if isinstance(fw, str) else None
+    spec.weights = dict(fw) if isinstance(fw, dict) else {}
+    given = file.get("params")
+    spec.params = {k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {}
+    plain, roots, probs = parse_data_roots(args.data_root or [])
+    problems += probs
+    if plain is not None:
+        spec.data_root = plain
+    spec.data_roots.update(roots)
+    bare, named, probs = parse_weights(args.weights or [])
+    problems += probs
+    spec.weights.update(named)
+    bare = bare if bare is not None else file_bare
+    if bare is not None:
+        spec.params.setdefault("weights", bare)
+    spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
+    return spec, problems

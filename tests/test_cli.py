@@ -128,7 +128,7 @@ def test_every_option_has_help_and_every_command_an_example():
     subs = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices
     for name, sub in subs.items():
         text = sub.format_help()
-        assert f"example:\n  midas-nb {name}" in text, name
+        assert f"example:\n  midas-nb {name}" in text or f"examples:\n  midas-nb {name}" in text, name
         assert "``" not in text and ":func:" not in text, name
     top = ap.format_help()
     assert "``" not in top and top.count("\n  midas-nb ") >= len(subs)
@@ -203,27 +203,37 @@ def test_params_lists_what_p_accepts_in_aligned_columns(capsys):
 
 
 # ---------------------------------------------------------------- issue 27: no silent harm
-def _source_bytes():
-    return {p.name: p.read_bytes() for p in cli.notebook_paths()}
+@pytest.fixture
+def source_copy(tmp_path, monkeypatch):
+    """A copy of notebooks/ standing in for the source folder (cli.notebooks_dir), so that a
+    regression harms the copy, never the checkout; its files' bytes before the test."""
+    import shutil
+
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    for p in cli.notebook_paths():
+        shutil.copy(p, src / p.name)
+    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    return src, {p.name: p.read_bytes() for p in src.iterdir()}
 
 
-def test_run_refuses_the_source_notebooks_folder_as_output(capsys, monkeypatch):
+def test_run_refuses_the_source_notebooks_folder_as_output(source_copy, capsys, monkeypatch):
     def no_kernel(*a, **k):
         raise AssertionError("a notebook was executed")
     monkeypatch.setattr("papermill.execute_notebook", no_kernel)
-    before = _source_bytes()
-    assert cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(cli.notebooks_dir())]) == 2
+    src, before = source_copy
+    assert cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(src)]) == 2
     err = capsys.readouterr().err
     assert "is the folder of the source notebooks" in err and "no notebook was started" in err
-    assert _source_bytes() == before
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
 
 
-def test_strip_solutions_in_place_without_paths_is_refused(capsys):
-    before = _source_bytes()
+def test_strip_solutions_in_place_without_paths_is_refused(source_copy, capsys):
+    src, before = source_copy
     assert cli.main(["strip-solutions", "--in-place"]) == 2
     err = capsys.readouterr().err
     assert "--in-place without NOTEBOOK paths" in err and "every source notebook" in err
-    assert _source_bytes() == before
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
 
 
 def test_export_html_of_the_source_notebooks_does_not_suggest_running_into_them(capsys):
