@@ -254,3 +254,14 @@ def test_pyyaml_is_a_declared_dependency():
 
     deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
     assert "pyyaml" in {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
+
+
+def test_a_run_file_params_split_at_a_comma_is_named_with_how_to_write_it(tmp_path):
+    from midas_nb.runspec import load_run_file
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("profile: smoke\nparams: {seeds: 0,1}\n")
+    settings, problems = load_run_file(run_file)
+    assert "params" not in settings and len(problems) == 1
+    assert "params: 1 is read as a parameter name: YAML splits {name: a,b} at the comma" in problems[0]
+    assert "{seeds: [0, 1]}" in problems[0]

@@ -96,19 +96,25 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
     problems = []
-    errors: dict[str, list[str]] = {}  # one line per error, naming every split it stops (a missing file stops both)
+    errors: dict[str, str] = {}  # split -> error; one line for a root that no split can read
     for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
         try:
             ds = load_dataset(dataset, root, split, **extra)
         except (DatasetError, ValueError, OSError) as e:
-            errors.setdefault(str(e), []).append(split)
+            errors[split] = str(e)
             continue
         if dataset == "cars" and not getattr(ds, "has_labels", True):
             problems.append(f"data root {str(root)!r} (cars): {ds.annotation_file} has no class field; the test "
                             f"accuracies need the labelled test file cars_test_annos_withlabels.mat in "
                             f"{getattr(ds, 'devkit', root)}")
-    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(splits)} "
-            f"split{'s' if len(splits) > 1 else ''}): {e}" for e, splits in errors.items()] + problems
+    if not errors:
+        return problems
+    (first, text), *rest = errors.items()
+    tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
+    tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
+    more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
+    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(errors)} "
+            f"split{'s' if len(errors) > 1 else ''}): {text[:len(text) - len(tail)] + more + tail}"] + problems
 
 
 #: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
