@@ -1,10 +1,30 @@
 """midas_nb: notebook research companion for the MIDAS analysis of token choice in small ViTs.
 
 See README.md and docs/architecture.md. The notebooks start from :class:`midas_nb.Study`.
+
+The public names are loaded on first use (PEP 562 module ``__getattr__``), so that the command
+line (:mod:`midas_nb.cli`) answers ``--help``, ``--version`` and argument errors without
+importing torch. The scorer families of :mod:`midas_nb.related` (cropr, iared) register
+themselves when the scorer registry is first read (:func:`midas_nb.scorers.list_scorers`).
 """
-from .config import get_profile, list_profiles
-from .study import Study
-from . import related  # noqa: F401,E402 - registers the cropr and iared scorer families (as timm registers models)
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["Study", "get_profile", "list_profiles", "__version__"]
 __version__ = "0.1.0"
+
+_LAZY = {"Study": ".study", "get_profile": ".config", "list_profiles": ".config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,10 +2,7 @@
 
 Subcommands::
 
-    midas-nb run [--config RUN.yaml] [--profile smoke|quick|paper|rehearsal]
-                 [--data-root [DATASET=]PATH]... [--weights [BACKBONE=]FILE]... [--dataset NAME]
-                 [--backbone NAME] [--device DEV] [--notebooks 02,04] [-p NAME VALUE]...
-                 [--output DIR] [--cell-timeout SECONDS]
+    midas-nb run [--config RUN.yaml] [--profile P] [--notebooks 02,04] [-p NAME VALUE]... [...]
     midas-nb params NOTEBOOK            # list a notebook's parameters
     midas-nb sweep status [NAME]        # cells done / failed / pending of a sweep
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
@@ -20,19 +17,14 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
+# no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from . import config
-from .backbones import backbone_kwargs, check_backbone
-from .course import export_html, strip_solutions
-from .paper_table import format_paper_table, paper_table_for
-from .report import make_report, README_BEGIN, README_END
-from .results import save_table
-from .runs import new_run_id, run_summary, RunManifest
-from .runspec import (_setting_of, GRID_NOTEBOOKS, load_run_file, output_problem, parse_data_roots, parse_weights,
-                      preflight, PreflightError, RunSpec, yaml_load)
-from .study import grid_spans
-from .sweeps import sweep_status_report
+from .cliargs import add_examples, package_version, param_value, split_value_problem
+
+if TYPE_CHECKING:
+    from .runspec import RunSpec
 
 __all__ = ["main", "notebook_paths", "run_notebooks"]
 
@@ -67,33 +59,18 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     missing = []
     for w in wanted:
         hits = [p for p in paths if p.name.startswith(w) or p.stem == w]
-        if not hits:
-            missing.append(repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) else ""))
+        if not hits:  # a one-digit prefix: suggest the two-digit one only where that notebook exists
+            two = f"0{w}" if re.fullmatch(r"\d", w) and any(p.name.startswith(f"0{w}") for p in paths) else None
+            missing.append(repr(w) + (f" (prefixes have two digits: '{two}')" if two else ""))
         out.extend(h for h in hits if h not in out)
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
     return sorted(out)
 
 
-_INT = re.compile(r"[-+]?[0-9]+")
-_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
-
-
-def _parse_value(text: str) -> Any:
-    """A ``-p NAME VALUE`` value: a decimal number (``10``, ``0.25``, ``1e-1``, never octal),
-    else YAML (``[0, 1]``, ``null``, ``{img_size: 64}``; exponents without a dot are numbers,
-    :func:`midas_nb.runspec.yaml_load`), else the text as a string."""
-    t = text.strip()
-    if _INT.fullmatch(t):
-        return int(t)
-    if _FLOAT.fullmatch(t):
-        return float(t)
-    import yaml
-
-    try:
-        return yaml_load(text)
-    except yaml.YAMLError:
-        return text
+def _parse_value(text: str, name: str = "") -> Any:
+    """A ``-p NAME VALUE`` value (number, YAML, text; lists take ``0,1``: :func:`midas_nb.cliargs.param_value`)."""
+    return param_value(name, text)
 
 
 def _failure_note(nb_path: Path, message: str) -> Any:
@@ -139,6 +116,9 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 
+    from .runs import new_run_id, run_summary, RunManifest
+    from .runspec import fold_structured_params, preflight, PreflightError, RunSpec
+
     if spec is None:
         spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
                        data_roots=dict(data_roots or {}), params=dict(extra or {}), notebooks=notebooks,
@@ -147,7 +127,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
             spec.params.setdefault("weights", str(weights))
         elif weights:
             spec.weights = dict(weights)
-    _fold_structured_params(spec)
+    fold_structured_params(spec)
     selection: list[str] = []
     try:
         paths = notebook_paths(spec.notebooks)
@@ -157,7 +137,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
     known = set().union(*accepted_by.values()) if paths else None
-    problems = list(problems) + selection + preflight(spec, paths, known)
+    problems = list(problems) + selection + _source_output_problem(spec.output) + preflight(spec, paths, known)
     if problems:
         raise PreflightError(problems)
 
@@ -200,6 +180,19 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     print(f"  figures:            {config.figures_dir()}")
     _print_paper_table(spec, paths)
     return out_dir
+
+
+def _is_source_dir(path: str | os.PathLike) -> bool:
+    """``path`` is the project's ``notebooks/`` (the source notebooks)."""
+    return Path(path).expanduser().resolve() == notebooks_dir().resolve()
+
+
+def _source_output_problem(output: Any) -> list[str]:
+    """``--output`` naming the source notebooks' folder would replace them with executed copies."""
+    if isinstance(output, (str, os.PathLike)) and str(output).strip() and _is_source_dir(output):
+        return [f"--output {str(output)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
+                f"copies would replace them; expected another directory (default runs/<profile>)"]
+    return []
 
 
 class _NotebookFailed(RuntimeError):
@@ -276,6 +269,11 @@ def _stamp(path: Path, run_id: str, profile: str, params: dict[str, Any]) -> Non
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     """After a run whose profile spans several datasets or backbones (paper, rehearsal) and that
     ran the scale readout (05): print the paper-shaped table and save it under runs/tables."""
+    from .paper_table import format_paper_table, paper_table_for
+    from .results import save_table
+    from .runspec import GRID_NOTEBOOKS
+    from .study import grid_spans
+
     if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
         return
     settings = spec.settings()
@@ -290,61 +288,15 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     print(format_paper_table(table))
 
 
-def _fold_structured_params(spec: RunSpec) -> None:
-    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
-    that every notebook gets the same normalised values (a bare weights path = the study's
-    backbone's file)."""
-    p = spec.params
-    if isinstance(p.get("data_root"), str):
-        spec.data_root = p.pop("data_root")
-    if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
-        spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
-    w = p.get("weights")
-    if isinstance(w, (str, os.PathLike)):
-        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
-            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
-        if bb is not None:
-            p.pop("weights")
-            spec.weights = {str(bb): str(w), **spec.weights}
-    elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
-        spec.weights = {**p.pop("weights"), **spec.weights}
-
-
 def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
-    """The run description of ``midas-nb run``: the run file (``--config``), then the command line."""
-    problems: list[str] = []
-    file: dict[str, Any] = {}
-    if args.config:
-        file, problems = load_run_file(args.config)
-    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
-    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
-        v = getattr(args, k.replace("-", "_"), None)
-        setattr(spec, k, v if v is not None else file.get(k))
-    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
-    # against its directory by load_run_file; nothing is turned into a string here
-    spec.data_root = file.get("data_root")
-    roots = file.get("data_roots")
-    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
-    fw = file.get("weights")
-    file_bare = fw if isinstance(fw, str) else None
-    spec.weights = dict(fw) if isinstance(fw, dict) else {}
-    spec.params = dict(file["params"]) if isinstance(file.get("params"), dict) else {}
-    plain, roots, probs = parse_data_roots(args.data_root or [])
-    problems += probs
-    if plain is not None:
-        spec.data_root = plain
-    spec.data_roots.update(roots)
-    bare, named, probs = parse_weights(args.weights or [])
-    problems += probs
-    spec.weights.update(named)
-    bare = bare if bare is not None else file_bare
-    if bare is not None:
-        spec.params.setdefault("weights", bare)
-    spec.params.update({name: _parse_value(value) for name, value in (args.param or [])})
-    return spec, problems
+    """The run description of ``midas-nb run`` (:func:`midas_nb.runspec.spec_from_args`)."""
+    from .runspec import spec_from_args
+    return spec_from_args(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .runspec import PreflightError
+
     spec, problems = _spec_from_args(args)
     try:  # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
@@ -375,23 +327,37 @@ def _cmd_params(args: argparse.Namespace) -> int:
         print(f"midas-nb params: {path} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an "
               f".ipynb file or a notebook prefix such as 02", file=sys.stderr)
         return 2
-    print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default)")
-    for name, info in params.items():
-        print(f"  {name:12s} default {info['default']:42s} {info['help']}")
+    # profile is set with --profile, and -p refuses it: not listed among the -p parameters
+    rows = [(name, str(info["default"]), str(info["help"])) for name, info in params.items() if name != "profile"]
+    print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default; "
+          f"the profile is set with --profile)")
+    wn, wd = (max((len(r[i]) for r in rows), default=0) for i in (0, 1))
+    for name, default, text in rows:
+        print(f"  {name:{wn}s}  default {default:{wd}s}  {text}".rstrip())
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    try:
-        print(sweep_status_report(args.name))
+    from .sweeps import main_status
+
+    try:  # exit status 1 while failed cells remain, as `python -m midas_nb.sweeps`
+        return main_status([args.name] if args.name else [])
     except (FileNotFoundError, ValueError) as e:
         print(f"midas-nb sweep status: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
+    if args.in_place and not args.paths:
+        print(f"midas-nb strip-solutions: --in-place without NOTEBOOK paths would remove the solutions from every "
+              f"source notebook in {notebooks_dir()}; expected the notebooks to overwrite named (e.g. "
+              f"midas-nb strip-solutions --in-place course/02_copy.ipynb), or no --in-place (copies in student/)",
+              file=sys.stderr)
+        return 2
     import nbformat
+
+    from .course import strip_solutions
+
     paths = [Path(p) for p in args.paths] or notebook_paths()
     problems = []
     for p in paths:  # every path checked before any notebook is written
@@ -416,11 +382,18 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
+    if _is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
+        print(f"midas-nb export-html: --input {args.input!r} is the folder of the source notebooks, which hold no "
+              f"outputs; expected a run's directory: `midas-nb run --profile {args.profile}`, then "
+              f"`midas-nb export-html --profile {args.profile}`", file=sys.stderr)
+        return 2
     where = "" if args.input else " (or name the run's directory with --input DIR)"
     if not src.is_dir():
         print(f"midas-nb export-html: no executed notebooks: {src} does not exist or is not a directory; "
               f"run `{how}` first{where}", file=sys.stderr)
         return 2
+    from .course import export_html
+
     try:
         index = export_html(src, Path(args.output) if args.output else None)
     except FileNotFoundError as e:
@@ -465,6 +438,8 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                             f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
                             "(e.g. results)")
     if args.readme is not None:
+        from .report import README_BEGIN, README_END
+
         readme = Path(args.readme).expanduser()
         if not readme.is_file():
             state = "is a directory" if readme.is_dir() else "does not exist"
@@ -477,6 +452,8 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                 problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
                                 f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
     if args.output is not None:
+        from .runspec import output_problem
+
         why = output_problem(args.output)
         if why:
             problems.append(why.replace("for the executed notebooks", "for the report"))
@@ -484,6 +461,9 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                  if v is not None}
     if not overrides:
         return problems
+    from .backbones import backbone_kwargs, check_backbone
+    from .runspec import _setting_of
+
     prof = config.get_profile(args.profile, **overrides)
     form = [f"--{line}" for line in config.check_profile(prof, device=False) if _setting_of(line) in overrides]
     if not form and ("depth" in overrides or "backbone" in overrides):
@@ -501,6 +481,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 2
     overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
                  if v is not None}
+    from .report import make_report
+
     try:
         path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=overrides,
@@ -513,8 +495,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="midas-nb", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = argparse.ArgumentParser(prog="midas-nb", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 description="midas-nb command line: batch reruns of the notebooks and small "
+                                             "utilities.\nmidas-nb COMMAND --help shows a command's options.")
+    ap.add_argument("--version", action="version", version=f"midas-nb {package_version()}",
+                    help="print the package version and exit")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     r = sub.add_parser("run", help="execute the notebooks in order with papermill",
                        description="Execute the notebooks in order with papermill. Every setting is checked "
@@ -522,24 +508,28 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", default=None, metavar="RUN.yaml",
                    help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
                         "command-line options override it")
-    r.add_argument("--profile", choices=sorted(config.PROFILES), default=None, help="default: quick")
+    r.add_argument("--profile", choices=sorted(config.PROFILES), default=None,
+                   help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
+                        "(default: quick)")
     r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
                    help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
                         "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
     r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
                    help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
                         "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", choices=["cub", "aircraft", "cars", "synthetic"], default=None)
+    r.add_argument("--dataset", choices=["cub", "aircraft", "cars", "synthetic"], default=None,
+                   help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
     r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "
                                                    "cuda without CUDA is an error)")
-    r.add_argument("--notebooks", default=None, help="comma-separated prefixes, e.g. 00,02")
+    r.add_argument("--notebooks", default=None, help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="extra notebook parameter (YAML value), repeatable")
+                   help="notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
+                        "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)")
     r.add_argument("--output", default=None, help="directory for executed notebooks (default runs/<profile>)")
     r.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
                    help="stop a cell that runs longer (the notebook goes to failed/)")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar while a notebook runs")
     r.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("params", help="list a notebook's parameters")
@@ -557,11 +547,13 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
     st.add_argument("paths", nargs="*", metavar="NOTEBOOK",
                     help="notebooks to strip (default: every notebook in notebooks/)")
-    st.add_argument("--in-place", action="store_true", help="overwrite (default: write student/<name> beside each notebook)")
+    st.add_argument("--in-place", action="store_true",
+                    help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
-    e.add_argument("--profile", choices=sorted(config.PROFILES), default="quick")
+    e.add_argument("--profile", choices=sorted(config.PROFILES), default="quick",
+                   help="export the run of this profile, runs/<profile> (default: quick)")
     e.add_argument("--input", default=None, help="directory of executed notebooks (default runs/<profile>)")
     e.add_argument("--output", default=None, help="output directory (default <input>/html)")
     e.set_defaults(func=_cmd_export)
@@ -570,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
                                     "and writes REPORT.md plus its CSV tables, with the paper's values beside "
                                     "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", choices=sorted(config.PROFILES), default="quick")
+    rp.add_argument("--profile", choices=sorted(config.PROFILES), default="quick",
+                    help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
     rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
     rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")
     rp.add_argument("--readme", default=None, help="rewrite this README's results section from the tables")
@@ -583,10 +576,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the report although cells the profile expects have no result (failed, pending, "
                          "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")
     rp.set_defaults(func=_cmd_report)
+    add_examples(ap, sub)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = split_value_problem(argv)  # argparse would say "unrecognized arguments: 1]"
+    if split:
+        print(f"midas-nb run: {split}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -64,6 +65,7 @@ __all__ = [
     "dataset_identity",
     "annotation_stamp",
     "atomic_write",
+    "new_file_mode",
     "atomic_write_bytes",
     "atomic_write_text",
     "CacheIntegrityError",
@@ -89,9 +91,7 @@ _MAGIC = b"MIDASNB-CACHE/1\n"
 T = TypeVar("T")
 
 
-# ----------------------------------------------------------------------------------------------
-# hashing
-# ----------------------------------------------------------------------------------------------
+# ---- hashing ---------------------------------------------------------------------------------
 
 def _jsonable(o: Any) -> Any:
     """``json.dumps`` fallback for numpy / torch / pandas / path values."""
@@ -206,9 +206,7 @@ def state_dict_digest(obj: Any, n: int = 16) -> str:
     return h.hexdigest()[:n]
 
 
-# ----------------------------------------------------------------------------------------------
-# dataset identity
-# ----------------------------------------------------------------------------------------------
+# ---- dataset identity ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class DatasetIdentity:
@@ -384,9 +382,7 @@ def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
     return tuple(sorted(out))
 
 
-# ----------------------------------------------------------------------------------------------
-# atomic writes
-# ----------------------------------------------------------------------------------------------
+# ---- atomic writes ---------------------------------------------------------------------------
 
 _TMP_SUFFIX = ".tmp"
 
@@ -404,12 +400,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def new_file_mode(directory: bool = False) -> int:
+    """``0o666`` (a file) or ``0o777`` (a folder) less the umask, as ``open``/``mkdir`` give, where
+    ``mkstemp``/``mkdtemp`` give ``0o600``/``0o700``, unreadable to the group sharing a store."""
+    try:  # Linux shows the umask without changing it
+        return (0o777 if directory else 0o666) & ~int(re.search(r"^Umask:\s*([0-7]+)", Path(
+            "/proc/self/status").read_text(), re.M).group(1), 8)
+    except (OSError, AttributeError, ValueError):
+        mask = os.umask(0o022)  # read by setting it back at once
+        os.umask(mask)
+        return (0o777 if directory else 0o666) & ~mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
     """Write a file atomically through ``write(binary_file)``.
 
     ``write`` writes into a temporary file ``.<name>.<random>.tmp`` in ``path``'s directory
-    (unique per process and call, :func:`tempfile.mkstemp`), which is flushed and ``fsync``-ed,
-    then ``os.replace``-d over ``path``; the directory is ``fsync``-ed. Readers see either the
+    (unique per process and call, :func:`tempfile.mkstemp`, with the umask's mode,
+    :func:`new_file_mode`), which is flushed and ``fsync``-ed, then ``os.replace``-d over
+    ``path``; the directory is ``fsync``-ed. Readers see either the
     old file or the complete new one; a writer killed midway leaves only its own temporary file;
     two concurrent writers never write the same temporary file. On any error the temporary file
     is removed and the error re-raised.
@@ -422,6 +431,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), new_file_mode())
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -446,9 +456,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-# ----------------------------------------------------------------------------------------------
-# verified cache files
-# ----------------------------------------------------------------------------------------------
+# ---- verified cache files --------------------------------------------------------------------
 
 class CacheIntegrityError(ValueError):
     """A cache file is truncated, corrupt, or holds another key than its name says."""

@@ -41,7 +41,6 @@ paths are taken from the run file's directory.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,11 +49,13 @@ from typing import Any, Iterable, Sequence
 from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
                         weights_file_problem, weights_for)
+from .cliargs import did_you_mean, list_param, param_value, yaml_load
 from .config import _DATASETS, _show
 from .study import check_layout, grid_spans, schedule_line
 
 __all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "output_problem", "preflight", "yaml_load"]
+           "notebook_needs", "output_problem", "preflight", "yaml_load", "fold_structured_params",
+           "spec_from_args"]
 
 #: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
 RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "notebooks", "output",
@@ -62,34 +63,6 @@ RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "n
 
 #: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
-
-
-def yaml_load(text: str) -> Any:
-    """``yaml.safe_load`` that reads ``1e-9`` and ``5E3`` as numbers: PyYAML follows YAML 1.1,
-    whose float needs a dot, so ``budget: 1e-1`` would be the string ``'1e-1'`` (YAML 1.2 and
-    Python read it as 0.1).
-
-    Raises:
-        yaml.YAMLError: text that is not YAML.
-    """
-    import yaml
-
-    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
-
-
-@functools.lru_cache(maxsize=1)
-def _yaml_loader() -> type:
-    import re
-
-    import yaml
-
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                                  list("-+0123456789"))
-    return _Loader
 
 
 class PreflightError(ValueError):
@@ -244,7 +217,7 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         elif k == "cell_timeout" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
             out.append((k, f"cell_timeout: expected seconds > 0, got {_show(v)}"))
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
-            out.append((k, f"params: expected a mapping of notebook parameters {{name: value}}, got {_show(v)}"))
+            out.append((k, _params_problem(v)))
         elif k == "data_roots":
             if not isinstance(v, dict):
                 out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {_show(v)}"))
@@ -265,6 +238,21 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
             elif not _is_path(v):
                 out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {_show(v)}"))
     return out
+
+
+def _params_problem(v: Any) -> str:
+    """Why a run file's ``params`` is not a mapping of names to values; ``{seeds: 0,1}`` is read
+    by YAML as the names ``seeds`` and ``1`` (a flow mapping splits at commas)."""
+    if isinstance(v, dict):
+        odd = [x for x in v if not isinstance(x, str)]
+        split = [x for x in odd if v[x] is None]
+        if split:
+            return (f"params: {_show(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
+                    f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
+                    f"(params: then '  seeds: [0, 1]')")
+        return f"params: parameter names must be strings, got {', '.join(_show(x) for x in odd)}"
+    return (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, 1]}}), "
+            f"got {_show(v)}")
 
 
 def _resolve_run_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -411,7 +399,9 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if accepted is not None:  # every parameter the run would inject must reach a notebook
         unknown = sorted(set(spec.notebook_parameters()) - set(accepted) - {"profile"})
         if unknown:
-            problems.append(f"unknown notebook parameter(s) {unknown}; the selected notebooks accept {sorted(accepted)}")
+            offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
+            problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
+                            f"the selected notebooks accept {sorted(offered)}")
     if "output_dir" in spec.params and not isinstance(spec.params["output_dir"], (str, type(None))):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
@@ -530,3 +520,60 @@ def _backbone_problems(settings: dict[str, Any], backbones: Sequence[str], bad: 
             if why:
                 problems.append(why)
     return problems
+
+
+def fold_structured_params(spec: RunSpec) -> None:
+    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
+    that every notebook gets the same normalised values (a bare weights path = the study's
+    backbone's file)."""
+    p = spec.params
+    if isinstance(p.get("data_root"), str):
+        spec.data_root = p.pop("data_root")
+    if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
+        spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
+    w = p.get("weights")
+    if isinstance(w, (str, os.PathLike)):
+        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
+            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
+        if bb is not None:
+            p.pop("weights")
+            spec.weights = {str(bb): str(w), **spec.weights}
+    elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
+        spec.weights = {**p.pop("weights"), **spec.weights}
+
+
+def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
+    """The run description of ``midas-nb run`` (its parsed arguments ``args``): the run file
+    (``--config``), then the command line; list-valued parameters given as ``0,1`` or a single
+    value become lists (:func:`midas_nb.cliargs.list_param`). Returns ``(spec, problems)``."""
+    problems: list[str] = []
+    file: dict[str, Any] = {}
+    if args.config:
+        file, problems = load_run_file(args.config)
+    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
+    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
+        v = getattr(args, k.replace("-", "_"), None)
+        setattr(spec, k, v if v is not None else file.get(k))
+    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
+    # against its directory by load_run_file; nothing is turned into a string here
+    spec.data_root = file.get("data_root")
+    roots = file.get("data_roots")
+    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
+    fw = file.get("weights")
+    file_bare = fw if isinstance(fw, str) else None
+    spec.weights = dict(fw) if isinstance(fw, dict) else {}
+    given = file.get("params")
+    spec.params = {k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {}
+    plain, roots, probs = parse_data_roots(args.data_root or [])
+    problems += probs
+    if plain is not None:
+        spec.data_root = plain
+    spec.data_roots.update(roots)
+    bare, named, probs = parse_weights(args.weights or [])
+    problems += probs
+    spec.weights.update(named)
+    bare = bare if bare is not None else file_bare
+    if bare is not None:
+        spec.params.setdefault("weights", bare)
+    spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
+    return spec, problems

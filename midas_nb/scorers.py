@@ -216,6 +216,21 @@ class RandomScorer(TokenScorer):
 
 _SCORERS: dict[str, Callable[..., TokenScorer]] = {}
 _CONDITIONS: list[str] = []
+#: modules that register scorer families of their own, loaded by name on the first read of the
+#: registry (as plugins are found through entry points): the scorers do not depend on them, and
+#: the list does not depend on what the caller imported
+_PLUGINS: tuple[str, ...] = ("midas_nb.related",)
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        import importlib
+
+        for name in _PLUGINS:
+            importlib.import_module(name)
 
 
 def register_scorer(
@@ -246,16 +261,17 @@ def register_scorer(
 
 def list_scorers() -> list[str]:
     """Names of the registered scorers, in registration order."""
+    _load_plugins()
     return list(_SCORERS)
 
 
 def list_scorer_conditions() -> list[str]:
     """Scorer families that are protocol conditions of their own (``condition=True``).
 
-    The package registers them when it is imported (``midas_nb/__init__.py`` imports
-    :mod:`midas_nb.related`, as timm's package import registers its models), so the list does
-    not depend on what the caller imported.
+    The first read of the registry imports :mod:`midas_nb.related` (``_PLUGINS``), which
+    registers its families, so the list does not depend on what the caller imported.
     """
+    _load_plugins()
     return list(_CONDITIONS)
 
 
@@ -265,6 +281,7 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     Raises:
         ValueError: for an unknown name.
     """
+    _load_plugins()
     if name not in _SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)

@@ -54,3 +54,214 @@ def test_a_failing_notebook_keeps_the_earlier_good_copy(tmp_path, monkeypatch):
     done = nbformat.read(str(out / "00_ok.ipynb"), as_version=4)               # the first one finished
     assert any("budget = 0.5" in "".join(c.source) for c in done.cells)        # injected parameter
     assert not any((out / ".partial").glob("*.ipynb"))
+
+
+# ---------------------------------------------------------------- issue 31: a command line that answers at once
+def _in_fresh_python(code: str) -> list[str]:
+    """Run ``code`` in a new interpreter (this checkout first on the path); its stdout lines."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()
+
+
+def test_help_version_and_argument_errors_answer_without_torch():
+    out = _in_fresh_python(
+        "import contextlib, io, sys\n"
+        "from midas_nb import cli\n"
+        "for argv in (['--help'], ['--version'], ['run', '--help'], ['run', '--bogus'], ['run', '--profile', 'nope'],"
+        " ['run', '-p', 'seeds', '[0,', '1]'], ['params'], ['report', '--depth', 'x']):\n"
+        "    buf = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):\n"
+        "        try:\n"
+        "            rc = cli.main(argv)\n"
+        "        except SystemExit as e:\n"
+        "            rc = e.code\n"
+        "    print(argv[0], argv[-1], rc, 'torch' in sys.modules, 'midas_nb.study' in sys.modules)\n")
+    assert out == ["--help --help 0 False False", "--version --version 0 False False", "run --help 0 False False",
+                   "run --bogus 2 False False", "run nope 2 False False", "run 1] 2 False False",
+                   "params params 2 False False", "report x 2 False False"]
+
+
+def test_version_is_the_installed_package_version(capsys):
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"midas-nb {metadata.version('midas_nb')}"
+
+
+def test_package_names_load_on_use_and_the_scorer_families_register_without_the_package_import():
+    out = _in_fresh_python(
+        "import sys, midas_nb\n"
+        "print('torch' in sys.modules)\n"
+        "print(midas_nb.get_profile('smoke')['backbone'], midas_nb.Study.__name__, 'list_profiles' in dir(midas_nb))\n")
+    assert out == ["False", "vit_smoke Study True"]
+    # only the protocol imported: cropr and iared are conditions all the same (loaded on the first registry read)
+    out = _in_fresh_python("from midas_nb.protocol import list_conditions\nprint(sorted(list_conditions())[:3])\n"
+                           "from midas_nb.scorers import list_scorer_conditions\nprint(list_scorer_conditions())")
+    assert out[1] == "['cropr', 'iared']"
+
+
+def _options(parser):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from ((f"{name} {a}", h) for a, h in _options(sub))
+        elif action.option_strings:
+            yield "/".join(action.option_strings), action.help
+
+
+def test_every_option_has_help_and_every_command_an_example():
+    import argparse
+    ap = cli.build_parser()
+    missing = [name for name, text in _options(ap) if not text]
+    assert missing == []
+    subs = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in subs.items():
+        text = sub.format_help()
+        assert f"example:\n  midas-nb {name}" in text or f"examples:\n  midas-nb {name}" in text, name
+        assert "``" not in text and ":func:" not in text, name
+    top = ap.format_help()
+    assert "``" not in top and top.count("\n  midas-nb ") >= len(subs)
+
+
+@pytest.mark.parametrize("text, name, value", [
+    ("0,1", "seeds", [0, 1]), ("0", "seeds", [0]), ("[0, 1]", "seeds", [0, 1]), ("null", "seeds", None),
+    ("0.1,0.25", "budgets", [0.1, 0.25]), ("T1,T5", "conditions", ["T1", "T5"]), ("1e-1", "budget", 0.1),
+    ("3", "depth", 3),
+])
+def test_list_valued_parameters_take_commas_and_single_values(text, name, value):
+    assert cli._parse_value(text, name) == value
+
+
+def test_run_file_and_command_line_give_lists_for_list_parameters(tmp_path):
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("profile: smoke\nparams:\n  seeds: 0,1\n  depths: 2\n")
+    args = cli.build_parser().parse_args(["run", "--config", str(run_file), "-p", "budgets", "0.25,0.5"])
+    spec, problems = cli._spec_from_args(args)
+    assert problems == []
+    assert (spec.params["seeds"], spec.params["depths"], spec.params["budgets"]) == ([0, 1], [2], [0.25, 0.5])
+
+
+def test_a_value_split_by_the_shell_is_named_with_how_to_write_it(capsys):
+    assert cli.main(["run", "-p", "seeds", "[0,", "1]", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" not in err
+    assert "split at its spaces by the shell; quote it: -p seeds '[0, 1]'" in err and "-p seeds 0,1" in err
+
+
+def test_a_misspelt_parameter_gets_a_suggestion_and_profile_is_not_offered(tmp_path, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("a notebook was executed")
+    monkeypatch.setattr("papermill.execute_notebook", no_kernel)
+    assert cli.main(["run", "--profile", "smoke", "-p", "seed", "0", "--notebooks", "07",
+                     "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown notebook parameter(s) ['seed'] (did you mean 'seeds'?)" in err
+    assert "'profile'" not in err  # -p refuses it, so it is not offered
+
+
+def test_a_one_digit_notebook_prefix_suggests_only_an_existing_notebook():
+    with pytest.raises(ValueError) as e:
+        cli.notebook_paths("8")
+    assert "no notebook matches '8'" in str(e.value) and "'08'" not in str(e.value)
+    with pytest.raises(ValueError, match=r"'2' \(prefixes have two digits: '02'\)"):
+        cli.notebook_paths("2")
+
+
+def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
+    import pandas as pd
+
+    rows = [dict(status="done", label="a", key="k1", attempt=1, error=""),
+            dict(status="failed", label="b", key="k2", attempt=2, error="Traceback\nValueError: boom")]
+    monkeypatch.setattr("midas_nb.sweeps.store.sweep_status", lambda name: pd.DataFrame(rows))
+    assert cli.main(["sweep", "status", "quick"]) == 1
+    assert "FAILED b" in capsys.readouterr().out
+    monkeypatch.setattr("midas_nb.sweeps.store.sweep_status", lambda name: pd.DataFrame(rows[:1]))
+    assert cli.main(["sweep", "status", "quick"]) == 0
+
+
+def test_params_lists_what_p_accepts_in_aligned_columns(capsys):
+    import papermill as pm
+
+    assert cli.main(["params", "02"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    info = pm.inspect_notebook(str(cli.notebook_paths("02")[0]))
+    assert [ln.split()[0] for ln in lines] == [n for n in info if n != "profile"]  # -p refuses profile
+    assert "backbone_kwargs" in info
+    assert len({ln.index(" default ") for ln in lines}) == 1                   # the defaults line up
+    assert len({ln.index(info[ln.split()[0]]["help"]) for ln in lines}) == 1   # and so do the help texts
+
+
+# ---------------------------------------------------------------- issue 27: no silent harm
+@pytest.fixture
+def source_copy(tmp_path, monkeypatch):
+    """A copy of notebooks/ standing in for the source folder (cli.notebooks_dir), so that a
+    regression harms the copy, never the checkout; its files' bytes before the test."""
+    import shutil
+
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    for p in cli.notebook_paths():
+        shutil.copy(p, src / p.name)
+    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    return src, {p.name: p.read_bytes() for p in src.iterdir()}
+
+
+def test_run_refuses_the_source_notebooks_folder_as_output(source_copy, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("a notebook was executed")
+    monkeypatch.setattr("papermill.execute_notebook", no_kernel)
+    src, before = source_copy
+    assert cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert "is the folder of the source notebooks" in err and "no notebook was started" in err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+
+def test_strip_solutions_in_place_without_paths_is_refused(source_copy, capsys):
+    src, before = source_copy
+    assert cli.main(["strip-solutions", "--in-place"]) == 2
+    err = capsys.readouterr().err
+    assert "--in-place without NOTEBOOK paths" in err and "every source notebook" in err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+
+def test_export_html_of_the_source_notebooks_does_not_suggest_running_into_them(capsys):
+    from midas_nb.course import export_html
+
+    assert cli.main(["export-html", "--input", str(cli.notebooks_dir())]) == 2
+    err = capsys.readouterr().err
+    assert "source notebooks" in err and "--output" not in err and "midas-nb run --profile quick" in err
+    with pytest.raises(FileNotFoundError) as e, pytest.warns(UserWarning, match="no executed code cell"):
+        export_html(cli.notebooks_dir())
+    assert "--output" not in str(e.value) and "source notebooks" in str(e.value)
+
+
+def test_pyyaml_is_a_declared_dependency():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    deps = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "pyyaml" in {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
+
+
+def test_a_run_file_params_split_at_a_comma_is_named_with_how_to_write_it(tmp_path):
+    from midas_nb.runspec import load_run_file
+
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("profile: smoke\nparams: {seeds: 0,1}\n")
+    settings, problems = load_run_file(run_file)
+    assert "params" not in settings and len(problems) == 1
+    assert "params: 1 (int) is read as a parameter name: YAML splits {name: a,b} at the comma" in problems[0]
+    assert "{seeds: [0, 1]}" in problems[0]

@@ -50,7 +50,7 @@ def _run(args, capsys):
     (["-p", "depth", "99"], "depth: L = 99 is outside 1..3 for vit_smoke (4 blocks"),
     (["-p", "depth", "0"], "depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)"),
     (["-p", "depth", "2.5"], "depth: expected an integer L >= 1 (the scorer reads block L), got 2.5 (float)"),
-    (["-p", "seeds", "0"], "seeds: expected a non-empty list of integers (e.g. [0, 1]), got 0 (int)"),
+    (["-p", "seeds", "0,x"], "seeds: expected a list of integers, got [0, 'x']"),  # -p seeds 0 is [0]
     (["-p", "seeds", "[0, x]"], "seeds: expected a list of integers, got [0, 'x']"),
     (["-p", "seeds", "[]"], "seeds: expected a non-empty list of integers (e.g. [0, 1]), got [] (list)"),
     (["--backbone", "vit_nonexistent_patch16"], "unknown backbone 'vit_nonexistent_patch16'"),
@@ -567,3 +567,14 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
     # the profiles' own schedules pass: 24 epochs on real data, 60 on the synthetic set
     for spec in (runspec.RunSpec(profile="quick"), runspec.RunSpec(profile="quick", data_root=str(cub))):
         assert runspec.preflight(spec, ["02_three_condition_protocol.ipynb"]) == []
+
+
+@pytest.mark.parametrize("dataset", ["cub", "aircraft", "cars"])
+def test_a_root_without_the_annotation_files_is_one_problem_naming_both_splits(tmp_path, dataset):
+    """Both splits read the same missing file: one line, not one per split."""
+    from midas_nb.study import check_layout
+
+    problems = check_layout(dataset, tmp_path)
+    assert len(problems) == 1, problems
+    split = "trainval" if dataset == "aircraft" else "train"
+    assert f"does not have the {dataset} layout ({split} and test splits)" in problems[0]

@@ -492,3 +492,36 @@ def test_tables_written_and_read_keep_the_per_image_values(tmp_path):
         assert math.isnan(back["miou_per_image"][0][2]) and back["image_ids"][0] == t["image_ids"][0]
         D1, D2 = decoupling_D(t), decoupling_D(back)
         pd.testing.assert_series_equal(D1["delta_idauc_lo"], D2["delta_idauc_lo"])
+
+
+@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_written_files_and_generated_folders_honour_the_umask(tmp_path, umask, file_mode, dir_mode):
+    """mkstemp gives 0600 and mkdtemp 0700 whatever the umask: a store or cache shared by a lab
+    group would be unreadable to the others. Atomic writes and the generated synthetic set take
+    the umask's modes, as open() and mkdir() do."""
+    from midas_nb.data.synthetic import make_synthetic_cub
+    from midas_nb.identity import atomic_write_bytes, atomic_write_text
+
+    old = os.umask(umask)
+    try:
+        text = atomic_write_text(tmp_path / "store" / "row.json", "{}")
+        data = atomic_write_bytes(tmp_path / "cache.bin", b"x")
+        root = make_synthetic_cub(tmp_path / "synthetic", num_classes=2, images_per_class=2, image_size=16)
+    finally:
+        os.umask(old)
+    assert oct(text.stat().st_mode & 0o777) == oct(file_mode)
+    assert oct(data.stat().st_mode & 0o777) == oct(file_mode)
+    assert oct(root.stat().st_mode & 0o777) == oct(dir_mode)
+    images = [p for p in root.rglob("*") if p.is_file()]
+    assert images and {oct(p.stat().st_mode & 0o777) for p in images} == {oct(file_mode)}
+
+
+def test_new_file_mode_reads_the_umask_without_changing_it():
+    from midas_nb.identity import new_file_mode
+
+    old = os.umask(0o027)
+    try:
+        assert (new_file_mode(), new_file_mode(directory=True)) == (0o640, 0o750)
+        assert os.umask(0o027) == 0o027  # left as it was
+    finally:
+        os.umask(old)

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..config import project_root
 from ..identity import atomic_write_text
 from ..runs import notebook_states
 
@@ -149,8 +150,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                           f"edition", stacklevel=2)
         pages.append((p, nb, notebook_title(nb, p.stem), failed))
     if not pages:
-        raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; "
-                                f"run `midas-nb run --output {input_dir}` first")
+        source = input_dir.resolve() == (project_root() / "notebooks").resolve()
+        raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; " + (
+            "it holds the source notebooks, which a run must not overwrite: run `midas-nb run --profile quick` "
+            "and export its directory (runs/quick)" if source else f"run `midas-nb run --output {input_dir}` first"))
     out.mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter(template_name="lab", embed_images=True)
     if strip_solutions:

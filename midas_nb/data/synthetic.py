@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image, ImageDraw
 
+from ..identity import new_file_mode
 from ._common import DatasetError, PathLike
 from .cub import CUB_PART_NAMES
 
@@ -353,6 +354,7 @@ def make_synthetic_cub(root: PathLike, *, num_classes: int = 4, images_per_class
     params = _params(num_classes, images_per_class, image_size, seed, train_fraction)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
     try:
+        os.chmod(tmp, new_file_mode(directory=True))  # mkdtemp's 0o700 would hide the set from the group
         _write(tmp, params)
         if root.exists():
             old = root.parent / f".{root.name}.old-{os.getpid()}"

@@ -97,15 +97,23 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
     problems = []
+    errors: dict[str, str] = {}  # split -> error; one line for a root that no split can read
     for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
         try:
             ds = load_dataset(dataset, root, split, **extra)
         except (DatasetError, ValueError, OSError) as e:
-            problems.append(f"data root {str(root)!r} does not have the {dataset} layout ({split} split): {e}")
+            errors[split] = str(e)
             continue
         if not getattr(ds, "has_labels", True):
             problems.append(unlabelled_test_message(dataset, root, ds))
-    return problems
+    if not errors:
+        return problems
+    (first, text), *rest = errors.items()
+    tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
+    tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
+    more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
+    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(errors)} "
+            f"split{'s' if len(errors) > 1 else ''}): {text[:len(text) - len(tail)] + more + tail}"] + problems
 
 
 def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:

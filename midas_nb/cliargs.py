@@ -1,0 +1,169 @@
+"""Command-line text read into values, with nothing heavy imported (no torch, no papermill).
+
+:mod:`midas_nb.cli` reads its arguments with these before it imports the rest of the package,
+so ``midas-nb --help``, ``--version`` and argument errors answer at once; run files
+(:func:`midas_nb.runspec.load_run_file`) read YAML with the same :func:`yaml_load`.
+
+- :func:`param_value`: a ``-p NAME VALUE`` value (a decimal number, else YAML, else the text);
+  list-valued parameters (those a profile holds as a list: ``seeds``, ``depths``, ...) also take
+  comma-separated values (``-p seeds 0,1``) and promote a single value (``-p seeds 0`` is
+  ``[0]``), as ``--notebooks 00,02`` does.
+- :func:`split_value_problem`: a ``-p`` value that the shell split at its spaces
+  (``-p seeds [0, 1]`` unquoted), named with how to write it.
+- :func:`did_you_mean`: the close names of a misspelt one (difflib).
+- :data:`EXAMPLES` / :func:`add_examples`: an example per subcommand for its ``--help``;
+  :func:`package_version` for ``--version``.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import re
+from typing import Any, Iterable, Sequence
+
+from . import config
+
+__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "did_you_mean", "list_param", "package_version", "param_value",
+           "split_value_problem", "yaml_load"]
+
+#: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
+LIST_PARAMS: frozenset[str] = frozenset(k for p in config.PROFILES.values() for k, v in p.items()
+                                        if isinstance(v, list))
+
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def yaml_load(text: str) -> Any:
+    """``yaml.safe_load`` that reads ``1e-9`` and ``5E3`` as numbers: PyYAML follows YAML 1.1,
+    whose float needs a dot, so ``budget: 1e-1`` would be the string ``'1e-1'`` (YAML 1.2 and
+    Python read it as 0.1).
+
+    Raises:
+        yaml.YAMLError: text that is not YAML.
+    """
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+
+
+@functools.lru_cache(maxsize=1)
+def _yaml_loader() -> type:
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                  list("-+0123456789"))
+    return _Loader
+
+
+def _scalar(text: str) -> Any:
+    """A decimal number (``10``, ``0.25``, ``1e-1``, never octal), else YAML, else the text."""
+    t = text.strip()
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    import yaml
+
+    try:
+        return yaml_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def list_param(name: str, value: Any) -> Any:
+    """``value`` of the list-valued parameter ``name`` as a list: ``"0,1"`` is ``[0, 1]``, a single
+    value ``v`` is ``[v]``; ``None`` (the profile's default), lists and other parameters' values
+    are returned as they are."""
+    if name not in LIST_PARAMS or value is None or isinstance(value, (list, tuple, dict)):
+        return value
+    if isinstance(value, str) and "," in value:
+        return [_scalar(x) for x in value.split(",") if x.strip()]
+    return [value]
+
+
+def param_value(name: str, text: str) -> Any:
+    """A ``-p NAME VALUE`` value: a decimal number (``10``, ``0.25``, ``1e-1``, never octal), else
+    YAML (``[0, 1]``, ``null``, ``{img_size: 64}``; exponents without a dot are numbers), else the
+    text as a string; for a list-valued ``name`` (:data:`LIST_PARAMS`) comma-separated values
+    and a single value become a list (:func:`list_param`)."""
+    return list_param(name, _scalar(text))
+
+
+def _unbalanced(text: str) -> bool:
+    return text.count("[") > text.count("]") or text.count("{") > text.count("}")
+
+
+def split_value_problem(argv: Sequence[str]) -> str | None:
+    """One line when a ``-p NAME VALUE`` value opens a bracket that it does not close: the shell
+    split ``-p seeds [0, 1]`` at its spaces, so argparse would see ``1]`` as an unrecognized
+    argument. ``None`` when every ``-p`` value is whole."""
+    args = list(argv)
+    for i, tok in enumerate(args):
+        if tok not in ("-p", "--param") or i + 2 >= len(args):
+            continue
+        name, value = args[i + 1], args[i + 2]
+        if _unbalanced(value):
+            rest = []
+            for t in args[i + 3:]:
+                rest.append(t)
+                if not _unbalanced(" ".join([value, *rest])):
+                    break
+            whole = " ".join([value, *rest])
+            hint = f" or without spaces: -p {name} {''.join(whole.split())}"
+            if name in LIST_PARAMS and whole.startswith("["):
+                hint += f" (or -p {name} {''.join(whole.strip('[]').split())})"
+            return (f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
+                    f"-p {name} '{whole}'{hint}")
+    return None
+
+
+def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
+    """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known`` (difflib),
+    else ``""``."""
+    known = sorted(set(known))
+    hints = [f"{n!r} -> {m[0]!r}" for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
+    if not hints:
+        return ""
+    if len(hints) == 1:
+        return f" (did you mean {hints[0].split(' -> ')[1]}?)"
+    return f" (did you mean: {', '.join(hints)}?)"
+
+
+#: one example per subcommand, shown under its --help (and all of them under midas-nb --help)
+EXAMPLES: dict[str, str] = {
+    "run": "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
+           "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011",
+    "params": "midas-nb params 02",
+    "sweep": "midas-nb sweep status quick",
+    "strip-solutions": "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb",
+    "export-html": "midas-nb export-html --profile quick",
+    "report": "midas-nb report --profile quick --output runs/quick/report",
+}
+
+
+def package_version() -> str:
+    """The installed package's version (importlib.metadata), else the source tree's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("midas_nb")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+        return __version__
+
+
+def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
+    """Each subcommand's example as its epilog; all of them under the top-level help."""
+    for name, parser in sub.choices.items():
+        if name in EXAMPLES:
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter
+            lines = EXAMPLES[name].splitlines()
+            parser.epilog = f"example{'s' if len(lines) > 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
+    ap.epilog = "examples:\n" + "\n".join(f"  {line}" for n in sub.choices if n in EXAMPLES
+                                           for line in EXAMPLES[n].splitlines())
