@@ -52,7 +52,8 @@ def check_data(params: dict[str, Any]) -> tuple[str, Path | None]:
 
 
 def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
-    """``(loader name, root, label)`` for a profile's data settings.
+    """``(loader name, root, label)`` for a profile's data settings (label:
+    :func:`midas_nb.config.dataset_label`).
 
     With a data root (:func:`check_data`), that directory is read with the loader named by
     ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
@@ -63,8 +64,8 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
         ValueError, FileNotFoundError: as :func:`check_data`.
     """
     name, root = check_data(params)
-    if root is not None:
-        return name, root, name
+    if root is not None:  # FGVC-Aircraft below variant level says so: "aircraft (manufacturer)"
+        return name, root, config.dataset_label(params, name)
 
     syn = dict(params.get("synthetic") or {})
     root = config.cache_dir() / "data" / f"synthetic_{_key_hash(syn)}"
@@ -187,6 +188,8 @@ class StudyBase:
         extra = {}
         if self.params.get("max_images_per_class") is not None:
             extra["max_images_per_class"] = int(self.params["max_images_per_class"])
+        if self.loader_name == "aircraft":  # the profile's label level (enters the data identity)
+            extra["annotation_level"] = self.params.get("aircraft_level") or "variant"
         return load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
                             patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
 
@@ -245,6 +248,7 @@ class StudyBase:
         m, ds = self.meta, self.test_set
         rows = [("profile", self.params["profile"]), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
+                ("classes present (test)", ds.num_classes_present),
                 ("train images", len(self.train_set)), ("test images", len(ds)),
                 ("part keypoints", ", ".join(ds.part_names) if ds.has_parts else "none (box coverage)"),
                 ("backbone", self.params["backbone"]), ("checkpoint", m.get("checkpoint_id")),
@@ -253,7 +257,7 @@ class StudyBase:
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
                 ("fine-tuning epochs", m.get("epochs")),
                 ("train accuracy", m.get("train_accuracy")), ("test accuracy", m.get("test_accuracy")),
-                ("chance accuracy", 1.0 / ds.num_classes), ("device", str(self.device))]
+                ("chance accuracy", ds.chance_accuracy), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
     # -------------------------------------------------------------------------- targets
