@@ -129,6 +129,9 @@ def test_aircraft_level_reaches_the_dataset_through_the_study_and_its_cells():
     # the level is part of the data's identity (caches, checkpoints, result cells never mix levels)
     assert st.test_set.identity_options()["annotation_level"] == "manufacturer"
     assert dataset_identity(st.test_set).full != dataset_identity(fam.test_set).full
+    # the IoU ceiling is read over the images box coverage evaluates (informative boxes only)
+    ceiling = st.iou_ceiling([0.25])
+    assert ceiling["n_images"].tolist() == [95] and ceiling["coverage_kind"].tolist() == ["box coverage"]
     # sweep cells carry the label; a worker maps it back to the dataset at the same level
     prof = config.get_profile("quick", dataset="aircraft", data_roots=roots)
     bb = prof["backbone"]

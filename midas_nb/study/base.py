@@ -16,7 +16,8 @@ from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone
                          schedule_problem, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
-from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou, point_in_box
+from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
+                       point_in_box)
 from ..protocol import evaluation_subset
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..related.last import pib_table
@@ -300,8 +301,8 @@ class StudyBase:
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
         """The best part mIoU (box coverage) any ranking can reach at each budget, on the
         protocol's evaluated test images (:func:`midas_nb.metrics.iou_ceiling`, mean over the
-        images with a part patch). Columns ``budget``, ``k``, ``ceiling``, ``n_images``,
-        ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
+        images with a part patch; for box coverage, with an informative box). Columns ``budget``,
+        ``k``, ``ceiling``, ``n_images``, ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
         ds = self.test_set
         subset = evaluation_subset(len(ds), self.params.get("max_eval_images"),
                                    int(self.params.get("eval_subset_seed", 0)))
@@ -312,6 +313,8 @@ class StudyBase:
         for b in budgets:
             k = keep_count(b, ref.shape[1])
             c = iou_ceiling(ref, k)
+            if not ds.has_parts:  # over the images box coverage evaluates (informative boxes)
+                c = torch.where(informative_box(ref), c, torch.full_like(c, float("nan")))
             rows.append(dict(budget=float(b), k=k, ceiling=float(c.nanmean()), n_images=int(c.isfinite().sum()),
                              coverage_kind="part mIoU" if ds.has_parts else "box coverage"))
         return pd.DataFrame(rows)
