@@ -567,3 +567,15 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
     # the profiles' own schedules pass: 24 epochs on real data, 60 on the synthetic set
     for spec in (runspec.RunSpec(profile="quick"), runspec.RunSpec(profile="quick", data_root=str(cub))):
         assert runspec.preflight(spec, ["02_three_condition_protocol.ipynb"]) == []
+
+
+def test_aircraft_level_is_a_run_parameter(tmp_path, capsys, recorder):
+    """Issue 28: ``-p aircraft_level family`` reaches every notebook's study; a level that is not
+    FGVC-Aircraft's is one preflight line."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "family", "--output",
+                      str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["aircraft_level"] == "family"
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "model", "--output",
+                      str(tmp_path / "p")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'" in line
