@@ -49,7 +49,7 @@ def test_box_coverage_threshold_is_a_parameter():
     strict = box_coverage(KEEP, BOX, max_box_fraction=0.5)
     assert strict.n_used == 1 and strict.mean == pytest.approx(3 / 7)
     assert strict.skip_reasons["uninformative box (> 50% of the patches)"] == 2
-    for bad in (0, 1.5, -0.1, "0.9", None):
+    for bad in (0, 1.5, -0.1, "0.9", None, True, math.nan):
         with pytest.raises(ValueError, match="max_box_fraction"):
             box_coverage(KEEP, BOX, max_box_fraction=bad)
     with pytest.raises(ValueError, match="same shape"):

@@ -129,7 +129,8 @@ def box_coverage(keep_mask: Tensor, box_mask: Tensor, *,
         ValueError: masks not both ``[B,N]`` of the same shape; ``max_box_fraction`` outside
             ``(0, 1]``.
     """
-    if not (isinstance(max_box_fraction, (int, float)) and 0 < float(max_box_fraction) <= 1):
+    if isinstance(max_box_fraction, bool) or not (isinstance(max_box_fraction, (int, float))
+                                                  and 0 < float(max_box_fraction) <= 1):
         raise ValueError(f"max_box_fraction must be a fraction of the patch tokens in (0, 1], "
                          f"got {max_box_fraction!r}")
     if box_mask.dim() == 2 and box_mask.shape[1] > 0:
