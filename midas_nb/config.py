@@ -13,7 +13,8 @@ from typing import Any, Literal
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "profile_from_env",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATA_ROOT_DATASETS",
-           "data_root_for", "dataset_label", "grid_datasets", "backbone_kwargs_for", "check_profile", "check_device",
+           "data_root_for", "dataset_label", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
+           "backbone_kwargs_for", "check_profile", "check_device",
            "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
@@ -37,6 +38,7 @@ _COMMON: dict[str, Any] = dict(
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
     other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
                                  # partner of the side-by-side (False: the profile's backbone only)
+    aircraft_level="variant",    # FGVC-Aircraft labels: variant (the paper's), family or manufacturer
 )
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -110,6 +112,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         # width-128 readout ~10 min, the label-trained partner with its regime sweep ~29 min);
         # `-p other_backbones true` adds both (README "Real data"; docs/architecture.md)
         other_backbones=False,
+        # FGVC-Aircraft by manufacturer: the real subset's 198 training photos are 2 per variant but
+        # 6.6 per manufacturer (30 classes); docs/architecture.md "Data"
+        aircraft_level="manufacturer",
         device="cpu",
     ),
     # GPU: the paper's datasets, backbones, seeds and full grid
@@ -319,10 +324,25 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
                      f"(the {profile.get('profile', '?')} profile substitutes no synthetic data{given})")
 
 
+#: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid
+AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
+
+
 def dataset_label(profile: dict[str, Any], dataset: str) -> str:
     """The name results carry for ``dataset``: ``"synthetic"`` where :func:`data_root_for` gives
-    the embedded set, the dataset's own name otherwise (raises as :func:`data_root_for`)."""
-    return "synthetic" if data_root_for(profile, dataset) is None else dataset
+    the embedded set; ``"aircraft (family)"`` / ``"aircraft (manufacturer)"`` for FGVC-Aircraft at
+    the profile's ``aircraft_level`` other than ``variant``; the dataset's own name otherwise
+    (raises as :func:`data_root_for`). :func:`dataset_of_label` inverts it."""
+    if data_root_for(profile, dataset) is None:
+        return "synthetic"
+    level = profile.get("aircraft_level") or AIRCRAFT_LEVELS[0]
+    return f"{dataset} ({level})" if dataset == "aircraft" and level != AIRCRAFT_LEVELS[0] else dataset
+
+
+def dataset_of_label(label: str) -> str:
+    """The dataset name of a :func:`dataset_label` (``"aircraft (manufacturer)"`` -> ``"aircraft"``)."""
+    base, _, level = str(label).partition(" (")
+    return base if base == "aircraft" and level.rstrip(")") in AIRCRAFT_LEVELS else str(label)
 
 
 def grid_datasets(profile: dict[str, Any]) -> list[str]:
@@ -428,6 +448,9 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
     _check_names(p, problems)
     if not isinstance(p.get("other_backbones", True), bool):
         problems.append(f"other_backbones: expected true or false, got {_show(p.get('other_backbones'))}")
+    if p.get("aircraft_level", AIRCRAFT_LEVELS[0]) not in AIRCRAFT_LEVELS:
+        problems.append(f"aircraft_level: expected one of {list(AIRCRAFT_LEVELS)}, "
+                        f"got {_show(p.get('aircraft_level'))}")
     _check_grid(p, problems)
     for key in ("finetune", "synthetic_finetune", "scorer_train"):
         _check_recipe(key, p.get(key), problems)

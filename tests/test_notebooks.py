@@ -27,8 +27,8 @@ from midas_nb.related.last import pib_table
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "backbone", "weights", "backbone_kwargs", "depth",
-              "budget", "seeds", "device", "output_dir"]
+PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "aircraft_level", "backbone", "weights",
+              "backbone_kwargs", "depth", "budget", "seeds", "device", "output_dir"]
 # a notebook's own parameters, just before output_dir
 EXTRA_PARAMETERS = {"05_scale_sensitivity": ["other_backbones", "compare_with"]}
 EXPECTED = ["00_quickstart", "01_supervision_targets", "02_three_condition_protocol", "03_cosine_probes",
@@ -76,6 +76,7 @@ def test_one_parameters_cell_then_the_study(path):
     nxt = next(c for c in nb.cells[tagged[0] + 1:] if c.cell_type == "code").source
     call = "Study(profile, data_root=data_root, data_roots=data_roots, dataset=dataset, backbone=backbone,"
     assert call in nxt and "weights=weights, backbone_kwargs=backbone_kwargs, depth=depth, budget=budget" in nxt
+    assert "\n              aircraft_level=aircraft_level,\n" in nxt      # -p aircraft_level reaches the study
     # profile settings among the parameters go to the study too (05: other_backbones)
     tail = "".join(f", {k}={k}" for k in EXTRA_PARAMETERS.get(path.stem, []) if k != "compare_with")
     assert f"seeds=seeds,\n              device=device{tail})" in nxt

@@ -578,3 +578,15 @@ def test_a_root_without_the_annotation_files_is_one_problem_naming_both_splits(t
     assert len(problems) == 1, problems
     split = "trainval" if dataset == "aircraft" else "train"
     assert f"does not have the {dataset} layout ({split} and test splits)" in problems[0]
+
+
+def test_aircraft_level_is_a_run_parameter(tmp_path, capsys, recorder):
+    """Issue 28: ``-p aircraft_level family`` reaches every notebook's study; a level that is not
+    FGVC-Aircraft's is one preflight line."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "family", "--output",
+                      str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["aircraft_level"] == "family"
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "model", "--output",
+                      str(tmp_path / "p")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'" in line

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._common import AnnotatedDataset, DatasetError
+from ._common import KNOWN_BAD_BOXES, AnnotatedDataset, DatasetError
 from .aircraft import AircraftDataset
 from .builders import make_aircraft_from_cub, make_cars_from_cub
 from .cars import CarsDataset, read_cars_annotations, read_cars_meta
@@ -29,7 +29,7 @@ from .transforms import (DEFAULT_MEAN, DEFAULT_STD, EvalTransform, JointTransfor
                          crop_resize, denormalize, flip_permutation, to_normalised_tensor)
 
 __all__ = [
-    "Sample", "Batch", "collate_samples", "DatasetError", "AnnotatedDataset",
+    "Sample", "Batch", "collate_samples", "DatasetError", "AnnotatedDataset", "KNOWN_BAD_BOXES",
     "CUBDataset", "AircraftDataset", "CarsDataset", "load_dataset", "DATASET_NAMES",
     "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes",
     "make_aircraft_from_cub", "make_cars_from_cub",

@@ -18,9 +18,19 @@ from .sample import Sample
 from .transforms import EvalTransform
 
 __all__ = ["DatasetError", "AnnotatedDataset", "read_lines", "require_root", "check_files_exist",
-           "open_rgb", "first_k_per_class"]
+           "open_rgb", "first_k_per_class", "KNOWN_BAD_BOXES"]
 
 PathLike = str | os.PathLike
+
+#: Real boxes known to be wrong, ``{dataset_name: {image id: what is wrong}}``. These images stay in
+#: their split for classification, but their ``box_mask`` is empty, so every box metric leaves them
+#: out (box coverage counts them as skipped; ``AnnotatedDataset.bad_boxes`` and
+#: ``skipped["known_bad_box"]`` report them). Checked by eye on the photo (docs/architecture.md, Data).
+KNOWN_BAD_BOXES: dict[str, dict[str, str]] = {
+    # FGVC-Aircraft 2013b (official train split): three C-47s in formation; the box lies in the
+    # sky between them and covers none of the three
+    "aircraft": {"0422859": "box lies between the three aircraft"},
+}
 
 
 class DatasetError(ValueError):
@@ -129,7 +139,16 @@ class AnnotatedDataset(Dataset):
         image_ids: dataset identifier per item (``str``).
         skipped: ``collections.Counter`` of counted skips, e.g. ``"no_visible_part"``
             (images kept for classification whose raw annotation has no visible part;
-            their ``part_mask`` is all False and part metrics exclude them).
+            their ``part_mask`` is all False and part metrics exclude them) and
+            ``"known_bad_box"`` (images of :data:`KNOWN_BAD_BOXES`).
+        bad_boxes: ``{image id: reason}`` of the selected images whose real box is known to be
+            wrong (:data:`KNOWN_BAD_BOXES`); kept for classification, their ``box_mask`` is all
+            False (``box`` stays as annotated), so box metrics skip them.
+        classes_present / num_classes_present: the classes with at least one labelled item in
+            this selection (the class list may name more: FGVC-Aircraft's ``variants.txt`` lists
+            100, Stanford Cars' ``cars_meta.mat`` 196); ``chance_accuracy`` is
+            ``1 / num_classes_present`` (uniform guess), ``majority_fraction`` the share of the
+            most frequent class.
         transform: the joint transform (default ``EvalTransform(224)``).
         patch_size: patch side used for ``part_mask`` / ``box_mask``.
     """
@@ -152,6 +171,7 @@ class AnnotatedDataset(Dataset):
         self.part_names: list[str] = []
         self.label_map: dict[Any, int] = {}
         self.listing: Path | str = ""
+        self.bad_boxes: dict[str, str] = {}
 
     # ------------------------------------------------------------------ API
     @property
@@ -172,6 +192,40 @@ class AnnotatedDataset(Dataset):
         if self.raw_parts.shape[1] == 0:
             return [False] * len(self)
         return [bool(v) for v in (self.raw_parts[:, :, 2] > 0).any(axis=1)]
+
+    @property
+    def classes_present(self) -> list[str]:
+        """Names of the classes with at least one labelled item here, in contiguous-index order
+        (labels ``-1``, unknown, count for none)."""
+        present = {int(v) for v in self.labels if int(v) >= 0}
+        return [c for k, c in enumerate(self.classes) if k in present]
+
+    @property
+    def num_classes_present(self) -> int:
+        """``len(classes_present)`` (0 when no item is labelled)."""
+        return len(self.classes_present)
+
+    @property
+    def chance_accuracy(self) -> float:
+        """Top-1 accuracy of a uniform guess over the classes present: ``1 / num_classes_present``
+        (a fraction in ``(0, 1]``; ``NaN`` when no item is labelled)."""
+        n = self.num_classes_present
+        return 1.0 / n if n else float("nan")
+
+    @property
+    def majority_fraction(self) -> float:
+        """Share of the labelled items in the most frequent class (the accuracy of always
+        guessing it; ``NaN`` when no item is labelled)."""
+        counts = Counter(int(v) for v in self.labels if int(v) >= 0)
+        return max(counts.values()) / sum(counts.values()) if counts else float("nan")
+
+    def _mark_known_bad_boxes(self) -> None:
+        """Fill :attr:`bad_boxes` and ``skipped["known_bad_box"]`` from :data:`KNOWN_BAD_BOXES`
+        (readers call it once their ``image_ids`` are set)."""
+        table = KNOWN_BAD_BOXES.get(self.dataset_name, {})
+        self.bad_boxes = {i: table[i] for i in self.image_ids if i in table}
+        if self.bad_boxes:
+            self.skipped["known_bad_box"] = len(self.bad_boxes)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -205,21 +259,25 @@ class AnnotatedDataset(Dataset):
         img_t, parts_t, box_t = self.transform(image, torch.from_numpy(parts), torch.from_numpy(box),
                                                part_names=self.part_names)
         hw = (int(img_t.shape[-2]), int(img_t.shape[-1]))
+        box_mask = box_mask_from_box(box_t, hw, self.patch_size)
+        if self.image_ids[index] in self.bad_boxes:  # a known-wrong box: no box metric reads it
+            box_mask = torch.zeros_like(box_mask)
         return Sample(
             image=img_t,
             label=int(self.labels[index]),
             parts=parts_t.to(torch.float32),
             box=box_t.to(torch.float32),
             part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
-            box_mask=box_mask_from_box(box_t, hw, self.patch_size),
+            box_mask=box_mask,
             image_id=self.image_ids[index],
             index=index,
         )
 
     def identity_options(self) -> dict[str, Any]:
         """Settings of the dataset itself (not of its transform) that change what a sample
-        holds, for :func:`midas_nb.identity.dataset_identity` (default: none)."""
-        return {}
+        holds, for :func:`midas_nb.identity.dataset_identity`: the images whose box mask is
+        blanked (:attr:`bad_boxes`) where there are any, else none."""
+        return dict(excluded_boxes=sorted(self.bad_boxes)) if self.bad_boxes else {}
 
     def class_counts(self) -> dict[int, int]:
         """Number of items per contiguous label."""

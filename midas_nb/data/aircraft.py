@@ -78,8 +78,9 @@ class AircraftDataset(AnnotatedDataset):
         root: the ``data`` directory (or ``fgvc-aircraft-2013b`` above it).
         split: ``"train"``, ``"val"``, ``"trainval"`` or ``"test"``.
         transform: joint transform (default :class:`EvalTransform` at 224 px).
-        annotation_level: ``"variant"`` (102 classes), ``"family"`` (70) or
-            ``"manufacturer"`` (41).
+        annotation_level: ``"variant"`` (100 classes in 2013b), ``"family"`` (70) or
+            ``"manufacturer"`` (30); the profile key ``aircraft_level`` chooses it for a study.
+            The head keeps the listed classes; ``classes_present`` names those with images.
         crop_banner: remove the bottom ``banner_height`` pixels (the copyright banner).
         banner_height: banner height in pixels (20 in the original photos).
         patch_size: patch side in pixels for ``box_mask``.
@@ -167,12 +168,15 @@ class AircraftDataset(AnnotatedDataset):
         self.raw_boxes = np.array([boxes[i] for i in self.image_ids], np.float32).reshape(-1, 4)
         self.raw_parts = np.zeros((len(rows), 0, 3), np.float32)
         self.part_names = []
+        self._mark_known_bad_boxes()
         if check_files:
             check_files_exist(self.paths, label_path)
 
     def identity_options(self) -> dict:
-        """The banner crop changes every image a sample holds (dataset identity)."""
-        return dict(crop_banner=self.crop_banner, banner_height=self.banner_height)
+        """The banner crop changes every image a sample holds, the label level every label,
+        a known-wrong box its box mask (dataset identity)."""
+        return dict(super().identity_options(), crop_banner=self.crop_banner, banner_height=self.banner_height,
+                    annotation_level=self.annotation_level)
 
     def _preprocess(self, index: int, image: Image.Image, parts: np.ndarray, box: np.ndarray
                     ) -> tuple[Image.Image, np.ndarray, np.ndarray]:

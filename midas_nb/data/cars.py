@@ -178,5 +178,6 @@ class CarsDataset(AnnotatedDataset):
         self.image_ids = [stems[i] for i in order]
         self.labels = [labels_all[i] for i in order]
         self.paths = [self.images_dir / ann["fname"][i] for i in order]
+        self._mark_known_bad_boxes()
         if check_files:
             check_files_exist(self.paths, ann_path)

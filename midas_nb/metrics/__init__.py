@@ -30,7 +30,8 @@ from __future__ import annotations
 # submodules in registration order (list_metrics() keeps it)
 from ..stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, register_metric
-from .coverage import COVERAGE_KINDS, PartIoU, box_coverage, iou_ceiling, part_miou
+from .coverage import (COVERAGE_KINDS, INFORMATIVE_BOX_MAX_FRACTION, PartIoU, box_coverage, informative_box,
+                       iou_ceiling, part_miou)
 from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
 from .decoupling import (CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, REFERENCE_CHECKS,
                          _as_float_list, _paired_matrix, _per_image,
@@ -46,6 +47,8 @@ __all__ = [
     "PartIoU",
     "part_miou",
     "box_coverage",
+    "informative_box",
+    "INFORMATIVE_BOX_MAX_FRACTION",
     "iou_ceiling",
     "InsDel",
     "insertion_deletion_auc",

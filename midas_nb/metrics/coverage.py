@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -11,6 +11,18 @@ from .registry import register_metric
 
 
 COVERAGE_KINDS = ("part mIoU", "box coverage")
+
+#: A box is *informative* when it covers at most this fraction of the patch tokens. Above it, at
+#: least 90 % of the tokens lie in the box, and any ranking's IoU with the box at budget ``b`` lies
+#: in ``[max(0, b - (1 - f)) / f, min(b, f) / max(b, f)]``: a spread of at most ``(1 - f) / f
+#: < 0.111``, the size of the effects the protocol measures, so box coverage would measure the
+#: budget, not the ranking (docs/architecture.md, Metrics).
+INFORMATIVE_BOX_MAX_FRACTION = 0.9
+
+#: skip reasons of :class:`PartIoU` (``skip_reasons`` keys)
+SKIP_NO_PART = "no visible part"
+SKIP_NO_BOX = "empty box mask"
+SKIP_UNINFORMATIVE = "uninformative box"
 
 
 @dataclass
@@ -21,8 +33,11 @@ class PartIoU:
         per_image: ``[B]`` float IoU; ``NaN`` for images skipped (no part patch).
         mean: mean of ``per_image`` over the images that were not skipped (``NaN`` if none).
         n_images: ``B``, every image seen (skipped ones included).
-        n_skipped: images without any part patch, left out of ``mean``.
+        n_skipped: images left out of ``mean`` (without any part / box patch, or, for box
+            coverage, with an uninformative box).
         name: ``"part mIoU"`` or ``"box coverage"`` — the label to show beside the number.
+        skip_reasons: ``{reason: count}`` of the skipped images (counts sum to ``n_skipped``):
+            :data:`SKIP_NO_PART`, :data:`SKIP_NO_BOX`, :data:`SKIP_UNINFORMATIVE`.
     """
 
     per_image: Tensor
@@ -30,6 +45,7 @@ class PartIoU:
     n_images: int
     n_skipped: int
     name: str = "part mIoU"
+    skip_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_used(self) -> int:
@@ -37,7 +53,10 @@ class PartIoU:
         return self.n_images - self.n_skipped
 
 
-def _mask_iou(keep_mask: Tensor, ref_mask: Tensor, name: str) -> PartIoU:
+def _mask_iou(keep_mask: Tensor, ref_mask: Tensor, name: str, skip: Tensor | None = None,
+              skip_reason: str = "") -> PartIoU:
+    """IoU per image; images without a reference patch, and those flagged in ``skip`` (``[B]``
+    bool, counted under ``skip_reason``), are NaN and left out of the mean."""
     if keep_mask.dim() != 2 or keep_mask.shape != ref_mask.shape:
         raise ValueError(f"keep_mask and the {name} mask must both be [B,N] of the same shape, got "
                          f"{tuple(keep_mask.shape)} and {tuple(ref_mask.shape)}")
@@ -45,11 +64,16 @@ def _mask_iou(keep_mask: Tensor, ref_mask: Tensor, name: str) -> PartIoU:
     inter = (keep & ref).sum(1).double()
     union = (keep | ref).sum(1).double()
     has_ref = ref.any(1)
+    flagged = has_ref & skip if skip is not None else torch.zeros_like(has_ref)
+    used = has_ref & ~flagged
     # union ≥ |ref| > 0 wherever ref has a patch, so the division is safe there
-    per_image = torch.where(has_ref, inter / union.clamp_min(1), torch.full_like(inter, math.nan))
-    n_skipped = int((~has_ref).sum())
-    mean = float(per_image[has_ref].mean()) if bool(has_ref.any()) else math.nan
-    return PartIoU(per_image.float(), mean, int(keep.shape[0]), n_skipped, name)
+    per_image = torch.where(used, inter / union.clamp_min(1), torch.full_like(inter, math.nan))
+    reasons = {SKIP_NO_PART if name == "part mIoU" else SKIP_NO_BOX: int((~has_ref).sum())}
+    if skip is not None:
+        reasons[skip_reason] = int(flagged.sum())
+    reasons = {k: v for k, v in reasons.items() if v}
+    mean = float(per_image[used].mean()) if bool(used.any()) else math.nan
+    return PartIoU(per_image.float(), mean, int(keep.shape[0]), int((~used).sum()), name, reasons)
 
 
 @register_metric("part_miou", higher_is_better=True, category="localisation",
@@ -81,14 +105,50 @@ def part_miou(keep_mask: Tensor, part_mask: Tensor) -> PartIoU:
                  reference="MIDAS (DESIGN.md §6): part mIoU with the object box for datasets "
                            "without parts",
                  summary="IoU of the kept patch tokens with the object-box patches")
-def box_coverage(keep_mask: Tensor, box_mask: Tensor) -> PartIoU:
-    """Box coverage: :func:`part_miou` computed against the object box (``Sample.box_mask``).
+def box_coverage(keep_mask: Tensor, box_mask: Tensor, *,
+                 max_box_fraction: float = INFORMATIVE_BOX_MAX_FRACTION) -> PartIoU:
+    """Box coverage: :func:`part_miou` computed against the object box (``Sample.box_mask``),
+    over the images whose box is informative.
 
-    For datasets without part annotations (FGVC-Aircraft, Stanford Cars). Same computation and
-    skipping rule (images whose box covers no patch are skipped); the result is labelled
-    ``"box coverage"`` so that it is never shown as part mIoU.
+    For datasets without part annotations (FGVC-Aircraft, Stanford Cars). Per image
+    ``IoU = |keep ∧ box| / |keep ∨ box|``. Skipped (``NaN``, left out of the mean, counted in
+    ``n_skipped`` and ``skip_reasons``): images whose box mask is empty (the box left the crop,
+    or the dataset blanked a known-wrong box, :data:`midas_nb.data.KNOWN_BAD_BOXES`) —
+    ``"empty box mask"`` — and images whose box covers more than ``max_box_fraction`` of the
+    ``N`` patch tokens — ``"uninformative box"`` (a box crop, or a close-up: the IoU then
+    depends on the budget only; see :data:`INFORMATIVE_BOX_MAX_FRACTION`). The result is
+    labelled ``"box coverage"`` so that it is never shown as part mIoU.
+
+    Args:
+        keep_mask: ``[B,N]`` bool, the patch tokens the scorer keeps.
+        box_mask: ``[B,N]`` bool, the patches whose centre lies in the object box.
+        max_box_fraction: the largest informative ``|box| / N``, in ``(0, 1]``; ``1`` keeps
+            every non-empty box.
+
+    Raises:
+        ValueError: masks not both ``[B,N]`` of the same shape; ``max_box_fraction`` outside
+            ``(0, 1]``.
     """
-    return _mask_iou(keep_mask, box_mask, "box coverage")
+    if isinstance(max_box_fraction, bool) or not (isinstance(max_box_fraction, (int, float))
+                                                  and 0 < float(max_box_fraction) <= 1):
+        raise ValueError(f"max_box_fraction must be a fraction of the patch tokens in (0, 1], "
+                         f"got {max_box_fraction!r}")
+    if box_mask.dim() == 2 and box_mask.shape[1] > 0:
+        frac = box_mask.bool().sum(1).double() / box_mask.shape[1]
+        skip = frac > float(max_box_fraction)
+    else:
+        skip = None   # the shape error is _mask_iou's
+    return _mask_iou(keep_mask, box_mask, "box coverage", skip,
+                     f"{SKIP_UNINFORMATIVE} (> {float(max_box_fraction):.0%} of the patches)")
+
+
+def informative_box(box_mask: Tensor, max_box_fraction: float = INFORMATIVE_BOX_MAX_FRACTION) -> Tensor:
+    """``[B]`` bool: the box mask ``[B,N]`` is non-empty and covers at most ``max_box_fraction``
+    of the ``N`` patch tokens — the images :func:`box_coverage` evaluates."""
+    if box_mask.dim() != 2 or box_mask.shape[1] == 0:
+        raise ValueError(f"box_mask must be [B,N] with N >= 1, got {tuple(box_mask.shape)}")
+    n = box_mask.bool().sum(1)
+    return (n > 0) & (n.double() / box_mask.shape[1] <= float(max_box_fraction))
 
 
 def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:

@@ -16,7 +16,8 @@ from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone
                          schedule_problem, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
-from ..metrics import bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou, point_in_box
+from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
+                       point_in_box)
 from ..protocol import evaluation_subset
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..related.last import pib_columns, pib_table
@@ -53,7 +54,8 @@ def check_data(params: dict[str, Any]) -> tuple[str, Path | None]:
 
 
 def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
-    """``(loader name, root, label)`` for a profile's data settings.
+    """``(loader name, root, label)`` for a profile's data settings (label:
+    :func:`midas_nb.config.dataset_label`).
 
     With a data root (:func:`check_data`), that directory is read with the loader named by
     ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
@@ -64,8 +66,8 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
         ValueError, FileNotFoundError: as :func:`check_data`.
     """
     name, root = check_data(params)
-    if root is not None:
-        return name, root, name
+    if root is not None:  # FGVC-Aircraft below variant level says so: "aircraft (manufacturer)"
+        return name, root, config.dataset_label(params, name)
 
     syn = dict(params.get("synthetic") or {})
     root = config.cache_dir() / "data" / f"synthetic_{_key_hash(syn)}"
@@ -214,6 +216,8 @@ class StudyBase:
         extra = {}
         if self.params.get("max_images_per_class") is not None:
             extra["max_images_per_class"] = int(self.params["max_images_per_class"])
+        if self.loader_name == "aircraft":  # the profile's label level (enters the data identity)
+            extra["annotation_level"] = self.params.get("aircraft_level") or "variant"
         ds = load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
                           patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
         if not getattr(ds, "has_labels", True):
@@ -289,6 +293,7 @@ class StudyBase:
         m, ds = self.meta, self.test_set
         rows = [("profile", self.params["profile"]), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
+                ("classes present (test)", ds.num_classes_present),
                 ("train images", len(self.train_set)), ("test images", len(ds)),
                 ("part keypoints", ", ".join(ds.part_names) if ds.has_parts else "none (box coverage)"),
                 ("backbone", self.params["backbone"]), ("checkpoint", m.get("checkpoint_id")),
@@ -297,7 +302,7 @@ class StudyBase:
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
                 ("fine-tuning epochs", m.get("epochs")),
                 ("train accuracy", m.get("train_accuracy")), ("test accuracy", m.get("test_accuracy")),
-                ("chance accuracy", 1.0 / ds.num_classes), ("device", str(self.device))]
+                ("chance accuracy", ds.chance_accuracy), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
     # -------------------------------------------------------------------------- targets
@@ -340,8 +345,8 @@ class StudyBase:
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
         """The best part mIoU (box coverage) any ranking can reach at each budget, on the
         protocol's evaluated test images (:func:`midas_nb.metrics.iou_ceiling`, mean over the
-        images with a part patch). Columns ``budget``, ``k``, ``ceiling``, ``n_images``,
-        ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
+        images with a part patch; for box coverage, with an informative box). Columns ``budget``,
+        ``k``, ``ceiling``, ``n_images``, ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
         ds = self.test_set
         subset = evaluation_subset(len(ds), self.params.get("max_eval_images"),
                                    int(self.params.get("eval_subset_seed", 0)))
@@ -352,6 +357,8 @@ class StudyBase:
         for b in budgets:
             k = keep_count(b, ref.shape[1])
             c = iou_ceiling(ref, k)
+            if not ds.has_parts:  # over the images box coverage evaluates (informative boxes)
+                c = torch.where(informative_box(ref), c, torch.full_like(c, float("nan")))
             rows.append(dict(budget=float(b), k=k, ceiling=float(c.nanmean()), n_images=int(c.isfinite().sum()),
                              coverage_kind="part mIoU" if ds.has_parts else "box coverage"))
         return pd.DataFrame(rows)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..config import data_root_for, dataset_label
+from ..config import data_root_for, dataset_label, dataset_of_label
 from ..identity import annotation_stamp, canonical_json
 from .base import StudyBase
 
@@ -39,7 +39,9 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 def _study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
            progress: bool = False):
-    """The (per-process cached) :class:`StudyBase` for one dataset and backbone."""
+    """The (per-process cached) :class:`StudyBase` for one dataset (its name or its label, e.g. a
+    cell's ``"aircraft (manufacturer)"``) and backbone."""
+    dataset = dataset_of_label(dataset)
     overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
     # the cell's dataset gets its own root (data_roots / data_root resolved for it): a root given
     # for the profile's own dataset must not follow the study to another dataset
