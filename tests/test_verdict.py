@@ -95,7 +95,7 @@ def test_per_image_means_average_the_seeds_image_by_image():
     pm = per_image_means(pd.DataFrame(rows), "idauc")
     assert pm == {"T5": {"img0": pytest.approx(0.1), "img1": pytest.approx(0.2)}}
     with pytest.raises(ValueError, match="metric must be one of"):
-        per_image_means(pd.DataFrame(rows), "accuracy")
+        per_image_means(pd.DataFrame(rows), "pib")
 
 
 def test_readings_by_hand():
@@ -145,3 +145,34 @@ def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control()
     assert frame2["reading"].str.startswith("no random_map").all() and "cannot be credited" in text2
     with pytest.raises(ValueError, match="per-image columns"):
         targets_vs_scorers(cov.drop(columns=["miou_per_image"]), t)
+
+
+def test_paired_gap_over_shared_images_by_hand():
+    from midas_nb.results import paired_gap
+    a = pd.DataFrame([dict(condition="T5", seed=s, image_ids=["i0", "i1", "i2"],
+                           accuracy_per_image=acc) for s, acc in ((0, [1.0, 1.0, 0.0]), (1, [1.0, 0.0, 0.0]))])
+    b = pd.DataFrame([dict(condition="random", seed=0, image_ids=["i1", "i2", "i3"], accuracy_per_image=[0.0, 0.0, 1.0])])
+    m, lo, hi, n = paired_gap(a, b, "accuracy", n_boot=200)
+    # shared images i1, i2: a's seed means 0.5, 0.0; b's 0.0, 0.0 → gaps 0.5, 0.0
+    assert (m, n) == (pytest.approx(0.25), 2) and 0.0 <= lo <= m <= hi <= 0.5
+
+
+def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
+    from midas_nb.results import axis_trend
+    D = pd.DataFrame([
+        # depth axis at b = 25 %: D rises to the deep cell (the paper says it fades)
+        dict(condition="T5", depth=3, budget=0.25, D_pp=2.0, D_pp_lo=1.5, D_pp_hi=2.5, status="in band"),
+        dict(condition="T5", depth=6, budget=0.25, D_pp=4.4, D_pp_lo=4.0, D_pp_hi=4.8, status="in band"),
+        dict(condition="T5", depth=9, budget=0.25, D_pp=8.2, D_pp_lo=7.5, D_pp_hi=8.9, status="in band"),
+        # budget axis at L = 6: D falls 8.1 → 1.6 pp while the ceiling falls 0.49 → 0.10
+        dict(condition="T5", depth=6, budget=0.10, D_pp=8.1, D_pp_lo=7.6, D_pp_hi=8.6, status="in band"),
+        dict(condition="T5", depth=6, budget=0.50, D_pp=1.6, D_pp_lo=1.2, D_pp_hi=2.0, status="in band"),
+    ])
+    frame, text = axis_trend(D, "T5", "depth", 0.25)
+    assert list(frame["depth"]) == [3, 6, 9] and "D rises from L=3 to L=9" in text
+    ceiling = pd.DataFrame(dict(budget=[0.10, 0.25, 0.50], ceiling=[0.49, 0.20, 0.10]))
+    frame, text = axis_trend(D, "T5", "budget", 6, ceiling=ceiling)
+    assert frame["D_of_ceiling"].tolist() == pytest.approx([0.081 / 0.49, 0.044 / 0.20, 0.016 / 0.10])
+    assert "D falls from b=10% to b=50%" in text and "the fall is mostly the ceiling's" in text
+    with pytest.raises(ValueError, match="no 'T1' row"):
+        axis_trend(D, "T1", "depth", 0.25)

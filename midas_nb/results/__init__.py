@@ -51,7 +51,7 @@ from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUI
                     validate_table)  # noqa: F401
 from .present import compact, format_ci, sample_note  # noqa: F401
 from .verdict import (BASELINE_CONDITIONS, CONTROL_CONDITION, ClaimVerdict, claim_verdict, condition_reading,
-                      per_image_means, targets_vs_scorers)  # noqa: F401
+                      axis_trend, paired_gap, per_image_means, targets_vs_scorers)  # noqa: F401
 
 __all__ = [
     "side_by_side",
@@ -79,6 +79,8 @@ __all__ = [
     "BASELINE_CONDITIONS",
     "CONTROL_CONDITION",
     "targets_vs_scorers",
+    "paired_gap",
+    "axis_trend",
     "compact",
     "format_ci",
     "sample_note",

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..metrics import decoupling_D
 
-__all__ = ["ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "CELL_COLUMNS",
+__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "CELL_COLUMNS",
            "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
@@ -42,7 +42,8 @@ BASELINE_CONDITIONS: tuple[str, ...] = ("random",)
 #: the supervised control that distils a seeded random map (same loss, λ and scorer as supervised(Tk))
 CONTROL_CONDITION = "random_map"
 
-_METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image")}
+_METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image"),
+               "accuracy": ("image_ids", "accuracy_per_image")}
 
 
 def _as_list(v: Any) -> list | None:
@@ -62,7 +63,7 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
 
     Args:
         table: results rows of one cell (:data:`CELL_COLUMNS`).
-        metric: ``"miou"`` or ``"idauc"``.
+        metric: ``"miou"``, ``"idauc"`` or ``"accuracy"``.
 
     Raises:
         ValueError: unknown metric.
@@ -373,7 +374,9 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
         ``(frame, text)``: one row per target that has a scorer in ``table`` — ``target``,
         ``target_miou`` / ``_lo`` / ``_hi`` (its own top-k, on the scorer's images),
         ``scorer_miou`` / ``_lo`` / ``_hi``, ``control_miou``, ``gain_over_control`` / ``_lo`` /
-        ``_hi``, ``n_images``, ``reading``; and the computed sentences.
+        ``_hi``, ``n_images``, ``reading`` (``"above the control"``: the target's content adds
+        coverage; ``"matches the control"``: the scorer's coverage is not attributable to it;
+        ``"below the control"``); and the computed sentences.
 
     Raises:
         ValueError: ``coverage`` lacks the per-image columns; rows of several cells.
@@ -401,10 +404,8 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
             g = _paired_diff(sc, ctrl, n_boot, alpha, rng)
             row.update(control_miou=float(np.mean([ctrl[i] for i in sc if i in ctrl])) if g[3] else math.nan,
                        gain_over_control=g[0], gain_over_control_lo=g[1], gain_over_control_hi=g[2])
-            row["reading"] = {"positive": "above the control: the target's content adds coverage",
-                              "negative": "below the control",
-                              "not resolved": "matches the control: not attributable to the target's content",
-                              "undefined": "undefined"}[_sign(g[1], g[2])]
+            row["reading"] = {"positive": "above the control", "negative": "below the control",
+                              "not resolved": "matches the control", "undefined": "undefined"}[_sign(g[1], g[2])]
         else:
             row.update(control_miou=math.nan, gain_over_control=math.nan, gain_over_control_lo=math.nan,
                        gain_over_control_hi=math.nan, reading=f"no {control} control in this table")
@@ -426,3 +427,76 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
     else:
         lines.append(f"Without the {control} control the gain cannot be credited to the targets' content.")
     return out, "\n".join(lines)
+
+
+def paired_gap(a: pd.DataFrame, b: pd.DataFrame, metric: str, *, n_boot: int = 1000, alpha: float = 0.05,
+               seed: int = 0) -> tuple[float, float, float, int]:
+    """Mean of ``a − b`` over the images both were evaluated on, with a percentile-bootstrap
+    interval over those images: ``(mean, lo, hi, n_images)``.
+
+    Each side's per-image value is its mean over its rows (seeds), whatever their condition, so
+    ``a`` and ``b`` may each hold one condition's rows (e.g. a trained scorer against the random
+    ranking on pruned accuracy).
+
+    Raises:
+        ValueError: unknown metric.
+    """
+    pa = per_image_means(a.assign(condition="a"), metric).get("a", {})
+    pb = per_image_means(b.assign(condition="b"), metric).get("b", {})
+    return _paired_diff(pa, pb, n_boot, alpha, np.random.default_rng(seed))
+
+
+def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling: pd.DataFrame | None = None
+               ) -> tuple[pd.DataFrame, str]:
+    """``D`` of one condition along one axis of the regime grid, the other axis held fixed.
+
+    Depth and budget are judged each on its own (averaging a deep cell with a loose-budget cell
+    hides what either axis shows). The trend compares the two ends of the axis by their paired
+    intervals: ``"falls"`` when the far end's whole interval lies below the near end's,
+    ``"rises"`` when above, ``"not resolved"`` when they overlap. With ``ceiling`` (columns
+    ``budget``, ``ceiling``: :meth:`midas_nb.study.Study.iou_ceiling`) the frame also holds
+    ``D_of_ceiling = D / ceiling`` (``D`` in IoU units over the best IoU any ranking reaches at that
+    budget), and along the budget axis the sentence says whether ``D``'s fall is the ceiling's.
+
+    Args:
+        D: :func:`midas_nb.metrics.decoupling_D` rows of a regime sweep (``depth``, ``budget``,
+            ``D_pp`` with ``D_pp_lo`` / ``D_pp_hi``, ``status``).
+        condition: the condition to follow (e.g. ``"T5"``).
+        axis: ``"depth"`` or ``"budget"``.
+        at: the value of the other axis (the profile's budget, resp. depth).
+
+    Returns:
+        ``(frame, sentence)``; the frame has one row per value of ``axis``.
+
+    Raises:
+        ValueError: unknown axis, or no row of ``condition`` at ``at``.
+    """
+    if axis not in ("depth", "budget"):
+        raise ValueError(f"axis must be 'depth' or 'budget', got {axis!r}")
+    other = "budget" if axis == "depth" else "depth"
+    g = D[(D["condition"] == condition) & np.isclose(D[other].astype(float), float(at))].sort_values(axis)
+    if g.empty:
+        raise ValueError(f"axis_trend: no {condition!r} row at {other}={at} (have {sorted(set(D[other]))})")
+    cols = [axis, "D_pp", "D_pp_lo", "D_pp_hi", "status"]
+    out = g[[c for c in cols if c in g.columns]].reset_index(drop=True)
+    if ceiling is not None:
+        c = dict(zip(ceiling["budget"].astype(float), ceiling["ceiling"].astype(float)))
+        out["ceiling"] = [c.get(float(b), math.nan) for b in g["budget"]]
+        out["D_of_ceiling"] = out["D_pp"] / (100.0 * out["ceiling"])
+    fmt = (lambda v: f"L={int(v)}") if axis == "depth" else (lambda v: f"b={float(v):.0%}")
+    fixed = f"b={float(at):.0%}" if axis == "depth" else f"L={int(at)}"
+    parts = [f"{fmt(r[axis])} {_fmt(r['D_pp'], r.get('D_pp_lo', math.nan), r.get('D_pp_hi', math.nan), '+.2f')}"
+             for _, r in out.iterrows()]
+    if len(out) < 2:
+        return out, f"{condition} along {axis} at {fixed}: one cell only ({parts[0]} pp)."
+    near, far = out.iloc[0], out.iloc[-1]
+    trend = ("falls" if far["D_pp_hi"] < near["D_pp_lo"] else "rises" if far["D_pp_lo"] > near["D_pp_hi"]
+             else "not resolved")
+    text = f"{condition} along {axis} at {fixed}: " + ", ".join(parts) + f" pp → D {trend} from " \
+           f"{fmt(near[axis])} to {fmt(far[axis])}"
+    if ceiling is not None and axis == "budget" and np.isfinite(out["D_of_ceiling"]).all():
+        r0, r1 = out["D_of_ceiling"].iloc[0], out["D_of_ceiling"].iloc[-1]
+        text += (f"; as a share of the IoU ceiling ({out['ceiling'].iloc[0]:.2f} → {out['ceiling'].iloc[-1]:.2f}) "
+                 f"D is {r0:.2f} → {r1:.2f} of it" +
+                 (" — the fall is mostly the ceiling's" if trend == "falls" and r1 >= 0.5 * r0 else ""))
+    return out, text + "."
