@@ -27,27 +27,38 @@ __all__ = ["run_cell", "run_sweep"]
 
 
 def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> CellState:
-    """Compute one cell and write its record; the worker body of every executor.
+    """Claim one cell, compute it and write its record; the worker body of every executor.
 
-    Catches every ``Exception`` from ``cell_fn`` (and from turning its output into rows) and
-    records it as a failure with the traceback; never raises for a failing cell.
+    The cell is first claimed (:meth:`ResultStore.claim`: exclusive create with a heartbeat);
+    while another worker holds a live claim, or once the cell has a ``done`` record, nothing is
+    computed. The claim is held until the record is written, so two sweeps over one store never
+    compute one cell twice. Catches every ``Exception`` from ``cell_fn`` (and from turning its
+    output into rows) and records it as a failure with the traceback; never raises for a
+    failing cell.
 
     Returns:
-        ``"done"`` or ``"failed"``.
+        ``"done"`` or ``"failed"`` (computed here, or already done), ``"running"`` (another
+        worker holds the claim).
     """
     store = ResultStore(store_root)
-    started = time.time()
-    store.mark_running(cell)
+    claim = store.claim(cell)
+    if claim is None:
+        return "running"
     try:
-        rows = _rows_of(cell_fn(cell))
-        json.dumps(rows, default=_jsonable, allow_nan=True)  # fail here, as this cell's error
-        store.record_done(cell, rows, started=started)
-        state: CellState = "done"
-    except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
-        store.record_failed(cell, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
-        state = "failed"
+        prev = store.read(cell.key)
+        if prev is not None and prev["status"] == "done":  # finished by another sweep meanwhile
+            return "done"
+        started = time.time()
+        try:
+            rows = _rows_of(cell_fn(cell))
+            json.dumps(rows, default=_jsonable, allow_nan=True)  # fail here, as this cell's error
+            store.record_done(cell, rows, started=started)
+            state: CellState = "done"
+        except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
+            store.record_failed(cell, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
+            state = "failed"
     finally:
-        store.clear_running(cell.key)
+        claim.release()
     return state
 
 
@@ -181,11 +192,14 @@ def run_sweep(
     return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
 
 
-def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException) -> None:
+def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException, job_id: str | None = None) -> None:
     """After an executor-level failure, record ``cell`` as failed if its worker had started it
     (``.running`` marker) but wrote no record; cells never started stay pending."""
     if store.read(cell.key) is not None or not store.running_path(cell.key).exists():
         return
+    info = store.claim_info(cell.key)
+    if info is not None and info["live"] and (job_id is None or str(info.get("job_id")) != str(job_id)):
+        return  # held by a live worker of another sweep, not by the one that was lost
     store.record_failed(cell, f"worker lost: {type(exc).__name__}: {exc}",
                         "".join(traceback.format_exception(exc)), started=time.time())
     store.clear_running(cell.key)
