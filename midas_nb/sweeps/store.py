@@ -52,13 +52,20 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
     raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
+def _slurm_job_id() -> str | None:
+    """This process's Slurm job (``123`` or array task ``123_4``); ``None`` outside Slurm."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else os.environ.get("SLURM_JOB_ID")
+
+
 class ResultStore:
     """A directory of per-cell JSON records: ``<root>/cells/<key>.json``.
 
     A record holds ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`),
     ``status`` (``"done"`` or ``"failed"``), ``rows`` (the cell's result rows; empty for
     failures), ``error`` and ``traceback`` (failures), ``attempt`` (1 on the first run),
-    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host`` and ``pid``.
+    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host``, ``pid`` and ``job_id`` (the
+    Slurm job or array task that computed it; ``None`` outside Slurm).
     While a worker computes a cell it keeps a ``<key>.running`` marker (host, pid, start);
     a marker without a record means "running" or, if no sweep is running, "killed".
     ``<root>/grid.json`` lists the cells ever registered by :func:`run_sweep`, so
@@ -111,7 +118,7 @@ class ResultStore:
         return dict(format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
                     attempt=int(prev.get("attempt", 0)) + 1 if prev else 1,
                     started=started, finished=now, duration_s=now - started,
-                    host=socket.gethostname(), pid=os.getpid())
+                    host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id())
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
         """Record a finished cell with its result rows."""
@@ -135,9 +142,7 @@ class ResultStore:
         """Claim ``cell`` for this worker (:class:`midas_nb.sweeps.claims.Claim`: exclusive
         create of ``<key>.running``, heartbeat, expiry); ``None`` while another worker holds a
         live claim. The Slurm job id (``SLURM_JOB_ID`` / array task) is stored in the claim."""
-        job = os.environ.get("SLURM_ARRAY_JOB_ID")
-        job = f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else os.environ.get("SLURM_JOB_ID")
-        return Claim.acquire(self.running_path(cell.key), ttl_s, key=cell.key, job_id=job)
+        return Claim.acquire(self.running_path(cell.key), ttl_s, key=cell.key, job_id=_slurm_job_id())
 
     def claim_info(self, key: str) -> dict[str, Any] | None:
         """The claim on cell ``key`` (:func:`midas_nb.sweeps.claims.read_claim`), or ``None``."""
