@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..identity import atomic_write_bytes, atomic_write_text
-from .cells import CellState, SweepCell
+from .cells import SweepCell
 from .store import ResultStore
+from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "chunk_arrays", "max_array_size", "plan_jobs", "prepare_group",
            "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
@@ -98,13 +99,6 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
     cell function has it; ``None`` otherwise."""
     prep = getattr(cell_fn, "prepare", None)
     return prep(cell) if callable(prep) else None
-
-
-def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str) -> list[CellState]:
-    """A cell job's body: :func:`midas_nb.sweeps.run_cell` for each of its cells (claims
-    included: a cell claimed by a live worker elsewhere is left to it)."""
-    from .executors import run_cell
-    return [run_cell(c, cell_fn, store_root) for c in cells]
 
 
 def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any]):
