@@ -545,7 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="sweep utilities",
                        description="status: cells done / failed / pending of the result stores under "
                                    "runs/sweeps (one store per profile), with the failures' errors")
-    s.add_argument("action", choices=["status", "wait", "resubmit"], help="status (exit 1 while cells failed), wait, resubmit")
+    s.add_argument("action", choices=["status", "wait", "resubmit"],
+                   help="status (exit 1 while cells failed or were lost), wait, resubmit")
     s.add_argument("name", nargs="?", default=None,
                    help="store name = the profile that wrote it, e.g. quick (default: every store)")
     s.set_defaults(func=_cmd_sweep)
