@@ -668,3 +668,48 @@ def _threads_register(root: str, cells: list[SweepCell]) -> None:
         t.start()
     for t in ts:
         t.join()
+
+
+# ------------------------------------------------------------------------------ cluster submission (issue 30)
+
+
+def test_slurm_executor_without_slurm_is_one_clear_error(tmp_path, monkeypatch, markers):
+    """No silent local fallback: without sbatch, executor='slurm' names the alternatives."""
+    from midas_nb.sweeps.slurm import SlurmNotFound
+    monkeypatch.setenv("PATH", str(tmp_path))          # no sbatch, no srun
+    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*executor='local'.*executor='processes'"):
+        run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
+                  ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"))
+    assert not list(markers.iterdir())                  # nothing ran
+
+
+def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():
+    from midas_nb.sweeps.slurm import chunk_arrays, plan_jobs
+    cells = [SweepCell(ds, bb, depth=L, budget=b, condition="T5", seed=s, checkpoint_id=f"{ds}-{bb}")
+             for ds in ("cub", "cars") for bb in ("deit_tiny", "deit_small") for L in (3, 6, 9, 11)
+             for b in (0.1, 0.25) for s in (0, 1, 2)]
+    prepare, chunks = plan_jobs(cells, cells_per_job=5)
+    assert [(c.dataset, c.backbone) for c in prepare] == [(d, b) for d in ("cub", "cars")
+                                                           for b in ("deit_tiny", "deit_small")]
+    assert all(len({(c.dataset, c.backbone) for c in ch}) == 1 and len(ch) <= 5 for ch in chunks)
+    assert sorted(c.key for ch in chunks for c in ch) == sorted(c.key for c in cells)
+    assert len(chunks) == 4 * 5                          # 24 cells a group: 5 jobs each
+    arrays = chunk_arrays(2736, 1001)
+    assert [len(a) for a in arrays] == [1001, 1001, 734] and max(max(a) for a in arrays) == 2735
+    with pytest.raises(ValueError, match="cells_per_job must be >= 1"):
+        plan_jobs(cells, 0)
+
+
+def gpu_cell_fn(cell: SweepCell) -> list[dict]:
+    return [dict(pid=os.getpid(), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))]
+
+
+def test_processes_executor_gives_each_worker_its_own_gpu(tmp_path):
+    cells = toy_cells(6)
+    store = ResultStore(tmp_path / "store")
+    status = run_sweep(cells, gpu_cell_fn, store, executor="processes", max_workers=2, gpus=["0", "1"])
+    assert status.complete
+    rows = store.results()
+    by_pid = rows.groupby("pid")["gpu"].unique()
+    assert all(len(g) == 1 and g[0] in ("0", "1") for g in by_pid)      # one GPU per worker
+    assert len(set(g[0] for g in by_pid)) == len(by_pid)                  # no two workers share one
