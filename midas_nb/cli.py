@@ -338,13 +338,8 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweeps import main_status
-
-    try:  # exit status 1 while failed cells remain, as `python -m midas_nb.sweeps`
-        return main_status([args.name] if args.name else [])
-    except (FileNotFoundError, ValueError) as e:
-        print(f"midas-nb sweep status: {e}", file=sys.stderr)
-        return 1
+    from .sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
+    return dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(args.name)
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
@@ -539,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="sweep utilities",
                        description="status: cells done / failed / pending of the result stores under "
                                    "runs/sweeps (one store per profile), with the failures' errors")
-    s.add_argument("action", choices=["status"], help="what to do (status)")
+    s.add_argument("action", choices=["status", "wait", "resubmit"],
+                   help="status (exit 1 while cells failed or were lost), wait, resubmit")
     s.add_argument("name", nargs="?", default=None,
                    help="store name = the profile that wrote it, e.g. quick (default: every store)")
     s.set_defaults(func=_cmd_sweep)

@@ -164,6 +164,7 @@ def file_digest(path: str | os.PathLike) -> str:
     digest = h.hexdigest()
     with _FILE_LOCK:
         _FILE_DIGESTS[key] = digest
+        _EVENTS["file_hashed"] += 1
     return digest
 
 
@@ -471,10 +472,11 @@ _PROBLEMS: list[dict[str, str]] = []
 
 
 def cache_events() -> dict[str, Any]:
-    """Counts of this process's cache events — ``loaded``, ``built``, ``corrupt`` — and the
+    """Counts of this process's cache events — ``loaded``, ``built``, ``corrupt``,
+    ``file_hashed`` (files read and hashed by :func:`file_digest`, memo misses) — and the
     ``problems`` (path, reason) of every file that failed its check (then rebuilt)."""
     return dict(loaded=_EVENTS["loaded"], built=_EVENTS["built"], corrupt=_EVENTS["corrupt"],
-                problems=list(_PROBLEMS))
+                file_hashed=_EVENTS["file_hashed"], problems=list(_PROBLEMS))
 
 
 def reset_cache_events() -> None:

@@ -575,3 +575,141 @@ def test_synthetic_recipe_is_used_only_for_the_embedded_set(tmp_path):
     assert checkpoint_spec_id(other, "cub", "hybrid_lite0_vit") != checkpoint_spec_id(prof, "cub", "hybrid_lite0_vit")
     real_other = dict(real, synthetic_finetune=dict(epochs=1))
     assert checkpoint_spec_id(real_other, "cub", "hybrid_lite0_vit") == checkpoint_spec_id(real, "cub", "hybrid_lite0_vit")
+
+
+# ------------------------------------------------------------------------------ claims and the index (issue 30, case 5)
+
+
+def hold_first_start_fn(cell: SweepCell, marker_dir: str) -> list[dict]:
+    """Like :func:`marker_cell_fn`, but the *first* start of a cell with a ``hold-<key>`` file
+    waits until ``release-<key>`` exists (later starts, a duplicate computation, do not wait)."""
+    d = Path(marker_dir)
+    first = count(d, "start", cell) == 0
+    (d / f"start-{cell.key}-{uuid.uuid4().hex}").touch()
+    if first and (d / f"hold-{cell.key}").exists():
+        wait_for(lambda: (d / f"release-{cell.key}").exists(), "the test to release the held cell", 120)
+    (d / f"finish-{cell.key}-{uuid.uuid4().hex}").touch()
+    return [dict(metric="score", value=cell.depth * 100 + cell.seed), dict(metric="other", value=-cell.depth)]
+
+
+def test_two_sweeps_over_one_store_compute_each_cell_once(tmp_path, markers):
+    """Sweep A holds cell 0; sweep B over the same store meanwhile skips it (claimed) and does
+    the other cells; A, released, finds them done. Every cell is computed exactly once."""
+    cells = toy_cells(6)
+    root = tmp_path / "store"
+    fn = functools.partial(hold_first_start_fn, marker_dir=str(markers))
+    (markers / f"hold-{cells[0].key}").touch()
+    out: dict[str, object] = {}
+    a = threading.Thread(target=lambda: out.update(a=run_sweep(cells, fn, ResultStore(root))), daemon=True)
+    a.start()
+    wait_for(lambda: count(markers, "start", cells[0]) == 1, "sweep A holding cell 0")
+    status_b = run_sweep(cells, fn, ResultStore(root))          # sweep B, while A holds cell 0
+    assert status_b.table.set_index("key").loc[cells[0].key, "status"] == "running"
+    assert status_b.done == 5
+    (markers / f"release-{cells[0].key}").touch()
+    a.join(timeout=120)
+    assert out["a"].complete
+    assert [count(markers, "start", c) for c in cells] == [1] * 6      # the old code: 12 computations
+    assert_store_clean(store := ResultStore(root), cells)
+    assert not list((store.root / "locks").glob("*.running")) and not list(store.cells_dir.glob("*.running"))
+
+
+def test_a_dead_claim_is_taken_over_and_a_live_one_respected(tmp_path, markers, monkeypatch):
+    from midas_nb.sweeps.claims import read_claim
+    cells = toy_cells(2)
+    store = ResultStore(tmp_path / "store")
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    # two claims by a job on another node: one heart-beating, one whose heartbeat stopped 2 ttl ago
+    for c in cells:
+        store.running_path(c.key).write_text(json.dumps(dict(key=c.key, host="node-elsewhere", pid=1,
+                                                             job_id="77_0", ttl_s=60.0, token="x")))
+    old = time.time() - 120
+    os.utime(store.running_path(cells[1].key), (old, old))
+    assert read_claim(store.running_path(cells[0].key))["live"] is True
+    assert read_claim(store.running_path(cells[1].key))["live"] is False
+    status = run_sweep(cells, fn, store)
+    assert list(status.table["status"]) == ["running", "done"]
+    assert [count(markers, "start", c) for c in cells] == [0, 1]
+    assert status.table.set_index("key").loc[cells[1].key, "attempt"] == 1
+
+
+def test_claim_ttl_setting_is_checked(monkeypatch):
+    from midas_nb.sweeps.claims import claim_ttl
+    monkeypatch.setenv("MIDAS_CLAIM_TTL_S", "soon")
+    with pytest.raises(ValueError, match="MIDAS_CLAIM_TTL_S must be a positive number of seconds, got 'soon'"):
+        claim_ttl()
+
+
+def _register_many(root: str, cells: list[SweepCell]) -> None:
+    store = ResultStore(root)
+    for c in cells:
+        store.register([c])
+
+
+def test_concurrent_registrations_lose_no_cell(tmp_path):
+    """300 cells registered one by one from 3 processes × 4 threads: grid.json lists all 300."""
+    cells = [SweepCell("synthetic", "vit_smoke", depth=1 + i % 7, budget=0.25, condition="reference", seed=i)
+             for i in range(300)]
+    root = str(tmp_path / "store")
+    ctx = __import__("multiprocessing").get_context("fork")
+    procs = [ctx.Process(target=_threads_register, args=(root, cells[i::3])) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    grid = json.loads((Path(root) / "grid.json").read_text())
+    assert len(grid) == 300 and set(grid) == {c.key for c in cells}
+
+
+def _threads_register(root: str, cells: list[SweepCell]) -> None:
+    ts = [threading.Thread(target=_register_many, args=(root, cells[i::4])) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
+# ------------------------------------------------------------------------------ cluster submission (issue 30)
+
+
+def test_slurm_executor_without_slurm_is_one_clear_error(tmp_path, monkeypatch, markers):
+    """No silent local fallback: without sbatch, executor='slurm' names the alternatives."""
+    from midas_nb.sweeps.slurm import SlurmNotFound
+    monkeypatch.setenv("PATH", str(tmp_path))          # no sbatch, no srun
+    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*executor='local'.*executor='processes'"):
+        run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
+                  ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"))
+    assert not list(markers.iterdir())                  # nothing ran
+
+
+def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():
+    from midas_nb.sweeps.slurm import chunk_arrays, plan_jobs
+    cells = [SweepCell(ds, bb, depth=L, budget=b, condition="T5", seed=s, checkpoint_id=f"{ds}-{bb}")
+             for ds in ("cub", "cars") for bb in ("deit_tiny", "deit_small") for L in (3, 6, 9, 11)
+             for b in (0.1, 0.25) for s in (0, 1, 2)]
+    prepare, chunks = plan_jobs(cells, cells_per_job=5)
+    assert [(c.dataset, c.backbone) for c in prepare] == [(d, b) for d in ("cub", "cars")
+                                                           for b in ("deit_tiny", "deit_small")]
+    assert all(len({(c.dataset, c.backbone) for c in ch}) == 1 and len(ch) <= 5 for ch in chunks)
+    assert sorted(c.key for ch in chunks for c in ch) == sorted(c.key for c in cells)
+    assert len(chunks) == 4 * 5                          # 24 cells a group: 5 jobs each
+    arrays = chunk_arrays(2736, 1001)
+    assert [len(a) for a in arrays] == [1001, 1001, 734] and max(max(a) for a in arrays) == 2735
+    with pytest.raises(ValueError, match="cells_per_job must be >= 1"):
+        plan_jobs(cells, 0)
+
+
+def gpu_cell_fn(cell: SweepCell) -> list[dict]:
+    return [dict(pid=os.getpid(), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))]
+
+
+def test_processes_executor_gives_each_worker_its_own_gpu(tmp_path):
+    cells = toy_cells(6)
+    store = ResultStore(tmp_path / "store")
+    status = run_sweep(cells, gpu_cell_fn, store, executor="processes", max_workers=2, gpus=["0", "1"])
+    assert status.complete
+    rows = store.results()
+    by_pid = rows.groupby("pid")["gpu"].unique()
+    assert all(len(g) == 1 and g[0] in ("0", "1") for g in by_pid)      # one GPU per worker
+    assert len(set(g[0] for g in by_pid)) == len(by_pid)                  # no two workers share one

@@ -7,6 +7,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
+from ..sweeps.claims import file_lock
 from ..vit import classify_tokens, fused_attention
 from .checkpoint import _checkpoint_dir, _RECIPE_VERSION, checkpoint_key
 from .distilled import finetune_distilled
@@ -253,7 +255,19 @@ def load_or_finetune(
     folder = _checkpoint_dir(cache_dir)
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
     pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
+    # one fine-tune per checkpoint even when many processes (sweep jobs) ask at once: the first
+    # holds the lock and trains, the others wait and then load its file
+    with file_lock(folder / f"{stem}.lock"):
+        return _load_or_train(model_name, train_set, test_set, ckpt_id, key, pt, js, dict(
+            epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=warmup_epochs, seed=seed, device=device,
+            cache_dir=cache_dir, label_smoothing=label_smoothing, weight_decay=weight_decay,
+            num_workers=num_workers, progress=progress, weights=weights, backbone_kwargs=backbone_kwargs, amp=amp))
 
+
+def _load_or_train(model_name: str, train_set, test_set, ckpt_id: str, key: dict, pt: Path, js: Path,
+                   args: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+    """The body of :func:`load_or_finetune`, under the checkpoint's lock."""
+    device, backbone_kwargs = args["device"], args["backbone_kwargs"]
     if pt.is_file() or js.is_file():
         problem = None
         try:
@@ -272,10 +286,7 @@ def load_or_finetune(
             meta["weights_digest"] = state_dict_digest(model)
             return model, meta
         report_corrupt(pt, problem, "checkpoint")
-    model, meta = finetune(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
-                           warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
-                           label_smoothing=label_smoothing, weight_decay=weight_decay, num_workers=num_workers,
-                           progress=progress, weights=weights, backbone_kwargs=backbone_kwargs, amp=amp)
+    model, meta = finetune(model_name, train_set, test_set, **args)
     assert meta["checkpoint_id"] == ckpt_id, "checkpoint key changed during training"
     meta = dict(meta, checkpoint_path=str(pt))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}

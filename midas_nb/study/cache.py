@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..config import data_root_for, dataset_label, dataset_of_label
-from ..identity import annotation_stamp, canonical_json
+import json
+import threading
+from pathlib import Path
+
+from .. import identity
+from ..config import cache_dir, data_root_for, dataset_label, dataset_of_label
+from ..identity import annotation_stamp, atomic_write_text, canonical_json, hash_json
 from .base import StudyBase
 
-__all__ = ["cached_study"]
+__all__ = ["cached_study", "digest_memo_path", "load_digest_memo", "save_digest_memo"]
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
@@ -62,3 +67,46 @@ def _study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str 
 
 #: the public name of :func:`_study`
 cached_study = _study
+
+
+# -------------------------------------------------------------- the image digests, shared by jobs
+def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
+    """Where the sweep jobs of ``dataset`` share its image digests:
+    ``<cache>/file_digests/<dataset>-<hash of its root>.json``."""
+    root = _data_root_for(profile, dataset)
+    return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, root], 12)}.json"
+
+
+_MEMO_LOCK = threading.Lock()
+
+
+def save_digest_memo(path: str | Path) -> Path:
+    """Write this process's :func:`midas_nb.identity.file_digest` memo to ``path`` (merged with
+    what is there, atomic), so that the other jobs of a sweep read the digests instead of
+    hashing every image of the dataset again (:func:`load_digest_memo`). The memo's keys hold
+    path, size, modification and change times and inode: an edited image is hashed again."""
+    p = Path(path)
+    with identity._FILE_LOCK:
+        entries = {json.dumps(list(k)): v for k, v in identity._FILE_DIGESTS.items()}
+    with _MEMO_LOCK:
+        try:
+            old = json.loads(p.read_text(encoding="utf-8"))
+            entries = dict(old if isinstance(old, dict) else {}, **entries)
+        except (FileNotFoundError, ValueError):
+            pass
+        return atomic_write_text(p, json.dumps(entries))
+
+
+def load_digest_memo(path: str | Path) -> int:
+    """Add the digests :func:`save_digest_memo` wrote to this process's memo; the number read
+    (0 for a missing or unreadable file: the digests are then computed)."""
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return 0
+    if not isinstance(entries, dict):
+        return 0
+    with identity._FILE_LOCK:
+        for k, v in entries.items():
+            identity._FILE_DIGESTS[tuple(json.loads(k))] = v
+    return len(entries)

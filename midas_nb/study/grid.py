@@ -58,7 +58,9 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     Raises:
         ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
     """
-    return _spec_of(_study(dict(profile), dataset, backbone))
+    # by content only (no numerics): read on the CPU, so a login node without the profile's GPU
+    # keys the cells exactly as the compute node that trains
+    return _spec_of(_study(dict(profile), dataset, backbone, device="cpu"))
 
 
 def _eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
@@ -78,7 +80,8 @@ def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
     transform. Enters :attr:`SweepCell.data_id`: a keypoint of an evaluated image changes it,
     one of an image outside the subset does not."""
     prof = dict(profile)
-    return _eval_identity(_study(prof, dataset, backbone), _protocol_params(prof) if settings is None else settings)
+    return _eval_identity(_study(prof, dataset, backbone, device="cpu"),
+                          _protocol_params(prof) if settings is None else settings)
 
 
 def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[str],

@@ -11,10 +11,13 @@ import pandas as pd
 from ..config import get_profile
 from ..protocol import run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
-from .cache import _study
+from .cache import _study, digest_memo_path, load_digest_memo, save_digest_memo
 from .grid import _DATA_PARAMS, _eval_identity, _protocol_params, _spec_of, make_grid
 
 __all__ = ["ProtocolCellRunner", "prefetch_targets", "scale_readout"]
+
+#: digest memos this process has read (each once)
+_MEMOS_READ: set[Path] = set()
 
 
 class ProtocolCellRunner:
@@ -65,11 +68,30 @@ class ProtocolCellRunner:
                 f"device={self.device or self.profile.get('device')!r})")
 
     def study(self, cell: SweepCell):
-        """The Study holding the cell's data and backbone."""
+        """The Study holding the cell's data and backbone (its image digests read from the
+        dataset's shared memo, :func:`midas_nb.study.cache.load_digest_memo`, where a
+        preparation job wrote one)."""
         st = self._local_study
         if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
             return st
+        memo = digest_memo_path(self.profile, cell.dataset)
+        if memo not in _MEMOS_READ:
+            load_digest_memo(memo)
+            _MEMOS_READ.add(memo)
         return _study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
+
+    def prepare(self, cell: SweepCell) -> dict[str, Any]:
+        """A sweep's preparation job for the cells of one (dataset, backbone): fine-tune (or load)
+        the backbone once and save the dataset's image digests for the cell jobs
+        (:mod:`midas_nb.sweeps.slurm`). The device is resolved here, on the compute node.
+
+        Returns:
+            ``checkpoint_id`` and ``loaded_from_cache`` of the backbone.
+        """
+        study = self.study(cell)
+        meta = study.meta
+        save_digest_memo(digest_memo_path(self.profile, cell.dataset))
+        return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
 
     def __call__(self, cell: SweepCell) -> pd.DataFrame:
         study = self.study(cell)

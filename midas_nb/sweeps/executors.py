@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import multiprocessing
+import os
 import time
 import traceback
 from pathlib import Path
@@ -21,41 +22,17 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from ..identity import atomic_write_text
 from ..identity import _jsonable
 from .cells import CellState, ExecutorKind, SweepCell
-from .store import ResultStore, StoreStatus, _open_store, _rows_of
+from .store import ResultStore, StoreStatus, _open_store
+from .worker import run_cell
 
 __all__ = ["run_cell", "run_sweep"]
-
-
-def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> CellState:
-    """Compute one cell and write its record; the worker body of every executor.
-
-    Catches every ``Exception`` from ``cell_fn`` (and from turning its output into rows) and
-    records it as a failure with the traceback; never raises for a failing cell.
-
-    Returns:
-        ``"done"`` or ``"failed"``.
-    """
-    store = ResultStore(store_root)
-    started = time.time()
-    store.mark_running(cell)
-    try:
-        rows = _rows_of(cell_fn(cell))
-        json.dumps(rows, default=_jsonable, allow_nan=True)  # fail here, as this cell's error
-        store.record_done(cell, rows, started=started)
-        state: CellState = "done"
-    except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
-        store.record_failed(cell, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
-        state = "failed"
-    finally:
-        store.clear_running(cell.key)
-    return state
 
 
 def _slurm_parameters(slurm: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Map the ``slurm`` dict of :func:`run_sweep` to submitit ``AutoExecutor`` parameters."""
     s = dict(slurm)
     cluster = s.pop("cluster", None)
-    alias = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb",
+    alias = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb", gpus="gpus_per_node",
                  array_parallelism="slurm_array_parallelism", account="slurm_account",
                  qos="slurm_qos", constraint="slurm_constraint")
     params: dict[str, Any] = {}
@@ -82,6 +59,7 @@ def run_sweep(
     mp_context: Literal["spawn", "forkserver", "fork"] = "spawn",
     wait: bool = True,
     progress: bool = False,
+    gpus: Sequence[str | int] | None = None,
 ) -> StoreStatus:
     """Run the cells that are not finished; return the sweep's status.
 
@@ -99,16 +77,24 @@ def run_sweep(
         store: a :class:`ResultStore`, its directory, or a sweep name.
         executor: ``"local"`` (in-process loop), ``"processes"`` (``ProcessPoolExecutor`` with
             ``max_workers`` workers started by ``mp_context``; "spawn" is safe with CUDA and
-            threads) or ``"slurm"`` (one submitit job per cell, submitted as a job array).
+            threads; each worker sees one GPU of ``gpus``) or ``"slurm"`` (Slurm through
+            submitit: one preparation job per (dataset, backbone, checkpoint), then the cells in
+            jobs of ``cells_per_job``, in arrays under the cluster's ``MaxArraySize``;
+            :mod:`midas_nb.sweeps.slurm`). Without Slurm, ``"slurm"`` is an error
+            (:class:`midas_nb.sweeps.slurm.SlurmNotFound`), never a silent local run.
         max_workers: process-pool size.
         slurm: submitit settings: ``partition``, ``time`` (minutes), ``gpus_per_node``,
             ``cpus_per_task``, ``mem`` (GB number, or a Slurm string such as ``"32G"``),
-            ``array_parallelism``, any other ``AutoExecutor`` parameter by its own name, and
-            ``cluster`` (``None`` = auto-detect Slurm; ``"local"`` or ``"debug"`` run the same
-            path on this machine). Job logs go to ``<store>/submitit``.
+            ``array_parallelism``, ``cells_per_job`` (default 8), ``max_array_size`` (default:
+            ``scontrol show config``), any other ``AutoExecutor`` parameter by its own name, and
+            ``cluster`` (``None`` = Slurm, which must exist; ``"local"`` or ``"debug"`` run the
+            same path on this machine, only when named). Job logs go to ``<store>/submitit``.
         retry_failed: recompute cells whose record says ``failed``.
         wait: for ``slurm``, wait for the jobs (default); ``False`` returns after submission.
         progress: show a tqdm bar over finished cells.
+        gpus: for ``processes``, the GPUs to share out, one per worker (``CUDA_VISIBLE_DEVICES``
+            set in each worker before it starts CUDA, round-robin when workers outnumber them);
+            default the GPUs visible here (none: the variable is left alone).
 
     Returns:
         :class:`StoreStatus` of ``cells``.
@@ -146,7 +132,9 @@ def run_sweep(
                 bar.update(1)
     elif executor == "processes":
         ctx = multiprocessing.get_context(mp_context)
-        with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx) as pool:
+        gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
+        init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
+        with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
             futures = {pool.submit(run_cell, c, cell_fn, root): c for c in todo}
             for fut in cf.as_completed(futures):
                 c = futures[fut]
@@ -158,34 +146,56 @@ def run_sweep(
                 if bar is not None:
                     bar.update(1)
     else:
-        import submitit
+        from .slurm import submit
 
         cluster, params = _slurm_parameters(slurm or {})
-        ex = submitit.AutoExecutor(folder=store.root / "submitit", cluster=cluster)
-        ex.update_parameters(**params)
-        jobs = ex.map_array(run_cell, todo, [cell_fn] * len(todo), [root] * len(todo))
-        atomic_write_text(store.root / "jobs.json", json.dumps(
-            {c.key: str(j.job_id) for c, j in zip(todo, jobs)}, indent=1))
+        cells_per_job = int(params.pop("cells_per_job", 8))
+        max_array = params.pop("max_array_size", None)
+        jobs = submit(store, todo, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
+                      max_array=max_array)
         if wait:
-            for c, j in zip(todo, jobs):
+            for j in jobs:
                 try:
                     j.result()
                 except Exception as e:  # noqa: BLE001 - job killed, timed out, node failure
-                    errors.append(f"{c.label} (job {j.job_id}): {type(e).__name__}: {e}")
-                    _record_lost(store, c, e)
+                    for c in j.cells:
+                        _record_lost(store, c, e, job_id=str(j.job_id))
+                    errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(len(j.cells))
     if bar is not None:
         bar.close()
     table = store.status(cells)
     return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
 
 
-def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException) -> None:
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` where set, else every CUDA
+    device torch sees (none without CUDA)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    import torch
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
+    """Process-pool initialiser: the n-th worker sees only ``gpus[n % len(gpus)]`` (set before
+    anything in the worker starts CUDA, so ``cuda:0`` is that GPU)."""
+    with counter.get_lock():
+        n = counter.value
+        counter.value += 1
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[n % len(gpus)]
+
+
+def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException, job_id: str | None = None) -> None:
     """After an executor-level failure, record ``cell`` as failed if its worker had started it
     (``.running`` marker) but wrote no record; cells never started stay pending."""
     if store.read(cell.key) is not None or not store.running_path(cell.key).exists():
         return
+    info = store.claim_info(cell.key)
+    if info is not None and info["live"] and (job_id is None or str(info.get("job_id")) != str(job_id)):
+        return  # held by a live worker of another sweep, not by the one that was lost
     store.record_failed(cell, f"worker lost: {type(exc).__name__}: {exc}",
                         "".join(traceback.format_exception(exc)), started=time.time())
     store.clear_running(cell.key)

@@ -24,6 +24,7 @@ from ..config import runs_dir
 from ..identity import atomic_write_text
 from ..identity import _jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
 from .cells import CellState, SweepCell
+from .claims import Claim, file_lock, read_claim
 
 __all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status",
            "sweep_status_report", "main_status", "open_store"]
@@ -51,13 +52,20 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
     raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
+def _slurm_job_id() -> str | None:
+    """This process's Slurm job (``123`` or array task ``123_4``); ``None`` outside Slurm."""
+    job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else os.environ.get("SLURM_JOB_ID")
+
+
 class ResultStore:
     """A directory of per-cell JSON records: ``<root>/cells/<key>.json``.
 
     A record holds ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`),
     ``status`` (``"done"`` or ``"failed"``), ``rows`` (the cell's result rows; empty for
     failures), ``error`` and ``traceback`` (failures), ``attempt`` (1 on the first run),
-    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host`` and ``pid``.
+    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host``, ``pid`` and ``job_id`` (the
+    Slurm job or array task that computed it; ``None`` outside Slurm).
     While a worker computes a cell it keeps a ``<key>.running`` marker (host, pid, start);
     a marker without a record means "running" or, if no sweep is running, "killed".
     ``<root>/grid.json`` lists the cells ever registered by :func:`run_sweep`, so
@@ -110,7 +118,7 @@ class ResultStore:
         return dict(format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
                     attempt=int(prev.get("attempt", 0)) + 1 if prev else 1,
                     started=started, finished=now, duration_s=now - started,
-                    host=socket.gethostname(), pid=os.getpid())
+                    host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id())
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
         """Record a finished cell with its result rows."""
@@ -125,9 +133,43 @@ class ResultStore:
         return self.write_record(rec)
 
     def mark_running(self, cell: SweepCell) -> None:
-        """Write the ``<key>.running`` marker (host, pid, start time)."""
+        """Write the ``<key>.running`` marker (host, pid, start time) unconditionally; workers
+        use :meth:`claim` instead."""
         atomic_write_text(self.running_path(cell.key), json.dumps(
             dict(key=cell.key, host=socket.gethostname(), pid=os.getpid(), started=time.time())))
+
+    def claim(self, cell: SweepCell, ttl_s: float | None = None) -> Claim | None:
+        """Claim ``cell`` for this worker (:class:`midas_nb.sweeps.claims.Claim`: exclusive
+        create of ``<key>.running``, heartbeat, expiry); ``None`` while another worker holds a
+        live claim. The Slurm job id (``SLURM_JOB_ID`` / array task) is stored in the claim."""
+        return Claim.acquire(self.running_path(cell.key), ttl_s, key=cell.key, job_id=_slurm_job_id())
+
+    def claim_info(self, key: str) -> dict[str, Any] | None:
+        """The claim on cell ``key`` (:func:`midas_nb.sweeps.claims.read_claim`), or ``None``."""
+        return read_claim(self.running_path(key))
+
+    @property
+    def jobs_path(self) -> Path:
+        return self.root / "jobs.json"
+
+    def _lock(self, name: str):
+        return file_lock(self.root / "locks" / f"{name}.lock")
+
+    def record_jobs(self, jobs: Mapping[str, str]) -> None:
+        """Merge ``{cell key: scheduler job id}`` into ``jobs.json`` (under the store's lock, so
+        concurrent submissions lose no entry)."""
+        with self._lock("jobs"):
+            known = self.jobs()
+            known.update({str(k): str(v) for k, v in jobs.items()})
+            atomic_write_text(self.jobs_path, json.dumps(known, indent=1))
+
+    def jobs(self) -> dict[str, str]:
+        """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
+        try:
+            data = json.loads(self.jobs_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def clear_running(self, key: str) -> None:
         try:
@@ -136,10 +178,14 @@ class ResultStore:
             pass
 
     def register(self, cells: Sequence[SweepCell]) -> None:
-        """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed)."""
-        grid = self._read_manifest()
-        grid.update({c.key: c.to_dict() for c in cells})
-        atomic_write_text(self.manifest_path, json.dumps(grid, default=_jsonable, indent=1))
+        """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed).
+
+        The read-modify-write holds the store's ``grid`` lock (``locks/grid.lock``, ``flock``),
+        so concurrent registrations (two sweeps, many jobs) lose no cell."""
+        with self._lock("grid"):
+            grid = self._read_manifest()
+            grid.update({c.key: c.to_dict() for c in cells})
+            atomic_write_text(self.manifest_path, json.dumps(grid, default=_jsonable, indent=1))
 
     # -- reading ------------------------------------------------------------------------------
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
@@ -242,7 +288,8 @@ class ResultStore:
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell: its parameters, ``status`` (done/failed/running/pending),
-        ``error``, ``attempt``, ``duration_s``, ``n_rows``.
+        ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (the scheduler job of
+        its latest submission, ``jobs.json``; ``None`` if never submitted).
 
         Args:
             cells: the cells to report; default the registered cells plus every cell with a
@@ -259,6 +306,7 @@ class ResultStore:
                         continue
             cells = list(by_key.values())
         rows = []
+        jobs = self.jobs()
         for c in cells:
             rec = records.get(c.key)
             if rec is not None:
@@ -273,9 +321,10 @@ class ResultStore:
                 attempt=(rec or {}).get("attempt", 0),
                 duration_s=(rec or {}).get("duration_s", math.nan),
                 n_rows=len((rec or {}).get("rows", [])),
+                job_id=jobs.get(c.key),
             ))
         cols = ["key", "label", "dataset", "backbone", "depth", "budget", "condition", "seed",
-                "checkpoint_id", "status", "error", "attempt", "duration_s", "n_rows"]
+                "checkpoint_id", "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
         df.attrs["problems"] = problems
         df.attrs["root"] = str(self.root)

@@ -1,0 +1,58 @@
+"""``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
+
+Each returns an exit status: ``status`` is non-zero while failed or lost cells remain (so a
+script can gate on it), ``wait`` likewise once nothing is queued, ``resubmit`` 0 after
+submitting (or when nothing needed it).
+"""
+from __future__ import annotations
+
+import sys
+
+from .slurm import cell_states, resubmit, wait
+from .store import _all_stores, format_status, open_store
+
+__all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
+
+
+def _print_table(table) -> int:
+    print(format_status(table))
+    for state in ("PENDING", "RUNNING", "lost"):
+        rows = table[table["job_state"] == state]
+        if len(rows):
+            jobs = ", ".join(sorted(set(rows["job_id"].astype(str))))
+            print(f"  {len(rows)} cells {state.lower()}: jobs {jobs}")
+    bad = int(table["status"].eq("failed").sum() + table["job_state"].eq("lost").sum())
+    return 1 if bad else 0
+
+
+def cmd_status(name: str | None) -> int:
+    """Print done / failed / running / pending cells with their jobs; 1 while failures remain."""
+    names = [name] if name is not None else _all_stores()
+    if not names:
+        print("no sweeps found")
+        return 0
+    rc = 0
+    for n in names:
+        try:
+            rc |= _print_table(cell_states(open_store(n, must_exist=True)))
+        except (FileNotFoundError, ValueError) as e:
+            print(f"midas-nb sweep status: {e}", file=sys.stderr)
+            return 2
+    return rc
+
+
+def cmd_wait(name: str, poll_s: float = 10.0) -> int:
+    """Wait (a progress bar) until nothing of the sweep is queued; then as :func:`cmd_status`."""
+    return _print_table(wait(open_store(name, must_exist=True), poll_s=poll_s, progress=True))
+
+
+def cmd_resubmit(name: str) -> int:
+    """Resubmit the failed and lost (cancelled, timed-out) cells with the last submission's settings."""
+    try:
+        jobs = resubmit(open_store(name, must_exist=True))
+    except FileNotFoundError as e:
+        print(f"midas-nb sweep resubmit: {e}", file=sys.stderr)
+        return 2
+    print(f"resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
+          f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
+    return 0

@@ -1,0 +1,291 @@
+"""Submitting a sweep to Slurm through submitit: chunked job arrays, one preparation job per group.
+
+A grid of thousands of cells does not go to Slurm as one job per cell. :func:`plan_jobs` groups
+the cells by what they share (dataset, backbone, checkpoint: the *group*), cuts each group into
+jobs of ``cells_per_job`` cells, and :func:`chunk_arrays` cuts the jobs into arrays of at most
+the cluster's ``MaxArraySize`` tasks (:func:`max_array_size`, read from ``scontrol show
+config``). :func:`submit` first submits one *preparation* job per group (``cell_fn.prepare(cell)``
+where the cell function has one: the protocol's fine-tunes the backbone and hashes the dataset
+once), then the cell arrays with ``--dependency=afterany`` on them, so each (dataset, backbone)
+is fine-tuned once and every job loads that checkpoint (a lock on the checkpoint keeps it to one
+fine-tune even when a preparation job failed). Every job claims its cells
+(:mod:`midas_nb.sweeps.claims`), so concurrent submissions never compute a cell twice.
+
+``executor="slurm"`` means Slurm: without ``sbatch`` on the ``PATH`` it is an error naming the
+alternatives; submitit's ``local`` and ``debug`` clusters run the same path only when asked for
+by name (tests). Part of the generic sweep engine: imports no domain module.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..identity import atomic_write_bytes, atomic_write_text
+from .cells import SweepCell
+from .store import ResultStore
+from .worker import run_chunk
+
+__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "chunk_arrays", "max_array_size", "plan_jobs", "prepare_group",
+           "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
+           "resubmit", "wait"]
+
+#: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
+DEFAULT_MAX_ARRAY_SIZE = 1001
+_RUNNER = "runner.pkl"
+_SUBMISSION = "submission.json"
+
+
+class SlurmNotFound(RuntimeError):
+    """``executor="slurm"`` on a machine without Slurm."""
+
+
+def find_sbatch() -> str | None:
+    """The ``sbatch`` on the ``PATH`` (``None`` without Slurm)."""
+    return shutil.which("sbatch")
+
+
+def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
+    """The cluster's ``MaxArraySize`` (``scontrol show config``); ``default`` when unreadable.
+
+    An array's task indices must stay below it, so an array holds at most that many tasks."""
+    exe = shutil.which("scontrol")
+    if exe is None:
+        return default
+    try:
+        out = subprocess.run([exe, "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return default
+    m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else default
+
+
+def _group_of(cell: SweepCell) -> tuple[str, str, str]:
+    return (cell.dataset, cell.backbone, cell.checkpoint_id)
+
+
+def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[SweepCell], list[list[SweepCell]]]:
+    """``(prepare, chunks)``: one representative cell per group (dataset, backbone, checkpoint)
+    for its preparation job, and the cells cut into jobs of at most ``cells_per_job`` cells that
+    never mix groups (a job loads one backbone).
+
+    Raises:
+        ValueError: ``cells_per_job < 1``.
+    """
+    if int(cells_per_job) < 1:
+        raise ValueError(f"cells_per_job must be >= 1, got {cells_per_job!r}")
+    groups: dict[tuple[str, str, str], list[SweepCell]] = {}
+    for c in cells:
+        groups.setdefault(_group_of(c), []).append(c)
+    prepare = [g[0] for g in groups.values()]
+    chunks = [g[i:i + int(cells_per_job)] for g in groups.values() for i in range(0, len(g), int(cells_per_job))]
+    return prepare, chunks
+
+
+def chunk_arrays(n_jobs: int, max_array: int) -> list[range]:
+    """Job indices ``0..n_jobs-1`` cut into arrays of at most ``max_array`` tasks (task indices
+    ``0..max_array-1``, all below ``MaxArraySize = max_array``)."""
+    if max_array < 1:
+        raise ValueError(f"MaxArraySize must be >= 1, got {max_array}")
+    return [range(i, min(i + max_array, n_jobs)) for i in range(0, n_jobs, max_array)]
+
+
+def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
+    """The preparation job's body: ``cell_fn.prepare(cell)`` (fine-tune, hash the data) if the
+    cell function has it; ``None`` otherwise."""
+    prep = getattr(cell_fn, "prepare", None)
+    return prep(cell) if callable(prep) else None
+
+
+def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any]):
+    """A submitit executor for ``cluster`` (``None``/``"slurm"``: Slurm, which must exist;
+    ``"local"``/``"debug"``: submitit's stand-ins, only by name).
+
+    Raises:
+        SlurmNotFound: Slurm asked for (``cluster`` ``None`` or ``"slurm"``) and ``sbatch`` is
+            not on the ``PATH``.
+        ValueError: an unknown ``cluster``.
+    """
+    import submitit
+
+    if cluster in (None, "slurm"):
+        if find_sbatch() is None:
+            raise SlurmNotFound(
+                "executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
+                "submit from a Slurm login node, or run here with executor='local' (one cell after another) "
+                "or executor='processes' (one worker per CPU/GPU)")
+        cluster = "slurm"
+    elif cluster not in ("local", "debug"):
+        raise ValueError(f"slurm cluster {cluster!r} is not known; expected None or 'slurm' (a Slurm cluster), "
+                         "'local' or 'debug' (submitit's stand-ins on this machine)")
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
+    ex.update_parameters(**params)
+    return ex, cluster
+
+
+def _array_ids(jobs: Sequence[Any]) -> list[str]:
+    return sorted({str(j.job_id).split("_")[0] for j in jobs})
+
+
+def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
+           params: Mapping[str, Any], cells_per_job: int = 8, max_array: int | None = None) -> list[Any]:
+    """Submit ``cells`` (see the module docstring); returns the cell jobs (submitit ``Job``s,
+    one per chunk, each with ``.cells``).
+
+    The cell function and the submission settings are kept in the store (``submitit/runner.pkl``,
+    ``submission.json``) for :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to
+    its job id.
+    """
+    import cloudpickle
+
+    folder = store.root / "submitit"
+    ex, cluster = slurm_executor(folder, cluster, params)
+    if max_array is None:
+        max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
+    prepare, chunks = plan_jobs(cells, cells_per_job)
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(folder / _RUNNER, cloudpickle.dumps(cell_fn))
+    atomic_write_text(store.root / _SUBMISSION, json.dumps(dict(
+        cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array)),
+        indent=1, default=str))
+    prep_jobs: list[Any] = []
+    if callable(getattr(cell_fn, "prepare", None)):
+        for idx in chunk_arrays(len(prepare), max_array):
+            with ex.batch():
+                prep_jobs += [ex.submit(prepare_group, prepare[i], cell_fn) for i in idx]
+        if cluster != "slurm":  # submitit's stand-ins have no dependencies: prepare first
+            for j in prep_jobs:
+                j.exception()
+    extra = dict(params.get("slurm_additional_parameters") or {})
+    if prep_jobs and cluster == "slurm":
+        extra["dependency"] = "afterany:" + ":".join(_array_ids(prep_jobs))
+        ex.update_parameters(slurm_additional_parameters=extra)
+    jobs: list[Any] = []
+    for idx in chunk_arrays(len(chunks), max_array):
+        with ex.batch():
+            batch = [ex.submit(run_chunk, chunks[i], cell_fn, str(store.root)) for i in idx]
+        for i, j in zip(idx, batch):
+            j.cells = chunks[i]
+        jobs += batch
+    store.record_jobs({c.key: str(j.job_id) for j in jobs for c in j.cells})
+    return jobs
+
+
+def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
+    """``(cell_fn, settings)`` saved by the store's last :func:`submit`.
+
+    Raises:
+        FileNotFoundError: the store was never submitted.
+    """
+    import cloudpickle
+
+    runner, sub = store.root / "submitit" / _RUNNER, store.root / _SUBMISSION
+    if not runner.is_file() or not sub.is_file():
+        raise FileNotFoundError(f"{store.root} holds no submission ({runner.name} / {sub.name} missing); "
+                                "submit the sweep first (midas-nb sweep submit)")
+    return cloudpickle.loads(runner.read_bytes()), json.loads(sub.read_text(encoding="utf-8"))
+
+
+def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
+    """Slurm's state of each queued or running job (``squeue``: ``PENDING``, ``RUNNING``, ...)
+    by job id (``123`` or array task ``123_4``); jobs that left the queue are absent. ``None``
+    without Slurm (``squeue`` missing or failing)."""
+    exe = shutil.which("squeue")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-h", "-r", "-o", "%i|%T"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    states = {}
+    for line in out.stdout.splitlines():
+        jid, _, st = line.strip().partition("|")
+        states[jid] = st
+    wanted = set(job_ids)
+    return {j: s for j, s in states.items() if j in wanted or j.split("_")[0] in wanted}
+
+
+
+def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
+    """The store's status table (:meth:`ResultStore.status`) with ``job_state``: Slurm's state
+    of the cell's job while it is queued or running (``PENDING``, ``RUNNING``, ...), ``lost``
+    when a cell without a record has a job that left the queue (cancelled, timed out, node
+    failure: resubmit it), empty otherwise. Without Slurm every job that is not done reads
+    ``unknown``."""
+    table = store.status(cells)
+    ids = [j for j in table["job_id"].dropna()]
+    queued = scheduler_states(ids)
+    states = []
+    for _, r in table.iterrows():
+        jid = r["job_id"]
+        if r["status"] in ("done", "failed") or jid is None or (isinstance(jid, float) and math.isnan(jid)):
+            states.append("")
+        elif queued is None:
+            states.append("unknown")
+        else:
+            states.append(queued.get(str(jid)) or queued.get(str(jid).split("_")[0]) or "lost")
+    table["job_state"] = states
+    return table
+
+
+def resubmit(store: ResultStore, *, failed: bool = True) -> list[Any]:
+    """Submit again, with the settings of the store's last :func:`submit`, every registered cell
+    whose job was lost (cancelled, timed out: no record and no job in the queue) and, with
+    ``failed``, every failed cell. Claims left by lost jobs are removed first. Returns the new
+    jobs (empty when nothing needs it).
+
+    Raises:
+        FileNotFoundError: the store was never submitted.
+    """
+    cell_fn, sub = load_submission(store)
+    table = cell_states(store, store.registered_cells())
+    redo = table["job_state"].isin(["lost"]) | (table["status"].eq("failed") if failed else False)
+    keys = set(table.loc[redo, "key"])
+    cells = [c for c in store.registered_cells() if c.key in keys]
+    for c in cells:
+        info = store.claim_info(c.key)
+        if info is not None and str(info.get("job_id")) == str(store.jobs().get(c.key)):
+            store.clear_running(c.key)  # the lost job's claim: its heartbeat may still look fresh
+    if not cells:
+        return []
+    return submit(store, cells, cell_fn, cluster=sub["cluster"], params=sub["params"],
+                  cells_per_job=sub["cells_per_job"], max_array=sub["max_array"])
+
+
+def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
+    """Block until no registered cell has a queued or running job; a tqdm bar counts the cells
+    that are done or failed. Returns :func:`cell_states` at the end.
+
+    Raises:
+        TimeoutError: ``timeout_s`` passed first.
+    """
+    import time
+
+    cells = store.registered_cells()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell")
+    start = time.monotonic()
+    try:
+        while True:
+            table = cell_states(store, cells)
+            finished = int(table["status"].isin(["done", "failed"]).sum())
+            if bar is not None:
+                bar.update(finished - bar.n)
+            active = ~table["job_state"].isin(["", "lost", "unknown"])
+            if not active.any():
+                return table
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"sweep {store.root}: {int(active.sum())} cells still queued or running "
+                                   f"after {timeout_s:g} s")
+            time.sleep(poll_s)
+    finally:
+        if bar is not None:
+            bar.close()
