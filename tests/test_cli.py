@@ -181,12 +181,14 @@ def test_a_one_digit_notebook_prefix_suggests_only_an_existing_notebook():
 def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     import pandas as pd
 
-    rows = [dict(status="done", label="a", key="k1", attempt=1, error=""),
-            dict(status="failed", label="b", key="k2", attempt=2, error="Traceback\nValueError: boom")]
-    monkeypatch.setattr("midas_nb.sweeps.store.sweep_status", lambda name: pd.DataFrame(rows))
+    rows = [dict(status="done", label="a", key="k1", attempt=1, error="", job_state="", job_id=""),
+            dict(status="failed", label="b", key="k2", attempt=2, error="Traceback\nValueError: boom",
+                 job_state="", job_id="17_0")]
+    monkeypatch.setattr("midas_nb.sweeps.commands.open_store", lambda name, must_exist=True: name)
+    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(rows))
     assert cli.main(["sweep", "status", "quick"]) == 1
     assert "FAILED b" in capsys.readouterr().out
-    monkeypatch.setattr("midas_nb.sweeps.store.sweep_status", lambda name: pd.DataFrame(rows[:1]))
+    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(rows[:1]))
     assert cli.main(["sweep", "status", "quick"]) == 0
 
 
