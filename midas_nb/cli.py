@@ -28,7 +28,7 @@ from .course import export_html, strip_solutions
 from .paper_table import format_paper_table, paper_table_for
 from .report import make_report, README_BEGIN, README_END
 from .results import save_table
-from .runs import new_run_id, run_summary, RunManifest
+from .runs import execute_notebook, new_run_id, run_summary, RunManifest
 from .runspec import (_setting_of, GRID_NOTEBOOKS, load_run_file, output_problem, parse_data_roots, parse_weights,
                       preflight, PreflightError, RunSpec, yaml_load)
 from .study import grid_spans
@@ -227,7 +227,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
     partial.parent.mkdir(parents=True, exist_ok=True)
     failed = out_dir / "failed" / nb.name
     try:
-        pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
+        execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
                             cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
                             execution_timeout=spec.cell_timeout)
     except PapermillExecutionError as e:
