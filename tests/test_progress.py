@@ -6,6 +6,7 @@ import io
 import logging
 import subprocess
 import sys
+import threading
 
 import nbformat
 import pytest
@@ -132,19 +133,25 @@ def test_kernel_config_drops_only_the_tcp_warning():
 @pytest.mark.slow
 def test_kernel_started_with_the_run_arguments_prints_no_tcp_warning(tmp_path):
     def kernel_stderr(extra: list[str]) -> str:
+        """The kernel's start-up output (its log and the note it prints once it listens)."""
         conn = tmp_path / f"k{len(extra)}.json"
         cmd = [sys.executable, "-m", "ipykernel_launcher", *extra, "-f", str(conn)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            err = ""
-            for line in proc.stderr:  # the kernel's start-up log; the warning comes before this note
-                err += line
-                if "Ctrl-C will not work" in line:
-                    break
-        finally:
-            proc.kill()
-            proc.wait()
-        return err
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+
+        def read():
+            for line in proc.stdout:
+                lines.append(line)
+                if "Ctrl-C will not work" in line:  # printed after the sockets (and the warning)
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=120)  # a guard against a kernel that never starts, not a timing check
+        proc.kill()
+        proc.wait()
+        assert any("Ctrl-C will not work" in ln for ln in lines), "".join(lines)
+        return "".join(lines)
 
     assert "without encryption" in kernel_stderr([])  # the test can fail: the plain kernel prints it
     assert "without encryption" not in kernel_stderr(runs.kernel_arguments())
