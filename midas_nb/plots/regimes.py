@@ -32,7 +32,7 @@ _COLOURED = {"in band": "✓", "not resolved": "?", "uninformative": "○"}
 _STATUS_STYLE: dict[str, dict[str, Any]] = {
     "in band": dict(edgecolor="0.4"),
     "not resolved": dict(edgecolor="0.35", hatch="...."),
-    "uninformative": dict(edgecolor="0.55", hatch="xx"),
+    "uninformative": dict(edgecolor="0.1", hatch="xx"),
     "outside band": dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
 }
 _STATUS_LABELS = {
@@ -164,7 +164,8 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
                                                **_STATUS_STYLE[status[i, j]]))
                     ax.text(j, i, f"{v:+.1f} {_COLOURED[status[i, j]]}", ha="center", va="center",
-                            fontsize=FONT["annot"], color="white" if abs(v) > 0.6 * lim else "black",
+                            fontsize=FONT["annot"],
+                            color="white" if abs(v) > 0.6 * lim and status[i, j] == "in band" else "black",
                             bbox=None if status[i, j] == "in band" else
                             dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.7))
                 else:
@@ -177,13 +178,21 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
         ax.set_ylabel(_AXIS_LABELS.get(y, y), fontsize=FONT["label"] - 1)
         ax.set_title(cond, fontsize=FONT["label"])
-    fig.tight_layout(rect=(0, min(0.3, 0.62 / fig.get_figheight()), 0.9, 0.95))  # room for 2 legend rows
-    cax = fig.add_axes((0.91, 0.2, 0.018, 0.6))
+    # the status legend under the panels, measured: the figure widens to hold it and the
+    # panels end above it
+    legend = fig.legend(handles=status_legend_handles(), loc="lower center", bbox_to_anchor=(0.5, 0.005),
+                        ncol=2 if fig.get_figwidth() >= 9 else 1, fontsize=FONT["legend"], frameon=False,
+                        borderaxespad=0)
+    renderer = fig.canvas.get_renderer()
+    width_in = legend.get_window_extent(renderer).width / fig.dpi
+    if width_in > 0.96 * fig.get_figwidth():
+        fig.set_figwidth(width_in / 0.96)
+    bottom = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y1 + 0.01
+    fig.tight_layout(rect=(0, bottom, 0.9, 0.95))
+    cax = fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom)))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
-    fig.legend(handles=status_legend_handles(), loc="lower center", ncol=2, fontsize=FONT["legend"],
-               frameon=False)
     fig.suptitle((title or f"Decoupling D over {y} × {x}") + note, fontsize=FONT["title"])
     return _finish(fig, save)
 
