@@ -130,7 +130,8 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     cells = make_grid(params, "regime", datasets=[dataset], backbones=backbones)
     store = ResultStore(name=params["profile"])
     if run:
-        status = run_sweep(cells, ProtocolCellRunner(params), store, executor=executor, max_workers=max_workers)
+        status = run_sweep(cells, ProtocolCellRunner(params, progress=study.progress), store, executor=executor,
+                           max_workers=max_workers, progress=study.progress)
     else:
         table = store.status(cells)
         status = StoreStatus(table=table, problems=table.attrs.get("problems", []))

@@ -207,22 +207,20 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
     record it in the manifest and raise :class:`_NotebookFailed`."""
     import shutil
 
-    import papermill as pm  # heavy; imported only when a batch run starts
-    from papermill.exceptions import PapermillExecutionError
+    from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
+
+    from .runs import execute_notebook  # papermill with the streamed status line
 
     target = out_dir / nb.name
     print(f"{counter} {nb.name} ...", flush=True)
-    if counter.startswith("[1/"):  # a new user otherwise takes a long silent cell for a hang
-        print("    (one cell can run for minutes without output: a first run trains and caches the backbones and "
-              "scorers; Ctrl-C stops, and the next run resumes from the caches)", flush=True)
     t0 = time.time()
     partial = out_dir / ".partial" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
     failed = out_dir / "failed" / nb.name
     try:
-        pm.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                            cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
-                            execution_timeout=spec.cell_timeout)
+        execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
+                         cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
+                         execution_timeout=spec.cell_timeout)
     except PapermillExecutionError as e:
         failed.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(partial), str(failed))

@@ -60,7 +60,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from .data import collate_samples
 from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,

@@ -1,5 +1,5 @@
 """The run manifest of ``midas-nb run``: which run produced each executed notebook, and which
-copies are stale.
+copies are stale; and the streamed progress of its notebooks (:func:`execute_notebook`).
 
 Every ``midas-nb run`` gets a run id and records, in ``<output>/run.json``, its settings (the
 parameters injected into the notebooks), the notebooks it selected, and per notebook the run
@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import re
+import sys
+import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -32,9 +37,10 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from .identity import atomic_write_text
+from .progress import PROGRESS_ENV
 
-__all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "new_run_id", "notebook_states", "run_summary",
-           "settings_digest"]
+__all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
+           "new_run_id", "notebook_states", "run_summary", "settings_digest"]
 
 MANIFEST_NAME = "run.json"
 _FORMAT = "midas_nb.run_manifest/1"
@@ -211,3 +217,225 @@ def run_summary(out_dir: str | os.PathLike) -> str:
             if name not in present and att.get("status") == "failed":
                 lines.append(f"  FAILED   {name}  {att.get('message', '')} (no earlier copy)")
     return "\n".join(lines)
+
+
+# -- streamed progress of a batch run ---------------------------------------------------------------
+#: seconds after which a running cell gets a one-time notice that it may run for minutes
+LONG_CELL_S = 60.0
+#: at most this many seconds between two status lines when stdout is not a terminal
+HEARTBEAT_S = 15.0
+#: at least this many seconds between two changed status lines when stdout is not a terminal
+MIN_GAP_S = 3.0
+_WIDTH = 160
+_CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
+
+# Python config for the kernel (``--config``), run before it opens its sockets: drops only the
+# kernel's "running over TCP without encryption" warning, which its local loopback kernels
+# print at every start (ipykernel's IPKernelApp.init_sockets); every other kernel message passes.
+_KERNEL_CONFIG = '''\
+import logging
+
+
+class _NoTcpEncryptionWarning(logging.Filter):
+    def filter(self, record):
+        return "without encryption" not in record.getMessage()
+
+
+logging.getLogger("IPKernelApp").addFilter(_NoTcpEncryptionWarning())
+'''
+
+
+def kernel_arguments() -> list[str]:
+    """Extra kernel command-line arguments of a batch run: the config file that silences the
+    kernel's TCP-encryption warning (written once per process into a temporary directory)."""
+    global _kernel_config_path
+    if _kernel_config_path is None or not Path(_kernel_config_path).is_file():
+        d = Path(tempfile.mkdtemp(prefix="midas_nb_kernel_"))
+        (d / "midas_kernel_config.py").write_text(_KERNEL_CONFIG, encoding="utf-8")
+        _kernel_config_path = str(d / "midas_kernel_config.py")
+    return [f"--config={_kernel_config_path}"]
+
+
+_kernel_config_path: str | None = None
+
+
+def _minutes(seconds: float) -> str:
+    """``42 s``, ``3 min 20 s``, ``12 min`` (seconds dropped from 10 minutes on)."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60} s" if s < 600 else f"{s // 60} min"
+
+
+class StatusLine(logging.Handler):
+    """The condensed progress of one notebook in a batch run, fed by papermill's log.
+
+    papermill (``log_output=True``) logs ``Executing Cell N`` before each cell and every piece
+    of the kernel's output as it arrives; this handler keeps the running cell, its start and
+    the latest non-empty output line, and renders ``[00_quickstart] cell 5/27, 3 min: distil
+    hybrid_lite0_deit, epoch 7/24 …``. :meth:`tick` (called every second by
+    :func:`execute_notebook`'s thread) writes the line: in place on a terminal, otherwise a new
+    line when it changed (at most every :data:`MIN_GAP_S` s) and at least every
+    :data:`HEARTBEAT_S` s; and once per cell running longer than :data:`LONG_CELL_S` s, a notice.
+
+    Args:
+        label: the notebook's name without ``.ipynb``.
+        total: the number of cells (parameters cell included).
+        sources: first code line of each cell by 1-based index (shown before a cell prints).
+        stream: where the lines go (stdout); ``tty``: rewrite one line in place.
+        clock: seconds (``time.monotonic``; tests pass their own).
+    """
+
+    def __init__(self, label: str, total: int, sources: dict[int, str] | None = None, *, stream: Any = None,
+                 tty: bool | None = None, clock: Any = time.monotonic):
+        super().__init__(logging.INFO)
+        self.label, self.total, self.sources = label, total, dict(sources or {})
+        self.stream = stream if stream is not None else sys.stdout
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        self.clock = clock
+        self.t0 = self.cell_t0 = clock()
+        self.cell, self.detail, self.noticed = 0, "starting the kernel", set()
+        self._shown, self._shown_at = "", -1e9
+        self._lock = threading.Lock()
+
+    # papermill's log records
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record must not stop the run
+            return
+        m = _CELL_RE.match(text.strip())
+        with self._lock:
+            if m and m.group(1) == "Executing":
+                self.cell, self.cell_t0 = int(m.group(2)), self.clock()
+                first = self.sources.get(self.cell, "")
+                self.detail = f"running {first}" if first else "running"
+            elif m is None:
+                line = _last_line(text)
+                if line and self.cell:
+                    self.detail = line
+
+    def render(self) -> str:
+        """The status line now (cell, time in the cell, latest output)."""
+        with self._lock:
+            if not self.cell:
+                head = f"[{self.label}] {_minutes(self.clock() - self.t0)}"
+            else:
+                head = f"[{self.label}] cell {self.cell}/{max(self.total, self.cell)}, " \
+                       f"{_minutes(self.clock() - self.cell_t0)}"
+            line = f"{head}: {self.detail}"
+        return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
+
+    def tick(self) -> None:
+        """Write the status line (and a long-cell notice) if it is due (class docstring)."""
+        now = self.clock()
+        if self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
+            self.noticed.add(self.cell)
+            self._write_line(f"    [{self.label}] cell {self.cell} has run {_minutes(now - self.cell_t0)}: a first "
+                             "run trains and caches backbones and scorers, which takes minutes; Ctrl-C stops, "
+                             "and the next run resumes from the caches")
+        line = self.render()
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+            self.stream.flush()
+            return
+        with self._lock:
+            key = f"{self.cell}|{self.detail}"  # the same status at a later time is no change
+        due = now - self._shown_at >= HEARTBEAT_S or (key != self._shown and now - self._shown_at >= MIN_GAP_S)
+        if due:
+            self._shown, self._shown_at = key, now
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def _write_line(self, text: str) -> None:
+        self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
+        self.stream.flush()
+
+    def close_line(self) -> None:
+        """End the status: clear the in-place line on a terminal, otherwise write the last
+        status if it was not written yet."""
+        if self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            return
+        with self._lock:
+            key = f"{self.cell}|{self.detail}"
+        if key != self._shown:
+            self._shown = key
+            self.stream.write(self.render() + "\n")
+            self.stream.flush()
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of a piece of output (carriage-return updates: the latest)."""
+    for raw in reversed(text.replace("\r\n", "\n").split("\n")):
+        line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
+        if line:
+            return re.sub(r"\s+", " ", line)
+    return ""
+
+
+def _cell_sources(path: str | os.PathLike, parameters: dict[str, Any] | None) -> tuple[int, dict[int, str]]:
+    """(number of cells papermill will run, first code line of each cell by 1-based index)."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cells = list(nb.cells)
+    idx = next((i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if parameters and idx is not None:  # papermill injects its parameters cell after this one
+        cells.insert(idx + 1, nbformat.v4.new_code_cell("# Parameters"))
+    firsts = {}
+    for i, c in enumerate(cells, 1):
+        lines = [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        if c.cell_type == "code" and lines:
+            firsts[i] = lines[0][:60]
+    return len(cells), firsts
+
+
+def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
+                     parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
+    """``papermill.execute_notebook`` for ``midas-nb run``, with the running cell's own progress.
+
+    With ``progress_bar`` (the default), papermill's cell-count bar is replaced by a
+    :class:`StatusLine` fed by papermill's own output log (``log_output=True``), and the
+    kernel runs with ``MIDAS_PROGRESS=lines``, so the library's long loops print plain lines
+    (:mod:`midas_nb.progress`) that the status line shows. Without it nothing is streamed and
+    the kernels' loops stay silent (``TQDM_DISABLE``). Either way the kernel starts with
+    :func:`kernel_arguments` (no TCP-encryption warning). Other arguments: papermill's.
+    """
+    import papermill as pm  # heavy; imported only when a batch run starts
+
+    kwargs["extra_arguments"] = list(kwargs.get("extra_arguments") or []) + kernel_arguments()
+    if not progress_bar:
+        return pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
+                                   **kwargs)
+    total, sources = _cell_sources(input_path, parameters)
+    status = StatusLine(Path(input_path).stem, total, sources)
+    log = logging.getLogger("papermill")
+    saved = (log.level, log.propagate, os.environ.get(PROGRESS_ENV))
+    log.addHandler(status)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # the output goes into the status line only, not to the root logger
+    os.environ[PROGRESS_ENV] = "lines"
+    stop = threading.Event()
+    ticker = threading.Thread(target=_tick_until, args=(status, stop), daemon=True, name="midas-nb status")
+    ticker.start()
+    try:
+        return pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
+                                   log_output=True, **kwargs)
+    finally:
+        stop.set()
+        ticker.join(timeout=5)
+        status.close_line()
+        log.removeHandler(status)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+        if saved[2] is None:
+            os.environ.pop(PROGRESS_ENV, None)
+        else:
+            os.environ[PROGRESS_ENV] = saved[2]
+
+
+def _tick_until(status: StatusLine, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        status.tick()

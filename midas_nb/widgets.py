@@ -339,14 +339,20 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
         handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc="red", mec="white", label="visible part keypoint"))
     else:
         handles.append(Patch(fill=False, edgecolor="cyan", lw=1.6, label="object box"))
-    fig.legend(handles=handles, loc="lower left", ncol=len(handles), fontsize=plots.FONT["legend"], frameon=False)
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
                  fontsize=plots.FONT["title"])
-    bottom = 0.08
+    # the note on the bottom line, the legend stacked above it, the panels above both (measured,
+    # so a four-entry legend never runs into the note)
+    renderer = fig.canvas.get_renderer()
+    to_fig = fig.transFigure.inverted()
+    legend_y = 0.005
     if note:
-        fig.text(0.99, 0.015, note, ha="right", va="bottom", fontsize=plots.FONT["annot"], style="italic",
-                 color="0.25")
-        bottom = 0.11
+        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=plots.FONT["annot"], style="italic",
+                        color="0.25")
+        legend_y = text.get_window_extent(renderer).transformed(to_fig).y1 + 0.008
+    legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.005, legend_y), ncol=len(handles),
+                        fontsize=plots.FONT["legend"], frameon=False, borderaxespad=0)
+    bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
     fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return fig
 

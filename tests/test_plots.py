@@ -325,3 +325,77 @@ def test_glyphs_render_without_warning(out_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plots.regime_heatmap(_d_table(), save="glyphs")
+
+
+def _renderer(fig):
+    """An Agg renderer for ``fig`` (saved figures are closed and lose their pyplot canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def _no_overlaps(boxes) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+
+
+def test_coverage_vs_faithfulness_labels_do_not_collide(out_dir):
+    """"unsupervised" and "T5" at (nearly) the same point: the labels were drawn over each other."""
+    table = _protocol_table()
+    close = table.copy()
+    t5 = close["condition"] == "T5"
+    unsup = close[close["condition"] == "unsupervised"][["miou", "idauc"]].to_numpy()
+    close.loc[t5, ["miou", "idauc"]] = unsup + [0.002, 0.001]
+    close.loc[close["condition"] == "T1", ["miou", "idauc"]] = unsup + [0.004, -0.001]
+    fig = plots.coverage_vs_faithfulness(close, save="scatter_close")
+    ax = fig.axes[0]
+    renderer = _renderer(fig)
+    labels = {t.get_text(): t for t in ax.texts}
+    assert set(labels) == {"reference", "unsupervised", "T1", "T5"}
+    boxes = [t.get_window_extent(renderer) for t in labels.values()]
+    assert _no_overlaps(boxes) == []
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+    # each label still points at its own condition's mean
+    assert labels["T5"].xy[0] == pytest.approx(close[t5]["miou"].mean() * 100)
+
+
+def _status_table():
+    rows = []
+    for depth, status in zip((1, 2, 3, 4), ("in band", "not resolved", "outside band", "uninformative")):
+        rows.append(dict(condition="T5", depth=depth, budget=0.25, D_pp=float(depth), D_pp_std=0.5,
+                         in_band=status == "in band", status=status))
+        rows.append(dict(condition="reference", depth=depth, budget=0.25, D_pp=0.0, D_pp_std=0.0,
+                         in_band=True, status="in band"))
+    return pd.DataFrame(rows)
+
+
+def test_regime_heatmap_legend_swatches_are_distinct_per_status(out_dir):
+    """"in band" and "not resolved" had the same empty white swatch."""
+    from matplotlib.colors import to_rgba
+    fig = plots.regime_heatmap(_status_table(), save="regime_status")
+    legend = fig.legends[0]
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert [lbl[0] for lbl in labels] == ["✓", "?", "○", "✗"]  # in band, not resolved, uninformative, outside
+    swatches = [(tuple(np.round(to_rgba(p.get_facecolor()), 3)), p.get_hatch(), tuple(np.round(p.get_edgecolor(), 3)))
+                for p in legend.get_patches()]
+    assert len(set(swatches)) == len(swatches) == 4
+    # the cells carry their status's pattern: the uninformative cell (depth 4) is cross-hatched
+    t5 = [a for a in fig.axes if a.get_title() == "T5"][0]
+    hatches = {(p.get_x() + 0.5, p.get_y() + 0.5): p.get_hatch() for p in t5.patches}
+    assert hatches[(0.0, 3.0)] == "xx" and hatches[(0.0, 1.0)] == "...." and hatches[(0.0, 2.0)] == "///"
+    assert "+4.0 ○" in [t.get_text() for t in t5.texts]
+    renderer = _renderer(fig)
+    assert not any(legend.get_window_extent(renderer).overlaps(ax.get_tightbbox(renderer)) for ax in fig.axes)
+
+
+def test_cosine_heatmap_has_no_negative_zero(out_dir):
+    """A cosine of -0.004 printed as "-0.00"."""
+    ids = ["T0", "T3", "T5"]
+    m = pd.DataFrame([[1.0, -0.004, 0.05], [-0.004, 1.0, -0.0002], [0.05, -0.0002, 1.0]], index=ids, columns=ids)
+    fig = plots.cosine_heatmap(m, highlight=("T3", "T5"), lo=m - 0.0001, hi=m + 0.0001, save="cosine_zero")
+    texts = [t.get_text() for t in fig.axes[0].texts] + [fig.axes[0].get_title()]
+    import re
+    assert not any(re.search(r"[-−]0\.0+(?![0-9])", t) for t in texts), texts  # -0.00, -0.000
+    assert [t.get_text() for t in fig.axes[0].texts].count("0.00") == 4
+    assert "cos(T3, T5) = 0.000 [0.000, 0.000]" in fig.axes[0].get_title()  # -0.0003 .. -0.0001

@@ -134,3 +134,31 @@ def test_interactive_controls_redraw(study, monkeypatch):
     with pytest.raises(RuntimeError, match="boom"):
         controls["budget b"].value = 0.5
     assert "midas-explorer-error" in readout._dom_classes and "RuntimeError: boom" in readout.value
+
+
+def _renderer(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    return fig.canvas.get_renderer()
+
+
+def _fig_boxes(fig, artists):
+    renderer = _renderer(fig)
+    return [a.get_window_extent(renderer) for a in artists]
+
+
+def test_static_still_legend_clears_the_note_on_a_dataset_with_parts(study, tmp_path):
+    """The four-entry legend (with "visible part keypoint") ran over the italic note."""
+    from midas_nb import widgets
+    fig = widgets.static_explorer(study, save=None)
+    assert fig.explorer_view.region == "part"
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()][-1] == "visible part keypoint"
+    note = [t for t in fig.texts if t.get_text() == widgets.STATIC_NOTE]
+    (lb, nb) = _fig_boxes(fig, [legend, note[0]])
+    assert not lb.overlaps(nb)
+    for ax in fig.axes:  # neither runs into a panel (tick labels and axis labels included)
+        tb = ax.get_tightbbox(_renderer(fig))
+        assert not tb.overlaps(lb) and not tb.overlaps(nb), ax.get_title()
+    fig.savefig(tmp_path / "explorer.png")

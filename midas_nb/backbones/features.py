@@ -66,12 +66,12 @@ def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
     return p
 
 
-def _progress(iterable, total: int | None, desc: str, enabled: bool):
+def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str = "batch"):
     if not enabled:
         return iterable
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, leave=False)
+    return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit)
 
 
 @torch.no_grad()
@@ -216,7 +216,7 @@ def _run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[
     """``epochs`` calls of ``run_epoch(epoch)`` (``epoch`` = 0, 1, …; one epoch each, returning
     its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history."""
     history = []
-    bar = _progress(range(epochs), epochs, desc, progress)
+    bar = _progress(range(epochs), epochs, desc, progress, unit="epoch")
     for epoch in bar:
         history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
         if progress and hasattr(bar, "set_postfix"):

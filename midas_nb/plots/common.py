@@ -118,3 +118,61 @@ def _normalise_map(m: np.ndarray, how: str) -> np.ndarray:
         return order / max(1, m.size - 1)
     lo, hi = np.nanmin(m), np.nanmax(m)
     return (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
+
+
+def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
+                       fontsize: float | None = None, pad: float = 2.0) -> list:
+    """Annotate each data point with its label so that no two labels overlap, none covers a
+    marker and each stays inside the axes.
+
+    Greedy: the labels are placed in order; each tries offsets (points) around its marker,
+    nearest first, and takes the first whose box (measured with the figure's renderer) clears
+    the boxes already placed and every marker; when none does, the one with the least overlap.
+    Call it after the axes' limits and the figure's layout are final (offsets are in points,
+    positions in data units). Returns the annotations.
+    """
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    fontsize = FONT["annot"] if fontsize is None else fontsize
+    to_px = ax.transData.transform
+    marker_r = 6.0 * fig.dpi / 72  # half a marker (ms 8) plus a little, in pixels
+    markers = [np.r_[to_px(p) - marker_r, to_px(p) + marker_r] for p in points]
+    frame = ax.get_window_extent(renderer)
+    offsets = [(dx * r, dy * r) for r in (7, 14, 24) for dx, dy in
+               ((1, 0.7), (1, -1.2), (-1, 0.7), (-1, -1.2), (0, 1.3), (0, -1.8), (1.2, 0), (-1.2, 0))]
+    placed: list[np.ndarray] = []
+    texts = []
+    for (x, y), label in zip(points, labels):
+        best = None
+        for dx, dy in offsets:
+            t = ax.annotate(label, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize,
+                            ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                            va="bottom" if dy > 0 else "top" if dy < 0 else "center")
+            bb = t.get_window_extent(renderer)
+            box = np.array([bb.x0 - pad, bb.y0 - pad, bb.x1 + pad, bb.y1 + pad])
+            cost = sum(_overlap(box, o) for o in placed + markers)
+            cost += _overlap_outside(box, frame)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, t, box)
+            else:
+                t.remove()
+            if cost == 0:
+                break
+        placed.append(best[2])
+        texts.append(best[1])
+    return texts
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Area shared by two boxes ``[x0, y0, x1, y1]`` (pixels)."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return float(w * h) if w > 0 and h > 0 else 0.0
+
+
+def _overlap_outside(box: np.ndarray, frame) -> float:
+    """Area of ``box`` outside the axes' frame."""
+    inside = _overlap(box, np.array([frame.x0, frame.y0, frame.x1, frame.y1]))
+    return float((box[2] - box[0]) * (box[3] - box[1])) - inside

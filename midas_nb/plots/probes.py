@@ -42,7 +42,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         for j in range(n):
             v = M[i, j]
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
+                ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
                         color="white" if abs(v) > 0.6 else "black")
     ax.set_xticks(range(n), ids, rotation=45, ha="right", fontsize=FONT["tick"])
     ax.set_yticks(range(n), ids, fontsize=FONT["tick"])
@@ -56,9 +56,9 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         a, b = ids.index(highlight[0]), ids.index(highlight[1])
         for (r, c) in {(a, b), (b, a)}:
             ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="lime", lw=3))
-        callout = f"\ncos({highlight[0]}, {highlight[1]}) = {M[a, b]:.3f}"
+        callout = f"\ncos({highlight[0]}, {highlight[1]}) = {_fmt_cell(M[a, b], 3)}"
         if lo is not None and hi is not None:
-            callout += f" [{float(lo.iloc[a, b]):.3f}, {float(hi.iloc[a, b]):.3f}]"
+            callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
     ax.set_title((title or "Cosine similarity of target maps") + callout, fontsize=FONT["title"] - 1)
     fig.tight_layout()
     return _finish(fig, save)
@@ -95,3 +95,9 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
     ax.set_title(title or "Cosine of target rankings across depths (bands: 95 % CI)", fontsize=FONT["title"] - 1)
     fig.tight_layout()
     return _finish(fig, save)
+
+
+def _fmt_cell(v: float, digits: int = 2) -> str:
+    """``v`` with ``digits`` decimals and no negative zero (``-0.004`` → ``0.00``)."""
+    text = f"{v:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..results import aggregate_seeds
-from .common import _np
+from .common import _np, place_point_labels
 from .output import _finish, FONT
 
 
@@ -144,8 +144,6 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
             yerr = [[max(0.0, y - row["idauc_lo"])], [max(0.0, row["idauc_hi"] - y)]]
         ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c],
                     ms=8, capsize=3, lw=1.2, label=c, zorder=3)
-        if len(agg) <= 6:       # beyond that, labels collide; the legend names the markers
-            ax.annotate(c, (x, y), textcoords="offset points", xytext=(6, 5), fontsize=FONT["annot"])
     # keep the band from stretching the y range
     ys = np.concatenate([agg["idauc"].to_numpy(),
                          agg["idauc_lo"].dropna().to_numpy() if "idauc_lo" in agg else [],
@@ -164,6 +162,8 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % bootstrap CI over seeds and images)") + note,
                  fontsize=FONT["title"] - 1)
     fig.tight_layout()
+    if len(agg) <= 6:  # beyond that the legend names the markers; labels placed without overlap
+        place_point_labels(ax, list(zip(agg["miou"] * 100, agg["idauc"])), agg["condition"].tolist())
     return _finish(fig, save)
 
 

@@ -26,11 +26,41 @@ def _d_table_check(table: pd.DataFrame, needed: Sequence[str]) -> None:
                          "(expected the output of midas_nb.metrics.decoupling_D)")
 
 
+#: the statuses drawn in D's colour, with the mark after the value
+_COLOURED = {"in band": "✓", "not resolved": "?", "uninformative": "○"}
+#: each status's cell pattern (facecolor only where the cell is not coloured by D)
+_STATUS_STYLE: dict[str, dict[str, Any]] = {
+    "in band": dict(edgecolor="0.4"),
+    "not resolved": dict(edgecolor="0.35", hatch="...."),
+    "uninformative": dict(edgecolor="0.1", hatch="xx"),
+    "outside band": dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
+}
+_STATUS_LABELS = {
+    "in band": "✓ in parity band (coloured by D)",
+    "not resolved": "? band not resolved: ΔIDAUC CI straddles −band (coloured by D)",
+    "uninformative": "○ uninformative: the reference is not faithful (coloured by D)",
+    "outside band": "✗ outside band: ΔIDAUC < −band (D in brackets)",
+}
+
+
+def status_legend_handles() -> list:
+    """One legend swatch per parity-band status of :func:`regime_heatmap`, each distinct in
+    (face colour, hatch, edge colour): coloured statuses show a sample of D's colour map
+    under their pattern, "outside band" its grey hatch."""
+    sample = plt.get_cmap("RdBu_r")(0.78)
+    handles = []
+    for st, label in _STATUS_LABELS.items():
+        style = dict(_STATUS_STYLE[st])
+        style.setdefault("facecolor", sample)
+        handles.append(Patch(label=label, lw=0.8, **style))
+    return handles
+
+
 def _group_status(g: pd.DataFrame) -> str:
     """One parity-band status for the rows of a plotted cell (``decoupling_D``'s ``status``
     when present, else the point decision ``in_band``): any undefined → "undefined", any
-    uninformative (reference not above random) → "uninformative", all in band → "in band", any
-    outside → "outside band", else "not resolved"."""
+    "uninformative" (the reference is not faithful, so the band says nothing) →
+    "uninformative", all in band → "in band", any outside → "outside band", else "not resolved"."""
     if "status" in g.columns:
         st = set(g["status"].astype(str))
     else:
@@ -75,7 +105,9 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
 
     In-band cells (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
     coloured by D and annotated ``+2.1 ✓``; cells whose interval straddles the band edge
-    ("not resolved") are coloured by D and annotated ``+2.1 ?``; cells outside the band are
+    ("not resolved") are coloured by D under a dotted pattern and annotated ``+2.1 ?``; cells whose
+    band says nothing (``uninformative``: the reference is not faithful) are coloured by D under
+    a cross-hatch and annotated ``○``; cells outside the band are
     grey, hatched and annotated ``✗`` with their D in brackets (DESIGN.md §6: marked, never
     dropped); undefined cells (NaN IDAUC or mIoU) say "undefined"; cells the sweep did not run
     say "not run". Without a ``status`` column the point decision ``in_band`` is used.
@@ -118,7 +150,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
             i, j = ys.index(yv), xs.index(xv)
             grid[i, j] = g[value].astype(float).mean()
             status[i, j] = _group_status(g)
-        shown = np.where((status == "in band") | (status == "not resolved"), grid, np.nan)
+        shown = np.where(np.isin(status, list(_COLOURED)), grid, np.nan)
         im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
         for i in range(len(ys)):
             for j in range(len(xs)):
@@ -126,14 +158,18 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                     ax.text(j, i, status[i, j], ha="center", va="center", fontsize=FONT["annot"] - 1,
                             color="0.55", style="italic")
                     continue
-                if status[i, j] in ("in band", "not resolved"):
+                if status[i, j] in _COLOURED:
                     v = grid[i, j]
-                    mark = "✓" if status[i, j] == "in band" else "?"
-                    ax.text(j, i, f"{v:+.1f} {mark}", ha="center", va="center", fontsize=FONT["annot"],
-                            color="white" if abs(v) > 0.6 * lim else "black")
+                    if status[i, j] != "in band":  # the status's own pattern over the colour
+                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
+                                               **_STATUS_STYLE[status[i, j]]))
+                    ax.text(j, i, f"{v:+.1f} {_COLOURED[status[i, j]]}", ha="center", va="center",
+                            fontsize=FONT["annot"],
+                            color="white" if abs(v) > 0.6 * lim and status[i, j] == "in band" else "black",
+                            bbox=None if status[i, j] == "in band" else
+                            dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.7))
                 else:
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="0.45",
-                                           hatch="///", lw=0.5))
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, lw=0.5, **_STATUS_STYLE["outside band"]))
                     ax.text(j, i, f"✗ ({grid[i, j]:+.1f})" if np.isfinite(grid[i, j]) else "✗",
                             ha="center", va="center", fontsize=FONT["annot"], color="0.15",
                             bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85))
@@ -142,17 +178,21 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
         ax.set_ylabel(_AXIS_LABELS.get(y, y), fontsize=FONT["label"] - 1)
         ax.set_title(cond, fontsize=FONT["label"])
-    fig.tight_layout(rect=(0, 0.06, 0.9, 0.95))
-    cax = fig.add_axes((0.91, 0.2, 0.018, 0.6))
+    # the status legend under the panels, measured: the figure widens to hold it and the
+    # panels end above it
+    legend = fig.legend(handles=status_legend_handles(), loc="lower center", bbox_to_anchor=(0.5, 0.005),
+                        ncol=2 if fig.get_figwidth() >= 9 else 1, fontsize=FONT["legend"], frameon=False,
+                        borderaxespad=0)
+    renderer = fig.canvas.get_renderer()
+    width_in = legend.get_window_extent(renderer).width / fig.dpi
+    if width_in > 0.96 * fig.get_figwidth():
+        fig.set_figwidth(width_in / 0.96)
+    bottom = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y1 + 0.01
+    fig.tight_layout(rect=(0, bottom, 0.9, 0.95))
+    cax = fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom)))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
-    fig.legend(handles=[Patch(facecolor="white", edgecolor="0.4", label="✓ in parity band (coloured by D)"),
-                        Patch(facecolor="white", edgecolor="0.4",
-                              label="? band not resolved: ΔIDAUC CI straddles −band"),
-                        Patch(facecolor="0.85", edgecolor="0.45", hatch="///",
-                              label="✗ outside band: ΔIDAUC < −band (D in brackets)")],
-               loc="lower center", ncol=3, fontsize=FONT["legend"], frameon=False)
     fig.suptitle((title or f"Decoupling D over {y} × {x}") + note, fontsize=FONT["title"])
     return _finish(fig, save)
 
@@ -212,6 +252,8 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
                        edgecolors=colors[hv], s=36, zorder=3, gid="not resolved")
             ax.scatter(xv[st == "outside band"], d[st == "outside band"], color=colors[hv], marker="x", s=60,
                        zorder=3, gid="outside band")
+            ax.scatter(xv[st == "uninformative"], d[st == "uninformative"], facecolors="white", marker="D",
+                       edgecolors=colors[hv], s=30, zorder=3, gid="uninformative")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_title(conds[k], fontsize=FONT["label"])
         ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
@@ -224,7 +266,9 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
     handles = [Line2D([], [], color=colors[hv], lw=1.5, label=f"{hue} = {_fmt_axis_value(hue, hv)}") for hv in hues]
     handles += [Line2D([], [], color="0.3", marker="o", ls="", label="in parity band"),
                 Line2D([], [], color="0.3", marker="o", markerfacecolor="white", ls="", label="band not resolved"),
-                Line2D([], [], color="0.3", marker="x", ls="", ms=8, label="outside band")]
+                Line2D([], [], color="0.3", marker="x", ls="", ms=8, label="outside band"),
+                Line2D([], [], color="0.3", marker="D", markerfacecolor="white", ls="", ms=5,
+                       label="uninformative (reference not faithful)")]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=FONT["legend"],
                frameon=False)
     bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
@@ -279,7 +323,7 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
             if kind:
                 kinds.add(kind)
             ax.bar(pos, d, width=width * 0.92, color=colors[cond], alpha=1.0 if inb else 0.35,
-                   hatch=None if inb else ("..." if st == "not resolved" else "///"),
+                   hatch=None if inb else {"not resolved": "...", "uninformative": "xx"}.get(st, "///"),
                    edgecolor="black" if not inb else colors[cond],
                    yerr=None if not np.isfinite(lo) else [[lo], [hi]], capsize=2,
                    label=cond if i == 0 or cat == cats[0] else None)
@@ -293,6 +337,7 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     handles = [Patch(color=colors[c], label=c) for c in conds]
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="...", label="band not resolved"))
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="///", label="outside parity band"))
+    handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="xx", label="uninformative (reference not faithful)"))
     ax.legend(handles=handles, fontsize=FONT["legend"], loc="best", framealpha=0.85)
     bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
     ax.set_title((title or f"Decoupling D across {x}s") + note + bars, fontsize=FONT["title"])

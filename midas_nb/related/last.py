@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from ..config import cache_dir as default_cache_dir
 from ..data import collate_samples

@@ -27,7 +27,7 @@ from typing import Any, Literal, Mapping
 import pandas as pd
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from ..data import collate_samples
 from ..metrics import bootstrap_ci, curve_auc, insertion_counts

@@ -16,6 +16,7 @@ from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone
                          schedule_problem, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
+from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
 from ..protocol import evaluation_subset
@@ -137,7 +138,8 @@ class StudyBase:
     Args:
         profile: ``"smoke" | "quick" | "paper" | "rehearsal"`` (DESIGN.md §7).
         progress: tqdm bars for the long stages; off whenever ``TQDM_DISABLE`` is set (as
-            ``midas-nb run`` and the test suite do).
+            ``midas-nb run --no-progress`` and the test suite do), plain lines when
+            ``MIDAS_PROGRESS=lines`` is set (a streamed ``midas-nb run``; :mod:`midas_nb.progress`).
         **overrides: any profile key (``data_root``, ``data_roots``, ``dataset``, ``backbone``,
             ``weights`` (a file for the study's backbone, or ``{backbone: file}``),
             ``backbone_kwargs``, ``depth``, ``budget``, ``seeds``, ``device``, ``conditions``,
@@ -163,8 +165,9 @@ class StudyBase:
                                       image_size=p["image_size"], patch_size=p["patch_size"])
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
-        # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks
-        self.progress = progress and os.environ.get("TQDM_DISABLE", "") in ("", "0", "false", "False")
+        # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks;
+        # a streamed run (MIDAS_PROGRESS=lines) gets plain lines instead (midas_nb.progress)
+        self.progress = progress_enabled(progress)
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
         line = schedule_line(self.params, self.dataset_name, self.params["backbone"])
         if line:

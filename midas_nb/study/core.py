@@ -67,7 +67,8 @@ class Study(StudyBase):
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
                           checkpoint_ids={(p["dataset"], p["backbone"]): self.checkpoint_id})
         store = ResultStore(name=p["profile"])
-        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store)
+        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store,
+                           progress=self.progress)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
         table = store.results(cells)
@@ -110,8 +111,9 @@ class Study(StudyBase):
         cells = make_grid(self.params, kind)
         store = ResultStore(name=self.params["profile"])
         if run:
-            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self), store, executor=executor,
-                               max_workers=max_workers, slurm=slurm or None)
+            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store,
+                               executor=executor, max_workers=max_workers, slurm=slurm or None,
+                               progress=self.progress)
         else:
             table = store.status(cells)
             status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
@@ -123,7 +125,8 @@ class Study(StudyBase):
               run: bool = True) -> tuple[pd.DataFrame, Any]:
         """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
         each of the profile's ``scale_backbones`` (:func:`midas_nb.study.scale_readout`)."""
-        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run)
+        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run,
+                             progress=self.progress)
         status = rows.attrs.pop("status", None)
         rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
         return rows, status

@@ -150,6 +150,7 @@ def scale_readout(
     slurm: Mapping[str, Any] | None = None,
     run: bool = True,
     cell_fn: Callable[[SweepCell], Any] | None = None,
+    progress: bool = False,
 ) -> pd.DataFrame:
     """Scale sensitivity: the protocol at the profile's ``(depth, budget)`` for each backbone.
 
@@ -166,6 +167,7 @@ def scale_readout(
         executor, max_workers, slurm: as in :func:`run_sweep`.
         run: compute missing cells first; ``False`` only reads what the store has.
         cell_fn: default :class:`ProtocolCellRunner` of ``profile``.
+        progress: a bar over the cells and the default runner's bars (:mod:`midas_nb.progress`).
 
     Returns:
         The result rows of the scale cells that are done (column ``backbone`` tells them apart;
@@ -177,8 +179,8 @@ def scale_readout(
     store = open_store(store if store is not None else prof.get("profile", "default"))
     cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
     if run:
-        st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof), store, executor=executor,
-                       max_workers=max_workers, slurm=slurm)
+        st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof, progress=progress), store, executor=executor,
+                       max_workers=max_workers, slurm=slurm, progress=progress)
     else:
         table = store.status(cells)
         st = StoreStatus(table=table, problems=table.attrs.get("problems", []))

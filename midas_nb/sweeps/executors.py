@@ -120,7 +120,7 @@ def run_sweep(
 
     bar = None
     if progress and todo:
-        from tqdm.auto import tqdm
+        from ..progress import tqdm
         bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell")
 
     if not todo:

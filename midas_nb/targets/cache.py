@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from ..capture import capture
 from ..config import cache_dir as default_cache_dir

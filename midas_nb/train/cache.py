@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from ..config import cache_dir as default_cache_dir
 from ..data import collate_samples

@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from ..optim import cosine_lr
 

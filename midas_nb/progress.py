@@ -1,0 +1,111 @@
+"""Progress of the library's long loops: tqdm bars in a notebook, plain lines in a streamed batch run.
+
+Every long loop of the package (the backbone build's epochs, stem features, target and block
+caches, scorer training, the protocol, sweeps, the scale readout) takes its bar from
+:func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`` that picks one of three modes
+(:func:`progress_mode`):
+
+- ``"bar"`` — an interactive session: ``tqdm.auto`` (a widget in Jupyter, a text bar in a
+  terminal);
+- ``"off"`` — ``TQDM_DISABLE`` is set (``midas-nb run --no-progress``, the test suite): no
+  output, so executed notebooks carry no bar residue;
+- ``"lines"`` — ``MIDAS_PROGRESS=lines`` is set, as ``midas-nb run`` sets it for its kernels
+  when it streams their progress (:func:`midas_nb.runs.execute_notebook`). It wins over
+  ``TQDM_DISABLE``: the loop prints plain newline-terminated lines (tqdm's own formatting,
+  no bar, no carriage returns) at most every :data:`LINE_INTERVAL` seconds and once at the
+  end, e.g. ``distil hybrid_lite0_deit, epoch 7/24 (02:41, 3:12 left), loss=1.234``. The
+  runner condenses the latest line into its status line; the lines stay in the executed
+  notebook as a log of the run. Other packages' tqdm bars stay off under ``TQDM_DISABLE``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Literal
+
+__all__ = ["LINE_INTERVAL", "PROGRESS_ENV", "progress_enabled", "progress_mode", "tqdm"]
+
+#: the environment variable that switches the library's loops to plain lines
+PROGRESS_ENV = "MIDAS_PROGRESS"
+#: seconds between two lines of one loop in ``"lines"`` mode (``MIDAS_PROGRESS_INTERVAL`` overrides)
+LINE_INTERVAL = 10.0
+
+_LINE_FORMAT = "{desc}, {unit} {n_fmt}/{total_fmt} ({elapsed}, {remaining} left){postfix}"
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() not in ("", "0", "false", "no")
+
+
+def progress_mode() -> Literal["bar", "lines", "off"]:
+    """``"lines"`` under ``MIDAS_PROGRESS=lines``, else ``"off"`` under ``TQDM_DISABLE``, else ``"bar"``."""
+    if os.environ.get(PROGRESS_ENV, "").strip().lower() == "lines":
+        return "lines"
+    return "off" if _truthy(os.environ.get("TQDM_DISABLE")) else "bar"
+
+
+def progress_enabled(requested: bool = True) -> bool:
+    """Whether a loop asked for progress (``requested``) shows any in this process."""
+    return requested and progress_mode() != "off"
+
+
+class _LineWriter:
+    """A file for tqdm that turns its carriage-return refreshes into whole lines."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.last = ""
+
+    def write(self, text: str) -> None:
+        for part in text.replace("\n", "\r").split("\r"):
+            line = part.strip()
+            if line and line != self.last:
+                self.last = line
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _line_tqdm_class():
+    from tqdm.std import tqdm as std_tqdm
+
+    class LineTqdm(std_tqdm):
+        """tqdm printing throttled plain lines; ``set_postfix`` waits for the next line."""
+
+        def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):  # noqa: ARG002 - throttled
+            super().set_postfix(ordered_dict, refresh=False, **kwargs)
+
+        def set_description(self, desc=None, refresh=True):  # noqa: ARG002 - throttled
+            super().set_description(desc, refresh=False)
+
+    return LineTqdm
+
+
+def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
+    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (module docstring).
+
+    Takes tqdm's arguments; ``disable=True`` is honoured in every mode. In ``"lines"`` mode
+    ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stdout,
+    :data:`LINE_INTERVAL`, the final state always printed); ``unit`` names the step
+    (``"epoch"``, ``"cell"``, ``"batch"``; default ``"step"``).
+    """
+    mode = progress_mode()
+    if mode == "bar":
+        from tqdm.auto import tqdm as auto_tqdm
+
+        return auto_tqdm(iterable, *args, **kwargs)
+    from tqdm.std import tqdm as std_tqdm
+
+    if mode == "off" or kwargs.get("disable"):
+        kwargs.update(disable=True)
+        return std_tqdm(iterable, *args, **kwargs)
+    kwargs.pop("disable", None)
+    kwargs.setdefault("unit", "step")
+    if kwargs["unit"] == "it":
+        kwargs["unit"] = "step"
+    interval = float(os.environ.get("MIDAS_PROGRESS_INTERVAL") or LINE_INTERVAL)
+    kwargs.update(file=_LineWriter(sys.stdout), bar_format=_LINE_FORMAT, mininterval=interval,
+                  maxinterval=max(interval, 10.0), leave=True, dynamic_ncols=False, ascii=True)
+    return _line_tqdm_class()(iterable, *args, disable=False, **kwargs)

@@ -1,0 +1,26 @@
+"""The caveat of every notebook: read before the results (right after the parameters), and true
+about the offline backbone (the distilled hybrid_lite0_deit, not a backbone trained from scratch)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from midas_nb import config
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_caveat_stands_after_the_parameters_and_names_the_distilled_backbone(path):
+    cells = nbformat.read(str(path), as_version=4).cells
+    params = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
+    caveats = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and "**Caveat.**" in c.source]
+    assert len(params) == 1 and caveats == [params[0] + 1]
+    text = cells[caveats[0]].source
+    quick = config.get_profile("quick")["backbone"]
+    assert f"`{quick}`" in text and "distilled" in text
+    assert "trained from scratch on the data" not in text
+    # the smoke profile's tiny ViT is the one backbone trained from scratch
+    assert "tiny ViT trained from scratch" in text

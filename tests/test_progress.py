@@ -1,0 +1,186 @@
+"""Progress of batch runs: the library's loops in plain lines, the runner's status line, the
+kernel's TCP-encryption warning silenced (midas_nb.progress, midas_nb.runs)."""
+from __future__ import annotations
+
+import io
+import logging
+import subprocess
+import sys
+import threading
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from midas_nb import progress, runs
+
+
+@pytest.mark.parametrize("env, mode", [({}, "bar"), ({"TQDM_DISABLE": "1"}, "off"),
+                                       ({"TQDM_DISABLE": "1", "MIDAS_PROGRESS": "lines"}, "lines"),
+                                       ({"MIDAS_PROGRESS": "lines"}, "lines"), ({"TQDM_DISABLE": "0"}, "bar")])
+def test_progress_mode_follows_the_environment(monkeypatch, env, mode):
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.delenv("MIDAS_PROGRESS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert progress.progress_mode() == mode
+    assert progress.progress_enabled(True) is (mode != "off")
+    assert progress.progress_enabled(False) is False
+
+
+def test_lines_mode_prints_whole_lines_with_the_epoch_and_postfix(monkeypatch, capsys):
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("MIDAS_PROGRESS", "lines")
+    monkeypatch.setenv("MIDAS_PROGRESS_INTERVAL", "0")
+    bar = progress.tqdm(range(3), desc="distil hybrid_lite0_deit", unit="epoch")
+    for i in bar:
+        bar.set_postfix(loss=f"{1 / (i + 1):.3f}")
+    out = capsys.readouterr().out
+    assert "\r" not in out and "|" not in out  # no carriage returns, no bar
+    lines = out.splitlines()
+    assert lines[0].startswith("distil hybrid_lite0_deit, epoch 0/3")
+    assert lines[-1].startswith("distil hybrid_lite0_deit, epoch 3/3") and lines[-1].endswith("loss=0.333")
+
+
+def test_off_mode_and_disable_print_nothing(monkeypatch, capsys):
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("MIDAS_PROGRESS", raising=False)
+    assert list(progress.tqdm(range(3), desc="x")) == [0, 1, 2]
+    monkeypatch.setenv("MIDAS_PROGRESS", "lines")
+    assert list(progress.tqdm(range(3), desc="y", disable=True)) == [0, 1, 2]
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_study_streams_its_loops_only_when_the_run_asks(monkeypatch):
+    """Study.progress was False under TQDM_DISABLE alone, so a streamed run showed nothing."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("MIDAS_PROGRESS", "lines")
+    from midas_nb.study import Study
+
+    assert Study("smoke").progress is True
+    assert Study("smoke", progress=False).progress is False
+    monkeypatch.delenv("MIDAS_PROGRESS")
+    assert Study("smoke").progress is False
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _record(msg: str) -> logging.LogRecord:
+    return logging.LogRecord("papermill", logging.INFO, __file__, 0, msg, None, None)
+
+
+def test_status_line_condenses_the_running_cell_and_its_latest_output():
+    clock, out = _Clock(), io.StringIO()
+    st = runs.StatusLine("00_quickstart", 27, {5: "study = Study(profile)"}, stream=out, tty=False, clock=clock)
+    st.emit(_record("Executing Cell 5---------------------------------------"))
+    assert st.render() == "[00_quickstart] cell 5/27, 0 s: running study = Study(profile)"
+    clock.t += 180
+    st.emit(_record("building hybrid_lite0_deit\r\ndistil hybrid_lite0_deit, epoch 7/24 (02:41, 03:12 left)\n"))
+    assert st.render() == ("[00_quickstart] cell 5/27, 3 min 0 s: "
+                           "distil hybrid_lite0_deit, epoch 7/24 (02:41, 03:12 left)")
+    st.emit(_record("Ending Cell 5------------------------------------------"))  # keeps the last status
+    assert "epoch 7/24" in st.render()
+
+
+def test_status_line_moves_at_least_every_heartbeat_and_notices_every_long_cell():
+    clock, out = _Clock(), io.StringIO()
+    st = runs.StatusLine("02_protocol", 10, stream=out, tty=False, clock=clock)
+    st.emit(_record("Executing Cell 2-----"))
+    written = []
+    for _ in range(int(3 * runs.LONG_CELL_S)):  # one tick a second, as execute_notebook's thread
+        clock.t += 1
+        st.tick()
+        written.append(out.getvalue().count("\n"))
+    status_lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("[02_protocol] cell 2/10")]
+    gaps = [b - a for a, b in zip(written, written[1:])]
+    assert len(status_lines) >= 3 * runs.LONG_CELL_S / runs.HEARTBEAT_S - 1
+    assert all(any(gaps[i:i + int(runs.HEARTBEAT_S)]) for i in range(0, len(gaps) - int(runs.HEARTBEAT_S)))
+    # a second long cell gets its own notice, not only the first one
+    st.emit(_record("Executing Cell 3-----"))
+    for _ in range(int(runs.LONG_CELL_S) + 1):
+        clock.t += 1
+        st.tick()
+    notices = [ln for ln in out.getvalue().splitlines() if "has run" in ln]
+    assert [n.split("]")[1].split(" has")[0] for n in notices] == [" cell 2", " cell 3"]
+
+
+def test_kernel_config_drops_only_the_tcp_warning():
+    ns: dict = {}
+    exec(runs._KERNEL_CONFIG, ns)  # noqa: S102 - our own config text, as the kernel runs it
+    log = logging.getLogger("IPKernelApp")
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda r: seen.append(r.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    try:
+        log.warning("Kernel is running over TCP without encryption. All communication ...")
+        log.warning("some other kernel warning")
+    finally:
+        log.removeHandler(handler)
+        for f in list(log.filters):
+            if type(f).__name__ == "_NoTcpEncryptionWarning":
+                log.removeFilter(f)
+    assert seen == ["some other kernel warning"]
+
+
+@pytest.mark.slow
+def test_kernel_started_with_the_run_arguments_prints_no_tcp_warning(tmp_path):
+    def kernel_stderr(extra: list[str]) -> str:
+        """The kernel's start-up output (its log and the note it prints once it listens)."""
+        conn = tmp_path / f"k{len(extra)}.json"
+        cmd = [sys.executable, "-m", "ipykernel_launcher", *extra, "-f", str(conn)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+
+        def read():
+            for line in proc.stdout:
+                lines.append(line)
+                if "Ctrl-C will not work" in line:  # printed after the sockets (and the warning)
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=120)  # a guard against a kernel that never starts, not a timing check
+        proc.kill()
+        proc.wait()
+        assert any("Ctrl-C will not work" in ln for ln in lines), "".join(lines)
+        return "".join(lines)
+
+    assert "without encryption" in kernel_stderr([])  # the test can fail: the plain kernel prints it
+    assert "without encryption" not in kernel_stderr(runs.kernel_arguments())
+
+
+def _tiny_notebook(path):
+    nb = new_notebook(cells=[new_markdown_cell("# tiny"),
+                             new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
+                             new_code_cell("import os, time\nprint('mode', os.environ.get('MIDAS_PROGRESS'))\n"
+                                           "print('building tiny, epoch 1/2')\ntime.sleep(1.5)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+@pytest.mark.slow
+def test_execute_notebook_streams_the_cells_output_and_no_progress_streams_nothing(tmp_path, capfd, monkeypatch):
+    monkeypatch.delenv("MIDAS_PROGRESS", raising=False)
+    src = tmp_path / "07_tiny.ipynb"
+    _tiny_notebook(src)
+    runs.execute_notebook(src, tmp_path / "out.ipynb", parameters={"n": 3}, kernel_name="python3", cwd=str(tmp_path))
+    cap = capfd.readouterr()
+    assert "[07_tiny] cell 4/4" in cap.out and "building tiny, epoch 1/2" in cap.out
+    assert "without encryption" not in cap.out + cap.err
+    executed = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    assert "mode lines" in executed.cells[-1].outputs[0]["text"]
+
+    runs.execute_notebook(src, tmp_path / "quiet.ipynb", parameters={"n": 3}, kernel_name="python3",
+                          cwd=str(tmp_path), progress_bar=False)
+    cap = capfd.readouterr()
+    assert "[07_tiny]" not in cap.out and "without encryption" not in cap.out + cap.err
+    executed = nbformat.read(str(tmp_path / "quiet.ipynb"), as_version=4)
+    assert "mode None" in executed.cells[-1].outputs[0]["text"]
