@@ -475,7 +475,7 @@ def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
 
 def test_sweep_status_refuses_a_folder_that_is_not_a_store(tmp_path, capsys):
     (tmp_path / "notes").mkdir()
-    assert cli.main(["sweep", "status", str(tmp_path / "notes")]) == 1
+    assert cli.main(["sweep", "status", str(tmp_path / "notes")]) == 2  # a bad store is a usage error
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is not a sweep store" in err[0] and "cells/" in err[0]
     from midas_nb.sweeps import ResultStore, SweepCell

@@ -154,7 +154,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
         for i in range(len(ys)):
             for j in range(len(xs)):
-                if status[i, j] in ("not run", "undefined", "uninformative"):   # not in the grid / NaN / no band
+                if status[i, j] in ("not run", "undefined"):   # not in the grid / NaN values
                     ax.text(j, i, status[i, j], ha="center", va="center", fontsize=FONT["annot"] - 1,
                             color="0.55", style="italic")
                     continue
