@@ -420,7 +420,8 @@ def _ex_pib_t0(pib) -> float:
 
 # ---------------------------------------------------------------------------- 07 deploy
 @_register("07.coverage_first",
-           "Apply the **coverage-first** rule yourself to `table`: among the conditions whose *mean* ΔIDAUC is "
+           "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
+           "or the `random_map` control) whose *mean* ΔIDAUC is "
            "at or above −0.01 (the rule's point decision, reference included with D = 0), the one with the "
            "largest D. (`str`; the advice's `status` then says whether the interval resolves the band)",
            "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `delta_idauc`.", ["table"], _choice)
@@ -429,7 +430,8 @@ def _ex_cov_first(table) -> set[str]:
 
 
 @_register("07.faithfulness_first",
-           "Apply the **faithfulness-first** rule yourself: the condition with the highest mean IDAUC "
+           "Apply the **faithfulness-first** rule yourself: the condition (not `random` or `random_map`) with the "
+           "highest mean IDAUC "
            "(within 0.001 of the best: the higher mIoU wins). (`str`)",
            "`table.groupby('condition')[['idauc', 'miou']].mean()`.", ["table"], _choice)
 def _ex_faith_first(table) -> set[str]:

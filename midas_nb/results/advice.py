@@ -16,6 +16,10 @@ from .table import _NaN
 # ---------------------------------------------------------------------------------------------
 GOALS = ("coverage-first", "faithfulness-first")
 
+#: conditions that are baselines or controls, never advised: the random ranking and the
+#: supervised control that distils a random map
+NOT_DEPLOYABLE: tuple[str, ...] = ("random", "random_map")
+
 
 def _label(row: pd.Series) -> str:
     cond = str(row["condition"])
@@ -44,7 +48,8 @@ def recommend_deployment(
     """Which scorer to deploy, per cell, for a coverage-first and a faithfulness-first goal.
 
     Rules (per cell = dataset × backbone × depth × budget; seeds averaged as in
-    :func:`~midas_nb.metrics.decoupling_D`):
+    :func:`~midas_nb.metrics.decoupling_D`; the candidates are every condition but the baselines
+    and controls of :data:`NOT_DEPLOYABLE`):
 
     - **coverage-first**: the condition with the highest ``D_pp`` among those inside the IDAUC
       parity band by the point decision (``in_band``: ``delta_idauc ≥ −band``; the reference,
@@ -103,6 +108,7 @@ def recommend_deployment(
             agg[c] = _NaN
 
     rows: list[dict[str, Any]] = []
+    agg = agg[~agg["condition"].isin(NOT_DEPLOYABLE)]          # baselines and controls are never advised
     groups = agg.groupby(by, dropna=False, sort=False) if by else [((), agg)]
     for cell_key, cell in groups:
         cell_key = cell_key if isinstance(cell_key, tuple) else (cell_key,)
