@@ -430,3 +430,26 @@ def test_solution_cells_reveal_nothing():
         for c in nb.cells:
             if "solution" in _tags(c):
                 assert "check_exercise(" not in c.source and "check_solution(" in c.source, path.name
+
+
+def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
+    import json
+
+    out = new_code_cell("print(v.text)", execution_count=1, outputs=[new_output(
+        "stream", name="stdout", text="(a) parity: ...\nThis run does not show a decoupling (coverage and "
+                                      "faithfulness rose together).\n")])
+    sol = new_code_cell("answer = 42  # solution-code", execution_count=2, metadata={"tags": ["solution"]},
+                        outputs=[new_output("stream", name="stdout", text="solution-output\n")])
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Two"), out, sol]), str(tmp_path / "02_two.ipynb"))
+    (tmp_path / "run.json").write_text(json.dumps({"latest": "r1", "runs": {"r1": {
+        "run_id": "r1", "started": 0.0, "settings": {"profile": "quick", "data_root": "/x/cub200_subset"}}}}))
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "REPORT.md").write_text("# report\n")
+    index = export_html(tmp_path)
+    page = (index.parent / "02_two.html").read_text()
+    assert "<details><summary>Reference solution (click to expand)</summary>" in page
+    assert "solution-code" in page and "solution-output" not in page          # code behind a fold, no output
+    head = index.read_text()
+    assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
+    assert "Headline:</strong> This run does not show a decoupling" in head
+    assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named

@@ -20,6 +20,51 @@ SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 
+#: the line of the claim's verdict (results.claim_verdict) that an HTML edition's contents page shows
+_HEADLINE = re.compile(r"^This run (shows the decoupling|does not show a decoupling).*$", re.M)
+
+
+def _collapse_solutions(nb: Any) -> None:
+    """Each solution cell becomes a closed ``<details>`` block (its code, no output), so a page
+    shows the solution only to a reader who opens it, as the notebook's text promises."""
+    import nbformat
+
+    for i, c in enumerate(nb.cells):
+        if _is_solution(c):
+            code = html.escape(c.source)
+            nb.cells[i] = nbformat.v4.new_markdown_cell(
+                f"<details><summary>Reference solution (click to expand)</summary>\n<pre><code>{code}</code></pre>\n"
+                "</details>")
+
+
+def _run_header(input_dir: Path, pages: list) -> str:
+    """Dataset, run id and date, the headline verdict and a link to the report, for the contents page."""
+    import datetime
+    import json
+
+    bits = []
+    try:
+        man = json.loads((input_dir / "run.json").read_text(encoding="utf-8"))
+        run = man["runs"][man["latest"]]
+        when = datetime.datetime.fromtimestamp(run["started"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        st = run.get("settings", {})
+        data = st.get("dataset") or (Path(str(st["data_root"])).name if st.get("data_root") else "embedded default")
+        bits.append(f"Run <code>{html.escape(run['run_id'])}</code> of {when}; profile "
+                    f"<code>{html.escape(str(st.get('profile', '?')))}</code>; data: {html.escape(str(data))}.")
+    except (OSError, ValueError, KeyError, TypeError):
+        bits.append("No run manifest (run.json) in this directory: run id and date unknown.")
+    for _, nb, _, _ in pages:
+        texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+        hit = next((m.group(0) for t in texts for m in [_HEADLINE.search(t)] if m), None)
+        if hit:
+            bits.append(f"<strong>Headline:</strong> {html.escape(hit)}")
+            break
+    report = input_dir / "report" / "REPORT.md"
+    if report.is_file():
+        bits.append('Report: <a href="../report/REPORT.md">report/REPORT.md</a>.')
+    return "".join(f"<p>{b}</p>\n" for b in bits)
+
+
 # ----------------------------------------------------------------------------- stripping
 def _is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
@@ -160,7 +205,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
                                        enabled=True)
     links = [(p.stem + ".html", title) for p, _, title, _ in pages]
+    header = _run_header(input_dir, pages)
     for i, (p, nb, title, _) in enumerate(pages):
+        if not strip_solutions:
+            _collapse_solutions(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev = links[i - 1] if i > 0 else None
         nxt = links[i + 1] if i + 1 < len(links) else None
@@ -184,7 +232,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         "<title>midas_nb — contents</title>"
         "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}"
         "li{margin:.4em 0}</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness "
-        "in token-pruning ViTs</h1>\n<p>Read the notebooks in order; each page links to the previous and "
-        f"next one. Executed notebooks from <code>{html.escape(str(input_dir))}</code>.</p>\n"
+        f"in token-pruning ViTs</h1>\n{header}<p>Read the notebooks in order; each page links to the previous and "
+        "next one.</p>\n"
         f"<ol class=\"midas-contents\">\n{items}\n</ol>\n</body></html>\n", encoding="utf-8")
     return index
