@@ -366,9 +366,14 @@ class StatusLine(logging.Handler):
             self.stream.flush()
 
 
+#: terminal control sequences (cursor moves of nested progress bars, colours): never shown in the status line
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
 def _last_line(text: str) -> str:
-    """The last non-empty line of a piece of output (carriage-return updates: the latest)."""
-    for raw in reversed(text.replace("\r\n", "\n").split("\n")):
+    """The last non-empty line of a piece of output (carriage-return updates: the latest),
+    without terminal control sequences."""
+    for raw in reversed(_ANSI.sub("", text).replace("\r\n", "\n").split("\n")):
         line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
         if line:
             return re.sub(r"\s+", " ", line)

@@ -184,3 +184,10 @@ def test_execute_notebook_streams_the_cells_output_and_no_progress_streams_nothi
     assert "[07_tiny]" not in cap.out and "without encryption" not in cap.out + cap.err
     executed = nbformat.read(str(tmp_path / "quiet.ipynb"), as_version=4)
     assert "mode None" in executed.cells[-1].outputs[0]["text"]
+
+
+def test_status_line_text_has_no_terminal_control_sequences():
+    from midas_nb.runs import _last_line
+    # a nested tqdm bar moves the cursor up ("\x1b[A"): the status line showed "[A"
+    assert _last_line("protocol: 10%\x1b[A\n\x1b[A") == "protocol: 10%"
+    assert _last_line("epoch 3/24\r\x1b[32mepoch 4/24\x1b[0m\n") == "epoch 4/24"
