@@ -58,7 +58,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         budgets=[0.25, 0.5],
         seeds=[0],
         # random_map: the training-signal control (supervised on a seeded random map; protocol)
-        conditions=["reference", "unsupervised", "T1", "T5", "random_map"],
+        conditions=["reference", "unsupervised", "T1", "T5", "random", "random_map"],
         targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
         scorer_train=dict(epochs=2, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=4),
         idauc_steps=4,
@@ -96,7 +96,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         # the regime sweep's points other than (depth, budget): one seed (D's paired interval is
         # over images; the seed spread is shown where notebook 02 has both seeds)
         sweep_seeds=[0],
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random_map"],
+        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random", "random_map"],
         # the regime sweep and the scale readout: the reference and the paper's two headline
         # targets (D needs only the reference); the protocol table keeps every condition
         sweep_conditions=["reference", "T1", "T5"],
@@ -131,7 +131,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         depths=[3, 6, 9, 11],
         budgets=[0.10, 0.25, 0.50, 0.75],
         seeds=[0, 1, 2],
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
+        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random"],
         targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
         scorer_train=dict(epochs=10, batch_size=128, lr=1e-3),
         idauc_steps=20,
@@ -163,7 +163,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         depths=[3, 6, 9, 11],
         budgets=[0.10, 0.25, 0.50, 0.75],
         seeds=[0, 1],
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
+        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random"],
         sweep_conditions=["reference", "T1", "T5"],
         related_seeds=[0],
         targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],

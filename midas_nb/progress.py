@@ -20,6 +20,7 @@ caches, scorer training, the protocol, sweeps, the scale readout) takes its bar 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any, Literal
 
@@ -49,6 +50,14 @@ def progress_enabled(requested: bool = True) -> bool:
     return requested and progress_mode() != "off"
 
 
+#: terminal control sequences (the cursor moves of nested bars): never written as a line
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+#: a progress line as the line writer prints it (``desc, unit n/total (elapsed, remaining left)…``);
+#: ``midas-nb run`` drops these from the executed notebooks once the run has shown them
+PROGRESS_LINE = re.compile(r"^.*, \w+ \d+/\S+ \([^()]*, [^()]* left\).*$")
+
+
 class _LineWriter:
     """A file for tqdm that turns its carriage-return refreshes into whole lines."""
 
@@ -57,7 +66,7 @@ class _LineWriter:
         self.last = ""
 
     def write(self, text: str) -> None:
-        for part in text.replace("\n", "\r").split("\r"):
+        for part in _ANSI.sub("", text).replace("\n", "\r").split("\r"):
             line = part.strip()
             if line and line != self.last:
                 self.last = line
@@ -87,7 +96,7 @@ def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
     """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (module docstring).
 
     Takes tqdm's arguments; ``disable=True`` is honoured in every mode. In ``"lines"`` mode
-    ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stdout,
+    ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stderr,
     :data:`LINE_INTERVAL`, the final state always printed); ``unit`` names the step
     (``"epoch"``, ``"cell"``, ``"batch"``; default ``"step"``).
     """
@@ -106,6 +115,6 @@ def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
     if kwargs["unit"] == "it":
         kwargs["unit"] = "step"
     interval = float(os.environ.get("MIDAS_PROGRESS_INTERVAL") or LINE_INTERVAL)
-    kwargs.update(file=_LineWriter(sys.stdout), bar_format=_LINE_FORMAT, mininterval=interval,
+    kwargs.update(file=_LineWriter(sys.stderr), bar_format=_LINE_FORMAT, mininterval=interval,
                   maxinterval=max(interval, 10.0), leave=True, dynamic_ncols=False, ascii=True)
     return _line_tqdm_class()(iterable, *args, disable=False, **kwargs)

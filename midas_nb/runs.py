@@ -397,6 +397,29 @@ def _cell_sources(path: str | os.PathLike, parameters: dict[str, Any] | None) ->
     return len(cells), firsts
 
 
+def drop_progress_outputs(nb: Any) -> int:
+    """Remove the library's progress lines (:data:`midas_nb.progress.PROGRESS_LINE`, written to
+    stderr in ``lines`` mode) from an executed notebook's outputs, in place; returns how many
+    lines were dropped. Other stderr text (warnings) is kept."""
+    from .progress import PROGRESS_LINE
+
+    dropped = 0
+    for cell in nb.cells:
+        kept = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                lines = str(out.get("text", "")).splitlines(keepends=True)
+                rest = [ln for ln in lines if not PROGRESS_LINE.match(ln.strip())]
+                dropped += len(lines) - len(rest)
+                if not "".join(rest).strip():
+                    continue
+                out["text"] = "".join(rest)
+            kept.append(out)
+        if "outputs" in cell:
+            cell["outputs"] = kept
+    return dropped
+
+
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
     """``papermill.execute_notebook`` for ``midas-nb run``, with the running cell's own progress.
@@ -426,8 +449,13 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     ticker = threading.Thread(target=_tick_until, args=(status, stop), daemon=True, name="midas-nb status")
     ticker.start()
     try:
-        return pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
-                                   log_output=True, **kwargs)
+        nb = pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
+                                 log_output=True, **kwargs)
+        if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
+            import nbformat
+
+            atomic_write_text(Path(output_path), nbformat.writes(nb))
+        return nb
     finally:
         stop.set()
         ticker.join(timeout=5)

@@ -35,7 +35,7 @@ def test_lines_mode_prints_whole_lines_with_the_epoch_and_postfix(monkeypatch, c
     bar = progress.tqdm(range(3), desc="distil hybrid_lite0_deit", unit="epoch")
     for i in bar:
         bar.set_postfix(loss=f"{1 / (i + 1):.3f}")
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err        # the line writer uses stderr (the run drops it from executed copies)
     assert "\r" not in out and "|" not in out  # no carriage returns, no bar
     lines = out.splitlines()
     assert lines[0].startswith("distil hybrid_lite0_deit, epoch 0/3")
@@ -191,3 +191,25 @@ def test_status_line_text_has_no_terminal_control_sequences():
     # a nested tqdm bar moves the cursor up ("\x1b[A"): the status line showed "[A"
     assert _last_line("protocol: 10%\x1b[A\n\x1b[A") == "protocol: 10%"
     assert _last_line("epoch 3/24\r\x1b[32mepoch 4/24\x1b[0m\n") == "epoch 4/24"
+
+
+def test_progress_lines_leave_the_executed_notebook_but_warnings_stay():
+    from midas_nb.progress import PROGRESS_LINE
+    from nbformat.v4 import new_output
+    line = "train scorer, step 33/57 (00:10, 00:07 left), loss=0.704"
+    assert PROGRESS_LINE.match(line) and not PROGRESS_LINE.match("UserWarning: the (left) hand side")
+    cell = new_code_cell("x", outputs=[
+        new_output("stream", name="stderr", text=line + "\nprotocol, step 1/1 (00:28, 00:00 left)\n"),
+        new_output("stream", name="stderr", text="UserWarning: something real\n" + line + "\n"),
+        new_output("stream", name="stdout", text=line + "\n")])        # stdout is the cell's own print
+    nb = new_notebook(cells=[cell])
+    assert runs.drop_progress_outputs(nb) == 3
+    assert [o["text"] for o in nb.cells[0].outputs] == ["UserWarning: something real\n", line + "\n"]
+
+
+def test_line_writer_goes_to_stderr_without_control_sequences(monkeypatch, capsys):
+    monkeypatch.setenv(progress.PROGRESS_ENV, "lines")
+    for _ in progress.tqdm(range(3), desc="demo"):
+        pass
+    err = capsys.readouterr().err
+    assert "demo, step 3/3" in err and "\x1b" not in err

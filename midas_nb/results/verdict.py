@@ -391,7 +391,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
     rows = []
     for _, c in coverage.iterrows():
         tgt = str(c["target"])
-        if tgt not in scorers or tgt == control:
+        if tgt not in scorers or tgt == control or tgt in BASELINE_CONDITIONS:
             continue
         own = dict(zip(map(str, _as_list(c["image_ids"]) or []), map(float, _as_list(c["miou_per_image"]) or [])))
         sc = scorers[tgt]
