@@ -225,8 +225,19 @@ def test_notebook_has_objectives_and_checked_exercises(path):
     solutions = [c for c in nb.cells if "solution" in _tags(c)]
     assert len(solutions) == len(names)
     for name in names:
-        student = [c for c in nb.cells if "exercise" in _tags(c) and c.cell_type == "code" and f'"{name}"' in c.source]
-        assert len(student) == 1 and "answer = None" in student[0].source
+        student = [c for c in nb.cells if "exercise" in _tags(c) and c.cell_type == "code" and f'"{name}"' in c.source
+                   and "answer = None" in c.source]
+        assert len(student) == 1
+        # the prompt: a Markdown cell, or — for an exercise a run may not be able to answer (e.g. one
+        # backbone) — a code cell that shows it through show_exercise, only where it applies
+        head = f"**Exercise {course.exercise_label(name)}** (`{name}`). "
+        if EXERCISES[name].applies is None:
+            prompt = [c for c in nb.cells if c.cell_type == "markdown" and "exercise" in _tags(c) and head in c.source]
+            assert len(prompt) == 1 and prompt[0].source == head + EXERCISES[name].prompt, name
+        else:
+            prompt = [c for c in nb.cells if c.cell_type == "code" and "exercise" in _tags(c)
+                      and f'show_exercise("{name}"' in c.source]
+            assert len(prompt) == 1, name
         sol = [c for c in solutions if f'"{name}"' in c.source]
         assert len(sol) == 1 and sol[0].metadata["jupyter"]["source_hidden"] is True
         last = ast.parse(sol[0].source).body[-1]
@@ -453,3 +464,197 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
     assert "Headline:</strong> This run does not show a decoupling" in head
     assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named
+
+
+# ------------------------------------------------------------------ why / what-if exercises
+def test_option_answers_are_letters(capsys):
+    mask = torch.zeros(1, 20, dtype=torch.bool)
+    mask[0, :1] = True                                          # f = 5 %
+    assert check_exercise("00.ceiling_what_if", "b", coverage_mask=mask)
+    assert check_exercise("00.ceiling_what_if", "(B)", coverage_mask=mask)
+    assert "ceiling is 0.500 at b = 10 % and 0.100 at b = 50 %" in capsys.readouterr().out
+    assert not check_exercise("00.ceiling_what_if", "a", coverage_mask=mask)
+    assert "is not what this run shows" in capsys.readouterr().out
+    assert not check_exercise("00.ceiling_what_if", "e", coverage_mask=mask)
+    assert "option letters" in capsys.readouterr().out
+    assert not check_exercise("00.ceiling_what_if", 1, coverage_mask=mask)
+
+
+def test_ceiling_what_if_follows_the_part_fraction():
+    # f = 5 %: b = 10 % → 0.5, b = 50 % → 0.1 (falls); f = 60 %: 1/6 → 5/6 (rises);
+    # f = 20 %: 0.5 → 0.4 (falls: 50 % is further from f as a ratio); f = √5 % ≈ 22.4 %: equal
+    for n_part, n, pick in ((1, 20, "b"), (12, 20, "a"), (4, 20, "b"), (3, 10, "a")):
+        mask = torch.zeros(1, n, dtype=torch.bool)
+        mask[0, :n_part] = True
+        for letter in "abc":
+            assert check_exercise("00.ceiling_what_if", letter, coverage_mask=mask) == (letter == pick), (n_part, n)
+
+
+def test_abs_t5_sign_pairs_the_images():
+    # four images, N = 4, budget 0.25 (k = 1); parts at token 0. T5 ranks token 1 first (positive, off
+    # the part) while token 0 holds a large negative value: |T5| keeps the part, T5 never does
+    t5 = torch.tensor([[-5.0, 1.0, 0.1, 0.0]] * 4)
+    parts = [torch.tensor([True, False, False, False])] * 4
+    s = _study(grid=(2, 2), budget=0.25, part_masks=parts)
+    assert check_exercise("01.abs_t5_sign", "a", maps={"T5": t5}, study=s)           # IoU 1 vs 0 on every image
+    assert not check_exercise("01.abs_t5_sign", "c", maps={"T5": t5}, study=s)
+    # the negative token off the parts and the positive one on them: the sign points at the parts
+    t5b = torch.tensor([[1.0, -5.0, 0.1, 0.0]] * 4)
+    assert check_exercise("01.abs_t5_sign", "b", maps={"T5": t5b}, study=s)
+    # one image of each kind: +1 and −1 → the interval contains 0
+    t5c = torch.cat([t5[:2], t5b[:2]])
+    assert check_exercise("01.abs_t5_sign", "c", maps={"T5": t5c}, study=s)
+    assert not check_exercise("01.abs_t5_sign", "a", maps={"T5": t5c}, study=s)
+
+
+def _vs_targets(lo, hi):
+    return pd.DataFrame(dict(target=["T1", "T5"], target_miou=[0.3, 0.2], scorer_miou=[0.25, 0.3],
+                             control_miou=[0.26, 0.26], gain_over_control=[-0.01, (lo + hi) / 2],
+                             gain_over_control_lo=[-0.03, lo], gain_over_control_hi=[0.01, hi]))
+
+
+def test_scorer_vs_control_reads_the_paired_gain():
+    assert check_exercise("02.scorer_vs_control", "a", vs_targets=_vs_targets(0.01, 0.07))      # content adds
+    assert not check_exercise("02.scorer_vs_control", "b", vs_targets=_vs_targets(0.01, 0.07))
+    assert check_exercise("02.scorer_vs_control", "b", vs_targets=_vs_targets(-0.02, 0.07))     # matches the control
+    assert not check_exercise("02.scorer_vs_control", "a", vs_targets=_vs_targets(-0.02, 0.07))
+    assert check_exercise("02.scorer_vs_control", "c", vs_targets=_vs_targets(-0.05, -0.01))
+    no_control = _vs_targets(math.nan, math.nan)
+    assert check_exercise("02.scorer_vs_control", "d", vs_targets=no_control)
+    assert check_exercise("02.scorer_vs_control", "d", vs_targets=pd.DataFrame())
+    assert not check_exercise("02.scorer_vs_control", "b", vs_targets=no_control)
+
+
+def test_scorer_vs_control_on_targets_vs_scorers():
+    """On the real function's output: a T5 scorer that covers 0.1 more than the control on every image."""
+    from midas_nb.results import targets_vs_scorers
+    ids = [f"i{k}" for k in range(6)]
+    rows = [dict(condition=c, seed=0, dataset="d", backbone="b", depth=2, budget=0.25, image_ids=ids,
+                 miou_per_image=[m + 0.01 * k for k in range(6)], miou=m)
+            for c, m in (("reference", 0.3), ("T5", 0.4), ("random_map", 0.3))]
+    cov = pd.DataFrame([dict(target="T5", miou=0.2, image_ids=ids, miou_per_image=[0.2] * 6)])
+    vs, _ = targets_vs_scorers(cov, pd.DataFrame(rows), n_boot=200)
+    assert check_exercise("02.scorer_vs_control", "a", vs_targets=vs)
+    vs, _ = targets_vs_scorers(cov, pd.DataFrame(rows[:2]), n_boot=200)         # without the control
+    assert check_exercise("02.scorer_vs_control", "d", vs_targets=vs)
+
+
+def test_hidden_vs_attention_from_the_intervals():
+    def hv(los, his):
+        return pd.DataFrame(dict(hidden=["T5", "T5", "T4", "T4"], attention=["T3", "T2", "T3", "T2"],
+                                 cosine=[(a + b) / 2 for a, b in zip(los, his)], lo=los, hi=his))
+    zero = hv([-0.1] * 4, [0.1] * 4)
+    assert check_exercise("03.hidden_vs_attention", "a", hv=zero)
+    assert not check_exercise("03.hidden_vs_attention", "b", hv=zero)
+    neg = hv([-0.1, -0.1, -0.1, -0.2], [0.1, 0.1, 0.1, -0.01])
+    assert check_exercise("03.hidden_vs_attention", "c", hv=neg)
+    assert not check_exercise("03.hidden_vs_attention", "a", hv=neg)
+    both = hv([0.05, -0.1, -0.1, -0.2], [0.2, 0.1, 0.1, -0.01])
+    assert check_exercise("03.hidden_vs_attention", "b", hv=both) and check_exercise("03.hidden_vs_attention", "c", hv=both)
+    assert not check_exercise("03.hidden_vs_attention", "a", hv=both)
+
+
+def _sweep_D(d_near, ci_near, d_far, ci_far, L=2):
+    return pd.DataFrame(dict(condition=["T5", "T5", "T5", "T1"], depth=[L, L, L + 1, L], budget=[0.1, 0.5, 0.1, 0.1],
+                             D_pp=[d_near, d_far, 9.0, 1.0], D_pp_lo=[d_near - ci_near, d_far - ci_far, 8.0, 0.0],
+                             D_pp_hi=[d_near + ci_near, d_far + ci_far, 10.0, 2.0],
+                             status=["in band"] * 4))
+
+
+def test_budget_fall_against_the_ceiling():
+    from midas_nb.results import axis_trend
+    s = _study(grid=(4, 4), budgets=(0.1, 0.5))
+    s.params["depth"] = 2
+    ceiling = pd.DataFrame(dict(budget=[0.1, 0.5], ceiling=[0.6, 0.2]))
+    cases = [((6.0, 1.0, 2.5, 0.5), "b"),        # shares 0.10 → 0.125: the ceiling's fall
+             ((6.0, 1.0, 0.5, 0.5), "c"),        # 0.10 → 0.025: more than the ceiling
+             ((6.0, 1.0, 5.5, 1.0), "a"),        # intervals overlap: no resolved fall
+             ((-2.0, 0.5, -6.0, 0.5), "c")]      # D not positive at the tightest budget
+    for args, pick in cases:
+        mine = _sweep_D(*args)
+        for letter in "abc":
+            assert check_exercise("04.budget_fall", letter, mine=mine, ceiling=ceiling, study=s) == (letter == pick), args
+        text = axis_trend(mine, "T5", "budget", 2, ceiling=ceiling)[1]
+        assert ("mostly the ceiling's" in text) == (pick == "b") and (("D falls" in text) == (pick != "a"))
+    # one budget at the study's depth: not asked, the solution has nothing to verify
+    one = _sweep_D(6.0, 1.0, 2.5, 0.5).iloc[[0, 2, 3]]
+    assert "needs T5 at ≥ 2 budgets" in course.not_applicable("04.budget_fall", mine=one, ceiling=ceiling, study=s)
+    check_solution("04.budget_fall", "a", mine=one, ceiling=ceiling, study=s)
+
+
+def _scale_D(rows):
+    return pd.DataFrame([dict(dataset="d", backbone=b, condition=c, D_pp=m, D_pp_lo=lo, D_pp_hi=hi, status=st)
+                         for b, c, m, lo, hi, st in rows])
+
+
+def test_own_backbone_verdict():
+    s = _study()
+    s.params["backbone"], s.dataset_name = "tiny", "d"
+    cases = [((2.0, 0.5, 3.5, "in band"), "a"), ((2.0, 0.5, 3.5, "not resolved"), "c"),
+             ((2.0, 0.5, 3.5, "outside band"), "b"), ((-2.0, -3.0, -0.5, "in band"), "b"),
+             ((1.0, -0.5, 2.5, "in band"), "c"), ((2.0, 0.5, 3.5, "uninformative"), "c")]
+    for (m, lo, hi, st), pick in cases:
+        D = _scale_D([("tiny", "T5", m, lo, hi, st), ("tiny", "T1", 9.0, 8.0, 10.0, "in band"),
+                      ("big", "T5", 5.0, 4.0, 6.0, "in band")])
+        for letter in "abc":
+            assert check_exercise("05.own_backbone_T5", letter, D=D, study=s) == (letter == pick), (m, lo, hi, st)
+
+
+def test_scale_exercises_need_two_backbones(capsys):
+    two = _scale_D([("a", "T5", 1.0, 0.0, 2.0, "in band"), ("b", "T5", 4.0, 3.0, 5.0, "in band"),
+                    ("c", "T5", 2.5, 1.0, 4.0, "in band"), ("a", "T1", 9.0, 8.0, 10.0, "in band")])
+    assert check_exercise("05.spread_resolved", "a", D=two)                   # [3, 5] vs [0, 2]: apart
+    assert not check_exercise("05.spread_resolved", "b", D=two)
+    overlap = two.assign(D_pp_lo=[0.0, 1.5, 1.0, 8.0])
+    assert check_exercise("05.spread_resolved", "b", D=overlap)
+    assert check_exercise("05.best_backbone_T5", "b", D=two) and check_exercise("05.D_spread_T5", 3.0, D=two)
+    capsys.readouterr()
+    one = two[two["backbone"] == "a"]
+    for name, answer in (("05.best_backbone_T5", "a"), ("05.D_spread_T5", 0.0), ("05.spread_resolved", "b")):
+        assert not check_exercise(name, answer, D=one)                        # never a degenerate "(0)"
+        assert "needs ≥ 2 backbones; this run has one (a)" in capsys.readouterr().out
+        check_solution(name, None, D=one)                                     # nothing to verify
+        note = course.show_exercise(name, D=one).data
+        assert "Not asked on this run" in note and EXERCISES[name].prompt not in note
+        assert EXERCISES[name].prompt in course.show_exercise(name, D=two).data
+        with pytest.raises(course.NotApplicable, match="this run has one"):
+            course.expected_answer(name, D=one)
+    assert check_exercise("05.best_backbone_T5", None, D=one) is False and capsys.readouterr().out == ""
+
+
+def test_patch_score_pib_against_its_baselines():
+    def pib(lo, centre, area):
+        return pd.DataFrame(dict(ranking=["patch_score", "T0"], pib=[lo + 0.1, 0.5], pib_lo=[lo, 0.3],
+                                 pib_hi=[lo + 0.2, 0.7], pib_centre=[centre] * 2, pib_box_area=[area] * 2))
+    for args, pick in (((0.7, 0.5, 0.4), "a"), ((0.5, 0.5, 0.4), "b"), ((0.45, 0.4, 0.5), "c"),
+                       ((0.3, 0.4, 0.5), "b")):
+        for letter in "abc":
+            assert check_exercise("06.patch_score_pib", letter, pib=pib(*args)) == (letter == pick), args
+
+
+def test_decoupling_shown_from_the_verdict():
+    def v(shown, winners, co):
+        return SimpleNamespace(decoupling_shown=shown, winners={"reading": winners}, comovement={"reading": co})
+    cases = [(v(True, "different winners", "not resolved"), {"a"}),
+             (v(False, "one condition leads both", "move together"), {"b", "c"}),
+             (v(False, "not resolved: the coverage lead", "trade off"), {"b"}),
+             (v(False, "different winners", "not resolved"), {"d"}),
+             (v(False, "undefined", "undefined"), {"b"})]
+    for verdict, accepted in cases:
+        for letter in "abcd":
+            assert check_exercise("07.decoupling_shown", letter, verdict=verdict) == (letter in accepted), (verdict, letter)
+
+
+def test_decoupling_shown_on_claim_verdict():
+    """On the real verdict: T5 gains coverage at parity, the reference stays most faithful."""
+    from midas_nb.results import claim_verdict
+    ids = [f"i{k}" for k in range(8)]
+    rows = []
+    for c, m, f in (("reference", 0.30, 0.50), ("unsupervised", 0.31, 0.40), ("T1", 0.32, 0.30), ("T5", 0.45, 0.495)):
+        rows.append(dict(dataset="d", backbone="b", depth=2, budget=0.25, condition=c, seed=0, miou=m, idauc=f,
+                         image_ids=ids, idauc_image_ids=ids, miou_per_image=[m + 0.01 * (k % 3) for k in range(8)],
+                         idauc_per_image=[f + 0.002 * (k % 2) for k in range(8)]))
+    verdict = claim_verdict(pd.DataFrame(rows), n_boot=200)
+    assert verdict.decoupling_shown
+    assert check_exercise("07.decoupling_shown", "a", verdict=verdict)
+    assert not check_exercise("07.decoupling_shown", "b", verdict=verdict)
