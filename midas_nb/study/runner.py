@@ -133,7 +133,9 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
     targets = list(profile.get("targets") or ())
     if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
         return targets
-    swept = set(profile.get("sweep_conditions") or profile.get("conditions") or ())
+    from ..protocol import condition_target  # the target a condition distils (random_map → random)
+
+    swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()}
     return [t for t in targets if t in swept]
 
 
