@@ -141,3 +141,95 @@ def test_worker_without_the_gpu_fails_with_its_host(monkeypatch):
     cell = SweepCell("synthetic", "vit_smoke", 1, 0.25, "reference", 0)
     with pytest.raises(RuntimeError, match=r"Slurm job 4242\) cannot run the sweep's device 'cuda'.*--gpus"):
         runner(cell)
+
+
+def _plan(capsys, *extra) -> str:
+    from midas_nb import cli
+
+    assert cli.main(["sweep", "plan", "--profile", "paper", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsys, monkeypatch, tmp_path):
+    import json
+    from midas_nb.study import make_grid
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    out = _plan(capsys, "--max-array-size", "100")
+    # 3 datasets x 3 backbones x 16 (L, b) x (6 trained conditions x 3 seeds + the reference)
+    assert re.search(r"04 regime\s+2,736 cells", out) and re.search(r"05 scale\s+171 cells,\s+171 shared", out)
+    for name in ("02 protocol", "02 soft", "02 random", "05 backbones", "06 related"):
+        assert name in out
+    distinct = int(re.search(r"all\s+([\d,]+) distinct cells", out).group(1).replace(",", ""))
+    assert distinct == 2736 + 3 + 3 + 15          # soft, random, and related's other systems (cropr, ...)
+    assert "preparation jobs: 9 " in out
+    jobs = int(re.search(r"cell jobs: ([\d,]+) of <= 8", out).group(1).replace(",", ""))
+    assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
+                     + str(jobs - 300), out)
+    assert "no cost for" in out and "bench/gpu_check.py" in out          # no store timings, no table
+    # with a cost table: GPU-hours = cells x cost + fine-tunes, wall time on 8 and 32 GPUs
+    table = dict(device="test GPU", note="", cell_s={b: {"*": 360.0} for b in config.PROFILES["paper"]["scale_backbones"]},
+                 finetune_s={b: {d: 3600.0 for d in ("cub", "aircraft", "cars")}
+                             for b in config.PROFILES["paper"]["scale_backbones"]})
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    (tmp_path / "runs" / "bench" / "cell_cost.json").write_text(json.dumps(table))
+    out = _plan(capsys, "--sweep", "regime")
+    assert f"projected: {2736 * 0.1 + 9:,.1f} h GPU-hours = cells {273.6:,.1f} h + preparation fine-tunes 9.0 h" in out
+    assert "cost table measured on test GPU" in out
+    rounds8 = -(-342 // 8)
+    assert f"wall time on 8 GPUs: ~{(3600 + rounds8 * 2736 * 360 / 342) / 3600:,.1f} h" in out
+    assert "wall time on 32 GPUs" in out
+    assert len(make_grid("smoke", "regime")) > 0            # the plan touched no data of its own profile
+
+
+def test_plan_prefers_the_stores_timed_cells(capsys, monkeypatch, tmp_path):
+    from midas_nb.study.cluster import profile_sweeps
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    cells = profile_sweeps("paper", ["scale"], planned=True)["05 scale"]
+    store = ResultStore(tmp_path / "runs" / "sweeps" / "paper")
+    one_each = list({c.backbone: c for c in cells}.values())             # a timed cell of each backbone
+    for c in one_each:
+        store.record_done(c, [dict(metric="x", value=1.0)], started=__import__("time").time() - 720)
+    out = _plan(capsys, "--sweep", "scale")
+    assert "168 to run" in out and "mean of 3 timed cells in the store" in out
+    assert "cost per cell: 12.0 min" in out
+
+
+def test_plan_and_submit_refuse_bad_input(capsys):
+    from midas_nb import cli
+
+    assert cli.main(["sweep", "plan", "--profile", "paper", "--sweep", "regime,bogus"]) == 2
+    assert "unknown sweep(s) ['bogus']" in capsys.readouterr().err
+    assert cli.main(["sweep", "plan", "--profile", "paper", "--cells-per-job", "0"]) == 2
+    assert "cells_per_job must be >= 1" in capsys.readouterr().err
+
+
+def test_submit_through_the_cli_returns_after_submission(fake_slurm, capsys, monkeypatch):
+    from midas_nb import cli
+    from midas_nb.study import make_grid
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")      # the profile's GPU, absent here
+    rc = cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "regime", "--partition", "gpu", "--gpus", "1",
+                   "--time", "30", "--cells-per-job", "1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    grid = make_grid(config.get_profile("smoke"), "regime")
+    assert re.search(rf"submitted {len(grid)} cells \(0 already done\)", out.out) and "midas-nb sweep wait smoke" in out.out
+    assert fake_slurm.params["slurm_partition"] == "gpu" and fake_slurm.params["gpus_per_node"] == 1
+    assert fake_slurm.params["timeout_min"] == 30
+    store = ResultStore(config.runs_dir() / "sweeps" / "smoke")
+    assert len(store.jobs()) == len(grid) and not store.scan()[0]        # submitted, nothing computed
+    assert all(j.args[1].profile["device"] == "cuda" for j in fake_slurm.jobs)
+
+
+def test_submit_local_runs_and_refuses_cuda_without_cuda(capsys, monkeypatch, tmp_path):
+    _no_cuda_here()
+    from midas_nb import cli
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--executor", "local", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "sweeps" / "smoke").exists()           # refused before anything
