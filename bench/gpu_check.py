@@ -24,7 +24,7 @@
     ``runs/bench/cell_cost.json`` on a CUDA device only). Scaling: DeiT-Ti/S/B from the measured
     model by the FLOPs of a block (``12·N·d² + 2·N²·d``); the scorer's training step by the tokens
     its blocks after L see (``(depth − L)·(⌈bN⌉ + 1)``) against the measured L = 6, b = 25 %; the
-    block-L cache by L / 6. Sharing, as the runner does it: the block-L states and the target
+    block-L cache by L / 6, the evaluation by S = 20 over the measured S. Sharing, as the runner does it: the block-L states and the target
     maps are computed once per (dataset, backbone, L) and cached on disk for every condition,
     seed and budget at that L; blocks 1..L are *not* shared between depths (each L recomputes
     them from the image), and the projection assumes no such sharing.
@@ -266,6 +266,7 @@ def _block_flops(d: int, n: int) -> float:
 PAPER_WIDTHS = {"deit_tiny_patch16_224.fb_in1k": 192, "deit_small_patch16_224.fb_in1k": 384,
                 "vit_base_patch16_224.augreg_in21k_ft_in1k": 768}
 _UNTRAINED = ("reference", "random")
+PAPER_STEPS = 20        # IDAUC steps S of the paper profile
 
 
 def profile_projection(per: dict, model, args) -> dict:
@@ -286,8 +287,8 @@ def profile_projection(per: dict, model, args) -> dict:
             total = 0.0
             for L in sorted({c.depth for c in mine}):     # once per (dataset, backbone, L), cached on disk
                 total += scale * (n_train * (per["block cache"] * L / 6 + per["targets"]) + n_test * per["block cache"] * L / 6)
-            for c in mine:
-                total += scale * n_test * per["evaluate"]
+            for c in mine:                                 # IDAUC dominates: S forwards per image
+                total += scale * n_test * per["evaluate"] * PAPER_STEPS / args.steps
                 if c.condition not in _UNTRAINED:
                     tokens = (depth - c.depth) * (math.ceil(c.budget * N) + 1) / ((depth - 6) * (math.ceil(0.25 * N) + 1))
                     total += scale * args.epochs * n_train * per["train"] * tokens
@@ -302,7 +303,7 @@ def profile_projection(per: dict, model, args) -> dict:
     for name, h in hours.items():
         print(f"  {name:<14} {len(sweeps[name]):>6,} cells {h:8.2f} h")
     print(f"projected paper profile: {cells_h + ft_h:.2f} h on this device = cells {cells_h:.2f} h + 9 fine-tunes "
-          f"{ft_h:.2f} h; on 8 GPUs >= {(cells_h + ft_h) / 8:.2f} h, on 32 GPUs >= {(cells_h + ft_h) / 32:.2f} h")
+          f"{ft_h:.2f} h; on 8 such devices >= {(cells_h + ft_h) / 8:.2f} h, on 32 >= {(cells_h + ft_h) / 32:.2f} h")
     return dict(cell_s=cell_s, finetune_s=finetune_s)
 
 

@@ -49,7 +49,7 @@ def test_profile_projection_prices_every_paper_sweep_and_feeds_the_plan(tmp_path
     mod = _module()
     model = mod.create_backbone(mod.BACKBONE, 10, img_size=64, embed_dim=32, num_heads=2)
     per = {"block cache": 1e-3, "targets": 4e-3, "train": 2e-3, "evaluate": 2e-2, "finetune": 5e-3}
-    args = argparse.Namespace(epochs=10, finetune_epochs=30, small=True)
+    args = argparse.Namespace(epochs=10, finetune_epochs=30, small=True, steps=20)
     table = mod.profile_projection(per, model, args)
     out = capsys.readouterr().out
     ti, s, b = (table["cell_s"][k] for k in mod.PAPER_WIDTHS)

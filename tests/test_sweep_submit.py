@@ -179,6 +179,9 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     rounds8 = -(-342 // 8)
     assert f"wall time on 8 GPUs: ~{(3600 + rounds8 * 2736 * 360 / 342) / 3600:,.1f} h" in out
     assert "wall time on 32 GPUs" in out
+    table["device"] = "cpu"                                  # a CPU table is never read as GPU-hours
+    (tmp_path / "runs" / "bench" / "cell_cost.json").write_text(json.dumps(table))
+    assert "CPU-hours (the cost table was measured on a CPU" in _plan(capsys, "--sweep", "scale")
     assert len(make_grid("smoke", "regime")) > 0            # the plan touched no data of its own profile
 
 

@@ -124,7 +124,9 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
            "table": f"cost table measured on {(cost_table or {}).get('device', '?')}"}
     out.append(f"cost per cell: {cell_s / len(known) / 60:.1f} min on average ({'; '.join(src[s] for s in sources)})"
                + (f"; {(cost_table or {}).get('note')}" if "table" in sources and (cost_table or {}).get("note") else ""))
-    out.append(f"projected: {_hours(cell_s + sum(prep_s))} GPU-hours = cells {_hours(cell_s)} + preparation "
+    cpu = "table" in sources and str((cost_table or {}).get("device", "")).startswith("cpu")
+    unit = "CPU-hours (the cost table was measured on a CPU: no GPU projection)" if cpu else "GPU-hours"
+    out.append(f"projected: {_hours(cell_s + sum(prep_s))} {unit} = cells {_hours(cell_s)} + preparation "
                f"fine-tunes {_hours(sum(prep_s))}" + ("" if any(prep_s) else " (fine-tune cost unknown: 0 counted)"))
     per_job = cell_s / len(chunks)
     for g in gpus:
