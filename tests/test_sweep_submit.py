@@ -174,7 +174,7 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     (tmp_path / "runs" / "bench").mkdir(parents=True)
     (tmp_path / "runs" / "bench" / "cell_cost.json").write_text(json.dumps(table))
     out = _plan(capsys, "--sweep", "regime")
-    assert f"projected: {2736 * 0.1 + 9:,.1f} h GPU-hours = cells {273.6:,.1f} h + preparation fine-tunes 9.0 h" in out
+    assert f"projected: {2736 * 0.1 + 9:,.1f} GPU-hours = cells {273.6:,.1f} h + preparation fine-tunes 9.0 h" in out
     assert "cost table measured on test GPU" in out
     rounds8 = -(-342 // 8)
     assert f"wall time on 8 GPUs: ~{(3600 + rounds8 * 2736 * 360 / 342) / 3600:,.1f} h" in out

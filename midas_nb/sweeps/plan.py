@@ -126,11 +126,11 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
                + (f"; {(cost_table or {}).get('note')}" if "table" in sources and (cost_table or {}).get("note") else ""))
     cpu = "table" in sources and str((cost_table or {}).get("device", "")).startswith("cpu")
     unit = "CPU-hours (the cost table was measured on a CPU: no GPU projection)" if cpu else "GPU-hours"
-    out.append(f"projected: {_hours(cell_s + sum(prep_s))} {unit} = cells {_hours(cell_s)} + preparation "
+    out.append(f"projected: {(cell_s + sum(prep_s)) / 3600:,.1f} {unit} = cells {_hours(cell_s)} + preparation "
                f"fine-tunes {_hours(sum(prep_s))}" + ("" if any(prep_s) else " (fine-tune cost unknown: 0 counted)"))
     per_job = cell_s / len(chunks)
     for g in gpus:
         wall = max(prep_s or [0.0]) + math.ceil(len(chunks) / g) * per_job
-        out.append(f"  wall time on {g} GPUs: ~{_hours(wall)} (longest preparation job, then "
+        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest preparation job, then "
                    f"{math.ceil(len(chunks) / g)} rounds of cell jobs)")
     return "\n".join(out)
