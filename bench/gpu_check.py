@@ -17,6 +17,17 @@
     images) × 7 conditions × 3 seeds (the reference once) at L = 6, b = 25 %, plus the three
     backbone fine-tunes (30 epochs). Goal: ≤ 2 h on one H200; last line
     ``ratio: <projected hours / 2>``.
+(c) **Whole profile**: the same per-image timings priced over every cell of every notebook sweep
+    of the ``paper`` profile (:func:`midas_nb.study.cluster.profile_sweeps`: 02 protocol, soft,
+    random; 04 regime 3 datasets × 3 backbones × 16 (L, b); 05 scale and backbones; 06 related)
+    and written as the cost table ``midas-nb sweep plan`` reads (``--cost-out``; by default
+    ``runs/bench/cell_cost.json`` on a CUDA device only). Scaling: DeiT-Ti/S/B from the measured
+    model by the FLOPs of a block (``12·N·d² + 2·N²·d``); the scorer's training step by the tokens
+    its blocks after L see (``(depth − L)·(⌈bN⌉ + 1)``) against the measured L = 6, b = 25 %; the
+    block-L cache by L / 6, the evaluation by S = 20 over the measured S. Sharing, as the runner does it: the block-L states and the target
+    maps are computed once per (dataset, backbone, L) and cached on disk for every condition,
+    seed and budget at that L; blocks 1..L are *not* shared between depths (each L recomputes
+    them from the image), and the projection assumes no such sharing.
 
     python bench/gpu_check.py --device cuda            # the real check (needs a CUDA GPU)
     python bench/gpu_check.py --device cpu --small     # CI: tiny model, same code path
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import tempfile
 import time
@@ -223,7 +235,7 @@ def projection(args, device: torch.device, kw: dict) -> float:
         ft_opt.step()
 
     r = args.repeats
-    per = {name: _time(fn, device, r) / B for name, fn in
+    per = args.per = {name: _time(fn, device, r) / B for name, fn in
            (("block cache", block_cache), ("targets", targets), ("train", train_step), ("evaluate", evaluate),
             ("finetune", finetune_step))}
     print(f"\n(b) {device}, autocast {precision}, {size[0]} px, width {model.embed_dim}, "
@@ -241,7 +253,69 @@ def projection(args, device: torch.device, kw: dict) -> float:
     print(f"projected paper table (3 datasets x {CONDITIONS} conditions x {SEEDS} seeds, L={L}, b={b:g}, "
           f"{args.epochs} scorer epochs, S={S}): {table_s / 3600:.2f} h on this device")
     print(f"projected DeiT-S fine-tunes ({args.finetune_epochs} epochs, 3 datasets): {finetune_s / 3600:.2f} h")
+    args.model = model
     return table_s / 3600
+
+
+def _block_flops(d: int, n: int) -> float:
+    """Multiply-adds of one ViT block on ``n`` tokens of width ``d`` (QKV, projection, MLP 4d; attention)."""
+    return 12 * n * d * d + 2 * n * n * d
+
+
+#: embedding widths of the paper's backbones (12 blocks, 197 tokens at 224 px)
+PAPER_WIDTHS = {"deit_tiny_patch16_224.fb_in1k": 192, "deit_small_patch16_224.fb_in1k": 384,
+                "vit_base_patch16_224.augreg_in21k_ft_in1k": 768}
+_UNTRAINED = ("reference", "random")
+PAPER_STEPS = 20        # IDAUC steps S of the paper profile
+
+
+def profile_projection(per: dict, model, args) -> dict:
+    """Part (c): the paper profile's every cell priced from ``per`` (seconds per image of the
+    measured ``model``); returns the cost table (seconds per cell and per fine-tune)."""
+    from midas_nb.study.cluster import profile_sweeps
+
+    n_meas = model.patch_embed.num_patches + num_prefix_tokens(model)
+    sweeps = profile_sweeps("paper", planned=True)
+    cells = list({c.key: c for v in sweeps.values() for c in v}.values())
+    N, depth = 196, 12
+    cell_s: dict = {}
+    finetune_s: dict = {}
+    for bb, d in PAPER_WIDTHS.items():
+        scale = _block_flops(d, N + 1) / _block_flops(model.embed_dim, n_meas)
+        for ds, (n_train, n_test) in PAPER_SPLITS.items():
+            mine = [c for c in cells if c.backbone == bb and c.dataset == ds]
+            total = 0.0
+            for L in sorted({c.depth for c in mine}):     # once per (dataset, backbone, L), cached on disk
+                total += scale * (n_train * (per["block cache"] * L / 6 + per["targets"]) + n_test * per["block cache"] * L / 6)
+            for c in mine:                                 # IDAUC dominates: S forwards per image
+                total += scale * n_test * per["evaluate"] * PAPER_STEPS / args.steps
+                if c.condition not in _UNTRAINED:
+                    tokens = (depth - c.depth) * (math.ceil(c.budget * N) + 1) / ((depth - 6) * (math.ceil(0.25 * N) + 1))
+                    total += scale * args.epochs * n_train * per["train"] * tokens
+            if mine:
+                cell_s.setdefault(bb, {})[ds] = total / len(mine)
+            finetune_s.setdefault(bb, {})[ds] = scale * args.finetune_epochs * n_train * per["finetune"]
+    hours = {name: sum(cell_s[c.backbone][c.dataset] for c in v) / 3600 for name, v in sweeps.items()}
+    cells_h = sum(cell_s[c.backbone][c.dataset] for c in cells) / 3600
+    ft_h = sum(v for b in finetune_s.values() for v in b.values()) / 3600
+    print(f"\n(c) the paper profile, every notebook sweep ({len(cells):,} distinct cells; block FLOPs scaling from "
+          f"width {model.embed_dim}, {n_meas} tokens to DeiT-Ti/S/B at 197 tokens):")
+    for name, h in hours.items():
+        print(f"  {name:<14} {len(sweeps[name]):>6,} cells {h:8.2f} h")
+    print(f"projected paper profile: {cells_h + ft_h:.2f} h on this device = cells {cells_h:.2f} h + 9 fine-tunes "
+          f"{ft_h:.2f} h; on 8 such devices >= {(cells_h + ft_h) / 8:.2f} h, on 32 >= {(cells_h + ft_h) / 32:.2f} h")
+    return dict(cell_s=cell_s, finetune_s=finetune_s)
+
+
+def write_cost_table(path: Path, table: dict, device: torch.device, args) -> None:
+    import json
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    note = ("tiny model (--small) scaled by block FLOPs: says nothing about a GPU" if args.small else
+            "DeiT-S components timed at paper sizes; Ti and B by block FLOPs")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(table, device=name, note=note), indent=1))
+    print(f"cost table written to {path}")
 
 
 def one_cell(args, device: torch.device, kw: dict) -> None:
@@ -282,6 +356,9 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=10, help="scorer epochs (paper profile: 10)")
     ap.add_argument("--finetune-epochs", type=int, default=30, help="backbone epochs (paper profile: 30)")
     ap.add_argument("--cell-images", type=int, default=32)
+    ap.add_argument("--cost-out", default=None, metavar="FILE",
+                    help="write the cost table of part (c) (default: runs/bench/cell_cost.json on a CUDA device, "
+                         "nowhere on the CPU)")
     ap.add_argument("--cos-min", type=float, default=0.98, help="min cosine of maps / gradients")
     ap.add_argument("--cos-min-step", type=float, default=0.95, help="min cosine of the scorer weight update")
     ap.add_argument("--prob-tol", type=float, default=0.05, help="max |dp| of pruned-forward probabilities")
@@ -303,6 +380,10 @@ def main(argv=None) -> int:
               + (" [--small: a tiny DeiT-S, the timings say nothing about the GPU]" if args.small else ""))
     failed = agreement(args, device, kw)
     hours = projection(args, device, kw)
+    table = profile_projection(args.per, args.model, args)
+    if args.cost_out or device.type == "cuda":
+        from midas_nb.sweeps.plan import default_cost_path
+        write_cost_table(Path(args.cost_out) if args.cost_out else default_cost_path(), table, device, args)
     one_cell(args, device, kw)
     print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; "
           f"goal <= {GOAL_HOURS:g} h for the paper table on one H200")

@@ -4,7 +4,8 @@ Subcommands::
 
     midas-nb run [--config RUN.yaml] [--profile P] [--notebooks 02,04] [-p NAME VALUE]... [...]
     midas-nb params NOTEBOOK            # list a notebook's parameters
-    midas-nb sweep status [NAME]        # cells done / failed / pending of a sweep
+    midas-nb sweep plan|submit [--profile P] ...   # a profile's sweeps: the plan, or submit them
+    midas-nb sweep status|wait|resubmit [NAME]     # cells done / failed / pending of a sweep
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
     midas-nb export-html [--profile P]  # static HTML edition of a run's executed notebooks
     midas-nb report [--profile P] [--output DIR] [--readme README.md]   # REPORT.md + CSV tables
@@ -21,7 +22,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from . import config
-from .cliargs import add_examples, package_version, param_value, split_value_problem
+from .cliargs import add_examples, add_sweep_parser, package_version, param_value, split_value_problem
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -336,6 +337,14 @@ def _cmd_params(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
+        from .runspec import parse_data_roots
+        from .study import cluster
+        root, roots, problems = parse_data_roots(args.data_root or [])
+        if problems:
+            print("\n".join(f"midas-nb sweep {args.action}: {p}" for p in problems), file=sys.stderr)
+            return 2
+        return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
     from .sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
     return dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(args.name)
 
@@ -529,14 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("notebook", help="path or prefix such as 02")
     p.set_defaults(func=_cmd_params)
 
-    s = sub.add_parser("sweep", help="sweep utilities",
-                       description="status: cells done / failed / pending of the result stores under "
-                                   "runs/sweeps (one store per profile), with the failures' errors")
-    s.add_argument("action", choices=["status", "wait", "resubmit"],
-                   help="status (exit 1 while cells failed or were lost), wait, resubmit")
-    s.add_argument("name", nargs="?", default=None,
-                   help="store name = the profile that wrote it, e.g. quick (default: every store)")
-    s.set_defaults(func=_cmd_sweep)
+    add_sweep_parser(sub, _cmd_sweep)
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
     st.add_argument("paths", nargs="*", metavar="NOTEBOOK",

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from . import config
 
-__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "did_you_mean", "list_param", "package_version", "param_value",
+__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "did_you_mean", "list_param", "package_version", "param_value",
            "split_value_problem", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
@@ -140,7 +140,10 @@ EXAMPLES: dict[str, str] = {
     "run": "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
            "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011",
     "params": "midas-nb params 02",
-    "sweep": "midas-nb sweep status quick",
+    "sweep": "midas-nb sweep plan --profile paper\n"
+             "midas-nb sweep submit --profile paper --data-root cub=/data/CUB_200_2011 --partition gpu --gpus 1 "
+             "--time 120\n"
+             "midas-nb sweep status paper",
     "strip-solutions": "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb",
     "export-html": "midas-nb export-html --profile quick",
     "report": "midas-nb report --profile quick --output runs/quick/report",
@@ -167,3 +170,44 @@ def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
             parser.epilog = f"example{'s' if len(lines) > 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
     ap.epilog = "examples:\n" + "\n".join(f"  {line}" for n in sub.choices if n in EXAMPLES
                                            for line in EXAMPLES[n].splitlines())
+
+
+def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
+    """The ``midas-nb sweep`` subcommand: ``status | wait | resubmit NAME`` and ``submit | plan
+    --profile P`` with the cluster settings (kept here so that ``cli`` stays short)."""
+    s = sub.add_parser("sweep", help="sweeps on a cluster: plan, submit, status, wait, resubmit",
+                       description="plan: the jobs, arrays, cells and projected GPU-hours of a profile's sweeps, "
+                                   "nothing submitted; submit: send them (returns after submission); status: cells "
+                                   "done / failed / pending of the result stores under runs/sweeps (one per "
+                                   "profile); wait: until nothing is queued; resubmit: failed and lost cells")
+    s.add_argument("action", choices=["plan", "submit", "status", "wait", "resubmit"],
+                   help="plan, submit, status (exit 1 while cells failed or were lost), wait, resubmit")
+    s.add_argument("name", nargs="?", default=None,
+                   help="status/wait/resubmit: store name = the profile that wrote it, e.g. quick (default: every "
+                        "store)")
+    s.add_argument("--profile", choices=sorted(config.PROFILES), default="paper",
+                   help="plan/submit: the profile whose sweeps are planned or submitted (default: paper)")
+    s.add_argument("--sweep", default="all", metavar="NAMES",
+                   help="plan/submit: comma-separated sweeps: protocol, soft, random (notebook 02), regime (04), "
+                        "scale, backbones (05), related (06), or all (default)")
+    s.add_argument("--executor", choices=["slurm", "local", "processes"], default="slurm",
+                   help="submit: slurm (default; returns after submission), local or processes (run here)")
+    s.add_argument("--partition", default=None, help="submit: Slurm partition")
+    s.add_argument("--gpus", type=int, default=None, help="submit: GPUs per job (gpus_per_node)")
+    s.add_argument("--cpus", type=int, default=None, help="submit: CPUs per job (cpus_per_task)")
+    s.add_argument("--mem", default=None, help="submit: memory per job, e.g. 32G")
+    s.add_argument("--time", type=int, default=None, metavar="MINUTES", help="submit: time limit per job")
+    s.add_argument("--cells-per-job", type=int, default=8, help="plan/submit: cells per job (default 8)")
+    s.add_argument("--max-array-size", type=int, default=None,
+                   help="plan/submit: array size limit (default: MaxArraySize from scontrol show config, else 1001)")
+    s.add_argument("--device", default=None,
+                   help="submit: device of the cells (default: the profile's); with --executor slurm it is resolved "
+                        "on the compute node, not here")
+    s.add_argument("--data-root", action="append", default=None, metavar="DATASET=PATH",
+                   help="plan/submit: a dataset's directory, repeatable (cub=..., aircraft=..., cars=...)")
+    s.add_argument("--workers", type=int, default=2, help="submit --executor processes: workers (default 2)")
+    s.add_argument("--cost", default=None, metavar="FILE",
+                   help="plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json); the store's "
+                        "timed cells come first")
+    s.set_defaults(func=func)
+    return s

@@ -387,16 +387,19 @@ def _show(v: Any) -> str:
     return f"{v!r} ({type(v).__name__})"
 
 
-def check_device(device: Any) -> str | None:
+def check_device(device: Any, *, here: bool = True) -> str | None:
     """``None`` when ``device`` names a device this machine has, else the problem (one line).
 
     ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N < the number of CUDA devices), ``"mps"``. A CUDA
-    device without CUDA is an error, never a silent CPU run.
+    device without CUDA is an error, never a silent CPU run. ``here=False`` checks the name
+    only: a Slurm submission's device is resolved on the compute node, not on the login node.
     """
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         return f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {_show(device)}"
+    if not here:
+        return None
     import torch
 
     if device.startswith("cuda"):

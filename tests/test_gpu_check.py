@@ -37,3 +37,29 @@ def test_cpu_small_run_checks_every_stage_and_projects_hours(capsys):
 def test_cuda_without_cuda_is_an_error(capsys):
     assert _module().main(["--device", "cuda"]) == 2
     assert "has no CUDA device" in capsys.readouterr().err
+
+
+def test_profile_projection_prices_every_paper_sweep_and_feeds_the_plan(tmp_path, capsys):
+    """Part (c) on given per-image timings (no timing here): every backbone and dataset priced,
+    wider backbones cost more, and the table written is the one `sweep plan` reads."""
+    import argparse
+
+    from midas_nb.sweeps.plan import load_cost_table
+
+    mod = _module()
+    model = mod.create_backbone(mod.BACKBONE, 10, img_size=64, embed_dim=32, num_heads=2)
+    per = {"block cache": 1e-3, "targets": 4e-3, "train": 2e-3, "evaluate": 2e-2, "finetune": 5e-3}
+    args = argparse.Namespace(epochs=10, finetune_epochs=30, small=True, steps=20)
+    table = mod.profile_projection(per, model, args)
+    out = capsys.readouterr().out
+    ti, s, b = (table["cell_s"][k] for k in mod.PAPER_WIDTHS)
+    assert set(ti) == set(s) == set(b) == {"cub", "aircraft", "cars"}
+    assert all(ti[d] < s[d] < b[d] for d in ti)
+    for name in ("02 protocol", "04 regime", "05 scale", "06 related"):
+        assert name in out
+    assert re.search(r"projected paper profile: [0-9.]+ h on this device", out)
+    path = tmp_path / "cell_cost.json"
+    mod.write_cost_table(path, table, torch.device("cpu"), args)
+    loaded = load_cost_table(path)
+    assert loaded["device"] == "cpu" and "says nothing about a GPU" in loaded["note"]
+    assert loaded["cell_s"]["deit_small_patch16_224.fb_in1k"]["cub"] == pytest.approx(s["cub"])

@@ -135,6 +135,20 @@ def test_smoke_sweep_on_slurm_one_finetune_chunked_arrays(cluster, tmp_path, mon
     assert_slurm_records(store, cells, 2)
     assert len(list(markers.glob("finetuned-*"))) == 1                  # one fine-tune, in the preparation job
 
+    # the command line: `sweep submit` returns after submission, `sweep wait` until the cell is done
+    from midas_nb import cli
+    from midas_nb.study.cluster import profile_sweeps
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    (cell,) = profile_sweeps(prof, ["random"])["02 random"]                  # the checkpoint fine-tuned above
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random", "--partition", "test",
+                     "--cpus", "1", "--time", "10", "--cells-per-job", "1"]) == 0
+    runs = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
+    assert cell.key in runs.jobs() and runs.read(cell.key) is None          # returned before the job ran
+    assert cli.main(["sweep", "wait", "smoke"]) == 0
+    rec = runs.read(cell.key)
+    assert rec["status"] == "done" and rec["job_id"] == runs.jobs()[cell.key]
+
 
 def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path):
     from midas_nb.sweeps import ResultStore, run_sweep

@@ -23,9 +23,16 @@ def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str
     dtype or float32), the attention kernel (:data:`~midas_nb.backbones.features.ATTENTION_KERNEL`:
     the fused kernel sums in another order than the explicit softmax matrix) and, on CPU, the
     number of intra-op threads (reductions are split by thread, so 1 and 2 threads give different
-    float sums; measured on the smoke backbone)."""
+    float sums; measured on the smoke backbone). A CUDA device on a machine without CUDA is
+    keyed as the bfloat16 GPU it will run on."""
     device = torch.device(device)
-    precision = _autocast(device, amp)[1]
+    if device.type == "cuda" and not torch.cuda.is_available() and amp is not False:
+        # keyed away from the GPU (a Slurm login node): the compute node trains in bfloat16 where
+        # its GPU supports it (every GPU since Ampere); one without bfloat16 gives another id and
+        # its sweep worker refuses the cells instead of filing float16 rows under this id
+        precision = "bfloat16"
+    else:
+        precision = _autocast(device, amp)[1]
     return dict(device_type=device.type, precision=precision, attention=ATTENTION_KERNEL,
                 num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from .. import config
 from ..results import save_table
-from ..sweeps import ResultStore, run_sweep, StoreStatus
+from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
 from .base import _key_hash, StudyBase
 from .control import decoupling_with_controls
 from .grid import make_grid
@@ -92,26 +92,59 @@ class Study(StudyBase):
 
     # --------------------------------------------------------------------------- sweeps
     def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
-              run: bool = True, **slurm: Any) -> tuple[pd.DataFrame, Any]:
+              run: bool = True, *, wait: bool = True, device: str | None = None,
+              **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
         """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
 
         Cells come from :func:`midas_nb.study.make_grid` (``kind``: ``"regime"`` = the full
         grid for ``paper``, the L sweep at ``budget`` plus the b sweep at ``depth`` otherwise)
         and live in the store ``runs/sweeps/<profile>``; finished cells are read, missing
         ones computed (``run=False`` only reads). ``executor="slurm"`` with submitit settings
-        in ``**slurm`` (``partition=...``, ``timeout_min=...``, ``gpus_per_node=...``) runs the
-        cells on a cluster.
+        in ``**slurm`` (``partition=...``, ``time=...`` minutes, ``gpus_per_node=...``,
+        ``cells_per_job=...``) runs the cells on a cluster.
+
+        Args:
+            wait: ``False`` (``executor="slurm"`` only) returns right after submission with
+                what was submitted; ``midas-nb sweep status|wait <profile>`` or the
+                submission's ``.wait()`` follow it, and ``sweep(run=False)`` reads the rows.
+            device: the device the cells run on. Default: the study's for ``local`` and
+                ``processes``; for ``slurm`` the profile's own (``paper``: ``"cuda"``), not
+                this machine's, since a login node's ``Study(..., device="cpu")`` says nothing
+                about the compute nodes. A Slurm job resolves it on its node (and fails there,
+                with the node's name, when the node lacks it).
 
         Returns:
             ``(rows, status)``: one results row per condition × seed × cell that is done, and
             the sweep status (:class:`midas_nb.sweeps.StoreStatus`: done / failed / pending
             cells with the failures' errors; ``status.complete`` says whether every cell is
             done — rows of failed or pending cells are absent, so check it before reading).
+            With ``wait=False``: the :class:`midas_nb.sweeps.Submission` (job ids, cells).
+
+        Raises:
+            ValueError: ``wait=False`` with another executor than ``"slurm"`` or with ``run=False``.
+            midas_nb.config.ProfileError: ``device`` is not a device name, or (``local``,
+                ``processes``) not a device of this machine.
         """
-        cells = make_grid(self.params, kind)
+        if not wait and (executor != "slurm" or not run):
+            raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
+                             f"run=True, got executor={executor!r}, run={run!r}")
+        if device is None:
+            device = config.get_profile(self.params["profile"])["device"] if executor == "slurm" else None
+        params = self.params if device is None else dict(self.params, device=device)
+        why = config.check_device(params["device"], here=executor != "slurm")
+        if why:
+            raise config.ProfileError([why])
+        cells = make_grid(params, kind)
         store = ResultStore(name=self.params["profile"])
-        if run:
-            status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store,
+        if run and executor == "slurm":
+            # the study itself stays here; the jobs build their own on the compute node
+            runner = ProtocolCellRunner(params, progress=self.progress)
+            if not wait:
+                return submit_sweep(cells, runner, store, slurm=slurm or None)
+            status = run_sweep(cells, runner, store, executor=executor, slurm=slurm or None, progress=self.progress)
+        elif run:
+            own = self if params is self.params else None   # another device: the study is not reused
+            status = run_sweep(cells, ProtocolCellRunner(params, study=own, progress=self.progress), store,
                                executor=executor, max_workers=max_workers, slurm=slurm or None,
                                progress=self.progress)
         else:

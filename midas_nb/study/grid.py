@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from torch.utils.data import Subset
 
+from ..backbones import checkpoint_key
 from ..config import get_profile, grid_datasets
 from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
@@ -49,7 +50,10 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     ``torch_threads=2`` reuse the reference row of the 1-thread checkpoint beside a T5 row of a
     new 2-thread fine-tune). A worker that would fine-tune other bits (another thread count)
     refuses the cell instead of filing its rows under it; set ``torch_threads`` in the profile to
-    make a login node and its workers agree. Nothing is trained; the datasets' annotations are
+    make a login node and its workers agree. The numerics are those of the profile's ``device``
+    even where this machine lacks it (a CUDA device is keyed as a bfloat16 GPU:
+    :func:`midas_nb.backbones.checkpoint_key`), so a Slurm login node without a GPU keys the cells
+    as the GPU node that computes them. Nothing is trained; the datasets' annotations are
     parsed and their image files hashed (memoised per process). Moving the data keeps the id;
     replacing an image or a label changes it; part keypoints do not enter it (training never
     reads them; they enter the cell's ``data_id``). The checkpoint id and the weights digest
@@ -58,9 +62,15 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     Raises:
         ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
     """
-    # by content only (no numerics): read on the CPU, so a login node without the profile's GPU
-    # keys the cells exactly as the compute node that trains
-    return _spec_of(_study(dict(profile), dataset, backbone, device="cpu"))
+    # the data are read on the CPU, so a login node without the profile's GPU can key the cells;
+    # the numerics are those of the profile's device, where the cells will run (a compute node)
+    prof = dict(profile)
+    study = _study(prof, dataset, backbone, device="cpu")
+    device = str(prof.get("device") or "cpu")
+    if device == "cpu":
+        return _spec_of(study)
+    study.own_threads()
+    return checkpoint_key(study.params["backbone"], study.train_set, study.test_set, **dict(study._finetune_args(), device=device))[0]
 
 
 def _eval_identity(study: Any, settings: Mapping[str, Any]) -> str:

@@ -3,12 +3,14 @@
 the profile's result store (:mod:`midas_nb.sweeps`)."""
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from ..config import get_profile
+from ..config import check_device, get_profile
 from ..protocol import run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
 from .cache import _study, digest_memo_path, load_digest_memo, save_digest_memo
@@ -37,8 +39,10 @@ class ProtocolCellRunner:
 
     Args:
         profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
-        device: overrides ``profile["device"]`` (a CUDA device on a machine without CUDA is an
-            error, as in Study).
+        device: overrides ``profile["device"]``. Resolved where a cell runs, not where the
+            runner is built: a Slurm submission from a login node without a GPU carries
+            ``"cuda"`` to the compute node, and a worker without CUDA raises ``RuntimeError``
+            naming its host and job (recorded as the cell's error).
         cache_dir: target/scorer cache passed to ``run_protocol``; default the package cache.
         progress: show progress bars.
         study: an existing :class:`midas_nb.study.Study` to reuse, in this process only, for
@@ -74,6 +78,14 @@ class ProtocolCellRunner:
         st = self._local_study
         if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
             return st
+        device = self.device or str(self.profile.get("device") or "cpu")
+        why = check_device(device)
+        if why:  # on a compute node: say which node and job, and what to ask the scheduler for
+            job = os.environ.get("SLURM_JOB_ID")
+            raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
+                               f"the sweep's device {device!r}: {why.split('; use')[0]}; submit the cells to "
+                               "GPU nodes (midas-nb sweep submit --gpus 1 --partition <a GPU partition>) or "
+                               "with --device cpu")
         memo = digest_memo_path(self.profile, cell.dataset)
         if memo not in _MEMOS_READ:
             load_digest_memo(memo)

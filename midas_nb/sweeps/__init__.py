@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from ..identity import atomic_write_text
 from .cells import CellState, ExecutorKind, SweepCell
-from .executors import run_cell, run_sweep
+from .executors import run_cell, run_sweep, submit_sweep
+from .slurm import Submission
 from .store import (RECORD_FORMAT, ResultStore, StoreStatus, format_status, main_status, open_store,
                     sweep_status, sweep_status_report)
 
@@ -43,6 +44,8 @@ __all__ = [
     "RECORD_FORMAT",
     "atomic_write_text",
     "run_sweep",
+    "submit_sweep",
+    "Submission",
     "run_cell",
     "sweep_status",
     "sweep_status_report",

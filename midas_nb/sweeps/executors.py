@@ -25,7 +25,7 @@ from .cells import CellState, ExecutorKind, SweepCell
 from .store import ResultStore, StoreStatus, _open_store
 from .worker import run_cell
 
-__all__ = ["run_cell", "run_sweep"]
+__all__ = ["run_cell", "run_sweep", "submit_sweep"]
 
 
 def _slurm_parameters(slurm: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -102,19 +102,11 @@ def run_sweep(
     Raises:
         ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
     """
-    store = _open_store(store)
-    cells = list(cells)
-    keys = [c.key for c in cells]
-    if len(set(keys)) != len(keys):
-        dup = sorted({c.label for c in cells if keys.count(c.key) > 1})
-        raise ValueError(f"run_sweep: duplicated cells {dup[:5]}; every cell must be unique")
     if executor not in ("local", "processes", "slurm"):
         raise ValueError(f"unknown executor {executor!r}; expected 'local', 'processes' or 'slurm'")
     if max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-    store.register(cells)
-    skip = {"done", "failed"} if not retry_failed else {"done"}
-    todo = [c for c in cells if store.state(c.key) not in skip]
+    store, cells, todo = _todo(store, cells, retry_failed)
     errors: list[str] = []
     root = str(store.root)
 
@@ -146,13 +138,7 @@ def run_sweep(
                 if bar is not None:
                     bar.update(1)
     else:
-        from .slurm import submit
-
-        cluster, params = _slurm_parameters(slurm or {})
-        cells_per_job = int(params.pop("cells_per_job", 8))
-        max_array = params.pop("max_array_size", None)
-        jobs = submit(store, todo, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
-                      max_array=max_array)
+        jobs = _submit_slurm(store, todo, cell_fn, slurm)
         if wait:
             for j in jobs:
                 try:
@@ -167,6 +153,58 @@ def run_sweep(
         bar.close()
     table = store.status(cells)
     return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
+
+
+def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
+          retry_failed: bool) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
+    """``(store, cells, todo)``: the grid registered in the store and the cells to compute.
+
+    Raises:
+        ValueError: duplicated cells.
+    """
+    store = _open_store(store)
+    cells = list(cells)
+    keys = [c.key for c in cells]
+    if len(set(keys)) != len(keys):
+        dup = sorted({c.label for c in cells if keys.count(c.key) > 1})
+        raise ValueError(f"run_sweep: duplicated cells {dup[:5]}; every cell must be unique")
+    store.register(cells)
+    skip = {"done", "failed"} if not retry_failed else {"done"}
+    return store, cells, [c for c in cells if store.state(c.key) not in skip]
+
+
+def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any],
+                  slurm: Mapping[str, Any] | None) -> list[Any]:
+    """:func:`midas_nb.sweeps.slurm.submit` with :func:`run_sweep`'s ``slurm`` settings."""
+    from .slurm import submit
+
+    cluster, params = _slurm_parameters(slurm or {})
+    cells_per_job = int(params.pop("cells_per_job", 8))
+    max_array = params.pop("max_array_size", None)
+    return submit(store, todo, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
+                  max_array=max_array)
+
+
+def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
+                 slurm: Mapping[str, Any] | None = None, retry_failed: bool = True):
+    """Submit the cells that are not finished to Slurm and return at once with what was sent.
+
+    As :func:`run_sweep` with ``executor="slurm"``, ``wait=False`` (same ``slurm`` settings,
+    same refusal without Slurm), but the answer is the submission itself.
+
+    Returns:
+        :class:`midas_nb.sweeps.slurm.Submission`: the store, the cells submitted, how many were
+        already done, the cell jobs' ids with their cells and the preparation jobs' ids
+        (no jobs when every cell is done). ``.wait()`` blocks until nothing is queued.
+
+    Raises:
+        ValueError: duplicated cells. midas_nb.sweeps.slurm.SlurmNotFound: no Slurm here.
+    """
+    from .slurm import Submission
+
+    store, cells, todo = _todo(store, cells, retry_failed)
+    jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
+    return Submission.of(store, todo, jobs, skipped=len(cells) - len(todo))
 
 
 def _visible_gpus() -> list[str]:

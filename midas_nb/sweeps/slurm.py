@@ -22,6 +22,7 @@ import math
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,7 +31,7 @@ from .cells import SweepCell
 from .store import ResultStore
 from .worker import run_chunk
 
-__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "chunk_arrays", "max_array_size", "plan_jobs", "prepare_group",
+__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs", "prepare_group",
            "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
            "resubmit", "wait"]
 
@@ -42,6 +43,52 @@ _SUBMISSION = "submission.json"
 
 class SlurmNotFound(RuntimeError):
     """``executor="slurm"`` on a machine without Slurm."""
+
+
+@dataclass
+class Submission:
+    """What one submission sent to the scheduler (``run_sweep``'s Slurm path without waiting).
+
+    Attributes:
+        store: the result store's directory (``jobs.json`` maps every cell to its job).
+        cells: the cells submitted (finished cells of the grid are not among them).
+        skipped: how many cells of the grid were already done (not submitted).
+        jobs: ``{job id: [cell keys]}`` of the cell jobs (array tasks ``123_4``).
+        preparation: the preparation jobs' ids (one per dataset, backbone, checkpoint).
+    """
+
+    store: Path
+    cells: list[SweepCell]
+    skipped: int = 0
+    jobs: dict[str, list[str]] = field(default_factory=dict)
+    preparation: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, store: ResultStore, cells: Sequence[SweepCell], jobs: Sequence[Any], skipped: int) -> "Submission":
+        """From :func:`submit`'s jobs (each with ``.cells`` and ``.after``)."""
+        prep = sorted({str(i) for j in jobs for i in getattr(j, "after", [])})
+        return cls(store=store.root, cells=list(cells), skipped=int(skipped),
+                   jobs={str(j.job_id): [c.key for c in j.cells] for j in jobs}, preparation=prep)
+
+    @property
+    def job_ids(self) -> list[str]:
+        """The cell jobs' ids, in submission order."""
+        return list(self.jobs)
+
+    def wait(self, *, poll_s: float = 10.0, progress: bool = True, timeout_s: float | None = None):
+        """:func:`wait` on the store: the status table once nothing of it is queued."""
+        return wait(ResultStore(self.store), poll_s=poll_s, progress=progress, timeout_s=timeout_s)
+
+    def __str__(self) -> str:
+        arrays = _array_ids([_Id(j) for j in self.jobs])
+        return (f"submitted {len(self.cells)} cells ({self.skipped} already done) to {self.store}: "
+                f"{len(self.jobs)} cell jobs in arrays {', '.join(arrays) or '-'} after "
+                f"{len(self.preparation)} preparation jobs {', '.join(self.preparation) or '-'}")
+
+
+@dataclass
+class _Id:
+    job_id: str
 
 
 def find_sbatch() -> str | None:
@@ -134,7 +181,8 @@ def _array_ids(jobs: Sequence[Any]) -> list[str]:
 def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
            params: Mapping[str, Any], cells_per_job: int = 8, max_array: int | None = None) -> list[Any]:
     """Submit ``cells`` (see the module docstring); returns the cell jobs (submitit ``Job``s,
-    one per chunk, each with ``.cells``).
+    one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it
+    waits for).
 
     The cell function and the submission settings are kept in the store (``submitit/runner.pkl``,
     ``submission.json``) for :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to
@@ -170,6 +218,7 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
             batch = [ex.submit(run_chunk, chunks[i], cell_fn, str(store.root)) for i in idx]
         for i, j in zip(idx, batch):
             j.cells = chunks[i]
+            j.after = [str(p.job_id) for p in prep_jobs]  # the dependency names every preparation job
         jobs += batch
     store.record_jobs({c.key: str(j.job_id) for j in jobs for c in j.cells})
     return jobs

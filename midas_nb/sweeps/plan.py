@@ -1,0 +1,136 @@
+"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``).
+
+:func:`plan_text` lays named grids of cells out as :func:`midas_nb.sweeps.slurm.submit` would:
+one preparation job per (dataset, backbone, checkpoint), cell jobs of ``cells_per_job`` cells,
+arrays under ``MaxArraySize``; and projects GPU-hours from a per-cell cost: the mean
+``duration_s`` of the timed cells in the store where it has some (every record carries its
+start, finish and duration), else a cost table that ``bench/gpu_check.py`` wrote
+(:func:`load_cost_table`), else none (the projection then says so). Part of the generic sweep
+engine: imports no domain module.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import config
+from .cells import SweepCell
+from .slurm import chunk_arrays, plan_jobs
+from .store import ResultStore
+
+__all__ = ["default_cost_path", "load_cost_table", "store_costs", "plan_text"]
+
+
+def default_cost_path() -> Path:
+    """Where ``bench/gpu_check.py`` writes its cost table: ``runs/bench/cell_cost.json``."""
+    return config.runs_dir() / "bench" / "cell_cost.json"
+
+
+def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
+    """The cost table (``device``, ``note``, ``cell_s`` and ``finetune_s`` as
+    ``{backbone: {dataset: seconds}}``), or ``None`` where there is no file.
+
+    Raises:
+        ValueError: the file is not such a table.
+    """
+    p = Path(path) if path is not None else default_cost_path()
+    if not p.is_file():
+        return None
+    try:
+        table = json.loads(p.read_text(encoding="utf-8"))
+        ok = isinstance(table, dict) and all(isinstance(table.get(k), dict) for k in ("cell_s", "finetune_s"))
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{p} is not a cost table (expected JSON with cell_s and finetune_s per backbone and "
+                         "dataset, as bench/gpu_check.py writes)")
+    return table
+
+
+def store_costs(store: ResultStore) -> dict[tuple[str, str], list[float]]:
+    """``{(backbone, dataset): [duration_s of each done cell]}`` from the store's records."""
+    records, _ = store.scan()
+    out: dict[tuple[str, str], list[float]] = {}
+    for rec in records.values():
+        if rec.get("status") == "done" and isinstance(rec.get("duration_s"), (int, float)):
+            cell = rec.get("cell") or {}
+            out.setdefault((str(cell.get("backbone")), str(cell.get("dataset"))), []).append(float(rec["duration_s"]))
+    return out
+
+
+def _cell_cost(cell: SweepCell, timed: Mapping[tuple[str, str], list[float]],
+               table: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """Seconds for one cell and where the number comes from."""
+    same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone for s in v]
+    if same:
+        return sum(same) / len(same), "store"
+    per = (table or {}).get("cell_s", {}).get(cell.backbone, {})
+    value = per.get(cell.dataset.split(" ")[0], per.get("*"))
+    return (float(value), "table") if value is not None else (None, "none")
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h"
+
+
+def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
+              max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
+              gpus: Sequence[int] = (8, 32)) -> str:
+    """The plan of ``sweeps`` (``{name: cells}``, e.g. ``{"04 regime": [...]}``) as text: cells per
+    sweep (new ones, done ones), preparation jobs, cell jobs and arrays, the projected GPU-hours
+    (cells + preparation fine-tunes) and the wall time on each number of ``gpus``.
+
+    Raises:
+        ValueError: ``cells_per_job`` or ``max_array`` below 1.
+    """
+    done = set()
+    timed: dict[tuple[str, str], list[float]] = {}
+    if store is not None and (store.root / "cells").is_dir():
+        done = {k for k, r in store.scan()[0].items() if r.get("status") == "done"}
+        timed = store_costs(store)
+    lines, seen, todo = [], set(), []
+    for name, cells in sweeps.items():
+        new = [c for c in cells if c.key not in seen]
+        seen.update(c.key for c in new)
+        todo += [c for c in new if c.key not in done]
+        groups = sorted({f"{c.dataset}/{c.backbone.split('_patch')[0]}" for c in cells})
+        lines.append(f"  {name:<14} {len(cells):>6,} cells, {len(cells) - len(new):>6,} shared with a line above, "
+                     f"{sum(c.key in done for c in cells):>5,} done  ({len(groups)} dataset/backbone: "
+                     f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
+    prepare, chunks = plan_jobs(todo, cells_per_job)
+    arrays = chunk_arrays(len(chunks), max_array)
+    out = [f"cells per notebook sweep (store {store.root if store is not None else '-'}):", *lines,
+           f"  {'all':<14} {len(seen):>6,} distinct cells, {len(seen) - len(todo):,} done, {len(todo):,} to run",
+           f"preparation jobs: {len(prepare)} (one per dataset, backbone, checkpoint: fine-tune once, hash the data)",
+           f"cell jobs: {len(chunks):,} of <= {cells_per_job} cells, in {len(arrays)} array(s) of <= {max_array} tasks "
+           f"(MaxArraySize {max_array}, {max_array_source}): " + ", ".join(str(len(a)) for a in arrays)]
+    costs = [_cell_cost(c, timed, cost_table) for c in todo]
+    known = [s for s, _ in costs if s is not None]
+    sources = sorted({src for _, src in costs})
+    if not todo:
+        out.append("projection: nothing to run")
+        return "\n".join(out)
+    if len(known) < len(todo):
+        out.append(f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed cell of "
+                   f"their backbone in the store, no cost table at {default_cost_path()}); run "
+                   "bench/gpu_check.py --device cuda on a GPU node to measure one")
+        return "\n".join(out)
+    ft = (cost_table or {}).get("finetune_s", {})
+    prep_s = [float(ft.get(c.backbone, {}).get(c.dataset.split(" ")[0], 0.0)) for c in prepare]
+    cell_s = sum(known)
+    src = {"store": f"mean of {sum(len(v) for v in timed.values())} timed cells in the store",
+           "table": f"cost table measured on {(cost_table or {}).get('device', '?')}"}
+    out.append(f"cost per cell: {cell_s / len(known) / 60:.1f} min on average ({'; '.join(src[s] for s in sources)})"
+               + (f"; {(cost_table or {}).get('note')}" if "table" in sources and (cost_table or {}).get("note") else ""))
+    cpu = "table" in sources and str((cost_table or {}).get("device", "")).startswith("cpu")
+    unit = "CPU-hours (the cost table was measured on a CPU: no GPU projection)" if cpu else "GPU-hours"
+    out.append(f"projected: {(cell_s + sum(prep_s)) / 3600:,.1f} {unit} = cells {_hours(cell_s)} + preparation "
+               f"fine-tunes {_hours(sum(prep_s))}" + ("" if any(prep_s) else " (fine-tune cost unknown: 0 counted)"))
+    per_job = cell_s / len(chunks)
+    for g in gpus:
+        wall = max(prep_s or [0.0]) + math.ceil(len(chunks) / g) * per_job
+        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest preparation job, then "
+                   f"{math.ceil(len(chunks) / g)} rounds of cell jobs)")
+    return "\n".join(out)

@@ -1,0 +1,236 @@
+"""Submitting a sweep without waiting, from a machine without the jobs' GPU (issue 30, cases 1 and 4),
+and the ``midas-nb sweep submit | plan`` commands. A fake submitit executor records what would
+reach Slurm, so nothing here needs a cluster (``tests/test_slurm.py`` has the real one)."""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import cloudpickle
+import pytest
+import torch
+
+from midas_nb import config
+
+
+class FakeJob:
+    def __init__(self, job_id: str, fn, args) -> None:
+        self.job_id, self.fn, self.args = job_id, fn, args
+
+    def exception(self):
+        return None
+
+
+class FakeExecutor:
+    """Stands for submitit's ``AutoExecutor`` on Slurm: records every submission, runs nothing."""
+
+    def __init__(self) -> None:
+        self.jobs: list[FakeJob] = []
+        self.params: dict = {}
+        self.arrays = 0
+        self.task = 0
+
+    def update_parameters(self, **kw) -> None:
+        self.params.update(kw)
+
+    @contextlib.contextmanager
+    def batch(self):
+        self.arrays += 1
+        self.task = 0
+        yield
+
+    def submit(self, fn, *args) -> FakeJob:
+        job = FakeJob(f"{100 + self.arrays}_{self.task}", fn, args)
+        self.task += 1
+        self.jobs.append(job)
+        return job
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch, tmp_path):
+    ex = FakeExecutor()
+
+    def executor(folder, cluster, params):
+        ex.update_parameters(**params)
+        return ex, "slurm"
+
+    monkeypatch.setattr("midas_nb.sweeps.slurm.slurm_executor", executor)
+    monkeypatch.setattr("midas_nb.sweeps.slurm.max_array_size", lambda default=1001: 3)
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    return ex
+
+
+def _no_cuda_here():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the login-node case needs one without")
+
+
+def test_study_sweep_wait_false_returns_the_submission(fake_slurm):
+    from midas_nb import Study
+    from midas_nb.study import make_grid
+    from midas_nb.sweeps import ResultStore, Submission
+
+    study = Study("smoke", progress=False)
+    sub = study.sweep("regime", executor="slurm", wait=False, partition="gpu", cells_per_job=2)
+    assert isinstance(sub, Submission)
+    grid = make_grid(study.params, "regime")
+    assert [c.key for c in sub.cells] == [c.key for c in grid] and sub.skipped == 0
+    cell_jobs = [j for j in fake_slurm.jobs if j.fn.__name__ == "run_chunk"]
+    assert sub.job_ids == [j.job_id for j in cell_jobs]                        # what reached the scheduler
+    assert sorted(k for ks in sub.jobs.values() for k in ks) == sorted(c.key for c in grid)
+    assert all(len(ks) <= 2 for ks in sub.jobs.values())                       # cells_per_job
+    assert sub.preparation == [j.job_id for j in fake_slurm.jobs if j.fn.__name__ == "prepare_group"]
+    assert fake_slurm.params["slurm_partition"] == "gpu" and "wait" not in fake_slurm.params
+    assert ResultStore(sub.store).jobs() == {k: j for j, ks in sub.jobs.items() for k in ks}
+    assert all(ResultStore(sub.store).read(c.key) is None for c in grid)       # nothing computed here
+    assert "submitted" in str(sub) and sub.job_ids[0].split("_")[0] in str(sub)
+
+
+def test_wait_false_needs_slurm():
+    from midas_nb import Study
+
+    study = Study("smoke", progress=False)
+    with pytest.raises(ValueError, match="executor='slurm'"):
+        study.sweep(executor="local", wait=False)
+
+
+def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
+    """Case 4: the profile asks for cuda, the login node has none and follows the advice
+    (device='cpu'); the jobs still get 'cuda', keyed with the GPU's numerics."""
+    _no_cuda_here()
+    from midas_nb import Study
+    from midas_nb.backbones import checkpoint_key
+
+    monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")
+    with pytest.raises(config.ProfileError, match="no CUDA device"):
+        Study("smoke", progress=False)
+    study = Study("smoke", device="cpu", progress=False)          # the advice
+    sub = study.sweep("regime", executor="slurm", wait=False)
+    runner = cloudpickle.loads((sub.store / "submitit" / "runner.pkl").read_bytes())
+    assert runner.profile["device"] == "cuda" and runner.device is None
+    sent = [j.args[1] for j in fake_slurm.jobs]                   # (cells, cell_fn, root) / (cell, cell_fn)
+    assert sent and all(fn.profile["device"] == "cuda" for fn in sent)
+    # the cells name the checkpoint the GPU node trains (bfloat16 autocast), not this CPU's
+    want = checkpoint_key(study.params["backbone"], study.train_set, study.test_set,
+                          **dict(study._finetune_args(), device="cuda"))[0]
+    assert {c.checkpoint_id for c in sub.cells} == {want} != {study.checkpoint_id}
+    # the local executor still refuses cuda here, before anything runs
+    with pytest.raises(config.ProfileError, match="no CUDA device"):
+        study.sweep("regime", executor="local", device="cuda")
+
+
+def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):
+    _no_cuda_here()
+    from midas_nb.backbones import _training_numerics
+
+    here = _training_numerics("cuda", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert _training_numerics("cuda", None) == here and here["precision"] == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert _training_numerics("cuda", None)["precision"] == "float16"    # such a node refuses the cells
+
+
+def test_worker_without_the_gpu_fails_with_its_host(monkeypatch):
+    _no_cuda_here()
+    from midas_nb.study import ProtocolCellRunner
+    from midas_nb.sweeps import SweepCell
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    runner = ProtocolCellRunner(config.get_profile("smoke", device="cuda"))
+    cell = SweepCell("synthetic", "vit_smoke", 1, 0.25, "reference", 0)
+    with pytest.raises(RuntimeError, match=r"Slurm job 4242\) cannot run the sweep's device 'cuda'.*--gpus"):
+        runner(cell)
+
+
+def _plan(capsys, *extra) -> str:
+    from midas_nb import cli
+
+    assert cli.main(["sweep", "plan", "--profile", "paper", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsys, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    out = _plan(capsys, "--max-array-size", "100")
+    # 3 datasets x 3 backbones x 16 (L, b) x (6 trained conditions x 3 seeds + the reference)
+    assert re.search(r"04 regime\s+2,736 cells", out) and re.search(r"05 scale\s+171 cells,\s+171 shared", out)
+    for name in ("02 protocol", "02 soft", "02 random", "05 backbones", "06 related"):
+        assert name in out
+    distinct = int(re.search(r"all\s+([\d,]+) distinct cells", out).group(1).replace(",", ""))
+    assert distinct == 2736 + 3 + 3 + 15          # soft, random, and related's other systems (cropr, ...)
+    assert "preparation jobs: 9 " in out
+    jobs = int(re.search(r"cell jobs: ([\d,]+) of <= 8", out).group(1).replace(",", ""))
+    assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
+                     + str(jobs - 300), out)
+    assert "no cost for" in out and "bench/gpu_check.py" in out          # no store timings, no table
+    # with a cost table: GPU-hours = cells x cost + fine-tunes, wall time on 8 and 32 GPUs
+    table = dict(device="test GPU", note="", cell_s={b: {"*": 360.0} for b in config.PROFILES["paper"]["scale_backbones"]},
+                 finetune_s={b: {d: 3600.0 for d in ("cub", "aircraft", "cars")}
+                             for b in config.PROFILES["paper"]["scale_backbones"]})
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    (tmp_path / "runs" / "bench" / "cell_cost.json").write_text(json.dumps(table))
+    out = _plan(capsys, "--sweep", "regime")
+    assert f"projected: {2736 * 0.1 + 9:,.1f} GPU-hours = cells {273.6:,.1f} h + preparation fine-tunes 9.0 h" in out
+    assert "cost table measured on test GPU" in out
+    rounds8 = -(-342 // 8)
+    assert f"wall time on 8 GPUs: ~{(3600 + rounds8 * 2736 * 360 / 342) / 3600:,.1f} h" in out
+    assert "wall time on 32 GPUs" in out
+    table["device"] = "cpu"                                  # a CPU table is never read as GPU-hours
+    (tmp_path / "runs" / "bench" / "cell_cost.json").write_text(json.dumps(table))
+    assert "CPU-hours (the cost table was measured on a CPU" in _plan(capsys, "--sweep", "scale")
+
+
+def test_plan_prefers_the_stores_timed_cells(capsys, monkeypatch, tmp_path):
+    from midas_nb.study.cluster import profile_sweeps
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    cells = profile_sweeps("paper", ["scale"], planned=True)["05 scale"]
+    store = ResultStore(tmp_path / "runs" / "sweeps" / "paper")
+    one_each = list({c.backbone: c for c in cells}.values())             # a timed cell of each backbone
+    for c in one_each:
+        store.record_done(c, [dict(metric="x", value=1.0)], started=__import__("time").time() - 720)
+    out = _plan(capsys, "--sweep", "scale")
+    assert "168 to run" in out and "mean of 3 timed cells in the store" in out
+    assert "cost per cell: 12.0 min" in out
+
+
+def test_plan_and_submit_refuse_bad_input(capsys):
+    from midas_nb import cli
+
+    assert cli.main(["sweep", "plan", "--profile", "paper", "--sweep", "regime,bogus"]) == 2
+    assert "unknown sweep(s) ['bogus']" in capsys.readouterr().err
+    assert cli.main(["sweep", "plan", "--profile", "paper", "--cells-per-job", "0"]) == 2
+    assert "cells_per_job must be >= 1" in capsys.readouterr().err
+
+
+def test_submit_through_the_cli_returns_after_submission(fake_slurm, capsys, monkeypatch):
+    from midas_nb import cli
+    from midas_nb.study import make_grid
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")      # the profile's GPU, absent here
+    rc = cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "regime", "--partition", "gpu", "--gpus", "1",
+                   "--time", "30", "--cells-per-job", "1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    grid = make_grid(config.get_profile("smoke"), "regime")
+    assert re.search(rf"submitted {len(grid)} cells \(0 already done\)", out.out) and "midas-nb sweep wait smoke" in out.out
+    assert fake_slurm.params["slurm_partition"] == "gpu" and fake_slurm.params["gpus_per_node"] == 1
+    assert fake_slurm.params["timeout_min"] == 30
+    store = ResultStore(config.runs_dir() / "sweeps" / "smoke")
+    assert len(store.jobs()) == len(grid) and not store.scan()[0]        # submitted, nothing computed
+    assert all(j.args[1].profile["device"] == "cuda" for j in fake_slurm.jobs)
+
+
+def test_submit_local_runs_and_refuses_cuda_without_cuda(capsys, monkeypatch, tmp_path):
+    _no_cuda_here()
+    from midas_nb import cli
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--executor", "local", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "sweeps" / "smoke").exists()           # refused before anything
