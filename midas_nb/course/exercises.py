@@ -6,7 +6,10 @@ questions answered with an option letter (:class:`Choice`): the options are fixe
 the science, and which of them is true is computed from this run's objects, so the right letter can
 differ from run to run. An exercise whose question needs something a run may lack (several
 backbones, two budgets) has an ``applies`` test: where it fails, the notebook shows a note instead
-of the prompt (:func:`show_exercise`) and the checker says why it cannot be checked."""
+of the prompt (:func:`show_exercise`) and the checker says why it cannot be checked.
+
+Size: one registry holding every notebook's exercises with their checkers, kept together so a
+notebook's questions and answers are read in one place."""
 from __future__ import annotations
 
 import math

@@ -147,7 +147,8 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
         return targets
     from ..protocol import condition_target  # the target a condition distils (random_map → random)
 
-    swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()}
+    swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()
+             if c != "reference"}                                # the reference reads attention, no map
     return [t for t in targets if t in swept]
 
 
