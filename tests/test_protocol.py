@@ -187,8 +187,7 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
               epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path,
               throughput_repeats=1, throughput_batch=2)
     a = run_protocol(train, test, model, budget=0.25, conditions=["reference", "T1"], **kw)
-    # every kind that can be built at this width (IA-RED²'s 6 heads do not divide the tiny ViT's 32)
-    assert calls == [sorted(["full", "reference", "random", "mlp", "cropr"])]
+    assert calls == [sorted(["full", "reference", "random", "mlp", "cropr", "iared"])]
     b = run_protocol(train, test, model, budget=0.25, conditions=["T5"], **kw)
     assert len(calls) == 1
     assert b["throughput"].iloc[0] == a.loc[a["condition"] == "T1", "throughput"].iloc[0]

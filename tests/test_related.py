@@ -629,3 +629,11 @@ def test_related_methods_run_on_cuda(tmp_path):
     ft = last_finetune(model, train, epochs=1, batch_size=8, device=dev, progress=False)
     table = pib_table({"backbone": model, "LaSt": ft}, test, device=dev, progress=False, n_boot=20)
     assert table.pib.between(0, 1).all()
+
+
+def test_iared_condition_picks_heads_that_divide_the_width():
+    from midas_nb.related.iared import default_heads
+    from midas_nb.scorers import build_scorer
+    assert (default_heads(384), default_heads(32), default_heads(33)) == (6, 2, 1)
+    assert build_scorer("iared", 32, num_classes=4).num_heads == 2      # a narrow rehearsal backbone
+    assert build_scorer("iared", 192, num_classes=4).num_heads == 6     # DeiT-Ti: the released 6

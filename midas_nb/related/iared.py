@@ -233,9 +233,19 @@ class IARedScorer(TokenScorer):
                     threshold_accuracy_lo=lo, threshold_accuracy_hi=hi, threshold=self.threshold)
 
 
+#: heads of ``PerBlockAgent``'s own default (used where the released 6 do not divide the width)
+CLASS_DEFAULT_HEADS = 2
+
+
+def default_heads(dim: int) -> int:
+    """The released model's 6 heads where they divide ``dim``, else ``PerBlockAgent``'s class
+    default 2 (a narrow rehearsal or smoke backbone), else 1."""
+    return DEFAULT_HEADS if dim % DEFAULT_HEADS == 0 else CLASS_DEFAULT_HEADS if dim % CLASS_DEFAULT_HEADS == 0 else 1
+
+
 @register_scorer("iared", condition=True)
-def _iared(dim: int, num_classes: int | None = None, num_heads: int = DEFAULT_HEADS, qkv_bias: bool = True,
+def _iared(dim: int, num_classes: int | None = None, num_heads: int | None = None, qkv_bias: bool = True,
            penalty: float = 1.0, exponent: float = 2.0, threshold: float = 0.5,
            seed: int | None = None) -> TokenScorer:
-    return IARedScorer(dim, num_heads=num_heads, qkv_bias=qkv_bias, penalty=penalty, exponent=exponent,
-                       threshold=threshold, seed=seed)
+    return IARedScorer(dim, num_heads=default_heads(dim) if num_heads is None else num_heads, qkv_bias=qkv_bias,
+                       penalty=penalty, exponent=exponent, threshold=threshold, seed=seed)
