@@ -152,8 +152,9 @@ def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
     inside = D[D["in_band"]].sort_values(["D_pp", "idauc"], kind="stable")
     assert advice.loc["coverage-first", "condition"] == inside.iloc[-1]["condition"]
     assert advice.loc["coverage-first", "D_pp"] == pytest.approx(inside.iloc[-1]["D_pp"])
-    # the faithfulness-first pick has the highest mean IDAUC (up to the 0.001 tie tolerance)
-    best = table.groupby("condition")["idauc"].mean()
+    # the faithfulness-first pick has the highest mean IDAUC (up to the 0.001 tie tolerance) among the
+    # deployable conditions (the random ranking and the random_map control are never advised)
+    best = table[~table["condition"].isin(["random", "random_map"])].groupby("condition")["idauc"].mean()
     assert best[advice.loc["faithfulness-first", "condition"]] >= best.max() - 1e-3
     assert (tmp_path / "07_deployment_guide_explorer.png").stat().st_size > 10_000
     executed = nbformat.read(str(out_nb), as_version=4)
