@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import decoupling_D
+from ..metrics import bootstrap_ci, decoupling_D
 
 __all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "CELL_COLUMNS",
            "BASELINE_CONDITIONS"]
@@ -88,16 +88,14 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
 
 def _paired_diff(a: Mapping[str, float], b: Mapping[str, float], n_boot: int, alpha: float,
                  rng: np.random.Generator) -> tuple[float, float, float, int]:
-    """Mean of ``a_i − b_i`` over the shared images with a percentile-bootstrap interval:
-    ``(mean, lo, hi, n_images)``; NaNs when no image is shared."""
+    """Mean of ``a_i − b_i`` over the shared images with a percentile-bootstrap interval
+    (:func:`midas_nb.stats.bootstrap_ci`, seeded from ``rng``): ``(mean, lo, hi, n_images)``;
+    NaNs when no image is shared."""
     ids = sorted(set(a) & set(b))
     if not ids:
         return math.nan, math.nan, math.nan, 0
-    d = np.array([a[i] - b[i] for i in ids])
-    idx = rng.integers(0, d.size, size=(n_boot, d.size))
-    boot = d[idx].mean(axis=1)
-    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return float(d.mean()), float(lo), float(hi), len(ids)
+    m, lo, hi = _ci_of([a[i] - b[i] for i in ids], n_boot, alpha, rng)
+    return m, lo, hi, len(ids)
 
 
 def _sign(lo: float, hi: float) -> str:
@@ -344,12 +342,9 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
-    if not v.size:
-        return math.nan, math.nan, math.nan
-    boot = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
-    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-    return float(v.mean()), float(lo), float(hi)
+    """:func:`midas_nb.stats.bootstrap_ci` of ``values`` with a seed drawn from ``rng``."""
+    return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha,
+                        seed=int(rng.integers(2 ** 32)))
 
 
 def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: str = CONTROL_CONDITION,
