@@ -9,6 +9,9 @@ Subcommands::
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
     midas-nb export-html [--profile P]  # static HTML edition of a run's executed notebooks
     midas-nb report [--profile P] [--output DIR] [--readme README.md]   # REPORT.md + CSV tables
+
+Size: each command's execution stays beside its argument handling until the package is split by
+concept (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
@@ -129,6 +133,9 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         elif weights:
             spec.weights = dict(weights)
     fold_structured_params(spec)
+    datasets = run_datasets(spec)
+    if len(datasets) > 1:
+        return _run_each_dataset(spec, datasets, progress=progress, problems=problems)
     selection: list[str] = []
     try:
         paths = notebook_paths(spec.notebooks)
@@ -180,6 +187,56 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     print(f"  results tables:     {config.runs_dir() / 'tables'}")
     print(f"  figures:            {config.figures_dir()}")
     _print_paper_table(spec, paths)
+    return out_dir
+
+
+def run_datasets(spec: RunSpec) -> list[str | None]:
+    """The datasets a run executes the notebooks on, one after another.
+
+    ``spec.dataset`` when given; else, when the profile has no ``datasets`` grid of its own and
+    ``data_roots`` names several datasets, each of them in the order CUB, Aircraft, Cars (the
+    paper's table); else ``[None]`` (the profile's own dataset).
+    """
+    roots = spec.data_roots if isinstance(spec.data_roots, dict) else {}
+    named = [d for d in config.DATA_ROOT_DATASETS if d in roots]
+    if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
+            or "datasets" in spec.params:
+        return [None]
+    return list(named)
+
+
+def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
+    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/``, every run checked
+    before the first kernel starts; then the report over the datasets (``<output>/report``)
+    and the paper-shaped table with the computed findings, one block per dataset."""
+    import papermill as pm
+
+    from .report import make_report
+    from .runspec import PreflightError, preflight
+
+    out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
+    subs = [replace(spec, dataset=d, output=str(out_dir / d)) for d in datasets]
+    try:
+        paths = notebook_paths(spec.notebooks)
+    except ValueError as e:
+        raise PreflightError([*problems, f"--notebooks: {e}"]) from None
+    accepted = set().union(*(set(pm.inspect_notebook(str(nb))) for nb in paths))
+    found = list(problems) + _source_output_problem(spec.output)
+    for sub in subs:
+        found += [f"{sub.dataset}: {p}" for p in preflight(sub, paths, accepted)]
+    if found:
+        raise PreflightError(list(dict.fromkeys(found)))
+    t_all = time.time()
+    for i, sub in enumerate(subs, 1):
+        print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
+        run_notebooks(spec=sub, progress=progress)
+    print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
+    prof = spec.settings()
+    overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
+    report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True)
+    print(f"  report over {', '.join(datasets)}: {report}")
+    from .report.markdown import datasets_summary
+    print("\n" + datasets_summary(report.parent))
     return out_dir
 
 

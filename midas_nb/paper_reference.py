@@ -41,8 +41,12 @@ PAPER_FINDINGS: dict[str, str] = {
     "t5_gain_in_band": "T5 raises part coverage over the reference (D > 0) inside the parity band",
     "t1_below_reference": "T1 lies below the reference (D < 0)",
     "cosine_small": "hidden-gradient and attention-gradient rankings are nearly unrelated (cosine ≤ 0.082)",
-    "fades_deep_loose": "the decoupling is strongest at L ∈ {3, 6}, b ≤ 25 % and fades or reverses at "
-                        "L ∈ {9, 11}, b ≥ 50 %",
+    # the paper's regime finding ("strongest at L ∈ {3, 6}, b ≤ 25 %, fades or reverses at L ∈ {9, 11},
+    # b ≥ 50 %") judged on each axis alone, the other axis held at the paper's point
+    "fades_deep": "the decoupling fades or reverses with depth: D(T5) at L ∈ {9, 11} below D(T5) at "
+                  "L ∈ {3, 6} (b = 25 %)",
+    "fades_loose": "the decoupling fades or reverses with the budget: D(T5) at b ≥ 50 % below D(T5) at "
+                   "b ≤ 25 % (L = 6)",
     "scale": "the decoupling reproduces on DeiT-Ti and reverses on AugReg ViT-B",
 }
 

@@ -82,12 +82,12 @@ def test_cars_splits_decode_and_test_boxes():
 # ------------------------------------------------------------------------------------------------
 def test_aircraft_levels_agree_between_config_and_reader():
     assert config.AIRCRAFT_LEVELS == AIRCRAFT_LEVELS
-    assert config.get_profile("quick")["aircraft_level"] == "manufacturer"
+    assert config.get_profile("quick")["aircraft_level"] == "variant"
     assert config.get_profile("paper")["aircraft_level"] == "variant"        # the paper's level
     assert config.get_profile("smoke")["aircraft_level"] == "variant"
     bad = config.check_profile(config.get_profile("quick", aircraft_level="model"), device=False)
     assert bad == ["aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model' (str)"]
-    prof = config.get_profile("quick", data_roots={"aircraft": "/d/air"})
+    prof = config.get_profile("quick", data_roots={"aircraft": "/d/air"}, aircraft_level="manufacturer")
     assert config.dataset_label(prof, "aircraft") == "aircraft (manufacturer)"
     assert config.dataset_label(dict(prof, aircraft_level="variant"), "aircraft") == "aircraft"
     assert config.dataset_of_label("aircraft (family)") == "aircraft"
@@ -120,7 +120,8 @@ def test_aircraft_level_reaches_the_dataset_through_the_study_and_its_cells():
     from midas_nb.study import StudyBase, cached_study, make_grid
 
     roots = {"aircraft": str(AIR)}
-    st = StudyBase("quick", dataset="aircraft", data_roots=roots, progress=False)
+    st = StudyBase("quick", dataset="aircraft", data_roots=roots, aircraft_level="manufacturer", progress=False)
+    assert StudyBase("quick", dataset="aircraft", data_roots=roots, progress=False).dataset_name == "aircraft"
     assert st.dataset_name == "aircraft (manufacturer)"
     assert st.train_set.annotation_level == st.test_set.annotation_level == "manufacturer"
     assert (st.train_set.num_classes_present, st.test_set.chance_accuracy) == (30, pytest.approx(1 / 30))
@@ -133,7 +134,7 @@ def test_aircraft_level_reaches_the_dataset_through_the_study_and_its_cells():
     ceiling = st.iou_ceiling([0.25])
     assert ceiling["n_images"].tolist() == [95] and ceiling["coverage_kind"].tolist() == ["box coverage"]
     # sweep cells carry the label; a worker maps it back to the dataset at the same level
-    prof = config.get_profile("quick", dataset="aircraft", data_roots=roots)
+    prof = config.get_profile("quick", dataset="aircraft", data_roots=roots, aircraft_level="manufacturer")
     bb = prof["backbone"]
     cells = make_grid(prof, "scale", backbones=[bb], checkpoint_ids={("aircraft", bb): "c"},
                       data_ids={("aircraft", bb): "d"})

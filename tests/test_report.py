@@ -62,7 +62,7 @@ def test_findings_hold_where_the_rows_say_so():
     holds, ev = _holds(f, "t1_below_reference")
     assert holds is True and "D(T1) = -5.05" in ev
     assert _holds(f, "cosine_small")[0] == "undefined"                        # no probes given
-    assert _holds(f, "fades_deep_loose")[0] == "undefined"                    # one point only
+    assert _holds(f, "fades_deep")[0] == _holds(f, "fades_loose")[0] == "undefined"   # one point only
     holds, ev = _holds(f, "scale", "bb")
     assert holds == "undefined" and "DeiT-Ti" in ev
     assert set(f["depth"]) == {6} and set(f["budget"]) == {0.25}
@@ -108,9 +108,26 @@ def test_regime_finding(strong, weak, expected):
         rows += _point(L, b, d_t5=(strong, strong + 0.002))
     for L, b in ((9, 0.25), (6, 0.50)):
         rows += _point(L, b, d_t5=(weak, weak + 0.002))
-    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep_loose")
+    f = report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25)
+    holds, ev = _holds(f, "fades_deep")
     assert holds is expected
-    assert "over 3 cells with L ≤ 6, b ≤ 25%" in ev and "over 2 deeper or looser cells" in ev
+    assert ev.startswith("at b = 25%: mean D(T5)") and "over 2 cells with L ≤ 6" in ev and "over 1 cell with L > 6" in ev
+    holds, ev = _holds(f, "fades_loose")
+    assert holds is expected
+    assert ev.startswith("at L = 6: mean D(T5)") and "over 2 cells with b ≤ 25%" in ev and "1 cell with b > 25%" in ev
+
+
+def test_regime_finding_judges_each_axis_on_its_own():
+    """A deep cell with the largest D and a loose cell with a small one: depth does not fade,
+    the budget does; an average over both would hide either."""
+    rows = _point(6, 0.25, d_t5=(0.05, 0.052)) + _point(3, 0.25, d_t5=(0.05, 0.052))
+    rows += _point(9, 0.25, d_t5=(0.08, 0.082)) + _point(6, 0.50, d_t5=(0.01, 0.012))
+    f = report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25)
+    assert _holds(f, "fades_deep")[0] is False
+    assert _holds(f, "fades_loose")[0] is True
+    # one side of one axis missing: that axis alone is undefined
+    f = report.paper_findings(pd.DataFrame(_point(6, 0.25) + _point(6, 0.50, d_t5=(0.01, 0.012))), depth=6, budget=0.25)
+    assert _holds(f, "fades_deep")[0] == "undefined" and _holds(f, "fades_loose")[0] is True
 
 
 def test_scale_finding_needs_deit_tiny_and_vit_base():
@@ -146,8 +163,8 @@ def test_scale_finding_matches_the_paper_backbones_by_exact_name():
 def test_findings_paragraph_is_computed_from_the_table():
     f = report.paper_findings(pd.DataFrame(_point(d_t1=(0.05, 0.051))))
     text = report.findings_paragraph(f, "cub", "bb")
-    assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 5 findings holds, 1 does not, "
-                           "0 are not resolved and 3 are undefined on this run.")
+    assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 6 findings holds, 1 does not, "
+                           "0 are not resolved and 4 are undefined on this run.")
     assert "This holds: " + PAPER_FINDINGS["t5_gain_in_band"] in text
     assert "This does not hold: " + PAPER_FINDINGS["t1_below_reference"] in text
 
@@ -224,7 +241,7 @@ def test_report_tables_and_markdown(store, tmp_path):
     assert rg.set_index(["condition", "depth"]).loc[("T5", 9), "D_pp"] == pytest.approx(2.05)
     assert tables["cosine_probes"]["depth"].tolist() == [6, 6]               # NaN depth = the study's
     f = tables["findings"].set_index("finding")["holds"]
-    assert f["t5_gain_in_band"] is True and f["cosine_small"] is True and f["fades_deep_loose"] is True
+    assert f["t5_gain_in_band"] is True and f["cosine_small"] is True and f["fades_deep"] is True
     prov = dict(zip(tables["provenance"]["setting"], tables["provenance"]["value"]))
     assert prov["failed cells left out"] == "1" and prov["rows of older checkpoints left out"] == "1"
     assert prov["weights digest"] == "wck-new" and prov["seeds"] == "0,1"
@@ -348,7 +365,7 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     assert rg.loc[("T1", 9), "missing"] == "1 of 2 cells missing" and rg.loc[("T1", 9), "n_seeds"] == 1
     assert rg.loc[("T5", 9), "status"] == "missing" and rg.loc[("T5", 9), "missing"] == "2 of 2 cells missing"
     assert rg.loc[("T5", 6), "missing"] == ""                                    # complete rows stay unmarked
-    fades = tables["findings"].set_index("finding").loc["fades_deep_loose", "evidence"]
+    fades = tables["findings"].set_index("finding").loc["fades_deep", "evidence"]
     assert fades.endswith(" — INCOMPLETE: 3 expected cells missing")
     md = path.read_text()
     assert "> **INCOMPLETE.** 3 cells the `smoke` profile expects have no result (regime grid)" in md
@@ -460,7 +477,7 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     # the same verdicts after the CSV round trip, and the sentence that names the change
     write_tables(tables, tmp_path)
     back = read_tables(tmp_path)["backbones"]
-    assert backbone_changes(back, "cub") == (["t1_below_reference"], ["cosine_small", "fades_deep_loose"])
+    assert backbone_changes(back, "cub") == (["t1_below_reference"], ["cosine_small", "fades_deep", "fades_loose"])
     md = backbones_section(back)
     assert ("Changed with the backbone (hybrid_lite0_vit → hybrid_lite0_deit, both verdicts decided): "
             + PAPER_FINDINGS["t1_below_reference"]) in md

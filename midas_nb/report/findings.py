@@ -159,30 +159,37 @@ def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
     return "not resolved", ev + f"; an interval crosses ±{bound}"
 
 
-def _regime_finding(d: pd.DataFrame, L0: int, b0: float) -> tuple[Holds, str]:
-    t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])]
+def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds, str]:
+    """D(T5) along one axis of the regime grid, the other held at the point ``(L0, b0)``: the cells
+    at ``axis ≤`` the point's value (near) against the cells beyond it (far)."""
+    other, v0, o0 = (("budget", L0, b0) if axis == "depth" else ("depth", b0, L0))
+    t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])
+           & np.isclose(d[other].astype(float), float(o0))]
     n_uninf = int((t5["status"] == "uninformative").sum())
     t5 = t5[t5["status"] != "uninformative"]        # D at a parity that says nothing: not counted
-    strong = t5[(t5["depth"] <= L0) & (t5["budget"] <= b0 + 1e-9)]
-    weak = t5[(t5["depth"] > L0) | (t5["budget"] > b0 + 1e-9)]
-    if strong.empty or weak.empty:
-        why = (f"the regime sweep needs T5 cells with L ≤ {L0}, b ≤ {b0:.0%} and beyond; "
-               f"have {len(strong)} and {len(weak)}")
+    near = t5[t5[axis].astype(float) <= float(v0) + 1e-9]
+    far = t5[t5[axis].astype(float) > float(v0) + 1e-9]
+    show = (lambda v: f"L ≤ {int(v)}") if axis == "depth" else (lambda v: f"b ≤ {float(v):.0%}")
+    beyond = f"L > {L0}" if axis == "depth" else f"b > {b0:.0%}"
+    fixed = f"b = {b0:.0%}" if axis == "depth" else f"L = {L0}"
+    if near.empty or far.empty:
+        why = (f"the regime sweep needs T5 cells at {fixed} with {show(v0)} and with {beyond}; "
+               f"have {len(near)} and {len(far)}")
         if n_uninf:
             return "uninformative", why + (f" after leaving out {_n(n_uninf, 'cell', 'cells')} whose reference is "
                                            "not above the random ranking (band uninformative)")
         return "undefined", why
-    ms, mw = float(strong["D_pp"].mean()), float(weak["D_pp"].mean())
-    ev = (f"mean D(T5) {ms:+.2f} pp over {_n(len(strong), 'cell', 'cells')} with L ≤ {L0}, b ≤ {b0:.0%} vs "
-          f"{mw:+.2f} pp over {_n(len(weak), 'deeper or looser cell', 'deeper or looser cells')}")
+    mn, mf = float(near["D_pp"].mean()), float(far["D_pp"].mean())
+    ev = (f"at {fixed}: mean D(T5) {mn:+.2f} pp over {_n(len(near), 'cell', 'cells')} with {show(v0)} vs "
+          f"{mf:+.2f} pp over {_n(len(far), 'cell', 'cells')} with {beyond}")
     if n_uninf:
         ev += f" ({_n(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
-    holds: Holds = bool(ms > mw)
-    lo_s, hi_w = strong["D_pp_lo"].mean(), weak["D_pp_hi"].mean()
-    hi_s, lo_w = strong["D_pp_hi"].mean(), weak["D_pp_lo"].mean()
-    if _is_num(lo_s) and _is_num(hi_w):
+    holds: Holds = bool(mn > mf)
+    lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
+    hi_n, lo_f = near["D_pp_hi"].mean(), far["D_pp_lo"].mean()
+    if _is_num(lo_n) and _is_num(hi_f):
         # conservative: the averaged intervals of the two groups must not overlap
-        if (holds and lo_s <= hi_w) or (not holds and hi_s >= lo_w):
+        if (holds and lo_n <= hi_f) or (not holds and hi_n >= lo_f):
             holds = "not resolved"
             ev += " (their averaged intervals overlap)"
     return holds, ev
@@ -237,10 +244,12 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
       ±0.082: ``True`` when every interval lies within, ``False`` when one lies entirely beyond,
       else ``"not resolved"`` (``probes``: :func:`load_probes` / notebook 03's table with
       ``dataset``, ``backbone``, ``depth``; ``"undefined"`` without it);
-    - ``fades_deep_loose`` — the mean D(T5) over the regime cells with ``L ≤ L0``, ``b ≤ b0``
-      exceeds the mean over the deeper or looser cells; ``"not resolved"`` when the two groups'
-      averaged intervals overlap; cells with an uninformative band are left out (``"uninformative"``
-      when that leaves one side empty; ``"undefined"`` without cells on both sides);
+    - ``fades_deep`` / ``fades_loose`` — each axis judged on its own (averaging a deep cell with a
+      loose-budget cell hides what either axis shows): at ``b = b0`` (resp. ``L = L0``), the mean
+      D(T5) over the regime cells with ``L ≤ L0`` (resp. ``b ≤ b0``) exceeds the mean over the
+      cells beyond; ``"not resolved"`` when the two groups' averaged intervals overlap; cells with an
+      uninformative band are left out (``"uninformative"`` when that leaves one side empty;
+      ``"undefined"`` without cells on both sides);
     - ``scale`` (one row per dataset, backbone = the backbones joined by ``+``) — D(T5) > 0 in
       band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B (``"uninformative"``
       where a verdict needs an uninformative band), the two matched
@@ -289,7 +298,8 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
         dr = _D(reg, cell, band, n_boot) if len(reg) else _empty_d()
-        out.append(_finding(ds, bb, "fades_deep_loose", *_regime_finding(dr, L0, b0), L0, b0))
+        for fid, axis in (("fades_deep", "depth"), ("fades_loose", "budget")):
+            out.append(_finding(ds, bb, fid, *_axis_finding(dr, axis, L0, b0), L0, b0))
     for ds, g in rows.groupby("dataset", sort=False):
         L0, b0 = _point(g, depth, budget)
         at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]

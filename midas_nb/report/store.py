@@ -139,10 +139,12 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
 def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[str] = ()) -> pd.DataFrame:
     """The cells each section of the report reads, from the profile alone (no data is read).
 
-    - ``three_conditions`` — the profile's dataset and backbone at ``(depth, budget)``, every
-      condition of ``conditions`` × ``seeds`` (what notebook 02's ``Study.protocol`` computes);
+    - ``three_conditions`` — the profile's dataset and every other dataset of
+      ``datasets_present`` (a run over several data roots runs the notebooks on each), the
+      profile's backbone at ``(depth, budget)``, every condition of ``conditions`` × ``seeds``
+      (what notebook 02's ``Study.protocol`` computes);
     - ``regime`` — :func:`midas_nb.study.make_grid` ``(profile, "regime")`` of the profile's
-      backbone (the backbone the regime table shows);
+      backbone (the backbone the regime table shows), on those datasets too;
     - ``scale`` — :func:`midas_nb.study.make_grid` ``(profile, "scale")``.
 
     The parameter-free reference is expected under the first seed only, as ``make_grid`` makes
@@ -163,8 +165,12 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
         except ValueError:                              # a root the report does not know
             return name
 
-    specs = (("three_conditions", "scale", [prof["dataset"]], [prof["backbone"]], list(prof["conditions"])),
-             ("regime", "regime", grid_spans(prof, "regime")[0], [prof["backbone"]], None),
+    # every dataset the store holds ran the profile's notebooks (a run over several data roots
+    # runs them once per dataset): its protocol table and regime grid are expected too
+    own = list(dict.fromkeys([prof["dataset"]] + [d for d in datasets_present if d != "synthetic"]))
+    regime = list(dict.fromkeys(grid_spans(prof, "regime")[0] + own[1:]))
+    specs = (("three_conditions", "scale", own, [prof["backbone"]], list(prof["conditions"])),
+             ("regime", "regime", regime, [prof["backbone"]], None),
              ("scale", "scale", *grid_spans(prof, "scale"), None))
     out = []
     for section, kind, names, backbones, conditions in specs:

@@ -153,7 +153,8 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
     """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
     dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
     sections = {"t5_gain_in_band": ("three_conditions", "regime"), "t1_below_reference": ("three_conditions", "regime"),
-                "fades_deep_loose": ("three_conditions", "regime"), "scale": ("scale",)}.get(finding)
+                "fades_deep": ("three_conditions", "regime"),
+                "fades_loose": ("three_conditions", "regime"), "scale": ("scale",)}.get(finding)
     if not sections or miss.empty:
         return ""
     m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
