@@ -112,7 +112,7 @@ def main() -> None:
     ft = {name: finetune_settings(prof, "cub", name) for name in (args.old, args.new)}
     if args.epochs is not None:
         ft[args.new]["epochs"] = args.epochs
-    # the measured alternatives of docs/architecture.md (default: the registry's recipe)
+    # the measured alternatives of docs/decisions/0001 and 0002 (default: the registry's recipe)
     variant = {k: v for k, v in dict(token_keep=args.token_keep, coarse_epochs=args.coarse_epochs).items()
                if v is not None}
     if variant:

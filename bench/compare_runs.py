@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/compare_runs.py --before /tmp/E/{runs,fig,nb}_before --after ...   # see --help
+    python bench/compare_runs.py --before DIR/{runs,fig,nb}_before --after ...   # see --help
 
 Each run is three directories written by ``midas-nb run --profile smoke --output NB`` with
 ``MIDAS_RUNS_DIR=RUNS MIDAS_FIGURES_DIR=FIG``. Four comparisons, each printed as one line

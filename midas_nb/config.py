@@ -54,7 +54,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         finetune=dict(epochs=12, batch_size=32, lr=2e-3, warmup_epochs=1),
         depth=2,
         budget=0.25,
-        depths=[1, 2],  # L = depth-1 = 3 makes T5 degenerate (docs/architecture.md)
+        depths=[1, 2],  # L = depth-1 = 3 makes T5 degenerate (docs/decisions/0004-t5-zero-at-last-block.md)
         budgets=[0.25, 0.5],
         seeds=[0],
         # random_map: the training-signal control (supervised on a seeded random map; protocol)
@@ -74,19 +74,17 @@ PROFILES: dict[str, dict[str, Any]] = {
         data_root=None,              # None: the embedded synthetic default
         synthetic_default=True,      # the README's main command: no data root -> synthetic CUB
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
-        # the DeiT-style student of the ImageNet Lite0 (midas_nb.backbones.distilled): 72.2-73.9% test top-1 on
-        # the real CUB subset (40 classes) vs 60.5-62.3% for the label-trained hybrid_lite0_vit (issue 18)
+        # the DeiT-style student of the ImageNet Lite0 (midas_nb.backbones.distilled; issue 18,
+        # docs/decisions/0001-distilled-offline-backbone.md)
         backbone="hybrid_lite0_deit",
         image_size=224,
         patch_size=16,
-        # hybrid_lite0_vit with this recipe: 60.5-62.3% test top-1 on the CUB subset (two builds); the
-        # distilled student trains 24 epochs, the first 18 on the teacher's 7x7 grid (its recipe's
-        # coarse_epochs): 72.2 % / 73.9 % (seeds 0 / 1) on classes 1-40 in ~500 s on 2 cores, where 20
-        # full-token epochs took 1,081 s for 72.5 % (docs/architecture.md "Distilled offline backbone")
+        # the label-trained backbones' recipe; the distilled student trains 24 epochs, the first 18 on
+        # the teacher's 7x7 grid (its recipe's coarse_epochs; why:
+        # docs/decisions/0002-progressive-token-resolution.md; measurements: docs/benchmarks.md)
         finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24)),
-        # the embedded synthetic set has 96 training images: 30 steps of the recipe above leave
-        # the backbone at 39 % (8 classes); 360 smaller steps reach 88.5 % test top-1 in 2 min (the distilled
-        # student, its first 18 epochs coarse: 90.6 % in 137 s)
+        # the embedded synthetic set has 96 training images: 30 steps of the recipe above underfit, so
+        # it gets 360 smaller steps (docs/decisions/0003-label-trained-backbone-recipe.md)
         synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),
         depth=6,
         budget=0.25,
@@ -108,13 +106,12 @@ PROFILES: dict[str, dict[str, Any]] = {
         max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random 64 of them
         bootstrap=1000,
         scale_backbones=["hybrid_lite0_vit_w128", "hybrid_lite0_vit"],
-        # off in quick's 45-min budget: each other backbone is trained from nothing on 2 cores (the
-        # width-128 readout ~10 min, the label-trained partner with its regime sweep ~29 min);
-        # `-p other_backbones true` adds both (README "Real data"; docs/architecture.md)
+        # off in quick's time budget: each other backbone is trained from nothing on 2 cores;
+        # `-p other_backbones true` adds both (docs/decisions/0013-quick-profile-sizes.md)
         other_backbones=False,
         # FGVC-Aircraft by variant, as the paper: on the real subset's 198 training photos the
         # offline teacher is furthest above the majority-class baseline at this level
-        # (bench/aircraft_levels.py; docs/decisions "aircraft label level")
+        # (bench/aircraft_levels.py; docs/decisions/0006-aircraft-label-level.md)
         aircraft_level="variant",
         device="cpu",
     ),
@@ -144,7 +141,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     ),
     # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
     # backbones by their timm names with 12 blocks, every L and b of the paper grid, every
-    # condition, 2 seeds) with tiny image counts and sizes; docs/architecture.md "Rehearsal"
+    # condition, 2 seeds) with tiny image counts and sizes; docs/decisions/0016-rehearsal-profile.md
     "rehearsal": dict(
         dataset="cub",
         data_root=None,

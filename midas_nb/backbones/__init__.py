@@ -21,8 +21,7 @@ DeiT-distilled subclass) with unfused attention (DESIGN.md §3), so the token pa
 - **Smoke backbones** ``vit_smoke`` / ``vit_smoke_wide``: the same hybrid design at smoke scale —
   the frozen stride-8 stage of EfficientNet-Lite0 (40 channels) as patch embedding (64 px →
   8×8 grid), 4 blocks of width 48 (3 heads) / 96 (4 heads) — trained on the synthetic set in
-  seconds. A plain ViT of that size reaches only ~35–40 % (chance 25 %) on the 24 training
-  images of the smoke set; the ImageNet stem gets it to 60–100 % in ~300 steps.
+  seconds (a plain ViT of that size stays near chance on the smoke set; docs/benchmarks.md).
 
 Fine-tuning (:func:`finetune`, :func:`load_or_finetune`): AdamW (Loshchilov & Hutter, 2019,
 https://arxiv.org/abs/1711.05101), linear warm-up then cosine decay per step, label smoothing
@@ -36,17 +35,10 @@ weights; every checkpoint's metadata records their digest (``weights_digest``). 
 (dataset, split, image size, flip) and cached on disk, so training touches only the
 transformer; flip augmentation then picks the flipped copy of an image's features.
 
-Measured recipes (hybrid_lite0_vit, 40-class CUB subset, 1,200 train / 1,090 test images, seed 0,
-label smoothing 0.1, weight decay 0.05, bfloat16 autocast on CPU):
-
-- ``epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1`` (the quick profile) — 62.3 % test
-  top-1 (train 99.8 %). From nothing on 2 cores: stem features ≈ 1–1.5 min, ≈ 20–25 s per
-  epoch, evaluation ≈ 0.5 min: ≈ 7–8 min in all.
-- ``epochs=12, batch_size=32, lr=1e-3`` — 61.5 % at 15 % less compute;
-  ``epochs=8, batch_size=64, lr=1e-3`` — 48.3 % (152 optimiser steps underfit: train 68 %).
-
-Smoke (``vit_smoke``, synthetic set of 4 classes × 6 training images):
-``epochs=100, batch_size=8, lr=1e-3, warmup_epochs=5`` (300 steps, seconds) reaches 60–100 %.
+Recipes: the quick profile's ``epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1`` (label
+smoothing 0.1, weight decay 0.05) and the smoke profile's ``epochs=100, batch_size=8, lr=1e-3,
+warmup_epochs=5``; what each reaches and costs: docs/benchmarks.md and
+docs/decisions/0003-label-trained-backbone-recipe.md.
 """
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 The offline hybrid ViT (:mod:`midas_nb.backbones`) puts twelve transformer blocks, trained from
 nothing, on top of the frozen stride-16 stage of an ImageNet EfficientNet-Lite0. Trained on
-labels alone its blocks learn little from 1,200 photos (62 % test top-1 on the 40-class CUB
-subset). Here the *rest of the same EfficientNet-Lite0* — its stages above the student's stem,
+labels alone its blocks learn little from the 1,200 photos of the 40-class CUB subset. Here the *rest of the same EfficientNet-Lite0* — its stages above the student's stem,
 which saw ImageNet — teaches them, with the field's tools:
 
 - **Distillation token** (Touvron et al., 2021, DeiT, "Training data-efficient image
@@ -28,15 +27,16 @@ The teacher is ``stem → blocks[k:] → conv_head → bn2`` of the ImageNet Eff
 (:func:`lite0_teacher_head`; ``k`` = the stem's stage) with a linear classifier fitted on its
 globally pooled features (:func:`fit_linear_probe`). Since the student's frozen stem *is* the
 teacher's first stages, the teacher runs on the cached stem features: seconds, not a second
-CNN pass. On its own training images a linear probe is ~100 % correct, so its predictions there
-would only repeat the labels: the distillation token and the token labels learn **out-of-fold**
+CNN pass. On its own training images a linear probe is (nearly) always correct, so its predictions
+there would only repeat the labels: the distillation token and the token labels learn **out-of-fold**
 scores instead (``k``-fold cross-fitting, :func:`out_of_fold_logits`: each image's scores come
 from a probe that never saw it), which carry the teacher's honest mistakes and class
 similarities. The auxiliary heads exist only during training; the saved backbone is a plain timm
 ``VisionTransformerDistilled`` (two prefix tokens: CLS and distillation).
 
 Measured recipes and accuracies (CUB subset, classes 1–20 for tuning, 21–40 and 1–40 to check):
-``docs/architecture.md`` ("Distilled offline backbone") and ``bench/backbone_distill.py``.
+docs/decisions/0001-distilled-offline-backbone.md, docs/benchmarks.md and
+``bench/backbone_distill.py``.
 
 Shapes: stem features ``[M,C_s,h,w]`` (``C_s`` = 112 at stride 16, 40 at stride 8), teacher
 features ``[M,1280,h',w']`` (``h' = h/2`` at stride 16: the stride-32 map), pooled ``[M,1280]``,

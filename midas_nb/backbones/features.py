@@ -142,7 +142,7 @@ def stem_features(
 #: How backbone training and its accuracy evaluation compute attention: timm's fused
 #: ``F.scaled_dot_product_attention`` path (:func:`midas_nb.vit.fused_attention`), the same
 #: softmax attention without materialising the ``[B,H,T,T]`` matrix, faster per training step
-#: (measurements in docs/architecture.md). Recorded as ``meta["attention"]``; it sums in another
+#: (docs/decisions/0014-training-numerics.md; timings in docs/benchmarks.md). Recorded as ``meta["attention"]``; it sums in another
 #: order than the explicit matrix, so like the precision and the thread count it is part of the
 #: checkpoint key's training numerics. The returned backbones are unfused again (capture hooks
 #: need the matrix).
@@ -154,7 +154,7 @@ UNFUSED_ATTENTION_KERNEL = "unfused (softmax(q k^T) v)"
 
 def _native_bfloat16() -> bool:
     """Whether this CPU computes bfloat16 natively (AVX-512 BF16 / AMX); elsewhere bfloat16
-    autocast is emulated and far slower than float32 (docs/architecture.md)."""
+    autocast is emulated and far slower than float32 (docs/benchmarks.md)."""
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
@@ -252,7 +252,7 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     ``platform.processor()``), logical CPUs, torch's CPU kernel level (``AVX2``, ``AVX512``, ...)
     and whether the CPU has native bfloat16 (which decides CPU autocast, :func:`_autocast`).
     The same recipe runs several times faster on a CPU with AMX/AVX-512 bfloat16 than on an
-    AVX2-only one (docs/architecture.md), so a timing means little without these. For a CUDA
+    AVX2-only one (docs/benchmarks.md), so a timing means little without these. For a CUDA
     ``device`` also the GPU's name (``gpu``)."""
     import platform
 

@@ -91,11 +91,9 @@ class DistillRecipe:
 
 #: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
 #: ``hybrid_lite0_deit`` trains its first 18 epochs on the teacher's 7×7 grid (progressive token
-#: resolution): 18 of 24 epochs reach 72.2 % / 73.9 % (seeds 0 / 1) on CUB classes 1–40 in about
-#: 500 s on 2 cores, against 72.5 % in 1,081 s for 20 full-token epochs; 66.6 % vs 63.7 % on classes
-#: 21–40 (docs/architecture.md "Distilled offline backbone"). An absolute count, not a fraction: on
-#: the embedded synthetic set's 60 epochs, 18 coarse reach 90.6 %, 45 coarse 85.4 %, none 89.6 %.
-#: A schedule must have more epochs than that (the run's preflight and the build check it).
+#: resolution; docs/decisions/0002-progressive-token-resolution.md, measurements in
+#: docs/benchmarks.md). An absolute count, not a fraction of the schedule (the same decision
+#: record says why). A schedule must have more epochs than that (the run's preflight and the build check it).
 DISTILLED_RECIPES: dict[str, DistillRecipe] = {
     "hybrid_lite0_deit": DistillRecipe(coarse_epochs=18),
     "vit_smoke_deit": DistillRecipe(),

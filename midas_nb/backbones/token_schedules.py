@@ -1,6 +1,6 @@
 """Fewer tokens per training step of the distilled student: PatchDropout by cells and
 progressive token resolution (:class:`~midas_nb.backbones.recipes.DistillRecipe` ``token_keep``
-and ``coarse_epochs``; both measured and off by default, docs/architecture.md).
+and ``coarse_epochs``; both off by default; docs/decisions/0002-progressive-token-resolution.md).
 
 Both work on the cells of the teacher's grid (``h'×w'``, stride 32: 7×7 at 224 px), so the
 token labels of a kept or averaged cell stay exact. Tokens are ``[B,P+N,D]``: ``P`` prefix

@@ -16,7 +16,7 @@ COVERAGE_KINDS = ("part mIoU", "box coverage")
 #: least 90 % of the tokens lie in the box, and any ranking's IoU with the box at budget ``b`` lies
 #: in ``[max(0, b - (1 - f)) / f, min(b, f) / max(b, f)]``: a spread of at most ``(1 - f) / f
 #: < 0.111``, the size of the effects the protocol measures, so box coverage would measure the
-#: budget, not the ranking (docs/architecture.md, Metrics).
+#: budget, not the ranking (docs/decisions/0005-informative-box.md).
 INFORMATIVE_BOX_MAX_FRACTION = 0.9
 
 #: skip reasons of :class:`PartIoU` (``skip_reasons`` keys)

@@ -29,7 +29,7 @@ Tables (one CSV each):
 - ``scale`` — ``D`` per backbone of the scale readout, with the paper's statement;
 - ``findings`` — :func:`paper_findings`.
 
-Decisions (docs/architecture.md, "Report"): rows come from the newest checkpoint of each
+Decisions (docs/architecture.md, "Report"; docs/decisions/0009-report-row-selection.md): rows come from the newest checkpoint of each
 dataset × backbone, the newest record of each cell, and the profile's relaxation; everything
 else is counted in ``provenance``. Cells the profile expects but the store lacks make
 :func:`make_report` refuse unless ``allow_incomplete`` (then the report says INCOMPLETE and

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -48,12 +49,19 @@ def _first(series: pd.Series) -> Any:
 
 
 def _shown_path(p: str | Path) -> str:
-    """A path as the report prints it: relative to the project root inside it, else absolute."""
+    """A path as the report prints it, in a form that names no machine: inside the cache
+    ``$MIDAS_CACHE_DIR/<path in it>``, inside the project ``<path relative to it>``, inside a
+    ``MIDAS_RUNS_DIR`` elsewhere ``$MIDAS_RUNS_DIR/<path in it>``, else ``…/<parent>/<name>``."""
     p = Path(p).resolve()
-    try:
-        return p.relative_to(config.project_root().resolve()).as_posix()
-    except ValueError:
-        return str(p)
+    bases = [("$MIDAS_CACHE_DIR/", config.cache_dir()), ("", config.project_root())]
+    if os.environ.get("MIDAS_RUNS_DIR"):
+        bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
+    for prefix, base in bases:
+        try:
+            return prefix + p.relative_to(base.resolve()).as_posix()
+        except ValueError:
+            continue
+    return "…/" + "/".join(p.parts[-2:])
 
 
 def _fingerprints(g: pd.DataFrame) -> dict[str, str]:

@@ -191,7 +191,7 @@ def last_votes(capture: CaptureResult, depth: int, class_index: Tensor, *,
     official statistic reads the encoder output after its final LayerNorm
     (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``, class ``dense_vit``); at
     ``L = depth`` this is exactly that input, at ``L < depth`` the same norm is applied to block
-    ``L``'s tokens (docs/architecture.md, "LaSt-ViT"). Prefix tokens are dropped before the
+    ``L``'s tokens (docs/decisions/0017-last-votes-definition.md). Prefix tokens are dropped before the
     ranking, as the official ``x[:, 1:]``. Then :func:`stability_votes` with ``K = num_votes``
     (default ``N // 2``, :data:`midas_nb.targets.LAST_VOTES_K`: the paper's ablation favours ``K ≈ N/2``, and
     ``K·D`` votes give a graded map to distil, where ``K = 1`` leaves most tokens at 0) and

@@ -1,0 +1,71 @@
+"""Lines of the package, science against plumbing.
+
+Counts the lines of every ``midas_nb`` module (a package such as ``midas_nb/data/`` counts as
+one module, all its files together) and prints them grouped as
+
+- **science**: what the analysis computes — data, backbones, the token path, capture, targets,
+  scorers, pruning, scorer training, metrics, the protocol, the related methods, probes,
+  statistics, the optimiser schedule and the paper's reference numbers;
+- **plumbing**: what runs, stores, checks, reports and shows it — the command line and its
+  argument readers, the run description, profiles and paths, identities and caches, the study
+  and sweep engines, run manifests, result tables, the report, the paper-shaped table, the
+  backbone comparison, progress, the explorer, figures and the course edition;
+
+with each group's share of the package. A module in neither list is an error (classify it
+here first). Prints only; no ``ratio:`` line (nothing is timed).
+
+Usage: ``python bench/line_counts.py [--code]`` (``--code``: non-blank lines that are not
+comments only, instead of all lines).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "midas_nb"
+
+SCIENCE = ("data", "backbones", "vit", "capture", "targets", "scorers", "pruning", "train", "metrics",
+           "protocol", "related", "probes", "stats", "optim", "paper_reference")
+PLUMBING = ("__init__", "cli", "cliargs", "runspec", "config", "identity", "study", "sweeps", "runs",
+            "results", "report", "paper_table", "backbone_compare", "progress", "widgets", "plots", "course")
+
+
+def count(path: Path, code_only: bool) -> int:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not code_only:
+        return len(lines)
+    return sum(1 for ln in lines if ln.strip() and not ln.strip().startswith("#"))
+
+
+def module_lines(code_only: bool = False) -> dict[str, int]:
+    """Lines per top-level module of the package (a subpackage summed over its files)."""
+    out: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        name = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        out[name] = out.get(name, 0) + count(path, code_only)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--code", action="store_true", help="count non-blank, non-comment lines only")
+    args = ap.parse_args(argv)
+    lines = module_lines(args.code)
+    unknown = sorted(set(lines) - set(SCIENCE) - set(PLUMBING))
+    if unknown:
+        print(f"unclassified modules: {', '.join(unknown)} (add them to SCIENCE or PLUMBING)", file=sys.stderr)
+        return 2
+    total = sum(lines.values())
+    for group, names in (("science", SCIENCE), ("plumbing", PLUMBING)):
+        part = {n: lines[n] for n in names if n in lines}
+        n_group = sum(part.values())
+        print(f"{group}: {n_group} lines, {100 * n_group / total:.1f} % of {total}")
+        for name, n in sorted(part.items(), key=lambda kv: -kv[1]):
+            print(f"  {name:<18} {n:>6}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
