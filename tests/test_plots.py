@@ -445,3 +445,31 @@ def test_condition_color_distinct_for_known_names_and_stable_fallback():
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": "123"}).stdout.strip()
     assert other == fallback
+
+
+def test_target_heatmaps_notebook_size_is_legible(out_dir):
+    """Notebook 01's figure: 3 images × 11 targets wrap to 6 panels a row, class names label the
+    rows, and the part patches are outlined on every panel of an image with parts."""
+    batch = _batch(B=2)
+    batch.images, batch.labels = torch.randn(3, 3, 32, 32), torch.tensor([0, 1, 1])
+    batch.part_mask = torch.cat([batch.part_mask, torch.zeros(1, 16, dtype=torch.bool)])  # image 2: no parts
+    ids = ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "rollout_full", "tokentm", "last_votes", "random"]
+    maps = {k: torch.randn(3, 16) for k in ids}
+    fig = plots.target_heatmaps(batch, maps, grid=(4, 4), class_names=["017.Cardinal", "042.Vermilion_Flycatcher"],
+                                save="targets_nb")
+    _png(out_dir, "targets_nb")
+    width, height = fig.get_size_inches()
+    panels = [a for a in fig.axes if a.get_visible() and a.images]
+    assert len(panels) == 3 * 12 and len(fig.axes) == 6 * 6 + 1      # 6 rows × 6 columns + colour bar
+    assert width <= 14 and width / 6 >= 1.6 + 0.9 / 6                 # ≥ 1.6 in per panel
+    photo_rows = [a for a in panels if a.get_title() == "photo"]
+    assert [a.get_ylabel() for a in photo_rows] == ["Cardinal", "Vermilion Flycatcher", "Vermilion Flycatcher"]
+    assert [a.get_title() for a in panels[1:12]] == ids                # short titles: the target id
+    outlined = [a for a in panels if any(c.get_gid() == "part outline" for c in a.collections)]
+    assert len(outlined) == 2 * 12                                     # not on the image without parts
+    # image 0's parts are tokens 0 and 14 (two separate patches): 8 edges of 8 px
+    segs = [c for c in panels[0].collections if c.get_gid() == "part outline"][0].get_segments()
+    assert len(segs) == 8 and all(np.abs(np.diff(s, axis=0)).sum() == pytest.approx(8.0) for s in segs)
+    assert "outline" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="ncols"):
+        plots.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)

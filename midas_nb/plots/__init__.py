@@ -20,8 +20,8 @@ Figures:
 
 - :func:`show_parts_on_grid` — photos with part keypoints, the part-mask patches of the patch
   grid and the object box (how part mIoU sees an image, DESIGN.md §6).
-- :func:`target_heatmaps` — target maps ``[B,N]`` over the photos: rows = images, columns =
-  targets (DESIGN.md §4).
+- :func:`target_heatmaps` — target maps ``[B,N]`` over the photos: one block of panels per
+  image (photo, then one panel per target), part patches outlined (DESIGN.md §4).
 - :func:`taxonomy_table` — the T0–T5 taxonomy (source × operator) as a DataFrame, read from the
   registered targets' metadata (:func:`midas_nb.targets.taxonomy_table`).
 - :func:`coverage_vs_faithfulness` — part mIoU vs IDAUC per condition with CIs and the
