@@ -464,6 +464,8 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     assert width <= 14 and width / 6 >= 1.6 + 0.9 / 6                 # ≥ 1.6 in per panel
     photo_rows = [a for a in panels if a.get_title() == "photo"]
     assert [a.get_ylabel() for a in photo_rows] == ["Cardinal", "Vermilion Flycatcher", "Vermilion Flycatcher"]
+    long = plots.target_heatmaps(batch, {"T0": maps["T0"]}, grid=(4, 4), class_names=["Synth beak black long wings", "b"])
+    assert long.axes[0].get_ylabel() == "Synth beak black\nlong wings"   # wrapped, not truncated
     assert [a.get_title() for a in panels[1:12]] == ids                # short titles: the target id
     outlined = [a for a in panels if any(c.get_gid() == "part outline" for c in a.collections)]
     assert len(outlined) == 2 * 12                                     # not on the image without parts

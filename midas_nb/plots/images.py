@@ -1,6 +1,7 @@
 """Figures over the photos: part keypoints on the patch grid, target heatmaps, kept patch tokens."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Literal, Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -105,7 +106,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
         indices: ``[B]`` rows of the maps that belong to ``images`` (e.g. ``batch.indices``).
         titles: panel titles per target id (default: the id).
         row_labels: one label per image (default: the class name from ``class_names`` and the
-            batch's labels, else ``"image b"``).
+            batch's labels, wrapped at 20 characters, else ``"image b"``).
         alpha: opacity of the heat map over the photo.
         title: figure title (default "Target maps on the R×C patch grid").
         save: figure name for :func:`save_figure`.
@@ -145,7 +146,8 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     rows, cols = _grid_of(grid, arrs[ids[0]].shape[1])
     parts = None if part_mask is None else _np(part_mask).astype(bool).reshape(-1, rows * cols)
     if row_labels is None:
-        row_labels = ([_short_name(class_names[lbl], 22) for lbl in labels] if class_names is not None and labels
+        row_labels = ([textwrap.fill(_short_name(class_names[lbl], 60), 20) for lbl in labels]
+                      if class_names is not None and labels
                       else [f"image {b}" for b in range(B)])
     n_panels = len(ids) + 1
     fig_cols = min(ncols, n_panels)
