@@ -94,7 +94,7 @@ def sample_note(table: pd.DataFrame) -> str:
 
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
             digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
-            bounds: Mapping[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+            bounds: Mapping[str, tuple[str, str]] | None = None, skip_missing: bool = False) -> pd.DataFrame:
     """A reader's table: one column per metric, each cell ``m [lo, hi]``, then the ``keep``
     columns as they are.
 
@@ -112,14 +112,18 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
             a name the table lacks is skipped.
         bounds: ``{metric: (lo column, hi column)}`` where the bounds are not ``m_lo`` /
             ``m_hi`` (e.g. ``{"cosine": ("lo", "hi")}``).
+        skip_missing: leave out a metric the table lacks instead of raising (columns only some
+            runs produce, e.g. the related scorer families' speed columns).
 
     Raises:
-        ValueError: a metric without a value column in ``table``.
+        ValueError: a metric without a value column in ``table`` (unless ``skip_missing``).
     """
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
         col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
+        if col is None and skip_missing:
+            continue
         if col is None:
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
