@@ -296,9 +296,7 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     img = plots.image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
-    colors = {view.targets[0]: "tab:blue", view.targets[1]: "tab:orange"}
-    if view.targets[0] == view.targets[1]:
-        colors = {view.targets[0]: "tab:blue"}
+    colors = {t: plots.condition_color(t) for t in view.targets}  # the colours of every other figure
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
         keep = plots._np(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))

@@ -399,3 +399,79 @@ def test_cosine_heatmap_has_no_negative_zero(out_dir):
     assert not any(re.search(r"[-−]0\.0+(?![0-9])", t) for t in texts), texts  # -0.00, -0.000
     assert [t.get_text() for t in fig.axes[0].texts].count("0.00") == 4
     assert "cos(T3, T5) = 0.000 [0.000, 0.000]" in fig.axes[0].get_title()  # -0.0003 .. -0.0001
+
+
+def test_condition_color_is_fixed_per_name_across_figures(out_dir):
+    from matplotlib.colors import to_hex
+
+    # T5 in the coverage scatter (notebook 02) and in the perturbation curves (notebook 06)
+    scatter = plots.coverage_vs_faithfulness(_protocol_table()).axes[0]
+    marker = {lbl: h for h, lbl in zip(*scatter.get_legend_handles_labels())}["T5"]  # an ErrorbarContainer
+    frac = [0.0, 0.5, 1.0]
+    table = pd.DataFrame(dict(target=["tokentm", "T5"], fractions=[frac, frac], pos_curve=[frac, frac],
+                              neg_curve=[frac, frac], pos_auc=[0.5, 0.5], neg_auc=[0.5, 0.5]))
+    curves = {l.get_label().split(" ")[0]: l for l in plots.perturbation_plot(table).axes[0].get_lines()}
+    scatter_t5 = to_hex(marker.lines[0].get_color())
+    assert scatter_t5 == to_hex(curves["T5"].get_color()) == plots.condition_color("T5") == "#8c564b"
+    assert to_hex(curves["tokentm"].get_color()) == plots.condition_color("tokentm")
+    # the colour does not depend on the position of the name among the others
+    r = SimpleNamespace(fractions=torch.linspace(0, 1, 3), ins_curve=torch.ones(1, 3), del_curve=torch.ones(1, 3),
+                        ins_auc=torch.ones(1), del_auc=torch.ones(1))
+    one = plots.insertion_deletion_curves({"T5": r}).axes[0].get_lines()[0]
+    two = plots.insertion_deletion_curves({"T1": r, "T5": r}).axes[0].get_lines()[1]
+    assert to_hex(one.get_color()) == to_hex(two.get_color()) == "#8c564b"
+
+
+def test_condition_color_distinct_for_known_names_and_stable_fallback():
+    import subprocess
+    import sys
+
+    from midas_nb.protocol import CONTROL_TARGETS, list_conditions
+    from midas_nb.related import PERTURBATION_MAPS, RELATED_CONDITIONS
+    from midas_nb.targets import list_targets
+
+    known = set(list_conditions()) | set(CONTROL_TARGETS) | set(CONTROL_TARGETS.values()) | set(list_targets()) \
+        | set(RELATED_CONDITIONS) | set(PERTURBATION_MAPS)
+    assert known <= set(plots.CONDITION_COLORS), sorted(known - set(plots.CONDITION_COLORS))
+    colours = [plots.condition_color(n) for n in sorted(known)]
+    assert len(set(colours)) == len(colours)
+    assert plots.condition_color("reference") == "#000000" and plots.condition_color(" t5 ") == "#8c564b"
+    assert plots.condition_color("LaSt") == plots.condition_color("last_votes")
+    # unknown names: a palette colour that no known name uses, the same in another process
+    # (Python's str hash is salted per process; the fallback must not use it)
+    fallback = plots.condition_color("my_new_target")
+    assert fallback not in plots.CONDITION_COLORS.values()
+    code = "from midas_nb import plots; print(plots.condition_color('my_new_target'))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, "PYTHONHASHSEED": "123"}).stdout.strip()
+    assert other == fallback
+
+
+def test_target_heatmaps_notebook_size_is_legible(out_dir):
+    """Notebook 01's figure: 3 images × 11 targets wrap to 6 panels a row, class names label the
+    rows, and the part patches are outlined on every panel of an image with parts."""
+    batch = _batch(B=2)
+    batch.images, batch.labels = torch.randn(3, 3, 32, 32), torch.tensor([0, 1, 1])
+    batch.part_mask = torch.cat([batch.part_mask, torch.zeros(1, 16, dtype=torch.bool)])  # image 2: no parts
+    ids = ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "rollout_full", "tokentm", "last_votes", "random"]
+    maps = {k: torch.randn(3, 16) for k in ids}
+    fig = plots.target_heatmaps(batch, maps, grid=(4, 4), class_names=["017.Cardinal", "042.Vermilion_Flycatcher"],
+                                save="targets_nb")
+    _png(out_dir, "targets_nb")
+    width, height = fig.get_size_inches()
+    panels = [a for a in fig.axes if a.get_visible() and a.images]
+    assert len(panels) == 3 * 12 and len(fig.axes) == 6 * 6 + 1      # 6 rows × 6 columns + colour bar
+    assert width <= 14 and width / 6 >= 1.6 + 0.9 / 6                 # ≥ 1.6 in per panel
+    photo_rows = [a for a in panels if a.get_title() == "photo"]
+    assert [a.get_ylabel() for a in photo_rows] == ["Cardinal", "Vermilion Flycatcher", "Vermilion Flycatcher"]
+    long = plots.target_heatmaps(batch, {"T0": maps["T0"]}, grid=(4, 4), class_names=["Synth beak black long wings", "b"])
+    assert long.axes[0].get_ylabel() == "Synth beak black\nlong wings"   # wrapped, not truncated
+    assert [a.get_title() for a in panels[1:12]] == ids                # short titles: the target id
+    outlined = [a for a in panels if any(c.get_gid() == "part outline" for c in a.collections)]
+    assert len(outlined) == 2 * 12                                     # not on the image without parts
+    # image 0's parts are tokens 0 and 14 (two separate patches): 8 edges of 8 px
+    segs = [c for c in panels[0].collections if c.get_gid() == "part outline"][0].get_segments()
+    assert len(segs) == 8 and all(np.abs(np.diff(s, axis=0)).sum() == pytest.approx(8.0) for s in segs)
+    assert "outline" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="ncols"):
+        plots.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)

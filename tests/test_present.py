@@ -26,6 +26,7 @@ def test_compact_table_drops_empty_columns_and_uses_seed_means():
     assert c.loc["T5", "miou"] == "0.18 [0.17, 0.19]" and c.loc["T5", "D_pp"] == "+8.00 [+7.50, +8.50]"
     with pytest.raises(ValueError, match="no column 'idauc'"):
         compact(t, ["idauc"])
+    assert list(compact(t, ["idauc", "miou"], skip_missing=True).columns) == ["miou"]
 
 
 def test_sample_note_states_both_samples_and_the_training_settings():
@@ -40,3 +41,20 @@ def test_sample_note_states_both_samples_and_the_training_settings():
                     "backbone hybrid_lite0_deit (9a979eb22e80)")
     with pytest.raises(ValueError, match="no rows"):
         sample_note(pd.DataFrame())
+
+
+def test_compact_keeps_plain_columns_and_named_bounds():
+    hv = pd.DataFrame({"depth": [math.nan, math.nan], "hidden": ["T5", "T4"], "attention": ["T3", "T3"],
+                       "cosine": [0.0412, -0.0061], "lo": [0.01, -0.03], "hi": [0.07, 0.02], "n_images": [64, 64],
+                       "mode": ["rank", "rank"]})
+    c = compact(hv, ["cosine"], index=["hidden", "attention"], bounds={"cosine": ("lo", "hi")},
+                keep=["n_images", "depth", "missing"])
+    assert list(c.columns) == ["cosine", "n_images"]          # the all-NaN depth and the absent name dropped
+    assert c.loc[("T5", "T3"), "cosine"] == "0.041 [0.010, 0.070]"
+    assert c.loc[("T4", "T3"), "cosine"] == "-0.006 [-0.030, 0.020]" and c.loc[("T4", "T3"), "n_images"] == 64
+
+
+def test_sample_note_of_a_target_table_states_its_budget():
+    cov = pd.DataFrame({"target": ["T0", "T5"], "miou": [0.2, 0.3], "n_images": [60, 60], "budget": [0.25, 0.25],
+                        "coverage_kind": ["part mIoU"] * 2})
+    assert sample_note(cov) == "part mIoU: 60 test images; b = 25%"

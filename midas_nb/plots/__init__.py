@@ -12,12 +12,16 @@ at the end of its cell (notebook cells assign ``fig = plots.x(...)``, which prin
 Under a non-interactive backend (``Agg``: scripts, tests, nbval with ``MPLBACKEND=Agg``) the
 figure is closed as soon as it is drawn and saved, so long runs never accumulate open figures.
 
+Every figure that colours by condition or target takes the colour from
+:func:`condition_color` (a fixed colour per known name), so one condition has one colour in
+every notebook.
+
 Figures:
 
 - :func:`show_parts_on_grid` — photos with part keypoints, the part-mask patches of the patch
   grid and the object box (how part mIoU sees an image, DESIGN.md §6).
-- :func:`target_heatmaps` — target maps ``[B,N]`` over the photos: rows = images, columns =
-  targets (DESIGN.md §4).
+- :func:`target_heatmaps` — target maps ``[B,N]`` over the photos: one block of panels per
+  image (photo, then one panel per target), part patches outlined (DESIGN.md §4).
 - :func:`taxonomy_table` — the T0–T5 taxonomy (source × operator) as a DataFrame, read from the
   registered targets' metadata (:func:`midas_nb.targets.taxonomy_table`).
 - :func:`coverage_vs_faithfulness` — part mIoU vs IDAUC per condition with CIs and the
@@ -35,6 +39,7 @@ Figures:
 from __future__ import annotations
 
 from .output import FONT, _finish, figure_path, save_csv, save_figure, set_output  # noqa: F401
+from .colors import CONDITION_COLORS, condition_color  # noqa: F401
 from .common import _np, _patch_rects, image_to_rgb  # noqa: F401
 from .images import kept_tokens_overlay, show_parts_on_grid, target_heatmaps  # noqa: F401
 from .protocol import coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot  # noqa: F401
@@ -48,6 +53,8 @@ __all__ = [
     "save_figure",
     "save_csv",
     "image_to_rgb",
+    "condition_color",
+    "CONDITION_COLORS",
     "show_parts_on_grid",
     "target_heatmaps",
     "taxonomy_table",

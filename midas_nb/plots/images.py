@@ -1,12 +1,14 @@
 """Figures over the photos: part keypoints on the patch grid, target heatmaps, kept patch tokens."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Literal, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
 from .common import (_batch_fields, _draw_grid, _grid_of, _normalise_map, _np, _panels, _patch_rects, _pixel_axes,
@@ -79,31 +81,56 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
                     normalization: Normalization = None, normalize: Literal["rank", "minmax"] = "rank",
                     indices: Sequence[int] | Any | None = None, titles: Mapping[str, str] | None = None,
                     row_labels: Sequence[str] | None = None, alpha: float = 0.6, title: str | None = None,
-                    save: str | None = None) -> Figure:
-    """Target maps over the photos: rows = images, columns = targets.
+                    save: str | None = None, part_mask: Any | None = None,
+                    class_names: Sequence[str] | None = None, ncols: int = 6,
+                    panel_size: float = 1.9) -> Figure:
+    """Target maps over the photos: one block of panels per image (the photo, then one panel per
+    target, ``ncols`` panels to a row), each panel titled with its target id.
 
     Each map is normalised per image — by rank (``"rank"``, the percentile of each token in
     that image's ranking: what top-k pruning uses) or min–max — so that targets with
-    different units (probabilities, signed input×gradient, votes) share one colour bar.
+    different units (probabilities, signed input×gradient, votes) share one colour bar. Where
+    a part mask is known, the part patches are outlined on every panel, so one sees whether a
+    target's hot tokens fall on the parts part mIoU counts. With the defaults, 3 images × 11
+    targets make 6 rows × 6 panels of 1.9 in: 12.3 in wide, legible in an HTML export.
 
     Args:
-        images: ``[B,3,H,W]`` images (normalised for the backbone).
-        maps: ``{target id: [B,N]}`` maps on the same images, in column order; or maps over a
+        images: ``[B,3,H,W]`` images (normalised for the backbone), or a
+            :class:`midas_nb.data.Batch` (its ``images``; its ``part_mask`` and ``labels``
+            unless ``part_mask`` / ``row_labels`` are given).
+        maps: ``{target id: [B,N]}`` maps on the same images, in panel order; or maps over a
             whole split (``[M,N]``) with ``indices`` naming the rows of ``images``.
         grid: patch grid ``(rows, cols)``; ``None`` → square from ``N``.
         normalization: ``(mean, std)`` to undo for display.
         normalize: ``"rank"`` or ``"minmax"`` (per image and target).
         indices: ``[B]`` rows of the maps that belong to ``images`` (e.g. ``batch.indices``).
-        titles: column titles per target id (default: the id).
-        row_labels: one label per image row.
+        titles: panel titles per target id (default: the id).
+        row_labels: one label per image (default: the class name from ``class_names`` and the
+            batch's labels, wrapped at 20 characters, else ``"image b"``).
         alpha: opacity of the heat map over the photo.
         title: figure title (default "Target maps on the R×C patch grid").
         save: figure name for :func:`save_figure`.
+        part_mask: ``[B,N]`` bool part patches to outline; ``None`` → the batch's, if any.
+            An image without part patches (box-only datasets) gets no outline.
+        class_names: class names indexed by label (e.g. ``study.test_set.class_names``).
+        ncols: panels per row (photo included), at least 2.
+        panel_size: panel side in inches.
+
+    Raises:
+        ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images,
+            a ``grid`` that does not hold ``N`` tokens, or ``ncols < 2``.
     """
     if normalize not in ("rank", "minmax"):
         raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")
     if not maps:
         raise ValueError("maps is empty; expected {target id: [B,N]}")
+    if ncols < 2:
+        raise ValueError(f"ncols must be at least 2 (the photo and one map), got {ncols}")
+    labels = None
+    if hasattr(images, "images"):  # a Batch
+        part_mask = images.part_mask if part_mask is None else part_mask
+        labels = [int(v) for v in _np(images.labels).ravel()]
+        images = images.images
     imgs = _np(images)
     if imgs.ndim == 3:
         imgs = imgs[None]
@@ -117,35 +144,66 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
         if a.shape[0] < B:
             raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
     rows, cols = _grid_of(grid, arrs[ids[0]].shape[1])
-    size = 2.1
-    fig, axes = plt.subplots(B, len(ids) + 1, figsize=(size * (len(ids) + 1) + 0.8, size * B + 0.7),
-                             squeeze=False)
+    parts = None if part_mask is None else _np(part_mask).astype(bool).reshape(-1, rows * cols)
+    if row_labels is None:
+        row_labels = ([textwrap.fill(_short_name(class_names[lbl], 60), 20) for lbl in labels]
+                      if class_names is not None and labels
+                      else [f"image {b}" for b in range(B)])
+    n_panels = len(ids) + 1
+    fig_cols = min(ncols, n_panels)
+    per_image = -(-n_panels // fig_cols)
+    fig, grid_axes = plt.subplots(B * per_image, fig_cols, squeeze=False,
+                                  figsize=(panel_size * fig_cols + 0.9, (panel_size + 0.25) * B * per_image + 0.8))
     im = None
     for b in range(B):
         rgb = image_to_rgb(imgs[b], normalization)
-        axes[b, 0].imshow(rgb, extent=(0, W, H, 0))
-        axes[b, 0].set_ylabel(row_labels[b] if row_labels else f"image {b}", fontsize=FONT["annot"])
-        for j, k in enumerate(ids, start=1):
-            ax = axes[b, j]
+        panels = grid_axes[b * per_image:(b + 1) * per_image].ravel()
+        for ax in panels[n_panels:]:
+            ax.set_visible(False)
+        panels[0].imshow(rgb, extent=(0, W, H, 0))
+        panels[0].set_title("photo", fontsize=FONT["annot"])
+        panels[0].set_ylabel(row_labels[b], fontsize=FONT["label"], fontweight="bold")
+        for ax, k in zip(panels[1:], ids):
             m = _normalise_map(arrs[k][b].astype(np.float64), normalize).reshape(rows, cols)
             ax.imshow(rgb, extent=(0, W, H, 0))
             im = ax.imshow(m, extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1, alpha=alpha,
                            interpolation="nearest")
-        for ax in axes[b]:
+            ax.set_title((titles or {}).get(k, k), fontsize=FONT["annot"])
+        for ax in panels[:n_panels]:
             ax.set_xticks([])
             ax.set_yticks([])
-    axes[0, 0].set_title("photo", fontsize=FONT["label"])
-    for j, k in enumerate(ids, start=1):
-        axes[0, j].set_title((titles or {}).get(k, k), fontsize=FONT["label"])
+            if parts is not None and parts[b].any():
+                _part_outline(ax, parts[b], rows, cols, H, W)
     label = ("rank percentile within the image (1 = highest, kept first)" if normalize == "rank"
              else "min–max normalised score per image")
-    fig.tight_layout(rect=(0, 0, 0.93, 0.96))
-    cax = fig.add_axes((0.94, 0.15, 0.015, 0.7))
+    fig.tight_layout(rect=(0, 0, 1 - 0.9 / (panel_size * fig_cols + 0.9), 0.97))
+    cax = fig.add_axes((1 - 0.7 / (panel_size * fig_cols + 0.9), 0.15, 0.015, 0.7))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label(label, fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
-    fig.suptitle(title or f"Target maps on the {rows}×{cols} patch grid", fontsize=FONT["title"])
+    outlined = " (cyan outline: part patches)" if parts is not None and parts[:B].any() else ""
+    fig.suptitle((title or f"Target maps on the {rows}×{cols} patch grid") + outlined, fontsize=FONT["title"])
     return _finish(fig, save)
+
+
+def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
+    """Outline the region of the ``True`` patches of ``mask [rows*cols]`` (one LineCollection,
+    ``gid="part outline"``): the patch edges between a part patch and a non-part patch or the border."""
+    m = np.asarray(mask, dtype=bool).reshape(rows, cols)
+    ph, pw = H / rows, W / cols
+    padded = np.pad(m, 1)
+    segs = []
+    for r, c in zip(*np.nonzero(m)):
+        x0, y0, x1, y1 = c * pw, r * ph, (c + 1) * pw, (r + 1) * ph
+        if not padded[r, c + 1]:      # above
+            segs.append([(x0, y0), (x1, y0)])
+        if not padded[r + 2, c + 1]:  # below
+            segs.append([(x0, y1), (x1, y1)])
+        if not padded[r + 1, c]:      # left
+            segs.append([(x0, y0), (x0, y1)])
+        if not padded[r + 1, c + 2]:  # right
+            segs.append([(x1, y0), (x1, y1)])
+    ax.add_collection(LineCollection(segs, colors="cyan", linewidths=1.1, gid="part outline"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..results import aggregate_seeds
+from .colors import condition_colors as _condition_colors
 from .common import _np, place_point_labels
 from .output import _finish, FONT
 
@@ -21,20 +22,6 @@ _AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (
 
 
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
-
-
-def _condition_colors(conditions: Sequence[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10")
-    out, i = {}, 0
-    for c in conditions:
-        if c == "reference":
-            out[c] = "black"
-        elif c == "unsupervised":
-            out[c] = "grey"
-        else:
-            out[c] = cmap(i % 10)
-            i += 1
-    return out
 
 
 def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:

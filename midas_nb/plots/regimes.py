@@ -13,7 +13,8 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.lines import Line2D
 
 from .output import _finish, FONT
-from .protocol import _AXIS_LABELS, _condition_colors, _mixed_groups
+from .colors import condition_colors as _condition_colors
+from .protocol import _AXIS_LABELS, _mixed_groups
 
 
 # ---------------------------------------------------------------------------------------------

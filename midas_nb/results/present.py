@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -83,8 +83,8 @@ def sample_note(table: pd.DataFrame) -> str:
         if rel:
             parts.append("relaxation " + "/".join(rel))
     d, b = _one(table, "depth", lambda x: f"{int(x)}"), _one(table, "budget", lambda x: f"{float(x):.0%}")
-    if d is not None and b is not None:
-        parts.append(f"L = {d}, b = {b}")
+    if d is not None or b is not None:
+        parts.append(", ".join(x for x in (d and f"L = {d}", b and f"b = {b}") if x))
     bb = _one(table, "backbone")
     if bb is not None:
         ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
@@ -93,11 +93,14 @@ def sample_note(table: pd.DataFrame) -> str:
 
 
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
-            digits: int = 3, signed: Sequence[str] = ()) -> pd.DataFrame:
-    """A reader's table: one column per metric, each cell ``m [lo, hi]``.
+            digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
+            bounds: Mapping[str, tuple[str, str]] | None = None, skip_missing: bool = False) -> pd.DataFrame:
+    """A reader's table: one column per metric, each cell ``m [lo, hi]``, then the ``keep``
+    columns as they are.
 
     For each metric ``m`` the value column is ``m`` or ``m_mean`` (seed aggregates) and the
-    bounds ``m_lo`` / ``m_hi`` where present. Columns that are NaN in every row are dropped.
+    bounds ``m_lo`` / ``m_hi`` where present (or the columns ``bounds[m]`` names). Columns
+    that are NaN in every row are dropped, metric and ``keep`` columns alike.
 
     Args:
         table: rows with the metric columns.
@@ -105,20 +108,32 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
         index: column(s) naming the rows.
         digits: decimals.
         signed: metrics printed with a sign (differences such as ``D_pp``, ``delta_idauc``).
+        keep: other columns shown unformatted after the metrics (``status``, ``n_seeds``);
+            a name the table lacks is skipped.
+        bounds: ``{metric: (lo column, hi column)}`` where the bounds are not ``m_lo`` /
+            ``m_hi`` (e.g. ``{"cosine": ("lo", "hi")}``).
+        skip_missing: leave out a metric the table lacks instead of raising (columns only some
+            runs produce, e.g. the related scorer families' speed columns).
 
     Raises:
-        ValueError: a metric without a value column in ``table``.
+        ValueError: a metric without a value column in ``table`` (unless ``skip_missing``).
     """
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
         col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
+        if col is None and skip_missing:
+            continue
         if col is None:
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
             continue
-        lo, hi = table.get(f"{m}_lo"), table.get(f"{m}_hi")
+        lo_col, hi_col = (bounds or {}).get(m, (f"{m}_lo", f"{m}_hi"))
+        lo, hi = table.get(lo_col), table.get(hi_col)
         out[m] = [format_ci(v, lo.iloc[i] if lo is not None else math.nan,
                             hi.iloc[i] if hi is not None else math.nan, digits, m in signed)
                   for i, v in enumerate(table[col].tolist())]
+    for k in keep:
+        if k in table.columns and k not in out.columns and not table[k].isna().all():
+            out[k] = table[k].to_numpy()
     return out.set_index(index)
