@@ -498,3 +498,35 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     paper_like = dict(prof, backbone="deit_small_patch16_224.fb_in1k")
     rows_p = pd.DataFrame(_point(backbone="deit_small_patch16_224.fb_in1k"))
     assert report.build_tables(rows_p, paper_like)["backbones"].empty
+
+
+def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp_path):
+    """Three datasets in one store (a run over several data roots): the paper's table has one row
+    per dataset with its coverage kind, D(T5) and D(T1) with intervals and band beside the paper's
+    value for that dataset; the README section and the findings name each dataset; a dataset's
+    missing regime cells count against completeness like CUB's."""
+    from midas_nb.paper_reference import PAPER_D_T1
+    from midas_nb.report.markdown import datasets_table
+    rows = []
+    for ds, kind in (("cub", "part mIoU"), ("aircraft", "box coverage"), ("cars", "box coverage")):
+        rows += [dict(r, coverage_kind=kind) for r in _point(dataset=ds) + _point(9, 0.25, dataset=ds)]
+    prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
+    tables = report.build_tables(pd.DataFrame(rows), prof)
+    report.write_tables(tables, tmp_path)
+    tables = report.read_tables(tmp_path)
+    md = datasets_table(tables).splitlines()
+    assert [ln.split(" | ")[0].lstrip("| ") for ln in md[2:]] == ["cub", "aircraft (FGVC-Aircraft variant)", "cars"]
+    air = md[3].split(" | ")
+    assert air[1] == "box coverage (100 images)" and air[3] == "+10.05 [+9.41, +10.69], in"
+    assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
+    assert md[2].split(" | ")[1] == "part mIoU (100 images)"
+    section = report.readme_section(tables)
+    assert "3 datasets" in section.splitlines()[1]
+    for ds in ("cub", "aircraft", "cars"):
+        assert f"- On {ds} with bb at L=6, b=25%" in section
+    f = tables["findings"]
+    assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
+    # without Aircraft's L = 9 cells the report says they are missing, as it would for CUB
+    short = pd.DataFrame([r for r in rows if not (r["dataset"] == "aircraft" and r["depth"] == 9)])
+    miss = report.missing_cells(short, prof)
+    assert sorted(set(miss["dataset"])) == ["aircraft"] and set(miss["depth"]) == {9}

@@ -131,6 +131,16 @@ def _smoke_note(prov: Mapping[str, str]) -> str:
     return ""
 
 
+def _headline_sections(tables: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The paper's table over the datasets (where there are several) and the findings per block."""
+    out = []
+    if len({ds for ds, _ in _blocks(tables)}) > 1:
+        out += ["\n## The paper's table on these datasets\n", datasets_table(tables) + "\n"]
+    out.append("\n## Which of the paper's findings hold\n")
+    out += [findings_paragraph(tables["findings"], ds, bb) + "\n" for ds, bb in _blocks(tables)]
+    return out
+
+
 def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     """``REPORT.md`` from the tables (as read back by :func:`read_tables`)."""
     g = _prov(tables)
@@ -158,9 +168,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
         p = _prov(tables, ds, bb)
         out.append(f"\n### {ds} · {bb}\n")
         out.append(_md_table(["setting", "value"], [[k, v] for k, v in p.items()]) + "\n")
-    out.append("\n## Which of the paper's findings hold\n")
-    for ds, bb in _blocks(tables):
-        out.append(findings_paragraph(tables["findings"], ds, bb) + "\n")
+    out += _headline_sections(tables)
     tc = tables["three_conditions"]
     out.append(f"\n## Three-condition protocol{_section_note(g, 'three_conditions')}\n")
     for ds, bb in _blocks(tables):
@@ -298,6 +306,47 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
     return "\n".join(out)
 
 
+def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
+    """``(D [CI], band)`` and the paper's D of ``cond`` in one block of the three-condition table."""
+    r = t[t["condition"] == cond]
+    if r.empty:
+        return "not run", ""
+    r = r.iloc[0]
+    return f"{_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
+
+
+def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
+    """The paper's table on this run's datasets (DESIGN.md §8): one row per dataset × backbone
+    block — its coverage (part mIoU on CUB, box coverage on Aircraft and Cars, with the images it
+    was evaluated on), the backbone's test top-1 beside its teacher's, chance and the majority
+    share, D(T5) and D(T1) with their paired intervals and band status, each beside the paper's."""
+    tc = tables["three_conditions"]
+    body = []
+    for ds, bb in _blocks(tables):
+        p = _prov(tables, ds, bb)
+        t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
+        acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
+        teacher = p.get("teacher test top-1")
+        chance = p.get("chance, majority share", "")
+        acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
+        label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
+        (d5, b5), (d1, b1) = _d_cell(t, "T5"), _d_cell(t, "T1")
+        body.append([label, f"{p.get('coverage', '')} ({p.get('test images (mIoU, accuracy)', '?')} images)",
+                     acc_text, d5, b5, d1, b1])
+    return _md_table(["dataset", "coverage (images)", "backbone test top-1", "D(T5) (pp) [95 % CI], band",
+                      "paper D(T5)", "D(T1) (pp) [95 % CI], band", "paper D(T1)"], body)
+
+
+def datasets_summary(report_dir: str | Path) -> str:
+    """The paper-shaped table of a report over several datasets and the computed statement of
+    which findings hold on which dataset, as plain Markdown (what ``midas-nb run`` prints after a
+    run over several data roots)."""
+    tables = read_tables(report_dir)
+    lines = [datasets_table(tables), ""]
+    lines += [f"- {findings_paragraph(tables['findings'], ds, bb)}" for ds, bb in _blocks(tables)]
+    return "\n".join(lines)
+
+
 def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "results/REPORT.md") -> str:
     """The README's results section (between :data:`README_BEGIN` and :data:`README_END`): the
     headline of the report's first dataset × backbone, rendered from the tables alone."""
@@ -305,6 +354,8 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     blocks = _blocks(tables)
     if not blocks:
         raise ValueError("the report tables hold no dataset × backbone block")
+    if len({ds for ds, _ in blocks}) > 1:
+        return _readme_datasets_section(tables, report_link)
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
     tc = tables["three_conditions"]
@@ -326,6 +377,31 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                         "parity band", "paper D (pp), DeiT-S/16"], _three_rows(t, compact=True)) + "\n",
              findings_paragraph(tables["findings"], ds, bb) + "\n",
              f"Full report with the cosine probes, the regime grid and the scale readout: [{report_link}]({report_link}).",
+             README_END]
+    return "\n".join(s for s in lines if s != "")
+
+
+def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: str) -> str:
+    """The README's results section of a report over several datasets: the paper's table on
+    them (:func:`datasets_table`) and which findings hold on which dataset."""
+    g, blocks = _prov(tables), _blocks(tables)
+    p = _prov(tables, *blocks[0])
+    L, b = p.get("depth L, budget b", "?, ?").split(", ")
+    bbs = ", ".join(dict.fromkeys(bb for _, bb in blocks))
+    banner = _incomplete_banner(g, len(_missing_list(tables)))
+    lines = [README_BEGIN,
+             f"### Reference results: `{g.get('profile')}` profile, {len(blocks)} datasets, {bbs}, L = {L}, b = {b}\n",
+             banner.rstrip("\n") + ("\n" if banner else ""),
+             _smoke_note(g).rstrip("\n") + ("\n" if _smoke_note(g) else ""),
+             f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
+             f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
+             f"{g.get('bootstrap', 'resamples not recorded')} (paired over images for D); parity band \"in\" only "
+             "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
+             "better than random. Paper values: DeiT-S/16 (DESIGN.md §8).\n",
+             datasets_table(tables) + "\n",
+             "\n".join(f"- {findings_paragraph(tables['findings'], ds, bb)}" for ds, bb in blocks) + "\n",
+             f"Full report with the protocol tables, the cosine probes, the regime grid and the scale readout: "
+             f"[{report_link}]({report_link}).",
              README_END]
     return "\n".join(s for s in lines if s != "")
 

@@ -145,6 +145,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
             add(ds, bb, name, ", ".join(map(str, vals)) if vals else "not recorded")
         if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
             add(ds, bb, "backbone test accuracy (all tokens)", f"{float(at['full_accuracy'].mean()):.3f}")
+        for name, text in _accuracy_context(str(_first(g["checkpoint_id"])), ds, prof).items():
+            add(ds, bb, name, text)
         pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
         add(ds, bb, "(L, b) points", " ".join(f"({L}, {b:.0%})" for L, b in pts))
         others = sorted(set(g["condition"]) - set(prof["conditions"]) - {"random"})
@@ -394,6 +396,55 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
         except (OSError, json.JSONDecodeError):
             continue
     return None, cache
+
+
+def _accuracy_context(ckpt: str, label: str, prof: Mapping[str, Any]) -> dict[str, str]:
+    """What a backbone's accuracy is measured against, per dataset block: the class labels (the
+    FGVC-Aircraft level), the checkpoint's whole-test-split top-1 and its teacher's, and the test
+    split's chance level (1 / classes present) and majority-class share. Read from the
+    checkpoint's metadata and the test split's label files it names (no image is read); a value
+    that cannot be read here says so."""
+    meta, _ = _checkpoint_meta(ckpt)
+    out: dict[str, str] = {}
+    if config.dataset_of_label(label) == "aircraft":
+        level = label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
+        out["class labels"] = f"FGVC-Aircraft {level}"
+    if not meta:
+        return dict(out, **{"backbone test top-1 (whole test split)": "checkpoint metadata not in this cache"})
+    teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
+    out["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
+    if teacher is not None:
+        out["teacher test top-1"] = _f3(teacher)
+    split = _test_split(meta, label)
+    if split is None:
+        out["chance, majority share"] = "test split not readable on this machine"
+    else:
+        out["chance, majority share"] = (f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
+                                         f"present), {split.majority_fraction:.3f}")
+    return out
+
+
+def _f3(v: Any) -> str:
+    return f"{float(v):.3f}" if v is not None and np.isfinite(float(v)) else "not recorded"
+
+
+def _test_split(meta: Mapping[str, Any], label: str):
+    """The checkpoint's test split, labels only (its loader reads the annotation files), or
+    ``None`` where its root is not on this machine or cannot be read."""
+    from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
+    ts = meta.get("test_set") or {}
+    cls = {"CUBDataset": CUBDataset, "AircraftDataset": AircraftDataset, "CarsDataset": CarsDataset}.get(
+        str(ts.get("type")))
+    root = Path(str(ts.get("root", "")))
+    if cls is None or not root.exists():
+        return None
+    kw: dict[str, Any] = {}
+    if cls is AircraftDataset:
+        kw["annotation_level"] = label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
+    try:
+        return cls(root, str(ts.get("split", "test")), **kw)
+    except (DatasetError, OSError, ValueError):
+        return None
 
 
 def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapping[str, Any], band: float,
