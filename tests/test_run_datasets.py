@@ -1,0 +1,58 @@
+"""``midas-nb run`` over several data roots: the notebooks run once per dataset, every run is
+checked before the first kernel, and the report over the datasets follows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from midas_nb import cli
+from midas_nb.runspec import RunSpec
+
+
+def test_which_datasets_a_run_executes():
+    roots = {"cars": "/c", "cub": "/b", "aircraft": "/a"}
+    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots)) == ["cub", "aircraft", "cars"]
+    # one named dataset, an explicit --dataset, a profile or -p with its own datasets grid: one run
+    assert cli.run_datasets(RunSpec(profile="quick", data_roots={"cub": "/b"})) == [None]
+    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots, dataset="cars")) == [None]
+    assert cli.run_datasets(RunSpec(profile="rehearsal", data_roots=roots)) == [None]
+    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots, params={"datasets": ["cub"]})) == [None]
+
+
+def test_every_datasets_run_is_checked_before_any_kernel(tmp_path, capsys, monkeypatch):
+    def no_kernel(*a, **k):
+        raise AssertionError("a notebook was executed")
+    monkeypatch.setattr("papermill.execute_notebook", no_kernel)
+    cub = tmp_path / "cub"
+    cub.mkdir()
+    rc = cli.main(["run", "--profile", "smoke", "--data-root", f"cub={cub}", "--data-root",
+                   f"aircraft={tmp_path / 'no-aircraft'}", "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no notebook was started" in err
+    # the problems of both datasets' runs, each named by its dataset
+    assert any(ln.startswith("midas-nb run: aircraft: ") and "no-aircraft" in ln for ln in err.splitlines())
+    assert any(ln.startswith("midas-nb run: cub: ") for ln in err.splitlines())
+
+
+def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatch, capsys):
+    calls, reports = [], []
+    monkeypatch.setattr("midas_nb.runspec.preflight", lambda *a, **k: [])
+
+    def fake_run(*, spec, progress, problems=()):
+        calls.append((spec.dataset, Path(spec.output).name))
+        return Path(spec.output)
+    monkeypatch.setattr(cli, "run_notebooks", fake_run)
+
+    def fake_report(profile, *, output, overrides, allow_incomplete):
+        reports.append((profile, Path(output).name, overrides, allow_incomplete))
+        return Path(output) / "REPORT.md"
+    monkeypatch.setattr("midas_nb.report.make_report", fake_report)
+    monkeypatch.setattr("midas_nb.report.markdown.datasets_summary", lambda d: "| the paper's table |")
+    spec = RunSpec(profile="quick", data_roots={"cars": "/c", "cub": "/b"}, output=str(tmp_path / "o"))
+    out = cli._run_each_dataset(spec, cli.run_datasets(spec), progress=False, problems=())
+    assert out == tmp_path / "o"
+    assert calls == [("cub", "cub"), ("cars", "cars")]
+    assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit"}, True)]
+    printed = capsys.readouterr().out
+    assert "=== dataset 1/2: cub ===" in printed and "| the paper's table |" in printed
