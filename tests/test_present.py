@@ -94,5 +94,16 @@ def test_full_text_shows_every_character():
     lines = wrap_text(t, 30).splitlines()
     assert lines[0].split() == ["name", "definition"] and lines[2].split() == ["T0", "E_h", "A_h[cls,", "j]"]
     assert lines[3] == "" and lines[4].startswith("last_votes  votes of channels")
+    path = "/data/" + "x" * 40
+    grid = wrap_text(pd.DataFrame({"value": [path, "24", "a b"]}, index=["root", "n", "k"]), 10).splitlines()
+    assert grid[2].split() == ["root", path]                                 # a long word is never cut
+    assert grid[3].split() == ["n", "24"] and grid[4].split() == ["k", "a", "b"]   # one-line rows: no blank
     with pytest.raises(ValueError, match="width"):
         wrap_text(t, 4)
+
+
+def test_study_summary_prints_fractions_with_three_decimals():
+    from midas_nb.study.base import _fraction
+
+    assert _fraction(0.791667) == "0.792" and _fraction(0.25) == "0.250"
+    assert _fraction(None) == "n/a" and _fraction(math.nan) == "n/a"

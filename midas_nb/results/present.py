@@ -187,8 +187,8 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
 
 def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
     """``table`` as plain text, index first, every cell in full: text longer than ``width``
-    characters wraps onto further lines of its row (rows are separated by a blank line when any
-    cell wraps).
+    characters wraps at spaces onto further lines of its row (a word longer than ``width``, such
+    as a path, stays whole); a blank line sets off each row that takes several lines.
 
     Raises:
         ValueError: ``width`` below 8.
@@ -198,14 +198,15 @@ def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
     names = [str(table.index.name or "")] + [str(c) for c in table.columns]
     body = [[str(i)] + ["" if (not isinstance(v, str) and pd.isna(v)) else str(v) for v in row]
             for i, row in zip(table.index, table.itertuples(index=False))]
-    cells = [[textwrap.wrap(c, width, break_on_hyphens=False) or [""] for c in r] for r in body]
+    cells = [[textwrap.wrap(c, width, break_on_hyphens=False, break_long_words=False) or [""] for c in r]
+             for r in body]
     widths = [max([len(names[j])] + [len(line) for r in cells for line in r[j]]) for j in range(len(names))]
     def line(parts):
         return "  ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()
     out = [line(names), line(["-" * w for w in widths])]
-    wraps = any(len(c) > 1 for r in cells for c in r)
+    tall = [max(len(c) for c in r) > 1 for r in cells]
     for k, r in enumerate(cells):
-        if wraps and k:
+        if k and (tall[k] or tall[k - 1]):
             out.append("")
         for i in range(max(len(c) for c in r)):
             out.append(line([c[i] if i < len(c) else "" for c in r]))
