@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics, probes, report
+from .results import compact, sample_note
 from .backbones import comparison_backbones, OFFLINE_PARTNERS
 from .study import ProtocolCellRunner, cached_study, make_grid
 from .sweeps import ResultStore, StoreStatus, run_sweep
@@ -44,8 +45,8 @@ class BackboneComparison:
         D: :func:`midas_nb.metrics.decoupling_D` at ``(depth, budget)``, one row per backbone ×
             condition, with paired 95 % intervals and band status.
         findings: :func:`midas_nb.report.paper_findings` of ``rows`` and ``probes``.
-        accuracy: per backbone, the checkpoint id and its test top-1 (and the teacher's, for a
-            distilled backbone).
+        accuracy: per backbone, the checkpoint id, its test top-1 (fraction; and the teacher's,
+            for a distilled backbone) and ``n_test_images`` it was measured on.
         status: :class:`midas_nb.sweeps.StoreStatus` of the cells (``complete`` False while a
             cell failed or is pending).
         depth, budget: the point ``(L, b)``.
@@ -62,22 +63,43 @@ class BackboneComparison:
     budget: float
 
     def table(self) -> pd.DataFrame:
-        """``D`` per condition, backbones side by side: ``D (pp) [95 % CI]``, ``ΔIDAUC`` and band
-        status per backbone (columns ``(backbone, quantity)``), index = condition."""
-        def ci(m, lo, hi, fmt):
-            if not np.isfinite(m):
-                return "undefined"
-            return f"{m:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{fmt}}"
+        """``D`` per condition and backbone, in the reader's format
+        (:func:`midas_nb.results.compact`): ``D_pp`` (percentage points) and ``delta_idauc``
+        as ``m [lo, hi]`` with their paired 95 % intervals (``n/a`` where undefined), then the
+        band ``status``.
 
-        parts = {}
-        for b in self.backbones:
-            g = self.D[self.D["backbone"] == b].set_index("condition")
-            parts[b] = pd.DataFrame({
-                "D (pp)": [ci(r.D_pp, r.D_pp_lo, r.D_pp_hi, "+.2f") for r in g.itertuples()],
-                "ΔIDAUC": [ci(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, "+.3f") for r in g.itertuples()],
-                "band": list(g["status"]),
-            }, index=g.index)
-        return pd.concat(parts, axis=1)
+        Returns:
+            Index ``(condition, backbone)`` — conditions in the order of :attr:`D`, backbones in
+            :attr:`backbones` order, so the backbones of one condition stand on adjacent rows;
+            three columns whatever the number of backbones.
+        """
+        order = {b: i for i, b in enumerate(self.backbones)}
+        conds = {c: i for i, c in enumerate(dict.fromkeys(self.D["condition"]))}
+        d = self.D[self.D["backbone"].isin(order)]
+        d = d.iloc[sorted(range(len(d)), key=lambda i: (conds[d["condition"].iloc[i]],
+                                                         order[d["backbone"].iloc[i]]))]
+        return compact(d, ["D_pp", "delta_idauc"], index=["condition", "backbone"],
+                       signed=["D_pp", "delta_idauc"], keep=["status"])
+
+    def accuracy_table(self) -> pd.DataFrame:
+        """Top-1 test accuracy (fraction) of each unpruned backbone and, for a distilled one, of
+        its teacher (``n/a`` otherwise), as :func:`midas_nb.results.compact` prints them; then
+        ``checkpoint_id`` and ``n_test_images`` (the images the accuracy was measured on).
+        Index = backbone."""
+        return compact(self.accuracy.reset_index(), ["test_accuracy", "teacher_test_accuracy"], index="backbone",
+                       keep=["checkpoint_id", "n_test_images"])
+
+    def sample_note(self) -> str:
+        """The sample and settings line of :meth:`table` and :meth:`findings_table`: the rows at
+        ``(depth, budget)`` read by :func:`midas_nb.results.sample_note` (images, seeds,
+        training, ``(L, b)``, the backbones and their checkpoints).
+
+        Raises:
+            ValueError: no rows at ``(depth, budget)``.
+        """
+        r = self.rows
+        at = r[(r["depth"] == self.depth) & np.isclose(r["budget"].astype(float), self.budget)] if len(r) else r
+        return sample_note(at)
 
     def findings_table(self) -> pd.DataFrame:
         """Does each paper finding hold? Index = finding, one column per backbone (``True`` /
@@ -144,7 +166,8 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
         m = st.meta
         d = m.get("distillation") or {}
         acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
-                        teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan)))
+                        teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan),
+                        n_test_images=(m.get("test_set") or {}).get("num_images", np.nan)))
         if run:
             hv = probes.hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
                                                      bootstrap=n_boot, seed=report.BOOTSTRAP_SEED)

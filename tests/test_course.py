@@ -617,6 +617,7 @@ def test_scale_exercises_need_two_backbones(capsys):
         note = course.show_exercise(name, D=one).data
         assert "Not asked on this run" in note and EXERCISES[name].prompt not in note
         assert EXERCISES[name].prompt in course.show_exercise(name, D=two).data
+        assert repr(course.show_exercise(name, D=one)) == note               # plain text: the prompt, no object repr
         with pytest.raises(course.NotApplicable, match="this run has one"):
             course.expected_answer(name, D=one)
     assert check_exercise("05.best_backbone_T5", None, D=one) is False and capsys.readouterr().out == ""

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.results import compact, format_ci, sample_note
+from midas_nb.results import compact, format_ci, full_text, images_note, probe_note, sample_note, wrap_text
 
 
 def test_format_ci_by_hand():
@@ -58,3 +58,52 @@ def test_sample_note_of_a_target_table_states_its_budget():
     cov = pd.DataFrame({"target": ["T0", "T5"], "miou": [0.2, 0.3], "n_images": [60, 60], "budget": [0.25, 0.25],
                         "coverage_kind": ["part mIoU"] * 2})
     assert sample_note(cov) == "part mIoU: 60 test images; b = 25%"
+    assert sample_note(cov.assign(n_skipped=[2, 2])) == "part mIoU: 60 test images, 2 skipped; b = 25%"
+
+
+def test_compact_keep_column_with_gaps_prints_a_dash_and_whole_numbers():
+    t = pd.DataFrame({"model": ["backbone", "LaSt"], "pib": [0.25, 0.5], "last_K": [math.nan, 1.0]})
+    c = compact(t, ["pib"], index="model", keep=["last_K"])
+    assert c["last_K"].tolist() == ["—", 1] and c.loc["LaSt", "pib"] == "0.500"
+
+
+def test_probe_and_images_notes():
+    hv = pd.DataFrame({"depth": [math.nan] * 2, "hidden": ["T5", "T4"], "attention": ["T3", "T3"],
+                       "cosine": [0.1, 0.2], "n_images": [24, 24], "mode": ["rank", "rank"]})
+    assert probe_note(hv, bootstrap=1000, depth=2) == ("24 test images; rank cosine (Spearman ρ) of the targets at "
+                                                        "block L = 2; 95 % CI: bootstrap over images, 1000 resamples")
+    pr = hv.assign(depth=[6, 6], backbone=["a", "b"], checkpoint_id=["0123456789abcdef", "fedcba9876543210"])
+    assert probe_note(pr) == ("24 test images; rank cosine (Spearman ρ) of the targets at block L = 6; "
+                              "backbone a, b (0123456789ab, fedcba987654)")
+    assert images_note(hv, "Point-in-Box", bootstrap=200) == ("24 test images; Point-in-Box; 95 % CI: bootstrap "
+                                                              "over images, 200 resamples")
+    with pytest.raises(ValueError, match="no rows"):
+        probe_note(hv.iloc[0:0])
+    with pytest.raises(ValueError, match="n_images"):
+        images_note(hv.drop(columns="n_images"), "x")
+
+
+def test_full_text_shows_every_character():
+    long = "votes of channels for their K (default N//2) tokens of largest x/|lowpass(x)−x| and more text"
+    t = pd.DataFrame({"name": ["T0", "last_votes"], "definition": ["E_h A_h[cls, j]", long]}).set_index("name")
+    shown = full_text(t, width=30)
+    assert long in shown._repr_html_() and "..." not in shown._repr_html_()
+    text = repr(shown)
+    assert " ".join(w for line in text.splitlines() for w in line.split()).count("lowpass(x)−x|") == 1
+    assert max(len(line) for line in text.splitlines()) <= len("last_votes") + 2 + 30
+    lines = wrap_text(t, 30).splitlines()
+    assert lines[0].split() == ["name", "definition"] and lines[2].split() == ["T0", "E_h", "A_h[cls,", "j]"]
+    assert lines[3] == "" and lines[4].startswith("last_votes  votes of channels")
+    path = "/data/" + "x" * 40
+    grid = wrap_text(pd.DataFrame({"value": [path, "24", "a b"]}, index=["root", "n", "k"]), 10).splitlines()
+    assert grid[2].split() == ["root", path]                                 # a long word is never cut
+    assert grid[3].split() == ["n", "24"] and grid[4].split() == ["k", "a", "b"]   # one-line rows: no blank
+    with pytest.raises(ValueError, match="width"):
+        wrap_text(t, 4)
+
+
+def test_study_summary_prints_fractions_with_three_decimals():
+    from midas_nb.study.base import _fraction
+
+    assert _fraction(0.791667) == "0.792" and _fraction(0.25) == "0.250"
+    assert _fraction(None) == "n/a" and _fraction(math.nan) == "n/a"

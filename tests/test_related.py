@@ -596,6 +596,32 @@ def test_related_table_merges_the_three_kinds():
     assert t.loc["last_votes", "last_K"] == "N//2" and t.loc["LaSt fine-tune (K=1)", "last_K"] == 1
 
 
+def test_speed_table_sets_each_row_beside_the_full_models_throughput():
+    from midas_nb.related import family_table, speed_note, speed_table
+
+    pruning = pd.DataFrame({"method": ["reference", "cropr", "iared"], "accuracy": [0.8, 0.7, 0.6],
+                            "accuracy_lo": [0.7, 0.6, 0.5], "accuracy_hi": [0.9, 0.8, 0.7],
+                            "throughput": [150.0, 187.4, 120.0], "throughput_full": [100.0, 100.0, 100.0],
+                            "train_seconds": [0.0, 12.345, math.nan], "accuracy_llf": [math.nan, 0.75, math.nan],
+                            "threshold_keep_rate": [math.nan, math.nan, 0.31]})
+    t = speed_table(pruning)
+    assert list(t.columns) == ["accuracy", "img/s", "full img/s", "speed-up", "train s"]
+    assert t.loc["cropr"].tolist() == ["0.700 [0.600, 0.800]", "187", "100", "1.87×", "12.35"]
+    assert t.loc["iared", "train s"] == "0.00" and t.loc["reference", "speed-up"] == "1.50×"
+    with pytest.raises(ValueError, match="throughput"):
+        speed_table(pruning.assign(throughput=[1.0, math.nan, 2.0]))
+    f = family_table(pruning)
+    assert list(f.index) == ["cropr", "iared"] and list(f.columns) == ["accuracy_llf", "threshold_keep_rate"]
+    assert f.loc["cropr", "accuracy_llf"] == "0.750" and f.loc["cropr", "threshold_keep_rate"] == "n/a"
+    rows = pd.DataFrame({"n_images": [12, 12], "device": ["cpu", "cpu"], "depth": [2, 2], "budget": [0.25, 0.25],
+                         "throughput_full": [100.0, 100.0]})
+    note = speed_note(rows, {"scorer_train": {"throughput_batch": 4, "throughput_repeats": 1, "epochs": 2}})
+    assert note == ("accuracy: 12 test images; throughput: the unpruned model and every pruned forward timed together "
+                    "on 4 test images, 1 call per round, median of 3 interleaved rounds, on cpu; L = 2, b = 25%")
+    other = speed_note(rows.assign(throughput_full=[100.0, 97.0]), {})   # PROTOCOL_DEFAULTS: 16 images, 3 calls
+    assert "on 16 test images, 3 calls per round" in other and "from 2 such measurements" in other
+
+
 # ------------------------------------------------------------------------------ CUDA
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_related_methods_run_on_cuda(tmp_path):

@@ -125,12 +125,19 @@ def show_exercise(name: str, **ctx: Any):
     backbones; this run has one").
 
     Returns:
-        :class:`IPython.display.Markdown` (the cell's last expression displays it).
+        :class:`IPython.display.Markdown` (the cell's last expression displays it; its plain
+        text, ``repr``, is the Markdown source rather than an object repr).
 
     Raises:
         KeyError: an unknown exercise or a missing context object.
     """
     from IPython.display import Markdown
+
+    class _Prompt(Markdown):
+        """Markdown whose plain text (``repr``) is its source, not an object repr."""
+
+        def __repr__(self) -> str:
+            return str(self.data)
 
     ex = _get(name)
     missing = [k for k in ex.needs if k not in ctx]
@@ -139,8 +146,8 @@ def show_exercise(name: str, **ctx: Any):
     head = f"**Exercise {exercise_label(name)}** (`{name}`)."
     why_not = not_applicable(name, **ctx)
     if why_not:
-        return Markdown(f"{head} *Not asked on this run: it {why_not}.*")
-    return Markdown(f"{head} {ex.prompt}")
+        return _Prompt(f"{head} *Not asked on this run: it {why_not}.*")
+    return _Prompt(f"{head} {ex.prompt}")
 
 
 def _get(name: str) -> Exercise:

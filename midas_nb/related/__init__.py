@@ -35,8 +35,8 @@ from .iared import IARedScorer, bernoulli_log_prob, iared_reward, masked_logits,
 from .last import (LAST_FINETUNE_K, LaStHead, LaStViT, last_aggregate, last_finetune, patch_score_maps,
                    pib_columns, pib_table, token_stability)
 from .perturbation import perturbation_curves, perturbation_table, perturbation_test
-from .table import (FAMILY_COLUMNS, PERTURBATION_MAPS, RELATED_CONDITIONS, RelatedResults, related_table,
-                    run_related)
+from .table import (FAMILY_COLUMNS, PERTURBATION_MAPS, RELATED_CONDITIONS, RelatedResults, family_table,
+                    related_table, run_related, speed_note, speed_table)
 
 __all__ = [
     "CroprScorer", "cropr_forward", "prune_tokens_llf",
@@ -45,5 +45,5 @@ __all__ = [
     "pib_table", "pib_columns", "LAST_FINETUNE_K",
     "perturbation_curves", "perturbation_test", "perturbation_table",
     "RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
-    "run_related",
+    "run_related", "speed_table", "speed_note", "family_table",
 ]

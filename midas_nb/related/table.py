@@ -31,14 +31,15 @@ import pandas as pd
 from torch import nn
 
 from ..metrics import decoupling_D
-from ..protocol import list_conditions
-from ..results import aggregate_seeds, METRIC_COLUMNS
+from ..metrics.speed import SPEED_ROUNDS
+from ..protocol import PROTOCOL_DEFAULTS, list_conditions
+from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
 from .perturbation import perturbation_table
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
-           "run_related"]
+           "run_related", "speed_table", "speed_note", "family_table"]
 
 #: conditions of notebook 06 (MIDAS conditions, related targets, related scorer families)
 RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", "tokentm", "rollout",
@@ -75,8 +76,8 @@ def related_table(
 
     Returns:
         One row per pruning condition (``method`` = condition; metric columns are means over
-        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images bootstrap interval; ``D_pp``,
-        ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
+        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images bootstrap interval; ``D_pp``
+        with its paired interval ``D_pp_lo``/``D_pp_hi``, ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
         backbone variant (``pib``, ``accuracy`` with CIs). ``pib_centre`` and ``pib_box_area`` (the
         Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.
         Columns a row kind does not have are NaN.
@@ -93,7 +94,7 @@ def related_table(
         agg = agg.merge(means, on=keys, how="left")
     D = decoupling_D(protocol_table, band=band, n_boot=n_boot)
     dkeys = [c for c in keys if c in D.columns]
-    agg = agg.merge(D[dkeys + ["D_pp", "D_pp_std", "delta_idauc", "status", "D_cell"]]
+    agg = agg.merge(D[dkeys + ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "delta_idauc", "status", "D_cell"]]
                     .rename(columns={"status": "D_status"}), on=dkeys, how="left")
     agg.insert(0, "method", agg["condition"])
     agg["last_K"] = agg["condition"].map({"last_votes": LAST_VOTES_K})
@@ -109,6 +110,85 @@ def related_table(
         pb.insert(0, "kind", "backbone")
         parts.append(pb)
     return pd.concat(parts, ignore_index=True, sort=False)
+
+
+def speed_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Accuracy and speed of each pruning row beside the unpruned model's, for a reader.
+
+    Args:
+        table: the ``"pruning"`` rows of :func:`related_table` (``method``, ``accuracy`` with
+            ``accuracy_lo``/``_hi``, ``throughput``, ``throughput_full``, ``speedup``,
+            ``train_seconds``).
+
+    Returns:
+        Index ``method``; ``accuracy`` (top-1, fraction, ``m [lo, hi]``), ``img/s`` (the pruned
+        forward's images per second), ``full img/s`` (the unpruned model's, from the same
+        interleaved measurement), ``speed-up`` (their ratio, ``1.87×``) and ``train s`` (scorer
+        training, seconds; ``0`` for the untrained ``reference`` / ``random``).
+
+    Raises:
+        ValueError: a row without ``throughput`` (or ``throughput_full``) or without ``accuracy``.
+    """
+    miss = [c for c in ("throughput", "throughput_full", "accuracy") if c not in table.columns]
+    if miss or table[["throughput", "throughput_full"]].isna().any().any():
+        raise ValueError(f"speed_table: rows without {miss or ['throughput', 'throughput_full']}")
+    out = compact(table, ["accuracy"], index="method")
+    out["img/s"] = [format_ci(v, digits=0) for v in table["throughput"]]
+    out["full img/s"] = [format_ci(v, digits=0) for v in table["throughput_full"]]
+    out["speed-up"] = [f"{t / f:.2f}×" for t, f in zip(table["throughput"], table["throughput_full"])]
+    if "train_seconds" in table.columns:
+        out["train s"] = [format_ci(v, digits=2) for v in table["train_seconds"].fillna(0.0)]
+    return out
+
+
+def speed_note(protocol: pd.DataFrame, params: dict[str, Any]) -> str:
+    """The settings line of :func:`speed_table`: the images and device of the one interleaved
+    throughput measurement that every row and the unpruned model share
+    (:func:`midas_nb.metrics.measure_speed`), and the images of the accuracy.
+
+    Args:
+        protocol: the protocol rows (``n_images``, ``device``, ``depth``, ``budget``).
+        params: the profile's settings (``Study.params``): ``throughput_batch`` and
+            ``throughput_repeats`` from its ``scorer_train`` recipe or top level, else
+            :data:`midas_nb.protocol.PROTOCOL_DEFAULTS`.
+
+    Raises:
+        ValueError: no rows.
+    """
+    if protocol.empty:
+        raise ValueError("speed_note: the table has no rows")
+    st = {k: params.get(k, PROTOCOL_DEFAULTS[k]) for k in ("throughput_batch", "throughput_repeats")}
+    st.update({k: v for k, v in (params.get("scorer_train") or {}).items() if k in st})
+    dev = ", ".join(sorted({str(d) for d in protocol.get("device", pd.Series(["?"])).dropna()})) or "?"
+    n_acc = ", ".join(str(int(n)) for n in sorted(set(protocol["n_images"].dropna())))
+    L = ", ".join(str(int(x)) for x in sorted(set(protocol["depth"])))
+    b = ", ".join(f"{float(x):.0%}" for x in sorted(set(protocol["budget"])))
+    full = protocol["throughput_full"].dropna().round(6).nunique() if "throughput_full" in protocol.columns else 1
+    runs = (f"; the rows come from {full} such measurements (rows computed in different runs): a row's img/s "
+            f"compares with its own full img/s") if full > 1 else ""
+    return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
+            f"together on {int(st['throughput_batch'])} test images, "
+            f"{int(st['throughput_repeats'])} call{'s' if int(st['throughput_repeats']) != 1 else ''} per round, median of {SPEED_ROUNDS} interleaved "
+            f"rounds, on {dev}{runs}; L = {L}, b = {b}")
+
+
+def family_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The scorer families' own readouts, only on the rows that have them: Cropr's accuracy with
+    last-layer fusion (``accuracy_llf``, fraction with CI) and its speed relative to plain Cropr
+    pruning (``llf_speed_ratio``), IA-RED²'s 0.5-threshold keep rate and accuracy.
+
+    Args:
+        table: the ``"pruning"`` rows of :func:`related_table`.
+
+    Returns:
+        Index ``method``; the columns that some row fills (none: an empty frame).
+    """
+    cols = [c for c in ("accuracy_llf", "llf_speed_ratio", "threshold_keep_rate", "threshold_accuracy")
+            if c in table.columns]
+    rows = table[table[cols].notna().any(axis=1)] if cols else table.iloc[0:0]
+    if not len(rows):
+        return pd.DataFrame(index=pd.Index([], name="method"))
+    return compact(rows, cols, index="method")
 
 
 @dataclass

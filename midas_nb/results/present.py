@@ -1,14 +1,16 @@
 """What a reader sees of a results table: one settings line that states the sample
-(:func:`sample_note`) and compact tables whose numbers read ``0.153 [0.148, 0.158]``
-(:func:`compact`)."""
+(:func:`sample_note`, :func:`probe_note`), compact tables whose numbers read
+``0.153 [0.148, 0.158]`` (:func:`compact`), and tables of long text shown whole
+(:func:`full_text`, :func:`wrap_text`) instead of cut at pandas' 50 characters."""
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["sample_note", "compact", "format_ci"]
+__all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note"]
 
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
@@ -34,6 +36,12 @@ def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, s
     return f"{f(m)} [{f(lo)}, {f(hi)}]" if ok else f(m)
 
 
+def _plain(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def _values(table: pd.DataFrame, col: str) -> list:
     return sorted({v for v in table[col].dropna().tolist()}) if col in table.columns else []
 
@@ -46,7 +54,8 @@ def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
 def sample_note(table: pd.DataFrame) -> str:
     """One line stating a protocol table's sample and settings, read from its rows.
 
-    Images for coverage (and how many had no visible part / informative box), images and steps
+    Images for coverage (and how many had no visible part / informative box: ``n_skipped_parts``
+    or ``n_skipped``), images and steps
     for IDAUC, seeds, the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the
     backbone and its checkpoint — so no table says "299 test images" when IDAUC used 64.
 
@@ -59,7 +68,7 @@ def sample_note(table: pd.DataFrame) -> str:
     n = _one(table, "n_images", lambda x: f"{int(x)}")
     kind = _one(table, "coverage_kind") or "part mIoU"
     if n is not None:
-        skipped = _values(table, "n_skipped_parts")
+        skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""
         parts.append(f"{kind}: {n} test images{sk}")
     ni = _one(table, "n_idauc_images", lambda x: f"{int(x)}")
@@ -109,7 +118,8 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
         digits: decimals.
         signed: metrics printed with a sign (differences such as ``D_pp``, ``delta_idauc``).
         keep: other columns shown unformatted after the metrics (``status``, ``n_seeds``);
-            a name the table lacks is skipped.
+            a name the table lacks is skipped; in a column NaN in some rows, those rows show
+            ``—`` and whole-number floats print as integers (``last_K``: ``1``, not ``1.0``).
         bounds: ``{metric: (lo column, hi column)}`` where the bounds are not ``m_lo`` /
             ``m_hi`` (e.g. ``{"cosine": ("lo", "hi")}``).
         skip_missing: leave out a metric the table lacks instead of raising (columns only some
@@ -135,5 +145,110 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
                   for i, v in enumerate(table[col].tolist())]
     for k in keep:
         if k in table.columns and k not in out.columns and not table[k].isna().all():
-            out[k] = table[k].to_numpy()
+            col = table[k]
+            out[k] = col.to_numpy() if not col.isna().any() else [_plain(v) for v in col.tolist()]
     return out.set_index(index)
+
+
+def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int | None = None) -> str:
+    """One line stating a cosine-probe table's sample and settings (notebooks 03 and 05).
+
+    Reads ``n_images``, ``mode`` (``rank``: Spearman ρ), ``depth`` (NaN or absent: ``depth``
+    argument), ``backbone`` and ``checkpoint_id`` from the rows, e.g. ``"24 test images; rank
+    cosine (Spearman ρ) of the targets at block L = 2; 95 % CI: bootstrap over images, 1000
+    resamples"``.
+
+    Args:
+        table: rows of :func:`midas_nb.probes.hidden_vs_attention_gradient`.
+        bootstrap: resamples of the intervals; ``None`` leaves them unstated.
+        depth: the block the targets were read at where the rows do not say it.
+
+    Raises:
+        ValueError: an empty table.
+    """
+    if table.empty:
+        raise ValueError("probe_note: the table has no rows")
+    parts = []
+    n = _one(table, "n_images", lambda x: f"{int(x)}")
+    if n is not None:
+        parts.append(f"{n} test images")
+    mode = _one(table, "mode") or "rank"
+    what = f"{mode} cosine (Spearman ρ)" if mode == "rank" else f"{mode} cosine"
+    d = _one(table, "depth", lambda x: f"{int(x)}") or (None if depth is None else f"{int(depth)}")
+    parts.append(what + (f" of the targets at block L = {d}" if d else ""))
+    if bootstrap is not None:
+        parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
+    bb = _one(table, "backbone")
+    if bb is not None:
+        ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
+        parts.append(f"backbone {bb}" + (f" ({ck})" if ck else ""))
+    return "; ".join(parts)
+
+
+def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
+    """``table`` as plain text, index first, every cell in full: text longer than ``width``
+    characters wraps at spaces onto further lines of its row (a word longer than ``width``, such
+    as a path, stays whole); a blank line sets off each row that takes several lines.
+
+    Raises:
+        ValueError: ``width`` below 8.
+    """
+    if width < 8:
+        raise ValueError(f"wrap_text: width must be at least 8 characters, got {width}")
+    names = [str(table.index.name or "")] + [str(c) for c in table.columns]
+    body = [[str(i)] + ["" if (not isinstance(v, str) and pd.isna(v)) else str(v) for v in row]
+            for i, row in zip(table.index, table.itertuples(index=False))]
+    cells = [[textwrap.wrap(c, width, break_on_hyphens=False, break_long_words=False) or [""] for c in r]
+             for r in body]
+    widths = [max([len(names[j])] + [len(line) for r in cells for line in r[j]]) for j in range(len(names))]
+    def line(parts):
+        return "  ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()
+    out = [line(names), line(["-" * w for w in widths])]
+    tall = [max(len(c) for c in r) > 1 for r in cells]
+    for k, r in enumerate(cells):
+        if k and (tall[k] or tall[k - 1]):
+            out.append("")
+        for i in range(max(len(c) for c in r)):
+            out.append(line([c[i] if i < len(c) else "" for c in r]))
+    return "\n".join(out)
+
+
+class FullText:
+    """A table a notebook shows whole: its HTML (``_repr_html_``) without pandas' 50-character
+    cell limit, its plain text (``repr``) with long cells wrapped (:func:`wrap_text`).
+
+    Attributes:
+        table: the DataFrame shown.
+        width: wrap width of the plain text, characters.
+    """
+
+    def __init__(self, table: pd.DataFrame, width: int = 40):
+        self.table, self.width = table, width
+
+    def _repr_html_(self) -> str:
+        return self.table.to_html()
+
+    def __repr__(self) -> str:
+        return wrap_text(self.table, self.width)
+
+
+def full_text(table: pd.DataFrame, width: int = 40) -> FullText:
+    """``table`` for display in full (a notebook cell ending on it shows every character of every
+    cell): see :class:`FullText`."""
+    return FullText(table, width)
+
+
+def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None) -> str:
+    """One line stating a per-image table's sample: ``"12 test images; <what>; 95 % CI:
+    bootstrap over images, 1000 resamples"`` (``n_images`` read from the rows; several counts
+    are listed).
+
+    Raises:
+        ValueError: an empty table or one without ``n_images``.
+    """
+    if table.empty or "n_images" not in table.columns:
+        raise ValueError("images_note: the table has no rows or no n_images column")
+    parts = [f"{_one(table, 'n_images', lambda x: f'{int(x)}')} test images", what]
+    if bootstrap is not None:
+        parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
+    return "; ".join(p for p in parts if p)

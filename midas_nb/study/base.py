@@ -132,6 +132,14 @@ def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> s
 TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
 
 
+
+def _fraction(v: Any) -> str:
+    """``0.417`` for a fraction, ``n/a`` for ``None`` / NaN."""
+    try:
+        return "n/a" if v is None or v != v else f"{float(v):.3f}"
+    except (TypeError, ValueError):
+        return str(v)
+
 class StudyBase:
     """Data, backbone and cached pipeline stages for one profile.
 
@@ -292,7 +300,9 @@ class StudyBase:
         return collate_samples([ds[int(i)] for i in indices])
 
     def summary(self) -> pd.DataFrame:
-        """The study at a glance: data, backbone, patch grid and the backbone's accuracy."""
+        """The study at a glance: data, backbone, patch grid and the backbone's accuracy
+        (fractions as text with three decimals; ``n/a`` where the checkpoint does not record it).
+        Index ``setting``, one column ``value``; ``results.full_text`` shows long values whole."""
         m, ds = self.meta, self.test_set
         rows = [("profile", self.params["profile"]), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
@@ -304,8 +314,9 @@ class StudyBase:
                 ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
                 ("fine-tuning epochs", m.get("epochs")),
-                ("train accuracy", m.get("train_accuracy")), ("test accuracy", m.get("test_accuracy")),
-                ("chance accuracy", ds.chance_accuracy), ("device", str(self.device))]
+                ("train accuracy", _fraction(m.get("train_accuracy"))),
+                ("test accuracy", _fraction(m.get("test_accuracy"))),
+                ("chance accuracy", _fraction(ds.chance_accuracy)), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
     # -------------------------------------------------------------------------- targets
