@@ -549,7 +549,9 @@ def _resolved_in_band(D, band: float = 0.01) -> Any:
            "ΔIDAUC at or above −0.01 (`delta_idauc_lo ≥ −0.01`)? A mean ΔIDAUC above −0.01 whose interval "
            "straddles −0.01 is *not resolved*, not in band. (a list or set of names; including the "
            "reference is optional)",
-           "compare `delta_idauc_lo` in `D` with −0.01 (`status` says the same in words).", ["D"], _names)
+           "compare `delta_idauc_lo` in `D` with −0.01 (`status` says the same in words, except where it says "
+           "*uninformative*: there the reference ranks tokens no better than random, and parity with it says little).",
+           ["D"], _names)
 def _ex_in_band(D) -> set[str]:
     return set(D.loc[_resolved_in_band(D), "condition"].astype(str))
 
