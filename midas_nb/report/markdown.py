@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..paper_reference import PAPER_FINDINGS
+from ..paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from .findings import _ci_text, _is_num, _n, findings_paragraph
 from .probes import load_probes
 from .store import _IDENT, expected_cells, IncompleteReportError, load_store_rows, missing_cells, SECTIONS
@@ -223,6 +223,11 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
 
+def _statement(fid: str) -> str:
+    """A finding's statement by its id, a retired finding's included (older committed tables)."""
+    return PAPER_FINDINGS.get(fid) or RETIRED_FINDINGS.get(fid, fid)
+
+
 def _verdict(v: Any) -> str:
     return {"True": "holds", "False": "does not hold"}.get(str(v), str(v))
 
@@ -276,7 +281,7 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
             items = list(dict.fromkeys(k["item"]))
             body = []
             for it in items:
-                row = [PAPER_FINDINGS.get(it, it) if kind == "finding" else it]
+                row = [_statement(it) if kind == "finding" else it]
                 for bb in bbs:
                     m = k[(k["backbone"] == bb) & (k["item"] == it)]
                     if m.empty:
@@ -299,7 +304,7 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
                 f"{bb} has no rows ({str(t.loc[t['backbone'] == bb, 'kind'].iloc[0])})" for bb in bbs if bb not in read)
                 + ".\n")
         elif len(bbs) >= 2:
-            names = lambda ids: "; ".join(PAPER_FINDINGS.get(i, i) for i in ids)  # noqa: E731
+            names = lambda ids: "; ".join(_statement(i) for i in ids)  # noqa: E731
             out.append((f"Changed with the backbone ({bbs[0]} → {bbs[1]}, both verdicts decided): {names(changed)}."
                         if changed else f"No finding's decided verdict differs between {bbs[0]} and {bbs[1]}.")
                        + (f" Undecided on at least one backbone: {names(undecided)}." if undecided else "") + "\n")
