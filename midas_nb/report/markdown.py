@@ -366,11 +366,8 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     tc = tables["three_conditions"]
     t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    evaluated, banner = p.get("evaluated images' fingerprint"), _incomplete_banner(g, len(_missing_list(tables)))
-    lines = [README_BEGIN,
-             f"### Reference results: `{g.get('profile')}` profile, {ds}, {bb}, L = {L}, b = {b}\n",
-             banner.rstrip("\n") + ("\n" if banner else ""),
-             _smoke_note(g).rstrip("\n") + ("\n" if _smoke_note(g) else ""),
+    evaluated = p.get("evaluated images' fingerprint")
+    lines = [*_readme_head(tables, f"{ds}, {bb}, L = {L}, b = {b}"),
              f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
              f"fingerprint {evaluated}; test split fingerprint "
              f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
@@ -386,6 +383,15 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     return "\n".join(s for s in lines if s != "")
 
 
+def _readme_head(tables: Mapping[str, pd.DataFrame], what: str) -> list[str]:
+    """The README section's first lines: the marker, the heading naming ``what`` was run, and the
+    incomplete and smoke banners where they apply."""
+    g = _prov(tables)
+    banner, smoke = _incomplete_banner(g, len(_missing_list(tables))), _smoke_note(g)
+    return [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}\n",
+            banner.rstrip("\n") + ("\n" if banner else ""), smoke.rstrip("\n") + ("\n" if smoke else "")]
+
+
 def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: str) -> str:
     """The README's results section of a report over several datasets: the paper's table on
     them (:func:`datasets_table`) and which findings hold on which dataset."""
@@ -393,11 +399,7 @@ def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: st
     p = _prov(tables, *blocks[0])
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
     bbs = ", ".join(dict.fromkeys(bb for _, bb in blocks))
-    banner = _incomplete_banner(g, len(_missing_list(tables)))
-    lines = [README_BEGIN,
-             f"### Reference results: `{g.get('profile')}` profile, {len(blocks)} datasets, {bbs}, L = {L}, b = {b}\n",
-             banner.rstrip("\n") + ("\n" if banner else ""),
-             _smoke_note(g).rstrip("\n") + ("\n" if _smoke_note(g) else ""),
+    lines = [*_readme_head(tables, f"{len(blocks)} datasets, {bbs}, L = {L}, b = {b}"),
              f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
              f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
              f"{g.get('bootstrap', 'resamples not recorded')} (paired over images for D); parity band \"in\" only "
