@@ -215,7 +215,8 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     from .runspec import PreflightError, preflight
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
-    subs = [replace(spec, dataset=d, output=str(out_dir / d)) for d in datasets]
+    # each dataset's run keeps only its own root: the others are for the other runs, not unused
+    subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
     try:
         paths = notebook_paths(spec.notebooks)
     except ValueError as e:

@@ -56,3 +56,23 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
     assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit"}, True)]
     printed = capsys.readouterr().out
     assert "=== dataset 1/2: cub ===" in printed and "| the paper's table |" in printed
+
+
+def test_the_three_real_roots_pass_the_checks_and_reach_the_first_kernel(shared_data, tmp_path, capsys, monkeypatch):
+    """The paper's three-dataset command: each dataset's run keeps only its own root, so no run
+    rejects the other two roots as unread and the first notebook starts."""
+    started = []
+
+    def first_kernel(nb, *a, **k):
+        started.append(Path(nb).name)
+        raise KeyboardInterrupt  # stop the run right there
+    monkeypatch.setattr("midas_nb.runs.execute_notebook", first_kernel)
+    args = ["run", "--profile", "quick", "--output", str(tmp_path / "o"),
+            "--data-root", f"cub={shared_data / 'cub200_subset'}",
+            "--data-root", f"aircraft={shared_data / 'fgvc_aircraft_subset' / 'fgvc-aircraft-2013b'}",
+            "--data-root", f"cars={shared_data / 'stanford_cars_subset'}"]
+    rc = cli.main(args)  # the interrupt is reported, not raised
+    out = capsys.readouterr()
+    assert rc != 0 and "interrupted" in out.err
+    assert "no notebook was started" not in out.err, out.err
+    assert started == ["00_quickstart.ipynb"] and "=== dataset 1/3: cub ===" in out.out
