@@ -198,7 +198,7 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
     paper's table); else ``[None]`` (the profile's own dataset).
     """
     roots = spec.data_roots if isinstance(spec.data_roots, dict) else {}
-    named = [d for d in config.DATA_ROOT_DATASETS if d in roots]
+    named = [d for d in config.PAPER_DATASETS if d in roots]
     if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
             or "datasets" in spec.params:
         return [None]
@@ -577,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
                    help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
                         "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", choices=["cub", "aircraft", "cars", "synthetic"], default=None,
+    r.add_argument("--dataset", choices=list(config.DATASET_NAMES), default=None,
                    help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
     r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "

@@ -12,19 +12,25 @@ from typing import Any, Literal
 
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "profile_from_env",
-           "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATA_ROOT_DATASETS",
+           "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
+           "PAPER_DATASETS", "PAPER_BACKBONES",
            "data_root_for", "dataset_label", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
            "backbone_kwargs_for", "check_profile", "check_device",
            "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
 
-#: datasets read from a directory (``synthetic`` is generated, never given a root)
-DATA_ROOT_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
-_DATASETS: tuple[str, ...] = DATA_ROOT_DATASETS + ("synthetic",)
-_PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
-_PAPER_BACKBONES: list[str] = ["deit_tiny_patch16_224.fb_in1k", "deit_small_patch16_224.fb_in1k",
-                               "vit_base_patch16_224.augreg_in21k_ft_in1k"]
+#: the paper's three real datasets (DESIGN.md §7), in the paper's order: the datasets read from
+#: a directory (``synthetic`` is generated, never given a root)
+PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
+#: every dataset name, in the order tables show them: the paper's three and the generated set
+DATASET_NAMES: tuple[str, ...] = PAPER_DATASETS + ("synthetic",)
+#: the paper's three backbones (timm tags), smallest first
+PAPER_BACKBONES: tuple[str, ...] = (
+    "deit_tiny_patch16_224.fb_in1k",
+    "deit_small_patch16_224.fb_in1k",
+    "vit_base_patch16_224.augreg_in21k_ft_in1k",
+)
 
 # keys every profile has (a profile's own entry wins)
 _COMMON: dict[str, Any] = dict(
@@ -135,8 +141,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         idauc_steps=20,
         max_eval_images=None,
         bootstrap=2000,
-        scale_backbones=list(_PAPER_BACKBONES),
-        datasets=list(_PAPER_DATASETS),
+        scale_backbones=list(PAPER_BACKBONES),
+        datasets=list(PAPER_DATASETS),
         device="cuda",
     ),
     # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
@@ -145,12 +151,12 @@ PROFILES: dict[str, dict[str, Any]] = {
     "rehearsal": dict(
         dataset="cub",
         data_root=None,
-        datasets=list(_PAPER_DATASETS),
+        datasets=list(PAPER_DATASETS),
         backbone="deit_small_patch16_224.fb_in1k",
         # as in paper, the regime sweep (04) and the scale readout (05, the paper table) span the
         # 3 datasets x the 3 paper backbones; the regime visits every L and b once (cross grid)
-        backbones=list(_PAPER_BACKBONES),
-        scale_backbones=list(_PAPER_BACKBONES),
+        backbones=list(PAPER_BACKBONES),
+        scale_backbones=list(PAPER_BACKBONES),
         backbone_kwargs=dict(img_size=64),      # 4x4 patch grid; real widths, so real weight files load
         max_images_per_class=2,
         image_size=64,
@@ -290,7 +296,7 @@ def _roots(profile: dict[str, Any]) -> dict[str, str]:
     """Every data root a profile names: ``data_roots`` plus ``data_root`` for its own dataset."""
     roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
     own = profile.get("dataset")
-    if profile.get("data_root") is not None and own in DATA_ROOT_DATASETS:
+    if profile.get("data_root") is not None and own in PAPER_DATASETS:
         roots.setdefault(own, str(profile["data_root"]))
     return roots
 
@@ -308,8 +314,8 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
         ValueError: unknown dataset name, or a dataset that needs a root and has none (the
             message names the ``--data-root NAME=PATH`` option).
     """
-    if dataset not in _DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {_DATASETS}")
+    if dataset not in DATASET_NAMES:
+        raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASET_NAMES}")
     if dataset == "synthetic":
         return None
     roots = _roots(profile)
@@ -467,8 +473,8 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
     """Profile, dataset and backbone names, and the lists of names (:func:`check_profile`)."""
     if p.get("profile") not in PROFILES:
         problems.append(f"profile: expected one of {sorted(PROFILES)}, got {_show(p.get('profile'))}")
-    if p.get("dataset") not in _DATASETS:
-        problems.append(f"dataset: expected one of {list(_DATASETS)}, got {_show(p.get('dataset'))}")
+    if p.get("dataset") not in DATASET_NAMES:
+        problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {_show(p.get('dataset'))}")
     for key in ("backbone",):
         if not (isinstance(p.get(key), str) and p[key]):
             problems.append(f"{key}: expected a backbone name, got {_show(p.get(key))}")
@@ -477,9 +483,9 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
         if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {_show(v)}")
     if isinstance(p.get("datasets"), list):
-        bad = [d for d in p["datasets"] if d not in _DATASETS]
+        bad = [d for d in p["datasets"] if d not in DATASET_NAMES]
         if bad:
-            problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(_DATASETS)}")
+            problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(DATASET_NAMES)}")
 
 
 def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
@@ -539,8 +545,8 @@ def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"data_roots: expected a mapping {{dataset: directory}}, got {_show(roots)}")
     else:
         for k, v in roots.items():
-            if k not in DATA_ROOT_DATASETS:
-                problems.append(f"data_roots: unknown dataset {k!r}; expected names from {list(DATA_ROOT_DATASETS)}")
+            if k not in PAPER_DATASETS:
+                problems.append(f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}")
             elif not _is_path(v):
                 problems.append(f"data_roots.{k}: expected a directory path, got {_show(v)}")
         own = p.get("dataset")

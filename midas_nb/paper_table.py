@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .config import dataset_label, get_profile
+from .config import DATASET_NAMES, dataset_label, get_profile
 from .metrics import decoupling_D
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from .study import grid_spans, make_grid
@@ -24,7 +24,6 @@ from .sweeps import ResultStore
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
 
 CONDITION_ORDER: tuple[str, ...] = ("reference", "unsupervised", "T1", "T2", "T3", "T4", "T5")
-_DATASET_ORDER: tuple[str, ...] = ("cub", "aircraft", "cars", "synthetic")
 COLUMNS: list[str] = ["dataset", "backbone", "checkpoint_id", "coverage_kind", "condition", "miou", "idauc", "D_pp",
                       "D_pp_std", "delta_idauc", "status", "band_reason", "n_seeds", "paper_D_pp",
                       "paper_delta_idauc", "paper_status"]
@@ -110,7 +109,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     for c in COLUMNS:
         if c not in have.columns:
             have[c] = None
-    ds_rank = {d: i for i, d in enumerate(_order(have["dataset"], _DATASET_ORDER))}
+    ds_rank = {d: i for i, d in enumerate(_order(have["dataset"], DATASET_NAMES))}
     bb_rank = {b: i for i, b in enumerate(_order(have["backbone"], list(backbone_order or [])))}
     cond_rank = {c: i for i, c in enumerate(_order([c for c in have["condition"] if c is not None],
                                                    CONDITION_ORDER))}

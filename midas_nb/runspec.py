@@ -50,7 +50,7 @@ from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
                         weights_file_problem, weights_for)
 from .cliargs import did_you_mean, list_param, param_value, yaml_load
-from .config import _DATASETS, _show
+from .config import DATASET_NAMES, _show
 from .study import check_layout, grid_spans, schedule_line
 
 __all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
@@ -146,17 +146,17 @@ def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str],
     problems = []
     for v in values:
         name, sep, path = str(v).partition("=")
-        if not str(v).strip() or (sep and name in config.DATA_ROOT_DATASETS and not path.strip()):
+        if not str(v).strip() or (sep and name in config.PAPER_DATASETS and not path.strip()):
             problems.append(f"--data-root {v!r}: empty path; expected NAME=PATH with NAME one of "
-                            f"{list(config.DATA_ROOT_DATASETS)}, or a plain PATH (an empty path would silently "
+                            f"{list(config.PAPER_DATASETS)}, or a plain PATH (an empty path would silently "
                             f"mean the current directory)")
-        elif sep and name in config.DATA_ROOT_DATASETS:
+        elif sep and name in config.PAPER_DATASETS:
             if name in roots and roots[name] != path:
                 problems.append(f"--data-root {name}= given twice ({roots[name]!r}, {path!r}); give one")
             roots[name] = path
         elif sep and name and os.sep not in name and "/" not in name and not Path(v).exists():
             problems.append(f"--data-root {v!r}: unknown dataset {name!r}; expected NAME=PATH with NAME one of "
-                            f"{list(config.DATA_ROOT_DATASETS)}, or a plain PATH")
+                            f"{list(config.PAPER_DATASETS)}, or a plain PATH")
         else:
             if plain is not None and plain != v:
                 problems.append(f"--data-root given two plain paths ({plain!r}, {v!r}); name the datasets: "
@@ -203,8 +203,8 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         if k == "profile" and not (isinstance(v, str) and v in config.PROFILES):
             out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {_show(v)}"))
-        elif k == "dataset" and not (isinstance(v, str) and v in _DATASETS):
-            out.append((k, f"dataset: expected one of {list(_DATASETS)}, got {_show(v)}"))
+        elif k == "dataset" and not (isinstance(v, str) and v in DATASET_NAMES):
+            out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {_show(v)}"))
         elif k in ("backbone", "device") and not _is_path(v):
             out.append((k, f"{k}: expected a name (a string), got {_show(v)}"))
         elif k in _PATH_KEYS and not _is_path(v):
@@ -223,9 +223,9 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
                 out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {_show(v)}"))
                 continue
             for name, root in v.items():
-                if name not in config.DATA_ROOT_DATASETS:
+                if name not in config.PAPER_DATASETS:
                     out.append((k, f"data_roots: unknown dataset {name!r}; expected names from "
-                                   f"{list(config.DATA_ROOT_DATASETS)}"))
+                                   f"{list(config.PAPER_DATASETS)}"))
                 elif not _is_path(root):
                     out.append((k, f"data_roots.{name}: expected a directory path, got {_show(root)}"))
         elif k == "weights":

@@ -4,14 +4,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-
-
-
-PAPER_BACKBONES: tuple[str, ...] = (
-    "deit_tiny_patch16_224.fb_in1k",
-    "deit_small_patch16_224.fb_in1k",
-    "vit_base_patch16_224.augreg_in21k_ft_in1k",
-)
+from ..config import PAPER_BACKBONES
 
 
 _TIMM_EXTRA: tuple[str, ...] = ("deit_tiny_distilled_patch16_224.fb_in1k",)

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..config import DATASET_NAMES
 from ._common import KNOWN_BAD_BOXES, AnnotatedDataset, DatasetError
 from .aircraft import AircraftDataset
 from .builders import make_aircraft_from_cub, make_cars_from_cub
@@ -40,7 +41,6 @@ __all__ = [
     "default_synthetic_root",
 ]
 
-DATASET_NAMES: tuple[str, ...] = ("cub", "aircraft", "cars", "synthetic")
 _ALIASES = {"cub200": "cub", "cub-200-2011": "cub", "cub_200_2011": "cub", "fgvc_aircraft": "aircraft",
             "fgvc-aircraft": "aircraft", "stanford_cars": "cars", "stanford-cars": "cars",
             "synthetic_cub": "synthetic"}

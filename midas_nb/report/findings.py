@@ -7,7 +7,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import pandas as pd
 
-from ..backbones import PAPER_BACKBONES
+from ..config import PAPER_BACKBONES
 from ..metrics import decoupling_D
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
@@ -253,7 +253,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     - ``scale`` (one row per dataset, backbone = the backbones joined by ``+``) — D(T5) > 0 in
       band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B (``"uninformative"``
       where a verdict needs an uninformative band), the two matched
-      by their exact timm names (:data:`midas_nb.backbones.PAPER_BACKBONES`: a distilled or
+      by their exact timm names (:data:`midas_nb.config.PAPER_BACKBONES`: a distilled or
       narrowed variant is not DeiT-Ti); ``"undefined"`` unless both are in the rows. The
       evidence names the backbones used.
 

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from ..backbones import comparison_backbones, PAPER_BACKBONES
+from ..backbones import comparison_backbones
+from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from ..paper_table import paper_table
 from ..results import aggregate_seeds
@@ -22,9 +23,6 @@ from .store import _mark, expected_cells, missing_cells, SECTIONS
 #: the CSV tables of a report, in the order REPORT.md shows them
 TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings",
                            "backbones")
-
-
-_DATASET_ORDER = ("cub", "aircraft", "cars", "synthetic")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +203,7 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
         have = sorted(set(zip(rows["backbone"], rows["depth"].astype(int), rows["budget"].astype(float))))
         raise ValueError(f"no reference rows of backbone {prof['backbone']!r} at L={L0}, b={b0:g} in the store; "
                          f"it has (backbone, L, b) = {have[:8]}")
-    blocks = [(ds, prof["backbone"]) for ds in _order(main["dataset"], _DATASET_ORDER)]
+    blocks = [(ds, prof["backbone"]) for ds in _order(main["dataset"], DATASET_NAMES)]
     exp, miss = expected_cells(prof, sorted(set(rows["dataset"]))), missing_cells(rows, prof, left_out)
     tc = _mark(_three_conditions_table(main, prof, band, n_boot), exp, miss, "three_conditions", with_reference=True)
     rg = _mark(_regime_table(rows, prof, band, n_boot), exp, miss, "regime", with_reference=False)
@@ -263,7 +261,7 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
     else:
         tc["paper_status"] = tc["paper_status"].fillna("")
     order = {c: i for i, c in enumerate(conds)}
-    ds_order = {v: i for i, v in enumerate(_DATASET_ORDER)}
+    ds_order = {v: i for i, v in enumerate(DATASET_NAMES)}
     tc = tc.assign(_d=tc["dataset"].map(ds_order).fillna(99), _c=tc["condition"].map(order).fillna(99))
     tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
@@ -470,7 +468,7 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
         return pd.DataFrame(columns=BACKBONE_COLUMNS)
     swept = list(prof.get("sweep_conditions") or prof["conditions"])
     out: list[dict[str, Any]] = []
-    for ds in _order(rows["dataset"], _DATASET_ORDER):
+    for ds in _order(rows["dataset"], DATASET_NAMES):
         for bb in bbs:
             g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]

@@ -28,8 +28,6 @@ from ..vit import grid_size, keep_count
 __all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "unlabelled_test_message",
            "TRAIN_SPLIT"]
 
-_DATASET_NAMES = ("cub", "aircraft", "cars", "synthetic")
-
 
 def _key_hash(key: dict) -> str:
     return hash_json(key, 12)

@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 from torch.utils.data import Subset
 
 from ..backbones import checkpoint_key
-from ..config import get_profile, grid_datasets
+from ..config import get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
 from ..sweeps import SweepCell
@@ -25,9 +25,6 @@ __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "gr
            "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
-
-#: datasets of the paper grid (DESIGN.md §7), used when a ``paper`` profile names no ``datasets``
-PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
 
 #: the protocol settings a profile may set at its top level; they enter every cell's key with
 #: :data:`midas_nb.protocol.PROTOCOL_DEFAULTS` as their defaults
@@ -129,7 +126,7 @@ def _is_paper(profile: Mapping[str, Any]) -> bool:
 
 def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
-    datasets = the profile's ``datasets`` key (:data:`PAPER_DATASETS` for ``paper`` without
+    datasets = the profile's ``datasets`` key (:data:`midas_nb.config.PAPER_DATASETS` for ``paper`` without
     one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"`` (the profile's
     ``backbone`` alone where ``other_backbones`` is false, as in quick), else the profile's
     ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
@@ -180,7 +177,7 @@ def make_grid(
     :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
     the same value. Per point that is ``(C − R)·S + R`` cells for ``C`` conditions of which
     ``R`` are seedless and ``S`` seeds. Datasets default to
-    the profile's ``datasets`` key, else :data:`PAPER_DATASETS` for the ``paper`` profile,
+    the profile's ``datasets`` key, else :data:`midas_nb.config.PAPER_DATASETS` for the ``paper`` profile,
     else ``[dataset]``; backbones to ``scale_backbones`` for ``kind="scale"``, else the
     profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
     Each dataset's root is ``data_roots[name]`` (or ``data_root`` for the profile's own
