@@ -115,14 +115,14 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         cell_timeout: seconds one cell may run (papermill's ``execution_timeout``); ``None``: no limit.
 
     Raises:
-        midas_nb.runspec.PreflightError: (a ``ValueError``) the run cannot start; one line per problem.
+        midas_nb.config.ProfileError: (a ``ValueError``) the run cannot start; one line per problem.
         RuntimeError: a notebook failed, its kernel died or a cell timed out (the message names
             the notebook, what happened, and the failed copy).
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 
     from .runs import new_run_id, run_summary, RunManifest
-    from .runspec import fold_structured_params, preflight, PreflightError, RunSpec
+    from .runspec import fold_structured_params, preflight, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
@@ -147,7 +147,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     known = set().union(*accepted_by.values()) if paths else None
     problems = list(problems) + selection + _source_output_problem(spec.output) + preflight(spec, paths, known)
     if problems:
-        raise PreflightError(problems)
+        raise config.ProfileError(problems)
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +212,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     import papermill as pm
 
     from .report import make_report
-    from .runspec import PreflightError, preflight
+    from .runspec import preflight
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
@@ -220,13 +220,13 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     try:
         paths = notebook_paths(spec.notebooks)
     except ValueError as e:
-        raise PreflightError([*problems, f"--notebooks: {e}"]) from None
+        raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
     accepted = set().union(*(set(pm.inspect_notebook(str(nb))) for nb in paths))
     found = list(problems) + _source_output_problem(spec.output)
     for sub in subs:
         found += [f"{sub.dataset}: {p}" for p in preflight(sub, paths, accepted)]
     if found:
-        raise PreflightError(list(dict.fromkeys(found)))
+        raise config.ProfileError(list(dict.fromkeys(found)))
     t_all = time.time()
     for i, sub in enumerate(subs, 1):
         print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
@@ -352,12 +352,10 @@ def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runspec import PreflightError
-
     spec, problems = _spec_from_args(args)
     try:  # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
-    except PreflightError as e:
+    except config.ProfileError as e:
         for line in e.problems:  # one line each, whatever a library's message holds
             print("midas-nb run: " + " ".join(str(line).split()), file=sys.stderr)
         print(f"midas-nb run: {len(e.problems)} problem(s); no notebook was started", file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "profile_from_env",
@@ -285,9 +285,14 @@ def list_profiles() -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 class ProfileError(ValueError):
-    """Settings that cannot run: one line per problem in ``problems`` (and in the message)."""
+    """Settings that cannot run: one line per problem in ``problems`` (and in the message).
 
-    def __init__(self, problems: list[str]):
+    The one error type for wrong settings: a profile's values (:func:`check_profile`, a study,
+    a sweep) and a whole run description (:func:`midas_nb.runspec.preflight` through
+    ``midas-nb run``, which prints each line and exits with status 2).
+    """
+
+    def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
 

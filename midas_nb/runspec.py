@@ -53,7 +53,7 @@ from .cliargs import did_you_mean, list_param, param_value, yaml_load
 from .config import DATASET_NAMES, _show
 from .study import check_layout, grid_spans, schedule_line
 
-__all__ = ["RunSpec", "PreflightError", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
+__all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "output_problem", "preflight", "yaml_load", "fold_structured_params",
            "spec_from_args"]
 
@@ -63,14 +63,6 @@ RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "n
 
 #: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
-
-
-class PreflightError(ValueError):
-    """A run description that cannot run; ``problems`` holds one line per problem."""
-
-    def __init__(self, problems: Sequence[str]):
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 @dataclass
