@@ -206,8 +206,8 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
 
 
 def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
-    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/``, every run checked
-    before the first kernel starts; then the report over the datasets (``<output>/report``)
+    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
+    ``figures/<dataset>/``), every run checked before the first kernel starts; then the report over the datasets (``<output>/report``)
     and the paper-shaped table with the computed findings, one block per dataset."""
     import papermill as pm
 
@@ -228,9 +228,18 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     if found:
         raise config.ProfileError(list(dict.fromkeys(found)))
     t_all = time.time()
-    for i, sub in enumerate(subs, 1):
-        print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
-        run_notebooks(spec=sub, progress=progress)
+    figures, env_figures = config.figures_dir(), os.environ.get("MIDAS_FIGURES_DIR")
+    try:
+        for i, sub in enumerate(subs, 1):
+            print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
+            # each dataset's figures and tables in their own folder: the next dataset would overwrite them
+            os.environ["MIDAS_FIGURES_DIR"] = str(figures / str(sub.dataset))
+            run_notebooks(spec=sub, progress=progress)
+    finally:
+        if env_figures is None:
+            os.environ.pop("MIDAS_FIGURES_DIR", None)
+        else:
+            os.environ["MIDAS_FIGURES_DIR"] = env_figures
     print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
     prof = spec.settings()
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}

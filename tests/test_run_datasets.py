@@ -39,7 +39,11 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
     calls, reports = [], []
     monkeypatch.setattr("midas_nb.runspec.preflight", lambda *a, **k: [])
 
+    monkeypatch.setenv("MIDAS_FIGURES_DIR", str(tmp_path / "fig"))
+
     def fake_run(*, spec, progress, problems=()):
+        import os
+        assert os.environ["MIDAS_FIGURES_DIR"] == str(tmp_path / "fig" / spec.dataset)  # one folder per dataset
         calls.append((spec.dataset, Path(spec.output).name))
         return Path(spec.output)
     monkeypatch.setattr(cli, "run_notebooks", fake_run)
@@ -53,6 +57,8 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
     out = cli._run_each_dataset(spec, cli.run_datasets(spec), progress=False, problems=())
     assert out == tmp_path / "o"
     assert calls == [("cub", "cub"), ("cars", "cars")]
+    import os
+    assert os.environ["MIDAS_FIGURES_DIR"] == str(tmp_path / "fig")  # restored after the run
     assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit"}, True)]
     printed = capsys.readouterr().out
     assert "=== dataset 1/2: cub ===" in printed and "| the paper's table |" in printed

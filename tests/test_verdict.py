@@ -73,6 +73,19 @@ def test_both_rose_together_is_not_called_decoupling():
     assert "rose together" in v.text and "shows the decoupling" not in v.text
 
 
+def test_one_condition_with_both_highest_means_ties_where_its_lead_is_not_resolved():
+    # T3 covers most (resolved) and is the most faithful by 0.002 IDAUC over T5 (0.01 noise on
+    # 60 images): not "T3 leads both", but T3 and T5 tie on faithfulness
+    t = _table({"reference": (0.10, 0.20), "T5": (0.15, 0.2995), "T3": (0.18, 0.3015)})
+    v = claim_verdict(t, n_boot=400)
+    w = v.winners
+    assert (w["coverage_winner"], w["faithfulness_winner"]) == ("T3", "T3")
+    assert w["miou_lead_lo"] > 0 and w["idauc_lead_lo"] <= 0 <= w["idauc_lead_hi"]
+    assert w["reading"] == "highest means on both; not resolved: the faithfulness lead"
+    assert "T3 and T5 tie on faithfulness within this sample" in v.text
+    assert "T3 leads on both" not in v.text and not v.decoupling_shown
+
+
 def test_correlation_and_paired_difference_match_independent_computations():
     t = _table({"reference": (0.10, 0.20), "T5": (0.18, 0.20), "unsupervised": (0.12, 0.30),
                 "T1": (0.08, 0.25)}, random_idauc=None)

@@ -207,6 +207,14 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
                 d = _paired_diff(per[cov], per[runner], n_boot, alpha, rng)
                 out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
                             f"{metric}_lead_hi": d[2]})
+        # the highest means are one winner only where both leads are resolved; else the
+        # runner-up ties with it on that metric within this sample
+        open_ = [name for metric, name in (("miou", "coverage"), ("idauc", "faithfulness"))
+                 if f"{metric}_runner_up" in out
+                 and _sign(out[f"{metric}_lead_lo"], out[f"{metric}_lead_hi"]) != "positive"]
+        if open_:
+            out["reading"] = ("highest means on both; not resolved: the "
+                              + (f"{open_[0]} lead" if len(open_) == 1 else "both leads"))
         return out
     dm = _paired_diff(miou[cov], miou.get(fai, {}), n_boot, alpha, rng)
     df = _paired_diff(idauc[fai], idauc.get(cov, {}), n_boot, alpha, rng)
@@ -227,7 +235,10 @@ class ClaimVerdict:
         conditions: one row per non-reference condition: ``D_pp`` / ``delta_idauc`` with their
             paired intervals and band ``status`` (:func:`~midas_nb.metrics.decoupling_D`), and
             ``reading`` (:func:`condition_reading`).
-        winners: best-coverage / best-faithfulness conditions and their paired differences.
+        winners: best-coverage / best-faithfulness conditions and their paired differences;
+            ``reading``: ``"different winners"`` (both leads resolved), ``"not resolved: …"``,
+            ``"one condition leads both"`` (its leads over each runner-up resolved) or
+            ``"highest means on both; not resolved: …"`` (a runner-up ties with it), ``"undefined"``.
         comovement: correlation of coverage and faithfulness across conditions.
         decoupling_shown: the run shows the paper's claim — the focus condition's coverage up at
             parity *and* the two winners differ, resolved; else False.
@@ -252,6 +263,25 @@ def _one_cell(table: pd.DataFrame) -> None:
                          f"{cells.to_dict('records')}; filter the table or call it per cell")
 
 
+def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
+    """(b) where one condition has the highest mean on both metrics: each lead with its interval,
+    and the ties (a lead not resolved) named as ties."""
+    leads, ties = [], []
+    for m, name in (("miou", "coverage"), ("idauc", "faithfulness")):
+        if f"{m}_runner_up" not in winners:
+            continue
+        runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
+        ok = _sign(lo, hi) == "positive"
+        leads.append(f"{m} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
+                     + ("" if ok else ", not resolved"))
+        if not ok:
+            ties.append(f"{cov} and {runner} tie on {name} within this sample")
+    head = (f"(b) winners: {cov} leads on both coverage and faithfulness" if not ties else
+            f"(b) winners: {cov} has the highest mean coverage and the highest mean faithfulness")
+    return (head + " — no different winners" + (f" ({'; '.join(leads)})" if leads else "")
+            + (f"; {'; '.join(ties)}" if ties else "") + ".")
+
+
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
           shown: bool) -> str:
     lines = []
@@ -263,12 +293,8 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
     else:
         lines.append(f"(a) parity: {focus} is not in this table.")
     cov, fai = winners.get("coverage_winner"), winners.get("faithfulness_winner")
-    if winners["reading"] == "one condition leads both":
-        leads = [f"{m} lead over {winners[f'{m}_runner_up']} "
-                 f"{_fmt(winners[f'{m}_lead'], winners[f'{m}_lead_lo'], winners[f'{m}_lead_hi'])}"
-                 for m in ("miou", "idauc") if f"{m}_runner_up" in winners]
-        lines.append(f"(b) winners: {cov} leads on both coverage and faithfulness — no different winners"
-                     + (f" ({'; '.join(leads)})" if leads else "") + ".")
+    if winners["reading"] == "one condition leads both" or winners["reading"].startswith("highest means"):
+        lines.append(_one_winner_text(cov, winners))
     elif cov is not None:
         lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: mIoU "
                      f"{_fmt(winners['miou_diff'], winners['miou_diff_lo'], winners['miou_diff_hi'])} "
