@@ -125,9 +125,15 @@ def test_sweep_seeds_apply_off_the_profiles_point():
     centre = [c for c in cross if (c.depth, c.budget) == (L0, b0)]
     off = [c for c in cross if (c.depth, c.budget) != (L0, b0)]
     assert {c.seed for c in centre if c.condition == "T5"} == {0, 1}
-    assert {c.seed for c in off} == {0} and len(off) == 4 * len(prof["sweep_conditions"])
+    # the profile's sweep conditions plus the random ranking (the band's check on the reference)
+    assert {c.seed for c in off} == {0} and len(off) == 4 * (len(prof["sweep_conditions"]) + 1)
+    assert "random" not in prof["sweep_conditions"]
+    for point in {(c.depth, c.budget) for c in cross}:
+        assert any(c.condition == "random" and (c.depth, c.budget) == point for c in cross), point
     assert {c.seed for c in make_grid(prof, "regime", seeds=[0, 1]) if c.condition == "T5"} == {0, 1}
-    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (2 * 2 + 1)
+    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (3 * 2 + 1)
+    # explicit conditions are taken as given
+    assert {c.condition for c in make_grid(prof, "regime", conditions=["reference", "T5"])} == {"reference", "T5"}
     from midas_nb.config import check_profile
     assert check_profile(get_profile("quick", sweep_seeds=[0, 0]), device=False) == [
         "sweep_seeds: duplicated entries in [0, 0]"]
@@ -147,9 +153,10 @@ def test_prefetch_targets_only_where_other_cells_read_them():
 
 def test_make_grid_sizes_follow_the_profile():
     prof = get_profile("quick", other_backbones=True)
-    # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions)
+    # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions), plus
+    # the random ranking that tests the reference in each cell
     assert set(prof["sweep_conditions"]) < set(prof["conditions"])
-    assert {c.condition for c in make_grid(prof, "cross")} == set(prof["sweep_conditions"])
+    assert {c.condition for c in make_grid(prof, "cross")} == set(prof["sweep_conditions"]) | {"random"}
     assert {c.condition for c in make_grid(prof, "cross", conditions=prof["conditions"])} == set(prof["conditions"])
     prof.pop("sweep_conditions")
     prof.pop("sweep_seeds")

@@ -169,7 +169,8 @@ def make_grid(
       ``scale_backbones``.
 
     Each point is crossed with conditions (default: the profile's ``sweep_conditions``, else
-    its ``conditions``) × seeds × datasets × backbones — the seeds are the profile's ``seeds`` at
+    its ``conditions``; ``random`` is added where ``reference`` is swept and the protocol's
+    ``conditions`` have it: the band's check on the reference, :func:`midas_nb.metrics.decoupling_D`) × seeds × datasets × backbones — the seeds are the profile's ``seeds`` at
     its own point ``(depth, budget)`` and its ``sweep_seeds`` (default ``seeds``) at the others,
     unless ``seeds`` is given (then every point has those) — except that a
     condition without trainable parameters (``seedless_conditions``, default ``reference``:
@@ -231,7 +232,11 @@ def make_grid(
     datasets = span_datasets if datasets is None else datasets
     backbones = span_backbones if backbones is None else backbones
     if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
-        conditions = prof.get("sweep_conditions") or prof["conditions"]
+        conditions = list(prof.get("sweep_conditions") or prof["conditions"])
+        if "reference" in conditions and "random" in prof["conditions"] and "random" not in conditions:
+            # where the protocol has the random ranking, every swept cell carries it too: the
+            # parity band's check that the reference is more faithful than random (decoupling_D)
+            conditions.append("random")
     conditions = list(conditions)
     # the profile's point (L, b) has every seed (its cells are notebook 02's); the sweep's other
     # points the profile's sweep_seeds where it has them (quick: one seed, for its time budget)
