@@ -663,3 +663,32 @@ def test_iared_condition_picks_heads_that_divide_the_width():
     assert (default_heads(384), default_heads(32), default_heads(33)) == (6, 2, 1)
     assert build_scorer("iared", 32, num_classes=4).num_heads == 2      # a narrow rehearsal backbone
     assert build_scorer("iared", 192, num_classes=4).num_heads == 6     # DeiT-Ti: the released 6
+
+
+def test_related_rows_band_is_checked_against_the_random_ranking():
+    """run_related runs the random ranking beside its conditions (the profile's protocol has it):
+    each row's D_status tests the reference against it, and no random row is shown. A reference
+    no more faithful than random gives 'uninformative', not 'in band'."""
+    from types import SimpleNamespace
+
+    from test_verdict import _table
+    from midas_nb.related import run_related
+
+    full = _table({"reference": (0.10, 0.05), "T5": (0.18, 0.10)}, random_idauc=0.05)
+    asked = []
+
+    def protocol(conditions, seeds=None, **kw):
+        asked.append(list(conditions))
+        return full[full["condition"].isin(conditions)].reset_index(drop=True)
+    study = SimpleNamespace(params={"conditions": ["reference", "T5", "random"], "bootstrap": 200,
+                                    "max_eval_images": 60}, protocol=protocol)
+    res = run_related(study, conditions=["reference", "T5"], perturbation_maps=None, last=False)
+    assert asked == [["reference", "T5", "random"]]
+    pruning = res.table[res.table["kind"] == "pruning"].set_index("method")
+    assert "random" not in pruning.index and "random" not in set(res.protocol["condition"])
+    assert pruning.loc["T5", "D_status"] == "uninformative"
+    # without the random ranking in the profile, nothing is added (the band is then untested)
+    asked.clear()
+    study.params["conditions"] = ["reference", "T5"]
+    run_related(study, conditions=["reference", "T5"], perturbation_maps=None, last=False)
+    assert asked == [["reference", "T5"]]

@@ -226,7 +226,9 @@ def run_related(
 
     1. the protocol at the study's ``(L, b)`` with ``conditions`` (default
        :data:`RELATED_CONDITIONS` minus the ones the package does not know) — cached by
-       ``Study.protocol``; Cropr's and IA-RED²'s rows carry their extra columns;
+       ``Study.protocol``; Cropr's and IA-RED²'s rows carry their extra columns; the ``random``
+       ranking is run beside them where the profile's protocol has it (each row's ``D_status``
+       tests the reference against it) and left out of the returned rows;
     2. positive/negative perturbation tests of ``perturbation_maps`` (test-split target maps,
        class = prediction) — skipped with ``None``;
     3. LaSt-ViT: the last ``last_tune_blocks`` block(s) and head fine-tuned for ``last_epochs``
@@ -253,6 +255,10 @@ def run_related(
     p = study.params
     valid = set(list_conditions())
     conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
+    # the random ranking tests the reference's faithfulness (the band's check, decoupling_D): run
+    # where the profile's protocol has it, read only through each row's D_status
+    band_check = "reference" in conditions and "random" in p["conditions"] and "random" not in conditions
+    conditions += ["random"] if band_check else []
     seeds = protocol_kwargs.pop("seeds", None)
     if seeds is None and p.get("related_seeds"):
         # the MIDAS conditions keep the profile's seeds (their rows are shared with notebook 02);
@@ -285,4 +291,7 @@ def run_related(
         pib = pib_table({"backbone": study.model, **models}, study.test_set, max_images=n_img,
                         device=study.device, n_boot=n_boot, progress=study.progress)
     table = related_table(protocol, perturbation=pert, pib=pib, n_boot=n_boot)
+    if band_check:
+        table = table[~((table["kind"] == "pruning") & (table["method"] == "random"))].reset_index(drop=True)
+        protocol = protocol[protocol["condition"] != "random"].reset_index(drop=True)
     return RelatedResults(table=table, protocol=protocol, perturbation=pert, pib=pib, models=models)
