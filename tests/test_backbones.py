@@ -61,7 +61,7 @@ def test_stem_is_the_stride16_stage_of_lite0():
     x = skimage_224("chelsea")
     stem = bb.lite0_stem()
     feats_only = timm.create_model("tf_efficientnet_lite0", pretrained=False, features_only=True, out_indices=(3,))
-    sd = bb._lite0_timm_state_dict()
+    sd = bb.lite0_timm_state_dict()
     feats_only.load_state_dict({k: v for k, v in sd.items() if k in feats_only.state_dict()})
     with torch.no_grad():
         a, b = stem(x), feats_only.eval()(x)[0]

@@ -121,14 +121,14 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
 
 def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):
     _no_cuda_here()
-    from midas_nb.backbones import _training_numerics
+    from midas_nb.backbones import training_numerics
 
-    here = _training_numerics("cuda", None)
+    here = training_numerics("cuda", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert _training_numerics("cuda", None) == here and here["precision"] == "bfloat16"
+    assert training_numerics("cuda", None) == here and here["precision"] == "bfloat16"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert _training_numerics("cuda", None)["precision"] == "float16"    # such a node refuses the cells
+    assert training_numerics("cuda", None)["precision"] == "float16"    # such a node refuses the cells
 
 
 def test_worker_without_the_gpu_fails_with_its_host(monkeypatch):

@@ -255,7 +255,7 @@ def test_same_seed_gives_bit_identical_weights_and_a_corrupt_checkpoint_is_rebui
     kw = dict(epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=0, progress=False)
     # the first backbone of a process used to draw its init after the Lite0 loader had consumed
     # the global RNG (a throw-away model built once per process): start from that state
-    bb._lite0_timm_state_dict.cache_clear()
+    bb.lite0_timm_state_dict.cache_clear()
     m1, meta1 = bb.load_or_finetune("vit_smoke", train, test, cache_dir=tmp_path / "a", **kw)
     sd1 = {k: v.clone() for k, v in m1.state_dict().items()}
     m2, meta2 = bb.load_or_finetune("vit_smoke", train, test, cache_dir=tmp_path / "b", **kw)

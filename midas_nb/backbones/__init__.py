@@ -42,25 +42,22 @@ docs/decisions/0003-label-trained-backbone-recipe.md.
 """
 from __future__ import annotations
 
-# the submodules in import order (each imports only those above it); private names tests and the
-# distilled backbone use are re-exported too
-from .registry import (_LOCAL_ARCHS, _timm_pretrained_cfg, backbone_normalization, BackboneError,
-                       default_image_size, list_backbones, PAPER_BACKBONES)  # noqa: F401
-from .lite0 import (_lite0_timm_state_dict, FrozenStemEmbed, is_hybrid, LITE0_CHANNELS, lite0_classifier,
-                    LITE0_STAGES, lite0_stem, LITE0_STRIDE, tokens_from_stem_features)  # noqa: F401
-from .weights import (_load_weights_file, expected_weight_files, hub_problem, weights_file_problem,
-                      weights_for)  # noqa: F401
-from .factory import (_architecture, backbone_config, backbone_kwargs, check_backbone, create_backbone,
-                      num_blocks)  # noqa: F401
-from .features import (_autocast, _dataset_info, _dataset_labels, _feature_accuracy, _progress, _versions,
-                       ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info,
-                       stem_features, UNFUSED_ATTENTION_KERNEL)  # noqa: F401
+# the submodules in import order (each imports only those above it); helpers the tests call
+# (lite0_timm_state_dict, training_numerics) are re-exported too
+from .registry import (backbone_normalization, BackboneError, default_image_size, list_backbones,
+                       PAPER_BACKBONES)  # noqa: F401
+from .lite0 import (FrozenStemEmbed, is_hybrid, LITE0_CHANNELS, lite0_classifier, LITE0_STAGES, lite0_stem,
+                    LITE0_STRIDE, lite0_timm_state_dict, tokens_from_stem_features)  # noqa: F401
+from .weights import (expected_weight_files, hub_problem, weights_file_problem, weights_for)  # noqa: F401
+from .factory import (backbone_config, backbone_kwargs, check_backbone, create_backbone, num_blocks)  # noqa: F401
+from .features import (ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info, stem_features,
+                       UNFUSED_ATTENTION_KERNEL)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
                       is_distilled_name, OFFLINE_PARTNERS, schedule_problem)  # noqa: F401
-from .checkpoint import (_checkpoint_dir, _RECIPE_VERSION, _training_numerics, checkpoint_key)  # noqa: F401
+from .checkpoint import (checkpoint_key, training_numerics)  # noqa: F401
 from .distilled import (distillation_loss, finetune_distilled, fit_linear_probe, LinearProbe, lite0_teacher_head,
                         mix_tokens, out_of_fold_logits, probe_maps, teacher_features, token_label_loss)  # noqa: F401
-from .finetune import (_Recipe, finetune, load_or_finetune)  # noqa: F401
+from .finetune import (finetune, load_or_finetune)  # noqa: F401
 
 __all__ = [
     "BackboneError",

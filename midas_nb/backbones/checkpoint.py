@@ -10,15 +10,16 @@ import torch
 
 from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json
-from .features import _autocast, ATTENTION_KERNEL
+from .features import ATTENTION_KERNEL, mixed_precision
 from .recipes import distill_recipe, is_distilled_name
 
 
-# bump when the training recipe changes in a way that invalidates cached checkpoints
-_RECIPE_VERSION = 1
+#: Version of the training recipe in :func:`checkpoint_key`; bump it when the recipe changes in
+#: a way that invalidates cached checkpoints.
+RECIPE_VERSION = 1
 
 
-def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str, Any]:
+def training_numerics(device: torch.device | str, amp: bool | None) -> dict[str, Any]:
     """What makes two trainings with the same seed give different bits: the precision (autocast
     dtype or float32), the attention kernel (:data:`~midas_nb.backbones.features.ATTENTION_KERNEL`:
     the fused kernel sums in another order than the explicit softmax matrix) and, on CPU, the
@@ -32,7 +33,7 @@ def _training_numerics(device: torch.device | str, amp: bool | None) -> dict[str
         # its sweep worker refuses the cells instead of filing float16 rows under this id
         precision = "bfloat16"
     else:
-        precision = _autocast(device, amp)[1]
+        precision = mixed_precision(device, amp)[1]
     return dict(device_type=device.type, precision=precision, attention=ATTENTION_KERNEL,
                 num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 
@@ -76,7 +77,7 @@ def checkpoint_key(
         train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
         epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), warmup_epochs=float(warmup_epochs),
         seed=int(seed), label_smoothing=float(label_smoothing), weight_decay=float(weight_decay),
-        recipe_version=_RECIPE_VERSION, numerics=_training_numerics(device, amp),
+        recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp),
     )
 
     if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.backbones.distilled)
@@ -85,7 +86,9 @@ def checkpoint_key(
     return hash_json(key, 12), key
 
 
-def _checkpoint_dir(cache_dir: str | os.PathLike | None) -> Path:
+def checkpoint_dir(cache_dir: str | os.PathLike | None) -> Path:
+    """The checkpoint folder: ``cache_dir`` itself, or ``midas_nb.config.cache_dir()/checkpoints``
+    for ``None``; created if missing."""
     p = Path(cache_dir) if cache_dir is not None else default_cache() / "checkpoints"
     p.mkdir(parents=True, exist_ok=True)
     return p

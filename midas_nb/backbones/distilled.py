@@ -54,10 +54,10 @@ from torch import Tensor, nn
 
 from ..identity import state_dict_digest
 from ..vit import fused_attention, num_prefix_tokens
-from .checkpoint import _RECIPE_VERSION, checkpoint_key
+from .checkpoint import checkpoint_key, RECIPE_VERSION
 from .factory import backbone_config, create_backbone
-from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _dataset_info,
-                       _feature_accuracy, _head_accuracies, machine_info, _run_epochs, _versions, stem_features)
+from .features import (adamw_cosine, ATTENTION_KERNEL, check_training_args, dataset_info, feature_accuracy,
+                       head_accuracies, machine_info, mixed_precision, package_versions, run_epochs, stem_features)
 from .lite0 import is_hybrid, lite0_classifier, LITE0_STAGES, tokens_from_stem_features
 from .recipes import distill_recipe, DistillRecipe, is_distilled_name
 from .token_schedules import coarse_tokens, drop_cells, kept_token_label_loss
@@ -322,7 +322,7 @@ def finetune_distilled(
     """
 
     recipe = _checked_recipe(model_name, recipe, epochs)
-    train_labels, test_labels, num_classes = _check_training_args(train_set, test_set, epochs, batch_size, lr,
+    train_labels, test_labels, num_classes = check_training_args(train_set, test_set, epochs, batch_size, lr,
                                                                   weights=weights, from_nothing=model_name)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
@@ -331,7 +331,7 @@ def finetune_distilled(
     model = create_backbone(model_name, num_classes, device=device, **backbone_kwargs)
     if not (is_hybrid(model) and num_prefix_tokens(model) == 2):
         raise ValueError(f"{model_name} must be a hybrid backbone with a distillation token")
-    autocast, precision = _autocast(device, amp)
+    autocast, precision = mixed_precision(device, amp)
     gen = torch.Generator().manual_seed(seed)
     teacher = _teacher_targets(model, recipe, train_set, test_set, train_labels, test_labels, num_classes, seed=seed,
                                batch_size=batch_size, device=device, cache_dir=cache_dir, num_workers=num_workers,
@@ -342,7 +342,7 @@ def finetune_distilled(
         hint = nn.Linear(model.embed_dim, teacher.channels).to(device) if recipe.hint_weight > 0 else None
         tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer, scheduler = _adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=weight_decay,
+    optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=weight_decay,
                                          total=epochs * steps_per_epoch,
                                          warmup=max(1, round(warmup_epochs * steps_per_epoch)))
     step = _DistillStep(model=model, recipe=recipe, teacher=teacher, train_labels=train_labels, hint=hint,
@@ -352,14 +352,14 @@ def finetune_distilled(
     model.train()
     t0 = time.perf_counter()
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
-        history = _run_epochs(epochs, f"distil {model_name}", progress, step.epoch)
+        history = run_epochs(epochs, f"distil {model_name}", progress, step.epoch)
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps
 
         t0 = time.perf_counter()
-        train_acc = _feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
-        head_acc = _head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
+        train_acc = feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
+        head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
         eval_s = time.perf_counter() - t0
     recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
                          warmup_epochs=float(warmup_epochs), seed=int(seed),
@@ -372,12 +372,12 @@ def finetune_distilled(
         backbone=backbone_config(model, model_name),
         weights=None,
         backbone_kwargs=backbone_kwargs,
-        train_set=_dataset_info(train_set),
-        test_set=_dataset_info(test_set),
+        train_set=dataset_info(train_set),
+        test_set=dataset_info(test_set),
         classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
         num_classes=num_classes,
         recipe=dict(recipe_fields, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
-                    augmentation="random horizontal flip p=0.5", recipe_version=_RECIPE_VERSION),
+                    augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
         distillation=dict(
             recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
             teacher_test_accuracy=teacher.test_accuracy, teacher_train_accuracy_out_of_fold=teacher.train_accuracy,
@@ -393,7 +393,7 @@ def finetune_distilled(
         device=str(device),
         timings=dict(features_s=teacher.features_s, teacher_s=teacher.teacher_s, train_s=train_s, eval_s=eval_s,
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
-        versions=_versions(),
+        versions=package_versions(),
         num_threads=int(torch.get_num_threads()),
         machine=machine_info(device),
         weights_digest=state_dict_digest(model),

@@ -10,9 +10,9 @@ from torch import Tensor, nn
 
 from ..config import backbone_kwargs_for, get_profile, PROFILES
 from ..vit import disable_fused_attention
-from .lite0 import _lite0_timm_state_dict, FrozenStemEmbed, is_hybrid, LITE0_STRIDE
-from .registry import _LOCAL_ARCHS, _LOCAL_NORMALIZATION, _timm_pretrained_cfg, BackboneError, default_image_size
-from .weights import _load_weights_file, hub_problem, weights_file_problem
+from .lite0 import FrozenStemEmbed, is_hybrid, LITE0_STRIDE, lite0_timm_state_dict
+from .registry import BackboneError, default_image_size, LOCAL_ARCHS, LOCAL_NORMALIZATION, timm_pretrained_cfg
+from .weights import hub_problem, load_weights_file, weights_file_problem
 
 
 def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
@@ -26,9 +26,9 @@ def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
     """
     import warnings
 
-    local = name in _LOCAL_ARCHS
+    local = name in LOCAL_ARCHS
     if not local:
-        _timm_pretrained_cfg(name)  # unknown names: BackboneError naming the known ones
+        timm_pretrained_cfg(name)  # unknown names: BackboneError naming the known ones
     try:
         with torch.device("meta"), warnings.catch_warnings():
             # the hybrid's stem reloads its ImageNet tensors: a no-op into meta tensors
@@ -119,7 +119,7 @@ def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Modu
 
     from timm.models.deit import VisionTransformerDistilled
 
-    args = dict(_LOCAL_ARCHS[name], **kwargs)
+    args = dict(LOCAL_ARCHS[name], **kwargs)
     hybrid = args.pop("lite0_stem", False)
     distilled = args.pop("distilled", False)
     if hybrid:
@@ -131,7 +131,7 @@ def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Modu
         stem = model.patch_embed.backbone
         stem_sd = {k: v for k, v in zip(stem.state_dict(), _stem_tensors(len(stem) - 2))}
         stem.load_state_dict(stem_sd)
-    mean, std = _LOCAL_NORMALIZATION[name]
+    mean, std = LOCAL_NORMALIZATION[name]
     img = model.patch_embed.img_size
     model.pretrained_cfg = dict(
         architecture=name, tag="", num_classes=num_classes, input_size=(3, *img), mean=mean, std=std,
@@ -142,8 +142,8 @@ def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Modu
 
 
 def _stem_tensors(num_blocks: int) -> list[Tensor]:
-    """Stem tensors of :func:`_lite0_timm_state_dict` in ``lite0_stem()`` state-dict order."""
-    sd = _lite0_timm_state_dict()
+    """Stem tensors of :func:`lite0_timm_state_dict` in ``lite0_stem()`` state-dict order."""
+    sd = lite0_timm_state_dict()
     keys = [k for k in sd if k.startswith(("conv_stem.", "bn1.")) or
             (k.startswith("blocks.") and int(k.split(".")[1]) < num_blocks)]
     return [sd[k] for k in keys]
@@ -192,14 +192,14 @@ def create_backbone(
         raise BackboneError(f"num_classes must be >= 1, got {num_classes}")
     if head not in ("auto", "replace", "keep"):
         raise BackboneError(f"head must be 'auto', 'replace' or 'keep', got {head!r}")
-    local = name in _LOCAL_ARCHS
+    local = name in LOCAL_ARCHS
     hub = isinstance(weights, str) and weights == "hub"
     if local:
         if hub:
             raise BackboneError(f"{name!r} is built here and has no hub weights; use weights=None or a file")
         model = _build_local(name, num_classes, kwargs)
     else:
-        _timm_pretrained_cfg(name)  # raises BackboneError for unknown names
+        timm_pretrained_cfg(name)  # raises BackboneError for unknown names
         if hub:  # fail in seconds, naming the local-file alternative, instead of hanging offline
             why = hub_problem(name)
             if why:
@@ -217,7 +217,7 @@ def create_backbone(
         why = weights_file_problem(path)
         if why:
             raise BackboneError(why)
-        _load_weights_file(model, path, head, timm_filter=not local)
+        load_weights_file(model, path, head, timm_filter=not local)
         model.pretrained_cfg = dict(model.pretrained_cfg, file=str(path))
     disable_fused_attention(model)
     return model.to(device).eval()

@@ -14,10 +14,10 @@ from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json, load_or_build
 from ..optim import cosine_lr
 from ..vit import classify_tokens
-from .lite0 import _efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
+from .lite0 import efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
 
 
-def _collate(samples: list) -> tuple[Tensor, Tensor]:
+def collate_samples(samples: list) -> tuple[Tensor, Tensor]:
     """``(images [B,3,H,W], labels [B])`` from a list of ``midas_nb.data.Sample``."""
     images = torch.stack([s.image for s in samples])
     labels = torch.tensor([int(s.label) for s in samples], dtype=torch.long)
@@ -26,7 +26,7 @@ def _collate(samples: list) -> tuple[Tensor, Tensor]:
 
 def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                                       num_workers=num_workers, collate_fn=_collate)
+                                       num_workers=num_workers, collate_fn=collate_samples)
 
 
 def _dataset_labels(dataset) -> list[int]:
@@ -52,7 +52,9 @@ def dataset_fingerprint(dataset) -> str:
     return dataset_identity(dataset).full
 
 
-def _dataset_info(dataset) -> dict[str, Any]:
+def dataset_info(dataset) -> dict[str, Any]:
+    """What a checkpoint's metadata records of a split: class name, dataset name, root (``str``
+    or ``None``), split, number of images and :func:`dataset_fingerprint`."""
     name = getattr(dataset, "name", None) or getattr(dataset, "dataset_name", None)
     return dict(type=type(dataset).__name__, name=name,
                 root=None if getattr(dataset, "root", None) is None else str(dataset.root),
@@ -113,7 +115,7 @@ def stem_features(
 
     embed: FrozenStemEmbed = model.patch_embed
     key = dict(kind="lite0_stem_features", data=dataset_identity(dataset).model_inputs,
-               stem_sha256=file_digest(_efficientnet_lite0_file()), stride=list(embed.patch_size),
+               stem_sha256=file_digest(efficientnet_lite0_file()), stride=list(embed.patch_size),
                channels=embed.feature_dim, img_size=list(embed.img_size), flip=bool(flip), dtype="float16")
     path = _feature_cache_dir(cache_dir) / f"lite0_{hash_json(key)}.pt"
 
@@ -158,8 +160,12 @@ def _native_bfloat16() -> bool:
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
-def _autocast(device: torch.device, amp: bool | None):
-    """(context factory, description) for mixed precision on ``device``."""
+def mixed_precision(device: torch.device, amp: bool | None):
+    """``(context factory, precision)`` of training on ``device``: calling the factory gives the
+    autocast context (``contextlib.nullcontext`` in float32), ``precision`` names its dtype
+    (``"bfloat16"``, ``"float16"``, ``"float32"``). ``amp=None`` decides: on for CUDA (bfloat16
+    where the GPU supports it, else float16), on CPU only with native bfloat16
+    (:func:`machine_info`), off elsewhere; ``False`` forces float32."""
     if amp is None:
         if device.type == "cuda":
             amp = True
@@ -200,7 +206,9 @@ def evaluate_accuracy(
 
 
 @torch.no_grad()
-def _feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> float:
+def feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> float:
+    """Top-1 accuracy in ``[0, 1]`` of a hybrid ``model`` (eval mode) from cached stem features
+    ``feats [M,C_s,h,w]`` (:func:`stem_features`) and ``labels [M]``."""
     was = model.training
     model.eval()
     correct = 0
@@ -212,7 +220,7 @@ def _feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_siz
     return correct / max(1, len(labels))
 
 
-def _run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
+def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
     """``epochs`` calls of ``run_epoch(epoch)`` (``epoch`` = 0, 1, …; one epoch each, returning
     its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history."""
     history = []
@@ -225,7 +233,7 @@ def _run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[
 
 
 @torch.no_grad()
-def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
+def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
                      device) -> dict[str, float]:
     """Test accuracies of a distilled backbone's class-token head, its distillation-token head
     and their mean (the model's own logits), from cached stem features ``feats [M,C_s,h,w]``."""
@@ -239,7 +247,8 @@ def _head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size
     return {k: v / max(1, len(labels)) for k, v in hits.items()}
 
 
-def _versions() -> dict[str, str]:
+def package_versions() -> dict[str, str]:
+    """``{"torch", "timm", "python"}`` versions, recorded in a checkpoint's metadata."""
     import platform
 
     import timm
@@ -250,7 +259,7 @@ def _versions() -> dict[str, str]:
 def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     """Where a build's timings were measured: CPU model (Linux ``/proc/cpuinfo``, else
     ``platform.processor()``), logical CPUs, torch's CPU kernel level (``AVX2``, ``AVX512``, ...)
-    and whether the CPU has native bfloat16 (which decides CPU autocast, :func:`_autocast`).
+    and whether the CPU has native bfloat16 (which decides CPU autocast, :func:`mixed_precision`).
     The same recipe runs several times faster on a CPU with AMX/AVX-512 bfloat16 than on an
     AVX2-only one (docs/benchmarks.md), so a timing means little without these. For a CUDA
     ``device`` also the GPU's name (``gpu``)."""
@@ -271,7 +280,7 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     return info
 
 
-def _check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
+def check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
                          weights: Any = None, from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
     """``(train labels [M], test labels [M'], number of classes)`` of a fine-tuning run.
 
@@ -295,7 +304,7 @@ def _check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: 
     return train_labels, test_labels, num_classes
 
 
-def _adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: float, weight_decay: float,
+def adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: float, weight_decay: float,
                   total: int, warmup: int):
     """``(optimizer, scheduler)`` of both fine-tuning recipes: AdamW over ``model`` (no decay on
     norms, biases and tokens: timm's parameter groups) and the training-only ``extras``, with the

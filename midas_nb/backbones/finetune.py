@@ -17,12 +17,12 @@ from torch import Tensor, nn
 from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
 from ..sweeps.claims import file_lock
 from ..vit import classify_tokens, fused_attention
-from .checkpoint import _checkpoint_dir, _RECIPE_VERSION, checkpoint_key
+from .checkpoint import checkpoint_dir, checkpoint_key, RECIPE_VERSION
 from .distilled import finetune_distilled
 from .factory import backbone_config, create_backbone
-from .features import (ATTENTION_KERNEL, _adamw_cosine, _autocast, _check_training_args, _collate, _dataset_info,
-                       _feature_accuracy, machine_info, _run_epochs, _versions, evaluate_accuracy,
-                       stem_features)
+from .features import (adamw_cosine, ATTENTION_KERNEL, check_training_args, collate_samples, dataset_info,
+                       evaluate_accuracy, feature_accuracy, machine_info, mixed_precision, package_versions,
+                       run_epochs, stem_features)
 from .lite0 import is_hybrid, tokens_from_stem_features
 from .recipes import is_distilled_name
 
@@ -96,14 +96,14 @@ def finetune(
                                   num_workers=num_workers, progress=progress, weights=weights,
                                   backbone_kwargs=backbone_kwargs, amp=amp)
 
-    train_labels, test_labels, num_classes = _check_training_args(train_set, test_set, epochs, batch_size, lr)
+    train_labels, test_labels, num_classes = check_training_args(train_set, test_set, epochs, batch_size, lr)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
     t_start = time.perf_counter()
     torch.manual_seed(seed)
     model = create_backbone(model_name, num_classes, weights=weights, device=device, **backbone_kwargs)
     hybrid = is_hybrid(model)
-    autocast, precision = _autocast(device, amp)
+    autocast, precision = mixed_precision(device, amp)
     gen = torch.Generator().manual_seed(seed)
     t_feat = time.perf_counter()
     train_feats = test_feats = None
@@ -114,7 +114,7 @@ def finetune(
                                    cache_dir=cache_dir, num_workers=num_workers, progress=progress)
     features_s = time.perf_counter() - t_feat
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer, scheduler = _adamw_cosine(model, (), lr=lr, weight_decay=weight_decay, total=epochs * steps_per_epoch,
+    optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=weight_decay, total=epochs * steps_per_epoch,
                                          warmup=max(1, round(warmup_epochs * steps_per_epoch)))
     scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
 
@@ -128,14 +128,14 @@ def finetune(
     # training and evaluation run timm's fused attention (speed only, ATTENTION_KERNEL); the
     # returned model is unfused again, as capture needs
     with fused_attention(model):
-        history = _run_epochs(epochs, f"finetune {model_name}", progress, run_epoch)
+        history = run_epochs(epochs, f"finetune {model_name}", progress, run_epoch)
         train_s = time.perf_counter() - t_train
         model.eval()
 
         t_eval = time.perf_counter()
         if hybrid:
-            train_acc = _feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
-            test_acc = _feature_accuracy(model, test_feats, test_labels, batch_size, device)
+            train_acc = feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
+            test_acc = feature_accuracy(model, test_feats, test_labels, batch_size, device)
         else:
             train_acc = evaluate_accuracy(model, train_set, batch_size, device, num_workers=num_workers)
             test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
@@ -151,12 +151,12 @@ def finetune(
         backbone=backbone_config(model, model_name),
         weights=None if weights is None else str(weights),
         backbone_kwargs=backbone_kwargs,
-        train_set=_dataset_info(train_set),
-        test_set=_dataset_info(test_set),
+        train_set=dataset_info(train_set),
+        test_set=dataset_info(test_set),
         classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
         num_classes=num_classes,
         recipe=dict(recipe.__dict__, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
-                    augmentation="random horizontal flip p=0.5", recipe_version=_RECIPE_VERSION),
+                    augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
         seed=int(seed),
         epochs=int(epochs),
         train_accuracy=train_acc,
@@ -167,7 +167,7 @@ def finetune(
         device=str(device),
         timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
                      epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
-        versions=_versions(),
+        versions=package_versions(),
         num_threads=int(torch.get_num_threads()),
         machine=machine_info(device),
         weights_digest=state_dict_digest(model),
@@ -189,7 +189,7 @@ def _batches(train_set, train_labels: Tensor, train_feats: Tensor | None, gen: t
             yield train_feats[idx, flips[idx].long()].to(device).float(), train_labels[idx].to(device)
         return
     loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size, sampler=order.tolist(),
-                                         num_workers=num_workers, collate_fn=_collate,
+                                         num_workers=num_workers, collate_fn=collate_samples,
                                          pin_memory=device.type == "cuda")
     for i, (images, labels) in zip(range(0, len(order), batch_size), loader):
         flip = flips[order[i:i + batch_size]][:, None, None, None]
@@ -252,7 +252,7 @@ def load_or_finetune(
                                   warmup_epochs=warmup_epochs, seed=seed, label_smoothing=label_smoothing,
                                   weight_decay=weight_decay, weights=weights, backbone_kwargs=backbone_kwargs,
                                   device=device, amp=amp)
-    folder = _checkpoint_dir(cache_dir)
+    folder = checkpoint_dir(cache_dir)
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
     pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
     # one fine-tune per checkpoint even when many processes (sweep jobs) ask at once: the first

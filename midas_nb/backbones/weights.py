@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from .registry import _LOCAL_ARCHS, _timm_pretrained_cfg, BackboneError
+from .registry import BackboneError, LOCAL_ARCHS, timm_pretrained_cfg
 
 
 def weights_for(profile: dict[str, Any], name: str) -> str | None:
@@ -22,7 +22,7 @@ def weights_for(profile: dict[str, Any], name: str) -> str | None:
     w = (profile.get("weights") or {}).get(name)
     if w:
         return str(Path(w).expanduser())
-    if name in _LOCAL_ARCHS:
+    if name in LOCAL_ARCHS:
         return None
     return profile.get("pretrained", "hub")
 
@@ -36,9 +36,9 @@ def expected_weight_files(name: str) -> list[str]:
     Raises:
         BackboneError: unknown name.
     """
-    if name in _LOCAL_ARCHS:
+    if name in LOCAL_ARCHS:
         return []
-    cfg = _timm_pretrained_cfg(name)
+    cfg = timm_pretrained_cfg(name)
     out = []
     if cfg.get("hf_hub_id"):
         out.append(f"{cfg.get('hf_hub_filename') or 'model.safetensors'} (from huggingface.co/{cfg['hf_hub_id']})")
@@ -103,7 +103,7 @@ def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
     Honours ``HF_HUB_OFFLINE`` (then only the cache counts) and ``HF_ENDPOINT``. Never
     downloads; takes at most about ``timeout`` seconds.
     """
-    cfg = _timm_pretrained_cfg(name)
+    cfg = timm_pretrained_cfg(name)
     if _hub_cached(cfg):
         return None
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
@@ -259,8 +259,19 @@ def _check_npz(model: nn.Module, path: Path) -> None:
                      for k in wrong])
 
 
-def _load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool) -> None:
-    """Strictly load ``path`` into ``model`` (classifier handled per ``head``)."""
+def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool) -> None:
+    """Strictly load the weights file ``path`` (``.npz`` JAX/big_vision, else a torch or
+    safetensors state dict) into ``model``, in place.
+
+    ``head="keep"`` loads the file's classifier too (it must fit ``num_classes``);
+    ``head="replace"`` keeps the model's freshly initialised classifier. ``timm_filter`` passes
+    the state dict through timm's ``checkpoint_filter_fn`` first (position-embedding resize,
+    key renames of timm tags).
+
+    Raises:
+        BackboneError: a file that cannot be read, missing, unexpected or mis-shaped keys, or a
+            classifier that does not match ``num_classes`` under ``head="keep"``.
+    """
     if path.suffix.lower() == ".npz":
         if not hasattr(model, "load_pretrained"):
             raise BackboneError(f"{path}: .npz (JAX) weights need a timm VisionTransformer")
