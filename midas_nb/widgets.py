@@ -263,13 +263,13 @@ def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: 
     """Part patches outlined and visible keypoints dotted, or the object box (no parts)."""
     from matplotlib.patches import Rectangle
     if view.region == "part":
-        pm = plots._np(batch.part_mask[position]).astype(bool)
-        plots._patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
-        parts = plots._np(batch.parts[position])
+        pm = plots.to_numpy(batch.part_mask[position]).astype(bool)
+        plots.patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
+        parts = plots.to_numpy(batch.parts[position])
         vis = parts[:, 2] > 0
         ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c="red", edgecolors="white", linewidths=0.5, zorder=3)
     else:
-        x0, y0, x1, y1 = (float(v) for v in plots._np(batch.boxes[position]))
+        x0, y0, x1, y1 = (float(v) for v in plots.to_numpy(batch.boxes[position]))
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.6))
 
 
@@ -298,12 +298,12 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
     colors = {t: plots.condition_color(t) for t in view.targets}  # the colours of every other figure
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
-        keep = plots._np(view.keep[j]).astype(bool)
+        keep = plots.to_numpy(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))
         shade = np.zeros((rows, cols, 4))
         shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
-        plots._patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
+        plots.patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         _draw_region(ax, view, batch, p, rows, cols, H, W)
         ax.set_xlim(0, W)
         ax.set_ylim(H, 0)
@@ -317,10 +317,10 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     ax = axes[2]
     for t in dict.fromkeys(view.targets):
         r = view.insdel[t]
-        frac = plots._np(r.fractions) * 100
-        ax.plot(frac, plots._np(r.ins_curve[0]), "-o", ms=3, color=colors[t],
+        frac = plots.to_numpy(r.fractions) * 100
+        ax.plot(frac, plots.to_numpy(r.ins_curve[0]), "-o", ms=3, color=colors[t],
                 label=f"{t} insertion (AUC {float(r.ins_auc[0]):.3f})")
-        ax.plot(frac, plots._np(r.del_curve[0]), "--s", ms=3, color=colors[t],
+        ax.plot(frac, plots.to_numpy(r.del_curve[0]), "--s", ms=3, color=colors[t],
                 label=f"{t} deletion (AUC {float(r.del_auc[0]):.3f})")
     ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=plots.FONT["tick"])
     ax.set_ylabel("p_c (predicted class)", fontsize=plots.FONT["tick"])
@@ -376,7 +376,7 @@ def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR
     batch = _explorer_batch(study, n_images)
     fig = explorer_figure(view, batch, study.grid, study.normalization, note=STATIC_NOTE)
     fig.explorer_view = view
-    return plots._finish(fig, save)
+    return plots.finish_figure(fig, save)
 
 
 def _png(fig) -> bytes:

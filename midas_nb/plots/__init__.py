@@ -38,9 +38,10 @@ Figures:
 """
 from __future__ import annotations
 
-from .output import FONT, _finish, figure_path, save_csv, save_figure, set_output  # noqa: F401
+# finish_figure, to_numpy and patch_rects are drawing helpers midas_nb.widgets shares (not in __all__)
+from .output import figure_path, finish_figure, FONT, save_csv, save_figure, set_output  # noqa: F401
 from .colors import CONDITION_COLORS, condition_color  # noqa: F401
-from .common import _np, _patch_rects, image_to_rgb  # noqa: F401
+from .common import image_to_rgb, patch_rects, to_numpy  # noqa: F401
 from .images import kept_tokens_overlay, show_parts_on_grid, target_heatmaps  # noqa: F401
 from .protocol import coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot  # noqa: F401
 from .probes import cosine_depth_lines, cosine_heatmap  # noqa: F401

@@ -1,10 +1,9 @@
-"""Drawing helpers shared by the figures: images back to RGB, patch grids, panels."""
+"""Drawing helpers shared by the figures: arrays and images back to numpy / RGB, kept-patch
+rectangles, non-overlapping point labels."""
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.patches import Rectangle
@@ -15,7 +14,9 @@ from .output import FONT, Normalization
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-def _np(x: Any) -> np.ndarray:
+def to_numpy(x: Any) -> np.ndarray:
+    """A tensor (detached, as float32, on the CPU) or anything ``np.asarray`` takes, as a numpy
+    array of the same shape."""
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
     return np.asarray(x)
@@ -27,7 +28,7 @@ def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
     With ``normalization = (mean, std)`` the backbone normalisation is undone
     (``x·std + mean``); without it each image is min–max rescaled.
     """
-    x = _np(image).astype(np.float64)
+    x = to_numpy(image).astype(np.float64)
     if x.ndim != 3 or x.shape[0] not in (1, 3):
         raise ValueError(f"image must be [3,H,W] (or [1,H,W]), got shape {x.shape}")
     if normalization is not None:
@@ -40,84 +41,13 @@ def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
     return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
 
 
-def _grid_of(grid: Sequence[int] | int | None, n: int) -> tuple[int, int]:
-    if grid is None:
-        side = int(round(math.sqrt(n)))
-        if side * side != n:
-            raise ValueError(f"cannot infer a square patch grid from N={n}; pass grid=(rows, cols)")
-        return side, side
-    if isinstance(grid, int):
-        grid = (grid, grid)
-    rows, cols = (int(g) for g in grid)
-    if rows * cols != n:
-        raise ValueError(f"grid {rows}x{cols} does not hold N={n} patch tokens")
-    return rows, cols
-
-
-def _batch_fields(data: Any, n: int | None) -> dict[str, np.ndarray | list]:
-    """Images and annotations of a Sample or Batch (first ``n``) as stacked arrays."""
-    if hasattr(data, "images"):
-        images, parts, boxes = data.images, data.parts, data.boxes
-        part_mask, box_mask = data.part_mask, data.box_mask
-        labels = [int(v) for v in _np(data.labels).ravel()]
-        ids = list(getattr(data, "image_ids", [str(i) for i in range(len(labels))]))
-    elif hasattr(data, "image"):
-        images, parts, boxes = data.image[None], data.parts[None], data.box[None]
-        part_mask, box_mask = data.part_mask[None], data.box_mask[None]
-        labels, ids = [int(data.label)], [str(getattr(data, "image_id", "0"))]
-    else:
-        raise TypeError(f"expected a midas_nb.data Sample or Batch, got {type(data).__name__}")
-    m = len(labels) if n is None else min(int(n), len(labels))
-    return dict(images=_np(images)[:m], parts=_np(parts)[:m], boxes=_np(boxes)[:m],
-                part_mask=_np(part_mask)[:m].astype(bool), box_mask=_np(box_mask)[:m].astype(bool),
-                labels=labels[:m], ids=ids[:m])
-
-
-def _short_name(name: str, limit: int = 26) -> str:
-    """A class name for a panel title: CUB's ``"017.Cardinal"`` → ``"Cardinal"``, truncated."""
-    name = str(name).split(".", 1)[-1].replace("_", " ")
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
-def _patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
-                 **style) -> None:
+def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
+                **style) -> None:
+    """Draw one ``Rectangle`` (matplotlib ``style`` keywords) on ``ax`` per true entry of
+    ``mask [rows*cols]`` (row-major patch order), each ``patch_w × patch_h`` in data units (px)."""
     for t in np.flatnonzero(mask):
         r, c = divmod(int(t), cols)
         ax.add_patch(Rectangle((c * patch_w, r * patch_h), patch_w, patch_h, **style))
-
-
-def _draw_grid(ax, rows: int, cols: int, H: int, W: int) -> None:
-    for r in range(1, rows):
-        ax.axhline(r * H / rows, color="white", lw=0.4, alpha=0.6)
-    for c in range(1, cols):
-        ax.axvline(c * W / cols, color="white", lw=0.4, alpha=0.6)
-
-
-def _pixel_axes(ax, show_labels: bool) -> None:
-    ax.tick_params(labelsize=FONT["tick"] - 1)
-    if show_labels:
-        ax.set_xlabel("x (px)", fontsize=FONT["tick"])
-        ax.set_ylabel("y (px)", fontsize=FONT["tick"])
-
-
-def _panels(n: int, ncols: int, size: float = 3.0):
-    ncols = max(1, min(ncols, n))
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows + 0.6), squeeze=False)
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    return fig, axes.ravel()[:n]
-
-
-# ---------------------------------------------------------------------------------------------
-# targets
-# ---------------------------------------------------------------------------------------------
-def _normalise_map(m: np.ndarray, how: str) -> np.ndarray:
-    if how == "rank":
-        order = np.argsort(np.argsort(m, kind="stable"), kind="stable")
-        return order / max(1, m.size - 1)
-    lo, hi = np.nanmin(m), np.nanmax(m)
-    return (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
 
 
 def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,

@@ -1,6 +1,7 @@
 """Figures over the photos: part keypoints on the patch grid, target heatmaps, kept patch tokens."""
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Literal, Mapping, Sequence
 
@@ -11,9 +12,81 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
-from .common import (_batch_fields, _draw_grid, _grid_of, _normalise_map, _np, _panels, _patch_rects, _pixel_axes,
-                     _short_name, image_to_rgb)
-from .output import _finish, FONT, Normalization
+from .common import image_to_rgb, patch_rects, to_numpy
+from .output import finish_figure, FONT, Normalization
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+def _grid_of(grid: Sequence[int] | int | None, n: int) -> tuple[int, int]:
+    if grid is None:
+        side = int(round(math.sqrt(n)))
+        if side * side != n:
+            raise ValueError(f"cannot infer a square patch grid from N={n}; pass grid=(rows, cols)")
+        return side, side
+    if isinstance(grid, int):
+        grid = (grid, grid)
+    rows, cols = (int(g) for g in grid)
+    if rows * cols != n:
+        raise ValueError(f"grid {rows}x{cols} does not hold N={n} patch tokens")
+    return rows, cols
+
+
+def _batch_fields(data: Any, n: int | None) -> dict[str, np.ndarray | list]:
+    """Images and annotations of a Sample or Batch (first ``n``) as stacked arrays."""
+    if hasattr(data, "images"):
+        images, parts, boxes = data.images, data.parts, data.boxes
+        part_mask, box_mask = data.part_mask, data.box_mask
+        labels = [int(v) for v in to_numpy(data.labels).ravel()]
+        ids = list(getattr(data, "image_ids", [str(i) for i in range(len(labels))]))
+    elif hasattr(data, "image"):
+        images, parts, boxes = data.image[None], data.parts[None], data.box[None]
+        part_mask, box_mask = data.part_mask[None], data.box_mask[None]
+        labels, ids = [int(data.label)], [str(getattr(data, "image_id", "0"))]
+    else:
+        raise TypeError(f"expected a midas_nb.data Sample or Batch, got {type(data).__name__}")
+    m = len(labels) if n is None else min(int(n), len(labels))
+    return dict(images=to_numpy(images)[:m], parts=to_numpy(parts)[:m], boxes=to_numpy(boxes)[:m],
+                part_mask=to_numpy(part_mask)[:m].astype(bool), box_mask=to_numpy(box_mask)[:m].astype(bool),
+                labels=labels[:m], ids=ids[:m])
+
+
+def _short_name(name: str, limit: int = 26) -> str:
+    """A class name for a panel title: CUB's ``"017.Cardinal"`` → ``"Cardinal"``, truncated."""
+    name = str(name).split(".", 1)[-1].replace("_", " ")
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _draw_grid(ax, rows: int, cols: int, H: int, W: int) -> None:
+    for r in range(1, rows):
+        ax.axhline(r * H / rows, color="white", lw=0.4, alpha=0.6)
+    for c in range(1, cols):
+        ax.axvline(c * W / cols, color="white", lw=0.4, alpha=0.6)
+
+
+def _pixel_axes(ax, show_labels: bool) -> None:
+    ax.tick_params(labelsize=FONT["tick"] - 1)
+    if show_labels:
+        ax.set_xlabel("x (px)", fontsize=FONT["tick"])
+        ax.set_ylabel("y (px)", fontsize=FONT["tick"])
+
+
+def _panels(n: int, ncols: int, size: float = 3.0):
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows + 0.6), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()[:n]
+
+
+def _normalise_map(m: np.ndarray, how: str) -> np.ndarray:
+    if how == "rank":
+        order = np.argsort(np.argsort(m, kind="stable"), kind="stable")
+        return order / max(1, m.size - 1)
+    lo, hi = np.nanmin(m), np.nanmax(m)
+    return (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -47,7 +120,7 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
     for i, ax in enumerate(axes):
         ax.imshow(image_to_rgb(f["images"][i], normalization), extent=(0, W, H, 0))
         _draw_grid(ax, rows, cols, H, W)
-        _patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
+        patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
                      facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
         x0, y0, x1, y1 = f["boxes"][i]
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.8))
@@ -74,7 +147,7 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
     fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
                  else f"Part keypoints on the {rows}×{cols} patch grid", fontsize=FONT["title"])
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | int | None = None, *,
@@ -129,22 +202,22 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     labels = None
     if hasattr(images, "images"):  # a Batch
         part_mask = images.part_mask if part_mask is None else part_mask
-        labels = [int(v) for v in _np(images.labels).ravel()]
+        labels = [int(v) for v in to_numpy(images.labels).ravel()]
         images = images.images
-    imgs = _np(images)
+    imgs = to_numpy(images)
     if imgs.ndim == 3:
         imgs = imgs[None]
     B, _, H, W = imgs.shape
     ids = list(maps)
-    arrs = {k: _np(v).reshape(-1, _np(v).shape[-1]) for k, v in maps.items()}
+    arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1]) for k, v in maps.items()}
     if indices is not None:
-        rows_sel = _np(indices).astype(int).ravel()
+        rows_sel = to_numpy(indices).astype(int).ravel()
         arrs = {k: a[rows_sel] for k, a in arrs.items()}
     for k, a in arrs.items():
         if a.shape[0] < B:
             raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
     rows, cols = _grid_of(grid, arrs[ids[0]].shape[1])
-    parts = None if part_mask is None else _np(part_mask).astype(bool).reshape(-1, rows * cols)
+    parts = None if part_mask is None else to_numpy(part_mask).astype(bool).reshape(-1, rows * cols)
     if row_labels is None:
         row_labels = ([textwrap.fill(_short_name(class_names[lbl], 60), 20) for lbl in labels]
                       if class_names is not None and labels
@@ -183,7 +256,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     cb.ax.tick_params(labelsize=FONT["tick"])
     outlined = " (cyan outline: part patches)" if parts is not None and parts[:B].any() else ""
     fig.suptitle((title or f"Target maps on the {rows}×{cols} patch grid") + outlined, fontsize=FONT["title"])
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
@@ -225,15 +298,15 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
         ncols: panels per row. dim: darkness of dropped patches (0 = none, 1 = black).
         suptitle: figure title. save: figure name for :func:`save_figure`.
     """
-    imgs = _np(image)
-    keep = _np(keep_mask).astype(bool)
+    imgs = to_numpy(image)
+    keep = to_numpy(keep_mask).astype(bool)
     if imgs.ndim == 3:
         imgs = imgs[None]
     if keep.ndim == 1:
         keep = keep[None]
     if keep.shape[0] != imgs.shape[0]:
         raise ValueError(f"keep_mask has {keep.shape[0]} rows for {imgs.shape[0]} images")
-    parts = None if part_mask is None else _np(part_mask).astype(bool).reshape(keep.shape)
+    parts = None if part_mask is None else to_numpy(part_mask).astype(bool).reshape(keep.shape)
     B, _, H, W = imgs.shape
     rows, cols = _grid_of(grid, keep.shape[1])
     fig, axes = _panels(B, ncols, size=3.0)
@@ -242,9 +315,9 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
         shade = np.zeros((rows, cols, 4))
         shade[..., 3] = np.where(keep[b].reshape(rows, cols), 0.0, dim)
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
-        _patch_rects(ax, keep[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
+        patch_rects(ax, keep[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         if parts is not None:
-            _patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4,
+            patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4,
                          ls="--")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -260,4 +333,4 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
         fig.suptitle(suptitle, fontsize=FONT["title"])
         top = 1.0 - 0.45 / fig.get_figheight()
     fig.tight_layout(rect=(0, 0.07, 1, top))
-    return _finish(fig, save)
+    return finish_figure(fig, save)

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from .. import config
 from ..identity import atomic_write_text
-from ..results import _encode_lists
+from ..results import encode_lists
 
 
 #: font sizes used by every figure (points)
@@ -68,7 +68,7 @@ def save_csv(table: pd.DataFrame, name: str) -> Path:
     """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``), atomically
     (:func:`midas_nb.identity.atomic_write_text`); list columns (per-image values) as JSON."""
     path = figure_path(name, ".csv")
-    atomic_write_text(path, _encode_lists(table).to_csv(index=False))
+    atomic_write_text(path, encode_lists(table).to_csv(index=False))
     return path
 
 
@@ -78,7 +78,10 @@ def _interactive_backend() -> bool:
         "qtagg", "tkagg", "macosx", "gtk3agg", "gtk4agg", "wxagg", "nbagg", "webagg", "qt5agg"}
 
 
-def _finish(fig: Figure, save: str | None) -> Figure:
+def finish_figure(fig: Figure, save: str | None) -> Figure:
+    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`)
+    when a name is given, and close it unless the backend shows figures (inline, widget, a
+    window), so a headless run does not accumulate open figures. Returns ``fig``."""
     if save:
         save_figure(fig, save)
     if not _interactive_backend():

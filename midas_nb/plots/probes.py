@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .output import _finish, FONT
+from .output import finish_figure, FONT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
             callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
     ax.set_title((title or "Cosine similarity of target maps") + callout, fontsize=FONT["title"] - 1)
     fig.tight_layout()
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -94,7 +94,7 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
     ax.legend(fontsize=FONT["legend"], loc="best", framealpha=0.85)
     ax.set_title(title or "Cosine of target rankings across depths (bands: 95 % CI)", fontsize=FONT["title"] - 1)
     fig.tight_layout()
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def _fmt_cell(v: float, digits: int = 2) -> str:

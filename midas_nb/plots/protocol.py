@@ -10,15 +10,16 @@ from matplotlib.figure import Figure
 
 from ..results import aggregate_seeds
 from .colors import condition_colors as _condition_colors
-from .common import _np, place_point_labels
-from .output import _finish, FONT
+from .common import place_point_labels, to_numpy
+from .output import finish_figure, FONT
 
 
 # ---------------------------------------------------------------------------------------------
 # protocol
 # ---------------------------------------------------------------------------------------------
-_AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
-                "backbone": "backbone"}
+#: Axis label of each sweep dimension (budget, depth) and of the backbone axis.
+AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
+               "backbone": "backbone"}
 
 
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
@@ -32,8 +33,8 @@ def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFr
     return agg.loc[order].reset_index()
 
 
-def _mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
-                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
+def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
+                 cols: Sequence[str] = ("dataset", "backbone")) -> str:
     """Guard against silent averaging: ``table`` may hold several datasets / backbones only when
     the caller lists them in ``average_over``; returns the title note that says so.
 
@@ -107,7 +108,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
     if missing:
         raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
-    note = _mixed_groups(table, average_over, "coverage_vs_faithfulness")
+    note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
     if coverage_label is None:
         kind = str(table["coverage_kind"].iloc[0]) if "coverage_kind" in table.columns else "part mIoU"
         coverage_label = "box coverage mIoU" if "box" in kind.lower() else "part mIoU"
@@ -151,7 +152,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     fig.tight_layout()
     if len(agg) <= 6:  # beyond that the legend names the markers; labels placed without overlap
         place_point_labels(ax, list(zip(agg["miou"] * 100, agg["idauc"])), agg["condition"].tolist())
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def insertion_deletion_curves(results: Any, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -170,13 +171,13 @@ def insertion_deletion_curves(results: Any, *, title: str | None = None, save: s
     colors = _condition_colors(list(results))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
     for label, r in results.items():
-        frac = _np(r.fractions) * 100
+        frac = to_numpy(r.fractions) * 100
         for ax, curve, auc, what in ((axes[0], r.ins_curve, r.ins_auc, "ins"),
                                      (axes[1], r.del_curve, r.del_auc, "del")):
-            c = _np(curve)
+            c = to_numpy(curve)
             c = c[None] if c.ndim == 1 else c
             ax.plot(frac, c.mean(0), marker=".", color=colors[label],
-                    label=f"{label} (AUC {float(_np(auc).mean()):.3f})")
+                    label=f"{label} (AUC {float(to_numpy(auc).mean()):.3f})")
     axes[0].set_xlabel("patch tokens inserted, most important first (%)", fontsize=FONT["label"])
     axes[1].set_xlabel("patch tokens deleted, most important first (%)", fontsize=FONT["label"])
     axes[0].set_ylabel("p_c (softmax prob. of predicted class)", fontsize=FONT["label"])
@@ -190,7 +191,7 @@ def insertion_deletion_curves(results: Any, *, title: str | None = None, save: s
     if title:
         fig.suptitle(title, fontsize=FONT["title"])
     fig.tight_layout()
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -233,4 +234,4 @@ def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: st
     if title:
         fig.suptitle(title, fontsize=FONT["title"])
     fig.tight_layout()
-    return _finish(fig, save)
+    return finish_figure(fig, save)

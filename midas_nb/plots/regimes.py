@@ -12,9 +12,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.lines import Line2D
 
-from .output import _finish, FONT
+from .output import finish_figure, FONT
 from .colors import condition_colors as _condition_colors
-from .protocol import _AXIS_LABELS, _mixed_groups
+from .protocol import AXIS_LABELS, mixed_groups
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         title: figure title. save: figure name for :func:`save_figure`.
     """
     _d_table_check(table, ["condition", x, y, value, "in_band"])
-    note = _mixed_groups(table, average_over, "regime_heatmap", [c for c in ("dataset", "backbone") if c not in (x, y)])
+    note = mixed_groups(table, average_over, "regime_heatmap", [c for c in ("dataset", "backbone") if c not in (x, y)])
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
     if not conds:
@@ -176,8 +176,8 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                             bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85))
         ax.set_xticks(range(len(xs)), [_fmt_axis_value(x, v) for v in xs], fontsize=FONT["tick"])
         ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys], fontsize=FONT["tick"])
-        ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
-        ax.set_ylabel(_AXIS_LABELS.get(y, y), fontsize=FONT["label"] - 1)
+        ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
+        ax.set_ylabel(AXIS_LABELS.get(y, y), fontsize=FONT["label"] - 1)
         ax.set_title(cond, fontsize=FONT["label"])
     # the status legend under the panels, measured: the figure widens to hold it and the
     # panels end above it
@@ -195,7 +195,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
     fig.suptitle((title or f"Decoupling D over {y} × {x}") + note, fontsize=FONT["title"])
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, value: str = "D_pp",
@@ -218,7 +218,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
         average_over: datasets / backbones to average over (default: several are an error).
     """
     _d_table_check(table, ["condition", x, hue, value, "in_band"])
-    note = _mixed_groups(table, average_over, "regime_lines", [c for c in ("dataset", "backbone") if c not in (x, hue)])
+    note = mixed_groups(table, average_over, "regime_lines", [c for c in ("dataset", "backbone") if c not in (x, hue)])
     kinds: set[str] = set()
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
@@ -257,7 +257,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
                        edgecolors=colors[hv], s=30, zorder=3, gid="uninformative")
         ax.axhline(0, color="black", lw=0.8)
         ax.set_title(conds[k], fontsize=FONT["label"])
-        ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
+        ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
         if k % ncols == 0:
             ax.set_ylabel("D = mIoU − mIoU_ref (pp)", fontsize=FONT["label"] - 1)
         ax.tick_params(labelsize=FONT["tick"])
@@ -275,7 +275,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
     bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
     fig.suptitle((title or f"Decoupling D against {x}") + note + bars, fontsize=FONT["title"])
     fig.tight_layout(rect=(0, 0.09, 1, 0.95))
-    return _finish(fig, save)
+    return finish_figure(fig, save)
 
 
 def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
@@ -298,7 +298,7 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
         title: figure title. save: figure name for :func:`save_figure`.
     """
     _d_table_check(table, ["condition", x, value, "in_band"])
-    note = _mixed_groups(table, average_over, "scale_plot", [c for c in ("dataset", "backbone") if c != x])
+    note = mixed_groups(table, average_over, "scale_plot", [c for c in ("dataset", "backbone") if c != x])
     kinds: set[str] = set()
     conds = list(conditions) if conditions is not None else [
         c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
@@ -331,7 +331,7 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(range(len(cats)), cats, rotation=15 if max(map(len, cats)) > 14 else 0,
                   ha="right" if max(map(len, cats)) > 14 else "center", fontsize=FONT["tick"])
-    ax.set_xlabel(_AXIS_LABELS.get(x, x), fontsize=FONT["label"])
+    ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"])
     ax.set_ylabel("D = mIoU − mIoU_ref (pp)", fontsize=FONT["label"])
     ax.tick_params(labelsize=FONT["tick"])
     ax.grid(axis="y", alpha=0.3)
@@ -343,4 +343,4 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
     ax.set_title((title or f"Decoupling D across {x}s") + note + bars, fontsize=FONT["title"])
     fig.tight_layout()
-    return _finish(fig, save)
+    return finish_figure(fig, save)
