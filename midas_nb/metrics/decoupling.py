@@ -35,8 +35,10 @@ def _as_float_list(v: Any) -> list[float] | None:
         return None
 
 
-def _per_image(row: Mapping[str, Any], ids_col: str, val_col: str) -> dict[str, float] | None:
-    """``{image_id: value}`` of one results row, or ``None`` when it has no per-image values."""
+def per_image_values(row: Mapping[str, Any], ids_col: str, val_col: str) -> dict[str, float] | None:
+    """``{image_id: value}`` of one results row: the ids of column ``ids_col`` (a list, or its
+    JSON text as read back from CSV) paired with the values of ``val_col`` (JSON ``null`` →
+    NaN); ``None`` when the row has none, or the two lists differ in length or are empty."""
     ids, vals = row.get(ids_col), _as_float_list(row.get(val_col))
     if ids is None or vals is None or (isinstance(ids, float) and math.isnan(ids)):
         return None
@@ -55,8 +57,8 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
     reference shares, "")``, or ``(None, why)``: ``why == "no per-image values"`` when no row
     and no reference has them (the caller then uses the rows' own means), else the reason the
     pairing is impossible. ``refs[s] is None``: no reference (the values themselves)."""
-    cond = [_per_image(r, ids_col, val_col) for r in rows]
-    ref = [None if r is None else _per_image(r, ids_col, val_col) for r in refs]
+    cond = [per_image_values(r, ids_col, val_col) for r in rows]
+    ref = [None if r is None else per_image_values(r, ids_col, val_col) for r in refs]
     given = [r is not None for r in refs]
     if all(c is None for c in cond) and all(rf is None for rf, g in zip(ref, given) if g):
         return None, "no per-image values"
@@ -257,7 +259,7 @@ class _Pairing:
         out = dict(rows[0])
         for own, idc, vc in self.metric.values():
             out[own] = _nanless_mean([r[own] for r in rows])
-            maps = [_per_image(x, idc, vc) for x in rows]
+            maps = [per_image_values(x, idc, vc) for x in rows]
             if any(mp is None for mp in maps):
                 out[vc] = None
                 continue

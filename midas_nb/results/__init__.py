@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from .advice import (GOALS, recommend_deployment)  # noqa: F401
 from .aggregate import (aggregate_seeds)  # noqa: F401
-from .files import (_decode_lists, _encode_lists, load_table, save_table)  # noqa: F401
+from .files import (decode_lists, encode_lists, load_table, save_table)  # noqa: F401
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
                     SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401

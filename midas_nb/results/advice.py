@@ -2,13 +2,16 @@
 with their band status and evidence (beside :func:`midas_nb.metrics.decoupling_D`, which it reads)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Sequence
 
 import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, decoupling_D
 from .aggregate import aggregate_seeds
-from .table import _NaN
+
+
+_NaN = math.nan
 
 
 # ---------------------------------------------------------------------------------------------

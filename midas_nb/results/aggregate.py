@@ -7,8 +7,16 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import _per_image, CHECKPOINT_COLUMNS, hierarchical_bootstrap
-from .table import _CI_METRICS, _PER_IMAGE_IDS, ID_COLUMNS, METRIC_COLUMNS
+from ..metrics import CHECKPOINT_COLUMNS, hierarchical_bootstrap, per_image_values
+from .table import ID_COLUMNS, METRIC_COLUMNS
+
+
+# the metrics whose interval is the seed × image bootstrap (the others get none)
+_CI_METRICS = ("miou", "idauc", "accuracy")
+
+
+#: per-image value column → its image-id column
+_PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
 
 
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
@@ -65,7 +73,7 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         recs = [src.iloc[i].to_dict() for i in rows]
         method = "unavailable: no per-image values"
         for m in ci_metrics:
-            maps = [_per_image(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
+            maps = [per_image_values(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
             lo = hi = math.nan
             if maps and all(x is not None for x in maps):
                 ids = sorted(set.intersection(*(set(x) for x in maps)))

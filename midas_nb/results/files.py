@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import config
 from ..identity import atomic_write, atomic_write_text
-from .table import _cast, PER_IMAGE_COLUMNS, SCHEMA, SCHEMA_COLUMNS
+from .table import cast_columns, PER_IMAGE_COLUMNS, SCHEMA, SCHEMA_COLUMNS
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -39,15 +39,16 @@ def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = Non
     Returns the CSV path.
     """
     csv, parquet = _paths(name, runs_dir)
-    atomic_write_text(csv, _encode_lists(table).to_csv(index=False))
+    atomic_write_text(csv, encode_lists(table).to_csv(index=False))
     if _has_pyarrow():
-        enc = _encode_lists(table)
+        enc = encode_lists(table)
         atomic_write(parquet, lambda f: enc.to_parquet(f, index=False))
     return csv
 
 
-def _encode_lists(table: pd.DataFrame) -> pd.DataFrame:
-    """List-valued columns (the per-image values) as JSON text, so CSV and parquet keep them."""
+def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``table`` with its list-valued columns (the per-image values) as JSON text
+    (``[0.5, NaN]``), so CSV and parquet keep them; other columns unchanged."""
     import json
 
     out = table.copy()
@@ -57,8 +58,13 @@ def _encode_lists(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _decode_lists(df: pd.DataFrame) -> pd.DataFrame:
-    """Inverse of :func:`_encode_lists` for the :data:`PER_IMAGE_COLUMNS`."""
+def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
+    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`: their JSON-list
+    cells back to lists, in place; returns ``df``.
+
+    Raises:
+        json.JSONDecodeError: a cell that starts with ``[`` but is not JSON.
+    """
     import json
 
     for c in PER_IMAGE_COLUMNS:
@@ -101,5 +107,5 @@ def load_table(name: str, runs_dir: str | Path | None = None,
             except (ValueError, TypeError):
                 pass
     if all(c in df.columns for c in SCHEMA_COLUMNS):
-        df = _cast(df)
-    return _decode_lists(df)
+        df = cast_columns(df)
+    return decode_lists(df)

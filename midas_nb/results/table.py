@@ -75,17 +75,10 @@ METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accur
                                    "throughput")
 
 
-_CI_METRICS = ("miou", "idauc", "accuracy")
-
-
 #: per-image values stored in every protocol row (lists; ``image_ids`` for mIoU and accuracy,
 #: ``idauc_image_ids`` for IDAUC): what the paired and seed × image intervals resample
 PER_IMAGE_COLUMNS: tuple[str, ...] = ("image_ids", "miou_per_image", "accuracy_per_image",
                                       "idauc_image_ids", "idauc_per_image")
-
-
-#: per-image value column → its image-id column
-_PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
 
 
 _BY_NAME = {c.name: c for c in SCHEMA}
@@ -204,7 +197,15 @@ def summarise_metrics(
     return out
 
 
-def _cast(df: pd.DataFrame) -> pd.DataFrame:
+def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Cast every :data:`SCHEMA` column of ``df`` to its dtype, in place (``str``: empty for
+    missing; ``int``: int64; ``float``: float64); returns ``df``. Every schema column must be
+    present.
+
+    Raises:
+        KeyError: a schema column is missing. ValueError: a value that is not a number in an
+            ``int`` or ``float`` column (or a missing one in an ``int`` column).
+    """
     for c in SCHEMA:
         if c.dtype == "str":
             df[c.name] = df[c.name].fillna("").astype(str)
@@ -244,7 +245,7 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
         elif not c.required and c.default is not None:
             if c.dtype != "float":      # NaN is the float default anyway
                 df[c.name] = df[c.name].where(df[c.name].notna(), c.default)
-    df = _cast(df)
+    df = cast_columns(df)
     bad = df[~((df["budget"] > 0) & (df["budget"] <= 1))]
     if len(bad):
         raise ValueError(f"budget must be in (0, 1], got {bad['budget'].tolist()[:5]}")
