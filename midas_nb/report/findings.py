@@ -22,11 +22,18 @@ BOOTSTRAP_SEED = 0
 # ---------------------------------------------------------------------------------------------
 # D with intervals and band status
 # ---------------------------------------------------------------------------------------------
-def _D(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000, reference: str = "reference"
-       ) -> pd.DataFrame:
+def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000,
+                   reference: str = "reference") -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
     gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`; cells
-    are keyed by checkpoint too (``decoupling_D`` adds ``checkpoint_id``/``weights_digest``)."""
+    are keyed by checkpoint too (``decoupling_D`` adds ``checkpoint_id``/``weights_digest``).
+
+    Returns one row per cell (``by``) and condition with ``D_pp`` (percentage points),
+    ``delta_idauc`` and their ``_lo``/``_hi`` bounds (always present), and ``status``.
+
+    Raises:
+        ValueError: as :func:`~midas_nb.metrics.decoupling_D` (missing columns, no reference row).
+    """
     d = decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
                      n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
     for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
@@ -35,7 +42,8 @@ def _D(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000, r
     return d
 
 
-def _n(n: int, one: str, many: str) -> str:
+def plural(n: int, one: str, many: str) -> str:
+    """``"1 cell"`` / ``"3 cells"``: ``n`` with the singular ``one`` or the plural ``many``."""
     return f"{n} {one if n == 1 else many}"
 
 
@@ -44,18 +52,21 @@ def _empty_d() -> pd.DataFrame:
                                  "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status"])
 
 
-def _is_num(x: Any) -> bool:
+def is_number(x: Any) -> bool:
+    """Whether ``x`` converts to a float that is not NaN (``None``, text, NaN: ``False``)."""
     try:
         return x is not None and not math.isnan(float(x))
     except (TypeError, ValueError):
         return False
 
 
-def _ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") -> str:
-    if not _is_num(m):
+def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") -> str:
+    """``"+1.23pp [+0.40, +2.10]"``: the estimate ``m`` in format ``fmt`` with ``unit``, and its
+    interval when both bounds are numbers; ``"n/a"`` when ``m`` is not a number."""
+    if not is_number(m):
         return "n/a"
     s = f"{m:{fmt}}{unit}"
-    if _is_num(lo) and _is_num(hi):
+    if is_number(lo) and is_number(hi):
         s += f" [{lo:{fmt}}, {hi:{fmt}}]"
     return s
 
@@ -63,9 +74,9 @@ def _ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") 
 def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
     """``m > 0`` (``positive``) or ``m < 0``: decided by the interval when there is one, else by
     the point value; ``"not resolved"`` when the interval contains 0."""
-    if not _is_num(m):
+    if not is_number(m):
         return "undefined"
-    if _is_num(lo) and _is_num(hi):
+    if is_number(lo) and is_number(hi):
         if lo > 0:
             return positive
         if hi < 0:
@@ -111,8 +122,8 @@ def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
     if r is None:
         return "undefined", "no T5 rows at this point"
     status = str(r["status"])
-    D = _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
-    dI = _ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
+    D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
+    dI = ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
     ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}"
     if status in ("no reference", "undefined"):
         return "undefined", ev
@@ -134,7 +145,7 @@ def _t1_finding(d: pd.DataFrame) -> tuple[Holds, str]:
         return "undefined", "no T1 rows at this point"
     if str(r["status"]) in ("no reference", "undefined"):
         return "undefined", f"D(T1) has no reference ({r['status']})"
-    ev = f"D(T1) = {_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}"
+    ev = f"D(T1) = {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}"
     return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
 
 
@@ -147,7 +158,7 @@ def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
     bound = PAPER_COSINE_MAX
     i = at["cosine"].abs().idxmax()
     top = at.loc[i]
-    ev = (f"largest |cos|: {top['hidden']}·{top['attention']} = {_ci_text(top['cosine'], top['lo'], top['hi'], '+.3f')} "
+    ev = (f"largest |cos|: {top['hidden']}·{top['attention']} = {ci_text(top['cosine'], top['lo'], top['hi'], '+.3f')} "
           f"of {len(at)} hidden×attention pairs at L={depth}")
     if not (at[["lo", "hi"]].notna().all().all()):
         return bool(at["cosine"].abs().max() <= bound), ev + " (no CI)"
@@ -176,18 +187,18 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds
         why = (f"the regime sweep needs T5 cells at {fixed} with {show(v0)} and with {beyond}; "
                f"have {len(near)} and {len(far)}")
         if n_uninf:
-            return "uninformative", why + (f" after leaving out {_n(n_uninf, 'cell', 'cells')} whose reference is "
+            return "uninformative", why + (f" after leaving out {plural(n_uninf, 'cell', 'cells')} whose reference is "
                                            "not above the random ranking (band uninformative)")
         return "undefined", why
     mn, mf = float(near["D_pp"].mean()), float(far["D_pp"].mean())
-    ev = (f"at {fixed}: mean D(T5) {mn:+.2f} pp over {_n(len(near), 'cell', 'cells')} with {show(v0)} vs "
-          f"{mf:+.2f} pp over {_n(len(far), 'cell', 'cells')} with {beyond}")
+    ev = (f"at {fixed}: mean D(T5) {mn:+.2f} pp over {plural(len(near), 'cell', 'cells')} with {show(v0)} vs "
+          f"{mf:+.2f} pp over {plural(len(far), 'cell', 'cells')} with {beyond}")
     if n_uninf:
-        ev += f" ({_n(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
+        ev += f" ({plural(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
     holds: Holds = bool(mn > mf)
     lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
     hi_n, lo_f = near["D_pp_hi"].mean(), far["D_pp_lo"].mean()
-    if _is_num(lo_n) and _is_num(hi_f):
+    if is_number(lo_n) and is_number(hi_f):
         # conservative: the averaged intervals of the two groups must not overlap
         if (holds and lo_n <= hi_f) or (not holds and hi_n >= lo_f):
             holds = "not resolved"
@@ -206,7 +217,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
         r = _row_of(d[d["backbone"] == bb], "T5")
         if r is None or str(r["status"]) in ("no reference", "undefined"):
             return "undefined", f"no D(T5) for {bb}"
-        parts.append(f"{name}: D(T5) = {_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, {r['status']}")
+        parts.append(f"{name}: D(T5) = {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, {r['status']}")
         if r["status"] == "uninformative":
             parts[-1] += f" ({r.get('band_reason', 'reference not above random')})"
             sign = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False)
@@ -286,7 +297,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         L0, b0 = _point(g, depth, budget)
         at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
         has_ref = bool((at["condition"] == "reference").any())
-        d = _D(at, cell, band, n_boot) if has_ref else _empty_d()
+        d = d_by_condition(at, cell, band, n_boot) if has_ref else _empty_d()
         for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band)), ("t1_below_reference", lambda: _t1_finding(d))):
             holds, ev = fn() if has_ref else ("undefined", f"no reference rows at L={L0}, b={b0:.0%}")
             out.append(_finding(ds, bb, fid, holds, ev, L0, b0))
@@ -297,7 +308,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
                 pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
         out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
-        dr = _D(reg, cell, band, n_boot) if len(reg) else _empty_d()
+        dr = d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d()
         for fid, axis in (("fades_deep", "depth"), ("fades_loose", "budget")):
             out.append(_finding(ds, bb, fid, *_axis_finding(dr, axis, L0, b0), L0, b0))
     for ds, g in rows.groupby("dataset", sort=False):
@@ -307,7 +318,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
             at = at[at["backbone"].isin(list(scale_backbones))]
         bbs = "+".join(sorted(set(at["backbone"])))
         at = at[at.groupby("backbone")["condition"].transform(lambda s: (s == "reference").any())]
-        d = _D(at, cell, band, n_boot) if len(at) else _empty_d()
+        d = d_by_condition(at, cell, band, n_boot) if len(at) else _empty_d()
         out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0))
     return pd.DataFrame(out, columns=["dataset", "backbone", "depth", "budget", "finding", "statement", "holds",
                                       "evidence"])

@@ -9,9 +9,10 @@ import pandas as pd
 
 from .. import config
 from ..paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
-from .findings import _ci_text, _is_num, _n, findings_paragraph
+from .findings import ci_text, findings_paragraph, is_number, plural
 from .probes import load_probes
-from .store import _IDENT, expected_cells, IncompleteReportError, load_store_rows, missing_cells, SECTIONS
+from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_store_rows, missing_cells,
+                    SECTIONS)
 from .tables import build_tables, read_tables, TABLES, write_tables
 
 
@@ -33,7 +34,7 @@ def _md_table(headers: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
 
 
 def _f(x: Any, fmt: str) -> str:
-    return f"{float(x):{fmt}}" if _is_num(x) else ""
+    return f"{float(x):{fmt}}" if is_number(x) else ""
 
 
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
@@ -48,7 +49,7 @@ def _missing_list(tables: Mapping[str, pd.DataFrame]) -> list[str]:
 
 
 def _int(x: Any) -> str:
-    return str(int(float(x))) if _is_num(x) else ""
+    return str(int(float(x))) if is_number(x) else ""
 
 
 def _band_text(r: Mapping[str, Any]) -> str:
@@ -64,7 +65,7 @@ def _incomplete_banner(g: Mapping[str, str], n_missing: int) -> str:
     bad = [k.split(": ", 1)[1] for k, v in g.items() if k.startswith("completeness: ") and v.startswith("INCOMPLETE")]
     if not bad:
         return ""
-    return (f"> **INCOMPLETE.** {_n(n_missing, 'cell', 'cells')} the `{g.get('profile')}` profile expects "
+    return (f"> **INCOMPLETE.** {plural(n_missing, 'cell', 'cells')} the `{g.get('profile')}` profile expects "
             f"{'has' if n_missing == 1 else 'have'} no result ({', '.join(bad)}); rows they affect are marked ⚠ "
             "and every missing cell is listed under \"Missing cells\". Numbers of those tables are not the "
             "profile's full result.\n\n")
@@ -94,11 +95,11 @@ def _reference_note(t: pd.DataFrame) -> str:
 
 def _random_map_note(t: pd.DataFrame) -> str:
     """D against the random-map control per condition, where the run has that condition."""
-    if "D_vs_random_map_pp" not in t.columns or not t["D_vs_random_map_pp"].map(_is_num).any():
+    if "D_vs_random_map_pp" not in t.columns or not t["D_vs_random_map_pp"].map(is_number).any():
         return ""
-    parts = [f"{c} {_ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
+    parts = [f"{c} {ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
              zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
-                 t["status_vs_random_map"]) if c not in ("random_map",) and _is_num(d)]
+                 t["status_vs_random_map"]) if c not in ("random_map",) and is_number(d)]
     return "D vs random_map (pp): " + "; ".join(parts) + ".\n" if parts else ""
 
 
@@ -106,18 +107,18 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
     body = []
     for _, r in tc.iterrows():
         ref = r["condition"] == "reference"
-        D = "0 (reference)" if ref else _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"])
-        dI = "" if ref else _ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
+        D = "0 (reference)" if ref else ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"])
+        dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
         band = "—" if ref and not r.get("missing") else _band_text(r)
         paper = _f(r["paper_D_pp"], "+.2f") or (str(r["paper_status"]) if r["paper_status"] else "")
         if compact:
-            body.append([r["condition"], _ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
-                         _ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"), _f(r["accuracy"], ".3f"),
+            body.append([r["condition"], ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
+                         ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"), _f(r["accuracy"], ".3f"),
                          D, band, paper])
         else:
-            body.append([r["condition"], _int(r["n_seeds"]), _ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
-                         _ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"),
-                         _ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
+            body.append([r["condition"], _int(r["n_seeds"]), ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
+                         ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"),
+                         ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
     return body
 
@@ -191,7 +192,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     else:
         out.append(_md_table(["dataset", "L", "hidden", "attention", "cosine [CI]", "images", "paper |cos| ≤"],
                              [[r["dataset"], int(r["depth"]), r["hidden"], r["attention"],
-                               _ci_text(r["cosine"], r["lo"], r["hi"], "+.3f"), int(r["n_images"]),
+                               ci_text(r["cosine"], r["lo"], r["hi"], "+.3f"), int(r["n_images"]),
                                _f(r["paper_max_abs"], ".3f")] for _, r in pr.iterrows()]) + "\n")
     out.append(f"\n## Regime grid (D per depth L × budget b){_section_note(g, 'regime')}\n")
     rg = tables["regime"]
@@ -201,7 +202,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
         out.append(_md_table(["dataset", "condition", "L", "b", "D (pp) [CI]", "ΔIDAUC", "parity band", "seeds",
                               "paper"],
                              [[r["dataset"], r["condition"], _int(r["depth"]), f"{float(r['budget']):.0%}",
-                               _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]), _f(r["delta_idauc"], "+.3f"),
+                               ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]), _f(r["delta_idauc"], "+.3f"),
                                _band_text(r), _int(r["n_seeds"]), r["paper_expectation"]]
                               for _, r in rg.iterrows()]) + "\n")
     out.append(f"\n## Scale readout (D per backbone at the profile's L and b){_section_note(g, 'scale')}\n")
@@ -211,7 +212,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     else:
         out.append(_md_table(["dataset", "backbone", "condition", "D (pp) [CI]", "ΔIDAUC", "parity band", "seeds",
                               "paper"],
-                             [[r["dataset"], r["backbone"], r["condition"], _ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]),
+                             [[r["dataset"], r["backbone"], r["condition"], ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]),
                                _f(r["delta_idauc"], "+.3f"), _band_text(r), _int(r["n_seeds"]), r["paper"]]
                               for _, r in sc.iterrows()]) + "\n")
     out.append(backbones_section(tables.get("backbones")))
@@ -289,9 +290,9 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
                         continue
                     r = m.iloc[0]
                     if kind == "D":
-                        row.append(f"{_ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}")
+                        row.append(f"{ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}")
                     elif kind == "cosine":
-                        row.append(_ci_text(r["estimate"], r["lo"], r["hi"], "+.3f"))
+                        row.append(ci_text(r["estimate"], r["lo"], r["hi"], "+.3f"))
                     else:
                         row.append(_verdict(r["verdict"]))
                 body.append(row)
@@ -317,7 +318,7 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     if r.empty:
         return "not run", ""
     r = r.iloc[0]
-    return f"{_ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
+    return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
 
 def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
@@ -495,8 +496,9 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
         miss = missing_cells(rows, prof, left_out)
         if len(miss) and not allow_incomplete:
             labels = [f"{r['label']}: {r['state']}" for r in miss.to_dict("records")]
+            n_expected = len(expected_cells(prof, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))
             raise IncompleteReportError(_incomplete_message(f"the result store {left_out['store']}", labels, profile,
-                                                            len(expected_cells(prof, sorted(set(rows["dataset"]))).drop_duplicates(_IDENT))))
+                                                            n_expected))
         probes = load_probes(profile, store if store is None else Path(store))
         tables = build_tables(rows, prof, left_out=left_out, probes=probes, band=band)
         out = Path(output) if output is not None else config.runs_dir() / profile / "report"

@@ -21,7 +21,8 @@ class IncompleteReportError(ValueError):
     never computed); ``midas-nb report --allow-incomplete`` writes the report marked incomplete."""
 
 
-_IDENT = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed).
+CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,10 +179,10 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
         # the labels go in as datasets with a placeholder root and ids: nothing is read
         q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
         ids = {(d, b): "expected" for d in labels for b in backbones}
-        out += [dict(zip(["section"] + _IDENT, (section, *_ident(c.to_dict()))))
+        out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
                 for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
                                    checkpoint_ids=ids, data_ids=ids)]
-    return pd.DataFrame(out, columns=["section"] + _IDENT)
+    return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 
 def missing_cells(rows: pd.DataFrame, profile: str | Mapping[str, Any],
@@ -196,25 +197,25 @@ def missing_cells(rows: pd.DataFrame, profile: str | Mapping[str, Any],
     """
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
-    have = {_ident(r) for r in rows[_IDENT].to_dict("records")}
+    have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
     out: dict[tuple, dict[str, Any]] = {}
     for r in exp.to_dict("records"):
         k = _ident(r)
         if k not in have:
-            e = out.setdefault(k, dict(sections=[], **dict(zip(_IDENT, k))))
+            e = out.setdefault(k, dict(sections=[], **dict(zip(CELL_IDENTITY, k))))
             e["sections"].append(r["section"])
     rows_out = [dict(e, sections=",".join(e["sections"]),
                      label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
                      state=states.get(k, "not in the store (never computed)")) for k, e in out.items()]
-    return pd.DataFrame(rows_out, columns=["sections"] + _IDENT + ["label", "state"])
+    return pd.DataFrame(rows_out, columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 
 
-def _mark(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
-          with_reference: bool) -> pd.DataFrame:
+def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
+                 with_reference: bool) -> pd.DataFrame:
     """``table`` (one row per dataset, backbone, L, b, condition) with a ``missing`` column that
     says how many of a row's expected cells (and of its point's reference) have no result, plus
     a row with ``status = "missing"`` for every expected condition the table lacks entirely."""
-    cols = _IDENT[:5]
+    cols = CELL_IDENTITY[:5]
     out = table.copy()
     out["missing"] = ""
     m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss

@@ -16,8 +16,8 @@ from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from ..paper_table import paper_table
 from ..results import aggregate_seeds
-from .findings import _ci_text, _D, _n, BOOTSTRAP_SEED, paper_findings
-from .store import _mark, expected_cells, missing_cells, SECTIONS
+from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
+from .store import expected_cells, mark_missing, missing_cells, SECTIONS
 
 
 #: the CSV tables of a report, in the order REPORT.md shows them
@@ -168,7 +168,7 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
     m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
     if finding != "scale":
         m = m[m["backbone"] == backbone]
-    return f" — INCOMPLETE: {_n(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
+    return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
 def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick", *,
@@ -205,9 +205,10 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
                          f"it has (backbone, L, b) = {have[:8]}")
     blocks = [(ds, prof["backbone"]) for ds in _order(main["dataset"], DATASET_NAMES)]
     exp, miss = expected_cells(prof, sorted(set(rows["dataset"]))), missing_cells(rows, prof, left_out)
-    tc = _mark(_three_conditions_table(main, prof, band, n_boot), exp, miss, "three_conditions", with_reference=True)
-    rg = _mark(_regime_table(rows, prof, band, n_boot), exp, miss, "regime", with_reference=False)
-    sc = _mark(_scale_table(at, prof, band, n_boot), exp, miss, "scale", with_reference=False)
+    tc = mark_missing(_three_conditions_table(main, prof, band, n_boot), exp, miss, "three_conditions",
+                      with_reference=True)
+    rg = mark_missing(_regime_table(rows, prof, band, n_boot), exp, miss, "regime", with_reference=False)
+    sc = mark_missing(_scale_table(at, prof, band, n_boot), exp, miss, "scale", with_reference=False)
     pr, probes_used = _probes_table(probes, main, prof)
     fnd = _findings_table(rows, pr, prof, miss, band, n_boot)
     prov = _provenance(rows, left_out or {}, prof, blocks, probes_used, exp, miss)
@@ -234,7 +235,7 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
     agg = aggregate_seeds(proto, by=cell + ["condition"], metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED)
     agg = agg.rename(columns={"accuracy_mean": "accuracy"})
-    d = _D(proto, cell, band, n_boot)
+    d = d_by_condition(proto, cell, band, n_boot)
     d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
               "delta_idauc_hi", "status", "band_reason", "reference_check"]
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
@@ -242,7 +243,7 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
                     "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
         d[cell + ["condition"] + d_cols], on=cell + ["condition"], how="left")
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
-        dr = _D(proto, cell, band, n_boot, reference="random_map").rename(
+        dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(
             columns={"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo",
                      "D_pp_hi": "D_vs_random_map_pp_hi", "status": "status_vs_random_map"})
         tc = tc.merge(dr[cell + ["condition", "D_vs_random_map_pp", "D_vs_random_map_pp_lo", "D_vs_random_map_pp_hi",
@@ -283,7 +284,7 @@ def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_bo
     rg_cols = cell + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
                       "status", "band_reason", "n_seeds", "paper_expectation"]
     if len(reg_rows):
-        rg = _D(reg_rows, cell, band, n_boot)      # random rows only test the reference (band_reason)
+        rg = d_by_condition(reg_rows, cell, band, n_boot)      # random rows only test the reference (band_reason)
         rg = rg[~rg["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))]
         rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
                                    "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
@@ -315,7 +316,7 @@ def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot:
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
                "status", "band_reason", "n_seeds", "miou", "idauc", "paper"]
     if len(sc_rows):
-        sc = _D(sc_rows, cell, band, n_boot)
+        sc = d_by_condition(sc_rows, cell, band, n_boot)
         sc = sc[~sc["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
         notes = []
         for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"]):   # exact timm names only
@@ -488,10 +489,10 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
                         teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
                         full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
                         str(_first(at["full_accuracy"])) != "" else np.nan)
-            d = _D(at, _CELL, band, n_boot)
+            d = d_by_condition(at, _CELL, band, n_boot)
             for r in d[~d["condition"].isin(["reference", "random"])].itertuples():
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
-                                verdict=r.status, evidence=f"ΔIDAUC {_ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"
+                                verdict=r.status, evidence=f"ΔIDAUC {ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"
                                 + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
             pr = None
             if probes is not None and len(probes):
