@@ -297,8 +297,10 @@ class ProfileError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
-def _roots(profile: dict[str, Any]) -> dict[str, str]:
-    """Every data root a profile names: ``data_roots`` plus ``data_root`` for its own dataset."""
+def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
+    """Every data root a profile names, ``{dataset: directory}`` (as given, not checked on disk):
+    ``data_roots`` (entries set to ``None`` left out) plus ``data_root`` for the profile's own
+    dataset when that is a paper dataset and ``data_roots`` does not name it already."""
     roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
     own = profile.get("dataset")
     if profile.get("data_root") is not None and own in PAPER_DATASETS:
@@ -323,7 +325,7 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASET_NAMES}")
     if dataset == "synthetic":
         return None
-    roots = _roots(profile)
+    roots = data_roots_of(profile)
     if dataset in roots:
         return Path(roots[dataset]).expanduser()
     if dataset == "cub" and profile.get("synthetic_default") and not roots:
@@ -392,7 +394,8 @@ def _is_path(v: Any) -> bool:
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
 
 
-def _show(v: Any) -> str:
+def show_value(v: Any) -> str:
+    """How a problem message shows a bad setting: its ``repr`` and type, ``"'x' (str)"``."""
     return f"{v!r} ({type(v).__name__})"
 
 
@@ -406,7 +409,7 @@ def check_device(device: Any, *, here: bool = True) -> str | None:
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
-        return f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {_show(device)}"
+        return f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"
     if not here:
         return None
     import torch
@@ -428,18 +431,18 @@ def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
         return
     if not isinstance(recipe, dict):
         problems.append(f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
-                        f"got {_show(recipe)}")
+                        f"got {show_value(recipe)}")
         return
     for k, v in recipe.items():  # per-backbone entries {backbone: {setting: value}} (finetune_settings)
         if isinstance(v, dict):
             _check_recipe(f"{name}.{k}", v, problems)
     for k in ("epochs", "batch_size", "throughput_repeats", "throughput_batch"):
         if k in recipe and not (_is_int(recipe[k]) and recipe[k] >= 1):
-            problems.append(f"{name}.{k}: expected an integer >= 1, got {_show(recipe[k])}")
+            problems.append(f"{name}.{k}: expected an integer >= 1, got {show_value(recipe[k])}")
     if "lr" in recipe and not (_is_number(recipe["lr"]) and recipe["lr"] > 0):
-        problems.append(f"{name}.lr: expected a number > 0, got {_show(recipe['lr'])}")
+        problems.append(f"{name}.lr: expected a number > 0, got {show_value(recipe['lr'])}")
     if "warmup_epochs" in recipe and not (_is_number(recipe["warmup_epochs"]) and recipe["warmup_epochs"] >= 0):
-        problems.append(f"{name}.warmup_epochs: expected a number >= 0, got {_show(recipe['warmup_epochs'])}")
+        problems.append(f"{name}.warmup_epochs: expected a number >= 0, got {show_value(recipe['warmup_epochs'])}")
 
 
 def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
@@ -459,10 +462,10 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
     problems: list[str] = []
     _check_names(p, problems)
     if not isinstance(p.get("other_backbones", True), bool):
-        problems.append(f"other_backbones: expected true or false, got {_show(p.get('other_backbones'))}")
+        problems.append(f"other_backbones: expected true or false, got {show_value(p.get('other_backbones'))}")
     if p.get("aircraft_level", AIRCRAFT_LEVELS[0]) not in AIRCRAFT_LEVELS:
         problems.append(f"aircraft_level: expected one of {list(AIRCRAFT_LEVELS)}, "
-                        f"got {_show(p.get('aircraft_level'))}")
+                        f"got {show_value(p.get('aircraft_level'))}")
     _check_grid(p, problems)
     for key in ("finetune", "synthetic_finetune", "scorer_train"):
         _check_recipe(key, p.get(key), problems)
@@ -477,16 +480,16 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
 def _check_names(p: dict[str, Any], problems: list[str]) -> None:
     """Profile, dataset and backbone names, and the lists of names (:func:`check_profile`)."""
     if p.get("profile") not in PROFILES:
-        problems.append(f"profile: expected one of {sorted(PROFILES)}, got {_show(p.get('profile'))}")
+        problems.append(f"profile: expected one of {sorted(PROFILES)}, got {show_value(p.get('profile'))}")
     if p.get("dataset") not in DATASET_NAMES:
-        problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {_show(p.get('dataset'))}")
+        problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(p.get('dataset'))}")
     for key in ("backbone",):
         if not (isinstance(p.get(key), str) and p[key]):
-            problems.append(f"{key}: expected a backbone name, got {_show(p.get(key))}")
+            problems.append(f"{key}: expected a backbone name, got {show_value(p.get(key))}")
     for key in ("scale_backbones", "backbones", "datasets"):
         v = p.get(key)
         if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
-            problems.append(f"{key}: expected a non-empty list of names, got {_show(v)}")
+            problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
     if isinstance(p.get("datasets"), list):
         bad = [d for d in p["datasets"] if d not in DATASET_NAMES]
         if bad:
@@ -497,10 +500,10 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     """Depth, budget, their sweep lists, seeds, conditions and the integer settings (:func:`check_profile`)."""
     depth = p.get("depth")
     if not (_is_int(depth) and depth >= 1):
-        problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {_show(depth)}")
+        problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {show_value(depth)}")
     budget = p.get("budget")
     if not (_is_number(budget) and 0 < float(budget) <= 1):
-        problems.append(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {_show(budget)}")
+        problems.append(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {show_value(budget)}")
     elif float(budget) < _MIN_BUDGET:
         problems.append(f"budget: {budget!r} is below {_MIN_BUDGET:g}, the resolution at which result cells "
                         f"key b (6 decimals; it would round to 0); expected b in [{_MIN_BUDGET:g}, 1]")
@@ -514,7 +517,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         if v is None and key in ("depths", "budgets", "sweep_seeds", "related_seeds"):
             continue
         if not isinstance(v, (list, tuple)) or not v:
-            problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {_show(v)}")
+            problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {show_value(v)}")
         elif not all(ok(x) for x in v):
             problems.append(f"{key}: expected a list of {what}, got {list(v)!r}")
         elif len(set(v)) != len(v):
@@ -524,36 +527,36 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         if v is None and key == "sweep_conditions":
             continue
         if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
-            problems.append(f"{key}: expected a non-empty list of names, got {_show(v)}")
+            problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
     for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1)):
         if not (_is_int(p.get(key)) and p[key] >= lo):
-            problems.append(f"{key}: expected an integer >= {lo}, got {_show(p.get(key))}")
+            problems.append(f"{key}: expected an integer >= {lo}, got {show_value(p.get(key))}")
     if _is_int(p.get("image_size")) and _is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
             and p["image_size"] % p["patch_size"]:
         problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
     for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
         v = p.get(key)
         if v is not None and not (_is_int(v) and v >= 1):
-            problems.append(f"{key}: expected None (all) or an integer >= 1, got {_show(v)}")
+            problems.append(f"{key}: expected None (all) or an integer >= 1, got {show_value(v)}")
 
 
 def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
     """Data roots, weights files, ``pretrained`` and ``backbone_kwargs`` (:func:`check_profile`)."""
     if p.get("data_root") is not None and not _is_path(p["data_root"]):
-        problems.append(f"data_root: expected a directory path, got {_show(p['data_root'])}")
+        problems.append(f"data_root: expected a directory path, got {show_value(p['data_root'])}")
     elif p.get("data_root") is not None and p.get("dataset") == "synthetic":
         # the synthetic set is generated; a root given for it would be silently unused
         problems.append(f"data_root: {str(p['data_root'])!r} was given but the run's dataset is 'synthetic', which "
                         f"is generated and takes no data root; use --dataset cub --data-root PATH for a CUB directory")
     roots = p.get("data_roots")
     if not isinstance(roots, dict):
-        problems.append(f"data_roots: expected a mapping {{dataset: directory}}, got {_show(roots)}")
+        problems.append(f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(roots)}")
     else:
         for k, v in roots.items():
             if k not in PAPER_DATASETS:
                 problems.append(f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}")
             elif not _is_path(v):
-                problems.append(f"data_roots.{k}: expected a directory path, got {_show(v)}")
+                problems.append(f"data_roots.{k}: expected a directory path, got {show_value(v)}")
         own = p.get("dataset")
         if isinstance(own, str) and own in roots and _is_path(roots[own]) and _is_path(p.get("data_root")) and \
                 Path(str(roots[own])).expanduser() != Path(str(p["data_root"])).expanduser():
@@ -561,13 +564,14 @@ def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
                             f"name two roots for {own!r}; give one")
     weights = p.get("weights")
     if not isinstance(weights, dict):
-        problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {_show(weights)}")
+        problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {show_value(weights)}")
     else:
         for k, v in weights.items():
             if not _is_path(v):
-                problems.append(f"weights.{k}: expected a weights file path, got {_show(v)}")
+                problems.append(f"weights.{k}: expected a weights file path, got {show_value(v)}")
     if p.get("pretrained") not in ("hub", None):
-        problems.append(f"pretrained: expected 'hub' or None, got {_show(p.get('pretrained'))}")
+        problems.append(f"pretrained: expected 'hub' or None, got {show_value(p.get('pretrained'))}")
     kw = p.get("backbone_kwargs")
     if not isinstance(kw, dict):
-        problems.append(f"backbone_kwargs: expected a mapping of timm VisionTransformer arguments, got {_show(kw)}")
+        problems.append(f"backbone_kwargs: expected a mapping of timm VisionTransformer arguments, "
+                        f"got {show_value(kw)}")

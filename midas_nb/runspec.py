@@ -50,7 +50,7 @@ from . import config
 from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
                         weights_file_problem, weights_for)
 from .cliargs import did_you_mean, list_param, param_value, yaml_load
-from .config import DATASET_NAMES, _show
+from .config import DATASET_NAMES, show_value
 from .study import check_layout, grid_spans, schedule_line
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
@@ -194,41 +194,41 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         if k not in RUN_FILE_KEYS or v is None:
             continue
         if k == "profile" and not (isinstance(v, str) and v in config.PROFILES):
-            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {_show(v)}"))
+            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {show_value(v)}"))
         elif k == "dataset" and not (isinstance(v, str) and v in DATASET_NAMES):
-            out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {_show(v)}"))
+            out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(v)}"))
         elif k in ("backbone", "device") and not _is_path(v):
-            out.append((k, f"{k}: expected a name (a string), got {_show(v)}"))
+            out.append((k, f"{k}: expected a name (a string), got {show_value(v)}"))
         elif k in _PATH_KEYS and not _is_path(v):
-            out.append((k, f"{k}: expected a directory path (a non-empty string), got {_show(v)}"))
+            out.append((k, f"{k}: expected a directory path (a non-empty string), got {show_value(v)}"))
         elif k == "notebooks" and not (_is_path(v) or (isinstance(v, list) and v and all(_is_path(x) for x in v))):
             out.append((k, f"notebooks: expected prefixes as a string '00,02' or a list of quoted strings "
-                           f"['00', '02'], got {_show(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
+                           f"['00', '02'], got {show_value(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
                                                              "quote them)" if isinstance(v, (int, list)) and v
                                                              else "")))
         elif k == "cell_timeout" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
-            out.append((k, f"cell_timeout: expected seconds > 0, got {_show(v)}"))
+            out.append((k, f"cell_timeout: expected seconds > 0, got {show_value(v)}"))
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
             out.append((k, _params_problem(v)))
         elif k == "data_roots":
             if not isinstance(v, dict):
-                out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {_show(v)}"))
+                out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(v)}"))
                 continue
             for name, root in v.items():
                 if name not in config.PAPER_DATASETS:
                     out.append((k, f"data_roots: unknown dataset {name!r}; expected names from "
                                    f"{list(config.PAPER_DATASETS)}"))
                 elif not _is_path(root):
-                    out.append((k, f"data_roots.{name}: expected a directory path, got {_show(root)}"))
+                    out.append((k, f"data_roots.{name}: expected a directory path, got {show_value(root)}"))
         elif k == "weights":
             if isinstance(v, dict):
                 for name, file in v.items():
                     if not (isinstance(name, str) and name):
-                        out.append((k, f"weights: expected backbone names as keys, got {_show(name)}"))
+                        out.append((k, f"weights: expected backbone names as keys, got {show_value(name)}"))
                     elif not _is_path(file):
-                        out.append((k, f"weights.{name}: expected a weights file path, got {_show(file)}"))
+                        out.append((k, f"weights.{name}: expected a weights file path, got {show_value(file)}"))
             elif not _is_path(v):
-                out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {_show(v)}"))
+                out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {show_value(v)}"))
     return out
 
 
@@ -239,12 +239,12 @@ def _params_problem(v: Any) -> str:
         odd = [x for x in v if not isinstance(x, str)]
         split = [x for x in odd if v[x] is None]
         if split:
-            return (f"params: {_show(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
+            return (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
                     f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
                     f"(params: then '  seeds: [0, 1]')")
-        return f"params: parameter names must be strings, got {', '.join(_show(x) for x in odd)}"
+        return f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}"
     return (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, 1]}}), "
-            f"got {_show(v)}")
+            f"got {show_value(v)}")
 
 
 def _resolve_run_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -358,7 +358,7 @@ def output_problem(output: str | os.PathLike) -> str | None:
     return None
 
 
-def _setting_of(line: str) -> str:
+def setting_of(line: str) -> str:
     """The profile key a :func:`midas_nb.config.check_profile` line is about (``"budget"`` for
     ``"budget: expected ..."``, ``"finetune"`` for ``"finetune.lr: ..."``)."""
     return line.split(":", 1)[0].split(".", 1)[0].strip()
@@ -410,12 +410,12 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     except (TypeError, ValueError) as e:
         return problems + [str(e)]
     # a refused parameter is reported once, as unknown; its value is not checked as well
-    form = [line for line in config.check_profile(settings, device=False) if _setting_of(line) not in unknown]
+    form = [line for line in config.check_profile(settings, device=False) if setting_of(line) not in unknown]
     problems += form
     why = config.check_device(settings.get("device"))
     if why:
         problems.append(why)
-    bad = {_setting_of(line) for line in form}
+    bad = {setting_of(line) for line in form}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
     try:
@@ -463,7 +463,7 @@ def _data_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[st
     # a root for a dataset that no notebook of this profile reads (any selection): an error, not
     # a silently unused directory (smoke runs the synthetic set; --dataset names the study's)
     every, _ = notebook_needs(settings, [f"{k}_" for k in GRID_NOTEBOOKS])
-    for ds, root in dict(config._roots(settings)).items():
+    for ds, root in dict(config.data_roots_of(settings)).items():
         if ds not in every:
             problems.append(f"--data-root {ds}={root}: no notebook of this run reads dataset {ds!r} (the "
                             f"{settings['profile']} profile with dataset {settings['dataset']!r} uses {every}); "

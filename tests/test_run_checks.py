@@ -191,7 +191,7 @@ def _problems(lines):
 
 
 def test_a_data_root_for_the_synthetic_set_is_an_error(tmp_path, capsys, no_kernel):
-    """It used to be dropped (config._roots) and recorded in the notebooks' metadata."""
+    """It used to be dropped (config.data_roots_of) and recorded in the notebooks' metadata."""
     out = tmp_path / "out"
     rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--data-root", str(tmp_path), "--output", str(out)],
                      capsys)
