@@ -53,30 +53,13 @@ from typing import Any, BinaryIO, Callable, TypeVar
 import numpy as np
 
 __all__ = [
-    "RESULT_FORMAT_VERSION",
-    "IDENTITY_VERSION",
-    "canonical_json",
-    "hash_json",
-    "hash_bytes",
-    "file_digest",
-    "tensor_digest",
-    "state_dict_digest",
-    "DatasetIdentity",
-    "dataset_identity",
-    "annotation_stamp",
-    "atomic_write",
-    "new_file_mode",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "CacheIntegrityError",
-    "CacheIntegrityWarning",
-    "save_verified",
-    "load_verified",
-    "load_or_build",
-    "torch_payload",
-    "load_torch_payload",
-    "cache_events",
-    "reset_cache_events",
+    "RESULT_FORMAT_VERSION", "IDENTITY_VERSION",
+    "canonical_json", "hash_json", "hash_bytes", "jsonable",
+    "file_digest", "file_digest_memo", "add_file_digests", "tensor_digest", "state_dict_digest",
+    "DatasetIdentity", "dataset_identity", "annotation_stamp",
+    "atomic_write", "new_file_mode", "atomic_write_bytes", "atomic_write_text",
+    "CacheIntegrityError", "CacheIntegrityWarning", "save_verified", "load_verified", "load_or_build",
+    "torch_payload", "load_torch_payload", "cache_events", "reset_cache_events",
 ]
 
 #: Version of the meaning of result rows; bump when a metric definition changes (it enters every
@@ -93,8 +76,9 @@ T = TypeVar("T")
 
 # ---- hashing ---------------------------------------------------------------------------------
 
-def _jsonable(o: Any) -> Any:
-    """``json.dumps`` fallback for numpy / torch / pandas / path values."""
+def jsonable(o: Any) -> Any:
+    """``json.dumps`` fallback (``default=jsonable``) for numpy / torch / pandas / path values (sets →
+    sorted lists, pandas ``NA``/``NaT`` → ``None``); ``TypeError`` for any other type, as ``json.dumps``."""
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):
@@ -123,7 +107,7 @@ def canonical_json(obj: Any) -> str:
         TypeError: for a value that has no JSON form (never silently ``str()``-ed, so two
             different objects cannot hash alike by their repr).
     """
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=jsonable)
 
 
 def hash_json(obj: Any, n: int = 16) -> str:
@@ -166,6 +150,20 @@ def file_digest(path: str | os.PathLike) -> str:
         _FILE_DIGESTS[key] = digest
         _EVENTS["file_hashed"] += 1
     return digest
+
+
+def file_digest_memo() -> dict[tuple, str]:
+    """A copy of this process's :func:`file_digest` memo: ``{(resolved path, size, mtime_ns,
+    ctime_ns, inode): SHA-256 hex}``."""
+    with _FILE_LOCK:
+        return dict(_FILE_DIGESTS)
+
+
+def add_file_digests(entries: dict[tuple, str]) -> None:
+    """Add ``entries`` (keys and digests as :func:`file_digest_memo` gives them, e.g. written by
+    another process) to this process's :func:`file_digest` memo."""
+    with _FILE_LOCK:
+        _FILE_DIGESTS.update(entries)
 
 
 def tensor_digest(t: Any, n: int | None = 16) -> str:
@@ -493,7 +491,7 @@ def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> P
     name says.
     """
     header = json.dumps(dict(key=key, length=len(payload), sha256=hash_bytes(payload)),
-                        sort_keys=True, default=_jsonable, allow_nan=True).encode() + b"\n"
+                        sort_keys=True, default=jsonable, allow_nan=True).encode() + b"\n"
 
     def write(f: BinaryIO) -> None:
         f.write(_MAGIC)

@@ -86,8 +86,7 @@ def save_digest_memo(path: str | Path) -> Path:
     hashing every image of the dataset again (:func:`load_digest_memo`). The memo's keys hold
     path, size, modification and change times and inode: an edited image is hashed again."""
     p = Path(path)
-    with identity._FILE_LOCK:
-        entries = {json.dumps(list(k)): v for k, v in identity._FILE_DIGESTS.items()}
+    entries = {json.dumps(list(k)): v for k, v in identity.file_digest_memo().items()}
     with _MEMO_LOCK:
         try:
             old = json.loads(p.read_text(encoding="utf-8"))
@@ -106,7 +105,5 @@ def load_digest_memo(path: str | Path) -> int:
         return 0
     if not isinstance(entries, dict):
         return 0
-    with identity._FILE_LOCK:
-        for k, v in entries.items():
-            identity._FILE_DIGESTS[tuple(json.loads(k))] = v
+    identity.add_file_digests({tuple(json.loads(k)): v for k, v in entries.items()})
     return len(entries)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from ..identity import atomic_write_text
-from ..identity import _jsonable
+from ..identity import jsonable
 from .cells import CellState, ExecutorKind, SweepCell
 from .store import ResultStore, StoreStatus, _open_store
 from .worker import run_cell

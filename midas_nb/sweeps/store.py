@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..config import runs_dir
 from ..identity import atomic_write_text
-from ..identity import _jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
+from ..identity import jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
 from .cells import CellState, SweepCell
 from .claims import Claim, file_lock, read_claim
 
@@ -40,7 +40,7 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
         # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
         # a row read back from the store equals the row computed (pandas' to_json rounds to 15
         # digits); NaN stays NaN
-        return json.loads(json.dumps(out.to_dict(orient="records"), default=_jsonable, allow_nan=True))
+        return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
     if isinstance(out, Mapping):
         return [dict(out)]
     if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
@@ -107,7 +107,7 @@ class ResultStore:
     def write_record(self, record: Mapping[str, Any]) -> Path:
         """Write a record atomically (see :func:`atomic_write_text`); returns its path."""
         key = record["key"]
-        text = json.dumps(record, default=_jsonable, allow_nan=True, indent=1)
+        text = json.dumps(record, default=jsonable, allow_nan=True, indent=1)
         p = self.path(key)
         atomic_write_text(p, text)
         return p
@@ -185,7 +185,7 @@ class ResultStore:
         with self._lock("grid"):
             grid = self._read_manifest()
             grid.update({c.key: c.to_dict() for c in cells})
-            atomic_write_text(self.manifest_path, json.dumps(grid, default=_jsonable, indent=1))
+            atomic_write_text(self.manifest_path, json.dumps(grid, default=jsonable, indent=1))
 
     # -- reading ------------------------------------------------------------------------------
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..identity import _jsonable
+from ..identity import jsonable
 from .cells import CellState, SweepCell
 from .store import ResultStore, _rows_of
 
@@ -40,7 +40,7 @@ def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: s
         started = time.time()
         try:
             rows = _rows_of(cell_fn(cell))
-            json.dumps(rows, default=_jsonable, allow_nan=True)  # fail here, as this cell's error
+            json.dumps(rows, default=jsonable, allow_nan=True)  # fail here, as this cell's error
             store.record_done(cell, rows, started=started)
             state: CellState = "done"
         except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
