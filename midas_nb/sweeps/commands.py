@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from .slurm import cell_states, resubmit, wait
-from .store import _all_stores, format_status, open_store
+from .store import all_stores, format_status, open_store
 
 __all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
 
@@ -27,7 +27,7 @@ def _print_table(table) -> int:
 
 def cmd_status(name: str | None) -> int:
     """Print done / failed / running / pending cells with their jobs; 1 while failures remain."""
-    names = [name] if name is not None else _all_stores()
+    names = [name] if name is not None else all_stores()
     if not names:
         print("no sweeps found")
         return 0

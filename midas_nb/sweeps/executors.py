@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from ..identity import atomic_write_text
 from ..identity import jsonable
 from .cells import CellState, ExecutorKind, SweepCell
-from .store import ResultStore, StoreStatus, _open_store
+from .store import open_store, ResultStore, StoreStatus
 from .worker import run_cell
 
 __all__ = ["run_cell", "run_sweep", "submit_sweep"]
@@ -162,7 +162,7 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
     Raises:
         ValueError: duplicated cells.
     """
-    store = _open_store(store)
+    store = open_store(store)
     cells = list(cells)
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -27,29 +27,11 @@ from .cells import CellState, SweepCell
 from .claims import Claim, file_lock, read_claim
 
 __all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status",
-           "sweep_status_report", "main_status", "open_store"]
+           "sweep_status_report", "main_status", "open_store", "all_stores"]
 
 RECORD_FORMAT = "midas_nb.sweep_record/1"
 _TMP_SUFFIX = ".tmp"
 _RUNNING_SUFFIX = ".running"
-
-
-def _rows_of(out: Any) -> list[dict[str, Any]]:
-    """A cell function's output as a list of row dicts."""
-    if isinstance(out, pd.DataFrame):
-        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
-        # a row read back from the store equals the row computed (pandas' to_json rounds to 15
-        # digits); NaN stays NaN
-        return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
-    if isinstance(out, Mapping):
-        return [dict(out)]
-    if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
-        rows = list(out)
-        if not all(isinstance(r, Mapping) for r in rows):
-            raise TypeError("cell_fn must return a DataFrame, a dict or a list of dicts; "
-                            f"got a list with {sorted({type(r).__name__ for r in rows})}")
-        return [dict(r) for r in rows]
-    raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
 def _slurm_job_id() -> str | None:
@@ -460,7 +442,9 @@ def _open_store(name_or_store: str | Path | ResultStore, must_exist: bool = Fals
     return ResultStore(p)
 
 
-def _all_stores() -> list[str]:
+def all_stores() -> list[str]:
+    """The sweep stores under ``runs_dir()/"sweeps"`` (directories with a ``cells/`` folder), as
+    sorted path strings; empty when there is none."""
     base = runs_dir() / "sweeps"
     return sorted(str(q) for q in base.glob("*") if (q / "cells").is_dir()) if base.is_dir() else []
 
@@ -469,7 +453,7 @@ def sweep_status_report(name: str | Path | ResultStore | None = None) -> str:
     """Printable status of one sweep, or of every sweep under ``runs_dir()/"sweeps"`` (``None``):
     done / failed / running / pending counts, one line per failure with its error, ignored files.
     This is what ``midas-nb sweep status [NAME]`` prints."""
-    names = [name] if name is not None else _all_stores()
+    names = [name] if name is not None else all_stores()
     if not names:
         return f"no sweeps under {runs_dir() / 'sweeps'}"
     return "\n".join(format_status(sweep_status(n)) for n in names)
@@ -482,7 +466,7 @@ def main_status(argv: Sequence[str] | None = None) -> int:
     failed, 1 otherwise (so scripts can gate on it).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    names = argv or _all_stores()
+    names = argv or all_stores()
     if not names:
         print(f"no sweeps under {runs_dir() / 'sweeps'}")
         return 0

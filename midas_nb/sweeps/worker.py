@@ -6,13 +6,33 @@ import json
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
 
 from ..identity import jsonable
 from .cells import CellState, SweepCell
-from .store import ResultStore, _rows_of
+from .store import ResultStore
 
 __all__ = ["run_cell", "run_chunk"]
+
+
+def _rows_of(out: Any) -> list[dict[str, Any]]:
+    """A cell function's output as a list of row dicts."""
+    if isinstance(out, pd.DataFrame):
+        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
+        # a row read back from the store equals the row computed (pandas' to_json rounds to 15
+        # digits); NaN stays NaN
+        return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
+    if isinstance(out, Mapping):
+        return [dict(out)]
+    if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
+        rows = list(out)
+        if not all(isinstance(r, Mapping) for r in rows):
+            raise TypeError("cell_fn must return a DataFrame, a dict or a list of dicts; "
+                            f"got a list with {sorted({type(r).__name__ for r in rows})}")
+        return [dict(r) for r in rows]
+    raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
 def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> CellState:
