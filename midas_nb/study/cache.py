@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from .. import identity
-from ..config import cache_dir, data_root_for, dataset_label, dataset_of_label
+from ..config import cache_dir, data_root_for, dataset_of_label
 from ..identity import annotation_stamp, atomic_write_text, canonical_json, hash_json
 from .base import StudyBase
 
@@ -33,17 +33,11 @@ def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
     return None if root is None else str(root.resolve())
 
 
-def _dataset_label(profile: Mapping[str, Any], dataset: str) -> str:
-    """The name results carry for ``dataset``: ``"synthetic"`` for the embedded set, as
-    :func:`midas_nb.study.resolve_data` labels it; the dataset name otherwise."""
-    return dataset_label(dict(profile), dataset)
-
-
 _PROCESS_CACHE: dict[str, Any] = {}
 
 
-def _study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
-           progress: bool = False):
+def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
+                 progress: bool = False):
     """The (per-process cached) :class:`StudyBase` for one dataset (its name or its label, e.g. a
     cell's ``"aircraft (manufacturer)"``) and backbone."""
     dataset = dataset_of_label(dataset)
@@ -63,10 +57,6 @@ def _study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str 
         st = StudyBase(name, progress=progress, **overrides)
         cached = _PROCESS_CACHE[key] = (st, annotation_stamp(st.data_root))
     return cached[0]
-
-
-#: the public name of :func:`_study`
-cached_study = _study
 
 
 # -------------------------------------------------------------- the image digests, shared by jobs

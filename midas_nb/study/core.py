@@ -7,9 +7,10 @@ from typing import Any
 import pandas as pd
 
 from .. import config
+from ..identity import hash_json
 from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
-from .base import _key_hash, StudyBase
+from .base import StudyBase
 from .control import decoupling_with_controls
 from .grid import make_grid
 from .runner import ProtocolCellRunner, scale_readout
@@ -77,7 +78,7 @@ class Study(StudyBase):
         # the cells' keys hold the data content, settings and result format (no data path)
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
-        save_table(table, f"protocol_{_key_hash(key)}", config.runs_dir() / "tables")
+        save_table(table, f"protocol_{hash_json(key, 12)}", config.runs_dir() / "tables")
         return table
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:

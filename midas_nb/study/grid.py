@@ -15,11 +15,11 @@ from typing import Any, Literal, Mapping, Sequence
 from torch.utils.data import Subset
 
 from ..backbones import checkpoint_key
-from ..config import get_profile, grid_datasets, PAPER_DATASETS
+from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
 from ..sweeps import SweepCell
-from .cache import _dataset_label, _study
+from .cache import cached_study
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
@@ -62,7 +62,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     # the data are read on the CPU, so a login node without the profile's GPU can key the cells;
     # the numerics are those of the profile's device, where the cells will run (a compute node)
     prof = dict(profile)
-    study = _study(prof, dataset, backbone, device="cpu")
+    study = cached_study(prof, dataset, backbone, device="cpu")
     device = str(prof.get("device") or "cpu")
     if device == "cpu":
         return _spec_of(study)
@@ -70,7 +70,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     return checkpoint_key(study.params["backbone"], study.train_set, study.test_set, **dict(study._finetune_args(), device=device))[0]
 
 
-def _eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
+def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
     """:attr:`~midas_nb.identity.DatasetIdentity.full` of the test images a protocol run with
     ``settings`` evaluates (:func:`midas_nb.protocol.evaluation_subset`)."""
     test = study.test_set
@@ -87,8 +87,8 @@ def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
     transform. Enters :attr:`SweepCell.data_id`: a keypoint of an evaluated image changes it,
     one of an image outside the subset does not."""
     prof = dict(profile)
-    return _eval_identity(_study(prof, dataset, backbone, device="cpu"),
-                          _protocol_params(prof) if settings is None else settings)
+    return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
+                         protocol_settings(prof) if settings is None else settings)
 
 
 def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[str],
@@ -99,14 +99,16 @@ def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[
     :func:`midas_nb.backbones.load_or_finetune` does (:meth:`midas_nb.study.Study.checkpoint_key`).
     """
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    return {(ds, bb): _study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
+    return {(ds, bb): cached_study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
 
 
-# cell params that describe the data, not run_protocol arguments
-_DATA_PARAMS = ("image_size", "patch_size")
+#: Settings of :func:`protocol_settings` that describe the data (input and patch size, px), not
+#: ``run_protocol`` arguments: they enter the cell key, the study is built with them, and the cell
+#: runner leaves them out of ``run_protocol``'s arguments.
+DATA_PARAMS = ("image_size", "patch_size")
 
 
-def _protocol_params(profile: Mapping[str, Any]) -> dict[str, Any]:
+def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings that change a protocol run's result; they enter every cell's key
     and :class:`ProtocolCellRunner` passes them (less ``image_size``/``patch_size``) to
     :func:`midas_nb.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
@@ -114,7 +116,7 @@ def _protocol_params(profile: Mapping[str, Any]) -> dict[str, Any]:
     ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _KEYED_SETTINGS}
     out.update(dict(profile.get("scorer_train") or {}))
-    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap") + _DATA_PARAMS:
+    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap") + DATA_PARAMS:
         if k in profile:
             out[k] = profile[k]
     return out
@@ -258,10 +260,10 @@ def make_grid(
         raise ValueError(f"checkpoint_ids must be 'spec', 'resolve' or a dict, got {checkpoint_ids!r}")
     if data_ids is not None and not isinstance(data_ids, Mapping):
         raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
-    base = dict(_protocol_params(prof), **dict(params or {}))
+    base = dict(protocol_settings(prof), **dict(params or {}))
     cells = []
     for ds in datasets:
-        label = _dataset_label(prof, ds)
+        label = dataset_label(dict(prof), ds)
         for bb in backbones:
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
@@ -272,7 +274,3 @@ def make_grid(
                         cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
                                                data_id=data_id))
     return cells
-
-
-#: the public name of :func:`_protocol_params`
-protocol_settings = _protocol_params

@@ -13,8 +13,8 @@ import pandas as pd
 from ..config import check_device, get_profile
 from ..protocol import run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
-from .cache import _study, digest_memo_path, load_digest_memo, save_digest_memo
-from .grid import _DATA_PARAMS, _eval_identity, _protocol_params, _spec_of, make_grid
+from .cache import cached_study, digest_memo_path, load_digest_memo, save_digest_memo
+from .grid import DATA_PARAMS, eval_identity, make_grid, protocol_settings
 
 __all__ = ["ProtocolCellRunner", "prefetch_targets", "scale_readout"]
 
@@ -90,7 +90,7 @@ class ProtocolCellRunner:
         if memo not in _MEMOS_READ:
             load_digest_memo(memo)
             _MEMOS_READ.add(memo)
-        return _study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
+        return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
         """A sweep's preparation job for the cells of one (dataset, backbone): fine-tune (or load)
@@ -110,21 +110,21 @@ class ProtocolCellRunner:
         # the grid must describe the data and recipe this process sees: a cell keyed by other
         # data (edited keypoints, replaced images) or another recipe is never filled with rows
         # computed from the current ones
-        if cell.checkpoint_id and cell.checkpoint_id != _spec_of(study):
+        if cell.checkpoint_id and cell.checkpoint_id != study.checkpoint_id:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the data, "
                              f"recipe and training numerics (precision, CPU threads) here give "
-                             f"{_spec_of(study)!r}; rebuild the grid")
-        settings = dict(_protocol_params(self.profile), **cell.params)
-        if cell.data_id and cell.data_id != _eval_identity(study, settings):
+                             f"{study.checkpoint_id!r}; rebuild the grid")
+        settings = dict(protocol_settings(self.profile), **cell.params)
+        if cell.data_id and cell.data_id != eval_identity(study, settings):
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
-                             f"evaluated test images now are {_eval_identity(study, settings)!r} (images, "
+                             f"evaluated test images now are {eval_identity(study, settings)!r} (images, "
                              "labels, keypoints or boxes changed); rebuild the grid")
         model, meta = study.model, study.meta
         ckpt = str(meta.get("checkpoint_id", ""))
         if cell.checkpoint_id and cell.checkpoint_id != ckpt:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the "
                              f"profile now yields checkpoint {ckpt!r}; rebuild the grid")
-        for k in _DATA_PARAMS:
+        for k in DATA_PARAMS:
             settings.pop(k, None)
         if self.cache_dir is not None:
             settings["cache_dir"] = self.cache_dir
