@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from midas_nb.capture import capture
-from midas_nb.targets import _REGISTRY, compute_targets
+from midas_nb.targets import compute_targets, get_target
 from midas_nb.vit import classify_tokens, embed_tokens
 
 IDS = ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm"]
@@ -97,10 +97,11 @@ def main() -> None:
         sync()
 
     cap = capture(model, images, c, labels, loss_blocks=[args.depth - 1])
+    target_fns = [get_target(i) for i in IDS]
 
     def arithmetic_only():
-        for i in IDS:
-            _REGISTRY[i](cap, args.depth, c)
+        for fn in target_fns:
+            fn(cap, args.depth, c)
         sync()
 
     def naive():

@@ -46,8 +46,8 @@ References:
 """
 from __future__ import annotations
 
-from .registry import (DEFAULT_RANDOM_SEED, _INFO, _REGISTRY, TargetFn, TargetInfo, get_target, list_targets,
-                       register_target, target_info, taxonomy_table)
+from .registry import (DEFAULT_RANDOM_SEED, get_target, list_targets, register_target, TargetFn, TargetInfo,
+                       target_info, taxonomy_table)
 from .rules import (LAST_STATISTIC, LAST_VOTES_K, attention_rollout, channel_lowpass, chefer_relevance,
                     cls_attention_map, gae_attention, last_window, necc, resolve_last_k, rollout_factor,
                     stability_ratio, stability_votes, tokentm_ffn_update, tokentm_mhsa_update, tokentm_relevance,

@@ -19,13 +19,14 @@ from ..data import collate_samples
 from ..identity import (CacheIntegrityError, atomic_write_bytes, atomic_write_text, dataset_identity, hash_json,
                         report_corrupt, state_dict_digest, tensor_digest)
 from ..vit import grid_size, num_prefix_tokens
-from .registry import DEFAULT_RANDOM_SEED, _REGISTRY, list_targets
+from .registry import DEFAULT_RANDOM_SEED, get_target, list_targets
 from .rules import LAST_STATISTIC
 
 
 def _check_ids(ids: Sequence[str]) -> list[str]:
     ids = list(ids)
-    unknown = [i for i in ids if i not in _REGISTRY]
+    known = set(list_targets())
+    unknown = [i for i in ids if i not in known]
     if unknown or not ids:
         raise ValueError(f"unknown or no target ids {unknown or ids}; expected some of {list_targets()}")
     return list(dict.fromkeys(ids))
@@ -52,7 +53,7 @@ def _capture_and_compute(
     if seed is not None:
         cap.extras["seed"] = int(seed)
     cap.extras["final_norm"] = backbone.norm          # last_votes reads x = norm(h_L) (LaSt-ViT)
-    return {i: _REGISTRY[i](cap, depth, cap.class_index) for i in ids}
+    return {i: get_target(i)(cap, depth, cap.class_index) for i in ids}
 
 
 def compute_targets(

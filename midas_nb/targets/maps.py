@@ -8,8 +8,24 @@ from torch import Tensor
 
 from ..capture import CaptureResult
 from .registry import DEFAULT_RANDOM_SEED, TargetInfo, register_target
-from .rules import (_block, _check_class, attention_rollout, chefer_relevance, cls_attention_map,
-                    stability_votes, tokentm_relevance)
+from .rules import (attention_rollout, chefer_relevance, cls_attention_map, stability_votes,
+                    tokentm_relevance)
+
+
+def _block(capture: CaptureResult, depth: int) -> int:
+    """0-based block index of the 1-based depth ``L``; checks ``1 ≤ L ≤ capture.depth``."""
+    if not (1 <= int(depth) <= capture.depth):
+        raise ValueError(f"depth L must be in 1..{capture.depth} (1-based block), got {depth!r}")
+    return int(depth) - 1
+
+
+def _check_class(capture: CaptureResult, class_index: Tensor) -> None:
+    """Gradient targets read ``∂y_c/∂·`` of the capture: its class must be ``class_index``."""
+    c = torch.as_tensor(class_index, device=capture.class_index.device).long().reshape(-1)
+    if c.shape != capture.class_index.shape or not torch.equal(c, capture.class_index):
+        raise ValueError("class_index differs from the class whose logit the capture differentiated "
+                         f"(capture.class_index={capture.class_index.tolist()}, got {c.tolist()}); "
+                         "capture again with this class_index")
 
 
 @register_target("T0", TargetInfo('CLS-attention', 'attention',

@@ -30,22 +30,6 @@ def cls_attention_map(attn: Tensor, num_prefix: int) -> Tensor:
     return attn[:, :, 0, num_prefix:].mean(dim=1)
 
 
-def _block(capture: CaptureResult, depth: int) -> int:
-    """0-based block index of the 1-based depth ``L``; checks ``1 ≤ L ≤ capture.depth``."""
-    if not (1 <= int(depth) <= capture.depth):
-        raise ValueError(f"depth L must be in 1..{capture.depth} (1-based block), got {depth!r}")
-    return int(depth) - 1
-
-
-def _check_class(capture: CaptureResult, class_index: Tensor) -> None:
-    """Gradient targets read ``∂y_c/∂·`` of the capture: its class must be ``class_index``."""
-    c = torch.as_tensor(class_index, device=capture.class_index.device).long().reshape(-1)
-    if c.shape != capture.class_index.shape or not torch.equal(c, capture.class_index):
-        raise ValueError("class_index differs from the class whose logit the capture differentiated "
-                         f"(capture.class_index={capture.class_index.tolist()}, got {c.tolist()}); "
-                         "capture again with this class_index")
-
-
 def _cls_patches(capture: CaptureResult, m: Tensor) -> Tensor:
     """CLS row, patch columns: ``[B,T,T] → [B,N]`` (float32)."""
     return m[:, 0, capture.num_prefix_tokens:].float()
