@@ -204,8 +204,8 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         elif k == "notebooks" and not (_is_path(v) or (isinstance(v, list) and v and all(_is_path(x) for x in v))):
             out.append((k, f"notebooks: expected prefixes as a string '00,02' or a list of quoted strings "
                            f"['00', '02'], got {show_value(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
-                                                             "quote them)" if isinstance(v, (int, list)) and v
-                                                             else "")))
+                                                                  "quote them)" if isinstance(v, (int, list)) and v
+                                                                  else "")))
         elif k == "cell_timeout" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
             out.append((k, f"cell_timeout: expected seconds > 0, got {show_value(v)}"))
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):

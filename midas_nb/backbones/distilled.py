@@ -323,7 +323,7 @@ def finetune_distilled(
 
     recipe = _checked_recipe(model_name, recipe, epochs)
     train_labels, test_labels, num_classes = check_training_args(train_set, test_set, epochs, batch_size, lr,
-                                                                  weights=weights, from_nothing=model_name)
+                                                                 weights=weights, from_nothing=model_name)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
     t_start = time.perf_counter()
@@ -343,8 +343,8 @@ def finetune_distilled(
         tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=weight_decay,
-                                         total=epochs * steps_per_epoch,
-                                         warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+                                        total=epochs * steps_per_epoch,
+                                        warmup=max(1, round(warmup_epochs * steps_per_epoch)))
     step = _DistillStep(model=model, recipe=recipe, teacher=teacher, train_labels=train_labels, hint=hint,
                         tl_head=tl_head, optimizer=optimizer, scheduler=scheduler, autocast=autocast,
                         scaler=torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16"),

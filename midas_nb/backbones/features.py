@@ -234,7 +234,7 @@ def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[s
 
 @torch.no_grad()
 def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
-                     device) -> dict[str, float]:
+                    device) -> dict[str, float]:
     """Test accuracies of a distilled backbone's class-token head, its distillation-token head
     and their mean (the model's own logits), from cached stem features ``feats [M,C_s,h,w]``."""
     hits = dict(cls=0, dist=0, mean=0)
@@ -281,7 +281,7 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
 
 
 def check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
-                         weights: Any = None, from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
+                        weights: Any = None, from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
     """``(train labels [M], test labels [M'], number of classes)`` of a fine-tuning run.
 
     Raises:
@@ -305,7 +305,7 @@ def check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: f
 
 
 def adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: float, weight_decay: float,
-                  total: int, warmup: int):
+                 total: int, warmup: int):
     """``(optimizer, scheduler)`` of both fine-tuning recipes: AdamW over ``model`` (no decay on
     norms, biases and tokens: timm's parameter groups) and the training-only ``extras``, with the
     linear warm-up + cosine multiplier :func:`midas_nb.optim.cosine_lr` stepped per step."""

@@ -115,7 +115,7 @@ def finetune(
     features_s = time.perf_counter() - t_feat
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=weight_decay, total=epochs * steps_per_epoch,
-                                         warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+                                        warmup=max(1, round(warmup_epochs * steps_per_epoch)))
     scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
 
     model.train()

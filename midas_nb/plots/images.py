@@ -121,7 +121,7 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
         ax.imshow(image_to_rgb(f["images"][i], normalization), extent=(0, W, H, 0))
         _draw_grid(ax, rows, cols, H, W)
         patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
-                     facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
+                    facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
         x0, y0, x1, y1 = f["boxes"][i]
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.8))
         parts = f["parts"][i]
@@ -318,7 +318,7 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
         patch_rects(ax, keep[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         if parts is not None:
             patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4,
-                         ls="--")
+                        ls="--")
         ax.set_xticks([])
         ax.set_yticks([])
         t = titles[b] if titles is not None and b < len(titles) else f"image {b}"
