@@ -93,10 +93,10 @@ def main() -> None:
         sync()
 
     def capture_only():
-        capture(model, images, c, labels, loss_blocks=[args.depth - 1])
+        capture(model, images, c, labels, loss_blocks=[args.depth - 1], prob_grad="tokentm" in IDS)
         sync()
 
-    cap = capture(model, images, c, labels, loss_blocks=[args.depth - 1])
+    cap = capture(model, images, c, labels, loss_blocks=[args.depth - 1], prob_grad="tokentm" in IDS)
     target_fns = [get_target(i) for i in IDS]
 
     def arithmetic_only():
