@@ -510,6 +510,8 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     rows = []
     for ds, kind in (("cub", "part mIoU"), ("aircraft", "box coverage"), ("cars", "box coverage")):
         rows += [dict(r, coverage_kind=kind) for r in _point(dataset=ds) + _point(9, 0.25, dataset=ds)]
+    for r in rows:   # 4 Aircraft test images have an uninformative box: coverage on the other 96
+        r["n_skipped_parts"] = 4 if r["dataset"] == "aircraft" else 0
     prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
     tables = report.build_tables(pd.DataFrame(rows), prof)
     report.write_tables(tables, tmp_path)
@@ -517,13 +519,20 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     md = datasets_table(tables).splitlines()
     assert [ln.split(" | ")[0].lstrip("| ") for ln in md[2:]] == ["cub", "aircraft (FGVC-Aircraft variant)", "cars"]
     air = md[3].split(" | ")
-    assert air[1] == "box coverage (100 images)" and air[3] == "+10.05 [+9.41, +10.69], in"
+    assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in"
     assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
     assert md[2].split(" | ")[1] == "part mIoU (100 images)"
     section = report.readme_section(tables)
     assert "3 datasets" in section.splitlines()[1]
-    for ds in ("cub", "aircraft", "cars"):
-        assert f"- On {ds} with bb at L=6, b=25%" in section
+    # one column per dataset, one row per finding, each cell the findings table's verdict
+    assert "| finding | cub | aircraft | cars |" in section
+    f0 = tables["findings"]
+    for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
+        assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
+    t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises part coverage"))
+    want = ["holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v)
+            for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
+    assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
     f = tables["findings"]
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
     # without Aircraft's L = 9 cells the report says they are missing, as it would for CUB

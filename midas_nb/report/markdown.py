@@ -321,6 +321,15 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
 
+def _evaluated(p: Mapping[str, str]) -> str:
+    """The images coverage was computed on: the test images less those left out (no visible part,
+    an uninformative box), e.g. ``"108 of 144 images"``."""
+    n, skipped = p.get("test images (mIoU, accuracy)", "?"), p.get("images without a visible part", "0")
+    if n.isdigit() and skipped.isdigit() and int(skipped):
+        return f"{int(n) - int(skipped)} of {n} images"
+    return f"{n} images"
+
+
 def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
     """The paper's table on this run's datasets (DESIGN.md §8): one row per dataset × backbone
     block — its coverage (part mIoU on CUB, box coverage on Aircraft and Cars, with the images it
@@ -337,8 +346,7 @@ def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
         acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
         label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
         (d5, b5), (d1, b1) = _d_cell(t, "T5"), _d_cell(t, "T1")
-        body.append([label, f"{p.get('coverage', '')} ({p.get('test images (mIoU, accuracy)', '?')} images)",
-                     acc_text, d5, b5, d1, b1])
+        body.append([label, f"{p.get('coverage', '')} ({_evaluated(p)})", acc_text, d5, b5, d1, b1])
     return _md_table(["dataset", "coverage (images)", "backbone test top-1", "D(T5) (pp) [95 % CI], band",
                       "paper D(T5)", "D(T1) (pp) [95 % CI], band", "paper D(T1)"], body)
 
@@ -407,11 +415,29 @@ def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: st
              "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
              "better than random. Paper values: DeiT-S/16 (DESIGN.md §8).\n",
              datasets_table(tables) + "\n",
-             "\n".join(f"- {findings_paragraph(tables['findings'], ds, bb)}" for ds, bb in blocks) + "\n",
+             "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
+             _findings_grid(tables["findings"], blocks) + "\n",
              f"Full report with the protocol tables, the cosine probes, the regime grid and the scale readout: "
              f"[{report_link}]({report_link}).",
              README_END]
     return "\n".join(s for s in lines if s != "")
+
+
+def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
+    """One row per finding (its statement), one column per dataset × backbone block: ``holds``,
+    ``does not hold`` or the verdict as the findings table gives it (uninformative, undefined, …)."""
+    words = {"true": "holds", "false": "does not hold"}
+    cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
+    body = []
+    for statement in dict.fromkeys(findings["statement"]):
+        row = [statement]
+        for ds, bb in blocks:
+            hit = findings[(findings["statement"] == statement) & (findings["dataset"] == ds)
+                           & (findings["backbone"] == bb)]
+            v = str(hit["holds"].iloc[0]) if len(hit) else "—"
+            row.append(words.get(v.lower(), v))
+        body.append(row)
+    return _md_table(["finding", *cols], body)
 
 
 def update_readme(readme: str | Path, section: str) -> bool:
