@@ -464,6 +464,14 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
     assert "Headline:</strong> This run does not show a decoupling" in head
     assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named
+    # a run over several datasets: <run>/<dataset>/ beside <run>/report; the link finds it
+    ds_dir = tmp_path / "run" / "cub"
+    ds_dir.mkdir(parents=True)
+    for f in ("02_two.ipynb", "run.json"):
+        (ds_dir / f).write_bytes((tmp_path / f).read_bytes())
+    (tmp_path / "run" / "report").mkdir()
+    (tmp_path / "run" / "report" / "REPORT.md").write_text("# report\n")
+    assert 'href="../../report/REPORT.md"' in export_html(ds_dir).read_text()
 
 
 # ------------------------------------------------------------------ why / what-if exercises

@@ -2,6 +2,7 @@
 edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-html``)."""
 from __future__ import annotations
 
+import os
 import html
 import re
 import warnings
@@ -37,7 +38,7 @@ def _collapse_solutions(nb: Any) -> None:
                 "</details>")
 
 
-def _run_header(input_dir: Path, pages: list) -> str:
+def _run_header(input_dir: Path, pages: list, out: Path) -> str:
     """Dataset, run id and date, the headline verdict and a link to the report, for the contents page."""
     import datetime
     import json
@@ -59,9 +60,12 @@ def _run_header(input_dir: Path, pages: list) -> str:
         if hit:
             bits.append(f"<strong>Headline:</strong> {html.escape(hit)}")
             break
-    report = input_dir / "report" / "REPORT.md"
-    if report.is_file():
-        bits.append('Report: <a href="../report/REPORT.md">report/REPORT.md</a>.')
+    # a run's report: <run>/report; a run over several datasets: <run>/<dataset>/ beside <run>/report
+    report = next((r for r in (input_dir / "report" / "REPORT.md", input_dir.parent / "report" / "REPORT.md")
+                   if r.is_file()), None)
+    if report is not None:
+        href = Path(os.path.relpath(report.resolve(), out.resolve())).as_posix()
+        bits.append(f'Report: <a href="{html.escape(href)}">report/REPORT.md</a>.')
     return "".join(f"<p>{b}</p>\n" for b in bits)
 
 
@@ -205,7 +209,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
                                        enabled=True)
     links = [(p.stem + ".html", title) for p, _, title, _ in pages]
-    header = _run_header(input_dir, pages)
+    header = _run_header(input_dir, pages, out)
     for i, (p, nb, title, _) in enumerate(pages):
         if not strip_solutions:
             _collapse_solutions(nb)
