@@ -77,6 +77,7 @@ from .vit import fused_attention, grid_size, keep_count
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
+           "with_band_check",
            "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
 
 #: conditions that are not a supervision target id
@@ -112,6 +113,17 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
     throughput_batch=16,
     throughput_repeats=3,
 )
+
+
+def with_band_check(conditions: Sequence[str], protocol_conditions: Sequence[str]) -> list[str]:
+    """``conditions`` plus ``random`` where ``reference`` is among them, the profile's protocol
+    (``protocol_conditions``) has ``random`` and ``conditions`` does not: the parity band's check
+    that the reference ranks tokens better than random (:func:`midas_nb.metrics.decoupling_D`);
+    without a random row in a cell the band is untested."""
+    out = list(conditions)
+    if "reference" in out and "random" in protocol_conditions and "random" not in out:
+        out.append("random")
+    return out
 
 
 def list_conditions() -> list[str]:

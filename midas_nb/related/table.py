@@ -32,7 +32,7 @@ from torch import nn
 
 from ..metrics import decoupling_D
 from ..metrics.speed import SPEED_ROUNDS
-from ..protocol import PROTOCOL_DEFAULTS, list_conditions
+from ..protocol import PROTOCOL_DEFAULTS, list_conditions, with_band_check
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
@@ -257,8 +257,8 @@ def run_related(
     conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
     # the random ranking tests the reference's faithfulness (the band's check, decoupling_D): run
     # where the profile's protocol has it, read only through each row's D_status
-    band_check = "reference" in conditions and "random" in p["conditions"] and "random" not in conditions
-    conditions += ["random"] if band_check else []
+    checked = with_band_check(conditions, p["conditions"])
+    band_check, conditions = len(checked) > len(conditions), checked
     seeds = protocol_kwargs.pop("seeds", None)
     if seeds is None and p.get("related_seeds"):
         # the MIDAS conditions keep the profile's seeds (their rows are shared with notebook 02);

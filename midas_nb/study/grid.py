@@ -17,7 +17,7 @@ from torch.utils.data import Subset
 from ..backbones import checkpoint_key
 from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
-from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS
+from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
 from ..sweeps import SweepCell
 from .cache import cached_study
 
@@ -234,11 +234,8 @@ def make_grid(
     datasets = span_datasets if datasets is None else datasets
     backbones = span_backbones if backbones is None else backbones
     if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
-        conditions = list(prof.get("sweep_conditions") or prof["conditions"])
-        if "reference" in conditions and "random" in prof["conditions"] and "random" not in conditions:
-            # where the protocol has the random ranking, every swept cell carries it too: the
-            # parity band's check that the reference is more faithful than random (decoupling_D)
-            conditions.append("random")
+        # where the protocol has the random ranking, every swept cell carries it too (the band's check)
+        conditions = with_band_check(prof.get("sweep_conditions") or prof["conditions"], prof["conditions"])
     conditions = list(conditions)
     # the profile's point (L, b) has every seed (its cells are notebook 02's); the sweep's other
     # points the profile's sweep_seeds where it has them (quick: one seed, for its time budget)
