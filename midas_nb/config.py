@@ -14,7 +14,7 @@ __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finet
            "profile_from_env",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
            "PAPER_DATASETS", "PAPER_BACKBONES",
-           "data_root_for", "dataset_label", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
+           "data_root_for", "dataset_label", "images_per_class", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
            "backbone_kwargs_for", "check_profile", "check_device",
            "ProfileError"]
 
@@ -39,7 +39,8 @@ _COMMON: dict[str, Any] = dict(
     pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
     backbone_kwargs={},          # timm VisionTransformer kwargs: {kwarg: value} for every backbone and/or
                                  # {backbone: {kwarg: value}} for one
-    max_images_per_class=None,   # keep the first k images of each class of every split (None: all)
+    max_images_per_class=None,   # keep the first k images of each class of every split (None: all);
+                                 # {dataset: k} caps the datasets it names only
     synthetic_default=False,     # CUB without any data root is the embedded synthetic set
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
     other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
@@ -88,7 +89,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         # the label-trained backbones' recipe; the distilled student trains 24 epochs, the first 18 on
         # the teacher's 7x7 grid (its recipe's coarse_epochs; why:
         # docs/decisions/0002-progressive-token-resolution.md; measurements: docs/benchmarks.md)
-        finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24)),
+        # FGVC-Aircraft's 198 training photos give 4 steps per epoch at batch 64: the student stays at
+        # chance there, so it trains in batches of 16 (docs/decisions/0006-aircraft-label-level.md)
+        finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24),
+                      aircraft=dict(batch_size=16, lr=1e-3)),
         # the embedded synthetic set has 96 training images: 30 steps of the recipe above underfit, so
         # it gets 360 smaller steps (docs/decisions/0003-label-trained-backbone-recipe.md)
         synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),
@@ -115,6 +119,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         # off in quick's time budget: each other backbone is trained from nothing on 2 cores;
         # `-p other_backbones true` adds both (docs/decisions/0013-quick-profile-sizes.md)
         other_backbones=False,
+        # Stanford Cars' 3,948 training images (42 per class) make its quick run 3.3x CUB's: the
+        # first 12 of each class (1,128, CUB's 30 x 40 = 1,200) keep it within quick's time; its
+        # test split (at most 4 per class) is untouched (docs/decisions/0057-cars-quick-cap.md)
+        max_images_per_class=dict(cars=12),
         # FGVC-Aircraft by variant, as the paper: on the real subset's 198 training photos the
         # offline teacher is furthest above the majority-class baseline at this level
         # (bench/aircraft_levels.py; docs/decisions/0006-aircraft-label-level.md)
@@ -208,26 +216,33 @@ def finetune_source(profile: dict[str, Any], dataset_label: str) -> str:
 
 def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone: str, setting: str) -> str:
     """The dotted profile key a :func:`finetune_settings` value comes from, for messages:
-    ``"finetune.hybrid_lite0_deit.epochs"`` where the backbone's own entry sets it, else
-    ``"finetune.epochs"`` (``synthetic_finetune`` on the embedded synthetic set)."""
+    ``"finetune.hybrid_lite0_deit.epochs"`` where the backbone's own entry sets it,
+    ``"finetune.aircraft.batch_size"`` where the dataset's entry does, else ``"finetune.epochs"``
+    (``synthetic_finetune`` on the embedded synthetic set)."""
     source = finetune_source(profile, dataset_label)
-    entry = (profile.get(source) or {}).get(backbone)
-    return f"{source}.{backbone}.{setting}" if isinstance(entry, dict) and setting in entry else f"{source}.{setting}"
+    recipe = profile.get(source) or {}
+    for entry in (backbone, dataset_of_label(dataset_label)):
+        if isinstance(recipe.get(entry), dict) and setting in recipe[entry]:
+            return f"{source}.{entry}.{setting}"
+    return f"{source}.{setting}"
 
 
 def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
     """The fine-tuning recipe a profile uses for a dataset and backbone.
 
     ``synthetic_finetune`` for the embedded synthetic set when the profile has one, else
-    ``finetune``. A recipe may hold per-backbone entries, ``{backbone: {setting: value}}`` beside
-    the shared settings (as ``backbone_kwargs`` does): the entry of ``backbone`` overrides the
-    shared settings, the entries of other backbones are dropped. E.g. the quick profile trains
-    the distilled ``hybrid_lite0_deit`` for 24 epochs and the label-trained backbones for 15.
+    ``finetune``. A recipe may hold entries ``{dataset: {setting: value}}`` and
+    ``{backbone: {setting: value}}`` beside the shared settings (as ``backbone_kwargs`` does):
+    the dataset's entry overrides the shared settings, the backbone's entry overrides both, the
+    entries of other datasets and backbones are dropped. E.g. the quick profile trains the
+    distilled ``hybrid_lite0_deit`` for 24 epochs and the label-trained backbones for 15, and
+    FGVC-Aircraft's 198 photos in batches of 16.
     """
     recipe = profile.get(finetune_source(profile, dataset_label)) or {}
     out = {k: v for k, v in recipe.items() if not isinstance(v, dict)}
-    if backbone is not None and isinstance(recipe.get(backbone), dict):
-        out.update(recipe[backbone])
+    for entry in (dataset_of_label(dataset_label), backbone):
+        if entry is not None and isinstance(recipe.get(entry), dict):
+            out.update(recipe[entry])
     return out
 
 
@@ -337,6 +352,16 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
 
 #: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
+
+
+def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
+    """The profile's cap on images per class of ``dataset`` (a name of :data:`DATASET_NAMES`,
+    or a :func:`dataset_label`): ``max_images_per_class`` when it is an integer (every dataset),
+    its entry for ``dataset`` when it is a mapping ``{dataset: k}``, else ``None`` (no cap)."""
+    cap = profile.get("max_images_per_class")
+    if isinstance(cap, dict):
+        cap = cap.get(dataset_of_label(dataset))
+    return None if cap is None else int(cap)
 
 
 def dataset_label(profile: dict[str, Any], dataset: str) -> str:
@@ -536,8 +561,14 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
     for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
         v = p.get(key)
-        if v is not None and not (_is_int(v) and v >= 1):
-            problems.append(f"{key}: expected None (all) or an integer >= 1, got {show_value(v)}")
+        if key == "max_images_per_class" and isinstance(v, dict):
+            bad = {k: x for k, x in v.items() if k not in DATASET_NAMES or not (_is_int(x) and x >= 1)}
+            if bad:
+                problems.append(f"{key}: expected {{dataset: integer >= 1}} with datasets from "
+                                f"{list(DATASET_NAMES)}, got {show_value(bad)}")
+        elif v is not None and not (_is_int(v) and v >= 1):
+            problems.append(f"{key}: expected None (all), an integer >= 1 or {{dataset: integer >= 1}}, "
+                            f"got {show_value(v)}")
 
 
 def _check_paths(p: dict[str, Any], problems: list[str]) -> None:

@@ -470,7 +470,7 @@ def _data_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[st
                             f"pass --dataset {ds} to run on it")
         roots.setdefault(ds, Path(root).expanduser())
     for ds, root in roots.items():
-        problems += check_layout(ds, root, max_images_per_class=settings.get("max_images_per_class"))
+        problems += check_layout(ds, root, max_images_per_class=config.images_per_class(settings, ds))
     return problems
 
 

@@ -214,3 +214,28 @@ def test_tiny_cars_crops_through_the_train_transform():
         # box crops: the box is the whole crop, so box coverage skips every one (no division by zero)
         r = box_coverage(batch.box_mask.clone(), batch.box_mask)
         assert r.n_used == 0 and math.isnan(r.mean) and r.n_skipped == 42
+
+
+@need_cars
+def test_quick_caps_cars_training_photos_per_class_and_leaves_the_test_split_whole():
+    """quick's ``max_images_per_class = {"cars": 12}``: the first 12 training photos of each class
+    in file order (counted here from the unfiltered reader), the whole test split, and a data
+    identity of its own (so no cache or cell of the full split is reused)."""
+    from midas_nb.study import StudyBase
+
+    full = CarsDataset(CARS, "train")
+    st = StudyBase("quick", dataset="cars", data_roots={"cars": str(CARS)}, progress=False)
+    seen: dict[int, int] = {}
+    expected = []
+    for i, label in enumerate(int(v) for v in full.labels):
+        seen[label] = seen.get(label, 0) + 1
+        if seen[label] <= 12:
+            expected.append(full.image_ids[i])
+    assert len(expected) == 94 * 12 == len(st.train_set)
+    assert list(st.train_set.image_ids) == expected
+    assert len(st.test_set) == len(CarsDataset(CARS, "test")) == 144
+    uncapped = StudyBase("quick", dataset="cars", data_roots={"cars": str(CARS)}, max_images_per_class={},
+                         progress=False)
+    assert len(uncapped.train_set) == len(full) == 3948
+    assert dataset_identity(st.train_set).full != dataset_identity(uncapped.train_set).full
+    assert dataset_identity(st.test_set).full == dataset_identity(uncapped.test_set).full

@@ -590,3 +590,37 @@ def test_aircraft_level_is_a_run_parameter(tmp_path, capsys, recorder):
                       str(tmp_path / "p")], capsys)
     (line,) = _problems(lines)
     assert rc == 2 and "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'" in line
+
+
+def test_images_per_class_cap_is_one_integer_or_a_mapping_by_dataset():
+    quick = config.get_profile("quick")
+    assert config.images_per_class(quick, "cars") == 12
+    assert config.images_per_class(quick, "cub") is None
+    assert config.images_per_class(quick, "aircraft (family)") is None
+    assert config.images_per_class(config.get_profile("quick", max_images_per_class=3), "cub") == 3
+    assert config.images_per_class(config.get_profile("smoke"), "synthetic") is None
+    assert config.check_profile(quick, device=False) == []
+    bad = config.get_profile("quick", max_images_per_class=dict(cars=0, bikes=4))
+    assert config.check_profile(bad, device=False) == [
+        "max_images_per_class: expected {dataset: integer >= 1} with datasets from "
+        "['cub', 'aircraft', 'cars', 'synthetic'], got {'cars': 0, 'bikes': 4} (dict)"]
+    assert config.check_profile(config.get_profile("quick", max_images_per_class="x"), device=False) == [
+        "max_images_per_class: expected None (all), an integer >= 1 or {dataset: integer >= 1}, got 'x' (str)"]
+
+
+def test_a_recipe_entry_of_a_dataset_applies_to_that_dataset_and_a_backbone_entry_wins():
+    quick = config.get_profile("quick")
+    bb = "hybrid_lite0_deit"
+    # CUB and Cars keep the shared recipe (their checkpoint keys do not change)
+    assert config.finetune_settings(quick, "cub", bb) == dict(epochs=24, batch_size=64, lr=2e-3, warmup_epochs=1)
+    assert config.finetune_settings(quick, "aircraft", bb) == dict(epochs=24, batch_size=16, lr=1e-3, warmup_epochs=1)
+    assert config.finetune_settings(quick, "aircraft (family)", "vit_small") == dict(
+        epochs=15, batch_size=16, lr=1e-3, warmup_epochs=1)
+    assert config.finetune_setting_name(quick, "aircraft", bb, "batch_size") == "finetune.aircraft.batch_size"
+    assert config.finetune_setting_name(quick, "aircraft", bb, "epochs") == f"finetune.{bb}.epochs"
+    assert config.finetune_setting_name(quick, "cub", bb, "lr") == "finetune.lr"
+    both = config.get_profile("quick", finetune=dict(epochs=15, aircraft=dict(epochs=30), **{bb: dict(epochs=20)}))
+    assert config.finetune_settings(both, "aircraft", bb)["epochs"] == 20
+    bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, aircraft=dict(batch_size=0)))
+    assert config.check_profile(bad, device=False) == [
+        "finetune.aircraft.batch_size: expected an integer >= 1, got 0 (int)"]

@@ -68,6 +68,8 @@ def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
     - ``evaluated images' fingerprint`` — the rows' ``dataset_fingerprint``: the identity of
       the test images the protocol evaluated (``max_eval_images`` of the test split,
       :func:`midas_nb.protocol.run_protocol`), "n of M test images";
+    - ``training images`` — the number the backbone (and every scorer) trained on, from the
+      checkpoint's metadata;
     - ``test split fingerprint`` / ``train split fingerprint`` — the whole splits, from the
       fine-tuned checkpoint's metadata in *this machine's* cache
       (``<MIDAS_CACHE_DIR>/checkpoints/*-<checkpoint id>.json``, path printed); where it is
@@ -83,6 +85,8 @@ def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
     of = f"{', '.join(map(str, n_eval)) or '?'} of {n_test or 'M (split size: no checkpoint metadata)'} test images"
     out["evaluated images' fingerprint"] = (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
                                             "not recorded in the result rows")
+    n_train = ((meta or {}).get("train_set") or {}).get("num_images")
+    out["training images"] = str(n_train) if n_train else "not available: no checkpoint metadata"
     for split in ("test", "train"):
         fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
         out[f"{split} split fingerprint"] = (
@@ -130,7 +134,10 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
         vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
         add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
+        cap = config.images_per_class(dict(prof), ds)
         for name, text in _fingerprints(g).items():
+            if name == "training images" and cap is not None:
+                text += f" (the first {cap} of each class: the profile's max_images_per_class)"
             add(ds, bb, name, text)
         add(ds, bb, "depth L, budget b", f"{prof['depth']}, {float(prof['budget']):.0%}")
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")

@@ -223,8 +223,9 @@ class StudyBase:
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         extra = {}
-        if self.params.get("max_images_per_class") is not None:
-            extra["max_images_per_class"] = int(self.params["max_images_per_class"])
+        cap = config.images_per_class(self.params, self.dataset_name)
+        if cap is not None:
+            extra["max_images_per_class"] = cap
         if self.loader_name == "aircraft":  # the profile's label level (enters the data identity)
             extra["annotation_level"] = self.params.get("aircraft_level") or "variant"
         ds = load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
