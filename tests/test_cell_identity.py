@@ -42,3 +42,21 @@ def test_two_studies_differing_in_torch_threads_never_mix_checkpoints_in_one_tab
             ProtocolCellRunner(two.params, study=two)(cell)
     finally:
         torch.set_num_threads(n)
+
+
+def test_a_study_without_torch_threads_keys_its_checkpoint_at_torch_default_after_another_study():
+    """``torch_threads: None`` means torch's default: a quick study made after a smoke study (1
+    thread) in one process gets the checkpoint id of a quick study made alone."""
+    from midas_nb.study import StudyBase
+    from midas_nb.study.base import _TORCH_DEFAULT_THREADS
+
+    n = torch.get_num_threads()
+    try:
+        alone = StudyBase("quick", progress=False).checkpoint_key()[1]["numerics"]["num_threads"]
+        StudyBase("smoke", progress=False)                        # torch_threads = 1
+        assert torch.get_num_threads() == 1
+        after = StudyBase("quick", progress=False)
+        assert torch.get_num_threads() == _TORCH_DEFAULT_THREADS
+        assert after.checkpoint_key()[1]["numerics"]["num_threads"] == alone == _TORCH_DEFAULT_THREADS
+    finally:
+        torch.set_num_threads(n)

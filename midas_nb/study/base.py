@@ -29,6 +29,10 @@ __all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_
            "TRAIN_SPLIT"]
 
 
+#: torch's intra-op thread count of this process before any study set it (``torch_threads: None``)
+_TORCH_DEFAULT_THREADS = torch.get_num_threads()
+
+
 def _key_hash(key: dict) -> str:
     return hash_json(key, 12)
 
@@ -185,9 +189,10 @@ class StudyBase:
         """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
         study owns its notebook's kernel). Called again before the checkpoint key is computed and
         the backbone loaded, since another Study of the process may have changed the count and
-        the CPU thread count is part of the checkpoint's identity (issue 27)."""
-        if self.params.get("torch_threads"):
-            torch.set_num_threads(int(self.params["torch_threads"]))
+        the CPU thread count is part of the checkpoint's identity (issue 27). ``None`` restores
+        torch's default (the count when the package was imported), so a quick study made after a
+        smoke study (1 thread) in one process keys its checkpoint as a fresh process does."""
+        torch.set_num_threads(int(self.params.get("torch_threads") or _TORCH_DEFAULT_THREADS))
 
     def __repr__(self) -> str:
         p = self.params
