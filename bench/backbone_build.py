@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from midas_nb.backbones import backbone_normalization, load_or_finetune
+from midas_nb.backbones import backbone_normalization, load_or_finetune, TrainingRecipe
 from midas_nb.config import cache_dir, default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
@@ -68,9 +68,10 @@ def main() -> None:
     test = load_dataset(args.dataset, root, "test", **data_kw)
     print(f"datasets: {len(train)} train / {len(test)} test images, {train.num_classes} classes "
           f"({time.perf_counter() - t0:.1f}s)", flush=True)
-    kw = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, warmup_epochs=args.warmup_epochs,
-              seed=args.seed, device=args.device, cache_dir=args.cache_dir, weight_decay=args.weight_decay,
-              label_smoothing=args.label_smoothing, num_workers=args.num_workers,
+    recipe = TrainingRecipe(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                            warmup_epochs=args.warmup_epochs, seed=args.seed, weight_decay=args.weight_decay,
+                            label_smoothing=args.label_smoothing)
+    kw = dict(recipe=recipe, device=args.device, cache_dir=args.cache_dir, num_workers=args.num_workers,
               backbone_kwargs=json.loads(args.backbone_kwargs))
     t1, c1 = time.perf_counter(), time.process_time()
     model, meta = load_or_finetune(args.backbone, train, test, **kw)

@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from midas_nb.backbones import backbone_normalization, DISTILLED_RECIPES, load_or_finetune, machine_info
+from midas_nb.backbones import backbone_normalization, DISTILLED_RECIPES, load_or_finetune, machine_info, TrainingRecipe
 from midas_nb.config import default_data_root, finetune_settings, get_profile
 from midas_nb.data import load_dataset
 
@@ -74,7 +74,8 @@ def _load() -> float:
 def build(name: str, train, test, ft: dict, cache: Path, device: str, seed: int = 0) -> dict:
     """Build ``name`` from nothing in the empty cache ``cache``; accuracy, timings, load."""
     load0, t0, c0 = _load(), time.perf_counter(), _cpu()
-    model, meta = load_or_finetune(name, train, test, seed=seed, device=device, cache_dir=cache, progress=False, **ft)
+    model, meta = load_or_finetune(name, train, test, TrainingRecipe(seed=seed, **ft), device=device, cache_dir=cache,
+                                   progress=False)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     assert not meta["loaded_from_cache"], f"{cache} was not empty"
     return dict(name=name, checkpoint_id=meta["checkpoint_id"], test_accuracy=meta["test_accuracy"],

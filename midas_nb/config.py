@@ -39,8 +39,7 @@ _COMMON: dict[str, Any] = dict(
     pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
     backbone_kwargs={},          # timm VisionTransformer kwargs: {kwarg: value} for every backbone and/or
                                  # {backbone: {kwarg: value}} for one
-    max_images_per_class=None,   # keep the first k images of each class of every split (None: all);
-                                 # {dataset: k} caps the datasets it names only
+    max_images_per_class=None,   # first k images of each class of every split; {dataset: k}: those named
     synthetic_default=False,     # CUB without any data root is the embedded synthetic set
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
     other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
@@ -56,11 +55,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         synthetic_default=True,
         synthetic=dict(num_classes=4, images_per_class=12, image_size=96, seed=0),
         backbone="vit_smoke",
-        image_size=64,
-        patch_size=8,
+        image_size=64, patch_size=8,
         finetune=dict(epochs=12, batch_size=32, lr=2e-3, warmup_epochs=1),
-        depth=2,
-        budget=0.25,
+        depth=2, budget=0.25,
         depths=[1, 2],  # L = depth-1 = 3 makes T5 degenerate (docs/decisions/0004-t5-zero-at-last-block.md)
         budgets=[0.25, 0.5],
         seeds=[0],
@@ -84,20 +81,17 @@ PROFILES: dict[str, dict[str, Any]] = {
         # the DeiT-style student of the ImageNet Lite0 (midas_nb.backbones.distilled; issue 18,
         # docs/decisions/0001-distilled-offline-backbone.md)
         backbone="hybrid_lite0_deit",
-        image_size=224,
-        patch_size=16,
+        image_size=224, patch_size=16,
         # the label-trained backbones' recipe; the distilled student trains 24 epochs, the first 18 on
         # the teacher's 7x7 grid (its recipe's coarse_epochs; why:
         # docs/decisions/0002-progressive-token-resolution.md; measurements: docs/benchmarks.md)
-        # FGVC-Aircraft's 198 training photos give 4 steps per epoch at batch 64: the student stays at
-        # chance there, so it trains in batches of 16 (docs/decisions/0006-aircraft-label-level.md)
+        # Aircraft's 198 photos: 4 steps per epoch at batch 64 left the student at chance (decisions/0006)
         finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24),
                       aircraft=dict(batch_size=16, lr=1e-3)),
         # the embedded synthetic set has 96 training images: 30 steps of the recipe above underfit, so
         # it gets 360 smaller steps (docs/decisions/0003-label-trained-backbone-recipe.md)
         synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),
-        depth=6,
-        budget=0.25,
+        depth=6, budget=0.25,
         depths=[3, 6, 9],
         budgets=[0.10, 0.25, 0.50],
         seeds=[0, 1],
@@ -119,9 +113,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         # off in quick's time budget: each other backbone is trained from nothing on 2 cores;
         # `-p other_backbones true` adds both (docs/decisions/0013-quick-profile-sizes.md)
         other_backbones=False,
-        # Stanford Cars' 3,948 training images (42 per class) make its quick run 3.3x CUB's: the
-        # first 12 of each class (1,128, CUB's 30 x 40 = 1,200) keep it within quick's time; its
-        # test split (at most 4 per class) is untouched (docs/decisions/0057-cars-quick-cap.md)
+        # Cars trains on 12 photos per class (1,128 of 3,948; test untouched): docs/decisions/0057
         max_images_per_class=dict(cars=12),
         # FGVC-Aircraft by variant, as the paper: on the real subset's 198 training photos the
         # offline teacher is furthest above the majority-class baseline at this level
@@ -135,11 +127,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         data_root=None,
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
         backbone="deit_small_patch16_224.fb_in1k",
-        image_size=224,
-        patch_size=16,
+        image_size=224, patch_size=16,
         finetune=dict(epochs=30, batch_size=128, lr=5e-4, warmup_epochs=3),
-        depth=6,
-        budget=0.25,
+        depth=6, budget=0.25,
         depths=[3, 6, 9, 11],
         budgets=[0.10, 0.25, 0.50, 0.75],
         seeds=[0, 1, 2],
@@ -167,11 +157,9 @@ PROFILES: dict[str, dict[str, Any]] = {
         scale_backbones=list(PAPER_BACKBONES),
         backbone_kwargs=dict(img_size=64),      # 4x4 patch grid; real widths, so real weight files load
         max_images_per_class=2,
-        image_size=64,
-        patch_size=16,
+        image_size=64, patch_size=16,
         finetune=dict(epochs=1, batch_size=32, lr=5e-4, warmup_epochs=0),
-        depth=6,
-        budget=0.25,
+        depth=6, budget=0.25,
         depths=[3, 6, 9, 11],
         budgets=[0.10, 0.25, 0.50, 0.75],
         seeds=[0, 1],

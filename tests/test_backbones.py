@@ -3,6 +3,7 @@ stem-feature and checkpoint caches, and training to above chance."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import timm
@@ -219,8 +220,8 @@ def test_hybrid_checkpoint_round_trips_through_the_cache(tmp_path):
     g = torch.Generator().manual_seed(0)
     train = ListDataset(torch.randn(6, 3, 224, 224, generator=g), [0, 1, 0, 1, 0, 1], ["a", "b"], "train")
     test = ListDataset(torch.randn(2, 3, 224, 224, generator=g), [0, 1], ["a", "b"], "test")
-    kw = dict(epochs=1, batch_size=4, lr=1e-3, warmup_epochs=0.5, seed=0, device="cpu", cache_dir=tmp_path,
-              progress=False, backbone_kwargs=dict(depth=2))
+    recipe = bb.TrainingRecipe(epochs=1, batch_size=4, lr=1e-3, warmup_epochs=0.5, seed=0)
+    kw = dict(recipe=recipe, device="cpu", cache_dir=tmp_path, progress=False, backbone_kwargs=dict(depth=2))
     m1, meta1 = bb.load_or_finetune("hybrid_lite0_vit", train, test, **kw)
     assert meta1["loaded_from_cache"] is False
     m2, meta2 = bb.load_or_finetune("hybrid_lite0_vit", train, test, **kw)
@@ -237,7 +238,7 @@ def test_hybrid_checkpoint_round_trips_through_the_cache(tmp_path):
     assert on_disk["versions"]["timm"] == timm.__version__
     assert 0.0 <= on_disk["test_accuracy"] <= 1.0
     # another seed is another checkpoint
-    _, meta3 = bb.load_or_finetune("hybrid_lite0_vit", train, test, **dict(kw, seed=1, epochs=1))
+    _, meta3 = bb.load_or_finetune("hybrid_lite0_vit", train, test, **dict(kw, recipe=replace(recipe, seed=1)))
     assert meta3["loaded_from_cache"] is False and meta3["checkpoint_id"] != meta1["checkpoint_id"]
 
 
@@ -275,8 +276,9 @@ def test_smoke_backbone_trains_well_above_chance(tmp_path, one_thread):
               synthetic_image_size=96)
     train = load_dataset("synthetic", tmp_path / "synthetic", "train", **kw)
     test = load_dataset("synthetic", tmp_path / "synthetic", "test", **kw)
-    model, meta = bb.finetune("vit_smoke", train, test, epochs=100, batch_size=8, lr=1e-3, warmup_epochs=5,
-                              seed=0, device="cpu", cache_dir=tmp_path, progress=False, amp=False)
+    model, meta = bb.finetune("vit_smoke", train, test, bb.TrainingRecipe(epochs=100, batch_size=8, lr=1e-3,
+                                                                         warmup_epochs=5, seed=0),
+                              device="cpu", cache_dir=tmp_path, progress=False, amp=False)
     assert grid_size(model) == (8, 8) and len(model.blocks) == 4 and num_prefix_tokens(model) == 1
     assert meta["test_accuracy"] >= 0.6, meta["history"][-1]  # 4 classes: chance 0.25
     # the accuracy reported from cached stem features is the model's accuracy on the images
@@ -302,3 +304,32 @@ def test_stem_sees_birds_in_the_real_cub_subset(shared_data):
         pred = bb.lite0_classifier()(x).argmax(-1).tolist()
     birds = sum(p in IMAGENET_BIRDS for p in pred)
     assert birds >= 13, f"only {birds}/16 CUB images classified as ImageNet birds: {pred}"
+
+
+def test_training_recipe_names_every_bad_field_at_once():
+    with pytest.raises(ValueError, match=r"got epochs=0, lr=-1, label_smoothing=1\.0$"):
+        bb.TrainingRecipe(epochs=0, batch_size=4, lr=-1, label_smoothing=1.0)
+    with pytest.raises(ValueError, match=r"got batch_size=2\.5"):
+        bb.TrainingRecipe(epochs=1, batch_size=2.5, lr=1e-3)
+    r = bb.TrainingRecipe(epochs=3, batch_size=8, lr=1e-3)
+    assert r.key() == dict(epochs=3, batch_size=8, lr=1e-3, warmup_epochs=0.0, seed=0, label_smoothing=0.1,
+                           weight_decay=0.05)
+
+
+def test_checkpoint_key_is_the_hash_of_its_documented_fields():
+    """An independent writing of the key (checkpoint_key's docstring): model, weights, kwargs, both
+    splits' model-input identities, the recipe's seven fields, its version and the numerics."""
+    from midas_nb.identity import dataset_identity, hash_json
+
+    g = torch.Generator().manual_seed(0)
+    train = ListDataset(torch.randn(4, 3, 64, 64, generator=g), [0, 1, 0, 1], ["a", "b"], "train")
+    test = ListDataset(torch.randn(2, 3, 64, 64, generator=g), [0, 1], ["a", "b"], "test")
+    recipe = bb.TrainingRecipe(epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=3)
+    cid, key = bb.checkpoint_key("vit_smoke", train, test, recipe, backbone_kwargs=dict(depth=2), amp=False)
+    by_hand = dict(model_name="vit_smoke", weights=None, backbone_kwargs=dict(depth=2),
+                   train=dataset_identity(train).model_inputs, test=dataset_identity(test).model_inputs,
+                   epochs=2, batch_size=4, lr=0.001, warmup_epochs=1.0, seed=3, label_smoothing=0.1,
+                   weight_decay=0.05, recipe_version=1,
+                   numerics=dict(device_type="cpu", precision="float32", attention=bb.ATTENTION_KERNEL,
+                                 num_threads=torch.get_num_threads()))
+    assert key == json.loads(json.dumps(by_hand, default=str)) and cid == hash_json(by_hand, 12)

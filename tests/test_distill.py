@@ -342,7 +342,7 @@ def test_coarse_epochs_train_on_the_teacher_grid_first(tmp_path, monkeypatch):
     assert plain["loaded_from_cache"] is False and "coarse_epochs" not in plain["key"]["distill"]
     # the registry's recipe is the only one a build takes (the key reads it); coarse < epochs
     with pytest.raises(ValueError, match="differs from DISTILLED_RECIPES"):
-        dl.finetune_distilled("vit_smoke_deit", train, test, recipe=recipe, **_recipe())
+        dl.finetune_distilled("vit_smoke_deit", train, test, distill=recipe, **_recipe())
     monkeypatch.setitem(bb.DISTILLED_RECIPES, "vit_smoke_deit", replace(recipe, coarse_epochs=2))
     with pytest.raises(ValueError, match="coarse_epochs=2 must be < epochs=2"):
         bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe())
@@ -375,7 +375,11 @@ def test_distillation_loss_by_hand():
 
 
 def _recipe(**kw):
-    return dict(dict(epochs=2, batch_size=8, lr=2e-3, warmup_epochs=1, seed=0, progress=False), **kw)
+    """``recipe`` (a TrainingRecipe of the schedule keys in ``kw`` over the defaults) and the other
+    keyword arguments of the training functions (``progress=False`` by default)."""
+    fields = {k: kw.pop(k) for k in list(kw) if k in ("epochs", "batch_size", "lr", "warmup_epochs", "seed")}
+    recipe = bb.TrainingRecipe(**dict(dict(epochs=2, batch_size=8, lr=2e-3, warmup_epochs=1, seed=0), **fields))
+    return dict(dict(recipe=recipe, progress=False), **kw)
 
 
 def test_finetune_distilled_trains_caches_and_reports_the_teacher(tmp_path):
@@ -461,12 +465,12 @@ def test_fused_attention_training_step_is_the_unfused_computation():
 
 def test_checkpoint_key_names_the_distillation_recipe(monkeypatch):
     train, test = ImageSet(8, 0), ImageSet(4, 1)
-    r = dict(epochs=2, batch_size=8, lr=2e-3, warmup_epochs=1, seed=0)
-    plain, _ = bb.checkpoint_key("vit_smoke", train, test, **r)
-    deit, key = bb.checkpoint_key("vit_smoke_deit", train, test, **r)
+    r = bb.TrainingRecipe(epochs=2, batch_size=8, lr=2e-3, warmup_epochs=1, seed=0)
+    plain, _ = bb.checkpoint_key("vit_smoke", train, test, r)
+    deit, key = bb.checkpoint_key("vit_smoke_deit", train, test, r)
     assert plain != deit and key["distill"]["mix_prob"] == dl.distill_recipe("vit_smoke_deit").mix_prob
     monkeypatch.setitem(dl.DISTILLED_RECIPES, "vit_smoke_deit", dl.DistillRecipe(mix_prob=0.0))
-    changed, _ = bb.checkpoint_key("vit_smoke_deit", train, test, **r)
+    changed, _ = bb.checkpoint_key("vit_smoke_deit", train, test, r)
     assert changed != deit
 
 
@@ -475,4 +479,4 @@ def test_finetune_distilled_rejects_initial_weights_and_plain_backbones(tmp_path
     with pytest.raises(ValueError, match="weights must be None"):
         dl.finetune_distilled("vit_smoke_deit", train, test, weights=tmp_path / "w.pt", **_recipe())
     with pytest.raises(ValueError, match="distillation token"):
-        dl.finetune_distilled("vit_smoke", train, test, recipe=dl.DistillRecipe(), **_recipe())
+        dl.finetune_distilled("vit_smoke", train, test, distill=dl.DistillRecipe(), **_recipe())

@@ -252,7 +252,8 @@ def smoke_splits(tmp_path):
 @pytest.mark.slow
 def test_same_seed_gives_bit_identical_weights_and_a_corrupt_checkpoint_is_rebuilt(tmp_path, smoke_splits):
     train, test = smoke_splits
-    kw = dict(epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=0, progress=False)
+    recipe = bb.TrainingRecipe(epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=0)
+    kw = dict(recipe=recipe, progress=False)
     # the first backbone of a process used to draw its init after the Lite0 loader had consumed
     # the global RNG (a throw-away model built once per process): start from that state
     bb.lite0_timm_state_dict.cache_clear()
@@ -278,9 +279,9 @@ def test_same_seed_gives_bit_identical_weights_and_a_corrupt_checkpoint_is_rebui
     n = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = bb.checkpoint_key("vit_smoke", train, test, epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=0)
+        one = bb.checkpoint_key("vit_smoke", train, test, recipe)
         torch.set_num_threads(3)
-        three = bb.checkpoint_key("vit_smoke", train, test, epochs=2, batch_size=4, lr=1e-3, warmup_epochs=1, seed=0)
+        three = bb.checkpoint_key("vit_smoke", train, test, recipe)
     finally:
         torch.set_num_threads(n)
     assert one[0] != three[0] and one[1]["numerics"]["num_threads"] == 1

@@ -8,10 +8,13 @@ from typing import Any
 
 import torch
 
+from torch import nn
+
 from ..config import cache_dir as default_cache
-from ..identity import dataset_identity, file_digest, hash_json
-from .features import ATTENTION_KERNEL, mixed_precision
-from .recipes import distill_recipe, is_distilled_name
+from ..identity import dataset_identity, file_digest, hash_json, state_dict_digest
+from .factory import backbone_config
+from .features import ATTENTION_KERNEL, dataset_info, machine_info, mixed_precision, package_versions
+from .recipes import distill_recipe, is_distilled_name, TrainingRecipe
 
 
 #: Version of the training recipe in :func:`checkpoint_key`; bump it when the recipe changes in
@@ -42,14 +45,8 @@ def checkpoint_key(
     model_name: str,
     train_set,
     test_set,
+    recipe: TrainingRecipe,
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    warmup_epochs: float,
-    seed: int,
-    label_smoothing: float = 0.1,
-    weight_decay: float = 0.05,
     weights: str | os.PathLike | None = None,
     backbone_kwargs: dict[str, Any] | None = None,
     device: torch.device | str = "cpu",
@@ -75,15 +72,37 @@ def checkpoint_key(
         model_name=model_name, weights=w,
         backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
         train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
-        epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), warmup_epochs=float(warmup_epochs),
-        seed=int(seed), label_smoothing=float(label_smoothing), weight_decay=float(weight_decay),
-        recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp),
+        **recipe.key(), recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp),
     )
 
     if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.backbones.distilled)
         key["distill"] = distill_recipe(model_name).key()
     key = json.loads(json.dumps(key, default=str))
     return hash_json(key, 12), key
+
+
+def checkpoint_meta(model: nn.Module, model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                    num_classes: int, weights: Any, backbone_kwargs: dict[str, Any], device: torch.device,
+                    amp: bool | None, precision: str, **results: Any) -> dict[str, Any]:
+    """The JSON-serialisable metadata of a freshly trained checkpoint (written beside its weights):
+    ``checkpoint_id`` and ``key`` (:func:`checkpoint_key`), the backbone's config, initial weights,
+    kwargs, both splits (:func:`~midas_nb.backbones.features.dataset_info`), classes, the recipe,
+    ``results`` (accuracies in ``[0, 1]``, ``history``, ``timings`` in s, ``distillation``, ...),
+    the numerics, package versions, machine and ``weights_digest``."""
+    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, recipe, weights=weights,
+                                  backbone_kwargs=backbone_kwargs, device=device, amp=amp)
+    return dict(
+        checkpoint_id=ckpt_id, key=key, backbone=backbone_config(model, model_name),
+        weights=None if weights is None else str(weights), backbone_kwargs=backbone_kwargs,
+        train_set=dataset_info(train_set), test_set=dataset_info(test_set),
+        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
+        num_classes=num_classes,
+        recipe=dict(recipe.key(), optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
+                    augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
+        seed=int(recipe.seed), epochs=int(recipe.epochs), **results,
+        precision=precision, attention=ATTENTION_KERNEL, device=str(device), versions=package_versions(),
+        num_threads=int(torch.get_num_threads()), machine=machine_info(device),
+        weights_digest=state_dict_digest(model), loaded_from_cache=False)
 
 
 def checkpoint_dir(cache_dir: str | os.PathLike | None) -> Path:

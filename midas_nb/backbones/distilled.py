@@ -52,14 +52,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..identity import state_dict_digest
 from ..vit import fused_attention, num_prefix_tokens
-from .checkpoint import checkpoint_key, RECIPE_VERSION
-from .factory import backbone_config, create_backbone
-from .features import (adamw_cosine, ATTENTION_KERNEL, check_training_args, dataset_info, feature_accuracy,
-                       head_accuracies, machine_info, mixed_precision, package_versions, run_epochs, stem_features)
+from .checkpoint import checkpoint_meta
+from .factory import create_backbone
+from .features import (adamw_cosine, check_training_args, feature_accuracy, head_accuracies, mixed_precision,
+                       run_epochs, stem_features)
 from .lite0 import is_hybrid, lite0_classifier, LITE0_STAGES, tokens_from_stem_features
-from .recipes import distill_recipe, DistillRecipe, is_distilled_name
+from .recipes import distill_recipe, DistillRecipe, is_distilled_name, TrainingRecipe
 from .token_schedules import coarse_tokens, drop_cells, kept_token_label_loss
 
 
@@ -285,29 +284,25 @@ def finetune_distilled(
     model_name: str,
     train_set,
     test_set,
+    recipe: TrainingRecipe,
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    warmup_epochs: float,
-    seed: int,
     device: torch.device | str = "cpu",
     cache_dir=None,
-    label_smoothing: float = 0.1,
-    weight_decay: float = 0.05,
     num_workers: int = 0,
     progress: bool = True,
     weights=None,
     backbone_kwargs: dict[str, Any] | None = None,
     amp: bool | None = None,
-    recipe: DistillRecipe | None = None,
+    distill: DistillRecipe | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
     """Train a distilled hybrid backbone from nothing (distillation token, token labels, MixToken).
 
-    Same arguments, schedule and returns as :func:`midas_nb.backbones.finetune` (which calls
-    this for the names of :data:`DISTILLED_RECIPES`): AdamW, linear warm-up + cosine, label
+    Same arguments (``recipe``: the :class:`TrainingRecipe`) and returns as
+    :func:`midas_nb.backbones.finetune` (which calls this for the names of
+    :data:`DISTILLED_RECIPES`): AdamW, linear warm-up + cosine, label
     smoothing, random flips through the cached stem features of image and flip, bfloat16
-    autocast on CPUs with native bfloat16. Added (:class:`DistillRecipe`): the teacher
+    autocast on CPUs with native bfloat16. Added (``distill``, by default the registry's
+    :class:`DistillRecipe`): the teacher
     (:func:`lite0_teacher_head` and a :func:`fit_linear_probe` on its pooled features of the
     training images and their flips), its out-of-fold class score maps (token labels; their
     mean is the distillation token's target), MixToken, and optionally the dense hint. ``meta`` adds
@@ -317,12 +312,14 @@ def finetune_distilled(
 
     Raises:
         ValueError: as :func:`~midas_nb.backbones.finetune`; also for a name that is not a
-            distilled hybrid backbone, a ``recipe`` other than the registry's (the checkpoint key
+            distilled hybrid backbone, a ``distill`` recipe other than the registry's (the checkpoint key
             reads :data:`DISTILLED_RECIPES`), or ``coarse_epochs >= epochs``.
     """
 
-    recipe = _checked_recipe(model_name, recipe, epochs)
-    train_labels, test_labels, num_classes = check_training_args(train_set, test_set, epochs, batch_size, lr,
+    schedule = recipe
+    epochs, batch_size, lr, seed = schedule.epochs, schedule.batch_size, schedule.lr, schedule.seed
+    recipe = _checked_recipe(model_name, distill, epochs)   # from here on: the distillation recipe
+    train_labels, test_labels, num_classes = check_training_args(train_set, test_set,
                                                                  weights=weights, from_nothing=model_name)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
@@ -342,13 +339,13 @@ def finetune_distilled(
         hint = nn.Linear(model.embed_dim, teacher.channels).to(device) if recipe.hint_weight > 0 else None
         tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=weight_decay,
+    optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=schedule.weight_decay,
                                         total=epochs * steps_per_epoch,
-                                        warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+                                        warmup=max(1, round(schedule.warmup_epochs * steps_per_epoch)))
     step = _DistillStep(model=model, recipe=recipe, teacher=teacher, train_labels=train_labels, hint=hint,
                         tl_head=tl_head, optimizer=optimizer, scheduler=scheduler, autocast=autocast,
                         scaler=torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16"),
-                        label_smoothing=label_smoothing, batch_size=batch_size, device=device, gen=gen)
+                        label_smoothing=schedule.label_smoothing, batch_size=batch_size, device=device, gen=gen)
     model.train()
     t0 = time.perf_counter()
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
@@ -361,44 +358,17 @@ def finetune_distilled(
         train_acc = feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
         head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
         eval_s = time.perf_counter() - t0
-    recipe_fields = dict(epochs=int(epochs), batch_size=int(batch_size), lr=float(lr),
-                         warmup_epochs=float(warmup_epochs), seed=int(seed),
-                         label_smoothing=float(label_smoothing), weight_decay=float(weight_decay))
-    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, weights=weights,
-                                     backbone_kwargs=backbone_kwargs, device=device, amp=amp, **recipe_fields)
-    meta = dict(
-        checkpoint_id=ckpt_id,
-        key=key,
-        backbone=backbone_config(model, model_name),
-        weights=None,
-        backbone_kwargs=backbone_kwargs,
-        train_set=dataset_info(train_set),
-        test_set=dataset_info(test_set),
-        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
-        num_classes=num_classes,
-        recipe=dict(recipe_fields, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
-                    augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
+    meta = checkpoint_meta(
+        model, model_name, train_set, test_set, schedule, num_classes=num_classes, weights=None,
+        backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision,
         distillation=dict(
             recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
             teacher_test_accuracy=teacher.test_accuracy, teacher_train_accuracy_out_of_fold=teacher.train_accuracy,
             student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],
             student_test_accuracy=head_acc["mean"]),
-        seed=int(seed),
-        epochs=int(epochs),
-        train_accuracy=train_acc,
-        test_accuracy=head_acc["mean"],
-        history=history,
-        precision=precision,
-        attention=ATTENTION_KERNEL,
-        device=str(device),
+        train_accuracy=train_acc, test_accuracy=head_acc["mean"], history=history,
         timings=dict(features_s=teacher.features_s, teacher_s=teacher.teacher_s, train_s=train_s, eval_s=eval_s,
-                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
-        versions=package_versions(),
-        num_threads=int(torch.get_num_threads()),
-        machine=machine_info(device),
-        weights_digest=state_dict_digest(model),
-        loaded_from_cache=False,
-    )
+                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start))
     return model, meta
 
 

@@ -280,17 +280,15 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
     return info
 
 
-def check_training_args(train_set, test_set, epochs: int, batch_size: int, lr: float, *,
-                        weights: Any = None, from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
-    """``(train labels [M], test labels [M'], number of classes)`` of a fine-tuning run.
+def check_training_args(train_set, test_set, *, weights: Any = None,
+                        from_nothing: str | None = None) -> tuple[Tensor, Tensor, int]:
+    """``(train labels [M], test labels [M'], number of classes)`` of a fine-tuning run (the
+    schedule checks itself: :class:`~midas_nb.backbones.TrainingRecipe`).
 
     Raises:
-        ValueError: ``epochs < 1``, ``batch_size < 1``, ``lr <= 0``, an empty split, initial
-            ``weights`` for a backbone trained from nothing (``from_nothing``: its name), train
-            labels outside ``[0, num_classes)``.
+        ValueError: an empty split, initial ``weights`` for a backbone trained from nothing
+            (``from_nothing``: its name), train labels outside ``[0, num_classes)``.
     """
-    if epochs < 1 or batch_size < 1 or lr <= 0:
-        raise ValueError(f"need epochs >= 1, batch_size >= 1, lr > 0; got {epochs}, {batch_size}, {lr}")
     if len(train_set) == 0 or len(test_set) == 0:
         raise ValueError("train_set and test_set must not be empty")
     if from_nothing is not None and weights is not None:

@@ -6,7 +6,6 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,41 +16,23 @@ from torch import Tensor, nn
 from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
 from ..sweeps.claims import file_lock
 from ..vit import classify_tokens, fused_attention
-from .checkpoint import checkpoint_dir, checkpoint_key, RECIPE_VERSION
+from .checkpoint import checkpoint_dir, checkpoint_key, checkpoint_meta
 from .distilled import finetune_distilled
-from .factory import backbone_config, create_backbone
-from .features import (adamw_cosine, ATTENTION_KERNEL, check_training_args, collate_samples, dataset_info,
-                       evaluate_accuracy, feature_accuracy, machine_info, mixed_precision, package_versions,
-                       run_epochs, stem_features)
+from .factory import create_backbone
+from .features import (adamw_cosine, check_training_args, collate_samples, evaluate_accuracy, feature_accuracy,
+                       mixed_precision, run_epochs, stem_features)
 from .lite0 import is_hybrid, tokens_from_stem_features
-from .recipes import is_distilled_name
-
-
-@dataclass
-class _Recipe:
-    epochs: int
-    batch_size: int
-    lr: float
-    warmup_epochs: float
-    seed: int
-    label_smoothing: float
-    weight_decay: float
+from .recipes import is_distilled_name, TrainingRecipe
 
 
 def finetune(
     model_name: str,
     train_set,
     test_set,
+    recipe: TrainingRecipe,
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    warmup_epochs: float,
-    seed: int,
     device: torch.device | str = "cpu",
     cache_dir: str | os.PathLike | None = None,
-    label_smoothing: float = 0.1,
-    weight_decay: float = 0.05,
     num_workers: int = 0,
     progress: bool = True,
     weights: str | os.PathLike | None = None,
@@ -73,7 +54,7 @@ def finetune(
         model_name: see :func:`create_backbone`.
         train_set / test_set: ``Dataset`` of ``midas_nb.data.Sample`` with the backbone's
             normalisation (:func:`backbone_normalization`) and a fixed image size.
-        epochs, batch_size, lr (peak), warmup_epochs, seed: the schedule.
+        recipe: the schedule (:class:`~midas_nb.backbones.TrainingRecipe`).
         device: ``"cpu"``, ``"cuda"``, …
         cache_dir: checkpoint cache; stem features go to ``<cache_dir>/stem_features``.
         weights: initial weights (:func:`create_backbone`), e.g. ``"hub"`` for the paper's DeiTs.
@@ -86,17 +67,16 @@ def finetune(
         ``num_threads``, ``weights_digest`` — :func:`midas_nb.identity.state_dict_digest`).
 
     Raises:
-        ValueError: empty datasets, ``epochs < 1``, labels outside ``[0, num_classes)``.
+        ValueError: empty datasets, labels outside ``[0, num_classes)``.
         BackboneError: see :func:`create_backbone`.
     """
     if is_distilled_name(model_name):  # DeiT-style students: teacher, distillation token, dense hints
-        return finetune_distilled(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
-                                  warmup_epochs=warmup_epochs, seed=seed, device=device, cache_dir=cache_dir,
-                                  label_smoothing=label_smoothing, weight_decay=weight_decay,
+        return finetune_distilled(model_name, train_set, test_set, recipe, device=device, cache_dir=cache_dir,
                                   num_workers=num_workers, progress=progress, weights=weights,
                                   backbone_kwargs=backbone_kwargs, amp=amp)
+    epochs, batch_size, lr, seed = recipe.epochs, recipe.batch_size, recipe.lr, recipe.seed
 
-    train_labels, test_labels, num_classes = check_training_args(train_set, test_set, epochs, batch_size, lr)
+    train_labels, test_labels, num_classes = check_training_args(train_set, test_set)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
     t_start = time.perf_counter()
@@ -114,8 +94,9 @@ def finetune(
                                    cache_dir=cache_dir, num_workers=num_workers, progress=progress)
     features_s = time.perf_counter() - t_feat
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=weight_decay, total=epochs * steps_per_epoch,
-                                        warmup=max(1, round(warmup_epochs * steps_per_epoch)))
+    optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=recipe.weight_decay,
+                                        total=epochs * steps_per_epoch,
+                                        warmup=max(1, round(recipe.warmup_epochs * steps_per_epoch)))
     scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
 
     model.train()
@@ -123,7 +104,7 @@ def finetune(
 
     def run_epoch(_epoch: int) -> dict[str, float]:
         batches = _batches(train_set, train_labels, train_feats, gen, batch_size, device, num_workers)
-        return _train_epoch(model, batches, hybrid, autocast, optimizer, scheduler, scaler, label_smoothing)
+        return _train_epoch(model, batches, hybrid, autocast, optimizer, scheduler, scaler, recipe.label_smoothing)
 
     # training and evaluation run timm's fused attention (speed only, ATTENTION_KERNEL); the
     # returned model is unfused again, as capture needs
@@ -141,38 +122,11 @@ def finetune(
             test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
         eval_s = time.perf_counter() - t_eval
 
-    recipe = _Recipe(epochs, batch_size, float(lr), float(warmup_epochs), int(seed),
-                     float(label_smoothing), float(weight_decay))
-    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, weights=weights, backbone_kwargs=backbone_kwargs,
-                                  device=device, amp=amp, **recipe.__dict__)
-    meta = dict(
-        checkpoint_id=ckpt_id,
-        key=key,
-        backbone=backbone_config(model, model_name),
-        weights=None if weights is None else str(weights),
-        backbone_kwargs=backbone_kwargs,
-        train_set=dataset_info(train_set),
-        test_set=dataset_info(test_set),
-        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
-        num_classes=num_classes,
-        recipe=dict(recipe.__dict__, optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
-                    augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
-        seed=int(seed),
-        epochs=int(epochs),
-        train_accuracy=train_acc,
-        test_accuracy=test_acc,
-        history=history,
-        precision=precision,
-        attention=ATTENTION_KERNEL,
-        device=str(device),
-        timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
-                     epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start),
-        versions=package_versions(),
-        num_threads=int(torch.get_num_threads()),
-        machine=machine_info(device),
-        weights_digest=state_dict_digest(model),
-        loaded_from_cache=False,
-    )
+    meta = checkpoint_meta(model, model_name, train_set, test_set, recipe, num_classes=num_classes, weights=weights,
+                           backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision,
+                           train_accuracy=train_acc, test_accuracy=test_acc, history=history,
+                           timings=dict(features_s=features_s, train_s=train_s, eval_s=eval_s,
+                                        epoch_s=train_s / epochs, total_s=time.perf_counter() - t_start))
     return model, meta
 
 
@@ -225,16 +179,10 @@ def load_or_finetune(
     model_name: str,
     train_set,
     test_set,
+    recipe: TrainingRecipe,
     *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    warmup_epochs: float,
-    seed: int,
     device: torch.device | str = "cpu",
     cache_dir: str | os.PathLike | None = None,
-    label_smoothing: float = 0.1,
-    weight_decay: float = 0.05,
     num_workers: int = 0,
     progress: bool = True,
     weights: str | os.PathLike | None = None,
@@ -248,10 +196,8 @@ def load_or_finetune(
     the hash of :func:`checkpoint_key`. ``meta["loaded_from_cache"]`` tells which happened.
     Arguments and returns as :func:`finetune`.
     """
-    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, epochs=epochs, batch_size=batch_size, lr=lr,
-                                  warmup_epochs=warmup_epochs, seed=seed, label_smoothing=label_smoothing,
-                                  weight_decay=weight_decay, weights=weights, backbone_kwargs=backbone_kwargs,
-                                  device=device, amp=amp)
+    ckpt_id, key = checkpoint_key(model_name, train_set, test_set, recipe, weights=weights,
+                                  backbone_kwargs=backbone_kwargs, device=device, amp=amp)
     folder = checkpoint_dir(cache_dir)
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
     pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
@@ -259,9 +205,8 @@ def load_or_finetune(
     # holds the lock and trains, the others wait and then load its file
     with file_lock(folder / f"{stem}.lock"):
         return _load_or_train(model_name, train_set, test_set, ckpt_id, key, pt, js, dict(
-            epochs=epochs, batch_size=batch_size, lr=lr, warmup_epochs=warmup_epochs, seed=seed, device=device,
-            cache_dir=cache_dir, label_smoothing=label_smoothing, weight_decay=weight_decay,
-            num_workers=num_workers, progress=progress, weights=weights, backbone_kwargs=backbone_kwargs, amp=amp))
+            recipe=recipe, device=device, cache_dir=cache_dir, num_workers=num_workers, progress=progress,
+            weights=weights, backbone_kwargs=backbone_kwargs, amp=amp))
 
 
 def _load_or_train(model_name: str, train_set, test_set, ckpt_id: str, key: dict, pt: Path, js: Path,

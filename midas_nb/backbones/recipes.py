@@ -1,4 +1,5 @@
-"""The distilled backbones' names and recipes (:class:`DistillRecipe`); they enter checkpoint keys."""
+"""Training recipes: the schedule every backbone trains with (:class:`TrainingRecipe`) and what
+distilled backbones add (:class:`DistillRecipe`); both enter checkpoint keys."""
 from __future__ import annotations
 
 import numbers
@@ -10,6 +11,53 @@ from typing import Any, Literal
 
 #: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
 DISTILL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """The schedule a backbone is fine-tuned (or trained from nothing) with; its fields enter
+    the checkpoint key (:func:`midas_nb.backbones.checkpoint_key`).
+
+    Attributes:
+        epochs: passes over the training split (>= 1).
+        batch_size: images per step (>= 1).
+        lr: peak learning rate of AdamW (> 0), reached after the warm-up.
+        warmup_epochs: linear warm-up, in epochs (>= 0; per step), then cosine decay to 0.
+        seed: initialisation, order and flips.
+        label_smoothing: of the cross-entropy (Szegedy et al., 2016), in ``[0, 1)``.
+        weight_decay: AdamW's, on weights other than biases, norms, position embedding and
+            prefix tokens.
+
+    Raises:
+        ValueError: a value outside its range (one message naming every such field).
+    """
+
+    epochs: int
+    batch_size: int
+    lr: float
+    warmup_epochs: float = 0.0
+    seed: int = 0
+    label_smoothing: float = 0.1
+    weight_decay: float = 0.05
+
+    def __post_init__(self) -> None:
+        bad = [f"{k}={v!r}" for k, v, ok in (
+            ("epochs", self.epochs, isinstance(self.epochs, numbers.Integral) and self.epochs >= 1),
+            ("batch_size", self.batch_size, isinstance(self.batch_size, numbers.Integral) and self.batch_size >= 1),
+            ("lr", self.lr, isinstance(self.lr, numbers.Real) and self.lr > 0),
+            ("warmup_epochs", self.warmup_epochs, isinstance(self.warmup_epochs, numbers.Real) and self.warmup_epochs >= 0),
+            ("seed", self.seed, isinstance(self.seed, numbers.Integral)),
+            ("label_smoothing", self.label_smoothing, 0 <= self.label_smoothing < 1),
+            ("weight_decay", self.weight_decay, self.weight_decay >= 0)) if not ok]
+        if bad:
+            raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
+                             f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")
+
+    def key(self) -> dict[str, Any]:
+        """The fields as plain ``int`` / ``float`` in declaration order (the checkpoint key's)."""
+        return dict(epochs=int(self.epochs), batch_size=int(self.batch_size), lr=float(self.lr),
+                    warmup_epochs=float(self.warmup_epochs), seed=int(self.seed),
+                    label_smoothing=float(self.label_smoothing), weight_decay=float(self.weight_decay))
 
 
 @dataclass(frozen=True)

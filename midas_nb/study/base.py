@@ -13,7 +13,7 @@ import torch
 
 from .. import config
 from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
-                         schedule_problem, weights_for)
+                         schedule_problem, TrainingRecipe, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
 from ..progress import progress_enabled
@@ -250,19 +250,21 @@ class StudyBase:
         return self.dataset("test")
 
     # ------------------------------------------------------------------------- backbone
-    def _finetune_args(self) -> dict[str, Any]:
-        """The arguments of :func:`midas_nb.backbones.load_or_finetune` / ``checkpoint_key``
-        besides the model name and the two splits (one place, so both always agree)."""
-        ft = config.finetune_settings(self.params, self.dataset_name, self.params["backbone"])
-        return dict(seed=0, device=self.device, weights=self.weights,
-                    backbone_kwargs=self.backbone_kwargs or None, **ft)
+    @property
+    def recipe(self) -> TrainingRecipe:
+        """The backbone's training recipe on this dataset (:func:`midas_nb.config.finetune_settings`,
+        seed 0): what :meth:`checkpoint_key` keys and the build trains with."""
+        return TrainingRecipe(seed=0, **config.finetune_settings(self.params, self.dataset_name, self.params["backbone"]))
 
-    def checkpoint_key(self) -> tuple[str, dict[str, Any]]:
+    def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
         loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics —
-        the study's ``torch_threads`` applied first)."""
+        the study's ``torch_threads`` applied first); ``device`` keys the numerics of another
+        device than the study's (a GPU node's, from a login node)."""
         self.own_threads()
-        return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, **self._finetune_args())
+        return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, self.recipe,
+                              weights=self.weights, backbone_kwargs=self.backbone_kwargs or None,
+                              device=self.device if device is None else device)
 
     @property
     def checkpoint_id(self) -> str:
@@ -276,8 +278,9 @@ class StudyBase:
     @cached_property
     def _backbone(self):
         self.own_threads()
-        return load_or_finetune(self.params["backbone"], self.train_set, self.test_set,
-                                progress=self.progress, **self._finetune_args())
+        return load_or_finetune(self.params["backbone"], self.train_set, self.test_set, self.recipe,
+                                device=self.device, weights=self.weights,
+                                backbone_kwargs=self.backbone_kwargs or None, progress=self.progress)
 
     @property
     def model(self) -> torch.nn.Module:

@@ -14,7 +14,6 @@ from typing import Any, Literal, Mapping, Sequence
 
 from torch.utils.data import Subset
 
-from ..backbones import checkpoint_key
 from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
@@ -66,8 +65,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     device = str(prof.get("device") or "cpu")
     if device == "cpu":
         return _spec_of(study)
-    study.own_threads()
-    return checkpoint_key(study.params["backbone"], study.train_set, study.test_set, **dict(study._finetune_args(), device=device))[0]
+    return study.checkpoint_key(device=device)[0]
 
 
 def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
