@@ -45,6 +45,7 @@ _COMMON: dict[str, Any] = dict(
     other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
                                  # partner of the side-by-side (False: the profile's backbone only)
     aircraft_level="variant",    # FGVC-Aircraft labels: variant (the paper's), family or manufacturer
+    regime_grid="cross",         # notebook 04's points: cross (depths at b, budgets at L) or full (depths x budgets)
 )
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -141,6 +142,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         bootstrap=2000,
         scale_backbones=list(PAPER_BACKBONES),
         datasets=list(PAPER_DATASETS),
+        backbones=list(PAPER_BACKBONES), regime_grid="full",
         device="cuda",
     ),
     # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
@@ -503,6 +505,8 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
         v = p.get(key)
         if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
+    if p.get("regime_grid") not in ("cross", "full", "depth", "budget"):
+        problems.append(f"regime_grid: expected cross, full, depth or budget, got {show_value(p.get('regime_grid'))}")
     if isinstance(p.get("datasets"), list):
         bad = [d for d in p["datasets"] if d not in DATASET_NAMES]
         if bad:

@@ -720,3 +720,24 @@ def test_processes_executor_gives_each_worker_its_own_gpu(tmp_path):
     by_pid = rows.groupby("pid")["gpu"].unique()
     assert all(len(g) == 1 and g[0] in ("0", "1") for g in by_pid)      # one GPU per worker
     assert len(set(g[0] for g in by_pid)) == len(by_pid)                  # no two workers share one
+
+
+def test_the_regime_grid_and_its_spans_come_from_profile_keys_not_the_profile_name():
+    """paper's full grid over three datasets and backbones is its keys' (``regime_grid``,
+    ``datasets``, ``backbones``): the same keys give another profile the same grid, and paper
+    with ``regime_grid: cross`` gets the cross."""
+    from midas_nb.study import grid_spans
+
+    roots = {d: f"/x/{d}" for d in ("cub", "aircraft", "cars")}
+    paper = get_profile("paper", data_roots=roots)
+    bbs = paper["backbones"]
+    ids = {(d, b): "c" for d in paper["datasets"] for b in bbs}
+    full = make_grid(paper, "regime", checkpoint_ids=ids, data_ids=ids)
+    points = {(c.depth, c.budget) for c in full}
+    assert len(points) == 16 and len({c.dataset for c in full}) == 3 and len({c.backbone for c in full}) == 3
+    like = get_profile("rehearsal", data_roots=roots, regime_grid="full", depths=paper["depths"],
+                       budgets=paper["budgets"])
+    assert grid_spans(like) == grid_spans(paper) == (paper["datasets"], bbs)
+    assert {(c.depth, c.budget) for c in make_grid(like, "regime", checkpoint_ids=ids, data_ids=ids)} == points
+    cross = make_grid(dict(paper, regime_grid="cross"), "regime", checkpoint_ids=ids, data_ids=ids)
+    assert len({(c.depth, c.budget) for c in cross}) == 4 + 4 - 1

@@ -120,25 +120,19 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_paper(profile: Mapping[str, Any]) -> bool:
-    return profile.get("profile") == "paper"
-
-
 def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
-    datasets = the profile's ``datasets`` key (:data:`midas_nb.config.PAPER_DATASETS` for ``paper`` without
-    one), else ``[dataset]``; backbones = ``scale_backbones`` for ``kind="scale"`` (the profile's
-    ``backbone`` alone where ``other_backbones`` is false, as in quick), else the profile's
-    ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    datasets = the profile's ``datasets`` key, else ``[dataset]``; backbones = ``scale_backbones``
+    for ``kind="scale"`` (the profile's ``backbone`` alone where ``other_backbones`` is false, as
+    in quick), else the profile's ``backbones`` key, else ``[backbone]``.
     Nothing is read; data roots are not resolved."""
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    datasets = list(PAPER_DATASETS) if _is_paper(prof) and not prof.get("datasets") else grid_datasets(prof)
+    datasets = grid_datasets(prof)
     if kind == "scale":
         backbones = (list(prof.get("scale_backbones") or [prof["backbone"]]) if prof.get("other_backbones", True)
                      else [prof["backbone"]])
     else:
-        backbones = list(prof.get("backbones") or (
-            prof["scale_backbones"] if _is_paper(prof) and prof.get("scale_backbones") else [prof["backbone"]]))
+        backbones = list(prof.get("backbones") or [prof["backbone"]])
     return datasets, backbones
 
 
@@ -164,7 +158,7 @@ def make_grid(
     - ``"cross"``  — the union of the two (the shared point ``(depth, budget)`` once):
       ``len(depths) + len(budgets) − 1`` points when ``depth ∈ depths`` and ``budget ∈ budgets``;
     - ``"full"``   — ``depths × budgets``;
-    - ``"regime"`` — the profile's default: ``"full"`` for ``paper``, ``"cross"`` otherwise;
+    - ``"regime"`` — the profile's ``regime_grid`` (``"full"`` in paper, ``"cross"`` otherwise);
     - ``"scale"``  — the single point ``(depth, budget)`` for every backbone in
       ``scale_backbones``.
 
@@ -177,10 +171,8 @@ def make_grid(
     the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
     :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
     the same value. Per point that is ``(C − R)·S + R`` cells for ``C`` conditions of which
-    ``R`` are seedless and ``S`` seeds. Datasets default to
-    the profile's ``datasets`` key, else :data:`midas_nb.config.PAPER_DATASETS` for the ``paper`` profile,
-    else ``[dataset]``; backbones to ``scale_backbones`` for ``kind="scale"``, else the
-    profile's ``backbones`` key, else ``scale_backbones`` for ``paper``, else ``[backbone]``.
+    ``R`` are seedless and ``S`` seeds. Datasets and backbones default to
+    :func:`grid_spans`'s.
     Each dataset's root is ``data_roots[name]`` (or ``data_root`` for the profile's own
     dataset); a dataset without one is an error (:func:`midas_nb.config.data_root_for`), except
     the embedded synthetic set where it applies (named ``"synthetic"``, or CUB in smoke/quick
@@ -209,7 +201,7 @@ def make_grid(
     """
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     if kind == "regime":
-        kind = "full" if _is_paper(prof) else "cross"
+        kind = prof.get("regime_grid", "cross")
     L0, b0 = int(prof["depth"]), float(prof["budget"])
     depths = [int(x) for x in prof.get("depths", [L0])]
     budgets = [float(x) for x in prof.get("budgets", [b0])]
