@@ -522,6 +522,10 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in"
     assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
     assert md[2].split(" | ")[1] == "part mIoU (100 images)"
+    # a capped training split is named beside its D (quick's Cars: decision 0057)
+    capped = report.build_tables(pd.DataFrame(rows), dict(prof, max_images_per_class={"cars": 12}))
+    assert [ln.split(" | ")[0].lstrip("| ") for ln in datasets_table(capped).splitlines()[2:]] == [
+        "cub", "aircraft (FGVC-Aircraft variant)", "cars; trained on the first 12 of each class"]
     section = report.readme_section(tables)
     assert "3 datasets" in section.splitlines()[1]
     # one column per dataset, one row per finding, each cell the findings table's verdict

@@ -345,17 +345,14 @@ def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
         chance = p.get("chance, majority share", "")
         acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
         label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
-        if "first" in p.get("training images", ""):   # a capped training split is said where D is shown
-            label += f"; trained on {p['training images'].split(' (')[0]} images, {_cap_text(p['training images'])}"
+        if p.get("training images per class (cap)"):   # a capped training split is said where D is shown
+            n = str(p.get("training images", ""))
+            label += (f"; trained on {n + ' images, ' if n.isdigit() else ''}the first "
+                      f"{p['training images per class (cap)']} of each class")
         (d5, b5), (d1, b1) = _d_cell(t, "T5"), _d_cell(t, "T1")
         body.append([label, f"{p.get('coverage', '')} ({_evaluated(p)})", acc_text, d5, b5, d1, b1])
     return _md_table(["dataset", "coverage (images)", "backbone test top-1", "D(T5) (pp) [95 % CI], band",
                       "paper D(T5)", "D(T1) (pp) [95 % CI], band", "paper D(T1)"], body)
-
-
-def _cap_text(training_images: str) -> str:
-    """"the first k of each class" out of a ``training images`` provenance value."""
-    return training_images.split("(", 1)[1].split(":")[0]
 
 
 def datasets_summary(report_dir: str | Path) -> str:

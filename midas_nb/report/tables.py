@@ -134,11 +134,11 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
         vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
         add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
-        cap = config.images_per_class(dict(prof), ds)
         for name, text in _fingerprints(g).items():
-            if name == "training images" and cap is not None:
-                text += f" (the first {cap} of each class: the profile's max_images_per_class)"
             add(ds, bb, name, text)
+        cap = config.images_per_class(dict(prof), ds)
+        if cap is not None:   # the profile's max_images_per_class (decision 0057)
+            add(ds, bb, "training images per class (cap)", cap)
         add(ds, bb, "depth L, budget b", f"{prof['depth']}, {float(prof['budget']):.0%}")
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
         shown = [c for c in _order(at["condition"], prof["conditions"]) if c in set(prof["conditions"]) | {"random"}]
