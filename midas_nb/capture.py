@@ -88,8 +88,8 @@ class CaptureResult:
     attn_grad_prob: list[Tensor | None] = field(default_factory=list)
 
     @property
-    def depth(self) -> int:
-        """Number of blocks recorded."""
+    def num_blocks(self) -> int:
+        """Number of blocks recorded (not the depth ``L``, which names one of them)."""
         return len(self.attn)
 
     def patch(self, t: Tensor) -> Tensor:

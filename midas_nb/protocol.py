@@ -42,7 +42,7 @@ accuracy and throughput are in every row (``full_accuracy``, ``throughput_full``
 ``df.attrs``; the settings are in ``df.attrs["params"]`` (:func:`protocol_params`).
 
 Block-``L`` states of both splits are cached once (:func:`midas_nb.train.block_cache`); each
-condition then only runs its scorer and blocks ``L+1..depth`` on the kept tokens (and the
+condition then only runs its scorer and blocks ``L+1..n`` on the kept tokens (and the
 insertion/deletion forwards). Apart from the target maps (which need the attention matrices),
 the run uses timm's fused attention (:func:`fused_attention`; numerically the same, faster) for
 every block — throughput included, for the full and the pruned model alike — and restores the

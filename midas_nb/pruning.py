@@ -3,8 +3,8 @@
 The pruned forward of a timm ViT runs blocks ``1..L`` on all ``P + N`` tokens, scores the
 ``N`` patch tokens from block ``L``'s output with a :class:`~midas_nb.scorers.TokenScorer`,
 keeps the prefix tokens plus the top ``k = ceil(b·N)`` patch tokens, and runs blocks
-``L+1..depth`` on the really shorter sequence of ``P + k`` tokens (so the FLOPs drop), then
-the final norm and head. Kept tokens keep their position embedding (it was added before
+``L+1..n`` (n: the backbone's number of blocks) on the really shorter sequence of ``P + k``
+tokens (so the FLOPs drop), then the final norm and head. Kept tokens keep their position embedding (it was added before
 pruning), as in DynamicViT (Rao et al., 2021, https://arxiv.org/abs/2106.02034) and EViT
 (Liang et al., 2022, https://arxiv.org/abs/2202.07800), whose one-stage variant at a single
 depth this is.
@@ -174,7 +174,7 @@ def prune_tokens(
         hidden: ``[B,P+N,D]`` output of block ``L`` (e.g. from :func:`score_tokens` or a cache).
         scores: ``[B,N]`` ranking (higher = keep); only its order is used (no gradient flows
             through the selection; see :mod:`midas_nb.train` for the relaxations).
-        depth: ``L`` (1-based); blocks ``L+1..depth`` run on ``P + k`` tokens.
+        depth: ``L`` (1-based); blocks ``L+1..n`` run on ``P + k`` tokens.
         budget: ``b ∈ (0,1]``.
         return_tokens: also return the last block's output ``[B,P+k,D]``.
 

@@ -249,7 +249,7 @@ def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, 
 
     Raises:
         ValueError: not two targets, an unknown target, an image outside the list, ``L``
-            outside ``1..depth−1`` or ``b`` outside ``(0, 1]``.
+            outside ``1..n−1`` or ``b`` outside ``(0, 1]``.
     """
     targets = tuple(targets)
     if len(targets) != 2:

@@ -77,14 +77,14 @@ def test_attention_equals_softmax_qk_from_block_weights(distilled):
     res = capture(model, x, class_index=torch.tensor([0, 1, 2]))
     P = 2 if distilled else 1
     assert res.num_prefix_tokens == P and res.grid_size == (4, 4)
-    assert res.depth == 3
+    assert res.num_blocks == 3
     for b, blk in enumerate(model.blocks):
         assert res.attn[b].shape == (3, 3, P + 16, P + 16)
         out, A = manual_block(blk, res.hidden_in[b])
         torch.testing.assert_close(res.attn[b], A, atol=ATOL, rtol=0)
         torch.testing.assert_close(res.hidden[b], out, atol=ATOL, rtol=0)
         torch.testing.assert_close(res.attn[b].sum(-1), torch.ones(3, 3, P + 16), atol=ATOL, rtol=0)
-        if b + 1 < res.depth:
+        if b + 1 < res.num_blocks:
             torch.testing.assert_close(res.hidden_in[b + 1], res.hidden[b])
     # the first block's input is the embedding; the logits are the model's
     torch.testing.assert_close(res.hidden_in[0], embed_tokens(model, x).detach())
@@ -222,15 +222,15 @@ def test_pruned_sequence_via_forward_fn(distilled):
     res = capture(model, x, class_index=c, forward_fn=pruned)
     assert res.attn[0].shape[-1] == P + 16
     assert res.attn[1].shape[-1] == P + 4 and res.hidden[2].shape[1] == P + 4
-    for b in range(res.depth):
+    for b in range(res.num_blocks):
         _, A = manual_block(model.blocks[b], res.hidden_in[b])
         torch.testing.assert_close(res.attn[b], A, atol=ATOL, rtol=0)
     logits, As, hs = manual_forward(model, embed_tokens(model, x).detach(), prune=(L, keep, P))
     torch.testing.assert_close(res.logits, logits.detach(), atol=ATOL, rtol=0)
     g = torch.autograd.grad(logits.gather(1, c[:, None]).sum(), As + hs)
-    for b in range(res.depth):
+    for b in range(res.num_blocks):
         torch.testing.assert_close(res.attn_grad[b], g[b], atol=ATOL, rtol=1e-4)
-        torch.testing.assert_close(res.hidden_grad[b], g[res.depth + b], atol=ATOL, rtol=1e-4)
+        torch.testing.assert_close(res.hidden_grad[b], g[res.num_blocks + b], atol=ATOL, rtol=1e-4)
     # dropped tokens of block L's output get no gradient
     dropped = torch.ones(3, 16, dtype=torch.bool)
     dropped[torch.arange(3)[:, None], keep] = False

@@ -274,7 +274,7 @@ def test_tokentm_equals_full_matrix_product(model, images):
     c = torch.tensor([0, 4, 2])
     cap = capture(model, images, c, prob_grad=True)
     C = torch.diag_embed(cap.hidden_in[0].norm(dim=-1))           # C⁰ = diag(‖E⁰_i‖)
-    for b in range(cap.depth):                                    # MHSA then FFN, per block
+    for b in range(cap.num_blocks):                                    # MHSA then FFN, per block
         C = tokentm_mhsa_update(cap.attn[b], cap.attn_grad_prob[b],
                                 transformation_weight(cap.hidden_in[b], cap.value_proj[b])) @ C
         C = tokentm_ffn_update(transformation_weight(cap.hidden_mid[b], cap.mlp_out[b])) @ C
@@ -349,7 +349,7 @@ def test_probability_gradient_is_softmax_jacobian_of_logit_gradients(model, imag
     cap = capture(model, images, c, prob_grad=True)
     p = cap.logits.softmax(-1)
     per_class = [capture(model, images, torch.full((3,), k)).attn_grad for k in range(p.shape[1])]
-    for b in range(cap.depth):
+    for b in range(cap.num_blocks):
         gy = torch.stack([g[b] for g in per_class], 1)                     # B x K x H x T x T
         mean = (p[:, :, None, None, None] * gy).sum(1)
         own = gy[torch.arange(3), c]

@@ -15,7 +15,7 @@ reading the output of block ``L``:
   a keep probability in ``(0,1)``. Heads: 6, the value ``AttnGroup`` builds (the class's own
   default, 2, is not used by the released model).
 - **policy** (``AttnGroup.forward_agent``) — keep token ``j`` with ``u_j ~ Bernoulli(π_j)``
-  (prefix tokens always kept); at inference keep ``π_j > 0.5``. Blocks ``L+1..depth`` see only
+  (prefix tokens always kept); at inference keep ``π_j > 0.5``. Blocks ``L+1..n`` see only
   the kept tokens (key masking, :func:`masked_logits`).
 - **reward** (:func:`iared_reward`, the paper's reward) — ``R = 1 − ρ^e`` when the prediction is
   correct (``ρ`` the kept fraction, ``e = 2``) and ``R = −γ`` when it is wrong (``γ = 1``, the
@@ -103,7 +103,7 @@ def reinforce_loss(log_prob: Tensor, reward: Tensor) -> Tensor:
 
 
 def masked_logits(backbone: nn.Module, hidden: Tensor, keep_mask: Tensor, depth: int) -> Tensor:
-    """Logits when blocks ``L+1..depth`` see only the prefix and the patch tokens ``keep_mask``.
+    """Logits when blocks ``L+1..n`` see only the prefix and the patch tokens ``keep_mask``.
 
     Every block after ``L`` gets the additive key mask ``−∞`` at dropped patch tokens, so no
     query attends to them; with CLS pooling the logits equal those of really dropping them

@@ -176,7 +176,7 @@ class LaStViT(nn.Module):
         return list(self.blocks.parameters()) + list(self.head.parameters())
 
     def trunk(self, images: Tensor) -> Tensor:
-        """Frozen part: embedding and blocks ``1..depth−t``: ``[B,3,H,W] → [B,P+N,D]``."""
+        """Frozen part: embedding and blocks ``1..n−t``: ``[B,3,H,W] → [B,P+N,D]``."""
         return run_blocks(self.backbone, embed_tokens(self.backbone, images), 0, self.start)
 
     def forward_tokens(self, x: Tensor) -> Tensor:

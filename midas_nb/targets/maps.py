@@ -13,9 +13,9 @@ from .rules import (attention_rollout, chefer_relevance, cls_attention_map, stab
 
 
 def _block(capture: CaptureResult, depth: int) -> int:
-    """0-based block index of the 1-based depth ``L``; checks ``1 ≤ L ≤ capture.depth``."""
-    if not (1 <= int(depth) <= capture.depth):
-        raise ValueError(f"depth L must be in 1..{capture.depth} (1-based block), got {depth!r}")
+    """0-based block index of the 1-based depth ``L``; checks ``1 ≤ L ≤ capture.num_blocks``."""
+    if not (1 <= int(depth) <= capture.num_blocks):
+        raise ValueError(f"depth L must be in 1..{capture.num_blocks} (1-based block), got {depth!r}")
     return int(depth) - 1
 
 

@@ -12,8 +12,8 @@ The loss of a trainable scorer (:class:`~midas_nb.scorers.MLPScorer`) is
     gradient 1 w.r.t. ``s_j``), so ``∂L_cls/∂s_j = ⟨∂L_cls/∂x_j, x_j⟩`` for kept tokens — an
     input×gradient signal at depth ``L``, i.e. T5-like (DESIGN.md §4) — and **0 for dropped
     tokens**. The forward equals the evaluation forward exactly. Only ``P + k`` tokens run
-    through blocks ``L+1..depth``.
-  * ``"soft"`` — all ``P + N`` tokens run through blocks ``L+1..depth`` with an additive
+    through blocks ``L+1..n``.
+  * ``"soft"`` — all ``P + N`` tokens run through blocks ``L+1..n`` with an additive
     attention bias on the *keys*: ``β_j = log σ((s_j − t) / (τ_m·sd(s)))`` for patch tokens and
     ``0`` for prefix tokens, where ``t`` is the midpoint between the ``k``-th and ``(k+1)``-th
     highest score and ``sd(s)`` the per-image standard deviation of the scores (both
@@ -30,7 +30,7 @@ The loss of a trainable scorer (:class:`~midas_nb.scorers.MLPScorer`) is
 
 The backbone stays frozen and in eval mode (:func:`frozen`); only scorer parameters train.
 Block-``L`` hidden states of a split are computed once and cached (:func:`block_cache`), so a
-scorer step runs only the scorer and blocks ``L+1..depth`` on the kept tokens. No flip
+scorer step runs only the scorer and blocks ``L+1..n`` on the kept tokens. No flip
 augmentation is used (cached states are of the un-augmented images; the scorer has ~D²/2
 parameters and a frozen backbone). Trained scorers are cached by key
 (:func:`load_or_train_scorer`) under ``midas_nb.config.cache_dir()/scorers``.

@@ -135,7 +135,7 @@ def block_cache(
         device: where the backbone runs.
         progress: show a tqdm bar.
         dtype: storage dtype of ``hidden``. Default: float32.
-        full_logits: also run blocks ``L+1..depth`` on all tokens for the full model's logits
+        full_logits: also run blocks ``L+1..n`` on all tokens for the full model's logits
             (``False``: ``logits`` is ``[n,0]``, about half the cost; enough for training).
         masks: store the part and box masks (``False``: ``[n,0]``; training never reads them,
             and the cache then keys on the images, labels and transform only, so editing a
