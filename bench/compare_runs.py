@@ -3,6 +3,11 @@
 Usage::
 
     python bench/compare_runs.py --before DIR/{runs,fig,nb}_before --after ...   # see --help
+    python bench/compare_runs.py --revisions HEAD~3            # runs both: HEAD~3 vs the working tree
+    python bench/compare_runs.py --revisions main my-branch    # two revisions
+
+With ``--revisions`` the smoke runs are made here: each revision is checked out in a temporary
+git worktree (the working tree for a missing second one) and run with its own empty cache.
 
 Each run is three directories written by ``midas-nb run --profile smoke --output NB`` with
 ``MIDAS_RUNS_DIR=RUNS MIDAS_FIGURES_DIR=FIG``. Four comparisons, each printed as one line
@@ -194,15 +199,50 @@ def compare_notebooks(before: Path, after: Path, roots: tuple[list[str], list[st
     return out
 
 
+def smoke_run(revision: str | None, work: Path, profile: str) -> list[str]:
+    """``midas-nb run --profile PROFILE`` of ``revision`` (``None``: the working tree) into
+    ``work``, with its own empty cache; ``[RUNS, FIG, NB]`` for ``--before`` / ``--after``."""
+    root = Path(__file__).resolve().parents[1]
+    tree = root
+    if revision is not None:
+        tree = work / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), revision], check=True,
+                       stdout=subprocess.DEVNULL)
+    dirs = [str(work / d) for d in ("runs", "fig", "nb")]
+    env = dict(os.environ, PYTHONPATH=str(tree), MIDAS_RUNS_DIR=dirs[0], MIDAS_FIGURES_DIR=dirs[1],
+               MIDAS_CACHE_DIR=str(work / "cache"))
+    print(f"smoke run of {revision or 'the working tree'} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "midas_nb.cli", "run", "--profile", profile, "--output", dirs[2]],
+                   cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    return dirs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for side in ("before", "after"):
-        ap.add_argument(f"--{side}", nargs=3, metavar=("RUNS", "FIG", "NB"), required=True)
+        ap.add_argument(f"--{side}", nargs=3, metavar=("RUNS", "FIG", "NB"))
+    ap.add_argument("--revisions", nargs="+", metavar="REV", help="make both runs: BEFORE [AFTER] (git revisions)")
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--mask-before", nargs="*", default=[], metavar="PATH",
                     help="further paths of the before run shown in outputs (cache dir, source tree), masked")
     ap.add_argument("--mask-after", nargs="*", default=[], metavar="PATH", help="the same for the after run")
     args = ap.parse_args(argv)
+    if args.revisions:
+        with tempfile.TemporaryDirectory(prefix="midas-compare-") as tmp:
+            revs = (list(args.revisions) + [None])[:2]
+            sides = [smoke_run(rev, Path(tmp) / side, args.profile) for rev, side in zip(revs, ("before", "after"))]
+            rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a not in args.revisions
+                    and a != "--revisions"]
+            code = main(rest + ["--before", *sides[0], "--after", *sides[1],
+                                "--mask-before", str(Path(tmp) / "before"), "--mask-after", str(Path(tmp) / "after")])
+            root = Path(__file__).resolve().parents[1]
+            for side in ("before", "after"):
+                if (Path(tmp) / side / "tree").exists():
+                    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force",
+                                    str(Path(tmp) / side / "tree")], check=False)
+            return code
+    if not (args.before and args.after):
+        ap.error("give --before and --after (three folders each), or --revisions")
     rb, fb, nbb = map(Path, args.before)
     ra, fa, nba = map(Path, args.after)
     roots = ([str(p) for p in (rb, fb, nbb)] + list(args.mask_before),
