@@ -217,8 +217,30 @@ def smoke_run(revision: str | None, work: Path, profile: str) -> list[str]:
     return dirs
 
 
+def compare_runs(before: list[Path], after: list[Path], profile: str, masks: tuple[list[str], list[str]]) -> int:
+    """The four comparisons of two runs (``[RUNS, FIG, NB]`` each), printed; 0 when identical."""
+    rb, fb, nbb = before
+    ra, fa, nba = after
+    roots = ([str(p) for p in before] + masks[0], [str(p) for p in after] + masks[1])
+    parts: dict[str, list[str]] = {}
+    parts["1 result store"] = compare_store(rb / "sweeps" / profile / "cells", ra / "sweeps" / profile / "cells")
+    parts["2 CSV tables"] = compare_csvs(rb, ra, roots, "runs") + compare_csvs(fb, fa, roots, "figures")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_report(rb, profile, Path(tmp) / "before")
+        run_report(ra, profile, Path(tmp) / "after")
+        parts["3 report tables"] = compare_csvs(Path(tmp) / "before", Path(tmp) / "after", roots, "report")
+    parts["4 notebook outputs"] = compare_notebooks(nbb, nba, roots)
+    n_cells = len(list((rb / "sweeps" / profile / "cells").glob("*.json")))
+    print(f"({n_cells} store cells before)")
+    for name, diffs in parts.items():
+        print(f"{name}: " + ("identical" if not diffs else f"{len(diffs)} difference(s)"))
+        for d in diffs[:40]:
+            print("   ", d)
+    return 0 if not any(parts.values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     for side in ("before", "after"):
         ap.add_argument(f"--{side}", nargs=3, metavar=("RUNS", "FIG", "NB"))
     ap.add_argument("--revisions", nargs="+", metavar="REV", help="make both runs: BEFORE [AFTER] (git revisions)")
@@ -227,41 +249,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="further paths of the before run shown in outputs (cache dir, source tree), masked")
     ap.add_argument("--mask-after", nargs="*", default=[], metavar="PATH", help="the same for the after run")
     args = ap.parse_args(argv)
-    if args.revisions:
-        with tempfile.TemporaryDirectory(prefix="midas-compare-") as tmp:
-            revs = (list(args.revisions) + [None])[:2]
-            sides = [smoke_run(rev, Path(tmp) / side, args.profile) for rev, side in zip(revs, ("before", "after"))]
-            rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a not in args.revisions
-                    and a != "--revisions"]
-            code = main(rest + ["--before", *sides[0], "--after", *sides[1],
-                                "--mask-before", str(Path(tmp) / "before"), "--mask-after", str(Path(tmp) / "after")])
-            root = Path(__file__).resolve().parents[1]
-            for side in ("before", "after"):
-                if (Path(tmp) / side / "tree").exists():
-                    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force",
-                                    str(Path(tmp) / side / "tree")], check=False)
-            return code
-    if not (args.before and args.after):
-        ap.error("give --before and --after (three folders each), or --revisions")
-    rb, fb, nbb = map(Path, args.before)
-    ra, fa, nba = map(Path, args.after)
-    roots = ([str(p) for p in (rb, fb, nbb)] + list(args.mask_before),
-             [str(p) for p in (ra, fa, nba)] + list(args.mask_after))
-    parts: dict[str, list[str]] = {}
-    parts["1 result store"] = compare_store(rb / "sweeps" / args.profile / "cells", ra / "sweeps" / args.profile / "cells")
-    parts["2 CSV tables"] = compare_csvs(rb, ra, roots, "runs") + compare_csvs(fb, fa, roots, "figures")
-    with tempfile.TemporaryDirectory() as tmp:
-        run_report(rb, args.profile, Path(tmp) / "before")
-        run_report(ra, args.profile, Path(tmp) / "after")
-        parts["3 report tables"] = compare_csvs(Path(tmp) / "before", Path(tmp) / "after", roots, "report")
-    parts["4 notebook outputs"] = compare_notebooks(nbb, nba, roots)
-    n_cells = len(list((rb / "sweeps" / args.profile / "cells").glob("*.json")))
-    print(f"({n_cells} store cells before)")
-    for name, diffs in parts.items():
-        print(f"{name}: " + ("identical" if not diffs else f"{len(diffs)} difference(s)"))
-        for d in diffs[:40]:
-            print("   ", d)
-    return 0 if not any(parts.values()) else 1
+    masks = (list(args.mask_before), list(args.mask_after))
+    if not args.revisions:
+        if not (args.before and args.after):
+            ap.error("give --before and --after (three folders each), or --revisions")
+        return compare_runs([Path(p) for p in args.before], [Path(p) for p in args.after], args.profile, masks)
+    if len(args.revisions) > 2 or args.before or args.after:
+        ap.error("--revisions takes BEFORE [AFTER] and replaces --before/--after")
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="midas-compare-") as tmp:
+        work = [Path(tmp) / "before", Path(tmp) / "after"]
+        try:
+            sides = [smoke_run(rev, w, args.profile) for rev, w in zip(list(args.revisions) + [None], work)]
+            return compare_runs([Path(p) for p in sides[0]], [Path(p) for p in sides[1]], args.profile,
+                                (masks[0] + [str(work[0]), str(root)], masks[1] + [str(work[1]), str(root)]))
+        finally:
+            for w in work:
+                if (w / "tree").exists():
+                    subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(w / "tree")],
+                                   check=False)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ _COMMON: dict[str, Any] = dict(
     pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
     backbone_kwargs={},          # timm VisionTransformer kwargs: {kwarg: value} for every backbone and/or
                                  # {backbone: {kwarg: value}} for one
-    max_images_per_class=None,   # first k images of each class of every split; {dataset: k}: those named
+    max_images_per_class=None,   # first k images of each class of every split; {dataset: k}: those named; {}: none
     synthetic_default=False,     # CUB without any data root is the embedded synthetic set
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
     other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
@@ -114,7 +114,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         # off in quick's time budget: each other backbone is trained from nothing on 2 cores;
         # `-p other_backbones true` adds both (docs/decisions/0013-quick-profile-sizes.md)
         other_backbones=False,
-        # Cars trains on 12 photos per class (1,128 of 3,948; test untouched): docs/decisions/0057
+        # Cars: 12 photos per class of every split (1,128 of 3,948 to train; test <= 4): decisions/0057
         max_images_per_class=dict(cars=12),
         # FGVC-Aircraft by variant, as the paper: on the real subset's 198 training photos the
         # offline teacher is furthest above the majority-class baseline at this level
@@ -448,7 +448,7 @@ def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
         problems.append(f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
                         f"got {show_value(recipe)}")
         return
-    for k, v in recipe.items():  # per-backbone entries {backbone: {setting: value}} (finetune_settings)
+    for k, v in recipe.items():  # a dataset's or backbone's entry {name: {setting: value}} (finetune_settings)
         if isinstance(v, dict):
             _check_recipe(f"{name}.{k}", v, problems)
     for k in ("epochs", "batch_size", "throughput_repeats", "throughput_batch"):
@@ -505,8 +505,8 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
         v = p.get(key)
         if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
-    if p.get("regime_grid") not in ("cross", "full", "depth", "budget"):
-        problems.append(f"regime_grid: expected cross, full, depth or budget, got {show_value(p.get('regime_grid'))}")
+    if p.get("regime_grid", "cross") not in ("cross", "full", "depth", "budget"):
+        problems.append(f"regime_grid: expected cross, full, depth or budget, got {show_value(p['regime_grid'])}")
     if isinstance(p.get("datasets"), list):
         bad = [d for d in p["datasets"] if d not in DATASET_NAMES]
         if bad:
@@ -553,7 +553,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
     for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
         v = p.get(key)
-        if key == "max_images_per_class" and isinstance(v, dict):
+        if key == "max_images_per_class" and isinstance(v, dict):   # {dataset: k}; {} caps none
             bad = {k: x for k, x in v.items() if k not in DATASET_NAMES or not (_is_int(x) and x >= 1)}
             if bad:
                 problems.append(f"{key}: expected {{dataset: integer >= 1}} with datasets from "

@@ -311,6 +311,8 @@ def test_training_recipe_names_every_bad_field_at_once():
         bb.TrainingRecipe(epochs=0, batch_size=4, lr=-1, label_smoothing=1.0)
     with pytest.raises(ValueError, match=r"got batch_size=2\.5"):
         bb.TrainingRecipe(epochs=1, batch_size=2.5, lr=1e-3)
+    with pytest.raises(ValueError, match=r"got epochs=True, lr=inf, weight_decay=None$"):
+        bb.TrainingRecipe(epochs=True, batch_size=4, lr=float("inf"), weight_decay=None)
     r = bb.TrainingRecipe(epochs=3, batch_size=8, lr=1e-3)
     assert r.key() == dict(epochs=3, batch_size=8, lr=1e-3, warmup_epochs=0.0, seed=0, label_smoothing=0.1,
                            weight_decay=0.05)

@@ -161,7 +161,7 @@ def test_results_do_not_depend_on_batch_composition():
         alone = capture(model, x[i:i + 1], class_index=c[i:i + 1], labels=labels[i:i + 1])
         for field in ("attn", "attn_grad", "attn_grad_loss", "hidden", "hidden_grad", "hidden_grad_loss",
                       "attn_in", "attn_out", "mlp_in", "mlp_out"):
-            for b in range(batch.depth):
+            for b in range(batch.num_blocks):
                 torch.testing.assert_close(getattr(batch, field)[b][i:i + 1], getattr(alone, field)[b],
                                            atol=ATOL, rtol=1e-4, msg=f"{field}[{b}] image {i}")
     # and a different companion image leaves image 0 unchanged

@@ -271,7 +271,7 @@ def _checked_recipe(model_name: str, recipe: DistillRecipe | None, epochs: int) 
     """The recipe a build takes: the registry's (the checkpoint key reads it), with fewer coarse
     epochs than epochs. Raises ``ValueError`` otherwise."""
     if recipe is not None and is_distilled_name(model_name) and recipe != distill_recipe(model_name):
-        raise ValueError(f"recipe {recipe} differs from DISTILLED_RECIPES[{model_name!r}]; the checkpoint key is "
+        raise ValueError(f"distill={recipe} differs from DISTILLED_RECIPES[{model_name!r}]; the checkpoint key is "
                          "built from that registry, so set the recipe there (as bench/backbone_distill.py does)")
     recipe = recipe or distill_recipe(model_name)
     if recipe.coarse_epochs >= epochs:
@@ -316,9 +316,8 @@ def finetune_distilled(
             reads :data:`DISTILLED_RECIPES`), or ``coarse_epochs >= epochs``.
     """
 
-    schedule = recipe
-    epochs, batch_size, lr, seed = schedule.epochs, schedule.batch_size, schedule.lr, schedule.seed
-    recipe = _checked_recipe(model_name, distill, epochs)   # from here on: the distillation recipe
+    epochs, batch_size, lr, seed = recipe.epochs, recipe.batch_size, recipe.lr, recipe.seed
+    distill = _checked_recipe(model_name, distill, epochs)
     train_labels, test_labels, num_classes = check_training_args(train_set, test_set,
                                                                  weights=weights, from_nothing=model_name)
     device = torch.device(device)
@@ -330,22 +329,22 @@ def finetune_distilled(
         raise ValueError(f"{model_name} must be a hybrid backbone with a distillation token")
     autocast, precision = mixed_precision(device, amp)
     gen = torch.Generator().manual_seed(seed)
-    teacher = _teacher_targets(model, recipe, train_set, test_set, train_labels, test_labels, num_classes, seed=seed,
+    teacher = _teacher_targets(model, distill, train_set, test_set, train_labels, test_labels, num_classes, seed=seed,
                                batch_size=batch_size, device=device, cache_dir=cache_dir, num_workers=num_workers,
                                progress=progress)
     # training-only linear heads on the patch tokens (not part of the saved backbone)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 1)
-        hint = nn.Linear(model.embed_dim, teacher.channels).to(device) if recipe.hint_weight > 0 else None
-        tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if recipe.token_label_weight > 0 else None
+        hint = nn.Linear(model.embed_dim, teacher.channels).to(device) if distill.hint_weight > 0 else None
+        tl_head = nn.Linear(model.embed_dim, num_classes).to(device) if distill.token_label_weight > 0 else None
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=schedule.weight_decay,
+    optimizer, scheduler = adamw_cosine(model, (hint, tl_head), lr=lr, weight_decay=recipe.weight_decay,
                                         total=epochs * steps_per_epoch,
-                                        warmup=max(1, round(schedule.warmup_epochs * steps_per_epoch)))
-    step = _DistillStep(model=model, recipe=recipe, teacher=teacher, train_labels=train_labels, hint=hint,
+                                        warmup=max(1, round(recipe.warmup_epochs * steps_per_epoch)))
+    step = _DistillStep(model=model, recipe=distill, teacher=teacher, train_labels=train_labels, hint=hint,
                         tl_head=tl_head, optimizer=optimizer, scheduler=scheduler, autocast=autocast,
                         scaler=torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16"),
-                        label_smoothing=schedule.label_smoothing, batch_size=batch_size, device=device, gen=gen)
+                        label_smoothing=recipe.label_smoothing, batch_size=batch_size, device=device, gen=gen)
     model.train()
     t0 = time.perf_counter()
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
@@ -359,10 +358,10 @@ def finetune_distilled(
         head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
         eval_s = time.perf_counter() - t0
     meta = checkpoint_meta(
-        model, model_name, train_set, test_set, schedule, num_classes=num_classes, weights=None,
+        model, model_name, train_set, test_set, recipe, num_classes=num_classes, weights=None,
         backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision,
         distillation=dict(
-            recipe.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
+            distill.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
             teacher_test_accuracy=teacher.test_accuracy, teacher_train_accuracy_out_of_fold=teacher.train_accuracy,
             student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],
             student_test_accuracy=head_acc["mean"]),

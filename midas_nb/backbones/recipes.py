@@ -2,6 +2,7 @@
 distilled backbones add (:class:`DistillRecipe`); both enter checkpoint keys."""
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -41,14 +42,21 @@ class TrainingRecipe:
     weight_decay: float = 0.05
 
     def __post_init__(self) -> None:
+        def integer(v: Any, lo: float) -> bool:
+            return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo
+
+        def number(v: Any, lo: float, hi: float = math.inf, open_lo: bool = False) -> bool:
+            return (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                    and (v > lo if open_lo else v >= lo) and v < hi)
+
         bad = [f"{k}={v!r}" for k, v, ok in (
-            ("epochs", self.epochs, isinstance(self.epochs, numbers.Integral) and self.epochs >= 1),
-            ("batch_size", self.batch_size, isinstance(self.batch_size, numbers.Integral) and self.batch_size >= 1),
-            ("lr", self.lr, isinstance(self.lr, numbers.Real) and self.lr > 0),
-            ("warmup_epochs", self.warmup_epochs, isinstance(self.warmup_epochs, numbers.Real) and self.warmup_epochs >= 0),
-            ("seed", self.seed, isinstance(self.seed, numbers.Integral)),
-            ("label_smoothing", self.label_smoothing, 0 <= self.label_smoothing < 1),
-            ("weight_decay", self.weight_decay, self.weight_decay >= 0)) if not ok]
+            ("epochs", self.epochs, integer(self.epochs, 1)),
+            ("batch_size", self.batch_size, integer(self.batch_size, 1)),
+            ("lr", self.lr, number(self.lr, 0, open_lo=True)),
+            ("warmup_epochs", self.warmup_epochs, number(self.warmup_epochs, 0)),
+            ("seed", self.seed, integer(self.seed, -math.inf)),
+            ("label_smoothing", self.label_smoothing, number(self.label_smoothing, 0, 1)),
+            ("weight_decay", self.weight_decay, number(self.weight_decay, 0))) if not ok]
         if bad:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
                              f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")

@@ -173,7 +173,7 @@ def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth:
     Blocks ``L+1..n−1`` run on the prefix and the top ``k = ceil(b·N)`` patch tokens; before
     the final block the pruned tokens are put back at their positions with their block-``L``
     states, and the final block, norm and head run on all ``P + N`` tokens (Bergner et al.,
-    2025, "Last Layer Fusion"). With ``L = depth−1`` the result is the full model's.
+    2025, "Last Layer Fusion"). With ``L = n−1`` the result is the full model's.
 
     Args:
         backbone: timm ViT.

@@ -62,14 +62,15 @@ def _shown_path(p: str | Path) -> str:
     return "…/" + "/".join(p.parts[-2:])
 
 
-def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
+def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
     """Content fingerprints of the data behind these rows, each saying where it came from:
 
     - ``evaluated images' fingerprint`` — the rows' ``dataset_fingerprint``: the identity of
       the test images the protocol evaluated (``max_eval_images`` of the test split,
       :func:`midas_nb.protocol.run_protocol`), "n of M test images";
     - ``training images`` — the number the backbone (and every scorer) trained on, from the
-      checkpoint's metadata;
+      checkpoint's metadata; ``training images per class (cap)`` — the profile's cap ``cap``
+      (``max_images_per_class``), only where that number agrees with it (at most ``cap`` per class);
     - ``test split fingerprint`` / ``train split fingerprint`` — the whole splits, from the
       fine-tuned checkpoint's metadata in *this machine's* cache
       (``<MIDAS_CACHE_DIR>/checkpoints/*-<checkpoint id>.json``, path printed); where it is
@@ -87,6 +88,8 @@ def _fingerprints(g: pd.DataFrame) -> dict[str, str]:
                                             "not recorded in the result rows")
     n_train = ((meta or {}).get("train_set") or {}).get("num_images")
     out["training images"] = str(n_train) if n_train else "not available: no checkpoint metadata"
+    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
+        out["training images per class (cap)"] = str(cap)      # decision 0057
     for split in ("test", "train"):
         fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
         out[f"{split} split fingerprint"] = (
@@ -134,11 +137,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
         vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
         add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
-        for name, text in _fingerprints(g).items():
+        for name, text in _fingerprints(g, config.images_per_class(dict(prof), ds)).items():
             add(ds, bb, name, text)
-        cap = config.images_per_class(dict(prof), ds)
-        if cap is not None:   # the profile's max_images_per_class (decision 0057)
-            add(ds, bb, "training images per class (cap)", cap)
         add(ds, bb, "depth L, budget b", f"{prof['depth']}, {float(prof['budget']):.0%}")
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
         shown = [c for c in _order(at["condition"], prof["conditions"]) if c in set(prof["conditions"]) | {"random"}]

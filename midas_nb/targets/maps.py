@@ -117,10 +117,10 @@ def hidden_input_x_gradient(capture: CaptureResult, depth: int, class_index: Ten
     Signed. Equals captum's ``LayerGradientXActivation`` on block ``L`` summed over channels.
     Source: DESIGN.md §4; Shrikumar et al., 2016, https://arxiv.org/abs/1605.01713.
 
-    NOTE: in a pre-norm ViT with CLS pooling, patch token ``j`` after block ``depth−1`` reaches
+    NOTE: in a pre-norm ViT with CLS pooling (``n`` blocks), patch token ``j`` after block ``n−1`` reaches
     the logit only through the last block's ``norm1``, which is scale invariant, so
     ``h_j·∂y_c/∂h_j = d/dα y_c(LN((1+α)h_j)) ≈ 0`` (LayerNorm ``eps`` only): T5 is degenerate at
-    ``L = depth−1``, and T4/T5 vanish at ``L = depth`` (no gradient reaches patch tokens).
+    ``L = n−1``, and T4/T5 vanish at ``L = n`` (no gradient reaches patch tokens).
 
     """
     b = _block(capture, depth)
