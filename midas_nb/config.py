@@ -15,7 +15,7 @@ __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finet
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
            "PAPER_DATASETS", "PAPER_BACKBONES",
            "data_root_for", "dataset_label", "images_per_class", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
-           "backbone_kwargs_for", "check_profile", "check_device",
+           "backbone_kwargs_for", "check_profile", "check_device", "is_int", "is_number",
            "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
@@ -389,12 +389,12 @@ def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any
     return out
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:   # an integer (NumPy's too), not a bool
     import numbers
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:   # a finite real number, not a bool
     import math
     import numbers
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
@@ -452,11 +452,11 @@ def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
         if isinstance(v, dict):
             _check_recipe(f"{name}.{k}", v, problems)
     for k in ("epochs", "batch_size", "throughput_repeats", "throughput_batch"):
-        if k in recipe and not (_is_int(recipe[k]) and recipe[k] >= 1):
+        if k in recipe and not (is_int(recipe[k]) and recipe[k] >= 1):
             problems.append(f"{name}.{k}: expected an integer >= 1, got {show_value(recipe[k])}")
-    if "lr" in recipe and not (_is_number(recipe["lr"]) and recipe["lr"] > 0):
+    if "lr" in recipe and not (is_number(recipe["lr"]) and recipe["lr"] > 0):
         problems.append(f"{name}.lr: expected a number > 0, got {show_value(recipe['lr'])}")
-    if "warmup_epochs" in recipe and not (_is_number(recipe["warmup_epochs"]) and recipe["warmup_epochs"] >= 0):
+    if "warmup_epochs" in recipe and not (is_number(recipe["warmup_epochs"]) and recipe["warmup_epochs"] >= 0):
         problems.append(f"{name}.warmup_epochs: expected a number >= 0, got {show_value(recipe['warmup_epochs'])}")
 
 
@@ -516,20 +516,20 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
 def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     """Depth, budget, their sweep lists, seeds, conditions and the integer settings (:func:`check_profile`)."""
     depth = p.get("depth")
-    if not (_is_int(depth) and depth >= 1):
+    if not (is_int(depth) and depth >= 1):
         problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {show_value(depth)}")
     budget = p.get("budget")
-    if not (_is_number(budget) and 0 < float(budget) <= 1):
+    if not (is_number(budget) and 0 < float(budget) <= 1):
         problems.append(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {show_value(budget)}")
     elif float(budget) < _MIN_BUDGET:
         problems.append(f"budget: {budget!r} is below {_MIN_BUDGET:g}, the resolution at which result cells "
                         f"key b (6 decimals; it would round to 0); expected b in [{_MIN_BUDGET:g}, 1]")
-    for key, ok, what in (("depths", lambda v: _is_int(v) and v >= 1, "integers L >= 1"),
-                          ("budgets", lambda v: _is_number(v) and _MIN_BUDGET <= float(v) <= 1,
+    for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
+                          ("budgets", lambda v: is_number(v) and _MIN_BUDGET <= float(v) <= 1,
                            f"numbers in [{_MIN_BUDGET:g}, 1]"),
-                          ("seeds", _is_int, "integers"),
-                          ("sweep_seeds", _is_int, "integers"),
-                          ("related_seeds", _is_int, "integers")):
+                          ("seeds", is_int, "integers"),
+                          ("sweep_seeds", is_int, "integers"),
+                          ("related_seeds", is_int, "integers")):
         v = p.get(key)
         if v is None and key in ("depths", "budgets", "sweep_seeds", "related_seeds"):
             continue
@@ -546,19 +546,19 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
     for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1)):
-        if not (_is_int(p.get(key)) and p[key] >= lo):
+        if not (is_int(p.get(key)) and p[key] >= lo):
             problems.append(f"{key}: expected an integer >= {lo}, got {show_value(p.get(key))}")
-    if _is_int(p.get("image_size")) and _is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
+    if is_int(p.get("image_size")) and is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
             and p["image_size"] % p["patch_size"]:
         problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
     for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
         v = p.get(key)
         if key == "max_images_per_class" and isinstance(v, dict):   # {dataset: k}; {} caps none
-            bad = {k: x for k, x in v.items() if k not in DATASET_NAMES or not (_is_int(x) and x >= 1)}
+            bad = {k: x for k, x in v.items() if k not in DATASET_NAMES or not (is_int(x) and x >= 1)}
             if bad:
                 problems.append(f"{key}: expected {{dataset: integer >= 1}} with datasets from "
                                 f"{list(DATASET_NAMES)}, got {show_value(bad)}")
-        elif v is not None and not (_is_int(v) and v >= 1):
+        elif v is not None and not (is_int(v) and v >= 1):
             problems.append(f"{key}: expected None (all), an integer >= 1 or {{dataset: integer >= 1}}, "
                             f"got {show_value(v)}")
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from torch import nn
 
 from ..config import cache_dir as default_cache

@@ -2,10 +2,11 @@
 distilled backbones add (:class:`DistillRecipe`); both enter checkpoint keys."""
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from ..config import is_int, is_number
 
 
 
@@ -42,21 +43,15 @@ class TrainingRecipe:
     weight_decay: float = 0.05
 
     def __post_init__(self) -> None:
-        def integer(v: Any, lo: float) -> bool:
-            return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo
-
-        def number(v: Any, lo: float, hi: float = math.inf, open_lo: bool = False) -> bool:
-            return (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-                    and (v > lo if open_lo else v >= lo) and v < hi)
-
         bad = [f"{k}={v!r}" for k, v, ok in (
-            ("epochs", self.epochs, integer(self.epochs, 1)),
-            ("batch_size", self.batch_size, integer(self.batch_size, 1)),
-            ("lr", self.lr, number(self.lr, 0, open_lo=True)),
-            ("warmup_epochs", self.warmup_epochs, number(self.warmup_epochs, 0)),
-            ("seed", self.seed, integer(self.seed, -math.inf)),
-            ("label_smoothing", self.label_smoothing, number(self.label_smoothing, 0, 1)),
-            ("weight_decay", self.weight_decay, number(self.weight_decay, 0))) if not ok]
+            ("epochs", self.epochs, is_int(self.epochs) and self.epochs >= 1),
+            ("batch_size", self.batch_size, is_int(self.batch_size) and self.batch_size >= 1),
+            ("lr", self.lr, is_number(self.lr) and self.lr > 0),
+            ("warmup_epochs", self.warmup_epochs, is_number(self.warmup_epochs) and self.warmup_epochs >= 0),
+            ("seed", self.seed, is_int(self.seed)),
+            ("label_smoothing", self.label_smoothing,
+             is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1),
+            ("weight_decay", self.weight_decay, is_number(self.weight_decay) and self.weight_decay >= 0)) if not ok]
         if bad:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
                              f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")
