@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
+
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "profile_from_env",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
@@ -181,7 +183,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
-    """A copy of profile ``name`` with ``overrides`` merged in (``None`` values are ignored).
+    """A copy of profile ``name`` with ``overrides`` merged in (``None`` values are ignored);
+    its ``budget`` a :class:`midas_nb.point.Budget` where it is one (else as given: see
+    :func:`check_profile`).
 
     Raises:
         ValueError: for an unknown profile name.
@@ -195,6 +199,10 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
         # a bare path (``-p weights /path/to/deit_small.pth``) is the study's backbone's file
         prof["weights"] = {str(prof.get("backbone")): str(prof["weights"])}
     prof["profile"] = name
+    try:  # the budget is typed once here; a bad one stays as given, for check_profile's line
+        prof["budget"] = Budget(prof.get("budget"))
+    except ValueError:
+        pass
     return prof
 
 
@@ -389,29 +397,9 @@ def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any
     return out
 
 
-def is_int(v: Any) -> bool:   # an integer (NumPy's too), not a bool
-    import numbers
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def is_number(v: Any) -> bool:   # a finite real number, not a bool
-    import math
-    import numbers
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
-
-
-#: the smallest budget b: result cells key b to 6 decimals (:class:`midas_nb.sweeps.SweepCell`)
-_MIN_BUDGET = 1e-6
-
-
 def _is_path(v: Any) -> bool:
     """A non-empty path (``""`` would silently mean the current directory)."""
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
-
-
-def show_value(v: Any) -> str:
-    """How a problem message shows a bad setting: its ``repr`` and type, ``"'x' (str)"``."""
-    return f"{v!r} ({type(v).__name__})"
 
 
 def check_device(device: Any, *, here: bool = True) -> str | None:
@@ -515,18 +503,13 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
 
 def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     """Depth, budget, their sweep lists, seeds, conditions and the integer settings (:func:`check_profile`)."""
-    depth = p.get("depth")
-    if not (is_int(depth) and depth >= 1):
-        problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {show_value(depth)}")
-    budget = p.get("budget")
-    if not (is_number(budget) and 0 < float(budget) <= 1):
-        problems.append(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {show_value(budget)}")
-    elif float(budget) < _MIN_BUDGET:
-        problems.append(f"budget: {budget!r} is below {_MIN_BUDGET:g}, the resolution at which result cells "
-                        f"key b (6 decimals; it would round to 0); expected b in [{_MIN_BUDGET:g}, 1]")
+    try:
+        Point(p.get("depth"), p.get("budget"))
+    except ValueError as e:
+        problems.extend(str(e).splitlines())
     for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
-                          ("budgets", lambda v: is_number(v) and _MIN_BUDGET <= float(v) <= 1,
-                           f"numbers in [{_MIN_BUDGET:g}, 1]"),
+                          ("budgets", lambda v: is_number(v) and MIN_BUDGET <= float(v) <= 1,
+                           f"numbers in [{MIN_BUDGET:g}, 1]"),
                           ("seeds", is_int, "integers"),
                           ("sweep_seeds", is_int, "integers"),
                           ("related_seeds", is_int, "integers")):

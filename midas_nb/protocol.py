@@ -73,7 +73,8 @@ from .identity import dataset_identity, state_dict_digest
 from .results import make_table, summarise_metrics
 from .targets import list_targets, target_cache
 from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
-from .vit import fused_attention, grid_size, keep_count
+from .point import Budget
+from .vit import fused_attention, grid_size
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
@@ -306,8 +307,7 @@ def run_protocol(
     params = protocol_params(relaxation=relaxation, lam=lam, temperature=temperature, epochs=epochs,
                              batch_size=batch_size, lr=lr, idauc_steps=idauc_steps,
                              max_eval_images=max_eval_images, bootstrap=bootstrap, **settings)
-    depth = check_depth(backbone, depth)
-    keep_count(budget, 1)
+    depth, budget = check_depth(backbone, depth), Budget(budget)
     conditions, seeds, groups = _check_conditions(conditions, seeds)
     device = torch.device(device)
     ebs = int(params["eval_batch_size"])
@@ -315,7 +315,7 @@ def run_protocol(
     backbone.to(device)
     # the weights every row was computed from (one checkpoint id could be retrained into other
     # bits on another machine; the digest makes that visible, and the caches key on it)
-    run = _Run(backbone=backbone, depth=depth, budget=float(budget), params=params, ident=ident,
+    run = _Run(backbone=backbone, depth=depth, budget=budget, params=params, ident=ident,
                weights_digest=state_dict_digest(backbone), device=device, ebs=ebs, cache_dir=cache_dir,
                progress=progress)
     t_start = time.perf_counter()
@@ -361,7 +361,7 @@ class _Run:
 
     backbone: nn.Module
     depth: int
-    budget: float
+    budget: Budget
     params: dict[str, Any]
     ident: dict[str, str]
     weights_digest: str

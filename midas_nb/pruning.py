@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .scorers import TokenScorer
+from .point import Budget
 from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
 
 __all__ = [
@@ -237,10 +238,8 @@ class PrunedViT(nn.Module):
 
     def __init__(self, backbone: nn.Module, scorer: TokenScorer, depth: int, budget: float):
         super().__init__()
-        check_depth(backbone, depth)
-        keep_count(budget, 1)  # validates the budget
         self.backbone, self.scorer = backbone, scorer
-        self.depth, self.budget = int(depth), float(budget)
+        self.depth, self.budget = check_depth(backbone, depth), Budget(budget)
 
     def forward(self, images: Tensor) -> Tensor:
         return pruned_forward(self.backbone, images, self.scorer, self.depth, self.budget).logits

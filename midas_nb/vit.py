@@ -27,6 +27,8 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
+from .point import Budget
+
 __all__ = [
     "num_prefix_tokens",
     "grid_size",
@@ -62,15 +64,16 @@ def num_patches(model: nn.Module) -> int:
 
 
 def keep_count(budget: float, n_patches: int) -> int:
-    """``k = ceil(b·N)`` patch tokens kept at budget ``b ∈ (0, 1]`` (DESIGN.md §3).
+    """``k = ceil(b·N)`` patch tokens kept at budget ``b`` (DESIGN.md §3).
+
+    ``budget``: a :class:`midas_nb.point.Budget` (taken as it is) or a number made into one.
 
     Raises:
-        ValueError: if ``budget`` is outside ``(0, 1]``.
+        ValueError: if ``budget`` is not a budget (:class:`midas_nb.point.Budget`).
     """
-    if not (0.0 < float(budget) <= 1.0):
-        raise ValueError(f"budget must be in (0, 1], got {budget!r}")
+    b = float(Budget(budget))
     # round before ceil so that e.g. 0.29 * 100 = 28.999999999999996 keeps 29 tokens, not 30
-    return max(1, min(n_patches, math.ceil(round(float(budget) * n_patches, 9))))
+    return max(1, min(n_patches, math.ceil(round(b * n_patches, 9))))
 
 
 def disable_fused_attention(model: nn.Module) -> nn.Module:

@@ -161,3 +161,34 @@ def test_aggregate_seeds_never_averages_two_checkpoints():
                           n_boot=50).set_index("checkpoint_id")
     assert agg.loc["ck-a", "miou_mean"] == pytest.approx(0.40) and agg.loc["ck-b", "miou_mean"] == pytest.approx(0.60)
     assert (agg["n_seeds"] == 1).all()
+
+
+def test_a_seedless_row_against_a_control_with_two_seeds_is_the_negative_of_its_d():
+    """Notebook 02's "D vs random_map": the T0 reference (seed 0 only) against a control with
+    seeds 0 and 1 used to be paired with seed 0 alone (+7.05 pp where −D(random_map) = +2.21 on
+    FGVC-Aircraft). Hand-computed: control mIoU 0.30 (seed 0) and 0.36 (seed 1) on every image,
+    reference 0.40 → D(reference vs control) = 0.40 − 0.33 = +7 pp = −D(control vs reference)."""
+    rows = [_row("reference", 0, IDS, REF_M, REF_I),
+            _row("random_map", 0, IDS, np.full(8, 0.30), REF_I),
+            _row("random_map", 1, IDS, np.full(8, 0.36), REF_I)]
+    t = pd.DataFrame(rows)
+    vs_control = decoupling_D(t, reference="random_map", n_boot=200).set_index("condition")
+    vs_reference = decoupling_D(t, n_boot=200).set_index("condition")
+    assert vs_control.loc["reference", "D_pp"] == pytest.approx(7.0)
+    assert vs_reference.loc["random_map", "D_pp"] == pytest.approx(-7.0)
+    assert not bool(vs_control.loc["reference", "ref_paired"])
+    # one row per results row keeps the same-seed pairing: 0.40 − 0.30
+    per = decoupling_D(t, reference="random_map", n_boot=200, per_seed=True).set_index("condition")
+    assert per.loc["reference", "D_pp"] == pytest.approx(10.0)
+
+
+def test_a_two_seed_interval_stays_inside_the_range_of_a_difference():
+    """Two seeds that disagree (ν = 1, t = 12.7) gave "+1.89 [−147.53, +151.30]" pp on
+    FGVC-Aircraft: the interval is cut at ±100 pp, the point stays the seeds' mean."""
+    rows = [_row("reference", 0, IDS, REF_M, REF_I),
+            _row("T5", 0, IDS, REF_M - 0.30, REF_I), _row("T5", 1, IDS, REF_M + 0.50, REF_I)]
+    D = decoupling_D(pd.DataFrame(rows), n_boot=200).set_index("condition").loc["T5"]
+    assert D["D_pp"] == pytest.approx(10.0)
+    half = student_t.ppf(0.975, 1) * 40.0 / math.sqrt(2) * math.sqrt(2)   # s = 56.57, S = 2
+    assert 10.0 - half < -100 and 10.0 + half > 100                      # what the t-interval gives
+    assert (D["D_pp_lo"], D["D_pp_hi"]) == (-100.0, 100.0)

@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.results import compact, format_ci, full_text, images_note, probe_note, sample_note, wrap_text
+from midas_nb.results import (compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,
+                              wrap_text)
 
 
 def test_format_ci_by_hand():
@@ -107,3 +108,18 @@ def test_study_summary_prints_fractions_with_three_decimals():
 
     assert _fraction(0.791667) == "0.792" and _fraction(0.25) == "0.250"
     assert _fraction(None) == "n/a" and _fraction(math.nan) == "n/a"
+
+
+def test_leader_line_names_the_rows_a_leader_is_not_separated_from():
+    # FGVC-Aircraft's notebook 06: "best separation … T5 (+0.037 [−0.004, +0.088])" with every
+    # interval overlapping; Cars: T3 0.209 [0.117, 0.299] beside tokentm 0.199 [0.102, 0.289]
+    t = pd.DataFrame(dict(target=["T3", "tokentm", "T0"], v=[0.209, 0.199, 0.010],
+                          v_lo=[0.117, 0.102, -0.020], v_hi=[0.299, 0.289, 0.050]))
+    assert leader_line(t, "v", name="target", what="best") == (
+        "best: T3 (0.209 [0.117, 0.299]); not separated from tokentm (their intervals overlap T3's)")
+    alone = t[t.target != "tokentm"]
+    assert leader_line(alone, "v", name="target", what="best", signed=True) == (
+        "best: T3 (+0.209 [+0.117, +0.299]); its interval lies above every other's")
+    assert leader_line(t.drop(columns=["v_lo", "v_hi"]), "v", name="target", what="best") == "best: T3 (0.209)"
+    with pytest.raises(ValueError, match="no column 'x'"):
+        leader_line(t, "x", name="target", what="best")

@@ -102,7 +102,7 @@ def test_study_methods_take_zero_as_given():
     study = Study("smoke", progress=False)
     with pytest.raises(ValueError, match=r"depth.* >= 1"):
         study.protocol(depth=0)
-    with pytest.raises(ValueError, match=r"budget must be in \(0, 1\], got 0"):
+    with pytest.raises(ValueError, match=r"budget: expected a kept fraction b in \(0, 1\] \(e.g. 0.25\), got 0.0 \(float\)"):
         study.target_coverage(budget=0.0, ids=["T0"])
 
 
@@ -429,7 +429,7 @@ def test_a_budget_below_the_cells_resolution_is_refused_before_any_kernel(tmp_pa
     cell 4: result cells key b to 6 decimals (``SweepCell``), so it became 0.0."""
     from midas_nb.sweeps import SweepCell
 
-    with pytest.raises(ValueError, match="budget must be in"):           # why the floor is 1e-6
+    with pytest.raises(ValueError, match="budget: 1e-09 is below 1e-06"):           # why the floor is 1e-6
         SweepCell("synthetic", "vit_smoke", 2, 1e-9, "T1", 0)
     assert SweepCell("synthetic", "vit_smoke", 2, 1e-6, "T1", 0).budget == 1e-6
     rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "budget", "1e-9", "--output",

@@ -238,7 +238,7 @@ def test_make_grid_rejects_bad_input():
         make_grid("smoke", "diagonal")
     with pytest.raises(ValueError, match="seeds is empty"):
         make_grid("smoke", "depth", seeds=[])
-    with pytest.raises(ValueError, match="budget must be in"):
+    with pytest.raises(ValueError, match=r"budget: expected a kept fraction b in \(0, 1\]"):
         SweepCell("cub", "b", 3, 1.5, "reference", 0)
 
 

@@ -152,7 +152,10 @@ def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control()
                                                                       for i in pm["T5"]]), abs=1e-12)
     own_t5 = np.mean(cov.set_index("target").loc["T5", "miou_per_image"])
     assert r.loc["T5", "target_miou"] == pytest.approx(own_t5, abs=1e-12)
-    assert "T1 cover more than it" in text and "spans" in text
+    assert "T1 covers more than it (resolved); T2, T5: matches the control — for a scorer" in text and "spans" in text
+    # every scorer above the control (FGVC-Aircraft's notebook 02): no "others" are spoken of
+    frame3, text3 = targets_vs_scorers(cov[cov.target != "T5"], t[~t.condition.isin(["T2", "T5"])], n_boot=100)
+    assert text3.endswith("T1 covers more than it (resolved).")
     # without the control, nothing is credited
     frame2, text2 = targets_vs_scorers(cov, t[t["condition"] != "random_map"], n_boot=100)
     assert frame2["reading"].str.startswith("no random_map").all() and "cannot be credited" in text2
@@ -189,3 +192,18 @@ def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
     assert "D falls from b=10% to b=50%" in text and "the fall is mostly the ceiling's" in text
     with pytest.raises(ValueError, match="no 'T1' row"):
         axis_trend(D, "T1", "depth", 0.25)
+
+
+def test_different_winners_name_a_winner_that_ties_with_its_runner_up():
+    """FGVC-Aircraft's notebook 07 read "best faithfulness T5 … → different winners" while T5, T3
+    and T2 all had IDAUC 0.004: the coverage winner is resolved apart from T5, but T5's own lead
+    over T3 is not, and the text now says so."""
+    t = _table({"reference": (0.10, 0.15), "T1": (0.30, 0.10), "T5": (0.15, 0.2003), "T3": (0.12, 0.2000)},
+               noise=0.03)
+    w = claim_verdict(t, n_boot=400).winners
+    assert (w["coverage_winner"], w["faithfulness_winner"], w["reading"]) == ("T1", "T5", "different winners")
+    assert w["idauc_runner_up"] == "T3" and w["idauc_lead_lo"] <= 0 <= w["idauc_lead_hi"]
+    assert w["miou_runner_up"] == "T5" and w["miou_lead_lo"] > 0
+    text = claim_verdict(t, n_boot=400).text
+    assert "T5 ties with T3 on faithfulness within this sample" in text
+    assert "T1 ties with" not in text

@@ -103,7 +103,9 @@ def decoupling_D(
 
     **Pairing.** Each row is paired with the reference row of its seed when there is one, else
     the only reference row, else the per-image mean of the cell's reference rows
-    (``ref_paired`` says which). With per-image values (``image_ids``/``<miou>_per_image``,
+    (``ref_paired`` says which); a condition with one row (seedless, e.g. the T0 reference)
+    against a reference with several seeds is paired with their per-image mean, so that
+    ``D(a vs b) = −D(b vs a)``. With per-image values (``image_ids``/``<miou>_per_image``,
     ``idauc_image_ids``/``<idauc>_per_image``) the per-image differences ``x[s, i] = x_t − x_ref``
     over the images *every* seed and its reference share give both the point and the interval:
 
@@ -113,7 +115,8 @@ def decoupling_D(
       bootstrap over images; ``S ≥ 2`` seeds — ``D̄ ± t_{ν, 1−alpha/2}·√(s²_seeds/S + v_img)``,
       ``s²_seeds`` the sample variance of the ``d_s``, ``v_img`` the image-bootstrap variance of
       the seed-mean (same images for every seed), ``ν`` the Welch–Satterthwaite degrees of
-      freedom (``S − 1`` when the images add nothing). ``ci_method`` names the construction.
+      freedom (``S − 1`` when the images add nothing), cut at the difference's range (±100 pp
+      for ``D``, ±2 for ``ΔIDAUC``). ``ci_method`` names the construction.
 
     Rows with per-image values but no image in common with their reference (or values for only
     one side) get ``"undefined"`` and the reason — never a point from other images. A table
@@ -167,6 +170,7 @@ def decoupling_D(
     has_seed = seed_col in table.columns
     pairing = _Pairing(table, by + ident, key, condition_cols[0], reference, seed_col if has_seed else None,
                        (miou_col, idauc_col), 100.0 if miou_unit == "fraction" else 1.0, (n_boot, alpha, ci_seed))
+    pairing.per_seed = per_seed
     if per_seed:
         groups = [[k] for k in range(len(pairing.recs))]
     else:
@@ -233,7 +237,7 @@ class _Pairing:
                 src[c] = src[c].astype(object).where(src[c].notna(), "").astype(str)
         self.src, self.recs = src, src.to_dict("records")
         self.cell, self.key, self.cond_col, self.reference, self.seed_col = cell, key, cond_col, reference, seed_col
-        self.scale, self.boot = scale, boot
+        self.scale, self.boot, self.per_seed = scale, boot, False
         m, i = metric_cols
         # per-image columns follow the metric columns' names (miou → miou_per_image, image_ids)
         self.metric = {"m": (m, "image_ids", f"{m}_per_image"), "i": (i, "idauc_image_ids", f"{i}_per_image")}
@@ -243,13 +247,13 @@ class _Pairing:
             if r[cond_col] == reference:
                 self.ref_rows.setdefault(self.cells[k], []).append(k)
 
-    def reference_for(self, k: int) -> tuple[Mapping[str, Any] | None, bool]:
-        """``(reference record, paired by seed)`` of row ``k``: the same seed's, else the only
-        one, else the per-image (and own-value) mean of the cell's reference rows."""
+    def reference_for(self, k: int, by_seed: bool = True) -> tuple[Mapping[str, Any] | None, bool]:
+        """``(reference record, paired by seed)`` of row ``k``: the same seed's (``by_seed``),
+        else the only one, else the per-image (and own-value) mean of the cell's reference rows."""
         cands = self.ref_rows.get(self.cells[k], [])
         if not cands:
             return None, False
-        if self.seed_col is not None:
+        if self.seed_col is not None and by_seed:
             same = [i for i in cands if self.recs[i][self.seed_col] == self.recs[k][self.seed_col]]
             if same:
                 return self.recs[same[0]], True
@@ -280,13 +284,20 @@ class _Pairing:
             return dict(point=nan, per=[], lo=nan, hi=nan, n=0, method="none", why=why)
         si = seed_image_interval(mat, *self.boot)
         why = "" if np.isfinite(si.mean) else f"{own} is NaN on every paired image of a seed"
-        return dict(point=si.mean, per=list(si.per_seed), lo=si.lo, hi=si.hi, n=si.n_images, method=si.method,
-                    why=why)
+        # a t-interval over few seeds can reach past what a difference can be: it is cut at the
+        # range (mIoU in [0, 1] or [0, 100] %, IDAUC in [−1, 1])
+        bound = 100.0 / self.scale if tag == "m" else 2.0
+        return dict(point=si.mean, per=list(si.per_seed), lo=max(si.lo, -bound), hi=min(si.hi, bound),
+                    n=si.n_images, method=si.method, why=why)
 
     def group(self, idx: list[int], band: float) -> dict[str, Any]:
         """One output row for the results rows ``idx`` (internal columns start with ``_``)."""
         rows = [self.recs[k] for k in idx]
-        refs_p = [self.reference_for(k) for k in idx]
+        # a seedless condition (one row, e.g. the T0 reference) against a reference with several
+        # seeds is compared with their mean, not with the one seed that shares its number: so
+        # D(a vs b) = −D(b vs a) (one row per results row keeps the same-seed pairing)
+        by_seed = self.per_seed or len(idx) > 1 or len(self.ref_rows.get(self.cells[idx[0]], [])) < 2
+        refs_p = [self.reference_for(k, by_seed) for k in idx]
         refs = [r for r, _ in refs_p]
         res: dict[str, Any] = {c: rows[0][c] for c in self.cell + self.key}
         if self.seed_col is not None:

@@ -10,7 +10,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-__all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note"]
+__all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note",
+           "leader_line"]
 
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
@@ -252,3 +253,35 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
     if bootstrap is not None:
         parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
     return "; ".join(p for p in parts if p)
+
+
+def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
+                signed: bool = False) -> str:
+    """The row with the highest ``value`` and every row it is not separated from.
+
+    ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3, T2 (their intervals overlap
+    T5's)"``. A leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies
+    above every other row's interval (non-overlapping 95 % intervals: a conservative reading of
+    a difference, since the rows' own paired differences are not in the table). Rows with a NaN
+    ``value`` are left out; without interval columns only the highest point is named.
+
+    Raises:
+        ValueError: ``value`` or ``name`` is not a column, or no row has a value.
+    """
+    for c in (value, name):
+        if c not in table.columns:
+            raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
+    t = table[table[value].notna()].sort_values(value, ascending=False)
+    if t.empty:
+        raise ValueError(f"leader_line: no row has a value in {value!r}")
+    lo, hi = f"{value}_lo", f"{value}_hi"
+    top = t.iloc[0]
+    has_ci = lo in t.columns and hi in t.columns
+    head = (f"{what}: {top[name]} "
+            f"({format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)})")
+    if not has_ci or len(t) == 1:
+        return head
+    ties = [str(r[name]) for _, r in t.iloc[1:].iterrows() if not float(r[hi]) < float(top[lo])]
+    if not ties:
+        return head + "; its interval lies above every other's"
+    return head + f"; not separated from {', '.join(ties)} (their intervals overlap {top[name]}'s)"

@@ -198,15 +198,16 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
         return out
     cov, fai = max(mm, key=mm.get), max(fm, key=fm.get)
     out.update(coverage_winner=cov, faithfulness_winner=fai)
+    # each winner's lead over the runner-up on its own metric (a tie is named as one)
+    for metric, means, per, win in (("miou", mm, miou, cov), ("idauc", fm, idauc, fai)):
+        others = {c: v for c, v in means.items() if c != win}
+        if others:
+            runner = max(others, key=others.get)
+            d = _paired_diff(per[win], per[runner], n_boot, alpha, rng)
+            out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
+                        f"{metric}_lead_hi": d[2]})
     if cov == fai:
         out["reading"] = "one condition leads both"
-        for metric, means, per in (("miou", mm, miou), ("idauc", fm, idauc)):
-            others = {c: v for c, v in means.items() if c != cov}
-            if others:
-                runner = max(others, key=others.get)
-                d = _paired_diff(per[cov], per[runner], n_boot, alpha, rng)
-                out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
-                            f"{metric}_lead_hi": d[2]})
         # the highest means are one winner only where both leads are resolved; else the
         # runner-up ties with it on that metric within this sample
         open_ = [name for metric, name in (("miou", "coverage"), ("idauc", "faithfulness"))
@@ -282,6 +283,16 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
             + (f"; {'; '.join(ties)}" if ties else "") + ".")
 
 
+def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
+    """Where two winners differ, each one that ties with its runner-up on its own metric."""
+    out = []
+    for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai)):
+        if f"{m}_runner_up" in winners and _sign(winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]) != "positive":
+            out.append(f"{win} ties with {winners[f'{m}_runner_up']} on {name} within this sample (lead "
+                       f"{_fmt(winners[f'{m}_lead'], winners[f'{m}_lead_lo'], winners[f'{m}_lead_hi'])})")
+    return ("; " + "; ".join(out)) if out else ""
+
+
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
           shown: bool) -> str:
     lines = []
@@ -300,7 +311,8 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
                      f"{_fmt(winners['miou_diff'], winners['miou_diff_lo'], winners['miou_diff_hi'])} "
                      f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
                      f"{_fmt(winners['idauc_diff'], winners['idauc_diff_lo'], winners['idauc_diff_hi'])} "
-                     f"({winners['n_idauc_images']} images) → {winners['reading']}.")
+                     f"({winners['n_idauc_images']} images) → {winners['reading']}"
+                     + _tie_text(cov, fai, winners) + ".")
     else:
         lines.append("(b) winners: undefined (no per-image values).")
     if np.isfinite(co["r"]):
@@ -440,11 +452,15 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
              f"distilled from them span {100 * s_span:.1f} pp" +
              (" — the scorers do not follow their targets' differences." if s_span < 0.5 * t_span else ".")]
     if ctrl is not None:
-        above = list(out.loc[out["reading"].str.startswith("above"), "target"])
-        lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): "
-                     + (f"{', '.join(above)} cover more than it (resolved); " if above else
-                        "no scorer covers resolvably more than it; ")
-                     + "for the others the gain over the reference is not attributable to the target's content.")
+        groups = {r: list(out.loc[out["reading"] == r, "target"])
+                  for r in ("above the control", "matches the control", "below the control", "undefined")}
+        said = [f"{', '.join(ts)} {'covers' if len(ts) == 1 else 'cover'} more than it (resolved)"
+                if r == "above the control" else f"{', '.join(ts)}: {r}"
+                for r, ts in groups.items() if ts]
+        lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): " + "; ".join(said)
+                     + ("." if not groups["matches the control"] and not groups["below the control"] else
+                        " — for a scorer that does not cover more than the control, what it gains over the "
+                        "reference is not attributable to its target's content."))
     else:
         lines.append(f"Without the {control} control the gain cannot be credited to the targets' content.")
     return out, "\n".join(lines)

@@ -8,6 +8,7 @@ import pandas as pd
 
 from .. import config
 from ..identity import hash_json
+from ..point import Point
 from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
 from .base import StudyBase
@@ -57,14 +58,14 @@ class Study(StudyBase):
         """
         p = self.params
         self.own_threads()
-        depth = int(p["depth"] if depth is None else depth)
-        budget = float(p["budget"] if budget is None else budget)
+        point = Point(p["depth"] if depth is None else depth, p["budget"] if budget is None else budget)
+        depth, budget = point.depth, point.budget
         conditions = list(p["conditions"] if conditions is None else conditions)
         seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
-        point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        at_point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
         # the cells name this study's checkpoint (training numerics included): a row computed
         # with another checkpoint (e.g. another torch_threads) is another cell, never reused
-        cells = make_grid(point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
+        cells = make_grid(at_point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
                           checkpoint_ids={(p["dataset"], p["backbone"]): self.checkpoint_id})
         store = ResultStore(name=p["profile"])

@@ -17,6 +17,7 @@ from torch.utils.data import Subset
 from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
+from ..point import Budget, Point
 from ..sweeps import SweepCell
 from .cache import cached_study
 
@@ -202,9 +203,9 @@ def make_grid(
     prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
     if kind == "regime":
         kind = prof.get("regime_grid", "cross")
-    L0, b0 = int(prof["depth"]), float(prof["budget"])
+    L0, b0 = int(prof["depth"]), Budget(prof["budget"]).keyed()
     depths = [int(x) for x in prof.get("depths", [L0])]
-    budgets = [float(x) for x in prof.get("budgets", [b0])]
+    budgets = [Budget(x).keyed() for x in prof.get("budgets", [b0])]
     if kind == "depth":
         points = [(L, b0) for L in depths]
     elif kind == "budget":
@@ -218,7 +219,7 @@ def make_grid(
     else:
         raise ValueError(f"unknown grid kind {kind!r}; expected one of "
                          "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
-    points = list(dict.fromkeys((L, round(b, 6)) for L, b in points))  # drop the shared point
+    points = list(dict.fromkeys(Point(L, b) for L, b in points))  # drop the shared point
 
     span_datasets, span_backbones = grid_spans(prof, kind)
     datasets = span_datasets if datasets is None else datasets
@@ -254,8 +255,9 @@ def make_grid(
         for bb in backbones:
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
-            for L, b in points:
-                at = seeds if (L, b) == (L0, round(b0, 6)) else off_seeds
+            for pt in points:
+                L, b = pt.depth, pt.budget
+                at = seeds if pt == Point(L0, b0) else off_seeds
                 for cond in conditions:
                     for s in (at[:1] if cond in seedless_conditions else at):
                         cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,

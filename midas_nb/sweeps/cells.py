@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
 from ..identity import RESULT_FORMAT_VERSION, canonical_json, hash_json
+from ..point import Budget
 
 __all__ = ["SweepCell", "CellState", "ExecutorKind"]
 
@@ -65,12 +66,10 @@ class SweepCell:
         # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
         object.__setattr__(self, "depth", int(self.depth))
         object.__setattr__(self, "seed", int(self.seed))
-        object.__setattr__(self, "budget", round(float(self.budget), 6))
+        object.__setattr__(self, "budget", Budget(self.budget).keyed())
         object.__setattr__(self, "params", json.loads(_canonical_json(dict(self.params))))
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1 (1-based block index), got {self.depth}")
-        if not (0.0 < self.budget <= 1.0):
-            raise ValueError(f"budget must be in (0, 1], got {self.budget}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (JSON-serialisable)."""

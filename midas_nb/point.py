@@ -1,0 +1,103 @@
+"""The pruning point ``(L, b)``: depth and budget as typed values, checked once where made.
+
+A budget given on the command line (``-p budget 0.1``), in a run file, a profile or a
+notebook parameter becomes a :class:`Budget` once; every layer below (the sweep cells, the
+protocol, :func:`midas_nb.pruning.prune_tokens`, :func:`midas_nb.vit.keep_count`) takes that
+value as it is and never checks it again (``Budget(b)`` of a ``Budget`` returns it unchanged).
+Definitions: DESIGN.md §3 (``k = ceil(b·N)`` patch tokens kept after block ``L``).
+
+Example:
+    >>> Point(6, 0.25)
+    Point(depth=6, budget=0.25)
+    >>> Budget(1.5)
+    Traceback (most recent call last):
+        ...
+    ValueError: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 1.5 (float)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MIN_BUDGET", "Budget", "Point", "is_int", "is_number", "show_value"]
+
+#: the smallest budget b: result cells key b to 6 decimals (:class:`midas_nb.sweeps.SweepCell`)
+MIN_BUDGET = 1e-6
+
+
+def is_int(v: Any) -> bool:
+    """An integer (NumPy's too), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """A finite real number, not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+def show_value(v: Any) -> str:
+    """How a problem message shows a bad setting: its ``repr`` and type, ``"'x' (str)"``."""
+    return f"{v!r} ({type(v).__name__})"
+
+
+class Budget(float):
+    """The kept fraction ``b`` of patch tokens, ``MIN_BUDGET ≤ b ≤ 1`` (DESIGN.md §3).
+
+    A ``float`` (arithmetic, JSON, pandas and hashing as for the plain number) whose
+    construction is the check: ``Budget(x)`` raises on anything else and returns ``x`` itself
+    when it is already a ``Budget``.
+
+    Raises:
+        ValueError: ``"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got …"`` for
+            a non-number, ``b ≤ 0`` or ``b > 1``; below :data:`MIN_BUDGET` (the 6 decimals
+            at which result cells key ``b``) a message that says so.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: Any) -> "Budget":
+        if isinstance(value, Budget):
+            return value
+        if not (is_number(value) and 0 < float(value) <= 1):
+            raise ValueError(f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {show_value(value)}")
+        if float(value) < MIN_BUDGET:
+            raise ValueError(f"budget: {value!r} is below {MIN_BUDGET:g}, the resolution at which result cells "
+                             f"key b (6 decimals; it would round to 0); expected b in [{MIN_BUDGET:g}, 1]")
+        return super().__new__(cls, float(value))
+
+    def keyed(self) -> "Budget":
+        """``b`` rounded to the 6 decimals at which result cells key it (still ``≥ MIN_BUDGET``)."""
+        return float.__new__(Budget, round(float(self), 6))
+
+    def __repr__(self) -> str:
+        return float.__repr__(self)
+
+
+@dataclass(frozen=True)
+class Point:
+    """Depth ``L`` (the scorer reads the output of block ``L``, 1-based) and budget ``b``.
+
+    The upper bound ``L < blocks`` needs the backbone (:func:`midas_nb.vit.check_depth`).
+
+    Raises:
+        ValueError: one line per problem (depth and budget together), e.g.
+            ``"depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)"``.
+    """
+
+    depth: int
+    budget: Budget
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (is_int(self.depth) and self.depth >= 1):
+            problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {show_value(self.depth)}")
+        try:
+            object.__setattr__(self, "budget", Budget(self.budget))
+        except ValueError as e:
+            problems.append(str(e))
+        if problems:
+            raise ValueError("\n".join(problems))
+        object.__setattr__(self, "depth", int(self.depth))
