@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "midas_nb"
 
 SCIENCE = ("data", "backbones", "vit", "capture", "targets", "scorers", "pruning", "train", "metrics",
            "protocol", "related", "probes", "stats", "optim", "paper_reference")
-PLUMBING = ("__init__", "cli", "cliargs", "runspec", "config", "identity", "study", "sweeps", "runs",
+PLUMBING = ("__init__", "cli", "cliargs", "runspec", "config", "point", "identity", "study", "sweeps", "runs",
             "results", "report", "paper_table", "backbone_compare", "progress", "widgets", "plots", "course")
 
 
