@@ -667,3 +667,32 @@ def test_decoupling_shown_on_claim_verdict():
     assert verdict.decoupling_shown
     assert check_exercise("07.decoupling_shown", "a", verdict=verdict)
     assert not check_exercise("07.decoupling_shown", "b", verdict=verdict)
+
+
+def test_abs_t5_coverage_exercise_reads_box_coverage_on_a_dataset_without_parts():
+    """Exercise 01.2's answer key used part masks only, so on FGVC-Aircraft and Stanford Cars it
+    expected NaN. On a box-only split it is now the package's box coverage (an independent
+    implementation against ``metrics.box_coverage``), boxes over 90 % of the patches left out."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from midas_nb import metrics, pruning
+    from midas_nb.course.exercises import expected_answer
+    from midas_nb.vit import keep_count
+
+    class BoxOnly(list):
+        has_parts = False
+
+    g = torch.Generator().manual_seed(0)
+    n = 16
+    boxes = torch.zeros(4, n, dtype=torch.bool)
+    boxes[0, :4], boxes[1, 2:9], boxes[2, 5:7], boxes[3, :] = True, True, True, True  # image 3: uninformative
+    study = SimpleNamespace(params={"budget": 0.25},
+                            test_set=BoxOnly(SimpleNamespace(box_mask=b, part_mask=torch.zeros(n, dtype=torch.bool))
+                                             for b in boxes))
+    t5 = torch.randn(4, n, generator=g)
+    keep = pruning.keep_mask_from_indices(pruning.select_top_k(t5.abs(), keep_count(0.25, n)), n)
+    want = metrics.box_coverage(keep, boxes)
+    assert want.n_skipped == 1
+    assert expected_answer("01.abs_t5_miou", maps={"T5": t5}, study=study) == pytest.approx(float(want.mean))

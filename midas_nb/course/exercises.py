@@ -399,7 +399,8 @@ def _ex_keep_count(study) -> int:
 
 @_register("00.iou_ceiling",
            "On the four example images (`batch`), what is the best part IoU any ranking could reach "
-           "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above)",
+           "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above, with `f` the share of "
+           "part patches in `batch.part_mask`: 0 on a dataset without part keypoints, and so is the ceiling)",
            "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", ["batch"], _number)
 def _ex_iou_ceiling(batch) -> float:
     f = float(batch.part_mask.float().mean())
@@ -407,7 +408,8 @@ def _ex_iou_ceiling(batch) -> float:
 
 
 @_register("00.part_patches",
-           "How many part patches does the **first** example image of `batch` have? (`int`)",
+           "How many part patches does the **first** example image of `batch` have? (`int`; 0 on a dataset "
+           "without part keypoints)",
            "count the True entries of one row of `batch.part_mask`.", ["batch"], _integer)
 def _ex_part_patches(batch) -> int:
     return int(batch.part_mask[0].sum())
@@ -420,9 +422,9 @@ def _ex_part_patches(batch) -> int:
            "marks on the example images (part patches, or box patches where the dataset has no parts). "
            "What happens to the best IoU any ranking can reach, and why? (`'a'`, `'b'` or `'c'`)\n\n"
            "* (a) it **rises**: 50 % lies closer to `f` than 10 % does (as a ratio, `b/f` nearer 1), so a perfect "
-           "ranking leaves out fewer part patches, or keeps fewer surplus tokens, than it had to at 10 %;\n"
+           "ranking leaves out fewer part (or box) patches, or keeps fewer surplus tokens, than it had to at 10 %;\n"
            "* (b) it **falls**: 50 % lies further from `f`, so even a perfect ranking must keep many tokens that "
-           "are not part patches, and each of them enlarges the union of the IoU;\n"
+           "are not part (or box) patches, and each of them enlarges the union of the IoU;\n"
            "* (c) it **stays the same**: the ceiling does not depend on the budget.",
            "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", ["coverage_mask"], _option)
 def _ex_ceiling_what_if(coverage_mask) -> Choice:
@@ -430,7 +432,8 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
     c = {b: (min(f, b) / max(f, b)) for b in (0.10, 0.50)}
     pick = "a" if c[0.50] > c[0.10] + 1e-12 else "b" if c[0.50] < c[0.10] - 1e-12 else "c"
     return _choice_of(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
-                                   f"b = 50 %. Part mIoU values are read against this ceiling, not against 1.")
+                                   f"b = 50 %. Part mIoU and box coverage are read against this ceiling, "
+                                   f"not against 1.")
 
 # --------------------------------------------------------------------------- 01 targets
 @_register("01.abs_t5",
@@ -442,28 +445,36 @@ def _ex_abs_t5(maps) -> torch.Tensor:
 
 
 @_register("01.abs_t5_miou",
-           "What part mIoU do the top `k = ceil(b·N)` tokens of **|T5|** reach on the test split, at the "
-           "study's budget? (`float`; images without a part patch are left out)",
-           "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou`; "
-           "the part masks are `study.test_set[i].part_mask`.", ["maps", "study"], _number)
+           "What part mIoU (box coverage on a dataset without part keypoints: FGVC-Aircraft, Stanford Cars) "
+           "do the top `k = ceil(b·N)` tokens of **|T5|** reach on the test split, at the study's budget? "
+           "(`float`; images without a part patch, or with an empty or uninformative box, are left out)",
+           "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
+           "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
+           "`study.test_set[i].part_mask` (`.box_mask`).", ["maps", "study"], _number)
 def _ex_abs_t5_miou(maps, study) -> float:
     # independent of midas_nb.pruning/metrics: per-image sets, stable sort (ties → lower index)
     import math as _m
     scores = maps["T5"].abs().float()
     n = scores.shape[1]
     k = max(1, min(n, _m.ceil(round(float(study.params["budget"]) * n, 9))))
+    has_parts = bool(getattr(study.test_set, "has_parts", True))
     ious = []
     for i in range(scores.shape[0]):
         order = torch.sort(scores[i], descending=True, stable=True).indices[:k]
         kept = set(order.tolist())
-        parts = set(torch.nonzero(study.test_set[i].part_mask).flatten().tolist())
+        if has_parts:
+            parts = set(torch.nonzero(study.test_set[i].part_mask).flatten().tolist())
+        else:   # box coverage: an empty box, or one over more than 90 % of the patches, is left out
+            parts = set(torch.nonzero(study.test_set[i].box_mask).flatten().tolist())
+            parts = parts if len(parts) <= 0.9 * n else set()
         if parts:
             ious.append(len(kept & parts) / len(kept | parts))
     return sum(ious) / len(ious) if ious else float("nan")
 
 
 @_register("01.best_target",
-           "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`)? (`str`)",
+           "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`: part mIoU, or "
+           "box coverage on a dataset without parts)? (`str`)",
            "sort `coverage` by `miou`.", ["coverage"], _choice)
 def _ex_best_target(coverage) -> set[str]:
     return _argmax_ties(dict(zip(coverage["target"], coverage["miou"].astype(float))))
@@ -485,17 +496,20 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
 @_register("01.abs_t5_sign",
            "**Why.** T5 (input × gradient) is **signed**: a large negative value is evidence *against* the "
            "class, and the top-k of the signed map never keeps such a token. Does the sign matter for part "
-           "coverage on this run? Pair, image by image, the part IoU of **|T5|**'s top-k (01.2) with T5's own, "
-           "and take a 95 % bootstrap interval of the mean difference |T5| − T5. (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) |T5| covers resolvably **more**: strong evidence against the class also sits on the parts — "
-           "parts matter to the decision in both directions, and the signed ranking drops the negative ones;\n"
-           "* (b) |T5| covers resolvably **less**: the negative-evidence tokens lie mostly off the parts, so the "
-           "sign itself points at the parts;\n"
+           "coverage on this run? Pair, image by image, the part IoU (the box IoU, on a dataset without parts) "
+           "of **|T5|**'s top-k (as in 01.2) with T5's own, and take a 95 % bootstrap interval of the mean "
+           "difference |T5| − T5. (`'a'`, `'b'` or `'c'`)\n\n"
+           "* (a) |T5| covers resolvably **more**: strong evidence against the class also sits on the parts (or "
+           "in the box) — they matter to the decision in both directions, and the signed ranking drops the "
+           "negative ones;\n"
+           "* (b) |T5| covers resolvably **less**: the negative-evidence tokens lie mostly off the parts (or "
+           "outside the box), so the sign itself points at them;\n"
            "* (c) the difference is **not resolved** (the interval contains 0): on these images the sign does not "
-           "change how much of the parts is kept.",
-           "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` for the top-k of `maps['T5']` and of "
-           "`maps['T5'].abs()` (as in 01.2); the interval: `midas_nb.stats.bootstrap_ci(abs_iou - t5_iou, "
-           "n_boot=study.params['bootstrap'])` (images without a part are NaN and skipped).",
+           "change how much of the parts (or the box) is kept.",
+           "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, "
+           "box_mask)` on a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; "
+           "the interval: `midas_nb.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.params['bootstrap'])` "
+           "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
            ["maps", "study"], _option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
     from ..stats import bootstrap_ci
@@ -505,9 +519,10 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
     letter = {"positive": "a", "negative": "b", "not resolved": "c"}
     signs = _signs_near_edge(lo, hi) - {"undefined"}
     if not signs:
-        raise ValueError("no image with a part patch: the difference is undefined")
+        raise ValueError("no image with a part (or informative box) patch: the difference is undefined")
     return _choice_of({letter[x] for x in signs}, "abc",
-                      f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part IoU, paired over "
+                      f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
+                      f"paired over "
                       f"{int(diff.isfinite().sum())} images.")
 
 
@@ -660,9 +675,9 @@ def _two_budgets(mine, ceiling, study) -> str | None:
 
 
 @_register("04.budget_fall",
-           "**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part IoU "
-           "any ranking can reach — changes with it; `D` is a difference of two IoUs under that ceiling. Follow "
-           "**D(T5)** from the tightest to the loosest budget of the sweep at the study's depth `L` "
+           "**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
+           "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
+           "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth `L` "
            "(`study.params['depth']`), and compute its share of the ceiling, `D / (100 · ceiling)`, at both "
            "ends (`ceiling` holds the ceiling per budget). Is D's change more than the ceiling's? (`'a'`, `'b'` "
            "or `'c'`)\n\n"
@@ -670,7 +685,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "the tightest one's — there is no fall to explain;\n"
            "* (b) D(T5) falls, but its **share of the ceiling holds** (positive at the tightest budget, at least "
            "half of it left at the loosest): the fall is mostly the ceiling's — when most kept tokens cannot be "
-           "part patches, there is less coverage to gain, not a weaker effect;\n"
+           "part (or box) patches, there is less coverage to gain, not a weaker effect;\n"
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
            "the T5 rows of `mine` at depth `study.params['depth']`, sorted by budget: the ends' `D_pp_lo` / "
