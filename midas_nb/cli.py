@@ -26,7 +26,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from . import config
-from .cliargs import add_examples, add_sweep_parser, package_version, param_value, split_value_problem
+from .cliargs import add_examples, add_sweep_parser, package_version, param_value, check_split_values
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -145,7 +145,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
     known = set().union(*accepted_by.values()) if paths else None
-    problems = list(problems) + selection + _source_output_problem(spec.output) + preflight(spec, paths, known)
+    problems = list(problems) + selection + _check_source_output(spec.output) + preflight(spec, paths, known)
     if problems:
         raise config.ProfileError(problems)
 
@@ -222,7 +222,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     except ValueError as e:
         raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
     accepted = set().union(*(set(pm.inspect_notebook(str(nb))) for nb in paths))
-    found = list(problems) + _source_output_problem(spec.output)
+    found = list(problems) + _check_source_output(spec.output)
     for sub in subs:
         found += [f"{sub.dataset}: {p}" for p in preflight(sub, paths, accepted)]
     if found:
@@ -255,7 +255,7 @@ def _is_source_dir(path: str | os.PathLike) -> bool:
     return Path(path).expanduser().resolve() == notebooks_dir().resolve()
 
 
-def _source_output_problem(output: Any) -> list[str]:
+def _check_source_output(output: Any) -> list[str]:
     """``--output`` naming the source notebooks' folder would replace them with executed copies."""
     if isinstance(output, (str, os.PathLike)) and str(output).strip() and _is_source_dir(output):
         return [f"--output {str(output)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
@@ -485,7 +485,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     ``--backbone``, ``--depth``, ``--budget``) are refused with it; the ``--from-tables``
     directory exists; ``--readme`` is an existing file with the results-section
     markers; the output directory exists writable or can be created
-    (:func:`midas_nb.runspec.output_problem`)."""
+    (:func:`midas_nb.runspec.check_output`)."""
     problems: list[str] = []
     given = {f"--{k}": v for k, v in dict(store=args.store, backbone=args.backbone, depth=args.depth,
                                             budget=args.budget).items() if v is not None}
@@ -519,11 +519,9 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                 problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
                                 f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
     if args.output is not None:
-        from .runspec import output_problem
+        from .runspec import check_output
 
-        why = output_problem(args.output)
-        if why:
-            problems.append(why.replace("for the executed notebooks", "for the report"))
+        problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
     overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
                  if v is not None}
     if not overrides:
@@ -643,9 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    split = split_value_problem(argv)  # argparse would say "unrecognized arguments: 1]"
+    split = check_split_values(argv)  # argparse would say "unrecognized arguments: 1]"
     if split:
-        print(f"midas-nb run: {split}", file=sys.stderr)
+        print(*(f"midas-nb run: {why}" for why in split), sep="\n", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
     try:

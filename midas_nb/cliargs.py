@@ -8,7 +8,7 @@ so ``midas-nb --help``, ``--version`` and argument errors answer at once; run fi
   list-valued parameters (those a profile holds as a list: ``seeds``, ``depths``, ...) also take
   comma-separated values (``-p seeds 0,1``) and promote a single value (``-p seeds 0`` is
   ``[0]``), as ``--notebooks 00,02`` does.
-- :func:`split_value_problem`: a ``-p`` value that the shell split at its spaces
+- :func:`check_split_values`: a ``-p`` value that the shell split at its spaces
   (``-p seeds [0, 1]`` unquoted), named with how to write it.
 - :func:`did_you_mean`: the close names of a misspelt one (difflib).
 - :data:`EXAMPLES` / :func:`add_examples`: an example per subcommand for its ``--help``;
@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 from . import config
 
 __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "did_you_mean", "list_param", "package_version", "param_value",
-           "split_value_problem", "yaml_load"]
+           "check_split_values", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset(k for p in config.PROFILES.values() for k, v in p.items()
@@ -99,10 +99,10 @@ def _unbalanced(text: str) -> bool:
     return text.count("[") > text.count("]") or text.count("{") > text.count("}")
 
 
-def split_value_problem(argv: Sequence[str]) -> str | None:
+def check_split_values(argv: Sequence[str]) -> list[str]:
     """One line when a ``-p NAME VALUE`` value opens a bracket that it does not close: the shell
     split ``-p seeds [0, 1]`` at its spaces, so argparse would see ``1]`` as an unrecognized
-    argument. ``None`` when every ``-p`` value is whole."""
+    argument. ``[]`` when every ``-p`` value is whole."""
     args = list(argv)
     for i, tok in enumerate(args):
         if tok not in ("-p", "--param") or i + 2 >= len(args):
@@ -118,9 +118,9 @@ def split_value_problem(argv: Sequence[str]) -> str | None:
             hint = f" or without spaces: -p {name} {''.join(whole.split())}"
             if name in LIST_PARAMS and whole.startswith("["):
                 hint += f" (or -p {name} {''.join(whole.strip('[]').split())})"
-            return (f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
-                    f"-p {name} '{whole}'{hint}")
-    return None
+            return [f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
+                    f"-p {name} '{whole}'{hint}"]
+    return []
 
 
 def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:

@@ -402,8 +402,8 @@ def _is_path(v: Any) -> bool:
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
 
 
-def check_device(device: Any, *, here: bool = True) -> str | None:
-    """``None`` when ``device`` names a device this machine has, else the problem (one line).
+def check_device(device: Any, *, here: bool = True) -> list[str]:
+    """``[]`` when ``device`` names a device this machine has, else the problem (one line).
 
     ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N < the number of CUDA devices), ``"mps"``. A CUDA
     device without CUDA is an error, never a silent CPU run. ``here=False`` checks the name
@@ -412,21 +412,21 @@ def check_device(device: Any, *, here: bool = True) -> str | None:
     import re
 
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
-        return f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"
+        return [f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"]
     if not here:
-        return None
+        return []
     import torch
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            return (f"device: {device!r} was asked for but this machine has no CUDA device "
-                    f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu")
+            return [f"device: {device!r} was asked for but this machine has no CUDA device "
+                    f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu"]
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
-            return f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"
+            return [f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"]
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        return "device: 'mps' was asked for but is not available on this machine"
-    return None
+        return ["device: 'mps' was asked for but is not available on this machine"]
+    return []
 
 
 def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
@@ -474,9 +474,7 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
         _check_recipe(key, p.get(key), problems)
     _check_paths(p, problems)
     if device:
-        why = check_device(p.get("device"))
-        if why:
-            problems.append(why)
+        problems += check_device(p.get("device"))
     return problems
 
 

@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from . import config
-from .backbones import (backbone_kwargs, BackboneError, check_backbone, create_backbone, hub_problem,
-                        weights_file_problem, weights_for)
+from .backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
+                        create_backbone, weights_for)
 from .cliargs import did_you_mean, list_param, param_value, yaml_load
 from .config import DATASET_NAMES, show_value
-from .study import check_layout, grid_spans, schedule_line
+from .study import check_layout, grid_spans, check_schedule
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "output_problem", "preflight", "yaml_load", "fold_structured_params",
+           "notebook_needs", "check_output", "preflight", "yaml_load", "fold_structured_params",
            "spec_from_args"]
 
 #: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
@@ -326,36 +326,36 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
     return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
 
 
-def _check_weights_file(name: str, path: str, kwargs: dict[str, Any]) -> str | None:
+def _check_weights_file(name: str, path: str, kwargs: dict[str, Any]) -> list[str]:
     try:
         create_backbone(name, 2, weights=path, head="replace", **kwargs)
     except BackboneError as e:
-        return f"--weights {name}: {e}"
-    return None
+        return [f"--weights {name}: {e}"]
+    return []
 
 
-def output_problem(output: str | os.PathLike) -> str | None:
-    """``None`` when the output directory ``output`` exists and takes new files, or can be
+def check_output(output: str | os.PathLike) -> list[str]:
+    """``[]`` when the output directory ``output`` exists and takes new files, or can be
     created; else why not (one line). Probes with a temporary entry that is removed at once;
     creates nothing that stays."""
     import tempfile
 
     out = Path(output).expanduser()
     if out.exists() and not out.is_dir():
-        return f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"
+        return [f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"]
     probe_in = out
     while not probe_in.exists() and probe_in != probe_in.parent:
         probe_in = probe_in.parent
     if not probe_in.is_dir():
-        return (f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
-                f"for the executed notebooks")
+        return [f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
+                f"for the executed notebooks"]
     try:
         tempfile.TemporaryDirectory(dir=probe_in, prefix=".midas-probe-").cleanup()
     except OSError as e:
         what = "is not writable" if probe_in == out else f"cannot be created under {str(probe_in)!r}"
-        return (f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
-                f"directory for the executed notebooks")
-    return None
+        return [f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
+                f"directory for the executed notebooks"]
+    return []
 
 
 def setting_of(line: str) -> str:
@@ -402,9 +402,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if spec.output is not None and not (isinstance(spec.output, (str, os.PathLike)) and str(spec.output).strip()):
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
     else:
-        why = output_problem(spec.output if spec.output is not None else config.runs_dir() / spec.profile)
-        if why:
-            problems.append(why)
+        problems += check_output(spec.output if spec.output is not None else config.runs_dir() / spec.profile)
     try:
         settings = spec.settings()
     except (TypeError, ValueError) as e:
@@ -412,9 +410,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     # a refused parameter is reported once, as unknown; its value is not checked as well
     form = [line for line in config.check_profile(settings, device=False) if setting_of(line) not in unknown]
     problems += form
-    why = config.check_device(settings.get("device"))
-    if why:
-        problems.append(why)
+    problems += config.check_device(settings.get("device"))
     bad = {setting_of(line) for line in form}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
@@ -425,14 +421,14 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
         problems += _data_problems(settings, datasets)
     if not (bad | set(unknown)) & {"finetune", "synthetic_finetune", "data_root", "data_roots"}:
-        problems += _schedule_problems(settings, datasets, backbones)
+        problems += _check_schedules(settings, datasets, backbones)
     if "backbone_kwargs" not in bad:
         problems += _backbone_problems(settings, backbones, bad)
     return problems
 
 
-def _schedule_problems(settings: dict[str, Any], datasets: Sequence[str], backbones: Sequence[str]) -> list[str]:
-    """Every backbone's schedule on each dataset it may be trained on (:func:`midas_nb.study.schedule_line`);
+def _check_schedules(settings: dict[str, Any], datasets: Sequence[str], backbones: Sequence[str]) -> list[str]:
+    """Every backbone's schedule on each dataset it may be trained on (:func:`midas_nb.study.check_schedule`);
     the build would refuse it only after the data and stem features are loaded."""
     problems: list[str] = []
     for bb in backbones:
@@ -441,9 +437,7 @@ def _schedule_problems(settings: dict[str, Any], datasets: Sequence[str], backbo
                 label = config.dataset_label(settings, ds)
             except ValueError:
                 continue  # reported by the data checks
-            line = schedule_line(settings, label, bb)
-            if line and line not in problems:
-                problems.append(line)
+            problems += [line for line in check_schedule(settings, label, bb) if line not in problems]
     return problems
 
 
@@ -498,19 +492,12 @@ def _backbone_problems(settings: dict[str, Any], backbones: Sequence[str], bad: 
         for bb in (b for b in backbones if b not in unbuildable):
             w = weights_for(settings, bb)
             if w == "hub":
-                jobs[pool.submit(hub_problem, bb)] = bb
+                jobs[pool.submit(check_hub, bb)] = bb
             elif w is not None:
-                why = weights_file_problem(w)
-                if why:
-                    problems.append(f"--weights {bb}: {why}")
-                else:
-                    problems_w = _check_weights_file(bb, w, backbone_kwargs(settings, bb))
-                    if problems_w:
-                        problems.append(problems_w)
-        for fut, bb in jobs.items():
-            why = fut.result()
-            if why:
-                problems.append(why)
+                path_problems = [f"--weights {bb}: {why}" for why in check_weights_path(w)]
+                problems += path_problems or _check_weights_file(bb, w, backbone_kwargs(settings, bb))
+        for fut in jobs:
+            problems += fut.result()
     return problems
 
 

@@ -539,12 +539,15 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
     shorter schedule passed every setting check and failed only in notebook 00, after the stem
     features (minutes on real data)."""
     import numpy as np
-    from midas_nb.backbones import distill_recipe, schedule_problem
+    from midas_nb.backbones import check_epochs, distill_recipe
     from midas_nb.data import make_synthetic_cub
     from midas_nb.study import Study
     assert distill_recipe("hybrid_lite0_deit").coarse_epochs == 18
-    assert schedule_problem("hybrid_lite0_deit", 19) is None and schedule_problem("hybrid_lite0_vit", 1) is None
-    assert schedule_problem("vit_smoke_deit", 1) is None  # no coarse stage
+    assert check_epochs("hybrid_lite0_deit", 19) == [] and check_epochs("hybrid_lite0_vit", 1) == []
+    assert check_epochs("vit_smoke_deit", 1) == []  # no coarse stage
+    assert check_epochs("hybrid_lite0_deit", 18) == [
+        "hybrid_lite0_deit trains its first 18 epochs on coarse tokens (DISTILLED_RECIPES, progressive token "
+        "resolution); expected more than 18 epochs, got 18"]
     cub = make_synthetic_cub(tmp_path / "cub", num_classes=2, images_per_class=2, image_size=64)
     # the rehearsal trains 1 epoch: reported before any kernel, as one line
     rc, lines = _run(["--profile", "rehearsal", "--backbone", "hybrid_lite0_deit", "--notebooks", "02",

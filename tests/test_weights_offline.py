@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from midas_nb import config
-from midas_nb.backbones import (BackboneError, create_backbone, expected_weight_files, hub_problem, num_blocks,
+from midas_nb.backbones import (BackboneError, create_backbone, expected_weight_files, check_hub, num_blocks,
                                 weights_for)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,7 +121,8 @@ def test_unreachable_hub_fails_within_seconds(endpoint, silent_server, monkeypat
     assert "cannot be reached" in msg and f"--weights {DEIT_S}=/path/to/model.safetensors" in msg
     assert "deit_small_patch16_224-cd65a155.pth" in msg
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert "HF_HUB_OFFLINE is set" in hub_problem(AUGREG)
+    (line,) = check_hub(AUGREG)
+    assert "HF_HUB_OFFLINE is set" in line
 
 
 @pytest.mark.real_data

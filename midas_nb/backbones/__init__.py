@@ -48,12 +48,12 @@ from .registry import (backbone_normalization, BackboneError, default_image_size
                        PAPER_BACKBONES)  # noqa: F401
 from .lite0 import (FrozenStemEmbed, is_hybrid, LITE0_CHANNELS, lite0_classifier, LITE0_STAGES, lite0_stem,
                     LITE0_STRIDE, lite0_timm_state_dict, tokens_from_stem_features)  # noqa: F401
-from .weights import (expected_weight_files, hub_problem, weights_file_problem, weights_for)  # noqa: F401
+from .weights import (check_hub, check_weights_path, expected_weight_files, weights_for)  # noqa: F401
 from .factory import (backbone_config, backbone_kwargs, check_backbone, create_backbone, num_blocks)  # noqa: F401
 from .features import (ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info, stem_features,
                        UNFUSED_ATTENTION_KERNEL)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
-                      is_distilled_name, OFFLINE_PARTNERS, schedule_problem, TrainingRecipe)  # noqa: F401
+                      is_distilled_name, OFFLINE_PARTNERS, check_epochs, TrainingRecipe)  # noqa: F401
 from .checkpoint import (checkpoint_key, training_numerics)  # noqa: F401
 from .distilled import (distillation_loss, finetune_distilled, fit_linear_probe, LinearProbe, lite0_teacher_head,
                         mix_tokens, out_of_fold_logits, probe_maps, teacher_features, token_label_loss)  # noqa: F401
@@ -80,13 +80,13 @@ __all__ = [
     "TrainingRecipe",
     "weights_for",
     "expected_weight_files",
-    "hub_problem",
+    "check_hub",
     "num_blocks",
     "check_backbone",
-    "schedule_problem",
+    "check_epochs",
     "default_image_size",
     "backbone_kwargs",
-    "weights_file_problem",
+    "check_weights_path",
     "machine_info",
     "ATTENTION_KERNEL",
     "UNFUSED_ATTENTION_KERNEL",

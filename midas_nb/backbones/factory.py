@@ -12,7 +12,7 @@ from ..config import backbone_kwargs_for, get_profile, PROFILES
 from ..vit import disable_fused_attention
 from .lite0 import FrozenStemEmbed, is_hybrid, LITE0_STRIDE, lite0_timm_state_dict
 from .registry import BackboneError, default_image_size, LOCAL_ARCHS, LOCAL_NORMALIZATION, timm_pretrained_cfg
-from .weights import hub_problem, load_weights_file, weights_file_problem
+from .weights import check_hub, check_weights_path, load_weights_file
 
 
 def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
@@ -201,9 +201,9 @@ def create_backbone(
     else:
         timm_pretrained_cfg(name)  # raises BackboneError for unknown names
         if hub:  # fail in seconds, naming the local-file alternative, instead of hanging offline
-            why = hub_problem(name)
-            if why:
-                raise BackboneError(why)
+            problems = check_hub(name)
+            if problems:
+                raise BackboneError(problems[0])
         try:
             model = timm.create_model(name, pretrained=hub, num_classes=num_classes, **kwargs)
         except Exception as e:  # noqa: BLE001 - offline hub, bad kwargs: re-raised with the name
@@ -214,9 +214,9 @@ def create_backbone(
             raise BackboneError(f"{name!r} is a {type(model).__name__}, not a timm VisionTransformer")
     if weights is not None and not hub:
         path = Path(weights)
-        why = weights_file_problem(path)
-        if why:
-            raise BackboneError(why)
+        problems = check_weights_path(path)
+        if problems:
+            raise BackboneError(problems[0])
         load_weights_file(model, path, head, timm_filter=not local)
         model.pretrained_cfg = dict(model.pretrained_cfg, file=str(path))
     disable_fused_attention(model)

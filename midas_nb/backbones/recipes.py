@@ -167,22 +167,22 @@ def distill_recipe(name: str) -> DistillRecipe:
     return DISTILLED_RECIPES[name]
 
 
-def schedule_problem(name: str, epochs: Any) -> str | None:
-    """``None`` when backbone ``name`` can train for ``epochs`` epochs; else why not (one line).
+def check_epochs(name: str, epochs: Any) -> list[str]:
+    """``[]`` when backbone ``name`` can train for ``epochs`` epochs; else why not (one line).
 
     A distilled backbone with ``coarse_epochs`` (:attr:`DistillRecipe.coarse_epochs`) needs
     more epochs than that: its last epochs must see every patch token, as evaluation does.
     Backbones without a coarse stage, and non-integer ``epochs`` (reported by the profile
-    check), give ``None``; NumPy integers count as integers.
+    check), give ``[]``; NumPy integers count as integers.
     """
     if (not (is_distilled_name(name) and distill_recipe(name).coarse_epochs)
             or not isinstance(epochs, numbers.Integral) or isinstance(epochs, bool)):
-        return None
+        return []
     coarse = distill_recipe(name).coarse_epochs
     if epochs > coarse:
-        return None
-    return (f"{name} trains its first {coarse} epochs on coarse tokens (DISTILLED_RECIPES, progressive "
-            f"token resolution); expected more than {coarse} epochs, got {epochs}")
+        return []
+    return [f"{name} trains its first {coarse} epochs on coarse tokens (DISTILLED_RECIPES, progressive "
+            f"token resolution); expected more than {coarse} epochs, got {epochs}"]
 
 
 #: label-trained offline backbone -> its distilled student (notebook 05 and the report put them side by side)

@@ -95,8 +95,8 @@ def _probe(url: str, timeout: float) -> str | None:
     return None
 
 
-def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
-    """``None`` when timm can get ``name``'s pretrained weights (in the local Hugging Face cache,
+def check_hub(name: str, timeout: float = _HUB_PROBE_SECONDS) -> list[str]:
+    """``[]`` when timm can get ``name``'s pretrained weights (in the local Hugging Face cache,
     or the hub answers within ``timeout`` seconds), else one line saying why not and which local
     file to pass instead (``--weights NAME=/path/to/<file>``, :func:`expected_weight_files`).
 
@@ -105,7 +105,7 @@ def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
     """
     cfg = timm_pretrained_cfg(name)
     if _hub_cached(cfg):
-        return None
+        return []
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     if offline:
@@ -116,26 +116,26 @@ def hub_problem(name: str, timeout: float = _HUB_PROBE_SECONDS) -> str | None:
     else:
         why = _probe(str(cfg.get("url")), timeout)
     if why is None:
-        return None
+        return []
     files = expected_weight_files(name)
     first = files[0].split(" ")[0] if files else "weights.pth"
-    return (f"weights of {name}: the Hugging Face hub ({endpoint}) cannot be reached ({why}); "
+    return [f"weights of {name}: the Hugging Face hub ({endpoint}) cannot be reached ({why}); "
             f"pass a local file: --weights {name}=/path/to/{first}"
-            + (f" (expected: {' or '.join(files)})" if files else ""))
+            + (f" (expected: {' or '.join(files)})" if files else "")]
 
 
-def weights_file_problem(path: str | os.PathLike) -> str | None:
-    """``None`` when ``path`` is an existing file, else why not, in one line: it does not exist,
+def check_weights_path(path: str | os.PathLike) -> list[str]:
+    """``[]`` when ``path`` is an existing file, else why not, in one line: it does not exist,
     or it is a directory (naming the weights files found in it)."""
     path = Path(path).expanduser()
     if path.is_file():
-        return None
+        return []
     if path.is_dir():
         found = sorted(q.name for q in path.iterdir() if q.suffix.lower() in _WEIGHT_SUFFIXES)[:4]
         hint = f" (it holds {', '.join(found)}: name one)" if found else ""
-        return (f"weights file {path} is a directory; expected a weights file "
-                f"({', '.join(_WEIGHT_SUFFIXES)}){hint}")
-    return f"weights file {path} does not exist"
+        return [f"weights file {path} is a directory; expected a weights file "
+                f"({', '.join(_WEIGHT_SUFFIXES)}){hint}"]
+    return [f"weights file {path} does not exist"]
 
 
 def _reason(e: BaseException, limit: int = 200) -> str:

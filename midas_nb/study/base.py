@@ -13,7 +13,7 @@ import torch
 
 from .. import config
 from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
-                         schedule_problem, TrainingRecipe, weights_for)
+                         check_epochs, TrainingRecipe, weights_for)
 from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
 from ..identity import hash_json
 from ..progress import progress_enabled
@@ -25,7 +25,7 @@ from ..related.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
 from ..vit import grid_size, keep_count
 
-__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "schedule_line", "unlabelled_test_message",
+__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "check_schedule", "unlabelled_test_message",
            "TRAIN_SPLIT"]
 
 
@@ -79,14 +79,13 @@ def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
     return "cub", root, "synthetic"
 
 
-def schedule_line(params: dict[str, Any], dataset_label: str, backbone: str) -> str | None:
-    """``None`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
+def check_schedule(params: dict[str, Any], dataset_label: str, backbone: str) -> list[str]:
+    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
     (:func:`midas_nb.config.finetune_settings`); else one line naming the setting
-    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.schedule_problem`)."""
-    why = schedule_problem(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))
-    if why is None:
-        return None
-    return f"{config.finetune_setting_name(params, dataset_label, backbone, 'epochs')}: on {dataset_label}, {why}"
+    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.check_epochs`)."""
+    name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
+    return [f"{name}: on {dataset_label}, {why}"
+            for why in check_epochs(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))]
 
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
@@ -161,7 +160,7 @@ class StudyBase:
             seeds not a list of integers, a CUDA device on a machine without CUDA, ...).
         ValueError, FileNotFoundError: a dataset without a data root (see :func:`check_data`).
         midas_nb.config.ProfileError: also a schedule the backbone's recipe cannot train
-            (:func:`midas_nb.backbones.schedule_problem`: a distilled backbone needs more epochs
+            (:func:`midas_nb.backbones.check_epochs`: a distilled backbone needs more epochs
             than its coarse epochs).
     """
 
@@ -179,9 +178,9 @@ class StudyBase:
         # a streamed run (MIDAS_PROGRESS=lines) gets plain lines instead (midas_nb.progress)
         self.progress = progress_enabled(progress)
         self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
-        line = schedule_line(self.params, self.dataset_name, self.params["backbone"])
-        if line:
-            raise config.ProfileError([line])
+        problems = check_schedule(self.params, self.dataset_name, self.params["backbone"])
+        if problems:
+            raise config.ProfileError(problems)
         self.device = torch.device(self.params["device"])
         self.own_threads()
 

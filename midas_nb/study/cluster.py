@@ -115,9 +115,9 @@ def submit_profile(profile: str | Mapping[str, Any], names: Sequence[str] | None
         midas_nb.sweeps.slurm.SlurmNotFound: ``slurm`` without Slurm.
     """
     prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
-    why = config.check_device(prof.get("device"), here=executor != "slurm")
-    if why:
-        raise config.ProfileError([why])
+    problems = config.check_device(prof.get("device"), here=executor != "slurm")
+    if problems:
+        raise config.ProfileError(problems)
     cells = _union(profile_sweeps(prof, names))
     st = open_store(store or prof["profile"])
     runner = ProtocolCellRunner(prof, progress=progress)

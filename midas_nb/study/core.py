@@ -133,9 +133,9 @@ class Study(StudyBase):
         if device is None:
             device = config.get_profile(self.params["profile"])["device"] if executor == "slurm" else None
         params = self.params if device is None else dict(self.params, device=device)
-        why = config.check_device(params["device"], here=executor != "slurm")
-        if why:
-            raise config.ProfileError([why])
+        problems = config.check_device(params["device"], here=executor != "slurm")
+        if problems:
+            raise config.ProfileError(problems)
         cells = make_grid(params, kind)
         store = ResultStore(name=self.params["profile"])
         if run and executor == "slurm":

@@ -79,11 +79,11 @@ class ProtocolCellRunner:
         if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
             return st
         device = self.device or str(self.profile.get("device") or "cpu")
-        why = check_device(device)
-        if why:  # on a compute node: say which node and job, and what to ask the scheduler for
+        problems = check_device(device)
+        if problems:  # on a compute node: say which node and job, and what to ask the scheduler for
             job = os.environ.get("SLURM_JOB_ID")
             raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
-                               f"the sweep's device {device!r}: {why.split('; use')[0]}; submit the cells to "
+                               f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
                                "GPU nodes (midas-nb sweep submit --gpus 1 --partition <a GPU partition>) or "
                                "with --device cpu")
         memo = digest_memo_path(self.profile, cell.dataset)
