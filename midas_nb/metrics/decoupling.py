@@ -224,6 +224,12 @@ def _nanless_mean(v: Sequence[float]) -> float:
     return float(a.mean()) if a.size and np.isfinite(a).all() else math.nan
 
 
+def _seed_mean(v: Sequence[float]) -> float:
+    """Mean over the seeds that have a value for one image; NaN where none has (no warning)."""
+    a = np.asarray(v, dtype=float)
+    return float(np.nanmean(a)) if np.isfinite(a).any() else math.nan
+
+
 class _Pairing:
     """The rows of a table, their cells (``by`` + checkpoint columns) and reference rows, and the
     paired point and interval of a group of rows (one condition of one cell, or one row)."""
@@ -268,7 +274,7 @@ class _Pairing:
                 out[vc] = None
                 continue
             ids = sorted(set.intersection(*(set(mp) for mp in maps)))
-            out[idc], out[vc] = ids, [float(np.nanmean([mp[i] for mp in maps])) for i in ids]
+            out[idc], out[vc] = ids, [_seed_mean([mp[i] for mp in maps]) for i in ids]
         return out, False
 
     def _paired(self, rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any]], tag: str) -> dict[str, Any]:
