@@ -62,7 +62,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 from .progress import tqdm
 
-from .data import collate_samples
+from .data import collate_samples, evaluation_subset
 from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
                       measure_speed, part_miou, point_in_box, speed_scorers)
 
@@ -79,7 +79,7 @@ from .vit import fused_attention, grid_size
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "with_band_check",
-           "get_params", "evaluation_subset", "fused_attention", "run_protocol"]
+           "get_params", "fused_attention", "run_protocol"]
 
 #: conditions that are not a supervision target id
 BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random", "random_map")
@@ -163,16 +163,6 @@ def protocol_params(**overrides: Any) -> dict[str, Any]:
 
 
 get_params = protocol_params
-
-
-def evaluation_subset(n: int, max_images: int | None, seed: int = 0) -> list[int]:
-    """Indices of the evaluated test images: all of them, or ``max_images`` drawn without
-    replacement with ``seed`` and sorted (datasets are often ordered by class, so the first
-    ``max_images`` would cover few classes)."""
-    if max_images is None or max_images >= n:
-        return list(range(n))
-    g = torch.Generator().manual_seed(int(seed))
-    return sorted(torch.randperm(n, generator=g)[: int(max_images)].tolist())
 
 
 def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> Tensor:
@@ -269,7 +259,7 @@ def run_protocol(
         epochs, batch_size, lr: scorer training.
         idauc_steps: ``S`` of the insertion/deletion curves.
         max_eval_images: evaluate on a seeded random subset of this many test images
-            (:func:`evaluation_subset`); ``None``: all.
+            (:func:`midas_nb.data.evaluation_subset`); ``None``: all.
         bootstrap: bootstrap resamples of the CIs.
         device: where everything runs.
         cache_dir: root of the block, target and scorer caches (default

@@ -41,7 +41,7 @@ def test_ceiling_refuses_bad_input():
 
 
 def test_study_ceiling_is_the_mean_over_evaluated_images_with_parts():
-    from midas_nb.protocol import evaluation_subset
+    from midas_nb.data import evaluation_subset
     from midas_nb.study import Study
 
     s = Study("smoke")

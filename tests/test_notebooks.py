@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 
-from midas_nb.protocol import evaluation_subset
+from midas_nb.data import evaluation_subset
 from midas_nb.related.last import pib_table
 
 REPO = Path(__file__).resolve().parents[1]

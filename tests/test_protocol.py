@@ -9,7 +9,8 @@ import pytest
 import timm
 import torch
 
-from midas_nb.protocol import evaluation_subset, list_conditions, protocol_params, run_protocol
+from midas_nb.data import evaluation_subset
+from midas_nb.protocol import list_conditions, protocol_params, run_protocol
 from midas_nb.pruning import score_tokens
 from midas_nb.scorers import MLPScorer, ReferenceScorer
 from midas_nb.train import block_cache, load_or_train_scorer, train_scorer

@@ -147,7 +147,7 @@ def test_a_test_keypoint_edit_recomputes_exactly_the_protocol_cells(tmp_path, mo
     assert len(keys) == 3
 
     # the evaluated test images (a seeded subset of max_eval_images) and the others
-    from midas_nb.protocol import evaluation_subset
+    from midas_nb.data import evaluation_subset
     test_ids = study.test_set.image_ids
     evaluated = {test_ids[i] for i in evaluation_subset(len(test_ids), 8, 0)}
     not_evaluated = set(test_ids) - evaluated

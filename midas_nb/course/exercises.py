@@ -781,7 +781,7 @@ def _ex_best_sep(res) -> set[str]:
 @_register("06.pib_T0",
            "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
            "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
-           "the images are `midas_nb.protocol.evaluation_subset(len(study.test_set), n_images, "
+           "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
            "study.params.get('eval_subset_seed', 0))`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
            "and `study.test_set[i].box_mask`.",
            ["pib"], _number)

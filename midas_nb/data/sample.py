@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["Sample", "Batch", "collate_samples"]
+__all__ = ["Sample", "Batch", "collate_samples", "evaluation_subset"]
 
 
 @dataclass
@@ -131,3 +131,13 @@ def collate_samples(samples: Sequence[Sample]) -> Batch:
         image_ids=[str(s.image_id) for s in samples],
         indices=torch.tensor([int(s.index) for s in samples], dtype=torch.long),
     )
+
+
+def evaluation_subset(n: int, max_images: int | None, seed: int = 0) -> list[int]:
+    """Indices of the evaluated test images: all of them, or ``max_images`` drawn without
+    replacement with ``seed`` and sorted (datasets are often ordered by class, so the first
+    ``max_images`` would cover few classes)."""
+    if max_images is None or max_images >= n:
+        return list(range(n))
+    g = torch.Generator().manual_seed(int(seed))
+    return sorted(torch.randperm(n, generator=g)[: int(max_images)].tolist())

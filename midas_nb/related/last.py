@@ -39,10 +39,9 @@ from torch.utils.data import DataLoader, Subset
 from ..progress import tqdm
 
 from ..config import cache_dir as default_cache_dir
-from ..data import collate_samples
+from ..data import collate_samples, evaluation_subset
 from ..identity import dataset_identity, hash_json, load_or_build, state_dict_digest
 from ..metrics import bootstrap_ci, box_share, centre_in_box, patch_score, point_in_box
-from ..protocol import evaluation_subset
 from ..targets import LAST_STATISTIC, resolve_last_k, stability_ratio
 from ..train import block_cache, optimise_on_cache
 from ..backbones import ATTENTION_KERNEL, machine_info, UNFUSED_ATTENTION_KERNEL
@@ -402,7 +401,7 @@ def pib_table(
         reference: the row the others are compared with per image (``pib_delta``,
             ``pib_agreement``); default: the first model (the backbone, by convention).
         max_images: a seeded random subset of this many images
-            (:func:`midas_nb.protocol.evaluation_subset`); ``None``: all.
+            (:func:`midas_nb.data.evaluation_subset`); ``None``: all.
         subset_seed: seed of that subset.
         batch_size, device, progress: evaluation settings.
         n_boot: bootstrap resamples of the 95 % CIs over images.

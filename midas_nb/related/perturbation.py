@@ -29,9 +29,8 @@ import torch
 from torch import Tensor, nn
 from ..progress import tqdm
 
-from ..data import collate_samples
+from ..data import collate_samples, evaluation_subset
 from ..metrics import bootstrap_ci, curve_auc, insertion_counts
-from ..protocol import evaluation_subset
 from ..vit import classify_tokens, embed_tokens, gather_tokens, num_prefix_tokens, run_blocks
 
 __all__ = ["ReferenceClass", "perturbation_curves", "perturbation_test", "perturbation_table"]
@@ -229,7 +228,7 @@ def perturbation_table(
             ``class_rule="prediction"``).
         steps: ``S``.
         max_images: a seeded random subset of this many images
-            (:func:`midas_nb.protocol.evaluation_subset`); ``None``: all.
+            (:func:`midas_nb.data.evaluation_subset`); ``None``: all.
         subset_seed: seed of the subset.
         target: ``"label"`` or ``"prediction"``.
         batch_size, device, progress: evaluation settings.

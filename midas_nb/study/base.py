@@ -14,12 +14,11 @@ import torch
 from .. import config
 from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
                          check_epochs, TrainingRecipe, weights_for)
-from ..data import collate_samples, DatasetError, load_dataset, make_synthetic_cub
+from ..data import collate_samples, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
 from ..identity import hash_json
 from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
-from ..protocol import evaluation_subset
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..related.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
@@ -404,7 +403,7 @@ class StudyBase:
         over images), its baselines ``pib_centre`` (the centre patch alone) and ``pib_box_area``
         (the box's share of patches; :func:`midas_nb.related.last.pib_columns`), ``n_images``,
         and ``last_K`` (``K`` of the ``last_votes`` row). The images are the protocol's evaluated ones: ``n`` drawn
-        with the profile's ``eval_subset_seed`` (:func:`midas_nb.protocol.evaluation_subset`;
+        with the profile's ``eval_subset_seed`` (:func:`midas_nb.data.evaluation_subset`;
         default ``n``: the profile's ``max_eval_images``; ``None`` there means all).
         """
         ds = self.test_set

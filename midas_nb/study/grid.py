@@ -16,7 +16,8 @@ from torch.utils.data import Subset
 
 from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
-from ..protocol import evaluation_subset, PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
+from ..data import evaluation_subset
+from ..protocol import PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
 from ..point import Budget, Point
 from ..sweeps import SweepCell
 from .cache import cached_study
@@ -71,7 +72,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
 
 def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
     """:attr:`~midas_nb.identity.DatasetIdentity.full` of the test images a protocol run with
-    ``settings`` evaluates (:func:`midas_nb.protocol.evaluation_subset`)."""
+    ``settings`` evaluates (:func:`midas_nb.data.evaluation_subset`)."""
     test = study.test_set
     idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
