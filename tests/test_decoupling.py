@@ -177,6 +177,10 @@ def test_a_seedless_row_against_a_control_with_two_seeds_is_the_negative_of_its_
     assert vs_control.loc["reference", "D_pp"] == pytest.approx(7.0)
     assert vs_reference.loc["random_map", "D_pp"] == pytest.approx(-7.0)
     assert not bool(vs_control.loc["reference", "ref_paired"])
+    # the interval mirrors too: the control's seed spread (0.30 vs 0.36) is in both
+    assert vs_control.loc["reference", "D_pp_lo"] == pytest.approx(-vs_reference.loc["random_map", "D_pp_hi"])
+    assert vs_control.loc["reference", "D_pp_hi"] == pytest.approx(-vs_reference.loc["random_map", "D_pp_lo"])
+    assert vs_control.loc["reference", "D_pp_lo"] < 0 < vs_control.loc["reference", "D_pp_hi"]
     # one row per results row keeps the same-seed pairing: 0.40 − 0.30
     per = decoupling_D(t, reference="random_map", n_boot=200, per_seed=True).set_index("condition")
     assert per.loc["reference", "D_pp"] == pytest.approx(10.0)

@@ -121,5 +121,7 @@ def test_leader_line_names_the_rows_a_leader_is_not_separated_from():
     assert leader_line(alone, "v", name="target", what="best", signed=True) == (
         "best: T3 (+0.209 [+0.117, +0.299]); its interval lies above every other's")
     assert leader_line(t.drop(columns=["v_lo", "v_hi"]), "v", name="target", what="best") == "best: T3 (0.209)"
+    assert leader_line(t, "v", name="target", what="lowest", lowest=True) == (
+        "lowest: T0 (0.010 [-0.020, 0.050]); its interval lies below every other's")
     with pytest.raises(ValueError, match="no column 'x'"):
         leader_line(t, "x", name="target", what="best")

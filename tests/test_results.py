@@ -146,6 +146,10 @@ def test_recommend_deployment_tie_break_and_fallback():
     a = advice.set_index("goal")
     assert a.loc["faithfulness-first", "condition"] == "T5"
     assert "breaks the tie" in a.loc["faithfulness-first", "reason"]
+    # the pick is not called "highest IDAUC" when another condition's IDAUC is higher
+    top = t.loc[t["idauc"].idxmax(), "condition"]
+    assert top != "T5" and "highest IDAUC" not in a.loc["faithfulness-first", "reason"]
+    assert f"within 0.001 of the highest ({top} " in a.loc["faithfulness-first", "reason"]
     # reference outside the band for nobody → still T5 for coverage-first (D=+3, ΔIDAUC>0)
     assert a.loc["coverage-first", "condition"] == "T5"
     # no reference at all: coverage-first falls back to the highest mIoU, flagged

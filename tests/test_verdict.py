@@ -206,4 +206,16 @@ def test_different_winners_name_a_winner_that_ties_with_its_runner_up():
     assert w["miou_runner_up"] == "T5" and w["miou_lead_lo"] > 0
     text = claim_verdict(t, n_boot=400).text
     assert "T5 ties with T3 on faithfulness within this sample" in text
-    assert "T1 ties with" not in text
+    assert "T1 ties with" not in text and w["miou_ties"] == []
+
+
+def test_every_condition_a_winner_ties_with_is_named():
+    """FGVC-Aircraft: T5 0.0045, T3 0.0038 and T2 0.0036 IDAUC, neither lead resolved; the line
+    named T3 only."""
+    t = _table({"reference": (0.10, 0.15), "T1": (0.30, 0.10), "T5": (0.15, 0.2003), "T3": (0.12, 0.2000),
+                "T2": (0.11, 0.1999)}, noise=0.03)
+    v = claim_verdict(t, n_boot=400)
+    w = v.winners
+    assert w["faithfulness_winner"] == "T5" and set(w["idauc_ties"]) == {"T3", "T2"}
+    assert w["idauc_ties"][0] == w["idauc_runner_up"]
+    assert f"T5 ties with {', '.join(w['idauc_ties'])} on faithfulness within this sample" in v.text

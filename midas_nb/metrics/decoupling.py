@@ -104,8 +104,8 @@ def decoupling_D(
     **Pairing.** Each row is paired with the reference row of its seed when there is one, else
     the only reference row, else the per-image mean of the cell's reference rows
     (``ref_paired`` says which); a condition with one row (seedless, e.g. the T0 reference)
-    against a reference with several seeds is paired with their per-image mean, so that
-    ``D(a vs b) = −D(b vs a)``. With per-image values (``image_ids``/``<miou>_per_image``,
+    against a reference with several seeds is paired with each of them, so that
+    ``D(a vs b) = −D(b vs a)``, point and interval. With per-image values (``image_ids``/``<miou>_per_image``,
     ``idauc_image_ids``/``<idauc>_per_image``) the per-image differences ``x[s, i] = x_t − x_ref``
     over the images *every* seed and its reference share give both the point and the interval:
 
@@ -253,13 +253,13 @@ class _Pairing:
             if r[cond_col] == reference:
                 self.ref_rows.setdefault(self.cells[k], []).append(k)
 
-    def reference_for(self, k: int, by_seed: bool = True) -> tuple[Mapping[str, Any] | None, bool]:
-        """``(reference record, paired by seed)`` of row ``k``: the same seed's (``by_seed``),
-        else the only one, else the per-image (and own-value) mean of the cell's reference rows."""
+    def reference_for(self, k: int) -> tuple[Mapping[str, Any] | None, bool]:
+        """``(reference record, paired by seed)`` of row ``k``: the same seed's, else the only
+        one, else the per-image (and own-value) mean of the cell's reference rows."""
         cands = self.ref_rows.get(self.cells[k], [])
         if not cands:
             return None, False
-        if self.seed_col is not None and by_seed:
+        if self.seed_col is not None:
             same = [i for i in cands if self.recs[i][self.seed_col] == self.recs[k][self.seed_col]]
             if same:
                 return self.recs[same[0]], True
@@ -299,11 +299,15 @@ class _Pairing:
     def group(self, idx: list[int], band: float) -> dict[str, Any]:
         """One output row for the results rows ``idx`` (internal columns start with ``_``)."""
         rows = [self.recs[k] for k in idx]
-        # a seedless condition (one row, e.g. the T0 reference) against a reference with several
-        # seeds is compared with their mean, not with the one seed that shares its number: so
-        # D(a vs b) = −D(b vs a) (one row per results row keeps the same-seed pairing)
-        by_seed = self.per_seed or len(idx) > 1 or len(self.ref_rows.get(self.cells[idx[0]], [])) < 2
-        refs_p = [self.reference_for(k, by_seed) for k in idx]
+        cands = self.ref_rows.get(self.cells[idx[0]], [])
+        if not self.per_seed and len(idx) == 1 and len(cands) > 1:
+            # a seedless condition (one row, e.g. the T0 reference) against a reference with
+            # several seeds: the row is paired with each of them (its value is the same under
+            # every seed), so D(a vs b) = −D(b vs a), point and interval (one row per results
+            # row keeps the same-seed pairing)
+            rows, refs_p = rows * len(cands), [(self.recs[i], False) for i in cands]
+        else:
+            refs_p = [self.reference_for(k) for k in idx]
         refs = [r for r, _ in refs_p]
         res: dict[str, Any] = {c: rows[0][c] for c in self.cell + self.key}
         if self.seed_col is not None:

@@ -19,6 +19,10 @@ from ..results import aggregate_seeds
 from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells, SECTIONS
 
+#: the provenance row of the test images coverage leaves out (no visible part; an empty or
+#: uninformative box); "images without a visible part" in the tables of releases before
+SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
+
 
 #: the CSV tables of a report, in the order REPORT.md shows them
 TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings",
@@ -145,7 +149,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         add(ds, bb, "conditions", ", ".join(shown))
         add(ds, bb, "coverage", _first(at.get("coverage_kind", pd.Series(dtype=str))) or "part mIoU")
         for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
-                          ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", "images without a visible part")):
+                          ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
             vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []
             add(ds, bb, name, ", ".join(map(str, vals)) if vals else "not recorded")
         if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():

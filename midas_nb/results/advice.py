@@ -153,12 +153,7 @@ def recommend_deployment(
         # faithfulness-first
         ok = cell[cell["idauc"].notna()]
         if len(ok):
-            best = ok["idauc"].max()
-            ties = ok[ok["idauc"] >= best - tie_tol]
-            pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
-            tie_note = (f"; {len(ties)} conditions within {tie_tol:g} of the best IDAUC, "
-                        f"highest mIoU {pick['miou']:.3f} breaks the tie") if len(ties) > 1 else ""
-            why = f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}{tie_note}"
+            pick, why = _most_faithful(ok, tie_tol)
             rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where, why))
         else:
             rows.append(_no_advice("faithfulness-first", ident, key, where,
@@ -168,6 +163,20 @@ def recommend_deployment(
     cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
+
+
+def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
+    """The condition with the highest IDAUC; among those within ``tie_tol`` of it, the one with
+    the highest mIoU — and the reason, naming the highest IDAUC where the pick is not it."""
+    best = ok["idauc"].max()
+    ties = ok[ok["idauc"] >= best - tie_tol]
+    pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
+    if len(ties) == 1:
+        return pick, f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}"
+    top = ok.loc[ok["idauc"].idxmax()]
+    return pick, (f"IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}, within {tie_tol:g} of the highest "
+                  f"({_label(top)} {best:.3f}); {len(ties)} conditions tie there, highest mIoU "
+                  f"{pick['miou']:.3f} breaks the tie")
 
 
 def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:

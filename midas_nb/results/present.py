@@ -256,8 +256,9 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
 
 
 def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
-                signed: bool = False) -> str:
-    """The row with the highest ``value`` and every row it is not separated from.
+                signed: bool = False, lowest: bool = False) -> str:
+    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not
+    separated from.
 
     ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3, T2 (their intervals overlap
     T5's)"``. A leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies
@@ -271,7 +272,7 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
-    t = table[table[value].notna()].sort_values(value, ascending=False)
+    t = table[table[value].notna()].sort_values(value, ascending=lowest)
     if t.empty:
         raise ValueError(f"leader_line: no row has a value in {value!r}")
     lo, hi = f"{value}_lo", f"{value}_hi"
@@ -281,7 +282,8 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
             f"({format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)})")
     if not has_ci or len(t) == 1:
         return head
-    ties = [str(r[name]) for _, r in t.iloc[1:].iterrows() if not float(r[hi]) < float(top[lo])]
+    ties = [str(r[name]) for _, r in t.iloc[1:].iterrows()
+            if not (float(r[lo]) > float(top[hi]) if lowest else float(r[hi]) < float(top[lo]))]
     if not ties:
-        return head + "; its interval lies above every other's"
+        return head + f"; its interval lies {'below' if lowest else 'above'} every other's"
     return head + f"; not separated from {', '.join(ties)} (their intervals overlap {top[name]}'s)"

@@ -198,15 +198,10 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
         return out
     cov, fai = max(mm, key=mm.get), max(fm, key=fm.get)
     out.update(coverage_winner=cov, faithfulness_winner=fai)
-    # each winner's lead over the runner-up on its own metric (a tie is named as one)
-    for metric, means, per, win in (("miou", mm, miou, cov), ("idauc", fm, idauc, fai)):
-        others = {c: v for c, v in means.items() if c != win}
-        if others:
-            runner = max(others, key=others.get)
-            d = _paired_diff(per[win], per[runner], n_boot, alpha, rng)
-            out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
-                        f"{metric}_lead_hi": d[2]})
+    # the ties are drawn from a child generator: the other intervals keep their draws
+    tie_rng = rng.spawn(1)[0]
     if cov == fai:
+        _leads(out, ((("miou", mm, miou, cov), ("idauc", fm, idauc, fai))), n_boot, alpha, rng, tie_rng)
         out["reading"] = "one condition leads both"
         # the highest means are one winner only where both leads are resolved; else the
         # runner-up ties with it on that metric within this sample
@@ -225,7 +220,30 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
     out["reading"] = ("different winners" if all(resolved) else
                       "not resolved: the coverage lead" if resolved[1] else
                       "not resolved: the faithfulness lead" if resolved[0] else "not resolved: both leads")
+    # each winner's lead over the runner-up on its own metric, and every condition it ties with
+    # (from the child generator: the co-movement interval keeps its draws)
+    _leads(out, ((("miou", mm, miou, cov), ("idauc", fm, idauc, fai))), n_boot, alpha, tie_rng, tie_rng)
     return out
+
+
+def _leads(out: dict[str, Any], per_metric, n_boot: int, alpha: float, rng: np.random.Generator,
+           tie_rng: np.random.Generator) -> None:
+    """``<metric>_runner_up`` and ``<metric>_lead`` (+ interval) of each metric's winner, and
+    ``<metric>_ties``: every other condition whose paired difference with the winner is not
+    resolved (``[]`` when the lead is resolved over all)."""
+    for metric, means, per, win in per_metric:
+        others = {c: v for c, v in means.items() if c != win}
+        if not others:
+            continue
+        runner = max(others, key=others.get)
+        d = _paired_diff(per[win], per[runner], n_boot, alpha, rng)
+        out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
+                    f"{metric}_lead_hi": d[2]})
+        ties = [runner] if _sign(d[1], d[2]) != "positive" else []
+        for c in sorted(others, key=others.get, reverse=True)[1:]:
+            e = _paired_diff(per[win], per[c], n_boot, alpha, tie_rng)
+            ties += [c] if _sign(e[1], e[2]) != "positive" else []
+        out[f"{metric}_ties"] = ties
 
 
 @dataclass(frozen=True)
@@ -276,7 +294,8 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
         leads.append(f"{m} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
                      + ("" if ok else ", not resolved"))
         if not ok:
-            ties.append(f"{cov} and {runner} tie on {name} within this sample")
+            ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
+                        "within this sample")
     head = (f"(b) winners: {cov} leads on both coverage and faithfulness" if not ties else
             f"(b) winners: {cov} has the highest mean coverage and the highest mean faithfulness")
     return (head + " — no different winners" + (f" ({'; '.join(leads)})" if leads else "")
@@ -284,11 +303,13 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
 
 
 def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
-    """Where two winners differ, each one that ties with its runner-up on its own metric."""
+    """Where two winners differ, each one that ties with other conditions on its own metric."""
     out = []
     for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai)):
-        if f"{m}_runner_up" in winners and _sign(winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]) != "positive":
-            out.append(f"{win} ties with {winners[f'{m}_runner_up']} on {name} within this sample (lead "
+        ties = winners.get(f"{m}_ties") or []
+        if ties:
+            out.append(f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
+                       f"{winners[f'{m}_runner_up']} "
                        f"{_fmt(winners[f'{m}_lead'], winners[f'{m}_lead_lo'], winners[f'{m}_lead_hi'])})")
     return ("; " + "; ".join(out)) if out else ""
 
