@@ -116,7 +116,7 @@ def test_leader_line_names_the_rows_a_leader_is_not_separated_from():
     t = pd.DataFrame(dict(target=["T3", "tokentm", "T0"], v=[0.209, 0.199, 0.010],
                           v_lo=[0.117, 0.102, -0.020], v_hi=[0.299, 0.289, 0.050]))
     assert leader_line(t, "v", name="target", what="best") == (
-        "best: T3 (0.209 [0.117, 0.299]); not separated from tokentm (their intervals overlap T3's)")
+        "best: T3 (0.209 [0.117, 0.299]); not separated from tokentm (its interval overlaps T3's)")
     alone = t[t.target != "tokentm"]
     assert leader_line(alone, "v", name="target", what="best", signed=True) == (
         "best: T3 (+0.209 [+0.117, +0.299]); its interval lies above every other's")

@@ -260,7 +260,7 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
     """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not
     separated from.
 
-    ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3, T2 (their intervals overlap
+    ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals overlap
     T5's)"``. A leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies
     above every other row's interval (non-overlapping 95 % intervals: a conservative reading of
     a difference, since the rows' own paired differences are not in the table). Rows with a NaN
@@ -286,4 +286,5 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
             if not (float(r[lo]) > float(top[hi]) if lowest else float(r[hi]) < float(top[lo]))]
     if not ties:
         return head + f"; its interval lies {'below' if lowest else 'above'} every other's"
-    return head + f"; not separated from {', '.join(ties)} (their intervals overlap {top[name]}'s)"
+    overlap = "its interval overlaps" if len(ties) == 1 else "their intervals overlap"
+    return head + f"; not separated from {'; '.join(ties)} ({overlap} {top[name]}'s)"
