@@ -397,6 +397,15 @@ def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any
     return out
 
 
+def _is_budget(v: Any) -> bool:
+    """A value :class:`midas_nb.point.Budget` takes (its check, not a copy of it)."""
+    try:
+        Budget(v)
+    except ValueError:
+        return False
+    return True
+
+
 def _is_path(v: Any) -> bool:
     """A non-empty path (``""`` would silently mean the current directory)."""
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
@@ -506,8 +515,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     except ValueError as e:
         problems.extend(str(e).splitlines())
     for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
-                          ("budgets", lambda v: is_number(v) and MIN_BUDGET <= float(v) <= 1,
-                           f"numbers in [{MIN_BUDGET:g}, 1]"),
+                          ("budgets", _is_budget, f"numbers in [{MIN_BUDGET:g}, 1]"),
                           ("seeds", is_int, "integers"),
                           ("sweep_seeds", is_int, "integers"),
                           ("related_seeds", is_int, "integers")):

@@ -2,7 +2,6 @@
 distilled backbones add (:class:`DistillRecipe`); both enter checkpoint keys."""
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -176,7 +175,7 @@ def check_epochs(name: str, epochs: Any) -> list[str]:
     check), give ``[]``; NumPy integers count as integers.
     """
     if (not (is_distilled_name(name) and distill_recipe(name).coarse_epochs)
-            or not isinstance(epochs, numbers.Integral) or isinstance(epochs, bool)):
+            or not is_int(epochs)):
         return []
     coarse = distill_recipe(name).coarse_epochs
     if epochs > coarse:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ..metrics import decoupling_D
+from ..metrics import decoupling_D, INFORMATIVE_BOX_MAX_FRACTION
 from ..results import recommend_deployment
 from ..vit import keep_count
 
@@ -464,9 +464,9 @@ def _ex_abs_t5_miou(maps, study) -> float:
         kept = set(order.tolist())
         if has_parts:
             parts = set(torch.nonzero(study.test_set[i].part_mask).flatten().tolist())
-        else:   # box coverage: an empty box, or one over more than 90 % of the patches, is left out
+        else:   # box coverage: an empty box, or one over more of the patches than is informative, is left out
             parts = set(torch.nonzero(study.test_set[i].box_mask).flatten().tolist())
-            parts = parts if len(parts) <= 0.9 * n else set()
+            parts = parts if len(parts) / n <= INFORMATIVE_BOX_MAX_FRACTION else set()
         if parts:
             ious.append(len(kept & parts) / len(kept | parts))
     return sum(ious) / len(ious) if ious else float("nan")

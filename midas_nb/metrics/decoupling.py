@@ -169,8 +169,8 @@ def decoupling_D(
     by, key, ident = _check_columns(table, reference, miou_col, idauc_col, by, condition_cols, miou_unit)
     has_seed = seed_col in table.columns
     pairing = _Pairing(table, by + ident, key, condition_cols[0], reference, seed_col if has_seed else None,
-                       (miou_col, idauc_col), 100.0 if miou_unit == "fraction" else 1.0, (n_boot, alpha, ci_seed))
-    pairing.per_seed = per_seed
+                       (miou_col, idauc_col), 100.0 if miou_unit == "fraction" else 1.0, (n_boot, alpha, ci_seed),
+                       per_seed)
     if per_seed:
         groups = [[k] for k in range(len(pairing.recs))]
     else:
@@ -236,14 +236,14 @@ class _Pairing:
 
     def __init__(self, table: pd.DataFrame, cell: list[str], key: list[str], cond_col: str, reference: str,
                  seed_col: str | None, metric_cols: tuple[str, str], scale: float,
-                 boot: tuple[int, float, int]) -> None:
+                 boot: tuple[int, float, int], per_seed: bool = False) -> None:
         src = table.reset_index(drop=True).copy()
         for c in CHECKPOINT_COLUMNS:                 # a missing digest is a key of its own, not NaN ≠ NaN
             if c in cell:
                 src[c] = src[c].astype(object).where(src[c].notna(), "").astype(str)
         self.src, self.recs = src, src.to_dict("records")
         self.cell, self.key, self.cond_col, self.reference, self.seed_col = cell, key, cond_col, reference, seed_col
-        self.scale, self.boot, self.per_seed = scale, boot, False
+        self.scale, self.boot, self.per_seed = scale, boot, per_seed
         m, i = metric_cols
         # per-image columns follow the metric columns' names (miou → miou_per_image, image_ids)
         self.metric = {"m": (m, "image_ids", f"{m}_per_image"), "i": (i, "idauc_image_ids", f"{i}_per_image")}

@@ -381,16 +381,16 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     tc = tables["three_conditions"]
     t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    evaluated = p.get("evaluated images' fingerprint")
+    evaluated, coverage = p.get("evaluated images' fingerprint"), p.get("coverage", "part mIoU")
     lines = [*_readme_head(tables, f"{ds}, {bb}, L = {L}, b = {b}"),
              f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
              f"fingerprint {evaluated}; test split fingerprint "
              f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
-             f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {p.get('coverage', 'part mIoU')} and accuracy on {p.get('test images (mIoU, accuracy)')} "
+             f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on {p.get('test images (mIoU, accuracy)')} "
              f"test images, IDAUC on {p.get('IDAUC images')} (S = {p.get('IDAUC steps S')}). "
              f"Intervals: 95 % bootstrap, {g.get('bootstrap', 'resamples not recorded')} (paired for D); "
              "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
-             _md_table(["condition", f"{p.get('coverage', 'part mIoU')} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy", "D (pp) [95 % CI]",
+             _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy", "D (pp) [95 % CI]",
                         "parity band", "paper D (pp), DeiT-S/16"], _three_rows(t, compact=True)) + "\n",
              findings_paragraph(tables["findings"], ds, bb) + "\n",
              f"Full report with the cosine probes, the regime grid and the scale readout: [{report_link}]({report_link}).",

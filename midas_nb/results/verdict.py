@@ -200,8 +200,9 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
     out.update(coverage_winner=cov, faithfulness_winner=fai)
     # the ties are drawn from a child generator: the other intervals keep their draws
     tie_rng = rng.spawn(1)[0]
+    per_metric = (("miou", mm, miou, cov), ("idauc", fm, idauc, fai))
     if cov == fai:
-        _leads(out, ((("miou", mm, miou, cov), ("idauc", fm, idauc, fai))), n_boot, alpha, rng, tie_rng)
+        _leads(out, per_metric, n_boot, alpha, rng, tie_rng)
         out["reading"] = "one condition leads both"
         # the highest means are one winner only where both leads are resolved; else the
         # runner-up ties with it on that metric within this sample
@@ -222,7 +223,7 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
                       "not resolved: the faithfulness lead" if resolved[0] else "not resolved: both leads")
     # each winner's lead over the runner-up on its own metric, and every condition it ties with
     # (from the child generator: the co-movement interval keeps its draws)
-    _leads(out, ((("miou", mm, miou, cov), ("idauc", fm, idauc, fai))), n_boot, alpha, tie_rng, tie_rng)
+    _leads(out, per_metric, n_boot, alpha, tie_rng, tie_rng)
     return out
 
 
