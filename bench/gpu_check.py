@@ -11,7 +11,7 @@
     (224 px, 384 wide, 12 blocks, L = 6, b = 25 %, batch 128, S = 20 IDAUC steps) are timed on
     the device — block-L cache and target capture over the train split (once per dataset),
     scorer training (10 epochs), evaluation (pruned forward, IDAUC) over the test split — and
-    one real cell (:func:`midas_nb.protocol.run_protocol`, a small synthetic set) runs end to
+    one real cell (:func:`midas_nb.analysis.protocol.run_protocol`, a small synthetic set) runs end to
     end. The script prints the projected hours of the paper table: 3 datasets (CUB-200-2011
     5,994 / 5,794, FGVC-Aircraft trainval 6,667 / test 3,333, Stanford Cars 8,144 / 8,041
     images) × 7 conditions × 3 seeds (the reference once) at L = 6, b = 25 %, plus the three
@@ -56,7 +56,7 @@ from midas_nb.metrics import insertion_deletion_auc  # noqa: E402
 from midas_nb.scorers import MLPScorer  # noqa: E402
 from midas_nb.targets import get_target  # noqa: E402
 from midas_nb.train import distill_loss, relaxed_logits  # noqa: E402
-from midas_nb.vit import embed_tokens, num_prefix_tokens, run_blocks  # noqa: E402
+from midas_nb.backbones.vit import embed_tokens, num_prefix_tokens, run_blocks  # noqa: E402
 
 BACKBONE = "deit_small_patch16_224.fb_in1k"
 #: (train, test) images of the paper's datasets (Aircraft: trainval / test)
@@ -321,7 +321,7 @@ def write_cost_table(path: Path, table: dict, device: torch.device, args) -> Non
 def one_cell(args, device: torch.device, kw: dict) -> None:
     """One real protocol cell end to end (run_protocol) on a small synthetic set."""
     from midas_nb.data import load_dataset, make_synthetic_cub
-    from midas_nb.protocol import run_protocol
+    from midas_nb.analysis.protocol import run_protocol
 
     size = int(kw.get("img_size", 224))
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,7 @@ import timm
 import torch
 
 from midas_nb.metrics import insertion_counts, insertion_deletion_auc
-from midas_nb.vit import num_patches, num_prefix_tokens
+from midas_nb.backbones.vit import num_patches, num_prefix_tokens
 
 
 def _sync(device: torch.device) -> None:

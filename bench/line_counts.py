@@ -3,13 +3,13 @@
 Counts the lines of every ``midas_nb`` module (a package such as ``midas_nb/data/`` counts as
 one module, all its files together) and prints them grouped as
 
-- **science**: what the analysis computes — data, backbones, the token path, capture, targets,
-  scorers, pruning, scorer training, metrics, the protocol, the related methods, probes,
-  statistics, the optimiser schedule and the paper's reference numbers;
-- **plumbing**: what runs, stores, checks, reports and shows it — the command line and its
-  argument readers, the run description, profiles and paths, identities and caches, the study
-  and sweep engines, run manifests, result tables, the report, the paper-shaped table, the
-  backbone comparison, progress, the explorer, figures and the course edition;
+- **science**: what the analysis computes — data, backbones (with the token path), capture,
+  targets, scorers, pruning, scorer training, metrics (with probes, perturbation tests and
+  statistics) and the analysis (protocol, LaSt-ViT, related methods);
+- **plumbing**: what runs, stores, checks, reports and shows it — the command line, profiles and
+  paths, the typed point, identities and caches, progress, run manifests, the study and sweep
+  engines, result tables, the report (with the paper table and the scale readout), figures and
+  the explorer, and the course edition;
 
 with each group's share of the package. A module in neither list is an error (classify it
 here first). Prints only; no ``ratio:`` line (nothing is timed).
@@ -25,10 +25,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "midas_nb"
 
-SCIENCE = ("data", "backbones", "vit", "capture", "targets", "scorers", "pruning", "train", "metrics",
-           "protocol", "related", "probes", "stats", "optim", "paper_reference")
-PLUMBING = ("__init__", "cli", "cliargs", "runspec", "config", "point", "identity", "study", "sweeps", "runs",
-            "results", "report", "paper_table", "backbone_compare", "progress", "widgets", "plots", "course")
+SCIENCE = ("data", "backbones", "capture", "targets", "scorers", "pruning", "train", "metrics", "analysis")
+PLUMBING = ("__init__", "cli", "config", "point", "identity", "progress", "runs", "study", "sweeps", "results",
+            "report", "viz", "course")
 
 
 def count(path: Path, code_only: bool) -> int:

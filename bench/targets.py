@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from midas_nb.capture import capture
 from midas_nb.targets import compute_targets, get_target
-from midas_nb.vit import classify_tokens, embed_tokens
+from midas_nb.backbones.vit import classify_tokens, embed_tokens
 
 IDS = ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm"]
 

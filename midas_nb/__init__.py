@@ -4,8 +4,8 @@ See README.md and docs/architecture.md. The notebooks start from :class:`midas_n
 
 The public names are loaded on first use (PEP 562 module ``__getattr__``), so that the command
 line (:mod:`midas_nb.cli`) answers ``--help``, ``--version`` and argument errors without
-importing torch. The scorer families of :mod:`midas_nb.related` (cropr, iared) register
-themselves when the scorer registry is first read (:func:`midas_nb.scorers.list_scorers`).
+importing torch. The scorer families of :mod:`midas_nb.scorers` (cropr, iared) register
+themselves where they are defined, on the first import of :mod:`midas_nb.scorers`.
 """
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .vit import classify_tokens, disable_fused_attention, embed_tokens, grid_size, num_prefix_tokens
+from .backbones.vit import classify_tokens, disable_fused_attention, embed_tokens, grid_size, num_prefix_tokens
 
 __all__ = ["Capture", "CaptureResult", "capture"]
 
@@ -111,7 +111,7 @@ class Capture:
     """Context manager that hooks every block of a timm ViT and records activations.
 
     Inside the ``with``, any forward of the model (full, or the staged token path of
-    :mod:`midas_nb.vit`, pruned sequences included) fills ``self.records``; on exit every
+    :mod:`midas_nb.backbones.vit`, pruned sequences included) fills ``self.records``; on exit every
     hook is removed. Use :func:`capture` for the usual one-call use.
 
     Args:
@@ -218,7 +218,7 @@ def capture(
         labels: ``[B]`` long; when given, ``∂ℓ/∂A`` and ``∂ℓ/∂h`` of the cross-entropy loss
             (``reduction="sum"``) are recorded too, from a second ``autograd.grad`` on the
             *same* graph (no second forward).
-        tokens: ``[B,T,D]`` output of :func:`midas_nb.vit.embed_tokens` computed elsewhere
+        tokens: ``[B,T,D]`` output of :func:`midas_nb.backbones.vit.embed_tokens` computed elsewhere
             (e.g. from cached stem features); bypasses the patch embedding.
         loss_blocks: 0-based blocks whose loss gradients are wanted (``None``: all). The loss
             backward only reaches as deep as the shallowest of them, which saves time.

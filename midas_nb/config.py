@@ -301,7 +301,7 @@ class ProfileError(ValueError):
     """Settings that cannot run: one line per problem in ``problems`` (and in the message).
 
     The one error type for wrong settings: a profile's values (:func:`check_profile`, a study,
-    a sweep) and a whole run description (:func:`midas_nb.runspec.preflight` through
+    a sweep) and a whole run description (:func:`midas_nb.cli.runspec.preflight` through
     ``midas-nb run``, which prints each line and exits with status 2).
     """
 

@@ -2,7 +2,7 @@
 
 A budget given on the command line (``-p budget 0.1``), in a run file, a profile or a
 notebook parameter becomes a :class:`Budget` once; every layer below (the sweep cells, the
-protocol, :func:`midas_nb.pruning.prune_tokens`, :func:`midas_nb.vit.keep_count`) takes that
+protocol, :func:`midas_nb.pruning.prune_tokens`, :func:`midas_nb.backbones.vit.keep_count`) takes that
 value as it is and never checks it again (``Budget(b)`` of a ``Budget`` returns it unchanged).
 Definitions: DESIGN.md §3 (``k = ceil(b·N)`` patch tokens kept after block ``L``).
 
@@ -80,7 +80,7 @@ class Budget(float):
 class Point:
     """Depth ``L`` (the scorer reads the output of block ``L``, 1-based) and budget ``b``.
 
-    The upper bound ``L < blocks`` needs the backbone (:func:`midas_nb.vit.check_depth`).
+    The upper bound ``L < blocks`` needs the backbone (:func:`midas_nb.backbones.vit.check_depth`).
 
     Raises:
         ValueError: one line per problem (depth and budget together), e.g.

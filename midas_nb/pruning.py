@@ -24,14 +24,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
 from torch import Tensor, nn
 
-from .scorers import TokenScorer
 from .point import Budget
-from .vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
+from .backbones.vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
+
+if TYPE_CHECKING:  # annotations only: the scorers (Cropr) prune through this module
+    from .scorers import TokenScorer
 
 __all__ = [
     "PrunedOutput",
@@ -215,7 +217,7 @@ def pruned_forward(
         scorer: a :class:`~midas_nb.scorers.TokenScorer` reading block ``L``'s output.
         depth: ``L ∈ 1..len(blocks)-1`` (1-based; the scorer reads block ``L``'s output).
         budget: ``b ∈ (0,1]``; ``k = ceil(b·N)`` patch tokens are kept
-            (:func:`midas_nb.vit.keep_count`). At ``b = 1`` the logits equal the full model's.
+            (:func:`midas_nb.backbones.vit.keep_count`). At ``b = 1`` the logits equal the full model's.
         return_tokens: also return the last block's output ``[B,P+k,D]``.
 
     Returns:

@@ -1,4 +1,4 @@
-"""Reader tables of notebook 05's side-by-side backbone comparison (midas_nb.backbone_compare)."""
+"""Reader tables of notebook 05's side-by-side backbone comparison (midas_nb.report.scale)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.backbone_compare import BackboneComparison
+from midas_nb.report.scale import BackboneComparison
 
 
 def _pair(backbones=("b1", "b2", "b3")) -> BackboneComparison:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from midas_nb import backbones as bb
 from midas_nb.backbones import BackboneError, create_backbone
 from midas_nb.capture import capture
-from midas_nb.vit import embed_tokens, grid_size, num_patches, num_prefix_tokens
+from midas_nb.backbones.vit import embed_tokens, grid_size, num_patches, num_prefix_tokens
 
 # ImageNet-1k class indices of birds (7-24, 80-100, 127-146)
 IMAGENET_BIRDS = set(range(7, 25)) | set(range(80, 101)) | set(range(127, 147))

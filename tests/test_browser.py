@@ -42,7 +42,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTEFACTS = REPO / "runs" / "test" / "browser"
 NOTEBOOK = "00_quickstart.ipynb"
-#: the line of midas_nb/widgets.py that connects the controls to the redraw (removed in break mode)
+#: the line of midas_nb/viz/widgets.py that connects the controls to the redraw (removed in break mode)
 BREAK_ANCHOR = 'w.observe(draw, names="value")'
 BREAK_ENV = "MIDAS_BROWSER_BREAK_EXPLORER"
 
@@ -79,7 +79,7 @@ def _broken_package(tmp: Path) -> Path:
     """A copy of midas_nb whose explorer controls no longer trigger the redraw callback."""
     dst = tmp / "broken_pkg"
     shutil.copytree(REPO / "midas_nb", dst / "midas_nb", ignore=shutil.ignore_patterns("__pycache__"))
-    w = dst / "midas_nb" / "widgets.py"
+    w = dst / "midas_nb" / "viz" / "widgets.py"
     src = w.read_text()
     assert src.count(BREAK_ANCHOR) == 1, f"break mode: {BREAK_ANCHOR!r} not found once in widgets.py"
     w.write_text(src.replace(BREAK_ANCHOR, "pass  # disconnected by tests/test_browser.py break mode"))
@@ -274,7 +274,8 @@ def _expected(study, index: int, depth: int, budget: float, targets: list[str]) 
     split's cached target maps (not the explorer's own batch)."""
     import torch
 
-    from midas_nb import metrics, widgets
+    from midas_nb import metrics
+    from midas_nb.viz import widgets
 
     maps = study.target_maps(depth=depth, ids=targets)
     sample = study.test_set[index]

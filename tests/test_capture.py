@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from midas_nb.capture import Capture, capture
-from midas_nb.vit import classify_tokens, embed_tokens, gather_tokens, run_blocks
+from midas_nb.backbones.vit import classify_tokens, embed_tokens, gather_tokens, run_blocks
 
 ATOL = 1e-5
 

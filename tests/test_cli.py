@@ -105,7 +105,7 @@ def test_package_names_load_on_use_and_the_scorer_families_register_without_the_
         "print(midas_nb.get_profile('smoke')['backbone'], midas_nb.Study.__name__, 'list_profiles' in dir(midas_nb))\n")
     assert out == ["False", "vit_smoke Study True"]
     # only the protocol imported: cropr and iared are conditions all the same (loaded on the first registry read)
-    out = _in_fresh_python("from midas_nb.protocol import list_conditions\nprint(sorted(list_conditions())[:3])\n"
+    out = _in_fresh_python("from midas_nb.analysis.protocol import list_conditions\nprint(sorted(list_conditions())[:3])\n"
                            "from midas_nb.scorers import list_scorer_conditions\nprint(list_scorer_conditions())")
     assert out[1] == "['cropr', 'iared']"
 
@@ -259,7 +259,7 @@ def test_pyyaml_is_a_declared_dependency():
 
 
 def test_a_run_file_params_split_at_a_comma_is_named_with_how_to_write_it(tmp_path):
-    from midas_nb.runspec import load_run_file
+    from midas_nb.cli.runspec import load_run_file
 
     run_file = tmp_path / "run.yaml"
     run_file.write_text("profile: smoke\nparams: {seeds: 0,1}\n")

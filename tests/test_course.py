@@ -679,7 +679,7 @@ def test_abs_t5_coverage_exercise_reads_box_coverage_on_a_dataset_without_parts(
 
     from midas_nb import metrics, pruning
     from midas_nb.course.exercises import expected_answer
-    from midas_nb.vit import keep_count
+    from midas_nb.backbones.vit import keep_count
 
     class BoxOnly(list):
         has_parts = False

@@ -13,11 +13,11 @@ import torch.nn.functional as F
 from midas_nb import backbones as bb
 from midas_nb import backbones as dl  # the distilled backbone's names (midas_nb.backbones.distilled)
 from midas_nb.capture import capture
-from midas_nb.protocol import run_protocol
+from midas_nb.analysis.protocol import run_protocol
 from midas_nb.pruning import pruned_forward
 from midas_nb.scorers import MLPScorer, ReferenceScorer
 from midas_nb.targets import compute_targets, get_target, list_targets
-from midas_nb.vit import embed_tokens, num_prefix_tokens, run_blocks
+from midas_nb.backbones.vit import embed_tokens, num_prefix_tokens, run_blocks
 from tiny_data import TinyDataset
 
 
@@ -437,7 +437,7 @@ def test_backbone_training_runs_fused_attention_and_returns_the_model_unfused(tm
 def test_fused_attention_training_step_is_the_unfused_computation():
     """Speed only: loss and every parameter gradient of one training step agree between timm's
     fused and unfused attention (float32, same inputs)."""
-    from midas_nb.vit import fused_attention
+    from midas_nb.backbones.vit import fused_attention
 
     model = _smoke_deit().train()
     tokens = torch.randn(4, 2 + 64, model.embed_dim, generator=torch.Generator().manual_seed(3))

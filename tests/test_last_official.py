@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from midas_nb.metrics import box_share, centre_in_box, centre_patch, point_in_box
-from midas_nb.related import LaStViT, last_aggregate, last_finetune
-from midas_nb.related.last import pib_columns, pib_table
+from midas_nb.analysis.last import LaStViT, last_aggregate, last_finetune
+from midas_nb.analysis.last import pib_columns, pib_table
 from midas_nb.targets import (channel_lowpass, compute_targets, get_target, last_window, stability_ratio,
                               stability_votes)
 from midas_nb.targets import cache as target_cache_module
-from midas_nb.related import last as last_module
+from midas_nb.analysis import last as last_module
 from tiny_data import TinyDataset
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from midas_nb import metrics as M
-from midas_nb.vit import forward_kept_tokens
+from midas_nb.backbones.vit import forward_kept_tokens
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,7 +40,7 @@ class _EvidenceBlock(nn.Module):
 
 
 class EvidenceViT(nn.Module):
-    """Exposes what midas_nb.vit calls. The position embedding puts weight 1 on patch
+    """Exposes what midas_nb.backbones.vit calls. The position embedding puts weight 1 on patch
     ``informative`` only, so logit_0 = value of that patch if it is in the sequence, else 0;
     logit_1 = 0. Hence p_0 = sigmoid(value) with the patch, 0.5 without it."""
 

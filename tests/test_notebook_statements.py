@@ -80,9 +80,9 @@ def test_the_checks_flag_the_mistakes_they_are_for():
 
 
 def test_backbone_compare_intervals_use_the_profiles_bootstrap():
-    """notebook 05's side-by-side comparison (midas_nb.backbone_compare) draws its intervals as the
+    """notebook 05's side-by-side comparison (midas_nb.report.scale) draws its intervals as the
     report does: every interval call passes the profile's resamples and the report's fixed seed."""
-    import midas_nb.backbone_compare as bc
+    import midas_nb.report.scale as bc
 
     source = Path(bc.__file__).read_text()
     calls = {"decoupling_D": ("n_boot", "ci_seed"), "paper_findings": ("n_boot",),

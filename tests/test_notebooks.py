@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from midas_nb.data import evaluation_subset
-from midas_nb.related.last import pib_table
+from midas_nb.analysis.last import pib_table
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -80,7 +80,7 @@ def test_one_parameters_cell_then_the_study(path):
     # profile settings among the parameters go to the study too (05: other_backbones)
     tail = "".join(f", {k}={k}" for k in EXTRA_PARAMETERS.get(path.stem, []) if k != "compare_with")
     assert f"seeds=seeds,\n              device=device{tail})" in nxt
-    assert f'plots.set_output("{path.stem}", output_dir)' in nxt
+    assert f'viz.set_output("{path.stem}", output_dir)' in nxt
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -103,7 +103,7 @@ def test_cells_import_only_midas_nb_and_os(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_figure_cells_end_without_a_figure_repr(path):
-    """A cell that draws a figure assigns it (``fig = plots.x(...)``) instead of ending on it."""
+    """A cell that draws a figure assigns it (``fig = viz.x(...)``) instead of ending on it."""
     nb = nbformat.read(str(path), as_version=4)
     for c in _code_cells(nb):
         tree = ast.parse(c.source)
@@ -112,7 +112,7 @@ def test_figure_cells_end_without_a_figure_repr(path):
         last = tree.body[-1]
         if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
             name = ast.unparse(last.value.func)
-            assert not (name.startswith("plots.") and name != "plots.taxonomy_table"), \
+            assert not (name.startswith("viz.") and name != "viz.taxonomy_table"), \
                 f"{path.name}: cell ends on {name}(...), whose Figure would be shown twice"
 
 
@@ -168,7 +168,7 @@ def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
 @pytest.mark.parametrize("env, expected", [({"MIDAS_HEADLESS": "1"}, True), ({"MIDAS_HEADLESS": "0"}, False),
                                            ({"MIDAS_PROFILE": "smoke"}, True), ({"MIDAS_PROFILE": "quick"}, True)])
 def test_is_headless(monkeypatch, env, expected):
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     monkeypatch.delenv("MIDAS_HEADLESS", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -177,7 +177,7 @@ def test_is_headless(monkeypatch, env, expected):
 
 
 def test_kept_mask_is_top_k():
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     scores = torch.tensor([[0.1, 0.9, 0.5, 0.3], [4.0, 3.0, 2.0, 1.0]])
     m = widgets.kept_mask(scores, 0.5)
     assert m.tolist() == [[False, True, True, False], [True, True, False, False]]

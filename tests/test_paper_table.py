@@ -1,4 +1,4 @@
-"""The paper-shaped table (``midas_nb.paper_table``): hand-made rows, hand-computed D."""
+"""The paper-shaped table (``midas_nb.report.paper_table``): hand-made rows, hand-computed D."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.paper_table import format_paper_table, paper_table
+from midas_nb.report.paper_table import format_paper_table, paper_table
 
 DS = "deit_small_patch16_224.fb_in1k"
 TI = "deit_tiny_patch16_224.fb_in1k"

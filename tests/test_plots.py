@@ -1,4 +1,4 @@
-"""Figures of :mod:`midas_nb.plots` on small hand-made inputs.
+"""Figures of :mod:`midas_nb.viz` on small hand-made inputs.
 
 Each figure function must return a Figure with labelled axes, write ``<notebook>_<name>.png``
 into the output directory, and draw what its inputs say (checked on the artists).
@@ -19,14 +19,14 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from midas_nb import plots
+from midas_nb import viz
 
 
 @pytest.fixture(autouse=True)
 def out_dir(tmp_path):
-    d = plots.set_output("99_test", tmp_path)
+    d = viz.set_output("99_test", tmp_path)
     yield d
-    plots.set_output(None, None)
+    viz.set_output(None, None)
 
 
 def _labelled(fig: Figure) -> list:
@@ -57,10 +57,10 @@ def _batch(B=2, H=32, p=8):
 
 
 def test_figure_path_uses_notebook_prefix(out_dir):
-    assert plots.figure_path("x") == out_dir / "99_test_x.png"
+    assert viz.figure_path("x") == out_dir / "99_test_x.png"
     with pytest.raises(ValueError, match="plain file stem"):
-        plots.figure_path("a/b")
-    path = plots.save_csv(pd.DataFrame({"a": [1, 2]}), "tab")
+        viz.figure_path("a/b")
+    path = viz.save_csv(pd.DataFrame({"a": [1, 2]}), "tab")
     assert path == out_dir / "99_test_tab.csv"
     assert pd.read_csv(path)["a"].tolist() == [1, 2]
 
@@ -69,14 +69,14 @@ def test_image_to_rgb_undoes_normalisation():
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.1, 0.25)
     rgb = np.random.default_rng(0).uniform(0.1, 0.9, size=(4, 5, 3))
     x = (torch.tensor(rgb).permute(2, 0, 1) - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
-    np.testing.assert_allclose(plots.image_to_rgb(x, (mean, std)), rgb, atol=1e-6)
-    mm = plots.image_to_rgb(x)
+    np.testing.assert_allclose(viz.image_to_rgb(x, (mean, std)), rgb, atol=1e-6)
+    mm = viz.image_to_rgb(x)
     assert mm.min() == pytest.approx(0.0) and mm.max() == pytest.approx(1.0)
 
 
 def test_show_parts_on_grid(out_dir):
     b = _batch()
-    fig = plots.show_parts_on_grid(b, patch_size=8, n=2, class_names=["gull", "wren"], save="parts")
+    fig = viz.show_parts_on_grid(b, patch_size=8, n=2, class_names=["gull", "wren"], save="parts")
     assert isinstance(fig, Figure)
     assert _labelled(fig), "no labelled axes"
     _png(out_dir, "parts")
@@ -87,7 +87,7 @@ def test_show_parts_on_grid(out_dir):
     offsets = ax0.collections[0].get_offsets()
     np.testing.assert_allclose(np.asarray(offsets), [[3.0, 3.0], [20.0, 28.0]])
     assert "gull" in ax0.get_title() and "part patches: 2 of 16" in ax0.get_title()
-    fig_one = plots.show_parts_on_grid(SimpleNamespace(image=b.images[1], label=1, parts=b.parts[1], box=b.boxes[1],
+    fig_one = viz.show_parts_on_grid(SimpleNamespace(image=b.images[1], label=1, parts=b.parts[1], box=b.boxes[1],
                                                        part_mask=b.part_mask[1], box_mask=b.box_mask[1],
                                                        image_id="b", index=1), patch_size=8)
     assert len([a for a in fig_one.axes if a.get_visible()]) == 1
@@ -98,7 +98,7 @@ def test_target_heatmaps_rank_normalised(out_dir):
     images = torch.randn(B, 3, 32, 32)
     t0 = torch.arange(N, dtype=torch.float32).repeat(B, 1)          # rank = position
     t5 = -t0 * 1000.0                                               # reversed, other units
-    fig = plots.target_heatmaps(images, {"T0": t0, "T5": t5}, grid=(4, 4), save="targets")
+    fig = viz.target_heatmaps(images, {"T0": t0, "T5": t5}, grid=(4, 4), save="targets")
     _png(out_dir, "targets")
     axes = [a for a in fig.axes if a.get_visible()]
     # rows = images, cols = photo + targets; + one colour bar
@@ -111,13 +111,13 @@ def test_target_heatmaps_rank_normalised(out_dir):
     np.testing.assert_allclose(heat_t5.ravel(), 1 - np.arange(N) / (N - 1))
     assert axes[1].get_title() == "T0" and axes[0].get_ylabel() == "image 0"
     with pytest.raises(ValueError, match="does not hold"):
-        plots.target_heatmaps(images, {"T0": t0}, grid=(3, 3))
+        viz.target_heatmaps(images, {"T0": t0}, grid=(3, 3))
 
 
 def test_target_heatmaps_selects_rows_by_indices(out_dir):
     images = torch.randn(2, 3, 16, 16)
     split_maps = {"T1": torch.stack([torch.arange(4.0), -torch.arange(4.0), torch.arange(4.0).flip(0)])}
-    fig = plots.target_heatmaps(images, split_maps, grid=(2, 2), indices=torch.tensor([1, 2]),
+    fig = viz.target_heatmaps(images, split_maps, grid=(2, 2), indices=torch.tensor([1, 2]),
                                 normalize="minmax")
     heat = [a for a in fig.axes if a.get_visible()]
     np.testing.assert_allclose(heat[1].images[-1].get_array().ravel(), [1.0, 2 / 3, 1 / 3, 0.0])
@@ -128,7 +128,7 @@ def test_target_heatmaps_selects_rows_by_indices(out_dir):
 def test_cosine_depth_lines(out_dir):
     df = pd.DataFrame(dict(depth=[1, 2, 3, 1, 2, 3], hidden=["T5"] * 3 + ["T4"] * 3, attention=["T3"] * 6,
                            cosine=[0.1, 0.05, -0.02, 0.3, 0.2, 0.1], lo=[0.0] * 6, hi=[0.4] * 6))
-    fig = plots.cosine_depth_lines(df, save="cosdepth")
+    fig = viz.cosine_depth_lines(df, save="cosdepth")
     _png(out_dir, "cosdepth")
     ax = fig.axes[0]
     assert ax.get_xlabel().startswith("depth L") and "cosine" in ax.get_ylabel()
@@ -138,12 +138,12 @@ def test_cosine_depth_lines(out_dir):
 
 
 def test_taxonomy_table():
-    t = plots.taxonomy_table()
+    t = viz.taxonomy_table()
     assert list(t.index) == ["T0", "T1", "T2", "T3", "T4", "T5"]
     assert {"source", "operator", "definition (patch token j)"} <= set(t.columns)
     assert t.loc["T5", "source"] == "hidden state" and t.loc["T0", "source"] == "attention"
     assert t.loc["T3", "gradient of"] == "logit y_c" and t.loc["T2", "gradient of"] == "loss ℓ"
-    full = plots.taxonomy_table(related=True)
+    full = viz.taxonomy_table(related=True)
     assert {"rollout", "tokentm", "last_votes", "random"} <= set(full.index)
 
 
@@ -159,7 +159,7 @@ def _protocol_table():
 
 def test_coverage_vs_faithfulness(out_dir):
     table = _protocol_table()
-    fig = plots.coverage_vs_faithfulness(table, save="scatter")
+    fig = viz.coverage_vs_faithfulness(table, save="scatter")
     _png(out_dir, "scatter")
     ax = fig.axes[0]
     assert ax.get_xlabel() == "part mIoU (%)"
@@ -173,16 +173,16 @@ def test_coverage_vs_faithfulness(out_dir):
     # points are seed means, in percent: T5 mIoU = (0.35 + 0.36) / 2
     xs = {t.get_text(): t.xy[0] for t in ax.texts}
     assert xs["T5"] == pytest.approx(35.5)
-    box = plots.coverage_vs_faithfulness(table.assign(coverage_kind="box coverage"))
+    box = viz.coverage_vs_faithfulness(table.assign(coverage_kind="box coverage"))
     assert box.axes[0].get_xlabel() == "box coverage mIoU (%)"
     with pytest.raises(ValueError, match="missing column"):
-        plots.coverage_vs_faithfulness(table.drop(columns=["idauc"]))
+        viz.coverage_vs_faithfulness(table.drop(columns=["idauc"]))
 
 
 def test_cosine_heatmap(out_dir):
     ids = ["T0", "T3", "T5"]
     m = pd.DataFrame([[1.0, 0.4, 0.05], [0.4, 1.0, 0.08], [0.05, 0.08, 1.0]], index=ids, columns=ids)
-    fig = plots.cosine_heatmap(m, highlight=("T5", "T3"), lo=m - 0.01, hi=m + 0.01, save="cosine")
+    fig = viz.cosine_heatmap(m, highlight=("T5", "T3"), lo=m - 0.01, hi=m + 0.01, save="cosine")
     _png(out_dir, "cosine")
     ax = fig.axes[0]
     assert ax.get_xlabel() == "target" and ax.get_ylabel() == "target"
@@ -190,7 +190,7 @@ def test_cosine_heatmap(out_dir):
     assert len(ax.patches) == 2                      # both symmetric cells framed
     assert sorted(t.get_text() for t in ax.texts).count("1.00") == 3
     assert "cosine" in fig.axes[1].get_ylabel()
-    none = plots.cosine_heatmap(m, highlight=("T5", "T9"))
+    none = viz.cosine_heatmap(m, highlight=("T5", "T9"))
     assert len(none.axes[0].patches) == 0
 
 
@@ -207,7 +207,7 @@ def _d_table():
 
 
 def test_regime_heatmap_marks_band(out_dir):
-    fig = plots.regime_heatmap(_d_table(), save="regime")
+    fig = viz.regime_heatmap(_d_table(), save="regime")
     _png(out_dir, "regime")
     panels = [a for a in fig.axes if a.get_title() in ("T1", "T5")]
     assert [a.get_title() for a in panels] == ["T1", "T5"]
@@ -228,14 +228,14 @@ def test_regime_heatmap_marks_band(out_dir):
 def test_regime_heatmap_labels_cells_not_run():
     cross = _d_table()
     cross = cross[~((cross["depth"] == 1) & (cross["budget"] == 0.5))]
-    fig = plots.regime_heatmap(cross)
+    fig = viz.regime_heatmap(cross)
     t5 = [a for a in fig.axes if a.get_title() == "T5"][0]
     notrun = [t for t in t5.texts if t.get_text() == "not run"]
     assert len(notrun) == 1 and notrun[0].get_position() == (1, 0)      # column budget 0.5, row depth 1
 
 
 def test_regime_lines(out_dir):
-    fig = plots.regime_lines(_d_table(), x="depth", hue="budget", save="lines")
+    fig = viz.regime_lines(_d_table(), x="depth", hue="budget", save="lines")
     _png(out_dir, "lines")
     t5 = [a for a in fig.axes if a.get_title() == "T5"][0]
     assert t5.get_xlabel().startswith("depth L")
@@ -254,7 +254,7 @@ def test_scale_plot(out_dir):
     for bb, d5 in (("small", 3.0), ("wide", -1.0)):
         for cond, d, inb in (("reference", 0.0, True), ("T5", d5, bb == "small"), ("T1", -4.0, True)):
             rows.append(dict(backbone=bb, condition=cond, D_pp=d, in_band=inb))
-    fig = plots.scale_plot(pd.DataFrame(rows), save="scale")
+    fig = viz.scale_plot(pd.DataFrame(rows), save="scale")
     _png(out_dir, "scale")
     ax = fig.axes[0]
     assert ax.get_xlabel() == "backbone" and "pp" in ax.get_ylabel()
@@ -268,7 +268,7 @@ def test_kept_tokens_overlay(out_dir):
     keep = torch.zeros(2, 16, dtype=torch.bool)
     keep[0, :4] = True
     keep[1, [5, 6, 9, 10]] = True
-    fig = plots.kept_tokens_overlay(images, keep, grid=(4, 4), part_mask=keep.flip(1), titles=["a", "b"],
+    fig = viz.kept_tokens_overlay(images, keep, grid=(4, 4), part_mask=keep.flip(1), titles=["a", "b"],
                                     save="kept")
     _png(out_dir, "kept")
     ax = fig.axes[0]
@@ -276,10 +276,10 @@ def test_kept_tokens_overlay(out_dir):
     shade = ax.images[1].get_array()
     # first row of patches (tokens 0..3) is kept: transparent; the rest dimmed
     assert np.all(shade[0, :, 3] == 0) and np.all(shade[1:, :, 3] > 0)
-    single = plots.kept_tokens_overlay(images[0], keep[0])
+    single = viz.kept_tokens_overlay(images[0], keep[0])
     assert len([a for a in single.axes if a.get_visible()]) == 1
     with pytest.raises(ValueError, match="rows for"):
-        plots.kept_tokens_overlay(images, keep[:1])
+        viz.kept_tokens_overlay(images, keep[:1])
 
 
 def test_insertion_deletion_curves(out_dir):
@@ -288,7 +288,7 @@ def test_insertion_deletion_curves(out_dir):
     dele = 1 - ins
     r = SimpleNamespace(fractions=frac, ins_curve=ins, del_curve=dele,
                         ins_auc=torch.tensor([0.5, 1 / 3]), del_auc=torch.tensor([0.5, 2 / 3]))
-    fig = plots.insertion_deletion_curves({"T5": r, "reference": r}, save="insdel")
+    fig = viz.insertion_deletion_curves({"T5": r, "reference": r}, save="insdel")
     _png(out_dir, "insdel")
     ax_ins, ax_del = fig.axes
     assert "inserted" in ax_ins.get_xlabel() and "p_c" in ax_ins.get_ylabel()
@@ -303,7 +303,7 @@ def test_perturbation_plot(out_dir):
     table = pd.DataFrame(dict(target=["tokentm", "T5"], fractions=[frac, "[0.0, 0.5, 1.0]"],
                               pos_curve=[[0.8, 0.3, 0.1], "[0.8, 0.5, 0.1]"], neg_curve=[[0.8, 0.7, 0.1], [0.8, 0.6, 0.1]],
                               pos_auc=[0.375, 0.475], neg_auc=[0.575, 0.525]))
-    fig = plots.perturbation_plot(table, save="perturb")
+    fig = viz.perturbation_plot(table, save="perturb")
     _png(out_dir, "perturb")
     pos, neg = fig.axes
     assert pos.get_xlabel() == "patch tokens removed (%)" and pos.get_ylabel() == "top-1 accuracy (%)"
@@ -316,15 +316,15 @@ def test_perturbation_plot(out_dir):
 def test_no_figures_left_open():
     import matplotlib.pyplot as plt
     plt.close("all")
-    plots.taxonomy_table()
-    plots.kept_tokens_overlay(torch.randn(3, 16, 16), torch.ones(4, dtype=torch.bool))
+    viz.taxonomy_table()
+    viz.kept_tokens_overlay(torch.randn(3, 16, 16), torch.ones(4, dtype=torch.bool))
     assert plt.get_fignums() == []
 
 
 def test_glyphs_render_without_warning(out_dir):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plots.regime_heatmap(_d_table(), save="glyphs")
+        viz.regime_heatmap(_d_table(), save="glyphs")
 
 
 def _renderer(fig):
@@ -347,7 +347,7 @@ def test_coverage_vs_faithfulness_labels_do_not_collide(out_dir):
     unsup = close[close["condition"] == "unsupervised"][["miou", "idauc"]].to_numpy()
     close.loc[t5, ["miou", "idauc"]] = unsup + [0.002, 0.001]
     close.loc[close["condition"] == "T1", ["miou", "idauc"]] = unsup + [0.004, -0.001]
-    fig = plots.coverage_vs_faithfulness(close, save="scatter_close")
+    fig = viz.coverage_vs_faithfulness(close, save="scatter_close")
     ax = fig.axes[0]
     renderer = _renderer(fig)
     labels = {t.get_text(): t for t in ax.texts}
@@ -373,7 +373,7 @@ def _status_table():
 def test_regime_heatmap_legend_swatches_are_distinct_per_status(out_dir):
     """"in band" and "not resolved" had the same empty white swatch."""
     from matplotlib.colors import to_rgba
-    fig = plots.regime_heatmap(_status_table(), save="regime_status")
+    fig = viz.regime_heatmap(_status_table(), save="regime_status")
     legend = fig.legends[0]
     labels = [t.get_text() for t in legend.get_texts()]
     assert [lbl[0] for lbl in labels] == ["✓", "?", "○", "✗"]  # in band, not resolved, uninformative, outside
@@ -393,7 +393,7 @@ def test_cosine_heatmap_has_no_negative_zero(out_dir):
     """A cosine of -0.004 printed as "-0.00"."""
     ids = ["T0", "T3", "T5"]
     m = pd.DataFrame([[1.0, -0.004, 0.05], [-0.004, 1.0, -0.0002], [0.05, -0.0002, 1.0]], index=ids, columns=ids)
-    fig = plots.cosine_heatmap(m, highlight=("T3", "T5"), lo=m - 0.0001, hi=m + 0.0001, save="cosine_zero")
+    fig = viz.cosine_heatmap(m, highlight=("T3", "T5"), lo=m - 0.0001, hi=m + 0.0001, save="cosine_zero")
     texts = [t.get_text() for t in fig.axes[0].texts] + [fig.axes[0].get_title()]
     import re
     assert not any(re.search(r"[-−]0\.0+(?![0-9])", t) for t in texts), texts  # -0.00, -0.000
@@ -405,20 +405,20 @@ def test_condition_color_is_fixed_per_name_across_figures(out_dir):
     from matplotlib.colors import to_hex
 
     # T5 in the coverage scatter (notebook 02) and in the perturbation curves (notebook 06)
-    scatter = plots.coverage_vs_faithfulness(_protocol_table()).axes[0]
+    scatter = viz.coverage_vs_faithfulness(_protocol_table()).axes[0]
     marker = {lbl: h for h, lbl in zip(*scatter.get_legend_handles_labels())}["T5"]  # an ErrorbarContainer
     frac = [0.0, 0.5, 1.0]
     table = pd.DataFrame(dict(target=["tokentm", "T5"], fractions=[frac, frac], pos_curve=[frac, frac],
                               neg_curve=[frac, frac], pos_auc=[0.5, 0.5], neg_auc=[0.5, 0.5]))
-    curves = {l.get_label().split(" ")[0]: l for l in plots.perturbation_plot(table).axes[0].get_lines()}
+    curves = {l.get_label().split(" ")[0]: l for l in viz.perturbation_plot(table).axes[0].get_lines()}
     scatter_t5 = to_hex(marker.lines[0].get_color())
-    assert scatter_t5 == to_hex(curves["T5"].get_color()) == plots.condition_color("T5") == "#8c564b"
-    assert to_hex(curves["tokentm"].get_color()) == plots.condition_color("tokentm")
+    assert scatter_t5 == to_hex(curves["T5"].get_color()) == viz.condition_color("T5") == "#8c564b"
+    assert to_hex(curves["tokentm"].get_color()) == viz.condition_color("tokentm")
     # the colour does not depend on the position of the name among the others
     r = SimpleNamespace(fractions=torch.linspace(0, 1, 3), ins_curve=torch.ones(1, 3), del_curve=torch.ones(1, 3),
                         ins_auc=torch.ones(1), del_auc=torch.ones(1))
-    one = plots.insertion_deletion_curves({"T5": r}).axes[0].get_lines()[0]
-    two = plots.insertion_deletion_curves({"T1": r, "T5": r}).axes[0].get_lines()[1]
+    one = viz.insertion_deletion_curves({"T5": r}).axes[0].get_lines()[0]
+    two = viz.insertion_deletion_curves({"T1": r, "T5": r}).axes[0].get_lines()[1]
     assert to_hex(one.get_color()) == to_hex(two.get_color()) == "#8c564b"
 
 
@@ -426,22 +426,22 @@ def test_condition_color_distinct_for_known_names_and_stable_fallback():
     import subprocess
     import sys
 
-    from midas_nb.protocol import CONTROL_TARGETS, list_conditions
-    from midas_nb.related import PERTURBATION_MAPS, RELATED_CONDITIONS
+    from midas_nb.analysis.protocol import CONTROL_TARGETS, list_conditions
+    from midas_nb.analysis.related import PERTURBATION_MAPS, RELATED_CONDITIONS
     from midas_nb.targets import list_targets
 
     known = set(list_conditions()) | set(CONTROL_TARGETS) | set(CONTROL_TARGETS.values()) | set(list_targets()) \
         | set(RELATED_CONDITIONS) | set(PERTURBATION_MAPS)
-    assert known <= set(plots.CONDITION_COLORS), sorted(known - set(plots.CONDITION_COLORS))
-    colours = [plots.condition_color(n) for n in sorted(known)]
+    assert known <= set(viz.CONDITION_COLORS), sorted(known - set(viz.CONDITION_COLORS))
+    colours = [viz.condition_color(n) for n in sorted(known)]
     assert len(set(colours)) == len(colours)
-    assert plots.condition_color("reference") == "#000000" and plots.condition_color(" t5 ") == "#8c564b"
-    assert plots.condition_color("LaSt") == plots.condition_color("last_votes")
+    assert viz.condition_color("reference") == "#000000" and viz.condition_color(" t5 ") == "#8c564b"
+    assert viz.condition_color("LaSt") == viz.condition_color("last_votes")
     # unknown names: a palette colour that no known name uses, the same in another process
     # (Python's str hash is salted per process; the fallback must not use it)
-    fallback = plots.condition_color("my_new_target")
-    assert fallback not in plots.CONDITION_COLORS.values()
-    code = "from midas_nb import plots; print(plots.condition_color('my_new_target'))"
+    fallback = viz.condition_color("my_new_target")
+    assert fallback not in viz.CONDITION_COLORS.values()
+    code = "from midas_nb import viz; print(viz.condition_color('my_new_target'))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**__import__("os").environ, "PYTHONHASHSEED": "123"}).stdout.strip()
     assert other == fallback
@@ -455,7 +455,7 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     batch.part_mask = torch.cat([batch.part_mask, torch.zeros(1, 16, dtype=torch.bool)])  # image 2: no parts
     ids = ["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "rollout_full", "tokentm", "last_votes", "random"]
     maps = {k: torch.randn(3, 16) for k in ids}
-    fig = plots.target_heatmaps(batch, maps, grid=(4, 4), class_names=["017.Cardinal", "042.Vermilion_Flycatcher"],
+    fig = viz.target_heatmaps(batch, maps, grid=(4, 4), class_names=["017.Cardinal", "042.Vermilion_Flycatcher"],
                                 save="targets_nb")
     _png(out_dir, "targets_nb")
     width, height = fig.get_size_inches()
@@ -464,7 +464,7 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     assert width <= 14 and width / 6 >= 1.6 + 0.9 / 6                 # ≥ 1.6 in per panel
     photo_rows = [a for a in panels if a.get_title() == "photo"]
     assert [a.get_ylabel() for a in photo_rows] == ["Cardinal", "Vermilion Flycatcher", "Vermilion Flycatcher"]
-    long = plots.target_heatmaps(batch, {"T0": maps["T0"]}, grid=(4, 4), class_names=["Synth beak black long wings", "b"])
+    long = viz.target_heatmaps(batch, {"T0": maps["T0"]}, grid=(4, 4), class_names=["Synth beak black long wings", "b"])
     assert long.axes[0].get_ylabel() == "Synth beak black\nlong wings"   # wrapped, not truncated
     assert [a.get_title() for a in panels[1:12]] == ids                # short titles: the target id
     outlined = [a for a in panels if any(c.get_gid() == "part outline" for c in a.collections)]
@@ -474,4 +474,4 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     assert len(segs) == 8 and all(np.abs(np.diff(s, axis=0)).sum() == pytest.approx(8.0) for s in segs)
     assert "outline" in fig._suptitle.get_text()
     with pytest.raises(ValueError, match="ncols"):
-        plots.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)
+        viz.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)

@@ -12,7 +12,7 @@ import torch
 
 from midas_nb import config, point
 from midas_nb.point import Budget, Point
-from midas_nb.vit import keep_count
+from midas_nb.backbones.vit import keep_count
 
 
 @pytest.mark.parametrize("value, message", [

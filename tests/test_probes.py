@@ -1,4 +1,4 @@
-"""Cosine probes (midas_nb.probes): known values, an independent implementation (scipy's
+"""Cosine probes (midas_nb.metrics.probes): known values, an independent implementation (scipy's
 Spearman/Pearson), CI behaviour."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.stats import pearsonr, spearmanr
 
-from midas_nb.probes import (cosine_across_depths, cosine_matrix, hidden_vs_attention_gradient,
+from midas_nb.metrics.probes import (cosine_across_depths, cosine_matrix, hidden_vs_attention_gradient,
                              per_image_cosine)
 
 MODES = ["rank", "centered", "raw"]

@@ -10,11 +10,11 @@ import timm
 import torch
 
 from midas_nb.data import evaluation_subset
-from midas_nb.protocol import list_conditions, protocol_params, run_protocol
+from midas_nb.analysis.protocol import list_conditions, protocol_params, run_protocol
 from midas_nb.pruning import score_tokens
 from midas_nb.scorers import MLPScorer, ReferenceScorer
 from midas_nb.train import block_cache, load_or_train_scorer, train_scorer
-from midas_nb.vit import disable_fused_attention
+from midas_nb.backbones.vit import disable_fused_attention
 from tiny_data import TinyDataset as _Tiny
 
 
@@ -176,7 +176,7 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     scorer's weights: every call at one (backbone, L, b) shares one interleaved measurement of the
     full model and of every scorer kind, so rows of separate calls compare."""
     import midas_nb.metrics.speed as speed
-    import midas_nb.protocol as proto
+    import midas_nb.analysis.protocol as proto
     calls = []
     real = speed.measure_throughputs
     monkeypatch.setattr(speed, "measure_throughputs",

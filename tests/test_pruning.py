@@ -10,7 +10,7 @@ import torch
 from midas_nb.pruning import (PrunedViT, keep_mask_from_indices, prune_tokens, pruned_forward,
                               record_attention, score_tokens, select_top_k)
 from midas_nb.scorers import MLPScorer, RandomScorer, ReferenceScorer
-from midas_nb.vit import classify_tokens, embed_tokens, gather_tokens, run_blocks
+from midas_nb.backbones.vit import classify_tokens, embed_tokens, gather_tokens, run_blocks
 
 
 def tiny_vit(arch="vit_tiny_patch16_224", **kw):

@@ -15,15 +15,15 @@ from torch import nn
 
 from midas_nb.backbones import ATTENTION_KERNEL, UNFUSED_ATTENTION_KERNEL
 from midas_nb.metrics import patch_score
-from midas_nb.protocol import list_conditions, run_protocol
+from midas_nb.analysis.protocol import list_conditions, run_protocol
 from midas_nb.pruning import prune_tokens, pruned_forward, score_tokens
-from midas_nb.related import (CroprScorer, IARedScorer, LaStViT, bernoulli_log_prob, cropr_forward,
-                              iared_reward, last_aggregate, last_finetune, masked_logits, perturbation_table,
-                              perturbation_test, pib_table, prune_tokens_llf, reinforce_loss, related_table,
-                              token_stability)
+from midas_nb.scorers import CroprScorer, IARedScorer, bernoulli_log_prob, cropr_forward, iared_reward, masked_logits, prune_tokens_llf, reinforce_loss
+from midas_nb.analysis.last import LaStViT, last_aggregate, last_finetune, pib_table, token_stability
+from midas_nb.metrics.perturbation import perturbation_table, perturbation_test
+from midas_nb.analysis.related import related_table
 from midas_nb.results import make_table
 from midas_nb.scorers import build_scorer, list_scorer_conditions
-from midas_nb.vit import embed_tokens, run_blocks
+from midas_nb.backbones.vit import embed_tokens, run_blocks
 from tiny_data import TinyDataset
 
 
@@ -412,7 +412,7 @@ def test_cropr_and_iared_rows_in_the_protocol(tmp_path):
     assert any(not torch.equal(saved[0][k], saved[1][k]) for k in saved[0])
     # ... and each row's mIoU is the IoU of its own saved scorer's top-k with the part masks,
     # recomputed here (block-2 states by timm's modules, ties to the lower index)
-    from midas_nb.protocol import fused_attention
+    from midas_nb.analysis.protocol import fused_attention
     with torch.no_grad(), fused_attention(model):
         x = model.norm_pre(model._pos_embed(model.patch_embed(test.images)))
         hidden = model.blocks[:2](x)
@@ -597,7 +597,7 @@ def test_related_table_merges_the_three_kinds():
 
 
 def test_speed_table_sets_each_row_beside_the_full_models_throughput():
-    from midas_nb.related import family_table, speed_note, speed_table
+    from midas_nb.analysis.related import family_table, speed_note, speed_table
 
     pruning = pd.DataFrame({"method": ["reference", "cropr", "iared"], "accuracy": [0.8, 0.7, 0.6],
                             "accuracy_lo": [0.7, 0.6, 0.5], "accuracy_hi": [0.9, 0.8, 0.7],
@@ -658,7 +658,7 @@ def test_related_methods_run_on_cuda(tmp_path):
 
 
 def test_iared_condition_picks_heads_that_divide_the_width():
-    from midas_nb.related.iared import default_heads
+    from midas_nb.scorers.iared import default_heads
     from midas_nb.scorers import build_scorer
     assert (default_heads(384), default_heads(32), default_heads(33)) == (6, 2, 1)
     assert build_scorer("iared", 32, num_classes=4).num_heads == 2      # a narrow rehearsal backbone
@@ -672,7 +672,7 @@ def test_related_rows_band_is_checked_against_the_random_ranking():
     from types import SimpleNamespace
 
     from test_verdict import _table
-    from midas_nb.related import run_related
+    from midas_nb.analysis.related import run_related
 
     full = _table({"reference": (0.10, 0.05), "T5": (0.18, 0.10)}, random_idauc=0.05)
     asked = []

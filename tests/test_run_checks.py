@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from midas_nb import cli, config, runspec
+from midas_nb import cli, config
+from midas_nb.cli import runspec
 from midas_nb.backbones import create_backbone
-from midas_nb.runspec import parse_data_roots, parse_weights
+from midas_nb.cli.runspec import parse_data_roots, parse_weights
 
 NO_CUDA = not torch.cuda.is_available()
 

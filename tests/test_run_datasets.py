@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from midas_nb import cli
-from midas_nb.runspec import RunSpec
+from midas_nb.cli.runspec import RunSpec
 
 
 def test_which_datasets_a_run_executes():
@@ -37,7 +37,7 @@ def test_every_datasets_run_is_checked_before_any_kernel(tmp_path, capsys, monke
 
 def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatch, capsys):
     calls, reports = [], []
-    monkeypatch.setattr("midas_nb.runspec.preflight", lambda *a, **k: [])
+    monkeypatch.setattr("midas_nb.cli.runspec.preflight", lambda *a, **k: [])
 
     monkeypatch.setenv("MIDAS_FIGURES_DIR", str(tmp_path / "fig"))
 

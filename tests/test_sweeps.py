@@ -521,7 +521,7 @@ def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
     D = decoupling_D(df)
     assert D.set_index("condition").loc["reference", "D_pp"] == 0
     # the store's rows are exactly what a direct run_protocol with the cells' settings gives
-    from midas_nb.protocol import run_protocol
+    from midas_nb.analysis.protocol import run_protocol
     from midas_nb.study.grid import protocol_settings
     settings = {k: v for k, v in protocol_settings(prof).items() if k not in ("image_size", "patch_size")}
     direct = run_protocol(study.train_set, study.test_set, study.model, depth=prof["depth"], budget=prof["budget"],

@@ -386,7 +386,7 @@ def test_rollout_full_is_product_over_every_block(model, images):
 def test_relevance_map_comparison_explains_the_output(model, images):
     # the maps of notebook 06's perturbation table that stand for "the model output" (all but
     # T5, a block-L map) must not change with the depth L
-    from midas_nb.related.table import PERTURBATION_MAPS
+    from midas_nb.analysis.related import PERTURBATION_MAPS
 
     c = torch.tensor([0, 1, 2])
     ids = [i for i in PERTURBATION_MAPS if i != "T5"]

@@ -222,7 +222,7 @@ def test_nan_miou_is_never_printed_as_in_band():
 def test_protocol_without_idauc_gives_undefined_status(tmp_path):
     import timm
 
-    from midas_nb.protocol import run_protocol
+    from midas_nb.analysis.protocol import run_protocol
     from tiny_data import TinyDataset
 
     torch.manual_seed(0)
@@ -310,7 +310,7 @@ def test_damaged_cache_files_are_reported_and_rebuilt(tmp_path, how):
     from midas_nb.train import block_cache, load_or_train_scorer
     from tiny_data import TinyDataset
 
-    from midas_nb.vit import disable_fused_attention
+    from midas_nb.backbones.vit import disable_fused_attention
 
     # unfused from the start, as midas_nb builds backbones (capture unfuses in place otherwise)
     model, data = disable_fused_attention(_tiny_vit()), TinyDataset(6, 0)

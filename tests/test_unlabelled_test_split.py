@@ -33,7 +33,7 @@ def test_study_refuses_cars_without_the_labelled_test_file_before_anything_is_st
 
 
 def test_run_protocol_refuses_test_images_without_a_label(tmp_path):
-    from midas_nb.protocol import run_protocol
+    from midas_nb.analysis.protocol import run_protocol
     from test_protocol import tiny_vit
     from tiny_data import TinyDataset
 

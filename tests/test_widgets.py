@@ -1,4 +1,4 @@
-"""The explorer (midas_nb.widgets) as Python objects: its numbers against an independent
+"""The explorer (midas_nb.viz.widgets) as Python objects: its numbers against an independent
 computation, its controls, its static still and its error display. The browser side is
 tests/test_browser.py."""
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _by_hand(study, index: int, target: str, depth: int, budget: float) -> tuple
 
 
 def test_explorer_view_matches_an_independent_computation(study):
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     view = widgets.explorer_view(study, image=2, targets=("T0", "T5"), depth=1, budget=0.3)
     N = study.grid[0] * study.grid[1]
     assert view.n_patches == N and view.n_keep == math.ceil(0.3 * N)          # 0.3·64 = 19.2 → 20
@@ -52,7 +52,7 @@ def test_explorer_view_matches_an_independent_computation(study):
 
 
 def test_explorer_view_rejects_bad_settings(study):
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     n_blocks = len(study.model.blocks)
     with pytest.raises(ValueError, match="two rankings"):
         widgets.explorer_view(study, targets=("T0", "T1", "T5"))
@@ -67,12 +67,13 @@ def test_explorer_view_rejects_bad_settings(study):
 def test_static_still(study, tmp_path):
     from matplotlib.figure import Figure
 
-    from midas_nb import plots, widgets
-    plots.set_output("00_test", tmp_path)
+    from midas_nb import viz
+    from midas_nb.viz import widgets
+    viz.set_output("00_test", tmp_path)
     try:
         fig = widgets.explorer(study, interactive=False)
     finally:
-        plots.set_output(None, None)
+        viz.set_output(None, None)
     assert isinstance(fig, Figure)
     n_keep = math.ceil(study.params["budget"] * study.grid[0] * study.grid[1])
     titles = [a.get_title() for a in fig.axes[:2]]
@@ -93,7 +94,7 @@ def test_box_is_drawn_for_datasets_without_parts(study):
 
     from matplotlib.patches import Rectangle
 
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     view = widgets.explorer_view(study, n_images=2)
     boxed = dataclasses.replace(view, coverage_kind="box coverage")
     batch = study.batch(n=2)
@@ -107,7 +108,7 @@ def test_box_is_drawn_for_datasets_without_parts(study):
 def test_interactive_controls_redraw(study, monkeypatch):
     import ipywidgets
 
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     box = widgets.explorer(study, n_images=4, interactive=True)
     assert isinstance(box, ipywidgets.VBox) and "midas-explorer" in box._dom_classes
     controls = {w.description: w for row in box.children[:2] for w in row.children}
@@ -150,7 +151,7 @@ def _fig_boxes(fig, artists):
 
 def test_static_still_legend_clears_the_note_on_a_dataset_with_parts(study, tmp_path):
     """The four-entry legend (with "visible part keypoint") ran over the italic note."""
-    from midas_nb import widgets
+    from midas_nb.viz import widgets
     fig = widgets.static_explorer(study, save=None)
     assert fig.explorer_view.region == "part"
     legend = fig.legends[0]

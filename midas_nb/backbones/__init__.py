@@ -2,7 +2,7 @@
 
 Every backbone is a timm :class:`~timm.models.vision_transformer.VisionTransformer` (or its
 DeiT-distilled subclass) with unfused attention (DESIGN.md §3), so the token path of
-:mod:`midas_nb.vit` and the capture of :mod:`midas_nb.capture` work on all of them alike.
+:mod:`midas_nb.backbones.vit` and the capture of :mod:`midas_nb.capture` work on all of them alike.
 
 - **Paper backbones** (DESIGN.md §7), by full pretrained tag — a bare ``vit_base_patch16_224``
   resolves to different weights: ``deit_tiny_patch16_224.fb_in1k``,

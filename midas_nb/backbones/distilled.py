@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..vit import fused_attention, num_prefix_tokens
+from .vit import fused_attention, num_prefix_tokens
 from .checkpoint import checkpoint_meta
 from .factory import create_backbone
 from .features import (adamw_cosine, check_training_args, feature_accuracy, head_accuracies, mixed_precision,

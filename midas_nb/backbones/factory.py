@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import backbone_kwargs_for, get_profile, PROFILES
-from ..vit import disable_fused_attention
+from .vit import disable_fused_attention
 from .lite0 import FrozenStemEmbed, is_hybrid, LITE0_STRIDE, lite0_timm_state_dict
 from .registry import BackboneError, default_image_size, LOCAL_ARCHS, LOCAL_NORMALIZATION, timm_pretrained_cfg
 from .weights import check_hub, check_weights_path, load_weights_file

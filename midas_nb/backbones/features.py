@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json, load_or_build
-from ..optim import cosine_lr
-from ..vit import classify_tokens
+from .optim import cosine_lr
+from .vit import classify_tokens
 from .lite0 import efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
 
 
@@ -142,7 +142,7 @@ def stem_features(
 
 
 #: How backbone training and its accuracy evaluation compute attention: timm's fused
-#: ``F.scaled_dot_product_attention`` path (:func:`midas_nb.vit.fused_attention`), the same
+#: ``F.scaled_dot_product_attention`` path (:func:`midas_nb.backbones.vit.fused_attention`), the same
 #: softmax attention without materialising the ``[B,H,T,T]`` matrix, faster per training step
 #: (docs/decisions/0014-training-numerics.md; timings in docs/benchmarks.md). Recorded as ``meta["attention"]``; it sums in another
 #: order than the explicit matrix, so like the precision and the thread count it is part of the
@@ -150,7 +150,7 @@ def stem_features(
 #: need the matrix).
 ATTENTION_KERNEL = "fused (F.scaled_dot_product_attention)"
 #: The label of timm's unfused path (the explicit ``softmax(q kᵀ) v`` matrix), for training
-#: that runs it (LaSt-ViT's fine-tune, :func:`midas_nb.related.last_finetune`).
+#: that runs it (LaSt-ViT's fine-tune, :func:`midas_nb.analysis.last.last_finetune`).
 UNFUSED_ATTENTION_KERNEL = "unfused (softmax(q k^T) v)"
 
 
@@ -306,7 +306,7 @@ def adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: fl
                  total: int, warmup: int):
     """``(optimizer, scheduler)`` of both fine-tuning recipes: AdamW over ``model`` (no decay on
     norms, biases and tokens: timm's parameter groups) and the training-only ``extras``, with the
-    linear warm-up + cosine multiplier :func:`midas_nb.optim.cosine_lr` stepped per step."""
+    linear warm-up + cosine multiplier :func:`midas_nb.backbones.optim.cosine_lr` stepped per step."""
     from timm.optim import param_groups_weight_decay
 
     skip = set(getattr(model, "no_weight_decay", lambda: set())())

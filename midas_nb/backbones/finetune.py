@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
 from ..sweeps.claims import file_lock
-from ..vit import classify_tokens, fused_attention
+from .vit import classify_tokens, fused_attention
 from .checkpoint import checkpoint_dir, checkpoint_key, checkpoint_meta
 from .distilled import finetune_distilled
 from .factory import create_backbone

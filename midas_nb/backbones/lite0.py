@@ -191,9 +191,9 @@ class FrozenStemEmbed(nn.Module):
 def tokens_from_stem_features(model: nn.Module, features: Tensor) -> Tensor:
     """Token sequence of the hybrid backbone from cached stem features.
 
-    ``[B,112,h,w] → [B,P+N,D]``: the same result as :func:`midas_nb.vit.embed_tokens` on the
+    ``[B,112,h,w] → [B,P+N,D]``: the same result as :func:`midas_nb.backbones.vit.embed_tokens` on the
     images (projection, prefix tokens, position embedding, ``norm_pre``), so it can feed
-    :func:`midas_nb.capture.capture` (``tokens=``) or :func:`midas_nb.vit.run_blocks`.
+    :func:`midas_nb.capture.capture` (``tokens=``) or :func:`midas_nb.backbones.vit.run_blocks`.
     """
     x = model.patch_embed.project(features)
     x = model._pos_embed(x)

@@ -20,7 +20,7 @@ import torch
 
 from ..metrics import decoupling_D, INFORMATIVE_BOX_MAX_FRACTION
 from ..results import recommend_deployment
-from ..vit import keep_count
+from ..backbones.vit import keep_count
 
 
 # ------------------------------------------------------------------------------------ exercises
@@ -508,11 +508,11 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
            "change how much of the parts (or the box) is kept.",
            "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, "
            "box_mask)` on a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; "
-           "the interval: `midas_nb.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.params['bootstrap'])` "
+           "the interval: `midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.params['bootstrap'])` "
            "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
            ["maps", "study"], _option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
-    from ..stats import bootstrap_ci
+    from ..metrics.stats import bootstrap_ci
     t5 = maps["T5"].float()
     diff = _per_image_coverage(t5.abs(), study) - _per_image_coverage(t5, study)
     m, lo, hi = bootstrap_ci(diff, n_boot=int(study.params.get("bootstrap", 1000)))

@@ -19,7 +19,7 @@ metric                      higher better   source
 Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``centre_in_box`` and
 ``box_share`` (the two Point-in-Box baselines), ``curve_auc``
 (trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate) and ``bootstrap_ci``
-(:mod:`midas_nb.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
+(:mod:`midas_nb.metrics.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
 Bootstrap*, ch. 13).
 
 Shapes: ``B`` images, ``N`` patch tokens (row-major over the patch grid, prefix tokens
@@ -28,7 +28,7 @@ excluded), ``T = P + N`` tokens, ``D`` embedding width, ``S`` insertion/deletion
 from __future__ import annotations
 
 # submodules in registration order (list_metrics() keeps it)
-from ..stats import bootstrap_ci, hierarchical_bootstrap
+from .stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, register_metric
 from .coverage import (COVERAGE_KINDS, INFORMATIVE_BOX_MAX_FRACTION, PartIoU, box_coverage, informative_box,
                        iou_ceiling, part_miou)
@@ -36,7 +36,7 @@ from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertio
 from .decoupling import (CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, REFERENCE_CHECKS,
                          decoupling_D, per_image_values)
 from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
-from .speed import SPEED_ROUNDS, measure_speed, measure_throughput, measure_throughputs, pruned_accuracy, speed_scorers
+from .speed import SPEED_ROUNDS, measure_speed, measure_throughput, measure_throughputs, pruned_accuracy
 
 __all__ = [
     "MetricSpec",
@@ -66,7 +66,6 @@ __all__ = [
     "measure_throughput",
     "measure_throughputs",
     "measure_speed",
-    "speed_scorers",
     "SPEED_ROUNDS",
     "bootstrap_ci",
     "COVERAGE_KINDS",

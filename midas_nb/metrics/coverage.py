@@ -162,7 +162,7 @@ def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:
 
     Args:
         ref_mask: ``[B,N]`` bool, the part (or box) patches.
-        k: kept patch tokens, ``1 ≤ k ≤ N`` (:func:`midas_nb.vit.keep_count`).
+        k: kept patch tokens, ``1 ≤ k ≤ N`` (:func:`midas_nb.backbones.vit.keep_count`).
 
     Returns:
         ``[B]`` float; ``NaN`` for images without a reference patch (skipped by the metrics).

@@ -7,7 +7,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats import seed_image_interval
+from .stats import seed_image_interval
 from .registry import register_metric
 
 
@@ -111,7 +111,7 @@ def decoupling_D(
 
     - point ``D̄ = mean_s d_s``, ``d_s = nanmean_i x[s, i]`` (×100 for ``D_pp`` when
       ``miou_unit="fraction"``; ``delta_idauc`` in IDAUC units); ``D_pp_by_seed`` lists the ``d_s``;
-    - interval (:func:`midas_nb.stats.seed_image_interval`): one seed — the paired percentile
+    - interval (:func:`midas_nb.metrics.stats.seed_image_interval`): one seed — the paired percentile
       bootstrap over images; ``S ≥ 2`` seeds — ``D̄ ± t_{ν, 1−alpha/2}·√(s²_seeds/S + v_img)``,
       ``s²_seeds`` the sample variance of the ``d_s``, ``v_img`` the image-bootstrap variance of
       the seed-mean (same images for every seed), ``ν`` the Welch–Satterthwaite degrees of

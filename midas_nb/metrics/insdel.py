@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..vit import classify_tokens, embed_tokens, gather_tokens, grid_size, num_prefix_tokens, run_blocks
+from ..backbones.vit import classify_tokens, embed_tokens, gather_tokens, grid_size, num_prefix_tokens, run_blocks
 from .registry import register_metric
 
 

@@ -16,7 +16,7 @@ def patch_score(hidden_last: Tensor, num_prefix: int) -> Tensor:
     https://arxiv.org/abs/2602.22394; official code github.com/ChengShiest/LAST-ViT,
     ``visualization/patch_score.py``, ``DenseViT._compute_patch_scores``, which reads the encoder
     output after its final LayerNorm: pass ``norm(h)`` for that (as
-    :func:`midas_nb.related.last.pib_table` does).
+    :func:`midas_nb.analysis.last.pib_table` does).
 
     Args:
         hidden_last: ``[B,T,D]`` tokens of the last block (after the final norm for the

@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 from ..pruning import pruned_forward
-from ..scorers import MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer
 from .registry import register_metric
+
+if TYPE_CHECKING:  # annotations only: the scorers sit above the metrics
+    from ..scorers import TokenScorer
 
 
 @register_metric("pruned_accuracy", higher_is_better=True, category="accuracy",
@@ -168,19 +170,3 @@ def measure_speed(backbone: nn.Module, images: Tensor, depth: int, budget: float
     fns.update({k: (lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits)
                 for k, s in scorers.items()})
     return measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
-
-
-def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,
-                  device: torch.device | str) -> dict[str, TokenScorer]:
-    """One scorer per kind (``reference``, ``random``, ``mlp`` or a scorer family) for timing."""
-    out: dict[str, TokenScorer] = {}
-    for k in kinds:
-        try:
-            s = (ReferenceScorer() if k == "reference" else RandomScorer(0) if k == "random"
-                 else MLPScorer(dim, mlp_hidden) if k == "mlp" else build_scorer(k, dim, num_classes=num_classes))
-        except ValueError:
-            if k in ("reference", "random", "mlp"):
-                raise
-            continue        # a family that cannot be built at this width has no rows to time either
-        out[k] = s.to(device).eval()
-    return out

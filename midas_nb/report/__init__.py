@@ -22,7 +22,7 @@ Tables (one CSV each):
 - ``three_conditions`` — the protocol at the profile's ``(L, b)``: part mIoU, IDAUC and pruned
   accuracy with their bootstrap CIs over images, ``D`` and ``ΔIDAUC`` with the paired intervals
   and band status of :func:`midas_nb.metrics.decoupling_D`, the paper's ``D`` and ``ΔIDAUC``
-  (:mod:`midas_nb.paper_reference`);
+  (:mod:`midas_nb.report.paper_reference`);
 - ``cosine_probes`` — hidden- vs attention-gradient rank cosines per depth, saved into the
   store by notebook 03 (:func:`save_probes`), beside the paper's bound 0.082;
 - ``regime`` — ``D`` per ``(L, b)`` cell of the regime sweep, with the paper's expectation;

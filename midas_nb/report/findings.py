@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..config import PAPER_BACKBONES
 from ..metrics import decoupling_D
-from ..paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
+from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
 
 Holds = bool | Literal["undefined", "not resolved", "uninformative"]
@@ -237,7 +237,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
 def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
                    budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
-    """Which of the paper's findings (:data:`midas_nb.paper_reference.PAPER_FINDINGS`) hold on
+    """Which of the paper's findings (:data:`midas_nb.report.paper_reference.PAPER_FINDINGS`) hold on
     these result rows, per dataset × backbone.
 
     The findings are evaluated at one point ``(L, b)`` — ``depth``/``budget``, default the

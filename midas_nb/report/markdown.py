@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
+from .paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from .findings import ci_text, findings_paragraph, is_number, plural
 from .probes import load_probes
 from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_store_rows, missing_cells,
@@ -262,7 +262,7 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
         return ""
     out = ["\n## The offline backbones side by side (notebook 05)\n",
            "The same protocol, data, seeds and sample sizes on the label-trained offline backbone and its "
-           "distilled student (`midas_nb.backbone_compare`); every verdict is computed from the rows.\n"]
+           "distilled student (`midas_nb.report.scale`); every verdict is computed from the rows.\n"]
     for ds in dict.fromkeys(bt["dataset"]):
         t = bt[bt["dataset"] == ds]
         bbs = list(dict.fromkeys(t["backbone"]))

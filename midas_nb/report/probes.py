@@ -29,7 +29,7 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     Args:
         study: the :class:`midas_nb.study.Study` the probes were computed on; its dataset,
             backbone and checkpoint id tag the rows.
-        *tables: :func:`midas_nb.probes.hidden_vs_attention_gradient` outputs (``depth`` NaN,
+        *tables: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient` outputs (``depth`` NaN,
             i.e. one depth, means the study's depth).
         store: the store directory; default ``runs/sweeps/<profile>``.
 

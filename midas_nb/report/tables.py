@@ -13,8 +13,8 @@ import pandas as pd
 from .. import config
 from ..backbones import comparison_backbones
 from ..config import DATASET_NAMES, PAPER_BACKBONES
-from ..paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
-from ..paper_table import paper_table
+from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
+from .paper_table import paper_table
 from ..results import aggregate_seeds
 from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells, SECTIONS
@@ -71,7 +71,7 @@ def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
 
     - ``evaluated images' fingerprint`` — the rows' ``dataset_fingerprint``: the identity of
       the test images the protocol evaluated (``max_eval_images`` of the test split,
-      :func:`midas_nb.protocol.run_protocol`), "n of M test images";
+      :func:`midas_nb.analysis.protocol.run_protocol`), "n of M test images";
     - ``training images`` — the number the backbone (and every scorer) trained on, from the
       checkpoint's metadata; ``training images per class (cap)`` — the profile's cap ``cap``
       (``max_images_per_class``), only where that number agrees with it (at most ``cap`` per class);
@@ -236,7 +236,7 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: the paper-shaped table
-    (:func:`midas_nb.paper_table.paper_table`) with the intervals and the paper's numbers."""
+    (:func:`midas_nb.report.paper_table.paper_table`) with the intervals and the paper's numbers."""
     L0, b0, cell = int(prof["depth"]), float(prof["budget"]), _CELL
     conds = list(prof["conditions"]) + [c for c in _CHECK_CONDITIONS if c not in prof["conditions"] and
                                         (main["condition"] == c).any()]

@@ -160,7 +160,7 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
     resamples"``.
 
     Args:
-        table: rows of :func:`midas_nb.probes.hidden_vs_attention_gradient`.
+        table: rows of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`.
         bootstrap: resamples of the intervals; ``None`` leaves them unstated.
         depth: the block the targets were read at where the rows do not say it.
 

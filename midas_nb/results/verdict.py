@@ -89,7 +89,7 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
 def _paired_diff(a: Mapping[str, float], b: Mapping[str, float], n_boot: int, alpha: float,
                  rng: np.random.Generator) -> tuple[float, float, float, int]:
     """Mean of ``a_i − b_i`` over the shared images with a percentile-bootstrap interval
-    (:func:`midas_nb.stats.bootstrap_ci`, seeded from ``rng``): ``(mean, lo, hi, n_images)``;
+    (:func:`midas_nb.metrics.stats.bootstrap_ci`, seeded from ``rng``): ``(mean, lo, hi, n_images)``;
     NaNs when no image is shared."""
     ids = sorted(set(a) & set(b))
     if not ids:
@@ -402,7 +402,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
-    """:func:`midas_nb.stats.bootstrap_ci` of ``values`` with a seed drawn from ``rng``."""
+    """:func:`midas_nb.metrics.stats.bootstrap_ci` of ``values`` with a seed drawn from ``rng``."""
     return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha,
                         seed=int(rng.integers(2 ** 32)))
 

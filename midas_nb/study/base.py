@@ -20,9 +20,9 @@ from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
 from ..pruning import keep_mask_from_indices, select_top_k
-from ..related.last import pib_columns, pib_table
+from ..analysis.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
-from ..vit import grid_size, keep_count
+from ..backbones.vit import grid_size, keep_count
 
 __all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "check_schedule", "unlabelled_test_message",
            "TRAIN_SPLIT"]
@@ -397,11 +397,11 @@ class StudyBase:
         """Point-in-Box rates on the test split (LaSt-ViT, DESIGN.md §6).
 
         One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block,
-        :func:`midas_nb.related.last.pib_table`, the one implementation) and each target map in
+        :func:`midas_nb.analysis.last.pib_table`, the one implementation) and each target map in
         ``ids`` (default: the profile's targets) at the study depth; PiB = the top patch lies in
         the object box. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi`` (bootstrap 95 % CI
         over images), its baselines ``pib_centre`` (the centre patch alone) and ``pib_box_area``
-        (the box's share of patches; :func:`midas_nb.related.last.pib_columns`), ``n_images``,
+        (the box's share of patches; :func:`midas_nb.analysis.last.pib_columns`), ``n_images``,
         and ``last_K`` (``K`` of the ``last_votes`` row). The images are the protocol's evaluated ones: ``n`` drawn
         with the profile's ``eval_subset_seed`` (:func:`midas_nb.data.evaluation_subset`;
         default ``n``: the profile's ``max_eval_images``; ``None`` there means all).

@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence
 
 from .. import config
 from ..backbones import comparison_backbones
-from ..protocol import list_conditions
-from ..related import RELATED_CONDITIONS
+from ..analysis.protocol import list_conditions
+from ..analysis.related import RELATED_CONDITIONS
 from ..sweeps import ResultStore, SweepCell, open_store, run_sweep, submit_sweep
 from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
@@ -179,7 +179,7 @@ def cmd_submit(profile: str, sweep: str | None = None, *, executor: str = "slurm
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan|submit`` from the parsed command line (:func:`midas_nb.cliargs.add_sweep_parser`)."""
+    """``midas-nb sweep plan|submit`` from the parsed command line (:func:`midas_nb.cli.args.add_sweep_parser`)."""
     if args.action == "plan":
         return cmd_plan(args.profile, args.sweep, cells_per_job=args.cells_per_job, max_array=args.max_array_size,
                         cost=args.cost, overrides=overrides)

@@ -3,7 +3,7 @@
 Under the straight-through relaxation ``L_cls`` reaches only the kept tokens while every
 supervised target gives every token a gradient (DESIGN.md §5), so ``D(Tk)`` against the
 reference mixes the content of ``Tk`` with merely having a full-ranking signal. The
-``random_map`` condition (:mod:`midas_nb.protocol`) has that signal without content: ``D`` of
+``random_map`` condition (:mod:`midas_nb.analysis.protocol`) has that signal without content: ``D`` of
 ``Tk`` against it is the part of the coverage gain that the target's content adds.
 :func:`decoupling_with_controls` puts both side by side, from
 :func:`midas_nb.metrics.decoupling_D` called once per baseline.

@@ -49,7 +49,7 @@ class Study(StudyBase):
         the regime sweep, the scale readout or the related-methods table, and vice versa.
         ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
         ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
-        :func:`midas_nb.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
+        :func:`midas_nb.analysis.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
         The table is also written to ``runs/tables/protocol_<hash>.csv`` (and ``.parquet`` when
         pyarrow is installed; :func:`midas_nb.results.save_table`).
 

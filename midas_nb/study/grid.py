@@ -17,7 +17,7 @@ from torch.utils.data import Subset
 from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..data import evaluation_subset
-from ..protocol import PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
+from ..analysis.protocol import PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
 from ..point import Budget, Point
 from ..sweeps import SweepCell
 from .cache import cached_study
@@ -28,7 +28,7 @@ __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "gr
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
 #: the protocol settings a profile may set at its top level; they enter every cell's key with
-#: :data:`midas_nb.protocol.PROTOCOL_DEFAULTS` as their defaults
+#: :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS` as their defaults
 _KEYED_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature")
 
 
@@ -111,7 +111,7 @@ DATA_PARAMS = ("image_size", "patch_size")
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings that change a protocol run's result; they enter every cell's key
     and :class:`ProtocolCellRunner` passes them (less ``image_size``/``patch_size``) to
-    :func:`midas_nb.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
+    :func:`midas_nb.analysis.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
     keys, default ``"st"``, 1, 1), every ``scorer_train`` key (``epochs``, ``batch_size``,
     ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _KEYED_SETTINGS}

@@ -1,5 +1,5 @@
 """The protocol's cell function (:class:`ProtocolCellRunner`) and the scale readout
-(:func:`scale_readout`): one run of :func:`midas_nb.protocol.run_protocol` per sweep cell, through
+(:func:`scale_readout`): one run of :func:`midas_nb.analysis.protocol.run_protocol` per sweep cell, through
 the profile's result store (:mod:`midas_nb.sweeps`)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from ..config import check_device, get_profile
-from ..protocol import run_protocol
+from ..analysis.protocol import run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
 from .cache import cached_study, digest_memo_path, load_digest_memo, save_digest_memo
 from .grid import DATA_PARAMS, eval_identity, make_grid, protocol_settings
@@ -28,7 +28,7 @@ class ProtocolCellRunner:
     For a cell it takes the dataset splits and the fine-tuned backbone from a
     :class:`midas_nb.study.Study` (so checkpoints, target caches and dataset labels are shared
     with the notebooks; one Study per process and (dataset, backbone)), then calls
-    :func:`midas_nb.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
+    :func:`midas_nb.analysis.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
     ``conditions=[cell.condition]``, ``seeds=[cell.seed]`` and the protocol settings stored in
     ``cell.params``, so a cell is computed exactly as its key says. The first supervised cell
     of the profile's own backbone at the profile's depth computes the train-split maps of all the
@@ -145,7 +145,7 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
     targets = list(profile.get("targets") or ())
     if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
         return targets
-    from ..protocol import condition_target  # the target a condition distils (random_map → random)
+    from ..analysis.protocol import condition_target  # the target a condition distils (random_map → random)
 
     swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()
              if c != "reference"}                                # the reference reads attention, no map

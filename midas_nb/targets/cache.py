@@ -18,7 +18,7 @@ from ..config import cache_dir as default_cache_dir
 from ..data import collate_samples
 from ..identity import (CacheIntegrityError, atomic_write_bytes, atomic_write_text, dataset_identity, hash_json,
                         report_corrupt, state_dict_digest, tensor_digest)
-from ..vit import grid_size, num_prefix_tokens
+from ..backbones.vit import grid_size, num_prefix_tokens
 from .registry import DEFAULT_RANDOM_SEED, get_target, list_targets
 from .rules import LAST_STATISTIC
 

@@ -241,7 +241,7 @@ def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
     """Seeded uniform values in ``[0, 1)`` (the random-ranking lower bound) → ``[B,N]``.
 
     As a supervision target it is the protocol's ``random_map`` control
-    (:mod:`midas_nb.protocol`): a full ranking of every token without any content.
+    (:mod:`midas_nb.analysis.protocol`): a full ranking of every token without any content.
 
     Image ``i`` draws from its own CPU generator seeded from ``(seed, index_i)``: ``seed`` is the
     keyword, else ``capture.extras["seed"]``, else :data:`DEFAULT_RANDOM_SEED`; ``index_i`` is

@@ -37,7 +37,7 @@ parameters and a frozen backbone). Trained scorers are cached by key
 """
 from __future__ import annotations
 
-from ..vit import frozen, math_sdpa
+from ..backbones.vit import frozen, math_sdpa
 from .cache import BlockCache, block_cache, key_hash
 from .loop import optimise_on_cache
 from .scorer import (DistillForm, Relaxation, TrainResult, distill_loss, load_or_train_scorer, relaxed_logits,

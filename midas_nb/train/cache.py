@@ -19,7 +19,7 @@ from ..data import collate_samples
 from ..identity import dataset_identity, hash_json, load_or_build, load_torch_payload, state_dict_digest, torch_payload
 from ..pruning import check_depth, record_attention
 from ..scorers import cls_attention
-from ..vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
+from ..backbones.vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
 
 __all__ = ["BlockCache", "block_cache", "key_hash"]
 

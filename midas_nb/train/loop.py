@@ -1,9 +1,9 @@
 """The one optimisation loop over cached block states, shared by scorer training
 (:func:`midas_nb.train.train_scorer`) and the LaSt fine-tune
-(:func:`midas_nb.related.last.last_finetune`).
+(:func:`midas_nb.analysis.last.last_finetune`).
 
 Both train a small module on block outputs computed once per split (:func:`midas_nb.train.block_cache`):
-AdamW, the cosine learning-rate multiplier :func:`midas_nb.optim.cosine_lr` stepped once per
+AdamW, the cosine learning-rate multiplier :func:`midas_nb.backbones.optim.cosine_lr` stepped once per
 optimiser step, ``epochs`` passes over a batch order drawn from a generator seeded by ``seed``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from ..progress import tqdm
 
-from ..optim import cosine_lr
+from ..backbones.optim import cosine_lr
 
 __all__ = ["optimise_on_cache"]
 

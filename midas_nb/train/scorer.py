@@ -15,7 +15,7 @@ from ..config import cache_dir as default_cache_dir
 from ..identity import load_or_build, state_dict_digest, tensor_digest
 from ..pruning import check_depth, select_top_k
 from ..scorers import MLPScorer, TokenScorer, build_scorer
-from ..vit import classify_tokens, frozen, gather_tokens, keep_count, math_sdpa, num_prefix_tokens, run_blocks
+from ..backbones.vit import classify_tokens, frozen, gather_tokens, keep_count, math_sdpa, num_prefix_tokens, run_blocks
 from .cache import BlockCache, key_hash
 from .loop import optimise_on_cache
 
@@ -189,7 +189,7 @@ def train_scorer(
     """Train ``scorer`` in place on cached block-``L`` states with ``L = L_cls + λ·L_ga``.
 
     A scorer whose :meth:`~midas_nb.scorers.TokenScorer.training_loss` returns a loss (Cropr's
-    auxiliary head, IA-RED²'s REINFORCE; :mod:`midas_nb.related`) is trained with that loss in
+    auxiliary head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers`) is trained with that loss in
     place of ``L_cls`` (``relaxation`` and ``mask_temperature`` are then unused); ``loss_cls``
     of the result records it.
 

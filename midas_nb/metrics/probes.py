@@ -43,7 +43,7 @@ import pandas as pd
 from scipy.stats import rankdata
 from torch import Tensor
 
-from .metrics import bootstrap_ci
+from . import bootstrap_ci
 
 __all__ = [
     "CosineMode",

@@ -12,7 +12,7 @@ CVPR 2021, https://arxiv.org/abs/2012.09838 ("perturbation tests"):
 
 At step ``s = 0..S`` the ``k_s = round(s·N/S)`` tokens (:func:`midas_nb.metrics.insertion_counts`,
 steps of 10 % for ``S = 10``) are removed from the token sequence — token dropping with
-positions kept (:func:`midas_nb.vit.gather_tokens`, the same path as IDAUC; prefix tokens always
+positions kept (:func:`midas_nb.backbones.vit.gather_tokens`, the same path as IDAUC; prefix tokens always
 stay) — and the top-1 accuracy of the prediction is recorded. The area under the accuracy curve
 is the trapezoid over the removed fraction ``k_s/N ∈ [0,1]`` (:func:`midas_nb.metrics.curve_auc`),
 so it lies in ``[0,1]``. (The papers stop at 90 % removed and blank pixels; the token-space form
@@ -30,8 +30,8 @@ from torch import Tensor, nn
 from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
-from ..metrics import bootstrap_ci, curve_auc, insertion_counts
-from ..vit import classify_tokens, embed_tokens, gather_tokens, num_prefix_tokens, run_blocks
+from . import bootstrap_ci, curve_auc, insertion_counts
+from ..backbones.vit import classify_tokens, embed_tokens, gather_tokens, num_prefix_tokens, run_blocks
 
 __all__ = ["ReferenceClass", "perturbation_curves", "perturbation_test", "perturbation_table"]
 

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import config
-from .backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
+from .. import config
+from ..backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
                         create_backbone, weights_for)
-from .cliargs import did_you_mean, list_param, param_value, yaml_load
-from .config import DATASET_NAMES, show_value
-from .study import check_layout, grid_spans, check_schedule
+from .args import did_you_mean, list_param, param_value, yaml_load
+from ..config import DATASET_NAMES, show_value
+from ..study import check_layout, grid_spans, check_schedule
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "check_output", "preflight", "yaml_load", "fold_structured_params",
@@ -524,7 +524,7 @@ def fold_structured_params(spec: RunSpec) -> None:
 def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
     """The run description of ``midas-nb run`` (its parsed arguments ``args``): the run file
     (``--config``), then the command line; list-valued parameters given as ``0,1`` or a single
-    value become lists (:func:`midas_nb.cliargs.list_param`). Returns ``(spec, problems)``."""
+    value become lists (:func:`midas_nb.cli.args.list_param`). Returns ``(spec, problems)``."""
     problems: list[str] = []
     file: dict[str, Any] = {}
     if args.config:

@@ -25,8 +25,8 @@ from dataclasses import replace
 from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
-from . import config
-from .cliargs import add_examples, add_sweep_parser, package_version, param_value, check_split_values
+from .. import config
+from .args import add_examples, add_sweep_parser, package_version, param_value, check_split_values
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -74,7 +74,7 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
 
 
 def _parse_value(text: str, name: str = "") -> Any:
-    """A ``-p NAME VALUE`` value (number, YAML, text; lists take ``0,1``: :func:`midas_nb.cliargs.param_value`)."""
+    """A ``-p NAME VALUE`` value (number, YAML, text; lists take ``0,1``: :func:`midas_nb.cli.args.param_value`)."""
     return param_value(name, text)
 
 
@@ -101,8 +101,8 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     ``problems``: problems already found in the run description (a run file's, the command
     line's); they are reported together with every problem the checks below find.
 
-    The whole run description (:class:`midas_nb.runspec.RunSpec`: the arguments here, or
-    ``spec``) is checked before any kernel starts (:func:`midas_nb.runspec.preflight`). Each
+    The whole run description (:class:`midas_nb.cli.runspec.RunSpec`: the arguments here, or
+    ``spec``) is checked before any kernel starts (:func:`midas_nb.cli.runspec.preflight`). Each
     notebook executes into ``<output>/.partial/`` and replaces ``<output>/<name>`` only when it
     succeeds, so an earlier good copy survives a failure. Stops at the first failure, naming
     the notebook and the failing cell; the executed copy (with the error, or with a first cell
@@ -121,7 +121,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 
-    from .runs import new_run_id, run_summary, RunManifest
+    from ..runs import new_run_id, run_summary, RunManifest
     from .runspec import fold_structured_params, preflight, RunSpec
 
     if spec is None:
@@ -211,7 +211,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     and the paper-shaped table with the computed findings, one block per dataset."""
     import papermill as pm
 
-    from .report import make_report
+    from ..report import make_report
     from .runspec import preflight
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
@@ -245,7 +245,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
     report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True)
     print(f"  report over {', '.join(datasets)}: {report}")
-    from .report.markdown import datasets_summary
+    from ..report.markdown import datasets_summary
     print("\n" + datasets_summary(report.parent))
     return out_dir
 
@@ -277,7 +277,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
 
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
-    from .runs import execute_notebook  # papermill with the streamed status line
+    from ..runs import execute_notebook  # papermill with the streamed status line
 
     target = out_dir / nb.name
     print(f"{counter} {nb.name} ...", flush=True)
@@ -335,10 +335,10 @@ def _stamp(path: Path, run_id: str, profile: str, params: dict[str, Any]) -> Non
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     """After a run whose profile spans several datasets or backbones (paper, rehearsal) and that
     ran the scale readout (05): print the paper-shaped table and save it under runs/tables."""
-    from .paper_table import format_paper_table, paper_table_for
-    from .results import save_table
+    from ..report.paper_table import format_paper_table, paper_table_for
+    from ..results import save_table
     from .runspec import GRID_NOTEBOOKS
-    from .study import grid_spans
+    from ..study import grid_spans
 
     if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
         return
@@ -355,7 +355,7 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
-    """The run description of ``midas-nb run`` (:func:`midas_nb.runspec.spec_from_args`)."""
+    """The run description of ``midas-nb run`` (:func:`midas_nb.cli.runspec.spec_from_args`)."""
     from .runspec import spec_from_args
     return spec_from_args(args)
 
@@ -404,13 +404,13 @@ def _cmd_params(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
         from .runspec import parse_data_roots
-        from .study import cluster
+        from ..study import cluster
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
             print("\n".join(f"midas-nb sweep {args.action}: {p}" for p in problems), file=sys.stderr)
             return 2
         return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
-    from .sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
+    from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
     return dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(args.name)
 
 
@@ -423,7 +423,7 @@ def _cmd_strip(args: argparse.Namespace) -> int:
         return 2
     import nbformat
 
-    from .course import strip_solutions
+    from ..course import strip_solutions
 
     paths = [Path(p) for p in args.paths] or notebook_paths()
     problems = []
@@ -459,7 +459,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"midas-nb export-html: no executed notebooks: {src} does not exist or is not a directory; "
               f"run `{how}` first{where}", file=sys.stderr)
         return 2
-    from .course import export_html
+    from ..course import export_html
 
     try:
         index = export_html(src, Path(args.output) if args.output else None)
@@ -485,7 +485,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     ``--backbone``, ``--depth``, ``--budget``) are refused with it; the ``--from-tables``
     directory exists; ``--readme`` is an existing file with the results-section
     markers; the output directory exists writable or can be created
-    (:func:`midas_nb.runspec.check_output`)."""
+    (:func:`midas_nb.cli.runspec.check_output`)."""
     problems: list[str] = []
     given = {f"--{k}": v for k, v in dict(store=args.store, backbone=args.backbone, depth=args.depth,
                                             budget=args.budget).items() if v is not None}
@@ -498,14 +498,14 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         state = "is not a directory" if Path(args.from_tables).expanduser().exists() else "does not exist"
         problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
     elif args.from_tables is not None:
-        from .report import TABLES
+        from ..report import TABLES
         absent = [f"{n}.csv" for n in TABLES if not (Path(args.from_tables).expanduser() / f"{n}.csv").is_file()]
         if absent:
             problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
                             f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
                             "(e.g. results)")
     if args.readme is not None:
-        from .report import README_BEGIN, README_END
+        from ..report import README_BEGIN, README_END
 
         readme = Path(args.readme).expanduser()
         if not readme.is_file():
@@ -526,7 +526,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                  if v is not None}
     if not overrides:
         return problems
-    from .backbones import backbone_kwargs, check_backbone
+    from ..backbones import backbone_kwargs, check_backbone
     from .runspec import setting_of
 
     prof = config.get_profile(args.profile, **overrides)
@@ -546,7 +546,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return 2
     overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
                  if v is not None}
-    from .report import make_report
+    from ..report import make_report
 
     try:
         path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
@@ -653,6 +653,3 @@ def main(argv: Sequence[str] | None = None) -> int:
               "cells are kept, and the next run resumes from them", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -38,7 +38,7 @@ Figures:
 """
 from __future__ import annotations
 
-# finish_figure, to_numpy and patch_rects are drawing helpers midas_nb.widgets shares (not in __all__)
+# finish_figure, to_numpy and patch_rects are drawing helpers midas_nb.viz.widgets shares (not in __all__)
 from .output import figure_path, finish_figure, FONT, save_csv, save_figure, set_output  # noqa: F401
 from .colors import CONDITION_COLORS, condition_color  # noqa: F401
 from .common import image_to_rgb, patch_rects, to_numpy  # noqa: F401

@@ -9,11 +9,11 @@
   (``pib_centre``, ``pib_box_area``), throughput and speed-up, and the families' extra
   columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);
 - ``"relevance map"`` — TokenTM's positive/negative perturbation AUCs of target maps
-  (:func:`~midas_nb.related.perturbation.perturbation_table`; by default
+  (:func:`~midas_nb.metrics.perturbation.perturbation_table`; by default
   :data:`PERTURBATION_MAPS`, with the rollout over all blocks);
 - ``"backbone"`` — Point-in-Box of the Patch Score with its baselines and its paired difference
   to the backbone, and accuracy, of the backbone and its LaSt (and CLS-control) fine-tunes
-  (:func:`~midas_nb.related.last.pib_table`).
+  (:func:`~midas_nb.analysis.last.pib_table`).
 
 Every LaSt row says its ``K`` (tokens selected per channel) in ``last_K``: the ``last_votes``
 pruning row :data:`midas_nb.targets.LAST_VOTES_K`, the LaSt fine-tune its aggregation's ``K``
@@ -32,11 +32,11 @@ from torch import nn
 
 from ..metrics import decoupling_D
 from ..metrics.speed import SPEED_ROUNDS
-from ..protocol import PROTOCOL_DEFAULTS, list_conditions, with_band_check
+from .protocol import PROTOCOL_DEFAULTS, list_conditions, with_band_check
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
-from .perturbation import perturbation_table
+from ..metrics.perturbation import perturbation_table
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
            "run_related", "speed_table", "speed_note", "family_table"]
@@ -66,10 +66,10 @@ def related_table(
     """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
 
     Args:
-        protocol_table: results rows of :func:`midas_nb.protocol.run_protocol` (any number of
+        protocol_table: results rows of :func:`midas_nb.analysis.protocol.run_protocol` (any number of
             seeds; must contain the ``reference`` condition for ``D``).
-        perturbation: :func:`~midas_nb.related.perturbation.perturbation_table` output, or ``None``.
-        pib: :func:`~midas_nb.related.last.pib_table` output, or ``None``.
+        perturbation: :func:`~midas_nb.metrics.perturbation.perturbation_table` output, or ``None``.
+        pib: :func:`~midas_nb.analysis.last.pib_table` output, or ``None``.
         band: IDAUC parity band of ``D``. Default: 0.01.
         n_boot: bootstrap resamples of the intervals and of ``D_status`` (:func:`run_related`
             passes the profile's ``bootstrap``).
@@ -150,7 +150,7 @@ def speed_note(protocol: pd.DataFrame, params: dict[str, Any]) -> str:
         protocol: the protocol rows (``n_images``, ``device``, ``depth``, ``budget``).
         params: the profile's settings (``Study.params``): ``throughput_batch`` and
             ``throughput_repeats`` from its ``scorer_train`` recipe or top level, else
-            :data:`midas_nb.protocol.PROTOCOL_DEFAULTS`.
+            :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS`.
 
     Raises:
         ValueError: no rows.

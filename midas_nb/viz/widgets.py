@@ -41,11 +41,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import plots
-from .metrics import box_coverage, insertion_deletion_auc, part_miou
-from .pruning import keep_mask_from_indices, select_top_k
-from .targets import compute_targets
-from .vit import keep_count
+from .colors import condition_color
+from .common import image_to_rgb, patch_rects, to_numpy
+from .output import FONT, finish_figure
+from ..metrics import box_coverage, insertion_deletion_auc, part_miou
+from ..pruning import keep_mask_from_indices, select_top_k
+from ..targets import compute_targets
+from ..backbones.vit import keep_count
 
 __all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer",
            "static_explorer", "STATIC_NOTE"]
@@ -263,13 +265,13 @@ def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: 
     """Part patches outlined and visible keypoints dotted, or the object box (no parts)."""
     from matplotlib.patches import Rectangle
     if view.region == "part":
-        pm = plots.to_numpy(batch.part_mask[position]).astype(bool)
-        plots.patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
-        parts = plots.to_numpy(batch.parts[position])
+        pm = to_numpy(batch.part_mask[position]).astype(bool)
+        patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
+        parts = to_numpy(batch.parts[position])
         vis = parts[:, 2] > 0
         ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c="red", edgecolors="white", linewidths=0.5, zorder=3)
     else:
-        x0, y0, x1, y1 = (float(v) for v in plots.to_numpy(batch.boxes[position]))
+        x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[position]))
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.6))
 
 
@@ -293,17 +295,17 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
 
     rows, cols = (int(g) for g in grid)
     p = view.position
-    img = plots.image_to_rgb(batch.images[p], normalization)
+    img = image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
-    colors = {t: plots.condition_color(t) for t in view.targets}  # the colours of every other figure
+    colors = {t: condition_color(t) for t in view.targets}  # the colours of every other figure
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
-        keep = plots.to_numpy(view.keep[j]).astype(bool)
+        keep = to_numpy(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))
         shade = np.zeros((rows, cols, 4))
         shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
-        plots.patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
+        patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         _draw_region(ax, view, batch, p, rows, cols, H, W)
         ax.set_xlim(0, W)
         ax.set_ylim(H, 0)
@@ -313,22 +315,22 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
         r = view.insdel[t]
         ax.set_title(f"{t}: kept {view.n_keep}/{view.n_patches}\n{view.region} IoU "
                      f"{'n/a' if math.isnan(iou) else f'{iou:.2f}'} · IDAUC {float(r.idauc[0]):+.3f}",
-                     fontsize=plots.FONT["label"], color=colors.get(t, "black"))
+                     fontsize=FONT["label"], color=colors.get(t, "black"))
     ax = axes[2]
     for t in dict.fromkeys(view.targets):
         r = view.insdel[t]
-        frac = plots.to_numpy(r.fractions) * 100
-        ax.plot(frac, plots.to_numpy(r.ins_curve[0]), "-o", ms=3, color=colors[t],
+        frac = to_numpy(r.fractions) * 100
+        ax.plot(frac, to_numpy(r.ins_curve[0]), "-o", ms=3, color=colors[t],
                 label=f"{t} insertion (AUC {float(r.ins_auc[0]):.3f})")
-        ax.plot(frac, plots.to_numpy(r.del_curve[0]), "--s", ms=3, color=colors[t],
+        ax.plot(frac, to_numpy(r.del_curve[0]), "--s", ms=3, color=colors[t],
                 label=f"{t} deletion (AUC {float(r.del_auc[0]):.3f})")
-    ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=plots.FONT["tick"])
-    ax.set_ylabel("p_c (predicted class)", fontsize=plots.FONT["tick"])
-    ax.set_title("insertion (solid) and deletion (dashed), this image", fontsize=plots.FONT["label"])
+    ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=FONT["tick"])
+    ax.set_ylabel("p_c (predicted class)", fontsize=FONT["tick"])
+    ax.set_title("insertion (solid) and deletion (dashed), this image", fontsize=FONT["label"])
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.tick_params(labelsize=plots.FONT["tick"])
-    ax.legend(fontsize=plots.FONT["legend"] - 1, loc="best")
+    ax.tick_params(labelsize=FONT["tick"])
+    ax.legend(fontsize=FONT["legend"] - 1, loc="best")
     handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
                Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")]
     if view.region == "part":
@@ -338,18 +340,18 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     else:
         handles.append(Patch(fill=False, edgecolor="cyan", lw=1.6, label="object box"))
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
-                 fontsize=plots.FONT["title"])
+                 fontsize=FONT["title"])
     # the note on the bottom line, the legend stacked above it, the panels above both (measured,
     # so a four-entry legend never runs into the note)
     renderer = fig.canvas.get_renderer()
     to_fig = fig.transFigure.inverted()
     legend_y = 0.005
     if note:
-        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=plots.FONT["annot"], style="italic",
+        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
                         color="0.25")
         legend_y = text.get_window_extent(renderer).transformed(to_fig).y1 + 0.008
     legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.005, legend_y), ncol=len(handles),
-                        fontsize=plots.FONT["legend"], frameon=False, borderaxespad=0)
+                        fontsize=FONT["legend"], frameon=False, borderaxespad=0)
     bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
     fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return fig
@@ -365,7 +367,7 @@ def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR
         image: position in the explorer's image list.
         targets: the two rankings (default ``("T0", "T5")``).
         depth, budget: default the study's.
-        save: figure name for :func:`midas_nb.plots.save_figure` (``None``: not saved).
+        save: figure name for :func:`midas_nb.viz.save_figure` (``None``: not saved).
         n_images: the explorer's image list (:func:`explorer_view`).
 
     Returns:
@@ -376,7 +378,7 @@ def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR
     batch = _explorer_batch(study, n_images)
     fig = explorer_figure(view, batch, study.grid, study.normalization, note=STATIC_NOTE)
     fig.explorer_view = view
-    return plots.finish_figure(fig, save)
+    return finish_figure(fig, save)
 
 
 def _png(fig) -> bytes:

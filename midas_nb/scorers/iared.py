@@ -41,8 +41,8 @@ from torch import Tensor, nn
 
 from ..metrics import bootstrap_ci
 from ..pruning import check_depth
-from ..scorers import TokenScorer, register_scorer
-from ..vit import classify_tokens, num_prefix_tokens
+from .base import TokenScorer, register_scorer
+from ..backbones.vit import classify_tokens, num_prefix_tokens
 
 #: heads of the released interpreter (``AttnGroup``: ``PerBlockAgent(dim, num_heads=6)``)
 DEFAULT_HEADS = 6

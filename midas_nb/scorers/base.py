@@ -14,7 +14,8 @@ score = keep. Every scorer derives from :class:`TokenScorer` and overrides one m
   supervised by a target).
 - ``random`` — :class:`RandomScorer`: a seeded uniform random ranking (lower bound).
 
-Further families (``cropr``, ``iared``; DESIGN.md §5, :mod:`midas_nb.related`) register
+Further families (``cropr``, ``iared``; DESIGN.md §5, :mod:`midas_nb.scorers.cropr`,
+:mod:`midas_nb.scorers.iared`) register
 themselves with :func:`register_scorer` (``condition=True``: a protocol condition of its own) and
 are built by name with :func:`build_scorer`. A family with its own objective (an auxiliary head,
 REINFORCE) overrides :meth:`TokenScorer.training_loss`, which :func:`midas_nb.train.train_scorer`
@@ -29,12 +30,12 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from .targets import cls_attention_map
+from ..targets import cls_attention_map
 
 __all__ = [
     "TokenScorer",
@@ -62,7 +63,7 @@ class TokenScorer(nn.Module):
     records them only for such scorers.
 
     Two optional hooks serve scorer families with an objective of their own (Cropr's auxiliary
-    head, IA-RED²'s REINFORCE; :mod:`midas_nb.related`): :meth:`training_loss` (used by
+    head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers.cropr`, :mod:`midas_nb.scorers.iared`): :meth:`training_loss` (used by
     :func:`midas_nb.train.train_scorer` instead of the default ``L_cls``) and
     :meth:`evaluation_extras` (extra columns of the scorer's protocol rows). The defaults
     (``None`` and ``{}``) keep the standard behaviour.
@@ -216,23 +217,6 @@ class RandomScorer(TokenScorer):
 
 _SCORERS: dict[str, Callable[..., TokenScorer]] = {}
 _CONDITIONS: list[str] = []
-#: modules that register scorer families of their own, loaded by name on the first read of the
-#: registry (as plugins are found through entry points): the scorers do not depend on them, and
-#: the list does not depend on what the caller imported
-_PLUGINS: tuple[str, ...] = ("midas_nb.related",)
-_plugins_loaded = False
-
-
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if not _plugins_loaded:
-        _plugins_loaded = True
-        import importlib
-
-        for name in _PLUGINS:
-            importlib.import_module(name)
-
-
 def register_scorer(
     name: str, *, condition: bool = False,
 ) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
@@ -261,17 +245,15 @@ def register_scorer(
 
 def list_scorers() -> list[str]:
     """Names of the registered scorers, in registration order."""
-    _load_plugins()
     return list(_SCORERS)
 
 
 def list_scorer_conditions() -> list[str]:
     """Scorer families that are protocol conditions of their own (``condition=True``).
 
-    The first read of the registry imports :mod:`midas_nb.related` (``_PLUGINS``), which
-    registers its families, so the list does not depend on what the caller imported.
+    Importing :mod:`midas_nb.scorers` registers every family (each where it is defined), so the
+    list does not depend on what the caller imported.
     """
-    _load_plugins()
     return list(_CONDITIONS)
 
 
@@ -281,7 +263,6 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     Raises:
         ValueError: for an unknown name.
     """
-    _load_plugins()
     if name not in _SCORERS:
         raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)
@@ -300,3 +281,19 @@ def _mlp(dim: int, hidden: int | None = None) -> TokenScorer:
 @register_scorer("random")
 def _random(dim: int, seed: int = 0) -> TokenScorer:
     return RandomScorer(seed=seed)
+
+
+def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,
+                  device: torch.device | str) -> dict[str, TokenScorer]:
+    """One scorer per kind (``reference``, ``random``, ``mlp`` or a scorer family) for timing."""
+    out: dict[str, TokenScorer] = {}
+    for k in kinds:
+        try:
+            s = (ReferenceScorer() if k == "reference" else RandomScorer(0) if k == "random"
+                 else MLPScorer(dim, mlp_hidden) if k == "mlp" else build_scorer(k, dim, num_classes=num_classes))
+        except ValueError:
+            if k in ("reference", "random", "mlp"):
+                raise
+            continue        # a family that cannot be built at this width has no rows to time either
+        out[k] = s.to(device).eval()
+    return out

@@ -4,7 +4,7 @@ The MIDAS paper reports, at ``L = 6``, ``b = 25 %`` (DESIGN.md §8), the decoupl
 ``D = mIoU_t − mIoU_ref`` and ``ΔIDAUC = IDAUC_t − IDAUC_ref`` of each supervision condition
 per dataset (part mIoU on CUB-200-2011; box coverage on FGVC-Aircraft and Stanford Cars, which
 have no part keypoints) and backbone. :func:`paper_table` lays our result rows out the same
-way and puts the paper's values (:mod:`midas_nb.paper_reference`) beside ours where the paper
+way and puts the paper's values (:mod:`midas_nb.report.paper_reference`) beside ours where the paper
 has them; :func:`paper_table_for` reads a profile's result store (the scale readout's cells:
 every dataset × backbone at the profile's ``(L, b)``); :func:`format_paper_table` prints it.
 """
@@ -15,11 +15,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .config import DATASET_NAMES, dataset_label, get_profile
-from .metrics import decoupling_D
+from ..config import DATASET_NAMES, dataset_label, get_profile
+from ..metrics import decoupling_D
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
-from .study import grid_spans, make_grid
-from .sweeps import ResultStore
+from ..study import grid_spans, make_grid
+from ..sweeps import ResultStore
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
 

@@ -2,7 +2,7 @@
 
 :mod:`midas_nb.cli` reads its arguments with these before it imports the rest of the package,
 so ``midas-nb --help``, ``--version`` and argument errors answer at once; run files
-(:func:`midas_nb.runspec.load_run_file`) read YAML with the same :func:`yaml_load`.
+(:func:`midas_nb.cli.runspec.load_run_file`) read YAML with the same :func:`yaml_load`.
 
 - :func:`param_value`: a ``-p NAME VALUE`` value (a decimal number, else YAML, else the text);
   list-valued parameters (those a profile holds as a list: ``seeds``, ``depths``, ...) also take
@@ -22,7 +22,7 @@ import functools
 import re
 from typing import Any, Iterable, Sequence
 
-from . import config
+from .. import config
 
 __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "did_you_mean", "list_param", "package_version", "param_value",
            "check_split_values", "yaml_load"]
@@ -157,7 +157,7 @@ def package_version() -> str:
     try:
         return metadata.version("midas_nb")
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from .. import __version__
         return __version__
 
 

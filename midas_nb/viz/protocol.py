@@ -83,7 +83,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     mIoU, so a point in the band and right of the line has ``D > 0`` at parity.
 
     Args:
-        table: protocol rows (``midas_nb.protocol`` schema): ``condition``, ``miou``, ``idauc``
+        table: protocol rows (``midas_nb.analysis.protocol`` schema): ``condition``, ``miou``, ``idauc``
             and, when present, the per-image values (``miou_per_image``, ``idauc_per_image``
             with their image ids) or ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi``, and
             ``coverage_kind``. Several rows per condition (seeds) are averaged; the error bars
@@ -202,7 +202,7 @@ def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: st
     Args:
         table: one row per map with ``target``, ``fractions`` (removed fraction, ``[S+1]``),
             ``pos_curve`` and ``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
-            (:func:`midas_nb.related.perturbation_table`); list columns may be JSON strings (CSV).
+            (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV).
         title: figure title. save: figure name for :func:`save_figure`.
     """
     import json

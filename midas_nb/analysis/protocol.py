@@ -19,7 +19,7 @@ condition and seed, prunes at ``(L, b)`` and evaluates on the test split:
   (``decoupling_D(table, reference="random_map")``) keeps the content only. Its rows have
   ``target = "random"`` and ``lambda_ga = λ`` (:data:`CONTROL_TARGETS`);
 - scorer families that are conditions of their own (``cropr``, ``iared``;
-  :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.related`) — built by name,
+  :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.scorers`) — built by name,
   trained with their own objective (:meth:`~midas_nb.scorers.TokenScorer.training_loss`) on the
   same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their
   :meth:`~midas_nb.scorers.TokenScorer.evaluation_extras` add columns to their rows.
@@ -60,21 +60,21 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
-from .progress import tqdm
+from ..progress import tqdm
 
-from .data import collate_samples, evaluation_subset
-from .metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      measure_speed, part_miou, point_in_box, speed_scorers)
+from ..data import collate_samples, evaluation_subset
+from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
+                      measure_speed, part_miou, point_in_box)
 
-from .pruning import check_depth, prune_tokens, pruned_forward
-from .scorers import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
+from ..pruning import check_depth, prune_tokens, pruned_forward
+from ..scorers import (speed_scorers, MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
                       list_scorer_conditions)
-from .identity import dataset_identity, state_dict_digest
-from .results import make_table, summarise_metrics
-from .targets import list_targets, target_cache
-from .train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
-from .point import Budget
-from .vit import fused_attention, grid_size
+from ..identity import dataset_identity, state_dict_digest
+from ..results import make_table, summarise_metrics
+from ..targets import list_targets, target_cache
+from ..train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
+from ..point import Budget
+from ..backbones.vit import fused_attention, grid_size
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",

@@ -65,7 +65,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
 
 
 def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Cosine of target pairs against depth, with CIs (:func:`midas_nb.probes.cosine_across_depths`).
+    """Cosine of target pairs against depth, with CIs (:func:`midas_nb.metrics.probes.cosine_across_depths`).
 
     Args:
         table: long table with ``depth``, ``cosine``, ``lo``, ``hi`` and the pair as

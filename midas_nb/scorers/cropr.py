@@ -44,8 +44,8 @@ from torch import Tensor, nn
 
 from ..metrics import bootstrap_ci, measure_throughput
 from ..pruning import PrunedOutput, keep_mask_from_indices, kept_token_indices, prune_tokens, score_tokens
-from ..scorers import TokenScorer, register_scorer
-from ..vit import classify_tokens, gather_tokens, run_blocks
+from .base import TokenScorer, register_scorer
+from ..backbones.vit import classify_tokens, gather_tokens, run_blocks
 
 __all__ = ["CroprScorer", "prune_tokens_llf", "cropr_forward"]
 

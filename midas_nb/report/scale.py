@@ -22,11 +22,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from . import metrics, probes, report
-from .results import compact, sample_note
-from .backbones import comparison_backbones, OFFLINE_PARTNERS
-from .study import ProtocolCellRunner, cached_study, make_grid
-from .sweeps import ResultStore, StoreStatus, run_sweep
+from ..metrics import decoupling_D
+from ..metrics.probes import hidden_vs_attention_gradient
+from .findings import BOOTSTRAP_SEED, paper_findings
+from .probes import load_probes, save_probes
+from ..results import compact, sample_note
+from ..backbones import comparison_backbones, OFFLINE_PARTNERS
+from ..study import ProtocolCellRunner, cached_study, make_grid
+from ..sweeps import ResultStore, StoreStatus, run_sweep
 
 __all__ = ["OFFLINE_PARTNERS", "comparison_backbones", "BackboneComparison", "compare_backbones"]
 
@@ -145,7 +148,7 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     if not backbones or len(set(backbones)) != len(backbones):
         raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
     L0, b0 = int(params["depth"]), float(params["budget"])
-    n_boot = int(params["bootstrap"])   # the profile's resamples, seed report.BOOTSTRAP_SEED: the report's intervals
+    n_boot = int(params["bootstrap"])   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
     # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
     # must not mix them in one side-by-side table
     dataset = params["dataset"]
@@ -169,10 +172,10 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
                         teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan),
                         n_test_images=(m.get("test_set") or {}).get("num_images", np.nan)))
         if run:
-            hv = probes.hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
-                                                     bootstrap=n_boot, seed=report.BOOTSTRAP_SEED)
-            report.save_probes(st, hv)
-    pr = report.load_probes(params["profile"])
+            hv = hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
+                                                     bootstrap=n_boot, seed=BOOTSTRAP_SEED)
+            save_probes(st, hv)
+    pr = load_probes(params["profile"])
     if pr is not None:
         pr = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0)]
         ckpts = {a["checkpoint_id"] for a in acc}
@@ -182,10 +185,10 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
         columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi"])
 
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)] if len(rows) else rows
-    D = metrics.decoupling_D(at, n_boot=n_boot, ci_seed=report.BOOTSTRAP_SEED) if len(at) else pd.DataFrame(
+    D = decoupling_D(at, n_boot=n_boot, ci_seed=BOOTSTRAP_SEED) if len(at) else pd.DataFrame(
         columns=["backbone", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
                  "delta_idauc_hi", "status"])
-    findings = (report.paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0,
+    findings = (paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0,
                                       n_boot=n_boot)
                 if len(rows) else pd.DataFrame(columns=["dataset", "backbone", "finding", "statement", "holds",
                                                         "evidence"]))

@@ -27,7 +27,7 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from .point import Budget
+from ..point import Budget
 
 __all__ = [
     "num_prefix_tokens",
