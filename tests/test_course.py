@@ -32,12 +32,19 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 # ------------------------------------------------------------------------------ contexts
 class _Study(SimpleNamespace):
-    """What the checkers read of a Study: grid, params, test_set[i].part_mask."""
+    """What the checkers read of a Study: grid, settings, test_set[i].part_mask."""
+
+
+def _settings(budget=0.25, budgets=(0.1, 0.25, 0.5), depth=6, backbone="bb", bootstrap=1000):
+    """The parts of :class:`midas_nb.study.RunSettings` the checkers read (mutable, for the tests)."""
+    return SimpleNamespace(point=SimpleNamespace(depth=depth, budget=budget), sweep=SimpleNamespace(budgets=tuple(budgets)),
+                           backbone=SimpleNamespace(name=backbone), statistics=SimpleNamespace(bootstrap=bootstrap),
+                           protocol=SimpleNamespace(eval_subset_seed=0))
 
 
 def _study(grid=(4, 4), budget=0.25, budgets=(0.1, 0.25, 0.5), part_masks=None):
     test_set = [SimpleNamespace(part_mask=m) for m in (part_masks or [])]
-    return _Study(grid=grid, params=dict(budget=budget, budgets=list(budgets)), test_set=test_set)
+    return _Study(grid=grid, settings=_settings(budget, budgets), test_set=test_set)
 
 
 def _table():
@@ -572,7 +579,7 @@ def _sweep_D(d_near, ci_near, d_far, ci_far, L=2):
 def test_budget_fall_against_the_ceiling():
     from midas_nb.results import axis_trend
     s = _study(grid=(4, 4), budgets=(0.1, 0.5))
-    s.params["depth"] = 2
+    s.settings.point.depth = 2
     ceiling = pd.DataFrame(dict(budget=[0.1, 0.5], ceiling=[0.6, 0.2]))
     cases = [((6.0, 1.0, 2.5, 0.5), "b"),        # shares 0.10 → 0.125: the ceiling's fall
              ((6.0, 1.0, 0.5, 0.5), "c"),        # 0.10 → 0.025: more than the ceiling
@@ -597,7 +604,7 @@ def _scale_D(rows):
 
 def test_own_backbone_verdict():
     s = _study()
-    s.params["backbone"], s.dataset_name = "tiny", "d"
+    s.settings.backbone.name, s.dataset_name = "tiny", "d"
     cases = [((2.0, 0.5, 3.5, "in band"), "a"), ((2.0, 0.5, 3.5, "not resolved"), "c"),
              ((2.0, 0.5, 3.5, "outside band"), "b"), ((-2.0, -3.0, -0.5, "in band"), "b"),
              ((1.0, -0.5, 2.5, "in band"), "c"), ((2.0, 0.5, 3.5, "uninformative"), "c")]
@@ -688,7 +695,7 @@ def test_abs_t5_coverage_exercise_reads_box_coverage_on_a_dataset_without_parts(
     n = 16
     boxes = torch.zeros(4, n, dtype=torch.bool)
     boxes[0, :4], boxes[1, 2:9], boxes[2, 5:7], boxes[3, :] = True, True, True, True  # image 3: uninformative
-    study = SimpleNamespace(params={"budget": 0.25},
+    study = SimpleNamespace(settings=_settings(budget=0.25),
                             test_set=BoxOnly(SimpleNamespace(box_mask=b, part_mask=torch.zeros(n, dtype=torch.bool))
                                              for b in boxes))
     t5 = torch.randn(4, n, generator=g)

@@ -58,8 +58,9 @@ def test_keep_count_is_ceil_of_b_times_n():
 
 
 def test_a_budget_from_the_profile_is_checked_once(monkeypatch):
-    """Trace of ``-p budget 0.1``: ``get_profile`` types it (one check); the preflight, the sweep
-    cell, the pruned model and ``keep_count`` take that value without checking it again."""
+    """Trace of ``-p budget 0.1``: ``get_profile`` types it (one check) while the run description
+    is built (:meth:`midas_nb.study.RunSettings.build`: the profile's checks, the typed point);
+    the sweep cell, the pruned model and ``keep_count`` take that value without checking it again."""
     from midas_nb.pruning import PrunedViT, prune_tokens
     from midas_nb.scorers import ReferenceScorer
     from midas_nb.sweeps import SweepCell
@@ -68,11 +69,12 @@ def test_a_budget_from_the_profile_is_checked_once(monkeypatch):
     calls = []
     real = point.is_number
     monkeypatch.setattr(point, "is_number", lambda v: calls.append(v) or real(v))
-    prof = config.get_profile("smoke", budget=0.1)
-    assert calls == [0.1] and type(prof["budget"]) is Budget
-    b = prof["budget"]
+    from midas_nb.study import RunSettings
+
+    settings = RunSettings.build("smoke", budget=0.1)    # get_profile, check_profile, the typed parts
+    assert calls.count(0.1) == 1 and type(settings.point.budget) is Budget
+    b, prof = settings.point.budget, settings.values
     calls.clear()
-    assert config.check_profile(prof, device=False) == []
     cell = SweepCell("synthetic", "vit_smoke", 2, b, "T1", 0)
     model = create_backbone(prof["backbone"], num_classes=3, img_size=prof["image_size"],
                             patch_size=prof["patch_size"]).eval()

@@ -680,8 +680,10 @@ def test_related_rows_band_is_checked_against_the_random_ranking():
     def protocol(conditions, seeds=None, **kw):
         asked.append(list(conditions))
         return full[full["condition"].isin(conditions)].reset_index(drop=True)
-    study = SimpleNamespace(params={"conditions": ["reference", "T5", "random"], "bootstrap": 200,
-                                    "max_eval_images": 60}, protocol=protocol)
+    from midas_nb.study import RunSettings
+
+    settings = RunSettings.build("smoke", conditions=["reference", "T5", "random"], bootstrap=200, max_eval_images=60)
+    study = SimpleNamespace(settings=settings, protocol=protocol)
     res = run_related(study, conditions=["reference", "T5"], perturbation_maps=None, last=False)
     assert asked == [["reference", "T5", "random"]]
     pruning = res.table[res.table["kind"] == "pruning"].set_index("method")
@@ -689,6 +691,6 @@ def test_related_rows_band_is_checked_against_the_random_ranking():
     assert pruning.loc["T5", "D_status"] == "uninformative"
     # without the random ranking in the profile, nothing is added (the band is then untested)
     asked.clear()
-    study.params["conditions"] = ["reference", "T5"]
+    study.settings = RunSettings.build("smoke", conditions=["reference", "T5"], bootstrap=200, max_eval_images=60)
     run_related(study, conditions=["reference", "T5"], perturbation_maps=None, last=False)
     assert asked == [["reference", "T5"]]

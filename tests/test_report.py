@@ -197,8 +197,8 @@ def store(tmp_path):
         put([r])
     put([_row("T5", 0, 0.5, 0.2)], params=dict(relaxation="soft"))               # other relaxation
     put([_row("T1", 0, 0.5, 0.2, depth=3)], fail=True)
-    probes = SimpleNamespace(params=dict(depth=6, profile="demo", backbone="bb"), meta=dict(checkpoint_id="ck-new"),
-                             dataset_name="cub")
+    settings = SimpleNamespace(point=SimpleNamespace(depth=6), profile="demo", backbone=SimpleNamespace(name="bb"))
+    probes = SimpleNamespace(settings=settings, meta=dict(checkpoint_id="ck-new"), dataset_name="cub")
     hv = pd.DataFrame(dict(depth=[float("nan")] * 2, hidden=["T5", "T4"], attention=["T3", "T2"],
                            cosine=[0.05, -0.02], lo=[0.01, -0.06], hi=[0.07, 0.02], n_images=[40, 40], mode="rank"))
     report.save_probes(probes, hv, store=st.root)

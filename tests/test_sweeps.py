@@ -551,7 +551,7 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 
     from midas_nb.study import ProtocolCellRunner
 
-    fake = SimpleNamespace(dataset_name="synthetic", params={"backbone": "vit_smoke"})
+    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=SimpleNamespace(name="vit_smoke")))
     runner = ProtocolCellRunner("smoke", study=fake)
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))

@@ -252,33 +252,33 @@ def run_related(
     Returns:
         :class:`RelatedResults`.
     """
-    p = study.params
+    s = study.settings
     valid = set(list_conditions())
     conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
     # the random ranking tests the reference's faithfulness (the band's check, decoupling_D): run
     # where the profile's protocol has it, read only through each row's D_status
-    checked = with_band_check(conditions, p["conditions"])
+    checked = with_band_check(conditions, list(s.protocol.conditions))
     band_check, conditions = len(checked) > len(conditions), checked
     seeds = protocol_kwargs.pop("seeds", None)
-    if seeds is None and p.get("related_seeds"):
+    if seeds is None and s.sweep.related_seeds != s.protocol.seeds:
         # the MIDAS conditions keep the profile's seeds (their rows are shared with notebook 02);
         # the other systems' scorers train with ``related_seeds`` (the quick profile: one seed)
-        shared = [c for c in conditions if c in p["conditions"]]
+        shared = [c for c in conditions if c in s.protocol.conditions]
         other = [c for c in conditions if c not in shared]
         parts = [study.protocol(conditions=shared, **protocol_kwargs)] if shared else []
         if other:
-            parts.append(study.protocol(conditions=other, seeds=list(p["related_seeds"]), **protocol_kwargs))
+            parts.append(study.protocol(conditions=other, seeds=list(s.sweep.related_seeds), **protocol_kwargs))
         protocol = pd.concat(parts, ignore_index=True)
     else:
         protocol = study.protocol(conditions=conditions, seeds=seeds, **protocol_kwargs)
-    n_img = max_images if max_images is not None else p.get("max_eval_images")
+    n_img = max_images if max_images is not None else s.protocol.max_eval_images
     # the perturbation curves cost S forwards per image, like IDAUC: same image bound
-    n_curve = max_images if max_images is not None else (p.get("max_idauc_images") or n_img)
-    n_boot = int(p.get("bootstrap", 1000))
+    n_curve = max_images if max_images is not None else (s.protocol.max_idauc_images or n_img)
+    n_boot = s.statistics.bootstrap
     pert = None
     if perturbation_maps:
         maps = study.target_maps(split="test", ids=list(perturbation_maps))
-        pert = perturbation_table(study.model, study.test_set, maps, steps=int(p.get("idauc_steps", 10)),
+        pert = perturbation_table(study.model, study.test_set, maps, steps=s.protocol.idauc_steps,
                                   max_images=n_curve, device=study.device, n_boot=n_boot, progress=study.progress)
     pib, models = None, {}
     if last:

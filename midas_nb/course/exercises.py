@@ -456,7 +456,7 @@ def _ex_abs_t5_miou(maps, study) -> float:
     import math as _m
     scores = maps["T5"].abs().float()
     n = scores.shape[1]
-    k = max(1, min(n, _m.ceil(round(float(study.params["budget"]) * n, 9))))
+    k = max(1, min(n, _m.ceil(round(float(study.settings.point.budget) * n, 9))))
     has_parts = bool(getattr(study.test_set, "has_parts", True))
     ious = []
     for i in range(scores.shape[0]):
@@ -489,7 +489,7 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
     has_parts = bool(getattr(ds, "has_parts", True))
     ref = torch.stack([ds[i].part_mask if has_parts else ds[i].box_mask for i in range(len(ds))])
     n = scores.shape[1]
-    keep = keep_mask_from_indices(select_top_k(scores.float(), keep_count(float(study.params["budget"]), n)), n)
+    keep = keep_mask_from_indices(select_top_k(scores.float(), keep_count(float(study.settings.point.budget), n)), n)
     return (part_miou if has_parts else box_coverage)(keep, ref).per_image
 
 
@@ -508,14 +508,14 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
            "change how much of the parts (or the box) is kept.",
            "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, "
            "box_mask)` on a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; "
-           "the interval: `midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.params['bootstrap'])` "
+           "the interval: `midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.settings.statistics.bootstrap)` "
            "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
            ["maps", "study"], _option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
     from ..metrics.stats import bootstrap_ci
     t5 = maps["T5"].float()
     diff = _per_image_coverage(t5.abs(), study) - _per_image_coverage(t5, study)
-    m, lo, hi = bootstrap_ci(diff, n_boot=int(study.params.get("bootstrap", 1000)))
+    m, lo, hi = bootstrap_ci(diff, n_boot=study.settings.statistics.bootstrap)
     letter = {"positive": "a", "negative": "b", "not resolved": "c"}
     signs = _signs_near_edge(lo, hi) - {"undefined"}
     if not signs:
@@ -655,15 +655,15 @@ def _ex_t5_cells(D) -> int:
 
 
 @_register("04.keep_counts",
-           "How many tokens are kept at each budget of the sweep (`study.params['budgets']`, in that "
+           "How many tokens are kept at each budget of the sweep (`study.settings.sweep.budgets`, in that "
            "order)? (a list of `int`)",
            "k = ceil(b·N) for each b.", ["study"], _integers)
 def _ex_keep_counts(study) -> list[int]:
-    return [keep_count(b, _n_patches(study)) for b in study.params["budgets"]]
+    return [keep_count(b, _n_patches(study)) for b in study.settings.sweep.budgets]
 
 
 def _t5_budget_ends(mine, study):
-    L0 = int(study.params["depth"])
+    L0 = study.settings.point.depth
     g = mine[(mine["condition"] == "T5") & (mine["depth"].astype(int) == L0)]
     return g.sort_values("budget"), L0
 
@@ -678,7 +678,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
            "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
            "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth `L` "
-           "(`study.params['depth']`), and compute its share of the ceiling, `D / (100 · ceiling)`, at both "
+           "(`study.settings.point.depth`), and compute its share of the ceiling, `D / (100 · ceiling)`, at both "
            "ends (`ceiling` holds the ceiling per budget). Is D's change more than the ceiling's? (`'a'`, `'b'` "
            "or `'c'`)\n\n"
            "* (a) D(T5) does **not fall** resolvably: the loosest budget's interval of D is not entirely below "
@@ -688,7 +688,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "part (or box) patches, there is less coverage to gain, not a weaker effect;\n"
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
-           "the T5 rows of `mine` at depth `study.params['depth']`, sorted by budget: the ends' `D_pp_lo` / "
+           "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
            "`D_pp_hi`; `midas_nb.results.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
            "words.", ["mine", "ceiling", "study"], _option, applies=_two_budgets)
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
@@ -726,20 +726,20 @@ def _ex_spread(D) -> float:
 @_register("05.own_backbone_T5",
            "**What would the paper say?** The paper's scale finding says the T5 gain **reproduces** on DeiT-Ti "
            "(D(T5) > 0 inside the parity band) and **reverses** on AugReg ViT-B (D < 0, or outside the band). "
-           "Apply that reading to this run's own backbone (`study.params['backbone']`: its T5 row of `D`, with "
+           "Apply that reading to this run's own backbone (`study.settings.backbone.name`: its T5 row of `D`, with "
            "the paired interval of D and the band `status`). (`'a'`, `'b'` or `'c'`)\n\n"
            "* (a) **reproduces**: the whole interval of D(T5) lies above 0 and `status` is *in band*;\n"
            "* (b) **reverses**: the whole interval of D(T5) lies below 0, or `status` is *outside band*;\n"
            "* (c) **undecided**: neither — the interval of D contains 0, or the band is *not resolved* or "
            "*uninformative*: this backbone can neither confirm nor contradict the finding.",
-           "the row of `D` with `backbone == study.params['backbone']` and `condition == 'T5'`: `D_pp_lo`, "
+           "the row of `D` with `backbone == study.settings.backbone.name` and `condition == 'T5'`: `D_pp_lo`, "
            "`D_pp_hi`, `status`.", ["D", "study"], _option)
 def _ex_own_backbone_t5(D, study) -> Choice:
-    g = D[(D["condition"] == "T5") & (D["backbone"].astype(str) == str(study.params["backbone"]))]
+    g = D[(D["condition"] == "T5") & (D["backbone"].astype(str) == study.settings.backbone.name)]
     if "dataset" in g.columns and getattr(study, "dataset_name", None) in set(g["dataset"]):
         g = g[g["dataset"] == study.dataset_name]
     if len(g) != 1:
-        raise ValueError(f"expected one T5 row of {study.params['backbone']} in D, found {len(g)}")
+        raise ValueError(f"expected one T5 row of {study.settings.backbone.name} in D, found {len(g)}")
     r = g.iloc[0]
     lo, hi, status = float(r["D_pp_lo"]), float(r["D_pp_hi"]), str(r["status"])
     pick = ("b" if status == "outside band" or _sign_of(lo, hi) == "negative" else
@@ -782,7 +782,7 @@ def _ex_best_sep(res) -> set[str]:
            "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
            "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
            "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
-           "study.params.get('eval_subset_seed', 0))`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
+           "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
            "and `study.test_set[i].box_mask`.",
            ["pib"], _number)
 def _ex_pib_t0(pib) -> float:

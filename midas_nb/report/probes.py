@@ -42,22 +42,22 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     if not tables:
         raise ValueError("save_probes needs at least one probe table")
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
-    frames = []
+    frames, depth = [], study.settings.point.depth
     for t in tables:
         missing = need - set(t.columns)
         if missing:
             raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
                              "probes.hidden_vs_attention_gradient")
         t = t.copy()
-        t["depth"] = t["depth"].fillna(study.params["depth"]).astype(int) if "depth" in t else int(study.params["depth"])
+        t["depth"] = t["depth"].fillna(depth).astype(int) if "depth" in t else depth
         frames.append(t)
     new = pd.concat(frames, ignore_index=True)
     new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
-    new.insert(0, "backbone", str(study.params["backbone"]))
+    new.insert(0, "backbone", study.settings.backbone.name)
     new.insert(0, "dataset", str(study.dataset_name))
     ident = ["dataset", "backbone", "depth", "hidden", "attention"]
     new = new.drop_duplicates(ident, keep="last")
-    path = _probe_path(study.params["profile"], store)
+    path = _probe_path(study.settings.profile, store)
     if path.is_file():
         old = pd.read_csv(path)
         old = old.merge(new[ident], on=ident, how="left", indicator=True)

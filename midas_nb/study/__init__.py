@@ -15,14 +15,17 @@ Example::
 """
 from __future__ import annotations
 
-from .base import check_data, check_layout, resolve_data, check_schedule, StudyBase
+from .base import check_layout, StudyBase
 from .cache import cached_study
 from .control import decoupling_with_controls
 from .core import Study
 from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
                    protocol_settings, resolve_checkpoint_ids, SEEDLESS_CONDITIONS)
 from .runner import ProtocolCellRunner, scale_readout
+from .settings import (BackboneSettings, check_data, check_schedule, DataSettings, ProtocolSettings, resolve_data,
+                       RunSettings, StatisticsSettings, SweepSettings)
 
-__all__ = ["Study", "StudyBase", "check_data", "check_layout", "resolve_data", "check_schedule", "cached_study",
+__all__ = ["Study", "StudyBase", "RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings",
+           "StatisticsSettings", "SweepSettings", "check_data", "check_layout", "resolve_data", "check_schedule", "cached_study",
            "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "resolve_checkpoint_ids", "protocol_settings",
            "ProtocolCellRunner", "scale_readout", "decoupling_with_controls", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "GridKind"]

@@ -11,11 +11,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from .. import config
-from ..backbones import (backbone_kwargs, backbone_normalization, check_backbone, checkpoint_key, load_or_finetune,
-                         check_epochs, TrainingRecipe, weights_for)
+from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune, TrainingRecipe
 from ..data import collate_samples, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
-from ..identity import hash_json
 from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
@@ -23,68 +20,13 @@ from ..pruning import keep_mask_from_indices, select_top_k
 from ..analysis.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
 from ..backbones.vit import grid_size, keep_count
+from .settings import RunSettings
 
-__all__ = ["StudyBase", "check_data", "check_layout", "resolve_data", "check_schedule", "unlabelled_test_message",
-           "TRAIN_SPLIT"]
+__all__ = ["StudyBase", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
 
 
 #: torch's intra-op thread count of this process before any study set it (``torch_threads: None``)
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
-
-
-def _key_hash(key: dict) -> str:
-    return hash_json(key, 12)
-
-
-def check_data(params: dict[str, Any]) -> tuple[str, Path | None]:
-    """``(dataset name, data root or None for the embedded synthetic set)``, checked, no image read.
-
-    The root comes from :func:`midas_nb.config.data_root_for` (``data_roots[dataset]``, or
-    ``data_root`` for the profile's own dataset); the embedded synthetic set only where it was
-    asked for by name or the profile documents it (smoke/quick without any data root).
-
-    Raises:
-        ValueError: unknown dataset name; a dataset without a root where no synthetic
-            default applies (the message names ``--data-root NAME=PATH``).
-        FileNotFoundError: the root is not a directory.
-    """
-    name = params.get("dataset", "cub")
-    root = config.data_root_for(params, name)
-    if root is not None and not root.is_dir():
-        raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
-    return name, root
-
-
-def resolve_data(params: dict[str, Any]) -> tuple[str, Path, str]:
-    """``(loader name, root, label)`` for a profile's data settings (label:
-    :func:`midas_nb.config.dataset_label`).
-
-    With a data root (:func:`check_data`), that directory is read with the loader named by
-    ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
-    under ``cache_dir()/data`` in CUB's layout and read with the CUB loader; its label is
-    ``"synthetic"`` everywhere it appears.
-
-    Raises:
-        ValueError, FileNotFoundError: as :func:`check_data`.
-    """
-    name, root = check_data(params)
-    if root is not None:  # FGVC-Aircraft below variant level says so: "aircraft (manufacturer)"
-        return name, root, config.dataset_label(params, name)
-
-    syn = dict(params.get("synthetic") or {})
-    root = config.cache_dir() / "data" / f"synthetic_{_key_hash(syn)}"
-    if not (root / "images.txt").is_file():
-        make_synthetic_cub(root, **syn)
-    return "cub", root, "synthetic"
-
-
-def check_schedule(params: dict[str, Any], dataset_label: str, backbone: str) -> list[str]:
-    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
-    (:func:`midas_nb.config.finetune_settings`); else one line naming the setting
-    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.check_epochs`)."""
-    name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
-    return [f"{name}: on {dataset_label}, {why}"
-            for why in check_epochs(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))]
 
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
@@ -157,31 +99,31 @@ class StudyBase:
         midas_nb.config.ProfileError: a setting of the wrong type or out of range (every
             problem, one line each: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
             seeds not a list of integers, a CUDA device on a machine without CUDA, ...).
-        ValueError, FileNotFoundError: a dataset without a data root (see :func:`check_data`).
+        ValueError, FileNotFoundError: a dataset without a data root
+            (:func:`midas_nb.study.settings.check_data`).
         midas_nb.config.ProfileError: also a schedule the backbone's recipe cannot train
             (:func:`midas_nb.backbones.check_epochs`: a distilled backbone needs more epochs
             than its coarse epochs).
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
-        self.params = config.get_profile(profile, **overrides)
-        problems = config.check_profile(self.params)
-        if not problems:
-            p = self.params
-            problems = check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]),
-                                      [p["depth"], *(p.get("depths") or [])],
-                                      image_size=p["image_size"], patch_size=p["patch_size"])
-        if problems:  # nothing is replaced: a bad value is an error, never the profile's default
-            raise config.ProfileError(problems)
+        #: the typed run description (:class:`midas_nb.study.settings.RunSettings`), checked once here
+        self.settings = RunSettings.build(profile, **overrides)
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks;
         # a streamed run (MIDAS_PROGRESS=lines) gets plain lines instead (midas_nb.progress)
         self.progress = progress_enabled(progress)
-        self.loader_name, self.data_root, self.dataset_name = resolve_data(self.params)
-        problems = check_schedule(self.params, self.dataset_name, self.params["backbone"])
-        if problems:
-            raise config.ProfileError(problems)
-        self.device = torch.device(self.params["device"])
+        d = self.settings.data
+        if d.embedded and not (d.root / "images.txt").is_file():  # generated once, deterministic by seed
+            make_synthetic_cub(d.root, **d.synthetic)
+        self.loader_name, self.data_root, self.dataset_name = d.loader, d.root, d.label
+        self.device = torch.device(self.settings.device)
         self.own_threads()
+
+    @property
+    def params(self):
+        """The profile with its overrides, read-only (``RunSettings.values``): the form the sweep
+        layer keys and rebuilds result cells from. Read settings from :attr:`settings`."""
+        return self.settings.values
 
     def own_threads(self) -> None:
         """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
@@ -190,30 +132,30 @@ class StudyBase:
         the CPU thread count is part of the checkpoint's identity (issue 27). ``None`` restores
         torch's default (the count when the package was imported), so a quick study made after a
         smoke study (1 thread) in one process keys its checkpoint as a fresh process does."""
-        torch.set_num_threads(int(self.params.get("torch_threads") or _TORCH_DEFAULT_THREADS))
+        torch.set_num_threads(self.settings.torch_threads or _TORCH_DEFAULT_THREADS)
 
     def __repr__(self) -> str:
-        p = self.params
-        return (f"Study(profile={p['profile']!r}, dataset={self.dataset_name!r}, "
-                f"backbone={p['backbone']!r}, depth={p['depth']}, budget={p['budget']}, "
+        s = self.settings
+        return (f"Study(profile={s.profile!r}, dataset={self.dataset_name!r}, "
+                f"backbone={s.backbone.name!r}, depth={s.point.depth}, budget={s.point.budget}, "
                 f"device={str(self.device)!r})")
 
     # ----------------------------------------------------------------------------- data
     @cached_property
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        return backbone_normalization(self.params["backbone"])
+        return backbone_normalization(self.settings.backbone.name)
 
     @property
     def weights(self) -> str | None:
         """The backbone's initial weights: a file (``--weights NAME=PATH``), ``"hub"`` (timm's
         pretrained weights) or ``None`` (random init / the local architectures)."""
-        return weights_for(self.params, self.params["backbone"])
+        return self.settings.backbone.weights
 
     @property
     def backbone_kwargs(self) -> dict[str, Any]:
         """timm ``VisionTransformer`` arguments of the backbone (profile ``backbone_kwargs``;
         ``img_size`` follows ``image_size``, :func:`midas_nb.backbones.backbone_kwargs`)."""
-        return backbone_kwargs(self.params, self.params["backbone"])
+        return dict(self.settings.backbone.kwargs)
 
     def dataset(self, split: str, train: bool = False):
         """The ``split`` of the study's dataset with the backbone's normalisation.
@@ -225,14 +167,14 @@ class StudyBase:
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
+        d = self.settings.data
         extra = {}
-        cap = config.images_per_class(self.params, self.dataset_name)
-        if cap is not None:
-            extra["max_images_per_class"] = cap
-        if self.loader_name == "aircraft":  # the profile's label level (enters the data identity)
-            extra["annotation_level"] = self.params.get("aircraft_level") or "variant"
-        ds = load_dataset(self.loader_name, self.data_root, split, image_size=self.params["image_size"],
-                          patch_size=self.params["patch_size"], train=train, mean=mean, std=std, **extra)
+        if d.max_images_per_class is not None:
+            extra["max_images_per_class"] = d.max_images_per_class
+        if d.loader == "aircraft":  # the profile's label level (enters the data identity)
+            extra["annotation_level"] = d.aircraft_level
+        ds = load_dataset(d.loader, d.root, split, image_size=d.image_size, patch_size=d.patch_size,
+                          train=train, mean=mean, std=std, **extra)
         if not getattr(ds, "has_labels", True):
             # Stanford Cars without cars_test_annos_withlabels.mat: every accuracy would be 0 and
             # stored as done (issue 27); refused here, before anything is trained or stored
@@ -250,9 +192,10 @@ class StudyBase:
     # ------------------------------------------------------------------------- backbone
     @property
     def recipe(self) -> TrainingRecipe:
-        """The backbone's training recipe on this dataset (:func:`midas_nb.config.finetune_settings`,
+        """The backbone's training recipe on this dataset (``settings.backbone.recipe``:
+        :func:`midas_nb.config.finetune_settings`,
         seed 0): what :meth:`checkpoint_key` keys and the build trains with."""
-        return TrainingRecipe(seed=0, **config.finetune_settings(self.params, self.dataset_name, self.params["backbone"]))
+        return self.settings.backbone.recipe
 
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
@@ -260,7 +203,7 @@ class StudyBase:
         the study's ``torch_threads`` applied first); ``device`` keys the numerics of another
         device than the study's (a GPU node's, from a login node)."""
         self.own_threads()
-        return checkpoint_key(self.params["backbone"], self.train_set, self.test_set, self.recipe,
+        return checkpoint_key(self.settings.backbone.name, self.train_set, self.test_set, self.recipe,
                               weights=self.weights, backbone_kwargs=self.backbone_kwargs or None,
                               device=self.device if device is None else device)
 
@@ -276,7 +219,7 @@ class StudyBase:
     @cached_property
     def _backbone(self):
         self.own_threads()
-        return load_or_finetune(self.params["backbone"], self.train_set, self.test_set, self.recipe,
+        return load_or_finetune(self.settings.backbone.name, self.train_set, self.test_set, self.recipe,
                                 device=self.device, weights=self.weights,
                                 backbone_kwargs=self.backbone_kwargs or None, progress=self.progress)
 
@@ -309,13 +252,13 @@ class StudyBase:
         (fractions as text with three decimals; ``n/a`` where the checkpoint does not record it).
         Index ``setting``, one column ``value``; ``results.full_text`` shows long values whole."""
         m, ds = self.meta, self.test_set
-        rows = [("profile", self.params["profile"]), ("dataset", self.dataset_name),
+        rows = [("profile", self.settings.profile), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
                 ("classes present (test)", ds.num_classes_present),
                 ("train images", len(self.train_set)), ("test images", len(ds)),
                 ("part keypoints", ", ".join(ds.part_names) if ds.has_parts else "none (box coverage)"),
-                ("backbone", self.params["backbone"]), ("checkpoint", m.get("checkpoint_id")),
-                ("image size (px)", self.params["image_size"]),
+                ("backbone", self.settings.backbone.name), ("checkpoint", m.get("checkpoint_id")),
+                ("image size (px)", self.settings.data.image_size),
                 ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
                 ("fine-tuning epochs", m.get("epochs")),
@@ -328,8 +271,8 @@ class StudyBase:
     def target_maps(self, split: str = "test", depth: int | None = None,
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Target maps ``{id: [M, N]}`` over the split's images (cached on disk)."""
-        depth = int(self.params["depth"] if depth is None else depth)
-        ids = list(self.params["targets"] if ids is None else ids)
+        depth = self.settings.point.depth if depth is None else int(depth)
+        ids = list(self.settings.protocol.targets if ids is None else ids)
         ds = self.train_set if split == "train" else self.test_set
         rule = "label" if split == "train" else "prediction"
         # no data path: target_cache adds the split's content identity and the weights digest
@@ -347,7 +290,7 @@ class StudyBase:
         ``image_ids`` / ``miou_per_image`` (NaN: an image without a visible part) that
         :func:`midas_nb.results.targets_vs_scorers` pairs with the scorers' rows.
         """
-        budget = float(self.params["budget"] if budget is None else budget)
+        budget = float(self.settings.point.budget if budget is None else budget)
         ds = self.test_set
         ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in range(len(ds))])
         metric = part_miou if ds.has_parts else box_coverage
@@ -355,7 +298,7 @@ class StudyBase:
         for k, v in self.target_maps(ids=ids).items():
             keep = keep_mask_from_indices(select_top_k(v.float(), keep_count(budget, v.shape[1])), v.shape[1])
             r = metric(keep, ref)
-            mean, lo, hi = bootstrap_ci(r.per_image, n_boot=int(self.params["bootstrap"]))
+            mean, lo, hi = bootstrap_ci(r.per_image, n_boot=self.settings.statistics.bootstrap)
             rows.append(dict(target=k, miou=mean, miou_lo=lo, miou_hi=hi, n_images=r.n_images,
                              n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget,
                              image_ids=list(ds.image_ids), miou_per_image=[float(x) for x in r.per_image]))
@@ -367,11 +310,11 @@ class StudyBase:
         images with a part patch; for box coverage, with an informative box). Columns ``budget``,
         ``k``, ``ceiling``, ``n_images``, ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
         ds = self.test_set
-        subset = evaluation_subset(len(ds), self.params.get("max_eval_images"),
-                                   int(self.params.get("eval_subset_seed", 0)))
+        pr = self.settings.protocol
+        subset = evaluation_subset(len(ds), pr.max_eval_images, pr.eval_subset_seed)
         ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in subset])
         if budgets is None:
-            budgets = sorted({float(b) for b in self.params.get("budgets") or []} | {float(self.params["budget"])})
+            budgets = sorted({float(b) for b in self.settings.sweep.budgets} | {float(self.settings.point.budget)})
         rows = []
         for b in budgets:
             k = keep_count(b, ref.shape[1])
@@ -389,7 +332,7 @@ class StudyBase:
         b = self.batch(n)
         maps = self.target_maps(ids=ids)
         return {k: insertion_deletion_auc(self.model, b.images.to(self.device), maps[k][b.indices].to(self.device),
-                                          steps=int(self.params["idauc_steps"]), device=self.device)
+                                          steps=self.settings.protocol.idauc_steps, device=self.device)
                 for k in ids}
 
     # ----------------------------------------------------------------------- LaSt-ViT
@@ -407,9 +350,9 @@ class StudyBase:
         default ``n``: the profile's ``max_eval_images``; ``None`` there means all).
         """
         ds = self.test_set
-        n = n if n is not None else self.params.get("max_eval_images")
-        seed = int(self.params.get("eval_subset_seed", 0))
-        n_boot = int(self.params["bootstrap"])
+        n = n if n is not None else self.settings.protocol.max_eval_images
+        seed = self.settings.protocol.eval_subset_seed
+        n_boot = self.settings.statistics.bootstrap
         subset = evaluation_subset(len(ds), n, seed)
         pib = pib_table({"patch_score": self.model}, ds, max_images=n, subset_seed=seed, device=self.device,
                         n_boot=n_boot, progress=False)

@@ -56,19 +56,21 @@ class Study(StudyBase):
         Raises:
             RuntimeError: a cell failed (its error is in the message; the store keeps it).
         """
-        p = self.params
+        s = self.settings
         self.own_threads()
-        point = Point(p["depth"] if depth is None else depth, p["budget"] if budget is None else budget)
+        point = s.point if depth is None and budget is None else Point(
+            s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
         depth, budget = point.depth, point.budget
-        conditions = list(p["conditions"] if conditions is None else conditions)
-        seeds = [int(s) for s in (seeds if seeds is not None else p["seeds"])]
-        at_point = dict(p, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        conditions = list(s.protocol.conditions if conditions is None else conditions)
+        seeds = [int(x) for x in (s.protocol.seeds if seeds is None else seeds)]
+        at_point = dict(self.params, depth=depth, budget=budget, depths=[depth], budgets=[budget])
         # the cells name this study's checkpoint (training numerics included): a row computed
         # with another checkpoint (e.g. another torch_threads) is another cell, never reused
-        cells = make_grid(at_point, "scale", datasets=[p["dataset"]], backbones=[p["backbone"]], conditions=conditions,
+        key = (s.data.dataset, s.backbone.name)
+        cells = make_grid(at_point, "scale", datasets=[key[0]], backbones=[key[1]], conditions=conditions,
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
-                          checkpoint_ids={(p["dataset"], p["backbone"]): self.checkpoint_id})
-        store = ResultStore(name=p["profile"])
+                          checkpoint_ids={key: self.checkpoint_id})
+        store = ResultStore(name=s.profile)
         status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store,
                            progress=self.progress)
         if not status.complete:
@@ -89,7 +91,7 @@ class Study(StudyBase):
         has it, else none; ``n_boot`` defaults to the profile's ``bootstrap``."""
         if controls is None:
             controls = ["random_map"] if (table["condition"] == "random_map").any() else []
-        kwargs.setdefault("n_boot", int(self.params["bootstrap"]))
+        kwargs.setdefault("n_boot", self.settings.statistics.bootstrap)
         return decoupling_with_controls(table, controls, **kwargs)
 
     # --------------------------------------------------------------------------- sweeps
@@ -131,13 +133,13 @@ class Study(StudyBase):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
                              f"run=True, got executor={executor!r}, run={run!r}")
         if device is None:
-            device = config.get_profile(self.params["profile"])["device"] if executor == "slurm" else None
+            device = config.get_profile(self.settings.profile)["device"] if executor == "slurm" else None
         params = self.params if device is None else dict(self.params, device=device)
         problems = config.check_device(params["device"], here=executor != "slurm")
         if problems:
             raise config.ProfileError(problems)
         cells = make_grid(params, kind)
-        store = ResultStore(name=self.params["profile"])
+        store = ResultStore(name=self.settings.profile)
         if run and executor == "slurm":
             # the study itself stays here; the jobs build their own on the compute node
             runner = ProtocolCellRunner(params, progress=self.progress)

@@ -76,7 +76,7 @@ class ProtocolCellRunner:
         dataset's shared memo, :func:`midas_nb.study.cache.load_digest_memo`, where a
         preparation job wrote one)."""
         st = self._local_study
-        if st is not None and st.dataset_name == cell.dataset and st.params.get("backbone") == cell.backbone:
+        if st is not None and st.dataset_name == cell.dataset and st.settings.backbone.name == cell.backbone:
             return st
         device = self.device or str(self.profile.get("device") or "cpu")
         problems = check_device(device)

@@ -195,7 +195,7 @@ class _ViewCache:
             st = self.study
             ranking = self.maps_at(depth)[target][position:position + 1]
             r = insertion_deletion_auc(st.model.to(st.device), self.batch.images[position:position + 1],
-                                       ranking, steps=int(st.params["idauc_steps"]), device=st.device)
+                                       ranking, steps=st.settings.protocol.idauc_steps, device=st.device)
             self.insdel[key] = r
         return self.insdel[key]
 
@@ -257,8 +257,9 @@ def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, 
     if len(targets) != 2:
         raise ValueError(f"the explorer compares two rankings, got {len(targets)}: {targets}")
     cache = _ViewCache(study, _explorer_batch(study, n_images), targets)
-    return cache.view(int(image), targets, int(study.params["depth"] if depth is None else depth),
-                      float(study.params["budget"] if budget is None else budget))
+    point = study.settings.point
+    return cache.view(int(image), targets, int(point.depth if depth is None else depth),
+                      float(point.budget if budget is None else budget))
 
 
 def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: int, H: int, W: int) -> None:
@@ -417,7 +418,7 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     """
     if interactive is None:
         interactive = not is_headless()
-    ids = list(rankings or study.params["targets"])
+    ids = list(rankings or study.settings.protocol.targets)
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:
         return static_explorer(study, 0, pair, save=save, n_images=n_images)
@@ -435,9 +436,9 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     image_w = W.Dropdown(options=options, value=0, description="image", style=style)
     left_w = W.Dropdown(options=ids, value=pair[0], description="left target", style=style)
     right_w = W.Dropdown(options=ids, value=pair[1], description="right target", style=style)
-    depth_w = W.IntSlider(value=min(int(study.params["depth"]), n_blocks - 1), min=1, max=n_blocks - 1,
+    depth_w = W.IntSlider(value=min(study.settings.point.depth, n_blocks - 1), min=1, max=n_blocks - 1,
                           description="depth L", style=style, continuous_update=False)
-    budget_w = W.FloatSlider(value=float(study.params["budget"]), min=0.05, max=1.0, step=0.05,
+    budget_w = W.FloatSlider(value=float(study.settings.point.budget), min=0.05, max=1.0, step=0.05,
                              description="budget b", readout_format=".0%", style=style, continuous_update=False)
     figure_w = W.Image(format="png")
     figure_w.add_class("midas-explorer-figure")

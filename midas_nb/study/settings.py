@@ -1,0 +1,284 @@
+"""The run description: one frozen, typed settings object per study, built once.
+
+:meth:`RunSettings.build` takes a profile (:mod:`midas_nb.config`) and the overrides of the
+command line, the run file or a notebook's parameters alike, checks every value once — all
+problems at once, one line each, as :class:`midas_nb.config.ProfileError` — resolves the data
+root, the backbone's initial weights, timm arguments and training recipe, and returns typed
+parts that the layers read:
+
+- :class:`DataSettings` — dataset, the label results carry, root, loader, image and patch size,
+  cap on images per class, FGVC-Aircraft label level;
+- :class:`BackboneSettings` — name, initial weights, timm arguments, fine-tuning recipe;
+- :class:`midas_nb.point.Point` — the pruning point ``(depth L, budget b)``;
+- :class:`ProtocolSettings` — conditions, targets, seeds, IDAUC steps, evaluated images, the
+  scorer-training recipe;
+- :class:`StatisticsSettings` — bootstrap resamples of every interval;
+- :class:`SweepSettings` — the regime sweep's and the scale readout's lists.
+
+``values`` keeps the profile itself, read-only: the sweep layer keys and rebuilds result cells
+from it (:func:`midas_nb.study.make_grid`), so a cell's key is the same whoever built it.
+
+Example::
+
+    >>> s = RunSettings.build("smoke", budget=0.5)
+    >>> s.point, s.data.label, s.backbone.recipe.epochs, s.statistics.bootstrap
+    (Point(depth=2, budget=0.5), 'synthetic', 12, 100)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .. import config
+from ..backbones import backbone_kwargs, check_backbone, check_epochs, TrainingRecipe, weights_for
+from ..data import make_synthetic_cub
+from ..identity import hash_json
+from ..point import Budget, Point
+
+__all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
+           "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root"]
+
+
+def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
+    """``(dataset name, data root or None for the embedded synthetic set)``, checked, no image read.
+
+    The root comes from :func:`midas_nb.config.data_root_for` (``data_roots[dataset]``, or
+    ``data_root`` for the profile's own dataset); the embedded synthetic set only where it was
+    asked for by name or the profile documents it (smoke/quick without any data root).
+
+    Raises:
+        ValueError: unknown dataset name; a dataset without a root where no synthetic
+            default applies (the message names ``--data-root NAME=PATH``).
+        FileNotFoundError: the root is not a directory.
+    """
+    name = params.get("dataset", "cub")
+    root = config.data_root_for(dict(params), name)
+    if root is not None and not root.is_dir():
+        raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
+    return name, root
+
+
+def synthetic_root(synthetic: Mapping[str, Any]) -> Path:
+    """Where the embedded synthetic set of these generator settings lives:
+    ``cache_dir()/data/synthetic_<hash>`` (deterministic by its settings)."""
+    return config.cache_dir() / "data" / f"synthetic_{hash_json(dict(synthetic), 12)}"
+
+
+def resolve_data(params: Mapping[str, Any]) -> tuple[str, Path, str]:
+    """``(loader name, root, label)`` for a profile's data settings (label:
+    :func:`midas_nb.config.dataset_label`).
+
+    With a data root (:func:`check_data`), that directory is read with the loader named by
+    ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
+    under ``cache_dir()/data`` in CUB's layout and read with the CUB loader; its label is
+    ``"synthetic"`` everywhere it appears.
+
+    Raises:
+        ValueError, FileNotFoundError: as :func:`check_data`.
+    """
+    name, root = check_data(params)
+    if root is not None:  # FGVC-Aircraft below variant level says so: "aircraft (manufacturer)"
+        return name, root, config.dataset_label(dict(params), name)
+    syn = dict(params.get("synthetic") or {})
+    root = synthetic_root(syn)
+    if not (root / "images.txt").is_file():
+        make_synthetic_cub(root, **syn)
+    return "cub", root, "synthetic"
+
+
+def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str) -> list[str]:
+    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
+    (:func:`midas_nb.config.finetune_settings`); else one line naming the setting
+    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.check_epochs`)."""
+    params = dict(params)
+    name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
+    return [f"{name}: on {dataset_label}, {why}"
+            for why in check_epochs(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))]
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """The data one study reads.
+
+    Attributes:
+        dataset: ``cub`` | ``aircraft`` | ``cars`` | ``synthetic``.
+        label: the name results carry (:func:`midas_nb.config.dataset_label`): ``"synthetic"``
+            for the embedded set, ``"aircraft (family)"`` below variant level.
+        root: the directory read (for the embedded set: where it is generated on first read).
+        loader: the reader (:func:`midas_nb.data.load_dataset`): the embedded set is CUB's.
+        embedded: the root is the embedded synthetic set's.
+        image_size, patch_size: input side and patch side, px (``image_size % patch_size == 0``).
+        max_images_per_class: the first ``k`` images of each class of every split, or ``None``.
+        aircraft_level: FGVC-Aircraft's label level (``variant`` | ``family`` | ``manufacturer``).
+        synthetic: the embedded set's generator settings.
+    """
+
+    dataset: str
+    label: str
+    root: Path
+    loader: str
+    embedded: bool
+    image_size: int
+    patch_size: int
+    max_images_per_class: int | None
+    aircraft_level: str
+    synthetic: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BackboneSettings:
+    """The backbone a study fine-tunes and prunes.
+
+    Attributes:
+        name: registry or timm name (:func:`midas_nb.backbones.create_backbone`).
+        weights: initial weights: a file, ``"hub"`` (timm's) or ``None`` (random init; the
+            local architectures).
+        kwargs: timm ``VisionTransformer`` arguments (``img_size`` follows the data's
+            ``image_size``: :func:`midas_nb.backbones.backbone_kwargs`).
+        recipe: the fine-tuning schedule on this study's data (seed 0).
+    """
+
+    name: str
+    weights: str | None
+    kwargs: Mapping[str, Any]
+    recipe: TrainingRecipe
+
+
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """What the three-condition protocol runs (DESIGN.md §5) and on which images.
+
+    Attributes:
+        conditions, targets: names (:func:`midas_nb.analysis.protocol.list_conditions`,
+            :func:`midas_nb.targets.list_targets`).
+        seeds: scorer seeds at the study's point.
+        idauc_steps: steps ``S`` of the insertion/deletion curves.
+        max_eval_images, max_idauc_images: evaluated test images (``None``: all) and the
+            IDAUC subset of them; drawn with ``eval_subset_seed``
+            (:func:`midas_nb.data.evaluation_subset`).
+        scorer_train: the scorers' training recipe (``epochs``, ``batch_size``, ``lr``, ...).
+    """
+
+    conditions: tuple[str, ...]
+    targets: tuple[str, ...]
+    seeds: tuple[int, ...]
+    idauc_steps: int
+    max_eval_images: int | None
+    max_idauc_images: int | None
+    eval_subset_seed: int
+    scorer_train: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StatisticsSettings:
+    """Attributes: bootstrap: resamples of every percentile interval (>= 1)."""
+
+    bootstrap: int
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """The regime sweep (notebook 04) and the scale readout (notebook 05).
+
+    Attributes:
+        depths, budgets: the sweep's ``L`` and ``b`` values.
+        regime_grid: ``cross`` (depths at the study's ``b``, budgets at its ``L``) or ``full``.
+        seeds: seeds at the sweep's other points; conditions: the swept conditions.
+        related_seeds: seeds of the related methods' rows (notebook 06).
+        datasets, backbones: what the sweeps span; scale_backbones: the scale readout's.
+        other_backbones: notebook 05 runs the backbones other than the study's.
+    """
+
+    depths: tuple[int, ...]
+    budgets: tuple[Budget, ...]
+    regime_grid: str
+    seeds: tuple[int, ...]
+    conditions: tuple[str, ...]
+    related_seeds: tuple[int, ...]
+    datasets: tuple[str, ...]
+    backbones: tuple[str, ...]
+    scale_backbones: tuple[str, ...]
+    other_backbones: bool
+
+
+def _optional_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One study's settings, typed (module docstring). Build with :meth:`build`."""
+
+    profile: str
+    point: Point
+    data: DataSettings
+    backbone: BackboneSettings
+    protocol: ProtocolSettings
+    statistics: StatisticsSettings
+    sweep: SweepSettings
+    device: str
+    torch_threads: int | None
+    values: Mapping[str, Any]
+
+    @classmethod
+    def build(cls, profile: str = "quick", **overrides: Any) -> "RunSettings":
+        """Profile ``profile`` with ``overrides`` (``None`` values ignored), checked and typed.
+
+        Raises:
+            ValueError: an unknown profile name; a dataset without a data root where no
+                synthetic default applies (:func:`check_data`).
+            FileNotFoundError: the data root is not a directory.
+            midas_nb.config.ProfileError: every setting of the wrong type or out of range, one
+                line each (:func:`midas_nb.config.check_profile`; the backbone's arguments and
+                depths, :func:`midas_nb.backbones.check_backbone`), or a schedule the backbone
+                cannot train (:func:`check_schedule`).
+        """
+        p = config.get_profile(profile, **overrides)
+        problems = config.check_profile(p)
+        if not problems:
+            problems = check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]),
+                                      [p["depth"], *(p.get("depths") or [])],
+                                      image_size=p["image_size"], patch_size=p["patch_size"])
+        if problems:  # nothing is replaced: a bad value is an error, never the profile's default
+            raise config.ProfileError(problems)
+        name, root = check_data(p)
+        label = "synthetic" if root is None else config.dataset_label(p, name)
+        problems = check_schedule(p, label, p["backbone"])
+        if problems:
+            raise config.ProfileError(problems)
+        return cls._typed(p, name, root, label)
+
+    @classmethod
+    def _typed(cls, p: dict[str, Any], name: str, root: Path | None, label: str) -> "RunSettings":
+        syn = MappingProxyType(dict(p.get("synthetic") or {}))
+        data = DataSettings(dataset=name, label=label, root=synthetic_root(syn) if root is None else root,
+                            loader="cub" if root is None else name, embedded=root is None,
+                            image_size=int(p["image_size"]), patch_size=int(p["patch_size"]),
+                            max_images_per_class=config.images_per_class(p, label),
+                            aircraft_level=p.get("aircraft_level") or config.AIRCRAFT_LEVELS[0], synthetic=syn)
+        bb = p["backbone"]
+        backbone = BackboneSettings(name=bb, weights=weights_for(p, bb),
+                                    kwargs=MappingProxyType(backbone_kwargs(p, bb)),
+                                    recipe=TrainingRecipe(seed=0, **config.finetune_settings(p, label, bb)))
+        protocol = ProtocolSettings(
+            conditions=tuple(p["conditions"]), targets=tuple(p["targets"]), seeds=tuple(int(s) for s in p["seeds"]),
+            idauc_steps=int(p["idauc_steps"]), max_eval_images=_optional_int(p.get("max_eval_images")),
+            max_idauc_images=_optional_int(p.get("max_idauc_images")),
+            eval_subset_seed=int(p.get("eval_subset_seed", 0)),
+            scorer_train=MappingProxyType(dict(p.get("scorer_train") or {})))
+        seeds = protocol.seeds
+        sweep = SweepSettings(
+            depths=tuple(int(d) for d in p.get("depths") or [p["depth"]]),
+            budgets=tuple(Budget(b) for b in p.get("budgets") or [p["budget"]]),
+            regime_grid=str(p.get("regime_grid", "cross")),
+            seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
+            conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
+            related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
+            datasets=tuple(config.grid_datasets(p)), backbones=tuple(p.get("backbones") or [bb]),
+            scale_backbones=tuple(p.get("scale_backbones") or [bb]), other_backbones=bool(p.get("other_backbones", True)))
+        return cls(profile=p["profile"], point=Point(p["depth"], p["budget"]), data=data, backbone=backbone,
+                   protocol=protocol, statistics=StatisticsSettings(bootstrap=int(p["bootstrap"])), sweep=sweep,
+                   device=str(p["device"]), torch_threads=_optional_int(p.get("torch_threads")),
+                   values=MappingProxyType(p))
