@@ -533,7 +533,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     f0 = tables["findings"]
     for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
-    t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises part coverage"))
+    t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
     want = ["holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v)
             for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want

@@ -38,7 +38,9 @@ PAPER_COSINE_MAX: float = 0.082
 
 #: the paper's qualitative findings (DESIGN.md §8)
 PAPER_FINDINGS: dict[str, str] = {
-    "t5_gain_in_band": "T5 raises part coverage over the reference (D > 0) inside the parity band",
+    # coverage: part mIoU where a dataset has part keypoints (CUB), box coverage where it has only boxes
+    "t5_gain_in_band": "T5 raises coverage (part mIoU; box coverage without parts) over the reference (D > 0) "
+                       "inside the parity band",
     "t1_below_reference": "T1 lies below the reference (D < 0)",
     "cosine_small": "hidden-gradient and attention-gradient rankings are nearly unrelated (cosine ≤ 0.082)",
     # the paper's regime finding ("strongest at L ∈ {3, 6}, b ≤ 25 %, fades or reverses at L ∈ {9, 11},
