@@ -169,8 +169,14 @@ def test_paired_gap_over_shared_images_by_hand():
                            accuracy_per_image=acc) for s, acc in ((0, [1.0, 1.0, 0.0]), (1, [1.0, 0.0, 0.0]))])
     b = pd.DataFrame([dict(condition="random", seed=0, image_ids=["i1", "i2", "i3"], accuracy_per_image=[0.0, 0.0, 1.0])])
     m, lo, hi, n = paired_gap(a, b, "accuracy", n_boot=200)
-    # shared images i1, i2: a's seed means 0.5, 0.0; b's 0.0, 0.0 → gaps 0.5, 0.0
-    assert (m, n) == (pytest.approx(0.25), 2) and 0.0 <= lo <= m <= hi <= 0.5
+    # shared images i1, i2; b's one seed is paired with each of a's: gaps [1, 0] (seed 0) and
+    # [0, 0] (seed 1), seed means 0.5 and 0.0 → 0.25; two seeds that disagree this much leave the
+    # t interval (1 degree of freedom at most) far wider than the data, cut at the range ±1
+    assert (m, n) == (pytest.approx(0.25), 2)
+    assert -1.0 <= lo < 0.0 < 0.5 < hi <= 1.0
+    # one seed a side: the percentile bootstrap over the two images' gaps, inside their range
+    m1, lo1, hi1, n1 = paired_gap(a[a["seed"] == 0], b, "accuracy", n_boot=200)
+    assert (m1, n1) == (pytest.approx(0.5), 2) and 0.0 <= lo1 <= m1 <= hi1 <= 1.0
 
 
 def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
@@ -219,3 +225,28 @@ def test_every_condition_a_winner_ties_with_is_named():
     assert w["faithfulness_winner"] == "T5" and set(w["idauc_ties"]) == {"T3", "T2"}
     assert w["idauc_ties"][0] == w["idauc_runner_up"]
     assert f"T5 ties with {', '.join(w['idauc_ties'])} on faithfulness within this sample" in v.text
+
+
+def test_gain_over_the_control_carries_the_seed_spread_by_hand():
+    """Two seeds that disagree: on the images alone the gain looks resolved (every image +0.10 or
+    −0.02, no image noise); over the seeds it is t with 1 degree of freedom, as D's interval."""
+    from scipy.stats import t as student_t
+
+    from midas_nb.results import targets_vs_scorers
+
+    ids = [f"i{k}" for k in range(8)]
+    base = np.linspace(0.2, 0.5, len(ids))
+    rows = [dict(condition=c, seed=s, dataset="d", backbone="b", depth=2, budget=0.25, image_ids=ids,
+                 miou_per_image=list(base + g), miou=float(np.mean(base + g)))
+            for c, s, g in (("T5", 0, 0.10), ("T5", 1, -0.02), ("random_map", 0, 0.0), ("random_map", 1, 0.0))]
+    cov = pd.DataFrame([dict(target="T5", miou=0.3, image_ids=ids, miou_per_image=list(base))])
+    frame, _ = targets_vs_scorers(cov, pd.DataFrame(rows), n_boot=200)
+    r = frame.set_index("target").loc["T5"]
+    half = student_t.ppf(0.975, 1) * np.sqrt(np.var([0.10, -0.02], ddof=1) / 2)
+    assert r["gain_over_control"] == pytest.approx(0.04, abs=1e-12)
+    assert (r["gain_over_control_lo"], r["gain_over_control_hi"]) == (pytest.approx(0.04 - half, abs=1e-9),
+                                                                      pytest.approx(0.04 + half, abs=1e-9))
+    assert r["reading"] == "matches the control"
+    # one seed a side: the images alone decide, and +0.10 on every image is resolved
+    frame1, _ = targets_vs_scorers(cov, pd.DataFrame([rows[0], rows[2]]), n_boot=200)
+    assert frame1.set_index("target").loc["T5", "reading"] == "above the control"

@@ -52,7 +52,7 @@ from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUI
 from .present import (FullText, compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,  # noqa: F401
                       wrap_text)
 from .verdict import (BASELINE_CONDITIONS, CONTROL_CONDITION, ClaimVerdict, claim_verdict, condition_reading,
-                      axis_trend, paired_gap, per_image_means, targets_vs_scorers)  # noqa: F401
+                      axis_trend, paired_gap, per_image_means, per_seed_values, targets_vs_scorers)  # noqa: F401
 
 __all__ = [
     "side_by_side",
@@ -77,6 +77,7 @@ __all__ = [
     "claim_verdict",
     "condition_reading",
     "per_image_means",
+    "per_seed_values",
     "BASELINE_CONDITIONS",
     "CONTROL_CONDITION",
     "targets_vs_scorers",

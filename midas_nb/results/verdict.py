@@ -5,7 +5,8 @@ The claim (DESIGN.md §1, §6, §8) has two halves, and a run can show either, b
 (a) **parity** — a supervised scorer raises part coverage over the reference (``D > 0``) while
     its faithfulness stays inside the IDAUC parity band (:func:`midas_nb.metrics.decoupling_D`);
 (b) **different winners** — the condition with the best coverage is not the one with the best
-    faithfulness, each lead resolved by a paired interval on the images both were measured on;
+    faithfulness, each lead resolved by a paired interval over the seeds and the images both were
+    measured on;
 
 and one reading that decides whether the word *decoupling* fits at all:
 
@@ -13,10 +14,13 @@ and one reading that decides whether the word *decoupling* fits at all:
     (Pearson correlation of the per-condition means, with a bootstrap interval over images).
     Where they rise together, the run shows "both rose", not a decoupling.
 
-Every interval here resamples the test images (paired where two conditions are compared) from
-the per-image values the protocol stores (:data:`midas_nb.results.PER_IMAGE_COLUMNS`); each
-condition's per-image value is its mean over seeds, so the intervals are images-only (the
-seed spread is reported by :func:`midas_nb.results.aggregate_seeds` and ``decoupling_D``).
+A paired difference of two conditions (the winners' leads, a scorer against the random-map
+control, :func:`paired_gap`) carries the seed spread as ``decoupling_D`` does
+(:func:`midas_nb.metrics.stats.seed_image_interval`, DESIGN.md §6; decision 0007): the per-image
+differences of each pair of seeds — seed ``s`` with seed ``s``, a one-seed side (the reference)
+with every seed of the other — t over the seeds plus a bootstrap over the images, cut at the
+difference's range; one pair of seeds is a percentile bootstrap over images. The co-movement
+correlation resamples the images of each condition's mean over seeds.
 """
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import bootstrap_ci, decoupling_D
+from ..metrics.stats import seed_image_interval
 
-__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "CELL_COLUMNS",
+__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS",
            "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
@@ -86,16 +91,49 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
     return out
 
 
-def _paired_diff(a: Mapping[str, float], b: Mapping[str, float], n_boot: int, alpha: float,
-                 rng: np.random.Generator) -> tuple[float, float, float, int]:
-    """Mean of ``a_i − b_i`` over the shared images with a percentile-bootstrap interval
-    (:func:`midas_nb.metrics.stats.bootstrap_ci`, seeded from ``rng``): ``(mean, lo, hi, n_images)``;
-    NaNs when no image is shared."""
-    ids = sorted(set(a) & set(b))
+def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dict[str, float]]]:
+    """``{condition: {seed: {image_id: value}}}`` of one metric's per-image values (NaN values,
+    e.g. an image without a visible part, are left out; rows without a ``seed`` are seed 0).
+
+    Raises:
+        ValueError: unknown metric.
+    """
+    if metric not in _METRIC_IDS:
+        raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
+    ids_col, val_col = _METRIC_IDS[metric]
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for _, r in table.iterrows():
+        ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
+        if ids is None or vals is None or len(ids) != len(vals):
+            continue
+        seed = int(r["seed"]) if "seed" in r and pd.notna(r["seed"]) else 0
+        got = {str(i): float(v) for i, v in zip(ids, vals) if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        if got:
+            out.setdefault(str(r["condition"]), {}).setdefault(seed, {}).update(got)
+    return out
+
+
+def _seed_pairs(a: Mapping[int, Any], b: Mapping[int, Any]) -> list[tuple[int, int]]:
+    """Seed ``s`` with seed ``s``; a side with one seed (the seedless reference) with every seed
+    of the other; ``[]`` when two multi-seed sides share no seed."""
+    if len(a) == 1 or len(b) == 1:
+        return [(sa, sb) for sa in sorted(a) for sb in sorted(b)]
+    return [(s, s) for s in sorted(set(a) & set(b))]
+
+
+def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], n_boot: int,
+                 alpha: float, rng: np.random.Generator, bound: float = 1.0) -> tuple[float, float, float, int]:
+    """Mean of ``a − b`` over the images every paired seed measured (``{seed: {image_id: value}}``
+    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval`
+    (seeded from ``rng``), the interval cut at ``±bound`` (the difference's range):
+    ``(mean, lo, hi, n_images)``; NaNs when no image or seed is shared."""
+    pairs = _seed_pairs(a, b)
+    ids = sorted(set.intersection(*(set(a[sa]) & set(b[sb]) for sa, sb in pairs))) if pairs else []
     if not ids:
         return math.nan, math.nan, math.nan, 0
-    m, lo, hi = _ci_of([a[i] - b[i] for i in ids], n_boot, alpha, rng)
-    return m, lo, hi, len(ids)
+    x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
+    r = seed_image_interval(x, n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
+    return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
 
 
 def _sign(lo: float, hi: float) -> str:
@@ -188,9 +226,11 @@ def _comovement(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Map
 
 
 def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mapping[str, float]],
-             n_boot: int, alpha: float, rng: np.random.Generator) -> dict[str, Any]:
-    """Best-coverage and best-faithfulness conditions and their paired differences on both
-    metrics (the coverage winner minus the faithfulness winner on mIoU, the reverse on IDAUC)."""
+             seeds: tuple[Mapping[str, Any], Mapping[str, Any]], n_boot: int, alpha: float,
+             rng: np.random.Generator) -> dict[str, Any]:
+    """Best-coverage and best-faithfulness conditions (by their means over seeds and images) and
+    their paired differences on both metrics (the coverage winner minus the faithfulness winner
+    on mIoU, the reverse on IDAUC; ``seeds``: :func:`per_seed_values` of mIoU and IDAUC)."""
     mm = {c: v for c, v in _means(miou).items() if c not in BASELINE_CONDITIONS}
     fm = {c: v for c, v in _means(idauc).items() if c not in BASELINE_CONDITIONS}
     out: dict[str, Any] = {"coverage_winner": None, "faithfulness_winner": None, "reading": "undefined"}
@@ -200,7 +240,8 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
     out.update(coverage_winner=cov, faithfulness_winner=fai)
     # the ties are drawn from a child generator: the other intervals keep their draws
     tie_rng = rng.spawn(1)[0]
-    per_metric = (("miou", mm, miou, cov), ("idauc", fm, idauc, fai))
+    miou_s, idauc_s = seeds
+    per_metric = (("miou", mm, miou_s, cov, 1.0), ("idauc", fm, idauc_s, fai, 2.0))
     if cov == fai:
         _leads(out, per_metric, n_boot, alpha, rng, tie_rng)
         out["reading"] = "one condition leads both"
@@ -213,8 +254,8 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
             out["reading"] = ("highest means on both; not resolved: the "
                               + (f"{open_[0]} lead" if len(open_) == 1 else "both leads"))
         return out
-    dm = _paired_diff(miou[cov], miou.get(fai, {}), n_boot, alpha, rng)
-    df = _paired_diff(idauc[fai], idauc.get(cov, {}), n_boot, alpha, rng)
+    dm = _paired_diff(miou_s[cov], miou_s.get(fai, {}), n_boot, alpha, rng, 1.0)
+    df = _paired_diff(idauc_s[fai], idauc_s.get(cov, {}), n_boot, alpha, rng, 2.0)
     out.update(miou_diff=dm[0], miou_diff_lo=dm[1], miou_diff_hi=dm[2], n_miou_images=dm[3],
                idauc_diff=df[0], idauc_diff_lo=df[1], idauc_diff_hi=df[2], n_idauc_images=df[3])
     resolved = [_sign(dm[1], dm[2]) == "positive", _sign(df[1], df[2]) == "positive"]
@@ -232,17 +273,17 @@ def _leads(out: dict[str, Any], per_metric, n_boot: int, alpha: float, rng: np.r
     """``<metric>_runner_up`` and ``<metric>_lead`` (+ interval) of each metric's winner, and
     ``<metric>_ties``: every other condition whose paired difference with the winner is not
     resolved (``[]`` when the lead is resolved over all)."""
-    for metric, means, per, win in per_metric:
+    for metric, means, per, win, bound in per_metric:
         others = {c: v for c, v in means.items() if c != win}
         if not others:
             continue
         runner = max(others, key=others.get)
-        d = _paired_diff(per[win], per[runner], n_boot, alpha, rng)
+        d = _paired_diff(per[win], per[runner], n_boot, alpha, rng, bound)
         out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
                     f"{metric}_lead_hi": d[2]})
         ties = [runner] if _sign(d[1], d[2]) != "positive" else []
         for c in sorted(others, key=others.get, reverse=True)[1:]:
-            e = _paired_diff(per[win], per[c], n_boot, alpha, tie_rng)
+            e = _paired_diff(per[win], per[c], n_boot, alpha, tie_rng, bound)
             ties += [c] if _sign(e[1], e[2]) != "positive" else []
         out[f"{metric}_ties"] = ties
 
@@ -393,7 +434,8 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     cond = D[keep].reset_index(drop=True)
     rng = np.random.default_rng(seed)
     miou, idauc = per_image_means(table, "miou"), per_image_means(table, "idauc")
-    winners = _winners(miou, idauc, n_boot, alpha, rng)
+    winners = _winners(miou, idauc, (per_seed_values(table, "miou"), per_seed_values(table, "idauc")),
+                       n_boot, alpha, rng)
     co = _comovement(miou, idauc, n_boot, alpha, rng)
     focus_reading = (cond.set_index("condition").loc[focus, "reading"] if focus in set(cond["condition"])
                      else "undefined")
@@ -415,8 +457,8 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
     A scorer trained with ``L_cls + λ·L_ga(Tk)`` can cover more or less than ``Tk``'s own top-k
     (it also learns from ``L_cls``); whether ``Tk``'s *content* explains the scorer's coverage is
     decided against the control that distils a seeded random map with the same loss and λ:
-    ``gain = mIoU(scorer Tk) − mIoU(control)``, paired over the images both were evaluated on,
-    seeds averaged per image, percentile bootstrap over images.
+    ``gain = mIoU(scorer Tk) − mIoU(control)``, paired over the images both were evaluated on
+    and seed with seed, its interval over seeds and images as ``D``'s (module docstring).
 
     Args:
         coverage: :meth:`midas_nb.study.Study.target_coverage` (``target``, ``miou`` and the
@@ -441,7 +483,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
                          "Study.target_coverage()")
     _one_cell(table)
     rng = np.random.default_rng(seed)
-    scorers = per_image_means(table, "miou")
+    scorers, by_seed = per_image_means(table, "miou"), per_seed_values(table, "miou")
     ctrl = scorers.get(control)
     rows = []
     for _, c in coverage.iterrows():
@@ -456,7 +498,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
         row = dict(target=tgt, target_miou=t_m[0], target_miou_lo=t_m[1], target_miou_hi=t_m[2],
                    scorer_miou=s_m[0], scorer_miou_lo=s_m[1], scorer_miou_hi=s_m[2], n_images=len(ids))
         if ctrl is not None:
-            g = _paired_diff(sc, ctrl, n_boot, alpha, rng)
+            g = _paired_diff(by_seed[tgt], by_seed[control], n_boot, alpha, rng)
             row.update(control_miou=float(np.mean([ctrl[i] for i in sc if i in ctrl])) if g[3] else math.nan,
                        gain_over_control=g[0], gain_over_control_lo=g[1], gain_over_control_hi=g[2])
             row["reading"] = {"positive": "above the control", "negative": "below the control",
@@ -490,18 +532,18 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
 
 def paired_gap(a: pd.DataFrame, b: pd.DataFrame, metric: str, *, n_boot: int = 1000, alpha: float = 0.05,
                seed: int = 0) -> tuple[float, float, float, int]:
-    """Mean of ``a − b`` over the images both were evaluated on, with a percentile-bootstrap
-    interval over those images: ``(mean, lo, hi, n_images)``.
+    """Mean of ``a − b`` over the images both were evaluated on, paired seed with seed (a one-seed
+    side with every seed of the other), with the interval over seeds and images of
+    :func:`midas_nb.metrics.stats.seed_image_interval`: ``(mean, lo, hi, n_images)``.
 
-    Each side's per-image value is its mean over its rows (seeds), whatever their condition, so
-    ``a`` and ``b`` may each hold one condition's rows (e.g. a trained scorer against the random
-    ranking on pruned accuracy).
+    Each side's rows are taken whatever their condition, so ``a`` and ``b`` may each hold one
+    condition's rows (e.g. a trained scorer against the random ranking on pruned accuracy).
 
     Raises:
         ValueError: unknown metric.
     """
-    pa = per_image_means(a.assign(condition="a"), metric).get("a", {})
-    pb = per_image_means(b.assign(condition="b"), metric).get("b", {})
+    pa = per_seed_values(a.assign(condition="a"), metric).get("a", {})
+    pb = per_seed_values(b.assign(condition="b"), metric).get("b", {})
     return _paired_diff(pa, pb, n_boot, alpha, np.random.default_rng(seed))
 
 
