@@ -73,21 +73,13 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
     Raises:
         ValueError: unknown metric.
     """
-    if metric not in _METRIC_IDS:
-        raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
-    ids_col, val_col = _METRIC_IDS[metric]
     out: dict[str, dict[str, float]] = {}
-    for cond, rows in table.groupby("condition", sort=False):
-        sums: dict[str, list[float]] = {}
-        for _, r in rows.iterrows():
-            ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
-            if ids is None or vals is None or len(ids) != len(vals):
-                continue
-            for i, v in zip(ids, vals):
-                if v is not None and not (isinstance(v, float) and math.isnan(v)):
-                    sums.setdefault(str(i), []).append(float(v))
-        if sums:
-            out[str(cond)] = {i: float(np.mean(v)) for i, v in sums.items()}
+    for cond, seeds in per_seed_values(table, metric).items():
+        vals: dict[str, list[float]] = {}
+        for by_image in seeds.values():
+            for i, v in by_image.items():
+                vals.setdefault(i, []).append(v)
+        out[cond] = {i: float(np.mean(v)) for i, v in vals.items()}
     return out
 
 
