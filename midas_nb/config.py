@@ -276,9 +276,11 @@ def runs_dir() -> Path:
     return p
 
 
-def figures_dir() -> Path:
-    """``figures/`` under the project root, or ``MIDAS_FIGURES_DIR``."""
-    p = Path(os.environ.get("MIDAS_FIGURES_DIR") or project_root() / "figures")
+def figures_dir(profile: str | None = None) -> Path:
+    """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root
+    (``figures/`` without a profile), so a smoke run never overwrites a quick run's figures."""
+    env = os.environ.get("MIDAS_FIGURES_DIR")
+    p = Path(env) if env else project_root() / "figures" / (profile or "")
     p.mkdir(parents=True, exist_ok=True)
     return p
 

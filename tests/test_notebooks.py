@@ -80,7 +80,7 @@ def test_one_parameters_cell_then_the_study(path):
     # profile settings among the parameters go to the study too (05: other_backbones)
     tail = "".join(f", {k}={k}" for k in EXTRA_PARAMETERS.get(path.stem, []) if k != "compare_with")
     assert f"seeds=seeds,\n              device=device{tail})" in nxt
-    assert f'viz.set_output("{path.stem}", output_dir)' in nxt
+    assert f'viz.set_output("{path.stem}", output_dir, profile=profile)' in nxt
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

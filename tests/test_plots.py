@@ -475,3 +475,21 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     assert "outline" in fig._suptitle.get_text()
     with pytest.raises(ValueError, match="ncols"):
         viz.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)
+
+
+def test_each_profile_keeps_its_own_figures(tmp_path, monkeypatch):
+    """Without MIDAS_FIGURES_DIR a notebook's figures go to figures/<profile>/, so a smoke run never
+    overwrites a quick run's; MIDAS_FIGURES_DIR (what ``midas-nb run`` sets per dataset) wins."""
+    from midas_nb import config
+
+    monkeypatch.delenv("MIDAS_FIGURES_DIR", raising=False)
+    monkeypatch.setattr(config, "project_root", lambda: tmp_path)
+    assert config.figures_dir() == tmp_path / "figures"
+    paths = {}
+    for profile in ("smoke", "quick"):
+        assert viz.set_output("02_test", None, profile=profile) == tmp_path / "figures" / profile
+        paths[profile] = viz.save_csv(pd.DataFrame(dict(profile=[profile])), "table")
+    assert paths["smoke"] != paths["quick"]
+    assert [pd.read_csv(paths[p])["profile"][0] for p in ("smoke", "quick")] == ["smoke", "quick"]
+    monkeypatch.setenv("MIDAS_FIGURES_DIR", str(tmp_path / "chosen"))
+    assert viz.set_output("02_test", None, profile="quick") == tmp_path / "chosen"

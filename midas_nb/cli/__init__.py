@@ -185,7 +185,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     print(f"\n{'The notebook' if len(paths) == 1 else f'All {len(paths)} notebooks'} ran in {time.time() - t_all:.0f} s (run {run_id}).")
     print(f"  executed notebooks: {out_dir}")
     print(f"  results tables:     {config.runs_dir() / 'tables'}")
-    print(f"  figures:            {config.figures_dir()}")
+    print(f"  figures:            {config.figures_dir(spec.profile)}")
     _print_paper_table(spec, paths)
     return out_dir
 
@@ -228,7 +228,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     if found:
         raise config.ProfileError(list(dict.fromkeys(found)))
     t_all = time.time()
-    figures, env_figures = config.figures_dir(), os.environ.get("MIDAS_FIGURES_DIR")
+    figures, env_figures = config.figures_dir(spec.profile), os.environ.get("MIDAS_FIGURES_DIR")
     try:
         for i, sub in enumerate(subs, 1):
             print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)

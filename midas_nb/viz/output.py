@@ -27,16 +27,19 @@ Normalization = tuple[Sequence[float], Sequence[float]] | None
 # ---------------------------------------------------------------------------------------------
 # output
 # ---------------------------------------------------------------------------------------------
-def set_output(notebook: str | None, directory: str | Path | None = None) -> Path:
+def set_output(notebook: str | None, directory: str | Path | None = None, *, profile: str | None = None) -> Path:
     """Name the notebook whose figures follow and where they go; returns the directory.
 
     Args:
         notebook: the notebook's stem (``"02_three_condition_protocol"``); it prefixes every
             saved figure and table. ``None`` → no prefix.
-        directory: output directory; ``None`` → :func:`midas_nb.config.figures_dir`.
+        directory: output directory; ``None`` → :func:`midas_nb.config.figures_dir` of ``profile``
+            (``figures/<profile>/``, or ``MIDAS_FIGURES_DIR``).
+        profile: the run's profile name (keeps each profile's figures apart).
     """
     _STATE["notebook"] = notebook
-    _STATE["directory"] = Path(directory).expanduser() if directory is not None else None
+    _STATE["directory"] = (Path(directory).expanduser() if directory is not None
+                           else config.figures_dir(profile) if profile else None)
     return output_dir()
 
 
