@@ -207,7 +207,7 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
 
 def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
     """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
-    ``figures/<dataset>/``), every run checked before the first kernel starts; then the report over the datasets (``<output>/report``)
+    ``figures/<profile>/<dataset>/``), every run checked before the first kernel starts; then the report over the datasets (``<output>/report``)
     and the paper-shaped table with the computed findings, one block per dataset."""
     import papermill as pm
 
