@@ -3,6 +3,7 @@ maps (:class:`StudyBase`; :class:`midas_nb.study.Study` adds the protocol runs t
 result store)."""
 from __future__ import annotations
 
+import copy
 import os
 from functools import cached_property
 from pathlib import Path
@@ -107,8 +108,7 @@ class StudyBase:
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
-        #: the typed run description (:class:`midas_nb.study.settings.RunSettings`), checked once here
-        self.settings = RunSettings.build(profile, **overrides)
+        self._settings = RunSettings.build(profile, **overrides)
         # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks;
         # a streamed run (MIDAS_PROGRESS=lines) gets plain lines instead (midas_nb.progress)
         self.progress = progress_enabled(progress)
@@ -120,10 +120,17 @@ class StudyBase:
         self.own_threads()
 
     @property
-    def params(self):
-        """The profile with its overrides, read-only (``RunSettings.values``): the form the sweep
-        layer keys and rebuilds result cells from. Read settings from :attr:`settings`."""
-        return self.settings.values
+    def settings(self) -> RunSettings:
+        """The typed run description (:class:`midas_nb.study.settings.RunSettings`), built and
+        checked once when the study was made."""
+        return self._settings
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """A copy of the profile with its overrides (``RunSettings.values``): the form the sweep
+        layer keys and rebuilds result cells from; changing the copy changes nothing in the
+        study. Read settings from :attr:`settings`."""
+        return copy.deepcopy(dict(self._settings.values))
 
     def own_threads(self) -> None:
         """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the

@@ -147,7 +147,7 @@ class Study(StudyBase):
                 return submit_sweep(cells, runner, store, slurm=slurm or None)
             status = run_sweep(cells, runner, store, executor=executor, slurm=slurm or None, progress=self.progress)
         elif run:
-            own = self if params is self.params else None   # another device: the study is not reused
+            own = self if device is None else None   # another device: the study is not reused
             status = run_sweep(cells, ProtocolCellRunner(params, study=own, progress=self.progress), store,
                                executor=executor, max_workers=max_workers, slurm=slurm or None,
                                progress=self.progress)

@@ -27,7 +27,7 @@ __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "gr
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
-#: the protocol settings a profile may set at its top level; they enter every cell's key with
+#: the protocol settings of a profile's top level that enter every cell's key, with
 #: :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS` as their defaults
 _KEYED_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature")
 

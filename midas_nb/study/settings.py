@@ -26,6 +26,7 @@ Example::
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -38,7 +39,8 @@ from ..identity import hash_json
 from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root"]
+           "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
+           "TOP_LEVEL_PROTOCOL_SETTINGS"]
 
 
 def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
@@ -203,6 +205,24 @@ class SweepSettings:
     other_backbones: bool
 
 
+#: protocol settings a profile may also set at its top level (they enter the cells' keys or the
+#: speed measurement; :func:`midas_nb.study.protocol_settings`)
+TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
+                                                "throughput_batch", "throughput_repeats")
+
+
+def setting_names() -> frozenset[str]:
+    """Every name a profile or an override may set: the keys of every profile and
+    :data:`TOP_LEVEL_PROTOCOL_SETTINGS`."""
+    return frozenset().union(*(config.get_profile(n) for n in config.PROFILES), TOP_LEVEL_PROTOCOL_SETTINGS)
+
+
+def _unknown_line(key: str) -> str:
+    close = difflib.get_close_matches(key, sorted(setting_names()), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{key}: unknown setting{hint}; expected a key of the profiles (midas_nb.config.PROFILES)"
+
+
 def _optional_int(v: Any) -> int | None:
     return None if v is None else int(v)
 
@@ -226,27 +246,35 @@ class RunSettings:
     def build(cls, profile: str = "quick", **overrides: Any) -> "RunSettings":
         """Profile ``profile`` with ``overrides`` (``None`` values ignored), checked and typed.
 
+        Every problem is reported at once, one line each: an unknown profile or setting name
+        (with the closest known name), every type and range
+        (:func:`midas_nb.config.check_profile`), the backbone's arguments and depths
+        (:func:`midas_nb.backbones.check_backbone`, where the settings it reads are fine), the
+        data root (:func:`check_data`) and the schedule (:func:`check_schedule`).
+
         Raises:
-            ValueError: an unknown profile name; a dataset without a data root where no
-                synthetic default applies (:func:`check_data`).
-            FileNotFoundError: the data root is not a directory.
-            midas_nb.config.ProfileError: every setting of the wrong type or out of range, one
-                line each (:func:`midas_nb.config.check_profile`; the backbone's arguments and
-                depths, :func:`midas_nb.backbones.check_backbone`), or a schedule the backbone
-                cannot train (:func:`check_schedule`).
+            midas_nb.config.ProfileError: the lines (a ``ValueError``).
         """
+        if profile not in config.PROFILES:
+            raise config.ProfileError([f"profile: expected one of {sorted(config.PROFILES)}, got {profile!r}"])
         p = config.get_profile(profile, **overrides)
-        problems = config.check_profile(p)
-        if not problems:
-            problems = check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]),
-                                      [p["depth"], *(p.get("depths") or [])],
-                                      image_size=p["image_size"], patch_size=p["patch_size"])
+        problems = [_unknown_line(k) for k in overrides if k not in setting_names()]
+        problems += config.check_profile(p)
+        bad = {line.split(":", 1)[0].split(".", 1)[0].strip() for line in problems}
+        if not bad & {"backbone", "backbone_kwargs", "image_size", "patch_size"}:
+            depths = [] if bad & {"depth", "depths"} else [p["depth"], *(p.get("depths") or [])]
+            problems += check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]), depths,
+                                       image_size=p["image_size"], patch_size=p["patch_size"])
+        name = root = label = None
+        if not bad & {"dataset", "data_root", "data_roots", "aircraft_level"}:
+            try:
+                name, root = check_data(p)
+                label = "synthetic" if root is None else config.dataset_label(p, name)
+            except (ValueError, FileNotFoundError) as e:
+                problems.append(str(e))
+        if label is not None and not bad & {"backbone", "finetune", "synthetic_finetune"}:
+            problems += check_schedule(p, label, p["backbone"])
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
-            raise config.ProfileError(problems)
-        name, root = check_data(p)
-        label = "synthetic" if root is None else config.dataset_label(p, name)
-        problems = check_schedule(p, label, p["backbone"])
-        if problems:
             raise config.ProfileError(problems)
         return cls._typed(p, name, root, label)
 

@@ -1,0 +1,58 @@
+"""The typed run description (midas_nb.study.RunSettings): built once, every problem at once,
+one line each; its parts hold what the profile says; a study's settings cannot be changed."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from midas_nb import config
+from midas_nb.config import ProfileError
+from midas_nb.study import RunSettings, Study
+
+
+def _lines(**kw) -> list[str]:
+    with pytest.raises(ProfileError) as e:
+        RunSettings.build(kw.pop("profile", "quick"), **kw)
+    return e.value.problems
+
+
+def test_parts_hold_the_profile_resolved():
+    s = RunSettings.build("quick", budget=0.1, seeds=[3])
+    p = config.get_profile("quick", budget=0.1, seeds=[3])
+    assert (s.point.depth, s.point.budget) == (p["depth"], 0.1)
+    assert s.protocol.seeds == (3,) and s.sweep.seeds == tuple(p["sweep_seeds"])        # quick sweeps one seed
+    assert s.statistics.bootstrap == p["bootstrap"] and s.protocol.idauc_steps == p["idauc_steps"]
+    # the embedded set: CUB's reader, labelled synthetic, the synthetic recipe (not the backbone's 24 epochs)
+    assert (s.data.dataset, s.data.loader, s.data.label, s.data.embedded) == ("cub", "cub", "synthetic", True)
+    assert s.backbone.recipe.epochs == p["synthetic_finetune"]["epochs"]
+    assert s.backbone.kwargs == {} and s.backbone.weights is None          # the offline hybrid: no hub weights
+    assert s.sweep.related_seeds == (0,) and s.sweep.other_backbones is False
+
+
+def test_every_problem_at_once_one_line_each():
+    lines = _lines(depth=99, budget=2, dataset="aircraft", budgte=0.5)
+    assert len(lines) == 4, lines
+    assert lines[0] == "budgte: unknown setting (did you mean 'budget'?); expected a key of the profiles " \
+                       "(midas_nb.config.PROFILES)"
+    assert lines[1].startswith("budget: expected a kept fraction b in (0, 1]")
+    assert lines[2].startswith("depth: L = 99 is outside 1..11")                   # needs the backbone
+    assert lines[3].startswith("dataset 'aircraft' has no data root: pass --data-root aircraft=")
+    assert _lines(profile="smook") == ["profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], "
+                                       "got 'smook'"]
+    assert _lines(dataset="aircraft", data_roots={"aircraft": "/no/such/dir"}) == [
+        "data root '/no/such/dir' does not exist (dataset 'aircraft')"]
+    # protocol settings of the profile's top level are known names
+    assert RunSettings.build("smoke", relaxation="soft", lam=2.0).values["lam"] == 2.0
+
+
+def test_a_study_settings_cannot_change():
+    st = Study("smoke")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        st.settings.point = None
+    with pytest.raises(AttributeError):
+        st.settings = None
+    # params is a copy: what a caller does to it never reaches the study or its cells' keys
+    st.params["seeds"].append(7)
+    st.params["budget"] = 0.9
+    assert st.params["seeds"] == [0] and st.params["budget"] == 0.25 and st.settings.protocol.seeds == (0,)
