@@ -286,7 +286,7 @@ def _expected(study, index: int, depth: int, budget: float, targets: list[str]) 
         keep = widgets.kept_mask(ranking, budget)
         iou = metrics.part_miou(keep, sample.part_mask[None]).per_image[0]
         r = metrics.insertion_deletion_auc(study.model, sample.image[None], ranking,
-                                           steps=int(study.params["idauc_steps"]))
+                                           steps=study.settings.protocol.idauc_steps)
         out.append(dict(target=t, kept=math.ceil(round(budget * N, 9)), n=N,
                         iou=None if torch.isnan(iou) else round(float(iou), 3), idauc=float(r.idauc[0])))
     return out
@@ -328,9 +328,14 @@ def _control(lab: Lab, label: str):
     return lab.driver.find_element("xpath", xpath)
 
 
-def _after(lab: Lab, before: str, what: str) -> str:
-    lab.wait(f"the read-out to change after {what}", lambda: (lambda t: t if t and t != before else None)(
-        _readout(lab)), timeout=90)
+def _after(lab: Lab, before: str, what: str, want: tuple[int, int]) -> str:
+    """The read-out once it changed and shows depth and budget ``want``: a slider moved by several
+    key presses redraws after each, so the first change may be an intermediate value."""
+    def ready():
+        t = _readout(lab)
+        head = _HEAD.search(t or "")
+        return t if t and t != before and head and (int(head.group(2)), int(head.group(3))) == want else None
+    lab.wait(f"the read-out to change after {what}", ready, timeout=90)
     lab.wait(f"the kernel after {what}", lab.kernel_idle, timeout=90)
     return _readout(lab)
 
@@ -340,7 +345,7 @@ def test_explorer_in_jupyterlab(lab, study):
     from selenium.webdriver.support.ui import Select
 
     text = _readout(lab)
-    state = dict(targets=["T0", "T5"], depth=int(study.params["depth"]), budget=round(100 * study.params["budget"]))
+    state = dict(targets=["T0", "T5"], depth=study.settings.point.depth, budget=round(100 * study.settings.point.budget))
     _check(lab, study, text, state["targets"], state["depth"], state["budget"], "initial")
     png = _figure_png(lab, "01_explorer_initial")
     lab.js("document.querySelector('.midas-explorer').scrollIntoView({block: 'start'});")
@@ -369,7 +374,7 @@ def test_explorer_in_jupyterlab(lab, study):
                                       ("image", image)], start=2):
         before = text
         act()
-        text = _after(lab, before, what)
+        text = _after(lab, before, what, (state["depth"], state["budget"]))
         got = _check(lab, study, text, state["targets"], state["depth"], state["budget"], what)
         new = _figure_png(lab, f"{i:02d}_explorer_after_{what}")
         diff = _pixel_difference(png, new)

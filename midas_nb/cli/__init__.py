@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "command-line options override it")
     r.add_argument("--profile", choices=sorted(config.PROFILES), default=None,
                    help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
-                        "(default: quick)")
+                        "(the paper run's shape on a CPU, tiny sizes) (default: quick)")
     r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
                    help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
                         "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
