@@ -141,11 +141,8 @@ def file_digest(path: str | os.PathLike) -> str:
         hit = _FILE_DIGESTS.get(key)
     if hit is not None:
         return hit
-    h = hashlib.sha256()
     with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     with _FILE_LOCK:
         _FILE_DIGESTS[key] = digest
         _EVENTS["file_hashed"] += 1
