@@ -17,7 +17,7 @@ __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finet
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
            "PAPER_DATASETS", "PAPER_BACKBONES",
            "data_root_for", "dataset_label", "images_per_class", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
-           "backbone_kwargs_for", "check_profile", "check_device", "is_int", "is_number",
+           "backbone_kwargs_for", "check_profile", "check_device", "is_int", "is_number", "setting_of",
            "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
@@ -310,6 +310,12 @@ class ProfileError(ValueError):
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+def setting_of(line: str) -> str:
+    """The profile key a :func:`check_profile` line is about (``"budget"`` for
+    ``"budget: expected ..."``, ``"finetune"`` for ``"finetune.lr: ..."``)."""
+    return line.split(":", 1)[0].split(".", 1)[0].strip()
 
 
 def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:

@@ -527,10 +527,9 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     if not overrides:
         return problems
     from ..backbones import backbone_kwargs, check_backbone
-    from .runspec import setting_of
 
     prof = config.get_profile(args.profile, **overrides)
-    form = [f"--{line}" for line in config.check_profile(prof, device=False) if setting_of(line) in overrides]
+    form = [f"--{line}" for line in config.check_profile(prof, device=False) if config.setting_of(line) in overrides]
     if not form and ("depth" in overrides or "backbone" in overrides):
         form = [f"--{line}" for line in check_backbone(prof["backbone"], backbone_kwargs(
             prof, prof["backbone"]), [prof["depth"]])]

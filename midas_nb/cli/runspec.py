@@ -50,7 +50,7 @@ from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
                         create_backbone, weights_for)
 from .args import did_you_mean, list_param, param_value, yaml_load
-from ..config import DATASET_NAMES, show_value
+from ..config import DATASET_NAMES, setting_of, show_value
 from ..study import check_layout, grid_spans, check_schedule
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
@@ -356,12 +356,6 @@ def check_output(output: str | os.PathLike) -> list[str]:
         return [f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
                 f"directory for the executed notebooks"]
     return []
-
-
-def setting_of(line: str) -> str:
-    """The profile key a :func:`midas_nb.config.check_profile` line is about (``"budget"`` for
-    ``"budget: expected ..."``, ``"finetune"`` for ``"finetune.lr: ..."``)."""
-    return line.split(":", 1)[0].split(".", 1)[0].strip()
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:

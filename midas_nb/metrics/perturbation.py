@@ -30,7 +30,8 @@ from torch import Tensor, nn
 from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
-from . import bootstrap_ci, curve_auc, insertion_counts
+from .insdel import curve_auc, insertion_counts
+from .stats import bootstrap_ci
 from ..backbones.vit import classify_tokens, embed_tokens, gather_tokens, num_prefix_tokens, run_blocks
 
 __all__ = ["ReferenceClass", "perturbation_curves", "perturbation_test", "perturbation_table"]

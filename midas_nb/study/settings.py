@@ -217,8 +217,8 @@ def setting_names() -> frozenset[str]:
     return frozenset().union(*(config.get_profile(n) for n in config.PROFILES), TOP_LEVEL_PROTOCOL_SETTINGS)
 
 
-def _unknown_line(key: str) -> str:
-    close = difflib.get_close_matches(key, sorted(setting_names()), n=1)
+def _unknown_line(key: str, known: frozenset[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"{key}: unknown setting{hint}; expected a key of the profiles (midas_nb.config.PROFILES)"
 
@@ -258,9 +258,10 @@ class RunSettings:
         if profile not in config.PROFILES:
             raise config.ProfileError([f"profile: expected one of {sorted(config.PROFILES)}, got {profile!r}"])
         p = config.get_profile(profile, **overrides)
-        problems = [_unknown_line(k) for k in overrides if k not in setting_names()]
+        known = setting_names()
+        problems = [_unknown_line(k, known) for k in overrides if k not in known]
         problems += config.check_profile(p)
-        bad = {line.split(":", 1)[0].split(".", 1)[0].strip() for line in problems}
+        bad = {config.setting_of(line) for line in problems}
         if not bad & {"backbone", "backbone_kwargs", "image_size", "patch_size"}:
             depths = [] if bad & {"depth", "depths"} else [p["depth"], *(p.get("depths") or [])]
             problems += check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]), depths,
