@@ -437,7 +437,8 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             return [f"device: {device!r} was asked for but this machine has no CUDA device "
-                    f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu"]
+                    f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
+                    "use device 'cpu' (command line: --device cpu)"]
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():
             return [f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"]
@@ -523,7 +524,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     except ValueError as e:
         problems.extend(str(e).splitlines())
     for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
-                          ("budgets", _is_budget, f"numbers in [{MIN_BUDGET:g}, 1]"),
+                          ("budgets", _is_budget, f"kept fractions b in (0, 1], at least {MIN_BUDGET:g}"),
                           ("seeds", is_int, "integers"),
                           ("sweep_seeds", is_int, "integers"),
                           ("related_seeds", is_int, "integers")):
@@ -532,8 +533,9 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
             continue
         if not isinstance(v, (list, tuple)) or not v:
             problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {show_value(v)}")
-        elif not all(ok(x) for x in v):
-            problems.append(f"{key}: expected a list of {what}, got {list(v)!r}")
+        elif not all(ok(x) for x in v):  # the entries that are wrong, then the whole list
+            wrong = ", ".join(show_value(x) for x in v if not ok(x))
+            problems.append(f"{key}: expected a list of {what}; wrong: {wrong} (in {list(v)!r})")
         elif len(set(v)) != len(v):
             problems.append(f"{key}: duplicated entries in {list(v)!r}")
     for key in ("conditions", "sweep_conditions", "targets"):

@@ -51,8 +51,8 @@ def _run(args, capsys):
     (["-p", "depth", "99"], "depth: L = 99 is outside 1..3 for vit_smoke (4 blocks"),
     (["-p", "depth", "0"], "depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)"),
     (["-p", "depth", "2.5"], "depth: expected an integer L >= 1 (the scorer reads block L), got 2.5 (float)"),
-    (["-p", "seeds", "0,x"], "seeds: expected a list of integers, got [0, 'x']"),  # -p seeds 0 is [0]
-    (["-p", "seeds", "[0, x]"], "seeds: expected a list of integers, got [0, 'x']"),
+    (["-p", "seeds", "0,x"], "seeds: expected a list of integers; wrong: 'x' (str) (in [0, 'x'])"),  # -p seeds 0 is [0]
+    (["-p", "seeds", "[0, x]"], "seeds: expected a list of integers; wrong: 'x' (str) (in [0, 'x'])"),
     (["-p", "seeds", "[]"], "seeds: expected a non-empty list of integers (e.g. [0, 1]), got [] (list)"),
     (["--backbone", "vit_nonexistent_patch16"], "unknown backbone 'vit_nonexistent_patch16'"),
     pytest.param(["--device", "cuda"], "device: 'cuda' was asked for but this machine has no CUDA device",
@@ -440,7 +440,9 @@ def test_a_budget_below_the_cells_resolution_is_refused_before_any_kernel(tmp_pa
                                 "key b (6 decimals; it would round to 0); expected b in [1e-06, 1]")
     assert config.check_profile(config.get_profile("smoke", budget=1e-6, budgets=[1e-6, 1.0]), device=False) == []
     assert config.check_profile(config.get_profile("smoke", budgets=[5e-7, 0.5]), device=False) == [
-        "budgets: expected a list of numbers in [1e-06, 1], got [5e-07, 0.5]"]
+        "budgets: expected a list of kept fractions b in (0, 1], at least 1e-06; wrong: 5e-07 (float) (in [5e-07, 0.5])"]
+    assert config.check_profile(config.get_profile("smoke", depths=[1, 0, 2.5]), device=False) == [  # each wrong entry
+        "depths: expected a list of integers L >= 1; wrong: 0 (int), 2.5 (float) (in [1, 0, 2.5])"]
 
 
 def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
@@ -628,3 +630,17 @@ def test_a_recipe_entry_of_a_dataset_applies_to_that_dataset_and_a_backbone_entr
     bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, aircraft=dict(batch_size=0)))
     assert config.check_profile(bad, device=False) == [
         "finetune.aircraft.batch_size: expected an integer >= 1, got 0 (int)"]
+
+
+def test_profile_and_dataset_names_are_checked_with_the_other_settings(tmp_path, capsys, no_kernel):
+    # argparse's choices would stop at the first bad name; the preflight lists every problem
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "--dataset", "nope", "-p", "budget", "3",
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and _problems(lines) == [
+        "midas-nb run: dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], got 'nope' (str)",
+        "midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 3 (int)"]
+    rc, lines = _run(["--profile", "smook", "--notebooks", "02", "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and _problems(lines) == [  # no other setting can be read without a profile
+        "midas-nb run: --profile: unknown profile 'smook' (did you mean 'smoke'?); expected one of "
+        "['paper', 'quick', 'rehearsal', 'smoke']"]
+    assert not (tmp_path / "o").exists()

@@ -26,7 +26,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
-from .args import add_examples, add_sweep_parser, package_version, param_value, check_split_values
+from .args import add_examples, add_sweep_parser, check_split_values, did_you_mean, package_version, param_value
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -361,6 +361,12 @@ def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.profile is not None and args.profile not in config.PROFILES:  # nothing else can be read: answer at once
+        hint = did_you_mean([args.profile], config.PROFILES)
+        print(f"midas-nb run: --profile: unknown profile {args.profile!r}{hint}; "
+              f"expected one of {sorted(config.PROFILES)}\nmidas-nb run: 1 problem(s); no notebook was started",
+              file=sys.stderr)
+        return 2
     spec, problems = _spec_from_args(args)
     try:  # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
@@ -572,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", default=None, metavar="RUN.yaml",
                    help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
                         "command-line options override it")
-    r.add_argument("--profile", choices=sorted(config.PROFILES), default=None,
+    r.add_argument("--profile", default=None, metavar="{" + ",".join(sorted(config.PROFILES)) + "}",
                    help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
                         "(the paper run's shape on a CPU, tiny sizes) (default: quick)")
     r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
@@ -581,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
                    help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
                         "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", choices=list(config.DATASET_NAMES), default=None,
+    r.add_argument("--dataset", default=None, metavar="{" + ",".join(config.DATASET_NAMES) + "}",
                    help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
     r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
     r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "

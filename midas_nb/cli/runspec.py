@@ -376,8 +376,6 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     Returns:
         ``[]`` when the run can start.
     """
-    if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:
-        return [f"--profile: unknown profile {spec.profile!r}; expected one of {sorted(config.PROFILES)}"]
     problems: list[str] = []
     unknown: list[str] = []
     if "profile" in spec.params:
@@ -396,7 +394,11 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if spec.output is not None and not (isinstance(spec.output, (str, os.PathLike)) and str(spec.output).strip()):
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
     else:
-        problems += check_output(spec.output if spec.output is not None else config.runs_dir() / spec.profile)
+        problems += check_output(spec.output if spec.output is not None else config.runs_dir() / str(spec.profile))
+    if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:  # nothing else can be read
+        hint = did_you_mean([spec.profile], config.PROFILES) if isinstance(spec.profile, str) else ""
+        return problems + [f"--profile: unknown profile {spec.profile!r}{hint}; "
+                           f"expected one of {sorted(config.PROFILES)}"]
     try:
         settings = spec.settings()
     except (TypeError, ValueError) as e:
