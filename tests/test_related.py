@@ -598,6 +598,7 @@ def test_related_table_merges_the_three_kinds():
 
 def test_speed_table_sets_each_row_beside_the_full_models_throughput():
     from midas_nb.analysis.related import family_table, speed_note, speed_table
+    from midas_nb.study import RunSettings
 
     pruning = pd.DataFrame({"method": ["reference", "cropr", "iared"], "accuracy": [0.8, 0.7, 0.6],
                             "accuracy_lo": [0.7, 0.6, 0.5], "accuracy_hi": [0.9, 0.8, 0.7],
@@ -615,10 +616,14 @@ def test_speed_table_sets_each_row_beside_the_full_models_throughput():
     assert f.loc["cropr", "accuracy_llf"] == "0.750" and f.loc["cropr", "threshold_keep_rate"] == "n/a"
     rows = pd.DataFrame({"n_images": [12, 12], "device": ["cpu", "cpu"], "depth": [2, 2], "budget": [0.25, 0.25],
                          "throughput_full": [100.0, 100.0]})
-    note = speed_note(rows, {"scorer_train": {"throughput_batch": 4, "throughput_repeats": 1, "epochs": 2}})
+    smoke = RunSettings.build("smoke")        # its scorer_train: throughput_batch 4, throughput_repeats 1
+    note = speed_note(rows, smoke.protocol)
     assert note == ("accuracy: 12 test images; throughput: the unpruned model and every pruned forward timed together "
                     "on 4 test images, 1 call per round, median of 3 interleaved rounds, on cpu; L = 2, b = 25%")
-    other = speed_note(rows.assign(throughput_full=[100.0, 97.0]), {})   # PROTOCOL_DEFAULTS: 16 images, 3 calls
+    plain = RunSettings.build("smoke", scorer_train=dict(epochs=2, batch_size=32, lr=1e-3))
+    other = speed_note(rows.assign(throughput_full=[100.0, 97.0]), plain.protocol)  # PROTOCOL_DEFAULTS: 16, 3
+    top = RunSettings.build("smoke", scorer_train=dict(epochs=2), throughput_batch=8).protocol  # the top level
+    assert (top.throughput_batch, top.throughput_repeats, smoke.protocol.throughput_batch) == (8, 3, 4)
     assert "on 16 test images, 3 calls per round" in other and "from 2 such measurements" in other
 
 

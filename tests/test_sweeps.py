@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from midas_nb.config import get_profile
-from midas_nb.study import make_grid
+from midas_nb.study import make_grid, RunSettings
 from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status, run_sweep,
                              sweep_status, sweep_status_report)
 
@@ -231,6 +231,13 @@ def test_cell_key_depends_on_every_parameter():
                          "scale")
     assert not ({c.key for c in base} & {c.key for c in other_lr})
     assert not ({c.key for c in base} & {c.key for c in other_ft})
+    # a protocol setting given at the top level reaches the cells' settings and key (it was dropped
+    # there while the study read it: the study's evaluated images and the cells' could differ)
+    top = make_grid(get_profile("smoke", eval_subset_seed=3, throughput_batch=8), "scale")
+    assert {c.params["eval_subset_seed"] for c in top} == {3} and not ({c.key for c in base} & {c.key for c in top})
+    assert {c.params["throughput_batch"] for c in top} == {4}            # smoke's scorer_train entry wins
+    # a study's typed settings key the cells of its profile
+    assert make_grid(RunSettings.build("smoke"), "scale") == base
 
 
 def test_make_grid_rejects_bad_input():

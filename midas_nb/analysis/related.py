@@ -25,18 +25,21 @@ with the merged table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import pandas as pd
 from torch import nn
 
 from ..metrics import decoupling_D
 from ..metrics.speed import SPEED_ROUNDS
-from .protocol import PROTOCOL_DEFAULTS, list_conditions, with_band_check
+from .protocol import list_conditions, with_band_check
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
 from ..metrics.perturbation import perturbation_table
+
+if TYPE_CHECKING:  # the study's typed settings (a layer above; annotations only)
+    from ..study.settings import ProtocolSettings
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
            "run_related", "speed_table", "speed_note", "family_table"]
@@ -141,24 +144,22 @@ def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def speed_note(protocol: pd.DataFrame, params: dict[str, Any]) -> str:
+def speed_note(protocol: pd.DataFrame, settings: ProtocolSettings) -> str:
     """The settings line of :func:`speed_table`: the images and device of the one interleaved
     throughput measurement that every row and the unpruned model share
     (:func:`midas_nb.metrics.measure_speed`), and the images of the accuracy.
 
     Args:
         protocol: the protocol rows (``n_images``, ``device``, ``depth``, ``budget``).
-        params: the profile's settings (``Study.params``): ``throughput_batch`` and
-            ``throughput_repeats`` from its ``scorer_train`` recipe or top level, else
-            :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS`.
+        settings: the study's protocol settings (``study.settings.protocol``): its
+            ``throughput_batch`` and ``throughput_repeats``, as the cells' runs received them.
 
     Raises:
         ValueError: no rows.
     """
     if protocol.empty:
         raise ValueError("speed_note: the table has no rows")
-    st = {k: params.get(k, PROTOCOL_DEFAULTS[k]) for k in ("throughput_batch", "throughput_repeats")}
-    st.update({k: v for k, v in (params.get("scorer_train") or {}).items() if k in st})
+    batch, reps = int(settings.throughput_batch), int(settings.throughput_repeats)
     dev = ", ".join(sorted({str(d) for d in protocol.get("device", pd.Series(["?"])).dropna()})) or "?"
     n_acc = ", ".join(str(int(n)) for n in sorted(set(protocol["n_images"].dropna())))
     L = ", ".join(str(int(x)) for x in sorted(set(protocol["depth"])))
@@ -167,8 +168,8 @@ def speed_note(protocol: pd.DataFrame, params: dict[str, Any]) -> str:
     runs = (f"; the rows come from {full} such measurements (rows computed in different runs): a row's img/s "
             f"compares with its own full img/s") if full > 1 else ""
     return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
-            f"together on {int(st['throughput_batch'])} test images, "
-            f"{int(st['throughput_repeats'])} call{'s' if int(st['throughput_repeats']) != 1 else ''} per round, median of {SPEED_ROUNDS} interleaved "
+            f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "
+            f"median of {SPEED_ROUNDS} interleaved "
             f"rounds, on {dev}{runs}; L = {L}, b = {b}")
 
 

@@ -15,10 +15,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..config import DATASET_NAMES, dataset_label, get_profile
+from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
-from ..study import grid_spans, make_grid
+from ..study import grid_spans, make_grid, profile_values
 from ..sweeps import ResultStore
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
@@ -123,7 +123,7 @@ def paper_table_for(profile: str | Mapping[str, Any]) -> pd.DataFrame:
     """:func:`paper_table` of a profile's result store: the scale readout's cells (every
     dataset × backbone at the profile's ``(depth, budget)``), each block expected; intervals with
     the profile's ``bootstrap`` resamples."""
-    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     cells = make_grid(prof, "scale")
     rows = ResultStore(name=str(prof.get("profile", "default"))).results(cells)
     datasets, backbones = grid_spans(prof, "scale")

@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..study import grid_spans, make_grid
+from ..study import grid_spans, make_grid, profile_values
 from ..sweeps import ResultStore
 
 
@@ -157,7 +157,7 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
         One row per (section, cell): ``section``, ``dataset``, ``backbone``, ``depth``,
         ``budget``, ``condition``, ``seed``.
     """
-    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     present = set(datasets_present) | {"synthetic"}
 
     def label(name: str) -> str:

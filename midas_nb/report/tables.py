@@ -13,6 +13,7 @@ import pandas as pd
 from .. import config
 from ..backbones import comparison_backbones
 from ..config import DATASET_NAMES, PAPER_BACKBONES
+from ..study import profile_values
 from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from .paper_table import paper_table
 from ..results import aggregate_seeds
@@ -205,7 +206,7 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
     Raises:
         ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
     """
-    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     L0, b0 = int(prof["depth"]), float(prof["budget"])
     n_boot = _n_boot(prof)
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]

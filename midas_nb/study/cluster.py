@@ -24,6 +24,7 @@ from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
 from .grid import grid_spans, make_grid
 from .runner import ProtocolCellRunner
+from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "submit_profile", "cmd_plan", "cmd_submit", "cmd_from_args"]
 
@@ -76,7 +77,7 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     Raises:
         ValueError: an unknown sweep name; a dataset without a data root (``planned=False``).
     """
-    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     names = list(SWEEPS) if names is None else list(names)
     bad = [n for n in names if n not in SWEEPS]
     if bad:
@@ -114,7 +115,7 @@ def submit_profile(profile: str | Mapping[str, Any], names: Sequence[str] | None
             ``processes``) that this machine lacks ("cuda" without CUDA).
         midas_nb.sweeps.slurm.SlurmNotFound: ``slurm`` without Slurm.
     """
-    prof = config.get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     problems = config.check_device(prof.get("device"), here=executor != "slurm")
     if problems:
         raise config.ProfileError(problems)

@@ -14,30 +14,26 @@ from typing import Any, Literal, Mapping, Sequence
 
 from torch.utils.data import Subset
 
-from ..config import dataset_label, get_profile, grid_datasets, PAPER_DATASETS
+from ..config import dataset_label, PAPER_DATASETS
 from ..identity import dataset_identity
 from ..data import evaluation_subset
-from ..analysis.protocol import PROTOCOL_DEFAULTS, SEEDLESS_CONDITIONS, with_band_check
-from ..point import Budget, Point
+from ..analysis.protocol import SEEDLESS_CONDITIONS, with_band_check
+from ..point import Point
 from ..sweeps import SweepCell
 from .cache import cached_study
+from .settings import profile_values, protocol_settings, RunSettings, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
-#: the protocol settings of a profile's top level that enter every cell's key, with
-#: :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS` as their defaults
-_KEYED_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature")
-
-
 def _spec_of(study: Any) -> str:
     """The checkpoint id a study's cells are keyed by (:attr:`StudyBase.checkpoint_id`)."""
     return study.checkpoint_id
 
 
-def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) -> str:
+def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``, by content.
 
     The checkpoint id itself (:func:`midas_nb.backbones.checkpoint_key`: model, initial
@@ -62,7 +58,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str) 
     """
     # the data are read on the CPU, so a login node without the profile's GPU can key the cells;
     # the numerics are those of the profile's device, where the cells will run (a compute node)
-    prof = dict(profile)
+    prof = profile_values(profile)
     study = cached_study(prof, dataset, backbone, device="cpu")
     device = str(prof.get("device") or "cpu")
     if device == "cpu":
@@ -78,7 +74,7 @@ def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
 
 
-def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
+def eval_data_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str,
                  settings: Mapping[str, Any] | None = None) -> str:
     """Content identity of the test images a cell evaluates (the test split with the backbone's
     transform, restricted to the evaluated subset of ``settings``' ``max_eval_images`` /
@@ -86,19 +82,19 @@ def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
     :attr:`midas_nb.identity.DatasetIdentity.full` — images, labels, part keypoints, boxes,
     transform. Enters :attr:`SweepCell.data_id`: a keypoint of an evaluated image changes it,
     one of an image outside the subset does not."""
-    prof = dict(profile)
+    prof = profile_values(profile)
     return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
                          protocol_settings(prof) if settings is None else settings)
 
 
-def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[str],
+def resolve_checkpoint_ids(profile: RunSettings | str | Mapping[str, Any], datasets: Sequence[str],
                            backbones: Sequence[str]) -> dict[tuple[str, str], str]:
     """Real checkpoint ids ``{(dataset, backbone): id}`` without training anything.
 
     Parses each dataset and hashes its content, then the fine-tuning key exactly as
     :func:`midas_nb.backbones.load_or_finetune` does (:meth:`midas_nb.study.Study.checkpoint_key`).
     """
-    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     return {(ds, bb): cached_study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
 
 
@@ -108,38 +104,22 @@ def resolve_checkpoint_ids(profile: str | Mapping[str, Any], datasets: Sequence[
 DATA_PARAMS = ("image_size", "patch_size")
 
 
-def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's settings that change a protocol run's result; they enter every cell's key
-    and :class:`ProtocolCellRunner` passes them (less ``image_size``/``patch_size``) to
-    :func:`midas_nb.analysis.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature`` (profile
-    keys, default ``"st"``, 1, 1), every ``scorer_train`` key (``epochs``, ``batch_size``,
-    ``lr``, ...), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
-    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _KEYED_SETTINGS}
-    out.update(dict(profile.get("scorer_train") or {}))
-    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap") + DATA_PARAMS:
-        if k in profile:
-            out[k] = profile[k]
-    return out
-
-
-def grid_spans(profile: str | Mapping[str, Any], kind: GridKind = "regime") -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` a sweep of ``kind`` spans for a profile (see :func:`make_grid`):
-    datasets = the profile's ``datasets`` key, else ``[dataset]``; backbones = ``scale_backbones``
-    for ``kind="scale"`` (the profile's ``backbone`` alone where ``other_backbones`` is false, as
-    in quick), else the profile's ``backbones`` key, else ``[backbone]``.
-    Nothing is read; data roots are not resolved."""
-    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    datasets = grid_datasets(prof)
-    if kind == "scale":
-        backbones = (list(prof.get("scale_backbones") or [prof["backbone"]]) if prof.get("other_backbones", True)
-                     else [prof["backbone"]])
-    else:
-        backbones = list(prof.get("backbones") or [prof["backbone"]])
-    return datasets, backbones
+def grid_spans(profile: RunSettings | str | Mapping[str, Any],
+               kind: GridKind = "regime") -> tuple[list[str], list[str]]:
+    """``(datasets, backbones)`` a sweep of ``kind`` spans (see :func:`make_grid`), from
+    :class:`SweepSettings`: its ``datasets``; for ``kind="scale"`` its ``scale_backbones`` (the
+    study's backbone alone where ``other_backbones`` is false, as in quick), else its ``backbones``.
+    ``profile``: a study's :class:`RunSettings`, a profile name or mapping. Nothing is read; data
+    roots are not resolved."""
+    prof = profile_values(profile)
+    sweep = SweepSettings.of(prof)
+    if kind != "scale":
+        return list(sweep.datasets), list(sweep.backbones)
+    return list(sweep.datasets), list(sweep.scale_backbones) if sweep.other_backbones else [prof["backbone"]]
 
 
 def make_grid(
-    profile: str | Mapping[str, Any],
+    profile: RunSettings | str | Mapping[str, Any],
     kind: GridKind = "regime",
     *,
     datasets: Sequence[str] | None = None,
@@ -182,7 +162,8 @@ def make_grid(
     :func:`midas_nb.study.resolve_data` labels it.
 
     Args:
-        profile: a profile name or dict (:func:`midas_nb.config.get_profile`).
+        profile: a study's :class:`RunSettings` (its :attr:`~RunSettings.values` key the cells),
+            a profile name or mapping (:func:`midas_nb.config.get_profile`).
         kind: grid shape (above).
         datasets, backbones, conditions, seeds: override the profile's lists.
         checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: the checkpoint ids by
@@ -201,12 +182,12 @@ def make_grid(
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a
             data root (see above).
     """
-    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
-    if kind == "regime":
-        kind = prof.get("regime_grid", "cross")
-    L0, b0 = int(prof["depth"]), Budget(prof["budget"]).keyed()
-    depths = [int(x) for x in prof.get("depths", [L0])]
-    budgets = [Budget(x).keyed() for x in prof.get("budgets", [b0])]
+    prof = profile_values(profile)
+    sweep = SweepSettings.of(prof)
+    kind = sweep.regime_grid if kind == "regime" else kind
+    own = Point(prof["depth"], prof["budget"])
+    L0, b0 = own.depth, own.budget.keyed()
+    depths, budgets = list(sweep.depths), [b.keyed() for b in sweep.budgets]
     if kind == "depth":
         points = [(L, b0) for L in depths]
     elif kind == "budget":
@@ -227,11 +208,11 @@ def make_grid(
     backbones = span_backbones if backbones is None else backbones
     if conditions is None:  # a profile may sweep fewer conditions than its protocol table shows
         # where the protocol has the random ranking, every swept cell carries it too (the band's check)
-        conditions = with_band_check(prof.get("sweep_conditions") or prof["conditions"], prof["conditions"])
+        conditions = with_band_check(sweep.conditions, prof["conditions"])
     conditions = list(conditions)
     # the profile's point (L, b) has every seed (its cells are notebook 02's); the sweep's other
     # points the profile's sweep_seeds where it has them (quick: one seed, for its time budget)
-    off_seeds = [int(s) for s in (prof.get("sweep_seeds") or prof["seeds"])] if seeds is None else None
+    off_seeds = list(sweep.seeds) if seeds is None else None
     seeds = [int(s) for s in (prof["seeds"] if seeds is None else seeds)]
     off_seeds = off_seeds or seeds
     for name, values in dict(datasets=datasets, backbones=backbones, conditions=conditions,

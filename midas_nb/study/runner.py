@@ -10,11 +10,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from ..config import check_device, get_profile
+from ..config import check_device
 from ..analysis.protocol import run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
 from .cache import cached_study, digest_memo_path, load_digest_memo, save_digest_memo
-from .grid import DATA_PARAMS, eval_identity, make_grid, protocol_settings
+from .grid import DATA_PARAMS, eval_identity, make_grid
+from .settings import profile_values, protocol_settings, RunSettings
 
 __all__ = ["ProtocolCellRunner", "prefetch_targets", "scale_readout"]
 
@@ -38,7 +39,8 @@ class ProtocolCellRunner:
     only supervised conditions run there (:func:`prefetch_targets`).
 
     Args:
-        profile: a profile dict or name; supplies data roots, fine-tuning settings and device.
+        profile: a study's :class:`RunSettings`, a profile dict or name; supplies data roots,
+            fine-tuning settings and device.
         device: overrides ``profile["device"]``. Resolved where a cell runs, not where the
             runner is built: a Slurm submission from a login node without a GPU carries
             ``"cuda"`` to the compute node, and a worker without CUDA raises ``RuntimeError``
@@ -53,9 +55,9 @@ class ProtocolCellRunner:
             checkpoint the profile now yields (the grid is stale; rebuild it).
     """
 
-    def __init__(self, profile: str | Mapping[str, Any], *, device: str | None = None,
+    def __init__(self, profile: RunSettings | str | Mapping[str, Any], *, device: str | None = None,
                  cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
-        self.profile = get_profile(profile) if isinstance(profile, str) else dict(profile)
+        self.profile = profile_values(profile)
         self.device = device
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.progress = progress
@@ -153,7 +155,7 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
 
 
 def scale_readout(
-    profile: str | Mapping[str, Any],
+    profile: RunSettings | str | Mapping[str, Any],
     backbones: Sequence[str] | None = None,
     *,
     store: ResultStore | str | Path | None = None,
@@ -175,7 +177,7 @@ def scale_readout(
     (default: the one named after the profile), so cells shared with them are computed once.
 
     Args:
-        profile: profile name or dict.
+        profile: a study's :class:`RunSettings`, a profile name or dict.
         backbones: override ``scale_backbones``.
         store: result store; default ``ResultStore(name=<profile name>)``.
         datasets, conditions, seeds: override the profile's lists.
@@ -190,7 +192,7 @@ def scale_readout(
         ``attrs["status"]`` is the :class:`StoreStatus` of the cells (``complete`` is False
         while any cell failed or is pending: their rows are absent).
     """
-    prof = get_profile(profile) if isinstance(profile, str) else dict(profile)
+    prof = profile_values(profile)
     store = open_store(store if store is not None else prof.get("profile", "default"))
     cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
     if run:

@@ -33,14 +33,16 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .. import config
-from ..backbones import backbone_kwargs, check_backbone, check_epochs, TrainingRecipe, weights_for
+from ..analysis.protocol import PROTOCOL_DEFAULTS
+from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparison_backbones, TrainingRecipe,
+                         weights_for)
 from ..data import make_synthetic_cub
 from ..identity import hash_json
 from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
            "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
-           "TOP_LEVEL_PROTOCOL_SETTINGS"]
+           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values"]
 
 
 def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
@@ -161,6 +163,8 @@ class ProtocolSettings:
             IDAUC subset of them; drawn with ``eval_subset_seed``
             (:func:`midas_nb.data.evaluation_subset`).
         scorer_train: the scorers' training recipe (``epochs``, ``batch_size``, ``lr``, ...).
+        throughput_batch, throughput_repeats: test images and calls per round of the one
+            interleaved speed measurement (:func:`midas_nb.metrics.measure_speed`).
     """
 
     conditions: tuple[str, ...]
@@ -171,6 +175,8 @@ class ProtocolSettings:
     max_idauc_images: int | None
     eval_subset_seed: int
     scorer_train: Mapping[str, Any]
+    throughput_batch: int
+    throughput_repeats: int
 
 
 @dataclass(frozen=True)
@@ -191,6 +197,8 @@ class SweepSettings:
         related_seeds: seeds of the related methods' rows (notebook 06).
         datasets, backbones: what the sweeps span; scale_backbones: the scale readout's.
         other_backbones: notebook 05 runs the backbones other than the study's.
+        compare_backbones: the side-by-side readout's backbones, those a run may skip included
+            (:func:`midas_nb.backbones.comparison_backbones` with ``planned=True``).
     """
 
     depths: tuple[int, ...]
@@ -203,12 +211,52 @@ class SweepSettings:
     backbones: tuple[str, ...]
     scale_backbones: tuple[str, ...]
     other_backbones: bool
+    compare_backbones: tuple[str, ...]
+
+    @classmethod
+    def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
+        """The sweep lists of a profile mapping, typed, not checked (:meth:`RunSettings.build` checks
+        them): a list the profile leaves out is the study's own value (``depths``: ``[depth]``,
+        sweep ``seeds``: ``seeds``, ``conditions``: the protocol's, ``scale_backbones``: ``[backbone]``)."""
+        seeds = tuple(int(s) for s in p["seeds"])
+        bb = p["backbone"]
+        return cls(depths=tuple(int(d) for d in p.get("depths") or [p["depth"]]),
+                   budgets=tuple(Budget(b) for b in p.get("budgets") or [p["budget"]]),
+                   regime_grid=str(p.get("regime_grid", "cross")),
+                   seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
+                   conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
+                   related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
+                   datasets=tuple(config.grid_datasets(dict(p))), backbones=tuple(p.get("backbones") or [bb]),
+                   scale_backbones=tuple(p.get("scale_backbones") or [bb]),
+                   other_backbones=bool(p.get("other_backbones", True)),
+                   compare_backbones=tuple(comparison_backbones(dict(p), planned=True)))
 
 
 #: protocol settings a profile may also set at its top level (they enter the cells' keys or the
 #: speed measurement; :func:`midas_nb.study.protocol_settings`)
 TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
                                                 "throughput_batch", "throughput_repeats")
+
+
+#: the protocol settings of a profile's top level that enter every cell's key even where the
+#: profile leaves them out (with :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS` as their values)
+_ALWAYS_KEYED: tuple[str, ...] = ("relaxation", "lam", "temperature")
+
+
+def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's settings that change a protocol run's result; they enter every cell's key
+    and :class:`midas_nb.study.ProtocolCellRunner` passes them (less ``image_size``/``patch_size``)
+    to :func:`midas_nb.analysis.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature``
+    (default ``"st"``, 1, 1), the other :data:`TOP_LEVEL_PROTOCOL_SETTINGS` the profile sets,
+    every ``scorer_train`` key (``epochs``, ``batch_size``, ``lr``, ...; it wins over the top
+    level), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
+    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
+    out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile and k not in _ALWAYS_KEYED})
+    out.update(dict(profile.get("scorer_train") or {}))
+    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap", "image_size", "patch_size"):
+        if k in profile:
+            out[k] = profile[k]
+    return out
 
 
 def setting_names() -> frozenset[str]:
@@ -291,23 +339,25 @@ class RunSettings:
         backbone = BackboneSettings(name=bb, weights=weights_for(p, bb),
                                     kwargs=MappingProxyType(backbone_kwargs(p, bb)),
                                     recipe=TrainingRecipe(seed=0, **config.finetune_settings(p, label, bb)))
+        keyed = dict(PROTOCOL_DEFAULTS, **protocol_settings(p))
         protocol = ProtocolSettings(
             conditions=tuple(p["conditions"]), targets=tuple(p["targets"]), seeds=tuple(int(s) for s in p["seeds"]),
             idauc_steps=int(p["idauc_steps"]), max_eval_images=_optional_int(p.get("max_eval_images")),
             max_idauc_images=_optional_int(p.get("max_idauc_images")),
-            eval_subset_seed=int(p.get("eval_subset_seed", 0)),
-            scorer_train=MappingProxyType(dict(p.get("scorer_train") or {})))
-        seeds = protocol.seeds
-        sweep = SweepSettings(
-            depths=tuple(int(d) for d in p.get("depths") or [p["depth"]]),
-            budgets=tuple(Budget(b) for b in p.get("budgets") or [p["budget"]]),
-            regime_grid=str(p.get("regime_grid", "cross")),
-            seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
-            conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
-            related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
-            datasets=tuple(config.grid_datasets(p)), backbones=tuple(p.get("backbones") or [bb]),
-            scale_backbones=tuple(p.get("scale_backbones") or [bb]), other_backbones=bool(p.get("other_backbones", True)))
+            eval_subset_seed=int(keyed["eval_subset_seed"]),
+            scorer_train=MappingProxyType(dict(p.get("scorer_train") or {})),
+            throughput_batch=int(keyed["throughput_batch"]), throughput_repeats=int(keyed["throughput_repeats"]))
         return cls(profile=p["profile"], point=Point(p["depth"], p["budget"]), data=data, backbone=backbone,
-                   protocol=protocol, statistics=StatisticsSettings(bootstrap=int(p["bootstrap"])), sweep=sweep,
+                   protocol=protocol, statistics=StatisticsSettings(bootstrap=int(p["bootstrap"])),
+                   sweep=SweepSettings.of(p),
                    device=str(p["device"]), torch_threads=_optional_int(p.get("torch_threads")),
                    values=MappingProxyType(p))
+
+
+def profile_values(settings: RunSettings | str | Mapping[str, Any]) -> dict[str, Any]:
+    """The profile mapping a sweep's cells are keyed by (:func:`midas_nb.study.make_grid`): a
+    study's :attr:`RunSettings.values`, a profile by name (:func:`midas_nb.config.get_profile`)
+    or a profile mapping, as a new ``dict``."""
+    if isinstance(settings, RunSettings):
+        return dict(settings.values)
+    return config.get_profile(settings) if isinstance(settings, str) else dict(settings)
