@@ -13,12 +13,10 @@ from typing import Any, Literal, Sequence
 from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
 
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
-           "profile_from_env",
-           "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES",
-           "PAPER_DATASETS", "PAPER_BACKBONES",
-           "data_root_for", "dataset_label", "images_per_class", "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets",
-           "backbone_kwargs_for", "check_profile", "check_device", "is_int", "is_number", "setting_of",
-           "ProfileError"]
+           "profile_from_env", "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
+           "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
+           "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets", "backbone_kwargs_for", "check_profile",
+           "check_device", "is_int", "is_number", "setting_of", "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
 
@@ -28,11 +26,8 @@ PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
 #: every dataset name, in the order tables show them: the paper's three and the generated set
 DATASET_NAMES: tuple[str, ...] = PAPER_DATASETS + ("synthetic",)
 #: the paper's three backbones (timm tags), smallest first
-PAPER_BACKBONES: tuple[str, ...] = (
-    "deit_tiny_patch16_224.fb_in1k",
-    "deit_small_patch16_224.fb_in1k",
-    "vit_base_patch16_224.augreg_in21k_ft_in1k",
-)
+PAPER_BACKBONES: tuple[str, ...] = ("deit_tiny_patch16_224.fb_in1k", "deit_small_patch16_224.fb_in1k",
+                                    "vit_base_patch16_224.augreg_in21k_ft_in1k")
 
 # keys every profile has (a profile's own entry wins)
 _COMMON: dict[str, Any] = dict(
@@ -185,7 +180,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     """A copy of profile ``name`` with ``overrides`` merged in (``None`` values are ignored);
     its ``budget`` a :class:`midas_nb.point.Budget` where it is one (else as given: see
-    :func:`check_profile`).
+    :func:`check_profile`); ``dataset="cub"`` given clears ``synthetic_default`` (no data root
+    is then an error, :func:`data_root_for`).
 
     Raises:
         ValueError: for an unknown profile name.
@@ -195,6 +191,8 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     prof = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
             for k, v in dict(_COMMON, **PROFILES[name]).items()}
     prof.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("dataset") == "cub" and "synthetic_default" not in overrides:
+        prof["synthetic_default"] = False  # CUB asked for by name is read from a root, never the synthetic set
     if isinstance(prof.get("weights"), (str, os.PathLike)):
         # a bare path (``-p weights /path/to/deit_small.pth``) is the study's backbone's file
         prof["weights"] = {str(prof.get("backbone")): str(prof["weights"])}
@@ -334,9 +332,9 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
 
     ``data_roots[dataset]``, else ``data_root`` when ``dataset`` is the profile's own. Without a
     root, only two cases read the embedded synthetic CUB-format set: the dataset is named
-    ``"synthetic"``, or it is ``"cub"`` in a profile whose ``synthetic_default`` is set
-    (smoke, quick: the README's main command) and that names no data root at all. Nothing is
-    read or checked on disk here.
+    ``"synthetic"``, or it is ``"cub"`` in a profile whose ``synthetic_default`` is set (smoke,
+    quick: the README's main command; :func:`get_profile` clears it where ``dataset="cub"`` is
+    given) and that names no data root at all. Nothing is read or checked on disk here.
 
     Raises:
         ValueError: unknown dataset name, or a dataset that needs a root and has none (the
@@ -352,8 +350,11 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
     if dataset == "cub" and profile.get("synthetic_default") and not roots:
         return None
     given = f"; data roots given: {sorted(roots)}" if roots else ""
+    why = ("CUB asked for by name is never the embedded synthetic set, dataset 'synthetic' is" if dataset == "cub" and
+           PROFILES.get(profile.get("profile"), {}).get("synthetic_default") else
+           f"the {profile.get('profile', '?')} profile substitutes no synthetic data")
     raise ValueError(f"dataset {dataset!r} has no data root: pass --data-root {dataset}=/path/to/{dataset} "
-                     f"(the {profile.get('profile', '?')} profile substitutes no synthetic data{given})")
+                     f"({why}{given})")
 
 
 #: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid

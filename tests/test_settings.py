@@ -42,6 +42,10 @@ def test_every_problem_at_once_one_line_each():
                                        "got 'smook'"]
     assert _lines(dataset="aircraft", data_roots={"aircraft": "/no/such/dir"}) == [
         "data root '/no/such/dir' does not exist (dataset 'aircraft')"]
+    # CUB asked for by name is read from a root: the embedded set stands in only where no dataset is named
+    assert _lines(dataset="cub") == ["dataset 'cub' has no data root: pass --data-root cub=/path/to/cub (CUB asked "
+                                     "for by name is never the embedded synthetic set, dataset 'synthetic' is)"]
+    assert RunSettings.build("quick", dataset="synthetic").data.label == "synthetic"
     # protocol settings of the profile's top level are known names
     assert RunSettings.build("smoke", relaxation="soft", lam=2.0).values["lam"] == 2.0
 

@@ -21,7 +21,7 @@ from ..analysis.protocol import SEEDLESS_CONDITIONS, with_band_check
 from ..point import Point
 from ..sweeps import SweepCell
 from .cache import cached_study
-from .settings import profile_values, protocol_settings, RunSettings, SweepSettings
+from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
@@ -106,16 +106,16 @@ DATA_PARAMS = ("image_size", "patch_size")
 
 def grid_spans(profile: RunSettings | str | Mapping[str, Any],
                kind: GridKind = "regime") -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` a sweep of ``kind`` spans (see :func:`make_grid`), from
-    :class:`SweepSettings`: its ``datasets``; for ``kind="scale"`` its ``scale_backbones`` (the
-    study's backbone alone where ``other_backbones`` is false, as in quick), else its ``backbones``.
+    """``(datasets, backbones)`` a sweep of ``kind`` spans (see :func:`make_grid`), by
+    :func:`sweep_spans`: the datasets; for ``kind="scale"`` the ``scale_backbones`` (the study's
+    backbone alone where ``other_backbones`` is false, as in quick), else the ``backbones``.
     ``profile``: a study's :class:`RunSettings`, a profile name or mapping. Nothing is read; data
     roots are not resolved."""
     prof = profile_values(profile)
-    sweep = SweepSettings.of(prof)
+    datasets, backbones, scale_backbones = sweep_spans(prof)
     if kind != "scale":
-        return list(sweep.datasets), list(sweep.backbones)
-    return list(sweep.datasets), list(sweep.scale_backbones) if sweep.other_backbones else [prof["backbone"]]
+        return datasets, backbones
+    return datasets, scale_backbones if prof.get("other_backbones", True) else [prof["backbone"]]
 
 
 def make_grid(

@@ -42,7 +42,7 @@ from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
            "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
-           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values"]
+           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
 
 
 def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
@@ -219,17 +219,25 @@ class SweepSettings:
         them): a list the profile leaves out is the study's own value (``depths``: ``[depth]``,
         sweep ``seeds``: ``seeds``, ``conditions``: the protocol's, ``scale_backbones``: ``[backbone]``)."""
         seeds = tuple(int(s) for s in p["seeds"])
-        bb = p["backbone"]
+        datasets, backbones, scale_backbones = sweep_spans(p)
         return cls(depths=tuple(int(d) for d in p.get("depths") or [p["depth"]]),
                    budgets=tuple(Budget(b) for b in p.get("budgets") or [p["budget"]]),
                    regime_grid=str(p.get("regime_grid", "cross")),
                    seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
                    conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
                    related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
-                   datasets=tuple(config.grid_datasets(dict(p))), backbones=tuple(p.get("backbones") or [bb]),
-                   scale_backbones=tuple(p.get("scale_backbones") or [bb]),
+                   datasets=tuple(datasets), backbones=tuple(backbones), scale_backbones=tuple(scale_backbones),
                    other_backbones=bool(p.get("other_backbones", True)),
                    compare_backbones=tuple(comparison_backbones(dict(p), planned=True)))
+
+
+def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, by name only (nothing
+    else of the profile is read, so a bad seed or budget elsewhere does not stop it): its
+    ``datasets`` (:func:`midas_nb.config.grid_datasets`), ``backbones`` and ``scale_backbones``,
+    each defaulting to the study's own."""
+    own = [p["backbone"]]
+    return config.grid_datasets(dict(p)), list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
 
 
 #: protocol settings a profile may also set at its top level (they enter the cells' keys or the
