@@ -60,3 +60,14 @@ def test_a_study_settings_cannot_change():
     st.params["seeds"].append(7)
     st.params["budget"] = 0.9
     assert st.params["seeds"] == [0] and st.params["budget"] == 0.25 and st.settings.protocol.seeds == (0,)
+
+
+def test_profile_values_of_a_study_are_a_copy():
+    from midas_nb.study import profile_values
+
+    s = RunSettings.build("smoke")
+    v = profile_values(s)
+    v["seeds"].append(9)
+    v["scorer_train"]["epochs"] = 99
+    assert s.values["seeds"] == [0] and s.values["scorer_train"]["epochs"] == 2 and s.protocol.seeds == (0,)
+    assert profile_values("smoke") == profile_values(s) == config.get_profile("smoke")

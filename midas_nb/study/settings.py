@@ -26,6 +26,7 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,7 +366,7 @@ class RunSettings:
 def profile_values(settings: RunSettings | str | Mapping[str, Any]) -> dict[str, Any]:
     """The profile mapping a sweep's cells are keyed by (:func:`midas_nb.study.make_grid`): a
     study's :attr:`RunSettings.values`, a profile by name (:func:`midas_nb.config.get_profile`)
-    or a profile mapping, as a new ``dict``."""
+    or a profile mapping, as a new ``dict`` (a study's a deep copy: its lists stay its own)."""
     if isinstance(settings, RunSettings):
-        return dict(settings.values)
+        return copy.deepcopy(dict(settings.values))
     return config.get_profile(settings) if isinstance(settings, str) else dict(settings)
