@@ -1,0 +1,34 @@
+"""bench/line_counts.py, issue 29's measure: every module of the package is in one group, the
+groups add up to the package's lines, and the goal line reads the numbers printed above it."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("line_counts", REPO / "bench" / "line_counts.py")
+line_counts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(line_counts)
+
+
+def test_groups_cover_the_package_once_and_add_up(capsys):
+    groups = (line_counts.SCIENCE, line_counts.PLUMBING, line_counts.EDITION)
+    names = [n for g in groups for n in g]
+    assert len(names) == len(set(names))                                # no module in two groups
+    assert line_counts.main([]) == 0
+    out = capsys.readouterr().out
+    totals = {g: int(n) for g, n in re.findall(r"^(science|plumbing|edition): (\d+) lines", out, re.M)}
+    # an independent count: every line of every .py file under midas_nb/
+    every = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (REPO / "midas_nb").rglob("*.py"))
+    assert sum(totals.values()) == every and f"% of {every}" in out
+    share = 100 * totals["science"] / every
+    goal = re.search(r"issue 29's goal: .*\(now (\d+)\).*\(now ([\d.]+) %\): (met|not met)", out)
+    assert goal and int(goal[1]) == totals["plumbing"] and float(goal[2]) == round(share, 1)
+    assert goal[3] == ("met" if totals["plumbing"] <= 3900 and share >= 60 else "not met")
+
+
+def test_an_unclassified_module_is_an_error(monkeypatch, capsys):
+    monkeypatch.setattr(line_counts, "EDITION", ("viz",))                # course in no group
+    assert line_counts.main([]) == 2
+    assert "unclassified modules: course" in capsys.readouterr().err
