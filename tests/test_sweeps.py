@@ -245,6 +245,9 @@ def test_make_grid_rejects_bad_input():
         make_grid("smoke", "diagonal")
     with pytest.raises(ValueError, match="seeds is empty"):
         make_grid("smoke", "depth", seeds=[])
+    with pytest.raises(ValueError, match="depths is empty"):                # never the study's depth instead
+        make_grid(get_profile("smoke", depths=[]), "depth", checkpoint_ids={("synthetic", "vit_smoke"): "c"},
+                  data_ids={("synthetic", "vit_smoke"): "d"})
     with pytest.raises(ValueError, match=r"budget: expected a kept fraction b in \(0, 1\]"):
         SweepCell("cub", "b", 3, 1.5, "reference", 0)
 

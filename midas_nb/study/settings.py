@@ -221,8 +221,9 @@ class SweepSettings:
         sweep ``seeds``: ``seeds``, ``conditions``: the protocol's, ``scale_backbones``: ``[backbone]``)."""
         seeds = tuple(int(s) for s in p["seeds"])
         datasets, backbones, scale_backbones = sweep_spans(p)
-        return cls(depths=tuple(int(d) for d in p.get("depths") or [p["depth"]]),
-                   budgets=tuple(Budget(b) for b in p.get("budgets") or [p["budget"]]),
+        depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
+        return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
+                   budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),
                    regime_grid=str(p.get("regime_grid", "cross")),
                    seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
                    conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
