@@ -71,7 +71,7 @@ class Study(StudyBase):
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
                           checkpoint_ids={key: self.checkpoint_id})
         store = ResultStore(name=s.profile)
-        status = run_sweep(cells, ProtocolCellRunner(self.params, study=self, progress=self.progress), store,
+        status = run_sweep(cells, ProtocolCellRunner(self.settings, study=self, progress=self.progress), store,
                            progress=self.progress)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
@@ -162,7 +162,7 @@ class Study(StudyBase):
               run: bool = True) -> tuple[pd.DataFrame, Any]:
         """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
         each of the profile's ``scale_backbones`` (:func:`midas_nb.study.scale_readout`)."""
-        rows = scale_readout(self.params, executor=executor, max_workers=max_workers, run=run,
+        rows = scale_readout(self.settings, executor=executor, max_workers=max_workers, run=run,
                              progress=self.progress)
         status = rows.attrs.pop("status", None)
         rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
