@@ -229,25 +229,31 @@ MIN_GAP_S = 3.0
 _WIDTH = 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 
-# Python config for the kernel (``--config``), run before it opens its sockets: drops only the
-# kernel's "running over TCP without encryption" warning, which its local loopback kernels
-# print at every start (ipykernel's IPKernelApp.init_sockets); every other kernel message passes.
+# Python config for the kernel (``--config``), run before it opens its sockets: drops only two
+# lines that every batch run would print and that say nothing about the notebook: the "running
+# over TCP without encryption" warning of every local loopback kernel's start
+# (ipykernel's IPKernelApp.init_sockets), and "KeyboardInterrupt caught in kernel", which the
+# interrupt jupyter_client sends before it shuts a finished kernel down (KernelManager.
+# shutdown_kernel, jupyter_client 8) provokes when it lands in a message handler. A Ctrl-C of
+# the run itself is reported by `midas-nb run`; every other kernel message passes.
 _KERNEL_CONFIG = '''\
 import logging
 
 
-class _NoTcpEncryptionWarning(logging.Filter):
+class _BatchRunNoise(logging.Filter):
     def filter(self, record):
-        return "without encryption" not in record.getMessage()
+        text = record.getMessage()
+        return "without encryption" not in text and not text.startswith("KeyboardInterrupt caught in kernel")
 
 
-logging.getLogger("IPKernelApp").addFilter(_NoTcpEncryptionWarning())
+logging.getLogger("IPKernelApp").addFilter(_BatchRunNoise())
 '''
 
 
 def kernel_arguments() -> list[str]:
     """Extra kernel command-line arguments of a batch run: the config file that silences the
-    kernel's TCP-encryption warning (written once per process into a temporary directory)."""
+    kernel's TCP-encryption warning and its shutdown-interrupt line (written once per process into
+    a temporary directory)."""
     global _kernel_config_path
     if _kernel_config_path is None or not Path(_kernel_config_path).is_file():
         d = Path(tempfile.mkdtemp(prefix="midas_nb_kernel_"))

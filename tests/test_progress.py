@@ -111,7 +111,7 @@ def test_status_line_moves_at_least_every_heartbeat_and_notices_every_long_cell(
     assert [n.split("]")[1].split(" has")[0] for n in notices] == [" cell 2", " cell 3"]
 
 
-def test_kernel_config_drops_only_the_tcp_warning():
+def test_kernel_config_drops_only_the_tcp_warning_and_the_shutdown_interrupt_line():
     ns: dict = {}
     exec(runs._KERNEL_CONFIG, ns)  # noqa: S102 - our own config text, as the kernel runs it
     log = logging.getLogger("IPKernelApp")
@@ -121,13 +121,15 @@ def test_kernel_config_drops_only_the_tcp_warning():
     log.addHandler(handler)
     try:
         log.warning("Kernel is running over TCP without encryption. All communication ...")
+        log.error("KeyboardInterrupt caught in kernel.")   # jupyter_client's interrupt before shutdown
         log.warning("some other kernel warning")
+        log.error("Exception in message handler:")
     finally:
         log.removeHandler(handler)
         for f in list(log.filters):
-            if type(f).__name__ == "_NoTcpEncryptionWarning":
+            if type(f).__name__ == "_BatchRunNoise":
                 log.removeFilter(f)
-    assert seen == ["some other kernel warning"]
+    assert seen == ["some other kernel warning", "Exception in message handler:"]
 
 
 @pytest.mark.slow
