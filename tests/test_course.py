@@ -531,7 +531,7 @@ def _vs_targets(lo, hi):
 def test_scorer_vs_control_reads_the_paired_gain():
     assert check_exercise("02.scorer_vs_control", "a", vs_targets=_vs_targets(0.01, 0.07))      # content adds
     assert not check_exercise("02.scorer_vs_control", "b", vs_targets=_vs_targets(0.01, 0.07))
-    assert check_exercise("02.scorer_vs_control", "b", vs_targets=_vs_targets(-0.02, 0.07))     # matches the control
+    assert check_exercise("02.scorer_vs_control", "b", vs_targets=_vs_targets(-0.02, 0.07))     # not separated from the control
     assert not check_exercise("02.scorer_vs_control", "a", vs_targets=_vs_targets(-0.02, 0.07))
     assert check_exercise("02.scorer_vs_control", "c", vs_targets=_vs_targets(-0.05, -0.01))
     no_control = _vs_targets(math.nan, math.nan)

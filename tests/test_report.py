@@ -167,6 +167,11 @@ def test_findings_paragraph_is_computed_from_the_table():
                            "0 are not resolved and 4 are undefined on this run.")
     assert "This holds: " + PAPER_FINDINGS["t5_gain_in_band"] in text
     assert "This does not hold: " + PAPER_FINDINGS["t1_below_reference"] in text
+    # without the finding across backbones (notebook 05, one paragraph per backbone) the count says so
+    one = report.findings_paragraph(f[f["finding"] != "scale"], "cub", "bb")
+    assert one.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 5 findings on one backbone (the one "
+                          "across backbones: the scale readout) holds, 1 does not, 0 are not resolved and 3 are "
+                          "undefined on this run.")
 
 
 # ------------------------------------------------------------------------ report from a store
@@ -487,8 +492,12 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
     miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
     assert list(miss["kind"]) == ["not run"] and "-p other_backbones true" in miss["evidence"].iloc[0]
+    assert "The same protocol, data, seeds and sample sizes on the label-trained" in backbones_section(back)
     md = backbones_section(only_new)
     assert "No comparison of the findings: hybrid_lite0_vit has no rows (not run)." in md
+    assert "The same protocol" not in md and ("Planned: the same protocol, data, seeds and sample sizes on "
+                                              "hybrid_lite0_vit, hybrid_lite0_deit") in md
+    assert "This run computed hybrid_lite0_deit; the others are marked \"not run\" below" in md
     assert "No finding's decided verdict differs" not in md
     on = dict(prof, other_backbones=True)
     only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), on)["backbones"]

@@ -353,8 +353,9 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
+    scope = "" if (f["finding"] == "scale").any() else " on one backbone (the one across backbones: the scale readout)"
     head = (f"On {first['dataset']} with {backbone or first['backbone']} at L={int(first['depth'])}, "
-            f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings "
+            f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings{scope} "
             f"{'holds' if n['hold'] == 1 else 'hold'}, {n['do not hold']} "
             f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
             f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"

@@ -5,8 +5,8 @@ The claim (DESIGN.md §1, §6, §8) has two halves, and a run can show either, b
 (a) **parity** — a supervised scorer raises part coverage over the reference (``D > 0``) while
     its faithfulness stays inside the IDAUC parity band (:func:`midas_nb.metrics.decoupling_D`);
 (b) **different winners** — the condition with the best coverage is not the one with the best
-    faithfulness, each lead resolved by a paired interval over the seeds and the images both were
-    measured on;
+    faithfulness: each lead resolved by a paired interval over the seeds and the images both were
+    measured on, and no third condition tying with both winners (it could be the best on both);
 
 and one reading that decides whether the word *decoupling* fits at all:
 
@@ -35,8 +35,8 @@ import pandas as pd
 from ..metrics import bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
 
-__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION", "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS",
-           "BASELINE_CONDITIONS"]
+__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
+           "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
 CELL_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "depth", "budget")
@@ -251,12 +251,15 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
     out.update(miou_diff=dm[0], miou_diff_lo=dm[1], miou_diff_hi=dm[2], n_miou_images=dm[3],
                idauc_diff=df[0], idauc_diff_lo=df[1], idauc_diff_hi=df[2], n_idauc_images=df[3])
     resolved = [_sign(dm[1], dm[2]) == "positive", _sign(df[1], df[2]) == "positive"]
-    out["reading"] = ("different winners" if all(resolved) else
-                      "not resolved: the coverage lead" if resolved[1] else
-                      "not resolved: the faithfulness lead" if resolved[0] else "not resolved: both leads")
     # each winner's lead over the runner-up on its own metric, and every condition it ties with
     # (from the child generator: the co-movement interval keeps its draws)
     _leads(out, per_metric, n_boot, alpha, tie_rng, tie_rng)
+    # a condition tying with both winners (each on its own metric) could be the best on both
+    shared = out["shared_ties"] = [c for c in out.get("miou_ties", []) if c in out.get("idauc_ties", [])]
+    open_ = [lead for lead, ok in zip(("the coverage lead", "the faithfulness lead"), resolved) if not ok]
+    out["reading"] = (("not resolved: " + ("both leads" if len(open_) == 2 else open_[0])) if open_ else
+                      f"not resolved: {', '.join(shared)} tie{'s' if len(shared) == 1 else ''} with both winners"
+                      if shared else "different winners")
     return out
 
 
@@ -289,7 +292,7 @@ class ClaimVerdict:
             paired intervals and band ``status`` (:func:`~midas_nb.metrics.decoupling_D`), and
             ``reading`` (:func:`condition_reading`).
         winners: best-coverage / best-faithfulness conditions and their paired differences;
-            ``reading``: ``"different winners"`` (both leads resolved), ``"not resolved: …"``,
+            ``reading``: ``"different winners"`` (both leads resolved, no ``shared_ties``), ``"not resolved: …"``,
             ``"one condition leads both"`` (its leads over each runner-up resolved) or
             ``"highest means on both; not resolved: …"`` (a runner-up ties with it), ``"undefined"``.
         comovement: correlation of coverage and faithfulness across conditions.
@@ -349,7 +352,7 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
 
 
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
-          shown: bool) -> str:
+          shown: bool, coverage: str = "mIoU") -> str:
     lines = []
     if focus in set(cond["condition"]):
         r = cond.set_index("condition").loc[focus]
@@ -362,7 +365,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
     if winners["reading"] == "one condition leads both" or winners["reading"].startswith("highest means"):
         lines.append(_one_winner_text(cov, winners))
     elif cov is not None:
-        lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: mIoU "
+        lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: {coverage} "
                      f"{_fmt(winners['miou_diff'], winners['miou_diff_lo'], winners['miou_diff_hi'])} "
                      f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
                      f"{_fmt(winners['idauc_diff'], winners['idauc_diff_lo'], winners['idauc_diff_hi'])} "
@@ -371,7 +374,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
     else:
         lines.append("(b) winners: undefined (no per-image values).")
     if np.isfinite(co["r"]):
-        lines.append(f"(c) across {co['n_conditions']} conditions, mean mIoU and mean IDAUC correlate "
+        lines.append(f"(c) across {co['n_conditions']} conditions, mean {coverage} and mean IDAUC correlate "
                      f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} → {co['reading']}.")
     else:
         lines.append(f"(c) co-movement: undefined ({co.get('reason', 'no values')}).")
@@ -432,7 +435,9 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     focus_reading = (cond.set_index("condition").loc[focus, "reading"] if focus in set(cond["condition"])
                      else "undefined")
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
-    return ClaimVerdict(cond, winners, co, bool(shown), _text(cond, focus, winners, co, bool(shown)))
+    kinds = table["coverage_kind"].dropna().unique() if "coverage_kind" in table.columns else []
+    coverage = str(kinds[0]) if len(kinds) == 1 else "mIoU"           # part mIoU, or box coverage
+    return ClaimVerdict(cond, winners, co, bool(shown), _text(cond, focus, winners, co, bool(shown), coverage))
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -464,8 +469,8 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
         ``target_miou`` / ``_lo`` / ``_hi`` (its own top-k, on the scorer's images),
         ``scorer_miou`` / ``_lo`` / ``_hi``, ``control_miou``, ``gain_over_control`` / ``_lo`` /
         ``_hi``, ``n_images``, ``reading`` (``"above the control"``: the target's content adds
-        coverage; ``"matches the control"``: the scorer's coverage is not attributable to it;
-        ``"below the control"``); and the computed sentences.
+        coverage; ``"not separated from the control"``: this run cannot attribute the scorer's
+        coverage to it; ``"below the control"``); and the computed sentences.
 
     Raises:
         ValueError: ``coverage`` lacks the per-image columns; rows of several cells.
@@ -494,7 +499,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
             row.update(control_miou=float(np.mean([ctrl[i] for i in sc if i in ctrl])) if g[3] else math.nan,
                        gain_over_control=g[0], gain_over_control_lo=g[1], gain_over_control_hi=g[2])
             row["reading"] = {"positive": "above the control", "negative": "below the control",
-                              "not resolved": "matches the control", "undefined": "undefined"}[_sign(g[1], g[2])]
+                              "not resolved": "not separated from the control", "undefined": "undefined"}[_sign(g[1], g[2])]
         else:
             row.update(control_miou=math.nan, gain_over_control=math.nan, gain_over_control_lo=math.nan,
                        gain_over_control_hi=math.nan, reading=f"no {control} control in this table")
@@ -509,12 +514,12 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
              (" — the scorers do not follow their targets' differences." if s_span < 0.5 * t_span else ".")]
     if ctrl is not None:
         groups = {r: list(out.loc[out["reading"] == r, "target"])
-                  for r in ("above the control", "matches the control", "below the control", "undefined")}
+                  for r in ("above the control", "not separated from the control", "below the control", "undefined")}
         said = [f"{', '.join(ts)} {'covers' if len(ts) == 1 else 'cover'} more than it (resolved)"
                 if r == "above the control" else f"{', '.join(ts)}: {r}"
                 for r, ts in groups.items() if ts]
         lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): " + "; ".join(said)
-                     + ("." if not groups["matches the control"] and not groups["below the control"] else
+                     + ("." if not groups["not separated from the control"] and not groups["below the control"] else
                         " — for a scorer that does not cover more than the control, what it gains over the "
                         "reference is not attributable to its target's content."))
     else:
