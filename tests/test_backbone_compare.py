@@ -42,6 +42,6 @@ def test_accuracy_table_and_sample_note():
     p = _pair(("b1", "b2"))
     a = p.accuracy_table()
     assert a.loc["b1"].tolist() == ["0.417", "n/a", "ck0", 24] and a.loc["b2", "teacher_test_accuracy"] == "0.625"
-    assert p.sample_note() == "part mIoU: 12 test images; seeds 0; L = 2, b = 25%; backbone b1, b2 (ck0, ck1)"
+    assert p.sample_note() == "part mIoU: 12 test images; seed 0; L = 2, b = 25%; backbone b1, b2 (ck0, ck1)"
     with pytest.raises(ValueError, match="no rows"):
         BackboneComparison(**{**p.__dict__, "depth": 9}).sample_note()

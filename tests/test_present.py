@@ -42,6 +42,12 @@ def test_sample_note_states_both_samples_and_the_training_settings():
                     "backbone hybrid_lite0_deit (9a979eb22e80)")
     with pytest.raises(ValueError, match="no rows"):
         sample_note(pd.DataFrame())
+    # a regime sweep whose own point ran both seeds and its other points one (quick's sweep_seeds)
+    others = [dict(r, depth=L) for L in (3, 9) for r in rows if r["seed"] == 0]
+    sweep = sample_note(pd.DataFrame(rows + others))
+    assert "; seeds 0, 1 at (L=6, b=25%); seed 0 at (L=3, b=25%), (L=9, b=25%); " in sweep
+    more = [dict(r, budget=b) for b in (0.1, 0.5) for r in others]
+    assert "; seeds 0, 1 at (L=6, b=25%); seed 0 at 6 points; " in sample_note(pd.DataFrame(rows + others + more))
 
 
 def test_compact_keeps_plain_columns_and_named_bounds():

@@ -52,6 +52,24 @@ def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
     return None if not v else fmt(v[0]) if len(v) == 1 else ", ".join(fmt(x) for x in v)
 
 
+def _seeds_text(table: pd.DataFrame) -> str:
+    """``seeds 0, 1``; where the ``(L, b)`` points of a sweep ran different seeds, each seed set
+    with its points (``seeds 0, 1 at (L=6, b=25%); seed 0 at 4 points``)."""
+    def named(seeds: Sequence[int]) -> str:
+        return f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(str(s) for s in seeds)
+
+    if not {"depth", "budget"} <= set(table.columns):
+        return named([int(s) for s in _values(table, "seed")])
+    groups: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
+    for point, g in table.groupby(["depth", "budget"], sort=True):
+        groups.setdefault(tuple(sorted({int(x) for x in g["seed"].dropna()})), []).append(point)
+    if len(groups) == 1:
+        return named(next(iter(groups)))
+    where = {v: (", ".join(f"(L={int(L)}, b={float(b):.0%})" for L, b in ps) if len(ps) <= 2 else f"{len(ps)} points")
+             for v, ps in groups.items()}
+    return "; ".join(f"{named(v)} at {where[v]}" for v in sorted(groups, key=len, reverse=True))
+
+
 def sample_note(table: pd.DataFrame) -> str:
     """One line stating a protocol table's sample and settings, read from its rows.
 
@@ -76,9 +94,8 @@ def sample_note(table: pd.DataFrame) -> str:
     steps = _one(table, "idauc_steps", lambda x: f"{int(x)}")
     if ni is not None:
         parts.append(f"IDAUC: {ni} images, {steps} steps" if steps else f"IDAUC: {ni} images")
-    seeds = _values(table, "seed")
-    if seeds:
-        parts.append("seeds " + ", ".join(str(int(s)) for s in seeds))
+    if _values(table, "seed"):
+        parts.append(_seeds_text(table))
     trained = table[table.get("epochs", pd.Series(0, index=table.index)).fillna(0) > 0] \
         if "epochs" in table.columns else table.iloc[0:0]
     if len(trained):
