@@ -191,7 +191,12 @@ def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
         dict(condition="T5", depth=6, budget=0.50, D_pp=1.6, D_pp_lo=1.2, D_pp_hi=2.0, status="in band"),
     ])
     frame, text = axis_trend(D, "T5", "depth", 0.25)
-    assert list(frame["depth"]) == [3, 6, 9] and "D rises from L=3 to L=9" in text
+    assert list(frame["depth"]) == [3, 6, 9] and "D rises from L=3 to L=9" in text and "parity band" not in text
+    # CUB's notebook 04 read "D falls from L=3 to L=9" on cells whose band was uninformative, unsaid
+    off = D.assign(status=["uninformative", "uninformative", "in band", "in band", "in band"])
+    text = axis_trend(off, "T5", "depth", 0.25)[1]
+    assert text.endswith("→ D rises from L=3 to L=9 (parity band L=3 uninformative, L=6 uninformative: D there is "
+                         "coverage alone, not at parity).")
     ceiling = pd.DataFrame(dict(budget=[0.10, 0.25, 0.50], ceiling=[0.49, 0.20, 0.10]))
     frame, text = axis_trend(D, "T5", "budget", 6, ceiling=ceiling)
     assert frame["D_of_ceiling"].tolist() == pytest.approx([0.081 / 0.49, 0.044 / 0.20, 0.016 / 0.10])

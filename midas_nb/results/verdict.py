@@ -550,11 +550,11 @@ def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling
 
     Depth and budget are judged each on its own (averaging a deep cell with a loose-budget cell
     hides what either axis shows). The trend compares the two ends of the axis by their paired
-    intervals: ``"falls"`` when the far end's whole interval lies below the near end's,
-    ``"rises"`` when above, ``"not resolved"`` when they overlap. With ``ceiling`` (columns
-    ``budget``, ``ceiling``: :meth:`midas_nb.study.Study.iou_ceiling`) the frame also holds
-    ``D_of_ceiling = D / ceiling`` (``D`` in IoU units over the best IoU any ranking reaches at that
-    budget), and along the budget axis the sentence says whether ``D``'s fall is the ceiling's.
+    intervals: ``"falls"`` (the far end's whole interval below the near end's), ``"rises"``,
+    ``"not resolved"`` (overlap); cells whose parity band is not ``"in band"`` are named. With
+    ``ceiling`` (``budget``, ``ceiling``: :meth:`midas_nb.study.Study.iou_ceiling`) the frame also
+    holds ``D_of_ceiling = D / ceiling`` (``D`` in IoU units over the best IoU any ranking reaches),
+    and along the budget axis the sentence says whether ``D``'s fall is the ceiling's.
 
     Args:
         D: :func:`midas_nb.metrics.decoupling_D` rows of a regime sweep (``depth``, ``budget``,
@@ -588,10 +588,10 @@ def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling
     if len(out) < 2:
         return out, f"{condition} along {axis} at {fixed}: one cell only ({parts[0]} pp)."
     near, far = out.iloc[0], out.iloc[-1]
-    trend = ("falls" if far["D_pp_hi"] < near["D_pp_lo"] else "rises" if far["D_pp_lo"] > near["D_pp_hi"]
-             else "not resolved")
-    text = f"{condition} along {axis} at {fixed}: " + ", ".join(parts) + f" pp → D {trend} from " \
-           f"{fmt(near[axis])} to {fmt(far[axis])}"
+    trend = "falls" if far["D_pp_hi"] < near["D_pp_lo"] else "rises" if far["D_pp_lo"] > near["D_pp_hi"] else "not resolved"
+    text = f"{condition} along {axis} at {fixed}: {', '.join(parts)} pp → D {trend} from {fmt(near[axis])} to {fmt(far[axis])}"
+    off = [f"{fmt(r[axis])} {r['status']}" for _, r in out.iterrows() if r.get("status", "in band") != "in band"]
+    text += f" (parity band {', '.join(off)}: D there is coverage alone, not at parity)" if off else ""
     if ceiling is not None and axis == "budget" and np.isfinite(out["D_of_ceiling"]).all():
         r0, r1 = out["D_of_ceiling"].iloc[0], out["D_of_ceiling"].iloc[-1]
         text += (f"; as a share of the IoU ceiling ({out['ceiling'].iloc[0]:.2f} → {out['ceiling'].iloc[-1]:.2f}) "
