@@ -1,8 +1,7 @@
 """Profiles (smoke / quick / paper) and paths (DESIGN.md §7).
 
-A profile is a plain dict of settings; notebooks read theirs from the ``MIDAS_PROFILE``
-environment variable (the way botorch tutorials read ``SMOKE_TEST``) and callers override
-single keys with ``get_profile(name, **overrides)``.
+A profile is a plain dict of settings; notebooks read theirs from ``MIDAS_PROFILE`` (as botorch
+tutorials read ``SMOKE_TEST``) and callers override single keys with ``get_profile(name, **overrides)``.
 """
 from __future__ import annotations
 
@@ -180,8 +179,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     """A copy of profile ``name`` with ``overrides`` merged in (``None`` values are ignored);
     its ``budget`` a :class:`midas_nb.point.Budget` where it is one (else as given: see
-    :func:`check_profile`); ``dataset="cub"`` given clears ``synthetic_default`` (no data root
-    is then an error, :func:`data_root_for`).
+    :func:`check_profile`); CUB named (``dataset`` or ``datasets``) clears ``synthetic_default``
+    (no data root is then an error, :func:`data_root_for`).
 
     Raises:
         ValueError: for an unknown profile name.
@@ -191,7 +190,8 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     prof = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
             for k, v in dict(_COMMON, **PROFILES[name]).items()}
     prof.update({k: v for k, v in overrides.items() if v is not None})
-    if overrides.get("dataset") == "cub" and "synthetic_default" not in overrides:
+    named = [overrides.get("dataset")] + (overrides["datasets"] if isinstance(overrides.get("datasets"), list) else [])
+    if "cub" in named and "synthetic_default" not in overrides:
         prof["synthetic_default"] = False  # CUB asked for by name is read from a root, never the synthetic set
     if isinstance(prof.get("weights"), (str, os.PathLike)):
         # a bare path (``-p weights /path/to/deit_small.pth``) is the study's backbone's file
@@ -333,8 +333,8 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
     ``data_roots[dataset]``, else ``data_root`` when ``dataset`` is the profile's own. Without a
     root, only two cases read the embedded synthetic CUB-format set: the dataset is named
     ``"synthetic"``, or it is ``"cub"`` in a profile whose ``synthetic_default`` is set (smoke,
-    quick: the README's main command; :func:`get_profile` clears it where ``dataset="cub"`` is
-    given) and that names no data root at all. Nothing is read or checked on disk here.
+    quick: the README's main command; :func:`get_profile` clears it where CUB is named) and
+    that names no data root at all. Nothing is read or checked on disk here.
 
     Raises:
         ValueError: unknown dataset name, or a dataset that needs a root and has none (the
@@ -503,9 +503,8 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"profile: expected one of {sorted(PROFILES)}, got {show_value(p.get('profile'))}")
     if p.get("dataset") not in DATASET_NAMES:
         problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(p.get('dataset'))}")
-    for key in ("backbone",):
-        if not (isinstance(p.get(key), str) and p[key]):
-            problems.append(f"{key}: expected a backbone name, got {show_value(p.get(key))}")
+    if not (isinstance(p.get("backbone"), str) and p["backbone"]):
+        problems.append(f"backbone: expected a backbone name, got {show_value(p.get('backbone'))}")
     for key in ("scale_backbones", "backbones", "datasets"):
         v = p.get(key)
         if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
@@ -545,9 +544,10 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
             continue
         if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
-    for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1)):
-        if not (is_int(p.get(key)) and p[key] >= lo):
-            problems.append(f"{key}: expected an integer >= {lo}, got {show_value(p.get(key))}")
+    optional = {"eval_subset_seed": 0, "throughput_batch": 1, "throughput_repeats": 1}   # top-level protocol settings
+    for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1), *optional.items()):
+        if not (is_int(v := p.get(key, optional.get(key))) and v >= lo):
+            problems.append(f"{key}: expected an integer >= {lo}, got {show_value(v)}")
     if is_int(p.get("image_size")) and is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
             and p["image_size"] % p["patch_size"]:
         problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")

@@ -624,6 +624,9 @@ def test_speed_table_sets_each_row_beside_the_full_models_throughput():
     other = speed_note(rows.assign(throughput_full=[100.0, 97.0]), plain.protocol)  # PROTOCOL_DEFAULTS: 16, 3
     top = RunSettings.build("smoke", scorer_train=dict(epochs=2), throughput_batch=8).protocol  # the top level
     assert (top.throughput_batch, top.throughput_repeats, smoke.protocol.throughput_batch) == (8, 3, 4)
+    assert speed_note(rows, smoke) == note                                # the whole settings read the same
+    with pytest.raises(TypeError, match=r"speed_note\(rows, study.settings.protocol\)"):
+        speed_note(rows, dict(smoke.values))                              # the old call: a profile mapping
     assert "on 16 test images, 3 calls per round" in other and "from 2 such measurements" in other
 
 

@@ -639,8 +639,15 @@ def test_profile_and_dataset_names_are_checked_with_the_other_settings(tmp_path,
     assert rc == 2 and _problems(lines) == [
         "midas-nb run: dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], got 'nope' (str)",
         "midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 3 (int)"]
-    rc, lines = _run(["--profile", "smook", "--notebooks", "02", "--output", str(tmp_path / "o")], capsys)
-    assert rc == 2 and _problems(lines) == [  # no other setting can be read without a profile
+    # an unknown profile is listed with the problems that can be checked without one
+    rc, lines = _run(["--profile", "smook", "--notebooks", "02", "--cell-timeout", "-1", "--output",
+                      str(tmp_path / "o")], capsys)
+    assert rc == 2 and _problems(lines) == [
+        "midas-nb run: --cell-timeout: expected seconds > 0, got -1.0",
         "midas-nb run: --profile: unknown profile 'smook' (did you mean 'smoke'?); expected one of "
         "['paper', 'quick', 'rehearsal', 'smoke']"]
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text("profile: smook\n")
+    rc, lines = _run(["--config", str(run_file), "--notebooks", "02", "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and any("got 'smook' (str) (did you mean 'smoke'?)" in ln for ln in _problems(lines)), lines
     assert not (tmp_path / "o").exists()

@@ -46,6 +46,12 @@ def test_every_problem_at_once_one_line_each():
     assert _lines(dataset="cub") == ["dataset 'cub' has no data root: pass --data-root cub=/path/to/cub (CUB asked "
                                      "for by name is never the embedded synthetic set, dataset 'synthetic' is)"]
     assert RunSettings.build("quick", dataset="synthetic").data.label == "synthetic"
+    assert _lines(datasets=["cub"])[0].startswith("dataset 'cub' has no data root")       # a sweep's datasets too
+    # the top-level protocol settings are checked, and one given twice is an error, not a silent choice
+    assert _lines(profile="smoke", throughput_batch=0, eval_subset_seed=1.5) == [
+        "eval_subset_seed: expected an integer >= 0, got 1.5 (float)",
+        "throughput_batch: expected an integer >= 1, got 0 (int)",
+        "throughput_batch: 0 at the top level and 4 in scorer_train; give one (scorer_train's would be used)"]
     # protocol settings of the profile's top level are known names
     assert RunSettings.build("smoke", relaxation="soft", lam=2.0).values["lam"] == 2.0
 

@@ -233,9 +233,10 @@ def test_cell_key_depends_on_every_parameter():
     assert not ({c.key for c in base} & {c.key for c in other_ft})
     # a protocol setting given at the top level reaches the cells' settings and key (it was dropped
     # there while the study read it: the study's evaluated images and the cells' could differ)
-    top = make_grid(get_profile("smoke", eval_subset_seed=3, throughput_batch=8), "scale")
+    recipe = dict(epochs=2, batch_size=32, lr=1e-3)                      # no throughput entry: the top level's
+    top = make_grid(get_profile("smoke", eval_subset_seed=3, throughput_batch=8, scorer_train=recipe), "scale")
     assert {c.params["eval_subset_seed"] for c in top} == {3} and not ({c.key for c in base} & {c.key for c in top})
-    assert {c.params["throughput_batch"] for c in top} == {4}            # smoke's scorer_train entry wins
+    assert {c.params["throughput_batch"] for c in top} == {8}
     # a study's typed settings key the cells of its profile
     assert make_grid(RunSettings.build("smoke"), "scale") == base
 

@@ -151,12 +151,18 @@ def speed_note(protocol: pd.DataFrame, settings: ProtocolSettings) -> str:
 
     Args:
         protocol: the protocol rows (``n_images``, ``device``, ``depth``, ``budget``).
-        settings: the study's protocol settings (``study.settings.protocol``): its
-            ``throughput_batch`` and ``throughput_repeats``, as the cells' runs received them.
+        settings: the study's protocol settings (``study.settings.protocol``; ``study.settings``
+            is read the same): its ``throughput_batch`` and ``throughput_repeats``, as the cells'
+            runs received them.
 
     Raises:
+        TypeError: ``settings`` is not a study's settings (a profile mapping, as before).
         ValueError: no rows.
     """
+    settings = getattr(settings, "protocol", settings)          # a study's RunSettings: its protocol part
+    if not hasattr(settings, "throughput_batch"):
+        raise TypeError(f"speed_note: expected the study's protocol settings (speed_note(rows, "
+                        f"study.settings.protocol)), got {type(settings).__name__}")
     if protocol.empty:
         raise ValueError("speed_note: the table has no rows")
     batch, reps = int(settings.throughput_batch), int(settings.throughput_repeats)
@@ -165,7 +171,7 @@ def speed_note(protocol: pd.DataFrame, settings: ProtocolSettings) -> str:
     L = ", ".join(str(int(x)) for x in sorted(set(protocol["depth"])))
     b = ", ".join(f"{float(x):.0%}" for x in sorted(set(protocol["budget"])))
     full = protocol["throughput_full"].dropna().round(6).nunique() if "throughput_full" in protocol.columns else 1
-    runs = (f"; the rows come from {full} such measurements (rows computed in different runs): a row's img/s "
+    runs = (f"; the rows come from {full} such measurements (rows computed in different notebooks or runs): a row's img/s "
             f"compares with its own full img/s") if full > 1 else ""
     return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
             f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "

@@ -26,7 +26,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
-from .args import add_examples, add_sweep_parser, check_split_values, did_you_mean, package_version, param_value
+from .args import add_examples, add_sweep_parser, check_split_values, package_version, param_value
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -361,12 +361,6 @@ def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    if args.profile is not None and args.profile not in config.PROFILES:  # nothing else can be read: answer at once
-        hint = did_you_mean([args.profile], config.PROFILES)
-        print(f"midas-nb run: --profile: unknown profile {args.profile!r}{hint}; "
-              f"expected one of {sorted(config.PROFILES)}\nmidas-nb run: 1 problem(s); no notebook was started",
-              file=sys.stderr)
-        return 2
     spec, problems = _spec_from_args(args)
     try:  # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)

@@ -194,7 +194,8 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         if k not in RUN_FILE_KEYS or v is None:
             continue
         if k == "profile" and not (isinstance(v, str) and v in config.PROFILES):
-            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {show_value(v)}"))
+            hint = did_you_mean([v], config.PROFILES) if isinstance(v, str) else ""
+            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {show_value(v)}{hint}"))
         elif k == "dataset" and not (isinstance(v, str) and v in DATASET_NAMES):
             out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(v)}"))
         elif k in ("backbone", "device") and not _is_path(v):

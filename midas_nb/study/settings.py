@@ -319,6 +319,9 @@ class RunSettings:
         known = setting_names()
         problems = [_unknown_line(k, known) for k in overrides if k not in known]
         problems += config.check_profile(p)
+        recipe = p.get("scorer_train") if isinstance(p.get("scorer_train"), dict) else {}
+        problems += [f"{k}: {p[k]!r} at the top level and {recipe[k]!r} in scorer_train; give one (scorer_train's "
+                     "would be used)" for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in p and k in recipe and p[k] != recipe[k]]
         bad = {config.setting_of(line) for line in problems}
         if not bad & {"backbone", "backbone_kwargs", "image_size", "patch_size"}:
             depths = [] if bad & {"depth", "depths"} else [p["depth"], *(p.get("depths") or [])]

@@ -226,12 +226,22 @@ def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[n % len(gpus)]
 
 
+#: seconds a lost worker's claim may take to read as dead (its process still exiting)
+LOST_WORKER_GRACE_S = 5.0
+
+
 def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException, job_id: str | None = None) -> None:
     """After an executor-level failure, record ``cell`` as failed if its worker had started it
     (``.running`` marker) but wrote no record; cells never started stay pending."""
     if store.read(cell.key) is not None or not store.running_path(cell.key).exists():
         return
     info = store.claim_info(cell.key)
+    deadline = time.monotonic() + LOST_WORKER_GRACE_S
+    while job_id is None and info is not None and info["live"] and time.monotonic() < deadline:
+        # a worker killed a moment ago may still be exiting: its pipe to the pool closes (the pool
+        # breaks) before the process is a zombie, and until then its claim reads as live
+        time.sleep(0.1)
+        info = store.claim_info(cell.key)
     if info is not None and info["live"] and (job_id is None or str(info.get("job_id")) != str(job_id)):
         return  # held by a live worker of another sweep, not by the one that was lost
     store.record_failed(cell, f"worker lost: {type(exc).__name__}: {exc}",
