@@ -152,7 +152,8 @@ def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control()
                                                                       for i in pm["T5"]]), abs=1e-12)
     own_t5 = np.mean(cov.set_index("target").loc["T5", "miou_per_image"])
     assert r.loc["T5", "target_miou"] == pytest.approx(own_t5, abs=1e-12)
-    assert "T1 covers more than it (resolved); T2, T5: not separated from the control — for a scorer" in text and "spans" in text
+    assert "T1 covers more than it (resolved); T2, T5: not separated from the control — for a scorer" in text
+    assert "this run cannot credit what it gains over the reference to its target's content." in text and "spans" in text
     # every scorer above the control (FGVC-Aircraft's notebook 02): no "others" are spoken of
     frame3, text3 = targets_vs_scorers(cov[cov.target != "T5"], t[~t.condition.isin(["T2", "T5"])], n_boot=100)
     assert text3.endswith("T1 covers more than it (resolved).")

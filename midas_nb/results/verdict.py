@@ -328,7 +328,7 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
             continue
         runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
         ok = _sign(lo, hi) == "positive"
-        leads.append(f"{m} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
+        leads.append(f"{name} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
                      + ("" if ok else ", not resolved"))
         if not ok:
             ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
@@ -520,8 +520,8 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
                 for r, ts in groups.items() if ts]
         lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): " + "; ".join(said)
                      + ("." if not groups["not separated from the control"] and not groups["below the control"] else
-                        " — for a scorer that does not cover more than the control, what it gains over the "
-                        "reference is not attributable to its target's content."))
+                        " — for a scorer that does not cover resolvably more than the control, this run cannot "
+                        "credit what it gains over the reference to its target's content."))
     else:
         lines.append(f"Without the {control} control the gain cannot be credited to the targets' content.")
     return out, "\n".join(lines)
