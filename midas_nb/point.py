@@ -4,7 +4,8 @@ A budget given on the command line (``-p budget 0.1``), in a run file, a profile
 notebook parameter becomes a :class:`Budget` once; every layer below (the sweep cells, the
 protocol, :func:`midas_nb.pruning.prune_tokens`, :func:`midas_nb.backbones.vit.keep_count`) takes that
 value as it is and never checks it again (``Budget(b)`` of a ``Budget`` returns it unchanged).
-Definitions: DESIGN.md §3 (``k = ceil(b·N)`` patch tokens kept after block ``L``).
+Definitions: DESIGN.md §3 (``k = ceil(b·N)`` patch tokens kept after block ``L``). The value
+helpers every settings message uses (:func:`show_value`, :func:`did_you_mean`) live here too.
 
 Example:
     >>> Point(6, 0.25)
@@ -17,12 +18,13 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
-__all__ = ["MIN_BUDGET", "Budget", "Point", "is_int", "is_number", "show_value"]
+__all__ = ["MIN_BUDGET", "Budget", "Point", "is_int", "is_number", "show_value", "did_you_mean"]
 
 #: the smallest budget b: result cells key b to 6 decimals (:class:`midas_nb.sweeps.SweepCell`)
 MIN_BUDGET = 1e-6
@@ -41,6 +43,18 @@ def is_number(v: Any) -> bool:
 def show_value(v: Any) -> str:
     """How a problem message shows a bad setting: its ``repr`` and type, ``"'x' (str)"``."""
     return f"{v!r} ({type(v).__name__})"
+
+
+def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
+    """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known`` (difflib),
+    else ``""``."""
+    known = sorted(set(known))
+    hints = [f"{n!r} -> {m[0]!r}" for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
+    if not hints:
+        return ""
+    if len(hints) == 1:
+        return f" (did you mean {hints[0].split(' -> ')[1]}?)"
+    return f" (did you mean: {', '.join(hints)}?)"
 
 
 class Budget(float):

@@ -10,21 +10,19 @@ so ``midas-nb --help``, ``--version`` and argument errors answer at once; run fi
   ``[0]``), as ``--notebooks 00,02`` does.
 - :func:`check_split_values`: a ``-p`` value that the shell split at its spaces
   (``-p seeds [0, 1]`` unquoted), named with how to write it.
-- :func:`did_you_mean`: the close names of a misspelt one (difflib).
 - :data:`EXAMPLES` / :func:`add_examples`: an example per subcommand for its ``--help``;
   :func:`package_version` for ``--version``.
 """
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .. import config
 
-__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "did_you_mean", "list_param", "package_version", "param_value",
+__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version", "param_value",
            "check_split_values", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
@@ -121,18 +119,6 @@ def check_split_values(argv: Sequence[str]) -> list[str]:
             return [f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
                     f"-p {name} '{whole}'{hint}"]
     return []
-
-
-def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
-    """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known`` (difflib),
-    else ``""``."""
-    known = sorted(set(known))
-    hints = [f"{n!r} -> {m[0]!r}" for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
-    if not hints:
-        return ""
-    if len(hints) == 1:
-        return f" (did you mean {hints[0].split(' -> ')[1]}?)"
-    return f" (did you mean: {', '.join(hints)}?)"
 
 
 #: one example per subcommand, shown under its --help (and all of them under midas-nb --help)

@@ -49,8 +49,9 @@ from typing import Any, Iterable, Sequence
 from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
                         create_backbone, weights_for)
-from .args import did_you_mean, list_param, param_value, yaml_load
+from .args import list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, setting_of, show_value
+from ..point import did_you_mean
 from ..study import check_layout, grid_spans, check_schedule
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",

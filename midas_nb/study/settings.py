@@ -27,7 +27,6 @@ Example::
 from __future__ import annotations
 
 import copy
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -39,7 +38,7 @@ from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparis
                          weights_for)
 from ..data import make_synthetic_cub
 from ..identity import hash_json
-from ..point import Budget, Point
+from ..point import Budget, did_you_mean, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
            "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
@@ -276,9 +275,8 @@ def setting_names() -> frozenset[str]:
 
 
 def _unknown_line(key: str, known: frozenset[str]) -> str:
-    close = difflib.get_close_matches(key, sorted(known), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{key}: unknown setting{hint}; expected a key of the profiles (midas_nb.config.PROFILES)"
+    return (f"{key}: unknown setting{did_you_mean([key], known)}; expected a key of the profiles "
+            "(midas_nb.config.PROFILES)")
 
 
 def _optional_int(v: Any) -> int | None:
