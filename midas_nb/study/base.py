@@ -3,7 +3,6 @@ maps (:class:`StudyBase`; :class:`midas_nb.study.Study` adds the protocol runs t
 result store)."""
 from __future__ import annotations
 
-import copy
 import os
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..pruning import keep_mask_from_indices, select_top_k
 from ..analysis.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
 from ..backbones.vit import grid_size, keep_count
-from .settings import RunSettings
+from .settings import profile_values, RunSettings
 
 __all__ = ["StudyBase", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
 
@@ -130,7 +129,7 @@ class StudyBase:
         """A copy of the profile with its overrides (``RunSettings.values``): the form the sweep
         layer keys and rebuilds result cells from; changing the copy changes nothing in the
         study. Read settings from :attr:`settings`."""
-        return copy.deepcopy(dict(self._settings.values))
+        return profile_values(self._settings)
 
     def own_threads(self) -> None:
         """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
