@@ -9,6 +9,7 @@ import torch
 
 from midas_nb.identity import load_torch_payload, load_verified, tensor_digest
 from midas_nb.analysis.protocol import condition_target, list_conditions, run_protocol
+from midas_nb import results
 from midas_nb.study import decoupling_with_controls
 from midas_nb.targets import target_cache
 from midas_nb.backbones.vit import disable_fused_attention
@@ -75,3 +76,25 @@ def test_decoupling_with_controls_refuses_a_table_without_the_control():
         decoupling_with_controls(table, n_boot=10)
     with pytest.raises(ValueError, match="is the reference itself"):
         decoupling_with_controls(table, ["reference"], n_boot=10)
+
+
+def test_the_band_against_the_control_rests_on_the_controls_own_check():
+    # per image: the reference is no more faithful than random (equal IDAUC), random_map is
+    # (0.10 above random on every image): the band against the reference is uninformative,
+    # the band against the control speaks
+    rows = []
+    for seed in (0, 1):
+        for cond, idauc in (("reference", 0.20), ("random", 0.20), ("random_map", 0.30), ("T5", 0.30)):
+            r = _row(cond, seed, {"reference": 0.30, "random": 0.25, "random_map": 0.35, "T5": 0.45}[cond], idauc)
+            r.update(idauc_per_image=[idauc + 0.01 * k for k in range(6)],
+                     miou_per_image=[r["miou"]] * 6, image_ids=list(range(6)))
+            rows.append(r)
+    out = decoupling_with_controls(pd.DataFrame(rows), n_boot=50).set_index("condition")
+    assert out.loc["T5", "status"] == "uninformative"
+    assert out.loc["T5", "status_vs_random_map"] == "in band"
+    assert out.loc["T5", "band_reason_vs_random_map"].startswith("random_map IDAUC 0.300")
+    assert "above random 0.200" in out.loc["T5", "band_reason_vs_random_map"]
+    text = results.band_checks(out.reset_index())
+    assert text.splitlines() == [f"band against reference: {out.loc['T5', 'band_reason']}",
+                                 f"band against random_map: {out.loc['T5', 'band_reason_vs_random_map']}"]
+    assert "reference IDAUC 0.200" in text and "not above random 0.200" in text

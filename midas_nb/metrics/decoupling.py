@@ -368,7 +368,7 @@ class _Pairing:
         delta = f"Δ {diff:+.3f} [{dlo:+.3f}, {dhi:+.3f}], {g['n_paired_images']} paired images" if has_ci else \
             f"Δ {diff:+.3f}, point decision: no per-image values"
         res.update(reference_check="above random" if above else "not above random",
-                   text=(f"reference IDAUC {g['idauc_ref']:.3f}{ref_ci} {'above' if above else 'not above'} "
+                   text=(f"{self.reference} IDAUC {g['idauc_ref']:.3f}{ref_ci} {'above' if above else 'not above'} "
                          f"{random} {g['idauc']:.3f} ({delta})"),
                    ref_minus_random=diff, ref_minus_random_lo=dlo, ref_minus_random_hi=dhi)
         return res

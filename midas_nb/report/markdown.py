@@ -100,7 +100,13 @@ def _random_map_note(t: pd.DataFrame) -> str:
     parts = [f"{c} {ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
              zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
                  t["status_vs_random_map"]) if c not in ("random_map",) and is_number(d)]
-    return "D vs random_map (pp): " + "; ".join(parts) + ".\n" if parts else ""
+    if not parts:
+        return ""
+    checks = [str(r) for r, c in zip(t.get("band_reason_vs_random_map", pd.Series(dtype=object)), t["condition"])
+              if c not in ("random_map", "reference") and isinstance(r, str) and r]
+    # the band against the control rests on the control's own faithfulness check, not the reference's
+    return ("D vs random_map (pp): " + "; ".join(parts) + ".\n"
+            + (f"Control check (the band of this line): {checks[0]}.\n" if checks else ""))
 
 
 def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:

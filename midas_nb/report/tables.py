@@ -257,9 +257,11 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
         dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(
             columns={"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo",
-                     "D_pp_hi": "D_vs_random_map_pp_hi", "status": "status_vs_random_map"})
+                     "D_pp_hi": "D_vs_random_map_pp_hi", "status": "status_vs_random_map",
+                     "band_reason": "band_reason_vs_random_map"})
         tc = tc.merge(dr[cell + ["condition", "D_vs_random_map_pp", "D_vs_random_map_pp_lo", "D_vs_random_map_pp_hi",
-                                 "status_vs_random_map"]], on=cell + ["condition"], how="left")
+                                 "status_vs_random_map", "band_reason_vs_random_map"]], on=cell + ["condition"],
+                      how="left")
     # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
     # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
     # point (the header names the paper's setting), never at another (L, b)
@@ -281,7 +283,7 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
                       "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", "D_pp", "D_pp_lo",
                       "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
                       "status", "band_reason", "reference_check", "D_vs_random_map_pp", "D_vs_random_map_pp_lo",
-                      "D_vs_random_map_pp_hi", "status_vs_random_map", "paper_D_pp", "paper_delta_idauc",
+                      "D_vs_random_map_pp_hi", "status_vs_random_map", "band_reason_vs_random_map", "paper_D_pp", "paper_delta_idauc",
                       "paper_status"]
     tc = tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
     return tc
@@ -546,7 +548,7 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
     for n in TABLES:
         df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
         for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                  "D_pp_by_seed", "status_vs_random_map", "seeds", "paper_status",
+                  "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
                   "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
                   "missing", "kind", "item", "verdict"):
             if c in df.columns:

@@ -49,7 +49,7 @@ from .files import (decode_lists, encode_lists, load_table, save_table)  # noqa:
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
                     SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401
-from .present import (FullText, compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,  # noqa: F401
+from .present import (FullText, band_checks, compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,  # noqa: F401
                       wrap_text)
 from .verdict import (BASELINE_CONDITIONS, CONTROL_CONDITION, ClaimVerdict, claim_verdict, condition_reading,
                       axis_trend, paired_gap, per_image_means, per_seed_values, targets_vs_scorers)  # noqa: F401
@@ -92,4 +92,5 @@ __all__ = [
     "FullText",
     "images_note",
     "leader_line",
+    "band_checks",
 ]

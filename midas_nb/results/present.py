@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 __all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note",
-           "leader_line"]
+           "leader_line", "band_checks"]
 
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
@@ -305,3 +305,34 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
         return head + f"; its interval lies {'below' if lowest else 'above'} every other's"
     overlap = "its interval overlaps" if len(ties) == 1 else "their intervals overlap"
     return head + f"; not separated from {'; '.join(ties)} ({overlap} {top[name]}'s)"
+
+
+def band_checks(D: pd.DataFrame) -> str:
+    """The faithfulness check behind each parity band of a ``D`` table, one line per baseline.
+
+    A band verdict against a baseline speaks only where that baseline ranks tokens more
+    faithfully than the random ranking (its ``reference_check``, DESIGN.md §6): the band against
+    the reference can be ``"uninformative"`` while the band against the ``random_map`` control
+    is not, and the other way round. Reads ``band_reason`` (the reference) and every
+    ``band_reason_vs_<control>`` (:func:`midas_nb.study.decoupling_with_controls`); a
+    baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows
+    (their reason is not a check) are skipped; distinct checks (one per cell)
+    are joined with ``" | "``.
+
+    Returns:
+        ``"band against reference: reference IDAUC 0.001 [...] not above random ..."``, one
+        line per baseline; ``""`` when the table has no check.
+    """
+    cols = [("band_reason", "reference")] + [(c, c[len("band_reason_vs_"):]) for c in D.columns
+                                              if str(c).startswith("band_reason_vs_")]
+    lines = []
+    for col, name in cols:
+        if col not in D.columns:
+            continue
+        status = D.get("status" if name == "reference" else f"status_vs_{name}", pd.Series("", index=D.index))
+        texts = dict.fromkeys(str(r) for r, c, s in zip(D[col], D["condition"], status)
+                              if c not in (name, "reference") and s not in ("undefined", "no reference")
+                              and isinstance(r, str) and r)
+        if texts:
+            lines.append(f"band against {name}: {' | '.join(texts)}")
+    return "\n".join(lines)

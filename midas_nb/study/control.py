@@ -20,7 +20,7 @@ __all__ = ["CONTROL_COLUMNS", "decoupling_with_controls"]
 
 #: the columns of ``decoupling_D`` shown for each control, renamed ``<column>_vs_<control>``
 CONTROL_COLUMNS: tuple[str, ...] = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
-                                    "delta_idauc_hi", "status")
+                                    "delta_idauc_hi", "status", "band_reason")
 _CELL = ("dataset", "backbone", "depth", "budget")
 _CONDITION = ("condition", "target", "relaxation")
 
@@ -29,6 +29,9 @@ def decoupling_with_controls(table: pd.DataFrame, controls: Sequence[str] = ("ra
                              reference: str = "reference", **kwargs: Any) -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` against ``reference`` with, for each control, the
     same statistic against that control as columns ``<column>_vs_<control>``.
+    ``band_reason_vs_<control>`` holds the control's own faithfulness check (its IDAUC against
+    the random ranking): the band against the control can speak where the band against the
+    reference cannot, and the other way round.
 
     ``D_pp_vs_random_map = mIoU_t − mIoU_random_map`` (percentage points) and its ΔIDAUC band
     status, paired over seeds and images exactly as against the reference (DESIGN.md §6); the
