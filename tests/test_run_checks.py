@@ -54,6 +54,10 @@ def _run(args, capsys):
     (["-p", "seeds", "0,x"], "seeds: expected a list of integers; wrong: 'x' (str) (in [0, 'x'])"),  # -p seeds 0 is [0]
     (["-p", "seeds", "[0, x]"], "seeds: expected a list of integers; wrong: 'x' (str) (in [0, 'x'])"),
     (["-p", "seeds", "[]"], "seeds: expected a non-empty list of integers (e.g. [0, 1]), got [] (list)"),
+    # an empty value (an unset shell variable) is named, never read as the profile's default (null is)
+    (["-p", "seeds", ""], "seeds: expected a list of integers; wrong: '' (str) (in [''])"),
+    (["-p", "budget", " "], "budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got ' ' (str)"),
+    (["-p", "output_dir", ""], "output_dir: expected a directory path, got ''"),
     (["--backbone", "vit_nonexistent_patch16"], "unknown backbone 'vit_nonexistent_patch16'"),
     pytest.param(["--device", "cuda"], "device: 'cuda' was asked for but this machine has no CUDA device",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")),
@@ -651,3 +655,14 @@ def test_profile_and_dataset_names_are_checked_with_the_other_settings(tmp_path,
     rc, lines = _run(["--config", str(run_file), "--notebooks", "02", "--output", str(tmp_path / "o")], capsys)
     assert rc == 2 and any("got 'smook' (str) (did you mean 'smoke'?)" in ln for ln in _problems(lines)), lines
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("argv", [["report", "--profile", "smook"], ["sweep", "plan", "--profile", "smook"],
+                                  ["export-html", "--profile", "smook"]])
+def test_other_commands_name_the_closest_profile(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2
+    assert err == (f"midas-nb {argv[0]}: error: argument --profile: unknown profile 'smook' (did you mean "
+                   "'smoke'?); expected one of ['paper', 'quick', 'rehearsal', 'smoke']")

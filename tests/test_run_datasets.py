@@ -35,6 +35,17 @@ def test_every_datasets_run_is_checked_before_any_kernel(tmp_path, capsys, monke
     assert any(ln.startswith("midas-nb run: cub: ") for ln in err.splitlines())
 
 
+
+def test_a_problem_of_every_datasets_run_is_said_once(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("papermill.execute_notebook", lambda *a, **k: pytest.fail("a notebook was executed"))
+    cub = tmp_path / "cub"
+    cub.mkdir()
+    rc = cli.main(["run", "--profile", "smoke", "-p", "budget", "3", "--data-root", f"cub={cub}", "--data-root",
+                   f"aircraft={tmp_path / 'no-aircraft'}", "--output", str(tmp_path / "o")])
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "budget" in ln]
+    assert rc == 2 and lines == ["midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 3 (int)"]
+
+
 def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatch, capsys):
     calls, reports = [], []
     monkeypatch.setattr("midas_nb.cli.runspec.preflight", lambda *a, **k: [])

@@ -26,7 +26,8 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
-from .args import add_examples, add_sweep_parser, check_split_values, package_version, param_value
+from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version, param_value,
+                   profile_name)
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -223,8 +224,10 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
         raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
     accepted = set().union(*(set(pm.inspect_notebook(str(nb))) for nb in paths))
     found = list(problems) + _check_source_output(spec.output)
-    for sub in subs:
-        found += [f"{sub.dataset}: {p}" for p in preflight(sub, paths, accepted)]
+    each = {sub.dataset: preflight(sub, paths, accepted) for sub in subs}
+    common = set.intersection(*(set(v) for v in each.values())) if len(each) > 1 else set()
+    for ds, lines in each.items():  # a problem of every dataset's run is the run's: said once, unprefixed
+        found += [p if p in common else f"{ds}: {p}" for p in lines]
     if found:
         raise config.ProfileError(list(dict.fromkeys(found)))
     t_all = time.time()
@@ -610,7 +613,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
-    e.add_argument("--profile", choices=sorted(config.PROFILES), default="quick",
+    e.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
                    help="export the run of this profile, runs/<profile> (default: quick)")
     e.add_argument("--input", default=None, help="directory of executed notebooks (default runs/<profile>)")
     e.add_argument("--output", default=None, help="output directory (default <input>/html)")
@@ -620,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
                                     "and writes REPORT.md plus its CSV tables, with the paper's values beside "
                                     "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", choices=sorted(config.PROFILES), default="quick",
+    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
                     help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
     rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
     rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")

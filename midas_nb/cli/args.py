@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from .. import config
 
 __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version", "param_value",
-           "check_split_values", "yaml_load"]
+           "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset(k for p in config.PROFILES.values() for k, v in p.items()
@@ -60,8 +60,11 @@ def _yaml_loader() -> type:
 
 
 def _scalar(text: str) -> Any:
-    """A decimal number (``10``, ``0.25``, ``1e-1``, never octal), else YAML, else the text."""
+    """A decimal number (``10``, ``0.25``, ``1e-1``, never octal), else YAML, else the text (an
+    empty text stays ``""``: only ``null`` means the profile's default)."""
     t = text.strip()
+    if not t:  # "" is a value given empty (an unset shell variable), not YAML's null: the checks name it
+        return text
     if _INT.fullmatch(t):
         return int(t)
     if _FLOAT.fullmatch(t):
@@ -158,6 +161,22 @@ def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
                                            for line in EXAMPLES[n].splitlines())
 
 
+def profile_name(text: str) -> str:
+    """An argparse ``type`` for ``--profile`` of ``sweep``, ``report`` and ``export-html``: a
+    known profile, else the error ``run`` gives (with the closest name); argparse then exits
+    with status 2 as for any bad argument."""
+    if text in config.PROFILES:
+        return text
+    from ..point import did_you_mean
+
+    raise argparse.ArgumentTypeError(f"unknown profile {text!r}{did_you_mean([text], config.PROFILES)}; "
+                                     f"expected one of {sorted(config.PROFILES)}")
+
+
+#: ``--profile``'s metavar: the profiles, as argparse's ``choices`` would list them
+PROFILE_METAVAR = "{" + ",".join(sorted(config.PROFILES)) + "}"
+
+
 def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
     """The ``midas-nb sweep`` subcommand: ``status | wait | resubmit NAME`` and ``submit | plan
     --profile P`` with the cluster settings (kept here so that ``cli`` stays short)."""
@@ -171,7 +190,7 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
     s.add_argument("name", nargs="?", default=None,
                    help="status/wait/resubmit: store name = the profile that wrote it, e.g. quick (default: every "
                         "store)")
-    s.add_argument("--profile", choices=sorted(config.PROFILES), default="paper",
+    s.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="paper",
                    help="plan/submit: the profile whose sweeps are planned or submitted (default: paper)")
     s.add_argument("--sweep", default="all", metavar="NAMES",
                    help="plan/submit: comma-separated sweeps: protocol, soft, random (notebook 02), regime (04), "

@@ -388,7 +388,8 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
             offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
             problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
                             f"the selected notebooks accept {sorted(offered)}")
-    if "output_dir" in spec.params and not isinstance(spec.params["output_dir"], (str, type(None))):
+    if "output_dir" in spec.params and not (spec.params["output_dir"] is None or (
+            isinstance(spec.params["output_dir"], str) and spec.params["output_dir"].strip())):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
                                               and not isinstance(spec.cell_timeout, bool) and spec.cell_timeout > 0):
