@@ -174,7 +174,7 @@ def test_coverage_vs_faithfulness(out_dir):
     xs = {t.get_text(): t.xy[0] for t in ax.texts}
     assert xs["T5"] == pytest.approx(35.5)
     box = viz.coverage_vs_faithfulness(table.assign(coverage_kind="box coverage"))
-    assert box.axes[0].get_xlabel() == "box coverage mIoU (%)"
+    assert box.axes[0].get_xlabel() == "box coverage (%)"
     with pytest.raises(ValueError, match="missing column"):
         viz.coverage_vs_faithfulness(table.drop(columns=["idauc"]))
 

@@ -172,3 +172,12 @@ def test_side_by_side_means_each_named_set_of_rows():
         side_by_side({"c": a.iloc[:0]}, ["accuracy"])
     with pytest.raises(ValueError, match=r"lack columns \['idauc'\]"):
         side_by_side({"a": a}, ["idauc"])
+
+
+def test_coverage_name_is_one_word_for_the_tables_verdicts_and_figures():
+    from midas_nb.results import coverage_name
+    cub = pd.DataFrame({"coverage_kind": ["part mIoU", "part mIoU"]})
+    cars = pd.DataFrame({"coverage_kind": ["box coverage", None]})
+    assert coverage_name(cub) == "part mIoU" and coverage_name(cars) == "box coverage"
+    assert coverage_name(pd.concat([cars, cub])) == "box coverage, part mIoU"   # a table over datasets
+    assert coverage_name(pd.DataFrame({"miou": [0.3]})) == "part mIoU"          # the schema's default

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
+from ..results import coverage_name
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from ..study import grid_spans, make_grid, profile_values
 from ..sweeps import ResultStore
@@ -146,7 +147,7 @@ def format_paper_table(table: pd.DataFrame) -> str:
         return "paper table: no rows"
     lines = []
     for (d, b), g in table.groupby(["dataset", "backbone"], sort=False):
-        kind = next((k for k in g["coverage_kind"] if isinstance(k, str)), "coverage")
+        kind = coverage_name(g)
         lines.append(f"{d} × {b}  ({kind})")
         if g["condition"].isna().all():
             lines.append(f"    {g['status'].iloc[0]}")

@@ -16,7 +16,7 @@ from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..study import profile_values
 from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from .paper_table import paper_table
-from ..results import aggregate_seeds
+from ..results import aggregate_seeds, coverage_name
 from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells, SECTIONS
 
@@ -148,7 +148,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
         shown = [c for c in _order(at["condition"], prof["conditions"]) if c in set(prof["conditions"]) | {"random"}]
         add(ds, bb, "conditions", ", ".join(shown))
-        add(ds, bb, "coverage", _first(at.get("coverage_kind", pd.Series(dtype=str))) or "part mIoU")
+        add(ds, bb, "coverage", coverage_name(at))
         for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
                           ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
             vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []

@@ -47,7 +47,7 @@ from .advice import (GOALS, recommend_deployment)  # noqa: F401
 from .aggregate import (aggregate_seeds)  # noqa: F401
 from .files import (decode_lists, encode_lists, load_table, save_table)  # noqa: F401
 from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
-                    SCHEMA_COLUMNS, current_versions, make_table, side_by_side, summarise_metrics,
+                    SCHEMA_COLUMNS, coverage_name, current_versions, make_table, side_by_side, summarise_metrics,
                     validate_table)  # noqa: F401
 from .present import (FullText, band_checks, compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,  # noqa: F401
                       wrap_text)
@@ -93,4 +93,5 @@ __all__ = [
     "images_note",
     "leader_line",
     "band_checks",
+    "coverage_name",
 ]

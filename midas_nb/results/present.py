@@ -10,6 +10,8 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from .table import coverage_name
+
 __all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note",
            "leader_line", "band_checks"]
 
@@ -85,7 +87,7 @@ def sample_note(table: pd.DataFrame) -> str:
         raise ValueError("sample_note: the table has no rows")
     parts = []
     n = _one(table, "n_images", lambda x: f"{int(x)}")
-    kind = _one(table, "coverage_kind") or "part mIoU"
+    kind = coverage_name(table)
     if n is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""

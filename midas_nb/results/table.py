@@ -216,6 +216,15 @@ def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def coverage_name(table: pd.DataFrame) -> str:
+    """What the ``miou`` column of ``table`` holds, as the tables and verdicts name it: its
+    ``coverage_kind`` (``"part mIoU"`` on CUB, ``"box coverage"`` on FGVC-Aircraft and Stanford
+    Cars, :data:`midas_nb.metrics.COVERAGE_KINDS`); the kinds joined with ``", "`` where the
+    table mixes datasets; the schema's default ``"part mIoU"`` where it records none."""
+    kinds = sorted(set(table["coverage_kind"].dropna())) if "coverage_kind" in table.columns else []
+    return ", ".join(str(k) for k in kinds) if kinds else "part mIoU"
+
+
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
     """Check a frame against the schema; returns a copy with schema dtypes and column order.
 

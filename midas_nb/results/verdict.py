@@ -34,6 +34,7 @@ import pandas as pd
 
 from ..metrics import bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
+from .table import coverage_name
 
 __all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
@@ -435,9 +436,8 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     focus_reading = (cond.set_index("condition").loc[focus, "reading"] if focus in set(cond["condition"])
                      else "undefined")
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
-    kinds = table["coverage_kind"].dropna().unique() if "coverage_kind" in table.columns else []
-    coverage = str(kinds[0]) if len(kinds) == 1 else "mIoU"           # part mIoU, or box coverage
-    return ClaimVerdict(cond, winners, co, bool(shown), _text(cond, focus, winners, co, bool(shown), coverage))
+    return ClaimVerdict(cond, winners, co, bool(shown),
+                        _text(cond, focus, winners, co, bool(shown), coverage_name(table)))
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..results import aggregate_seeds
+from ..results import aggregate_seeds, coverage_name
 from .colors import condition_colors as _condition_colors
 from .common import place_point_labels, to_numpy
 from .output import finish_figure, FONT
@@ -110,8 +110,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
         raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
     note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
     if coverage_label is None:
-        kind = str(table["coverage_kind"].iloc[0]) if "coverage_kind" in table.columns else "part mIoU"
-        coverage_label = "box coverage mIoU" if "box" in kind.lower() else "part mIoU"
+        coverage_label = coverage_name(table)
     agg = _condition_summary(table, n_boot)
     colors = _condition_colors(agg["condition"].tolist())
     fig, ax = plt.subplots(figsize=(8.2, 4.6))
