@@ -30,7 +30,8 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "aircraft_level", "backbone", "weights",
               "backbone_kwargs", "depth", "budget", "seeds", "device", "output_dir"]
 # a notebook's own parameters, just before output_dir
-EXTRA_PARAMETERS = {"05_scale_sensitivity": ["other_backbones", "compare_with"]}
+EXTRA_PARAMETERS = {"04_regime_sweeps": ["depths", "budgets"], "05_scale_sensitivity": ["other_backbones", "compare_with"],
+                    "07_deployment_guide": ["depths", "budgets"]}  # 07 reads 04's sweep: the same grid
 EXPECTED = ["00_quickstart", "01_supervision_targets", "02_three_condition_protocol", "03_cosine_probes",
             "04_regime_sweeps", "05_scale_sensitivity", "06_related_methods", "07_deployment_guide"]
 
