@@ -666,3 +666,19 @@ def test_other_commands_name_the_closest_profile(argv, capsys):
     assert e.value.code == 2
     assert err == (f"midas-nb {argv[0]}: error: argument --profile: unknown profile 'smook' (did you mean "
                    "'smoke'?); expected one of ['paper', 'quick', 'rehearsal', 'smoke']")
+
+
+def test_the_regime_sweeps_values_are_run_parameters_of_04_and_07(tmp_path, capsys, recorder):
+    """``-p depths`` / ``-p budgets`` reach the notebooks that run and read the regime sweep (04,
+    07), as lists; a wrong entry is named before any kernel; another notebook refuses them."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "04,07", "-p", "depths", "1,3", "-p", "budgets", "0.5",
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 0 and [(nb, p["depths"], p["budgets"]) for nb, p in recorder] == [
+        ("04_regime_sweeps.ipynb", [1, 3], [0.5]), ("07_deployment_guide.ipynb", [1, 3], [0.5])]
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "04", "-p", "depths", "0,2", "--output",
+                      str(tmp_path / "p")], capsys)
+    assert rc == 2 and _problems(lines) == [
+        "midas-nb run: depths: expected a list of integers L >= 1; wrong: 0 (int) (in [0, 2])"]
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "budgets", "0.5", "--output",
+                      str(tmp_path / "q")], capsys)
+    assert rc == 2 and "unknown notebook parameter(s) ['budgets'] (did you mean 'budget'?)" in _problems(lines)[0]
