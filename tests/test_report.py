@@ -456,6 +456,20 @@ def test_readme_results_section_matches_the_committed_tables():
     assert (REPO / "results" / "REPORT.md").read_text(encoding="utf-8") == report.render_report(tables)
 
 
+def test_a_D_interval_as_wide_as_the_range_names_each_seeds_D():
+    """Two seeds that disagree give a t interval cut at ±100 pp; the row then gives each seed's D
+    (the committed three-dataset run: FGVC-Aircraft's unsupervised row)."""
+    tables = report.read_tables(REPO / "results")
+    tc = tables["three_conditions"]
+    wide = tc[(tc["D_pp_lo"] <= -100 + 1e-9) | (tc["D_pp_hi"] >= 100 - 1e-9)]
+    assert len(wide) >= 1
+    md = report.render_report(tables)
+    for _, r in wide.iterrows():
+        assert f"| {r['D_pp']:+.2f} [{r['D_pp_lo']:+.2f}, {r['D_pp_hi']:+.2f}] ({r['D_pp_by_seed']}) |" in md
+    narrow = tc[(tc["condition"] == "T5") & (tc["D_pp_hi"] < 100)].iloc[0]
+    assert f"| {narrow['D_pp']:+.2f} [{narrow['D_pp_lo']:+.2f}, {narrow['D_pp_hi']:+.2f}] |" in md
+
+
 def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     """Issue 18: the report's side-by-side table of the label-trained backbone and its distilled
     student — D per condition with paired intervals, the verdict of each finding per backbone,

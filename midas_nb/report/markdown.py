@@ -109,11 +109,18 @@ def _random_map_note(t: pd.DataFrame) -> str:
             + (f"Control check (the band of this line): {checks[0]}.\n" if checks else ""))
 
 
+def _cut(lo: Any, hi: Any, bound: float = 100.0) -> bool:
+    """A D interval (pp) cut at the range of a difference of fractions (``decoupling_D``)."""
+    return any(is_number(v) and abs(float(v)) >= bound - 1e-9 for v in (lo, hi))
+
+
 def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
     body = []
     for _, r in tc.iterrows():
         ref = r["condition"] == "reference"
         D = "0 (reference)" if ref else ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"])
+        if not ref and _cut(r["D_pp_lo"], r["D_pp_hi"]) and r.get("D_pp_by_seed"):
+            D += f" ({r['D_pp_by_seed']})"  # an interval as wide as the range: the seeds say more
         dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
         band = "—" if ref and not r.get("missing") else _band_text(r)
         paper = _f(r["paper_D_pp"], "+.2f") or (str(r["paper_status"]) if r["paper_status"] else "")
@@ -154,7 +161,7 @@ def _intervals_note(g: Mapping[str, Any]) -> str:
             "over seeds × images for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
             "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
             "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
-            "give D ±100 pp (`decoupling_D`). The parity-band column is the interval's verdict: \"in\" only when the "
+            "give D ±100 pp (`decoupling_D`; the table then gives each seed's D). The parity-band column is the interval's verdict: \"in\" only when the "
             "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
             "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
             "(paired interval of the difference reaching 0: the band then says nothing about faithfulness parity, "
