@@ -493,3 +493,10 @@ def test_each_profile_keeps_its_own_figures(tmp_path, monkeypatch):
     assert [pd.read_csv(paths[p])["profile"][0] for p in ("smoke", "quick")] == ["smoke", "quick"]
     monkeypatch.setenv("MIDAS_FIGURES_DIR", str(tmp_path / "chosen"))
     assert viz.set_output("02_test", None, profile="quick") == tmp_path / "chosen"
+
+
+def test_an_empty_output_directory_is_refused_not_the_working_directory():
+    """``output_dir=""`` would write figures into the notebooks' own folder (papermill's cwd)."""
+    for bad in ("", "  "):
+        with pytest.raises(ValueError, match=r"output_dir: expected a directory path or None"):
+            viz.set_output("02_test", bad, profile="smoke")

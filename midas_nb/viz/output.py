@@ -36,7 +36,13 @@ def set_output(notebook: str | None, directory: str | Path | None = None, *, pro
         directory: output directory; ``None`` → :func:`midas_nb.config.figures_dir` of ``profile``
             (``figures/<profile>/``, or ``MIDAS_FIGURES_DIR``).
         profile: the run's profile name (keeps each profile's figures apart).
+
+    Raises:
+        ValueError: ``directory`` is an empty or blank string (it would be the working
+            directory, e.g. ``notebooks/`` beside the committed notebooks).
     """
+    if isinstance(directory, str) and not directory.strip():
+        raise ValueError(f"output_dir: expected a directory path or None (figures/<profile>/), got {directory!r}")
     _STATE["notebook"] = notebook
     _STATE["directory"] = (Path(directory).expanduser() if directory is not None
                            else config.figures_dir(profile) if profile else None)
