@@ -181,3 +181,5 @@ def test_coverage_name_is_one_word_for_the_tables_verdicts_and_figures():
     assert coverage_name(cub) == "part mIoU" and coverage_name(cars) == "box coverage"
     assert coverage_name(pd.concat([cars, cub])) == "box coverage, part mIoU"   # a table over datasets
     assert coverage_name(pd.DataFrame({"miou": [0.3]})) == "part mIoU"          # the schema's default
+    assert coverage_name(pd.DataFrame({"coverage_kind": ["", "box coverage"]})) == "box coverage"  # "" read from CSV
+    assert coverage_name(pd.DataFrame({"coverage_kind": [""]})) == "part mIoU"

@@ -682,3 +682,19 @@ def test_the_regime_sweeps_values_are_run_parameters_of_04_and_07(tmp_path, caps
     rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "budgets", "0.5", "--output",
                       str(tmp_path / "q")], capsys)
     assert rc == 2 and "unknown notebook parameter(s) ['budgets'] (did you mean 'budget'?)" in _problems(lines)[0]
+
+
+def test_compare_with_is_checked_before_any_kernel(tmp_path, capsys, recorder):
+    """Notebook 05's side-by-side backbones: a list (``a,b`` splits), distinct names, each a
+    backbone that can be built; an empty value is named, not read as the default."""
+    rc, _ = _run(["--profile", "smoke", "--notebooks", "05", "-p", "compare_with", "vit_smoke,vit_smoke_deit",
+                  "--output", str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["compare_with"] == ["vit_smoke", "vit_smoke_deit"]
+    for value, expected in (("", "compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, "
+                                 "hybrid_lite0_vit]), got [''] (list)"),
+                            ("vit_smoke,vit_smoke", "got ['vit_smoke', 'vit_smoke'] (list)"),
+                            ("vit_nope", "unknown backbone 'vit_nope'")):
+        rc, lines = _run(["--profile", "smoke", "--notebooks", "05", "-p", "compare_with", value, "--output",
+                          str(tmp_path / "p")], capsys)
+        (line,) = _problems(lines)
+        assert rc == 2 and expected in line, (value, line)

@@ -87,14 +87,22 @@ def test_the_band_against_the_control_rests_on_the_controls_own_check():
         for cond, idauc in (("reference", 0.20), ("random", 0.20), ("random_map", 0.30), ("T5", 0.30)):
             r = _row(cond, seed, {"reference": 0.30, "random": 0.25, "random_map": 0.35, "T5": 0.45}[cond], idauc)
             r.update(idauc_per_image=[idauc + 0.01 * k for k in range(6)],
-                     miou_per_image=[r["miou"]] * 6, image_ids=list(range(6)))
+                     miou_per_image=[r["miou"]] * 6, image_ids=list(range(6)), idauc_image_ids=list(range(6)))
             rows.append(r)
     out = decoupling_with_controls(pd.DataFrame(rows), n_boot=50).set_index("condition")
     assert out.loc["T5", "status"] == "uninformative"
     assert out.loc["T5", "status_vs_random_map"] == "in band"
     assert out.loc["T5", "band_reason_vs_random_map"].startswith("random_map IDAUC 0.300")
-    assert "above random 0.200" in out.loc["T5", "band_reason_vs_random_map"]
+    assert "above random 0.200 (Δ +0.100 [+0.100, +0.100], 6 paired images)" in out.loc["T5", "band_reason_vs_random_map"]
     text = results.band_checks(out.reset_index())
     assert text.splitlines() == [f"band against reference: {out.loc['T5', 'band_reason']}",
                                  f"band against random_map: {out.loc['T5', 'band_reason_vs_random_map']}"]
     assert "reference IDAUC 0.200" in text and "not above random 0.200" in text
+
+    # two cells: each check after its cell's name; an undefined row's reason is no check
+    two = pd.concat([out.reset_index(), out.reset_index().assign(depth=3)], ignore_index=True)
+    two.loc[(two["depth"] == 3) & (two["condition"] == "T5"), ["status", "band_reason"]] = ["undefined", "IDAUC is NaN"]
+    lines = results.band_checks(two).splitlines()
+    assert lines[0].startswith("band against reference: dataset=d, backbone=b, depth=2, budget=0.25: reference IDAUC")
+    assert "IDAUC is NaN" not in lines[0] and "depth=3, budget=0.25: reference IDAUC" in lines[0]  # its random row
+    assert " | dataset=d, backbone=b, depth=3, budget=0.25: random_map IDAUC 0.300" in lines[1]

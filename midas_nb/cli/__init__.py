@@ -575,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--config", default=None, metavar="RUN.yaml",
                    help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
                         "command-line options override it")
-    r.add_argument("--profile", default=None, metavar="{" + ",".join(sorted(config.PROFILES)) + "}",
+    r.add_argument("--profile", default=None, metavar=PROFILE_METAVAR,
                    help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
                         "(the paper run's shape on a CPU, tiny sizes) (default: quick)")
     r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",

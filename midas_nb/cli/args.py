@@ -26,8 +26,8 @@ __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_
            "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
-LIST_PARAMS: frozenset[str] = frozenset(k for p in config.PROFILES.values() for k, v in p.items()
-                                        if isinstance(v, list))
+LIST_PARAMS: frozenset[str] = frozenset([k for p in config.PROFILES.values() for k, v in p.items()
+                                         if isinstance(v, list)] + ["compare_with"])  # + notebook 05's list
 
 _INT = re.compile(r"[-+]?[0-9]+")
 _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")

@@ -325,6 +325,8 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
             d, b = grid_spans(settings, kind)
             datasets += d
             backbones += b
+        if kind == "scale" and isinstance(settings.get("compare_with"), list):  # 05's side-by-side
+            backbones += [b for b in settings["compare_with"] if isinstance(b, str) and b.strip()]
     return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
 
 
@@ -391,6 +393,11 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     if "output_dir" in spec.params and not (spec.params["output_dir"] is None or (
             isinstance(spec.params["output_dir"], str) and spec.params["output_dir"].strip())):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
+    cw = spec.params.get("compare_with")  # notebook 05's side-by-side backbones (a notebook parameter only)
+    if cw is not None and not (isinstance(cw, list) and cw and all(isinstance(b, str) and b.strip() for b in cw)
+                               and len(set(cw)) == len(cw)):
+        problems.append(f"compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, "
+                        f"hybrid_lite0_vit]), got {show_value(cw)}")
     if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
                                               and not isinstance(spec.cell_timeout, bool) and spec.cell_timeout > 0):
         problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")

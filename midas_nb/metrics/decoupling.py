@@ -344,18 +344,18 @@ class _Pairing:
         res = dict(reference_check="untested", text="", ref_minus_random=nan, ref_minus_random_lo=nan,
                    ref_minus_random_hi=nan)
         if self.reference == random:
-            res["text"] = f"the reference is the random ranking ({random!r}) itself"
+            res["text"] = f"the reference {self.reference!r} is the random ranking itself"
             return res
         ridx = [k for k, c in enumerate(self.cells) if c == cell and self.recs[k][self.cond_col] == random]
         if not ridx:
-            res["text"] = f"reference faithfulness untested: no {random!r} row in this cell"
+            res["text"] = f"{self.reference} faithfulness untested: no {random!r} row in this cell"
             return res
         if cell not in self.ref_rows:
             return res
         g = self.group(ridx, band)
         d, lo, hi = g["delta_idauc"], g["delta_idauc_lo"], g["delta_idauc_hi"]
         if not np.isfinite(d):
-            res["text"] = (f"reference faithfulness untested: its IDAUC vs the random ranking is undefined "
+            res["text"] = (f"{self.reference} faithfulness untested: its IDAUC vs the random ranking is undefined "
                            f"({g['_why'] or 'IDAUC is NaN'})")
             return res
         diff, dlo, dhi = -d, -hi, -lo

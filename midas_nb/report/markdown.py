@@ -85,11 +85,16 @@ def _band(status: str) -> str:
     return {"in band": "in", "outside band": "outside", "reference": "—"}.get(status, status)
 
 
+#: band statuses whose ``band_reason`` says why D is missing, not how the baseline was checked
+_NOT_A_CHECK = ("undefined", "no reference")
+
+
 def _reference_note(t: pd.DataFrame) -> str:
     """The reference's faithfulness test behind the band column of a block (``band_reason``)."""
     if "band_reason" not in t.columns:
         return ""
-    rs = [str(r) for r, c in zip(t["band_reason"], t["condition"]) if c != "reference" and str(r)]
+    rs = [str(r) for r, c, s in zip(t["band_reason"], t["condition"], t["status"])
+          if c != "reference" and str(r) and s not in _NOT_A_CHECK]
     return f"Reference check: {rs[0]}.\n" if rs else ""
 
 
@@ -102,8 +107,9 @@ def _random_map_note(t: pd.DataFrame) -> str:
                  t["status_vs_random_map"]) if c not in ("random_map",) and is_number(d)]
     if not parts:
         return ""
-    checks = [str(r) for r, c in zip(t.get("band_reason_vs_random_map", pd.Series(dtype=object)), t["condition"])
-              if c not in ("random_map", "reference") and isinstance(r, str) and r]
+    checks = [str(r) for r, c, s in zip(t.get("band_reason_vs_random_map", pd.Series(dtype=object)), t["condition"],
+                                         t["status_vs_random_map"])
+              if c not in ("random_map", "reference") and isinstance(r, str) and r and s not in _NOT_A_CHECK]
     # the band against the control rests on the control's own faithfulness check, not the reference's
     return ("D vs random_map (pp): " + "; ".join(parts) + ".\n"
             + (f"Control check (the band of this line): {checks[0]}.\n" if checks else ""))
@@ -161,7 +167,7 @@ def _intervals_note(g: Mapping[str, Any]) -> str:
             "over seeds × images for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
             "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
             "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
-            "give D ±100 pp (`decoupling_D`; the table then gives each seed's D). The parity-band column is the interval's verdict: \"in\" only when the "
+            "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). The parity-band column is the interval's verdict: \"in\" only when the "
             "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
             "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
             "(paired interval of the difference reaching 0: the band then says nothing about faithfulness parity, "

@@ -309,7 +309,7 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
     return head + f"; not separated from {'; '.join(ties)} ({overlap} {top[name]}'s)"
 
 
-def band_checks(D: pd.DataFrame) -> str:
+def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     """The faithfulness check behind each parity band of a ``D`` table, one line per baseline.
 
     A band verdict against a baseline speaks only where that baseline ranks tokens more
@@ -318,23 +318,34 @@ def band_checks(D: pd.DataFrame) -> str:
     is not, and the other way round. Reads ``band_reason`` (the reference) and every
     ``band_reason_vs_<control>`` (:func:`midas_nb.study.decoupling_with_controls`); a
     baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows
-    (their reason is not a check) are skipped; distinct checks (one per cell)
-    are joined with ``" | "``.
+    (their reason is not a check) are skipped. A table of several cells (dataset, backbone,
+    ``L``, ``b``) gives each cell's check after its name, joined with ``" | "``.
+
+    Args:
+        D: a :func:`midas_nb.metrics.decoupling_D` or ``decoupling_with_controls`` table.
+        reference: the condition ``D`` was computed against.
 
     Returns:
         ``"band against reference: reference IDAUC 0.001 [...] not above random ..."``, one
         line per baseline; ``""`` when the table has no check.
     """
-    cols = [("band_reason", "reference")] + [(c, c[len("band_reason_vs_"):]) for c in D.columns
-                                              if str(c).startswith("band_reason_vs_")]
+    cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
+    many = len(D[cell].drop_duplicates()) > 1 if cell else False
+    cols = [("band_reason", reference)] + [(c, c[len("band_reason_vs_"):]) for c in D.columns
+                                            if str(c).startswith("band_reason_vs_")]
     lines = []
     for col, name in cols:
         if col not in D.columns:
             continue
-        status = D.get("status" if name == "reference" else f"status_vs_{name}", pd.Series("", index=D.index))
-        texts = dict.fromkeys(str(r) for r, c, s in zip(D[col], D["condition"], status)
-                              if c not in (name, "reference") and s not in ("undefined", "no reference")
-                              and isinstance(r, str) and r)
+        scol = "status" if col == "band_reason" else f"status_vs_{name}"
+        status = D[scol] if scol in D.columns else pd.Series("", index=D.index)
+        texts: dict[str, None] = {}
+        for k in range(len(D)):
+            r, c, st = D[col].iat[k], D["condition"].iat[k], status.iat[k]
+            if c in (name, reference) or st in ("undefined", "no reference") or not (isinstance(r, str) and r):
+                continue
+            where = ", ".join(f"{n}={_plain(D[n].iat[k])}" for n in cell)
+            texts[f"{where}: {r}" if many else r] = None
         if texts:
             lines.append(f"band against {name}: {' | '.join(texts)}")
     return "\n".join(lines)

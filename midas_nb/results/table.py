@@ -221,7 +221,8 @@ def coverage_name(table: pd.DataFrame) -> str:
     ``coverage_kind`` (``"part mIoU"`` on CUB, ``"box coverage"`` on FGVC-Aircraft and Stanford
     Cars, :data:`midas_nb.metrics.COVERAGE_KINDS`); the kinds joined with ``", "`` where the
     table mixes datasets; the schema's default ``"part mIoU"`` where it records none."""
-    kinds = sorted(set(table["coverage_kind"].dropna())) if "coverage_kind" in table.columns else []
+    kinds = sorted({str(k) for k in table["coverage_kind"].dropna() if str(k).strip()}) \
+        if "coverage_kind" in table.columns else []                     # "" = not recorded (read back from CSV)
     return ", ".join(str(k) for k in kinds) if kinds else "part mIoU"
 
 

@@ -353,7 +353,7 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
 
 
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
-          shown: bool, coverage: str = "mIoU") -> str:
+          shown: bool, coverage: str = "part mIoU") -> str:
     lines = []
     if focus in set(cond["condition"]):
         r = cond.set_index("condition").loc[focus]

@@ -120,7 +120,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
         ax.axhspan(r_i - band, max(r_i - band, agg["idauc_hi"].max() if "idauc_hi" in agg else agg["idauc"].max()) + 1.0,
                    color="tab:green", alpha=0.10, lw=0, label=f"parity band: IDAUC ≥ ref − {band:g}")
         ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
-        ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label="reference mIoU")
+        ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label=f"reference {coverage_label}")
     for i, row in agg.iterrows():
         c = row["condition"]
         x, y = row["miou"] * 100, row["idauc"]
