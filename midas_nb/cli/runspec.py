@@ -24,16 +24,18 @@ notebooks that span several datasets and backbones (regime sweep, scale readout)
 root and file.
 
 :func:`preflight` checks the whole description before any kernel starts and returns one line
-per problem, every group in one pass: the profile's values (types and ranges,
-:func:`midas_nb.config.check_profile`), the device, the output directory (writable or
-creatable), the backbone names, their ``backbone_kwargs`` (built on the meta device), the depths
-against their blocks and their patch size against the profile's, every data root against its
-dataset's layout (annotation files parsed, images checked to exist, none decoded), every
-distilled backbone's schedule against its recipe (more epochs than its coarse epochs), a root for
-every dataset the selected notebooks use (no silent synthetic stand-in) and none that no
-notebook reads, every weights file loaded into its architecture (missing / unexpected /
-wrong-shape keys named), and the reachability of the Hugging Face hub for timm backbones
-without a file (a few seconds at most, with the local-file alternative named).
+per problem, every group in one pass. It builds what the notebooks will build: the study's
+:class:`midas_nb.study.RunSettings` and that of every (dataset, backbone) the selected
+notebooks' sweeps read (:func:`midas_nb.study.study_overrides`), so each value is checked by the
+one check that types it (types and ranges, the device, the backbone names, their
+``backbone_kwargs`` built on the meta device, the depths against their blocks, patch and input
+sizes, a root for every dataset used with no silent synthetic stand-in, every distilled
+backbone's schedule against its recipe). What only a run has is checked beside it: the output
+directory (writable or creatable), the notebook parameters the selected notebooks accept, every
+data root against its dataset's layout (annotation files parsed, images checked to exist, none
+decoded) and none that no notebook reads, every weights file loaded into its architecture
+(missing / unexpected / wrong-shape keys named), and the reachability of the Hugging Face hub
+for timm backbones without a file (a few seconds at most, with the local-file alternative named).
 
 A run file's fields are checked against their types (:func:`load_run_file`) and its relative
 paths are taken from the run file's directory.
@@ -47,12 +49,13 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import config
-from ..backbones import (backbone_kwargs, BackboneError, check_backbone, check_hub, check_weights_path,
-                        create_backbone, weights_for)
+from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
+                        weights_for)
 from .args import list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, setting_of, show_value
 from ..point import did_you_mean
-from ..study import check_layout, grid_spans, check_schedule
+from ..study import check_layout, grid_spans, RunSettings, study_overrides
+from ..study.settings import setting_names
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "check_output", "preflight", "yaml_load", "fold_structured_params",
@@ -365,10 +368,10 @@ def check_output(output: str | os.PathLike) -> list[str]:
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
     """Every problem of running ``notebooks`` with ``spec``, one line each (module docstring).
 
-    All groups are checked in one pass — the settings' types and ranges, the device, the
-    output directory, the data roots, the backbones (names, arguments, depths, patch and input
-    sizes), the weights files and the hub — so the user sees every problem at once. A group
-    is skipped only where a setting it reads is itself reported (a root check needs a
+    All groups are checked in one pass, so the user sees every problem at once: the settings
+    (:meth:`midas_nb.study.RunSettings.build` of the study and of each (dataset, backbone) the
+    sweeps read; a line said by several is said once), then the layouts, weights files and hub.
+    A group is skipped only where a setting it reads is itself reported (a root check needs a
     well-typed ``data_roots``; a weights check needs a backbone that can be built).
 
     Args:
@@ -413,52 +416,60 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         settings = spec.settings()
     except (TypeError, ValueError) as e:
         return problems + [str(e)]
-    # a refused parameter is reported once, as unknown; its value is not checked as well
-    form = [line for line in config.check_profile(settings, device=False) if setting_of(line) not in unknown]
-    problems += form
-    problems += config.check_device(settings.get("device"))
-    bad = {setting_of(line) for line in form}
+    # "checked before any kernel" is building what the notebooks build: the study's settings
+    # (a refused parameter is reported once, as unknown; the profile's value stands for it)
+    known = setting_names()
+    given = {k: v for k, v in settings.items() if k in known and k not in unknown}   # no compare_with, output_dir
+    lines = _build_lines(spec.profile, {k: v for k, v in given.items() if k in spec.notebook_parameters()
+                                        and k != "profile"})
+    problems += lines
+    bad = {setting_of(line) for line in lines}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
     try:
         datasets, backbones = notebook_needs(settings, notebooks)
     except (KeyError, ValueError) as e:
         return problems + [str(e)]
-    if not bad & {"data_root", "data_roots", "max_images_per_class"}:
-        problems += _data_problems(settings, datasets)
-    if not (bad | set(unknown)) & {"finetune", "synthetic_finetune", "data_root", "data_roots"}:
-        problems += _check_schedules(settings, datasets, backbones)
-    if "backbone_kwargs" not in bad:
-        problems += _backbone_problems(settings, backbones, bad)
-    return problems
-
-
-def _check_schedules(settings: dict[str, Any], datasets: Sequence[str], backbones: Sequence[str]) -> list[str]:
-    """Every backbone's schedule on each dataset it may be trained on (:func:`midas_nb.study.check_schedule`);
-    the build would refuse it only after the data and stem features are loaded."""
-    problems: list[str] = []
-    for bb in backbones:
-        for ds in datasets:
+    # ... and the study of every (dataset, backbone) the selected notebooks' sweeps build
+    unbuildable = {bb for bb in backbones[:1] if any(line.startswith("backbone:") for line in lines)}
+    for ds in datasets:
+        for bb in backbones:
+            if (ds, bb) == (settings["dataset"], settings["backbone"]) or bad & {"data_root", "data_roots"}:
+                continue
             try:
-                label = config.dataset_label(settings, ds)
-            except ValueError:
-                continue  # reported by the data checks
-            problems += [line for line in check_schedule(settings, label, bb) if line not in problems]
+                found = _build_lines(spec.profile, study_overrides(given, ds, bb))
+            except ValueError as e:   # no root for a dataset the run reads
+                found = [str(e)]
+            unbuildable |= {bb} if any(line.startswith("backbone:") for line in found) else set()
+            problems += [line for line in found if line not in problems]
+    if not bad & {"data_root", "data_roots", "max_images_per_class"}:
+        problems += _layout_problems(settings, datasets)
+    if not bad & {"backbone_kwargs", "weights", "pretrained"}:
+        problems += _weights_problems(settings, [bb for bb in backbones if bb not in unbuildable], backbones)
     return problems
 
 
-def _data_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[str]:
-    """A root for every dataset used; every named root in its dataset's layout; no named root
-    that no notebook of the run would read (it would be silently unused)."""
+def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
+    """The lines :meth:`midas_nb.study.RunSettings.build` refuses ``overrides`` with (``[]``: it builds)."""
+    try:
+        RunSettings.build(profile, **overrides)
+    except config.ProfileError as e:
+        return list(e.problems)
+    return []
+
+
+def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[str]:
+    """Every root in its dataset's layout (a root that is not a directory is said by the
+    settings' build); no named root that no notebook of the run would read (it would be
+    silently unused)."""
     problems: list[str] = []
     roots: dict[str, Path] = {}
     for ds in datasets:
         try:
             root = config.data_root_for(settings, ds)
-        except ValueError as e:
-            problems.append(str(e))
-            continue
-        if root is not None:
+        except ValueError:
+            continue   # said by the settings' build
+        if root is not None and root.is_dir():
             roots[ds] = root
     # a root for a dataset that no notebook of this profile reads (any selection): an error, not
     # a silently unused directory (smoke runs the synthetic set; --dataset names the study's)
@@ -468,34 +479,20 @@ def _data_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[st
             problems.append(f"--data-root {ds}={root}: no notebook of this run reads dataset {ds!r} (the "
                             f"{settings['profile']} profile with dataset {settings['dataset']!r} uses {every}); "
                             f"pass --dataset {ds} to run on it")
-        roots.setdefault(ds, Path(root).expanduser())
+            roots.setdefault(ds, Path(root).expanduser())
     for ds, root in roots.items():
         problems += check_layout(ds, root, max_images_per_class=config.images_per_class(settings, ds))
     return problems
 
 
-def _backbone_problems(settings: dict[str, Any], backbones: Sequence[str], bad: set[str]) -> list[str]:
-    """Backbone names, arguments, depths, patch and input sizes; weights files that load; the
-    hub reachable where a backbone needs it (probes run in parallel, a few seconds at most)."""
-    problems: list[str] = []
-    depths = [] if bad & {"depth", "depths"} else [settings["depth"], *(settings.get("depths") or [])]
-    sizes_ok = not bad & {"image_size", "patch_size"}
-    unbuildable = set()
-    for bb in backbones:
-        found = check_backbone(bb, backbone_kwargs(settings, bb), depths,
-                               image_size=settings["image_size"] if sizes_ok else None,
-                               patch_size=settings["patch_size"] if sizes_ok else None)
-        if any(b.startswith("backbone:") for b in found):
-            unbuildable.add(bb)
-        problems += found
-    if bad & {"weights", "pretrained"}:
-        return problems
-    unused = sorted(set(settings.get("weights") or {}) - set(backbones))
-    for name in unused:
-        problems.append(f"--weights {name}: the selected notebooks do not use this backbone; they use {backbones}")
+def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbones: Sequence[str]) -> list[str]:
+    """Weights files that load into their architecture; none for a backbone the run does not use;
+    the hub reachable where a backbone needs it (probes run in parallel, a few seconds at most)."""
+    problems = [f"--weights {name}: the selected notebooks do not use this backbone; they use {list(backbones)}"
+                for name in sorted(set(settings.get("weights") or {}) - set(backbones))]
     jobs = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for bb in (b for b in backbones if b not in unbuildable):
+        for bb in buildable:
             w = weights_for(settings, bb)
             if w == "hub":
                 jobs[pool.submit(check_hub, bb)] = bb

@@ -143,19 +143,21 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     Raises:
         ValueError: an empty or duplicated backbone list.
     """
-    params = dict(study.params)
-    backbones = list(backbones) if backbones is not None else comparison_backbones(params)
+    s = study.settings   # the typed parts; the sweep layer takes them whole (make_grid, ProtocolCellRunner)
+    if backbones is None:
+        backbones = list(s.sweep.compare_backbones) if s.sweep.other_backbones else [s.backbone.name]
+    backbones = list(backbones)
     if not backbones or len(set(backbones)) != len(backbones):
         raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
-    L0, b0 = int(params["depth"]), float(params["budget"])
-    n_boot = int(params["bootstrap"])   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
+    L0, b0 = s.point.depth, float(s.point.budget)
+    n_boot = s.statistics.bootstrap   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
     # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
     # must not mix them in one side-by-side table
-    dataset = params["dataset"]
-    cells = make_grid(params, "regime", datasets=[dataset], backbones=backbones)
-    store = ResultStore(name=params["profile"])
+    dataset = s.data.dataset
+    cells = make_grid(s, "regime", datasets=[dataset], backbones=backbones)
+    store = ResultStore(name=s.profile)
     if run:
-        status = run_sweep(cells, ProtocolCellRunner(params, progress=study.progress), store, executor=executor,
+        status = run_sweep(cells, ProtocolCellRunner(s, progress=study.progress), store, executor=executor,
                            max_workers=max_workers, progress=study.progress)
     else:
         table = store.status(cells)
@@ -165,7 +167,7 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
 
     probe_frames, acc = [], []
     for b in backbones:
-        st = cached_study(params, dataset, b, progress=study.progress)
+        st = cached_study(s, dataset, b, progress=study.progress)
         m = st.meta
         d = m.get("distillation") or {}
         acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
@@ -175,7 +177,7 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
             hv = hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
                                                      bootstrap=n_boot, seed=BOOTSTRAP_SEED)
             save_probes(st, hv)
-    pr = load_probes(params["profile"])
+    pr = load_probes(s.profile)
     if pr is not None:
         pr = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0)]
         ckpts = {a["checkpoint_id"] for a in acc}

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from .base import check_layout, StudyBase
-from .cache import cached_study
+from .cache import cached_study, study_overrides
 from .control import decoupling_with_controls
 from .core import Study
 from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
@@ -26,6 +26,6 @@ from .settings import (BackboneSettings, check_data, check_schedule, DataSetting
                        ProtocolSettings, resolve_data, RunSettings, StatisticsSettings, SweepSettings)
 
 __all__ = ["Study", "StudyBase", "RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings",
-           "StatisticsSettings", "SweepSettings", "check_data", "check_layout", "resolve_data", "check_schedule", "cached_study",
+           "StatisticsSettings", "SweepSettings", "check_data", "check_layout", "resolve_data", "check_schedule", "cached_study", "study_overrides",
            "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "resolve_checkpoint_ids", "protocol_settings",
            "profile_values", "ProtocolCellRunner", "scale_readout", "decoupling_with_controls", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "GridKind"]

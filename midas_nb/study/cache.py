@@ -17,8 +17,9 @@ from .. import identity
 from ..config import cache_dir, data_root_for, dataset_of_label
 from ..identity import annotation_stamp, atomic_write_text, canonical_json, hash_json
 from .base import StudyBase
+from .settings import profile_values, RunSettings
 
-__all__ = ["cached_study", "digest_memo_path", "load_digest_memo", "save_digest_memo"]
+__all__ = ["cached_study", "study_overrides", "digest_memo_path", "load_digest_memo", "save_digest_memo"]
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
@@ -33,19 +34,31 @@ def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
     return None if root is None else str(root.resolve())
 
 
+def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> dict[str, Any]:
+    """The overrides of the study of one sweep cell, as :meth:`RunSettings.build` takes them: the
+    profile's values with the cell's ``dataset`` (a name or a cell's label) and ``backbone``,
+    and that dataset's own root (:func:`midas_nb.config.data_root_for`): a root given for the
+    profile's own dataset must not follow the study to another dataset.
+
+    Raises:
+        ValueError: a dataset that has no root and no synthetic default (never substituted).
+    """
+    dataset = dataset_of_label(dataset)
+    overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
+    overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset), data_roots={})
+    return overrides
+
+
 _PROCESS_CACHE: dict[str, Any] = {}
 
 
-def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
+def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
                  progress: bool = False):
     """The (per-process cached) :class:`StudyBase` for one dataset (its name or its label, e.g. a
-    cell's ``"aircraft (manufacturer)"``) and backbone."""
-    dataset = dataset_of_label(dataset)
-    overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
-    # the cell's dataset gets its own root (data_roots / data_root resolved for it): a root given
-    # for the profile's own dataset must not follow the study to another dataset
-    overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset),
-                     data_roots={})
+    cell's ``"aircraft (manufacturer)"``) and backbone of a study's settings or a profile mapping
+    (:func:`midas_nb.study.profile_values`)."""
+    profile = profile_values(profile) if isinstance(profile, RunSettings) else profile
+    overrides = study_overrides(profile, dataset, backbone)
     if device is not None:
         overrides["device"] = device
     name = str(profile.get("profile", "quick"))

@@ -60,7 +60,7 @@ def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
     name = params.get("dataset", "cub")
     root = config.data_root_for(dict(params), name)
     if root is not None and not root.is_dir():
-        raise FileNotFoundError(f"data root {str(root)!r} does not exist (dataset {name!r})")
+        raise FileNotFoundError(f"data root {str(root)!r} (dataset {name!r}) does not exist or is not a directory")
     return name, root
 
 
