@@ -98,4 +98,5 @@ def test_backbone_compare_intervals_use_the_profiles_bootstrap():
                     bad.append(ast.unparse(node))
     assert {"decoupling_D", "paper_findings", "hidden_vs_attention_gradient"} <= seen
     assert not bad, f"intervals without the profile's n_boot and the fixed seed: {bad}"
-    assert "n_boot = int(params['bootstrap'])" in ast.unparse(ast.parse(source))
+    assert 'n_boot = s.statistics.bootstrap' in ast.unparse(ast.parse(source))
+    assert 's = study.settings' in ast.unparse(ast.parse(source))
