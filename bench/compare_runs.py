@@ -41,7 +41,7 @@ import pandas as pd
 #: record fields and row/table columns that measure time, speed or the machine, not a result
 VOLATILE = {"started", "finished", "duration_s", "host", "pid", "throughput", "throughput_full", "speedup",
             "throughput_llf", "llf_speed_ratio", "train_seconds", "seconds", "wall_s", "elapsed_s", "generated",
-            "created"}
+            "created", "img/s", "speed-up"}
 
 
 def _norm(x: Any) -> Any:
@@ -134,6 +134,7 @@ _MASKS = [
     (re.compile(r"\d+(\.\d+)?\s*(s|ms|min|sec|seconds|it/s|s/it|img/s|images/s)\b"), "<T>"),
     (re.compile(r"0x[0-9a-f]{6,}"), "<ADDR>"),
     (re.compile(r"(throughput|speedup|train_seconds)[^\n]*"), r"\1 <T>"),
+    (re.compile(r"-{3,}"), "---"),    # a rule's width follows its column's widest value (a path)
 ]
 
 
@@ -144,8 +145,11 @@ def _mask_volatile_columns(text: str) -> str:
     spans: list[tuple[int, int]] = []
     for k, line in enumerate(lines):
         toks = list(re.finditer(r"\S+", line))
-        if any(t.group() in VOLATILE for t in toks):
-            spans = [(toks[i - 1].end() if i else 0, t.end()) for i, t in enumerate(toks) if t.group() in VOLATILE]
+        words = [t.group() for t in toks]
+        heads = {i: i - 1 for i, w in enumerate(words) if w in VOLATILE}      # column i starts after token i-1
+        heads.update({i: i - 2 for i in range(1, len(words)) if words[i - 1:i + 1] == ["train", "s"]})
+        if heads:
+            spans = [(toks[j].end() if j >= 0 else 0, toks[i].end()) for i, j in sorted(heads.items())]
             continue
         if not line.strip():
             spans = []

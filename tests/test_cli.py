@@ -6,6 +6,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from midas_nb import cli
+from midas_nb.cli.args import param_value
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 
@@ -140,7 +141,7 @@ def test_every_option_has_help_and_every_command_an_example():
     ("3", "depth", 3),
 ])
 def test_list_valued_parameters_take_commas_and_single_values(text, name, value):
-    assert cli._parse_value(text, name) == value
+    assert param_value(name, text) == value
 
 
 def test_run_file_and_command_line_give_lists_for_list_parameters(tmp_path):

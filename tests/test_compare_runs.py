@@ -70,3 +70,15 @@ def test_notebook_comparison_masks_durations_but_not_results(tmp_path):
     shutil.copy(a, b)
     (a.parent / "03.ipynb").write_text(a.read_text())
     assert compare_runs.compare_notebooks(a.parent, b.parent, ([], [])) == ["03.ipynb: only before"]
+
+
+def test_speed_columns_are_masked_and_the_accuracy_column_is_not():
+    def table(speed: str, train: str, acc: str = "0.417 [0.167, 0.710]") -> str:
+        df = pd.DataFrame({"accuracy": [acc], "img/s": ["413"], "full img/s": [speed], "speed-up": ["1.12×"],
+                           "train s": [train]}, index=pd.Index(["reference"], name="method"))
+        return compare_runs._mask_volatile_columns(str(df))
+
+    assert table("370", "0.00") == table("1288", "10.05")        # throughput, speed-up, training seconds
+    assert table("370", "0.00") != table("370", "0.00", acc="0.418 [0.167, 0.710]")
+    # a rule's width follows its column's widest value (a masked path); the rule is not a result
+    assert compare_runs._MASKS[-1][0].sub("---", "ab ------ c") == "ab --- c"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from midas_nb import cli, config
+from midas_nb.cli.args import param_value
 from midas_nb.cli import runspec
 from midas_nb.backbones import create_backbone
 from midas_nb.cli.runspec import parse_data_roots, parse_weights
@@ -237,9 +238,9 @@ def test_more_bad_arguments_are_one_line_before_any_kernel(args, expected, tmp_p
 
 def test_numbers_with_an_exponent_are_numbers(tmp_path, capsys, recorder):
     """PyYAML (YAML 1.1) reads ``1e-1`` as a string: ``-p budget 1e-1`` used to be "got '1e-1' (str)"."""
-    assert cli._parse_value("1e-9") == 1e-9 and cli._parse_value("010") == 10 and cli._parse_value("-3") == -3
-    assert cli._parse_value("[1e-1, 0.5]") == [0.1, 0.5] and cli._parse_value("{img_size: 64}") == {"img_size": 64}
-    assert cli._parse_value("abc") == "abc" and cli._parse_value("null") is None
+    assert param_value("", "1e-9") == 1e-9 and param_value("", "010") == 10 and param_value("", "-3") == -3
+    assert param_value("", "[1e-1, 0.5]") == [0.1, 0.5] and param_value("", "{img_size: 64}") == {"img_size": 64}
+    assert param_value("", "abc") == "abc" and param_value("", "null") is None
     rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "budget", "1e-1", "--output",
                       str(tmp_path / "o")], capsys)
     assert rc == 0 and recorder[0][1]["budget"] == 0.1

@@ -77,3 +77,22 @@ def test_profile_values_of_a_study_are_a_copy():
     v["scorer_train"]["epochs"] = 99
     assert s.values["seeds"] == [0] and s.values["scorer_train"]["epochs"] == 2 and s.protocol.seeds == (0,)
     assert profile_values("smoke") == profile_values(s) == config.get_profile("smoke")
+
+
+def test_report_settings_read_the_same_from_a_study_a_name_or_a_mapping():
+    from midas_nb.study import ReportSettings
+
+    run = RunSettings.build("quick", budget=0.5, depth=3)
+    p = config.get_profile("quick", budget=0.5, depth=3)
+    a, b, c = ReportSettings.of(run), ReportSettings.of(p), ReportSettings.of("quick")
+    assert a == b and ReportSettings.of(a) is a
+    assert (a.point.depth, a.point.budget, a.profile) == (3, 0.5, "quick") and (c.point.depth, c.point.budget) == (
+        config.get_profile("quick")["depth"], config.get_profile("quick")["budget"])
+    assert a.bootstrap == run.statistics.bootstrap and a.conditions == tuple(p["conditions"])
+    assert a.sweep == run.sweep and a.relaxation == p.get("relaxation", "st")
+    with pytest.raises(TypeError):
+        a.values["budget"] = 0.1                       # the cells' key mapping is read-only
+    with pytest.raises(ValueError):
+        ReportSettings.of(dict(p, budget=1.5))         # a budget outside (0, 1] (midas_nb.point.Point)
+    with pytest.raises(KeyError):
+        ReportSettings.of({k: v for k, v in p.items() if k != "conditions"})

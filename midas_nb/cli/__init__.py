@@ -26,7 +26,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
-from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version, param_value,
+from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version,
                    profile_name)
 
 if TYPE_CHECKING:
@@ -72,11 +72,6 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
     return sorted(out)
-
-
-def _parse_value(text: str, name: str = "") -> Any:
-    """A ``-p NAME VALUE`` value (number, YAML, text; lists take ``0,1``: :func:`midas_nb.cli.args.param_value`)."""
-    return param_value(name, text)
 
 
 def _failure_note(nb_path: Path, message: str) -> Any:

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
+from ..study import ReportSettings
 from .paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from .findings import ci_text, findings_paragraph, is_number, plural
 from .probes import load_probes
@@ -554,16 +555,16 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
         if out.resolve() != Path(from_tables).resolve():
             write_tables(tables, out)
     else:
-        prof = config.get_profile(profile, **dict(overrides or {}))
-        rows, left_out = load_store_rows(profile, store, relaxation=prof.get("relaxation"))
-        miss = missing_cells(rows, prof, left_out)
+        s = ReportSettings.of(config.get_profile(profile, **dict(overrides or {})))
+        rows, left_out = load_store_rows(profile, store, relaxation=s.relaxation)
+        miss = missing_cells(rows, s, left_out)
         if len(miss) and not allow_incomplete:
             labels = [f"{r['label']}: {r['state']}" for r in miss.to_dict("records")]
-            n_expected = len(expected_cells(prof, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))
+            n_expected = len(expected_cells(s, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))
             raise IncompleteReportError(_incomplete_message(f"the result store {left_out['store']}", labels, profile,
                                                             n_expected))
         probes = load_probes(profile, store if store is None else Path(store))
-        tables = build_tables(rows, prof, left_out=left_out, probes=probes, band=band)
+        tables = build_tables(rows, s, left_out=left_out, probes=probes, band=band)
         out = Path(output) if output is not None else config.runs_dir() / profile / "report"
         write_tables(tables, out)
         tables = read_tables(out)          # render from what was written, as the README test does

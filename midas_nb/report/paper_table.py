@@ -19,7 +19,7 @@ from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
 from ..results import coverage_name
 from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
-from ..study import grid_spans, make_grid, profile_values
+from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
@@ -120,17 +120,18 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     return have[COLUMNS].reset_index(drop=True)
 
 
-def paper_table_for(profile: str | Mapping[str, Any]) -> pd.DataFrame:
+def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.DataFrame:
     """:func:`paper_table` of a profile's result store: the scale readout's cells (every
     dataset × backbone at the profile's ``(depth, budget)``), each block expected; intervals with
     the profile's ``bootstrap`` resamples."""
-    prof = profile_values(profile)
+    s = ReportSettings.of(profile)
+    prof = dict(s.values)
     cells = make_grid(prof, "scale")
-    rows = ResultStore(name=str(prof.get("profile", "default"))).results(cells)
+    rows = ResultStore(name=s.profile).results(cells)
     datasets, backbones = grid_spans(prof, "scale")
     expected = [(dataset_label(prof, d), b) for d in datasets for b in backbones]
-    return paper_table(rows, depth=int(prof["depth"]), budget=float(prof["budget"]), expected=expected,
-                       backbone_order=backbones, n_boot=int(prof.get("bootstrap", 1000)))
+    return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), expected=expected,
+                       backbone_order=backbones, n_boot=s.bootstrap)
 
 
 def _num(v: Any, fmt: str) -> str:

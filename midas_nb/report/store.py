@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..study import grid_spans, make_grid, profile_values
+from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 
 
@@ -137,7 +137,8 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
 # ---------------------------------------------------------------------------------------------
 # completeness: the cells the profile's sections need, against the store
 # ---------------------------------------------------------------------------------------------
-def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[str] = ()) -> pd.DataFrame:
+def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
+                   datasets_present: Sequence[str] = ()) -> pd.DataFrame:
     """The cells each section of the report reads, from the profile alone (no data is read).
 
     - ``three_conditions`` — the profile's dataset and every other dataset of
@@ -157,7 +158,8 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
         One row per (section, cell): ``section``, ``dataset``, ``backbone``, ``depth``,
         ``budget``, ``condition``, ``seed``.
     """
-    prof = profile_values(profile)
+    s = ReportSettings.of(profile)
+    prof = dict(s.values)
     present = set(datasets_present) | {"synthetic"}
 
     def label(name: str) -> str:
@@ -168,10 +170,10 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
 
     # every dataset the store holds ran the profile's notebooks (a run over several data roots
     # runs them once per dataset): its protocol table and regime grid are expected too
-    own = list(dict.fromkeys([prof["dataset"]] + [d for d in datasets_present if d != "synthetic"]))
+    own = list(dict.fromkeys([s.dataset] + [d for d in datasets_present if d != "synthetic"]))
     regime = list(dict.fromkeys(grid_spans(prof, "regime")[0] + own[1:]))
-    specs = (("three_conditions", "scale", own, [prof["backbone"]], list(prof["conditions"])),
-             ("regime", "regime", regime, [prof["backbone"]], None),
+    specs = (("three_conditions", "scale", own, [s.backbone], list(s.conditions)),
+             ("regime", "regime", regime, [s.backbone], None),
              ("scale", "scale", *grid_spans(prof, "scale"), None))
     out = []
     for section, kind, names, backbones, conditions in specs:
@@ -185,7 +187,7 @@ def expected_cells(profile: str | Mapping[str, Any], datasets_present: Sequence[
     return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 
-def missing_cells(rows: pd.DataFrame, profile: str | Mapping[str, Any],
+def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any],
                   left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The :func:`expected_cells` without a row in ``rows``, each once, with the sections it
     belongs to and why it is missing (``left_out["cell_states"]`` of :func:`load_store_rows`;

@@ -11,9 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .. import config
-from ..backbones import comparison_backbones
 from ..config import DATASET_NAMES, PAPER_BACKBONES
-from ..study import profile_values
+from ..study import ReportSettings
 from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
 from .paper_table import paper_table
 from ..results import aggregate_seeds, coverage_name
@@ -105,7 +104,7 @@ def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
     return out
 
 
-def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[str, Any],
+def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
                 blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
                 exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
     out: list[tuple[str, str, str, str]] = []
@@ -114,8 +113,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
         out.append((ds, bb, k, str(v)))
 
     kind = {"smoke": "smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
-            "quick": "quick run (2 CPU cores)", "paper": "paper run (GPU)"}.get(prof["profile"], prof["profile"])
-    add("", "", "profile", prof["profile"])
+            "quick": "quick run (2 CPU cores)", "paper": "paper run (GPU)"}.get(s.profile, s.profile)
+    add("", "", "profile", s.profile)
     add("", "", "run kind", kind)
     add("", "", "result store", _shown_path(left_out["store"]) if left_out.get("store") else "not recorded")
     add("", "", "relaxation", left_out.get("relaxation", "st"))
@@ -124,7 +123,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
     add("", "", "rows of older checkpoints left out", sum(left_out.get("stale_checkpoint", {}).values()))
     add("", "", "rows superseded by a newer record", left_out.get("superseded", 0))
     add("", "", "invalid store files ignored", len(left_out.get("problems", [])))
-    add("", "", "bootstrap", f"{_n_boot(prof)} resamples per interval (the profile's `bootstrap`), "
+    add("", "", "bootstrap", f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), "
                              f"seed {BOOTSTRAP_SEED}")
     for sec, name in SECTIONS.items():
         n = int((exp["section"] == sec).sum())
@@ -138,15 +137,15 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
     add("", "", "versions", " | ".join(versions) if versions else "not recorded")
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
-        at = g[(g["depth"] == prof["depth"]) & np.isclose(g["budget"].astype(float), float(prof["budget"]))]
+        at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
         add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
         vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
         add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
-        for name, text in _fingerprints(g, config.images_per_class(dict(prof), ds)).items():
+        for name, text in _fingerprints(g, config.images_per_class(dict(s.values), ds)).items():
             add(ds, bb, name, text)
-        add(ds, bb, "depth L, budget b", f"{prof['depth']}, {float(prof['budget']):.0%}")
+        add(ds, bb, "depth L, budget b", f"{s.point.depth}, {float(s.point.budget):.0%}")
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
-        shown = [c for c in _order(at["condition"], prof["conditions"]) if c in set(prof["conditions"]) | {"random"}]
+        shown = [c for c in _order(at["condition"], s.conditions) if c in set(s.conditions) | {"random"}]
         add(ds, bb, "conditions", ", ".join(shown))
         add(ds, bb, "coverage", coverage_name(at))
         for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
@@ -155,18 +154,14 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], prof: Mapping[s
             add(ds, bb, name, ", ".join(map(str, vals)) if vals else "not recorded")
         if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
             add(ds, bb, "backbone test accuracy (all tokens)", f"{float(at['full_accuracy'].mean()):.3f}")
-        for name, text in _accuracy_context(str(_first(g["checkpoint_id"])), ds, prof).items():
+        for name, text in _accuracy_context(str(_first(g["checkpoint_id"])), ds).items():
             add(ds, bb, name, text)
         pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
         add(ds, bb, "(L, b) points", " ".join(f"({L}, {b:.0%})" for L, b in pts))
-        others = sorted(set(g["condition"]) - set(prof["conditions"]) - {"random"})
+        others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
         add(ds, bb, "other conditions in the store (not in this report)", ", ".join(others) if others else "none")
         add(ds, bb, "cosine probe rows", probes_used.get((ds, bb), 0))
     return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
-
-
-def _n_boot(prof: Mapping[str, Any]) -> int:
-    return int(prof.get("bootstrap", 1000))
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
@@ -183,15 +178,15 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
     return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
-def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick", *,
+def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float = 0.01) -> dict[str, pd.DataFrame]:
     """The report's tables (:data:`TABLES`) from result rows.
 
     Args:
         rows: result rows (:func:`load_store_rows`).
-        profile: profile name or dict; gives ``depth``, ``budget``, ``backbone``,
-            ``conditions``, ``sweep_conditions``, ``scale_backbones``.
+        profile: the run's :class:`midas_nb.study.ReportSettings`, or a profile name or
+            mapping it is made of (:meth:`~midas_nb.study.ReportSettings.of`).
         left_out: what :func:`load_store_rows` left out (enters ``provenance``).
         probes: cosine probes (:func:`load_probes`), or ``None``.
         band: the parity band.
@@ -206,25 +201,24 @@ def build_tables(rows: pd.DataFrame, profile: str | Mapping[str, Any] = "quick",
     Raises:
         ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
     """
-    prof = profile_values(profile)
-    L0, b0 = int(prof["depth"]), float(prof["budget"])
-    n_boot = _n_boot(prof)
+    s = ReportSettings.of(profile)
+    L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
-    main = at[at["backbone"] == prof["backbone"]]
+    main = at[at["backbone"] == s.backbone]
     if main.empty or not (main["condition"] == "reference").any():
         have = sorted(set(zip(rows["backbone"], rows["depth"].astype(int), rows["budget"].astype(float))))
-        raise ValueError(f"no reference rows of backbone {prof['backbone']!r} at L={L0}, b={b0:g} in the store; "
+        raise ValueError(f"no reference rows of backbone {s.backbone!r} at L={L0}, b={b0:g} in the store; "
                          f"it has (backbone, L, b) = {have[:8]}")
-    blocks = [(ds, prof["backbone"]) for ds in _order(main["dataset"], DATASET_NAMES)]
-    exp, miss = expected_cells(prof, sorted(set(rows["dataset"]))), missing_cells(rows, prof, left_out)
-    tc = mark_missing(_three_conditions_table(main, prof, band, n_boot), exp, miss, "three_conditions",
+    blocks = [(ds, s.backbone) for ds in _order(main["dataset"], DATASET_NAMES)]
+    exp, miss = expected_cells(s, sorted(set(rows["dataset"]))), missing_cells(rows, s, left_out)
+    tc = mark_missing(_three_conditions_table(main, s, band, n_boot), exp, miss, "three_conditions",
                       with_reference=True)
-    rg = mark_missing(_regime_table(rows, prof, band, n_boot), exp, miss, "regime", with_reference=False)
-    sc = mark_missing(_scale_table(at, prof, band, n_boot), exp, miss, "scale", with_reference=False)
-    pr, probes_used = _probes_table(probes, main, prof)
-    fnd = _findings_table(rows, pr, prof, miss, band, n_boot)
-    prov = _provenance(rows, left_out or {}, prof, blocks, probes_used, exp, miss)
-    bbt = _backbones_table(rows, probes, prof, band, n_boot)
+    rg = mark_missing(_regime_table(rows, s, band, n_boot), exp, miss, "regime", with_reference=False)
+    sc = mark_missing(_scale_table(at, s, band, n_boot), exp, miss, "scale", with_reference=False)
+    pr, probes_used = _probes_table(probes, main, s.backbone)
+    fnd = _findings_table(rows, pr, s, miss, band, n_boot)
+    prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
+    bbt = _backbones_table(rows, probes, s, band, n_boot)
     return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
                 backbones=bbt)
 
@@ -235,11 +229,11 @@ _CELL = ["dataset", "backbone", "depth", "budget"]
 _CHECK_CONDITIONS = ("random", "random_map")
 
 
-def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: the paper-shaped table
     (:func:`midas_nb.report.paper_table.paper_table`) with the intervals and the paper's numbers."""
-    L0, b0, cell = int(prof["depth"]), float(prof["budget"]), _CELL
-    conds = list(prof["conditions"]) + [c for c in _CHECK_CONDITIONS if c not in prof["conditions"] and
+    L0, b0, cell = s.point.depth, float(s.point.budget), _CELL
+    conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
     tc = paper_table(proto, depth=L0, budget=b0, n_boot=n_boot)
@@ -289,11 +283,11 @@ def _three_conditions_table(main: pd.DataFrame, prof: Mapping[str, Any], band: f
     return tc
 
 
-def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """D over the regime grid: the profile's backbone, every point with a reference."""
     cell = _CELL
-    swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    reg_rows = rows[(rows["backbone"] == prof["backbone"]) & rows["condition"].isin(swept + ["random"])]
+    swept = list(s.sweep.conditions)
+    reg_rows = rows[(rows["backbone"] == s.backbone) & rows["condition"].isin(swept + ["random"])]
     reg_rows = reg_rows[reg_rows.groupby(cell)["condition"].transform(lambda s: (s == "reference").any())]
     rg_cols = cell + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
                       "status", "band_reason", "n_seeds", "paper_expectation"]
@@ -310,21 +304,21 @@ def _regime_table(rows: pd.DataFrame, prof: Mapping[str, Any], band: float, n_bo
     return rg
 
 
-def _scale_display(prof: Mapping[str, Any]) -> list[str]:
+def _scale_display(s: ReportSettings) -> list[str]:
     """Backbones the scale section shows where the store has their rows: the profile's
     ``scale_backbones``; where ``other_backbones`` is false (quick) the profile's own backbone
     first (the only one such a run computes), then those (a run with the flag on fills them)."""
-    listed = list(prof.get("scale_backbones") or [prof["backbone"]])
-    if prof.get("other_backbones", True):
+    listed = list(s.sweep.scale_backbones)
+    if s.sweep.other_backbones:
         return listed
-    return list(dict.fromkeys([prof["backbone"]] + listed))
+    return list(dict.fromkeys([s.backbone] + listed))
 
 
-def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot: int) -> pd.DataFrame:
+def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     cell = _CELL
-    swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    scale_bbs = _scale_display(prof)
+    swept = list(s.sweep.conditions)
+    scale_bbs = _scale_display(s)
     sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept + ["random"])]
     sc_rows = sc_rows[sc_rows.groupby(["dataset", "backbone"])["condition"].transform(lambda s: (s == "reference").any())]
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
@@ -352,13 +346,13 @@ def _scale_table(at: pd.DataFrame, prof: Mapping[str, Any], band: float, n_boot:
     return sc
 
 
-def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, prof: Mapping[str, Any]
+def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, backbone: str
                   ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
     """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
     probes_used: dict[tuple[str, str], int] = {}
     if probes is not None and len(probes):
         ck = set(main["checkpoint_id"])
-        pr = probes[probes["checkpoint_id"].isin(ck) & (probes["backbone"] == prof["backbone"])].copy()
+        pr = probes[probes["checkpoint_id"].isin(ck) & (probes["backbone"] == backbone)].copy()
         pr["paper_max_abs"] = PAPER_COSINE_MAX
         cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
                 "n_images", "mode", "paper_max_abs"]
@@ -373,21 +367,21 @@ def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, prof: Mapping
     return pr, probes_used
 
 
-def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, prof: Mapping[str, Any], miss: pd.DataFrame, band: float,
+def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, s: ReportSettings, miss: pd.DataFrame, band: float,
                     n_boot: int) -> pd.DataFrame:
     """The paper's findings of each block at the profile's point (:func:`paper_findings`), plus
     the scale finding of the scale readout's backbones (not other rows at the point, e.g.
     notebook 05's comparison of the distilled backbone); INCOMPLETE where cells are missing."""
-    L0, b0 = int(prof["depth"]), float(prof["budget"])
-    swept = list(prof.get("sweep_conditions") or prof["conditions"])
-    scale_bbs = _scale_display(prof)
-    fnd_rows = rows[rows["condition"].isin(set(prof["conditions"]) | set(swept) | {"random"})]
-    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == prof["backbone"]) |
+    L0, b0 = s.point.depth, float(s.point.budget)
+    swept = list(s.sweep.conditions)
+    scale_bbs = _scale_display(s)
+    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(swept) | {"random"})]
+    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
                                   (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
                                    np.isclose(fnd_rows["budget"].astype(float), b0))],
                          pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
                          scale_backbones=scale_bbs)
-    fnd = fnd[(fnd["backbone"] == prof["backbone"]) | (fnd["finding"] == "scale")].reset_index(drop=True)
+    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
     fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
                        zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
 
@@ -411,7 +405,7 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
     return None, cache
 
 
-def _accuracy_context(ckpt: str, label: str, prof: Mapping[str, Any]) -> dict[str, str]:
+def _accuracy_context(ckpt: str, label: str) -> dict[str, str]:
     """What a backbone's accuracy is measured against, per dataset block: the class labels (the
     FGVC-Aircraft level), the checkpoint's whole-test-split top-1 and its teacher's, and the test
     split's chance level (1 / classes present) and majority-class share. Read from the
@@ -460,7 +454,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
         return None
 
 
-def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapping[str, Any], band: float,
+def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout (issue 18): for each backbone of
     :func:`midas_nb.backbones.comparison_backbones` (the offline backbone and its distilled
@@ -477,11 +471,11 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
     Accuracies: ``full_accuracy`` on the evaluated images (the rows), ``test_accuracy`` and the
     teacher's from the checkpoint metadata in this machine's cache (empty where absent). Empty
     for a profile with one comparison backbone."""
-    L0, b0 = int(prof["depth"]), float(prof["budget"])
-    bbs = comparison_backbones(dict(prof), planned=True)
+    L0, b0 = s.point.depth, float(s.point.budget)
+    bbs = list(s.sweep.compare_backbones)
     if len(bbs) < 2 or rows.empty:
         return pd.DataFrame(columns=BACKBONE_COLUMNS)
-    swept = list(prof.get("sweep_conditions") or prof["conditions"])
+    swept = list(s.sweep.conditions)
     out: list[dict[str, Any]] = []
     for ds in _order(rows["dataset"], DATASET_NAMES):
         for bb in bbs:
@@ -489,9 +483,9 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, prof: Mapp
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
             if at.empty or not (at["condition"] == "reference").any():
-                if bb != prof["backbone"] and not prof.get("other_backbones", True):
+                if bb != s.backbone and not s.sweep.other_backbones:
                     out.append(dict(base, kind="not run", verdict="not run",
-                                    evidence=f"the {prof['profile']} profile trains no other backbone "
+                                    evidence=f"the {s.profile} profile trains no other backbone "
                                              "(other_backbones=false); `midas-nb run -p other_backbones true` adds it"))
                 else:
                     out.append(dict(base, kind="missing", verdict="missing",

@@ -15,6 +15,9 @@ parts that the layers read:
 - :class:`StatisticsSettings` — bootstrap resamples of every interval;
 - :class:`SweepSettings` — the regime sweep's and the scale readout's lists.
 
+:class:`ReportSettings` is what the report reads of a finished run's profile (no data root is
+needed to read a result store).
+
 ``values`` keeps the profile itself, read-only: the sweep layer keys and rebuilds result cells
 from it (:func:`midas_nb.study.make_grid`), so a cell's key is the same whoever built it.
 
@@ -41,7 +44,7 @@ from ..identity import hash_json
 from ..point import Budget, did_you_mean, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
+           "SweepSettings", "ReportSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
            "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
 
 
@@ -363,6 +366,51 @@ class RunSettings:
                    sweep=SweepSettings.of(p),
                    device=str(p["device"]), torch_threads=_optional_int(p.get("torch_threads")),
                    values=MappingProxyType(p))
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What the report (:mod:`midas_nb.report`) reads of a run's profile, typed; data roots and
+    weights are not checked (the run checked them): a store is read where they may be absent.
+
+    Attributes:
+        profile: the profile's name (``"default"`` for a mapping without one).
+        dataset, backbone: the study's dataset name and backbone.
+        point: the study's ``(depth L, budget b)``.
+        conditions: the three-condition protocol's conditions.
+        relaxation: the protocol relaxation whose rows are reported (default ``"st"``).
+        bootstrap: resamples of every interval (default 1000).
+        sweep: the regime sweep's and the scale readout's lists (:meth:`SweepSettings.of`).
+        values: the profile itself, read-only: result cells are keyed by it
+            (:func:`midas_nb.study.make_grid`), and dataset labels and image caps read it.
+    """
+
+    profile: str
+    dataset: str
+    backbone: str
+    point: Point
+    conditions: tuple[str, ...]
+    relaxation: str
+    bootstrap: int
+    sweep: SweepSettings
+    values: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, settings: "ReportSettings | RunSettings | str | Mapping[str, Any]") -> "ReportSettings":
+        """The report's part of a study's settings, a profile by name or a profile mapping.
+
+        Raises:
+            KeyError: a mapping without ``dataset``, ``backbone``, ``depth``, ``budget``,
+                ``conditions`` or ``seeds``; ValueError: a depth or budget out of range
+                (:class:`midas_nb.point.Point`).
+        """
+        if isinstance(settings, ReportSettings):
+            return settings
+        p = profile_values(settings)
+        return cls(profile=str(p.get("profile", "default")), dataset=str(p["dataset"]), backbone=str(p["backbone"]),
+                   point=Point(p["depth"], p["budget"]), conditions=tuple(p["conditions"]),
+                   relaxation=str(p.get("relaxation", "st")), bootstrap=int(p.get("bootstrap", 1000)),
+                   sweep=SweepSettings.of(p), values=MappingProxyType(p))
 
 
 def profile_values(settings: RunSettings | str | Mapping[str, Any]) -> dict[str, Any]:
