@@ -1,7 +1,7 @@
 """Shared test configuration.
 
-- Notebooks validated by nbval run in the smoke profile (``MIDAS_PROFILE=smoke``), set here
-  before any kernel starts so the kernels inherit it.
+- Notebooks validated by nbval run in the smoke profile (``MIDAS_PROFILE=smoke``) without widgets
+  (``MIDAS_HEADLESS=1``), set here before any kernel starts so the kernels inherit them.
 - Caches (checkpoints, targets, scorers) go to ``<repo>/.cache/midas_nb_test`` unless
   ``MIDAS_CACHE_DIR`` is set, so tests never read a user's cache; result stores and tables to
   ``<repo>/runs/test`` and figures to ``<repo>/runs/test/figures``, so the tests never touch
@@ -25,6 +25,7 @@ os.environ.setdefault("MIDAS_RUNS_DIR", str(REPO / "runs" / "test"))
 os.environ.setdefault("MIDAS_FIGURES_DIR", str(REPO / "runs" / "test" / "figures"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("MIDAS_HEADLESS", "1")      # nbval's kernels: the explorer draws its static still
 
 
 @pytest.fixture(scope="session")

@@ -167,7 +167,7 @@ def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
 # the explorer and the Study helpers the notebooks use
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env, expected", [({"MIDAS_HEADLESS": "1"}, True), ({"MIDAS_HEADLESS": "0"}, False),
-                                           ({"MIDAS_PROFILE": "smoke"}, True), ({"MIDAS_PROFILE": "quick"}, True)])
+                                           ({"MIDAS_PROFILE": "smoke"}, True), ({}, True)])
 def test_is_headless(monkeypatch, env, expected):
     from midas_nb.viz import widgets
     monkeypatch.delenv("MIDAS_HEADLESS", raising=False)

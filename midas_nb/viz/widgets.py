@@ -23,10 +23,10 @@ interactive explorer, so executed notebooks always hold a figure.
 
 Headless rule (:func:`is_headless`), first match wins:
 
-1. ``MIDAS_HEADLESS`` is set: truthy (``1``, ``true``, ``yes``) → headless, else interactive;
-2. ``MIDAS_PROFILE == "smoke"`` → headless;
-3. no IPython kernel (plain Python, or a terminal IPython) or no ``ipywidgets`` → headless;
-4. otherwise interactive.
+1. ``MIDAS_HEADLESS`` is set: truthy (``1``, ``true``, ``yes``) → headless, else interactive
+   (``midas-nb run`` and the tests' nbval kernels set it to ``1``);
+2. no IPython kernel (plain Python, or a terminal IPython) or no ``ipywidgets`` → headless;
+3. otherwise interactive.
 """
 from __future__ import annotations
 
@@ -65,8 +65,6 @@ def is_headless() -> bool:
     env = os.environ.get("MIDAS_HEADLESS")
     if env is not None:
         return env.strip().lower() in ("1", "true", "yes", "on")
-    if os.environ.get("MIDAS_PROFILE") == "smoke":
-        return True
     try:
         from IPython import get_ipython
     except ImportError:
