@@ -252,35 +252,34 @@ def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def cache_dir() -> Path:
-    """Cache for checkpoints, stem features and target maps.
+def _made_dir(path: Path, env: str) -> Path:
+    """``path``, created where absent; ``NotADirectoryError`` naming ``env`` where it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "is a file" if path.is_file() else f"cannot be created ({e.strerror or e})"
+        src = f"{env} names it" if os.environ.get(env) else f"set {env} to move it"
+        raise NotADirectoryError(f"{path} {why}; expected a writable directory ({src})") from None
+    return path
 
-    ``MIDAS_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb``.
-    """
-    env = os.environ.get("MIDAS_CACHE_DIR")
-    if env:
-        p = Path(env)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        p = Path(base) / "midas_nb"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+
+def cache_dir() -> Path:
+    """Cache for checkpoints, stem features and target maps: ``MIDAS_CACHE_DIR`` when set, else
+    ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb``."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb"
+    return _made_dir(Path(os.environ.get("MIDAS_CACHE_DIR") or base), "MIDAS_CACHE_DIR")
 
 
 def runs_dir() -> Path:
     """``runs/`` (git-ignored) under the project root, or ``MIDAS_RUNS_DIR``."""
-    p = Path(os.environ.get("MIDAS_RUNS_DIR") or project_root() / "runs")
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return _made_dir(Path(os.environ.get("MIDAS_RUNS_DIR") or project_root() / "runs"), "MIDAS_RUNS_DIR")
 
 
 def figures_dir(profile: str | None = None) -> Path:
     """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root
     (``figures/`` without a profile), so a smoke run never overwrites a quick run's figures."""
     env = os.environ.get("MIDAS_FIGURES_DIR")
-    p = Path(env) if env else project_root() / "figures" / (profile or "")
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return _made_dir(Path(env) if env else project_root() / "figures" / (profile or ""), "MIDAS_FIGURES_DIR")
 
 
 def default_data_root() -> Path:

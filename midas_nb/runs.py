@@ -22,11 +22,13 @@ published as a current result.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -253,10 +255,11 @@ logging.getLogger("IPKernelApp").addFilter(_BatchRunNoise())
 def kernel_arguments() -> list[str]:
     """Extra kernel command-line arguments of a batch run: the config file that silences the
     kernel's TCP-encryption warning and its shutdown-interrupt line (written once per process into
-    a temporary directory)."""
+    a temporary directory, removed at exit)."""
     global _kernel_config_path
     if _kernel_config_path is None or not Path(_kernel_config_path).is_file():
         d = Path(tempfile.mkdtemp(prefix="midas_nb_kernel_"))
+        atexit.register(shutil.rmtree, d, True)             # removed when the process ends
         (d / "midas_kernel_config.py").write_text(_KERNEL_CONFIG, encoding="utf-8")
         _kernel_config_path = str(d / "midas_kernel_config.py")
     return [f"--config={_kernel_config_path}"]

@@ -566,3 +566,27 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     short = pd.DataFrame([r for r in rows if not (r["dataset"] == "aircraft" and r["depth"] == 9)])
     miss = report.missing_cells(short, prof)
     assert sorted(set(miss["dataset"])) == ["aircraft"] and set(miss["depth"]) == {9}
+
+
+def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys, monkeypatch):
+    """Tables that are not what `midas-nb report` wrote, a runs directory that is a file, and
+    several bad options at once: one clear line each, exit status 1 or 2, no traceback."""
+    import shutil
+
+    from midas_nb.cli import main
+
+    tables, out = tmp_path / "tables", tmp_path / "out"
+    shutil.copytree(REPO / "results", tables)
+    (tables / "provenance.csv").write_text("a,b\n1,2\n")                        # a column missing
+    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1
+    assert "lack the column 'setting'" in capsys.readouterr().err and not out.exists()
+    (tables / "provenance.csv").write_text('a,"b\n')                            # not a CSV pandas reads
+    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1
+    assert f"{tables / 'provenance.csv'}: not a readable CSV table" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(REPO / "README.md"))
+    assert main(["report", "--profile", "smoke"]) == 1
+    assert "README.md is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in capsys.readouterr().err
+    assert main(["report", "--depth", "99", "--budget", "1.5", "--output", ""]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == "midas-nb report: 3 problem(s); nothing was written", err
+    assert [line.split(":")[1].split()[0] for line in err[:-1]] == ["--output", "--budget", "--depth"]

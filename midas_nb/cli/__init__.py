@@ -16,6 +16,7 @@ concept (docs/architecture.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -172,6 +173,8 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         status = "done"
     finally:
         manifest.finish(run_id, status)  # type: ignore[arg-type]
+        with contextlib.suppress(OSError):
+            (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
         for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm)):
             if value is None:
                 os.environ.pop(name, None)
@@ -488,11 +491,16 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     given = {f"--{k}": v for k, v in dict(store=args.store, backbone=args.backbone, depth=args.depth,
                                             budget=args.budget).items() if v is not None}
     if args.from_tables is not None and given:
-        problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} select what is "
-                        f"read from a result store and would be ignored: drop {'it' if len(given) == 1 else 'them'} "
-                        f"or drop --from-tables")
+        one = len(given) == 1
+        problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
+                        f"select{'s' if one else ''} what is read from a result store and would be ignored: "
+                        f"drop {'it' if one else 'them'} or drop --from-tables")
+    blank = [k for k in ("store", "output", "from_tables") if getattr(args, k) is not None and not getattr(args, k).strip()]
+    problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
     # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
-    if args.from_tables is not None and not Path(args.from_tables).expanduser().is_dir():
+    if "from_tables" in blank:
+        pass
+    elif args.from_tables is not None and not Path(args.from_tables).expanduser().is_dir():
         state = "is not a directory" if Path(args.from_tables).expanduser().exists() else "does not exist"
         problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
     elif args.from_tables is not None:
@@ -516,7 +524,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
             if i < 0 or j < i:
                 problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
                                 f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
-    if args.output is not None:
+    if args.output is not None and "output" not in blank:
         from .runspec import check_output
 
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
@@ -528,9 +536,11 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
 
     prof = config.get_profile(args.profile, **overrides)
     form = [f"--{line}" for line in config.check_profile(prof, device=False) if config.setting_of(line) in overrides]
-    if not form and ("depth" in overrides or "backbone" in overrides):
-        form = [f"--{line}" for line in check_backbone(prof["backbone"], backbone_kwargs(
-            prof, prof["backbone"]), [prof["depth"]])]
+    bad_form = {config.setting_of(line[2:]) for line in form}
+    if ("depth" in overrides or "backbone" in overrides) and "backbone" not in bad_form:
+        depths = [] if "depth" in bad_form else [prof["depth"]]       # a depth of the wrong form is named once
+        form += [f"--{line}" for line in check_backbone(prof["backbone"], backbone_kwargs(prof, prof["backbone"]),
+                                                         depths)]
     return problems + form
 
 
@@ -549,7 +559,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=overrides,
                            allow_incomplete=args.allow_incomplete)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
         print(f"midas-nb report: {e}", file=sys.stderr)
         return 1
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))

@@ -173,7 +173,7 @@ def _intervals_note(g: Mapping[str, Any]) -> str:
             "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
             "(paired interval of the difference reaching 0: the band then says nothing about faithfulness parity, "
             "and no finding counts it). D = mIoU − mIoU(reference) in percentage points, counted only inside the "
-            "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (DESIGN.md §8).\n")
+            "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, `../shared/DESIGN.md`).\n")
 
 
 def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
@@ -208,7 +208,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
         out.append(_md_table(["condition", "seeds", f"{coverage} [CI]", "IDAUC [CI]", "pruned accuracy [CI]",
                               "D (pp) [CI]", "ΔIDAUC [CI]", "parity band", "paper D (pp)¹", "paper ΔIDAUC¹"],
                              _three_rows(t)) + "\n")
-        out.append("¹ DeiT-S/16 at L = 6, b = 25 % (DESIGN.md §8), shown only at that L and b.\n")
+        out.append("¹ DeiT-S/16 at L = 6, b = 25 % (design card §8), shown only at that L and b.\n")
         out.append(_reference_note(t))
         out.append(_random_map_note(t))
     out.append("\n## Cosine probes (hidden- vs attention-gradient rank cosine)\n")
@@ -451,7 +451,7 @@ def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: st
              f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
              f"{g.get('bootstrap', 'resamples not recorded')} (D: paired over images and seeds); parity band \"in\" only "
              "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
-             "better than random. Paper values: DeiT-S/16 (DESIGN.md §8).\n",
+             "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
              datasets_table(tables) + "\n",
              "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
              _findings_grid(tables["findings"], blocks) + "\n",
@@ -549,9 +549,14 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
     if from_tables is not None:
         out = Path(output) if output is not None else Path(from_tables)
         tables = read_tables(from_tables)
-        if not allow_incomplete and _missing_list(tables):
-            raise IncompleteReportError(_incomplete_message(f"the report tables in {from_tables}",
-                                                            _missing_list(tables), profile))
+        try:                                   # rendered before anything is written
+            missing = _missing_list(tables)
+            render_report(tables)
+        except KeyError as e:
+            raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
+                             "by `midas-nb report`; nothing was written") from None
+        if not allow_incomplete and missing:
+            raise IncompleteReportError(_incomplete_message(f"the report tables in {from_tables}", missing, profile))
         if out.resolve() != Path(from_tables).resolve():
             write_tables(tables, out)
     else:

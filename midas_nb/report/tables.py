@@ -533,6 +533,7 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
 
     Raises:
         FileNotFoundError: a table is missing (the message names it and the directory).
+        ValueError: a table that is not a CSV file pandas can read (the message names it).
     """
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
@@ -540,7 +541,11 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
         raise FileNotFoundError(f"report tables {missing} missing in {d}; expected {list(TABLES)}")
     out = {}
     for n in TABLES:
-        df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
+        try:
+            df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise ValueError(f"{d / f'{n}.csv'}: not a readable CSV table ({e}); expected the table "
+                             "`midas-nb report` wrote") from None
         for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
                   "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
                   "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
