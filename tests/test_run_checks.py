@@ -458,7 +458,7 @@ def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
     no_markers.write_text("# a README without a results section\n")
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    assert cli.main(["report", "--profile", "smoke", "--from-tables", str(tmp_path / "nope"), "--readme",
+    assert cli.main(["report", "--from-tables", str(tmp_path / "nope"), "--readme",
                      str(tmp_path / "missing.md"), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == f"midas-nb report: --from-tables '{tmp_path / 'nope'}': does not exist; expected the directory " \
@@ -528,10 +528,13 @@ def test_a_run_file_problem_does_not_hide_the_other_problems(tmp_path, capsys, n
 
 def test_report_from_a_folder_without_the_tables_is_one_line_exit_2(tmp_path, capsys):
     (tmp_path / "findings.csv").write_text("x\n")
-    assert cli.main(["report", "--profile", "quick", "--from-tables", str(tmp_path)]) == 2
+    assert cli.main(["report", "--from-tables", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "6 of the report's 7 tables missing" in err[0] and "findings.csv" not in err[0]
     assert err[-1] == "midas-nb report: 1 problem(s); nothing was written"
+    # the tables are rendered as they are: a profile would be ignored, so it is refused (it was, silently)
+    assert cli.main(["report", "--profile", "smoke", "--from-tables", "results", "--output", str(tmp_path / "o")]) == 2
+    assert "--profile selects what is read from a result store" in capsys.readouterr().err
 
 
 def test_a_refused_parameter_is_reported_once_not_also_value_checked(tmp_path, capsys, no_kernel):

@@ -488,8 +488,8 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     markers; the output directory exists writable or can be created
     (:func:`midas_nb.cli.runspec.check_output`)."""
     problems: list[str] = []
-    given = {f"--{k}": v for k, v in dict(store=args.store, backbone=args.backbone, depth=args.depth,
-                                            budget=args.budget).items() if v is not None}
+    given = {f"--{k}": v for k, v in dict(profile=args.profile, store=args.store, backbone=args.backbone,
+                                            depth=args.depth, budget=args.budget).items() if v is not None}
     if args.from_tables is not None and given:
         one = len(given) == 1
         problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
@@ -534,7 +534,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         return problems
     from ..backbones import backbone_kwargs, check_backbone
 
-    prof = config.get_profile(args.profile, **overrides)
+    prof = config.get_profile(args.profile or "quick", **overrides)
     form = [f"--{line}" for line in config.check_profile(prof, device=False) if config.setting_of(line) in overrides]
     bad_form = {config.setting_of(line[2:]) for line in form}
     if ("depth" in overrides or "backbone" in overrides) and "backbone" not in bad_form:
@@ -556,7 +556,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from ..report import make_report
 
     try:
-        path = make_report(args.profile, store=args.store, output=args.output, readme=args.readme,
+        path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=overrides,
                            allow_incomplete=args.allow_incomplete)
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
@@ -628,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
                                     "and writes REPORT.md plus its CSV tables, with the paper's values beside "
                                     "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
+    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
                     help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
     rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
     rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")
