@@ -1,6 +1,8 @@
 """``midas-nb`` command line: argument checks before any kernel, failure handling of ``run``."""
 from __future__ import annotations
 
+import os
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -43,8 +45,10 @@ def test_a_failing_notebook_keeps_the_earlier_good_copy(tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     (out / "01_fails.ipynb").write_text("earlier good copy")
+    monkeypatch.delenv("MIDAS_HEADLESS", raising=False)
     with pytest.raises(RuntimeError) as err:
         cli.run_notebooks("smoke", extra={"budget": 0.5}, output=out, progress=False)
+    assert "MIDAS_HEADLESS" not in os.environ                  # the kernels' setting, not left to the caller
     msg = str(err.value)
     # execution count 4: the parameters cell, papermill's injected-parameters cell, y = 2, raise
     assert "01_fails.ipynb failed in cell 4" in msg and "ValueError: boom" in msg

@@ -155,6 +155,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     env_profile = os.environ.get("MIDAS_PROFILE")
     os.environ["MIDAS_PROFILE"] = spec.profile
     # batch runs have no widget front-end: the explorer draws its static figure
+    env_headless = os.environ.get("MIDAS_HEADLESS")
     os.environ.setdefault("MIDAS_HEADLESS", "1")
     # no tqdm residue in the executed notebooks (and their HTML edition); papermill's own bar
     # shows the progress of a batch run
@@ -175,7 +176,7 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
         manifest.finish(run_id, status)  # type: ignore[arg-type]
         with contextlib.suppress(OSError):
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
-        for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm)):
+        for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm), ("MIDAS_HEADLESS", env_headless)):
             if value is None:
                 os.environ.pop(name, None)
             else:
