@@ -498,13 +498,12 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                         f"drop {'it' if one else 'them'} or drop --from-tables")
     blank = [k for k in ("store", "output", "from_tables") if getattr(args, k) is not None and not getattr(args, k).strip()]
     problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
+    tables = None if "from_tables" in blank else args.from_tables
     # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
-    if "from_tables" in blank:
-        pass
-    elif args.from_tables is not None and not Path(args.from_tables).expanduser().is_dir():
-        state = "is not a directory" if Path(args.from_tables).expanduser().exists() else "does not exist"
-        problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
-    elif args.from_tables is not None:
+    if tables is not None and not Path(tables).expanduser().is_dir():
+        state = "is not a directory" if Path(tables).expanduser().exists() else "does not exist"
+        problems.append(f"--from-tables {tables!r}: {state}; expected the directory of a report's CSV tables")
+    elif tables is not None:
         from ..report import TABLES
         absent = [f"{n}.csv" for n in TABLES if not (Path(args.from_tables).expanduser() / f"{n}.csv").is_file()]
         if absent:

@@ -551,7 +551,7 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
         tables = read_tables(from_tables)
         try:                                   # rendered before anything is written
             missing = _missing_list(tables)
-            render_report(tables)
+            text = render_report(tables)
         except KeyError as e:
             raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
                              "by `midas-nb report`; nothing was written") from None
@@ -573,8 +573,9 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
         out = Path(output) if output is not None else config.runs_dir() / profile / "report"
         write_tables(tables, out)
         tables = read_tables(out)          # render from what was written, as the README test does
+        text = render_report(tables)
     report = out / "REPORT.md"
-    report.write_text(render_report(tables), encoding="utf-8")
+    report.write_text(text, encoding="utf-8")
     if readme is not None:
         link = os.path.relpath(report, Path(readme).resolve().parent)
         update_readme(readme, readme_section(tables, report_link=Path(link).as_posix()))

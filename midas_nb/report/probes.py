@@ -7,6 +7,7 @@ import pandas as pd
 
 from .. import config
 from ..identity import atomic_write_text
+from .tables import read_csv_table
 
 
 _PROBE_DIR = "derived"
@@ -71,8 +72,7 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
 def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
     """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
     path = _probe_path(profile, store)
-    try:
-        return pd.read_csv(path) if path.is_file() else None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable CSV table ({e}); expected the cosine probes notebook 03 "
-                         "saved (rerun it, or delete the file to report without probes)") from None
+    if not path.is_file():
+        return None
+    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
+                                "without probes)")

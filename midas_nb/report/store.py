@@ -35,7 +35,7 @@ def _store(profile: str, store: str | Path | None):
         root = Path(store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
-        todo = ("run the notebooks first (`midas-nb run --profile {}`) or pass --store".format(profile) if store is None
+        todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
                 else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
         raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
     return ResultStore(root)

@@ -528,6 +528,15 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
     return paths
 
 
+def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
+    names it and says what was ``expected`` there."""
+    try:
+        return pd.read_csv(path, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
+
+
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
     """The tables of a report directory (every name in :data:`TABLES`).
 
@@ -541,11 +550,7 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
         raise FileNotFoundError(f"report tables {missing} missing in {d}; expected {list(TABLES)}")
     out = {}
     for n in TABLES:
-        try:
-            df = pd.read_csv(d / f"{n}.csv", keep_default_na=False, na_values=[""])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-            raise ValueError(f"{d / f'{n}.csv'}: not a readable CSV table ({e}); expected the table "
-                             "`midas-nb report` wrote") from None
+        df = read_csv_table(d / f"{n}.csv", "the table `midas-nb report` wrote", keep_default_na=False, na_values=[""])
         for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
                   "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
                   "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
