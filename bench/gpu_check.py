@@ -1,4 +1,4 @@
-"""Is the package ready for the GPU paper run? One short script, two parts.
+"""Is the package ready for the GPU paper run? One short script, four parts.
 
 (a) **Agreement**: on one fixed batch, the capture (attention, hidden states and their
     gradients at block L), the supervision targets T0–T5, the pruned forward (``st`` and
@@ -27,7 +27,12 @@
     block-L cache by L / 6, the evaluation by S = 20 over the measured S. Sharing, as the runner does it: the block-L states and the target
     maps are computed once per (dataset, backbone, L) and cached on disk for every condition,
     seed and budget at that L; blocks 1..L are *not* shared between depths (each L recomputes
-    them from the image), and the projection assumes no such sharing.
+    them from the image), and the projection assumes no such sharing. Every cell is then scaled by
+    the measured / projected time of a real cell that finds its caches (the last part), so the
+    table prices what a sweep's cells really cost on the device, loading and Python included.
+(d) **Real cells**: two :func:`~midas_nb.analysis.protocol.run_protocol` cells (T5, synthetic
+    images, the paper profile's precision) with empty caches and then with cached block-L states
+    and targets, each beside its projection from part (b).
 
     python bench/gpu_check.py --device cuda            # the real check (needs a CUDA GPU)
     python bench/gpu_check.py --device cpu --small     # CI: tiny model, same code path
@@ -51,6 +56,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from midas_nb.backbones import create_backbone  # noqa: E402
+from midas_nb.config import PROFILES  # noqa: E402
 from midas_nb.capture import capture  # noqa: E402
 from midas_nb.metrics import insertion_deletion_auc  # noqa: E402
 from midas_nb.scorers import MLPScorer  # noqa: E402
@@ -65,6 +71,7 @@ CONDITIONS = 7          # reference, unsupervised, T1..T5
 TRAINED = 6             # every condition but the reference trains a scorer
 SEEDS = 3
 GOAL_HOURS = 2.0
+GOAL_PROFILE_HOURS = 4.0   # the whole paper profile, every notebook's cells and the 9 fine-tunes
 
 
 def _autocast(device: torch.device):
@@ -202,13 +209,14 @@ def projection(args, device: torch.device, kw: dict) -> float:
         h = run_blocks(model, embed_tokens(model, images), 0, L)
     target = torch.randn(B, h.shape[1] - P, device=device)
 
+    # as the paper profile's protocol computes (precision "bfloat16", protocol_autocast): block-L
+    # states, targets, scores and the kept tokens in float32; training and insertion/deletion under autocast
     def block_cache():
-        with torch.no_grad(), amp():
+        with torch.no_grad():
             run_blocks(model, embed_tokens(model, images), 0, L)
 
     def targets():
-        with amp():
-            capture(model, images, labels, labels)
+        capture(model, images, labels, labels)
 
     def train_step():
         with amp():
@@ -219,10 +227,11 @@ def projection(args, device: torch.device, kw: dict) -> float:
         opt.step()
 
     def evaluate():
-        with torch.no_grad(), amp():
-            s = scorer(h, P)
-            relaxed_logits(model, h, s, L, b, "st")
-            insertion_deletion_auc(model, images, s.float(), steps=S, device=device)
+        with torch.no_grad():
+            s = scorer(h.float(), P)
+            relaxed_logits(model, h.float(), s, L, b, "st")
+            with amp():
+                insertion_deletion_auc(model, images, s.float(), steps=S, device=device)
 
     ft = create_backbone(BACKBONE, 200, weights=args.weights, device=device, **kw).train()
     ft_opt = torch.optim.AdamW(ft.parameters(), lr=1e-4)
@@ -238,7 +247,8 @@ def projection(args, device: torch.device, kw: dict) -> float:
     per = args.per = {name: _time(fn, device, r) / B for name, fn in
            (("block cache", block_cache), ("targets", targets), ("train", train_step), ("evaluate", evaluate),
             ("finetune", finetune_step))}
-    print(f"\n(b) {device}, autocast {precision}, {size[0]} px, width {model.embed_dim}, "
+    print(f"\n(b) {device}, training and insertion/deletion under autocast {precision} (the paper profile's "
+          f"precision), the rest float32, {size[0]} px, width {model.embed_dim}, "
           f"{len(model.blocks)} blocks, batch {B}: ms per image")
     for k, v in per.items():
         print(f"  {k:<12} {1e3 * v:8.3f}")
@@ -269,9 +279,11 @@ _UNTRAINED = ("reference", "random")
 PAPER_STEPS = 20        # IDAUC steps S of the paper profile
 
 
-def profile_projection(per: dict, model, args) -> dict:
+def profile_projection(per: dict, model, args, calibration: float = 1.0) -> dict:
     """Part (c): the paper profile's every cell priced from ``per`` (seconds per image of the
-    measured ``model``); returns the cost table (seconds per cell and per fine-tune)."""
+    measured ``model``) times ``calibration`` (a real cell's measured / projected seconds, what
+    the component model leaves out: data loading, Python, smaller batches); returns the cost table
+    (seconds per cell and per fine-tune)."""
     from midas_nb.study.cluster import profile_sweeps
 
     n_meas = model.patch_embed.num_patches + num_prefix_tokens(model)
@@ -293,7 +305,7 @@ def profile_projection(per: dict, model, args) -> dict:
                     tokens = (depth - c.depth) * (math.ceil(c.budget * N) + 1) / ((depth - 6) * (math.ceil(0.25 * N) + 1))
                     total += scale * args.epochs * n_train * per["train"] * tokens
             if mine:
-                cell_s.setdefault(bb, {})[ds] = total / len(mine)
+                cell_s.setdefault(bb, {})[ds] = calibration * total / len(mine)
             finetune_s.setdefault(bb, {})[ds] = scale * args.finetune_epochs * n_train * per["finetune"]
     hours = {name: sum(cell_s[c.backbone][c.dataset] for c in v) / 3600 for name, v in sweeps.items()}
     cells_h = sum(cell_s[c.backbone][c.dataset] for c in cells) / 3600
@@ -302,9 +314,12 @@ def profile_projection(per: dict, model, args) -> dict:
           f"width {model.embed_dim}, {n_meas} tokens to DeiT-Ti/S/B at 197 tokens):")
     for name, h in hours.items():
         print(f"  {name:<14} {len(sweeps[name]):>6,} cells {h:8.2f} h")
+    print(f"cells calibrated by the real cell's measured/projected time: x {calibration:.2f}")
     print(f"projected paper profile: {cells_h + ft_h:.2f} h on this device = cells {cells_h:.2f} h + 9 fine-tunes "
           f"{ft_h:.2f} h; on 8 such devices >= {(cells_h + ft_h) / 8:.2f} h, on 32 >= {(cells_h + ft_h) / 32:.2f} h")
-    return dict(cell_s=cell_s, finetune_s=finetune_s)
+    print(f"goal <= {GOAL_PROFILE_HOURS:g} h for the whole paper profile on one H200; "
+          f"profile ratio: {(cells_h + ft_h) / GOAL_PROFILE_HOURS:.3f}")
+    return dict(cell_s=cell_s, finetune_s=finetune_s, calibration=calibration)
 
 
 def write_cost_table(path: Path, table: dict, device: torch.device, args) -> None:
@@ -312,14 +327,20 @@ def write_cost_table(path: Path, table: dict, device: torch.device, args) -> Non
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     note = ("tiny model (--small) scaled by block FLOPs: says nothing about a GPU" if args.small else
-            "DeiT-S components timed at paper sizes; Ti and B by block FLOPs")
+            f"DeiT-S components timed at paper sizes, Ti and B by block FLOPs; cells x {table['calibration']:.2f}, "
+            "a real cell's measured/projected time")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(table, device=name, note=note), indent=1))
     print(f"cost table written to {path}")
 
 
-def one_cell(args, device: torch.device, kw: dict) -> None:
-    """One real protocol cell end to end (run_protocol) on a small synthetic set."""
+def one_cell(args, device: torch.device, kw: dict) -> float:
+    """Real protocol cells end to end (run_protocol) on a synthetic set, beside the cost model.
+
+    Two cells at L, b = 25 %: T5 seed 0 with empty caches (block-L states and target maps computed)
+    then T5 seed 1 (both read from the on-disk cache), each printed beside its projection from
+    part (b)'s per-image timings — the check that the cost model prices what a cell really does
+    (data loading, Python overhead and the smaller batches of a real cell included)."""
     from midas_nb.data import load_dataset, make_synthetic_cub
     from midas_nb.analysis.protocol import run_protocol
 
@@ -331,16 +352,26 @@ def one_cell(args, device: torch.device, kw: dict) -> None:
         te = load_dataset("cub", root, "test", image_size=size, patch_size=16)
         torch.manual_seed(0)
         model = create_backbone(BACKBONE, tr.num_classes, weights=args.weights, device=device, **kw).eval()
-        _sync(device)
-        t = time.perf_counter()
-        rows = run_protocol(tr, te, model, depth=args.depth, budget=0.25, conditions=["T5"], seeds=[0],
-                            dataset_name="synthetic", backbone_name=BACKBONE, checkpoint_id="gpu-check",
-                            device=device, progress=False, epochs=1, batch_size=min(32, len(tr)),
-                            idauc_steps=args.steps, bootstrap=50, cache_dir=Path(tmp) / "cache")
-        _sync(device)
-        print(f"\none protocol cell (run_protocol, T5, seed 0, {len(tr)} train / {len(te)} test synthetic images, "
-              f"1 epoch): {time.perf_counter() - t:.1f} s; mIoU {float(rows['miou'].iloc[0]):.3f}, "
-              f"IDAUC {float(rows['idauc'].iloc[0]):+.3f}")
+        per = args.per
+        shared = len(tr) * (per["block cache"] + per["targets"])
+        each = len(tr) * per["train"] + len(te) * per["evaluate"]
+        print(f"\nprotocol cells (run_protocol, T5, 1 epoch, batch {min(128, len(tr))}, {len(tr)} train / {len(te)} test "
+              f"synthetic images, S={args.steps}, precision {PROFILES['paper']['precision']}), "
+              "measured vs projected from (b):")
+        for seed, what, projected in ((0, "empty caches", shared + each), (1, "cached block-L states and targets", each)):
+            _sync(device)
+            t = time.perf_counter()
+            rows = run_protocol(tr, te, model, depth=args.depth, budget=0.25, conditions=["T5"], seeds=[seed],
+                                dataset_name="synthetic", backbone_name=BACKBONE, checkpoint_id="gpu-check",
+                                device=device, progress=False, epochs=1, batch_size=min(128, len(tr)),
+                                idauc_steps=args.steps, bootstrap=50, cache_dir=Path(tmp) / "cache",
+                                precision=PROFILES["paper"]["precision"])
+            _sync(device)
+            took = time.perf_counter() - t
+            print(f"  seed {seed} ({what}): {took:.3g} s, projected {projected:.3g} s "
+                  f"(measured/projected {took / projected:.2f}); mIoU {float(rows['miou'].iloc[0]):.3f}, "
+                  f"IDAUC {float(rows['idauc'].iloc[0]):+.3f}")
+    return took / projected                 # the second cell: what a sweep's cells after the first cost
 
 
 def main(argv=None) -> int:
@@ -355,7 +386,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="IDAUC steps S (paper profile: 20)")
     ap.add_argument("--epochs", type=int, default=10, help="scorer epochs (paper profile: 10)")
     ap.add_argument("--finetune-epochs", type=int, default=30, help="backbone epochs (paper profile: 30)")
-    ap.add_argument("--cell-images", type=int, default=32)
+    ap.add_argument("--cell-images", type=int, default=32, help="train (and test) images of the real cells")
     ap.add_argument("--cost-out", default=None, metavar="FILE",
                     help="write the cost table of part (c) (default: runs/bench/cell_cost.json on a CUDA device, "
                          "nowhere on the CPU)")
@@ -380,11 +411,11 @@ def main(argv=None) -> int:
               + (" [--small: a tiny DeiT-S, the timings say nothing about the GPU]" if args.small else ""))
     failed = agreement(args, device, kw)
     hours = projection(args, device, kw)
-    table = profile_projection(args.per, args.model, args)
+    calibration = one_cell(args, device, kw)
+    table = profile_projection(args.per, args.model, args, calibration)
     if args.cost_out or device.type == "cuda":
         from midas_nb.sweeps.plan import default_cost_path
         write_cost_table(Path(args.cost_out) if args.cost_out else default_cost_path(), table, device, args)
-    one_cell(args, device, kw)
     print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; "
           f"goal <= {GOAL_HOURS:g} h for the paper table on one H200")
     print(f"ratio: {hours / GOAL_HOURS:.3f}")

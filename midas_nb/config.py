@@ -14,13 +14,12 @@ from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
 __all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "profile_from_env", "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
-           "dataset_of_label", "AIRCRAFT_LEVELS", "grid_datasets", "backbone_kwargs_for", "check_profile",
+           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "grid_datasets", "backbone_kwargs_for", "check_profile",
            "check_device", "is_int", "is_number", "setting_of", "ProfileError"]
 
 ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
 
-#: the paper's three real datasets (DESIGN.md §7), in the paper's order: the datasets read from
-#: a directory (``synthetic`` is generated, never given a root)
+#: the paper's three real datasets (DESIGN.md §7), in its order, read from a directory (not ``synthetic``)
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
 #: every dataset name, in the order tables show them: the paper's three and the generated set
 DATASET_NAMES: tuple[str, ...] = PAPER_DATASETS + ("synthetic",)
@@ -140,6 +139,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         datasets=list(PAPER_DATASETS),
         backbones=list(PAPER_BACKBONES), regime_grid="full",
         device="cuda",
+        precision="bfloat16",        # autocast, as DeiT trains and as bench/gpu_check.py checks (decisions/0063)
     ),
     # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
     # backbones by their timm names with 12 blocks, every L and b of the paper grid, every
@@ -358,6 +358,7 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
 
 #: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
+PRECISIONS: tuple[str, ...] = ("float32", "bfloat16")   # a protocol run's numerics (decisions/0063)
 
 
 def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
@@ -484,9 +485,9 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
     _check_names(p, problems)
     if not isinstance(p.get("other_backbones", True), bool):
         problems.append(f"other_backbones: expected true or false, got {show_value(p.get('other_backbones'))}")
-    if p.get("aircraft_level", AIRCRAFT_LEVELS[0]) not in AIRCRAFT_LEVELS:
-        problems.append(f"aircraft_level: expected one of {list(AIRCRAFT_LEVELS)}, "
-                        f"got {show_value(p.get('aircraft_level'))}")
+    for key, allowed in (("aircraft_level", AIRCRAFT_LEVELS), ("precision", PRECISIONS)):
+        if p.get(key, allowed[0]) not in allowed:
+            problems.append(f"{key}: expected one of {list(allowed)}, got {show_value(p.get(key))}")
     _check_grid(p, problems)
     for key in ("finetune", "synthetic_finetune", "scorer_train"):
         _check_recipe(key, p.get(key), problems)

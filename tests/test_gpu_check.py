@@ -30,7 +30,10 @@ def test_cpu_small_run_checks_every_stage_and_projects_hours(capsys):
     hours = float(re.search(r"projected paper table .*: ([0-9.]+) h on this device", out).group(1))
     ratio = float(re.search(r"^ratio: ([0-9.]+)$", out, re.M).group(1))
     assert hours > 0 and ratio == pytest.approx(hours / 2.0, abs=5e-3)   # hours printed to 0.01
-    assert "one protocol cell (run_protocol" in out
+    assert "protocol cells (run_protocol" in out
+    cells = re.findall(r"seed [01] \(.*\): ([0-9.e+-]+) s, projected ([0-9.e+-]+) s \(measured/projected ([0-9.]+)\)", out)
+    assert len(cells) == 2 and all(float(p) > 0 for _, p, _ in cells)
+    assert float(cells[1][1]) < float(cells[0][1])        # the second cell reuses the cached states and targets
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -57,7 +60,9 @@ def test_profile_projection_prices_every_paper_sweep_and_feeds_the_plan(tmp_path
     assert all(ti[d] < s[d] < b[d] for d in ti)
     for name in ("02 protocol", "04 regime", "05 scale", "06 related"):
         assert name in out
-    assert re.search(r"projected paper profile: [0-9.]+ h on this device", out)
+    total = float(re.search(r"projected paper profile: ([0-9.]+) h on this device", out).group(1))
+    ratio = float(re.search(r"profile ratio: ([0-9.]+)$", out, re.M).group(1))
+    assert ratio == pytest.approx(total / 4.0, rel=1e-3, abs=5e-3)
     path = tmp_path / "cell_cost.json"
     mod.write_cost_table(path, table, torch.device("cpu"), args)
     loaded = load_cost_table(path)

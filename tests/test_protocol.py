@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -279,3 +280,76 @@ def test_a_protocol_row_is_recomputed_from_its_saved_scorer(tmp_path):
     np.testing.assert_allclose(row["idauc_per_image"], idauc, rtol=1e-4, atol=1e-5)
     assert row["idauc"] == pytest.approx(idauc.mean(), abs=1e-5)
     assert np.abs(idauc).max() > 1e-3                             # a non-trivial check
+
+
+def test_bfloat16_protocol_runs_every_condition_keyed_apart_and_agrees_with_float32(tmp_path):
+    """``precision="bfloat16"`` (the paper profile's; autocast on CPU here, as on CUDA): every
+    condition — scorer families and the random_map control included — trains and runs its
+    insertion/deletion under autocast, rows record the precision, trained scorers are cached
+    apart from float32 ones, and the reference's token selection stays exact (float32 T0 and
+    kept tokens: the same coverage and accuracy) while its IDAUC agrees within bfloat16 error."""
+    model = tiny_vit()
+    train, test = TinyDataset(16, 4), TinyDataset(8, 5)
+    conditions = ["reference", "unsupervised", "T2", "T5", "random", "random_map", "cropr", "iared"]
+    kw = dict(depth=2, budget=0.25, conditions=conditions, seeds=[0], dataset_name="tiny", backbone_name="vit",
+              checkpoint_id="ck", epochs=1, batch_size=8, idauc_steps=4, bootstrap=20, cache_dir=tmp_path,
+              progress=False, throughput_repeats=1, throughput_batch=2)
+    f32 = run_protocol(train, test, model, **kw).set_index("condition")
+    bf16 = run_protocol(train, test, model, precision="bfloat16", **kw).set_index("condition")
+    assert (f32.precision == "float32").all() and (bf16.precision == "bfloat16").all()
+    assert not bf16.from_cache.any()                    # keyed apart: every scorer trained again
+    for col in ("miou", "idauc", "accuracy"):
+        assert bf16[col].notna().all(), col
+    assert bf16.drop(index=["reference", "random"]).train_loss.map(math.isfinite).all()
+    for col in ("miou", "accuracy", "pib"):
+        assert bf16.loc["reference", col] == f32.loc["reference", col], col
+    assert bf16.loc["reference", "idauc"] != f32.loc["reference", "idauc"]       # computed under autocast
+    assert abs(bf16.loc["reference", "idauc"] - f32.loc["reference", "idauc"]) < 0.02
+    with pytest.raises(ValueError, match=r"precision: expected one of \['float32', 'bfloat16'\], got 'fp16'"):
+        run_protocol(train, test, model, precision="fp16", **kw)
+
+
+def test_consecutive_calls_read_the_evaluation_split_once_and_give_the_same_rows(tmp_path, monkeypatch):
+    """The test split's block-L states and IDAUC images are read once for consecutive calls at one
+    (backbone, L) — a sweep worker's cells — and the rows are those of a fresh process."""
+    import midas_nb.analysis.protocol as proto
+    reads = []
+    real = proto._read_evaluation_split
+    monkeypatch.setattr(proto, "_read_evaluation_split", lambda *a: reads.append(1) or real(*a))
+    monkeypatch.setattr(proto, "_EVAL_MEMO", {})
+    model = tiny_vit()
+    train, test = TinyDataset(12, 8), TinyDataset(6, 9)
+    kw = dict(depth=2, dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1, batch_size=8,
+              idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path, throughput_repeats=1,
+              throughput_batch=2)
+    a = run_protocol(train, test, model, budget=0.25, conditions=["T1"], seeds=[0], **kw)
+    b = run_protocol(train, test, model, budget=0.5, conditions=["T5"], seeds=[1], **kw)
+    assert len(reads) == 1
+    run_protocol(train, test, model, budget=0.25, conditions=["T1"], seeds=[0], **dict(kw, depth=1))
+    assert len(reads) == 2                                  # another L: another split
+    monkeypatch.setattr(proto, "_EVAL_MEMO", {})
+    fresh = run_protocol(train, test, model, budget=0.5, conditions=["T5"], seeds=[1], **kw)
+    for col in ("miou", "idauc", "accuracy", "pib"):
+        assert fresh[col].tolist() == b[col].tolist(), col
+    assert a["idauc_image_ids"].iloc[0] == fresh["idauc_image_ids"].iloc[0]
+
+
+def test_block_cache_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
+    import midas_nb.train.cache as bc
+    reads = []
+    real = bc.load_or_build
+    monkeypatch.setattr(bc, "load_or_build", lambda *a, **k: reads.append(1) or real(*a, **k))
+    monkeypatch.setattr(bc, "_LOADED", {})
+    model, data = tiny_vit(), TinyDataset(6, 0)
+    first = block_cache(model, data, depth=2, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    again = block_cache(model, data, depth=2, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    assert len(reads) == 1 and again is first
+    other = TinyDataset(6, 1)
+    block_cache(model, other, depth=2, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    block_cache(model, data, depth=1, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    assert len(reads) == 3 and len(bc._LOADED) == 2                  # the two most recent are kept
+    path = next(p for p, (_, c) in bc._LOADED.items() if c.depth == 1)
+    os.utime(path, ns=(1, 1))                                           # the file changed: read again
+    reread = block_cache(model, data, depth=1, key={"t": 1}, cache_dir=tmp_path, progress=False)
+    assert len(reads) == 4
+    torch.testing.assert_close(reread.hidden, bc._LOADED[path][1].hidden)

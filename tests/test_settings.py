@@ -96,3 +96,16 @@ def test_report_settings_read_the_same_from_a_study_a_name_or_a_mapping():
         ReportSettings.of(dict(p, budget=1.5))         # a budget outside (0, 1] (midas_nb.point.Point)
     with pytest.raises(KeyError):
         ReportSettings.of({k: v for k, v in p.items() if k != "conditions"})
+
+
+def test_precision_is_checked_with_the_profile_and_keys_only_the_profiles_that_set_it():
+    """``precision`` (decision 0063): a bad value is one line of the profile check; the paper
+    profile's ``bfloat16`` enters its cells' protocol settings, while the profiles that leave it
+    out keep the keys they had (no ``precision`` among their protocol settings)."""
+    from midas_nb.study import protocol_settings
+
+    lines = config.check_profile(dict(config.get_profile("smoke"), precision="fp16"), device=False)
+    assert lines == ["precision: expected one of ['float32', 'bfloat16'], got 'fp16' (str)"]
+    assert protocol_settings(config.get_profile("paper"))["precision"] == "bfloat16"
+    for name in ("smoke", "quick", "rehearsal"):
+        assert "precision" not in protocol_settings(config.get_profile(name)), name

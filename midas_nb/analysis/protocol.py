@@ -48,9 +48,14 @@ the run uses timm's fused attention (:func:`fused_attention`; numerically the sa
 every block — throughput included, for the full and the pruned model alike — and restores the
 backbone's setting afterwards. IDAUC costs about ``S+1`` full forwards per image and scorer:
 ``max_idauc_images`` bounds it on CPU.
+
+Size: one file holds the protocol's steps (settings, scorers, evaluation split, rows) so that a
+reader follows a cell from its settings to its row without leaving it.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +65,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
+from ..config import PRECISIONS
 from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
@@ -113,6 +119,7 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
     eval_batch_size=64,
     throughput_batch=16,
     throughput_repeats=3,
+    precision="float32",      # "float32" | "bfloat16": autocast of training and IDAUC (protocol_autocast)
 )
 
 
@@ -163,6 +170,27 @@ def protocol_params(**overrides: Any) -> dict[str, Any]:
 
 
 get_params = protocol_params
+
+
+def protocol_autocast(device: torch.device | str, precision: str):
+    """The context factory of a protocol run's numerics on ``device``: ``"float32"``, a null
+    context; ``"bfloat16"``, :class:`torch.autocast` for the passes each cell repeats — scorer
+    training, the insertion/deletion forwards, the throughput. Block-``L`` states, T0, target maps,
+    scores and the kept tokens (coverage, accuracy) stay float32: the token selection is exact
+    (docs/decisions/0063; ``bench/gpu_check.py`` part (a) checks bfloat16 against float32).
+
+    Raises:
+        ValueError: an unknown ``precision``, or ``"bfloat16"`` on a CUDA device without it.
+    """
+    device = torch.device(device)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: expected one of {list(PRECISIONS)}, got {precision!r}")
+    if precision == "float32":
+        return contextlib.nullcontext
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"precision 'bfloat16': {torch.cuda.get_device_name(device)} does not compute bfloat16; "
+                         "use a GPU that does or precision 'float32' (get_profile('paper', precision='float32'))")
+    return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
 
 
 def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> Tensor:
@@ -300,6 +328,7 @@ def run_protocol(
     depth, budget = check_depth(backbone, depth), Budget(budget)
     conditions, seeds, groups = _check_conditions(conditions, seeds)
     device = torch.device(device)
+    amp = protocol_autocast(device, params["precision"])
     ebs = int(params["eval_batch_size"])
     ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
     backbone.to(device)
@@ -307,7 +336,7 @@ def run_protocol(
     # bits on another machine; the digest makes that visible, and the caches key on it)
     run = _Run(backbone=backbone, depth=depth, budget=budget, params=params, ident=ident,
                weights_digest=state_dict_digest(backbone), device=device, ebs=ebs, cache_dir=cache_dir,
-               progress=progress)
+               progress=progress, amp=amp)
     t_start = time.perf_counter()
     # (capture unfuses the attention in place: the targets are computed before fused_attention)
     targets = _supervision_targets(run, train_set, groups["supervised"], prefetch_targets)
@@ -359,6 +388,7 @@ class _Run:
     ebs: int
     cache_dir: str | Path | None
     progress: bool
+    amp: Any                    # protocol_autocast's context factory
 
 
 def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
@@ -419,10 +449,27 @@ class _EvalSplit:
     n_classes: int
 
 
+#: the evaluation split of the last :func:`run_protocol` call of this process: consecutive cells
+#: of one (dataset, backbone, L) — a sweep worker's chunk, a notebook's calls — load the test
+#: split's block-L states and decode its IDAUC images once (docs/decisions/0063)
+_EVAL_MEMO: dict[tuple, _EvalSplit] = {}
+
+
 def _evaluation_split(run: _Run, test_set) -> _EvalSplit:
     p = run.params
     subset = evaluation_subset(len(test_set), p["max_eval_images"], p["eval_subset_seed"])
     eval_set = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
+    key = (run.weights_digest, tuple(sorted(run.ident.items())), run.depth, run.ebs, str(run.device),
+           str(run.cache_dir), dataset_identity(eval_set).full, tuple(subset), p["max_idauc_images"],
+           p["eval_subset_seed"], p["idauc_steps"] > 0)
+    if key not in _EVAL_MEMO:
+        _EVAL_MEMO.clear()
+        _EVAL_MEMO[key] = _read_evaluation_split(run, test_set, subset, eval_set)
+    return _EVAL_MEMO[key]
+
+
+def _read_evaluation_split(run: _Run, test_set, subset: list[int], eval_set) -> _EvalSplit:
+    p = run.params
     cache = block_cache(run.backbone, eval_set, depth=run.depth,
                         key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
                         cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
@@ -471,10 +518,11 @@ def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: lis
     # conditions and scorer families) then share one interleaved measurement and compare
     kinds = ["reference", "random", "mlp"] + list(list_scorer_conditions())
     key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), run.depth,
-           run.budget, tuple(kinds), p["mlp_hidden"])
+           run.budget, tuple(kinds), p["mlp_hidden"], p["precision"])
     if key not in _SPEED_MEMO:
         scorers = speed_scorers(kinds, dim, p["mlp_hidden"], ev.n_classes, device)
-        _SPEED_MEMO[key] = measure_speed(backbone, tp_images, run.depth, run.budget, scorers, repeats=reps)
+        with run.amp():
+            _SPEED_MEMO[key] = measure_speed(backbone, tp_images, run.depth, run.budget, scorers, repeats=reps)
     measured = _SPEED_MEMO[key]
     return _Speed(full=measured["full"], pruned={k: v for k, v in measured.items() if k != "full"},
                   images=tp_images)
@@ -510,17 +558,20 @@ def _condition_scorer(run: _Run, cond: str, seed: int, train_cache: BlockCache |
     common = dict(depth=run.depth, budget=run.budget, seed=seed, cache_dir=run.cache_dir, device=run.device,
                   progress=run.progress, epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
                   weight_decay=p["weight_decay"])
+    ident = run.ident if p["precision"] == "float32" else dict(run.ident, precision=p["precision"])  # cached apart
     if cond in families:      # a scorer family with its own objective
-        scorer, result, loaded = load_or_train_scorer(
-            run.backbone, train_cache, key=dict(run.ident, condition=cond, target=""), targets=None,
-            scorer=cond, scorer_kwargs=dict(num_classes=n_classes), **common)
+        with run.amp():
+            scorer, result, loaded = load_or_train_scorer(
+                run.backbone, train_cache, key=dict(ident, condition=cond, target=""), targets=None,
+                scorer=cond, scorer_kwargs=dict(num_classes=n_classes), **common)
         return _Trained(scorer, cond, "", "", _train_info(result, loaded))
     target_id = condition_target(cond)     # "" (unsupervised), Tk, or a control's target
-    scorer, result, loaded = load_or_train_scorer(
-        run.backbone, train_cache, key=dict(run.ident, condition=cond, target=target_id),
-        targets=targets.get(cond), mlp_hidden=p["mlp_hidden"], relaxation=p["relaxation"], lam=p["lam"],
-        temperature=p["temperature"], distill_form=p["distill_form"], mask_temperature=p["mask_temperature"],
-        **common)
+    with run.amp():
+        scorer, result, loaded = load_or_train_scorer(
+            run.backbone, train_cache, key=dict(ident, condition=cond, target=target_id),
+            targets=targets.get(cond), mlp_hidden=p["mlp_hidden"], relaxation=p["relaxation"], lam=p["lam"],
+            temperature=p["temperature"], distill_form=p["distill_form"], mask_temperature=p["mask_temperature"],
+            **common)
     return _Trained(scorer, "mlp", target_id, p["relaxation"], _train_info(result, loaded))
 
 
@@ -534,14 +585,15 @@ def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t:
                 else box_coverage(keep_mask, cache.box_mask))
     insdel = None
     if ev.idauc_images is not None:
-        insdel = _insdel(backbone, ev.idauc_images, scores[ev.ipos], ev.full_pred[ev.ipos],
-                         p["idauc_steps"], run.ebs, device)
+        with run.amp():
+            insdel = _insdel(backbone, ev.idauc_images, scores[ev.ipos], ev.full_pred[ev.ipos],
+                             p["idauc_steps"], run.ebs, device)
     correct = (logits.argmax(-1) == cache.labels).float()
     in_box = point_in_box(scores, cache.box_mask)
     id_ = run.ident
     row = dict(dataset=id_["dataset"], backbone=id_["backbone"], checkpoint_id=id_["checkpoint_id"],
                condition=cond, target=t.target_id, relaxation=t.relaxation, depth=run.depth,
-               budget=run.budget, seed=seed, device=str(device),
+               budget=run.budget, seed=seed, device=str(device), precision=p["precision"],
                throughput=speed.pruned[t.kind], scorer=t.kind)
     row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(p["bootstrap"])))
     # per-image values with the image ids, for paired intervals (decoupling_D) and the

@@ -247,7 +247,7 @@ def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
 #: protocol settings a profile may also set at its top level (they enter the cells' keys or the
 #: speed measurement; :func:`midas_nb.study.protocol_settings`)
 TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
-                                                "throughput_batch", "throughput_repeats")
+                                                "throughput_batch", "throughput_repeats", "precision")
 
 
 #: the protocol settings of a profile's top level that enter every cell's key even where the

@@ -170,9 +170,28 @@ def block_cache(
         c.data_id = full_key["data"]
         return c
 
+    if (hit := _LOADED.get(path)) is not None and hit[0] == _file_state(path):
+        return hit[1]
     cache, _ = load_or_build(
         path, build_keyed, key=full_key, what="block-state cache",
         encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
         decode=lambda b: BlockCache(**load_torch_payload(b)),
         validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
+    _LOADED[path] = (_file_state(path), cache)
+    while len(_LOADED) > 2:
+        _LOADED.pop(next(iter(_LOADED)))
     return cache
+
+
+#: the block caches last read or built in this process, by file (content-keyed) and its size and
+#: time: consecutive protocol runs of one (dataset, backbone, L) — a sweep worker's cells — read
+#: each file once; the two most recent (a train and a test split) are kept; a changed file is read again
+_LOADED: dict[Path, tuple[tuple[int, int] | None, BlockCache]] = {}
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
