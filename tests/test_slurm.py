@@ -114,7 +114,7 @@ class CountingRunner:
         return rows
 
 
-def test_smoke_sweep_on_slurm_one_finetune_chunked_arrays(cluster, tmp_path, monkeypatch):
+def test_smoke_sweep_on_slurm_one_finetune_chunked_arrays(cluster, tmp_path, monkeypatch, capsys):
     from midas_nb.config import get_profile
     from midas_nb.study import make_grid
     from midas_nb.sweeps import ResultStore, run_sweep
@@ -148,6 +148,15 @@ def test_smoke_sweep_on_slurm_one_finetune_chunked_arrays(cluster, tmp_path, mon
     assert cli.main(["sweep", "wait", "smoke"]) == 0
     rec = runs.read(cell.key)
     assert rec["status"] == "done" and rec["job_id"] == runs.jobs()[cell.key]
+    # the README's other cluster commands, on the same store (status exits 0: nothing failed)
+    capsys.readouterr()
+    assert cli.main(["sweep", "status", "smoke"]) == 0
+    assert re.search(r"\bdone\b", capsys.readouterr().out)
+    assert cli.main(["sweep", "resubmit", "smoke"]) == 0
+    assert "resubmitted 0 cells in 0 jobs: none needed" in capsys.readouterr().out
+    assert cli.main(["sweep", "plan", "--profile", "smoke", "--sweep", "random", "--max-array-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"all +1 distinct cells, 1 done, 0 to run", out) and "projection: nothing to run" in out
 
 
 def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path):

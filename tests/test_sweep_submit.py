@@ -234,3 +234,23 @@ def test_submit_local_runs_and_refuses_cuda_without_cuda(capsys, monkeypatch, tm
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--executor", "local", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "sweeps" / "smoke").exists()           # refused before anything
+
+
+def test_plan_counts_done_cells_by_coordinates_when_its_ids_are_placeholders(tmp_path):
+    """`sweep plan` reads no data, so its cells carry placeholder checkpoint and data ids: a
+    store's done cells are matched by dataset, backbone, L, b, condition, seed and settings (else
+    a half-done sweep would be planned as if nothing had run); by key they would not match."""
+    import time
+
+    from midas_nb.sweeps import ResultStore, SweepCell
+    from midas_nb.sweeps.plan import plan_text
+
+    real = [SweepCell("cub", "vit", 6, 0.25, c, 0, checkpoint_id="ck1", data_id="d1", params={"lam": 1.0})
+            for c in ("reference", "T5")]
+    planned = [SweepCell.from_dict(dict(c.to_dict(), checkpoint_id="planned", data_id="planned")) for c in real]
+    store = ResultStore(tmp_path / "s")
+    store.record_done(real[0], [{"miou": 0.5}], started=time.time())
+    kw = dict(cells_per_job=8, max_array=1001, max_array_source="test", store=store)
+    assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": planned}, **kw)
+    assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": planned}, by_coordinates=True, **kw)
+    assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": real}, **kw)

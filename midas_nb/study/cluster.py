@@ -146,7 +146,7 @@ def cmd_plan(profile: str, sweep: str | None = None, *, cells_per_job: int = 8, 
                 f"Slurm's default {DEFAULT_MAX_ARRAY_SIZE} (scontrol unreadable here or the same)"
         root = open_store(store) if store else ResultStore(config.runs_dir() / "sweeps" / prof["profile"])
         text = plan_text(sweeps, cells_per_job=cells_per_job, max_array=max_array, max_array_source=source,
-                         store=root, cost_table=load_cost_table(cost))
+                         store=root, cost_table=load_cost_table(cost), by_coordinates=True)
     except (ValueError, FileNotFoundError) as e:
         print(f"midas-nb sweep plan: {e}", file=sys.stderr)
         return 2

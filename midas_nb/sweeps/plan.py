@@ -75,29 +75,39 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
+def _done_key(cell: Mapping[str, Any], by_coordinates: bool) -> str:
+    c = SweepCell.from_dict(cell)
+    return SweepCell.from_dict(dict(c.to_dict(), checkpoint_id="", data_id="")).key if by_coordinates else c.key
+
+
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
-              gpus: Sequence[int] = (8, 32)) -> str:
+              gpus: Sequence[int] = (8, 32), by_coordinates: bool = False) -> str:
     """The plan of ``sweeps`` (``{name: cells}``, e.g. ``{"04 regime": [...]}``) as text: cells per
     sweep (new ones, done ones), preparation jobs, cell jobs and arrays, the projected GPU-hours
     (cells + preparation fine-tunes) and the wall time on each number of ``gpus``.
+    ``by_coordinates``: a store's done cells are matched by dataset, backbone, L, b, condition,
+    seed and settings, without the checkpoint and data ids (a plan that read no data has
+    placeholders there); else by key.
 
     Raises:
         ValueError: ``cells_per_job`` or ``max_array`` below 1.
     """
-    done = set()
+    done: set[str] = set()
     timed: dict[tuple[str, str], list[float]] = {}
     if store is not None and (store.root / "cells").is_dir():
-        done = {k for k, r in store.scan()[0].items() if r.get("status") == "done"}
+        done = {_done_key(r["cell"], by_coordinates) for r in store.scan()[0].values()
+                if r.get("status") == "done" and isinstance(r.get("cell"), dict)}
         timed = store_costs(store)
     lines, seen, todo = [], set(), []
     for name, cells in sweeps.items():
         new = [c for c in cells if c.key not in seen]
         seen.update(c.key for c in new)
-        todo += [c for c in new if c.key not in done]
+        todo += [c for c in new if _done_key(c.to_dict(), by_coordinates) not in done]
         groups = sorted({f"{c.dataset}/{c.backbone.split('_patch')[0]}" for c in cells})
         lines.append(f"  {name:<14} {len(cells):>6,} cells, {len(cells) - len(new):>6,} shared with a line above, "
-                     f"{sum(c.key in done for c in cells):>5,} done  ({len(groups)} dataset/backbone: "
+                     f"{sum(_done_key(c.to_dict(), by_coordinates) in done for c in cells):>5,} done  "
+                     f"({len(groups)} dataset/backbone: "
                      f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
