@@ -701,6 +701,30 @@ def test_slurm_executor_without_slurm_is_one_clear_error(tmp_path, monkeypatch, 
     assert not list(markers.iterdir())                  # nothing ran
 
 
+def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path, monkeypatch, markers, capsys):
+    """An sbatch without a reachable controller (Slurm's client installed, no cluster configured)
+    refuses every submission: one line with its last error and the alternatives, exit status 2,
+    not submitit's traceback; nothing runs."""
+    from midas_nb import cli
+    from midas_nb.sweeps.slurm import SlurmNotFound
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("sbatch", "scontrol"):
+        (fake / name).write_text("#!/bin/sh\necho 'sbatch: error: fetch_config: DNS SRV lookup failed' >&2\n"
+                                 "echo 'sbatch: fatal: Could not establish a configuration source' >&2\nexit 1\n")
+        (fake / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SlurmNotFound, match=r"sbatch refused the submission: sbatch: fatal: Could not establish a "
+                                            r"configuration source; .*executor 'local' or 'processes'"):
+        run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
+                  ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"), wait=False)
+    assert not list(markers.iterdir())
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("midas-nb sweep submit: sbatch refused the submission"), err
+
+
 def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():
     from midas_nb.sweeps.slurm import chunk_arrays, plan_jobs
     cells = [SweepCell(ds, bb, depth=L, budget=b, condition="T5", seed=s, checkpoint_id=f"{ds}-{bb}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .slurm import cell_states, resubmit, wait
+from .slurm import SlurmNotFound, cell_states, resubmit, wait
 from .store import all_stores, format_status, open_store
 
 __all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
@@ -50,7 +50,7 @@ def cmd_resubmit(name: str) -> int:
     """Resubmit the failed and lost (cancelled, timed-out) cells with the last submission's settings."""
     try:
         jobs = resubmit(open_store(name, must_exist=True))
-    except FileNotFoundError as e:
+    except (FileNotFoundError, SlurmNotFound) as e:
         print(f"midas-nb sweep resubmit: {e}", file=sys.stderr)
         return 2
     print(f"resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "

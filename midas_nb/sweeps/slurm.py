@@ -17,11 +17,15 @@ by name (tests). Part of the generic sweep engine: imports no domain module.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import re
 import shutil
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -41,8 +45,13 @@ _RUNNER = "runner.pkl"
 _SUBMISSION = "submission.json"
 
 
+#: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
+_SUBMITTING = threading.Lock()
+
+
 class SlurmNotFound(RuntimeError):
-    """``executor="slurm"`` on a machine without Slurm."""
+    """``executor="slurm"`` on a machine without a working Slurm: no ``sbatch``, or an ``sbatch``
+    that refuses the submission (no controller reachable, a partition that does not exist)."""
 
 
 @dataclass
@@ -187,7 +196,28 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
     The cell function and the submission settings are kept in the store (``submitit/runner.pkl``,
     ``submission.json``) for :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to
     its job id.
+
+    Raises:
+        SlurmNotFound: no ``sbatch``, or ``sbatch`` refused the submission (its last error line).
     """
+    from submitit.core.utils import FailedJobError
+
+    held = io.StringIO()        # submitit prints a refusing sbatch's stderr: said once, below
+    try:
+        with _SUBMITTING, contextlib.redirect_stderr(held):    # one redirect at a time (threads)
+            jobs = _submit(store, cells, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
+                           max_array=max_array)
+        sys.stderr.write(held.getvalue())
+        return jobs
+    except FailedJobError as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
+                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run here with "
+                            "executor 'local' or 'processes'") from None
+
+
+def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
+            params: Mapping[str, Any], cells_per_job: int, max_array: int | None) -> list[Any]:
     import cloudpickle
 
     folder = store.root / "submitit"
