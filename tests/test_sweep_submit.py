@@ -254,3 +254,14 @@ def test_plan_counts_done_cells_by_coordinates_when_its_ids_are_placeholders(tmp
     assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": planned}, **kw)
     assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": planned}, by_coordinates=True, **kw)
     assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": real}, **kw)
+
+
+def test_wait_on_a_missing_store_and_a_missing_cost_file_are_one_line(tmp_path, monkeypatch, capsys):
+    from midas_nb import cli
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    assert cli.main(["sweep", "wait", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("midas-nb sweep wait: "), err
+    assert cli.main(["sweep", "plan", "--profile", "smoke", "--cost", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none.json" in err[0] and "no such file" in err[0], err

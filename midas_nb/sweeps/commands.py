@@ -43,7 +43,12 @@ def cmd_status(name: str | None) -> int:
 
 def cmd_wait(name: str, poll_s: float = 10.0) -> int:
     """Wait (a progress bar) until nothing of the sweep is queued; then as :func:`cmd_status`."""
-    return _print_table(wait(open_store(name, must_exist=True), poll_s=poll_s, progress=True))
+    try:
+        store = open_store(name, must_exist=True)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"midas-nb sweep wait: {e}", file=sys.stderr)
+        return 2
+    return _print_table(wait(store, poll_s=poll_s, progress=True))
 
 
 def cmd_resubmit(name: str) -> int:

@@ -34,9 +34,13 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
 
     Raises:
         ValueError: the file is not such a table.
+        FileNotFoundError: a ``path`` given that is not a file (the default path may be absent).
     """
     p = Path(path) if path is not None else default_cost_path()
     if not p.is_file():
+        if path is not None:
+            raise FileNotFoundError(f"--cost {str(path)!r}: no such file (expected the cost table that "
+                                    "bench/gpu_check.py writes)")
         return None
     try:
         table = json.loads(p.read_text(encoding="utf-8"))
