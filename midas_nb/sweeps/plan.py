@@ -100,17 +100,20 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     done: set[str] = set()
     timed: dict[tuple[str, str], list[float]] = {}
     if store is not None and (store.root / "cells").is_dir():
-        done = {_done_key(r["cell"], by_coordinates) for r in store.scan()[0].values()
-                if r.get("status") == "done" and isinstance(r.get("cell"), dict)}
+        # only records of the current result format: their key is the one their cell gives now
+        done = {_done_key(r["cell"], by_coordinates) for k, r in store.scan()[0].items()
+                if r.get("status") == "done" and isinstance(r.get("cell"), dict)
+                and SweepCell.from_dict(r["cell"]).key == k}
         timed = store_costs(store)
     lines, seen, todo = [], set(), []
     for name, cells in sweeps.items():
+        is_done = {c.key: _done_key(c.to_dict(), by_coordinates) in done for c in cells}
         new = [c for c in cells if c.key not in seen]
         seen.update(c.key for c in new)
-        todo += [c for c in new if _done_key(c.to_dict(), by_coordinates) not in done]
+        todo += [c for c in new if not is_done[c.key]]
         groups = sorted({f"{c.dataset}/{c.backbone.split('_patch')[0]}" for c in cells})
         lines.append(f"  {name:<14} {len(cells):>6,} cells, {len(cells) - len(new):>6,} shared with a line above, "
-                     f"{sum(_done_key(c.to_dict(), by_coordinates) in done for c in cells):>5,} done  "
+                     f"{sum(is_done[c.key] for c in cells):>5,} done  "
                      f"({len(groups)} dataset/backbone: "
                      f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
     prepare, chunks = plan_jobs(todo, cells_per_job)
