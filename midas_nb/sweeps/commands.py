@@ -1,6 +1,6 @@
 """``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
 
-Each returns an exit status: ``status`` is non-zero while failed or lost cells remain (so a
+Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells remain (so a
 script can gate on it), ``wait`` likewise once nothing is queued, ``resubmit`` 0 after
 submitting (or when nothing needed it).
 """
@@ -21,7 +21,10 @@ def _print_table(table) -> int:
         if len(rows):
             jobs = ", ".join(sorted(set(rows["job_id"].astype(str))))
             print(f"  {len(rows)} cells {state.lower()}: jobs {jobs}")
-    bad = int(table["status"].eq("failed").sum() + table["job_state"].eq("lost").sum())
+    unsent = int(table["job_state"].eq("unsubmitted").sum())
+    if unsent:
+        print(f"  {unsent} cells never submitted (sbatch refused): midas-nb sweep resubmit sends them")
+    bad = int(table["status"].eq("failed").sum() + table["job_state"].isin(["lost", "unsubmitted"]).sum())
     return 1 if bad else 0
 
 
@@ -52,7 +55,7 @@ def cmd_wait(name: str, poll_s: float = 10.0) -> int:
 
 
 def cmd_resubmit(name: str) -> int:
-    """Resubmit the failed and lost (cancelled, timed-out) cells with the last submission's settings."""
+    """Resubmit the failed, lost (cancelled, timed-out) and never-submitted cells with the last submission's settings."""
     try:
         jobs = resubmit(open_store(name, must_exist=True))
     except (FileNotFoundError, SlurmNotFound) as e:

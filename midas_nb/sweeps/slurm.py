@@ -213,7 +213,7 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
                             "reaches a Slurm controller (scontrol ping) and the partition exists, or run here with "
-                            "executor 'local' or 'processes'") from None
+                            "--executor local or processes (executor='local' or 'processes' in Python)") from None
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
@@ -295,16 +295,20 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     """The store's status table (:meth:`ResultStore.status`) with ``job_state``: Slurm's state
     of the cell's job while it is queued or running (``PENDING``, ``RUNNING``, ...), ``lost``
     when a cell without a record has a job that left the queue (cancelled, timed out, node
-    failure: resubmit it), empty otherwise. Without Slurm every job that is not done reads
-    ``unknown``."""
+    failure: resubmit it), ``unsubmitted`` when a submitted store's pending cell never got a
+    job (sbatch refused the submission: resubmit it), empty otherwise. Without Slurm every job
+    that is not done reads ``unknown``."""
     table = store.status(cells)
     ids = [j for j in table["job_id"].dropna()]
     queued = scheduler_states(ids)
+    submitted = (store.root / _SUBMISSION).is_file()
     states = []
     for _, r in table.iterrows():
         jid = r["job_id"]
-        if r["status"] in ("done", "failed") or jid is None or (isinstance(jid, float) and math.isnan(jid)):
+        if r["status"] in ("done", "failed"):
             states.append("")
+        elif jid is None or (isinstance(jid, float) and math.isnan(jid)):
+            states.append("unsubmitted" if submitted and r["status"] == "pending" else "")
         elif queued is None:
             states.append("unknown")
         else:
@@ -315,7 +319,8 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
 
 def resubmit(store: ResultStore, *, failed: bool = True) -> list[Any]:
     """Submit again, with the settings of the store's last :func:`submit`, every registered cell
-    whose job was lost (cancelled, timed out: no record and no job in the queue) and, with
+    whose job was lost (cancelled, timed out: no record and no job in the queue) or never
+    existed (a submission sbatch refused) and, with
     ``failed``, every failed cell. Claims left by lost jobs are removed first. Returns the new
     jobs (empty when nothing needs it).
 
@@ -324,7 +329,7 @@ def resubmit(store: ResultStore, *, failed: bool = True) -> list[Any]:
     """
     cell_fn, sub = load_submission(store)
     table = cell_states(store, store.registered_cells())
-    redo = table["job_state"].isin(["lost"]) | (table["status"].eq("failed") if failed else False)
+    redo = table["job_state"].isin(["lost", "unsubmitted"]) | (table["status"].eq("failed") if failed else False)
     keys = set(table.loc[redo, "key"])
     cells = [c for c in store.registered_cells() if c.key in keys]
     for c in cells:
@@ -358,7 +363,7 @@ def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, time
             finished = int(table["status"].isin(["done", "failed"]).sum())
             if bar is not None:
                 bar.update(finished - bar.n)
-            active = ~table["job_state"].isin(["", "lost", "unknown"])
+            active = ~table["job_state"].isin(["", "lost", "unknown", "unsubmitted"])
             if not active.any():
                 return table
             if timeout_s is not None and time.monotonic() - start > timeout_s:
