@@ -28,7 +28,7 @@ from midas_nb.analysis.last import pib_table
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "aircraft_level", "backbone", "weights",
-              "backbone_kwargs", "depth", "budget", "seeds", "device", "output_dir"]
+              "backbone_kwargs", "depth", "budget", "seeds", "device", "precision", "output_dir"]
 # a notebook's own parameters, just before output_dir
 EXTRA_PARAMETERS = {"04_regime_sweeps": ["depths", "budgets"], "05_scale_sensitivity": ["other_backbones", "compare_with"],
                     "07_deployment_guide": ["depths", "budgets"]}  # 07 reads 04's sweep: the same grid
@@ -80,7 +80,7 @@ def test_one_parameters_cell_then_the_study(path):
     assert "\n              aircraft_level=aircraft_level,\n" in nxt      # -p aircraft_level reaches the study
     # profile settings among the parameters go to the study too (05: other_backbones)
     tail = "".join(f", {k}={k}" for k in EXTRA_PARAMETERS.get(path.stem, []) if k != "compare_with")
-    assert f"seeds=seeds,\n              device=device{tail})" in nxt
+    assert f"seeds=seeds,\n              device=device, precision=precision{tail})" in nxt
     assert f'viz.set_output("{path.stem}", output_dir, profile=profile)' in nxt
 
 

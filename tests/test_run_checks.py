@@ -606,6 +606,18 @@ def test_aircraft_level_is_a_run_parameter(tmp_path, capsys, recorder):
     assert rc == 2 and "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'" in line
 
 
+def test_precision_is_a_run_parameter(tmp_path, capsys, recorder):
+    """``-p precision bfloat16`` reaches every notebook's study (the paper profile's autocast on a
+    quick run, or float32 on a paper run); a precision that is not offered is one preflight line."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "precision", "bfloat16", "--output",
+                      str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["precision"] == "bfloat16"
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "precision", "float16", "--output",
+                      str(tmp_path / "p")], capsys)
+    (line,) = _problems(lines)
+    assert rc == 2 and "precision: expected one of ['float32', 'bfloat16'], got 'float16'" in line
+
+
 def test_images_per_class_cap_is_one_integer_or_a_mapping_by_dataset():
     quick = config.get_profile("quick")
     assert config.images_per_class(quick, "cars") == 12
