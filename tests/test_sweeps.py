@@ -724,6 +724,9 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     from midas_nb.sweeps.slurm import cell_states
     store = ResultStore(tmp_path / "store")
     assert list(cell_states(store)["job_state"]) == ["unsubmitted", "unsubmitted"]
+    later = toy_cells(3)[2]                 # registered after the refusal, never sent to sbatch: not refused
+    store.register([later])
+    assert cell_states(store).set_index("key").loc[later.key, "job_state"] == ""
     capsys.readouterr()
     assert cmd_status(str(store.root)) == 1 and cmd_wait(str(store.root), poll_s=0.01) == 1
     assert "2 cells never submitted (sbatch refused): midas-nb sweep resubmit" in capsys.readouterr().out
@@ -733,6 +736,10 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("midas-nb sweep submit: sbatch refused the submission"), err
+    # without a store name: every store (the README's commands), no traceback
+    assert cli.main(["sweep", "wait"]) == 1 and "never submitted" in capsys.readouterr().out
+    assert cli.main(["sweep", "resubmit"]) == 2
+    assert capsys.readouterr().err.startswith("midas-nb sweep resubmit: sbatch refused the submission")
 
 
 def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():

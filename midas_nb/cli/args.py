@@ -184,9 +184,11 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
                        description="plan: the jobs, arrays, cells and projected GPU-hours of a profile's sweeps, "
                                    "nothing submitted; submit: send them (returns after submission); status: cells "
                                    "done / failed / pending of the result stores under runs/sweeps (one per "
-                                   "profile); wait: until nothing is queued; resubmit: failed and lost cells")
+                                   "profile); wait: until nothing is queued; resubmit: failed, lost and never-submitted "
+                                   "cells")
     s.add_argument("action", choices=["plan", "submit", "status", "wait", "resubmit"],
-                   help="plan, submit, status (exit 1 while cells failed or were lost), wait, resubmit")
+                   help="plan, submit, status (exit 1 while cells failed, were lost or were never submitted), wait, "
+                        "resubmit")
     s.add_argument("name", nargs="?", default=None,
                    help="status/wait/resubmit: store name = the profile that wrote it, e.g. quick (default: every "
                         "store)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .slurm import SlurmNotFound, cell_states, resubmit, wait
+from .slurm import SlurmNotFound, cell_states, resubmit, submitted, wait
 from .store import all_stores, format_status, open_store
 
 __all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
@@ -44,23 +44,33 @@ def cmd_status(name: str | None) -> int:
     return rc
 
 
-def cmd_wait(name: str, poll_s: float = 10.0) -> int:
-    """Wait (a progress bar) until nothing of the sweep is queued; then as :func:`cmd_status`."""
-    try:
-        store = open_store(name, must_exist=True)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"midas-nb sweep wait: {e}", file=sys.stderr)
-        return 2
-    return _print_table(wait(store, poll_s=poll_s, progress=True))
+def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
+    """Wait (a progress bar) until nothing of the sweep (``None``: of every store) is queued;
+    then as :func:`cmd_status`."""
+    rc = 0
+    for n in [name] if name is not None else all_stores():
+        try:
+            store = open_store(n, must_exist=True)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"midas-nb sweep wait: {e}", file=sys.stderr)
+            return 2
+        rc |= _print_table(wait(store, poll_s=poll_s, progress=True))
+    return rc
 
 
-def cmd_resubmit(name: str) -> int:
-    """Resubmit the failed, lost (cancelled, timed-out) and never-submitted cells with the last submission's settings."""
-    try:
-        jobs = resubmit(open_store(name, must_exist=True))
-    except (FileNotFoundError, SlurmNotFound) as e:
-        print(f"midas-nb sweep resubmit: {e}", file=sys.stderr)
-        return 2
-    print(f"resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
-          f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
+def cmd_resubmit(name: str | None) -> int:
+    """Resubmit the failed, lost (cancelled, timed-out) and never-submitted cells of the sweep
+    (``None``: of every submitted store) with its last submission's settings."""
+    names = [name] if name is not None else [n for n in all_stores() if submitted(open_store(n))]
+    if not names:
+        print("no submitted sweeps found")
+    for n in names:
+        try:
+            store = open_store(n, must_exist=True)
+            jobs = resubmit(store)
+        except (FileNotFoundError, ValueError, SlurmNotFound) as e:
+            print(f"midas-nb sweep resubmit: {e}", file=sys.stderr)
+            return 2
+        print(f"{store.root.name}: resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
+              f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
     return 0

@@ -35,14 +35,16 @@ from .cells import SweepCell
 from .store import ResultStore
 from .worker import run_chunk
 
-__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs", "prepare_group",
-           "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
+__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
+           "prepare_group", "submitted", "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
            "resubmit", "wait"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
 _RUNNER = "runner.pkl"
 _SUBMISSION = "submission.json"
+#: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
+_REFUSED = "refused"
 
 
 #: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
@@ -210,6 +212,8 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
         sys.stderr.write(held.getvalue())
         return jobs
     except FailedJobError as e:
+        jobs_now = store.jobs()   # the cells that got no job in this submission: marked refused
+        store.record_jobs({c.key: _REFUSED for c in cells if c.key not in jobs_now or jobs_now[c.key] == _REFUSED})
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
                             "reaches a Slurm controller (scontrol ping) and the partition exists, or run here with "
@@ -254,6 +258,11 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clu
     return jobs
 
 
+def submitted(store: ResultStore) -> bool:
+    """Whether :func:`submit` ever wrote the store's submission settings (``submission.json``)."""
+    return (store.root / _SUBMISSION).is_file()
+
+
 def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
     """``(cell_fn, settings)`` saved by the store's last :func:`submit`.
 
@@ -295,20 +304,19 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     """The store's status table (:meth:`ResultStore.status`) with ``job_state``: Slurm's state
     of the cell's job while it is queued or running (``PENDING``, ``RUNNING``, ...), ``lost``
     when a cell without a record has a job that left the queue (cancelled, timed out, node
-    failure: resubmit it), ``unsubmitted`` when a submitted store's pending cell never got a
-    job (sbatch refused the submission: resubmit it), empty otherwise. Without Slurm every job
-    that is not done reads ``unknown``."""
+    failure: resubmit it), ``unsubmitted`` when a pending cell was in a submission sbatch
+    refused (resubmit it), empty otherwise. Without Slurm every job that is not done reads
+    ``unknown``."""
     table = store.status(cells)
-    ids = [j for j in table["job_id"].dropna()]
+    ids = [j for j in table["job_id"].dropna() if j != _REFUSED]
     queued = scheduler_states(ids)
-    submitted = (store.root / _SUBMISSION).is_file()
     states = []
     for _, r in table.iterrows():
         jid = r["job_id"]
-        if r["status"] in ("done", "failed"):
+        if r["status"] in ("done", "failed") or jid is None or (isinstance(jid, float) and math.isnan(jid)):
             states.append("")
-        elif jid is None or (isinstance(jid, float) and math.isnan(jid)):
-            states.append("unsubmitted" if submitted and r["status"] == "pending" else "")
+        elif jid == _REFUSED:
+            states.append("unsubmitted" if r["status"] == "pending" else "")
         elif queued is None:
             states.append("unknown")
         else:
