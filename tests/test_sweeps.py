@@ -737,6 +737,9 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("midas-nb sweep submit: sbatch refused the submission"), err
     # without a store name: every store (the README's commands), no traceback
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "empty"))
+    assert cli.main(["sweep", "wait"]) == 0 and capsys.readouterr().out.strip() == "no sweeps found"
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "wait"]) == 1 and "never submitted" in capsys.readouterr().out
     assert cli.main(["sweep", "resubmit"]) == 2
     assert capsys.readouterr().err.startswith("midas-nb sweep resubmit: sbatch refused the submission")

@@ -47,8 +47,11 @@ def cmd_status(name: str | None) -> int:
 def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
     """Wait (a progress bar) until nothing of the sweep (``None``: of every store) is queued;
     then as :func:`cmd_status`."""
+    names = [name] if name is not None else all_stores()
+    if not names:
+        print("no sweeps found")
     rc = 0
-    for n in [name] if name is not None else all_stores():
+    for n in names:
         try:
             store = open_store(n, must_exist=True)
         except (FileNotFoundError, ValueError) as e:

@@ -216,8 +216,9 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
         store.record_jobs({c.key: _REFUSED for c in cells if c.key not in jobs_now or jobs_now[c.key] == _REFUSED})
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
-                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run here with "
-                            "--executor local or processes (executor='local' or 'processes' in Python)") from None
+                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep here: "
+                            "midas-nb sweep submit --executor local or processes (executor='local' or 'processes' in "
+                            "Python)") from None
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
