@@ -594,28 +594,22 @@ def test_a_root_without_the_annotation_files_is_one_problem_naming_both_splits(t
     assert f"does not have the {dataset} layout ({split} and test splits)" in problems[0]
 
 
-def test_aircraft_level_is_a_run_parameter(tmp_path, capsys, recorder):
-    """Issue 28: ``-p aircraft_level family`` reaches every notebook's study; a level that is not
-    FGVC-Aircraft's is one preflight line."""
-    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "family", "--output",
+@pytest.mark.parametrize("notebook, name, good, bad, expected", [
+    # issue 28: the FGVC-Aircraft label level
+    ("07", "aircraft_level", "family", "model",
+     "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'"),
+    # the protocol's autocast: the paper profile's on a quick run, or float32 on a paper run
+    ("02", "precision", "bfloat16", "float16", "precision: expected one of ['float32', 'bfloat16'], got 'float16'"),
+])
+def test_a_choice_setting_is_a_run_parameter(tmp_path, capsys, recorder, notebook, name, good, bad, expected):
+    """``-p NAME VALUE`` reaches every notebook's study; a value not offered is one preflight line."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", notebook, "-p", name, good, "--output",
                       str(tmp_path / "o")], capsys)
-    assert rc == 0 and recorder[0][1]["aircraft_level"] == "family"
-    rc, lines = _run(["--profile", "smoke", "--notebooks", "07", "-p", "aircraft_level", "model", "--output",
+    assert rc == 0 and recorder[0][1][name] == good
+    rc, lines = _run(["--profile", "smoke", "--notebooks", notebook, "-p", name, bad, "--output",
                       str(tmp_path / "p")], capsys)
     (line,) = _problems(lines)
-    assert rc == 2 and "aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'" in line
-
-
-def test_precision_is_a_run_parameter(tmp_path, capsys, recorder):
-    """``-p precision bfloat16`` reaches every notebook's study (the paper profile's autocast on a
-    quick run, or float32 on a paper run); a precision that is not offered is one preflight line."""
-    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "precision", "bfloat16", "--output",
-                      str(tmp_path / "o")], capsys)
-    assert rc == 0 and recorder[0][1]["precision"] == "bfloat16"
-    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", "-p", "precision", "float16", "--output",
-                      str(tmp_path / "p")], capsys)
-    (line,) = _problems(lines)
-    assert rc == 2 and "precision: expected one of ['float32', 'bfloat16'], got 'float16'" in line
+    assert rc == 2 and expected in line
 
 
 def test_images_per_class_cap_is_one_integer_or_a_mapping_by_dataset():

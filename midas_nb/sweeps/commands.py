@@ -1,7 +1,7 @@
 """``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
 
-Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells remain (so a
-script can gate on it), ``wait`` likewise once nothing is queued, ``resubmit`` 0 after
+Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells
+remain (so a script can gate on it), ``wait`` likewise once nothing is queued, ``resubmit`` 0 after
 submitting (or when nothing needed it).
 """
 from __future__ import annotations
@@ -28,20 +28,25 @@ def _print_table(table) -> int:
     return 1 if bad else 0
 
 
+def _each_store(action: str, names: list[str], fn) -> int:
+    """``fn(store)`` for each named store, exit statuses OR-ed; a store that cannot be opened or
+    a refused submission is one line on stderr, exit status 2."""
+    rc = 0
+    for n in names:
+        try:
+            rc |= fn(open_store(n, must_exist=True))
+        except (FileNotFoundError, ValueError, SlurmNotFound) as e:
+            print(f"midas-nb sweep {action}: {e}", file=sys.stderr)
+            return 2
+    return rc
+
+
 def cmd_status(name: str | None) -> int:
     """Print done / failed / running / pending cells with their jobs; 1 while failures remain."""
     names = [name] if name is not None else all_stores()
     if not names:
         print("no sweeps found")
-        return 0
-    rc = 0
-    for n in names:
-        try:
-            rc |= _print_table(cell_states(open_store(n, must_exist=True)))
-        except (FileNotFoundError, ValueError) as e:
-            print(f"midas-nb sweep status: {e}", file=sys.stderr)
-            return 2
-    return rc
+    return _each_store("status", names, lambda store: _print_table(cell_states(store)))
 
 
 def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
@@ -50,15 +55,14 @@ def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
     names = [name] if name is not None else all_stores()
     if not names:
         print("no sweeps found")
-    rc = 0
-    for n in names:
-        try:
-            store = open_store(n, must_exist=True)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"midas-nb sweep wait: {e}", file=sys.stderr)
-            return 2
-        rc |= _print_table(wait(store, poll_s=poll_s, progress=True))
-    return rc
+    return _each_store("wait", names, lambda store: _print_table(wait(store, poll_s=poll_s, progress=True)))
+
+
+def _resubmit_one(store) -> int:
+    jobs = resubmit(store)
+    print(f"{store.root.name}: resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
+          f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
+    return 0
 
 
 def cmd_resubmit(name: str | None) -> int:
@@ -67,13 +71,4 @@ def cmd_resubmit(name: str | None) -> int:
     names = [name] if name is not None else [n for n in all_stores() if submitted(open_store(n))]
     if not names:
         print("no submitted sweeps found")
-    for n in names:
-        try:
-            store = open_store(n, must_exist=True)
-            jobs = resubmit(store)
-        except (FileNotFoundError, ValueError, SlurmNotFound) as e:
-            print(f"midas-nb sweep resubmit: {e}", file=sys.stderr)
-            return 2
-        print(f"{store.root.name}: resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
-              f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
-    return 0
+    return _each_store("resubmit", names, _resubmit_one)

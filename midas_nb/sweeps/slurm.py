@@ -36,8 +36,8 @@ from .store import ResultStore
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
-           "prepare_group", "submitted", "run_chunk", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
-           "resubmit", "wait"]
+           "prepare_group", "submitted", "run_chunk", "scheduler_states", "submit", "slurm_executor",
+           "load_submission", "cell_states", "resubmit", "wait"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -212,13 +212,13 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
         sys.stderr.write(held.getvalue())
         return jobs
     except FailedJobError as e:
-        jobs_now = store.jobs()   # the cells that got no job in this submission: marked refused
-        store.record_jobs({c.key: _REFUSED for c in cells if c.key not in jobs_now or jobs_now[c.key] == _REFUSED})
+        known = store.jobs()      # a cell that never had a job is marked refused (a lost job's id stays)
+        store.record_jobs({c.key: _REFUSED for c in cells if c.key not in known})
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
-                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep here: "
-                            "midas-nb sweep submit --executor local or processes (executor='local' or 'processes' in "
-                            "Python)") from None
+                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep "
+                            "here: midas-nb sweep submit --executor local or processes (executor='local' or "
+                            "'processes' in Python)") from None
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
