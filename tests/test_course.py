@@ -542,7 +542,7 @@ def test_scorer_vs_control_reads_the_paired_gain():
 
 def test_scorer_vs_control_on_targets_vs_scorers():
     """On the real function's output: a T5 scorer that covers 0.1 more than the control on every image."""
-    from midas_nb.results import targets_vs_scorers
+    from midas_nb.analysis import targets_vs_scorers
     ids = [f"i{k}" for k in range(6)]
     rows = [dict(condition=c, seed=0, dataset="d", backbone="b", depth=2, budget=0.25, image_ids=ids,
                  miou_per_image=[m + 0.01 * k for k in range(6)], miou=m)
@@ -577,7 +577,7 @@ def _sweep_D(d_near, ci_near, d_far, ci_far, L=2):
 
 
 def test_budget_fall_against_the_ceiling():
-    from midas_nb.results import axis_trend
+    from midas_nb.analysis import axis_trend
     s = _study(grid=(4, 4), budgets=(0.1, 0.5))
     s.settings.point.depth = 2
     ceiling = pd.DataFrame(dict(budget=[0.1, 0.5], ceiling=[0.6, 0.2]))
@@ -663,7 +663,7 @@ def test_decoupling_shown_from_the_verdict():
 
 def test_decoupling_shown_on_claim_verdict():
     """On the real verdict: T5 gains coverage at parity, the reference stays most faithful."""
-    from midas_nb.results import claim_verdict
+    from midas_nb.analysis import claim_verdict
     ids = [f"i{k}" for k in range(8)]
     rows = []
     for c, m, f in (("reference", 0.30, 0.50), ("unsupervised", 0.31, 0.40), ("T1", 0.32, 0.30), ("T5", 0.45, 0.495)):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from midas_nb import results as R
+from midas_nb.analysis import recommend_deployment
 from midas_nb.metrics import InsDel, PartIoU
 
 
@@ -124,7 +125,7 @@ def _advice_table():
 
 
 def test_recommend_deployment_picks_expected_rows():
-    advice, text = R.recommend_deployment(_advice_table())
+    advice, text = recommend_deployment(_advice_table())
     a = advice.set_index("goal")
     assert a.loc["coverage-first", "condition"] == "T5"
     assert a.loc["coverage-first", "D_pp"] == pytest.approx(3.0)
@@ -142,7 +143,7 @@ def test_recommend_deployment_tie_break_and_fallback():
     t = _advice_table()
     # make T5's IDAUC tie (within 0.001) with unsupervised: the higher mIoU (T5) wins
     t.loc[t.condition == "T5", "idauc"] = 0.3395
-    advice, _ = R.recommend_deployment(t)
+    advice, _ = recommend_deployment(t)
     a = advice.set_index("goal")
     assert a.loc["faithfulness-first", "condition"] == "T5"
     assert "breaks the tie" in a.loc["faithfulness-first", "reason"]
@@ -153,7 +154,7 @@ def test_recommend_deployment_tie_break_and_fallback():
     # reference outside the band for nobody → still T5 for coverage-first (D=+3, ΔIDAUC>0)
     assert a.loc["coverage-first", "condition"] == "T5"
     # no reference at all: coverage-first falls back to the highest mIoU, flagged
-    advice, text = R.recommend_deployment(t[t.condition != "reference"])
+    advice, text = recommend_deployment(t[t.condition != "reference"])
     a = advice.set_index("goal")
     assert a.loc["coverage-first", "condition"] == "T1" and a.loc["coverage-first", "fallback"]
     assert "FALLBACK" in text

@@ -20,7 +20,8 @@ import torch
 from midas_nb import backbones as bb
 from midas_nb.data import load_dataset, make_synthetic_cub
 from midas_nb.metrics import decoupling_D
-from midas_nb.results import aggregate_seeds, make_table, recommend_deployment
+from midas_nb.analysis import recommend_deployment
+from midas_nb.results import aggregate_seeds, make_table
 
 CUB_FILES = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "bounding_boxes.txt")
 

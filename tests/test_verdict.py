@@ -1,4 +1,4 @@
-"""The claim's computed verdict (midas_nb.results.verdict) on constructed tables: a run where both
+"""The claim's computed verdict (midas_nb.analysis.verdict) on constructed tables: a run where both
 halves hold, one where the two winners tie, one where coverage and faithfulness rose together."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from midas_nb.results import claim_verdict, condition_reading, per_image_means
+from midas_nb.analysis import claim_verdict, condition_reading, per_image_means
 
 N_IMG = 60
 
@@ -138,7 +138,7 @@ def _coverage(targets: dict[str, float], rng_seed: int = 1) -> pd.DataFrame:
 
 
 def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control():
-    from midas_nb.results import targets_vs_scorers
+    from midas_nb.analysis import targets_vs_scorers
     # targets' own coverage differs a lot; scorers all land near the control, except T1 (+5 pp)
     cov = _coverage({"T1": 0.12, "T2": 0.09, "T5": 0.06})
     t = _table({"reference": (0.10, 0.2), "T1": (0.20, 0.2), "T2": (0.15, 0.2), "T5": (0.1505, 0.2),
@@ -165,7 +165,7 @@ def test_targets_vs_scorers_credits_a_target_only_above_the_random_map_control()
 
 
 def test_paired_gap_over_shared_images_by_hand():
-    from midas_nb.results import paired_gap
+    from midas_nb.analysis import paired_gap
     a = pd.DataFrame([dict(condition="T5", seed=s, image_ids=["i0", "i1", "i2"],
                            accuracy_per_image=acc) for s, acc in ((0, [1.0, 1.0, 0.0]), (1, [1.0, 0.0, 0.0]))])
     b = pd.DataFrame([dict(condition="random", seed=0, image_ids=["i1", "i2", "i3"], accuracy_per_image=[0.0, 0.0, 1.0])])
@@ -181,7 +181,7 @@ def test_paired_gap_over_shared_images_by_hand():
 
 
 def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
-    from midas_nb.results import axis_trend
+    from midas_nb.analysis import axis_trend
     D = pd.DataFrame([
         # depth axis at b = 25 %: D rises to the deep cell (the paper says it fades)
         dict(condition="T5", depth=3, budget=0.25, D_pp=2.0, D_pp_lo=1.5, D_pp_hi=2.5, status="in band"),
@@ -257,7 +257,7 @@ def test_gain_over_the_control_carries_the_seed_spread_by_hand():
     −0.02, no image noise); over the seeds it is t with 1 degree of freedom, as D's interval."""
     from scipy.stats import t as student_t
 
-    from midas_nb.results import targets_vs_scorers
+    from midas_nb.analysis import targets_vs_scorers
 
     ids = [f"i{k}" for k in range(8)]
     base = np.linspace(0.2, 0.5, len(ids))

@@ -6,6 +6,11 @@
 - :mod:`~midas_nb.analysis.last` — **LaSt-ViT** (Shi, Yu & Yang, 2026,
   https://arxiv.org/abs/2602.22394): the stability statistic's aggregation, its short fine-tune,
   Patch Score and Point-in-Box before and after.
+- :mod:`~midas_nb.analysis.verdict` — whether the MIDAS claim holds on one run, both halves
+  tested with paired intervals (:func:`claim_verdict`), and the readings beside it
+  (:func:`targets_vs_scorers`, :func:`paired_gap`, :func:`axis_trend`).
+- :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
+  (:func:`recommend_deployment`).
 - :mod:`~midas_nb.analysis.related` — the related methods in one table with the MIDAS
   conditions (notebook 06): :func:`~midas_nb.analysis.related.run_related`.
 
@@ -15,3 +20,10 @@ Example::
     >>> res = related.run_related(study)          # protocol + perturbation + LaSt, one table
     >>> res.table[["kind", "method", "miou", "idauc", "D_pp", "pib", "accuracy", "throughput"]]
 """
+from .advice import GOALS, recommend_deployment
+from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, ClaimVerdict, axis_trend, claim_verdict,
+                      condition_reading, paired_gap, per_image_means, per_seed_values, targets_vs_scorers)
+
+__all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS", "axis_trend",
+           "claim_verdict", "condition_reading", "paired_gap", "per_image_means", "per_seed_values",
+           "recommend_deployment", "targets_vs_scorers"]

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from ..metrics import decoupling_D, INFORMATIVE_BOX_MAX_FRACTION
-from ..results import recommend_deployment
+from ..analysis import recommend_deployment
 from ..backbones.vit import keep_count
 
 
@@ -689,7 +689,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
            "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-           "`D_pp_hi`; `midas_nb.results.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
+           "`D_pp_hi`; `midas_nb.analysis.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
            "words.", ["mine", "ceiling", "study"], _option, applies=_two_budgets)
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
     g, L0 = _t5_budget_ends(mine, study)
@@ -861,6 +861,6 @@ def _ex_decoupling_shown(verdict) -> Choice:
 
 
 def _advised(table, goal: str) -> set[str]:
-    """The condition :func:`midas_nb.results.recommend_deployment` advises for ``goal``."""
+    """The condition :func:`midas_nb.analysis.recommend_deployment` advises for ``goal``."""
     adv = recommend_deployment(table)[0].set_index("goal")
     return {str(adv.loc[goal, "condition"])}

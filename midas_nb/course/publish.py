@@ -21,7 +21,7 @@ SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 
-#: the line of the claim's verdict (results.claim_verdict) that an HTML edition's contents page shows
+#: the line of the claim's verdict (analysis.claim_verdict) that an HTML edition's contents page shows
 _HEADLINE = re.compile(r"^This run (shows the decoupling|does not show a decoupling).*$", re.M)
 
 

@@ -27,35 +27,35 @@ _NaN = math.nan
 
 
 SCHEMA: tuple[Column, ...] = (
-    Column("dataset", "str", True, None, "dataset name"),
-    Column("backbone", "str", True, None, "backbone id"),
-    Column("checkpoint_id", "str", True, None, "fine-tuned backbone checkpoint"),
-    Column("condition", "str", True, None, "protocol condition"),
-    Column("target", "str", False, "", "supervision target id"),
-    Column("relaxation", "str", False, "", "differentiable selection"),
-    Column("depth", "int", True, None, "scorer depth L (1-based)"),
-    Column("budget", "float", True, None, "kept fraction b of patch tokens"),
+    Column("dataset", "str", True, None, "``cub``, ``aircraft``, ``cars``, ``synthetic``"),
+    Column("backbone", "str", True, None, "timm name or midas_nb backbone id"),
+    Column("checkpoint_id", "str", True, None, "the fine-tuned, frozen backbone checkpoint (hash or file stem)"),
+    Column("condition", "str", True, None, "``reference``, ``unsupervised``, ``T1``..``T5``, scorer family"),
+    Column("target", "str", False, "", "supervision target id (``T0`` for reference); ``\"\"`` if none"),
+    Column("relaxation", "str", False, "", "differentiable selection used in training; ``\"\"`` if none"),
+    Column("depth", "int", True, None, "``L`` (1-based): the scorer reads block ``L``'s output"),
+    Column("budget", "float", True, None, "``b ∈ (0,1]``: keep ``ceil(b·N)`` patch tokens"),
     Column("seed", "int", True, None, "scorer-training seed"),
-    Column("n_images", "int", True, None, "evaluation images"),
-    Column("n_skipped_parts", "int", False, 0, "images without a visible part"),
-    Column("coverage_kind", "str", False, "part mIoU", "part mIoU or box coverage"),
-    Column("miou", "float", False, _NaN, "mean part IoU (fraction)"),
-    Column("miou_lo", "float", False, _NaN, "bootstrap CI low of miou"),
-    Column("miou_hi", "float", False, _NaN, "bootstrap CI high of miou"),
-    Column("idauc", "float", False, _NaN, "insertion − deletion AUC"),
-    Column("idauc_lo", "float", False, _NaN, "bootstrap CI low of idauc"),
-    Column("idauc_hi", "float", False, _NaN, "bootstrap CI high of idauc"),
+    Column("n_images", "int", True, None, "evaluation images (all of them, skipped ones included)"),
+    Column("n_skipped_parts", "int", False, 0, "images without a visible part (box), left out of ``miou``"),
+    Column("coverage_kind", "str", False, "part mIoU", "``\"part mIoU\"`` or ``\"box coverage\"``"),
+    Column("miou", "float", False, _NaN, "mean part IoU (fraction in [0,1])"),
+    Column("miou_lo", "float", False, _NaN, "bootstrap 95% CI over images of ``miou``, low end"),
+    Column("miou_hi", "float", False, _NaN, "bootstrap 95% CI over images of ``miou``, high end"),
+    Column("idauc", "float", False, _NaN, "insertion − deletion AUC of ``p_c``"),
+    Column("idauc_lo", "float", False, _NaN, "bootstrap 95% CI over images of ``idauc``, low end"),
+    Column("idauc_hi", "float", False, _NaN, "bootstrap 95% CI over images of ``idauc``, high end"),
     Column("ins_auc", "float", False, _NaN, "insertion AUC"),
     Column("del_auc", "float", False, _NaN, "deletion AUC (lower is better)"),
-    Column("accuracy", "float", False, _NaN, "pruned top-1 accuracy (fraction)"),
-    Column("accuracy_lo", "float", False, _NaN, "bootstrap CI low of accuracy"),
-    Column("accuracy_hi", "float", False, _NaN, "bootstrap CI high of accuracy"),
-    Column("pib", "float", False, _NaN, "Point-in-Box rate (fraction)"),
-    Column("throughput", "float", False, _NaN, "images/s of the pruned forward"),
-    Column("idauc_steps", "int", False, 0, "insertion/deletion steps S"),
+    Column("accuracy", "float", False, _NaN, "top-1 accuracy of the pruned model (fraction)"),
+    Column("accuracy_lo", "float", False, _NaN, "bootstrap 95% CI of ``accuracy``, low end"),
+    Column("accuracy_hi", "float", False, _NaN, "bootstrap 95% CI of ``accuracy``, high end"),
+    Column("pib", "float", False, _NaN, "Point-in-Box rate (fraction), LaSt-ViT probe"),
+    Column("throughput", "float", False, _NaN, "pruned forward, images/s (device-synchronised)"),
+    Column("idauc_steps", "int", False, 0, "``S`` of the insertion/deletion curves; 0 when not measured"),
     Column("idauc_space", "str", False, "token", "token or pixel"),
-    Column("device", "str", False, "", "measurement device"),
-    Column("versions", "str", False, None, "torch/timm/midas_nb versions"),
+    Column("device", "str", False, "", "where metrics (throughput!) were measured"),
+    Column("versions", "str", False, None, "``torch=…;timm=…;midas_nb=…``; filled by :func:`make_table`"),
 )
 
 
@@ -100,7 +100,7 @@ def current_versions() -> str:
 
 @dataclass
 class ResultRow:
-    """One row of the results table (see the module docstring for units).
+    """One row of the results table (units: :data:`SCHEMA`).
 
     ``extras`` holds additional columns (e.g. ``lambda_ga``, ``scorer``); they are written
     after the schema columns. ``to_dict()`` flattens them in.

@@ -261,15 +261,21 @@ class ResultStore:
         """Files in the store that are not valid records (temporary, truncated, foreign)."""
         return self.scan()[1]
 
+    def _running(self, key: str) -> bool:
+        """A live claim on ``key`` (:func:`midas_nb.sweeps.claims.read_claim`): a marker whose
+        heartbeat stopped or whose process on this host is gone is a cell nobody computes."""
+        info = read_claim(self.running_path(key))
+        return info is not None and bool(info["live"])
+
     def state(self, key: str) -> CellState:
-        """``done``, ``failed``, ``running`` (marker, no record) or ``pending``."""
+        """``done``, ``failed``, ``running`` (a live claim, no record) or ``pending``."""
         rec = self.read(key)
         if rec is not None:
             return rec["status"]
-        return "running" if self.running_path(key).exists() else "pending"
+        return "running" if self._running(key) else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """One row per cell: its parameters, ``status`` (done/failed/running/pending),
+        """One row per cell: its parameters, ``status`` (done/failed/running/pending, as :meth:`state`),
         ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (the scheduler job of
         its latest submission, ``jobs.json``; ``None`` if never submitted).
 
@@ -291,10 +297,7 @@ class ResultStore:
         jobs = self.jobs()
         for c in cells:
             rec = records.get(c.key)
-            if rec is not None:
-                st = rec["status"]
-            else:
-                st = "running" if self.running_path(c.key).exists() else "pending"
+            st = rec["status"] if rec is not None else "running" if self._running(c.key) else "pending"
             rows.append(dict(
                 key=c.key, label=c.label, dataset=c.dataset, backbone=c.backbone, depth=c.depth,
                 budget=c.budget, condition=c.condition, seed=c.seed, checkpoint_id=c.checkpoint_id,

@@ -34,7 +34,7 @@ import pandas as pd
 
 from ..metrics import bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
-from .table import coverage_name
+from ..results import coverage_name
 
 __all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]

@@ -8,7 +8,7 @@ from typing import Any, Literal, Sequence
 import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, decoupling_D
-from .aggregate import aggregate_seeds
+from ..results import aggregate_seeds
 
 
 _NaN = math.nan
