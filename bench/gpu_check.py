@@ -416,8 +416,9 @@ def main(argv=None) -> int:
     if args.cost_out or device.type == "cuda":
         from midas_nb.sweeps.plan import default_cost_path
         write_cost_table(Path(args.cost_out) if args.cost_out else default_cost_path(), table, device, args)
-    print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; "
-          f"goal <= {GOAL_HOURS:g} h for the paper table on one H200")
+    print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; the last line is the paper "
+          f"table's goal, <= {GOAL_HOURS:g} h on one H200 (the whole profile's, <= {GOAL_PROFILE_HOURS:g} h, is "
+          f"part (c)'s profile ratio)")
     print(f"ratio: {hours / GOAL_HOURS:.3f}")
     return 1 if failed else 0
 

@@ -11,7 +11,6 @@ module (the protocol's cell function is :class:`midas_nb.study.ProtocolCellRunne
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import multiprocessing
 import os
 import time
@@ -19,9 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from ..identity import atomic_write_text
-from ..identity import jsonable
-from .cells import CellState, ExecutorKind, SweepCell
+from .cells import ExecutorKind, SweepCell
 from .store import open_store, ResultStore, StoreStatus
 from .worker import run_cell
 

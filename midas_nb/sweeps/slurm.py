@@ -28,7 +28,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..identity import atomic_write_bytes, atomic_write_text
 from .cells import SweepCell
