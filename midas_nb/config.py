@@ -1,4 +1,4 @@
-"""Profiles (smoke / quick / paper) and paths (DESIGN.md §7).
+"""Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7).
 
 A profile is a plain dict of settings; notebooks read theirs from ``MIDAS_PROFILE`` (as botorch
 tutorials read ``SMOKE_TEST``) and callers override single keys with ``get_profile(name, **overrides)``.
@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
 
-__all__ = ["PROFILES", "ProfileName", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
-           "profile_from_env", "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
+__all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
+           "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
-           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "grid_datasets", "backbone_kwargs_for", "check_profile",
+           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "check_profile",
            "check_device", "is_int", "is_number", "setting_of", "ProfileError"]
-
-ProfileName = Literal["smoke", "quick", "paper", "rehearsal"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order, read from a directory (not ``synthetic``)
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -242,11 +240,6 @@ def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str
     return out
 
 
-def profile_from_env(default: str = "quick") -> str:
-    """The profile named by ``MIDAS_PROFILE`` (``default`` when unset)."""
-    return os.environ.get("MIDAS_PROFILE", default)
-
-
 def project_root() -> Path:
     """The repository root (parent of the ``midas_nb`` package)."""
     return Path(__file__).resolve().parent.parent
@@ -288,7 +281,7 @@ def default_data_root() -> Path:
 
 
 def list_profiles() -> list[str]:
-    """Names of the profiles: ``["paper", "quick", "smoke"]``."""
+    """Names of the profiles, sorted."""
     return sorted(PROFILES)
 
 
@@ -297,12 +290,8 @@ def list_profiles() -> list[str]:
 # ------------------------------------------------------------------------------------------
 
 class ProfileError(ValueError):
-    """Settings that cannot run: one line per problem in ``problems`` (and in the message).
-
-    The one error type for wrong settings: a profile's values (:func:`check_profile`, a study,
-    a sweep) and a whole run description (:func:`midas_nb.cli.runspec.preflight` through
-    ``midas-nb run``, which prints each line and exits with status 2).
-    """
+    """Settings that cannot run: one line per problem in ``problems`` (and in the message); the
+    one error type for wrong settings, of a profile and of a whole run description (decision 0024)."""
 
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
@@ -386,11 +375,6 @@ def dataset_of_label(label: str) -> str:
     """The dataset name of a :func:`dataset_label` (``"aircraft (manufacturer)"`` -> ``"aircraft"``)."""
     base, _, level = str(label).partition(" (")
     return base if base == "aircraft" and level.rstrip(")") in AIRCRAFT_LEVELS else str(label)
-
-
-def grid_datasets(profile: dict[str, Any]) -> list[str]:
-    """The datasets a profile's sweeps span: its ``datasets`` key, else ``[dataset]``."""
-    return list(profile.get("datasets") or [profile["dataset"]])
 
 
 def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:

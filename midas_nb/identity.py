@@ -2,38 +2,10 @@
 
 Every cache and every result store of midas_nb goes through this module, so that a number is
 recomputed exactly when something it depends on changed, and a crash or a second worker never
-leaves a half-written file that is later read as valid.
-
-Identity
-    - :func:`canonical_json` / :func:`hash_json` — the SHA-256 of the canonical JSON (sorted keys,
-      no whitespace) of a key dict; :func:`hash_bytes`, :func:`file_digest` (memoised per process
-      by path, size, modification and change time, inode), :func:`tensor_digest` and
-      :func:`state_dict_digest` (dtype, shape and bytes of every tensor, in name order).
-    - :func:`dataset_identity` — a dataset split by *content*, independent of where it lives on
-      disk, in four components: ``images`` (image ids and the bytes of every image file),
-      ``labels`` (dataset kind, split, class names, per-image labels), ``annotations`` (part
-      names, raw part keypoints and boxes of the split's images, patch size of the masks) and
-      ``transform`` (transform class and parameters, dataset preprocessing options).
-      :attr:`DatasetIdentity.model_inputs` (images + labels + transform) is what a backbone,
-      stem features, target maps and trained scorers depend on;
-      :attr:`DatasetIdentity.full` adds the annotations, which evaluation (part mIoU, box
-      coverage, Point-in-Box) reads.
-    - :data:`RESULT_FORMAT_VERSION` — bumped whenever a metric definition or a result row's
-      meaning changes; it enters every result-store cell key.
-
-Writes
-    - :func:`atomic_write` (and the ``_text`` / ``_bytes`` variants) — a temporary file with a
-      per-process unique name in the target's directory, flushed and ``fsync``-ed, then
-      ``os.replace``-d over the target, then the directory ``fsync``-ed: readers see the old
-      file or the complete new one, two writers never share a temporary file.
-    - :func:`save_verified` / :func:`load_verified` — the cache container: a header line
-      (magic, JSON with the payload's length and SHA-256, and the cache key) followed by the
-      payload (``torch.save`` bytes or safetensors bytes). A truncated or corrupt file fails
-      the check (:class:`CacheIntegrityError`).
-    - :func:`load_or_build` — load a verified cache file, or build, save and return the value;
-      a file that fails its check is reported (``warnings.warn`` with
-      :class:`CacheIntegrityWarning`, counted in :func:`cache_events`) and rebuilt, never
-      silently used.
+leaves a half-written file that is later read as valid: content hashes (:func:`hash_json`,
+:func:`file_digest`, :func:`tensor_digest`, :func:`state_dict_digest`), a dataset split's
+identity by content (:func:`dataset_identity`), atomic writes (:func:`atomic_write`) and
+verified cache files (:func:`save_verified`, :func:`load_or_build`). Decisions 0015 and 0028.
 """
 from __future__ import annotations
 
@@ -235,10 +207,6 @@ class DatasetIdentity:
         return hash_json([IDENTITY_VERSION, "full", self.images, self.labels, self.annotations,
                           self.transform, self.n])
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(images=self.images, labels=self.labels, annotations=self.annotations,
-                    transform=self.transform, n=self.n, model_inputs=self.model_inputs, full=self.full)
-
 
 def _transform_spec(transform: Any) -> dict[str, Any]:
     """Class and public scalar / tuple parameters of a joint transform."""
@@ -358,23 +326,16 @@ def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
     if root is None or not Path(root).is_dir():
         return ()
     out = []
-    stack = [(Path(root), 0)]
-    while stack:
-        d, level = stack.pop()
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            continue
-        for e in entries:
+    for d, dirs, files in os.walk(root, followlinks=True):
+        rel = os.path.relpath(d, root)
+        if (0 if rel == os.curdir else rel.count(os.sep) + 1) + 1 >= depth:
+            dirs.clear()   # ``depth`` levels of folders are listed, the root being the first
+        for path in (os.path.join(d, f) for f in files if Path(f).suffix.lower() not in _IMAGE_SUFFIXES):
             try:
-                if e.is_dir(follow_symlinks=True):
-                    if level + 1 < depth:
-                        stack.append((Path(e.path), level + 1))
-                elif Path(e.name).suffix.lower() not in _IMAGE_SUFFIXES:
-                    st = e.stat()
-                    out.append((os.path.relpath(e.path, root), st.st_size, st.st_mtime_ns))
+                st = os.stat(path)
             except OSError:
                 continue
+            out.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
     return tuple(sorted(out))
 
 
@@ -412,12 +373,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     """Write a file atomically through ``write(binary_file)``.
 
     ``write`` writes into a temporary file ``.<name>.<random>.tmp`` in ``path``'s directory
-    (unique per process and call, :func:`tempfile.mkstemp`, with the umask's mode,
-    :func:`new_file_mode`), which is flushed and ``fsync``-ed, then ``os.replace``-d over
-    ``path``; the directory is ``fsync``-ed. Readers see either the
-    old file or the complete new one; a writer killed midway leaves only its own temporary file;
-    two concurrent writers never write the same temporary file. On any error the temporary file
-    is removed and the error re-raised.
+    (unique per process and call, with the umask's mode, :func:`new_file_mode`), which is
+    flushed and ``fsync``-ed, then ``os.replace``-d over ``path``; the directory is ``fsync``-ed.
+    Readers see either the old file or the complete new one. On any error the temporary file is
+    removed and the error re-raised.
 
     Returns:
         ``path`` as a ``Path``.

@@ -23,9 +23,10 @@ from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_
                    resolve_checkpoint_ids, SEEDLESS_CONDITIONS)
 from .runner import ProtocolCellRunner, scale_readout
 from .settings import (BackboneSettings, check_data, check_schedule, DataSettings, profile_values, protocol_settings,
-                       ProtocolSettings, ReportSettings, resolve_data, RunSettings, StatisticsSettings, SweepSettings)
+                       ProtocolSettings, ReportSettings, RunSettings, StatisticsSettings, SweepSettings)
 
 __all__ = ["Study", "StudyBase", "RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings",
-           "StatisticsSettings", "SweepSettings", "ReportSettings", "check_data", "check_layout", "resolve_data", "check_schedule", "cached_study", "study_overrides",
-           "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "resolve_checkpoint_ids", "protocol_settings",
-           "profile_values", "ProtocolCellRunner", "scale_readout", "decoupling_with_controls", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "GridKind"]
+           "StatisticsSettings", "SweepSettings", "ReportSettings", "check_data", "check_layout", "check_schedule",
+           "cached_study", "study_overrides", "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id",
+           "resolve_checkpoint_ids", "protocol_settings", "profile_values", "ProtocolCellRunner", "scale_readout",
+           "decoupling_with_controls", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "GridKind"]

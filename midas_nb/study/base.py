@@ -74,13 +74,13 @@ def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> s
 TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
 
 
-
 def _fraction(v: Any) -> str:
     """``0.417`` for a fraction, ``n/a`` for ``None`` / NaN."""
     try:
         return "n/a" if v is None or v != v else f"{float(v):.3f}"
     except (TypeError, ValueError):
         return str(v)
+
 
 class StudyBase:
     """Data, backbone and cached pipeline stages for one profile.
@@ -96,20 +96,14 @@ class StudyBase:
             ...); ``None`` values are ignored so notebook parameters can pass through unchanged.
 
     Raises:
-        midas_nb.config.ProfileError: a setting of the wrong type or out of range (every
-            problem, one line each: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
-            seeds not a list of integers, a CUDA device on a machine without CUDA, ...).
-        ValueError, FileNotFoundError: a dataset without a data root
-            (:func:`midas_nb.study.settings.check_data`).
-        midas_nb.config.ProfileError: also a schedule the backbone's recipe cannot train
-            (:func:`midas_nb.backbones.check_epochs`: a distilled backbone needs more epochs
-            than its coarse epochs).
+        midas_nb.config.ProfileError: every problem of the settings, one line each
+            (:meth:`RunSettings.build`: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
+            a CUDA device on a machine without CUDA, a dataset without a data root, a schedule
+            the backbone's recipe cannot train, ...).
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self._settings = RunSettings.build(profile, **overrides)
-        # batch runs (``midas-nb run``, pytest) set TQDM_DISABLE: no bars in executed notebooks;
-        # a streamed run (MIDAS_PROGRESS=lines) gets plain lines instead (midas_nb.progress)
         self.progress = progress_enabled(progress)
         d = self.settings.data
         if d.embedded and not (d.root / "images.txt").is_file():  # generated once, deterministic by seed
@@ -132,12 +126,10 @@ class StudyBase:
         return profile_values(self._settings)
 
     def own_threads(self) -> None:
-        """Set the process's torch threads to the profile's ``torch_threads`` (process-wide: the
-        study owns its notebook's kernel). Called again before the checkpoint key is computed and
-        the backbone loaded, since another Study of the process may have changed the count and
-        the CPU thread count is part of the checkpoint's identity (issue 27). ``None`` restores
-        torch's default (the count when the package was imported), so a quick study made after a
-        smoke study (1 thread) in one process keys its checkpoint as a fresh process does."""
+        """Set the process's torch threads to the profile's ``torch_threads`` (``None``: the count
+        when the package was imported). Called again before the checkpoint is keyed or loaded:
+        another Study of the process may have changed it, and it is part of the checkpoint's
+        identity (decision 0051)."""
         torch.set_num_threads(self.settings.torch_threads or _TORCH_DEFAULT_THREADS)
 
     def __repr__(self) -> str:
@@ -153,14 +145,12 @@ class StudyBase:
 
     @property
     def weights(self) -> str | None:
-        """The backbone's initial weights: a file (``--weights NAME=PATH``), ``"hub"`` (timm's
-        pretrained weights) or ``None`` (random init / the local architectures)."""
+        """The backbone's initial weights (:attr:`midas_nb.study.BackboneSettings.weights`)."""
         return self.settings.backbone.weights
 
     @property
     def backbone_kwargs(self) -> dict[str, Any]:
-        """timm ``VisionTransformer`` arguments of the backbone (profile ``backbone_kwargs``;
-        ``img_size`` follows ``image_size``, :func:`midas_nb.backbones.backbone_kwargs`)."""
+        """timm ``VisionTransformer`` arguments of the backbone (:attr:`midas_nb.study.BackboneSettings.kwargs`)."""
         return dict(self.settings.backbone.kwargs)
 
     def dataset(self, split: str, train: bool = False):
@@ -198,9 +188,8 @@ class StudyBase:
     # ------------------------------------------------------------------------- backbone
     @property
     def recipe(self) -> TrainingRecipe:
-        """The backbone's training recipe on this dataset (``settings.backbone.recipe``:
-        :func:`midas_nb.config.finetune_settings`,
-        seed 0): what :meth:`checkpoint_key` keys and the build trains with."""
+        """The backbone's training recipe on this dataset (``settings.backbone.recipe``): what
+        :meth:`checkpoint_key` keys and the build trains with."""
         return self.settings.backbone.recipe
 
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
@@ -294,7 +283,7 @@ class StudyBase:
         trained. Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over
         images), ``n_images``, ``n_skipped``, ``coverage_kind``, and the per-image values
         ``image_ids`` / ``miou_per_image`` (NaN: an image without a visible part) that
-        :func:`midas_nb.results.targets_vs_scorers` pairs with the scorers' rows.
+        :func:`midas_nb.analysis.targets_vs_scorers` pairs with the scorers' rows.
         """
         budget = float(self.settings.point.budget if budget is None else budget)
         ds = self.test_set

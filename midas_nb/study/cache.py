@@ -23,13 +23,7 @@ __all__ = ["cached_study", "study_overrides", "digest_memo_path", "load_digest_m
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
-    """The resolved data root of ``dataset`` in a profile (:func:`midas_nb.config.data_root_for`:
-    ``data_roots[dataset]``, else ``data_root`` for the profile's own dataset), or ``None`` for
-    the embedded synthetic set (asked for by name, or CUB in smoke/quick without any root).
-
-    Raises:
-        ValueError: a dataset that has no root and no synthetic default (never substituted).
-    """
+    """:func:`midas_nb.config.data_root_for`, resolved, as a string (``None``: the embedded synthetic set)."""
     root = data_root_for(dict(profile), dataset)
     return None if root is None else str(root.resolve())
 

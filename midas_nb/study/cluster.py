@@ -1,14 +1,8 @@
-"""A profile's sweeps on a cluster: every notebook's grid (:func:`profile_sweeps`),
-``midas-nb sweep plan`` (:func:`cmd_plan`: jobs, arrays, cells, projected GPU-hours, nothing
-submitted) and ``midas-nb sweep submit`` (:func:`submit_profile`, :func:`cmd_submit`: returns
-after submission; ``status``, ``wait``, ``resubmit`` follow the store ``runs/sweeps/<profile>``).
-
-The cells are those the notebooks compute, so a sweep submitted here fills the store the
-notebooks then read: 02 the protocol table at ``(L, b)`` (and its ``soft`` and ``random``
-comparisons), 04 the regime grid, 05 the scale readout and the side-by-side backbones, 06 the
-related methods at ``(L, b)``. Keys are computed as the notebooks compute them; the device is
-the profile's (or ``--device``), checked on this machine only for ``local`` and ``processes``:
-a Slurm job resolves it on its compute node (issue 30, case 4).
+"""A profile's sweeps on a cluster: every notebook's grid (:func:`profile_sweeps`, the cells the
+notebooks compute, keyed as they key them), ``midas-nb sweep plan`` (:func:`cmd_plan`: jobs,
+arrays, cells, projected GPU-hours, nothing submitted) and ``midas-nb sweep submit``
+(:func:`submit_profile`, :func:`cmd_submit`: returns after submission; ``status``, ``wait``,
+``resubmit`` follow the store ``runs/sweeps/<profile>``).
 """
 from __future__ import annotations
 

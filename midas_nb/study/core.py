@@ -100,22 +100,19 @@ class Study(StudyBase):
               **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
         """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
 
-        Cells come from :func:`midas_nb.study.make_grid` (``kind``: ``"regime"`` = the full
-        grid for ``paper``, the L sweep at ``budget`` plus the b sweep at ``depth`` otherwise)
-        and live in the store ``runs/sweeps/<profile>``; finished cells are read, missing
-        ones computed (``run=False`` only reads). ``executor="slurm"`` with submitit settings
-        in ``**slurm`` (``partition=...``, ``time=...`` minutes, ``gpus_per_node=...``,
-        ``cells_per_job=...``) runs the cells on a cluster.
+        Cells come from :func:`midas_nb.study.make_grid` (``kind``: default the profile's
+        ``regime_grid``) and live in the store ``runs/sweeps/<profile>``; finished cells are
+        read, missing ones computed (``run=False`` only reads). ``executor="slurm"`` with
+        submitit settings in ``**slurm`` (``partition=...``, ``time=...`` minutes,
+        ``gpus_per_node=...``, ``cells_per_job=...``) runs the cells on a cluster.
 
         Args:
             wait: ``False`` (``executor="slurm"`` only) returns right after submission with
                 what was submitted; ``midas-nb sweep status|wait <profile>`` or the
                 submission's ``.wait()`` follow it, and ``sweep(run=False)`` reads the rows.
             device: the device the cells run on. Default: the study's for ``local`` and
-                ``processes``; for ``slurm`` the profile's own (``paper``: ``"cuda"``), not
-                this machine's, since a login node's ``Study(..., device="cpu")`` says nothing
-                about the compute nodes. A Slurm job resolves it on its node (and fails there,
-                with the node's name, when the node lacks it).
+                ``processes``; for ``slurm`` the profile's own, not this machine's (a Slurm job
+                resolves it on its node, decision 0038).
 
         Returns:
             ``(rows, status)``: one results row per condition × seed × cell that is done, and

@@ -28,30 +28,15 @@ __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "gr
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
-def _spec_of(study: Any) -> str:
-    """The checkpoint id a study's cells are keyed by (:attr:`StudyBase.checkpoint_id`)."""
-    return study.checkpoint_id
-
 
 def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)``, by content.
 
-    The checkpoint id itself (:func:`midas_nb.backbones.checkpoint_key`: model, initial
-    weights, recipe, the content of both splits — image bytes, labels, split, transform,
-    :func:`midas_nb.identity.dataset_identity` — and the training numerics: precision, attention
-    kernel, CPU thread count), so a cell names the checkpoint its rows are computed with and a
-    row is never reused for another checkpoint (issue 27: the spec id without the numerics let
-    ``torch_threads=2`` reuse the reference row of the 1-thread checkpoint beside a T5 row of a
-    new 2-thread fine-tune). A worker that would fine-tune other bits (another thread count)
-    refuses the cell instead of filing its rows under it; set ``torch_threads`` in the profile to
-    make a login node and its workers agree. The numerics are those of the profile's ``device``
-    even where this machine lacks it (a CUDA device is keyed as a bfloat16 GPU:
-    :func:`midas_nb.backbones.checkpoint_key`), so a Slurm login node without a GPU keys the cells
-    as the GPU node that computes them. Nothing is trained; the datasets' annotations are
-    parsed and their image files hashed (memoised per process). Moving the data keeps the id;
-    replacing an image or a label changes it; part keypoints do not enter it (training never
-    reads them; they enter the cell's ``data_id``). The checkpoint id and the weights digest
-    are also stored in every result row (``checkpoint_id``, ``weights_digest``).
+    The checkpoint id itself (:func:`midas_nb.backbones.checkpoint_key`: model, initial weights,
+    recipe, both splits' content, training numerics; decision 0051), keyed with the numerics of
+    the profile's ``device`` even where this machine lacks it, so a login node keys the cells as
+    the GPU node that computes them. Nothing is trained; the datasets' annotations are parsed and
+    their image files hashed (memoised per process).
 
     Raises:
         ValueError, FileNotFoundError: the dataset has no data root, or it cannot be read.
@@ -62,7 +47,7 @@ def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, b
     study = cached_study(prof, dataset, backbone, device="cpu")
     device = str(prof.get("device") or "cpu")
     if device == "cpu":
-        return _spec_of(study)
+        return study.checkpoint_id
     return study.checkpoint_key(device=device)[0]
 
 
@@ -131,52 +116,34 @@ def make_grid(
     seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
     data_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> list[SweepCell]:
-    """The cells of a sweep for a profile.
+    """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
 
-    Points ``(L, b)`` by ``kind`` (profile keys ``depth``, ``budget``, ``depths``, ``budgets``):
+    Points ``(L, b)`` by ``kind``: ``"depth"`` — ``L ∈ depths`` at ``b = budget``; ``"budget"`` —
+    ``b ∈ budgets`` at ``L = depth``; ``"cross"`` — the union of the two (the shared point once);
+    ``"full"`` — ``depths × budgets``; ``"regime"`` — the profile's ``regime_grid``; ``"scale"`` —
+    ``(depth, budget)`` alone, for every backbone of :func:`grid_spans`.
 
-    - ``"depth"``  — ``L ∈ depths`` at ``b = budget``;
-    - ``"budget"`` — ``b ∈ budgets`` at ``L = depth``;
-    - ``"cross"``  — the union of the two (the shared point ``(depth, budget)`` once):
-      ``len(depths) + len(budgets) − 1`` points when ``depth ∈ depths`` and ``budget ∈ budgets``;
-    - ``"full"``   — ``depths × budgets``;
-    - ``"regime"`` — the profile's ``regime_grid`` (``"full"`` in paper, ``"cross"`` otherwise);
-    - ``"scale"``  — the single point ``(depth, budget)`` for every backbone in
-      ``scale_backbones``.
-
-    Each point is crossed with conditions (default: the profile's ``sweep_conditions``, else
-    its ``conditions``; ``random`` is added where ``reference`` is swept and the protocol's
-    ``conditions`` have it: the band's check on the reference, :func:`midas_nb.metrics.decoupling_D`) × seeds × datasets × backbones — the seeds are the profile's ``seeds`` at
-    its own point ``(depth, budget)`` and its ``sweep_seeds`` (default ``seeds``) at the others,
-    unless ``seeds`` is given (then every point has those) — except that a
-    condition without trainable parameters (``seedless_conditions``, default ``reference``:
-    the T0 scorer, whose evaluation does not depend on the seed) gets only the first seed —
-    :func:`midas_nb.metrics.decoupling_D` compares other seeds with its mean, which is then
-    the same value. Per point that is ``(C − R)·S + R`` cells for ``C`` conditions of which
-    ``R`` are seedless and ``S`` seeds. Datasets and backbones default to
-    :func:`grid_spans`'s.
-    Each dataset's root is ``data_roots[name]`` (or ``data_root`` for the profile's own
-    dataset); a dataset without one is an error (:func:`midas_nb.config.data_root_for`), except
-    the embedded synthetic set where it applies (named ``"synthetic"``, or CUB in smoke/quick
-    without any data root), whose cells are labelled ``"synthetic"`` as
-    :func:`midas_nb.study.resolve_data` labels it.
+    Each point is crossed with conditions (default the profile's ``sweep_conditions``, else its
+    ``conditions``, with ``random`` added where ``reference`` is swept and the protocol has it:
+    the band's check) × seeds × datasets × backbones. Seeds: the profile's ``seeds`` at its own
+    point and its ``sweep_seeds`` (default ``seeds``) elsewhere, or ``seeds`` everywhere where
+    given; a condition in ``seedless_conditions`` (default ``reference``, whose evaluation does
+    not depend on the seed) gets only the first. A dataset without a data root is an error
+    (:func:`midas_nb.config.data_root_for`) unless the embedded synthetic set applies (cells
+    labelled ``"synthetic"``).
 
     Args:
         profile: a study's :class:`RunSettings` (its :attr:`~RunSettings.values` key the cells),
             a profile name or mapping (:func:`midas_nb.config.get_profile`).
         kind: grid shape (above).
         datasets, backbones, conditions, seeds: override the profile's lists.
-        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`: the checkpoint ids by
-            content and numerics, nothing is trained; ``"resolve"``, :func:`resolve_checkpoint_ids`,
-            gives the same ids) or an explicit ``{(dataset, backbone): checkpoint_id}``.
-        data_ids: explicit ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`
-            (the evaluated split's content). With explicit ``checkpoint_ids`` and ``data_ids``
-            no dataset is read.
+        checkpoint_ids: ``"spec"`` (default, :func:`checkpoint_spec_id`, nothing is trained),
+            ``"resolve"`` (:func:`resolve_checkpoint_ids`, the same ids) or an explicit
+            ``{(dataset, backbone): checkpoint_id}``.
+        data_ids: explicit ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`.
+            With explicit ``checkpoint_ids`` and ``data_ids`` no dataset is read.
         params: extra settings merged into every cell's ``params`` (they enter the key).
         seedless_conditions: conditions computed for the first seed only (``()``: every seed).
-
-    Returns:
-        Cells ordered dataset, backbone, point, condition, seed (no duplicates).
 
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a

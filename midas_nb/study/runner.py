@@ -26,17 +26,11 @@ _MEMOS_READ: set[Path] = set()
 class ProtocolCellRunner:
     """The real ``cell_fn``: one protocol run per cell (picklable; heavy objects cached per process).
 
-    For a cell it takes the dataset splits and the fine-tuned backbone from a
-    :class:`midas_nb.study.Study` (so checkpoints, target caches and dataset labels are shared
-    with the notebooks; one Study per process and (dataset, backbone)), then calls
-    :func:`midas_nb.analysis.protocol.run_protocol` with ``depth=cell.depth``, ``budget=cell.budget``,
-    ``conditions=[cell.condition]``, ``seeds=[cell.seed]`` and the protocol settings stored in
-    ``cell.params``, so a cell is computed exactly as its key says. The first supervised cell
-    of the profile's own backbone at the profile's depth computes the train-split maps of all the
-    profile's ``targets`` in one pass (``prefetch_targets``), so the cells of the other targets
-    (notebooks 02 and 06) find them cached; elsewhere (the regime sweep's other depths, the scale
-    readout's other backbones) the pass computes only the targets of ``sweep_conditions``, the
-    only supervised conditions run there (:func:`prefetch_targets`).
+    For a cell it takes the dataset splits and the fine-tuned backbone from a cached study
+    (:func:`midas_nb.study.cached_study`, one per process and (dataset, backbone)), then calls
+    :func:`midas_nb.analysis.protocol.run_protocol` at the cell's depth, budget, condition and
+    seed with the protocol settings stored in ``cell.params``, so a cell is computed exactly as
+    its key says; the capture pass computes the train-split maps of :func:`prefetch_targets`.
 
     Args:
         profile: a study's :class:`RunSettings`, a profile dict or name; supplies data roots,
@@ -169,12 +163,9 @@ def scale_readout(
     cell_fn: Callable[[SweepCell], Any] | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Scale sensitivity: the protocol at the profile's ``(depth, budget)`` for each backbone.
-
-    Quick profile: the hybrid backbone in two widths (``hybrid_lite0_vit_w128``,
-    ``hybrid_lite0_vit``); paper profile: DeiT-Ti/16, DeiT-S/16, AugReg ViT-B/16 (the
-    profile's ``scale_backbones``). Cells go through the same store as the regime sweeps
-    (default: the one named after the profile), so cells shared with them are computed once.
+    """Scale sensitivity: the protocol at the profile's ``(depth, budget)`` for each of its
+    ``scale_backbones``. Cells go through the same store as the regime sweeps (default: the one
+    named after the profile), so cells shared with them are computed once.
 
     Args:
         profile: a study's :class:`RunSettings`, a profile name or dict.

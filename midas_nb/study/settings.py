@@ -1,25 +1,10 @@
-"""The run description: one frozen, typed settings object per study, built once.
+"""The run description: one frozen, typed settings object per study, built and checked once.
 
-:meth:`RunSettings.build` takes a profile (:mod:`midas_nb.config`) and the overrides of the
-command line, the run file or a notebook's parameters alike, checks every value once — all
-problems at once, one line each, as :class:`midas_nb.config.ProfileError` — resolves the data
-root, the backbone's initial weights, timm arguments and training recipe, and returns typed
-parts that the layers read:
-
-- :class:`DataSettings` — dataset, the label results carry, root, loader, image and patch size,
-  cap on images per class, FGVC-Aircraft label level;
-- :class:`BackboneSettings` — name, initial weights, timm arguments, fine-tuning recipe;
-- :class:`midas_nb.point.Point` — the pruning point ``(depth L, budget b)``;
-- :class:`ProtocolSettings` — conditions, targets, seeds, IDAUC steps, evaluated images, the
-  scorer-training recipe;
-- :class:`StatisticsSettings` — bootstrap resamples of every interval;
-- :class:`SweepSettings` — the regime sweep's and the scale readout's lists.
-
-:class:`ReportSettings` is what the report reads of a finished run's profile (no data root is
-needed to read a result store).
-
-``values`` keeps the profile itself, read-only: the sweep layer keys and rebuilds result cells
-from it (:func:`midas_nb.study.make_grid`), so a cell's key is the same whoever built it.
+:meth:`RunSettings.build` checks a profile (:mod:`midas_nb.config`) with its overrides — every
+problem at once, one line each, as :class:`midas_nb.config.ProfileError` — and returns the typed
+parts the layers read (decision 0060); :class:`ReportSettings` is what the report reads of a
+finished run's profile. ``values`` keeps the profile itself, read-only: the sweep layer keys
+result cells by it (:func:`midas_nb.study.make_grid`).
 
 Example::
 
@@ -39,12 +24,11 @@ from .. import config
 from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparison_backbones, TrainingRecipe,
                          weights_for)
-from ..data import make_synthetic_cub
 from ..identity import hash_json
 from ..point import Budget, did_you_mean, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "ReportSettings", "check_data", "resolve_data", "check_schedule", "synthetic_root", "setting_names",
+           "SweepSettings", "ReportSettings", "check_data", "check_schedule", "synthetic_root", "setting_names",
            "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
 
 
@@ -71,28 +55,6 @@ def synthetic_root(synthetic: Mapping[str, Any]) -> Path:
     """Where the embedded synthetic set of these generator settings lives:
     ``cache_dir()/data/synthetic_<hash>`` (deterministic by its settings)."""
     return config.cache_dir() / "data" / f"synthetic_{hash_json(dict(synthetic), 12)}"
-
-
-def resolve_data(params: Mapping[str, Any]) -> tuple[str, Path, str]:
-    """``(loader name, root, label)`` for a profile's data settings (label:
-    :func:`midas_nb.config.dataset_label`).
-
-    With a data root (:func:`check_data`), that directory is read with the loader named by
-    ``dataset``. Without one, the embedded default is generated once (deterministic by seed)
-    under ``cache_dir()/data`` in CUB's layout and read with the CUB loader; its label is
-    ``"synthetic"`` everywhere it appears.
-
-    Raises:
-        ValueError, FileNotFoundError: as :func:`check_data`.
-    """
-    name, root = check_data(params)
-    if root is not None:  # FGVC-Aircraft below variant level says so: "aircraft (manufacturer)"
-        return name, root, config.dataset_label(dict(params), name)
-    syn = dict(params.get("synthetic") or {})
-    root = synthetic_root(syn)
-    if not (root / "images.txt").is_file():
-        make_synthetic_cub(root, **syn)
-    return "cub", root, "synthetic"
 
 
 def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str) -> list[str]:
@@ -238,10 +200,10 @@ class SweepSettings:
 def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, by name only (nothing
     else of the profile is read, so a bad seed or budget elsewhere does not stop it): its
-    ``datasets`` (:func:`midas_nb.config.grid_datasets`), ``backbones`` and ``scale_backbones``,
-    each defaulting to the study's own."""
+    ``datasets``, ``backbones`` and ``scale_backbones``, each defaulting to the study's own."""
     own = [p["backbone"]]
-    return config.grid_datasets(dict(p)), list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
+    datasets = list(p.get("datasets") or [p["dataset"]])
+    return datasets, list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
 
 
 #: protocol settings a profile may also set at its top level (they enter the cells' keys or the
