@@ -19,9 +19,6 @@ Holds = bool | Literal["undefined", "not resolved", "uninformative"]
 BOOTSTRAP_SEED = 0
 
 
-# ---------------------------------------------------------------------------------------------
-# D with intervals and band status
-# ---------------------------------------------------------------------------------------------
 def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000,
                    reference: str = "reference") -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
@@ -85,9 +82,6 @@ def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
     return bool(m > 0) if positive else bool(m < 0)
 
 
-# ---------------------------------------------------------------------------------------------
-# the paper's findings
-# ---------------------------------------------------------------------------------------------
 def _point(g: pd.DataFrame, depth: int | None, budget: float | None) -> tuple[int, float]:
     if depth is not None and budget is not None:
         return int(depth), float(budget)
@@ -238,35 +232,17 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
                    budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
     """Which of the paper's findings (:data:`midas_nb.report.paper_reference.PAPER_FINDINGS`) hold on
-    these result rows, per dataset × backbone.
+    these result rows, per dataset × backbone; how each is decided: docs/decisions/0055-paper-findings-verdicts.md.
 
     The findings are evaluated at one point ``(L, b)`` — ``depth``/``budget``, default the
     paper's ``L = 6, b = 25 %`` where the rows have it, else the point with the most
     conditions — from :func:`midas_nb.metrics.decoupling_D` of the rows there (its paired
     intervals ``D_pp_lo``/``D_pp_hi`` and band ``status`` where present; the point values
-    otherwise):
-
-    - ``t5_gain_in_band`` — D(T5) > 0 inside the parity band: ``False`` outside the band,
-      ``"not resolved"`` when the band status is not resolved or the interval of D contains 0,
-      ``"uninformative"`` when the band is (the reference's IDAUC is not clearly above the random
-      ranking's, DESIGN.md §6: the band says nothing about faithfulness parity), with the reason;
-    - ``t1_below_reference`` — D(T1) < 0 (the interval decides where there is one);
-    - ``cosine_small`` — every hidden×attention-gradient rank cosine at ``L`` within
-      ±0.082: ``True`` when every interval lies within, ``False`` when one lies entirely beyond,
-      else ``"not resolved"`` (``probes``: :func:`load_probes` / notebook 03's table with
-      ``dataset``, ``backbone``, ``depth``; ``"undefined"`` without it);
-    - ``fades_deep`` / ``fades_loose`` — each axis judged on its own (averaging a deep cell with a
-      loose-budget cell hides what either axis shows): at ``b = b0`` (resp. ``L = L0``), the mean
-      D(T5) over the regime cells with ``L ≤ L0`` (resp. ``b ≤ b0``) exceeds the mean over the
-      cells beyond; ``"not resolved"`` when the two groups' averaged intervals overlap; cells with an
-      uninformative band are left out (``"uninformative"`` when that leaves one side empty;
-      ``"undefined"`` without cells on both sides);
-    - ``scale`` (one row per dataset, backbone = the backbones joined by ``+``) — D(T5) > 0 in
-      band on DeiT-Ti and reversed (D < 0, or outside the band) on AugReg ViT-B (``"uninformative"``
-      where a verdict needs an uninformative band), the two matched
-      by their exact timm names (:data:`midas_nb.config.PAPER_BACKBONES`: a distilled or
-      narrowed variant is not DeiT-Ti); ``"undefined"`` unless both are in the rows. The
-      evidence names the backbones used.
+    otherwise). A finding without the rows it needs is ``"undefined"`` (``cosine_small`` without
+    ``probes``; ``fades_deep`` / ``fades_loose`` without regime cells on both sides of the point, or
+    ``"uninformative"`` where leaving out the cells with an uninformative band empties a side).
+    ``scale`` has one row per dataset, its backbone the backbones joined by ``+`` (``"uninformative"``
+    where a verdict needs an uninformative band).
 
     Args:
         rows: result rows (:mod:`midas_nb.results` schema; several datasets and backbones allowed).
@@ -324,13 +300,6 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
                                       "evidence"])
 
 
-def _holds_value(v: Any) -> Holds:
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    s = str(v)
-    return {"True": True, "False": False}.get(s, s)  # type: ignore[return-value]
-
-
 def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backbone: str | None = None) -> str:
     """One paragraph, computed from :func:`paper_findings` output: which of the paper's
     findings hold on this run, which do not, which are not resolved, which are uninformative and
@@ -346,10 +315,8 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
     groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are uninformative": [],
                                     "are undefined": []}
     for _, r in f.iterrows():
-        h = _holds_value(r["holds"])
-        key = ("hold" if h is True else "do not hold" if h is False else
-               "are not resolved" if h == "not resolved" else
-               "are uninformative" if h == "uninformative" else "are undefined")
+        key = {"True": "hold", "False": "do not hold", "not resolved": "are not resolved",
+               "uninformative": "are uninformative"}.get(str(r["holds"]), "are undefined")
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}

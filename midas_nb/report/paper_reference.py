@@ -1,22 +1,12 @@
-"""The MIDAS paper's reference numbers (DESIGN.md §8), as data.
-
-Every table, report and notebook that puts "the paper's value" beside ours reads it from
-here, so a number is typed once. Setting of the numbers: DeiT-S/16
-(``deit_small_patch16_224.fb_in1k``), depth ``L = 6``, budget ``b = 25 %``.
-
-- ``PAPER_D_T5`` — ``D(T5)`` in percentage points and ``ΔIDAUC`` (T5 − reference) per
-  dataset; Cars lies outside the parity band (ΔIDAUC −0.011 < −0.01).
-- ``PAPER_D_T1`` — ``D(T1)`` where the paper gives a number (Aircraft −9.15 pp); the paper
-  states that T1 lies below the reference on every dataset.
-- ``PAPER_COSINE_MAX`` — the largest cosine between hidden-gradient and attention-gradient
-  rankings the paper reports (0.082).
-- ``PAPER_FINDINGS`` — the paper's qualitative findings, one line each, keyed by a short id.
+"""The MIDAS paper's reference numbers (DESIGN.md §8), as data: every table, report and notebook that puts "the
+paper's value" beside ours reads it from here. Setting: DeiT-S/16, ``L = 6``, ``b = 25 %`` (:data:`PAPER_SETTING`).
 """
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PAPER_SETTING", "PAPER_D_T5", "PAPER_D_T1", "PAPER_COSINE_MAX", "PAPER_FINDINGS", "RETIRED_FINDINGS", "paper_value"]
+__all__ = ["PAPER_SETTING", "PAPER_D_T5", "PAPER_D_T1", "PAPER_COSINE_MAX", "PAPER_FINDINGS", "RETIRED_FINDINGS",
+           "paper_value", "paper_status"]
 
 #: the setting every number below was measured in
 PAPER_SETTING: dict[str, Any] = dict(backbone="deit_small_patch16_224.fb_in1k", depth=6, budget=0.25)
@@ -61,12 +51,20 @@ RETIRED_FINDINGS: dict[str, str] = {
 }
 
 
+def _entry(condition: str, dataset: str) -> dict[str, Any]:
+    return {"T5": PAPER_D_T5, "T1": PAPER_D_T1}.get(condition, {}).get(dataset, {})
+
+
 def paper_value(condition: str, dataset: str, column: str = "D_pp") -> float | None:
     """The paper's value of ``column`` (``"D_pp"`` or ``"delta_idauc"``) for ``condition`` on
     ``dataset`` at :data:`PAPER_SETTING`, or ``None`` where the paper gives none.
 
     ``dataset`` ``"synthetic"`` has no paper value. Raises nothing.
     """
-    table = {"T5": PAPER_D_T5, "T1": PAPER_D_T1}.get(condition, {})
-    value = table.get(dataset, {}).get(column)
+    value = _entry(condition, dataset).get(column)
     return None if value is None else float(value)
+
+
+def paper_status(condition: str, dataset: str) -> str | None:
+    """The paper's parity-band status of ``condition`` on ``dataset`` (T5 only), or ``None``."""
+    return _entry(condition, dataset).get("status")

@@ -1,12 +1,5 @@
-"""The paper-shaped table: one row block per dataset × backbone, the paper's numbers beside ours.
-
-The MIDAS paper reports, at ``L = 6``, ``b = 25 %`` (DESIGN.md §8), the decoupling
-``D = mIoU_t − mIoU_ref`` and ``ΔIDAUC = IDAUC_t − IDAUC_ref`` of each supervision condition
-per dataset (part mIoU on CUB-200-2011; box coverage on FGVC-Aircraft and Stanford Cars, which
-have no part keypoints) and backbone. :func:`paper_table` lays our result rows out the same
-way and puts the paper's values (:mod:`midas_nb.report.paper_reference`) beside ours where the paper
-has them; :func:`paper_table_for` reads a profile's result store (the scale readout's cells:
-every dataset × backbone at the profile's ``(L, b)``); :func:`format_paper_table` prints it.
+"""The paper-shaped table: one row block per dataset × backbone, the paper's numbers
+(:mod:`midas_nb.report.paper_reference`) beside ours (docs/decisions/0036-paper-shaped-table.md).
 """
 from __future__ import annotations
 
@@ -18,7 +11,7 @@ import pandas as pd
 from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
 from ..results import coverage_name
-from .paper_reference import PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
+from .paper_reference import PAPER_SETTING, paper_status, paper_value
 from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 
@@ -30,14 +23,10 @@ COLUMNS: list[str] = ["dataset", "backbone", "checkpoint_id", "coverage_kind", "
                       "paper_delta_idauc", "paper_status"]
 
 
-def _order(values: Sequence[str], first: Sequence[str]) -> list[str]:
+def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
+    """The distinct ``values``: those in ``first`` in its order, then the others as they come."""
     values = list(dict.fromkeys(values))
     return [v for v in first if v in values] + [v for v in values if v not in first]
-
-
-def _paper_status(condition: str, dataset: str) -> str | None:
-    table = {"T5": PAPER_D_T5, "T1": PAPER_D_T1}.get(condition, {})
-    return table.get(dataset, {}).get("status")
 
 
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
@@ -77,14 +66,12 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
         at = rows[(rows["depth"].astype(int) == depth) & np.isclose(rows["budget"].astype(float), budget)]
     else:
         at = pd.DataFrame(columns=need)
-    blocks: list[pd.DataFrame] = []
+    have = pd.DataFrame(columns=COLUMNS)
     if len(at) and (at["condition"] == "reference").any():
-        D = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"], n_boot=n_boot)
+        have = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"], n_boot=n_boot).reset_index(drop=True)
         kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else None
-        D["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
-                              for d, b in zip(D["dataset"], D["backbone"])]
-        blocks.append(D)
-    have = pd.concat(blocks, ignore_index=True) if blocks else pd.DataFrame(columns=COLUMNS)
+        have["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
+                                 for d, b in zip(have["dataset"], have["backbone"])]
     present = set(zip(have["dataset"], have["backbone"])) if len(have) else set()
     extra = []
     for d, b in (expected or []):
@@ -99,20 +86,18 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     paper_bb = PAPER_SETTING["backbone"]
     on_paper = (have["backbone"] == paper_bb) & (depth == PAPER_SETTING["depth"]) & \
         bool(np.isclose(budget, PAPER_SETTING["budget"]))
-    have["paper_D_pp"] = [paper_value(str(c), str(d), "D_pp") if ok else None
-                          for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
-    have["paper_delta_idauc"] = [paper_value(str(c), str(d), "delta_idauc") if ok else None
-                                 for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
-    have["paper_status"] = [_paper_status(str(c), str(d)) if ok else None
+    for c in ("D_pp", "delta_idauc"):
+        have[f"paper_{c}"] = pd.to_numeric([paper_value(str(k), str(d), c) if ok else None
+                                            for k, d, ok in zip(have["condition"], have["dataset"], on_paper)],
+                                           errors="coerce")
+    have["paper_status"] = [paper_status(str(c), str(d)) if ok else None
                             for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
-    for c in ("paper_D_pp", "paper_delta_idauc"):
-        have[c] = pd.to_numeric(have[c], errors="coerce")
     for c in COLUMNS:
         if c not in have.columns:
             have[c] = None
-    ds_rank = {d: i for i, d in enumerate(_order(have["dataset"], DATASET_NAMES))}
-    bb_rank = {b: i for i, b in enumerate(_order(have["backbone"], list(backbone_order or [])))}
-    cond_rank = {c: i for i, c in enumerate(_order([c for c in have["condition"] if c is not None],
+    ds_rank = {d: i for i, d in enumerate(order_first(have["dataset"], DATASET_NAMES))}
+    bb_rank = {b: i for i, b in enumerate(order_first(have["backbone"], list(backbone_order or [])))}
+    cond_rank = {c: i for i, c in enumerate(order_first([c for c in have["condition"] if c is not None],
                                                    CONDITION_ORDER))}
     have = have.assign(_d=have["dataset"].map(ds_rank), _b=have["backbone"].map(bb_rank),
                        _c=have["condition"].map(lambda c: cond_rank.get(c, -1)))

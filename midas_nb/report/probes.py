@@ -5,23 +5,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import config
 from ..identity import atomic_write_text
+from .store import store_root
 from .tables import read_csv_table
 
 
-_PROBE_DIR = "derived"
-
-
-_PROBE_FILE = "cosine_probes.csv"
-
-
-# ---------------------------------------------------------------------------------------------
-# cosine probes in the store (written by notebook 03)
-# ---------------------------------------------------------------------------------------------
 def _probe_path(profile: str, store: str | Path | None = None) -> Path:
-    root = Path(store) if store is not None else config.runs_dir() / "sweeps" / profile
-    return root / _PROBE_DIR / _PROBE_FILE
+    return store_root(profile, store) / "derived" / "cosine_probes.csv"
 
 
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:

@@ -1,17 +1,6 @@
-"""The MIDAS readout on several backbones side by side (notebook 05, issue 18).
-
-Offline, the question is whether a result comes from the method or from the backbone: the
-label-trained hybrid ViT (``hybrid_lite0_vit``) and its DeiT-style student of the ImageNet
-EfficientNet-Lite0 (``hybrid_lite0_deit``, :mod:`midas_nb.backbones.distilled`) are read out with the same
-protocol, data, seeds and sample sizes, and every paper finding is evaluated on each by
-:func:`midas_nb.report.paper_findings` — computed from the rows, never typed.
-
-:func:`compare_backbones` runs (or reads) the profile's regime sweep for every backbone in the
-run's result store (cells shared with notebooks 02, 04 and 05's scale readout), the
-hidden- vs attention-gradient cosine probes at the profile's depth (kept in the store with
-:func:`midas_nb.report.save_probes`, so ``midas-nb report`` shows them too), ``D`` with paired
-bootstrap intervals and band status at ``(L, b)`` (:func:`midas_nb.metrics.decoupling_D`), and
-the findings. Every interval (D, ΔIDAUC, cosines, the findings' evidence) uses the profile's
+"""The MIDAS readout on several backbones side by side (notebook 05, issue 18): the label-trained offline
+backbone and its distilled student read out with the same protocol, data, seeds and sample sizes, every
+paper finding evaluated on each by :func:`midas_nb.report.paper_findings`. Every interval uses the profile's
 ``bootstrap`` resamples and seed :data:`midas_nb.report.BOOTSTRAP_SEED`, as ``midas-nb report`` does.
 """
 from __future__ import annotations
@@ -27,11 +16,10 @@ from ..metrics.probes import hidden_vs_attention_gradient
 from .findings import BOOTSTRAP_SEED, paper_findings
 from .probes import load_probes, save_probes
 from ..results import compact, sample_note
-from ..backbones import comparison_backbones, OFFLINE_PARTNERS
 from ..study import ProtocolCellRunner, cached_study, make_grid
 from ..sweeps import ResultStore, StoreStatus, run_sweep
 
-__all__ = ["OFFLINE_PARTNERS", "comparison_backbones", "BackboneComparison", "compare_backbones"]
+__all__ = ["BackboneComparison", "compare_backbones"]
 
 _PROBE_TARGETS = ["T2", "T3", "T4", "T5"]
 
@@ -127,12 +115,13 @@ class BackboneComparison:
 
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
                       executor: str = "local", max_workers: int = 2) -> BackboneComparison:
-    """The MIDAS readout of ``study``'s profile on each backbone of ``backbones``.
+    """The MIDAS readout of ``study``'s profile on each backbone of ``backbones``: its regime sweep in the run's
+    result store, and the cosine probes at ``L`` (kept with :func:`save_probes`, so ``midas-nb report`` shows them).
 
     Args:
         study: a :class:`midas_nb.study.Study` (its profile, data, ``(L, b)``, seeds and sweep
             settings are used; its own backbone need not be among ``backbones``).
-        backbones: default :func:`comparison_backbones` of the study's settings.
+        backbones: default :func:`midas_nb.backbones.comparison_backbones` of the study's settings.
         run: compute missing sweep cells and probes; ``False`` only reads the store (probes
             then come from :func:`midas_nb.report.load_probes`).
         executor, max_workers: as :func:`midas_nb.sweeps.run_sweep`.
@@ -165,7 +154,7 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     rows = store.results(cells)
     rows.attrs.clear()
 
-    probe_frames, acc = [], []
+    acc = []
     for b in backbones:
         st = cached_study(s, dataset, b, progress=study.progress)
         m = st.meta
@@ -181,10 +170,10 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     if pr is not None:
         pr = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0)]
         ckpts = {a["checkpoint_id"] for a in acc}
-        pr = pr[pr["checkpoint_id"].astype(str).isin(ckpts)].reset_index(drop=True)
-        probe_frames.append(pr)
-    probe_table = pd.concat(probe_frames, ignore_index=True) if probe_frames else pd.DataFrame(
-        columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi"])
+        probe_table = pr[pr["checkpoint_id"].astype(str).isin(ckpts)].reset_index(drop=True)
+    else:
+        probe_table = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention",
+                                            "cosine", "lo", "hi"])
 
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)] if len(rows) else rows
     D = decoupling_D(at, n_boot=n_boot, ci_seed=BOOTSTRAP_SEED) if len(at) else pd.DataFrame(

@@ -25,14 +25,13 @@ class IncompleteReportError(ValueError):
 CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
 
 
-# ---------------------------------------------------------------------------------------------
-# reading the result store
-# ---------------------------------------------------------------------------------------------
+def store_root(profile: str, store: str | Path | None = None) -> Path:
+    """The result store's directory: ``store``, or by default ``runs/sweeps/<profile>``."""
+    return config.runs_dir() / "sweeps" / profile if store is None else Path(store)
+
+
 def _store(profile: str, store: str | Path | None):
-    if store is None:
-        root = config.runs_dir() / "sweeps" / profile
-    else:
-        root = Path(store)
+    root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
         todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
@@ -43,16 +42,10 @@ def _store(profile: str, store: str | Path | None):
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The result rows the report uses, and what it left out.
-
-    Reads every record of the store (``runs/sweeps/<profile>`` or ``store``) and keeps
-
-    1. rows of done cells whose protocol ``relaxation`` is the profile's (default ``"st"``;
-       notebook 02's ``soft`` comparison cells are left out);
-    2. per dataset × backbone, the rows of the checkpoint whose newest record is the newest
-       (older checkpoints' rows are stale: the backbone was fine-tuned again);
-    3. per (dataset, backbone, depth, budget, condition, seed), the newest record (older ones
-       were computed with other protocol settings).
+    """The result rows the report uses, and what it left out: of every record of the store
+    (``runs/sweeps/<profile>`` or ``store``), the done cells of the profile's ``relaxation`` (default
+    ``"st"``), the newest checkpoint of each dataset × backbone and the newest record of each cell
+    (docs/decisions/0009-report-row-selection.md).
 
     Returns:
         ``(rows, left_out)``: rows in the :mod:`midas_nb.results` schema plus ``cell_key``,
@@ -98,11 +91,9 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
         for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
             stale[str(ck)] = int(n)
         keep.append(g[g["checkpoint_id"] == newest])
-    df = pd.concat(keep, ignore_index=True)
-    ident = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
-    df = df.sort_values("finished", kind="stable")
-    superseded = int(df.duplicated(ident, keep="last").sum())
-    df = df.drop_duplicates(ident, keep="last").reset_index(drop=True)
+    df = pd.concat(keep, ignore_index=True).sort_values("finished", kind="stable")
+    superseded = int(df.duplicated(CELL_IDENTITY, keep="last").sum())
+    df = df.drop_duplicates(CELL_IDENTITY, keep="last").reset_index(drop=True)
     left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, stale_checkpoint=stale,
                     superseded=superseded, problems=[p["reason"] for p in problems], relaxation=relaxation,
                     store=str(st.root), cell_states=_cell_states(st, records, problems, relaxation))
@@ -136,25 +127,15 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# completeness: the cells the profile's sections need, against the store
-# ---------------------------------------------------------------------------------------------
 def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
                    datasets_present: Sequence[str] = ()) -> pd.DataFrame:
-    """The cells each section of the report reads, from the profile alone (no data is read).
-
-    - ``three_conditions`` — the profile's dataset and every other dataset of
-      ``datasets_present`` (a run over several data roots runs the notebooks on each), the
-      profile's backbone at ``(depth, budget)``, every condition of ``conditions`` × ``seeds``
-      (what notebook 02's ``Study.protocol`` computes);
-    - ``regime`` — :func:`midas_nb.study.make_grid` ``(profile, "regime")`` of the profile's
-      backbone (the backbone the regime table shows), on those datasets too;
-    - ``scale`` — :func:`midas_nb.study.make_grid` ``(profile, "scale")``.
-
-    The parameter-free reference is expected under the first seed only, as ``make_grid`` makes
-    it. Dataset names become the labels the rows carry: the name itself where the store holds
-    it (``datasets_present``), else :func:`midas_nb.config.dataset_label` (``synthetic`` for CUB
-    in smoke/quick without a data root), else the name.
+    """The cells each section of the report reads, from the profile alone (no data is read;
+    docs/decisions/0052-incomplete-report.md): ``three_conditions`` — the profile's ``conditions`` ×
+    ``seeds`` at ``(depth, budget)`` on its dataset and every other dataset of ``datasets_present``;
+    ``regime`` — :func:`midas_nb.study.make_grid` ``(profile, "regime")`` of the profile's backbone,
+    on those datasets too; ``scale`` — ``make_grid(profile, "scale")``. The reference is expected
+    under the first seed only. Datasets are named as the rows name them: the name where the store
+    holds it, else :func:`midas_nb.config.dataset_label`, else the name.
 
     Returns:
         One row per (section, cell): ``section``, ``dataset``, ``backbone``, ``depth``,

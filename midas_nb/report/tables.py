@@ -5,7 +5,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -13,14 +13,13 @@ import pandas as pd
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..study import ReportSettings
-from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_D_T5, PAPER_SETTING, paper_value
-from .paper_table import paper_table
+from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
+from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
 from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells, SECTIONS
 
-#: the provenance row of the test images coverage leaves out (no visible part; an empty or
-#: uninformative box); "images without a visible part" in the tables of releases before
+#: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
 
 
@@ -29,31 +28,13 @@ TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "r
                            "backbones")
 
 
-# ---------------------------------------------------------------------------------------------
-# the tables
-# ---------------------------------------------------------------------------------------------
-def _order(values: Sequence[str], first: Sequence[str]) -> list[str]:
-    vals = list(dict.fromkeys(values))
-    return [v for v in first if v in vals] + [v for v in vals if v not in first]
-
-
-def _paper_status(condition: str, dataset: str) -> str:
-    if condition == "T5" and dataset in PAPER_D_T5:
-        return str(PAPER_D_T5[dataset]["status"])
-    if condition == "T1":
-        return "below reference" + ("" if dataset in PAPER_D_T1 else " (no value given)")
-    return ""
-
-
 def _first(series: pd.Series) -> Any:
     s = series.dropna()
     return s.iloc[0] if len(s) else ""
 
 
 def _shown_path(p: str | Path) -> str:
-    """A path as the report prints it, in a form that names no machine: inside the cache
-    ``$MIDAS_CACHE_DIR/<path in it>``, inside the project ``<path relative to it>``, inside a
-    ``MIDAS_RUNS_DIR`` elsewhere ``$MIDAS_RUNS_DIR/<path in it>``, else ``…/<parent>/<name>``."""
+    """A path as the report prints it, naming no machine (docs/decisions/0021-machine-independent-report-paths.md)."""
     p = Path(p).resolve()
     bases = [("$MIDAS_CACHE_DIR/", config.cache_dir()), ("", config.project_root())]
     if os.environ.get("MIDAS_RUNS_DIR"):
@@ -67,21 +48,10 @@ def _shown_path(p: str | Path) -> str:
 
 
 def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
-    """Content fingerprints of the data behind these rows, each saying where it came from:
-
-    - ``evaluated images' fingerprint`` — the rows' ``dataset_fingerprint``: the identity of
-      the test images the protocol evaluated (``max_eval_images`` of the test split,
-      :func:`midas_nb.analysis.protocol.run_protocol`), "n of M test images";
-    - ``training images`` — the number the backbone (and every scorer) trained on, from the
-      checkpoint's metadata; ``training images per class (cap)`` — the profile's cap ``cap``
-      (``max_images_per_class``), only where that number agrees with it (at most ``cap`` per class);
-    - ``test split fingerprint`` / ``train split fingerprint`` — the whole splits, from the
-      fine-tuned checkpoint's metadata in *this machine's* cache
-      (``<MIDAS_CACHE_DIR>/checkpoints/*-<checkpoint id>.json``, path printed); where it is
-      absent the value says so and why, never another value in its place.
-    """
+    """Provenance rows naming the data behind these rows, each with its source (docs/decisions/0054): the
+    evaluated images' fingerprint, the training images (and the profile's per-class ``cap`` where the number
+    agrees with it, decision 0057), and the test and train split fingerprints of the checkpoint's metadata."""
     ckpt = str(_first(g["checkpoint_id"]))
-    cache = config.cache_dir() / "checkpoints"
     meta, where = _checkpoint_meta(ckpt)
     n_test = ((meta or {}).get("test_set") or {}).get("num_images")
     out = {}
@@ -93,13 +63,13 @@ def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
     n_train = ((meta or {}).get("train_set") or {}).get("num_images")
     out["training images"] = str(n_train) if n_train else "not available: no checkpoint metadata"
     if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
-        out["training images per class (cap)"] = str(cap)      # decision 0057
+        out["training images per class (cap)"] = str(cap)
     for split in ("test", "train"):
         fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
         out[f"{split} split fingerprint"] = (
             f"{fp} (checkpoint metadata {_shown_path(where)})" if fp else
             f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
-            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(cache)} "
+            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
             "(MIDAS_CACHE_DIR)")
     return out
 
@@ -145,7 +115,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
             add(ds, bb, name, text)
         add(ds, bb, "depth L, budget b", f"{s.point.depth}, {float(s.point.budget):.0%}")
         add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
-        shown = [c for c in _order(at["condition"], s.conditions) if c in set(s.conditions) | {"random"}]
+        shown = [c for c in order_first(at["condition"], s.conditions) if c in set(s.conditions) | {"random"}]
         add(ds, bb, "conditions", ", ".join(shown))
         add(ds, bb, "coverage", coverage_name(at))
         for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
@@ -192,11 +162,8 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
         band: the parity band.
 
     Every interval uses the profile's ``bootstrap`` resamples and seed :data:`BOOTSTRAP_SEED`.
-    Cells the profile expects but the rows lack (:func:`missing_cells`) are listed in
-    ``provenance`` (``missing cell`` rows, ``completeness: <section>``); the rows of the
-    three-condition, regime and scale tables they affect say so in a ``missing`` column, an
-    expected condition without any row gets a row with ``status = "missing"``, and the evidence
-    of the findings that read them ends with "INCOMPLETE".
+    Cells the profile expects but the rows lack (:func:`missing_cells`) are listed and marked as
+    docs/decisions/0052-incomplete-report.md says.
 
     Raises:
         ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
@@ -209,7 +176,7 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
         have = sorted(set(zip(rows["backbone"], rows["depth"].astype(int), rows["budget"].astype(float))))
         raise ValueError(f"no reference rows of backbone {s.backbone!r} at L={L0}, b={b0:g} in the store; "
                          f"it has (backbone, L, b) = {have[:8]}")
-    blocks = [(ds, s.backbone) for ds in _order(main["dataset"], DATASET_NAMES)]
+    blocks = [(ds, s.backbone) for ds in order_first(main["dataset"], DATASET_NAMES)]
     exp, miss = expected_cells(s, sorted(set(rows["dataset"]))), missing_cells(rows, s, left_out)
     tc = mark_missing(_three_conditions_table(main, s, band, n_boot), exp, miss, "three_conditions",
                       with_reference=True)
@@ -265,8 +232,9 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
             fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
             tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
                                                              pd.Series(fill, index=tc.index, dtype=float))
-        tc["paper_status"] = [ps if isinstance(ps, str) and ps else _paper_status(c, ds)
-                              for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
+        tc["paper_status"] = [ps if isinstance(ps, str) and ps else paper_status(c, ds) or (
+            "below reference" + ("" if ds in PAPER_D_T1 else " (no value given)") if c == "T1" else "")
+            for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
     else:
         tc["paper_status"] = tc["paper_status"].fillna("")
     order = {c: i for i, c in enumerate(conds)}
@@ -283,25 +251,30 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     return tc
 
 
+def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame | None:
+    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random rows only test the
+    reference, ``band_reason``, unless swept); ``None`` without such rows."""
+    swept = list(s.sweep.conditions)
+    rows = rows[rows["condition"].isin(swept + ["random"])]
+    rows = rows[rows.groupby(group)["condition"].transform(lambda c: (c == "reference").any())]
+    if not len(rows):
+        return None
+    d = d_by_condition(rows, _CELL, band, n_boot)
+    return d[~d["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
+
+
 def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """D over the regime grid: the profile's backbone, every point with a reference."""
-    cell = _CELL
-    swept = list(s.sweep.conditions)
-    reg_rows = rows[(rows["backbone"] == s.backbone) & rows["condition"].isin(swept + ["random"])]
-    reg_rows = reg_rows[reg_rows.groupby(cell)["condition"].transform(lambda s: (s == "reference").any())]
-    rg_cols = cell + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                      "status", "band_reason", "n_seeds", "paper_expectation"]
-    if len(reg_rows):
-        rg = d_by_condition(reg_rows, cell, band, n_boot)      # random rows only test the reference (band_reason)
-        rg = rg[~rg["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))]
-        rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
-                                   "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
-                                   for L, b in zip(rg["depth"], rg["budget"])]
-        rg = rg.sort_values(["dataset", "condition", "depth", "budget"], kind="stable")
-        rg = rg[rg_cols].reset_index(drop=True)
-    else:
-        rg = pd.DataFrame(columns=rg_cols)
-    return rg
+    rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
+                       "status", "band_reason", "n_seeds", "paper_expectation"]
+    rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
+    if rg is None:
+        return pd.DataFrame(columns=rg_cols)
+    rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
+                               "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
+                               for L, b in zip(rg["depth"], rg["budget"])]
+    rg = rg.sort_values(["dataset", "condition", "depth", "budget"], kind="stable")
+    return rg[rg_cols].reset_index(drop=True)
 
 
 def _scale_display(s: ReportSettings) -> list[str]:
@@ -314,56 +287,48 @@ def _scale_display(s: ReportSettings) -> list[str]:
     return list(dict.fromkeys([s.backbone] + listed))
 
 
+def _scale_note(backbone: str, condition: str, dataset: str) -> str:
+    """The paper's statement beside a row of the scale table (backbones matched by exact timm name)."""
+    if condition == "T5" and backbone == PAPER_BACKBONES[0]:
+        return "decoupling reproduces (D > 0)"
+    if condition == "T5" and backbone == PAPER_BACKBONES[2]:
+        return "decoupling reverses"
+    if backbone == PAPER_SETTING["backbone"] and paper_value(condition, dataset) is not None:
+        return f"D = {paper_value(condition, dataset):+.2f} pp"
+    return ""
+
+
 def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
-    cell = _CELL
-    swept = list(s.sweep.conditions)
     scale_bbs = _scale_display(s)
-    sc_rows = at[at["backbone"].isin(scale_bbs) & at["condition"].isin(swept + ["random"])]
-    sc_rows = sc_rows[sc_rows.groupby(["dataset", "backbone"])["condition"].transform(lambda s: (s == "reference").any())]
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
                "status", "band_reason", "n_seeds", "miou", "idauc", "paper"]
-    if len(sc_rows):
-        sc = d_by_condition(sc_rows, cell, band, n_boot)
-        sc = sc[~sc["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
-        notes = []
-        for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"]):   # exact timm names only
-            if c == "T5" and bb == PAPER_BACKBONES[0]:
-                notes.append("decoupling reproduces (D > 0)")
-            elif c == "T5" and bb == PAPER_BACKBONES[2]:
-                notes.append("decoupling reverses")
-            elif bb == PAPER_SETTING["backbone"] and paper_value(c, ds) is not None:
-                notes.append(f"D = {paper_value(c, ds):+.2f} pp")
-            else:
-                notes.append("")
-        sc["paper"] = notes
-        bb_order = {b: i for i, b in enumerate(scale_bbs)}
-        sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
-                            else s, kind="stable")
-        sc = sc[sc_cols].reset_index(drop=True)
-    else:
-        sc = pd.DataFrame(columns=sc_cols)
-    return sc
+    sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
+    if sc is None:
+        return pd.DataFrame(columns=sc_cols)
+    sc["paper"] = [_scale_note(bb, c, ds) for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
+    bb_order = {b: i for i, b in enumerate(scale_bbs)}
+    sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
+                        else s, kind="stable")
+    return sc[sc_cols].reset_index(drop=True)
 
 
 def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, backbone: str
                   ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
     """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
     probes_used: dict[tuple[str, str], int] = {}
+    cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi", "n_images",
+            "mode", "paper_max_abs"]
     if probes is not None and len(probes):
         ck = set(main["checkpoint_id"])
         pr = probes[probes["checkpoint_id"].isin(ck) & (probes["backbone"] == backbone)].copy()
         pr["paper_max_abs"] = PAPER_COSINE_MAX
-        cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
-                "n_images", "mode", "paper_max_abs"]
         pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
                                                                  kind="stable").reset_index(drop=True)
         for (ds, bb), g in pr.groupby(["dataset", "backbone"]):
             probes_used[(ds, bb)] = len(g)
     else:
-        pr = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine",
-                                   "lo", "hi", "n_images", "mode", "paper_max_abs"])
-
+        pr = pd.DataFrame(columns=cols)
     return pr, probes_used
 
 
@@ -384,7 +349,6 @@ def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, s: ReportSettings, mis
     fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
     fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
                        zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
-
     return fnd
 
 
@@ -477,7 +441,7 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportS
         return pd.DataFrame(columns=BACKBONE_COLUMNS)
     swept = list(s.sweep.conditions)
     out: list[dict[str, Any]] = []
-    for ds in _order(rows["dataset"], DATASET_NAMES):
+    for ds in order_first(rows["dataset"], DATASET_NAMES):
         for bb in bbs:
             g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
@@ -520,12 +484,9 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
     """Write each table to ``<output>/<name>.csv``; returns the paths."""
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
     for name in TABLES:
-        p = out / f"{name}.csv"
-        tables[name].to_csv(p, index=False)
-        paths.append(p)
-    return paths
+        tables[name].to_csv(out / f"{name}.csv", index=False)
+    return [out / f"{name}.csv" for name in TABLES]
 
 
 def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
