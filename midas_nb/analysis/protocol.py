@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -71,10 +71,8 @@ from ..progress import tqdm
 from ..data import collate_samples, evaluation_subset
 from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
                       measure_speed, part_miou, point_in_box)
-
-from ..pruning import check_depth, prune_tokens, pruned_forward
-from ..scorers import (speed_scorers, MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_scorer,
-                      list_scorer_conditions)
+from ..pruning import check_depth, prune_tokens
+from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..identity import dataset_identity, state_dict_digest
 from ..results import make_table, summarise_metrics
 from ..targets import list_targets, target_cache
@@ -447,6 +445,8 @@ class _EvalSplit:
     ipos: list[int]
     idauc_images: Tensor | None
     n_classes: int
+    #: the decoded images the throughput is timed on, by how many (decoded once per split)
+    speed_images: dict[int, Tensor] = field(default_factory=dict)
 
 
 #: the evaluation split of the last :func:`run_protocol` call of this process: consecutive cells
@@ -511,7 +511,10 @@ _SPEED_MEMO: dict[tuple, dict[str, float]] = {}
 def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: list[str]) -> _Speed:
     p = run.params
     backbone, device = run.backbone, run.device
-    tp_images = _load_images(ev.eval_set, int(p["throughput_batch"]), run.ebs).to(device)
+    n_timed = int(p["throughput_batch"])
+    if n_timed not in ev.speed_images:
+        ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
+    tp_images = ev.speed_images[n_timed].to(device)
     reps = int(p["throughput_repeats"])
     dim = ev.cache.hidden.shape[-1]
     # every scorer kind, whatever this call evaluates: rows of separate calls (notebook 06's MIDAS
