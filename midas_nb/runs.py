@@ -1,28 +1,11 @@
-"""The run manifest of ``midas-nb run``: which run produced each executed notebook, and which
-copies are stale; and the streamed progress of its notebooks (:func:`execute_notebook`).
-
-Every ``midas-nb run`` gets a run id and records, in ``<output>/run.json``, its settings (the
-parameters injected into the notebooks), the notebooks it selected, and per notebook the run
-that produced the copy in ``<output>/`` and the outcome of the latest attempt (``done``,
-``failed`` with its message, ``not run`` when an earlier notebook stopped the run). Each
-executed copy also carries its run id in its metadata (``metadata["midas_nb"]["run_id"]``).
-
-:func:`notebook_states` reads both and classifies each ``NN_*.ipynb`` in the output directory:
-
-- ``current`` — produced by the latest run, or by an earlier run with the same settings that
-  the latest run did not select;
-- ``stale`` — an older copy that the latest run should have replaced (its attempt failed or
-  was never reached), one from an earlier run with other settings, or one the manifest does
-  not account for (its run id differs from the recorded one, or no record);
-- ``unrecorded`` — there is no manifest (a directory written before manifests existed).
-
-The run summary (:func:`run_summary`) and the HTML edition
-(:func:`midas_nb.course.export_html`) show these states, so an old notebook is never
-published as a current result.
+"""The run manifest of ``midas-nb run`` (``<output>/run.json``: which run produced each executed
+notebook, and which copies are stale; docs/decisions/0032-run-manifest.md) and the streamed
+progress of its notebooks (:func:`execute_notebook`; docs/decisions/0023-batch-run-progress.md).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
@@ -36,19 +19,35 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 from .identity import atomic_write_text
 from .progress import PROGRESS_ENV
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
-           "new_run_id", "notebook_states", "run_summary", "settings_digest"]
+           "new_run_id", "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
 
 MANIFEST_NAME = "run.json"
 _FORMAT = "midas_nb.run_manifest/1"
 _GLOB = "[0-9][0-9]_*.ipynb"
 
 State = Literal["current", "stale", "failed", "unrecorded"]
+
+
+@contextlib.contextmanager
+def scoped_environ(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` set inside the block; each variable's previous value (or
+    its absence) is restored after it."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def new_run_id() -> str:
@@ -134,7 +133,7 @@ class NotebookState:
 
     Attributes:
         name: file name (``02_three_condition_protocol.ipynb``).
-        state: ``current``, ``stale``, ``unrecorded`` (see the module docstring).
+        state: ``current``, ``stale``, ``unrecorded`` (:func:`notebook_states`).
         run_id: the run that produced this copy (``None`` when unknown).
         reason: one line explaining a ``stale`` state (empty otherwise).
     """
@@ -164,7 +163,8 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 
 def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
-    """The state of every executed ``NN_*.ipynb`` in ``out_dir`` (module docstring), in name order."""
+    """The state of every executed ``NN_*.ipynb`` in ``out_dir``, in name order: ``current``,
+    ``stale`` (when: docs/decisions/0032-run-manifest.md) or ``unrecorded`` (no manifest)."""
     out_dir = Path(out_dir)
     paths = sorted(out_dir.glob(_GLOB)) if out_dir.is_dir() else []
     man = RunManifest(out_dir)
@@ -177,23 +177,17 @@ def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
         copy_id = _copy_run_id(p)
         made_by = man.run(entry.get("run_id"))
         att = entry.get("attempt") or {}
+        reason = ""  # why the copy is stale
         if not entry.get("run_id") or copy_id != entry.get("run_id"):
-            states.append(NotebookState(p.name, "stale", copy_id,
-                                        "not produced by a run recorded in run.json"))
-            continue
-        if att.get("run_id") and att.get("run_id") != entry["run_id"] and att.get("status") != "done":
+            reason = "not produced by a run recorded in run.json"
+        elif att.get("run_id") and att.get("run_id") != entry["run_id"] and att.get("status") != "done":
             what = (f"the later run {att['run_id']} failed here: {att.get('message', '')}"
                     if att.get("status") == "failed" else f"the later run {att['run_id']} did not reach it")
-            states.append(NotebookState(p.name, "stale", copy_id,
-                                        f"from run {entry['run_id']} ({_when(made_by)}); {what}"))
-            continue
-        if made_by is not None and latest and made_by.get("digest") != latest.get("digest"):
-            states.append(NotebookState(p.name, "stale", copy_id,
-                                        f"from run {entry['run_id']} ({_when(made_by)}) with other settings than "
-                                        f"the latest run {latest.get('run_id')}: "
-                                        f"{_diff(made_by.get('settings') or {}, latest.get('settings') or {})}"))
-            continue
-        states.append(NotebookState(p.name, "current", copy_id))
+            reason = f"from run {entry['run_id']} ({_when(made_by)}); {what}"
+        elif made_by is not None and latest and made_by.get("digest") != latest.get("digest"):
+            reason = (f"from run {entry['run_id']} ({_when(made_by)}) with other settings than the latest run "
+                      f"{latest.get('run_id')}: {_diff(made_by.get('settings') or {}, latest.get('settings') or {})}")
+        states.append(NotebookState(p.name, "stale" if reason else "current", copy_id, reason))
     return states
 
 
@@ -231,13 +225,9 @@ MIN_GAP_S = 3.0
 _WIDTH = 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 
-# Python config for the kernel (``--config``), run before it opens its sockets: drops only two
-# lines that every batch run would print and that say nothing about the notebook: the "running
-# over TCP without encryption" warning of every local loopback kernel's start
-# (ipykernel's IPKernelApp.init_sockets), and "KeyboardInterrupt caught in kernel", which the
-# interrupt jupyter_client sends before it shuts a finished kernel down (KernelManager.
-# shutdown_kernel, jupyter_client 8) provokes when it lands in a message handler. A Ctrl-C of
-# the run itself is reported by `midas-nb run`; every other kernel message passes.
+# Python config for the kernel (``--config``), run before it opens its sockets: drops only the
+# "running over TCP without encryption" warning of every loopback kernel's start and the
+# "KeyboardInterrupt caught in kernel" line of jupyter_client's shutdown interrupt.
 _KERNEL_CONFIG = '''\
 import logging
 
@@ -277,15 +267,12 @@ def _minutes(seconds: float) -> str:
 
 
 class StatusLine(logging.Handler):
-    """The condensed progress of one notebook in a batch run, fed by papermill's log.
-
-    papermill (``log_output=True``) logs ``Executing Cell N`` before each cell and every piece
-    of the kernel's output as it arrives; this handler keeps the running cell, its start and
-    the latest non-empty output line, and renders ``[00_quickstart] cell 5/27, 3 min: distil
-    hybrid_lite0_deit, epoch 7/24 …``. :meth:`tick` (called every second by
-    :func:`execute_notebook`'s thread) writes the line: in place on a terminal, otherwise a new
-    line when it changed (at most every :data:`MIN_GAP_S` s) and at least every
-    :data:`HEARTBEAT_S` s; and once per cell running longer than :data:`LONG_CELL_S` s, a notice.
+    """The condensed progress of one notebook in a batch run, fed by papermill's log
+    (``log_output=True``): ``[00_quickstart] cell 5/27, 3 min: distil hybrid_lite0_deit, epoch
+    7/24 …``. :meth:`tick` (called every second by :func:`execute_notebook`'s thread) writes the
+    line: in place on a terminal, otherwise a new line when it changed (at most every
+    :data:`MIN_GAP_S` s) and at least every :data:`HEARTBEAT_S` s; and once per cell running
+    longer than :data:`LONG_CELL_S` s, a notice.
 
     Args:
         label: the notebook's name without ``.ipynb``.
@@ -340,39 +327,34 @@ class StatusLine(logging.Handler):
         now = self.clock()
         if self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
             self.noticed.add(self.cell)
-            self._write_line(f"    [{self.label}] cell {self.cell} has run {_minutes(now - self.cell_t0)}: a first "
-                             "run trains and caches backbones and scorers, which takes minutes; Ctrl-C stops, "
-                             "and the next run resumes from the caches")
+            self._write(("\r\033[K" if self.tty else "") + f"    [{self.label}] cell {self.cell} has run "
+                        f"{_minutes(now - self.cell_t0)}: a first run trains and caches backbones and scorers, "
+                        "which takes minutes; Ctrl-C stops, and the next run resumes from the caches\n")
         line = self.render()
         if self.tty:
-            self.stream.write("\r\033[K" + line)
-            self.stream.flush()
-            return
-        with self._lock:
-            key = f"{self.cell}|{self.detail}"  # the same status at a later time is no change
-        due = now - self._shown_at >= HEARTBEAT_S or (key != self._shown and now - self._shown_at >= MIN_GAP_S)
-        if due:
+            return self._write("\r\033[K" + line)
+        key = self._key()  # the same status at a later time is no change
+        if now - self._shown_at >= HEARTBEAT_S or (key != self._shown and now - self._shown_at >= MIN_GAP_S):
             self._shown, self._shown_at = key, now
-            self.stream.write(line + "\n")
-            self.stream.flush()
+            self._write(line + "\n")
 
-    def _write_line(self, text: str) -> None:
-        self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
+    def _key(self) -> str:
+        with self._lock:
+            return f"{self.cell}|{self.detail}"
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
         self.stream.flush()
 
     def close_line(self) -> None:
         """End the status: clear the in-place line on a terminal, otherwise write the last
         status if it was not written yet."""
         if self.tty:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            return
-        with self._lock:
-            key = f"{self.cell}|{self.detail}"
+            return self._write("\r\033[K")
+        key = self._key()
         if key != self._shown:
             self._shown = key
-            self.stream.write(self.render() + "\n")
-            self.stream.flush()
+            self._write(self.render() + "\n")
 
 
 #: terminal control sequences (cursor moves of nested progress bars, colours): never shown in the status line
@@ -434,11 +416,9 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     """``papermill.execute_notebook`` for ``midas-nb run``, with the running cell's own progress.
 
     With ``progress_bar`` (the default), papermill's cell-count bar is replaced by a
-    :class:`StatusLine` fed by papermill's own output log (``log_output=True``), and the
-    kernel runs with ``MIDAS_PROGRESS=lines``, so the library's long loops print plain lines
-    (:mod:`midas_nb.progress`) that the status line shows. Without it nothing is streamed and
-    the kernels' loops stay silent (``TQDM_DISABLE``). Either way the kernel starts with
-    :func:`kernel_arguments` (no TCP-encryption warning). Other arguments: papermill's.
+    :class:`StatusLine` and the kernel runs with ``MIDAS_PROGRESS=lines``; without it nothing is
+    streamed. Either way the kernel starts with :func:`kernel_arguments`. Other arguments:
+    papermill's. Returns the executed notebook.
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 
@@ -449,17 +429,17 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     total, sources = _cell_sources(input_path, parameters)
     status = StatusLine(Path(input_path).stem, total, sources)
     log = logging.getLogger("papermill")
-    saved = (log.level, log.propagate, os.environ.get(PROGRESS_ENV))
+    saved = (log.level, log.propagate)
     log.addHandler(status)
     log.setLevel(logging.INFO)
     log.propagate = False  # the output goes into the status line only, not to the root logger
-    os.environ[PROGRESS_ENV] = "lines"
     stop = threading.Event()
     ticker = threading.Thread(target=_tick_until, args=(status, stop), daemon=True, name="midas-nb status")
     ticker.start()
     try:
-        nb = pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
-                                 log_output=True, **kwargs)
+        with scoped_environ(**{PROGRESS_ENV: "lines"}):
+            nb = pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
+                                     log_output=True, **kwargs)
         if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
             import nbformat
 
@@ -472,10 +452,6 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
         log.removeHandler(status)
         log.setLevel(saved[0])
         log.propagate = saved[1]
-        if saved[2] is None:
-            os.environ.pop(PROGRESS_ENV, None)
-        else:
-            os.environ[PROGRESS_ENV] = saved[2]
 
 
 def _tick_until(status: StatusLine, stop: threading.Event) -> None:

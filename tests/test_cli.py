@@ -152,7 +152,9 @@ def test_run_file_and_command_line_give_lists_for_list_parameters(tmp_path):
     run_file = tmp_path / "run.yaml"
     run_file.write_text("profile: smoke\nparams:\n  seeds: 0,1\n  depths: 2\n")
     args = cli.build_parser().parse_args(["run", "--config", str(run_file), "-p", "budgets", "0.25,0.5"])
-    spec, problems = cli._spec_from_args(args)
+    from midas_nb.cli.runspec import spec_from_args
+
+    spec, problems = spec_from_args(args)
     assert problems == []
     assert (spec.params["seeds"], spec.params["depths"], spec.params["budgets"]) == ([0, 1], [2], [0.25, 0.5])
 

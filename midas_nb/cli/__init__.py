@@ -9,9 +9,6 @@ Subcommands::
     midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
     midas-nb export-html [--profile P]  # static HTML edition of a run's executed notebooks
     midas-nb report [--profile P] [--output DIR] [--readme README.md]   # REPORT.md + CSV tables
-
-Size: each command's execution stays beside its argument handling until the package is split by
-concept (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -75,40 +72,32 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     return sorted(out)
 
 
-def _failure_note(nb_path: Path, message: str) -> Any:
-    """The executed copy papermill left (or the source notebook) with a first Markdown cell
-    saying why it did not finish."""
+def _write_failure_note(nb_path: Path, message: str, path: Path) -> None:
+    """Write to ``path`` the executed copy papermill left (or the source notebook) with a first
+    Markdown cell saying why it did not finish."""
     import nbformat
 
     nb = nbformat.read(str(nb_path), as_version=4)
     note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {message}")
     note.metadata["tags"] = ["midas-run-failure"]
     nb.cells.insert(0, note)
-    return nb
+    nbformat.write(nb, str(path))
 
 
-def run_notebooks(profile: str = "quick", *, data_root: str | None = None, dataset: str | None = None,
-                  backbone: str | None = None, device: str | None = None, notebooks: str | None = None,
-                  extra: dict[str, Any] | None = None, output: str | Path | None = None,
-                  progress: bool = True, data_roots: dict[str, str] | None = None,
-                  weights: dict[str, str] | str | None = None, cell_timeout: float | None = None,
+def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
+                  output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
     """Execute the notebooks in order with papermill; returns the output directory.
 
-    ``problems``: problems already found in the run description (a run file's, the command
-    line's); they are reported together with every problem the checks below find.
-
     The whole run description (:class:`midas_nb.cli.runspec.RunSpec`: the arguments here, or
-    ``spec``) is checked before any kernel starts (:func:`midas_nb.cli.runspec.preflight`). Each
-    notebook executes into ``<output>/.partial/`` and replaces ``<output>/<name>`` only when it
-    succeeds, so an earlier good copy survives a failure. Stops at the first failure, naming
-    the notebook and the failing cell; the executed copy (with the error, or with a first cell
-    saying that the kernel died or timed out) is kept as ``<output>/failed/<name>``. The run
-    is recorded in ``<output>/run.json`` (:mod:`midas_nb.runs`): each executed copy carries its
-    run id, and older copies the run did not replace are reported as stale.
+    ``spec``) is checked before any kernel starts (:func:`midas_nb.cli.runspec.preflight`). Stops
+    at the first failure; the executed copy is kept as ``<output>/failed/<name>`` and the run is
+    recorded in ``<output>/run.json`` (docs/decisions/0032-run-manifest.md).
 
     Args:
-        weights: ``{backbone: file}``, or one file for the study's backbone.
+        extra: notebook parameters (``-p NAME VALUE``).
+        problems: problems already found in the run description (a run file's, the command
+            line's), reported together with every problem the checks find.
         cell_timeout: seconds one cell may run (papermill's ``execution_timeout``); ``None``: no limit.
 
     Raises:
@@ -118,17 +107,12 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 
-    from ..runs import new_run_id, run_summary, RunManifest
+    from ..runs import new_run_id, run_summary, RunManifest, scoped_environ
     from .runspec import fold_structured_params, preflight, RunSpec
 
     if spec is None:
-        spec = RunSpec(profile=profile, dataset=dataset, backbone=backbone, device=device, data_root=data_root,
-                       data_roots=dict(data_roots or {}), params=dict(extra or {}), notebooks=notebooks,
+        spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
                        output=None if output is None else str(output), cell_timeout=cell_timeout)
-        if isinstance(weights, (str, os.PathLike)):
-            spec.params.setdefault("weights", str(weights))
-        elif weights:
-            spec.weights = dict(weights)
     fold_structured_params(spec)
     datasets = run_datasets(spec)
     if len(datasets) > 1:
@@ -152,35 +136,25 @@ def run_notebooks(profile: str = "quick", *, data_root: str | None = None, datas
     run_id = new_run_id()
     manifest = RunManifest(out_dir)
     manifest.start(run_id, params, [nb.name for nb in paths])
-    env_profile = os.environ.get("MIDAS_PROFILE")
-    os.environ["MIDAS_PROFILE"] = spec.profile
-    # batch runs have no widget front-end: the explorer draws its static figure
-    env_headless = os.environ.get("MIDAS_HEADLESS")
-    os.environ.setdefault("MIDAS_HEADLESS", "1")
-    # no tqdm residue in the executed notebooks (and their HTML edition); papermill's own bar
-    # shows the progress of a batch run
-    env_tqdm = os.environ.get("TQDM_DISABLE")
-    os.environ.setdefault("TQDM_DISABLE", "1")
     t_all = time.time()
     status = "interrupted"
+    # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
+    # residue in the executed notebooks (papermill's own bar shows the progress)
+    env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
+               TQDM_DISABLE=os.environ.get("TQDM_DISABLE", "1"))
     try:
-        for i, nb in enumerate(paths, 1):
-            try:
+        with scoped_environ(**env):
+            for i, nb in enumerate(paths, 1):
                 _execute_notebook(nb, f"[{i}/{len(paths)}]", out_dir, accepted_by[nb], params, spec, progress,
                                   manifest, run_id)
-            except _NotebookFailed:
-                status = "failed"
-                raise
         status = "done"
+    except _NotebookFailed:
+        status = "failed"
+        raise
     finally:
         manifest.finish(run_id, status)  # type: ignore[arg-type]
         with contextlib.suppress(OSError):
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
-        for name, value in (("MIDAS_PROFILE", env_profile), ("TQDM_DISABLE", env_tqdm), ("MIDAS_HEADLESS", env_headless)):
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         print("\n" + run_summary(out_dir), flush=True)
     print(f"\n{'The notebook' if len(paths) == 1 else f'All {len(paths)} notebooks'} ran in {time.time() - t_all:.0f} s (run {run_id}).")
     print(f"  executed notebooks: {out_dir}")
@@ -207,11 +181,12 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
 
 def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
     """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
-    ``figures/<profile>/<dataset>/``), every run checked before the first kernel starts; then the report over the datasets (``<output>/report``)
-    and the paper-shaped table with the computed findings, one block per dataset."""
+    ``figures/<profile>/<dataset>/``), every run checked before the first kernel starts; then the
+    report over the datasets (``<output>/report``) and the paper-shaped table, one block per dataset."""
     import papermill as pm
 
     from ..report import make_report
+    from ..runs import scoped_environ
     from .runspec import preflight
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
@@ -230,18 +205,12 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     if found:
         raise config.ProfileError(list(dict.fromkeys(found)))
     t_all = time.time()
-    figures, env_figures = config.figures_dir(spec.profile), os.environ.get("MIDAS_FIGURES_DIR")
-    try:
-        for i, sub in enumerate(subs, 1):
-            print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
-            # each dataset's figures and tables in their own folder: the next dataset would overwrite them
-            os.environ["MIDAS_FIGURES_DIR"] = str(figures / str(sub.dataset))
+    figures = config.figures_dir(spec.profile)
+    for i, sub in enumerate(subs, 1):
+        print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
+        # each dataset's figures and tables in their own folder: the next dataset would overwrite them
+        with scoped_environ(MIDAS_FIGURES_DIR=str(figures / str(sub.dataset))):
             run_notebooks(spec=sub, progress=progress)
-    finally:
-        if env_figures is None:
-            os.environ.pop("MIDAS_FIGURES_DIR", None)
-        else:
-            os.environ["MIDAS_FIGURES_DIR"] = env_figures
     print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
     prof = spec.settings()
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
@@ -277,6 +246,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
     record it in the manifest and raise :class:`_NotebookFailed`."""
     import shutil
 
+    import nbformat
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
     from ..runs import execute_notebook  # papermill with the streamed status line
@@ -308,30 +278,16 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
         else:
             what = f"the kernel stopped ({name}: {e})"
         failed.parent.mkdir(parents=True, exist_ok=True)
-        nbformat_write(_failure_note(partial if partial.is_file() else nb, what), failed)
+        _write_failure_note(partial if partial.is_file() else nb, what, failed)
         partial.unlink(missing_ok=True)
         manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
         raise _NotebookFailed(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
-    _stamp(partial, run_id, spec.profile, params)
+    stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
+    stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
+    nbformat.write(stamped, str(partial))
     partial.replace(target)
     manifest.record(run_id, nb.name, "done", "", time.time() - t0)
     print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
-
-
-def nbformat_write(nb: Any, path: Path) -> None:
-    import nbformat
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-
-
-def _stamp(path: Path, run_id: str, profile: str, params: dict[str, Any]) -> None:
-    """Write the run id into an executed notebook's metadata (``metadata["midas_nb"]``)."""
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    nb.metadata["midas_nb"] = dict(run_id=run_id, profile=profile, parameters=params)
-    nbformat.write(nb, str(path))
 
 
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
@@ -356,24 +312,24 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     print(format_paper_table(table))
 
 
-def _spec_from_args(args: argparse.Namespace) -> tuple[RunSpec, list[str]]:
-    """The run description of ``midas-nb run`` (:func:`midas_nb.cli.runspec.spec_from_args`)."""
-    from .runspec import spec_from_args
-    return spec_from_args(args)
+def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
+    """Print each line as ``midas-nb COMMAND: line`` on stderr; returns the exit ``status``."""
+    for line in lines:
+        print(f"midas-nb {command}: {line}", file=sys.stderr)
+    return status
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    spec, problems = _spec_from_args(args)
+    from .runspec import spec_from_args
+
+    spec, problems = spec_from_args(args)
     try:  # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
-    except config.ProfileError as e:
-        for line in e.problems:  # one line each, whatever a library's message holds
-            print("midas-nb run: " + " ".join(str(line).split()), file=sys.stderr)
-        print(f"midas-nb run: {len(e.problems)} problem(s); no notebook was started", file=sys.stderr)
-        return 2
+    except config.ProfileError as e:  # one line each, whatever a library's message holds
+        return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
+                               f"{len(e.problems)} problem(s); no notebook was started"])
     except (RuntimeError, ValueError, FileNotFoundError) as e:
-        print(f"midas-nb run: {e}", file=sys.stderr)
-        return 1
+        return _answer("run", [str(e)], 1)
     return 0
 
 
@@ -384,15 +340,11 @@ def _cmd_params(args: argparse.Namespace) -> int:
         try:
             path = notebook_paths(args.notebook)[0]
         except ValueError as e:
-            print(f"midas-nb params: {e}", file=sys.stderr)
-            return 2
+            return _answer("params", [str(e)])
     try:
         params = pm.inspect_notebook(str(path))
     except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        print(f"midas-nb params: {path} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an "
-              f".ipynb file or a notebook prefix such as 02", file=sys.stderr)
-        return 2
+        return _answer("params", [f"{_not_a_notebook(path, e)} or a notebook prefix such as 02"])
     # profile is set with --profile, and -p refuses it: not listed among the -p parameters
     rows = [(name, str(info["default"]), str(info["help"])) for name, info in params.items() if name != "profile"]
     print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default; "
@@ -403,14 +355,18 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_a_notebook(path: Path, e: Exception) -> str:
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{path} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an .ipynb file"
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
         from .runspec import parse_data_roots
         from ..study import cluster
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
-            print("\n".join(f"midas-nb sweep {args.action}: {p}" for p in problems), file=sys.stderr)
-            return 2
+            return _answer(f"sweep {args.action}", problems)
         return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
     from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
     return dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(args.name)
@@ -418,11 +374,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_strip(args: argparse.Namespace) -> int:
     if args.in_place and not args.paths:
-        print(f"midas-nb strip-solutions: --in-place without NOTEBOOK paths would remove the solutions from every "
-              f"source notebook in {notebooks_dir()}; expected the notebooks to overwrite named (e.g. "
-              f"midas-nb strip-solutions --in-place course/02_copy.ipynb), or no --in-place (copies in student/)",
-              file=sys.stderr)
-        return 2
+        return _answer("strip-solutions", [
+            f"--in-place without NOTEBOOK paths would remove the solutions from every source notebook in "
+            f"{notebooks_dir()}; expected the notebooks to overwrite named (e.g. midas-nb strip-solutions "
+            f"--in-place course/02_copy.ipynb), or no --in-place (copies in student/)"])
     import nbformat
 
     from ..course import strip_solutions
@@ -436,12 +391,9 @@ def _cmd_strip(args: argparse.Namespace) -> int:
         try:
             nbformat.read(p, as_version=4)
         except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-            problems.append(f"{p} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an .ipynb file")
+            problems.append(_not_a_notebook(p, e))
     if problems:
-        for line in problems:
-            print(f"midas-nb strip-solutions: {line}", file=sys.stderr)
-        return 2
+        return _answer("strip-solutions", problems)
     for p in paths:
         n = strip_solutions(p, p if args.in_place else None)
         print(f"{p}: {n} solution cell(s) removed")
@@ -452,51 +404,44 @@ def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
     if _is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
-        print(f"midas-nb export-html: --input {args.input!r} is the folder of the source notebooks, which hold no "
-              f"outputs; expected a run's directory: `midas-nb run --profile {args.profile}`, then "
-              f"`midas-nb export-html --profile {args.profile}`", file=sys.stderr)
-        return 2
+        return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
+                                       f"no outputs; expected a run's directory: `midas-nb run --profile "
+                                       f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
     where = "" if args.input else " (or name the run's directory with --input DIR)"
     if not src.is_dir():
-        print(f"midas-nb export-html: no executed notebooks: {src} does not exist or is not a directory; "
-              f"run `{how}` first{where}", file=sys.stderr)
-        return 2
+        return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory; "
+                                       f"run `{how}` first{where}"])
     from ..course import export_html
 
     try:
         index = export_html(src, Path(args.output) if args.output else None)
     except FileNotFoundError as e:
         if not str(e).startswith("no executed notebook"):
-            print(f"midas-nb export-html: {e}", file=sys.stderr)
-            return 1
-        print(f"midas-nb export-html: no executed notebook (NN_*.ipynb with outputs) in {src}; run `{how}` first"
-              f"{where}", file=sys.stderr)
-        return 2
+            return _answer("export-html", [str(e)], 1)
+        return _answer("export-html", [f"no executed notebook (NN_*.ipynb with outputs) in {src}; run `{how}` "
+                                       f"first{where}"])
     except OSError as e:  # an output directory that cannot be written
-        print(f"midas-nb export-html: cannot write the HTML edition ({type(e).__name__}: {e})", file=sys.stderr)
-        return 1
+        return _answer("export-html", [f"cannot write the HTML edition ({type(e).__name__}: {e})"], 1)
     print(f"HTML edition: {index}")
     return 0
 
 
+def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+    """The options among ``names`` that were given (not ``None``)."""
+    return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+
+
 def _report_problems(args: argparse.Namespace) -> list[str]:
     """``midas-nb report``'s arguments checked as ``run`` checks them, before anything is read or
-    written (one line each, all of them): depth ``L`` an integer within the backbone's blocks,
-    budget ``b`` in ``[1e-6, 1]``, a known backbone; ``--from-tables`` re-renders saved tables
-    as they are, so the options that select what is read from a store (``--store``,
-    ``--backbone``, ``--depth``, ``--budget``) are refused with it; the ``--from-tables``
-    directory exists; ``--readme`` is an existing file with the results-section
-    markers; the output directory exists writable or can be created
-    (:func:`midas_nb.cli.runspec.check_output`)."""
+    written: one line per problem, all of them (docs/decisions/0024-preflight.md)."""
     problems: list[str] = []
-    given = {f"--{k}": v for k, v in dict(profile=args.profile, store=args.store, backbone=args.backbone,
-                                            depth=args.depth, budget=args.budget).items() if v is not None}
+    given = [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget")]
     if args.from_tables is not None and given:
         one = len(given) == 1
         problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
                         f"select{'s' if one else ''} what is read from a result store and would be ignored: "
                         f"drop {'it' if one else 'them'} or drop --from-tables")
-    blank = [k for k in ("store", "output", "from_tables") if getattr(args, k) is not None and not getattr(args, k).strip()]
+    blank = [k for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
     problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
     tables = None if "from_tables" in blank else args.from_tables
     # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
@@ -528,8 +473,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         from .runspec import check_output
 
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
-    overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
-                 if v is not None}
+    overrides = _given(args, "backbone", "depth", "budget")
     if not overrides:
         return problems
     from ..backbones import backbone_kwargs, check_backbone
@@ -547,12 +491,8 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
 def _cmd_report(args: argparse.Namespace) -> int:
     problems = _report_problems(args)
     if problems:
-        for line in problems:
-            print(f"midas-nb report: {line}", file=sys.stderr)
-        print(f"midas-nb report: {len(problems)} problem(s); nothing was written", file=sys.stderr)
-        return 2
-    overrides = {k: v for k, v in dict(backbone=args.backbone, depth=args.depth, budget=args.budget).items()
-                 if v is not None}
+        return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
+    overrides = _given(args, "backbone", "depth", "budget")
     from ..report import make_report
 
     try:
@@ -560,8 +500,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
                            from_tables=args.from_tables, overrides=overrides,
                            allow_incomplete=args.allow_incomplete)
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
-        print(f"midas-nb report: {e}", file=sys.stderr)
-        return 1
+        return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
     return 0
 
@@ -650,13 +589,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = check_split_values(argv)  # argparse would say "unrecognized arguments: 1]"
     if split:
-        print(*(f"midas-nb run: {why}" for why in split), sep="\n", file=sys.stderr)
-        return 2
+        return _answer("run", split)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
-        print(f"midas-nb {args.command}: interrupted; finished notebooks, cached checkpoints and result-store "
-              "cells are kept, and the next run resumes from them", file=sys.stderr)
-        return 130
+        return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
+                                      "are kept, and the next run resumes from them"], 130)
 

@@ -1,17 +1,6 @@
-"""Command-line text read into values, with nothing heavy imported (no torch, no papermill).
-
-:mod:`midas_nb.cli` reads its arguments with these before it imports the rest of the package,
-so ``midas-nb --help``, ``--version`` and argument errors answer at once; run files
-(:func:`midas_nb.cli.runspec.load_run_file`) read YAML with the same :func:`yaml_load`.
-
-- :func:`param_value`: a ``-p NAME VALUE`` value (a decimal number, else YAML, else the text);
-  list-valued parameters (those a profile holds as a list: ``seeds``, ``depths``, ...) also take
-  comma-separated values (``-p seeds 0,1``) and promote a single value (``-p seeds 0`` is
-  ``[0]``), as ``--notebooks 00,02`` does.
-- :func:`check_split_values`: a ``-p`` value that the shell split at its spaces
-  (``-p seeds [0, 1]`` unquoted), named with how to write it.
-- :data:`EXAMPLES` / :func:`add_examples`: an example per subcommand for its ``--help``;
-  :func:`package_version` for ``--version``.
+"""Command-line text read into values, with nothing heavy imported (no torch, no papermill), so
+that ``midas-nb --help``, ``--version`` and argument errors answer at once
+(docs/decisions/0019-cli-answers-at-once.md; values: 0030-parameter-values.md).
 """
 from __future__ import annotations
 

@@ -1,44 +1,6 @@
-"""One run description for ``midas-nb run``, and the checks done before any kernel starts.
-
-A :class:`RunSpec` holds everything a batch run needs: the profile, each dataset's root, each
-backbone's weights file, the device, the notebook parameters (``-p NAME VALUE``), the notebook
-selection and the output directory. It comes from the command line, from a run file
-(``midas-nb run --config run.yaml``, the same settings as YAML) or both (the command line
-wins). Example run file for the paper setting::
-
-    profile: paper
-    device: cuda
-    data_roots:
-      cub: /data/CUB_200_2011
-      aircraft: /data/fgvc-aircraft-2013b
-      cars: /data/stanford_cars
-    weights:
-      deit_tiny_patch16_224.fb_in1k: /weights/deit_tiny_patch16_224-a1311bcf.pth
-      deit_small_patch16_224.fb_in1k: /weights/deit_small_patch16_224-cd65a155.pth
-      vit_base_patch16_224.augreg_in21k_ft_in1k: /weights/B_16-i21k-300ep-...-res_224.npz
-    params:
-      seeds: [0, 1, 2]
-
-Every notebook receives the same parameters (``data_roots`` and ``weights`` as dicts), so the
-notebooks that span several datasets and backbones (regime sweep, scale readout) find every
-root and file.
-
-:func:`preflight` checks the whole description before any kernel starts and returns one line
-per problem, every group in one pass. It builds what the notebooks will build: the study's
-:class:`midas_nb.study.RunSettings` and that of every (dataset, backbone) the selected
-notebooks' sweeps read (:func:`midas_nb.study.study_overrides`), so each value is checked by the
-one check that types it (types and ranges, the device, the backbone names, their
-``backbone_kwargs`` built on the meta device, the depths against their blocks, patch and input
-sizes, a root for every dataset used with no silent synthetic stand-in, every distilled
-backbone's schedule against its recipe). What only a run has is checked beside it: the output
-directory (writable or creatable), the notebook parameters the selected notebooks accept, every
-data root against its dataset's layout (annotation files parsed, images checked to exist, none
-decoded) and none that no notebook reads, every weights file loaded into its architecture
-(missing / unexpected / wrong-shape keys named), and the reachability of the Hugging Face hub
-for timm backbones without a file (a few seconds at most, with the local-file alternative named).
-
-A run file's fields are checked against their types (:func:`load_run_file`) and its relative
-paths are taken from the run file's directory.
+"""One run description for ``midas-nb run`` (:class:`RunSpec`, from the command line, a run file
+or both) and :func:`preflight`, the checks done before any kernel starts
+(docs/decisions/0024-preflight.md, 0029-run-description.md).
 """
 from __future__ import annotations
 
@@ -71,7 +33,7 @@ GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
 
 @dataclass
 class RunSpec:
-    """Everything ``midas-nb run`` needs (module docstring); ``None`` = the profile's default.
+    """Everything ``midas-nb run`` needs; ``None`` = the profile's default.
 
     Attributes:
         profile: ``smoke``, ``quick``, ``paper`` or ``rehearsal``.
@@ -125,17 +87,14 @@ def _absolute(value: Any, base: Path | None = None) -> Any:
     :func:`midas_nb.config.check_profile` names them instead of reading the working directory."""
     if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
         return value
-    path = Path(value).expanduser()
-    if base is not None and not path.is_absolute():
-        path = base / path
-    return str(path.resolve())
+    return str((Path(base or ".") / Path(value).expanduser()).resolve())
 
 
 def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str], list[str]]:
     """``--data-root`` values → ``(plain root, {dataset: root}, problems)``.
 
     ``NAME=PATH`` names a dataset (``cub``, ``aircraft``, ``cars``); a value without such a
-    prefix is the root of the run's own dataset (as ``--data-root PATH`` always was).
+    prefix is the root of the run's own dataset.
     """
     plain: str | None = None
     roots: dict[str, str] = {}
@@ -168,10 +127,10 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
     problems = []
     for v in values:
         name, sep, path = str(v).partition("=")
-        if not str(v).strip() or (sep and name and os.sep not in name and "/" not in name and not Path(v).exists()
-                                  and not path.strip()):
+        named = bool(sep and name) and os.sep not in name and "/" not in name and not Path(v).exists()
+        if not str(v).strip() or (named and not path.strip()):
             problems.append(f"--weights {v!r}: empty path; expected BACKBONE=FILE or a bare FILE")
-        elif sep and name and os.sep not in name and "/" not in name and not Path(v).exists():
+        elif named:
             if name in out and out[name] != path:
                 problems.append(f"--weights {name}= given twice ({out[name]!r}, {path!r}); give one")
             out[name] = path
@@ -188,7 +147,12 @@ _PATH_KEYS: tuple[str, ...] = ("data_root", "output")
 
 
 def _is_path(v: Any) -> bool:
+    """A non-empty string (a path or a name)."""
     return isinstance(v, str) and bool(v.strip())
+
+
+def _is_seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
 
 def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -211,7 +175,7 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
                            f"['00', '02'], got {show_value(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
                                                                   "quote them)" if isinstance(v, (int, list)) and v
                                                                   else "")))
-        elif k == "cell_timeout" and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
+        elif k == "cell_timeout" and not _is_seconds(v):
             out.append((k, f"cell_timeout: expected seconds > 0, got {show_value(v)}"))
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
             out.append((k, _params_problem(v)))
@@ -275,13 +239,18 @@ def _resolve_run_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """A run file's settings (YAML mapping with :data:`RUN_FILE_KEYS`) and its problems.
 
-    Every setting is checked against its type (one line per problem: ``profile`` a profile
-    name, ``notebooks`` a string or a list of strings, ``data_roots`` a mapping of dataset
-    names to non-empty paths, ``cell_timeout`` seconds > 0, ...); a setting with a problem is
-    left out of the returned mapping. Relative paths (``data_root``, ``data_roots``,
+    Every setting is checked against its type (one line per problem); a setting with a problem
+    is left out of the returned mapping. Relative paths (``data_root``, ``data_roots``,
     ``weights``, ``output``, and those under ``params``) are taken from the run file's
-    directory, not the working directory, so a run file names the same files wherever the
-    command is started; ``notebooks`` as a list is joined to ``"00,02"``.
+    directory; ``notebooks`` as a list is joined to ``"00,02"``. Example (the paper setting)::
+
+        profile: paper
+        device: cuda
+        data_roots: {cub: /data/CUB_200_2011, aircraft: /data/fgvc-aircraft-2013b, cars: /data/stanford_cars}
+        weights:
+          deit_small_patch16_224.fb_in1k: /weights/deit_small_patch16_224-cd65a155.pth
+        params:
+          seeds: [0, 1, 2]
 
     Returns:
         ``(settings, problems)``; ``problems`` lines start with ``--config 'PATH':``.
@@ -333,14 +302,6 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
     return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
 
 
-def _check_weights_file(name: str, path: str, kwargs: dict[str, Any]) -> list[str]:
-    try:
-        create_backbone(name, 2, weights=path, head="replace", **kwargs)
-    except BackboneError as e:
-        return [f"--weights {name}: {e}"]
-    return []
-
-
 def check_output(output: str | os.PathLike) -> list[str]:
     """``[]`` when the output directory ``output`` exists and takes new files, or can be
     created; else why not (one line). Probes with a temporary entry that is removed at once;
@@ -366,13 +327,11 @@ def check_output(output: str | os.PathLike) -> list[str]:
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each (module docstring).
-
-    All groups are checked in one pass, so the user sees every problem at once: the settings
-    (:meth:`midas_nb.study.RunSettings.build` of the study and of each (dataset, backbone) the
-    sweeps read; a line said by several is said once), then the layouts, weights files and hub.
-    A group is skipped only where a setting it reads is itself reported (a root check needs a
-    well-typed ``data_roots``; a weights check needs a backbone that can be built).
+    """Every problem of running ``notebooks`` with ``spec``, one line each, all groups in one pass
+    (docs/decisions/0024-preflight.md): the settings (:meth:`midas_nb.study.RunSettings.build` of
+    the study and of each (dataset, backbone) the sweeps read; a line said by several is said
+    once), then the layouts, weights files and hub. A group is skipped only where a setting it
+    reads is itself reported.
 
     Args:
         spec: the run description.
@@ -393,16 +352,14 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
             offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
             problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
                             f"the selected notebooks accept {sorted(offered)}")
-    if "output_dir" in spec.params and not (spec.params["output_dir"] is None or (
-            isinstance(spec.params["output_dir"], str) and spec.params["output_dir"].strip())):
+    if spec.params.get("output_dir") is not None and not _is_path(spec.params["output_dir"]):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     cw = spec.params.get("compare_with")  # notebook 05's side-by-side backbones (a notebook parameter only)
-    if cw is not None and not (isinstance(cw, list) and cw and all(isinstance(b, str) and b.strip() for b in cw)
+    if cw is not None and not (isinstance(cw, list) and cw and all(_is_path(b) for b in cw)
                                and len(set(cw)) == len(cw)):
         problems.append(f"compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, "
                         f"hybrid_lite0_vit]), got {show_value(cw)}")
-    if spec.cell_timeout is not None and not (isinstance(spec.cell_timeout, (int, float))
-                                              and not isinstance(spec.cell_timeout, bool) and spec.cell_timeout > 0):
+    if spec.cell_timeout is not None and not _is_seconds(spec.cell_timeout):
         problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")
     if spec.output is not None and not (isinstance(spec.output, (str, os.PathLike)) and str(spec.output).strip()):
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
@@ -498,7 +455,12 @@ def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbo
                 jobs[pool.submit(check_hub, bb)] = bb
             elif w is not None:
                 path_problems = [f"--weights {bb}: {why}" for why in check_weights_path(w)]
-                problems += path_problems or _check_weights_file(bb, w, backbone_kwargs(settings, bb))
+                problems += path_problems
+                if not path_problems:
+                    try:
+                        create_backbone(bb, 2, weights=w, head="replace", **backbone_kwargs(settings, bb))
+                    except BackboneError as e:
+                        problems.append(f"--weights {bb}: {e}")
         for fut in jobs:
             problems += fut.result()
     return problems
@@ -534,10 +496,8 @@ def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
         file, problems = load_run_file(args.config)
     spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
     for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
-        v = getattr(args, k.replace("-", "_"), None)
+        v = getattr(args, k, None)
         setattr(spec, k, v if v is not None else file.get(k))
-    # the run file's values are checked (types, non-empty paths) and its relative paths resolved
-    # against its directory by load_run_file; nothing is turned into a string here
     spec.data_root = file.get("data_root")
     roots = file.get("data_roots")
     spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
