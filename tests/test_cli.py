@@ -141,6 +141,7 @@ def test_every_option_has_help_and_every_command_an_example():
 
 @pytest.mark.parametrize("text, name, value", [
     ("0,1", "seeds", [0, 1]), ("0", "seeds", [0]), ("[0, 1]", "seeds", [0, 1]), ("null", "seeds", None),
+    ("None", "seeds", None), ("None", "budget", None), ("none", "backbone", "none"),
     ("0.1,0.25", "budgets", [0.1, 0.25]), ("T1,T5", "conditions", ["T1", "T5"]), ("1e-1", "budget", 0.1),
     ("3", "depth", 3),
 ])
@@ -197,6 +198,21 @@ def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     assert "FAILED b" in capsys.readouterr().out
     monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(rows[:1]))
     assert cli.main(["sweep", "status", "quick"]) == 0
+
+
+def test_sweep_status_takes_the_store_from_profile_and_refuses_two_different_names(monkeypatch, capsys):
+    import pandas as pd
+
+    opened = []
+    monkeypatch.setattr("midas_nb.sweeps.commands.open_store", lambda name, must_exist=True: opened.append(name))
+    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(
+        [dict(status="done", label="a", key="k1", attempt=1, error="", job_state="", job_id="")]))
+    assert cli.main(["sweep", "status", "--profile", "smoke"]) == 0 and opened == ["smoke"]
+    assert cli.main(["sweep", "status", "smoke", "--profile", "smoke"]) == 0 and opened == ["smoke", "smoke"]
+    capsys.readouterr()
+    assert cli.main(["sweep", "status", "quick", "--profile", "smoke"]) == 2 and opened == ["smoke", "smoke"]
+    assert capsys.readouterr().err == ("midas-nb sweep status: store 'quick' and --profile 'smoke' differ; expected "
+                                       "one of them (a store is named after its profile)\n")
 
 
 def test_params_lists_what_p_accepts_in_aligned_columns(capsys):

@@ -1,14 +1,7 @@
 """``midas-nb`` command line: batch reruns of the notebooks and small utilities.
 
-Subcommands::
-
-    midas-nb run [--config RUN.yaml] [--profile P] [--notebooks 02,04] [-p NAME VALUE]... [...]
-    midas-nb params NOTEBOOK            # list a notebook's parameters
-    midas-nb sweep plan|submit [--profile P] ...   # a profile's sweeps: the plan, or submit them
-    midas-nb sweep status|wait|resubmit [NAME]     # cells done / failed / pending of a sweep
-    midas-nb strip-solutions [PATHS]    # remove cells tagged "solution" (course edition)
-    midas-nb export-html [--profile P]  # static HTML edition of a run's executed notebooks
-    midas-nb report [--profile P] [--output DIR] [--readme README.md]   # REPORT.md + CSV tables
+Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``, ``resubmit``),
+``strip-solutions``, ``export-html``, ``report``; ``midas-nb COMMAND --help`` gives each one's options.
 """
 from __future__ import annotations
 
@@ -364,12 +357,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
         from .runspec import parse_data_roots
         from ..study import cluster
+        args.profile = args.profile or "paper"
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
             return _answer(f"sweep {args.action}", problems)
         return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
+    if args.profile and args.name and args.profile != args.name:
+        return _answer(f"sweep {args.action}", [f"store {args.name!r} and --profile {args.profile!r} differ; "
+                                                "expected one of them (a store is named after its profile)"])
     from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
-    return dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(args.name)
+    act = dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)
+    return act(args.name or args.profile)
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:

@@ -50,10 +50,13 @@ def _yaml_loader() -> type:
 
 def _scalar(text: str) -> Any:
     """A decimal number (``10``, ``0.25``, ``1e-1``, never octal), else YAML, else the text (an
-    empty text stays ``""``: only ``null`` means the profile's default)."""
+    empty text stays ``""``: only ``null`` or ``None``, as ``midas-nb params`` shows it, means
+    the profile's default)."""
     t = text.strip()
     if not t:  # "" is a value given empty (an unset shell variable), not YAML's null: the checks name it
         return text
+    if t == "None":
+        return None
     if _INT.fullmatch(t):
         return int(t)
     if _FLOAT.fullmatch(t):
@@ -79,7 +82,7 @@ def list_param(name: str, value: Any) -> Any:
 
 def param_value(name: str, text: str) -> Any:
     """A ``-p NAME VALUE`` value: a decimal number (``10``, ``0.25``, ``1e-1``, never octal), else
-    YAML (``[0, 1]``, ``null``, ``{img_size: 64}``; exponents without a dot are numbers), else the
+    YAML (``[0, 1]``, ``null`` or ``None``, ``{img_size: 64}``; exponents without a dot are numbers), else the
     text as a string; for a list-valued ``name`` (:data:`LIST_PARAMS`) comma-separated values
     and a single value become a list (:func:`list_param`)."""
     return list_param(name, _scalar(text))
@@ -181,8 +184,9 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
     s.add_argument("name", nargs="?", default=None,
                    help="status/wait/resubmit: store name = the profile that wrote it, e.g. quick (default: every "
                         "store)")
-    s.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="paper",
-                   help="plan/submit: the profile whose sweeps are planned or submitted (default: paper)")
+    s.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
+                   help="plan/submit: the profile whose sweeps are planned or submitted (default: paper); "
+                        "status/wait/resubmit: that profile's store, as NAME")
     s.add_argument("--sweep", default="all", metavar="NAMES",
                    help="plan/submit: comma-separated sweeps: protocol, soft, random (notebook 02), regime (04), "
                         "scale, backbones (05), related (06), or all (default)")
