@@ -1,11 +1,5 @@
-"""The pruning point ``(L, b)``: depth and budget as typed values, checked once where made.
-
-A budget given on the command line (``-p budget 0.1``), in a run file, a profile or a
-notebook parameter becomes a :class:`Budget` once; every layer below (the sweep cells, the
-protocol, :func:`midas_nb.pruning.prune_tokens`, :func:`midas_nb.backbones.vit.keep_count`) takes that
-value as it is and never checks it again (``Budget(b)`` of a ``Budget`` returns it unchanged).
-Definitions: DESIGN.md §3 (``k = ceil(b·N)`` patch tokens kept after block ``L``). The value
-helpers every settings message uses (:func:`show_value`, :func:`did_you_mean`) live here too.
+"""The pruning point ``(L, b)``: depth and budget as typed values, checked once where made
+(DESIGN.md §3, docs/decisions/0058-typed-point.md), and the value helpers of every settings message.
 
 Example:
     >>> Point(6, 0.25)

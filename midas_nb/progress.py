@@ -1,21 +1,10 @@
 """Progress of the library's long loops: tqdm bars in a notebook, plain lines in a streamed batch run.
 
-Every long loop of the package (the backbone build's epochs, stem features, target and block
-caches, scorer training, the protocol, sweeps, the scale readout) takes its bar from
-:func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`` that picks one of three modes
-(:func:`progress_mode`):
-
-- ``"bar"`` — an interactive session: ``tqdm.auto`` (a widget in Jupyter, a text bar in a
-  terminal);
-- ``"off"`` — ``TQDM_DISABLE`` is set (``midas-nb run --no-progress``, the test suite): no
-  output, so executed notebooks carry no bar residue;
-- ``"lines"`` — ``MIDAS_PROGRESS=lines`` is set, as ``midas-nb run`` sets it for its kernels
-  when it streams their progress (:func:`midas_nb.runs.execute_notebook`). It wins over
-  ``TQDM_DISABLE``: the loop prints plain newline-terminated lines (tqdm's own formatting,
-  no bar, no carriage returns) at most every :data:`LINE_INTERVAL` seconds and once at the
-  end, e.g. ``distil hybrid_lite0_deit, epoch 7/24 (02:41, 3:12 left), loss=1.234``. The
-  runner condenses the latest line into its status line; the lines stay in the executed
-  notebook as a log of the run. Other packages' tqdm bars stay off under ``TQDM_DISABLE``.
+Every long loop takes its bar from :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`` in one of three
+modes (:func:`progress_mode`): ``"bar"`` (interactive), ``"off"`` (``TQDM_DISABLE``) or ``"lines"``
+(``MIDAS_PROGRESS=lines``, which wins over ``TQDM_DISABLE``): throttled plain lines such as
+``distil hybrid_lite0_deit, epoch 7/24 (02:41, 3:12 left), loss=1.234``
+(docs/decisions/0023-batch-run-progress.md).
 """
 from __future__ import annotations
 
@@ -93,7 +82,7 @@ def _line_tqdm_class():
 
 
 def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
-    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (module docstring).
+    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode`.
 
     Takes tqdm's arguments; ``disable=True`` is honoured in every mode. In ``"lines"`` mode
     ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stderr,

@@ -191,7 +191,10 @@ def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path)
     _until(lambda: n(markers, "start", cells[0]) == 1, "the blocked cell to start")
     cluster.run("scancel", store.jobs()[cells[0].key])
     table = wait(store, poll_s=1, progress=False, timeout_s=120)
-    assert list(table["status"]) == ["running", "done"] and table["job_state"].iloc[0] == "lost"
+    assert table["job_state"].iloc[0] == "lost" and table["status"].iloc[1] == "done"
+    # the cancelled job's claim stays behind, but its process is gone: the cell reads pending, not running
+    _until(lambda: store.state(cells[0].key) == "pending", "the cancelled job's claim to read dead")
+    assert store.running_path(cells[0].key).exists()
     (markers / f"block-{cells[0].key}").unlink()
     old_job = store.jobs()[cells[0].key]
     assert len(resubmit(store)) == 1

@@ -23,7 +23,7 @@ import pytest
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
 from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status, run_sweep,
-                             sweep_status, sweep_status_report)
+                             sweep_status)
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -334,7 +334,7 @@ def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path, ma
     assert store.running_path(cells[1].key).exists()
     assert [store.state(c.key) for c in cells] == ["done", "pending", "pending", "pending"]
     assert store.problems() == []
-    assert "1 done" in sweep_status_report(root) and "0 running, 3 pending" in sweep_status_report(root)
+    assert "1 done" in format_status(sweep_status(root)) and "0 running, 3 pending" in format_status(sweep_status(root))
 
     (markers / f"block-{cells[1].key}").unlink()
     status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
@@ -502,7 +502,8 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
     run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
     table = sweep_status("toy")
     assert list(table["status"]) == ["done", "done", "failed"]
-    assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in sweep_status_report(None)
+    assert main_status([]) == 1                                         # every store under runs/sweeps
+    assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in capsys.readouterr().out
     assert main_status(["toy"]) == 1
     assert "FAILED" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="no sweep store"):

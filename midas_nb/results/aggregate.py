@@ -10,12 +10,7 @@ import pandas as pd
 from ..metrics import CHECKPOINT_COLUMNS, hierarchical_bootstrap, per_image_values
 from .table import ID_COLUMNS, METRIC_COLUMNS
 
-
-# the metrics whose interval is the seed × image bootstrap (the others get none)
-_CI_METRICS = ("miou", "idauc", "accuracy")
-
-
-#: per-image value column → its image-id column
+#: the metrics whose interval is the seed × image bootstrap (the others get none) → their image-id column
 _PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
 
 
@@ -67,7 +62,7 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         spec[f"{m}_n"] = (m, "count")
     spec["_rows"] = ("_row", list)
     out = g.agg(**spec).reset_index()
-    ci_metrics = [m for m in metrics if m in _CI_METRICS]
+    ci_metrics = [m for m in metrics if m in _PER_IMAGE_IDS]
     methods = []
     for k, rows in enumerate(out["_rows"]):
         recs = [src.iloc[i].to_dict() for i in rows]

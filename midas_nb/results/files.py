@@ -1,6 +1,7 @@
 """Writing and reading results tables: CSV (per-image lists as JSON) and parquet when pyarrow is installed."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -11,7 +12,6 @@ import pandas as pd
 from .. import config
 from ..identity import atomic_write, atomic_write_text
 from .table import cast_columns, PER_IMAGE_COLUMNS, SCHEMA, SCHEMA_COLUMNS
-
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -39,9 +39,9 @@ def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = Non
     Returns the CSV path.
     """
     csv, parquet = _paths(name, runs_dir)
-    atomic_write_text(csv, encode_lists(table).to_csv(index=False))
+    enc = encode_lists(table)
+    atomic_write_text(csv, enc.to_csv(index=False))
     if _has_pyarrow():
-        enc = encode_lists(table)
         atomic_write(parquet, lambda f: enc.to_parquet(f, index=False))
     return csv
 
@@ -49,8 +49,6 @@ def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = Non
 def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``table`` with its list-valued columns (the per-image values) as JSON text
     (``[0.5, NaN]``), so CSV and parquet keep them; other columns unchanged."""
-    import json
-
     out = table.copy()
     for c in out.columns:
         if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple))).any():
@@ -65,8 +63,6 @@ def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
     Raises:
         json.JSONDecodeError: a cell that starts with ``[`` but is not JSON.
     """
-    import json
-
     for c in PER_IMAGE_COLUMNS:
         if c in df.columns:
             df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)

@@ -54,6 +54,15 @@ def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
     return None if not v else fmt(v[0]) if len(v) == 1 else ", ".join(fmt(x) for x in v)
 
 
+def _backbone(table: pd.DataFrame) -> list[str]:
+    """``["backbone <name> (<checkpoint id, 12 digits>)"]``; ``[]`` without a backbone column."""
+    bb = _one(table, "backbone")
+    if bb is None:
+        return []
+    ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
+    return [f"backbone {bb}" + (f" ({ck})" if ck else "")]
+
+
 def _seeds_text(table: pd.DataFrame) -> str:
     """``seeds 0, 1``; where the ``(L, b)`` points of a sweep ran different seeds, each seed set
     with its points (``seeds 0, 1 at (L=6, b=25%); seed 0 at 4 points``)."""
@@ -114,11 +123,7 @@ def sample_note(table: pd.DataFrame) -> str:
     d, b = _one(table, "depth", lambda x: f"{int(x)}"), _one(table, "budget", lambda x: f"{float(x):.0%}")
     if d is not None or b is not None:
         parts.append(", ".join(x for x in (d and f"L = {d}", b and f"b = {b}") if x))
-    bb = _one(table, "backbone")
-    if bb is not None:
-        ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
-        parts.append(f"backbone {bb}" + (f" ({ck})" if ck else ""))
-    return "; ".join(parts)
+    return "; ".join(parts + _backbone(table))
 
 
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
@@ -198,11 +203,7 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
     parts.append(what + (f" of the targets at block L = {d}" if d else ""))
     if bootstrap is not None:
         parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
-    bb = _one(table, "backbone")
-    if bb is not None:
-        ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
-        parts.append(f"backbone {bb}" + (f" ({ck})" if ck else ""))
-    return "; ".join(parts)
+    return "; ".join(parts + _backbone(table))
 
 
 def wrap_text(table: pd.DataFrame, width: int = 40) -> str:

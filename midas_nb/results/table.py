@@ -25,7 +25,6 @@ class Column:
 
 _NaN = math.nan
 
-
 SCHEMA: tuple[Column, ...] = (
     Column("dataset", "str", True, None, "``cub``, ``aircraft``, ``cars``, ``synthetic``"),
     Column("backbone", "str", True, None, "timm name or midas_nb backbone id"),
@@ -58,30 +57,21 @@ SCHEMA: tuple[Column, ...] = (
     Column("versions", "str", False, None, "``torch=…;timm=…;midas_nb=…``; filled by :func:`make_table`"),
 )
 
-
 SCHEMA_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA)
-
-
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA if c.required)
-
 
 #: identity of a row apart from the seed (the default ``by`` of :func:`aggregate_seeds`)
 ID_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "condition", "target",
                                "relaxation", "depth", "budget", "coverage_kind", "idauc_space")
 
-
 #: point metrics aggregated over seeds
 METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accuracy", "pib",
                                    "throughput")
-
 
 #: per-image values stored in every protocol row (lists; ``image_ids`` for mIoU and accuracy,
 #: ``idauc_image_ids`` for IDAUC): what the paired and seed × image intervals resample
 PER_IMAGE_COLUMNS: tuple[str, ...] = ("image_ids", "miou_per_image", "accuracy_per_image",
                                       "idauc_image_ids", "idauc_per_image")
-
-
-_BY_NAME = {c.name: c for c in SCHEMA}
 
 
 def current_versions() -> str:

@@ -1,21 +1,7 @@
 """The generic sweep engine: cells, the JSON result store, executors (imports no domain module).
 
-A *sweep* is a grid of cells over dataset × backbone × depth ``L`` × budget ``b`` ×
-condition × seed (DESIGN.md §5, §7–8); each cell yields result rows. Three pieces, each usable
-alone:
-
-- :mod:`midas_nb.sweeps.cells` — :class:`SweepCell`; its :attr:`SweepCell.key` is a hash of
-  every parameter that changes the result, so a changed setting is a new cell and never reads
-  a stale record.
-- :mod:`midas_nb.sweeps.store` — :class:`ResultStore`: one JSON record per finished (or
-  failed) cell under ``runs/sweeps/<name>/cells/<key>.json``, written atomically.
-- :mod:`midas_nb.sweeps.executors` — :func:`run_sweep`: skips finished cells, (re)computes
-  missing or failed ones (``local``, ``processes``, ``slurm``), records a failing cell's error
-  and traceback without stopping the others.
-
-The grids of a profile (:func:`midas_nb.study.make_grid`), the protocol's cell function
-(:class:`midas_nb.study.ProtocolCellRunner`) and the scale readout
-(:func:`midas_nb.study.scale_readout`) live beside :class:`midas_nb.study.Study`.
+A *sweep* is a grid of :class:`SweepCell` s (DESIGN.md §5, §7–8); :func:`run_sweep` computes the
+cells its :class:`ResultStore` lacks (docs/decisions/0025-shared-result-store.md).
 
 Example::
 
@@ -32,24 +18,8 @@ from ..identity import atomic_write_text
 from .cells import CellState, ExecutorKind, SweepCell
 from .executors import run_cell, run_sweep, submit_sweep
 from .slurm import Submission
-from .store import (RECORD_FORMAT, ResultStore, StoreStatus, format_status, main_status, open_store,
-                    sweep_status, sweep_status_report)
+from .store import RECORD_FORMAT, ResultStore, StoreStatus, format_status, main_status, open_store, sweep_status
 
-__all__ = [
-    "ExecutorKind",
-    "CellState",
-    "SweepCell",
-    "ResultStore",
-    "StoreStatus",
-    "RECORD_FORMAT",
-    "atomic_write_text",
-    "run_sweep",
-    "submit_sweep",
-    "Submission",
-    "run_cell",
-    "sweep_status",
-    "sweep_status_report",
-    "format_status",
-    "main_status",
-    "open_store",
-]
+__all__ = ["ExecutorKind", "CellState", "SweepCell", "ResultStore", "StoreStatus", "RECORD_FORMAT",
+           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "run_cell", "sweep_status",
+           "format_status", "main_status", "open_store"]

@@ -1,11 +1,5 @@
-"""Sweep cells: one cell = one protocol run for (dataset, backbone, L, b, condition, seed).
-
-A :class:`SweepCell`'s :attr:`SweepCell.key` is a hash of every parameter that changes the
-result (including the backbone checkpoint id, the evaluated data's identity and the protocol
-settings), so a changed setting is a new cell and never reads a stale record. This module is
-part of the generic sweep engine: it imports no domain module (the grids of a profile are
-:func:`midas_nb.study.make_grid`).
-"""
+"""Sweep cells: one cell = one protocol run for (dataset, backbone, L, b, condition, seed), keyed by
+content (docs/decisions/0015-cell-identity.md). The grids of a profile: :func:`midas_nb.study.make_grid`."""
 from __future__ import annotations
 
 import json
@@ -19,16 +13,6 @@ __all__ = ["SweepCell", "CellState", "ExecutorKind"]
 
 ExecutorKind = Literal["local", "processes", "slurm"]
 CellState = Literal["done", "failed", "running", "pending"]
-
-
-def _canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, no whitespace) used for hashing
-    (:func:`midas_nb.identity.canonical_json`)."""
-    return canonical_json(obj)
-
-
-def _short_hash(obj: Any, n: int = 16) -> str:
-    return hash_json(obj, n)
 
 
 @dataclass(frozen=True)
@@ -46,10 +30,8 @@ class SweepCell:
             (see :func:`midas_nb.study.checkpoint_spec_id`); part of :attr:`key`.
         params: further JSON-serialisable settings that change the result (protocol
             hyper-parameters, image size, ...); part of :attr:`key`. Not part of ``hash()``.
-        data_id: content identity of the evaluated test images — their bytes, labels, part
-            keypoints and boxes, transform (:func:`midas_nb.study.eval_data_id`); part of :attr:`key`, so
-            editing one keypoint of an evaluated test image makes the cells of that dataset
-            new cells, while the checkpoint (and the target and scorer caches) stay valid.
+        data_id: content identity of the evaluated test images (:func:`midas_nb.study.eval_data_id`);
+            part of :attr:`key`.
     """
 
     dataset: str
@@ -67,7 +49,7 @@ class SweepCell:
         object.__setattr__(self, "depth", int(self.depth))
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "budget", Budget(self.budget).keyed())
-        object.__setattr__(self, "params", json.loads(_canonical_json(dict(self.params))))
+        object.__setattr__(self, "params", json.loads(canonical_json(dict(self.params))))
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1 (1-based block index), got {self.depth}")
 
@@ -89,7 +71,7 @@ class SweepCell:
         """Stable 16-hex-digit key: SHA-256 of the canonical JSON of every field and of
         :data:`midas_nb.identity.RESULT_FORMAT_VERSION` (a changed metric definition makes
         every cell new)."""
-        return _short_hash(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION))
+        return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
 
     @property
     def label(self) -> str:

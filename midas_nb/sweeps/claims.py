@@ -1,17 +1,9 @@
 """Claims on running sweep cells and the store's locks: exclusive create, heartbeat, expiry.
 
-A worker that computes a cell first *claims* it: it creates ``cells/<key>.running`` with
-``O_CREAT | O_EXCL`` (under a per-key ``flock``, so a takeover and a fresh claim never race) and
-keeps the file's modification time fresh from a heartbeat thread. Another worker (another sweep
-over the same store, a resubmitted job) that finds a *live* claim leaves the cell alone; a claim
-is dead, and taken over, when its heartbeat is older than its time-to-live (a killed job, a lost
-node) or when its holder ran on this host and that process no longer exists (a killed local
-sweep is taken over at once). Holding the claim until the record is written, and re-reading the
-record after claiming, is what keeps two sweeps from computing one cell twice.
-
-``flock`` serialises writers on one machine and, on NFSv4 / Lustre / GPFS with locking enabled,
-across the nodes of a cluster (the shared file systems Slurm sites run). Part of the generic
-sweep engine: imports no domain module.
+A worker claims a cell by creating ``cells/<key>.running`` exclusively (under a per-key ``flock``)
+and heart-beats its mtime; a claim whose heartbeat is older than its time-to-live, or whose
+process on this host is gone, is dead and taken over (docs/decisions/0025-shared-result-store.md).
+``flock`` also serialises writers across nodes on NFSv4 / Lustre / GPFS with locking enabled.
 """
 from __future__ import annotations
 
@@ -109,10 +101,10 @@ def _lock_path(path: Path) -> Path:
 
 
 class Claim:
-    """An exclusive, heart-beating claim on one cell (see the module docstring).
+    """An exclusive, heart-beating claim on one cell.
 
-    Use :meth:`acquire`; :meth:`release` (or the ``with`` block) stops the heartbeat and
-    removes the file only if it is still this claim's.
+    Use :meth:`acquire`; :meth:`release` stops the heartbeat and removes the file only if it is
+    still this claim's.
     """
 
     def __init__(self, path: Path, token: str, ttl_s: float) -> None:
@@ -167,11 +159,4 @@ class Claim:
         self._thread.join(timeout=5)
         with file_lock(_lock_path(self.path)):
             if self._mine():
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
-
-    def __enter__(self) -> "Claim":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
+                self.path.unlink(missing_ok=True)

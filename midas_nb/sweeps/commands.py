@@ -28,9 +28,11 @@ def _print_table(table) -> int:
     return 1 if bad else 0
 
 
-def _each_store(action: str, names: list[str], fn) -> int:
+def _each_store(action: str, names: list[str], fn, none: str = "no sweeps found") -> int:
     """``fn(store)`` for each named store, exit statuses OR-ed; a store that cannot be opened or
     a refused submission is one line on stderr, exit status 2."""
+    if not names:
+        print(none)
     rc = 0
     for n in names:
         try:
@@ -43,19 +45,15 @@ def _each_store(action: str, names: list[str], fn) -> int:
 
 def cmd_status(name: str | None) -> int:
     """Print done / failed / running / pending cells with their jobs; 1 while failures remain."""
-    names = [name] if name is not None else all_stores()
-    if not names:
-        print("no sweeps found")
-    return _each_store("status", names, lambda store: _print_table(cell_states(store)))
+    return _each_store("status", [name] if name is not None else all_stores(),
+                       lambda store: _print_table(cell_states(store)))
 
 
 def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
     """Wait (a progress bar) until nothing of the sweep (``None``: of every store) is queued;
     then as :func:`cmd_status`."""
-    names = [name] if name is not None else all_stores()
-    if not names:
-        print("no sweeps found")
-    return _each_store("wait", names, lambda store: _print_table(wait(store, poll_s=poll_s, progress=True)))
+    return _each_store("wait", [name] if name is not None else all_stores(),
+                       lambda store: _print_table(wait(store, poll_s=poll_s, progress=True)))
 
 
 def _resubmit_one(store) -> int:
@@ -69,6 +67,4 @@ def cmd_resubmit(name: str | None) -> int:
     """Resubmit the failed, lost (cancelled, timed-out) and never-submitted cells of the sweep
     (``None``: of every submitted store) with its last submission's settings."""
     names = [name] if name is not None else [n for n in all_stores() if submitted(open_store(n))]
-    if not names:
-        print("no submitted sweeps found")
-    return _each_store("resubmit", names, _resubmit_one)
+    return _each_store("resubmit", names, _resubmit_one, "no submitted sweeps found")

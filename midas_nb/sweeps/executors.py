@@ -1,13 +1,6 @@
-"""Sweep executors: compute the cells a store lacks, locally, in processes or on Slurm.
-
-:func:`run_sweep` skips finished cells, (re)computes missing or failed ones, records a failing
-cell's error and traceback without stopping the others. The worker that computes a cell writes
-its record itself (:func:`run_cell`), so a killed parent loses nothing finished. Executors:
-``local`` (in-process loop), ``processes`` (:class:`concurrent.futures.ProcessPoolExecutor`)
-and ``slurm`` (submitit's ``AutoExecutor``; ``slurm={"cluster": "debug"}`` or ``"local"`` runs
-the same code path without a cluster). Part of the generic sweep engine: imports no domain
-module (the protocol's cell function is :class:`midas_nb.study.ProtocolCellRunner`).
-"""
+"""Sweep executors: compute the cells a store lacks, locally (``local``), in processes
+(``processes``) or on Slurm (``slurm``, :mod:`midas_nb.sweeps.slurm`). The cell function of the
+protocol is :class:`midas_nb.study.ProtocolCellRunner`."""
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -19,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .cells import ExecutorKind, SweepCell
+from .slurm import Submission, submit
 from .store import open_store, ResultStore, StoreStatus
 from .worker import run_cell
 
@@ -63,35 +57,28 @@ def run_sweep(
     Finished cells (a valid ``done`` record) are skipped; missing cells, cells whose record is
     invalid, and (with ``retry_failed``) failed cells are computed. A failing cell records its
     error and traceback and the others go on. Workers write their own records
-    (:func:`run_cell`), so stopping the parent at any moment loses no finished cell and
-    running the same call again resumes.
+    (:func:`run_cell`), so a stopped sweep loses no finished cell and the same call resumes.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`); keys must be unique.
-        cell_fn: ``cell -> DataFrame | list[dict] | dict``; must be picklable (a top-level
-            function, ``functools.partial`` of one, or an instance of a top-level class such as
-            :class:`midas_nb.study.ProtocolCellRunner`) for ``processes`` and ``slurm``.
+        cell_fn: ``cell -> DataFrame | list[dict] | dict``; picklable for ``processes`` and ``slurm``
+            (a top-level function, a ``functools.partial`` of one, or an instance of a top-level class).
         store: a :class:`ResultStore`, its directory, or a sweep name.
-        executor: ``"local"`` (in-process loop), ``"processes"`` (``ProcessPoolExecutor`` with
-            ``max_workers`` workers started by ``mp_context``; "spawn" is safe with CUDA and
-            threads; each worker sees one GPU of ``gpus``) or ``"slurm"`` (Slurm through
-            submitit: one preparation job per (dataset, backbone, checkpoint), then the cells in
-            jobs of ``cells_per_job``, in arrays under the cluster's ``MaxArraySize``;
-            :mod:`midas_nb.sweeps.slurm`). Without Slurm, ``"slurm"`` is an error
-            (:class:`midas_nb.sweeps.slurm.SlurmNotFound`), never a silent local run.
+        executor: ``"local"`` (in-process loop), ``"processes"`` (a ``ProcessPoolExecutor`` of
+            ``max_workers`` workers started by ``mp_context``) or ``"slurm"`` (submitit; without
+            Slurm an error, :class:`midas_nb.sweeps.slurm.SlurmNotFound`, never a local run).
         max_workers: process-pool size.
         slurm: submitit settings: ``partition``, ``time`` (minutes), ``gpus_per_node``,
             ``cpus_per_task``, ``mem`` (GB number, or a Slurm string such as ``"32G"``),
             ``array_parallelism``, ``cells_per_job`` (default 8), ``max_array_size`` (default:
             ``scontrol show config``), any other ``AutoExecutor`` parameter by its own name, and
-            ``cluster`` (``None`` = Slurm, which must exist; ``"local"`` or ``"debug"`` run the
-            same path on this machine, only when named). Job logs go to ``<store>/submitit``.
+            ``cluster`` (``None`` = Slurm; ``"local"`` or ``"debug"``: submitit's stand-ins here).
+            Job logs go to ``<store>/submitit``.
         retry_failed: recompute cells whose record says ``failed``.
         wait: for ``slurm``, wait for the jobs (default); ``False`` returns after submission.
         progress: show a tqdm bar over finished cells.
-        gpus: for ``processes``, the GPUs to share out, one per worker (``CUDA_VISIBLE_DEVICES``
-            set in each worker before it starts CUDA, round-robin when workers outnumber them);
-            default the GPUs visible here (none: the variable is left alone).
+        gpus: for ``processes``, the GPUs shared out one per worker (``CUDA_VISIBLE_DEVICES``,
+            round-robin); default the GPUs visible here.
 
     Returns:
         :class:`StoreStatus` of ``cells``.
@@ -173,8 +160,6 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
 def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any],
                   slurm: Mapping[str, Any] | None) -> list[Any]:
     """:func:`midas_nb.sweeps.slurm.submit` with :func:`run_sweep`'s ``slurm`` settings."""
-    from .slurm import submit
-
     cluster, params = _slurm_parameters(slurm or {})
     cells_per_job = int(params.pop("cells_per_job", 8))
     max_array = params.pop("max_array_size", None)
@@ -197,8 +182,6 @@ def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]
     Raises:
         ValueError: duplicated cells. midas_nb.sweeps.slurm.SlurmNotFound: no Slurm here.
     """
-    from .slurm import Submission
-
     store, cells, todo = _todo(store, cells, retry_failed)
     jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
     return Submission.of(store, todo, jobs, skipped=len(cells) - len(todo))

@@ -1,13 +1,5 @@
-"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``).
-
-:func:`plan_text` lays named grids of cells out as :func:`midas_nb.sweeps.slurm.submit` would:
-one preparation job per (dataset, backbone, checkpoint), cell jobs of ``cells_per_job`` cells,
-arrays under ``MaxArraySize``; and projects GPU-hours from a per-cell cost: the mean
-``duration_s`` of the timed cells in the store where it has some (every record carries its
-start, finish and duration), else a cost table that ``bench/gpu_check.py`` wrote
-(:func:`load_cost_table`), else none (the projection then says so). Part of the generic sweep
-engine: imports no domain module.
-"""
+"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``):
+:func:`plan_text`; how the cost per cell is found: docs/decisions/0020-sweep-cost-model.md."""
 from __future__ import annotations
 
 import json

@@ -1,34 +1,20 @@
-"""Submitting a sweep to Slurm through submitit: chunked job arrays, one preparation job per group.
-
-A grid of thousands of cells does not go to Slurm as one job per cell. :func:`plan_jobs` groups
-the cells by what they share (dataset, backbone, checkpoint: the *group*), cuts each group into
-jobs of ``cells_per_job`` cells, and :func:`chunk_arrays` cuts the jobs into arrays of at most
-the cluster's ``MaxArraySize`` tasks (:func:`max_array_size`, read from ``scontrol show
-config``). :func:`submit` first submits one *preparation* job per group (``cell_fn.prepare(cell)``
-where the cell function has one: the protocol's fine-tunes the backbone and hashes the dataset
-once), then the cell arrays with ``--dependency=afterany`` on them, so each (dataset, backbone)
-is fine-tuned once and every job loads that checkpoint (a lock on the checkpoint keeps it to one
-fine-tune even when a preparation job failed). Every job claims its cells
-(:mod:`midas_nb.sweeps.claims`), so concurrent submissions never compute a cell twice.
-
-``executor="slurm"`` means Slurm: without ``sbatch`` on the ``PATH`` it is an error naming the
-alternatives; submitit's ``local`` and ``debug`` clusters run the same path only when asked for
-by name (tests). Part of the generic sweep engine: imports no domain module.
-"""
+"""Submitting a sweep to Slurm through submitit: one preparation job per (dataset, backbone,
+checkpoint), then the cells in chunked job arrays under ``MaxArraySize`` that depend on them
+(docs/decisions/0037-slurm-submission.md); status, resubmission and waiting from ``squeue``."""
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import math
 import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..identity import atomic_write_bytes, atomic_write_text
 from .cells import SweepCell
@@ -36,7 +22,7 @@ from .store import ResultStore
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
-           "prepare_group", "submitted", "run_chunk", "scheduler_states", "submit", "slurm_executor",
+           "prepare_group", "submitted", "scheduler_states", "submit", "slurm_executor",
            "load_submission", "cell_states", "resubmit", "wait"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
@@ -45,8 +31,6 @@ _RUNNER = "runner.pkl"
 _SUBMISSION = "submission.json"
 #: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
 _REFUSED = "refused"
-
-
 #: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
 _SUBMITTING = threading.Lock()
 
@@ -91,20 +75,10 @@ class Submission:
         return wait(ResultStore(self.store), poll_s=poll_s, progress=progress, timeout_s=timeout_s)
 
     def __str__(self) -> str:
-        arrays = _array_ids([_Id(j) for j in self.jobs])
+        arrays = _array_ids(self.jobs)
         return (f"submitted {len(self.cells)} cells ({self.skipped} already done) to {self.store}: "
                 f"{len(self.jobs)} cell jobs in arrays {', '.join(arrays) or '-'} after "
                 f"{len(self.preparation)} preparation jobs {', '.join(self.preparation) or '-'}")
-
-
-@dataclass
-class _Id:
-    job_id: str
-
-
-def find_sbatch() -> str | None:
-    """The ``sbatch`` on the ``PATH`` (``None`` without Slurm)."""
-    return shutil.which("sbatch")
 
 
 def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
@@ -171,7 +145,7 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
     import submitit
 
     if cluster in (None, "slurm"):
-        if find_sbatch() is None:
+        if shutil.which("sbatch") is None:
             raise SlurmNotFound(
                 "executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
                 "submit from a Slurm login node, or run here with executor='local' (one cell after another) "
@@ -185,8 +159,9 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
     return ex, cluster
 
 
-def _array_ids(jobs: Sequence[Any]) -> list[str]:
-    return sorted({str(j.job_id).split("_")[0] for j in jobs})
+def _array_ids(job_ids: Iterable[Any]) -> list[str]:
+    """The arrays (``123``) of job ids (``123`` or array task ``123_4``), sorted."""
+    return sorted({str(j).split("_")[0] for j in job_ids})
 
 
 def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
@@ -245,7 +220,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clu
                 j.exception()
     extra = dict(params.get("slurm_additional_parameters") or {})
     if prep_jobs and cluster == "slurm":
-        extra["dependency"] = "afterany:" + ":".join(_array_ids(prep_jobs))
+        extra["dependency"] = "afterany:" + ":".join(_array_ids(j.job_id for j in prep_jobs))
         ex.update_parameters(slurm_additional_parameters=extra)
     jobs: list[Any] = []
     for idx in chunk_arrays(len(chunks), max_array):
@@ -292,13 +267,9 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
         return None
     if out.returncode != 0:
         return None
-    states = {}
-    for line in out.stdout.splitlines():
-        jid, _, st = line.strip().partition("|")
-        states[jid] = st
+    states = dict(line.strip().partition("|")[::2] for line in out.stdout.splitlines())
     wanted = set(job_ids)
     return {j: s for j, s in states.items() if j in wanted or j.split("_")[0] in wanted}
-
 
 
 def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
@@ -314,7 +285,7 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     states = []
     for _, r in table.iterrows():
         jid = r["job_id"]
-        if r["status"] in ("done", "failed") or jid is None or (isinstance(jid, float) and math.isnan(jid)):
+        if r["status"] in ("done", "failed") or not isinstance(jid, str):
             states.append("")
         elif jid == _REFUSED:
             states.append("unsubmitted" if r["status"] == "pending" else "")
@@ -358,8 +329,6 @@ def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, time
     Raises:
         TimeoutError: ``timeout_s`` passed first.
     """
-    import time
-
     cells = store.registered_cells()
     bar = None
     if progress:

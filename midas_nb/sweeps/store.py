@@ -1,11 +1,5 @@
-"""The JSON result store of a sweep: one record per finished (or failed) cell.
-
-:class:`ResultStore` keeps ``runs/sweeps/<name>/cells/<key>.json``, written atomically
-(temporary file in the same directory, ``fsync``, ``os.replace``). A killed writer leaves at
-most a temporary file, which is reported and never read as a result. :func:`sweep_status` /
-:func:`format_status` / :func:`main_status` read a store back (``python -m midas_nb.sweeps``).
-Part of the generic sweep engine: imports no domain module.
-"""
+"""The JSON result store of a sweep (:class:`ResultStore`: one record per finished or failed cell)
+and its status tables (:func:`sweep_status`, :func:`format_status`, ``python -m midas_nb.sweeps``)."""
 from __future__ import annotations
 
 import json
@@ -21,17 +15,24 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import atomic_write_text
-from ..identity import jsonable  # noqa: F401 - the records' JSON fallback, shared with the hashes
+from ..identity import atomic_write_text, jsonable
 from .cells import CellState, SweepCell
 from .claims import Claim, file_lock, read_claim
 
-__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status",
-           "sweep_status_report", "main_status", "open_store", "all_stores"]
+__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status", "main_status",
+           "open_store", "all_stores"]
 
 RECORD_FORMAT = "midas_nb.sweep_record/1"
 _TMP_SUFFIX = ".tmp"
 _RUNNING_SUFFIX = ".running"
+
+
+def _cell(d: Any) -> SweepCell | None:
+    """``SweepCell.from_dict(d)``; ``None`` for a dict that is not a cell."""
+    try:
+        return SweepCell.from_dict(d)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _slurm_job_id() -> str | None:
@@ -53,9 +54,9 @@ class ResultStore:
     ``<root>/grid.json`` lists the cells ever registered by :func:`run_sweep`, so
     :func:`sweep_status` can show pending cells without the profile.
 
-    Files that are not complete, valid records (leftover ``*.tmp`` files of a killed writer,
-    truncated or foreign JSON) are ignored and listed by :meth:`problems`; a cell whose record
-    is invalid counts as pending and is recomputed.
+    Records are written atomically; files that are not valid records (a killed writer's ``*.tmp``,
+    truncated or foreign JSON) are ignored and listed by :meth:`problems`; a cell whose record is
+    invalid counts as pending and is recomputed.
 
     Args:
         root: the store directory; default ``runs_dir()/"sweeps"/name``.
@@ -88,31 +89,25 @@ class ResultStore:
     # -- writing ------------------------------------------------------------------------------
     def write_record(self, record: Mapping[str, Any]) -> Path:
         """Write a record atomically (see :func:`atomic_write_text`); returns its path."""
-        key = record["key"]
-        text = json.dumps(record, default=jsonable, allow_nan=True, indent=1)
-        p = self.path(key)
-        atomic_write_text(p, text)
+        p = self.path(record["key"])
+        atomic_write_text(p, json.dumps(record, default=jsonable, allow_nan=True, indent=1))
         return p
 
-    def _base_record(self, cell: SweepCell, started: float) -> dict[str, Any]:
+    def _record(self, cell: SweepCell, started: float, **outcome: Any) -> Path:
         prev = self.read(cell.key)
         now = time.time()
-        return dict(format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
-                    attempt=int(prev.get("attempt", 0)) + 1 if prev else 1,
-                    started=started, finished=now, duration_s=now - started,
-                    host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id())
+        return self.write_record(dict(
+            format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
+            attempt=int(prev.get("attempt", 0)) + 1 if prev else 1, started=started, finished=now,
+            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id(), **outcome))
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
         """Record a finished cell with its result rows."""
-        rec = self._base_record(cell, started)
-        rec.update(status="done", rows=rows, error=None, traceback=None)
-        return self.write_record(rec)
+        return self._record(cell, started, status="done", rows=rows, error=None, traceback=None)
 
     def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
         """Record a failed cell with its error text and traceback."""
-        rec = self._base_record(cell, started)
-        rec.update(status="failed", rows=[], error=error, traceback=tb)
-        return self.write_record(rec)
+        return self._record(cell, started, status="failed", rows=[], error=error, traceback=tb)
 
     def mark_running(self, cell: SweepCell) -> None:
         """Write the ``<key>.running`` marker (host, pid, start time) unconditionally; workers
@@ -154,10 +149,7 @@ class ResultStore:
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def clear_running(self, key: str) -> None:
-        try:
-            os.unlink(self.running_path(key))
-        except FileNotFoundError:
-            pass
+        self.running_path(key).unlink(missing_ok=True)
 
     def register(self, cells: Sequence[SweepCell]) -> None:
         """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed).
@@ -191,13 +183,7 @@ class ResultStore:
 
     def registered_cells(self) -> list[SweepCell]:
         """The cells listed in ``grid.json`` (empty if none were registered)."""
-        out = []
-        for d in self._read_manifest().values():
-            try:
-                out.append(SweepCell.from_dict(d))
-            except (KeyError, TypeError, ValueError):
-                continue
-        return out
+        return [c for c in map(_cell, self._read_manifest().values()) if c is not None]
 
     @staticmethod
     def _validate(rec: Any, key: str) -> str | None:
@@ -228,8 +214,7 @@ class ResultStore:
 
     def read(self, key: str) -> dict[str, Any] | None:
         """The valid record of cell ``key``, or ``None`` (missing or invalid)."""
-        rec, _ = self._load(self.path(key))
-        return rec
+        return self._load(self.path(key))[0]
 
     def scan(self) -> tuple[dict[str, dict], list[dict[str, str]]]:
         """All valid records by key, and the problems found (``path``, ``reason``)."""
@@ -261,18 +246,15 @@ class ResultStore:
         """Files in the store that are not valid records (temporary, truncated, foreign)."""
         return self.scan()[1]
 
-    def _running(self, key: str) -> bool:
-        """A live claim on ``key`` (:func:`midas_nb.sweeps.claims.read_claim`): a marker whose
-        heartbeat stopped or whose process on this host is gone is a cell nobody computes."""
-        info = read_claim(self.running_path(key))
-        return info is not None and bool(info["live"])
+    def _state(self, key: str, rec: Mapping[str, Any] | None) -> CellState:
+        if rec is not None:
+            return rec["status"]
+        info = self.claim_info(key)  # a dead claim (heartbeat stopped, process gone) is nobody's
+        return "running" if info is not None and info["live"] else "pending"
 
     def state(self, key: str) -> CellState:
         """``done``, ``failed``, ``running`` (a live claim, no record) or ``pending``."""
-        rec = self.read(key)
-        if rec is not None:
-            return rec["status"]
-        return "running" if self._running(key) else "pending"
+        return self._state(key, self.read(key))
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell: its parameters, ``status`` (done/failed/running/pending, as :meth:`state`),
@@ -287,27 +269,19 @@ class ResultStore:
         if cells is None:
             by_key = {c.key: c for c in self.registered_cells()}
             for k, rec in records.items():
-                if k not in by_key:
-                    try:
-                        by_key[k] = SweepCell.from_dict(rec["cell"])
-                    except (KeyError, TypeError, ValueError):
-                        continue
+                if k not in by_key and (c := _cell(rec["cell"])) is not None:
+                    by_key[k] = c
             cells = list(by_key.values())
         rows = []
         jobs = self.jobs()
         for c in cells:
             rec = records.get(c.key)
-            st = rec["status"] if rec is not None else "running" if self._running(c.key) else "pending"
+            r = rec or {}
             rows.append(dict(
                 key=c.key, label=c.label, dataset=c.dataset, backbone=c.backbone, depth=c.depth,
                 budget=c.budget, condition=c.condition, seed=c.seed, checkpoint_id=c.checkpoint_id,
-                status=st,
-                error=(rec or {}).get("error"),
-                attempt=(rec or {}).get("attempt", 0),
-                duration_s=(rec or {}).get("duration_s", math.nan),
-                n_rows=len((rec or {}).get("rows", [])),
-                job_id=jobs.get(c.key),
-            ))
+                status=self._state(c.key, rec), error=r.get("error"), attempt=r.get("attempt", 0),
+                duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key)))
         cols = ["key", "label", "dataset", "backbone", "depth", "budget", "condition", "seed",
                 "checkpoint_id", "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
@@ -343,10 +317,6 @@ class ResultStore:
         if not frames:
             return pd.DataFrame()
         return pd.concat(frames, ignore_index=True)
-
-    def summary(self, cells: Sequence[SweepCell] | None = None) -> str:
-        """Printable summary of :meth:`status` (see :func:`format_status`)."""
-        return format_status(self.status(cells))
 
 
 @dataclass
@@ -425,10 +395,16 @@ def sweep_status(name_or_store: str | Path | ResultStore) -> pd.DataFrame:
     Raises:
         FileNotFoundError: when no such store exists.
     """
-    return _open_store(name_or_store, must_exist=True).status()
+    return open_store(name_or_store, must_exist=True).status()
 
 
-def _open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
+def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
+    """A :class:`ResultStore` from a store, a store directory or a sweep name (a bare name is
+    ``runs_dir()/"sweeps"/<name>`` when that store exists).
+
+    Raises:
+        FileNotFoundError, ValueError: with ``must_exist``, no such directory, or one that is not a store.
+    """
     if isinstance(name_or_store, ResultStore):
         return name_or_store
     p = Path(name_or_store)
@@ -452,16 +428,6 @@ def all_stores() -> list[str]:
     return sorted(str(q) for q in base.glob("*") if (q / "cells").is_dir()) if base.is_dir() else []
 
 
-def sweep_status_report(name: str | Path | ResultStore | None = None) -> str:
-    """Printable status of one sweep, or of every sweep under ``runs_dir()/"sweeps"`` (``None``):
-    done / failed / running / pending counts, one line per failure with its error, ignored files.
-    This is what ``midas-nb sweep status [NAME]`` prints."""
-    names = [name] if name is not None else all_stores()
-    if not names:
-        return f"no sweeps under {runs_dir() / 'sweeps'}"
-    return "\n".join(format_status(sweep_status(n)) for n in names)
-
-
 def main_status(argv: Sequence[str] | None = None) -> int:
     """``python -m midas_nb.sweeps [NAME|PATH ...]``: print each sweep's summary.
 
@@ -479,9 +445,3 @@ def main_status(argv: Sequence[str] | None = None) -> int:
         print(format_status(table))
         rc |= int((table["status"] == "failed").any())
     return rc
-
-
-def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
-    """A :class:`ResultStore` from a store, a store directory or a sweep name (a bare name is
-    ``runs_dir()/"sweeps"/<name>`` when that store exists)."""
-    return _open_store(name_or_store, must_exist)
