@@ -203,7 +203,8 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
-    tc = paper_table(proto, depth=L0, budget=b0, n_boot=n_boot)
+    # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
+    tc = paper_table(proto, depth=L0, budget=b0, n_boot=2)
     tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
     agg = aggregate_seeds(proto, by=cell + ["condition"], metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED)
