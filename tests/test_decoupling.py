@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from midas_nb.metrics import decoupling_D
-from midas_nb.report.findings import findings_paragraph, paper_findings
+from midas_nb.analysis.findings import findings_paragraph, paper_findings
 from midas_nb.metrics.stats import seed_image_interval
 
 BASE = dict(dataset="cub", backbone="deit_s", checkpoint_id="ck-a", depth=6, budget=0.25)

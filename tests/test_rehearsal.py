@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from midas_nb.data import make_aircraft_from_cub, make_cars_from_cub
-from midas_nb.report.paper_reference import PAPER_D_T5
+from midas_nb.analysis.paper_reference import PAPER_D_T5
 from midas_nb.runs import notebook_states
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

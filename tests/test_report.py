@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from midas_nb import report
-from midas_nb.report.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
+from midas_nb.analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -528,7 +528,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     per dataset with its coverage kind, D(T5) and D(T1) with intervals and band beside the paper's
     value for that dataset; the README section and the findings name each dataset; a dataset's
     missing regime cells count against completeness like CUB's."""
-    from midas_nb.report.paper_reference import PAPER_D_T1
+    from midas_nb.analysis.paper_reference import PAPER_D_T1
     from midas_nb.report.markdown import datasets_table
     rows = []
     for ds, kind in (("cub", "part mIoU"), ("aircraft", "box coverage"), ("cars", "box coverage")):

@@ -11,6 +11,9 @@
   (:func:`targets_vs_scorers`, :func:`paired_gap`, :func:`axis_trend`).
 - :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
   (:func:`recommend_deployment`).
+- :mod:`~midas_nb.analysis.findings` — which of the MIDAS paper's findings hold on a run, each
+  with its evidence and interval (:func:`~midas_nb.analysis.findings.paper_findings`), against
+  the paper's numbers in :mod:`~midas_nb.analysis.paper_reference`.
 - :mod:`~midas_nb.analysis.related` — the related methods in one table with the MIDAS
   conditions (notebook 06): :func:`~midas_nb.analysis.related.run_related`.
 

@@ -9,8 +9,8 @@ import pandas as pd
 
 from .. import config
 from ..study import ReportSettings
-from .paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
-from .findings import ci_text, findings_paragraph, is_number, plural
+from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
+from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
 from .probes import load_probes
 from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_store_rows, missing_cells,
                     SECTIONS)

@@ -1,5 +1,5 @@
 """The paper-shaped table: one row block per dataset × backbone, the paper's numbers
-(:mod:`midas_nb.report.paper_reference`) beside ours (docs/decisions/0036-paper-shaped-table.md).
+(:mod:`midas_nb.analysis.paper_reference`) beside ours (docs/decisions/0036-paper-shaped-table.md).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
 from ..results import coverage_name
-from .paper_reference import PAPER_SETTING, paper_status, paper_value
+from ..analysis.paper_reference import PAPER_SETTING, paper_status, paper_value
 from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 

@@ -13,10 +13,10 @@ import pandas as pd
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..study import ReportSettings
-from .paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
+from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
 from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
-from .findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
+from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells, SECTIONS
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)

@@ -231,7 +231,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
 def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
                    budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
-    """Which of the paper's findings (:data:`midas_nb.report.paper_reference.PAPER_FINDINGS`) hold on
+    """Which of the paper's findings (:data:`midas_nb.analysis.paper_reference.PAPER_FINDINGS`) hold on
     these result rows, per dataset × backbone; how each is decided: docs/decisions/0055-paper-findings-verdicts.md.
 
     The findings are evaluated at one point ``(L, b)`` — ``depth``/``budget``, default the
