@@ -11,6 +11,8 @@
   (:func:`targets_vs_scorers`, :func:`paired_gap`, :func:`axis_trend`).
 - :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
   (:func:`recommend_deployment`).
+- :mod:`~midas_nb.analysis.control` — ``D`` against the reference beside ``D`` against the
+  random-map control (:func:`~midas_nb.analysis.control.decoupling_with_controls`).
 - :mod:`~midas_nb.analysis.findings` — which of the MIDAS paper's findings hold on a run, each
   with its evidence and interval (:func:`~midas_nb.analysis.findings.paper_findings`), against
   the paper's numbers in :mod:`~midas_nb.analysis.paper_reference`.

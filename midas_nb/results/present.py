@@ -317,7 +317,7 @@ def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     faithfully than the random ranking (its ``reference_check``, DESIGN.md §6): the band against
     the reference can be ``"uninformative"`` while the band against the ``random_map`` control
     is not, and the other way round. Reads ``band_reason`` (the reference) and every
-    ``band_reason_vs_<control>`` (:func:`midas_nb.study.decoupling_with_controls`); a
+    ``band_reason_vs_<control>`` (:func:`midas_nb.analysis.control.decoupling_with_controls`); a
     baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows
     (their reason is not a check) are skipped. A table of several cells (dataset, backbone,
     ``L``, ``b``) gives each cell's check after its name, joined with ``" | "``.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .base import check_layout, StudyBase
 from .cache import cached_study, study_overrides
-from .control import decoupling_with_controls
+from ..analysis.control import decoupling_with_controls
 from .core import Study
 from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
                    resolve_checkpoint_ids, SEEDLESS_CONDITIONS)

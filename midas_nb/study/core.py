@@ -12,7 +12,7 @@ from ..point import Point
 from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
 from .base import StudyBase
-from .control import decoupling_with_controls
+from ..analysis.control import decoupling_with_controls
 from .grid import make_grid
 from .runner import ProtocolCellRunner, scale_readout
 
@@ -86,7 +86,7 @@ class Study(StudyBase):
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
         """``D`` against the reference with ``D`` against each control beside it
-        (:func:`midas_nb.study.control.decoupling_with_controls`; columns ``D_pp_vs_random_map``,
+        (:func:`midas_nb.analysis.control.decoupling_with_controls`; columns ``D_pp_vs_random_map``,
         ``status_vs_random_map``, ...). ``controls``: default ``["random_map"]`` when the table
         has it, else none; ``n_boot`` defaults to the profile's ``bootstrap``."""
         if controls is None:
