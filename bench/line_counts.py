@@ -14,7 +14,9 @@ one module, all its files together) and prints them grouped as
 with each group's share of the package. Issue 29 counted the first two (science 49 %, plumbing
 39 % and 7.7k lines when it was filed, the edition apart) and set the goal printed last: plumbing
 at most 3,900 lines, science at least 60 % of the package. A module in no list is an error
-(classify it here first). Prints only; no ``ratio:`` line (nothing is timed).
+(classify it here first). Plumbing files that a later issue added (:data:`LATER_ISSUES`) are
+counted apart, as issue 29 says, before the goal is checked. Prints only; no ``ratio:`` line
+(nothing is timed).
 
 Usage: ``python bench/line_counts.py [--code]`` (``--code``: non-blank lines that are not
 comments only, instead of all lines).
@@ -33,6 +35,10 @@ PLUMBING = ("__init__", "cli", "config", "point", "identity", "progress", "runs"
 EDITION = ("viz", "course")
 #: issue 29's goal (physical lines; science's share of the whole package)
 GOAL_PLUMBING, GOAL_SCIENCE_SHARE = 3900, 60.0
+#: plumbing files a later issue added after issue 29 was filed, which the issue counts apart: issue 30's
+#: Slurm path (submission, claims, the sweep plan and commands, the worker) and streamed progress
+LATER_ISSUES: dict[str, int] = {"sweeps/slurm.py": 30, "sweeps/claims.py": 30, "sweeps/plan.py": 30,
+                                "sweeps/commands.py": 30, "sweeps/worker.py": 30, "progress.py": 30}
 
 
 def count(path: Path, code_only: bool) -> int:
@@ -71,8 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, n in sorted(part.items(), key=lambda kv: -kv[1]):
             print(f"  {name:<18} {n:>6}")
     share = 100 * sums["science"] / total
-    met = sums["plumbing"] <= GOAL_PLUMBING and share >= GOAL_SCIENCE_SHARE
-    print(f"issue 29's goal: plumbing <= {GOAL_PLUMBING} lines (now {sums['plumbing']}), science >= "
+    later = {f: count(PACKAGE / f, args.code) for f in LATER_ISSUES if (PACKAGE / f).is_file()}
+    counted = sums["plumbing"] - sum(later.values())
+    print(f"plumbing added by later issues, counted apart: {sum(later.values())} lines ("
+          + ", ".join(f"{f} {n} (issue {LATER_ISSUES[f]})" for f, n in later.items()) + ")")
+    met = counted <= GOAL_PLUMBING and share >= GOAL_SCIENCE_SHARE
+    print(f"issue 29's goal: plumbing <= {GOAL_PLUMBING} lines (now {counted}), science >= "
           f"{GOAL_SCIENCE_SHARE:g} % (now {share:.1f} %): {'met' if met else 'not met'}")
     return 0
 

@@ -23,9 +23,13 @@ def test_groups_cover_the_package_once_and_add_up(capsys):
     every = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (REPO / "midas_nb").rglob("*.py"))
     assert sum(totals.values()) == every and f"% of {every}" in out
     share = 100 * totals["science"] / every
+    later = sum(len((REPO / "midas_nb" / f).read_text(encoding="utf-8").splitlines())
+                for f in line_counts.LATER_ISSUES)
+    assert f"counted apart: {later} lines" in out and all(f.split("/")[0] in names or f[:-3] in names
+                                                          for f in line_counts.LATER_ISSUES)
     goal = re.search(r"issue 29's goal: .*\(now (\d+)\).*\(now ([\d.]+) %\): (met|not met)", out)
-    assert goal and int(goal[1]) == totals["plumbing"] and float(goal[2]) == round(share, 1)
-    assert goal[3] == ("met" if totals["plumbing"] <= 3900 and share >= 60 else "not met")
+    assert goal and int(goal[1]) == totals["plumbing"] - later and float(goal[2]) == round(share, 1)
+    assert goal[3] == ("met" if totals["plumbing"] - later <= 3900 and share >= 60 else "not met")
 
 
 def test_an_unclassified_module_is_an_error(monkeypatch, capsys):
