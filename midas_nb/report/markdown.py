@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -124,13 +124,11 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
         dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
         band = "—" if ref and not r.get("missing") else _band_text(r)
         paper = _f(r["paper_D_pp"], "+.2f") or (str(r["paper_status"]) if r["paper_status"] else "")
+        miou, idauc = (ci_text(r[m], r[f"{m}_lo"], r[f"{m}_hi"], ".3f") for m in ("miou", "idauc"))
         if compact:
-            body.append([r["condition"], ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
-                         ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"), _f(r["accuracy"], ".3f"),
-                         D, band, paper])
+            body.append([r["condition"], miou, idauc, _f(r["accuracy"], ".3f"), D, band, paper])
         else:
-            body.append([r["condition"], _int(r["n_seeds"]), ci_text(r["miou"], r["miou_lo"], r["miou_hi"], ".3f"),
-                         ci_text(r["idauc"], r["idauc_lo"], r["idauc_hi"], ".3f"),
+            body.append([r["condition"], _int(r["n_seeds"]), miou, idauc,
                          ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
     return body
@@ -169,6 +167,24 @@ def _intervals_note(g: Mapping[str, Any]) -> str:
             "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, `../shared/DESIGN.md`).\n")
 
 
+def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: Callable[[pd.Series], list],
+                   empty: str | None = None) -> list[str]:
+    """A REPORT.md section: ``heading``, then a table with ``row(r)`` per row of ``t`` (``empty`` where
+    ``t`` has no row and ``empty`` is given)."""
+    if t.empty and empty is not None:
+        return [heading, empty]
+    return [heading, _md_table(headers, [row(r) for _, r in t.iterrows()]) + "\n"]
+
+
+#: the last columns of the regime and scale tables (:func:`_d_columns`, then the paper's statement)
+_D_HEADERS = ["D (pp) [CI]", "ΔIDAUC", "parity band", "seeds", "paper"]
+
+
+def _d_columns(r: Mapping[str, Any]) -> list[str]:
+    return [ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]), _f(r["delta_idauc"], "+.3f"), _band_text(r),
+            _int(r["n_seeds"])]
+
+
 def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     """``REPORT.md`` from the tables (as read back by :func:`read_tables`)."""
     g = _prov(tables)
@@ -204,43 +220,26 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
         out.append("¹ DeiT-S/16 at L = 6, b = 25 % (design card §8), shown only at that L and b.\n")
         out.append(_reference_note(t))
         out.append(_random_map_note(t))
-    out.append("\n## Cosine probes (hidden- vs attention-gradient rank cosine)\n")
-    pr = tables["cosine_probes"]
-    if pr.empty:
-        out.append("No probes recorded for the reported checkpoint: notebook 03 saves them into the result store "
-                   "(`report.save_probes`).\n")
-    else:
-        out.append(_md_table(["dataset", "L", "hidden", "attention", "cosine [CI]", "images", "paper |cos| ≤"],
-                             [[r["dataset"], int(r["depth"]), r["hidden"], r["attention"],
-                               ci_text(r["cosine"], r["lo"], r["hi"], "+.3f"), int(r["n_images"]),
-                               _f(r["paper_max_abs"], ".3f")] for _, r in pr.iterrows()]) + "\n")
-    out.append(f"\n## Regime grid (D per depth L × budget b){_section_note(g, 'regime')}\n")
-    rg = tables["regime"]
-    if rg.empty:
-        out.append("No regime cells in the store (notebook 04).\n")
-    else:
-        out.append(_md_table(["dataset", "condition", "L", "b", "D (pp) [CI]", "ΔIDAUC", "parity band", "seeds",
-                              "paper"],
-                             [[r["dataset"], r["condition"], _int(r["depth"]), f"{float(r['budget']):.0%}",
-                               ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]), _f(r["delta_idauc"], "+.3f"),
-                               _band_text(r), _int(r["n_seeds"]), r["paper_expectation"]]
-                              for _, r in rg.iterrows()]) + "\n")
-    out.append(f"\n## Scale readout (D per backbone at the profile's L and b){_section_note(g, 'scale')}\n")
-    sc = tables["scale"]
-    if sc.empty:
-        out.append("No scale cells in the store (notebook 05).\n")
-    else:
-        out.append(_md_table(["dataset", "backbone", "condition", "D (pp) [CI]", "ΔIDAUC", "parity band", "seeds",
-                              "paper"],
-                             [[r["dataset"], r["backbone"], r["condition"], ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]),
-                               _f(r["delta_idauc"], "+.3f"), _band_text(r), _int(r["n_seeds"]), r["paper"]]
-                              for _, r in sc.iterrows()]) + "\n")
+    out += _table_section("\n## Cosine probes (hidden- vs attention-gradient rank cosine)\n", tables["cosine_probes"],
+                          ["dataset", "L", "hidden", "attention", "cosine [CI]", "images", "paper |cos| ≤"],
+                          lambda r: [r["dataset"], int(r["depth"]), r["hidden"], r["attention"],
+                                     ci_text(r["cosine"], r["lo"], r["hi"], "+.3f"), int(r["n_images"]),
+                                     _f(r["paper_max_abs"], ".3f")],
+                          "No probes recorded for the reported checkpoint: notebook 03 saves them into the result "
+                          "store (`report.save_probes`).\n")
+    out += _table_section(f"\n## Regime grid (D per depth L × budget b){_section_note(g, 'regime')}\n",
+                          tables["regime"], ["dataset", "condition", "L", "b", *_D_HEADERS],
+                          lambda r: [r["dataset"], r["condition"], _int(r["depth"]), f"{float(r['budget']):.0%}",
+                                     *_d_columns(r), r["paper_expectation"]],
+                          "No regime cells in the store (notebook 04).\n")
+    out += _table_section(f"\n## Scale readout (D per backbone at the profile's L and b){_section_note(g, 'scale')}\n",
+                          tables["scale"], ["dataset", "backbone", "condition", *_D_HEADERS],
+                          lambda r: [r["dataset"], r["backbone"], r["condition"], *_d_columns(r), r["paper"]],
+                          "No scale cells in the store (notebook 05).\n")
     out.append(backbones_section(tables.get("backbones")))
-    out.append("\n## The paper's findings, one by one\n")
-    f = tables["findings"]
-    out.append(_md_table(["dataset", "backbone", "finding", "holds", "evidence"],
-                         [[r["dataset"], r["backbone"], r["statement"], r["holds"], r["evidence"]]
-                          for _, r in f.iterrows()]) + "\n")
+    out += _table_section("\n## The paper's findings, one by one\n", tables["findings"],
+                          ["dataset", "backbone", "finding", "holds", "evidence"],
+                          lambda r: [r["dataset"], r["backbone"], r["statement"], r["holds"], r["evidence"]])
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
 
@@ -274,6 +273,16 @@ def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[st
     return changed, undecided
 
 
+#: the per-item tables of :func:`backbones_section`: the ``backbones`` table's kind, the first column's
+#: header, each backbone column's label and how one row of that kind is shown
+_BACKBONE_ROWS = (
+    ("D", "condition", "D (pp) [CI], parity band",
+     lambda r: f"{ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}"),
+    ("cosine", "hidden·attention", "cosine [CI]", lambda r: ci_text(r["estimate"], r["lo"], r["hi"], "+.3f")),
+    ("finding", "paper finding", "verdict", lambda r: _verdict(r["verdict"])),
+)
+
+
 def backbones_section(bt: pd.DataFrame | None) -> str:
     """REPORT.md's side-by-side section of the offline backbones (notebook 05, issue 18), from the
     ``backbones`` table: accuracy, D per condition, cosines and the findings per backbone, and a
@@ -302,28 +311,15 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
                         f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""])
         out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
                               "all-token accuracy (evaluated images)", "note"], acc) + "\n")
-        for kind, label in (("D", "D (pp) [CI], parity band"), ("cosine", "cosine [CI]"), ("finding", "verdict")):
+        for kind, head, label, cell in _BACKBONE_ROWS:
             k = t[t["kind"] == kind]
             if k.empty:
                 continue
-            items = list(dict.fromkeys(k["item"]))
             body = []
-            for it in items:
-                row = [_statement(it) if kind == "finding" else it]
-                for bb in bbs:
-                    m = k[(k["backbone"] == bb) & (k["item"] == it)]
-                    if m.empty:
-                        row.append("—")
-                        continue
-                    r = m.iloc[0]
-                    if kind == "D":
-                        row.append(f"{ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}")
-                    elif kind == "cosine":
-                        row.append(ci_text(r["estimate"], r["lo"], r["hi"], "+.3f"))
-                    else:
-                        row.append(_verdict(r["verdict"]))
-                body.append(row)
-            head = {"D": "condition", "cosine": "hidden·attention", "finding": "paper finding"}[kind]
+            for it in dict.fromkeys(k["item"]):
+                hits = [k[(k["backbone"] == bb) & (k["item"] == it)] for bb in bbs]
+                body.append([_statement(it) if kind == "finding" else it] +
+                            [cell(m.iloc[0]) if len(m) else "—" for m in hits])
             out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
         changed, undecided = backbone_changes(bt, ds)
         read = list(dict.fromkeys(t.loc[t["kind"] == "finding", "backbone"]))
@@ -406,31 +402,35 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     p = _prov(tables, ds, bb)
     tc = tables["three_conditions"]
     t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
-    L, b = p.get("depth L, budget b", "?, ?").split(", ")
     evaluated, coverage = p.get("evaluated images' fingerprint"), p.get("coverage", "part mIoU")
-    lines = [*_readme_head(tables, f"{ds}, {bb}, L = {L}, b = {b}"),
-             f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
-             f"fingerprint {evaluated}; test split fingerprint "
-             f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
-             f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on {p.get('test images (mIoU, accuracy)')} "
-             f"test images, IDAUC on {p.get('IDAUC images')} (S = {p.get('IDAUC steps S')}). "
-             f"Intervals: 95 % bootstrap, {g.get('bootstrap', 'resamples not recorded')} (paired for D); "
-             "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
-             _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy", "D (pp) [95 % CI]",
-                        "parity band", "paper D (pp), DeiT-S/16"], _three_rows(t, compact=True)) + "\n",
-             findings_paragraph(tables["findings"], ds, bb) + "\n",
-             f"Full report with the cosine probes, the regime grid and the scale readout: [{report_link}]({report_link}).",
-             README_END]
-    return "\n".join(s for s in lines if s != "")
+    return _readme(tables, f"{ds}, {bb}, {_point(p)}", [
+        f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
+        f"fingerprint {evaluated}; test split fingerprint "
+        f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
+        f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on {p.get('test images (mIoU, accuracy)')} "
+        f"test images, IDAUC on {p.get('IDAUC images')} (S = {p.get('IDAUC steps S')}). "
+        f"Intervals: 95 % bootstrap, {g.get('bootstrap', 'resamples not recorded')} (paired for D); "
+        "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
+        _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy", "D (pp) [95 % CI]",
+                   "parity band", "paper D (pp), DeiT-S/16"], _three_rows(t, compact=True)) + "\n",
+        findings_paragraph(tables["findings"], ds, bb) + "\n"],
+        "the cosine probes, the regime grid and the scale readout", report_link)
 
 
-def _readme_head(tables: Mapping[str, pd.DataFrame], what: str) -> list[str]:
-    """The README section's first lines: the marker, the heading naming ``what`` was run, and the
-    incomplete and smoke banners where they apply."""
+def _point(p: Mapping[str, str]) -> str:
+    L, b = p.get("depth L, budget b", "?, ?").split(", ")
+    return f"L = {L}, b = {b}"
+
+
+def _readme(tables: Mapping[str, pd.DataFrame], what: str, body: Sequence[str], full: str, report_link: str) -> str:
+    """The README section: the marker, the heading naming ``what`` was run, the incomplete and smoke
+    banners where they apply, ``body``, and the link to the report that adds ``full``."""
     g = _prov(tables)
     banner, smoke = _incomplete_banner(g, len(_missing_list(tables))), _smoke_note(g)
-    return [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}\n",
-            banner.rstrip("\n") + ("\n" if banner else ""), smoke.rstrip("\n") + ("\n" if smoke else "")]
+    lines = [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}\n",
+             banner.rstrip("\n") + ("\n" if banner else ""), smoke.rstrip("\n") + ("\n" if smoke else ""), *body,
+             f"Full report with {full}: [{report_link}]({report_link}).", README_END]
+    return "\n".join(s for s in lines if s != "")
 
 
 def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: str) -> str:
@@ -438,21 +438,17 @@ def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: st
     them (:func:`datasets_table`) and which findings hold on which dataset."""
     g, blocks = _prov(tables), _blocks(tables)
     p = _prov(tables, *blocks[0])
-    L, b = p.get("depth L, budget b", "?, ?").split(", ")
     bbs = ", ".join(dict.fromkeys(bb for _, bb in blocks))
-    lines = [*_readme_head(tables, f"{len(blocks)} datasets, {bbs}, L = {L}, b = {b}"),
-             f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
-             f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
-             f"{g.get('bootstrap', 'resamples not recorded')} (D: paired over images and seeds); parity band \"in\" only "
-             "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
-             "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
-             datasets_table(tables) + "\n",
-             "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
-             _findings_grid(tables["findings"], blocks) + "\n",
-             f"Full report with the protocol tables, the cosine probes, the regime grid and the scale readout: "
-             f"[{report_link}]({report_link}).",
-             README_END]
-    return "\n".join(s for s in lines if s != "")
+    return _readme(tables, f"{len(blocks)} datasets, {bbs}, {_point(p)}", [
+        f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
+        f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
+        f"{g.get('bootstrap', 'resamples not recorded')} (D: paired over images and seeds); parity band \"in\" only "
+        "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
+        "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
+        datasets_table(tables) + "\n",
+        "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
+        _findings_grid(tables["findings"], blocks) + "\n"],
+        "the protocol tables, the cosine probes, the regime grid and the scale readout", report_link)
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:

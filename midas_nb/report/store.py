@@ -100,9 +100,12 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     return df, left_out
 
 
-def _ident(d: Mapping[str, Any]) -> tuple:
-    return (str(d["dataset"]), str(d["backbone"]), int(d["depth"]), round(float(d["budget"]), 6),
-            str(d["condition"]), int(d["seed"]))
+_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
+
+
+def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
+    """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
+    return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
 
 
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
@@ -206,11 +209,9 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
     if m.empty:
         return out
-    key = lambda d: (str(d["dataset"]), str(d["backbone"]), int(d["depth"]), round(float(d["budget"]), 6),  # noqa: E731
-                     str(d["condition"]))
-    where = {key(r): i for i, r in zip(out.index, out[cols].to_dict("records"))}
-    n_missing = pd.Series([key(r) for r in m.to_dict("records")]).value_counts().to_dict()
-    expected = pd.Series([key(r) for r in exp[exp["section"] == section].to_dict("records")]).value_counts()
+    where = {_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
+    n_missing = pd.Series([_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
+    expected = pd.Series([_ident(r, cols) for r in exp[exp["section"] == section].to_dict("records")]).value_counts()
     extra = []
     for g, n in expected.items():
         k = n_missing.get(g, 0)
