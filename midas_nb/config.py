@@ -15,7 +15,7 @@ __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_nam
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
            "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "check_profile",
-           "check_device", "is_int", "is_number", "setting_of", "ProfileError"]
+           "check_device", "check_data_roots", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order, read from a directory (not ``synthetic``)
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -399,9 +399,18 @@ def _is_budget(v: Any) -> bool:
     return True
 
 
-def _is_path(v: Any) -> bool:
-    """A non-empty path (``""`` would silently mean the current directory)."""
+def is_path(v: Any) -> bool:
+    """A non-empty path or name, ``str`` or ``os.PathLike`` (``""`` would silently mean the current directory)."""
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
+
+
+def check_data_roots(roots: Any) -> list[str]:
+    """``[]`` when ``roots`` is a mapping ``{paper dataset: directory path}``, else one line per problem."""
+    if not isinstance(roots, dict):
+        return [f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(roots)}"]
+    return [f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}" if k not in PAPER_DATASETS
+            else f"data_roots.{k}: expected a directory path, got {show_value(v)}"
+            for k, v in roots.items() if k not in PAPER_DATASETS or not is_path(v)]
 
 
 def check_device(device: Any, *, here: bool = True) -> list[str]:
@@ -482,9 +491,8 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
 
 
 def _check_names(p: dict[str, Any], problems: list[str]) -> None:
-    """Profile, dataset and backbone names, and the lists of names (:func:`check_profile`)."""
-    if p.get("profile") not in PROFILES:
-        problems.append(f"profile: expected one of {sorted(PROFILES)}, got {show_value(p.get('profile'))}")
+    """Dataset and backbone names and the lists of names (:func:`check_profile`; the profile's name is
+    checked where it is made, :func:`get_profile`)."""
     if p.get("dataset") not in DATASET_NAMES:
         problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(p.get('dataset'))}")
     if not (isinstance(p.get("backbone"), str) and p["backbone"]):
@@ -549,23 +557,17 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
 
 def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
     """Data roots, weights files, ``pretrained`` and ``backbone_kwargs`` (:func:`check_profile`)."""
-    if p.get("data_root") is not None and not _is_path(p["data_root"]):
+    if p.get("data_root") is not None and not is_path(p["data_root"]):
         problems.append(f"data_root: expected a directory path, got {show_value(p['data_root'])}")
     elif p.get("data_root") is not None and p.get("dataset") == "synthetic":
         # the synthetic set is generated; a root given for it would be silently unused
         problems.append(f"data_root: {str(p['data_root'])!r} was given but the run's dataset is 'synthetic', which "
                         f"is generated and takes no data root; use --dataset cub --data-root PATH for a CUB directory")
     roots = p.get("data_roots")
-    if not isinstance(roots, dict):
-        problems.append(f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(roots)}")
-    else:
-        for k, v in roots.items():
-            if k not in PAPER_DATASETS:
-                problems.append(f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}")
-            elif not _is_path(v):
-                problems.append(f"data_roots.{k}: expected a directory path, got {show_value(v)}")
+    problems += check_data_roots(roots)
+    if isinstance(roots, dict):
         own = p.get("dataset")
-        if isinstance(own, str) and own in roots and _is_path(roots[own]) and _is_path(p.get("data_root")) and \
+        if isinstance(own, str) and own in roots and is_path(roots[own]) and is_path(p.get("data_root")) and \
                 Path(str(roots[own])).expanduser() != Path(str(p["data_root"])).expanduser():
             problems.append(f"data_root: {str(p['data_root'])!r} and data_roots.{own} = {str(roots[own])!r} "
                             f"name two roots for {own!r}; give one")
@@ -574,7 +576,7 @@ def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {show_value(weights)}")
     else:
         for k, v in weights.items():
-            if not _is_path(v):
+            if not is_path(v):
                 problems.append(f"weights.{k}: expected a weights file path, got {show_value(v)}")
     if p.get("pretrained") not in ("hub", None):
         problems.append(f"pretrained: expected 'hub' or None, got {show_value(p.get('pretrained'))}")

@@ -14,7 +14,7 @@ from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
                         weights_for)
 from .args import list_param, param_value, yaml_load
-from ..config import DATASET_NAMES, setting_of, show_value
+from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
 from ..study import check_layout, grid_spans, RunSettings, study_overrides
 from ..study.settings import setting_names
@@ -85,7 +85,7 @@ def _absolute(value: Any, base: Path | None = None) -> Any:
     """``value`` as an absolute path string (``~`` expanded; a relative path taken from ``base``,
     else from the working directory). Empty or non-path values are returned unchanged, so that
     :func:`midas_nb.config.check_profile` names them instead of reading the working directory."""
-    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+    if not is_path(value):
         return value
     return str((Path(base or ".") / Path(value).expanduser()).resolve())
 
@@ -146,11 +146,6 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
 _PATH_KEYS: tuple[str, ...] = ("data_root", "output")
 
 
-def _is_path(v: Any) -> bool:
-    """A non-empty string (a path or a name)."""
-    return isinstance(v, str) and bool(v.strip())
-
-
 def _is_seconds(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
@@ -166,11 +161,11 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
             out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {show_value(v)}{hint}"))
         elif k == "dataset" and not (isinstance(v, str) and v in DATASET_NAMES):
             out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(v)}"))
-        elif k in ("backbone", "device") and not _is_path(v):
+        elif k in ("backbone", "device") and not is_path(v):
             out.append((k, f"{k}: expected a name (a string), got {show_value(v)}"))
-        elif k in _PATH_KEYS and not _is_path(v):
+        elif k in _PATH_KEYS and not is_path(v):
             out.append((k, f"{k}: expected a directory path (a non-empty string), got {show_value(v)}"))
-        elif k == "notebooks" and not (_is_path(v) or (isinstance(v, list) and v and all(_is_path(x) for x in v))):
+        elif k == "notebooks" and not (is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v))):
             out.append((k, f"notebooks: expected prefixes as a string '00,02' or a list of quoted strings "
                            f"['00', '02'], got {show_value(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
                                                                   "quote them)" if isinstance(v, (int, list)) and v
@@ -180,23 +175,15 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
             out.append((k, _params_problem(v)))
         elif k == "data_roots":
-            if not isinstance(v, dict):
-                out.append((k, f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(v)}"))
-                continue
-            for name, root in v.items():
-                if name not in config.PAPER_DATASETS:
-                    out.append((k, f"data_roots: unknown dataset {name!r}; expected names from "
-                                   f"{list(config.PAPER_DATASETS)}"))
-                elif not _is_path(root):
-                    out.append((k, f"data_roots.{name}: expected a directory path, got {show_value(root)}"))
+            out += [(k, line) for line in config.check_data_roots(v)]
         elif k == "weights":
             if isinstance(v, dict):
                 for name, file in v.items():
                     if not (isinstance(name, str) and name):
                         out.append((k, f"weights: expected backbone names as keys, got {show_value(name)}"))
-                    elif not _is_path(file):
+                    elif not is_path(file):
                         out.append((k, f"weights.{name}: expected a weights file path, got {show_value(file)}"))
-            elif not _is_path(v):
+            elif not is_path(v):
                 out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {show_value(v)}"))
     return out
 
@@ -352,16 +339,16 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
             offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
             problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
                             f"the selected notebooks accept {sorted(offered)}")
-    if spec.params.get("output_dir") is not None and not _is_path(spec.params["output_dir"]):
+    if spec.params.get("output_dir") is not None and not is_path(spec.params["output_dir"]):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     cw = spec.params.get("compare_with")  # notebook 05's side-by-side backbones (a notebook parameter only)
-    if cw is not None and not (isinstance(cw, list) and cw and all(_is_path(b) for b in cw)
+    if cw is not None and not (isinstance(cw, list) and cw and all(is_path(b) for b in cw)
                                and len(set(cw)) == len(cw)):
         problems.append(f"compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, "
                         f"hybrid_lite0_vit]), got {show_value(cw)}")
     if spec.cell_timeout is not None and not _is_seconds(spec.cell_timeout):
         problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")
-    if spec.output is not None and not (isinstance(spec.output, (str, os.PathLike)) and str(spec.output).strip()):
+    if spec.output is not None and not is_path(spec.output):
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
     else:
         problems += check_output(spec.output if spec.output is not None else config.runs_dir() / str(spec.profile))
@@ -428,8 +415,6 @@ def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[
             continue   # said by the settings' build
         if root is not None and root.is_dir():
             roots[ds] = root
-    # a root for a dataset that no notebook of this profile reads (any selection): an error, not
-    # a silently unused directory (smoke runs the synthetic set; --dataset names the study's)
     every, _ = notebook_needs(settings, [f"{k}_" for k in GRID_NOTEBOOKS])
     for ds, root in dict(config.data_roots_of(settings)).items():
         if ds not in every:

@@ -545,7 +545,8 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
             raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
                              "by `midas-nb report`; nothing was written") from None
         if not allow_incomplete and missing:
-            raise IncompleteReportError(_incomplete_message(f"the report tables in {from_tables}", missing, profile))
+            raise IncompleteReportError(_incomplete_message(f"the set of report tables in {from_tables}", missing,
+                                                            profile))
         if out.resolve() != Path(from_tables).resolve():
             write_tables(tables, out)
     else:
