@@ -36,8 +36,7 @@ State = Literal["current", "stale", "failed", "unrecorded"]
 
 @contextlib.contextmanager
 def scoped_environ(**values: str) -> Iterator[None]:
-    """``os.environ`` with ``values`` set inside the block; each variable's previous value (or
-    its absence) is restored after it."""
+    """``os.environ`` with ``values`` set inside the block, each variable restored after it."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -61,11 +60,7 @@ def settings_digest(settings: dict[str, Any]) -> str:
 
 
 class RunManifest:
-    """``<output>/run.json``: the latest run and, per notebook, its copy's run and latest attempt.
-
-    Args:
-        out_dir: the run's output directory (``runs/<profile>`` by default).
-    """
+    """``<out_dir>/run.json``: the latest run and, per notebook, its copy's run and latest attempt."""
 
     def __init__(self, out_dir: str | os.PathLike):
         self.out_dir = Path(out_dir)
@@ -86,7 +81,6 @@ class RunManifest:
     def save(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
-    # -- writing ---------------------------------------------------------------------------------
     def start(self, run_id: str, settings: dict[str, Any], selected: Iterable[str]) -> None:
         """Record the start of run ``run_id`` with its injected ``settings`` and notebook names."""
         selected = list(selected)
@@ -118,7 +112,6 @@ class RunManifest:
                     if status != "interrupted" else "not reached: the run was interrupted"
         self.save()
 
-    # -- reading ---------------------------------------------------------------------------------
     def run(self, run_id: str | None) -> dict[str, Any] | None:
         return self.data["runs"].get(run_id) if run_id else None
 
@@ -129,14 +122,8 @@ class RunManifest:
 
 @dataclass
 class NotebookState:
-    """Where an executed notebook in an output directory comes from.
-
-    Attributes:
-        name: file name (``02_three_condition_protocol.ipynb``).
-        state: ``current``, ``stale``, ``unrecorded`` (:func:`notebook_states`).
-        run_id: the run that produced this copy (``None`` when unknown).
-        reason: one line explaining a ``stale`` state (empty otherwise).
-    """
+    """An executed notebook's ``state`` (:func:`notebook_states`), the run that produced it and
+    why it is ``stale``."""
 
     name: str
     state: State
@@ -192,8 +179,7 @@ def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
 
 
 def run_summary(out_dir: str | os.PathLike) -> str:
-    """Printable summary of an output directory: the latest run, then one line per notebook
-    (current / stale with the reason / failed in the latest run)."""
+    """The latest run of ``out_dir``, then one line per notebook (current, stale and why, failed)."""
     out_dir = Path(out_dir)
     man = RunManifest(out_dir)
     latest = man.latest
@@ -215,7 +201,6 @@ def run_summary(out_dir: str | os.PathLike) -> str:
     return "\n".join(lines)
 
 
-# -- streamed progress of a batch run ---------------------------------------------------------------
 #: seconds after which a running cell gets a one-time notice that it may run for minutes
 LONG_CELL_S = 60.0
 #: at most this many seconds between two status lines when stdout is not a terminal
@@ -225,9 +210,7 @@ MIN_GAP_S = 3.0
 _WIDTH = 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 
-# Python config for the kernel (``--config``), run before it opens its sockets: drops only the
-# "running over TCP without encryption" warning of every loopback kernel's start and the
-# "KeyboardInterrupt caught in kernel" line of jupyter_client's shutdown interrupt.
+# the kernel's ``--config``: drops its "without encryption" start warning and shutdown-interrupt line
 _KERNEL_CONFIG = '''\
 import logging
 
@@ -243,13 +226,11 @@ logging.getLogger("IPKernelApp").addFilter(_BatchRunNoise())
 
 
 def kernel_arguments() -> list[str]:
-    """Extra kernel command-line arguments of a batch run: the config file that silences the
-    kernel's TCP-encryption warning and its shutdown-interrupt line (written once per process into
-    a temporary directory, removed at exit)."""
+    """The kernel's extra arguments: ``--config`` of :data:`_KERNEL_CONFIG`'s file (removed at exit)."""
     global _kernel_config_path
     if _kernel_config_path is None or not Path(_kernel_config_path).is_file():
         d = Path(tempfile.mkdtemp(prefix="midas_nb_kernel_"))
-        atexit.register(shutil.rmtree, d, True)             # removed when the process ends
+        atexit.register(shutil.rmtree, d, True)
         (d / "midas_kernel_config.py").write_text(_KERNEL_CONFIG, encoding="utf-8")
         _kernel_config_path = str(d / "midas_kernel_config.py")
     return [f"--config={_kernel_config_path}"]
@@ -267,19 +248,10 @@ def _minutes(seconds: float) -> str:
 
 
 class StatusLine(logging.Handler):
-    """The condensed progress of one notebook in a batch run, fed by papermill's log
-    (``log_output=True``): ``[00_quickstart] cell 5/27, 3 min: distil hybrid_lite0_deit, epoch
-    7/24 …``. :meth:`tick` (called every second by :func:`execute_notebook`'s thread) writes the
-    line: in place on a terminal, otherwise a new line when it changed (at most every
-    :data:`MIN_GAP_S` s) and at least every :data:`HEARTBEAT_S` s; and once per cell running
-    longer than :data:`LONG_CELL_S` s, a notice.
-
-    Args:
-        label: the notebook's name without ``.ipynb``.
-        total: the number of cells (parameters cell included).
-        sources: first code line of each cell by 1-based index (shown before a cell prints).
-        stream: where the lines go (stdout); ``tty``: rewrite one line in place.
-        clock: seconds (``time.monotonic``; tests pass their own).
+    """One notebook's progress from papermill's log: ``[00_quickstart] cell 5/27, 3 min: <latest
+    output>``. :meth:`tick` (every second) writes it in place on a terminal, else when it changed
+    (every :data:`MIN_GAP_S` s at most) and every :data:`HEARTBEAT_S` s; a cell running
+    :data:`LONG_CELL_S` s gets a notice. ``sources``: first code line by 1-based cell index.
     """
 
     def __init__(self, label: str, total: int, sources: dict[int, str] | None = None, *, stream: Any = None,
@@ -294,7 +266,6 @@ class StatusLine(logging.Handler):
         self._shown, self._shown_at = "", -1e9
         self._lock = threading.Lock()
 
-    # papermill's log records
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = record.getMessage()
@@ -314,12 +285,9 @@ class StatusLine(logging.Handler):
     def render(self) -> str:
         """The status line now (cell, time in the cell, latest output)."""
         with self._lock:
-            if not self.cell:
-                head = f"[{self.label}] {_minutes(self.clock() - self.t0)}"
-            else:
-                head = f"[{self.label}] cell {self.cell}/{max(self.total, self.cell)}, " \
-                       f"{_minutes(self.clock() - self.cell_t0)}"
-            line = f"{head}: {self.detail}"
+            where = f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
+            since = self.cell_t0 if self.cell else self.t0
+            line = f"[{self.label}]{where} {_minutes(self.clock() - since)}: {self.detail}"
         return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
 
     def tick(self) -> None:
@@ -347,8 +315,7 @@ class StatusLine(logging.Handler):
         self.stream.flush()
 
     def close_line(self) -> None:
-        """End the status: clear the in-place line on a terminal, otherwise write the last
-        status if it was not written yet."""
+        """Clear the in-place line on a terminal, else write the last status if not written yet."""
         if self.tty:
             return self._write("\r\033[K")
         key = self._key()
@@ -357,13 +324,12 @@ class StatusLine(logging.Handler):
             self._write(self.render() + "\n")
 
 
-#: terminal control sequences (cursor moves of nested progress bars, colours): never shown in the status line
+#: terminal control sequences (cursor moves of nested progress bars, colours)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def _last_line(text: str) -> str:
-    """The last non-empty line of a piece of output (carriage-return updates: the latest),
-    without terminal control sequences."""
+    """The last non-empty line of ``text`` (after a carriage return: the latest), no control sequences."""
     for raw in reversed(_ANSI.sub("", text).replace("\r\n", "\n").split("\n")):
         line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
         if line:
@@ -389,9 +355,8 @@ def _cell_sources(path: str | os.PathLike, parameters: dict[str, Any] | None) ->
 
 
 def drop_progress_outputs(nb: Any) -> int:
-    """Remove the library's progress lines (:data:`midas_nb.progress.PROGRESS_LINE`, written to
-    stderr in ``lines`` mode) from an executed notebook's outputs, in place; returns how many
-    lines were dropped. Other stderr text (warnings) is kept."""
+    """Remove :data:`midas_nb.progress.PROGRESS_LINE` lines from the stderr outputs of ``nb``, in
+    place; returns how many were dropped."""
     from .progress import PROGRESS_LINE
 
     dropped = 0
@@ -413,12 +378,8 @@ def drop_progress_outputs(nb: Any) -> int:
 
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` for ``midas-nb run``, with the running cell's own progress.
-
-    With ``progress_bar`` (the default), papermill's cell-count bar is replaced by a
-    :class:`StatusLine` and the kernel runs with ``MIDAS_PROGRESS=lines``; without it nothing is
-    streamed. Either way the kernel starts with :func:`kernel_arguments`. Other arguments:
-    papermill's. Returns the executed notebook.
+    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, a
+    :class:`StatusLine` and ``MIDAS_PROGRESS=lines`` instead of papermill's bar. Returns the notebook.
     """
     import papermill as pm  # heavy; imported only when a batch run starts
 

@@ -32,12 +32,11 @@ def notebooks_dir() -> Path:
 
 
 def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
-    """The ordered notebooks (``00_*.ipynb`` ...); with ``selection`` (comma-separated prefixes
-    ``"00,02"`` or a list of them) only those. ``None`` selects every notebook.
+    """The ordered notebooks, or those ``selection`` names (prefixes ``"00,02"`` or a list of them).
 
     Raises:
-        ValueError: a selection that is not a string (or list of strings), names no prefix
-            (``","``), or has prefixes that match no notebook (all of them named in one message).
+        ValueError: a selection that is not a string (or list of strings), names no prefix, or
+            has prefixes that match no notebook (all of them in one message).
     """
     paths = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
     if selection is None:
@@ -65,43 +64,20 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     return sorted(out)
 
 
-def _write_failure_note(nb_path: Path, message: str, path: Path) -> None:
-    """Write to ``path`` the executed copy papermill left (or the source notebook) with a first
-    Markdown cell saying why it did not finish."""
-    import nbformat
-
-    nb = nbformat.read(str(nb_path), as_version=4)
-    note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {message}")
-    note.metadata["tags"] = ["midas-run-failure"]
-    nb.cells.insert(0, note)
-    nbformat.write(nb, str(path))
-
-
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
-    """Execute the notebooks in order with papermill; returns the output directory.
-
-    The whole run description (:class:`midas_nb.cli.runspec.RunSpec`: the arguments here, or
-    ``spec``) is checked before any kernel starts (:func:`midas_nb.cli.runspec.preflight`). Stops
-    at the first failure; the executed copy is kept as ``<output>/failed/<name>`` and the run is
-    recorded in ``<output>/run.json`` (docs/decisions/0032-run-manifest.md).
-
-    Args:
-        extra: notebook parameters (``-p NAME VALUE``).
-        problems: problems already found in the run description (a run file's, the command
-            line's), reported together with every problem the checks find.
-        cell_timeout: seconds one cell may run (papermill's ``execution_timeout``); ``None``: no limit.
+    """Execute the notebooks in order with papermill, the run description (``spec``, else the
+    arguments; ``extra``: ``-p`` parameters) checked first; returns the output directory. Stops at
+    the first failure (its copy under ``<output>/failed/``); the run is recorded in ``run.json``
+    (docs/decisions/0032-run-manifest.md). ``problems``: found already, listed with the others.
 
     Raises:
-        midas_nb.config.ProfileError: (a ``ValueError``) the run cannot start; one line per problem.
-        RuntimeError: a notebook failed, its kernel died or a cell timed out (the message names
-            the notebook, what happened, and the failed copy).
+        midas_nb.config.ProfileError: the run cannot start; one line per problem.
+        RuntimeError: a notebook failed, its kernel died or a cell timed out.
     """
-    import papermill as pm  # heavy; imported only when a batch run starts
-
     from ..runs import new_run_id, run_summary, RunManifest, scoped_environ
-    from .runspec import fold_structured_params, preflight, RunSpec
+    from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
@@ -110,19 +86,7 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     datasets = run_datasets(spec)
     if len(datasets) > 1:
         return _run_each_dataset(spec, datasets, progress=progress, problems=problems)
-    selection: list[str] = []
-    try:
-        paths = notebook_paths(spec.notebooks)
-    except ValueError as e:  # listed with every other problem; the rest is checked without the grids
-        selection, paths = [f"--notebooks: {e}"], []
-    if not paths and not selection:
-        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
-    accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    known = set().union(*accepted_by.values()) if paths else None
-    problems = list(problems) + selection + _check_source_output(spec.output) + preflight(spec, paths, known)
-    if problems:
-        raise config.ProfileError(problems)
-
+    paths, accepted_by = _checked(spec, [spec], problems)
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     params = spec.notebook_parameters()
@@ -149,7 +113,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         with contextlib.suppress(OSError):
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
-    print(f"\n{'The notebook' if len(paths) == 1 else f'All {len(paths)} notebooks'} ran in {time.time() - t_all:.0f} s (run {run_id}).")
+    which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
+    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).")
     print(f"  executed notebooks: {out_dir}")
     print(f"  results tables:     {config.runs_dir() / 'tables'}")
     print(f"  figures:            {config.figures_dir(spec.profile)}")
@@ -158,12 +123,9 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
-    """The datasets a run executes the notebooks on, one after another.
-
-    ``spec.dataset`` when given; else, when the profile has no ``datasets`` grid of its own and
-    ``data_roots`` names several datasets, each of them in the order CUB, Aircraft, Cars (the
-    paper's table); else ``[None]`` (the profile's own dataset).
-    """
+    """The datasets a run executes the notebooks on, one after another: those ``data_roots`` names,
+    in :data:`midas_nb.config.PAPER_DATASETS` order, when several and neither ``spec.dataset`` nor
+    a ``datasets`` grid is set; else ``[None]`` (the profile's own dataset)."""
     roots = spec.data_roots if isinstance(spec.data_roots, dict) else {}
     named = [d for d in config.PAPER_DATASETS if d in roots]
     if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
@@ -172,31 +134,45 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
     return list(named)
 
 
+def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
+    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
+    passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
+    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
+    import papermill as pm  # heavy; imported only when a batch run starts
+
+    from . import runspec
+
+    selection: list[str] = []
+    try:
+        paths = notebook_paths(spec.notebooks)
+    except ValueError as e:  # listed with every other problem; a single run is checked without the grids
+        if len(subs) > 1:
+            raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
+        selection, paths = [f"--notebooks: {e}"], []
+    if not paths and not selection:
+        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
+    accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
+    known = set().union(*accepted_by.values()) if paths else None
+    each = [(sub.dataset, runspec.preflight(sub, paths, known)) for sub in subs]
+    common = set.intersection(*(set(lines) for _, lines in each))
+    found = [*problems, *selection, *_check_source_output(spec.output),
+             *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
+    if found:
+        raise config.ProfileError(found if len(subs) == 1 else list(dict.fromkeys(found)))
+    return paths, accepted_by
+
+
 def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
     """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
-    ``figures/<profile>/<dataset>/``), every run checked before the first kernel starts; then the
-    report over the datasets (``<output>/report``) and the paper-shaped table, one block per dataset."""
-    import papermill as pm
-
+    ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
+    (``<output>/report``) and the paper-shaped table."""
     from ..report import make_report
     from ..runs import scoped_environ
-    from .runspec import preflight
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
-    try:
-        paths = notebook_paths(spec.notebooks)
-    except ValueError as e:
-        raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
-    accepted = set().union(*(set(pm.inspect_notebook(str(nb))) for nb in paths))
-    found = list(problems) + _check_source_output(spec.output)
-    each = {sub.dataset: preflight(sub, paths, accepted) for sub in subs}
-    common = set.intersection(*(set(v) for v in each.values())) if len(each) > 1 else set()
-    for ds, lines in each.items():  # a problem of every dataset's run is the run's: said once, unprefixed
-        found += [p if p in common else f"{ds}: {p}" for p in lines]
-    if found:
-        raise config.ProfileError(list(dict.fromkeys(found)))
+    _checked(spec, subs, problems)
     t_all = time.time()
     figures = config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):
@@ -228,15 +204,13 @@ def _check_source_output(output: Any) -> list[str]:
 
 
 class _NotebookFailed(RuntimeError):
-    """A notebook of a batch run failed (its message names the notebook, what happened and the
-    executed copy kept under ``failed/``)."""
+    """A notebook of a batch run failed (the message names it, what happened and its copy)."""
 
 
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
                       spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
-    """Execute one notebook of a batch run into ``<out_dir>/.partial/`` and move it to
-    ``<out_dir>/<name>`` when it succeeds; on failure keep the executed copy under ``failed/``,
-    record it in the manifest and raise :class:`_NotebookFailed`."""
+    """Execute ``nb`` into ``<out_dir>/.partial/``, then move it to ``<out_dir>/<name>``; on failure
+    keep the executed copy under ``failed/``, record it and raise :class:`_NotebookFailed`."""
     import shutil
 
     import nbformat
@@ -254,27 +228,32 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
         execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
                          cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
                          execution_timeout=spec.cell_timeout)
-    except PapermillExecutionError as e:
-        failed.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(partial), str(failed))
-        msg = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
-        manifest.record(run_id, nb.name, "failed", msg, time.time() - t0)
-        raise _NotebookFailed(f"notebook {nb.name} {msg}; the executed copy with the error is {failed}") from None
-    except Exception as e:  # noqa: BLE001 - a dead kernel, a cell timeout, a kernel that never started
+    except Exception as e:  # noqa: BLE001 - a failed cell, a dead kernel, a cell timeout, a kernel that never started
         name = type(e).__name__
-        if "Timeout" in name:
-            what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
-                    f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
-        elif "DeadKernel" in name:
-            what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
-                    f"killed process are the usual causes")
-        else:
-            what = f"the kernel stopped ({name}: {e})"
         failed.parent.mkdir(parents=True, exist_ok=True)
-        _write_failure_note(partial if partial.is_file() else nb, what, failed)
-        partial.unlink(missing_ok=True)
+        if isinstance(e, PapermillExecutionError):
+            shutil.move(str(partial), str(failed))
+            what = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
+            said = f"notebook {nb.name} {what}; the executed copy with the error is {failed}"
+        else:
+            if "Timeout" in name:
+                what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
+                        f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
+            elif "DeadKernel" in name:
+                what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
+                        f"killed process are the usual causes")
+            else:
+                what = f"the kernel stopped ({name}: {e})"
+            # the executed copy papermill left (or the source) with a first cell saying why it did not finish
+            copy = nbformat.read(str(partial if partial.is_file() else nb), as_version=4)
+            note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {what}")
+            note.metadata["tags"] = ["midas-run-failure"]
+            copy.cells.insert(0, note)
+            nbformat.write(copy, str(failed))
+            partial.unlink(missing_ok=True)
+            said = f"notebook {nb.name}: {what}; the executed copy is {failed}"
         manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
-        raise _NotebookFailed(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
+        raise _NotebookFailed(said) from None
     stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
     stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
     nbformat.write(stamped, str(partial))
@@ -284,8 +263,8 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
 
 
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
-    """After a run whose profile spans several datasets or backbones (paper, rehearsal) and that
-    ran the scale readout (05): print the paper-shaped table and save it under runs/tables."""
+    """Print the paper-shaped table and save it under runs/tables after a run of the scale readout
+    (05) over several datasets."""
     from ..report.paper_table import format_paper_table, paper_table_for
     from ..results import save_table
     from .runspec import GRID_NOTEBOOKS
@@ -294,10 +273,8 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
         return
     settings = spec.settings()
-    datasets, backbones = grid_spans(settings, "scale")
-    if len(datasets) < 2:
+    if len(grid_spans(settings, "scale")[0]) < 2:
         return
-
     table = paper_table_for(settings)
     save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
     print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
@@ -430,8 +407,7 @@ def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 
 
 def _report_problems(args: argparse.Namespace) -> list[str]:
-    """``midas-nb report``'s arguments checked as ``run`` checks them, before anything is read or
-    written: one line per problem, all of them (docs/decisions/0024-preflight.md)."""
+    """Every problem of ``midas-nb report``'s arguments, one line each (docs/decisions/0024-preflight.md)."""
     problems: list[str] = []
     given = [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget")]
     if args.from_tables is not None and given:

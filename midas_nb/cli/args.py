@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 from .. import config
 
-__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version", "param_value",
-           "check_split_values", "profile_name", "yaml_load"]
+__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version",
+           "param_value", "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset([k for p in config.PROFILES.values() for k, v in p.items()
@@ -23,13 +23,8 @@ _FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 def yaml_load(text: str) -> Any:
-    """``yaml.safe_load`` that reads ``1e-9`` and ``5E3`` as numbers: PyYAML follows YAML 1.1,
-    whose float needs a dot, so ``budget: 1e-1`` would be the string ``'1e-1'`` (YAML 1.2 and
-    Python read it as 0.1).
-
-    Raises:
-        yaml.YAMLError: text that is not YAML.
-    """
+    """``yaml.safe_load`` that reads ``1e-9`` and ``5E3`` as numbers (PyYAML's YAML 1.1 floats need
+    a dot). Raises ``yaml.YAMLError`` for text that is not YAML."""
     import yaml
 
     return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
@@ -49,9 +44,7 @@ def _yaml_loader() -> type:
 
 
 def _scalar(text: str) -> Any:
-    """A decimal number (``10``, ``0.25``, ``1e-1``, never octal), else YAML, else the text (an
-    empty text stays ``""``: only ``null`` or ``None``, as ``midas-nb params`` shows it, means
-    the profile's default)."""
+    """A decimal number (never octal), else ``None`` for ``None``, else YAML, else the text."""
     t = text.strip()
     if not t:  # "" is a value given empty (an unset shell variable), not YAML's null: the checks name it
         return text
@@ -70,9 +63,8 @@ def _scalar(text: str) -> Any:
 
 
 def list_param(name: str, value: Any) -> Any:
-    """``value`` of the list-valued parameter ``name`` as a list: ``"0,1"`` is ``[0, 1]``, a single
-    value ``v`` is ``[v]``; ``None`` (the profile's default), lists and other parameters' values
-    are returned as they are."""
+    """``value`` of the list-valued parameter ``name`` as a list (``"0,1"``: ``[0, 1]``, ``v``:
+    ``[v]``); ``None``, lists and other parameters' values as they are."""
     if name not in LIST_PARAMS or value is None or isinstance(value, (list, tuple, dict)):
         return value
     if isinstance(value, str) and "," in value:
@@ -81,10 +73,8 @@ def list_param(name: str, value: Any) -> Any:
 
 
 def param_value(name: str, text: str) -> Any:
-    """A ``-p NAME VALUE`` value: a decimal number (``10``, ``0.25``, ``1e-1``, never octal), else
-    YAML (``[0, 1]``, ``null`` or ``None``, ``{img_size: 64}``; exponents without a dot are numbers), else the
-    text as a string; for a list-valued ``name`` (:data:`LIST_PARAMS`) comma-separated values
-    and a single value become a list (:func:`list_param`)."""
+    """A ``-p NAME VALUE`` value: a decimal number, else YAML, else the text; a list for a
+    list-valued ``name`` (:func:`list_param`; docs/decisions/0030-parameter-values.md)."""
     return list_param(name, _scalar(text))
 
 
@@ -93,9 +83,8 @@ def _unbalanced(text: str) -> bool:
 
 
 def check_split_values(argv: Sequence[str]) -> list[str]:
-    """One line when a ``-p NAME VALUE`` value opens a bracket that it does not close: the shell
-    split ``-p seeds [0, 1]`` at its spaces, so argparse would see ``1]`` as an unrecognized
-    argument. ``[]`` when every ``-p`` value is whole."""
+    """One line when a ``-p NAME VALUE`` value opens a bracket it does not close (the shell split
+    ``-p seeds [0, 1]`` at its spaces); ``[]`` when every ``-p`` value is whole."""
     args = list(argv)
     for i, tok in enumerate(args):
         if tok not in ("-p", "--param") or i + 2 >= len(args):
@@ -143,7 +132,7 @@ def package_version() -> str:
 
 
 def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
-    """Each subcommand's example as its epilog; all of them under the top-level help."""
+    """Each subcommand's example as its epilog, all of them under the top-level help."""
     for name, parser in sub.choices.items():
         if name in EXAMPLES:
             parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -154,9 +143,7 @@ def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
 
 
 def profile_name(text: str) -> str:
-    """An argparse ``type`` for ``--profile`` of ``sweep``, ``report`` and ``export-html``: a
-    known profile, else the error ``run`` gives (with the closest name); argparse then exits
-    with status 2 as for any bad argument."""
+    """argparse ``type`` of a known profile (else ``run``'s error, exit status 2)."""
     if text in config.PROFILES:
         return text
     from ..point import did_you_mean
@@ -170,14 +157,13 @@ PROFILE_METAVAR = "{" + ",".join(sorted(config.PROFILES)) + "}"
 
 
 def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
-    """The ``midas-nb sweep`` subcommand: ``status | wait | resubmit NAME`` and ``submit | plan
-    --profile P`` with the cluster settings (kept here so that ``cli`` stays short)."""
+    """The ``midas-nb sweep`` subcommand, calling ``func``."""
     s = sub.add_parser("sweep", help="sweeps on a cluster: plan, submit, status, wait, resubmit",
                        description="plan: the jobs, arrays, cells and projected GPU-hours of a profile's sweeps, "
                                    "nothing submitted; submit: send them (returns after submission); status: cells "
                                    "done / failed / pending of the result stores under runs/sweeps (one per "
-                                   "profile); wait: until nothing is queued; resubmit: failed, lost and never-submitted "
-                                   "cells")
+                                   "profile); wait: until nothing is queued; resubmit: failed, lost and "
+                                   "never-submitted cells")
     s.add_argument("action", choices=["plan", "submit", "status", "wait", "resubmit"],
                    help="plan, submit, status (exit 1 while cells failed, were lost or were never submitted), wait, "
                         "resubmit")

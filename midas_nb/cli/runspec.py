@@ -33,20 +33,9 @@ GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
 
 @dataclass
 class RunSpec:
-    """Everything ``midas-nb run`` needs; ``None`` = the profile's default.
-
-    Attributes:
-        profile: ``smoke``, ``quick``, ``paper`` or ``rehearsal``.
-        dataset, backbone, device: the study's dataset, backbone and device.
-        data_root: the root of the study's dataset (``--data-root PATH``).
-        data_roots: ``{dataset: root}`` (``--data-root NAME=PATH``, repeatable).
-        weights: ``{backbone: file}`` (``--weights NAME=PATH``, repeatable; a bare path is the
-            study's backbone's file).
-        params: further notebook parameters (``-p NAME VALUE``).
-        notebooks: comma-separated prefixes (``00,02``); ``None``: all.
-        output: directory of the executed notebooks (default ``runs/<profile>``).
-        cell_timeout: seconds one cell may run (``None``: no limit).
-    """
+    """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default.
+    ``data_root``: the study's dataset's root; ``data_roots``: ``{dataset: root}``; ``weights``:
+    ``{backbone: file}``; ``params``: further notebook parameters (``-p NAME VALUE``)."""
 
     profile: str = "quick"
     dataset: str | None = None
@@ -62,16 +51,13 @@ class RunSpec:
 
     def notebook_parameters(self) -> dict[str, Any]:
         """The papermill parameters every notebook gets (only those it accepts are injected)."""
-        out: dict[str, Any] = {"profile": self.profile}
-        for k in ("dataset", "backbone", "device"):
-            if getattr(self, k) is not None:
-                out[k] = getattr(self, k)
+        out = {"profile": self.profile, **{k: getattr(self, k) for k in ("dataset", "backbone", "device")
+                                           if getattr(self, k) is not None}}
         if self.data_root is not None:
             out["data_root"] = _absolute(self.data_root)
-        if self.data_roots:
-            out["data_roots"] = {k: _absolute(v) for k, v in self.data_roots.items()}
-        if self.weights:
-            out["weights"] = {k: _absolute(v) for k, v in self.weights.items()}
+        for k in ("data_roots", "weights"):
+            if getattr(self, k):
+                out[k] = {name: _absolute(v) for name, v in getattr(self, k).items()}
         out.update(self.params)
         return out
 
@@ -82,64 +68,53 @@ class RunSpec:
 
 
 def _absolute(value: Any, base: Path | None = None) -> Any:
-    """``value`` as an absolute path string (``~`` expanded; a relative path taken from ``base``,
-    else from the working directory). Empty or non-path values are returned unchanged, so that
-    :func:`midas_nb.config.check_profile` names them instead of reading the working directory."""
+    """``value`` as an absolute path string (``~`` expanded, relative to ``base`` or the working
+    directory); empty or non-path values unchanged (the checks name them)."""
     if not is_path(value):
         return value
     return str((Path(base or ".") / Path(value).expanduser()).resolve())
 
 
-def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str], list[str]]:
-    """``--data-root`` values → ``(plain root, {dataset: root}, problems)``.
-
-    ``NAME=PATH`` names a dataset (``cub``, ``aircraft``, ``cars``); a value without such a
-    prefix is the root of the run's own dataset.
-    """
+def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None, expected: str, empty: str,
+                 unnamed: str) -> tuple[str | None, dict[str, str], list[str]]:
+    """``(unnamed value, {name: value}, problems)`` of the repeatable ``option NAME=PATH``, ``NAME``
+    one of ``known`` (``None``: any name that is not a path); ``expected``, ``empty``, ``unnamed``
+    (a format of ``plain`` and ``v``): words of the problems."""
     plain: str | None = None
-    roots: dict[str, str] = {}
+    named: dict[str, str] = {}
     problems = []
     for v in values:
         name, sep, path = str(v).partition("=")
-        if not str(v).strip() or (sep and name in config.PAPER_DATASETS and not path.strip()):
-            problems.append(f"--data-root {v!r}: empty path; expected NAME=PATH with NAME one of "
-                            f"{list(config.PAPER_DATASETS)}, or a plain PATH (an empty path would silently "
-                            f"mean the current directory)")
-        elif sep and name in config.PAPER_DATASETS:
-            if name in roots and roots[name] != path:
-                problems.append(f"--data-root {name}= given twice ({roots[name]!r}, {path!r}); give one")
-            roots[name] = path
-        elif sep and name and os.sep not in name and "/" not in name and not Path(v).exists():
-            problems.append(f"--data-root {v!r}: unknown dataset {name!r}; expected NAME=PATH with NAME one of "
-                            f"{list(config.PAPER_DATASETS)}, or a plain PATH")
+        free = bool(sep and name) and os.sep not in name and "/" not in name and not Path(v).exists()
+        is_named = bool(sep) and name in known if known is not None else free
+        if not str(v).strip() or (is_named and not path.strip()):
+            problems.append(f"{option} {v!r}: empty path; expected {expected}{empty}")
+        elif is_named:
+            if name in named and named[name] != path:
+                problems.append(f"{option} {name}= given twice ({named[name]!r}, {path!r}); give one")
+            named[name] = path
+        elif free:  # a name that is not one of ``known``
+            problems.append(f"{option} {v!r}: unknown dataset {name!r}; expected {expected}")
         else:
             if plain is not None and plain != v:
-                problems.append(f"--data-root given two plain paths ({plain!r}, {v!r}); name the datasets: "
-                                f"--data-root cub=PATH --data-root aircraft=PATH ...")
+                problems.append(f"{option} given two " + unnamed.format(plain=plain, v=v))
             plain = str(v)
-    return plain, roots, problems
+    return plain, named, problems
+
+
+def parse_data_roots(values: Iterable[str]) -> tuple[str | None, dict[str, str], list[str]]:
+    """``--data-root`` values → ``(plain root of the run's dataset, {dataset: root}, problems)``."""
+    return _parse_named(values, "--data-root", config.PAPER_DATASETS,
+                        f"NAME=PATH with NAME one of {list(config.PAPER_DATASETS)}, or a plain PATH",
+                        " (an empty path would silently mean the current directory)",
+                        "plain paths ({plain!r}, {v!r}); name the datasets: --data-root cub=PATH --data-root "
+                        "aircraft=PATH ...")
 
 
 def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], list[str]]:
     """``--weights`` values → ``(bare file for the study's backbone, {backbone: file}, problems)``."""
-    bare: str | None = None
-    out: dict[str, str] = {}
-    problems = []
-    for v in values:
-        name, sep, path = str(v).partition("=")
-        named = bool(sep and name) and os.sep not in name and "/" not in name and not Path(v).exists()
-        if not str(v).strip() or (named and not path.strip()):
-            problems.append(f"--weights {v!r}: empty path; expected BACKBONE=FILE or a bare FILE")
-        elif named:
-            if name in out and out[name] != path:
-                problems.append(f"--weights {name}= given twice ({out[name]!r}, {path!r}); give one")
-            out[name] = path
-        else:
-            if bare is not None and bare != v:
-                problems.append(f"--weights given two bare paths ({bare!r}, {v!r}); name the backbones: "
-                                f"--weights NAME=PATH")
-            bare = str(v)
-    return bare, out, problems
+    return _parse_named(values, "--weights", None, "BACKBONE=FILE or a bare FILE", "",
+                        "bare paths ({plain!r}, {v!r}); name the backbones: --weights NAME=PATH")
 
 
 #: run-file settings that are directory paths
@@ -189,8 +164,8 @@ def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _params_problem(v: Any) -> str:
-    """Why a run file's ``params`` is not a mapping of names to values; ``{seeds: 0,1}`` is read
-    by YAML as the names ``seeds`` and ``1`` (a flow mapping splits at commas)."""
+    """Why a run file's ``params`` is not a mapping of names to values (YAML reads ``{seeds: 0,1}``
+    as the names ``seeds`` and ``1``)."""
     if isinstance(v, dict):
         odd = [x for x in v if not isinstance(x, str)]
         split = [x for x in odd if v[x] is None]
@@ -203,45 +178,10 @@ def _params_problem(v: Any) -> str:
             f"got {show_value(v)}")
 
 
-def _resolve_run_file_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
-    """A run file's paths made absolute, relative ones taken from the run file's directory
-    ``base`` (``~`` expanded): ``data_root``, ``data_roots``, ``weights``, ``output`` and the
-    same path parameters under ``params`` (``data_root``, ``data_roots``, ``weights``,
-    ``output_dir``)."""
-    def paths(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-        d = dict(d)
-        for k in keys:
-            if isinstance(d.get(k), dict):
-                d[k] = {n: _absolute(v, base) for n, v in d[k].items()}
-            elif k in d:
-                d[k] = _absolute(d[k], base)
-        return d
-
-    out = paths(data, ("data_root", "data_roots", "weights", "output"))
-    if isinstance(out.get("params"), dict):
-        out["params"] = paths(out["params"], ("data_root", "data_roots", "weights", "output_dir"))
-    return out
-
-
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
-    """A run file's settings (YAML mapping with :data:`RUN_FILE_KEYS`) and its problems.
-
-    Every setting is checked against its type (one line per problem); a setting with a problem
-    is left out of the returned mapping. Relative paths (``data_root``, ``data_roots``,
-    ``weights``, ``output``, and those under ``params``) are taken from the run file's
-    directory; ``notebooks`` as a list is joined to ``"00,02"``. Example (the paper setting)::
-
-        profile: paper
-        device: cuda
-        data_roots: {cub: /data/CUB_200_2011, aircraft: /data/fgvc-aircraft-2013b, cars: /data/stanford_cars}
-        weights:
-          deit_small_patch16_224.fb_in1k: /weights/deit_small_patch16_224-cd65a155.pth
-        params:
-          seeds: [0, 1, 2]
-
-    Returns:
-        ``(settings, problems)``; ``problems`` lines start with ``--config 'PATH':``.
-    """
+    """``(settings, problems)`` of a YAML run file with :data:`RUN_FILE_KEYS`
+    (docs/decisions/0029-run-description.md): a setting of the wrong type is a problem (lines start
+    with ``--config 'PATH':``) and left out; relative paths are taken from the file's directory."""
     import yaml
 
     path = Path(path)
@@ -257,8 +197,7 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"{where}: not valid YAML ({e})"]
     except OSError as e:
         return {}, [f"{where}: cannot be read ({type(e).__name__}: {e.strerror or e})"]
-    if data is None:
-        data = {}
+    data = {} if data is None else data
     if not isinstance(data, dict):
         return {}, [f"{where}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
                     f"got {type(data).__name__}"]
@@ -270,13 +209,21 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
     if isinstance(data.get("notebooks"), list):
         data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
-    return _resolve_run_file_paths(data, path.expanduser().resolve().parent), problems
+
+    def absolute(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:  # relative to the run file
+        base = path.expanduser().resolve().parent
+        return {k: ({n: _absolute(x, base) for n, x in v.items()} if isinstance(v, dict) else _absolute(v, base))
+                if k in keys else v for k, v in d.items()}
+
+    data = absolute(data, ("data_root", "data_roots", "weights", "output"))
+    if isinstance(data.get("params"), dict):
+        data["params"] = absolute(data["params"], ("data_root", "data_roots", "weights", "output_dir"))
+    return data, problems
 
 
 def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` the selected notebooks use: the study's dataset and backbone,
-    plus the grid of the notebooks that sweep (:data:`GRID_NOTEBOOKS`: 04 the regime grid, 05
-    the scale readout)."""
+    """``(datasets, backbones)`` the selected notebooks use: the study's, plus the grids of
+    :data:`GRID_NOTEBOOKS`."""
     datasets, backbones = [settings["dataset"]], [settings["backbone"]]
     for nb in notebooks:
         kind = GRID_NOTEBOOKS.get(Path(nb).name[:2])
@@ -290,9 +237,8 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
 
 
 def check_output(output: str | os.PathLike) -> list[str]:
-    """``[]`` when the output directory ``output`` exists and takes new files, or can be
-    created; else why not (one line). Probes with a temporary entry that is removed at once;
-    creates nothing that stays."""
+    """``[]`` when the directory ``output`` takes new files or can be created, else why not (one
+    line); the probe leaves nothing behind."""
     import tempfile
 
     out = Path(output).expanduser()
@@ -314,21 +260,10 @@ def check_output(output: str | os.PathLike) -> list[str]:
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each, all groups in one pass
-    (docs/decisions/0024-preflight.md): the settings (:meth:`midas_nb.study.RunSettings.build` of
-    the study and of each (dataset, backbone) the sweeps read; a line said by several is said
-    once), then the layouts, weights files and hub. A group is skipped only where a setting it
-    reads is itself reported.
-
-    Args:
-        spec: the run description.
-        notebooks: the selected notebook paths (their number prefix tells which grids they run).
-        accepted: the parameter names the selected notebooks accept (unknown ``-p`` names are
-            problems); ``None`` skips that check.
-
-    Returns:
-        ``[]`` when the run can start.
-    """
+    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
+    docs/decisions/0024-preflight.md): the settings of the study and of each (dataset, backbone)
+    the sweeps read, the layouts, weights files and hub; a group is skipped where a setting it
+    reads is reported. ``accepted``: the notebooks' parameter names (``None``: not checked)."""
     problems: list[str] = []
     unknown: list[str] = []
     if "profile" in spec.params:
@@ -403,9 +338,7 @@ def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
 
 
 def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[str]:
-    """Every root in its dataset's layout (a root that is not a directory is said by the
-    settings' build); no named root that no notebook of the run would read (it would be
-    silently unused)."""
+    """Every root in its dataset's layout; no named root that no notebook of the run reads."""
     problems: list[str] = []
     roots: dict[str, Path] = {}
     for ds in datasets:
@@ -428,8 +361,8 @@ def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[
 
 
 def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbones: Sequence[str]) -> list[str]:
-    """Weights files that load into their architecture; none for a backbone the run does not use;
-    the hub reachable where a backbone needs it (probes run in parallel, a few seconds at most)."""
+    """Weights files that load into their architecture, none for an unused backbone; the hub
+    reachable where a backbone needs it (probed in parallel)."""
     problems = [f"--weights {name}: the selected notebooks do not use this backbone; they use {list(backbones)}"
                 for name in sorted(set(settings.get("weights") or {}) - set(backbones))]
     jobs = {}
@@ -452,9 +385,8 @@ def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbo
 
 
 def fold_structured_params(spec: RunSpec) -> None:
-    """``-p data_root/data_roots/weights`` are run settings: move them into the spec's fields so
-    that every notebook gets the same normalised values (a bare weights path = the study's
-    backbone's file)."""
+    """Move ``-p data_root/data_roots/weights`` into the spec's fields (a bare weights path: the
+    study's backbone's file)."""
     p = spec.params
     if isinstance(p.get("data_root"), str):
         spec.data_root = p.pop("data_root")
@@ -472,35 +404,21 @@ def fold_structured_params(spec: RunSpec) -> None:
 
 
 def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
-    """The run description of ``midas-nb run`` (its parsed arguments ``args``): the run file
-    (``--config``), then the command line; list-valued parameters given as ``0,1`` or a single
-    value become lists (:func:`midas_nb.cli.args.list_param`). Returns ``(spec, problems)``."""
-    problems: list[str] = []
-    file: dict[str, Any] = {}
-    if args.config:
-        file, problems = load_run_file(args.config)
-    spec = RunSpec(profile=args.profile or file.get("profile") or "quick")
-    for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout"):
-        v = getattr(args, k, None)
-        setattr(spec, k, v if v is not None else file.get(k))
-    spec.data_root = file.get("data_root")
-    roots = file.get("data_roots")
-    spec.data_roots = dict(roots) if isinstance(roots, dict) else {}
-    fw = file.get("weights")
-    file_bare = fw if isinstance(fw, str) else None
-    spec.weights = dict(fw) if isinstance(fw, dict) else {}
-    given = file.get("params")
-    spec.params = {k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {}
-    plain, roots, probs = parse_data_roots(args.data_root or [])
-    problems += probs
-    if plain is not None:
-        spec.data_root = plain
-    spec.data_roots.update(roots)
-    bare, named, probs = parse_weights(args.weights or [])
-    problems += probs
-    spec.weights.update(named)
-    bare = bare if bare is not None else file_bare
+    """``(spec, problems)`` of ``midas-nb run``'s parsed ``args``: the run file (``--config``),
+    overridden by the command line."""
+    file, problems = load_run_file(args.config) if args.config else ({}, [])
+    plain, roots, root_problems = parse_data_roots(args.data_root or [])
+    bare, named, weights_problems = parse_weights(args.weights or [])
+    fw, given = file.get("weights"), file.get("params")
+    spec = RunSpec(profile=args.profile or file.get("profile") or "quick",
+                   data_root=plain if plain is not None else file.get("data_root"),
+                   data_roots={**(file["data_roots"] if isinstance(file.get("data_roots"), dict) else {}), **roots},
+                   weights={**(fw if isinstance(fw, dict) else {}), **named},
+                   params={k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {},
+                   **{k: file.get(k) if getattr(args, k, None) is None else getattr(args, k)
+                      for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout")})
+    bare = bare if bare is not None else fw if isinstance(fw, str) else None
     if bare is not None:
         spec.params.setdefault("weights", bare)
     spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
-    return spec, problems
+    return spec, [*problems, *root_problems, *weights_problems]
