@@ -32,26 +32,10 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
                 backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
-    """Our rows at ``(depth, budget)`` in the paper's layout, the paper's values beside them.
-
-    Args:
-        rows: protocol result rows (``dataset``, ``backbone``, ``depth``, ``budget``,
-            ``condition``, ``seed``, ``miou``, ``idauc``, ``coverage_kind``), e.g. a profile's
-            result store (:meth:`midas_nb.sweeps.ResultStore.results`).
-        depth, budget: the point (default the paper's ``L = 6``, ``b = 0.25``).
-        expected: ``(dataset, backbone)`` blocks that must appear; a block without rows gets
-            one row with ``status = "no result"`` instead of disappearing.
-        backbone_order: order of the backbone blocks (default: the order in ``rows``).
-        n_boot: bootstrap resamples of the intervals behind ``status`` (the profile's
-            ``bootstrap``; the bootstrap seed is fixed, so a rerun gives the same table).
-
-    Returns:
-        One row per dataset × backbone × condition (:data:`COLUMNS`), blocks ordered CUB,
-        Aircraft, Cars; ``miou`` is part mIoU or box coverage as ``coverage_kind`` says;
-        ``D_pp`` / ``delta_idauc`` / ``status`` / ``band_reason`` from
-        :func:`midas_nb.metrics.decoupling_D` (mean over seeds, parity band 0.01; one block per
-        checkpoint, ``checkpoint_id`` where the rows have it — never compared across checkpoints); ``paper_*`` the paper's value (DeiT-S/16 rows of
-        CUB, Aircraft and Cars for T5, Aircraft for T1) or NaN / ``None`` where it has none.
+    """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's
+    values beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
+    :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)``
+    block without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks.
 
     Raises:
         ValueError: rows lacking a needed column.
@@ -106,9 +90,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
 
 
 def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.DataFrame:
-    """:func:`paper_table` of a profile's result store: the scale readout's cells (every
-    dataset × backbone at the profile's ``(depth, budget)``), each block expected; intervals with
-    the profile's ``bootstrap`` resamples."""
+    """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
     cells = make_grid(prof, "scale")

@@ -15,21 +15,10 @@ def _probe_path(profile: str, store: str | Path | None = None) -> Path:
 
 
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
-    """Keep notebook 03's cosine probes in the run's result store, for the report.
-
-    Args:
-        study: the :class:`midas_nb.study.Study` the probes were computed on; its dataset,
-            backbone and checkpoint id tag the rows.
-        *tables: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient` outputs (``depth`` NaN,
-            i.e. one depth, means the study's depth).
-        store: the store directory; default ``runs/sweeps/<profile>``.
-
-    Rows of the same dataset × backbone × depth × pair replace earlier ones; the file is
-    ``<store>/derived/cosine_probes.csv``, written atomically. Returns its path.
-
-    Raises:
-        ValueError: no table, or a table without the probe columns.
-    """
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient`
+    ``tables``, NaN ``depth`` = the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the
+    same dataset × backbone × depth × pair; returns its path. Raises ValueError: no table, or one without the
+    probe columns."""
     if not tables:
         raise ValueError("save_probes needs at least one probe table")
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}

@@ -1,8 +1,5 @@
-"""The MIDAS readout on several backbones side by side (notebook 05, issue 18): the label-trained offline
-backbone and its distilled student read out with the same protocol, data, seeds and sample sizes, every
-paper finding evaluated on each by :func:`midas_nb.report.paper_findings`. Every interval uses the profile's
-``bootstrap`` resamples and seed :data:`midas_nb.report.BOOTSTRAP_SEED`, as ``midas-nb report`` does.
-"""
+"""The MIDAS readout on several backbones side by side (notebook 05): the same protocol, data, seeds and
+sample sizes on each, every paper finding evaluated on each; intervals as ``midas-nb report`` draws them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,22 +23,9 @@ _PROBE_TARGETS = ["T2", "T3", "T4", "T5"]
 
 @dataclass
 class BackboneComparison:
-    """The readout of :func:`compare_backbones`.
-
-    Attributes:
-        backbones: in display order.
-        rows: protocol result rows of the regime sweep, every backbone (``backbone`` column).
-        probes: hidden- vs attention-gradient cosines at ``depth`` (``dataset``, ``backbone``,
-            ``checkpoint_id``, ``depth``, ``hidden``, ``attention``, ``cosine``, ``lo``, ``hi``).
-        D: :func:`midas_nb.metrics.decoupling_D` at ``(depth, budget)``, one row per backbone ×
-            condition, with paired 95 % intervals and band status.
-        findings: :func:`midas_nb.report.paper_findings` of ``rows`` and ``probes``.
-        accuracy: per backbone, the checkpoint id, its test top-1 (fraction; and the teacher's,
-            for a distilled backbone) and ``n_test_images`` it was measured on.
-        status: :class:`midas_nb.sweeps.StoreStatus` of the cells (``complete`` False while a
-            cell failed or is pending).
-        depth, budget: the point ``(L, b)``.
-    """
+    """The readout of :func:`compare_backbones`: the regime sweep's ``rows`` of every backbone, the cosine
+    ``probes`` at ``depth``, ``D`` (:func:`~midas_nb.metrics.decoupling_D` at the point), the ``findings``,
+    the ``accuracy`` per backbone (index ``backbone``) and the cells' :class:`~midas_nb.sweeps.StoreStatus`."""
 
     backbones: list[str]
     rows: pd.DataFrame
@@ -54,16 +38,8 @@ class BackboneComparison:
     budget: float
 
     def table(self) -> pd.DataFrame:
-        """``D`` per condition and backbone, in the reader's format
-        (:func:`midas_nb.results.compact`): ``D_pp`` (percentage points) and ``delta_idauc``
-        as ``m [lo, hi]`` with their paired 95 % intervals (``n/a`` where undefined), then the
-        band ``status``.
-
-        Returns:
-            Index ``(condition, backbone)`` — conditions in the order of :attr:`D`, backbones in
-            :attr:`backbones` order, so the backbones of one condition stand on adjacent rows;
-            three columns whatever the number of backbones.
-        """
+        """``D_pp``, ``delta_idauc`` (``m [lo, hi]``, :func:`~midas_nb.results.compact`) and ``status``;
+        index ``(condition, backbone)``, the backbones of one condition on adjacent rows."""
         order = {b: i for i, b in enumerate(self.backbones)}
         conds = {c: i for i, c in enumerate(dict.fromkeys(self.D["condition"]))}
         d = self.D[self.D["backbone"].isin(order)]
@@ -73,29 +49,19 @@ class BackboneComparison:
                        signed=["D_pp", "delta_idauc"], keep=["status"])
 
     def accuracy_table(self) -> pd.DataFrame:
-        """Top-1 test accuracy (fraction) of each unpruned backbone and, for a distilled one, of
-        its teacher (``n/a`` otherwise), as :func:`midas_nb.results.compact` prints them; then
-        ``checkpoint_id`` and ``n_test_images`` (the images the accuracy was measured on).
-        Index = backbone."""
+        """Test top-1 of each backbone and its teacher's (``n/a`` for none), ``checkpoint_id``,
+        ``n_test_images``; index ``backbone``."""
         return compact(self.accuracy.reset_index(), ["test_accuracy", "teacher_test_accuracy"], index="backbone",
                        keep=["checkpoint_id", "n_test_images"])
 
     def sample_note(self) -> str:
-        """The sample and settings line of :meth:`table` and :meth:`findings_table`: the rows at
-        ``(depth, budget)`` read by :func:`midas_nb.results.sample_note` (images, seeds,
-        training, ``(L, b)``, the backbones and their checkpoints).
-
-        Raises:
-            ValueError: no rows at ``(depth, budget)``.
-        """
+        """:func:`midas_nb.results.sample_note` of the rows at ``(depth, budget)``; ValueError: none."""
         r = self.rows
         at = r[(r["depth"] == self.depth) & np.isclose(r["budget"].astype(float), self.budget)] if len(r) else r
         return sample_note(at)
 
     def findings_table(self) -> pd.DataFrame:
-        """Does each paper finding hold? Index = finding, one column per backbone (``True`` /
-        ``False`` / ``"not resolved"`` / ``"undefined"``), then the paper's statement; the
-        cross-backbone ``scale`` finding is left out (notebook 05's scale readout shows it)."""
+        """Each paper finding's verdict per backbone (columns), then its ``statement``; ``scale`` left out."""
         f = self.findings[self.findings["finding"] != "scale"]
         holds = f.pivot(index="finding", columns="backbone", values="holds")
         holds = holds[[b for b in self.backbones if b in holds.columns]]
@@ -115,23 +81,10 @@ class BackboneComparison:
 
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
                       executor: str = "local", max_workers: int = 2) -> BackboneComparison:
-    """The MIDAS readout of ``study``'s profile on each backbone of ``backbones``: its regime sweep in the run's
-    result store, and the cosine probes at ``L`` (kept with :func:`save_probes`, so ``midas-nb report`` shows them).
-
-    Args:
-        study: a :class:`midas_nb.study.Study` (its profile, data, ``(L, b)``, seeds and sweep
-            settings are used; its own backbone need not be among ``backbones``).
-        backbones: default :func:`midas_nb.backbones.comparison_backbones` of the study's settings.
-        run: compute missing sweep cells and probes; ``False`` only reads the store (probes
-            then come from :func:`midas_nb.report.load_probes`).
-        executor, max_workers: as :func:`midas_nb.sweeps.run_sweep`.
-
-    Returns:
-        A :class:`BackboneComparison`.
-
-    Raises:
-        ValueError: an empty or duplicated backbone list.
-    """
+    """The MIDAS readout of ``study``'s profile on each of ``backbones`` (default: the profile's comparison
+    backbones): its regime sweep in the run's result store and the cosine probes at ``L`` (kept with
+    :func:`save_probes`). ``run=False`` only reads the store; ``executor``, ``max_workers``: as
+    :func:`midas_nb.sweeps.run_sweep`. Raises ValueError: an empty or duplicated backbone list."""
     s = study.settings   # the typed parts; the sweep layer takes them whole (make_grid, ProtocolCellRunner)
     if backbones is None:
         backbones = list(s.sweep.compare_backbones) if s.sweep.other_backbones else [s.backbone.name]

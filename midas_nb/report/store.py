@@ -17,8 +17,7 @@ SECTIONS: dict[str, str] = {"three_conditions": "three-condition table", "regime
 
 
 class IncompleteReportError(ValueError):
-    """The result store lacks cells the profile's report needs (failed, pending, unreadable or
-    never computed); ``midas-nb report --allow-incomplete`` writes the report marked incomplete."""
+    """The result store lacks cells the profile's report needs (``--allow-incomplete`` writes it anyway)."""
 
 
 #: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed).
@@ -42,19 +41,10 @@ def _store(profile: str, store: str | Path | None):
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The result rows the report uses, and what it left out: of every record of the store
-    (``runs/sweeps/<profile>`` or ``store``), the done cells of the profile's ``relaxation`` (default
-    ``"st"``), the newest checkpoint of each dataset × backbone and the newest record of each cell
-    (docs/decisions/0009-report-row-selection.md).
-
-    Returns:
-        ``(rows, left_out)``: rows in the :mod:`midas_nb.results` schema plus ``cell_key``,
-        ``finished``; ``left_out`` counts ``failed_cells`` (with their labels), ``other_relaxation``,
-        ``stale_checkpoint`` (rows, by checkpoint id), ``superseded`` rows and the store
-        ``problems`` (invalid files), and holds ``cell_states`` — why a cell has no row, by its
-        (dataset, backbone, L, b, condition, seed): a failed record's error, or a cell of the
-        store's grid (``grid.json``) whose record is unreadable, that is running (or was
-        killed), or that never finished — for :func:`missing_cells`.
+    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest
+    checkpoint per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md),
+    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
+    ``stale_checkpoint``, ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row).
 
     Raises:
         FileNotFoundError: no store; ValueError: the store has no done cell.
@@ -132,18 +122,9 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
 
 def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
                    datasets_present: Sequence[str] = ()) -> pd.DataFrame:
-    """The cells each section of the report reads, from the profile alone (no data is read;
-    docs/decisions/0052-incomplete-report.md): ``three_conditions`` — the profile's ``conditions`` ×
-    ``seeds`` at ``(depth, budget)`` on its dataset and every other dataset of ``datasets_present``;
-    ``regime`` — :func:`midas_nb.study.make_grid` ``(profile, "regime")`` of the profile's backbone,
-    on those datasets too; ``scale`` — ``make_grid(profile, "scale")``. The reference is expected
-    under the first seed only. Datasets are named as the rows name them: the name where the store
-    holds it, else :func:`midas_nb.config.dataset_label`, else the name.
-
-    Returns:
-        One row per (section, cell): ``section``, ``dataset``, ``backbone``, ``depth``,
-        ``budget``, ``condition``, ``seed``.
-    """
+    """The cells each section of the report reads, from the profile alone (docs/decisions/0052-incomplete-report.md),
+    on the profile's dataset and every other of ``datasets_present``. Returns one row per (section, cell):
+    ``section`` and :data:`CELL_IDENTITY`."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
     present = set(datasets_present) | {"synthetic"}
@@ -175,14 +156,8 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
 
 def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any],
                   left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """The :func:`expected_cells` without a row in ``rows``, each once, with the sections it
-    belongs to and why it is missing (``left_out["cell_states"]`` of :func:`load_store_rows`;
-    otherwise "not in the store (never computed)").
-
-    Returns:
-        ``sections`` (comma-joined :data:`SECTIONS` keys), the cell columns, ``label``
-        (``dataset/backbone L b condition s<seed>``), ``state``.
-    """
+    """The :func:`expected_cells` without a row in ``rows``, each once: ``sections`` (comma-joined
+    :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
     have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
@@ -200,9 +175,8 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
 
 def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
                  with_reference: bool) -> pd.DataFrame:
-    """``table`` (one row per dataset, backbone, L, b, condition) with a ``missing`` column that
-    says how many of a row's expected cells (and of its point's reference) have no result, plus
-    a row with ``status = "missing"`` for every expected condition the table lacks entirely."""
+    """``table`` with a ``missing`` column (how many of a row's expected cells, and of its reference,
+    have no result), plus a ``status = "missing"`` row for each expected condition it lacks."""
     cols = CELL_IDENTITY[:5]
     out = table.copy()
     out["missing"] = ""

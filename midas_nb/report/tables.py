@@ -48,9 +48,7 @@ def _shown_path(p: str | Path) -> str:
 
 
 def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
-    """Provenance rows naming the data behind these rows, each with its source (docs/decisions/0054): the
-    evaluated images' fingerprint, the training images (and the profile's per-class ``cap`` where the number
-    agrees with it, decision 0057), and the test and train split fingerprints of the checkpoint's metadata."""
+    """Provenance rows naming the data behind these rows, each with its source (docs/decisions/0054, 0057)."""
     ckpt = str(_first(g["checkpoint_id"]))
     meta, where = _checkpoint_meta(ckpt)
     n_test = ((meta or {}).get("test_set") or {}).get("num_images")
@@ -77,69 +75,60 @@ def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
                 blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
                 exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
-    out: list[tuple[str, str, str, str]] = []
-
-    def add(ds: str, bb: str, k: str, v: Any) -> None:
-        out.append((ds, bb, k, str(v)))
-
     kind = {"smoke": "smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
             "quick": "quick run (2 CPU cores)", "paper": "paper run (GPU)"}.get(s.profile, s.profile)
-    add("", "", "profile", s.profile)
-    add("", "", "run kind", kind)
-    add("", "", "result store", _shown_path(left_out["store"]) if left_out.get("store") else "not recorded")
-    add("", "", "relaxation", left_out.get("relaxation", "st"))
-    add("", "", "failed cells left out", len(left_out.get("failed_cells", [])))
-    add("", "", "rows of other relaxations left out", left_out.get("other_relaxation", 0))
-    add("", "", "rows of older checkpoints left out", sum(left_out.get("stale_checkpoint", {}).values()))
-    add("", "", "rows superseded by a newer record", left_out.get("superseded", 0))
-    add("", "", "invalid store files ignored", len(left_out.get("problems", [])))
-    add("", "", "bootstrap", f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), "
-                             f"seed {BOOTSTRAP_SEED}")
+    run = {"profile": s.profile, "run kind": kind,
+           "result store": _shown_path(left_out["store"]) if left_out.get("store") else "not recorded",
+           "relaxation": left_out.get("relaxation", "st"),
+           "failed cells left out": len(left_out.get("failed_cells", [])),
+           "rows of other relaxations left out": left_out.get("other_relaxation", 0),
+           "rows of older checkpoints left out": sum(left_out.get("stale_checkpoint", {}).values()),
+           "rows superseded by a newer record": left_out.get("superseded", 0),
+           "invalid store files ignored": len(left_out.get("problems", [])),
+           "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}"}
     for sec, name in SECTIONS.items():
         n = int((exp["section"] == sec).sum())
         k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
-        add("", "", f"completeness: {name}", f"INCOMPLETE: {k} of {n} expected cells {'has' if k == 1 else 'have'} no result" if k else
-            f"complete: all {n} expected cells have results")
-    for r in miss.to_dict("records"):
-        add("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
-                                    f"{r['state']}")
+        run[f"completeness: {name}"] = (f"INCOMPLETE: {k} of {n} expected cells {'has' if k == 1 else 'have'} no result"
+                                        if k else f"complete: all {n} expected cells have results")
+    out = [("", "", k, str(v)) for k, v in run.items()]
+    out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
+                                     f"{r['state']}") for r in miss.to_dict("records")]
     versions = sorted(set(str(v) for v in rows.get("versions", pd.Series(dtype=str)).dropna() if str(v)))
-    add("", "", "versions", " | ".join(versions) if versions else "not recorded")
+    out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
         at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-        add(ds, bb, "checkpoint", _first(g["checkpoint_id"]))
-        vals = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
-        add(ds, bb, "weights digest", ", ".join(vals) if vals else "not recorded in the result store")
-        for name, text in _fingerprints(g, config.images_per_class(dict(s.values), ds)).items():
-            add(ds, bb, name, text)
-        add(ds, bb, "depth L, budget b", f"{s.point.depth}, {float(s.point.budget):.0%}")
-        add(ds, bb, "seeds", ",".join(str(int(s)) for s in sorted(set(at["seed"]))) if len(at) else "")
-        shown = [c for c in order_first(at["condition"], s.conditions) if c in set(s.conditions) | {"random"}]
-        add(ds, bb, "conditions", ", ".join(shown))
-        add(ds, bb, "coverage", coverage_name(at))
+        digests = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
+        block = {"checkpoint": _first(g["checkpoint_id"]),
+                 "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
+                 **_fingerprints(g, config.images_per_class(dict(s.values), ds)),
+                 "depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
+                 "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
+                 "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
+                                         if c in set(s.conditions) | {"random"}),
+                 "coverage": coverage_name(at)}
         for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
                           ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
             vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []
-            add(ds, bb, name, ", ".join(map(str, vals)) if vals else "not recorded")
+            block[name] = ", ".join(map(str, vals)) if vals else "not recorded"
         if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
-            add(ds, bb, "backbone test accuracy (all tokens)", f"{float(at['full_accuracy'].mean()):.3f}")
-        for name, text in _accuracy_context(str(_first(g["checkpoint_id"])), ds).items():
-            add(ds, bb, name, text)
+            block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
+        block.update(_accuracy_context(str(_first(g["checkpoint_id"])), ds))
         pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
-        add(ds, bb, "(L, b) points", " ".join(f"({L}, {b:.0%})" for L, b in pts))
+        block["(L, b) points"] = " ".join(f"({L}, {b:.0%})" for L, b in pts)
         others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
-        add(ds, bb, "other conditions in the store (not in this report)", ", ".join(others) if others else "none")
-        add(ds, bb, "cosine probe rows", probes_used.get((ds, bb), 0))
+        block["other conditions in the store (not in this report)"] = ", ".join(others) if others else "none"
+        block["cosine probe rows"] = probes_used.get((ds, bb), 0)
+        out += [(ds, bb, k, str(v)) for k, v in block.items()]
     return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
     """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
     dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
-    sections = {"t5_gain_in_band": ("three_conditions", "regime"), "t1_below_reference": ("three_conditions", "regime"),
-                "fades_deep": ("three_conditions", "regime"),
-                "fades_loose": ("three_conditions", "regime"), "scale": ("scale",)}.get(finding)
+    sections = (("scale",) if finding == "scale" else ("three_conditions", "regime")
+                if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
         return ""
     m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
@@ -151,19 +140,10 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float = 0.01) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows.
-
-    Args:
-        rows: result rows (:func:`load_store_rows`).
-        profile: the run's :class:`midas_nb.study.ReportSettings`, or a profile name or
-            mapping it is made of (:meth:`~midas_nb.study.ReportSettings.of`).
-        left_out: what :func:`load_store_rows` left out (enters ``provenance``).
-        probes: cosine probes (:func:`load_probes`), or ``None``.
-        band: the parity band.
-
-    Every interval uses the profile's ``bootstrap`` resamples and seed :data:`BOOTSTRAP_SEED`.
-    Cells the profile expects but the rows lack (:func:`missing_cells`) are listed and marked as
-    docs/decisions/0052-incomplete-report.md says.
+    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it
+    ``left_out``), cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
+    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap``
+    resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md).
 
     Raises:
         ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
@@ -197,8 +177,7 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
-    """The three-condition protocol at the profile's point: the paper-shaped table
-    (:func:`midas_nb.report.paper_table.paper_table`) with the intervals and the paper's numbers."""
+    """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
     L0, b0, cell = s.point.depth, float(s.point.budget), _CELL
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
@@ -212,18 +191,15 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     d = d_by_condition(proto, cell, band, n_boot)
     d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
               "delta_idauc_hi", "status", "band_reason", "reference_check"]
+    vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
+              "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
         agg[cell + ["condition", "n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi",
                     "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
         d[cell + ["condition"] + d_cols], on=cell + ["condition"], how="left")
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
-        dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(
-            columns={"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo",
-                     "D_pp_hi": "D_vs_random_map_pp_hi", "status": "status_vs_random_map",
-                     "band_reason": "band_reason_vs_random_map"})
-        tc = tc.merge(dr[cell + ["condition", "D_vs_random_map_pp", "D_vs_random_map_pp_lo", "D_vs_random_map_pp_hi",
-                                 "status_vs_random_map", "band_reason_vs_random_map"]], on=cell + ["condition"],
-                      how="left")
+        dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
+        tc = tc.merge(dr[cell + ["condition", *vs_map.values()]], on=cell + ["condition"], how="left")
     # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
     # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
     # point (the header names the paper's setting), never at another (L, b)
@@ -243,13 +219,9 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     tc = tc.assign(_d=tc["dataset"].map(ds_order).fillna(99), _c=tc["condition"].map(order).fillna(99))
     tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
-                      "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", "D_pp", "D_pp_lo",
-                      "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                      "status", "band_reason", "reference_check", "D_vs_random_map_pp", "D_vs_random_map_pp_lo",
-                      "D_vs_random_map_pp_hi", "status_vs_random_map", "band_reason_vs_random_map", "paper_D_pp", "paper_delta_idauc",
-                      "paper_status"]
-    tc = tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
-    return tc
+                      "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", *d_cols,
+                      *vs_map.values(), "paper_D_pp", "paper_delta_idauc", "paper_status"]
+    return tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
 
 
 def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame | None:
@@ -279,13 +251,9 @@ def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float, n_boot: in
 
 
 def _scale_display(s: ReportSettings) -> list[str]:
-    """Backbones the scale section shows where the store has their rows: the profile's
-    ``scale_backbones``; where ``other_backbones`` is false (quick) the profile's own backbone
-    first (the only one such a run computes), then those (a run with the flag on fills them)."""
+    """The profile's ``scale_backbones``, after its own backbone where ``other_backbones`` is false."""
     listed = list(s.sweep.scale_backbones)
-    if s.sweep.other_backbones:
-        return listed
-    return list(dict.fromkeys([s.backbone] + listed))
+    return listed if s.sweep.other_backbones else list(dict.fromkeys([s.backbone] + listed))
 
 
 def _scale_note(backbone: str, condition: str, dataset: str) -> str:
@@ -317,27 +285,21 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) 
 def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, backbone: str
                   ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
     """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
-    probes_used: dict[tuple[str, str], int] = {}
     cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi", "n_images",
             "mode", "paper_max_abs"]
-    if probes is not None and len(probes):
-        ck = set(main["checkpoint_id"])
-        pr = probes[probes["checkpoint_id"].isin(ck) & (probes["backbone"] == backbone)].copy()
-        pr["paper_max_abs"] = PAPER_COSINE_MAX
-        pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
-                                                                 kind="stable").reset_index(drop=True)
-        for (ds, bb), g in pr.groupby(["dataset", "backbone"]):
-            probes_used[(ds, bb)] = len(g)
-    else:
-        pr = pd.DataFrame(columns=cols)
-    return pr, probes_used
+    if probes is None or not len(probes):
+        return pd.DataFrame(columns=cols), {}
+    pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == backbone)].copy()
+    pr["paper_max_abs"] = PAPER_COSINE_MAX
+    pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
+                                                             kind="stable").reset_index(drop=True)
+    return pr, {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
 
 
 def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, s: ReportSettings, miss: pd.DataFrame, band: float,
                     n_boot: int) -> pd.DataFrame:
-    """The paper's findings of each block at the profile's point (:func:`paper_findings`), plus
-    the scale finding of the scale readout's backbones (not other rows at the point, e.g.
-    notebook 05's comparison of the distilled backbone); INCOMPLETE where cells are missing."""
+    """:func:`paper_findings` of each block at the profile's point, plus the scale finding of the
+    scale readout's backbones; INCOMPLETE where cells are missing."""
     L0, b0 = s.point.depth, float(s.point.budget)
     swept = list(s.sweep.conditions)
     scale_bbs = _scale_display(s)
@@ -371,16 +333,12 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
 
 
 def _accuracy_context(ckpt: str, label: str) -> dict[str, str]:
-    """What a backbone's accuracy is measured against, per dataset block: the class labels (the
-    FGVC-Aircraft level), the checkpoint's whole-test-split top-1 and its teacher's, and the test
-    split's chance level (1 / classes present) and majority-class share. Read from the
-    checkpoint's metadata and the test split's label files it names (no image is read); a value
-    that cannot be read here says so."""
+    """What a backbone's accuracy is measured against (class labels, whole-test-split top-1 and the
+    teacher's, chance and majority share), from the checkpoint's metadata and the test split's labels."""
     meta, _ = _checkpoint_meta(ckpt)
     out: dict[str, str] = {}
     if config.dataset_of_label(label) == "aircraft":
-        level = label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
-        out["class labels"] = f"FGVC-Aircraft {level}"
+        out["class labels"] = f"FGVC-Aircraft {_aircraft_level(label)}"
     if not meta:
         return dict(out, **{"backbone test top-1 (whole test split)": "checkpoint metadata not in this cache"})
     teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
@@ -396,13 +354,16 @@ def _accuracy_context(ckpt: str, label: str) -> dict[str, str]:
     return out
 
 
+def _aircraft_level(label: str) -> str:
+    return label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
+
+
 def _f3(v: Any) -> str:
     return f"{float(v):.3f}" if v is not None and np.isfinite(float(v)) else "not recorded"
 
 
 def _test_split(meta: Mapping[str, Any], label: str):
-    """The checkpoint's test split, labels only (its loader reads the annotation files), or
-    ``None`` where its root is not on this machine or cannot be read."""
+    """The checkpoint's test split (labels only), or ``None`` where it cannot be read here."""
     from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
     ts = meta.get("test_set") or {}
     cls = {"CUBDataset": CUBDataset, "AircraftDataset": AircraftDataset, "CarsDataset": CarsDataset}.get(
@@ -410,9 +371,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
     root = Path(str(ts.get("root", "")))
     if cls is None or not root.exists():
         return None
-    kw: dict[str, Any] = {}
-    if cls is AircraftDataset:
-        kw["annotation_level"] = label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
+    kw = {"annotation_level": _aircraft_level(label)} if cls is AircraftDataset else {}
     try:
         return cls(root, str(ts.get("split", "test")), **kw)
     except (DatasetError, OSError, ValueError):
@@ -421,21 +380,10 @@ def _test_split(meta: Mapping[str, Any], label: str):
 
 def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float,
                      n_boot: int) -> pd.DataFrame:
-    """Notebook 05's side-by-side readout (issue 18): for each backbone of
-    :func:`midas_nb.backbones.comparison_backbones` (the offline backbone and its distilled
-    partner), at the profile's ``(L, b)``:
-
-    - ``kind = "D"``: D per swept condition with its paired interval, ``verdict`` the band status
-      and ``evidence`` ΔIDAUC with its interval (:func:`midas_nb.metrics.decoupling_D`);
-    - ``kind = "cosine"``: the hidden- vs attention-gradient cosines at ``L`` of its checkpoint;
-    - ``kind = "finding"``: each paper finding's verdict (:func:`paper_findings` over the
-      backbone's own rows: the regime grid where the store has it);
-    - ``kind = "missing"``: a backbone without a reference at ``(L, b)`` (notebook 05 not run);
-      ``kind = "not run"`` instead where the profile does not run it (``other_backbones`` false).
-
-    Accuracies: ``full_accuracy`` on the evaluated images (the rows), ``test_accuracy`` and the
-    teacher's from the checkpoint metadata in this machine's cache (empty where absent). Empty
-    for a profile with one comparison backbone."""
+    """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
+    (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
+    ``cosine``, ``finding`` (each paper finding's verdict), or ``missing`` / ``not run`` (no reference
+    rows; ``not run`` where the profile trains no other backbone). Empty for one comparison backbone."""
     L0, b0 = s.point.depth, float(s.point.budget)
     bbs = list(s.sweep.compare_backbones)
     if len(bbs) < 2 or rows.empty:
