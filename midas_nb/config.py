@@ -1,11 +1,10 @@
-"""Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7).
-
-A profile is a plain dict of settings; notebooks read theirs from ``MIDAS_PROFILE`` (as botorch
-tutorials read ``SMOKE_TEST``) and callers override single keys with ``get_profile(name, **overrides)``.
-"""
+"""Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7): a profile is a plain dict of
+settings; ``get_profile(name, **overrides)`` overrides single keys."""
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -17,33 +16,33 @@ __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_nam
            "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "check_profile",
            "check_device", "check_data_roots", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
 
-#: the paper's three real datasets (DESIGN.md §7), in its order, read from a directory (not ``synthetic``)
+#: the paper's three real datasets (DESIGN.md §7), in its order
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
-#: every dataset name, in the order tables show them: the paper's three and the generated set
+#: every dataset name, in the order tables show them
 DATASET_NAMES: tuple[str, ...] = PAPER_DATASETS + ("synthetic",)
 #: the paper's three backbones (timm tags), smallest first
 PAPER_BACKBONES: tuple[str, ...] = ("deit_tiny_patch16_224.fb_in1k", "deit_small_patch16_224.fb_in1k",
                                     "vit_base_patch16_224.augreg_in21k_ft_in1k")
+#: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid
+AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
+PRECISIONS: tuple[str, ...] = ("float32", "bfloat16")   # a protocol run's numerics (decisions/0063)
 
 # keys every profile has (a profile's own entry wins)
 _COMMON: dict[str, Any] = dict(
-    data_roots={},               # {dataset: directory}; data_root is the profile's own dataset's
+    data_roots={},               # {dataset: directory}
     weights={},                  # {backbone: weights file}; a backbone not named here uses `pretrained`
     pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
-    backbone_kwargs={},          # timm VisionTransformer kwargs: {kwarg: value} for every backbone and/or
-                                 # {backbone: {kwarg: value}} for one
+    backbone_kwargs={},          # timm kwargs: {kwarg: value} for every backbone, {backbone: {kwarg: value}} for one
     max_images_per_class=None,   # first k images of each class of every split; {dataset: k}: those named; {}: none
     synthetic_default=False,     # CUB without any data root is the embedded synthetic set
     torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
-    other_backbones=True,        # notebook 05 also runs the scale readout's backbones and the offline
-                                 # partner of the side-by-side (False: the profile's backbone only)
+    other_backbones=True,        # notebook 05 also runs the scale readout's and the side-by-side's backbones
     aircraft_level="variant",    # FGVC-Aircraft labels: variant (the paper's), family or manufacturer
     regime_grid="cross",         # notebook 04's points: cross (depths at b, budgets at L) or full (depths x budgets)
 )
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # seconds on 2 CPU cores: synthetic CUB-format data, a tiny ViT trained from scratch
-    "smoke": dict(
+    "smoke": dict(  # synthetic CUB-format data, a tiny ViT trained from scratch
         dataset="synthetic",
         data_root=None,              # generated under cache_dir()/data/synthetic_smoke
         synthetic_default=True,
@@ -66,57 +65,37 @@ PROFILES: dict[str, dict[str, Any]] = {
         device="cpu",
         torch_threads=1,             # tiny tensors: OpenMP start-up and barriers cost more than they save
     ),
-    # minutes on 2 CPU cores: the real CUB subset where given, the offline hybrid backbone
-    "quick": dict(
+    "quick": dict(  # the real CUB subset where given, the offline hybrid backbone
         dataset="cub",
         data_root=None,              # None: the embedded synthetic default
         synthetic_default=True,      # the README's main command: no data root -> synthetic CUB
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
-        # the DeiT-style student of the ImageNet Lite0 (midas_nb.backbones.distilled; issue 18,
-        # docs/decisions/0001-distilled-offline-backbone.md)
-        backbone="hybrid_lite0_deit",
+        backbone="hybrid_lite0_deit",   # docs/decisions/0001-distilled-offline-backbone.md
         image_size=224, patch_size=16,
-        # the label-trained backbones' recipe; the distilled student trains 24 epochs, the first 18 on
-        # the teacher's 7x7 grid (its recipe's coarse_epochs; why:
-        # docs/decisions/0002-progressive-token-resolution.md; measurements: docs/benchmarks.md)
-        # Aircraft's 198 photos: 4 steps per epoch at batch 64 left the student at chance (decisions/0006)
         finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24),
-                      aircraft=dict(batch_size=16, lr=1e-3)),
-        # the embedded synthetic set has 96 training images: 30 steps of the recipe above underfit, so
-        # it gets 360 smaller steps (docs/decisions/0003-label-trained-backbone-recipe.md)
-        synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),
+                      aircraft=dict(batch_size=16, lr=1e-3)),   # decisions/0002, 0006
+        synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),  # decisions/0003
         depth=6, budget=0.25,
         depths=[3, 6, 9],
         budgets=[0.10, 0.25, 0.50],
         seeds=[0, 1],
-        # the regime sweep's points other than (depth, budget): one seed (D's paired interval is
-        # over images; the seed spread is shown where notebook 02 has both seeds)
-        sweep_seeds=[0],
+        sweep_seeds=[0],             # the regime sweep's points other than (depth, budget)
         conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random", "random_map"],
-        # the regime sweep and the scale readout: the reference and the paper's two headline
-        # targets (D needs only the reference); the protocol table keeps every condition
-        sweep_conditions=["reference", "T1", "T5"],
+        sweep_conditions=["reference", "T1", "T5"],   # the regime sweep and the scale readout
         related_seeds=[0],           # Cropr, IA-RED², TokenTM, rollout, LaSt rows: one seed
         targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
         scorer_train=dict(epochs=3, batch_size=64, lr=1e-3, throughput_repeats=2),
         idauc_steps=8,
-        max_eval_images=300,         # mIoU, accuracy, PiB: 300 test images
-        max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random 64 of them
+        max_eval_images=300,         # mIoU, accuracy, PiB
+        max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random subset
         bootstrap=1000,
         scale_backbones=["hybrid_lite0_vit_w128", "hybrid_lite0_vit"],
-        # off in quick's time budget: each other backbone is trained from nothing on 2 cores;
-        # `-p other_backbones true` adds both (docs/decisions/0013-quick-profile-sizes.md)
-        other_backbones=False,
-        # Cars: 12 photos per class of every split (1,128 of 3,948 to train; test <= 4): decisions/0057
-        max_images_per_class=dict(cars=12),
-        # FGVC-Aircraft by variant, as the paper: on the real subset's 198 training photos the
-        # offline teacher is furthest above the majority-class baseline at this level
-        # (bench/aircraft_levels.py; docs/decisions/0006-aircraft-label-level.md)
-        aircraft_level="variant",
+        other_backbones=False,       # `-p other_backbones true` adds them (decisions/0013-quick-profile-sizes.md)
+        max_images_per_class=dict(cars=12),   # decisions/0057
+        aircraft_level="variant",    # docs/decisions/0006-aircraft-label-level.md
         device="cpu",
     ),
-    # GPU: the paper's datasets, backbones, seeds and full grid
-    "paper": dict(
+    "paper": dict(  # GPU: the paper's datasets, backbones, seeds and full grid
         dataset="cub",
         data_root=None,
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
@@ -137,18 +116,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         datasets=list(PAPER_DATASETS),
         backbones=list(PAPER_BACKBONES), regime_grid="full",
         device="cuda",
-        precision="bfloat16",        # autocast, as DeiT trains and as bench/gpu_check.py checks (decisions/0063)
+        precision="bfloat16",        # autocast (decisions/0063)
     ),
-    # CPU rehearsal of the paper run: the paper profile's grid *shape* (3 datasets, the 3 paper
-    # backbones by their timm names with 12 blocks, every L and b of the paper grid, every
-    # condition, 2 seeds) with tiny image counts and sizes; docs/decisions/0016-rehearsal-profile.md
-    "rehearsal": dict(
+    "rehearsal": dict(  # CPU rehearsal of the paper run: its grid's shape, tiny image counts and sizes (decisions/0016)
         dataset="cub",
         data_root=None,
         datasets=list(PAPER_DATASETS),
         backbone="deit_small_patch16_224.fb_in1k",
-        # as in paper, the regime sweep (04) and the scale readout (05, the paper table) span the
-        # 3 datasets x the 3 paper backbones; the regime visits every L and b once (cross grid)
         backbones=list(PAPER_BACKBONES),
         scale_backbones=list(PAPER_BACKBONES),
         backbone_kwargs=dict(img_size=64),      # 4x4 patch grid; real widths, so real weight files load
@@ -175,14 +149,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
-    """A copy of profile ``name`` with ``overrides`` merged in (``None`` values are ignored);
-    its ``budget`` a :class:`midas_nb.point.Budget` where it is one (else as given: see
-    :func:`check_profile`); CUB named (``dataset`` or ``datasets``) clears ``synthetic_default``
-    (no data root is then an error, :func:`data_root_for`).
-
-    Raises:
-        ValueError: for an unknown profile name.
-    """
+    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored) merged in, its ``budget``
+    a :class:`midas_nb.point.Budget` where valid; CUB named by an override clears ``synthetic_default``;
+    ``ValueError`` for an unknown profile name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
     prof = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
@@ -191,28 +160,21 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     named = [overrides.get("dataset")] + (overrides["datasets"] if isinstance(overrides.get("datasets"), list) else [])
     if "cub" in named and "synthetic_default" not in overrides:
         prof["synthetic_default"] = False  # CUB asked for by name is read from a root, never the synthetic set
-    if isinstance(prof.get("weights"), (str, os.PathLike)):
-        # a bare path (``-p weights /path/to/deit_small.pth``) is the study's backbone's file
+    if isinstance(prof.get("weights"), (str, os.PathLike)):  # a bare path: the study's backbone's file
         prof["weights"] = {str(prof.get("backbone")): str(prof["weights"])}
     prof["profile"] = name
-    try:  # the budget is typed once here; a bad one stays as given, for check_profile's line
+    with contextlib.suppress(ValueError):  # a bad budget stays as given, for check_profile's line
         prof["budget"] = Budget(prof.get("budget"))
-    except ValueError:
-        pass
     return prof
 
 
 def finetune_source(profile: dict[str, Any], dataset_label: str) -> str:
-    """The profile key :func:`finetune_settings` reads for a dataset: ``"synthetic_finetune"``
-    for the embedded synthetic set when the profile has one, else ``"finetune"``."""
+    """``"synthetic_finetune"`` for the embedded synthetic set when the profile has one, else ``"finetune"``."""
     return "synthetic_finetune" if dataset_label == "synthetic" and profile.get("synthetic_finetune") else "finetune"
 
 
 def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone: str, setting: str) -> str:
-    """The dotted profile key a :func:`finetune_settings` value comes from, for messages:
-    ``"finetune.hybrid_lite0_deit.epochs"`` where the backbone's own entry sets it,
-    ``"finetune.aircraft.batch_size"`` where the dataset's entry does, else ``"finetune.epochs"``
-    (``synthetic_finetune`` on the embedded synthetic set)."""
+    """The dotted profile key a :func:`finetune_settings` value comes from (``"finetune.aircraft.lr"``)."""
     source = finetune_source(profile, dataset_label)
     recipe = profile.get(source) or {}
     for entry in (backbone, dataset_of_label(dataset_label)):
@@ -222,16 +184,8 @@ def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone:
 
 
 def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
-    """The fine-tuning recipe a profile uses for a dataset and backbone.
-
-    ``synthetic_finetune`` for the embedded synthetic set when the profile has one, else
-    ``finetune``. A recipe may hold entries ``{dataset: {setting: value}}`` and
-    ``{backbone: {setting: value}}`` beside the shared settings (as ``backbone_kwargs`` does):
-    the dataset's entry overrides the shared settings, the backbone's entry overrides both, the
-    entries of other datasets and backbones are dropped. E.g. the quick profile trains the
-    distilled ``hybrid_lite0_deit`` for 24 epochs and the label-trained backbones for 15, and
-    FGVC-Aircraft's 198 photos in batches of 16.
-    """
+    """The fine-tuning recipe (:func:`finetune_source`) for a dataset and backbone: the shared settings,
+    overridden by the dataset's entry ``{dataset: {...}}``, then by the backbone's ``{backbone: {...}}``."""
     recipe = profile.get(finetune_source(profile, dataset_label)) or {}
     out = {k: v for k, v in recipe.items() if not isinstance(v, dict)}
     for entry in (dataset_of_label(dataset_label), backbone):
@@ -269,8 +223,7 @@ def runs_dir() -> Path:
 
 
 def figures_dir(profile: str | None = None) -> Path:
-    """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root
-    (``figures/`` without a profile), so a smoke run never overwrites a quick run's figures."""
+    """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root."""
     env = os.environ.get("MIDAS_FIGURES_DIR")
     return _made_dir(Path(env) if env else project_root() / "figures" / (profile or ""), "MIDAS_FIGURES_DIR")
 
@@ -285,13 +238,8 @@ def list_profiles() -> list[str]:
     return sorted(PROFILES)
 
 
-# ------------------------------------------------------------------------------------------
-# data roots, backbone arguments and the checks every run does before any work
-# ------------------------------------------------------------------------------------------
-
 class ProfileError(ValueError):
-    """Settings that cannot run: one line per problem in ``problems`` (and in the message); the
-    one error type for wrong settings, of a profile and of a whole run description (decision 0024)."""
+    """Settings that cannot run, one line per problem in ``problems`` and the message (decision 0024)."""
 
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
@@ -299,15 +247,13 @@ class ProfileError(ValueError):
 
 
 def setting_of(line: str) -> str:
-    """The profile key a :func:`check_profile` line is about (``"budget"`` for
-    ``"budget: expected ..."``, ``"finetune"`` for ``"finetune.lr: ..."``)."""
+    """The profile key a :func:`check_profile` line is about (``"finetune"`` for ``"finetune.lr: ..."``)."""
     return line.split(":", 1)[0].split(".", 1)[0].strip()
 
 
 def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
-    """Every data root a profile names, ``{dataset: directory}`` (as given, not checked on disk):
-    ``data_roots`` (entries set to ``None`` left out) plus ``data_root`` for the profile's own
-    dataset when that is a paper dataset and ``data_roots`` does not name it already."""
+    """``{dataset: directory}`` as given: ``data_roots`` (without ``None``) and ``data_root`` for the
+    profile's own paper dataset where ``data_roots`` does not name it."""
     roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
     own = profile.get("dataset")
     if profile.get("data_root") is not None and own in PAPER_DATASETS:
@@ -316,18 +262,9 @@ def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
 
 
 def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
-    """The directory a profile reads ``dataset`` from, or ``None`` for the embedded synthetic set.
-
-    ``data_roots[dataset]``, else ``data_root`` when ``dataset`` is the profile's own. Without a
-    root, only two cases read the embedded synthetic CUB-format set: the dataset is named
-    ``"synthetic"``, or it is ``"cub"`` in a profile whose ``synthetic_default`` is set (smoke,
-    quick: the README's main command; :func:`get_profile` clears it where CUB is named) and
-    that names no data root at all. Nothing is read or checked on disk here.
-
-    Raises:
-        ValueError: unknown dataset name, or a dataset that needs a root and has none (the
-            message names the ``--data-root NAME=PATH`` option).
-    """
+    """The directory a profile reads ``dataset`` from (:func:`data_roots_of`), or ``None`` for the embedded
+    synthetic set: dataset ``"synthetic"``, or ``"cub"`` with ``synthetic_default`` and no root at all;
+    ``ValueError`` for an unknown dataset name, or a dataset that needs a root and has none."""
     if dataset not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASET_NAMES}")
     if dataset == "synthetic":
@@ -345,15 +282,8 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
                      f"({why}{given})")
 
 
-#: FGVC-Aircraft's label levels; the first (the paper's) is the one a dataset label leaves unsaid
-AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
-PRECISIONS: tuple[str, ...] = ("float32", "bfloat16")   # a protocol run's numerics (decisions/0063)
-
-
 def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
-    """The profile's cap on images per class of ``dataset`` (a name of :data:`DATASET_NAMES`,
-    or a :func:`dataset_label`): ``max_images_per_class`` when it is an integer (every dataset),
-    its entry for ``dataset`` when it is a mapping ``{dataset: k}``, else ``None`` (no cap)."""
+    """The profile's cap on images per class of ``dataset`` (a name or a :func:`dataset_label`), or ``None``."""
     cap = profile.get("max_images_per_class")
     if isinstance(cap, dict):
         cap = cap.get(dataset_of_label(dataset))
@@ -361,10 +291,8 @@ def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
 
 
 def dataset_label(profile: dict[str, Any], dataset: str) -> str:
-    """The name results carry for ``dataset``: ``"synthetic"`` where :func:`data_root_for` gives
-    the embedded set; ``"aircraft (family)"`` / ``"aircraft (manufacturer)"`` for FGVC-Aircraft at
-    the profile's ``aircraft_level`` other than ``variant``; the dataset's own name otherwise
-    (raises as :func:`data_root_for`). :func:`dataset_of_label` inverts it."""
+    """The name results carry for ``dataset``: ``"synthetic"``, ``"aircraft (family)"`` at a label level
+    other than the paper's, else the name (raises as :func:`data_root_for`)."""
     if data_root_for(profile, dataset) is None:
         return "synthetic"
     level = profile.get("aircraft_level") or AIRCRAFT_LEVELS[0]
@@ -378,11 +306,8 @@ def dataset_of_label(label: str) -> str:
 
 
 def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the entries of
-    ``backbone_kwargs`` that are not dicts apply to every backbone, ``backbone_kwargs[backbone]``
-    (a dict) to that one and wins. The input size that follows the profile's ``image_size`` is
-    added by :func:`midas_nb.backbones.backbone_kwargs` (it needs the architecture).
-    """
+    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the non-dict entries of
+    ``backbone_kwargs``, updated by ``backbone_kwargs[backbone]``."""
     kw = dict(profile.get("backbone_kwargs") or {})
     out = {k: v for k, v in kw.items() if not isinstance(v, dict)}
     if isinstance(kw.get(backbone), dict):  # else it is an argument of that name, which the build names
@@ -391,7 +316,6 @@ def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any
 
 
 def _is_budget(v: Any) -> bool:
-    """A value :class:`midas_nb.point.Budget` takes (its check, not a copy of it)."""
     try:
         Budget(v)
     except ValueError:
@@ -400,7 +324,7 @@ def _is_budget(v: Any) -> bool:
 
 
 def is_path(v: Any) -> bool:
-    """A non-empty path or name, ``str`` or ``os.PathLike`` (``""`` would silently mean the current directory)."""
+    """A non-empty path or name, ``str`` or ``os.PathLike``."""
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
 
 
@@ -414,14 +338,8 @@ def check_data_roots(roots: Any) -> list[str]:
 
 
 def check_device(device: Any, *, here: bool = True) -> list[str]:
-    """``[]`` when ``device`` names a device this machine has, else the problem (one line).
-
-    ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (N < the number of CUDA devices), ``"mps"``. A CUDA
-    device without CUDA is an error, never a silent CPU run. ``here=False`` checks the name
-    only: a Slurm submission's device is resolved on the compute node, not on the login node.
-    """
-    import re
-
+    """``[]`` when ``device`` (cpu, cuda, cuda:N, mps) exists on this machine, else the problem (one line);
+    ``here=False`` checks the name only (decision 0038)."""
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         return [f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"]
     if not here:
@@ -433,8 +351,7 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
             return [f"device: {device!r} was asked for but this machine has no CUDA device "
                     f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); "
                     "use device 'cpu' (command line: --device cpu)"]
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
+        if int(device.partition(":")[2] or 0) >= torch.cuda.device_count():
             return [f"device: {device!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)"]
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return ["device: 'mps' was asked for but is not available on this machine"]
@@ -461,18 +378,8 @@ def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
 
 
 def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
-    """Every problem of a profile's settings (types and ranges), one line each; ``[]`` when fine.
-
-    Checked without loading anything: ``dataset`` (a known name), ``depth`` (an integer
-    ``L >= 1``; the upper bound ``L < blocks`` needs the backbone, see
-    :func:`midas_nb.backbones.check_depths`), ``budget`` (a number in ``(0, 1]``, at least
-    ``1e-6``: result cells key it to 6 decimals), ``depths`` /
-    ``budgets`` / ``seeds`` (non-empty lists of such values without duplicates; seeds integers),
-    condition and target lists, ``idauc_steps >= 1``, ``bootstrap >= 1``, image counts,
-    ``image_size`` a multiple of ``patch_size``, the fine-tuning and scorer recipes, the data-root,
-    weights and backbone-argument mappings, and (``device=True``) that ``device`` exists here
-    (:func:`check_device`). ``0`` is a value like any other: it is never read as "the default".
-    """
+    """Every problem of a profile's settings (types and ranges, without loading anything; ``device=True``:
+    :func:`check_device`), one line each; ``[]`` when fine."""
     p = profile
     problems: list[str] = []
     _check_names(p, problems)
@@ -491,8 +398,7 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
 
 
 def _check_names(p: dict[str, Any], problems: list[str]) -> None:
-    """Dataset and backbone names and the lists of names (:func:`check_profile`; the profile's name is
-    checked where it is made, :func:`get_profile`)."""
+    """Dataset and backbone names and the lists of names."""
     if p.get("dataset") not in DATASET_NAMES:
         problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(p.get('dataset'))}")
     if not (isinstance(p.get("backbone"), str) and p["backbone"]):
@@ -503,14 +409,12 @@ def _check_names(p: dict[str, Any], problems: list[str]) -> None:
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
     if p.get("regime_grid", "cross") not in ("cross", "full", "depth", "budget"):
         problems.append(f"regime_grid: expected cross, full, depth or budget, got {show_value(p['regime_grid'])}")
-    if isinstance(p.get("datasets"), list):
-        bad = [d for d in p["datasets"] if d not in DATASET_NAMES]
-        if bad:
-            problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(DATASET_NAMES)}")
+    if isinstance(p.get("datasets"), list) and (bad := [d for d in p["datasets"] if d not in DATASET_NAMES]):
+        problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(DATASET_NAMES)}")
 
 
 def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
-    """Depth, budget, their sweep lists, seeds, conditions and the integer settings (:func:`check_profile`)."""
+    """Depth, budget, their sweep lists, seeds, conditions and the integer settings."""
     try:
         Point(p.get("depth"), p.get("budget"))
     except ValueError as e:
@@ -546,8 +450,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
     for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
         v = p.get(key)
         if key == "max_images_per_class" and isinstance(v, dict):   # {dataset: k}; {} caps none
-            bad = {k: x for k, x in v.items() if k not in DATASET_NAMES or not (is_int(x) and x >= 1)}
-            if bad:
+            if bad := {k: x for k, x in v.items() if k not in DATASET_NAMES or not (is_int(x) and x >= 1)}:
                 problems.append(f"{key}: expected {{dataset: integer >= 1}} with datasets from "
                                 f"{list(DATASET_NAMES)}, got {show_value(bad)}")
         elif v is not None and not (is_int(v) and v >= 1):
@@ -556,11 +459,10 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
 
 
 def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
-    """Data roots, weights files, ``pretrained`` and ``backbone_kwargs`` (:func:`check_profile`)."""
+    """Data roots, weights files, ``pretrained`` and ``backbone_kwargs``."""
     if p.get("data_root") is not None and not is_path(p["data_root"]):
         problems.append(f"data_root: expected a directory path, got {show_value(p['data_root'])}")
     elif p.get("data_root") is not None and p.get("dataset") == "synthetic":
-        # the synthetic set is generated; a root given for it would be silently unused
         problems.append(f"data_root: {str(p['data_root'])!r} was given but the run's dataset is 'synthetic', which "
                         f"is generated and takes no data root; use --dataset cub --data-root PATH for a CUB directory")
     roots = p.get("data_roots")
@@ -575,9 +477,8 @@ def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
     if not isinstance(weights, dict):
         problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {show_value(weights)}")
     else:
-        for k, v in weights.items():
-            if not is_path(v):
-                problems.append(f"weights.{k}: expected a weights file path, got {show_value(v)}")
+        problems += [f"weights.{k}: expected a weights file path, got {show_value(v)}"
+                     for k, v in weights.items() if not is_path(v)]
     if p.get("pretrained") not in ("hub", None):
         problems.append(f"pretrained: expected 'hub' or None, got {show_value(p.get('pretrained'))}")
     kw = p.get("backbone_kwargs")

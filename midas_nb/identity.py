@@ -1,14 +1,8 @@
-"""Identity and writes: what a cached artifact or a result depends on, and how it reaches disk.
-
-Every cache and every result store of midas_nb goes through this module, so that a number is
-recomputed exactly when something it depends on changed, and a crash or a second worker never
-leaves a half-written file that is later read as valid: content hashes (:func:`hash_json`,
-:func:`file_digest`, :func:`tensor_digest`, :func:`state_dict_digest`), a dataset split's
-identity by content (:func:`dataset_identity`), atomic writes (:func:`atomic_write`) and
-verified cache files (:func:`save_verified`, :func:`load_or_build`). Decisions 0015 and 0028.
-"""
+"""Identity and writes for every cache and result store: content hashes, a dataset split's identity by
+content, atomic writes and verified cache files (decisions 0015 and 0028)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -34,9 +28,7 @@ __all__ = [
     "torch_payload", "load_torch_payload", "cache_events", "reset_cache_events",
 ]
 
-#: Version of the meaning of result rows; bump when a metric definition changes (it enters every
-#: result-store cell key, so old rows are never served for the new definition).
-#: 2: per-image mIoU / IDAUC values and ``weights_digest`` in every protocol row; paired CIs.
+#: Version of the meaning of result rows, in every result-store cell key; bump when a metric changes.
 RESULT_FORMAT_VERSION: int = 2
 
 #: Version of :func:`dataset_identity`'s recipe (enters every identity it returns).
@@ -46,21 +38,15 @@ _MAGIC = b"MIDASNB-CACHE/1\n"
 T = TypeVar("T")
 
 
-# ---- hashing ---------------------------------------------------------------------------------
-
 def jsonable(o: Any) -> Any:
     """``json.dumps`` fallback (``default=jsonable``) for numpy / torch / pandas / path values (sets →
     sorted lists, pandas ``NA``/``NaT`` → ``None``); ``TypeError`` for any other type, as ``json.dumps``."""
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
+    if isinstance(o, (np.generic, np.ndarray)):
         return o.tolist()
     if isinstance(o, Path):
         return str(o)
     if isinstance(o, (set, frozenset)):
         return sorted(o, key=str)
-    if isinstance(o, tuple):
-        return list(o)
     if hasattr(o, "isoformat"):
         return o.isoformat()
     if type(o).__name__ in ("NAType", "NaTType"):     # pandas missing values
@@ -73,12 +59,8 @@ def jsonable(o: Any) -> Any:
 
 
 def canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, no whitespace, ``NaN`` allowed) used for hashing.
-
-    Raises:
-        TypeError: for a value that has no JSON form (never silently ``str()``-ed, so two
-            different objects cannot hash alike by their repr).
-    """
+    """Deterministic JSON (sorted keys, no whitespace, ``NaN`` allowed) used for hashing; ``TypeError``
+    for a value that has no JSON form."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=jsonable)
 
 
@@ -89,8 +71,7 @@ def hash_json(obj: Any, n: int = 16) -> str:
 
 def hash_bytes(data: bytes | bytearray | memoryview, n: int | None = None) -> str:
     """SHA-256 hex digest of ``data`` (first ``n`` digits when given)."""
-    h = hashlib.sha256(data).hexdigest()
-    return h if n is None else h[:n]
+    return hashlib.sha256(data).hexdigest()[:n]
 
 
 _FILE_DIGESTS: dict[tuple, str] = {}
@@ -98,20 +79,12 @@ _FILE_LOCK = threading.Lock()
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """SHA-256 hex digest of a file's bytes, memoised per process.
-
-    The memo is keyed by the resolved path, size, ``st_mtime_ns``, ``st_ctime_ns`` and inode,
-    so a file edited in place (or replaced) during the process is hashed again.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-    """
+    """SHA-256 hex digest of a file's bytes, memoised per process by resolved path, size, mtime, ctime, inode;
+    ``FileNotFoundError`` where the file does not exist."""
     p = Path(path)
     st = os.stat(p)
     key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    with _FILE_LOCK:
-        hit = _FILE_DIGESTS.get(key)
-    if hit is not None:
+    if (hit := _FILE_DIGESTS.get(key)) is not None:
         return hit
     with open(p, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
@@ -122,27 +95,22 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def file_digest_memo() -> dict[tuple, str]:
-    """A copy of this process's :func:`file_digest` memo: ``{(resolved path, size, mtime_ns,
-    ctime_ns, inode): SHA-256 hex}``."""
+    """A copy of this process's :func:`file_digest` memo."""
     with _FILE_LOCK:
         return dict(_FILE_DIGESTS)
 
 
 def add_file_digests(entries: dict[tuple, str]) -> None:
-    """Add ``entries`` (keys and digests as :func:`file_digest_memo` gives them, e.g. written by
-    another process) to this process's :func:`file_digest` memo."""
+    """Add ``entries`` (as :func:`file_digest_memo` gives them) to this process's :func:`file_digest` memo."""
     with _FILE_LOCK:
         _FILE_DIGESTS.update(entries)
 
 
 def tensor_digest(t: Any, n: int | None = 16) -> str:
-    """SHA-256 of a tensor's (or array's) dtype, shape and bytes (contiguous, on CPU).
-
-    Equal digests ⇔ bit-identical tensors (up to SHA-256 collisions); ``-0.0`` and ``0.0`` differ.
-    """
+    """SHA-256 of a tensor's (or array's) dtype, shape and bytes: equal only for bit-identical tensors."""
     h = hashlib.sha256()
     _update_tensor(h, t)
-    return h.hexdigest() if n is None else h.hexdigest()[:n]
+    return h.hexdigest()[:n]
 
 
 def _update_tensor(h: "hashlib._Hash", t: Any) -> None:
@@ -160,12 +128,8 @@ def _update_tensor(h: "hashlib._Hash", t: Any) -> None:
 
 
 def state_dict_digest(obj: Any, n: int = 16) -> str:
-    """Digest of a model's weights: every tensor of ``obj.state_dict()`` (or of a mapping of
-    tensors) — name, dtype, shape and bytes, in sorted name order. 16 hex digits by default.
-
-    This is the ``weights_digest`` every protocol row records: rows computed from different
-    weights under one checkpoint id are visible as different digests.
-    """
+    """Digest of every tensor of ``obj.state_dict()`` (or of a mapping of tensors): name, dtype, shape
+    and bytes, in sorted name order; the ``weights_digest`` of protocol rows."""
     sd = obj.state_dict() if hasattr(obj, "state_dict") else obj
     h = hashlib.sha256()
     for name in sorted(sd):
@@ -174,21 +138,11 @@ def state_dict_digest(obj: Any, n: int = 16) -> str:
     return h.hexdigest()[:n]
 
 
-# ---- dataset identity ------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class DatasetIdentity:
-    """Content identity of a dataset split (16-hex-digit components, see :func:`dataset_identity`).
-
-    Attributes:
-        images: image ids and the bytes of every image (files; or the transformed tensors for
-            datasets without files).
-        labels: dataset kind, split, class names and per-image labels.
-        annotations: part names, raw part keypoints ``[M,P,3]`` and boxes ``[M,4]`` of the
-            split's images, and the patch size of the masks.
-        transform: transform class and parameters, dataset preprocessing options.
-        n: number of images.
-    """
+    """Content identity of a dataset split (:func:`dataset_identity`): 16-hex-digit hashes of ``images``
+    (ids, bytes), ``labels`` (kind, split, classes, labels), ``annotations`` (part names, keypoints
+    ``[M,P,3]``, boxes ``[M,4]``, mask patch size), ``transform`` (class, parameters); ``n`` images."""
 
     images: str
     labels: str
@@ -223,28 +177,22 @@ def _transform_spec(transform: Any) -> dict[str, Any]:
     return spec
 
 
-def _records_annotated(ds: Any) -> dict[str, Any]:
+def _items_annotated(ds: Any) -> dict[str, Any]:
     """Per-item records of an :class:`midas_nb.data.AnnotatedDataset` from its files."""
     parts = np.ascontiguousarray(np.asarray(ds.raw_parts, dtype=np.float32))
     boxes = np.ascontiguousarray(np.asarray(ds.raw_boxes, dtype=np.float32))
     options = ds.identity_options() if hasattr(ds, "identity_options") else {}
     return dict(
-        kind=type(ds).__name__,
-        split=str(getattr(ds, "split", "")),
-        classes=[str(c) for c in ds.classes],
         ids=[str(i) for i in ds.image_ids],
         image=[file_digest(p) for p in ds.paths],
         ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
         labels=[int(v) for v in ds.labels],
-        part_names=[str(p) for p in ds.part_names],
-        patch_size=int(getattr(ds, "patch_size", 0)),
         transform=dict(_transform_spec(ds.transform), options=options),
     )
 
 
-def _records_generic(ds: Any) -> dict[str, Any]:
-    """Per-item records of any dataset of ``Sample``: every sample is read (its image as the
-    model sees it, so the transform is implicit in ``image``)."""
+def _items_generic(ds: Any) -> dict[str, Any]:
+    """Per-item records of any dataset of ``Sample``, read sample by sample (transform implicit in ``image``)."""
     ids, image, ann, labels = [], [], [], []
     for i in range(len(ds)):
         s = ds[i]
@@ -258,50 +206,34 @@ def _records_generic(ds: Any) -> dict[str, Any]:
                 _update_tensor(h, v)
         ann.append(h.hexdigest()[:32])
         labels.append(int(s.label))
-    return dict(
-        kind=type(ds).__name__,
-        split=str(getattr(ds, "split", "")),
-        classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
-        ids=ids, image=image, ann=ann, labels=labels,
-        part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
-        patch_size=int(getattr(ds, "patch_size", 0) or 0),
-        transform={"class": "samples (transform implicit in the image tensors)"},
-    )
+    return dict(ids=ids, image=image, ann=ann, labels=labels,
+                transform={"class": "samples (transform implicit in the image tensors)"})
 
 
 def _records(ds: Any) -> dict[str, Any]:
+    """The split's kind, classes and parts, and its per-item records (a ``Subset``: its base's, restricted)."""
     from torch.utils.data import Subset
 
     if isinstance(ds, Subset):
         base = _records(ds.dataset)
         idx = [int(i) for i in ds.indices]
-        out = dict(base)
-        for k in ("ids", "image", "ann", "labels"):
-            out[k] = [base[k][i] for i in idx]
-        out["kind"] = f"Subset({base['kind']})"
-        return out
-    if all(hasattr(ds, a) for a in ("paths", "image_ids", "raw_parts", "raw_boxes", "transform", "labels")):
-        return _records_annotated(ds)
-    return _records_generic(ds)
+        picked = {k: [base[k][i] for i in idx] for k in ("ids", "image", "ann", "labels")}
+        return dict(base, **picked, kind=f"Subset({base['kind']})")
+    annotated = all(hasattr(ds, a) for a in ("paths", "image_ids", "raw_parts", "raw_boxes", "transform", "labels"))
+    return dict(
+        kind=type(ds).__name__,
+        split=str(getattr(ds, "split", "")),
+        classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
+        part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
+        patch_size=int(getattr(ds, "patch_size", 0) or 0),
+        **(_items_annotated(ds) if annotated else _items_generic(ds)),
+    )
 
 
 def dataset_identity(dataset: Any) -> DatasetIdentity:
-    """Content identity of a dataset split, path-independent (see :class:`DatasetIdentity`).
-
-    For a :class:`midas_nb.data.AnnotatedDataset` (CUB, Aircraft, Cars, the synthetic set) the
-    image *files* are hashed (bytes, memoised per process by :func:`file_digest`: cheap, about
-    0.1 s for 2,300 JPEGs) together with the parsed annotations of the split's images; a
-    ``torch.utils.data.Subset`` is the identity of its base restricted to its indices; any
-    other dataset of ``Sample`` is read sample by sample (tensors hashed).
-
-    Moving the dataset directory keeps every component; editing one keypoint line changes
-    ``annotations`` (and ``full``) of the split holding that image only; replacing an image
-    changes ``images``.
-
-    Raises:
-        ValueError: for an empty dataset.
-        FileNotFoundError: an image file listed by the dataset is missing.
-    """
+    """Content identity of a dataset split, path-independent: an annotated dataset's image files and parsed
+    annotations; a ``Subset`` as its base restricted to its indices; another dataset sample by sample.
+    ``ValueError`` for an empty dataset, ``FileNotFoundError`` for a missing image file."""
     n = len(dataset)
     if n == 0:
         raise ValueError("dataset is empty; an identity needs at least one image")
@@ -319,10 +251,8 @@ _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".
 
 
 def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
-    """``(relative path, size, st_mtime_ns)`` of every non-image file within ``depth`` levels of
-    ``root`` (the annotation files of CUB, FGVC-Aircraft, Stanford Cars), sorted; ``()`` for
-    ``None`` or a missing root. Cheap (directory listings and ``stat`` only): callers that keep
-    parsed datasets alive use it to notice edited annotation files."""
+    """``(relative path, size, st_mtime_ns)`` of every non-image file within ``depth`` levels of ``root``,
+    sorted; ``()`` for ``None`` or a missing root."""
     if root is None or not Path(root).is_dir():
         return ()
     out = []
@@ -331,30 +261,10 @@ def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
         if (0 if rel == os.curdir else rel.count(os.sep) + 1) + 1 >= depth:
             dirs.clear()   # ``depth`` levels of folders are listed, the root being the first
         for path in (os.path.join(d, f) for f in files if Path(f).suffix.lower() not in _IMAGE_SUFFIXES):
-            try:
+            with contextlib.suppress(OSError):   # a file gone since the listing
                 st = os.stat(path)
-            except OSError:
-                continue
-            out.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
+                out.append((os.path.relpath(path, root), st.st_size, st.st_mtime_ns))
     return tuple(sorted(out))
-
-
-# ---- atomic writes ---------------------------------------------------------------------------
-
-_TMP_SUFFIX = ".tmp"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def new_file_mode(directory: bool = False) -> int:
@@ -370,20 +280,12 @@ def new_file_mode(directory: bool = False) -> int:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write a file atomically through ``write(binary_file)``.
-
-    ``write`` writes into a temporary file ``.<name>.<random>.tmp`` in ``path``'s directory
-    (unique per process and call, with the umask's mode, :func:`new_file_mode`), which is
-    flushed and ``fsync``-ed, then ``os.replace``-d over ``path``; the directory is ``fsync``-ed.
-    Readers see either the old file or the complete new one. On any error the temporary file is
-    removed and the error re-raised.
-
-    Returns:
-        ``path`` as a ``Path``.
-    """
+    """Write ``path`` atomically through ``write(binary_file)``: a temporary file ``.<name>.<random>.tmp``
+    beside it (mode :func:`new_file_mode`), ``fsync``-ed and ``os.replace``-d over it (then the directory
+    ``fsync``-ed); removed on any error."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), new_file_mode())
@@ -392,12 +294,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
-    _fsync_dir(path.parent)
+    with contextlib.suppress(OSError):  # the directory entry too
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return path
 
 
@@ -410,8 +315,6 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """:func:`atomic_write` of ``text`` (UTF-8)."""
     return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
-
-# ---- verified cache files --------------------------------------------------------------------
 
 class CacheIntegrityError(ValueError):
     """A cache file is truncated, corrupt, or holds another key than its name says."""
@@ -426,11 +329,9 @@ _PROBLEMS: list[dict[str, str]] = []
 
 
 def cache_events() -> dict[str, Any]:
-    """Counts of this process's cache events — ``loaded``, ``built``, ``corrupt``,
-    ``file_hashed`` (files read and hashed by :func:`file_digest`, memo misses) — and the
-    ``problems`` (path, reason) of every file that failed its check (then rebuilt)."""
-    return dict(loaded=_EVENTS["loaded"], built=_EVENTS["built"], corrupt=_EVENTS["corrupt"],
-                file_hashed=_EVENTS["file_hashed"], problems=list(_PROBLEMS))
+    """Counts of this process's cache events (``loaded``, ``built``, ``corrupt``, ``file_hashed``) and the
+    ``problems`` (path, reason) of every file that failed its check."""
+    return {k: _EVENTS[k] for k in ("loaded", "built", "corrupt", "file_hashed")} | {"problems": list(_PROBLEMS)}
 
 
 def reset_cache_events() -> None:
@@ -440,35 +341,17 @@ def reset_cache_events() -> None:
 
 
 def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> Path:
-    """Write ``payload`` atomically as a verified cache file.
-
-    Layout: ``MIDASNB-CACHE/1\\n``, one JSON line ``{"key", "length", "sha256"}``, then the
-    payload bytes. ``key`` (JSON-able) is stored so a reader can check the file holds what its
-    name says.
-    """
+    """Write ``payload`` atomically as a verified cache file: ``MIDASNB-CACHE/1\\n``, one JSON line
+    ``{"key", "length", "sha256"}``, the payload."""
     header = json.dumps(dict(key=key, length=len(payload), sha256=hash_bytes(payload)),
                         sort_keys=True, default=jsonable, allow_nan=True).encode() + b"\n"
-
-    def write(f: BinaryIO) -> None:
-        f.write(_MAGIC)
-        f.write(header)
-        f.write(payload)
-
-    return atomic_write(path, write)
+    return atomic_write(path, lambda f: f.writelines((_MAGIC, header, payload)))
 
 
 def load_verified(path: str | os.PathLike, key: Any = None) -> bytes:
-    """The payload of a file written by :func:`save_verified`, after checking it.
-
-    Args:
-        path: the file.
-        key: when not ``None``, the key the file must hold (compared as canonical JSON).
-
-    Raises:
-        FileNotFoundError: no such file.
-        CacheIntegrityError: not a cache container, truncated (length differs), corrupt
-            (SHA-256 differs), or another key.
-    """
+    """The payload of a :func:`save_verified` file, checked (``key``: unless ``None``, the key it must hold);
+    ``FileNotFoundError``, or :class:`CacheIntegrityError` for a file not a cache file, truncated, corrupt or
+    holding another key."""
     p = Path(path)
     data = p.read_bytes()
     if not data.startswith(_MAGIC):
@@ -525,16 +408,9 @@ def load_or_build(
     validate: Callable[[T], str | None] | None = None,
     what: str = "cache file",
 ) -> tuple[T, bool]:
-    """The verified cached value at ``path``, or ``build()`` saved there.
-
-    A file that is truncated, corrupt, holds another key, cannot be decoded, or fails
-    ``validate`` (which returns a reason, or ``None`` when the value is fine) is reported —
-    :class:`CacheIntegrityWarning` and :func:`cache_events` ``["corrupt"]`` — and rebuilt; it is
-    never returned.
-
-    Returns:
-        ``(value, loaded_from_cache)``.
-    """
+    """``(value, loaded_from_cache)``: the verified cached value at ``path``, or ``build()`` saved there; a file
+    that fails its check, cannot be decoded or fails ``validate`` (a reason, or ``None``) is reported
+    (:func:`report_corrupt`) and rebuilt."""
     p = Path(path)
     if p.exists():
         try:

@@ -40,29 +40,17 @@ def show_value(v: Any) -> str:
 
 
 def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
-    """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known`` (difflib),
-    else ``""``."""
+    """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known``, else ``""``."""
     known = sorted(set(known))
     hints = [f"{n!r} -> {m[0]!r}" for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
-    if not hints:
-        return ""
     if len(hints) == 1:
         return f" (did you mean {hints[0].split(' -> ')[1]}?)"
-    return f" (did you mean: {', '.join(hints)}?)"
+    return f" (did you mean: {', '.join(hints)}?)" if hints else ""
 
 
 class Budget(float):
-    """The kept fraction ``b`` of patch tokens, ``MIN_BUDGET ≤ b ≤ 1`` (DESIGN.md §3).
-
-    A ``float`` (arithmetic, JSON, pandas and hashing as for the plain number) whose
-    construction is the check: ``Budget(x)`` raises on anything else and returns ``x`` itself
-    when it is already a ``Budget``.
-
-    Raises:
-        ValueError: ``"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got …"`` for
-            a non-number, ``b ≤ 0`` or ``b > 1``; below :data:`MIN_BUDGET` (the 6 decimals
-            at which result cells key ``b``) a message that says so.
-    """
+    """The kept fraction ``b`` of patch tokens, ``MIN_BUDGET ≤ b ≤ 1``: a ``float`` whose construction
+    is the check (a ``Budget`` is returned as is; ``ValueError``, one line, for anything else)."""
 
     __slots__ = ()
 
@@ -86,14 +74,8 @@ class Budget(float):
 
 @dataclass(frozen=True)
 class Point:
-    """Depth ``L`` (the scorer reads the output of block ``L``, 1-based) and budget ``b``.
-
-    The upper bound ``L < blocks`` needs the backbone (:func:`midas_nb.backbones.vit.check_depth`).
-
-    Raises:
-        ValueError: one line per problem (depth and budget together), e.g.
-            ``"depth: expected an integer L >= 1 (the scorer reads block L), got 0 (int)"``.
-    """
+    """Depth ``L`` (the scorer reads block ``L``, 1-based; ``L < blocks``:
+    :func:`midas_nb.backbones.vit.check_depth`) and budget ``b``; ``ValueError``, one line per problem."""
 
     depth: int
     budget: Budget
@@ -101,7 +83,8 @@ class Point:
     def __post_init__(self) -> None:
         problems = []
         if not (is_int(self.depth) and self.depth >= 1):
-            problems.append(f"depth: expected an integer L >= 1 (the scorer reads block L), got {show_value(self.depth)}")
+            problems.append("depth: expected an integer L >= 1 (the scorer reads block L), "
+                            f"got {show_value(self.depth)}")
         try:
             object.__setattr__(self, "budget", Budget(self.budget))
         except ValueError as e:
