@@ -1,8 +1,5 @@
-"""The results table: one row per (dataset, backbone, condition, depth, budget, seed).
-
-Every evaluation ends as rows of this table (:func:`make_table` validates them against
-:data:`SCHEMA`); the analyses (:mod:`midas_nb.analysis`) and the figures read it.
-"""
+"""The results table, one row per (dataset, backbone, condition, depth, budget, seed), validated
+against :data:`SCHEMA` by :func:`make_table`; the analyses and the figures read it."""
 from __future__ import annotations
 
 from .aggregate import aggregate_seeds

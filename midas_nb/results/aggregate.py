@@ -17,30 +17,24 @@ _PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
-    """Mean, sample std (``ddof=1``; NaN for one seed) and count over seeds, per metric, with a
-    confidence interval of the mean over seeds.
+    """Mean, sample std (``ddof=1``) and count over seeds, per metric, with an interval of the mean.
 
-    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)``
-    percentile-bootstrap interval of the mean over seeds that accounts for both sources of
-    variation: each resample draws the seeds with replacement and the test images with
-    replacement (the same images for every seed), from the per-image values the protocol stores
-    (:data:`PER_IMAGE_COLUMNS`; :func:`midas_nb.metrics.hierarchical_bootstrap`). With one
-    seed it is the bootstrap over images. It is *not* the mean of the per-seed bounds. A group
-    whose rows lack per-image values gets NaN bounds (``ci_method`` says which).
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)`` percentile
+    bootstrap of the mean that resamples seeds and test images (the same images for every seed)
+    from the stored per-image values (:func:`midas_nb.metrics.hierarchical_bootstrap`); with one seed,
+    images only; NaN where a group's rows lack per-image values.
 
     Args:
-        table: results rows.
         by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``. The
             checkpoint columns (``checkpoint_id``, ``weights_digest``) present are always added.
         metrics: metric columns to aggregate (those present are used).
         n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
 
     Returns:
-        One row per group: ``by``, ``n_seeds`` (rows in the group), ``seeds`` (sorted, as a
-        string), ``n_images`` (mean), and for each metric ``m``: ``m_mean``, ``m_std``,
-        ``m_n`` (non-NaN values); for ``miou``, ``idauc``, ``accuracy`` also ``m_lo`` /
-        ``m_hi`` (above) and one ``ci_method`` column (``"seeds × images bootstrap"``,
-        ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``).
+        One row per group: ``by``, ``n_seeds`` (rows), ``seeds`` (sorted, as a string), ``n_images``
+        (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values) per metric, ``m_lo`` / ``m_hi`` and
+        ``ci_method`` (``"seeds × images bootstrap"``, ``"images bootstrap (one seed)"`` or
+        ``"unavailable: no per-image values"``).
     """
     by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
     missing = [c for c in by if c not in table.columns]
@@ -57,9 +51,7 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     if "n_images" in src.columns:
         spec["n_images"] = ("n_images", "mean")
     for m in metrics:
-        spec[f"{m}_mean"] = (m, "mean")
-        spec[f"{m}_std"] = (m, "std")
-        spec[f"{m}_n"] = (m, "count")
+        spec.update({f"{m}_mean": (m, "mean"), f"{m}_std": (m, "std"), f"{m}_n": (m, "count")})
     spec["_rows"] = ("_row", list)
     out = g.agg(**spec).reset_index()
     ci_metrics = [m for m in metrics if m in _PER_IMAGE_IDS]

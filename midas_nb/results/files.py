@@ -1,6 +1,8 @@
 """Writing and reading results tables: CSV (per-image lists as JSON) and parquet when pyarrow is installed."""
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import re
 from pathlib import Path
@@ -26,18 +28,14 @@ def _paths(name: str, runs_dir: str | Path | None) -> tuple[Path, Path]:
 
 def _has_pyarrow() -> bool:
     try:
-        import pyarrow  # noqa: F401
+        return bool(importlib.import_module("pyarrow"))
     except ImportError:
         return False
-    return True
 
 
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
-    """Write ``table`` to ``<runs_dir>/<name>.csv`` (and ``.parquet`` if pyarrow is importable).
-
-    ``runs_dir=None`` → :func:`midas_nb.config.runs_dir` (``runs/`` or ``MIDAS_RUNS_DIR``).
-    Returns the CSV path.
-    """
+    """Write ``table`` to ``<runs_dir>/<name>.csv`` (and ``.parquet`` if pyarrow is importable);
+    returns the CSV path. Default ``runs_dir``: :func:`midas_nb.config.runs_dir`."""
     csv, parquet = _paths(name, runs_dir)
     enc = encode_lists(table)
     atomic_write_text(csv, enc.to_csv(index=False))
@@ -57,8 +55,7 @@ def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
-    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`: their JSON-list
-    cells back to lists, in place; returns ``df``.
+    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`, in place; returns ``df``.
 
     Raises:
         json.JSONDecodeError: a cell that starts with ``[`` but is not JSON.
@@ -71,10 +68,8 @@ def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
 
 def load_table(name: str, runs_dir: str | Path | None = None,
                format: Literal["auto", "csv", "parquet"] = "auto") -> pd.DataFrame:
-    """Read a table written by :func:`save_table`.
-
-    ``format="auto"`` prefers the parquet file (exact dtypes) when it exists and pyarrow is
-    importable. Schema columns get the schema's dtypes back (empty strings stay ``""``).
+    """Read a table written by :func:`save_table`, with the schema's dtypes (``format="auto"``:
+    the parquet file when it exists and pyarrow is importable).
 
     Raises:
         FileNotFoundError: when the file is absent.
@@ -91,17 +86,13 @@ def load_table(name: str, runs_dir: str | Path | None = None,
         # the non-text columns ("" → NaN; "True"/"False" → bool)
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
         text_cols = {c.name for c in SCHEMA if c.dtype == "str"}
-        for c in df.columns:
-            if c in text_cols:
-                continue
+        for c in [c for c in df.columns if c not in text_cols]:
             col = df[c].replace({"": np.nan})
             if set(col.dropna()) <= {"True", "False"} and col.notna().any():
                 df[c] = col.map({"True": True, "False": False})
-                continue
-            try:
-                df[c] = pd.to_numeric(col)
-            except (ValueError, TypeError):
-                pass
+            else:
+                with contextlib.suppress(ValueError, TypeError):
+                    df[c] = pd.to_numeric(col)
     if all(c in df.columns for c in SCHEMA_COLUMNS):
         df = cast_columns(df)
     return decode_lists(df)

@@ -1,7 +1,6 @@
-"""What a reader sees of a results table: one settings line that states the sample
-(:func:`sample_note`, :func:`probe_note`), compact tables whose numbers read
-``0.153 [0.148, 0.158]`` (:func:`compact`), and tables of long text shown whole
-(:func:`full_text`, :func:`wrap_text`) instead of cut at pandas' 50 characters."""
+"""What a reader sees of a results table: settings lines that state the sample (:func:`sample_note`,
+:func:`probe_note`), cells that read ``0.153 [0.148, 0.158]`` (:func:`compact`), long text shown whole
+(:func:`full_text`). Decision: docs/decisions/0043-reader-tables.md."""
 from __future__ import annotations
 
 import math
@@ -17,15 +16,10 @@ __all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "fu
 
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
-    """``"0.153 [0.148, 0.158]"``; the bare value without an interval; ``"n/a"`` for NaN.
-
-    Negative zero prints as ``0.000`` (``-0.0004`` rounds to ``0.000``, never ``-0.000``).
-    """
+    """``"0.153 [0.148, 0.158]"``; the bare value without an interval; ``"n/a"`` for NaN; ``-0.0004``
+    prints as ``0.000``."""
     def f(x: Any) -> str:
-        x = float(x)
-        s = f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-        zero = f"{0.0:.{digits}f}"
-        return s.replace("-" + zero, ("+" if signed else "") + zero) if s.lstrip("+-") == zero else s
+        return f"{float(x):{'+' if signed else ''}z.{digits}f}"
 
     try:
         if m is None or math.isnan(float(m)):
@@ -52,6 +46,14 @@ def _values(table: pd.DataFrame, col: str) -> list:
 def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
     v = _values(table, col)
     return None if not v else fmt(v[0]) if len(v) == 1 else ", ".join(fmt(x) for x in v)
+
+
+def _int(x: Any) -> str:
+    return f"{int(x)}"
+
+
+def _bootstrap(bootstrap: int | None) -> list[str]:
+    return [] if bootstrap is None else [f"95 % CI: bootstrap over images, {int(bootstrap)} resamples"]
 
 
 def _backbone(table: pd.DataFrame) -> list[str]:
@@ -82,12 +84,9 @@ def _seeds_text(table: pd.DataFrame) -> str:
 
 
 def sample_note(table: pd.DataFrame) -> str:
-    """One line stating a protocol table's sample and settings, read from its rows.
-
-    Images for coverage (and how many had no visible part / informative box: ``n_skipped_parts``
-    or ``n_skipped``), images and steps
-    for IDAUC, seeds, the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the
-    backbone and its checkpoint — so no table says "299 test images" when IDAUC used 64.
+    """One line stating a protocol table's sample and settings, read from its rows: images for
+    coverage (skipped ones: ``n_skipped_parts`` or ``n_skipped``), images and steps for IDAUC, seeds,
+    the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the backbone and checkpoint.
 
     Raises:
         ValueError: an empty table.
@@ -95,32 +94,26 @@ def sample_note(table: pd.DataFrame) -> str:
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
-    n = _one(table, "n_images", lambda x: f"{int(x)}")
-    kind = coverage_name(table)
+    n = _one(table, "n_images", _int)
     if n is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""
-        parts.append(f"{kind}: {n} test images{sk}")
-    ni = _one(table, "n_idauc_images", lambda x: f"{int(x)}")
-    steps = _one(table, "idauc_steps", lambda x: f"{int(x)}")
+        parts.append(f"{coverage_name(table)}: {n} test images{sk}")
+    ni, steps = _one(table, "n_idauc_images", _int), _one(table, "idauc_steps", _int)
     if ni is not None:
         parts.append(f"IDAUC: {ni} images, {steps} steps" if steps else f"IDAUC: {ni} images")
     if _values(table, "seed"):
         parts.append(_seeds_text(table))
-    trained = table[table.get("epochs", pd.Series(0, index=table.index)).fillna(0) > 0] \
-        if "epochs" in table.columns else table.iloc[0:0]
+    trained = table[table["epochs"].fillna(0) > 0] if "epochs" in table.columns else table.iloc[0:0]
     if len(trained):
-        sc = _one(trained, "scorer") or "scorer"
-        ep = _one(trained, "epochs", lambda x: f"{int(x)}")
-        parts.append(f"{sc} scorers trained {ep} epochs")
-        sup = trained[trained.get("lambda_ga", pd.Series(0.0, index=trained.index)).fillna(0) > 0] \
-            if "lambda_ga" in trained.columns else trained.iloc[0:0]
+        parts.append(f"{_one(trained, 'scorer') or 'scorer'} scorers trained {_one(trained, 'epochs', _int)} epochs")
+        sup = trained[trained["lambda_ga"].fillna(0) > 0] if "lambda_ga" in trained.columns else trained.iloc[0:0]
         if len(sup):
             parts.append("λ = " + (_one(sup, "lambda_ga", lambda x: f"{float(x):g}") or "?"))
         rel = [r for r in _values(trained, "relaxation") if r]
         if rel:
             parts.append("relaxation " + "/".join(rel))
-    d, b = _one(table, "depth", lambda x: f"{int(x)}"), _one(table, "budget", lambda x: f"{float(x):.0%}")
+    d, b = _one(table, "depth", _int), _one(table, "budget", lambda x: f"{float(x):.0%}")
     if d is not None or b is not None:
         parts.append(", ".join(x for x in (d and f"L = {d}", b and f"b = {b}") if x))
     return "; ".join(parts + _backbone(table))
@@ -129,26 +122,15 @@ def sample_note(table: pd.DataFrame) -> str:
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
             digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
             bounds: Mapping[str, tuple[str, str]] | None = None, skip_missing: bool = False) -> pd.DataFrame:
-    """A reader's table: one column per metric, each cell ``m [lo, hi]``, then the ``keep``
-    columns as they are.
-
-    For each metric ``m`` the value column is ``m`` or ``m_mean`` (seed aggregates) and the
-    bounds ``m_lo`` / ``m_hi`` where present (or the columns ``bounds[m]`` names). Columns
-    that are NaN in every row are dropped, metric and ``keep`` columns alike.
+    """A reader's table indexed by ``index``: one column per metric, each cell ``m [lo, hi]`` (value
+    column ``m`` or ``m_mean``, bounds ``m_lo`` / ``m_hi`` or ``bounds[m]``, e.g. ``{"cosine": ("lo", "hi")}``),
+    then the ``keep`` columns; columns NaN in every row are dropped.
 
     Args:
-        table: rows with the metric columns.
-        metrics: metric names, in display order.
-        index: column(s) naming the rows.
-        digits: decimals.
         signed: metrics printed with a sign (differences such as ``D_pp``, ``delta_idauc``).
-        keep: other columns shown unformatted after the metrics (``status``, ``n_seeds``);
-            a name the table lacks is skipped; in a column NaN in some rows, those rows show
-            ``—`` and whole-number floats print as integers (``last_K``: ``1``, not ``1.0``).
-        bounds: ``{metric: (lo column, hi column)}`` where the bounds are not ``m_lo`` /
-            ``m_hi`` (e.g. ``{"cosine": ("lo", "hi")}``).
-        skip_missing: leave out a metric the table lacks instead of raising (columns only some
-            runs produce, e.g. the related scorer families' speed columns).
+        keep: columns shown after the metrics (``status``, ``n_seeds``; a name the table lacks is
+            skipped); rows NaN there show ``—``, and whole-number floats print as integers.
+        skip_missing: leave out a metric the table lacks instead of raising.
 
     Raises:
         ValueError: a metric without a value column in ``table`` (unless ``skip_missing``).
@@ -163,11 +145,9 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
             continue
-        lo_col, hi_col = (bounds or {}).get(m, (f"{m}_lo", f"{m}_hi"))
-        lo, hi = table.get(lo_col), table.get(hi_col)
-        out[m] = [format_ci(v, lo.iloc[i] if lo is not None else math.nan,
-                            hi.iloc[i] if hi is not None else math.nan, digits, m in signed)
-                  for i, v in enumerate(table[col].tolist())]
+        nan = pd.Series(math.nan, index=table.index)
+        lo, hi = (table.get(c, nan) for c in (bounds or {}).get(m, (f"{m}_lo", f"{m}_hi")))
+        out[m] = [format_ci(v, a, b, digits, m in signed) for v, a, b in zip(table[col].tolist(), lo, hi)]
     for k in keep:
         if k in table.columns and k not in out.columns and not table[k].isna().all():
             col = table[k]
@@ -176,40 +156,27 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
 
 
 def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int | None = None) -> str:
-    """One line stating a cosine-probe table's sample and settings (notebooks 03 and 05).
-
-    Reads ``n_images``, ``mode`` (``rank``: Spearman ρ), ``depth`` (NaN or absent: ``depth``
-    argument), ``backbone`` and ``checkpoint_id`` from the rows, e.g. ``"24 test images; rank
-    cosine (Spearman ρ) of the targets at block L = 2; 95 % CI: bootstrap over images, 1000
-    resamples"``.
-
-    Args:
-        table: rows of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`.
-        bootstrap: resamples of the intervals; ``None`` leaves them unstated.
-        depth: the block the targets were read at where the rows do not say it.
+    """One line stating the sample and settings of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`
+    rows, e.g. ``"24 test images; rank cosine (Spearman ρ) of the targets at block L = 2; 95 % CI: bootstrap
+    over images, 1000 resamples"`` (``bootstrap=None``: no interval stated; ``depth``: where the rows lack it).
 
     Raises:
         ValueError: an empty table.
     """
     if table.empty:
         raise ValueError("probe_note: the table has no rows")
-    parts = []
-    n = _one(table, "n_images", lambda x: f"{int(x)}")
-    if n is not None:
-        parts.append(f"{n} test images")
+    n = _one(table, "n_images", _int)
+    parts = [] if n is None else [f"{n} test images"]
     mode = _one(table, "mode") or "rank"
     what = f"{mode} cosine (Spearman ρ)" if mode == "rank" else f"{mode} cosine"
-    d = _one(table, "depth", lambda x: f"{int(x)}") or (None if depth is None else f"{int(depth)}")
+    d = _one(table, "depth", _int) or (None if depth is None else f"{int(depth)}")
     parts.append(what + (f" of the targets at block L = {d}" if d else ""))
-    if bootstrap is not None:
-        parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
-    return "; ".join(parts + _backbone(table))
+    return "; ".join(parts + _bootstrap(bootstrap) + _backbone(table))
 
 
 def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
-    """``table`` as plain text, index first, every cell in full: text longer than ``width``
-    characters wraps at spaces onto further lines of its row (a word longer than ``width``, such
-    as a path, stays whole); a blank line sets off each row that takes several lines.
+    """``table`` as plain text, index first, every cell in full: text wraps at spaces within
+    ``width`` characters (a longer word stays whole); a blank line sets off each row of several lines.
 
     Raises:
         ValueError: ``width`` below 8.
@@ -235,13 +202,8 @@ def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
 
 
 class FullText:
-    """A table a notebook shows whole: its HTML (``_repr_html_``) without pandas' 50-character
-    cell limit, its plain text (``repr``) with long cells wrapped (:func:`wrap_text`).
-
-    Attributes:
-        table: the DataFrame shown.
-        width: wrap width of the plain text, characters.
-    """
+    """A table a notebook shows whole: HTML (``_repr_html_``) without pandas' 50-character cell
+    limit, plain text (``repr``) wrapped at ``width`` characters (:func:`wrap_text`)."""
 
     def __init__(self, table: pd.DataFrame, width: int = 40):
         self.table, self.width = table, width
@@ -254,37 +216,30 @@ class FullText:
 
 
 def full_text(table: pd.DataFrame, width: int = 40) -> FullText:
-    """``table`` for display in full (a notebook cell ending on it shows every character of every
-    cell): see :class:`FullText`."""
+    """``table`` for display in full: see :class:`FullText`."""
     return FullText(table, width)
 
 
 def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None) -> str:
     """One line stating a per-image table's sample: ``"12 test images; <what>; 95 % CI:
-    bootstrap over images, 1000 resamples"`` (``n_images`` read from the rows; several counts
-    are listed).
+    bootstrap over images, 1000 resamples"`` (several ``n_images`` are listed).
 
     Raises:
         ValueError: an empty table or one without ``n_images``.
     """
     if table.empty or "n_images" not in table.columns:
         raise ValueError("images_note: the table has no rows or no n_images column")
-    parts = [f"{_one(table, 'n_images', lambda x: f'{int(x)}')} test images", what]
-    if bootstrap is not None:
-        parts.append(f"95 % CI: bootstrap over images, {int(bootstrap)} resamples")
+    parts = [f"{_one(table, 'n_images', _int)} test images", what] + _bootstrap(bootstrap)
     return "; ".join(p for p in parts if p)
 
 
 def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
                 signed: bool = False, lowest: bool = False) -> str:
-    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not
-    separated from.
-
-    ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals overlap
+    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not separated
+    from: ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals overlap
     T5's)"``. A leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies
-    above every other row's interval (non-overlapping 95 % intervals: a conservative reading of
-    a difference, since the rows' own paired differences are not in the table). Rows with a NaN
-    ``value`` are left out; without interval columns only the highest point is named.
+    above every other row's. Rows with a NaN ``value`` are left out; without interval columns only
+    the highest point is named.
 
     Raises:
         ValueError: ``value`` or ``name`` is not a column, or no row has a value.
@@ -297,10 +252,9 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
         raise ValueError(f"leader_line: no row has a value in {value!r}")
     lo, hi = f"{value}_lo", f"{value}_hi"
     top = t.iloc[0]
-    has_ci = lo in t.columns and hi in t.columns
-    head = (f"{what}: {top[name]} "
-            f"({format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)})")
-    if not has_ci or len(t) == 1:
+    ci = format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)
+    head = f"{what}: {top[name]} ({ci})"
+    if lo not in t.columns or hi not in t.columns or len(t) == 1:
         return head
     ties = [str(r[name]) for _, r in t.iloc[1:].iterrows()
             if not (float(r[lo]) > float(top[hi]) if lowest else float(r[hi]) < float(top[lo]))]
@@ -311,24 +265,14 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
 
 
 def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
-    """The faithfulness check behind each parity band of a ``D`` table, one line per baseline.
+    """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table
+    against ``reference`` and the controls, one line per baseline (DESIGN.md §6).
 
-    A band verdict against a baseline speaks only where that baseline ranks tokens more
-    faithfully than the random ranking (its ``reference_check``, DESIGN.md §6): the band against
-    the reference can be ``"uninformative"`` while the band against the ``random_map`` control
-    is not, and the other way round. Reads ``band_reason`` (the reference) and every
-    ``band_reason_vs_<control>`` (:func:`midas_nb.analysis.control.decoupling_with_controls`); a
-    baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows
-    (their reason is not a check) are skipped. A table of several cells (dataset, backbone,
-    ``L``, ``b``) gives each cell's check after its name, joined with ``" | "``.
-
-    Args:
-        D: a :func:`midas_nb.metrics.decoupling_D` or ``decoupling_with_controls`` table.
-        reference: the condition ``D`` was computed against.
-
-    Returns:
-        ``"band against reference: reference IDAUC 0.001 [...] not above random ..."``, one
-        line per baseline; ``""`` when the table has no check.
+    Reads ``band_reason`` and every ``band_reason_vs_<control>``
+    (:func:`midas_nb.analysis.control.decoupling_with_controls`), skipping a baseline's own row, rows
+    without a check and ``"undefined"`` / ``"no reference"`` rows; a table of several cells (dataset,
+    backbone, ``L``, ``b``) names each cell. Returns ``"band against reference: reference IDAUC
+    0.001 [...] not above random ..."`` lines, ``""`` when the table has no check.
     """
     cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
     many = len(D[cell].drop_duplicates()) > 1 if cell else False
@@ -339,10 +283,9 @@ def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
         if col not in D.columns:
             continue
         scol = "status" if col == "band_reason" else f"status_vs_{name}"
-        status = D[scol] if scol in D.columns else pd.Series("", index=D.index)
+        status = D.get(scol, pd.Series("", index=D.index))
         texts: dict[str, None] = {}
-        for k in range(len(D)):
-            r, c, st = D[col].iat[k], D["condition"].iat[k], status.iat[k]
+        for k, (r, c, st) in enumerate(zip(D[col], D["condition"], status)):
             if c in (name, reference) or st in ("undefined", "no reference") or not (isinstance(r, str) and r):
                 continue
             where = ", ".join(f"{n}={_plain(D[n].iat[k])}" for n in cell)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -88,53 +88,26 @@ def current_versions() -> str:
     return f"torch={torch.__version__};timm={timm.__version__};midas_nb={own}"
 
 
-@dataclass
-class ResultRow:
-    """One row of the results table (units: :data:`SCHEMA`).
+def _row_to_dict(self) -> dict[str, Any]:
+    d = asdict(self)
+    extras = d.pop("extras")
+    clash = set(extras) & set(d)
+    if clash:
+        raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
+    d.update(extras)
+    return d
 
-    ``extras`` holds additional columns (e.g. ``lambda_ga``, ``scorer``); they are written
-    after the schema columns. ``to_dict()`` flattens them in.
-    """
 
-    dataset: str
-    backbone: str
-    checkpoint_id: str
-    condition: str
-    depth: int
-    budget: float
-    seed: int
-    n_images: int
-    target: str = ""
-    relaxation: str = ""
-    n_skipped_parts: int = 0
-    coverage_kind: str = "part mIoU"
-    miou: float = _NaN
-    miou_lo: float = _NaN
-    miou_hi: float = _NaN
-    idauc: float = _NaN
-    idauc_lo: float = _NaN
-    idauc_hi: float = _NaN
-    ins_auc: float = _NaN
-    del_auc: float = _NaN
-    accuracy: float = _NaN
-    accuracy_lo: float = _NaN
-    accuracy_hi: float = _NaN
-    pib: float = _NaN
-    throughput: float = _NaN
-    idauc_steps: int = 0
-    idauc_space: str = "token"
-    device: str = ""
-    versions: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        extras = d.pop("extras")
-        clash = set(extras) & set(d)
-        if clash:
-            raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
-        d.update(extras)
-        return d
+_TYPES = {"str": str, "int": int, "float": float}
+ResultRow = make_dataclass(
+    "ResultRow",
+    [(c.name, _TYPES[c.dtype]) for c in SCHEMA if c.required]
+    + [(c.name, str | None if c.name == "versions" else _TYPES[c.dtype], field(default=c.default))
+       for c in SCHEMA if not c.required]
+    + [("extras", dict[str, Any], field(default_factory=dict))],
+    namespace={"to_dict": _row_to_dict, "__module__": __name__,
+               "__doc__": "One row of the results table: the :data:`SCHEMA` columns (required ones first), then "
+                          "``extras`` (e.g. ``lambda_ga``), flattened in after them by ``to_dict()``."})
 
 
 def summarise_metrics(
@@ -147,7 +120,8 @@ def summarise_metrics(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The metric columns of a row from per-image results, with seeded bootstrap CIs.
+    """The metric columns of a row (a dict) from per-image results, with
+    :func:`~midas_nb.metrics.bootstrap_ci` intervals (``n_boot``, ``alpha``, ``seed``).
 
     Args:
         coverage: :func:`~midas_nb.metrics.part_miou` / ``box_coverage`` output → ``miou``,
@@ -156,16 +130,11 @@ def summarise_metrics(
             ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``.
         correct: ``[B]`` per-image correctness of the pruned model → ``accuracy`` with CI.
         in_box: ``[B]`` :func:`~midas_nb.metrics.point_in_box` → ``pib``.
-        n_boot, alpha, seed: :func:`~midas_nb.metrics.bootstrap_ci` settings.
-
-    Returns:
-        A dict to merge into a :class:`ResultRow` / row dict.
     """
     out: dict[str, Any] = {}
 
     def ci(name: str, values: Any) -> None:
-        m, lo, hi = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
-        out[name], out[f"{name}_lo"], out[f"{name}_hi"] = m, lo, hi
+        out[name], out[f"{name}_lo"], out[f"{name}_hi"] = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
 
     if coverage is not None:
         ci("miou", coverage.per_image)
@@ -188,44 +157,35 @@ def summarise_metrics(
 
 
 def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Cast every :data:`SCHEMA` column of ``df`` to its dtype, in place (``str``: empty for
-    missing; ``int``: int64; ``float``: float64); returns ``df``. Every schema column must be
-    present.
+    """Cast every :data:`SCHEMA` column of ``df`` to its dtype (``str``: ``""`` for missing), in place.
 
     Raises:
-        KeyError: a schema column is missing. ValueError: a value that is not a number in an
-            ``int`` or ``float`` column (or a missing one in an ``int`` column).
+        KeyError: a schema column is missing. ValueError: a value that is not a number (or a
+            missing one in an ``int`` column).
     """
     for c in SCHEMA:
         if c.dtype == "str":
             df[c.name] = df[c.name].fillna("").astype(str)
-        elif c.dtype == "int":
-            df[c.name] = pd.to_numeric(df[c.name]).astype("int64")
         else:
-            df[c.name] = pd.to_numeric(df[c.name]).astype("float64")
+            df[c.name] = pd.to_numeric(df[c.name]).astype("int64" if c.dtype == "int" else "float64")
     return df
 
 
 def coverage_name(table: pd.DataFrame) -> str:
-    """What the ``miou`` column of ``table`` holds, as the tables and verdicts name it: its
-    ``coverage_kind`` (``"part mIoU"`` on CUB, ``"box coverage"`` on FGVC-Aircraft and Stanford
-    Cars, :data:`midas_nb.metrics.COVERAGE_KINDS`); the kinds joined with ``", "`` where the
-    table mixes datasets; the schema's default ``"part mIoU"`` where it records none."""
-    kinds = sorted({str(k) for k in table["coverage_kind"].dropna() if str(k).strip()}) \
-        if "coverage_kind" in table.columns else []                     # "" = not recorded (read back from CSV)
-    return ", ".join(str(k) for k in kinds) if kinds else "part mIoU"
+    """What the ``miou`` column holds: the table's ``coverage_kind`` s (:data:`midas_nb.metrics.COVERAGE_KINDS`:
+    ``"part mIoU"`` on CUB, ``"box coverage"`` on Aircraft and Cars) joined with ``", "``; ``"part mIoU"``
+    where it records none (``""``: not recorded, read back from CSV)."""
+    kinds = sorted({str(k) for k in table.get("coverage_kind", pd.Series(dtype=object)).dropna() if str(k).strip()})
+    return ", ".join(kinds) or "part mIoU"
 
 
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Check a frame against the schema; returns a copy with schema dtypes and column order.
-
-    Optional columns that are absent are added with their defaults (``versions``: the running
-    environment's).
+    """A copy of ``table`` checked against the schema, with its dtypes and column order; absent
+    optional columns get their defaults (``versions``: the running environment's).
 
     Raises:
-        ValueError: a required column is missing, a required cell is empty, ``budget`` is
-            outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or ``coverage_kind`` is not one
-            of ``"part mIoU"`` / ``"box coverage"``.
+        ValueError: a required column is missing or empty, ``budget`` outside ``(0,1]``, ``depth < 1``,
+            ``n_images < 0`` or ``coverage_kind`` not in :data:`midas_nb.metrics.COVERAGE_KINDS`.
     """
     df = table.copy()
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -235,16 +195,14 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
     for c in REQUIRED_COLUMNS:
         empty = df[c].isna() | (df[c].astype(str) == "")
         if empty.any():
-            rows = list(df.index[empty][:5])
-            raise ValueError(f"results table: required column {c!r} is empty in row(s) {rows}")
+            raise ValueError(f"results table: required column {c!r} is empty in row(s) {list(df.index[empty][:5])}")
     for c in SCHEMA:
         if c.name not in df.columns:
             df[c.name] = current_versions() if c.name == "versions" else c.default
         elif c.name == "versions":
             df[c.name] = df[c.name].where(df[c.name].notna() & (df[c.name] != ""), current_versions())
-        elif not c.required and c.default is not None:
-            if c.dtype != "float":      # NaN is the float default anyway
-                df[c.name] = df[c.name].where(df[c.name].notna(), c.default)
+        elif not c.required and c.dtype != "float":      # NaN is the float default anyway
+            df[c.name] = df[c.name].where(df[c.name].notna(), c.default)
     df = cast_columns(df)
     bad = df[~((df["budget"] > 0) & (df["budget"] <= 1))]
     if len(bad):
@@ -261,10 +219,10 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
-    """Build the validated results table from :class:`ResultRow` s or dicts.
+    """The validated results table of :class:`ResultRow` s or dicts.
 
     Raises:
-        ValueError: see :func:`validate_table`; also for an empty ``rows``.
+        ValueError: empty ``rows``, a row without a required column, or see :func:`validate_table`.
     """
     dicts = [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]
     if not dicts:
@@ -278,10 +236,7 @@ def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
-    """Mean of ``columns`` over each named set of result rows, one output row per name.
-
-    For comparisons across tables (e.g. the ``random`` rows against the ``unsupervised`` rows
-    of an ``st`` and a ``soft`` table). Means are unweighted over the rows given (seeds).
+    """Unweighted mean of ``columns`` over each named set of result rows, one output row per name.
 
     Raises:
         ValueError: a set of rows is empty or lacks one of ``columns``.

@@ -1,15 +1,10 @@
-"""The generic sweep engine: cells, the JSON result store, executors (imports no domain module).
-
-A *sweep* is a grid of :class:`SweepCell` s (DESIGN.md §5, §7–8); :func:`run_sweep` computes the
-cells its :class:`ResultStore` lacks (docs/decisions/0025-shared-result-store.md).
-
-Example::
+"""The generic sweep engine (imports no domain module): :func:`run_sweep` computes the
+:class:`SweepCell` s its :class:`ResultStore` lacks (DESIGN.md §5, §7–8;
+docs/decisions/0025-shared-result-store.md)::
 
     >>> from midas_nb.study import ProtocolCellRunner, make_grid
     >>> prof = get_profile("quick")
-    >>> cells = make_grid(prof, "regime")            # L sweep at b=25% + b sweep at L=6
-    >>> status = run_sweep(cells, ProtocolCellRunner(prof), ResultStore(name="quick"))
-    >>> print(status)                                # done / failed / pending, with errors
+    >>> status = run_sweep(make_grid(prof, "regime"), ProtocolCellRunner(prof), ResultStore(name="quick"))
     >>> table = ResultStore(name="quick").results()  # one row per condition × seed × cell
 """
 from __future__ import annotations

@@ -20,18 +20,13 @@ class SweepCell:
     """One cell of a sweep: one protocol run for one (dataset, backbone, L, b, condition, seed).
 
     Attributes:
-        dataset: dataset name (``"cub"``, ``"aircraft"``, ``"cars"``, ``"synthetic"``).
-        backbone: backbone name as understood by :func:`midas_nb.backbones.load_or_finetune`.
         depth: scorer depth ``L`` (1-based; the scorer reads the output of block ``L``).
         budget: kept fraction ``b ∈ (0, 1]`` of patch tokens.
         condition: protocol condition (``"reference"``, ``"unsupervised"`` or a target id).
-        seed: scorer seed.
-        checkpoint_id: id of the fine-tuned backbone checkpoint the cell's result depends on
-            (see :func:`midas_nb.study.checkpoint_spec_id`); part of :attr:`key`.
-        params: further JSON-serialisable settings that change the result (protocol
-            hyper-parameters, image size, ...); part of :attr:`key`. Not part of ``hash()``.
-        data_id: content identity of the evaluated test images (:func:`midas_nb.study.eval_data_id`);
-            part of :attr:`key`.
+        checkpoint_id: the fine-tuned backbone checkpoint (:func:`midas_nb.study.checkpoint_spec_id`).
+        params: further JSON-serialisable settings that change the result; not part of ``hash()``.
+        data_id: content identity of the test images (:func:`midas_nb.study.eval_data_id`).
+        Every field is part of :attr:`key`.
     """
 
     dataset: str
@@ -55,9 +50,7 @@ class SweepCell:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (JSON-serialisable)."""
-        d = asdict(self)
-        d["params"] = dict(self.params)
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
@@ -68,9 +61,8 @@ class SweepCell:
 
     @property
     def key(self) -> str:
-        """Stable 16-hex-digit key: SHA-256 of the canonical JSON of every field and of
-        :data:`midas_nb.identity.RESULT_FORMAT_VERSION` (a changed metric definition makes
-        every cell new)."""
+        """16 hex digits of the SHA-256 of the canonical JSON of every field and of
+        :data:`midas_nb.identity.RESULT_FORMAT_VERSION`."""
         return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
 
     @property

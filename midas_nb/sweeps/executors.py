@@ -19,23 +19,10 @@ from .worker import run_cell
 __all__ = ["run_cell", "run_sweep", "submit_sweep"]
 
 
-def _slurm_parameters(slurm: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """Map the ``slurm`` dict of :func:`run_sweep` to submitit ``AutoExecutor`` parameters."""
-    s = dict(slurm)
-    cluster = s.pop("cluster", None)
-    alias = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb", gpus="gpus_per_node",
-                 array_parallelism="slurm_array_parallelism", account="slurm_account",
-                 qos="slurm_qos", constraint="slurm_constraint")
-    params: dict[str, Any] = {}
-    for k, v in s.items():
-        if v is None:
-            continue
-        if k == "mem" and isinstance(v, str):
-            params["slurm_mem"] = v  # e.g. "32G"
-            continue
-        params[alias.get(k, k)] = v
-    params.setdefault("name", "midas_sweep")
-    return cluster, params
+#: :func:`run_sweep`'s ``slurm`` settings → submitit ``AutoExecutor`` parameters (others pass as they are)
+_SLURM_ALIASES = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb", gpus="gpus_per_node",
+                      array_parallelism="slurm_array_parallelism", account="slurm_account", qos="slurm_qos",
+                      constraint="slurm_constraint")
 
 
 def run_sweep(
@@ -52,36 +39,25 @@ def run_sweep(
     progress: bool = False,
     gpus: Sequence[str | int] | None = None,
 ) -> StoreStatus:
-    """Run the cells that are not finished; return the sweep's status.
-
-    Finished cells (a valid ``done`` record) are skipped; missing cells, cells whose record is
-    invalid, and (with ``retry_failed``) failed cells are computed. A failing cell records its
-    error and traceback and the others go on. Workers write their own records
-    (:func:`run_cell`), so a stopped sweep loses no finished cell and the same call resumes.
+    """Compute the cells without a valid ``done`` record (with ``retry_failed``, also the failed
+    ones); return the sweep's status. A failing cell records its error and traceback and the others
+    go on; workers write their own records (:func:`run_cell`), so the same call resumes a stopped sweep.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`); keys must be unique.
-        cell_fn: ``cell -> DataFrame | list[dict] | dict``; picklable for ``processes`` and ``slurm``
-            (a top-level function, a ``functools.partial`` of one, or an instance of a top-level class).
+        cell_fn: ``cell -> DataFrame | list[dict] | dict``; picklable for ``processes`` and ``slurm``.
         store: a :class:`ResultStore`, its directory, or a sweep name.
-        executor: ``"local"`` (in-process loop), ``"processes"`` (a ``ProcessPoolExecutor`` of
-            ``max_workers`` workers started by ``mp_context``) or ``"slurm"`` (submitit; without
-            Slurm an error, :class:`midas_nb.sweeps.slurm.SlurmNotFound`, never a local run).
-        max_workers: process-pool size.
+        executor: ``"local"`` (in-process), ``"processes"`` (``max_workers`` processes started by
+            ``mp_context``) or ``"slurm"`` (submitit; without Slurm ``SlurmNotFound``, never a local run).
         slurm: submitit settings: ``partition``, ``time`` (minutes), ``gpus_per_node``,
             ``cpus_per_task``, ``mem`` (GB number, or a Slurm string such as ``"32G"``),
             ``array_parallelism``, ``cells_per_job`` (default 8), ``max_array_size`` (default:
             ``scontrol show config``), any other ``AutoExecutor`` parameter by its own name, and
             ``cluster`` (``None`` = Slurm; ``"local"`` or ``"debug"``: submitit's stand-ins here).
             Job logs go to ``<store>/submitit``.
-        retry_failed: recompute cells whose record says ``failed``.
         wait: for ``slurm``, wait for the jobs (default); ``False`` returns after submission.
-        progress: show a tqdm bar over finished cells.
         gpus: for ``processes``, the GPUs shared out one per worker (``CUDA_VISIBLE_DEVICES``,
             round-robin); default the GPUs visible here.
-
-    Returns:
-        :class:`StoreStatus` of ``cells``.
 
     Raises:
         ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
@@ -94,19 +70,13 @@ def run_sweep(
     errors: list[str] = []
     root = str(store.root)
 
-    bar = None
-    if progress and todo:
-        from ..progress import tqdm
-        bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell")
-
-    if not todo:
-        pass
-    elif executor == "local":
+    from ..progress import tqdm
+    bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
+    if todo and executor == "local":
         for c in todo:
             run_cell(c, cell_fn, root)
-            if bar is not None:
-                bar.update(1)
-    elif executor == "processes":
+            bar.update(1)
+    elif todo and executor == "processes":
         ctx = multiprocessing.get_context(mp_context)
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
         init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
@@ -119,9 +89,8 @@ def run_sweep(
                 except Exception as e:  # noqa: BLE001 - the worker died or could not start
                     errors.append(f"{c.label}: {type(e).__name__}: {e}")
                     _record_lost(store, c, e)
-                if bar is not None:
-                    bar.update(1)
-    else:
+                bar.update(1)
+    elif todo:
         jobs = _submit_slurm(store, todo, cell_fn, slurm)
         if wait:
             for j in jobs:
@@ -131,21 +100,15 @@ def run_sweep(
                     for c in j.cells:
                         _record_lost(store, c, e, job_id=str(j.job_id))
                     errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
-                if bar is not None:
-                    bar.update(len(j.cells))
-    if bar is not None:
-        bar.close()
+                bar.update(len(j.cells))
+    bar.close()
     table = store.status(cells)
     return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
 
 
 def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
           retry_failed: bool) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
-    """``(store, cells, todo)``: the grid registered in the store and the cells to compute.
-
-    Raises:
-        ValueError: duplicated cells.
-    """
+    """``(store, cells, todo)``: the grid registered in the store and the cells to compute."""
     store = open_store(store)
     cells = list(cells)
     keys = [c.key for c in cells]
@@ -160,24 +123,20 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
 def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any],
                   slurm: Mapping[str, Any] | None) -> list[Any]:
     """:func:`midas_nb.sweeps.slurm.submit` with :func:`run_sweep`'s ``slurm`` settings."""
-    cluster, params = _slurm_parameters(slurm or {})
-    cells_per_job = int(params.pop("cells_per_job", 8))
-    max_array = params.pop("max_array_size", None)
-    return submit(store, todo, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
-                  max_array=max_array)
+    slurm = slurm or {}
+    params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
+              for k, v in slurm.items() if k != "cluster" and v is not None}
+    params.setdefault("name", "midas_sweep")
+    return submit(store, todo, cell_fn, cluster=slurm.get("cluster"), cells_per_job=int(params.pop("cells_per_job", 8)),
+                  max_array=params.pop("max_array_size", None), params=params)
 
 
 def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
                  slurm: Mapping[str, Any] | None = None, retry_failed: bool = True):
-    """Submit the cells that are not finished to Slurm and return at once with what was sent.
-
-    As :func:`run_sweep` with ``executor="slurm"``, ``wait=False`` (same ``slurm`` settings,
-    same refusal without Slurm), but the answer is the submission itself.
+    """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``, answering with the submission.
 
     Returns:
-        :class:`midas_nb.sweeps.slurm.Submission`: the store, the cells submitted, how many were
-        already done, the cell jobs' ids with their cells and the preparation jobs' ids
-        (no jobs when every cell is done). ``.wait()`` blocks until nothing is queued.
+        :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done).
 
     Raises:
         ValueError: duplicated cells. midas_nb.sweeps.slurm.SlurmNotFound: no Slurm here.
@@ -188,8 +147,7 @@ def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]
 
 
 def _visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` where set, else every CUDA
-    device torch sees (none without CUDA)."""
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` where set, else those torch sees."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
@@ -198,8 +156,7 @@ def _visible_gpus() -> list[str]:
 
 
 def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
-    """Process-pool initialiser: the n-th worker sees only ``gpus[n % len(gpus)]`` (set before
-    anything in the worker starts CUDA, so ``cuda:0`` is that GPU)."""
+    """Process-pool initialiser, before CUDA starts: the n-th worker sees only ``gpus[n % len(gpus)]``."""
     with counter.get_lock():
         n = counter.value
         counter.value += 1

@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -25,6 +25,8 @@ __all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "swee
 RECORD_FORMAT = "midas_nb.sweep_record/1"
 _TMP_SUFFIX = ".tmp"
 _RUNNING_SUFFIX = ".running"
+#: the cell's parameters in a status table and in the result rows
+_CELL_COLUMNS = ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")
 
 
 def _cell(d: Any) -> SweepCell | None:
@@ -48,19 +50,11 @@ class ResultStore:
     ``status`` (``"done"`` or ``"failed"``), ``rows`` (the cell's result rows; empty for
     failures), ``error`` and ``traceback`` (failures), ``attempt`` (1 on the first run),
     ``started``/``finished`` (Unix seconds), ``duration_s``, ``host``, ``pid`` and ``job_id`` (the
-    Slurm job or array task that computed it; ``None`` outside Slurm).
-    While a worker computes a cell it keeps a ``<key>.running`` marker (host, pid, start);
-    a marker without a record means "running" or, if no sweep is running, "killed".
-    ``<root>/grid.json`` lists the cells ever registered by :func:`run_sweep`, so
-    :func:`sweep_status` can show pending cells without the profile.
-
-    Records are written atomically; files that are not valid records (a killed writer's ``*.tmp``,
-    truncated or foreign JSON) are ignored and listed by :meth:`problems`; a cell whose record is
-    invalid counts as pending and is recomputed.
-
-    Args:
-        root: the store directory; default ``runs_dir()/"sweeps"/name``.
-        name: sweep name used when ``root`` is not given.
+    Slurm job or array task that computed it; ``None`` outside Slurm). A worker computing a cell
+    holds a ``<key>.running`` claim; ``<root>/grid.json`` lists the cells registered by
+    :func:`run_sweep`; ``jobs.json`` the scheduler job of each cell's latest submission.
+    Files that are not valid records are ignored and listed by :meth:`problems`; a cell whose
+    record is invalid counts as pending. Default ``root``: ``runs_dir()/"sweeps"/name``.
     """
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
@@ -74,7 +68,6 @@ class ResultStore:
     def __reduce__(self):  # pickle as the path only (workers re-open the store)
         return (ResultStore, (str(self.root),))
 
-    # -- paths --------------------------------------------------------------------------------
     def path(self, key: str) -> Path:
         """Record path of cell ``key``."""
         return self.cells_dir / f"{key}.json"
@@ -86,7 +79,6 @@ class ResultStore:
     def manifest_path(self) -> Path:
         return self.root / "grid.json"
 
-    # -- writing ------------------------------------------------------------------------------
     def write_record(self, record: Mapping[str, Any]) -> Path:
         """Write a record atomically (see :func:`atomic_write_text`); returns its path."""
         p = self.path(record["key"])
@@ -110,15 +102,13 @@ class ResultStore:
         return self._record(cell, started, status="failed", rows=[], error=error, traceback=tb)
 
     def mark_running(self, cell: SweepCell) -> None:
-        """Write the ``<key>.running`` marker (host, pid, start time) unconditionally; workers
-        use :meth:`claim` instead."""
+        """Write the ``<key>.running`` marker (host, pid, start time); workers use :meth:`claim`."""
         atomic_write_text(self.running_path(cell.key), json.dumps(
             dict(key=cell.key, host=socket.gethostname(), pid=os.getpid(), started=time.time())))
 
     def claim(self, cell: SweepCell, ttl_s: float | None = None) -> Claim | None:
-        """Claim ``cell`` for this worker (:class:`midas_nb.sweeps.claims.Claim`: exclusive
-        create of ``<key>.running``, heartbeat, expiry); ``None`` while another worker holds a
-        live claim. The Slurm job id (``SLURM_JOB_ID`` / array task) is stored in the claim."""
+        """Claim ``cell`` for this worker and its Slurm job (:class:`midas_nb.sweeps.claims.Claim` on
+        ``<key>.running``); ``None`` while another worker holds a live claim."""
         return Claim.acquire(self.running_path(cell.key), ttl_s, key=cell.key, job_id=_slurm_job_id())
 
     def claim_info(self, key: str) -> dict[str, Any] | None:
@@ -129,16 +119,17 @@ class ResultStore:
     def jobs_path(self) -> Path:
         return self.root / "jobs.json"
 
-    def _lock(self, name: str):
-        return file_lock(self.root / "locks" / f"{name}.lock")
+    def _merge(self, path: Path, read: Callable[[], dict], new: Mapping[str, Any]) -> None:
+        """``read()`` updated with ``new``, written to ``path`` under the store's lock named after
+        ``path`` (``locks/grid.lock``, ``flock``), so concurrent writers lose no entry."""
+        with file_lock(self.root / "locks" / f"{path.stem}.lock"):
+            merged = read()
+            merged.update(new)
+            atomic_write_text(path, json.dumps(merged, default=jsonable, indent=1))
 
     def record_jobs(self, jobs: Mapping[str, str]) -> None:
-        """Merge ``{cell key: scheduler job id}`` into ``jobs.json`` (under the store's lock, so
-        concurrent submissions lose no entry)."""
-        with self._lock("jobs"):
-            known = self.jobs()
-            known.update({str(k): str(v) for k, v in jobs.items()})
-            atomic_write_text(self.jobs_path, json.dumps(known, indent=1))
+        """Merge ``{cell key: scheduler job id}`` into ``jobs.json``."""
+        self._merge(self.jobs_path, self.jobs, {str(k): str(v) for k, v in jobs.items()})
 
     def jobs(self) -> dict[str, str]:
         """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
@@ -152,16 +143,9 @@ class ResultStore:
         self.running_path(key).unlink(missing_ok=True)
 
     def register(self, cells: Sequence[SweepCell]) -> None:
-        """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed).
+        """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed)."""
+        self._merge(self.manifest_path, self._read_manifest, {c.key: c.to_dict() for c in cells})
 
-        The read-modify-write holds the store's ``grid`` lock (``locks/grid.lock``, ``flock``),
-        so concurrent registrations (two sweeps, many jobs) lose no cell."""
-        with self._lock("grid"):
-            grid = self._read_manifest()
-            grid.update({c.key: c.to_dict() for c in cells})
-            atomic_write_text(self.manifest_path, json.dumps(grid, default=jsonable, indent=1))
-
-    # -- reading ------------------------------------------------------------------------------
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
         """``(grid, None)``; ``({}, None)`` without a ``grid.json``; ``(None, why)`` for one that
         cannot be read."""
@@ -185,31 +169,23 @@ class ResultStore:
         """The cells listed in ``grid.json`` (empty if none were registered)."""
         return [c for c in map(_cell, self._read_manifest().values()) if c is not None]
 
-    @staticmethod
-    def _validate(rec: Any, key: str) -> str | None:
-        """``None`` if ``rec`` is a valid record for ``key``, else the reason it is not."""
-        if not isinstance(rec, dict):
-            return "not a JSON object"
-        if rec.get("format") != RECORD_FORMAT:
-            return f"format {rec.get('format')!r} is not {RECORD_FORMAT!r}"
-        if rec.get("key") != key:
-            return f"key {rec.get('key')!r} does not match the file name {key!r}"
-        if rec.get("status") not in ("done", "failed"):
-            return f"status {rec.get('status')!r} is not 'done' or 'failed'"
-        if not isinstance(rec.get("rows"), list):
-            return "rows is not a list"
-        if not isinstance(rec.get("cell"), dict):
-            return "cell is not an object"
-        return None
-
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
+        """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None, None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return None, f"unreadable JSON ({e})"
-        why = self._validate(rec, path.stem)
+        if not isinstance(rec, dict):
+            return None, "not a JSON object"
+        key = path.stem
+        checks = [(rec.get("format") == RECORD_FORMAT, f"format {rec.get('format')!r} is not {RECORD_FORMAT!r}"),
+                  (rec.get("key") == key, f"key {rec.get('key')!r} does not match the file name {key!r}"),
+                  (rec.get("status") in ("done", "failed"), f"status {rec.get('status')!r} is not 'done' or 'failed'"),
+                  (isinstance(rec.get("rows"), list), "rows is not a list"),
+                  (isinstance(rec.get("cell"), dict), "cell is not an object")]
+        why = next((why for ok, why in checks if not ok), None)
         return (None, why) if why else (rec, None)
 
     def read(self, key: str) -> dict[str, Any] | None:
@@ -221,20 +197,17 @@ class ResultStore:
         records: dict[str, dict] = {}
         problems: list[dict[str, str]] = []
         for p in sorted(self.cells_dir.iterdir()):
-            if p.name.endswith(_TMP_SUFFIX):
-                problems.append(dict(path=str(p), reason="leftover temporary file (a writer was "
-                                     "interrupted, or one is writing now); ignored"))
-            elif p.suffix == ".json":
+            if p.suffix == ".json":
                 rec, why = self._load(p)
-                if rec is None:
-                    if why:
-                        problems.append(dict(path=str(p), reason=f"invalid record ignored: {why}"))
-                else:
+                if rec is not None:
                     records[p.stem] = rec
-            elif p.name.endswith(_RUNNING_SUFFIX):
-                continue
+                reason = why and f"invalid record ignored: {why}"
+            elif p.name.endswith(_TMP_SUFFIX):
+                reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
             else:
-                problems.append(dict(path=str(p), reason="unexpected file; ignored"))
+                reason = None if p.name.endswith(_RUNNING_SUFFIX) else "unexpected file; ignored"
+            if reason:
+                problems.append(dict(path=str(p), reason=reason))
         _, why = self._parse_manifest()
         if why:
             problems.append(dict(path=str(self.manifest_path),
@@ -257,49 +230,35 @@ class ResultStore:
         return self._state(key, self.read(key))
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """One row per cell: its parameters, ``status`` (done/failed/running/pending, as :meth:`state`),
-        ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (the scheduler job of
-        its latest submission, ``jobs.json``; ``None`` if never submitted).
-
-        Args:
-            cells: the cells to report; default the registered cells plus every cell with a
-                record. ``attrs["problems"]`` holds :meth:`problems`.
-        """
+        """One row per cell (default: the registered cells, then every other cell with a record): its
+        parameters, ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``,
+        ``job_id`` (``jobs.json``; ``None`` if never submitted); ``attrs["problems"]``: :meth:`problems`."""
         records, problems = self.scan()
         if cells is None:
             by_key = {c.key: c for c in self.registered_cells()}
-            for k, rec in records.items():
-                if k not in by_key and (c := _cell(rec["cell"])) is not None:
-                    by_key[k] = c
-            cells = list(by_key.values())
+            extra = (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key)
+            cells = list(by_key.values()) + [c for c in extra if c is not None]
         rows = []
         jobs = self.jobs()
         for c in cells:
             rec = records.get(c.key)
             r = rec or {}
             rows.append(dict(
-                key=c.key, label=c.label, dataset=c.dataset, backbone=c.backbone, depth=c.depth,
-                budget=c.budget, condition=c.condition, seed=c.seed, checkpoint_id=c.checkpoint_id,
+                key=c.key, label=c.label, **{f: getattr(c, f) for f in _CELL_COLUMNS},
                 status=self._state(c.key, rec), error=r.get("error"), attempt=r.get("attempt", 0),
                 duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key)))
-        cols = ["key", "label", "dataset", "backbone", "depth", "budget", "condition", "seed",
-                "checkpoint_id", "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
+        cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
         df.attrs["problems"] = problems
         df.attrs["root"] = str(self.root)
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """Concatenated result rows of the done cells (all, or only those of ``cells``).
-
-        Every row gets ``cell_key``; the cell's parameters (``dataset``, ``backbone``,
-        ``depth``, ``budget``, ``condition``, ``seed``, ``checkpoint_id``) fill columns the rows
-        lack, never overwrite those they have.
-        """
+        """Concatenated result rows of the done cells (all, or only those of ``cells``), each with
+        ``cell_key``; the cell's parameters (``dataset`` ... ``checkpoint_id``) fill columns the rows lack."""
         records, _ = self.scan()
         if cells is None:  # grid order first, then records of cells never registered
-            keys = [c.key for c in self.registered_cells() if c.key in records]
-            keys += [k for k in records if k not in set(keys)]
+            keys = list(dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
         else:
             keys = [c.key for c in cells]
         frames = []
@@ -308,26 +267,15 @@ class ResultStore:
             if rec is None or rec["status"] != "done" or not rec["rows"]:
                 continue
             df = pd.DataFrame(rec["rows"])
-            cell = rec["cell"]
-            for col in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id"):
-                if col not in df.columns:
-                    df[col] = cell.get(col)
-            df["cell_key"] = k
-            frames.append(df)
-        if not frames:
-            return pd.DataFrame()
-        return pd.concat(frames, ignore_index=True)
+            cell = {c: rec["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns}
+            frames.append(df.assign(**cell, cell_key=k))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 @dataclass
 class StoreStatus:
-    """What :func:`run_sweep` returns: the status table of its cells and the store's problems.
-
-    Attributes:
-        table: :meth:`ResultStore.status` of the sweep's cells.
-        problems: invalid files found in the store.
-        executor_errors: errors the executor itself raised (e.g. a worker process died).
-    """
+    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells), the store's
+    ``problems`` (invalid files) and ``executor_errors`` (raised by the executor, e.g. a worker died)."""
 
     table: pd.DataFrame
     problems: list[dict[str, str]] = field(default_factory=list)
@@ -361,8 +309,7 @@ class StoreStatus:
 
 
 def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
-    """Printable summary of a status table: counts, then one line per failed cell with its
-    error, then the store's problems (from ``table.attrs``)."""
+    """Counts, one line per failed cell with its error, then the store's problems (``table.attrs``)."""
     n = len(table)
     counts = table["status"].value_counts().to_dict() if n else {}
     head = (f"{n} cells: {counts.get('done', 0)} done, {counts.get('failed', 0)} failed, "
@@ -380,27 +327,21 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
     if counts.get("running", 0):
         lines.append("  note: 'running' cells have a worker marker but no record; if no sweep is "
                      "running they were killed and will be recomputed")
-    for p in table.attrs.get("problems", []):
-        lines.append(f"  ignored {Path(p['path']).name}: {p['reason']}")
+    lines += [f"  ignored {Path(p['path']).name}: {p['reason']}" for p in table.attrs.get("problems", [])]
     return "\n".join(lines)
 
 
 def sweep_status(name_or_store: str | Path | ResultStore) -> pd.DataFrame:
-    """Status table of a sweep (see :meth:`ResultStore.status`).
-
-    Args:
-        name_or_store: a :class:`ResultStore`, a store directory, or a sweep name under
-            ``runs_dir()/"sweeps"``.
+    """:meth:`ResultStore.status` of a store, a store directory or a sweep name under ``runs_dir()/"sweeps"``.
 
     Raises:
-        FileNotFoundError: when no such store exists.
+        FileNotFoundError, ValueError: no such store (:func:`open_store`).
     """
     return open_store(name_or_store, must_exist=True).status()
 
 
 def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
-    """A :class:`ResultStore` from a store, a store directory or a sweep name (a bare name is
-    ``runs_dir()/"sweeps"/<name>`` when that store exists).
+    """A :class:`ResultStore` from a store, a store directory or a sweep name under ``runs_dir()/"sweeps"``.
 
     Raises:
         FileNotFoundError, ValueError: with ``must_exist``, no such directory, or one that is not a store.
@@ -412,8 +353,7 @@ def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False
     if len(p.parts) == 1 and (named.is_dir() or not p.is_dir()):  # a bare name is a sweep name
         p = named
     if must_exist and not p.is_dir():
-        known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir()) \
-            if (runs_dir() / "sweeps").is_dir() else []
+        known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir())
         raise FileNotFoundError(f"no sweep store at {p}; known sweeps: {known}")
     if must_exist and not ((p / "cells").is_dir() or (p / "grid.json").is_file()):
         raise ValueError(f"{p} is not a sweep store (it has neither cells/ nor grid.json); expected a sweep "
@@ -422,20 +362,14 @@ def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False
 
 
 def all_stores() -> list[str]:
-    """The sweep stores under ``runs_dir()/"sweeps"`` (directories with a ``cells/`` folder), as
-    sorted path strings; empty when there is none."""
-    base = runs_dir() / "sweeps"
-    return sorted(str(q) for q in base.glob("*") if (q / "cells").is_dir()) if base.is_dir() else []
+    """The sweep stores under ``runs_dir()/"sweeps"`` (folders with ``cells/``), as sorted path strings."""
+    return sorted(str(q) for q in (runs_dir() / "sweeps").glob("*") if (q / "cells").is_dir())
 
 
 def main_status(argv: Sequence[str] | None = None) -> int:
-    """``python -m midas_nb.sweeps [NAME|PATH ...]``: print each sweep's summary.
-
-    Without arguments, every store under ``runs_dir()/"sweeps"``. Returns 0 when no cell
-    failed, 1 otherwise (so scripts can gate on it).
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    names = argv or all_stores()
+    """``python -m midas_nb.sweeps [NAME|PATH ...]``: print the summary of each sweep (default: every
+    store under ``runs_dir()/"sweeps"``); 0 when no cell failed, else 1."""
+    names = list(sys.argv[1:] if argv is None else argv) or all_stores()
     if not names:
         print(f"no sweeps under {runs_dir() / 'sweeps'}")
         return 0
