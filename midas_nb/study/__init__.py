@@ -1,11 +1,5 @@
-"""One study = one (profile, dataset, backbone): the object every notebook starts from.
-
-A :class:`Study` resolves the data (the real dataset under ``data_root``, or the embedded
-synthetic CUB-format default when no path is given), builds or loads the fine-tuned backbone
-through the checkpoint cache, and gives the notebooks short calls for each stage of the
-pipeline (DESIGN.md §2): target maps, the three-condition protocol, sweeps. Every stage is
-cached (checkpoints and target maps under :func:`midas_nb.config.cache_dir`, tables under
-``runs/``), so each notebook runs on its own and a rerun is fast.
+"""One study = one (profile, dataset, backbone): the object every notebook starts from, with a
+cached call for each stage of the pipeline (DESIGN.md §2).
 
 Example::
 

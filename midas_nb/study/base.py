@@ -1,6 +1,4 @@
-"""One study = one (profile, dataset, backbone): its data splits, fine-tuned backbone and target
-maps (:class:`StudyBase`; :class:`midas_nb.study.Study` adds the protocol runs through the
-result store)."""
+"""One study = one (profile, dataset, backbone): its data splits, fine-tuned backbone and target maps."""
 from __future__ import annotations
 
 import os
@@ -31,12 +29,8 @@ _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
     """Problems (one line each) of reading ``root`` as ``dataset``; ``[]`` when it has the layout.
-
-    Builds the train split (:data:`TRAIN_SPLIT`) and the test split with the dataset's own
-    reader: every annotation file is parsed and every listed image is checked to exist; no
-    image is decoded. Stanford Cars must have test labels (``cars_test_annos_withlabels.mat``):
-    the protocol's accuracies and the backbone's test accuracy need them.
-    """
+    Both splits are built (annotations parsed, image files checked, none decoded); Stanford Cars
+    must have test labels."""
     root = Path(root).expanduser()
     if not root.is_dir():
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
@@ -62,15 +56,13 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
 
 
 def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
-    """One line for a test split without labels (Stanford Cars' ``cars_test_annos.mat``): what
-    is missing and where to put it."""
+    """One line for a test split without labels: what is missing and where to put it."""
     return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
             f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
             f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
 
 
-#: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol
-#: trains on trainval = train + val and tests on test; CUB and Cars have train/test only)
+#: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol: trainval)
 TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
 
 
@@ -83,23 +75,11 @@ def _fraction(v: Any) -> str:
 
 
 class StudyBase:
-    """Data, backbone and cached pipeline stages for one profile.
-
-    Args:
-        profile: ``"smoke" | "quick" | "paper" | "rehearsal"`` (DESIGN.md §7).
-        progress: tqdm bars for the long stages; off whenever ``TQDM_DISABLE`` is set (as
-            ``midas-nb run --no-progress`` and the test suite do), plain lines when
-            ``MIDAS_PROGRESS=lines`` is set (a streamed ``midas-nb run``; :mod:`midas_nb.progress`).
-        **overrides: any profile key (``data_root``, ``data_roots``, ``dataset``, ``backbone``,
-            ``weights`` (a file for the study's backbone, or ``{backbone: file}``),
-            ``backbone_kwargs``, ``depth``, ``budget``, ``seeds``, ``device``, ``conditions``,
-            ...); ``None`` values are ignored so notebook parameters can pass through unchanged.
+    """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides``
+    (any profile key; ``None`` ignored); ``progress``: bars for the long stages (:mod:`midas_nb.progress`).
 
     Raises:
-        midas_nb.config.ProfileError: every problem of the settings, one line each
-            (:meth:`RunSettings.build`: depth outside ``1..blocks-1``, budget outside ``(0, 1]``,
-            a CUDA device on a machine without CUDA, a dataset without a data root, a schedule
-            the backbone's recipe cannot train, ...).
+        midas_nb.config.ProfileError: every problem of the settings, one line each (:meth:`RunSettings.build`).
     """
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
@@ -114,22 +94,17 @@ class StudyBase:
 
     @property
     def settings(self) -> RunSettings:
-        """The typed run description (:class:`midas_nb.study.settings.RunSettings`), built and
-        checked once when the study was made."""
+        """The typed run description, built and checked once when the study was made."""
         return self._settings
 
     @property
     def params(self) -> dict[str, Any]:
-        """A copy of the profile with its overrides (``RunSettings.values``): the form the sweep
-        layer keys and rebuilds result cells from; changing the copy changes nothing in the
-        study. Read settings from :attr:`settings`."""
+        """A copy of the profile with its overrides (``RunSettings.values``), as sweep cells are keyed."""
         return profile_values(self._settings)
 
     def own_threads(self) -> None:
-        """Set the process's torch threads to the profile's ``torch_threads`` (``None``: the count
-        when the package was imported). Called again before the checkpoint is keyed or loaded:
-        another Study of the process may have changed it, and it is part of the checkpoint's
-        identity (decision 0051)."""
+        """Set torch's threads to the profile's ``torch_threads`` (``None``: the count at import);
+        part of the checkpoint's identity (decision 0051)."""
         torch.set_num_threads(self.settings.torch_threads or _TORCH_DEFAULT_THREADS)
 
     def __repr__(self) -> str:
@@ -145,35 +120,27 @@ class StudyBase:
 
     @property
     def weights(self) -> str | None:
-        """The backbone's initial weights (:attr:`midas_nb.study.BackboneSettings.weights`)."""
+        """The backbone's initial weights."""
         return self.settings.backbone.weights
 
     @property
     def backbone_kwargs(self) -> dict[str, Any]:
-        """timm ``VisionTransformer`` arguments of the backbone (:attr:`midas_nb.study.BackboneSettings.kwargs`)."""
+        """timm ``VisionTransformer`` arguments of the backbone."""
         return dict(self.settings.backbone.kwargs)
 
     def dataset(self, split: str, train: bool = False):
-        """The ``split`` of the study's dataset with the backbone's normalisation.
-
-        Raises:
-            midas_nb.data.DatasetError: a split without labels (Stanford Cars without
-                ``cars_test_annos_withlabels.mat``; :func:`unlabelled_test_message`).
-        """
+        """The ``split`` of the study's dataset with the backbone's normalisation; raises
+        :class:`midas_nb.data.DatasetError` for a split without labels."""
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         d = self.settings.data
-        extra = {}
-        if d.max_images_per_class is not None:
-            extra["max_images_per_class"] = d.max_images_per_class
+        extra = {} if d.max_images_per_class is None else dict(max_images_per_class=d.max_images_per_class)
         if d.loader == "aircraft":  # the profile's label level (enters the data identity)
             extra["annotation_level"] = d.aircraft_level
         ds = load_dataset(d.loader, d.root, split, image_size=d.image_size, patch_size=d.patch_size,
                           train=train, mean=mean, std=std, **extra)
-        if not getattr(ds, "has_labels", True):
-            # Stanford Cars without cars_test_annos_withlabels.mat: every accuracy would be 0 and
-            # stored as done (issue 27); refused here, before anything is trained or stored
+        if not getattr(ds, "has_labels", True):  # refused before anything is trained or stored
             raise DatasetError(unlabelled_test_message(self.loader_name, self.data_root, ds))
         return ds
 
@@ -188,15 +155,12 @@ class StudyBase:
     # ------------------------------------------------------------------------- backbone
     @property
     def recipe(self) -> TrainingRecipe:
-        """The backbone's training recipe on this dataset (``settings.backbone.recipe``): what
-        :meth:`checkpoint_key` keys and the build trains with."""
+        """The backbone's training recipe on this dataset."""
         return self.settings.backbone.recipe
 
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
-        """``(checkpoint_id, key)`` of the study's fine-tuned backbone, without training or
-        loading it (:func:`midas_nb.backbones.checkpoint_key`: data content, recipe, numerics —
-        the study's ``torch_threads`` applied first); ``device`` keys the numerics of another
-        device than the study's (a GPU node's, from a login node)."""
+        """``(checkpoint_id, key)`` of the fine-tuned backbone, nothing trained or loaded
+        (:func:`midas_nb.backbones.checkpoint_key`); ``device``: key another device's numerics."""
         self.own_threads()
         return checkpoint_key(self.settings.backbone.name, self.train_set, self.test_set, self.recipe,
                               weights=self.weights, backbone_kwargs=self.backbone_kwargs or None,
@@ -204,9 +168,7 @@ class StudyBase:
 
     @property
     def checkpoint_id(self) -> str:
-        """The id of the study's fine-tuned checkpoint: the loaded backbone's once it is loaded,
-        else the one loading it now would give (:meth:`checkpoint_key`). Result-store cells are
-        keyed by it (:func:`midas_nb.study.checkpoint_spec_id`)."""
+        """The fine-tuned checkpoint's id: the loaded backbone's, else :meth:`checkpoint_key`'s."""
         if "_backbone" in self.__dict__:
             return str(self.meta["checkpoint_id"])
         return self.checkpoint_key()[0]
@@ -243,9 +205,8 @@ class StudyBase:
         return collate_samples([ds[int(i)] for i in indices])
 
     def summary(self) -> pd.DataFrame:
-        """The study at a glance: data, backbone, patch grid and the backbone's accuracy
-        (fractions as text with three decimals; ``n/a`` where the checkpoint does not record it).
-        Index ``setting``, one column ``value``; ``results.full_text`` shows long values whole."""
+        """The study at a glance: data, backbone, patch grid and accuracies (``n/a`` where not
+        recorded). Index ``setting``, one column ``value``."""
         m, ds = self.meta, self.test_set
         rows = [("profile", self.settings.profile), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
@@ -279,11 +240,8 @@ class StudyBase:
     def target_coverage(self, budget: float | None = None, ids: list[str] | None = None) -> pd.DataFrame:
         """Part mIoU of each target map's own top ``k = ceil(b·N)`` tokens on the test split.
 
-        What a scorer that imitated the target perfectly would cover — before any scorer is
-        trained. Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over
-        images), ``n_images``, ``n_skipped``, ``coverage_kind``, and the per-image values
-        ``image_ids`` / ``miou_per_image`` (NaN: an image without a visible part) that
-        :func:`midas_nb.analysis.targets_vs_scorers` pairs with the scorers' rows.
+        Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over images),
+        ``n_images``, ``n_skipped``, ``coverage_kind``, ``budget``, ``image_ids``, ``miou_per_image``.
         """
         budget = float(self.settings.point.budget if budget is None else budget)
         ds = self.test_set
@@ -300,10 +258,9 @@ class StudyBase:
         return pd.DataFrame(rows)
 
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
-        """The best part mIoU (box coverage) any ranking can reach at each budget, on the
-        protocol's evaluated test images (:func:`midas_nb.metrics.iou_ceiling`, mean over the
-        images with a part patch; for box coverage, with an informative box). Columns ``budget``,
-        ``k``, ``ceiling``, ``n_images``, ``coverage_kind``; default budgets: the profile's regime-sweep budgets and its budget."""
+        """The best part mIoU (box coverage) any ranking reaches at each budget on the evaluated
+        test images (:func:`midas_nb.metrics.iou_ceiling`). Columns ``budget``, ``k``, ``ceiling``,
+        ``n_images``, ``coverage_kind``; default budgets: the sweep's and the study's."""
         ds = self.test_set
         pr = self.settings.protocol
         subset = evaluation_subset(len(ds), pr.max_eval_images, pr.eval_subset_seed)
@@ -321,8 +278,7 @@ class StudyBase:
         return pd.DataFrame(rows)
 
     def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
-        """Insertion/deletion curves (:class:`midas_nb.metrics.InsDel`) of target rankings on
-        ``n`` test images (those of :meth:`batch`), ``{id: InsDel}``; class = the prediction."""
+        """``{id: InsDel}``: insertion/deletion curves of target rankings on the ``n`` images of :meth:`batch`."""
         ids = list(ids or ["T0", "T5"])
         b = self.batch(n)
         maps = self.target_maps(ids=ids)
@@ -332,22 +288,12 @@ class StudyBase:
 
     # ----------------------------------------------------------------------- LaSt-ViT
     def point_in_box(self, ids: list[str] | None = None, n: int | None = None) -> pd.DataFrame:
-        """Point-in-Box rates on the test split (LaSt-ViT, DESIGN.md §6).
-
-        One row per ranking: the LaSt-ViT patch score (``cos(CLS, patch)`` at the last block,
-        :func:`midas_nb.analysis.last.pib_table`, the one implementation) and each target map in
-        ``ids`` (default: the profile's targets) at the study depth; PiB = the top patch lies in
-        the object box. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi`` (bootstrap 95 % CI
-        over images), its baselines ``pib_centre`` (the centre patch alone) and ``pib_box_area``
-        (the box's share of patches; :func:`midas_nb.analysis.last.pib_columns`), ``n_images``,
-        and ``last_K`` (``K`` of the ``last_votes`` row). The images are the protocol's evaluated ones: ``n`` drawn
-        with the profile's ``eval_subset_seed`` (:func:`midas_nb.data.evaluation_subset`;
-        default ``n``: the profile's ``max_eval_images``; ``None`` there means all).
-        """
-        ds = self.test_set
+        """Point-in-Box rates (LaSt-ViT, DESIGN.md §6) on ``n`` evaluated test images (default the
+        profile's ``max_eval_images``): the patch score (:func:`midas_nb.analysis.last.pib_table`)
+        and each target map in ``ids``. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi``,
+        ``pib_centre``, ``pib_box_area``, ``n_images``, ``last_K`` (``last_votes`` row only)."""
+        ds, seed, n_boot = self.test_set, self.settings.protocol.eval_subset_seed, self.settings.statistics.bootstrap
         n = n if n is not None else self.settings.protocol.max_eval_images
-        seed = self.settings.protocol.eval_subset_seed
-        n_boot = self.settings.statistics.bootstrap
         subset = evaluation_subset(len(ds), n, seed)
         pib = pib_table({"patch_score": self.model}, ds, max_images=n, subset_seed=seed, device=self.device,
                         n_boot=n_boot, progress=False)

@@ -1,9 +1,5 @@
-"""The per-process cache of studies (datasets and fine-tuned backbones) that sweep cells share.
-
-A worker that computes many cells loads each dataset and backbone once: :func:`cached_study`
-keeps one :class:`~midas_nb.study.base.StudyBase` per (profile settings, dataset, backbone),
-renewed when the dataset's annotation files change. It lives at module level so that a pickled
-cell runner (process pools, submitit) finds it too.
+"""The per-process cache of studies that sweep cells share (one per profile settings, dataset and
+backbone, renewed when the annotation files change), and the image digests that sweep jobs share.
 """
 from __future__ import annotations
 
@@ -29,14 +25,8 @@ def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
 
 
 def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> dict[str, Any]:
-    """The overrides of the study of one sweep cell, as :meth:`RunSettings.build` takes them: the
-    profile's values with the cell's ``dataset`` (a name or a cell's label) and ``backbone``,
-    and that dataset's own root (:func:`midas_nb.config.data_root_for`): a root given for the
-    profile's own dataset must not follow the study to another dataset.
-
-    Raises:
-        ValueError: a dataset that has no root and no synthetic default (never substituted).
-    """
+    """The overrides of the study of one sweep cell (``dataset``: a name or a cell's label), with that
+    dataset's own root; raises ``ValueError`` for a dataset without a root or synthetic default."""
     dataset = dataset_of_label(dataset)
     overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
     overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset), data_roots={})
@@ -48,9 +38,7 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
                  progress: bool = False):
-    """The (per-process cached) :class:`StudyBase` for one dataset (its name or its label, e.g. a
-    cell's ``"aircraft (manufacturer)"``) and backbone of a study's settings or a profile mapping
-    (:func:`midas_nb.study.profile_values`)."""
+    """The (per-process cached) :class:`StudyBase` for one dataset (name or label) and backbone."""
     profile = profile_values(profile) if isinstance(profile, RunSettings) else profile
     overrides = study_overrides(profile, dataset, backbone)
     if device is not None:
@@ -58,18 +46,14 @@ def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbon
     name = str(profile.get("profile", "quick"))
     key = "study:" + canonical_json([name, overrides])
     cached = _PROCESS_CACHE.get(key)
-    # a Study parses the annotation files once; if they were edited since (or the synthetic set
-    # regenerated), a fresh Study reads them again, so identities and results follow the files
     if cached is None or cached[1] != annotation_stamp(cached[0].data_root):
         st = StudyBase(name, progress=progress, **overrides)
         cached = _PROCESS_CACHE[key] = (st, annotation_stamp(st.data_root))
     return cached[0]
 
 
-# -------------------------------------------------------------- the image digests, shared by jobs
 def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
-    """Where the sweep jobs of ``dataset`` share its image digests:
-    ``<cache>/file_digests/<dataset>-<hash of its root>.json``."""
+    """Where the sweep jobs of ``dataset`` share its image digests."""
     root = _data_root_for(profile, dataset)
     return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, root], 12)}.json"
 
@@ -78,10 +62,7 @@ _MEMO_LOCK = threading.Lock()
 
 
 def save_digest_memo(path: str | Path) -> Path:
-    """Write this process's :func:`midas_nb.identity.file_digest` memo to ``path`` (merged with
-    what is there, atomic), so that the other jobs of a sweep read the digests instead of
-    hashing every image of the dataset again (:func:`load_digest_memo`). The memo's keys hold
-    path, size, modification and change times and inode: an edited image is hashed again."""
+    """Merge this process's :func:`midas_nb.identity.file_digest` memo into ``path`` (atomic)."""
     p = Path(path)
     entries = {json.dumps(list(k)): v for k, v in identity.file_digest_memo().items()}
     with _MEMO_LOCK:
@@ -94,8 +75,7 @@ def save_digest_memo(path: str | Path) -> Path:
 
 
 def load_digest_memo(path: str | Path) -> int:
-    """Add the digests :func:`save_digest_memo` wrote to this process's memo; the number read
-    (0 for a missing or unreadable file: the digests are then computed)."""
+    """Add the digests :func:`save_digest_memo` wrote to this process's memo; the number read."""
     try:
         entries = json.loads(Path(path).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):

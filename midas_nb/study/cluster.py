@@ -1,8 +1,5 @@
-"""A profile's sweeps on a cluster: every notebook's grid (:func:`profile_sweeps`, the cells the
-notebooks compute, keyed as they key them), ``midas-nb sweep plan`` (:func:`cmd_plan`: jobs,
-arrays, cells, projected GPU-hours, nothing submitted) and ``midas-nb sweep submit``
-(:func:`submit_profile`, :func:`cmd_submit`: returns after submission; ``status``, ``wait``,
-``resubmit`` follow the store ``runs/sweeps/<profile>``).
+"""A profile's sweeps on a cluster: every notebook's grid (:func:`profile_sweeps`, keyed as the
+notebooks key them) and ``midas-nb sweep plan|submit`` (:func:`cmd_from_args`; decision 0039).
 """
 from __future__ import annotations
 
@@ -20,21 +17,11 @@ from .grid import grid_spans, make_grid
 from .runner import ProtocolCellRunner
 from .settings import profile_values
 
-__all__ = ["SWEEPS", "profile_sweeps", "submit_profile", "cmd_plan", "cmd_submit", "cmd_from_args"]
+__all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
 
 #: the sweeps of a profile, by name, with the notebook that reads them
 SWEEPS: dict[str, str] = {"protocol": "02", "soft": "02", "random": "02", "regime": "04", "scale": "05",
                           "backbones": "05", "related": "06"}
-
-
-class _Planned(dict):
-    """Ids for a plan: the same placeholder for every (dataset, backbone); nothing is read."""
-
-    def get(self, key: Any, default: Any = None) -> str:
-        return "planned"
-
-    def __bool__(self) -> bool:  # make_grid reads ``data_ids or {}``
-        return True
 
 
 def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
@@ -56,7 +43,8 @@ def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
         "random": [(point, "scale", dict(own, conditions=["random"], seeds=seeds, params=dict(relaxation="st")))],
         "regime": [(dict(prof), "regime", {})],
         "scale": [(dict(prof), "scale", {})],
-        "backbones": [(dict(prof), "regime", dict(datasets=[prof["dataset"]], backbones=comparison_backbones(dict(prof))))],
+        "backbones": [(dict(prof), "regime", dict(datasets=[prof["dataset"]],
+                                                  backbones=comparison_backbones(dict(prof))))],
         "related": [(point, "scale", dict(own, conditions=conds, seeds=s, params=dict(relaxation="st")))
                     for conds, s in ((shared, seeds), (other, rel_seeds)) if conds],
     }
@@ -64,9 +52,8 @@ def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
 
 def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
-    """The cells of each notebook sweep of a profile, ``{"04 regime": cells, ...}`` (see the module
-    docstring; :data:`SWEEPS` names them). ``planned=True`` reads no data: every checkpoint and
-    data id is a placeholder (counts and layout are exact, keys are not the store's).
+    """The cells of each notebook sweep of a profile, ``{"04 regime": cells, ...}``. ``planned=True``
+    reads no data: every checkpoint and data id is a placeholder (counts are exact, keys are not).
 
     Raises:
         ValueError: an unknown sweep name; a dataset without a data root (``planned=False``).
@@ -81,66 +68,35 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     for name in names:
         cells: list[SweepCell] = []
         for p, kind, kw in specs[name]:
-            if planned:
-                datasets = set(grid_spans(p, kind)[0]) | {p["dataset"]}
-                p = dict(p, data_root=None, data_roots={d: "." for d in datasets if d != "synthetic"})
-                kw = dict(kw, checkpoint_ids=_Planned(), data_ids=_Planned())
+            if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
+                spans = grid_spans(p, kind)
+                ids = {(d, b): "planned" for d in kw.get("datasets", spans[0]) for b in kw.get("backbones", spans[1])}
+                roots = {d: "." for d in set(spans[0]) | {p["dataset"]} if d != "synthetic"}
+                p = dict(p, data_root=None, data_roots=roots)
+                kw = dict(kw, checkpoint_ids=ids, data_ids=ids)
             cells += make_grid(p, kind, **kw)
         out[f"{SWEEPS[name]} {name}"] = cells
     return out
-
-
-def _union(sweeps: Mapping[str, Sequence[SweepCell]]) -> list[SweepCell]:
-    return list({c.key: c for cells in sweeps.values() for c in cells}.values())
-
-
-def submit_profile(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
-                   executor: str = "slurm", slurm: Mapping[str, Any] | None = None, max_workers: int = 2,
-                   store: str | None = None, progress: bool = False):
-    """Submit (``slurm``: return at once) or run (``local``, ``processes``) the cells of the named
-    sweeps (default every one) into the store ``runs/sweeps/<profile>`` (or ``store``).
-
-    Returns:
-        :class:`midas_nb.sweeps.Submission` for ``slurm``; the :class:`midas_nb.sweeps.StoreStatus`
-        after the run otherwise.
-
-    Raises:
-        midas_nb.config.ProfileError: a device that is no device name or (``local``,
-            ``processes``) that this machine lacks ("cuda" without CUDA).
-        midas_nb.sweeps.slurm.SlurmNotFound: ``slurm`` without Slurm.
-    """
-    prof = profile_values(profile)
-    problems = config.check_device(prof.get("device"), here=executor != "slurm")
-    if problems:
-        raise config.ProfileError(problems)
-    cells = _union(profile_sweeps(prof, names))
-    st = open_store(store or prof["profile"])
-    runner = ProtocolCellRunner(prof, progress=progress)
-    if executor == "slurm":
-        return submit_sweep(cells, runner, st, slurm=slurm)
-    return run_sweep(cells, runner, st, executor=executor, max_workers=max_workers, progress=progress)
 
 
 def _names(sweep: str | None) -> list[str] | None:
     return None if sweep in (None, "all") else [s.strip() for s in sweep.split(",") if s.strip()]
 
 
-def cmd_plan(profile: str, sweep: str | None = None, *, cells_per_job: int = 8, max_array: int | None = None,
-             cost: str | None = None, store: str | None = None, overrides: Mapping[str, Any] | None = None) -> int:
+def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
     """``midas-nb sweep plan``: print the plan (:func:`midas_nb.sweeps.plan.plan_text`); 0, or 2
     with one line on bad input."""
     try:
-        prof = config.get_profile(profile, **dict(overrides or {}))
-        sweeps = profile_sweeps(prof, _names(sweep), planned=True)
-        if max_array is not None:
-            source = "--max-array-size"
-        else:
+        prof = config.get_profile(args.profile, **overrides)
+        sweeps = profile_sweeps(prof, _names(args.sweep), planned=True)
+        max_array, source = args.max_array_size, "--max-array-size"
+        if max_array is None:
             max_array = max_array_size()
             source = "scontrol show config" if max_array != DEFAULT_MAX_ARRAY_SIZE else \
                 f"Slurm's default {DEFAULT_MAX_ARRAY_SIZE} (scontrol unreadable here or the same)"
-        root = open_store(store) if store else ResultStore(config.runs_dir() / "sweeps" / prof["profile"])
-        text = plan_text(sweeps, cells_per_job=cells_per_job, max_array=max_array, max_array_source=source,
-                         store=root, cost_table=load_cost_table(cost), by_coordinates=True)
+        text = plan_text(sweeps, cells_per_job=args.cells_per_job, max_array=max_array, max_array_source=source,
+                         store=ResultStore(config.runs_dir() / "sweeps" / prof["profile"]),
+                         cost_table=load_cost_table(args.cost), by_coordinates=True)
     except (ValueError, FileNotFoundError) as e:
         print(f"midas-nb sweep plan: {e}", file=sys.stderr)
         return 2
@@ -149,36 +105,37 @@ def cmd_plan(profile: str, sweep: str | None = None, *, cells_per_job: int = 8, 
     return 0
 
 
-def cmd_submit(profile: str, sweep: str | None = None, *, executor: str = "slurm", slurm: Mapping[str, Any],
-               max_workers: int = 2, store: str | None = None, overrides: Mapping[str, Any] | None = None) -> int:
-    """``midas-nb sweep submit``: submit (or run) the sweeps; prints what was submitted. 0 on
-    success, 1 when a local run left failed cells, 2 with one line on bad input."""
+def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
+    """``midas-nb sweep submit``: submit (``slurm``: return at once) or run the named sweeps' cells
+    into the store ``runs/sweeps/<profile>``; prints what was submitted. 0 on success, 1 when a
+    local run left failed cells, 2 with one line on bad input."""
     from ..sweeps.slurm import SlurmNotFound
 
+    slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
+                 time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
+    slurm = {k: v for k, v in slurm.items() if v is not None}
     try:
-        prof = config.get_profile(profile, **dict(overrides or {}))
-        problems = config.check_profile(prof, device=False)
+        prof = config.get_profile(args.profile, **overrides)
+        problems = (config.check_profile(prof, device=False)
+                    or config.check_device(prof.get("device"), here=args.executor != "slurm"))
         if problems:
             raise config.ProfileError(problems)
-        out = submit_profile(prof, _names(sweep), executor=executor, slurm=slurm, max_workers=max_workers,
-                             store=store)
+        cells = list({c.key: c for cells in profile_sweeps(prof, _names(args.sweep)).values() for c in cells}.values())
+        store, runner = open_store(prof["profile"]), ProtocolCellRunner(prof)
+        if args.executor == "slurm":
+            out = submit_sweep(cells, runner, store, slurm=slurm)
+        else:
+            out = run_sweep(cells, runner, store, executor=args.executor, max_workers=args.workers, progress=False)
     except (ValueError, FileNotFoundError, SlurmNotFound) as e:
         print(f"midas-nb sweep submit: {e}", file=sys.stderr)
         return 2
     print(out)
-    if executor == "slurm":
-        print(f"follow it with: midas-nb sweep status {store or prof['profile']} | midas-nb sweep wait "
-              f"{store or prof['profile']}")
+    if args.executor == "slurm":
+        print(f"follow it with: midas-nb sweep status {prof['profile']} | midas-nb sweep wait {prof['profile']}")
         return 0
     return 0 if out.complete else 1
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
     """``midas-nb sweep plan|submit`` from the parsed command line (:func:`midas_nb.cli.args.add_sweep_parser`)."""
-    if args.action == "plan":
-        return cmd_plan(args.profile, args.sweep, cells_per_job=args.cells_per_job, max_array=args.max_array_size,
-                        cost=args.cost, overrides=overrides)
-    slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
-                 time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
-    return cmd_submit(args.profile, args.sweep, executor=args.executor, max_workers=args.workers,
-                      slurm={k: v for k, v in slurm.items() if v is not None}, overrides=overrides)
+    return (_plan if args.action == "plan" else _submit)(args, overrides)

@@ -20,12 +20,8 @@ __all__ = ["Study"]
 
 
 def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
-    """Refuse a table whose rows come from more than one checkpoint (``checkpoint_id`` or
-    ``weights_digest``): D and every comparison assume one frozen backbone.
-
-    Raises:
-        RuntimeError: the ids found, and what to do.
-    """
+    """Raises ``RuntimeError`` where the rows come from more than one checkpoint: D and every
+    comparison assume one frozen backbone."""
     for col in ("checkpoint_id", "weights_digest"):
         if col in table.columns and table[col].dropna().nunique() > 1:
             found = sorted(table[col].dropna().astype(str).unique())
@@ -34,9 +30,7 @@ def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
 
 
 class Study(StudyBase):
-    """One study = one (profile, dataset, backbone), with the three-condition protocol, the regime
-    sweeps and the scale readout (:class:`~midas_nb.study.base.StudyBase` for the rest).
-    """
+    """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
     # ------------------------------------------------------------------------- protocol
     def protocol(self, depth: int | None = None, budget: float | None = None,
@@ -44,28 +38,21 @@ class Study(StudyBase):
                  relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
         """The three-condition protocol table at ``(depth, budget)``: one row per condition × seed.
 
-        Every row is a cell of the profile's result store (``runs/sweeps/<profile>``, the one
-        :meth:`sweep` and :meth:`scale` use): a row computed here is not computed again by
-        the regime sweep, the scale readout or the related-methods table, and vice versa.
-        ``reference`` (the parameter-free T0 scorer) is evaluated once, under the first seed.
-        ``relaxation`` and ``**kwargs`` (scorer-training and protocol settings of
-        :func:`midas_nb.analysis.protocol.run_protocol`, e.g. ``epochs=2``) enter the cells' keys.
-        The table is also written to ``runs/tables/protocol_<hash>.csv`` (and ``.parquet`` when
-        pyarrow is installed; :func:`midas_nb.results.save_table`).
+        Every row is a cell of the profile's result store, shared with :meth:`sweep` and
+        :meth:`scale`; ``reference`` is evaluated under the first seed only. ``relaxation`` and
+        ``**kwargs`` (settings of :func:`midas_nb.analysis.protocol.run_protocol`) enter the
+        cells' keys. Also written to ``runs/tables/protocol_<hash>.csv``.
 
         Raises:
             RuntimeError: a cell failed (its error is in the message; the store keeps it).
         """
         s = self.settings
         self.own_threads()
-        point = s.point if depth is None and budget is None else Point(
-            s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
+        point = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
         depth, budget = point.depth, point.budget
         conditions = list(s.protocol.conditions if conditions is None else conditions)
         seeds = [int(x) for x in (s.protocol.seeds if seeds is None else seeds)]
         at_point = dict(self.params, depth=depth, budget=budget, depths=[depth], budgets=[budget])
-        # the cells name this study's checkpoint (training numerics included): a row computed
-        # with another checkpoint (e.g. another torch_threads) is another cell, never reused
         key = (s.data.dataset, s.backbone.name)
         cells = make_grid(at_point, "scale", datasets=[key[0]], backbones=[key[1]], conditions=conditions,
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
@@ -78,17 +65,14 @@ class Study(StudyBase):
         table = store.results(cells)
         table.attrs.clear()
         _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
-        # the cells' keys hold the data content, settings and result format (no data path)
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         save_table(table, f"protocol_{hash_json(key, 12)}", config.runs_dir() / "tables")
         return table
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
-        """``D`` against the reference with ``D`` against each control beside it
-        (:func:`midas_nb.analysis.control.decoupling_with_controls`; columns ``D_pp_vs_random_map``,
-        ``status_vs_random_map``, ...). ``controls``: default ``["random_map"]`` when the table
-        has it, else none; ``n_boot`` defaults to the profile's ``bootstrap``."""
+        """:func:`midas_nb.analysis.control.decoupling_with_controls` with ``controls`` default
+        ``["random_map"]`` where the table has it and the profile's ``bootstrap``."""
         if controls is None:
             controls = ["random_map"] if (table["condition"] == "random_map").any() else []
         kwargs.setdefault("n_boot", self.settings.statistics.bootstrap)
@@ -98,33 +82,15 @@ class Study(StudyBase):
     def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
               run: bool = True, *, wait: bool = True, device: str | None = None,
               **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
-        """Result rows and status of a regime sweep over the profile's ``depths`` × ``budgets``.
-
-        Cells come from :func:`midas_nb.study.make_grid` (``kind``: default the profile's
-        ``regime_grid``) and live in the store ``runs/sweeps/<profile>``; finished cells are
-        read, missing ones computed (``run=False`` only reads). ``executor="slurm"`` with
-        submitit settings in ``**slurm`` (``partition=...``, ``time=...`` minutes,
-        ``gpus_per_node=...``, ``cells_per_job=...``) runs the cells on a cluster.
-
-        Args:
-            wait: ``False`` (``executor="slurm"`` only) returns right after submission with
-                what was submitted; ``midas-nb sweep status|wait <profile>`` or the
-                submission's ``.wait()`` follow it, and ``sweep(run=False)`` reads the rows.
-            device: the device the cells run on. Default: the study's for ``local`` and
-                ``processes``; for ``slurm`` the profile's own, not this machine's (a Slurm job
-                resolves it on its node, decision 0038).
-
-        Returns:
-            ``(rows, status)``: one results row per condition × seed × cell that is done, and
-            the sweep status (:class:`midas_nb.sweeps.StoreStatus`: done / failed / pending
-            cells with the failures' errors; ``status.complete`` says whether every cell is
-            done — rows of failed or pending cells are absent, so check it before reading).
-            With ``wait=False``: the :class:`midas_nb.sweeps.Submission` (job ids, cells).
+        """``(rows, status)`` of a regime sweep (:func:`midas_nb.study.make_grid` of ``kind``) through
+        the profile's store: the rows of the cells that are done and the :class:`midas_nb.sweeps.StoreStatus`
+        (check ``status.complete``); missing cells are computed unless ``run=False``. ``wait=False``
+        (Slurm, submitit settings in ``**slurm``) returns the :class:`midas_nb.sweeps.Submission` at
+        once. ``device``: the cells'; default the study's, for ``slurm`` the profile's (decision 0038).
 
         Raises:
-            ValueError: ``wait=False`` with another executor than ``"slurm"`` or with ``run=False``.
-            midas_nb.config.ProfileError: ``device`` is not a device name, or (``local``,
-                ``processes``) not a device of this machine.
+            ValueError: ``wait=False`` without ``executor="slurm"`` and ``run=True``.
+            midas_nb.config.ProfileError: a bad ``device``, or one this machine lacks (not ``slurm``).
         """
         if not wait and (executor != "slurm" or not run):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
@@ -138,7 +104,6 @@ class Study(StudyBase):
         cells = make_grid(params, kind)
         store = ResultStore(name=self.settings.profile)
         if run and executor == "slurm":
-            # the study itself stays here; the jobs build their own on the compute node
             runner = ProtocolCellRunner(params, progress=self.progress)
             if not wait:
                 return submit_sweep(cells, runner, store, slurm=slurm or None)
@@ -157,8 +122,7 @@ class Study(StudyBase):
 
     def scale(self, executor: str = "local", max_workers: int = 2,
               run: bool = True) -> tuple[pd.DataFrame, Any]:
-        """Result rows and status of the scale readout: the protocol at ``(depth, budget)`` for
-        each of the profile's ``scale_backbones`` (:func:`midas_nb.study.scale_readout`)."""
+        """Result rows and status of the scale readout (:func:`midas_nb.study.scale_readout`)."""
         rows = scale_readout(self.settings, executor=executor, max_workers=max_workers, run=run,
                              progress=self.progress)
         status = rows.attrs.pop("status", None)

@@ -1,6 +1,4 @@
-"""The protocol's cell function (:class:`ProtocolCellRunner`) and the scale readout
-(:func:`scale_readout`): one run of :func:`midas_nb.analysis.protocol.run_protocol` per sweep cell, through
-the profile's result store (:mod:`midas_nb.sweeps`)."""
+"""The protocol's cell function (:class:`ProtocolCellRunner`) and the scale readout (:func:`scale_readout`)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from ..config import check_device
-from ..analysis.protocol import run_protocol
+from ..analysis.protocol import condition_target, run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
 from .cache import cached_study, digest_memo_path, load_digest_memo, save_digest_memo
 from .grid import DATA_PARAMS, eval_identity, make_grid
@@ -24,29 +22,13 @@ _MEMOS_READ: set[Path] = set()
 
 
 class ProtocolCellRunner:
-    """The real ``cell_fn``: one protocol run per cell (picklable; heavy objects cached per process).
-
-    For a cell it takes the dataset splits and the fine-tuned backbone from a cached study
-    (:func:`midas_nb.study.cached_study`, one per process and (dataset, backbone)), then calls
-    :func:`midas_nb.analysis.protocol.run_protocol` at the cell's depth, budget, condition and
-    seed with the protocol settings stored in ``cell.params``, so a cell is computed exactly as
-    its key says; the capture pass computes the train-split maps of :func:`prefetch_targets`.
-
-    Args:
-        profile: a study's :class:`RunSettings`, a profile dict or name; supplies data roots,
-            fine-tuning settings and device.
-        device: overrides ``profile["device"]``. Resolved where a cell runs, not where the
-            runner is built: a Slurm submission from a login node without a GPU carries
-            ``"cuda"`` to the compute node, and a worker without CUDA raises ``RuntimeError``
-            naming its host and job (recorded as the cell's error).
-        cache_dir: target/scorer cache passed to ``run_protocol``; default the package cache.
-        progress: show progress bars.
-        study: an existing :class:`midas_nb.study.Study` to reuse, in this process only, for
-            the cells of its dataset and backbone (saves loading them twice in a notebook).
+    """The real ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition and seed
+    with the settings in ``cell.params``, on the cell's :func:`cached_study` (or ``study``, reused in
+    this process only). ``device`` overrides the profile's, resolved where a cell runs (decision 0038).
 
     Raises (per cell, recorded by :func:`run_sweep`):
-        ValueError: the cell was keyed by a real checkpoint id that differs from the
-            checkpoint the profile now yields (the grid is stale; rebuild it).
+        ValueError: the cell's checkpoint or data id differs from what the data here give (rebuild the grid).
+        RuntimeError: this worker lacks the device.
     """
 
     def __init__(self, profile: RunSettings | str | Mapping[str, Any], *, device: str | None = None,
@@ -55,8 +37,7 @@ class ProtocolCellRunner:
         self.device = device
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.progress = progress
-        # a caller's Study (e.g. the notebook's) is reused in-process; it is not pickled
-        self._local_study = study
+        self._local_study = study  # not pickled
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -68,15 +49,13 @@ class ProtocolCellRunner:
                 f"device={self.device or self.profile.get('device')!r})")
 
     def study(self, cell: SweepCell):
-        """The Study holding the cell's data and backbone (its image digests read from the
-        dataset's shared memo, :func:`midas_nb.study.cache.load_digest_memo`, where a
-        preparation job wrote one)."""
+        """The Study holding the cell's data and backbone (image digests from the shared memo, once)."""
         st = self._local_study
         if st is not None and st.dataset_name == cell.dataset and st.settings.backbone.name == cell.backbone:
             return st
         device = self.device or str(self.profile.get("device") or "cpu")
         problems = check_device(device)
-        if problems:  # on a compute node: say which node and job, and what to ask the scheduler for
+        if problems:
             job = os.environ.get("SLURM_JOB_ID")
             raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
                                f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
@@ -89,23 +68,14 @@ class ProtocolCellRunner:
         return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
-        """A sweep's preparation job for the cells of one (dataset, backbone): fine-tune (or load)
-        the backbone once and save the dataset's image digests for the cell jobs
-        (:mod:`midas_nb.sweeps.slurm`). The device is resolved here, on the compute node.
-
-        Returns:
-            ``checkpoint_id`` and ``loaded_from_cache`` of the backbone.
-        """
-        study = self.study(cell)
-        meta = study.meta
+        """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone
+        and save the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
+        meta = self.study(cell).meta
         save_digest_memo(digest_memo_path(self.profile, cell.dataset))
         return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
 
     def __call__(self, cell: SweepCell) -> pd.DataFrame:
-        study = self.study(cell)
-        # the grid must describe the data and recipe this process sees: a cell keyed by other
-        # data (edited keypoints, replaced images) or another recipe is never filled with rows
-        # computed from the current ones
+        study = self.study(cell)  # a cell keyed by other data or another recipe is never filled
         if cell.checkpoint_id and cell.checkpoint_id != study.checkpoint_id:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the data, "
                              f"recipe and training numerics (precision, CPU threads) here give "
@@ -134,15 +104,11 @@ class ProtocolCellRunner:
 
 def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> list[str]:
     """Target ids whose train-split maps a cell of ``(backbone, depth)`` computes in its capture
-    pass: all the profile's ``targets`` at the profile's own backbone and depth (where notebooks 02
-    and 06 train every condition); elsewhere those among ``sweep_conditions`` (default:
-    ``conditions``), the supervised conditions the regime sweep and the scale readout run. The maps
-    of a target do not depend on which others share the pass (one forward, per-target rules)."""
+    pass: all the profile's ``targets`` at its own backbone and depth, elsewhere those the swept
+    conditions distil."""
     targets = list(profile.get("targets") or ())
     if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
         return targets
-    from ..analysis.protocol import condition_target  # the target a condition distils (random_map → random)
-
     swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()
              if c != "reference"}                                # the reference reads attention, no map
     return [t for t in targets if t in swept]
@@ -163,25 +129,11 @@ def scale_readout(
     cell_fn: Callable[[SweepCell], Any] | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """Scale sensitivity: the protocol at the profile's ``(depth, budget)`` for each of its
-    ``scale_backbones``. Cells go through the same store as the regime sweeps (default: the one
-    named after the profile), so cells shared with them are computed once.
-
-    Args:
-        profile: a study's :class:`RunSettings`, a profile name or dict.
-        backbones: override ``scale_backbones``.
-        store: result store; default ``ResultStore(name=<profile name>)``.
-        datasets, conditions, seeds: override the profile's lists.
-        executor, max_workers, slurm: as in :func:`run_sweep`.
-        run: compute missing cells first; ``False`` only reads what the store has.
-        cell_fn: default :class:`ProtocolCellRunner` of ``profile``.
-        progress: a bar over the cells and the default runner's bars (:mod:`midas_nb.progress`).
+    """The protocol at the profile's ``(depth, budget)`` for each ``scale_backbones`` (or
+    ``backbones``), through the profile's store (or ``store``); ``run=False`` only reads.
 
     Returns:
-        The result rows of the scale cells that are done (column ``backbone`` tells them apart;
-        ``midas_nb.metrics.decoupling_D`` groups by it, giving D per backbone);
-        ``attrs["status"]`` is the :class:`StoreStatus` of the cells (``complete`` is False
-        while any cell failed or is pending: their rows are absent).
+        The rows of the cells that are done; ``attrs["status"]``: the cells' :class:`StoreStatus`.
     """
     prof = profile_values(profile)
     store = open_store(store if store is not None else prof.get("profile", "default"))

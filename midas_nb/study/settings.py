@@ -1,10 +1,5 @@
-"""The run description: one frozen, typed settings object per study, built and checked once.
-
-:meth:`RunSettings.build` checks a profile (:mod:`midas_nb.config`) with its overrides — every
-problem at once, one line each, as :class:`midas_nb.config.ProfileError` — and returns the typed
-parts the layers read (decision 0060); :class:`ReportSettings` is what the report reads of a
-finished run's profile. ``values`` keeps the profile itself, read-only: the sweep layer keys
-result cells by it (:func:`midas_nb.study.make_grid`).
+"""The run description: one frozen, typed settings object per study, built and checked once
+(decision 0060). :class:`ReportSettings` is what the report reads of a finished run's profile.
 
 Example::
 
@@ -28,22 +23,13 @@ from ..identity import hash_json
 from ..point import Budget, did_you_mean, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "ReportSettings", "check_data", "check_schedule", "synthetic_root", "setting_names",
+           "SweepSettings", "ReportSettings", "check_data", "check_schedule", "setting_names",
            "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
 
 
 def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
-    """``(dataset name, data root or None for the embedded synthetic set)``, checked, no image read.
-
-    The root comes from :func:`midas_nb.config.data_root_for` (``data_roots[dataset]``, or
-    ``data_root`` for the profile's own dataset); the embedded synthetic set only where it was
-    asked for by name or the profile documents it (smoke/quick without any data root).
-
-    Raises:
-        ValueError: unknown dataset name; a dataset without a root where no synthetic
-            default applies (the message names ``--data-root NAME=PATH``).
-        FileNotFoundError: the root is not a directory.
-    """
+    """``(dataset name, data root or None for the embedded synthetic set)``, no image read; raises
+    ``ValueError`` (unknown dataset, no root and no synthetic default) or ``FileNotFoundError``."""
     name = params.get("dataset", "cub")
     root = config.data_root_for(dict(params), name)
     if root is not None and not root.is_dir():
@@ -51,16 +37,9 @@ def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
     return name, root
 
 
-def synthetic_root(synthetic: Mapping[str, Any]) -> Path:
-    """Where the embedded synthetic set of these generator settings lives:
-    ``cache_dir()/data/synthetic_<hash>`` (deterministic by its settings)."""
-    return config.cache_dir() / "data" / f"synthetic_{hash_json(dict(synthetic), 12)}"
-
-
 def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str) -> list[str]:
-    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule
-    (:func:`midas_nb.config.finetune_settings`); else one line naming the setting
-    (:func:`midas_nb.config.finetune_setting_name`) and why (:func:`midas_nb.backbones.check_epochs`)."""
+    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule; else one
+    line naming the setting and why (:func:`midas_nb.backbones.check_epochs`)."""
     params = dict(params)
     name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
     return [f"{name}: on {dataset_label}, {why}"
@@ -69,20 +48,10 @@ def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str)
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The data one study reads.
-
-    Attributes:
-        dataset: ``cub`` | ``aircraft`` | ``cars`` | ``synthetic``.
-        label: the name results carry (:func:`midas_nb.config.dataset_label`): ``"synthetic"``
-            for the embedded set, ``"aircraft (family)"`` below variant level.
-        root: the directory read (for the embedded set: where it is generated on first read).
-        loader: the reader (:func:`midas_nb.data.load_dataset`): the embedded set is CUB's.
-        embedded: the root is the embedded synthetic set's.
-        image_size, patch_size: input side and patch side, px (``image_size % patch_size == 0``).
-        max_images_per_class: the first ``k`` images of each class of every split, or ``None``.
-        aircraft_level: FGVC-Aircraft's label level (``variant`` | ``family`` | ``manufacturer``).
-        synthetic: the embedded set's generator settings.
-    """
+    """The data one study reads. ``label``: the name results carry (``"synthetic"``,
+    ``"aircraft (family)"``; :func:`midas_nb.config.dataset_label`); ``loader``: the reader
+    (the embedded set is CUB's); ``embedded``: ``root`` is the generated synthetic set's;
+    ``image_size``, ``patch_size`` in px; ``max_images_per_class``: ``None`` for all."""
 
     dataset: str
     label: str
@@ -98,16 +67,9 @@ class DataSettings:
 
 @dataclass(frozen=True)
 class BackboneSettings:
-    """The backbone a study fine-tunes and prunes.
-
-    Attributes:
-        name: registry or timm name (:func:`midas_nb.backbones.create_backbone`).
-        weights: initial weights: a file, ``"hub"`` (timm's) or ``None`` (random init; the
-            local architectures).
-        kwargs: timm ``VisionTransformer`` arguments (``img_size`` follows the data's
-            ``image_size``: :func:`midas_nb.backbones.backbone_kwargs`).
-        recipe: the fine-tuning schedule on this study's data (seed 0).
-    """
+    """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None``
+    (random init); ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning
+    schedule on this study's data (seed 0)."""
 
     name: str
     weights: str | None
@@ -117,20 +79,10 @@ class BackboneSettings:
 
 @dataclass(frozen=True)
 class ProtocolSettings:
-    """What the three-condition protocol runs (DESIGN.md §5) and on which images.
-
-    Attributes:
-        conditions, targets: names (:func:`midas_nb.analysis.protocol.list_conditions`,
-            :func:`midas_nb.targets.list_targets`).
-        seeds: scorer seeds at the study's point.
-        idauc_steps: steps ``S`` of the insertion/deletion curves.
-        max_eval_images, max_idauc_images: evaluated test images (``None``: all) and the
-            IDAUC subset of them; drawn with ``eval_subset_seed``
-            (:func:`midas_nb.data.evaluation_subset`).
-        scorer_train: the scorers' training recipe (``epochs``, ``batch_size``, ``lr``, ...).
-        throughput_batch, throughput_repeats: test images and calls per round of the one
-            interleaved speed measurement (:func:`midas_nb.metrics.measure_speed`).
-    """
+    """What the three-condition protocol runs (DESIGN.md §5) and on which images:
+    ``max_eval_images`` (``None``: all) and the IDAUC subset of them, drawn with
+    ``eval_subset_seed`` (:func:`midas_nb.data.evaluation_subset`); ``throughput_*``: images and
+    calls per round of the speed measurement (:func:`midas_nb.metrics.measure_speed`)."""
 
     conditions: tuple[str, ...]
     targets: tuple[str, ...]
@@ -146,25 +98,17 @@ class ProtocolSettings:
 
 @dataclass(frozen=True)
 class StatisticsSettings:
-    """Attributes: bootstrap: resamples of every percentile interval (>= 1)."""
+    """``bootstrap``: resamples of every percentile interval (>= 1)."""
 
     bootstrap: int
 
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """The regime sweep (notebook 04) and the scale readout (notebook 05).
-
-    Attributes:
-        depths, budgets: the sweep's ``L`` and ``b`` values.
-        regime_grid: ``cross`` (depths at the study's ``b``, budgets at its ``L``) or ``full``.
-        seeds: seeds at the sweep's other points; conditions: the swept conditions.
-        related_seeds: seeds of the related methods' rows (notebook 06).
-        datasets, backbones: what the sweeps span; scale_backbones: the scale readout's.
-        other_backbones: notebook 05 runs the backbones other than the study's.
-        compare_backbones: the side-by-side readout's backbones, those a run may skip included
-            (:func:`midas_nb.backbones.comparison_backbones` with ``planned=True``).
-    """
+    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06).
+    ``regime_grid``: ``cross`` or ``full`` (:func:`midas_nb.study.make_grid`); ``seeds``: those at
+    the sweep's other points; ``compare_backbones``: :func:`midas_nb.backbones.comparison_backbones`
+    with ``planned=True``."""
 
     depths: tuple[int, ...]
     budgets: tuple[Budget, ...]
@@ -180,9 +124,7 @@ class SweepSettings:
 
     @classmethod
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
-        """The sweep lists of a profile mapping, typed, not checked (:meth:`RunSettings.build` checks
-        them): a list the profile leaves out is the study's own value (``depths``: ``[depth]``,
-        sweep ``seeds``: ``seeds``, ``conditions``: the protocol's, ``scale_backbones``: ``[backbone]``)."""
+        """The sweep lists of a profile mapping, typed, not checked; a list left out is the study's own."""
         seeds = tuple(int(s) for s in p["seeds"])
         datasets, backbones, scale_backbones = sweep_spans(p)
         depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
@@ -198,32 +140,26 @@ class SweepSettings:
 
 
 def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, by name only (nothing
-    else of the profile is read, so a bad seed or budget elsewhere does not stop it): its
-    ``datasets``, ``backbones`` and ``scale_backbones``, each defaulting to the study's own."""
+    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, each defaulting to the
+    study's own; nothing else of the profile is read."""
     own = [p["backbone"]]
     datasets = list(p.get("datasets") or [p["dataset"]])
     return datasets, list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
 
 
-#: protocol settings a profile may also set at its top level (they enter the cells' keys or the
-#: speed measurement; :func:`midas_nb.study.protocol_settings`)
+#: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
 TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
                                                 "throughput_batch", "throughput_repeats", "precision")
 
 
-#: the protocol settings of a profile's top level that enter every cell's key even where the
-#: profile leaves them out (with :data:`midas_nb.analysis.protocol.PROTOCOL_DEFAULTS` as their values)
+#: top-level protocol settings in every cell's key, with ``PROTOCOL_DEFAULTS`` where the profile lacks them
 _ALWAYS_KEYED: tuple[str, ...] = ("relaxation", "lam", "temperature")
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's settings that change a protocol run's result; they enter every cell's key
-    and :class:`midas_nb.study.ProtocolCellRunner` passes them (less ``image_size``/``patch_size``)
-    to :func:`midas_nb.analysis.protocol.run_protocol`: ``relaxation``, ``lam``, ``temperature``
-    (default ``"st"``, 1, 1), the other :data:`TOP_LEVEL_PROTOCOL_SETTINGS` the profile sets,
-    every ``scorer_train`` key (``epochs``, ``batch_size``, ``lr``, ...; it wins over the top
-    level), ``idauc_steps``, ``max_eval_images``, ``max_idauc_images``, ``bootstrap``."""
+    """The profile's settings that change a protocol run's result: they enter every cell's key and
+    :func:`midas_nb.analysis.protocol.run_protocol` gets them (less ``image_size``/``patch_size``).
+    ``scorer_train`` keys win over the top level."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile and k not in _ALWAYS_KEYED})
     out.update(dict(profile.get("scorer_train") or {}))
@@ -234,14 +170,8 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def setting_names() -> frozenset[str]:
-    """Every name a profile or an override may set: the keys of every profile and
-    :data:`TOP_LEVEL_PROTOCOL_SETTINGS`."""
+    """Every name a profile or an override may set."""
     return frozenset().union(*(config.get_profile(n) for n in config.PROFILES), TOP_LEVEL_PROTOCOL_SETTINGS)
-
-
-def _unknown_line(key: str, known: frozenset[str]) -> str:
-    return (f"{key}: unknown setting{did_you_mean([key], known)}; expected a key of the profiles "
-            "(midas_nb.config.PROFILES)")
 
 
 def _optional_int(v: Any) -> int | None:
@@ -267,24 +197,20 @@ class RunSettings:
     def build(cls, profile: str = "quick", **overrides: Any) -> "RunSettings":
         """Profile ``profile`` with ``overrides`` (``None`` values ignored), checked and typed.
 
-        Every problem is reported at once, one line each: an unknown profile or setting name
-        (with the closest known name), every type and range
-        (:func:`midas_nb.config.check_profile`), the backbone's arguments and depths
-        (:func:`midas_nb.backbones.check_backbone`, where the settings it reads are fine), the
-        data root (:func:`check_data`) and the schedule (:func:`check_schedule`).
-
         Raises:
-            midas_nb.config.ProfileError: the lines (a ``ValueError``).
+            midas_nb.config.ProfileError: every problem at once, one line each (a ``ValueError``).
         """
         if profile not in config.PROFILES:
             raise config.ProfileError([f"profile: expected one of {sorted(config.PROFILES)}, got {profile!r}"])
         p = config.get_profile(profile, **overrides)
         known = setting_names()
-        problems = [_unknown_line(k, known) for k in overrides if k not in known]
+        problems = [f"{k}: unknown setting{did_you_mean([k], known)}; expected a key of the profiles "
+                    "(midas_nb.config.PROFILES)" for k in overrides if k not in known]
         problems += config.check_profile(p)
         recipe = p.get("scorer_train") if isinstance(p.get("scorer_train"), dict) else {}
         problems += [f"{k}: {p[k]!r} at the top level and {recipe[k]!r} in scorer_train; give one (scorer_train's "
-                     "would be used)" for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in p and k in recipe and p[k] != recipe[k]]
+                     "would be used)" for k in TOP_LEVEL_PROTOCOL_SETTINGS
+                     if k in p and k in recipe and p[k] != recipe[k]]
         bad = {config.setting_of(line) for line in problems}
         if not bad & {"backbone", "backbone_kwargs", "image_size", "patch_size"}:
             depths = [] if bad & {"depth", "depths"} else [p["depth"], *(p.get("depths") or [])]
@@ -301,13 +227,11 @@ class RunSettings:
             problems += check_schedule(p, label, p["backbone"])
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
-        return cls._typed(p, name, root, label)
-
-    @classmethod
-    def _typed(cls, p: dict[str, Any], name: str, root: Path | None, label: str) -> "RunSettings":
         syn = MappingProxyType(dict(p.get("synthetic") or {}))
-        data = DataSettings(dataset=name, label=label, root=synthetic_root(syn) if root is None else root,
-                            loader="cub" if root is None else name, embedded=root is None,
+        embedded = root is None  # the synthetic set's root is deterministic by its generator settings
+        if embedded:
+            root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}"
+        data = DataSettings(dataset=name, label=label, root=root, loader="cub" if embedded else name, embedded=embedded,
                             image_size=int(p["image_size"]), patch_size=int(p["patch_size"]),
                             max_images_per_class=config.images_per_class(p, label),
                             aircraft_level=p.get("aircraft_level") or config.AIRCRAFT_LEVELS[0], synthetic=syn)
@@ -333,19 +257,8 @@ class RunSettings:
 @dataclass(frozen=True)
 class ReportSettings:
     """What the report (:mod:`midas_nb.report`) reads of a run's profile, typed; data roots and
-    weights are not checked (the run checked them): a store is read where they may be absent.
-
-    Attributes:
-        profile: the profile's name (``"default"`` for a mapping without one).
-        dataset, backbone: the study's dataset name and backbone.
-        point: the study's ``(depth L, budget b)``.
-        conditions: the three-condition protocol's conditions.
-        relaxation: the protocol relaxation whose rows are reported (default ``"st"``).
-        bootstrap: resamples of every interval (default 1000).
-        sweep: the regime sweep's and the scale readout's lists (:meth:`SweepSettings.of`).
-        values: the profile itself, read-only: result cells are keyed by it
-            (:func:`midas_nb.study.make_grid`), and dataset labels and image caps read it.
-    """
+    weights are not checked (a store is read where they may be absent). ``values``: the profile
+    itself, read-only (cells are keyed by it)."""
 
     profile: str
     dataset: str
@@ -362,9 +275,7 @@ class ReportSettings:
         """The report's part of a study's settings, a profile by name or a profile mapping.
 
         Raises:
-            KeyError: a mapping without ``dataset``, ``backbone``, ``depth``, ``budget``,
-                ``conditions`` or ``seeds``; ValueError: a depth or budget out of range
-                (:class:`midas_nb.point.Point`).
+            KeyError: a mapping without a required key; ValueError: a depth or budget out of range.
         """
         if isinstance(settings, ReportSettings):
             return settings
@@ -376,9 +287,7 @@ class ReportSettings:
 
 
 def profile_values(settings: RunSettings | str | Mapping[str, Any]) -> dict[str, Any]:
-    """The profile mapping a sweep's cells are keyed by (:func:`midas_nb.study.make_grid`): a
-    study's :attr:`RunSettings.values`, a profile by name (:func:`midas_nb.config.get_profile`)
-    or a profile mapping, as a new ``dict`` (a study's a deep copy: its lists stay its own)."""
+    """The profile mapping a sweep's cells are keyed by, as a new ``dict`` (a study's values deep-copied)."""
     if isinstance(settings, RunSettings):
         return copy.deepcopy(dict(settings.values))
     return config.get_profile(settings) if isinstance(settings, str) else dict(settings)
