@@ -653,7 +653,7 @@ def test_decoupling_shown_from_the_verdict():
         return SimpleNamespace(decoupling_shown=shown, winners={"reading": winners}, comovement={"reading": co})
     cases = [(v(True, "different winners", "not resolved"), {"a"}),
              (v(False, "one condition leads both", "move together"), {"b", "c"}),
-             (v(False, "not resolved: the coverage lead", "trade off"), {"b"}),
+             (v(False, "not resolved: the coverage lead is within noise", "trade off"), {"b"}),
              (v(False, "different winners", "not resolved"), {"d"}),
              (v(False, "undefined", "undefined"), {"b"})]
     for verdict, accepted in cases:

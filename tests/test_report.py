@@ -130,6 +130,23 @@ def test_regime_finding_judges_each_axis_on_its_own():
     assert _holds(f, "fades_deep")[0] == "undefined" and _holds(f, "fades_loose")[0] is True
 
 
+def test_regime_finding_needs_a_decoupling_to_fade():
+    """D(T5) falls with depth from 0 to below 0: no decoupling at the paper's point, so none fades
+    (the near side's mean above the far side's alone would read as 'holds')."""
+    rows = _point(6, 0.25, d_t5=(-0.01, -0.011)) + _point(3, 0.25, d_t5=(-0.01, -0.011))
+    rows += _point(9, 0.25, d_t5=(-0.08, -0.081))
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
+    assert holds is False and ev.endswith("; no decoupling at L ≤ 6 to fade (mean D(T5) ≤ 0 there)")
+    # a coverage gain that costs faithfulness (outside the band) is no decoupling either
+    rows = _point(6, 0.25, idauc_t5=0.15) + _point(3, 0.25, idauc_t5=0.15) + _point(9, 0.25, d_t5=(0.01, 0.011))
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
+    assert holds is False and "a cell there is outside the parity band" in ev
+    # seeds that disagree on the sign of D at the near cells: the decoupling itself is not resolved
+    rows = _point(6, 0.25, d_t5=(0.10, -0.05)) + _point(3, 0.25, d_t5=(0.10, -0.05)) + _point(9, 0.25)
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
+    assert holds == "not resolved" and ev.endswith("the decoupling at L ≤ 6 is itself not resolved")
+
+
 def test_scale_finding_needs_deit_tiny_and_vit_base():
     tiny, base = "deit_tiny_patch16_224.fb_in1k", "vit_base_patch16_224.augreg_in21k_ft_in1k"
     rows = _point(backbone=tiny) + _point(backbone=base, d_t5=(-0.04, -0.041))

@@ -151,6 +151,11 @@ def test_recommend_deployment_tie_break_and_fallback():
     top = t.loc[t["idauc"].idxmax(), "condition"]
     assert top != "T5" and "highest IDAUC" not in a.loc["faithfulness-first", "reason"]
     assert f"within 0.001 of the highest ({top} " in a.loc["faithfulness-first", "reason"]
+    # the highest IDAUC with the highest mIoU of its ties: not "within 0.001 of the highest" (itself)
+    t.loc[t.condition == "T5", "idauc"] = 0.3405
+    reason = recommend_deployment(t)[0].set_index("goal").loc["faithfulness-first", "reason"]
+    assert "T5 — highest IDAUC 0.341;" in reason and "1 other condition ties within 0.001 of it" in reason
+    assert "of the highest" not in reason and "the highest among them" in reason
     # reference outside the band for nobody → still T5 for coverage-first (D=+3, ΔIDAUC>0)
     assert a.loc["coverage-first", "condition"] == "T5"
     # no reference at all: coverage-first falls back to the highest mIoU, flagged

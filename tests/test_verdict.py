@@ -57,8 +57,12 @@ def test_winners_that_tie_within_noise_are_not_resolved():
     assert (w["coverage_winner"], w["faithfulness_winner"]) == ("T3", "T5")
     assert w["idauc_diff"] == pytest.approx(0.0005, abs=0.003)
     assert w["idauc_diff_lo"] <= 0 <= w["idauc_diff_hi"] and w["miou_diff_lo"] > 0
-    assert w["reading"] == "not resolved: the faithfulness lead"
+    assert w["reading"] == "not resolved: the faithfulness lead is within noise"
     assert not v.decoupling_shown and "does not show a decoupling" in v.text
+    # T3's lead over its runner-up T5 is the winners' difference itself: one interval, printed once
+    assert w["miou_runner_up"] == "T5"
+    assert (w["miou_lead"], w["miou_lead_lo"], w["miou_lead_hi"]) == (w["miou_diff"], w["miou_diff_lo"],
+                                                                      w["miou_diff_hi"])
 
 
 def test_both_rose_together_is_not_called_decoupling():
@@ -81,7 +85,7 @@ def test_one_condition_with_both_highest_means_ties_where_its_lead_is_not_resolv
     w = v.winners
     assert (w["coverage_winner"], w["faithfulness_winner"]) == ("T3", "T3")
     assert w["miou_lead_lo"] > 0 and w["idauc_lead_lo"] <= 0 <= w["idauc_lead_hi"]
-    assert w["reading"] == "highest means on both; not resolved: the faithfulness lead"
+    assert w["reading"] == "highest means on both; the faithfulness lead is within noise"
     assert "T3 and T5 tie on faithfulness within this sample" in v.text
     assert "T3 leads on both" not in v.text and not v.decoupling_shown
 

@@ -174,6 +174,10 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
     if len(ties) == 1:
         return pick, f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}"
     top = ok.loc[ok["idauc"].idxmax()]
+    if pick.name == top.name:           # the highest IDAUC also has the highest mIoU of its ties
+        return pick, (f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}; {len(ties) - 1} other "
+                      f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, "
+                      f"its mIoU {pick['miou']:.3f} the highest among them")
     return pick, (f"IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}, within {tie_tol:g} of the highest "
                   f"({_label(top)} {best:.3f}); {len(ties)} conditions tie there, highest mIoU "
                   f"{pick['miou']:.3f} breaks the tie")

@@ -189,6 +189,11 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds
           f"{mf:+.2f} pp over {plural(len(far), 'cell', 'cells')} with {beyond}")
     if n_uninf:
         ev += f" ({plural(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
+    # a decoupling fades only where there is one: T5's coverage gain at parity on the near side
+    lost = near["status"].isin(["outside band"]).any()
+    if lost or mn <= 0:
+        return False, ev + (f"; no decoupling at {show(v0)} to fade ("
+                            + ("a cell there is outside the parity band)" if lost else "mean D(T5) ≤ 0 there)"))
     holds: Holds = bool(mn > mf)
     lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
     hi_n, lo_f = near["D_pp_hi"].mean(), far["D_pp_lo"].mean()
@@ -197,6 +202,8 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds
         if (holds and lo_n <= hi_f) or (not holds and hi_n >= lo_f):
             holds = "not resolved"
             ev += " (their averaged intervals overlap)"
+    if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
+        return "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
     return holds, ev
 
 

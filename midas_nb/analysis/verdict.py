@@ -16,11 +16,8 @@ and one reading that decides whether the word *decoupling* fits at all:
 
 A paired difference of two conditions (the winners' leads, a scorer against the random-map
 control, :func:`paired_gap`) carries the seed spread as ``decoupling_D`` does
-(:func:`midas_nb.metrics.stats.seed_image_interval`, DESIGN.md §6; decision 0007): the per-image
-differences of each pair of seeds — seed ``s`` with seed ``s``, a one-seed side (the reference)
-with every seed of the other — t over the seeds plus a bootstrap over the images, cut at the
-difference's range; one pair of seeds is a percentile bootstrap over images. The co-movement
-correlation resamples the images of each condition's mean over seeds.
+(:func:`midas_nb.metrics.stats.seed_image_interval`, DESIGN.md §6; decision 0007). The
+co-movement correlation resamples the images of each condition's mean over seeds.
 """
 from __future__ import annotations
 
@@ -48,6 +45,7 @@ BASELINE_CONDITIONS: tuple[str, ...] = ("random",)
 #: the supervised control that distils a seeded random map (same loss, λ and scorer as supervised(Tk))
 CONTROL_CONDITION = "random_map"
 
+_LEADS_IN_NOISE = ("the {} lead is within noise", "both leads are within noise")    # paired interval reaches 0
 _METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image"),
                "accuracy": ("image_ids", "accuracy_per_image")}
 
@@ -244,8 +242,7 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
                  if f"{metric}_runner_up" in out
                  and _sign(out[f"{metric}_lead_lo"], out[f"{metric}_lead_hi"]) != "positive"]
         if open_:
-            out["reading"] = ("highest means on both; not resolved: the "
-                              + (f"{open_[0]} lead" if len(open_) == 1 else "both leads"))
+            out["reading"] = "highest means on both; " + _LEADS_IN_NOISE[len(open_) == 2].format(*open_)
         return out
     dm = _paired_diff(miou_s[cov], miou_s.get(fai, {}), n_boot, alpha, rng, 1.0)
     df = _paired_diff(idauc_s[fai], idauc_s.get(cov, {}), n_boot, alpha, rng, 2.0)
@@ -253,33 +250,36 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
                idauc_diff=df[0], idauc_diff_lo=df[1], idauc_diff_hi=df[2], n_idauc_images=df[3])
     resolved = [_sign(dm[1], dm[2]) == "positive", _sign(df[1], df[2]) == "positive"]
     # each winner's lead over the runner-up on its own metric, and every condition it ties with
-    # (from the child generator: the co-movement interval keeps its draws)
-    _leads(out, per_metric, n_boot, alpha, tie_rng, tie_rng)
+    # (from the child generator: the co-movement interval keeps its draws); a lead over the other
+    # winner is the difference just drawn, not a second interval of the same quantity
+    _leads(out, per_metric, n_boot, alpha, tie_rng, tie_rng, known={"miou": {fai: dm}, "idauc": {cov: df}})
     # a condition tying with both winners (each on its own metric) could be the best on both
     shared = out["shared_ties"] = [c for c in out.get("miou_ties", []) if c in out.get("idauc_ties", [])]
-    open_ = [lead for lead, ok in zip(("the coverage lead", "the faithfulness lead"), resolved) if not ok]
-    out["reading"] = (("not resolved: " + ("both leads" if len(open_) == 2 else open_[0])) if open_ else
+    open_ = [name for name, ok in zip(("coverage", "faithfulness"), resolved) if not ok]
+    out["reading"] = (("not resolved: " + _LEADS_IN_NOISE[len(open_) == 2].format(*open_)) if open_ else
                       f"not resolved: {', '.join(shared)} tie{'s' if len(shared) == 1 else ''} with both winners"
                       if shared else "different winners")
     return out
 
 
 def _leads(out: dict[str, Any], per_metric, n_boot: int, alpha: float, rng: np.random.Generator,
-           tie_rng: np.random.Generator) -> None:
+           tie_rng: np.random.Generator, known: Mapping[str, Mapping[str, tuple]] | None = None) -> None:
     """``<metric>_runner_up`` and ``<metric>_lead`` (+ interval) of each metric's winner, and
     ``<metric>_ties``: every other condition whose paired difference with the winner is not
-    resolved (``[]`` when the lead is resolved over all)."""
+    resolved (``[]`` when the lead is resolved over all); ``known[metric][c]``: a difference
+    winner − ``c`` already drawn, reused."""
     for metric, means, per, win, bound in per_metric:
         others = {c: v for c, v in means.items() if c != win}
         if not others:
             continue
         runner = max(others, key=others.get)
-        d = _paired_diff(per[win], per[runner], n_boot, alpha, rng, bound)
+        memo = (known or {}).get(metric, {})
+        d = memo.get(runner) or _paired_diff(per[win], per[runner], n_boot, alpha, rng, bound)
         out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
                     f"{metric}_lead_hi": d[2]})
         ties = [runner] if _sign(d[1], d[2]) != "positive" else []
         for c in sorted(others, key=others.get, reverse=True)[1:]:
-            e = _paired_diff(per[win], per[c], n_boot, alpha, tie_rng, bound)
+            e = memo.get(c) or _paired_diff(per[win], per[c], n_boot, alpha, tie_rng, bound)
             ties += [c] if _sign(e[1], e[2]) != "positive" else []
         out[f"{metric}_ties"] = ties
 
