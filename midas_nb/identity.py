@@ -47,10 +47,10 @@ def jsonable(o: Any) -> Any:
         return str(o)
     if isinstance(o, (set, frozenset)):
         return sorted(o, key=str)
+    if type(o).__name__ in ("NAType", "NaTType"):     # pandas missing values (NaT has an isoformat too)
+        return None
     if hasattr(o, "isoformat"):
         return o.isoformat()
-    if type(o).__name__ in ("NAType", "NaTType"):     # pandas missing values
-        return None
     if hasattr(o, "detach") and hasattr(o, "tolist"):  # torch.Tensor without importing torch
         return o.detach().cpu().tolist()
     if type(o).__module__ == "torch" and type(o).__name__ in ("dtype", "device"):

@@ -60,3 +60,13 @@ def test_a_study_without_torch_threads_keys_its_checkpoint_at_torch_default_afte
         assert after.checkpoint_key()[1]["numerics"]["num_threads"] == alone == _TORCH_DEFAULT_THREADS
     finally:
         torch.set_num_threads(n)
+
+
+def test_canonical_json_of_pandas_missing_values_and_timestamps():
+    """pandas' missing values are JSON null (NaT has an isoformat too, and must not read "NaT");
+    a timestamp is its ISO text."""
+    import pandas as pd
+
+    from midas_nb.identity import canonical_json
+    assert canonical_json({"t": pd.NaT, "n": pd.NA}) == '{"n":null,"t":null}'
+    assert canonical_json([pd.Timestamp("2026-12-05 10:30")]) == '["2026-12-05T10:30:00"]'

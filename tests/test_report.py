@@ -2,6 +2,7 @@
 store, the README's results section against the committed results/ tables, the CLI."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -372,8 +373,13 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     assert "3 of the 12 cells the smoke profile's report needs have no result" in msg
     assert "cub/bb L9 b0.25 T5 s0: unreadable record: unreadable JSON" in msg
     assert "cub/bb L9 b0.25 T5 s1: failed: RuntimeError: CUDA out of memory" in msg
-    assert "cub/bb L9 b0.25 T1 s1: running, or killed" in msg and "--allow-incomplete" in msg
+    assert "cub/bb L9 b0.25 T1 s1: running (a live worker's claim" in msg and "--allow-incomplete" in msg
     assert not out.exists()
+    # the same claim left by a worker whose heartbeat stopped long ago: killed, not running
+    os.utime(store.running_path(t1_1.key), (time.time() - 10 * 86400,) * 2)
+    with pytest.raises(report.IncompleteReportError) as e:
+        report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)
+    assert "cub/bb L9 b0.25 T1 s1: killed (its worker's claim is dead" in str(e.value)
 
     path = report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE, allow_incomplete=True)
     tables = report.read_tables(out)

@@ -113,9 +113,11 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
     for c in st.registered_cells():
         if c.key in records or not ours(c.to_dict()):
             continue
+        claim = st.claim_info(c.key)                    # a live worker's claim, or one whose worker is gone
         why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
-               "running, or killed (a worker marker, no record)" if st.running_path(c.key).exists() else
-               "pending (in the store's grid, never finished)")
+               "pending (in the store's grid, never finished)" if claim is None else
+               "running (a live worker's claim, no record yet)" if claim["live"] else
+               "killed (its worker's claim is dead: heartbeat stopped or process gone; no record)")
         out.setdefault(_ident(c.to_dict()), why)
     return out
 
