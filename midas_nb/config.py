@@ -43,6 +43,7 @@ _COMMON: dict[str, Any] = dict(
 
 PROFILES: dict[str, dict[str, Any]] = {
     "smoke": dict(  # synthetic CUB-format data, a tiny ViT trained from scratch
+        run_kind="smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
         dataset="synthetic",
         data_root=None,              # generated under cache_dir()/data/synthetic_smoke
         synthetic_default=True,
@@ -66,6 +67,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         torch_threads=1,             # tiny tensors: OpenMP start-up and barriers cost more than they save
     ),
     "quick": dict(  # the real CUB subset where given, the offline hybrid backbone
+        run_kind="quick run (2 CPU cores)",
         dataset="cub",
         data_root=None,              # None: the embedded synthetic default
         synthetic_default=True,      # the README's main command: no data root -> synthetic CUB
@@ -96,6 +98,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         device="cpu",
     ),
     "paper": dict(  # GPU: the paper's datasets, backbones, seeds and full grid
+        run_kind="paper run (GPU)",
         dataset="cub",
         data_root=None,
         synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
@@ -119,6 +122,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         precision="bfloat16",        # autocast (decisions/0063)
     ),
     "rehearsal": dict(  # CPU rehearsal of the paper run: its grid's shape, tiny image counts and sizes (decisions/0016)
+        run_kind="rehearsal — the paper run's grid on tiny image counts on a CPU, a pipeline check, not a result",
         dataset="cub",
         data_root=None,
         datasets=list(PAPER_DATASETS),

@@ -284,6 +284,13 @@ def test_report_tables_and_markdown(store, tmp_path):
     assert f"+10.05 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
     assert "+10.05" in md and "in |" in md and "**Smoke run.**" in md
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
+    # the warning follows the profile's own run kind, never its name: a run kind that is a result has none
+    prov_table = back["provenance"].copy()
+    prov_table.loc[prov_table["setting"] == "run kind", "value"] = "quick run (2 CPU cores)"
+    assert "**Smoke run.**" not in report.render_report(dict(back, provenance=prov_table))
+    prov_table.loc[prov_table["setting"] == "run kind", "value"] = "custom run — 3 images, not a result"
+    assert "> **Custom run.** These numbers come from the `smoke` profile (3 images, not a result)" in \
+        report.render_report(dict(back, provenance=prov_table))
 
 
 def test_dataset_fingerprints_say_what_they_identify_and_where_they_come_from(store, tmp_path, monkeypatch):

@@ -129,10 +129,13 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
 
 
 def _smoke_note(prov: Mapping[str, str]) -> str:
-    return ("> **Smoke run.** These numbers come from the `smoke` profile: a few synthetic CUB-format "
-            "images and a tiny backbone, so that the pipeline can be checked in seconds. They are a "
-            "pipeline check, not a result; the reference results come from the `quick` profile on the "
-            "real CUB subset.\n\n") if prov.get("profile") == "smoke" else ""
+    """A warning above the tables where the profile calls its run kind "not a result"."""
+    kind = str(prov.get("run kind", ""))
+    if not kind.endswith("not a result"):
+        return ""
+    head, _, what = kind.partition(" — ")
+    return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
+            f"({what or kind}); the reference results come from the `quick` profile on the real CUB subset.\n\n")
 
 
 def _intervals_note(g: Mapping[str, Any]) -> str:

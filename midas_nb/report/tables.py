@@ -75,9 +75,7 @@ def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
                 blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
                 exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
-    kind = {"smoke": "smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
-            "quick": "quick run (2 CPU cores)", "paper": "paper run (GPU)"}.get(s.profile, s.profile)
-    run = {"profile": s.profile, "run kind": kind,
+    run = {"profile": s.profile, "run kind": str(s.values.get("run_kind") or s.profile),   # the profile's own words
            "result store": _shown_path(left_out["store"]) if left_out.get("store") else "not recorded",
            "relaxation": left_out.get("relaxation", "st"),
            "failed cells left out": len(left_out.get("failed_cells", [])),
