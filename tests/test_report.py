@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from midas_nb import report
+from midas_nb.report.markdown import datasets_table
 from midas_nb.analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -284,6 +285,9 @@ def test_report_tables_and_markdown(store, tmp_path):
     assert f"+10.05 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
     assert "+10.05" in md and "in |" in md and "**Smoke run.**" in md
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
+    # a condition without a row in a block is "no result" (not in the profile, failed or left out), not "not run"
+    no_t1 = dict(back, three_conditions=back["three_conditions"][back["three_conditions"]["condition"] != "T1"])
+    assert "| no result |" in datasets_table(no_t1) and "not run" not in datasets_table(no_t1)
     # the warning follows the profile's own run kind, never its name: a run kind that is a result has none
     prov_table = back["provenance"].copy()
     prov_table.loc[prov_table["setting"] == "run kind", "value"] = "quick run (2 CPU cores)"

@@ -311,7 +311,7 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     """``(D [CI], band)`` and the paper's D of ``cond`` in one block of the three-condition table."""
     r = t[t["condition"] == cond]
     if r.empty:
-        return "not run", ""
+        return "no result", ""         # not in the profile, failed or left out: the provenance says which
     r = r.iloc[0]
     return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
