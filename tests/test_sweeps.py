@@ -799,3 +799,18 @@ def test_the_regime_grid_and_its_spans_come_from_profile_keys_not_the_profile_na
     assert {(c.depth, c.budget) for c in make_grid(like, "regime", checkpoint_ids=ids, data_ids=ids)} == points
     cross = make_grid(dict(paper, regime_grid="cross"), "regime", checkpoint_ids=ids, data_ids=ids)
     assert len({(c.depth, c.budget) for c in cross}) == 4 + 4 - 1
+
+
+def test_a_sweeps_status_says_how_many_cells_the_whole_store_holds(tmp_path, markers):
+    """A notebook's sweep counts its own grid; the store holds every sweep's cells, which
+    ``midas-nb sweep status`` counts: the notebook's line says both, so the two numbers agree."""
+    cells = toy_cells(6)
+    fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
+    store = ResultStore(tmp_path / "store")
+    run_sweep(cells[:4], fn, store)                                    # another notebook's grid
+    status = run_sweep(cells[4:], fn, store)
+    head = str(status).splitlines()[0]
+    assert head == (f"2 cells: 2 done, 0 failed, 0 running, 0 pending  [{store.root}; 6 cells in the store, "
+                    "`midas-nb sweep status` counts them all]")
+    whole = format_status(store.status()).splitlines()[0]
+    assert whole == f"6 cells: 6 done, 0 failed, 0 running, 0 pending  [{store.root}]"

@@ -234,10 +234,11 @@ class ResultStore:
         parameters, ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``,
         ``job_id`` (``jobs.json``; ``None`` if never submitted); ``attrs["problems"]``: :meth:`problems`."""
         records, problems = self.scan()
+        by_key = {c.key: c for c in self.registered_cells()}
+        extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
+        in_store = len(by_key) + len(extra)     # every sweep's cells (a notebook asks for its own grid)
         if cells is None:
-            by_key = {c.key: c for c in self.registered_cells()}
-            extra = (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key)
-            cells = list(by_key.values()) + [c for c in extra if c is not None]
+            cells = list(by_key.values()) + extra
         rows = []
         jobs = self.jobs()
         for c in cells:
@@ -251,6 +252,7 @@ class ResultStore:
         df = pd.DataFrame(rows, columns=cols)
         df.attrs["problems"] = problems
         df.attrs["root"] = str(self.root)
+        df.attrs["store_cells"] = in_store
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
@@ -315,7 +317,9 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
     head = (f"{n} cells: {counts.get('done', 0)} done, {counts.get('failed', 0)} failed, "
             f"{counts.get('running', 0)} running, {counts.get('pending', 0)} pending")
     if "root" in table.attrs:
-        head += f"  [{table.attrs['root']}]"
+        total = table.attrs.get("store_cells", n)
+        head += f"  [{table.attrs['root']}" + (f"; {total} cells in the store, `midas-nb sweep status` counts them all]"
+                                               if total > n else "]")
     lines = [head]
     failed = table[table["status"] == "failed"] if n else table
     for _, r in failed.head(max_errors).iterrows():
