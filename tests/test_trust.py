@@ -146,6 +146,9 @@ def test_a_test_keypoint_edit_recomputes_exactly_the_protocol_cells(tmp_path, mo
     study, first, _ = run()
     keys = set(first["cell_key"])
     assert len(keys) == 3
+    # the saved table is named readably (dataset, backbone, point), its content hash last
+    saved = sorted(p.name for p in (tmp_path / "runs" / "tables").glob("protocol_*.csv"))
+    assert len(saved) == 1 and saved[0].startswith("protocol_cub_vit_smoke_L2_b0.25_"), saved
 
     # the evaluated test images (a seeded subset of max_eval_images) and the others
     from midas_nb.data import evaluation_subset

@@ -2,6 +2,7 @@
 regime sweeps and scale readout are cells of the profile's result store (``runs/sweeps/<profile>``)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -67,7 +68,10 @@ class Study(StudyBase):
         _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
-        save_table(table, f"protocol_{hash_json(key, 12)}", config.runs_dir() / "tables")
+        # readable first (dataset, backbone, point), the content hash last (conditions, seeds, cells)
+        readable = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.dataset_name}_{s.backbone.name}").strip("-")
+        name = f"protocol_{readable}_L{depth}_b{budget:g}_{hash_json(key, 12)}"
+        save_table(table, name, config.runs_dir() / "tables")
         return table
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
