@@ -189,3 +189,20 @@ def test_coverage_name_is_one_word_for_the_tables_verdicts_and_figures():
     assert coverage_name(pd.DataFrame({"miou": [0.3]})) == "part mIoU"          # the schema's default
     assert coverage_name(pd.DataFrame({"coverage_kind": ["", "box coverage"]})) == "box coverage"  # "" read from CSV
     assert coverage_name(pd.DataFrame({"coverage_kind": [""]})) == "part mIoU"
+
+
+def test_result_row_fields_are_the_schema_columns():
+    """ResultRow is written out for readers and type checkers; it must not drift from SCHEMA:
+    the same names, required columns without a default, the others with the schema's default."""
+    import dataclasses
+    import math
+
+    fields = {f.name: f for f in dataclasses.fields(R.ResultRow) if f.name != "extras"}
+    assert set(fields) == set(R.SCHEMA_COLUMNS)
+    for c in R.SCHEMA:
+        default = fields[c.name].default
+        if c.required:
+            assert default is dataclasses.MISSING, c.name
+        else:
+            assert (math.isnan(default) and math.isnan(c.default)) if isinstance(c.default, float) and \
+                math.isnan(c.default) else default == c.default, c.name

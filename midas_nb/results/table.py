@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, make_dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -88,26 +88,53 @@ def current_versions() -> str:
     return f"torch={torch.__version__};timm={timm.__version__};midas_nb={own}"
 
 
-def _row_to_dict(self) -> dict[str, Any]:
-    d = asdict(self)
-    extras = d.pop("extras")
-    clash = set(extras) & set(d)
-    if clash:
-        raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
-    d.update(extras)
-    return d
+@dataclass
+class ResultRow:
+    """One row of the results table (units: :data:`SCHEMA`).
 
+    ``extras`` holds additional columns (e.g. ``lambda_ga``, ``scorer``); they are written
+    after the schema columns. ``to_dict()`` flattens them in.
+    """
 
-_TYPES = {"str": str, "int": int, "float": float}
-ResultRow = make_dataclass(
-    "ResultRow",
-    [(c.name, _TYPES[c.dtype]) for c in SCHEMA if c.required]
-    + [(c.name, str | None if c.name == "versions" else _TYPES[c.dtype], field(default=c.default))
-       for c in SCHEMA if not c.required]
-    + [("extras", dict[str, Any], field(default_factory=dict))],
-    namespace={"to_dict": _row_to_dict, "__module__": __name__,
-               "__doc__": "One row of the results table: the :data:`SCHEMA` columns (required ones first), then "
-                          "``extras`` (e.g. ``lambda_ga``), flattened in after them by ``to_dict()``."})
+    dataset: str
+    backbone: str
+    checkpoint_id: str
+    condition: str
+    depth: int
+    budget: float
+    seed: int
+    n_images: int
+    target: str = ""
+    relaxation: str = ""
+    n_skipped_parts: int = 0
+    coverage_kind: str = "part mIoU"
+    miou: float = _NaN
+    miou_lo: float = _NaN
+    miou_hi: float = _NaN
+    idauc: float = _NaN
+    idauc_lo: float = _NaN
+    idauc_hi: float = _NaN
+    ins_auc: float = _NaN
+    del_auc: float = _NaN
+    accuracy: float = _NaN
+    accuracy_lo: float = _NaN
+    accuracy_hi: float = _NaN
+    pib: float = _NaN
+    throughput: float = _NaN
+    idauc_steps: int = 0
+    idauc_space: str = "token"
+    device: str = ""
+    versions: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extras = d.pop("extras")
+        clash = set(extras) & set(d)
+        if clash:
+            raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
+        d.update(extras)
+        return d
 
 
 def summarise_metrics(
