@@ -6,7 +6,7 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
 
@@ -14,7 +14,8 @@ __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_nam
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
            "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "check_profile",
-           "check_device", "check_data_roots", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
+           "check_device", "check_data_roots", "SCHEDULE_CHECKS", "schedule_problems", "is_int", "is_number", "is_path",
+           "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -362,23 +363,31 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
     return []
 
 
-def _check_recipe(name: str, recipe: Any, problems: list[str]) -> None:
+#: what a schedule setting of ``finetune``, ``synthetic_finetune`` or ``scorer_train`` (or of one of their
+#: ``{dataset or backbone: {...}}`` entries) must be: ``{key: (test, what a problem line expects)}``, in the
+#: order problems are listed; :class:`midas_nb.backbones.TrainingRecipe` checks its schedule with these tests
+SCHEDULE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "epochs": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    "batch_size": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    "throughput_repeats": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    "throughput_batch": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    "lr": (lambda v: is_number(v) and v > 0, "a number > 0"),
+    "warmup_epochs": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
+}
+
+
+def schedule_problems(name: str, recipe: Any) -> list[str]:
+    """``[]`` when the schedule ``recipe`` (setting ``name``; ``None``: not given) passes
+    :data:`SCHEDULE_CHECKS`, else one line per problem, those of its entries first."""
     if recipe is None:
-        return
+        return []
     if not isinstance(recipe, dict):
-        problems.append(f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
-                        f"got {show_value(recipe)}")
-        return
-    for k, v in recipe.items():  # a dataset's or backbone's entry {name: {setting: value}} (finetune_settings)
-        if isinstance(v, dict):
-            _check_recipe(f"{name}.{k}", v, problems)
-    for k in ("epochs", "batch_size", "throughput_repeats", "throughput_batch"):
-        if k in recipe and not (is_int(recipe[k]) and recipe[k] >= 1):
-            problems.append(f"{name}.{k}: expected an integer >= 1, got {show_value(recipe[k])}")
-    if "lr" in recipe and not (is_number(recipe["lr"]) and recipe["lr"] > 0):
-        problems.append(f"{name}.lr: expected a number > 0, got {show_value(recipe['lr'])}")
-    if "warmup_epochs" in recipe and not (is_number(recipe["warmup_epochs"]) and recipe["warmup_epochs"] >= 0):
-        problems.append(f"{name}.warmup_epochs: expected a number >= 0, got {show_value(recipe['warmup_epochs'])}")
+        return [f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
+                f"got {show_value(recipe)}"]
+    # a dataset's or backbone's entry {name: {setting: value}} (finetune_settings)
+    problems = [line for k, v in recipe.items() if isinstance(v, dict) for line in schedule_problems(f"{name}.{k}", v)]
+    return problems + [f"{name}.{k}: expected {what}, got {show_value(recipe[k])}"
+                       for k, (ok, what) in SCHEDULE_CHECKS.items() if k in recipe and not ok(recipe[k])]
 
 
 def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
@@ -394,7 +403,7 @@ def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
             problems.append(f"{key}: expected one of {list(allowed)}, got {show_value(p.get(key))}")
     _check_grid(p, problems)
     for key in ("finetune", "synthetic_finetune", "scorer_train"):
-        _check_recipe(key, p.get(key), problems)
+        problems += schedule_problems(key, p.get(key))
     _check_paths(p, problems)
     if device:
         problems += check_device(p.get("device"))

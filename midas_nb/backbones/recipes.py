@@ -2,13 +2,10 @@
 distilled backbones add (:class:`DistillRecipe`); both enter checkpoint keys."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from ..config import is_int, is_number
-
-
-
+from ..config import is_int, is_number, SCHEDULE_CHECKS
 
 #: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
 DISTILL_VERSION = 1
@@ -41,16 +38,11 @@ class TrainingRecipe:
     label_smoothing: float = 0.1
     weight_decay: float = 0.05
 
-    def __post_init__(self) -> None:
-        bad = [f"{k}={v!r}" for k, v, ok in (
-            ("epochs", self.epochs, is_int(self.epochs) and self.epochs >= 1),
-            ("batch_size", self.batch_size, is_int(self.batch_size) and self.batch_size >= 1),
-            ("lr", self.lr, is_number(self.lr) and self.lr > 0),
-            ("warmup_epochs", self.warmup_epochs, is_number(self.warmup_epochs) and self.warmup_epochs >= 0),
-            ("seed", self.seed, is_int(self.seed)),
-            ("label_smoothing", self.label_smoothing,
-             is_number(self.label_smoothing) and 0 <= self.label_smoothing < 1),
-            ("weight_decay", self.weight_decay, is_number(self.weight_decay) and self.weight_decay >= 0)) if not ok]
+    def __post_init__(self) -> None:   # the schedule's tests are the profile check's (config.SCHEDULE_CHECKS)
+        ok = dict({k: SCHEDULE_CHECKS[k][0] for k in ("epochs", "batch_size", "lr", "warmup_epochs")},
+                  seed=is_int, label_smoothing=lambda v: is_number(v) and 0 <= v < 1,
+                  weight_decay=lambda v: is_number(v) and v >= 0)
+        bad = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if not ok[f.name](getattr(self, f.name))]
         if bad:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
                              f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")
