@@ -373,6 +373,8 @@ SCHEDULE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "throughput_batch": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
     "lr": (lambda v: is_number(v) and v > 0, "a number > 0"),
     "warmup_epochs": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
+    "weight_decay": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
+    "label_smoothing": (lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
 }
 
 

@@ -513,6 +513,12 @@ def test_per_backbone_finetune_entries_are_checked_like_the_shared_recipe():
     assert config.check_profile(bad, device=False) == [
         "finetune.hybrid_lite0_deit.epochs: expected an integer >= 1, got 0 (int)",
         "finetune.hybrid_lite0_deit.lr: expected a number > 0, got -1 (int)"]
+    # label smoothing and weight decay are profile problems too (before: the recipe's bare ValueError later)
+    bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, label_smoothing=1.0,
+                                                    weight_decay=-0.1))
+    assert config.check_profile(bad, device=False) == [
+        "finetune.weight_decay: expected a number >= 0, got -0.1 (float)",
+        "finetune.label_smoothing: expected a number in [0, 1), got 1.0 (float)"]
 
 
 def test_a_run_file_problem_does_not_hide_the_other_problems(tmp_path, capsys, no_kernel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from ..config import is_int, is_number, SCHEDULE_CHECKS
+from ..config import is_int, SCHEDULE_CHECKS
 
 #: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
 DISTILL_VERSION = 1
@@ -39,9 +39,8 @@ class TrainingRecipe:
     weight_decay: float = 0.05
 
     def __post_init__(self) -> None:   # the schedule's tests are the profile check's (config.SCHEDULE_CHECKS)
-        ok = dict({k: SCHEDULE_CHECKS[k][0] for k in ("epochs", "batch_size", "lr", "warmup_epochs")},
-                  seed=is_int, label_smoothing=lambda v: is_number(v) and 0 <= v < 1,
-                  weight_decay=lambda v: is_number(v) and v >= 0)
+        ok = dict({k: SCHEDULE_CHECKS[k][0] for k in ("epochs", "batch_size", "lr", "warmup_epochs",
+                                                      "label_smoothing", "weight_decay")}, seed=is_int)
         bad = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if not ok[f.name](getattr(self, f.name))]
         if bad:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
@@ -109,15 +108,18 @@ class DistillRecipe:
     probe_label_smoothing: float = 0.1
 
     def __post_init__(self) -> None:
-        assert self.token in ("soft", "hard", "none"), f"token must be soft, hard or none, got {self.token!r}"
-        assert 0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1], got {self.alpha}"
-        assert self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0, \
-            f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"
-        assert 0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"
-        assert 0.0 < self.token_keep <= 1.0, f"token_keep must be in (0, 1], got {self.token_keep}"
-        assert self.coarse_epochs >= 0, f"coarse_epochs must be >= 0, got {self.coarse_epochs}"
-        assert self.coarse_epochs == 0 or self.token_keep == 1.0, "coarse_epochs and token_keep < 1 do not combine"
-        assert self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}"
+        checks = [(self.token in ("soft", "hard", "none"), f"token must be soft, hard or none, got {self.token!r}"),
+                  (0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1], got {self.alpha}"),
+                  (self.tau > 0 and self.hint_weight >= 0 and self.token_label_weight >= 0,
+                   f"need tau > 0 and weights >= 0; got {self.tau}, {self.hint_weight}, {self.token_label_weight}"),
+                  (0.0 <= self.mix_prob <= 1.0, f"mix_prob must be in [0, 1], got {self.mix_prob}"),
+                  (0.0 < self.token_keep <= 1.0, f"token_keep must be in (0, 1], got {self.token_keep}"),
+                  (self.coarse_epochs >= 0, f"coarse_epochs must be >= 0, got {self.coarse_epochs}"),
+                  (self.coarse_epochs == 0 or self.token_keep == 1.0, "coarse_epochs and token_keep < 1 do not combine"),
+                  (self.oof_folds == 0 or self.oof_folds >= 2, f"oof_folds must be 0 or >= 2, got {self.oof_folds}")]
+        bad = [why for ok, why in checks if not ok]
+        if bad:        # a ValueError, not an assert: python -O must not let a bad recipe through
+            raise ValueError("distillation recipe: " + "; ".join(bad))
 
     def key(self) -> dict[str, Any]:
         """The fields and :data:`DISTILL_VERSION`, for checkpoint keys (``token_keep`` only when
