@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
 from .identity import atomic_write_text
-from .progress import PROGRESS_ENV
+from .progress import finished_step, PROGRESS_ENV
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
            "new_run_id", "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
@@ -207,6 +207,8 @@ LONG_CELL_S = 60.0
 HEARTBEAT_S = 15.0
 #: at least this many seconds between two changed status lines when stdout is not a terminal
 MIN_GAP_S = 3.0
+#: seconds without output after which the status line says how long the cell has been silent
+QUIET_S = 15.0
 _WIDTH = 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 
@@ -249,9 +251,11 @@ def _minutes(seconds: float) -> str:
 
 class StatusLine(logging.Handler):
     """One notebook's progress from papermill's log: ``[00_quickstart] cell 5/27, 3 min: <latest
-    output>``. :meth:`tick` (every second) writes it in place on a terminal, else when it changed
-    (every :data:`MIN_GAP_S` s at most) and every :data:`HEARTBEAT_S` s; a cell running
-    :data:`LONG_CELL_S` s gets a notice. ``sources``: first code line by 1-based cell index.
+    output>``; a progress line at its total reads ``after <step> (...)`` (finished, not running), and
+    output older than :data:`QUIET_S` s says for how long the cell has printed nothing. :meth:`tick`
+    (every second) writes it in place on a terminal, else when it changed (every :data:`MIN_GAP_S`
+    s at most) and every :data:`HEARTBEAT_S` s; a cell running :data:`LONG_CELL_S` s gets a notice.
+    ``sources``: first code line by 1-based cell index.
     """
 
     def __init__(self, label: str, total: int, sources: dict[int, str] | None = None, *, stream: Any = None,
@@ -263,6 +267,7 @@ class StatusLine(logging.Handler):
         self.clock = clock
         self.t0 = self.cell_t0 = clock()
         self.cell, self.detail, self.noticed = 0, "starting the kernel", set()
+        self.output_t: float | None = None  # when the cell's latest output line came (None: none yet)
         self._shown, self._shown_at = "", -1e9
         self._lock = threading.Lock()
 
@@ -277,17 +282,24 @@ class StatusLine(logging.Handler):
                 self.cell, self.cell_t0 = int(m.group(2)), self.clock()
                 first = self.sources.get(self.cell, "")
                 self.detail = f"running {first}" if first else "running"
+                self.output_t = None
             elif m is None:
                 line = _last_line(text)
                 if line and self.cell:
-                    self.detail = line
+                    self.detail, self.output_t = line, self.clock()
 
     def render(self) -> str:
-        """The status line now (cell, time in the cell, latest output)."""
+        """The status line now (cell, time in the cell, silence since its latest output if long, that
+        output; a finished step as ``after <step>``)."""
         with self._lock:
             where = f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
+            now = self.clock()
             since = self.cell_t0 if self.cell else self.t0
-            line = f"[{self.label}]{where} {_minutes(self.clock() - since)}: {self.detail}"
+            quiet = now - self.output_t if self.output_t is not None else 0.0
+            note = f" (no output for {_minutes(quiet)})" if quiet >= QUIET_S else ""
+            done = finished_step(self.detail) if self.output_t is not None else None
+            what = self.detail if done is None else f"after {done}"
+            line = f"[{self.label}]{where} {_minutes(now - since)}{note}: {what}"
         return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
 
     def tick(self) -> None:

@@ -89,6 +89,34 @@ def test_status_line_condenses_the_running_cell_and_its_latest_output():
     assert "epoch 7/24" in st.render()
 
 
+def test_status_line_says_a_finished_step_is_over_and_how_long_the_cell_is_silent():
+    clock, out = _Clock(), io.StringIO()
+    st = runs.StatusLine("00_quickstart", 27, {5: "study.finetune()", 6: "x = 1"}, stream=out, tty=False,
+                         clock=clock)
+    st.emit(_record("Executing Cell 5-----"))
+    st.emit(_record("finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)\n"))
+    clock.t += 14
+    assert st.render() == "[00_quickstart] cell 5/27, 14 s: finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)"
+    clock.t += 6                                  # a running step that printed nothing for 20 s stays current
+    assert st.render() == ("[00_quickstart] cell 5/27, 20 s (no output for 20 s): "
+                           "finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)")
+    st.emit(_record("finetune vit_smoke, epoch 12/12 (00:06, 00:00 left), loss=0.25\n"))
+    assert st.render() == "[00_quickstart] cell 5/27, 20 s: after finetune vit_smoke (epoch 12/12 in 00:06, loss=0.25)"
+    clock.t += 100                                # evaluation, figures: no progress line
+    assert st.render() == ("[00_quickstart] cell 5/27, 2 min 0 s (no output for 1 min 40 s): "
+                           "after finetune vit_smoke (epoch 12/12 in 00:06, loss=0.25)")
+    st.emit(_record("Executing Cell 6-----"))     # the next cell: its own code, no silence yet
+    clock.t += 30
+    assert st.render() == "[00_quickstart] cell 6/27, 30 s: running x = 1"
+
+
+def test_finished_step_reads_only_progress_lines_at_their_total():
+    assert progress.finished_step("sweep smoke, cell 18/18 (00:04, 00:00 left)") == "sweep smoke (cell 18/18 in 00:04)"
+    assert progress.finished_step("sweep smoke, cell 3/18 (00:01, 00:04 left)") is None
+    assert progress.finished_step("protocol, step 0/? (00:00, ? left)") is None
+    assert progress.finished_step("accuracy 12/12 images") is None
+
+
 def test_status_line_moves_at_least_every_heartbeat_and_notices_every_long_cell():
     clock, out = _Clock(), io.StringIO()
     st = runs.StatusLine("02_protocol", 10, stream=out, tty=False, clock=clock)
