@@ -236,6 +236,50 @@ def test_submit_local_runs_and_refuses_cuda_without_cuda(capsys, monkeypatch, tm
     assert not (tmp_path / "runs" / "sweeps" / "smoke").exists()           # refused before anything
 
 
+class _Runner:
+    """Stands for ``ProtocolCellRunner``: one row per cell at once, or an error for ``fail`` cells."""
+    fail: set = set()
+
+    def __init__(self, prof) -> None:
+        pass
+
+    def __call__(self, cell):
+        if cell.condition in self.fail:
+            raise RuntimeError("no such condition here")
+        return {"acc": 0.5}
+
+
+def test_submit_local_says_what_it_computes_where_and_how_to_follow_it(capsys, monkeypatch, tmp_path):
+    from midas_nb import cli
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr("midas_nb.study.cluster.ProtocolCellRunner", _Runner)
+    store = tmp_path / "runs" / "sweeps" / "smoke"
+    argv = ["sweep", "submit", "--profile", "smoke", "--executor", "local", "--sweep", "soft,random"]
+    assert cli.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "sweep submit: profile smoke (device cpu): 02 soft 3 cells, 02 random 1 cells"
+    assert lines[1] == ("  4 distinct cells, 0 already done, 4 to run; computing them here (local: one cell after "
+                        "another; Ctrl-C stops, the same command resumes)")
+    assert lines[2] == f"  store {store}; follow it from another shell with: midas-nb sweep status smoke"
+    assert lines[-1] == f"4 cells: 4 done, 0 failed, 0 running, 0 pending  [{store}]"
+    assert cli.main(argv) == 0                                          # the second time: nothing to run
+    assert "  4 distinct cells, 4 already done, 0 to run;" in capsys.readouterr().out
+
+
+def test_submit_local_with_failed_cells_exits_1_and_names_the_status_command(capsys, monkeypatch, tmp_path):
+    from midas_nb import cli
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr("midas_nb.study.cluster.ProtocolCellRunner", _Runner)
+    monkeypatch.setattr(_Runner, "fail", {"random"})
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--executor", "local", "--sweep", "random"]) == 1
+    out = capsys.readouterr().out
+    assert "1 cells: 0 done, 1 failed, 0 running, 0 pending" in out
+    assert out.splitlines()[-1] == ("failed cells and their errors: midas-nb sweep status smoke; the same command "
+                                    "again retries them (done cells are kept)")
+
+
 def test_plan_counts_done_cells_by_coordinates_when_its_ids_are_placeholders(tmp_path):
     """`sweep plan` reads no data, so its cells carry placeholder checkpoint and data ids: a
     store's done cells are matched by dataset, backbone, L, b, condition, seed and settings (else

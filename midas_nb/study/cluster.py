@@ -3,10 +3,14 @@ notebooks key them) and ``midas-nb sweep plan|submit`` (:func:`cmd_from_args`; d
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from .. import config
+from ..progress import PROGRESS_ENV, progress_mode
+from ..runs import scoped_environ
 from ..backbones import comparison_backbones
 from ..analysis.protocol import list_conditions
 from ..analysis.related import RELATED_CONDITIONS
@@ -120,12 +124,16 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
                     or config.check_device(prof.get("device"), here=args.executor != "slurm"))
         if problems:
             raise config.ProfileError(problems)
-        cells = list({c.key: c for cells in profile_sweeps(prof, _names(args.sweep)).values() for c in cells}.values())
+        sweeps = profile_sweeps(prof, _names(args.sweep))
+        cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
         store, runner = open_store(prof["profile"]), ProtocolCellRunner(prof)
+        _announce(prof, sweeps, cells, store, args)
         if args.executor == "slurm":
             out = submit_sweep(cells, runner, store, slurm=slurm)
         else:
-            out = run_sweep(cells, runner, store, executor=args.executor, max_workers=args.workers, progress=False)
+            with _progress_lines_unless_terminal():
+                out = run_sweep(cells, runner, store, executor=args.executor, max_workers=args.workers,
+                                progress=True)
     except (ValueError, FileNotFoundError, SlurmNotFound) as e:
         print(f"midas-nb sweep submit: {e}", file=sys.stderr)
         return 2
@@ -133,7 +141,37 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     if args.executor == "slurm":
         print(f"follow it with: midas-nb sweep status {prof['profile']} | midas-nb sweep wait {prof['profile']}")
         return 0
+    if not out.complete:
+        print(f"failed cells and their errors: midas-nb sweep status {prof['profile']}; "
+              f"the same command again retries them (done cells are kept)")
     return 0 if out.complete else 1
+
+
+def _announce(prof: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], cells: Sequence[Any], store: Any,
+              args: Any) -> None:
+    """Say before anything runs or is submitted: the sweeps and their cells, how many are done, the
+    store, where the cells run and how to follow them."""
+    done = sum(store.state(c.key) == "done" for c in cells)
+    where = ("submitting them to Slurm (returns once submitted)" if args.executor == "slurm" else
+             f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
+                                                          else "one cell after another") +
+             "; Ctrl-C stops, the same command resumes)")
+    print(f"sweep submit: profile {prof['profile']} (device {prof['device']}): "
+          + ", ".join(f"{name} {len(c)} cells" for name, c in sweeps.items()), flush=True)
+    print(f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}", flush=True)
+    print(f"  store {store.root}; follow it from another shell with: midas-nb sweep status {prof['profile']}",
+          flush=True)
+
+
+@contextlib.contextmanager
+def _progress_lines_unless_terminal() -> Iterator[None]:
+    """The sweep's progress as plain lines (``MIDAS_PROGRESS=lines``) where stderr is no terminal
+    (a log file), unless the environment chose a mode (``TQDM_DISABLE``: none); on a terminal, tqdm's bar."""
+    if PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty():
+        yield
+        return
+    with scoped_environ(**{PROGRESS_ENV: "lines"}):
+        yield
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
