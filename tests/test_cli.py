@@ -94,6 +94,27 @@ def test_help_version_and_argument_errors_answer_without_torch():
                    "params params 2 False False", "report x 2 False False"]
 
 
+def test_a_selection_of_no_notebook_answers_before_torch_and_papermill_load():
+    out = _in_fresh_python(
+        "import contextlib, io, sys\n"
+        "from midas_nb import cli\n"
+        "for argv in (['run', '--profile', 'smoke', '--notebooks', '99'], ['params', '99']):\n"
+        "    buf = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):\n"
+        "        rc = cli.main(argv)\n"
+        "    print(argv[0], rc, 'torch' in sys.modules, 'papermill' in sys.modules)\n"
+        "    print(buf.getvalue(), end='')\n")
+    available = ("available: ['00_quickstart', '01_supervision_targets', '02_three_condition_protocol', "
+                 "'03_cosine_probes', '04_regime_sweeps', '05_scale_sensitivity', '06_related_methods', "
+                 "'07_deployment_guide']")
+    assert out == ["run 2 False False",
+                   f"midas-nb run: --notebooks: no notebook matches '99'; {available} (the other settings are "
+                   "checked once it names one)",
+                   "midas-nb run: 1 problem(s); no notebook was started",
+                   "params 2 False False",
+                   f"midas-nb params: no notebook matches '99'; {available}"]
+
+
 def test_version_is_the_installed_package_version(capsys):
     from importlib import metadata
 

@@ -290,6 +290,12 @@ def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
+        try:
+            notebook_paths(args.notebooks)
+        except ValueError as e:
+            return _answer("run", [f"--notebooks: {e} (the other settings are checked once it names one)",
+                                   "1 problem(s); no notebook was started"])
     from .runspec import spec_from_args
 
     spec, problems = spec_from_args(args)
@@ -304,13 +310,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
-    import papermill as pm
     path = Path(args.notebook)
     if not path.is_file():
         try:
             path = notebook_paths(args.notebook)[0]
         except ValueError as e:
             return _answer("params", [str(e)])
+    import papermill as pm  # heavy: after the cheap checks
     try:
         params = pm.inspect_notebook(str(path))
     except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
