@@ -193,7 +193,6 @@ def insertion_deletion_auc(
     P = num_prefix_tokens(backbone)
     _check_ranking(ranking, B, N)
     counts = insertion_counts(N, int(steps))
-    S = len(counts) - 1
     if class_index is not None:
         class_index = torch.as_tensor(class_index, device=dev).long().view(-1)
         if class_index.numel() != B:
