@@ -166,6 +166,7 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
                      + str(jobs - 300), out)
     assert "no cost for" in out and "bench/gpu_check.py" in out          # no store timings, no table
+    assert not (tmp_path / "runs" / "sweeps").exists()                  # a plan creates no store
     # with a cost table: GPU-hours = cells x cost + fine-tunes, wall time on 8 and 32 GPUs
     table = dict(device="test GPU", note="", cell_s={b: {"*": 360.0} for b in config.PROFILES["paper"]["scale_backbones"]},
                  finetune_s={b: {d: 3600.0 for d in ("cub", "aircraft", "cars")}

@@ -97,9 +97,10 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
         if max_array is None:
             max_array = max_array_size()
             source = "scontrol show config" if max_array != DEFAULT_MAX_ARRAY_SIZE else \
-                f"Slurm's default {DEFAULT_MAX_ARRAY_SIZE} (scontrol unreadable here or the same)"
+                "Slurm's default; scontrol gave no other here"
+        root = config.runs_dir() / "sweeps" / prof["profile"]     # read where it exists, never created
         text = plan_text(sweeps, cells_per_job=args.cells_per_job, max_array=max_array, max_array_source=source,
-                         store=ResultStore(config.runs_dir() / "sweeps" / prof["profile"]),
+                         store=ResultStore(root) if (root / "cells").is_dir() else None,
                          cost_table=load_cost_table(args.cost), by_coordinates=True)
     except (ValueError, FileNotFoundError) as e:
         print(f"midas-nb sweep plan: {e}", file=sys.stderr)

@@ -110,7 +110,7 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
                      f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
-    out = [f"cells per notebook sweep (store {store.root if store is not None else '-'}):", *lines,
+    out = [f"cells per notebook sweep ({f'store {store.root}' if store is not None else 'no store yet'}):", *lines,
            f"  {'all':<14} {len(seen):>6,} distinct cells, {len(seen) - len(todo):,} done, {len(todo):,} to run",
            f"preparation jobs: {len(prepare)} (one per dataset, backbone, checkpoint: fine-tune once, hash the data)",
            f"cell jobs: {len(chunks):,} of <= {cells_per_job} cells, in {len(arrays)} array(s) of <= {max_array} tasks "
