@@ -1,5 +1,6 @@
 """Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7): a profile is a plain dict of
-settings; ``get_profile(name, **overrides)`` overrides single keys."""
+settings read from ``midas_nb/profiles.yaml`` (decision 0064); ``get_profile(name, **overrides)`` overrides
+single keys."""
 from __future__ import annotations
 
 import contextlib
@@ -7,6 +8,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import yaml
 
 from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
 
@@ -28,129 +31,11 @@ PAPER_BACKBONES: tuple[str, ...] = ("deit_tiny_patch16_224.fb_in1k", "deit_small
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16")   # a protocol run's numerics (decisions/0063)
 
-# keys every profile has (a profile's own entry wins)
-_COMMON: dict[str, Any] = dict(
-    data_roots={},               # {dataset: directory}
-    weights={},                  # {backbone: weights file}; a backbone not named here uses `pretrained`
-    pretrained="hub",            # timm backbones without a file: "hub" (timm's weights) or None (random)
-    backbone_kwargs={},          # timm kwargs: {kwarg: value} for every backbone, {backbone: {kwarg: value}} for one
-    max_images_per_class=None,   # first k images of each class of every split; {dataset: k}: those named; {}: none
-    synthetic_default=False,     # CUB without any data root is the embedded synthetic set
-    torch_threads=None,          # CPU threads of torch in a study's process (None: torch's default)
-    other_backbones=True,        # notebook 05 also runs the scale readout's and the side-by-side's backbones
-    aircraft_level="variant",    # FGVC-Aircraft labels: variant (the paper's), family or manufacturer
-    regime_grid="cross",         # notebook 04's points: cross (depths at b, budgets at L) or full (depths x budgets)
-)
-
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": dict(  # synthetic CUB-format data, a tiny ViT trained from scratch
-        run_kind="smoke run — a pipeline check on tiny synthetic data with a tiny backbone, not a result",
-        dataset="synthetic",
-        data_root=None,              # generated under cache_dir()/data/synthetic_smoke
-        synthetic_default=True,
-        synthetic=dict(num_classes=4, images_per_class=12, image_size=96, seed=0),
-        backbone="vit_smoke",
-        image_size=64, patch_size=8,
-        finetune=dict(epochs=12, batch_size=32, lr=2e-3, warmup_epochs=1),
-        depth=2, budget=0.25,
-        depths=[1, 2],  # L = depth-1 = 3 makes T5 degenerate (docs/decisions/0004-t5-zero-at-last-block.md)
-        budgets=[0.25, 0.5],
-        seeds=[0],
-        # random_map: the training-signal control (supervised on a seeded random map; protocol)
-        conditions=["reference", "unsupervised", "T1", "T5", "random", "random_map"],
-        targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
-        scorer_train=dict(epochs=2, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=4),
-        idauc_steps=4,
-        max_eval_images=12,
-        bootstrap=100,
-        scale_backbones=["vit_smoke", "vit_smoke_wide"],
-        device="cpu",
-        torch_threads=1,             # tiny tensors: OpenMP start-up and barriers cost more than they save
-    ),
-    "quick": dict(  # the real CUB subset where given, the offline hybrid backbone
-        run_kind="quick run (2 CPU cores)",
-        dataset="cub",
-        data_root=None,              # None: the embedded synthetic default
-        synthetic_default=True,      # the README's main command: no data root -> synthetic CUB
-        synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
-        backbone="hybrid_lite0_deit",   # docs/decisions/0001-distilled-offline-backbone.md
-        image_size=224, patch_size=16,
-        finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1, hybrid_lite0_deit=dict(epochs=24),
-                      aircraft=dict(batch_size=16, lr=1e-3)),   # decisions/0002, 0006
-        synthetic_finetune=dict(epochs=60, batch_size=16, lr=1e-3, warmup_epochs=2),  # decisions/0003
-        depth=6, budget=0.25,
-        depths=[3, 6, 9],
-        budgets=[0.10, 0.25, 0.50],
-        seeds=[0, 1],
-        sweep_seeds=[0],             # the regime sweep's points other than (depth, budget)
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random", "random_map"],
-        sweep_conditions=["reference", "T1", "T5"],   # the regime sweep and the scale readout
-        related_seeds=[0],           # Cropr, IA-RED², TokenTM, rollout, LaSt rows: one seed
-        targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
-        scorer_train=dict(epochs=3, batch_size=64, lr=1e-3, throughput_repeats=2),
-        idauc_steps=8,
-        max_eval_images=300,         # mIoU, accuracy, PiB
-        max_idauc_images=64,         # IDAUC and perturbation curves: a seeded random subset
-        bootstrap=1000,
-        scale_backbones=["hybrid_lite0_vit_w128", "hybrid_lite0_vit"],
-        other_backbones=False,       # `-p other_backbones true` adds them (decisions/0013-quick-profile-sizes.md)
-        max_images_per_class=dict(cars=12),   # decisions/0057
-        aircraft_level="variant",    # docs/decisions/0006-aircraft-label-level.md
-        device="cpu",
-    ),
-    "paper": dict(  # GPU: the paper's datasets, backbones, seeds and full grid
-        run_kind="paper run (GPU)",
-        dataset="cub",
-        data_root=None,
-        synthetic=dict(num_classes=8, images_per_class=24, image_size=256, seed=0),
-        backbone="deit_small_patch16_224.fb_in1k",
-        image_size=224, patch_size=16,
-        finetune=dict(epochs=30, batch_size=128, lr=5e-4, warmup_epochs=3),
-        depth=6, budget=0.25,
-        depths=[3, 6, 9, 11],
-        budgets=[0.10, 0.25, 0.50, 0.75],
-        seeds=[0, 1, 2],
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
-        targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
-        scorer_train=dict(epochs=10, batch_size=128, lr=1e-3),
-        idauc_steps=20,
-        max_eval_images=None,
-        bootstrap=2000,
-        scale_backbones=list(PAPER_BACKBONES),
-        datasets=list(PAPER_DATASETS),
-        backbones=list(PAPER_BACKBONES), regime_grid="full",
-        device="cuda",
-        precision="bfloat16",        # autocast (decisions/0063)
-    ),
-    "rehearsal": dict(  # CPU rehearsal of the paper run: its grid's shape, tiny image counts and sizes (decisions/0016)
-        run_kind="rehearsal — the paper run's grid on tiny image counts on a CPU, a pipeline check, not a result",
-        dataset="cub",
-        data_root=None,
-        datasets=list(PAPER_DATASETS),
-        backbone="deit_small_patch16_224.fb_in1k",
-        backbones=list(PAPER_BACKBONES),
-        scale_backbones=list(PAPER_BACKBONES),
-        backbone_kwargs=dict(img_size=64),      # 4x4 patch grid; real widths, so real weight files load
-        max_images_per_class=2,
-        image_size=64, patch_size=16,
-        finetune=dict(epochs=1, batch_size=32, lr=5e-4, warmup_epochs=0),
-        depth=6, budget=0.25,
-        depths=[3, 6, 9, 11],
-        budgets=[0.10, 0.25, 0.50, 0.75],
-        seeds=[0, 1],
-        conditions=["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5"],
-        sweep_conditions=["reference", "T1", "T5"],
-        related_seeds=[0],
-        targets=["T0", "T1", "T2", "T3", "T4", "T5", "rollout", "tokentm", "last_votes", "random"],
-        scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=4),
-        idauc_steps=4,
-        max_eval_images=8,
-        max_idauc_images=8,
-        bootstrap=50,
-        device="cpu",
-        torch_threads=1,
-    ),
-}
+_DATA = yaml.load(Path(__file__).with_name("profiles.yaml").read_text(encoding="utf-8"),   # libyaml where built
+                  Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+_COMMON: dict[str, Any] = _DATA["common"]   # keys every profile has (a profile's own entry wins)
+#: the profiles by name, each as written in ``midas_nb/profiles.yaml`` (without the common keys)
+PROFILES: dict[str, dict[str, Any]] = _DATA["profiles"]
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
@@ -191,11 +76,22 @@ def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone:
 def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
     """The fine-tuning recipe (:func:`finetune_source`) for a dataset and backbone: the shared settings,
     overridden by the dataset's entry ``{dataset: {...}}``, then by the backbone's ``{backbone: {...}}``."""
-    recipe = profile.get(finetune_source(profile, dataset_label)) or {}
-    out = {k: v for k, v in recipe.items() if not isinstance(v, dict)}
-    for entry in (dataset_of_label(dataset_label), backbone):
-        if entry is not None and isinstance(recipe.get(entry), dict):
-            out.update(recipe[entry])
+    return _merged(profile.get(finetune_source(profile, dataset_label)), dataset_of_label(dataset_label), backbone)
+
+
+def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the non-dict entries of
+    ``backbone_kwargs``, updated by ``backbone_kwargs[backbone]`` (a dict; else an argument of that name)."""
+    return _merged(profile.get("backbone_kwargs"), backbone)
+
+
+def _merged(settings: dict[str, Any] | None, *entries: str | None) -> dict[str, Any]:
+    """The non-dict values of ``settings``, updated by its dict values named ``entries``, in order."""
+    settings = settings or {}
+    out = {k: v for k, v in settings.items() if not isinstance(v, dict)}
+    for entry in entries:
+        if isinstance(settings.get(entry), dict):
+            out.update(settings[entry])
     return out
 
 
@@ -308,16 +204,6 @@ def dataset_of_label(label: str) -> str:
     """The dataset name of a :func:`dataset_label` (``"aircraft (manufacturer)"`` -> ``"aircraft"``)."""
     base, _, level = str(label).partition(" (")
     return base if base == "aircraft" and level.rstrip(")") in AIRCRAFT_LEVELS else str(label)
-
-
-def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the non-dict entries of
-    ``backbone_kwargs``, updated by ``backbone_kwargs[backbone]``."""
-    kw = dict(profile.get("backbone_kwargs") or {})
-    out = {k: v for k, v in kw.items() if not isinstance(v, dict)}
-    if isinstance(kw.get(backbone), dict):  # else it is an argument of that name, which the build names
-        out.update(kw[backbone])
-    return out
 
 
 def _is_budget(v: Any) -> bool:
