@@ -253,10 +253,8 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
 #: ``{dataset or backbone: {...}}`` entries) must be: ``{key: (test, what a problem line expects)}``, in the
 #: order problems are listed; :class:`midas_nb.backbones.TrainingRecipe` checks its schedule with these tests
 SCHEDULE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "epochs": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
-    "batch_size": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
-    "throughput_repeats": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
-    "throughput_batch": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+    **dict.fromkeys(("epochs", "batch_size", "throughput_repeats", "throughput_batch"),
+                    (lambda v: is_int(v) and v >= 1, "an integer >= 1")),
     "lr": (lambda v: is_number(v) and v > 0, "a number > 0"),
     "warmup_epochs": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
     "weight_decay": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
@@ -322,11 +320,8 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         problems.extend(str(e).splitlines())
     for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
                           ("budgets", _is_budget, f"kept fractions b in (0, 1], at least {MIN_BUDGET:g}"),
-                          ("seeds", is_int, "integers"),
-                          ("sweep_seeds", is_int, "integers"),
-                          ("related_seeds", is_int, "integers")):
-        v = p.get(key)
-        if v is None and key in ("depths", "budgets", "sweep_seeds", "related_seeds"):
+                          *((k, is_int, "integers") for k in ("seeds", "sweep_seeds", "related_seeds"))):
+        if (v := p.get(key)) is None and key != "seeds":
             continue
         if not isinstance(v, (list, tuple)) or not v:
             problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {show_value(v)}")
@@ -336,8 +331,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
         elif len(set(v)) != len(v):
             problems.append(f"{key}: duplicated entries in {list(v)!r}")
     for key in ("conditions", "sweep_conditions", "targets"):
-        v = p.get(key)
-        if v is None and key == "sweep_conditions":
+        if (v := p.get(key)) is None and key == "sweep_conditions":
             continue
         if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")

@@ -18,15 +18,12 @@ from typing import Any, BinaryIO, Callable, TypeVar
 
 import numpy as np
 
-__all__ = [
-    "RESULT_FORMAT_VERSION", "IDENTITY_VERSION",
-    "canonical_json", "hash_json", "hash_bytes", "jsonable",
-    "file_digest", "file_digest_memo", "add_file_digests", "tensor_digest", "state_dict_digest",
-    "DatasetIdentity", "dataset_identity", "annotation_stamp",
-    "atomic_write", "new_file_mode", "atomic_write_bytes", "atomic_write_text",
-    "CacheIntegrityError", "CacheIntegrityWarning", "save_verified", "load_verified", "load_or_build",
-    "torch_payload", "load_torch_payload", "cache_events", "reset_cache_events",
-]
+__all__ = ["RESULT_FORMAT_VERSION", "IDENTITY_VERSION", "canonical_json", "hash_json", "hash_bytes", "jsonable",
+           "file_digest", "file_digest_memo", "add_file_digests", "tensor_digest", "state_dict_digest",
+           "DatasetIdentity", "dataset_identity", "annotation_stamp", "atomic_write", "new_file_mode",
+           "atomic_write_bytes", "atomic_write_text", "CacheIntegrityError", "CacheIntegrityWarning", "save_verified",
+           "load_verified", "load_or_build", "torch_payload", "load_torch_payload", "cache_events",
+           "reset_cache_events"]
 
 #: Version of the meaning of result rows, in every result-store cell key; bump when a metric changes.
 RESULT_FORMAT_VERSION: int = 2
@@ -271,25 +268,27 @@ def new_file_mode(directory: bool = False) -> int:
     """``0o666`` (a file) or ``0o777`` (a folder) less the umask, as ``open``/``mkdir`` give, where
     ``mkstemp``/``mkdtemp`` give ``0o600``/``0o700``, unreadable to the group sharing a store."""
     try:  # Linux shows the umask without changing it
-        return (0o777 if directory else 0o666) & ~int(re.search(r"^Umask:\s*([0-7]+)", Path(
-            "/proc/self/status").read_text(), re.M).group(1), 8)
+        mask = int(re.search(r"^Umask:\s*([0-7]+)", Path("/proc/self/status").read_text(), re.M).group(1), 8)
     except (OSError, AttributeError, ValueError):
         mask = os.umask(0o022)  # read by setting it back at once
         os.umask(mask)
-        return (0o777 if directory else 0o666) & ~mask
+    return (0o777 if directory else 0o666) & ~mask
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write ``path`` atomically through ``write(binary_file)``: a temporary file ``.<name>.<random>.tmp``
-    beside it (mode :func:`new_file_mode`), ``fsync``-ed and ``os.replace``-d over it (then the directory
-    ``fsync``-ed); removed on any error."""
+def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` atomically: ``data`` (bytes; text as UTF-8) or what ``data(binary_file)`` writes goes to a
+    temporary file ``.<name>.<random>.tmp`` beside it (mode :func:`new_file_mode`), ``fsync``-ed and
+    ``os.replace``-d over it (then the directory ``fsync``-ed); the temporary file is removed on any error."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), new_file_mode())
-            write(f)
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -306,14 +305,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     return path
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """:func:`atomic_write` of ``data``."""
-    return atomic_write(path, lambda f: f.write(data))
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """:func:`atomic_write` of ``text`` (UTF-8)."""
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+#: :func:`atomic_write` of bytes, of text (UTF-8): the names callers write with
+atomic_write_bytes = atomic_write_text = atomic_write
 
 
 class CacheIntegrityError(ValueError):

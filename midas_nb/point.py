@@ -1,14 +1,6 @@
 """The pruning point ``(L, b)``: depth and budget as typed values, checked once where made
-(DESIGN.md §3, docs/decisions/0058-typed-point.md), and the value helpers of every settings message.
-
-Example:
-    >>> Point(6, 0.25)
-    Point(depth=6, budget=0.25)
-    >>> Budget(1.5)
-    Traceback (most recent call last):
-        ...
-    ValueError: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 1.5 (float)
-"""
+(``Point(6, 0.25)``; ``Budget(1.5)`` raises ``ValueError``; DESIGN.md §3, docs/decisions/0058-typed-point.md),
+and the value helpers of every settings message."""
 
 from __future__ import annotations
 
@@ -42,10 +34,10 @@ def show_value(v: Any) -> str:
 def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
     """``" (did you mean 'seeds'?)"`` for the names with a close match in ``known``, else ``""``."""
     known = sorted(set(known))
-    hints = [f"{n!r} -> {m[0]!r}" for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
-    if len(hints) == 1:
-        return f" (did you mean {hints[0].split(' -> ')[1]}?)"
-    return f" (did you mean: {', '.join(hints)}?)" if hints else ""
+    pairs = [(n, m[0]) for n in names if (m := difflib.get_close_matches(n, known, n=1, cutoff=0.6))]
+    if len(pairs) == 1:
+        return f" (did you mean {pairs[0][1]!r}?)"
+    return f" (did you mean: {', '.join(f'{n!r} -> {m!r}' for n, m in pairs)}?)" if pairs else ""
 
 
 class Budget(float):

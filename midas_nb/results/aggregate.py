@@ -17,28 +17,18 @@ _PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
-    """Mean, sample std (``ddof=1``) and count over seeds, per metric, with an interval of the mean.
+    """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by``
+    (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added).
 
-    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)`` percentile
-    bootstrap of the mean that resamples seeds and test images (the same images for every seed)
-    from the stored per-image values (:func:`midas_nb.metrics.hierarchical_bootstrap`); with one seed,
-    images only; NaN where a group's rows lack per-image values.
-
-    Args:
-        by: grouping columns; ``None`` → :data:`ID_COLUMNS` present in ``table``. The
-            checkpoint columns (``checkpoint_id``, ``weights_digest``) present are always added.
-        metrics: metric columns to aggregate (those present are used).
-        n_boot, alpha, seed: bootstrap resamples, level, RNG seed.
-
-    Returns:
-        One row per group: ``by``, ``n_seeds`` (rows), ``seeds`` (sorted, as a string), ``n_images``
-        (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values) per metric, ``m_lo`` / ``m_hi`` and
-        ``ci_method`` (``"seeds × images bootstrap"``, ``"images bootstrap (one seed)"`` or
-        ``"unavailable: no per-image values"``).
-    """
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)`` percentile bootstrap of
+    the mean (``n_boot`` resamples, RNG ``seed``) over seeds and test images (the same for every seed) from
+    the stored per-image values (:func:`midas_nb.metrics.hierarchical_bootstrap`); one seed: images only;
+    NaN where a group's rows lack per-image values. Returns one row per group: ``by``, ``n_seeds``, ``seeds``
+    (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values), ``m_lo``,
+    ``m_hi`` and ``ci_method`` (``"seeds × images bootstrap"``, ``"images bootstrap (one seed)"`` or
+    ``"unavailable: no per-image values"``); ``ValueError`` for a grouping column the table lacks."""
     by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
-    missing = [c for c in by if c not in table.columns]
-    if missing:
+    if missing := [c for c in by if c not in table.columns]:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
     # seeds of two checkpoints (or of one checkpoint id with other weights) are never averaged
     by += [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -27,10 +27,7 @@ def _paths(name: str, runs_dir: str | Path | None) -> tuple[Path, Path]:
 
 
 def _has_pyarrow() -> bool:
-    try:
-        return bool(importlib.import_module("pyarrow"))
-    except ImportError:
-        return False
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
@@ -55,11 +52,8 @@ def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
-    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`, in place; returns ``df``.
-
-    Raises:
-        json.JSONDecodeError: a cell that starts with ``[`` but is not JSON.
-    """
+    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`, in place; returns ``df``;
+    ``json.JSONDecodeError`` for a cell that starts with ``[`` but is not JSON."""
     for c in PER_IMAGE_COLUMNS:
         if c in df.columns:
             df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)
@@ -69,11 +63,7 @@ def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
 def load_table(name: str, runs_dir: str | Path | None = None,
                format: Literal["auto", "csv", "parquet"] = "auto") -> pd.DataFrame:
     """Read a table written by :func:`save_table`, with the schema's dtypes (``format="auto"``:
-    the parquet file when it exists and pyarrow is importable).
-
-    Raises:
-        FileNotFoundError: when the file is absent.
-    """
+    the parquet file when it exists and pyarrow is importable); ``FileNotFoundError`` when it is absent."""
     csv, parquet = _paths(name, runs_dir)
     use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and _has_pyarrow())
     path = parquet if use_parquet else csv

@@ -17,20 +17,18 @@ __all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "fu
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
     """``"0.153 [0.148, 0.158]"``; the bare value without an interval; ``"n/a"`` for NaN; ``-0.0004``
-    prints as ``0.000``."""
-    def f(x: Any) -> str:
-        return f"{float(x):{'+' if signed else ''}z.{digits}f}"
-
+    prints as ``0.000``; a value that is not a number as ``str``."""
+    fmt = f"{'+' if signed else ''}z.{digits}f"
     try:
         if m is None or math.isnan(float(m)):
             return "n/a"
     except (TypeError, ValueError):
         return str(m)
     try:
-        ok = not (math.isnan(float(lo)) or math.isnan(float(hi)))
+        ci = "" if math.isnan(float(lo)) or math.isnan(float(hi)) else f" [{float(lo):{fmt}}, {float(hi):{fmt}}]"
     except (TypeError, ValueError):
-        ok = False
-    return f"{f(m)} [{f(lo)}, {f(hi)}]" if ok else f(m)
+        ci = ""
+    return f"{float(m):{fmt}}{ci}"
 
 
 def _plain(v: Any) -> Any:
@@ -86,11 +84,8 @@ def _seeds_text(table: pd.DataFrame) -> str:
 def sample_note(table: pd.DataFrame) -> str:
     """One line stating a protocol table's sample and settings, read from its rows: images for
     coverage (skipped ones: ``n_skipped_parts`` or ``n_skipped``), images and steps for IDAUC, seeds,
-    the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the backbone and checkpoint.
-
-    Raises:
-        ValueError: an empty table.
-    """
+    the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the backbone and checkpoint;
+    ``ValueError`` for an empty table."""
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
@@ -123,18 +118,10 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
             digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
             bounds: Mapping[str, tuple[str, str]] | None = None, skip_missing: bool = False) -> pd.DataFrame:
     """A reader's table indexed by ``index``: one column per metric, each cell ``m [lo, hi]`` (value
-    column ``m`` or ``m_mean``, bounds ``m_lo`` / ``m_hi`` or ``bounds[m]``, e.g. ``{"cosine": ("lo", "hi")}``),
-    then the ``keep`` columns; columns NaN in every row are dropped.
-
-    Args:
-        signed: metrics printed with a sign (differences such as ``D_pp``, ``delta_idauc``).
-        keep: columns shown after the metrics (``status``, ``n_seeds``; a name the table lacks is
-            skipped); rows NaN there show ``—``, and whole-number floats print as integers.
-        skip_missing: leave out a metric the table lacks instead of raising.
-
-    Raises:
-        ValueError: a metric without a value column in ``table`` (unless ``skip_missing``).
-    """
+    column ``m`` or ``m_mean``, bounds ``m_lo`` / ``m_hi`` or ``bounds[m]``, e.g. ``{"cosine": ("lo", "hi")}``;
+    ``signed``: metrics printed with a sign), then the ``keep`` columns (a name the table lacks is skipped;
+    NaN shows ``—``, whole-number floats print as integers); columns NaN in every row are dropped.
+    ``ValueError`` for a metric without a value column, unless ``skip_missing`` (then it is left out)."""
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
@@ -158,11 +145,8 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
 def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int | None = None) -> str:
     """One line stating the sample and settings of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`
     rows, e.g. ``"24 test images; rank cosine (Spearman ρ) of the targets at block L = 2; 95 % CI: bootstrap
-    over images, 1000 resamples"`` (``bootstrap=None``: no interval stated; ``depth``: where the rows lack it).
-
-    Raises:
-        ValueError: an empty table.
-    """
+    over images, 1000 resamples"`` (``bootstrap=None``: no interval stated; ``depth``: where the rows lack it);
+    ``ValueError`` for an empty table."""
     if table.empty:
         raise ValueError("probe_note: the table has no rows")
     n = _one(table, "n_images", _int)
@@ -177,10 +161,7 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
 def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
     """``table`` as plain text, index first, every cell in full: text wraps at spaces within
     ``width`` characters (a longer word stays whole); a blank line sets off each row of several lines.
-
-    Raises:
-        ValueError: ``width`` below 8.
-    """
+    ``ValueError`` for a ``width`` below 8."""
     if width < 8:
         raise ValueError(f"wrap_text: width must be at least 8 characters, got {width}")
     names = [str(table.index.name or "")] + [str(c) for c in table.columns]
@@ -221,12 +202,8 @@ def full_text(table: pd.DataFrame, width: int = 40) -> FullText:
 
 
 def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None) -> str:
-    """One line stating a per-image table's sample: ``"12 test images; <what>; 95 % CI:
-    bootstrap over images, 1000 resamples"`` (several ``n_images`` are listed).
-
-    Raises:
-        ValueError: an empty table or one without ``n_images``.
-    """
+    """One line stating a per-image table's sample: ``"12 test images; <what>; 95 % CI: bootstrap over
+    images, 1000 resamples"`` (several ``n_images`` are listed); ``ValueError`` without rows or ``n_images``."""
     if table.empty or "n_images" not in table.columns:
         raise ValueError("images_note: the table has no rows or no n_images column")
     parts = [f"{_one(table, 'n_images', _int)} test images", what] + _bootstrap(bootstrap)
@@ -237,13 +214,9 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
                 signed: bool = False, lowest: bool = False) -> str:
     """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not separated
     from: ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals overlap
-    T5's)"``. A leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies
-    above every other row's. Rows with a NaN ``value`` are left out; without interval columns only
-    the highest point is named.
-
-    Raises:
-        ValueError: ``value`` or ``name`` is not a column, or no row has a value.
-    """
+    T5's)"``; a leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies above
+    every other row's. NaN rows are left out; without interval columns only the highest point is named.
+    ``ValueError`` where ``value`` or ``name`` is not a column, or no row has a value."""
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
@@ -266,14 +239,10 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
 
 def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table
-    against ``reference`` and the controls, one line per baseline (DESIGN.md §6).
-
-    Reads ``band_reason`` and every ``band_reason_vs_<control>``
-    (:func:`midas_nb.analysis.control.decoupling_with_controls`), skipping a baseline's own row, rows
-    without a check and ``"undefined"`` / ``"no reference"`` rows; a table of several cells (dataset,
-    backbone, ``L``, ``b``) names each cell. Returns ``"band against reference: reference IDAUC
-    0.001 [...] not above random ..."`` lines, ``""`` when the table has no check.
-    """
+    against ``reference`` and the controls (DESIGN.md §6): ``"band against <baseline>: ..."`` lines from
+    ``band_reason`` and every ``band_reason_vs_<control>`` (:func:`midas_nb.analysis.control.decoupling_with_controls`),
+    skipping a baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows; a table of
+    several cells (dataset, backbone, ``L``, ``b``) names each cell; ``""`` when the table has no check."""
     cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
     many = len(D[cell].drop_duplicates()) > 1 if cell else False
     cols = [("band_reason", reference)] + [(c, c[len("band_reason_vs_"):]) for c in D.columns

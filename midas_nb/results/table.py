@@ -90,11 +90,8 @@ def current_versions() -> str:
 
 @dataclass
 class ResultRow:
-    """One row of the results table (units: :data:`SCHEMA`).
-
-    ``extras`` holds additional columns (e.g. ``lambda_ga``, ``scorer``); they are written
-    after the schema columns. ``to_dict()`` flattens them in.
-    """
+    """One row of the results table (units: :data:`SCHEMA`); ``extras``: additional columns (``lambda_ga``,
+    ``scorer``) written after the schema columns, which ``to_dict()`` flattens in."""
 
     dataset: str
     backbone: str
@@ -130,8 +127,7 @@ class ResultRow:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         extras = d.pop("extras")
-        clash = set(extras) & set(d)
-        if clash:
+        if clash := set(extras) & set(d):
             raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
         d.update(extras)
         return d
@@ -147,17 +143,11 @@ def summarise_metrics(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The metric columns of a row (a dict) from per-image results, with
-    :func:`~midas_nb.metrics.bootstrap_ci` intervals (``n_boot``, ``alpha``, ``seed``).
-
-    Args:
-        coverage: :func:`~midas_nb.metrics.part_miou` / ``box_coverage`` output → ``miou``,
-            CI, ``n_skipped_parts``, ``coverage_kind``, ``n_images``.
-        insdel: :func:`~midas_nb.metrics.insertion_deletion_auc` output → ``idauc`` with CI,
-            ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``.
-        correct: ``[B]`` per-image correctness of the pruned model → ``accuracy`` with CI.
-        in_box: ``[B]`` :func:`~midas_nb.metrics.point_in_box` → ``pib``.
-    """
+    """The metric columns of a row (a dict) from per-image results, with :func:`~midas_nb.metrics.bootstrap_ci`
+    intervals (``n_boot``, ``alpha``, ``seed``): ``coverage`` (``part_miou`` / ``box_coverage``) → ``miou`` with CI,
+    ``n_skipped_parts``, ``coverage_kind``, ``n_images``; ``insdel`` (``insertion_deletion_auc``) → ``idauc`` with
+    CI, ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``; ``correct`` (``[B]`` per-image correctness of
+    the pruned model) → ``accuracy`` with CI; ``in_box`` (``[B]`` ``point_in_box``) → ``pib``."""
     out: dict[str, Any] = {}
 
     def ci(name: str, values: Any) -> None:
@@ -184,12 +174,9 @@ def summarise_metrics(
 
 
 def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Cast every :data:`SCHEMA` column of ``df`` to its dtype (``str``: ``""`` for missing), in place.
-
-    Raises:
-        KeyError: a schema column is missing. ValueError: a value that is not a number (or a
-            missing one in an ``int`` column).
-    """
+    """Cast every :data:`SCHEMA` column of ``df`` to its dtype (``str``: ``""`` for missing), in place;
+    ``KeyError`` for a missing schema column, ``ValueError`` for a value that is not a number (or a missing
+    one in an ``int`` column)."""
     for c in SCHEMA:
         if c.dtype == "str":
             df[c.name] = df[c.name].fillna("").astype(str)
@@ -208,15 +195,11 @@ def coverage_name(table: pd.DataFrame) -> str:
 
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``table`` checked against the schema, with its dtypes and column order; absent
-    optional columns get their defaults (``versions``: the running environment's).
-
-    Raises:
-        ValueError: a required column is missing or empty, ``budget`` outside ``(0,1]``, ``depth < 1``,
-            ``n_images < 0`` or ``coverage_kind`` not in :data:`midas_nb.metrics.COVERAGE_KINDS`.
-    """
+    optional columns get their defaults (``versions``: the running environment's). ``ValueError`` for a
+    required column missing or empty, ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or a
+    ``coverage_kind`` not in :data:`midas_nb.metrics.COVERAGE_KINDS`."""
     df = table.copy()
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
+    if missing := [c for c in REQUIRED_COLUMNS if c not in df.columns]:
         raise ValueError(f"results table is missing required column(s) {missing}; required: "
                          f"{list(REQUIRED_COLUMNS)}")
     for c in REQUIRED_COLUMNS:
@@ -231,43 +214,34 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
         elif not c.required and c.dtype != "float":      # NaN is the float default anyway
             df[c.name] = df[c.name].where(df[c.name].notna(), c.default)
     df = cast_columns(df)
-    bad = df[~((df["budget"] > 0) & (df["budget"] <= 1))]
-    if len(bad):
+    if len(bad := df[~((df["budget"] > 0) & (df["budget"] <= 1))]):
         raise ValueError(f"budget must be in (0, 1], got {bad['budget'].tolist()[:5]}")
     if (df["depth"] < 1).any():
         raise ValueError(f"depth must be ≥ 1 (1-based block index), got {df['depth'].min()}")
     if (df["n_images"] < 0).any() or (df["n_skipped_parts"] < 0).any():
         raise ValueError("n_images and n_skipped_parts must be ≥ 0")
-    kinds = set(df["coverage_kind"]) - set(COVERAGE_KINDS)
-    if kinds:
+    if kinds := set(df["coverage_kind"]) - set(COVERAGE_KINDS):
         raise ValueError(f"coverage_kind must be one of {list(COVERAGE_KINDS)}, got {sorted(kinds)}")
     extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
     return df[list(SCHEMA_COLUMNS) + extras].reset_index(drop=True)
 
 
 def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
-    """The validated results table of :class:`ResultRow` s or dicts.
-
-    Raises:
-        ValueError: empty ``rows``, a row without a required column, or see :func:`validate_table`.
-    """
+    """The validated results table of :class:`ResultRow` s or dicts; ``ValueError`` for empty ``rows``, a row
+    without a required column, or as :func:`validate_table`."""
     dicts = [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]
     if not dicts:
         raise ValueError("make_table: no rows")
     for i, d in enumerate(dicts):
-        missing = [c for c in REQUIRED_COLUMNS if c not in d]
-        if missing:
+        if missing := [c for c in REQUIRED_COLUMNS if c not in d]:
             raise ValueError(f"results row {i} is missing required column(s) {missing}; "
                              f"required: {list(REQUIRED_COLUMNS)}")
     return validate_table(pd.DataFrame(dicts))
 
 
 def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
-    """Unweighted mean of ``columns`` over each named set of result rows, one output row per name.
-
-    Raises:
-        ValueError: a set of rows is empty or lacks one of ``columns``.
-    """
+    """Unweighted mean of ``columns`` over each named set of result rows, one output row per name;
+    ``ValueError`` for a set of rows that is empty or lacks one of ``columns``."""
     out = {}
     for name, df in rows.items():
         missing = [c for c in columns if c not in df.columns]
