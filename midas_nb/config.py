@@ -100,8 +100,10 @@ def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _made_dir(path: Path, env: str) -> Path:
-    """``path``, created where absent; ``NotADirectoryError`` naming ``env`` where it cannot be."""
+def _env_dir(env: str, default: Path) -> Path:
+    """The directory environment variable ``env`` names, else ``default``, created where absent;
+    ``NotADirectoryError`` naming ``env`` where it cannot be."""
+    path = Path(os.environ.get(env) or default)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -114,19 +116,17 @@ def _made_dir(path: Path, env: str) -> Path:
 def cache_dir() -> Path:
     """Cache for checkpoints, stem features and target maps: ``MIDAS_CACHE_DIR`` when set, else
     ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb``."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb"
-    return _made_dir(Path(os.environ.get("MIDAS_CACHE_DIR") or base), "MIDAS_CACHE_DIR")
+    return _env_dir("MIDAS_CACHE_DIR", Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb")
 
 
 def runs_dir() -> Path:
     """``runs/`` (git-ignored) under the project root, or ``MIDAS_RUNS_DIR``."""
-    return _made_dir(Path(os.environ.get("MIDAS_RUNS_DIR") or project_root() / "runs"), "MIDAS_RUNS_DIR")
+    return _env_dir("MIDAS_RUNS_DIR", project_root() / "runs")
 
 
 def figures_dir(profile: str | None = None) -> Path:
     """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root."""
-    env = os.environ.get("MIDAS_FIGURES_DIR")
-    return _made_dir(Path(env) if env else project_root() / "figures" / (profile or ""), "MIDAS_FIGURES_DIR")
+    return _env_dir("MIDAS_FIGURES_DIR", project_root() / "figures" / (profile or ""))
 
 
 def default_data_root() -> Path:

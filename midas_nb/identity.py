@@ -391,16 +391,9 @@ def report_corrupt(path: str | os.PathLike, reason: str, what: str = "cache file
                   stacklevel=3)
 
 
-def load_or_build(
-    path: str | os.PathLike,
-    build: Callable[[], T],
-    *,
-    key: Any,
-    encode: Callable[[T], bytes] = torch_payload,
-    decode: Callable[[bytes], T] = load_torch_payload,
-    validate: Callable[[T], str | None] | None = None,
-    what: str = "cache file",
-) -> tuple[T, bool]:
+def load_or_build(path: str | os.PathLike, build: Callable[[], T], *, key: Any,
+                  encode: Callable[[T], bytes] = torch_payload, decode: Callable[[bytes], T] = load_torch_payload,
+                  validate: Callable[[T], str | None] | None = None, what: str = "cache file") -> tuple[T, bool]:
     """``(value, loaded_from_cache)``: the verified cached value at ``path``, or ``build()`` saved there; a file
     that fails its check, cannot be decoded or fails ``validate`` (a reason, or ``None``) is reported
     (:func:`report_corrupt`) and rebuilt."""

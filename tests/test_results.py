@@ -192,7 +192,7 @@ def test_coverage_name_is_one_word_for_the_tables_verdicts_and_figures():
 
 
 def test_result_row_fields_are_the_schema_columns():
-    """ResultRow is written out for readers and type checkers; it must not drift from SCHEMA:
+    """ResultRow is written out for readers and type checkers and SCHEMA is made from its fields:
     the same names, required columns without a default, the others with the schema's default."""
     import dataclasses
     import math

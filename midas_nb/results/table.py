@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, MISSING
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -14,7 +14,7 @@ from ..metrics import bootstrap_ci, COVERAGE_KINDS, InsDel, PartIoU
 
 @dataclass(frozen=True)
 class Column:
-    """One column of the results schema."""
+    """One column of the results schema (:data:`SCHEMA`)."""
 
     name: str
     dtype: Literal["str", "int", "float"]
@@ -25,37 +25,62 @@ class Column:
 
 _NaN = math.nan
 
-SCHEMA: tuple[Column, ...] = (
-    Column("dataset", "str", True, None, "``cub``, ``aircraft``, ``cars``, ``synthetic``"),
-    Column("backbone", "str", True, None, "timm name or midas_nb backbone id"),
-    Column("checkpoint_id", "str", True, None, "the fine-tuned, frozen backbone checkpoint (hash or file stem)"),
-    Column("condition", "str", True, None, "``reference``, ``unsupervised``, ``T1``..``T5``, scorer family"),
-    Column("target", "str", False, "", "supervision target id (``T0`` for reference); ``\"\"`` if none"),
-    Column("relaxation", "str", False, "", "differentiable selection used in training; ``\"\"`` if none"),
-    Column("depth", "int", True, None, "``L`` (1-based): the scorer reads block ``L``'s output"),
-    Column("budget", "float", True, None, "``b ∈ (0,1]``: keep ``ceil(b·N)`` patch tokens"),
-    Column("seed", "int", True, None, "scorer-training seed"),
-    Column("n_images", "int", True, None, "evaluation images (all of them, skipped ones included)"),
-    Column("n_skipped_parts", "int", False, 0, "images without a visible part (box), left out of ``miou``"),
-    Column("coverage_kind", "str", False, "part mIoU", "``\"part mIoU\"`` or ``\"box coverage\"``"),
-    Column("miou", "float", False, _NaN, "mean part IoU (fraction in [0,1])"),
-    Column("miou_lo", "float", False, _NaN, "bootstrap 95% CI over images of ``miou``, low end"),
-    Column("miou_hi", "float", False, _NaN, "bootstrap 95% CI over images of ``miou``, high end"),
-    Column("idauc", "float", False, _NaN, "insertion − deletion AUC of ``p_c``"),
-    Column("idauc_lo", "float", False, _NaN, "bootstrap 95% CI over images of ``idauc``, low end"),
-    Column("idauc_hi", "float", False, _NaN, "bootstrap 95% CI over images of ``idauc``, high end"),
-    Column("ins_auc", "float", False, _NaN, "insertion AUC"),
-    Column("del_auc", "float", False, _NaN, "deletion AUC (lower is better)"),
-    Column("accuracy", "float", False, _NaN, "top-1 accuracy of the pruned model (fraction)"),
-    Column("accuracy_lo", "float", False, _NaN, "bootstrap 95% CI of ``accuracy``, low end"),
-    Column("accuracy_hi", "float", False, _NaN, "bootstrap 95% CI of ``accuracy``, high end"),
-    Column("pib", "float", False, _NaN, "Point-in-Box rate (fraction), LaSt-ViT probe"),
-    Column("throughput", "float", False, _NaN, "pruned forward, images/s (device-synchronised)"),
-    Column("idauc_steps", "int", False, 0, "``S`` of the insertion/deletion curves; 0 when not measured"),
-    Column("idauc_space", "str", False, "token", "token or pixel"),
-    Column("device", "str", False, "", "where metrics (throughput!) were measured"),
-    Column("versions", "str", False, None, "``torch=…;timm=…;midas_nb=…``; filled by :func:`make_table`"),
-)
+
+def _col(description: str, default: Any = MISSING) -> Any:
+    """A :class:`ResultRow` field: a schema column (required where it has no default)."""
+    return field(default=default, metadata={"description": description})
+
+
+@dataclass(kw_only=True)
+class ResultRow:
+    """One row of the results table, in :data:`SCHEMA`'s order (it is made from these fields); ``extras``:
+    additional columns (``lambda_ga``, ``scorer``) written after the schema columns, which ``to_dict()``
+    flattens in."""
+
+    dataset: str = _col("``cub``, ``aircraft``, ``cars``, ``synthetic``")
+    backbone: str = _col("timm name or midas_nb backbone id")
+    checkpoint_id: str = _col("the fine-tuned, frozen backbone checkpoint (hash or file stem)")
+    condition: str = _col("``reference``, ``unsupervised``, ``T1``..``T5``, scorer family")
+    target: str = _col('supervision target id (``T0`` for reference); ``""`` if none', "")
+    relaxation: str = _col('differentiable selection used in training; ``""`` if none', "")
+    depth: int = _col("``L`` (1-based): the scorer reads block ``L``'s output")
+    budget: float = _col("``b ∈ (0,1]``: keep ``ceil(b·N)`` patch tokens")
+    seed: int = _col("scorer-training seed")
+    n_images: int = _col("evaluation images (all of them, skipped ones included)")
+    n_skipped_parts: int = _col("images without a visible part (box), left out of ``miou``", 0)
+    coverage_kind: str = _col('``"part mIoU"`` or ``"box coverage"``', "part mIoU")
+    miou: float = _col("mean part IoU (fraction in [0,1])", _NaN)
+    miou_lo: float = _col("bootstrap 95% CI over images of ``miou``, low end", _NaN)
+    miou_hi: float = _col("bootstrap 95% CI over images of ``miou``, high end", _NaN)
+    idauc: float = _col("insertion − deletion AUC of ``p_c``", _NaN)
+    idauc_lo: float = _col("bootstrap 95% CI over images of ``idauc``, low end", _NaN)
+    idauc_hi: float = _col("bootstrap 95% CI over images of ``idauc``, high end", _NaN)
+    ins_auc: float = _col("insertion AUC", _NaN)
+    del_auc: float = _col("deletion AUC (lower is better)", _NaN)
+    accuracy: float = _col("top-1 accuracy of the pruned model (fraction)", _NaN)
+    accuracy_lo: float = _col("bootstrap 95% CI of ``accuracy``, low end", _NaN)
+    accuracy_hi: float = _col("bootstrap 95% CI of ``accuracy``, high end", _NaN)
+    pib: float = _col("Point-in-Box rate (fraction), LaSt-ViT probe", _NaN)
+    throughput: float = _col("pruned forward, images/s (device-synchronised)", _NaN)
+    idauc_steps: int = _col("``S`` of the insertion/deletion curves; 0 when not measured", 0)
+    idauc_space: str = _col("token or pixel", "token")
+    device: str = _col("where metrics (throughput!) were measured", "")
+    versions: str | None = _col("``torch=…;timm=…;midas_nb=…``; filled by :func:`make_table`", None)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extras = d.pop("extras")
+        if clash := set(extras) & set(d):
+            raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
+        d.update(extras)
+        return d
+
+
+#: the columns of the results table: :class:`ResultRow`'s fields, in order
+SCHEMA: tuple[Column, ...] = tuple(
+    Column(f.name, f.type.split(" |")[0], f.default is MISSING, None if f.default is MISSING else f.default,
+           f.metadata["description"]) for f in fields(ResultRow) if f.name != "extras")
 
 SCHEMA_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA)
 REQUIRED_COLUMNS: tuple[str, ...] = tuple(c.name for c in SCHEMA if c.required)
@@ -86,51 +111,6 @@ def current_versions() -> str:
     except md.PackageNotFoundError:
         own = "unknown"
     return f"torch={torch.__version__};timm={timm.__version__};midas_nb={own}"
-
-
-@dataclass
-class ResultRow:
-    """One row of the results table (units: :data:`SCHEMA`); ``extras``: additional columns (``lambda_ga``,
-    ``scorer``) written after the schema columns, which ``to_dict()`` flattens in."""
-
-    dataset: str
-    backbone: str
-    checkpoint_id: str
-    condition: str
-    depth: int
-    budget: float
-    seed: int
-    n_images: int
-    target: str = ""
-    relaxation: str = ""
-    n_skipped_parts: int = 0
-    coverage_kind: str = "part mIoU"
-    miou: float = _NaN
-    miou_lo: float = _NaN
-    miou_hi: float = _NaN
-    idauc: float = _NaN
-    idauc_lo: float = _NaN
-    idauc_hi: float = _NaN
-    ins_auc: float = _NaN
-    del_auc: float = _NaN
-    accuracy: float = _NaN
-    accuracy_lo: float = _NaN
-    accuracy_hi: float = _NaN
-    pib: float = _NaN
-    throughput: float = _NaN
-    idauc_steps: int = 0
-    idauc_space: str = "token"
-    device: str = ""
-    versions: str | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        extras = d.pop("extras")
-        if clash := set(extras) & set(d):
-            raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
-        d.update(extras)
-        return d
 
 
 def summarise_metrics(
