@@ -155,8 +155,7 @@ class DatasetIdentity:
     @property
     def full(self) -> str:
         """Everything: model inputs and the part / box annotations evaluation reads."""
-        return hash_json([IDENTITY_VERSION, "full", self.images, self.labels, self.annotations,
-                          self.transform, self.n])
+        return hash_json([IDENTITY_VERSION, "full", self.images, self.labels, self.annotations, self.transform, self.n])
 
 
 def _transform_spec(transform: Any) -> dict[str, Any]:
@@ -179,13 +178,9 @@ def _items_annotated(ds: Any) -> dict[str, Any]:
     parts = np.ascontiguousarray(np.asarray(ds.raw_parts, dtype=np.float32))
     boxes = np.ascontiguousarray(np.asarray(ds.raw_boxes, dtype=np.float32))
     options = ds.identity_options() if hasattr(ds, "identity_options") else {}
-    return dict(
-        ids=[str(i) for i in ds.image_ids],
-        image=[file_digest(p) for p in ds.paths],
-        ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
-        labels=[int(v) for v in ds.labels],
-        transform=dict(_transform_spec(ds.transform), options=options),
-    )
+    return dict(ids=[str(i) for i in ds.image_ids], image=[file_digest(p) for p in ds.paths],
+                ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
+                labels=[int(v) for v in ds.labels], transform=dict(_transform_spec(ds.transform), options=options))
 
 
 def _items_generic(ds: Any) -> dict[str, Any]:
@@ -217,14 +212,11 @@ def _records(ds: Any) -> dict[str, Any]:
         picked = {k: [base[k][i] for i in idx] for k in ("ids", "image", "ann", "labels")}
         return dict(base, **picked, kind=f"Subset({base['kind']})")
     annotated = all(hasattr(ds, a) for a in ("paths", "image_ids", "raw_parts", "raw_boxes", "transform", "labels"))
-    return dict(
-        kind=type(ds).__name__,
-        split=str(getattr(ds, "split", "")),
-        classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
-        part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
-        patch_size=int(getattr(ds, "patch_size", 0) or 0),
-        **(_items_annotated(ds) if annotated else _items_generic(ds)),
-    )
+    return dict(kind=type(ds).__name__, split=str(getattr(ds, "split", "")),
+                classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
+                part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
+                patch_size=int(getattr(ds, "patch_size", 0) or 0),
+                **(_items_annotated(ds) if annotated else _items_generic(ds)))
 
 
 def dataset_identity(dataset: Any) -> DatasetIdentity:
@@ -235,13 +227,10 @@ def dataset_identity(dataset: Any) -> DatasetIdentity:
     if n == 0:
         raise ValueError("dataset is empty; an identity needs at least one image")
     r = _records(dataset)
-    return DatasetIdentity(
-        images=hash_json(["images", r["ids"], r["image"]]),
-        labels=hash_json(["labels", r["kind"], r["split"], r["classes"], r["labels"]]),
-        annotations=hash_json(["annotations", r["part_names"], r["patch_size"], r["ann"]]),
-        transform=hash_json(["transform", r["transform"]]),
-        n=n,
-    )
+    return DatasetIdentity(images=hash_json(["images", r["ids"], r["image"]]),
+                           labels=hash_json(["labels", r["kind"], r["split"], r["classes"], r["labels"]]),
+                           annotations=hash_json(["annotations", r["part_names"], r["patch_size"], r["ann"]]),
+                           transform=hash_json(["transform", r["transform"]]), n=n)
 
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"})

@@ -90,8 +90,7 @@ ID_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "conditio
                                "relaxation", "depth", "budget", "coverage_kind", "idauc_space")
 
 #: point metrics aggregated over seeds
-METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accuracy", "pib",
-                                   "throughput")
+METRIC_COLUMNS: tuple[str, ...] = ("miou", "idauc", "ins_auc", "del_auc", "accuracy", "pib", "throughput")
 
 #: per-image values stored in every protocol row (lists; ``image_ids`` for mIoU and accuracy,
 #: ``idauc_image_ids`` for IDAUC): what the paired and seed × image intervals resample
@@ -113,16 +112,9 @@ def current_versions() -> str:
     return f"torch={torch.__version__};timm={timm.__version__};midas_nb={own}"
 
 
-def summarise_metrics(
-    coverage: PartIoU | None = None,
-    insdel: InsDel | None = None,
-    correct: Tensor | np.ndarray | None = None,
-    in_box: Tensor | np.ndarray | None = None,
-    *,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> dict[str, Any]:
+def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = None,
+                      correct: Tensor | np.ndarray | None = None, in_box: Tensor | np.ndarray | None = None, *,
+                      n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
     """The metric columns of a row (a dict) from per-image results, with :func:`~midas_nb.metrics.bootstrap_ci`
     intervals (``n_boot``, ``alpha``, ``seed``): ``coverage`` (``part_miou`` / ``box_coverage``) → ``miou`` with CI,
     ``n_skipped_parts``, ``coverage_kind``, ``n_images``; ``insdel`` (``insertion_deletion_auc``) → ``idauc`` with
@@ -135,12 +127,10 @@ def summarise_metrics(
 
     if coverage is not None:
         ci("miou", coverage.per_image)
-        out.update(n_images=coverage.n_images, n_skipped_parts=coverage.n_skipped,
-                   coverage_kind=coverage.name)
+        out.update(n_images=coverage.n_images, n_skipped_parts=coverage.n_skipped, coverage_kind=coverage.name)
     if insdel is not None:
         ci("idauc", insdel.idauc)
-        out.update(ins_auc=float(insdel.ins_auc.float().mean()),
-                   del_auc=float(insdel.del_auc.float().mean()),
+        out.update(ins_auc=float(insdel.ins_auc.float().mean()), del_auc=float(insdel.del_auc.float().mean()),
                    idauc_steps=insdel.steps, idauc_space=insdel.space)
         out.setdefault("n_images", int(insdel.idauc.numel()))
     if correct is not None:
