@@ -132,8 +132,9 @@ def recommend_deployment(
                 elif pick.get("status") == "uninformative":
                     unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
                 ties = _ties(table, ident, key, pick, inside, "miou", n_boot)
-                why = (f"highest mean D of the {_among(inside)} at parity by the mean ΔIDAUC: "
-                       f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
+                why = ((f"highest mean D of the {_among(inside)}" if len(inside) > 1 else "the only condition")
+                       + " at parity by the mean ΔIDAUC: "
+                       + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
                        f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")
                 rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why, ties))
             else:
