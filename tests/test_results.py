@@ -1,6 +1,7 @@
 """Tests of midas_nb.results: schema, seed aggregation, files, deployment advice."""
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -150,11 +151,12 @@ def test_recommend_deployment_tie_break_and_fallback():
     # the pick is not called "highest IDAUC" when another condition's IDAUC is higher
     top = t.loc[t["idauc"].idxmax(), "condition"]
     assert top != "T5" and "highest IDAUC" not in a.loc["faithfulness-first", "reason"]
-    assert f"within 0.001 of the highest ({top} " in a.loc["faithfulness-first", "reason"]
+    assert f"within 0.001 of the highest mean ({top} " in a.loc["faithfulness-first", "reason"]
     # the highest IDAUC with the highest mIoU of its ties: not "within 0.001 of the highest" (itself)
     t.loc[t.condition == "T5", "idauc"] = 0.3405
     reason = recommend_deployment(t)[0].set_index("goal").loc["faithfulness-first", "reason"]
-    assert "T5 — highest IDAUC 0.341;" in reason and "1 other condition ties within 0.001 of it" in reason
+    assert "T5 — highest mean IDAUC 0.341 of the 4 candidates (reference, T1, T5, unsupervised);" in reason
+    assert "1 other condition ties within 0.001 of it" in reason
     assert "of the highest" not in reason and "the highest among them" in reason
     # reference outside the band for nobody → still T5 for coverage-first (D=+3, ΔIDAUC>0)
     assert a.loc["coverage-first", "condition"] == "T5"
@@ -163,6 +165,33 @@ def test_recommend_deployment_tie_break_and_fallback():
     a = advice.set_index("goal")
     assert a.loc["coverage-first", "condition"] == "T1" and a.loc["coverage-first", "fallback"]
     assert "FALLBACK" in text
+
+
+def test_recommend_deployment_names_the_ties_within_noise():
+    """A pick whose paired interval against another candidate reaches 0 names it as a tie; a
+    lead resolved on every image is named as none. Hand-built per-image values, one seed each."""
+    ids = json.dumps(["a", "b", "c", "d"])
+
+    def row(cond, miou, idauc):
+        return _row(seed=0, condition=cond, target="" if cond in ("reference", "unsupervised") else cond,
+                    miou=sum(miou) / 4, idauc=sum(idauc) / 4, image_ids=ids, miou_per_image=json.dumps(miou),
+                    idauc_image_ids=ids, idauc_per_image=json.dumps(idauc))
+
+    # T5 is above the reference on IDAUC on every image (a resolved lead); T1 is above T5 on two
+    # images and below on two (its difference from T5 changes sign: a tie within noise)
+    t = R.make_table([row("reference", [0.3] * 4, [0.10, 0.11, 0.12, 0.13]),
+                      row("T5", [0.3] * 4, [0.30, 0.31, 0.32, 0.33]),
+                      row("T1", [0.3] * 4, [0.40, 0.20, 0.41, 0.21])])
+    a = recommend_deployment(t, n_boot=200)[0].set_index("goal")
+    assert a.loc["faithfulness-first", "condition"] == "T5"
+    assert a.loc["faithfulness-first", "ties"] == "T1"
+    assert "ties within noise with T1 (paired IDAUC interval" in a.loc["faithfulness-first", "reason"]
+    # T1 raised on every image: T5 leads nobody within noise any more
+    t.loc[t.condition == "T1", "idauc_per_image"] = json.dumps([0.05, 0.06, 0.07, 0.08])
+    t.loc[t.condition == "T1", "idauc"] = 0.065
+    a = recommend_deployment(t, n_boot=200)[0].set_index("goal")
+    assert a.loc["faithfulness-first", "ties"] == "" and "ties within noise" not in a.loc["faithfulness-first",
+                                                                                          "reason"]
 
 
 def test_side_by_side_means_each_named_set_of_rows():

@@ -88,6 +88,8 @@ def test_one_condition_with_both_highest_means_ties_where_its_lead_is_not_resolv
     assert w["reading"] == "highest means on both; the faithfulness lead is within noise"
     assert "T3 and T5 tie on faithfulness within this sample" in v.text
     assert "T3 leads on both" not in v.text and not v.decoupling_shown
+    # a tie on one metric leaves two winners possible: never "no different winners"
+    assert "this sample cannot tell one winner from two" in v.text and "no different winners" not in v.text
 
 
 def test_correlation_and_paired_difference_match_independent_computations():

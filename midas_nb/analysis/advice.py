@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, decoupling_D
 from ..results import aggregate_seeds
+from .verdict import paired_gap
 
 
 _NaN = math.nan
@@ -130,10 +131,12 @@ def recommend_deployment(
                                   f"{pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
                 elif pick.get("status") == "uninformative":
                     unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
-                why = (f"highest D among conditions at parity by the mean ΔIDAUC: D={pick['D_pp']:+.2f} pp"
-                       f"{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
-                       f"mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}")
-                rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why))
+                ties = _ties(table, ident, key, pick, inside, "miou", n_boot)
+                why = ((f"highest mean D of the {_among(inside)}" if len(inside) > 1 else "the only condition")
+                       + " at parity by the mean ΔIDAUC: "
+                       + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
+                       f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")
+                rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why, ties))
             else:
                 undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
                 rows.append(_no_advice("coverage-first", ident, key, where,
@@ -154,13 +157,15 @@ def recommend_deployment(
         ok = cell[cell["idauc"].notna()]
         if len(ok):
             pick, why = _most_faithful(ok, tie_tol)
-            rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where, why))
+            ties = _ties(table, ident, key, pick, ok, "idauc", n_boot)
+            rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where,
+                                    why + _tie_note(ties, "IDAUC"), ties))
         else:
             rows.append(_no_advice("faithfulness-first", ident, key, where,
                                    "IDAUC is NaN for every condition (not measured: idauc_steps=0 or "
                                    "max_idauc_images=0?)"))
 
-    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["fallback", "reason"]
+    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["ties", "fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
 
@@ -172,14 +177,15 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
     ties = ok[ok["idauc"] >= best - tie_tol]
     pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
     if len(ties) == 1:
-        return pick, f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}"
+        return pick, f"highest mean IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')} of the {_among(ok)}"
     top = ok.loc[ok["idauc"].idxmax()]
     if pick.name == top.name:           # the highest IDAUC also has the highest mIoU of its ties
-        return pick, (f"highest IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}; {len(ties) - 1} other "
+        return pick, (f"highest mean IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')} of the {_among(ok)}; "
+                      f"{len(ties) - 1} other "
                       f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, "
                       f"its mIoU {pick['miou']:.3f} the highest among them")
-    return pick, (f"IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}, within {tie_tol:g} of the highest "
-                  f"({_label(top)} {best:.3f}); {len(ties)} conditions tie there, highest mIoU "
+    return pick, (f"IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}, within {tie_tol:g} of the highest mean "
+                  f"({_label(top)} {best:.3f}) of the {_among(ok)}; {len(ties)} conditions tie there, highest mIoU "
                   f"{pick['miou']:.3f} breaks the tie")
 
 
@@ -203,13 +209,52 @@ def _pp_ci(row: pd.Series) -> str:
 
 
 def _advice_row(goal: str, ident: dict, key: list[str], pick: pd.Series, fallback: bool, where: str,
-                why: str) -> dict[str, Any]:
+                why: str, ties: Sequence[str] = ()) -> dict[str, Any]:
     return dict(goal=goal, **ident, **{k: pick[k] for k in key}, recommended=True,
-                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, fallback=fallback,
+                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, ties=", ".join(ties), fallback=fallback,
                 reason=f"{goal}{where}: {_label(pick)} — {why}")
 
 
 def _no_advice(goal: str, ident: dict, key: list[str], where: str, why: str) -> dict[str, Any]:
     return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False,
-                **{c: _NaN for c in _EVIDENCE}, fallback=False,
+                **{c: _NaN for c in _EVIDENCE}, ties="", fallback=False,
                 reason=f"{goal}{where}: no recommendation — {why}")
+
+
+def _among(cands: pd.DataFrame) -> str:
+    """The candidate set a pick is the highest of, named (a sweep cell may hold fewer conditions
+    than the full table, so two picks of one ``(L, b)`` can differ)."""
+    names = ", ".join(dict.fromkeys(str(c) for c in cands["condition"]))
+    return f"{len(cands)} candidate{'s' if len(cands) != 1 else ''} ({names})"
+
+
+def _ties(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, cands: pd.DataFrame, metric: str,
+          n_boot: int) -> list[str]:
+    """The candidates whose paired difference from the pick on ``metric`` is not resolved: the
+    pick's paired interval (seeds × images, :func:`~midas_nb.analysis.paired_gap`) of pick − other
+    reaches 0. Rows without per-image values are not compared."""
+    rows = table
+    for c, v in ident.items():
+        rows = rows[rows[c].isna()] if pd.isna(v) else rows[rows[c] == v]
+
+    def of(r: pd.Series) -> pd.DataFrame:
+        sel = rows
+        for k in key:
+            sel = sel[sel[k].isna()] if pd.isna(r[k]) else sel[sel[k] == r[k]]
+        return sel
+
+    mine, out = of(pick), []
+    for _, other in cands.iterrows():
+        if other.name == pick.name:
+            continue
+        _, lo, _, n = paired_gap(mine, of(other), metric, n_boot=n_boot)
+        if n and not lo > 0:
+            out.append(str(other["condition"]))
+    return out
+
+
+def _tie_note(ties: Sequence[str], metric: str) -> str:
+    if not ties:
+        return ""
+    return (f"; ties within noise with {', '.join(ties)} (paired {metric} interval of the difference reaches 0: "
+            "the pick is the highest mean, not a resolved lead)")

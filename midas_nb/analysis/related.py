@@ -79,7 +79,7 @@ def related_table(
 
     Returns:
         One row per pruning condition (``method`` = condition; metric columns are means over
-        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images bootstrap interval; ``D_pp``
+        seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images interval; ``D_pp``
         with its paired interval ``D_pp_lo``/``D_pp_hi``, ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
         backbone variant (``pib``, ``accuracy`` with CIs). ``pib_centre`` and ``pib_box_area`` (the
         Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.

@@ -321,8 +321,7 @@ def _one_cell(table: pd.DataFrame) -> None:
 
 
 def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
-    """(b) where one condition has the highest mean on both metrics: each lead with its interval,
-    and the ties (a lead not resolved) named as ties."""
+    """(b) where one condition has the highest mean on both metrics: each lead, each tie named."""
     leads, ties = [], []
     for m, name in (("miou", "coverage"), ("idauc", "faithfulness")):
         if f"{m}_runner_up" not in winners:
@@ -334,10 +333,11 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
         if not ok:
             ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
                         "within this sample")
-    head = (f"(b) winners: {cov} leads on both coverage and faithfulness" if not ties else
-            f"(b) winners: {cov} has the highest mean coverage and the highest mean faithfulness")
-    return (head + " — no different winners" + (f" ({'; '.join(leads)})" if leads else "")
-            + (f"; {'; '.join(ties)}" if ties else "") + ".")
+    if not ties:
+        return (f"(b) winners: {cov} leads on both coverage and faithfulness — no different winners"
+                + (f" ({'; '.join(leads)})" if leads else "") + ".")
+    return (f"(b) winners: {cov} has the highest mean coverage and the highest mean faithfulness, but "
+            f"{'; '.join(ties)} — this sample cannot tell one winner from two ({'; '.join(leads)}).")
 
 
 def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:

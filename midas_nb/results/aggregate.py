@@ -1,4 +1,4 @@
-"""Means over seeds with seed × image bootstrap intervals (:func:`aggregate_seeds`)."""
+"""Means over seeds with seeds × images intervals (:func:`aggregate_seeds`)."""
 from __future__ import annotations
 
 import math
@@ -7,11 +7,14 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import CHECKPOINT_COLUMNS, hierarchical_bootstrap, per_image_values
+from ..metrics import CHECKPOINT_COLUMNS, per_image_values
+from ..metrics.stats import seed_image_interval
 from .table import ID_COLUMNS, METRIC_COLUMNS
 
-#: the metrics whose interval is the seed × image bootstrap (the others get none) → their image-id column
+#: the metrics with an interval over seeds and images (the others get none) → their image-id column
 _PER_IMAGE_IDS = {"miou": "image_ids", "accuracy": "image_ids", "idauc": "idauc_image_ids"}
+#: each such metric's range, where its interval is cut (a t interval over two seeds can pass it)
+_RANGE = {"miou": (0.0, 1.0), "accuracy": (0.0, 1.0), "idauc": (-1.0, 1.0)}
 
 
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
@@ -20,13 +23,15 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by``
     (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added).
 
-    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is a ``(1−alpha)`` percentile bootstrap of
-    the mean (``n_boot`` resamples, RNG ``seed``) over seeds and test images (the same for every seed) from
-    the stored per-image values (:func:`midas_nb.metrics.hierarchical_bootstrap`); one seed: images only;
-    NaN where a group's rows lack per-image values. Returns one row per group: ``by``, ``n_seeds``, ``seeds``
-    (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values), ``m_lo``,
-    ``m_hi`` and ``ci_method`` (``"seeds × images bootstrap"``, ``"images bootstrap (one seed)"`` or
-    ``"unavailable: no per-image values"``); ``ValueError`` for a grouping column the table lacks."""
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is the ``(1−alpha)`` interval of the mean
+    over seeds that ``decoupling_D`` uses (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007;
+    ``n_boot`` resamples, RNG ``seed``) from the stored per-image values (the images every seed measured):
+    several seeds, Student's t over the seeds plus the image bootstrap; one seed, the percentile bootstrap
+    over images; cut at the metric's range; NaN where a group's rows lack per-image values. Returns one row
+    per group: ``by``, ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``,
+    ``m_n`` (non-NaN values), ``m_lo``, ``m_hi`` and ``ci_method`` (``"t over S seeds (Welch–Satterthwaite
+    df) + images bootstrap"``, ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``);
+    ``ValueError`` for a grouping column the table lacks."""
     by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
     if missing := [c for c in by if c not in table.columns]:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
@@ -55,9 +60,8 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
             if maps and all(x is not None for x in maps):
                 ids = sorted(set.intersection(*(set(x) for x in maps)))
                 if ids:
-                    mat = np.array([[x[i] for i in ids] for x in maps])
-                    lo, hi = hierarchical_bootstrap(mat, n_boot, alpha, seed)
-                    method = "seeds × images bootstrap" if len(recs) > 1 else "images bootstrap (one seed)"
+                    r = seed_image_interval(np.array([[x[i] for i in ids] for x in maps]), n_boot, alpha, seed)
+                    lo, hi, method = max(r.lo, _RANGE[m][0]), min(r.hi, _RANGE[m][1]), r.method
             out.loc[k, f"{m}_lo"], out.loc[k, f"{m}_hi"] = lo, hi
         methods.append(method)
     if ci_metrics:

@@ -54,7 +54,7 @@ def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
 
 def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
     """One row per condition: mean ``miou`` / ``idauc`` over rows (seeds) and their 95 % intervals
-    (:func:`midas_nb.results.aggregate_seeds`: seeds × images bootstrap from the per-image
+    (:func:`midas_nb.results.aggregate_seeds`: seeds × images interval from the per-image
     values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
     interval, never the mean of per-seed bounds)."""
     t = table.assign(condition=table["condition"].astype(str))
