@@ -2,7 +2,9 @@
 store, the README's results section against the committed results/ tables, the CLI."""
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,7 +378,8 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     store.path(t5_0.key).write_text(text[: len(text) // 2])                      # truncated record
     store.record_failed(t5_1, "RuntimeError: CUDA out of memory", started=time.time())
     store.path(t1_1.key).unlink()
-    store.mark_running(t1_1)                                                      # a worker, no record
+    store.running_path(t1_1.key).write_text(json.dumps(dict(key=t1_1.key, host=socket.gethostname(),
+                                                            pid=os.getpid(), started=time.time())))  # a worker
     out = tmp_path / "rep"
     with pytest.raises(report.IncompleteReportError) as e:
         report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)

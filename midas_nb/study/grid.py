@@ -17,21 +17,19 @@ from .cache import cached_study
 from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
-           "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
+           "eval_data_id", "protocol_settings"]
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
 
 def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` (decision 0051),
-    nothing trained: the data are read on the CPU, the numerics keyed are the profile's ``device``'s.
-    Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
+    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` (decision 0051), nothing
+    trained: data read on the CPU, numerics keyed as the profile's ``device``'s. Raises ``ValueError`` or
+    ``FileNotFoundError`` for a dataset without a readable data root."""
     prof = profile_values(profile)
     study = cached_study(prof, dataset, backbone, device="cpu")
     device = str(prof.get("device") or "cpu")
-    if device == "cpu":
-        return study.checkpoint_id
-    return study.checkpoint_key(device=device)[0]
+    return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
 
 
 def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
@@ -48,13 +46,6 @@ def eval_data_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbon
     prof = profile_values(profile)
     return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
                          protocol_settings(prof) if settings is None else settings)
-
-
-def resolve_checkpoint_ids(profile: RunSettings | str | Mapping[str, Any], datasets: Sequence[str],
-                           backbones: Sequence[str]) -> dict[tuple[str, str], str]:
-    """Checkpoint ids ``{(dataset, backbone): id}`` (:meth:`StudyBase.checkpoint_key`), nothing trained."""
-    prof = profile_values(profile)
-    return {(ds, bb): cached_study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
 
 
 #: settings of :func:`protocol_settings` that describe the data: in the cell key, not ``run_protocol`` arguments
@@ -80,25 +71,20 @@ def make_grid(
     backbones: Sequence[str] | None = None,
     conditions: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
-    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec", "resolve"] = "spec",
+    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec"] = "spec",
     params: Mapping[str, Any] | None = None,
     seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
     data_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> list[SweepCell]:
     """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
 
-    Points ``(L, b)`` by ``kind``: ``"depth"`` — ``L ∈ depths`` at ``b = budget``; ``"budget"`` —
-    ``b ∈ budgets`` at ``L = depth``; ``"cross"`` — both; ``"full"`` — ``depths × budgets``;
-    ``"regime"`` — the profile's ``regime_grid``; ``"scale"`` — ``(depth, budget)`` alone, for every
-    backbone of :func:`grid_spans`. Seeds: ``seeds`` at the profile's point, ``sweep_seeds``
-    elsewhere; a condition in ``seedless_conditions`` gets only the first.
-
-    Args:
-        datasets, backbones, conditions, seeds: override the profile's lists (``seeds``: at every point).
-        checkpoint_ids: ``"spec"`` (:func:`checkpoint_spec_id`), ``"resolve"``
-            (:func:`resolve_checkpoint_ids`, the same ids) or ``{(dataset, backbone): id}``.
-        data_ids: ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`.
-        params: extra settings merged into every cell's ``params`` (they enter the key).
+    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈
+    budgets`` at ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the
+    profile's ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`).
+    Seeds: ``seeds`` at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first.
+    ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the profile's (``seeds``: at every point);
+    ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone): id}`` (default :func:`checkpoint_spec_id`,
+    :func:`eval_data_id`); ``params``: merged into every cell's ``params`` (its key).
 
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
@@ -133,12 +119,10 @@ def make_grid(
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
 
-    if checkpoint_ids == "resolve":
-        checkpoint_ids = resolve_checkpoint_ids(prof, datasets, backbones)
-    elif checkpoint_ids == "spec":
+    if checkpoint_ids == "spec":
         checkpoint_ids = {}
     elif not isinstance(checkpoint_ids, Mapping):
-        raise ValueError(f"checkpoint_ids must be 'spec', 'resolve' or a dict, got {checkpoint_ids!r}")
+        raise ValueError(f"checkpoint_ids must be 'spec' or a dict, got {checkpoint_ids!r}")
     if data_ids is not None and not isinstance(data_ids, Mapping):
         raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
     base = dict(protocol_settings(prof), **dict(params or {}))
@@ -149,10 +133,8 @@ def make_grid(
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
             for pt in points:
-                L, b = pt.depth, pt.budget
                 at = seeds if pt == Point(L0, b0) else off_seeds
-                for cond in conditions:
-                    for s in (at[:1] if cond in seedless_conditions else at):
-                        cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
-                                               data_id=data_id))
+                cells += [SweepCell(label, bb, pt.depth, pt.budget, cond, s, checkpoint_id=ckpt, params=base,
+                                    data_id=data_id)
+                          for cond in conditions for s in (at[:1] if cond in seedless_conditions else at)]
     return cells

@@ -22,13 +22,10 @@ _MEMOS_READ: set[Path] = set()
 
 
 class ProtocolCellRunner:
-    """The real ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition and seed
-    with the settings in ``cell.params``, on the cell's :func:`cached_study` (or ``study``, reused in
-    this process only). ``device`` overrides the profile's, resolved where a cell runs (decision 0038).
-
-    Raises (per cell, recorded by :func:`run_sweep`):
-        ValueError: the cell's checkpoint or data id differs from what the data here give (rebuild the grid).
-        RuntimeError: this worker lacks the device.
+    """The real ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition, seed and
+    ``cell.params`` on the cell's :func:`cached_study` (or ``study``, reused in this process only).
+    ``device`` overrides the profile's where a cell runs (decision 0038). Raises per cell (recorded):
+    ``ValueError`` (checkpoint or data id differ from the data here), ``RuntimeError`` (no such device).
     """
 
     def __init__(self, profile: RunSettings | str | Mapping[str, Any], *, device: str | None = None,
@@ -40,16 +37,14 @@ class ProtocolCellRunner:
         self._local_study = study  # not pickled
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_local_study"] = None
-        return state
+        return dict(self.__dict__, _local_study=None)
 
     def __repr__(self) -> str:
         return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
                 f"device={self.device or self.profile.get('device')!r})")
 
     def study(self, cell: SweepCell):
-        """The Study holding the cell's data and backbone (image digests from the shared memo, once)."""
+        """The study of the cell's data and backbone (image digests from the shared memo, once)."""
         st = self._local_study
         if st is not None and st.dataset_name == cell.dataset and st.settings.backbone.name == cell.backbone:
             return st
@@ -68,8 +63,8 @@ class ProtocolCellRunner:
         return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
-        """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone
-        and save the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
+        """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone, save
+        the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
         meta = self.study(cell).meta
         save_digest_memo(digest_memo_path(self.profile, cell.dataset))
         return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
@@ -85,27 +80,22 @@ class ProtocolCellRunner:
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
                              f"evaluated test images now are {eval_identity(study, settings)!r} (images, "
                              "labels, keypoints or boxes changed); rebuild the grid")
-        model, meta = study.model, study.meta
-        ckpt = str(meta.get("checkpoint_id", ""))
-        if cell.checkpoint_id and cell.checkpoint_id != ckpt:
-            raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the "
-                             f"profile now yields checkpoint {ckpt!r}; rebuild the grid")
         for k in DATA_PARAMS:
             settings.pop(k, None)
         if self.cache_dir is not None:
             settings["cache_dir"] = self.cache_dir
+        # the loaded checkpoint's id is the key's (load_or_finetune names and checks it by the key)
         return run_protocol(
-            study.train_set, study.test_set, model, depth=cell.depth, budget=cell.budget,
+            study.train_set, study.test_set, study.model, depth=cell.depth, budget=cell.budget,
             conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
-            backbone_name=cell.backbone, checkpoint_id=ckpt, device=study.device,
+            backbone_name=cell.backbone, checkpoint_id=str(study.meta.get("checkpoint_id", "")), device=study.device,
             progress=self.progress, prefetch_targets=prefetch_targets(self.profile, cell.backbone, cell.depth),
             **settings)
 
 
 def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> list[str]:
-    """Target ids whose train-split maps a cell of ``(backbone, depth)`` computes in its capture
-    pass: all the profile's ``targets`` at its own backbone and depth, elsewhere those the swept
-    conditions distil."""
+    """Target ids whose train-split maps a cell of ``(backbone, depth)`` computes in its capture pass:
+    all the profile's ``targets`` at its own backbone and depth, elsewhere those the swept conditions distil."""
     targets = list(profile.get("targets") or ())
     if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
         return targets
@@ -129,12 +119,9 @@ def scale_readout(
     cell_fn: Callable[[SweepCell], Any] | None = None,
     progress: bool = False,
 ) -> pd.DataFrame:
-    """The protocol at the profile's ``(depth, budget)`` for each ``scale_backbones`` (or
-    ``backbones``), through the profile's store (or ``store``); ``run=False`` only reads.
-
-    Returns:
-        The rows of the cells that are done; ``attrs["status"]``: the cells' :class:`StoreStatus`.
-    """
+    """The protocol at the profile's ``(depth, budget)`` for each ``scale_backbones`` (or ``backbones``)
+    through the profile's store (or ``store``; ``run=False`` only reads): the rows of the done cells,
+    ``attrs["status"]`` their :class:`StoreStatus`."""
     prof = profile_values(profile)
     store = open_store(store if store is not None else prof.get("profile", "default"))
     cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
@@ -142,8 +129,7 @@ def scale_readout(
         st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof, progress=progress), store, executor=executor,
                        max_workers=max_workers, slurm=slurm, progress=progress)
     else:
-        table = store.status(cells)
-        st = StoreStatus(table=table, problems=table.attrs.get("problems", []))
+        st = StoreStatus(store.status(cells))
     out = store.results(cells)
     out.attrs["status"] = st
     return out
