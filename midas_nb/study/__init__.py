@@ -10,11 +10,10 @@ Example::
 from __future__ import annotations
 
 from .base import check_layout, StudyBase
-from .cache import cached_study, study_overrides
 from ..analysis.control import decoupling_with_controls
 from .core import Study
-from .grid import (checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
-                   SEEDLESS_CONDITIONS)
+from .grid import (cached_study, checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
+                   SEEDLESS_CONDITIONS, study_overrides)
 from .runner import ProtocolCellRunner, scale_readout
 from .settings import (BackboneSettings, check_data, check_schedule, DataSettings, profile_values, protocol_settings,
                        ProtocolSettings, ReportSettings, RunSettings, StatisticsSettings, SweepSettings)

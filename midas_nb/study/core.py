@@ -15,7 +15,7 @@ from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_swe
 from .base import StudyBase
 from ..analysis.control import decoupling_with_controls
 from .grid import make_grid
-from .runner import ProtocolCellRunner, scale_readout
+from .runner import ProtocolCellRunner
 
 __all__ = ["Study"]
 
@@ -112,11 +112,7 @@ class Study(StudyBase):
         rows.attrs.clear()
         return rows, status
 
-    def scale(self, executor: str = "local", max_workers: int = 2,
-              run: bool = True) -> tuple[pd.DataFrame, Any]:
-        """Result rows and status of the scale readout (:func:`midas_nb.study.scale_readout`)."""
-        rows = scale_readout(self.settings, executor=executor, max_workers=max_workers, run=run,
-                             progress=self.progress)
-        status = rows.attrs.pop("status", None)
-        rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
-        return rows, status
+    def scale(self, executor: str = "local", max_workers: int = 2, run: bool = True) -> tuple[pd.DataFrame, Any]:
+        """``(rows, status)`` of the scale readout (:func:`midas_nb.study.scale_readout`) on the study's device."""
+        device = self.settings.device if executor == "slurm" else None   # (sweep's default there: the profile's)
+        return self.sweep("scale", executor, max_workers, run, device=device)

@@ -11,8 +11,8 @@ import pandas as pd
 from ..config import check_device
 from ..analysis.protocol import condition_target, run_protocol
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
-from .cache import cached_study, digest_memo_path, load_digest_memo, save_digest_memo
-from .grid import DATA_PARAMS, eval_identity, make_grid
+from .grid import (cached_study, DATA_PARAMS, digest_memo_path, eval_identity, load_digest_memo, make_grid,
+                   save_digest_memo)
 from .settings import profile_values, protocol_settings, RunSettings
 
 __all__ = ["ProtocolCellRunner", "prefetch_targets", "scale_readout"]
