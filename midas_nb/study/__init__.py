@@ -13,8 +13,7 @@ from .base import check_layout, StudyBase
 from ..analysis.control import decoupling_with_controls
 from .core import Study
 from .grid import (cached_study, checkpoint_spec_id, eval_data_id, grid_spans, GridKind, make_grid, PAPER_DATASETS,
-                   SEEDLESS_CONDITIONS, study_overrides)
-from .runner import ProtocolCellRunner, scale_readout
+                   ProtocolCellRunner, scale_readout, SEEDLESS_CONDITIONS, study_overrides)
 from .settings import (BackboneSettings, check_data, check_schedule, DataSettings, profile_values, protocol_settings,
                        ProtocolSettings, ReportSettings, RunSettings, StatisticsSettings, SweepSettings)
 

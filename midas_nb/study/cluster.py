@@ -16,8 +16,7 @@ from ..analysis.related import RELATED_CONDITIONS
 from ..sweeps import ResultStore, SweepCell, open_store, run_sweep, submit_sweep
 from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
-from .grid import grid_spans, make_grid
-from .runner import ProtocolCellRunner
+from .grid import grid_spans, make_grid, ProtocolCellRunner
 from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]

@@ -14,8 +14,7 @@ from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
 from .base import StudyBase
 from ..analysis.control import decoupling_with_controls
-from .grid import make_grid
-from .runner import ProtocolCellRunner
+from .grid import make_grid, ProtocolCellRunner
 
 __all__ = ["Study"]
 
