@@ -456,7 +456,6 @@ def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_
     # images that differ: the intervals then depend on the number of resamples
     rng = np.random.default_rng(3)
     for rec_path in sorted(st.cells_dir.glob("*.json")):
-        import json
         rec = json.loads(rec_path.read_text())
         for r in rec["rows"]:
             r["miou_per_image"] = list(r["miou"] + rng.normal(0, 0.1, 4))
