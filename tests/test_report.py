@@ -2,7 +2,9 @@
 store, the README's results section against the committed results/ tables, the CLI."""
 from __future__ import annotations
 
+import json
 import os
+import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -376,7 +378,8 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     store.path(t5_0.key).write_text(text[: len(text) // 2])                      # truncated record
     store.record_failed(t5_1, "RuntimeError: CUDA out of memory", started=time.time())
     store.path(t1_1.key).unlink()
-    store.mark_running(t1_1)                                                      # a worker, no record
+    store.running_path(t1_1.key).write_text(json.dumps(dict(key=t1_1.key, host=socket.gethostname(),
+                                                            pid=os.getpid(), started=time.time())))  # a worker
     out = tmp_path / "rep"
     with pytest.raises(report.IncompleteReportError) as e:
         report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)
@@ -453,7 +456,6 @@ def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_
     # images that differ: the intervals then depend on the number of resamples
     rng = np.random.default_rng(3)
     for rec_path in sorted(st.cells_dir.glob("*.json")):
-        import json
         rec = json.loads(rec_path.read_text())
         for r in rec["rows"]:
             r["miou_per_image"] = list(r["miou"] + rng.normal(0, 0.1, 4))

@@ -111,8 +111,9 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     sent = [j.args[1] for j in fake_slurm.jobs]                   # (cells, cell_fn, root) / (cell, cell_fn)
     assert sent and all(fn.profile["device"] == "cuda" for fn in sent)
     # the cells name the checkpoint the GPU node trains (bfloat16 autocast), not this CPU's
-    want = checkpoint_key(study.params["backbone"], study.train_set, study.test_set, study.recipe,
-                          weights=study.weights, backbone_kwargs=study.backbone_kwargs or None, device="cuda")[0]
+    b = study.settings.backbone
+    want = checkpoint_key(b.name, study.train_set, study.test_set, b.recipe, weights=b.weights,
+                          backbone_kwargs=dict(b.kwargs) or None, device="cuda")[0]
     assert {c.checkpoint_id for c in sub.cells} == {want} != {study.checkpoint_id}
     # the local executor still refuses cuda here, before anything runs
     with pytest.raises(config.ProfileError, match="no CUDA device"):

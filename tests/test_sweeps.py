@@ -142,7 +142,7 @@ def test_sweep_seeds_apply_off_the_profiles_point():
 def test_prefetch_targets_only_where_other_cells_read_them():
     """The first cell at (backbone, L) computes all the profile's targets only at its own backbone and
     depth (notebooks 02 and 06 train every condition there); elsewhere only the swept targets."""
-    from midas_nb.study.runner import prefetch_targets
+    from midas_nb.study.grid import prefetch_targets
     prof = get_profile("quick")
     assert prefetch_targets(prof, prof["backbone"], prof["depth"]) == prof["targets"]
     assert prefetch_targets(prof, prof["backbone"], 3) == ["T1", "T5"]

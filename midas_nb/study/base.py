@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune, TrainingRecipe
+from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune
 from ..data import collate_samples, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
 from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
@@ -28,15 +28,13 @@ _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
-    """Problems (one line each) of reading ``root`` as ``dataset``; ``[]`` when it has the layout.
-    Both splits are built (annotations parsed, image files checked, none decoded); Stanford Cars
-    must have test labels."""
+    """Problems (one line each) of reading ``root`` as ``dataset`` (both splits built, no image decoded;
+    Stanford Cars needs test labels); ``[]`` when it has the layout."""
     root = Path(root).expanduser()
     if not root.is_dir():
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
-    problems = []
-    errors: dict[str, str] = {}  # split -> error; one line for a root that no split can read
+    problems, errors = [], {}  # errors: split -> error; one line for a root that no split can read
     for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
         try:
             ds = load_dataset(dataset, root, split, **extra)
@@ -56,7 +54,6 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
 
 
 def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
-    """One line for a test split without labels: what is missing and where to put it."""
     return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
             f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
             f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
@@ -76,11 +73,8 @@ def _fraction(v: Any) -> str:
 
 class StudyBase:
     """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides``
-    (any profile key; ``None`` ignored); ``progress``: bars for the long stages (:mod:`midas_nb.progress`).
-
-    Raises:
-        midas_nb.config.ProfileError: every problem of the settings, one line each (:meth:`RunSettings.build`).
-    """
+    (any profile key; ``None`` ignored); ``progress``: bars for the long stages. Raises
+    :class:`midas_nb.config.ProfileError`: every problem of the settings (:meth:`RunSettings.build`)."""
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self._settings = RunSettings.build(profile, **overrides)
@@ -94,17 +88,16 @@ class StudyBase:
 
     @property
     def settings(self) -> RunSettings:
-        """The typed run description, built and checked once when the study was made."""
+        """The typed run description, built and checked once (read-only)."""
         return self._settings
 
     @property
     def params(self) -> dict[str, Any]:
-        """A copy of the profile with its overrides (``RunSettings.values``), as sweep cells are keyed."""
+        """A copy of the profile with its overrides, as sweep cells are keyed."""
         return profile_values(self._settings)
 
     def own_threads(self) -> None:
-        """Set torch's threads to the profile's ``torch_threads`` (``None``: the count at import);
-        part of the checkpoint's identity (decision 0051)."""
+        """Torch's threads := the profile's ``torch_threads`` (``None``: the count at import; decision 0051)."""
         torch.set_num_threads(self.settings.torch_threads or _TORCH_DEFAULT_THREADS)
 
     def __repr__(self) -> str:
@@ -118,19 +111,8 @@ class StudyBase:
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return backbone_normalization(self.settings.backbone.name)
 
-    @property
-    def weights(self) -> str | None:
-        """The backbone's initial weights."""
-        return self.settings.backbone.weights
-
-    @property
-    def backbone_kwargs(self) -> dict[str, Any]:
-        """timm ``VisionTransformer`` arguments of the backbone."""
-        return dict(self.settings.backbone.kwargs)
-
     def dataset(self, split: str, train: bool = False):
-        """The ``split`` of the study's dataset with the backbone's normalisation; raises
-        :class:`midas_nb.data.DatasetError` for a split without labels."""
+        """The ``split`` with the backbone's normalisation; ``DatasetError`` for a split without labels."""
         mean, std = self.normalization
         if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
             split = TRAIN_SPLIT.get(self.loader_name, "train")
@@ -153,18 +135,12 @@ class StudyBase:
         return self.dataset("test")
 
     # ------------------------------------------------------------------------- backbone
-    @property
-    def recipe(self) -> TrainingRecipe:
-        """The backbone's training recipe on this dataset."""
-        return self.settings.backbone.recipe
-
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
-        """``(checkpoint_id, key)`` of the fine-tuned backbone, nothing trained or loaded
-        (:func:`midas_nb.backbones.checkpoint_key`); ``device``: key another device's numerics."""
+        """``(checkpoint_id, key)`` of the fine-tuned backbone, nothing trained (``device``: another's numerics)."""
         self.own_threads()
-        return checkpoint_key(self.settings.backbone.name, self.train_set, self.test_set, self.recipe,
-                              weights=self.weights, backbone_kwargs=self.backbone_kwargs or None,
-                              device=self.device if device is None else device)
+        b = self.settings.backbone
+        return checkpoint_key(b.name, self.train_set, self.test_set, b.recipe, weights=b.weights,
+                              backbone_kwargs=dict(b.kwargs) or None, device=self.device if device is None else device)
 
     @property
     def checkpoint_id(self) -> str:
@@ -176,9 +152,9 @@ class StudyBase:
     @cached_property
     def _backbone(self):
         self.own_threads()
-        return load_or_finetune(self.settings.backbone.name, self.train_set, self.test_set, self.recipe,
-                                device=self.device, weights=self.weights,
-                                backbone_kwargs=self.backbone_kwargs or None, progress=self.progress)
+        b = self.settings.backbone
+        return load_or_finetune(b.name, self.train_set, self.test_set, b.recipe, device=self.device, weights=b.weights,
+                                backbone_kwargs=dict(b.kwargs) or None, progress=self.progress)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -196,8 +172,7 @@ class StudyBase:
         return grid_size(self.model)
 
     def batch(self, n: int = 4, split: str = "test", indices: list[int] | None = None):
-        """A :class:`midas_nb.data.Batch` of the split's images ``indices`` (default: ``n``
-        images spread evenly over the split, so several classes appear)."""
+        """A :class:`midas_nb.data.Batch` of the split's ``indices`` (default ``n`` spread evenly over it)."""
         ds = self.train_set if split == "train" else self.test_set
         if indices is None:
             n = max(1, min(int(n), len(ds)))
@@ -205,8 +180,7 @@ class StudyBase:
         return collate_samples([ds[int(i)] for i in indices])
 
     def summary(self) -> pd.DataFrame:
-        """The study at a glance: data, backbone, patch grid and accuracies (``n/a`` where not
-        recorded). Index ``setting``, one column ``value``."""
+        """The study at a glance (data, backbone, patch grid, accuracies): index ``setting``, column ``value``."""
         m, ds = self.meta, self.test_set
         rows = [("profile", self.settings.profile), ("dataset", self.dataset_name),
                 ("data root", str(self.data_root)), ("classes", ds.num_classes),
@@ -258,9 +232,8 @@ class StudyBase:
         return pd.DataFrame(rows)
 
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
-        """The best part mIoU (box coverage) any ranking reaches at each budget on the evaluated
-        test images (:func:`midas_nb.metrics.iou_ceiling`). Columns ``budget``, ``k``, ``ceiling``,
-        ``n_images``, ``coverage_kind``; default budgets: the sweep's and the study's."""
+        """The best part mIoU (box coverage) any ranking reaches per budget (default: the sweep's and the
+        study's) on the evaluated test images: ``budget``, ``k``, ``ceiling``, ``n_images``, ``coverage_kind``."""
         ds = self.test_set
         pr = self.settings.protocol
         subset = evaluation_subset(len(ds), pr.max_eval_images, pr.eval_subset_seed)
@@ -288,10 +261,9 @@ class StudyBase:
 
     # ----------------------------------------------------------------------- LaSt-ViT
     def point_in_box(self, ids: list[str] | None = None, n: int | None = None) -> pd.DataFrame:
-        """Point-in-Box rates (LaSt-ViT, DESIGN.md §6) on ``n`` evaluated test images (default the
-        profile's ``max_eval_images``): the patch score (:func:`midas_nb.analysis.last.pib_table`)
-        and each target map in ``ids``. Columns ``ranking``, ``pib``, ``pib_lo``, ``pib_hi``,
-        ``pib_centre``, ``pib_box_area``, ``n_images``, ``last_K`` (``last_votes`` row only)."""
+        """Point-in-Box rates (DESIGN.md §6) of the patch score and each target map in ``ids`` on ``n``
+        test images (default ``max_eval_images``): ``ranking``, ``pib``, ``pib_lo``, ``pib_hi``,
+        ``pib_centre``, ``pib_box_area``, ``n_images``, ``last_K`` (``last_votes`` only)."""
         ds, seed, n_boot = self.test_set, self.settings.protocol.eval_subset_seed, self.settings.statistics.bootstrap
         n = n if n is not None else self.settings.protocol.max_eval_images
         subset = evaluation_subset(len(ds), n, seed)

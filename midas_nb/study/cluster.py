@@ -1,6 +1,5 @@
 """A profile's sweeps on a cluster: every notebook's grid (:func:`profile_sweeps`, keyed as the
-notebooks key them) and ``midas-nb sweep plan|submit`` (:func:`cmd_from_args`; decision 0039).
-"""
+notebooks key them) and ``midas-nb sweep plan|submit`` (:func:`cmd_from_args`; decision 0039)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +16,7 @@ from ..analysis.related import RELATED_CONDITIONS
 from ..sweeps import ResultStore, SweepCell, open_store, run_sweep, submit_sweep
 from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
-from .grid import grid_spans, make_grid
-from .runner import ProtocolCellRunner
+from .grid import grid_spans, make_grid, ProtocolCellRunner
 from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
@@ -56,12 +54,9 @@ def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
 
 def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
-    """The cells of each notebook sweep of a profile, ``{"04 regime": cells, ...}``. ``planned=True``
-    reads no data: every checkpoint and data id is a placeholder (counts are exact, keys are not).
-
-    Raises:
-        ValueError: an unknown sweep name; a dataset without a data root (``planned=False``).
-    """
+    """The cells of each notebook sweep of a profile, ``{"04 regime": cells, ...}``; ``planned=True`` reads
+    no data (checkpoint and data ids are placeholders: counts exact, keys not). Raises ``ValueError``: an
+    unknown sweep name; a dataset without a data root (``planned=False``)."""
     prof = profile_values(profile)
     names = list(SWEEPS) if names is None else list(names)
     bad = [n for n in names if n not in SWEEPS]
@@ -88,8 +83,7 @@ def _names(sweep: str | None) -> list[str] | None:
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan``: print the plan (:func:`midas_nb.sweeps.plan.plan_text`); 0, or 2
-    with one line on bad input."""
+    """``midas-nb sweep plan``: print the plan; 0, or 2 with one line on bad input."""
     try:
         prof = config.get_profile(args.profile, **overrides)
         sweeps = profile_sweeps(prof, _names(args.sweep), planned=True)
@@ -111,9 +105,8 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep submit``: submit (``slurm``: return at once) or run the named sweeps' cells
-    into the store ``runs/sweeps/<profile>``; prints what was submitted. 0 on success, 1 when a
-    local run left failed cells, 2 with one line on bad input."""
+    """``midas-nb sweep submit``: submit (``slurm``: return at once) or run the named sweeps' cells into
+    ``runs/sweeps/<profile>``; 0 on success, 1 when a local run left failed cells, 2 (one line) on bad input."""
     from ..sweeps.slurm import SlurmNotFound
 
     slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
@@ -150,9 +143,8 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
 
 def _announce(prof: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], cells: Sequence[Any], store: Any,
               args: Any) -> None:
-    """Say before anything runs or is submitted: the sweeps and their cells, how many are done, the
-    store, where the cells run and how to follow them."""
-    done = sum(store.state(c.key) == "done" for c in cells)
+    """Say before anything runs: the sweeps and their cells, how many are done, the store, where they run."""
+    done = int(store.status(cells)["status"].eq("done").sum())   # one scan of the store
     where = ("submitting them to Slurm (returns once submitted)" if args.executor == "slurm" else
              f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
                                                           else "one cell after another") +
@@ -166,8 +158,8 @@ def _announce(prof: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], cell
 
 @contextlib.contextmanager
 def _progress_lines_unless_terminal() -> Iterator[None]:
-    """The sweep's progress as plain lines (``MIDAS_PROGRESS=lines``) where stderr is no terminal
-    (a log file), unless the environment chose a mode (``TQDM_DISABLE``: none); on a terminal, tqdm's bar."""
+    """The sweep's progress as plain lines (``MIDAS_PROGRESS=lines``) where stderr is no terminal, unless
+    the environment chose a mode (``TQDM_DISABLE``: none); on a terminal, tqdm's bar."""
     if PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty():
         yield
         return

@@ -14,15 +14,13 @@ from ..results import save_table
 from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
 from .base import StudyBase
 from ..analysis.control import decoupling_with_controls
-from .grid import make_grid
-from .runner import ProtocolCellRunner, scale_readout
+from .grid import make_grid, ProtocolCellRunner
 
 __all__ = ["Study"]
 
 
 def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
-    """Raises ``RuntimeError`` where the rows come from more than one checkpoint: D and every
-    comparison assume one frozen backbone."""
+    """Raises ``RuntimeError`` where the rows come from more than one checkpoint (one frozen backbone)."""
     for col in ("checkpoint_id", "weights_digest"):
         if col in table.columns and table[col].dropna().nunique() > 1:
             found = sorted(table[col].dropna().astype(str).unique())
@@ -37,16 +35,10 @@ class Study(StudyBase):
     def protocol(self, depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
                  relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)``: one row per condition × seed.
-
-        Every row is a cell of the profile's result store, shared with :meth:`sweep` and
-        :meth:`scale`; ``reference`` is evaluated under the first seed only. ``relaxation`` and
-        ``**kwargs`` (settings of :func:`midas_nb.analysis.protocol.run_protocol`) enter the
-        cells' keys. Also written to ``runs/tables/protocol_<hash>.csv``.
-
-        Raises:
-            RuntimeError: a cell failed (its error is in the message; the store keeps it).
-        """
+        """The three-condition protocol table at ``(depth, budget)``, one row per condition × seed
+        (``reference``: the first seed only), each a cell of the profile's result store; ``relaxation``
+        and ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys.
+        Also written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
         point = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
@@ -86,11 +78,10 @@ class Study(StudyBase):
     def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
               run: bool = True, *, wait: bool = True, device: str | None = None,
               **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
-        """``(rows, status)`` of a regime sweep (:func:`midas_nb.study.make_grid` of ``kind``) through
-        the profile's store: the rows of the cells that are done and the :class:`midas_nb.sweeps.StoreStatus`
-        (check ``status.complete``); missing cells are computed unless ``run=False``. ``wait=False``
-        (Slurm, submitit settings in ``**slurm``) returns the :class:`midas_nb.sweeps.Submission` at
-        once. ``device``: the cells'; default the study's, for ``slurm`` the profile's (decision 0038).
+        """``(rows of the done cells, StoreStatus)`` of the sweep :func:`midas_nb.study.make_grid` ``kind``
+        through the profile's store, computing missing cells unless ``run=False``. ``wait=False`` (Slurm;
+        submitit settings in ``**slurm``) returns the :class:`midas_nb.sweeps.Submission` at once.
+        ``device``: the cells'; default the study's, for ``slurm`` the profile's (decision 0038).
 
         Raises:
             ValueError: ``wait=False`` without ``executor="slurm"`` and ``run=True``.
@@ -107,28 +98,20 @@ class Study(StudyBase):
             raise config.ProfileError(problems)
         cells = make_grid(params, kind)
         store = ResultStore(name=self.settings.profile)
-        if run and executor == "slurm":
-            runner = ProtocolCellRunner(params, progress=self.progress)
-            if not wait:
-                return submit_sweep(cells, runner, store, slurm=slurm or None)
-            status = run_sweep(cells, runner, store, executor=executor, slurm=slurm or None, progress=self.progress)
-        elif run:
-            own = self if device is None else None   # another device: the study is not reused
-            status = run_sweep(cells, ProtocolCellRunner(params, study=own, progress=self.progress), store,
-                               executor=executor, max_workers=max_workers, slurm=slurm or None,
-                               progress=self.progress)
+        # another device (and always on Slurm): the study is not reused
+        runner = ProtocolCellRunner(params, study=self if device is None else None, progress=self.progress)
+        if not run:
+            status = StoreStatus(store.status(cells))
+        elif not wait:
+            return submit_sweep(cells, runner, store, slurm=slurm or None)
         else:
-            table = store.status(cells)
-            status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
+            status = run_sweep(cells, runner, store, executor=executor, max_workers=max_workers,
+                               slurm=slurm or None, progress=self.progress)
         rows = store.results(cells)
         rows.attrs.clear()
         return rows, status
 
-    def scale(self, executor: str = "local", max_workers: int = 2,
-              run: bool = True) -> tuple[pd.DataFrame, Any]:
-        """Result rows and status of the scale readout (:func:`midas_nb.study.scale_readout`)."""
-        rows = scale_readout(self.settings, executor=executor, max_workers=max_workers, run=run,
-                             progress=self.progress)
-        status = rows.attrs.pop("status", None)
-        rows.attrs.clear()  # pandas compares attrs on merge; keep them plain
-        return rows, status
+    def scale(self, executor: str = "local", max_workers: int = 2, run: bool = True) -> tuple[pd.DataFrame, Any]:
+        """``(rows, status)`` of the scale readout (:func:`midas_nb.study.scale_readout`) on the study's device."""
+        device = self.settings.device if executor == "slurm" else None   # (sweep's default there: the profile's)
+        return self.sweep("scale", executor, max_workers, run, device=device)

@@ -1,37 +1,114 @@
-"""The cells of a profile's sweeps: dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5).
-A cell's key holds the checkpoint's and the evaluated images' content ids and the protocol settings
-(decision 0015)."""
+"""The sweep domain of a profile: its cells, dataset × backbone × ``(L, b)`` × condition × seed
+(DESIGN.md §5), keyed by the checkpoint's and the evaluated images' content ids and the protocol settings
+(decision 0015); the per-process cache of the studies they are keyed and run on (renewed when the
+annotation files change) with the image digests that sweep jobs share; the protocol's cell function
+(:class:`ProtocolCellRunner`) and the scale readout (:func:`scale_readout`)."""
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Sequence
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
 
+import pandas as pd
 from torch.utils.data import Subset
 
-from ..config import dataset_label, PAPER_DATASETS
-from ..identity import dataset_identity
+from .. import identity
+from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label, PAPER_DATASETS
+from ..identity import annotation_stamp, atomic_write_text, canonical_json, dataset_identity, hash_json
 from ..data import evaluation_subset
-from ..analysis.protocol import SEEDLESS_CONDITIONS, with_band_check
+from ..analysis.protocol import condition_target, run_protocol, SEEDLESS_CONDITIONS, with_band_check
 from ..point import Point
-from ..sweeps import SweepCell
-from .cache import cached_study
+from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
+from .base import StudyBase
 from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
-           "eval_data_id", "resolve_checkpoint_ids", "protocol_settings"]
+           "eval_data_id", "protocol_settings", "cached_study", "study_overrides", "digest_memo_path",
+           "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "scale_readout"]
+
+
+def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
+    """:func:`midas_nb.config.data_root_for`, resolved, as a string (``None``: the embedded synthetic set)."""
+    root = data_root_for(dict(profile), dataset)
+    return None if root is None else str(root.resolve())
+
+
+def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> dict[str, Any]:
+    """The overrides of one sweep cell's study (``dataset``: a name or a cell's label) with that dataset's
+    root; ``ValueError`` for a dataset without a root or synthetic default."""
+    dataset = dataset_of_label(dataset)
+    overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
+    overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset), data_roots={})
+    return overrides
+
+
+_PROCESS_CACHE: dict[str, Any] = {}
+
+
+def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
+                 progress: bool = False):
+    """The (per-process cached) :class:`StudyBase` for one dataset (name or label) and backbone."""
+    profile = profile_values(profile) if isinstance(profile, RunSettings) else profile
+    overrides = study_overrides(profile, dataset, backbone)
+    if device is not None:
+        overrides["device"] = device
+    name = str(profile.get("profile", "quick"))
+    key = "study:" + canonical_json([name, overrides])
+    cached = _PROCESS_CACHE.get(key)
+    if cached is None or cached[1] != annotation_stamp(cached[0].data_root):
+        st = StudyBase(name, progress=progress, **overrides)
+        cached = _PROCESS_CACHE[key] = (st, annotation_stamp(st.data_root))
+    return cached[0]
+
+
+def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
+    """Where the sweep jobs of ``dataset`` share its image digests."""
+    root = _data_root_for(profile, dataset)
+    return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, root], 12)}.json"
+
+
+_MEMO_LOCK = threading.Lock()
+
+
+def save_digest_memo(path: str | Path) -> Path:
+    """Merge this process's :func:`midas_nb.identity.file_digest` memo into ``path`` (atomic)."""
+    p = Path(path)
+    entries = {json.dumps(list(k)): v for k, v in identity.file_digest_memo().items()}
+    with _MEMO_LOCK:
+        try:
+            old = json.loads(p.read_text(encoding="utf-8"))
+            entries = dict(old if isinstance(old, dict) else {}, **entries)
+        except (FileNotFoundError, ValueError):
+            pass
+        return atomic_write_text(p, json.dumps(entries))
+
+
+def load_digest_memo(path: str | Path) -> int:
+    """Add the digests :func:`save_digest_memo` wrote to this process's memo; the number read."""
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return 0
+    if not isinstance(entries, dict):
+        return 0
+    identity.add_file_digests({tuple(json.loads(k)): v for k, v in entries.items()})
+    return len(entries)
+
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
 
 def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` (decision 0051),
-    nothing trained: the data are read on the CPU, the numerics keyed are the profile's ``device``'s.
-    Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
+    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` (decision 0051), nothing
+    trained: data read on the CPU, numerics keyed as the profile's ``device``'s. Raises ``ValueError`` or
+    ``FileNotFoundError`` for a dataset without a readable data root."""
     prof = profile_values(profile)
     study = cached_study(prof, dataset, backbone, device="cpu")
     device = str(prof.get("device") or "cpu")
-    if device == "cpu":
-        return study.checkpoint_id
-    return study.checkpoint_key(device=device)[0]
+    return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
 
 
 def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
@@ -48,13 +125,6 @@ def eval_data_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbon
     prof = profile_values(profile)
     return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
                          protocol_settings(prof) if settings is None else settings)
-
-
-def resolve_checkpoint_ids(profile: RunSettings | str | Mapping[str, Any], datasets: Sequence[str],
-                           backbones: Sequence[str]) -> dict[tuple[str, str], str]:
-    """Checkpoint ids ``{(dataset, backbone): id}`` (:meth:`StudyBase.checkpoint_key`), nothing trained."""
-    prof = profile_values(profile)
-    return {(ds, bb): cached_study(prof, ds, bb).checkpoint_key()[0] for ds in datasets for bb in backbones}
 
 
 #: settings of :func:`protocol_settings` that describe the data: in the cell key, not ``run_protocol`` arguments
@@ -80,25 +150,20 @@ def make_grid(
     backbones: Sequence[str] | None = None,
     conditions: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
-    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec", "resolve"] = "spec",
+    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec"] = "spec",
     params: Mapping[str, Any] | None = None,
     seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
     data_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> list[SweepCell]:
     """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
 
-    Points ``(L, b)`` by ``kind``: ``"depth"`` — ``L ∈ depths`` at ``b = budget``; ``"budget"`` —
-    ``b ∈ budgets`` at ``L = depth``; ``"cross"`` — both; ``"full"`` — ``depths × budgets``;
-    ``"regime"`` — the profile's ``regime_grid``; ``"scale"`` — ``(depth, budget)`` alone, for every
-    backbone of :func:`grid_spans`. Seeds: ``seeds`` at the profile's point, ``sweep_seeds``
-    elsewhere; a condition in ``seedless_conditions`` gets only the first.
-
-    Args:
-        datasets, backbones, conditions, seeds: override the profile's lists (``seeds``: at every point).
-        checkpoint_ids: ``"spec"`` (:func:`checkpoint_spec_id`), ``"resolve"``
-            (:func:`resolve_checkpoint_ids`, the same ids) or ``{(dataset, backbone): id}``.
-        data_ids: ``{(dataset, backbone): data_id}``; default :func:`eval_data_id`.
-        params: extra settings merged into every cell's ``params`` (they enter the key).
+    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈
+    budgets`` at ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the
+    profile's ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`).
+    Seeds: ``seeds`` at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first.
+    ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the profile's (``seeds``: at every point);
+    ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone): id}`` (default :func:`checkpoint_spec_id`,
+    :func:`eval_data_id`); ``params``: merged into every cell's ``params`` (its key).
 
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
@@ -133,12 +198,10 @@ def make_grid(
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
 
-    if checkpoint_ids == "resolve":
-        checkpoint_ids = resolve_checkpoint_ids(prof, datasets, backbones)
-    elif checkpoint_ids == "spec":
+    if checkpoint_ids == "spec":
         checkpoint_ids = {}
     elif not isinstance(checkpoint_ids, Mapping):
-        raise ValueError(f"checkpoint_ids must be 'spec', 'resolve' or a dict, got {checkpoint_ids!r}")
+        raise ValueError(f"checkpoint_ids must be 'spec' or a dict, got {checkpoint_ids!r}")
     if data_ids is not None and not isinstance(data_ids, Mapping):
         raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
     base = dict(protocol_settings(prof), **dict(params or {}))
@@ -149,10 +212,126 @@ def make_grid(
             ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
             for pt in points:
-                L, b = pt.depth, pt.budget
                 at = seeds if pt == Point(L0, b0) else off_seeds
-                for cond in conditions:
-                    for s in (at[:1] if cond in seedless_conditions else at):
-                        cells.append(SweepCell(label, bb, L, b, cond, s, checkpoint_id=ckpt, params=base,
-                                               data_id=data_id))
+                cells += [SweepCell(label, bb, pt.depth, pt.budget, cond, s, checkpoint_id=ckpt, params=base,
+                                    data_id=data_id)
+                          for cond in conditions for s in (at[:1] if cond in seedless_conditions else at)]
     return cells
+
+
+#: digest memos this process has read (each once)
+_MEMOS_READ: set[Path] = set()
+
+
+class ProtocolCellRunner:
+    """The real ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition, seed and
+    ``cell.params`` on the cell's :func:`cached_study` (or ``study``, reused in this process only).
+    ``device`` overrides the profile's where a cell runs (decision 0038). Raises per cell (recorded):
+    ``ValueError`` (checkpoint or data id differ from the data here), ``RuntimeError`` (no such device).
+    """
+
+    def __init__(self, profile: RunSettings | str | Mapping[str, Any], *, device: str | None = None,
+                 cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
+        self.profile = profile_values(profile)
+        self.device = device
+        self.cache_dir = str(cache_dir) if cache_dir is not None else None
+        self.progress = progress
+        self._local_study = study  # not pickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__, _local_study=None)
+
+    def __repr__(self) -> str:
+        return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
+                f"device={self.device or self.profile.get('device')!r})")
+
+    def study(self, cell: SweepCell):
+        """The study of the cell's data and backbone (image digests from the shared memo, once)."""
+        st = self._local_study
+        if st is not None and st.dataset_name == cell.dataset and st.settings.backbone.name == cell.backbone:
+            return st
+        device = self.device or str(self.profile.get("device") or "cpu")
+        problems = check_device(device)
+        if problems:
+            job = os.environ.get("SLURM_JOB_ID")
+            raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
+                               f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
+                               "GPU nodes (midas-nb sweep submit --gpus 1 --partition <a GPU partition>) or "
+                               "with --device cpu")
+        memo = digest_memo_path(self.profile, cell.dataset)
+        if memo not in _MEMOS_READ:
+            load_digest_memo(memo)
+            _MEMOS_READ.add(memo)
+        return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
+
+    def prepare(self, cell: SweepCell) -> dict[str, Any]:
+        """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone, save
+        the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
+        meta = self.study(cell).meta
+        save_digest_memo(digest_memo_path(self.profile, cell.dataset))
+        return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
+
+    def __call__(self, cell: SweepCell) -> pd.DataFrame:
+        study = self.study(cell)  # a cell keyed by other data or another recipe is never filled
+        if cell.checkpoint_id and cell.checkpoint_id != study.checkpoint_id:
+            raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the data, "
+                             f"recipe and training numerics (precision, CPU threads) here give "
+                             f"{study.checkpoint_id!r}; rebuild the grid")
+        settings = dict(protocol_settings(self.profile), **cell.params)
+        if cell.data_id and cell.data_id != eval_identity(study, settings):
+            raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
+                             f"evaluated test images now are {eval_identity(study, settings)!r} (images, "
+                             "labels, keypoints or boxes changed); rebuild the grid")
+        for k in DATA_PARAMS:
+            settings.pop(k, None)
+        if self.cache_dir is not None:
+            settings["cache_dir"] = self.cache_dir
+        # the loaded checkpoint's id is the key's (load_or_finetune names and checks it by the key)
+        return run_protocol(
+            study.train_set, study.test_set, study.model, depth=cell.depth, budget=cell.budget,
+            conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
+            backbone_name=cell.backbone, checkpoint_id=str(study.meta.get("checkpoint_id", "")), device=study.device,
+            progress=self.progress, prefetch_targets=prefetch_targets(self.profile, cell.backbone, cell.depth),
+            **settings)
+
+
+def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> list[str]:
+    """Target ids whose train-split maps a cell of ``(backbone, depth)`` computes in its capture pass:
+    all the profile's ``targets`` at its own backbone and depth, elsewhere those the swept conditions distil."""
+    targets = list(profile.get("targets") or ())
+    if backbone == profile.get("backbone") and int(depth) == int(profile.get("depth", -1)):
+        return targets
+    swept = {condition_target(c) for c in profile.get("sweep_conditions") or profile.get("conditions") or ()
+             if c != "reference"}                                # the reference reads attention, no map
+    return [t for t in targets if t in swept]
+
+
+def scale_readout(
+    profile: RunSettings | str | Mapping[str, Any],
+    backbones: Sequence[str] | None = None,
+    *,
+    store: ResultStore | str | Path | None = None,
+    datasets: Sequence[str] | None = None,
+    conditions: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    executor: ExecutorKind = "local",
+    max_workers: int = 2,
+    slurm: Mapping[str, Any] | None = None,
+    run: bool = True,
+    cell_fn: Callable[[SweepCell], Any] | None = None,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """The protocol at the profile's ``(depth, budget)`` for each ``scale_backbones`` (or ``backbones``)
+    through the profile's store (or ``store``; ``run=False`` only reads): the rows of the done cells,
+    ``attrs["status"]`` their :class:`StoreStatus`."""
+    prof = profile_values(profile)
+    store = open_store(store if store is not None else prof.get("profile", "default"))
+    cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
+    if run:
+        st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof, progress=progress), store, executor=executor,
+                       max_workers=max_workers, slurm=slurm, progress=progress)
+    else:
+        st = StoreStatus(store.status(cells))
+    out = store.results(cells)
+    out.attrs["status"] = st
+    return out

@@ -38,8 +38,8 @@ def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
 
 
 def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str) -> list[str]:
-    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule; else one
-    line naming the setting and why (:func:`midas_nb.backbones.check_epochs`)."""
+    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule, else one line
+    naming the setting and why (:func:`midas_nb.backbones.check_epochs`)."""
     params = dict(params)
     name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
     return [f"{name}: on {dataset_label}, {why}"
@@ -48,9 +48,8 @@ def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str)
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The data one study reads. ``label``: the name results carry (``"synthetic"``,
-    ``"aircraft (family)"``; :func:`midas_nb.config.dataset_label`); ``loader``: the reader
-    (the embedded set is CUB's); ``embedded``: ``root`` is the generated synthetic set's;
+    """The data one study reads. ``label``: the name results carry (``"aircraft (family)"``); ``loader``:
+    the reader (CUB's for the embedded set); ``embedded``: ``root`` is the generated synthetic set's;
     ``image_size``, ``patch_size`` in px; ``max_images_per_class``: ``None`` for all."""
 
     dataset: str
@@ -67,9 +66,8 @@ class DataSettings:
 
 @dataclass(frozen=True)
 class BackboneSettings:
-    """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None``
-    (random init); ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning
-    schedule on this study's data (seed 0)."""
+    """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None`` (random init);
+    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning schedule (seed 0)."""
 
     name: str
     weights: str | None
@@ -79,9 +77,8 @@ class BackboneSettings:
 
 @dataclass(frozen=True)
 class ProtocolSettings:
-    """What the three-condition protocol runs (DESIGN.md §5) and on which images:
-    ``max_eval_images`` (``None``: all) and the IDAUC subset of them, drawn with
-    ``eval_subset_seed`` (:func:`midas_nb.data.evaluation_subset`); ``throughput_*``: images and
+    """What the three-condition protocol runs (DESIGN.md §5) and on which images: ``max_eval_images``
+    (``None``: all) and the IDAUC subset, drawn with ``eval_subset_seed``; ``throughput_*``: images and
     calls per round of the speed measurement (:func:`midas_nb.metrics.measure_speed`)."""
 
     conditions: tuple[str, ...]
@@ -105,10 +102,9 @@ class StatisticsSettings:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06).
-    ``regime_grid``: ``cross`` or ``full`` (:func:`midas_nb.study.make_grid`); ``seeds``: those at
-    the sweep's other points; ``compare_backbones``: :func:`midas_nb.backbones.comparison_backbones`
-    with ``planned=True``."""
+    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06):
+    ``regime_grid`` (:func:`midas_nb.study.make_grid`); ``seeds`` at the sweep's other points;
+    ``compare_backbones`` (:func:`midas_nb.backbones.comparison_backbones`, ``planned=True``)."""
 
     depths: tuple[int, ...]
     budgets: tuple[Budget, ...]
@@ -140,8 +136,7 @@ class SweepSettings:
 
 
 def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, each defaulting to the
-    study's own; nothing else of the profile is read."""
+    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, each defaulting to the study's own."""
     own = [p["backbone"]]
     datasets = list(p.get("datasets") or [p["dataset"]])
     return datasets, list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
@@ -157,8 +152,8 @@ _ALWAYS_KEYED: tuple[str, ...] = ("relaxation", "lam", "temperature")
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's settings that change a protocol run's result: they enter every cell's key and
-    :func:`midas_nb.analysis.protocol.run_protocol` gets them (less ``image_size``/``patch_size``).
+    """The profile's settings that change a protocol run's result: every cell's key and
+    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``);
     ``scorer_train`` keys win over the top level."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile and k not in _ALWAYS_KEYED})
@@ -195,11 +190,8 @@ class RunSettings:
 
     @classmethod
     def build(cls, profile: str = "quick", **overrides: Any) -> "RunSettings":
-        """Profile ``profile`` with ``overrides`` (``None`` values ignored), checked and typed.
-
-        Raises:
-            midas_nb.config.ProfileError: every problem at once, one line each (a ``ValueError``).
-        """
+        """Profile ``profile`` with ``overrides`` (``None`` values ignored), checked and typed; raises
+        :class:`midas_nb.config.ProfileError` (a ``ValueError``) with every problem, one line each."""
         if profile not in config.PROFILES:
             raise config.ProfileError([f"profile: expected one of {sorted(config.PROFILES)}, got {profile!r}"])
         p = config.get_profile(profile, **overrides)
@@ -256,9 +248,8 @@ class RunSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """What the report (:mod:`midas_nb.report`) reads of a run's profile, typed; data roots and
-    weights are not checked (a store is read where they may be absent). ``values``: the profile
-    itself, read-only (cells are keyed by it)."""
+    """What the report reads of a run's profile, typed; data roots and weights are not checked (a store
+    is read where they may be absent). ``values``: the profile itself, read-only (cells are keyed by it)."""
 
     profile: str
     dataset: str
@@ -272,11 +263,8 @@ class ReportSettings:
 
     @classmethod
     def of(cls, settings: "ReportSettings | RunSettings | str | Mapping[str, Any]") -> "ReportSettings":
-        """The report's part of a study's settings, a profile by name or a profile mapping.
-
-        Raises:
-            KeyError: a mapping without a required key; ValueError: a depth or budget out of range.
-        """
+        """The report's part of a study's settings, a profile by name or a profile mapping. Raises
+        ``KeyError`` (a required key missing) or ``ValueError`` (depth or budget out of range)."""
         if isinstance(settings, ReportSettings):
             return settings
         p = profile_values(settings)

@@ -17,17 +17,10 @@ CellState = Literal["done", "failed", "running", "pending"]
 
 @dataclass(frozen=True)
 class SweepCell:
-    """One cell of a sweep: one protocol run for one (dataset, backbone, L, b, condition, seed).
-
-    Attributes:
-        depth: scorer depth ``L`` (1-based; the scorer reads the output of block ``L``).
-        budget: kept fraction ``b ∈ (0, 1]`` of patch tokens.
-        condition: protocol condition (``"reference"``, ``"unsupervised"`` or a target id).
-        checkpoint_id: the fine-tuned backbone checkpoint (:func:`midas_nb.study.checkpoint_spec_id`).
-        params: further JSON-serialisable settings that change the result; not part of ``hash()``.
-        data_id: content identity of the test images (:func:`midas_nb.study.eval_data_id`).
-        Every field is part of :attr:`key`.
-    """
+    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``
+    (``"reference"``, ``"unsupervised"`` or a target id), ``seed``; ``checkpoint_id``
+    (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`midas_nb.study.eval_data_id`) and
+    ``params`` (JSON settings that change the result; not in ``hash()``). Every field is in :attr:`key`."""
 
     dataset: str
     backbone: str
@@ -49,24 +42,20 @@ class SweepCell:
             raise ValueError(f"depth must be >= 1 (1-based block index), got {self.depth}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of all fields (JSON-serialisable)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
-        """Inverse of :meth:`to_dict`."""
         return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
                    checkpoint_id=d.get("checkpoint_id", ""), params=d.get("params", {}),
                    data_id=d.get("data_id", ""))
 
     @property
     def key(self) -> str:
-        """16 hex digits of the SHA-256 of the canonical JSON of every field and of
-        :data:`midas_nb.identity.RESULT_FORMAT_VERSION`."""
+        """16 hex digits of the SHA-256 of every field and ``RESULT_FORMAT_VERSION`` (canonical JSON)."""
         return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
 
     @property
     def label(self) -> str:
         """Readable short name, e.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
-        return (f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} "
-                f"{self.condition} s{self.seed}")
+        return f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} {self.condition} s{self.seed}"

@@ -39,25 +39,20 @@ def run_sweep(
     progress: bool = False,
     gpus: Sequence[str | int] | None = None,
 ) -> StoreStatus:
-    """Compute the cells without a valid ``done`` record (with ``retry_failed``, also the failed
-    ones); return the sweep's status. A failing cell records its error and traceback and the others
-    go on; workers write their own records (:func:`run_cell`), so the same call resumes a stopped sweep.
+    """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
+    their status. Workers write their own records (:func:`run_cell`; a failing cell records its error
+    and the others go on), so the same call resumes a stopped sweep.
 
     Args:
-        cells: the grid (:func:`midas_nb.study.make_grid`); keys must be unique.
-        cell_fn: ``cell -> DataFrame | list[dict] | dict``; picklable for ``processes`` and ``slurm``.
-        store: a :class:`ResultStore`, its directory, or a sweep name.
-        executor: ``"local"`` (in-process), ``"processes"`` (``max_workers`` processes started by
-            ``mp_context``) or ``"slurm"`` (submitit; without Slurm ``SlurmNotFound``, never a local run).
-        slurm: submitit settings: ``partition``, ``time`` (minutes), ``gpus_per_node``,
-            ``cpus_per_task``, ``mem`` (GB number, or a Slurm string such as ``"32G"``),
-            ``array_parallelism``, ``cells_per_job`` (default 8), ``max_array_size`` (default:
-            ``scontrol show config``), any other ``AutoExecutor`` parameter by its own name, and
-            ``cluster`` (``None`` = Slurm; ``"local"`` or ``"debug"``: submitit's stand-ins here).
-            Job logs go to ``<store>/submitit``.
-        wait: for ``slurm``, wait for the jobs (default); ``False`` returns after submission.
-        gpus: for ``processes``, the GPUs shared out one per worker (``CUDA_VISIBLE_DEVICES``,
-            round-robin); default the GPUs visible here.
+        cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
+            list[dict] | dict``, picklable for ``processes``/``slurm``. store: a store, its directory or name.
+        executor: ``"local"``, ``"processes"`` (``max_workers``, started by ``mp_context``; ``gpus``
+            shared out one per worker, default those visible) or ``"slurm"`` (submitit; ``wait=False``
+            returns after submission; no Slurm: ``SlurmNotFound``).
+        slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or
+            ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default
+            ``scontrol show config``), other ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm;
+            ``"local"``/``"debug"``: submitit's stand-ins). Job logs: ``<store>/submitit``.
 
     Raises:
         ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
@@ -69,7 +64,6 @@ def run_sweep(
     store, cells, todo = _todo(store, cells, retry_failed)
     errors: list[str] = []
     root = str(store.root)
-
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":
@@ -102,8 +96,7 @@ def run_sweep(
                     errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
                 bar.update(len(j.cells))
     bar.close()
-    table = store.status(cells)
-    return StoreStatus(table=table, problems=table.attrs.get("problems", []), executor_errors=errors)
+    return StoreStatus(store.status(cells), executor_errors=errors)
 
 
 def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
@@ -133,14 +126,9 @@ def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callab
 
 def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
                  slurm: Mapping[str, Any] | None = None, retry_failed: bool = True):
-    """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``, answering with the submission.
-
-    Returns:
-        :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done).
-
-    Raises:
-        ValueError: duplicated cells. midas_nb.sweeps.slurm.SlurmNotFound: no Slurm here.
-    """
+    """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``: the
+    :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done). Raises ``ValueError``
+    (duplicated cells), :class:`midas_nb.sweeps.slurm.SlurmNotFound` (no Slurm here)."""
     store, cells, todo = _todo(store, cells, retry_failed)
     jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
     return Submission.of(store, todo, jobs, skipped=len(cells) - len(todo))

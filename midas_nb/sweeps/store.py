@@ -30,11 +30,23 @@ _CELL_COLUMNS = ("dataset", "backbone", "depth", "budget", "condition", "seed", 
 
 
 def _cell(d: Any) -> SweepCell | None:
-    """``SweepCell.from_dict(d)``; ``None`` for a dict that is not a cell."""
     try:
         return SweepCell.from_dict(d)
     except (KeyError, TypeError, ValueError):
         return None
+
+
+_MISSING = object()
+
+
+def _read_json(path: Path, missing: Any) -> tuple[Any, str | None]:
+    """``(parsed JSON, None)``, ``(missing, None)`` without the file, ``(None, why)`` when unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return missing, None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return None, f"unreadable JSON ({e})"
 
 
 def _slurm_job_id() -> str | None:
@@ -44,22 +56,20 @@ def _slurm_job_id() -> str | None:
 
 
 class ResultStore:
-    """A directory of per-cell JSON records: ``<root>/cells/<key>.json``.
+    """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
 
-    A record holds ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`),
-    ``status`` (``"done"`` or ``"failed"``), ``rows`` (the cell's result rows; empty for
-    failures), ``error`` and ``traceback`` (failures), ``attempt`` (1 on the first run),
-    ``started``/``finished`` (Unix seconds), ``duration_s``, ``host``, ``pid`` and ``job_id`` (the
-    Slurm job or array task that computed it; ``None`` outside Slurm). A worker computing a cell
-    holds a ``<key>.running`` claim; ``<root>/grid.json`` lists the cells registered by
-    :func:`run_sweep`; ``jobs.json`` the scheduler job of each cell's latest submission.
-    Files that are not valid records are ignored and listed by :meth:`problems`; a cell whose
-    record is invalid counts as pending. Default ``root``: ``runs_dir()/"sweeps"/name``.
+    A record: ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status``
+    (``"done"``/``"failed"``), ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt``
+    (1 first), ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm,
+    else ``None``). Beside them: ``<key>.running`` (a worker's claim), ``grid.json`` (registered cells),
+    ``jobs.json`` (each cell's latest job). Invalid files are ignored and listed by :meth:`problems`;
+    a cell with an invalid record is pending.
     """
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
         self.root = Path(root) if root is not None else runs_dir() / "sweeps" / name
         self.cells_dir = self.root / "cells"
+        self.manifest_path, self.jobs_path = self.root / "grid.json", self.root / "jobs.json"
         self.cells_dir.mkdir(parents=True, exist_ok=True)
 
     def __repr__(self) -> str:
@@ -69,21 +79,15 @@ class ResultStore:
         return (ResultStore, (str(self.root),))
 
     def path(self, key: str) -> Path:
-        """Record path of cell ``key``."""
         return self.cells_dir / f"{key}.json"
 
     def running_path(self, key: str) -> Path:
         return self.cells_dir / f"{key}{_RUNNING_SUFFIX}"
 
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / "grid.json"
-
     def write_record(self, record: Mapping[str, Any]) -> Path:
-        """Write a record atomically (see :func:`atomic_write_text`); returns its path."""
-        p = self.path(record["key"])
-        atomic_write_text(p, json.dumps(record, default=jsonable, allow_nan=True, indent=1))
-        return p
+        """Write a record atomically; returns its path."""
+        return atomic_write_text(self.path(record["key"]), json.dumps(record, default=jsonable, allow_nan=True,
+                                                                      indent=1))
 
     def _record(self, cell: SweepCell, started: float, **outcome: Any) -> Path:
         prev = self.read(cell.key)
@@ -94,17 +98,10 @@ class ResultStore:
             duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id(), **outcome))
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
-        """Record a finished cell with its result rows."""
         return self._record(cell, started, status="done", rows=rows, error=None, traceback=None)
 
     def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
-        """Record a failed cell with its error text and traceback."""
         return self._record(cell, started, status="failed", rows=[], error=error, traceback=tb)
-
-    def mark_running(self, cell: SweepCell) -> None:
-        """Write the ``<key>.running`` marker (host, pid, start time); workers use :meth:`claim`."""
-        atomic_write_text(self.running_path(cell.key), json.dumps(
-            dict(key=cell.key, host=socket.gethostname(), pid=os.getpid(), started=time.time())))
 
     def claim(self, cell: SweepCell, ttl_s: float | None = None) -> Claim | None:
         """Claim ``cell`` for this worker and its Slurm job (:class:`midas_nb.sweeps.claims.Claim` on
@@ -115,13 +112,8 @@ class ResultStore:
         """The claim on cell ``key`` (:func:`midas_nb.sweeps.claims.read_claim`), or ``None``."""
         return read_claim(self.running_path(key))
 
-    @property
-    def jobs_path(self) -> Path:
-        return self.root / "jobs.json"
-
     def _merge(self, path: Path, read: Callable[[], dict], new: Mapping[str, Any]) -> None:
-        """``read()`` updated with ``new``, written to ``path`` under the store's lock named after
-        ``path`` (``locks/grid.lock``, ``flock``), so concurrent writers lose no entry."""
+        """``read()`` updated with ``new``, written to ``path`` under ``locks/<stem>.lock`` (no entry lost)."""
         with file_lock(self.root / "locks" / f"{path.stem}.lock"):
             merged = read()
             merged.update(new)
@@ -133,10 +125,7 @@ class ResultStore:
 
     def jobs(self) -> dict[str, str]:
         """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
-        try:
-            data = json.loads(self.jobs_path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
-            return {}
+        data, _ = _read_json(self.jobs_path, {})
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def clear_running(self, key: str) -> None:
@@ -147,23 +136,15 @@ class ResultStore:
         self._merge(self.manifest_path, self._read_manifest, {c.key: c.to_dict() for c in cells})
 
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
-        """``(grid, None)``; ``({}, None)`` without a ``grid.json``; ``(None, why)`` for one that
-        cannot be read."""
-        try:
-            grid = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}, None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return None, f"unreadable JSON ({e})"
-        return (grid, None) if isinstance(grid, dict) else (None, f"a JSON {type(grid).__name__}, not an object")
+        """``(grid, None)`` (``{}`` without a ``grid.json``) or ``(None, why)`` for an unreadable one."""
+        grid, why = _read_json(self.manifest_path, {})
+        if why is None and not isinstance(grid, dict):
+            why = f"a JSON {type(grid).__name__}, not an object"
+        return (None, why) if why else (grid, None)
 
     def _read_manifest(self) -> dict[str, dict]:
-        grid, _ = self._parse_manifest()
-        if grid is not None:
-            return grid
-        # an unreadable grid.json (reported by scan()): every finished cell's record holds its
-        # cell, so the list is recovered from the records rather than read as empty
-        return {k: r["cell"] for k, r in self.scan()[0].items()}
+        grid, _ = self._parse_manifest()  # unreadable: recovered from the records (scan() reports it)
+        return grid if grid is not None else {k: r["cell"] for k, r in self.scan()[0].items()}
 
     def registered_cells(self) -> list[SweepCell]:
         """The cells listed in ``grid.json`` (empty if none were registered)."""
@@ -171,12 +152,9 @@ class ResultStore:
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None, None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            return None, f"unreadable JSON ({e})"
+        rec, why = _read_json(path, _MISSING)
+        if why or rec is _MISSING:
+            return None, why
         if not isinstance(rec, dict):
             return None, "not a JSON object"
         key = path.stem
@@ -189,7 +167,7 @@ class ResultStore:
         return (None, why) if why else (rec, None)
 
     def read(self, key: str) -> dict[str, Any] | None:
-        """The valid record of cell ``key``, or ``None`` (missing or invalid)."""
+        """The valid record of cell ``key``, or ``None``."""
         return self._load(self.path(key))[0]
 
     def scan(self) -> tuple[dict[str, dict], list[dict[str, str]]]:
@@ -216,7 +194,6 @@ class ResultStore:
         return records, problems
 
     def problems(self) -> list[dict[str, str]]:
-        """Files in the store that are not valid records (temporary, truncated, foreign)."""
         return self.scan()[1]
 
     def _state(self, key: str, rec: Mapping[str, Any] | None) -> CellState:
@@ -230,29 +207,23 @@ class ResultStore:
         return self._state(key, self.read(key))
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """One row per cell (default: the registered cells, then every other cell with a record): its
-        parameters, ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``,
-        ``job_id`` (``jobs.json``; ``None`` if never submitted); ``attrs["problems"]``: :meth:`problems`."""
+        """One row per cell (default: the registered ones, then any other with a record): its parameters,
+        ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (``None``:
+        never submitted); ``attrs``: ``problems``, ``root``, ``store_cells``."""
         records, problems = self.scan()
         by_key = {c.key: c for c in self.registered_cells()}
         extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
         in_store = len(by_key) + len(extra)     # every sweep's cells (a notebook asks for its own grid)
         if cells is None:
             cells = list(by_key.values()) + extra
-        rows = []
         jobs = self.jobs()
-        for c in cells:
-            rec = records.get(c.key)
-            r = rec or {}
-            rows.append(dict(
-                key=c.key, label=c.label, **{f: getattr(c, f) for f in _CELL_COLUMNS},
-                status=self._state(c.key, rec), error=r.get("error"), attempt=r.get("attempt", 0),
-                duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key)))
+        rows = [dict(key=c.key, label=c.label, **{f: getattr(c, f) for f in _CELL_COLUMNS},
+                     status=self._state(c.key, records.get(c.key)), error=r.get("error"), attempt=r.get("attempt", 0),
+                     duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key))
+                for c in cells for r in [records.get(c.key) or {}]]
         cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
-        df.attrs["problems"] = problems
-        df.attrs["root"] = str(self.root)
-        df.attrs["store_cells"] = in_store
+        df.attrs.update(problems=problems, root=str(self.root), store_cells=in_store)
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
@@ -266,22 +237,26 @@ class ResultStore:
         frames = []
         for k in keys:
             rec = records.get(k)
-            if rec is None or rec["status"] != "done" or not rec["rows"]:
-                continue
-            df = pd.DataFrame(rec["rows"])
-            cell = {c: rec["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns}
-            frames.append(df.assign(**cell, cell_key=k))
+            if rec is not None and rec["status"] == "done" and rec["rows"]:
+                df = pd.DataFrame(rec["rows"])
+                frames.append(df.assign(**{c: rec["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns},
+                                        cell_key=k))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 @dataclass
 class StoreStatus:
     """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells), the store's
-    ``problems`` (invalid files) and ``executor_errors`` (raised by the executor, e.g. a worker died)."""
+    ``problems`` (invalid files; default ``table.attrs["problems"]``) and ``executor_errors`` (raised
+    by the executor, e.g. a worker died)."""
 
     table: pd.DataFrame
-    problems: list[dict[str, str]] = field(default_factory=list)
+    problems: list[dict[str, str]] | None = None
     executor_errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.problems is None:
+            self.problems = self.table.attrs.get("problems", [])
 
     def count(self, state: CellState) -> int:
         return int((self.table["status"] == state).sum()) if len(self.table) else 0
@@ -300,7 +275,6 @@ class StoreStatus:
 
     @property
     def complete(self) -> bool:
-        """All cells done."""
         return len(self.table) > 0 and self.done == len(self.table)
 
     def __str__(self) -> str:
@@ -336,20 +310,13 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
 
 
 def sweep_status(name_or_store: str | Path | ResultStore) -> pd.DataFrame:
-    """:meth:`ResultStore.status` of a store, a store directory or a sweep name under ``runs_dir()/"sweeps"``.
-
-    Raises:
-        FileNotFoundError, ValueError: no such store (:func:`open_store`).
-    """
+    """:meth:`ResultStore.status` of a store, its directory or a sweep name; raises as :func:`open_store`."""
     return open_store(name_or_store, must_exist=True).status()
 
 
 def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
-    """A :class:`ResultStore` from a store, a store directory or a sweep name under ``runs_dir()/"sweeps"``.
-
-    Raises:
-        FileNotFoundError, ValueError: with ``must_exist``, no such directory, or one that is not a store.
-    """
+    """A :class:`ResultStore` from a store, its directory or a sweep name under ``runs_dir()/"sweeps"``.
+    Raises ``FileNotFoundError`` / ``ValueError`` (``must_exist``): no such directory / not a store."""
     if isinstance(name_or_store, ResultStore):
         return name_or_store
     p = Path(name_or_store)
@@ -378,8 +345,7 @@ def main_status(argv: Sequence[str] | None = None) -> int:
         print(f"no sweeps under {runs_dir() / 'sweeps'}")
         return 0
     rc = 0
-    for name in names:
-        table = sweep_status(name)
+    for table in map(sweep_status, names):
         print(format_status(table))
         rc |= int((table["status"] == "failed").any())
     return rc
