@@ -47,21 +47,26 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     if not isinstance(selection, str):
         raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
                          f"({type(selection).__name__})")
-    wanted = [s.strip() for s in selection.split(",") if s.strip()]
-    if not wanted:
+    hits = {w: [p for p in paths if p.name.startswith(w)] for w in (s.strip() for s in selection.split(",")) if w}
+    if not hits:
         raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
                          f"(available: {available})")
-    out: list[Path] = []
-    missing = []
-    for w in wanted:
-        hits = [p for p in paths if p.name.startswith(w) or p.stem == w]
-        if not hits:  # a one-digit prefix: suggest the two-digit one only where that notebook exists
-            two = f"0{w}" if re.fullmatch(r"\d", w) and any(p.name.startswith(f"0{w}") for p in paths) else None
-            missing.append(repr(w) + (f" (prefixes have two digits: '{two}')" if two else ""))
-        out.extend(h for h in hits if h not in out)
+    # a one-digit prefix: suggest the two-digit one only where that notebook exists
+    missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
+                          any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
-    return sorted(out)
+    return sorted({p for h in hits.values() for p in h})
+
+
+def _selected(notebooks: str | Sequence[str] | None, problems: Sequence[str] = ()) -> list[Path]:
+    """:func:`notebook_paths` of ``notebooks``; a selection of no notebook raises
+    :class:`midas_nb.config.ProfileError` (with ``problems``) before anything else is checked."""
+    try:
+        return notebook_paths(notebooks)
+    except ValueError as e:
+        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it "
+                                               f"names one)"]) from None
 
 
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
@@ -83,18 +88,14 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
                        output=None if output is None else str(output), cell_timeout=cell_timeout)
     fold_structured_params(spec)
-    datasets = run_datasets(spec)
-    if len(datasets) > 1:
-        return _run_each_dataset(spec, datasets, progress=progress, problems=problems)
+    if len(run_datasets(spec)) > 1:
+        return _run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
     paths, accepted_by = _checked(spec, [spec], problems)
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    params = spec.notebook_parameters()
-    run_id = new_run_id()
+    params, run_id, t_all, status = spec.notebook_parameters(), new_run_id(), time.time(), "interrupted"
     manifest = RunManifest(out_dir)
     manifest.start(run_id, params, [nb.name for nb in paths])
-    t_all = time.time()
-    status = "interrupted"
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
     # residue in the executed notebooks (papermill's own bar shows the progress)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
@@ -114,10 +115,9 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
     which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
-    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).")
-    print(f"  executed notebooks: {out_dir}")
-    print(f"  results tables:     {config.runs_dir() / 'tables'}")
-    print(f"  figures:            {config.figures_dir(spec.profile)}")
+    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
+          f"  results tables:     {config.runs_dir() / 'tables'}\n"
+          f"  figures:            {config.figures_dir(spec.profile)}")
     _print_paper_table(spec, paths)
     return out_dir
 
@@ -126,36 +126,28 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
     """The datasets a run executes the notebooks on, one after another: those ``data_roots`` names,
     in :data:`midas_nb.config.PAPER_DATASETS` order, when several and neither ``spec.dataset`` nor
     a ``datasets`` grid is set; else ``[None]`` (the profile's own dataset)."""
-    roots = spec.data_roots if isinstance(spec.data_roots, dict) else {}
-    named = [d for d in config.PAPER_DATASETS if d in roots]
+    named = [d for d in config.PAPER_DATASETS if d in (spec.data_roots if isinstance(spec.data_roots, dict) else {})]
     if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
             or "datasets" in spec.params:
         return [None]
-    return list(named)
+    return named
 
 
 def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
     """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
     passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
     prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
+    paths = _selected(spec.notebooks, problems)
+    if not paths:
+        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     import papermill as pm  # heavy; imported only when a batch run starts
 
     from . import runspec
 
-    selection: list[str] = []
-    try:
-        paths = notebook_paths(spec.notebooks)
-    except ValueError as e:  # listed with every other problem; a single run is checked without the grids
-        if len(subs) > 1:
-            raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
-        selection, paths = [f"--notebooks: {e}"], []
-    if not paths and not selection:
-        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    known = set().union(*accepted_by.values()) if paths else None
-    each = [(sub.dataset, runspec.preflight(sub, paths, known)) for sub in subs]
+    each = [(sub.dataset, runspec.preflight(sub, paths, set().union(*accepted_by.values()))) for sub in subs]
     common = set.intersection(*(set(lines) for _, lines in each))
-    found = [*problems, *selection, *_check_source_output(spec.output),
+    found = [*problems, *_check_source_output(spec.output),
              *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
     if found:
         raise config.ProfileError(found if len(subs) == 1 else list(dict.fromkeys(found)))
@@ -167,14 +159,14 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
     (``<output>/report``) and the paper-shaped table."""
     from ..report import make_report
+    from ..report.markdown import datasets_summary
     from ..runs import scoped_environ
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
     _checked(spec, subs, problems)
-    t_all = time.time()
-    figures = config.figures_dir(spec.profile)
+    t_all, figures = time.time(), config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):
         print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
         # each dataset's figures and tables in their own folder: the next dataset would overwrite them
@@ -184,9 +176,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     prof = spec.settings()
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
     report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True)
-    print(f"  report over {', '.join(datasets)}: {report}")
-    from ..report.markdown import datasets_summary
-    print("\n" + datasets_summary(report.parent))
+    print(f"  report over {', '.join(datasets)}: {report}\n\n{datasets_summary(report.parent)}")
     return out_dir
 
 
@@ -216,18 +206,16 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
     import nbformat
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
-    from ..runs import execute_notebook  # papermill with the streamed status line
+    from .. import runs  # runs.execute_notebook: papermill with the streamed status line
 
-    target = out_dir / nb.name
     print(f"{counter} {nb.name} ...", flush=True)
     t0 = time.time()
-    partial = out_dir / ".partial" / nb.name
+    partial, failed = out_dir / ".partial" / nb.name, out_dir / "failed" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
-    failed = out_dir / "failed" / nb.name
     try:
-        execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                         cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
-                         execution_timeout=spec.cell_timeout)
+        runs.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
+                              cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
+                              execution_timeout=spec.cell_timeout)
     except Exception as e:  # noqa: BLE001 - a failed cell, a dead kernel, a cell timeout, a kernel that never started
         name = type(e).__name__
         failed.parent.mkdir(parents=True, exist_ok=True)
@@ -252,14 +240,13 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
             nbformat.write(copy, str(failed))
             partial.unlink(missing_ok=True)
             said = f"notebook {nb.name}: {what}; the executed copy is {failed}"
-        manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
+        manifest.record_failure(run_id, nb.name, what)
         raise _NotebookFailed(said) from None
     stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
     stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
     nbformat.write(stamped, str(partial))
-    partial.replace(target)
-    manifest.record(run_id, nb.name, "done", "", time.time() - t0)
-    print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
+    partial.replace(out_dir / nb.name)
+    print(f"    done in {time.time() - t0:.0f} s -> {out_dir / nb.name}", flush=True)
 
 
 def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
@@ -267,19 +254,17 @@ def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
     (05) over several datasets."""
     from ..report.paper_table import format_paper_table, paper_table_for
     from ..results import save_table
-    from .runspec import GRID_NOTEBOOKS
     from ..study import grid_spans
+    from .runspec import GRID_NOTEBOOKS
 
-    if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
-        return
-    settings = spec.settings()
-    if len(grid_spans(settings, "scale")[0]) < 2:
+    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
+    if settings is None or len(grid_spans(settings, "scale")[0]) < 2:
         return
     table = paper_table_for(settings)
     save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
     print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-          f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):")
-    print(format_paper_table(table))
+          f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
+          f"{format_paper_table(table)}")
 
 
 def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
@@ -290,16 +275,13 @@ def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
-        try:
-            notebook_paths(args.notebooks)
-        except ValueError as e:
-            return _answer("run", [f"--notebooks: {e} (the other settings are checked once it names one)",
-                                   "1 problem(s); no notebook was started"])
-    from .runspec import spec_from_args
+    try:
+        if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
+            _selected(args.notebooks)
+        from .runspec import spec_from_args
 
-    spec, problems = spec_from_args(args)
-    try:  # the run file's and command line's problems are listed with every other problem preflight finds
+        spec, problems = spec_from_args(args)
+        # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except config.ProfileError as e:  # one line each, whatever a library's message holds
         return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
