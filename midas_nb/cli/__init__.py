@@ -293,12 +293,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_params(args: argparse.Namespace) -> int:
     path = Path(args.notebook)
-    if not path.is_file():
-        try:
-            path = notebook_paths(args.notebook)[0]
-        except ValueError as e:
-            return _answer("params", [str(e)])
+    try:
+        path = path if path.is_file() else notebook_paths(args.notebook)[0]
+    except ValueError as e:
+        return _answer("params", [str(e)])
     import papermill as pm  # heavy: after the cheap checks
+
     try:
         params = pm.inspect_notebook(str(path))
     except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
@@ -320,8 +320,9 @@ def _not_a_notebook(path: Path, e: Exception) -> str:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
-        from .runspec import parse_data_roots
         from ..study import cluster
+        from .runspec import parse_data_roots
+
         args.profile = args.profile or "paper"
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
@@ -331,6 +332,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return _answer(f"sweep {args.action}", [f"store {args.name!r} and --profile {args.profile!r} differ; "
                                                 "expected one of them (a store is named after its profile)"])
     from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
+
     act = dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)
     return act(args.name or args.profile)
 
@@ -345,8 +347,7 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 
     from ..course import strip_solutions
 
-    paths = [Path(p) for p in args.paths] or notebook_paths()
-    problems = []
+    paths, problems = [Path(p) for p in args.paths] or notebook_paths(), []
     for p in paths:  # every path checked before any notebook is written
         if not p.is_file():
             problems.append(f"{p} {'is a directory' if p.is_dir() else 'does not exist'}; expected an .ipynb file")
@@ -358,26 +359,25 @@ def _cmd_strip(args: argparse.Namespace) -> int:
     if problems:
         return _answer("strip-solutions", problems)
     for p in paths:
-        n = strip_solutions(p, p if args.in_place else None)
-        print(f"{p}: {n} solution cell(s) removed")
+        print(f"{p}: {strip_solutions(p, p if args.in_place else None)} solution cell(s) removed")
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
+    where = "" if args.input else " (or name the run's directory with --input DIR)"
     if _is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
-    where = "" if args.input else " (or name the run's directory with --input DIR)"
     if not src.is_dir():
         return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory; "
                                        f"run `{how}` first{where}"])
     from ..course import export_html
 
     try:
-        index = export_html(src, Path(args.output) if args.output else None)
+        print(f"HTML edition: {export_html(src, Path(args.output) if args.output else None)}")
     except FileNotFoundError as e:
         if not str(e).startswith("no executed notebook"):
             return _answer("export-html", [str(e)], 1)
@@ -385,7 +385,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                        f"first{where}"])
     except OSError as e:  # an output directory that cannot be written
         return _answer("export-html", [f"cannot write the HTML edition ({type(e).__name__}: {e})"], 1)
-    print(f"HTML edition: {index}")
     return 0
 
 
@@ -405,32 +404,30 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                         f"drop {'it' if one else 'them'} or drop --from-tables")
     blank = [k for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
     problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
-    tables = None if "from_tables" in blank else args.from_tables
+    tables = Path(args.from_tables).expanduser() if args.from_tables is not None and "from_tables" not in blank \
+        else None
     # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
-    if tables is not None and not Path(tables).expanduser().is_dir():
-        state = "is not a directory" if Path(tables).expanduser().exists() else "does not exist"
-        problems.append(f"--from-tables {tables!r}: {state}; expected the directory of a report's CSV tables")
+    if tables is not None and not tables.is_dir():
+        state = "is not a directory" if tables.exists() else "does not exist"
+        problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
     elif tables is not None:
         from ..report import TABLES
-        absent = [f"{n}.csv" for n in TABLES if not (Path(args.from_tables).expanduser() / f"{n}.csv").is_file()]
-        if absent:
-            problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
-                            f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
-                            "(e.g. results)")
+
+        absent = [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]
+        problems += [f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
+                     f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
+                     "(e.g. results)"] if absent else []
     if args.readme is not None:
         from ..report import README_BEGIN, README_END
 
-        readme = Path(args.readme).expanduser()
+        readme, markers = Path(args.readme).expanduser(), f"{README_BEGIN!r} ... {README_END!r}"
+        text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else ""
         if not readme.is_file():
-            state = "is a directory" if readme.is_dir() else "does not exist"
-            problems.append(f"--readme {args.readme!r}: {state}; expected a README file with the results section "
-                            f"markers {README_BEGIN!r} ... {README_END!r}")
-        else:
-            text = readme.read_text(encoding="utf-8", errors="replace")
-            i, j = text.find(README_BEGIN), text.find(README_END)
-            if i < 0 or j < i:
-                problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
-                                f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
+            problems.append(f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; "
+                            f"expected a README file with the results section markers {markers}")
+        elif not -1 < text.find(README_BEGIN) <= text.find(README_END):
+            problems.append(f"--readme {args.readme!r}: has no results section; expected the markers {markers} "
+                            f"around the section to rewrite")
     if args.output is not None and "output" not in blank:
         from .runspec import check_output
 
@@ -454,12 +451,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     problems = _report_problems(args)
     if problems:
         return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
-    overrides = _given(args, "backbone", "depth", "budget")
     from ..report import make_report
 
     try:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
-                           from_tables=args.from_tables, overrides=overrides,
+                           from_tables=args.from_tables, overrides=_given(args, "backbone", "depth", "budget"),
                            allow_incomplete=args.allow_incomplete)
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
         return _answer("report", [str(e)], 1)
@@ -478,29 +474,26 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="execute the notebooks in order with papermill",
                        description="Execute the notebooks in order with papermill. Every setting is checked "
                                    "before any kernel starts; problems are listed one per line (exit status 2).")
-    r.add_argument("--config", default=None, metavar="RUN.yaml",
-                   help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
-                        "command-line options override it")
-    r.add_argument("--profile", default=None, metavar=PROFILE_METAVAR,
-                   help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
-                        "(the paper run's shape on a CPU, tiny sizes) (default: quick)")
-    r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
+    r.add_argument("--config", metavar="RUN.yaml", help="run file with the same settings (profile, data_roots, "
+                   "weights, device, params, ...); command-line options override it")
+    r.add_argument("--profile", metavar=PROFILE_METAVAR, help="settings profile: smoke (seconds), quick (minutes on a "
+                   "CPU), paper (GPU), rehearsal (the paper run's shape on a CPU, tiny sizes) (default: quick)")
+    r.add_argument("--data-root", action="append", metavar="[DATASET=]PATH",
                    help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
                         "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
-    r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
+    r.add_argument("--weights", action="append", metavar="[BACKBONE=]FILE",
                    help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
                         "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", default=None, metavar="{" + ",".join(config.DATASET_NAMES) + "}",
+    r.add_argument("--dataset", metavar="{" + ",".join(config.DATASET_NAMES) + "}",
                    help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
-    r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
-    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "
-                                                   "cuda without CUDA is an error)")
-    r.add_argument("--notebooks", default=None, help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
+    r.add_argument("--backbone", help="backbone name (default: the profile's)")
+    r.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the profile's; cuda without CUDA is an error)")
+    r.add_argument("--notebooks", help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
                         "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)")
-    r.add_argument("--output", default=None, help="directory for executed notebooks (default runs/<profile>)")
-    r.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
+    r.add_argument("--output", help="directory for executed notebooks (default runs/<profile>)")
+    r.add_argument("--cell-timeout", type=float, metavar="SECONDS",
                    help="stop a cell that runs longer (the notebook goes to failed/)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar while a notebook runs")
     r.set_defaults(func=_cmd_run)
@@ -512,8 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub, _cmd_sweep)
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
-    st.add_argument("paths", nargs="*", metavar="NOTEBOOK",
-                    help="notebooks to strip (default: every notebook in notebooks/)")
+    st.add_argument("paths", nargs="*", metavar="NOTEBOOK", help="notebooks to strip (default: every notebook in "
+                    "notebooks/)")
     st.add_argument("--in-place", action="store_true",
                     help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
@@ -521,24 +514,24 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
     e.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
                    help="export the run of this profile, runs/<profile> (default: quick)")
-    e.add_argument("--input", default=None, help="directory of executed notebooks (default runs/<profile>)")
-    e.add_argument("--output", default=None, help="output directory (default <input>/html)")
+    e.add_argument("--input", help="directory of executed notebooks (default runs/<profile>)")
+    e.add_argument("--output", help="output directory (default <input>/html)")
     e.set_defaults(func=_cmd_export)
 
     rp = sub.add_parser("report", help="REPORT.md and its CSV tables from a profile's result store",
                         description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
                                     "and writes REPORT.md plus its CSV tables, with the paper's values beside "
                                     "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
+    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR,
                     help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
-    rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
-    rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")
-    rp.add_argument("--readme", default=None, help="rewrite this README's results section from the tables")
-    rp.add_argument("--from-tables", default=None,
-                    help="re-render REPORT.md (and --readme) from the CSV tables in this directory, no store")
-    rp.add_argument("--backbone", default=None, help="the run's backbone, when not the profile's")
-    rp.add_argument("--depth", type=int, default=None, help="the run's depth L, when not the profile's")
-    rp.add_argument("--budget", type=float, default=None, help="the run's budget b, when not the profile's")
+    rp.add_argument("--store", help="result store directory (default runs/sweeps/<profile>)")
+    rp.add_argument("--output", help="report directory (default runs/<profile>/report)")
+    rp.add_argument("--readme", help="rewrite this README's results section from the tables")
+    rp.add_argument("--from-tables", help="re-render REPORT.md (and --readme) from the CSV tables in this directory, "
+                    "no store")
+    rp.add_argument("--backbone", help="the run's backbone, when not the profile's")
+    rp.add_argument("--depth", type=int, help="the run's depth L, when not the profile's")
+    rp.add_argument("--budget", type=float, help="the run's budget b, when not the profile's")
     rp.add_argument("--allow-incomplete", action="store_true",
                     help="write the report although cells the profile expects have no result (failed, pending, "
                          "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")
