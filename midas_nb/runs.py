@@ -77,8 +77,10 @@ class RunManifest:
         self.data["runs"][run_id]["failed"][name] = why
         self.save()
 
-    def finish(self, run_id: str, status: Literal["done", "failed", "interrupted"]) -> None:
-        self.data["runs"][run_id].update(finished=time.time(), status=status)
+    def finish(self, run_id: str, completed: bool) -> None:
+        """Record the end of run ``run_id``: ``done``, else ``failed`` (a notebook failed) or ``interrupted``."""
+        run = self.data["runs"][run_id]
+        run.update(finished=time.time(), status="done" if completed else "failed" if run["failed"] else "interrupted")
         self.save()
 
     @property

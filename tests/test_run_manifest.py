@@ -105,7 +105,7 @@ def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
     assert [s.state for s in notebook_states(out)] == ["unrecorded"]      # no manifest: older layout
     man = RunManifest(out)
     man.start("r1", {"profile": "smoke"}, ["00_a.ipynb"])
-    man.finish("r1", "done")
+    man.finish("r1", completed=True)
     st = notebook_states(out)[0]
     assert st.state == "stale" and "not produced by a run recorded" in st.reason     # no run id in the copy
     nb.metadata["midas_nb"] = {"run_id": "r1"}

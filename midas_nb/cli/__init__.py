@@ -93,7 +93,7 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     paths, accepted_by = _checked(spec, [spec], problems)
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    params, run_id, t_all, status = spec.notebook_parameters(), new_run_id(), time.time(), "interrupted"
+    params, run_id, t_all, completed = spec.notebook_parameters(), new_run_id(), time.time(), False
     manifest = RunManifest(out_dir)
     manifest.start(run_id, params, [nb.name for nb in paths])
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
@@ -105,12 +105,9 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
             for i, nb in enumerate(paths, 1):
                 _execute_notebook(nb, f"[{i}/{len(paths)}]", out_dir, accepted_by[nb], params, spec, progress,
                                   manifest, run_id)
-        status = "done"
-    except _NotebookFailed:
-        status = "failed"
-        raise
+        completed = True
     finally:
-        manifest.finish(run_id, status)  # type: ignore[arg-type]
+        manifest.finish(run_id, completed)
         with contextlib.suppress(OSError):
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
@@ -193,14 +190,11 @@ def _check_source_output(output: Any) -> list[str]:
     return []
 
 
-class _NotebookFailed(RuntimeError):
-    """A notebook of a batch run failed (the message names it, what happened and its copy)."""
-
-
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
                       spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
     """Execute ``nb`` into ``<out_dir>/.partial/``, then move it to ``<out_dir>/<name>``; on failure
-    keep the executed copy under ``failed/``, record it and raise :class:`_NotebookFailed`."""
+    keep the executed copy under ``failed/``, record it and raise ``RuntimeError`` (naming it, what
+    happened and the copy)."""
     import shutil
 
     import nbformat
@@ -241,7 +235,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
             partial.unlink(missing_ok=True)
             said = f"notebook {nb.name}: {what}; the executed copy is {failed}"
         manifest.record_failure(run_id, nb.name, what)
-        raise _NotebookFailed(said) from None
+        raise RuntimeError(said) from None
     stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
     stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
     nbformat.write(stamped, str(partial))
