@@ -299,19 +299,6 @@ class StatusLine(logging.Handler):
             self._write(self.render() + "\n")
 
 
-def _cell_sources(path: str | os.PathLike, parameters: dict[str, Any] | None) -> tuple[int, dict[int, str]]:
-    """(number of cells papermill will run, first code line of each code cell by 1-based index)."""
-    import nbformat
-
-    cells = nbformat.read(str(path), as_version=4).cells
-    tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if parameters and tagged:  # papermill injects its parameters cell after this one
-        cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell("# Parameters"))
-    code = {i: [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-            for i, c in enumerate(cells, 1) if c.cell_type == "code"}
-    return len(cells), {i: lines[0][:60] for i, lines in code.items() if lines}
-
-
 def drop_progress_outputs(nb: Any) -> int:
     """Remove :data:`midas_nb.progress.PROGRESS_LINE` lines from the stderr outputs of ``nb``, in
     place (an output left blank goes); returns how many were dropped."""
@@ -339,13 +326,21 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, a
     :class:`StatusLine` and ``MIDAS_PROGRESS=lines`` instead of papermill's bar (the progress lines
     left out of the executed copy). Returns the notebook."""
+    import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 
     kwargs.update(parameters=parameters, progress_bar=False,
                   extra_arguments=[*(kwargs.get("extra_arguments") or []), *kernel_arguments()])
     if not progress_bar:
         return pm.execute_notebook(str(input_path), str(output_path), **kwargs)
-    status = StatusLine(Path(input_path).stem, *_cell_sources(input_path, parameters))
+    # the cells as papermill runs them (its parameters cell after the tagged one): their number, first code lines
+    cells = nbformat.read(str(input_path), as_version=4).cells
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if parameters and tagged:
+        cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell("# Parameters"))
+    code = {i: [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+            for i, c in enumerate(cells, 1) if c.cell_type == "code"}
+    status = StatusLine(Path(input_path).stem, len(cells), {i: lines[0][:60] for i, lines in code.items() if lines})
     log = logging.getLogger("papermill")
     saved = (log.level, log.propagate)
     log.addHandler(status)
@@ -358,8 +353,6 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
         with scoped_environ(**{PROGRESS_ENV: "lines"}):
             nb = pm.execute_notebook(str(input_path), str(output_path), log_output=True, **kwargs)
         if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
-            import nbformat
-
             atomic_write_text(Path(output_path), nbformat.writes(nb))
         return nb
     finally:

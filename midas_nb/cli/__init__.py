@@ -82,7 +82,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         RuntimeError: a notebook failed, its kernel died or a cell timed out.
     """
     from ..runs import new_run_id, run_summary, RunManifest, scoped_environ
-    from .runspec import fold_structured_params, RunSpec
+    from ..study import grid_spans
+    from .runspec import fold_structured_params, GRID_NOTEBOOKS, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
@@ -115,7 +116,17 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
           f"  results tables:     {config.runs_dir() / 'tables'}\n"
           f"  figures:            {config.figures_dir(spec.profile)}")
-    _print_paper_table(spec, paths)
+    # after a run of the scale readout (05) over several datasets: the paper-shaped table, printed and saved
+    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
+    if settings is not None and len(grid_spans(settings, "scale")[0]) > 1:
+        from ..report.paper_table import format_paper_table, paper_table_for
+        from ..results import save_table
+
+        table = paper_table_for(settings)
+        save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
+        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
+              f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
+              f"{format_paper_table(table)}")
     return out_dir
 
 
@@ -144,8 +155,11 @@ def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) ->
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
     each = [(sub.dataset, runspec.preflight(sub, paths, set().union(*accepted_by.values()))) for sub in subs]
     common = set.intersection(*(set(lines) for _, lines in each))
-    found = [*problems, *_check_source_output(spec.output),
-             *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
+    out = spec.output  # --output naming the source notebooks' folder would replace them with executed copies
+    source = [f"--output {str(out)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
+              f"copies would replace them; expected another directory (default runs/<profile>)"] \
+        if isinstance(out, (str, os.PathLike)) and str(out).strip() and _is_source_dir(out) else []
+    found = [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
     if found:
         raise config.ProfileError(found if len(subs) == 1 else list(dict.fromkeys(found)))
     return paths, accepted_by
@@ -180,14 +194,6 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
 def _is_source_dir(path: str | os.PathLike) -> bool:
     """``path`` is the project's ``notebooks/`` (the source notebooks)."""
     return Path(path).expanduser().resolve() == notebooks_dir().resolve()
-
-
-def _check_source_output(output: Any) -> list[str]:
-    """``--output`` naming the source notebooks' folder would replace them with executed copies."""
-    if isinstance(output, (str, os.PathLike)) and str(output).strip() and _is_source_dir(output):
-        return [f"--output {str(output)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
-                f"copies would replace them; expected another directory (default runs/<profile>)"]
-    return []
 
 
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
@@ -241,24 +247,6 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
     nbformat.write(stamped, str(partial))
     partial.replace(out_dir / nb.name)
     print(f"    done in {time.time() - t0:.0f} s -> {out_dir / nb.name}", flush=True)
-
-
-def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
-    """Print the paper-shaped table and save it under runs/tables after a run of the scale readout
-    (05) over several datasets."""
-    from ..report.paper_table import format_paper_table, paper_table_for
-    from ..results import save_table
-    from ..study import grid_spans
-    from .runspec import GRID_NOTEBOOKS
-
-    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
-    if settings is None or len(grid_spans(settings, "scale")[0]) < 2:
-        return
-    table = paper_table_for(settings)
-    save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
-    print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-          f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
-          f"{format_paper_table(table)}")
 
 
 def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:

@@ -245,9 +245,13 @@ def check_output(output: str | os.PathLike) -> list[str]:
     return []
 
 
-def _spec_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str], list[str]]:
-    """``(problems, unknown parameters)`` of the spec's own values, before any study is built."""
-    problems, unknown = [], []
+def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
+    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
+    docs/decisions/0024-preflight.md): the settings of the study and of each (dataset, backbone)
+    the sweeps read, the layouts, weights files and hub; a group is skipped where a setting it
+    reads is reported. ``accepted``: the notebooks' parameter names (``None``: not checked)."""
+    problems: list[str] = []
+    unknown: list[str] = []
     if "profile" in spec.params:
         problems.append("-p profile: set the profile with --profile (or 'profile:' in the run file)")
     if accepted is not None:  # every parameter the run would inject must reach a notebook
@@ -268,15 +272,6 @@ def _spec_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str],
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
     else:
         problems += check_output(spec.output if spec.output is not None else config.runs_dir() / str(spec.profile))
-    return problems, unknown
-
-
-def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
-    docs/decisions/0024-preflight.md): the settings of the study and of each (dataset, backbone)
-    the sweeps read, the layouts, weights files and hub; a group is skipped where a setting it
-    reads is reported. ``accepted``: the notebooks' parameter names (``None``: not checked)."""
-    problems, unknown = _spec_problems(spec, accepted)
     if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:  # nothing else can be read
         hint = did_you_mean([spec.profile], config.PROFILES) if isinstance(spec.profile, str) else ""
         return problems + [f"--profile: unknown profile {spec.profile!r}{hint}; "
