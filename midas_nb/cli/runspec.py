@@ -50,8 +50,7 @@ class RunSpec:
                                            if getattr(self, k) is not None}}
         if self.data_root is not None:
             out["data_root"] = _absolute(self.data_root)
-        out.update({k: {name: _absolute(v) for name, v in getattr(self, k).items()}
-                    for k in ("data_roots", "weights") if getattr(self, k)})
+        out.update({k: _absolute(getattr(self, k)) for k in ("data_roots", "weights") if getattr(self, k)})
         return {**out, **self.params}
 
     def settings(self) -> dict[str, Any]:
@@ -66,7 +65,9 @@ RUN_FILE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSpec))
 
 def _absolute(value: Any, base: Path | None = None) -> Any:
     """``value`` as an absolute path string (``~`` expanded, relative to ``base`` or the working
-    directory); empty or non-path values unchanged (the checks name them)."""
+    directory), a mapping's values each; empty or non-path values unchanged (the checks name them)."""
+    if isinstance(value, dict):
+        return {k: _absolute(v, base) for k, v in value.items()}
     return str((Path(base or ".") / Path(value).expanduser()).resolve()) if is_path(value) else value
 
 
@@ -198,15 +199,12 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in dict(typed) and v is not None}
     if isinstance(data.get("notebooks"), list):
         data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
-    base = path.expanduser().resolve().parent
-
-    def absolute(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:  # relative to the run file
-        return {k: ({n: _absolute(x, base) for n, x in v.items()} if isinstance(v, dict) else _absolute(v, base))
-                if k in keys else v for k, v in d.items()}
-
-    data = absolute(data, ("data_root", "data_roots", "weights", "output"))
+    base = path.expanduser().resolve().parent  # relative paths are the run file's
+    data = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output") else v
+            for k, v in data.items()}
     if isinstance(data.get("params"), dict):
-        data["params"] = absolute(data["params"], ("data_root", "data_roots", "weights", "output_dir"))
+        data["params"] = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output_dir") else v
+                          for k, v in data["params"].items()}
     return data, problems
 
 
