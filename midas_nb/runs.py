@@ -24,7 +24,7 @@ from .identity import atomic_write_text
 from .progress import finished_step, PROGRESS_ENV
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
-           "new_run_id", "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
+           "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
 
 MANIFEST_NAME = "run.json"
 _FORMAT = "midas_nb.run_manifest/2"
@@ -34,11 +34,6 @@ _GLOB = "[0-9][0-9]_*.ipynb"
 def scoped_environ(**values: str) -> Any:
     """A context manager: ``os.environ`` with ``values`` set inside the block, restored after it."""
     return mock.patch.dict(os.environ, values)
-
-
-def new_run_id() -> str:
-    """A unique, sortable run id: ``YYYYmmdd-HHMMSS-<6 hex>``."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
 def settings_digest(settings: dict[str, Any]) -> str:
@@ -64,13 +59,16 @@ class RunManifest:
     def save(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
-    def start(self, run_id: str, settings: dict[str, Any], selected: list[str]) -> None:
-        """Record the start of run ``run_id`` with its injected ``settings`` and notebook names."""
+    def start(self, settings: dict[str, Any], selected: list[str]) -> str:
+        """Record the start of a run with its injected ``settings`` and notebook names; returns its
+        id, unique and sortable: ``YYYYmmdd-HHMMSS-<6 hex>``."""
+        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.data["runs"][run_id] = dict(run_id=run_id, started=time.time(), finished=None, status="running",
                                          settings=settings, digest=settings_digest(settings),
                                          selected=list(selected), failed={})
         self.data["latest"] = run_id
         self.save()
+        return run_id
 
     def record_failure(self, run_id: str, name: str, why: str) -> None:
         """Record that notebook ``name`` stopped run ``run_id`` and ``why``."""
@@ -267,36 +265,27 @@ class StatusLine(logging.Handler):
             line = f"[{self.label}]{where} {_minutes(now - (self.cell_t0 if self.cell else self.t0))}{note}: {what}"
         return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
 
-    def tick(self) -> None:
-        """Write the status line (and a long-cell notice) if it is due (class docstring)."""
+    def tick(self, final: bool = False) -> None:
+        """Write the status line (and a long-cell notice) if it is due (class docstring); ``final``:
+        clear the in-place line on a terminal, else write the last status if not written yet."""
         now = self.clock()
-        if self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
+        if not final and self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
             self.noticed.add(self.cell)
             self._write(("\r\033[K" if self.tty else "") + f"    [{self.label}] cell {self.cell} has run "
                         f"{_minutes(now - self.cell_t0)}: a first run trains and caches backbones and scorers, "
                         "which takes minutes; Ctrl-C stops, and the next run resumes from the caches\n")
         if self.tty:
-            return self._write("\r\033[K" + self.render())
-        key = self._key()  # the same status at a later time is no change
-        if now - self._shown_at >= HEARTBEAT_S or (key != self._shown and now - self._shown_at >= MIN_GAP_S):
+            return self._write("\r\033[K" + ("" if final else self.render()))
+        with self._lock:
+            key = f"{self.cell}|{self.detail}"  # the same status at a later time is no change
+        gap = now - self._shown_at
+        if (key != self._shown and (final or gap >= MIN_GAP_S)) or (not final and gap >= HEARTBEAT_S):
             self._shown, self._shown_at = key, now
             self._write(self.render() + "\n")
-
-    def _key(self) -> str:
-        with self._lock:
-            return f"{self.cell}|{self.detail}"
 
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
-
-    def close_line(self) -> None:
-        """Clear the in-place line on a terminal, else write the last status if not written yet."""
-        if self.tty:
-            return self._write("\r\033[K")
-        if self._key() != self._shown:
-            self._shown = self._key()
-            self._write(self.render() + "\n")
 
 
 def drop_progress_outputs(nb: Any) -> int:
@@ -358,7 +347,7 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     finally:
         stop.set()
         ticker.join(timeout=5)
-        status.close_line()
+        status.tick(final=True)
         log.removeHandler(status)
         log.setLevel(saved[0])
         log.propagate = saved[1]

@@ -81,7 +81,7 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         midas_nb.config.ProfileError: the run cannot start; one line per problem.
         RuntimeError: a notebook failed, its kernel died or a cell timed out.
     """
-    from ..runs import new_run_id, run_summary, RunManifest, scoped_environ
+    from ..runs import run_summary, RunManifest, scoped_environ
     from ..study import grid_spans
     from .runspec import fold_structured_params, GRID_NOTEBOOKS, RunSpec
 
@@ -94,9 +94,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     paths, accepted_by = _checked(spec, [spec], problems)
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    params, run_id, t_all, completed = spec.notebook_parameters(), new_run_id(), time.time(), False
-    manifest = RunManifest(out_dir)
-    manifest.start(run_id, params, [nb.name for nb in paths])
+    params, manifest, t_all, completed = spec.notebook_parameters(), RunManifest(out_dir), time.time(), False
+    run_id = manifest.start(params, [nb.name for nb in paths])
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
     # residue in the executed notebooks (papermill's own bar shows the progress)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
