@@ -1,11 +1,10 @@
-"""The run manifest of ``midas-nb run`` (``<output>/run.json``: which run produced each executed
-notebook, and which copies are stale; docs/decisions/0032-run-manifest.md) and the streamed
-progress of its notebooks (:func:`execute_notebook`; docs/decisions/0023-batch-run-progress.md).
+"""The run manifest of ``midas-nb run`` (``<output>/run.json``: the runs, and which executed copies
+are stale; docs/decisions/0032-run-manifest.md) and the streamed progress of its notebooks
+(:func:`execute_notebook`; docs/decisions/0023-batch-run-progress.md).
 """
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import json
 import logging
@@ -17,41 +16,24 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal, NamedTuple
+from unittest import mock
 
 from .identity import atomic_write_text
 from .progress import finished_step, PROGRESS_ENV
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
-           "new_run_id", "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
+           "notebook_states", "run_summary", "scoped_environ", "settings_digest"]
 
 MANIFEST_NAME = "run.json"
-_FORMAT = "midas_nb.run_manifest/1"
+_FORMAT = "midas_nb.run_manifest/2"
 _GLOB = "[0-9][0-9]_*.ipynb"
 
-State = Literal["current", "stale", "failed", "unrecorded"]
 
-
-@contextlib.contextmanager
-def scoped_environ(**values: str) -> Iterator[None]:
-    """``os.environ`` with ``values`` set inside the block, each variable restored after it."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def new_run_id() -> str:
-    """A unique, sortable run id: ``YYYYmmdd-HHMMSS-<6 hex>``."""
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+def scoped_environ(**values: str) -> Any:
+    """A context manager: ``os.environ`` with ``values`` set inside the block, restored after it."""
+    return mock.patch.dict(os.environ, values)
 
 
 def settings_digest(settings: dict[str, Any]) -> str:
@@ -60,73 +42,56 @@ def settings_digest(settings: dict[str, Any]) -> str:
 
 
 class RunManifest:
-    """``<out_dir>/run.json``: the latest run and, per notebook, its copy's run and latest attempt."""
+    """``<out_dir>/run.json``: ``latest`` (a run id) and ``runs`` by id, each with its ``started`` and
+    ``finished`` times, ``status``, injected ``settings`` and their ``digest``, the ``selected``
+    notebooks and ``failed`` (``{notebook: why}``). Each executed copy names its run in
+    ``metadata.midas_nb.run_id``."""
 
     def __init__(self, out_dir: str | os.PathLike):
-        self.out_dir = Path(out_dir)
-        self.path = self.out_dir / MANIFEST_NAME
-        self.data: dict[str, Any] = self._read() or {"format": _FORMAT, "runs": {}, "latest": None, "notebooks": {}}
-
-    def _read(self) -> dict[str, Any] | None:
+        self.path = Path(out_dir) / MANIFEST_NAME
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        return data if isinstance(data, dict) and data.get("format") == _FORMAT else None
-
-    @property
-    def exists(self) -> bool:
-        return self.path.is_file() and self._read() is not None
+        except (FileNotFoundError, ValueError):  # ValueError: not JSON, not UTF-8
+            data = None
+        self.exists = isinstance(data, dict) and data.get("format") == _FORMAT
+        self.data: dict[str, Any] = data if self.exists else {"format": _FORMAT, "runs": {}, "latest": None}
 
     def save(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
-    def start(self, run_id: str, settings: dict[str, Any], selected: Iterable[str]) -> None:
-        """Record the start of run ``run_id`` with its injected ``settings`` and notebook names."""
-        selected = list(selected)
+    def start(self, settings: dict[str, Any], selected: list[str]) -> str:
+        """Record the start of a run with its injected ``settings`` and notebook names; returns its
+        id, unique and sortable: ``YYYYmmdd-HHMMSS-<6 hex>``."""
+        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.data["runs"][run_id] = dict(run_id=run_id, started=time.time(), finished=None, status="running",
-                                         settings=settings, digest=settings_digest(settings), selected=selected)
+                                         settings=settings, digest=settings_digest(settings),
+                                         selected=list(selected), failed={})
         self.data["latest"] = run_id
-        for name in selected:
-            entry = self.data["notebooks"].setdefault(name, {})
-            entry["attempt"] = dict(run_id=run_id, status="not run", message="not reached yet")
+        self.save()
+        return run_id
+
+    def record_failure(self, run_id: str, name: str, why: str) -> None:
+        """Record that notebook ``name`` stopped run ``run_id`` and ``why``."""
+        self.data["runs"][run_id]["failed"][name] = why
         self.save()
 
-    def record(self, run_id: str, name: str, status: Literal["done", "failed", "not run"],
-               message: str = "", seconds: float | None = None) -> None:
-        """Record the outcome of notebook ``name`` in run ``run_id`` (``done`` replaces its copy)."""
-        entry = self.data["notebooks"].setdefault(name, {})
-        entry["attempt"] = dict(run_id=run_id, status=status, message=message, seconds=seconds)
-        if status == "done":
-            entry.update(run_id=run_id, finished=time.time())
+    def finish(self, run_id: str, completed: bool) -> None:
+        """Record the end of run ``run_id``: ``done``, else ``failed`` (a notebook failed) or ``interrupted``."""
+        run = self.data["runs"][run_id]
+        run.update(finished=time.time(), status="done" if completed else "failed" if run["failed"] else "interrupted")
         self.save()
-
-    def finish(self, run_id: str, status: Literal["done", "failed", "interrupted"]) -> None:
-        run = self.data["runs"].get(run_id)
-        if run is not None:
-            run.update(finished=time.time(), status=status)
-        for entry in self.data["notebooks"].values():
-            att = entry.get("attempt") or {}
-            if att.get("run_id") == run_id and att.get("status") == "not run":
-                att["message"] = "not reached: an earlier notebook of the run stopped it" \
-                    if status != "interrupted" else "not reached: the run was interrupted"
-        self.save()
-
-    def run(self, run_id: str | None) -> dict[str, Any] | None:
-        return self.data["runs"].get(run_id) if run_id else None
 
     @property
     def latest(self) -> dict[str, Any] | None:
-        return self.run(self.data.get("latest"))
+        return self.data["runs"].get(self.data.get("latest"))
 
 
-@dataclass
-class NotebookState:
+class NotebookState(NamedTuple):
     """An executed notebook's ``state`` (:func:`notebook_states`), the run that produced it and
     why it is ``stale``."""
 
     name: str
-    state: State
+    state: Literal["current", "stale", "unrecorded"]
     run_id: str | None
     reason: str = ""
 
@@ -134,7 +99,7 @@ class NotebookState:
 def _copy_run_id(path: Path) -> str | None:
     try:
         meta = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    except (OSError, ValueError):
         return None
     return (meta.get("midas_nb") or {}).get("run_id")
 
@@ -149,6 +114,11 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
     return ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:4]) + (" …" if len(keys) > 4 else "")
 
 
+def _last_attempts(man: RunManifest) -> dict[str, dict[str, Any]]:
+    """``{notebook: the latest run that selected it}``."""
+    return {name: run for run in man.data["runs"].values() for name in run.get("selected", [])}
+
+
 def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
     """The state of every executed ``NN_*.ipynb`` in ``out_dir``, in name order: ``current``,
     ``stale`` (when: docs/decisions/0032-run-manifest.md) or ``unrecorded`` (no manifest)."""
@@ -157,22 +127,19 @@ def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
     man = RunManifest(out_dir)
     if not man.exists:
         return [NotebookState(p.name, "unrecorded", _copy_run_id(p)) for p in paths]
-    latest = man.latest or {}
-    states = []
+    latest, last, states = man.latest or {}, _last_attempts(man), []
     for p in paths:
-        entry = man.data["notebooks"].get(p.name) or {}
         copy_id = _copy_run_id(p)
-        made_by = man.run(entry.get("run_id"))
-        att = entry.get("attempt") or {}
+        made_by = man.data["runs"].get(copy_id) if copy_id else None
         reason = ""  # why the copy is stale
-        if not entry.get("run_id") or copy_id != entry.get("run_id"):
+        if made_by is None or p.name not in made_by.get("selected", []) or p.name in made_by.get("failed", {}):
             reason = "not produced by a run recorded in run.json"
-        elif att.get("run_id") and att.get("run_id") != entry["run_id"] and att.get("status") != "done":
-            what = (f"the later run {att['run_id']} failed here: {att.get('message', '')}"
-                    if att.get("status") == "failed" else f"the later run {att['run_id']} did not reach it")
-            reason = f"from run {entry['run_id']} ({_when(made_by)}); {what}"
-        elif made_by is not None and latest and made_by.get("digest") != latest.get("digest"):
-            reason = (f"from run {entry['run_id']} ({_when(made_by)}) with other settings than the latest run "
+        elif last[p.name] is not made_by:
+            why = last[p.name].get("failed", {}).get(p.name)
+            what = f"failed here: {why}" if why is not None else "did not reach it"
+            reason = f"from run {copy_id} ({_when(made_by)}); the later run {last[p.name]['run_id']} {what}"
+        elif latest and made_by.get("digest") != latest.get("digest"):
+            reason = (f"from run {copy_id} ({_when(made_by)}) with other settings than the latest run "
                       f"{latest.get('run_id')}: {_diff(made_by.get('settings') or {}, latest.get('settings') or {})}")
         states.append(NotebookState(p.name, "stale" if reason else "current", copy_id, reason))
     return states
@@ -185,19 +152,14 @@ def run_summary(out_dir: str | os.PathLike) -> str:
     latest = man.latest
     lines = [f"run summary of {out_dir}"
              + (f" (latest run {latest['run_id']}, {_when(latest)}, {latest.get('status')})" if latest else "")]
-    for st in notebook_states(out_dir):
-        if st.state == "current":
-            lines.append(f"  current  {st.name}  (run {st.run_id})")
-        elif st.state == "stale":
-            lines.append(f"  STALE    {st.name}  {st.reason}")
-        else:
-            lines.append(f"  ?        {st.name}  (no run manifest)")
-    if man.exists:
-        present = {p.name for p in out_dir.glob(_GLOB)}
-        for name, entry in sorted(man.data["notebooks"].items()):
-            att = entry.get("attempt") or {}
-            if name not in present and att.get("status") == "failed":
-                lines.append(f"  FAILED   {name}  {att.get('message', '')} (no earlier copy)")
+    shown = {"current": "current  {0.name}  (run {0.run_id})", "stale": "STALE    {0.name}  {0.reason}",
+             "unrecorded": "?        {0.name}  (no run manifest)"}
+    states = notebook_states(out_dir)
+    lines += ["  " + shown[st.state].format(st) for st in states]
+    present = {st.name for st in states}
+    failed = {name: run.get("failed", {}).get(name) for name, run in _last_attempts(man).items()}
+    lines += [f"  FAILED   {name}  {why} (no earlier copy)" for name, why in sorted(failed.items())
+              if why is not None and name not in present]
     return "\n".join(lines)
 
 
@@ -211,6 +173,8 @@ MIN_GAP_S = 3.0
 QUIET_S = 15.0
 _WIDTH = 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
+#: terminal control sequences (cursor moves of nested progress bars, colours)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 # the kernel's ``--config``: drops its "without encryption" start warning and shutdown-interrupt line
 _KERNEL_CONFIG = '''\
@@ -225,6 +189,7 @@ class _BatchRunNoise(logging.Filter):
 
 logging.getLogger("IPKernelApp").addFilter(_BatchRunNoise())
 '''
+_kernel_config_path: str | None = None
 
 
 def kernel_arguments() -> list[str]:
@@ -238,15 +203,19 @@ def kernel_arguments() -> list[str]:
     return [f"--config={_kernel_config_path}"]
 
 
-_kernel_config_path: str | None = None
-
-
 def _minutes(seconds: float) -> str:
     """``42 s``, ``3 min 20 s``, ``12 min`` (seconds dropped from 10 minutes on)."""
     s = int(seconds)
-    if s < 60:
-        return f"{s} s"
-    return f"{s // 60} min {s % 60} s" if s < 600 else f"{s // 60} min"
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s" if s < 600 else f"{s // 60} min"
+
+
+def _last_line(text: str) -> str:
+    """The last non-empty line of ``text`` (after a carriage return: the latest), no control sequences."""
+    for raw in reversed(_ANSI.sub("", text).replace("\r\n", "\n").split("\n")):
+        line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
+        if line:
+            return re.sub(r"\s+", " ", line)
+    return ""
 
 
 class StatusLine(logging.Handler):
@@ -261,10 +230,9 @@ class StatusLine(logging.Handler):
     def __init__(self, label: str, total: int, sources: dict[int, str] | None = None, *, stream: Any = None,
                  tty: bool | None = None, clock: Any = time.monotonic):
         super().__init__(logging.INFO)
-        self.label, self.total, self.sources = label, total, dict(sources or {})
+        self.label, self.total, self.sources, self.clock = label, total, dict(sources or {}), clock
         self.stream = stream if stream is not None else sys.stdout
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
-        self.clock = clock
         self.t0 = self.cell_t0 = clock()
         self.cell, self.detail, self.noticed = 0, "starting the kernel", set()
         self.output_t: float | None = None  # when the cell's latest output line came (None: none yet)
@@ -279,96 +247,50 @@ class StatusLine(logging.Handler):
         m = _CELL_RE.match(text.strip())
         with self._lock:
             if m and m.group(1) == "Executing":
-                self.cell, self.cell_t0 = int(m.group(2)), self.clock()
+                self.cell, self.cell_t0, self.output_t = int(m.group(2)), self.clock(), None
                 first = self.sources.get(self.cell, "")
                 self.detail = f"running {first}" if first else "running"
-                self.output_t = None
-            elif m is None:
-                line = _last_line(text)
-                if line and self.cell:
-                    self.detail, self.output_t = line, self.clock()
+            elif m is None and self.cell and (line := _last_line(text)):
+                self.detail, self.output_t = line, self.clock()
 
     def render(self) -> str:
-        """The status line now (cell, time in the cell, silence since its latest output if long, that
-        output; a finished step as ``after <step>``)."""
+        """The status line now (class docstring)."""
         with self._lock:
             where = f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
             now = self.clock()
-            since = self.cell_t0 if self.cell else self.t0
             quiet = now - self.output_t if self.output_t is not None else 0.0
             note = f" (no output for {_minutes(quiet)})" if quiet >= QUIET_S else ""
             done = finished_step(self.detail) if self.output_t is not None else None
             what = self.detail if done is None else f"after {done}"
-            line = f"[{self.label}]{where} {_minutes(now - since)}{note}: {what}"
+            line = f"[{self.label}]{where} {_minutes(now - (self.cell_t0 if self.cell else self.t0))}{note}: {what}"
         return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
 
-    def tick(self) -> None:
-        """Write the status line (and a long-cell notice) if it is due (class docstring)."""
+    def tick(self, final: bool = False) -> None:
+        """Write the status line (and a long-cell notice) if it is due (class docstring); ``final``:
+        clear the in-place line on a terminal, else write the last status if not written yet."""
         now = self.clock()
-        if self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
+        if not final and self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
             self.noticed.add(self.cell)
             self._write(("\r\033[K" if self.tty else "") + f"    [{self.label}] cell {self.cell} has run "
                         f"{_minutes(now - self.cell_t0)}: a first run trains and caches backbones and scorers, "
                         "which takes minutes; Ctrl-C stops, and the next run resumes from the caches\n")
-        line = self.render()
         if self.tty:
-            return self._write("\r\033[K" + line)
-        key = self._key()  # the same status at a later time is no change
-        if now - self._shown_at >= HEARTBEAT_S or (key != self._shown and now - self._shown_at >= MIN_GAP_S):
-            self._shown, self._shown_at = key, now
-            self._write(line + "\n")
-
-    def _key(self) -> str:
+            return self._write("\r\033[K" + ("" if final else self.render()))
         with self._lock:
-            return f"{self.cell}|{self.detail}"
+            key = f"{self.cell}|{self.detail}"  # the same status at a later time is no change
+        gap = now - self._shown_at
+        if (key != self._shown and (final or gap >= MIN_GAP_S)) or (not final and gap >= HEARTBEAT_S):
+            self._shown, self._shown_at = key, now
+            self._write(self.render() + "\n")
 
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
 
-    def close_line(self) -> None:
-        """Clear the in-place line on a terminal, else write the last status if not written yet."""
-        if self.tty:
-            return self._write("\r\033[K")
-        key = self._key()
-        if key != self._shown:
-            self._shown = key
-            self._write(self.render() + "\n")
-
-
-#: terminal control sequences (cursor moves of nested progress bars, colours)
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def _last_line(text: str) -> str:
-    """The last non-empty line of ``text`` (after a carriage return: the latest), no control sequences."""
-    for raw in reversed(_ANSI.sub("", text).replace("\r\n", "\n").split("\n")):
-        line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
-        if line:
-            return re.sub(r"\s+", " ", line)
-    return ""
-
-
-def _cell_sources(path: str | os.PathLike, parameters: dict[str, Any] | None) -> tuple[int, dict[int, str]]:
-    """(number of cells papermill will run, first code line of each cell by 1-based index)."""
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    cells = list(nb.cells)
-    idx = next((i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    if parameters and idx is not None:  # papermill injects its parameters cell after this one
-        cells.insert(idx + 1, nbformat.v4.new_code_cell("# Parameters"))
-    firsts = {}
-    for i, c in enumerate(cells, 1):
-        lines = [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-        if c.cell_type == "code" and lines:
-            firsts[i] = lines[0][:60]
-    return len(cells), firsts
-
 
 def drop_progress_outputs(nb: Any) -> int:
     """Remove :data:`midas_nb.progress.PROGRESS_LINE` lines from the stderr outputs of ``nb``, in
-    place; returns how many were dropped."""
+    place (an output left blank goes); returns how many were dropped."""
     from .progress import PROGRESS_LINE
 
     dropped = 0
@@ -391,16 +313,23 @@ def drop_progress_outputs(nb: Any) -> int:
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
     """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, a
-    :class:`StatusLine` and ``MIDAS_PROGRESS=lines`` instead of papermill's bar. Returns the notebook.
-    """
+    :class:`StatusLine` and ``MIDAS_PROGRESS=lines`` instead of papermill's bar (the progress lines
+    left out of the executed copy). Returns the notebook."""
+    import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 
-    kwargs["extra_arguments"] = list(kwargs.get("extra_arguments") or []) + kernel_arguments()
+    kwargs.update(parameters=parameters, progress_bar=False,
+                  extra_arguments=[*(kwargs.get("extra_arguments") or []), *kernel_arguments()])
     if not progress_bar:
-        return pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
-                                   **kwargs)
-    total, sources = _cell_sources(input_path, parameters)
-    status = StatusLine(Path(input_path).stem, total, sources)
+        return pm.execute_notebook(str(input_path), str(output_path), **kwargs)
+    # the cells as papermill runs them (its parameters cell after the tagged one): their number, first code lines
+    cells = nbformat.read(str(input_path), as_version=4).cells
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if parameters and tagged:
+        cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell("# Parameters"))
+    code = {i: [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+            for i, c in enumerate(cells, 1) if c.cell_type == "code"}
+    status = StatusLine(Path(input_path).stem, len(cells), {i: lines[0][:60] for i, lines in code.items() if lines})
     log = logging.getLogger("papermill")
     saved = (log.level, log.propagate)
     log.addHandler(status)
@@ -411,17 +340,14 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     ticker.start()
     try:
         with scoped_environ(**{PROGRESS_ENV: "lines"}):
-            nb = pm.execute_notebook(str(input_path), str(output_path), parameters=parameters, progress_bar=False,
-                                     log_output=True, **kwargs)
+            nb = pm.execute_notebook(str(input_path), str(output_path), log_output=True, **kwargs)
         if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
-            import nbformat
-
             atomic_write_text(Path(output_path), nbformat.writes(nb))
         return nb
     finally:
         stop.set()
         ticker.join(timeout=5)
-        status.close_line()
+        status.tick(final=True)
         log.removeHandler(status)
         log.setLevel(saved[0])
         log.propagate = saved[1]

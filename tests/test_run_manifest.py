@@ -104,14 +104,13 @@ def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
     nbformat.write(nb, str(out / "00_a.ipynb"))
     assert [s.state for s in notebook_states(out)] == ["unrecorded"]      # no manifest: older layout
     man = RunManifest(out)
-    man.start("r1", {"profile": "smoke"}, ["00_a.ipynb"])
-    man.record("r1", "00_a.ipynb", "done")
-    man.finish("r1", "done")
+    r1 = man.start({"profile": "smoke"}, ["00_a.ipynb"])
+    man.finish(r1, completed=True)
     st = notebook_states(out)[0]
     assert st.state == "stale" and "not produced by a run recorded" in st.reason     # no run id in the copy
-    nb.metadata["midas_nb"] = {"run_id": "r1"}
+    nb.metadata["midas_nb"] = {"run_id": r1}
     nbformat.write(nb, str(out / "00_a.ipynb"))
     assert notebook_states(out)[0].state == "current"
     data = json.loads((out / "run.json").read_text())
-    assert data["runs"]["r1"]["digest"] == settings_digest({"profile": "smoke"})
+    assert data["latest"] == r1 and data["runs"][r1]["digest"] == settings_digest({"profile": "smoke"})
     assert "current  00_a.ipynb" in run_summary(out)

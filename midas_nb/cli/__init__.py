@@ -47,21 +47,26 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     if not isinstance(selection, str):
         raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
                          f"({type(selection).__name__})")
-    wanted = [s.strip() for s in selection.split(",") if s.strip()]
-    if not wanted:
+    hits = {w: [p for p in paths if p.name.startswith(w)] for w in (s.strip() for s in selection.split(",")) if w}
+    if not hits:
         raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
                          f"(available: {available})")
-    out: list[Path] = []
-    missing = []
-    for w in wanted:
-        hits = [p for p in paths if p.name.startswith(w) or p.stem == w]
-        if not hits:  # a one-digit prefix: suggest the two-digit one only where that notebook exists
-            two = f"0{w}" if re.fullmatch(r"\d", w) and any(p.name.startswith(f"0{w}") for p in paths) else None
-            missing.append(repr(w) + (f" (prefixes have two digits: '{two}')" if two else ""))
-        out.extend(h for h in hits if h not in out)
+    # a one-digit prefix: suggest the two-digit one only where that notebook exists
+    missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
+                          any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
-    return sorted(out)
+    return sorted({p for h in hits.values() for p in h})
+
+
+def _selected(notebooks: str | Sequence[str] | None, problems: Sequence[str] = ()) -> list[Path]:
+    """:func:`notebook_paths` of ``notebooks``; a selection of no notebook raises
+    :class:`midas_nb.config.ProfileError` (with ``problems``) before anything else is checked."""
+    try:
+        return notebook_paths(notebooks)
+    except ValueError as e:
+        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it "
+                                               f"names one)"]) from None
 
 
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
@@ -76,25 +81,21 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         midas_nb.config.ProfileError: the run cannot start; one line per problem.
         RuntimeError: a notebook failed, its kernel died or a cell timed out.
     """
-    from ..runs import new_run_id, run_summary, RunManifest, scoped_environ
-    from .runspec import fold_structured_params, RunSpec
+    from ..runs import run_summary, RunManifest, scoped_environ
+    from ..study import grid_spans
+    from .runspec import fold_structured_params, GRID_NOTEBOOKS, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
                        output=None if output is None else str(output), cell_timeout=cell_timeout)
     fold_structured_params(spec)
-    datasets = run_datasets(spec)
-    if len(datasets) > 1:
-        return _run_each_dataset(spec, datasets, progress=progress, problems=problems)
+    if len(run_datasets(spec)) > 1:
+        return _run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
     paths, accepted_by = _checked(spec, [spec], problems)
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    params = spec.notebook_parameters()
-    run_id = new_run_id()
-    manifest = RunManifest(out_dir)
-    manifest.start(run_id, params, [nb.name for nb in paths])
-    t_all = time.time()
-    status = "interrupted"
+    params, manifest, t_all, completed = spec.notebook_parameters(), RunManifest(out_dir), time.time(), False
+    run_id = manifest.start(params, [nb.name for nb in paths])
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
     # residue in the executed notebooks (papermill's own bar shows the progress)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
@@ -104,21 +105,27 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
             for i, nb in enumerate(paths, 1):
                 _execute_notebook(nb, f"[{i}/{len(paths)}]", out_dir, accepted_by[nb], params, spec, progress,
                                   manifest, run_id)
-        status = "done"
-    except _NotebookFailed:
-        status = "failed"
-        raise
+        completed = True
     finally:
-        manifest.finish(run_id, status)  # type: ignore[arg-type]
+        manifest.finish(run_id, completed)
         with contextlib.suppress(OSError):
             (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
     which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
-    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).")
-    print(f"  executed notebooks: {out_dir}")
-    print(f"  results tables:     {config.runs_dir() / 'tables'}")
-    print(f"  figures:            {config.figures_dir(spec.profile)}")
-    _print_paper_table(spec, paths)
+    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
+          f"  results tables:     {config.runs_dir() / 'tables'}\n"
+          f"  figures:            {config.figures_dir(spec.profile)}")
+    # after a run of the scale readout (05) over several datasets: the paper-shaped table, printed and saved
+    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
+    if settings is not None and len(grid_spans(settings, "scale")[0]) > 1:
+        from ..report.paper_table import format_paper_table, paper_table_for
+        from ..results import save_table
+
+        table = paper_table_for(settings)
+        save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
+        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
+              f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
+              f"{format_paper_table(table)}")
     return out_dir
 
 
@@ -126,37 +133,32 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
     """The datasets a run executes the notebooks on, one after another: those ``data_roots`` names,
     in :data:`midas_nb.config.PAPER_DATASETS` order, when several and neither ``spec.dataset`` nor
     a ``datasets`` grid is set; else ``[None]`` (the profile's own dataset)."""
-    roots = spec.data_roots if isinstance(spec.data_roots, dict) else {}
-    named = [d for d in config.PAPER_DATASETS if d in roots]
+    named = [d for d in config.PAPER_DATASETS if d in (spec.data_roots if isinstance(spec.data_roots, dict) else {})]
     if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
             or "datasets" in spec.params:
         return [None]
-    return list(named)
+    return named
 
 
 def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
     """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
     passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
     prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
+    paths = _selected(spec.notebooks, problems)
+    if not paths:
+        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     import papermill as pm  # heavy; imported only when a batch run starts
 
     from . import runspec
 
-    selection: list[str] = []
-    try:
-        paths = notebook_paths(spec.notebooks)
-    except ValueError as e:  # listed with every other problem; a single run is checked without the grids
-        if len(subs) > 1:
-            raise config.ProfileError([*problems, f"--notebooks: {e}"]) from None
-        selection, paths = [f"--notebooks: {e}"], []
-    if not paths and not selection:
-        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    known = set().union(*accepted_by.values()) if paths else None
-    each = [(sub.dataset, runspec.preflight(sub, paths, known)) for sub in subs]
+    each = [(sub.dataset, runspec.preflight(sub, paths, set().union(*accepted_by.values()))) for sub in subs]
     common = set.intersection(*(set(lines) for _, lines in each))
-    found = [*problems, *selection, *_check_source_output(spec.output),
-             *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
+    out = spec.output  # --output naming the source notebooks' folder would replace them with executed copies
+    source = [f"--output {str(out)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
+              f"copies would replace them; expected another directory (default runs/<profile>)"] \
+        if isinstance(out, (str, os.PathLike)) and str(out).strip() and _is_source_dir(out) else []
+    found = [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
     if found:
         raise config.ProfileError(found if len(subs) == 1 else list(dict.fromkeys(found)))
     return paths, accepted_by
@@ -167,14 +169,14 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
     (``<output>/report``) and the paper-shaped table."""
     from ..report import make_report
+    from ..report.markdown import datasets_summary
     from ..runs import scoped_environ
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
     _checked(spec, subs, problems)
-    t_all = time.time()
-    figures = config.figures_dir(spec.profile)
+    t_all, figures = time.time(), config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):
         print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
         # each dataset's figures and tables in their own folder: the next dataset would overwrite them
@@ -184,9 +186,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     prof = spec.settings()
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
     report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True)
-    print(f"  report over {', '.join(datasets)}: {report}")
-    from ..report.markdown import datasets_summary
-    print("\n" + datasets_summary(report.parent))
+    print(f"  report over {', '.join(datasets)}: {report}\n\n{datasets_summary(report.parent)}")
     return out_dir
 
 
@@ -195,39 +195,26 @@ def _is_source_dir(path: str | os.PathLike) -> bool:
     return Path(path).expanduser().resolve() == notebooks_dir().resolve()
 
 
-def _check_source_output(output: Any) -> list[str]:
-    """``--output`` naming the source notebooks' folder would replace them with executed copies."""
-    if isinstance(output, (str, os.PathLike)) and str(output).strip() and _is_source_dir(output):
-        return [f"--output {str(output)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
-                f"copies would replace them; expected another directory (default runs/<profile>)"]
-    return []
-
-
-class _NotebookFailed(RuntimeError):
-    """A notebook of a batch run failed (the message names it, what happened and its copy)."""
-
-
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
                       spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
     """Execute ``nb`` into ``<out_dir>/.partial/``, then move it to ``<out_dir>/<name>``; on failure
-    keep the executed copy under ``failed/``, record it and raise :class:`_NotebookFailed`."""
+    keep the executed copy under ``failed/``, record it and raise ``RuntimeError`` (naming it, what
+    happened and the copy)."""
     import shutil
 
     import nbformat
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
-    from ..runs import execute_notebook  # papermill with the streamed status line
+    from .. import runs  # runs.execute_notebook: papermill with the streamed status line
 
-    target = out_dir / nb.name
     print(f"{counter} {nb.name} ...", flush=True)
     t0 = time.time()
-    partial = out_dir / ".partial" / nb.name
+    partial, failed = out_dir / ".partial" / nb.name, out_dir / "failed" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
-    failed = out_dir / "failed" / nb.name
     try:
-        execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                         cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
-                         execution_timeout=spec.cell_timeout)
+        runs.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
+                              cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
+                              execution_timeout=spec.cell_timeout)
     except Exception as e:  # noqa: BLE001 - a failed cell, a dead kernel, a cell timeout, a kernel that never started
         name = type(e).__name__
         failed.parent.mkdir(parents=True, exist_ok=True)
@@ -252,34 +239,13 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
             nbformat.write(copy, str(failed))
             partial.unlink(missing_ok=True)
             said = f"notebook {nb.name}: {what}; the executed copy is {failed}"
-        manifest.record(run_id, nb.name, "failed", what, time.time() - t0)
-        raise _NotebookFailed(said) from None
+        manifest.record_failure(run_id, nb.name, what)
+        raise RuntimeError(said) from None
     stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
     stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
     nbformat.write(stamped, str(partial))
-    partial.replace(target)
-    manifest.record(run_id, nb.name, "done", "", time.time() - t0)
-    print(f"    done in {time.time() - t0:.0f} s -> {target}", flush=True)
-
-
-def _print_paper_table(spec: RunSpec, paths: Sequence[Path]) -> None:
-    """Print the paper-shaped table and save it under runs/tables after a run of the scale readout
-    (05) over several datasets."""
-    from ..report.paper_table import format_paper_table, paper_table_for
-    from ..results import save_table
-    from .runspec import GRID_NOTEBOOKS
-    from ..study import grid_spans
-
-    if not any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths):
-        return
-    settings = spec.settings()
-    if len(grid_spans(settings, "scale")[0]) < 2:
-        return
-    table = paper_table_for(settings)
-    save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
-    print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-          f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):")
-    print(format_paper_table(table))
+    partial.replace(out_dir / nb.name)
+    print(f"    done in {time.time() - t0:.0f} s -> {out_dir / nb.name}", flush=True)
 
 
 def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
@@ -290,16 +256,13 @@ def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
-        try:
-            notebook_paths(args.notebooks)
-        except ValueError as e:
-            return _answer("run", [f"--notebooks: {e} (the other settings are checked once it names one)",
-                                   "1 problem(s); no notebook was started"])
-    from .runspec import spec_from_args
+    try:
+        if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
+            _selected(args.notebooks)
+        from .runspec import spec_from_args
 
-    spec, problems = spec_from_args(args)
-    try:  # the run file's and command line's problems are listed with every other problem preflight finds
+        spec, problems = spec_from_args(args)
+        # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except config.ProfileError as e:  # one line each, whatever a library's message holds
         return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
@@ -311,12 +274,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_params(args: argparse.Namespace) -> int:
     path = Path(args.notebook)
-    if not path.is_file():
-        try:
-            path = notebook_paths(args.notebook)[0]
-        except ValueError as e:
-            return _answer("params", [str(e)])
+    try:
+        path = path if path.is_file() else notebook_paths(args.notebook)[0]
+    except ValueError as e:
+        return _answer("params", [str(e)])
     import papermill as pm  # heavy: after the cheap checks
+
     try:
         params = pm.inspect_notebook(str(path))
     except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
@@ -338,8 +301,9 @@ def _not_a_notebook(path: Path, e: Exception) -> str:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
-        from .runspec import parse_data_roots
         from ..study import cluster
+        from .runspec import parse_data_roots
+
         args.profile = args.profile or "paper"
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
@@ -349,6 +313,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return _answer(f"sweep {args.action}", [f"store {args.name!r} and --profile {args.profile!r} differ; "
                                                 "expected one of them (a store is named after its profile)"])
     from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
+
     act = dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)
     return act(args.name or args.profile)
 
@@ -363,8 +328,7 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 
     from ..course import strip_solutions
 
-    paths = [Path(p) for p in args.paths] or notebook_paths()
-    problems = []
+    paths, problems = [Path(p) for p in args.paths] or notebook_paths(), []
     for p in paths:  # every path checked before any notebook is written
         if not p.is_file():
             problems.append(f"{p} {'is a directory' if p.is_dir() else 'does not exist'}; expected an .ipynb file")
@@ -376,26 +340,25 @@ def _cmd_strip(args: argparse.Namespace) -> int:
     if problems:
         return _answer("strip-solutions", problems)
     for p in paths:
-        n = strip_solutions(p, p if args.in_place else None)
-        print(f"{p}: {n} solution cell(s) removed")
+        print(f"{p}: {strip_solutions(p, p if args.in_place else None)} solution cell(s) removed")
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
+    where = "" if args.input else " (or name the run's directory with --input DIR)"
     if _is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
-    where = "" if args.input else " (or name the run's directory with --input DIR)"
     if not src.is_dir():
         return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory; "
                                        f"run `{how}` first{where}"])
     from ..course import export_html
 
     try:
-        index = export_html(src, Path(args.output) if args.output else None)
+        print(f"HTML edition: {export_html(src, Path(args.output) if args.output else None)}")
     except FileNotFoundError as e:
         if not str(e).startswith("no executed notebook"):
             return _answer("export-html", [str(e)], 1)
@@ -403,7 +366,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
                                        f"first{where}"])
     except OSError as e:  # an output directory that cannot be written
         return _answer("export-html", [f"cannot write the HTML edition ({type(e).__name__}: {e})"], 1)
-    print(f"HTML edition: {index}")
     return 0
 
 
@@ -423,32 +385,30 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                         f"drop {'it' if one else 'them'} or drop --from-tables")
     blank = [k for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
     problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
-    tables = None if "from_tables" in blank else args.from_tables
+    tables = Path(args.from_tables).expanduser() if args.from_tables is not None and "from_tables" not in blank \
+        else None
     # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
-    if tables is not None and not Path(tables).expanduser().is_dir():
-        state = "is not a directory" if Path(tables).expanduser().exists() else "does not exist"
-        problems.append(f"--from-tables {tables!r}: {state}; expected the directory of a report's CSV tables")
+    if tables is not None and not tables.is_dir():
+        state = "is not a directory" if tables.exists() else "does not exist"
+        problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
     elif tables is not None:
         from ..report import TABLES
-        absent = [f"{n}.csv" for n in TABLES if not (Path(args.from_tables).expanduser() / f"{n}.csv").is_file()]
-        if absent:
-            problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
-                            f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
-                            "(e.g. results)")
+
+        absent = [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]
+        problems += [f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
+                     f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
+                     "(e.g. results)"] if absent else []
     if args.readme is not None:
         from ..report import README_BEGIN, README_END
 
-        readme = Path(args.readme).expanduser()
+        readme, markers = Path(args.readme).expanduser(), f"{README_BEGIN!r} ... {README_END!r}"
+        text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else ""
         if not readme.is_file():
-            state = "is a directory" if readme.is_dir() else "does not exist"
-            problems.append(f"--readme {args.readme!r}: {state}; expected a README file with the results section "
-                            f"markers {README_BEGIN!r} ... {README_END!r}")
-        else:
-            text = readme.read_text(encoding="utf-8", errors="replace")
-            i, j = text.find(README_BEGIN), text.find(README_END)
-            if i < 0 or j < i:
-                problems.append(f"--readme {args.readme!r}: has no results section; expected the markers "
-                                f"{README_BEGIN!r} ... {README_END!r} around the section to rewrite")
+            problems.append(f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; "
+                            f"expected a README file with the results section markers {markers}")
+        elif not -1 < text.find(README_BEGIN) <= text.find(README_END):
+            problems.append(f"--readme {args.readme!r}: has no results section; expected the markers {markers} "
+                            f"around the section to rewrite")
     if args.output is not None and "output" not in blank:
         from .runspec import check_output
 
@@ -472,12 +432,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     problems = _report_problems(args)
     if problems:
         return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
-    overrides = _given(args, "backbone", "depth", "budget")
     from ..report import make_report
 
     try:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
-                           from_tables=args.from_tables, overrides=overrides,
+                           from_tables=args.from_tables, overrides=_given(args, "backbone", "depth", "budget"),
                            allow_incomplete=args.allow_incomplete)
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
         return _answer("report", [str(e)], 1)
@@ -496,29 +455,26 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="execute the notebooks in order with papermill",
                        description="Execute the notebooks in order with papermill. Every setting is checked "
                                    "before any kernel starts; problems are listed one per line (exit status 2).")
-    r.add_argument("--config", default=None, metavar="RUN.yaml",
-                   help="run file with the same settings (profile, data_roots, weights, device, params, ...); "
-                        "command-line options override it")
-    r.add_argument("--profile", default=None, metavar=PROFILE_METAVAR,
-                   help="settings profile: smoke (seconds), quick (minutes on a CPU), paper (GPU), rehearsal "
-                        "(the paper run's shape on a CPU, tiny sizes) (default: quick)")
-    r.add_argument("--data-root", action="append", default=None, metavar="[DATASET=]PATH",
+    r.add_argument("--config", metavar="RUN.yaml", help="run file with the same settings (profile, data_roots, "
+                   "weights, device, params, ...); command-line options override it")
+    r.add_argument("--profile", metavar=PROFILE_METAVAR, help="settings profile: smoke (seconds), quick (minutes on a "
+                   "CPU), paper (GPU), rehearsal (the paper run's shape on a CPU, tiny sizes) (default: quick)")
+    r.add_argument("--data-root", action="append", metavar="[DATASET=]PATH",
                    help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
                         "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
-    r.add_argument("--weights", action="append", default=None, metavar="[BACKBONE=]FILE",
+    r.add_argument("--weights", action="append", metavar="[BACKBONE=]FILE",
                    help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
                         "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", default=None, metavar="{" + ",".join(config.DATASET_NAMES) + "}",
+    r.add_argument("--dataset", metavar="{" + ",".join(config.DATASET_NAMES) + "}",
                    help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
-    r.add_argument("--backbone", default=None, help="backbone name (default: the profile's)")
-    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: the profile's; "
-                                                   "cuda without CUDA is an error)")
-    r.add_argument("--notebooks", default=None, help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
+    r.add_argument("--backbone", help="backbone name (default: the profile's)")
+    r.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the profile's; cuda without CUDA is an error)")
+    r.add_argument("--notebooks", help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
                    help="notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
                         "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)")
-    r.add_argument("--output", default=None, help="directory for executed notebooks (default runs/<profile>)")
-    r.add_argument("--cell-timeout", type=float, default=None, metavar="SECONDS",
+    r.add_argument("--output", help="directory for executed notebooks (default runs/<profile>)")
+    r.add_argument("--cell-timeout", type=float, metavar="SECONDS",
                    help="stop a cell that runs longer (the notebook goes to failed/)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar while a notebook runs")
     r.set_defaults(func=_cmd_run)
@@ -530,8 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(sub, _cmd_sweep)
 
     st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
-    st.add_argument("paths", nargs="*", metavar="NOTEBOOK",
-                    help="notebooks to strip (default: every notebook in notebooks/)")
+    st.add_argument("paths", nargs="*", metavar="NOTEBOOK", help="notebooks to strip (default: every notebook in "
+                    "notebooks/)")
     st.add_argument("--in-place", action="store_true",
                     help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
     st.set_defaults(func=_cmd_strip)
@@ -539,24 +495,24 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
     e.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
                    help="export the run of this profile, runs/<profile> (default: quick)")
-    e.add_argument("--input", default=None, help="directory of executed notebooks (default runs/<profile>)")
-    e.add_argument("--output", default=None, help="output directory (default <input>/html)")
+    e.add_argument("--input", help="directory of executed notebooks (default runs/<profile>)")
+    e.add_argument("--output", help="output directory (default <input>/html)")
     e.set_defaults(func=_cmd_export)
 
     rp = sub.add_parser("report", help="REPORT.md and its CSV tables from a profile's result store",
                         description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
                                     "and writes REPORT.md plus its CSV tables, with the paper's values beside "
                                     "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
+    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR,
                     help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
-    rp.add_argument("--store", default=None, help="result store directory (default runs/sweeps/<profile>)")
-    rp.add_argument("--output", default=None, help="report directory (default runs/<profile>/report)")
-    rp.add_argument("--readme", default=None, help="rewrite this README's results section from the tables")
-    rp.add_argument("--from-tables", default=None,
-                    help="re-render REPORT.md (and --readme) from the CSV tables in this directory, no store")
-    rp.add_argument("--backbone", default=None, help="the run's backbone, when not the profile's")
-    rp.add_argument("--depth", type=int, default=None, help="the run's depth L, when not the profile's")
-    rp.add_argument("--budget", type=float, default=None, help="the run's budget b, when not the profile's")
+    rp.add_argument("--store", help="result store directory (default runs/sweeps/<profile>)")
+    rp.add_argument("--output", help="report directory (default runs/<profile>/report)")
+    rp.add_argument("--readme", help="rewrite this README's results section from the tables")
+    rp.add_argument("--from-tables", help="re-render REPORT.md (and --readme) from the CSV tables in this directory, "
+                    "no store")
+    rp.add_argument("--backbone", help="the run's backbone, when not the profile's")
+    rp.add_argument("--depth", type=int, help="the run's depth L, when not the profile's")
+    rp.add_argument("--budget", type=float, help="the run's budget b, when not the profile's")
     rp.add_argument("--allow-incomplete", action="store_true",
                     help="write the report although cells the profile expects have no result (failed, pending, "
                          "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")

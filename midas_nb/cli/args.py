@@ -34,13 +34,10 @@ def yaml_load(text: str) -> Any:
 def _yaml_loader() -> type:
     import yaml
 
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    _Loader.add_implicit_resolver("tag:yaml.org,2002:float",
-                                  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-                                  list("-+0123456789"))
-    return _Loader
+    loader = type("_Loader", (yaml.SafeLoader,), {})
+    loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                 re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+    return loader
 
 
 def _scalar(text: str) -> Any:
@@ -86,22 +83,19 @@ def check_split_values(argv: Sequence[str]) -> list[str]:
     """One line when a ``-p NAME VALUE`` value opens a bracket it does not close (the shell split
     ``-p seeds [0, 1]`` at its spaces); ``[]`` when every ``-p`` value is whole."""
     args = list(argv)
-    for i, tok in enumerate(args):
-        if tok not in ("-p", "--param") or i + 2 >= len(args):
+    for i, (tok, name, value) in enumerate(zip(args, args[1:], args[2:])):
+        if tok not in ("-p", "--param") or not _unbalanced(value):
             continue
-        name, value = args[i + 1], args[i + 2]
-        if _unbalanced(value):
-            rest = []
-            for t in args[i + 3:]:
-                rest.append(t)
-                if not _unbalanced(" ".join([value, *rest])):
-                    break
-            whole = " ".join([value, *rest])
-            hint = f" or without spaces: -p {name} {''.join(whole.split())}"
-            if name in LIST_PARAMS and whole.startswith("["):
-                hint += f" (or -p {name} {''.join(whole.strip('[]').split())})"
-            return [f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
-                    f"-p {name} '{whole}'{hint}"]
+        whole = value
+        for t in args[i + 3:]:
+            whole += " " + t
+            if not _unbalanced(whole):
+                break
+        hint = f" or without spaces: -p {name} {''.join(whole.split())}"
+        if name in LIST_PARAMS and whole.startswith("["):
+            hint += f" (or -p {name} {''.join(whole.strip('[]').split())})"
+        return [f"-p {name} {value!r}: the value was split at its spaces by the shell; quote it: "
+                f"-p {name} '{whole}'{hint}"]
     return []
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
-                        weights_for)
+                         weights_for)
 from .args import list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
@@ -20,12 +20,7 @@ from ..study import check_layout, grid_spans, RunSettings, study_overrides
 from ..study.settings import setting_names
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "check_output", "preflight", "yaml_load", "fold_structured_params",
-           "spec_from_args"]
-
-#: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
-RUN_FILE_KEYS: tuple[str, ...] = ("profile", "dataset", "backbone", "device", "notebooks", "output",
-                                  "data_root", "data_roots", "weights", "params", "cell_timeout")
+           "notebook_needs", "check_output", "preflight", "fold_structured_params", "spec_from_args"]
 
 #: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
@@ -41,12 +36,12 @@ class RunSpec:
     dataset: str | None = None
     backbone: str | None = None
     device: str | None = None
+    notebooks: str | None = None
+    output: str | None = None
     data_root: str | None = None
     data_roots: dict[str, str] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
-    notebooks: str | None = None
-    output: str | None = None
     cell_timeout: float | None = None
 
     def notebook_parameters(self) -> dict[str, Any]:
@@ -55,11 +50,8 @@ class RunSpec:
                                            if getattr(self, k) is not None}}
         if self.data_root is not None:
             out["data_root"] = _absolute(self.data_root)
-        for k in ("data_roots", "weights"):
-            if getattr(self, k):
-                out[k] = {name: _absolute(v) for name, v in getattr(self, k).items()}
-        out.update(self.params)
-        return out
+        out.update({k: _absolute(getattr(self, k)) for k in ("data_roots", "weights") if getattr(self, k)})
+        return {**out, **self.params}
 
     def settings(self) -> dict[str, Any]:
         """The profile dict the notebooks will build their study from (no ``output_dir``)."""
@@ -67,12 +59,16 @@ class RunSpec:
         return config.get_profile(self.profile, **p)
 
 
+#: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
+RUN_FILE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSpec))
+
+
 def _absolute(value: Any, base: Path | None = None) -> Any:
     """``value`` as an absolute path string (``~`` expanded, relative to ``base`` or the working
-    directory); empty or non-path values unchanged (the checks name them)."""
-    if not is_path(value):
-        return value
-    return str((Path(base or ".") / Path(value).expanduser()).resolve())
+    directory), a mapping's values each; empty or non-path values unchanged (the checks name them)."""
+    if isinstance(value, dict):
+        return {k: _absolute(v, base) for k, v in value.items()}
+    return str((Path(base or ".") / Path(value).expanduser()).resolve()) if is_path(value) else value
 
 
 def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None, expected: str, empty: str,
@@ -80,25 +76,23 @@ def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None
     """``(unnamed value, {name: value}, problems)`` of the repeatable ``option NAME=PATH``, ``NAME``
     one of ``known`` (``None``: any name that is not a path); ``expected``, ``empty``, ``unnamed``
     (a format of ``plain`` and ``v``): words of the problems."""
-    plain: str | None = None
-    named: dict[str, str] = {}
-    problems = []
-    for v in values:
-        name, sep, path = str(v).partition("=")
+    plain, named, problems = None, {}, []
+    for v in map(str, values):
+        name, sep, path = v.partition("=")
         free = bool(sep and name) and os.sep not in name and "/" not in name and not Path(v).exists()
         is_named = bool(sep) and name in known if known is not None else free
-        if not str(v).strip() or (is_named and not path.strip()):
+        if not v.strip() or (is_named and not path.strip()):
             problems.append(f"{option} {v!r}: empty path; expected {expected}{empty}")
         elif is_named:
-            if name in named and named[name] != path:
+            if named.get(name, path) != path:
                 problems.append(f"{option} {name}= given twice ({named[name]!r}, {path!r}); give one")
             named[name] = path
         elif free:  # a name that is not one of ``known``
             problems.append(f"{option} {v!r}: unknown dataset {name!r}; expected {expected}")
         else:
-            if plain is not None and plain != v:
+            if plain not in (None, v):
                 problems.append(f"{option} given two " + unnamed.format(plain=plain, v=v))
-            plain = str(v)
+            plain = v
     return plain, named, problems
 
 
@@ -117,65 +111,62 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
                         "bare paths ({plain!r}, {v!r}); name the backbones: --weights NAME=PATH")
 
 
-#: run-file settings that are directory paths
-_PATH_KEYS: tuple[str, ...] = ("data_root", "output")
-
-
 def _is_seconds(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+#: ``key: (accepts, expected)`` of the run-file settings with a one-line type check
+_RUN_FILE_TYPES: dict[str, tuple[Any, str]] = {
+    "profile": (lambda v: isinstance(v, str) and v in config.PROFILES, f"one of {sorted(config.PROFILES)}"),
+    "dataset": (lambda v: isinstance(v, str) and v in DATASET_NAMES, f"one of {list(DATASET_NAMES)}"),
+    "backbone": (is_path, "a name (a string)"), "device": (is_path, "a name (a string)"),
+    "data_root": (is_path, "a directory path (a non-empty string)"),
+    "output": (is_path, "a directory path (a non-empty string)"),
+    "notebooks": (lambda v: is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v)),
+                  "prefixes as a string '00,02' or a list of quoted strings ['00', '02']"),
+    "cell_timeout": (_is_seconds, "seconds > 0"),
+}
 
 
 def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
     """``(key, problem)`` for every run-file setting of the wrong type (one each)."""
     out: list[tuple[str, str]] = []
     for k, v in data.items():
-        if k not in RUN_FILE_KEYS or v is None:
+        accepts, expected = _RUN_FILE_TYPES.get(k, (None, ""))
+        if v is None or (accepts is not None and accepts(v)):
             continue
-        if k == "profile" and not (isinstance(v, str) and v in config.PROFILES):
-            hint = did_you_mean([v], config.PROFILES) if isinstance(v, str) else ""
-            out.append((k, f"profile: expected one of {sorted(config.PROFILES)}, got {show_value(v)}{hint}"))
-        elif k == "dataset" and not (isinstance(v, str) and v in DATASET_NAMES):
-            out.append((k, f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(v)}"))
-        elif k in ("backbone", "device") and not is_path(v):
-            out.append((k, f"{k}: expected a name (a string), got {show_value(v)}"))
-        elif k in _PATH_KEYS and not is_path(v):
-            out.append((k, f"{k}: expected a directory path (a non-empty string), got {show_value(v)}"))
-        elif k == "notebooks" and not (is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v))):
-            out.append((k, f"notebooks: expected prefixes as a string '00,02' or a list of quoted strings "
-                           f"['00', '02'], got {show_value(v)}" + (" (YAML reads 00 and 02 as the numbers 0 and 2: "
-                                                                  "quote them)" if isinstance(v, (int, list)) and v
-                                                                  else "")))
-        elif k == "cell_timeout" and not _is_seconds(v):
-            out.append((k, f"cell_timeout: expected seconds > 0, got {show_value(v)}"))
+        if accepts is not None:
+            hint = did_you_mean([v], config.PROFILES) if k == "profile" and isinstance(v, str) else ""
+            if k == "notebooks" and isinstance(v, (int, list)) and v:
+                hint = " (YAML reads 00 and 02 as the numbers 0 and 2: quote them)"
+            out.append((k, f"{k}: expected {expected}, got {show_value(v)}{hint}"))
         elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
             out.append((k, _params_problem(v)))
         elif k == "data_roots":
             out += [(k, line) for line in config.check_data_roots(v)]
-        elif k == "weights":
-            if isinstance(v, dict):
-                for name, file in v.items():
-                    if not (isinstance(name, str) and name):
-                        out.append((k, f"weights: expected backbone names as keys, got {show_value(name)}"))
-                    elif not is_path(file):
-                        out.append((k, f"weights.{name}: expected a weights file path, got {show_value(file)}"))
-            elif not is_path(v):
-                out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {show_value(v)}"))
+        elif k == "weights" and isinstance(v, dict):
+            out += [(k, f"weights: expected backbone names as keys, got {show_value(name)}")
+                    if not (isinstance(name, str) and name) else
+                    (k, f"weights.{name}: expected a weights file path, got {show_value(file)}")
+                    for name, file in v.items() if not (isinstance(name, str) and name and is_path(file))]
+        elif k == "weights" and not is_path(v):
+            out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {show_value(v)}"))
     return out
 
 
 def _params_problem(v: Any) -> str:
     """Why a run file's ``params`` is not a mapping of names to values (YAML reads ``{seeds: 0,1}``
     as the names ``seeds`` and ``1``)."""
-    if isinstance(v, dict):
-        odd = [x for x in v if not isinstance(x, str)]
-        split = [x for x in odd if v[x] is None]
-        if split:
-            return (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
-                    f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
-                    f"(params: then '  seeds: [0, 1]')")
-        return f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}"
-    return (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, 1]}}), "
-            f"got {show_value(v)}")
+    if not isinstance(v, dict):
+        return (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, "
+                f"1]}}), got {show_value(v)}")
+    odd = [x for x in v if not isinstance(x, str)]
+    split = [x for x in odd if v[x] is None]
+    if split:
+        return (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
+                f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
+                f"(params: then '  seeds: [0, 1]')")
+    return f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}"
 
 
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
@@ -203,21 +194,17 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
                     f"got {type(data).__name__}"]
     problems = [f"{where}: unknown setting {k!r}; expected one of {list(RUN_FILE_KEYS)}"
                 for k in data if k not in RUN_FILE_KEYS]
-    typed = _run_file_problems(data)
+    typed = _run_file_problems({k: v for k, v in data.items() if k in RUN_FILE_KEYS})
     problems += [f"{where}: {line}" for _, line in typed]
-    bad = {k for k, _ in typed}
-    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
+    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in dict(typed) and v is not None}
     if isinstance(data.get("notebooks"), list):
         data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
-
-    def absolute(d: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:  # relative to the run file
-        base = path.expanduser().resolve().parent
-        return {k: ({n: _absolute(x, base) for n, x in v.items()} if isinstance(v, dict) else _absolute(v, base))
-                if k in keys else v for k, v in d.items()}
-
-    data = absolute(data, ("data_root", "data_roots", "weights", "output"))
+    base = path.expanduser().resolve().parent  # relative paths are the run file's
+    data = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output") else v
+            for k, v in data.items()}
     if isinstance(data.get("params"), dict):
-        data["params"] = absolute(data["params"], ("data_root", "data_roots", "weights", "output_dir"))
+        data["params"] = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output_dir") else v
+                          for k, v in data["params"].items()}
     return data, problems
 
 
@@ -225,12 +212,10 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
     """``(datasets, backbones)`` the selected notebooks use: the study's, plus the grids of
     :data:`GRID_NOTEBOOKS`."""
     datasets, backbones = [settings["dataset"]], [settings["backbone"]]
-    for nb in notebooks:
-        kind = GRID_NOTEBOOKS.get(Path(nb).name[:2])
-        if kind:
-            d, b = grid_spans(settings, kind)
-            datasets += d
-            backbones += b
+    for kind in filter(None, (GRID_NOTEBOOKS.get(Path(nb).name[:2]) for nb in notebooks)):
+        d, b = grid_spans(settings, kind)
+        datasets += d
+        backbones += b
         if kind == "scale" and isinstance(settings.get("compare_with"), list):  # 05's side-by-side
             backbones += [b for b in settings["compare_with"] if isinstance(b, str) and b.strip()]
     return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
@@ -241,10 +226,9 @@ def check_output(output: str | os.PathLike) -> list[str]:
     line); the probe leaves nothing behind."""
     import tempfile
 
-    out = Path(output).expanduser()
+    out = probe_in = Path(output).expanduser()
     if out.exists() and not out.is_dir():
         return [f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"]
-    probe_in = out
     while not probe_in.exists() and probe_in != probe_in.parent:
         probe_in = probe_in.parent
     if not probe_in.is_dir():
@@ -270,10 +254,9 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         problems.append("-p profile: set the profile with --profile (or 'profile:' in the run file)")
     if accepted is not None:  # every parameter the run would inject must reach a notebook
         unknown = sorted(set(spec.notebook_parameters()) - set(accepted) - {"profile"})
-        if unknown:
-            offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
-            problems.append(f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
-                            f"the selected notebooks accept {sorted(offered)}")
+        offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
+        problems += [f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
+                     f"the selected notebooks accept {sorted(offered)}"] if unknown else []
     if spec.params.get("output_dir") is not None and not is_path(spec.params["output_dir"]):
         problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
     cw = spec.params.get("compare_with")  # notebook 05's side-by-side backbones (a notebook parameter only)
@@ -297,10 +280,9 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         return problems + [str(e)]
     # "checked before any kernel" is building what the notebooks build: the study's settings
     # (a refused parameter is reported once, as unknown; the profile's value stands for it)
-    known = setting_names()
+    known, injected = setting_names(), spec.notebook_parameters()
     given = {k: v for k, v in settings.items() if k in known and k not in unknown}   # no compare_with, output_dir
-    lines = _build_lines(spec.profile, {k: v for k, v in given.items() if k in spec.notebook_parameters()
-                                        and k != "profile"})
+    lines = _build_lines(spec.profile, {k: v for k, v in given.items() if k in injected and k != "profile"})
     problems += lines
     bad = {setting_of(line) for line in lines}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
@@ -311,16 +293,15 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         return problems + [str(e)]
     # ... and the study of every (dataset, backbone) the selected notebooks' sweeps build
     unbuildable = {bb for bb in backbones[:1] if any(line.startswith("backbone:") for line in lines)}
-    for ds in datasets:
-        for bb in backbones:
-            if (ds, bb) == (settings["dataset"], settings["backbone"]) or bad & {"data_root", "data_roots"}:
-                continue
-            try:
-                found = _build_lines(spec.profile, study_overrides(given, ds, bb))
-            except ValueError as e:   # no root for a dataset the run reads
-                found = [str(e)]
-            unbuildable |= {bb} if any(line.startswith("backbone:") for line in found) else set()
-            problems += [line for line in found if line not in problems]
+    for ds, bb in ((ds, bb) for ds in datasets for bb in backbones):
+        if (ds, bb) == (settings["dataset"], settings["backbone"]) or bad & {"data_root", "data_roots"}:
+            continue
+        try:
+            found = _build_lines(spec.profile, study_overrides(given, ds, bb))
+        except ValueError as e:   # no root for a dataset the run reads
+            found = [str(e)]
+        unbuildable |= {bb} if any(line.startswith("backbone:") for line in found) else set()
+        problems += [line for line in found if line not in problems]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
         problems += _layout_problems(settings, datasets)
     if not bad & {"backbone_kwargs", "weights", "pretrained"}:
@@ -365,21 +346,19 @@ def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbo
     reachable where a backbone needs it (probed in parallel)."""
     problems = [f"--weights {name}: the selected notebooks do not use this backbone; they use {list(backbones)}"
                 for name in sorted(set(settings.get("weights") or {}) - set(backbones))]
-    jobs = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        for bb in buildable:
-            w = weights_for(settings, bb)
-            if w == "hub":
-                jobs[pool.submit(check_hub, bb)] = bb
-            elif w is not None:
-                path_problems = [f"--weights {bb}: {why}" for why in check_weights_path(w)]
-                problems += path_problems
-                if not path_problems:
-                    try:
-                        create_backbone(bb, 2, weights=w, head="replace", **backbone_kwargs(settings, bb))
-                    except BackboneError as e:
-                        problems.append(f"--weights {bb}: {e}")
-        for fut in jobs:
+        hub = [pool.submit(check_hub, bb) for bb in buildable if weights_for(settings, bb) == "hub"]
+        for bb, w in ((bb, weights_for(settings, bb)) for bb in buildable):
+            if w in ("hub", None):
+                continue
+            found = [f"--weights {bb}: {why}" for why in check_weights_path(w)]
+            try:
+                if not found:
+                    create_backbone(bb, 2, weights=w, head="replace", **backbone_kwargs(settings, bb))
+            except BackboneError as e:
+                found.append(f"--weights {bb}: {e}")
+            problems += found
+        for fut in hub:
             problems += fut.result()
     return problems
 
@@ -393,12 +372,9 @@ def fold_structured_params(spec: RunSpec) -> None:
     if isinstance(p.get("data_roots"), dict) and all(isinstance(v, str) for v in p["data_roots"].values()):
         spec.data_roots = {**p.pop("data_roots"), **spec.data_roots}
     w = p.get("weights")
-    if isinstance(w, (str, os.PathLike)):
-        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"] \
-            if isinstance(spec.profile, str) and spec.profile in config.PROFILES else None
-        if bb is not None:
-            p.pop("weights")
-            spec.weights = {str(bb): str(w), **spec.weights}
+    if isinstance(w, (str, os.PathLike)) and isinstance(spec.profile, str) and spec.profile in config.PROFILES:
+        bb = spec.backbone or p.get("backbone") or config.get_profile(spec.profile)["backbone"]
+        spec.weights = {str(bb): str(p.pop("weights")), **spec.weights}
     elif isinstance(w, dict) and all(isinstance(v, str) for v in w.values()):
         spec.weights = {**p.pop("weights"), **spec.weights}
 
