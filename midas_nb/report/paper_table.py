@@ -76,16 +76,12 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
                                            errors="coerce")
     have["paper_status"] = [paper_status(str(c), str(d)) if ok else None
                             for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
-    for c in COLUMNS:
-        if c not in have.columns:
-            have[c] = None
-    ds_rank = {d: i for i, d in enumerate(order_first(have["dataset"], DATASET_NAMES))}
-    bb_rank = {b: i for i, b in enumerate(order_first(have["backbone"], list(backbone_order or [])))}
-    cond_rank = {c: i for i, c in enumerate(order_first([c for c in have["condition"] if c is not None],
-                                                   CONDITION_ORDER))}
-    have = have.assign(_d=have["dataset"].map(ds_rank), _b=have["backbone"].map(bb_rank),
-                       _c=have["condition"].map(lambda c: cond_rank.get(c, -1)))
-    have = have.sort_values(["_d", "_b", "_c"], kind="stable").drop(columns=["_d", "_b", "_c"])
+    have = have.assign(**{c: None for c in COLUMNS if c not in have.columns})
+    rank = {"dataset": order_first(have["dataset"], DATASET_NAMES),
+            "backbone": order_first(have["backbone"], list(backbone_order or [])),
+            "condition": order_first([c for c in have["condition"] if c is not None], CONDITION_ORDER)}
+    have = have.sort_values(list(rank), kind="stable",
+                            key=lambda col: col.map(lambda v: rank[col.name].index(v) if v in rank[col.name] else -1))
     return have[COLUMNS].reset_index(drop=True)
 
 
@@ -103,10 +99,9 @@ def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.Dat
 
 def _num(v: Any, fmt: str) -> str:
     try:
-        f = float(v)
+        return format(float(v), fmt) if np.isfinite(float(v)) else "—"
     except (TypeError, ValueError):
         return "—"
-    return "—" if not np.isfinite(f) else format(f, fmt)
 
 
 def format_paper_table(table: pd.DataFrame) -> str:

@@ -29,8 +29,7 @@ TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "r
 
 
 def _first(series: pd.Series) -> Any:
-    s = series.dropna()
-    return s.iloc[0] if len(s) else ""
+    return next(iter(series.dropna()), "")
 
 
 def _shown_path(p: str | Path) -> str:
@@ -212,10 +211,8 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
             for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
     else:
         tc["paper_status"] = tc["paper_status"].fillna("")
-    order = {c: i for i, c in enumerate(conds)}
-    ds_order = {v: i for i, v in enumerate(DATASET_NAMES)}
-    tc = tc.assign(_d=tc["dataset"].map(ds_order).fillna(99), _c=tc["condition"].map(order).fillna(99))
-    tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
+    rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "condition": {c: i for i, c in enumerate(conds)}}
+    tc = tc.sort_values(["dataset", "condition"], key=lambda c: c.map(rank[c.name]).fillna(99), kind="stable")
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
                       "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", *d_cols,
                       *vs_map.values(), "paper_D_pp", "paper_delta_idauc", "paper_status"]
@@ -456,14 +453,16 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
     if missing:
         raise FileNotFoundError(f"report tables {missing} missing in {d}; expected {list(TABLES)}")
-    out = {}
-    for n in TABLES:
-        df = read_csv_table(d / f"{n}.csv", "the table `midas-nb report` wrote", keep_default_na=False, na_values=[""])
-        for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                  "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
-                  "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
-                  "missing", "kind", "item", "verdict"):
-            if c in df.columns:
-                df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
-        out[n] = df
+    out = {n: read_csv_table(d / f"{n}.csv", "the table `midas-nb report` wrote", keep_default_na=False,
+                             na_values=[""]) for n in TABLES}
+    for df in out.values():
+        for c in set(_TEXT_COLUMNS) & set(df.columns):
+            df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
     return out
+
+
+#: the columns :func:`read_tables` reads as text, an empty cell as ``""``
+_TEXT_COLUMNS = ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
+                 "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
+                 "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
+                 "missing", "kind", "item", "verdict")
