@@ -46,29 +46,9 @@ def _shown_path(p: str | Path) -> str:
     return "…/" + "/".join(p.parts[-2:])
 
 
-def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
-    """Provenance rows naming the data behind these rows, each with its source (docs/decisions/0054, 0057)."""
-    ckpt = str(_first(g["checkpoint_id"]))
-    meta, where = _checkpoint_meta(ckpt)
-    n_test = ((meta or {}).get("test_set") or {}).get("num_images")
-    out = {}
-    fps = sorted(set(map(str, g["dataset_fingerprint"].dropna()))) if "dataset_fingerprint" in g.columns else []
-    n_eval = sorted(set(int(v) for v in g["n_images"].dropna())) if "n_images" in g.columns else []
-    of = f"{', '.join(map(str, n_eval)) or '?'} of {n_test or 'M (split size: no checkpoint metadata)'} test images"
-    out["evaluated images' fingerprint"] = (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
-                                            "not recorded in the result rows")
-    n_train = ((meta or {}).get("train_set") or {}).get("num_images")
-    out["training images"] = str(n_train) if n_train else "not available: no checkpoint metadata"
-    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
-        out["training images per class (cap)"] = str(cap)
-    for split in ("test", "train"):
-        fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
-        out[f"{split} split fingerprint"] = (
-            f"{fp} (checkpoint metadata {_shown_path(where)})" if fp else
-            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
-            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
-            "(MIDAS_CACHE_DIR)")
-    return out
+def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
+    """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
+    return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
 
 
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
@@ -91,34 +71,67 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
     out = [("", "", k, str(v)) for k, v in run.items()]
     out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
                                      f"{r['state']}") for r in miss.to_dict("records")]
-    versions = sorted(set(str(v) for v in rows.get("versions", pd.Series(dtype=str)).dropna() if str(v)))
+    versions = _distinct(rows, "versions")
     out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
-        at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-        digests = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
-        block = {"checkpoint": _first(g["checkpoint_id"]),
-                 "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
-                 **_fingerprints(g, config.images_per_class(dict(s.values), ds)),
-                 "depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
-                 "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
-                 "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
-                                         if c in set(s.conditions) | {"random"}),
-                 "coverage": coverage_name(at)}
-        for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
-                          ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
-            vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []
-            block[name] = ", ".join(map(str, vals)) if vals else "not recorded"
-        if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
-            block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
-        block.update(_accuracy_context(str(_first(g["checkpoint_id"])), ds))
-        pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
-        block["(L, b) points"] = " ".join(f"({L}, {b:.0%})" for L, b in pts)
-        others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
-        block["other conditions in the store (not in this report)"] = ", ".join(others) if others else "none"
-        block["cosine probe rows"] = probes_used.get((ds, bb), 0)
-        out += [(ds, bb, k, str(v)) for k, v in block.items()]
+        out += [(ds, bb, k, str(v)) for k, v in _block_provenance(g, s, ds, probes_used.get((ds, bb), 0)).items()]
     return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
+
+
+def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
+    """The provenance rows of one dataset × backbone block: its checkpoint and the data behind its rows, each
+    with its source (docs/decisions/0054, 0057), the sample, and what its accuracy is measured against (class
+    labels, whole-test-split top-1 and the teacher's, chance and majority share of the test split's labels)."""
+    at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
+    ckpt = str(_first(g["checkpoint_id"]))
+    meta, where = _checkpoint_meta(ckpt)
+    sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
+    digests, fps = _distinct(g, "weights_digest"), _distinct(g, "dataset_fingerprint")
+    of = (f"{', '.join(map(str, _distinct(g, 'n_images', int))) or '?'} of "
+          f"{sets['test'].get('num_images') or 'M (split size: no checkpoint metadata)'} test images")
+    n_train, cap = sets["train"].get("num_images"), config.images_per_class(dict(s.values), ds)
+    block = {"checkpoint": _first(g["checkpoint_id"]),
+             "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
+             "evaluated images' fingerprint": (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
+                                               "not recorded in the result rows"),
+             "training images": str(n_train) if n_train else "not available: no checkpoint metadata"}
+    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
+        block["training images per class (cap)"] = str(cap)
+    for split, info in sets.items():
+        block[f"{split} split fingerprint"] = (
+            f"{info['fingerprint']} (checkpoint metadata {_shown_path(where)})" if info.get("fingerprint") else
+            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
+            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
+            "(MIDAS_CACHE_DIR)")
+    block.update({"depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
+                  "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
+                  "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
+                                          if c in set(s.conditions) | {"random"}),
+                  "coverage": coverage_name(at)})
+    for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
+                      ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
+        block[name] = ", ".join(map(str, _distinct(at, col, int))) or "not recorded"
+    if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
+        block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
+    if config.dataset_of_label(ds) == "aircraft":
+        block["class labels"] = f"FGVC-Aircraft {_aircraft_level(ds)}"
+    if not meta:
+        block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
+    else:
+        teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
+        block["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
+        if teacher is not None:
+            block["teacher test top-1"] = _f3(teacher)
+        split = _test_split(meta, ds)
+        block["chance, majority share"] = ("test split not readable on this machine" if split is None else
+                                           f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
+                                           f"present), {split.majority_fraction:.3f}")
+    pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
+    others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
+    return dict(block, **{"(L, b) points": " ".join(f"({L}, {b:.0%})" for L, b in pts),
+                          "other conditions in the store (not in this report)": ", ".join(others) or "none",
+                          "cosine probe rows": n_probes})
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
@@ -325,28 +338,6 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
         except (OSError, json.JSONDecodeError):
             continue
     return None, cache
-
-
-def _accuracy_context(ckpt: str, label: str) -> dict[str, str]:
-    """What a backbone's accuracy is measured against (class labels, whole-test-split top-1 and the
-    teacher's, chance and majority share), from the checkpoint's metadata and the test split's labels."""
-    meta, _ = _checkpoint_meta(ckpt)
-    out: dict[str, str] = {}
-    if config.dataset_of_label(label) == "aircraft":
-        out["class labels"] = f"FGVC-Aircraft {_aircraft_level(label)}"
-    if not meta:
-        return dict(out, **{"backbone test top-1 (whole test split)": "checkpoint metadata not in this cache"})
-    teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-    out["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
-    if teacher is not None:
-        out["teacher test top-1"] = _f3(teacher)
-    split = _test_split(meta, label)
-    if split is None:
-        out["chance, majority share"] = "test split not readable on this machine"
-    else:
-        out["chance, majority share"] = (f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
-                                         f"present), {split.majority_fraction:.3f}")
-    return out
 
 
 def _aircraft_level(label: str) -> str:
