@@ -11,8 +11,7 @@ from .. import config
 from ..study import ReportSettings
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
-from .probes import load_probes
-from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_store_rows, missing_cells,
+from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_probes, load_store_rows, missing_cells,
                     SECTIONS)
 from .tables import build_tables, read_tables, SKIPPED_ROW, TABLES, write_tables
 

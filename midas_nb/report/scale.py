@@ -11,7 +11,7 @@ import pandas as pd
 from ..metrics import decoupling_D
 from ..metrics.probes import hidden_vs_attention_gradient
 from ..analysis.findings import BOOTSTRAP_SEED, paper_findings
-from .probes import load_probes, save_probes
+from .store import load_probes, save_probes
 from ..results import compact, sample_note
 from ..study import ProtocolCellRunner, cached_study, make_grid
 from ..sweeps import ResultStore, StoreStatus, run_sweep

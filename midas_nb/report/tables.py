@@ -17,7 +17,7 @@ from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTI
 from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
-from .store import expected_cells, mark_missing, missing_cells, SECTIONS
+from .store import expected_cells, mark_missing, missing_cells, read_csv_table, SECTIONS
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
@@ -422,15 +422,6 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
     for name in TABLES:
         tables[name].to_csv(out / f"{name}.csv", index=False)
     return [out / f"{name}.csv" for name in TABLES]
-
-
-def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
-    names it and says what was ``expected`` there."""
-    try:
-        return pd.read_csv(path, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
