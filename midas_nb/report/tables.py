@@ -172,8 +172,24 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
                       with_reference=True)
     rg = mark_missing(_regime_table(rows, s, band, n_boot), exp, miss, "regime", with_reference=False)
     sc = mark_missing(_scale_table(at, s, band, n_boot), exp, miss, "scale", with_reference=False)
-    pr, probes_used = _probes_table(probes, main, s.backbone)
-    fnd = _findings_table(rows, pr, s, miss, band, n_boot)
+    pr = pd.DataFrame(columns=_PROBE_COLUMNS)          # the cosine probes of the reported checkpoints
+    if probes is not None and len(probes):
+        pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == s.backbone)]
+        pr = pr.assign(paper_max_abs=PAPER_COSINE_MAX)
+        pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
+                                                                           kind="stable").reset_index(drop=True)
+    probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
+    # the findings of each block at the profile's point, plus the scale finding of the scale readout's backbones
+    scale_bbs = _scale_display(s)
+    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
+    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
+                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
+                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
+                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
+                         scale_backbones=scale_bbs)
+    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
+    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
+                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
     prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
     bbt = _backbones_table(rows, probes, s, band, n_boot)
     return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
@@ -181,6 +197,8 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
 
 
 _CELL = ["dataset", "backbone", "depth", "budget"]
+_PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
+                  "n_images", "mode", "paper_max_abs"]
 #: control conditions shown beside the profile's conditions where the rows have them: the random
 #: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
 _CHECK_CONDITIONS = ("random", "random_map")
@@ -264,17 +282,6 @@ def _scale_display(s: ReportSettings) -> list[str]:
     return listed if s.sweep.other_backbones else list(dict.fromkeys([s.backbone] + listed))
 
 
-def _scale_note(backbone: str, condition: str, dataset: str) -> str:
-    """The paper's statement beside a row of the scale table (backbones matched by exact timm name)."""
-    if condition == "T5" and backbone == PAPER_BACKBONES[0]:
-        return "decoupling reproduces (D > 0)"
-    if condition == "T5" and backbone == PAPER_BACKBONES[2]:
-        return "decoupling reverses"
-    if backbone == PAPER_SETTING["backbone"] and paper_value(condition, dataset) is not None:
-        return f"D = {paper_value(condition, dataset):+.2f} pp"
-    return ""
-
-
 def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     scale_bbs = _scale_display(s)
@@ -283,44 +290,16 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) 
     sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
     if sc is None:
         return pd.DataFrame(columns=sc_cols)
-    sc["paper"] = [_scale_note(bb, c, ds) for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
+    # the paper's statement beside each row (backbones matched by exact timm name)
+    sc["paper"] = ["decoupling reproduces (D > 0)" if c == "T5" and bb == PAPER_BACKBONES[0] else
+                   "decoupling reverses" if c == "T5" and bb == PAPER_BACKBONES[2] else
+                   f"D = {paper_value(c, ds):+.2f} pp"
+                   if bb == PAPER_SETTING["backbone"] and paper_value(c, ds) is not None else ""
+                   for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
     bb_order = {b: i for i, b in enumerate(scale_bbs)}
     sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
                         else s, kind="stable")
     return sc[sc_cols].reset_index(drop=True)
-
-
-def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, backbone: str
-                  ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
-    """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
-    cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi", "n_images",
-            "mode", "paper_max_abs"]
-    if probes is None or not len(probes):
-        return pd.DataFrame(columns=cols), {}
-    pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == backbone)].copy()
-    pr["paper_max_abs"] = PAPER_COSINE_MAX
-    pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
-                                                             kind="stable").reset_index(drop=True)
-    return pr, {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
-
-
-def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, s: ReportSettings, miss: pd.DataFrame, band: float,
-                    n_boot: int) -> pd.DataFrame:
-    """:func:`paper_findings` of each block at the profile's point, plus the scale finding of the
-    scale readout's backbones; INCOMPLETE where cells are missing."""
-    L0, b0 = s.point.depth, float(s.point.budget)
-    swept = list(s.sweep.conditions)
-    scale_bbs = _scale_display(s)
-    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(swept) | {"random"})]
-    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
-                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
-                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
-                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
-                         scale_backbones=scale_bbs)
-    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
-    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
-                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
-    return fnd
 
 
 #: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
