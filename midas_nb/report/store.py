@@ -31,16 +31,6 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
     return config.runs_dir() / "sweeps" / profile if store is None else Path(store)
 
 
-def _store(profile: str, store: str | Path | None):
-    root = store_root(profile, store)
-    if not (root / "cells").is_dir():
-        state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
-        todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
-                else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
-        raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
-    return ResultStore(root)
-
-
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest
@@ -51,9 +41,14 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     Raises:
         FileNotFoundError: no store; ValueError: the store has no done cell.
     """
-    st = _store(profile, store)
-    prof = config.get_profile(profile)
-    relaxation = relaxation or prof.get("relaxation", "st")
+    root = store_root(profile, store)
+    if not (root / "cells").is_dir():
+        state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
+        todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
+                else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
+        raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
+    st = ResultStore(root)
+    relaxation = relaxation or config.get_profile(profile).get("relaxation", "st")
     records, problems = st.scan()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
@@ -66,12 +61,9 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
         if str((cell.get("params") or {}).get("relaxation", "st")) != relaxation:
             other_relax += len(rec["rows"])
             continue
-        for r in rec["rows"]:
-            r = dict(r)
-            for col in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id"):
-                r.setdefault(col, cell.get(col))
-            r["cell_key"], r["finished"] = key, float(rec.get("finished") or 0.0)
-            rows.append(r)
+        own = {c: cell.get(c) for c in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")}
+        rows += [{**r, **{c: v for c, v in own.items() if c not in r}, "cell_key": key,
+                  "finished": float(rec.get("finished") or 0.0)} for r in rec["rows"]]
     if not rows:
         raise ValueError(f"the result store {st.root} has no finished rows with the {relaxation!r} relaxation "
                          f"({len(failed)} failed cells); run the notebooks first")
@@ -165,16 +157,14 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
     have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
-        k = _ident(r)
-        if k not in have:
-            e = out.setdefault(k, dict(sections=[], **dict(zip(CELL_IDENTITY, k))))
-            e["sections"].append(r["section"])
-    rows_out = [dict(e, sections=",".join(e["sections"]),
-                     label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
-                     state=states.get(k, "not in the store (never computed)")) for k, e in out.items()]
-    return pd.DataFrame(rows_out, columns=["sections"] + CELL_IDENTITY + ["label", "state"])
+        if (k := _ident(r)) not in have:
+            out.setdefault(k, []).append(r["section"])
+    return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                              state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
+                        columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 
 
 def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
@@ -182,8 +172,7 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     """``table`` with a ``missing`` column (how many of a row's expected cells, and of its reference,
     have no result), plus a ``status = "missing"`` row for each expected condition it lacks."""
     cols = CELL_IDENTITY[:5]
-    out = table.copy()
-    out["missing"] = ""
+    out = table.assign(missing="")
     m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
     if m.empty:
         return out
