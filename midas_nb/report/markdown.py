@@ -240,8 +240,8 @@ def _verdict(v: Any) -> str:
 
 
 def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[str]]:
-    """``(changed, undecided)``: findings whose decided verdicts differ between the first two backbones
-    of the ``backbones`` table for ``dataset``, and those undecided on at least one."""
+    """``(changed, undecided)``: findings whose decided verdicts differ between the first two backbones of the
+    ``backbones`` table for ``dataset``, and those undecided on at least one."""
     f = bt[(bt["dataset"] == dataset) & (bt["kind"] == "finding")]
     bbs = list(dict.fromkeys(f["backbone"]))
     if len(bbs) < 2:
@@ -405,8 +405,7 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
 
 
 def _section_span(readme: str | Path, detail: str = "") -> tuple[str, int, int]:
-    """The README's text and the span of its results section (markers included); ValueError
-    (``detail`` appended) where the markers are missing or out of order."""
+    """The README's text and its results section's span (markers included); ValueError: markers missing."""
     text = Path(readme).read_text(encoding="utf-8")
     i, j = text.find(README_BEGIN), text.find(README_END)
     if i < 0 or j < i:
@@ -415,8 +414,7 @@ def _section_span(readme: str | Path, detail: str = "") -> tuple[str, int, int]:
 
 
 def update_readme(readme: str | Path, section: str) -> bool:
-    """Replace the README's results section (markers included) with ``section``; returns whether
-    the file changed. Raises ValueError: no markers (or out of order)."""
+    """Replace the README's results section with ``section``; returns whether it changed. ValueError: no markers."""
     text, i, j = _section_span(readme, f" ({README_BEGIN!r} ... {README_END!r})")
     new = text[:i] + section + text[j:]
     if new != text:
@@ -445,17 +443,12 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
                 readme: str | Path | None = None, from_tables: str | Path | None = None,
                 band: float = 0.01, overrides: Mapping[str, Any] | None = None,
                 allow_incomplete: bool = False) -> Path:
-    """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or
-    ``store``) into ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables``
-    (``output`` defaults to that folder); rewrite ``readme``'s results section. ``overrides``: profile
-    keys of a run made with other settings. ``allow_incomplete``: write a report marked INCOMPLETE
-    where expected cells lack a result (:func:`missing_cells`). Returns the ``REPORT.md`` path.
-
-    Raises:
-        IncompleteReportError: (a ``ValueError``) cells are missing and not ``allow_incomplete``;
-            nothing is written. FileNotFoundError: no store / no tables. ValueError: nothing to
-            report (:func:`build_tables`), a README without markers.
-    """
+    """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or ``store``) into
+    ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables`` (``output`` defaults to that
+    folder); rewrite ``readme``'s results section. ``overrides``: profile keys of a run made with other settings;
+    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result. Returns the
+    ``REPORT.md`` path. Raises IncompleteReportError (a ValueError; nothing written): cells missing and not
+    ``allow_incomplete``; FileNotFoundError: no store or tables; ValueError: nothing to report, no README markers."""
     if from_tables is not None:
         out = Path(output if output is not None else from_tables)
         tables = read_tables(from_tables)

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -53,23 +54,17 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     have = pd.DataFrame(columns=COLUMNS)
     if len(at) and (at["condition"] == "reference").any():
         have = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"], n_boot=n_boot).reset_index(drop=True)
-        kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else None
-        have["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
-                                 for d, b in zip(have["dataset"], have["backbone"])]
-    present = set(zip(have["dataset"], have["backbone"])) if len(have) else set()
-    extra = []
-    for d, b in (expected or []):
-        if (d, b) not in present:
-            n = int(((at["dataset"] == d) & (at["backbone"] == b)).sum()) if len(at) else 0
-            extra.append(dict(dataset=d, backbone=b, condition=None,
-                              status="no result" if n == 0 else "no reference row"))
+        kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else {}
+        have["coverage_kind"] = [kinds.get((d, b)) for d, b in zip(have["dataset"], have["backbone"])]
+    present, n_at = set(zip(have["dataset"], have["backbone"])), Counter(zip(at["dataset"], at["backbone"]))
+    extra = [dict(dataset=d, backbone=b, condition=None, status="no reference row" if n_at[d, b] else "no result")
+             for d, b in expected or [] if (d, b) not in present]
     if extra:
         have = pd.concat([have, pd.DataFrame(extra)], ignore_index=True)
     if not len(have):
         return pd.DataFrame(columns=COLUMNS)
-    paper_bb = PAPER_SETTING["backbone"]
-    on_paper = (have["backbone"] == paper_bb) & (depth == PAPER_SETTING["depth"]) & \
-        bool(np.isclose(budget, PAPER_SETTING["budget"]))
+    on_paper = ((have["backbone"] == PAPER_SETTING["backbone"]) & (depth == PAPER_SETTING["depth"])
+                & bool(np.isclose(budget, PAPER_SETTING["budget"])))
     for c in ("D_pp", "delta_idauc"):
         have[f"paper_{c}"] = pd.to_numeric([paper_value(str(k), str(d), c) if ok else None
                                             for k, d, ok in zip(have["condition"], have["dataset"], on_paper)],
