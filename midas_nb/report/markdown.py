@@ -278,23 +278,19 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
         bbs = list(dict.fromkeys(t["backbone"]))
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
         out.append(f"\n{ds} · L = {L}, b = {b:.0%}\n")
-        acc = []
-        for bb in bbs:
-            r = t[t["backbone"] == bb].iloc[0]
-            acc.append([bb, r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
-                        _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
-                        f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""])
+        acc = [[r["backbone"], r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
+                _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
+                f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""]
+               for _, r in t.drop_duplicates("backbone").iterrows()]
         out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
                               "all-token accuracy (evaluated images)", "note"], acc) + "\n")
         for kind, head, label, cell in _BACKBONE_ROWS:
             k = t[t["kind"] == kind]
             if k.empty:
                 continue
-            body = []
-            for it in dict.fromkeys(k["item"]):
-                hits = [k[(k["backbone"] == bb) & (k["item"] == it)] for bb in bbs]
-                body.append([_statement(it) if kind == "finding" else it] +
-                            [cell(m.iloc[0]) if len(m) else "—" for m in hits])
+            cells = {(r["item"], r["backbone"]): cell(r) for _, r in k.drop_duplicates(["item", "backbone"]).iterrows()}
+            body = [[_statement(it) if kind == "finding" else it] + [cells.get((it, bb), "—") for bb in bbs]
+                    for it in dict.fromkeys(k["item"])]
             out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
         changed, undecided = backbone_changes(bt, ds)
         read = list(dict.fromkeys(t.loc[t["kind"] == "finding", "backbone"]))
@@ -308,7 +304,6 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
                         if changed else f"No finding's decided verdict differs between {bbs[0]} and {bbs[1]}.")
                        + (f" Undecided on at least one backbone: {names(undecided)}." if undecided else "") + "\n")
     return "\n".join(out)
-
 
 
 def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:

@@ -84,16 +84,13 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     :func:`save_probes`). ``run=False`` only reads the store; ``executor``, ``max_workers``: as
     :func:`midas_nb.sweeps.run_sweep`. Raises ValueError: an empty or duplicated backbone list."""
     s = study.settings   # the typed parts; the sweep layer takes them whole (make_grid, ProtocolCellRunner)
-    if backbones is None:
-        backbones = list(s.sweep.compare_backbones) if s.sweep.other_backbones else [s.backbone.name]
-    backbones = list(backbones)
+    backbones = list(backbones if backbones is not None else
+                     s.sweep.compare_backbones if s.sweep.other_backbones else [s.backbone.name])
     if not backbones or len(set(backbones)) != len(backbones):
         raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
     L0, b0 = s.point.depth, float(s.point.budget)
     n_boot = s.statistics.bootstrap   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
-    # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
-    # must not mix them in one side-by-side table
-    dataset = s.data.dataset
+    dataset = s.data.dataset    # the study's only: a grid over several datasets must not mix them in one table
     cells = make_grid(s, "regime", datasets=[dataset], backbones=backbones)
     store = ResultStore(name=s.profile)
     if run:

@@ -206,33 +206,30 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
-    L0, b0, cell = s.point.depth, float(s.point.budget), _CELL
+    L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
     # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
     tc = paper_table(proto, depth=L0, budget=b0, n_boot=2)
     tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
-    agg = aggregate_seeds(proto, by=cell + ["condition"], metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
-                          seed=BOOTSTRAP_SEED)
-    agg = agg.rename(columns={"accuracy_mean": "accuracy"})
+    agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
+                          seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
     d = d_by_condition(proto, cell, band, n_boot)
     d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
               "delta_idauc_hi", "status", "band_reason", "reference_check"]
     vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
               "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
-        agg[cell + ["condition", "n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi",
-                    "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
-        d[cell + ["condition"] + d_cols], on=cell + ["condition"], how="left")
+        agg[key + ["n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "accuracy",
+                   "accuracy_lo", "accuracy_hi"]], on=key, how="left").merge(d[key + d_cols], on=key, how="left")
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
         dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
-        tc = tc.merge(dr[cell + ["condition", *vs_map.values()]], on=cell + ["condition"], how="left")
+        tc = tc.merge(dr[key + list(vs_map.values())], on=key, how="left")
     # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
     # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
     # point (the header names the paper's setting), never at another (L, b)
-    at_paper_point = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
-    if at_paper_point:
+    if L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"])):
         for col in ("D_pp", "delta_idauc"):
             fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
             tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
@@ -361,13 +358,11 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportS
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
             if at.empty or not (at["condition"] == "reference").any():
-                if bb != s.backbone and not s.sweep.other_backbones:
-                    out.append(dict(base, kind="not run", verdict="not run",
-                                    evidence=f"the {s.profile} profile trains no other backbone "
-                                             "(other_backbones=false); `midas-nb run -p other_backbones true` adds it"))
-                else:
-                    out.append(dict(base, kind="missing", verdict="missing",
-                                    evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
+                kind = "not run" if bb != s.backbone and not s.sweep.other_backbones else "missing"
+                out.append(dict(base, kind=kind, verdict=kind, evidence=(
+                    f"the {s.profile} profile trains no other backbone (other_backbones=false); "
+                    "`midas-nb run -p other_backbones true` adds it" if kind == "not run" else
+                    f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)")))
                 continue
             ck = str(_first(at["checkpoint_id"]))
             meta = _checkpoint_meta(ck)[0] or {}
