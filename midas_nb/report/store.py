@@ -58,7 +58,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
             failed.append(str(rec.get("label", key)))
             continue
         cell = rec["cell"]
-        if str((cell.get("params") or {}).get("relaxation", "st")) != relaxation:
+        if _relaxation(cell) != relaxation:
             other_relax += len(rec["rows"])
             continue
         own = {c: cell.get(c) for c in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")}
@@ -87,6 +87,10 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
 _IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
 
 
+def _relaxation(cell: Mapping[str, Any]) -> str:
+    return str((cell.get("params") or {}).get("relaxation", "st"))
+
+
 def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
     """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
     return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
@@ -95,17 +99,14 @@ def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
                  relaxation: str) -> dict[tuple, str]:
     """Why a cell of ``relaxation`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
-    def ours(cell: Mapping[str, Any]) -> bool:
-        return str((cell.get("params") or {}).get("relaxation", "st")) == relaxation
-
     out: dict[tuple, str] = {}
     for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
-        if rec["status"] == "failed" and ours(rec["cell"]):
+        if rec["status"] == "failed" and _relaxation(rec["cell"]) == relaxation:
             err = str(rec.get("error") or "").strip().splitlines()
             out.setdefault(_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
     bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
     for c in st.registered_cells():
-        if c.key in records or not ours(c.to_dict()):
+        if c.key in records or _relaxation(c.to_dict()) != relaxation:
             continue
         claim = st.claim_info(c.key)                    # a live worker's claim, or one whose worker is gone
         why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
