@@ -33,14 +33,11 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
                 backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
-    """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's
-    values beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
-    :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)``
-    block without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks.
-
-    Raises:
-        ValueError: rows lacking a needed column.
-    """
+    """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's values
+    beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
+    :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)`` block
+    without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks. Raises
+    ValueError: rows lacking a needed column."""
     depth = int(PAPER_SETTING["depth"] if depth is None else depth)
     budget = float(PAPER_SETTING["budget"] if budget is None else budget)
     need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
@@ -84,12 +81,10 @@ def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.Dat
     """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
-    cells = make_grid(prof, "scale")
-    rows = ResultStore(name=s.profile).results(cells)
+    rows = ResultStore(name=s.profile).results(make_grid(prof, "scale"))
     datasets, backbones = grid_spans(prof, "scale")
-    expected = [(dataset_label(prof, d), b) for d in datasets for b in backbones]
-    return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), expected=expected,
-                       backbone_order=backbones, n_boot=s.bootstrap)
+    return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), backbone_order=backbones,
+                       expected=[(dataset_label(prof, d), b) for d in datasets for b in backbones], n_boot=s.bootstrap)
 
 
 def _num(v: Any, fmt: str) -> str:

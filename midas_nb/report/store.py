@@ -33,14 +33,11 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest
-    checkpoint per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md),
-    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
-    ``stale_checkpoint``, ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row).
-
-    Raises:
-        FileNotFoundError: no store; ValueError: the store has no done cell.
-    """
+    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest checkpoint
+    per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md), with
+    ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``, ``stale_checkpoint``,
+    ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
+    store; ValueError: the store has no done cell."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
@@ -222,9 +219,7 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
         if missing:
             raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
                              "probes.hidden_vs_attention_gradient")
-        t = t.copy()
-        t["depth"] = t["depth"].fillna(depth).astype(int) if "depth" in t else depth
-        frames.append(t)
+        frames.append(t.assign(depth=t["depth"].fillna(depth).astype(int) if "depth" in t else depth))
     new = pd.concat(frames, ignore_index=True)
     new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
     new.insert(0, "backbone", study.settings.backbone.name)
@@ -245,7 +240,5 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
 def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
     """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
     path = _probe_path(profile, store)
-    if not path.is_file():
-        return None
     return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
-                                "without probes)")
+                                "without probes)") if path.is_file() else None

@@ -150,14 +150,11 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float = 0.01) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it
-    ``left_out``), cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
-    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap``
-    resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md).
-
-    Raises:
-        ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
-    """
+    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
+    cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
+    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap`` resamples,
+    seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
+    ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
     s = ReportSettings.of(profile)
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
@@ -399,12 +396,8 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables of a report directory (every name in :data:`TABLES`).
-
-    Raises:
-        FileNotFoundError: a table is missing (the message names it and the directory).
-        ValueError: a table that is not a CSV file pandas can read (the message names it).
-    """
+    """The tables of a report directory (every name in :data:`TABLES`). Raises FileNotFoundError: a table is
+    missing; ValueError: a table pandas cannot read as CSV (each message names the file)."""
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
     if missing:
