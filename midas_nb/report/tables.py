@@ -39,10 +39,8 @@ def _shown_path(p: str | Path) -> str:
     if os.environ.get("MIDAS_RUNS_DIR"):
         bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
     for prefix, base in bases:
-        try:
+        if p.is_relative_to(base.resolve()):
             return prefix + p.relative_to(base.resolve()).as_posix()
-        except ValueError:
-            continue
     return "…/" + "/".join(p.parts[-2:])
 
 
