@@ -135,13 +135,12 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
     """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
     dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
-    sections = (("scale",) if finding == "scale" else ("three_conditions", "regime")
+    sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
                 if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
         return ""
-    m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
-    if finding != "scale":
-        m = m[m["backbone"] == backbone]
+    m = miss[(miss["dataset"] == dataset) & ((miss["backbone"] == backbone) | (finding == "scale"))
+             & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & sections))]
     return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
