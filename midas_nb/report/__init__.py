@@ -5,8 +5,8 @@ hold. ``REPORT.md`` and the README's results section are rendered only from the 
 """
 from __future__ import annotations
 
-from .store import IncompleteReportError, SECTIONS, expected_cells, load_store_rows, missing_cells  # noqa: F401
-from .probes import load_probes, save_probes  # noqa: F401
+from .store import (IncompleteReportError, SECTIONS, expected_cells, load_probes, load_store_rows,  # noqa: F401
+                    missing_cells, save_probes)
 from ..analysis.findings import BOOTSTRAP_SEED, Holds, findings_paragraph, paper_findings  # noqa: F401
 from .tables import TABLES, build_tables, read_tables, write_tables  # noqa: F401
 from .markdown import README_BEGIN, README_END, make_report, readme_current_section, readme_section, render_report, update_readme  # noqa: F401

@@ -11,8 +11,7 @@ from .. import config
 from ..study import ReportSettings
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
-from .probes import load_probes
-from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_store_rows, missing_cells,
+from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_probes, load_store_rows, missing_cells,
                     SECTIONS)
 from .tables import build_tables, read_tables, SKIPPED_ROW, TABLES, write_tables
 
@@ -22,15 +21,17 @@ README_END = "<!-- midas-nb report: end -->"
 
 
 def _md_table(headers: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    def cell(x: Any) -> str:
-        return str(x).replace("|", "\\|").replace("\n", " ")
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in body]
+    lines += ["| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in row) + " |" for row in body]
     return "\n".join(lines)
 
 
 def _f(x: Any, fmt: str) -> str:
     return f"{float(x):{fmt}}" if is_number(x) else ""
+
+
+def _int(x: Any) -> str:
+    return str(int(float(x))) if is_number(x) else ""
 
 
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
@@ -44,8 +45,15 @@ def _missing_list(tables: Mapping[str, pd.DataFrame]) -> list[str]:
     return list(p.loc[p["setting"] == "missing cell", "value"])
 
 
-def _int(x: Any) -> str:
-    return str(int(float(x))) if is_number(x) else ""
+def _blocks(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str]]:
+    p = tables["provenance"]
+    return list(dict.fromkeys((d, b) for d, b in zip(p["dataset"], p["backbone"]) if d))
+
+
+def _three(tables: Mapping[str, pd.DataFrame], ds: str, bb: str) -> pd.DataFrame:
+    """The rows of one dataset × backbone block of the three-condition table."""
+    tc = tables["three_conditions"]
+    return tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
 
 
 def _band_text(r: Mapping[str, Any]) -> str:
@@ -72,31 +80,24 @@ def _section_note(g: Mapping[str, str], section: str) -> str:
     return f" — ⚠ {v}" if v.startswith("INCOMPLETE") else ""
 
 
-def _blocks(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str]]:
-    p = tables["provenance"]
-    return list(dict.fromkeys((d, b) for d, b in zip(p["dataset"], p["backbone"]) if d))
-
-
 #: band statuses whose ``band_reason`` says why D is missing, not how the baseline was checked
 _NOT_A_CHECK = ("undefined", "no reference")
 
 
 def _reference_note(t: pd.DataFrame) -> str:
     """The reference's faithfulness test behind the band column of a block (``band_reason``)."""
-    if "band_reason" not in t.columns:
-        return ""
-    rs = [str(r) for r, c, s in zip(t["band_reason"], t["condition"], t["status"])
+    rs = [str(r) for r, c, s in zip(t.get("band_reason", ()), t["condition"], t["status"])
           if c != "reference" and str(r) and s not in _NOT_A_CHECK]
     return f"Reference check: {rs[0]}.\n" if rs else ""
 
 
 def _random_map_note(t: pd.DataFrame) -> str:
     """D against the random-map control per condition, where the run has that condition."""
-    if "D_vs_random_map_pp" not in t.columns or not t["D_vs_random_map_pp"].map(is_number).any():
+    if "D_vs_random_map_pp" not in t.columns:
         return ""
     parts = [f"{c} {ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
              zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
-                 t["status_vs_random_map"]) if c not in ("random_map",) and is_number(d)]
+                 t["status_vs_random_map"]) if c != "random_map" and is_number(d)]
     if not parts:
         return ""
     checks = [str(r) for r, c, s in zip(t.get("band_reason_vs_random_map", pd.Series(dtype=object)), t["condition"],
@@ -115,13 +116,13 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
         cut = any(is_number(v) and abs(float(v)) >= 100 - 1e-9 for v in (r["D_pp_lo"], r["D_pp_hi"]))
         if not ref and cut and r.get("D_pp_by_seed"):
             D += f" ({r['D_pp_by_seed']})"  # an interval cut at the range of D: the seeds say more
-        dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
         band = "—" if ref and not r.get("missing") else _band_text(r)
         paper = _f(r["paper_D_pp"], "+.2f") or (str(r["paper_status"]) if r["paper_status"] else "")
         miou, idauc = (ci_text(r[m], r[f"{m}_lo"], r[f"{m}_hi"], ".3f") for m in ("miou", "idauc"))
         if compact:
             body.append([r["condition"], miou, idauc, _f(r["accuracy"], ".3f"), D, band, paper])
         else:
+            dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
             body.append([r["condition"], _int(r["n_seeds"]), miou, idauc,
                          ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
@@ -136,20 +137,6 @@ def _smoke_note(prov: Mapping[str, str]) -> str:
     head, _, what = kind.partition(" — ")
     return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
             f"({what or kind}); the reference results come from the `quick` profile on the real CUB subset.\n\n")
-
-
-def _intervals_note(g: Mapping[str, Any]) -> str:
-    """REPORT.md's opening paragraph after the sources: how every interval and band is computed."""
-    return (f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): a percentile bootstrap "
-            "over seeds × images for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
-            "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
-            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
-            "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). The parity-band column is the interval's verdict: \"in\" only when the "
-            "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
-            "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
-            "(paired interval of the difference reaching 0: the band then says nothing about faithfulness parity, "
-            "and no finding counts it). D = mIoU − mIoU(reference) in percentage points, counted only inside the "
-            "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, `../shared/DESIGN.md`).\n")
 
 
 def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: Callable[[pd.Series], list],
@@ -171,20 +158,32 @@ def _d_columns(r: Mapping[str, Any]) -> list[str]:
 
 def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     """``REPORT.md`` from the tables (as read back by :func:`read_tables`)."""
-    g = _prov(tables)
-    missing = _missing_list(tables)
+    g, missing, blocks = _prov(tables), _missing_list(tables), _blocks(tables)
     out = [f"# MIDAS report — `{g.get('profile', '?')}` profile\n", _incomplete_banner(g, len(missing)), _smoke_note(g),
            f"Generated by `midas-nb report` from the result store `{g.get('result store', '')}`; every number "
            "below is read from the CSV tables beside this file (`" + "`, `".join(f"{n}.csv" for n in TABLES) +
-           "`). " + _intervals_note(g)]
+           "`). "
+           # how every interval and band is computed
+           f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): a percentile bootstrap "
+           "over seeds × images for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
+           "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
+           "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
+           "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). The parity-band "
+           "column is the interval's verdict: \"in\" only when the "
+           "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
+           "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
+           "(paired interval of the difference reaching 0: the band then says nothing about faithfulness parity, "
+           "and no finding counts it). D = mIoU − mIoU(reference) in percentage points, counted only inside the "
+           "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, "
+           "`../shared/DESIGN.md`).\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
         out += ["\n### Missing cells\n", "Expected by the profile, without a result in the store (`midas-nb sweep "
                 "status` lists the store's cells; rerun the notebooks that compute them):\n",
                 "\n".join(f"- {m}" for m in missing) + "\n"]
-    for ds, bb in _blocks(tables):
+    for ds, bb in blocks:
         out += [f"\n### {ds} · {bb}\n", _md_table(["setting", "value"], list(_prov(tables, ds, bb).items())) + "\n"]
-    if len({ds for ds, _ in _blocks(tables)}) > 1:
+    if len({ds for ds, _ in blocks}) > 1:
         out += ["\n## The paper's table on these datasets\n", datasets_table(tables) + "\n"]
     out.append("\n## Which of the paper's findings hold\n")
     out.append("The findings speak of the decoupling as the paper's D does: T5's coverage gain over the reference "
@@ -192,20 +191,19 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                "that gain *and* two different winners, both leads resolved, without coverage and faithfulness "
                "rising together across the conditions. A finding can hold here on a run whose verdict shows no "
                "decoupling.\n")
-    out += [findings_paragraph(tables["findings"], ds, bb) + "\n" for ds, bb in _blocks(tables)]
-    tc = tables["three_conditions"]
+    out += [findings_paragraph(tables["findings"], ds, bb) + "\n" for ds, bb in blocks]
     out.append(f"\n## Three-condition protocol{_section_note(g, 'three_conditions')}\n")
-    for ds, bb in _blocks(tables):
-        t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
+    for ds, bb in blocks:
+        t = _three(tables, ds, bb)
         if t.empty:
             continue
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
-        out.append(f"\n{ds} · {bb} · L = {L}, b = {b:.0%}\n")
         coverage = _prov(tables, ds, bb).get("coverage", "part mIoU")
-        out.append(_md_table(["condition", "seeds", f"{coverage} [CI]", "IDAUC [CI]", "pruned accuracy [CI]",
-                              "D (pp) [CI]", "ΔIDAUC [CI]", "parity band", "paper D (pp)¹", "paper ΔIDAUC¹"],
-                             _three_rows(t)) + "\n")
-        out += ["¹ DeiT-S/16 at L = 6, b = 25 % (design card §8), shown only at that L and b.\n", _reference_note(t),
+        out += [f"\n{ds} · {bb} · L = {L}, b = {b:.0%}\n",
+                _md_table(["condition", "seeds", f"{coverage} [CI]", "IDAUC [CI]", "pruned accuracy [CI]",
+                           "D (pp) [CI]", "ΔIDAUC [CI]", "parity band", "paper D (pp)¹", "paper ΔIDAUC¹"],
+                          _three_rows(t)) + "\n",
+                "¹ DeiT-S/16 at L = 6, b = 25 % (design card §8), shown only at that L and b.\n", _reference_note(t),
                 _random_map_note(t)]
     out += _table_section("\n## Cosine probes (hidden- vs attention-gradient rank cosine)\n", tables["cosine_probes"],
                           ["dataset", "L", "hidden", "attention", "cosine [CI]", "images", "paper |cos| ≤"],
@@ -241,16 +239,15 @@ def _verdict(v: Any) -> str:
 
 
 def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[str]]:
-    """``(changed, undecided)``: findings whose decided verdicts differ between the first two backbones
-    of the ``backbones`` table for ``dataset``, and those undecided on at least one."""
+    """``(changed, undecided)``: findings whose decided verdicts differ between the first two backbones of the
+    ``backbones`` table for ``dataset``, and those undecided on at least one."""
     f = bt[(bt["dataset"] == dataset) & (bt["kind"] == "finding")]
     bbs = list(dict.fromkeys(f["backbone"]))
     if len(bbs) < 2:
         return [], []
     a, b = (f[f["backbone"] == x].set_index("item")["verdict"] for x in bbs[:2])
-    both = [(fid, str(a[fid]), str(b[fid])) for fid in a.index.intersection(b.index)]
-    return ([fid for fid, va, vb in both if {va, vb} <= {"True", "False"} and va != vb],
-            [fid for fid, va, vb in both if not {va, vb} <= {"True", "False"}])
+    both = [(fid, {str(a[fid]), str(b[fid])}) for fid in a.index.intersection(b.index)]
+    return ([fid for fid, v in both if v == {"True", "False"}], [fid for fid, v in both if not v <= {"True", "False"}])
 
 
 #: :func:`backbones_section`'s tables: kind, first column's header, backbone column's label, cell
@@ -280,23 +277,19 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
         bbs = list(dict.fromkeys(t["backbone"]))
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
         out.append(f"\n{ds} · L = {L}, b = {b:.0%}\n")
-        acc = []
-        for bb in bbs:
-            r = t[t["backbone"] == bb].iloc[0]
-            acc.append([bb, r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
-                        _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
-                        f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""])
+        acc = [[r["backbone"], r["checkpoint_id"] or "—", _f(r["test_accuracy"], ".3f") or "not in this cache",
+                _f(r["teacher_test_accuracy"], ".3f") or "—", _f(r["full_accuracy"], ".3f") or "—",
+                f"{r['kind']}: " + r["evidence"] if r["kind"] in ("missing", "not run") else ""]
+               for _, r in t.drop_duplicates("backbone").iterrows()]
         out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
                               "all-token accuracy (evaluated images)", "note"], acc) + "\n")
         for kind, head, label, cell in _BACKBONE_ROWS:
             k = t[t["kind"] == kind]
             if k.empty:
                 continue
-            body = []
-            for it in dict.fromkeys(k["item"]):
-                hits = [k[(k["backbone"] == bb) & (k["item"] == it)] for bb in bbs]
-                body.append([_statement(it) if kind == "finding" else it] +
-                            [cell(m.iloc[0]) if len(m) else "—" for m in hits])
+            cells = {(r["item"], r["backbone"]): cell(r) for _, r in k.drop_duplicates(["item", "backbone"]).iterrows()}
+            body = [[_statement(it) if kind == "finding" else it] + [cells.get((it, bb), "—") for bb in bbs]
+                    for it in dict.fromkeys(k["item"])]
             out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
         changed, undecided = backbone_changes(bt, ds)
         read = list(dict.fromkeys(t.loc[t["kind"] == "finding", "backbone"]))
@@ -321,34 +314,26 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
 
-def _evaluated(p: Mapping[str, str]) -> str:
-    """The images coverage was computed on, e.g. ``"108 of 144 images"``."""
-    n = p.get("test images (mIoU, accuracy)", "?")
-    skipped = p.get(SKIPPED_ROW, p.get("images without a visible part", "0"))   # tables of releases before
-    if n.isdigit() and skipped.isdigit() and int(skipped):
-        return f"{int(n) - int(skipped)} of {n} images"
-    return f"{n} images"
-
-
 def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
     """The paper's table on this run's datasets (DESIGN.md §8): one row per dataset × backbone block,
     its coverage, accuracies, and D(T5), D(T1) with their band, each beside the paper's."""
-    tc = tables["three_conditions"]
     body = []
     for ds, bb in _blocks(tables):
-        p = _prov(tables, ds, bb)
-        t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
+        p, t = _prov(tables, ds, bb), _three(tables, ds, bb)
         acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
-        teacher = p.get("teacher test top-1")
-        chance = p.get("chance, majority share", "")
+        teacher, chance = p.get("teacher test top-1"), p.get("chance, majority share", "")
         acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
         label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
         if p.get("training images per class (cap)"):   # a capped training split is said where D is shown
             n = str(p.get("training images", ""))
             label += (f"; trained on {n + ' images, ' if n.isdigit() else ''}the first "
                       f"{p['training images per class (cap)']} of each class")
-        (d5, b5), (d1, b1) = _d_cell(t, "T5"), _d_cell(t, "T1")
-        body.append([label, f"{p.get('coverage', '')} ({_evaluated(p)})", acc_text, d5, b5, d1, b1])
+        # the images coverage was computed on, e.g. "108 of 144 images" (SKIPPED_ROW's old name in older tables)
+        n = p.get("test images (mIoU, accuracy)", "?")
+        skipped = p.get(SKIPPED_ROW, p.get("images without a visible part", "0"))
+        evaluated = f"{int(n) - int(skipped)} of {n}" if n.isdigit() and skipped.isdigit() and int(skipped) else n
+        body.append([label, f"{p.get('coverage', '')} ({evaluated} images)", acc_text, *_d_cell(t, "T5"),
+                     *_d_cell(t, "T1")])
     return _md_table(["dataset", "coverage (images)", "backbone test top-1", "D(T5) (pp) [95 % CI], band",
                       "paper D(T5)", "D(T1) (pp) [95 % CI], band", "paper D(T1)"], body)
 
@@ -356,68 +341,51 @@ def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
 def datasets_summary(report_dir: str | Path) -> str:
     """:func:`datasets_table` and which findings hold per block, as ``midas-nb run`` prints them."""
     tables = read_tables(report_dir)
-    lines = [datasets_table(tables), ""]
-    lines += [f"- {findings_paragraph(tables['findings'], ds, bb)}" for ds, bb in _blocks(tables)]
-    return "\n".join(lines)
+    return "\n".join([datasets_table(tables), ""] + [f"- {findings_paragraph(tables['findings'], ds, bb)}"
+                                                     for ds, bb in _blocks(tables)])
 
 
 def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "results/REPORT.md") -> str:
-    """The README's results section (markers included), rendered from the tables alone."""
-    g = _prov(tables)
-    blocks = _blocks(tables)
+    """The README's results section (markers included), rendered from the tables alone; ValueError: no block.
+    One block: its three-condition table and findings; several: the datasets table and a findings grid."""
+    g, blocks = _prov(tables), _blocks(tables)
     if not blocks:
         raise ValueError("the report tables hold no dataset × backbone block")
-    if len({ds for ds, _ in blocks}) > 1:
-        return _readme_datasets_section(tables, report_link)
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
-    tc = tables["three_conditions"]
-    t = tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
-    evaluated, coverage = p.get("evaluated images' fingerprint"), p.get("coverage", "part mIoU")
-    return _readme(tables, f"{ds}, {bb}, {_point(p)}", [
-        f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
-        f"fingerprint {evaluated}; test split fingerprint "
-        f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
-        f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on {p.get('test images (mIoU, accuracy)')} "
-        f"test images, IDAUC on {p.get('IDAUC images')} (S = {p.get('IDAUC steps S')}). "
-        f"Intervals: 95 % bootstrap, {g.get('bootstrap', 'resamples not recorded')} (paired for D); "
-        "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
-        _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy", "D (pp) [95 % CI]",
-                   "parity band", "paper D (pp), DeiT-S/16"], _three_rows(t, compact=True)) + "\n",
-        findings_paragraph(tables["findings"], ds, bb) + "\n"],
-        "the cosine probes, the regime grid and the scale readout", report_link)
-
-
-def _point(p: Mapping[str, str]) -> str:
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    return f"L = {L}, b = {b}"
-
-
-def _readme(tables: Mapping[str, pd.DataFrame], what: str, body: Sequence[str], full: str, report_link: str) -> str:
-    """The README section: heading naming ``what`` ran, banners, ``body``, the link to the report."""
-    g = _prov(tables)
+    bootstrap = g.get("bootstrap", "resamples not recorded")
+    if len({d for d, _ in blocks}) > 1:
+        what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
+        full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
+        body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
+                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % "
+                f"bootstrap, {bootstrap} (D: paired over images and seeds); parity band \"in\" only "
+                "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
+                "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
+                datasets_table(tables) + "\n",
+                "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
+                _findings_grid(tables["findings"], blocks) + "\n"]
+    else:
+        coverage = p.get("coverage", "part mIoU")
+        what, full = f"{ds}, {bb}", "the cosine probes, the regime grid and the scale readout"
+        fingerprint = p.get("evaluated images' fingerprint")
+        body = [f"Checkpoint `{p.get('checkpoint')}` (weights digest {p.get('weights digest')}; evaluated images' "
+                f"fingerprint {fingerprint}; test split fingerprint "
+                f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
+                f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on "
+                f"{p.get('test images (mIoU, accuracy)')} test images, IDAUC on {p.get('IDAUC images')} "
+                f"(S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, {bootstrap} (paired for D); "
+                "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
+                _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy",
+                           "D (pp) [95 % CI]", "parity band", "paper D (pp), DeiT-S/16"],
+                          _three_rows(_three(tables, ds, bb), compact=True)) + "\n",
+                findings_paragraph(tables["findings"], ds, bb) + "\n"]
     banner, smoke = _incomplete_banner(g, len(_missing_list(tables))), _smoke_note(g)
-    lines = [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}\n",
+    lines = [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}, L = {L}, b = {b}\n",
              banner.rstrip("\n") + ("\n" if banner else ""), smoke.rstrip("\n") + ("\n" if smoke else ""), *body,
              f"Full report with {full}: [{report_link}]({report_link}).", README_END]
     return "\n".join(s for s in lines if s != "")
-
-
-def _readme_datasets_section(tables: Mapping[str, pd.DataFrame], report_link: str) -> str:
-    """The README's results section of a report over several datasets."""
-    g, blocks = _prov(tables), _blocks(tables)
-    p = _prov(tables, *blocks[0])
-    bbs = ", ".join(dict.fromkeys(bb for _, bb in blocks))
-    return _readme(tables, f"{len(blocks)} datasets, {bbs}, {_point(p)}", [
-        f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
-        f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, "
-        f"{g.get('bootstrap', 'resamples not recorded')} (D: paired over images and seeds); parity band \"in\" only "
-        "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
-        "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
-        datasets_table(tables) + "\n",
-        "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
-        _findings_grid(tables["findings"], blocks) + "\n"],
-        "the protocol tables, the cosine probes, the regime grid and the scale readout", report_link)
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
@@ -431,8 +399,7 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
 
 
 def _section_span(readme: str | Path, detail: str = "") -> tuple[str, int, int]:
-    """The README's text and the span of its results section (markers included); ValueError
-    (``detail`` appended) where the markers are missing or out of order."""
+    """The README's text and its results section's span (markers included); ValueError: markers missing."""
     text = Path(readme).read_text(encoding="utf-8")
     i, j = text.find(README_BEGIN), text.find(README_END)
     if i < 0 or j < i:
@@ -441,9 +408,8 @@ def _section_span(readme: str | Path, detail: str = "") -> tuple[str, int, int]:
 
 
 def update_readme(readme: str | Path, section: str) -> bool:
-    """Replace the README's results section (markers included) with ``section``; returns whether
-    the file changed. Raises ValueError: no markers (or out of order)."""
-    text, i, j = _section_span(Path(readme), f" ({README_BEGIN!r} ... {README_END!r})")
+    """Replace the README's results section with ``section``; returns whether it changed. ValueError: no markers."""
+    text, i, j = _section_span(readme, f" ({README_BEGIN!r} ... {README_END!r})")
     new = text[:i] + section + text[j:]
     if new != text:
         Path(readme).write_text(new, encoding="utf-8")
@@ -458,10 +424,10 @@ def readme_current_section(readme: str | Path) -> str:
 
 def _incomplete_message(what: str, missing: Sequence[str], profile: str, n_expected: int | None = None) -> str:
     of = f" of the {n_expected}" if n_expected else ""
-    head = (f"{what} is incomplete: {len(missing)}{of} cells the {profile} profile's report needs "
-            f"{'has' if len(missing) == 1 else 'have'} no result")
-    shown = "\n".join(f"  {m}" for m in missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
-    return (f"{head}:\n{shown}\nFinish them (`midas-nb sweep status` lists every cell the store has seen, these "
+    more = f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else ""
+    return (f"{what} is incomplete: {len(missing)}{of} cells the {profile} profile's report needs "
+            f"{'has' if len(missing) == 1 else 'have'} no result:\n" + "\n".join(f"  {m}" for m in missing[:20])
+            + f"{more}\nFinish them (`midas-nb sweep status` lists every cell the store has seen, these "
             "and cells of other settings, so its counts can be larger; rerun the notebooks that compute them, "
             f"`midas-nb run --profile {profile}`), or pass --allow-incomplete to write a report marked INCOMPLETE "
             "that lists them.")
@@ -471,23 +437,17 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
                 readme: str | Path | None = None, from_tables: str | Path | None = None,
                 band: float = 0.01, overrides: Mapping[str, Any] | None = None,
                 allow_incomplete: bool = False) -> Path:
-    """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or
-    ``store``) into ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables``
-    (``output`` defaults to that folder); rewrite ``readme``'s results section. ``overrides``: profile
-    keys of a run made with other settings. ``allow_incomplete``: write a report marked INCOMPLETE
-    where expected cells lack a result (:func:`missing_cells`). Returns the ``REPORT.md`` path.
-
-    Raises:
-        IncompleteReportError: (a ``ValueError``) cells are missing and not ``allow_incomplete``;
-            nothing is written. FileNotFoundError: no store / no tables. ValueError: nothing to
-            report (:func:`build_tables`), a README without markers.
-    """
+    """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or ``store``) into
+    ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables`` (``output`` defaults to that
+    folder); rewrite ``readme``'s results section. ``overrides``: profile keys of a run made with other settings;
+    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result. Returns the
+    ``REPORT.md`` path. Raises IncompleteReportError (a ValueError; nothing written): cells missing and not
+    ``allow_incomplete``; FileNotFoundError: no store or tables; ValueError: nothing to report, no README markers."""
     if from_tables is not None:
-        out = Path(output) if output is not None else Path(from_tables)
+        out = Path(output if output is not None else from_tables)
         tables = read_tables(from_tables)
         try:                                   # rendered before anything is written
-            missing = _missing_list(tables)
-            text = render_report(tables)
+            missing, text = _missing_list(tables), render_report(tables)
         except KeyError as e:
             raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
                              "by `midas-nb report`; nothing was written") from None
@@ -501,12 +461,11 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
         rows, left_out = load_store_rows(profile, store, relaxation=s.relaxation)
         miss = missing_cells(rows, s, left_out)
         if len(miss) and not allow_incomplete:
-            labels = [f"{r['label']}: {r['state']}" for r in miss.to_dict("records")]
             n_expected = len(expected_cells(s, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))
-            raise IncompleteReportError(_incomplete_message(f"the result store {left_out['store']}", labels, profile,
-                                                            n_expected))
-        probes = load_probes(profile, store if store is None else Path(store))
-        tables = build_tables(rows, s, left_out=left_out, probes=probes, band=band)
+            raise IncompleteReportError(_incomplete_message(f"the result store {left_out['store']}",
+                                                            [f"{r.label}: {r.state}" for r in miss.itertuples()],
+                                                            profile, n_expected))
+        tables = build_tables(rows, s, left_out=left_out, probes=load_probes(profile, store), band=band)
         out = Path(output) if output is not None else config.runs_dir() / profile / "report"
         write_tables(tables, out)
         tables = read_tables(out)          # render from what was written, as the README test does

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -32,14 +33,11 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
                 backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
-    """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's
-    values beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
-    :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)``
-    block without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks.
-
-    Raises:
-        ValueError: rows lacking a needed column.
-    """
+    """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's values
+    beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
+    :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)`` block
+    without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks. Raises
+    ValueError: rows lacking a needed column."""
     depth = int(PAPER_SETTING["depth"] if depth is None else depth)
     budget = float(PAPER_SETTING["budget"] if budget is None else budget)
     need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
@@ -53,39 +51,29 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     have = pd.DataFrame(columns=COLUMNS)
     if len(at) and (at["condition"] == "reference").any():
         have = decoupling_D(at, by=["dataset", "backbone", "depth", "budget"], n_boot=n_boot).reset_index(drop=True)
-        kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else None
-        have["coverage_kind"] = [kinds.get((d, b)) if kinds is not None else None
-                                 for d, b in zip(have["dataset"], have["backbone"])]
-    present = set(zip(have["dataset"], have["backbone"])) if len(have) else set()
-    extra = []
-    for d, b in (expected or []):
-        if (d, b) not in present:
-            n = int(((at["dataset"] == d) & (at["backbone"] == b)).sum()) if len(at) else 0
-            extra.append(dict(dataset=d, backbone=b, condition=None,
-                              status="no result" if n == 0 else "no reference row"))
+        kinds = at.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in at else {}
+        have["coverage_kind"] = [kinds.get((d, b)) for d, b in zip(have["dataset"], have["backbone"])]
+    present, n_at = set(zip(have["dataset"], have["backbone"])), Counter(zip(at["dataset"], at["backbone"]))
+    extra = [dict(dataset=d, backbone=b, condition=None, status="no reference row" if n_at[d, b] else "no result")
+             for d, b in expected or [] if (d, b) not in present]
     if extra:
         have = pd.concat([have, pd.DataFrame(extra)], ignore_index=True)
     if not len(have):
         return pd.DataFrame(columns=COLUMNS)
-    paper_bb = PAPER_SETTING["backbone"]
-    on_paper = (have["backbone"] == paper_bb) & (depth == PAPER_SETTING["depth"]) & \
-        bool(np.isclose(budget, PAPER_SETTING["budget"]))
+    on_paper = ((have["backbone"] == PAPER_SETTING["backbone"]) & (depth == PAPER_SETTING["depth"])
+                & bool(np.isclose(budget, PAPER_SETTING["budget"])))
     for c in ("D_pp", "delta_idauc"):
         have[f"paper_{c}"] = pd.to_numeric([paper_value(str(k), str(d), c) if ok else None
                                             for k, d, ok in zip(have["condition"], have["dataset"], on_paper)],
                                            errors="coerce")
     have["paper_status"] = [paper_status(str(c), str(d)) if ok else None
                             for c, d, ok in zip(have["condition"], have["dataset"], on_paper)]
-    for c in COLUMNS:
-        if c not in have.columns:
-            have[c] = None
-    ds_rank = {d: i for i, d in enumerate(order_first(have["dataset"], DATASET_NAMES))}
-    bb_rank = {b: i for i, b in enumerate(order_first(have["backbone"], list(backbone_order or [])))}
-    cond_rank = {c: i for i, c in enumerate(order_first([c for c in have["condition"] if c is not None],
-                                                   CONDITION_ORDER))}
-    have = have.assign(_d=have["dataset"].map(ds_rank), _b=have["backbone"].map(bb_rank),
-                       _c=have["condition"].map(lambda c: cond_rank.get(c, -1)))
-    have = have.sort_values(["_d", "_b", "_c"], kind="stable").drop(columns=["_d", "_b", "_c"])
+    have = have.assign(**{c: None for c in COLUMNS if c not in have.columns})
+    rank = {"dataset": order_first(have["dataset"], DATASET_NAMES),
+            "backbone": order_first(have["backbone"], list(backbone_order or [])),
+            "condition": order_first([c for c in have["condition"] if c is not None], CONDITION_ORDER)}
+    have = have.sort_values(list(rank), kind="stable",
+                            key=lambda col: col.map(lambda v: rank[col.name].index(v) if v in rank[col.name] else -1))
     return have[COLUMNS].reset_index(drop=True)
 
 
@@ -93,20 +81,17 @@ def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.Dat
     """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
-    cells = make_grid(prof, "scale")
-    rows = ResultStore(name=s.profile).results(cells)
+    rows = ResultStore(name=s.profile).results(make_grid(prof, "scale"))
     datasets, backbones = grid_spans(prof, "scale")
-    expected = [(dataset_label(prof, d), b) for d in datasets for b in backbones]
-    return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), expected=expected,
-                       backbone_order=backbones, n_boot=s.bootstrap)
+    return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), backbone_order=backbones,
+                       expected=[(dataset_label(prof, d), b) for d in datasets for b in backbones], n_boot=s.bootstrap)
 
 
 def _num(v: Any, fmt: str) -> str:
     try:
-        f = float(v)
+        return format(float(v), fmt) if np.isfinite(float(v)) else "—"
     except (TypeError, ValueError):
         return "—"
-    return "—" if not np.isfinite(f) else format(f, fmt)
 
 
 def format_paper_table(table: pd.DataFrame) -> str:

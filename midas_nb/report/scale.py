@@ -11,7 +11,7 @@ import pandas as pd
 from ..metrics import decoupling_D
 from ..metrics.probes import hidden_vs_attention_gradient
 from ..analysis.findings import BOOTSTRAP_SEED, paper_findings
-from .probes import load_probes, save_probes
+from .store import load_probes, save_probes
 from ..results import compact, sample_note
 from ..study import ProtocolCellRunner, cached_study, make_grid
 from ..sweeps import ResultStore, StoreStatus, run_sweep
@@ -40,11 +40,9 @@ class BackboneComparison:
     def table(self) -> pd.DataFrame:
         """``D_pp``, ``delta_idauc`` (``m [lo, hi]``, :func:`~midas_nb.results.compact`) and ``status``;
         index ``(condition, backbone)``, the backbones of one condition on adjacent rows."""
-        order = {b: i for i, b in enumerate(self.backbones)}
-        conds = {c: i for i, c in enumerate(dict.fromkeys(self.D["condition"]))}
-        d = self.D[self.D["backbone"].isin(order)]
-        d = d.iloc[sorted(range(len(d)), key=lambda i: (conds[d["condition"].iloc[i]],
-                                                         order[d["backbone"].iloc[i]]))]
+        rank = {"condition": list(dict.fromkeys(self.D["condition"])), "backbone": self.backbones}
+        d = self.D[self.D["backbone"].isin(self.backbones)].sort_values(
+            list(rank), key=lambda c: c.map(rank[c.name].index), kind="stable")
         return compact(d, ["D_pp", "delta_idauc"], index=["condition", "backbone"],
                        signed=["D_pp", "delta_idauc"], keep=["status"])
 
@@ -57,17 +55,16 @@ class BackboneComparison:
     def sample_note(self) -> str:
         """:func:`midas_nb.results.sample_note` of the rows at ``(depth, budget)``; ValueError: none."""
         r = self.rows
-        at = r[(r["depth"] == self.depth) & np.isclose(r["budget"].astype(float), self.budget)] if len(r) else r
-        return sample_note(at)
+        return sample_note(r[(r["depth"] == self.depth) & np.isclose(r["budget"].astype(float), self.budget)]
+                           if len(r) else r)
 
     def findings_table(self) -> pd.DataFrame:
         """Each paper finding's verdict per backbone (columns), then its ``statement``; ``scale`` left out."""
         f = self.findings[self.findings["finding"] != "scale"]
         holds = f.pivot(index="finding", columns="backbone", values="holds")
-        holds = holds[[b for b in self.backbones if b in holds.columns]]
         statement = f.drop_duplicates("finding").set_index("finding")["statement"]
-        order = list(dict.fromkeys(f["finding"]))
-        return holds.join(statement).loc[order]
+        holds = holds[[b for b in self.backbones if b in holds.columns]]
+        return holds.join(statement).loc[list(dict.fromkeys(f["finding"]))]
 
     def changed(self) -> list[str]:
         """Findings whose verdict differs between the first two backbones (both decided)."""
@@ -75,8 +72,9 @@ class BackboneComparison:
         if len(self.backbones) < 2:
             return []
         a, b = self.backbones[:2]
+        decided = (bool, np.bool_)
         return [fid for fid, r in t.iterrows()
-                if isinstance(r[a], (bool, np.bool_)) and isinstance(r[b], (bool, np.bool_)) and r[a] != r[b]]
+                if isinstance(r[a], decided) and isinstance(r[b], decided) and r[a] != r[b]]
 
 
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
@@ -86,16 +84,13 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     :func:`save_probes`). ``run=False`` only reads the store; ``executor``, ``max_workers``: as
     :func:`midas_nb.sweeps.run_sweep`. Raises ValueError: an empty or duplicated backbone list."""
     s = study.settings   # the typed parts; the sweep layer takes them whole (make_grid, ProtocolCellRunner)
-    if backbones is None:
-        backbones = list(s.sweep.compare_backbones) if s.sweep.other_backbones else [s.backbone.name]
-    backbones = list(backbones)
+    backbones = list(backbones if backbones is not None else
+                     s.sweep.compare_backbones if s.sweep.other_backbones else [s.backbone.name])
     if not backbones or len(set(backbones)) != len(backbones):
         raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
     L0, b0 = s.point.depth, float(s.point.budget)
     n_boot = s.statistics.bootstrap   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
-    # the study's dataset only: a profile whose grid spans several datasets (paper, rehearsal)
-    # must not mix them in one side-by-side table
-    dataset = s.data.dataset
+    dataset = s.data.dataset    # the study's only: a grid over several datasets must not mix them in one table
     cells = make_grid(s, "regime", datasets=[dataset], backbones=backbones)
     store = ResultStore(name=s.profile)
     if run:
@@ -111,19 +106,16 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     for b in backbones:
         st = cached_study(s, dataset, b, progress=study.progress)
         m = st.meta
-        d = m.get("distillation") or {}
         acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
-                        teacher_test_accuracy=d.get("teacher_test_accuracy", np.nan),
+                        teacher_test_accuracy=(m.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
                         n_test_images=(m.get("test_set") or {}).get("num_images", np.nan)))
         if run:
-            hv = hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
-                                                     bootstrap=n_boot, seed=BOOTSTRAP_SEED)
-            save_probes(st, hv)
+            save_probes(st, hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
+                                                         bootstrap=n_boot, seed=BOOTSTRAP_SEED))
     pr = load_probes(s.profile)
     if pr is not None:
-        pr = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0)]
-        ckpts = {a["checkpoint_id"] for a in acc}
-        probe_table = pr[pr["checkpoint_id"].astype(str).isin(ckpts)].reset_index(drop=True)
+        probe_table = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0) & pr["checkpoint_id"].astype(str).isin(
+            {a["checkpoint_id"] for a in acc})].reset_index(drop=True)
     else:
         probe_table = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention",
                                             "cosine", "lo", "hi"])
@@ -132,8 +124,7 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     D = decoupling_D(at, n_boot=n_boot, ci_seed=BOOTSTRAP_SEED) if len(at) else pd.DataFrame(
         columns=["backbone", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
                  "delta_idauc_hi", "status"])
-    findings = (paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0,
-                                      n_boot=n_boot)
+    findings = (paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0, n_boot=n_boot)
                 if len(rows) else pd.DataFrame(columns=["dataset", "backbone", "finding", "statement", "holds",
                                                         "evidence"]))
     return BackboneComparison(backbones=backbones, rows=rows, probes=probe_table, D=D, findings=findings,

@@ -1,4 +1,5 @@
-"""Reading a profile's result store for the report: its rows, and which cells the profile expects but lack a result."""
+"""Reading a profile's result store for the report: its rows, which cells the profile expects but lack a result,
+and the cosine probes notebook 03 saves beside the store."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from .. import config
+from ..identity import atomic_write_text
 from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 
@@ -29,29 +31,21 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
     return config.runs_dir() / "sweeps" / profile if store is None else Path(store)
 
 
-def _store(profile: str, store: str | Path | None):
+def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
+                    relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest checkpoint
+    per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md), with
+    ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``, ``stale_checkpoint``,
+    ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
+    store; ValueError: the store has no done cell."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
         todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
                 else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
         raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
-    return ResultStore(root)
-
-
-def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
-                    relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest
-    checkpoint per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md),
-    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
-    ``stale_checkpoint``, ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row).
-
-    Raises:
-        FileNotFoundError: no store; ValueError: the store has no done cell.
-    """
-    st = _store(profile, store)
-    prof = config.get_profile(profile)
-    relaxation = relaxation or prof.get("relaxation", "st")
+    st = ResultStore(root)
+    relaxation = relaxation or config.get_profile(profile).get("relaxation", "st")
     records, problems = st.scan()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
@@ -61,15 +55,12 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
             failed.append(str(rec.get("label", key)))
             continue
         cell = rec["cell"]
-        if str((cell.get("params") or {}).get("relaxation", "st")) != relaxation:
+        if _relaxation(cell) != relaxation:
             other_relax += len(rec["rows"])
             continue
-        for r in rec["rows"]:
-            r = dict(r)
-            for col in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id"):
-                r.setdefault(col, cell.get(col))
-            r["cell_key"], r["finished"] = key, float(rec.get("finished") or 0.0)
-            rows.append(r)
+        own = {c: cell.get(c) for c in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")}
+        rows += [{**r, **{c: v for c, v in own.items() if c not in r}, "cell_key": key,
+                  "finished": float(rec.get("finished") or 0.0)} for r in rec["rows"]]
     if not rows:
         raise ValueError(f"the result store {st.root} has no finished rows with the {relaxation!r} relaxation "
                          f"({len(failed)} failed cells); run the notebooks first")
@@ -93,6 +84,10 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
 _IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
 
 
+def _relaxation(cell: Mapping[str, Any]) -> str:
+    return str((cell.get("params") or {}).get("relaxation", "st"))
+
+
 def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
     """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
     return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
@@ -101,17 +96,14 @@ def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
                  relaxation: str) -> dict[tuple, str]:
     """Why a cell of ``relaxation`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
-    def ours(cell: Mapping[str, Any]) -> bool:
-        return str((cell.get("params") or {}).get("relaxation", "st")) == relaxation
-
     out: dict[tuple, str] = {}
     for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
-        if rec["status"] == "failed" and ours(rec["cell"]):
+        if rec["status"] == "failed" and _relaxation(rec["cell"]) == relaxation:
             err = str(rec.get("error") or "").strip().splitlines()
             out.setdefault(_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
     bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
     for c in st.registered_cells():
-        if c.key in records or not ours(c.to_dict()):
+        if c.key in records or _relaxation(c.to_dict()) != relaxation:
             continue
         claim = st.claim_info(c.key)                    # a live worker's claim, or one whose worker is gone
         why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
@@ -163,16 +155,14 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
     have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
-    out: dict[tuple, dict[str, Any]] = {}
+    out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
-        k = _ident(r)
-        if k not in have:
-            e = out.setdefault(k, dict(sections=[], **dict(zip(CELL_IDENTITY, k))))
-            e["sections"].append(r["section"])
-    rows_out = [dict(e, sections=",".join(e["sections"]),
-                     label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
-                     state=states.get(k, "not in the store (never computed)")) for k, e in out.items()]
-    return pd.DataFrame(rows_out, columns=["sections"] + CELL_IDENTITY + ["label", "state"])
+        if (k := _ident(r)) not in have:
+            out.setdefault(k, []).append(r["section"])
+    return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                              state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
+                        columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 
 
 def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
@@ -180,8 +170,7 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     """``table`` with a ``missing`` column (how many of a row's expected cells, and of its reference,
     have no result), plus a ``status = "missing"`` row for each expected condition it lacks."""
     cols = CELL_IDENTITY[:5]
-    out = table.copy()
-    out["missing"] = ""
+    out = table.assign(missing="")
     m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
     if m.empty:
         return out
@@ -201,3 +190,55 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
         else:
             extra.append(dict(zip(cols, g), status="missing", missing=text))
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
+
+
+def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
+    names it and says what was ``expected`` there."""
+    try:
+        return pd.read_csv(path, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
+
+
+def _probe_path(profile: str, store: str | Path | None = None) -> Path:
+    return store_root(profile, store) / "derived" / "cosine_probes.csv"
+
+
+def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient`
+    ``tables``, NaN ``depth`` = the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the
+    same dataset × backbone × depth × pair; returns its path. Raises ValueError: no table, or one without the
+    probe columns."""
+    if not tables:
+        raise ValueError("save_probes needs at least one probe table")
+    need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
+    frames, depth = [], study.settings.point.depth
+    for t in tables:
+        missing = need - set(t.columns)
+        if missing:
+            raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
+                             "probes.hidden_vs_attention_gradient")
+        frames.append(t.assign(depth=t["depth"].fillna(depth).astype(int) if "depth" in t else depth))
+    new = pd.concat(frames, ignore_index=True)
+    new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
+    new.insert(0, "backbone", study.settings.backbone.name)
+    new.insert(0, "dataset", str(study.dataset_name))
+    ident = ["dataset", "backbone", "depth", "hidden", "attention"]
+    new = new.drop_duplicates(ident, keep="last")
+    path = _probe_path(study.settings.profile, store)
+    if path.is_file():
+        old = pd.read_csv(path)
+        old = old.merge(new[ident], on=ident, how="left", indicator=True)
+        old = old[old["_merge"] == "left_only"].drop(columns="_merge")
+        new = pd.concat([old, new], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, new.to_csv(index=False))
+    return path
+
+
+def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
+    """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
+    path = _probe_path(profile, store)
+    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
+                                "without probes)") if path.is_file() else None

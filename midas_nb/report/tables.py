@@ -17,7 +17,7 @@ from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTI
 from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
-from .store import expected_cells, mark_missing, missing_cells, SECTIONS
+from .store import expected_cells, mark_missing, missing_cells, read_csv_table, SECTIONS
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
@@ -29,8 +29,7 @@ TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "r
 
 
 def _first(series: pd.Series) -> Any:
-    s = series.dropna()
-    return s.iloc[0] if len(s) else ""
+    return next(iter(series.dropna()), "")
 
 
 def _shown_path(p: str | Path) -> str:
@@ -40,36 +39,14 @@ def _shown_path(p: str | Path) -> str:
     if os.environ.get("MIDAS_RUNS_DIR"):
         bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
     for prefix, base in bases:
-        try:
+        if p.is_relative_to(base.resolve()):
             return prefix + p.relative_to(base.resolve()).as_posix()
-        except ValueError:
-            continue
     return "…/" + "/".join(p.parts[-2:])
 
 
-def _fingerprints(g: pd.DataFrame, cap: int | None = None) -> dict[str, str]:
-    """Provenance rows naming the data behind these rows, each with its source (docs/decisions/0054, 0057)."""
-    ckpt = str(_first(g["checkpoint_id"]))
-    meta, where = _checkpoint_meta(ckpt)
-    n_test = ((meta or {}).get("test_set") or {}).get("num_images")
-    out = {}
-    fps = sorted(set(map(str, g["dataset_fingerprint"].dropna()))) if "dataset_fingerprint" in g.columns else []
-    n_eval = sorted(set(int(v) for v in g["n_images"].dropna())) if "n_images" in g.columns else []
-    of = f"{', '.join(map(str, n_eval)) or '?'} of {n_test or 'M (split size: no checkpoint metadata)'} test images"
-    out["evaluated images' fingerprint"] = (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
-                                            "not recorded in the result rows")
-    n_train = ((meta or {}).get("train_set") or {}).get("num_images")
-    out["training images"] = str(n_train) if n_train else "not available: no checkpoint metadata"
-    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
-        out["training images per class (cap)"] = str(cap)
-    for split in ("test", "train"):
-        fp = ((meta or {}).get(f"{split}_set") or {}).get("fingerprint")
-        out[f"{split} split fingerprint"] = (
-            f"{fp} (checkpoint metadata {_shown_path(where)})" if fp else
-            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
-            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
-            "(MIDAS_CACHE_DIR)")
-    return out
+def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
+    """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
+    return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
 
 
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
@@ -92,60 +69,89 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
     out = [("", "", k, str(v)) for k, v in run.items()]
     out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
                                      f"{r['state']}") for r in miss.to_dict("records")]
-    versions = sorted(set(str(v) for v in rows.get("versions", pd.Series(dtype=str)).dropna() if str(v)))
+    versions = _distinct(rows, "versions")
     out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
-        at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-        digests = sorted(set(str(v) for v in g["weights_digest"].dropna() if str(v))) if "weights_digest" in g else []
-        block = {"checkpoint": _first(g["checkpoint_id"]),
-                 "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
-                 **_fingerprints(g, config.images_per_class(dict(s.values), ds)),
-                 "depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
-                 "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
-                 "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
-                                         if c in set(s.conditions) | {"random"}),
-                 "coverage": coverage_name(at)}
-        for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
-                          ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
-            vals = sorted(set(int(v) for v in at[col].dropna())) if col in at.columns else []
-            block[name] = ", ".join(map(str, vals)) if vals else "not recorded"
-        if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
-            block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
-        block.update(_accuracy_context(str(_first(g["checkpoint_id"])), ds))
-        pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
-        block["(L, b) points"] = " ".join(f"({L}, {b:.0%})" for L, b in pts)
-        others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
-        block["other conditions in the store (not in this report)"] = ", ".join(others) if others else "none"
-        block["cosine probe rows"] = probes_used.get((ds, bb), 0)
-        out += [(ds, bb, k, str(v)) for k, v in block.items()]
+        out += [(ds, bb, k, str(v)) for k, v in _block_provenance(g, s, ds, probes_used.get((ds, bb), 0)).items()]
     return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
+
+
+def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
+    """The provenance rows of one dataset × backbone block: its checkpoint and the data behind its rows, each
+    with its source (docs/decisions/0054, 0057), the sample, and what its accuracy is measured against (class
+    labels, whole-test-split top-1 and the teacher's, chance and majority share of the test split's labels)."""
+    at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
+    ckpt = str(_first(g["checkpoint_id"]))
+    meta, where = _checkpoint_meta(ckpt)
+    sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
+    digests, fps = _distinct(g, "weights_digest"), _distinct(g, "dataset_fingerprint")
+    of = (f"{', '.join(map(str, _distinct(g, 'n_images', int))) or '?'} of "
+          f"{sets['test'].get('num_images') or 'M (split size: no checkpoint metadata)'} test images")
+    n_train, cap = sets["train"].get("num_images"), config.images_per_class(dict(s.values), ds)
+    block = {"checkpoint": _first(g["checkpoint_id"]),
+             "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
+             "evaluated images' fingerprint": (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
+                                               "not recorded in the result rows"),
+             "training images": str(n_train) if n_train else "not available: no checkpoint metadata"}
+    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
+        block["training images per class (cap)"] = str(cap)
+    for split, info in sets.items():
+        block[f"{split} split fingerprint"] = (
+            f"{info['fingerprint']} (checkpoint metadata {_shown_path(where)})" if info.get("fingerprint") else
+            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
+            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
+            "(MIDAS_CACHE_DIR)")
+    block.update({"depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
+                  "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
+                  "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
+                                          if c in set(s.conditions) | {"random"}),
+                  "coverage": coverage_name(at)})
+    for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
+                      ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
+        block[name] = ", ".join(map(str, _distinct(at, col, int))) or "not recorded"
+    if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
+        block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
+    if config.dataset_of_label(ds) == "aircraft":
+        block["class labels"] = f"FGVC-Aircraft {_aircraft_level(ds)}"
+    if not meta:
+        block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
+    else:
+        teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
+        block["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
+        if teacher is not None:
+            block["teacher test top-1"] = _f3(teacher)
+        split = _test_split(meta, ds)
+        block["chance, majority share"] = ("test split not readable on this machine" if split is None else
+                                           f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
+                                           f"present), {split.majority_fraction:.3f}")
+    pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
+    others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
+    return dict(block, **{"(L, b) points": " ".join(f"({L}, {b:.0%})" for L, b in pts),
+                          "other conditions in the store (not in this report)": ", ".join(others) or "none",
+                          "cosine probe rows": n_probes})
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
     """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
     dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
-    sections = (("scale",) if finding == "scale" else ("three_conditions", "regime")
+    sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
                 if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
         return ""
-    m = miss[(miss["dataset"] == dataset) & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & set(sections)))]
-    if finding != "scale":
-        m = m[m["backbone"] == backbone]
+    m = miss[(miss["dataset"] == dataset) & ((miss["backbone"] == backbone) | (finding == "scale"))
+             & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & sections))]
     return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
 def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float = 0.01) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it
-    ``left_out``), cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
-    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap``
-    resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md).
-
-    Raises:
-        ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference.
-    """
+    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
+    cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
+    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap`` resamples,
+    seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
+    ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
     s = ReportSettings.of(profile)
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
@@ -160,8 +166,24 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
                       with_reference=True)
     rg = mark_missing(_regime_table(rows, s, band, n_boot), exp, miss, "regime", with_reference=False)
     sc = mark_missing(_scale_table(at, s, band, n_boot), exp, miss, "scale", with_reference=False)
-    pr, probes_used = _probes_table(probes, main, s.backbone)
-    fnd = _findings_table(rows, pr, s, miss, band, n_boot)
+    pr = pd.DataFrame(columns=_PROBE_COLUMNS)          # the cosine probes of the reported checkpoints
+    if probes is not None and len(probes):
+        pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == s.backbone)]
+        pr = pr.assign(paper_max_abs=PAPER_COSINE_MAX)
+        pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
+                                                                           kind="stable").reset_index(drop=True)
+    probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
+    # the findings of each block at the profile's point, plus the scale finding of the scale readout's backbones
+    scale_bbs = _scale_display(s)
+    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
+    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
+                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
+                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
+                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
+                         scale_backbones=scale_bbs)
+    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
+    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
+                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
     prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
     bbt = _backbones_table(rows, probes, s, band, n_boot)
     return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
@@ -169,6 +191,8 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
 
 
 _CELL = ["dataset", "backbone", "depth", "budget"]
+_PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
+                  "n_images", "mode", "paper_max_abs"]
 #: control conditions shown beside the profile's conditions where the rows have them: the random
 #: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
 _CHECK_CONDITIONS = ("random", "random_map")
@@ -176,33 +200,30 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
-    L0, b0, cell = s.point.depth, float(s.point.budget), _CELL
+    L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
     # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
     tc = paper_table(proto, depth=L0, budget=b0, n_boot=2)
     tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
-    agg = aggregate_seeds(proto, by=cell + ["condition"], metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
-                          seed=BOOTSTRAP_SEED)
-    agg = agg.rename(columns={"accuracy_mean": "accuracy"})
+    agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
+                          seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
     d = d_by_condition(proto, cell, band, n_boot)
     d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
               "delta_idauc_hi", "status", "band_reason", "reference_check"]
     vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
               "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
-        agg[cell + ["condition", "n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi",
-                    "accuracy", "accuracy_lo", "accuracy_hi"]], on=cell + ["condition"], how="left").merge(
-        d[cell + ["condition"] + d_cols], on=cell + ["condition"], how="left")
+        agg[key + ["n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "accuracy",
+                   "accuracy_lo", "accuracy_hi"]], on=key, how="left").merge(d[key + d_cols], on=key, how="left")
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
         dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
-        tc = tc.merge(dr[cell + ["condition", *vs_map.values()]], on=cell + ["condition"], how="left")
+        tc = tc.merge(dr[key + list(vs_map.values())], on=key, how="left")
     # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
     # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
     # point (the header names the paper's setting), never at another (L, b)
-    at_paper_point = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
-    if at_paper_point:
+    if L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"])):
         for col in ("D_pp", "delta_idauc"):
             fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
             tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
@@ -212,10 +233,8 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
             for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
     else:
         tc["paper_status"] = tc["paper_status"].fillna("")
-    order = {c: i for i, c in enumerate(conds)}
-    ds_order = {v: i for i, v in enumerate(DATASET_NAMES)}
-    tc = tc.assign(_d=tc["dataset"].map(ds_order).fillna(99), _c=tc["condition"].map(order).fillna(99))
-    tc = tc.sort_values(["_d", "_c"], kind="stable").drop(columns=["_d", "_c"])
+    rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "condition": {c: i for i, c in enumerate(conds)}}
+    tc = tc.sort_values(["dataset", "condition"], key=lambda c: c.map(rank[c.name]).fillna(99), kind="stable")
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
                       "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", *d_cols,
                       *vs_map.values(), "paper_D_pp", "paper_delta_idauc", "paper_status"]
@@ -254,17 +273,6 @@ def _scale_display(s: ReportSettings) -> list[str]:
     return listed if s.sweep.other_backbones else list(dict.fromkeys([s.backbone] + listed))
 
 
-def _scale_note(backbone: str, condition: str, dataset: str) -> str:
-    """The paper's statement beside a row of the scale table (backbones matched by exact timm name)."""
-    if condition == "T5" and backbone == PAPER_BACKBONES[0]:
-        return "decoupling reproduces (D > 0)"
-    if condition == "T5" and backbone == PAPER_BACKBONES[2]:
-        return "decoupling reverses"
-    if backbone == PAPER_SETTING["backbone"] and paper_value(condition, dataset) is not None:
-        return f"D = {paper_value(condition, dataset):+.2f} pp"
-    return ""
-
-
 def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     scale_bbs = _scale_display(s)
@@ -273,44 +281,16 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) 
     sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
     if sc is None:
         return pd.DataFrame(columns=sc_cols)
-    sc["paper"] = [_scale_note(bb, c, ds) for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
+    # the paper's statement beside each row (backbones matched by exact timm name)
+    sc["paper"] = ["decoupling reproduces (D > 0)" if c == "T5" and bb == PAPER_BACKBONES[0] else
+                   "decoupling reverses" if c == "T5" and bb == PAPER_BACKBONES[2] else
+                   f"D = {paper_value(c, ds):+.2f} pp"
+                   if bb == PAPER_SETTING["backbone"] and paper_value(c, ds) is not None else ""
+                   for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
     bb_order = {b: i for i, b in enumerate(scale_bbs)}
     sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
                         else s, kind="stable")
     return sc[sc_cols].reset_index(drop=True)
-
-
-def _probes_table(probes: pd.DataFrame | None, main: pd.DataFrame, backbone: str
-                  ) -> tuple[pd.DataFrame, dict[tuple[str, str], int]]:
-    """The cosine probes of the reported checkpoints, and how many rows each (dataset, backbone) has."""
-    cols = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi", "n_images",
-            "mode", "paper_max_abs"]
-    if probes is None or not len(probes):
-        return pd.DataFrame(columns=cols), {}
-    pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == backbone)].copy()
-    pr["paper_max_abs"] = PAPER_COSINE_MAX
-    pr = pr[[c for c in cols if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
-                                                             kind="stable").reset_index(drop=True)
-    return pr, {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
-
-
-def _findings_table(rows: pd.DataFrame, pr: pd.DataFrame, s: ReportSettings, miss: pd.DataFrame, band: float,
-                    n_boot: int) -> pd.DataFrame:
-    """:func:`paper_findings` of each block at the profile's point, plus the scale finding of the
-    scale readout's backbones; INCOMPLETE where cells are missing."""
-    L0, b0 = s.point.depth, float(s.point.budget)
-    swept = list(s.sweep.conditions)
-    scale_bbs = _scale_display(s)
-    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(swept) | {"random"})]
-    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
-                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
-                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
-                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
-                         scale_backbones=scale_bbs)
-    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
-    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
-                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
-    return fnd
 
 
 #: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
@@ -328,28 +308,6 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
         except (OSError, json.JSONDecodeError):
             continue
     return None, cache
-
-
-def _accuracy_context(ckpt: str, label: str) -> dict[str, str]:
-    """What a backbone's accuracy is measured against (class labels, whole-test-split top-1 and the
-    teacher's, chance and majority share), from the checkpoint's metadata and the test split's labels."""
-    meta, _ = _checkpoint_meta(ckpt)
-    out: dict[str, str] = {}
-    if config.dataset_of_label(label) == "aircraft":
-        out["class labels"] = f"FGVC-Aircraft {_aircraft_level(label)}"
-    if not meta:
-        return dict(out, **{"backbone test top-1 (whole test split)": "checkpoint metadata not in this cache"})
-    teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-    out["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
-    if teacher is not None:
-        out["teacher test top-1"] = _f3(teacher)
-    split = _test_split(meta, label)
-    if split is None:
-        out["chance, majority share"] = "test split not readable on this machine"
-    else:
-        out["chance, majority share"] = (f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
-                                         f"present), {split.majority_fraction:.3f}")
-    return out
 
 
 def _aircraft_level(label: str) -> str:
@@ -394,13 +352,11 @@ def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportS
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
             if at.empty or not (at["condition"] == "reference").any():
-                if bb != s.backbone and not s.sweep.other_backbones:
-                    out.append(dict(base, kind="not run", verdict="not run",
-                                    evidence=f"the {s.profile} profile trains no other backbone "
-                                             "(other_backbones=false); `midas-nb run -p other_backbones true` adds it"))
-                else:
-                    out.append(dict(base, kind="missing", verdict="missing",
-                                    evidence=f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)"))
+                kind = "not run" if bb != s.backbone and not s.sweep.other_backbones else "missing"
+                out.append(dict(base, kind=kind, verdict=kind, evidence=(
+                    f"the {s.profile} profile trains no other backbone (other_backbones=false); "
+                    "`midas-nb run -p other_backbones true` adds it" if kind == "not run" else
+                    f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)")))
                 continue
             ck = str(_first(at["checkpoint_id"]))
             meta = _checkpoint_meta(ck)[0] or {}
@@ -436,34 +392,23 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
     return [out / f"{name}.csv" for name in TABLES]
 
 
-def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
-    names it and says what was ``expected`` there."""
-    try:
-        return pd.read_csv(path, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
-
-
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables of a report directory (every name in :data:`TABLES`).
-
-    Raises:
-        FileNotFoundError: a table is missing (the message names it and the directory).
-        ValueError: a table that is not a CSV file pandas can read (the message names it).
-    """
+    """The tables of a report directory (every name in :data:`TABLES`). Raises FileNotFoundError: a table is
+    missing; ValueError: a table pandas cannot read as CSV (each message names the file)."""
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
     if missing:
         raise FileNotFoundError(f"report tables {missing} missing in {d}; expected {list(TABLES)}")
-    out = {}
-    for n in TABLES:
-        df = read_csv_table(d / f"{n}.csv", "the table `midas-nb report` wrote", keep_default_na=False, na_values=[""])
-        for c in ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                  "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
-                  "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
-                  "missing", "kind", "item", "verdict"):
-            if c in df.columns:
-                df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
-        out[n] = df
+    out = {n: read_csv_table(d / f"{n}.csv", "the table `midas-nb report` wrote", keep_default_na=False,
+                             na_values=[""]) for n in TABLES}
+    for df in out.values():
+        for c in set(_TEXT_COLUMNS) & set(df.columns):
+            df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
     return out
+
+
+#: the columns :func:`read_tables` reads as text, an empty cell as ``""``
+_TEXT_COLUMNS = ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
+                 "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
+                 "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
+                 "missing", "kind", "item", "verdict")
