@@ -345,6 +345,14 @@ def test_make_report_and_readme_section(store, tmp_path):
     assert (readme.read_text(), path.read_text()) == before
     with pytest.raises(ValueError, match="no results section markers"):
         report.update_readme(tmp_path / "results" / "REPORT.md", section)
+    # the report says how its means' intervals were made: from its provenance, so tables made before the
+    # t interval (no such row) keep the words that made them
+    assert "): a t interval over the seeds plus a bootstrap over the images, as for D" in before[1]
+    prov = out / "provenance.csv"
+    prov.write_text("".join(ln for ln in prov.read_text().splitlines(keepends=True)
+                            if "interval of a mean over seeds" not in ln))
+    assert "): a percentile bootstrap over seeds × images for mIoU" in report.make_report(
+        "smoke", from_tables=out, readme=readme).read_text()
 
 
 def _smoke_store(root: Path):

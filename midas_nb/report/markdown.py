@@ -164,8 +164,9 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "below is read from the CSV tables beside this file (`" + "`, `".join(f"{n}.csv" for n in TABLES) +
            "`). "
            # how every interval and band is computed
-           f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): a percentile bootstrap "
-           "over seeds × images for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
+           f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): "
+           f"{g.get('interval of a mean over seeds', 'a percentile bootstrap over seeds × images')} "
+           "for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
            "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
            "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). The parity-band "

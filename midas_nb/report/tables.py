@@ -48,6 +48,11 @@ def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
     """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
     return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
 
+#: how ``aggregate_seeds`` builds a condition's interval (decision 0007); tables made before this row existed
+#: used a percentile bootstrap over seeds × images, which REPORT.md then says
+MEAN_INTERVAL = ("a t interval over the seeds plus a bootstrap over the images, as for D (one seed: a percentile "
+                 "bootstrap over the images), cut at the metric's range")
+
 
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
                 blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
@@ -60,7 +65,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
            "rows of older checkpoints left out": sum(left_out.get("stale_checkpoint", {}).values()),
            "rows superseded by a newer record": left_out.get("superseded", 0),
            "invalid store files ignored": len(left_out.get("problems", [])),
-           "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}"}
+           "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}",
+           "interval of a mean over seeds": MEAN_INTERVAL}
     for sec, name in SECTIONS.items():
         n = int((exp["section"] == sec).sum())
         k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
