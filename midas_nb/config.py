@@ -139,6 +139,23 @@ def list_profiles() -> list[str]:
     return sorted(PROFILES)
 
 
+#: the sweeps of a profile, by name, with the notebook that reads them (``midas-nb sweep --sweep``)
+SWEEPS: dict[str, str] = {"protocol": "02", "soft": "02", "random": "02", "regime": "04", "scale": "05",
+                          "backbones": "05", "related": "06"}
+
+
+def sweep_names(text: str | None) -> list[str]:
+    """``--sweep``'s comma-separated sweep names (``None`` or ``"all"``: every one of :data:`SWEEPS`).
+
+    Raises:
+        ValueError: an unknown name, with the known ones.
+    """
+    names = list(SWEEPS) if text in (None, "all") else [s.strip() for s in text.split(",") if s.strip()]
+    if bad := [n for n in names if n not in SWEEPS]:
+        raise ValueError(f"unknown sweep(s) {bad}; expected some of {list(SWEEPS)} (or 'all')")
+    return names
+
+
 class ProfileError(ValueError):
     """Settings that cannot run, one line per problem in ``problems`` and the message (decision 0024)."""
 

@@ -81,7 +81,8 @@ def test_help_version_and_argument_errors_answer_without_torch():
         "import contextlib, io, sys\n"
         "from midas_nb import cli\n"
         "for argv in (['--help'], ['--version'], ['run', '--help'], ['run', '--bogus'],"
-        " ['run', '-p', 'seeds', '[0,', '1]'], ['params'], ['report', '--depth', 'x']):\n"
+        " ['run', '-p', 'seeds', '[0,', '1]'], ['params'], ['report', '--depth', 'x'],"
+        " ['sweep', 'plan', '--sweep', 'regime,bogus']):\n"
         "    buf = io.StringIO()\n"
         "    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):\n"
         "        try:\n"
@@ -91,7 +92,7 @@ def test_help_version_and_argument_errors_answer_without_torch():
         "    print(argv[0], argv[-1], rc, 'torch' in sys.modules, 'midas_nb.study' in sys.modules)\n")
     assert out == ["--help --help 0 False False", "--version --version 0 False False", "run --help 0 False False",
                    "run --bogus 2 False False", "run 1] 2 False False",
-                   "params params 2 False False", "report x 2 False False"]
+                   "params params 2 False False", "report x 2 False False", "sweep regime,bogus 2 False False"]
 
 
 def test_a_selection_of_no_notebook_answers_before_torch_and_papermill_load():

@@ -301,10 +301,14 @@ def _not_a_notebook(path: Path, e: Exception) -> str:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
+        args.profile = args.profile or "paper"
+        try:   # a bad --sweep is answered before the study (and torch) is imported
+            config.sweep_names(args.sweep)
+        except ValueError as e:
+            return _answer(f"sweep {args.action}", [str(e)])
         from ..study import cluster
         from .runspec import parse_data_roots
 
-        args.profile = args.profile or "paper"
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
             return _answer(f"sweep {args.action}", problems)

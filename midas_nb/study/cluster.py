@@ -8,6 +8,7 @@ import sys
 from typing import Any, Iterator, Mapping, Sequence
 
 from .. import config
+from ..config import SWEEPS, sweep_names
 from ..progress import PROGRESS_ENV, progress_mode
 from ..runs import scoped_environ
 from ..backbones import comparison_backbones
@@ -21,9 +22,6 @@ from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
 
-#: the sweeps of a profile, by name, with the notebook that reads them
-SWEEPS: dict[str, str] = {"protocol": "02", "soft": "02", "random": "02", "regime": "04", "scale": "05",
-                          "backbones": "05", "related": "06"}
 
 
 def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
@@ -58,10 +56,7 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     no data (checkpoint and data ids are placeholders: counts exact, keys not). Raises ``ValueError``: an
     unknown sweep name; a dataset without a data root (``planned=False``)."""
     prof = profile_values(profile)
-    names = list(SWEEPS) if names is None else list(names)
-    bad = [n for n in names if n not in SWEEPS]
-    if bad:
-        raise ValueError(f"unknown sweep(s) {bad}; expected some of {list(SWEEPS)} (or 'all')")
+    names = sweep_names(None if names is None else ",".join(names))
     specs = _specs(prof)
     out: dict[str, list[SweepCell]] = {}
     for name in names:
@@ -78,15 +73,11 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     return out
 
 
-def _names(sweep: str | None) -> list[str] | None:
-    return None if sweep in (None, "all") else [s.strip() for s in sweep.split(",") if s.strip()]
-
-
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
     """``midas-nb sweep plan``: print the plan; 0, or 2 with one line on bad input."""
     try:
         prof = config.get_profile(args.profile, **overrides)
-        sweeps = profile_sweeps(prof, _names(args.sweep), planned=True)
+        sweeps = profile_sweeps(prof, sweep_names(args.sweep), planned=True)
         max_array, source = args.max_array_size, "--max-array-size"
         if max_array is None:
             max_array = max_array_size()
@@ -118,7 +109,7 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
                     or config.check_device(prof.get("device"), here=args.executor != "slurm"))
         if problems:
             raise config.ProfileError(problems)
-        sweeps = profile_sweeps(prof, _names(args.sweep))
+        sweeps = profile_sweeps(prof, sweep_names(args.sweep))
         cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
         store, runner = open_store(prof["profile"]), ProtocolCellRunner(prof)
         _announce(prof, sweeps, cells, store, args)
