@@ -233,14 +233,10 @@ def _ties(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, can
     """The candidates whose paired difference from the pick on ``metric`` is not resolved: the
     pick's paired interval (seeds × images, :func:`~midas_nb.analysis.paired_gap`) of pick − other
     reaches 0. Rows without per-image values are not compared."""
-    rows = table
-    for c, v in ident.items():
-        rows = rows[rows[c].isna()] if pd.isna(v) else rows[rows[c] == v]
-
-    def of(r: pd.Series) -> pd.DataFrame:
-        sel = rows
-        for k in key:
-            sel = sel[sel[k].isna()] if pd.isna(r[k]) else sel[sel[k] == r[k]]
+    def of(r: pd.Series) -> pd.DataFrame:     # the rows of the cell (``ident``) and of ``r``'s condition
+        sel = table
+        for c, v in {**ident, **{k: r[k] for k in key}}.items():
+            sel = sel[sel[c].isna()] if pd.isna(v) else sel[sel[c] == v]
         return sel
 
     mine, out = of(pick), []
