@@ -427,6 +427,12 @@ def test_report_arguments_are_checked(tmp_path, capsys):
                        "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 7.0 (float)"]
     assert cli.main(["report", "--profile", "smoke", "--depth", "9", "--output", str(out)]) == 2
     assert "--depth: L = 9 is outside 1..3 for vit_smoke (4 blocks" in capsys.readouterr().err
+    # a backbone is checked with the run's own checks, at the profile's depth (quick: L = 6); the quick
+    # profile's other settings (its sweep lists, data) are not the report's to name
+    assert cli.main(["report", "--profile", "quick", "--backbone", "vit_smoke", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["midas-nb report: --depth: L = 6, 9 is outside 1..3 for vit_smoke (4 blocks; the scorer reads "
+                   "block L and blocks L+1..4 see the kept tokens)", "midas-nb report: 1 problem(s); nothing was written"]
     assert not out.exists()
 
 

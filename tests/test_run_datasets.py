@@ -47,17 +47,18 @@ def test_a_problem_of_every_datasets_run_is_said_once(tmp_path, capsys, monkeypa
 
 
 def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatch, capsys):
-    calls, reports = [], []
-    monkeypatch.setattr("midas_nb.cli.runspec.preflight", lambda *a, **k: [])
+    calls, reports, checks = [], [], []
+    monkeypatch.setattr("midas_nb.cli.runspec.preflight", lambda spec, *a, **k: checks.append(spec.dataset) or [])
 
     monkeypatch.setenv("MIDAS_FIGURES_DIR", str(tmp_path / "fig"))
 
-    def fake_run(*, spec, progress, problems=()):
+    def fake_run(spec, paths, accepted_by, *, progress):
         import os
         assert os.environ["MIDAS_FIGURES_DIR"] == str(tmp_path / "fig" / spec.dataset)  # one folder per dataset
+        assert [p.name[:2] for p in paths] == ["00", "01", "02", "03", "04", "05", "06", "07"]
         calls.append((spec.dataset, Path(spec.output).name))
         return Path(spec.output)
-    monkeypatch.setattr(cli, "run_notebooks", fake_run)
+    monkeypatch.setattr(cli, "_run_checked", fake_run)
 
     def fake_report(profile, *, output, overrides, allow_incomplete):
         reports.append((profile, Path(output).name, overrides, allow_incomplete))
@@ -68,6 +69,7 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
     out = cli._run_each_dataset(spec, cli.run_datasets(spec), progress=False, problems=())
     assert out == tmp_path / "o"
     assert calls == [("cub", "cub"), ("cars", "cars")]
+    assert checks == ["cub", "cars"]   # each dataset's run is checked once, all before the first kernel
     import os
     assert os.environ["MIDAS_FIGURES_DIR"] == str(tmp_path / "fig")  # restored after the run
     assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit"}, True)]

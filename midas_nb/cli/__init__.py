@@ -81,9 +81,7 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         midas_nb.config.ProfileError: the run cannot start; one line per problem.
         RuntimeError: a notebook failed, its kernel died or a cell timed out.
     """
-    from ..runs import run_summary, RunManifest, scoped_environ
-    from ..study import grid_spans
-    from .runspec import fold_structured_params, GRID_NOTEBOOKS, RunSpec
+    from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
         spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
@@ -91,7 +89,16 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     fold_structured_params(spec)
     if len(run_datasets(spec)) > 1:
         return _run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
-    paths, accepted_by = _checked(spec, [spec], problems)
+    return _run_checked(spec, *_checked(spec, [spec], problems), progress=progress)
+
+
+def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
+    """The body of :func:`run_notebooks` once ``spec`` passed :func:`_checked`: execute ``paths``,
+    record the run, print where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
+    from ..runs import run_summary, RunManifest, scoped_environ
+    from ..study import grid_spans
+    from .runspec import GRID_NOTEBOOKS
+
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     params, manifest, t_all, completed = spec.notebook_parameters(), RunManifest(out_dir), time.time(), False
@@ -175,13 +182,13 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
-    _checked(spec, subs, problems)
+    paths, accepted_by = _checked(spec, subs, problems)   # every dataset's run, once, before any kernel
     t_all, figures = time.time(), config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):
         print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
         # each dataset's figures and tables in their own folder: the next dataset would overwrite them
         with scoped_environ(MIDAS_FIGURES_DIR=str(figures / str(sub.dataset))):
-            run_notebooks(spec=sub, progress=progress)
+            _run_checked(sub, paths, accepted_by, progress=progress)
     print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
     prof = spec.settings()
     overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
@@ -420,16 +427,14 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
     overrides = _given(args, "backbone", "depth", "budget")
     if not overrides:
         return problems
-    from ..backbones import backbone_kwargs, check_backbone
+    from ..study import RunSettings
 
-    prof = config.get_profile(args.profile or "quick", **overrides)
-    form = [f"--{line}" for line in config.check_profile(prof, device=False) if config.setting_of(line) in overrides]
-    bad_form = {config.setting_of(line[2:]) for line in form}
-    if ("depth" in overrides or "backbone" in overrides) and "backbone" not in bad_form:
-        depths = [] if "depth" in bad_form else [prof["depth"]]       # a depth of the wrong form is named once
-        form += [f"--{line}" for line in check_backbone(prof["backbone"], backbone_kwargs(prof, prof["backbone"]),
-                                                         depths)]
-    return problems + form
+    try:   # the run's own checks; the report names those of the settings it overrides (a backbone: its depth too)
+        RunSettings.build(args.profile or "quick", **overrides)
+    except config.ProfileError as e:
+        named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
+        problems += [f"--{line}" for line in e.problems if config.setting_of(line) in named]
+    return problems
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
