@@ -353,3 +353,19 @@ def test_block_cache_is_read_once_per_process_until_its_file_changes(tmp_path, m
     reread = block_cache(model, data, depth=1, key={"t": 1}, cache_dir=tmp_path, progress=False)
     assert len(reads) == 4
     torch.testing.assert_close(reread.hidden, bc._LOADED[path][1].hidden)
+
+
+def test_a_sweep_cells_single_condition_draws_no_protocol_bar(tmp_path, monkeypatch, capsys):
+    """A sweep cell is one (condition, seed): its bar would sit at 0/1 for the whole cell and hide
+    the sweep's own bar (cells done, time left) in a batch run's status line; two pairs draw one."""
+    monkeypatch.setenv("MIDAS_PROGRESS", "lines")
+    model = tiny_vit()
+    train, test = TinyDataset(12, 8), TinyDataset(6, 9)
+    kw = dict(depth=2, budget=0.25, dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1,
+              batch_size=8, idauc_steps=2, bootstrap=20, progress=True, cache_dir=tmp_path, throughput_repeats=1,
+              throughput_batch=2)
+    run_protocol(train, test, model, conditions=["reference"], seeds=[0], **kw)
+    assert not [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("protocol,")]
+    run_protocol(train, test, model, conditions=["reference", "random"], seeds=[0], **kw)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("protocol,")]
+    assert lines and lines[-1].startswith("protocol, condition 2/2 (")

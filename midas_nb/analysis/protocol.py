@@ -348,7 +348,8 @@ def run_protocol(
         speed = _throughputs(run, ev, conditions, groups["families"])
         rows: list[dict[str, Any]] = []
         evaluated: dict[str, dict[str, Any]] = {}      # seedless conditions: evaluated once
-        for cond, seed in tqdm([(c, s) for c in conditions for s in seeds], desc="protocol", disable=not progress):
+        pairs = [(c, s) for c in conditions for s in seeds]   # a sweep cell is one pair: its sweep's bar counts it
+        for cond, seed in tqdm(pairs, desc="protocol", unit="condition", disable=not progress or len(pairs) < 2):
             if cond in evaluated:
                 rows.append(dict(evaluated[cond], seed=seed))
                 continue
