@@ -136,7 +136,8 @@ def _smoke_note(prov: Mapping[str, str]) -> str:
         return ""
     head, _, what = kind.partition(" — ")
     return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
-            f"({what or kind}); the reference results come from the `quick` profile on the real CUB subset.\n\n")
+            f"({what or kind}); the reference results come from the `quick` profile on the three real subsets "
+            f"(the committed `results/`).\n\n")
 
 
 def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: Callable[[pd.Series], list],
