@@ -565,6 +565,23 @@ def test_perturbation_table_on_a_dataset():
         perturbation_table(model, data, {"short": good[:3]}, progress=False)
 
 
+def test_the_perturbation_bar_ticks_once_per_batch_and_map(monkeypatch, capsys):
+    """A batch of every map can take minutes on a CPU: the bar counts (batch, map) pairs, not batches."""
+    from midas_nb.metrics.perturbation import perturbation_curves
+    monkeypatch.setenv("MIDAS_PROGRESS", "lines")
+    monkeypatch.setenv("MIDAS_PROGRESS_INTERVAL", "0")
+    model = decisive_token_vit()
+    data = TinyDataset(6, 0, num_classes=2, images=torch.zeros(6, 3, 32, 32), labels=torch.zeros(6, dtype=torch.long))
+    maps = {k: torch.rand(6, 16, generator=torch.Generator().manual_seed(i)) for i, k in enumerate("abc")}
+    perturbation_table(model, data, maps, steps=4, batch_size=4, n_boot=5, progress=True)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("perturbation,")]
+    assert lines[-1].startswith("perturbation, map 6/6 (")               # 2 batches x 3 maps
+    seen = []
+    perturbation_curves(model, torch.zeros(2, 3, 32, 32), {k: m[:2] for k, m in maps.items()}, 4,
+                        labels=torch.zeros(2, dtype=torch.long), on_map=seen.append)
+    assert seen == ["a", "b", "c"]
+
+
 # ------------------------------------------------------------------------------ the table
 def test_related_table_merges_the_three_kinds():
     base = dict(dataset="cub", backbone="b", checkpoint_id="c", depth=6, budget=0.25, n_images=10)

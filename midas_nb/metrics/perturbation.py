@@ -22,7 +22,7 @@ average to the AUC of the accuracy curve, so bootstrap CIs over images come for 
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import pandas as pd
 import torch
@@ -48,6 +48,7 @@ def perturbation_curves(
     *,
     labels: Tensor | None = None,
     target: ReferenceClass = "label",
+    on_map: Callable[[str], Any] | None = None,
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """Per-image correctness along positive and negative perturbation, for several maps.
 
@@ -65,6 +66,7 @@ def perturbation_curves(
         labels: ``[B]`` long, required for ``target="label"``.
         target: ``"label"`` (accuracy) or ``"prediction"`` (agreement with the unperturbed
             prediction).
+        on_map: called with each map's id once its curves are done (a progress bar's tick).
 
     Returns:
         ``{id: (pos [B,S+1] bool, neg [B,S+1] bool)}``; column ``s`` is step ``s``.
@@ -113,6 +115,8 @@ def perturbation_curves(
             pos.append(ok[:B])
             neg.append(ok[B:])
         out[name] = (torch.stack(pos, 1).cpu(), torch.stack(neg, 1).cpu())
+        if on_map is not None:
+            on_map(name)
     return out
 
 
@@ -146,14 +150,17 @@ def _run(backbone, data, maps: Mapping[str, Tensor], steps: int, target: Referen
     backbone.to(device).eval()
     parts: dict[str, list[tuple[Tensor, Tensor]]] = {k: [] for k in maps}
     seen = 0
-    for images, labels in tqdm(_batches(data, M, batch_size), total=-(-M // batch_size),
-                               desc="perturbation", disable=not progress, leave=False):
-        b = images.shape[0]
-        sl = {k: m[seen:seen + b] for k, m in maps.items()}
-        res = perturbation_curves(backbone, images.to(device), sl, steps, labels=labels, target=target)
-        for k, v in res.items():
-            parts[k].append(v)
-        seen += b
+    # one tick per (batch, map): a batch of every map can take minutes on a CPU
+    with tqdm(total=-(-M // batch_size) * len(maps), desc="perturbation", unit="map", disable=not progress,
+              leave=False) as bar:
+        for images, labels in _batches(data, M, batch_size):
+            b = images.shape[0]
+            sl = {k: m[seen:seen + b] for k, m in maps.items()}
+            res = perturbation_curves(backbone, images.to(device), sl, steps, labels=labels, target=target,
+                                      on_map=lambda _: bar.update(1))
+            for k, v in res.items():
+                parts[k].append(v)
+            seen += b
     if seen != M:
         raise ValueError(f"the maps have M={M} rows but the data gave {seen} images")
     curves = {k: (torch.cat([p for p, _ in v]), torch.cat([n for _, n in v])) for k, v in parts.items()}
