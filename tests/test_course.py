@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -703,3 +704,27 @@ def test_abs_t5_coverage_exercise_reads_box_coverage_on_a_dataset_without_parts(
     want = metrics.box_coverage(keep, boxes)
     assert want.n_skipped == 1
     assert expected_answer("01.abs_t5_miou", maps={"T5": t5}, study=study) == pytest.approx(float(want.mean))
+
+
+def test_export_without_nbconverts_lab_template_says_where_it_is(executed_dir, tmp_path, monkeypatch, capsys):
+    """A virtual environment that reuses another environment's nbconvert does not see its templates
+    (Jupyter data paths follow the environment's prefix): one line naming the folder that holds
+    them and how to add it, exit 1, no page written; nbconvert's own lookup raises."""
+    import jupyter_core.paths
+    import nbconvert.exporters.templateexporter as te
+
+    from midas_nb import cli
+
+    empty = [str(tmp_path / "no-templates")]
+    monkeypatch.setattr(te, "jupyter_path", lambda *a: empty)
+    monkeypatch.setattr(jupyter_core.paths, "jupyter_path", lambda *a: empty)
+    out = tmp_path / "html"
+    with pytest.warns(UserWarning):
+        assert cli.main(["export-html", "--input", str(executed_dir), "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("midas-nb export-html: nbconvert's 'lab' HTML template is not "
+                                               f"in the Jupyter data paths ({empty[0]}); "), err
+    share = Path(sys.prefix) / "share" / "jupyter"   # where nbconvert's wheel puts its templates
+    if (share / "nbconvert" / "templates" / "lab").is_dir():
+        assert err[0].endswith(f"(export JUPYTER_PATH={share.resolve()})"), err
+    assert not out.exists() or not any(out.iterdir())

@@ -346,13 +346,17 @@ def test_make_report_and_readme_section(store, tmp_path):
     with pytest.raises(ValueError, match="no results section markers"):
         report.update_readme(tmp_path / "results" / "REPORT.md", section)
     # the report says how its means' intervals were made: from its provenance, so tables made before the
-    # t interval (no such row) keep the words that made them
+    # t interval (no such row) keep the words that made them; the README section says the same, never
+    # a bootstrap it did not use
     assert "): a t interval over the seeds plus a bootstrap over the images, as for D" in before[1]
+    assert "95 % intervals: a t interval over the seeds plus a bootstrap over the images" in before[0]
+    assert "for a mean over seeds, paired per image and seed for D" in before[0] and "95 % bootstrap" not in before[0]
     prov = out / "provenance.csv"
     prov.write_text("".join(ln for ln in prov.read_text().splitlines(keepends=True)
                             if "interval of a mean over seeds" not in ln))
     assert "): a percentile bootstrap over seeds × images for mIoU" in report.make_report(
         "smoke", from_tables=out, readme=readme).read_text()
+    assert "95 % intervals: a percentile bootstrap over seeds × images for a mean" in readme.read_text()
 
 
 def _smoke_store(root: Path):

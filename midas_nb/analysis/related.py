@@ -3,8 +3,8 @@
 :func:`related_table` merges three kinds of rows into one frame (``kind`` column):
 
 - ``"pruning"`` — every protocol condition at ``(L, b)`` (MIDAS conditions, ``cropr``,
-  ``iared``): part mIoU, IDAUC, accuracy with 95 % bootstrap CIs of the mean over seeds
-  (seeds × images, :func:`midas_nb.results.aggregate_seeds`) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
+  ``iared``): part mIoU, IDAUC, accuracy with 95 % intervals of the mean over seeds
+  (a t interval over seeds plus a bootstrap over images, :func:`midas_nb.results.aggregate_seeds`) and seed std, ``D`` with its parity-band status (:func:`midas_nb.metrics.decoupling_D`),
   Point-in-Box of the scorer's top patch beside its centre-patch and box-area baselines
   (``pib_centre``, ``pib_box_area``), throughput and speed-up, and the families' extra
   columns (Cropr's last-layer fusion, IA-RED²'s 0.5-threshold keep rate);

@@ -89,7 +89,9 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     fold_structured_params(spec)
     if len(run_datasets(spec)) > 1:
         return _run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
-    return _run_checked(spec, *_checked(spec, [spec], problems), progress=progress)
+    out_dir = _run_checked(spec, *_checked(spec, [spec], problems), progress=progress)
+    print(f"  report:             {_report_command(spec)}  (REPORT.md from the result store)")
+    return out_dir
 
 
 def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
@@ -134,6 +136,12 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
               f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
               f"{format_paper_table(table)}")
     return out_dir
+
+
+def _report_command(spec: RunSpec) -> str:
+    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone."""
+    flags = "".join(f" --{k} {spec.params[k]}" for k in ("backbone", "depth", "budget") if k in spec.params)
+    return f"midas-nb report --profile {spec.profile}{flags}"
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:

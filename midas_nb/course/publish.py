@@ -152,6 +152,27 @@ def _first_error(nb: Any) -> str:
     return ""
 
 
+def _lab_exporter(exporter_class: type) -> Any:
+    """nbconvert's HTML exporter with its lab template; FileNotFoundError naming where the template is
+    when the Jupyter data paths miss it (a virtual environment that reuses another environment's nbconvert)."""
+    try:
+        return exporter_class(template_name="lab", embed_images=True)
+    except ValueError as e:
+        if "No template sub-directory" not in str(e):
+            raise
+    import importlib.metadata
+
+    from jupyter_core.paths import jupyter_path
+
+    dist = importlib.metadata.distribution("nbconvert")
+    found = [dist.locate_file(f).resolve().parents[3] for f in dist.files or ()
+             if str(f).endswith("nbconvert/templates/lab/conf.json")]
+    fix = (f"add {found[0]} to JUPYTER_PATH (export JUPYTER_PATH={found[0]})" if found
+           else "reinstall nbconvert in this environment (pip install --force-reinstall nbconvert)")
+    raise FileNotFoundError(f"nbconvert's 'lab' HTML template is not in the Jupyter data paths "
+                            f"({', '.join(jupyter_path())}); {fix}") from None
+
+
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                 strip_solutions: bool = False) -> Path:
     """Static HTML edition of a run's executed notebooks; returns the contents page.
@@ -204,7 +225,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
             "it holds the source notebooks, which a run must not overwrite: run `midas-nb run --profile quick` "
             "and export its directory (runs/quick)" if source else f"run `midas-nb run --output {input_dir}` first"))
     out.mkdir(parents=True, exist_ok=True)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    exporter = _lab_exporter(HTMLExporter)
     if strip_solutions:
         exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
                                        enabled=True)

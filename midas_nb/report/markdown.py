@@ -157,6 +157,12 @@ def _d_columns(r: Mapping[str, Any]) -> list[str]:
             _int(r["n_seeds"])]
 
 
+def _mean_interval(g: Mapping[str, Any]) -> str:
+    """How the tables' intervals of a mean over seeds were made, as their provenance records it
+    (tables from before that row: the percentile bootstrap over seeds × images they used)."""
+    return g.get("interval of a mean over seeds", "a percentile bootstrap over seeds × images")
+
+
 def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     """``REPORT.md`` from the tables (as read back by :func:`read_tables`)."""
     g, missing, blocks = _prov(tables), _missing_list(tables), _blocks(tables)
@@ -166,7 +172,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "`). "
            # how every interval and band is computed
            f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): "
-           f"{g.get('interval of a mean over seeds', 'a percentile bootstrap over seeds × images')} "
+           f"{_mean_interval(g)} "
            "for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
            "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
@@ -356,13 +362,12 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    bootstrap = g.get("bootstrap", "resamples not recorded")
+    intervals = f"95 % intervals: {_mean_interval(g)} for a mean over seeds, paired per image and seed for D"
     if len({d for d, _ in blocks}) > 1:
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
         body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
-                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). Intervals: 95 % "
-                f"bootstrap, {bootstrap} (D: paired over images and seeds); parity band \"in\" only "
+                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). {intervals}; parity band \"in\" only "
                 "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
                 "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
                 datasets_table(tables) + "\n",
@@ -377,7 +382,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                 f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
                 f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on "
                 f"{p.get('test images (mIoU, accuracy)')} test images, IDAUC on {p.get('IDAUC images')} "
-                f"(S = {p.get('IDAUC steps S')}). Intervals: 95 % bootstrap, {bootstrap} (paired for D); "
+                f"(S = {p.get('IDAUC steps S')}). {intervals}; "
                 "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
                 _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy",
                            "D (pp) [95 % CI]", "parity band", "paper D (pp), DeiT-S/16"],

@@ -146,7 +146,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     ax.grid(alpha=0.3)
     ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
               frameon=False)
-    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % bootstrap CI over seeds and images)") + note,
+    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over seeds)") + note,
                  fontsize=FONT["title"] - 1)
     fig.tight_layout()
     if len(agg) <= 6:  # beyond that the legend names the markers; labels placed without overlap
