@@ -148,9 +148,11 @@ def sweep_names(text: str | None) -> list[str]:
     """``--sweep``'s comma-separated sweep names (``None`` or ``"all"``: every one of :data:`SWEEPS`).
 
     Raises:
-        ValueError: an unknown name, with the known ones.
+        ValueError: an unknown name, with the known ones; a text that names no sweep.
     """
     names = list(SWEEPS) if text in (None, "all") else [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ValueError(f"{text!r} names no sweep; expected some of {list(SWEEPS)} (or 'all')")
     if bad := [n for n in names if n not in SWEEPS]:
         raise ValueError(f"unknown sweep(s) {bad}; expected some of {list(SWEEPS)} (or 'all')")
     return names

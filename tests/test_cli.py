@@ -208,6 +208,17 @@ def test_a_one_digit_notebook_prefix_suggests_only_an_existing_notebook():
         cli.notebook_paths("2")
 
 
+def test_params_names_one_notebook(capsys):
+    """`params` lists one notebook's parameters: a selection of several is refused, never cut to its first."""
+    assert cli.main(["params", "00,02"]) == 2
+    assert "'00,02' names 2 notebooks (00_quickstart, 02_three_condition_protocol); expected one" in \
+        capsys.readouterr().err
+    assert cli.main(["params", "0"]) == 2
+    assert "no notebook matches '0' (prefixes have two digits: '00')" in capsys.readouterr().err
+    assert cli.main(["params", "02"]) == 0 and "parameters of 02_three_condition_protocol.ipynb" in \
+        capsys.readouterr().out
+
+
 def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     import pandas as pd
 

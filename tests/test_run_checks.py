@@ -226,6 +226,9 @@ def test_a_data_root_for_the_synthetic_set_is_an_error(tmp_path, capsys, no_kern
     (["--weights", "vit_smoke="], "--weights 'vit_smoke=': empty path"),
     (["--notebooks", ","], "--notebooks: ',' names no notebook; expected comma-separated prefixes such as 00,02"),
     (["--notebooks", "2"], "--notebooks: no notebook matches '2' (prefixes have two digits: '02')"),
+    (["-p", "depth", "9", "-p", "depth", "3"], "-p depth: given 2 times (9, 3); expected one value"),
+    (["--notebooks", "0"], "--notebooks: no notebook matches '0' (prefixes have two digits: '00')"),  # not all 0x
+    (["--notebooks", "00,,02"], "--notebooks: '00,,02' has an empty entry; expected comma-separated prefixes"),
     (["-p", "dataset", "[cub]"], "dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], got ['cub']"),
 ])
 def test_more_bad_arguments_are_one_line_before_any_kernel(args, expected, tmp_path, capsys, no_kernel):

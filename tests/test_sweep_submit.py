@@ -205,6 +205,8 @@ def test_plan_and_submit_refuse_bad_input(capsys):
 
     assert cli.main(["sweep", "plan", "--profile", "paper", "--sweep", "regime,bogus"]) == 2
     assert "unknown sweep(s) ['bogus']" in capsys.readouterr().err
+    assert cli.main(["sweep", "plan", "--profile", "paper", "--sweep", " , "]) == 2   # never a plan of 0 cells
+    assert "' , ' names no sweep; expected some of [" in capsys.readouterr().err
     assert cli.main(["sweep", "plan", "--profile", "paper", "--cells-per-job", "0"]) == 2
     assert "cells_per_job must be >= 1" in capsys.readouterr().err
 

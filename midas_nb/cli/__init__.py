@@ -47,10 +47,14 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     if not isinstance(selection, str):
         raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
                          f"({type(selection).__name__})")
-    hits = {w: [p for p in paths if p.name.startswith(w)] for w in (s.strip() for s in selection.split(",")) if w}
+    words = [s.strip() for s in selection.split(",")]
+    # a one-digit word would match every notebook of that decade: never a prefix
+    hits = {w: [p for p in paths if p.name.startswith(w)] if not re.fullmatch(r"\d", w) else [] for w in words if w}
     if not hits:
         raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
                          f"(available: {available})")
+    if "" in words:
+        raise ValueError(f"{selection!r} has an empty entry; expected comma-separated prefixes such as 00,02")
     # a one-digit prefix: suggest the two-digit one only where that notebook exists
     missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
                           any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
@@ -290,9 +294,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_params(args: argparse.Namespace) -> int:
     path = Path(args.notebook)
     try:
-        path = path if path.is_file() else notebook_paths(args.notebook)[0]
+        found = [path] if path.is_file() else notebook_paths(args.notebook)
     except ValueError as e:
         return _answer("params", [str(e)])
+    if len(found) > 1:
+        return _answer("params", [f"{args.notebook!r} names {len(found)} notebooks ({', '.join(p.stem for p in found)}); "
+                                  "expected one, such as 02"])
+    path = found[0]
     import papermill as pm  # heavy: after the cheap checks
 
     try:

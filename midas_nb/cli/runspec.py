@@ -397,4 +397,9 @@ def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
     if bare is not None:
         spec.params.setdefault("weights", bare)
     spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
-    return spec, [*problems, *root_problems, *weights_problems]
+    given_values = {}
+    for name, value in args.param or []:
+        given_values.setdefault(name, []).append(value)
+    repeated = [f"-p {name}: given {len(v)} times ({', '.join(v)}); expected one value"
+                for name, v in given_values.items() if len(set(v)) > 1]
+    return spec, [*problems, *root_problems, *weights_problems, *repeated]
