@@ -428,6 +428,38 @@ def test_aggregate_seeds_interval_covers_seed_variation_not_the_mean_of_bounds()
     assert one["miou_hi"] == pytest.approx(x.mean() + half, abs=0.25 * half)
 
 
+def test_a_one_seed_condition_reads_the_interval_its_row_shows():
+    """One seed: the condition's interval is its row's own bootstrap over images (summarise_metrics),
+    not a second draw of the same bootstrap that moves the third digit ("0.255" in the row and in the
+    band text, "0.254" in the summary); D's reference interval in the band text is that row's too."""
+    from midas_nb.metrics import bootstrap_ci, decoupling_D
+    from midas_nb.results import summarise_metrics
+
+    rng = np.random.default_rng(3)
+    n, ids = 64, [f"img{i}" for i in range(64)]
+    rows = []
+    for cond, seed, shift in (("reference", 0, 0.0), ("T5", 0, 0.05), ("T5", 1, 0.06), ("random", 0, -0.3)):
+        v = np.clip(rng.normal(0.3 + shift, 0.2, n), -1, 1)
+        m = summarise_metrics(correct=(v > 0.3).astype(float), n_boot=1000)
+        rows.append(_per_image_row(cond, seed, ids, v, v, **m, miou_lo=bootstrap_ci(v)[1], miou_hi=bootstrap_ci(v)[2],
+                                   idauc_lo=bootstrap_ci(v)[1], idauc_hi=bootstrap_ci(v)[2]))
+    t = make_table(rows)
+    agg = aggregate_seeds(t).set_index("condition")
+    ref = t[t["condition"] == "reference"].iloc[0]
+    for m in ("miou", "idauc"):
+        assert (agg.loc["reference", f"{m}_lo"], agg.loc["reference", f"{m}_hi"]) == (ref[f"{m}_lo"], ref[f"{m}_hi"])
+    # the second draw the summary used to make: close, not equal (so the test can tell them apart)
+    from midas_nb.metrics import hierarchical_bootstrap
+    redraw = hierarchical_bootstrap(np.array([t.iloc[0]["idauc_per_image"]]), 1000)
+    assert redraw != (ref["idauc_lo"], ref["idauc_hi"]) and redraw == pytest.approx((ref["idauc_lo"], ref["idauc_hi"]),
+                                                                                      abs=0.02)
+    assert agg.loc["reference", "ci_method"] == "images bootstrap (one seed)"
+    assert agg.loc["T5", "ci_method"].startswith("t over 2 seeds")          # several seeds: unchanged
+    D = decoupling_D(t, n_boot=1000)
+    text = D.loc[D["condition"] == "T5", "band_reason"].iloc[0]
+    assert f"reference IDAUC {ref['idauc']:.3f} [{ref['idauc_lo']:.3f}, {ref['idauc_hi']:.3f}]" in text, text
+
+
 def _band_table(delta: float, noise: float, n: int = 64, seed: int = 0) -> pd.DataFrame:
     """Reference IDAUC per image widely spread (as the issue's CUB subset: 0.185 [0.125, 0.246]
     on 64 images) and a condition = reference + delta + noise on the same images."""

@@ -364,7 +364,7 @@ class _Pairing:
         ref_rows = [self.recs[k] for k in self.ref_rows[cell]]
         ref_ci = ""
         if len(ref_rows) == 1 and all(_finite(ref_rows[0].get(c)) for c in ("idauc_lo", "idauc_hi")):
-            ref_ci = f" [{float(ref_rows[0]['idauc_lo']):+.3f}, {float(ref_rows[0]['idauc_hi']):+.3f}]"
+            ref_ci = f" [{float(ref_rows[0]['idauc_lo']):.3f}, {float(ref_rows[0]['idauc_hi']):.3f}]"
         delta = f"Δ {diff:+.3f} [{dlo:+.3f}, {dhi:+.3f}], {g['n_paired_images']} paired images" if has_ci else \
             f"Δ {diff:+.3f}, point decision: no per-image values"
         res.update(reference_check="above random" if above else "not above random",

@@ -31,7 +31,9 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     per group: ``by``, ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``,
     ``m_n`` (non-NaN values), ``m_lo``, ``m_hi`` and ``ci_method`` (``"t over S seeds (Welch–Satterthwaite
     df) + images bootstrap"``, ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``);
-    ``ValueError`` for a grouping column the table lacks."""
+    ``ValueError`` for a grouping column the table lacks. A group of one row that carries its own
+    ``m_lo``/``m_hi`` (the percentile bootstrap over its images, :func:`summarise_metrics`) keeps them, so a
+    one-seed condition reads the same interval as its row."""
     by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
     if missing := [c for c in by if c not in table.columns]:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
@@ -57,7 +59,13 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         for m in ci_metrics:
             maps = [per_image_values(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
             lo = hi = math.nan
-            if maps and all(x is not None for x in maps):
+            own = [recs[0].get(f"{m}_{b}") for b in ("lo", "hi")] if len(recs) == 1 else []
+            if maps[0] is not None and own and all(_finite(v) for v in own):
+                # one seed: the row's own bootstrap over its images (summarise_metrics), so the
+                # condition's interval is the one its row shows, not a second draw of the same bootstrap
+                lo, hi, method = max(float(own[0]), _RANGE[m][0]), min(float(own[1]), _RANGE[m][1]), \
+                    "images bootstrap (one seed)"
+            elif maps and all(x is not None for x in maps):
                 ids = sorted(set.intersection(*(set(x) for x in maps)))
                 if ids:
                     r = seed_image_interval(np.array([[x[i] for i in ids] for x in maps]), n_boot, alpha, seed)
@@ -67,3 +75,10 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     if ci_metrics:
         out["ci_method"] = methods
     return out.drop(columns=["_rows"])
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
