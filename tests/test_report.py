@@ -294,6 +294,13 @@ def test_report_tables_and_markdown(store, tmp_path):
     prov_table = back["provenance"].copy()
     prov_table.loc[prov_table["setting"] == "run kind", "value"] = "quick run (2 CPU cores)"
     assert "**Smoke run.**" not in report.render_report(dict(back, provenance=prov_table))
+    assert "**Synthetic images.**" not in report.render_report(dict(back, provenance=prov_table))
+    # a run of the embedded synthetic set (the first README command) says so above its tables and in the
+    # README section it would write: its numbers do not test the paper's claims
+    synth = {k: (v.replace({"dataset": {"cub": "synthetic"}}) if "dataset" in v.columns else v)
+             for k, v in dict(back, provenance=prov_table).items()}
+    for text in (report.render_report(synth), report.readme_section(synth)):
+        assert "> **Synthetic images.** Every number below comes from the embedded synthetic set, not photos" in text
     prov_table.loc[prov_table["setting"] == "run kind", "value"] = "custom run — 3 images, not a result"
     assert "> **Custom run.** These numbers come from the `smoke` profile (3 images, not a result)" in \
         report.render_report(dict(back, provenance=prov_table))
