@@ -706,10 +706,31 @@ def test_abs_t5_coverage_exercise_reads_box_coverage_on_a_dataset_without_parts(
     assert expected_answer("01.abs_t5_miou", maps={"T5": t5}, study=study) == pytest.approx(float(want.mean))
 
 
+def test_export_in_an_environment_whose_jupyter_paths_miss_the_lab_template(executed_dir, tmp_path, monkeypatch):
+    """A virtual environment that reuses another environment's nbconvert: the Jupyter data paths follow
+    its own prefix, so nbconvert's lab template is not on them. The export finds the template where
+    nbconvert's distribution installed it and writes the pages; JUPYTER_PATH is left as it was."""
+    import nbconvert.exporters.templateexporter as te
+
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
+    venv = str(tmp_path / "venv" / "share" / "jupyter")       # the venv's own prefix: no templates
+
+    def jupyter_path(*sub):   # jupyter_core's order: JUPYTER_PATH first, then the prefixes
+        extra = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+        return [os.path.join(p, *sub) for p in [*extra, venv]]
+
+    monkeypatch.setattr(te, "jupyter_path", jupyter_path)
+    with pytest.raises(ValueError, match="No template sub-directory with name 'lab'"):
+        te.TemplateExporter(template_name="lab")             # what nbconvert alone does here
+    with pytest.warns(UserWarning, match="03_never_run"):
+        index = export_html(executed_dir, tmp_path / "html")
+    assert "00_first.html" in index.read_text() and "jp-Notebook" in (index.parent / "00_first.html").read_text()
+    assert "JUPYTER_PATH" not in os.environ
+
+
 def test_export_without_nbconverts_lab_template_says_where_it_is(executed_dir, tmp_path, monkeypatch, capsys):
-    """A virtual environment that reuses another environment's nbconvert does not see its templates
-    (Jupyter data paths follow the environment's prefix): one line naming the folder that holds
-    them and how to add it, exit 1, no page written; nbconvert's own lookup raises."""
+    """Where nbconvert sees no lab template even with its distribution's folder on JUPYTER_PATH: one
+    line naming that folder and how to add it, exit 1, no page written (was nbconvert's traceback)."""
     import jupyter_core.paths
     import nbconvert.exporters.templateexporter as te
 

@@ -2,8 +2,9 @@
 edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-html``)."""
 from __future__ import annotations
 
-import os
+import contextlib
 import html
+import os
 import re
 import warnings
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from ..config import project_root
 from ..identity import atomic_write_text
-from ..runs import notebook_states
+from ..runs import notebook_states, scoped_environ
 
 
 
@@ -153,8 +154,10 @@ def _first_error(nb: Any) -> str:
 
 
 def _lab_exporter(exporter_class: type) -> Any:
-    """nbconvert's HTML exporter with its lab template; FileNotFoundError naming where the template is
-    when the Jupyter data paths miss it (a virtual environment that reuses another environment's nbconvert)."""
+    """nbconvert's HTML exporter with its lab template. Where the Jupyter data paths miss the template
+    (a virtual environment reusing another environment's nbconvert: the paths follow the prefix), the
+    folder nbconvert's own distribution installed it to is added to ``JUPYTER_PATH`` while the exporter
+    is built; FileNotFoundError, naming that folder, when it is not there either."""
     try:
         return exporter_class(template_name="lab", embed_images=True)
     except ValueError as e:
@@ -167,10 +170,14 @@ def _lab_exporter(exporter_class: type) -> Any:
     dist = importlib.metadata.distribution("nbconvert")
     found = [dist.locate_file(f).resolve().parents[3] for f in dist.files or ()
              if str(f).endswith("nbconvert/templates/lab/conf.json")]
+    if found:
+        extra = os.pathsep.join(p for p in (str(found[0]), os.environ.get("JUPYTER_PATH", "")) if p)
+        with scoped_environ(JUPYTER_PATH=extra), contextlib.suppress(ValueError):
+            return exporter_class(template_name="lab", embed_images=True)
     fix = (f"add {found[0]} to JUPYTER_PATH (export JUPYTER_PATH={found[0]})" if found
            else "reinstall nbconvert in this environment (pip install --force-reinstall nbconvert)")
     raise FileNotFoundError(f"nbconvert's 'lab' HTML template is not in the Jupyter data paths "
-                            f"({', '.join(jupyter_path())}); {fix}") from None
+                            f"({', '.join(jupyter_path())}); {fix}")
 
 
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
