@@ -88,6 +88,9 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
     # the report command names the point the run overrode, so it reports that run's cells
     assert "report:             midas-nb report --profile smoke --budget 0.5  (" in capsys.readouterr().out
+    from midas_nb.cli.runspec import RunSpec   # --backbone as -p backbone
+    assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})) == \
+        "midas-nb report --profile quick --backbone vit_smoke --depth 3"
     states = _states(out)
     assert states["01_middle.ipynb"].state == "current"
     for name in ("00_first.ipynb", "02_last.ipynb"):

@@ -144,7 +144,8 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
 
 def _report_command(spec: RunSpec) -> str:
     """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone."""
-    flags = "".join(f" --{k} {spec.params[k]}" for k in ("backbone", "depth", "budget") if k in spec.params)
+    given = spec.notebook_parameters()   # --backbone and -p alike
+    flags = "".join(f" --{k} {given[k]}" for k in ("backbone", "depth", "budget") if given.get(k) is not None)
     return f"midas-nb report --profile {spec.profile}{flags}"
 
 
