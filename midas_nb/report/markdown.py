@@ -186,7 +186,10 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
            "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
-           "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). The parity-band "
+           "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). Every interval "
+           "covers the seeds and images of one build of each backbone (its weights digest below), not the spread "
+           "between builds: a rebuild of the same checkpoint can move D by more than its interval "
+           "([decision 0007](../docs/decisions/0007-seed-image-interval.md)). The parity-band "
            "column is the interval's verdict: \"in\" only when the "
            "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
            "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
@@ -372,7 +375,9 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    intervals = f"95 % intervals: {_mean_interval(g)} for a mean over seeds, paired per image and seed for D"
+    intervals = (f"95 % intervals: {_mean_interval(g)} for a mean over seeds, paired per image and seed for D; "
+                 "all of one backbone build, not the spread between builds "
+                 "([decision 0007](docs/decisions/0007-seed-image-interval.md))")
     if len({d for d, _ in blocks}) > 1:
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
