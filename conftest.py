@@ -4,8 +4,8 @@
   (``MIDAS_HEADLESS=1``), set here before any kernel starts so the kernels inherit them.
 - Caches (checkpoints, targets, scorers) go to ``<repo>/.cache/midas_nb_test`` unless
   ``MIDAS_CACHE_DIR`` is set, so tests never read a user's cache; result stores and tables to
-  ``<repo>/runs/test`` and figures to ``<repo>/runs/test/figures``, so the tests never touch
-  the results of a user's ``midas-nb run``.
+  ``<repo>/runs/test`` and figures to ``<repo>/runs/test/figures`` whatever the environment says,
+  so the tests never touch the results of a user's ``midas-nb run``.
 - ``shared_data`` locates ``../shared/data``; tests that need it skip with a clear reason.
 """
 from __future__ import annotations
@@ -18,11 +18,12 @@ import pytest
 REPO = Path(__file__).resolve().parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 
-os.environ.setdefault("MIDAS_PROFILE", "smoke")
+# set, not defaulted: a user's exported MIDAS_PROFILE / MIDAS_RUNS_DIR / MIDAS_FIGURES_DIR would make nbval run
+# another profile, and the tests' cells and figures mix into that user's result store and figures
+os.environ["MIDAS_PROFILE"] = "smoke"
 os.environ.setdefault("MIDAS_CACHE_DIR", str(REPO / ".cache" / "midas_nb_test"))
-os.environ.setdefault("MIDAS_RUNS_DIR", str(REPO / "runs" / "test"))
-# figures of the smoke notebooks must not replace those of a user's analysis run in figures/
-os.environ.setdefault("MIDAS_FIGURES_DIR", str(REPO / "runs" / "test" / "figures"))
+os.environ["MIDAS_RUNS_DIR"] = str(REPO / "runs" / "test")
+os.environ["MIDAS_FIGURES_DIR"] = str(REPO / "runs" / "test" / "figures")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("MIDAS_HEADLESS", "1")      # nbval's kernels: the explorer draws its static still

@@ -102,14 +102,14 @@ def project_root() -> Path:
 
 def _env_dir(env: str, default: Path) -> Path:
     """The directory environment variable ``env`` names, else ``default``, created where absent;
-    ``NotADirectoryError`` naming ``env`` where it cannot be."""
+    :class:`ProfileError` naming ``env`` where it cannot be (a bad setting, as any other)."""
     path = Path(os.environ.get(env) or default)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         why = "is a file" if path.is_file() else f"cannot be created ({e.strerror or e})"
         src = f"{env} names it" if os.environ.get(env) else f"set {env} to move it"
-        raise NotADirectoryError(f"{path} {why}; expected a writable directory ({src})") from None
+        raise ProfileError([f"{path} {why}; expected a writable directory ({src})"]) from None
     return path
 
 

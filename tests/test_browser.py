@@ -69,6 +69,20 @@ _SETTINGS = {
 }
 
 
+def _widgets_data_dir() -> str | None:
+    """The Jupyter data folder holding the ipywidgets JupyterLab extension where the Jupyter paths miss it
+    (a ``--system-site-packages`` venv: they follow the venv's prefix; docs/decisions/0065), else ``None``."""
+    import importlib.metadata
+
+    from jupyter_core.paths import jupyter_path
+
+    dist = importlib.metadata.distribution("jupyterlab_widgets")
+    found = [dist.locate_file(f).resolve().parents[3] for f in dist.files or ()
+             if str(f).endswith("labextensions/@jupyter-widgets/jupyterlab-manager/package.json")]
+    seen = {str(Path(p).resolve()) for p in jupyter_path()}
+    return str(found[0]) if found and str(found[0]) not in seen else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,6 +125,9 @@ class Lab:
             IPYTHONDIR=str(tmp / "ipython"), MIDAS_PROFILE="smoke", MIDAS_HEADLESS="0",
             MIDAS_FIGURES_DIR=str(ARTEFACTS / "figures"),
             PYTHONPATH=os.pathsep.join([str(pkg), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        widgets = _widgets_data_dir()
+        if widgets is not None:   # a venv reusing another environment's packages: its paths miss the extension
+            env["JUPYTER_PATH"] = os.pathsep.join(p for p in (widgets, env.get("JUPYTER_PATH", "")) if p)
         if broken:  # the kernel must import the broken copy, not the editable install
             where = subprocess.run([sys.executable, "-c", "import midas_nb; print(midas_nb.__file__)"],
                                    env=env, cwd=root, capture_output=True, text=True, check=True).stdout.strip()

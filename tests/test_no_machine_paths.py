@@ -4,8 +4,10 @@ are read on other machines. Example paths that the documentation and the CLI hel
 purpose are listed in ``ALLOWED``, each explicitly."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,14 @@ def test_no_committed_file_names_a_machine_path(path):
     found = [(n, hit) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              for hit in machine_paths(line)]
     assert not found, "\n".join(f"{path.relative_to(REPO)}:{n}: {hit}" for n, hit in found)
+
+
+def test_the_tests_write_under_runs_test_whatever_the_environment_says(tmp_path):
+    """A user's exported MIDAS_RUNS_DIR / MIDAS_FIGURES_DIR / MIDAS_PROFILE never reach the tests: their
+    cells would mix into that user's result store and nbval would run another profile."""
+    env = dict(os.environ, MIDAS_RUNS_DIR=str(tmp_path / "mine"), MIDAS_FIGURES_DIR=str(tmp_path / "fig"),
+               MIDAS_PROFILE="quick")
+    out = subprocess.run([sys.executable, "-c", "import os, conftest; print(os.environ['MIDAS_RUNS_DIR']); "
+                          "print(os.environ['MIDAS_FIGURES_DIR']); print(os.environ['MIDAS_PROFILE'])"],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(REPO / "runs" / "test"), str(REPO / "runs" / "test" / "figures"), "smoke"]

@@ -356,14 +356,14 @@ def test_make_report_and_readme_section(store, tmp_path):
     # t interval (no such row) keep the words that made them; the README section says the same, never
     # a bootstrap it did not use
     assert "): a t interval over the seeds plus a bootstrap over the images, as for D" in before[1]
-    assert "95 % intervals: a t interval over the seeds plus a bootstrap over the images" in before[0]
-    assert "for a mean over seeds, paired per image and seed for D" in before[0] and "95 % bootstrap" not in before[0]
+    assert "95 % intervals of a mean over seeds: a t interval over the seeds plus a bootstrap over the images" \
+        in before[0] and "D's is paired per image and seed" in before[0] and "95 % bootstrap" not in before[0]
     prov = out / "provenance.csv"
     prov.write_text("".join(ln for ln in prov.read_text().splitlines(keepends=True)
                             if "interval of a mean over seeds" not in ln))
     assert "): a percentile bootstrap over seeds × images for mIoU" in report.make_report(
         "smoke", from_tables=out, readme=readme).read_text()
-    assert "95 % intervals: a percentile bootstrap over seeds × images for a mean" in readme.read_text()
+    assert "95 % intervals of a mean over seeds: a percentile bootstrap over seeds × images;" in readme.read_text()
 
 
 def _smoke_store(root: Path):
@@ -643,7 +643,7 @@ def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys,
     assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1
     assert f"{tables / 'provenance.csv'}: not a readable CSV table" in capsys.readouterr().err and not out.exists()
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(REPO / "README.md"))
-    assert main(["report", "--profile", "smoke"]) == 1
+    assert main(["report", "--profile", "smoke"]) == 2                        # a bad setting, as any other
     assert "README.md is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in capsys.readouterr().err
     assert main(["report", "--depth", "99", "--budget", "1.5", "--output", ""]) == 2
     err = capsys.readouterr().err.splitlines()

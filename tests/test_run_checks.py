@@ -723,3 +723,22 @@ def test_compare_with_is_checked_before_any_kernel(tmp_path, capsys, recorder):
                           str(tmp_path / "p")], capsys)
         (line,) = _problems(lines)
         assert rc == 2 and expected in line, (value, line)
+
+
+@pytest.mark.parametrize("env", ["MIDAS_RUNS_DIR", "MIDAS_CACHE_DIR", "MIDAS_FIGURES_DIR"])
+def test_an_output_directory_variable_naming_a_file_is_one_line_before_any_kernel(env, tmp_path, monkeypatch,
+                                                                                 capsys, no_kernel):
+    """Where the run, its kernels and the other commands write: a variable naming a file is a bad setting
+    (one line, exit 2), never a traceback nor a kernel that fails at its first figure."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    monkeypatch.setenv(env, str(afile))
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "00", "--output", str(tmp_path / "out")], capsys)
+    assert rc == 2 and _problems(lines) == [f"midas-nb run: {afile} is a file; expected a writable directory "
+                                            f"({env} names it)"]
+    if env == "MIDAS_RUNS_DIR":   # the commands that read the runs directory answer the same line
+        for argv in (["sweep", "status", "smoke"], ["export-html", "--profile", "smoke"]):
+            assert cli.main(argv) == 2, argv
+            err = capsys.readouterr().err
+            assert f"{afile} is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in err
+            assert "Traceback" not in err

@@ -87,7 +87,9 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
                                                      "(REPORT.md from the result store)")
     cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
     # the report command names the point the run overrode, so it reports that run's cells
-    assert "report:             midas-nb report --profile smoke --budget 0.5  (" in capsys.readouterr().out
+    # (a selection of notebooks: the others' cells have no result, which the report would refuse)
+    assert "report:             midas-nb report --profile smoke --budget 0.5 --allow-incomplete  (" in \
+        capsys.readouterr().out
     from midas_nb.cli.runspec import RunSpec   # --backbone as -p backbone
     assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})) == \
         "midas-nb report --profile quick --backbone vit_smoke --depth 3"

@@ -146,7 +146,8 @@ def _report_command(spec: RunSpec) -> str:
     """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone."""
     given = spec.notebook_parameters()   # --backbone and -p alike
     flags = "".join(f" --{k} {given[k]}" for k in ("backbone", "depth", "budget") if given.get(k) is not None)
-    return f"midas-nb report --profile {spec.profile}{flags}"
+    # a selection of notebooks leaves the others' cells without a result: the report would refuse
+    return f"midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
@@ -180,7 +181,7 @@ def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) ->
         if isinstance(out, (str, os.PathLike)) and str(out).strip() and _is_source_dir(out) else []
     found = [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
     if found:
-        raise config.ProfileError(found if len(subs) == 1 else list(dict.fromkeys(found)))
+        raise config.ProfileError(list(dict.fromkeys(found)))   # a problem two checks meet is said once
     return paths, accepted_by
 
 
@@ -464,6 +465,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=_given(args, "backbone", "depth", "budget"),
                            allow_incomplete=args.allow_incomplete)
+    except config.ProfileError as e:       # a MIDAS_*_DIR that is not a directory
+        return _answer("report", e.problems)
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
         return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
@@ -555,6 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)
+        return _answer(args.command, e.problems)
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
         return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
                                       "are kept, and the next run resumes from them"], 130)

@@ -184,7 +184,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            f"Intervals are 95 % intervals ({g.get('bootstrap', 'resamples not recorded')}): "
            f"{_mean_interval(g)} "
            "for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
-           "image and seed with seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
+           "image and seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
            "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). Every interval "
            "covers the seeds and images of one build of each backbone (its weights digest below), not the spread "
@@ -245,7 +245,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out.append(backbones_section(tables.get("backbones")))
     out += _table_section("\n## The paper's findings, one by one\n", tables["findings"],
                           ["dataset", "backbone", "finding", "holds", "evidence"],
-                          lambda r: [r["dataset"], r["backbone"], r["statement"], r["holds"], r["evidence"]])
+                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"]), r["evidence"]])
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
 
@@ -375,16 +375,17 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    intervals = (f"95 % intervals: {_mean_interval(g)} for a mean over seeds, paired per image and seed for D; "
-                 "all of one backbone build, not the spread between builds "
+    intervals = (f"95 % intervals of a mean over seeds: {_mean_interval(g)}; D's is paired per image and seed; all "
+                 "are of one backbone build, not the spread between builds "
                  "([decision 0007](docs/decisions/0007-seed-image-interval.md))")
+    bands = ("parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01, \"not resolved\" where it "
+             "straddles −0.01, \"uninformative\" where the reference ranks tokens no better than random")
     if len({d for d, _ in blocks}) > 1:
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
         body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
-                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). {intervals}; parity band \"in\" only "
-                "where the whole ΔIDAUC interval is ≥ −0.01, \"uninformative\" where the reference ranks tokens no "
-                "better than random. Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
+                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). {intervals}; {bands}. "
+                "Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
                 datasets_table(tables) + "\n",
                 "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
                 _findings_grid(tables["findings"], blocks) + "\n"]
@@ -397,8 +398,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                 f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
                 f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on "
                 f"{p.get('test images (mIoU, accuracy)')} test images, IDAUC on {p.get('IDAUC images')} "
-                f"(S = {p.get('IDAUC steps S')}). {intervals}; "
-                "parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01.\n",
+                f"(S = {p.get('IDAUC steps S')}). {intervals}; {bands}.\n",
                 _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy",
                            "D (pp) [95 % CI]", "parity band", "paper D (pp), DeiT-S/16"],
                           _three_rows(_three(tables, ds, bb), compact=True)) + "\n",
