@@ -188,7 +188,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
            "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). Every interval "
            "covers the seeds and images of one build of each backbone (its weights digest below), not the spread "
-           "between builds: a rebuild of the same checkpoint can move D by more than its interval "
+           "between builds: the same checkpoint built on another CPU can move D by more than its interval "
            "([decision 0007](../docs/decisions/0007-seed-image-interval.md)). The parity-band "
            "column is the interval's verdict: \"in\" only when the "
            "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
