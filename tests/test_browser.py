@@ -72,15 +72,13 @@ _SETTINGS = {
 def _widgets_data_dir() -> str | None:
     """The Jupyter data folder holding the ipywidgets JupyterLab extension where the Jupyter paths miss it
     (a ``--system-site-packages`` venv: they follow the venv's prefix; docs/decisions/0065), else ``None``."""
-    import importlib.metadata
-
     from jupyter_core.paths import jupyter_path
 
-    dist = importlib.metadata.distribution("jupyterlab_widgets")
-    found = [dist.locate_file(f).resolve().parents[3] for f in dist.files or ()
-             if str(f).endswith("labextensions/@jupyter-widgets/jupyterlab-manager/package.json")]
+    from midas_nb.course.publish import jupyter_data_dir
+
+    found = jupyter_data_dir("jupyterlab_widgets", "labextensions/@jupyter-widgets/jupyterlab-manager/package.json")
     seen = {str(Path(p).resolve()) for p in jupyter_path()}
-    return str(found[0]) if found and str(found[0]) not in seen else None
+    return str(found) if found is not None and str(found) not in seen else None
 
 
 def _free_port() -> int:

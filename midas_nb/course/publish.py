@@ -153,6 +153,18 @@ def _first_error(nb: Any) -> str:
     return ""
 
 
+def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
+    """The Jupyter data folder (``<prefix>/share/jupyter``) where the installed ``distribution`` put the file
+    ``relative`` to it (its record, ``importlib.metadata``), e.g. ``("nbconvert",
+    "nbconvert/templates/lab/conf.json")``; ``None`` where its record lists no such file
+    (docs/decisions/0065-jupyter-data-paths.md)."""
+    import importlib.metadata
+
+    dist, depth = importlib.metadata.distribution(distribution), len(Path(relative).parts)
+    return next((dist.locate_file(f).resolve().parents[depth - 1] for f in dist.files or ()
+                 if str(f).endswith(relative)), None)
+
+
 def _lab_exporter(exporter_class: type) -> Any:
     """nbconvert's HTML exporter with its lab template. Where the Jupyter data paths miss the template
     (a virtual environment reusing another environment's nbconvert: the paths follow the prefix), the
@@ -163,18 +175,14 @@ def _lab_exporter(exporter_class: type) -> Any:
     except ValueError as e:
         if "No template sub-directory" not in str(e):
             raise
-    import importlib.metadata
-
     from jupyter_core.paths import jupyter_path
 
-    dist = importlib.metadata.distribution("nbconvert")
-    found = [dist.locate_file(f).resolve().parents[3] for f in dist.files or ()
-             if str(f).endswith("nbconvert/templates/lab/conf.json")]
-    if found:
-        extra = os.pathsep.join(p for p in (str(found[0]), os.environ.get("JUPYTER_PATH", "")) if p)
+    found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
+    if found is not None:
+        extra = os.pathsep.join(p for p in (str(found), os.environ.get("JUPYTER_PATH", "")) if p)
         with scoped_environ(JUPYTER_PATH=extra), contextlib.suppress(ValueError):
             return exporter_class(template_name="lab", embed_images=True)
-    fix = (f"add {found[0]} to JUPYTER_PATH (export JUPYTER_PATH={found[0]})" if found
+    fix = (f"add {found} to JUPYTER_PATH (export JUPYTER_PATH={found})" if found is not None
            else "reinstall nbconvert in this environment (pip install --force-reinstall nbconvert)")
     raise FileNotFoundError(f"nbconvert's 'lab' HTML template is not in the Jupyter data paths "
                             f"({', '.join(jupyter_path())}); {fix}")

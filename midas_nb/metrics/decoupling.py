@@ -7,7 +7,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .stats import seed_image_interval
+from .stats import is_finite_number, seed_image_interval
 from .registry import register_metric
 
 
@@ -363,7 +363,7 @@ class _Pairing:
         above = bool(dlo > 0) if has_ci else bool(diff > 0)
         ref_rows = [self.recs[k] for k in self.ref_rows[cell]]
         ref_ci = ""
-        if len(ref_rows) == 1 and all(_finite(ref_rows[0].get(c)) for c in ("idauc_lo", "idauc_hi")):
+        if len(ref_rows) == 1 and all(is_finite_number(ref_rows[0].get(c)) for c in ("idauc_lo", "idauc_hi")):
             ref_ci = f" [{float(ref_rows[0]['idauc_lo']):.3f}, {float(ref_rows[0]['idauc_hi']):.3f}]"
         delta = f"Δ {diff:+.3f} [{dlo:+.3f}, {dhi:+.3f}], {g['n_paired_images']} paired images" if has_ci else \
             f"Δ {diff:+.3f}, point decision: no per-image values"
@@ -383,13 +383,6 @@ class _Pairing:
         fmt = lambda t: ", ".join(f"{c}={v or '(not recorded)'}" for c, v in zip(ident, t))  # noqa: E731
         return (f"no {self.reference!r} row of {fmt(cell[n_by:])}; the reference rows of this cell are of "
                 f"{' | '.join(fmt(o) for o in others)} (never compared across checkpoints)")
-
-
-def _finite(v: Any) -> bool:
-    try:
-        return v is not None and math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]],

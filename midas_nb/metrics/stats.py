@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from torch import Tensor
 
-__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval"]
+__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number"]
+
+
+def is_finite_number(v: Any) -> bool:
+    """Whether ``v`` reads as a finite float (``None``, NaN, ±inf and non-numbers: ``False``)."""
+    try:
+        return v is not None and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
 def bootstrap_ci(

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, per_image_values
-from ..metrics.stats import seed_image_interval
+from ..metrics.stats import is_finite_number, seed_image_interval
 from .table import ID_COLUMNS, METRIC_COLUMNS
 
 #: the metrics with an interval over seeds and images (the others get none) → their image-id column
@@ -59,8 +59,8 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         for m in ci_metrics:
             maps = [per_image_values(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
             lo = hi = math.nan
-            own = [recs[0].get(f"{m}_{b}") for b in ("lo", "hi")] if len(recs) == 1 else []
-            if maps[0] is not None and own and all(_finite(v) for v in own):
+            own = [recs[0].get(f"{m}_lo"), recs[0].get(f"{m}_hi")]
+            if len(recs) == 1 and maps[0] is not None and all(is_finite_number(v) for v in own):
                 # one seed: the row's own bootstrap over its images (summarise_metrics), so the
                 # condition's interval is the one its row shows, not a second draw of the same bootstrap
                 lo, hi, method = max(float(own[0]), _RANGE[m][0]), min(float(own[1]), _RANGE[m][1]), \
@@ -76,9 +76,3 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         out["ci_method"] = methods
     return out.drop(columns=["_rows"])
 
-
-def _finite(v: Any) -> bool:
-    try:
-        return v is not None and math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
