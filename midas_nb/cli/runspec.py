@@ -266,18 +266,17 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
                         f"hybrid_lite0_vit]), got {show_value(cw)}")
     if spec.cell_timeout is not None and not _is_seconds(spec.cell_timeout):
         problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")
-    unwritable = []   # where every run and kernel writes: MIDAS_RUNS_DIR, MIDAS_CACHE_DIR, MIDAS_FIGURES_DIR
+    made = {}   # where every run and kernel writes: MIDAS_RUNS_DIR, MIDAS_CACHE_DIR, MIDAS_FIGURES_DIR
     for name, where in (("runs", config.runs_dir), ("cache", config.cache_dir),
                         ("figures", lambda: config.figures_dir(str(spec.profile)))):
         try:
-            where()
+            made[name] = where()
         except config.ProfileError as e:
             problems += e.problems
-            unwritable.append(name)
     if spec.output is not None and not is_path(spec.output):
         problems.append(f"--output: expected a directory path, got {spec.output!r}")
-    elif spec.output is not None or "runs" not in unwritable:
-        problems += check_output(spec.output if spec.output is not None else config.runs_dir() / str(spec.profile))
+    elif spec.output is not None or "runs" in made:
+        problems += check_output(spec.output if spec.output is not None else made["runs"] / str(spec.profile))
     if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:  # nothing else can be read
         hint = did_you_mean([spec.profile], config.PROFILES) if isinstance(spec.profile, str) else ""
         return problems + [f"--profile: unknown profile {spec.profile!r}{hint}; "
