@@ -166,7 +166,17 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     jobs = int(re.search(r"cell jobs: ([\d,]+) of <= 8", out).group(1).replace(",", ""))
     assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
                      + str(jobs - 300), out)
-    assert "no cost for" in out and "bench/gpu_check.py" in out          # no store timings, no table
+    # no store timings, no table of this machine: the shipped one, the last H200 measurement
+    from midas_nb.study.cluster import profile_sweeps
+    from midas_nb.sweeps.plan import SHIPPED_COST_TABLE
+
+    shipped = json.loads(SHIPPED_COST_TABLE.read_text())
+    cells = {c.key: c for v in profile_sweeps("paper", planned=True).values() for c in v}.values()
+    hours = (sum(shipped["cell_s"][c.backbone][c.dataset] for c in cells)
+             + sum(s for per in shipped["finetune_s"].values() for s in per.values())) / 3600
+    assert f"projected: {hours:,.1f} GPU-hours" in out and "wall time on 8 GPUs" in out and "on 32 GPUs" in out
+    assert f"cost table measured on NVIDIA H200 on 2026-12-04: {SHIPPED_COST_TABLE}" in out
+    assert not (tmp_path / "runs" / "bench").exists()
     assert not (tmp_path / "runs" / "sweeps").exists()                  # a plan creates no store
     # with a cost table: GPU-hours = cells x cost + fine-tunes, wall time on 8 and 32 GPUs
     table = dict(device="test GPU", note="", cell_s={b: {"*": 360.0} for b in config.PROFILES["paper"]["scale_backbones"]},
