@@ -310,7 +310,7 @@ def test_every_target_ties_so_the_gain_is_any_structured_targets():
     assert c["gain"][1] > 0.05                                # T5's scorer resolvably above the control ...
     assert sorted(c["ties"]) == ["T1", "T2"]                  # ... and tied with every other target's scorer
     assert c["reading"] == "any structured target" and c["own_vs_control"] == "not above"
-    assert "no more than the control" in c["sentence"] and "does not credit T5's content" in c["sentence"]
+    assert "not resolvably more than the control" in c["sentence"] and "does not credit T5's content" in c["sentence"]
     assert claims_table(content=c).iloc[-1]["verdict"] == "does not hold"
     # without the control nothing is credited either way
     c2 = _content(t[t["condition"] != "random_map"], _coverage({"T1": 0.10, "T5": 0.059}))
@@ -358,3 +358,28 @@ def test_comovement_interval_resamples_seeds_and_names_the_control_points():
     b = comovement(per_seed_values(t2, "miou"), per_seed_values(t2, "idauc"), n_boot=400)
     assert a["r"] == pytest.approx(b["r"], abs=1e-9)
     assert (b["r_hi"] - b["r_lo"]) > 2 * (a["r_hi"] - a["r_lo"])
+
+
+def test_advice_puts_in_band_ties_before_a_leader_whose_band_is_not_resolved():
+    from midas_nb.analysis import recommend_deployment
+    rng = np.random.default_rng(3)
+    t = _table({"reference": (0.10, 0.20), "T5": (0.15, 0.20), "T1": (0.149, 0.2002)}, noise=0.002)
+    # T3 covers most, but its ΔIDAUC straddles −0.01 (mean −0.005, noisy): its band is not resolved
+    t = pd.concat([t, _table({"T3": (0.17, 0.195)}, noise=0.0, random_idauc=None)], ignore_index=True)
+    k = t["condition"] == "T3"
+    t.loc[k, "idauc_per_image"] = pd.Series([list(np.array(v) + rng.normal(0, 0.08, N_IMG))
+                                            for v in t.loc[k, "idauc_per_image"]], index=t.index[k])
+    acc = {"random": 0.50, "reference": 0.70, "T5": 0.52, "T1": 0.60, "T3": 0.60}
+    t["accuracy_per_image"] = [list((rng.random(N_IMG) < acc[c]).astype(float)) for c in t["condition"]]
+    t["speedup"] = 1.01
+    a = recommend_deployment(t, n_boot=300)[0].set_index("goal")
+    d = __import__("midas_nb").metrics.decoupling_D(t, n_boot=300).set_index("condition")
+    assert d.loc["T3", "status"] == "not resolved" and d.loc["T3", "D_pp"] > d.loc["T5", "D_pp"]
+    cov = a.loc["coverage-first"]
+    assert cov["condition"] == "T5" and cov["status"] == "in band" and "in_band" not in a.columns
+    assert "passed over T3 (higher mean D" in cov["reason"] and "band not resolved" in cov["reason"]
+    # T5's pruned accuracy against random top-k, paired, and its speed-up stand beside the pick
+    m, lo, hi, _ = __import__("midas_nb").analysis.paired_gap(t[t.condition == "T5"], t[t.condition == "random"],
+                                                            "accuracy", n_boot=300)
+    assert cov["accuracy_vs_random"] == pytest.approx(m) and lo <= 0 <= hi
+    assert "pruned accuracy vs random top-k" in cov["reason"] and "(not resolved); speed-up 1.01×" in cov["reason"]

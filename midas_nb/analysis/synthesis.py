@@ -12,11 +12,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import ci_text, is_number
+from .findings import ci_text, is_number, paper_findings
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
 
-__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline"]
+__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline", "leak_test",
+           "advice_lines", "content_from_d", "pib_trade", "run_claims"]
 
 #: the words of the verdict column, in the order a headline counts them
 CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "undefined")
@@ -102,7 +103,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     head = (f"Target content against training signal: the {focus} scorer covers {r['scorer_miou']:.3f}, the {control} "
             f"control {r['control_miou']:.3f} (gain {ci_text(*g, fmt='+.3f')}); {focus}'s own top-k covers "
             f"{ci_text(r['target_miou'], r['target_miou_lo'], r['target_miou_hi'], '.3f')}, "
-            + ("more than the control" if own_above else "no more than the control"))
+            + ("resolvably more than the control" if own_above else "not resolvably more than the control"))
     sign = _sign(g[1], g[2])
     if sign != "positive":
         out["reading"] = "not resolved" if sign == "not resolved" else "no gain over the control"
@@ -129,6 +130,31 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     return out
 
 
+#: conditions of a three-condition table that distil no supervision target (or are scorer families of their own)
+_NOT_TARGETS = ("reference", "unsupervised", "random", CONTROL_CONDITION, "cropr", "iared")
+
+
+def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTROL_CONDITION) -> dict[str, Any]:
+    """:func:`content_vs_signal` read from a report's three-condition table, which keeps ``D`` and
+    ``D_vs_<control>_pp`` with their intervals but no per-image values: ``focus`` is credited
+    ("T5 specifically") only where its ``D`` interval lies above every other target's (unpaired, so
+    stricter than the paired test), "any structured target" where it is above the control and another
+    target's ``D`` interval, itself above the control, overlaps it."""
+    col = f"D_vs_{control}_pp"
+    t = three.set_index("condition") if col in three.columns else pd.DataFrame()
+    if focus not in t.index or not is_number(t.loc[focus, f"{col}_lo"]):
+        return {"reading": "undefined"}
+    g = _sign(t.loc[focus, f"{col}_lo"], t.loc[focus, f"{col}_hi"])
+    above = [c for c in t.index if c not in _NOT_TARGETS and c != focus and is_number(t.loc[c, f"{col}_lo"])
+             and t.loc[c, f"{col}_lo"] > 0]
+    ties = [c for c in above if t.loc[c, "D_pp_hi"] >= t.loc[focus, "D_pp_lo"]]
+    others = [c for c in t.index if c not in _NOT_TARGETS and c != focus]
+    reading = ("no gain over the control" if g == "negative" else "not resolved" if g != "positive" or not others
+               else "any structured target" if ties else f"{focus} specifically"
+               if all(t.loc[c, "D_pp_hi"] < t.loc[focus, "D_pp_lo"] for c in others) else "not resolved")
+    return {"reading": reading + (f" (D within {', '.join(ties)}'s)" if ties else "")}
+
+
 def _winners_row(v: ClaimVerdict) -> list[str]:
     w, r = v.winners, v.winners.get("reading", "undefined")
     verdict = ("holds" if r == "different winners" else "opposite of the paper" if r == "one condition leads both"
@@ -150,7 +176,7 @@ def _comovement_row(v: ClaimVerdict) -> list[str]:
 
 def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | None = None,
                  content: Mapping[str, Any] | None = None, *, dataset: str | None = None,
-                 keep_undefined: bool = False) -> pd.DataFrame:
+                 backbone: str | None = None, keep_undefined: bool = False) -> pd.DataFrame:
     """One row per claim of the paper: ``claim | paper | this run | verdict``.
 
     Args:
@@ -160,6 +186,7 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
             co-movement rows (and T5's parity where ``findings`` has none).
         content: :func:`content_vs_signal`: the row "T5's content explains its gain".
         dataset: whose paper values to show (default: the findings' dataset).
+        backbone: keep only this backbone's findings (and the ``scale`` row).
         keep_undefined: keep the findings these rows cannot test (e.g. the regime findings without a sweep).
 
     Returns:
@@ -168,6 +195,8 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
     """
     rows: list[list[str]] = []
     f = findings if findings is not None else pd.DataFrame(columns=["finding", "holds", "evidence", "dataset"])
+    if backbone is not None:
+        f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
     ds = dataset or (str(f["dataset"].iloc[0]) if len(f) else "")
     for _, r in f.iterrows():
         if r["finding"] in _FINDING_CLAIMS and (keep_undefined or str(r["holds"]) != "undefined"):
@@ -184,19 +213,67 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
                             if gain == "negative" else "not resolved" if gain == "not resolved" else "does not hold"])
         rows += [_winners_row(verdict), _comovement_row(verdict)]
     if content is not None:
+        g = content.get("gain", (np.nan,) * 3)
         rows.append(["T5's content explains its scorer's gain", "credited to T5's content",
-                     content.get("reading", "undefined"),
+                     (f"scorer − random-map control {ci_text(*g, fmt='+.3f')}: " if is_number(g[0]) else "")
+                     + str(content.get("reading", "undefined")),
                      "holds" if str(content.get("reading")).endswith("specifically") else
                      {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),
                                                                                     "does not hold")])
     return pd.DataFrame(rows, columns=["claim", "paper", "this run", "verdict"])
 
 
+def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content: Mapping[str, Any] | None = None,
+               *, depth: int | None = None, budget: float | None = None, n_boot: int = 1000) -> pd.DataFrame:
+    """:func:`claims_table` of :func:`~midas_nb.analysis.findings.paper_findings` on ``rows`` (one dataset ×
+    backbone; a protocol table, or a regime sweep for the depth and budget findings) at ``(depth, budget)``
+    (default: the rows' first), with the verdict's and the content rows.
+
+    Raises:
+        ValueError: as :func:`~midas_nb.analysis.findings.paper_findings`.
+    """
+    depth = int(rows["depth"].iloc[0]) if depth is None else int(depth)
+    budget = float(rows["budget"].iloc[0]) if budget is None else float(budget)
+    f = paper_findings(rows, depth=depth, budget=budget, n_boot=n_boot)
+    if len(rows[["depth", "budget"]].drop_duplicates()) < 2:          # one cell: no regime to judge
+        f = f[~f["finding"].isin(["fades_deep", "fades_loose"])]
+    return claims_table(f, verdict, content)
+
+
+def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
+    """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
+    through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
+    ``st`` lies resolvably above its ``D`` under ``soft`` (their intervals apart), the straight-through
+    path leaked that signal into the "unsupervised" condition.
+
+    Args:
+        st, soft: :func:`midas_nb.metrics.decoupling_D` of the same seeds under each relaxation.
+    """
+    s, o = st.set_index("condition"), soft.set_index("condition")
+    if falsifier not in s.index or falsifier not in o.index:
+        return f"Straight-through leak test: no {falsifier} row under both relaxations — not tested."
+    a, b = s.loc[falsifier], o.loc[falsifier]
+    said = (f"D({falsifier}) = {ci_text(a['D_pp'], a['D_pp_lo'], a['D_pp_hi'], unit=' pp')} under st, "
+            f"{ci_text(b['D_pp'], b['D_pp_lo'], b['D_pp_hi'], unit=' pp')} under soft")
+    if focus in s.index and focus in o.index:
+        said += f" (D({focus}): {s.loc[focus, 'D_pp']:+.2f} and {o.loc[focus, 'D_pp']:+.2f} pp)"
+    if not all(is_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
+        return f"Straight-through leak test: {said} — no intervals, not resolved."
+    if a["D_pp_lo"] > b["D_pp_hi"]:
+        return (f"Straight-through leak test: {said} → a leak: the straight-through path gives the "
+                f"{falsifier} scorer a {focus}-like signal, so D({focus}) − D({falsifier}) under st understates "
+                "what supervision adds.")
+    return (f"Straight-through leak test: {said} → "
+            + ("no leak: the falsifier covers no more under st than under soft." if a["D_pp_hi"] < b["D_pp_lo"]
+               else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
+
+
 def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
     ``None``: not tested here) and how many claims hold, are the opposite of the paper, are not resolved."""
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
-    counts = ", ".join(f"{n[v]} {v}" for v in CLAIM_VERDICTS if n.get(v, 0))
+    plural = {"holds": "hold", "does not hold": "do not hold"}
+    counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
     lead = {True: "This run shows the decoupling", False: "This run does not show a decoupling",
             None: "What this run shows"}[shown]
     return f"{lead} — {len(claims)} claims: {counts or 'none tested'}."
@@ -216,3 +293,44 @@ def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | 
     if claims is not None:
         out += [headline(claims, shown), claims_markdown(claims)]
     return "\n".join(out + [f"• {s}" for s in lines if s])
+
+
+def pib_trade(pib: pd.DataFrame) -> list[str]:
+    """Each fine-tuned backbone's Point-in-Box gain over the backbone *with* its top-1 accuracy beside the
+    backbone's (a localisation gain bought with accuracy is named as such).
+
+    Args:
+        pib: :func:`midas_nb.analysis.last.pib_table` (``model``, ``reference``, ``pib_delta`` with CI,
+            ``accuracy``).
+    """
+    if pib is None or pib.empty:
+        return []
+    p = pib.set_index("model")
+    ref = str(p["reference"].iloc[0])
+    a0 = float(p.loc[ref, "accuracy"])
+    out = []
+    for m, r in p.drop(index=ref).iterrows():
+        da = float(r["accuracy"]) - a0
+        out.append(f"{m}: Point-in-Box {ci_text(r['pib_delta'], r.get('pib_delta_lo'), r.get('pib_delta_hi'), '+.3f')} "
+                   f"over {ref}, top-1 accuracy {a0:.3f} → {float(r['accuracy']):.3f} ({da:+.3f})"
+                   + (" — the localisation gain costs accuracy" if r["pib_delta"] > 0 and da < -0.01 else ""))
+    return out
+
+
+def advice_lines(advice: pd.DataFrame) -> list[str]:
+    """Each pick of :func:`midas_nb.analysis.recommend_deployment` in one short line: its ``D`` and band
+    status, its pruned accuracy against random top-k and its speed-up (what deploying it buys)."""
+    out = []
+    for _, r in advice.iterrows():
+        if not r["recommended"]:
+            out.append(f"{r['goal']}: no recommendation")
+            continue
+        bits = [f"D {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, band {r['status']}"]
+        if is_number(r.get("accuracy_vs_random")):
+            sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"])
+            bits.append(f"pruned accuracy vs random top-k {ci_text(r['accuracy_vs_random'], r['accuracy_vs_random_lo'], r['accuracy_vs_random_hi'], '+.3f')}"
+                        + {"positive": "", "negative": " (below it)"}.get(sign, " (not resolved)"))
+        if is_number(r.get("speedup")):
+            bits.append(f"speed-up {r['speedup']:.2f}×")
+        out.append(f"{r['goal']}: {r['condition']} — " + "; ".join(bits) + (f"; ties with {r['ties']}" if r["ties"] else ""))
+    return out
