@@ -274,9 +274,8 @@ def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
-    lead = {True: "This run shows the decoupling", False: "This run does not show a decoupling",
-            None: "What this run shows"}[shown]
-    return f"{lead} — {len(claims)} claims: {counts or 'none tested'}."
+    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
+    return f"{lead}{len(claims)} claims: {counts or 'none tested'}."
 
 
 def claims_markdown(claims: pd.DataFrame) -> str:
