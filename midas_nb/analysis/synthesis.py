@@ -12,12 +12,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import ci_text, is_number, paper_findings
+from .findings import ci_text, cosine_verdict, is_number, paper_findings
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
 
 __all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline", "leak_test",
-           "advice_lines", "content_from_d", "pib_trade", "run_claims"]
+           "probe_claims", "advice_lines", "content_from_d", "pib_trade", "run_claims"]
 
 #: the words of the verdict column, in the order a headline counts them
 CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "undefined")
@@ -240,6 +240,14 @@ def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content:
     return claims_table(f, verdict, content)
 
 
+def probe_claims(probes: pd.DataFrame, depth: int, dataset: str = "") -> pd.DataFrame:
+    """:func:`claims_table` of the ``cosine_small`` finding on one depth's hidden- × attention-gradient
+    probes (a probe table without ``depth`` is read as that depth's)."""
+    holds, ev = cosine_verdict(probes.assign(depth=probes["depth"].fillna(depth)) if "depth" in probes
+                               else probes.assign(depth=depth), depth)
+    return claims_table(pd.DataFrame([dict(finding="cosine_small", holds=holds, evidence=ev, dataset=dataset)]))
+
+
 def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
     """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
     through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
@@ -275,7 +283,7 @@ def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
     lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
-    return f"{lead}{len(claims)} claims: {counts or 'none tested'}."
+    return f"{lead}{len(claims)} claim{'' if len(claims) == 1 else 's'}: {counts or 'none tested'}."
 
 
 def claims_markdown(claims: pd.DataFrame) -> str:
