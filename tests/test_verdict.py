@@ -383,3 +383,19 @@ def test_advice_puts_in_band_ties_before_a_leader_whose_band_is_not_resolved():
                                                             "accuracy", n_boot=300)
     assert cov["accuracy_vs_random"] == pytest.approx(m) and lo <= 0 <= hi
     assert "pruned accuracy vs random top-k" in cov["reason"] and "(not resolved); speed-up 1.01×" in cov["reason"]
+
+
+def test_leak_test_and_pib_trade_conclude_by_hand():
+    from midas_nb.analysis.synthesis import leak_test, pib_trade
+
+    def d(u, t5):
+        return pd.DataFrame([dict(condition=c, D_pp=m, D_pp_lo=lo, D_pp_hi=hi) for c, (m, lo, hi) in
+                             (("unsupervised", u), ("T5", t5))])
+    # the unsupervised scorer's D under st above its D under soft, intervals apart: a leak
+    assert "→ a leak" in leak_test(d((5.0, 4.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
+    assert "→ not resolved" in leak_test(d((5.0, 1.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
+    pib = pd.DataFrame([dict(model="backbone", reference="backbone", pib_delta=0.0, accuracy=0.913),
+                        dict(model="LaSt (K=1)", reference="backbone", pib_delta=0.094, pib_delta_lo=0.05,
+                             pib_delta_hi=0.13, accuracy=0.508)])
+    assert pib_trade(pib) == ["LaSt (K=1): Point-in-Box +0.094 [+0.050, +0.130] over backbone, top-1 accuracy "
+                              "0.913 → 0.508 (-0.405) — the localisation gain costs accuracy"]

@@ -64,7 +64,7 @@ def _sign(lo: float, hi: float) -> str:
 def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",
                       control: str = CONTROL_CONDITION, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Whether ``focus``'s scorer gains coverage from its target's **content** or from being trained on any
-    structured map (the training signal of ``L_ga``; DESIGN.md §5), three paired comparisons:
+    structured map (the training signal of ``L_ga``; DESIGN.md §5), three comparisons (the first two paired):
 
     1. the ``focus`` scorer against the ``control`` (``gain_over_control`` of :func:`targets_vs_scorers`);
     2. the ``focus`` scorer against every other target's scorer (:func:`paired_gap` on mIoU, seeds × images);

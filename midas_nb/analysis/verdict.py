@@ -258,10 +258,11 @@ class ClaimVerdict:
             ``reading``: ``"different winners"`` (both leads resolved, no ``shared_ties``), ``"not resolved: …"``,
             ``"one condition leads both"`` (its leads over each runner-up resolved) or
             ``"highest means on both; not resolved: …"`` (a runner-up ties with it), ``"undefined"``.
-        comovement: correlation of coverage and faithfulness across conditions.
+        comovement: correlation of coverage and faithfulness across conditions, with and without the
+            control points (:func:`midas_nb.analysis.comovement.comovement`).
         decoupling_shown: the run shows the paper's claim — the focus condition's coverage up at
             parity *and* the two winners differ, resolved; else False.
-        text: the sentences a notebook prints.
+        text: the sentences a notebook prints, (a)–(c) then one short line: shown, or which halves are not.
     """
 
     conditions: pd.DataFrame
