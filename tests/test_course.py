@@ -454,9 +454,14 @@ def test_solution_cells_reveal_nothing():
 def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     import json
 
-    out = new_code_cell("print(v.text)", execution_count=1, outputs=[new_output(
-        "stream", name="stdout", text="(a) parity: ...\nThis run does not show a decoupling (coverage and "
-                                      "faithfulness rose together).\n")])
+    import pandas as pd
+    from midas_nb.analysis import synthesis
+    claims = pd.DataFrame([["T1 covers less than the reference", "D(T1) < 0", "D(T1) = +9.1 pp", "opposite of the paper"],
+                           ["two different winners", "coverage-first ≠ faithfulness-first", "not resolved", "not resolved"]],
+                          columns=["claim", "paper", "this run", "verdict"])
+    out = new_code_cell("print(box)", execution_count=1, outputs=[new_output(
+        "stream", name="stdout", text="(a) parity: ...\nThis run does not show a decoupling: (b) no two resolved "
+                                      "winners.\n" + synthesis.box(["a sentence"], claims, False) + "\n")])
     sol = new_code_cell("answer = 42  # solution-code", execution_count=2, metadata={"tags": ["solution"]},
                         outputs=[new_output("stream", name="stdout", text="solution-output\n")])
     nbformat.write(new_notebook(cells=[new_markdown_cell("# Two"), out, sol]), str(tmp_path / "02_two.ipynb"))
@@ -470,7 +475,10 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     assert "solution-code" in page and "solution-output" not in page          # code behind a fold, no output
     head = index.read_text()
     assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
-    assert "Headline:</strong> This run does not show a decoupling" in head
+    # the closing box's short headline and its per-claim table, not the verdict's own last line
+    assert "Headline:</strong> This run does not show a decoupling — 2 claims: 1 opposite of the paper, 1 not resolved." in head
+    assert "| T1 covers less than the reference | D(T1) &lt; 0 | D(T1) = +9.1 pp | opposite of the paper |" in head
+    assert "no two resolved winners" not in head and "a sentence" not in head
     assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named
     # a run over several datasets: <run>/<dataset>/ beside <run>/report; the link finds it
     ds_dir = tmp_path / "run" / "cub"

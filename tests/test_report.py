@@ -649,3 +649,18 @@ def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys,
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == "midas-nb report: 3 problem(s); nothing was written", err
     assert [line.split(":")[1].split()[0] for line in err[:-1]] == ["--output", "--budget", "--depth"]
+
+
+def test_the_report_opens_with_the_per_claim_table_naming_reversals(tmp_path):
+    """The first section is the per-claim table of each block (decision 0073), from the findings table: T1
+    10 pp above the reference and D(T5) rising from L = 6 to L = 9 are each "opposite of the paper"."""
+    rows = _point(d_t1=(0.05, 0.051)) + _point(9, 0.25, d_t5=(0.20, 0.201))
+    prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
+    report.write_tables(report.build_tables(pd.DataFrame(rows), prof), tmp_path)
+    md = report.render_report(report.read_tables(tmp_path))
+    claims = md[md.index("## The paper's claims on this run"):md.index("## Run")]
+    assert md.index("## The paper's claims on this run") < md.index("## Which of the paper's findings hold")
+    assert "cub · bb: 4 claims: 1 holds, 2 opposite of the paper, 1 undefined." in claims   # no control: undefined
+    assert "| T1 covers less than the reference | D(T1) < 0 | D(T1) = +5.05 pp" in claims
+    assert next(ln for ln in claims.splitlines() if ln.startswith("| the decoupling fades with depth")).endswith(
+        "| opposite of the paper |")

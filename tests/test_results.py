@@ -131,7 +131,7 @@ def test_recommend_deployment_picks_expected_rows():
     assert a.loc["coverage-first", "condition"] == "T5"
     assert a.loc["coverage-first", "D_pp"] == pytest.approx(3.0)
     assert a.loc["coverage-first", "delta_idauc"] == pytest.approx(-0.005)
-    assert a.loc["coverage-first", "in_band"] and not a.loc["coverage-first", "fallback"]
+    assert a.loc["coverage-first", "status"] == "in band" and not a.loc["coverage-first", "fallback"]
     assert a.loc["faithfulness-first", "condition"] == "unsupervised"
     assert a.loc["faithfulness-first", "idauc"] == pytest.approx(0.34)
     assert a.loc["coverage-first", "n_seeds"] == 2

@@ -164,6 +164,13 @@ def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
     return "not resolved", ev + f"; an interval crosses ±{bound}"
 
 
+def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
+    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
+    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
+    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
+    return _cosine_finding(probes, depth)
+
+
 def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds, str]:
     """D(T5) along one axis of the regime grid, the other held at the point ``(L0, b0)``: the cells
     at ``axis ≤`` the point's value (near) against the cells beyond it (far)."""

@@ -22,8 +22,9 @@ SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 
-#: the line of the claim's verdict (analysis.claim_verdict) that an HTML edition's contents page shows
-_HEADLINE = re.compile(r"^This run (shows the decoupling|does not show a decoupling).*$", re.M)
+#: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
+#: edition's contents page shows
+_HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decoupling) — .*(?:\n\|.*)*", re.M)
 
 
 def _collapse_solutions(nb: Any) -> None:
@@ -59,7 +60,9 @@ def _run_header(input_dir: Path, pages: list, out: Path) -> str:
         texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
         hit = next((m.group(0) for t in texts for m in [_HEADLINE.search(t)] if m), None)
         if hit:
-            bits.append(f"<strong>Headline:</strong> {html.escape(hit)}")
+            head, _, claims = hit.partition("\n")
+            bits.append(f"<strong>Headline:</strong> {html.escape(head)}"
+                        + (f"</p>\n<pre>{html.escape(claims)}</pre><p>" if claims else ""))
             break
     # a run's report: <run>/report; a run over several datasets: <run>/<dataset>/ beside <run>/report
     report = next((r for r in (input_dir / "report" / "REPORT.md", input_dir.parent / "report" / "REPORT.md")

@@ -11,6 +11,7 @@ from .. import config
 from ..study import ReportSettings
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
+from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
 from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_probes, load_store_rows, missing_cells,
                     SECTIONS)
 from .tables import build_tables, read_tables, SKIPPED_ROW, TABLES, write_tables
@@ -199,6 +200,11 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "and no finding counts it). D = mIoU − mIoU(reference) in percentage points, counted only inside the "
            "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, "
            "`../shared/DESIGN.md`).\n"]
+    out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
+    for ds, bb in blocks:
+        claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
+                              content=content_from_d(_three(tables, ds, bb)))
+        out += [f"{ds} · {bb}: {headline(claims)}\n", claims_markdown(claims) + "\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
         out += ["\n### Missing cells\n", "Expected by the profile, without a result in the store (`midas-nb sweep "
