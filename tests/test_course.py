@@ -414,6 +414,26 @@ def test_export_pages_titles_links_and_images(html_dir):
     assert "reference-solution-marker" in (html_dir / "01_page.html").read_text()        # solutions kept by default
 
 
+def test_an_exported_figures_alt_text_is_its_title(tmp_path, monkeypatch):
+    """Issue 52: every image of the HTML edition had nbconvert's alt text "No description has been
+    provided for this image". A figure finished by midas_nb.viz in a notebook carries its title as the
+    image's alt metadata, and the export writes it as the alt text; an image without it keeps nbconvert's."""
+    from nbclient import NotebookClient
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    code = ("%matplotlib inline\nimport matplotlib.pyplot as plt\nfrom midas_nb.viz import finish_figure\n"
+            "fig, ax = plt.subplots(figsize=(2, 1.5))\nax.plot([0, 1], [1, 0])\n{}\nfig = finish_figure(fig, None)")
+    nb = new_notebook(cells=[new_markdown_cell("# Alt"), new_code_cell(code.format("fig.suptitle('D & <b>')")),
+                             new_code_cell(code.format("ax.set_title('left'); ax.set_xlabel('x')")),
+                             new_code_cell("plt.plot([0, 1]); plt.title('plain pyplot'); plt.show()")],
+                      metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert [len(c.outputs) for c in nb.cells[1:]] == [1, 1, 1]                  # each figure shown once
+    nbformat.write(nb, str(tmp_path / "00_alt.ipynb"))
+    page = (export_html(tmp_path).parent / "00_alt.html").read_text()
+    alts = re.findall(r'<img [^>]*alt="([^"]*)"', page)
+    assert alts == ["D &amp; &lt;b&gt;", "left", "No description has been provided for this image"], alts
+
+
 def test_export_can_strip_solutions_and_rejects_empty_dirs(executed_dir, tmp_path):
     index = export_html(executed_dir, tmp_path / "student_html", strip_solutions=True)
     assert "reference-solution-marker" not in (index.parent / "01_page.html").read_text()
