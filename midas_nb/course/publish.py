@@ -189,9 +189,8 @@ def _lab_exporter(exporter_class: type) -> Any:
 
 
 def _alt_texts(nb: Any, body: str) -> str:
-    """``body`` with each figure's alt text (its ``image/png`` output's ``alt`` metadata, which
-    :func:`midas_nb.viz.finish_figure` sets to the figure's title) in place of nbconvert's "No description
-    has been provided for this image"; an image is found by its data URI."""
+    """``body`` with each figure's title (its output's ``alt`` metadata, :func:`midas_nb.viz.finish_figure`)
+    as its alt text instead of nbconvert's "No description ..."; an image is found by its data URI."""
     alts = {"".join(o["data"]["image/png"].split()): o["metadata"]["image/png"]["alt"]
             for c in nb.cells for o in c.get("outputs", [])
             if "image/png" in o.get("data", {}) and "alt" in o.get("metadata", {}).get("image/png", {})}
@@ -199,7 +198,7 @@ def _alt_texts(nb: Any, body: str) -> str:
     def alt(m: re.Match) -> str:
         src = re.search(r'src="data:image/png;base64,([^"]+)"', m.group(0))
         text = alts.get(src.group(1)) if src else None
-        return m.group(0) if text is None else re.sub(r'alt="[^"]*"', f'alt="{html.escape(text, quote=True)}"', m.group(0))
+        return m.group(0) if text is None else re.sub(r'alt="[^"]*"', f'alt="{html.escape(text)}"', m.group(0))
     return re.sub(r'<img [^>]*alt="No description has been provided for this image"[^>]*>', alt, body)
 
 

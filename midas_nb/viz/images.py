@@ -139,7 +139,7 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
                      fontsize=FONT["annot"])
         _pixel_axes(ax, show_labels=(i % max(1, min(ncols, B)) == 0))
     handles = ([] if boxes_only else
-               [Line2D([], [], marker="o", ls="", color=KEYPOINT_COLOR, markeredgecolor="white", label="visible part keypoint")])
+               [Line2D([], [], marker="o", ls="", color=KEYPOINT_COLOR, mec="white", label="visible part keypoint")])
     handles += [Patch(facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.6,
                       label=f"{kind} patch ({patch_size}×{patch_size} px)"),
                 Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")]

@@ -95,11 +95,9 @@ def figure_title(fig: Figure) -> str:
 
 
 def finish_figure(fig: Figure, save: str | None) -> Figure:
-    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`)
-    when a name is given; in a notebook (the inline backend) show it now with its
-    :func:`figure_title` as the image's ``alt`` metadata, which :func:`midas_nb.course.export_html`
-    writes as the HTML image's alt text; close it unless the backend shows figures (a widget, a
-    window), so a headless run does not accumulate open figures. Returns ``fig``."""
+    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`) when a
+    name is given; in a notebook (inline backend) show it now, its :func:`figure_title` as the image's
+    ``alt`` (the HTML edition's alt text); close it unless a widget or window shows it. Returns ``fig``."""
     if save:
         save_figure(fig, save)
     if "inline" in matplotlib.get_backend().lower():

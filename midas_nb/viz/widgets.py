@@ -335,7 +335,8 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     if view.region == "part":
         from matplotlib.lines import Line2D
         handles.append(Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"))
-        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white", label="visible part keypoint"))
+        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white",
+                              label="visible part keypoint"))
     else:
         handles.append(Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box"))
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",

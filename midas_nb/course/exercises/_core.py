@@ -74,10 +74,10 @@ class Choice:
 EXERCISES: dict[str, Exercise] = {}
 
 
-def _register(name: str, prompt: str, hint: str, needs: Iterable[str],
+def register(name: str, prompt: str, hint: str, needs: Iterable[str],
               compare: Callable[[Any, Any], tuple[bool, str]],
               applies: Callable[..., str | None] | None = None, kind: str = "look-up"):
-    kind = "reasoning" if compare is _option else kind
+    kind = "reasoning" if compare is option else kind
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in EXERCISES:
@@ -231,7 +231,7 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
 PRINTED_DECIMALS = 3
 
 
-def _number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
+def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
     if isinstance(answer, torch.Tensor):
         if answer.numel() != 1:
             return False, f"expected one number, got a tensor of shape {tuple(answer.shape)}."
@@ -246,7 +246,7 @@ def _number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> t
     return False, f"your value {a:.6g} is too {'high' if a > expected else 'low'} (to {decimals} decimals)."
 
 
-def _integer(answer: Any, expected: int) -> tuple[bool, str]:
+def integer(answer: Any, expected: int) -> tuple[bool, str]:
     if isinstance(answer, torch.Tensor) and answer.numel() == 1:
         answer = answer.item()
     if isinstance(answer, bool) or not isinstance(answer, int) and not (isinstance(answer, float) and answer.is_integer()):
@@ -257,7 +257,7 @@ def _integer(answer: Any, expected: int) -> tuple[bool, str]:
     return False, f"{a} is too {'high' if a > expected else 'low'}."
 
 
-def _choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
+def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
     if not isinstance(answer, str):
         return False, f"expected a name (a string), got {type(answer).__name__}."
     if answer.strip().lower() in {a.lower() for a in accepted}:
@@ -266,7 +266,7 @@ def _choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
     return False, f"{answer!r} is not it: its interval lies below the leader's."
 
 
-def _pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
+def pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
     try:
         a = frozenset(str(x).lower() for x in answer)
     except TypeError:
@@ -278,7 +278,7 @@ def _pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
     return False, f"{tuple(answer)} is not the most similar pair."
 
 
-def _option(answer: Any, expected: Choice) -> tuple[bool, str]:
+def option(answer: Any, expected: Choice) -> tuple[bool, str]:
     if not isinstance(answer, str):
         return False, f"expected one option letter such as 'a', got {type(answer).__name__}."
     a = answer.strip().strip("()").strip().lower()
@@ -293,24 +293,24 @@ def _option(answer: Any, expected: Choice) -> tuple[bool, str]:
 
 
 # --------------------------------------------------------------------------------- helpers
-def _choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
+def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
     acc = frozenset(accepted)
     if not acc or not acc <= set(options):
         raise ValueError(f"the accepted options {sorted(acc)} are not among {options!r}")
     return Choice(acc, options, why)
 
 
-def _sign_of(lo: float, hi: float) -> str:
+def sign_of(lo: float, hi: float) -> str:
     """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` or ``"undefined"``."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return "undefined"
     return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
-def _signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
+def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
     the interval's width from 0 (an answer from another bootstrap draw may fall on either side)."""
-    s = _sign_of(lo, hi)
+    s = sign_of(lo, hi)
     out = {s}
     width = max(hi - lo, 0.0)
     if s == "positive" and lo <= slack * width:
@@ -325,35 +325,35 @@ def _signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     return out
 
 
-def _t5_backbones(D) -> list[str]:
+def t5_backbones(D) -> list[str]:
     return sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
 
 
-def _two_backbones(D) -> str | None:
+def two_backbones(D) -> str | None:
     """``None`` where ``D`` has T5 rows of ≥ 2 backbones, else why the exercise is not asked."""
-    bbs = _t5_backbones(D)
+    bbs = t5_backbones(D)
     if len(bbs) >= 2:
         return None
     return (f"needs ≥ 2 backbones; this run has one ({bbs[0]})" if bbs else
             "needs ≥ 2 backbones; this run has no T5 row")
 
 
-def _n_patches(study) -> int:
+def n_patches(study) -> int:
     r, c = study.grid
     return int(r * c)
 
 
-def _tied(table, value: str, name: str) -> set[str]:
+def tied(table, value: str, name: str) -> set[str]:
     """The row with the highest ``value`` and every row tied with it within noise (its interval
     ``<value>_lo``/``_hi`` overlaps the leader's: :func:`midas_nb.results.leaders`)."""
     return set(leaders(table, value, name=name))
 
 
-def _D_by_condition(table) -> Any:
+def D_by_condition(table) -> Any:
     return decoupling_D(table).set_index("condition")
 
 
-def _resolved_in_band(D, band: float = 0.01) -> Any:
+def resolved_in_band(D, band: float = 0.01) -> Any:
     """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
     whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
     row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
