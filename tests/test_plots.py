@@ -135,6 +135,11 @@ def test_cosine_depth_lines(out_dir):
     lines = {l.get_label(): l for l in ax.get_lines() if not l.get_label().startswith("_")}
     assert set(lines) == {"T5 vs T3", "T4 vs T3"}
     np.testing.assert_allclose(lines["T5 vs T3"].get_ydata(), [0.1, 0.05, -0.02])
+    # issue 52: tab10 by position gave a pair the colour another figure gives another target; a pair is in
+    # its hidden-gradient target's colour
+    from matplotlib.colors import to_hex
+    assert to_hex(lines["T5 vs T3"].get_color()) == viz.condition_color("T5")
+    assert to_hex(lines["T4 vs T3"].get_color()) == viz.condition_color("T4")
 
 
 def test_taxonomy_table():
