@@ -119,7 +119,8 @@ def recommend_deployment(
     groups = agg.groupby(by, dropna=False, sort=False) if by else [((), agg)]
     for cell_key, cell in groups:
         cell_key = cell_key if isinstance(cell_key, tuple) else (cell_key,)
-        where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key))
+        # the cell in words, without the checkpoint's identity strings (the advice table keeps those columns)
+        where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key) if c not in CHECKPOINT_COLUMNS)
         where = f" ({where})" if where else ""
         ident = dict(zip(by, cell_key))
         # coverage-first

@@ -143,11 +143,16 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
 
 
 def _report_command(spec: RunSpec) -> str:
-    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone."""
+    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone,
+    preceded by the run's ``MIDAS_CACHE_DIR`` / ``MIDAS_RUNS_DIR`` where set (the report reads the checkpoints'
+    top-1 from the one, the result store from the other)."""
+    import shlex
     given = spec.notebook_parameters()   # --backbone and -p alike
     flags = "".join(f" --{k} {given[k]}" for k in ("backbone", "depth", "budget") if given.get(k) is not None)
+    env = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in ("MIDAS_CACHE_DIR", "MIDAS_RUNS_DIR")
+                  if os.environ.get(k))
     # a selection of notebooks leaves the others' cells without a result: the report would refuse
-    return f"midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
+    return f"{env}midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
