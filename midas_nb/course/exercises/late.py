@@ -163,10 +163,10 @@ def _ex_patch_score_pib(pib) -> Choice:
 # ---------------------------------------------------------------------------- 07 deploy
 @register("07.coverage_first",
            "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
-           "or the `random_map` control) whose *mean* ΔIDAUC is "
-           "at or above −0.01 (the rule's point decision, reference included with D = 0), the one with the "
-           "largest D. (`str`; the advice's `status` then says whether the interval resolves the band)",
-           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `delta_idauc`.", ["table"], choice,
+           "or the `random_map` control) whose band `status` is \"in band\" (the whole ΔIDAUC interval at or "
+           "above −0.01; the reference is a candidate with D = 0), the one with the largest D; a higher D whose "
+           "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) decide. (`str`)",
+           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", ["table"], choice,
            kind="computation")
 def _ex_cov_first(table) -> set[str]:
     return _advised(table, "coverage-first")
