@@ -479,7 +479,7 @@ def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_
         for r in rec["rows"]:
             r["miou_per_image"] = list(r["miou"] + rng.normal(0, 0.1, 4))
             r["idauc_per_image"] = list(r["idauc"] + rng.normal(0, 0.1, 4))
-        rec_path.write_text(json.dumps(rec))
+        st.write_record(rec)
     a, b = tmp_path / "a", tmp_path / "b"
     report.make_report("smoke", store=st.root, output=a)
     report.make_report("smoke", store=st.root, output=b)
