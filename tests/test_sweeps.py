@@ -764,7 +764,7 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     assert not list(markers.iterdir())
     # the refused cells are not "pending" forever: status says so (exit 1), resubmit sends them again
     from midas_nb.sweeps.commands import cmd_resubmit, cmd_status, cmd_wait
-    from midas_nb.sweeps.slurm import cell_states
+    from midas_nb.sweeps.slurm import cell_states, resubmit
     store = ResultStore(tmp_path / "store")
     assert list(cell_states(store)["job_state"]) == ["unsubmitted", "unsubmitted"]
     later = toy_cells(3)[2]                 # registered after the refusal, never sent to sbatch: not refused
@@ -773,8 +773,10 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     capsys.readouterr()
     assert cmd_status(str(store.root)) == 1 and cmd_wait(str(store.root), poll_s=0.01) == 1
     assert "2 cells never submitted (sbatch refused): midas-nb sweep resubmit" in capsys.readouterr().out
-    assert cmd_resubmit(str(store.root)) == 2           # it tried them again: sbatch refuses again
-    assert "sbatch refused the submission" in capsys.readouterr().err
+    with pytest.raises(SlurmNotFound, match="sbatch refused the submission"):   # tried again: refused again
+        resubmit(store, cell_fn=functools.partial(marker_cell_fn, marker_dir=str(markers)))
+    assert cmd_resubmit(str(store.root)) == 2           # a test's function: no runner to rebuild
+    assert "submission.json holds no runner" in capsys.readouterr().err
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
