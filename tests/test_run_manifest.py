@@ -91,6 +91,8 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     from midas_nb.cli.runspec import RunSpec   # --backbone as -p backbone
     assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})).endswith(
         " midas-nb report --profile quick --backbone vit_smoke --depth 3")
+    assert cli._report_command(RunSpec(profile="quick", params={"precision": "bfloat16", "seeds": [0]})).endswith(
+        " midas-nb report --profile quick -p precision bfloat16")     # the settings its cells are keyed by
     states = _states(out)
     assert states["01_middle.ipynb"].state == "current"
     for name in ("00_first.ipynb", "02_last.ipynb"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-import cloudpickle
+import pickle
 import pytest
 import torch
 
@@ -100,13 +100,15 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     _no_cuda_here()
     from midas_nb import Study
     from midas_nb.backbones import checkpoint_key
+    from midas_nb.sweeps import ResultStore
+    from midas_nb.sweeps.slurm import load_submission
 
     monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")
     with pytest.raises(config.ProfileError, match="no CUDA device"):
         Study("smoke", progress=False)
     study = Study("smoke", device="cpu", progress=False)          # the advice
     sub = study.sweep("regime", executor="slurm", wait=False)
-    runner = cloudpickle.loads((sub.store / "submitit" / "runner.pkl").read_bytes())
+    runner, _ = load_submission(ResultStore(sub.store))
     assert runner.profile["device"] == "cuda" and runner.device is None
     sent = [j.args[1] for j in fake_slurm.jobs]                   # (cells, cell_fn, root) / (cell, cell_fn)
     assert sent and all(fn.profile["device"] == "cuda" for fn in sent)
@@ -118,6 +120,43 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     # the local executor still refuses cuda here, before anything runs
     with pytest.raises(config.ProfileError, match="no CUDA device"):
         study.sweep("regime", executor="local", device="cuda")
+
+
+class _Planted:
+    """A pickle that, once loaded, leaves a file: code run from whoever wrote the store."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake_slurm, monkeypatch, tmp_path):
+    """Issue 53, case 7: `sweep resubmit` never loads a pickle from the (possibly group-shared) store; it
+    rebuilds the runner from submission.json and refuses a runner class outside midas_nb."""
+    import json
+
+    from midas_nb import cli
+    from midas_nb.study import make_grid, ProtocolCellRunner
+    from midas_nb.sweeps import ResultStore, submit_sweep
+
+    cells = make_grid("smoke", "regime")[:3]
+    store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
+    submit_sweep(cells, ProtocolCellRunner("smoke", cache_dir="/c"), store, slurm=dict(partition="gpu"))
+    planted = tmp_path / "planted"
+    (store.root / "submitit").mkdir(exist_ok=True)
+    (store.root / "submitit" / "runner.pkl").write_bytes(pickle.dumps(_Planted(planted)))
+    monkeypatch.setattr("midas_nb.sweeps.slurm.scheduler_states", lambda ids: {})   # every job left the queue
+    sent = len(fake_slurm.jobs)
+    assert cli.main(["sweep", "resubmit", "smoke"]) == 0
+    assert not planted.exists()
+    runners = [j.args[1] for j in fake_slurm.jobs[sent:]]
+    assert runners and all(isinstance(r, ProtocolCellRunner) for r in runners)
+    assert runners[0].cache_dir == "/c" and runners[0].profile == json.loads(json.dumps(ProtocolCellRunner("smoke").profile))
+    sub = json.loads((store.root / "submission.json").read_text())
+    (store.root / "submission.json").write_text(json.dumps(dict(sub, runner={"class": "os:system", "spec": {}})))
+    assert cli.main(["sweep", "resubmit", "smoke"]) == 2 and len(fake_slurm.jobs) == sent + len(runners)
 
 
 def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):

@@ -13,7 +13,7 @@ from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
 from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_probes, load_store_rows, missing_cells,
-                    SECTIONS)
+                    MixedSettingsError, SECTIONS)
 from .tables import build_tables, read_tables, SKIPPED_ROW, TABLES, write_tables
 
 
@@ -466,13 +466,15 @@ def _incomplete_message(what: str, missing: Sequence[str], profile: str, n_expec
 def make_report(profile: str = "quick", *, store: str | Path | None = None, output: str | Path | None = None,
                 readme: str | Path | None = None, from_tables: str | Path | None = None,
                 band: float = 0.01, overrides: Mapping[str, Any] | None = None,
-                allow_incomplete: bool = False) -> Path:
+                allow_incomplete: bool = False, allow_mixed_settings: bool = False) -> Path:
     """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or ``store``) into
     ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables`` (``output`` defaults to that
     folder); rewrite ``readme``'s results section. ``overrides``: profile keys of a run made with other settings;
-    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result. Returns the
-    ``REPORT.md`` path. Raises IncompleteReportError (a ValueError; nothing written): cells missing and not
-    ``allow_incomplete``; FileNotFoundError: no store or tables; ValueError: nothing to report, no README markers."""
+    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result;
+    ``allow_mixed_settings``: write it although the store holds rows of other settings (left out, counted). Returns
+    the ``REPORT.md`` path. Raises (ValueErrors; nothing written) MixedSettingsError: such rows and not
+    ``allow_mixed_settings``; IncompleteReportError: cells missing and not ``allow_incomplete``; FileNotFoundError:
+    no store or tables; ValueError: nothing to report, no README markers."""
     if from_tables is not None:
         out = Path(output if output is not None else from_tables)
         tables = read_tables(from_tables)
@@ -488,7 +490,13 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
             write_tables(tables, out)
     else:
         s = ReportSettings.of(config.get_profile(profile, **dict(overrides or {})))
-        rows, left_out = load_store_rows(profile, store, relaxation=s.relaxation)
+        rows, left_out = load_store_rows(profile, store, settings=s)
+        if left_out["other_settings"] and not allow_mixed_settings:
+            raise MixedSettingsError("\n".join([f"{n} rows of the result store {left_out['store']} have other "
+                                                f"settings than the report's: {diff}"
+                                                for diff, n in left_out["other_settings"].items()] + [
+                "report those with their run's settings (the same -p NAME VALUE), or pass --allow-mixed-settings "
+                "to report the profile's settings alone (the rows of other settings counted in provenance.csv)"]))
         miss = missing_cells(rows, s, left_out)
         if len(miss) and not allow_incomplete:
             n_expected = len(expected_cells(s, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))

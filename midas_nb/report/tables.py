@@ -62,6 +62,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
            "relaxation": left_out.get("relaxation", "st"),
            "failed cells left out": len(left_out.get("failed_cells", [])),
            "rows of other relaxations left out": left_out.get("other_relaxation", 0),
+           "rows of other settings left out": "; ".join(f"{n} with {d}" for d, n in
+                                                        left_out.get("other_settings", {}).items()) or 0,
            "rows of older checkpoints left out": sum(left_out.get("stale_checkpoint", {}).values()),
            "rows superseded by a newer record": left_out.get("superseded", 0),
            "invalid store files ignored": len(left_out.get("problems", [])),
