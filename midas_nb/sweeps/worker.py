@@ -106,10 +106,12 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
             try:
                 rows = [_rows_of(out) for out in cell_fn.run_group(list(claims))]
                 json.dumps(rows, default=jsonable, allow_nan=True)
+                if len(rows) != len(claims):
+                    raise ValueError(f"run_group gave {len(rows)} outputs for {len(claims)} cells")
             except Exception:  # noqa: BLE001 - retried cell by cell below, each cell records its own error
                 failed = True
             else:
-                for c, r in zip(claims, rows, strict=True):
+                for c, r in zip(claims, rows):
                     store.record_done(c, r, started=started)
                     states[c] = "done"
     finally:

@@ -251,8 +251,9 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
     loop over the cache (docs/decisions/0069): each scorer has the optimiser, schedule and batch order it has
     alone; the blocks after ``L`` run once per step on the kept tokens of every scorer that trains with
     ``L_cls`` (concatenated along the batch; a scorer family with its own objective runs its own). The same
-    result as training each alone, to the float rounding of a larger batch. Raises as :func:`train_scorer`,
-    and ``ValueError`` for lists of different lengths."""
+    result as training each alone, to the float rounding of a larger batch; each result's ``seconds`` is an
+    equal share of the loop's. Raises as :func:`train_scorer`, and ``ValueError`` for lists of different
+    lengths."""
     depth = check_depth(backbone, depth)
     if cache.depth != depth:
         raise ValueError(f"cache holds block-{cache.depth} states but depth={depth} was asked")
