@@ -19,7 +19,8 @@ from .. import identity
 from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label, PAPER_DATASETS
 from ..identity import annotation_stamp, atomic_write_text, canonical_json, dataset_identity, hash_json
 from ..data import evaluation_subset
-from ..analysis.protocol import condition_target, run_protocol, SEEDLESS_CONDITIONS, with_band_check
+from ..analysis.protocol import condition_target, protocol_cells, SEEDLESS_CONDITIONS, with_band_check
+from ..scorers import list_scorer_conditions
 from ..point import Point
 from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
 from .base import StudyBase
@@ -275,7 +276,24 @@ class ProtocolCellRunner:
         save_digest_memo(digest_memo_path(self.profile, cell.dataset))
         return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
 
-    def __call__(self, cell: SweepCell) -> pd.DataFrame:
+    def __call__(self, cell: SweepCell) -> dict[str, Any]:
+        return self.run_group([cell])[0]
+
+    def group_key(self, cell: SweepCell) -> str:
+        """Cells with one group key are computed together by :meth:`run_group`: the same data, checkpoint,
+        settings and depth ``L`` (a scorer family's cell, whose row has columns of its own, alone)."""
+        if cell.condition in list_scorer_conditions():
+            return cell.key
+        return canonical_json([cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params, cell.depth])
+
+    def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
+        """The row of each cell (of one :meth:`group_key`), in order: :func:`midas_nb.analysis.protocol.protocol_cells`
+        at the cells' depth, budgets, conditions and seeds (docs/decisions/0069), the rows a cell-by-cell run
+        gives. Raises (for every cell) ``ValueError`` (cells of several groups; a checkpoint or data id that
+        differs from the data here), ``RuntimeError`` (no such device)."""
+        cell = cells[0]
+        if len({self.group_key(c) for c in cells}) > 1:
+            raise ValueError(f"run_group: the cells {[c.label for c in cells][:3]}... are not of one group")
         study = self.study(cell)  # a cell keyed by other data or another recipe is never filled
         if cell.checkpoint_id and cell.checkpoint_id != study.checkpoint_id:
             raise ValueError(f"cell {cell.label} was keyed by checkpoint {cell.checkpoint_id!r} but the data, "
@@ -291,12 +309,13 @@ class ProtocolCellRunner:
         if self.cache_dir is not None:
             settings["cache_dir"] = self.cache_dir
         # the loaded checkpoint's id is the key's (load_or_finetune names and checks it by the key)
-        return run_protocol(
-            study.train_set, study.test_set, study.model, depth=cell.depth, budget=cell.budget,
-            conditions=[cell.condition], seeds=[cell.seed], dataset_name=study.dataset_name,
+        table = protocol_cells(
+            study.train_set, study.test_set, study.model, depth=cell.depth,
+            cells=[(c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,
             backbone_name=cell.backbone, checkpoint_id=str(study.meta.get("checkpoint_id", "")), device=study.device,
             progress=self.progress, prefetch_targets=prefetch_targets(self.profile, cell.backbone, cell.depth),
             **settings)
+        return table.to_dict(orient="records")
 
 
 def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> list[str]:
