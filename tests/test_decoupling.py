@@ -254,3 +254,10 @@ def test_decoupling_pools_the_builds_of_a_cell_and_shows_each_builds_d():
     two = _builds([0.0, 0.02]).assign(build=0)                      # two checkpoints filed as one build
     with pytest.raises(ValueError, match="build 0 of cell .* 2 checkpoints"):
         decoupling_D(two, n_boot=50)
+    # aggregate_seeds pools the builds the same way (the lowest build's checkpoint shown)
+    from midas_nb.results import aggregate_seeds
+    agg = aggregate_seeds(_builds([0.0, 0.02, -0.01]), by=["dataset", "condition"], metrics=("miou",), n_boot=50)
+    t5 = agg.set_index("condition").loc["T5"]
+    assert t5["n_seeds"] == 6 and t5["checkpoint_id"] == "ck-0" and t5["ci_method"].startswith("t over 3 builds")
+    with pytest.raises(ValueError, match="two checkpoints"):
+        aggregate_seeds(two, by=["dataset", "condition"], metrics=("miou",), n_boot=50)

@@ -166,7 +166,7 @@ def decoupling_D(
         ``D_pp``, ``D_pp_lo``, ``D_pp_hi``, ``D_pp_std`` (over the ``d_s``), ``D_pp_by_seed``,
         ``delta_idauc`` (+ ``_lo``, ``_hi``, ``_std``), ``n_seeds``, ``in_band`` (nullable
         boolean), ``band_resolved``, ``in_band_frac`` (seeds whose ``ΔIDAUC ≥ −band``),
-        ``status``, ``band_reason``, ``n_builds``, ``D_pp_by_build`` (each build's D),
+        ``status``, ``band_reason``, ``n_builds``, ``D_pp_by_build`` (each build's D), ``D_pp_build_std``,
         ``reference_check``, ``ref_minus_random`` (+ ``_lo``,
         ``_hi``), ``D_cell`` (display string), ``miou``, ``idauc``, ``miou_ref``, ``idauc_ref``
         (the rows' own means), ``ref_paired``, ``n_paired_images`` (images of ΔIDAUC; 0 without
@@ -192,10 +192,9 @@ def decoupling_D(
     _band_status(out, band, checks, pairing)
     cols = by + ident + key + ([seed_col] if per_seed and has_seed else []) + [
         "D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
-        "delta_idauc_hi", "delta_idauc_std", "n_seeds", "n_builds", "D_pp_by_build", "in_band", "band_resolved",
-        "in_band_frac", "status",
-        "band_reason", "reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi",
-        "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired", "n_paired_images", "ci_method"]
+        "delta_idauc_hi", "delta_idauc_std", "n_seeds", "n_builds", "D_pp_by_build", "D_pp_build_std",
+        "in_band", "band_resolved", "in_band_frac", "status", "band_reason", "reference_check", "ref_minus_random",
+        "ref_minus_random_lo", "ref_minus_random_hi", "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired", "n_paired_images", "ci_method"]
     result = out[cols].reset_index(drop=True)
     result.attrs["interval"] = (f"{100 * (1 - alpha):g} % paired intervals over the images each condition shares "
                                 f"with its reference: bootstrap over images ({n_boot} resamples) for one seed; "
@@ -361,6 +360,8 @@ class _Pairing:
             else:
                 res["D_pp_by_build"] = ", ".join(f"build {b}: {v * sc:+.2f}" for b, v in
                                                  zip(sorted(set(builds)), p["by_build"]))
+                res["D_pp_build_std"] = float(np.std(p["by_build"], ddof=1)) * sc if len(p["by_build"]) > 1 \
+                    else math.nan
         res["_why"] = "; ".join(whys)
         di = res["_delta_idauc_per"]
         res["in_band_frac"] = float(np.mean(di >= -band - _BAND_EPS)) if di.size and np.isfinite(di).all() else math.nan
