@@ -261,3 +261,25 @@ def test_decoupling_pools_the_builds_of_a_cell_and_shows_each_builds_d():
     assert t5["n_seeds"] == 6 and t5["checkpoint_id"] == "ck-0" and t5["ci_method"].startswith("t over 3 builds")
     with pytest.raises(ValueError, match="two checkpoints"):
         aggregate_seeds(two, by=["dataset", "condition"], metrics=("miou",), n_boot=50)
+
+
+def test_regime_cells_of_one_build_borrow_the_build_spread_of_the_point():
+    """Decision 0072: with 3 builds at (L=6, b=25 %) (D(T5) 5, 7, 9 pp) and the regime's other cells on
+    build 0 alone (L=3: 8 pp, L=9: 4 pp, exact), fades_deep holds on the cells' own intervals but is not
+    resolved once each one-build cell's interval borrows t_2 · sd = 4.30 · 2 pp."""
+    def at(depth, builds, gains):
+        rows = []
+        for b, g in zip(builds, gains):
+            own = dict(build=b, checkpoint_id=f"ck-{b}", weights_digest=f"w{b}", depth=depth)
+            for s in ((0, 1) if len(builds) > 1 else (0,)):
+                rows += [_row("reference", s, IDS, REF_M, REF_I, **own), _row("T5", s, IDS, REF_M + g, REF_I, **own)]
+        return rows
+    rows = pd.DataFrame(at(6, [0, 1, 2], [0.05, 0.07, 0.09]) + at(3, [0], [0.08]) + at(9, [0], [0.04]))
+    f = paper_findings(rows, depth=6, budget=0.25, n_boot=100).set_index("finding")
+    assert f.loc["fades_deep", "holds"] == "not resolved" and f.loc["fades_deep", "n_builds"] == 1
+    assert "borrow the build spread" in f.loc["fades_deep", "evidence"] and "over 3 builds 2.00 pp" in \
+        f.loc["fades_deep", "evidence"]
+    assert f.loc["t5_gain_in_band", "n_builds"] == 3
+    # build 0 alone (5 pp at the point): nothing to borrow, and the same cells say it fades
+    one = paper_findings(rows[rows["build"] == 0], depth=6, budget=0.25, n_boot=100).set_index("finding")
+    assert one.loc["fades_deep", "holds"] is True and "borrow" not in one.loc["fades_deep", "evidence"]
