@@ -9,6 +9,7 @@ import pandas as pd
 
 from .. import config
 from ..identity import atomic_write_text
+from ..metrics.stats import is_finite_number
 from ..study import grid_spans, make_grid, ReportSettings
 from ..sweeps import ResultStore
 
@@ -22,8 +23,8 @@ class IncompleteReportError(ValueError):
     """The result store lacks cells the profile's report needs (``--allow-incomplete`` writes it anyway)."""
 
 
-#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed).
-CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed, backbone build).
+CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed", "build"]
 
 
 def store_root(profile: str, store: str | Path | None = None) -> Path:
@@ -34,7 +35,8 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest checkpoint
-    per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md), with
+    per dataset × backbone × build (rows without a build: 0) and newest record per cell
+    (docs/decisions/0009-report-row-selection.md), with
     ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``, ``stale_checkpoint``,
     ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
     store; ValueError: the store has no done cell."""
@@ -65,9 +67,10 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
         raise ValueError(f"the result store {st.root} has no finished rows with the {relaxation!r} relaxation "
                          f"({len(failed)} failed cells); run the notebooks first")
     df = pd.DataFrame(rows)
+    df["build"] = [_build(r) for r in df.to_dict("records")]
     stale: dict[str, int] = {}
     keep = []
-    for _, g in df.groupby(["dataset", "backbone"], sort=False):
+    for _, g in df.groupby(["dataset", "backbone", "build"], sort=False):
         newest = g.loc[g["finished"].idxmax(), "checkpoint_id"]
         for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
             stale[str(ck)] = int(n)
@@ -81,7 +84,13 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     return df, left_out
 
 
-_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
+_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int, int)
+
+
+def _build(d: Mapping[str, Any]) -> int:
+    """The backbone build of a row (its ``build``) or a cell (its ``params``); 0 where neither says."""
+    b = d.get("build")
+    return int(b) if is_finite_number(b) else int((d.get("params") or {}).get("build", 0))
 
 
 def _relaxation(cell: Mapping[str, Any]) -> str:
@@ -90,7 +99,7 @@ def _relaxation(cell: Mapping[str, Any]) -> str:
 
 def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
     """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
-    return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
+    return tuple(f(_build(d) if c == "build" else d[c]) for f, c in zip(_IDENT_TYPES, cols))
 
 
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
@@ -141,7 +150,9 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
         labels = list(dict.fromkeys(label(n) for n in names))
         # the labels go in as datasets with a placeholder root and ids: nothing is read
         q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
-        ids = {(d, b): "expected" for d in labels for b in backbones}
+        first = int(prof.get("build", 0))
+        ids = {(d, b, *k): "expected" for d in labels for b in backbones
+               for k in [(), *((i,) for i in range(first, first + int(prof.get("builds", 1))))]}
         out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
                 for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
                                    checkpoint_ids=ids, data_ids=ids)]
@@ -154,13 +165,13 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
-    have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
+    have = {_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
     out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
         if (k := _ident(r)) not in have:
             out.setdefault(k, []).append(r["section"])
     return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
-                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}" + f" build {k[6]}" * bool(k[6]),
                               state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
                         columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 
