@@ -319,8 +319,11 @@ class ClaimVerdict:
 
 
 def _one_cell(table: pd.DataFrame) -> None:
-    cols = [c for c in CELL_COLUMNS if c in table.columns]
-    cells = table[cols].drop_duplicates()
+    pooled = "build" in table.columns and "checkpoint_id" in table.columns   # one checkpoint per build (0072)
+    cols = [c for c in CELL_COLUMNS if c in table.columns and not (pooled and c == "checkpoint_id")]
+    cells = table[cols + (["build", "checkpoint_id"] if pooled else [])].drop_duplicates()
+    if pooled and not cells.duplicated(cols + ["build"]).any():
+        cells = cells[cols].drop_duplicates()
     if len(cells) > 1:
         raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
                          f"{cells.to_dict('records')}; filter the table or call it per cell")
