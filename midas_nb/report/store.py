@@ -10,7 +10,7 @@ import pandas as pd
 from .. import config
 from ..identity import atomic_write_text
 from ..metrics.stats import is_finite_number
-from ..study import grid_spans, make_grid, ReportSettings
+from ..study import grid_spans, make_grid, placeholder_ids, ReportSettings
 from ..sweeps import ResultStore
 
 
@@ -150,9 +150,7 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
         labels = list(dict.fromkeys(label(n) for n in names))
         # the labels go in as datasets with a placeholder root and ids: nothing is read
         q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
-        first = int(prof.get("build", 0))
-        ids = {(d, b, *k): "expected" for d in labels for b in backbones
-               for k in [(), *((i,) for i in range(first, first + int(prof.get("builds", 1))))]}
+        ids = placeholder_ids(prof, labels, backbones, "expected")
         out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
                 for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
                                    checkpoint_ids=ids, data_ids=ids)]

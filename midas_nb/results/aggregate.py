@@ -22,7 +22,8 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
     """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by``
     (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added, or, where the
-    table has a ``build`` column, left out: the builds of a group are pooled, decision 0072).
+    table has a ``build`` column and ``by`` does not name them, left out: a group's builds are pooled, one
+    checkpoint each, else ``ValueError``; decision 0072).
 
     For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is the ``(1−alpha)`` interval of the mean
     over seeds that ``decoupling_D`` uses (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007;
@@ -35,12 +36,13 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
     ``ValueError`` for a grouping column the table lacks. A group of one row that carries its own
     ``m_lo``/``m_hi`` (the percentile bootstrap over its images, :func:`summarise_metrics`) keeps them, so a
     one-seed condition reads the same interval as its row."""
-    by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
-    if missing := [c for c in by if c not in table.columns]:
-        raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
     # seeds of two checkpoints (or of one checkpoint id with other weights) are averaged only as two builds
     pooled, ident = BUILD_COLUMN in table.columns, [c for c in CHECKPOINT_COLUMNS if c in table.columns]
-    by = [c for c in by if c not in ident] + ([] if pooled else ident)
+    by = [c for c in ID_COLUMNS if c in table.columns and not (pooled and c in ident)] if by is None else list(by)
+    if missing := [c for c in by if c not in table.columns]:
+        raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
+    ident = [c for c in ident if c not in by]
+    by += [] if pooled else ident
     metrics = [m for m in metrics if m in table.columns]
     src = table.assign(**{BUILD_COLUMN: table.get(BUILD_COLUMN, 0)}).fillna({BUILD_COLUMN: 0}).sort_values(
         BUILD_COLUMN, kind="stable").reset_index(drop=True)

@@ -26,7 +26,7 @@ from .base import StudyBase
 from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
-           "eval_data_id", "protocol_settings", "cached_study", "study_overrides", "digest_memo_path",
+           "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
            "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "scale_readout"]
 
 
@@ -99,6 +99,15 @@ def load_digest_memo(path: str | Path) -> int:
 
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
+
+
+def placeholder_ids(profile: Mapping[str, Any], datasets: Sequence[str], backbones: Sequence[str],
+                    value: str) -> dict[tuple, str]:
+    """``value`` (``value-k`` for build ``k``) as every checkpoint (and data) id of :func:`make_grid` for
+    ``datasets`` × ``backbones`` and the profile's builds: a grid whose keys are not needed reads no data."""
+    first = int(profile.get("build", 0))
+    builds = [(), *((k,) for k in range(first, first + int(profile.get("builds", 1))))]
+    return {(d, b, *k): "-".join(map(str, (value, *k))) for d in datasets for b in backbones for k in builds}
 
 
 def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str,
