@@ -90,3 +90,22 @@ def test_builds_multiply_the_cells_at_the_point_only_and_build_0_keeps_its_keys(
     assert b1.settings.backbone.recipe.seed == 1
     assert {c.checkpoint_id for c in extra} == {b1.checkpoint_id} != {c.checkpoint_id for c in one}
     assert ProtocolCellRunner(prof).study(extra[0]) is b1
+
+
+@pytest.mark.slow
+def test_a_protocol_of_two_builds_fine_tunes_each_and_pools_them(tmp_path, monkeypatch):
+    """The smoke profile keeps one build (its notebooks stay fast); this runs two end to end (decision 0072):
+    two checkpoints, rows tagged by build, D pooled over them with each build's D shown."""
+    from midas_nb.study import Study
+
+    monkeypatch.setenv("MIDAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    root = make_synthetic_cub(tmp_path / "data", num_classes=4, images_per_class=6, image_size=96)
+    study = Study("smoke", progress=False, builds=2, data_root=str(root), dataset="cub", max_eval_images=6,
+                  bootstrap=20, idauc_steps=2, finetune=dict(epochs=2, batch_size=32, lr=2e-3, warmup_epochs=0),
+                  scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=2))
+    table = study.protocol(conditions=["reference", "T5"])
+    assert sorted(table["build"]) == [0, 0, 1, 1] and table.groupby("build")["checkpoint_id"].nunique().max() == 1
+    assert table["checkpoint_id"].nunique() == 2 and study.checkpoint_id in set(table["checkpoint_id"])
+    d = study.decoupling(table).set_index("condition").loc["T5"]
+    assert d["n_builds"] == 2 and d["D_pp_by_build"].startswith("build 0: ") and "build 1: " in d["D_pp_by_build"]
