@@ -83,9 +83,8 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
 
 
 def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[int, int], dict[str, float]]]:
-    """``{condition: {(build, seed): {image_id: value}}}`` of one metric's per-image values (NaN values,
-    e.g. an image without a visible part, are left out; rows without a ``seed`` are seed 0, without a
-    ``build`` build 0: decision 0072).
+    """``{condition: {(build, seed): {image_id: value}}}`` of one metric's per-image values (NaN values, e.g. an
+    image without a visible part, are left out; a missing ``build`` or ``seed`` is 0: decision 0072).
 
     Raises:
         ValueError: unknown metric.
@@ -106,14 +105,12 @@ def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[in
 
 
 def _seed_pairs(a: Mapping[tuple, Any], b: Mapping[tuple, Any]) -> list[tuple[tuple, tuple]]:
-    """Within each backbone build both sides have (keys ``(build, seed)``): seed ``s`` with seed ``s``; a
-    side with one seed (the seedless reference) with every seed of the other; none for a build whose two
-    multi-seed sides share no seed."""
+    """Within each build both sides have (keys ``(build, seed)``): seed ``s`` with seed ``s``; a side with one
+    seed (the seedless reference) with every seed of the other; none where two multi-seed sides share no seed."""
     pairs = []
     for build in sorted({k[0] for k in a} & {k[0] for k in b}):
         sa, sb = sorted(k for k in a if k[0] == build), sorted(k for k in b if k[0] == build)
-        pairs += [(x, y) for x in sa for y in sb] if len(sa) == 1 or len(sb) == 1 else \
-            [(k, k) for k in sa if k in sb]
+        pairs += [(x, y) for x in sa for y in sb] if len(sa) == 1 or len(sb) == 1 else [(k, k) for k in sa if k in sb]
     return pairs
 
 
@@ -128,15 +125,13 @@ def _paired_diff(a: Mapping[tuple, Mapping[str, float]], b: Mapping[tuple, Mappi
     if not ids:
         return math.nan, math.nan, math.nan, 0
     x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
-    r = seed_image_interval(x, n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)),
-                            builds=[sa[0] for sa, _ in pairs])
+    r = seed_image_interval(x, n_boot, alpha, int(rng.integers(2 ** 32)), builds=[sa[0] for sa, _ in pairs])
     return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
 
 
 def _sign(lo: float, hi: float) -> str:
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+    return "undefined" if not (np.isfinite(lo) and np.isfinite(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:
@@ -174,9 +169,8 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
 
 
 def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
-    if not np.isfinite(m):
-        return "n/a"
-    return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{f}}"
+    return "n/a" if not np.isfinite(m) else f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) \
+        else f"{m:{f}}"
 
 
 def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -319,11 +313,8 @@ class ClaimVerdict:
 
 
 def _one_cell(table: pd.DataFrame) -> None:
-    pooled = "build" in table.columns and "checkpoint_id" in table.columns   # one checkpoint per build (0072)
-    cols = [c for c in CELL_COLUMNS if c in table.columns and not (pooled and c == "checkpoint_id")]
-    cells = table[cols + (["build", "checkpoint_id"] if pooled else [])].drop_duplicates()
-    if pooled and not cells.duplicated(cols + ["build"]).any():
-        cells = cells[cols].drop_duplicates()
+    cols = [c for c in CELL_COLUMNS if c in table.columns and not (c == "checkpoint_id" and "build" in table.columns)]
+    cells = table[cols].drop_duplicates()
     if len(cells) > 1:
         raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
                          f"{cells.to_dict('records')}; filter the table or call it per cell")
