@@ -290,7 +290,7 @@ def test_report_tables_and_markdown(store, tmp_path):
     md = report.render_report(back)
     t5 = back["three_conditions"].set_index("condition").loc["T5"]
     assert t5["miou_lo"] < t5["miou"] < t5["miou_hi"] and t5["D_pp_lo"] <= 10.5 <= t5["D_pp_hi"]
-    assert f"| T5 | 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
+    assert f"| T5 | 1 × 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
     assert f"+10.05 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
     assert "+10.05" in md and "in |" in md and "**Smoke run.**" in md
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
@@ -660,8 +660,8 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
     t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
-    want = ["holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v)
-            for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
+    want = [("holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v))
+            + " (1 build)" for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
     f = tables["findings"]
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3

@@ -131,7 +131,7 @@ def test_sweep_seeds_apply_off_the_profiles_point():
     for point in {(c.depth, c.budget) for c in cross}:
         assert any(c.condition == "random" and (c.depth, c.budget) == point for c in cross), point
     assert {c.seed for c in make_grid(prof, "regime", seeds=[0, 1]) if c.condition == "T5"} == {0, 1}
-    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (3 * 2 + 1)
+    assert len(make_grid(prof, "regime", seeds=[0, 1])) == (5 + prof["builds"] - 1) * (3 * 2 + 1)   # builds at (L, b)
     # explicit conditions are taken as given
     assert {c.condition for c in make_grid(prof, "regime", conditions=["reference", "T5"])} == {"reference", "T5"}
     from midas_nb.config import check_profile
@@ -152,7 +152,7 @@ def test_prefetch_targets_only_where_other_cells_read_them():
 
 
 def test_make_grid_sizes_follow_the_profile():
-    prof = get_profile("quick", other_backbones=True)
+    prof = get_profile("quick", other_backbones=True, builds=1)     # builds: test_cell_identity.py
     # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions), plus
     # the random ranking that tests the reference in each cell
     assert set(prof["sweep_conditions"]) < set(prof["conditions"])
@@ -605,7 +605,8 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 
     from midas_nb.study import ProtocolCellRunner
 
-    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=SimpleNamespace(name="vit_smoke")))
+    bb = SimpleNamespace(name="vit_smoke", build=0)
+    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=bb))
     runner = ProtocolCellRunner("smoke", study=fake)
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))

@@ -399,3 +399,22 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
                              pib_delta_hi=0.13, accuracy=0.508)])
     assert pib_trade(pib) == ["LaSt (K=1): Point-in-Box +0.094 [+0.050, +0.130] over backbone, top-1 accuracy "
                               "0.913 → 0.508 (-0.405) — the localisation gain costs accuracy"]
+
+
+def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build():
+    """Builds (decision 0072): the verdict's per-image values are keyed by (build, seed), a seedless side is
+    paired with every seed of its own build, and the interval is over the build means (t with 2 df)."""
+    from scipy.stats import t as student_t
+
+    from midas_nb.analysis import paired_gap, per_seed_values
+
+    base = np.linspace(0.2, 0.6, N_IMG)
+    a = pd.DataFrame([dict(_row("T5", s, base + 0.1 * (b + 1) + 0.001 * s, base), build=b)
+                      for b in range(3) for s in (0, 1)])
+    ref = pd.DataFrame([dict(_row("reference", 0, base, base), build=b) for b in range(3)])
+    assert sorted(per_seed_values(a, "miou")["T5"]) == [(b, s) for b in range(3) for s in (0, 1)]
+    m, lo, hi, n = paired_gap(a, ref, "miou", n_boot=200)
+    means = np.array([0.1005, 0.2005, 0.3005])              # each build's gap: constant over its images
+    half = student_t.ppf(0.975, 2) * means.std(ddof=1) / np.sqrt(3)
+    assert n == N_IMG and m == pytest.approx(means.mean())
+    assert (lo, hi) == pytest.approx((means.mean() - half, means.mean() + half))

@@ -214,8 +214,8 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
 
 def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
     """Never pick across checkpoints: ``by`` plus the checkpoint columns present (a missing
-    digest becomes "", as :func:`decoupling_D` writes it)."""
-    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    digest becomes "", as :func:`decoupling_D` writes it), none where rows carry a build (its builds pooled)."""
+    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by and "build" not in table.columns]
     if "weights_digest" in by:
         table = table.assign(weights_digest=table["weights_digest"].astype(object)
                              .where(table["weights_digest"].notna(), "").astype(str))

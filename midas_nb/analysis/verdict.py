@@ -83,9 +83,9 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
     return out
 
 
-def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dict[str, float]]]:
-    """``{condition: {seed: {image_id: value}}}`` of one metric's per-image values (NaN values,
-    e.g. an image without a visible part, are left out; rows without a ``seed`` are seed 0).
+def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[int, int], dict[str, float]]]:
+    """``{condition: {(build, seed): {image_id: value}}}`` of one metric's per-image values (NaN values, e.g. an
+    image without a visible part, are left out; a missing ``build`` or ``seed`` is 0: decision 0072).
 
     Raises:
         ValueError: unknown metric.
@@ -93,30 +93,32 @@ def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dic
     if metric not in _METRIC_IDS:
         raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
     ids_col, val_col = _METRIC_IDS[metric]
-    out: dict[str, dict[int, dict[str, float]]] = {}
+    out: dict[str, dict[tuple[int, int], dict[str, float]]] = {}
     for _, r in table.iterrows():
         ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
         if ids is None or vals is None or len(ids) != len(vals):
             continue
-        seed = int(r["seed"]) if "seed" in r and pd.notna(r["seed"]) else 0
+        seed = tuple(int(r[c]) if c in r and pd.notna(r[c]) else 0 for c in ("build", "seed"))
         got = {str(i): float(v) for i, v in zip(ids, vals) if v is not None and not (isinstance(v, float) and math.isnan(v))}
         if got:
             out.setdefault(str(r["condition"]), {}).setdefault(seed, {}).update(got)
     return out
 
 
-def _seed_pairs(a: Mapping[int, Any], b: Mapping[int, Any]) -> list[tuple[int, int]]:
-    """Seed ``s`` with seed ``s``; a side with one seed (the seedless reference) with every seed
-    of the other; ``[]`` when two multi-seed sides share no seed."""
-    if len(a) == 1 or len(b) == 1:
-        return [(sa, sb) for sa in sorted(a) for sb in sorted(b)]
-    return [(s, s) for s in sorted(set(a) & set(b))]
+def _seed_pairs(a: Mapping[tuple, Any], b: Mapping[tuple, Any]) -> list[tuple[tuple, tuple]]:
+    """Within each build both sides have (keys ``(build, seed)``): seed ``s`` with seed ``s``; a side with one
+    seed (the seedless reference) with every seed of the other; none where two multi-seed sides share no seed."""
+    pairs = []
+    for build in sorted({k[0] for k in a} & {k[0] for k in b}):
+        sa, sb = sorted(k for k in a if k[0] == build), sorted(k for k in b if k[0] == build)
+        pairs += [(x, y) for x in sa for y in sb] if len(sa) == 1 or len(sb) == 1 else [(k, k) for k in sa if k in sb]
+    return pairs
 
 
-def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], n_boot: int,
+def _paired_diff(a: Mapping[tuple, Mapping[str, float]], b: Mapping[tuple, Mapping[str, float]], n_boot: int,
                  alpha: float, rng: np.random.Generator, bound: float = 1.0) -> tuple[float, float, float, int]:
-    """Mean of ``a − b`` over the images every paired seed measured (``{seed: {image_id: value}}``
-    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval`
+    """Mean of ``a − b`` over the images every paired seed measured (``{(build, seed): {image_id: value}}``
+    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval` (builds → seeds)
     (seeded from ``rng``), the interval cut at ``±bound`` (the difference's range):
     ``(mean, lo, hi, n_images)``; NaNs when no image or seed is shared."""
     pairs = _seed_pairs(a, b)
@@ -124,14 +126,13 @@ def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[s
     if not ids:
         return math.nan, math.nan, math.nan, 0
     x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
-    r = seed_image_interval(x, n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
+    r = seed_image_interval(x, n_boot, alpha, int(rng.integers(2 ** 32)), builds=[sa[0] for sa, _ in pairs])
     return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
 
 
 def _sign(lo: float, hi: float) -> str:
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+    return "undefined" if not (np.isfinite(lo) and np.isfinite(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:
@@ -169,9 +170,8 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
 
 
 def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
-    if not np.isfinite(m):
-        return "n/a"
-    return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{f}}"
+    return "n/a" if not np.isfinite(m) else f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) \
+        else f"{m:{f}}"
 
 
 def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -276,7 +276,7 @@ class ClaimVerdict:
 
 
 def _one_cell(table: pd.DataFrame) -> None:
-    cols = [c for c in CELL_COLUMNS if c in table.columns]
+    cols = [c for c in CELL_COLUMNS if c in table.columns and not (c == "checkpoint_id" and "build" in table.columns)]
     cells = table[cols].drop_duplicates()
     if len(cells) > 1:
         raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
