@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ..metrics import decoupling_D, INFORMATIVE_BOX_MAX_FRACTION
-from ..analysis import recommend_deployment
+from ..metrics import decoupling_D, INFORMATIVE_BOX_MAX_FRACTION, PARITY_BAND, parity_band
+from ..analysis import recommend_deployment, share_falls
 from ..backbones.vit import keep_count
 
 
@@ -543,13 +543,14 @@ def _ex_best_d(table) -> set[str]:
     return _argmax_ties(d["D_pp"].astype(float).to_dict())
 
 
-def _resolved_in_band(D, band: float = 0.01) -> Any:
+def _resolved_in_band(D, band: float | None = None) -> Any:
     """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
     whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
     row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
     is never inside. Computed here from the interval columns, independently of
     ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
     import pandas as pd
+    band = parity_band(band)
     lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
     hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
     point = D["delta_idauc"].astype(float)
@@ -561,10 +562,10 @@ def _resolved_in_band(D, band: float = 0.01) -> Any:
 
 @_register("02.in_band",
            "Which conditions does `D` show **inside the IDAUC parity band** — the whole 95 % interval of "
-           "ΔIDAUC at or above −0.01 (`delta_idauc_lo ≥ −0.01`)? A mean ΔIDAUC above −0.01 whose interval "
-           "straddles −0.01 is *not resolved*, not in band. (a list or set of names; including the "
+           f"ΔIDAUC at or above −{PARITY_BAND:g} (`delta_idauc_lo ≥ −{PARITY_BAND:g}`)? A mean ΔIDAUC above "
+           f"−{PARITY_BAND:g} whose interval straddles −{PARITY_BAND:g} is *not resolved*, not in band. (a list or set of names; including the "
            "reference is optional)",
-           "compare `delta_idauc_lo` in `D` with −0.01 (`status` says the same in words, except where it says "
+           f"compare `delta_idauc_lo` in `D` with −{PARITY_BAND:g} (`status` says the same in words, except where it says "
            "*uninformative*: there the reference ranks tokens no better than random, and parity with it says little).",
            ["D"], _names)
 def _ex_in_band(D) -> set[str]:
@@ -645,9 +646,10 @@ def _ex_hidden_vs_attention(hv) -> Choice:
 # ---------------------------------------------------------------------------- 04 sweeps
 @_register("04.T5_cells_in_band",
            "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band — its whole "
-           "95 % ΔIDAUC interval at or above −0.01 (cells whose interval straddles −0.01 are *not resolved* "
+           f"95 % ΔIDAUC interval at or above −{PARITY_BAND:g} (cells whose interval straddles −{PARITY_BAND:g} are "
+           "*not resolved* "
            "and do not count)? (`int`)",
-           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status == 'in band'`).", ["D"],
+           f"filter `D` to condition T5 and count `delta_idauc_lo ≥ −{PARITY_BAND:g}` (`status == 'in band'`).", ["D"],
            _integer)
 def _ex_t5_cells(D) -> int:
     t5 = D[D["condition"] == "T5"]
@@ -698,7 +700,7 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
     c0, c1 = c.get(float(near["budget"]), math.nan), c.get(float(far["budget"]), math.nan)
     r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
     falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
-    pick = "a" if not falls else "b" if (r0 > 0 and r1 >= 0.5 * r0) else "c"
+    pick = "a" if not falls else "c" if share_falls(r0, r1) else "b"
     return _choice_of(pick, "abc",
                       f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
                       f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
@@ -813,7 +815,7 @@ def _ex_patch_score_pib(pib) -> Choice:
 @_register("07.coverage_first",
            "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
            "or the `random_map` control) whose *mean* ΔIDAUC is "
-           "at or above −0.01 (the rule's point decision, reference included with D = 0), the one with the "
+           f"at or above −{PARITY_BAND:g} (the rule's point decision, reference included with D = 0), the one with the "
            "largest D. (`str`; the advice's `status` then says whether the interval resolves the band)",
            "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `delta_idauc`.", ["table"], _choice)
 def _ex_cov_first(table) -> set[str]:
