@@ -224,3 +224,7 @@ def test_every_band_verdict_states_what_its_sample_resolves():
     ev = paper_findings(rows, n_boot=500).set_index("finding").loc["t5_gain_in_band", "evidence"]
     assert "not resolved (this sample resolves |ΔIDAUC| ≥" in ev
     assert band_resolution(float("nan"), 0.1) == ""
+    from midas_nb.results import band_checks        # the line notebook 02 prints under its D table
+    assert band_checks(decoupling_D(rows, n_boot=500)).endswith(f"this sample resolves |ΔIDAUC| ≥ {h:.3f} (T5): "
+                                                               "the ΔIDAUC intervals' half-widths, the band verdicts "
+                                                               "cannot tell less")
