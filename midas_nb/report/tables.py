@@ -201,15 +201,16 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
 def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[bool, str]]:
     """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision
     0070) of every backbone whose test top-1 the tables give (the provenance of a block, else the ``backbones``
-    table) on a test split whose size, chance and majority share its dataset's provenance gives; read from the
-    tables alone, so a committed report is judged when it is rendered."""
+    table) on a test split whose size (else the evaluated images'), chance and majority share its dataset's
+    provenance gives; read from the tables alone, so a committed report is judged when it is rendered."""
     prov, out, split = tables["provenance"], {}, {}
     if not {"dataset", "backbone", "setting", "value"} <= set(prov.columns):
         return out                          # not a provenance table: the renderer names what it lacks
     for (ds, bb), g in prov[prov["dataset"] != ""].groupby(["dataset", "backbone"], sort=False):
         v = dict(zip(g["setting"], g["value"]))
         cm = re.match(r"([\d.]+) \(1 / (\d+) classes present\), ([\d.]+)", v.get("chance, majority share", ""))
-        n = re.search(r" of (\d+) test images", v.get("evaluated images' fingerprint", ""))
+        n = (re.search(r" of (\d+) test images", v.get("evaluated images' fingerprint", ""))   # the split's size,
+             or re.match(r"(\d+)$", v.get("test images (mIoU, accuracy)", "")))            # else those evaluated
         if cm and n:
             split[ds] = (int(n.group(1)), 1 / int(cm.group(2)), float(cm.group(3)))
             top1, teacher = v.get("backbone test top-1 (whole test split)"), v.get("teacher test top-1")
