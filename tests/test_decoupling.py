@@ -283,3 +283,35 @@ def test_regime_cells_of_one_build_borrow_the_build_spread_of_the_point():
     # build 0 alone (5 pp at the point): nothing to borrow, and the same cells say it fades
     one = paper_findings(rows[rows["build"] == 0], depth=6, budget=0.25, n_boot=100).set_index("finding")
     assert one.loc["fades_deep", "holds"] is True and "borrow" not in one.loc["fades_deep", "evidence"]
+
+
+def test_the_parity_band_is_one_constant(monkeypatch):
+    """ΔIDAUC = −0.02 on every image is outside the band of 0.01 and inside one of 0.03: changing
+    PARITY_BAND alone (no band passed anywhere) changes decoupling_D's verdict and the T5 finding's."""
+    from midas_nb.metrics import decoupling as dec
+    rows = pd.DataFrame([_row("reference", 0, IDS, REF_M, REF_I), _row("T5", 0, IDS, REF_M + 0.03, REF_I - 0.02)])
+    t5 = lambda: decoupling_D(rows, n_boot=200).set_index("condition").loc["T5", "status"]  # noqa: E731
+    find = lambda: paper_findings(rows, n_boot=200).set_index("finding").loc["t5_gain_in_band", "holds"]  # noqa: E731
+    assert dec.PARITY_BAND == 0.01 and t5() == "outside band" and find() is False
+    monkeypatch.setattr(dec, "PARITY_BAND", 0.03)
+    assert t5() == "in band" and find() is True
+
+
+def test_every_band_verdict_states_what_its_sample_resolves():
+    """ΔIDAUC = −0.01 ± 0.02 alternating over 8 images: the interval straddles −0.01 (not resolved) and its
+    half-width — what this sample can tell from the band's edge — is printed beside the verdict."""
+    from midas_nb.metrics import band_resolution
+    rows = pd.DataFrame([_row("reference", 0, IDS, REF_M, REF_I),
+                         _row("T5", 0, IDS, REF_M + 0.03, REF_I - 0.01 + np.array([0.02, -0.02] * 4))])
+    t5 = decoupling_D(rows, n_boot=500).set_index("condition").loc["T5"]
+    h = (t5["delta_idauc_hi"] - t5["delta_idauc_lo"]) / 2
+    assert t5["status"] == "not resolved" and 0.005 < h < 0.02
+    assert band_resolution(t5["delta_idauc_lo"], t5["delta_idauc_hi"]) == f"this sample resolves |ΔIDAUC| ≥ {h:.3f}"
+    assert t5["D_cell"] == f"+3.00 (band not resolved: this sample resolves |ΔIDAUC| ≥ {h:.3f})"
+    ev = paper_findings(rows, n_boot=500).set_index("finding").loc["t5_gain_in_band", "evidence"]
+    assert "not resolved (this sample resolves |ΔIDAUC| ≥" in ev
+    assert band_resolution(float("nan"), 0.1) == ""
+    from midas_nb.results import band_checks        # the line notebook 02 prints under its D table
+    assert band_checks(decoupling_D(rows, n_boot=500)).endswith(f"this sample resolves |ΔIDAUC| ≥ {h:.3f} (T5): "
+                                                               "the ΔIDAUC intervals' half-widths, the band verdicts "
+                                                               "cannot tell less")

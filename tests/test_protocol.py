@@ -334,6 +334,26 @@ def test_consecutive_calls_read_the_evaluation_split_once_and_give_the_same_rows
     assert a["idauc_image_ids"].iloc[0] == fresh["idauc_image_ids"].iloc[0]
 
 
+def test_a_ranking_met_before_in_a_split_is_not_measured_again(tmp_path, monkeypatch):
+    """The reference ranks tokens the same at every budget of one L: its IDAUC is measured once for two
+    budgets (decision 0071), with the rows of a fresh process; a trained scorer's ranking is measured."""
+    import midas_nb.analysis.protocol as proto
+    calls = []
+    real = proto.insertion_deletion_auc
+    monkeypatch.setattr(proto, "insertion_deletion_auc", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(proto, "_EVAL_MEMO", {})
+    kw = dict(depth=2, dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1, batch_size=8,
+              idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path, throughput_repeats=1,
+              throughput_batch=2, seeds=[0])
+    model, train, test = tiny_vit(), TinyDataset(12, 8), TinyDataset(6, 9)
+    a = run_protocol(train, test, model, budget=0.25, conditions=["reference"], **kw)
+    n = len(calls)
+    b = run_protocol(train, test, model, budget=0.5, conditions=["reference"], **kw)
+    assert n > 0 and len(calls) == n and a["idauc_per_image"].tolist() == b["idauc_per_image"].tolist()
+    run_protocol(train, test, model, budget=0.5, conditions=["T5"], **kw)
+    assert len(calls) > n
+
+
 def test_block_cache_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
     import midas_nb.train.cache as bc
     reads = []

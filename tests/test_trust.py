@@ -496,7 +496,8 @@ def test_D_has_paired_intervals_and_says_when_the_band_is_not_resolved():
     nr = decoupling_D(_band_table(delta=-0.006, noise=0.1)).set_index("condition").loc["T5"]
     assert nr["delta_idauc_lo"] < -0.01 < nr["delta_idauc_hi"]
     assert nr["status"] == "not resolved" and not bool(nr["band_resolved"])
-    assert nr["D_cell"].endswith("(band not resolved)")
+    h = (nr["delta_idauc_hi"] - nr["delta_idauc_lo"]) / 2      # what this sample can tell from the band's edge
+    assert nr["D_cell"].endswith(f"(band not resolved: this sample resolves |ΔIDAUC| ≥ {h:.3f})")
 
 
 def test_D_over_seeds_resamples_seeds_and_images():

@@ -2,24 +2,84 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..config import PAPER_BACKBONES
-from ..metrics import decoupling_D
+from ..metrics import band_resolution, decoupling_D, parity_band
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
 
-Holds = bool | Literal["undefined", "not resolved", "uninformative"]
+Holds = bool | Literal["undefined", "not resolved", "uninformative", "not counted"]
+
+#: the fitness rule (decision 0070): a backbone has learned its task when the Wilson 95 % lower bound of its test
+#: top-1, chance-corrected against the best label-frequency answer (max(chance, majority share)), is at least
+#: FIT_MARGIN, and its top-1 is at least FIT_TEACHER_SHARE of its teacher's
+FIT_MARGIN, FIT_TEACHER_SHARE = 0.10, 0.5
+
+
+def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
+                     teacher: float | None = None) -> tuple[bool, str]:
+    """Whether a backbone has learned its task (DESIGN.md §6 "Fitness"; decision 0070), and why in words.
+
+    ``base = max(chance, majority)``; ``lo`` is the Wilson 95 % lower bound of ``top1`` over ``n_test`` images
+    (Wilson, 1927); fit when ``(lo − base) / (1 − base) ≥`` :data:`FIT_MARGIN` (resolvably above what the label
+    frequencies give, by a tenth of what is left to learn) and, with a ``teacher`` top-1, ``top1 ≥``
+    :data:`FIT_TEACHER_SHARE` ``· teacher``. All accuracies are fractions of the test split.
+
+    Returns:
+        ``(fit, text)``; ``text`` e.g. ``"the backbone has not learned the task (5.1 % against chance 1.0 %, …)"``.
+
+    Raises:
+        ValueError: ``n_test < 1`` or an accuracy outside [0, 1].
+    """
+    if n_test < 1 or not all(0 <= float(v) <= 1 for v in (top1, chance, majority) + ((teacher,) if teacher else ())):
+        raise ValueError(f"backbone_fitness: needs n_test ≥ 1 and accuracies in [0, 1]; got top1={top1}, "
+                         f"n_test={n_test}, chance={chance}, majority={majority}, teacher={teacher}")
+    base, z = max(chance, majority), 1.959964
+    lo = ((top1 + z * z / (2 * n_test) - z * math.sqrt(top1 * (1 - top1) / n_test + z * z / (4 * n_test ** 2)))
+          / (1 + z * z / n_test))
+    gain = (lo - base) / (1 - base) if base < 1 else 0.0
+    share = top1 / teacher if teacher else math.inf
+    fit = gain >= FIT_MARGIN and share >= FIT_TEACHER_SHARE
+    pc = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    why = (f"{pc(top1)} against chance {pc(chance)}, majority {pc(majority)}" + (f", teacher {pc(teacher)}" if teacher
+           else "") + f"; {n_test} test images: its lower bound {pc(lo)} is {100 * gain:.0f} % of the way from {pc(base)} "
+           f"to 100 % (rule ≥ {100 * FIT_MARGIN:.0f} %)" + (f", {100 * share:.0f} % of its teacher (rule ≥ {100 * FIT_TEACHER_SHARE:.0f} %)"
+                                                    if teacher else ""))
+    return fit, f"the backbone {'has' if fit else 'has not'} learned the task ({why})"
+
+
+def share_falls(near: float, far: float) -> bool:
+    """The notebooks' reading of ``D`` as a share of the IoU ceiling along the budget (decision 0041): the share
+    falls unless it is positive at the near end (tight budget) and at least half of it is left at the far end.
+    :func:`~midas_nb.analysis.axis_trend`, exercise 04.budget_fall and the ``fades_loose`` finding read it so."""
+    return not (near > 0 and far >= 0.5 * near)
+
+
+def count_fitness(findings: pd.DataFrame, fitness: Mapping[tuple[str, str], tuple[bool, str]],
+                  verdict: str = "holds", evidence: str = "evidence") -> pd.DataFrame:
+    """``findings`` (one row per dataset × backbone × finding; ``scale`` rows name their backbones joined by
+    ``+``) with every verdict of a backbone that fails :func:`backbone_fitness` replaced by ``"not counted"`` and
+    its evidence prefixed with the reason; ``fitness``: ``{(dataset, backbone): (fit, text)}``, a block without
+    an entry is left as it is. Idempotent."""
+    out = findings.copy()
+    for i, r in (out.iterrows() if fitness else ()):
+        bad = [fitness[k][1] for k in ((r["dataset"], b) for b in str(r["backbone"]).split("+"))
+               if k in fitness and not fitness[k][0]]
+        if bad and str(r[verdict]) != "not counted":
+            out.at[i, verdict] = "not counted"
+            out.at[i, evidence] = f"not counted: {bad[0]}; {r[evidence]}"
+    return out
 
 
 #: RNG seed of every bootstrap interval of a report (a rerun is byte-identical)
 BOOTSTRAP_SEED = 0
 
 
-def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000,
+def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float | None, n_boot: int = 1000,
                    reference: str = "reference") -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
     gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`; cells
@@ -145,7 +205,8 @@ def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
     status = str(r["status"])
     D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
     dI = ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
-    ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}"
+    resolves = band_resolution(r["delta_idauc_lo"], r["delta_idauc_hi"])
+    ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}" + (f" ({resolves})" if resolves else "")
     if status in ("no reference", "undefined"):
         return "undefined", ev
     if status == "uninformative":     # the band cannot speak about faithfulness parity here
@@ -198,9 +259,12 @@ def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
     return _cosine_finding(probes, depth)
 
 
-def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds, str]:
+def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
+                  ceiling: Mapping[float, float] | None = None) -> tuple[Holds, str]:
     """D(T5) along one axis of the regime grid, the other held at the point ``(L0, b0)``: the cells
-    at ``axis ≤`` the point's value (near) against the cells beyond it (far)."""
+    at ``axis ≤`` the point's value (near) against the cells beyond it (far), in pp and, along the budget, as a
+    share of the IoU ceiling (``ceiling``: ``{budget: ceiling}``), as notebook 04 reads it (:func:`share_falls`):
+    a fade holds only where both fall."""
     other, v0, o0 = (("budget", L0, b0) if axis == "depth" else ("depth", b0, L0))
     t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])
            & np.isclose(d[other].astype(float), float(o0))]
@@ -237,7 +301,18 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds
             holds = "not resolved"
             ev += " (their averaged intervals overlap)"
     if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
-        return "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
+        holds, ev = "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
+    if axis == "depth":
+        return holds, ev
+    c = [(ceiling or {}).get(round(float(b), 6), math.nan) for b in t5["budget"]]
+    if not all(is_number(x) and x > 0 for x in c):
+        return (holds if holds is False else "not resolved"), ev + ("; no IoU ceiling in the rows: a fall with the "
+                                                                    "budget cannot be told from the ceiling's")
+    share = t5["D_pp"].astype(float) / (100 * pd.Series(c, index=t5.index))
+    sn, sf = float(share[near.index].mean()), float(share[far.index].mean())
+    ev += f"; as a share of the IoU ceiling {sn:.2f} vs {sf:.2f}"
+    if holds is not False and not share_falls(sn, sf):
+        return False, ev + " — the fall is the ceiling's, not the decoupling's"
     return holds, ev
 
 
@@ -270,7 +345,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
 
 
 def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
-                   budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
+                   budget: float | None = None, band: float | None = None, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
     """Which of the paper's findings (:data:`midas_nb.analysis.paper_reference.PAPER_FINDINGS`) hold on
     these result rows, per dataset × backbone; how each is decided: docs/decisions/0055-paper-findings-verdicts.md.
@@ -281,7 +356,8 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     intervals ``D_pp_lo``/``D_pp_hi`` and band ``status`` where present; the point values
     otherwise). A finding without the rows it needs is ``"undefined"`` (``cosine_small`` without
     ``probes``; ``fades_deep`` / ``fades_loose`` without regime cells on both sides of the point, or
-    ``"uninformative"`` where leaving out the cells with an uninformative band empties a side).
+    ``"uninformative"`` where leaving out the cells with an uninformative band empties a side; ``fades_loose``
+    reads D in pp and as a share of the rows' ``iou_ceiling``, ``"not resolved"`` without it).
     ``scale`` has one row per dataset, its backbone the backbones joined by ``+`` (``"uninformative"``
     where a verdict needs an uninformative band).
 
@@ -289,7 +365,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         rows: result rows (:mod:`midas_nb.results` schema; several datasets and backbones allowed).
         probes: cosine probes by dataset, backbone and depth, or ``None``.
         depth, budget: the point of the per-backbone findings.
-        band: the parity band of ``decoupling_D``.
+        band: the parity band of ``decoupling_D`` (``None``: :data:`~midas_nb.metrics.PARITY_BAND`).
         n_boot: bootstrap resamples of the intervals (seed :data:`BOOTSTRAP_SEED`).
         scale_backbones: the backbones of the scale readout (``None``: every backbone in the
             rows at the point); other backbones never enter the ``scale`` finding.
@@ -306,6 +382,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         ValueError: rows without ``dataset``, ``backbone``, ``condition``, ``depth``,
             ``budget``, ``miou``, ``idauc``, or no rows at the requested point.
     """
+    band = parity_band(band)
     need = ["dataset", "backbone", "condition", "depth", "budget", "miou", "idauc"]
     missing = [c for c in need if c not in rows.columns]
     if missing:
@@ -328,8 +405,10 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
         dr, borrowed = _borrow_builds(d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d(), d)
+        ceiling = ({round(float(b), 6): float(c) for b, c in reg.groupby("budget")["iou_ceiling"].mean().items()}
+                   if "iou_ceiling" in reg.columns else None)
         for fid, axis in (("fades_deep", "depth"), ("fades_loose", "budget")):
-            holds, ev = _axis_finding(dr, axis, L0, b0)
+            holds, ev = _axis_finding(dr, axis, L0, b0, ceiling)
             out.append(_finding(ds, bb, fid, holds, ev + borrowed * (holds != "undefined"), L0, b0, _builds(dr)))
     for ds, g in rows.groupby("dataset", sort=False):
         L0, b0 = _point(g, depth, budget)
@@ -357,10 +436,11 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
     if f.empty:
         return "No finding could be evaluated."
     groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are uninformative": [],
-                                    "are undefined": []}
+                                    "are not counted": [], "are undefined": []}
     for _, r in f.iterrows():
         key = {"True": "hold", "False": "do not hold", "not resolved": "are not resolved",
-               "uninformative": "are uninformative"}.get(str(r["holds"]), "are undefined")
+               "uninformative": "are uninformative", "not counted": "are not counted"}.get(str(r["holds"]),
+                                                                                           "are undefined")
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
@@ -372,11 +452,14 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
             + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
                "reference is not above the random ranking)" if n["are uninformative"] else "")
+            + (f", {n['are not counted']} {'is' if n['are not counted'] == 1 else 'are'} not counted (the backbone "
+               "has not learned the task)" if n["are not counted"] else "")
             + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
     singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
-                "are uninformative": "is uninformative", "are undefined": "is undefined"}
+                "are uninformative": "is uninformative", "are not counted": "is not counted",
+                "are undefined": "is undefined"}
     for k, items in groups.items():
         if items:
             parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")

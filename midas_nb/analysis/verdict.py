@@ -29,10 +29,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import bootstrap_ci, decoupling_D
+from ..metrics import band_resolution, bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
 from ..results import coverage_name
 from .comovement import comovement
+from .findings import share_falls
 
 __all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
@@ -335,7 +336,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
         r = cond.set_index("condition").loc[focus]
         lines.append(f"(a) parity: D({focus}) = {_fmt(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], '+.2f')} pp, "
                      f"ΔIDAUC = {_fmt(r['delta_idauc'], r['delta_idauc_lo'], r['delta_idauc_hi'])}, "
-                     f"band: {r['status']} → {r['reading']}.")
+                     f"band: {r['status']}{f' ({h})' if (h := band_resolution(r['delta_idauc_lo'], r['delta_idauc_hi'])) else ''} → {r['reading']}.")
     else:
         lines.append(f"(a) parity: {focus} is not in this table.")
     cov, fai = winners.get("coverage_winner"), winners.get("faithfulness_winner")
@@ -366,8 +367,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
 
 
 def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "reference",
-                  band: float = 0.01, n_boot: int = 1000, alpha: float = 0.05,
-                  seed: int = 0) -> ClaimVerdict:
+                  band: float | None = None, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> ClaimVerdict:
     """Test both halves of the MIDAS claim on one cell of a results table.
 
     Args:
@@ -375,7 +375,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
             per-image columns the protocol stores; must contain the ``reference`` condition.
         focus: the condition whose parity is the claim's first half (the paper's T5).
         reference: the reference condition (T0).
-        band: the IDAUC parity band.
+        band: the IDAUC parity band (``None``: :data:`~midas_nb.metrics.PARITY_BAND`).
         n_boot, alpha, seed: bootstrap resamples, level, RNG seed (reproducible).
 
     Returns:
@@ -567,5 +567,5 @@ def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling
         r0, r1 = out["D_of_ceiling"].iloc[0], out["D_of_ceiling"].iloc[-1]
         text += (f"; as a share of the IoU ceiling ({out['ceiling'].iloc[0]:.2f} → {out['ceiling'].iloc[-1]:.2f}) "
                  f"D is {r0:.2f} → {r1:.2f} of it" +
-                 (" — the fall is mostly the ceiling's" if trend == "falls" and r1 >= 0.5 * r0 else ""))
+                 (" — the fall is mostly the ceiling's" if trend == "falls" and not share_falls(r0, r1) else ""))
     return out, text + "."

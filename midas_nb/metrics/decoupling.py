@@ -17,6 +17,16 @@ DEFAULT_CONDITION_KEY = ("condition", "target", "relaxation")
 CHECKPOINT_COLUMNS = ("checkpoint_id", "weights_digest")
 #: the backbone build of a row (its fine-tuning seed's offset, decision 0072); rows lacking it are build 0
 BUILD_COLUMN = "build"
+
+#: the IDAUC parity band (DESIGN.md §6): ``D`` counts where ``ΔIDAUC ≥ −PARITY_BAND``; every ``band=None`` means it
+PARITY_BAND = 0.01
+
+
+def parity_band(band: float | None = None) -> float:
+    """``band``, or :data:`PARITY_BAND` (read when called) where it is ``None``: every ``band=None`` default."""
+    return PARITY_BAND if band is None else float(band)
+
+
 _BAND_EPS = 1e-12   # so that ΔIDAUC = −band computed in floating point counts as inside
 #: the statuses :func:`decoupling_D` gives a (cell, condition)
 D_STATUSES = ("in band", "outside band", "not resolved", "uninformative", "undefined", "no reference")
@@ -75,12 +85,12 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
     return np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)]), ""
 @register_metric("decoupling_D", higher_is_better=True, category="decoupling",
                  reference="MIDAS (DESIGN.md §6): D(t) = mIoU_t − mIoU_ref where "
-                           "IDAUC_t − IDAUC_ref ≥ −0.01, the reference clearly above a random ranking",
+                           f"IDAUC_t − IDAUC_ref ≥ −{PARITY_BAND:g}, the reference clearly above a random ranking",
                  summary="part-coverage gain over the reference scorer at faithfulness parity")
 def decoupling_D(
     table: pd.DataFrame,
     reference: str = "reference",
-    band: float = 0.01,
+    band: float | None = None,
     miou_col: str = "miou",
     idauc_col: str = "idauc",
     by: Sequence[str] | None = None,
@@ -148,7 +158,7 @@ def decoupling_D(
     Args:
         table: results rows (``midas_nb.results`` schema or any frame with these columns).
         reference: the reference condition's name in ``condition_cols[0]``.
-        band: the parity band (IDAUC units), default 0.01.
+        band: the parity band (IDAUC units); ``None``: :data:`PARITY_BAND`.
         miou_col, idauc_col: metric columns.
         by: cell columns; ``None`` → those of ``("dataset","backbone","depth","budget")``
             present in ``table``; the checkpoint columns are added either way.
@@ -176,6 +186,7 @@ def decoupling_D(
         ValueError: for missing columns, an unknown ``miou_unit``, no reference row at all or two
         checkpoints of one build.
     """
+    band = parity_band(band)
     by, key, ident = _check_columns(table, reference, miou_col, idauc_col, by, condition_cols, miou_unit)
     has_seed = seed_col in table.columns
     pool = by + ([] if BUILD_COLUMN in table.columns else ident)
@@ -452,13 +463,24 @@ def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[
     out["status"], out["band_reason"] = status, reason
     for c in ("reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi"):
         out[c] = [checks[cell][c] for cell in out["_pool"]]
-    out["D_cell"] = [_cell_text(d, s, r) for d, s, r in zip(out["D_pp"], out["status"], out["band_reason"])]
+    out["D_cell"] = [_cell_text(d, s, r, band_resolution(a, b))
+                     for d, s, r, a, b in zip(out["D_pp"], out["status"], out["band_reason"], lo, hi)]
 
 
-def _cell_text(d: float, s: str, reason: str) -> str:
+def band_resolution(lo: float, hi: float) -> str:
+    """``"this sample resolves |ΔIDAUC| ≥ 0.056"``: the half-width of the ΔIDAUC interval ``[lo, hi]``, the
+    smallest distance from the band's edge its verdict can decide (DESIGN.md §6; decision 0071); ``""`` without
+    an interval. A "not resolved" verdict then reads as what this sample cannot tell, with a number."""
+    if not (is_finite_number(lo) and is_finite_number(hi)):
+        return ""
+    return f"this sample resolves |ΔIDAUC| ≥ {(float(hi) - float(lo)) / 2:.3f}"
+
+
+def _cell_text(d: float, s: str, reason: str, resolves: str) -> str:
     if s == "no reference":
         return "n/a (no reference)"
     if s == "undefined":
         return f"undefined ({reason})"
-    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)", "not resolved": " (band not resolved)",
+    unresolved = f" (band not resolved: {resolves})" if resolves else " (band not resolved)"
+    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)", "not resolved": unresolved,
                           "uninformative": " (band uninformative: reference not above random)"}[s]

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ...metrics import decoupling_D
+from ...metrics import decoupling_D, parity_band
 from ...results import leaders
 
 
@@ -353,13 +353,14 @@ def D_by_condition(table) -> Any:
     return decoupling_D(table).set_index("condition")
 
 
-def resolved_in_band(D, band: float = 0.01) -> Any:
+def resolved_in_band(D, band: float | None = None) -> Any:
     """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
     whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
     row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
     is never inside. Computed here from the interval columns, independently of
     ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
     import pandas as pd
+    band = parity_band(band)
     lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
     hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
     point = D["delta_idauc"].astype(float)
