@@ -677,8 +677,12 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
     t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
     want = [("holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v))
-            + " (1 build)" for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
+            for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
+    assert "Every cell rests on 1 backbone build." in section     # said once where every cell has as many
+    mixed = pd.DataFrame(dict(statement="s", dataset=["a", "b"], backbone="bb", holds=["True", "False"], n_builds=[3, 1]))
+    assert "| s | holds (3 backbone builds) | does not hold (1 backbone build) |" in \
+        report.markdown._findings_grid(mixed, [("a", "bb"), ("b", "bb")])
     f = tables["findings"]
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
     # without Aircraft's L = 9 cells the report says they are missing, as it would for CUB

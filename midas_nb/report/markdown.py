@@ -448,16 +448,18 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
-    """One row per finding, one column per dataset × backbone block: its verdict in words and the fewest backbone
-    builds behind a cell it reads (tables from before builds: 1)."""
+    """One row per finding, one column per dataset × backbone block: its verdict in words, then the backbone builds
+    behind the cells — once where every cell has as many, else in each cell (tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
-    first: dict[tuple, str] = {}
+    first: dict[tuple, tuple[str, int]] = {}
     for r in findings.to_dict("records"):
-        n = _builds(r)
-        first.setdefault((r["statement"], r["dataset"], r["backbone"]),
-                         f"{_verdict(r['holds'])} ({n} build{'s' * (n > 1)})")
-    return _md_table(["finding", *cols], [[st] + [first.get((st, ds, bb), "—") for ds, bb in blocks]
-                                          for st in dict.fromkeys(findings["statement"])])
+        first.setdefault((r["statement"], r["dataset"], r["backbone"]), (_verdict(r["holds"]), _builds(r)))
+    ns = {n for _, n in first.values()}
+    word = lambda n: f"{n} backbone build{'s' * (n > 1)}"  # noqa: E731
+    cell = lambda v, n: v if len(ns) == 1 else f"{v} ({word(n)})"  # noqa: E731
+    grid = _md_table(["finding", *cols], [[st] + [cell(*first[(st, ds, bb)]) if (st, ds, bb) in first else "—"
+                                                  for ds, bb in blocks] for st in dict.fromkeys(findings["statement"])])
+    return grid + (f"\n\nEvery cell rests on {word(ns.pop())}." if len(ns) == 1 else "")
 
 
 def _section_span(readme: str | Path, detail: str = "") -> tuple[str, int, int]:
