@@ -239,6 +239,23 @@ def test_more_bad_arguments_are_one_line_before_any_kernel(args, expected, tmp_p
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args", [["--device", "cuda:7", "-p", "device", "cpu"],
+                                  ["--backbone", "vit_smoke", "-p", "backbone", "vit_tiny_patch16_224"],
+                                  ["--dataset", "synthetic", "-p", "dataset", "cub"],
+                                  ["--weights", "a.pth", "-p", "weights", "b.pth"]])
+def test_an_option_and_a_p_that_disagree_are_refused(args, tmp_path, capsys, no_kernel):
+    """They used to run with the -p value, silently."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", *args, "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and f"midas-nb run: {args[0]} {args[1]!r} and -p {args[3]} {args[4]!r} differ; give one of them" \
+        in lines
+
+
+def test_an_option_and_a_p_with_one_value_run(tmp_path, capsys, recorder):
+    rc, _ = _run(["--profile", "smoke", "--notebooks", "02", "--device", "cpu", "-p", "device", "cpu",
+                  "--backbone", "vit_smoke", "-p", "backbone", "vit_smoke", "--output", str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["device"] == "cpu" and recorder[0][1]["backbone"] == "vit_smoke"
+
+
 def test_numbers_with_an_exponent_are_numbers(tmp_path, capsys, recorder):
     """PyYAML (YAML 1.1) reads ``1e-1`` as a string: ``-p budget 1e-1`` used to be "got '1e-1' (str)"."""
     assert param_value("", "1e-9") == 1e-9 and param_value("", "010") == 10 and param_value("", "-3") == -3

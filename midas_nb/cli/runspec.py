@@ -400,13 +400,19 @@ def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
                    params={k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {},
                    **{k: file.get(k) if getattr(args, k, None) is None else getattr(args, k)
                       for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout")})
+    # an option and a -p of one setting: the same value, else refused (-p would silently win)
+    options = {k: getattr(args, k) for k in ("dataset", "backbone", "device") if getattr(args, k, None) is not None}
+    if args.weights:
+        options["weights"] = bare if bare is not None else named
     bare = bare if bare is not None else fw if isinstance(fw, str) else None
     if bare is not None:
         spec.params.setdefault("weights", bare)
-    spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
-    given_values = {}
+    given_values: dict[str, list[str]] = {}
     for name, value in args.param or []:
         given_values.setdefault(name, []).append(value)
+        spec.params[name] = v = param_value(name, value)
+        if name in options and _absolute(v) != _absolute(options[name]):
+            problems.append(f"--{name} {options[name]!r} and -p {name} {v!r} differ; give one of them")
     repeated = [f"-p {name}: given {len(v)} times ({', '.join(v)}); expected one value"
                 for name, v in given_values.items() if len(set(v)) > 1]
     return spec, [*problems, *root_problems, *weights_problems, *repeated]
