@@ -348,16 +348,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
-    if args.in_place and not args.paths:
+    paths = [Path(p) for p in args.paths] or notebook_paths()
+    sources = [p.name for p in paths if args.in_place and _is_source_dir(p.parent)]
+    if sources:
+        which = f"the source notebook(s) {', '.join(sources)}" if args.paths else "every source notebook"
         return _answer("strip-solutions", [
-            f"--in-place without NOTEBOOK paths would remove the solutions from every source notebook in "
-            f"{notebooks_dir()}; expected the notebooks to overwrite named (e.g. midas-nb strip-solutions "
+            f"--in-place would remove the solutions from {which} in "
+            f"{notebooks_dir()}; expected copies to overwrite named (e.g. midas-nb strip-solutions "
             f"--in-place course/02_copy.ipynb), or no --in-place (copies in student/)"])
     import nbformat
 
     from ..course import strip_solutions
 
-    paths, problems = [Path(p) for p in args.paths] or notebook_paths(), []
+    problems = []
     for p in paths:  # every path checked before any notebook is written
         if not p.is_file():
             problems.append(f"{p} {'is a directory' if p.is_dir() else 'does not exist'}; expected an .ipynb file")
@@ -367,10 +370,13 @@ def _cmd_strip(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
             problems.append(_not_a_notebook(p, e))
     if problems:
-        return _answer("strip-solutions", problems)
+        return _answer("strip-solutions", problems) if problems else 0
     for p in paths:
-        print(f"{p}: {strip_solutions(p, p if args.in_place else None)} solution cell(s) removed")
-    return 0
+        try:
+            print(f"{p}: {strip_solutions(p, p if args.in_place else None, args.force)} solution cell(s) removed")
+        except FileExistsError as e:  # a student's edited copy
+            problems.append(f"{e}; pass --force to replace it")
+    return _answer("strip-solutions", problems) if problems else 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -519,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "notebooks/)")
     st.add_argument("--in-place", action="store_true",
                     help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
+    st.add_argument("--force", action="store_true", help="replace a student/<name> that differs from the stripped "
+                    "notebook (default: keep it, exit 2)")
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
