@@ -41,7 +41,8 @@ def run_sweep(
 ) -> StoreStatus:
     """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
     their status. Workers write their own records (:func:`run_cell`; a failing cell records its error
-    and the others go on), so the same call resumes a stopped sweep.
+    and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
+    for a cell another sweep holds (until its record, or its claim expires), Slurm jobs leave it.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
@@ -67,15 +68,18 @@ def run_sweep(
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":
-        for c in todo:
-            run_cell(c, cell_fn, root)
-            bar.update(1)
+        queue = [(c, False) for c in todo]
+        for c, wait_for_it in queue:   # a cell another sweep holds: waited for once the others are done
+            if run_cell(c, cell_fn, root, wait_for_it) == "running":
+                queue.append((c, True))
+            else:
+                bar.update(1)
     elif todo and executor == "processes":
         ctx = multiprocessing.get_context(mp_context)
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
         init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
         with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
-            futures = {pool.submit(run_cell, c, cell_fn, root): c for c in todo}
+            futures = {pool.submit(run_cell, c, cell_fn, root, True): c for c in todo}
             for fut in cf.as_completed(futures):
                 c = futures[fut]
                 try:
