@@ -121,8 +121,9 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
         completed = True
     finally:
         manifest.finish(run_id, completed)
-        with contextlib.suppress(OSError):
-            (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
+        for where in (out_dir / ".partial" / run_id, out_dir / ".partial"):
+            with contextlib.suppress(OSError):
+                where.rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
     which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
     print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
@@ -218,7 +219,8 @@ def _is_source_dir(path: str | os.PathLike) -> bool:
 
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
                       spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
-    """Execute ``nb`` into ``<out_dir>/.partial/``, then move it to ``<out_dir>/<name>``; on failure
+    """Execute ``nb`` into ``<out_dir>/.partial/<run_id>/`` (another run into ``out_dir`` has its own),
+    then move it to ``<out_dir>/<name>``; on failure
     keep the executed copy under ``failed/``, record it and raise ``RuntimeError`` (naming it, what
     happened and the copy)."""
     import shutil
@@ -230,7 +232,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
 
     print(f"{counter} {nb.name} ...", flush=True)
     t0 = time.time()
-    partial, failed = out_dir / ".partial" / nb.name, out_dir / "failed" / nb.name
+    partial, failed = out_dir / ".partial" / run_id / nb.name, out_dir / "failed" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
         runs.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
