@@ -313,7 +313,25 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         problems += _layout_problems(settings, datasets)
     if not bad & {"backbone_kwargs", "weights", "pretrained"}:
         problems += _weights_problems(settings, [bb for bb in backbones if bb not in unbuildable], backbones)
-    return problems
+    return problems + (_cache_problems(made["cache"], backbones) if "cache" in made else [])
+
+
+def _cache_problems(cache: Path, backbones: Sequence[str]) -> list[str]:
+    """A cache that cannot be written (a lab's prepared, read-only one) serves a run that finds its
+    backbones' checkpoints there: one line naming those it holds none of."""
+    import re
+    import tempfile
+
+    try:
+        tempfile.TemporaryDirectory(dir=cache, prefix=".midas-probe-").cleanup()
+        return []
+    except OSError as e:
+        why = e.strerror or str(e)
+    held = [p.name for p in (cache / "checkpoints").glob("*.pt")]
+    lacking = [bb for bb in backbones if not any(n.startswith(re.sub(r"[^A-Za-z0-9_.-]", "_", bb) + "-") for n in held)]
+    return [f"cache {cache} cannot be written ({why}) and holds no checkpoint of {', '.join(lacking)} "
+            f"(checkpoints/<backbone>-*.pt), which the run would train and write; expected a writable "
+            f"MIDAS_CACHE_DIR, or a cache prepared by a run of these backbones"] if lacking else []
 
 
 def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
