@@ -41,7 +41,7 @@ import pandas as pd
 #: record fields and row/table columns that measure time, speed or the machine, not a result
 VOLATILE = {"started", "finished", "duration_s", "host", "pid", "throughput", "throughput_full", "speedup",
             "throughput_llf", "llf_speed_ratio", "train_seconds", "seconds", "wall_s", "elapsed_s", "generated",
-            "created", "img/s", "speed-up"}
+            "created", "img/s", "speed-up", "digest"}   # a record's digest covers its time stamps
 
 
 def _norm(x: Any) -> Any:

@@ -20,8 +20,8 @@
 (c) **Whole profile**: the same per-image timings priced over every cell of every notebook sweep
     of the ``paper`` profile (:func:`midas_nb.study.cluster.profile_sweeps`: 02 protocol, soft,
     random; 04 regime 3 datasets × 3 backbones × 16 (L, b); 05 scale and backbones; 06 related)
-    and written as the cost table ``midas-nb sweep plan`` reads (``--cost-out``; by default
-    ``runs/bench/cell_cost.json`` on a CUDA device only). Scaling: DeiT-Ti/S/B from the measured
+    and written as the cost table ``midas-nb sweep plan`` reads before the shipped one (``--cost-out``;
+    by default ``runs/bench/cell_cost.json`` on a CUDA device only; decision 0068). Scaling: DeiT-Ti/S/B from the measured
     model by the FLOPs of a block (``12·N·d² + 2·N²·d``); the scorer's training step by the tokens
     its blocks after L see (``(depth − L)·(⌈bN⌉ + 1)``) against the measured L = 6, b = 25 %; the
     block-L cache by L / 6, the evaluation by S = 20 over the measured S. Sharing, as the runner does it: the block-L states and the target
@@ -319,18 +319,21 @@ def profile_projection(per: dict, model, args, calibration: float = 1.0) -> dict
           f"{ft_h:.2f} h; on 8 such devices >= {(cells_h + ft_h) / 8:.2f} h, on 32 >= {(cells_h + ft_h) / 32:.2f} h")
     print(f"goal <= {GOAL_PROFILE_HOURS:g} h for the whole paper profile on one H200; "
           f"profile ratio: {(cells_h + ft_h) / GOAL_PROFILE_HOURS:.3f}")
-    return dict(cell_s=cell_s, finetune_s=finetune_s, calibration=calibration)
+    return dict(cell_s=cell_s, finetune_s=finetune_s, calibration=calibration,
+                per_image_ms={k: round(1e3 * v, 6) for k, v in per.items()})
 
 
-def write_cost_table(path: Path, table: dict, device: torch.device, args) -> None:
+def write_cost_table(path: Path, table: dict, name: str, args, date: str | None = None) -> None:
+    """Write ``table`` measured on the device ``name`` (``"cpu"`` or the card) on ``date`` (default today, UTC)."""
+    import datetime
     import json
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     note = ("tiny model (--small) scaled by block FLOPs: says nothing about a GPU" if args.small else
             f"DeiT-S components timed at paper sizes, Ti and B by block FLOPs; cells x {table['calibration']:.2f}, "
             "a real cell's measured/projected time")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dict(table, device=name, note=note), indent=1))
+    date = date or datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    path.write_text(json.dumps(dict(table, device=name, date=date, note=note), indent=1))
     print(f"cost table written to {path}")
 
 
@@ -415,7 +418,8 @@ def main(argv=None) -> int:
     table = profile_projection(args.per, args.model, args, calibration)
     if args.cost_out or device.type == "cuda":
         from midas_nb.sweeps.plan import default_cost_path
-        write_cost_table(Path(args.cost_out) if args.cost_out else default_cost_path(), table, device, args)
+        write_cost_table(Path(args.cost_out) if args.cost_out else default_cost_path(), table,
+                         torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", args)
     print(f"\n{'all checks passed' if not failed else f'{failed} check(s) MISMATCH'}; the last line is the paper "
           f"table's goal, <= {GOAL_HOURS:g} h on one H200 (the whole profile's, <= {GOAL_PROFILE_HOURS:g} h, is "
           f"part (c)'s profile ratio)")

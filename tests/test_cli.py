@@ -343,3 +343,19 @@ def test_a_run_file_params_split_at_a_comma_is_named_with_how_to_write_it(tmp_pa
     assert "params" not in settings and len(problems) == 1
     assert "params: 1 (int) is read as a parameter name: YAML splits {name: a,b} at the comma" in problems[0]
     assert "{seeds: [0, 1]}" in problems[0]
+
+
+def test_the_report_command_carries_the_runs_cache_and_store(monkeypatch):
+    """Issue 52: the report command printed at the end of a run omitted the run's MIDAS_CACHE_DIR, so the
+    report said top-1 and training images were "not in this cache". It now carries MIDAS_CACHE_DIR and
+    MIDAS_RUNS_DIR where they are set (quoted for the shell), and nothing where they are not."""
+    from midas_nb.cli.runspec import RunSpec
+    spec = RunSpec(profile="quick", params={"budget": 0.5})
+    monkeypatch.delenv("MIDAS_RUNS_DIR", raising=False)
+    monkeypatch.setenv("MIDAS_CACHE_DIR", "/data/my cache")
+    assert cli._report_command(spec) == "MIDAS_CACHE_DIR='/data/my cache' midas-nb report --profile quick --budget 0.5"
+    monkeypatch.setenv("MIDAS_RUNS_DIR", "/data/runs")
+    assert cli._report_command(spec).startswith("MIDAS_CACHE_DIR='/data/my cache' MIDAS_RUNS_DIR=/data/runs midas-nb ")
+    monkeypatch.delenv("MIDAS_CACHE_DIR")
+    monkeypatch.delenv("MIDAS_RUNS_DIR")
+    assert cli._report_command(spec) == "midas-nb report --profile quick --budget 0.5"

@@ -42,29 +42,41 @@ def test_cuda_without_cuda_is_an_error(capsys):
     assert "has no CUDA device" in capsys.readouterr().err
 
 
-def test_profile_projection_prices_every_paper_sweep_and_feeds_the_plan(tmp_path, capsys):
-    """Part (c) on given per-image timings (no timing here): every backbone and dataset priced,
-    wider backbones cost more, and the table written is the one `sweep plan` reads."""
+def test_profile_projection_prices_every_paper_sweep_and_feeds_the_plan(tmp_path, monkeypatch, capsys):
+    """Part (c) on the per-image timings of the last H200 measurement (docs/benchmarks.md; no timing
+    here): every backbone and dataset priced, wider backbones cost more, the whole profile at the
+    measured 33.0 GPU-hours, the shipped table is this projection, and a table gpu_check writes
+    here is the one `sweep plan` reads, before the shipped one."""
     import argparse
+    import json
 
-    from midas_nb.sweeps.plan import load_cost_table
+    from midas_nb.sweeps.plan import SHIPPED_COST_TABLE, load_cost_table
 
     mod = _module()
-    model = mod.create_backbone(mod.BACKBONE, 10, img_size=64, embed_dim=32, num_heads=2)
-    per = {"block cache": 1e-3, "targets": 4e-3, "train": 2e-3, "evaluate": 2e-2, "finetune": 5e-3}
+    shipped = json.loads(SHIPPED_COST_TABLE.read_text())
+    assert (shipped["device"], shipped["date"], shipped["calibration"]) == ("NVIDIA H200", "2026-12-04", 1.23)
+    assert shipped["per_image_ms"] == {"block cache": 0.143, "targets": 0.905, "train": 0.127, "evaluate": 1.734,
+                                       "finetune": 0.303}
+    per = {k: v / 1e3 for k, v in shipped["per_image_ms"].items()}
     args = argparse.Namespace(epochs=10, finetune_epochs=30, small=True, steps=20)
-    table = mod.profile_projection(per, model, args)
+    table = mod.profile_projection(per, mod.create_backbone(mod.BACKBONE, 10), args, shipped["calibration"])
     out = capsys.readouterr().out
     ti, s, b = (table["cell_s"][k] for k in mod.PAPER_WIDTHS)
     assert set(ti) == set(s) == set(b) == {"cub", "aircraft", "cars"}
     assert all(ti[d] < s[d] < b[d] for d in ti)
+    for part in ("cell_s", "finetune_s"):
+        for bb in mod.PAPER_WIDTHS:
+            assert table[part][bb] == pytest.approx(shipped[part][bb], rel=1e-9), (part, bb)
     for name in ("02 protocol", "04 regime", "05 scale", "06 related"):
         assert name in out
     total = float(re.search(r"projected paper profile: ([0-9.]+) h on this device", out).group(1))
+    assert total == pytest.approx(33.0, abs=0.15)                  # components recorded to the microsecond
     ratio = float(re.search(r"profile ratio: ([0-9.]+)$", out, re.M).group(1))
     assert ratio == pytest.approx(total / 4.0, rel=1e-3, abs=5e-3)
-    path = tmp_path / "cell_cost.json"
-    mod.write_cost_table(path, table, torch.device("cpu"), args)
-    loaded = load_cost_table(path)
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path))
+    assert load_cost_table()["path"] == str(SHIPPED_COST_TABLE)
+    mod.write_cost_table(tmp_path / "bench" / "cell_cost.json", table, "cpu", args)
+    loaded = load_cost_table()
     assert loaded["device"] == "cpu" and "says nothing about a GPU" in loaded["note"]
+    assert loaded["path"] == str(tmp_path / "bench" / "cell_cost.json") and len(loaded["date"]) == 10
     assert loaded["cell_s"]["deit_small_patch16_224.fb_in1k"]["cub"] == pytest.approx(s["cub"])

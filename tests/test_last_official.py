@@ -54,9 +54,9 @@ class _Official(nn.Module):
         return cls_token, indices, diff
 
 
-def _vit():
+def _vit(name: str = "vit_tiny_patch16_224"):
     torch.manual_seed(0)
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=64, num_classes=10, depth=2)
+    model = timm.create_model(name, pretrained=False, img_size=64, num_classes=10, depth=2)
     with torch.no_grad():                       # non-trivial norm and head weights
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -89,6 +89,21 @@ def test_package_matches_the_official_dense_vit_on_a_timm_vit(k):
         votes = compute_targets(model, images, ["last_votes"], len(model.blocks), torch.tensor([0, 1, 2]))
     off_n2 = _Official(x.shape[-1], patches.shape[1] // 2)(x)[1]
     assert torch.equal(votes["last_votes"], _votes(off_n2, patches.shape[1]))
+
+
+def test_a_distilled_backbone_keeps_both_heads():
+    """A distilled ViT (timm VisionTransformerDistilled) answers (head(CLS) + head_dist(dist))/2:
+    the "cls" control before any step is that backbone, and LaSt averages both heads on ``z``."""
+    model = _vit("deit_tiny_distilled_patch16_224")
+    assert (model.head.weight - model.head_dist.weight).abs().max() > 0.05
+    images = torch.randn(3, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        cls = LaStViT(model, tune_blocks=1, aggregation="cls")
+        torch.testing.assert_close(cls(images), model(images), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cls.scores_and_logits(images)[1], model(images), rtol=1e-5, atol=1e-6)
+        z = last_aggregate(model.forward_features(images)[:, 2:], 1)
+        expected = (model.head(z) + model.head_dist(z)) / 2
+        torch.testing.assert_close(LaStViT(model, tune_blocks=1)(images), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_window_is_the_official_one_off_centre_for_even_width():

@@ -125,8 +125,8 @@ def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
     """Run 07 in the smoke profile with a non-default budget; read its saved tables back.
 
     07 recomputes the three-condition table at the injected budget, derives the deployment
-    advice from it and draws the explorer; both tables are written to the injected
-    ``output_dir``."""
+    advice from it (the explorer is notebook 00's, not repeated here); both tables are written to the
+    injected ``output_dir``."""
     import papermill as pm
 
     # the kernel starts in notebooks/ and inherits this environment: make the package
@@ -151,13 +151,14 @@ def test_papermill_run_with_injected_parameters(tmp_path, monkeypatch):
     # the coverage-first pick is the in-band condition with the largest D of the saved table
     D = decoupling_D(table)
     inside = D[D["in_band"]].sort_values(["D_pp", "idauc"], kind="stable")
+    inside = inside[inside["status"] == "in band"] if (inside["status"] == "in band").any() else inside
     assert advice.loc["coverage-first", "condition"] == inside.iloc[-1]["condition"]
     assert advice.loc["coverage-first", "D_pp"] == pytest.approx(inside.iloc[-1]["D_pp"])
     # the faithfulness-first pick has the highest mean IDAUC (up to the 0.001 tie tolerance) among the
     # deployable conditions (the random ranking and the random_map control are never advised)
     best = table[~table["condition"].isin(["random", "random_map"])].groupby("condition")["idauc"].mean()
     assert best[advice.loc["faithfulness-first", "condition"]] >= best.max() - 1e-3
-    assert (tmp_path / "07_deployment_guide_explorer.png").stat().st_size > 10_000
+    assert not (tmp_path / "07_deployment_guide_explorer.png").exists()       # 00's explorer, not repeated
     executed = nbformat.read(str(out_nb), as_version=4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and "budget = 0.5" in injected[0].source

@@ -135,6 +135,11 @@ def test_cosine_depth_lines(out_dir):
     lines = {l.get_label(): l for l in ax.get_lines() if not l.get_label().startswith("_")}
     assert set(lines) == {"T5 vs T3", "T4 vs T3"}
     np.testing.assert_allclose(lines["T5 vs T3"].get_ydata(), [0.1, 0.05, -0.02])
+    # issue 52: tab10 by position gave a pair the colour another figure gives another target; a pair is in
+    # its hidden-gradient target's colour
+    from matplotlib.colors import to_hex
+    assert to_hex(lines["T5 vs T3"].get_color()) == viz.condition_color("T5")
+    assert to_hex(lines["T4 vs T3"].get_color()) == viz.condition_color("T4")
 
 
 def test_taxonomy_table():
@@ -162,7 +167,7 @@ def test_coverage_vs_faithfulness(out_dir):
     fig = viz.coverage_vs_faithfulness(table, save="scatter")
     _png(out_dir, "scatter")
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "part mIoU (%)"
+    assert ax.get_xlabel() == "part mIoU (fraction)"                    # the unit of the tables (issue 52)
     assert ax.get_ylabel() == "insertion − deletion AUC"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert {"reference", "unsupervised", "T1", "T5"} <= set(labels)
@@ -170,11 +175,11 @@ def test_coverage_vs_faithfulness(out_dir):
     # the band starts at IDAUC_ref − 0.01 = 0.19
     span = [p for p in ax.patches if p.get_label().startswith("parity band")][0]
     assert span.get_y() == pytest.approx(0.19)
-    # points are seed means, in percent: T5 mIoU = (0.35 + 0.36) / 2
+    # points are seed means, fractions as in the tables: T5 mIoU = (0.35 + 0.36) / 2
     xs = {t.get_text(): t.xy[0] for t in ax.texts}
-    assert xs["T5"] == pytest.approx(35.5)
+    assert xs["T5"] == pytest.approx(0.355)
     box = viz.coverage_vs_faithfulness(table.assign(coverage_kind="box coverage"))
-    assert box.axes[0].get_xlabel() == "box coverage (%)"
+    assert box.axes[0].get_xlabel() == "box coverage (fraction)"
     with pytest.raises(ValueError, match="missing column"):
         viz.coverage_vs_faithfulness(table.drop(columns=["idauc"]))
 
@@ -261,6 +266,37 @@ def test_scale_plot(out_dir):
     heights = sorted(round(p.get_height(), 6) for p in ax.patches if hasattr(p, "get_height"))
     assert heights == sorted([3.0, -1.0, -4.0, -4.0])
     assert [t.get_text() for t in ax.get_xticklabels()] == ["small", "wide"]
+    # issue 52: the legend ("best" place inside the axes) covered a bar in 05; it now lies right of the axes
+    renderer = _renderer(fig)
+    assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
+
+
+def test_one_colour_per_meaning():
+    """Issue 52: the budget and the depth shared viridis (04's two line plots); part patches were cyan in
+    01's heatmaps, the box's colour in 00; T0 (the reference's ranking) was blue, the reference black."""
+    from matplotlib.colors import to_hex
+    budget = viz.regime_lines(_d_table(), x="depth", hue="budget")
+    depth = viz.regime_lines(_d_table(), x="budget", hue="depth")
+    first = [to_hex(f.axes[0].get_lines()[0].get_color()) for f in (budget, depth)]
+    assert first[0] != first[1], first
+    assert viz.colors.AXIS_CMAPS["budget"] != viz.colors.AXIS_CMAPS["depth"]
+    maps = {"T5": torch.rand(1, 16)}
+    parts = torch.zeros(1, 16, dtype=torch.bool)
+    parts[0, :3] = True
+    fig = viz.target_heatmaps(torch.rand(1, 3, 32, 32), maps, grid=(4, 4), part_mask=parts)
+    outline = [c for a in fig.axes for c in a.collections if c.get_gid() == "part outline"]
+    assert outline and to_hex(outline[0].get_colors()[0]) == to_hex(viz.colors.PART_COLOR) != to_hex(viz.colors.BOX_COLOR)
+    assert viz.condition_color("T0") == viz.condition_color("reference")
+
+
+def test_points_at_one_spot_stay_visible():
+    """Issue 52: the five supervised points of 02's and 06's scatters hid each other (filled markers, no
+    labels beyond six conditions). Markers are hollow and each of up to ten conditions is labelled."""
+    rows = [dict(condition=c, seed=0, miou=0.30 + 0.001 * k, idauc=0.20, coverage_kind="part mIoU")
+            for k, c in enumerate(["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random_map"])]
+    ax = viz.coverage_vs_faithfulness(pd.DataFrame(rows)).axes[0]
+    assert {t.get_text() for t in ax.texts} == {r["condition"] for r in rows}
+    assert all(line.get_markerfacecolor() == "none" for line in ax.get_lines() if line.get_marker() not in (None, "None", ""))
 
 
 def test_kept_tokens_overlay(out_dir):
@@ -357,7 +393,7 @@ def test_coverage_vs_faithfulness_labels_do_not_collide(out_dir):
     frame = ax.get_window_extent(renderer)
     assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
     # each label still points at its own condition's mean
-    assert labels["T5"].xy[0] == pytest.approx(close[t5]["miou"].mean() * 100)
+    assert labels["T5"].xy[0] == pytest.approx(close[t5]["miou"].mean())
 
 
 def _status_table():
@@ -433,7 +469,7 @@ def test_condition_color_distinct_for_known_names_and_stable_fallback():
     known = set(list_conditions()) | set(CONTROL_TARGETS) | set(CONTROL_TARGETS.values()) | set(list_targets()) \
         | set(RELATED_CONDITIONS) | set(PERTURBATION_MAPS)
     assert known <= set(viz.CONDITION_COLORS), sorted(known - set(viz.CONDITION_COLORS))
-    colours = [viz.condition_color(n) for n in sorted(known)]
+    colours = [viz.condition_color(n) for n in sorted(known - {"T0"})]   # T0 is the reference's ranking, its colour
     assert len(set(colours)) == len(colours)
     assert viz.condition_color("reference") == "#000000" and viz.condition_color(" t5 ") == "#8c564b"
     assert viz.condition_color("LaSt") == viz.condition_color("last_votes")

@@ -199,16 +199,16 @@ def test_findings_paragraph_is_computed_from_the_table():
 @pytest.fixture
 def store(tmp_path):
     """A result store with the main point, a regime cell, a stale checkpoint, a superseded
-    record, a soft-relaxation cell and a failed cell."""
+    record (older evaluation images), a soft-relaxation cell and a failed cell."""
     from midas_nb.sweeps import ResultStore, SweepCell
     st = ResultStore(tmp_path / "sweeps" / "demo")
     t = time.time()
 
-    def put(rows, params=None, ckpt="spec-x", seed=0, fail=False):
+    def put(rows, params=None, ckpt="spec-x", seed=0, fail=False, data_id="d"):
         r0 = rows[0] if rows else {}
         cell = SweepCell(r0.get("dataset", "cub"), r0.get("backbone", "bb"), r0.get("depth", 6),
                          r0.get("budget", 0.25), r0.get("condition", "T5"), r0.get("seed", seed),
-                         checkpoint_id=ckpt, params=dict(dict(relaxation="st", epochs=3), **(params or {})))
+                         checkpoint_id=ckpt, params=dict(_keyed(), **(params or {})), data_id=data_id)
         if fail:
             st.record_failed(cell, "RuntimeError: out of memory", started=t)
         else:
@@ -216,9 +216,9 @@ def store(tmp_path):
         time.sleep(0.01)                              # records are ordered by their finish time
 
     put([_row("T5", 0, 0.90, 0.9, ckpt="ck-old")], ckpt="spec-old")             # stale checkpoint
-    put([_row("T5", 0, 0.99, 0.2)], params=dict(epochs=1))                        # superseded below
+    put([_row("T5", 0, 0.99, 0.2)], data_id="d-old")                              # superseded below
     for r in _point() + [_row("unsupervised", s, 0.31, 0.0) for s in (0, 1)]:
-        put([r], params=dict(epochs=3))
+        put([r])
     for r in _point(depth=9, d_t5=(0.02, 0.021)):
         put([r])
     put([_row("T5", 0, 0.5, 0.2)], params=dict(relaxation="soft"))               # other relaxation
@@ -240,6 +240,13 @@ _PROFILE = dict(dataset="cub", backbone="bb", depth=6, budget=0.25, depths=[6, 9
 def _profile(**kw):
     from midas_nb import config
     return config.get_profile("smoke", **dict(_PROFILE, **kw))
+
+
+def _keyed(profile: str = "smoke") -> dict:
+    """The protocol settings a cell of ``profile`` is keyed by (its ``params``)."""
+    from midas_nb import config
+    from midas_nb.study import protocol_settings
+    return protocol_settings(config.get_profile(profile))
 
 
 def test_store_rows_keep_the_newest_checkpoint_record_and_relaxation(store):
@@ -283,7 +290,7 @@ def test_report_tables_and_markdown(store, tmp_path):
     md = report.render_report(back)
     t5 = back["three_conditions"].set_index("condition").loc["T5"]
     assert t5["miou_lo"] < t5["miou"] < t5["miou_hi"] and t5["D_pp_lo"] <= 10.5 <= t5["D_pp_hi"]
-    assert f"| T5 | 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
+    assert f"| T5 | 1 × 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
     assert f"+10.05 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
     assert "+10.05" in md and "in |" in md and "**Smoke run.**" in md
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
@@ -375,7 +382,7 @@ def _smoke_store(root: Path):
     mious = dict(reference=0.30, unsupervised=0.28, T1=0.25, T5=0.33, random_map=0.29, random=0.05)
     for r in exp.to_dict("records"):
         cell = SweepCell(r["dataset"], r["backbone"], r["depth"], r["budget"], r["condition"], r["seed"],
-                         checkpoint_id="spec-" + r["backbone"], params=dict(relaxation="st"))
+                         checkpoint_id="spec-" + r["backbone"], params=_keyed())
         st.record_done(cell, [_row(r["condition"], r["seed"], mious[r["condition"]], 0.2, depth=r["depth"],
                                    budget=r["budget"], backbone=r["backbone"], dataset=r["dataset"],
                                    ckpt="ck-" + r["backbone"])], started=t)
@@ -390,7 +397,7 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     affect are marked, never silently dropped."""
     from midas_nb.sweeps import SweepCell
     cell = lambda cond, seed: SweepCell("cub", "bb", 9, 0.25, cond, seed, checkpoint_id="spec-x",  # noqa: E731
-                                        params=dict(relaxation="st", epochs=3))
+                                        params=_keyed(), data_id="d")
     t5_0, t5_1, t1_1 = cell("T5", 0), cell("T5", 1), cell("T1", 1)
     store.register([t5_0, t5_1, t1_1])
     text = store.path(t5_0.key).read_text()
@@ -465,6 +472,43 @@ def test_cli_report(tmp_path, capsys):
     assert "no reference rows of backbone 'vit_smoke' at L=2, b=0.75" in capsys.readouterr().err
 
 
+def test_a_store_of_mixed_settings_is_reported_only_for_the_reports_settings(tmp_path, capsys):
+    """Issue 53, case 1: after a full smoke run, notebook 02 again with -p precision bfloat16. The report reads
+    only the cells of its own settings (the bfloat16 cells are newer, but never replace the float32 ones), and
+    refuses (exit 2, one line per difference) until asked to leave the others out; -p reports the other run."""
+    from midas_nb.cli import main
+    from midas_nb.sweeps import SweepCell
+    st, cells = _smoke_store(tmp_path / "sweeps" / "smoke")
+    main_point = {(c["dataset"], c["backbone"], c["depth"], c["budget"]) for c in
+                  report.expected_cells("smoke").query("section == 'three_conditions'").to_dict("records")}
+    bf16 = [SweepCell.from_dict(dict(c.to_dict(), params=dict(c.params, precision="bfloat16"))) for c in cells
+            if (c.dataset, c.backbone, c.depth, c.budget) in main_point]
+    for c in bf16:
+        st.record_done(c, [_row(c.condition, c.seed, 0.999, 0.2, depth=c.depth, budget=c.budget, backbone=c.backbone,
+                                dataset=c.dataset, ckpt="ck-" + c.backbone)], started=time.time())
+    out = tmp_path / "rep"
+    args = ["report", "--profile", "smoke", "--store", str(st.root), "--output", str(out)]
+    assert main(args) == 2 and not out.exists()
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"midas-nb report: {len(bf16)} rows of the result store {st.root} have other settings than "
+                      "the report's: precision 'bfloat16' (the report's 'float32')") and len(err) == 2
+    assert "--allow-mixed-settings" in err[1]
+    assert main(args + ["--allow-mixed-settings"]) == 0
+    tables = report.read_tables(out)
+    t5 = tables["three_conditions"].set_index("condition").loc["T5"]
+    assert t5["miou"] == pytest.approx(0.33)                                    # float32's, not bfloat16's 0.999
+    prov = dict(zip(tables["provenance"]["setting"], tables["provenance"]["value"]))
+    assert prov["rows of other settings left out"] == f"{len(bf16)} with precision 'bfloat16' (the report's 'float32')"
+    # the bfloat16 run's own report: its cells alone, the float32 ones left out (and its other cells missing)
+    assert main(args + ["-p", "precision", "bfloat16", "--allow-incomplete"]) == 2
+    assert "precision 'float32' (the report's 'bfloat16')" in capsys.readouterr().err
+    assert main(args + ["-p", "precision", "bfloat16", "--allow-incomplete", "--allow-mixed-settings"]) == 0
+    t5 = report.read_tables(out)["three_conditions"].set_index("condition").loc["T5"]
+    assert t5["miou"] == pytest.approx(0.999)
+    assert main(args + ["-p", "precision", "fp8"]) == 2
+    assert "-p precision: expected one of ['float32', 'bfloat16'], got 'fp8'" in capsys.readouterr().err
+
+
 def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_path):
     """Every interval of the report is drawn with the profile's `bootstrap` resamples and the
     fixed seed: equal to decoupling_D / aggregate_seeds called so, and two runs write the same bytes."""
@@ -479,7 +523,7 @@ def test_intervals_use_the_profiles_bootstrap_and_reruns_are_byte_identical(tmp_
         for r in rec["rows"]:
             r["miou_per_image"] = list(r["miou"] + rng.normal(0, 0.1, 4))
             r["idauc_per_image"] = list(r["idauc"] + rng.normal(0, 0.1, 4))
-        rec_path.write_text(json.dumps(rec))
+        st.write_record(rec)
     a, b = tmp_path / "a", tmp_path / "b"
     report.make_report("smoke", store=st.root, output=a)
     report.make_report("smoke", store=st.root, output=b)
@@ -616,8 +660,8 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
     t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
-    want = ["holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v)
-            for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
+    want = [("holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v))
+            + " (1 build)" for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
     f = tables["findings"]
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
@@ -649,3 +693,18 @@ def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys,
     err = capsys.readouterr().err.splitlines()
     assert err[-1] == "midas-nb report: 3 problem(s); nothing was written", err
     assert [line.split(":")[1].split()[0] for line in err[:-1]] == ["--output", "--budget", "--depth"]
+
+
+def test_the_report_opens_with_the_per_claim_table_naming_reversals(tmp_path):
+    """The first section is the per-claim table of each block (decision 0073), from the findings table: T1
+    10 pp above the reference and D(T5) rising from L = 6 to L = 9 are each "opposite of the paper"."""
+    rows = _point(d_t1=(0.05, 0.051)) + _point(9, 0.25, d_t5=(0.20, 0.201))
+    prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
+    report.write_tables(report.build_tables(pd.DataFrame(rows), prof), tmp_path)
+    md = report.render_report(report.read_tables(tmp_path))
+    claims = md[md.index("## The paper's claims on this run"):md.index("## Run")]
+    assert md.index("## The paper's claims on this run") < md.index("## Which of the paper's findings hold")
+    assert "cub · bb: 4 claims: 1 holds, 2 opposite of the paper, 1 undefined." in claims   # no control: undefined
+    assert "| T1 covers less than the reference | D(T1) < 0 | D(T1) = +5.05 pp" in claims
+    assert next(ln for ln in claims.splitlines() if ln.startswith("| the decoupling fades with depth")).endswith(
+        "| opposite of the paper |")

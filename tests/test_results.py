@@ -131,13 +131,23 @@ def test_recommend_deployment_picks_expected_rows():
     assert a.loc["coverage-first", "condition"] == "T5"
     assert a.loc["coverage-first", "D_pp"] == pytest.approx(3.0)
     assert a.loc["coverage-first", "delta_idauc"] == pytest.approx(-0.005)
-    assert a.loc["coverage-first", "in_band"] and not a.loc["coverage-first", "fallback"]
+    assert a.loc["coverage-first", "status"] == "in band" and not a.loc["coverage-first", "fallback"]
     assert a.loc["faithfulness-first", "condition"] == "unsupervised"
     assert a.loc["faithfulness-first", "idauc"] == pytest.approx(0.34)
     assert a.loc["coverage-first", "n_seeds"] == 2
     lines = text.splitlines()
     assert len(lines) == 2 and lines[0].startswith("coverage-first") and "T5" in lines[0]
     assert "+3.00 pp" in lines[0]
+
+
+def test_advice_lines_carry_no_identity_strings():
+    """Issue 52: each advice line named its cell with the full checkpoint_id and weights_digest; the lines
+    name the cell in words, the advice table keeps the identity columns."""
+    t = _advice_table().assign(checkpoint_id="ck" + "0" * 40, weights_digest="d" * 64, depth=3)
+    advice, text = recommend_deployment(t, by=["depth", "checkpoint_id", "weights_digest"])
+    assert "ck000" not in text and "ddd" not in text and "checkpoint_id=" not in text, text
+    assert all(line.split(":")[0].endswith("(depth=3)") for line in text.splitlines()), text
+    assert set(advice["checkpoint_id"]) == {"ck" + "0" * 40}
 
 
 def test_recommend_deployment_tie_break_and_fallback():

@@ -60,19 +60,21 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
         return Path(spec.output)
     monkeypatch.setattr(cli, "_run_checked", fake_run)
 
-    def fake_report(profile, *, output, overrides, allow_incomplete):
-        reports.append((profile, Path(output).name, overrides, allow_incomplete))
+    def fake_report(profile, *, output, overrides, allow_incomplete, allow_mixed_settings):
+        reports.append((profile, Path(output).name, overrides, allow_incomplete, allow_mixed_settings))
         return Path(output) / "REPORT.md"
     monkeypatch.setattr("midas_nb.report.make_report", fake_report)
     monkeypatch.setattr("midas_nb.report.markdown.datasets_summary", lambda d: "| the paper's table |")
-    spec = RunSpec(profile="quick", data_roots={"cars": "/c", "cub": "/b"}, output=str(tmp_path / "o"))
+    spec = RunSpec(profile="quick", data_roots={"cars": "/c", "cub": "/b"}, output=str(tmp_path / "o"),
+                   params={"precision": "bfloat16"})
     out = cli._run_each_dataset(spec, cli.run_datasets(spec), progress=False, problems=())
     assert out == tmp_path / "o"
     assert calls == [("cub", "cub"), ("cars", "cars")]
     assert checks == ["cub", "cars"]   # each dataset's run is checked once, all before the first kernel
     import os
     assert os.environ["MIDAS_FIGURES_DIR"] == str(tmp_path / "fig")  # restored after the run
-    assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit"}, True)]
+    # the report of the run's own settings (issue 53): the store's rows of others are left out, not refused
+    assert reports == [("quick", "report", {"backbone": "hybrid_lite0_deit", "precision": "bfloat16"}, True, True)]
     printed = capsys.readouterr().out
     assert "=== dataset 1/2: cub ===" in printed and "| the paper's table |" in printed
 

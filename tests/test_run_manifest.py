@@ -87,16 +87,16 @@ def test_dead_or_timed_out_kernel_goes_to_failed_and_later_copies_turn_stale(thr
 def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, capsys):
     src, out = three
     cli.run_notebooks("smoke", output=out, progress=False)
-    assert capsys.readouterr().out.rstrip().endswith("report:             midas-nb report --profile smoke  "
-                                                     "(REPORT.md from the result store)")
+    assert capsys.readouterr().out.rstrip().endswith("midas-nb report --profile smoke  (REPORT.md from the result store)")
     cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
     # the report command names the point the run overrode, so it reports that run's cells
     # (a selection of notebooks: the others' cells have no result, which the report would refuse)
-    assert "report:             midas-nb report --profile smoke --budget 0.5 --allow-incomplete  (" in \
-        capsys.readouterr().out
+    assert "midas-nb report --profile smoke --budget 0.5 --allow-incomplete  (" in capsys.readouterr().out
     from midas_nb.cli.runspec import RunSpec   # --backbone as -p backbone
-    assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})) == \
-        "midas-nb report --profile quick --backbone vit_smoke --depth 3"
+    assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})).endswith(
+        " midas-nb report --profile quick --backbone vit_smoke --depth 3")
+    assert cli._report_command(RunSpec(profile="quick", params={"precision": "bfloat16", "seeds": [0]})).endswith(
+        " midas-nb report --profile quick -p precision bfloat16")     # the settings its cells are keyed by
     states = _states(out)
     assert states["01_middle.ipynb"].state == "current"
     for name in ("00_first.ipynb", "02_last.ipynb"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-import cloudpickle
+import pickle
 import pytest
 import torch
 
@@ -100,13 +100,15 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     _no_cuda_here()
     from midas_nb import Study
     from midas_nb.backbones import checkpoint_key
+    from midas_nb.sweeps import ResultStore
+    from midas_nb.sweeps.slurm import load_submission
 
     monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")
     with pytest.raises(config.ProfileError, match="no CUDA device"):
         Study("smoke", progress=False)
     study = Study("smoke", device="cpu", progress=False)          # the advice
     sub = study.sweep("regime", executor="slurm", wait=False)
-    runner = cloudpickle.loads((sub.store / "submitit" / "runner.pkl").read_bytes())
+    runner, _ = load_submission(ResultStore(sub.store))
     assert runner.profile["device"] == "cuda" and runner.device is None
     sent = [j.args[1] for j in fake_slurm.jobs]                   # (cells, cell_fn, root) / (cell, cell_fn)
     assert sent and all(fn.profile["device"] == "cuda" for fn in sent)
@@ -118,6 +120,43 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     # the local executor still refuses cuda here, before anything runs
     with pytest.raises(config.ProfileError, match="no CUDA device"):
         study.sweep("regime", executor="local", device="cuda")
+
+
+class _Planted:
+    """A pickle that, once loaded, leaves a file: code run from whoever wrote the store."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake_slurm, monkeypatch, tmp_path):
+    """Issue 53, case 7: `sweep resubmit` never loads a pickle from the (possibly group-shared) store; it
+    rebuilds the runner from submission.json and refuses a runner class outside midas_nb."""
+    import json
+
+    from midas_nb import cli
+    from midas_nb.study import make_grid, ProtocolCellRunner
+    from midas_nb.sweeps import ResultStore, submit_sweep
+
+    cells = make_grid("smoke", "regime")[:3]
+    store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
+    submit_sweep(cells, ProtocolCellRunner("smoke", cache_dir="/c"), store, slurm=dict(partition="gpu"))
+    planted = tmp_path / "planted"
+    (store.root / "submitit").mkdir(exist_ok=True)
+    (store.root / "submitit" / "runner.pkl").write_bytes(pickle.dumps(_Planted(planted)))
+    monkeypatch.setattr("midas_nb.sweeps.slurm.scheduler_states", lambda ids: {})   # every job left the queue
+    sent = len(fake_slurm.jobs)
+    assert cli.main(["sweep", "resubmit", "smoke"]) == 0
+    assert not planted.exists()
+    runners = [j.args[1] for j in fake_slurm.jobs[sent:]]
+    assert runners and all(isinstance(r, ProtocolCellRunner) for r in runners)
+    assert runners[0].cache_dir == "/c" and runners[0].profile == json.loads(json.dumps(ProtocolCellRunner("smoke").profile))
+    sub = json.loads((store.root / "submission.json").read_text())
+    (store.root / "submission.json").write_text(json.dumps(dict(sub, runner={"class": "os:system", "spec": {}})))
+    assert cli.main(["sweep", "resubmit", "smoke"]) == 2 and len(fake_slurm.jobs) == sent + len(runners)
 
 
 def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):
@@ -166,7 +205,17 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     jobs = int(re.search(r"cell jobs: ([\d,]+) of <= 8", out).group(1).replace(",", ""))
     assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
                      + str(jobs - 300), out)
-    assert "no cost for" in out and "bench/gpu_check.py" in out          # no store timings, no table
+    # no store timings, no table of this machine: the shipped one, the last H200 measurement
+    from midas_nb.study.cluster import profile_sweeps
+    from midas_nb.sweeps.plan import SHIPPED_COST_TABLE
+
+    shipped = json.loads(SHIPPED_COST_TABLE.read_text())
+    cells = {c.key: c for v in profile_sweeps("paper", planned=True).values() for c in v}.values()
+    hours = (sum(shipped["cell_s"][c.backbone][c.dataset] for c in cells)
+             + sum(s for per in shipped["finetune_s"].values() for s in per.values())) / 3600
+    assert f"projected: {hours:,.1f} GPU-hours" in out and "wall time on 8 GPUs" in out and "on 32 GPUs" in out
+    assert f"cost table measured on NVIDIA H200 on 2026-12-04: {SHIPPED_COST_TABLE}" in out
+    assert not (tmp_path / "runs" / "bench").exists()
     assert not (tmp_path / "runs" / "sweeps").exists()                  # a plan creates no store
     # with a cost table: GPU-hours = cells x cost + fine-tunes, wall time on 8 and 32 GPUs
     table = dict(device="test GPU", note="", cell_s={b: {"*": 360.0} for b in config.PROFILES["paper"]["scale_backbones"]},

@@ -131,7 +131,7 @@ def test_sweep_seeds_apply_off_the_profiles_point():
     for point in {(c.depth, c.budget) for c in cross}:
         assert any(c.condition == "random" and (c.depth, c.budget) == point for c in cross), point
     assert {c.seed for c in make_grid(prof, "regime", seeds=[0, 1]) if c.condition == "T5"} == {0, 1}
-    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (3 * 2 + 1)
+    assert len(make_grid(prof, "regime", seeds=[0, 1])) == (5 + prof["builds"] - 1) * (3 * 2 + 1)   # builds at (L, b)
     # explicit conditions are taken as given
     assert {c.condition for c in make_grid(prof, "regime", conditions=["reference", "T5"])} == {"reference", "T5"}
     from midas_nb.config import check_profile
@@ -152,7 +152,7 @@ def test_prefetch_targets_only_where_other_cells_read_them():
 
 
 def test_make_grid_sizes_follow_the_profile():
-    prof = get_profile("quick", other_backbones=True)
+    prof = get_profile("quick", other_backbones=True, builds=1)     # builds: test_cell_identity.py
     # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions), plus
     # the random ranking that tests the reference in each cell
     assert set(prof["sweep_conditions"]) < set(prof["conditions"])
@@ -298,6 +298,46 @@ def test_corrupt_and_leftover_files_are_ignored_reported_and_recomputed(tmp_path
     assert [count(markers, "finish", c) for c in cells] == [1, 2, 2]
     # the temp file is reported, never deleted (its writer may be alive) and never read
     assert [Path(p["path"]).name for p in store.problems()] == [f".{cells[0].key}.json.abc123.tmp"]
+
+
+def test_a_record_is_used_only_where_its_key_is_its_cells_hash_and_its_digest_its_content(tmp_path):
+    """Issue 53, case 2: a record of another cell's settings saved (key and all) under an expected cell's
+    file name, and a hand-edited row, are invalid: reported, never used. A record of format 1 (written
+    before the digest) is still read, its key checked."""
+    cells = toy_cells(4)
+    store = ResultStore(tmp_path / "store")
+    run_sweep(cells, frame_cell_fn, store)
+    other = SweepCell.from_dict(dict(cells[0].to_dict(), params={"precision": "bfloat16"}))
+    forged = dict(json.loads(store.path(cells[0].key).read_text()), cell=other.to_dict(),
+                  rows=[dict(condition="reference", miou=0.999, idauc=0.25)])
+    store.write_record(forged)                                          # a valid digest, but the wrong cell
+    text = store.path(cells[1].key).read_text()
+    assert text.count('"miou": 0.2,') == 1
+    store.path(cells[1].key).write_text(text.replace('"miou": 0.2,', '"miou": 0.999,'))     # a hand edit
+    legacy = {k: v for k, v in json.loads(store.path(cells[2].key).read_text()).items() if k != "digest"}
+    store.path(cells[2].key).write_text(json.dumps(dict(legacy, format="midas_nb.sweep_record/1")))
+    undigested = json.loads(store.path(cells[3].key).read_text())
+    store.path(cells[3].key).write_text(json.dumps({k: v for k, v in undigested.items() if k != "digest"}))
+    reasons = {Path(p["path"]).stem: p["reason"] for p in store.problems()}
+    assert f"its cell hashes to {other.key}, not to its key" in reasons[cells[0].key]
+    assert "its text does not match its digest" in reasons[cells[1].key] and cells[2].key not in reasons
+    assert "its text does not match its digest" in reasons[cells[3].key]          # format 2 without its digest
+    assert store.results()["miou"].tolist() == [0.3]                    # the legacy record alone
+    assert list(store.status(cells)["status"]) == ["pending", "pending", "done", "pending"]
+
+
+def test_sweep_status_exits_1_with_an_unreadable_cell(tmp_path, capsys):
+    """Issue 53, case 8: a store whose only problem is an unreadable record is not a clean store."""
+    from midas_nb.sweeps.commands import cmd_status
+    cells = toy_cells(2)
+    store = ResultStore(tmp_path / "store")
+    run_sweep(cells, frame_cell_fn, store)
+    (store.cells_dir / f".{cells[0].key}.json.abc123.tmp").write_text("{")    # a writer's: no problem
+    assert cmd_status(str(store.root)) == 0 and main_status([str(store.root)]) == 0
+    store.path(cells[1].key).write_text(store.path(cells[1].key).read_text()[:40])
+    capsys.readouterr()
+    assert cmd_status(str(store.root)) == 1 and main_status([str(store.root)]) == 1
+    assert f"ignored {cells[1].key}.json: invalid record ignored: unreadable JSON" in capsys.readouterr().out
 
 
 def test_results_fill_cell_columns_and_keep_row_columns(tmp_path):
@@ -565,7 +605,8 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 
     from midas_nb.study import ProtocolCellRunner
 
-    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=SimpleNamespace(name="vit_smoke")))
+    bb = SimpleNamespace(name="vit_smoke", build=0)
+    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=bb))
     runner = ProtocolCellRunner("smoke", study=fake)
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))
@@ -735,7 +776,7 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     assert not list(markers.iterdir())
     # the refused cells are not "pending" forever: status says so (exit 1), resubmit sends them again
     from midas_nb.sweeps.commands import cmd_resubmit, cmd_status, cmd_wait
-    from midas_nb.sweeps.slurm import cell_states
+    from midas_nb.sweeps.slurm import cell_states, resubmit
     store = ResultStore(tmp_path / "store")
     assert list(cell_states(store)["job_state"]) == ["unsubmitted", "unsubmitted"]
     later = toy_cells(3)[2]                 # registered after the refusal, never sent to sbatch: not refused
@@ -744,8 +785,10 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     capsys.readouterr()
     assert cmd_status(str(store.root)) == 1 and cmd_wait(str(store.root), poll_s=0.01) == 1
     assert "2 cells never submitted (sbatch refused): midas-nb sweep resubmit" in capsys.readouterr().out
-    assert cmd_resubmit(str(store.root)) == 2           # it tried them again: sbatch refuses again
-    assert "sbatch refused the submission" in capsys.readouterr().err
+    with pytest.raises(SlurmNotFound, match="sbatch refused the submission"):   # tried again: refused again
+        resubmit(store, cell_fn=functools.partial(marker_cell_fn, marker_dir=str(markers)))
+    assert cmd_resubmit(str(store.root)) == 2           # a test's function: no runner to rebuild
+    assert "submission.json holds no runner" in capsys.readouterr().err
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -281,3 +281,140 @@ def test_gain_over_the_control_carries_the_seed_spread_by_hand():
     # one seed a side: the images alone decide, and +0.10 on every image is resolved
     frame1, _ = targets_vs_scorers(cov, pd.DataFrame([rows[0], rows[2]]), n_boot=200)
     assert frame1.set_index("target").loc["T5", "reading"] == "above the control"
+
+
+# --- the synthesis (decision 0073): target content against training signal, the per-claim table ---------------
+def _content(t: pd.DataFrame, cov: pd.DataFrame) -> dict:
+    from midas_nb.analysis import targets_vs_scorers
+    from midas_nb.analysis.synthesis import content_vs_signal
+    return content_vs_signal(targets_vs_scorers(cov, t, n_boot=300)[0], t, n_boot=300)
+
+
+def test_only_t5s_content_explains_the_gain():
+    from midas_nb.analysis.synthesis import claims_table
+    # T5's scorer covers 10 pp more than the control and than every other target's scorer; its own map too
+    t = _table({"reference": (0.10, 0.2), "T1": (0.15, 0.2), "T2": (0.15, 0.2), "T5": (0.25, 0.2),
+                "random_map": (0.15, 0.2)}, random_idauc=None)
+    c = _content(t, _coverage({"T1": 0.05, "T2": 0.05, "T5": 0.22}))
+    assert c["reading"] == "T5 specifically" and c["ties"] == [] and c["own_vs_control"] == "above"
+    assert c["vs_others"]["T1"][1] > 0.05 and "T5's content adds coverage" in c["sentence"]
+    assert claims_table(content=c).iloc[-1]["verdict"] == "holds"
+
+
+def test_every_target_ties_so_the_gain_is_any_structured_targets():
+    from midas_nb.analysis.synthesis import claims_table
+    # issue 52's run: every target's scorer ≈ 0.157, the control 0.058, T5's own top-k 0.059
+    t = _table({"reference": (0.095, 0.2), "T1": (0.157, 0.2), "T2": (0.157, 0.2), "T5": (0.157, 0.2),
+                "random_map": (0.058, 0.2)}, random_idauc=None)
+    c = _content(t, _coverage({"T1": 0.10, "T2": 0.08, "T5": 0.059}))
+    assert c["gain"][1] > 0.05                                # T5's scorer resolvably above the control ...
+    assert sorted(c["ties"]) == ["T1", "T2"]                  # ... and tied with every other target's scorer
+    assert c["reading"] == "any structured target" and c["own_vs_control"] == "not above"
+    assert "not resolvably more than the control" in c["sentence"] and "does not credit T5's content" in c["sentence"]
+    assert claims_table(content=c).iloc[-1]["verdict"] == "does not hold"
+    # without the control nothing is credited either way
+    c2 = _content(t[t["condition"] != "random_map"], _coverage({"T1": 0.10, "T5": 0.059}))
+    assert c2["reading"] == "undefined" and "cannot say" in c2["sentence"]
+
+
+def test_a_reversal_is_named_opposite_of_the_paper():
+    from midas_nb.analysis.findings import paper_findings
+    from midas_nb.analysis.synthesis import claims_table, headline
+    # D(T5) rises with depth (+1, +6, +8 pp) and T1 lies 10 pp above the reference: both reverse the paper
+    parts = []
+    for L, gain in ((3, 0.01), (6, 0.06), (9, 0.08)):
+        parts.append(_table({"reference": (0.10, 0.2), "T5": (0.10 + gain, 0.2), "T1": (0.20, 0.2)},
+                            noise=0.005, rng_seed=L).assign(depth=L))
+    rows = pd.concat(parts, ignore_index=True)
+    f = paper_findings(rows, depth=6, budget=0.25, n_boot=300)
+    claims = claims_table(f, claim_verdict(rows[rows["depth"] == 6], n_boot=300)).set_index("claim")
+    assert claims.loc["the decoupling fades with depth", "verdict"] == "opposite of the paper"
+    assert claims.loc["T1 covers less than the reference", "verdict"] == "opposite of the paper"
+    assert claims.loc["T5 gains coverage at faithfulness parity", "verdict"] == "holds"
+    assert claims.loc["T5 gains coverage at faithfulness parity", "paper"] == "D(T5) = +2.11 pp, in band"
+    assert "the decoupling fades with the budget" not in claims.index       # untested here: left out
+    assert "2 opposite of the paper" in headline(claims.reset_index(), False)
+
+
+def test_comovement_interval_resamples_seeds_and_names_the_control_points():
+    from midas_nb.analysis.comovement import comovement
+    # T1..T5 a tight cluster with no relation; unsupervised and random_map far off on the line
+    means = {"reference": (0.10, 0.20), "T1": (0.150, 0.2010), "T2": (0.151, 0.2000), "T3": (0.152, 0.2012),
+             "T5": (0.153, 0.2003), "unsupervised": (0.05, 0.10), "random_map": (0.02, 0.05)}
+    v = claim_verdict(_table(means), n_boot=400)
+    co = v.comovement
+    assert co["reading"] == "move together" and co["without_controls"]["reading"] == "not resolved"
+    assert co["rests_on_controls"] and "rests on the control points" in v.text
+    # the same per-image means over seeds, but two seeds that disagree: only a seed resample widens the interval
+    t = _table(means, seeds=(0, 1), noise=0.0)
+    shift = {c: (i % 3 - 1) * 0.04 for i, c in enumerate(means)}
+    t2 = t.copy()
+    for k, r in t2.iterrows():
+        if r["condition"] != "reference":
+            d = shift.get(r["condition"], 0.0) * (1 if r["seed"] == 0 else -1)
+            t2.at[k, "miou_per_image"] = [x + d for x in r["miou_per_image"]]
+    from midas_nb.analysis import per_seed_values
+    a = comovement(per_seed_values(t, "miou"), per_seed_values(t, "idauc"), n_boot=400)
+    b = comovement(per_seed_values(t2, "miou"), per_seed_values(t2, "idauc"), n_boot=400)
+    assert a["r"] == pytest.approx(b["r"], abs=1e-9)
+    assert (b["r_hi"] - b["r_lo"]) > 2 * (a["r_hi"] - a["r_lo"])
+
+
+def test_advice_puts_in_band_ties_before_a_leader_whose_band_is_not_resolved():
+    from midas_nb.analysis import recommend_deployment
+    rng = np.random.default_rng(3)
+    t = _table({"reference": (0.10, 0.20), "T5": (0.15, 0.20), "T1": (0.149, 0.2002)}, noise=0.002)
+    # T3 covers most, but its ΔIDAUC straddles −0.01 (mean −0.005, noisy): its band is not resolved
+    t = pd.concat([t, _table({"T3": (0.17, 0.195)}, noise=0.0, random_idauc=None)], ignore_index=True)
+    k = t["condition"] == "T3"
+    t.loc[k, "idauc_per_image"] = pd.Series([list(np.array(v) + rng.normal(0, 0.08, N_IMG))
+                                            for v in t.loc[k, "idauc_per_image"]], index=t.index[k])
+    acc = {"random": 0.50, "reference": 0.70, "T5": 0.52, "T1": 0.60, "T3": 0.60}
+    t["accuracy_per_image"] = [list((rng.random(N_IMG) < acc[c]).astype(float)) for c in t["condition"]]
+    t["speedup"] = 1.01
+    a = recommend_deployment(t, n_boot=300)[0].set_index("goal")
+    d = __import__("midas_nb").metrics.decoupling_D(t, n_boot=300).set_index("condition")
+    assert d.loc["T3", "status"] == "not resolved" and d.loc["T3", "D_pp"] > d.loc["T5", "D_pp"]
+    cov = a.loc["coverage-first"]
+    assert cov["condition"] == "T5" and cov["status"] == "in band" and "in_band" not in a.columns
+    assert "passed over T3 (higher mean D" in cov["reason"] and "band not resolved" in cov["reason"]
+    # T5's pruned accuracy against random top-k, paired, and its speed-up stand beside the pick
+    m, lo, hi, _ = __import__("midas_nb").analysis.paired_gap(t[t.condition == "T5"], t[t.condition == "random"],
+                                                            "accuracy", n_boot=300)
+    assert cov["accuracy_vs_random"] == pytest.approx(m) and lo <= 0 <= hi
+    assert "pruned accuracy vs random top-k" in cov["reason"] and "(not resolved); speed-up 1.01×" in cov["reason"]
+
+
+def test_leak_test_and_pib_trade_conclude_by_hand():
+    from midas_nb.analysis.synthesis import leak_test, pib_trade
+
+    def d(u, t5):
+        return pd.DataFrame([dict(condition=c, D_pp=m, D_pp_lo=lo, D_pp_hi=hi) for c, (m, lo, hi) in
+                             (("unsupervised", u), ("T5", t5))])
+    # the unsupervised scorer's D under st above its D under soft, intervals apart: a leak
+    assert "→ a leak" in leak_test(d((5.0, 4.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
+    assert "→ not resolved" in leak_test(d((5.0, 1.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
+    pib = pd.DataFrame([dict(model="backbone", reference="backbone", pib_delta=0.0, accuracy=0.913),
+                        dict(model="LaSt (K=1)", reference="backbone", pib_delta=0.094, pib_delta_lo=0.05,
+                             pib_delta_hi=0.13, accuracy=0.508)])
+    assert pib_trade(pib) == ["LaSt (K=1): Point-in-Box +0.094 [+0.050, +0.130] over backbone, top-1 accuracy "
+                              "0.913 → 0.508 (-0.405) — the localisation gain costs accuracy"]
+
+
+def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build():
+    """Builds (decision 0072): the verdict's per-image values are keyed by (build, seed), a seedless side is
+    paired with every seed of its own build, and the interval is over the build means (t with 2 df)."""
+    from scipy.stats import t as student_t
+
+    from midas_nb.analysis import paired_gap, per_seed_values
+
+    base = np.linspace(0.2, 0.6, N_IMG)
+    a = pd.DataFrame([dict(_row("T5", s, base + 0.1 * (b + 1) + 0.001 * s, base), build=b)
+                      for b in range(3) for s in (0, 1)])
+    ref = pd.DataFrame([dict(_row("reference", 0, base, base), build=b) for b in range(3)])
+    assert sorted(per_seed_values(a, "miou")["T5"]) == [(b, s) for b in range(3) for s in (0, 1)]
+    m, lo, hi, n = paired_gap(a, ref, "miou", n_boot=200)
+    means = np.array([0.1005, 0.2005, 0.3005])              # each build's gap: constant over its images
+    half = student_t.ppf(0.975, 2) * means.std(ddof=1) / np.sqrt(3)
+    assert n == N_IMG and m == pytest.approx(means.mean())
+    assert (lo, hi) == pytest.approx((means.mean() - half, means.mean() + half))

@@ -64,7 +64,7 @@ def test_explorer_view_rejects_bad_settings(study):
         widgets.explorer_view(study, image=3, n_images=3)
 
 
-def test_static_still(study, tmp_path):
+def test_static_still(study, tmp_path, capsys):
     from matplotlib.figure import Figure
 
     from midas_nb import viz
@@ -87,6 +87,8 @@ def test_static_still(study, tmp_path):
     assert lines[3].get_ydata().tolist() == pytest.approx(v.insdel["T5"].del_curve[0].tolist())
     assert any(widgets.STATIC_NOTE == t.get_text() for t in fig.texts)            # marked as a still
     assert (tmp_path / "00_test_explorer.png").stat().st_size > 10_000
+    # issue 52: notebook 00 promises the read-out under the still too (the interactive one shows it)
+    assert capsys.readouterr().out.splitlines()[-len(v.lines()):] == v.lines()
 
 
 def test_box_is_drawn_for_datasets_without_parts(study):

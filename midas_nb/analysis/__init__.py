@@ -9,6 +9,10 @@
 - :mod:`~midas_nb.analysis.verdict` — whether the MIDAS claim holds on one run, both halves
   tested with paired intervals (:func:`claim_verdict`), and the readings beside it
   (:func:`targets_vs_scorers`, :func:`paired_gap`, :func:`axis_trend`).
+- :mod:`~midas_nb.analysis.synthesis` — the reader's take-away: the paper's claims beside this run's
+  (:func:`~midas_nb.analysis.synthesis.claims_table`), target content against training signal
+  (:func:`~midas_nb.analysis.synthesis.content_vs_signal`) and each notebook's closing box;
+  :mod:`~midas_nb.analysis.comovement` — half (c) of the verdict, seeds and images resampled.
 - :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
   (:func:`recommend_deployment`).
 - :mod:`~midas_nb.analysis.control` — ``D`` against the reference beside ``D`` against the

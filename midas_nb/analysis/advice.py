@@ -3,7 +3,7 @@ with their band status and evidence (beside :func:`midas_nb.metrics.decoupling_D
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import pandas as pd
 
@@ -55,11 +55,13 @@ def recommend_deployment(
     :func:`~midas_nb.metrics.decoupling_D`; the candidates are every condition but the baselines
     and controls of :data:`NOT_DEPLOYABLE`):
 
-    - **coverage-first**: the condition with the highest ``D_pp`` among those inside the IDAUC
-      parity band by the point decision (``in_band``: ``delta_idauc ≥ −band``; the reference,
-      ``D = 0``, is a candidate, so a scorer is only advised over it when it gains coverage at
-      parity). Ties → higher IDAUC. When the pick's paired ΔIDAUC interval straddles the band
-      edge (status ``"not resolved"``) the reason says so, with the interval.
+    - **coverage-first**: the condition with the highest ``D_pp`` among those **in band** by the band
+      status of :func:`~midas_nb.metrics.decoupling_D` (the paired ΔIDAUC interval at or above
+      ``−band``; the reference, ``D = 0``, is a candidate, so a scorer is only advised over it when it
+      gains coverage at parity). A higher mean ``D`` whose band is ``"not resolved"`` is passed over and
+      named in the reason; only where no candidate is in band does the mean ΔIDAUC decide
+      (``delta_idauc ≥ −band``), and the reason says the band is NOT RESOLVED, with the interval.
+      Ties → higher IDAUC.
       Fallback, when the cell has no reference row: the highest mIoU, ``fallback=True``.
     - **faithfulness-first**: the highest mean IDAUC; conditions within ``tie_tol`` of it
       (default 0.001, the precision IDAUC is reported to) are ties, broken by higher mIoU.
@@ -78,9 +80,10 @@ def recommend_deployment(
     Returns:
         ``(advice, text)``: ``advice`` has one row per (cell, goal) with the evidence —
         ``goal``, cell and condition columns, ``recommended``, ``D_pp``, ``D_pp_lo``,
-        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``in_band``,
-        ``status``, ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
-        (intervals: :func:`aggregate_seeds`, seeds × images), ``n_seeds``, ``fallback``,
+        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``status``, ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
+        (intervals: :func:`aggregate_seeds`, seeds × images), ``n_seeds``, ``accuracy_vs_random``
+        (+ ``_lo`` / ``_hi``: pruned accuracy minus the random top-k's of the cell, paired over seeds and
+        images; NaN without ``random`` rows), ``speedup`` (pruned over unpruned throughput), ``fallback``,
         ``reason``; ``text`` joins the one-line reasons.
 
     Raises:
@@ -116,27 +119,16 @@ def recommend_deployment(
     groups = agg.groupby(by, dropna=False, sort=False) if by else [((), agg)]
     for cell_key, cell in groups:
         cell_key = cell_key if isinstance(cell_key, tuple) else (cell_key,)
-        where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key))
+        # the cell in words, without the checkpoint's identity strings (the advice table keeps those columns)
+        where = ", ".join(f"{c}={v}" for c, v in zip(by, cell_key) if c not in CHECKPOINT_COLUMNS)
         where = f" ({where})" if where else ""
         ident = dict(zip(by, cell_key))
         # coverage-first
         cell_has_ref = bool((cell["status"] != "no reference").any())
         if cell_has_ref:
-            inside = cell[cell["in_band"].fillna(False).astype(bool) & cell["D_pp"].notna()]
-            if len(inside):
-                pick = inside.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
-                unresolved = ""
-                if pick.get("status") == "not resolved":
-                    unresolved = (f"; band NOT RESOLVED: ΔIDAUC 95 % CI [{pick['delta_idauc_lo']:+.3f}, "
-                                  f"{pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
-                elif pick.get("status") == "uninformative":
-                    unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
-                ties = _ties(table, ident, key, pick, inside, "miou", n_boot)
-                why = ((f"highest mean D of the {_among(inside)}" if len(inside) > 1 else "the only condition")
-                       + " at parity by the mean ΔIDAUC: "
-                       + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
-                       f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")
-                rows.append(_advice_row("coverage-first", ident, key, pick, False, where, why, ties))
+            row = _coverage_first(table, cell, ident, key, where, band, n_boot)
+            if row is not None:
+                rows.append(row)
             else:
                 undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
                 rows.append(_no_advice("coverage-first", ident, key, where,
@@ -159,15 +151,46 @@ def recommend_deployment(
             pick, why = _most_faithful(ok, tie_tol)
             ties = _ties(table, ident, key, pick, ok, "idauc", n_boot)
             rows.append(_advice_row("faithfulness-first", ident, key, pick, False, where,
-                                    why + _tie_note(ties, "IDAUC"), ties))
+                                    why + _tie_note(ties, "IDAUC"), ties, _cost(table, ident, key, pick, n_boot)))
         else:
             rows.append(_no_advice("faithfulness-first", ident, key, where,
                                    "IDAUC is NaN for every condition (not measured: idauc_steps=0 or "
                                    "max_idauc_images=0?)"))
 
-    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + ["ties", "fallback", "reason"]
+    cols = ["goal"] + by + key + ["recommended"] + list(_EVIDENCE) + list(_COST) + ["ties", "fallback", "reason"]
     advice = pd.DataFrame(rows)[cols]
     return advice, "\n".join(advice["reason"])
+
+
+def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: list[str], where: str, band: float,
+                    n_boot: int) -> dict[str, Any] | None:
+    """The coverage-first row of one cell with a reference (``None``: no candidate has a defined band)."""
+    inside = cell[cell["in_band"].fillna(False).astype(bool) & cell["D_pp"].notna()]
+    # one notion of "in band", the band status: a candidate whose interval resolves the band comes
+    # before a higher mean whose band is not resolved; the mean ΔIDAUC decides only where none is
+    resolved = inside[inside["status"] == "in band"]
+    cands = resolved if len(resolved) else inside
+    if not len(cands):
+        return None
+    pick = cands.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
+    unresolved = ""
+    if pick.get("status") == "not resolved":
+        unresolved = (f"; band NOT RESOLVED (no candidate's band is): ΔIDAUC 95 % CI "
+                      f"[{pick['delta_idauc_lo']:+.3f}, {pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
+    elif pick.get("status") == "uninformative":
+        unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
+    passed = inside[(inside["D_pp"] > pick["D_pp"]) & (inside["status"] != "in band")]
+    unresolved += "".join(f"; passed over {_label(r)} (higher mean D {r['D_pp']:+.2f} pp, band {r['status']}: "
+                          f"ΔIDAUC [{r['delta_idauc_lo']:+.3f}, {r['delta_idauc_hi']:+.3f}])"
+                          for _, r in passed.iterrows())
+    ties = _ties(table, ident, key, pick, cands, "miou", n_boot)
+    why = ((f"highest mean D of the {_among(cands)}" if len(cands) > 1 else "the only condition")
+           + (" in band (ΔIDAUC interval at or above the band edge): " if len(resolved) else
+              " at parity by the mean ΔIDAUC: ")
+           + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
+           f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")
+    return _advice_row("coverage-first", ident, key, pick, False, where, why, ties,
+                       _cost(table, ident, key, pick, n_boot))
 
 
 def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
@@ -191,16 +214,15 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
 
 def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
     """Never pick across checkpoints: ``by`` plus the checkpoint columns present (a missing
-    digest becomes "", as :func:`decoupling_D` writes it)."""
-    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    digest becomes "", as :func:`decoupling_D` writes it), none where rows carry a build (its builds pooled)."""
+    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by and "build" not in table.columns]
     if "weights_digest" in by:
         table = table.assign(weights_digest=table["weights_digest"].astype(object)
                              .where(table["weights_digest"].notna(), "").astype(str))
     return table, by
 
 
-_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "in_band",
-             "status", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "n_seeds")
+_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "n_seeds")
 
 
 def _pp_ci(row: pd.Series) -> str:
@@ -209,15 +231,40 @@ def _pp_ci(row: pd.Series) -> str:
 
 
 def _advice_row(goal: str, ident: dict, key: list[str], pick: pd.Series, fallback: bool, where: str,
-                why: str, ties: Sequence[str] = ()) -> dict[str, Any]:
+                why: str, ties: Sequence[str] = (), cost: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    cost = dict(cost or {})
+    note = cost.pop("note", "")
     return dict(goal=goal, **ident, **{k: pick[k] for k in key}, recommended=True,
-                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, ties=", ".join(ties), fallback=fallback,
-                reason=f"{goal}{where}: {_label(pick)} — {why}")
+                **{c: pick.get(c, _NaN) for c in _EVIDENCE}, **{c: cost.get(c, _NaN) for c in _COST},
+                ties=", ".join(ties), fallback=fallback, reason=f"{goal}{where}: {_label(pick)} — {why}{note}")
+
+
+#: what a pick costs or saves: its pruned accuracy minus random top-k's (paired, seeds × images) and its speed-up
+_COST = ("accuracy_vs_random", "accuracy_vs_random_lo", "accuracy_vs_random_hi", "speedup")
+
+
+def _cost(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, n_boot: int) -> dict[str, Any]:
+    """:data:`_COST` of a pick and its note: is its pruned accuracy resolved against the random top-k of the
+    same cell (``random`` rows with per-image accuracy), and how much faster is its pruned forward."""
+    mine, out, said = _rows_of(table, ident, key, pick), {}, []
+    rand = _rows_of(table, ident, [], pd.Series(dtype=object))
+    rand = rand[rand["condition"] == "random"]
+    if len(rand) and "accuracy_per_image" in table.columns:
+        m, lo, hi, n = paired_gap(mine, rand, "accuracy", n_boot=n_boot)
+        if n:
+            out.update(accuracy_vs_random=m, accuracy_vs_random_lo=lo, accuracy_vs_random_hi=hi)
+            said.append(f"pruned accuracy vs random top-k {m:+.3f} [{lo:+.3f}, {hi:+.3f}] "
+                        + ("(beats it)" if lo > 0 else "(below it)" if hi < 0 else "(not resolved)"))
+    if "speedup" in mine.columns and mine["speedup"].notna().any():
+        out["speedup"] = float(mine["speedup"].mean())
+        said.append(f"speed-up {out['speedup']:.2f}×")
+    out["note"] = ("; " + "; ".join(said)) if said else ""
+    return out
 
 
 def _no_advice(goal: str, ident: dict, key: list[str], where: str, why: str) -> dict[str, Any]:
     return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False,
-                **{c: _NaN for c in _EVIDENCE}, ties="", fallback=False,
+                **{c: _NaN for c in _EVIDENCE + _COST}, ties="", fallback=False,
                 reason=f"{goal}{where}: no recommendation — {why}")
 
 
@@ -233,20 +280,22 @@ def _ties(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, can
     """The candidates whose paired difference from the pick on ``metric`` is not resolved: the
     pick's paired interval (seeds × images, :func:`~midas_nb.analysis.paired_gap`) of pick − other
     reaches 0. Rows without per-image values are not compared."""
-    def of(r: pd.Series) -> pd.DataFrame:     # the rows of the cell (``ident``) and of ``r``'s condition
-        sel = table
-        for c, v in {**ident, **{k: r[k] for k in key}}.items():
-            sel = sel[sel[c].isna()] if pd.isna(v) else sel[sel[c] == v]
-        return sel
-
-    mine, out = of(pick), []
+    mine, out = _rows_of(table, ident, key, pick), []
     for _, other in cands.iterrows():
         if other.name == pick.name:
             continue
-        _, lo, _, n = paired_gap(mine, of(other), metric, n_boot=n_boot)
+        _, lo, _, n = paired_gap(mine, _rows_of(table, ident, key, other), metric, n_boot=n_boot)
         if n and not lo > 0:
             out.append(str(other["condition"]))
     return out
+
+
+def _rows_of(table: pd.DataFrame, ident: Mapping[str, Any], key: Sequence[str], r: pd.Series) -> pd.DataFrame:
+    """The rows of the cell ``ident`` and of ``r``'s condition (the ``key`` columns)."""
+    sel = table
+    for c, v in {**ident, **{k: r[k] for k in key}}.items():
+        sel = sel[sel[c].isna()] if pd.isna(v) else sel[sel[c] == v]
+    return sel
 
 
 def _tie_note(ties: Sequence[str], metric: str) -> str:

@@ -104,11 +104,38 @@ def _row_of(d: pd.DataFrame, cond: str) -> pd.Series | None:
     return None if r.empty else r.iloc[0]
 
 
-def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any) -> dict:
+def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any,
+             n_builds: int = 1) -> dict:
     if isinstance(holds, (bool, np.bool_)):
         holds = bool(holds)
     return dict(dataset=dataset, backbone=backbone, depth=int(depth), budget=float(budget), finding=fid,
-                statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence)
+                statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence, n_builds=int(n_builds))
+
+
+def _builds(d: pd.DataFrame) -> int:
+    """The fewest backbone builds behind a cell of ``d`` (1 without the column or rows)."""
+    return int(d["n_builds"].min()) if "n_builds" in d.columns and len(d) else 1
+
+
+def _borrow_builds(dr: pd.DataFrame, d: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``(dr, note)``: the regime cells of one build with the D interval of each widened by its condition's
+    between-build spread measured at the point (``d``, several builds): half-width ``√(h² + (t_{B−1}·s_B)²)``,
+    ``s_B`` the sd of the B builds' D (root sum of squares of independent parts, JCGM 100:2008 §5.1;
+    decision 0072); ``note`` says so for the evidence (``""`` where the point has one build)."""
+    at = d[(d["n_builds"] > 1) & d["D_pp_build_std"].notna()] if "D_pp_build_std" in d.columns else d.iloc[:0]
+    if at.empty or "n_builds" not in dr.columns:
+        return dr, ""
+    from scipy.stats import t as student_t
+    spread = {c: student_t.ppf(0.975, B - 1) * s
+              for c, B, s in zip(at["condition"], at["n_builds"], at["D_pp_build_std"])}
+    out = dr.copy()
+    one = (out["n_builds"] == 1) & out["condition"].isin(spread)
+    extra = out.loc[one, "condition"].map(spread)
+    out.loc[one, "D_pp_lo"] = out.loc[one, "D_pp"] - np.hypot(out.loc[one, "D_pp"] - out.loc[one, "D_pp_lo"], extra)
+    out.loc[one, "D_pp_hi"] = out.loc[one, "D_pp"] + np.hypot(out.loc[one, "D_pp_hi"] - out.loc[one, "D_pp"], extra)
+    s5 = dict(zip(at["condition"], at["D_pp_build_std"])).get("T5", math.nan)
+    return out, (f"; the cells of one build borrow the build spread measured at the point (sd of D(T5) over "
+                 f"{int(at['n_builds'].max())} builds {s5:.2f} pp)" if one.any() else "")
 
 
 def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
@@ -162,6 +189,13 @@ def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
     if bool(((at["lo"] > bound) | (at["hi"] < -bound)).any()):
         return False, ev
     return "not resolved", ev + f"; an interval crosses ±{bound}"
+
+
+def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
+    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
+    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
+    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
+    return _cosine_finding(probes, depth)
 
 
 def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds, str]:
@@ -264,7 +298,9 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         One row per (dataset, backbone, finding): ``dataset``, ``backbone``, ``depth``,
         ``budget``, ``finding`` (id), ``statement``, ``holds`` (``True`` / ``False`` /
         ``"undefined"`` / ``"not resolved"`` / ``"uninformative"``), ``evidence`` (a short string
-        with the numbers). Only ``True`` counts as holding.
+        with the numbers), ``n_builds`` (the fewest backbone builds behind a cell it reads; the cosine
+        probes: one). Only ``True`` counts as holding. Regime cells of one build where the point has several
+        borrow the point's build spread (:func:`_borrow_builds`; decision 0072).
 
     Raises:
         ValueError: rows without ``dataset``, ``backbone``, ``condition``, ``depth``,
@@ -283,7 +319,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         d = d_by_condition(at, cell, band, n_boot) if has_ref else _empty_d()
         for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band)), ("t1_below_reference", lambda: _t1_finding(d))):
             holds, ev = fn() if has_ref else ("undefined", f"no reference rows at L={L0}, b={b0:.0%}")
-            out.append(_finding(ds, bb, fid, holds, ev, L0, b0))
+            out.append(_finding(ds, bb, fid, holds, ev, L0, b0, _builds(d)))
         pr = None
         if probes is not None and len(probes):
             pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb)]
@@ -291,9 +327,10 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
                 pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
         out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
-        dr = d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d()
+        dr, borrowed = _borrow_builds(d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d(), d)
         for fid, axis in (("fades_deep", "depth"), ("fades_loose", "budget")):
-            out.append(_finding(ds, bb, fid, *_axis_finding(dr, axis, L0, b0), L0, b0))
+            holds, ev = _axis_finding(dr, axis, L0, b0)
+            out.append(_finding(ds, bb, fid, holds, ev + borrowed * (holds != "undefined"), L0, b0, _builds(dr)))
     for ds, g in rows.groupby("dataset", sort=False):
         L0, b0 = _point(g, depth, budget)
         at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
@@ -302,9 +339,9 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         bbs = "+".join(sorted(set(at["backbone"])))
         at = at[at.groupby("backbone")["condition"].transform(lambda s: (s == "reference").any())]
         d = d_by_condition(at, cell, band, n_boot) if len(at) else _empty_d()
-        out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0))
+        out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0, _builds(d)))
     return pd.DataFrame(out, columns=["dataset", "backbone", "depth", "budget", "finding", "statement", "holds",
-                                      "evidence"])
+                                      "evidence", "n_builds"])
 
 
 def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backbone: str | None = None) -> str:

@@ -102,12 +102,16 @@ class LaStHead(nn.Module):
     ``x = norm(tokens)``; ``logits = head(fc_norm(z))`` with ``z = last_aggregate(x[:, P:], K)``
     (``"last"``: the official ``dense_vit.forward`` of github.com/ChengShiest/LAST-ViT,
     ``cls_pretrain/conf.py``, whose encoder ends with its LayerNorm and whose ``heads`` read ``z``)
-    or ``z = x[:, 0]`` (``"cls"``; then this equals timm's token-pooling
-    ``forward_head(norm(tokens))``).
+    or ``z = x[:, 0]`` (``"cls"``). A distilled backbone (``head_dist`` given; timm
+    ``VisionTransformerDistilled``, DeiT) answers the mean of its two heads, and so does this head:
+    ``(head(fc_norm(z)) + head_dist(fc_norm(z')))/2`` with ``z'`` the distillation token ``x[:, 1]``
+    (``"cls"``) or ``z`` (``"last"``). With ``"cls"`` the logits are the backbone's own
+    ``forward_head(norm(tokens))``, plain or distilled.
 
     Args:
-        norm, fc_norm, head: the backbone's final norm, pooled-feature norm and classifier
-            (copies are trained by :func:`last_finetune`).
+        norm, fc_norm, head, head_dist: the backbone's final norm, pooled-feature norm, classifier
+            and distillation classifier (``None``: not distilled); copies are trained by
+            :func:`last_finetune`.
         num_prefix: ``P``.
         aggregation: ``"last"`` (default) or ``"cls"``.
         num_tokens: ``K`` (default :data:`LAST_FINETUNE_K`).
@@ -115,10 +119,11 @@ class LaStHead(nn.Module):
     """
 
     def __init__(self, norm: nn.Module, fc_norm: nn.Module, head: nn.Module, num_prefix: int,
-                 aggregation: Aggregation = "last", num_tokens: int | None = None, sigma: float | None = None):
+                 aggregation: Aggregation = "last", num_tokens: int | None = None, sigma: float | None = None,
+                 head_dist: nn.Module | None = None):
         super().__init__()
         assert aggregation in ("last", "cls"), f"aggregation must be 'last' or 'cls', got {aggregation!r}"
-        self.norm, self.fc_norm, self.head = norm, fc_norm, head
+        self.norm, self.fc_norm, self.head, self.head_dist = norm, fc_norm, head, head_dist
         self.num_prefix, self.aggregation = int(num_prefix), aggregation
         self.num_tokens, self.sigma = num_tokens, sigma
 
@@ -128,8 +133,16 @@ class LaStHead(nn.Module):
             return normed[:, 0]
         return last_aggregate(normed[:, self.num_prefix:], self.num_tokens, self.sigma)
 
+    def logits(self, normed: Tensor, z: Tensor) -> Tensor:
+        """``[B,C]`` from the normed tokens ``[B,P+N,D]`` and their representation ``z`` ``[B,D]``."""
+        out = self.head(self.fc_norm(z))
+        if self.head_dist is None:
+            return out
+        return (out + self.head_dist(self.fc_norm(normed[:, 1] if self.aggregation == "cls" else z))) / 2
+
     def forward(self, tokens: Tensor) -> Tensor:
-        return self.head(self.fc_norm(self.representation(self.norm(tokens))))
+        x = self.norm(tokens)
+        return self.logits(x, self.representation(x))
 
 
 class LaStViT(nn.Module):
@@ -160,7 +173,7 @@ class LaStViT(nn.Module):
         self.blocks = copy.deepcopy(backbone.blocks[self.start:])
         self.head = LaStHead(copy.deepcopy(backbone.norm), copy.deepcopy(getattr(backbone, "fc_norm", nn.Identity())),
                              copy.deepcopy(backbone.head), num_prefix_tokens(backbone), aggregation,
-                             num_tokens, sigma)
+                             num_tokens, sigma, copy.deepcopy(getattr(backbone, "head_dist", None)))
         for p in self.tuned_parameters():       # the backbone may come frozen; its copies train
             p.requires_grad_(True)
         self.history: dict[str, Any] = {}
@@ -191,8 +204,7 @@ class LaStViT(nn.Module):
         """``(patch scores [B,N], logits [B,C])`` from one forward."""
         x = self.head.norm(self.forward_tokens(self.trunk(images)))
         z = self.head.representation(x)
-        return (F.cosine_similarity(x[:, self.head.num_prefix:], z[:, None], dim=-1),
-                self.head.head(self.head.fc_norm(z)))
+        return F.cosine_similarity(x[:, self.head.num_prefix:], z[:, None], dim=-1), self.head.logits(x, z)
 
     def patch_scores(self, images: Tensor) -> Tensor:
         """Patch Score ``cos(z, x_j)`` on the last block's tokens after the final norm (``z`` the class
@@ -226,7 +238,7 @@ def last_finetune(
     cache_dir: str | Path | None = None,
     progress: bool = True,
 ) -> LaStViT:
-    """Fine-tune a copy of the backbone's last ``t`` blocks and head with LaSt aggregation.
+    """Fine-tune a copy of the backbone's last ``t`` blocks and head(s) with LaSt aggregation.
 
     The aggregation is the official one (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``,
     class ``dense_vit``; :class:`LaStHead`); the recipe (which blocks, optimiser, epochs) is this
@@ -269,7 +281,8 @@ def last_finetune(
     settings = dict(aggregation=aggregation, tune_blocks=int(tune_blocks), num_tokens=model.head.num_tokens,
                     sigma=sigma, statistic=LAST_STATISTIC,
                     epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
-                    label_smoothing=float(label_smoothing), seed=int(seed), n_train=len(train_set))
+                    label_smoothing=float(label_smoothing), seed=int(seed), n_train=len(train_set),
+                    **({"heads": "head, head_dist"} if model.head.head_dist is not None else {}))  # distilled
 
     def build() -> dict[str, Any]:
         cache = block_cache(backbone, train_set, depth=model.start,

@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -76,14 +76,14 @@ from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, spe
 from ..identity import dataset_identity, state_dict_digest
 from ..results import make_table, summarise_metrics
 from ..targets import list_targets, target_cache
-from ..train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer
+from ..train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer, load_or_train_scorers
 from ..point import Budget
 from ..backbones.vit import fused_attention, grid_size
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
            "with_band_check",
-           "get_params", "fused_attention", "run_protocol"]
+           "get_params", "fused_attention", "run_protocol", "protocol_cells"]
 
 #: conditions that are not a supervision target id
 BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random", "random_map")
@@ -205,15 +205,18 @@ def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> 
     return torch.cat(out)
 
 
-def _pruned_eval(backbone, cache: BlockCache, scores: Tensor, depth, budget, batch_size, device):
+def _pruned_eval(backbone, cache: BlockCache, scores: list[Tensor], depth, budget, batch_size, device):
+    """``(logits [K,n,C], keep masks [K,n,N])`` of the pruned forward with each of ``K`` rankings: per
+    chunk of images one forward of the ``K`` rankings' kept tokens together."""
     logits, masks = [], []
     with torch.no_grad():
         for i in range(0, len(cache), batch_size):
-            out = prune_tokens(backbone, cache.hidden[i:i + batch_size].to(device, torch.float32),
-                               scores[i:i + batch_size].to(device), depth, budget)
-            logits.append(out.logits.float().cpu())
-            masks.append(out.keep_mask.cpu())
-    return torch.cat(logits), torch.cat(masks)
+            hidden = cache.hidden[i:i + batch_size].to(device, torch.float32)
+            out = prune_tokens(backbone, hidden.repeat(len(scores), 1, 1),
+                               torch.cat([s[i:i + batch_size] for s in scores]).to(device), depth, budget)
+            logits.append(out.logits.float().cpu().unflatten(0, (len(scores), -1)))
+            masks.append(out.keep_mask.cpu().unflatten(0, (len(scores), -1)))
+    return torch.cat(logits, 1), torch.cat(masks, 1)
 
 
 def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
@@ -223,17 +226,22 @@ def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
     return torch.cat([b.images for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples)])
 
 
-def _insdel(backbone, images: Tensor, scores: Tensor, class_index: Tensor, steps: int,
-            batch_size: int, device):
-    parts = []
+def _insdel(backbone, images: Tensor, scores: list[Tensor], class_index: Tensor, steps: int,
+            batch_size: int, device) -> list[InsDel]:
+    """Token-space insertion/deletion of each of ``K`` rankings of ``images``, per chunk of images
+    in one call for the ``K`` rankings together."""
+    K, parts = len(scores), []
     for i in range(0, images.shape[0], batch_size):
-        r = insertion_deletion_auc(backbone, images[i:i + batch_size].to(device),
-                                   scores[i:i + batch_size].to(device), steps,
-                                   class_index=class_index[i:i + batch_size].to(device), space="token")
-        parts.append(r)
-    cat = lambda name: torch.cat([getattr(p, name).float().cpu() for p in parts])  # noqa: E731
-    return InsDel(cat("ins_auc"), cat("del_auc"), cat("idauc"), parts[0].fractions.cpu(),
-                  cat("ins_curve"), cat("del_curve"), cat("class_index").long(), "token")
+        sl = slice(i, i + batch_size)
+        parts.append(insertion_deletion_auc(backbone, images[sl].to(device).repeat(K, 1, 1, 1),
+                                            torch.cat([s[sl] for s in scores]).to(device), steps,
+                                            class_index=class_index[sl].to(device).repeat(K), space="token"))
+
+    def cat(name: str, k: int) -> Tensor:
+        return torch.cat([getattr(p, name).float().cpu().unflatten(0, (K, -1))[k] for p in parts])
+    return [InsDel(cat("ins_auc", k), cat("del_auc", k), cat("idauc", k), parts[0].fractions.cpu(),
+                   cat("ins_curve", k), cat("del_curve", k), cat("class_index", k).long(), "token")
+            for k in range(K)]
 
 
 def run_protocol(
@@ -324,47 +332,68 @@ def run_protocol(
                              batch_size=batch_size, lr=lr, idauc_steps=idauc_steps,
                              max_eval_images=max_eval_images, bootstrap=bootstrap, **settings)
     depth, budget = check_depth(backbone, depth), Budget(budget)
-    conditions, seeds, groups = _check_conditions(conditions, seeds)
+    conditions, seeds, _ = _check_conditions(conditions, seeds)
+    table = protocol_cells(train_set, test_set, backbone, depth=depth,
+                           cells=[(budget, c, s) for c in conditions for s in seeds], dataset_name=dataset_name,
+                           backbone_name=backbone_name, checkpoint_id=checkpoint_id, device=device,
+                           cache_dir=cache_dir, progress=progress, prefetch_targets=prefetch_targets, **params)
+    table.attrs["params"] = dict(params, depth=depth, budget=float(budget), conditions=conditions, seeds=seeds,
+                                 checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
+    return table
+
+
+def protocol_cells(train_set, test_set, backbone: nn.Module, *, depth: int, cells: Sequence[tuple[float, str, int]],
+                   dataset_name: str, backbone_name: str, checkpoint_id: str, device: str | torch.device = "cpu",
+                   cache_dir: str | Path | None = None, progress: bool = True,
+                   prefetch_targets: Sequence[str] = (), **settings: Any) -> pd.DataFrame:
+    """The rows of :func:`run_protocol` for the ``(budget, condition, seed)`` triples ``cells`` at depth ``L``, in
+    their order, computed together (docs/decisions/0069): the target maps, the block-``L`` states of both
+    splits and the full model's predictions once; per budget, the throughput once, the scorers not cached
+    trained in one loop (:func:`midas_nb.train.load_or_train_scorers`) and every ranking's pruned forward and
+    insertion/deletion forwards run together; a seedless condition's row computed once. Arguments and
+    errors as :func:`run_protocol` (``settings``: the keys of :data:`PROTOCOL_DEFAULTS`); ``df.attrs``:
+    ``full_accuracy``, ``full_accuracy_ci``, ``throughput_full`` (of the last budget), ``seconds``."""
+    params = protocol_params(**settings)
+    depth = check_depth(backbone, depth)
+    cells = [(Budget(b), str(c), int(s)) for b, c, s in cells]
+    _, _, groups = _check_conditions([c for _, c, _ in cells], [s for *_, s in cells])
     device = torch.device(device)
-    amp = protocol_autocast(device, params["precision"])
-    ebs = int(params["eval_batch_size"])
     ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
     backbone.to(device)
     # the weights every row was computed from (one checkpoint id could be retrained into other
     # bits on another machine; the digest makes that visible, and the caches key on it)
-    run = _Run(backbone=backbone, depth=depth, budget=budget, params=params, ident=ident,
-               weights_digest=state_dict_digest(backbone), device=device, ebs=ebs, cache_dir=cache_dir,
-               progress=progress, amp=amp)
+    run = _Run(backbone=backbone, depth=depth, budget=cells[0][0], params=params, ident=ident,
+               weights_digest=state_dict_digest(backbone), device=device, ebs=int(params["eval_batch_size"]),
+               cache_dir=cache_dir, progress=progress, amp=protocol_autocast(device, params["precision"]))
     t_start = time.perf_counter()
     # (capture unfuses the attention in place: the targets are computed before fused_attention)
     targets = _supervision_targets(run, train_set, groups["supervised"], prefetch_targets)
-    with frozen(backbone), fused_attention(backbone):
+    rows: dict[tuple[Budget, str, int], dict[str, Any]] = {}
+    # a sweep cell is one (b, condition, seed): one cell draws no bar (it would hide the sweep's own)
+    bar = tqdm(total=len(cells), desc="protocol", unit="condition", disable=not progress or len(cells) < 2)
+    with bar, frozen(backbone), fused_attention(backbone):
         train_cache = None
         if groups["trainable"]:
             train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
-                                      cache_dir=cache_dir, batch_size=ebs, device=device, progress=progress,
+                                      cache_dir=cache_dir, batch_size=run.ebs, device=device, progress=progress,
                                       full_logits=False, masks=False)
         ev = _evaluation_split(run, test_set)
-        speed = _throughputs(run, ev, conditions, groups["families"])
-        rows: list[dict[str, Any]] = []
-        evaluated: dict[str, dict[str, Any]] = {}      # seedless conditions: evaluated once
-        pairs = [(c, s) for c in conditions for s in seeds]   # a sweep cell is one pair: its sweep's bar counts it
-        for cond, seed in tqdm(pairs, desc="protocol", unit="condition", disable=not progress or len(pairs) < 2):
-            if cond in evaluated:
-                rows.append(dict(evaluated[cond], seed=seed))
-                continue
-            trained = _condition_scorer(run, cond, seed, train_cache, targets, groups["families"], ev.n_classes)
-            row = _evaluate(run, ev, speed, cond, seed, trained, is_family=cond in groups["families"])
-            if cond in SEEDLESS_CONDITIONS:
-                evaluated[cond] = row
-            rows.append(row)
-
-    table = make_table(rows)
-    table.attrs["params"] = dict(params, depth=depth, budget=float(budget), conditions=conditions,
-                                 seeds=seeds, **ident)
+        for b in dict.fromkeys(b for b, _, _ in cells):
+            at = replace(run, budget=b)
+            pairs = [(c, s) for bb, c, s in cells if bb == b]
+            first = {}                      # a seedless condition: evaluated once, its row repeated per seed
+            for c, s in pairs:
+                first.setdefault(c, s if c in SEEDLESS_CONDITIONS else None)
+            todo = list(dict.fromkeys((c, first[c] if first[c] is not None else s) for c, s in pairs))
+            trained = _condition_scorers(at, todo, train_cache, targets, groups["families"], ev.n_classes)
+            done = _evaluate(at, ev, _throughputs(at, ev), trained, groups["families"])
+            rows.update({(b, c, s): dict(done[(c, first[c] if first[c] is not None else s)], seed=s)
+                         for c, s in pairs})
+            bar.update(len(pairs))
+    table = make_table([rows[c] for c in cells])
     table.attrs["full_accuracy"] = ev.full_accuracy
-    table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(bootstrap))
-    table.attrs["throughput_full"] = speed.full
+    table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"]))
+    table.attrs["throughput_full"] = _throughputs(at, ev).full
     table.attrs["seconds"] = time.perf_counter() - t_start
     return table
 
@@ -509,7 +538,7 @@ class _Speed:
 #: one measurement instead of timing the same computation once per cell
 _SPEED_MEMO: dict[tuple, dict[str, float]] = {}
 
-def _throughputs(run: _Run, ev: _EvalSplit, conditions: list[str], families: list[str]) -> _Speed:
+def _throughputs(run: _Run, ev: _EvalSplit) -> _Speed:
     p = run.params
     backbone, device = run.backbone, run.device
     n_timed = int(p["throughput_batch"])
@@ -549,49 +578,65 @@ def _train_info(result: Any, loaded: bool) -> dict[str, Any]:
                 train_seconds=result.seconds, from_cache=loaded)
 
 
-def _condition_scorer(run: _Run, cond: str, seed: int, train_cache: BlockCache | None,
-                      targets: dict[str, Tensor], families: list[str], n_classes: int) -> _Trained:
-    """The scorer of one condition and seed: built (``reference``, ``random``) or trained and
-    cached (:func:`midas_nb.train.load_or_train_scorer`)."""
+def _condition_scorers(run: _Run, pairs: list[tuple[str, int]], train_cache: BlockCache | None,
+                       targets: dict[str, Tensor], families: list[str], n_classes: int) -> dict[tuple[str, int], _Trained]:
+    """The scorer of each ``(condition, seed)``: built (``reference``, ``random``) or trained and cached
+    (:func:`midas_nb.train.load_or_train_scorers`; the MLP conditions in one loop)."""
     p = run.params
     none = dict(train_loss=float("nan"), train_accuracy=float("nan"), train_seconds=0.0, from_cache=False)
-    if cond == "reference":
-        return _Trained(ReferenceScorer(), "reference", "T0", "", none)
-    if cond == "random":
-        return _Trained(RandomScorer(seed), "random", "", "", none)
-    common = dict(depth=run.depth, budget=run.budget, seed=seed, cache_dir=run.cache_dir, device=run.device,
+    common = dict(depth=run.depth, budget=run.budget, cache_dir=run.cache_dir, device=run.device,
                   progress=run.progress, epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
                   weight_decay=p["weight_decay"])
     ident = run.ident if p["precision"] == "float32" else dict(run.ident, precision=p["precision"])  # cached apart
-    if cond in families:      # a scorer family with its own objective
+    out, mlp = {}, []
+    for cond, seed in pairs:
+        if cond == "reference":
+            out[(cond, seed)] = _Trained(ReferenceScorer(), "reference", "T0", "", none)
+        elif cond == "random":
+            out[(cond, seed)] = _Trained(RandomScorer(seed), "random", "", "", none)
+        elif cond in families:      # a scorer family with its own objective
+            with run.amp():
+                scorer, result, loaded = load_or_train_scorer(
+                    run.backbone, train_cache, key=dict(ident, condition=cond, target=""), targets=None,
+                    scorer=cond, scorer_kwargs=dict(num_classes=n_classes), seed=seed, **common)
+            out[(cond, seed)] = _Trained(scorer, cond, "", "", _train_info(result, loaded))
+        else:
+            mlp.append((cond, seed))
+    if mlp:   # target id: "" (unsupervised), Tk, or a control's target
         with run.amp():
-            scorer, result, loaded = load_or_train_scorer(
-                run.backbone, train_cache, key=dict(ident, condition=cond, target=""), targets=None,
-                scorer=cond, scorer_kwargs=dict(num_classes=n_classes), **common)
-        return _Trained(scorer, cond, "", "", _train_info(result, loaded))
-    target_id = condition_target(cond)     # "" (unsupervised), Tk, or a control's target
-    with run.amp():
-        scorer, result, loaded = load_or_train_scorer(
-            run.backbone, train_cache, key=dict(ident, condition=cond, target=target_id),
-            targets=targets.get(cond), mlp_hidden=p["mlp_hidden"], relaxation=p["relaxation"], lam=p["lam"],
-            temperature=p["temperature"], distill_form=p["distill_form"], mask_temperature=p["mask_temperature"],
-            **common)
-    return _Trained(scorer, "mlp", target_id, p["relaxation"], _train_info(result, loaded))
+            got = load_or_train_scorers(
+                run.backbone, train_cache, keys=[dict(ident, condition=c, target=condition_target(c)) for c, _ in mlp],
+                targets=[targets.get(c) for c, _ in mlp], seeds=[s for _, s in mlp], mlp_hidden=p["mlp_hidden"],
+                relaxation=p["relaxation"], lam=p["lam"], temperature=p["temperature"],
+                distill_form=p["distill_form"], mask_temperature=p["mask_temperature"], **common)
+        for (cond, seed), (scorer, result, loaded) in zip(mlp, got):
+            out[(cond, seed)] = _Trained(scorer, "mlp", condition_target(cond), p["relaxation"],
+                                         _train_info(result, loaded))
+    return out
 
 
-def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Trained,
-              is_family: bool) -> dict[str, Any]:
-    """One results row: the condition's ranking of the evaluated images, scored."""
-    p, backbone, device, cache = run.params, run.backbone, run.device, ev.cache
-    scores = _scores(t.scorer, cache, run.ebs, device)
-    logits, keep_mask = _pruned_eval(backbone, cache, scores, run.depth, run.budget, run.ebs, device)
-    coverage = (part_miou(keep_mask, cache.part_mask) if ev.has_parts
-                else box_coverage(keep_mask, cache.box_mask))
-    insdel = None
+def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, trained: dict[tuple[str, int], _Trained],
+              families: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The results row of each ``(condition, seed)``: its ranking of the evaluated images, scored; the
+    pruned and the insertion/deletion forwards of all rankings run together."""
+    keys = list(trained)
+    scores = [_scores(trained[k].scorer, ev.cache, run.ebs, run.device) for k in keys]
+    logits, keep_masks = _pruned_eval(run.backbone, ev.cache, scores, run.depth, run.budget, run.ebs, run.device)
+    insdels: list[Any] = [None] * len(keys)
     if ev.idauc_images is not None:
         with run.amp():
-            insdel = _insdel(backbone, ev.idauc_images, scores[ev.ipos], ev.full_pred[ev.ipos],
-                             p["idauc_steps"], run.ebs, device)
+            insdels = _insdel(run.backbone, ev.idauc_images, [s[ev.ipos] for s in scores], ev.full_pred[ev.ipos],
+                              run.params["idauc_steps"], run.ebs, run.device)
+    return {(cond, seed): _row(run, ev, speed, cond, seed, trained[(cond, seed)], scores[i], logits[i],
+                               keep_masks[i], insdels[i], cond in families)
+            for i, (cond, seed) in enumerate(keys)}
+
+
+def _row(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Trained, scores: Tensor,
+         logits: Tensor, keep_mask: Tensor, insdel: InsDel | None, is_family: bool) -> dict[str, Any]:
+    p, backbone, device, cache = run.params, run.backbone, run.device, ev.cache
+    coverage = (part_miou(keep_mask, cache.part_mask) if ev.has_parts
+                else box_coverage(keep_mask, cache.box_mask))
     correct = (logits.argmax(-1) == cache.labels).float()
     in_box = point_in_box(scores, cache.box_mask)
     id_ = run.ident

@@ -11,13 +11,13 @@ The claim (DESIGN.md §1, §6, §8) has two halves, and a run can show either, b
 and one reading that decides whether the word *decoupling* fits at all:
 
 (c) **co-movement** — whether coverage and faithfulness rise together across the conditions
-    (Pearson correlation of the per-condition means, with a bootstrap interval over images).
+    (Pearson correlation of the per-condition means, its interval resampling images and seeds, and
+    again without the control points: :mod:`midas_nb.analysis.comovement`).
     Where they rise together, the run shows "both rose", not a decoupling.
 
 A paired difference of two conditions (the winners' leads, a scorer against the random-map
 control, :func:`paired_gap`) carries the seed spread as ``decoupling_D`` does
-(:func:`midas_nb.metrics.stats.seed_image_interval`, DESIGN.md §6; decision 0007). The
-co-movement correlation resamples the images of each condition's mean over seeds.
+(:func:`midas_nb.metrics.stats.seed_image_interval`, DESIGN.md §6; decision 0007).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import pandas as pd
 from ..metrics import bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
 from ..results import coverage_name
+from .comovement import comovement
 
 __all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
@@ -82,9 +83,9 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
     return out
 
 
-def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dict[str, float]]]:
-    """``{condition: {seed: {image_id: value}}}`` of one metric's per-image values (NaN values,
-    e.g. an image without a visible part, are left out; rows without a ``seed`` are seed 0).
+def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[int, int], dict[str, float]]]:
+    """``{condition: {(build, seed): {image_id: value}}}`` of one metric's per-image values (NaN values, e.g. an
+    image without a visible part, are left out; a missing ``build`` or ``seed`` is 0: decision 0072).
 
     Raises:
         ValueError: unknown metric.
@@ -92,30 +93,32 @@ def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dic
     if metric not in _METRIC_IDS:
         raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
     ids_col, val_col = _METRIC_IDS[metric]
-    out: dict[str, dict[int, dict[str, float]]] = {}
+    out: dict[str, dict[tuple[int, int], dict[str, float]]] = {}
     for _, r in table.iterrows():
         ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
         if ids is None or vals is None or len(ids) != len(vals):
             continue
-        seed = int(r["seed"]) if "seed" in r and pd.notna(r["seed"]) else 0
+        seed = tuple(int(r[c]) if c in r and pd.notna(r[c]) else 0 for c in ("build", "seed"))
         got = {str(i): float(v) for i, v in zip(ids, vals) if v is not None and not (isinstance(v, float) and math.isnan(v))}
         if got:
             out.setdefault(str(r["condition"]), {}).setdefault(seed, {}).update(got)
     return out
 
 
-def _seed_pairs(a: Mapping[int, Any], b: Mapping[int, Any]) -> list[tuple[int, int]]:
-    """Seed ``s`` with seed ``s``; a side with one seed (the seedless reference) with every seed
-    of the other; ``[]`` when two multi-seed sides share no seed."""
-    if len(a) == 1 or len(b) == 1:
-        return [(sa, sb) for sa in sorted(a) for sb in sorted(b)]
-    return [(s, s) for s in sorted(set(a) & set(b))]
+def _seed_pairs(a: Mapping[tuple, Any], b: Mapping[tuple, Any]) -> list[tuple[tuple, tuple]]:
+    """Within each build both sides have (keys ``(build, seed)``): seed ``s`` with seed ``s``; a side with one
+    seed (the seedless reference) with every seed of the other; none where two multi-seed sides share no seed."""
+    pairs = []
+    for build in sorted({k[0] for k in a} & {k[0] for k in b}):
+        sa, sb = sorted(k for k in a if k[0] == build), sorted(k for k in b if k[0] == build)
+        pairs += [(x, y) for x in sa for y in sb] if len(sa) == 1 or len(sb) == 1 else [(k, k) for k in sa if k in sb]
+    return pairs
 
 
-def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], n_boot: int,
+def _paired_diff(a: Mapping[tuple, Mapping[str, float]], b: Mapping[tuple, Mapping[str, float]], n_boot: int,
                  alpha: float, rng: np.random.Generator, bound: float = 1.0) -> tuple[float, float, float, int]:
-    """Mean of ``a − b`` over the images every paired seed measured (``{seed: {image_id: value}}``
-    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval`
+    """Mean of ``a − b`` over the images every paired seed measured (``{(build, seed): {image_id: value}}``
+    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval` (builds → seeds)
     (seeded from ``rng``), the interval cut at ``±bound`` (the difference's range):
     ``(mean, lo, hi, n_images)``; NaNs when no image or seed is shared."""
     pairs = _seed_pairs(a, b)
@@ -123,14 +126,13 @@ def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[s
     if not ids:
         return math.nan, math.nan, math.nan, 0
     x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
-    r = seed_image_interval(x, n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
+    r = seed_image_interval(x, n_boot, alpha, int(rng.integers(2 ** 32)), builds=[sa[0] for sa, _ in pairs])
     return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
 
 
 def _sign(lo: float, hi: float) -> str:
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+    return "undefined" if not (np.isfinite(lo) and np.isfinite(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:
@@ -168,52 +170,12 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
 
 
 def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
-    if not np.isfinite(m):
-        return "n/a"
-    return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{f}}"
+    return "n/a" if not np.isfinite(m) else f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) \
+        else f"{m:{f}}"
 
 
 def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     return {c: float(np.mean(list(v.values()))) for c, v in per_image.items() if v}
-
-
-def _comovement(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mapping[str, float]],
-                n_boot: int, alpha: float, rng: np.random.Generator) -> dict[str, Any]:
-    """Pearson r of per-condition mean mIoU vs mean IDAUC over the conditions other than the
-    baselines (:data:`BASELINE_CONDITIONS`), with an images bootstrap (mIoU and IDAUC images
-    resampled independently, the same draw for every condition)."""
-    conds = sorted((set(miou) & set(idauc)) - set(BASELINE_CONDITIONS))
-    out: dict[str, Any] = {"n_conditions": len(conds), "conditions": conds, "r": math.nan, "r_lo": math.nan,
-                           "r_hi": math.nan, "n_miou_images": 0, "n_idauc_images": 0, "reading": "undefined"}
-    if len(conds) < 3:
-        out["reason"] = f"needs ≥ 3 conditions with per-image mIoU and IDAUC, found {len(conds)}"
-        return out
-    ids_m = sorted(set.intersection(*(set(miou[c]) for c in conds)))
-    ids_f = sorted(set.intersection(*(set(idauc[c]) for c in conds)))
-    out.update(n_miou_images=len(ids_m), n_idauc_images=len(ids_f))
-    if not ids_m or not ids_f:
-        out["reason"] = "no image shared by every condition"
-        return out
-    M = np.array([[miou[c][i] for i in ids_m] for c in conds])       # [C, n_m]
-    F = np.array([[idauc[c][i] for i in ids_f] for c in conds])      # [C, n_f]
-
-    def r_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:              # rows: resamples
-        xc, yc = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
-        den = np.sqrt((xc ** 2).sum(-1) * (yc ** 2).sum(-1))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return (xc * yc).sum(-1) / den
-
-    out["r"] = float(r_of(M.mean(1)[None], F.mean(1)[None])[0])
-    wm = rng.multinomial(len(ids_m), np.full(len(ids_m), 1 / len(ids_m)), size=n_boot) / len(ids_m)
-    wf = rng.multinomial(len(ids_f), np.full(len(ids_f), 1 / len(ids_f)), size=n_boot) / len(ids_f)
-    boot = r_of(wm @ M.T, wf @ F.T)
-    boot = boot[np.isfinite(boot)]
-    if boot.size:
-        out["r_lo"], out["r_hi"] = (float(q) for q in np.quantile(boot, [alpha / 2, 1 - alpha / 2]))
-    s = _sign(out["r_lo"], out["r_hi"])
-    out["reading"] = {"positive": "move together", "negative": "trade off", "not resolved": "not resolved",
-                      "undefined": "undefined"}[s]
-    return out
 
 
 def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mapping[str, float]],
@@ -296,10 +258,11 @@ class ClaimVerdict:
             ``reading``: ``"different winners"`` (both leads resolved, no ``shared_ties``), ``"not resolved: …"``,
             ``"one condition leads both"`` (its leads over each runner-up resolved) or
             ``"highest means on both; not resolved: …"`` (a runner-up ties with it), ``"undefined"``.
-        comovement: correlation of coverage and faithfulness across conditions.
+        comovement: correlation of coverage and faithfulness across conditions, with and without the
+            control points (:func:`midas_nb.analysis.comovement.comovement`).
         decoupling_shown: the run shows the paper's claim — the focus condition's coverage up at
             parity *and* the two winners differ, resolved; else False.
-        text: the sentences a notebook prints.
+        text: the sentences a notebook prints, (a)–(c) then one short line: shown, or which halves are not.
     """
 
     conditions: pd.DataFrame
@@ -313,7 +276,7 @@ class ClaimVerdict:
 
 
 def _one_cell(table: pd.DataFrame) -> None:
-    cols = [c for c in CELL_COLUMNS if c in table.columns]
+    cols = [c for c in CELL_COLUMNS if c in table.columns and not (c == "checkpoint_id" and "build" in table.columns)]
     cells = table[cols].drop_duplicates()
     if len(cells) > 1:
         raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
@@ -352,6 +315,19 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
     return ("; " + "; ".join(out)) if out else ""
 
 
+def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
+    """(c) in words: ``r`` with its interval over images and seeds, and ``r`` without the control points."""
+    if not np.isfinite(co["r"]):
+        return f"(c) co-movement: undefined ({co.get('reason', 'no values')})."
+    text = (f"(c) across {co['n_conditions']} conditions, mean {coverage} and mean IDAUC correlate "
+            f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} (images and seeds resampled) → {co['reading']}")
+    w = co.get("without_controls") or {}
+    if w:
+        text += (f"; without {', '.join(w['left_out'])} ({w['n_conditions']} conditions): "
+                 f"r = {_fmt(w['r'], w['r_lo'], w['r_hi'], '+.2f')} → {w['reading']}")
+    return text + (" — the co-movement rests on the control points." if co.get("rests_on_controls") else ".")
+
+
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
           shown: bool, coverage: str = "part mIoU") -> str:
     lines = []
@@ -374,23 +350,18 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
                      + _tie_text(cov, fai, winners) + ".")
     else:
         lines.append("(b) winners: undefined (no per-image values).")
-    if np.isfinite(co["r"]):
-        lines.append(f"(c) across {co['n_conditions']} conditions, mean {coverage} and mean IDAUC correlate "
-                     f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} → {co['reading']}.")
-    else:
-        lines.append(f"(c) co-movement: undefined ({co.get('reason', 'no values')}).")
+    lines.append(_comovement_text(co, coverage))
     if shown:
         lines.append(f"This run shows the decoupling: {focus} gains coverage at faithfulness parity and the "
                      "best-coverage and best-faithfulness conditions differ.")
-    else:
-        why = []
-        if co["reading"] == "move together":
-            why.append("coverage and faithfulness rose together")
-        if not winners["reading"].startswith("different"):
-            why.append(f"the winners: {winners['reading']}")
-        if focus in set(cond["condition"]):
-            why.append(f"{focus}: {cond.set_index('condition').loc[focus, 'reading']}")
-        lines.append("This run does not show a decoupling (" + "; ".join(why) + ").")
+    else:                       # one short line (the HTML index's headline); the claims table says the rest
+        reading = cond.set_index("condition")["reading"].get(focus, "not in this table")
+        why = [] if reading == "coverage up at parity" else [f"(a) {focus}: {reading}"]
+        why += [] if winners["reading"].startswith("different") else ["(b) no two resolved winners"]
+        why += (["(c) coverage and faithfulness rose together" + (" (only with the control points)" if
+                                                                  co.get("rests_on_controls") else "")]
+                if co["reading"] == "move together" else [])
+        lines.append("This run does not show a decoupling: " + "; ".join(why) + ".")
     return "\n".join(lines)
 
 
@@ -430,9 +401,9 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     cond = D[keep].reset_index(drop=True)
     rng = np.random.default_rng(seed)
     miou, idauc = per_image_means(table, "miou"), per_image_means(table, "idauc")
-    winners = _winners(miou, idauc, (per_seed_values(table, "miou"), per_seed_values(table, "idauc")),
-                       n_boot, alpha, rng)
-    co = _comovement(miou, idauc, n_boot, alpha, rng)
+    seeds = (per_seed_values(table, "miou"), per_seed_values(table, "idauc"))
+    winners = _winners(miou, idauc, seeds, n_boot, alpha, rng)
+    co = comovement(*seeds, exclude=BASELINE_CONDITIONS, n_boot=n_boot, alpha=alpha, rng=rng)
     focus_reading = (cond.set_index("condition").loc[focus, "reading"] if focus in set(cond["condition"])
                      else "undefined")
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"

@@ -18,7 +18,7 @@ from typing import Any, Sequence, TYPE_CHECKING
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
 from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version,
-                   profile_name)
+                   param_value, profile_name)
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -144,11 +144,19 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
 
 
 def _report_command(spec: RunSpec) -> str:
-    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone."""
+    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone,
+    preceded by the run's ``MIDAS_CACHE_DIR`` / ``MIDAS_RUNS_DIR`` where set (the report reads the checkpoints'
+    top-1 from the one, the result store from the other)."""
+    import shlex
     given = spec.notebook_parameters()   # --backbone and -p alike
+    from ..study import protocol_settings
+
     flags = "".join(f" --{k} {given[k]}" for k in ("backbone", "depth", "budget") if given.get(k) is not None)
+    flags += "".join(f" -p {k} {given[k]}" for k in protocol_settings(given) if k in given)   # e.g. precision
+    env = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in ("MIDAS_CACHE_DIR", "MIDAS_RUNS_DIR")
+                  if os.environ.get(k))
     # a selection of notebooks leaves the others' cells without a result: the report would refuse
-    return f"midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
+    return f"{env}midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
@@ -193,6 +201,7 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
     from ..report import make_report
     from ..report.markdown import datasets_summary
     from ..runs import scoped_environ
+    from ..study import protocol_settings
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
@@ -206,8 +215,10 @@ def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool,
             _run_checked(sub, paths, accepted_by, progress=progress)
     print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
     prof = spec.settings()
-    overrides = {k: prof[k] for k in ("backbone", "depth", "budget") if k in spec.params or k == "backbone"}
-    report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True)
+    overrides = {k: prof[k] for k in ("backbone", "depth", "budget", *protocol_settings(prof))   # this run's settings
+                 if k in prof and (k in spec.params or k == "backbone")}
+    report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True,
+                         allow_mixed_settings=True)
     print(f"  report over {', '.join(datasets)}: {report}\n\n{datasets_summary(report.parent)}")
     return out_dir
 
@@ -355,9 +366,8 @@ def _cmd_strip(args: argparse.Namespace) -> int:
     if sources:
         which = f"the source notebook(s) {', '.join(sources)}" if args.paths else "every source notebook"
         return _answer("strip-solutions", [
-            f"--in-place would remove the solutions from {which} in "
-            f"{notebooks_dir()}; expected copies to overwrite named (e.g. midas-nb strip-solutions "
-            f"--in-place course/02_copy.ipynb), or no --in-place (copies in student/)"])
+            f"--in-place would remove the solutions from {which} in {notebooks_dir()}; expected copies to "
+            "overwrite named (e.g. midas-nb strip-solutions --in-place course/02_copy.ipynb), or no --in-place"])
     import nbformat
 
     from ..course import strip_solutions
@@ -414,7 +424,7 @@ def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 def _report_problems(args: argparse.Namespace) -> list[str]:
     """Every problem of ``midas-nb report``'s arguments, one line each (docs/decisions/0024-preflight.md)."""
     problems: list[str] = []
-    given = [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget")]
+    given = [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget", "param")]
     if args.from_tables is not None and given:
         one = len(given) == 1
         problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
@@ -450,7 +460,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         from .runspec import check_output
 
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
-    overrides = _given(args, "backbone", "depth", "budget")
+    overrides = _report_overrides(args)
     if not overrides:
         return problems
     from ..study import RunSettings
@@ -459,22 +469,30 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         RunSettings.build(args.profile or "quick", **overrides)
     except config.ProfileError as e:
         named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
-        problems += [f"--{line}" for line in e.problems if config.setting_of(line) in named]
+        problems += [("--" if config.setting_of(line) in ("backbone", "depth", "budget") else "-p ") + line
+                     for line in e.problems if config.setting_of(line) in named]
     return problems
+
+
+def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings ``midas-nb report`` was given: --backbone, --depth, --budget and each -p NAME VALUE."""
+    return {**_given(args, "backbone", "depth", "budget"), **{n: param_value(n, v) for n, v in args.param or []}}
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     problems = _report_problems(args)
     if problems:
         return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
-    from ..report import make_report
+    from ..report import make_report, MixedSettingsError
 
     try:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
-                           from_tables=args.from_tables, overrides=_given(args, "backbone", "depth", "budget"),
-                           allow_incomplete=args.allow_incomplete)
+                           from_tables=args.from_tables, overrides=_report_overrides(args),
+                           allow_incomplete=args.allow_incomplete, allow_mixed_settings=args.allow_mixed_settings)
     except config.ProfileError as e:       # a MIDAS_*_DIR that is not a directory
         return _answer("report", e.problems)
+    except MixedSettingsError as e:        # the store holds rows of other settings: refused, nothing written
+        return _answer("report", str(e).splitlines())
     except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
         return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
@@ -552,6 +570,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--backbone", help="the run's backbone, when not the profile's")
     rp.add_argument("--depth", type=int, help="the run's depth L, when not the profile's")
     rp.add_argument("--budget", type=float, help="the run's budget b, when not the profile's")
+    rp.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="a setting of the run, when not the profile's (as midas-nb run -p), e.g. -p precision "
+                         "bfloat16: the report reads only cells of these settings")
+    rp.add_argument("--allow-mixed-settings", action="store_true",
+                    help="write the report although the store holds rows of other settings (another -p, "
+                         "precision, ...): they are left out and counted (default: refuse, exit 2)")
     rp.add_argument("--allow-incomplete", action="store_true",
                     help="write the report although cells the profile expects have no result (failed, pending, "
                          "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")

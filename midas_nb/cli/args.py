@@ -187,7 +187,7 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
                    help="plan/submit: a dataset's directory, repeatable (cub=..., aircraft=..., cars=...)")
     s.add_argument("--workers", type=int, default=2, help="submit --executor processes: workers (default 2)")
     s.add_argument("--cost", default=None, metavar="FILE",
-                   help="plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json); the store's "
-                        "timed cells come first")
+                   help="plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json, else the one "
+                        "shipped: the last H200 measurement); the store's timed cells come first")
     s.set_defaults(func=func)
     return s

@@ -1,7 +1,8 @@
 """Course edition of the notebooks: exercise checkers, solution stripping, static HTML export.
 
-Each notebook ends with 2–4 exercises: look-ups and computations, and at least one *why* /
-*what-if* question answered with an option letter whose right option is computed from the run. An exercise has a name ``"NN.short_name"`` (``NN`` =
+Each notebook ends with 2–4 exercises — look-ups, computations and, at least half of them over the
+course, *why* / *what-if* / *predict-then-check* questions answered with an option letter whose right
+option is computed from the run (:attr:`Exercise.kind`). An exercise has a name ``"NN.short_name"`` (``NN`` =
 the notebook's number), a prompt, a hint and a *checker* that computes the expected answer
 from objects the notebook already built (``study``, ``maps``, ``table``, ...), passed as
 keyword arguments::

@@ -22,8 +22,9 @@ SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 
 
-#: the line of the claim's verdict (analysis.claim_verdict) that an HTML edition's contents page shows
-_HEADLINE = re.compile(r"^This run (shows the decoupling|does not show a decoupling).*$", re.M)
+#: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
+#: edition's contents page shows
+_HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decoupling) — .*(?:\n\|.*)*", re.M)
 
 
 def _collapse_solutions(nb: Any) -> None:
@@ -59,7 +60,9 @@ def _run_header(input_dir: Path, pages: list, out: Path) -> str:
         texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
         hit = next((m.group(0) for t in texts for m in [_HEADLINE.search(t)] if m), None)
         if hit:
-            bits.append(f"<strong>Headline:</strong> {html.escape(hit)}")
+            head, _, claims = hit.partition("\n")
+            bits.append(f"<strong>Headline:</strong> {html.escape(head)}"
+                        + (f"</p>\n<pre>{html.escape(claims)}</pre><p>" if claims else ""))
             break
     # a run's report: <run>/report; a run over several datasets: <run>/<dataset>/ beside <run>/report
     report = next((r for r in (input_dir / "report" / "REPORT.md", input_dir.parent / "report" / "REPORT.md")
@@ -194,6 +197,20 @@ def _lab_exporter(exporter_class: type) -> Any:
                             f"({', '.join(jupyter_path())}); {fix}")
 
 
+def _alt_texts(nb: Any, body: str) -> str:
+    """``body`` with each figure's title (its output's ``alt`` metadata, :func:`midas_nb.viz.finish_figure`)
+    as its alt text instead of nbconvert's "No description ..."; an image is found by its data URI."""
+    alts = {"".join(o["data"]["image/png"].split()): o["metadata"]["image/png"]["alt"]
+            for c in nb.cells for o in c.get("outputs", [])
+            if "image/png" in o.get("data", {}) and "alt" in o.get("metadata", {}).get("image/png", {})}
+
+    def alt(m: re.Match) -> str:
+        src = re.search(r'src="data:image/png;base64,([^"]+)"', m.group(0))
+        text = alts.get(src.group(1)) if src else None
+        return m.group(0) if text is None else re.sub(r'alt="[^"]*"', f'alt="{html.escape(text)}"', m.group(0))
+    return re.sub(r'<img [^>]*alt="No description has been provided for this image"[^>]*>', alt, body)
+
+
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                 strip_solutions: bool = False) -> Path:
     """Static HTML edition of a run's executed notebooks; returns the contents page.
@@ -265,7 +282,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
                       count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
-        (out / links[i][0]).write_text(body, encoding="utf-8")
+        (out / links[i][0]).write_text(_alt_texts(nb, body), encoding="utf-8")
     items = "\n".join(
         f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
         + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")

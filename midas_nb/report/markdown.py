@@ -11,8 +11,9 @@ from .. import config
 from ..study import ReportSettings
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
+from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
 from .store import (CELL_IDENTITY, expected_cells, IncompleteReportError, load_probes, load_store_rows, missing_cells,
-                    SECTIONS)
+                    MixedSettingsError, SECTIONS)
 from .tables import build_tables, read_tables, SKIPPED_ROW, TABLES, write_tables
 
 
@@ -32,6 +33,16 @@ def _f(x: Any, fmt: str) -> str:
 
 def _int(x: Any) -> str:
     return str(int(float(x))) if is_number(x) else ""
+
+
+def _builds(r: Mapping[str, Any]) -> int:
+    """The backbone builds behind a row (tables from before builds: 1)."""
+    return int(float(r["n_builds"])) if is_number(r.get("n_builds")) else 1
+
+
+def _builds_seeds(r: Mapping[str, Any]) -> str:
+    """``"B × S"``: the backbone builds of a row and the seeds of each (decision 0072)."""
+    return f"{_builds(r)} × {_int(float(r['n_seeds']) / _builds(r))}" if is_number(r.get("n_seeds")) else ""
 
 
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
@@ -114,7 +125,9 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
         ref = r["condition"] == "reference"
         D = "0 (reference)" if ref else ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"])
         cut = any(is_number(v) and abs(float(v)) >= 100 - 1e-9 for v in (r["D_pp_lo"], r["D_pp_hi"]))
-        if not ref and cut and r.get("D_pp_by_seed"):
+        if not ref and _builds(r) > 1:
+            D += f" ({r['D_pp_by_build']})"  # each build's D beside the interval over builds
+        elif not ref and cut and r.get("D_pp_by_seed"):
             D += f" ({r['D_pp_by_seed']})"  # an interval cut at the range of D: the seeds say more
         band = "—" if ref and not r.get("missing") else _band_text(r)
         paper = _f(r["paper_D_pp"], "+.2f") or (str(r["paper_status"]) if r["paper_status"] else "")
@@ -123,7 +136,7 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
             body.append([r["condition"], miou, idauc, _f(r["accuracy"], ".3f"), D, band, paper])
         else:
             dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
-            body.append([r["condition"], _int(r["n_seeds"]), miou, idauc,
+            body.append([r["condition"], _builds_seeds(r), miou, idauc,
                          ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
     return body
@@ -160,12 +173,12 @@ def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: C
 
 
 #: the last columns of the regime and scale tables (:func:`_d_columns`, then the paper's statement)
-_D_HEADERS = ["D (pp) [CI]", "ΔIDAUC", "parity band", "seeds", "paper"]
+_D_HEADERS = ["D (pp) [CI]", "ΔIDAUC", "parity band", "builds × seeds", "paper"]
 
 
 def _d_columns(r: Mapping[str, Any]) -> list[str]:
     return [ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"]), _f(r["delta_idauc"], "+.3f"), _band_text(r),
-            _int(r["n_seeds"])]
+            _builds_seeds(r)]
 
 
 def _mean_interval(g: Mapping[str, Any]) -> str:
@@ -188,10 +201,14 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "for mIoU, IDAUC and accuracy (`aggregate_seeds`); for D and ΔIDAUC, paired per "
            "image and seed, a t interval over the seeds plus a bootstrap over the images (one seed: a "
            "percentile bootstrap over the images), cut at the difference's range, so two seeds that disagree can "
-           "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). Every interval "
-           "covers the seeds and images of one build of each backbone (its weights digest below), not the spread "
-           "between builds: the same checkpoint built on another CPU can move D by more than its interval "
-           "([decision 0007](../docs/decisions/0007-seed-image-interval.md)). The parity-band "
+           "give D ±100 pp (`decoupling_D`; the three-condition table then gives each seed's D). Where a row has "
+           "several backbone builds (column builds × seeds: fine-tuning seeds of one recipe) its intervals are "
+           "over builds → seeds → images, a t interval over the build means plus the images' bootstrap, and the "
+           "three-condition table gives each build's D; a row of one build covers that build's seeds and images "
+           "only, not the spread between builds, which can move D by more than the interval "
+           "([decisions 0007](../docs/decisions/0007-seed-image-interval.md), "
+           "[0072](../docs/decisions/0072-backbone-builds.md)); where the profile's point has several builds, the "
+           "regime findings' cells of one build borrow the build spread measured there. The parity-band "
            "column is the interval's verdict: \"in\" only when the "
            "whole ΔIDAUC interval lies at or above −0.01, \"not resolved\" when it straddles −0.01, "
            "\"uninformative\" when the reference's IDAUC is not clearly above the random ranking's in that cell "
@@ -199,6 +216,11 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            "and no finding counts it). D = mIoU − mIoU(reference) in percentage points, counted only inside the "
            "parity band ΔIDAUC ≥ −0.01. Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, "
            "`../shared/DESIGN.md`).\n"]
+    out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
+    for ds, bb in blocks:
+        claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
+                              content=content_from_d(_three(tables, ds, bb)))
+        out += [f"{ds} · {bb}: {headline(claims)}\n", claims_markdown(claims) + "\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
         out += ["\n### Missing cells\n", "Expected by the profile, without a result in the store (`midas-nb sweep "
@@ -223,7 +245,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
         coverage = _prov(tables, ds, bb).get("coverage", "part mIoU")
         out += [f"\n{ds} · {bb} · L = {L}, b = {b:.0%}\n",
-                _md_table(["condition", "seeds", f"{coverage} [CI]", "IDAUC [CI]", "pruned accuracy [CI]",
+                _md_table(["condition", "builds × seeds", f"{coverage} [CI]", "IDAUC [CI]", "pruned accuracy [CI]",
                            "D (pp) [CI]", "ΔIDAUC [CI]", "parity band", "paper D (pp)¹", "paper ΔIDAUC¹"],
                           _three_rows(t)) + "\n",
                 "¹ DeiT-S/16 at L = 6, b = 25 % (design card §8), shown only at that L and b.\n", _reference_note(t),
@@ -246,8 +268,9 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                           "No scale cells in the store (notebook 05).\n")
     out.append(backbones_section(tables.get("backbones")))
     out += _table_section("\n## The paper's findings, one by one\n", tables["findings"],
-                          ["dataset", "backbone", "finding", "holds", "evidence"],
-                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"]), r["evidence"]])
+                          ["dataset", "backbone", "finding", "holds", "builds", "evidence"],
+                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"]), _builds(r),
+                                     r["evidence"]])
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
 
@@ -377,9 +400,10 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     ds, bb = blocks[0]
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
-    intervals = (f"95 % intervals of a mean over seeds: {_mean_interval(g)}; D's is paired per image and seed; all "
-                 "are of one backbone build, not the spread between builds "
-                 "([decision 0007](docs/decisions/0007-seed-image-interval.md))")
+    intervals = (f"95 % intervals of a mean over seeds: {_mean_interval(g)}; D's is paired per image and seed; "
+                 "over builds → seeds → images where a cell has several backbone builds, else of one build, not the "
+                 "spread between builds ([decisions 0007](docs/decisions/0007-seed-image-interval.md), "
+                 "[0072](docs/decisions/0072-backbone-builds.md))")
     bands = ("parity band \"in\" only where the whole ΔIDAUC interval is ≥ −0.01, \"not resolved\" where it "
              "straddles −0.01, \"uninformative\" where the reference ranks tokens no better than random")
     if len({d for d, _ in blocks}) > 1:
@@ -413,12 +437,15 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
-    """One row per finding, one column per dataset × backbone block: its verdict in words."""
+    """One row per finding, one column per dataset × backbone block: its verdict in words and the fewest backbone
+    builds behind a cell it reads (tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
     first: dict[tuple, str] = {}
-    for k in zip(findings["statement"], findings["dataset"], findings["backbone"], findings["holds"]):
-        first.setdefault(k[:3], str(k[3]))
-    return _md_table(["finding", *cols], [[st] + [_verdict(first.get((st, ds, bb), "—")) for ds, bb in blocks]
+    for r in findings.to_dict("records"):
+        n = _builds(r)
+        first.setdefault((r["statement"], r["dataset"], r["backbone"]),
+                         f"{_verdict(r['holds'])} ({n} build{'s' * (n > 1)})")
+    return _md_table(["finding", *cols], [[st] + [first.get((st, ds, bb), "—") for ds, bb in blocks]
                                           for st in dict.fromkeys(findings["statement"])])
 
 
@@ -460,13 +487,15 @@ def _incomplete_message(what: str, missing: Sequence[str], profile: str, n_expec
 def make_report(profile: str = "quick", *, store: str | Path | None = None, output: str | Path | None = None,
                 readme: str | Path | None = None, from_tables: str | Path | None = None,
                 band: float = 0.01, overrides: Mapping[str, Any] | None = None,
-                allow_incomplete: bool = False) -> Path:
+                allow_incomplete: bool = False, allow_mixed_settings: bool = False) -> Path:
     """Build ``REPORT.md`` and its CSVs from ``profile``'s store (``runs/sweeps/<profile>`` or ``store``) into
     ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables`` (``output`` defaults to that
     folder); rewrite ``readme``'s results section. ``overrides``: profile keys of a run made with other settings;
-    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result. Returns the
-    ``REPORT.md`` path. Raises IncompleteReportError (a ValueError; nothing written): cells missing and not
-    ``allow_incomplete``; FileNotFoundError: no store or tables; ValueError: nothing to report, no README markers."""
+    ``allow_incomplete``: write a report marked INCOMPLETE where expected cells lack a result;
+    ``allow_mixed_settings``: write it although the store holds rows of other settings (left out, counted). Returns
+    the ``REPORT.md`` path. Raises (ValueErrors; nothing written) MixedSettingsError: such rows and not
+    ``allow_mixed_settings``; IncompleteReportError: cells missing and not ``allow_incomplete``; FileNotFoundError:
+    no store or tables; ValueError: nothing to report, no README markers."""
     if from_tables is not None:
         out = Path(output if output is not None else from_tables)
         tables = read_tables(from_tables)
@@ -482,7 +511,13 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
             write_tables(tables, out)
     else:
         s = ReportSettings.of(config.get_profile(profile, **dict(overrides or {})))
-        rows, left_out = load_store_rows(profile, store, relaxation=s.relaxation)
+        rows, left_out = load_store_rows(profile, store, settings=s)
+        if left_out["other_settings"] and not allow_mixed_settings:
+            raise MixedSettingsError("\n".join([f"{n} rows of the result store {left_out['store']} have other "
+                                                f"settings than the report's: {diff}"
+                                                for diff, n in left_out["other_settings"].items()] + [
+                "report those with their run's settings (the same -p NAME VALUE), or pass --allow-mixed-settings "
+                "to report the profile's settings alone (the rows of other settings counted in provenance.csv)"]))
         miss = missing_cells(rows, s, left_out)
         if len(miss) and not allow_incomplete:
             n_expected = len(expected_cells(s, sorted(set(rows["dataset"]))).drop_duplicates(CELL_IDENTITY))

@@ -2,14 +2,18 @@
 and the cosine probes notebook 03 saves beside the store."""
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
 from .. import config
-from ..identity import atomic_write_text
-from ..study import grid_spans, make_grid, ReportSettings
+from ..analysis.protocol import PROTOCOL_DEFAULTS
+from ..identity import atomic_write_text, canonical_json
+from ..metrics.stats import is_finite_number
+from ..study import grid_spans, make_grid, placeholder_ids, protocol_settings, ReportSettings
 from ..sweeps import ResultStore
 
 
@@ -22,8 +26,13 @@ class IncompleteReportError(ValueError):
     """The result store lacks cells the profile's report needs (``--allow-incomplete`` writes it anyway)."""
 
 
-#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed).
-CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+class MixedSettingsError(ValueError):
+    """The result store holds rows of settings other than the report's, one line each (``--allow-mixed-settings``
+    writes the report of its own settings anyway)."""
+
+
+#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed, backbone build).
+CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed", "build"]
 
 
 def store_root(profile: str, store: str | Path | None = None) -> Path:
@@ -32,12 +41,14 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
-                    relaxation: str | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows of ``relaxation`` (default the profile's), newest checkpoint
-    per dataset × backbone and newest record per cell (docs/decisions/0009-report-row-selection.md), with
-    ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``, ``stale_checkpoint``,
+                    settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's): cells whose
+    protocol settings (:func:`midas_nb.study.protocol_settings`) are the report's, newest checkpoint per dataset ×
+    backbone × build (rows without a build: 0) and newest record per cell (docs/decisions/0009-report-row-selection.md,
+    0066), with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation`` (rows that differ in the relaxation
+    alone: notebook 02's control), ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``,
     ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
-    store; ValueError: the store has no done cell."""
+    store; ValueError: the store has no done cell of these settings."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
@@ -45,29 +56,37 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                 else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
         raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
     st = ResultStore(root)
-    relaxation = relaxation or config.get_profile(profile).get("relaxation", "st")
+    s = settings or ReportSettings.of(config.get_profile(profile))
+    want = json.loads(canonical_json(protocol_settings(s.values)))     # as a cell holds them
     records, problems = st.scan()
     rows: list[dict[str, Any]] = []
     failed: list[str] = []
-    other_relax = 0
+    other_relax, other = 0, Counter()
     for key, rec in records.items():
         if rec["status"] != "done":
             failed.append(str(rec.get("label", key)))
             continue
         cell = rec["cell"]
-        if _relaxation(cell) != relaxation:
-            other_relax += len(rec["rows"])
+        diff = _differences(cell, want)
+        if diff:
+            if list(diff) == ["relaxation"]:
+                other_relax += len(rec["rows"])
+            else:
+                other["; ".join(f"{k} {v!r} (the report's {want.get(k, PROTOCOL_DEFAULTS.get(k))!r})"
+                                for k, v in diff.items())] += len(rec["rows"])
             continue
         own = {c: cell.get(c) for c in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")}
         rows += [{**r, **{c: v for c, v in own.items() if c not in r}, "cell_key": key,
                   "finished": float(rec.get("finished") or 0.0)} for r in rec["rows"]]
     if not rows:
-        raise ValueError(f"the result store {st.root} has no finished rows with the {relaxation!r} relaxation "
-                         f"({len(failed)} failed cells); run the notebooks first")
+        raise ValueError(f"the result store {st.root} has no finished rows with the report's settings (relaxation "
+                         f"{s.relaxation!r}; {sum(other.values())} rows of other settings, {len(failed)} failed "
+                         "cells); run the notebooks first")
     df = pd.DataFrame(rows)
+    df["build"] = [_build(r) for r in df.to_dict("records")]
     stale: dict[str, int] = {}
     keep = []
-    for _, g in df.groupby(["dataset", "backbone"], sort=False):
+    for _, g in df.groupby(["dataset", "backbone", "build"], sort=False):
         newest = g.loc[g["finished"].idxmax(), "checkpoint_id"]
         for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
             stale[str(ck)] = int(n)
@@ -75,35 +94,46 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     df = pd.concat(keep, ignore_index=True).sort_values("finished", kind="stable")
     superseded = int(df.duplicated(CELL_IDENTITY, keep="last").sum())
     df = df.drop_duplicates(CELL_IDENTITY, keep="last").reset_index(drop=True)
-    left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, stale_checkpoint=stale,
-                    superseded=superseded, problems=[p["reason"] for p in problems], relaxation=relaxation,
-                    store=str(st.root), cell_states=_cell_states(st, records, problems, relaxation))
+    left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, other_settings=dict(other),
+                    stale_checkpoint=stale, superseded=superseded, problems=[p["reason"] for p in problems],
+                    relaxation=s.relaxation, store=str(st.root), cell_states=_cell_states(st, records, problems, want))
     return df, left_out
 
 
-_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
+_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int, int)
 
 
-def _relaxation(cell: Mapping[str, Any]) -> str:
-    return str((cell.get("params") or {}).get("relaxation", "st"))
+def _build(d: Mapping[str, Any]) -> int:
+    """The backbone build of a row (its ``build``) or a cell (its ``params``); 0 where neither says."""
+    b = d.get("build")
+    return int(b) if is_finite_number(b) else int((d.get("params") or {}).get("build", 0))
+
+
+def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
+    """``{setting: the cell's value}`` where a cell's ``params`` differ from the report's ``want`` (a setting a
+    side lacks reads as its :data:`PROTOCOL_DEFAULTS` value), by name; the backbone ``build`` names a cell, it is
+    no setting (decision 0072)."""
+    have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
+    return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
+            if have.get(k, d.get(k)) != want.get(k, d.get(k))}
 
 
 def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
     """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
-    return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
+    return tuple(f(_build(d) if c == "build" else d[c]) for f, c in zip(_IDENT_TYPES, cols))
 
 
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
-                 relaxation: str) -> dict[tuple, str]:
-    """Why a cell of ``relaxation`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
+                 want: Mapping[str, Any]) -> dict[tuple, str]:
+    """Why a cell of the report's settings ``want`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
     out: dict[tuple, str] = {}
     for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
-        if rec["status"] == "failed" and _relaxation(rec["cell"]) == relaxation:
+        if rec["status"] == "failed" and not _differences(rec["cell"], want):
             err = str(rec.get("error") or "").strip().splitlines()
             out.setdefault(_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
     bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
     for c in st.registered_cells():
-        if c.key in records or _relaxation(c.to_dict()) != relaxation:
+        if c.key in records or _differences(c.to_dict(), want):
             continue
         claim = st.claim_info(c.key)                    # a live worker's claim, or one whose worker is gone
         why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
@@ -111,6 +141,9 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
                "running (a live worker's claim, no record yet)" if claim["live"] else
                "killed (its worker's claim is dead: heartbeat stopped or process gone; no record)")
         out.setdefault(_ident(c.to_dict()), why)
+    for rec in records.values():
+        if diff := _differences(rec["cell"], want):
+            out.setdefault(_ident(rec["cell"]), f"only records of other settings {diff}")
     return out
 
 
@@ -141,7 +174,7 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
         labels = list(dict.fromkeys(label(n) for n in names))
         # the labels go in as datasets with a placeholder root and ids: nothing is read
         q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
-        ids = {(d, b): "expected" for d in labels for b in backbones}
+        ids = placeholder_ids(prof, labels, backbones, "expected")
         out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
                 for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
                                    checkpoint_ids=ids, data_ids=ids)]
@@ -154,13 +187,13 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
-    have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
+    have = {_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
     out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
         if (k := _ident(r)) not in have:
             out.setdefault(k, []).append(r["section"])
     return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
-                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}" + f" build {k[6]}" * bool(k[6]),
                               state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
                         columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 

@@ -62,6 +62,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
            "relaxation": left_out.get("relaxation", "st"),
            "failed cells left out": len(left_out.get("failed_cells", [])),
            "rows of other relaxations left out": left_out.get("other_relaxation", 0),
+           "rows of other settings left out": "; ".join(f"{n} with {d}" for d, n in
+                                                        left_out.get("other_settings", {}).items()) or 0,
            "rows of older checkpoints left out": sum(left_out.get("stale_checkpoint", {}).values()),
            "rows superseded by a newer record": left_out.get("superseded", 0),
            "invalid store files ignored": len(left_out.get("problems", [])),
@@ -216,8 +218,8 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
     d = d_by_condition(proto, cell, band, n_boot)
-    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
-              "delta_idauc_hi", "status", "band_reason", "reference_check"]
+    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "n_builds", "D_pp_by_build", "delta_idauc",
+              "delta_idauc_lo", "delta_idauc_hi", "status", "band_reason", "reference_check"]
     vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
               "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
@@ -262,7 +264,7 @@ def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: floa
 def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
     """D over the regime grid: the profile's backbone, every point with a reference."""
     rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                       "status", "band_reason", "n_seeds", "paper_expectation"]
+                       "status", "band_reason", "n_seeds", "n_builds", "paper_expectation"]
     rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
     if rg is None:
         return pd.DataFrame(columns=rg_cols)
@@ -283,7 +285,7 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) 
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     scale_bbs = _scale_display(s)
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
-               "status", "band_reason", "n_seeds", "miou", "idauc", "paper"]
+               "status", "band_reason", "n_seeds", "n_builds", "miou", "idauc", "paper"]
     sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
     if sc is None:
         return pd.DataFrame(columns=sc_cols)
@@ -415,6 +417,6 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
 
 #: the columns :func:`read_tables` reads as text, an empty cell as ``""``
 _TEXT_COLUMNS = ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                 "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
+                 "D_pp_by_seed", "D_pp_by_build", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
                  "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
                  "missing", "kind", "item", "verdict")

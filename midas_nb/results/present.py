@@ -12,7 +12,7 @@ import pandas as pd
 from .table import coverage_name
 
 __all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note",
-           "leader_line", "band_checks"]
+           "leader_line", "leaders", "band_checks"]
 
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
@@ -210,31 +210,40 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
     return "; ".join(p for p in parts if p)
 
 
-def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
-                signed: bool = False, lowest: bool = False) -> str:
-    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not separated
-    from: ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals overlap
-    T5's)"``; a leader is named alone only where its interval ``[<value>_lo, <value>_hi]`` lies above
-    every other row's. NaN rows are left out; without interval columns only the highest point is named.
-    ``ValueError`` where ``value`` or ``name`` is not a column, or no row has a value."""
+def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False) -> list[str]:
+    """The ``name`` of the row with the highest ``value`` (``lowest``: the lowest), then of every row it
+    is not separated from: whose interval ``[<value>_lo, <value>_hi]`` overlaps the leader's (where the
+    table has no interval columns, the rows of the same value). NaN rows are left out. ``ValueError``
+    where ``value`` or ``name`` is not a column, or no row has a value."""
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
     t = table[table[value].notna()].sort_values(value, ascending=lowest)
     if t.empty:
         raise ValueError(f"leader_line: no row has a value in {value!r}")
-    lo, hi = f"{value}_lo", f"{value}_hi"
+    lo, hi = (f"{value}_lo", f"{value}_hi") if {f"{value}_lo", f"{value}_hi"} <= set(t.columns) else (value, value)
     top = t.iloc[0]
+    return [str(top[name])] + [str(r[name]) for _, r in t.iloc[1:].iterrows()
+                               if not (float(r[lo]) > float(top[hi]) if lowest else float(r[hi]) < float(top[lo]))]
+
+
+def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
+                signed: bool = False, lowest: bool = False) -> str:
+    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not separated
+    from (:func:`leaders`): ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their
+    intervals overlap T5's)"``; a leader is named alone only where its interval lies above every other
+    row's; without interval columns only the highest point is named. ``ValueError`` as :func:`leaders`."""
+    first, *ties = leaders(table, value, name=name, lowest=lowest)
+    top = table[table[name].astype(str) == first].iloc[0]
+    lo, hi = f"{value}_lo", f"{value}_hi"
     ci = format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)
-    head = f"{what}: {top[name]} ({ci})"
-    if lo not in t.columns or hi not in t.columns or len(t) == 1:
+    head = f"{what}: {first} ({ci})"
+    if lo not in table.columns or hi not in table.columns or table[value].notna().sum() == 1:
         return head
-    ties = [str(r[name]) for _, r in t.iloc[1:].iterrows()
-            if not (float(r[lo]) > float(top[hi]) if lowest else float(r[hi]) < float(top[lo]))]
     if not ties:
         return head + f"; its interval lies {'below' if lowest else 'above'} every other's"
     overlap = "its interval overlaps" if len(ties) == 1 else "their intervals overlap"
-    return head + f"; not separated from {'; '.join(ties)} ({overlap} {top[name]}'s)"
+    return head + f"; not separated from {'; '.join(ties)} ({overlap} {first}'s)"
 
 
 def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:

@@ -1,15 +1,15 @@
 """``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
 
-Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells
-remain (so a script can gate on it), ``wait`` likewise once nothing is queued, ``resubmit`` 0 after
-submitting (or when nothing needed it).
+Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells or
+invalid store files remain (so a script can gate on it), ``wait`` likewise once nothing is queued,
+``resubmit`` 0 after submitting (or when nothing needed it).
 """
 from __future__ import annotations
 
 import sys
 
 from .slurm import SlurmNotFound, cell_states, resubmit, submitted, wait
-from .store import all_stores, format_status, open_store
+from .store import all_stores, format_status, n_unusable, open_store
 
 __all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
 
@@ -24,8 +24,7 @@ def _print_table(table) -> int:
     unsent = int(table["job_state"].eq("unsubmitted").sum())
     if unsent:
         print(f"  {unsent} cells never submitted (sbatch refused): midas-nb sweep resubmit sends them")
-    bad = int(table["status"].eq("failed").sum() + table["job_state"].isin(["lost", "unsubmitted"]).sum())
-    return 1 if bad else 0
+    return 1 if n_unusable(table) or table["job_state"].isin(["lost", "unsubmitted"]).any() else 0
 
 
 def _each_store(action: str, names: list[str], fn, none: str = "no sweeps found") -> int:
@@ -44,7 +43,7 @@ def _each_store(action: str, names: list[str], fn, none: str = "no sweeps found"
 
 
 def cmd_status(name: str | None) -> int:
-    """Print done / failed / running / pending cells with their jobs; 1 while failures remain."""
+    """Print done / failed / running / pending cells with their jobs; 1 while failures or invalid files remain."""
     return _each_store("status", [name] if name is not None else all_stores(),
                        lambda store: _print_table(cell_states(store)))
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 from .cells import ExecutorKind, SweepCell
 from .slurm import Submission, submit
 from .store import open_store, ResultStore, StoreStatus
-from .worker import run_cell
+from .worker import cell_groups, run_cell, run_group
 
 __all__ = ["run_cell", "run_sweep", "submit_sweep"]
 
@@ -68,26 +68,26 @@ def run_sweep(
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":
-        queue = [(c, False) for c in todo]
-        for c, wait_for_it in queue:   # a cell another sweep holds: waited for once the others are done
-            if run_cell(c, cell_fn, root, wait_for_it) == "running":
-                queue.append((c, True))
-            else:
-                bar.update(1)
+        held = []
+        for group in cell_groups(todo, cell_fn):   # cells that share work computed together (decision 0069)
+            held += [c for c, st in zip(group, run_group(group, cell_fn, root)) if st == "running"]
+            bar.update(len(group))
+        for c in held:   # cells another sweep holds: waited for once the others are done
+            run_cell(c, cell_fn, root, wait=True)
     elif todo and executor == "processes":
         ctx = multiprocessing.get_context(mp_context)
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
         init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
         with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
-            futures = {pool.submit(run_cell, c, cell_fn, root, True): c for c in todo}
+            futures = {pool.submit(run_group, g, cell_fn, root, True): g for g in cell_groups(todo, cell_fn)}
             for fut in cf.as_completed(futures):
-                c = futures[fut]
                 try:
                     fut.result()
                 except Exception as e:  # noqa: BLE001 - the worker died or could not start
-                    errors.append(f"{c.label}: {type(e).__name__}: {e}")
-                    _record_lost(store, c, e)
-                bar.update(1)
+                    for c in futures[fut]:
+                        errors.append(f"{c.label}: {type(e).__name__}: {e}")
+                        _record_lost(store, c, e)
+                bar.update(len(futures[fut]))
     elif todo:
         jobs = _submit_slurm(store, todo, cell_fn, slurm)
         if wait:

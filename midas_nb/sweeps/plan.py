@@ -12,7 +12,11 @@ from .cells import SweepCell
 from .slurm import chunk_arrays, plan_jobs
 from .store import ResultStore
 
-__all__ = ["default_cost_path", "load_cost_table", "store_costs", "plan_text"]
+__all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "store_costs", "plan_text"]
+
+#: the cost table of the last GPU measurement, shipped with the package (its card and date inside;
+#: how each number comes from the measurement: docs/decisions/0068-shipped-cost-table.md)
+SHIPPED_COST_TABLE = Path(__file__).with_name("cell_cost.json")
 
 
 def default_cost_path() -> Path:
@@ -21,14 +25,16 @@ def default_cost_path() -> Path:
 
 
 def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The cost table (``device``, ``note``, ``cell_s`` and ``finetune_s`` as
-    ``{backbone: {dataset: seconds}}``), or ``None`` where there is no file.
+    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as
+    ``{backbone: {dataset: seconds}}``, and ``path``, where it was read) at ``path``, else the one
+    ``bench/gpu_check.py`` wrote here (:func:`default_cost_path`), else :data:`SHIPPED_COST_TABLE`;
+    ``None`` where there is no file.
 
     Raises:
         ValueError: the file is not such a table.
         FileNotFoundError: a ``path`` given that is not a file (the default path may be absent).
     """
-    p = Path(path) if path is not None else default_cost_path()
+    p = Path(path) if path is not None else default_cost_path() if default_cost_path().is_file() else SHIPPED_COST_TABLE
     if not p.is_file():
         if path is not None:
             raise FileNotFoundError(f"--cost {str(path)!r}: no such file (expected the cost table that "
@@ -42,7 +48,7 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
     if not ok:
         raise ValueError(f"{p} is not a cost table (expected JSON with cell_s and finetune_s per backbone and "
                          "dataset, as bench/gpu_check.py writes)")
-    return table
+    return dict(table, path=str(p))
 
 
 def store_costs(store: ResultStore) -> dict[tuple[str, str], list[float]]:
@@ -115,6 +121,7 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
            f"preparation jobs: {len(prepare)} (one per dataset, backbone, checkpoint: fine-tune once, hash the data)",
            f"cell jobs: {len(chunks):,} of <= {cells_per_job} cells, in {len(arrays)} array(s) of <= {max_array} tasks "
            f"(MaxArraySize {max_array}, {max_array_source}): " + ", ".join(str(len(a)) for a in arrays)]
+    t = {"device": "?", "date": "?", "path": "-", **(cost_table or {})}
     costs = [_cell_cost(c, timed, cost_table) for c in todo]
     known = [s for s, _ in costs if s is not None]
     sources = sorted({src for _, src in costs})
@@ -123,17 +130,17 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
         return "\n".join(out)
     if len(known) < len(todo):
         out.append(f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed cell of "
-                   f"their backbone in the store, no cost table at {default_cost_path()}); run "
+                   f"their backbone in the store, none in the cost table {t['path']}); run "
                    "bench/gpu_check.py --device cuda on a GPU node to measure one")
         return "\n".join(out)
-    ft = (cost_table or {}).get("finetune_s", {})
+    ft = t.get("finetune_s", {})
     prep_s = [float(ft.get(c.backbone, {}).get(c.dataset.split(" ")[0], 0.0)) for c in prepare]
     cell_s = sum(known)
     src = {"store": f"mean of {sum(len(v) for v in timed.values())} timed cells in the store",
-           "table": f"cost table measured on {(cost_table or {}).get('device', '?')}"}
+           "table": f"cost table measured on {t['device']} on {t['date']}: {t['path']}"}
     out.append(f"cost per cell: {cell_s / len(known) / 60:.1f} min on average ({'; '.join(src[s] for s in sources)})"
-               + (f"; {(cost_table or {}).get('note')}" if "table" in sources and (cost_table or {}).get("note") else ""))
-    cpu = "table" in sources and str((cost_table or {}).get("device", "")).startswith("cpu")
+               + (f"; {t['note']}" if "table" in sources and t.get("note") else ""))
+    cpu = "table" in sources and str(t["device"]).startswith("cpu")
     unit = "CPU-hours (the cost table was measured on a CPU: no GPU projection)" if cpu else "GPU-hours"
     out.append(f"projected: {(cell_s + sum(prep_s)) / 3600:,.1f} {unit} = cells {_hours(cell_s)} + preparation "
                f"fine-tunes {_hours(sum(prep_s))}" + ("" if any(prep_s) else " (fine-tune cost unknown: 0 counted)"))

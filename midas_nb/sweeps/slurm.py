@@ -4,6 +4,7 @@ checkpoint), then the cells in chunked job arrays under ``MaxArraySize`` that de
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import re
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..identity import atomic_write_bytes, atomic_write_text
+from ..identity import atomic_write_text, jsonable
 from .cells import SweepCell
 from .store import ResultStore
 from .worker import run_chunk
@@ -27,7 +28,6 @@ __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_array
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
-_RUNNER = "runner.pkl"
 _SUBMISSION = "submission.json"
 #: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
 _REFUSED = "refused"
@@ -170,9 +170,9 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
     one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it
     waits for).
 
-    The cell function and the submission settings are kept in the store (``submitit/runner.pkl``,
-    ``submission.json``) for :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to
-    its job id.
+    The submission settings and the cell function as plain data (``runner``: a ``midas_nb`` class
+    with ``runner_spec``) are kept in the store's ``submission.json`` for
+    :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to its job id.
 
     Raises:
         SlurmNotFound: no ``sbatch``, or ``sbatch`` refused the submission (its last error line).
@@ -198,18 +198,15 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
             params: Mapping[str, Any], cells_per_job: int, max_array: int | None) -> list[Any]:
-    import cloudpickle
-
     folder = store.root / "submitit"
     ex, cluster = slurm_executor(folder, cluster, params)
     if max_array is None:
         max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
     prepare, chunks = plan_jobs(cells, cells_per_job)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(folder / _RUNNER, cloudpickle.dumps(cell_fn))
     atomic_write_text(store.root / _SUBMISSION, json.dumps(dict(
-        cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array)),
-        indent=1, default=str))
+        cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
+        runner=_runner_plain(cell_fn)), indent=1, default=jsonable))
     prep_jobs: list[Any] = []
     if callable(getattr(cell_fn, "prepare", None)):
         for idx in chunk_arrays(len(prepare), max_array):
@@ -234,24 +231,42 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clu
     return jobs
 
 
+def _runner_plain(cell_fn: Any) -> dict[str, Any] | None:
+    """An instance of a ``midas_nb`` class with ``runner_spec()`` (its constructor's keywords) as plain data."""
+    cls, spec = type(cell_fn), getattr(cell_fn, "runner_spec", None)
+    return (dict({"class": f"{cls.__module__}:{cls.__qualname__}"}, spec=spec())
+            if callable(spec) and cls.__module__.split(".")[0] == "midas_nb" else None)
+
+
 def submitted(store: ResultStore) -> bool:
     """Whether :func:`submit` ever wrote the store's submission settings (``submission.json``)."""
     return (store.root / _SUBMISSION).is_file()
 
 
 def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
-    """``(cell_fn, settings)`` saved by the store's last :func:`submit`.
+    """``(cell_fn, settings)`` of the store's last :func:`submit`; ``cell_fn`` is rebuilt from ``settings["runner"]``
+    (``None`` without one): nothing is unpickled, and only a ``midas_nb`` class with ``runner_spec`` is built, from
+    the JSON keywords (docs/decisions/0066-verified-store-and-report-settings.md).
 
     Raises:
-        FileNotFoundError: the store was never submitted.
+        FileNotFoundError: the store was never submitted. ValueError: ``submission.json`` is not JSON, or its
+            runner names no such class or keywords it does not take.
     """
-    import cloudpickle
-
-    runner, sub = store.root / "submitit" / _RUNNER, store.root / _SUBMISSION
-    if not runner.is_file() or not sub.is_file():
-        raise FileNotFoundError(f"{store.root} holds no submission ({runner.name} / {sub.name} missing); "
-                                "submit the sweep first (midas-nb sweep submit)")
-    return cloudpickle.loads(runner.read_bytes()), json.loads(sub.read_text(encoding="utf-8"))
+    sub = store.root / _SUBMISSION
+    if not sub.is_file():
+        raise FileNotFoundError(f"{store.root} holds no submission ({sub.name} missing); submit the sweep first "
+                                "(midas-nb sweep submit)")
+    settings = json.loads(sub.read_text(encoding="utf-8"))
+    plain = settings.get("runner") or {}
+    try:
+        module, _, name = str(plain.get("class", "")).partition(":")
+        cls = getattr(importlib.import_module(module), name, None) if module.split(".")[0] == "midas_nb" else None
+        if plain and not callable(getattr(cls, "runner_spec", None)):
+            raise TypeError("not a midas_nb class with runner_spec")
+        return (cls(**plain["spec"]) if plain else None), settings
+    except (ImportError, KeyError, TypeError) as e:
+        raise ValueError(f"{sub}: runner {plain.get('class')!r} cannot be rebuilt ({e}); expected the runner "
+                         "midas-nb sweep submit writes, {'class': 'midas_nb...:Name', 'spec': {keywords}}") from None
 
 
 def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
@@ -297,17 +312,20 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     return table
 
 
-def resubmit(store: ResultStore, *, failed: bool = True) -> list[Any]:
+def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) -> list[Any]:
     """Submit again, with the settings of the store's last :func:`submit`, every registered cell
     whose job was lost (cancelled, timed out: no record and no job in the queue) or never
     existed (a submission sbatch refused) and, with
-    ``failed``, every failed cell. Claims left by lost jobs are removed first. Returns the new
-    jobs (empty when nothing needs it).
+    ``failed``, every failed cell. Claims left by lost jobs are removed first. ``cell_fn``: the cell
+    function, by default the one :func:`load_submission` rebuilds. Returns the new jobs (empty when
+    nothing needs it).
 
     Raises:
-        FileNotFoundError: the store was never submitted.
+        FileNotFoundError: the store was never submitted. ValueError: as :func:`load_submission`, or
+            no ``cell_fn`` given for a submission whose cell function has no plain form.
     """
-    cell_fn, sub = load_submission(store)
+    saved, sub = load_submission(store)
+    cell_fn = cell_fn if cell_fn is not None else saved
     table = cell_states(store, store.registered_cells())
     redo = table["job_state"].isin(["lost", "unsubmitted"]) | (table["status"].eq("failed") if failed else False)
     keys = set(table.loc[redo, "key"])
@@ -318,6 +336,10 @@ def resubmit(store: ResultStore, *, failed: bool = True) -> list[Any]:
             store.clear_running(c.key)  # the lost job's claim: its heartbeat may still look fresh
     if not cells:
         return []
+    if cell_fn is None:
+        raise ValueError(f"{store.root}: submission.json holds no runner (a cell function that is not a midas_nb "
+                         "runner, or a submission older than decision 0066): submit the sweep again, or resubmit "
+                         "from Python with resubmit(store, cell_fn=...)")
     return submit(store, cells, cell_fn, cluster=sub["cluster"], params=sub["params"],
                   cells_per_job=sub["cells_per_job"], max_array=sub["max_array"])
 

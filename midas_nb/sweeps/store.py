@@ -15,14 +15,16 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import atomic_write_text, jsonable
+from ..identity import atomic_write_text, hash_bytes, jsonable
 from .cells import CellState, SweepCell
 from .claims import Claim, file_lock, read_claim
 
 __all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status", "main_status",
-           "open_store", "all_stores"]
+           "open_store", "all_stores", "n_unusable"]
 
-RECORD_FORMAT = "midas_nb.sweep_record/1"
+RECORD_FORMAT = "midas_nb.sweep_record/2"
+#: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
+_LEGACY_FORMAT = "midas_nb.sweep_record/1"
 _TMP_SUFFIX = ".tmp"
 _RUNNING_SUFFIX = ".running"
 #: the cell's parameters in a status table and in the result rows
@@ -39,14 +41,21 @@ def _cell(d: Any) -> SweepCell | None:
 _MISSING = object()
 
 
-def _read_json(path: Path, missing: Any) -> tuple[Any, str | None]:
-    """``(parsed JSON, None)``, ``(missing, None)`` without the file, ``(None, why)`` when unreadable."""
+def _read_json(path: Path, missing: Any) -> tuple[Any, str | None, str]:
+    """``(parsed JSON, None, text)``, ``(missing, None, "")`` without the file, ``(None, why, "")`` when unreadable."""
     try:
-        return json.loads(path.read_text(encoding="utf-8")), None
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text), None, text
     except FileNotFoundError:
-        return missing, None
+        return missing, None, ""
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        return None, f"unreadable JSON ({e})"
+        return None, f"unreadable JSON ({e})", ""
+
+
+def _with_digest(body: str) -> str:
+    """A record's JSON text ``body`` (``indent=1``) with a first entry ``"digest"``: the SHA-256 of ``body``
+    (the text, so that checking it encodes nothing)."""
+    return f'{{\n "digest": "{hash_bytes(body.encode())}",\n' + body[2:]
 
 
 def _slurm_job_id() -> str | None:
@@ -58,12 +67,14 @@ def _slurm_job_id() -> str | None:
 class ResultStore:
     """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
 
-    A record: ``format``, ``key``, ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status``
-    (``"done"``/``"failed"``), ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt``
-    (1 first), ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm,
-    else ``None``). Beside them: ``<key>.running`` (a worker's claim), ``grid.json`` (registered cells),
-    ``jobs.json`` (each cell's latest job). Invalid files are ignored and listed by :meth:`problems`;
-    a cell with an invalid record is pending.
+    A record: ``digest`` (first: the SHA-256 of the text after it), ``format``, ``key`` (the cell's
+    :attr:`SweepCell.key`), ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``),
+    ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt`` (1 first), ``started``/``finished`` (Unix
+    s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
+    worker's claim), ``grid.json`` (registered cells), ``jobs.json`` (each cell's latest job). Invalid files
+    (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
+    are ignored and listed by :meth:`problems`; a cell with an invalid record is pending. A format-1 record (no
+    digest) has its key checked.
     """
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
@@ -85,9 +96,9 @@ class ResultStore:
         return self.cells_dir / f"{key}{_RUNNING_SUFFIX}"
 
     def write_record(self, record: Mapping[str, Any]) -> Path:
-        """Write a record atomically; returns its path."""
-        return atomic_write_text(self.path(record["key"]), json.dumps(record, default=jsonable, allow_nan=True,
-                                                                      indent=1))
+        """Write a record atomically, its ``digest`` first (:func:`_with_digest`); returns its path."""
+        return atomic_write_text(self.path(record["key"]), _with_digest(json.dumps(
+            {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
     def _record(self, cell: SweepCell, started: float, **outcome: Any) -> Path:
         prev = self.read(cell.key)
@@ -125,7 +136,7 @@ class ResultStore:
 
     def jobs(self) -> dict[str, str]:
         """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
-        data, _ = _read_json(self.jobs_path, {})
+        data, _, _ = _read_json(self.jobs_path, {})
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def clear_running(self, key: str) -> None:
@@ -137,7 +148,7 @@ class ResultStore:
 
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
         """``(grid, None)`` (``{}`` without a ``grid.json``) or ``(None, why)`` for an unreadable one."""
-        grid, why = _read_json(self.manifest_path, {})
+        grid, why, _ = _read_json(self.manifest_path, {})
         if why is None and not isinstance(grid, dict):
             why = f"a JSON {type(grid).__name__}, not an object"
         return (None, why) if why else (grid, None)
@@ -152,17 +163,21 @@ class ResultStore:
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
-        rec, why = _read_json(path, _MISSING)
+        rec, why, text = _read_json(path, _MISSING)
         if why or rec is _MISSING:
             return None, why
         if not isinstance(rec, dict):
             return None, "not a JSON object"
-        key = path.stem
-        checks = [(rec.get("format") == RECORD_FORMAT, f"format {rec.get('format')!r} is not {RECORD_FORMAT!r}"),
+        key, fmt, cell = path.stem, rec.get("format"), _cell(rec.get("cell"))
+        checks = [(fmt in (RECORD_FORMAT, _LEGACY_FORMAT), f"format {fmt!r} is not {RECORD_FORMAT!r}"),
                   (rec.get("key") == key, f"key {rec.get('key')!r} does not match the file name {key!r}"),
                   (rec.get("status") in ("done", "failed"), f"status {rec.get('status')!r} is not 'done' or 'failed'"),
                   (isinstance(rec.get("rows"), list), "rows is not a list"),
-                  (isinstance(rec.get("cell"), dict), "cell is not an object")]
+                  (cell is not None, "cell is not a valid cell"),
+                  (cell is None or cell.key == key, f"its cell hashes to {cell and cell.key}, not to its key (a record "
+                                                    "of another cell's settings, or of an older result format)"),
+                  (fmt == _LEGACY_FORMAT or text == _with_digest("{\n" + text.split("\n", 2)[-1]),
+                   "its text does not match its digest (edited by hand, or damaged)")]
         why = next((why for ok, why in checks if not ok), None)
         return (None, why) if why else (rec, None)
 
@@ -339,7 +354,7 @@ def all_stores() -> list[str]:
 
 def main_status(argv: Sequence[str] | None = None) -> int:
     """``python -m midas_nb.sweeps [NAME|PATH ...]``: print the summary of each sweep (default: every
-    store under ``runs_dir()/"sweeps"``); 0 when no cell failed, else 1."""
+    store under ``runs_dir()/"sweeps"``); 0 when no cell failed and no file is invalid, else 1."""
     names = list(sys.argv[1:] if argv is None else argv) or all_stores()
     if not names:
         print(f"no sweeps under {runs_dir() / 'sweeps'}")
@@ -347,5 +362,11 @@ def main_status(argv: Sequence[str] | None = None) -> int:
     rc = 0
     for table in map(sweep_status, names):
         print(format_status(table))
-        rc |= int((table["status"] == "failed").any())
+        rc |= int(bool(n_unusable(table)))
     return rc
+
+
+def n_unusable(table: pd.DataFrame) -> int:
+    """The failed cells of a status table and its store's invalid files (a writer's temporary file is none)."""
+    return int(table["status"].eq("failed").sum()) + sum(not p["path"].endswith(_TMP_SUFFIX)
+                                                         for p in table.attrs.get("problems", []))

@@ -1,5 +1,6 @@
-"""The worker body of every executor: claim a cell, compute it, write its record (:func:`run_cell`),
-and a Slurm job's chunk of cells (:func:`run_chunk`). Part of the generic sweep engine."""
+"""The worker body of every executor: claim a cell, compute it, write its record (:func:`run_cell`), the
+same for cells computed together (:func:`run_group`, :func:`cell_groups`) and a Slurm job's chunk of cells
+(:func:`run_chunk`). Part of the generic sweep engine."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ from ..identity import jsonable
 from .cells import CellState, SweepCell
 from .store import ResultStore
 
-__all__ = ["run_cell", "run_chunk"]
+__all__ = ["cell_groups", "run_cell", "run_chunk", "run_group"]
 
 
 def _rows_of(out: Any) -> list[dict[str, Any]]:
@@ -80,7 +81,63 @@ def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: s
     return state
 
 
+def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
+    """``cells`` in the groups :func:`run_group` computes together: by ``cell_fn.group_key(cell)`` where
+    ``cell_fn`` has ``run_group`` (in order of first appearance), else one cell each (docs/decisions/0069)."""
+    if not hasattr(cell_fn, "run_group"):
+        return [[c] for c in cells]
+    groups: dict[Any, list[SweepCell]] = {}
+    for c in cells:
+        groups.setdefault(cell_fn.group_key(c), []).append(c)
+    return list(groups.values())
+
+
+def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
+              wait: bool = False) -> list[CellState]:
+    """:func:`run_cell` for cells of one group, computed together by ``cell_fn.run_group(cells)`` (each
+    cell's output, in order): each cell claimed, skipped and recorded as :func:`run_cell` does. Where the
+    group's computation raises, its cells are computed again one by one, so each records its own error;
+    ``wait``: cells another worker holds are waited for after the others (:func:`run_cell`)."""
+    if len(cells) < 2 or not hasattr(cell_fn, "run_group"):
+        return [run_cell(c, cell_fn, store_root, wait) for c in cells]
+    store = ResultStore(store_root)
+    claims, states, failed = {}, {}, False
+    try:
+        for c in cells:
+            claim = store.claim(c)
+            prev = None if claim is None else store.read(c.key)
+            if claim is None or (prev is not None and prev["status"] == "done"):  # another worker's, or done meanwhile
+                states[c] = "running" if claim is None else "done"
+                if claim is not None:
+                    claim.release()
+            else:
+                claims[c] = claim
+        if claims:
+            started = time.time()
+            try:
+                rows = [_rows_of(out) for out in cell_fn.run_group(list(claims))]
+                json.dumps(rows, default=jsonable, allow_nan=True)
+                if len(rows) != len(claims):
+                    raise ValueError(f"run_group gave {len(rows)} outputs for {len(claims)} cells")
+            except Exception:  # noqa: BLE001 - retried cell by cell below, each cell records its own error
+                failed = True
+            else:
+                for c, r in zip(claims, rows):
+                    store.record_done(c, r, started=started)
+                    states[c] = "done"
+    finally:
+        for claim in claims.values():
+            claim.release()
+    if failed:
+        states.update({c: run_cell(c, cell_fn, store_root) for c in claims})
+    states.update({c: run_cell(c, cell_fn, store_root, True) for c in cells if wait and states[c] == "running"})
+    return [states[c] for c in cells]
+
+
 def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str) -> list[CellState]:
-    """A cell job's body: :func:`run_cell` for each of its cells (claims included: a cell claimed
-    by a live worker elsewhere is left to it)."""
-    return [run_cell(c, cell_fn, store_root) for c in cells]
+    """A cell job's body: :func:`run_group` for each of its groups (:func:`cell_groups`; claims included: a
+    cell claimed by a live worker elsewhere is left to it); the states in the order of ``cells``."""
+    states = {}
+    for group in cell_groups(cells, cell_fn):
+        states.update(zip(group, run_group(group, cell_fn, store_root)))
+    return [states[c] for c in cells]

@@ -40,8 +40,8 @@ from __future__ import annotations
 from ..backbones.vit import frozen, math_sdpa
 from .cache import BlockCache, block_cache, key_hash
 from .loop import optimise_on_cache
-from .scorer import (DistillForm, Relaxation, TrainResult, distill_loss, load_or_train_scorer, relaxed_logits,
-                     train_scorer, zscore)
+from .scorer import (DistillForm, Relaxation, TrainResult, distill_loss, load_or_train_scorer,
+                     load_or_train_scorers, relaxed_logits, train_scorer, train_scorers, zscore)
 
 _math_sdpa = math_sdpa  # the name tests and earlier code used
 
@@ -57,6 +57,8 @@ __all__ = [
     "key_hash",
     "block_cache",
     "train_scorer",
+    "train_scorers",
     "load_or_train_scorer",
+    "load_or_train_scorers",
     "optimise_on_cache",
 ]

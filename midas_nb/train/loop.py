@@ -9,7 +9,7 @@ optimiser step, ``epochs`` passes over a batch order drawn from a generator seed
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -21,15 +21,15 @@ __all__ = ["optimise_on_cache"]
 
 
 def optimise_on_cache(
-    params: Iterable[torch.nn.Parameter],
+    params: Iterable[torch.nn.Parameter] | Sequence[Iterable[torch.nn.Parameter]],
     n: int,
-    step: Callable[[Tensor], Tensor],
+    step: Callable[[Any], Tensor],
     *,
     epochs: int,
     batch_size: int,
     lr: float,
     weight_decay: float,
-    seed: int,
+    seed: int | Sequence[int],
     desc: str,
     progress: bool = True,
     end_epoch: Callable[[], None] | None = None,
@@ -43,6 +43,11 @@ def optimise_on_cache(
     keeps); then ``zero_grad``, ``backward``, an AdamW step and a scheduler step (``cosine_lr``
     over ``epochs·⌈n/B⌉`` steps). ``end_epoch()`` runs after each epoch.
 
+    Several models in one loop (docs/decisions/0069): ``seed`` a list of seeds and ``params`` one
+    parameter list per seed; each has its own AdamW, schedule and batch order (the ones it would
+    have alone), ``step`` gets the list of their batches and returns the sum of their losses (a
+    model's gradient is then its own loss's).
+
     Args:
         params: the parameters to optimise (AdamW with ``lr``, ``weight_decay``).
         n: number of cached rows.
@@ -52,18 +57,22 @@ def optimise_on_cache(
             batch loss).
         end_epoch: called after each epoch.
     """
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    many = not isinstance(seed, int)
+    groups = [list(p) for p in params] if many else [list(params)]
+    opts = [torch.optim.AdamW(g, lr=lr, weight_decay=weight_decay) for g in groups]
     total = max(1, epochs * math.ceil(n / batch_size))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine_lr(total))
-    gen = torch.Generator().manual_seed(int(seed))
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, cosine_lr(total)) for o in opts]
+    gens = [torch.Generator().manual_seed(int(s)) for s in (seed if many else [seed])]
     with tqdm(total=total, desc=desc, disable=not progress, leave=False) as bar:
         for _ in range(epochs):
-            for idx in torch.randperm(n, generator=gen).split(batch_size):
-                loss = step(idx)
-                opt.zero_grad(set_to_none=True)
+            for idx in zip(*(torch.randperm(n, generator=g).split(batch_size) for g in gens)):
+                loss = step(list(idx) if many else idx[0])
+                for opt in opts:
+                    opt.zero_grad(set_to_none=True)
                 loss.backward()
-                opt.step()
-                sched.step()
+                for opt, sched in zip(opts, scheds):
+                    opt.step()
+                    sched.step()
                 bar.update(1)
                 if show_loss:
                     bar.set_postfix(loss=f"{loss.item():.3f}")

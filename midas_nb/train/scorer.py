@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +20,8 @@ from .cache import BlockCache, key_hash
 from .loop import optimise_on_cache
 
 __all__ = ["Relaxation", "DistillForm", "TrainResult", "zscore", "distill_loss", "relaxed_logits",
-           "train_scorer", "load_or_train_scorer"]
+           "train_scorer", "train_scorers", "load_or_train_scorer",
+           "load_or_train_scorers"]
 
 Relaxation = Literal["st", "soft"]
 DistillForm = Literal["kl", "mse_z", "rank"]
@@ -107,6 +108,13 @@ def relaxed_logits(
     Raises:
         ValueError: unknown relaxation; ``"soft"`` on a backbone without CLS pooling.
     """
+    return _blocks_after(backbone, depth, *_relaxed_inputs(backbone, hidden, scores, depth, budget, relaxation,
+                                                              mask_temperature))
+
+
+def _relaxed_inputs(backbone, hidden, scores, depth, budget, relaxation, mask_temperature) -> tuple[Tensor, Tensor | None]:
+    """``(tokens [B,T',D], key bias [B,1,1,T] or None)`` that :func:`relaxed_logits` runs through blocks
+    ``L+1..n``: per image, so the inputs of several scorers concatenate along the batch."""
     depth = check_depth(backbone, depth)
     P = num_prefix_tokens(backbone)
     B, T, _ = hidden.shape
@@ -117,8 +125,7 @@ def relaxed_logits(
         s_kept = scores.gather(1, keep_idx)
         multiplier = 1.0 + s_kept - s_kept.detach()                     # value 1, d/ds = 1
         x = gather_tokens(hidden, keep_idx, P)
-        x = torch.cat([x[:, :P], x[:, P:] * multiplier.unsqueeze(-1).to(x.dtype)], dim=1)
-        return classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+        return torch.cat([x[:, :P], x[:, P:] * multiplier.unsqueeze(-1).to(x.dtype)], dim=1), None
     if relaxation == "soft":
         pool = getattr(backbone, "global_pool", "token")
         if pool != "token":
@@ -132,16 +139,21 @@ def relaxed_logits(
             threshold = s_sorted[:, -1:] - spread
         bias = F.logsigmoid((scores - threshold) / (mask_temperature * spread))
         bias = torch.cat([bias.new_zeros(B, P), bias], dim=1).to(hidden.dtype)
-        attn_mask = bias[:, None, None, :]                               # [B,1,1,T] on keys
-        x = hidden
-        # CUDA's memory-efficient SDPA kernel rejects this broadcast additive mask in the
-        # backward pass ("LSE is not correctly aligned" for T not a multiple of 8); the math
-        # kernel computes the same softmax(QKᵀ/√d + bias)·V. CPU keeps its default kernel.
-        with math_sdpa(hidden.is_cuda):
-            for blk in backbone.blocks[depth:]:
-                x = blk(x, attn_mask=attn_mask)
-        return classify_tokens(backbone, x)
+        return hidden, bias[:, None, None, :]                            # [B,1,1,T] on keys
     raise ValueError(f"unknown relaxation {relaxation!r}; expected 'st' or 'soft'")
+
+
+def _blocks_after(backbone, depth: int, x: Tensor, attn_mask: Tensor | None) -> Tensor:
+    """Logits ``[B,C]`` of blocks ``L+1..n`` and the head on :func:`_relaxed_inputs`."""
+    if attn_mask is None:
+        return classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+    # CUDA's memory-efficient SDPA kernel rejects this broadcast additive mask in the
+    # backward pass ("LSE is not correctly aligned" for T not a multiple of 8); the math
+    # kernel computes the same softmax(QKᵀ/√d + bias)·V. CPU keeps its default kernel.
+    with math_sdpa(x.is_cuda):
+        for blk in backbone.blocks[depth:]:
+            x = blk(x, attn_mask=attn_mask)
+    return classify_tokens(backbone, x)
 
 
 @dataclass
@@ -223,62 +235,99 @@ def train_scorer(
         ValueError: on a depth that differs from the cache's, targets of the wrong shape or a
             scorer without parameters.
     """
+    return train_scorers(backbone, [scorer], cache, depth=depth, budget=budget, targets=[targets], seeds=[seed],
+                         relaxation=relaxation, lam=lam, temperature=temperature, distill_form=distill_form,
+                         mask_temperature=mask_temperature, epochs=epochs, batch_size=batch_size, lr=lr,
+                         weight_decay=weight_decay, device=device, progress=progress)[0]
+
+
+def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: BlockCache, *, depth: int,
+                  budget: float, targets: Sequence[Tensor | None], seeds: Sequence[int], relaxation: Relaxation = "st",
+                  lam: float = 1.0, temperature: float = 1.0, distill_form: DistillForm = "kl",
+                  mask_temperature: float = 0.25, epochs: int = 4, batch_size: int = 64, lr: float = 1e-3,
+                  weight_decay: float = 0.01, device: str | torch.device = "cpu",
+                  progress: bool = True) -> list[TrainResult]:
+    """:func:`train_scorer` for several scorers at once (``targets[i]``, ``seeds[i]``: scorer ``i``'s), in one
+    loop over the cache (docs/decisions/0069): each scorer has the optimiser, schedule and batch order it has
+    alone; the blocks after ``L`` run once per step on the kept tokens of every scorer that trains with
+    ``L_cls`` (concatenated along the batch; a scorer family with its own objective runs its own). The same
+    result as training each alone, to the float rounding of a larger batch; each result's ``seconds`` is an
+    equal share of the loop's. Raises as :func:`train_scorer`, and ``ValueError`` for lists of different
+    lengths."""
     depth = check_depth(backbone, depth)
     if cache.depth != depth:
         raise ValueError(f"cache holds block-{cache.depth} states but depth={depth} was asked")
-    params = [p for p in scorer.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError(f"{type(scorer).__name__} has no trainable parameters")
+    if not len(scorers) == len(targets) == len(seeds):
+        raise ValueError(f"train_scorers: {len(scorers)} scorers, {len(targets)} targets and {len(seeds)} seeds; "
+                         "expected one target (or None) and one seed per scorer")
+    params = [[p for p in scorer.parameters() if p.requires_grad] for scorer in scorers]
+    for scorer, own in zip(scorers, params):
+        if not own:
+            raise ValueError(f"{type(scorer).__name__} has no trainable parameters")
     n = len(cache)
     N = cache.hidden.shape[1] - cache.num_prefix
-    if targets is not None and tuple(targets.shape) != (n, N):
-        raise ValueError(f"targets must be [n,N]=({n},{N}) aligned with the cache, got "
-                         f"{tuple(targets.shape)}")
+    for t in targets:
+        if t is not None and tuple(t.shape) != (n, N):
+            raise ValueError(f"targets must be [n,N]=({n},{N}) aligned with the cache, got {tuple(t.shape)}")
     settings = dict(depth=depth, budget=float(budget), relaxation=relaxation, lam=float(lam),
                     temperature=float(temperature), distill_form=distill_form,
                     mask_temperature=float(mask_temperature), epochs=int(epochs),
-                    batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay),
-                    seed=int(seed), supervised=targets is not None)
-    result = TrainResult(params=settings)
-    sums = torch.zeros(4, dtype=torch.float64)
-    hook = getattr(scorer, "training_loss", None)
+                    batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay))
+    results = [TrainResult(params=dict(settings, seed=int(seed), supervised=t is not None))
+               for seed, t in zip(seeds, targets)]
+    sums = torch.zeros(len(scorers), 4, dtype=torch.float64)
+    hooks = [getattr(scorer, "training_loss", None) for scorer in scorers]
 
-    def step(idx: Tensor) -> Tensor:
-        nonlocal sums
-        hidden = cache.hidden[idx].to(device, torch.float32)
-        labels = cache.labels[idx].to(device)
-        own = None if hook is None else hook(backbone, hidden, labels, depth=depth,
-                                             budget=budget, num_prefix=cache.num_prefix)
-        if own is None:
-            scores = scorer(hidden, cache.num_prefix)
-            logits = relaxed_logits(backbone, hidden, scores, depth, budget, relaxation, mask_temperature)
-            loss_cls = F.cross_entropy(logits, labels)
-        else:       # a family with its own objective (TokenScorer.training_loss)
-            loss_cls, logits, scores = own
-        loss_ga = (distill_loss(scores, targets[idx].to(device), distill_form, temperature)
-                   if targets is not None else scores.new_zeros(()))
-        loss = loss_cls + lam * loss_ga
-        b = len(idx)
-        sums += torch.tensor([loss.item() * b, loss_cls.item() * b, loss_ga.item() * b,
-                              (logits.argmax(-1) == labels).sum().item()], dtype=torch.float64)
-        return loss
+    def step(idxs: list[Tensor]) -> Tensor:
+        out: list[Any] = [None] * len(scorers)
+        shared = []         # (i, scores, labels, inputs) of the scorers whose L_cls runs the shared forward
+        for i, (scorer, idx) in enumerate(zip(scorers, idxs)):
+            hidden = cache.hidden[idx].to(device, torch.float32)
+            labels = cache.labels[idx].to(device)
+            own = None if hooks[i] is None else hooks[i](backbone, hidden, labels, depth=depth, budget=budget,
+                                                         num_prefix=cache.num_prefix)
+            if own is None:
+                scores = scorer(hidden, cache.num_prefix)
+                shared.append((i, scores, labels, _relaxed_inputs(backbone, hidden, scores, depth, budget,
+                                                                  relaxation, mask_temperature)))
+            else:       # a family with its own objective (TokenScorer.training_loss)
+                out[i] = (*own, labels)
+        if shared:
+            masks = [inputs[1] for *_, inputs in shared]
+            logits = _blocks_after(backbone, depth, torch.cat([inputs[0] for *_, inputs in shared]),
+                                   None if masks[0] is None else torch.cat(masks))
+            for (i, scores, labels, _), part in zip(shared, logits.split([len(x[2]) for x in shared])):
+                out[i] = (F.cross_entropy(part, labels), part, scores, labels)
+        total = 0.0
+        for i, ((loss_cls, logits, scores, labels), idx, t) in enumerate(zip(out, idxs, targets)):
+            loss_ga = (distill_loss(scores, t[idx].to(device), distill_form, temperature)
+                       if t is not None else scores.new_zeros(()))
+            loss = loss_cls + lam * loss_ga
+            b = len(idx)
+            sums[i] += torch.tensor([loss.item() * b, loss_cls.item() * b, loss_ga.item() * b,
+                                     (logits.argmax(-1) == labels).sum().item()], dtype=torch.float64)
+            total = total + loss
+        return total
 
     def end_epoch() -> None:
-        nonlocal sums
-        result.loss.append(float(sums[0] / n))
-        result.loss_cls.append(float(sums[1] / n))
-        result.loss_ga.append(float(sums[2] / n))
-        result.train_accuracy.append(float(sums[3] / n))
-        sums = torch.zeros(4, dtype=torch.float64)
+        for result, row in zip(results, (sums / n).tolist()):
+            result.loss.append(row[0])
+            result.loss_cls.append(row[1])
+            result.loss_ga.append(row[2])
+            result.train_accuracy.append(row[3])
+        sums.zero_()
 
     t0 = time.perf_counter()
-    scorer.train()
+    for scorer in scorers:
+        scorer.train()
     with frozen(backbone):
         optimise_on_cache(params, n, step, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                          seed=seed, desc="train scorer", progress=progress, end_epoch=end_epoch, show_loss=True)
-    scorer.eval()
-    result.seconds = time.perf_counter() - t0
-    return result
+                          seed=list(seeds), desc="train scorer", progress=progress, end_epoch=end_epoch,
+                          show_loss=True)
+    for scorer, result in zip(scorers, results):
+        scorer.eval()
+        result.seconds = (time.perf_counter() - t0) / len(scorers)
+    return results
 
 
 def load_or_train_scorer(
@@ -324,36 +373,61 @@ def load_or_train_scorer(
     Returns:
         ``(scorer on device in eval mode, TrainResult, loaded_from_cache)``.
     """
+    return load_or_train_scorers(backbone, cache, keys=[key], depth=depth, budget=budget, targets=[targets],
+                                 seeds=[seed], mlp_hidden=mlp_hidden, cache_dir=cache_dir, device=device,
+                                 progress=progress, scorer=scorer, scorer_kwargs=scorer_kwargs, **train_kwargs)[0]
+
+
+def load_or_train_scorers(backbone: nn.Module, cache: BlockCache, *, keys: Sequence[dict[str, Any]], depth: int,
+                          budget: float, targets: Sequence[Tensor | None], seeds: Sequence[int],
+                          mlp_hidden: int | None = None, cache_dir: str | Path | None = None,
+                          device: str | torch.device = "cpu", progress: bool = True, scorer: str = "mlp",
+                          scorer_kwargs: dict[str, Any] | None = None,
+                          **train_kwargs) -> list[tuple[TokenScorer, TrainResult, bool]]:
+    """:func:`load_or_train_scorer` for several scorers of one family (``keys[i]``, ``targets[i]``,
+    ``seeds[i]``: scorer ``i``'s), each cached under its own key; those not cached are trained together
+    (:func:`train_scorers`)."""
     dim = cache.hidden.shape[-1]
     family = str(scorer)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
-        if family == "mlp":
-            model = MLPScorer(dim, hidden=mlp_hidden)
-        else:
-            model = build_scorer(family, dim, **dict(scorer_kwargs or {}))
-    model.to(device)
-    # a family's architecture identity keys its cache: a checkpoint of another version is never loaded
-    extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}),
-                                                architecture=getattr(model, "architecture", None))
-    full_key = dict(key, depth=int(depth), budget=float(budget), seed=int(seed), mlp_hidden=mlp_hidden,
-                    dim=int(dim), n_train=len(cache), supervised=targets is not None,
-                    train_data=cache.data_id or None, weights=state_dict_digest(backbone),
-                    targets_digest=None if targets is None else tensor_digest(targets),
-                    kind=f"{family}_scorer", **extra_key,
-                    **{k: (float(v) if isinstance(v, (int, float)) and not
-                           isinstance(v, bool) else v) for k, v in train_kwargs.items()})
+    weights = state_dict_digest(backbone)
+    digests = {id(t): tensor_digest(t) for t in targets if t is not None}
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = root / "scorers" / f"{key_hash(full_key)}.pt"
+    models, full_keys = [], []
+    for key, seed, t in zip(keys, seeds, targets, strict=True):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(seed))
+            model = (MLPScorer(dim, hidden=mlp_hidden) if family == "mlp"
+                     else build_scorer(family, dim, **dict(scorer_kwargs or {})))
+        models.append(model.to(device))
+        # a family's architecture identity keys its cache: a checkpoint of another version is never loaded
+        extra_key = {} if family == "mlp" else dict(scorer_kwargs=dict(scorer_kwargs or {}),
+                                                    architecture=getattr(model, "architecture", None))
+        full_keys.append(dict(key, depth=int(depth), budget=float(budget), seed=int(seed), mlp_hidden=mlp_hidden,
+                              dim=int(dim), n_train=len(cache), supervised=t is not None,
+                              train_data=cache.data_id or None, weights=weights,
+                              targets_digest=None if t is None else digests[id(t)],
+                              kind=f"{family}_scorer", **extra_key,
+                              **{k: (float(v) if isinstance(v, (int, float)) and not
+                                     isinstance(v, bool) else v) for k, v in train_kwargs.items()}))
+    paths = [root / "scorers" / f"{key_hash(k)}.pt" for k in full_keys]
+    built: dict[int, dict[str, Any]] = {}
 
-    def build() -> dict[str, Any]:
-        result = train_scorer(backbone, model, cache, depth=depth, budget=budget, targets=targets,
-                              seed=seed, device=device, progress=progress, **train_kwargs)
-        return {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "result": result.__dict__, "key": full_key}
+    def build(i: int) -> dict[str, Any]:   # scorer i and every other one without a file, in one loop
+        if i not in built:
+            todo = [i] + [j for j, p in enumerate(paths) if j != i and j not in built and not p.exists()]
+            results = train_scorers(backbone, [models[j] for j in todo], cache, depth=depth, budget=budget,
+                                    targets=[targets[j] for j in todo], seeds=[seeds[j] for j in todo],
+                                    device=device, progress=progress, **train_kwargs)
+            for j, result in zip(todo, results):
+                built[j] = {"state_dict": {k: v.detach().cpu() for k, v in models[j].state_dict().items()},
+                            "result": result.__dict__, "key": full_keys[j]}
+        return built[i]
 
-    blob, loaded = load_or_build(path, build, key=full_key, what="scorer cache")
-    if loaded:
-        model.load_state_dict(blob["state_dict"])
-        model.eval()
-    return model, TrainResult(**blob["result"]), loaded
+    out = []
+    for i, (model, path, full_key) in enumerate(zip(models, paths, full_keys)):
+        blob, loaded = load_or_build(path, lambda i=i: build(i), key=full_key, what="scorer cache")
+        if loaded:
+            model.load_state_dict(blob["state_dict"])
+            model.eval()
+        out.append((model, TrainResult(**blob["result"]), loaded))
+    return out

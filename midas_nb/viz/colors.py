@@ -1,4 +1,6 @@
-"""One colour per condition / target name, the same in every figure of every notebook.
+"""One colour per meaning, the same in every figure of every notebook: per condition / target name,
+for the part patches, the object box and the keypoints (:data:`PART_COLOR`, :data:`BOX_COLOR`,
+:data:`KEYPOINT_COLOR`), and one colormap per axis a figure colours by (:data:`AXIS_CMAPS`).
 
 :func:`condition_color` maps each known condition or target id (the protocol's conditions,
 :func:`midas_nb.targets.list_targets`, the related methods of notebook 06) to a fixed colour,
@@ -12,11 +14,18 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence
 
-__all__ = ["CONDITION_COLORS", "FALLBACK_PALETTE", "condition_color", "condition_colors"]
+__all__ = ["CONDITION_COLORS", "FALLBACK_PALETTE", "condition_color", "condition_colors", "PART_COLOR", "BOX_COLOR",
+           "KEYPOINT_COLOR", "AXIS_CMAPS"]
+
+#: part patches (filled or outlined), the object box, the visible part keypoints: in every image figure
+PART_COLOR, BOX_COLOR, KEYPOINT_COLOR = "gold", "cyan", "red"
+#: the colormap of each axis a figure colours lines by: the budget and the depth never share one
+AXIS_CMAPS: dict[str, str] = {"budget": "viridis", "depth": "magma"}
 
 #: fixed colours (hex RGB) of the known conditions and targets: the controls in neutrals, the
-#: six taxonomy targets T0–T5 in tab10's first six hues, the related targets and scorer families
-#: in the remaining tab10 / tab20 hues; every value is distinct
+#: taxonomy targets T1–T5 in tab10's first hues, the related targets and scorer families in the
+#: remaining tab10 / tab20 hues; every value is distinct but T0's, which is the reference's: the
+#: reference scorer ranks the patch tokens by T0, one ranking in one colour
 CONDITION_COLORS: dict[str, str] = {
     # protocol controls
     "reference": "#000000",     # black: the dense backbone, no pruning
@@ -24,7 +33,7 @@ CONDITION_COLORS: dict[str, str] = {
     "random": "#c7c7c7",        # light grey: random target
     "random_map": "#e7ba52",    # gold: a fixed random map as target
     # the T0–T5 taxonomy
-    "T0": "#1f77b4",
+    "T0": "#000000",            # the reference's ranking: the reference's black
     "T1": "#ff7f0e",
     "T2": "#2ca02c",
     "T3": "#d62728",

@@ -12,6 +12,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.collections import LineCollection
 from matplotlib.lines import Line2D
 
+from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR
 from .common import image_to_rgb, patch_rects, to_numpy
 from .output import finish_figure, FONT, Normalization
 
@@ -121,13 +122,13 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
         ax.imshow(image_to_rgb(f["images"][i], normalization), extent=(0, W, H, 0))
         _draw_grid(ax, rows, cols, H, W)
         patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
-                    facecolor="gold", edgecolor="darkorange", alpha=0.45, lw=0.8)
+                    facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.45, lw=0.8)
         x0, y0, x1, y1 = f["boxes"][i]
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.8))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.8))
         parts = f["parts"][i]
         vis = parts[:, 2] > 0 if parts.size else np.zeros(0, bool)
         if vis.any():
-            ax.scatter(parts[vis, 0], parts[vis, 1], s=22, c="red", edgecolors="white", linewidths=0.7,
+            ax.scatter(parts[vis, 0], parts[vis, 1], s=22, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.7,
                        zorder=3)
         ax.set_xlim(0, W)
         ax.set_ylim(H, 0)
@@ -138,10 +139,10 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, ncols: int = 4
                      fontsize=FONT["annot"])
         _pixel_axes(ax, show_labels=(i % max(1, min(ncols, B)) == 0))
     handles = ([] if boxes_only else
-               [Line2D([], [], marker="o", ls="", color="red", markeredgecolor="white", label="visible part keypoint")])
-    handles += [Patch(facecolor="gold", edgecolor="darkorange", alpha=0.6,
+               [Line2D([], [], marker="o", ls="", color=KEYPOINT_COLOR, mec="white", label="visible part keypoint")])
+    handles += [Patch(facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.6,
                       label=f"{kind} patch ({patch_size}×{patch_size} px)"),
-                Patch(fill=False, edgecolor="cyan", lw=1.8, label="object box")]
+                Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
@@ -254,7 +255,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     cb = fig.colorbar(im, cax=cax)
     cb.set_label(label, fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
-    outlined = " (cyan outline: part patches)" if parts is not None and parts[:B].any() else ""
+    outlined = " (gold outline: part patches)" if parts is not None and parts[:B].any() else ""
     fig.suptitle((title or f"Target maps on the {rows}×{cols} patch grid") + outlined, fontsize=FONT["title"])
     return finish_figure(fig, save)
 
@@ -276,7 +277,7 @@ def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) ->
             segs.append([(x0, y0), (x0, y1)])
         if not padded[r + 1, c + 2]:  # right
             segs.append([(x1, y0), (x1, y1)])
-    ax.add_collection(LineCollection(segs, colors="cyan", linewidths=1.1, gid="part outline"))
+    ax.add_collection(LineCollection(segs, colors=PART_COLOR, linewidths=1.1, gid="part outline"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
         patch_rects(ax, keep[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         if parts is not None:
-            patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4,
+            patch_rects(ax, parts[b], rows, cols, H / rows, W / cols, fill=False, edgecolor=PART_COLOR, lw=1.4,
                         ls="--")
         ax.set_xticks([])
         ax.set_yticks([])
@@ -326,7 +327,7 @@ def kept_tokens_overlay(image: Any, keep_mask: Any, grid: Sequence[int] | int | 
     handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
                Patch(facecolor=(0, 0, 0, dim), label="dropped patch token")]
     if parts is not None:
-        handles.append(Patch(fill=False, edgecolor="gold", ls="--", lw=1.4, label="part patch"))
+        handles.append(Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False)
     top = 1.0
     if suptitle:

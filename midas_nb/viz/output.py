@@ -87,12 +87,23 @@ def _interactive_backend() -> bool:
         "qtagg", "tkagg", "macosx", "gtk3agg", "gtk4agg", "wxagg", "nbagg", "webagg", "qt5agg"}
 
 
+def figure_title(fig: Figure) -> str:
+    """What ``fig`` shows, in words: its suptitle, else its axes' titles joined with ``"; "``, else
+    ``"figure"`` (the alt text of its image in the HTML edition)."""
+    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    return " ".join((sup or "; ".join(t for ax in fig.axes if (t := ax.get_title())) or "figure").split())
+
+
 def finish_figure(fig: Figure, save: str | None) -> Figure:
-    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`)
-    when a name is given, and close it unless the backend shows figures (inline, widget, a
-    window), so a headless run does not accumulate open figures. Returns ``fig``."""
+    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`) when a
+    name is given; in a notebook (inline backend) show it now, its :func:`figure_title` as the image's
+    ``alt`` (the HTML edition's alt text); close it unless a widget or window shows it. Returns ``fig``."""
     if save:
         save_figure(fig, save)
-    if not _interactive_backend():
+    if "inline" in matplotlib.get_backend().lower():
+        from IPython.display import display
+        display(fig, metadata={"image/png": {"alt": figure_title(fig)}})
+        plt.close(fig)          # shown once: the backend does not show it again at the cell's end
+    elif not _interactive_backend():
         plt.close(fig)          # the Figure object stays usable (savefig, axes) after closing
     return fig

@@ -7,6 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from .colors import condition_color
 from .output import finish_figure, FONT
 
 
@@ -77,14 +78,15 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
     if missing:
         raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    cmap = plt.get_cmap("tab10")
-    for i, ((x, y), g) in enumerate(table.groupby([a, b], sort=False)):
+    # a pair in its first target's colour (the colour it has in every figure), one line style per second target
+    styles = {v: ("-", "--", ":", "-.")[i % 4] for i, v in enumerate(dict.fromkeys(table[b].astype(str)))}
+    for (x, y), g in table.groupby([a, b], sort=False):
         g = g.sort_values("depth")
         d = g["depth"].to_numpy(dtype=float)
-        ax.plot(d, g["cosine"], marker="o", color=cmap(i % 10), label=f"{x} vs {y}")
+        ax.plot(d, g["cosine"], marker="o", color=condition_color(x), ls=styles[str(y)], label=f"{x} vs {y}")
         if {"lo", "hi"} <= set(g.columns) and g["lo"].notna().any():
             ax.fill_between(d, g["lo"].to_numpy(dtype=float), g["hi"].to_numpy(dtype=float),
-                            color=cmap(i % 10), alpha=0.15, lw=0)
+                            color=condition_color(x), alpha=0.12, lw=0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(sorted(table["depth"].dropna().unique()))
     ax.set_xlabel("depth L (targets read at block L)", fontsize=FONT["label"])

@@ -76,7 +76,8 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
                              coverage_label: str | None = None, title: str | None = None,
                              save: str | None = None, average_over: Sequence[str] = (),
                              n_boot: int = 1000) -> Figure:
-    """Part coverage (mIoU, %) against faithfulness (IDAUC) per condition, with the parity band.
+    """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, with
+    the parity band; hollow markers and a label per point (up to 10), so conditions at one spot stay visible.
 
     The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band``
     (asymmetric: faithfulness gains always count); the dashed vertical line is the reference
@@ -116,21 +117,21 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     fig, ax = plt.subplots(figsize=(8.2, 4.6))
     ref = agg[agg["condition"] == reference]
     if len(ref):
-        r_m, r_i = float(ref["miou"].iloc[0]) * 100, float(ref["idauc"].iloc[0])
+        r_m, r_i = float(ref["miou"].iloc[0]), float(ref["idauc"].iloc[0])
         ax.axhspan(r_i - band, max(r_i - band, agg["idauc_hi"].max() if "idauc_hi" in agg else agg["idauc"].max()) + 1.0,
                    color="tab:green", alpha=0.10, lw=0, label=f"parity band: IDAUC ≥ ref − {band:g}")
         ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
         ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label=f"reference {coverage_label}")
     for i, row in agg.iterrows():
         c = row["condition"]
-        x, y = row["miou"] * 100, row["idauc"]
+        x, y = row["miou"], row["idauc"]
         xerr = yerr = None
         if {"miou_lo", "miou_hi"} <= set(agg.columns) and pd.notna(row["miou_lo"]):
-            xerr = [[max(0.0, x - row["miou_lo"] * 100)], [max(0.0, row["miou_hi"] * 100 - x)]]
+            xerr = [[max(0.0, x - row["miou_lo"])], [max(0.0, row["miou_hi"] - x)]]
         if {"idauc_lo", "idauc_hi"} <= set(agg.columns) and pd.notna(row["idauc_lo"]):
             yerr = [[max(0.0, y - row["idauc_lo"])], [max(0.0, row["idauc_hi"] - y)]]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c],
-                    ms=8, capsize=3, lw=1.2, label=c, zorder=3)
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c], mfc="none",
+                    mew=1.6, ms=8, capsize=3, lw=1.2, label=c, zorder=3)
     # keep the band from stretching the y range
     ys = np.concatenate([agg["idauc"].to_numpy(),
                          agg["idauc_lo"].dropna().to_numpy() if "idauc_lo" in agg else [],
@@ -140,7 +141,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
         lo = min(lo, r_i - band)
     pad = max(0.01, 0.08 * (hi - lo))
     ax.set_ylim(lo - pad, hi + pad)
-    ax.set_xlabel(f"{coverage_label} (%)", fontsize=FONT["label"])
+    ax.set_xlabel(f"{coverage_label} (fraction)", fontsize=FONT["label"])
     ax.set_ylabel("insertion − deletion AUC", fontsize=FONT["label"])
     ax.tick_params(labelsize=FONT["tick"])
     ax.grid(alpha=0.3)
@@ -149,8 +150,8 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over seeds)") + note,
                  fontsize=FONT["title"] - 1)
     fig.tight_layout()
-    if len(agg) <= 6:  # beyond that the legend names the markers; labels placed without overlap
-        place_point_labels(ax, list(zip(agg["miou"] * 100, agg["idauc"])), agg["condition"].tolist())
+    if len(agg) <= 10:  # beyond that the legend names the markers; labels placed without overlap
+        place_point_labels(ax, list(zip(agg["miou"], agg["idauc"])), agg["condition"].tolist())
     return finish_figure(fig, save)
 
 

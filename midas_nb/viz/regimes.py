@@ -13,7 +13,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.lines import Line2D
 
 from .output import finish_figure, FONT
-from .colors import condition_colors as _condition_colors
+from .colors import AXIS_CMAPS, condition_colors as _condition_colors
 from .protocol import AXIS_LABELS, mixed_groups
 
 
@@ -225,7 +225,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
     if not conds:
         raise ValueError("no condition to plot besides the reference")
     hues = sorted(table[hue].dropna().unique())
-    cmap = plt.get_cmap("viridis")
+    cmap = plt.get_cmap(AXIS_CMAPS.get(hue, "viridis"))   # budget and depth: never one colormap for both
     colors = {hv: cmap(i / max(1, len(hues) - 1) * 0.85) for i, hv in enumerate(hues)}
     ncols = min(3, len(conds))
     nrows = math.ceil(len(conds) / ncols)
@@ -339,7 +339,8 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="...", label="band not resolved"))
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="///", label="outside parity band"))
     handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="xx", label="uninformative (reference not faithful)"))
-    ax.legend(handles=handles, fontsize=FONT["legend"], loc="best", framealpha=0.85)
+    ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0, frameon=False)      # beside the axes: never over a bar
     bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
     ax.set_title((title or f"Decoupling D across {x}s") + note + bars, fontsize=FONT["title"])
     fig.tight_layout()

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .colors import condition_color
+from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR, condition_color
 from .common import image_to_rgb, patch_rects, to_numpy
 from .output import FONT, finish_figure
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
@@ -265,13 +265,13 @@ def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: 
     from matplotlib.patches import Rectangle
     if view.region == "part":
         pm = to_numpy(batch.part_mask[position]).astype(bool)
-        patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor="gold", lw=1.4, ls="--")
+        patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor=PART_COLOR, lw=1.4, ls="--")
         parts = to_numpy(batch.parts[position])
         vis = parts[:, 2] > 0
-        ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c="red", edgecolors="white", linewidths=0.5, zorder=3)
+        ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.5, zorder=3)
     else:
         x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[position]))
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor="cyan", lw=1.6))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.6))
 
 
 def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
@@ -334,10 +334,11 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
                Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")]
     if view.region == "part":
         from matplotlib.lines import Line2D
-        handles.append(Patch(fill=False, edgecolor="gold", ls="--", lw=1.4, label="part patch"))
-        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc="red", mec="white", label="visible part keypoint"))
+        handles.append(Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"))
+        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white",
+                              label="visible part keypoint"))
     else:
-        handles.append(Patch(fill=False, edgecolor="cyan", lw=1.6, label="object box"))
+        handles.append(Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box"))
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
                  fontsize=FONT["title"])
     # the note on the bottom line, the legend stacked above it, the panels above both (measured,
@@ -359,7 +360,7 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
 def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                     budget: float | None = None, save: str | None = "explorer", n_images: int = 12):
     """The explorer's static still: :func:`explorer_figure` of one setting, with
-    :data:`STATIC_NOTE` under it (batch runs, the HTML edition).
+    :data:`STATIC_NOTE` under it (batch runs, the HTML edition), and its read-out printed below.
 
     Args:
         study: a :class:`midas_nb.study.Study`.
@@ -377,7 +378,9 @@ def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR
     batch = _explorer_batch(study, n_images)
     fig = explorer_figure(view, batch, study.grid, study.normalization, note=STATIC_NOTE)
     fig.explorer_view = view
-    return finish_figure(fig, save)
+    finish_figure(fig, save)
+    print("\n".join(view.lines()))    # the read-out the interactive explorer shows under the figure
+    return fig
 
 
 def _png(fig) -> bytes:

@@ -1,0 +1,343 @@
+"""The reader's take-away in one place (decision 0073): the paper's claims beside this run's, one row each
+(:func:`claims_table`), whether a scorer's gain comes from its target's content or from the training signal
+(:func:`content_vs_signal`), and the short "what this run shows" box every notebook ends with (:func:`box`).
+
+Every row is read from a computed verdict — :func:`midas_nb.analysis.findings.paper_findings`,
+:func:`midas_nb.analysis.claim_verdict` — never computed a second time here.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .findings import ci_text, cosine_verdict, is_number, paper_findings
+from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
+from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
+
+__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline", "leak_test",
+           "probe_claims", "advice_lines", "content_from_d", "pib_trade", "run_claims"]
+
+#: the words of the verdict column, in the order a headline counts them
+CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "undefined")
+
+#: finding id -> (claim, what the paper reports); the T5 and T1 values are the dataset's (DESIGN.md §8)
+_FINDING_CLAIMS = {
+    "t5_gain_in_band": ("T5 gains coverage at faithfulness parity", "D(T5) > 0, in band"),
+    "t1_below_reference": ("T1 covers less than the reference", "D(T1) < 0"),
+    "cosine_small": ("hidden- and attention-gradient rankings unrelated", f"|cos| ≤ {PAPER_COSINE_MAX}"),
+    "fades_deep": ("the decoupling fades with depth", "D(T5) smaller at L ∈ {9, 11} than at L ∈ {3, 6}"),
+    "fades_loose": ("the decoupling fades with the budget", "D(T5) smaller at b ≥ 50 % than at b ≤ 25 %"),
+    "scale": ("reproduces on DeiT-Ti, reverses on ViT-B", "D(T5) > 0 on DeiT-Ti, lost on ViT-B"),
+}
+
+
+def _paper(fid: str, dataset: str) -> str:
+    """What the paper reports for a finding, with its number on ``dataset`` where it gives one."""
+    text = _FINDING_CLAIMS[fid][1]
+    cond = {"t5_gain_in_band": "T5", "t1_below_reference": "T1"}.get(fid)
+    v = paper_value(cond, dataset) if cond else None
+    return text if v is None else f"D({cond}) = {v:+.2f} pp" + (f", {paper_status(cond, dataset)}"
+                                                              if paper_status(cond, dataset) else "")
+
+
+def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
+    """A finding's verdict in the table's words. ``False`` is the **opposite of the paper** where the run
+    shows the reverse sign: T1 resolvably above the reference; T5 resolvably below it (not merely outside
+    the band); ``D(T5)`` rising along an axis where there was a decoupling to fade (the findings module
+    says "no decoupling … to fade" otherwise)."""
+    if holds is True or str(holds) == "True":
+        return "holds"
+    if str(holds) != "False":
+        return str(holds)
+    opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
+                or (fid in ("fades_deep", "fades_loose") and "no decoupling" not in evidence))
+    return "opposite of the paper" if opposite else "does not hold"
+
+
+def _sign(lo: float, hi: float) -> str:
+    return "undefined" if not (is_number(lo) and is_number(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+
+
+def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",
+                      control: str = CONTROL_CONDITION, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Whether ``focus``'s scorer gains coverage from its target's **content** or from being trained on any
+    structured map (the training signal of ``L_ga``; DESIGN.md §5), three comparisons (the first two paired):
+
+    1. the ``focus`` scorer against the ``control`` (``gain_over_control`` of :func:`targets_vs_scorers`);
+    2. the ``focus`` scorer against every other target's scorer (:func:`paired_gap` on mIoU, seeds × images);
+    3. the ``focus`` target's own top-k coverage against the control scorer's (``target_miou`` interval
+       against ``control_miou``).
+
+    Args:
+        vs_targets: :func:`midas_nb.analysis.targets_vs_scorers` frame.
+        table: the protocol rows of its cell (per-image mIoU).
+        focus, control: the target whose content the paper credits; the random-map control.
+        n_boot, seed: bootstrap resamples and seed of the paired intervals.
+
+    Returns:
+        ``reading``: ``"T5 specifically"`` (above the control *and* resolvably above every other target's
+        scorer), ``"any structured target"`` (above the control, but another target's scorer, itself above
+        the control, ties with it or beats it), ``"not resolved"`` (the gain over the control, or the
+        comparison with the other targets, is not resolved), ``"no gain over the control"`` or
+        ``"undefined"`` (no control or no ``focus`` scorer) — ``T5`` is ``focus``'s name; ``sentence``
+        (the sentence the run supports, numbers included); ``gain`` ``(m, lo, hi)``; ``vs_others``
+        ``{target: (m, lo, hi)}``; ``ties``; ``own_vs_control`` (``"above"``, ``"not above"``).
+
+    Raises:
+        KeyError: ``vs_targets`` lacks the columns of :func:`targets_vs_scorers`.
+    """
+    row = vs_targets[vs_targets["target"] == focus] if len(vs_targets) else vs_targets
+    out: dict[str, Any] = {"reading": "undefined", "gain": (np.nan,) * 3, "vs_others": {}, "ties": [],
+                           "own_vs_control": "undefined"}
+    if row.empty or not is_number(row["gain_over_control_lo"].iloc[0]):
+        out["sentence"] = (f"Target content against training signal: this run has no {control} control or no "
+                           f"{focus} scorer, so it cannot say whether {focus}'s content explains its scorer's gain.")
+        return out
+    r = row.iloc[0]
+    out["gain"] = g = (r["gain_over_control"], r["gain_over_control_lo"], r["gain_over_control_hi"])
+    own_above = r["target_miou_lo"] > r["control_miou"]
+    out["own_vs_control"] = "above" if own_above else "not above"
+    head = (f"Target content against training signal: the {focus} scorer covers {r['scorer_miou']:.3f}, the {control} "
+            f"control {r['control_miou']:.3f} (gain {ci_text(*g, fmt='+.3f')}); {focus}'s own top-k covers "
+            f"{ci_text(r['target_miou'], r['target_miou_lo'], r['target_miou_hi'], '.3f')}, "
+            + ("resolvably more than the control" if own_above else "not resolvably more than the control"))
+    sign = _sign(g[1], g[2])
+    if sign != "positive":
+        out["reading"] = "not resolved" if sign == "not resolved" else "no gain over the control"
+        out["sentence"] = head + f" → {out['reading']}: this run cannot credit {focus}'s gain to its content."
+        return out
+    above = set(vs_targets.loc[vs_targets["reading"] == "above the control", "target"])
+    mine = table[table["condition"] == focus]
+    for i, other in enumerate(t for t in vs_targets["target"] if t != focus):
+        m, lo, hi, _ = paired_gap(mine, table[table["condition"] == other], "miou", n_boot=n_boot, seed=seed + i)
+        out["vs_others"][other] = (m, lo, hi)
+        out["ties"] += [other] if not lo > 0 else []
+    ties_above = [t for t in out["ties"] if t in above]
+    key = ("not resolved" if not out["vs_others"] else "specifically" if not out["ties"] else
+           "any structured target" if ties_above else "not resolved")
+    out["reading"] = f"{focus} specifically" if key == "specifically" else key
+    said = "; ".join(f"{focus} − {t} {ci_text(*v, fmt='+.3f')}" for t, v in out["vs_others"].items())
+    out["sentence"] = head + (f"; against the other targets' scorers: {said}" if said else
+                              "; no other target's scorer to compare with") + f" → {out['reading']}" + {
+        "specifically": f": {focus}'s content adds coverage that the other targets' do not.",
+        "any structured target": f": distilling any structured map helps ({', '.join(ties_above)} "
+                                 f"{'ties' if len(ties_above) == 1 else 'tie'} with {focus} or beat it); this run "
+                                 f"does not credit {focus}'s content.",
+        "not resolved": f": this run cannot tell {focus}'s content from any target's."}[key]
+    return out
+
+
+#: conditions of a three-condition table that distil no supervision target (or are scorer families of their own)
+_NOT_TARGETS = ("reference", "unsupervised", "random", CONTROL_CONDITION, "cropr", "iared")
+
+
+def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTROL_CONDITION) -> dict[str, Any]:
+    """:func:`content_vs_signal` read from a report's three-condition table, which keeps ``D`` and
+    ``D_vs_<control>_pp`` with their intervals but no per-image values: ``focus`` is credited
+    ("T5 specifically") only where its ``D`` interval lies above every other target's (unpaired, so
+    stricter than the paired test), "any structured target" where it is above the control and another
+    target's ``D`` interval, itself above the control, overlaps it."""
+    col = f"D_vs_{control}_pp"
+    t = three.set_index("condition") if col in three.columns else pd.DataFrame()
+    if focus not in t.index or not is_number(t.loc[focus, f"{col}_lo"]):
+        return {"reading": "undefined"}
+    g = _sign(t.loc[focus, f"{col}_lo"], t.loc[focus, f"{col}_hi"])
+    above = [c for c in t.index if c not in _NOT_TARGETS and c != focus and is_number(t.loc[c, f"{col}_lo"])
+             and t.loc[c, f"{col}_lo"] > 0]
+    ties = [c for c in above if t.loc[c, "D_pp_hi"] >= t.loc[focus, "D_pp_lo"]]
+    others = [c for c in t.index if c not in _NOT_TARGETS and c != focus]
+    reading = ("no gain over the control" if g == "negative" else "not resolved" if g != "positive" or not others
+               else "any structured target" if ties else f"{focus} specifically"
+               if all(t.loc[c, "D_pp_hi"] < t.loc[focus, "D_pp_lo"] for c in others) else "not resolved")
+    return {"reading": reading + (f" (D within {', '.join(ties)}'s)" if ties else "")}
+
+
+def _winners_row(v: ClaimVerdict) -> list[str]:
+    w, r = v.winners, v.winners.get("reading", "undefined")
+    verdict = ("holds" if r == "different winners" else "opposite of the paper" if r == "one condition leads both"
+               else "undefined" if r == "undefined" else "not resolved")
+    return ["two different winners", "coverage-first ≠ faithfulness-first",
+            f"coverage {w.get('coverage_winner')}, faithfulness {w.get('faithfulness_winner')}: {r}", verdict]
+
+
+def _comovement_row(v: ClaimVerdict) -> list[str]:
+    co, wo = v.comovement, v.comovement.get("without_controls") or {}
+    run = f"r = {ci_text(co['r'], co['r_lo'], co['r_hi'])}" + (
+        f"; without {', '.join(wo['left_out'])}: r = {ci_text(wo['r'], wo['r_lo'], wo['r_hi'])}" if wo else "")
+    verdict = {"trade off": "holds", "move together": "opposite of the paper", "not resolved": "not resolved"}.get(
+        co["reading"], "undefined")
+    if co.get("rests_on_controls"):
+        verdict = "not resolved without the controls"
+    return ["coverage and faithfulness decouple", "not rising together", run, verdict]
+
+
+def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | None = None,
+                 content: Mapping[str, Any] | None = None, *, dataset: str | None = None,
+                 backbone: str | None = None, keep_undefined: bool = False) -> pd.DataFrame:
+    """One row per claim of the paper: ``claim | paper | this run | verdict``.
+
+    Args:
+        findings: :func:`midas_nb.analysis.findings.paper_findings` rows of one dataset × backbone (and
+            its ``scale`` row), or ``None``.
+        verdict: :func:`midas_nb.analysis.claim_verdict` of the paper's cell: the two winners and the
+            co-movement rows (and T5's parity where ``findings`` has none).
+        content: :func:`content_vs_signal`: the row "T5's content explains its gain".
+        dataset: whose paper values to show (default: the findings' dataset).
+        backbone: keep only this backbone's findings (and the ``scale`` row).
+        keep_undefined: keep the findings these rows cannot test (e.g. the regime findings without a sweep).
+
+    Returns:
+        Columns ``claim``, ``paper``, ``this run``, ``verdict`` (one of :data:`CLAIM_VERDICTS`, or
+        ``"not resolved without the controls"``).
+    """
+    rows: list[list[str]] = []
+    f = findings if findings is not None else pd.DataFrame(columns=["finding", "holds", "evidence", "dataset"])
+    if backbone is not None:
+        f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
+    ds = dataset or (str(f["dataset"].iloc[0]) if len(f) else "")
+    for _, r in f.iterrows():
+        if r["finding"] in _FINDING_CLAIMS and (keep_undefined or str(r["holds"]) != "undefined"):
+            rows.append([_FINDING_CLAIMS[r["finding"]][0], _paper(r["finding"], ds), str(r["evidence"]),
+                         _finding_verdict(r["finding"], r["holds"], str(r["evidence"]))])
+    if verdict is not None:
+        c = verdict.conditions.set_index("condition")
+        if "t5_gain_in_band" not in set(f["finding"]) and "T5" in c.index:
+            t = c.loc["T5"]
+            gain = _sign(t["D_pp_lo"], t["D_pp_hi"])
+            rows.insert(0, [_FINDING_CLAIMS["t5_gain_in_band"][0], _paper("t5_gain_in_band", ds),
+                            f"D(T5) = {ci_text(t['D_pp'], t['D_pp_lo'], t['D_pp_hi'], unit=' pp')}, {t['status']}",
+                            "holds" if t["reading"] == "coverage up at parity" else "opposite of the paper"
+                            if gain == "negative" else "not resolved" if gain == "not resolved" else "does not hold"])
+        rows += [_winners_row(verdict), _comovement_row(verdict)]
+    if content is not None:
+        g = content.get("gain", (np.nan,) * 3)
+        rows.append(["T5's content explains its scorer's gain", "credited to T5's content",
+                     (f"scorer − random-map control {ci_text(*g, fmt='+.3f')}: " if is_number(g[0]) else "")
+                     + str(content.get("reading", "undefined")),
+                     "holds" if str(content.get("reading")).endswith("specifically") else
+                     {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),
+                                                                                    "does not hold")])
+    return pd.DataFrame(rows, columns=["claim", "paper", "this run", "verdict"])
+
+
+def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content: Mapping[str, Any] | None = None,
+               *, depth: int | None = None, budget: float | None = None, n_boot: int = 1000) -> pd.DataFrame:
+    """:func:`claims_table` of :func:`~midas_nb.analysis.findings.paper_findings` on ``rows`` (one dataset ×
+    backbone; a protocol table, or a regime sweep for the depth and budget findings) at ``(depth, budget)``
+    (default: the rows' first), with the verdict's and the content rows.
+
+    Raises:
+        ValueError: as :func:`~midas_nb.analysis.findings.paper_findings`.
+    """
+    depth = int(rows["depth"].iloc[0]) if depth is None else int(depth)
+    budget = float(rows["budget"].iloc[0]) if budget is None else float(budget)
+    f = paper_findings(rows, depth=depth, budget=budget, n_boot=n_boot)
+    if len(rows[["depth", "budget"]].drop_duplicates()) < 2:          # one cell: no regime to judge
+        f = f[~f["finding"].isin(["fades_deep", "fades_loose"])]
+    return claims_table(f, verdict, content)
+
+
+def probe_claims(probes: pd.DataFrame, depth: int, dataset: str = "") -> pd.DataFrame:
+    """:func:`claims_table` of the ``cosine_small`` finding on one depth's hidden- × attention-gradient
+    probes (a probe table without ``depth`` is read as that depth's)."""
+    holds, ev = cosine_verdict(probes.assign(depth=probes["depth"].fillna(depth)) if "depth" in probes
+                               else probes.assign(depth=depth), depth)
+    return claims_table(pd.DataFrame([dict(finding="cosine_small", holds=holds, evidence=ev, dataset=dataset)]))
+
+
+def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
+    """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
+    through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
+    ``st`` lies resolvably above its ``D`` under ``soft`` (their intervals apart), the straight-through
+    path leaked that signal into the "unsupervised" condition.
+
+    Args:
+        st, soft: :func:`midas_nb.metrics.decoupling_D` of the same seeds under each relaxation.
+    """
+    s, o = st.set_index("condition"), soft.set_index("condition")
+    if falsifier not in s.index or falsifier not in o.index:
+        return f"Straight-through leak test: no {falsifier} row under both relaxations — not tested."
+    a, b = s.loc[falsifier], o.loc[falsifier]
+    said = (f"D({falsifier}) = {ci_text(a['D_pp'], a['D_pp_lo'], a['D_pp_hi'], unit=' pp')} under st, "
+            f"{ci_text(b['D_pp'], b['D_pp_lo'], b['D_pp_hi'], unit=' pp')} under soft")
+    if focus in s.index and focus in o.index:
+        said += f" (D({focus}): {s.loc[focus, 'D_pp']:+.2f} and {o.loc[focus, 'D_pp']:+.2f} pp)"
+    if not all(is_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
+        return f"Straight-through leak test: {said} — no intervals, not resolved."
+    if a["D_pp_lo"] > b["D_pp_hi"]:
+        return (f"Straight-through leak test: {said} → a leak: the straight-through path gives the "
+                f"{falsifier} scorer a {focus}-like signal, so D({focus}) − D({falsifier}) under st understates "
+                "what supervision adds.")
+    return (f"Straight-through leak test: {said} → "
+            + ("no leak: the falsifier covers no more under st than under soft." if a["D_pp_hi"] < b["D_pp_lo"]
+               else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
+
+
+def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
+    """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
+    ``None``: not tested here) and how many claims hold, are the opposite of the paper, are not resolved."""
+    n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
+    plural = {"holds": "hold", "does not hold": "do not hold"}
+    counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
+    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
+    return f"{lead}{len(claims)} claim{'' if len(claims) == 1 else 's'}: {counts or 'none tested'}."
+
+
+def claims_markdown(claims: pd.DataFrame) -> str:
+    """The claims table as a Markdown table (``|`` in a cell escaped)."""
+    cells = [list(claims.columns)] + claims.astype(str).values.tolist()
+    lines = ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in cells]
+    return "\n".join(lines[:1] + ["|" + "---|" * len(claims.columns)] + lines[1:])
+
+
+def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | None = None) -> str:
+    """The "what this run shows" box a notebook ends with: the :func:`headline` and the claims table where
+    ``claims`` is given, then ``lines`` (computed sentences), each on its own line."""
+    out = ["═" * 8 + " What this run shows (computed from its results) " + "═" * 8]
+    if claims is not None:
+        out += [headline(claims, shown), claims_markdown(claims)]
+    return "\n".join(out + [f"• {s}" for s in lines if s])
+
+
+def pib_trade(pib: pd.DataFrame) -> list[str]:
+    """Each fine-tuned backbone's Point-in-Box gain over the backbone *with* its top-1 accuracy beside the
+    backbone's (a localisation gain bought with accuracy is named as such).
+
+    Args:
+        pib: :func:`midas_nb.analysis.last.pib_table` (``model``, ``reference``, ``pib_delta`` with CI,
+            ``accuracy``).
+    """
+    if pib is None or pib.empty:
+        return []
+    p = pib.set_index("model")
+    ref = str(p["reference"].iloc[0])
+    a0 = float(p.loc[ref, "accuracy"])
+    out = []
+    for m, r in p.drop(index=ref).iterrows():
+        da = float(r["accuracy"]) - a0
+        out.append(f"{m}: Point-in-Box {ci_text(r['pib_delta'], r.get('pib_delta_lo'), r.get('pib_delta_hi'), '+.3f')} "
+                   f"over {ref}, top-1 accuracy {a0:.3f} → {float(r['accuracy']):.3f} ({da:+.3f})"
+                   + (" — the localisation gain costs accuracy" if r["pib_delta"] > 0 and da < -0.01 else ""))
+    return out
+
+
+def advice_lines(advice: pd.DataFrame) -> list[str]:
+    """Each pick of :func:`midas_nb.analysis.recommend_deployment` in one short line: its ``D`` and band
+    status, its pruned accuracy against random top-k and its speed-up (what deploying it buys)."""
+    out = []
+    for _, r in advice.iterrows():
+        if not r["recommended"]:
+            out.append(f"{r['goal']}: no recommendation")
+            continue
+        bits = [f"D {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, band {r['status']}"]
+        if is_number(r.get("accuracy_vs_random")):
+            sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"])
+            bits.append(f"pruned accuracy vs random top-k {ci_text(r['accuracy_vs_random'], r['accuracy_vs_random_lo'], r['accuracy_vs_random_hi'], '+.3f')}"
+                        + {"positive": "", "negative": " (below it)"}.get(sign, " (not resolved)"))
+        if is_number(r.get("speedup")):
+            bits.append(f"speed-up {r['speedup']:.2f}×")
+        out.append(f"{r['goal']}: {r['condition']} — " + "; ".join(bits) + (f"; ties with {r['ties']}" if r["ties"] else ""))
+    return out

@@ -1,0 +1,369 @@
+"""The registry and checking of the course's exercises (each notebook's 2–4, registered by
+:mod:`.early` for notebooks 00–03 and :mod:`.late` for 04–07), the comparisons and the helpers they share.
+
+Three kinds of exercise (:attr:`Exercise.kind`): a *look-up* (a name or number the notebook shows), a
+*computation* (a number, a list, computed from the notebook's objects) and *reasoning* — why /
+what-if / predict-then-check questions answered with an option letter (:class:`Choice`), whose
+options are fixed statements about the science and whose true statement is computed from this run's
+objects, so the right letter can differ from run to run. A number is accepted to the precision the
+notebooks print it (:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied
+with the leader within noise (:func:`midas_nb.results.leaders`: intervals that overlap the
+leader's). An exercise whose question needs something a run may lack (several backbones, two
+budgets) has an ``applies`` test: where it fails, the notebook shows a note instead of the prompt
+(:func:`show_exercise`) and the checker says why it cannot be checked."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+
+from ...metrics import decoupling_D
+from ...results import leaders
+
+
+# ------------------------------------------------------------------------------------ exercises
+@dataclass(frozen=True)
+class Exercise:
+    """One checkable exercise.
+
+    Attributes:
+        name: ``"NN.short_name"``; ``NN`` is the notebook's two-digit number.
+        prompt: the question, as shown in the notebook (Markdown).
+        hint: shown when an answer is wrong.
+        needs: keyword arguments the checker reads (objects the notebook already built).
+        expected: ``expected(**ctx)`` → the expected answer.
+        compare: ``compare(answer, expected)`` → ``(ok, message)``.
+        applies: ``applies(**ctx)`` → ``None`` when the exercise can be asked of this run, else
+            the reason it cannot (e.g. "needs ≥ 2 backbones; this run has one"); ``None``: always.
+        kind: ``"look-up"``, ``"computation"`` or ``"reasoning"`` (option letters: why / what-if /
+            predict-then-check).
+    """
+
+    name: str
+    prompt: str
+    hint: str
+    needs: tuple[str, ...]
+    expected: Callable[..., Any]
+    compare: Callable[[Any, Any], tuple[bool, str]]
+    applies: Callable[..., str | None] | None = None
+    kind: str = "look-up"
+
+
+class NotApplicable(Exception):
+    """The exercise cannot be asked of this run (``args[0]``: why, e.g. one backbone only)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The expected answer of a multiple-choice exercise.
+
+    Attributes:
+        accepted: the option letters whose statement is true on this run (several where
+            statements overlap or an interval sits on the edge; any of them is accepted).
+        options: every option letter of the question (``"abc"``).
+        why: this run's numbers behind the answer, printed with a right answer.
+    """
+
+    accepted: frozenset[str]
+    options: str
+    why: str
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def register(name: str, prompt: str, hint: str, needs: Iterable[str],
+              compare: Callable[[Any, Any], tuple[bool, str]],
+              applies: Callable[..., str | None] | None = None, kind: str = "look-up"):
+    kind = "reasoning" if compare is option else kind
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in EXERCISES:
+            raise ValueError(f"exercise {name!r} registered twice")
+        EXERCISES[name] = Exercise(name, prompt, hint, tuple(needs), fn, compare, applies, kind)
+        return fn
+    return deco
+
+
+def list_exercises(notebook: str | None = None) -> list[str]:
+    """Registered exercise names, optionally only those of notebook ``"NN"`` (e.g. ``"02"``)."""
+    return [k for k in EXERCISES if notebook is None or k.split(".")[0] == notebook[:2]]
+
+
+def expected_answer(name: str, **ctx: Any) -> Any:
+    """The answer the checker of exercise ``name`` expects, computed from ``ctx``.
+
+    Raises:
+        KeyError: for an unknown exercise or a missing context object.
+    """
+    ex = _get(name)
+    missing = [k for k in ex.needs if k not in ctx]
+    if missing:
+        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)} "
+                       f"(objects the notebook already built)")
+    why_not = not_applicable(name, **ctx)
+    if why_not:
+        raise NotApplicable(why_not)
+    return ex.expected(**{k: ctx[k] for k in ex.needs})
+
+
+def not_applicable(name: str, **ctx: Any) -> str | None:
+    """Why exercise ``name`` cannot be asked of this run (``ctx``: the objects it needs), or
+    ``None`` when it can (always, for an exercise without an ``applies`` test)."""
+    ex = _get(name)
+    if ex.applies is None:
+        return None
+    return ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
+
+
+def exercise_label(name: str) -> str:
+    """``"NN.i"``: the exercise's number in its notebook (registry order = notebook order)."""
+    nb = name.split(".")[0]
+    return f"{nb}.{list_exercises(nb).index(_get(name).name) + 1}"
+
+
+def show_exercise(name: str, **ctx: Any):
+    """The prompt of exercise ``name`` as Markdown, for a notebook cell that shows it only where
+    the run can answer it; elsewhere a one-line note says why it is left out (e.g. "needs ≥ 2
+    backbones; this run has one").
+
+    Returns:
+        :class:`IPython.display.Markdown` (the cell's last expression displays it; its plain
+        text, ``repr``, is the Markdown source rather than an object repr).
+
+    Raises:
+        KeyError: an unknown exercise or a missing context object.
+    """
+    from IPython.display import Markdown
+
+    class _Prompt(Markdown):
+        """Markdown whose plain text (``repr``) is its source, not an object repr."""
+
+        def __repr__(self) -> str:
+            return str(self.data)
+
+    ex = _get(name)
+    missing = [k for k in ex.needs if k not in ctx]
+    if missing:
+        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)}")
+    head = f"**Exercise {exercise_label(name)}** (`{name}`)."
+    why_not = not_applicable(name, **ctx)
+    if why_not:
+        return _Prompt(f"{head} *Not asked on this run: it {why_not}.*")
+    return _Prompt(f"{head} {ex.prompt}")
+
+
+def _get(name: str) -> Exercise:
+    if name not in EXERCISES:
+        raise KeyError(f"unknown exercise {name!r}; registered: {sorted(EXERCISES)}")
+    return EXERCISES[name]
+
+
+def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
+    """Check a student's ``answer`` to exercise ``name``; prints ``✓``/``✗`` and why.
+
+    Args:
+        name: a registered exercise (:func:`list_exercises`), e.g. ``"01.best_target"``.
+        answer: the student's answer; ``None`` means "not answered yet": returns ``False``
+            without printing or raising, so an unanswered notebook runs, and its executed and
+            HTML editions show nothing under the question.
+        **ctx: the notebook objects the checker needs (``study=study``, ``maps=maps``, ...;
+            :attr:`Exercise.needs`).
+
+    Returns:
+        ``True`` when the answer matches the expected one (numbers to the printed
+        :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader).
+
+    Raises:
+        KeyError: for an unknown exercise name (a typo in the notebook, not a wrong answer).
+    """
+    ex = _get(name)
+    if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
+        return False
+    try:
+        expected = expected_answer(name, **ctx)
+    except KeyError as e:
+        print(f"✗ {name}: cannot check — {e.args[0]}")
+        return False
+    except NotApplicable as e:
+        print(f"✗ {name}: not asked on this run — it {e.args[0]}; there is nothing to check.")
+        return False
+    try:
+        ok, why = ex.compare(answer, expected)
+    except (TypeError, ValueError, RuntimeError) as e:
+        ok, why = False, f"could not compare your answer ({type(e).__name__}: {e})"
+    if ok:
+        print(f"✓ {name}: correct. {why}".rstrip())
+    else:
+        print(f"✗ {name}: {why} Hint: {ex.hint}")
+    return bool(ok)
+
+
+def check_solution(name: str, answer: Any, **ctx: Any) -> None:
+    """Verify a reference solution against the checker of exercise ``name``, silently.
+
+    The cells tagged ``solution`` call this instead of :func:`check_exercise`, so that a run
+    still proves every reference solution right while the executed notebook and its HTML
+    edition do not print the answer under the question.
+
+    An exercise that cannot be asked of this run (:func:`not_applicable`, e.g. one backbone
+    where it needs several) has nothing to verify: the call returns silently, whatever ``answer``.
+
+    Raises:
+        AssertionError: the solution disagrees with the checker (the message says how).
+        KeyError: an unknown exercise or a missing context object.
+    """
+    ex = _get(name)
+    try:
+        expected = expected_answer(name, **ctx)
+    except NotApplicable:
+        return
+    ok, why = ex.compare(answer, expected)
+    if not ok:
+        raise AssertionError(f"the reference solution of {name} disagrees with its checker: {why}")
+
+
+# ---------------------------------------------------------------------------------- comparisons
+#: decimals the notebooks print a number with (``results.compact``'s default): an answer within half
+#: a unit of the last of them is accepted, so a value typed as printed is right
+PRINTED_DECIMALS = 3
+
+
+def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
+    if isinstance(answer, torch.Tensor):
+        if answer.numel() != 1:
+            return False, f"expected one number, got a tensor of shape {tuple(answer.shape)}."
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, (int, float)) and not hasattr(answer, "__float__"):
+        return False, f"expected a number, got {type(answer).__name__}."
+    a = float(answer)
+    if math.isnan(expected):
+        return (math.isnan(a), "the expected value is undefined (NaN) on this run.")
+    if abs(a - expected) <= 0.5 * 10 ** -decimals * (1 + 1e-9):
+        return True, f"({expected:.{decimals}f} to {decimals} decimals)"
+    return False, f"your value {a:.6g} is too {'high' if a > expected else 'low'} (to {decimals} decimals)."
+
+
+def integer(answer: Any, expected: int) -> tuple[bool, str]:
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
+        answer = answer.item()
+    if isinstance(answer, bool) or not isinstance(answer, int) and not (isinstance(answer, float) and answer.is_integer()):
+        return False, f"expected a whole number, got {answer!r}."
+    a = int(answer)
+    if a == expected:
+        return True, f"({a})"
+    return False, f"{a} is too {'high' if a > expected else 'low'}."
+
+
+def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
+    if not isinstance(answer, str):
+        return False, f"expected a name (a string), got {type(answer).__name__}."
+    if answer.strip().lower() in {a.lower() for a in accepted}:
+        tie = f" (tied within noise with {sorted(accepted - {answer.strip()})})" if len(accepted) > 1 else ""
+        return True, f"({answer}{tie})"
+    return False, f"{answer!r} is not it: its interval lies below the leader's."
+
+
+def pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
+    try:
+        a = frozenset(str(x).lower() for x in answer)
+    except TypeError:
+        return False, f"expected two target names, e.g. ('T0', 'T1'), got {answer!r}."
+    if len(a) != 2:
+        return False, f"expected two different target names, got {answer!r}."
+    if a in {frozenset(x.lower() for x in p) for p in accepted}:
+        return True, f"({tuple(answer)})"
+    return False, f"{tuple(answer)} is not the most similar pair."
+
+
+def option(answer: Any, expected: Choice) -> tuple[bool, str]:
+    if not isinstance(answer, str):
+        return False, f"expected one option letter such as 'a', got {type(answer).__name__}."
+    a = answer.strip().strip("()").strip().lower()
+    if len(a) != 1 or a not in expected.options:
+        return False, (f"expected one of the option letters {', '.join(repr(x) for x in expected.options)}, "
+                       f"got {answer!r}.")
+    if a in expected.accepted:
+        also = sorted(expected.accepted - {a})
+        more = f" Also true on this run: {', '.join(f'({x})' for x in also)}." if also else ""
+        return True, f"({a}) {expected.why}{more}"
+    return False, f"({a}) is not what this run shows."
+
+
+# --------------------------------------------------------------------------------- helpers
+def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
+    acc = frozenset(accepted)
+    if not acc or not acc <= set(options):
+        raise ValueError(f"the accepted options {sorted(acc)} are not among {options!r}")
+    return Choice(acc, options, why)
+
+
+def sign_of(lo: float, hi: float) -> str:
+    """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` or ``"undefined"``."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "undefined"
+    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+
+
+def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
+    """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
+    the interval's width from 0 (an answer from another bootstrap draw may fall on either side)."""
+    s = sign_of(lo, hi)
+    out = {s}
+    width = max(hi - lo, 0.0)
+    if s == "positive" and lo <= slack * width:
+        out.add("not resolved")
+    elif s == "negative" and -hi <= slack * width:
+        out.add("not resolved")
+    elif s == "not resolved":
+        if -lo <= slack * width:
+            out.add("positive")
+        if hi <= slack * width:
+            out.add("negative")
+    return out
+
+
+def t5_backbones(D) -> list[str]:
+    return sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
+
+
+def two_backbones(D) -> str | None:
+    """``None`` where ``D`` has T5 rows of ≥ 2 backbones, else why the exercise is not asked."""
+    bbs = t5_backbones(D)
+    if len(bbs) >= 2:
+        return None
+    return (f"needs ≥ 2 backbones; this run has one ({bbs[0]})" if bbs else
+            "needs ≥ 2 backbones; this run has no T5 row")
+
+
+def n_patches(study) -> int:
+    r, c = study.grid
+    return int(r * c)
+
+
+def tied(table, value: str, name: str) -> set[str]:
+    """The row with the highest ``value`` and every row tied with it within noise (its interval
+    ``<value>_lo``/``_hi`` overlaps the leader's: :func:`midas_nb.results.leaders`)."""
+    return set(leaders(table, value, name=name))
+
+
+def D_by_condition(table) -> Any:
+    return decoupling_D(table).set_index("condition")
+
+
+def resolved_in_band(D, band: float = 0.01) -> Any:
+    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
+    whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
+    row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
+    is never inside. Computed here from the interval columns, independently of
+    ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
+    import pandas as pd
+    lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
+    hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
+    point = D["delta_idauc"].astype(float)
+    defined = point.notna() & (D["D_pp"].astype(float).notna() if "D_pp" in D.columns else True)
+    has_ci = lo.notna() & hi.notna()
+    inside = (has_ci & (lo.astype(float) >= -band - 1e-12)) | (~has_ci & (point >= -band - 1e-12))
+    return defined & inside

@@ -1,0 +1,209 @@
+"""The exercises of notebooks 04–07 (sweeps, scale, related methods, deployment), registered in notebook order."""
+from __future__ import annotations
+
+import math
+
+from ...analysis import recommend_deployment
+from ._core import Choice, choice, choice_of, integer, number, option, register, resolved_in_band, sign_of, \
+    tied, two_backbones
+
+
+# ---------------------------------------------------------------------------- 04 sweeps
+@register("04.T5_cells_in_band",
+           "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band — its whole "
+           "95 % ΔIDAUC interval at or above −0.01 (cells whose interval straddles −0.01 are *not resolved* "
+           "and do not count)? (`int`)",
+           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status == 'in band'`).", ["D"],
+           integer, kind="computation")
+def _ex_t5_cells(D) -> int:
+    t5 = D[D["condition"] == "T5"]
+    return int(resolved_in_band(t5).sum())
+
+
+def _t5_budget_ends(mine, study):
+    L0 = study.settings.point.depth
+    g = mine[(mine["condition"] == "T5") & (mine["depth"].astype(int) == L0)]
+    return g.sort_values("budget"), L0
+
+
+def _two_budgets(mine, ceiling, study) -> str | None:
+    g, L0 = _t5_budget_ends(mine, study)
+    n = g["budget"].nunique()
+    return None if n >= 2 else f"needs T5 at ≥ 2 budgets at the study's depth L = {L0}; this run has {n}"
+
+
+@register("04.budget_fall",
+           "**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
+           "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
+           "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth `L` "
+           "(`study.settings.point.depth`), and compute its share of the ceiling, `D / (100 · ceiling)`, at both "
+           "ends (`ceiling` holds the ceiling per budget). Is D's change more than the ceiling's? (`'a'`, `'b'` "
+           "or `'c'`)\n\n"
+           "* (a) D(T5) does **not fall** resolvably: the loosest budget's interval of D is not entirely below "
+           "the tightest one's — there is no fall to explain;\n"
+           "* (b) D(T5) falls, but its **share of the ceiling holds** (positive at the tightest budget, at least "
+           "half of it left at the loosest): the fall is mostly the ceiling's — when most kept tokens cannot be "
+           "part (or box) patches, there is less coverage to gain, not a weaker effect;\n"
+           "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
+           "positive at the tightest budget): more changed than the ceiling.",
+           "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
+           "`D_pp_hi`; `midas_nb.analysis.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
+           "words.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
+def _ex_budget_fall(mine, ceiling, study) -> Choice:
+    g, L0 = _t5_budget_ends(mine, study)
+    near, far = g.iloc[0], g.iloc[-1]
+    c = dict(zip(ceiling["budget"].astype(float), ceiling["ceiling"].astype(float)))
+    c0, c1 = c.get(float(near["budget"]), math.nan), c.get(float(far["budget"]), math.nan)
+    r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
+    falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
+    pick = "a" if not falls else "b" if (r0 > 0 and r1 >= 0.5 * r0) else "c"
+    return choice_of(pick, "abc",
+                      f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
+                      f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
+                      f"{float(far['D_pp']):+.2f} [{float(far['D_pp_lo']):+.2f}, {float(far['D_pp_hi']):+.2f}] pp at "
+                      f"b = {float(far['budget']):.0%}; ceiling {c0:.2f} → {c1:.2f}, share of it {r0:+.2f} → {r1:+.2f}.")
+
+
+# ----------------------------------------------------------------------------- 05 scale
+@register("05.best_backbone_T5",
+           "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
+           "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)",
+           "filter `D` to condition T5.", ["D"], choice, applies=two_backbones)
+def _ex_best_backbone(D) -> set[str]:
+    return tied(D[D["condition"] == "T5"], "D_pp", "backbone")
+
+
+@register("05.own_backbone_T5",
+           "**What would the paper say?** The paper's scale finding says the T5 gain **reproduces** on DeiT-Ti "
+           "(D(T5) > 0 inside the parity band) and **reverses** on AugReg ViT-B (D < 0, or outside the band). "
+           "Apply that reading to this run's own backbone (`study.settings.backbone.name`: its T5 row of `D`, with "
+           "the paired interval of D and the band `status`). (`'a'`, `'b'` or `'c'`)\n\n"
+           "* (a) **reproduces**: the whole interval of D(T5) lies above 0 and `status` is *in band*;\n"
+           "* (b) **reverses**: the whole interval of D(T5) lies below 0, or `status` is *outside band*;\n"
+           "* (c) **undecided**: neither — the interval of D contains 0, or the band is *not resolved* or "
+           "*uninformative*: this backbone can neither confirm nor contradict the finding.",
+           "the row of `D` with `backbone == study.settings.backbone.name` and `condition == 'T5'`: `D_pp_lo`, "
+           "`D_pp_hi`, `status`.", ["D", "study"], option)
+def _ex_own_backbone_t5(D, study) -> Choice:
+    g = D[(D["condition"] == "T5") & (D["backbone"].astype(str) == study.settings.backbone.name)]
+    if "dataset" in g.columns and getattr(study, "dataset_name", None) in set(g["dataset"]):
+        g = g[g["dataset"] == study.dataset_name]
+    if len(g) != 1:
+        raise ValueError(f"expected one T5 row of {study.settings.backbone.name} in D, found {len(g)}")
+    r = g.iloc[0]
+    lo, hi, status = float(r["D_pp_lo"]), float(r["D_pp_hi"]), str(r["status"])
+    pick = ("b" if status == "outside band" or sign_of(lo, hi) == "negative" else
+            "a" if sign_of(lo, hi) == "positive" and status == "in band" else "c")
+    return choice_of(pick, "abc", f"{r['backbone']}: D(T5) {float(r['D_pp']):+.2f} [{lo:+.2f}, {hi:+.2f}] pp, "
+                                   f"band {status}.")
+
+
+@register("05.spread_resolved",
+           "**Why.** D(T5) differs between the backbones (largest minus smallest: its spread). Is that a property of "
+           "the "
+           "backbones, or could this sample alone produce it? Compare the 95 % intervals of the **largest** and "
+           "the **smallest** D(T5). (`'a'` or `'b'`)\n\n"
+           "* (a) **resolved**: the two intervals do not overlap — this run tells those backbones apart on "
+           "D(T5);\n"
+           "* (b) **not resolved**: the intervals overlap — on this sample the backbones cannot be ranked on "
+           "D(T5), however large the spread of the means looks.",
+           "the T5 rows of `D` with the largest and the smallest `D_pp`: is the largest's `D_pp_lo` above the "
+           "smallest's `D_pp_hi`?", ["D"], option, applies=two_backbones)
+def _ex_spread_resolved(D) -> Choice:
+    t5 = D[D["condition"] == "T5"].sort_values("D_pp")
+    low, high = t5.iloc[0], t5.iloc[-1]
+    apart = float(high["D_pp_lo"]) > float(low["D_pp_hi"])
+    return choice_of("a" if apart else "b", "ab",
+                      f"largest {high['backbone']} {float(high['D_pp']):+.2f} [{float(high['D_pp_lo']):+.2f}, "
+                      f"{float(high['D_pp_hi']):+.2f}] pp, smallest {low['backbone']} {float(low['D_pp']):+.2f} "
+                      f"[{float(low['D_pp_lo']):+.2f}, {float(low['D_pp_hi']):+.2f}] pp.")
+
+
+# --------------------------------------------------------------------------- 06 related
+@register("06.best_separation",
+           "Which relevance map separates relevant from irrelevant tokens best in TokenTM's "
+           "perturbation tests (highest `neg_minus_pos`)? (`str`; every map whose interval overlaps the leader's "
+           "ties with it within noise and is accepted)",
+           "sort `res.perturbation` by `neg_minus_pos`.", ["res"], choice)
+def _ex_best_sep(res) -> set[str]:
+    return tied(res.perturbation, "neg_minus_pos", "target")
+
+
+@register("06.pib_T0",
+           "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
+           "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
+           "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
+           "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
+           "and `study.test_set[i].box_mask`.",
+           ["pib"], number, kind="computation")
+def _ex_pib_t0(pib) -> float:
+    return float(pib.set_index("ranking").loc["T0", "pib"])
+
+
+@register("06.patch_score_pib",
+           "**Why.** LaSt-ViT reads the backbone's Patch Score (`cos(CLS, patch)` at the last block) as "
+           "localisation: its top patch should lie on the object. Read the `patch_score` row of `pib` against "
+           "its two baselines — `pib_centre` (always pick the centre patch) and `pib_box_area` (the box's share "
+           "of patches: what a random patch scores). Which describes this run? (`'a'`, `'b'` or `'c'`)\n\n"
+           "* (a) the Patch Score **localises**: the lower end of its 95 % interval (`pib_lo`) lies above "
+           "**both** baselines;\n"
+           "* (b) it does not beat the **centre patch** (`pib_lo ≤ pib_centre`): on these object-centred images "
+           "a fixed guess does as well, so Point-in-Box cannot credit the ranking;\n"
+           "* (c) it beats the centre patch but not a **random patch** (`pib_centre < pib_lo ≤ pib_box_area`): "
+           "the box fills so much of the grid that a random patch lands in it about as often.",
+           "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", ["pib"], option)
+def _ex_patch_score_pib(pib) -> Choice:
+    r = pib.set_index("ranking").loc["patch_score"]
+    lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
+    pick = "a" if lo > max(centre, area) else "b" if lo <= centre else "c"
+    return choice_of(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
+                                   f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
+
+
+# ---------------------------------------------------------------------------- 07 deploy
+@register("07.coverage_first",
+           "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
+           "or the `random_map` control) whose band `status` is \"in band\" (the whole ΔIDAUC interval at or "
+           "above −0.01; the reference is a candidate with D = 0), the one with the largest D; a higher D whose "
+           "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) decide. (`str`)",
+           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", ["table"], choice,
+           kind="computation")
+def _ex_cov_first(table) -> set[str]:
+    return _advised(table, "coverage-first")
+
+
+@register("07.decoupling_shown",
+           "**Does this run show the decoupling?** `verdict` tested both halves of the claim (notebook 02). "
+           "Pick a statement that is true on this run (where several are, any of them is accepted). (`'a'`–`'d'`)"
+           "\n\n"
+           "* (a) **both halves hold**: T5 gains coverage at faithfulness parity *and* the best-coverage and "
+           "best-faithfulness conditions are different winners, both leads resolved — the run shows the "
+           "decoupling;\n"
+           "* (b) **the winners tie**: one condition leads on both metrics, a lead between the two winners is not "
+           "resolved, a third condition ties with both, or they cannot be compared — there are no two winners to "
+           "decouple, whatever T5 does;\n"
+           "* (c) **both metrics rose together**: across the conditions mean mIoU and mean IDAUC correlate "
+           "resolvably positively — *both rose*, the opposite of a decoupling;\n"
+           "* (d) **only the winners differ**: the two winners are resolved, but T5 does not gain coverage at "
+           "parity — half of the claim.",
+           "`verdict.decoupling_shown`, `verdict.winners['reading']` and `verdict.comovement['reading']`.",
+           ["verdict"], option)
+def _ex_decoupling_shown(verdict) -> Choice:
+    shown = bool(verdict.decoupling_shown)
+    winners, co = str(verdict.winners.get("reading")), str(verdict.comovement.get("reading"))
+    accepted = set()
+    if shown:
+        accepted.add("a")
+    if winners != "different winners":
+        accepted.add("b")
+    if co == "move together":
+        accepted.add("c")
+    if winners == "different winners" and not shown:
+        accepted.add("d")
+    return choice_of(accepted, "abcd", f"winners: {winners}; co-movement: {co}; decoupling shown: {shown}.")
+
+
+def _advised(table, goal: str) -> set[str]:
+    """The condition :func:`midas_nb.analysis.recommend_deployment` advises for ``goal``."""
+    adv = recommend_deployment(table)[0].set_index("goal")
+    return {str(adv.loc[goal, "condition"])}
