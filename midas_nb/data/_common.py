@@ -83,8 +83,8 @@ def check_files_exist(paths: Sequence[Path], listing: Path | str, show: int = 5)
         shown = ", ".join(str(m) for m in missing[:show])
         more = f" (and {len(missing) - show} more)" if len(missing) > show else ""
         raise DatasetError(f"{len(missing)} image(s) listed in {listing} are missing: {shown}{more}; "
-                           "expected every listed image file to exist (pass check_files=False "
-                           "to defer the check to loading time)")
+                           "expected every listed image file to exist (copy the missing files, or "
+                           "point the dataset's root at a complete copy)")
 
 
 def open_rgb(path: Path, listing: Path | str | None = None) -> Image.Image:
