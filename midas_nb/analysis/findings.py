@@ -55,7 +55,7 @@ def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
 def share_falls(near: float, far: float) -> bool:
     """The notebooks' reading of ``D`` as a share of the IoU ceiling along the budget (decision 0041): the share
     falls unless it is positive at the near end (tight budget) and at least half of it is left at the far end.
-    :func:`~midas_nb.analysis.axis_trend`, exercise 04.budget_fall and the ``fades_loose`` finding read it so."""
+    Exercise 04.budget_fall and the ``fades_loose`` finding read it so."""
     return not (near > 0 and far >= 0.5 * near)
 
 

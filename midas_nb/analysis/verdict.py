@@ -33,9 +33,8 @@ from ..metrics import band_resolution, bootstrap_ci, decoupling_D
 from ..metrics.stats import seed_image_interval
 from ..results import coverage_name
 from .comovement import comovement
-from .findings import share_falls
 
-__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
+__all__ = ["paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
@@ -513,59 +512,3 @@ def paired_gap(a: pd.DataFrame, b: pd.DataFrame, metric: str, *, n_boot: int = 1
     pa = per_seed_values(a.assign(condition="a"), metric).get("a", {})
     pb = per_seed_values(b.assign(condition="b"), metric).get("b", {})
     return _paired_diff(pa, pb, n_boot, alpha, np.random.default_rng(seed))
-
-
-def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling: pd.DataFrame | None = None
-               ) -> tuple[pd.DataFrame, str]:
-    """``D`` of one condition along one axis of the regime grid, the other axis held fixed.
-
-    Depth and budget are judged each on its own (averaging a deep cell with a loose-budget cell
-    hides what either axis shows). The trend compares the two ends of the axis by their paired
-    intervals: ``"falls"`` (the far end's whole interval below the near end's), ``"rises"``,
-    ``"not resolved"`` (overlap); cells whose parity band is not ``"in band"`` are named. With
-    ``ceiling`` (``budget``, ``ceiling``: :meth:`midas_nb.study.Study.iou_ceiling`) the frame also
-    holds ``D_of_ceiling = D / ceiling`` (``D`` in IoU units over the best IoU any ranking reaches),
-    and along the budget axis the sentence says whether ``D``'s fall is the ceiling's.
-
-    Args:
-        D: :func:`midas_nb.metrics.decoupling_D` rows of a regime sweep (``depth``, ``budget``,
-            ``D_pp`` with ``D_pp_lo`` / ``D_pp_hi``, ``status``).
-        condition: the condition to follow (e.g. ``"T5"``).
-        axis: ``"depth"`` or ``"budget"``.
-        at: the value of the other axis (the profile's budget, resp. depth).
-
-    Returns:
-        ``(frame, sentence)``; the frame has one row per value of ``axis``.
-
-    Raises:
-        ValueError: unknown axis, or no row of ``condition`` at ``at``.
-    """
-    if axis not in ("depth", "budget"):
-        raise ValueError(f"axis must be 'depth' or 'budget', got {axis!r}")
-    other = "budget" if axis == "depth" else "depth"
-    g = D[(D["condition"] == condition) & np.isclose(D[other].astype(float), float(at))].sort_values(axis)
-    if g.empty:
-        raise ValueError(f"axis_trend: no {condition!r} row at {other}={at} (have {sorted(set(D[other]))})")
-    cols = [axis, "D_pp", "D_pp_lo", "D_pp_hi", "status"]
-    out = g[[c for c in cols if c in g.columns]].reset_index(drop=True)
-    if ceiling is not None:
-        c = dict(zip(ceiling["budget"].astype(float), ceiling["ceiling"].astype(float)))
-        out["ceiling"] = [c.get(float(b), math.nan) for b in g["budget"]]
-        out["D_of_ceiling"] = out["D_pp"] / (100.0 * out["ceiling"])
-    fmt = (lambda v: f"L={int(v)}") if axis == "depth" else (lambda v: f"b={float(v):.0%}")
-    fixed = f"b={float(at):.0%}" if axis == "depth" else f"L={int(at)}"
-    parts = [f"{fmt(r[axis])} {_fmt(r['D_pp'], r.get('D_pp_lo', math.nan), r.get('D_pp_hi', math.nan), '+.2f')}"
-             for _, r in out.iterrows()]
-    if len(out) < 2:
-        return out, f"{condition} along {axis} at {fixed}: one cell only ({parts[0]} pp)."
-    near, far = out.iloc[0], out.iloc[-1]
-    trend = "falls" if far["D_pp_hi"] < near["D_pp_lo"] else "rises" if far["D_pp_lo"] > near["D_pp_hi"] else "not resolved"
-    text = f"{condition} along {axis} at {fixed}: {', '.join(parts)} pp → D {trend} from {fmt(near[axis])} to {fmt(far[axis])}"
-    off = [f"{fmt(r[axis])} {r['status']}" for _, r in out.iterrows() if r.get("status", "in band") != "in band"]
-    text += f" (parity band {', '.join(off)}: D there is coverage alone, not at parity)" if off else ""
-    if ceiling is not None and axis == "budget" and np.isfinite(out["D_of_ceiling"]).all():
-        r0, r1 = out["D_of_ceiling"].iloc[0], out["D_of_ceiling"].iloc[-1]
-        text += (f"; as a share of the IoU ceiling ({out['ceiling'].iloc[0]:.2f} → {out['ceiling'].iloc[-1]:.2f}) "
-                 f"D is {r0:.2f} → {r1:.2f} of it" +
-                 (" — the fall is mostly the ceiling's" if trend == "falls" and not share_falls(r0, r1) else ""))
-    return out, text + "."

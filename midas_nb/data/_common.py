@@ -4,9 +4,9 @@ loading, the common ``Dataset`` base class."""
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -287,10 +287,3 @@ class AnnotatedDataset(Dataset):
         return (f"{type(self).__name__}(root={getattr(self, 'root', None)}, split={getattr(self, 'split', None)!r}, "
                 f"images={len(self)}, classes={self.num_classes}, parts={len(self.part_names)}, "
                 f"skipped={dict(self.skipped)})")
-
-
-def group_positions(keys: Iterable[Any]) -> dict[Any, list[int]]:
-    d: dict[Any, list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        d[k].append(i)
-    return d

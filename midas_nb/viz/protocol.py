@@ -26,14 +26,6 @@ AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (p
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
 
 
-def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
-    """One row per condition: means of ``cols`` over seeds (or any repeated rows)."""
-    present = [c for c in cols if c in table.columns]
-    order = list(dict.fromkeys(table["condition"].astype(str)))
-    agg = table.assign(condition=table["condition"].astype(str)).groupby("condition", sort=False)[present].mean()
-    return agg.loc[order].reset_index()
-
-
 def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
     """Guard against silent averaging: ``table`` may hold several datasets / backbones only when

@@ -47,8 +47,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
            "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-           "`D_pp_hi`; `midas_nb.analysis.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
-           "words.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
+           "`D_pp_hi`.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
     g, L0 = _t5_budget_ends(mine, study)
     near, far = g.iloc[0], g.iloc[-1]
