@@ -14,7 +14,7 @@ from midas_nb.data import evaluation_subset
 from midas_nb.analysis.protocol import list_conditions, protocol_params, run_protocol
 from midas_nb.pruning import score_tokens
 from midas_nb.scorers import MLPScorer, ReferenceScorer
-from midas_nb.train import block_cache, load_or_train_scorer, train_scorer
+from midas_nb.train import block_cache, load_or_train_scorer, train_scorers
 from midas_nb.backbones.vit import disable_fused_attention
 from tiny_data import TinyDataset as _Tiny
 
@@ -52,7 +52,7 @@ def test_block_cache_matches_the_staged_forward_and_is_reloaded(tmp_path):
 
 def test_backbone_is_bit_identical_and_only_the_scorer_trains(tmp_path):
     model, data = tiny_vit(), TinyDataset(12, 1)
-    model.train()                                             # train_scorer must switch it to eval
+    model.train()                                             # train_scorers must switch it to eval
     model.blocks[0].attn.qkv.weight.requires_grad_(True)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cache = block_cache(model, data, depth=1, key=None, batch_size=6, progress=False)
@@ -61,8 +61,8 @@ def test_backbone_is_bit_identical_and_only_the_scorer_trains(tmp_path):
     s_before = [p.clone() for p in scorer.parameters()]
     targets = torch.rand(12, 16)
     for relaxation in ("st", "soft"):
-        res = train_scorer(model, scorer, cache, depth=1, budget=0.25, targets=targets,
-                           relaxation=relaxation, epochs=2, batch_size=4, progress=False)
+        res, = train_scorers(model, [scorer], cache, depth=1, budget=0.25, targets=[targets], seeds=[0],
+                             relaxation=relaxation, epochs=2, batch_size=4, progress=False)
         assert len(res.loss) == 2 and all(math.isfinite(v) for v in res.loss + res.loss_ga)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -76,8 +76,8 @@ def test_supervised_training_reduces_the_distillation_loss():
     cache = block_cache(model, data, depth=2, key=None, progress=False)
     targets = cache.hidden[:, 1:, :3].sum(-1)                     # a target the MLP can express
     torch.manual_seed(0)
-    res = train_scorer(model, MLPScorer(32), cache, depth=2, budget=0.5, targets=targets, lam=5.0,
-                       epochs=15, batch_size=8, lr=1e-2, progress=False)
+    res, = train_scorers(model, [MLPScorer(32)], cache, depth=2, budget=0.5, targets=[targets], seeds=[0], lam=5.0,
+                         epochs=15, batch_size=8, lr=1e-2, progress=False)
     assert res.loss_ga[-1] < 0.5 * res.loss_ga[0]
 
 

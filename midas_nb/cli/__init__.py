@@ -382,7 +382,7 @@ def _cmd_strip(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
             problems.append(_not_a_notebook(p, e))
     if problems:
-        return _answer("strip-solutions", problems) if problems else 0
+        return _answer("strip-solutions", problems)
     for p in paths:
         try:
             print(f"{p}: {strip_solutions(p, p if args.in_place else None, args.force)} solution cell(s) removed")
