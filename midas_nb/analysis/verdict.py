@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import band_resolution, bootstrap_ci, decoupling_D
-from ..metrics.stats import seed_image_interval
+from ..metrics.stats import interval_sign as _sign, seed_image_interval
 from ..results import coverage_name
 from .comovement import comovement
 
@@ -128,11 +128,6 @@ def _paired_diff(a: Mapping[tuple, Mapping[str, float]], b: Mapping[tuple, Mappi
     x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
     r = seed_image_interval(x, n_boot, alpha, int(rng.integers(2 ** 32)), builds=[sa[0] for sa, _ in pairs])
     return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
-
-
-def _sign(lo: float, hi: float) -> str:
-    return "undefined" if not (np.isfinite(lo) and np.isfinite(hi)) else \
-        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:

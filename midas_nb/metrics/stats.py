@@ -16,7 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 from torch import Tensor
 
-__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number"]
+__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number",
+           "interval_sign"]
 
 
 def is_finite_number(v: Any) -> bool:
@@ -25,6 +26,13 @@ def is_finite_number(v: Any) -> bool:
         return v is not None and math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def interval_sign(lo: Any, hi: Any) -> str:
+    """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` (it holds 0) or
+    ``"undefined"`` (a bound that is not a finite number)."""
+    return "undefined" if not (is_finite_number(lo) and is_finite_number(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def bootstrap_ci(

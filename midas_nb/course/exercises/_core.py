@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from ...metrics import decoupling_D, parity_band
+from ...metrics.stats import interval_sign as sign_of
 from ...results import leaders
 
 
@@ -298,13 +299,6 @@ def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
     if not acc or not acc <= set(options):
         raise ValueError(f"the accepted options {sorted(acc)} are not among {options!r}")
     return Choice(acc, options, why)
-
-
-def sign_of(lo: float, hi: float) -> str:
-    """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` or ``"undefined"``."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
