@@ -147,20 +147,13 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
         band to decide.
     """
     d, f = _sign(D_lo, D_hi), _sign(d_idauc_lo, d_idauc_hi)
-    if d == "undefined":
-        text = "undefined"
-    elif d == "negative":
-        text = "coverage down"
-    elif d == "not resolved":
-        text = "coverage change not resolved"
+    if d != "positive":
+        text = {"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
     elif f == "positive":
         text = "both rose"
-    elif status == "in band":
-        text = "coverage up at parity"
-    elif status == "outside band":
-        text = "coverage up, faithfulness down"
     else:
-        text = "coverage up, parity not resolved"
+        text = {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
+            status, "coverage up, parity not resolved")
     return text + (" (band uninformative)" if status == "uninformative" else "")
 
 
