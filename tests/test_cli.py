@@ -219,15 +219,6 @@ def test_params_names_one_notebook(capsys):
         capsys.readouterr().out
 
 
-def test_the_backbone_builds_are_a_parameter_of_every_notebook():
-    """`-p builds 1` (decision 0072) reaches every notebook's study: each parameters cell has it and passes it on."""
-    import nbformat
-    import papermill as pm
-    for nb in cli.notebook_paths(None):
-        assert "builds" in pm.inspect_notebook(str(nb)), nb.name
-        assert any("builds=builds" in c.source for c in nbformat.read(str(nb), 4).cells if c.cell_type == "code"), nb.name
-
-
 def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     import pandas as pd
 
