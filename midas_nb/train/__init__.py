@@ -38,7 +38,7 @@ parameters and a frozen backbone). Trained scorers are cached by key
 from __future__ import annotations
 
 from ..backbones.vit import frozen, math_sdpa
-from .cache import BlockCache, block_cache, key_hash
+from .cache import BlockCache, block_cache, block_caches, key_hash
 from .loop import optimise_on_cache
 from .scorer import (DistillForm, Relaxation, TrainResult, distill_loss, load_or_train_scorer,
                      load_or_train_scorers, relaxed_logits, train_scorer, train_scorers, zscore)
@@ -56,6 +56,7 @@ __all__ = [
     "frozen",
     "key_hash",
     "block_cache",
+    "block_caches",
     "train_scorer",
     "train_scorers",
     "load_or_train_scorer",
