@@ -181,7 +181,7 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     calls = []
     real = speed.measure_throughputs
     monkeypatch.setattr(speed, "measure_throughputs",
-                        lambda fns, x, **k: calls.append(sorted(fns)) or real(fns, x, **k))
+                        lambda fns, x, **k: calls.append(set(fns)) or real(fns, x, **k))
     monkeypatch.setattr(proto, "_SPEED_MEMO", {})
     model = tiny_vit()
     train, test = TinyDataset(12, 8), TinyDataset(6, 9)
@@ -189,7 +189,8 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
               epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path,
               throughput_repeats=1, throughput_batch=2)
     a = run_protocol(train, test, model, budget=0.25, conditions=["reference", "T1"], **kw)
-    assert calls == [sorted(["full", "reference", "random", "mlp", "cropr", "iared"])]
+    kinds = ["reference", "random", "mlp", "cropr", "iared"]
+    assert calls == [{"full"} | {(2, 0.25, k) for k in kinds}]
     b = run_protocol(train, test, model, budget=0.25, conditions=["T5"], **kw)
     assert len(calls) == 1
     assert b["throughput"].iloc[0] == a.loc[a["condition"] == "T1", "throughput"].iloc[0]
@@ -198,6 +199,12 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     assert speedup["T1"] == pytest.approx(a.set_index("condition").loc["T1", "throughput"] / a["throughput_full"].iloc[0])
     run_protocol(train, test, model, budget=0.5, conditions=["T1"], **kw)
     assert len(calls) == 2                          # another b: another measurement
+    # the points of one protocol_cells call (a sweep's group): one measurement, the full model timed once
+    from midas_nb.analysis.protocol import protocol_cells
+    kw = {k: v for k, v in kw.items() if k not in ("depth", "seeds")}
+    protocol_cells(train, test, model, cells=[(1, 0.25, "T1", 0), (1, 0.5, "T1", 0), (2, 0.75, "T5", 0)], **kw)
+    assert calls[2] == {"full"} | {(L, b, k) for L, b in ((1, 0.25), (1, 0.5), (2, 0.75)) for k in kinds}
+    assert len(calls) == 3
 
 
 def test_run_protocol_box_coverage_and_bad_condition(tmp_path):

@@ -380,7 +380,8 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
                                         full_logits=False, masks=False)
         evs = _evaluation_splits(run, test_set, depths)
         points, source = [], {}
-        for L, b in dict.fromkeys((L, b) for L, b, _, _ in cells):
+        speeds = _throughputs(run, evs[depths[0]], list(dict.fromkeys((L, b) for L, b, _, _ in cells)))
+        for L, b in speeds:
             at = replace(run, depth=L, budget=b)
             pairs = [(c, s) for LL, bb, c, s in cells if (LL, bb) == (L, b)]
             first = {}                      # a seedless condition: evaluated once, its row repeated per seed
@@ -390,7 +391,7 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
             todo = list(dict.fromkeys((c, first[c] if first[c] is not None else s) for c, s in pairs))
             trained = _condition_scorers(at, todo, train_caches.get(L), targets.get(L, {}), groups["families"],
                                          evs[L].n_classes)
-            points.append((at, evs[L], _throughputs(at, evs[L]), trained))
+            points.append((at, evs[L], speeds[(L, b)], trained))
             bar.update(len(pairs))
         done = _evaluate(points, groups["families"])
     rows = {c: dict(done[source[c]], seed=c[-1]) for c in cells}
@@ -557,10 +558,13 @@ class _Speed:
 #: throughputs measured in this process, by (weights digest, evaluated images, images timed,
 #: repeats, device, L, b, scorer kinds and width): the pruned forward's cost depends on the
 #: architecture, L and b, not on the scorer's weights, so the cells of one (backbone, L, b) share
-#: one measurement instead of timing the same computation once per cell
+#: one measurement instead of timing the same computation once per cell (and the points of one
+#: protocol_cells call are measured together: decision 0069)
 _SPEED_MEMO: dict[tuple, dict[str, float]] = {}
 
-def _throughputs(run: _Run, ev: _EvalSplit) -> _Speed:
+def _throughputs(run: _Run, ev: _EvalSplit, points: list[tuple[int, Budget]]) -> dict[tuple[int, Budget], _Speed]:
+    """The :class:`_Speed` of each point ``(L, b)``: the points not measured yet in this process in one
+    interleaved measurement (the full model timed once for all of them; ``ev``: a split of any depth)."""
     p = run.params
     backbone, device = run.backbone, run.device
     n_timed = int(p["throughput_batch"])
@@ -568,19 +572,18 @@ def _throughputs(run: _Run, ev: _EvalSplit) -> _Speed:
         ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
     tp_images = ev.speed_images[n_timed].to(device)
     reps = int(p["throughput_repeats"])
-    dim = ev.cache.hidden.shape[-1]
     # every scorer kind, whatever this call evaluates: rows of separate calls (notebook 06's MIDAS
     # conditions and scorer families) then share one interleaved measurement and compare
     kinds = ["reference", "random", "mlp"] + list(list_scorer_conditions())
-    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), run.depth,
-           run.budget, tuple(kinds), p["mlp_hidden"], p["precision"])
-    if key not in _SPEED_MEMO:
-        scorers = speed_scorers(kinds, dim, p["mlp_hidden"], ev.n_classes, device)
+    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), tuple(kinds),
+           p["mlp_hidden"], p["precision"])
+    if todo := [pt for pt in points if key + pt not in _SPEED_MEMO]:
+        scorers = speed_scorers(kinds, ev.cache.hidden.shape[-1], p["mlp_hidden"], ev.n_classes, device)
         with run.amp():
-            _SPEED_MEMO[key] = measure_speed(backbone, tp_images, run.depth, run.budget, scorers, repeats=reps)
-    measured = _SPEED_MEMO[key]
-    return _Speed(full=measured["full"], pruned={k: v for k, v in measured.items() if k != "full"},
-                  images=tp_images)
+            full, pruned = measure_speed(backbone, tp_images, todo, scorers, repeats=reps)
+        _SPEED_MEMO.update({key + pt: dict(pruned[pt], full=full) for pt in todo})
+    return {pt: _Speed(full=_SPEED_MEMO[key + pt]["full"], pruned=_SPEED_MEMO[key + pt], images=tp_images)
+            for pt in points}           # (pruned: by kind; its "full" is never a row's kind)
 
 
 @dataclass
