@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "midas_nb"
 
 SCIENCE = ("data", "backbones", "capture", "targets", "scorers", "pruning", "train", "metrics", "analysis")
 PLUMBING = ("__init__", "cli", "config", "point", "identity", "progress", "runs", "study", "sweeps", "results",
-            "report")
+            "report", "kernel")   # kernel/: the batch kernel's config file (runs)
 EDITION = ("viz", "course")
 #: issue 29's goal (physical lines; science's share of the whole package)
 GOAL_PLUMBING, GOAL_SCIENCE_SHARE = 3900, 60.0

@@ -354,7 +354,7 @@ def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
             continue
         if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
             problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
-    optional = {"eval_subset_seed": 0, "throughput_batch": 1, "throughput_repeats": 1}   # top-level protocol settings
+    optional = {"eval_subset_seed": 0, "throughput_batch": 1, "throughput_repeats": 1, "builds": 1, "build": 0}
     for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1), *optional.items()):
         if not (is_int(v := p.get(key, optional.get(key))) and v >= lo):
             problems.append(f"{key}: expected an integer >= {lo}, got {show_value(v)}")

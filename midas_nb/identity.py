@@ -3,6 +3,7 @@ content, atomic writes and verified cache files (decisions 0015 and 0028)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -14,15 +15,15 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 import numpy as np
 
 __all__ = ["RESULT_FORMAT_VERSION", "IDENTITY_VERSION", "canonical_json", "hash_json", "hash_bytes", "jsonable",
            "file_digest", "file_digest_memo", "add_file_digests", "tensor_digest", "state_dict_digest",
            "DatasetIdentity", "dataset_identity", "annotation_stamp", "atomic_write", "new_file_mode",
-           "atomic_write_bytes", "atomic_write_text", "CacheIntegrityError", "CacheIntegrityWarning", "save_verified",
-           "load_verified", "load_or_build", "torch_payload", "load_torch_payload", "cache_events",
+           "atomic_write_bytes", "atomic_write_text", "file_lock", "CacheIntegrityError", "CacheIntegrityWarning",
+           "save_verified", "load_verified", "load_or_build", "torch_payload", "load_torch_payload", "cache_events",
            "reset_cache_events"]
 
 #: Version of the meaning of result rows, in every result-store cell key; bump when a metric changes.
@@ -296,6 +297,19 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO
 
 #: :func:`atomic_write` of bytes, of text (UTF-8): the names callers write with
 atomic_write_bytes = atomic_write_text = atomic_write
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 class CacheIntegrityError(ValueError):

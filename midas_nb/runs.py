@@ -4,23 +4,21 @@ are stale; docs/decisions/0032-run-manifest.md) and the streamed progress of its
 """
 from __future__ import annotations
 
-import atexit
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Iterator, Literal, NamedTuple
 from unittest import mock
 
-from .identity import atomic_write_text
+from .identity import atomic_write_text, file_lock
 from .progress import finished_step, PROGRESS_ENV
 
 __all__ = ["MANIFEST_NAME", "RunManifest", "NotebookState", "StatusLine", "execute_notebook", "kernel_arguments",
@@ -49,6 +47,9 @@ class RunManifest:
 
     def __init__(self, out_dir: str | os.PathLike):
         self.path = Path(out_dir) / MANIFEST_NAME
+        self._read()
+
+    def _read(self) -> None:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (FileNotFoundError, ValueError):  # ValueError: not JSON, not UTF-8
@@ -56,30 +57,37 @@ class RunManifest:
         self.exists = isinstance(data, dict) and data.get("format") == _FORMAT
         self.data: dict[str, Any] = data if self.exists else {"format": _FORMAT, "runs": {}, "latest": None}
 
-    def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
+    @contextlib.contextmanager
+    def _update(self) -> Iterator[dict[str, Any]]:
+        """``run.json`` read afresh and written back under its lock (``.run.json.lock``), so that two
+        runs into one folder lose no update of each other's."""
+        with file_lock(self.path.with_name(f".{MANIFEST_NAME}.lock")):
+            self._read()
+            yield self.data
+            atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
     def start(self, settings: dict[str, Any], selected: list[str]) -> str:
         """Record the start of a run with its injected ``settings`` and notebook names; returns its
         id, unique and sortable: ``YYYYmmdd-HHMMSS-<6 hex>``."""
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        self.data["runs"][run_id] = dict(run_id=run_id, started=time.time(), finished=None, status="running",
-                                         settings=settings, digest=settings_digest(settings),
-                                         selected=list(selected), failed={})
-        self.data["latest"] = run_id
-        self.save()
+        with self._update() as data:
+            data["runs"][run_id] = dict(run_id=run_id, started=time.time(), finished=None, status="running",
+                                        settings=settings, digest=settings_digest(settings),
+                                        selected=list(selected), failed={})
+            data["latest"] = run_id
         return run_id
 
     def record_failure(self, run_id: str, name: str, why: str) -> None:
         """Record that notebook ``name`` stopped run ``run_id`` and ``why``."""
-        self.data["runs"][run_id]["failed"][name] = why
-        self.save()
+        with self._update() as data:
+            data["runs"][run_id]["failed"][name] = why
 
     def finish(self, run_id: str, completed: bool) -> None:
         """Record the end of run ``run_id``: ``done``, else ``failed`` (a notebook failed) or ``interrupted``."""
-        run = self.data["runs"][run_id]
-        run.update(finished=time.time(), status="done" if completed else "failed" if run["failed"] else "interrupted")
-        self.save()
+        with self._update() as data:
+            run = data["runs"][run_id]
+            status = "done" if completed else "failed" if run["failed"] else "interrupted"
+            run.update(finished=time.time(), status=status)
 
     @property
     def latest(self) -> dict[str, Any] | None:
@@ -134,7 +142,7 @@ def notebook_states(out_dir: str | os.PathLike) -> list[NotebookState]:
         reason = ""  # why the copy is stale
         if made_by is None or p.name not in made_by.get("selected", []) or p.name in made_by.get("failed", {}):
             reason = "not produced by a run recorded in run.json"
-        elif last[p.name] is not made_by:
+        elif last[p.name] is not made_by and last[p.name].get("status") != "done":  # done: a run beside it
             why = last[p.name].get("failed", {}).get(p.name)
             what = f"failed here: {why}" if why is not None else "did not reach it"
             reason = f"from run {copy_id} ({_when(made_by)}); the later run {last[p.name]['run_id']} {what}"
@@ -176,31 +184,10 @@ _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 #: terminal control sequences (cursor moves of nested progress bars, colours)
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-# the kernel's ``--config``: drops its "without encryption" start warning and shutdown-interrupt line
-_KERNEL_CONFIG = '''\
-import logging
-
-
-class _BatchRunNoise(logging.Filter):
-    def filter(self, record):
-        text = record.getMessage()
-        return "without encryption" not in text and not text.startswith("KeyboardInterrupt caught in kernel")
-
-
-logging.getLogger("IPKernelApp").addFilter(_BatchRunNoise())
-'''
-_kernel_config_path: str | None = None
-
-
 def kernel_arguments() -> list[str]:
-    """The kernel's extra arguments: ``--config`` of :data:`_KERNEL_CONFIG`'s file (removed at exit)."""
-    global _kernel_config_path
-    if _kernel_config_path is None or not Path(_kernel_config_path).is_file():
-        d = Path(tempfile.mkdtemp(prefix="midas_nb_kernel_"))
-        atexit.register(shutil.rmtree, d, True)
-        (d / "midas_kernel_config.py").write_text(_KERNEL_CONFIG, encoding="utf-8")
-        _kernel_config_path = str(d / "midas_kernel_config.py")
-    return [f"--config={_kernel_config_path}"]
+    """The kernel's extra arguments: ``--config`` of ``midas_nb/kernel/batch_config.py`` (a file of
+    the package: nothing is written, so a killed run leaves nothing behind)."""
+    return [f"--config={Path(__file__).with_name('kernel') / 'batch_config.py'}"]
 
 
 def _minutes(seconds: float) -> str:

@@ -70,3 +70,42 @@ def test_canonical_json_of_pandas_missing_values_and_timestamps():
     from midas_nb.identity import canonical_json
     assert canonical_json({"t": pd.NaT, "n": pd.NA}) == '{"n":null,"t":null}'
     assert canonical_json([pd.Timestamp("2026-12-05 10:30")]) == '["2026-12-05T10:30:00"]'
+
+
+def test_builds_multiply_the_cells_at_the_point_only_and_build_0_keeps_its_keys():
+    """``builds`` (decision 0072): the profile's backbone is built with seeds 0..builds-1 at (L, b); each
+    build's cells are keyed by its own checkpoint, build 0's exactly as with one build; the sweep's
+    other points stay on build 0, and the runner's study of a cell is its build's."""
+    from midas_nb import config
+    from midas_nb.study import ProtocolCellRunner, make_grid
+    from midas_nb.study.grid import cached_study
+
+    one = make_grid(config.get_profile("smoke"), "regime")
+    prof = config.get_profile("smoke", builds=2)
+    two = make_grid(prof, "regime")
+    extra = [c for c in two if c not in one]
+    assert set(one) < set(two) and len(extra) == len([c for c in one if (c.depth, c.budget) == (2, 0.25)])
+    assert {(c.depth, c.budget, c.params["build"]) for c in extra} == {(2, 0.25, 1)}
+    b1 = cached_study(prof, "synthetic", prof["backbone"], build=1)
+    assert b1.settings.backbone.recipe.seed == 1
+    assert {c.checkpoint_id for c in extra} == {b1.checkpoint_id} != {c.checkpoint_id for c in one}
+    assert ProtocolCellRunner(prof).study(extra[0]) is b1
+
+
+@pytest.mark.slow
+def test_a_protocol_of_two_builds_fine_tunes_each_and_pools_them(tmp_path, monkeypatch):
+    """The smoke profile keeps one build (its notebooks stay fast); this runs two end to end (decision 0072):
+    two checkpoints, rows tagged by build, D pooled over them with each build's D shown."""
+    from midas_nb.study import Study
+
+    monkeypatch.setenv("MIDAS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    root = make_synthetic_cub(tmp_path / "data", num_classes=4, images_per_class=6, image_size=96)
+    study = Study("smoke", progress=False, builds=2, data_root=str(root), dataset="cub", max_eval_images=6,
+                  bootstrap=20, idauc_steps=2, finetune=dict(epochs=2, batch_size=32, lr=2e-3, warmup_epochs=0),
+                  scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=2))
+    table = study.protocol(conditions=["reference", "T5"])
+    assert sorted(table["build"]) == [0, 0, 1, 1] and table.groupby("build")["checkpoint_id"].nunique().max() == 1
+    assert table["checkpoint_id"].nunique() == 2 and study.checkpoint_id in set(table["checkpoint_id"])
+    d = study.decoupling(table).set_index("condition").loc["T5"]
+    assert d["n_builds"] == 2 and d["D_pp_by_build"].startswith("build 0: ") and "build 1: " in d["D_pp_by_build"]

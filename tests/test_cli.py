@@ -219,6 +219,15 @@ def test_params_names_one_notebook(capsys):
         capsys.readouterr().out
 
 
+def test_the_backbone_builds_are_a_parameter_of_every_notebook():
+    """`-p builds 1` (decision 0072) reaches every notebook's study: each parameters cell has it and passes it on."""
+    import nbformat
+    import papermill as pm
+    for nb in cli.notebook_paths(None):
+        assert "builds" in pm.inspect_notebook(str(nb)), nb.name
+        assert any("builds=builds" in c.source for c in nbformat.read(str(nb), 4).cells if c.cell_type == "code"), nb.name
+
+
 def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     import pandas as pd
 
@@ -290,8 +299,28 @@ def test_strip_solutions_in_place_without_paths_is_refused(source_copy, capsys):
     src, before = source_copy
     assert cli.main(["strip-solutions", "--in-place"]) == 2
     err = capsys.readouterr().err
-    assert "--in-place without NOTEBOOK paths" in err and "every source notebook" in err
+    assert "--in-place would remove the solutions from every source notebook" in err
     assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+
+
+def test_strip_solutions_keeps_sources_and_a_students_edits(source_copy, capsys):
+    """--in-place on a source notebook stripped it; a second strip replaced an edited student copy (exit 0)."""
+    src, before = source_copy
+    nb = src / "01_supervision_targets.ipynb"
+    assert cli.main(["strip-solutions", "--in-place", str(nb)]) == 2
+    assert "from the source notebook(s) 01_supervision_targets.ipynb" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    assert cli.main(["strip-solutions", str(nb)]) == 0
+    student = src / "student" / nb.name
+    assert cli.main(["strip-solutions", str(nb)]) == 0                    # the same file again: no change, fine
+    student.write_text(student.read_text().replace('"cells": [', '"cells": [{"cell_type": "markdown", '
+                                                   '"metadata": {}, "source": "my answer"}, ', 1))
+    edited = student.read_bytes()
+    assert cli.main(["strip-solutions", str(nb)]) == 2
+    err = capsys.readouterr().err
+    assert f"{student} differs from the student edition of {nb}" in err and "--force" in err
+    assert student.read_bytes() == edited
+    assert cli.main(["strip-solutions", "--force", str(nb)]) == 0 and student.read_bytes() != edited
 
 
 def test_export_html_of_the_source_notebooks_does_not_suggest_running_into_them(capsys):

@@ -72,8 +72,9 @@ def test_image_without_rows(root):
 def test_listed_image_absent(root):
     _, path = _first_image(root)
     path.unlink()
-    with pytest.raises(DatasetError, match=r"1 image\(s\) listed in .*images\.txt are missing: .*" + path.name):
+    with pytest.raises(DatasetError, match=r"1 image\(s\) listed in .*images\.txt are missing: .*" + path.name) as e:
         CUBDataset(root, "all")
+    assert "check_files" not in str(e.value)   # a Python argument, no advice for a command-line user
     ds = CUBDataset(root, "all", TF, check_files=False)   # deferred: error when read, naming the file
     with pytest.raises(DatasetError, match=path.name):
         ds[0]

@@ -196,3 +196,122 @@ def test_a_two_seed_interval_stays_inside_the_range_of_a_difference():
     half = student_t.ppf(0.975, 1) * 40.0 / math.sqrt(2) * math.sqrt(2)   # s = 56.57, S = 2
     assert 10.0 - half < -100 and 10.0 + half > 100                      # what the t-interval gives
     assert (D["D_pp_lo"], D["D_pp_hi"]) == (-100.0, 100.0)
+
+
+def test_the_interval_over_builds_widens_with_their_spread_and_is_todays_with_one_build():
+    """Builds → seeds → images (decision 0072): with one build the interval is the seeds × images
+    one exactly; with B builds, the t interval of the B build means plus the shared images' variance
+    (Cochran's ultimate-cluster estimator), so it widens as the builds move apart."""
+    rng = np.random.default_rng(3)
+    img = rng.normal(0.0, 0.2, 60)                        # image effects shared by every row
+    seeds = np.array([0.0, 0.02, 0.01, 0.03, -0.01, 0.0])  # six rows: 3 builds × 2 seeds
+    builds = [0, 0, 1, 1, 2, 2]
+    one = seed_image_interval(img + seeds[:, None], n_boot=500, seed=2)
+    same = seed_image_interval(img + seeds[:, None], n_boot=500, seed=2, builds=[7] * 6)
+    assert (same.lo, same.hi, same.method) == (one.lo, one.hi, one.method)
+    widths = []
+    for spread in (0.0, 0.05, 0.2):
+        x = img + (seeds + spread * np.repeat([-1.0, 0.0, 1.0], 2))[:, None]
+        r = seed_image_interval(x, n_boot=500, seed=2, builds=builds)
+        m = np.array([x[:2].mean(), x[2:4].mean(), x[4:].mean()])   # each build's mean over seeds and images
+        a = m.var(ddof=1) / 3
+        df = (a + r.var_images) ** 2 / (a ** 2 / 2 + r.var_images ** 2 / 59)
+        half = student_t.ppf(0.975, df) * math.sqrt(a + r.var_images)
+        assert r.per_build == pytest.approx(tuple(m)) and r.mean == pytest.approx(m.mean())
+        assert r.var_seeds == pytest.approx(a) and (r.lo, r.hi) == pytest.approx((m.mean() - half, m.mean() + half))
+        assert r.method.startswith("t over 3 builds")
+        widths.append(r.hi - r.lo)
+    assert widths[0] < widths[1] < widths[2]
+    with pytest.raises(ValueError, match="one build per row"):
+        seed_image_interval(img[None, :], builds=[0, 1])
+
+
+def _builds(shifts, seeds=(0, 1)) -> pd.DataFrame:
+    """reference and T5 rows of one cell for each build b (its own checkpoint), T5's mIoU gain 0.03 + shifts[b]."""
+    rows = []
+    for b, sh in enumerate(shifts):
+        own = dict(build=b, checkpoint_id=f"ck-{b}", weights_digest=f"w{b}")
+        for s in seeds:
+            rows += [_row("reference", s, IDS, REF_M, REF_I, **own),
+                     _row("T5", s, IDS, REF_M + 0.03 + sh + 0.002 * s, REF_I + 0.002, **own)]
+    return pd.DataFrame(rows)
+
+
+def test_decoupling_pools_the_builds_of_a_cell_and_shows_each_builds_d():
+    one = decoupling_D(_builds([0.0]), n_boot=200).set_index("condition").loc["T5"]
+    assert one["n_builds"] == 1 and one["D_pp_by_build"] == "build 0: +3.10"
+    t5 = decoupling_D(_builds([0.0, 0.02, -0.01]), n_boot=200).set_index("condition").loc["T5"]
+    assert t5["n_builds"] == 3 and t5["n_seeds"] == 6 and t5["checkpoint_id"] == "ck-0"
+    assert t5["D_pp_by_build"] == "build 0: +3.10, build 1: +5.10, build 2: +2.10"
+    m = np.array([3.1, 5.1, 2.1])
+    half = student_t.ppf(0.975, 2) * m.std(ddof=1) / math.sqrt(3)   # images add nothing: constant differences
+    assert t5["D_pp"] == pytest.approx(m.mean())
+    assert (t5["D_pp_lo"], t5["D_pp_hi"]) == pytest.approx((m.mean() - half, m.mean() + half))
+    assert t5["D_pp_hi"] - t5["D_pp_lo"] > 2 * (one["D_pp_hi"] - one["D_pp_lo"])
+    assert "seed 0 (build 2): +2.00" in t5["D_pp_by_seed"]
+    # without the build column the three checkpoints stay three cells (decision 0051)
+    assert len(decoupling_D(_builds([0.0, 0.02, -0.01]).drop(columns="build"), n_boot=50).query("condition == 'T5'")) == 3
+    two = _builds([0.0, 0.02]).assign(build=0)                      # two checkpoints filed as one build
+    with pytest.raises(ValueError, match="build 0 of cell .* 2 checkpoints"):
+        decoupling_D(two, n_boot=50)
+    # aggregate_seeds pools the builds the same way (the lowest build's checkpoint shown)
+    from midas_nb.results import aggregate_seeds
+    agg = aggregate_seeds(_builds([0.0, 0.02, -0.01]), by=["dataset", "condition"], metrics=("miou",), n_boot=50)
+    t5 = agg.set_index("condition").loc["T5"]
+    assert t5["n_seeds"] == 6 and t5["checkpoint_id"] == "ck-0" and t5["ci_method"].startswith("t over 3 builds")
+    with pytest.raises(ValueError, match="two checkpoints"):
+        aggregate_seeds(two, by=["dataset", "condition"], metrics=("miou",), n_boot=50)
+
+
+def test_regime_cells_of_one_build_borrow_the_build_spread_of_the_point():
+    """Decision 0072: with 3 builds at (L=6, b=25 %) (D(T5) 5, 7, 9 pp) and the regime's other cells on
+    build 0 alone (L=3: 8 pp, L=9: 4 pp, exact), fades_deep holds on the cells' own intervals but is not
+    resolved once each one-build cell's interval borrows t_2 · sd = 4.30 · 2 pp."""
+    def at(depth, builds, gains):
+        rows = []
+        for b, g in zip(builds, gains):
+            own = dict(build=b, checkpoint_id=f"ck-{b}", weights_digest=f"w{b}", depth=depth)
+            for s in ((0, 1) if len(builds) > 1 else (0,)):
+                rows += [_row("reference", s, IDS, REF_M, REF_I, **own), _row("T5", s, IDS, REF_M + g, REF_I, **own)]
+        return rows
+    rows = pd.DataFrame(at(6, [0, 1, 2], [0.05, 0.07, 0.09]) + at(3, [0], [0.08]) + at(9, [0], [0.04]))
+    f = paper_findings(rows, depth=6, budget=0.25, n_boot=100).set_index("finding")
+    assert f.loc["fades_deep", "holds"] == "not resolved" and f.loc["fades_deep", "n_builds"] == 1
+    assert "borrow the build spread" in f.loc["fades_deep", "evidence"] and "over 3 builds 2.00 pp" in \
+        f.loc["fades_deep", "evidence"]
+    assert f.loc["t5_gain_in_band", "n_builds"] == 3
+    # build 0 alone (5 pp at the point): nothing to borrow, and the same cells say it fades
+    one = paper_findings(rows[rows["build"] == 0], depth=6, budget=0.25, n_boot=100).set_index("finding")
+    assert one.loc["fades_deep", "holds"] is True and "borrow" not in one.loc["fades_deep", "evidence"]
+
+
+def test_the_parity_band_is_one_constant(monkeypatch):
+    """ΔIDAUC = −0.02 on every image is outside the band of 0.01 and inside one of 0.03: changing
+    PARITY_BAND alone (no band passed anywhere) changes decoupling_D's verdict and the T5 finding's."""
+    from midas_nb.metrics import decoupling as dec
+    rows = pd.DataFrame([_row("reference", 0, IDS, REF_M, REF_I), _row("T5", 0, IDS, REF_M + 0.03, REF_I - 0.02)])
+    t5 = lambda: decoupling_D(rows, n_boot=200).set_index("condition").loc["T5", "status"]  # noqa: E731
+    find = lambda: paper_findings(rows, n_boot=200).set_index("finding").loc["t5_gain_in_band", "holds"]  # noqa: E731
+    assert dec.PARITY_BAND == 0.01 and t5() == "outside band" and find() is False
+    monkeypatch.setattr(dec, "PARITY_BAND", 0.03)
+    assert t5() == "in band" and find() is True
+
+
+def test_every_band_verdict_states_what_its_sample_resolves():
+    """ΔIDAUC = −0.01 ± 0.02 alternating over 8 images: the interval straddles −0.01 (not resolved) and its
+    half-width — what this sample can tell from the band's edge — is printed beside the verdict."""
+    from midas_nb.metrics import band_resolution
+    rows = pd.DataFrame([_row("reference", 0, IDS, REF_M, REF_I),
+                         _row("T5", 0, IDS, REF_M + 0.03, REF_I - 0.01 + np.array([0.02, -0.02] * 4))])
+    t5 = decoupling_D(rows, n_boot=500).set_index("condition").loc["T5"]
+    h = (t5["delta_idauc_hi"] - t5["delta_idauc_lo"]) / 2
+    assert t5["status"] == "not resolved" and 0.005 < h < 0.02
+    assert band_resolution(t5["delta_idauc_lo"], t5["delta_idauc_hi"]) == f"this sample resolves |ΔIDAUC| ≥ {h:.3f}"
+    assert t5["D_cell"] == f"+3.00 (band not resolved: this sample resolves |ΔIDAUC| ≥ {h:.3f})"
+    ev = paper_findings(rows, n_boot=500).set_index("finding").loc["t5_gain_in_band", "evidence"]
+    assert "not resolved (this sample resolves |ΔIDAUC| ≥" in ev
+    assert band_resolution(float("nan"), 0.1) == ""
+    from midas_nb.results import band_checks        # the line notebook 02 prints under its D table
+    assert band_checks(decoupling_D(rows, n_boot=500)).endswith(f"this sample resolves |ΔIDAUC| ≥ {h:.3f} (T5): "
+                                                               "the ΔIDAUC intervals' half-widths, the band verdicts "
+                                                               "cannot tell less")

@@ -281,6 +281,26 @@ def test_idauc_token_space_matches_naive_loop_on_timm_vit():
     torch.testing.assert_close(out.ins_curve, out2.ins_curve, atol=1e-5, rtol=0)
 
 
+def test_idauc_from_tokens_embedded_once_is_the_same_for_every_ranking():
+    """Tokens embedded once and p_c with all tokens computed once (the protocol shares them across its
+    conditions, decision 0071) give the same curves, bit for bit, as the images themselves, for two rankings."""
+    from midas_nb.backbones.vit import classify_tokens, embed_tokens, run_blocks
+    model = _tiny_vit()
+    torch.manual_seed(3)
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        tokens = embed_tokens(model, images)
+        logits = classify_tokens(model, run_blocks(model, tokens))
+    c = logits.argmax(-1)
+    full = logits.float().softmax(-1).gather(1, c[:, None]).squeeze(1)
+    for ranking in (torch.randn(3, 16), torch.randn(3, 16)):
+        a = M.insertion_deletion_auc(model, images, ranking, steps=4, class_index=c)
+        b = M.insertion_deletion_auc(model, tokens, ranking, steps=4, class_index=c, full_probs=full)
+        assert torch.equal(a.ins_curve, b.ins_curve) and torch.equal(a.del_curve, b.del_curve)
+    with pytest.raises(ValueError, match="full_probs needs"):
+        M.insertion_deletion_auc(model, tokens, ranking, steps=4, full_probs=full)
+
+
 def test_idauc_pixel_space_runs_on_timm_vit_and_restores_mode():
     model = _tiny_vit().train()
     images = torch.randn(2, 3, 32, 32)

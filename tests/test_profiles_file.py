@@ -31,5 +31,7 @@ def test_the_file_is_package_data():
     """A non-editable install carries the file only where pyproject.toml names it as package data."""
     root = Path(config.__file__).parent
     assert (root / "profiles.yaml").is_file()
-    assert 'midas_nb = ["profiles.yaml"]' in (root.parent / "pyproject.toml").read_text(encoding="utf-8")
+    import tomllib
+    pyproject = tomllib.loads((root.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "profiles.yaml" in pyproject["tool"]["setuptools"]["package-data"]["midas_nb"]
     assert set(yaml.safe_load((root / "profiles.yaml").read_text(encoding="utf-8"))) == {"common", "profiles"}

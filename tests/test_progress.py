@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -141,7 +144,8 @@ def test_status_line_moves_at_least_every_heartbeat_and_notices_every_long_cell(
 
 def test_kernel_config_drops_only_the_tcp_warning_and_the_shutdown_interrupt_line():
     ns: dict = {}
-    exec(runs._KERNEL_CONFIG, ns)  # noqa: S102 - our own config text, as the kernel runs it
+    config = runs.kernel_arguments()[0].removeprefix("--config=")
+    exec(Path(config).read_text(), ns)  # noqa: S102 - our own config file, as the kernel runs it
     log = logging.getLogger("IPKernelApp")
     seen = []
     handler = logging.Handler()
@@ -152,12 +156,26 @@ def test_kernel_config_drops_only_the_tcp_warning_and_the_shutdown_interrupt_lin
         log.error("KeyboardInterrupt caught in kernel.")   # jupyter_client's interrupt before shutdown
         log.warning("some other kernel warning")
         log.error("Exception in message handler:")
+        try:   # a cell's reply sent after a stopped run closed the kernel's sockets: a 20-line traceback
+            import zmq
+            raise zmq.ZMQError(zmq.ENOTSOCK)
+        except zmq.ZMQError:
+            log.error("Exception in message handler:", exc_info=True)
     finally:
         log.removeHandler(handler)
         for f in list(log.filters):
             if type(f).__name__ == "_BatchRunNoise":
                 log.removeFilter(f)
     assert seen == ["some other kernel warning", "Exception in message handler:"]
+
+
+def test_a_killed_run_leaves_no_kernel_config_folder(tmp_path):
+    """The config was written to a fresh ``midas_nb_kernel_*`` folder removed at exit: a killed
+    run (no exit handlers) left one behind each time."""
+    code = "import os, signal; from midas_nb import runs; runs.kernel_arguments(); os.kill(os.getpid(), signal.SIGKILL)"
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(Path(runs.__file__).parents[1]))
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGKILL
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
@@ -214,6 +232,33 @@ def test_execute_notebook_streams_the_cells_output_and_no_progress_streams_nothi
     assert "[07_tiny]" not in cap.out and "without encryption" not in cap.out + cap.err
     executed = nbformat.read(str(tmp_path / "quiet.ipynb"), as_version=4)
     assert "mode None" in executed.cells[-1].outputs[0]["text"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
+    """Ctrl-C (SIGINT to the run's process group) while a cell runs: the kernel, shut down under
+    its running cell, logged a 20-line traceback (a reply on a closed socket) before the run's line."""
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nb = new_notebook(cells=[new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
+                             new_code_cell("import time\nprint('sleeping', flush=True)\ntime.sleep(120)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(src / "00_sleep.ipynb"))
+    code = (f"from pathlib import Path; from midas_nb import cli; cli.notebooks_dir = lambda: Path({str(src)!r}); "
+            f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--output', {str(tmp_path / 'out')!r}]))")
+    env = dict(os.environ, PYTHONPATH=str(Path(runs.__file__).parents[1]))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    said = []
+    for line in proc.stdout:   # the status line shows the cell's output: it is running
+        said.append(line)
+        if "sleeping" in line:
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    said.append(proc.communicate(timeout=120)[0])
+    text = "".join(said)
+    assert proc.returncode == 130 and "Traceback" not in text and "Exception in message handler" not in text, text
+    assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
 
 
 def test_status_line_text_has_no_terminal_control_sequences():

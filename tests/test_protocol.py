@@ -14,7 +14,7 @@ from midas_nb.data import evaluation_subset
 from midas_nb.analysis.protocol import list_conditions, protocol_params, run_protocol
 from midas_nb.pruning import score_tokens
 from midas_nb.scorers import MLPScorer, ReferenceScorer
-from midas_nb.train import block_cache, load_or_train_scorer, train_scorer
+from midas_nb.train import block_cache, load_or_train_scorer, train_scorers
 from midas_nb.backbones.vit import disable_fused_attention
 from tiny_data import TinyDataset as _Tiny
 
@@ -52,7 +52,7 @@ def test_block_cache_matches_the_staged_forward_and_is_reloaded(tmp_path):
 
 def test_backbone_is_bit_identical_and_only_the_scorer_trains(tmp_path):
     model, data = tiny_vit(), TinyDataset(12, 1)
-    model.train()                                             # train_scorer must switch it to eval
+    model.train()                                             # train_scorers must switch it to eval
     model.blocks[0].attn.qkv.weight.requires_grad_(True)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cache = block_cache(model, data, depth=1, key=None, batch_size=6, progress=False)
@@ -61,8 +61,8 @@ def test_backbone_is_bit_identical_and_only_the_scorer_trains(tmp_path):
     s_before = [p.clone() for p in scorer.parameters()]
     targets = torch.rand(12, 16)
     for relaxation in ("st", "soft"):
-        res = train_scorer(model, scorer, cache, depth=1, budget=0.25, targets=targets,
-                           relaxation=relaxation, epochs=2, batch_size=4, progress=False)
+        res, = train_scorers(model, [scorer], cache, depth=1, budget=0.25, targets=[targets], seeds=[0],
+                             relaxation=relaxation, epochs=2, batch_size=4, progress=False)
         assert len(res.loss) == 2 and all(math.isfinite(v) for v in res.loss + res.loss_ga)
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -76,8 +76,8 @@ def test_supervised_training_reduces_the_distillation_loss():
     cache = block_cache(model, data, depth=2, key=None, progress=False)
     targets = cache.hidden[:, 1:, :3].sum(-1)                     # a target the MLP can express
     torch.manual_seed(0)
-    res = train_scorer(model, MLPScorer(32), cache, depth=2, budget=0.5, targets=targets, lam=5.0,
-                       epochs=15, batch_size=8, lr=1e-2, progress=False)
+    res, = train_scorers(model, [MLPScorer(32)], cache, depth=2, budget=0.5, targets=[targets], seeds=[0], lam=5.0,
+                         epochs=15, batch_size=8, lr=1e-2, progress=False)
     assert res.loss_ga[-1] < 0.5 * res.loss_ga[0]
 
 
@@ -339,6 +339,26 @@ def test_consecutive_calls_read_the_evaluation_split_once_and_give_the_same_rows
     for col in ("miou", "idauc", "accuracy", "pib"):
         assert fresh[col].tolist() == b[col].tolist(), col
     assert a["idauc_image_ids"].iloc[0] == fresh["idauc_image_ids"].iloc[0]
+
+
+def test_a_ranking_met_before_in_a_split_is_not_measured_again(tmp_path, monkeypatch):
+    """The reference ranks tokens the same at every budget of one L: its IDAUC is measured once for two
+    budgets (decision 0071), with the rows of a fresh process; a trained scorer's ranking is measured."""
+    import midas_nb.analysis.protocol as proto
+    calls = []
+    real = proto.insertion_deletion_auc
+    monkeypatch.setattr(proto, "insertion_deletion_auc", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(proto, "_EVAL_MEMO", {})
+    kw = dict(depth=2, dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1, batch_size=8,
+              idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path, throughput_repeats=1,
+              throughput_batch=2, seeds=[0])
+    model, train, test = tiny_vit(), TinyDataset(12, 8), TinyDataset(6, 9)
+    a = run_protocol(train, test, model, budget=0.25, conditions=["reference"], **kw)
+    n = len(calls)
+    b = run_protocol(train, test, model, budget=0.5, conditions=["reference"], **kw)
+    assert n > 0 and len(calls) == n and a["idauc_per_image"].tolist() == b["idauc_per_image"].tolist()
+    run_protocol(train, test, model, budget=0.5, conditions=["T5"], **kw)
+    assert len(calls) > n
 
 
 def test_block_cache_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):

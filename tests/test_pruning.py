@@ -223,7 +223,7 @@ def test_soft_relaxation_tends_to_hard_pruning_as_the_mask_sharpens():
 
 def test_soft_relaxation_math_kernel_matches_the_default_kernel():
     """The CUDA guard (math SDPA kernel) computes the same logits and score gradients."""
-    from midas_nb.train import _math_sdpa
+    from midas_nb.backbones.vit import math_sdpa as _math_sdpa
     model = MODELS["cls"]().requires_grad_(False)
     hidden, scorer = _hidden_and_scores(model)
     out = []

@@ -24,7 +24,7 @@ _SPREAD = [-0.02, 0.02, -0.01, 0.01]           # per-image offsets around the me
 
 
 def _row(cond: str, seed: int, miou: float, idauc: float, *, depth: int = 6, budget: float = 0.25,
-         backbone: str = "bb", dataset: str = "cub", ckpt: str = "ck-new", **extra) -> dict:
+         backbone: str = "bb", dataset: str = "cub", ckpt: str = "ck-new", iou_ceiling: float = 0.5, **extra) -> dict:
     """One protocol row with per-image values (what the paired intervals resample)."""
     return dict(image_ids=_IDS, miou_per_image=[miou + o for o in _SPREAD], accuracy_per_image=[1.0, 0.0, 1.0, 0.0],
                 idauc_image_ids=_IDS, idauc_per_image=[idauc + o for o in _SPREAD],
@@ -34,7 +34,7 @@ def _row(cond: str, seed: int, miou: float, idauc: float, *, depth: int = 6, bud
                 n_images=100, n_skipped_parts=2, miou=miou, miou_lo=miou - 0.01, miou_hi=miou + 0.01,
                 idauc=idauc, idauc_lo=idauc - 0.02, idauc_hi=idauc + 0.02, accuracy=0.5, accuracy_lo=0.45,
                 accuracy_hi=0.55, idauc_steps=8, n_idauc_images=32, full_accuracy=0.6,
-                weights_digest="w" + ckpt, **extra)
+                weights_digest="w" + ckpt, iou_ceiling=iou_ceiling, **extra)
 
 
 # the two seeds of a condition agree within 0.1 pp: with 2 seeds the interval's seed component
@@ -132,6 +132,22 @@ def test_regime_finding_judges_each_axis_on_its_own():
     # one side of one axis missing: that axis alone is undefined
     f = report.paper_findings(pd.DataFrame(_point(6, 0.25) + _point(6, 0.50, d_t5=(0.01, 0.012))), depth=6, budget=0.25)
     assert _holds(f, "fades_deep")[0] == "undefined" and _holds(f, "fades_loose")[0] is True
+
+
+def test_budget_finding_reads_d_as_a_share_of_the_ceiling():
+    """D(T5) falls with the budget in pp (8 → 3 pp) while the IoU ceiling falls from 0.40 to 0.10: as a share of
+    the ceiling D rises (0.20 → 0.30), so the decoupling does not fade — the fall is the ceiling's (notebook 04's
+    reading, decision 0041); the old pp-only reading said it holds. Without a ceiling in the rows the fall cannot
+    be told from the ceiling's."""
+    rows = [r for L, b, d, c in ((6, 0.25, 0.08, 0.4), (6, 0.10, 0.08, 0.4), (6, 0.50, 0.03, 0.1))
+            for r in _point(L, b, d_t5=(d, d + 0.002), iou_ceiling=c)]
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_loose")
+    assert holds is False and "as a share of the IoU ceiling 0.20 vs 0.31" in ev and "the fall is the ceiling's" in ev
+    # the same pp fall under a constant ceiling: the share falls too, and the fade holds
+    same = pd.DataFrame(rows).assign(iou_ceiling=0.4)
+    assert _holds(report.paper_findings(same, depth=6, budget=0.25), "fades_loose")[0] is True
+    holds, ev = _holds(report.paper_findings(same.drop(columns="iou_ceiling"), depth=6, budget=0.25), "fades_loose")
+    assert holds == "not resolved" and "no IoU ceiling in the rows" in ev
 
 
 def test_regime_finding_needs_a_decoupling_to_fade():
@@ -290,7 +306,7 @@ def test_report_tables_and_markdown(store, tmp_path):
     md = report.render_report(back)
     t5 = back["three_conditions"].set_index("condition").loc["T5"]
     assert t5["miou_lo"] < t5["miou"] < t5["miou_hi"] and t5["D_pp_lo"] <= 10.5 <= t5["D_pp_hi"]
-    assert f"| T5 | 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
+    assert f"| T5 | 1 × 2 | 0.401 [{t5['miou_lo']:.3f}, {t5['miou_hi']:.3f}] |" in md
     assert f"+10.05 [{t5['D_pp_lo']:+.2f}, {t5['D_pp_hi']:+.2f}]" in md
     assert "+10.05" in md and "in |" in md and "**Smoke run.**" in md
     assert report.findings_paragraph(back["findings"], "cub", "bb") in md
@@ -645,7 +661,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     md = datasets_table(tables).splitlines()
     assert [ln.split(" | ")[0].lstrip("| ") for ln in md[2:]] == ["cub", "aircraft (FGVC-Aircraft variant)", "cars"]
     air = md[3].split(" | ")
-    assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in"
+    assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in (resolves ≥ 0.000)"
     assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
     assert md[2].split(" | ")[1] == "part mIoU (100 images)"
     # a capped training split is named beside its D (quick's Cars: decision 0057)
@@ -660,9 +676,13 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
     t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
-    want = ["holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v)
+    want = [("holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v))
             for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
+    assert "Every cell rests on 1 backbone build." in section     # said once where every cell has as many
+    mixed = pd.DataFrame(dict(statement="s", dataset=["a", "b"], backbone="bb", holds=["True", "False"], n_builds=[3, 1]))
+    assert "| s | holds (3 backbone builds) | does not hold (1 backbone build) |" in \
+        report.markdown._findings_grid(mixed, [("a", "bb"), ("b", "bb")])
     f = tables["findings"]
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
     # without Aircraft's L = 9 cells the report says they are missing, as it would for CUB
@@ -708,3 +728,55 @@ def test_the_report_opens_with_the_per_claim_table_naming_reversals(tmp_path):
     assert "| T1 covers less than the reference | D(T1) < 0 | D(T1) = +5.05 pp" in claims
     assert next(ln for ln in claims.splitlines() if ln.startswith("| the decoupling fades with depth")).endswith(
         "| opposite of the paper |")
+
+
+# ------------------------------------------------------------------ the fitness rule (decision 0070)
+def test_fitness_rule_on_hand_computed_accuracies():
+    """Wilson 95 % lower bound of 5 / 99 = 0.0219 (by hand: (p + z²/2n − z√(p(1−p)/n + z²/4n²)) / (1 + z²/n));
+    chance-corrected against 1/99 it is 1.2 % of what is left (rule ≥ 10 %) and 5.1 % is 45 % of an 11.1 %
+    teacher (rule ≥ 50 %; 45.5 % prints as 46 %): not learned. 72.2 % of 1,090 with a 74.8 % teacher: learned. Each half alone fails."""
+    from midas_nb.analysis import backbone_fitness
+    fit, why = backbone_fitness(5 / 99, 99, 1 / 99, 1 / 99, 0.111)
+    assert fit is False and why.startswith("the backbone has not learned the task (5.1 % against chance 1.0 %")
+    assert "its lower bound 2.2 % is 1 % of the way" in why and "46 % of its teacher" in why
+    assert backbone_fitness(0.722, 1090, 0.025, 0.028, 0.748)[0] is True
+    assert backbone_fitness(0.40, 1090, 0.025, 0.028, 0.90)[0] is False        # below half its teacher
+    assert backbone_fitness(0.20, 40, 0.025, 0.15, None)[0] is False           # not resolvably above the majority
+    with pytest.raises(ValueError, match="n_test ≥ 1"):
+        backbone_fitness(0.5, 0, 0.1, 0.1)
+
+
+def _fitness_tables(top1: str) -> dict[str, pd.DataFrame]:
+    prov = pd.DataFrame([("ds", "bb", "evaluated images' fingerprint", "ab12 (99 of 99 test images; from the rows)"),
+                         ("ds", "bb", "backbone test top-1 (whole test split)", top1),
+                         ("ds", "bb", "teacher test top-1", "0.111"),
+                         ("ds", "bb", "chance, majority share", "0.010 (1 / 99 classes present), 0.010")],
+                        columns=["dataset", "backbone", "setting", "value"])
+    f = pd.DataFrame(dict(dataset="ds", backbone=["bb", "bb"], depth=6, budget=0.25, finding=["t5_gain_in_band", "scale"],
+                          statement=["s1", "s2"], holds=["True", "False"], evidence=["e1", "e2"]))
+    return dict(provenance=prov, findings=f, backbones=pd.DataFrame(columns=report.tables.BACKBONE_COLUMNS))
+
+
+@pytest.mark.parametrize("top1, counted", [("0.051", False), ("0.700", True)])
+def test_no_finding_counts_on_a_backbone_that_has_not_learned_its_task(top1, counted):
+    f = report.tables.counted(_fitness_tables(top1))["findings"]
+    if counted:
+        assert list(f["holds"]) == ["True", "False"] and list(f["evidence"]) == ["e1", "e2"]
+    else:
+        assert list(f["holds"]) == ["not counted"] * 2
+        assert f["evidence"].iloc[0].startswith("not counted: the backbone has not learned the task (5.1 % against "
+                                                "chance 1.0 %") and f["evidence"].iloc[0].endswith("; e1")
+        assert report.tables.counted({**_fitness_tables(top1), "findings": f})["findings"].equals(f)   # idempotent
+        assert "2 are not counted (the backbone has not learned the task)" in report.findings_paragraph(f)
+
+
+def test_committed_aircraft_findings_are_not_counted():
+    """results/: FGVC-Aircraft's backbone (5.1 %, chance 1.0 %, teacher 11.1 %) fails the rule, so none of its
+    findings counts when the committed tables are rendered; CUB's and Cars' verdicts are the CSV's."""
+    raw = pd.read_csv(REPO / "results" / "findings.csv", keep_default_na=False)
+    f = report.read_tables(REPO / "results")["findings"]
+    air = f["dataset"] == "aircraft"
+    assert set(f.loc[air, "holds"]) == {"not counted"} and (raw.loc[air, "holds"] == "True").any()
+    assert list(f.loc[~air, "holds"].astype(str)) == list(raw.loc[~air, "holds"].astype(str))
+    bt = report.read_tables(REPO / "results")["backbones"]
+    assert set(bt.loc[(bt["dataset"] == "aircraft") & (bt["kind"] == "finding"), "verdict"]) == {"not counted"}

@@ -5,7 +5,10 @@ A problem is one line on stderr, the exit status is 2, no kernel starts and noth
 directory changes; ``0`` is a value like any other, never "the profile's default"."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,6 +240,23 @@ def test_more_bad_arguments_are_one_line_before_any_kernel(args, expected, tmp_p
     (line,) = _problems(lines)
     assert rc == 2 and expected in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--device", "cuda:7", "-p", "device", "cpu"],
+                                  ["--backbone", "vit_smoke", "-p", "backbone", "vit_tiny_patch16_224"],
+                                  ["--dataset", "synthetic", "-p", "dataset", "cub"],
+                                  ["--weights", "a.pth", "-p", "weights", "b.pth"]])
+def test_an_option_and_a_p_that_disagree_are_refused(args, tmp_path, capsys, no_kernel):
+    """They used to run with the -p value, silently."""
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "02", *args, "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and f"midas-nb run: {args[0]} {args[1]!r} and -p {args[3]} {args[4]!r} differ; give one of them" \
+        in lines
+
+
+def test_an_option_and_a_p_with_one_value_run(tmp_path, capsys, recorder):
+    rc, _ = _run(["--profile", "smoke", "--notebooks", "02", "--device", "cpu", "-p", "device", "cpu",
+                  "--backbone", "vit_smoke", "-p", "backbone", "vit_smoke", "--output", str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["device"] == "cpu" and recorder[0][1]["backbone"] == "vit_smoke"
 
 
 def test_numbers_with_an_exponent_are_numbers(tmp_path, capsys, recorder):
@@ -742,3 +762,32 @@ def test_an_output_directory_variable_naming_a_file_is_one_line_before_any_kerne
             err = capsys.readouterr().err
             assert f"{afile} is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in err
             assert "Traceback" not in err
+
+
+def _in_read_only_cache(cache: Path, code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` with ``cache`` mounted read-only (a user and mount namespace) as MIDAS_CACHE_DIR."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no unprivileged mount namespace here (unshare -rm) for a read-only mount")
+    env = dict(os.environ, MIDAS_CACHE_DIR=str(cache), PYTHONPATH=str(Path(cli.__file__).parents[2]))
+    script = f'mount --bind -o ro "$0" "$0" && exec "$1" -c "$2"'
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, str(cache), sys.executable, code], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_read_only_cache_without_the_checkpoints_is_one_line_before_any_kernel(tmp_path):
+    """The check tested that the cache is a folder, not that it can be written: the run failed inside the
+    notebook (``OSError: Read-only file system: …/checkpoints/….lock``)."""
+    cache = tmp_path / "cache"
+    (cache / "checkpoints").mkdir(parents=True)
+    code = ("import papermill, shutil; papermill.execute_notebook = lambda src, dst, **k: shutil.copy(src, dst); "
+            "from midas_nb import cli; raise SystemExit(cli.main(['run', '--no-progress', '--profile', 'smoke', "
+            f"'--notebooks', '02', '--output', {str(tmp_path / 'out')!r}]))")
+    r = _in_read_only_cache(cache, code)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[0] == (
+        f"midas-nb run: cache {cache} cannot be written (Read-only file system) and holds no checkpoint of vit_smoke "
+        "(checkpoints/<backbone>-*.pt), which the run would train and write; expected a writable MIDAS_CACHE_DIR, or "
+        "a cache prepared by a run of these backbones") and len(lines) == 2, r.stderr
+    (cache / "checkpoints" / "vit_smoke-0123456789ab.pt").write_bytes(b"")     # a prepared cache: the run starts
+    r = _in_read_only_cache(cache, code)
+    assert r.returncode == 0, r.stderr

@@ -4,7 +4,11 @@ marked stale in the run summary and in the HTML edition."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -123,3 +127,28 @@ def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
     data = json.loads((out / "run.json").read_text())
     assert data["latest"] == r1 and data["runs"][r1]["digest"] == settings_digest({"profile": "smoke"})
     assert "current  00_a.ipynb" in run_summary(out)
+
+
+def test_two_runs_into_one_folder_both_finish_and_the_manifest_keeps_both(three, tmp_path):
+    """Two `midas-nb run` processes, one output folder, their notebooks running at once: the first
+    to finish removed `.partial` under the second (both failed, no copy kept), and run.json, read
+    once and rewritten whole, lost the other run's update (one run stayed "running")."""
+    src, out = three
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    _write(src, "00_first.ipynb", f"import os, pathlib, time\nd = pathlib.Path({str(marks)!r})\n"
+           f"(d / f'start-{{os.getpid()}}').touch()\nt = time.time()\n"
+           f"while len(list(d.glob('start-*'))) < 2 and time.time() - t < 120:\n    time.sleep(0.05)")
+    code = (f"from pathlib import Path; from midas_nb import cli; cli.notebooks_dir = lambda: Path({str(src)!r}); "
+            f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--notebooks', '00', '--no-progress', "
+            f"'--output', {str(out)!r}]))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(cli.__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    said = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], said
+    assert len(list(marks.iterdir())) == 2                                  # the two kernels ran at once
+    runs = json.loads((out / "run.json").read_text())["runs"]
+    assert len(runs) == 2 and [r["status"] for r in runs.values()] == ["done", "done"]
+    assert _states(out)["00_first.ipynb"].run_id in runs and not (out / ".partial").exists()
+    assert _states(out)["00_first.ipynb"].state == "current"   # whichever run wrote it last

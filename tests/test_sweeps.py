@@ -131,7 +131,7 @@ def test_sweep_seeds_apply_off_the_profiles_point():
     for point in {(c.depth, c.budget) for c in cross}:
         assert any(c.condition == "random" and (c.depth, c.budget) == point for c in cross), point
     assert {c.seed for c in make_grid(prof, "regime", seeds=[0, 1]) if c.condition == "T5"} == {0, 1}
-    assert len(make_grid(prof, "regime", seeds=[0, 1])) == 5 * (3 * 2 + 1)
+    assert len(make_grid(prof, "regime", seeds=[0, 1])) == (5 + prof["builds"] - 1) * (3 * 2 + 1)   # builds at (L, b)
     # explicit conditions are taken as given
     assert {c.condition for c in make_grid(prof, "regime", conditions=["reference", "T5"])} == {"reference", "T5"}
     from midas_nb.config import check_profile
@@ -152,7 +152,7 @@ def test_prefetch_targets_only_where_other_cells_read_them():
 
 
 def test_make_grid_sizes_follow_the_profile():
-    prof = get_profile("quick", other_backbones=True)
+    prof = get_profile("quick", other_backbones=True, builds=1)     # builds: test_cell_identity.py
     # sweeps cross the profile's sweep_conditions (the protocol table shows all conditions), plus
     # the random ranking that tests the reference in each cell
     assert set(prof["sweep_conditions"]) < set(prof["conditions"])
@@ -605,7 +605,8 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 
     from midas_nb.study import ProtocolCellRunner
 
-    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=SimpleNamespace(name="vit_smoke")))
+    bb = SimpleNamespace(name="vit_smoke", build=0)
+    fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=bb))
     runner = ProtocolCellRunner("smoke", study=fake)
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))
@@ -653,44 +654,55 @@ def hold_first_start_fn(cell: SweepCell, marker_dir: str) -> list[dict]:
     return [dict(metric="score", value=cell.depth * 100 + cell.seed), dict(metric="other", value=-cell.depth)]
 
 
-def test_two_sweeps_over_one_store_compute_each_cell_once(tmp_path, markers):
-    """Sweep A holds cell 0; sweep B over the same store meanwhile skips it (claimed) and does
-    the other cells; A, released, finds them done. Every cell is computed exactly once."""
-    cells = toy_cells(6)
-    root = tmp_path / "store"
-    fn = functools.partial(hold_first_start_fn, marker_dir=str(markers))
+def _held_sweep_script(store_root: str, marker_dir: str, n: int) -> None:
+    """Body of a sweep process over :func:`hold_first_start_fn`: exits 0 when its sweep is complete."""
+    fn = functools.partial(hold_first_start_fn, marker_dir=marker_dir)
+    sys.exit(0 if run_sweep(toy_cells(n), fn, ResultStore(store_root)).complete else 3)
+
+
+def test_two_sweep_processes_over_one_store_compute_each_cell_once_and_both_complete(tmp_path, markers):
+    """Process A holds cell 0; process B over the same store does the other cells, then waits for
+    cell 0 (it used to skip it and end incomplete, "1 running"); A, released, finds the others
+    done. Both end complete, every cell computed exactly once."""
+    cells, root = toy_cells(6), tmp_path / "store"
     (markers / f"hold-{cells[0].key}").touch()
-    out: dict[str, object] = {}
-    a = threading.Thread(target=lambda: out.update(a=run_sweep(cells, fn, ResultStore(root))), daemon=True)
-    a.start()
-    wait_for(lambda: count(markers, "start", cells[0]) == 1, "sweep A holding cell 0")
-    status_b = run_sweep(cells, fn, ResultStore(root))          # sweep B, while A holds cell 0
-    assert status_b.table.set_index("key").loc[cells[0].key, "status"] == "running"
-    assert status_b.done == 5
-    (markers / f"release-{cells[0].key}").touch()
-    a.join(timeout=120)
-    assert out["a"].complete
-    assert [count(markers, "start", c) for c in cells] == [1] * 6      # the old code: 12 computations
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    code = f"from test_sweeps import _held_sweep_script; _held_sweep_script({str(root)!r}, {str(markers)!r}, 6)"
+    a = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=str(tmp_path))
+    try:
+        wait_for(lambda: count(markers, "start", cells[0]) == 1, "sweep A holding cell 0")
+        b = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=str(tmp_path))
+        wait_for(lambda: all(ResultStore(root).state(c.key) == "done" for c in cells[1:]), "the other cells done")
+        (markers / f"release-{cells[0].key}").touch()
+        assert (a.wait(timeout=120), b.wait(timeout=120)) == (0, 0)
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                proc.kill()
+    assert [count(markers, "start", c) for c in cells] == [1] * 6      # no cell computed twice
     assert_store_clean(store := ResultStore(root), cells)
     assert not list((store.root / "locks").glob("*.running")) and not list(store.cells_dir.glob("*.running"))
 
 
-def test_a_dead_claim_is_taken_over_and_a_live_one_respected(tmp_path, markers, monkeypatch):
+def test_a_dead_claim_is_taken_over_and_a_live_one_waited_for_until_it_expires(tmp_path, markers):
     from midas_nb.sweeps.claims import read_claim
     cells = toy_cells(2)
     store = ResultStore(tmp_path / "store")
     fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
-    # two claims by a job on another node: one heart-beating, one whose heartbeat stopped 2 ttl ago
-    for c in cells:
+    # two claims by a job on another node: one heart-beating (for 1 s more), one whose heartbeat stopped 2 ttl ago
+    for c, ttl in zip(cells, (1.0, 60.0)):
         store.running_path(c.key).write_text(json.dumps(dict(key=c.key, host="node-elsewhere", pid=1,
-                                                             job_id="77_0", ttl_s=60.0, token="x")))
+                                                             job_id="77_0", ttl_s=ttl, token="x")))
     old = time.time() - 120
     os.utime(store.running_path(cells[1].key), (old, old))
+    beat = store.running_path(cells[0].key).stat().st_mtime
     assert read_claim(store.running_path(cells[0].key))["live"] is True
     assert read_claim(store.running_path(cells[1].key))["live"] is False
     status = run_sweep(cells, fn, store)
-    assert list(status.table["status"]) == ["running", "done"]
-    assert [count(markers, "start", c) for c in cells] == [0, 1]
+    assert list(status.table["status"]) == ["done", "done"]
+    assert [count(markers, "start", c) for c in cells] == [1, 1]
+    # the live claim was respected: its cell started only once the claim had expired
+    assert json.loads(store.path(cells[0].key).read_text())["started"] >= beat + 1.0
     assert status.table.set_index("key").loc[cells[1].key, "attempt"] == 1
 
 

@@ -186,32 +186,6 @@ def test_paired_gap_over_shared_images_by_hand():
     assert (m1, n1) == (pytest.approx(0.5), 2) and 0.0 <= lo1 <= m1 <= hi1 <= 1.0
 
 
-def test_axis_trend_judges_each_axis_alone_and_reads_the_ceiling():
-    from midas_nb.analysis import axis_trend
-    D = pd.DataFrame([
-        # depth axis at b = 25 %: D rises to the deep cell (the paper says it fades)
-        dict(condition="T5", depth=3, budget=0.25, D_pp=2.0, D_pp_lo=1.5, D_pp_hi=2.5, status="in band"),
-        dict(condition="T5", depth=6, budget=0.25, D_pp=4.4, D_pp_lo=4.0, D_pp_hi=4.8, status="in band"),
-        dict(condition="T5", depth=9, budget=0.25, D_pp=8.2, D_pp_lo=7.5, D_pp_hi=8.9, status="in band"),
-        # budget axis at L = 6: D falls 8.1 → 1.6 pp while the ceiling falls 0.49 → 0.10
-        dict(condition="T5", depth=6, budget=0.10, D_pp=8.1, D_pp_lo=7.6, D_pp_hi=8.6, status="in band"),
-        dict(condition="T5", depth=6, budget=0.50, D_pp=1.6, D_pp_lo=1.2, D_pp_hi=2.0, status="in band"),
-    ])
-    frame, text = axis_trend(D, "T5", "depth", 0.25)
-    assert list(frame["depth"]) == [3, 6, 9] and "D rises from L=3 to L=9" in text and "parity band" not in text
-    # CUB's notebook 04 read "D falls from L=3 to L=9" on cells whose band was uninformative, unsaid
-    off = D.assign(status=["uninformative", "uninformative", "in band", "in band", "in band"])
-    text = axis_trend(off, "T5", "depth", 0.25)[1]
-    assert text.endswith("→ D rises from L=3 to L=9 (parity band L=3 uninformative, L=6 uninformative: D there is "
-                         "coverage alone, not at parity).")
-    ceiling = pd.DataFrame(dict(budget=[0.10, 0.25, 0.50], ceiling=[0.49, 0.20, 0.10]))
-    frame, text = axis_trend(D, "T5", "budget", 6, ceiling=ceiling)
-    assert frame["D_of_ceiling"].tolist() == pytest.approx([0.081 / 0.49, 0.044 / 0.20, 0.016 / 0.10])
-    assert "D falls from b=10% to b=50%" in text and "the fall is mostly the ceiling's" in text
-    with pytest.raises(ValueError, match="no 'T1' row"):
-        axis_trend(D, "T1", "depth", 0.25)
-
-
 def test_different_winners_name_a_winner_that_ties_with_its_runner_up():
     """FGVC-Aircraft's notebook 07 read "best faithfulness T5 … → different winners" while T5, T3
     and T2 all had IDAUC 0.004: the coverage winner is resolved apart from T5, but T5's own lead
@@ -399,3 +373,22 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
                              pib_delta_hi=0.13, accuracy=0.508)])
     assert pib_trade(pib) == ["LaSt (K=1): Point-in-Box +0.094 [+0.050, +0.130] over backbone, top-1 accuracy "
                               "0.913 → 0.508 (-0.405) — the localisation gain costs accuracy"]
+
+
+def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build():
+    """Builds (decision 0072): the verdict's per-image values are keyed by (build, seed), a seedless side is
+    paired with every seed of its own build, and the interval is over the build means (t with 2 df)."""
+    from scipy.stats import t as student_t
+
+    from midas_nb.analysis import paired_gap, per_seed_values
+
+    base = np.linspace(0.2, 0.6, N_IMG)
+    a = pd.DataFrame([dict(_row("T5", s, base + 0.1 * (b + 1) + 0.001 * s, base), build=b)
+                      for b in range(3) for s in (0, 1)])
+    ref = pd.DataFrame([dict(_row("reference", 0, base, base), build=b) for b in range(3)])
+    assert sorted(per_seed_values(a, "miou")["T5"]) == [(b, s) for b in range(3) for s in (0, 1)]
+    m, lo, hi, n = paired_gap(a, ref, "miou", n_boot=200)
+    means = np.array([0.1005, 0.2005, 0.3005])              # each build's gap: constant over its images
+    half = student_t.ppf(0.975, 2) * means.std(ddof=1) / np.sqrt(3)
+    assert n == N_IMG and m == pytest.approx(means.mean())
+    assert (lo, hi) == pytest.approx((means.mean() - half, means.mean() + half))

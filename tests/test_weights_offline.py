@@ -81,6 +81,21 @@ def test_wrong_files_name_the_keys(tmp_path):
         create_backbone(DEIT_S, 5, weights=st, **SMALL_KWARGS[DEIT_S])
 
 
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("echo this file ran code",))
+
+
+def test_a_file_that_pickles_code_is_refused_without_advice_to_load_it_unsafely(tmp_path):
+    """torch's message says re-running with ``weights_only=False`` "will likely succeed": cut at 200
+    characters, the refusal read as that advice. It names the pickled callable instead."""
+    torch.save({"x": torch.zeros(1), "y": _RunsCode()}, tmp_path / "model.pth")
+    with pytest.raises(BackboneError) as e:
+        create_backbone("vit_smoke", 2, weights=tmp_path / "model.pth")
+    assert "refused: it pickles posix.system, code that would run when loaded" in str(e.value)
+    assert "weights_only" not in str(e.value) and "\n" not in str(e.value)
+
+
 def test_study_passes_the_weights_file_of_its_backbone(tmp_path):
     """``-p weights FILE`` (a bare path) is the study's backbone's file; ``{name: file}`` per backbone."""
     prof = config.get_profile("rehearsal", weights=str(tmp_path / "deit_s.pth"))

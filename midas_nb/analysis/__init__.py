@@ -8,7 +8,7 @@
   Patch Score and Point-in-Box before and after.
 - :mod:`~midas_nb.analysis.verdict` — whether the MIDAS claim holds on one run, both halves
   tested with paired intervals (:func:`claim_verdict`), and the readings beside it
-  (:func:`targets_vs_scorers`, :func:`paired_gap`, :func:`axis_trend`).
+  (:func:`targets_vs_scorers`, :func:`paired_gap`).
 - :mod:`~midas_nb.analysis.synthesis` — the reader's take-away: the paper's claims beside this run's
   (:func:`~midas_nb.analysis.synthesis.claims_table`), target content against training signal
   (:func:`~midas_nb.analysis.synthesis.content_vs_signal`) and each notebook's closing box;
@@ -30,9 +30,10 @@ Example::
     >>> res.table[["kind", "method", "miou", "idauc", "D_pp", "pib", "accuracy", "throughput"]]
 """
 from .advice import GOALS, recommend_deployment
-from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, ClaimVerdict, axis_trend, claim_verdict,
+from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, ClaimVerdict, claim_verdict,
                       condition_reading, paired_gap, per_image_means, per_seed_values, targets_vs_scorers)
+from .findings import backbone_fitness, share_falls
 
-__all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS", "axis_trend",
-           "claim_verdict", "condition_reading", "paired_gap", "per_image_means", "per_seed_values",
-           "recommend_deployment", "targets_vs_scorers"]
+__all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS",
+           "backbone_fitness", "claim_verdict", "condition_reading", "paired_gap", "per_image_means",
+           "per_seed_values", "recommend_deployment", "share_falls", "targets_vs_scorers"]

@@ -7,7 +7,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import pandas as pd
 
-from ..metrics import CHECKPOINT_COLUMNS, decoupling_D
+from ..metrics import CHECKPOINT_COLUMNS, decoupling_D, parity_band
 from ..results import aggregate_seeds
 from .verdict import paired_gap
 
@@ -43,7 +43,7 @@ def _ci(row: pd.Series, m: str) -> str:
 def recommend_deployment(
     table: pd.DataFrame,
     reference: str = "reference",
-    band: float = 0.01,
+    band: float | None = None,
     by: Sequence[str] | None = None,
     tie_tol: float = 1e-3,
     miou_unit: Literal["fraction", "percent"] = "fraction",
@@ -72,7 +72,8 @@ def recommend_deployment(
 
     Args:
         table: results rows (per seed); needs ``condition``, ``miou``, ``idauc``.
-        reference, band, by, miou_unit: as in :func:`~midas_nb.metrics.decoupling_D`.
+        reference, band, by, miou_unit: as in :func:`~midas_nb.metrics.decoupling_D` (``band=None``:
+            :data:`~midas_nb.metrics.PARITY_BAND`).
         tie_tol: IDAUC tie tolerance of the faithfulness-first rule.
         n_boot: bootstrap resamples of every interval and of ``status`` (pass the profile's
             ``bootstrap``; the bootstrap seed is fixed).
@@ -89,6 +90,7 @@ def recommend_deployment(
     Raises:
         ValueError: for missing columns or an unknown ``miou_unit``.
     """
+    band = parity_band(band)
     by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] \
         if by is None else list(by)
     key = [c for c in ("condition", "target", "relaxation") if c in table.columns]
@@ -214,8 +216,8 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
 
 def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, list[str]]:
     """Never pick across checkpoints: ``by`` plus the checkpoint columns present (a missing
-    digest becomes "", as :func:`decoupling_D` writes it)."""
-    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    digest becomes "", as :func:`decoupling_D` writes it), none where rows carry a build (its builds pooled)."""
+    by = by + [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by and "build" not in table.columns]
     if "weights_digest" in by:
         table = table.assign(weights_digest=table["weights_digest"].astype(object)
                              .where(table["weights_digest"].notna(), "").astype(str))

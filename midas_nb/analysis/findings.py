@@ -2,24 +2,84 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..config import PAPER_BACKBONES
-from ..metrics import decoupling_D
+from ..metrics import band_resolution, decoupling_D, parity_band
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
 
-Holds = bool | Literal["undefined", "not resolved", "uninformative"]
+Holds = bool | Literal["undefined", "not resolved", "uninformative", "not counted"]
+
+#: the fitness rule (decision 0070): a backbone has learned its task when the Wilson 95 % lower bound of its test
+#: top-1, chance-corrected against the best label-frequency answer (max(chance, majority share)), is at least
+#: FIT_MARGIN, and its top-1 is at least FIT_TEACHER_SHARE of its teacher's
+FIT_MARGIN, FIT_TEACHER_SHARE = 0.10, 0.5
+
+
+def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
+                     teacher: float | None = None) -> tuple[bool, str]:
+    """Whether a backbone has learned its task (DESIGN.md §6 "Fitness"; decision 0070), and why in words.
+
+    ``base = max(chance, majority)``; ``lo`` is the Wilson 95 % lower bound of ``top1`` over ``n_test`` images
+    (Wilson, 1927); fit when ``(lo − base) / (1 − base) ≥`` :data:`FIT_MARGIN` (resolvably above what the label
+    frequencies give, by a tenth of what is left to learn) and, with a ``teacher`` top-1, ``top1 ≥``
+    :data:`FIT_TEACHER_SHARE` ``· teacher``. All accuracies are fractions of the test split.
+
+    Returns:
+        ``(fit, text)``; ``text`` e.g. ``"the backbone has not learned the task (5.1 % against chance 1.0 %, …)"``.
+
+    Raises:
+        ValueError: ``n_test < 1`` or an accuracy outside [0, 1].
+    """
+    if n_test < 1 or not all(0 <= float(v) <= 1 for v in (top1, chance, majority) + ((teacher,) if teacher else ())):
+        raise ValueError(f"backbone_fitness: needs n_test ≥ 1 and accuracies in [0, 1]; got top1={top1}, "
+                         f"n_test={n_test}, chance={chance}, majority={majority}, teacher={teacher}")
+    base, z = max(chance, majority), 1.959964
+    lo = ((top1 + z * z / (2 * n_test) - z * math.sqrt(top1 * (1 - top1) / n_test + z * z / (4 * n_test ** 2)))
+          / (1 + z * z / n_test))
+    gain = (lo - base) / (1 - base) if base < 1 else 0.0
+    share = top1 / teacher if teacher else math.inf
+    fit = gain >= FIT_MARGIN and share >= FIT_TEACHER_SHARE
+    pc = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    why = (f"{pc(top1)} against chance {pc(chance)}, majority {pc(majority)}" + (f", teacher {pc(teacher)}" if teacher
+           else "") + f"; {n_test} test images: its lower bound {pc(lo)} is {100 * gain:.0f} % of the way from {pc(base)} "
+           f"to 100 % (rule ≥ {100 * FIT_MARGIN:.0f} %)" + (f", {100 * share:.0f} % of its teacher (rule ≥ {100 * FIT_TEACHER_SHARE:.0f} %)"
+                                                    if teacher else ""))
+    return fit, f"the backbone {'has' if fit else 'has not'} learned the task ({why})"
+
+
+def share_falls(near: float, far: float) -> bool:
+    """The notebooks' reading of ``D`` as a share of the IoU ceiling along the budget (decision 0041): the share
+    falls unless it is positive at the near end (tight budget) and at least half of it is left at the far end.
+    Exercise 04.budget_fall and the ``fades_loose`` finding read it so."""
+    return not (near > 0 and far >= 0.5 * near)
+
+
+def count_fitness(findings: pd.DataFrame, fitness: Mapping[tuple[str, str], tuple[bool, str]],
+                  verdict: str = "holds", evidence: str = "evidence") -> pd.DataFrame:
+    """``findings`` (one row per dataset × backbone × finding; ``scale`` rows name their backbones joined by
+    ``+``) with every verdict of a backbone that fails :func:`backbone_fitness` replaced by ``"not counted"`` and
+    its evidence prefixed with the reason; ``fitness``: ``{(dataset, backbone): (fit, text)}``, a block without
+    an entry is left as it is. Idempotent."""
+    out = findings.copy()
+    for i, r in (out.iterrows() if fitness else ()):
+        bad = [fitness[k][1] for k in ((r["dataset"], b) for b in str(r["backbone"]).split("+"))
+               if k in fitness and not fitness[k][0]]
+        if bad and str(r[verdict]) != "not counted":
+            out.at[i, verdict] = "not counted"
+            out.at[i, evidence] = f"not counted: {bad[0]}; {r[evidence]}"
+    return out
 
 
 #: RNG seed of every bootstrap interval of a report (a rerun is byte-identical)
 BOOTSTRAP_SEED = 0
 
 
-def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float, n_boot: int = 1000,
+def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float | None, n_boot: int = 1000,
                    reference: str = "reference") -> pd.DataFrame:
     """:func:`midas_nb.metrics.decoupling_D` by condition (its intervals and status where it
     gives them; NaN intervals otherwise), ``n_boot`` resamples, seed :data:`BOOTSTRAP_SEED`; cells
@@ -104,11 +164,38 @@ def _row_of(d: pd.DataFrame, cond: str) -> pd.Series | None:
     return None if r.empty else r.iloc[0]
 
 
-def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any) -> dict:
+def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any,
+             n_builds: int = 1) -> dict:
     if isinstance(holds, (bool, np.bool_)):
         holds = bool(holds)
     return dict(dataset=dataset, backbone=backbone, depth=int(depth), budget=float(budget), finding=fid,
-                statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence)
+                statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence, n_builds=int(n_builds))
+
+
+def _builds(d: pd.DataFrame) -> int:
+    """The fewest backbone builds behind a cell of ``d`` (1 without the column or rows)."""
+    return int(d["n_builds"].min()) if "n_builds" in d.columns and len(d) else 1
+
+
+def _borrow_builds(dr: pd.DataFrame, d: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``(dr, note)``: the regime cells of one build with the D interval of each widened by its condition's
+    between-build spread measured at the point (``d``, several builds): half-width ``√(h² + (t_{B−1}·s_B)²)``,
+    ``s_B`` the sd of the B builds' D (root sum of squares of independent parts, JCGM 100:2008 §5.1;
+    decision 0072); ``note`` says so for the evidence (``""`` where the point has one build)."""
+    at = d[(d["n_builds"] > 1) & d["D_pp_build_std"].notna()] if "D_pp_build_std" in d.columns else d.iloc[:0]
+    if at.empty or "n_builds" not in dr.columns:
+        return dr, ""
+    from scipy.stats import t as student_t
+    spread = {c: student_t.ppf(0.975, B - 1) * s
+              for c, B, s in zip(at["condition"], at["n_builds"], at["D_pp_build_std"])}
+    out = dr.copy()
+    one = (out["n_builds"] == 1) & out["condition"].isin(spread)
+    extra = out.loc[one, "condition"].map(spread)
+    out.loc[one, "D_pp_lo"] = out.loc[one, "D_pp"] - np.hypot(out.loc[one, "D_pp"] - out.loc[one, "D_pp_lo"], extra)
+    out.loc[one, "D_pp_hi"] = out.loc[one, "D_pp"] + np.hypot(out.loc[one, "D_pp_hi"] - out.loc[one, "D_pp"], extra)
+    s5 = dict(zip(at["condition"], at["D_pp_build_std"])).get("T5", math.nan)
+    return out, (f"; the cells of one build borrow the build spread measured at the point (sd of D(T5) over "
+                 f"{int(at['n_builds'].max())} builds {s5:.2f} pp)" if one.any() else "")
 
 
 def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
@@ -118,7 +205,8 @@ def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
     status = str(r["status"])
     D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
     dI = ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
-    ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}"
+    resolves = band_resolution(r["delta_idauc_lo"], r["delta_idauc_hi"])
+    ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}" + (f" ({resolves})" if resolves else "")
     if status in ("no reference", "undefined"):
         return "undefined", ev
     if status == "uninformative":     # the band cannot speak about faithfulness parity here
@@ -171,9 +259,12 @@ def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
     return _cosine_finding(probes, depth)
 
 
-def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds, str]:
+def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
+                  ceiling: Mapping[float, float] | None = None) -> tuple[Holds, str]:
     """D(T5) along one axis of the regime grid, the other held at the point ``(L0, b0)``: the cells
-    at ``axis ≤`` the point's value (near) against the cells beyond it (far)."""
+    at ``axis ≤`` the point's value (near) against the cells beyond it (far), in pp and, along the budget, as a
+    share of the IoU ceiling (``ceiling``: ``{budget: ceiling}``), as notebook 04 reads it (:func:`share_falls`):
+    a fade holds only where both fall."""
     other, v0, o0 = (("budget", L0, b0) if axis == "depth" else ("depth", b0, L0))
     t5 = d[(d["condition"] == "T5") & ~d["status"].isin(["no reference", "undefined"])
            & np.isclose(d[other].astype(float), float(o0))]
@@ -210,7 +301,18 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float) -> tuple[Holds
             holds = "not resolved"
             ev += " (their averaged intervals overlap)"
     if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
-        return "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
+        holds, ev = "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
+    if axis == "depth":
+        return holds, ev
+    c = [(ceiling or {}).get(round(float(b), 6), math.nan) for b in t5["budget"]]
+    if not all(is_number(x) and x > 0 for x in c):
+        return (holds if holds is False else "not resolved"), ev + ("; no IoU ceiling in the rows: a fall with the "
+                                                                    "budget cannot be told from the ceiling's")
+    share = t5["D_pp"].astype(float) / (100 * pd.Series(c, index=t5.index))
+    sn, sf = float(share[near.index].mean()), float(share[far.index].mean())
+    ev += f"; as a share of the IoU ceiling {sn:.2f} vs {sf:.2f}"
+    if holds is not False and not share_falls(sn, sf):
+        return False, ev + " — the fall is the ceiling's, not the decoupling's"
     return holds, ev
 
 
@@ -243,7 +345,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
 
 
 def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
-                   budget: float | None = None, band: float = 0.01, n_boot: int = 1000,
+                   budget: float | None = None, band: float | None = None, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:
     """Which of the paper's findings (:data:`midas_nb.analysis.paper_reference.PAPER_FINDINGS`) hold on
     these result rows, per dataset × backbone; how each is decided: docs/decisions/0055-paper-findings-verdicts.md.
@@ -254,7 +356,8 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     intervals ``D_pp_lo``/``D_pp_hi`` and band ``status`` where present; the point values
     otherwise). A finding without the rows it needs is ``"undefined"`` (``cosine_small`` without
     ``probes``; ``fades_deep`` / ``fades_loose`` without regime cells on both sides of the point, or
-    ``"uninformative"`` where leaving out the cells with an uninformative band empties a side).
+    ``"uninformative"`` where leaving out the cells with an uninformative band empties a side; ``fades_loose``
+    reads D in pp and as a share of the rows' ``iou_ceiling``, ``"not resolved"`` without it).
     ``scale`` has one row per dataset, its backbone the backbones joined by ``+`` (``"uninformative"``
     where a verdict needs an uninformative band).
 
@@ -262,7 +365,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         rows: result rows (:mod:`midas_nb.results` schema; several datasets and backbones allowed).
         probes: cosine probes by dataset, backbone and depth, or ``None``.
         depth, budget: the point of the per-backbone findings.
-        band: the parity band of ``decoupling_D``.
+        band: the parity band of ``decoupling_D`` (``None``: :data:`~midas_nb.metrics.PARITY_BAND`).
         n_boot: bootstrap resamples of the intervals (seed :data:`BOOTSTRAP_SEED`).
         scale_backbones: the backbones of the scale readout (``None``: every backbone in the
             rows at the point); other backbones never enter the ``scale`` finding.
@@ -271,12 +374,15 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         One row per (dataset, backbone, finding): ``dataset``, ``backbone``, ``depth``,
         ``budget``, ``finding`` (id), ``statement``, ``holds`` (``True`` / ``False`` /
         ``"undefined"`` / ``"not resolved"`` / ``"uninformative"``), ``evidence`` (a short string
-        with the numbers). Only ``True`` counts as holding.
+        with the numbers), ``n_builds`` (the fewest backbone builds behind a cell it reads; the cosine
+        probes: one). Only ``True`` counts as holding. Regime cells of one build where the point has several
+        borrow the point's build spread (:func:`_borrow_builds`; decision 0072).
 
     Raises:
         ValueError: rows without ``dataset``, ``backbone``, ``condition``, ``depth``,
             ``budget``, ``miou``, ``idauc``, or no rows at the requested point.
     """
+    band = parity_band(band)
     need = ["dataset", "backbone", "condition", "depth", "budget", "miou", "idauc"]
     missing = [c for c in need if c not in rows.columns]
     if missing:
@@ -290,7 +396,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         d = d_by_condition(at, cell, band, n_boot) if has_ref else _empty_d()
         for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band)), ("t1_below_reference", lambda: _t1_finding(d))):
             holds, ev = fn() if has_ref else ("undefined", f"no reference rows at L={L0}, b={b0:.0%}")
-            out.append(_finding(ds, bb, fid, holds, ev, L0, b0))
+            out.append(_finding(ds, bb, fid, holds, ev, L0, b0, _builds(d)))
         pr = None
         if probes is not None and len(probes):
             pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb)]
@@ -298,9 +404,12 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
                 pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
         out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
-        dr = d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d()
+        dr, borrowed = _borrow_builds(d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d(), d)
+        ceiling = ({round(float(b), 6): float(c) for b, c in reg.groupby("budget")["iou_ceiling"].mean().items()}
+                   if "iou_ceiling" in reg.columns else None)
         for fid, axis in (("fades_deep", "depth"), ("fades_loose", "budget")):
-            out.append(_finding(ds, bb, fid, *_axis_finding(dr, axis, L0, b0), L0, b0))
+            holds, ev = _axis_finding(dr, axis, L0, b0, ceiling)
+            out.append(_finding(ds, bb, fid, holds, ev + borrowed * (holds != "undefined"), L0, b0, _builds(dr)))
     for ds, g in rows.groupby("dataset", sort=False):
         L0, b0 = _point(g, depth, budget)
         at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
@@ -309,9 +418,9 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         bbs = "+".join(sorted(set(at["backbone"])))
         at = at[at.groupby("backbone")["condition"].transform(lambda s: (s == "reference").any())]
         d = d_by_condition(at, cell, band, n_boot) if len(at) else _empty_d()
-        out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0))
+        out.append(_finding(ds, bbs, "scale", *_scale_finding(d), L0, b0, _builds(d)))
     return pd.DataFrame(out, columns=["dataset", "backbone", "depth", "budget", "finding", "statement", "holds",
-                                      "evidence"])
+                                      "evidence", "n_builds"])
 
 
 def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backbone: str | None = None) -> str:
@@ -327,10 +436,11 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
     if f.empty:
         return "No finding could be evaluated."
     groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are uninformative": [],
-                                    "are undefined": []}
+                                    "are not counted": [], "are undefined": []}
     for _, r in f.iterrows():
         key = {"True": "hold", "False": "do not hold", "not resolved": "are not resolved",
-               "uninformative": "are uninformative"}.get(str(r["holds"]), "are undefined")
+               "uninformative": "are uninformative", "not counted": "are not counted"}.get(str(r["holds"]),
+                                                                                           "are undefined")
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
@@ -342,11 +452,14 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
             + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
                "reference is not above the random ranking)" if n["are uninformative"] else "")
+            + (f", {n['are not counted']} {'is' if n['are not counted'] == 1 else 'are'} not counted (the backbone "
+               "has not learned the task)" if n["are not counted"] else "")
             + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
     singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
-                "are uninformative": "is uninformative", "are undefined": "is undefined"}
+                "are uninformative": "is uninformative", "are not counted": "is not counted",
+                "are undefined": "is undefined"}
     for k, items in groups.items():
         if items:
             parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")

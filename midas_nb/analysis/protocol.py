@@ -46,8 +46,9 @@ condition then only runs its scorer and blocks ``L+1..n`` on the kept tokens (an
 insertion/deletion forwards). Apart from the target maps (which need the attention matrices),
 the run uses timm's fused attention (:func:`fused_attention`; numerically the same, faster) for
 every block — throughput included, for the full and the pruned model alike — and restores the
-backbone's setting afterwards. IDAUC costs about ``S+1`` full forwards per image and scorer:
-``max_idauc_images`` bounds it on CPU.
+backbone's setting afterwards. IDAUC costs about ``S−1`` full forwards per image and ranking: the tokens
+and the all-token ``p_c`` are computed once per split and a ranking met before is not measured again
+(decision 0071); ``max_idauc_images`` can bound it.
 
 Size: one file holds the protocol's steps (settings, scorers, evaluation split, rows) so that a
 reader follows a cell from its settings to its row without leaving it.
@@ -70,7 +71,7 @@ from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
 from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      measure_speed, part_miou, point_in_box)
+                      iou_ceiling, measure_speed, part_miou, point_in_box)
 from ..pruning import check_depth, prune_tokens
 from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..identity import dataset_identity, state_dict_digest
@@ -78,7 +79,7 @@ from ..results import make_table, summarise_metrics
 from ..targets import list_targets, target_caches
 from ..train import BlockCache, block_caches, frozen, key_hash, load_or_train_scorer, load_or_train_scorers
 from ..point import Budget
-from ..backbones.vit import fused_attention, grid_size
+from ..backbones.vit import classify_tokens, embed_tokens, fused_attention, grid_size, run_blocks
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
@@ -226,22 +227,44 @@ def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
     return torch.cat([b.images for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples)])
 
 
-def _insdel(backbone, images: Tensor, scores: list[Tensor], class_index: Tensor, steps: int,
-            batch_size: int, device) -> list[InsDel]:
-    """Token-space insertion/deletion of each of ``K`` rankings of ``images``, per chunk of images
-    in one call for the ``K`` rankings together."""
-    K, parts = len(scores), []
-    for i in range(0, images.shape[0], batch_size):
-        sl = slice(i, i + batch_size)
-        parts.append(insertion_deletion_auc(backbone, images[sl].to(device).repeat(K, 1, 1, 1),
-                                            torch.cat([s[sl] for s in scores]).to(device), steps,
-                                            class_index=class_index[sl].to(device).repeat(K), space="token"))
+def _insdel(backbone, ev: "_EvalSplit", scores: list[Tensor], steps: int, batch_size: int, device) -> list[InsDel]:
+    """Token-space IDAUC of each of ``K`` rankings of the IDAUC images, from their tokens and all-token ``p_c``
+    (embedded and classified once per split, :func:`_idauc_inputs`), the rankings of a chunk of images in one
+    call; a ranking seen before in this split (the reference at another budget, the random ranking) is not
+    measured twice (decision 0071)."""
+    keys = [hash((steps, s.numpy().tobytes())) for s in scores]
+    new = list(dict.fromkeys(k for k in keys if k not in ev.insdel_memo))
+    todo = [scores[keys.index(k)] for k in new]
+    if todo:
+        K, parts, (tokens, full), cls = len(todo), [], ev.idauc_inputs, ev.full_pred[ev.ipos]
+        for i in range(0, tokens.shape[0], batch_size):
+            sl = slice(i, i + batch_size)
+            parts.append(insertion_deletion_auc(backbone, tokens[sl].to(device).repeat(K, 1, 1),
+                                                torch.cat([s[sl] for s in todo]).to(device), steps,
+                                                class_index=cls[sl].to(device).repeat(K), space="token",
+                                                full_probs=full[sl].repeat(K)))
 
-    def cat(name: str, k: int) -> Tensor:
-        return torch.cat([getattr(p, name).float().cpu().unflatten(0, (K, -1))[k] for p in parts])
-    return [InsDel(cat("ins_auc", k), cat("del_auc", k), cat("idauc", k), parts[0].fractions.cpu(),
-                   cat("ins_curve", k), cat("del_curve", k), cat("class_index", k).long(), "token")
-            for k in range(K)]
+        def cat(name: str, k: int) -> Tensor:
+            return torch.cat([getattr(p, name).float().cpu().unflatten(0, (K, -1))[k] for p in parts])
+        for k, key in enumerate(new):
+            ev.insdel_memo[key] = InsDel(cat("ins_auc", k), cat("del_auc", k), cat("idauc", k),
+                                         parts[0].fractions.cpu(), cat("ins_curve", k), cat("del_curve", k),
+                                         cat("class_index", k).long(), "token")
+    return [ev.insdel_memo[k] for k in keys]
+
+
+def _idauc_inputs(run: "_Run", eval_set, ipos: list[int], cls: Tensor) -> tuple[Tensor, Tensor]:
+    """The IDAUC images' tokens ``[n,P+N,D]`` (``vit.embed_tokens``) and ``p_c`` with every token ``[n]``
+    (``cls``: the full model's predictions): the same for every ranking, so computed once per split."""
+    tokens, probs = [], []
+    with torch.no_grad(), run.amp():
+        for i in range(0, len(ipos), run.ebs):
+            x = embed_tokens(run.backbone, _load_images(eval_set, ipos[i:i + run.ebs], run.ebs).to(run.device))
+            logits = classify_tokens(run.backbone, run_blocks(run.backbone, x)).float()
+            c = cls[i:i + run.ebs].to(run.device).view(-1, 1)
+            tokens.append(x.cpu())
+            probs.append(logits.softmax(-1).gather(1, c).squeeze(1).cpu())
+    return torch.cat(tokens), torch.cat(probs)
 
 
 def run_protocol(
@@ -470,7 +493,7 @@ def _supervision_targets(run: _Run, train_set, supervised: list[str], depths: li
 @dataclass
 class _EvalSplit:
     """The evaluated test images: their block-``L`` cache, the full model's predictions and the
-    IDAUC subset (positions ``ipos`` into the cache, their images)."""
+    IDAUC subset (positions ``ipos`` into the cache, their tokens and all-token ``p_c``)."""
 
     eval_set: Any
     cache: BlockCache
@@ -481,15 +504,17 @@ class _EvalSplit:
     has_parts: bool
     n_idauc: int
     ipos: list[int]
-    idauc_images: Tensor | None
+    idauc_inputs: tuple[Tensor, Tensor] | None
     n_classes: int
     #: the decoded images the throughput is timed on, by how many (decoded once per split)
     speed_images: dict[int, Tensor] = field(default_factory=dict)
+    #: IDAUC by ranking (the hash of its scores on the IDAUC images): each distinct ranking is measured once
+    insdel_memo: dict[int, InsDel] = field(default_factory=dict)
 
 
 #: the evaluation splits of the last :func:`run_protocol` call of this process, by depth: consecutive cells
 #: of one (dataset, backbone) — a sweep worker's chunk, a notebook's calls — load the test split's block-L
-#: states once per L and decode its IDAUC images once (docs/decisions/0063, 0069)
+#: states once per L and embed its IDAUC images once (docs/decisions/0063, 0069, 0071)
 _EVAL_MEMO: dict[tuple, dict[int, _EvalSplit]] = {}
 
 
@@ -501,7 +526,7 @@ def _evaluation_splits(run: _Run, test_set, depths: list[int]) -> dict[int, _Eva
     eval_set = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
     key = (run.weights_digest, tuple(sorted(run.ident.items())), run.ebs, str(run.device),
            str(run.cache_dir), dataset_identity(eval_set).full, tuple(subset), p["max_idauc_images"],
-           p["eval_subset_seed"], p["idauc_steps"] > 0)
+           p["eval_subset_seed"], p["idauc_steps"] > 0, p["precision"])
     if key not in _EVAL_MEMO:
         _EVAL_MEMO.clear()
         _EVAL_MEMO[key] = {}
@@ -515,7 +540,8 @@ def _evaluation_splits(run: _Run, test_set, depths: list[int]) -> dict[int, _Eva
 
 def _read_evaluation_split(run: _Run, test_set, subset: list[int], eval_set, depths: list[int],
                            known: _EvalSplit | None) -> dict[int, _EvalSplit]:
-    """The splits of ``depths``; the images decoded for ``known`` (a split of another depth) reused."""
+    """The splits of ``depths``; the IDAUC inputs, decoded images and measured rankings of ``known`` (a split of
+    another depth) shared."""
     p = run.params
     caches = block_caches(run.backbone, eval_set, depths=depths,
                           key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
@@ -533,16 +559,17 @@ def _read_evaluation_split(run: _Run, test_set, subset: list[int], eval_set, dep
     # IDAUC images: a seeded random subset of the evaluated ones (test splits are ordered by
     # class, so the first n would cover only the first classes), the same for every row
     ipos = evaluation_subset(n_eval, n_idauc, int(p["eval_subset_seed"]) + 1)
-    if known is not None:
-        idauc_images, speed_images = known.idauc_images, known.speed_images
+    if known is not None:   # the tokens, p_c, decoded images and measured rankings are the same at every L
+        idauc_inputs, speed_images, insdel_memo = known.idauc_inputs, known.speed_images, known.insdel_memo
     else:
-        idauc_images = _load_images(eval_set, ipos, run.ebs) if p["idauc_steps"] > 0 and n_idauc > 0 else None
-        speed_images = {}
+        idauc_inputs = (_idauc_inputs(run, eval_set, ipos, full_pred[ipos]) if p["idauc_steps"] > 0 and n_idauc > 0
+                        else None)
+        speed_images, insdel_memo = {}, {}
     return {L: _EvalSplit(eval_set=eval_set, cache=caches[L], fingerprint=fingerprint, full_pred=full_pred,
                           full_correct=full_correct, full_accuracy=float(full_correct.mean()),
                           has_parts=bool(getattr(test_set, "has_parts", True)), n_idauc=n_idauc, ipos=ipos,
-                          idauc_images=idauc_images, n_classes=int(cache.logits.shape[-1]),
-                          speed_images=speed_images) for L in depths}
+                          idauc_inputs=idauc_inputs, n_classes=int(cache.logits.shape[-1]),
+                          speed_images=speed_images, insdel_memo=insdel_memo) for L in depths}
 
 
 @dataclass
@@ -644,9 +671,9 @@ def _evaluate(points: list[tuple[_Run, _EvalSplit, _Speed, dict[tuple[str, int],
               families: list[str]) -> dict[tuple[int, Budget, str, int], dict[str, Any]]:
     """The results row of each ``(L, b, condition, seed)`` of the points ``(run, split, speed, scorers)``: its
     ranking of the evaluated images, scored. Per point the pruned forwards of all rankings run together;
-    the insertion/deletion forwards of every point's rankings too (the images and the full model's classes
-    are the same at every L), so many that a forward holds at most as many images as the largest point's
-    rankings times ``eval_batch_size``."""
+    the insertion/deletion forwards of every point's rankings too (the IDAUC tokens and the full model's
+    classes are the same at every L; a ranking met before is not measured again, :func:`_insdel`), so many
+    that a forward holds at most as many images as the largest point's rankings times ``eval_batch_size``."""
     evaluated, ranked = [], []
     for run, ev, _, trained in points:
         scores = [_scores(t.scorer, ev.cache, run.ebs, run.device) for t in trained.values()]
@@ -655,12 +682,12 @@ def _evaluate(points: list[tuple[_Run, _EvalSplit, _Speed, dict[tuple[str, int],
         ranked += [s[ev.ipos] for s in scores]
     run, ev = points[0][:2]
     insdels: list[Any] = [None] * len(ranked)
-    if ev.idauc_images is not None:
+    if ev.idauc_inputs is not None:
         per_call = max(len(p[3]) for p in points) * run.ebs // min(run.ebs, ev.n_idauc)
         with run.amp():
             insdels = [d for i in range(0, len(ranked), per_call)
-                       for d in _insdel(run.backbone, ev.idauc_images, ranked[i:i + per_call], ev.full_pred[ev.ipos],
-                                        run.params["idauc_steps"], run.ebs, run.device)]
+                       for d in _insdel(run.backbone, ev, ranked[i:i + per_call], run.params["idauc_steps"],
+                                        run.ebs, run.device)]
     rows, i = {}, 0
     for (run, ev, speed, trained), (scores, logits, keep_masks) in zip(points, evaluated):
         for j, ((cond, seed), t) in enumerate(trained.items()):
@@ -693,7 +720,9 @@ def _row(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Tra
                weights_digest=run.weights_digest, dataset_fingerprint=ev.fingerprint)
     row.update(pib_centre=float(centre_in_box(cache.box_mask, grid_size(backbone)).float().mean()),
                pib_box_area=float(box_share(cache.box_mask).mean()))
+    ref = cache.part_mask if ev.has_parts else cache.box_mask     # the best IoU any ranking reaches (decision 0041)
     row.update(n_images=len(cache), full_accuracy=ev.full_accuracy,
+               iou_ceiling=float(iou_ceiling(ref, int(keep_mask[0].sum()), boxes=not ev.has_parts).nanmean()),
                agreement=float((logits.argmax(-1) == ev.full_pred).float().mean()),
                throughput_full=speed.full, speedup=speed.pruned[t.kind] / speed.full,
                n_idauc_images=ev.n_idauc if insdel is not None else 0,

@@ -63,7 +63,7 @@ def related_table(
     *,
     perturbation: pd.DataFrame | None = None,
     pib: pd.DataFrame | None = None,
-    band: float = 0.01,
+    band: float | None = None,
     n_boot: int = 1000,
 ) -> pd.DataFrame:
     """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
@@ -73,7 +73,7 @@ def related_table(
             seeds; must contain the ``reference`` condition for ``D``).
         perturbation: :func:`~midas_nb.metrics.perturbation.perturbation_table` output, or ``None``.
         pib: :func:`~midas_nb.analysis.last.pib_table` output, or ``None``.
-        band: IDAUC parity band of ``D``. Default: 0.01.
+        band: IDAUC parity band of ``D``; ``None``: :data:`midas_nb.metrics.PARITY_BAND`.
         n_boot: bootstrap resamples of the intervals and of ``D_status`` (:func:`run_related`
             passes the profile's ``bootstrap``).
 

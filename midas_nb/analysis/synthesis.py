@@ -14,6 +14,7 @@ import pandas as pd
 
 from .findings import ci_text, cosine_verdict, is_number, paper_findings
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
+from ..metrics.stats import interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
 
 __all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline", "leak_test",
@@ -54,11 +55,6 @@ def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
     opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
                 or (fid in ("fades_deep", "fades_loose") and "no decoupling" not in evidence))
     return "opposite of the paper" if opposite else "does not hold"
-
-
-def _sign(lo: float, hi: float) -> str:
-    return "undefined" if not (is_number(lo) and is_number(hi)) else \
-        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",

@@ -29,12 +29,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import bootstrap_ci, decoupling_D
-from ..metrics.stats import seed_image_interval
+from ..metrics import band_resolution, bootstrap_ci, decoupling_D
+from ..metrics.stats import interval_sign as _sign, seed_image_interval
 from ..results import coverage_name
 from .comovement import comovement
 
-__all__ = ["axis_trend", "paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
+__all__ = ["paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
@@ -83,9 +83,9 @@ def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, flo
     return out
 
 
-def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dict[str, float]]]:
-    """``{condition: {seed: {image_id: value}}}`` of one metric's per-image values (NaN values,
-    e.g. an image without a visible part, are left out; rows without a ``seed`` are seed 0).
+def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[int, int], dict[str, float]]]:
+    """``{condition: {(build, seed): {image_id: value}}}`` of one metric's per-image values (NaN values, e.g. an
+    image without a visible part, are left out; a missing ``build`` or ``seed`` is 0: decision 0072).
 
     Raises:
         ValueError: unknown metric.
@@ -93,30 +93,32 @@ def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[int, dic
     if metric not in _METRIC_IDS:
         raise ValueError(f"metric must be one of {sorted(_METRIC_IDS)}, got {metric!r}")
     ids_col, val_col = _METRIC_IDS[metric]
-    out: dict[str, dict[int, dict[str, float]]] = {}
+    out: dict[str, dict[tuple[int, int], dict[str, float]]] = {}
     for _, r in table.iterrows():
         ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
         if ids is None or vals is None or len(ids) != len(vals):
             continue
-        seed = int(r["seed"]) if "seed" in r and pd.notna(r["seed"]) else 0
+        seed = tuple(int(r[c]) if c in r and pd.notna(r[c]) else 0 for c in ("build", "seed"))
         got = {str(i): float(v) for i, v in zip(ids, vals) if v is not None and not (isinstance(v, float) and math.isnan(v))}
         if got:
             out.setdefault(str(r["condition"]), {}).setdefault(seed, {}).update(got)
     return out
 
 
-def _seed_pairs(a: Mapping[int, Any], b: Mapping[int, Any]) -> list[tuple[int, int]]:
-    """Seed ``s`` with seed ``s``; a side with one seed (the seedless reference) with every seed
-    of the other; ``[]`` when two multi-seed sides share no seed."""
-    if len(a) == 1 or len(b) == 1:
-        return [(sa, sb) for sa in sorted(a) for sb in sorted(b)]
-    return [(s, s) for s in sorted(set(a) & set(b))]
+def _seed_pairs(a: Mapping[tuple, Any], b: Mapping[tuple, Any]) -> list[tuple[tuple, tuple]]:
+    """Within each build both sides have (keys ``(build, seed)``): seed ``s`` with seed ``s``; a side with one
+    seed (the seedless reference) with every seed of the other; none where two multi-seed sides share no seed."""
+    pairs = []
+    for build in sorted({k[0] for k in a} & {k[0] for k in b}):
+        sa, sb = sorted(k for k in a if k[0] == build), sorted(k for k in b if k[0] == build)
+        pairs += [(x, y) for x in sa for y in sb] if len(sa) == 1 or len(sb) == 1 else [(k, k) for k in sa if k in sb]
+    return pairs
 
 
-def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, float]], n_boot: int,
+def _paired_diff(a: Mapping[tuple, Mapping[str, float]], b: Mapping[tuple, Mapping[str, float]], n_boot: int,
                  alpha: float, rng: np.random.Generator, bound: float = 1.0) -> tuple[float, float, float, int]:
-    """Mean of ``a − b`` over the images every paired seed measured (``{seed: {image_id: value}}``
-    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval`
+    """Mean of ``a − b`` over the images every paired seed measured (``{(build, seed): {image_id: value}}``
+    each side; pairs: :func:`_seed_pairs`) with :func:`midas_nb.metrics.stats.seed_image_interval` (builds → seeds)
     (seeded from ``rng``), the interval cut at ``±bound`` (the difference's range):
     ``(mean, lo, hi, n_images)``; NaNs when no image or seed is shared."""
     pairs = _seed_pairs(a, b)
@@ -124,14 +126,8 @@ def _paired_diff(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[s
     if not ids:
         return math.nan, math.nan, math.nan, 0
     x = np.array([[a[sa][i] - b[sb][i] for i in ids] for sa, sb in pairs], dtype=float)
-    r = seed_image_interval(x, n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
+    r = seed_image_interval(x, n_boot, alpha, int(rng.integers(2 ** 32)), builds=[sa[0] for sa, _ in pairs])
     return r.mean, max(r.lo, -bound), min(r.hi, bound), len(ids)
-
-
-def _sign(lo: float, hi: float) -> str:
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: float, status: str) -> str:
@@ -151,27 +147,19 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
         band to decide.
     """
     d, f = _sign(D_lo, D_hi), _sign(d_idauc_lo, d_idauc_hi)
-    if d == "undefined":
-        text = "undefined"
-    elif d == "negative":
-        text = "coverage down"
-    elif d == "not resolved":
-        text = "coverage change not resolved"
+    if d != "positive":
+        text = {"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
     elif f == "positive":
         text = "both rose"
-    elif status == "in band":
-        text = "coverage up at parity"
-    elif status == "outside band":
-        text = "coverage up, faithfulness down"
     else:
-        text = "coverage up, parity not resolved"
+        text = {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
+            status, "coverage up, parity not resolved")
     return text + (" (band uninformative)" if status == "uninformative" else "")
 
 
 def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
-    if not np.isfinite(m):
-        return "n/a"
-    return f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) else f"{m:{f}}"
+    return "n/a" if not np.isfinite(m) else f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) \
+        else f"{m:{f}}"
 
 
 def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -276,7 +264,7 @@ class ClaimVerdict:
 
 
 def _one_cell(table: pd.DataFrame) -> None:
-    cols = [c for c in CELL_COLUMNS if c in table.columns]
+    cols = [c for c in CELL_COLUMNS if c in table.columns and not (c == "checkpoint_id" and "build" in table.columns)]
     cells = table[cols].drop_duplicates()
     if len(cells) > 1:
         raise ValueError(f"claim_verdict needs the rows of one cell ({', '.join(cols)}); got {len(cells)}: "
@@ -335,7 +323,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
         r = cond.set_index("condition").loc[focus]
         lines.append(f"(a) parity: D({focus}) = {_fmt(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], '+.2f')} pp, "
                      f"ΔIDAUC = {_fmt(r['delta_idauc'], r['delta_idauc_lo'], r['delta_idauc_hi'])}, "
-                     f"band: {r['status']} → {r['reading']}.")
+                     f"band: {r['status']}{f' ({h})' if (h := band_resolution(r['delta_idauc_lo'], r['delta_idauc_hi'])) else ''} → {r['reading']}.")
     else:
         lines.append(f"(a) parity: {focus} is not in this table.")
     cov, fai = winners.get("coverage_winner"), winners.get("faithfulness_winner")
@@ -366,8 +354,7 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
 
 
 def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "reference",
-                  band: float = 0.01, n_boot: int = 1000, alpha: float = 0.05,
-                  seed: int = 0) -> ClaimVerdict:
+                  band: float | None = None, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> ClaimVerdict:
     """Test both halves of the MIDAS claim on one cell of a results table.
 
     Args:
@@ -375,7 +362,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
             per-image columns the protocol stores; must contain the ``reference`` condition.
         focus: the condition whose parity is the claim's first half (the paper's T5).
         reference: the reference condition (T0).
-        band: the IDAUC parity band.
+        band: the IDAUC parity band (``None``: :data:`~midas_nb.metrics.PARITY_BAND`).
         n_boot, alpha, seed: bootstrap resamples, level, RNG seed (reproducible).
 
     Returns:
@@ -513,59 +500,3 @@ def paired_gap(a: pd.DataFrame, b: pd.DataFrame, metric: str, *, n_boot: int = 1
     pa = per_seed_values(a.assign(condition="a"), metric).get("a", {})
     pb = per_seed_values(b.assign(condition="b"), metric).get("b", {})
     return _paired_diff(pa, pb, n_boot, alpha, np.random.default_rng(seed))
-
-
-def axis_trend(D: pd.DataFrame, condition: str, axis: str, at: float, *, ceiling: pd.DataFrame | None = None
-               ) -> tuple[pd.DataFrame, str]:
-    """``D`` of one condition along one axis of the regime grid, the other axis held fixed.
-
-    Depth and budget are judged each on its own (averaging a deep cell with a loose-budget cell
-    hides what either axis shows). The trend compares the two ends of the axis by their paired
-    intervals: ``"falls"`` (the far end's whole interval below the near end's), ``"rises"``,
-    ``"not resolved"`` (overlap); cells whose parity band is not ``"in band"`` are named. With
-    ``ceiling`` (``budget``, ``ceiling``: :meth:`midas_nb.study.Study.iou_ceiling`) the frame also
-    holds ``D_of_ceiling = D / ceiling`` (``D`` in IoU units over the best IoU any ranking reaches),
-    and along the budget axis the sentence says whether ``D``'s fall is the ceiling's.
-
-    Args:
-        D: :func:`midas_nb.metrics.decoupling_D` rows of a regime sweep (``depth``, ``budget``,
-            ``D_pp`` with ``D_pp_lo`` / ``D_pp_hi``, ``status``).
-        condition: the condition to follow (e.g. ``"T5"``).
-        axis: ``"depth"`` or ``"budget"``.
-        at: the value of the other axis (the profile's budget, resp. depth).
-
-    Returns:
-        ``(frame, sentence)``; the frame has one row per value of ``axis``.
-
-    Raises:
-        ValueError: unknown axis, or no row of ``condition`` at ``at``.
-    """
-    if axis not in ("depth", "budget"):
-        raise ValueError(f"axis must be 'depth' or 'budget', got {axis!r}")
-    other = "budget" if axis == "depth" else "depth"
-    g = D[(D["condition"] == condition) & np.isclose(D[other].astype(float), float(at))].sort_values(axis)
-    if g.empty:
-        raise ValueError(f"axis_trend: no {condition!r} row at {other}={at} (have {sorted(set(D[other]))})")
-    cols = [axis, "D_pp", "D_pp_lo", "D_pp_hi", "status"]
-    out = g[[c for c in cols if c in g.columns]].reset_index(drop=True)
-    if ceiling is not None:
-        c = dict(zip(ceiling["budget"].astype(float), ceiling["ceiling"].astype(float)))
-        out["ceiling"] = [c.get(float(b), math.nan) for b in g["budget"]]
-        out["D_of_ceiling"] = out["D_pp"] / (100.0 * out["ceiling"])
-    fmt = (lambda v: f"L={int(v)}") if axis == "depth" else (lambda v: f"b={float(v):.0%}")
-    fixed = f"b={float(at):.0%}" if axis == "depth" else f"L={int(at)}"
-    parts = [f"{fmt(r[axis])} {_fmt(r['D_pp'], r.get('D_pp_lo', math.nan), r.get('D_pp_hi', math.nan), '+.2f')}"
-             for _, r in out.iterrows()]
-    if len(out) < 2:
-        return out, f"{condition} along {axis} at {fixed}: one cell only ({parts[0]} pp)."
-    near, far = out.iloc[0], out.iloc[-1]
-    trend = "falls" if far["D_pp_hi"] < near["D_pp_lo"] else "rises" if far["D_pp_lo"] > near["D_pp_hi"] else "not resolved"
-    text = f"{condition} along {axis} at {fixed}: {', '.join(parts)} pp → D {trend} from {fmt(near[axis])} to {fmt(far[axis])}"
-    off = [f"{fmt(r[axis])} {r['status']}" for _, r in out.iterrows() if r.get("status", "in band") != "in band"]
-    text += f" (parity band {', '.join(off)}: D there is coverage alone, not at parity)" if off else ""
-    if ceiling is not None and axis == "budget" and np.isfinite(out["D_of_ceiling"]).all():
-        r0, r1 = out["D_of_ceiling"].iloc[0], out["D_of_ceiling"].iloc[-1]
-        text += (f"; as a share of the IoU ceiling ({out['ceiling'].iloc[0]:.2f} → {out['ceiling'].iloc[-1]:.2f}) "
-                 f"D is {r0:.2f} → {r1:.2f} of it" +
-                 (" — the fall is mostly the ceiling's" if trend == "falls" and r1 >= 0.5 * r0 else ""))
-    return out, text + "."

@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..identity import atomic_write, atomic_write_text, file_digest, report_corrupt, state_dict_digest
-from ..sweeps.claims import file_lock
+from ..identity import atomic_write, atomic_write_text, file_digest, file_lock, report_corrupt, state_dict_digest
 from .vit import classify_tokens, fused_attention
 from .checkpoint import checkpoint_dir, checkpoint_key, checkpoint_meta
 from .distilled import finetune_distilled
@@ -189,7 +188,9 @@ def load_or_finetune(
     backbone_kwargs: dict[str, Any] | None = None,
     amp: bool | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
-    """The cached fine-tuned backbone when its metadata key matches, else :func:`finetune` it.
+    """The cached fine-tuned backbone when its metadata key matches (read without a lock: a read-only
+    cache serves), else :func:`finetune` it under the checkpoint's lock (``OSError`` naming the
+    checkpoint where that cannot be made).
 
     Checkpoints live in ``cache_dir`` (default ``midas_nb.config.cache_dir()/checkpoints``) as
     ``<name>-<checkpoint_id>.pt`` (state dict) and ``.json`` (``meta``); ``checkpoint_id`` is
@@ -201,36 +202,50 @@ def load_or_finetune(
     folder = checkpoint_dir(cache_dir)
     stem = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model_name)}-{ckpt_id}"
     pt, js = folder / f"{stem}.pt", folder / f"{stem}.json"
+    args = dict(recipe=recipe, device=device, cache_dir=cache_dir, num_workers=num_workers, progress=progress,
+                weights=weights, backbone_kwargs=backbone_kwargs, amp=amp)
+    cached = _load_cached(model_name, key, pt, js, args)
+    if isinstance(cached, tuple):   # present and verified: read without the lock (a read-only shared cache serves)
+        return cached
     # one fine-tune per checkpoint even when many processes (sweep jobs) ask at once: the first
     # holds the lock and trains, the others wait and then load its file
-    with file_lock(folder / f"{stem}.lock"):
-        return _load_or_train(model_name, train_set, test_set, ckpt_id, key, pt, js, dict(
-            recipe=recipe, device=device, cache_dir=cache_dir, num_workers=num_workers, progress=progress,
-            weights=weights, backbone_kwargs=backbone_kwargs, amp=amp))
+    try:
+        with file_lock(folder / f"{stem}.lock"):
+            return _load_or_train(model_name, train_set, test_set, ckpt_id, key, pt, js, args)
+    except OSError as e:   # the lock cannot be made: a read-only cache that lacks this checkpoint
+        if e.filename != str(folder / f"{stem}.lock"):
+            raise
+        raise OSError(e.errno, f"the checkpoint cache {folder} cannot be written ({e.strerror}) and lacks "
+                      f"{pt.name}; expected a writable MIDAS_CACHE_DIR or a cache holding this checkpoint") from None
+
+
+def _load_cached(model_name: str, key: dict, pt: Path, js: Path,
+                 args: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]] | str | None:
+    """The checkpoint at ``pt``/``js`` loaded when its metadata holds ``key`` and the weights' digest,
+    else why not (a problem), else ``None`` (neither file exists)."""
+    if not (pt.is_file() or js.is_file()):
+        return None
+    try:
+        meta = json.loads(js.read_text())
+        if meta.get("key") != key:
+            return "its metadata holds another key"
+        if meta.get("weights_sha256") != file_digest(pt):
+            return "the weights file's SHA-256 differs from the one recorded when it was written"
+    except (OSError, ValueError, AttributeError) as e:
+        return f"unreadable checkpoint or metadata ({type(e).__name__}: {e})"
+    model = create_backbone(model_name, int(meta["num_classes"]), weights=pt, device=args["device"], head="keep",
+                            **(args["backbone_kwargs"] or {}))
+    return model, dict(meta, loaded_from_cache=True, checkpoint_path=str(pt), weights_digest=state_dict_digest(model))
 
 
 def _load_or_train(model_name: str, train_set, test_set, ckpt_id: str, key: dict, pt: Path, js: Path,
                    args: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
     """The body of :func:`load_or_finetune`, under the checkpoint's lock."""
-    device, backbone_kwargs = args["device"], args["backbone_kwargs"]
-    if pt.is_file() or js.is_file():
-        problem = None
-        try:
-            meta = json.loads(js.read_text())
-            if meta.get("key") != key:
-                problem = "its metadata holds another key"
-            elif meta.get("weights_sha256") != file_digest(pt):
-                problem = "the weights file's SHA-256 differs from the one recorded when it was written"
-        except (OSError, ValueError, AttributeError) as e:
-            problem = f"unreadable checkpoint or metadata ({type(e).__name__}: {e})"
-        if problem is None:
-            model = create_backbone(model_name, int(meta["num_classes"]), weights=pt, device=device,
-                                    head="keep", **(backbone_kwargs or {}))
-            meta["loaded_from_cache"] = True
-            meta["checkpoint_path"] = str(pt)
-            meta["weights_digest"] = state_dict_digest(model)
-            return model, meta
-        report_corrupt(pt, problem, "checkpoint")
+    cached = _load_cached(model_name, key, pt, js, args)
+    if isinstance(cached, tuple):   # written by another process while this one waited for the lock
+        return cached
+    if cached is not None:
+        report_corrupt(pt, cached, "checkpoint")
     model, meta = finetune(model_name, train_set, test_set, **args)
     assert meta["checkpoint_id"] == ckpt_id, "checkpoint key changed during training"
     meta = dict(meta, checkpoint_path=str(pt))

@@ -1,6 +1,6 @@
 """The one learning-rate schedule of the package: (linear warm-up then) cosine decay per step.
 
-Scorer training (:func:`midas_nb.train.train_scorer`), the LaSt fine-tune
+Scorer training (:func:`midas_nb.train.train_scorers`), the LaSt fine-tune
 (:func:`midas_nb.analysis.last.last_finetune`) and the backbone fine-tunes
 (:func:`midas_nb.backbones.finetune`, :func:`midas_nb.backbones.distilled.finetune_distilled`) all use
 :func:`cosine_lr` as the multiplier of a ``torch.optim.lr_scheduler.LambdaLR`` stepped once per

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -139,12 +140,14 @@ def check_weights_path(path: str | os.PathLike) -> list[str]:
 
 
 def _reason(e: BaseException, limit: int = 200) -> str:
-    """``Type: message`` of a reader's exception on one line: torch's weights-only unpickler
-    explains its policy over several lines; the line after "WeightsUnpickler error" says why."""
+    """``Type: message`` of a reader's exception on one line; torch's weights-only unpickler (a file
+    that pickles code) is said as a refusal naming the object, without its advice to load unsafely."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    pick = next((lines[i + 1] for i, ln in enumerate(lines[:-1]) if "WeightsUnpickler error" in ln), None)
-    text = pick or (lines[0] if lines else "")
-    return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
+    if lines and lines[0].startswith("Weights only load failed"):
+        what = re.search(r"GLOBAL ([\w.]+)", str(e))
+        return (f"refused: it pickles {what.group(1) if what else 'Python objects'}, code that would run when "
+                "loaded; a weights file holds tensors only")
+    return f"{type(e).__name__}: {lines[0][:limit]}" if lines else type(e).__name__
 
 
 def _load_file_state_dict(path: Path) -> dict[str, Tensor]:

@@ -121,8 +121,9 @@ def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, pro
         completed = True
     finally:
         manifest.finish(run_id, completed)
-        with contextlib.suppress(OSError):
-            (out_dir / ".partial").rmdir()         # where empty: it holds only notebooks still running
+        for where in (out_dir / ".partial" / run_id, out_dir / ".partial"):
+            with contextlib.suppress(OSError):
+                where.rmdir()         # where empty: it holds only notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
     which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
     print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
@@ -229,7 +230,8 @@ def _is_source_dir(path: str | os.PathLike) -> bool:
 
 def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
                       spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
-    """Execute ``nb`` into ``<out_dir>/.partial/``, then move it to ``<out_dir>/<name>``; on failure
+    """Execute ``nb`` into ``<out_dir>/.partial/<run_id>/`` (another run into ``out_dir`` has its own),
+    then move it to ``<out_dir>/<name>``; on failure
     keep the executed copy under ``failed/``, record it and raise ``RuntimeError`` (naming it, what
     happened and the copy)."""
     import shutil
@@ -241,7 +243,7 @@ def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str],
 
     print(f"{counter} {nb.name} ...", flush=True)
     t0 = time.time()
-    partial, failed = out_dir / ".partial" / nb.name, out_dir / "failed" / nb.name
+    partial, failed = out_dir / ".partial" / run_id / nb.name, out_dir / "failed" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
         runs.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
@@ -359,16 +361,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:
-    if args.in_place and not args.paths:
+    paths = [Path(p) for p in args.paths] or notebook_paths()
+    sources = [p.name for p in paths if args.in_place and _is_source_dir(p.parent)]
+    if sources:
+        which = f"the source notebook(s) {', '.join(sources)}" if args.paths else "every source notebook"
         return _answer("strip-solutions", [
-            f"--in-place without NOTEBOOK paths would remove the solutions from every source notebook in "
-            f"{notebooks_dir()}; expected the notebooks to overwrite named (e.g. midas-nb strip-solutions "
-            f"--in-place course/02_copy.ipynb), or no --in-place (copies in student/)"])
+            f"--in-place would remove the solutions from {which} in {notebooks_dir()}; expected copies to "
+            "overwrite named (e.g. midas-nb strip-solutions --in-place course/02_copy.ipynb), or no --in-place"])
     import nbformat
 
     from ..course import strip_solutions
 
-    paths, problems = [Path(p) for p in args.paths] or notebook_paths(), []
+    problems = []
     for p in paths:  # every path checked before any notebook is written
         if not p.is_file():
             problems.append(f"{p} {'is a directory' if p.is_dir() else 'does not exist'}; expected an .ipynb file")
@@ -380,8 +384,11 @@ def _cmd_strip(args: argparse.Namespace) -> int:
     if problems:
         return _answer("strip-solutions", problems)
     for p in paths:
-        print(f"{p}: {strip_solutions(p, p if args.in_place else None)} solution cell(s) removed")
-    return 0
+        try:
+            print(f"{p}: {strip_solutions(p, p if args.in_place else None, args.force)} solution cell(s) removed")
+        except FileExistsError as e:  # a student's edited copy
+            problems.append(f"{e}; pass --force to replace it")
+    return _answer("strip-solutions", problems) if problems else 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -538,6 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "notebooks/)")
     st.add_argument("--in-place", action="store_true",
                     help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
+    st.add_argument("--force", action="store_true", help="replace a student/<name> that differs from the stripped "
+                    "notebook (default: keep it, exit 2)")
     st.set_defaults(func=_cmd_strip)
 
     e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")

@@ -313,7 +313,25 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         problems += _layout_problems(settings, datasets)
     if not bad & {"backbone_kwargs", "weights", "pretrained"}:
         problems += _weights_problems(settings, [bb for bb in backbones if bb not in unbuildable], backbones)
-    return problems
+    return problems + (_cache_problems(made["cache"], backbones) if "cache" in made else [])
+
+
+def _cache_problems(cache: Path, backbones: Sequence[str]) -> list[str]:
+    """A cache that cannot be written (a lab's prepared, read-only one) serves a run that finds its
+    backbones' checkpoints there: one line naming those it holds none of."""
+    import re
+    import tempfile
+
+    try:
+        tempfile.TemporaryDirectory(dir=cache, prefix=".midas-probe-").cleanup()
+        return []
+    except OSError as e:
+        why = e.strerror or str(e)
+    held = [p.name for p in (cache / "checkpoints").glob("*.pt")]
+    lacking = [bb for bb in backbones if not any(n.startswith(re.sub(r"[^A-Za-z0-9_.-]", "_", bb) + "-") for n in held)]
+    return [f"cache {cache} cannot be written ({why}) and holds no checkpoint of {', '.join(lacking)} "
+            f"(checkpoints/<backbone>-*.pt), which the run would train and write; expected a writable "
+            f"MIDAS_CACHE_DIR, or a cache prepared by a run of these backbones"] if lacking else []
 
 
 def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
@@ -400,13 +418,19 @@ def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
                    params={k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {},
                    **{k: file.get(k) if getattr(args, k, None) is None else getattr(args, k)
                       for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout")})
+    # an option and a -p of one setting: the same value, else refused (-p would silently win)
+    options = {k: getattr(args, k) for k in ("dataset", "backbone", "device") if getattr(args, k, None) is not None}
+    if args.weights:
+        options["weights"] = bare if bare is not None else named
     bare = bare if bare is not None else fw if isinstance(fw, str) else None
     if bare is not None:
         spec.params.setdefault("weights", bare)
-    spec.params.update({name: param_value(name, value) for name, value in (args.param or [])})
-    given_values = {}
+    given_values: dict[str, list[str]] = {}
     for name, value in args.param or []:
         given_values.setdefault(name, []).append(value)
+        spec.params[name] = v = param_value(name, value)
+        if name in options and _absolute(v) != _absolute(options[name]):
+            problems.append(f"--{name} {options[name]!r} and -p {name} {v!r} differ; give one of them")
     repeated = [f"-p {name}: given {len(v)} times ({', '.join(v)}); expected one value"
                 for name, v in given_values.items() if len(set(v)) > 1]
     return spec, [*problems, *root_problems, *weights_problems, *repeated]

@@ -78,7 +78,7 @@ def _is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
 
 
-def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
+def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool = False) -> int:
     """Remove the cells tagged ``solution`` from a notebook (the student edition).
 
     Args:
@@ -87,6 +87,8 @@ def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
             directory (the same file name inside it), or ``None`` — ``<path's folder>/student/
             <same name>``; a sibling folder rather than a ``*_student.ipynb`` suffix, so the
             ``NN_*.ipynb`` notebook list of ``midas-nb run`` never picks the copies up.
+        force: replace another file at ``out`` that differs from what is written (a student's
+            edited copy); without it such a file is kept and ``FileExistsError`` raised.
 
     Returns:
         The number of removed cells. Everything else (the ``parameters`` cell, exercises,
@@ -94,6 +96,7 @@ def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
+        FileExistsError: ``out`` is another file, which differs from the stripped notebook (not ``force``).
     """
     import nbformat
     path = Path(path)
@@ -109,9 +112,12 @@ def strip_solutions(path: str | Path, out: str | Path | None = None) -> int:
         target = Path(out)
         if target.is_dir():
             target = target / path.name
-    target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.validate(nb)
-    atomic_write_text(target, nbformat.writes(nb) + "\n")
+    text = nbformat.writes(nb) + "\n"
+    if not force and target.is_file() and not target.samefile(path) and target.read_text(encoding="utf-8") != text:
+        raise FileExistsError(f"{target} differs from the student edition of {path} (edited since it was written?); "
+                              f"it was kept")
+    atomic_write_text(target, text)
     return removed
 
 

@@ -4,9 +4,9 @@ loading, the common ``Dataset`` base class."""
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -83,8 +83,8 @@ def check_files_exist(paths: Sequence[Path], listing: Path | str, show: int = 5)
         shown = ", ".join(str(m) for m in missing[:show])
         more = f" (and {len(missing) - show} more)" if len(missing) > show else ""
         raise DatasetError(f"{len(missing)} image(s) listed in {listing} are missing: {shown}{more}; "
-                           "expected every listed image file to exist (pass check_files=False "
-                           "to defer the check to loading time)")
+                           "expected every listed image file to exist (copy the missing files, or "
+                           "point the dataset's root at a complete copy)")
 
 
 def open_rgb(path: Path, listing: Path | str | None = None) -> Image.Image:
@@ -287,10 +287,3 @@ class AnnotatedDataset(Dataset):
         return (f"{type(self).__name__}(root={getattr(self, 'root', None)}, split={getattr(self, 'split', None)!r}, "
                 f"images={len(self)}, classes={self.num_classes}, parts={len(self.part_names)}, "
                 f"skipped={dict(self.skipped)})")
-
-
-def group_positions(keys: Iterable[Any]) -> dict[Any, list[int]]:
-    d: dict[Any, list[int]] = defaultdict(list)
-    for i, k in enumerate(keys):
-        d[k].append(i)
-    return d

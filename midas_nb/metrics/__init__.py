@@ -33,8 +33,9 @@ from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, regi
 from .coverage import (COVERAGE_KINDS, INFORMATIVE_BOX_MAX_FRACTION, PartIoU, box_coverage, informative_box,
                        iou_ceiling, part_miou)
 from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
-from .decoupling import (CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, REFERENCE_CHECKS,
-                         decoupling_D, per_image_values)
+from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES,
+                         PARITY_BAND, REFERENCE_CHECKS, band_resolution, decoupling_D, parity_band,
+                         per_image_values)
 from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
 from .speed import SPEED_ROUNDS, measure_speed, measure_throughput, measure_throughputs, pruned_accuracy
 
@@ -56,6 +57,9 @@ __all__ = [
     "gaussian_blur",
     "decoupling_D",
     "D_STATUSES",
+    "PARITY_BAND",
+    "band_resolution",
+    "parity_band",
     "hierarchical_bootstrap",
     "patch_score",
     "point_in_box",

@@ -151,7 +151,7 @@ def informative_box(box_mask: Tensor, max_box_fraction: float = INFORMATIVE_BOX_
     return (n > 0) & (n.double() / box_mask.shape[1] <= float(max_box_fraction))
 
 
-def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:
+def iou_ceiling(ref_mask: Tensor, k: int, boxes: bool = False) -> Tensor:
     """The highest IoU any ranking can reach when it keeps ``k`` patch tokens, per image.
 
     Keeping exactly ``k`` tokens against a reference mask of ``|P|`` patches, the overlap is at
@@ -163,6 +163,8 @@ def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:
     Args:
         ref_mask: ``[B,N]`` bool, the part (or box) patches.
         k: kept patch tokens, ``1 ≤ k ≤ N`` (:func:`midas_nb.backbones.vit.keep_count`).
+        boxes: ``ref_mask`` holds object boxes: ``NaN`` also where :func:`informative_box` is false (the
+            images box coverage leaves out).
 
     Returns:
         ``[B]`` float; ``NaN`` for images without a reference patch (skipped by the metrics).
@@ -178,4 +180,5 @@ def iou_ceiling(ref_mask: Tensor, k: int) -> Tensor:
     p = ref_mask.bool().sum(1).float()
     kk = torch.full_like(p, float(k))
     ceil = torch.minimum(p, kk) / torch.maximum(p, kk)
-    return torch.where(p > 0, ceil, torch.full_like(p, math.nan))
+    keep = (p > 0) & informative_box(ref_mask) if boxes else p > 0
+    return torch.where(keep, ceil, torch.full_like(p, math.nan))

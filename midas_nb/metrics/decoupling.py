@@ -15,6 +15,18 @@ DEFAULT_CELL = ("dataset", "backbone", "depth", "budget")
 DEFAULT_CONDITION_KEY = ("condition", "target", "relaxation")
 #: identity of the fine-tuned backbone: always part of a cell where present (never compare across checkpoints)
 CHECKPOINT_COLUMNS = ("checkpoint_id", "weights_digest")
+#: the backbone build of a row (its fine-tuning seed's offset, decision 0072); rows lacking it are build 0
+BUILD_COLUMN = "build"
+
+#: the IDAUC parity band (DESIGN.md §6): ``D`` counts where ``ΔIDAUC ≥ −PARITY_BAND``; every ``band=None`` means it
+PARITY_BAND = 0.01
+
+
+def parity_band(band: float | None = None) -> float:
+    """``band``, or :data:`PARITY_BAND` (read when called) where it is ``None``: every ``band=None`` default."""
+    return PARITY_BAND if band is None else float(band)
+
+
 _BAND_EPS = 1e-12   # so that ΔIDAUC = −band computed in floating point counts as inside
 #: the statuses :func:`decoupling_D` gives a (cell, condition)
 D_STATUSES = ("in band", "outside band", "not resolved", "uninformative", "undefined", "no reference")
@@ -73,12 +85,12 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
     return np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)]), ""
 @register_metric("decoupling_D", higher_is_better=True, category="decoupling",
                  reference="MIDAS (DESIGN.md §6): D(t) = mIoU_t − mIoU_ref where "
-                           "IDAUC_t − IDAUC_ref ≥ −0.01, the reference clearly above a random ranking",
+                           f"IDAUC_t − IDAUC_ref ≥ −{PARITY_BAND:g}, the reference clearly above a random ranking",
                  summary="part-coverage gain over the reference scorer at faithfulness parity")
 def decoupling_D(
     table: pd.DataFrame,
     reference: str = "reference",
-    band: float = 0.01,
+    band: float | None = None,
     miou_col: str = "miou",
     idauc_col: str = "idauc",
     by: Sequence[str] | None = None,
@@ -98,8 +110,12 @@ def decoupling_D(
     identity :data:`CHECKPOINT_COLUMNS` (``checkpoint_id``, ``weights_digest``) wherever the
     table has them, even when ``by`` omits them — every condition is compared with the reference
     condition (``condition == reference``; default the training-free T0 scorer, any condition
-    such as ``"random_map"`` works). Rows of two checkpoints are never compared or averaged: a
-    condition whose checkpoint has no reference row gets status ``"no reference"``.
+    such as ``"random_map"`` works). Rows of two checkpoints are never compared: a condition whose
+    checkpoint has no reference row gets status ``"no reference"``. **Builds.** Where the table
+    has a :data:`BUILD_COLUMN` (NaN: build 0), the checkpoints of the builds of one recipe (one
+    per build, else ``ValueError``) are pooled: each row is paired within its own checkpoint and
+    the condition's point and interval are taken over builds → seeds → images (decision 0072);
+    the checkpoint columns shown are the lowest build's.
 
     **Pairing.** Each row is paired with the reference row of its seed when there is one, else
     the only reference row, else the per-image mean of the cell's reference rows
@@ -115,8 +131,10 @@ def decoupling_D(
       bootstrap over images; ``S ≥ 2`` seeds — ``D̄ ± t_{ν, 1−alpha/2}·√(s²_seeds/S + v_img)``,
       ``s²_seeds`` the sample variance of the ``d_s``, ``v_img`` the image-bootstrap variance of
       the seed-mean (same images for every seed), ``ν`` the Welch–Satterthwaite degrees of
-      freedom (``S − 1`` when the images add nothing), cut at the difference's range (±100 pp
-      for ``D``, ±2 for ``ΔIDAUC``). ``ci_method`` names the construction.
+      freedom (``S − 1`` when the images add nothing); ``B ≥ 2`` builds — the same with the build
+      means (each the mean of its seeds' ``d_s``) in place of the ``d_s`` (``D̄`` their mean);
+      cut at the difference's range (±100 pp for ``D``, ±2 for ``ΔIDAUC``). ``ci_method`` names
+      the construction.
 
     Rows with per-image values but no image in common with their reference (or values for only
     one side) get ``"undefined"`` and the reason — never a point from other images. A table
@@ -140,7 +158,7 @@ def decoupling_D(
     Args:
         table: results rows (``midas_nb.results`` schema or any frame with these columns).
         reference: the reference condition's name in ``condition_cols[0]``.
-        band: the parity band (IDAUC units), default 0.01.
+        band: the parity band (IDAUC units); ``None``: :data:`PARITY_BAND`.
         miou_col, idauc_col: metric columns.
         by: cell columns; ``None`` → those of ``("dataset","backbone","depth","budget")``
             present in ``table``; the checkpoint columns are added either way.
@@ -158,37 +176,41 @@ def decoupling_D(
         ``D_pp``, ``D_pp_lo``, ``D_pp_hi``, ``D_pp_std`` (over the ``d_s``), ``D_pp_by_seed``,
         ``delta_idauc`` (+ ``_lo``, ``_hi``, ``_std``), ``n_seeds``, ``in_band`` (nullable
         boolean), ``band_resolved``, ``in_band_frac`` (seeds whose ``ΔIDAUC ≥ −band``),
-        ``status``, ``band_reason``, ``reference_check``, ``ref_minus_random`` (+ ``_lo``,
+        ``status``, ``band_reason``, ``n_builds``, ``D_pp_by_build`` (each build's D), ``D_pp_build_std``,
+        ``reference_check``, ``ref_minus_random`` (+ ``_lo``,
         ``_hi``), ``D_cell`` (display string), ``miou``, ``idauc``, ``miou_ref``, ``idauc_ref``
         (the rows' own means), ``ref_paired``, ``n_paired_images`` (images of ΔIDAUC; 0 without
         pairs), ``ci_method``.
 
     Raises:
-        ValueError: for missing columns, an unknown ``miou_unit`` or no reference row at all.
+        ValueError: for missing columns, an unknown ``miou_unit``, no reference row at all or two
+        checkpoints of one build.
     """
+    band = parity_band(band)
     by, key, ident = _check_columns(table, reference, miou_col, idauc_col, by, condition_cols, miou_unit)
     has_seed = seed_col in table.columns
-    pairing = _Pairing(table, by + ident, key, condition_cols[0], reference, seed_col if has_seed else None,
+    pool = by + ([] if BUILD_COLUMN in table.columns else ident)
+    pairing = _Pairing(table, by + ident, pool, key, condition_cols[0], reference, seed_col if has_seed else None,
                        (miou_col, idauc_col), 100.0 if miou_unit == "fraction" else 1.0, (n_boot, alpha, ci_seed),
                        per_seed)
     if per_seed:
         groups = [[k] for k in range(len(pairing.recs))]
     else:
-        groups = list(pairing.src.groupby(by + ident + key, dropna=False, sort=False).indices.values())
-        groups = [list(map(int, g)) for g in groups]
+        groups = list(pairing.src.groupby(pool + key, dropna=False, sort=False).indices.values())
+        groups = [sorted(map(int, g), key=lambda k: pairing.builds[k]) for g in groups]
     out = pd.DataFrame([pairing.group(g, band) for g in groups])
-    checks = {c: pairing.reference_check(c, random, band) for c in dict.fromkeys(out["_cell"])}
+    checks = {c: pairing.reference_check(c, random, band) for c in dict.fromkeys(out["_pool"])}
     _band_status(out, band, checks, pairing)
     cols = by + ident + key + ([seed_col] if per_seed and has_seed else []) + [
         "D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
-        "delta_idauc_hi", "delta_idauc_std", "n_seeds", "in_band", "band_resolved", "in_band_frac", "status",
-        "band_reason", "reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi",
-        "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired", "n_paired_images", "ci_method"]
+        "delta_idauc_hi", "delta_idauc_std", "n_seeds", "n_builds", "D_pp_by_build", "D_pp_build_std",
+        "in_band", "band_resolved", "in_band_frac", "status", "band_reason", "reference_check", "ref_minus_random",
+        "ref_minus_random_lo", "ref_minus_random_hi", "D_cell", "miou", "idauc", "miou_ref", "idauc_ref", "ref_paired", "n_paired_images", "ci_method"]
     result = out[cols].reset_index(drop=True)
     result.attrs["interval"] = (f"{100 * (1 - alpha):g} % paired intervals over the images each condition shares "
                                 f"with its reference: bootstrap over images ({n_boot} resamples) for one seed; "
-                                "t with Welch–Satterthwaite df over seeds plus the image-bootstrap variance for "
-                                "several")
+                                "t with Welch–Satterthwaite df over seeds (over builds where there are several) "
+                                "plus the image-bootstrap variance for several")
     return result
 
 
@@ -234,7 +256,8 @@ class _Pairing:
     """The rows of a table, their cells (``by`` + checkpoint columns) and reference rows, and the
     paired point and interval of a group of rows (one condition of one cell, or one row)."""
 
-    def __init__(self, table: pd.DataFrame, cell: list[str], key: list[str], cond_col: str, reference: str,
+    def __init__(self, table: pd.DataFrame, cell: list[str], pool: list[str], key: list[str], cond_col: str,
+                 reference: str,
                  seed_col: str | None, metric_cols: tuple[str, str], scale: float,
                  boot: tuple[int, float, int], per_seed: bool = False) -> None:
         src = table.reset_index(drop=True).copy()
@@ -248,6 +271,15 @@ class _Pairing:
         # per-image columns follow the metric columns' names (miou → miou_per_image, image_ids)
         self.metric = {"m": (m, "image_ids", f"{m}_per_image"), "i": (i, "idauc_image_ids", f"{i}_per_image")}
         self.cells = [tuple(r[c] for c in cell) for r in self.recs]
+        self.pools = [tuple(r[c] for c in pool) for r in self.recs]     # a cell with all its builds
+        self.builds = [int(b) if is_finite_number(b) else 0 for b in
+                       (src[BUILD_COLUMN] if BUILD_COLUMN in src.columns else [0] * len(src))]
+        ckpts: dict[tuple, set] = {}
+        for k in range(len(self.recs)):
+            ckpts.setdefault((self.pools[k], self.builds[k]), set()).add(self.cells[k])
+        if two := next((k for k, v in ckpts.items() if len(v) > 1), None):
+            raise ValueError(f"decoupling_D: build {two[1]} of cell {two[0]} has rows of {len(ckpts[two])} "
+                             f"checkpoints {sorted(ckpts[two])}; expected one checkpoint per build")
         self.ref_rows: dict[tuple, list[int]] = {}
         for k, r in enumerate(self.recs):
             if r[cond_col] == reference:
@@ -277,42 +309,48 @@ class _Pairing:
             out[idc], out[vc] = ids, [_seed_mean([mp[i] for mp in maps]) for i in ids]
         return out, False
 
-    def _paired(self, rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any]], tag: str) -> dict[str, Any]:
-        """Point, per-seed values, interval, paired images, method and (if undefined) why."""
+    def _paired(self, rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any]], tag: str,
+                builds: list[int]) -> dict[str, Any]:
+        """Point, per-seed and per-build values, interval, paired images, method and (if undefined) why."""
         own, idc, vc = self.metric[tag]
         mat, why = _paired_matrix(rows, refs, idc, vc)
         nan = math.nan
         if mat is None and why == "no per-image values":
             per = [float(r[own]) - float(rf[own]) for r, rf in zip(rows, refs)]
-            return dict(point=_nanless_mean(per), per=per, lo=nan, hi=nan, n=0,
+            return dict(point=_nanless_mean(per), per=per, by_build=[], lo=nan, hi=nan, n=0,
                         method="point only (no per-image values)", why="")
         if mat is None:
-            return dict(point=nan, per=[], lo=nan, hi=nan, n=0, method="none", why=why)
-        si = seed_image_interval(mat, *self.boot)
+            return dict(point=nan, per=[], by_build=[], lo=nan, hi=nan, n=0, method="none", why=why)
+        si = seed_image_interval(mat, *self.boot, builds=builds)
         why = "" if np.isfinite(si.mean) else f"{own} is NaN on every paired image of a seed"
         # a t-interval over few seeds can reach past what a difference can be: it is cut at the
         # range (mIoU in [0, 1] or [0, 100] %, IDAUC in [−1, 1])
         bound = 100.0 / self.scale if tag == "m" else 2.0
-        return dict(point=si.mean, per=list(si.per_seed), lo=max(si.lo, -bound), hi=min(si.hi, bound),
+        return dict(point=si.mean, per=list(si.per_seed), by_build=list(si.per_build), lo=max(si.lo, -bound),
+                    hi=min(si.hi, bound),
                     n=si.n_images, method=si.method, why=why)
 
     def group(self, idx: list[int], band: float) -> dict[str, Any]:
         """One output row for the results rows ``idx`` (internal columns start with ``_``)."""
-        rows = [self.recs[k] for k in idx]
-        cands = self.ref_rows.get(self.cells[idx[0]], [])
-        if not self.per_seed and len(idx) == 1 and len(cands) > 1:
-            # a seedless condition (one row, e.g. the T0 reference) against a reference with
-            # several seeds: the row is paired with each of them (its value is the same under
-            # every seed), so D(a vs b) = −D(b vs a), point and interval (one row per results
-            # row keeps the same-seed pairing)
-            rows, refs_p = rows * len(cands), [(self.recs[i], False) for i in cands]
-        else:
-            refs_p = [self.reference_for(k) for k in idx]
+        rows, refs_p, builds = [], [], []
+        for k in idx:
+            cands = self.ref_rows.get(self.cells[k], [])
+            if not self.per_seed and len(cands) > 1 and [self.cells[j] for j in idx].count(self.cells[k]) == 1:
+                # a seedless condition (one row per build, e.g. the T0 reference) against a reference
+                # with several seeds: the row is paired with each of them (its value is the same under
+                # every seed), so D(a vs b) = −D(b vs a), point and interval (one row per results
+                # row keeps the same-seed pairing)
+                pairs = [(self.recs[i], False) for i in cands]
+            else:
+                pairs = [self.reference_for(k)]
+            rows, refs_p = rows + [self.recs[k]] * len(pairs), refs_p + pairs
+            builds += [self.builds[k]] * len(pairs)
         refs = [r for r, _ in refs_p]
         res: dict[str, Any] = {c: rows[0][c] for c in self.cell + self.key}
         if self.seed_col is not None:
             res[self.seed_col] = rows[0][self.seed_col]
-        res["_cell"], res["n_seeds"] = self.cells[idx[0]], len(idx)
+        res["_cell"], res["_pool"], res["n_seeds"] = self.cells[idx[0]], self.pools[idx[0]], len(idx)
+        res["n_builds"] = len(set(builds))
         has_ref = all(r is not None for r in refs)
         res.update(has_reference=has_ref, ref_paired=all(p for _, p in refs_p))
         for tag, name in (("m", "miou"), ("i", "idauc")):
@@ -321,8 +359,8 @@ class _Pairing:
             res[f"{name}_ref"] = _nanless_mean([r[own] for r in refs]) if has_ref else math.nan
         whys = []
         for tag, name, sc in (("m", "D_pp", self.scale), ("i", "delta_idauc", 1.0)):
-            p = self._paired(rows, refs, tag) if has_ref else dict(point=math.nan, per=[], lo=math.nan,
-                                                                     hi=math.nan, n=0, method="none", why="")
+            p = self._paired(rows, refs, tag, builds) if has_ref else dict(
+                point=math.nan, per=[], by_build=[], lo=math.nan, hi=math.nan, n=0, method="none", why="")
             res[name], res[f"{name}_lo"], res[f"{name}_hi"] = p["point"] * sc, p["lo"] * sc, p["hi"] * sc
             per = np.asarray(p["per"], dtype=float) * sc
             res[f"{name}_std"] = float(per.std(ddof=1)) if per.size > 1 else math.nan
@@ -330,10 +368,17 @@ class _Pairing:
             whys += [p["why"]] if p["why"] else []
             if tag == "i":
                 res["n_paired_images"], res["ci_method"] = p["n"], p["method"]
+            else:
+                res["D_pp_by_build"] = ", ".join(f"build {b}: {v * sc:+.2f}" for b, v in
+                                                 zip(sorted(set(builds)), p["by_build"]))
+                res["D_pp_build_std"] = float(np.std(p["by_build"], ddof=1)) * sc if len(p["by_build"]) > 1 \
+                    else math.nan
         res["_why"] = "; ".join(whys)
         di = res["_delta_idauc_per"]
         res["in_band_frac"] = float(np.mean(di >= -band - _BAND_EPS)) if di.size and np.isfinite(di).all() else math.nan
         seeds = [r[self.seed_col] for r in rows] if self.seed_col is not None else list(range(len(rows)))
+        if res["n_builds"] > 1:
+            seeds = [f"{s} (build {b})" for s, b in zip(seeds, builds)]
         dp = res["_D_pp_per"]
         res["D_pp_by_seed"] = ", ".join(f"seed {s}: {v:+.2f}" for s, v in zip(seeds, dp)) if dp.size == len(rows) else ""
         return res
@@ -346,13 +391,14 @@ class _Pairing:
         if self.reference == random:
             res["text"] = f"the reference {self.reference!r} is the random ranking itself"
             return res
-        ridx = [k for k, c in enumerate(self.cells) if c == cell and self.recs[k][self.cond_col] == random]
+        ridx = [k for k, c in enumerate(self.pools) if c == cell and self.recs[k][self.cond_col] == random]
         if not ridx:
             res["text"] = f"{self.reference} faithfulness untested: no {random!r} row in this cell"
             return res
-        if cell not in self.ref_rows:
+        ref_rows = [self.recs[i] for c in dict.fromkeys(self.cells[k] for k in ridx) for i in self.ref_rows.get(c, [])]
+        if not ref_rows:
             return res
-        g = self.group(ridx, band)
+        g = self.group(sorted(ridx, key=lambda k: self.builds[k]), band)
         d, lo, hi = g["delta_idauc"], g["delta_idauc_lo"], g["delta_idauc_hi"]
         if not np.isfinite(d):
             res["text"] = (f"{self.reference} faithfulness untested: its IDAUC vs the random ranking is undefined "
@@ -361,7 +407,6 @@ class _Pairing:
         diff, dlo, dhi = -d, -hi, -lo
         has_ci = bool(np.isfinite(dlo) and np.isfinite(dhi))
         above = bool(dlo > 0) if has_ci else bool(diff > 0)
-        ref_rows = [self.recs[k] for k in self.ref_rows[cell]]
         ref_ci = ""
         if len(ref_rows) == 1 and all(is_finite_number(ref_rows[0].get(c)) for c in ("idauc_lo", "idauc_hi")):
             ref_ci = f" [{float(ref_rows[0]['idauc_lo']):.3f}, {float(ref_rows[0]['idauc_hi']):.3f}]"
@@ -399,7 +444,7 @@ def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[
                                     dtype="boolean")
     status, reason = [], []
     for k in range(len(out)):
-        chk = checks[out["_cell"].iat[k]]
+        chk = checks[out["_pool"].iat[k]]
         if not out["has_reference"].iat[k]:
             status.append("no reference")
             reason.append(pairing.no_reference_text(out["_cell"].iat[k]))
@@ -417,14 +462,25 @@ def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[
             reason.append(chk["text"])
     out["status"], out["band_reason"] = status, reason
     for c in ("reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi"):
-        out[c] = [checks[cell][c] for cell in out["_cell"]]
-    out["D_cell"] = [_cell_text(d, s, r) for d, s, r in zip(out["D_pp"], out["status"], out["band_reason"])]
+        out[c] = [checks[cell][c] for cell in out["_pool"]]
+    out["D_cell"] = [_cell_text(d, s, r, band_resolution(a, b))
+                     for d, s, r, a, b in zip(out["D_pp"], out["status"], out["band_reason"], lo, hi)]
 
 
-def _cell_text(d: float, s: str, reason: str) -> str:
+def band_resolution(lo: float, hi: float) -> str:
+    """``"this sample resolves |ΔIDAUC| ≥ 0.056"``: the half-width of the ΔIDAUC interval ``[lo, hi]``, the
+    smallest distance from the band's edge its verdict can decide (DESIGN.md §6; decision 0071); ``""`` without
+    an interval. A "not resolved" verdict then reads as what this sample cannot tell, with a number."""
+    if not (is_finite_number(lo) and is_finite_number(hi)):
+        return ""
+    return f"this sample resolves |ΔIDAUC| ≥ {(float(hi) - float(lo)) / 2:.3f}"
+
+
+def _cell_text(d: float, s: str, reason: str, resolves: str) -> str:
     if s == "no reference":
         return "n/a (no reference)"
     if s == "undefined":
         return f"undefined ({reason})"
-    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)", "not resolved": " (band not resolved)",
+    unresolved = f" (band not resolved: {resolves})" if resolves else " (band not resolved)"
+    return f"{d:+.2f}" + {"in band": "", "outside band": " (outside band)", "not resolved": unresolved,
                           "uninformative": " (band uninformative: reference not above random)"}[s]

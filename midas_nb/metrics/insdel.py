@@ -123,6 +123,7 @@ def insertion_deletion_auc(
     blur_sigma: float = 5.0,
     blur_kernel_size: int = 11,
     delete_value: float = 0.0,
+    full_probs: Tensor | None = None,
 ) -> InsDel:
     """Insertion and deletion AUC of ``p_c`` along a patch ranking, and IDAUC = ins − del.
 
@@ -154,7 +155,8 @@ def insertion_deletion_auc(
     Args:
         backbone: a timm-style ViT (``patch_embed.grid_size``, ``num_prefix_tokens``, ``blocks``,
             ``norm``, ``forward_head``). Run in eval mode (switched temporarily, then restored).
-        images: ``[B,3,H,W]`` normalised images.
+        images: ``[B,3,H,W]`` normalised images, or (token space) their ``[B,P+N,D]`` tokens from
+            ``vit.embed_tokens``: the same for every ranking of these images, embedded once for all.
         ranking: ``[B,N]`` patch scores, higher = more important (integers allowed).
         steps: ``S ≥ 1``.
         class_index: ``[B]`` class ``c`` per image; ``None`` → the full model's prediction
@@ -165,6 +167,8 @@ def insertion_deletion_auc(
         device: where to compute; ``None`` → ``images.device``. The backbone must live there.
         blur_sigma, blur_kernel_size: the insertion substrate (pixel space only).
         delete_value: the deletion value in normalised space (pixel space only).
+        full_probs: ``[B]`` ``p_c`` with every patch token (token space, with ``class_index``): the
+            same for every ranking of these images, computed once for all (decision 0071).
 
     Returns:
         :class:`InsDel` with ``[B]`` AUCs, ``[S+1]`` fractions and ``[B,S+1]`` curves, on
@@ -182,8 +186,10 @@ def insertion_deletion_auc(
     """
     if space not in ("token", "pixel"):
         raise ValueError(f"space must be 'token' or 'pixel', got {space!r}")
-    if images.dim() != 4:
-        raise ValueError(f"images must be [B,3,H,W], got {tuple(images.shape)}")
+    if images.dim() != 4 and not (space == "token" and images.dim() == 3):
+        raise ValueError(f"images must be [B,3,H,W] (token space: or [B,P+N,D] tokens), got {tuple(images.shape)}")
+    if full_probs is not None and (space != "token" or class_index is None):
+        raise ValueError("full_probs needs space='token' and the class_index it was computed for")
     dev = torch.device(device) if device is not None else images.device
     images = images.to(dev)
     ranking = ranking.to(dev)
@@ -209,7 +215,7 @@ def insertion_deletion_auc(
         with torch.no_grad():
             if space == "token":
                 ins_p, del_p, class_index = _insdel_token(backbone, images, order, counts, N, P,
-                                                          class_index, batch_size)
+                                                          class_index, batch_size, full_probs)
             else:
                 ins_p, del_p, class_index = _insdel_pixel(
                     backbone, images, rank_pos, counts, N, (rows, cols), class_index, batch_size,
@@ -230,20 +236,21 @@ def insertion_deletion_auc(
 
 
 def _insdel_token(backbone: nn.Module, images: Tensor, order: Tensor, counts: list[int], N: int,
-                  P: int, class_index: Tensor | None, batch_size: int | None
+                  P: int, class_index: Tensor | None, batch_size: int | None, full_probs: Tensor | None
                   ) -> tuple[list[Tensor], list[Tensor], Tensor]:
     B = images.shape[0]
-    x = embed_tokens(backbone, images)                       # [B,P+N,D], once per batch
+    x = images if images.dim() == 3 else embed_tokens(backbone, images)     # [B,P+N,D], once per batch
 
     def forward(seqs: Tensor) -> Tensor:                     # [R,P+k,D] → logits [R,C]
         return torch.cat([classify_tokens(backbone, run_blocks(backbone, seqs[sl]))
                           for sl in _chunks(seqs.shape[0], batch_size)])
 
     # "full": all patches (insertion k=N, deletion k=0); "empty": prefix only (ins 0, del N)
-    full_logits = forward(x)
-    if class_index is None:
-        class_index = full_logits.argmax(-1)
-    probs: dict[Any, Tensor] = {"full": _probs_of(full_logits, class_index)}
+    if full_probs is None:
+        full_logits = forward(x)
+        class_index = full_logits.argmax(-1) if class_index is None else class_index
+        full_probs = _probs_of(full_logits, class_index)
+    probs: dict[Any, Tensor] = {"full": full_probs.to(x.device).float()}
 
     def ins_key(k: int) -> Any:
         return "full" if k == N else "empty" if k == 0 else ("ins", k)

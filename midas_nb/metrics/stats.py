@@ -16,7 +16,8 @@ from typing import Any, Sequence
 import numpy as np
 from torch import Tensor
 
-__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number"]
+__all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number",
+           "interval_sign"]
 
 
 def is_finite_number(v: Any) -> bool:
@@ -25,6 +26,13 @@ def is_finite_number(v: Any) -> bool:
         return v is not None and math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def interval_sign(lo: Any, hi: Any) -> str:
+    """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` (it holds 0) or
+    ``"undefined"`` (a bound that is not a finite number)."""
+    return "undefined" if not (is_finite_number(lo) and is_finite_number(hi)) else \
+        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def bootstrap_ci(
@@ -97,44 +105,53 @@ def hierarchical_bootstrap(
 
 @dataclass(frozen=True)
 class SeedImageInterval:
-    """A ``(1−alpha)`` interval of the mean over seeds of per-image means, and its parts."""
+    """A ``(1−alpha)`` interval of the mean over builds of the mean over seeds of per-image means, and its parts."""
 
     mean: float
     lo: float
     hi: float
     per_seed: tuple[float, ...]     # d_s = nanmean_i values[s, i]
-    var_seeds: float                # s²_seeds / S (NaN for one seed)
-    var_images: float               # image-bootstrap variance of the seed-mean
+    var_seeds: float                # s²_units / U: the top level's component, builds' or seeds' (NaN for one unit)
+    var_images: float               # image-bootstrap variance of the mean
     df: float                       # Welch–Satterthwaite degrees of freedom (NaN for one seed)
     n_images: int                   # images with at least one finite value
     method: str
+    per_build: tuple[float, ...] = ()   # m_b = mean of the d_s of build b (sorted build labels)
 
 
 def seed_image_interval(values: np.ndarray, n_boot: int = 1000, alpha: float = 0.05,
-                        seed: int = 0) -> SeedImageInterval:
-    """Mean over seeds of per-image means, with a t-based seed component.
+                        seed: int = 0, builds: Sequence[Any] | None = None) -> SeedImageInterval:
+    """Mean over builds of the mean over seeds of per-image means, with a t-based top-level component.
 
-    With ``d_s = nanmean_i values[s, i]`` and ``D̄ = mean_s d_s`` (``S`` seeds, ``n`` images):
+    With ``d_s = nanmean_i values[s, i]`` (``S`` seeds, ``n`` images) and ``builds[s]`` the backbone
+    build of row ``s`` (``None``: one build), the top-level units are the builds when there are
+    ``B ≥ 2`` of them (``m_b = mean_{s ∈ b} d_s``, ``D̄ = mean_b m_b``: every build weighs the same),
+    else the seeds (``m_s = d_s``, ``D̄ = mean_s d_s``). With ``U`` units:
 
-    - ``S = 1``: the percentile bootstrap over images (:func:`hierarchical_bootstrap`);
-    - ``S ≥ 2``: ``D̄ ± t_{ν, 1−alpha/2} · √(a + b)`` with ``a = s²_seeds / S`` (sample
-      variance of the ``d_s``, ``ddof = 1``: the seed component) and ``b`` the variance over
-      ``n_boot`` image resamples of the seed-mean (the same images for every seed, seeds fixed:
-      the image component), ``ν = (a + b)² / (a²/(S−1) + b²/(n−1))`` (Welch–Satterthwaite;
-      Satterthwaite, 1946; Welch, 1947): ``ν = S − 1`` when the images add nothing, large when
-      the seeds agree. A percentile bootstrap that also resamples seeds covers the mean only
-      about half the time with 2 seeds (the range of two values); the t quantile with ``S − 1``
-      degrees of freedom accounts for estimating the seed variance from ``S`` values.
+    - ``U = 1`` (one build, one seed): the percentile bootstrap over images (:func:`hierarchical_bootstrap`);
+    - ``U ≥ 2``: ``D̄ ± t_{ν, 1−alpha/2} · √(a + b)`` with ``a = s²_units / U`` (sample variance of
+      the unit means, ``ddof = 1``) and ``b`` the variance over ``n_boot`` image resamples of ``D̄``
+      (the same images for every row, rows fixed: the image component),
+      ``ν = (a + b)² / (a²/(U−1) + b²/(n−1))`` (Welch–Satterthwaite; Satterthwaite, 1946; Welch,
+      1947). Over builds, ``a`` is the ultimate-cluster estimator of a two-stage sample (Cochran,
+      1977, *Sampling Techniques*, Theorem 10.2 with the first-stage fraction → 0): the spread of
+      the build means already holds their seeds' spread, so the seed level adds no separate term;
+      the images are shared by every build, so their component is not in that spread and is added
+      (decision 0072). A percentile bootstrap that resamples 2 units covers the mean only about
+      half the time (the range of two values); the t quantile with ``U − 1`` degrees of freedom
+      accounts for estimating the unit variance from ``U`` values (decision 0007).
 
     Args:
-        values: ``[S, n]`` per-seed, per-image values (``NaN`` = not counted).
+        values: ``[S, n]`` per-seed, per-image values (``NaN`` = not counted); rows of all builds.
         n_boot, alpha, seed: image resamples, level, RNG seed.
+        builds: ``S`` build labels, one per row (``None`` or one label: today's seeds × images interval).
 
     Returns:
         :class:`SeedImageInterval`; ``mean``/``lo``/``hi`` NaN when a seed has no finite value.
 
     Raises:
-        ValueError: ``values`` not 2-D, ``alpha`` outside (0, 1) or ``n_boot < 2``.
+        ValueError: ``values`` not 2-D, ``builds`` not one label per row, ``alpha`` outside (0, 1)
+        or ``n_boot < 2``.
     """
     from scipy.stats import t as student_t
 
@@ -144,6 +161,9 @@ def seed_image_interval(values: np.ndarray, n_boot: int = 1000, alpha: float = 0
     if not (0.0 < alpha < 1.0) or n_boot < 2:
         raise ValueError(f"need 0 < alpha < 1 and n_boot ≥ 2, got alpha={alpha}, n_boot={n_boot}")
     S = x.shape[0]
+    labels = [0] * S if builds is None else list(builds)
+    if len(labels) != S:
+        raise ValueError(f"builds must give one build per row: {len(labels)} labels for {S} rows")
     valid = np.isfinite(x)
     n = int(valid.any(axis=0).sum())
     cnt = valid.sum(axis=1)
@@ -152,21 +172,30 @@ def seed_image_interval(values: np.ndarray, n_boot: int = 1000, alpha: float = 0
     nan = math.nan
     if S == 0 or not np.isfinite(d).all():
         return SeedImageInterval(nan, nan, nan, tuple(map(float, d)), nan, nan, nan, n, "undefined")
-    mean = float(d.mean())
-    if S == 1:
+    groups = [np.array([lb == b for lb in labels]) for b in sorted(set(labels))]
+    B = len(groups)
+    m = np.array([d[g].mean() for g in groups])          # build means (one build: its seed mean)
+    units, U = (m, B) if B > 1 else (d, S)
+    mean = float(m.mean())
+    per_build = tuple(map(float, m))
+    if U == 1:
         lo, hi = hierarchical_bootstrap(x, n_boot, alpha, seed)
-        return SeedImageInterval(mean, lo, hi, (mean,), nan, nan, nan, n, "images bootstrap (one seed)")
-    boot = _resampled_means(x, n_boot, seed, resample_seeds=False)
-    a = float(d.var(ddof=1)) / S
+        return SeedImageInterval(mean, lo, hi, (mean,), nan, nan, nan, n, "images bootstrap (one seed)", per_build)
+    weights = sum(g / (B * g.sum()) for g in groups) if B > 1 else None    # D̄ = Σ_s w_s d_s
+    boot = _resampled_means(x, n_boot, seed, resample_seeds=False, weights=weights)
+    a = float(units.var(ddof=1)) / U
     b = float(boot.var(ddof=1)) if boot is not None and boot.size > 1 else 0.0
-    num = a * a / (S - 1) + (b * b / (n - 1) if n > 1 and b > 0 else 0.0)
-    df = (a + b) ** 2 / num if num > 0 else float(S - 1)
+    num = a * a / (U - 1) + (b * b / (n - 1) if n > 1 and b > 0 else 0.0)
+    df = (a + b) ** 2 / num if num > 0 else float(U - 1)
     half = float(student_t.ppf(1 - alpha / 2, df)) * math.sqrt(a + b) if a + b > 0 else 0.0
+    top = f"{B} builds × seeds" if B > 1 else f"{S} seeds"
     return SeedImageInterval(mean, mean - half, mean + half, tuple(map(float, d)), a, b, df, n,
-                             f"t over {S} seeds (Welch–Satterthwaite df) + images bootstrap")
+                             f"t over {top} (Welch–Satterthwaite df) + images bootstrap", per_build)
 
-def _resampled_means(values: np.ndarray, n_boot: int, seed: int, resample_seeds: bool) -> np.ndarray | None:
-    """The finite resampled statistics of :func:`hierarchical_bootstrap` (``None``: no finite value)."""
+def _resampled_means(values: np.ndarray, n_boot: int, seed: int, resample_seeds: bool,
+                     weights: np.ndarray | None = None) -> np.ndarray | None:
+    """The finite resampled statistics of :func:`hierarchical_bootstrap` (``None``: no finite value);
+    ``weights``: the seeds' fixed weights when they are not resampled (default equal)."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"values must be [S, n] (seeds × images), got shape {x.shape}")
@@ -184,7 +213,7 @@ def _resampled_means(values: np.ndarray, n_boot: int, seed: int, resample_seeds:
         if resample_seeds and S > 1:
             v = rng.multinomial(S, np.full(S, 1.0 / S), size=m).astype(np.float64)      # [m, S]
         else:
-            v = np.ones((m, S))
+            v = np.tile(np.ones(S) if weights is None else np.asarray(weights, dtype=np.float64), (m, 1))
         num, den = w @ xv.T, w @ valid.T.astype(np.float64)                              # [m, S]
         with np.errstate(invalid="ignore", divide="ignore"):
             per_seed = num / den

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
+from ..metrics.stats import is_finite_number
 from ..results import coverage_name
 from ..analysis.paper_reference import PAPER_SETTING, paper_status, paper_value
 from ..study import grid_spans, make_grid, ReportSettings
@@ -88,10 +89,7 @@ def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.Dat
 
 
 def _num(v: Any, fmt: str) -> str:
-    try:
-        return format(float(v), fmt) if np.isfinite(float(v)) else "—"
-    except (TypeError, ValueError):
-        return "—"
+    return format(float(v), fmt) if is_finite_number(v) else "—"
 
 
 def format_paper_table(table: pd.DataFrame) -> str:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..metrics import decoupling_D
 from ..metrics.probes import hidden_vs_attention_gradient
-from ..analysis.findings import BOOTSTRAP_SEED, paper_findings
+from ..analysis.findings import BOOTSTRAP_SEED, backbone_fitness, count_fitness, paper_findings
 from .store import load_probes, save_probes
 from ..results import compact, sample_note
 from ..study import ProtocolCellRunner, cached_study, make_grid
@@ -127,5 +127,9 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     findings = (paper_findings(rows, probe_table if len(probe_table) else None, depth=L0, budget=b0, n_boot=n_boot)
                 if len(rows) else pd.DataFrame(columns=["dataset", "backbone", "finding", "statement", "holds",
                                                         "evidence"]))
+    ts = study.test_set          # no finding counts on a backbone that has not learned its task (decision 0070)
+    findings = count_fitness(findings, {(study.dataset_name, a["backbone"]): backbone_fitness(
+        a["test_accuracy"], len(ts), ts.chance_accuracy, ts.majority_fraction,
+        a["teacher_test_accuracy"] if a["teacher_test_accuracy"] == a["teacher_test_accuracy"] else None) for a in acc})
     return BackboneComparison(backbones=backbones, rows=rows, probes=probe_table, D=D, findings=findings,
                               accuracy=pd.DataFrame(acc).set_index("backbone"), status=status, depth=L0, budget=b0)

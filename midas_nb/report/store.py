@@ -12,7 +12,8 @@ import pandas as pd
 from .. import config
 from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..identity import atomic_write_text, canonical_json
-from ..study import grid_spans, make_grid, protocol_settings, ReportSettings
+from ..metrics.stats import is_finite_number
+from ..study import grid_spans, make_grid, placeholder_ids, protocol_settings, ReportSettings
 from ..sweeps import ResultStore
 
 
@@ -30,8 +31,8 @@ class MixedSettingsError(ValueError):
     writes the report of its own settings anyway)."""
 
 
-#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed).
-CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed"]
+#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed, backbone build).
+CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed", "build"]
 
 
 def store_root(profile: str, store: str | Path | None = None) -> Path:
@@ -43,8 +44,8 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's): cells whose
     protocol settings (:func:`midas_nb.study.protocol_settings`) are the report's, newest checkpoint per dataset ×
-    backbone and newest record per cell (docs/decisions/0009-report-row-selection.md, 0066), with ``cell_key`` and
-    ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation`` (rows that differ in the relaxation
+    backbone × build (rows without a build: 0) and newest record per cell (docs/decisions/0009-report-row-selection.md,
+    0066), with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation`` (rows that differ in the relaxation
     alone: notebook 02's control), ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``,
     ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
     store; ValueError: the store has no done cell of these settings."""
@@ -82,9 +83,10 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                          f"{s.relaxation!r}; {sum(other.values())} rows of other settings, {len(failed)} failed "
                          "cells); run the notebooks first")
     df = pd.DataFrame(rows)
+    df["build"] = [_build(r) for r in df.to_dict("records")]
     stale: dict[str, int] = {}
     keep = []
-    for _, g in df.groupby(["dataset", "backbone"], sort=False):
+    for _, g in df.groupby(["dataset", "backbone", "build"], sort=False):
         newest = g.loc[g["finished"].idxmax(), "checkpoint_id"]
         for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
             stale[str(ck)] = int(n)
@@ -98,20 +100,27 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     return df, left_out
 
 
-_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int)
+_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int, int)
+
+
+def _build(d: Mapping[str, Any]) -> int:
+    """The backbone build of a row (its ``build``) or a cell (its ``params``); 0 where neither says."""
+    b = d.get("build")
+    return int(b) if is_finite_number(b) else int((d.get("params") or {}).get("build", 0))
 
 
 def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
     """``{setting: the cell's value}`` where a cell's ``params`` differ from the report's ``want`` (a setting a
-    side lacks reads as its :data:`PROTOCOL_DEFAULTS` value), by name."""
+    side lacks reads as its :data:`PROTOCOL_DEFAULTS` value), by name; the backbone ``build`` names a cell, it is
+    no setting (decision 0072)."""
     have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
-    return {k: have.get(k, d.get(k)) for k in sorted(set(have) | set(want))
+    return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
             if have.get(k, d.get(k)) != want.get(k, d.get(k))}
 
 
 def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
     """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
-    return tuple(f(d[c]) for f, c in zip(_IDENT_TYPES, cols))
+    return tuple(f(_build(d) if c == "build" else d[c]) for f, c in zip(_IDENT_TYPES, cols))
 
 
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
@@ -165,7 +174,7 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
         labels = list(dict.fromkeys(label(n) for n in names))
         # the labels go in as datasets with a placeholder root and ids: nothing is read
         q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
-        ids = {(d, b): "expected" for d in labels for b in backbones}
+        ids = placeholder_ids(prof, labels, backbones, "expected")
         out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
                 for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
                                    checkpoint_ids=ids, data_ids=ids)]
@@ -178,13 +187,13 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
-    have = {_ident(r) for r in rows[CELL_IDENTITY].to_dict("records")}
+    have = {_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
     out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
         if (k := _ident(r)) not in have:
             out.setdefault(k, []).append(r["section"])
     return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
-                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}",
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}" + f" build {k[6]}" * bool(k[6]),
                               state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
                         columns=["sections"] + CELL_IDENTITY + ["label", "state"])
 

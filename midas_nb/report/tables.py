@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -16,7 +17,8 @@ from ..study import ReportSettings
 from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
 from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
-from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
+from ..analysis.findings import (BOOTSTRAP_SEED, backbone_fitness, ci_text, count_fitness, d_by_condition,
+                                 is_number, paper_findings, plural)
 from .store import expected_cells, mark_missing, missing_cells, read_csv_table, SECTIONS
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
@@ -154,9 +156,9 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 
 def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
-                 band: float = 0.01) -> dict[str, pd.DataFrame]:
+                 band: float | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
-    cosine ``probes`` (:func:`load_probes`) and the parity ``band``; ``profile``: a
+    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``); ``profile``: a
     :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap`` resamples,
     seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
     ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
@@ -194,8 +196,46 @@ def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str
                        zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
     prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
     bbt = _backbones_table(rows, probes, s, band, n_boot)
-    return dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
-                backbones=bbt)
+    return counted(dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
+                        backbones=bbt))
+
+
+def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[bool, str]]:
+    """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision
+    0070) of every backbone whose test top-1 the tables give (the provenance of a block, else the ``backbones``
+    table) on a test split whose size (else the evaluated images'), chance and majority share its dataset's
+    provenance gives; read from the tables alone, so a committed report is judged when it is rendered."""
+    prov, out, split = tables["provenance"], {}, {}
+    if not {"dataset", "backbone", "setting", "value"} <= set(prov.columns):
+        return out                          # not a provenance table: the renderer names what it lacks
+    for (ds, bb), g in prov[prov["dataset"] != ""].groupby(["dataset", "backbone"], sort=False):
+        v = dict(zip(g["setting"], g["value"]))
+        cm = re.match(r"([\d.]+) \(1 / (\d+) classes present\), ([\d.]+)", v.get("chance, majority share", ""))
+        n = (re.search(r" of (\d+) test images", v.get("evaluated images' fingerprint", ""))   # the split's size,
+             or re.match(r"(\d+)$", v.get("test images (mIoU, accuracy)", "")))            # else those evaluated
+        if cm and n:
+            split[ds] = (int(n.group(1)), 1 / int(cm.group(2)), float(cm.group(3)))
+            top1, teacher = v.get("backbone test top-1 (whole test split)"), v.get("teacher test top-1")
+            if is_number(top1):
+                out[(ds, bb)] = backbone_fitness(float(top1), *split[ds], float(teacher) if is_number(teacher) else None)
+    bt = tables.get("backbones", pd.DataFrame(columns=BACKBONE_COLUMNS))
+    for r in bt.drop_duplicates(["dataset", "backbone"]).itertuples():
+        if r.dataset in split and (r.dataset, r.backbone) not in out and is_number(r.test_accuracy):
+            t = float(r.teacher_test_accuracy) if is_number(r.teacher_test_accuracy) else None
+            out[(r.dataset, r.backbone)] = backbone_fitness(float(r.test_accuracy), *split[r.dataset], t)
+    return out
+
+
+def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``tables`` with every finding of a backbone that fails the fitness rule (:func:`fitness`) marked
+    ``"not counted"``, in ``findings`` and in the ``backbones`` table's finding rows (idempotent)."""
+    fit = fitness(tables)
+    tables["findings"] = count_fitness(tables["findings"], fit)
+    bt = tables.get("backbones")
+    if bt is not None and (bt["kind"] == "finding").any():
+        m = bt["kind"] == "finding"
+        tables["backbones"] = pd.concat([bt[~m], count_fitness(bt[m], fit, verdict="verdict")]).sort_index()
+    return tables
 
 
 _CELL = ["dataset", "backbone", "depth", "budget"]
@@ -206,7 +246,7 @@ _PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "at
 _CHECK_CONDITIONS = ("random", "random_map")
 
 
-def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
+def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
     """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
     L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
@@ -218,8 +258,8 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
     d = d_by_condition(proto, cell, band, n_boot)
-    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "delta_idauc", "delta_idauc_lo",
-              "delta_idauc_hi", "status", "band_reason", "reference_check"]
+    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "n_builds", "D_pp_by_build", "delta_idauc",
+              "delta_idauc_lo", "delta_idauc_hi", "status", "band_reason", "reference_check"]
     vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
               "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
     tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
@@ -249,7 +289,7 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float, 
     return tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
 
 
-def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame | None:
+def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame | None:
     """D of the swept conditions of ``rows`` whose ``group`` has a reference (random rows only test the
     reference, ``band_reason``, unless swept); ``None`` without such rows."""
     swept = list(s.sweep.conditions)
@@ -261,10 +301,10 @@ def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: floa
     return d[~d["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
 
 
-def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
+def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
     """D over the regime grid: the profile's backbone, every point with a reference."""
     rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                       "status", "band_reason", "n_seeds", "paper_expectation"]
+                       "status", "band_reason", "n_seeds", "n_builds", "paper_expectation"]
     rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
     if rg is None:
         return pd.DataFrame(columns=rg_cols)
@@ -281,11 +321,11 @@ def _scale_display(s: ReportSettings) -> list[str]:
     return listed if s.sweep.other_backbones else list(dict.fromkeys([s.backbone] + listed))
 
 
-def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float, n_boot: int) -> pd.DataFrame:
+def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
     """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
     scale_bbs = _scale_display(s)
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
-               "status", "band_reason", "n_seeds", "miou", "idauc", "paper"]
+               "status", "band_reason", "n_seeds", "n_builds", "miou", "idauc", "paper"]
     sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
     if sc is None:
         return pd.DataFrame(columns=sc_cols)
@@ -342,7 +382,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
         return None
 
 
-def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float,
+def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
     (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
@@ -401,7 +441,7 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables of a report directory (every name in :data:`TABLES`). Raises FileNotFoundError: a table is
+    """The tables of a report directory (every name in :data:`TABLES`), findings :func:`counted`. Raises FileNotFoundError: a table is
     missing; ValueError: a table pandas cannot read as CSV (each message names the file)."""
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
@@ -412,11 +452,11 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
     for df in out.values():
         for c in set(_TEXT_COLUMNS) & set(df.columns):
             df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
-    return out
+    return counted(out)        # tables written before the fitness rule are judged by it too
 
 
 #: the columns :func:`read_tables` reads as text, an empty cell as ``""``
 _TEXT_COLUMNS = ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                 "D_pp_by_seed", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
+                 "D_pp_by_seed", "D_pp_by_build", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
                  "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
                  "missing", "kind", "item", "verdict")

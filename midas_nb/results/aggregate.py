@@ -1,4 +1,4 @@
-"""Means over seeds with seeds × images intervals (:func:`aggregate_seeds`)."""
+"""Means over builds and seeds with builds × seeds × images intervals (:func:`aggregate_seeds`)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import CHECKPOINT_COLUMNS, per_image_values
+from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, per_image_values
 from ..metrics.stats import is_finite_number, seed_image_interval
 from .table import ID_COLUMNS, METRIC_COLUMNS
 
@@ -21,28 +21,37 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
     """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by``
-    (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added).
+    (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added, or, where the
+    table has a ``build`` column and ``by`` does not name them, left out: a group's builds are pooled, one
+    checkpoint each, else ``ValueError``; decision 0072).
 
     For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is the ``(1−alpha)`` interval of the mean
     over seeds that ``decoupling_D`` uses (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007;
     ``n_boot`` resamples, RNG ``seed``) from the stored per-image values (the images every seed measured):
-    several seeds, Student's t over the seeds plus the image bootstrap; one seed, the percentile bootstrap
-    over images; cut at the metric's range; NaN where a group's rows lack per-image values. Returns one row
+    several seeds (builds), Student's t over the seeds (build means) plus the image bootstrap; one seed, the
+    percentile bootstrap over images; cut at the metric's range; NaN where a group's rows lack per-image values. Returns one row
     per group: ``by``, ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``,
     ``m_n`` (non-NaN values), ``m_lo``, ``m_hi`` and ``ci_method`` (``"t over S seeds (Welch–Satterthwaite
     df) + images bootstrap"``, ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``);
     ``ValueError`` for a grouping column the table lacks. A group of one row that carries its own
     ``m_lo``/``m_hi`` (the percentile bootstrap over its images, :func:`summarise_metrics`) keeps them, so a
     one-seed condition reads the same interval as its row."""
-    by = [c for c in ID_COLUMNS if c in table.columns] if by is None else list(by)
+    # seeds of two checkpoints (or of one checkpoint id with other weights) are averaged only as two builds
+    pooled, ident = BUILD_COLUMN in table.columns, [c for c in CHECKPOINT_COLUMNS if c in table.columns]
+    by = [c for c in ID_COLUMNS if c in table.columns and not (pooled and c in ident)] if by is None else list(by)
     if missing := [c for c in by if c not in table.columns]:
         raise ValueError(f"aggregate_seeds: table is missing grouping column(s) {missing}")
-    # seeds of two checkpoints (or of one checkpoint id with other weights) are never averaged
-    by += [c for c in CHECKPOINT_COLUMNS if c in table.columns and c not in by]
+    ident = [c for c in ident if c not in by]
+    by += [] if pooled else ident
     metrics = [m for m in metrics if m in table.columns]
-    src = table.reset_index(drop=True)
+    src = table.assign(**{BUILD_COLUMN: table.get(BUILD_COLUMN, 0)}).fillna({BUILD_COLUMN: 0}).sort_values(
+        BUILD_COLUMN, kind="stable").reset_index(drop=True)
+    if pooled and ident and (src.astype({c: str for c in ident}).groupby(by + [BUILD_COLUMN], dropna=False)[ident]
+                             .nunique().max(axis=1) > 1).any():
+        raise ValueError("aggregate_seeds: a build of a group has rows of two checkpoints; expected one per build")
     g = src.assign(_row=np.arange(len(src))).groupby(by, dropna=False, sort=False)
     spec: dict[str, tuple[str, Any]] = {"n_seeds": (metrics[0] if metrics else by[0], "size")}
+    spec.update({c: (c, "first") for c in ident if pooled})        # the lowest build's, as decoupling_D shows
     if "seed" in src.columns:
         spec["seeds"] = ("seed", lambda s: ",".join(str(x) for x in sorted(set(s))))
     if "n_images" in src.columns:
@@ -68,7 +77,9 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
             elif maps and all(x is not None for x in maps):
                 ids = sorted(set.intersection(*(set(x) for x in maps)))
                 if ids:
-                    r = seed_image_interval(np.array([[x[i] for i in ids] for x in maps]), n_boot, alpha, seed)
+                    builds = [int(b) if is_finite_number(b := x.get(BUILD_COLUMN)) else 0 for x in recs]
+                    r = seed_image_interval(np.array([[x[i] for i in ids] for x in maps]), n_boot, alpha, seed,
+                                            builds if pooled else None)
                     lo, hi, method = max(r.lo, _RANGE[m][0]), min(r.hi, _RANGE[m][1]), r.method
             out.loc[k, f"{m}_lo"], out.loc[k, f"{m}_hi"] = lo, hi
         methods.append(method)

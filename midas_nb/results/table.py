@@ -40,6 +40,7 @@ class ResultRow:
     dataset: str = _col("``cub``, ``aircraft``, ``cars``, ``synthetic``")
     backbone: str = _col("timm name or midas_nb backbone id")
     checkpoint_id: str = _col("the fine-tuned, frozen backbone checkpoint (hash or file stem)")
+    build: int = _col("the backbone's build: its fine-tuning seed, 0 the recipe's (decision 0072)", 0)
     condition: str = _col("``reference``, ``unsupervised``, ``T1``..``T5``, scorer family")
     target: str = _col('supervision target id (``T0`` for reference); ``""`` if none', "")
     relaxation: str = _col('differentiable selection used in training; ``""`` if none', "")

@@ -18,7 +18,7 @@ Further families (``cropr``, ``iared``; DESIGN.md §5, :mod:`midas_nb.scorers.cr
 :mod:`midas_nb.scorers.iared`) register
 themselves with :func:`register_scorer` (``condition=True``: a protocol condition of its own) and
 are built by name with :func:`build_scorer`. A family with its own objective (an auxiliary head,
-REINFORCE) overrides :meth:`TokenScorer.training_loss`, which :func:`midas_nb.train.train_scorer`
+REINFORCE) overrides :meth:`TokenScorer.training_loss`, which :func:`midas_nb.train.train_scorers`
 calls in place of the default ``L_cls``; :meth:`TokenScorer.evaluation_extras` adds
 family-specific columns to its protocol rows.
 
@@ -64,7 +64,7 @@ class TokenScorer(nn.Module):
 
     Two optional hooks serve scorer families with an objective of their own (Cropr's auxiliary
     head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers.cropr`, :mod:`midas_nb.scorers.iared`): :meth:`training_loss` (used by
-    :func:`midas_nb.train.train_scorer` instead of the default ``L_cls``) and
+    :func:`midas_nb.train.train_scorers` instead of the default ``L_cls``) and
     :meth:`evaluation_extras` (extra columns of the scorer's protocol rows). The defaults
     (``None`` and ``{}``) keep the standard behaviour.
 
@@ -95,7 +95,7 @@ class TokenScorer(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor] | None:
         """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
 
-        ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorer`
+        ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorers`
         (cross-entropy of the relaxed pruned forward). A family with its own objective returns
         ``(loss, logits, scores)``: the scalar loss that replaces ``L_cls`` (``λ·L_ga`` is still
         added when a target is given), ``[B,C]`` logits whose accuracy is logged, and the
@@ -226,7 +226,7 @@ def register_scorer(
         name: registry key.
         condition: the family is a protocol condition of its own (``cropr``, ``iared``): the
             protocol builds it with :func:`build_scorer`, trains it with
-            :func:`midas_nb.train.train_scorer` (its :meth:`TokenScorer.training_loss`) and
+            :func:`midas_nb.train.train_scorers` (its :meth:`TokenScorer.training_loss`) and
             evaluates it by top-``k`` like every other condition; its factory is then called
             as ``f(dim, num_classes=C, **kwargs)`` (auxiliary heads need ``C``). Default: ``False``.
 

@@ -12,7 +12,7 @@ import torch
 from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune
 from ..data import collate_samples, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
 from ..progress import progress_enabled
-from ..metrics import (bootstrap_ci, box_coverage, informative_box, insertion_deletion_auc, iou_ceiling, part_miou,
+from ..metrics import (bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..analysis.last import pib_columns, pib_table
@@ -243,9 +243,7 @@ class StudyBase:
         rows = []
         for b in budgets:
             k = keep_count(b, ref.shape[1])
-            c = iou_ceiling(ref, k)
-            if not ds.has_parts:  # over the images box coverage evaluates (informative boxes)
-                c = torch.where(informative_box(ref), c, torch.full_like(c, float("nan")))
+            c = iou_ceiling(ref, k, boxes=not ds.has_parts)     # over the images coverage evaluates
             rows.append(dict(budget=float(b), k=k, ceiling=float(c.nanmean()), n_images=int(c.isfinite().sum()),
                              coverage_kind="part mIoU" if ds.has_parts else "box coverage"))
         return pd.DataFrame(rows)

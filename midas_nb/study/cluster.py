@@ -17,7 +17,7 @@ from ..analysis.related import RELATED_CONDITIONS
 from ..sweeps import ResultStore, SweepCell, open_store, run_sweep, submit_sweep
 from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
-from .grid import grid_spans, make_grid, ProtocolCellRunner
+from .grid import grid_spans, make_grid, placeholder_ids, ProtocolCellRunner
 from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
@@ -64,7 +64,7 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
         for p, kind, kw in specs[name]:
             if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
                 spans = grid_spans(p, kind)
-                ids = {(d, b): "planned" for d in kw.get("datasets", spans[0]) for b in kw.get("backbones", spans[1])}
+                ids = placeholder_ids(p, kw.get("datasets", spans[0]), kw.get("backbones", spans[1]), "planned")
                 roots = {d: "." for d in set(spans[0]) | {p["dataset"]} if d != "synthetic"}
                 p = dict(p, data_root=None, data_roots=roots)
                 kw = dict(kw, checkpoint_ids=ids, data_ids=ids)

@@ -20,12 +20,13 @@ __all__ = ["Study"]
 
 
 def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
-    """Raises ``RuntimeError`` where the rows come from more than one checkpoint (one frozen backbone)."""
+    """Raises ``RuntimeError`` where the rows of one build come from more than one checkpoint (decision 0072)."""
     for col in ("checkpoint_id", "weights_digest"):
-        if col in table.columns and table[col].dropna().nunique() > 1:
-            found = sorted(table[col].dropna().astype(str).unique())
-            raise RuntimeError(f"{what}: the rows come from {len(found)} checkpoints ({col} {found}); one table "
-                               "compares scorers on one frozen backbone — rebuild the cells with one profile")
+        for b, g in table.groupby(table.get("build", pd.Series(0, index=table.index))):
+            if col in g.columns and g[col].dropna().nunique() > 1:
+                found = sorted(g[col].dropna().astype(str).unique())
+                raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
+                                   f"{found}); one build is one frozen backbone — rebuild the cells with one profile")
 
 
 class Study(StudyBase):

@@ -27,7 +27,7 @@ from .base import StudyBase
 from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
-           "eval_data_id", "protocol_settings", "cached_study", "study_overrides", "digest_memo_path",
+           "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
            "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "scale_readout"]
 
 
@@ -50,12 +50,12 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 
 def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
-                 progress: bool = False):
-    """The (per-process cached) :class:`StudyBase` for one dataset (name or label) and backbone."""
+                 progress: bool = False, build: int | None = None):
+    """The (per-process cached) :class:`StudyBase` for one dataset (name or label), backbone and build
+    (``None``: the profile's)."""
     profile = profile_values(profile) if isinstance(profile, RunSettings) else profile
     overrides = study_overrides(profile, dataset, backbone)
-    if device is not None:
-        overrides["device"] = device
+    overrides.update({k: v for k, v in dict(device=device, build=build).items() if v is not None})
     name = str(profile.get("profile", "quick"))
     key = "study:" + canonical_json([name, overrides])
     cached = _PROCESS_CACHE.get(key)
@@ -102,12 +102,22 @@ def load_digest_memo(path: str | Path) -> int:
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
 
 
-def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` (decision 0051), nothing
-    trained: data read on the CPU, numerics keyed as the profile's ``device``'s. Raises ``ValueError`` or
-    ``FileNotFoundError`` for a dataset without a readable data root."""
+def placeholder_ids(profile: Mapping[str, Any], datasets: Sequence[str], backbones: Sequence[str],
+                    value: str) -> dict[tuple, str]:
+    """``value`` (``value-k`` for build ``k``) as every checkpoint (and data) id of :func:`make_grid` for
+    ``datasets`` × ``backbones`` and the profile's builds: a grid whose keys are not needed reads no data."""
+    first = int(profile.get("build", 0))
+    builds = [(), *((k,) for k in range(first, first + int(profile.get("builds", 1))))]
+    return {(d, b, *k): "-".join(map(str, (value, *k))) for d in datasets for b in backbones for k in builds}
+
+
+def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str,
+                       build: int | None = None) -> str:
+    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` and ``build`` (``None``:
+    the profile's; decisions 0051, 0072), nothing trained: data read on the CPU, numerics keyed as the profile's
+    ``device``'s. Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
     prof = profile_values(profile)
-    study = cached_study(prof, dataset, backbone, device="cpu")
+    study = cached_study(prof, dataset, backbone, device="cpu", build=build)
     device = str(prof.get("device") or "cpu")
     return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
 
@@ -162,9 +172,12 @@ def make_grid(
     budgets`` at ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the
     profile's ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`).
     Seeds: ``seeds`` at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first.
+    Backbone builds (decision 0072): ``builds`` of the profile's backbone at its point (build ``k`` keyed by
+    its checkpoint and, for ``k > 0``, ``params["build"]``), the profile's ``build`` elsewhere.
     ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the profile's (``seeds``: at every point);
     ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone): id}`` (default :func:`checkpoint_spec_id`,
-    :func:`eval_data_id`); ``params``: merged into every cell's ``params`` (its key).
+    :func:`eval_data_id`; ``(dataset, backbone, build)`` keys name a build's checkpoint); ``params``: merged
+    into every cell's ``params`` (its key).
 
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
@@ -207,16 +220,20 @@ def make_grid(
         raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
     base = dict(protocol_settings(prof), **dict(params or {}))
     cells = []
+    own_build = int(prof.get("build", 0))
     for ds in datasets:
         label = dataset_label(dict(prof), ds)
         for bb in backbones:
-            ckpt = checkpoint_ids.get((ds, bb)) or checkpoint_spec_id(prof, ds, bb)
             data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
             for pt in points:
                 at = seeds if pt == Point(L0, b0) else off_seeds
-                cells += [SweepCell(label, bb, pt.depth, pt.budget, cond, s, checkpoint_id=ckpt, params=base,
-                                    data_id=data_id)
-                          for cond in conditions for s in (at[:1] if cond in seedless_conditions else at)]
+                main = pt == Point(L0, b0) and bb == prof["backbone"]
+                for k in range(own_build, own_build + int(prof.get("builds", 1))) if main else [own_build]:
+                    ckpt = checkpoint_ids.get((ds, bb, k)) or (checkpoint_ids.get((ds, bb)) if k == own_build
+                                                                else None) or checkpoint_spec_id(prof, ds, bb, k)
+                    cells += [SweepCell(label, bb, pt.depth, pt.budget, cond, s, checkpoint_id=ckpt,
+                                        params=dict(base, build=k) if k else base, data_id=data_id)
+                              for cond in conditions for s in (at[:1] if cond in seedless_conditions else at)]
     return cells
 
 
@@ -252,8 +269,9 @@ class ProtocolCellRunner:
 
     def study(self, cell: SweepCell):
         """The study of the cell's data and backbone (image digests from the shared memo, once)."""
-        st = self._local_study
-        if st is not None and st.dataset_name == cell.dataset and st.settings.backbone.name == cell.backbone:
+        st, build = self._local_study, int(cell.params.get("build", 0))
+        if st is not None and (st.dataset_name, st.settings.backbone.name, st.settings.backbone.build) == \
+                (cell.dataset, cell.backbone, build):
             return st
         device = self.device or str(self.profile.get("device") or "cpu")
         problems = check_device(device)
@@ -267,7 +285,7 @@ class ProtocolCellRunner:
         if memo not in _MEMOS_READ:
             load_digest_memo(memo)
             _MEMOS_READ.add(memo)
-        return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress)
+        return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress, build)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
         """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone, save
@@ -304,7 +322,7 @@ class ProtocolCellRunner:
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
                              f"evaluated test images now are {eval_identity(study, settings)!r} (images, "
                              "labels, keypoints or boxes changed); rebuild the grid")
-        for k in DATA_PARAMS:
+        for k in DATA_PARAMS + ("build",):
             settings.pop(k, None)
         if self.cache_dir is not None:
             settings["cache_dir"] = self.cache_dir
@@ -314,7 +332,8 @@ class ProtocolCellRunner:
             cells=[(c.depth, c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,
             backbone_name=cell.backbone, checkpoint_id=str(study.meta.get("checkpoint_id", "")), device=study.device,
             progress=self.progress, **settings,
-            prefetch_targets={c.depth: prefetch_targets(self.profile, cell.backbone, c.depth) for c in cells})
+            prefetch_targets={c.depth: prefetch_targets(self.profile, cell.backbone, c.depth) for c in cells}
+        ).assign(build=study.settings.backbone.build)
         return table.to_dict(orient="records")
 
 

@@ -67,12 +67,15 @@ class DataSettings:
 @dataclass(frozen=True)
 class BackboneSettings:
     """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None`` (random init);
-    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning schedule (seed 0)."""
+    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning schedule, seeded by
+    ``build``; ``builds``: the builds (seeds ``0..builds-1``) at the profile's point (decision 0072)."""
 
     name: str
     weights: str | None
     kwargs: Mapping[str, Any]
     recipe: TrainingRecipe
+    build: int
+    builds: int
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,9 @@ class RunSettings:
         bb = p["backbone"]
         backbone = BackboneSettings(name=bb, weights=weights_for(p, bb),
                                     kwargs=MappingProxyType(backbone_kwargs(p, bb)),
-                                    recipe=TrainingRecipe(seed=0, **config.finetune_settings(p, label, bb)))
+                                    recipe=TrainingRecipe(seed=int(p["build"]),
+                                                          **config.finetune_settings(p, label, bb)),
+                                    build=int(p["build"]), builds=int(p["builds"]))
         keyed = dict(PROTOCOL_DEFAULTS, **protocol_settings(p))
         protocol = ProtocolSettings(
             conditions=tuple(p["conditions"]), targets=tuple(p["targets"]), seeds=tuple(int(s) for s in p["seeds"]),

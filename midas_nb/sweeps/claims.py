@@ -7,16 +7,16 @@ process on this host is gone, is dead and taken over (docs/decisions/0025-shared
 """
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import os
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from ..identity import file_lock
 
 __all__ = ["CLAIM_TTL_S", "Claim", "claim_ttl", "file_lock", "read_claim"]
 
@@ -41,19 +41,6 @@ def claim_ttl() -> float:
     if not ttl > 0:
         raise ValueError(f"MIDAS_CLAIM_TTL_S must be a positive number of seconds, got {raw!r}")
     return ttl
-
-
-@contextlib.contextmanager
-def file_lock(path: str | os.PathLike) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _pid_alive(pid: int) -> bool:

@@ -41,7 +41,8 @@ def run_sweep(
 ) -> StoreStatus:
     """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
     their status. Workers write their own records (:func:`run_cell`; a failing cell records its error
-    and the others go on), so the same call resumes a stopped sweep.
+    and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
+    for a cell another sweep holds (until its record, or its claim expires), Slurm jobs leave it.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
@@ -67,15 +68,18 @@ def run_sweep(
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":
+        held = []
         for group in cell_groups(todo, cell_fn):   # cells that share work computed together (decision 0069)
-            run_group(group, cell_fn, root)
+            held += [c for c, st in zip(group, run_group(group, cell_fn, root)) if st == "running"]
             bar.update(len(group))
+        for c in held:   # cells another sweep holds: waited for once the others are done
+            run_cell(c, cell_fn, root, wait=True)
     elif todo and executor == "processes":
         ctx = multiprocessing.get_context(mp_context)
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
         init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
         with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
-            futures = {pool.submit(run_group, g, cell_fn, root): g for g in cell_groups(todo, cell_fn)}
+            futures = {pool.submit(run_group, g, cell_fn, root, True): g for g in cell_groups(todo, cell_fn)}
             for fut in cf.as_completed(futures):
                 try:
                     fut.result()

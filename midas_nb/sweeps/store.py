@@ -276,21 +276,10 @@ class StoreStatus:
     def count(self, state: CellState) -> int:
         return int((self.table["status"] == state).sum()) if len(self.table) else 0
 
-    @property
-    def done(self) -> int:
-        return self.count("done")
-
-    @property
-    def failed(self) -> int:
-        return self.count("failed")
-
-    @property
-    def pending(self) -> int:
-        return self.count("pending") + self.count("running")
-
-    @property
-    def complete(self) -> bool:
-        return len(self.table) > 0 and self.done == len(self.table)
+    done = property(lambda self: self.count("done"))
+    failed = property(lambda self: self.count("failed"))
+    pending = property(lambda self: self.count("pending") + self.count("running"))   # not computed yet
+    complete = property(lambda self: len(self.table) > 0 and self.done == len(self.table))
 
     def __str__(self) -> str:
         s = format_status(self.table)

@@ -36,28 +36,37 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
     raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
-def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> CellState:
+#: seconds between two tries of a waiting worker to claim a cell another worker holds
+WAIT_POLL_S = 0.5
+
+
+def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
+             wait: bool = False) -> CellState:
     """Claim one cell, compute it and write its record; the worker body of every executor.
 
     The cell is first claimed (:meth:`ResultStore.claim`: exclusive create with a heartbeat);
-    while another worker holds a live claim, or once the cell has a ``done`` record, nothing is
-    computed. The claim is held until the record is written, so two sweeps over one store never
-    compute one cell twice. Catches every ``Exception`` from ``cell_fn`` (and from turning its
-    output into rows) and records it as a failure with the traceback; never raises for a
-    failing cell.
+    while another worker holds a live claim, nothing is computed: ``wait`` retries every
+    :data:`WAIT_POLL_S` s until that worker releases it or its claim expires (then taken over),
+    else the cell is left to it. A cell that has a ``done`` record, or got a record from another
+    worker meanwhile, is not computed again. The claim is held until the record is written, so
+    two sweeps over one store never compute one cell twice. Catches every ``Exception`` from
+    ``cell_fn`` (and from turning its output into rows) and records it as a failure with the
+    traceback; never raises for a failing cell.
 
     Returns:
-        ``"done"`` or ``"failed"`` (computed here, or already done), ``"running"`` (another
-        worker holds the claim).
+        ``"done"`` or ``"failed"`` (computed here, or by another worker), ``"running"`` (another
+        worker holds the claim; never with ``wait``).
     """
     store = ResultStore(store_root)
-    claim = store.claim(cell)
-    if claim is None:
-        return "running"
+    before = (store.read(cell.key) or {}).get("finished")
+    while (claim := store.claim(cell)) is None:
+        if not wait:
+            return "running"
+        time.sleep(WAIT_POLL_S)
     try:
         prev = store.read(cell.key)
-        if prev is not None and prev["status"] == "done":  # finished by another sweep meanwhile
-            return "done"
+        if prev is not None and (prev["status"] == "done" or prev.get("finished") != before):
+            return prev["status"]  # finished by another sweep meanwhile
         started = time.time()
         try:
             rows = _rows_of(cell_fn(cell))
@@ -83,12 +92,14 @@ def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any])
     return list(groups.values())
 
 
-def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path) -> list[CellState]:
+def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
+              wait: bool = False) -> list[CellState]:
     """:func:`run_cell` for cells of one group, computed together by ``cell_fn.run_group(cells)`` (each
     cell's output, in order): each cell claimed, skipped and recorded as :func:`run_cell` does. Where the
-    group's computation raises, its cells are computed again one by one, so each records its own error."""
+    group's computation raises, its cells are computed again one by one, so each records its own error;
+    ``wait``: cells another worker holds are waited for after the others (:func:`run_cell`)."""
     if len(cells) < 2 or not hasattr(cell_fn, "run_group"):
-        return [run_cell(c, cell_fn, store_root) for c in cells]
+        return [run_cell(c, cell_fn, store_root, wait) for c in cells]
     store = ResultStore(store_root)
     claims, states, failed = {}, {}, False
     try:
@@ -119,6 +130,7 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
             claim.release()
     if failed:
         states.update({c: run_cell(c, cell_fn, store_root) for c in claims})
+    states.update({c: run_cell(c, cell_fn, store_root, True) for c in cells if wait and states[c] == "running"})
     return [states[c] for c in cells]
 
 

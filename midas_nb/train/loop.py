@@ -1,5 +1,5 @@
 """The one optimisation loop over cached block states, shared by scorer training
-(:func:`midas_nb.train.train_scorer`) and the LaSt fine-tune
+(:func:`midas_nb.train.train_scorers`) and the LaSt fine-tune
 (:func:`midas_nb.analysis.last.last_finetune`).
 
 Both train a small module on block outputs computed once per split (:func:`midas_nb.train.block_cache`):

@@ -20,8 +20,7 @@ from .cache import BlockCache, key_hash
 from .loop import optimise_on_cache
 
 __all__ = ["Relaxation", "DistillForm", "TrainResult", "zscore", "distill_loss", "relaxed_logits",
-           "train_scorer", "train_scorers", "load_or_train_scorer",
-           "load_or_train_scorers"]
+           "train_scorers", "load_or_train_scorer", "load_or_train_scorers"]
 
 Relaxation = Literal["st", "soft"]
 DistillForm = Literal["kl", "mse_z", "rank"]
@@ -158,7 +157,7 @@ def _blocks_after(backbone, depth: int, x: Tensor, attn_mask: Tensor | None) -> 
 
 @dataclass
 class TrainResult:
-    """What :func:`train_scorer` returns besides the trained scorer (in place).
+    """What :func:`train_scorers` returns (one per scorer) besides the trained scorer (in place).
 
     Attributes:
         loss: mean total loss per epoch.
@@ -177,83 +176,53 @@ class TrainResult:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def train_scorer(
-    backbone: nn.Module,
-    scorer: TokenScorer,
-    cache: BlockCache,
-    *,
-    depth: int,
-    budget: float,
-    targets: Tensor | None = None,
-    relaxation: Relaxation = "st",
-    lam: float = 1.0,
-    temperature: float = 1.0,
-    distill_form: DistillForm = "kl",
-    mask_temperature: float = 0.25,
-    epochs: int = 4,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    weight_decay: float = 0.01,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    progress: bool = True,
-) -> TrainResult:
-    """Train ``scorer`` in place on cached block-``L`` states with ``L = L_cls + λ·L_ga``.
-
-    A scorer whose :meth:`~midas_nb.scorers.TokenScorer.training_loss` returns a loss (Cropr's
-    auxiliary head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers`) is trained with that loss in
-    place of ``L_cls`` (``relaxation`` and ``mask_temperature`` are then unused); ``loss_cls``
-    of the result records it.
-
-    The backbone is frozen and in eval mode throughout (its weights are not changed); only
-    ``scorer.parameters()`` are optimised (AdamW, cosine decay of the learning rate per step).
-    ``seed`` fixes the batch order (the scorer's initialisation is the caller's; see
-    :func:`load_or_train_scorer`).
-
-    Args:
-        backbone: timm ViT on ``device``.
-        scorer: trainable scorer on ``device`` (``scorer.trainable``).
-        cache: :class:`BlockCache` of the training split at depth ``L``.
-        depth: ``L``; must equal ``cache.depth``.
-        budget: ``b``.
-        targets: ``[n,N]`` supervision target, rows aligned with ``cache`` (dataset order), or
-            ``None`` for the unsupervised condition (``L_cls`` only).
-        relaxation: ``"st"`` (default) or ``"soft"`` (see :func:`relaxed_logits`).
-        lam: ``λ``, weight of ``L_ga``. Default: 1.0.
-        temperature: ``τ`` of :func:`distill_loss`. Default: 1.0.
-        distill_form: ``"kl"`` (default), ``"mse_z"`` or ``"rank"``.
-        mask_temperature: ``τ_m`` of the ``"soft"`` relaxation. Default: 0.25.
-        epochs, batch_size, lr, weight_decay: optimisation settings.
-        seed: seed of the batch order.
-        device: where the steps run.
-        progress: show a tqdm bar.
-
-    Returns:
-        :class:`TrainResult`.
-
-    Raises:
-        ValueError: on a depth that differs from the cache's, targets of the wrong shape or a
-            scorer without parameters.
-    """
-    return train_scorers(backbone, [scorer], cache, depth=depth, budget=budget, targets=[targets], seeds=[seed],
-                         relaxation=relaxation, lam=lam, temperature=temperature, distill_form=distill_form,
-                         mask_temperature=mask_temperature, epochs=epochs, batch_size=batch_size, lr=lr,
-                         weight_decay=weight_decay, device=device, progress=progress)[0]
-
-
 def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: BlockCache, *, depth: int,
                   budget: float, targets: Sequence[Tensor | None], seeds: Sequence[int], relaxation: Relaxation = "st",
                   lam: float = 1.0, temperature: float = 1.0, distill_form: DistillForm = "kl",
                   mask_temperature: float = 0.25, epochs: int = 4, batch_size: int = 64, lr: float = 1e-3,
                   weight_decay: float = 0.01, device: str | torch.device = "cpu",
                   progress: bool = True) -> list[TrainResult]:
-    """:func:`train_scorer` for several scorers at once (``targets[i]``, ``seeds[i]``: scorer ``i``'s), in one
-    loop over the cache (docs/decisions/0069): each scorer has the optimiser, schedule and batch order it has
-    alone; the blocks after ``L`` run once per step on the kept tokens of every scorer that trains with
-    ``L_cls`` (concatenated along the batch; a scorer family with its own objective runs its own). The same
-    result as training each alone, to the float rounding of a larger batch; each result's ``seconds`` is an
-    equal share of the loop's. Raises as :func:`train_scorer`, and ``ValueError`` for lists of different
-    lengths."""
+    """Train each of ``scorers`` in place on cached block-``L`` states with ``L = L_cls + λ·L_ga``, all in one
+    loop over the cache (docs/decisions/0069): each scorer has the optimiser, schedule and batch order it would
+    have alone; the blocks after ``L`` run once per step on the kept tokens of every scorer that trains with
+    ``L_cls`` (concatenated along the batch). The same result as training each alone, to the float rounding of
+    a larger batch; each result's ``seconds`` is an equal share of the loop's.
+
+    A scorer whose :meth:`~midas_nb.scorers.TokenScorer.training_loss` returns a loss (Cropr's
+    auxiliary head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers`) is trained with that loss in
+    place of ``L_cls`` (``relaxation`` and ``mask_temperature`` are then unused; it runs its own forward);
+    ``loss_cls`` of its result records it.
+
+    The backbone is frozen and in eval mode throughout (its weights are not changed); only
+    the scorers' parameters are optimised (AdamW, cosine decay of the learning rate per step).
+    ``seeds[i]`` fixes scorer ``i``'s batch order (its initialisation is the caller's; see
+    :func:`load_or_train_scorer`).
+
+    Args:
+        backbone: timm ViT on ``device``.
+        scorers: trainable scorers on ``device`` (``scorer.trainable``).
+        cache: :class:`BlockCache` of the training split at depth ``L``.
+        depth: ``L``; must equal ``cache.depth``.
+        budget: ``b``.
+        targets: per scorer, its ``[n,N]`` supervision target, rows aligned with ``cache`` (dataset order),
+            or ``None`` for the unsupervised condition (``L_cls`` only).
+        seeds: per scorer, the seed of its batch order.
+        relaxation: ``"st"`` (default) or ``"soft"`` (see :func:`relaxed_logits`).
+        lam: ``λ``, weight of ``L_ga``. Default: 1.0.
+        temperature: ``τ`` of :func:`distill_loss`. Default: 1.0.
+        distill_form: ``"kl"`` (default), ``"mse_z"`` or ``"rank"``.
+        mask_temperature: ``τ_m`` of the ``"soft"`` relaxation. Default: 0.25.
+        epochs, batch_size, lr, weight_decay: optimisation settings.
+        device: where the steps run.
+        progress: show a tqdm bar.
+
+    Returns:
+        one :class:`TrainResult` per scorer, in order.
+
+    Raises:
+        ValueError: on a depth that differs from the cache's, targets of the wrong shape, a
+            scorer without parameters, or lists of different lengths.
+    """
     depth = check_depth(backbone, depth)
     if cache.depth != depth:
         raise ValueError(f"cache holds block-{cache.depth} states but depth={depth} was asked")
@@ -330,31 +299,19 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
     return results
 
 
-def load_or_train_scorer(
-    backbone: nn.Module,
-    cache: BlockCache,
-    *,
-    key: dict[str, Any],
-    depth: int,
-    budget: float,
-    targets: Tensor | None = None,
-    seed: int = 0,
-    mlp_hidden: int | None = None,
-    cache_dir: str | Path | None = None,
-    device: str | torch.device = "cpu",
-    progress: bool = True,
-    scorer: str = "mlp",
-    scorer_kwargs: dict[str, Any] | None = None,
-    **train_kwargs,
-) -> tuple[TokenScorer, TrainResult, bool]:
-    """A scorer (default: an :class:`MLPScorer`) trained by :func:`train_scorer`, cached by key.
+def load_or_train_scorer(backbone: nn.Module, cache: BlockCache, *, key: dict[str, Any], depth: int, budget: float,
+                         targets: Tensor | None = None, seed: int = 0, mlp_hidden: int | None = None,
+                         cache_dir: str | Path | None = None, device: str | torch.device = "cpu", progress: bool = True,
+                         scorer: str = "mlp", scorer_kwargs: dict[str, Any] | None = None,
+                         **train_kwargs) -> tuple[TokenScorer, TrainResult, bool]:
+    """A scorer (default: an :class:`MLPScorer`) trained by :func:`train_scorers`, cached by key.
 
     The scorer is initialised under ``torch.manual_seed(seed)`` (the global RNG state is
     restored afterwards) and trained with batch-order seed ``seed``.
 
     Args:
-        backbone, cache, depth, budget, targets, seed, device, progress: as in
-            :func:`train_scorer`.
+        backbone, cache, depth, budget, device, progress: as in :func:`train_scorers`; ``targets``, ``seed``:
+            this scorer's.
         key: identifies the entry together with every training setting, e.g.
             ``{"condition": "T5", "target": "T5", "checkpoint_id": ..., "dataset": "cub"}``.
         mlp_hidden: hidden width of the MLP (default ``D // 2``; ``scorer="mlp"`` only).
@@ -368,7 +325,7 @@ def load_or_train_scorer(
             digest, the SHA-256 of the target maps and, for other families, the scorer class's
             ``architecture`` string, so a scorer is never reused for other data, other targets or
             another architecture.
-        **train_kwargs: the other keyword arguments of :func:`train_scorer`.
+        **train_kwargs: the other keyword arguments of :func:`train_scorers`.
 
     Returns:
         ``(scorer on device in eval mode, TrainResult, loaded_from_cache)``.

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..metrics import parity_band
 from ..results import aggregate_seeds, coverage_name
 from .colors import condition_colors as _condition_colors
 from .common import place_point_labels, to_numpy
@@ -23,14 +24,6 @@ AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (p
 
 
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
-
-
-def _aggregate_conditions(table: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
-    """One row per condition: means of ``cols`` over seeds (or any repeated rows)."""
-    present = [c for c in cols if c in table.columns]
-    order = list(dict.fromkeys(table["condition"].astype(str)))
-    agg = table.assign(condition=table["condition"].astype(str)).groupby("condition", sort=False)[present].mean()
-    return agg.loc[order].reset_index()
 
 
 def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
@@ -72,7 +65,7 @@ def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
     return agg
 
 
-def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float = 0.01,
+def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float | None = None,
                              coverage_label: str | None = None, title: str | None = None,
                              save: str | None = None, average_over: Sequence[str] = (),
                              n_boot: int = 1000) -> Figure:
@@ -92,7 +85,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
             (:func:`midas_nb.results.aggregate_seeds`), or the row's own bootstrap interval for
             a single seed.
         reference: the reference condition.
-        band: the parity band in IDAUC units.
+        band: the parity band in IDAUC units (``None``: :data:`midas_nb.metrics.PARITY_BAND`).
         coverage_label: x-axis quantity (default from ``coverage_kind``: part mIoU or box
             coverage).
         title: figure title.
@@ -109,6 +102,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
     if missing:
         raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    band = parity_band(band)
     note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
     if coverage_label is None:
         coverage_label = coverage_name(table)

@@ -19,7 +19,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ...metrics import decoupling_D
+from ...metrics import decoupling_D, parity_band
+from ...metrics.stats import interval_sign as sign_of
 from ...results import leaders
 
 
@@ -300,13 +301,6 @@ def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
     return Choice(acc, options, why)
 
 
-def sign_of(lo: float, hi: float) -> str:
-    """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` or ``"undefined"``."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "undefined"
-    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
-
-
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
     the interval's width from 0 (an answer from another bootstrap draw may fall on either side)."""
@@ -353,13 +347,14 @@ def D_by_condition(table) -> Any:
     return decoupling_D(table).set_index("condition")
 
 
-def resolved_in_band(D, band: float = 0.01) -> Any:
+def resolved_in_band(D, band: float | None = None) -> Any:
     """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
     whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
     row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
     is never inside. Computed here from the interval columns, independently of
     ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
     import pandas as pd
+    band = parity_band(band)
     lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
     hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
     point = D["delta_idauc"].astype(float)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ...analysis import recommend_deployment
+from ...analysis import recommend_deployment, share_falls
 from ._core import Choice, choice, choice_of, integer, number, option, register, resolved_in_band, sign_of, \
     tied, two_backbones
 
@@ -47,8 +47,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
            "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-           "`D_pp_hi`; `midas_nb.analysis.axis_trend(mine, 'T5', 'budget', L, ceiling=ceiling)` says the same in "
-           "words.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
+           "`D_pp_hi`.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
     g, L0 = _t5_budget_ends(mine, study)
     near, far = g.iloc[0], g.iloc[-1]
@@ -56,7 +55,7 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
     c0, c1 = c.get(float(near["budget"]), math.nan), c.get(float(far["budget"]), math.nan)
     r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
     falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
-    pick = "a" if not falls else "b" if (r0 > 0 and r1 >= 0.5 * r0) else "c"
+    pick = "a" if not falls else "c" if share_falls(r0, r1) else "b"
     return choice_of(pick, "abc",
                       f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
                       f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
