@@ -1,4 +1,4 @@
-"""The grouped sweep engine (docs/decisions/0069): the cells of one (dataset, backbone, checkpoint, L)
+"""The grouped sweep engine (docs/decisions/0069): the cells of one (dataset, backbone, checkpoint)
 computed together give the rows a cell-by-cell sweep gives, and a group that fails leaves each cell its
 own record."""
 from __future__ import annotations
@@ -31,8 +31,8 @@ def test_grouped_regime_sweep_gives_the_cell_by_cell_rows(tmp_path):
     cells = make_grid(prof, "regime")       # L ∈ {1, 2} at b = 0.25, b = 0.5 at L = 2; six conditions
     grouped = ProtocolCellRunner(prof, cache_dir=tmp_path / "grouped")
     groups = cell_groups(cells, grouped)
-    assert sorted(len(g) for g in groups) == [6, 12]     # one group per depth, its budgets together
-    assert all(len({(c.depth, c.dataset, c.backbone) for c in g}) == 1 for g in groups)
+    assert [len(g) for g in groups] == [18]          # one group: both depths, their budgets together
+    assert {(c.depth, c.budget) for c in groups[0]} == {(1, 0.25), (2, 0.25), (2, 0.5)}
     # a bound method has no run_group: the cells are computed one by one (caches of their own)
     one_by_one = ProtocolCellRunner(prof, cache_dir=tmp_path / "cells").__call__
     assert [len(g) for g in cell_groups(cells, one_by_one)] == [1] * len(cells)

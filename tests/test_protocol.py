@@ -181,7 +181,7 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     calls = []
     real = speed.measure_throughputs
     monkeypatch.setattr(speed, "measure_throughputs",
-                        lambda fns, x, **k: calls.append(sorted(fns)) or real(fns, x, **k))
+                        lambda fns, x, **k: calls.append(set(fns)) or real(fns, x, **k))
     monkeypatch.setattr(proto, "_SPEED_MEMO", {})
     model = tiny_vit()
     train, test = TinyDataset(12, 8), TinyDataset(6, 9)
@@ -189,7 +189,8 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
               epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path,
               throughput_repeats=1, throughput_batch=2)
     a = run_protocol(train, test, model, budget=0.25, conditions=["reference", "T1"], **kw)
-    assert calls == [sorted(["full", "reference", "random", "mlp", "cropr", "iared"])]
+    kinds = ["reference", "random", "mlp", "cropr", "iared"]
+    assert calls == [{"full"} | {(2, 0.25, k) for k in kinds}]
     b = run_protocol(train, test, model, budget=0.25, conditions=["T5"], **kw)
     assert len(calls) == 1
     assert b["throughput"].iloc[0] == a.loc[a["condition"] == "T1", "throughput"].iloc[0]
@@ -198,6 +199,12 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     assert speedup["T1"] == pytest.approx(a.set_index("condition").loc["T1", "throughput"] / a["throughput_full"].iloc[0])
     run_protocol(train, test, model, budget=0.5, conditions=["T1"], **kw)
     assert len(calls) == 2                          # another b: another measurement
+    # the points of one protocol_cells call (a sweep's group): one measurement, the full model timed once
+    from midas_nb.analysis.protocol import protocol_cells
+    kw = {k: v for k, v in kw.items() if k not in ("depth", "seeds")}
+    protocol_cells(train, test, model, cells=[(1, 0.25, "T1", 0), (1, 0.5, "T1", 0), (2, 0.75, "T5", 0)], **kw)
+    assert calls[2] == {"full"} | {(L, b, k) for L, b in ((1, 0.25), (1, 0.5), (2, 0.75)) for k in kinds}
+    assert len(calls) == 3
 
 
 def test_run_protocol_box_coverage_and_bad_condition(tmp_path):
@@ -389,3 +396,39 @@ def test_a_sweep_cells_single_condition_draws_no_protocol_bar(tmp_path, monkeypa
     run_protocol(train, test, model, conditions=["reference", "random"], seeds=[0], **kw)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("protocol,")]
     assert lines and lines[-1].startswith("protocol, condition 2/2 (")
+
+
+def test_block_states_of_several_depths_come_from_one_pass_with_the_values_of_one_depth_each(tmp_path):
+    """``block_caches`` (decision 0069): every depth's states from one pass over the split (each image read
+    once), bit for bit those of a pass for that depth alone, a file per depth that ``block_cache`` reads;
+    the full model's logits are the fused forward's, the same at every L."""
+    from midas_nb.backbones.vit import fused_attention
+    from midas_nb.train import block_caches
+
+    class Counted(TinyDataset):
+        reads: list[int] = []
+
+        def __getitem__(self, i):
+            self.reads.append(i)
+            return super().__getitem__(i)
+
+    model, data = tiny_vit(), Counted(6, 4)
+    with fused_attention(model):
+        both = block_caches(model, data, depths=[2, 1], key=None, batch_size=4, progress=False)
+        assert sorted(data.reads) == list(range(6))                 # one pass for both depths
+        alone = {L: block_cache(model, data, depth=L, key=None, batch_size=4, progress=False) for L in (1, 2)}
+        keyed = block_caches(model, data, depths=[1, 2], key={"t": 1}, cache_dir=tmp_path, batch_size=4,
+                             progress=False)
+        reread = block_cache(model, data, depth=1, key={"t": 1}, cache_dir=tmp_path, progress=False)
+        with torch.no_grad():
+            fused_logits = model(data.images)
+    assert set(both) == {1, 2} and len(list((tmp_path / "blocks").glob("*.pt"))) == 2
+    for L in (1, 2):
+        assert both[L].depth == L
+        for name in ("hidden", "cls_attn", "logits", "labels", "part_mask"):
+            assert torch.equal(getattr(both[L], name), getattr(alone[L], name)), (L, name)
+            assert torch.equal(getattr(keyed[L], name), getattr(alone[L], name)), (L, name)
+    assert not torch.equal(both[1].hidden[:, 1:], both[2].hidden[:, 1:])
+    assert torch.equal(both[1].logits, both[2].logits)
+    torch.testing.assert_close(both[1].logits, fused_logits, atol=1e-6, rtol=1e-6)
+    assert torch.equal(reread.hidden, keyed[1].hidden)

@@ -509,7 +509,7 @@ def test_cache_key_carries_target_definitions_version(model, images, tmp_path, m
               progress=False)
     monkeypatch.setattr(targets_mod, "TARGET_DEFINITIONS_VERSION", 1)
     stale = {"tokentm": torch.zeros(3, 16)}
-    monkeypatch.setattr(targets_mod, "_capture_and_compute", lambda *a, **k: stale)
+    monkeypatch.setattr(targets_mod, "_capture_and_compute", lambda *a, **k: {1: stale})
     old = target_cache(model, ds, **kw)
     assert torch.equal(old["tokentm"], stale["tokentm"])
     monkeypatch.undo()
@@ -522,3 +522,29 @@ def test_cache_key_carries_target_definitions_version(model, images, tmp_path, m
     import json
     versions = sorted(json.loads(f.read_text())["target_definitions"] for f in files)
     assert versions == [1, targets_mod.TARGET_DEFINITIONS_VERSION]
+
+
+def test_targets_of_several_depths_come_from_one_pass_and_equal_one_depth_each(model, images, tmp_path,
+                                                                               monkeypatch):
+    """``target_caches`` (decision 0069): the maps of every depth from one capture per batch, equal to
+    ``target_cache`` at each depth alone (the loss gradient of T2 only where asked), one file per depth."""
+    import midas_nb.targets.cache as targets_mod
+    from midas_nb.targets import target_caches
+
+    ds = _SampleList(images, torch.tensor([1, 0, 3]))
+    kw = dict(class_rule="label", key=dict(dataset="toy"), batch_size=2, progress=False)
+    calls = []
+    real = targets_mod.capture
+    monkeypatch.setattr(targets_mod, "capture", lambda *a, **k: calls.append(k) or real(*a, **k))
+    both = target_caches(model, ds, ids_by_depth={1: ["T1", "T2"], 2: ["T5", "tokentm"]}, cache_dir=tmp_path / "a",
+                         **kw)
+    assert len(calls) == 2 and calls[0]["loss_blocks"] == [0] and calls[0]["prob_grad"]   # 2 batches, 1 pass
+    for L, ids in ((1, ["T1", "T2"]), (2, ["T5", "tokentm"])):
+        alone = target_cache(model, ds, ids=ids, depth=L, cache_dir=tmp_path / "b", **kw)
+        assert list(both[L]) == ids
+        for t in ids:
+            assert torch.equal(both[L][t], alone[t]), (L, t)
+    assert len(list((tmp_path / "a" / "targets").glob("*.safetensors"))) == 2
+    monkeypatch.setattr(targets_mod, "_capture_and_compute", lambda *a, **k: pytest.fail("recomputed"))
+    again = target_cache(model, ds, ids=["T5"], depth=2, cache_dir=tmp_path / "a", **kw)
+    assert torch.equal(again["T5"], both[2]["T5"])

@@ -60,7 +60,7 @@ import functools
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import pandas as pd
 import torch
@@ -76,8 +76,8 @@ from ..pruning import check_depth, prune_tokens
 from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..identity import dataset_identity, state_dict_digest
 from ..results import make_table, summarise_metrics
-from ..targets import list_targets, target_cache
-from ..train import BlockCache, block_cache, frozen, key_hash, load_or_train_scorer, load_or_train_scorers
+from ..targets import list_targets, target_caches
+from ..train import BlockCache, block_caches, frozen, key_hash, load_or_train_scorer, load_or_train_scorers
 from ..point import Budget
 from ..backbones.vit import classify_tokens, embed_tokens, fused_attention, grid_size, run_blocks
 
@@ -356,67 +356,73 @@ def run_protocol(
                              max_eval_images=max_eval_images, bootstrap=bootstrap, **settings)
     depth, budget = check_depth(backbone, depth), Budget(budget)
     conditions, seeds, _ = _check_conditions(conditions, seeds)
-    table = protocol_cells(train_set, test_set, backbone, depth=depth,
-                           cells=[(budget, c, s) for c in conditions for s in seeds], dataset_name=dataset_name,
+    table = protocol_cells(train_set, test_set, backbone,
+                           cells=[(depth, budget, c, s) for c in conditions for s in seeds], dataset_name=dataset_name,
                            backbone_name=backbone_name, checkpoint_id=checkpoint_id, device=device,
-                           cache_dir=cache_dir, progress=progress, prefetch_targets=prefetch_targets, **params)
+                           cache_dir=cache_dir, progress=progress, prefetch_targets={depth: prefetch_targets}, **params)
     table.attrs["params"] = dict(params, depth=depth, budget=float(budget), conditions=conditions, seeds=seeds,
                                  checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
     return table
 
 
-def protocol_cells(train_set, test_set, backbone: nn.Module, *, depth: int, cells: Sequence[tuple[float, str, int]],
+def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[tuple[int, float, str, int]],
                    dataset_name: str, backbone_name: str, checkpoint_id: str, device: str | torch.device = "cpu",
                    cache_dir: str | Path | None = None, progress: bool = True,
-                   prefetch_targets: Sequence[str] = (), **settings: Any) -> pd.DataFrame:
-    """The rows of :func:`run_protocol` for the ``(budget, condition, seed)`` triples ``cells`` at depth ``L``, in
-    their order, computed together (docs/decisions/0069): the target maps, the block-``L`` states of both
-    splits and the full model's predictions once; per budget, the throughput once, the scorers not cached
-    trained in one loop (:func:`midas_nb.train.load_or_train_scorers`) and every ranking's pruned forward and
-    insertion/deletion forwards run together; a seedless condition's row computed once. Arguments and
-    errors as :func:`run_protocol` (``settings``: the keys of :data:`PROTOCOL_DEFAULTS`); ``df.attrs``:
-    ``full_accuracy``, ``full_accuracy_ci``, ``throughput_full`` (of the last budget), ``seconds``."""
+                   prefetch_targets: Mapping[int, Sequence[str]] | None = None, **settings: Any) -> pd.DataFrame:
+    """The rows of :func:`run_protocol` for the ``(L, budget, condition, seed)`` quadruples ``cells``, in their
+    order, computed together (docs/decisions/0069): the target maps and the block-``L`` states of every depth
+    from one pass over each split (:func:`midas_nb.targets.target_caches`, :func:`midas_nb.train.block_caches`),
+    the full model's predictions once; per ``(L, b)``, the throughput once, the scorers not cached trained in one
+    loop (:func:`midas_nb.train.load_or_train_scorers`) and every ranking's pruned forward and insertion/deletion
+    forwards run together; a seedless condition's row computed once. Arguments and errors as
+    :func:`run_protocol` (``settings``: the keys of :data:`PROTOCOL_DEFAULTS`; ``prefetch_targets``:
+    ``{L: ids}``); ``df.attrs``: ``full_accuracy``, ``full_accuracy_ci``,
+    ``throughput_full`` (of the last point), ``seconds``."""
     params = protocol_params(**settings)
-    depth = check_depth(backbone, depth)
-    cells = [(Budget(b), str(c), int(s)) for b, c, s in cells]
-    _, _, groups = _check_conditions([c for _, c, _ in cells], [s for *_, s in cells])
+    cells = [(check_depth(backbone, L), Budget(b), str(c), int(s)) for L, b, c, s in cells]
+    _, _, groups = _check_conditions([c for *_, c, _ in cells], [s for *_, s in cells])
+    depths = list(dict.fromkeys(L for L, *_ in cells))
     device = torch.device(device)
     ident = dict(checkpoint_id=checkpoint_id, dataset=dataset_name, backbone=backbone_name)
     backbone.to(device)
     # the weights every row was computed from (one checkpoint id could be retrained into other
     # bits on another machine; the digest makes that visible, and the caches key on it)
-    run = _Run(backbone=backbone, depth=depth, budget=cells[0][0], params=params, ident=ident,
+    run = _Run(backbone=backbone, depth=depths[0], budget=cells[0][1], params=params, ident=ident,
                weights_digest=state_dict_digest(backbone), device=device, ebs=int(params["eval_batch_size"]),
                cache_dir=cache_dir, progress=progress, amp=protocol_autocast(device, params["precision"]))
     t_start = time.perf_counter()
     # (capture unfuses the attention in place: the targets are computed before fused_attention)
-    targets = _supervision_targets(run, train_set, groups["supervised"], prefetch_targets)
-    rows: dict[tuple[Budget, str, int], dict[str, Any]] = {}
+    targets = _supervision_targets(run, train_set, groups["supervised"], depths, prefetch_targets)
     # a sweep cell is one (b, condition, seed): one cell draws no bar (it would hide the sweep's own)
     bar = tqdm(total=len(cells), desc="protocol", unit="condition", disable=not progress or len(cells) < 2)
     with bar, frozen(backbone), fused_attention(backbone):
-        train_cache = None
+        train_caches = {}
         if groups["trainable"]:
-            train_cache = block_cache(backbone, train_set, depth=depth, key=dict(ident, split="train"),
-                                      cache_dir=cache_dir, batch_size=run.ebs, device=device, progress=progress,
-                                      full_logits=False, masks=False)
-        ev = _evaluation_split(run, test_set)
-        for b in dict.fromkeys(b for b, _, _ in cells):
-            at = replace(run, budget=b)
-            pairs = [(c, s) for bb, c, s in cells if bb == b]
+            train_caches = block_caches(backbone, train_set, depths=depths, key=dict(ident, split="train"),
+                                        cache_dir=cache_dir, batch_size=run.ebs, device=device, progress=progress,
+                                        full_logits=False, masks=False)
+        evs = _evaluation_splits(run, test_set, depths)
+        points, source = [], {}
+        speeds = _throughputs(run, evs[depths[0]], list(dict.fromkeys((L, b) for L, b, _, _ in cells)))
+        for L, b in speeds:
+            at = replace(run, depth=L, budget=b)
+            pairs = [(c, s) for LL, bb, c, s in cells if (LL, bb) == (L, b)]
             first = {}                      # a seedless condition: evaluated once, its row repeated per seed
             for c, s in pairs:
                 first.setdefault(c, s if c in SEEDLESS_CONDITIONS else None)
+            source.update({(L, b, c, s): (L, b, c, first[c] if first[c] is not None else s) for c, s in pairs})
             todo = list(dict.fromkeys((c, first[c] if first[c] is not None else s) for c, s in pairs))
-            trained = _condition_scorers(at, todo, train_cache, targets, groups["families"], ev.n_classes)
-            done = _evaluate(at, ev, _throughputs(at, ev), trained, groups["families"])
-            rows.update({(b, c, s): dict(done[(c, first[c] if first[c] is not None else s)], seed=s)
-                         for c, s in pairs})
+            trained = _condition_scorers(at, todo, train_caches.get(L), targets.get(L, {}), groups["families"],
+                                         evs[L].n_classes)
+            points.append((at, evs[L], speeds[(L, b)], trained))
             bar.update(len(pairs))
+        done = _evaluate(points, groups["families"])
+    rows = {c: dict(done[source[c]], seed=c[-1]) for c in cells}
     table = make_table([rows[c] for c in cells])
+    ev = evs[depths[-1]]
     table.attrs["full_accuracy"] = ev.full_accuracy
     table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"]))
-    table.attrs["throughput_full"] = _throughputs(at, ev).full
+    table.attrs["throughput_full"] = points[-1][2].full
     table.attrs["seconds"] = time.perf_counter() - t_start
     return table
 
@@ -466,20 +472,22 @@ def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
     return conditions, seeds, dict(families=families, supervised=supervised, trainable=trainable)
 
 
-def _supervision_targets(run: _Run, train_set, supervised: list[str], prefetch: Sequence[str]) -> dict[str, Tensor]:
-    """The train-split maps ``[n,N]`` of the supervised conditions' targets (label class rule),
-    by condition (:func:`condition_target`), from the target cache; ``prefetch`` targets are
-    computed in the same pass."""
+def _supervision_targets(run: _Run, train_set, supervised: list[str], depths: list[int],
+                         prefetch: Mapping[int, Sequence[str]] | None) -> dict[int, dict[str, Tensor]]:
+    """``{L: {condition: [n,N]}}``: the train-split maps of the supervised conditions' targets (label class
+    rule) at each depth, from the target cache (:func:`condition_target`); one pass over the split for every
+    depth, the ``prefetch[L]`` targets computed in it too."""
     if not supervised:
         return {}
     known = set(list_targets())
     ids = list(dict.fromkeys(condition_target(c) for c in supervised))
-    extra = [t for t in dict.fromkeys(prefetch) if t in known and t not in ids]
+    wanted = {L: ids + [t for t in dict.fromkeys((prefetch or {}).get(L, ())) if t in known and t not in ids]
+              for L in depths}
     with frozen(run.backbone):
-        targets = target_cache(run.backbone, train_set, ids=ids + extra, depth=run.depth, class_rule="label",
-                               key=dict(run.ident, split="train", n=len(train_set)), cache_dir=run.cache_dir,
-                               batch_size=run.ebs, device=run.device, progress=run.progress)
-    return {c: targets[condition_target(c)] for c in supervised}
+        maps = target_caches(run.backbone, train_set, ids_by_depth=wanted, class_rule="label",
+                             key=dict(run.ident, split="train", n=len(train_set)), cache_dir=run.cache_dir,
+                             batch_size=run.ebs, device=run.device, progress=run.progress)
+    return {L: {c: maps[L][condition_target(c)] for c in supervised} for L in depths}
 
 
 @dataclass
@@ -504,48 +512,64 @@ class _EvalSplit:
     insdel_memo: dict[int, InsDel] = field(default_factory=dict)
 
 
-#: the evaluation split of the last :func:`run_protocol` call of this process: consecutive cells
-#: of one (dataset, backbone, L) — a sweep worker's chunk, a notebook's calls — load the test
-#: split's block-L states and decode its IDAUC images once (docs/decisions/0063)
-_EVAL_MEMO: dict[tuple, _EvalSplit] = {}
+#: the evaluation splits of the last :func:`run_protocol` call of this process, by depth: consecutive cells
+#: of one (dataset, backbone) — a sweep worker's chunk, a notebook's calls — load the test split's block-L
+#: states once per L and embed its IDAUC images once (docs/decisions/0063, 0069, 0071)
+_EVAL_MEMO: dict[tuple, dict[int, _EvalSplit]] = {}
 
 
-def _evaluation_split(run: _Run, test_set) -> _EvalSplit:
+def _evaluation_splits(run: _Run, test_set, depths: list[int]) -> dict[int, _EvalSplit]:
+    """``{L: split}`` of ``depths``: the block states of the depths not in the memo from one pass; the
+    decoded images kept for the next call."""
     p = run.params
     subset = evaluation_subset(len(test_set), p["max_eval_images"], p["eval_subset_seed"])
     eval_set = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
-    key = (run.weights_digest, tuple(sorted(run.ident.items())), run.depth, run.ebs, str(run.device),
+    key = (run.weights_digest, tuple(sorted(run.ident.items())), run.ebs, str(run.device),
            str(run.cache_dir), dataset_identity(eval_set).full, tuple(subset), p["max_idauc_images"],
            p["eval_subset_seed"], p["idauc_steps"] > 0, p["precision"])
     if key not in _EVAL_MEMO:
         _EVAL_MEMO.clear()
-        _EVAL_MEMO[key] = _read_evaluation_split(run, test_set, subset, eval_set)
-    return _EVAL_MEMO[key]
+        _EVAL_MEMO[key] = {}
+    memo = _EVAL_MEMO[key]
+    if missing := [L for L in depths if L not in memo]:
+        memo.update(_read_evaluation_split(run, test_set, subset, eval_set, missing, next(iter(memo.values()), None)))
+    for L in [L for L in memo if L not in depths]:      # the states of other depths are not held
+        del memo[L]
+    return {L: memo[L] for L in depths}
 
 
-def _read_evaluation_split(run: _Run, test_set, subset: list[int], eval_set) -> _EvalSplit:
+def _read_evaluation_split(run: _Run, test_set, subset: list[int], eval_set, depths: list[int],
+                           known: _EvalSplit | None) -> dict[int, _EvalSplit]:
+    """The splits of ``depths``; the IDAUC inputs, decoded images and measured rankings of ``known`` (a split of
+    another depth) shared."""
     p = run.params
-    cache = block_cache(run.backbone, eval_set, depth=run.depth,
-                        key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
-                        cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
+    caches = block_caches(run.backbone, eval_set, depths=depths,
+                          key=dict(run.ident, split="test", subset=key_hash({"i": subset})),
+                          cache_dir=run.cache_dir, batch_size=run.ebs, device=run.device, progress=run.progress)
+    cache = caches[depths[0]]
     n_eval = len(cache)
     unlabelled = int((cache.labels < 0).sum())
     if unlabelled:  # accuracy against label -1 would be 0 for every condition, stored as a result
         raise ValueError(f"the test split has {unlabelled} of {n_eval} evaluated images without a label (-1); the "
                          "protocol's accuracies need labels (Stanford Cars: cars_test_annos_withlabels.mat)")
     fingerprint = dataset_identity(eval_set).full     # the evaluated images, by content
-    full_pred = cache.logits.argmax(-1)
+    full_pred = cache.logits.argmax(-1)               # the full model's logits: the same at every L
     full_correct = (full_pred == cache.labels).float()
     n_idauc = n_eval if p["max_idauc_images"] is None else min(n_eval, int(p["max_idauc_images"]))
     # IDAUC images: a seeded random subset of the evaluated ones (test splits are ordered by
     # class, so the first n would cover only the first classes), the same for every row
     ipos = evaluation_subset(n_eval, n_idauc, int(p["eval_subset_seed"]) + 1)
-    idauc_inputs = (_idauc_inputs(run, eval_set, ipos, full_pred[ipos]) if p["idauc_steps"] > 0 and n_idauc > 0
-                    else None)
-    return _EvalSplit(eval_set=eval_set, cache=cache, fingerprint=fingerprint, full_pred=full_pred,
-                      full_correct=full_correct, full_accuracy=float(full_correct.mean()),
-                      has_parts=bool(getattr(test_set, "has_parts", True)), n_idauc=n_idauc, ipos=ipos,
-                      idauc_inputs=idauc_inputs, n_classes=int(cache.logits.shape[-1]))
+    if known is not None:   # the tokens, p_c, decoded images and measured rankings are the same at every L
+        idauc_inputs, speed_images, insdel_memo = known.idauc_inputs, known.speed_images, known.insdel_memo
+    else:
+        idauc_inputs = (_idauc_inputs(run, eval_set, ipos, full_pred[ipos]) if p["idauc_steps"] > 0 and n_idauc > 0
+                        else None)
+        speed_images, insdel_memo = {}, {}
+    return {L: _EvalSplit(eval_set=eval_set, cache=caches[L], fingerprint=fingerprint, full_pred=full_pred,
+                          full_correct=full_correct, full_accuracy=float(full_correct.mean()),
+                          has_parts=bool(getattr(test_set, "has_parts", True)), n_idauc=n_idauc, ipos=ipos,
+                          idauc_inputs=idauc_inputs, n_classes=int(cache.logits.shape[-1]),
+                          speed_images=speed_images, insdel_memo=insdel_memo) for L in depths}
 
 
 @dataclass
@@ -561,10 +585,13 @@ class _Speed:
 #: throughputs measured in this process, by (weights digest, evaluated images, images timed,
 #: repeats, device, L, b, scorer kinds and width): the pruned forward's cost depends on the
 #: architecture, L and b, not on the scorer's weights, so the cells of one (backbone, L, b) share
-#: one measurement instead of timing the same computation once per cell
+#: one measurement instead of timing the same computation once per cell (and the points of one
+#: protocol_cells call are measured together: decision 0069)
 _SPEED_MEMO: dict[tuple, dict[str, float]] = {}
 
-def _throughputs(run: _Run, ev: _EvalSplit) -> _Speed:
+def _throughputs(run: _Run, ev: _EvalSplit, points: list[tuple[int, Budget]]) -> dict[tuple[int, Budget], _Speed]:
+    """The :class:`_Speed` of each point ``(L, b)``: the points not measured yet in this process in one
+    interleaved measurement (the full model timed once for all of them; ``ev``: a split of any depth)."""
     p = run.params
     backbone, device = run.backbone, run.device
     n_timed = int(p["throughput_batch"])
@@ -572,19 +599,18 @@ def _throughputs(run: _Run, ev: _EvalSplit) -> _Speed:
         ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
     tp_images = ev.speed_images[n_timed].to(device)
     reps = int(p["throughput_repeats"])
-    dim = ev.cache.hidden.shape[-1]
     # every scorer kind, whatever this call evaluates: rows of separate calls (notebook 06's MIDAS
     # conditions and scorer families) then share one interleaved measurement and compare
     kinds = ["reference", "random", "mlp"] + list(list_scorer_conditions())
-    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), run.depth,
-           run.budget, tuple(kinds), p["mlp_hidden"], p["precision"])
-    if key not in _SPEED_MEMO:
-        scorers = speed_scorers(kinds, dim, p["mlp_hidden"], ev.n_classes, device)
+    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), tuple(kinds),
+           p["mlp_hidden"], p["precision"])
+    if todo := [pt for pt in points if key + pt not in _SPEED_MEMO]:
+        scorers = speed_scorers(kinds, ev.cache.hidden.shape[-1], p["mlp_hidden"], ev.n_classes, device)
         with run.amp():
-            _SPEED_MEMO[key] = measure_speed(backbone, tp_images, run.depth, run.budget, scorers, repeats=reps)
-    measured = _SPEED_MEMO[key]
-    return _Speed(full=measured["full"], pruned={k: v for k, v in measured.items() if k != "full"},
-                  images=tp_images)
+            full, pruned = measure_speed(backbone, tp_images, todo, scorers, repeats=reps)
+        _SPEED_MEMO.update({key + pt: dict(pruned[pt], full=full) for pt in todo})
+    return {pt: _Speed(full=_SPEED_MEMO[key + pt]["full"], pruned=_SPEED_MEMO[key + pt], images=tp_images)
+            for pt in points}           # (pruned: by kind; its "full" is never a row's kind)
 
 
 @dataclass
@@ -641,21 +667,34 @@ def _condition_scorers(run: _Run, pairs: list[tuple[str, int]], train_cache: Blo
     return out
 
 
-def _evaluate(run: _Run, ev: _EvalSplit, speed: _Speed, trained: dict[tuple[str, int], _Trained],
-              families: list[str]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The results row of each ``(condition, seed)``: its ranking of the evaluated images, scored; the
-    pruned and the insertion/deletion forwards of all rankings run together."""
-    keys = list(trained)
-    scores = [_scores(trained[k].scorer, ev.cache, run.ebs, run.device) for k in keys]
-    logits, keep_masks = _pruned_eval(run.backbone, ev.cache, scores, run.depth, run.budget, run.ebs, run.device)
-    insdels: list[Any] = [None] * len(keys)
+def _evaluate(points: list[tuple[_Run, _EvalSplit, _Speed, dict[tuple[str, int], _Trained]]],
+              families: list[str]) -> dict[tuple[int, Budget, str, int], dict[str, Any]]:
+    """The results row of each ``(L, b, condition, seed)`` of the points ``(run, split, speed, scorers)``: its
+    ranking of the evaluated images, scored. Per point the pruned forwards of all rankings run together;
+    the insertion/deletion forwards of every point's rankings too (the IDAUC tokens and the full model's
+    classes are the same at every L; a ranking met before is not measured again, :func:`_insdel`), so many
+    that a forward holds at most as many images as the largest point's rankings times ``eval_batch_size``."""
+    evaluated, ranked = [], []
+    for run, ev, _, trained in points:
+        scores = [_scores(t.scorer, ev.cache, run.ebs, run.device) for t in trained.values()]
+        evaluated.append((scores, *_pruned_eval(run.backbone, ev.cache, scores, run.depth, run.budget, run.ebs,
+                                                run.device)))
+        ranked += [s[ev.ipos] for s in scores]
+    run, ev = points[0][:2]
+    insdels: list[Any] = [None] * len(ranked)
     if ev.idauc_inputs is not None:
+        per_call = max(len(p[3]) for p in points) * run.ebs // min(run.ebs, ev.n_idauc)
         with run.amp():
-            insdels = _insdel(run.backbone, ev, [s[ev.ipos] for s in scores], run.params["idauc_steps"], run.ebs,
-                              run.device)
-    return {(cond, seed): _row(run, ev, speed, cond, seed, trained[(cond, seed)], scores[i], logits[i],
-                               keep_masks[i], insdels[i], cond in families)
-            for i, (cond, seed) in enumerate(keys)}
+            insdels = [d for i in range(0, len(ranked), per_call)
+                       for d in _insdel(run.backbone, ev, ranked[i:i + per_call], run.params["idauc_steps"],
+                                        run.ebs, run.device)]
+    rows, i = {}, 0
+    for (run, ev, speed, trained), (scores, logits, keep_masks) in zip(points, evaluated):
+        for j, ((cond, seed), t) in enumerate(trained.items()):
+            rows[(run.depth, run.budget, cond, seed)] = _row(run, ev, speed, cond, seed, t, scores[j], logits[j],
+                                                             keep_masks[j], insdels[i], cond in families)
+            i += 1
+    return rows
 
 
 def _row(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Trained, scores: Tensor,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -149,24 +149,25 @@ def measure_throughputs(
 SPEED_ROUNDS = 3
 
 
-def measure_speed(backbone: nn.Module, images: Tensor, depth: int, budget: float,
+def measure_speed(backbone: nn.Module, images: Tensor, points: Sequence[tuple[int, float]],
                   scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS
-                  ) -> dict[str, float]:
-    """Throughput (images/s) of the full model (``"full"``) and of the pruned forward with each
-    scorer, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
+                  ) -> tuple[float, dict[tuple[int, float], dict[str, float]]]:
+    """Throughput (images/s) of the full model and of the pruned forward with each scorer at each point
+    ``(L, b)``, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
     so that every speed-up is a ratio of two numbers taken under the same load.
 
     Args:
         backbone: the frozen ViT (its attention setting is left as the caller set it).
         images: ``[B,3,H,W]`` on the measuring device.
-        depth, budget: ``L`` and ``b`` of the pruned forward.
+        points: the ``(L, b)`` of the pruned forwards.
         scorers: ``{kind: scorer}``; the weights do not matter, only the architecture.
         repeats, rounds: timed calls per round, interleaved rounds.
 
     Returns:
-        ``{"full": …, kind: …}`` in images/s.
+        ``(full, {(L, b): {kind: …}})`` in images/s.
     """
-    fns = {"full": backbone}
-    fns.update({k: (lambda x, s=s: pruned_forward(backbone, x, s, depth, budget).logits)
-                for k, s in scorers.items()})
-    return measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
+    fns: dict[Any, Callable[[Any], Any]] = {"full": backbone}
+    fns.update({(L, b, k): (lambda x, s=s, L=L, b=b: pruned_forward(backbone, x, s, L, b).logits)
+                for L, b in points for k, s in scorers.items()})
+    rates = measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
+    return rates["full"], {(L, b): {k: rates[(L, b, k)] for k in scorers} for L, b in points}

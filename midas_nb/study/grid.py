@@ -298,15 +298,15 @@ class ProtocolCellRunner:
         return self.run_group([cell])[0]
 
     def group_key(self, cell: SweepCell) -> str:
-        """Cells with one group key are computed together by :meth:`run_group`: the same data, checkpoint,
-        settings and depth ``L`` (a scorer family's cell, whose row has columns of its own, alone)."""
+        """Cells with one group key are computed together by :meth:`run_group`: the same data, checkpoint and
+        settings, every depth ``L`` (a scorer family's cell, whose row has columns of its own, alone)."""
         if cell.condition in list_scorer_conditions():
             return cell.key
-        return canonical_json([cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params, cell.depth])
+        return canonical_json([cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 
     def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
         """The row of each cell (of one :meth:`group_key`), in order: :func:`midas_nb.analysis.protocol.protocol_cells`
-        at the cells' depth, budgets, conditions and seeds (docs/decisions/0069), the rows a cell-by-cell run
+        at the cells' depths, budgets, conditions and seeds (docs/decisions/0069), the rows a cell-by-cell run
         gives. Raises (for every cell) ``ValueError`` (cells of several groups; a checkpoint or data id that
         differs from the data here), ``RuntimeError`` (no such device)."""
         cell = cells[0]
@@ -328,11 +328,12 @@ class ProtocolCellRunner:
             settings["cache_dir"] = self.cache_dir
         # the loaded checkpoint's id is the key's (load_or_finetune names and checks it by the key)
         table = protocol_cells(
-            study.train_set, study.test_set, study.model, depth=cell.depth,
-            cells=[(c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,
+            study.train_set, study.test_set, study.model,
+            cells=[(c.depth, c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,
             backbone_name=cell.backbone, checkpoint_id=str(study.meta.get("checkpoint_id", "")), device=study.device,
-            progress=self.progress, prefetch_targets=prefetch_targets(self.profile, cell.backbone, cell.depth),
-            **settings).assign(build=study.settings.backbone.build)
+            progress=self.progress, **settings,
+            prefetch_targets={c.depth: prefetch_targets(self.profile, cell.backbone, c.depth) for c in cells}
+        ).assign(build=study.settings.backbone.build)
         return table.to_dict(orient="records")
 
 

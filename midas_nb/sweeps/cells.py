@@ -2,6 +2,7 @@
 content (docs/decisions/0015-cell-identity.md). The grids of a profile: :func:`midas_nb.study.make_grid`."""
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
@@ -50,7 +51,7 @@ class SweepCell:
                    checkpoint_id=d.get("checkpoint_id", ""), params=d.get("params", {}),
                    data_id=d.get("data_id", ""))
 
-    @property
+    @functools.cached_property          # (a frozen cell: its key computed once)
     def key(self) -> str:
         """16 hex digits of the SHA-256 of every field and ``RESULT_FORMAT_VERSION`` (canonical JSON)."""
         return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)

@@ -53,7 +53,7 @@ from .rules import (LAST_STATISTIC, LAST_VOTES_K, attention_rollout, channel_low
                     stability_ratio, stability_votes, tokentm_ffn_update, tokentm_mhsa_update, tokentm_relevance,
                     transformation_weight)
 from . import maps  # noqa: F401 - registers T0–T5 and the related maps, in that order
-from .cache import compute_targets, target_cache, target_cache_path
+from .cache import compute_targets, target_cache, target_caches, target_cache_path
 
 __all__ = [
     "TargetFn",
@@ -66,6 +66,7 @@ __all__ = [
     "get_target",
     "compute_targets",
     "target_cache",
+    "target_caches",
     "target_cache_path",
     "gae_attention",
     "chefer_relevance",

@@ -33,27 +33,30 @@ def _check_ids(ids: Sequence[str]) -> list[str]:
 
 
 def _capture_and_compute(
-    backbone: nn.Module, images: Tensor | None, ids: list[str], depth: int,
+    backbone: nn.Module, images: Tensor | None, wanted: dict[int, list[str]],
     class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
     indices: Tensor | None, seed: int | None,
-) -> dict[str, Tensor]:
+) -> dict[int, dict[str, Tensor]]:
+    """``{L: {id: map}}`` of the ids ``wanted`` at each depth ``L``, from one capture (the loss gradient
+    reaches only the depths that want T2; the same values as one capture per depth)."""
     n_blocks = len(backbone.blocks)
-    if not (1 <= int(depth) <= n_blocks):
-        raise ValueError(f"depth L must be in 1..{n_blocks} (1-based block of the backbone), got {depth!r}")
-    want_loss = "T2" in ids
-    if want_loss:
+    for depth in wanted:
+        if not (1 <= int(depth) <= n_blocks):
+            raise ValueError(f"depth L must be in 1..{n_blocks} (1-based block of the backbone), got {depth!r}")
+    loss_blocks = [int(L) - 1 for L, ids in wanted.items() if "T2" in ids]
+    if loss_blocks:
         if labels is None:
             raise ValueError("T2 needs labels [B] (ground truth) for the cross-entropy loss")
         if bool((torch.as_tensor(labels) < 0).any()):
             raise ValueError("T2 needs ground-truth labels ≥ 0; this split has unlabelled images (-1)")
-    cap = capture(backbone, images, class_index, labels if want_loss else None, tokens=tokens,
-                  loss_blocks=[int(depth) - 1] if want_loss else None, prob_grad="tokentm" in ids)
+    cap = capture(backbone, images, class_index, labels if loss_blocks else None, tokens=tokens,
+                  loss_blocks=loss_blocks or None, prob_grad=any("tokentm" in ids for ids in wanted.values()))
     if indices is not None:
         cap.extras["indices"] = torch.as_tensor(indices).reshape(-1).cpu()
     if seed is not None:
         cap.extras["seed"] = int(seed)
     cap.extras["final_norm"] = backbone.norm          # last_votes reads x = norm(h_L) (LaSt-ViT)
-    return {i: get_target(i)(cap, depth, cap.class_index) for i in ids}
+    return {L: {i: get_target(i)(cap, L, cap.class_index) for i in ids} for L, ids in wanted.items()}
 
 
 def compute_targets(
@@ -97,7 +100,7 @@ def compute_targets(
     ids = _check_ids(ids)
     if class_index is None:
         raise ValueError("class_index [B] is required (ground truth on the train split, prediction otherwise)")
-    return _capture_and_compute(backbone, images, ids, depth, class_index, labels, tokens, indices, seed)
+    return _capture_and_compute(backbone, images, {depth: ids}, class_index, labels, tokens, indices, seed)[depth]
 
 
 # ------------------------------------------------------------------------ disk cache
@@ -205,33 +208,34 @@ def target_cache(
     Raises:
         ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``.
     """
-    ids = _check_ids(ids)
+    return target_caches(backbone, dataset, ids_by_depth={depth: ids}, class_rule=class_rule, key=key,
+                         cache_dir=cache_dir, batch_size=batch_size, device=device, progress=progress,
+                         seed=seed)[depth]
+
+
+def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids_by_depth: dict[int, Sequence[str]],
+                  class_rule: Literal["label", "prediction"], key: dict[str, Any],
+                  cache_dir: str | os.PathLike | None = None, batch_size: int = 32,
+                  device: torch.device | str = "cpu", progress: bool = True,
+                  seed: int | None = None) -> dict[int, dict[str, Tensor]]:
+    """:func:`target_cache` at several depths, ``{L: {id: [len(dataset), N]}}`` for ``ids_by_depth``
+    ``{L: ids}``: one file per depth as :func:`target_cache` keys it; the maps missing at any depth come
+    from one pass over ``dataset`` (one capture per batch for every depth; docs/decisions/0069). Arguments
+    and errors as :func:`target_cache`."""
+    wanted = {L: _check_ids(ids) for L, ids in ids_by_depth.items()}
     if class_rule not in ("label", "prediction"):
         raise ValueError(f"class_rule must be 'label' or 'prediction', got {class_rule!r}")
     seed = DEFAULT_RANDOM_SEED if seed is None else int(seed)
-    full_key = _cache_key(dict(key, data=dataset_identity(dataset).model_inputs,
-                               weights=state_dict_digest(backbone)), depth, class_rule, backbone, seed)
-    path = target_cache_path(full_key, cache_dir)
-    key_text = json.dumps(full_key, sort_keys=True, default=str)
-
-    stored: dict[str, Tensor] = {}
-    if path.exists():
-        try:
-            stored = _read_verified_maps(path, key_text, load_bytes)
-            for name, t in stored.items():
-                if t.shape[0] != len(dataset):
-                    raise CacheIntegrityError(f"{name} has {t.shape[0]} rows, the dataset {len(dataset)} images")
-        except (CacheIntegrityError, OSError, ValueError, RuntimeError) as e:
-            report_corrupt(path, str(e), "target cache")
-            stored = {}
-    missing = [i for i in ids if i not in stored]
+    data_key = dict(key, data=dataset_identity(dataset).model_inputs, weights=state_dict_digest(backbone))
+    full_keys = {L: _cache_key(data_key, L, class_rule, backbone, seed) for L in wanted}
+    stored = {L: _read_stored(target_cache_path(k, cache_dir), k, len(dataset)) for L, k in full_keys.items()}
+    missing = {L: [i for i in ids if i not in stored[L]] for L, ids in wanted.items()}
+    missing = {L: ids for L, ids in missing.items() if ids}
     if missing:
-        collate = _collate()
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False,
-                                             collate_fn=collate)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_collate())
         backbone.to(device)
-        new: dict[str, list[Tensor]] = {i: [] for i in missing}
-        for batch in tqdm(loader, desc=f"targets L={depth}", disable=not progress):
+        new: dict[int, dict[str, list[Tensor]]] = {L: {i: [] for i in ids} for L, ids in missing.items()}
+        for batch in tqdm(loader, desc=f"targets L={sorted(missing)}", disable=not progress):
             images = batch.images.to(device)
             labels = batch.labels.to(device)
             if class_rule == "label":
@@ -241,12 +245,33 @@ def target_cache(
                 class_index = labels
             else:
                 class_index = None          # capture() takes the argmax of the same forward
-            maps = _capture_and_compute(backbone, images, missing, depth, class_index, labels,
-                                        None, batch.indices, seed)
-            for i in missing:
-                new[i].append(maps[i].detach().float().cpu())
-        stored.update({i: torch.cat(v).contiguous() for i, v in new.items()})
-        atomic_write_bytes(path, save_bytes(stored, metadata={"key": key_text, "sha256": _maps_digest(stored)}))
-        atomic_write_text(path.with_suffix(".json"),
-                          json.dumps(dict(full_key, ids=sorted(stored)), indent=2, sort_keys=True, default=str))
-    return {i: stored[i] for i in ids}
+            maps = _capture_and_compute(backbone, images, missing, class_index, labels, None, batch.indices, seed)
+            for L, ids in missing.items():
+                for i in ids:
+                    new[L][i].append(maps[L][i].detach().float().cpu())
+        for L in missing:
+            stored[L].update({i: torch.cat(v).contiguous() for i, v in new[L].items()})
+            _write_stored(target_cache_path(full_keys[L], cache_dir), full_keys[L], stored[L])
+    return {L: {i: stored[L][i] for i in ids} for L, ids in wanted.items()}
+
+
+def _read_stored(path: Path, full_key: dict, n: int) -> dict[str, Tensor]:
+    """The verified maps of a target cache file (``{}``: none, or a corrupt one, reported)."""
+    if not path.exists():
+        return {}
+    try:
+        stored = _read_verified_maps(path, json.dumps(full_key, sort_keys=True, default=str), load_bytes)
+        for name, t in stored.items():
+            if t.shape[0] != n:
+                raise CacheIntegrityError(f"{name} has {t.shape[0]} rows, the dataset {n} images")
+        return stored
+    except (CacheIntegrityError, OSError, ValueError, RuntimeError) as e:
+        report_corrupt(path, str(e), "target cache")
+        return {}
+
+
+def _write_stored(path: Path, full_key: dict, stored: dict[str, Tensor]) -> None:
+    key_text = json.dumps(full_key, sort_keys=True, default=str)
+    atomic_write_bytes(path, save_bytes(stored, metadata={"key": key_text, "sha256": _maps_digest(stored)}))
+    atomic_write_text(path.with_suffix(".json"),
+                      json.dumps(dict(full_key, ids=sorted(stored)), indent=2, sort_keys=True, default=str))

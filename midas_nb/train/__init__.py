@@ -38,11 +38,11 @@ parameters and a frozen backbone). Trained scorers are cached by key
 from __future__ import annotations
 
 from ..backbones.vit import frozen
-from .cache import BlockCache, block_cache, key_hash
+from .cache import BlockCache, block_cache, block_caches, key_hash
 from .loop import optimise_on_cache
 from .scorer import (DistillForm, Relaxation, TrainResult, distill_loss, load_or_train_scorer,
                      load_or_train_scorers, relaxed_logits, train_scorers, zscore)
 
 __all__ = ["Relaxation", "DistillForm", "BlockCache", "TrainResult", "zscore", "distill_loss", "relaxed_logits",
-           "frozen", "key_hash", "block_cache", "train_scorers", "load_or_train_scorer", "load_or_train_scorers",
-           "optimise_on_cache"]
+           "frozen", "key_hash", "block_cache", "block_caches", "train_scorers", "load_or_train_scorer",
+           "load_or_train_scorers", "optimise_on_cache"]

@@ -21,7 +21,7 @@ from ..pruning import check_depth, record_attention
 from ..scorers import cls_attention
 from ..backbones.vit import classify_tokens, embed_tokens, frozen, num_prefix_tokens, run_blocks
 
-__all__ = ["BlockCache", "block_cache", "key_hash"]
+__all__ = ["BlockCache", "block_cache", "block_caches", "key_hash"]
 
 
 def key_hash(key: dict[str, Any]) -> str:
@@ -71,36 +71,44 @@ def _loader(dataset, batch_size: int):
 
 
 @torch.no_grad()
-def _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                         full_logits, masks: bool = True) -> BlockCache:
+def _compute_block_caches(backbone, dataset, depths, batch_size, device, progress, dtype,
+                          full_logits, masks: bool = True) -> dict[int, BlockCache]:
+    """The :class:`BlockCache` of each depth in ``depths`` from one pass over ``dataset`` (docs/decisions/0069):
+    every block runs fused; block ``L`` runs once more unfused on the same input to record its attention, and
+    its output there is the cached state (as a pass for ``L`` alone computes it); the full logits come from
+    the fused chain, the same for every ``L``."""
     P = num_prefix_tokens(backbone)
-    out: dict[str, list] = {k: [] for k in ("hidden", "cls_attn", "logits", "labels", "part_mask",
-                                            "box_mask", "indices")}
+    depths = sorted(set(depths))
+    out: dict[int, dict[str, list]] = {L: {k: [] for k in ("hidden", "cls_attn")} for L in depths}
+    shared: dict[str, list] = {k: [] for k in ("logits", "labels", "part_mask", "box_mask", "indices")}
     ids: list[str] = []
-    for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depth} cache", disable=not progress,
+    for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depths} cache", disable=not progress,
                       leave=False):
-        x = embed_tokens(backbone, batch.images.to(device))
-        x = run_blocks(backbone, x, 0, depth - 1)
-        with record_attention(backbone.blocks[depth - 1]) as rec:
-            x = backbone.blocks[depth - 1](x)
+        x, done = embed_tokens(backbone, batch.images.to(device)), 0
+        for L in depths:
+            x = run_blocks(backbone, x, done, L - 1)
+            with record_attention(backbone.blocks[L - 1]) as rec:
+                h = backbone.blocks[L - 1](x)
+            out[L]["hidden"].append(h.to("cpu", dtype))
+            out[L]["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
+            done = L - 1
         if full_logits:
-            logits = classify_tokens(backbone, run_blocks(backbone, x, depth, None))
+            logits = classify_tokens(backbone, run_blocks(backbone, x, done, None))
         else:
             logits = x.new_zeros(x.shape[0], 0)
-        out["hidden"].append(x.to("cpu", dtype))
-        out["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
-        out["logits"].append(logits.float().cpu())
-        out["labels"].append(batch.labels.long().cpu())
+        shared["logits"].append(logits.float().cpu())
+        shared["labels"].append(batch.labels.long().cpu())
         if masks:
-            out["part_mask"].append(batch.part_mask.bool().cpu())
-            out["box_mask"].append(batch.box_mask.bool().cpu())
+            shared["part_mask"].append(batch.part_mask.bool().cpu())
+            shared["box_mask"].append(batch.box_mask.bool().cpu())
         else:       # training never reads them; not stored, so the cache needs no annotations
-            out["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
-            out["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
-        out["indices"].append(batch.indices.long().cpu())
+            shared["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+            shared["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+        shared["indices"].append(batch.indices.long().cpu())
         ids.extend(str(i) for i in batch.image_ids)
-    cat = {k: torch.cat(v) for k, v in out.items()}
-    return BlockCache(**cat, depth=depth, num_prefix=P, image_ids=ids)
+    common = {k: torch.cat(v) for k, v in shared.items()}
+    return {L: BlockCache(**{k: torch.cat(v) for k, v in out[L].items()}, **common, depth=L, num_prefix=P,
+                          image_ids=list(ids)) for L in depths}
 
 
 def block_cache(
@@ -149,38 +157,57 @@ def block_cache(
     Returns:
         :class:`BlockCache` with rows in dataset order.
     """
-    depth = check_depth(backbone, depth)
+    return block_caches(backbone, dataset, depths=[depth], key=key, cache_dir=cache_dir, batch_size=batch_size,
+                        device=device, progress=progress, dtype=dtype, full_logits=full_logits, masks=masks)[depth]
 
-    def build() -> BlockCache:
-        with frozen(backbone):
-            return _compute_block_cache(backbone, dataset, depth, batch_size, device, progress, dtype,
-                                        full_logits, masks)
+
+def block_caches(backbone: nn.Module, dataset, *, depths, key: dict[str, Any] | None,
+                 cache_dir: str | Path | None = None, batch_size: int = 32, device: str | torch.device = "cpu",
+                 progress: bool = True, dtype: torch.dtype = torch.float32, full_logits: bool = True,
+                 masks: bool = True) -> dict[int, BlockCache]:
+    """:func:`block_cache` of each depth ``L`` in ``depths`` (``{L: cache}``; one entry per depth on disk, as
+    :func:`block_cache` keys it): the depths not cached come from one pass over ``dataset``, its images
+    decoded and its blocks run once (docs/decisions/0069)."""
+    depths = [check_depth(backbone, L) for L in dict.fromkeys(depths)]
+    computed: dict[int, BlockCache] = {}
+
+    def build(todo: list[int]) -> dict[int, BlockCache]:
+        if missing := [M for M in todo if M not in computed]:
+            with frozen(backbone):
+                computed.update(_compute_block_caches(backbone, dataset, missing, batch_size, device, progress,
+                                                      dtype, full_logits, masks))
+        return computed
 
     if key is None:
-        return build()
+        return build(depths)
     ident = dataset_identity(dataset)
-    full_key = dict(key, depth=depth, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits),
-                    masks=bool(masks), data=ident.full if masks else ident.model_inputs,
-                    weights=state_dict_digest(backbone), kind="block_cache")
+    base = dict(key, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits), masks=bool(masks),
+                data=ident.full if masks else ident.model_inputs, weights=state_dict_digest(backbone),
+                kind="block_cache", states="fused chain")      # states: decision 0069's pass (older files differ)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = root / "blocks" / f"{key_hash(full_key)}.pt"
+    paths = {L: root / "blocks" / f"{key_hash(dict(base, depth=L))}.pt" for L in depths}
     fields = list(BlockCache.__dataclass_fields__)
-    def build_keyed() -> BlockCache:
-        c = build()
-        c.data_id = full_key["data"]
-        return c
+    out = {}
+    for i, L in enumerate(depths):
+        if (hit := _LOADED.get(paths[L])) is not None and hit[0] == _file_state(paths[L]):
+            out[L] = hit[1]
+            continue
+        todo = [L] + [M for M in depths[i + 1:] if not paths[M].exists()]
 
-    if (hit := _LOADED.get(path)) is not None and hit[0] == _file_state(path):
-        return hit[1]
-    cache, _ = load_or_build(
-        path, build_keyed, key=full_key, what="block-state cache",
-        encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
-        decode=lambda b: BlockCache(**load_torch_payload(b)),
-        validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
-    _LOADED[path] = (_file_state(path), cache)
-    while len(_LOADED) > 2:
-        _LOADED.pop(next(iter(_LOADED)))
-    return cache
+        def build_keyed(L=L, todo=todo) -> BlockCache:
+            c = build(todo)[L]
+            c.data_id = base["data"]
+            return c
+
+        out[L], _ = load_or_build(
+            paths[L], build_keyed, key=dict(base, depth=L), what="block-state cache",
+            encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
+            decode=lambda b: BlockCache(**load_torch_payload(b)),
+            validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")
+        _LOADED[paths[L]] = (_file_state(paths[L]), out[L])
+        while len(_LOADED) > 2:
+            _LOADED.pop(next(iter(_LOADED)))
+    return out
 
 
 #: the block caches last read or built in this process, by file (content-keyed) and its size and
