@@ -143,6 +143,14 @@ def test_budget_finding_reads_d_as_a_share_of_the_ceiling():
             for r in _point(L, b, d_t5=(d, d + 0.002), iou_ceiling=c)]
     holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_loose")
     assert holds is False and "as a share of the IoU ceiling 0.20 vs 0.31" in ev and "the fall is the ceiling's" in ev
+    from midas_nb.analysis.synthesis import _finding_verdict   # the ceiling's fall is no rise: not the paper's opposite
+    assert _finding_verdict("fades_loose", holds, ev) == "does not hold"
+    # a fall in pp that the intervals do not resolve (the far seeds disagree) stays "not resolved", whatever
+    # the share does (it was False, which the per-claim table read as the paper's opposite)
+    loose = [r for L, b, d, c in ((6, 0.25, (0.08, 0.082), 0.4), (6, 0.10, (0.08, 0.082), 0.4),
+                                  (6, 0.50, (0.01, 0.09), 0.1)) for r in _point(L, b, d_t5=d, iou_ceiling=c)]
+    holds, ev = _holds(report.paper_findings(pd.DataFrame(loose), depth=6, budget=0.25), "fades_loose")
+    assert holds == "not resolved" and "their averaged intervals overlap" in ev
     # the same pp fall under a constant ceiling: the share falls too, and the fade holds
     same = pd.DataFrame(rows).assign(iou_ceiling=0.4)
     assert _holds(report.paper_findings(same, depth=6, budget=0.25), "fades_loose")[0] is True

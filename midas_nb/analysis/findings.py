@@ -311,7 +311,7 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     share = t5["D_pp"].astype(float) / (100 * pd.Series(c, index=t5.index))
     sn, sf = float(share[near.index].mean()), float(share[far.index].mean())
     ev += f"; as a share of the IoU ceiling {sn:.2f} vs {sf:.2f}"
-    if holds is not False and not share_falls(sn, sf):
+    if holds is True and not share_falls(sn, sf):   # a resolved fall in pp that the share does not repeat
         return False, ev + " — the fall is the ceiling's, not the decoupling's"
     return holds, ev
 

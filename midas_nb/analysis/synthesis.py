@@ -47,13 +47,14 @@ def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
     """A finding's verdict in the table's words. ``False`` is the **opposite of the paper** where the run
     shows the reverse sign: T1 resolvably above the reference; T5 resolvably below it (not merely outside
     the band); ``D(T5)`` rising along an axis where there was a decoupling to fade (the findings module
-    says "no decoupling … to fade" otherwise)."""
+    says "no decoupling … to fade" otherwise; a fall in pp that is the IoU ceiling's "does not hold")."""
     if holds is True or str(holds) == "True":
         return "holds"
     if str(holds) != "False":
         return str(holds)
     opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
-                or (fid in ("fades_deep", "fades_loose") and "no decoupling" not in evidence))
+                or (fid in ("fades_deep", "fades_loose") and "no decoupling" not in evidence
+                    and "the fall is the ceiling's" not in evidence))
     return "opposite of the paper" if opposite else "does not hold"
 
 
