@@ -267,14 +267,15 @@ def run_related(
     checked = with_band_check(conditions, list(s.protocol.conditions))
     band_check, conditions = len(checked) > len(conditions), checked
     seeds = protocol_kwargs.pop("seeds", None)
-    if seeds is None and s.sweep.related_seeds != s.protocol.seeds:
-        # the MIDAS conditions keep the profile's seeds (their rows are shared with notebook 02);
-        # the other systems' scorers train with ``related_seeds`` (the quick profile: one seed)
+    if seeds is None:
+        # the MIDAS conditions keep the profile's seeds and builds (their rows are shared with notebook 02);
+        # the other systems' scorers train with ``related_seeds`` on one build (decision 0072)
         shared = [c for c in conditions if c in s.protocol.conditions]
         other = [c for c in conditions if c not in shared]
         parts = [study.protocol(conditions=shared, **protocol_kwargs)] if shared else []
         if other:
-            parts.append(study.protocol(conditions=other, seeds=list(s.sweep.related_seeds), **protocol_kwargs))
+            parts.append(study.protocol(conditions=other, seeds=list(s.sweep.related_seeds), builds=1,
+                                        **protocol_kwargs))
         protocol = pd.concat(parts, ignore_index=True)
     else:
         protocol = study.protocol(conditions=conditions, seeds=seeds, **protocol_kwargs)

@@ -38,15 +38,15 @@ def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
     return {
         "protocol": [(point, "scale", dict(own, conditions=list(prof["conditions"]), seeds=seeds,
                                            params=dict(relaxation="st")))],
-        "soft": [(point, "scale", dict(own, conditions=["reference", "unsupervised", "T5"], seeds=seeds[:1],
-                                       params=dict(relaxation="soft")))],
+        "soft": [(dict(point, builds=1), "scale", dict(own, conditions=["reference", "unsupervised", "T5"],
+                                                       seeds=seeds[:1], params=dict(relaxation="soft")))],
         "random": [(point, "scale", dict(own, conditions=["random"], seeds=seeds, params=dict(relaxation="st")))],
         "regime": [(dict(prof), "regime", {})],
         "scale": [(dict(prof), "scale", {})],
         "backbones": [(dict(prof), "regime", dict(datasets=[prof["dataset"]],
                                                   backbones=comparison_backbones(dict(prof))))],
-        "related": [(point, "scale", dict(own, conditions=conds, seeds=s, params=dict(relaxation="st")))
-                    for conds, s in ((shared, seeds), (other, rel_seeds)) if conds],
+        "related": [(dict(point, builds=b), "scale", dict(own, conditions=conds, seeds=s, params=dict(relaxation="st")))
+                    for conds, s, b in ((shared, seeds, prof.get("builds", 1)), (other, rel_seeds, 1)) if conds],
     }
 
 

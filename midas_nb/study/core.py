@@ -35,9 +35,10 @@ class Study(StudyBase):
     # ------------------------------------------------------------------------- protocol
     def protocol(self, depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
-                 relaxation: str = "st", **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)``, one row per condition × seed
-        (``reference``: the first seed only), each a cell of the profile's result store; ``relaxation``
+                 relaxation: str = "st", builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
+        """The three-condition protocol table at ``(depth, budget)``, one row per condition × seed × backbone
+        build (``reference``: the first seed only; ``builds``: default the profile's, decision 0072), each a
+        cell of the profile's result store; ``relaxation``
         and ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys.
         Also written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
         s = self.settings
@@ -46,7 +47,8 @@ class Study(StudyBase):
         depth, budget = point.depth, point.budget
         conditions = list(s.protocol.conditions if conditions is None else conditions)
         seeds = [int(x) for x in (s.protocol.seeds if seeds is None else seeds)]
-        at_point = dict(self.params, depth=depth, budget=budget, depths=[depth], budgets=[budget])
+        at_point = dict(self.params, depth=depth, budget=budget, depths=[depth], budgets=[budget],
+                        builds=self.params.get("builds", 1) if builds is None else int(builds))
         key = (s.data.dataset, s.backbone.name)
         cells = make_grid(at_point, "scale", datasets=[key[0]], backbones=[key[1]], conditions=conditions,
                           seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
