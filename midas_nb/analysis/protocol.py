@@ -21,8 +21,8 @@ condition and seed, prunes at ``(L, b)`` and evaluates on the test split:
 - scorer families that are conditions of their own (``cropr``, ``iared``;
   :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.scorers`) — built by name,
   trained with their own objective (:meth:`~midas_nb.scorers.TokenScorer.training_loss`) on the
-  same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their
-  :meth:`~midas_nb.scorers.TokenScorer.evaluation_extras` add columns to their rows.
+  same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their own
+  readouts (:func:`midas_nb.metrics.family_readout`) add columns to their rows.
 
 Seeds: trainable conditions train once per seed (seed = MLP initialisation and batch order);
 ``random`` draws its ranking from each seed; ``reference`` is deterministic — it is evaluated
@@ -70,8 +70,8 @@ from ..config import PRECISIONS
 from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
-from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      iou_ceiling, measure_speed, part_miou, point_in_box)
+from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, family_readout,
+                      insertion_deletion_auc, iou_ceiling, measure_speed, part_miou, point_in_box)
 from ..pruning import check_depth, prune_tokens
 from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..identity import dataset_identity, state_dict_digest
@@ -730,7 +730,7 @@ def _row(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Tra
                temperature=float(p["temperature"]), distill_form=p["distill_form"],
                epochs=int(p["epochs"]) if t.kind not in ("reference", "random") else 0, **t.info)
     if is_family:
-        row.update(t.scorer.evaluation_extras(
-            backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
+        row.update(family_readout(
+            t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
             num_prefix=cache.num_prefix, images=speed.images))
     return row

@@ -18,7 +18,8 @@ metric                      higher better   source
 
 Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``centre_in_box`` and
 ``box_share`` (the two Point-in-Box baselines), ``curve_auc``
-(trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate) and ``bootstrap_ci``
+(trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate), ``family_readout`` (Cropr's
+last-layer fusion and IA-RED²'s threshold rule, the scorer families' own columns) and ``bootstrap_ci``
 (:mod:`midas_nb.metrics.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
 Bootstrap*, ch. 13).
 
@@ -37,7 +38,8 @@ from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT
                          PARITY_BAND, REFERENCE_CHECKS, band_resolution, decoupling_D, parity_band,
                          per_image_values)
 from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
-from .speed import SPEED_ROUNDS, measure_speed, measure_throughput, measure_throughputs, pruned_accuracy
+from .speed import (SPEED_ROUNDS, family_readout, measure_speed, measure_throughput, measure_throughputs,
+                    pruned_accuracy)
 
 __all__ = [
     "MetricSpec",
@@ -70,6 +72,7 @@ __all__ = [
     "measure_throughput",
     "measure_throughputs",
     "measure_speed",
+    "family_readout",
     "SPEED_ROUNDS",
     "bootstrap_ci",
     "COVERAGE_KINDS",
