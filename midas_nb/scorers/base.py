@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from ..pruning import TokenScorer
 from ..targets import cls_attention_map
+from ..targets.registry import Registry
 
 __all__ = [
     "TokenScorer",
@@ -125,7 +126,7 @@ class RandomScorer(TokenScorer):
         return s.to(device=tokens.device, dtype=tokens.dtype)
 
 
-_SCORERS: dict[str, Callable[..., TokenScorer]] = {}
+_SCORERS = Registry("scorer")
 _CONDITIONS: list[str] = []
 def register_scorer(
     name: str, *, condition: bool = False,
@@ -144,9 +145,7 @@ def register_scorer(
         ValueError: if ``name`` is already registered.
     """
     def deco(factory: Callable[..., TokenScorer]) -> Callable[..., TokenScorer]:
-        if name in _SCORERS:
-            raise ValueError(f"scorer {name!r} is already registered")
-        _SCORERS[name] = factory
+        _SCORERS.add(name, factory)
         if condition:
             _CONDITIONS.append(name)
         return factory
@@ -173,8 +172,6 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     Raises:
         ValueError: for an unknown name.
     """
-    if name not in _SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)
 
 
