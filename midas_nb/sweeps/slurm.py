@@ -1,6 +1,7 @@
 """Submitting a sweep to Slurm through submitit: one preparation job per (dataset, backbone,
 checkpoint), then the cells in chunked job arrays under ``MaxArraySize`` that depend on them
-(docs/decisions/0037-slurm-submission.md); status, resubmission and waiting from ``squeue``."""
+(docs/decisions/0037-slurm-submission.md); the jobs' state from ``squeue``; resubmitting is submitting the
+cells that no job holds again (docs/decisions/0078-slim-sweep-engine.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -23,12 +24,12 @@ from .store import ResultStore
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
-           "prepare_group", "submitted", "scheduler_states", "submit", "slurm_executor",
-           "load_submission", "cell_states", "resubmit", "wait"]
+           "prepare_group", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
+           "resubmit", "wait", "SUBMISSION"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
-_SUBMISSION = "submission.json"
+SUBMISSION = "submission.json"
 #: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
 _REFUSED = "refused"
 #: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
@@ -204,7 +205,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clu
         max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
     prepare, chunks = plan_jobs(cells, cells_per_job)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store.root / _SUBMISSION, json.dumps(dict(
+    atomic_write_text(store.root / SUBMISSION, json.dumps(dict(
         cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
         runner=_runner_plain(cell_fn)), indent=1, default=jsonable))
     prep_jobs: list[Any] = []
@@ -238,11 +239,6 @@ def _runner_plain(cell_fn: Any) -> dict[str, Any] | None:
             if callable(spec) and cls.__module__.split(".")[0] == "midas_nb" else None)
 
 
-def submitted(store: ResultStore) -> bool:
-    """Whether :func:`submit` ever wrote the store's submission settings (``submission.json``)."""
-    return (store.root / _SUBMISSION).is_file()
-
-
 def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
     """``(cell_fn, settings)`` of the store's last :func:`submit`; ``cell_fn`` is rebuilt from ``settings["runner"]``
     (``None`` without one): nothing is unpickled, and only a ``midas_nb`` class with ``runner_spec`` is built, from
@@ -252,7 +248,7 @@ def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
         FileNotFoundError: the store was never submitted. ValueError: ``submission.json`` is not JSON, or its
             runner names no such class or keywords it does not take.
     """
-    sub = store.root / _SUBMISSION
+    sub = store.root / SUBMISSION
     if not sub.is_file():
         raise FileNotFoundError(f"{store.root} holds no submission ({sub.name} missing); submit the sweep first "
                                 "(midas-nb sweep submit)")
@@ -312,13 +308,11 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     return table
 
 
-def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) -> list[Any]:
-    """Submit again, with the settings of the store's last :func:`submit`, every registered cell
-    whose job was lost (cancelled, timed out: no record and no job in the queue) or never
-    existed (a submission sbatch refused) and, with
-    ``failed``, every failed cell. Claims left by lost jobs are removed first. ``cell_fn``: the cell
-    function, by default the one :func:`load_submission` rebuilds. Returns the new jobs (empty when
-    nothing needs it).
+def resubmit(store: ResultStore, *, cell_fn: Any = None) -> list[Any]:
+    """Submit again, with the settings of the store's last :func:`submit`, every registered cell that is not done
+    and that no process or queued job holds: failed, lost (its job cancelled, timed out) and never submitted. A
+    cell computed twice costs its compute only (the second worker finds the record). ``cell_fn``: by default the
+    one :func:`load_submission` rebuilds. Returns the new jobs (empty when nothing needs it).
 
     Raises:
         FileNotFoundError: the store was never submitted. ValueError: as :func:`load_submission`, or
@@ -327,13 +321,8 @@ def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) ->
     saved, sub = load_submission(store)
     cell_fn = cell_fn if cell_fn is not None else saved
     table = cell_states(store, store.registered_cells())
-    redo = table["job_state"].isin(["lost", "unsubmitted"]) | (table["status"].eq("failed") if failed else False)
-    keys = set(table.loc[redo, "key"])
-    cells = [c for c in store.registered_cells() if c.key in keys]
-    for c in cells:
-        info = store.claim_info(c.key)
-        if info is not None and str(info.get("job_id")) == str(store.jobs().get(c.key)):
-            store.clear_running(c.key)  # the lost job's claim: its heartbeat may still look fresh
+    idle = table["status"].isin(["failed", "pending"]) & table["job_state"].isin(["", "lost", "unsubmitted"])
+    cells = [c for c, redo in zip(store.registered_cells(), idle) if redo]
     if not cells:
         return []
     if cell_fn is None:
@@ -345,24 +334,18 @@ def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) ->
 
 
 def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
-    """Block until no registered cell has a queued or running job; a tqdm bar counts the cells
+    """Block until no registered cell has a queued or running job; a progress bar counts the cells
     that are done or failed. Returns :func:`cell_states` at the end.
 
     Raises:
         TimeoutError: ``timeout_s`` passed first.
     """
-    cells = store.registered_cells()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell")
-    start = time.monotonic()
-    try:
+    from ..progress import tqdm
+    cells, start = store.registered_cells(), time.monotonic()
+    with tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell", disable=not progress) as bar:
         while True:
             table = cell_states(store, cells)
-            finished = int(table["status"].isin(["done", "failed"]).sum())
-            if bar is not None:
-                bar.update(finished - bar.n)
+            bar.update(int(table["status"].isin(["done", "failed"]).sum()) - bar.n)
             active = ~table["job_state"].isin(["", "lost", "unknown", "unsubmitted"])
             if not active.any():
                 return table
@@ -370,6 +353,3 @@ def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, time
                 raise TimeoutError(f"sweep {store.root}: {int(active.sum())} cells still queued or running "
                                    f"after {timeout_s:g} s")
             time.sleep(poll_s)
-    finally:
-        if bar is not None:
-            bar.close()
