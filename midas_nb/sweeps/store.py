@@ -70,7 +70,7 @@ class ResultStore:
     :attr:`SweepCell.key`), ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``),
     ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt`` (1 first), ``started``/``finished`` (Unix
     s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
-    worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's latest job). Invalid files
+    worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's job). Invalid files
     (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
     are ignored and listed by :meth:`problems`; a cell with an invalid record is pending. A format-1 record (no
     digest) has its key checked.
@@ -175,8 +175,7 @@ class ResultStore:
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
         """``(grid, None)`` (``{}`` without a ``grid.json``) or ``(None, why)`` for an unreadable one."""
         grid, why, _ = _read_json(self.manifest_path, {})
-        if why is None and not isinstance(grid, dict):
-            why = f"a JSON {type(grid).__name__}, not an object"
+        why = why or (None if isinstance(grid, dict) else f"a JSON {type(grid).__name__}, not an object")
         return (None, why) if why else (grid, None)
 
     def _read_manifest(self) -> dict[str, dict]:
@@ -223,8 +222,9 @@ class ResultStore:
                 reason = why and f"invalid record ignored: {why}"
             elif p.name.endswith(_TMP_SUFFIX):
                 reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
-            else:   # a claim, or NFS's name for a claim file that a waiting worker still has open
-                reason = None if p.name.endswith(_RUNNING_SUFFIX) or p.name.startswith(".nfs") else "unexpected file; ignored"
+            else:   # a claim, or NFS's name for a removed claim file that a waiting worker still has open
+                ok = p.name.endswith(_RUNNING_SUFFIX) or p.name.startswith(".nfs")
+                reason = None if ok else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
         _, why = self._parse_manifest()
