@@ -113,7 +113,7 @@ def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[Swee
         raise ValueError(f"cells_per_job must be >= 1, got {cells_per_job!r}")
     groups: dict[tuple[str, str, str], list[SweepCell]] = {}
     for c in cells:
-        groups.setdefault(_group_of(c), []).append(c)
+        groups.setdefault((c.dataset, c.backbone, c.checkpoint_id), []).append(c)
     prepare = [g[0] for g in groups.values()]
     chunks = [g[i:i + int(cells_per_job)] for g in groups.values() for i in range(0, len(g), int(cells_per_job))]
     return prepare, chunks
