@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -428,8 +427,7 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     store.path(t5_0.key).write_text(text[: len(text) // 2])                      # truncated record
     store.record_failed(t5_1, "RuntimeError: CUDA out of memory", started=time.time())
     store.path(t1_1.key).unlink()
-    store.running_path(t1_1.key).write_text(json.dumps(dict(key=t1_1.key, host=socket.gethostname(),
-                                                            pid=os.getpid(), started=time.time())))  # a worker
+    held = store.hold(t1_1.key)                                                  # a worker computing it
     out = tmp_path / "rep"
     with pytest.raises(report.IncompleteReportError) as e:
         report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)
@@ -439,8 +437,7 @@ def test_incomplete_store_is_refused_or_reported_cell_by_cell(store, tmp_path):
     assert "cub/bb L9 b0.25 T5 s1: failed: RuntimeError: CUDA out of memory" in msg
     assert "cub/bb L9 b0.25 T1 s1: running (a live worker's claim" in msg and "--allow-incomplete" in msg
     assert not out.exists()
-    # the same claim left by a worker whose heartbeat stopped long ago: killed, not running
-    os.utime(store.running_path(t1_1.key), (time.time() - 10 * 86400,) * 2)
+    os.close(held)              # the worker killed: its claim file stays, nobody holds it: killed, not running
     with pytest.raises(report.IncompleteReportError) as e:
         report.make_report("smoke", store=store.root, output=out, overrides=_PROFILE)
     assert "cub/bb L9 b0.25 T1 s1: killed (its worker's claim is dead" in str(e.value)

@@ -159,6 +159,29 @@ def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake
     assert cli.main(["sweep", "resubmit", "smoke"]) == 2 and len(fake_slurm.jobs) == sent + len(runners)
 
 
+def test_resubmit_is_submitting_again_every_cell_no_job_holds(fake_slurm, monkeypatch, tmp_path):
+    """Decision 0078: resubmit sends every registered cell that is not done and whose job is not queued: a lost
+    job's cell, a failed cell, and a cell of the grid never sent (registered later); a queued cell stays queued."""
+    import time
+
+    from midas_nb.study import make_grid, ProtocolCellRunner
+    from midas_nb.sweeps import ResultStore, submit_sweep
+    from midas_nb.sweeps.slurm import resubmit
+
+    cells = make_grid("smoke", "regime")[:5]
+    store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
+    submit_sweep(cells[:4], ProtocolCellRunner("smoke"), store, slurm=dict(partition="gpu", cells_per_job=1))
+    store.register(cells[4:])
+    store.record_failed(cells[1], "RuntimeError: boom", started=time.time())
+    jobs = store.jobs()
+    monkeypatch.setattr("midas_nb.sweeps.slurm.scheduler_states", lambda ids: {jobs[cells[0].key]: "PENDING"})
+    sent = len(fake_slurm.jobs)
+    new = resubmit(store)
+    assert sorted(c.key for j in new for c in j.cells) == sorted(c.key for c in cells[1:])
+    assert all(j.fn.__name__ == "run_chunk" for j in fake_slurm.jobs[sent:] if j in new)
+    assert store.jobs()[cells[0].key] == jobs[cells[0].key] and store.jobs()[cells[4].key] == new[-1].job_id
+
+
 def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):
     _no_cuda_here()
     from midas_nb.backbones import training_numerics

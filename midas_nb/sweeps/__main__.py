@@ -1,6 +1,6 @@
-"""``python -m midas_nb.sweeps [NAME|PATH ...]``: print each sweep's status (:func:`main_status`)."""
+"""``python -m midas_nb.sweeps [NAME|PATH ...]``: print each sweep's status (:func:`commands.main_status`)."""
 import sys
 
-from .store import main_status
+from .commands import main_status
 
 sys.exit(main_status())

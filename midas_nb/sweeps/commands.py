@@ -1,4 +1,5 @@
-"""``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
+"""``midas-nb sweep status | wait | resubmit`` and ``python -m midas_nb.sweeps`` (:func:`main_status`): the generic
+sweep commands (no domain import).
 
 Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells or
 invalid store files remain (so a script can gate on it), ``wait`` likewise once nothing is queued,
@@ -8,10 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from .slurm import SlurmNotFound, cell_states, resubmit, submitted, wait
+from .slurm import SUBMISSION, SlurmNotFound, cell_states, resubmit, wait
 from .store import all_stores, format_status, n_unusable, open_store
 
-__all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
+__all__ = ["cmd_status", "cmd_wait", "cmd_resubmit", "main_status"]
 
 
 def _print_table(table) -> int:
@@ -42,10 +43,16 @@ def _each_store(action: str, names: list[str], fn, none: str = "no sweeps found"
     return rc
 
 
-def cmd_status(name: str | None) -> int:
-    """Print done / failed / running / pending cells with their jobs; 1 while failures or invalid files remain."""
-    return _each_store("status", [name] if name is not None else all_stores(),
+def main_status(names=None) -> int:
+    """Print done / failed / running / pending cells with their jobs of the named stores (default: the command
+    line's, else every store); 1 while failures, lost jobs or invalid files remain."""
+    return _each_store("status", list(sys.argv[1:] if names is None else names) or all_stores(),
                        lambda store: _print_table(cell_states(store)))
+
+
+def cmd_status(name: str | None) -> int:
+    """:func:`main_status` of one store (``None``: of every store)."""
+    return main_status([name] if name is not None else [])
 
 
 def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
@@ -65,5 +72,5 @@ def _resubmit_one(store) -> int:
 def cmd_resubmit(name: str | None) -> int:
     """Resubmit the failed, lost (cancelled, timed-out) and never-submitted cells of the sweep
     (``None``: of every submitted store) with its last submission's settings."""
-    names = [name] if name is not None else [n for n in all_stores() if submitted(open_store(n))]
+    names = [name] if name is not None else [n for n in all_stores() if (open_store(n).root / SUBMISSION).is_file()]
     return _each_store("resubmit", names, _resubmit_one, "no submitted sweeps found")

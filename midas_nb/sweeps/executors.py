@@ -6,10 +6,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-import time
-import traceback
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .cells import ExecutorKind, SweepCell
 from .slurm import Submission, submit
@@ -34,7 +32,6 @@ def run_sweep(
     slurm: Mapping[str, Any] | None = None,
     retry_failed: bool = True,
     *,
-    mp_context: Literal["spawn", "forkserver", "fork"] = "spawn",
     wait: bool = True,
     progress: bool = False,
     gpus: Sequence[str | int] | None = None,
@@ -42,12 +39,13 @@ def run_sweep(
     """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
     their status. Workers write their own records (:func:`run_cell`; a failing cell records its error
     and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
-    for a cell another sweep holds (until its record, or its claim expires), Slurm jobs leave it.
+    for a cell another process holds (until it ends), Slurm jobs leave it. A worker or job that dies
+    leaves its cells without a record (pending: the next call computes them) and an ``executor_errors`` line.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
             list[dict] | dict``, picklable for ``processes``/``slurm``. store: a store, its directory or name.
-        executor: ``"local"``, ``"processes"`` (``max_workers``, started by ``mp_context``; ``gpus``
+        executor: ``"local"``, ``"processes"`` (``max_workers`` spawned processes; ``gpus``
             shared out one per worker, default those visible) or ``"slurm"`` (submitit; ``wait=False``
             returns after submission; no Slurm: ``SlurmNotFound``).
         slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or
@@ -75,7 +73,7 @@ def run_sweep(
         for c in held:   # cells another sweep holds: waited for once the others are done
             run_cell(c, cell_fn, root, wait=True)
     elif todo and executor == "processes":
-        ctx = multiprocessing.get_context(mp_context)
+        ctx = multiprocessing.get_context("spawn")
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
         init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
         with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
@@ -84,9 +82,7 @@ def run_sweep(
                 try:
                     fut.result()
                 except Exception as e:  # noqa: BLE001 - the worker died or could not start
-                    for c in futures[fut]:
-                        errors.append(f"{c.label}: {type(e).__name__}: {e}")
-                        _record_lost(store, c, e)
+                    errors += [f"{c.label}: {type(e).__name__}: {e}" for c in futures[fut]]
                 bar.update(len(futures[fut]))
     elif todo:
         jobs = _submit_slurm(store, todo, cell_fn, slurm)
@@ -95,8 +91,6 @@ def run_sweep(
                 try:
                     j.result()
                 except Exception as e:  # noqa: BLE001 - job killed, timed out, node failure
-                    for c in j.cells:
-                        _record_lost(store, c, e, job_id=str(j.job_id))
                     errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
                 bar.update(len(j.cells))
     bar.close()
@@ -153,26 +147,3 @@ def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
         n = counter.value
         counter.value += 1
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus[n % len(gpus)]
-
-
-#: seconds a lost worker's claim may take to read as dead (its process still exiting)
-LOST_WORKER_GRACE_S = 5.0
-
-
-def _record_lost(store: ResultStore, cell: SweepCell, exc: BaseException, job_id: str | None = None) -> None:
-    """After an executor-level failure, record ``cell`` as failed if its worker had started it
-    (``.running`` marker) but wrote no record; cells never started stay pending."""
-    if store.read(cell.key) is not None or not store.running_path(cell.key).exists():
-        return
-    info = store.claim_info(cell.key)
-    deadline = time.monotonic() + LOST_WORKER_GRACE_S
-    while job_id is None and info is not None and info["live"] and time.monotonic() < deadline:
-        # a worker killed a moment ago may still be exiting: its pipe to the pool closes (the pool
-        # breaks) before the process is a zombie, and until then its claim reads as live
-        time.sleep(0.1)
-        info = store.claim_info(cell.key)
-    if info is not None and info["live"] and (job_id is None or str(info.get("job_id")) != str(job_id)):
-        return  # held by a live worker of another sweep, not by the one that was lost
-    store.record_failed(cell, f"worker lost: {type(exc).__name__}: {exc}",
-                        "".join(traceback.format_exception(exc)), started=time.time())
-    store.clear_running(cell.key)

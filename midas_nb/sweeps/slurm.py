@@ -1,6 +1,7 @@
 """Submitting a sweep to Slurm through submitit: one preparation job per (dataset, backbone,
 checkpoint), then the cells in chunked job arrays under ``MaxArraySize`` that depend on them
-(docs/decisions/0037-slurm-submission.md); status, resubmission and waiting from ``squeue``."""
+(docs/decisions/0037-slurm-submission.md); the jobs' state from ``squeue``; resubmitting is submitting the
+cells that no job holds again (docs/decisions/0078-slim-sweep-engine.md)."""
 from __future__ import annotations
 
 import contextlib
@@ -23,12 +24,12 @@ from .store import ResultStore
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
-           "prepare_group", "submitted", "scheduler_states", "submit", "slurm_executor",
-           "load_submission", "cell_states", "resubmit", "wait"]
+           "prepare_group", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
+           "resubmit", "wait", "SUBMISSION"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
-_SUBMISSION = "submission.json"
+SUBMISSION = "submission.json"
 #: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
 _REFUSED = "refused"
 #: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
@@ -42,15 +43,9 @@ class SlurmNotFound(RuntimeError):
 
 @dataclass
 class Submission:
-    """What one submission sent to the scheduler (``run_sweep``'s Slurm path without waiting).
-
-    Attributes:
-        store: the result store's directory (``jobs.json`` maps every cell to its job).
-        cells: the cells submitted (finished cells of the grid are not among them).
-        skipped: how many cells of the grid were already done (not submitted).
-        jobs: ``{job id: [cell keys]}`` of the cell jobs (array tasks ``123_4``).
-        preparation: the preparation jobs' ids (one per dataset, backbone, checkpoint).
-    """
+    """What one submission sent to the scheduler: the ``store``'s directory, the ``cells`` submitted, how many
+    cells of the grid were ``skipped`` (done), the cell ``jobs`` (``{job id: [cell keys]}``, array tasks ``123_4``,
+    in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one per dataset, backbone, checkpoint)."""
 
     store: Path
     cells: list[SweepCell]
@@ -61,43 +56,49 @@ class Submission:
     @classmethod
     def of(cls, store: ResultStore, cells: Sequence[SweepCell], jobs: Sequence[Any], skipped: int) -> "Submission":
         """From :func:`submit`'s jobs (each with ``.cells`` and ``.after``)."""
-        prep = sorted({str(i) for j in jobs for i in getattr(j, "after", [])})
-        return cls(store=store.root, cells=list(cells), skipped=int(skipped),
-                   jobs={str(j.job_id): [c.key for c in j.cells] for j in jobs}, preparation=prep)
+        return cls(store.root, list(cells), int(skipped), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
+                   sorted({str(i) for j in jobs for i in j.after}))
 
-    @property
-    def job_ids(self) -> list[str]:
-        """The cell jobs' ids, in submission order."""
-        return list(self.jobs)
+    job_ids = property(lambda self: list(self.jobs))
 
-    def wait(self, *, poll_s: float = 10.0, progress: bool = True, timeout_s: float | None = None):
+    def wait(self, **kw: Any):
         """:func:`wait` on the store: the status table once nothing of it is queued."""
-        return wait(ResultStore(self.store), poll_s=poll_s, progress=progress, timeout_s=timeout_s)
+        return wait(ResultStore(self.store), **kw)
 
     def __str__(self) -> str:
-        arrays = _array_ids(self.jobs)
         return (f"submitted {len(self.cells)} cells ({self.skipped} already done) to {self.store}: "
-                f"{len(self.jobs)} cell jobs in arrays {', '.join(arrays) or '-'} after "
+                f"{len(self.jobs)} cell jobs in arrays {', '.join(_array_ids(self.jobs)) or '-'} after "
                 f"{len(self.preparation)} preparation jobs {', '.join(self.preparation) or '-'}")
 
 
-def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
-    """The cluster's ``MaxArraySize`` (``scontrol show config``); ``default`` when unreadable.
-
-    An array's task indices must stay below it, so an array holds at most that many tasks."""
-    exe = shutil.which("scontrol")
-    if exe is None:
-        return default
+def _stdout(*cmd: str) -> str | None:
+    """``cmd``'s standard output; ``None`` where it is not on the ``PATH``, fails or runs over a minute."""
+    exe = shutil.which(cmd[0])
     try:
-        out = subprocess.run([exe, "show", "config"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=60) if exe else None
     except (OSError, subprocess.SubprocessError):
-        return default
-    m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+        return None
+    return out.stdout if out is not None and out.returncode == 0 else None
+
+
+def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
+    """The cluster's ``MaxArraySize`` (``scontrol show config``: an array's task indices stay below it);
+    ``default`` when unreadable."""
+    m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", _stdout("scontrol", "show", "config") or "", re.MULTILINE)
     return int(m.group(1)) if m and int(m.group(1)) > 0 else default
 
 
-def _group_of(cell: SweepCell) -> tuple[str, str, str]:
-    return (cell.dataset, cell.backbone, cell.checkpoint_id)
+def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
+    """Slurm's state of each queued or running job (``squeue``: ``PENDING``, ``RUNNING``, ...) by job id (``123``
+    or array task ``123_4``); jobs that left the queue are absent; ``None`` without Slurm (``squeue`` missing or
+    failing). Not submitit's ``Job.state``: that reads ``sacct``, which a cluster without accounting storage
+    lacks (the job then reads ``UNKNOWN`` for ever; docs/decisions/0078-slim-sweep-engine.md)."""
+    out = _stdout("squeue", "-h", "-r", "-o", "%i|%T")
+    if out is None:
+        return None
+    wanted = set(job_ids)
+    states = dict(line.strip().partition("|")[::2] for line in out.splitlines())
+    return {j: s for j, s in states.items() if j in wanted or j.split("_")[0] in wanted}
 
 
 def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[SweepCell], list[list[SweepCell]]]:
@@ -112,7 +113,7 @@ def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[Swee
         raise ValueError(f"cells_per_job must be >= 1, got {cells_per_job!r}")
     groups: dict[tuple[str, str, str], list[SweepCell]] = {}
     for c in cells:
-        groups.setdefault(_group_of(c), []).append(c)
+        groups.setdefault((c.dataset, c.backbone, c.checkpoint_id), []).append(c)
     prepare = [g[0] for g in groups.values()]
     chunks = [g[i:i + int(cells_per_job)] for g in groups.values() for i in range(0, len(g), int(cells_per_job))]
     return prepare, chunks
@@ -134,29 +135,24 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
 
 
 def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any]):
-    """A submitit executor for ``cluster`` (``None``/``"slurm"``: Slurm, which must exist;
+    """``(submitit executor, cluster)`` for ``cluster`` (``None``/``"slurm"``: Slurm, which must exist;
     ``"local"``/``"debug"``: submitit's stand-ins, only by name).
 
     Raises:
-        SlurmNotFound: Slurm asked for (``cluster`` ``None`` or ``"slurm"``) and ``sbatch`` is
-            not on the ``PATH``.
-        ValueError: an unknown ``cluster``.
+        SlurmNotFound: Slurm asked for and ``sbatch`` is not on the ``PATH``. ValueError: an unknown ``cluster``.
     """
     import submitit
 
-    if cluster in (None, "slurm"):
-        if shutil.which("sbatch") is None:
-            raise SlurmNotFound(
-                "executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
-                "submit from a Slurm login node, or run here with executor='local' (one cell after another) "
-                "or executor='processes' (one worker per CPU/GPU)")
-        cluster = "slurm"
-    elif cluster not in ("local", "debug"):
+    if cluster not in (None, "slurm", "local", "debug"):
         raise ValueError(f"slurm cluster {cluster!r} is not known; expected None or 'slurm' (a Slurm cluster), "
                          "'local' or 'debug' (submitit's stand-ins on this machine)")
-    ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
+    if cluster in (None, "slurm") and shutil.which("sbatch") is None:
+        raise SlurmNotFound("executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
+                            "submit from a Slurm login node, or run here with executor='local' (one cell after "
+                            "another) or executor='processes' (one worker per CPU/GPU)")
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster or "slurm")
     ex.update_parameters(**params)
-    return ex, cluster
+    return ex, cluster or "slurm"
 
 
 def _array_ids(job_ids: Iterable[Any]) -> list[str]:
@@ -204,7 +200,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clu
         max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
     prepare, chunks = plan_jobs(cells, cells_per_job)
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store.root / _SUBMISSION, json.dumps(dict(
+    atomic_write_text(store.root / SUBMISSION, json.dumps(dict(
         cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
         runner=_runner_plain(cell_fn)), indent=1, default=jsonable))
     prep_jobs: list[Any] = []
@@ -238,11 +234,6 @@ def _runner_plain(cell_fn: Any) -> dict[str, Any] | None:
             if callable(spec) and cls.__module__.split(".")[0] == "midas_nb" else None)
 
 
-def submitted(store: ResultStore) -> bool:
-    """Whether :func:`submit` ever wrote the store's submission settings (``submission.json``)."""
-    return (store.root / _SUBMISSION).is_file()
-
-
 def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
     """``(cell_fn, settings)`` of the store's last :func:`submit`; ``cell_fn`` is rebuilt from ``settings["runner"]``
     (``None`` without one): nothing is unpickled, and only a ``midas_nb`` class with ``runner_spec`` is built, from
@@ -252,7 +243,7 @@ def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
         FileNotFoundError: the store was never submitted. ValueError: ``submission.json`` is not JSON, or its
             runner names no such class or keywords it does not take.
     """
-    sub = store.root / _SUBMISSION
+    sub = store.root / SUBMISSION
     if not sub.is_file():
         raise FileNotFoundError(f"{store.root} holds no submission ({sub.name} missing); submit the sweep first "
                                 "(midas-nb sweep submit)")
@@ -269,56 +260,29 @@ def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
                          "midas-nb sweep submit writes, {'class': 'midas_nb...:Name', 'spec': {keywords}}") from None
 
 
-def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
-    """Slurm's state of each queued or running job (``squeue``: ``PENDING``, ``RUNNING``, ...)
-    by job id (``123`` or array task ``123_4``); jobs that left the queue are absent. ``None``
-    without Slurm (``squeue`` missing or failing)."""
-    exe = shutil.which("squeue")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "-h", "-r", "-o", "%i|%T"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    states = dict(line.strip().partition("|")[::2] for line in out.stdout.splitlines())
-    wanted = set(job_ids)
-    return {j: s for j, s in states.items() if j in wanted or j.split("_")[0] in wanted}
-
-
 def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
-    """The store's status table (:meth:`ResultStore.status`) with ``job_state``: Slurm's state
-    of the cell's job while it is queued or running (``PENDING``, ``RUNNING``, ...), ``lost``
-    when a cell without a record has a job that left the queue (cancelled, timed out, node
-    failure: resubmit it), ``unsubmitted`` when a pending cell was in a submission sbatch
-    refused (resubmit it), empty otherwise. Without Slurm every job that is not done reads
-    ``unknown``."""
+    """The store's status table (:meth:`ResultStore.status`) with ``job_state`` of each cell without a record:
+    Slurm's state of its job while queued or running (``PENDING``, ``RUNNING``, ...), ``lost`` when its job left
+    the queue (cancelled, timed out, node failure: resubmit it), ``unsubmitted`` when sbatch refused its
+    submission, ``unknown`` without Slurm; empty for cells with a record or never submitted."""
     table = store.status(cells)
-    ids = [j for j in table["job_id"].dropna() if j != _REFUSED]
-    queued = scheduler_states(ids)
-    states = []
-    for _, r in table.iterrows():
-        jid = r["job_id"]
-        if r["status"] in ("done", "failed") or not isinstance(jid, str):
-            states.append("")
-        elif jid == _REFUSED:
-            states.append("unsubmitted" if r["status"] == "pending" else "")
-        elif queued is None:
-            states.append("unknown")
-        else:
-            states.append(queued.get(str(jid)) or queued.get(str(jid).split("_")[0]) or "lost")
-    table["job_state"] = states
+    queued = scheduler_states([j for j in table["job_id"].dropna() if j != _REFUSED])
+
+    def state(status: str, jid: Any) -> str:
+        if status in ("done", "failed") or not isinstance(jid, str):
+            return ""
+        if jid == _REFUSED:
+            return "unsubmitted"
+        return "unknown" if queued is None else queued.get(jid) or queued.get(jid.split("_")[0]) or "lost"
+    table["job_state"] = [state(s, j) for s, j in zip(table["status"], table["job_id"])]
     return table
 
 
-def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) -> list[Any]:
-    """Submit again, with the settings of the store's last :func:`submit`, every registered cell
-    whose job was lost (cancelled, timed out: no record and no job in the queue) or never
-    existed (a submission sbatch refused) and, with
-    ``failed``, every failed cell. Claims left by lost jobs are removed first. ``cell_fn``: the cell
-    function, by default the one :func:`load_submission` rebuilds. Returns the new jobs (empty when
-    nothing needs it).
+def resubmit(store: ResultStore, *, cell_fn: Any = None) -> list[Any]:
+    """Submit again, with the settings of the store's last :func:`submit`, every registered cell that is not done
+    and that no process or queued job holds: failed, lost (its job cancelled, timed out) and never submitted. A
+    cell computed twice costs its compute only (the second worker finds the record). ``cell_fn``: by default the
+    one :func:`load_submission` rebuilds. Returns the new jobs (empty when nothing needs it).
 
     Raises:
         FileNotFoundError: the store was never submitted. ValueError: as :func:`load_submission`, or
@@ -327,13 +291,8 @@ def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) ->
     saved, sub = load_submission(store)
     cell_fn = cell_fn if cell_fn is not None else saved
     table = cell_states(store, store.registered_cells())
-    redo = table["job_state"].isin(["lost", "unsubmitted"]) | (table["status"].eq("failed") if failed else False)
-    keys = set(table.loc[redo, "key"])
-    cells = [c for c in store.registered_cells() if c.key in keys]
-    for c in cells:
-        info = store.claim_info(c.key)
-        if info is not None and str(info.get("job_id")) == str(store.jobs().get(c.key)):
-            store.clear_running(c.key)  # the lost job's claim: its heartbeat may still look fresh
+    idle = table["status"].isin(["failed", "pending"]) & table["job_state"].isin(["", "lost", "unsubmitted"])
+    cells = [c for c, redo in zip(store.registered_cells(), idle) if redo]
     if not cells:
         return []
     if cell_fn is None:
@@ -345,24 +304,18 @@ def resubmit(store: ResultStore, *, failed: bool = True, cell_fn: Any = None) ->
 
 
 def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
-    """Block until no registered cell has a queued or running job; a tqdm bar counts the cells
+    """Block until no registered cell has a queued or running job; a progress bar counts the cells
     that are done or failed. Returns :func:`cell_states` at the end.
 
     Raises:
         TimeoutError: ``timeout_s`` passed first.
     """
-    cells = store.registered_cells()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell")
-    start = time.monotonic()
-    try:
+    from ..progress import tqdm
+    cells, start = store.registered_cells(), time.monotonic()
+    with tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell", disable=not progress) as bar:
         while True:
             table = cell_states(store, cells)
-            finished = int(table["status"].isin(["done", "failed"]).sum())
-            if bar is not None:
-                bar.update(finished - bar.n)
+            bar.update(int(table["status"].isin(["done", "failed"]).sum()) - bar.n)
             active = ~table["job_state"].isin(["", "lost", "unknown", "unsubmitted"])
             if not active.any():
                 return table
@@ -370,6 +323,3 @@ def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, time
                 raise TimeoutError(f"sweep {store.root}: {int(active.sum())} cells still queued or running "
                                    f"after {timeout_s:g} s")
             time.sleep(poll_s)
-    finally:
-        if bar is not None:
-            bar.close()

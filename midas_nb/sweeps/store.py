@@ -1,12 +1,12 @@
 """The JSON result store of a sweep (:class:`ResultStore`: one record per finished or failed cell)
-and its status tables (:func:`sweep_status`, :func:`format_status`, ``python -m midas_nb.sweeps``)."""
+and its status tables (:func:`sweep_status`, :func:`format_status`)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,12 +15,11 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import atomic_write_text, hash_bytes, jsonable
+from ..identity import atomic_write_text, file_lock, hash_bytes, jsonable
 from .cells import CellState, SweepCell
-from .claims import Claim, file_lock, read_claim
 
-__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status", "main_status",
-           "open_store", "all_stores", "n_unusable"]
+__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status", "open_store", "all_stores",
+           "n_unusable"]
 
 RECORD_FORMAT = "midas_nb.sweep_record/2"
 #: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
@@ -71,7 +70,7 @@ class ResultStore:
     :attr:`SweepCell.key`), ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``),
     ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt`` (1 first), ``started``/``finished`` (Unix
     s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
-    worker's claim), ``grid.json`` (registered cells), ``jobs.json`` (each cell's latest job). Invalid files
+    worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's job). Invalid files
     (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
     are ignored and listed by :meth:`problems`; a cell with an invalid record is pending. A format-1 record (no
     digest) has its key checked.
@@ -114,14 +113,44 @@ class ResultStore:
     def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
         return self._record(cell, started, status="failed", rows=[], error=error, traceback=tb)
 
-    def claim(self, cell: SweepCell, ttl_s: float | None = None) -> Claim | None:
-        """Claim ``cell`` for this worker and its Slurm job (:class:`midas_nb.sweeps.claims.Claim` on
-        ``<key>.running``); ``None`` while another worker holds a live claim."""
-        return Claim.acquire(self.running_path(cell.key), ttl_s, key=cell.key, job_id=_slurm_job_id())
+    def hold(self, key: str, wait: bool = False) -> int | None:
+        """Claim cell ``key``: an open descriptor holding an exclusive ``flock`` on ``<key>.running``, which the
+        kernel releases however its process ends (no heartbeat, no expiry; docs/decisions/0078). ``None`` while
+        another process holds it; ``wait``: block until it is released. Give it back with :meth:`release`."""
+        fd = os.open(self.running_path(key), os.O_CREAT | os.O_RDWR, 0o644)
+        for _ in range(3):      # a status probe (claim_info) holds it for microseconds: try again before leaving it
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                return fd
+            except BlockingIOError:
+                time.sleep(0.1)
+        os.close(fd)
+        return None
+
+    def release(self, key: str, fd: int) -> None:
+        """Give back :meth:`hold`'s claim; its file is removed while it is still the one this descriptor locks."""
+        try:
+            if os.stat(self.running_path(key)).st_ino == os.fstat(fd).st_ino:
+                self.running_path(key).unlink()
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
 
     def claim_info(self, key: str) -> dict[str, Any] | None:
-        """The claim on cell ``key`` (:func:`midas_nb.sweeps.claims.read_claim`), or ``None``."""
-        return read_claim(self.running_path(key))
+        """``{"live": whether a process holds cell key's claim}``; ``None`` without a claim file (a file nobody
+        holds is a worker's that was killed)."""
+        try:
+            fd = os.open(self.running_path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return dict(live=False)
+        except BlockingIOError:
+            return dict(live=True)
+        finally:
+            os.close(fd)
 
     def _merge(self, path: Path, read: Callable[[], dict], new: Mapping[str, Any]) -> None:
         """``read()`` updated with ``new``, written to ``path`` under ``locks/<stem>.lock`` (no entry lost)."""
@@ -139,9 +168,6 @@ class ResultStore:
         data, _, _ = _read_json(self.jobs_path, {})
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
-    def clear_running(self, key: str) -> None:
-        self.running_path(key).unlink(missing_ok=True)
-
     def register(self, cells: Sequence[SweepCell]) -> None:
         """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed)."""
         self._merge(self.manifest_path, self._read_manifest, {c.key: c.to_dict() for c in cells})
@@ -149,8 +175,7 @@ class ResultStore:
     def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
         """``(grid, None)`` (``{}`` without a ``grid.json``) or ``(None, why)`` for an unreadable one."""
         grid, why, _ = _read_json(self.manifest_path, {})
-        if why is None and not isinstance(grid, dict):
-            why = f"a JSON {type(grid).__name__}, not an object"
+        why = why or (None if isinstance(grid, dict) else f"a JSON {type(grid).__name__}, not an object")
         return (None, why) if why else (grid, None)
 
     def _read_manifest(self) -> dict[str, dict]:
@@ -197,8 +222,9 @@ class ResultStore:
                 reason = why and f"invalid record ignored: {why}"
             elif p.name.endswith(_TMP_SUFFIX):
                 reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
-            else:
-                reason = None if p.name.endswith(_RUNNING_SUFFIX) else "unexpected file; ignored"
+            else:   # a claim, or NFS's name for a removed claim file that a waiting worker still has open
+                ok = p.name.endswith(_RUNNING_SUFFIX) or p.name.startswith(".nfs")
+                reason = None if ok else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
         _, why = self._parse_manifest()
@@ -214,11 +240,11 @@ class ResultStore:
     def _state(self, key: str, rec: Mapping[str, Any] | None) -> CellState:
         if rec is not None:
             return rec["status"]
-        info = self.claim_info(key)  # a dead claim (heartbeat stopped, process gone) is nobody's
+        info = self.claim_info(key)
         return "running" if info is not None and info["live"] else "pending"
 
     def state(self, key: str) -> CellState:
-        """``done``, ``failed``, ``running`` (a live claim, no record) or ``pending``."""
+        """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending``."""
         return self._state(key, self.read(key))
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
@@ -306,9 +332,6 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
                      f"{err[-1] if err else ''}")
     if len(failed) > max_errors:
         lines.append(f"  ... and {len(failed) - max_errors} more failures")
-    if counts.get("running", 0):
-        lines.append("  note: 'running' cells have a worker marker but no record; if no sweep is "
-                     "running they were killed and will be recomputed")
     lines += [f"  ignored {Path(p['path']).name}: {p['reason']}" for p in table.attrs.get("problems", [])]
     return "\n".join(lines)
 
@@ -339,20 +362,6 @@ def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False
 def all_stores() -> list[str]:
     """The sweep stores under ``runs_dir()/"sweeps"`` (folders with ``cells/``), as sorted path strings."""
     return sorted(str(q) for q in (runs_dir() / "sweeps").glob("*") if (q / "cells").is_dir())
-
-
-def main_status(argv: Sequence[str] | None = None) -> int:
-    """``python -m midas_nb.sweeps [NAME|PATH ...]``: print the summary of each sweep (default: every
-    store under ``runs_dir()/"sweeps"``); 0 when no cell failed and no file is invalid, else 1."""
-    names = list(sys.argv[1:] if argv is None else argv) or all_stores()
-    if not names:
-        print(f"no sweeps under {runs_dir() / 'sweeps'}")
-        return 0
-    rc = 0
-    for table in map(sweep_status, names):
-        print(format_status(table))
-        rc |= int(bool(n_unusable(table)))
-    return rc
 
 
 def n_unusable(table: pd.DataFrame) -> int:

@@ -1,6 +1,6 @@
-"""The worker body of every executor: claim a cell, compute it, write its record (:func:`run_cell`), the
-same for cells computed together (:func:`run_group`, :func:`cell_groups`) and a Slurm job's chunk of cells
-(:func:`run_chunk`). Part of the generic sweep engine."""
+"""The worker body of every executor: claim cells, compute them (together where the cell function can,
+docs/decisions/0069), write their records (:func:`run_group`, :func:`run_cell`; a Slurm job's chunk:
+:func:`run_chunk`). Part of the generic sweep engine."""
 from __future__ import annotations
 
 import json
@@ -36,51 +36,6 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
     raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
 
 
-#: seconds between two tries of a waiting worker to claim a cell another worker holds
-WAIT_POLL_S = 0.5
-
-
-def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
-             wait: bool = False) -> CellState:
-    """Claim one cell, compute it and write its record; the worker body of every executor.
-
-    The cell is first claimed (:meth:`ResultStore.claim`: exclusive create with a heartbeat);
-    while another worker holds a live claim, nothing is computed: ``wait`` retries every
-    :data:`WAIT_POLL_S` s until that worker releases it or its claim expires (then taken over),
-    else the cell is left to it. A cell that has a ``done`` record, or got a record from another
-    worker meanwhile, is not computed again. The claim is held until the record is written, so
-    two sweeps over one store never compute one cell twice. Catches every ``Exception`` from
-    ``cell_fn`` (and from turning its output into rows) and records it as a failure with the
-    traceback; never raises for a failing cell.
-
-    Returns:
-        ``"done"`` or ``"failed"`` (computed here, or by another worker), ``"running"`` (another
-        worker holds the claim; never with ``wait``).
-    """
-    store = ResultStore(store_root)
-    before = (store.read(cell.key) or {}).get("finished")
-    while (claim := store.claim(cell)) is None:
-        if not wait:
-            return "running"
-        time.sleep(WAIT_POLL_S)
-    try:
-        prev = store.read(cell.key)
-        if prev is not None and (prev["status"] == "done" or prev.get("finished") != before):
-            return prev["status"]  # finished by another sweep meanwhile
-        started = time.time()
-        try:
-            rows = _rows_of(cell_fn(cell))
-            json.dumps(rows, default=jsonable, allow_nan=True)  # fail here, as this cell's error
-            store.record_done(cell, rows, started=started)
-            state: CellState = "done"
-        except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
-            store.record_failed(cell, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
-            state = "failed"
-    finally:
-        claim.release()
-    return state
-
-
 def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
     """``cells`` in the groups :func:`run_group` computes together: by ``cell_fn.group_key(cell)`` where
     ``cell_fn`` has ``run_group`` (in order of first appearance), else one cell each (docs/decisions/0069)."""
@@ -92,51 +47,84 @@ def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any])
     return list(groups.values())
 
 
+def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[CellState]:
+    """Compute ``cells`` (claimed) and write their records: together by ``cell_fn.run_group`` (each cell's output,
+    in order) where it has one; where that raises, one by one, so each cell records its own error."""
+    if len(cells) > 1 and hasattr(cell_fn, "run_group"):
+        started = time.time()
+        try:
+            rows = [_rows_of(out) for out in cell_fn.run_group(cells)]
+            if len(rows) != len(cells):
+                raise ValueError(f"run_group gave {len(rows)} outputs for {len(cells)} cells")
+            for c, r in zip(cells, rows):
+                store.record_done(c, r, started=started)
+            return ["done"] * len(cells)
+        except Exception:  # noqa: BLE001 - computed again cell by cell below
+            pass
+    states: list[CellState] = []
+    for c in cells:
+        started = time.time()
+        try:    # the record's JSON is written here too: an output that is no JSON is this cell's error
+            store.record_done(c, _rows_of(cell_fn(c)), started=started)
+            states.append("done")
+        except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
+            store.record_failed(c, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
+            states.append("failed")
+    return states
+
+
+def _finished(store: ResultStore, cell: SweepCell, before: float | None) -> CellState | None:
+    """The status of ``cell``'s record where it is ``done`` or newer than ``before`` (another worker's), else None."""
+    rec = store.read(cell.key)
+    return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before) else None
+
+
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
-    """:func:`run_cell` for cells of one group, computed together by ``cell_fn.run_group(cells)`` (each
-    cell's output, in order): each cell claimed, skipped and recorded as :func:`run_cell` does. Where the
-    group's computation raises, its cells are computed again one by one, so each records its own error;
-    ``wait``: cells another worker holds are waited for after the others (:func:`run_cell`)."""
-    if len(cells) < 2 or not hasattr(cell_fn, "run_group"):
-        return [run_cell(c, cell_fn, store_root, wait) for c in cells]
+    """Claim the cells (:meth:`ResultStore.hold`), compute those without a record (:func:`_compute`) and write
+    their records; never raises for a failing cell. A cell that has a ``done`` record, or got one from another
+    worker meanwhile, is not computed again; a cell another process holds is left to it (``"running"``), or with
+    ``wait`` waited for once the others are done (then read, or computed where its holder left no record).
+
+    Returns:
+        each cell's state: ``"done"``, ``"failed"`` (here or by another worker), ``"running"`` (never with ``wait``).
+    """
     store = ResultStore(store_root)
-    claims, states, failed = {}, {}, False
+    before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
+    states: dict[SweepCell, CellState] = {}
+    held: dict[SweepCell, int] = {}
     try:
         for c in cells:
-            claim = store.claim(c)
-            prev = None if claim is None else store.read(c.key)
-            if claim is None or (prev is not None and prev["status"] == "done"):  # another worker's, or done meanwhile
-                states[c] = "running" if claim is None else "done"
-                if claim is not None:
-                    claim.release()
+            fd = store.hold(c.key)
+            if fd is None:
+                states[c] = "running"
+            elif st := _finished(store, c, before[c]):
+                states[c] = st
+                store.release(c.key, fd)
             else:
-                claims[c] = claim
-        if claims:
-            started = time.time()
-            try:
-                rows = [_rows_of(out) for out in cell_fn.run_group(list(claims))]
-                json.dumps(rows, default=jsonable, allow_nan=True)
-                if len(rows) != len(claims):
-                    raise ValueError(f"run_group gave {len(rows)} outputs for {len(claims)} cells")
-            except Exception:  # noqa: BLE001 - retried cell by cell below, each cell records its own error
-                failed = True
-            else:
-                for c, r in zip(claims, rows):
-                    store.record_done(c, r, started=started)
-                    states[c] = "done"
+                held[c] = fd
+        states.update(zip(held, _compute(store, list(held), cell_fn)))
     finally:
-        for claim in claims.values():
-            claim.release()
-    if failed:
-        states.update({c: run_cell(c, cell_fn, store_root) for c in claims})
-    states.update({c: run_cell(c, cell_fn, store_root, True) for c in cells if wait and states[c] == "running"})
+        for c, fd in held.items():
+            store.release(c.key, fd)
+    for c in [c for c in cells if wait and states[c] == "running"]:
+        fd = store.hold(c.key, wait=True)
+        try:
+            states[c] = _finished(store, c, before[c]) or _compute(store, [c], cell_fn)[0]
+        finally:
+            store.release(c.key, fd)
     return [states[c] for c in cells]
 
 
+def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
+             wait: bool = False) -> CellState:
+    """:func:`run_group` of one cell."""
+    return run_group([cell], cell_fn, store_root, wait)[0]
+
+
 def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str) -> list[CellState]:
-    """A cell job's body: :func:`run_group` for each of its groups (:func:`cell_groups`; claims included: a
-    cell claimed by a live worker elsewhere is left to it); the states in the order of ``cells``."""
+    """A cell job's body: :func:`run_group` for each of its groups (:func:`cell_groups`; a cell another process
+    holds is left to it: a job must not sit idle on its allocation); the states in the order of ``cells``."""
     states = {}
     for group in cell_groups(cells, cell_fn):
         states.update(zip(group, run_group(group, cell_fn, store_root)))
