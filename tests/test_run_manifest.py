@@ -89,12 +89,12 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     src, out = three
     cli.run_notebooks("smoke", output=out, progress=False)
     assert capsys.readouterr().out.rstrip().endswith("midas-nb report --profile smoke  (REPORT.md from the result store)")
+    cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
     # the copy's run and parameters are papermill's own record (its output_path), not a second stamp
-    meta = nbformat.read(str(out / "00_first.ipynb"), as_version=4).metadata
+    meta = nbformat.read(str(out / "01_middle.ipynb"), as_version=4).metadata
     latest = json.loads((out / "run.json").read_text())["latest"]
     assert "midas_nb" not in meta and Path(meta["papermill"]["output_path"]).parent.name == latest
-    assert _states(out)["00_first.ipynb"].run_id == latest and meta["papermill"]["parameters"] == {"profile": "smoke"}
-    cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
+    assert _states(out)["01_middle.ipynb"].run_id == latest and meta["papermill"]["parameters"] == {"budget": 0.5}
     # the report command names the point the run overrode, so it reports that run's cells
     # (a selection of notebooks: the others' cells have no result, which the report would refuse)
     assert "midas-nb report --profile smoke --budget 0.5 --allow-incomplete  (" in capsys.readouterr().out
