@@ -13,7 +13,8 @@ import re
 import sys
 from typing import Any, Literal
 
-__all__ = ["LINE_INTERVAL", "PROGRESS_ENV", "finished_step", "progress_enabled", "progress_mode", "tqdm"]
+__all__ = ["ANSI", "LINE_INTERVAL", "PROGRESS_ENV", "PROGRESS_LINE", "finished_step", "progress_enabled",
+           "progress_mode", "tqdm"]
 
 #: the environment variable that switches the library's loops to plain lines
 PROGRESS_ENV = "MIDAS_PROGRESS"
@@ -39,23 +40,20 @@ def progress_enabled(requested: bool = True) -> bool:
     return requested and progress_mode() != "off"
 
 
-#: terminal control sequences (the cursor moves of nested bars): never written as a line
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+#: terminal control sequences (the cursor moves of nested bars, colours): never written as a line
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-#: a progress line as the line writer prints it (``desc, unit n/total (elapsed, remaining left)…``);
-#: ``midas-nb run`` drops these from the executed notebooks once the run has shown them
-PROGRESS_LINE = re.compile(r"^.*, \w+ \d+/\S+ \([^()]*, [^()]* left\).*$")
-
-#: the parts of a progress line: ``desc``, ``unit``, ``n``, ``total``, ``elapsed`` and ``postfix``
-_PARTS = re.compile(r"^(?P<desc>.*), (?P<unit>\w+) (?P<n>\d+)/(?P<total>\S+) "
-                    r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
+#: a progress line as the line writer prints it, its parts ``desc``, ``unit``, ``n``, ``total``, ``elapsed``
+#: and ``postfix``; ``midas-nb run`` drops these from the executed notebooks once the run has shown them
+PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+) (?P<n>\d+)/(?P<total>\S+) "
+                           r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
 
 
 def finished_step(line: str) -> str | None:
     """``line`` as a finished step when it is a progress line at its total, else ``None``:
     ``finetune vit_smoke, epoch 12/12 (00:06, 00:00 left), loss=0.5`` ->
     ``finetune vit_smoke (epoch 12/12 in 00:06, loss=0.5)``."""
-    m = _PARTS.match(line.strip())
+    m = PROGRESS_LINE.match(line.strip())
     if m is None or m["n"] != m["total"]:
         return None
     postfix = f", {m['postfix'].strip()}" if m["postfix"].strip() else ""
@@ -70,7 +68,7 @@ class _LineWriter:
         self.last = ""
 
     def write(self, text: str) -> None:
-        for part in _ANSI.sub("", text).replace("\n", "\r").split("\r"):
+        for part in ANSI.sub("", text).replace("\n", "\r").split("\r"):
             line = part.strip()
             if line and line != self.last:
                 self.last = line

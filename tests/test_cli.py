@@ -8,6 +8,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from midas_nb import cli
+from midas_nb.cli import runner
 from midas_nb.cli.args import param_value
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
@@ -41,7 +42,7 @@ def test_a_failing_notebook_keeps_the_earlier_good_copy(tmp_path, monkeypatch):
                    str(src / "00_ok.ipynb"))
     nbformat.write(new_notebook(cells=[params, new_code_cell("y = 2"), new_code_cell("raise ValueError('boom')")],
                                 metadata=KERNEL), str(src / "01_fails.ipynb"))
-    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: src)
     out = tmp_path / "out"
     out.mkdir()
     (out / "01_fails.ipynb").write_text("earlier good copy")
@@ -263,7 +264,7 @@ def test_params_lists_what_p_accepts_in_aligned_columns(capsys):
 # ---------------------------------------------------------------- issue 27: no silent harm
 @pytest.fixture
 def source_copy(tmp_path, monkeypatch):
-    """A copy of notebooks/ standing in for the source folder (cli.notebooks_dir), so that a
+    """A copy of notebooks/ standing in for the source folder (runner.notebooks_dir), so that a
     regression harms the copy, never the checkout; its files' bytes before the test."""
     import shutil
 
@@ -271,7 +272,7 @@ def source_copy(tmp_path, monkeypatch):
     src.mkdir()
     for p in cli.notebook_paths():
         shutil.copy(p, src / p.name)
-    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: src)
     return src, {p.name: p.read_bytes() for p in src.iterdir()}
 
 
@@ -317,11 +318,11 @@ def test_strip_solutions_keeps_sources_and_a_students_edits(source_copy, capsys)
 def test_export_html_of_the_source_notebooks_does_not_suggest_running_into_them(capsys):
     from midas_nb.course import export_html
 
-    assert cli.main(["export-html", "--input", str(cli.notebooks_dir())]) == 2
+    assert cli.main(["export-html", "--input", str(runner.notebooks_dir())]) == 2
     err = capsys.readouterr().err
     assert "source notebooks" in err and "--output" not in err and "midas-nb run --profile quick" in err
     with pytest.raises(FileNotFoundError) as e, pytest.warns(UserWarning, match="no executed code cell"):
-        export_html(cli.notebooks_dir())
+        export_html(runner.notebooks_dir())
     assert "--output" not in str(e.value) and "source notebooks" in str(e.value)
 
 
@@ -353,9 +354,9 @@ def test_the_report_command_carries_the_runs_cache_and_store(monkeypatch):
     spec = RunSpec(profile="quick", params={"budget": 0.5})
     monkeypatch.delenv("MIDAS_RUNS_DIR", raising=False)
     monkeypatch.setenv("MIDAS_CACHE_DIR", "/data/my cache")
-    assert cli._report_command(spec) == "MIDAS_CACHE_DIR='/data/my cache' midas-nb report --profile quick --budget 0.5"
+    assert runner.report_command(spec) == "MIDAS_CACHE_DIR='/data/my cache' midas-nb report --profile quick --budget 0.5"
     monkeypatch.setenv("MIDAS_RUNS_DIR", "/data/runs")
-    assert cli._report_command(spec).startswith("MIDAS_CACHE_DIR='/data/my cache' MIDAS_RUNS_DIR=/data/runs midas-nb ")
+    assert runner.report_command(spec).startswith("MIDAS_CACHE_DIR='/data/my cache' MIDAS_RUNS_DIR=/data/runs midas-nb ")
     monkeypatch.delenv("MIDAS_CACHE_DIR")
     monkeypatch.delenv("MIDAS_RUNS_DIR")
-    assert cli._report_command(spec) == "midas-nb report --profile quick --budget 0.5"
+    assert runner.report_command(spec) == "midas-nb report --profile quick --budget 0.5"

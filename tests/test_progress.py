@@ -1,5 +1,5 @@
 """Progress of batch runs: the library's loops in plain lines, the runner's status line, the
-kernel's TCP-encryption warning silenced (midas_nb.progress, midas_nb.runs)."""
+kernel's TCP-encryption warning silenced (midas_nb.progress, midas_nb.cli.runner)."""
 from __future__ import annotations
 
 import io
@@ -15,7 +15,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from midas_nb import progress, runs
+from midas_nb import progress
+from midas_nb.cli import runner as runs
 
 
 @pytest.mark.parametrize("env, mode", [({}, "bar"), ({"TQDM_DISABLE": "1"}, "off"),
@@ -172,8 +173,8 @@ def test_kernel_config_drops_only_the_tcp_warning_and_the_shutdown_interrupt_lin
 def test_a_killed_run_leaves_no_kernel_config_folder(tmp_path):
     """The config was written to a fresh ``midas_nb_kernel_*`` folder removed at exit: a killed
     run (no exit handlers) left one behind each time."""
-    code = "import os, signal; from midas_nb import runs; runs.kernel_arguments(); os.kill(os.getpid(), signal.SIGKILL)"
-    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(Path(runs.__file__).parents[1]))
+    code = "import os, signal; from midas_nb.cli import runner; runner.kernel_arguments(); os.kill(os.getpid(), signal.SIGKILL)"
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(Path(runs.__file__).parents[2]))
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == -signal.SIGKILL
     assert list(tmp_path.iterdir()) == []
 
@@ -244,9 +245,9 @@ def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
                              new_code_cell("import time\nprint('sleeping', flush=True)\ntime.sleep(120)")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, str(src / "00_sleep.ipynb"))
-    code = (f"from pathlib import Path; from midas_nb import cli; cli.notebooks_dir = lambda: Path({str(src)!r}); "
+    code = (f"from pathlib import Path; from midas_nb import cli; cli.runner.notebooks_dir = lambda: Path({str(src)!r}); "
             f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--output', {str(tmp_path / 'out')!r}]))")
-    env = dict(os.environ, PYTHONPATH=str(Path(runs.__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(runs.__file__).parents[2]))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
     said = []
@@ -262,7 +263,7 @@ def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
 
 
 def test_status_line_text_has_no_terminal_control_sequences():
-    from midas_nb.runs import _last_line
+    from midas_nb.cli.runner import _last_line
     # a nested tqdm bar moves the cursor up ("\x1b[A"): the status line showed "[A"
     assert _last_line("protocol: 10%\x1b[A\n\x1b[A") == "protocol: 10%"
     assert _last_line("epoch 3/24\r\x1b[32mepoch 4/24\x1b[0m\n") == "epoch 4/24"

@@ -7,17 +7,18 @@ from pathlib import Path
 import pytest
 
 from midas_nb import cli
+from midas_nb.cli import runner
 from midas_nb.cli.runspec import RunSpec
 
 
 def test_which_datasets_a_run_executes():
     roots = {"cars": "/c", "cub": "/b", "aircraft": "/a"}
-    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots)) == ["cub", "aircraft", "cars"]
+    assert runner.run_datasets(RunSpec(profile="quick", data_roots=roots)) == ["cub", "aircraft", "cars"]
     # one named dataset, an explicit --dataset, a profile or -p with its own datasets grid: one run
-    assert cli.run_datasets(RunSpec(profile="quick", data_roots={"cub": "/b"})) == [None]
-    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots, dataset="cars")) == [None]
-    assert cli.run_datasets(RunSpec(profile="rehearsal", data_roots=roots)) == [None]
-    assert cli.run_datasets(RunSpec(profile="quick", data_roots=roots, params={"datasets": ["cub"]})) == [None]
+    assert runner.run_datasets(RunSpec(profile="quick", data_roots={"cub": "/b"})) == [None]
+    assert runner.run_datasets(RunSpec(profile="quick", data_roots=roots, dataset="cars")) == [None]
+    assert runner.run_datasets(RunSpec(profile="rehearsal", data_roots=roots)) == [None]
+    assert runner.run_datasets(RunSpec(profile="quick", data_roots=roots, params={"datasets": ["cub"]})) == [None]
 
 
 def test_every_datasets_run_is_checked_before_any_kernel(tmp_path, capsys, monkeypatch):
@@ -58,7 +59,7 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
         assert [p.name[:2] for p in paths] == ["00", "01", "02", "03", "04", "05", "06", "07"]
         calls.append((spec.dataset, Path(spec.output).name))
         return Path(spec.output)
-    monkeypatch.setattr(cli, "_run_checked", fake_run)
+    monkeypatch.setattr(runner, "run_checked", fake_run)
 
     def fake_report(profile, *, output, overrides, allow_incomplete, allow_mixed_settings):
         reports.append((profile, Path(output).name, overrides, allow_incomplete, allow_mixed_settings))
@@ -67,7 +68,7 @@ def test_the_datasets_run_one_after_another_then_the_report(tmp_path, monkeypatc
     monkeypatch.setattr("midas_nb.report.markdown.datasets_summary", lambda d: "| the paper's table |")
     spec = RunSpec(profile="quick", data_roots={"cars": "/c", "cub": "/b"}, output=str(tmp_path / "o"),
                    params={"precision": "bfloat16"})
-    out = cli._run_each_dataset(spec, cli.run_datasets(spec), progress=False, problems=())
+    out = runner.run_each_dataset(spec, runner.run_datasets(spec), progress=False, problems=())
     assert out == tmp_path / "o"
     assert calls == [("cub", "cub"), ("cars", "cars")]
     assert checks == ["cub", "cars"]   # each dataset's run is checked once, all before the first kernel
@@ -87,7 +88,7 @@ def test_the_three_real_roots_pass_the_checks_and_reach_the_first_kernel(shared_
     def first_kernel(nb, *a, **k):
         started.append(Path(nb).name)
         raise KeyboardInterrupt  # stop the run right there
-    monkeypatch.setattr("midas_nb.runs.execute_notebook", first_kernel)
+    monkeypatch.setattr("midas_nb.cli.runner.execute_notebook", first_kernel)
     args = ["run", "--profile", "quick", "--output", str(tmp_path / "o"),
             "--data-root", f"cub={shared_data / 'cub200_subset'}",
             "--data-root", f"aircraft={shared_data / 'fgvc_aircraft_subset' / 'fgvc-aircraft-2013b'}",

@@ -16,7 +16,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from midas_nb import cli
 from midas_nb.course import export_html
-from midas_nb.runs import RunManifest, notebook_states, run_summary, settings_digest
+from midas_nb.cli import runner
+from midas_nb.runs import RunManifest, notebook_states, run_summary
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 
@@ -34,7 +35,7 @@ def three(tmp_path, monkeypatch):
     _write(src, "00_first.ipynb", "x = 1")
     _write(src, "01_middle.ipynb", "y = 2")
     _write(src, "02_last.ipynb", "z = 3")
-    monkeypatch.setattr(cli, "notebooks_dir", lambda: src)
+    monkeypatch.setattr(runner, "notebooks_dir", lambda: src)
     return src, tmp_path / "out"
 
 
@@ -89,13 +90,18 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     cli.run_notebooks("smoke", output=out, progress=False)
     assert capsys.readouterr().out.rstrip().endswith("midas-nb report --profile smoke  (REPORT.md from the result store)")
     cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
+    # the copy's run and parameters are papermill's own record (its output_path), not a second stamp
+    meta = nbformat.read(str(out / "01_middle.ipynb"), as_version=4).metadata
+    latest = json.loads((out / "run.json").read_text())["latest"]
+    assert "midas_nb" not in meta and Path(meta["papermill"]["output_path"]).parent.name == latest
+    assert _states(out)["01_middle.ipynb"].run_id == latest and meta["papermill"]["parameters"] == {"budget": 0.5}
     # the report command names the point the run overrode, so it reports that run's cells
     # (a selection of notebooks: the others' cells have no result, which the report would refuse)
     assert "midas-nb report --profile smoke --budget 0.5 --allow-incomplete  (" in capsys.readouterr().out
     from midas_nb.cli.runspec import RunSpec   # --backbone as -p backbone
-    assert cli._report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})).endswith(
+    assert runner.report_command(RunSpec(profile="quick", backbone="vit_smoke", params={"depth": 3})).endswith(
         " midas-nb report --profile quick --backbone vit_smoke --depth 3")
-    assert cli._report_command(RunSpec(profile="quick", params={"precision": "bfloat16", "seeds": [0]})).endswith(
+    assert runner.report_command(RunSpec(profile="quick", params={"precision": "bfloat16", "seeds": [0]})).endswith(
         " midas-nb report --profile quick -p precision bfloat16")     # the settings its cells are keyed by
     states = _states(out)
     assert states["01_middle.ipynb"].state == "current"
@@ -121,11 +127,11 @@ def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
     man.finish(r1, completed=True)
     st = notebook_states(out)[0]
     assert st.state == "stale" and "not produced by a run recorded" in st.reason     # no run id in the copy
-    nb.metadata["midas_nb"] = {"run_id": r1}
+    nb.metadata["papermill"] = {"output_path": str(out / ".partial" / r1 / "00_a.ipynb")}   # as papermill wrote it
     nbformat.write(nb, str(out / "00_a.ipynb"))
     assert notebook_states(out)[0].state == "current"
     data = json.loads((out / "run.json").read_text())
-    assert data["latest"] == r1 and data["runs"][r1]["digest"] == settings_digest({"profile": "smoke"})
+    assert data["latest"] == r1 and data["runs"][r1]["settings"] == {"profile": "smoke"}
     assert "current  00_a.ipynb" in run_summary(out)
 
 
@@ -139,7 +145,7 @@ def test_two_runs_into_one_folder_both_finish_and_the_manifest_keeps_both(three,
     _write(src, "00_first.ipynb", f"import os, pathlib, time\nd = pathlib.Path({str(marks)!r})\n"
            f"(d / f'start-{{os.getpid()}}').touch()\nt = time.time()\n"
            f"while len(list(d.glob('start-*'))) < 2 and time.time() - t < 120:\n    time.sleep(0.05)")
-    code = (f"from pathlib import Path; from midas_nb import cli; cli.notebooks_dir = lambda: Path({str(src)!r}); "
+    code = (f"from pathlib import Path; from midas_nb import cli; cli.runner.notebooks_dir = lambda: Path({str(src)!r}); "
             f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--notebooks', '00', '--no-progress', "
             f"'--output', {str(out)!r}]))")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(cli.__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))

@@ -6,280 +6,18 @@ Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, `
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import re
 import sys
-import time
 from pathlib import Path
-from dataclasses import replace
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Sequence
 
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
+from . import runner
 from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version,
                    param_value, profile_name)
-
-if TYPE_CHECKING:
-    from .runspec import RunSpec
+from .runner import notebook_paths, run_notebooks
 
 __all__ = ["main", "notebook_paths", "run_notebooks"]
-
-
-def notebooks_dir() -> Path:
-    """``notebooks/`` of the project."""
-    return config.project_root() / "notebooks"
-
-
-def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
-    """The ordered notebooks, or those ``selection`` names (prefixes ``"00,02"`` or a list of them).
-
-    Raises:
-        ValueError: a selection that is not a string (or list of strings), names no prefix, or
-            has prefixes that match no notebook (all of them in one message).
-    """
-    paths = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
-    if selection is None:
-        return paths
-    if isinstance(selection, (list, tuple)) and all(isinstance(x, str) for x in selection):
-        selection = ",".join(selection)
-    available = [p.stem for p in paths]
-    if not isinstance(selection, str):
-        raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
-                         f"({type(selection).__name__})")
-    words = [s.strip() for s in selection.split(",")]
-    # a one-digit word would match every notebook of that decade: never a prefix
-    hits = {w: [p for p in paths if p.name.startswith(w)] if not re.fullmatch(r"\d", w) else [] for w in words if w}
-    if not hits:
-        raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
-                         f"(available: {available})")
-    if "" in words:
-        raise ValueError(f"{selection!r} has an empty entry; expected comma-separated prefixes such as 00,02")
-    # a one-digit prefix: suggest the two-digit one only where that notebook exists
-    missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
-                          any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
-    if missing:
-        raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
-    return sorted({p for h in hits.values() for p in h})
-
-
-def _selected(notebooks: str | Sequence[str] | None, problems: Sequence[str] = ()) -> list[Path]:
-    """:func:`notebook_paths` of ``notebooks``; a selection of no notebook raises
-    :class:`midas_nb.config.ProfileError` (with ``problems``) before anything else is checked."""
-    try:
-        return notebook_paths(notebooks)
-    except ValueError as e:
-        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it "
-                                               f"names one)"]) from None
-
-
-def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
-                  output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
-                  spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
-    """Execute the notebooks in order with papermill, the run description (``spec``, else the
-    arguments; ``extra``: ``-p`` parameters) checked first; returns the output directory. Stops at
-    the first failure (its copy under ``<output>/failed/``); the run is recorded in ``run.json``
-    (docs/decisions/0032-run-manifest.md). ``problems``: found already, listed with the others.
-
-    Raises:
-        midas_nb.config.ProfileError: the run cannot start; one line per problem.
-        RuntimeError: a notebook failed, its kernel died or a cell timed out.
-    """
-    from .runspec import fold_structured_params, RunSpec
-
-    if spec is None:
-        spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
-                       output=None if output is None else str(output), cell_timeout=cell_timeout)
-    fold_structured_params(spec)
-    if len(run_datasets(spec)) > 1:
-        return _run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
-    out_dir = _run_checked(spec, *_checked(spec, [spec], problems), progress=progress)
-    print(f"  report:             {_report_command(spec)}  (REPORT.md from the result store)")
-    return out_dir
-
-
-def _run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
-    """The body of :func:`run_notebooks` once ``spec`` passed :func:`_checked`: execute ``paths``,
-    record the run, print where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
-    from ..runs import run_summary, RunManifest, scoped_environ
-    from ..study import grid_spans
-    from .runspec import GRID_NOTEBOOKS
-
-    out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
-    out_dir.mkdir(parents=True, exist_ok=True)
-    params, manifest, t_all, completed = spec.notebook_parameters(), RunManifest(out_dir), time.time(), False
-    run_id = manifest.start(params, [nb.name for nb in paths])
-    # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
-    # residue in the executed notebooks (papermill's own bar shows the progress)
-    env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
-               TQDM_DISABLE=os.environ.get("TQDM_DISABLE", "1"))
-    try:
-        with scoped_environ(**env):
-            for i, nb in enumerate(paths, 1):
-                _execute_notebook(nb, f"[{i}/{len(paths)}]", out_dir, accepted_by[nb], params, spec, progress,
-                                  manifest, run_id)
-        completed = True
-    finally:
-        manifest.finish(run_id, completed)
-        for where in (out_dir / ".partial" / run_id, out_dir / ".partial"):
-            with contextlib.suppress(OSError):
-                where.rmdir()         # where empty: it holds only notebooks still running
-        print("\n" + run_summary(out_dir), flush=True)
-    which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
-    print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
-          f"  results tables:     {config.runs_dir() / 'tables'}\n"
-          f"  figures:            {config.figures_dir(spec.profile)}")
-    # after a run of the scale readout (05) over several datasets: the paper-shaped table, printed and saved
-    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
-    if settings is not None and len(grid_spans(settings, "scale")[0]) > 1:
-        from ..report.paper_table import format_paper_table, paper_table_for
-        from ..results import save_table
-
-        table = paper_table_for(settings)
-        save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
-        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-              f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
-              f"{format_paper_table(table)}")
-    return out_dir
-
-
-def _report_command(spec: RunSpec) -> str:
-    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone,
-    preceded by the run's ``MIDAS_CACHE_DIR`` / ``MIDAS_RUNS_DIR`` where set (the report reads the checkpoints'
-    top-1 from the one, the result store from the other)."""
-    import shlex
-    given = spec.notebook_parameters()   # --backbone and -p alike
-    from ..study import protocol_settings
-
-    flags = "".join(f" --{k} {given[k]}" for k in ("backbone", "depth", "budget") if given.get(k) is not None)
-    flags += "".join(f" -p {k} {given[k]}" for k in protocol_settings(given) if k in given)   # e.g. precision
-    env = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in ("MIDAS_CACHE_DIR", "MIDAS_RUNS_DIR")
-                  if os.environ.get(k))
-    # a selection of notebooks leaves the others' cells without a result: the report would refuse
-    return f"{env}midas-nb report --profile {spec.profile}{flags}" + (" --allow-incomplete" if spec.notebooks else "")
-
-
-def run_datasets(spec: RunSpec) -> list[str | None]:
-    """The datasets a run executes the notebooks on, one after another: those ``data_roots`` names,
-    in :data:`midas_nb.config.PAPER_DATASETS` order, when several and neither ``spec.dataset`` nor
-    a ``datasets`` grid is set; else ``[None]`` (the profile's own dataset)."""
-    named = [d for d in config.PAPER_DATASETS if d in (spec.data_roots if isinstance(spec.data_roots, dict) else {})]
-    if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
-            or "datasets" in spec.params:
-        return [None]
-    return named
-
-
-def _checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
-    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
-    passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
-    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
-    paths = _selected(spec.notebooks, problems)
-    if not paths:
-        raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
-    import papermill as pm  # heavy; imported only when a batch run starts
-
-    from . import runspec
-
-    accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    each = [(sub.dataset, runspec.preflight(sub, paths, set().union(*accepted_by.values()))) for sub in subs]
-    common = set.intersection(*(set(lines) for _, lines in each))
-    out = spec.output  # --output naming the source notebooks' folder would replace them with executed copies
-    source = [f"--output {str(out)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
-              f"copies would replace them; expected another directory (default runs/<profile>)"] \
-        if isinstance(out, (str, os.PathLike)) and str(out).strip() and _is_source_dir(out) else []
-    found = [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
-    if found:
-        raise config.ProfileError(list(dict.fromkeys(found)))   # a problem two checks meet is said once
-    return paths, accepted_by
-
-
-def _run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
-    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
-    ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
-    (``<output>/report``) and the paper-shaped table."""
-    from ..report import make_report
-    from ..report.markdown import datasets_summary
-    from ..runs import scoped_environ
-    from ..study import protocol_settings
-
-    out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
-    # each dataset's run keeps only its own root: the others are for the other runs, not unused
-    subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
-    paths, accepted_by = _checked(spec, subs, problems)   # every dataset's run, once, before any kernel
-    t_all, figures = time.time(), config.figures_dir(spec.profile)
-    for i, sub in enumerate(subs, 1):
-        print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
-        # each dataset's figures and tables in their own folder: the next dataset would overwrite them
-        with scoped_environ(MIDAS_FIGURES_DIR=str(figures / str(sub.dataset))):
-            _run_checked(sub, paths, accepted_by, progress=progress)
-    print(f"\nThe {len(subs)} datasets ran in {time.time() - t_all:.0f} s.")
-    prof = spec.settings()
-    overrides = {k: prof[k] for k in ("backbone", "depth", "budget", *protocol_settings(prof))   # this run's settings
-                 if k in prof and (k in spec.params or k == "backbone")}
-    report = make_report(spec.profile, output=out_dir / "report", overrides=overrides, allow_incomplete=True,
-                         allow_mixed_settings=True)
-    print(f"  report over {', '.join(datasets)}: {report}\n\n{datasets_summary(report.parent)}")
-    return out_dir
-
-
-def _is_source_dir(path: str | os.PathLike) -> bool:
-    """``path`` is the project's ``notebooks/`` (the source notebooks)."""
-    return Path(path).expanduser().resolve() == notebooks_dir().resolve()
-
-
-def _execute_notebook(nb: Path, counter: str, out_dir: Path, accepted: set[str], params: dict[str, Any],
-                      spec: RunSpec, progress: bool, manifest: Any, run_id: str) -> None:
-    """Execute ``nb`` into ``<out_dir>/.partial/<run_id>/`` (another run into ``out_dir`` has its own),
-    then move it to ``<out_dir>/<name>``; on failure
-    keep the executed copy under ``failed/``, record it and raise ``RuntimeError`` (naming it, what
-    happened and the copy)."""
-    import shutil
-
-    import nbformat
-    from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
-
-    from .. import runs  # runs.execute_notebook: papermill with the streamed status line
-
-    print(f"{counter} {nb.name} ...", flush=True)
-    t0 = time.time()
-    partial, failed = out_dir / ".partial" / run_id / nb.name, out_dir / "failed" / nb.name
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        runs.execute_notebook(str(nb), str(partial), parameters={k: v for k, v in params.items() if k in accepted},
-                              cwd=str(nb.parent), progress_bar=progress, kernel_name="python3",
-                              execution_timeout=spec.cell_timeout)
-    except Exception as e:  # noqa: BLE001 - a failed cell, a dead kernel, a cell timeout, a kernel that never started
-        name = type(e).__name__
-        failed.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(e, PapermillExecutionError):
-            shutil.move(str(partial), str(failed))
-            what = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
-            said = f"notebook {nb.name} {what}; the executed copy with the error is {failed}"
-        else:
-            if "Timeout" in name:
-                what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
-                        f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
-            elif "DeadKernel" in name:
-                what = (f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
-                        f"killed process are the usual causes")
-            else:
-                what = f"the kernel stopped ({name}: {e})"
-            # the executed copy papermill left (or the source) with a first cell saying why it did not finish
-            copy = nbformat.read(str(partial if partial.is_file() else nb), as_version=4)
-            note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {what}")
-            note.metadata["tags"] = ["midas-run-failure"]
-            copy.cells.insert(0, note)
-            nbformat.write(copy, str(failed))
-            partial.unlink(missing_ok=True)
-            said = f"notebook {nb.name}: {what}; the executed copy is {failed}"
-        manifest.record_failure(run_id, nb.name, what)
-        raise RuntimeError(said) from None
-    stamped = nbformat.read(str(partial), as_version=4)  # the run id in its metadata (run manifest)
-    stamped.metadata["midas_nb"] = dict(run_id=run_id, profile=spec.profile, parameters=params)
-    nbformat.write(stamped, str(partial))
-    partial.replace(out_dir / nb.name)
-    print(f"    done in {time.time() - t0:.0f} s -> {out_dir / nb.name}", flush=True)
 
 
 def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
@@ -292,7 +30,7 @@ def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
-            _selected(args.notebooks)
+            runner.selected(args.notebooks)
         from .runspec import spec_from_args
 
         spec, problems = spec_from_args(args)
@@ -362,11 +100,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_strip(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths] or notebook_paths()
-    sources = [p.name for p in paths if args.in_place and _is_source_dir(p.parent)]
+    sources = [p.name for p in paths if args.in_place and runner.is_source_dir(p.parent)]
     if sources:
         which = f"the source notebook(s) {', '.join(sources)}" if args.paths else "every source notebook"
         return _answer("strip-solutions", [
-            f"--in-place would remove the solutions from {which} in {notebooks_dir()}; expected copies to "
+            f"--in-place would remove the solutions from {which} in {runner.notebooks_dir()}; expected copies to "
             "overwrite named (e.g. midas-nb strip-solutions --in-place course/02_copy.ipynb), or no --in-place"])
     import nbformat
 
@@ -395,7 +133,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
     where = "" if args.input else " (or name the run's directory with --input DIR)"
-    if _is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
+    if runner.is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
