@@ -58,6 +58,10 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {n for names in _LAZY.values() for n in names} | {"list_metrics", "get_metric"})
+
+
 __all__ = [
     "MetricSpec",
     "register_metric",

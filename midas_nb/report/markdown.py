@@ -44,26 +44,24 @@ def _builds_seeds(r: Mapping[str, Any]) -> str:
     return f"{_builds(r)} × {_int(float(r['n_seeds']) / _builds(r))}" if is_number(r.get("n_seeds")) else ""
 
 
+def _block(tables: Mapping[str, pd.DataFrame], name: str, ds: str = "", bb: str = "") -> pd.DataFrame:
+    """The rows of one dataset × backbone block of table ``name`` (``ds = bb = ""``: the run's provenance rows)."""
+    t = tables[name]
+    return t[(t["dataset"] == ds) & (t["backbone"] == bb)]
+
+
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
-    p = tables["provenance"]
-    g = p[(p["dataset"] == ds) & (p["backbone"] == bb) & (p["setting"] != "missing cell")]
+    g = _block(tables, "provenance", ds, bb).query("setting != 'missing cell'")
     return dict(zip(g["setting"], g["value"]))
 
 
 def _missing_list(tables: Mapping[str, pd.DataFrame]) -> list[str]:
-    p = tables["provenance"]
-    return list(p.loc[p["setting"] == "missing cell", "value"])
+    return list(tables["provenance"].query("setting == 'missing cell'")["value"])
 
 
 def _blocks(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str]]:
     p = tables["provenance"]
     return list(dict.fromkeys((d, b) for d, b in zip(p["dataset"], p["backbone"]) if d))
-
-
-def _three(tables: Mapping[str, pd.DataFrame], ds: str, bb: str) -> pd.DataFrame:
-    """The rows of one dataset × backbone block of the three-condition table."""
-    tc = tables["three_conditions"]
-    return tc[(tc["dataset"] == ds) & (tc["backbone"] == bb)]
 
 
 def _band_text(r: Mapping[str, Any]) -> str:
@@ -93,15 +91,17 @@ def _section_note(g: Mapping[str, str], section: str) -> str:
     return f" — ⚠ {v}" if v.startswith("INCOMPLETE") else ""
 
 
-#: band statuses whose ``band_reason`` says why D is missing, not how the baseline was checked
-_NOT_A_CHECK = ("undefined", "no reference")
+def _first_check(t: pd.DataFrame, col: str, status: str, skip: Sequence[str]) -> str:
+    """The first ``col`` text (a baseline's faithfulness check, ``band_reason``) of the rows of ``t`` whose condition
+    is not in ``skip``; a row whose ``status`` is "undefined" or "no reference" says why D is missing, no check."""
+    return next((r for r, c, s in zip(t.get(col, ()), t["condition"], t[status])
+                 if c not in skip and isinstance(r, str) and r and s not in ("undefined", "no reference")), "")
 
 
 def _reference_note(t: pd.DataFrame) -> str:
     """The reference's faithfulness test behind the band column of a block (``band_reason``)."""
-    rs = [str(r) for r, c, s in zip(t.get("band_reason", ()), t["condition"], t["status"])
-          if c != "reference" and str(r) and s not in _NOT_A_CHECK]
-    return f"Reference check: {rs[0]}.\n" if rs else ""
+    check = _first_check(t, "band_reason", "status", ["reference"])
+    return f"Reference check: {check}.\n" if check else ""
 
 
 def _random_map_note(t: pd.DataFrame) -> str:
@@ -113,12 +113,10 @@ def _random_map_note(t: pd.DataFrame) -> str:
                  t["status_vs_random_map"]) if c != "random_map" and is_number(d)]
     if not parts:
         return ""
-    checks = [str(r) for r, c, s in zip(t.get("band_reason_vs_random_map", pd.Series(dtype=object)), t["condition"],
-                                         t["status_vs_random_map"])
-              if c not in ("random_map", "reference") and isinstance(r, str) and r and s not in _NOT_A_CHECK]
     # the band against the control rests on the control's own faithfulness check, not the reference's
+    check = _first_check(t, "band_reason_vs_random_map", "status_vs_random_map", ["random_map", "reference"])
     return ("D vs random_map (pp): " + "; ".join(parts) + ".\n"
-            + (f"Control check (the band of this line): {checks[0]}.\n" if checks else ""))
+            + (f"Control check (the band of this line): {check}.\n" if check else ""))
 
 
 def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
@@ -144,23 +142,17 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
     return body
 
 
-def _smoke_note(prov: Mapping[str, str]) -> str:
-    """A warning above the tables where the profile calls its run kind "not a result"."""
-    kind = str(prov.get("run kind", ""))
-    if not kind.endswith("not a result"):
-        return ""
-    head, _, what = kind.partition(" — ")
-    return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
-            f"({what or kind}); the reference results come from the `quick` profile on the three real subsets "
-            f"(the committed `results/`).\n\n")
-
-
 def _warning_note(prov: Mapping[str, str], blocks: Sequence[tuple[str, str]]) -> str:
-    """The warning above the tables: the profile's own (:func:`_smoke_note`), else one where every block is of
-    the embedded synthetic set, else none."""
-    smoke = _smoke_note(prov)
-    if smoke or not blocks or not all(str(d).startswith("synthetic") for d, _ in blocks):
-        return smoke
+    """The warning above the tables: the profile's own where it calls its run kind "not a result", else one where
+    every block is of the embedded synthetic set, else none."""
+    kind = str(prov.get("run kind", ""))
+    head, _, what = kind.partition(" — ")
+    if kind.endswith("not a result"):
+        return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
+                f"({what or kind}); the reference results come from the `quick` profile on the three real subsets "
+                f"(the committed `results/`).\n\n")
+    if not blocks or not all(str(d).startswith("synthetic") for d, _ in blocks):
+        return ""
     return ("> **Synthetic images.** Every number below comes from the embedded synthetic set, not photos: it "
             "exercises the pipeline and does not test the paper's claims; the reference results come from the "
             "`quick` profile on the three real subsets (the committed `results/`).\n\n")
@@ -226,7 +218,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
     for ds, bb in blocks:
         claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
-                              content=content_from_d(_three(tables, ds, bb)))
+                              content=content_from_d(_block(tables, "three_conditions", ds, bb)))
         out += [f"{ds} · {bb}: {headline(claims)}\n", claims_markdown(claims) + "\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
@@ -246,7 +238,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out += [findings_paragraph(tables["findings"], ds, bb) + "\n" for ds, bb in blocks]
     out.append(f"\n## Three-condition protocol{_section_note(g, 'three_conditions')}\n")
     for ds, bb in blocks:
-        t = _three(tables, ds, bb)
+        t = _block(tables, "three_conditions", ds, bb)
         if t.empty:
             continue
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
@@ -372,7 +364,7 @@ def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
     its coverage, accuracies, and D(T5), D(T1) with their band, each beside the paper's."""
     body, fit = [], fitness(tables)
     for ds, bb in _blocks(tables):
-        p, t = _prov(tables, ds, bb), _three(tables, ds, bb)
+        p, t = _prov(tables, ds, bb), _block(tables, "three_conditions", ds, bb)
         acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
         teacher, chance = p.get("teacher test top-1"), p.get("chance, majority share", "")
         acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
@@ -440,11 +432,10 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                 f"(S = {p.get('IDAUC steps S')}). {intervals}; {bands}.\n",
                 _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy",
                            "D (pp) [95 % CI]", "parity band", "paper D (pp), DeiT-S/16"],
-                          _three_rows(_three(tables, ds, bb), compact=True)) + "\n",
+                          _three_rows(_block(tables, "three_conditions", ds, bb), compact=True)) + "\n",
                 findings_paragraph(tables["findings"], ds, bb) + "\n"]
-    banner, smoke = _incomplete_banner(g, len(_missing_list(tables))), _warning_note(g, blocks)
     lines = [README_BEGIN, f"### Reference results: `{g.get('profile')}` profile, {what}, L = {L}, b = {b}\n",
-             banner.rstrip("\n") + ("\n" if banner else ""), smoke.rstrip("\n") + ("\n" if smoke else ""), *body,
+             _incomplete_banner(g, len(_missing_list(tables)))[:-1], _warning_note(g, blocks)[:-1], *body,
              f"Full report with {full}: [{report_link}]({report_link}).", README_END]
     return "\n".join(s for s in lines if s != "")
 
@@ -453,9 +444,8 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
     """One row per finding, one column per dataset × backbone block: its verdict in words, then the backbone builds
     behind the cells — once where every cell has as many, else in each cell (tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
-    first: dict[tuple, tuple[str, int]] = {}
-    for r in findings.to_dict("records"):
-        first.setdefault((r["statement"], r["dataset"], r["backbone"]), (_verdict(r["holds"]), _builds(r)))
+    first = {(r["statement"], r["dataset"], r["backbone"]): (_verdict(r["holds"]), _builds(r))
+             for r in findings.drop_duplicates(["statement", "dataset", "backbone"]).to_dict("records")}
     ns = {n for _, n in first.values()}
     word = lambda n: f"{n} backbone build{'s' * (n > 1)}"  # noqa: E731
     cell = lambda v, n: v if len(ns) == 1 else f"{v} ({word(n)})"  # noqa: E731
