@@ -51,12 +51,14 @@ def _block(tables: Mapping[str, pd.DataFrame], name: str, ds: str = "", bb: str 
 
 
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
-    g = _block(tables, "provenance", ds, bb).query("setting != 'missing cell'")
+    g = _block(tables, "provenance", ds, bb)
+    g = g[g["setting"] != "missing cell"]
     return dict(zip(g["setting"], g["value"]))
 
 
 def _missing_list(tables: Mapping[str, pd.DataFrame]) -> list[str]:
-    return list(tables["provenance"].query("setting == 'missing cell'")["value"])
+    p = tables["provenance"]
+    return list(p.loc[p["setting"] == "missing cell", "value"])
 
 
 def _blocks(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str]]:
