@@ -1,7 +1,8 @@
 """Token pruning at depth ``L`` and budget ``b`` (DESIGN.md §3, §5).
 
 The pruned forward of a timm ViT runs blocks ``1..L`` on all ``P + N`` tokens, scores the
-``N`` patch tokens from block ``L``'s output with a :class:`~midas_nb.scorers.TokenScorer`,
+``N`` patch tokens from block ``L``'s output with a :class:`TokenScorer` (the contract of
+:mod:`midas_nb.scorers`, defined here),
 keeps the prefix tokens plus the top ``k = ceil(b·N)`` patch tokens, and runs blocks
 ``L+1..n`` (n: the backbone's number of blocks) on the really shorter sequence of ``P + k``
 tokens (so the FLOPs drop), then the final norm and head. Kept tokens keep their position embedding (it was added before
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -32,10 +33,8 @@ from torch import Tensor, nn
 from .point import Budget
 from .backbones.vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
 
-if TYPE_CHECKING:  # annotations only: the scorers (Cropr) prune through this module
-    from .scorers import TokenScorer
-
 __all__ = [
+    "TokenScorer",
     "PrunedOutput",
     "PrunedViT",
     "check_depth",
@@ -47,6 +46,79 @@ __all__ = [
     "prune_tokens",
     "pruned_forward",
 ]
+
+
+class TokenScorer(nn.Module):
+    """Base class of token scorers: ``[B,P+N,D]`` hidden states of block ``L`` → ``[B,N]`` scores.
+
+    Subclasses override only :meth:`score`. ``forward(tokens, num_prefix, attn=None)`` checks
+    shapes and calls it. Scorers whose class sets ``needs_attention = True`` also receive the
+    attention probabilities of block ``L`` (``[B,H,T,T]``); :func:`midas_nb.pruning.pruned_forward`
+    records them only for such scorers.
+
+    One optional hook serves scorer families with an objective of their own (Cropr's auxiliary
+    head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers.cropr`, :mod:`midas_nb.scorers.iared`):
+    :meth:`training_loss`, used by :func:`midas_nb.train.train_scorers` instead of the default
+    ``L_cls`` (its default, ``None``, keeps the standard behaviour). The scorers live in
+    :mod:`midas_nb.scorers`, above this floor; the contract sits here, beside the pruned forward
+    that calls it (decision 0075).
+
+    Class attributes:
+        needs_attention: the scorer reads block ``L``'s attention (default ``False``).
+        trainable: the scorer has parameters that :mod:`midas_nb.train` trains.
+    """
+
+    needs_attention: bool = False
+    trainable: bool = False
+
+    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        """Scores of the patch tokens (higher = keep).
+
+        Args:
+            tokens: ``[B,P+N,D]`` output of block ``L`` (prefix tokens first).
+            num_prefix: ``P``.
+            attn: ``[B,H,P+N,P+N]`` attention of block ``L`` (only for ``needs_attention``).
+
+        Returns:
+            ``[B,N]`` float scores.
+        """
+        raise NotImplementedError
+
+    def training_loss(
+        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
+        num_prefix: int,
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
+
+        ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorers`
+        (cross-entropy of the relaxed pruned forward). A family with its own objective returns
+        ``(loss, logits, scores)``: the scalar loss that replaces ``L_cls`` (``λ·L_ga`` is still
+        added when a target is given), ``[B,C]`` logits whose accuracy is logged, and the
+        ``[B,N]`` scores (differentiable) that ``L_ga`` would distil into.
+
+        Args:
+            backbone: the frozen timm ViT (eval mode, ``requires_grad=False``).
+            hidden: ``[B,P+N,D]`` block-``L`` output (from the cache; no graph to the backbone).
+            labels: ``[B]`` long ground-truth labels.
+            depth: ``L``.
+            budget: ``b``.
+            num_prefix: ``P``.
+        """
+        return None
+
+    def forward(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
+        if tokens.dim() != 3:
+            raise ValueError(f"tokens must be [B,T,D], got {tuple(tokens.shape)}")
+        if not 0 <= num_prefix < tokens.shape[1]:
+            raise ValueError(f"num_prefix must be in [0, T={tokens.shape[1]}), got {num_prefix}")
+        if self.needs_attention and attn is None:
+            raise ValueError(f"{type(self).__name__} needs the attention of block L ([B,H,T,T]); got None")
+        s = self.score(tokens, num_prefix, attn)
+        B, T, _ = tokens.shape
+        if s.shape != (B, T - num_prefix):
+            raise RuntimeError(f"{type(self).__name__}.score returned {tuple(s.shape)}, "
+                               f"expected [B,N]=({B},{T - num_prefix})")
+        return s
 
 
 @dataclass

@@ -295,6 +295,15 @@ def test_the_parity_band_is_one_constant(monkeypatch):
     assert dec.PARITY_BAND == 0.01 and t5() == "outside band" and find() is False
     monkeypatch.setattr(dec, "PARITY_BAND", 0.03)
     assert t5() == "in band" and find() is True
+    # ... because no signature carries a band of its own: every parameter named *band* defaults to None
+    import ast, pathlib
+    for path in pathlib.Path(dec.__file__).parents[1].rglob("*.py"):
+        for fn in (n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)):
+            a = fn.args.posonlyargs + fn.args.args
+            pairs = [*zip(a[len(a) - len(fn.args.defaults):], fn.args.defaults),
+                     *zip(fn.args.kwonlyargs, fn.args.kw_defaults)]
+            assert all(d is None or ast.literal_eval(d) is None for x, d in pairs if "band" in x.arg), \
+                f"{path}: {fn.name}"
 
 
 def test_every_band_verdict_states_what_its_sample_resolves():

@@ -206,6 +206,32 @@ def test_cropr_loss_leaves_the_backbone_without_gradient():
     assert scorer.mlp.fc1.weight.grad.abs().sum() > 0 and scorer.head.weight.grad.abs().sum() > 0
 
 
+def test_family_readouts_are_the_families_own_forwards():
+    """metrics.family_readout: Cropr's LLF accuracy at L = n−1 is the full model's (nothing is pruned
+    before the fused final block) and its aux accuracy the auxiliary head's; IA-RED²'s threshold rule
+    keeps the tokens with π > 0.5 (here 3 of 16) and scores masked_logits; other scorers add nothing."""
+    from midas_nb.metrics import family_readout
+    from midas_nb.scorers import ReferenceScorer
+    model, images, labels = tiny_vit(depth=4), torch.randn(6, 3, 32, 32), torch.tensor([0, 1, 2, 3, 0, 1])
+    torch.manual_seed(2)
+    cropr = CroprScorer(32, num_classes=4, num_heads=2).eval()
+    with torch.no_grad():
+        hidden, scores = score_tokens(model, images, cropr, 3)
+        out = family_readout(cropr, model, hidden, labels, scores, depth=3, budget=0.25, num_prefix=1)
+        assert out["accuracy_llf"] == pytest.approx(float((model(images).argmax(-1) == labels).float().mean()))
+        assert out["aux_accuracy"] == float((cropr.aux_logits(hidden, 1).argmax(-1) == labels).float().mean())
+        assert out["accuracy_llf_lo"] <= out["accuracy_llf"] <= out["accuracy_llf_hi"] and "throughput_llf" not in out
+        iared, probs = IARedScorer(32, num_heads=2, seed=0), torch.full((6, 16), 0.4)
+        probs[:, :3] = 0.9
+        out = family_readout(iared, model, hidden, labels, probs, depth=3, budget=0.25, num_prefix=1)
+        keep = torch.zeros(6, 16, dtype=torch.bool)
+        keep[:, :3] = True
+        expected = (masked_logits(model, hidden, keep, 3).argmax(-1) == labels).float().mean()
+    assert out["threshold_keep_rate"] == pytest.approx(3 / 16) and out["threshold"] == 0.5
+    assert out["threshold_accuracy"] == pytest.approx(float(expected))
+    assert family_readout(ReferenceScorer(), model, hidden, labels, scores, depth=3, budget=0.25, num_prefix=1) == {}
+
+
 def test_cropr_last_layer_fusion():
     model = tiny_vit(depth=4)
     torch.manual_seed(2)

@@ -74,6 +74,21 @@ def test_registry_lists_every_id():
         get_target("T9")
 
 
+def test_targets_scorers_and_metrics_share_one_registry():
+    """One class (targets.registry.Registry) holds all three: a name added twice and an unknown
+    name fail alike, the message naming the kind (and the known names)."""
+    from midas_nb.metrics.registry import _METRICS
+    from midas_nb.scorers.base import _SCORERS
+    from midas_nb.targets.registry import _REGISTRY, Registry
+    for reg, kind, known in ((_REGISTRY, "target", "T0"), (_SCORERS, "scorer", "mlp"),
+                             (_METRICS, "metric", "part_miou")):
+        assert isinstance(reg, Registry) and known in reg
+        with pytest.raises(ValueError, match=f"{kind} '{known}' is already registered"):
+            reg.add(known, None)
+        with pytest.raises(ValueError, match=f"unknown {kind} 'nope'; expected one of .*'{known}'"):
+            reg["nope"]
+
+
 @pytest.mark.parametrize("target_id", ALL_IDS)
 def test_every_target_is_finite_b_by_n(model, images, target_id):
     c = torch.tensor([0, 3, 1])

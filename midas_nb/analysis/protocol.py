@@ -21,8 +21,8 @@ condition and seed, prunes at ``(L, b)`` and evaluates on the test split:
 - scorer families that are conditions of their own (``cropr``, ``iared``;
   :func:`midas_nb.scorers.list_scorer_conditions`, :mod:`midas_nb.scorers`) — built by name,
   trained with their own objective (:meth:`~midas_nb.scorers.TokenScorer.training_loss`) on the
-  same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their
-  :meth:`~midas_nb.scorers.TokenScorer.evaluation_extras` add columns to their rows.
+  same cached block-``L`` states and evaluated by top-``k`` at the same ``(L, b)``; their own
+  readouts (:func:`midas_nb.metrics.family_readout`) add columns to their rows.
 
 Seeds: trainable conditions train once per seed (seed = MLP initialisation and batch order);
 ``random`` draws its ranking from each seed; ``reference`` is deterministic — it is evaluated
@@ -70,8 +70,8 @@ from ..config import PRECISIONS
 from ..progress import tqdm
 
 from ..data import collate_samples, evaluation_subset
-from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, insertion_deletion_auc,
-                      iou_ceiling, measure_speed, part_miou, point_in_box)
+from ..metrics import (InsDel, bootstrap_ci, box_coverage, box_share, centre_in_box, family_readout,
+                      insertion_deletion_auc, iou_ceiling, measure_speed, part_miou, point_in_box)
 from ..pruning import check_depth, prune_tokens
 from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..identity import dataset_identity, state_dict_digest
@@ -227,17 +227,20 @@ def _load_images(dataset, n: int | Sequence[int], batch_size: int) -> Tensor:
     return torch.cat([b.images for b in DataLoader(sub, batch_size=batch_size, collate_fn=collate_samples)])
 
 
-def _insdel(backbone, ev: "_EvalSplit", scores: list[Tensor], steps: int, batch_size: int, device) -> list[InsDel]:
+def _insdel(backbone, ev: "_EvalSplit", scores: list[Tensor], steps: int, batch_size: int, device,
+            progress: bool = False) -> list[InsDel]:
     """Token-space IDAUC of each of ``K`` rankings of the IDAUC images, from their tokens and all-token ``p_c``
     (embedded and classified once per split, :func:`_idauc_inputs`), the rankings of a chunk of images in one
     call; a ranking seen before in this split (the reference at another budget, the random ranking) is not
-    measured twice (decision 0071)."""
+    measured twice (decision 0071). ``progress``: a bar over the chunks of images (the longest silent phase)."""
     keys = [hash((steps, s.numpy().tobytes())) for s in scores]
     new = list(dict.fromkeys(k for k in keys if k not in ev.insdel_memo))
     todo = [scores[keys.index(k)] for k in new]
     if todo:
         K, parts, (tokens, full), cls = len(todo), [], ev.idauc_inputs, ev.full_pred[ev.ipos]
-        for i in range(0, tokens.shape[0], batch_size):
+        chunks = range(0, tokens.shape[0], batch_size)
+        for i in tqdm(chunks, desc=f"insertion/deletion, {K} rankings", unit="image batch",
+                      disable=not progress or len(chunks) < 2):
             sl = slice(i, i + batch_size)
             parts.append(insertion_deletion_auc(backbone, tokens[sl].to(device).repeat(K, 1, 1),
                                                 torch.cat([s[sl] for s in todo]).to(device), steps,
@@ -687,7 +690,7 @@ def _evaluate(points: list[tuple[_Run, _EvalSplit, _Speed, dict[tuple[str, int],
         with run.amp():
             insdels = [d for i in range(0, len(ranked), per_call)
                        for d in _insdel(run.backbone, ev, ranked[i:i + per_call], run.params["idauc_steps"],
-                                        run.ebs, run.device)]
+                                        run.ebs, run.device, run.progress)]
     rows, i = {}, 0
     for (run, ev, speed, trained), (scores, logits, keep_masks) in zip(points, evaluated):
         for j, ((cond, seed), t) in enumerate(trained.items()):
@@ -730,7 +733,7 @@ def _row(run: _Run, ev: _EvalSplit, speed: _Speed, cond: str, seed: int, t: _Tra
                temperature=float(p["temperature"]), distill_form=p["distill_form"],
                epochs=int(p["epochs"]) if t.kind not in ("reference", "random") else 0, **t.info)
     if is_family:
-        row.update(t.scorer.evaluation_extras(
-            backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
+        row.update(family_readout(
+            t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
             num_prefix=cache.num_prefix, images=speed.images))
     return row

@@ -25,7 +25,7 @@ with the merged table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TYPE_CHECKING
+from typing import Any, Sequence
 
 import pandas as pd
 from torch import nn
@@ -37,9 +37,6 @@ from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
 from ..metrics.perturbation import perturbation_table
-
-if TYPE_CHECKING:  # the study's typed settings (a layer above; annotations only)
-    from ..study.settings import ProtocolSettings
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
            "run_related", "speed_table", "speed_note", "family_table"]
@@ -144,7 +141,7 @@ def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def speed_note(protocol: pd.DataFrame, settings: ProtocolSettings) -> str:
+def speed_note(protocol: pd.DataFrame, settings: Any) -> str:
     """The settings line of :func:`speed_table`: the images and device of the one interleaved
     throughput measurement that every row and the unpruned model share
     (:func:`midas_nb.metrics.measure_speed`), and the images of the accuracy.

@@ -18,7 +18,8 @@ metric                      higher better   source
 
 Helpers: ``patch_score`` (the LaSt-ViT map behind ``point_in_box``), ``centre_in_box`` and
 ``box_share`` (the two Point-in-Box baselines), ``curve_auc``
-(trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate) and ``bootstrap_ci``
+(trapezoid rule), ``gaussian_blur`` (the RISE insertion substrate), ``family_readout`` (Cropr's
+last-layer fusion and IA-RED²'s threshold rule, the scorer families' own columns) and ``bootstrap_ci``
 (:mod:`midas_nb.metrics.stats`: percentile bootstrap over images, Efron & Tibshirani, 1993, *An Introduction to the
 Bootstrap*, ch. 13).
 
@@ -42,7 +43,8 @@ _LAZY = {".coverage": ("COVERAGE_KINDS", "INFORMATIVE_BOX_MAX_FRACTION", "PartIo
                        "iou_ceiling", "part_miou"),
          ".insdel": ("InsDel", "curve_auc", "gaussian_blur", "insertion_counts", "insertion_deletion_auc"),
          ".lastvit": ("box_share", "centre_in_box", "centre_patch", "patch_score", "point_in_box"),
-         ".speed": ("SPEED_ROUNDS", "measure_speed", "measure_throughput", "measure_throughputs", "pruned_accuracy")}
+         ".speed": ("SPEED_ROUNDS", "family_readout", "measure_speed", "measure_throughput", "measure_throughputs",
+                    "pruned_accuracy")}
 
 
 def __getattr__(name: str) -> Any:
@@ -93,6 +95,7 @@ __all__ = [
     "measure_throughput",
     "measure_throughputs",
     "measure_speed",
+    "family_readout",
     "SPEED_ROUNDS",
     "bootstrap_ci",
     "COVERAGE_KINDS",

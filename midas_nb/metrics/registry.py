@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
-
-
+from ..point import Registry
 
 MetricCategory = Literal["localisation", "faithfulness", "decoupling", "accuracy", "efficiency"]
 
@@ -40,7 +39,7 @@ class MetricSpec:
         return self.fn(*args, **kwargs)
 
 
-_METRICS: dict[str, MetricSpec] = {}
+_METRICS = Registry("metric")
 
 
 def register_metric(
@@ -55,10 +54,8 @@ def register_metric(
     """Decorator registering ``fn`` under ``name``; also sets ``fn.higher_is_better``."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in _METRICS:
-            raise ValueError(f"metric {name!r} is already registered")
-        _METRICS[name] = MetricSpec(name, fn, higher_is_better, category, reference, summary,
-                                    dict(field_directions or {}))
+        _METRICS.add(name, MetricSpec(name, fn, higher_is_better, category, reference, summary,
+                                      dict(field_directions or {})))
         fn.higher_is_better = higher_is_better  # type: ignore[attr-defined]
         fn.metric_reference = reference  # type: ignore[attr-defined]
         return fn
@@ -72,11 +69,6 @@ def list_metrics(category: MetricCategory | None = None) -> list[str]:
 
 
 def get_metric(name: str) -> MetricSpec:
-    """The :class:`MetricSpec` registered under ``name``.
-
-    Raises:
-        ValueError: for an unknown name (the message lists the known ones).
-    """
-    if name not in _METRICS:
-        raise ValueError(f"unknown metric {name!r}; expected one of {list_metrics()}")
+    """The :class:`MetricSpec` registered under ``name`` (``ValueError`` for an unknown name, listing
+    the known ones)."""
     return _METRICS[name]

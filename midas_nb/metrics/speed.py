@@ -1,18 +1,18 @@
-"""Accuracy of the pruned model and device-synchronised throughput."""
+"""Accuracy of the pruned model, device-synchronised throughput and the scorer families' own
+readouts (Cropr's last-layer fusion, IA-RED²'s threshold rule: :func:`family_readout`)."""
 from __future__ import annotations
 
 import statistics
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from ..pruning import pruned_forward
+from ..pruning import TokenScorer, pruned_forward
+from ..scorers import CroprScorer, IARedScorer, cropr_forward, masked_logits, prune_tokens_llf
 from .registry import register_metric
-
-if TYPE_CHECKING:  # annotations only: the scorers sit above the metrics
-    from ..scorers import TokenScorer
+from .stats import bootstrap_ci
 
 
 @register_metric("pruned_accuracy", higher_is_better=True, category="accuracy",
@@ -171,3 +171,75 @@ def measure_speed(backbone: nn.Module, images: Tensor, points: Sequence[tuple[in
                 for L, b in points for k, s in scorers.items()})
     rates = measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
     return rates["full"], {(L, b): {k: rates[(L, b, k)] for k in scorers} for L, b in points}
+
+
+def _cropr_readout(scorer: CroprScorer, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *,
+                   depth: int, budget: float, num_prefix: int, images: Tensor | None) -> dict[str, Any]:
+    device = next(backbone.parameters()).device
+    llf, aux = [], []
+    with torch.no_grad():
+        for i in range(0, hidden.shape[0], 64):
+            h = hidden[i:i + 64].to(device, torch.float32)
+            llf.append(prune_tokens_llf(backbone, h, scores[i:i + 64].to(device), depth, budget)
+                       .logits.argmax(-1).cpu())
+            aux.append(scorer.aux_logits(h, num_prefix).argmax(-1).cpu())
+    labels = labels.cpu()
+    mean, lo, hi = bootstrap_ci((torch.cat(llf) == labels).float())
+    out: dict[str, Any] = dict(accuracy_llf=mean, accuracy_llf_lo=lo, accuracy_llf_hi=hi,
+                               aux_accuracy=float((torch.cat(aux) == labels).float().mean()))
+    if images is not None:
+        speed = {True: 0.0, False: 0.0}
+        for _ in range(2):
+            for fusion in (False, True):
+                speed[fusion] = max(speed[fusion], measure_throughput(
+                    lambda x, f=fusion: cropr_forward(backbone, x, scorer, depth, budget, fusion=f).logits,
+                    images, repeats=3, warmup=1))
+        out.update(throughput_llf=speed[True], llf_speed_ratio=speed[True] / speed[False])
+    return out
+
+
+def _iared_readout(scorer: IARedScorer, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *,
+                   depth: int, budget: float, num_prefix: int, images: Tensor | None) -> dict[str, Any]:
+    device = next(backbone.parameters()).device
+    keep = scores > scorer.threshold
+    preds = []
+    with torch.no_grad():
+        for i in range(0, hidden.shape[0], 64):
+            preds.append(masked_logits(backbone, hidden[i:i + 64].to(device, torch.float32),
+                                       keep[i:i + 64].to(device), depth).argmax(-1).cpu())
+    mean, lo, hi = bootstrap_ci((torch.cat(preds) == labels.cpu()).float())
+    return dict(threshold_keep_rate=float(keep.float().mean()), threshold_accuracy=mean,
+                threshold_accuracy_lo=lo, threshold_accuracy_hi=hi, threshold=scorer.threshold)
+
+
+def family_readout(scorer: TokenScorer, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *,
+                   depth: int, budget: float, num_prefix: int, images: Tensor | None = None) -> dict[str, Any]:
+    """A scorer family's own columns of its protocol rows (DESIGN.md §5); ``{}`` for other scorers.
+
+    - Cropr (:class:`~midas_nb.scorers.CroprScorer`): ``accuracy_llf`` (+ bootstrap CI,
+      ``accuracy_llf_lo``/``_hi``) of the last-layer-fusion forward
+      (:func:`~midas_nb.scorers.prune_tokens_llf`), ``aux_accuracy`` of the auxiliary head and,
+      given ``images``, ``throughput_llf`` (images/s) with ``llf_speed_ratio`` = LLF / plain Cropr
+      pruning, both timed in alternation (the best of two rounds each) so that the ratio does not
+      depend on the machine's load. Bergner et al., 2025, https://arxiv.org/abs/2412.00965.
+    - IA-RED² (:class:`~midas_nb.scorers.IARedScorer`): the interpreter's own rule, keep
+      ``π_j > threshold`` (:func:`~midas_nb.scorers.masked_logits`): ``threshold_keep_rate`` (mean
+      kept fraction), ``threshold_accuracy`` (+ bootstrap CI) and ``threshold``. Pan et al., 2021,
+      https://arxiv.org/abs/2106.12620.
+
+    Args:
+        scorer: the trained scorer.
+        backbone: the frozen timm ViT.
+        hidden: ``[n,P+N,D]`` block-``L`` states of the evaluated test images (CPU cache).
+        labels: ``[n]`` long labels.
+        scores: ``[n,N]`` this scorer's scores of those images.
+        depth, budget, num_prefix: ``L``, ``b``, ``P``.
+        images: ``[B,3,H,W]`` a batch on the backbone's device for throughput, or ``None``.
+
+    Returns:
+        ``{column: value}``, merged into the row.
+    """
+    readout = (_cropr_readout if isinstance(scorer, CroprScorer) else _iared_readout if isinstance(scorer, IARedScorer)
+               else None)
+    return {} if readout is None else readout(scorer, backbone, hidden, labels, scores, depth=depth, budget=budget,
+                                              num_prefix=num_prefix, images=images)

@@ -19,8 +19,8 @@ Further families (``cropr``, ``iared``; DESIGN.md §5, :mod:`midas_nb.scorers.cr
 themselves with :func:`register_scorer` (``condition=True``: a protocol condition of its own) and
 are built by name with :func:`build_scorer`. A family with its own objective (an auxiliary head,
 REINFORCE) overrides :meth:`TokenScorer.training_loss`, which :func:`midas_nb.train.train_scorers`
-calls in place of the default ``L_cls``; :meth:`TokenScorer.evaluation_extras` adds
-family-specific columns to its protocol rows.
+calls in place of the default ``L_cls``. The contract :class:`TokenScorer` is defined on the
+floor below, in :mod:`midas_nb.pruning` (the pruned forward calls it), and re-exported here.
 
 Example::
 
@@ -30,12 +30,14 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from ..pruning import TokenScorer
 from ..targets import cls_attention_map
+from ..targets.registry import Registry
 
 __all__ = [
     "TokenScorer",
@@ -52,97 +54,6 @@ __all__ = [
 
 #: the T0 operator on one block's attention (:func:`midas_nb.targets.cls_attention_map`)
 cls_attention = cls_attention_map
-
-
-class TokenScorer(nn.Module):
-    """Base class of token scorers: ``[B,P+N,D]`` hidden states of block ``L`` → ``[B,N]`` scores.
-
-    Subclasses override only :meth:`score`. ``forward(tokens, num_prefix, attn=None)`` checks
-    shapes and calls it. Scorers whose class sets ``needs_attention = True`` also receive the
-    attention probabilities of block ``L`` (``[B,H,T,T]``); :func:`midas_nb.pruning.pruned_forward`
-    records them only for such scorers.
-
-    Two optional hooks serve scorer families with an objective of their own (Cropr's auxiliary
-    head, IA-RED²'s REINFORCE; :mod:`midas_nb.scorers.cropr`, :mod:`midas_nb.scorers.iared`): :meth:`training_loss` (used by
-    :func:`midas_nb.train.train_scorers` instead of the default ``L_cls``) and
-    :meth:`evaluation_extras` (extra columns of the scorer's protocol rows). The defaults
-    (``None`` and ``{}``) keep the standard behaviour.
-
-    Class attributes:
-        needs_attention: the scorer reads block ``L``'s attention (default ``False``).
-        trainable: the scorer has parameters that :mod:`midas_nb.train` trains.
-    """
-
-    needs_attention: bool = False
-    trainable: bool = False
-
-    def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
-        """Scores of the patch tokens (higher = keep).
-
-        Args:
-            tokens: ``[B,P+N,D]`` output of block ``L`` (prefix tokens first).
-            num_prefix: ``P``.
-            attn: ``[B,H,P+N,P+N]`` attention of block ``L`` (only for ``needs_attention``).
-
-        Returns:
-            ``[B,N]`` float scores.
-        """
-        raise NotImplementedError
-
-    def training_loss(
-        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
-        num_prefix: int,
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
-
-        ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorers`
-        (cross-entropy of the relaxed pruned forward). A family with its own objective returns
-        ``(loss, logits, scores)``: the scalar loss that replaces ``L_cls`` (``λ·L_ga`` is still
-        added when a target is given), ``[B,C]`` logits whose accuracy is logged, and the
-        ``[B,N]`` scores (differentiable) that ``L_ga`` would distil into.
-
-        Args:
-            backbone: the frozen timm ViT (eval mode, ``requires_grad=False``).
-            hidden: ``[B,P+N,D]`` block-``L`` output (from the cache; no graph to the backbone).
-            labels: ``[B]`` long ground-truth labels.
-            depth: ``L``.
-            budget: ``b``.
-            num_prefix: ``P``.
-        """
-        return None
-
-    def evaluation_extras(
-        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *, depth: int,
-        budget: float, num_prefix: int, images: Tensor | None = None,
-    ) -> dict[str, Any]:
-        """Family-specific columns of a protocol row (default: none).
-
-        Args:
-            backbone: the frozen timm ViT.
-            hidden: ``[n,P+N,D]`` block-``L`` states of the evaluated test images (CPU cache).
-            labels: ``[n]`` long labels.
-            scores: ``[n,N]`` this scorer's scores of those images.
-            depth, budget, num_prefix: ``L``, ``b``, ``P``.
-            images: ``[B,3,H,W]`` a batch on the backbone's device for throughput, or ``None``.
-
-        Returns:
-            ``{column: value}`` merged into the row.
-        """
-        return {}
-
-    def forward(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
-        if tokens.dim() != 3:
-            raise ValueError(f"tokens must be [B,T,D], got {tuple(tokens.shape)}")
-        if not 0 <= num_prefix < tokens.shape[1]:
-            raise ValueError(f"num_prefix must be in [0, T={tokens.shape[1]}), got {num_prefix}")
-        if self.needs_attention and attn is None:
-            raise ValueError(f"{type(self).__name__} needs the attention of block L ([B,H,T,T]); got None")
-        s = self.score(tokens, num_prefix, attn)
-        B, T, _ = tokens.shape
-        if s.shape != (B, T - num_prefix):
-            raise RuntimeError(f"{type(self).__name__}.score returned {tuple(s.shape)}, "
-                               f"expected [B,N]=({B},{T - num_prefix})")
-        return s
 
 
 class ReferenceScorer(TokenScorer):
@@ -215,7 +126,7 @@ class RandomScorer(TokenScorer):
         return s.to(device=tokens.device, dtype=tokens.dtype)
 
 
-_SCORERS: dict[str, Callable[..., TokenScorer]] = {}
+_SCORERS = Registry("scorer")
 _CONDITIONS: list[str] = []
 def register_scorer(
     name: str, *, condition: bool = False,
@@ -234,9 +145,7 @@ def register_scorer(
         ValueError: if ``name`` is already registered.
     """
     def deco(factory: Callable[..., TokenScorer]) -> Callable[..., TokenScorer]:
-        if name in _SCORERS:
-            raise ValueError(f"scorer {name!r} is already registered")
-        _SCORERS[name] = factory
+        _SCORERS.add(name, factory)
         if condition:
             _CONDITIONS.append(name)
         return factory
@@ -263,8 +172,6 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     Raises:
         ValueError: for an unknown name.
     """
-    if name not in _SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; expected one of {list_scorers()}")
     return _SCORERS[name](dim, **kwargs)
 
 

@@ -35,14 +35,11 @@ norm, query/key/value projections, several queries) are off by default there and
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from timm.layers import Mlp, trunc_normal_, trunc_normal_tf_
 from torch import Tensor, nn
 
-from ..metrics import bootstrap_ci, measure_throughput
 from ..pruning import PrunedOutput, keep_mask_from_indices, kept_token_indices, prune_tokens, score_tokens
 from .base import TokenScorer, register_scorer
 from ..backbones.vit import classify_tokens, gather_tokens, run_blocks
@@ -135,35 +132,6 @@ class CroprScorer(TokenScorer):
         with torch.no_grad():
             pruned = prune_tokens(backbone, hidden.detach(), scores.detach(), depth, budget).logits
         return loss, pruned, scores
-
-    def evaluation_extras(self, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *,
-                          depth: int, budget: float, num_prefix: int,
-                          images: Tensor | None = None) -> dict[str, Any]:
-        """``accuracy_llf`` (+ bootstrap CI) of the last-layer-fusion forward, ``aux_accuracy``
-        of the auxiliary head and, given ``images``, ``throughput_llf`` (images/s) with
-        ``llf_speed_ratio`` = LLF / plain Cropr pruning, both timed in alternation here (the
-        best of two rounds each) so that the ratio does not depend on the machine's load."""
-        device = next(backbone.parameters()).device
-        llf, aux = [], []
-        with torch.no_grad():
-            for i in range(0, hidden.shape[0], 64):
-                h = hidden[i:i + 64].to(device, torch.float32)
-                llf.append(prune_tokens_llf(backbone, h, scores[i:i + 64].to(device), depth, budget)
-                           .logits.argmax(-1).cpu())
-                aux.append(self.aux_logits(h, num_prefix).argmax(-1).cpu())
-        labels = labels.cpu()
-        mean, lo, hi = bootstrap_ci((torch.cat(llf) == labels).float())
-        out: dict[str, Any] = dict(accuracy_llf=mean, accuracy_llf_lo=lo, accuracy_llf_hi=hi,
-                                   aux_accuracy=float((torch.cat(aux) == labels).float().mean()))
-        if images is not None:
-            speed = {True: 0.0, False: 0.0}
-            for _ in range(2):
-                for fusion in (False, True):
-                    speed[fusion] = max(speed[fusion], measure_throughput(
-                        lambda x, f=fusion: cropr_forward(backbone, x, self, depth, budget, fusion=f).logits,
-                        images, repeats=3, warmup=1))
-            out.update(throughput_llf=speed[True], llf_speed_ratio=speed[True] / speed[False])
-        return out
 
 
 def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int,

@@ -29,17 +29,14 @@ it) and no gradient flows through it; one interpreter scores once at depth ``L``
 per group of blocks (the first group's interpreter, whose previous policy is all ones);
 evaluation ranks tokens by ``π`` and keeps the top ``k`` at the shared budget, and the
 interpreter's own rule (keep ``π_j > 0.5``) is reported beside it (``threshold_keep_rate``,
-``threshold_accuracy``) by :meth:`IARedScorer.evaluation_extras`. The official ``W_qk`` has a
+``threshold_accuracy``) by :func:`midas_nb.metrics.family_readout`. The official ``W_qk`` has a
 third, unused output block (``dim * 3``); it is left out.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
-from ..metrics import bootstrap_ci
 from ..pruning import check_depth
 from .base import TokenScorer, register_scorer
 from ..backbones.vit import classify_tokens, num_prefix_tokens
@@ -215,22 +212,6 @@ class IARedScorer(TokenScorer):
         reward = iared_reward(logits.argmax(-1) == labels, keep.float().mean(dim=1), self.penalty, self.exponent)
         loss = reinforce_loss(bernoulli_log_prob(probs, keep), reward.to(probs.device))
         return loss, logits, probs
-
-    def evaluation_extras(self, backbone: nn.Module, hidden: Tensor, labels: Tensor, scores: Tensor, *,
-                          depth: int, budget: float, num_prefix: int,
-                          images: Tensor | None = None) -> dict[str, Any]:
-        """The interpreter's own rule (keep ``π_j > threshold``): ``threshold_keep_rate`` (mean
-        kept fraction), ``threshold_accuracy`` (+ bootstrap CI)."""
-        device = next(backbone.parameters()).device
-        keep = scores > self.threshold
-        preds = []
-        with torch.no_grad():
-            for i in range(0, hidden.shape[0], 64):
-                preds.append(masked_logits(backbone, hidden[i:i + 64].to(device, torch.float32),
-                                           keep[i:i + 64].to(device), depth).argmax(-1).cpu())
-        mean, lo, hi = bootstrap_ci((torch.cat(preds) == labels.cpu()).float())
-        return dict(threshold_keep_rate=float(keep.float().mean()), threshold_accuracy=mean,
-                    threshold_accuracy_lo=lo, threshold_accuracy_hi=hi, threshold=self.threshold)
 
 
 #: heads of ``PerBlockAgent``'s own default (used where the released 6 do not divide the width)

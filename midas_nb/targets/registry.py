@@ -1,4 +1,4 @@
-"""The target registry: each target function with its taxonomy metadata (:class:`TargetInfo`)."""
+"""The target registry (:class:`TargetInfo` metadata) and :class:`Registry`, that of targets, scorers and metrics."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,13 +8,15 @@ import pandas as pd
 from torch import Tensor
 
 from ..capture import CaptureResult
+from ..point import Registry
 
 TargetFn = Callable[[CaptureResult, int, Tensor], Tensor]
 
 #: seed of the ``random`` target when neither the call nor ``capture.extras["seed"]`` gives one
 DEFAULT_RANDOM_SEED = 0
 
-_REGISTRY: dict[str, TargetFn] = {}
+
+_REGISTRY = Registry("target")
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class TargetInfo:
     group: Literal["taxonomy", "related"] = "taxonomy"
 
 
-_INFO: dict[str, TargetInfo] = {}
+_INFO = Registry("target with taxonomy metadata")
 
 
 def register_target(name: str, info: TargetInfo | None = None) -> Callable[[TargetFn], TargetFn]:
@@ -43,9 +45,7 @@ def register_target(name: str, info: TargetInfo | None = None) -> Callable[[Targ
         ValueError: if ``name`` is already registered.
     """
     def deco(fn: TargetFn) -> TargetFn:
-        if name in _REGISTRY:
-            raise ValueError(f"target {name!r} is already registered")
-        _REGISTRY[name] = fn
+        _REGISTRY.add(name, fn)
         if info is not None:
             _INFO[name] = info
         fn.target_id = name  # type: ignore[attr-defined]
@@ -59,8 +59,6 @@ def target_info(name: str) -> TargetInfo:
     Raises:
         ValueError: an unknown target, or one registered without metadata.
     """
-    if name not in _INFO:
-        raise ValueError(f"no taxonomy metadata for target {name!r}; targets with metadata: {list(_INFO)}")
     return _INFO[name]
 
 
@@ -90,11 +88,5 @@ def list_targets() -> list[str]:
 
 
 def get_target(name: str) -> TargetFn:
-    """The target function registered under ``name``.
-
-    Raises:
-        ValueError: for an unknown id (the message lists the known ones).
-    """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown target {name!r}; expected one of {list_targets()}")
+    """The target function registered under ``name`` (``ValueError`` for an unknown id, listing the known ones)."""
     return _REGISTRY[name]
