@@ -1,6 +1,7 @@
 """The pruning point ``(L, b)``: depth and budget as typed values, checked once where made
 (``Point(6, 0.25)``; ``Budget(1.5)`` raises ``ValueError``; DESIGN.md §3, docs/decisions/0058-typed-point.md),
-and the value helpers of every settings message."""
+and the value helpers of every settings message; :class:`Registry`, the name table of targets, scorers and
+metrics, sits here, torch-free, so that the report renders its tables without torch (decision 0080)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ class Point:
         if problems:
             raise ValueError("\n".join(problems))
         object.__setattr__(self, "depth", int(self.depth))
+
+
+class Registry(dict):
+    """Entries by name in registration order, for targets, scorers and metrics: a name added twice or
+    looked up unknown raises ``ValueError`` (``kind``, what it holds, names it in the message)."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+
+    def add(self, name: str, entry: Any) -> Any:
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        return self.setdefault(name, entry)
+
+    def __missing__(self, name: str) -> Any:
+        raise ValueError(f"unknown {self.kind} {name!r}; expected one of {list(self)}")

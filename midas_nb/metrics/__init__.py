@@ -28,18 +28,41 @@ excluded), ``T = P + N`` tokens, ``D`` embedding width, ``S`` insertion/deletion
 """
 from __future__ import annotations
 
-# submodules in registration order (list_metrics() keeps it)
+import importlib
+from typing import Any
+
 from .stats import bootstrap_ci, hierarchical_bootstrap
-from .registry import MetricCategory, MetricSpec, get_metric, list_metrics, register_metric
-from .coverage import (COVERAGE_KINDS, INFORMATIVE_BOX_MAX_FRACTION, PartIoU, box_coverage, informative_box,
-                       iou_ceiling, part_miou)
-from .insdel import InsDel, curve_auc, gaussian_blur, insertion_counts, insertion_deletion_auc
+from .registry import MetricCategory, MetricSpec, register_metric
 from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES,
                          PARITY_BAND, REFERENCE_CHECKS, band_resolution, decoupling_D, parity_band,
                          per_image_values)
-from .lastvit import box_share, centre_in_box, centre_patch, patch_score, point_in_box
-from .speed import (SPEED_ROUNDS, family_readout, measure_speed, measure_throughput, measure_throughputs,
-                    pruned_accuracy)
+
+#: the submodules that import torch, loaded on first use of one of their names (PEP 562), so that the report
+#: renders its tables without torch (decision 0080); ``list_metrics`` and ``get_metric`` load them all first
+_LAZY = {".coverage": ("COVERAGE_KINDS", "INFORMATIVE_BOX_MAX_FRACTION", "PartIoU", "box_coverage", "informative_box",
+                       "iou_ceiling", "part_miou"),
+         ".insdel": ("InsDel", "curve_auc", "gaussian_blur", "insertion_counts", "insertion_deletion_auc"),
+         ".lastvit": ("box_share", "centre_in_box", "centre_patch", "patch_score", "point_in_box"),
+         ".speed": ("SPEED_ROUNDS", "family_readout", "measure_speed", "measure_throughput", "measure_throughputs",
+                    "pruned_accuracy")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("list_metrics", "get_metric"):
+        for module in _LAZY:
+            importlib.import_module(module, __name__)
+        module = ".registry"
+    else:
+        module = next((m for m, names in _LAZY.items() if name in names), None)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = getattr(importlib.import_module(module, __name__), name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {n for names in _LAZY.values() for n in names} | {"list_metrics", "get_metric"})
+
 
 __all__ = [
     "MetricSpec",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
-from ..targets.registry import Registry
+from ..point import Registry
 
 MetricCategory = Literal["localisation", "faithfulness", "decoupling", "accuracy", "efficiency"]
 

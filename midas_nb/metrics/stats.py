@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
-from torch import Tensor
+
+if TYPE_CHECKING:                       # no torch at import: the report reads its tables without it
+    from torch import Tensor
 
 __all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number",
            "interval_sign"]
@@ -53,7 +55,7 @@ def bootstrap_ci(
     """
     if not (0.0 < alpha < 1.0) or n_boot < 1:
         raise ValueError(f"need 0 < alpha < 1 and n_boot ≥ 1, got alpha={alpha}, n_boot={n_boot}")
-    if isinstance(values, Tensor):
+    if hasattr(values, "detach"):       # a torch Tensor
         values = values.detach().float().cpu().numpy()
     v = np.asarray(values, dtype=np.float64).ravel()
     v = v[~np.isnan(v)]

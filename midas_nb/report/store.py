@@ -15,20 +15,7 @@ from ..identity import atomic_write_text, canonical_json
 from ..metrics.stats import is_finite_number
 from ..study import grid_spans, make_grid, placeholder_ids, protocol_settings, ReportSettings
 from ..sweeps import ResultStore
-
-
-#: the report's sections built from result cells, and how the report names them
-SECTIONS: dict[str, str] = {"three_conditions": "three-condition table", "regime": "regime grid",
-                            "scale": "scale readout"}
-
-
-class IncompleteReportError(ValueError):
-    """The result store lacks cells the profile's report needs (``--allow-incomplete`` writes it anyway)."""
-
-
-class MixedSettingsError(ValueError):
-    """The result store holds rows of settings other than the report's, one line each (``--allow-mixed-settings``
-    writes the report of its own settings anyway)."""
+from .tables import read_csv_table
 
 
 #: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed, backbone build).
@@ -223,15 +210,6 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
         else:
             extra.append(dict(zip(cols, g), status="missing", missing=text))
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
-
-
-def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
-    names it and says what was ``expected`` there."""
-    try:
-        return pd.read_csv(path, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
 
 
 def _probe_path(profile: str, store: str | Path | None = None) -> Path:

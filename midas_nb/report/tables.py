@@ -1,25 +1,15 @@
-"""The report's CSV tables (provenance, three conditions, cosine probes, regime, scale, findings) from the rows."""
+"""The report's CSV tables (:data:`TABLES`) as files: written, read back, and their findings counted by the
+fitness rule; nothing here imports torch, so ``midas-nb report --from-tables`` renders without it (decision 0080).
+:mod:`midas_nb.report.build` makes them from the result rows."""
 from __future__ import annotations
 
-import json
-import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 
-from .. import config
-from ..config import DATASET_NAMES, PAPER_BACKBONES
-from ..study import ReportSettings
-from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
-from .paper_table import order_first, paper_table
-from ..results import aggregate_seeds, coverage_name
-from ..analysis.findings import (BOOTSTRAP_SEED, backbone_fitness, ci_text, count_fitness, d_by_condition,
-                                 is_number, paper_findings, plural)
-from .store import expected_cells, mark_missing, missing_cells, read_csv_table, SECTIONS
+from ..analysis.findings import backbone_fitness, count_fitness, is_number
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
@@ -29,175 +19,23 @@ SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or unin
 TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings",
                            "backbones")
 
-
-def _first(series: pd.Series) -> Any:
-    return next(iter(series.dropna()), "")
-
-
-def _shown_path(p: str | Path) -> str:
-    """A path as the report prints it, naming no machine (docs/decisions/0021-machine-independent-report-paths.md)."""
-    p = Path(p).resolve()
-    bases = [("$MIDAS_CACHE_DIR/", config.cache_dir()), ("", config.project_root())]
-    if os.environ.get("MIDAS_RUNS_DIR"):
-        bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
-    for prefix, base in bases:
-        if p.is_relative_to(base.resolve()):
-            return prefix + p.relative_to(base.resolve()).as_posix()
-    return "…/" + "/".join(p.parts[-2:])
+#: the report's sections built from result cells, and how the report names them
+SECTIONS: dict[str, str] = {"three_conditions": "three-condition table", "regime": "regime grid",
+                            "scale": "scale readout"}
 
 
-def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
-    """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
-    return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
-
-#: how ``aggregate_seeds`` builds a condition's interval (decision 0007); tables made before this row existed
-#: used a percentile bootstrap over seeds × images, which REPORT.md then says
-MEAN_INTERVAL = ("a t interval over the seeds plus a bootstrap over the images, as for D (one seed: a percentile "
-                 "bootstrap over the images), cut at the metric's range")
+class IncompleteReportError(ValueError):
+    """The result store lacks cells the profile's report needs (``--allow-incomplete`` writes it anyway)."""
 
 
-def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
-                blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
-                exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
-    run = {"profile": s.profile, "run kind": str(s.values.get("run_kind") or s.profile),   # the profile's own words
-           "result store": _shown_path(left_out["store"]) if left_out.get("store") else "not recorded",
-           "relaxation": left_out.get("relaxation", "st"),
-           "failed cells left out": len(left_out.get("failed_cells", [])),
-           "rows of other relaxations left out": left_out.get("other_relaxation", 0),
-           "rows of other settings left out": "; ".join(f"{n} with {d}" for d, n in
-                                                        left_out.get("other_settings", {}).items()) or 0,
-           "rows of older checkpoints left out": sum(left_out.get("stale_checkpoint", {}).values()),
-           "rows superseded by a newer record": left_out.get("superseded", 0),
-           "invalid store files ignored": len(left_out.get("problems", [])),
-           "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}",
-           "interval of a mean over seeds": MEAN_INTERVAL}
-    for sec, name in SECTIONS.items():
-        n = int((exp["section"] == sec).sum())
-        k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
-        run[f"completeness: {name}"] = (f"INCOMPLETE: {k} of {n} expected cells {'has' if k == 1 else 'have'} no result"
-                                        if k else f"complete: all {n} expected cells have results")
-    out = [("", "", k, str(v)) for k, v in run.items()]
-    out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
-                                     f"{r['state']}") for r in miss.to_dict("records")]
-    versions = _distinct(rows, "versions")
-    out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
-    for ds, bb in blocks:
-        g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
-        out += [(ds, bb, k, str(v)) for k, v in _block_provenance(g, s, ds, probes_used.get((ds, bb), 0)).items()]
-    return pd.DataFrame(out, columns=["dataset", "backbone", "setting", "value"])
+class MixedSettingsError(ValueError):
+    """The result store holds rows of settings other than the report's, one line each (``--allow-mixed-settings``
+    writes the report of its own settings anyway)."""
 
 
-def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
-    """The provenance rows of one dataset × backbone block: its checkpoint and the data behind its rows, each
-    with its source (docs/decisions/0054, 0057), the sample, and what its accuracy is measured against (class
-    labels, whole-test-split top-1 and the teacher's, chance and majority share of the test split's labels)."""
-    at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-    ckpt = str(_first(g["checkpoint_id"]))
-    meta, where = _checkpoint_meta(ckpt)
-    sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
-    digests, fps = _distinct(g, "weights_digest"), _distinct(g, "dataset_fingerprint")
-    of = (f"{', '.join(map(str, _distinct(g, 'n_images', int))) or '?'} of "
-          f"{sets['test'].get('num_images') or 'M (split size: no checkpoint metadata)'} test images")
-    n_train, cap = sets["train"].get("num_images"), config.images_per_class(dict(s.values), ds)
-    block = {"checkpoint": _first(g["checkpoint_id"]),
-             "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
-             "evaluated images' fingerprint": (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
-                                               "not recorded in the result rows"),
-             "training images": str(n_train) if n_train else "not available: no checkpoint metadata"}
-    if cap is not None and (not n_train or n_train <= cap * int((meta or {}).get("num_classes") or 0)):
-        block["training images per class (cap)"] = str(cap)
-    for split, info in sets.items():
-        block[f"{split} split fingerprint"] = (
-            f"{info['fingerprint']} (checkpoint metadata {_shown_path(where)})" if info.get("fingerprint") else
-            f"not available: no {split}-split fingerprint in {_shown_path(where)}" if meta else
-            f"not available: no metadata of checkpoint {ckpt} in this machine's cache {_shown_path(where)} "
-            "(MIDAS_CACHE_DIR)")
-    block.update({"depth L, budget b": f"{s.point.depth}, {float(s.point.budget):.0%}",
-                  "seeds": ",".join(str(int(x)) for x in sorted(set(at["seed"]))) if len(at) else "",
-                  "conditions": ", ".join(c for c in order_first(at["condition"], s.conditions)
-                                          if c in set(s.conditions) | {"random"}),
-                  "coverage": coverage_name(at)})
-    for col, name in (("n_images", "test images (mIoU, accuracy)"), ("n_idauc_images", "IDAUC images"),
-                      ("idauc_steps", "IDAUC steps S"), ("n_skipped_parts", SKIPPED_ROW)):
-        block[name] = ", ".join(map(str, _distinct(at, col, int))) or "not recorded"
-    if "full_accuracy" in at.columns and at["full_accuracy"].notna().any():
-        block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
-    if config.dataset_of_label(ds) == "aircraft":
-        block["class labels"] = f"FGVC-Aircraft {_aircraft_level(ds)}"
-    if not meta:
-        block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
-    else:
-        teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-        block["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
-        if teacher is not None:
-            block["teacher test top-1"] = _f3(teacher)
-        split = _test_split(meta, ds)
-        block["chance, majority share"] = ("test split not readable on this machine" if split is None else
-                                           f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
-                                           f"present), {split.majority_fraction:.3f}")
-    pts = sorted(set(zip(g["depth"].astype(int), g["budget"].astype(float))))
-    others = sorted(set(g["condition"]) - set(s.conditions) - {"random"})
-    return dict(block, **{"(L, b) points": " ".join(f"({L}, {b:.0%})" for L, b in pts),
-                          "other conditions in the store (not in this report)": ", ".join(others) or "none",
-                          "cosine probe rows": n_probes})
-
-
-def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
-    """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
-    dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
-    sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
-                if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
-    if not sections or miss.empty:
-        return ""
-    m = miss[(miss["dataset"] == dataset) & ((miss["backbone"] == backbone) | (finding == "scale"))
-             & miss["sections"].str.split(",").apply(lambda v: bool(set(v) & sections))]
-    return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
-
-
-def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
-                 left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
-                 band: float | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
-    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``); ``profile``: a
-    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap`` resamples,
-    seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
-    ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
-    s = ReportSettings.of(profile)
-    L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
-    at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
-    main = at[at["backbone"] == s.backbone]
-    if main.empty or not (main["condition"] == "reference").any():
-        have = sorted(set(zip(rows["backbone"], rows["depth"].astype(int), rows["budget"].astype(float))))
-        raise ValueError(f"no reference rows of backbone {s.backbone!r} at L={L0}, b={b0:g} in the store; "
-                         f"it has (backbone, L, b) = {have[:8]}")
-    blocks = [(ds, s.backbone) for ds in order_first(main["dataset"], DATASET_NAMES)]
-    exp, miss = expected_cells(s, sorted(set(rows["dataset"]))), missing_cells(rows, s, left_out)
-    tc = mark_missing(_three_conditions_table(main, s, band, n_boot), exp, miss, "three_conditions",
-                      with_reference=True)
-    rg = mark_missing(_regime_table(rows, s, band, n_boot), exp, miss, "regime", with_reference=False)
-    sc = mark_missing(_scale_table(at, s, band, n_boot), exp, miss, "scale", with_reference=False)
-    pr = pd.DataFrame(columns=_PROBE_COLUMNS)          # the cosine probes of the reported checkpoints
-    if probes is not None and len(probes):
-        pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == s.backbone)]
-        pr = pr.assign(paper_max_abs=PAPER_COSINE_MAX)
-        pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
-                                                                           kind="stable").reset_index(drop=True)
-    probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
-    # the findings of each block at the profile's point, plus the scale finding of the scale readout's backbones
-    scale_bbs = _scale_display(s)
-    fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
-    fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
-                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
-                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
-                         pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
-                         scale_backbones=scale_bbs)
-    fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
-    fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
-                       zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
-    prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
-    bbt = _backbones_table(rows, probes, s, band, n_boot)
-    return counted(dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
-                        backbones=bbt))
+#: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
+BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "teacher_test_accuracy",
+                    "full_accuracy", "depth", "budget", "kind", "item", "estimate", "lo", "hi", "verdict", "evidence"]
 
 
 def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[bool, str]]:
@@ -238,197 +76,13 @@ def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return tables
 
 
-_CELL = ["dataset", "backbone", "depth", "budget"]
-_PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
-                  "n_images", "mode", "paper_max_abs"]
-#: control conditions shown beside the profile's conditions where the rows have them: the random
-#: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
-_CHECK_CONDITIONS = ("random", "random_map")
-
-
-def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
-    L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
-    conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
-                                        (main["condition"] == c).any()]
-    proto = main[main["condition"].isin(conds)]
-    # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
-    tc = paper_table(proto, depth=L0, budget=b0, n_boot=2)
-    tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
-    agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
-                          seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
-    d = d_by_condition(proto, cell, band, n_boot)
-    d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "n_builds", "D_pp_by_build", "delta_idauc",
-              "delta_idauc_lo", "delta_idauc_hi", "status", "band_reason", "reference_check"]
-    vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
-              "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
-    tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
-        agg[key + ["n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "accuracy",
-                   "accuracy_lo", "accuracy_hi"]], on=key, how="left").merge(d[key + d_cols], on=key, how="left")
-    if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
-        dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
-        tc = tc.merge(dr[key + list(vs_map.values())], on=key, how="left")
-    # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
-    # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
-    # point (the header names the paper's setting), never at another (L, b)
-    if L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"])):
-        for col in ("D_pp", "delta_idauc"):
-            fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
-            tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
-                                                             pd.Series(fill, index=tc.index, dtype=float))
-        tc["paper_status"] = [ps if isinstance(ps, str) and ps else paper_status(c, ds) or (
-            "below reference" + ("" if ds in PAPER_D_T1 else " (no value given)") if c == "T1" else "")
-            for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
-    else:
-        tc["paper_status"] = tc["paper_status"].fillna("")
-    rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "condition": {c: i for i, c in enumerate(conds)}}
-    tc = tc.sort_values(["dataset", "condition"], key=lambda c: c.map(rank[c.name]).fillna(99), kind="stable")
-    tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",
-                      "idauc", "idauc_lo", "idauc_hi", "accuracy", "accuracy_lo", "accuracy_hi", *d_cols,
-                      *vs_map.values(), "paper_D_pp", "paper_delta_idauc", "paper_status"]
-    return tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
-
-
-def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame | None:
-    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random rows only test the
-    reference, ``band_reason``, unless swept); ``None`` without such rows."""
-    swept = list(s.sweep.conditions)
-    rows = rows[rows["condition"].isin(swept + ["random"])]
-    rows = rows[rows.groupby(group)["condition"].transform(lambda c: (c == "reference").any())]
-    if not len(rows):
-        return None
-    d = d_by_condition(rows, _CELL, band, n_boot)
-    return d[~d["condition"].isin(["reference"] + (["random"] if "random" not in swept else []))].copy()
-
-
-def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """D over the regime grid: the profile's backbone, every point with a reference."""
-    rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
-                       "status", "band_reason", "n_seeds", "n_builds", "paper_expectation"]
-    rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
-    if rg is None:
-        return pd.DataFrame(columns=rg_cols)
-    rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
-                               "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
-                               for L, b in zip(rg["depth"], rg["budget"])]
-    rg = rg.sort_values(["dataset", "condition", "depth", "budget"], kind="stable")
-    return rg[rg_cols].reset_index(drop=True)
-
-
-def _scale_display(s: ReportSettings) -> list[str]:
-    """The profile's ``scale_backbones``, after its own backbone where ``other_backbones`` is false."""
-    listed = list(s.sweep.scale_backbones)
-    return listed if s.sweep.other_backbones else list(dict.fromkeys([s.backbone] + listed))
-
-
-def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """The scale readout: D of every scale backbone at the profile's point, with the paper's notes."""
-    scale_bbs = _scale_display(s)
-    sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
-               "status", "band_reason", "n_seeds", "n_builds", "miou", "idauc", "paper"]
-    sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
-    if sc is None:
-        return pd.DataFrame(columns=sc_cols)
-    # the paper's statement beside each row (backbones matched by exact timm name)
-    sc["paper"] = ["decoupling reproduces (D > 0)" if c == "T5" and bb == PAPER_BACKBONES[0] else
-                   "decoupling reverses" if c == "T5" and bb == PAPER_BACKBONES[2] else
-                   f"D = {paper_value(c, ds):+.2f} pp"
-                   if bb == PAPER_SETTING["backbone"] and paper_value(c, ds) is not None else ""
-                   for bb, c, ds in zip(sc["backbone"], sc["condition"], sc["dataset"])]
-    bb_order = {b: i for i, b in enumerate(scale_bbs)}
-    sc = sc.sort_values(["dataset", "backbone", "condition"], key=lambda s: s.map(bb_order) if s.name == "backbone"
-                        else s, kind="stable")
-    return sc[sc_cols].reset_index(drop=True)
-
-
-#: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
-BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "teacher_test_accuracy",
-                    "full_accuracy", "depth", "budget", "kind", "item", "estimate", "lo", "hi", "verdict", "evidence"]
-
-
-def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
-    """The fine-tuned checkpoint's metadata in this machine's cache and the file it came from;
-    ``(None, <cache>/checkpoints)`` where no readable ``*-<ckpt>.json`` exists."""
-    cache = config.cache_dir() / "checkpoints"
-    for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
-        try:
-            return json.loads(path.read_text()), path
-        except (OSError, json.JSONDecodeError):
-            continue
-    return None, cache
-
-
-def _aircraft_level(label: str) -> str:
-    return label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
-
-
-def _f3(v: Any) -> str:
-    return f"{float(v):.3f}" if v is not None and np.isfinite(float(v)) else "not recorded"
-
-
-def _test_split(meta: Mapping[str, Any], label: str):
-    """The checkpoint's test split (labels only), or ``None`` where it cannot be read here."""
-    from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
-    ts = meta.get("test_set") or {}
-    cls = {"CUBDataset": CUBDataset, "AircraftDataset": AircraftDataset, "CarsDataset": CarsDataset}.get(
-        str(ts.get("type")))
-    root = Path(str(ts.get("root", "")))
-    if cls is None or not root.exists():
-        return None
-    kw = {"annotation_level": _aircraft_level(label)} if cls is AircraftDataset else {}
+def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
+    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
+    names it and says what was ``expected`` there."""
     try:
-        return cls(root, str(ts.get("split", "test")), **kw)
-    except (DatasetError, OSError, ValueError):
-        return None
-
-
-def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
-                     n_boot: int) -> pd.DataFrame:
-    """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
-    (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
-    ``cosine``, ``finding`` (each paper finding's verdict), or ``missing`` / ``not run`` (no reference
-    rows; ``not run`` where the profile trains no other backbone). Empty for one comparison backbone."""
-    L0, b0 = s.point.depth, float(s.point.budget)
-    bbs = list(s.sweep.compare_backbones)
-    if len(bbs) < 2 or rows.empty:
-        return pd.DataFrame(columns=BACKBONE_COLUMNS)
-    swept = list(s.sweep.conditions)
-    out: list[dict[str, Any]] = []
-    for ds in order_first(rows["dataset"], DATASET_NAMES):
-        for bb in bbs:
-            g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
-            at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
-            base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
-            if at.empty or not (at["condition"] == "reference").any():
-                kind = "not run" if bb != s.backbone and not s.sweep.other_backbones else "missing"
-                out.append(dict(base, kind=kind, verdict=kind, evidence=(
-                    f"the {s.profile} profile trains no other backbone (other_backbones=false); "
-                    "`midas-nb run -p other_backbones true` adds it" if kind == "not run" else
-                    f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)")))
-                continue
-            ck = str(_first(at["checkpoint_id"]))
-            meta = _checkpoint_meta(ck)[0] or {}
-            base.update(checkpoint_id=ck, test_accuracy=meta.get("test_accuracy", np.nan),
-                        teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
-                        full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
-                        str(_first(at["full_accuracy"])) != "" else np.nan)
-            d = d_by_condition(at, _CELL, band, n_boot)
-            for r in d[~d["condition"].isin(["reference", "random"])].itertuples():
-                out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
-                                verdict=r.status, evidence=f"ΔIDAUC {ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"
-                                + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
-            pr = None
-            if probes is not None and len(probes):
-                pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
-                            (probes["checkpoint_id"].astype(str) == ck)]
-                for r in pr.sort_values(["hidden", "attention"]).itertuples():
-                    out.append(dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo,
-                                    hi=r.hi, verdict="", evidence=f"{int(r.n_images)} images"))
-            f = paper_findings(g, pr if pr is not None and len(pr) else None, depth=L0, budget=b0, band=band,
-                               n_boot=n_boot, scale_backbones=[])
-            for r in f[(f["backbone"] == bb) & (f["finding"] != "scale")].itertuples():
-                out.append(dict(base, kind="finding", item=r.finding, verdict=str(r.holds), evidence=r.evidence))
-    return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
+        return pd.read_csv(path, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
 
 
 def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:

@@ -183,8 +183,8 @@ def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
 
 
 class FullText:
-    """A table a notebook shows whole: HTML (``_repr_html_``) without pandas' 50-character cell
-    limit, plain text (``repr``) wrapped at ``width`` characters (:func:`wrap_text`)."""
+    """``full_text(table, width=40)``: a table a notebook shows whole: HTML (``_repr_html_``) without pandas'
+    50-character cell limit, plain text (``repr``) wrapped at ``width`` characters (:func:`wrap_text`)."""
 
     def __init__(self, table: pd.DataFrame, width: int = 40):
         self.table, self.width = table, width
@@ -196,9 +196,7 @@ class FullText:
         return wrap_text(self.table, self.width)
 
 
-def full_text(table: pd.DataFrame, width: int = 40) -> FullText:
-    """``table`` for display in full: see :class:`FullText`."""
-    return FullText(table, width)
+full_text = FullText
 
 
 def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None) -> str:

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, MISSING
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-from torch import Tensor
 
-from ..metrics import bootstrap_ci, COVERAGE_KINDS, InsDel, PartIoU
+from ..metrics import bootstrap_ci
+
+if TYPE_CHECKING:                       # no torch at import: the report reads its tables without it
+    from torch import Tensor
+
+    from ..metrics import InsDel, PartIoU
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,11 @@ def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = N
                    idauc_steps=insdel.steps, idauc_space=insdel.space)
         out.setdefault("n_images", int(insdel.idauc.numel()))
     if correct is not None:
-        c = correct.float() if isinstance(correct, Tensor) else np.asarray(correct, dtype=float)
+        c = correct.float() if hasattr(correct, "detach") else np.asarray(correct, dtype=float)
         ci("accuracy", c)
         out.setdefault("n_images", int(len(c)))
     if in_box is not None:
-        b = in_box.float() if isinstance(in_box, Tensor) else np.asarray(in_box, dtype=float)
+        b = in_box.float() if hasattr(in_box, "detach") else np.asarray(in_box, dtype=float)
         out["pib"] = float(b.mean())
     return out
 
@@ -169,6 +173,8 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
     optional columns get their defaults (``versions``: the running environment's). ``ValueError`` for a
     required column missing or empty, ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or a
     ``coverage_kind`` not in :data:`midas_nb.metrics.COVERAGE_KINDS`."""
+    from ..metrics import COVERAGE_KINDS
+
     df = table.copy()
     if missing := [c for c in REQUIRED_COLUMNS if c not in df.columns]:
         raise ValueError(f"results table is missing required column(s) {missing}; required: "

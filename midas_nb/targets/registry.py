@@ -2,34 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 import pandas as pd
 from torch import Tensor
 
 from ..capture import CaptureResult
+from ..point import Registry
 
 TargetFn = Callable[[CaptureResult, int, Tensor], Tensor]
 
 #: seed of the ``random`` target when neither the call nor ``capture.extras["seed"]`` gives one
 DEFAULT_RANDOM_SEED = 0
-
-
-class Registry(dict):
-    """Entries by name in registration order, for targets, scorers and metrics: a name added twice or
-    looked up unknown raises ``ValueError`` (``kind``, what it holds, names it in the message)."""
-
-    def __init__(self, kind: str):
-        super().__init__()
-        self.kind = kind
-
-    def add(self, name: str, entry: Any) -> Any:
-        if name in self:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
-        return self.setdefault(name, entry)
-
-    def __missing__(self, name: str) -> Any:
-        raise ValueError(f"unknown {self.kind} {name!r}; expected one of {list(self)}")
 
 
 _REGISTRY = Registry("target")
