@@ -163,7 +163,7 @@ def test_regime_finding_needs_a_decoupling_to_fade():
     rows = _point(6, 0.25, d_t5=(-0.01, -0.011)) + _point(3, 0.25, d_t5=(-0.01, -0.011))
     rows += _point(9, 0.25, d_t5=(-0.08, -0.081))
     holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
-    assert holds is False and ev.endswith("; no decoupling at L ≤ 6 to fade (mean D(T5) ≤ 0 there)")
+    assert holds is False and ev.endswith("; no coverage gain of T5 at parity to fade at L ≤ 6 (mean D(T5) ≤ 0 there)")
     # a coverage gain that costs faithfulness (outside the band) is no decoupling either
     rows = _point(6, 0.25, idauc_t5=0.15) + _point(3, 0.25, idauc_t5=0.15) + _point(9, 0.25, d_t5=(0.01, 0.011))
     holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
@@ -171,7 +171,7 @@ def test_regime_finding_needs_a_decoupling_to_fade():
     # seeds that disagree on the sign of D at the near cells: the decoupling itself is not resolved
     rows = _point(6, 0.25, d_t5=(0.10, -0.05)) + _point(3, 0.25, d_t5=(0.10, -0.05)) + _point(9, 0.25)
     holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_deep")
-    assert holds == "not resolved" and ev.endswith("the decoupling at L ≤ 6 is itself not resolved")
+    assert holds == "not resolved" and ev.endswith("T5's coverage gain at L ≤ 6 is itself not resolved")
 
 
 def test_scale_finding_needs_deit_tiny_and_vit_base():
@@ -750,9 +750,9 @@ def test_the_report_opens_with_the_per_claim_table_naming_reversals(tmp_path):
     md = report.render_report(report.read_tables(tmp_path))
     claims = md[md.index("## The paper's claims on this run"):md.index("## Run")]
     assert md.index("## The paper's claims on this run") < md.index("## Which of the paper's findings hold")
-    assert "cub · bb: 4 claims: 1 holds, 2 opposite of the paper, 1 undefined." in claims   # no control: undefined
+    assert "cub · bb: 4 claims (T5 parity, T1, depth, T5's content): 1 holds, 2 opposite of the paper, 1 undefined." in claims   # no control: undefined
     assert "| T1 covers less than the reference | D(T1) < 0 | D(T1) = +5.05 pp" in claims
-    assert next(ln for ln in claims.splitlines() if ln.startswith("| the decoupling fades with depth")).endswith(
+    assert next(ln for ln in claims.splitlines() if ln.startswith("| D(T5) falls with depth")).endswith(
         "| opposite of the paper |")
 
 

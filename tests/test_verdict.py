@@ -302,11 +302,11 @@ def test_a_reversal_is_named_opposite_of_the_paper():
     rows = pd.concat(parts, ignore_index=True)
     f = paper_findings(rows, depth=6, budget=0.25, n_boot=300)
     claims = claims_table(f, claim_verdict(rows[rows["depth"] == 6], n_boot=300)).set_index("claim")
-    assert claims.loc["the decoupling fades with depth", "verdict"] == "opposite of the paper"
+    assert claims.loc["D(T5) falls with depth", "verdict"] == "opposite of the paper"
     assert claims.loc["T1 covers less than the reference", "verdict"] == "opposite of the paper"
     assert claims.loc["T5 gains coverage at faithfulness parity", "verdict"] == "holds"
     assert claims.loc["T5 gains coverage at faithfulness parity", "paper"] == "D(T5) = +2.11 pp, in band"
-    assert "the decoupling fades with the budget" not in claims.index       # untested here: left out
+    assert not any("budget" in c for c in claims.index)       # untested here: left out
     assert "2 opposite of the paper" in headline(claims.reset_index(), False)
 
 
@@ -392,3 +392,97 @@ def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build
     half = student_t.ppf(0.975, 2) * means.std(ddof=1) / np.sqrt(3)
     assert n == N_IMG and m == pytest.approx(means.mean())
     assert (lo, hi) == pytest.approx((means.mean() - half, means.mean() + half))
+
+
+# --- issue 52, a fresh reader's confusions (decision 0079) ---------------------------------------------------------
+def test_a_lead_or_tie_uses_the_builds_hierarchy_and_says_so():
+    """Three builds × two seeds: the winners' lead (T3 − T5 on mIoU) is the t interval over the three build means
+    (each build's gap constant over its images, so the image term is 0 and t has 2 degrees of freedom, not the
+    1 of two seeds), and the verdict prints the levels it used."""
+    from scipy.stats import t as student_t
+    base = np.linspace(0.2, 0.6, N_IMG)
+    gaps = {0: 0.02, 1: 0.05, 2: 0.11}                       # T3 − T5 per build (the seeds of a build agree)
+    rows = [dict(_row("reference", 0, base, base), build=b) for b in gaps]
+    rows += [dict(_row("T5", s, base + 0.05, base + 0.01), build=b) for b in gaps for s in (0, 1)]
+    rows += [dict(_row("T3", s, base + 0.05 + g, base), build=b) for b, g in gaps.items() for s in (0, 1)]
+    v = claim_verdict(pd.DataFrame(rows), n_boot=200)
+    w = v.winners
+    m = np.mean(list(gaps.values()))
+    half = student_t.ppf(0.975, 2) * np.std(list(gaps.values()), ddof=1) / np.sqrt(3)
+    assert (w["coverage_winner"], w["miou_runner_up"]) == ("T3", "T5")
+    assert (w["miou_lead"], w["miou_lead_lo"], w["miou_lead_hi"]) == pytest.approx((m, m - half, m + half))
+    assert "3 builds × 2 seeds × the shared test images (t over the 3 build means" in v.text
+    one = pd.DataFrame(rows)
+    assert "1 build × 2 seeds × the shared test images (t over the 2 seeds" in claim_verdict(
+        one[one["build"] == 0], n_boot=200).text
+
+
+def test_two_verdicts_say_which_claim_each_column_answers():
+    from midas_nb.analysis.control import two_verdicts
+    d = pd.DataFrame([dict(condition="T5", status="in band", D_pp_vs_random_map=0.4, D_pp_lo_vs_random_map=-1.2,
+                           D_pp_hi_vs_random_map=2.0, status_vs_random_map="in band")])
+    s = two_verdicts(d)
+    assert "coverage — D vs random_map +0.40 pp [-1.20, +2.00], not resolved: the interval holds 0" in s
+    assert "\"T5's content explains its scorer's gain\"" in s and "Faithfulness — the band vs random_map \"in band\"" in s
+    assert s.endswith("the band vs the reference, \"in band\" (the D table above).")
+    assert "resolvably above the control" in two_verdicts(d.assign(D_pp_lo_vs_random_map=0.1))
+    assert two_verdicts(d.drop(columns="D_pp_vs_random_map")) == ""
+
+
+def test_the_cosine_claim_names_its_pairs_and_the_one_that_decides():
+    from midas_nb.analysis.synthesis import box, cosine_scope, probe_claims
+    hv = pd.DataFrame([dict(hidden=h, attention=a, cosine=c, lo=c - 0.03, hi=c + 0.03, depth=6)
+                       for h, a, c in (("T4", "T2", 0.01), ("T4", "T3", -0.02), ("T5", "T2", 0.214),
+                                       ("T5", "T3", 0.05))])
+    s = cosine_scope(hv, 6)
+    assert "(T4·T2, T4·T3, T5·T2, T5·T3) within ±0.082" in s
+    assert "the largest |cos| decides it: T5·T2 = +0.214 [+0.184, +0.244]" in s
+    assert s.endswith("; the pair the paper names is one of them: T5·T3 = +0.050 [+0.020, +0.080].")
+    claims = probe_claims(hv, 6)       # the box's verdict reads the same pair: beyond the bound, does not hold
+    assert claims.iloc[0]["verdict"] == "does not hold" and "T5·T2 = +0.214" in claims.iloc[0]["this run"]
+    assert s in box([s], claims)
+
+
+def test_depth_and_budget_rows_read_what_d_does_on_a_run_without_a_decoupling():
+    """Issue 52: 04 and 05 said "the decoupling fades" on a run whose 02 verdict shows no decoupling (here the two
+    winners tie). The rows now say what D(T5) does, and name no decoupling of this run."""
+    from midas_nb.analysis.findings import paper_findings
+    from midas_nb.analysis.synthesis import claims_table
+    parts = [_table({"reference": (0.10, 0.2), "T5": (0.10 + g, 0.2), "T3": (0.10 + g, 0.2001)}, noise=0.005,
+                    rng_seed=L).assign(depth=L) for L, g in ((3, 0.08), (6, 0.08), (9, 0.01))]
+    rows = pd.concat(parts, ignore_index=True)
+    v = claim_verdict(rows[rows["depth"] == 6], n_boot=300)
+    assert not v.decoupling_shown
+    f = paper_findings(rows, depth=6, budget=0.25, n_boot=300)
+    claims = claims_table(f, v).set_index("claim")
+    assert claims.loc["D(T5) falls with depth", "verdict"] == "holds"
+    assert "decoupling" not in claims.loc["D(T5) falls with depth", "this run"]
+    assert f.set_index("finding").loc["fades_deep", "statement"].startswith("D(T5) falls with depth")
+    # a rise from no gain is no reversal of a fade: "does not hold", and the evidence says why
+    parts = [_table({"reference": (0.10, 0.2), "T5": (0.10 + g, 0.2)}, noise=0.005, rng_seed=L).assign(depth=L)
+             for L, g in ((3, -0.02), (6, -0.02), (9, 0.05))]
+    f = paper_findings(pd.concat(parts, ignore_index=True), depth=6, budget=0.25, n_boot=300)
+    row = claims_table(f).set_index("claim").loc["D(T5) falls with depth"]
+    assert row["verdict"] == "does not hold" and "no coverage gain of T5 at parity to fade at L ≤ 6" in row["this run"]
+
+
+def test_each_box_names_its_claims_and_a_shared_claim_reads_one_verdict():
+    """Issue 52: 05's headline read like 02's over another claim set. Each headline names its claims; the claims
+    both boxes hold (T5's parity, T1) get the same verdict and evidence from the same rows, whatever else the
+    rows hold (02: the protocol table at the point; 05 and the report: the point and the regime cells)."""
+    from midas_nb.analysis.findings import paper_findings
+    from midas_nb.analysis.synthesis import claims_table, headline, run_claims
+    point = _table({"reference": (0.10, 0.2), "T5": (0.16, 0.2), "T1": (0.08, 0.2), "T3": (0.17, 0.2)})
+    deep = _table({"reference": (0.10, 0.2), "T5": (0.12, 0.2), "T1": (0.09, 0.2)}, rng_seed=9).assign(depth=9)
+    v = claim_verdict(point, n_boot=300)
+    c02 = run_claims(point, v, n_boot=300)
+    c05 = claims_table(paper_findings(pd.concat([point, deep], ignore_index=True), depth=6, budget=0.25,
+                                      n_boot=300), backbone="b")
+    h02, h05 = headline(c02, v.decoupling_shown), headline(c05)
+    assert h02.startswith("This run does not show a decoupling — 4 claims (T5 parity, T1, winners, co-movement): ")
+    assert h05.startswith("3 claims (T5 parity, T1, depth): ")
+    shared = c02.merge(c05, on="claim", suffixes=("", "_05")).set_index("claim")
+    assert list(shared.index) == ["T5 gains coverage at faithfulness parity", "T1 covers less than the reference"]
+    assert (shared["verdict"] == shared["verdict_05"]).all() and (shared["this run"] == shared["this run_05"]).all()
+    # a backbone that has not learned its task (decision 0070): its claims are counted as such, not left out
+    assert headline(c05.assign(verdict="not counted")).startswith("3 claims (T5 parity, T1, depth): 3 not counted.")

@@ -15,8 +15,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..metrics import decoupling_D
+from ..metrics.stats import interval_sign, is_finite_number
 
-__all__ = ["CONTROL_COLUMNS", "decoupling_with_controls"]
+__all__ = ["CONTROL_COLUMNS", "decoupling_with_controls", "two_verdicts"]
 
 #: the columns of ``decoupling_D`` shown for each control, renamed ``<column>_vs_<control>``
 CONTROL_COLUMNS: tuple[str, ...] = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
@@ -72,3 +73,25 @@ def decoupling_with_controls(table: pd.DataFrame, controls: Sequence[str] = ("ra
         vs = vs[keys + cols].rename(columns={k: f"{k}_vs_{c}" for k in cols})
         out = out.merge(vs, on=keys, how="left", validate="one_to_one")
     return out
+
+
+def two_verdicts(d: pd.DataFrame, focus: str = "T5", control: str = "random_map") -> str:
+    """One sentence for ``focus``'s row of :func:`decoupling_with_controls`: what ``D_pp_vs_<control>`` and
+    ``status_vs_<control>`` each say and which claim each answers — the first is about **coverage** (the gain
+    beyond the control: the claim "T5's content explains its scorer's gain"), the band about **faithfulness**
+    (ΔIDAUC against the control's, no claim of the paper; the parity claim is ``status``, against the reference).
+    ``""`` where ``d`` lacks the control's columns or the ``focus`` row."""
+    col = f"D_pp_vs_{control}"
+    if col not in d.columns or focus not in set(d["condition"]):
+        return ""
+    r = d.set_index("condition").loc[focus]
+    lo, hi = r[f"D_pp_lo_vs_{control}"], r[f"D_pp_hi_vs_{control}"]
+    num = (f"{r[col]:+.2f} pp [{lo:+.2f}, {hi:+.2f}]" if is_finite_number(lo) and is_finite_number(hi)
+           else f"{r[col]:+.2f} pp")
+    gain = {"positive": "resolvably above the control", "negative": "resolvably below the control",
+            "not resolved": "not resolved: the interval holds 0"}.get(interval_sign(lo, hi), "undefined")
+    return (f"Two verdicts for {focus}: coverage — D vs {control} {num}, {gain}; it answers \"{focus}'s content "
+            f"explains its scorer's gain\" (the box at the end). Faithfulness — the band vs {control} "
+            f"\"{r[f'status_vs_{control}']}\" says whether {focus}'s IDAUC is at parity with the control's, whatever "
+            f"the coverage does; the paper's parity claim is the band vs the reference, \"{r['status']}\" (the D "
+            "table above).")

@@ -52,6 +52,11 @@ def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
     return fit, f"the backbone {'has' if fit else 'has not'} learned the task ({why})"
 
 
+#: the evidence of a depth or budget finding where there is no coverage gain of T5 at parity to fade, and where a fall
+#: in pp is the IoU ceiling's (the per-claim table reads neither as the paper's opposite: decision 0079)
+NOTHING_TO_FADE, CEILING_FALL = "no coverage gain of T5 at parity to fade", "the fall is the ceiling's"
+
+
 def share_falls(near: float, far: float) -> bool:
     """The notebooks' reading of ``D`` as a share of the IoU ceiling along the budget (decision 0041): the share
     falls unless it is positive at the near end (tight budget) and at least half of it is left at the far end.
@@ -287,10 +292,10 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
           f"{mf:+.2f} pp over {plural(len(far), 'cell', 'cells')} with {beyond}")
     if n_uninf:
         ev += f" ({plural(n_uninf, 'cell', 'cells')} with an uninformative band left out)"
-    # a decoupling fades only where there is one: T5's coverage gain at parity on the near side
+    # a gain fades only where there is one: T5's coverage gain at parity on the near side
     lost = near["status"].isin(["outside band"]).any()
     if lost or mn <= 0:
-        return False, ev + (f"; no decoupling at {show(v0)} to fade ("
+        return False, ev + (f"; {NOTHING_TO_FADE} at {show(v0)} ("
                             + ("a cell there is outside the parity band)" if lost else "mean D(T5) ≤ 0 there)"))
     holds: Holds = bool(mn > mf)
     lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
@@ -301,7 +306,7 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
             holds = "not resolved"
             ev += " (their averaged intervals overlap)"
     if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
-        holds, ev = "not resolved", ev + f"; the decoupling at {show(v0)} is itself not resolved"
+        holds, ev = "not resolved", ev + f"; T5's coverage gain at {show(v0)} is itself not resolved"
     if axis == "depth":
         return holds, ev
     c = [(ceiling or {}).get(round(float(b), 6), math.nan) for b in t5["budget"]]
@@ -312,7 +317,7 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     sn, sf = float(share[near.index].mean()), float(share[far.index].mean())
     ev += f"; as a share of the IoU ceiling {sn:.2f} vs {sf:.2f}"
     if holds is True and not share_falls(sn, sf):   # a resolved fall in pp that the share does not repeat
-        return False, ev + " — the fall is the ceiling's, not the decoupling's"
+        return False, ev + f" — {CEILING_FALL}, not D(T5)'s own"
     return holds, ev
 
 

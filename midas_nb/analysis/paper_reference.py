@@ -35,10 +35,11 @@ PAPER_FINDINGS: dict[str, str] = {
     "cosine_small": "hidden-gradient and attention-gradient rankings are nearly unrelated (cosine ≤ 0.082)",
     # the paper's regime finding ("strongest at L ∈ {3, 6}, b ≤ 25 %, fades or reverses at L ∈ {9, 11},
     # b ≥ 50 %") judged on each axis alone, the other axis held at the paper's point
-    "fades_deep": "the decoupling fades or reverses with depth: D(T5) at L ∈ {9, 11} below D(T5) at "
-                  "L ∈ {3, 6} (b = 25 %)",
-    "fades_loose": "the decoupling fades or reverses with the budget: D(T5) at b ≥ 50 % below D(T5) at "
-                   "b ≤ 25 % (L = 6)",
+    # (what D(T5) does, read alone: a run without a decoupling has none to fade, decision 0079)
+    "fades_deep": "D(T5) falls with depth (the paper: the decoupling fades or reverses): D(T5) at L ∈ {9, 11} "
+                  "below D(T5) at L ∈ {3, 6} (b = 25 %)",
+    "fades_loose": "D(T5) falls with the budget, in pp and as a share of the IoU ceiling (the paper: the decoupling "
+                   "fades or reverses): D(T5) at b ≥ 50 % below D(T5) at b ≤ 25 % (L = 6)",
     "scale": "the decoupling reproduces on DeiT-Ti and reverses on AugReg ViT-B",
 }
 

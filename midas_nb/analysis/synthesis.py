@@ -12,25 +12,34 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import ci_text, cosine_verdict, is_number, paper_findings
+from .findings import CEILING_FALL, NOTHING_TO_FADE, ci_text, cosine_verdict, is_number, paper_findings
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from ..metrics.stats import interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
 
-__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "headline", "leak_test",
-           "probe_claims", "advice_lines", "content_from_d", "pib_trade", "run_claims"]
+__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "cosine_scope", "headline",
+           "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade", "run_claims"]
 
 #: the words of the verdict column, in the order a headline counts them
-CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "undefined")
+CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "not counted",
+                  "undefined")
 
-#: finding id -> (claim, what the paper reports); the T5 and T1 values are the dataset's (DESIGN.md §8)
+#: the claim of :func:`content_vs_signal` (``content["how"]`` follows it where another test decided it)
+CONTENT_CLAIM = "T5's content explains its scorer's gain"
+
+#: finding id -> (claim, what the paper reports, the claim's short name in a headline); the T5 and T1 values are
+#: the dataset's (DESIGN.md §8)
 _FINDING_CLAIMS = {
-    "t5_gain_in_band": ("T5 gains coverage at faithfulness parity", "D(T5) > 0, in band"),
-    "t1_below_reference": ("T1 covers less than the reference", "D(T1) < 0"),
-    "cosine_small": ("hidden- and attention-gradient rankings unrelated", f"|cos| ≤ {PAPER_COSINE_MAX}"),
-    "fades_deep": ("the decoupling fades with depth", "D(T5) smaller at L ∈ {9, 11} than at L ∈ {3, 6}"),
-    "fades_loose": ("the decoupling fades with the budget", "D(T5) smaller at b ≥ 50 % than at b ≤ 25 %"),
-    "scale": ("reproduces on DeiT-Ti, reverses on ViT-B", "D(T5) > 0 on DeiT-Ti, lost on ViT-B"),
+    "t5_gain_in_band": ("T5 gains coverage at faithfulness parity", "D(T5) > 0, in band", "T5 parity"),
+    "t1_below_reference": ("T1 covers less than the reference", "D(T1) < 0", "T1"),
+    "cosine_small": ("hidden- and attention-gradient rankings unrelated", f"|cos| ≤ {PAPER_COSINE_MAX}", "cosines"),
+    # what D(T5) does along an axis, in pp (and as a share of the IoU ceiling along the budget): the paper reads its
+    # fall as the decoupling fading, which needs a decoupling to fade (02's verdict; decision 0079)
+    "fades_deep": ("D(T5) falls with depth", "the decoupling fades: D(T5) smaller at L ∈ {9, 11} than at L ∈ {3, 6}",
+                   "depth"),
+    "fades_loose": ("D(T5) falls with the budget (pp and share of the IoU ceiling)",
+                    "the decoupling fades: D(T5) smaller at b ≥ 50 % than at b ≤ 25 %", "budget"),
+    "scale": ("reproduces on DeiT-Ti, reverses on ViT-B", "D(T5) > 0 on DeiT-Ti, lost on ViT-B", "scale"),
 }
 
 
@@ -46,15 +55,16 @@ def _paper(fid: str, dataset: str) -> str:
 def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
     """A finding's verdict in the table's words. ``False`` is the **opposite of the paper** where the run
     shows the reverse sign: T1 resolvably above the reference; T5 resolvably below it (not merely outside
-    the band); ``D(T5)`` rising along an axis where there was a decoupling to fade (the findings module
-    says "no decoupling … to fade" otherwise; a fall in pp that is the IoU ceiling's "does not hold")."""
+    the band); ``D(T5)`` rising along an axis where T5 had a coverage gain at parity to fade (the findings module
+    says :data:`~midas_nb.analysis.findings.NOTHING_TO_FADE` otherwise; a fall in pp that is the IoU ceiling's
+    "does not hold")."""
     if holds is True or str(holds) == "True":
         return "holds"
     if str(holds) != "False":
         return str(holds)
     opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
-                or (fid in ("fades_deep", "fades_loose") and "no decoupling" not in evidence
-                    and "the fall is the ceiling's" not in evidence))
+                or (fid in ("fades_deep", "fades_loose")       # "no decoupling": tables of earlier releases
+                    and not any(s in evidence for s in (NOTHING_TO_FADE, "no decoupling", CEILING_FALL))))
     return "opposite of the paper" if opposite else "does not hold"
 
 
@@ -149,7 +159,8 @@ def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTRO
     reading = ("no gain over the control" if g == "negative" else "not resolved" if g != "positive" or not others
                else "any structured target" if ties else f"{focus} specifically"
                if all(t.loc[c, "D_pp_hi"] < t.loc[focus, "D_pp_lo"] for c in others) else "not resolved")
-    return {"reading": reading + (f" (D within {', '.join(ties)}'s)" if ties else "")}
+    return {"reading": reading + (f" (D within {', '.join(ties)}'s)" if ties else ""),
+            "how": " (from the D intervals, unpaired)"}
 
 
 def _winners_row(v: ClaimVerdict) -> list[str]:
@@ -211,7 +222,7 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         rows += [_winners_row(verdict), _comovement_row(verdict)]
     if content is not None:
         g = content.get("gain", (np.nan,) * 3)
-        rows.append(["T5's content explains its scorer's gain", "credited to T5's content",
+        rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content",
                      (f"scorer − random-map control {ci_text(*g, fmt='+.3f')}: " if is_number(g[0]) else "")
                      + str(content.get("reading", "undefined")),
                      "holds" if str(content.get("reading")).endswith("specifically") else
@@ -245,6 +256,24 @@ def probe_claims(probes: pd.DataFrame, depth: int, dataset: str = "") -> pd.Data
     return claims_table(pd.DataFrame([dict(finding="cosine_small", holds=holds, evidence=ev, dataset=dataset)]))
 
 
+def cosine_scope(probes: pd.DataFrame, depth: int, pair: tuple[str, str] = ("T5", "T3")) -> str:
+    """What the cosine claim is about, in one computed sentence: every hidden- × attention-gradient pair of
+    ``probes`` (:func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`, one depth) within
+    ±:data:`~midas_nb.analysis.paper_reference.PAPER_COSINE_MAX`, so the pair that decides it is the one with
+    the largest ``|cos|`` (the quantity :func:`probe_claims` reads); ``pair`` (the paper's example) is one of
+    them, printed beside it."""
+    if probes is None or probes.empty:
+        return "Cosine claim: no hidden- × attention-gradient probes in this run."
+    top = probes.loc[probes["cosine"].abs().idxmax()]
+    show = lambda r: f"{r['hidden']}·{r['attention']} = {ci_text(r['cosine'], r['lo'], r['hi'], '+.3f')}"  # noqa: E731
+    p = probes[(probes["hidden"] == pair[0]) & (probes["attention"] == pair[1])]
+    pairs = ", ".join(f"{h}·{a}" for h, a in zip(probes["hidden"], probes["attention"]))
+    return (f"Cosine claim: every hidden- × attention-gradient pair at L = {depth} ({pairs}) within "
+            f"±{PAPER_COSINE_MAX} (the paper, DeiT-S/16), so the largest |cos| decides it: {show(top)}"
+            + (f"; the pair the paper names is one of them: {show(p.iloc[0])}." if len(p)
+               else "."))
+
+
 def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
     """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
     through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
@@ -273,14 +302,23 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
                else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
 
 
+#: a claim's short name in a headline (every box, the report and the HTML index say which claims they count)
+_SHORT = {"two different winners": "winners", "coverage and faithfulness decouple": "co-movement",
+          CONTENT_CLAIM: "T5's content", **{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()}}
+
+
 def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
-    ``None``: not tested here) and how many claims hold, are the opposite of the paper, are not resolved."""
+    ``None``: not tested here), which claims the table holds (short names: a box over other claims reads so)
+    and how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
+    from the same rows by the same function in both (decision 0079)."""
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
     lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
-    return f"{lead}{len(claims)} claim{'' if len(claims) == 1 else 's'}: {counts or 'none tested'}."
+    names = ", ".join(_SHORT.get(str(c).split(" (")[0], str(c)) for c in claims["claim"])
+    return (f"{lead}{len(claims)} claim{'' if len(claims) == 1 else 's'}" + (f" ({names})" if names else "")
+            + f": {counts or 'none tested'}.")
 
 
 def claims_markdown(claims: pd.DataFrame) -> str:

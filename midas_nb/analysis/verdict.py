@@ -35,7 +35,8 @@ from ..results import coverage_name
 from .comovement import comovement
 
 __all__ = ["paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
-           "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS"]
+           "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS",
+           "interval_levels"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
 CELL_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "depth", "budget")
@@ -316,8 +317,20 @@ def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
     return text + (" — the co-movement rests on the control points." if co.get("rests_on_controls") else ".")
 
 
+def interval_levels(table: pd.DataFrame, skip: Sequence[str] = ("reference", *BASELINE_CONDITIONS)) -> str:
+    """How every paired interval of a cell (``D``, the winners' leads, the ties) is built, in words, from the rows
+    of its trained conditions (``skip`` left out): ``"3 builds × 2 seeds × the shared test images (t over the
+    3 build means, …)"`` (decisions 0007, 0072; a missing ``build`` is 0)."""
+    t = table[~table["condition"].isin(list(skip))]
+    B = int(t["build"].fillna(0).nunique()) if "build" in t.columns else 1
+    S = int(t["seed"].nunique()) if "seed" in t.columns else 1
+    top = (f"t over the {B} build means" if B > 1 else f"t over the {S} seeds" if S > 1 else "one seed: no t")
+    return (f"{B} build{'s' * (B > 1)} × {S} seed{'s' * (S > 1)} × the shared test images ({top}, "
+            "Welch–Satterthwaite df, plus a bootstrap over the images; decisions 0007, 0072)")
+
+
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
-          shown: bool, coverage: str = "part mIoU") -> str:
+          shown: bool, coverage: str = "part mIoU", levels: str = "") -> str:
     lines = []
     if focus in set(cond["condition"]):
         r = cond.set_index("condition").loc[focus]
@@ -338,6 +351,8 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
                      + _tie_text(cov, fai, winners) + ".")
     else:
         lines.append("(b) winners: undefined (no per-image values).")
+    if levels and cov is not None:
+        lines.append(f"    a lead is resolved, and a tie declared, by the paired interval of D's hierarchy: {levels}.")
     lines.append(_comovement_text(co, coverage))
     if shown:
         lines.append(f"This run shows the decoupling: {focus} gains coverage at faithfulness parity and the "
@@ -395,7 +410,8 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
                      else "undefined")
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
     return ClaimVerdict(cond, winners, co, bool(shown),
-                        _text(cond, focus, winners, co, bool(shown), coverage_name(table)))
+                        _text(cond, focus, winners, co, bool(shown), coverage_name(table),
+                              interval_levels(table, (reference, *BASELINE_CONDITIONS))))
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:

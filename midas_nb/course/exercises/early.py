@@ -227,8 +227,9 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
 
 # ---------------------------------------------------------------------------- 03 probes
 @register("03.t5_t3_vs_paper",
-           f"**Predict, then check.** The paper reports cos(T5, T3) ≈ 0.05 and reads |cos| ≤ {PAPER_COSINE_MAX} as "
-           "*the two targets rank tokens independently*. Predict first: will they rank tokens more alike on this "
+           "**Predict, then check.** T5–T3 is one of the four pairs the claim covers (the box decides it on all "
+           "four, by the largest |cos|); it is the paper's example: cos(T5, T3) ≈ 0.05, read with the bound "
+           f"|cos| ≤ {PAPER_COSINE_MAX} as *the two targets rank tokens independently*. Predict first: will they rank tokens more alike on this "
            "backbone? Then read T5–T3 in `mean` with its 95 % interval in `lo` and `hi`. (`'a'`, `'b'` or `'c'`)"
            "\n\n"
            f"* (a) **as in the paper**: the whole interval lies within ±{PAPER_COSINE_MAX};\n"
