@@ -29,7 +29,7 @@ def smoke_rows() -> pd.DataFrame:
                scorer_train=dict(epochs=1, batch_size=32, lr=1e-3, throughput_repeats=1, throughput_batch=2))
     parts = [st.protocol(conditions=["reference", "unsupervised", "T5", "random"], builds=2),
              st.protocol(conditions=["reference", "T5"], relaxation="soft", builds=1),
-             st.sweep("regime")[0], st.scale()[0]]
+             st.sweep("regime")[0], st.sweep("scale")[0]]
     rows = pd.concat(parts, ignore_index=True).drop_duplicates("cell_key")
     out = rows.reindex(columns=IDENTITY + METRICS).sort_values("cell_key").reset_index(drop=True)
     for c in METRICS + ["budget"]:
