@@ -223,7 +223,7 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     for name in ("02 protocol", "02 soft", "02 random", "05 backbones", "06 related"):
         assert name in out
     distinct = int(re.search(r"all\s+([\d,]+) distinct cells", out).group(1).replace(",", ""))
-    assert distinct == 2736 + 3 + 3 + 15          # soft, random, and related's other systems (cropr, ...)
+    assert distinct == 2736 + 4 + 3 + 15          # soft (with random), random, related's other systems (cropr, ...)
     assert "preparation jobs: 9 " in out
     jobs = int(re.search(r"cell jobs: ([\d,]+) of <= 8", out).group(1).replace(",", ""))
     assert re.search(r"in 4 array\(s\) of <= 100 tasks \(MaxArraySize 100, --max-array-size\): 100, 100, 100, "
@@ -334,13 +334,13 @@ def test_submit_local_says_what_it_computes_where_and_how_to_follow_it(capsys, m
     argv = ["sweep", "submit", "--profile", "smoke", "--executor", "local", "--sweep", "soft,random"]
     assert cli.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "sweep submit: profile smoke (device cpu): 02 soft 3 cells, 02 random 1 cells"
-    assert lines[1] == ("  4 distinct cells, 0 already done, 4 to run; computing them here (local: one cell after "
+    assert lines[0] == "sweep submit: profile smoke (device cpu): 02 soft 4 cells, 02 random 1 cells"
+    assert lines[1] == ("  5 distinct cells, 0 already done, 5 to run; computing them here (local: one cell after "
                         "another; Ctrl-C stops, the same command resumes)")
     assert lines[2] == f"  store {store}; follow it from another shell with: midas-nb sweep status smoke"
-    assert lines[-1] == f"4 cells: 4 done, 0 failed, 0 running, 0 pending  [{store}]"
+    assert lines[-1] == f"5 cells: 5 done, 0 failed, 0 running, 0 pending  [{store}]"
     assert cli.main(argv) == 0                                          # the second time: nothing to run
-    assert "  4 distinct cells, 4 already done, 0 to run;" in capsys.readouterr().out
+    assert "  5 distinct cells, 5 already done, 0 to run;" in capsys.readouterr().out
 
 
 def test_submit_local_with_failed_cells_exits_1_and_names_the_status_command(capsys, monkeypatch, tmp_path):
@@ -391,3 +391,40 @@ def test_wait_on_a_missing_store_and_a_missing_cost_file_are_one_line(tmp_path, 
     assert cli.main(["sweep", "plan", "--profile", "smoke", "--cost", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none.json" in err[0] and "no such file" in err[0], err
+
+
+@pytest.mark.parametrize("profile", ["smoke", "quick", "paper"])
+def test_every_catalogue_sweep_at_the_point_carries_the_band_check(profile):
+    """A sweep of the protocol's point with the reference has the random ranking where the profile's protocol
+    has it (decoupling_D's band check): notebook 02's soft control and 06's related systems compute it, so the
+    plan and a Slurm submission count it (the plan's own grids once left it out; decision 0077)."""
+    from midas_nb.analysis.protocol import with_band_check
+    from midas_nb.study.cluster import profile_sweeps
+
+    prof = config.get_profile(profile)
+    for name in ("02 protocol", "02 soft", "06 related"):
+        at_point = [c.condition for c in profile_sweeps(prof, [name.split()[1]], planned=True)[name]
+                    if (c.depth, c.budget) == (prof["depth"], prof["budget"])]
+        conds = list(dict.fromkeys(at_point))
+        assert conds == with_band_check(conds, prof["conditions"]), (name, conds)
+
+
+def test_notebook_06s_protocol_calls_are_the_catalogues_related_sweep():
+    """``related.run_related`` (notebook 06) asks ``Study.protocol`` for exactly the cells that ``sweep plan`` and
+    ``sweep submit`` count as 06 related (quick: 32, the 6 random cells shared with 02)."""
+    from types import SimpleNamespace
+
+    from midas_nb.analysis import related
+    from midas_nb.study import sweep_cells
+    from midas_nb.study.cluster import profile_sweeps
+
+    prof = config.get_profile("quick")
+    calls = []
+    fake = SimpleNamespace(settings=SimpleNamespace(protocol=SimpleNamespace(conditions=tuple(prof["conditions"])),
+                                                    sweep=SimpleNamespace(related_seeds=tuple(prof["related_seeds"]))),
+                           protocol=lambda **kw: calls.append(kw) or __import__("pandas").DataFrame())
+    with pytest.raises(AttributeError):            # past the protocol calls: the fake has no more settings
+        related.run_related(fake)
+    asked = [c.key for kw in calls for c in sweep_cells(prof, "protocol", planned=True, **kw)]
+    planned = [c.key for c in profile_sweeps(prof, ["related"], planned=True)["06 related"]]
+    assert asked == planned and len(planned) == 32

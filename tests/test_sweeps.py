@@ -557,7 +557,7 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
 def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
     """Two cells of the real protocol through the store; their rows equal a direct run_protocol."""
     from midas_nb.metrics import decoupling_D
-    from midas_nb.study import ProtocolCellRunner, scale_readout
+    from midas_nb.study import ProtocolCellRunner, run_cells
 
     prof = get_profile("smoke", max_eval_images=8, bootstrap=20, idauc_steps=4,
                        scorer_train=dict(epochs=1, batch_size=32, lr=1e-3))
@@ -588,10 +588,9 @@ def test_protocol_cell_runner_on_the_smoke_profile(tmp_path):
                 "idauc_per_image", "accuracy_per_image"):
         assert df[col].tolist() == direct[col].tolist(), col
     assert df["weights_digest"].iloc[0] == study.meta["weights_digest"]
-    # the same cells through scale_readout read the store and compute nothing new
-    again = scale_readout(prof, [prof["backbone"]], store=store, conditions=["reference", "unsupervised"],
-                          cell_fn=_must_not_run)
-    assert again.attrs["status"].complete
+    # the same cells through run_cells read the store and compute nothing new
+    again, status = run_cells(prof, cells, store=store, runner=_must_not_run)
+    assert status.complete
     pd.testing.assert_frame_equal(again, df)
 
 

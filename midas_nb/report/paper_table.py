@@ -14,7 +14,7 @@ from ..metrics import decoupling_D
 from ..metrics.stats import is_finite_number
 from ..results import coverage_name
 from ..analysis.paper_reference import PAPER_SETTING, paper_status, paper_value
-from ..study import grid_spans, make_grid, ReportSettings
+from ..study import grid_spans, ReportSettings, sweep_cells
 from ..sweeps import ResultStore
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
@@ -82,7 +82,7 @@ def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.Dat
     """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
-    rows = ResultStore(name=s.profile).results(make_grid(prof, "scale"))
+    rows = ResultStore(name=s.profile).results(sweep_cells(prof, "scale"))
     datasets, backbones = grid_spans(prof, "scale")
     return paper_table(rows, depth=s.point.depth, budget=float(s.point.budget), backbone_order=backbones,
                        expected=[(dataset_label(prof, d), b) for d in datasets for b in backbones], n_boot=s.bootstrap)

@@ -13,8 +13,7 @@ from ..metrics.probes import hidden_vs_attention_gradient
 from ..analysis.findings import BOOTSTRAP_SEED, backbone_fitness, count_fitness, paper_findings
 from .store import load_probes, save_probes
 from ..results import compact, sample_note
-from ..study import ProtocolCellRunner, cached_study, make_grid
-from ..sweeps import ResultStore, StoreStatus, run_sweep
+from ..study import cached_study, run_cells, sweep_cells
 
 __all__ = ["BackboneComparison", "compare_backbones"]
 
@@ -83,24 +82,13 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     backbones): its regime sweep in the run's result store and the cosine probes at ``L`` (kept with
     :func:`save_probes`). ``run=False`` only reads the store; ``executor``, ``max_workers``: as
     :func:`midas_nb.sweeps.run_sweep`. Raises ValueError: an empty or duplicated backbone list."""
-    s = study.settings   # the typed parts; the sweep layer takes them whole (make_grid, ProtocolCellRunner)
-    backbones = list(backbones if backbones is not None else
-                     s.sweep.compare_backbones if s.sweep.other_backbones else [s.backbone.name])
-    if not backbones or len(set(backbones)) != len(backbones):
-        raise ValueError(f"compare_backbones needs distinct backbones, got {backbones}")
+    s = study.settings
     L0, b0 = s.point.depth, float(s.point.budget)
     n_boot = s.statistics.bootstrap   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
     dataset = s.data.dataset    # the study's only: a grid over several datasets must not mix them in one table
-    cells = make_grid(s, "regime", datasets=[dataset], backbones=backbones)
-    store = ResultStore(name=s.profile)
-    if run:
-        status = run_sweep(cells, ProtocolCellRunner(s, progress=study.progress), store, executor=executor,
-                           max_workers=max_workers, progress=study.progress)
-    else:
-        table = store.status(cells)
-        status = StoreStatus(table=table, problems=table.attrs.get("problems", []))
-    rows = store.results(cells)
-    rows.attrs.clear()
+    cells = sweep_cells(s, "backbones", backbones=backbones)
+    backbones = list(dict.fromkeys(c.backbone for c in cells))
+    rows, status = run_cells(s, cells, run=run, executor=executor, max_workers=max_workers, progress=study.progress)
 
     acc = []
     for b in backbones:

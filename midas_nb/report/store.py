@@ -12,14 +12,10 @@ import pandas as pd
 from .. import config
 from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..identity import atomic_write_text, canonical_json
-from ..metrics.stats import is_finite_number
-from ..study import grid_spans, make_grid, placeholder_ids, protocol_settings, ReportSettings
+from ..study import grid_spans, protocol_settings, ReportSettings, sweep_cells
 from ..sweeps import ResultStore
+from ..sweeps.plan import CELL_IDENTITY, cell_ident
 from .tables import read_csv_table
-
-
-#: The columns that name one cell of the result store (a dataset, backbone, L, b, condition, seed, backbone build).
-CELL_IDENTITY = ["dataset", "backbone", "depth", "budget", "condition", "seed", "build"]
 
 
 def store_root(profile: str, store: str | Path | None = None) -> Path:
@@ -70,7 +66,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                          f"{s.relaxation!r}; {sum(other.values())} rows of other settings, {len(failed)} failed "
                          "cells); run the notebooks first")
     df = pd.DataFrame(rows)
-    df["build"] = [_build(r) for r in df.to_dict("records")]
+    df["build"] = [cell_ident(r, ["build"])[0] for r in df.to_dict("records")]
     stale: dict[str, int] = {}
     keep = []
     for _, g in df.groupby(["dataset", "backbone", "build"], sort=False):
@@ -87,15 +83,6 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     return df, left_out
 
 
-_IDENT_TYPES = (str, str, int, lambda b: round(float(b), 6), str, int, int)
-
-
-def _build(d: Mapping[str, Any]) -> int:
-    """The backbone build of a row (its ``build``) or a cell (its ``params``); 0 where neither says."""
-    b = d.get("build")
-    return int(b) if is_finite_number(b) else int((d.get("params") or {}).get("build", 0))
-
-
 def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
     """``{setting: the cell's value}`` where a cell's ``params`` differ from the report's ``want`` (a setting a
     side lacks reads as its :data:`PROTOCOL_DEFAULTS` value), by name; the backbone ``build`` names a cell, it is
@@ -105,11 +92,6 @@ def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, 
             if have.get(k, d.get(k)) != want.get(k, d.get(k))}
 
 
-def _ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
-    """``d``'s values of ``cols`` (a prefix of :data:`CELL_IDENTITY`), typed so that equal cells compare equal."""
-    return tuple(f(_build(d) if c == "build" else d[c]) for f, c in zip(_IDENT_TYPES, cols))
-
-
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
                  want: Mapping[str, Any]) -> dict[tuple, str]:
     """Why a cell of the report's settings ``want`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
@@ -117,7 +99,7 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
     for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
         if rec["status"] == "failed" and not _differences(rec["cell"], want):
             err = str(rec.get("error") or "").strip().splitlines()
-            out.setdefault(_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
+            out.setdefault(cell_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
     bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
     for c in st.registered_cells():
         if c.key in records or _differences(c.to_dict(), want):
@@ -126,11 +108,11 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
         why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
                "pending (in the store's grid, never finished)" if claim is None else
                "running (a live worker's claim, no record yet)" if claim["live"] else
-               "killed (its worker's claim is dead: heartbeat stopped or process gone; no record)")
-        out.setdefault(_ident(c.to_dict()), why)
+               "killed (its worker's claim is dead: the process is gone; no record)")
+        out.setdefault(cell_ident(c.to_dict()), why)
     for rec in records.values():
         if diff := _differences(rec["cell"], want):
-            out.setdefault(_ident(rec["cell"]), f"only records of other settings {diff}")
+            out.setdefault(cell_ident(rec["cell"]), f"only records of other settings {diff}")
     return out
 
 
@@ -152,19 +134,14 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
     # every dataset the store holds ran the profile's notebooks (a run over several data roots
     # runs them once per dataset): its protocol table and regime grid are expected too
     own = list(dict.fromkeys([s.dataset] + [d for d in datasets_present if d != "synthetic"]))
-    regime = list(dict.fromkeys(grid_spans(prof, "regime")[0] + own[1:]))
-    specs = (("three_conditions", "scale", own, [s.backbone], list(s.conditions)),
-             ("regime", "regime", regime, [s.backbone], None),
-             ("scale", "scale", *grid_spans(prof, "scale"), None))
+    regime = grid_spans(prof, "regime")[0] + own[1:]
     out = []
-    for section, kind, names, backbones, conditions in specs:
-        labels = list(dict.fromkeys(label(n) for n in names))
-        # the labels go in as datasets with a placeholder root and ids: nothing is read
-        q = dict(prof, data_root=None, data_roots={d: "." for d in labels if d != "synthetic"})
-        ids = placeholder_ids(prof, labels, backbones, "expected")
-        out += [dict(zip(["section"] + CELL_IDENTITY, (section, *_ident(c.to_dict()))))
-                for c in make_grid(q, kind, datasets=labels, backbones=backbones, conditions=conditions,
-                                   checkpoint_ids=ids, data_ids=ids)]
+    for section, name, names, backbones in (("three_conditions", "protocol", own, None),
+                                            ("regime", "regime", regime, [s.backbone]),
+                                            ("scale", "scale", grid_spans(prof, "scale")[0], None)):
+        labels = list(dict.fromkeys(label(n) for n in names))    # datasets by label, nothing read
+        out += [dict(zip(["section"] + CELL_IDENTITY, (section, *cell_ident(c.to_dict()))))
+                for c in sweep_cells(prof, name, planned=True, datasets=labels, backbones=backbones)]
     return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 
@@ -174,10 +151,10 @@ def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[st
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
     exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
-    have = {_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
+    have = {cell_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
     out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
-        if (k := _ident(r)) not in have:
+        if (k := cell_ident(r)) not in have:
             out.setdefault(k, []).append(r["section"])
     return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
                               label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}" + f" build {k[6]}" * bool(k[6]),
@@ -194,9 +171,10 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
     if m.empty:
         return out
-    where = {_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
-    n_missing = pd.Series([_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
-    expected = pd.Series([_ident(r, cols) for r in exp[exp["section"] == section].to_dict("records")]).value_counts()
+    where = {cell_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
+    n_missing = pd.Series([cell_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
+    expected = pd.Series([cell_ident(r, cols) for r in exp[exp["section"] == section].to_dict("records")])
+    expected = expected.value_counts()
     extra = []
     for g, n in expected.items():
         k = n_missing.get(g, 0)

@@ -11,66 +11,23 @@ from .. import config
 from ..config import SWEEPS, sweep_names
 from ..progress import PROGRESS_ENV, progress_mode
 from ..runs import scoped_environ
-from ..backbones import comparison_backbones
-from ..analysis.protocol import list_conditions
-from ..analysis.related import RELATED_CONDITIONS
-from ..sweeps import ResultStore, SweepCell, open_store, run_sweep, submit_sweep
+from ..sweeps import ResultStore, SweepCell
 from ..sweeps.plan import load_cost_table, plan_text
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
-from .grid import grid_spans, make_grid, placeholder_ids, ProtocolCellRunner
+from .grid import ProtocolCellRunner, run_cells, sweep_cells
 from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
 
 
-
-def _specs(prof: Mapping[str, Any]) -> dict[str, list[tuple[dict, str, dict]]]:
-    """``{name: [(profile, kind, make_grid keywords), ...]}`` as the notebooks call them."""
-    L0, b0 = int(prof["depth"]), float(prof["budget"])
-    point = dict(prof, depths=[L0], budgets=[b0])
-    own = dict(datasets=[prof["dataset"]], backbones=[prof["backbone"]])
-    seeds = [int(s) for s in prof["seeds"]]
-    known = set(list_conditions())
-    related = [c for c in RELATED_CONDITIONS if c in known]
-    shared = [c for c in related if c in prof["conditions"]]
-    other = [c for c in related if c not in shared]
-    rel_seeds = [int(s) for s in (prof.get("related_seeds") or seeds)]
-    return {
-        "protocol": [(point, "scale", dict(own, conditions=list(prof["conditions"]), seeds=seeds,
-                                           params=dict(relaxation="st")))],
-        "soft": [(dict(point, builds=1), "scale", dict(own, conditions=["reference", "unsupervised", "T5"],
-                                                       seeds=seeds[:1], params=dict(relaxation="soft")))],
-        "random": [(point, "scale", dict(own, conditions=["random"], seeds=seeds, params=dict(relaxation="st")))],
-        "regime": [(dict(prof), "regime", {})],
-        "scale": [(dict(prof), "scale", {})],
-        "backbones": [(dict(prof), "regime", dict(datasets=[prof["dataset"]],
-                                                  backbones=comparison_backbones(dict(prof))))],
-        "related": [(dict(point, builds=b), "scale", dict(own, conditions=conds, seeds=s, params=dict(relaxation="st")))
-                    for conds, s, b in ((shared, seeds, prof.get("builds", 1)), (other, rel_seeds, 1)) if conds],
-    }
-
-
 def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
-    """The cells of each notebook sweep of a profile, ``{"04 regime": cells, ...}``; ``planned=True`` reads
-    no data (checkpoint and data ids are placeholders: counts exact, keys not). Raises ``ValueError``: an
-    unknown sweep name; a dataset without a data root (``planned=False``)."""
+    """The cells of each notebook sweep of a profile (:data:`midas_nb.study.grid.CATALOGUE`), ``{"04 regime": cells,
+    ...}``; ``planned=True`` reads no data (checkpoint and data ids are placeholders: counts exact, keys not).
+    Raises ``ValueError``: an unknown sweep name; a dataset without a data root (``planned=False``)."""
     prof = profile_values(profile)
-    names = sweep_names(None if names is None else ",".join(names))
-    specs = _specs(prof)
-    out: dict[str, list[SweepCell]] = {}
-    for name in names:
-        cells: list[SweepCell] = []
-        for p, kind, kw in specs[name]:
-            if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
-                spans = grid_spans(p, kind)
-                ids = placeholder_ids(p, kw.get("datasets", spans[0]), kw.get("backbones", spans[1]), "planned")
-                roots = {d: "." for d in set(spans[0]) | {p["dataset"]} if d != "synthetic"}
-                p = dict(p, data_root=None, data_roots=roots)
-                kw = dict(kw, checkpoint_ids=ids, data_ids=ids)
-            cells += make_grid(p, kind, **kw)
-        out[f"{SWEEPS[name]} {name}"] = cells
-    return out
+    return {f"{SWEEPS[n]} {n}": sweep_cells(prof, n, planned=planned)
+            for n in sweep_names(None if names is None else ",".join(names))}
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
@@ -111,14 +68,11 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
             raise config.ProfileError(problems)
         sweeps = profile_sweeps(prof, sweep_names(args.sweep))
         cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
-        store, runner = open_store(prof["profile"]), ProtocolCellRunner(prof)
-        _announce(prof, sweeps, cells, store, args)
-        if args.executor == "slurm":
-            out = submit_sweep(cells, runner, store, slurm=slurm)
-        else:
-            with _progress_lines_unless_terminal():
-                out = run_sweep(cells, runner, store, executor=args.executor, max_workers=args.workers,
-                                progress=True)
+        _announce(prof, sweeps, cells, ResultStore(name=prof["profile"]), args)
+        with contextlib.nullcontext() if args.executor == "slurm" else _progress_lines_unless_terminal():
+            out = run_cells(prof, cells, wait=args.executor != "slurm", executor=args.executor, slurm=slurm,
+                            max_workers=args.workers, progress=True, runner=ProtocolCellRunner(prof))
+        out = out if args.executor == "slurm" else out[1]
     except (ValueError, FileNotFoundError, SlurmNotFound) as e:
         print(f"midas-nb sweep submit: {e}", file=sys.stderr)
         return 2

@@ -11,10 +11,10 @@ from .. import config
 from ..identity import hash_json
 from ..point import Point
 from ..results import save_table
-from ..sweeps import ResultStore, run_sweep, StoreStatus, Submission, submit_sweep
+from ..sweeps import Submission
 from .base import StudyBase
 from ..analysis.control import decoupling_with_controls
-from .grid import make_grid, ProtocolCellRunner
+from .grid import CATALOGUE, catalogue_value, run_cells, sweep_cells
 
 __all__ = ["Study"]
 
@@ -33,34 +33,29 @@ class Study(StudyBase):
     """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
     # ------------------------------------------------------------------------- protocol
-    def protocol(self, depth: int | None = None, budget: float | None = None,
+    def protocol(self, sweep: str = "protocol", depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
-                 relaxation: str = "st", builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)``, one row per condition × seed × backbone
-        build (``reference``: the first seed only; ``builds``: default the profile's, decision 0072), each a
-        cell of the profile's result store; ``relaxation``
-        and ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys.
+                 relaxation: str | None = None, builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
+        """The three-condition protocol table at ``(depth, budget)`` of the catalogue's ``sweep``
+        (:data:`midas_nb.study.grid.CATALOGUE`: 02's ``"protocol"``, ``"soft"``, ``"random"``, 06's ``"related"``),
+        one row per condition × seed × backbone build (``reference``: the first seed only; decision 0072), each a
+        cell of the profile's result store; ``conditions``, ``seeds``, ``relaxation``, ``builds`` override the
+        catalogue's, ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys.
         Also written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
         point = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
         depth, budget = point.depth, point.budget
-        conditions = list(s.protocol.conditions if conditions is None else conditions)
-        seeds = [int(x) for x in (s.protocol.seeds if seeds is None else seeds)]
-        at_point = dict(self.params, depth=depth, budget=budget, depths=[depth], budgets=[budget],
-                        builds=self.params.get("builds", 1) if builds is None else int(builds))
-        key = (s.data.dataset, s.backbone.name)
-        cells = make_grid(at_point, "scale", datasets=[key[0]], backbones=[key[1]], conditions=conditions,
-                          seeds=seeds, params=dict(relaxation=relaxation, **kwargs),
-                          checkpoint_ids={key: self.checkpoint_id})
-        store = ResultStore(name=s.profile)
-        status = run_sweep(cells, ProtocolCellRunner(self.settings, study=self, progress=self.progress), store,
-                           progress=self.progress)
+        cells = sweep_cells(dict(self.params, depth=depth, budget=budget), sweep, conditions=conditions,
+                            seeds=seeds, relaxation=relaxation, builds=builds, params=kwargs,
+                            checkpoint_ids={(s.data.dataset, s.backbone.name): self.checkpoint_id})
+        table, status = run_cells(self.params, cells, study=self, progress=self.progress)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
-        table = store.results(cells)
-        table.attrs.clear()
         _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
+        conditions = list(conditions or dict.fromkeys(c.condition for c in cells))
+        named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
+        seeds = [int(x) for x in seeds or named or dict.fromkeys(c.seed for c in cells)]
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
         # readable first (dataset, backbone, point), the content hash last (conditions, seeds, cells)
@@ -78,13 +73,13 @@ class Study(StudyBase):
         return decoupling_with_controls(table, controls, **kwargs)
 
     # --------------------------------------------------------------------------- sweeps
-    def sweep(self, kind: str = "regime", executor: str = "local", max_workers: int = 2,
-              run: bool = True, *, wait: bool = True, device: str | None = None,
-              **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
-        """``(rows of the done cells, StoreStatus)`` of the sweep :func:`midas_nb.study.make_grid` ``kind``
-        through the profile's store, computing missing cells unless ``run=False``. ``wait=False`` (Slurm;
-        submitit settings in ``**slurm``) returns the :class:`midas_nb.sweeps.Submission` at once.
-        ``device``: the cells'; default the study's, for ``slurm`` the profile's (decision 0038).
+    def sweep(self, name: str = "regime", executor: str = "local", max_workers: int = 2, run: bool = True, *,
+              wait: bool = True, device: str | None = None, **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
+        """``(rows of the done cells, StoreStatus)`` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's
+        ``"scale"``; another name: the :func:`midas_nb.study.make_grid` kind) through the profile's store, computing
+        missing cells unless ``run=False``. ``wait=False`` (Slurm; submitit settings in ``**slurm``) returns the
+        :class:`midas_nb.sweeps.Submission` at once. ``device``: the cells'; default the study's, for ``slurm`` the
+        profile's (decision 0038).
 
         Raises:
             ValueError: ``wait=False`` without ``executor="slurm"`` and ``run=True``.
@@ -99,22 +94,7 @@ class Study(StudyBase):
         problems = config.check_device(params["device"], here=executor != "slurm")
         if problems:
             raise config.ProfileError(problems)
-        cells = make_grid(params, kind)
-        store = ResultStore(name=self.settings.profile)
         # another device (and always on Slurm): the study is not reused
-        runner = ProtocolCellRunner(params, study=self if device is None else None, progress=self.progress)
-        if not run:
-            status = StoreStatus(store.status(cells))
-        elif not wait:
-            return submit_sweep(cells, runner, store, slurm=slurm or None)
-        else:
-            status = run_sweep(cells, runner, store, executor=executor, max_workers=max_workers,
-                               slurm=slurm or None, progress=self.progress)
-        rows = store.results(cells)
-        rows.attrs.clear()
-        return rows, status
-
-    def scale(self, executor: str = "local", max_workers: int = 2, run: bool = True) -> tuple[pd.DataFrame, Any]:
-        """``(rows, status)`` of the scale readout (:func:`midas_nb.study.scale_readout`) on the study's device."""
-        device = self.settings.device if executor == "slurm" else None   # (sweep's default there: the profile's)
-        return self.sweep("scale", executor, max_workers, run, device=device)
+        return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor,
+                         max_workers=max_workers, slurm=slurm, progress=self.progress,
+                         study=self if device is None else None)

@@ -2,7 +2,8 @@
 (DESIGN.md §5), keyed by the checkpoint's and the evaluated images' content ids and the protocol settings
 (decision 0015); the per-process cache of the studies they are keyed and run on (renewed when the
 annotation files change) with the image digests that sweep jobs share; the protocol's cell function
-(:class:`ProtocolCellRunner`) and the scale readout (:func:`scale_readout`)."""
+(:class:`ProtocolCellRunner`), every notebook sweep declared once (:data:`CATALOGUE`) and the one sequence
+that runs and reads cells (:func:`run_cells`)."""
 from __future__ import annotations
 
 import json
@@ -19,16 +20,20 @@ from .. import identity
 from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label, PAPER_DATASETS
 from ..identity import annotation_stamp, atomic_write_text, canonical_json, dataset_identity, hash_json
 from ..data import evaluation_subset
-from ..analysis.protocol import condition_target, protocol_cells, SEEDLESS_CONDITIONS, with_band_check
+from ..analysis.protocol import (condition_target, list_conditions, protocol_cells, SEEDLESS_CONDITIONS,
+                                 with_band_check)
+from ..analysis.related import RELATED_CONDITIONS
+from ..backbones import comparison_backbones
 from ..scorers import list_scorer_conditions
 from ..point import Point
-from ..sweeps import ExecutorKind, open_store, ResultStore, run_sweep, StoreStatus, SweepCell
+from ..sweeps import ExecutorKind, ResultStore, run_sweep, StoreStatus, submit_sweep, SweepCell
 from .base import StudyBase
 from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
-           "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "scale_readout"]
+           "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "run_cells",
+           "CATALOGUE", "catalogue_value", "sweep_cells"]
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
@@ -237,6 +242,66 @@ def make_grid(
     return cells
 
 
+_POINT = dict(kind="scale", datasets="own", backbones="own", conditions="profile", seeds="profile", relaxation="st")
+
+#: Every notebook sweep, declared once (docs/decisions/0077-sweep-catalogue.md; notebooks in
+#: :data:`midas_nb.config.SWEEPS`): its parts, each a :func:`make_grid` ``kind`` on ``datasets`` and ``backbones``
+#: ("own": the study's; "compare": :func:`~midas_nb.backbones.comparison_backbones`; absent: the grid's spans),
+#: ``conditions`` ("profile": its protocol's; "related"/"related others": 06's systems the protocol has / lacks),
+#: ``seeds`` ("profile", "first", "related": ``related_seeds``), ``builds`` (absent: the profile's, decision 0072)
+#: and ``relaxation`` (absent: the profile's). Absent conditions and seeds: :func:`make_grid`'s.
+CATALOGUE: dict[str, tuple[dict[str, Any], ...]] = {
+    "protocol": (_POINT,),
+    "soft": (dict(_POINT, conditions=("reference", "unsupervised", "T5", "random"), seeds="first", builds=1,
+                  relaxation="soft"),),
+    "random": (dict(_POINT, conditions=("random",)),),
+    "regime": (dict(kind="regime"),),
+    "scale": (dict(kind="scale"),),
+    "backbones": (dict(kind="regime", datasets="own", backbones="compare"),),
+    "related": (dict(_POINT, conditions="related"),
+                dict(_POINT, conditions="related others", seeds="related", builds=1)),
+}
+
+
+def catalogue_value(prof: Mapping[str, Any], what: str, value: Any) -> Any:
+    """A catalogue entry's symbolic ``value`` of ``what`` as :func:`make_grid` takes it."""
+    if not isinstance(value, str):
+        return None if value is None else list(value)
+    if value.startswith("related") and what == "conditions":
+        known = with_band_check([c for c in RELATED_CONDITIONS if c in list_conditions()], prof["conditions"])
+        return [c for c in known if (c in prof["conditions"]) == (value == "related")]
+    return dict(own=[prof.get("dataset" if what == "datasets" else "backbone")], profile=prof.get(what),
+                first=list(prof["seeds"])[:1], related=list(SweepSettings.of(prof).related_seeds),
+                compare=comparison_backbones(dict(prof)))[value]
+
+
+def sweep_cells(profile: RunSettings | Mapping[str, Any], name: str, *, planned: bool = False,
+                params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
+    """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
+    ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
+    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's, ``params`` enter every cell's key.
+    ``planned=True`` reads no data: checkpoint and data ids are placeholders (counts and coordinates exact,
+    keys not). Raises ``ValueError`` as :func:`make_grid`."""
+    prof = profile_values(profile)
+    cells: list[SweepCell] = []
+    for part in CATALOGUE.get(name, (dict(kind=name),)):
+        kw = dict(part, **{k: v for k, v in given.items() if v is not None})
+        kind, builds, relaxation = kw.pop("kind"), kw.pop("builds", None), kw.pop("relaxation", None)
+        p = dict(prof, builds=int(prof.get("builds", 1) if builds is None else builds))
+        if kind == "scale":
+            p.update(depths=[p["depth"]], budgets=[p["budget"]])
+        kw.update({k: catalogue_value(p, k, kw.get(k)) for k in ("datasets", "backbones", "conditions", "seeds")})
+        kw["params"] = dict(params or {}, **({} if relaxation is None else dict(relaxation=relaxation))) or None
+        if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
+            spans = grid_spans(p, kind)
+            names = kw["datasets"] or spans[0]
+            ids = placeholder_ids(p, names, kw["backbones"] or spans[1], "planned")
+            p.update(data_root=None, data_roots={d: "." for d in {*spans[0], *names, p["dataset"]} if d != "synthetic"})
+            kw.update(checkpoint_ids=ids, data_ids=ids)
+        cells += make_grid(p, kind, **kw)
+    return cells
+
+
 #: digest memos this process has read (each once)
 _MEMOS_READ: set[Path] = set()
 
@@ -348,32 +413,24 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
     return [t for t in targets if t in swept]
 
 
-def scale_readout(
-    profile: RunSettings | str | Mapping[str, Any],
-    backbones: Sequence[str] | None = None,
-    *,
-    store: ResultStore | str | Path | None = None,
-    datasets: Sequence[str] | None = None,
-    conditions: Sequence[str] | None = None,
-    seeds: Sequence[int] | None = None,
-    executor: ExecutorKind = "local",
-    max_workers: int = 2,
-    slurm: Mapping[str, Any] | None = None,
-    run: bool = True,
-    cell_fn: Callable[[SweepCell], Any] | None = None,
-    progress: bool = False,
-) -> pd.DataFrame:
-    """The protocol at the profile's ``(depth, budget)`` for each ``scale_backbones`` (or ``backbones``)
-    through the profile's store (or ``store``; ``run=False`` only reads): the rows of the done cells,
-    ``attrs["status"]`` their :class:`StoreStatus`."""
+def run_cells(profile: RunSettings | Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True,
+              wait: bool = True, executor: ExecutorKind = "local", max_workers: int = 2,
+              slurm: Mapping[str, Any] | None = None, progress: bool = False, study: Any = None,
+              store: ResultStore | None = None, runner: Callable[[SweepCell], Any] | None = None) -> Any:
+    """Grid → store → run → read, the one sequence of every sweep: ``(rows of the done cells, StoreStatus)`` of
+    ``cells`` in the profile's store (or ``store``), computed by ``runner`` (default a :class:`ProtocolCellRunner`
+    of the profile, reusing ``study``) unless ``run=False``; ``wait=False`` (Slurm, submitit settings in
+    ``slurm``) returns the :class:`midas_nb.sweeps.Submission` at once."""
     prof = profile_values(profile)
-    store = open_store(store if store is not None else prof.get("profile", "default"))
-    cells = make_grid(prof, "scale", backbones=backbones, datasets=datasets, conditions=conditions, seeds=seeds)
-    if run:
-        st = run_sweep(cells, cell_fn or ProtocolCellRunner(prof, progress=progress), store, executor=executor,
-                       max_workers=max_workers, slurm=slurm, progress=progress)
+    store = store or ResultStore(name=prof["profile"])
+    runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
+    if not run:
+        status = StoreStatus(store.status(cells))
+    elif not wait:
+        return submit_sweep(cells, runner, store, slurm=slurm or None)
     else:
-        st = StoreStatus(store.status(cells))
-    out = store.results(cells)
-    out.attrs["status"] = st
-    return out
+        status = run_sweep(cells, runner, store, executor=executor, max_workers=max_workers, slurm=slurm or None,
+                           progress=progress)
+    rows = store.results(cells)
+    rows.attrs.clear()
+    return rows, status

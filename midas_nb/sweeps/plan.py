@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import config
+from ..identity import canonical_json
 from .cells import SweepCell
 from .slurm import chunk_arrays, plan_jobs
 from .store import ResultStore
 
-__all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "store_costs", "plan_text"]
+__all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "store_costs", "plan_text", "CELL_IDENTITY",
+           "cell_ident"]
 
 #: the cost table of the last GPU measurement, shipped with the package (its card and date inside;
 #: how each number comes from the measurement: docs/decisions/0068-shipped-cost-table.md)
@@ -77,9 +79,28 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
-def _done_key(cell: Mapping[str, Any], by_coordinates: bool) -> str:
-    c = SweepCell.from_dict(cell)
-    return SweepCell.from_dict(dict(c.to_dict(), checkpoint_id="", data_id="")).key if by_coordinates else c.key
+#: the columns that name one cell apart from its checkpoint, data and settings (decision 0077)
+_IDENT_TYPES = dict(dataset=str, backbone=str, depth=int, budget=lambda b: round(float(b), 6), condition=str, seed=int,
+                    build=int)
+CELL_IDENTITY = list(_IDENT_TYPES)
+
+
+def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
+    """The one cell key of the plan and the report (docs/decisions/0077-sweep-catalogue.md): the values of ``cols``
+    (of :data:`CELL_IDENTITY`) of a row or a :meth:`SweepCell.to_dict`, typed so that equal cells compare
+    equal; the backbone build is the row's ``build``, else the cell's ``params["build"]``, else 0."""
+    try:
+        build = float(d.get("build"))                     # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        build = math.nan
+    build = int(build) if math.isfinite(build) else int((d.get("params") or {}).get("build", 0))
+    return tuple(_IDENT_TYPES[c](build if c == "build" else d[c]) for c in cols)
+
+
+def _done_key(cell: Mapping[str, Any], by_coordinates: bool) -> Any:
+    if not by_coordinates:
+        return SweepCell.from_dict(cell).key
+    return cell_ident(cell), canonical_json({k: v for k, v in (cell.get("params") or {}).items() if k != "build"})
 
 
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
@@ -95,7 +116,7 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     Raises:
         ValueError: ``cells_per_job`` or ``max_array`` below 1.
     """
-    done: set[str] = set()
+    done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
     if store is not None and (store.root / "cells").is_dir():
         # only records of the current result format: their key is the one their cell gives now
