@@ -283,6 +283,9 @@ def test_regime_cells_of_one_build_borrow_the_build_spread_of_the_point():
     # build 0 alone (5 pp at the point): nothing to borrow, and the same cells say it fades
     one = paper_findings(rows[rows["build"] == 0], depth=6, budget=0.25, n_boot=100).set_index("finding")
     assert one.loc["fades_deep", "holds"] is True and "borrow" not in one.loc["fades_deep", "evidence"]
+    # notebook 02's table: three builds at the point and no cell of one build (a quick run crashed on it)
+    point = paper_findings(rows[rows["depth"] == 6], depth=6, budget=0.25, n_boot=100).set_index("finding")
+    assert point.loc["t5_gain_in_band", "n_builds"] == 3 and "borrow" not in point.loc["t5_gain_in_band", "evidence"]
 
 
 def test_the_parity_band_is_one_constant(monkeypatch):

@@ -195,12 +195,14 @@ def _borrow_builds(dr: pd.DataFrame, d: pd.DataFrame) -> tuple[pd.DataFrame, str
               for c, B, s in zip(at["condition"], at["n_builds"], at["D_pp_build_std"])}
     out = dr.copy()
     one = (out["n_builds"] == 1) & out["condition"].isin(spread)
+    if not one.any():                                   # every cell has its own builds: nothing to borrow
+        return out, ""
     extra = out.loc[one, "condition"].map(spread)
     out.loc[one, "D_pp_lo"] = out.loc[one, "D_pp"] - np.hypot(out.loc[one, "D_pp"] - out.loc[one, "D_pp_lo"], extra)
     out.loc[one, "D_pp_hi"] = out.loc[one, "D_pp"] + np.hypot(out.loc[one, "D_pp_hi"] - out.loc[one, "D_pp"], extra)
     s5 = dict(zip(at["condition"], at["D_pp_build_std"])).get("T5", math.nan)
     return out, (f"; the cells of one build borrow the build spread measured at the point (sd of D(T5) over "
-                 f"{int(at['n_builds'].max())} builds {s5:.2f} pp)" if one.any() else "")
+                 f"{int(at['n_builds'].max())} builds {s5:.2f} pp)")
 
 
 def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
