@@ -534,9 +534,12 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
                                       "winners.\n" + synthesis.box(["a sentence"], claims, False) + "\n")])
     sol = new_code_cell("answer = 42  # solution-code", execution_count=2, metadata={"tags": ["solution"]},
                         outputs=[new_output("stream", name="stdout", text="solution-output\n")])
-    nbformat.write(new_notebook(cells=[new_markdown_cell("# Two"), out, sol]), str(tmp_path / "02_two.ipynb"))
+    made = {"papermill": {"output_path": str(tmp_path / ".partial" / "r1" / "02_two.ipynb")}}   # a run's copy
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# Two"), out, sol], metadata=made),
+                   str(tmp_path / "02_two.ipynb"))
     (tmp_path / "run.json").write_text(json.dumps({"latest": "r1", "runs": {"r1": {
-        "run_id": "r1", "started": 0.0, "settings": {"profile": "quick", "data_root": "/x/cub200_subset"}}}}))
+        "run_id": "r1", "started": 0.0, "status": "done", "selected": ["02_two.ipynb"],
+        "settings": {"profile": "quick", "data_root": "/x/cub200_subset"}}}}))
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "REPORT.md").write_text("# report\n")
     index = export_html(tmp_path)
@@ -546,7 +549,7 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     head = index.read_text()
     assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
     # the closing box's short headline and its per-claim table, not the verdict's own last line
-    assert "Headline:</strong> This run does not show a decoupling — 2 claims: 1 opposite of the paper, 1 not resolved." in head
+    assert "Headline:</strong> This run does not show a decoupling — 2 claims (T1, winners): 1 opposite of the paper, 1 not resolved." in head
     assert "| T1 covers less than the reference | D(T1) &lt; 0 | D(T1) = +9.1 pp | opposite of the paper |" in head
     assert "no two resolved winners" not in head and "a sentence" not in head
     assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named
