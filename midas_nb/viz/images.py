@@ -136,7 +136,8 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     for k, a in arrs.items():
         if a.shape[0] < B:
             raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
-    n, side = arrs[ids[0]].shape[1], int(round(math.sqrt(arrs[ids[0]].shape[1])))
+    n = arrs[ids[0]].shape[1]
+    side = int(round(math.sqrt(n)))
     rows, cols = (side, side) if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
     if rows * cols != n:
         raise ValueError(f"grid {rows}x{cols} does not hold N={n} patch tokens; pass grid=(rows, cols)")

@@ -325,8 +325,8 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:
         cache = _ViewCache(study, n_images, pair)
-        fig = explorer_figure(view := cache.view(0, pair), cache.batch, study.grid, study.normalization,
-                              note=STATIC_NOTE)
+        view = cache.view(0, pair)
+        fig = explorer_figure(view, cache.batch, study.grid, study.normalization, note=STATIC_NOTE)
         fig.explorer_view = view
         finish_figure(fig, save)
         print("\n".join(view.lines()))    # the read-out the interactive explorer shows under the figure
