@@ -87,10 +87,6 @@ def test_show_parts_on_grid(out_dir):
     offsets = ax0.collections[0].get_offsets()
     np.testing.assert_allclose(np.asarray(offsets), [[3.0, 3.0], [20.0, 28.0]])
     assert "gull" in ax0.get_title() and "part patches: 2 of 16" in ax0.get_title()
-    fig_one = viz.show_parts_on_grid(SimpleNamespace(image=b.images[1], label=1, parts=b.parts[1], box=b.boxes[1],
-                                                       part_mask=b.part_mask[1], box_mask=b.box_mask[1],
-                                                       image_id="b", index=1), patch_size=8)
-    assert len([a for a in fig_one.axes if a.get_visible()]) == 1
 
 
 def test_target_heatmaps_rank_normalised(out_dir):
@@ -299,25 +295,6 @@ def test_points_at_one_spot_stay_visible():
     assert all(line.get_markerfacecolor() == "none" for line in ax.get_lines() if line.get_marker() not in (None, "None", ""))
 
 
-def test_kept_tokens_overlay(out_dir):
-    images = torch.randn(2, 3, 32, 32)
-    keep = torch.zeros(2, 16, dtype=torch.bool)
-    keep[0, :4] = True
-    keep[1, [5, 6, 9, 10]] = True
-    fig = viz.kept_tokens_overlay(images, keep, grid=(4, 4), part_mask=keep.flip(1), titles=["a", "b"],
-                                    save="kept")
-    _png(out_dir, "kept")
-    ax = fig.axes[0]
-    assert "kept 4/16" in ax.get_title()
-    shade = ax.images[1].get_array()
-    # first row of patches (tokens 0..3) is kept: transparent; the rest dimmed
-    assert np.all(shade[0, :, 3] == 0) and np.all(shade[1:, :, 3] > 0)
-    single = viz.kept_tokens_overlay(images[0], keep[0])
-    assert len([a for a in single.axes if a.get_visible()]) == 1
-    with pytest.raises(ValueError, match="rows for"):
-        viz.kept_tokens_overlay(images, keep[:1])
-
-
 def test_insertion_deletion_curves(out_dir):
     frac = torch.linspace(0, 1, 5)
     ins = torch.stack([frac, frac ** 2])
@@ -353,7 +330,7 @@ def test_no_figures_left_open():
     import matplotlib.pyplot as plt
     plt.close("all")
     viz.taxonomy_table()
-    viz.kept_tokens_overlay(torch.randn(3, 16, 16), torch.ones(4, dtype=torch.bool))
+    viz.target_heatmaps(torch.randn(1, 3, 16, 16), {"T0": torch.rand(1, 4)})
     assert plt.get_fignums() == []
 
 
@@ -509,8 +486,6 @@ def test_target_heatmaps_notebook_size_is_legible(out_dir):
     segs = [c for c in panels[0].collections if c.get_gid() == "part outline"][0].get_segments()
     assert len(segs) == 8 and all(np.abs(np.diff(s, axis=0)).sum() == pytest.approx(8.0) for s in segs)
     assert "outline" in fig._suptitle.get_text()
-    with pytest.raises(ValueError, match="ncols"):
-        viz.target_heatmaps(batch, maps, grid=(4, 4), ncols=1)
 
 
 def test_each_profile_keeps_its_own_figures(tmp_path, monkeypatch):

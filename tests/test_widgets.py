@@ -45,7 +45,7 @@ def test_explorer_view_matches_an_independent_computation(study):
         assert view.iou[j] == pytest.approx(iou, abs=1e-6)
         assert float(view.insdel[t].idauc[0]) == pytest.approx(idauc, abs=1e-4)
     # the read-out states exactly these numbers
-    text = view.readout()
+    text = "\n".join(view.lines())
     assert f"T5: kept {view.n_keep}/{N} patch tokens · part IoU {view.iou[1]:.3f}" in text
     assert f"IDAUC {float(view.insdel['T0'].idauc[0]):+.3f}" in text
     assert f"test index {view.index}" in text and "depth L=1 · budget b=30%" in text
@@ -79,10 +79,14 @@ def test_static_still(study, tmp_path, capsys):
     titles = [a.get_title() for a in fig.axes[:2]]
     assert [t.split(":")[0] for t in titles] == ["T0", "T5"]                       # T0 against T5
     assert all(f"kept {n_keep}/{study.grid[0] * study.grid[1]}" in t for t in titles)
+    v = fig.explorer_view
+    rows, cols = study.grid
+    for j, ax in enumerate(fig.axes[:2]):              # dropped patch tokens dimmed, kept ones clear
+        alpha = ax.images[1].get_array()[..., 3]
+        assert ((alpha == 0) == v.keep[j].reshape(rows, cols).numpy()).all() and alpha.max() == 0.75
     # the curves panel: insertion and deletion of both rankings, as the view computed them
     lines = fig.axes[2].get_lines()
     assert len(lines) == 4
-    v = fig.explorer_view
     assert lines[0].get_ydata().tolist() == pytest.approx(v.insdel["T0"].ins_curve[0].tolist())
     assert lines[3].get_ydata().tolist() == pytest.approx(v.insdel["T5"].del_curve[0].tolist())
     assert any(widgets.STATIC_NOTE == t.get_text() for t in fig.texts)            # marked as a still
@@ -104,7 +108,7 @@ def test_box_is_drawn_for_datasets_without_parts(study):
     x0, y0, x1, y1 = batch.boxes[0].tolist()
     cyan = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_edgecolor()[:3] == (0.0, 1.0, 1.0)]
     assert len(cyan) == 1 and cyan[0].get_xy() == (x0, y0) and cyan[0].get_width() == pytest.approx(x1 - x0)
-    assert "box IoU" in fig.axes[0].get_title() and "box IoU" in boxed.readout()
+    assert "box IoU" in fig.axes[0].get_title() and "box IoU" in "\n".join(boxed.lines())
 
 
 def test_interactive_controls_redraw(study, monkeypatch):
@@ -154,7 +158,7 @@ def _fig_boxes(fig, artists):
 def test_static_still_legend_clears_the_note_on_a_dataset_with_parts(study, tmp_path):
     """The four-entry legend (with "visible part keypoint") ran over the italic note."""
     from midas_nb.viz import widgets
-    fig = widgets.static_explorer(study, save=None)
+    fig = widgets.explorer(study, interactive=False, save=None)
     assert fig.explorer_view.region == "part"
     legend = fig.legends[0]
     assert [t.get_text() for t in legend.get_texts()][-1] == "visible part keypoint"

@@ -3,24 +3,26 @@ edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-ht
 from __future__ import annotations
 
 import contextlib
+import datetime
 import html
+import json
 import os
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
 from ..config import project_root
 from ..identity import atomic_write_text
 from ..runs import notebook_states, scoped_environ
 
-
-
 SOLUTION_TAG = "solution"
-
-
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-
+_NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1.5em;padding:.6em 1em;"
+            "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
+            "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
 
 #: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
 #: edition's contents page shows
@@ -30,21 +32,13 @@ _HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decou
 def _collapse_solutions(nb: Any) -> None:
     """Each solution cell becomes a closed ``<details>`` block (its code, no output), so a page
     shows the solution only to a reader who opens it, as the notebook's text promises."""
-    import nbformat
-
-    for i, c in enumerate(nb.cells):
-        if _is_solution(c):
-            code = html.escape(c.source)
-            nb.cells[i] = nbformat.v4.new_markdown_cell(
-                f"<details><summary>Reference solution (click to expand)</summary>\n<pre><code>{code}</code></pre>\n"
-                "</details>")
+    nb.cells = [nbformat.v4.new_markdown_cell(f"<details><summary>Reference solution (click to expand)</summary>\n"
+                                              f"<pre><code>{html.escape(c.source)}</code></pre>\n</details>")
+                if _is_solution(c) else c for c in nb.cells]
 
 
 def _run_header(input_dir: Path, pages: list, out: Path) -> str:
     """Dataset, run id and date, the headline verdict and a link to the report, for the contents page."""
-    import datetime
-    import json
-
     bits = []
     try:
         man = json.loads((input_dir / "run.json").read_text(encoding="utf-8"))
@@ -79,59 +73,45 @@ def _is_solution(cell) -> bool:
 
 
 def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool = False) -> int:
-    """Remove the cells tagged ``solution`` from a notebook (the student edition).
+    """Remove the cells tagged ``solution`` from a notebook (the student edition); everything else
+    (the ``parameters`` cell, exercises, student cells, metadata) is kept, the result validated with nbformat.
 
     Args:
         path: the notebook.
-        out: where to write: a file path (``out == path`` overwrites in place), an existing
-            directory (the same file name inside it), or ``None`` — ``<path's folder>/student/
-            <same name>``; a sibling folder rather than a ``*_student.ipynb`` suffix, so the
-            ``NN_*.ipynb`` notebook list of ``midas-nb run`` never picks the copies up.
-        force: replace another file at ``out`` that differs from what is written (a student's
-            edited copy); without it such a file is kept and ``FileExistsError`` raised.
+        out: a file path (``out == path`` overwrites in place), an existing directory (the same file name
+            inside it), or ``None``: ``<path's folder>/student/<same name>`` (a sibling folder rather than a
+            ``*_student.ipynb`` suffix, so the ``NN_*.ipynb`` list of ``midas-nb run`` never picks it up).
+        force: replace another file at ``out`` that differs from what is written (a student's edited copy).
 
     Returns:
-        The number of removed cells. Everything else (the ``parameters`` cell, exercises,
-        student cells, metadata) is kept, and the result is validated with nbformat.
+        The number of removed cells.
 
     Raises:
         FileNotFoundError: when ``path`` does not exist.
         FileExistsError: ``out`` is another file, which differs from the stripped notebook (not ``force``).
     """
-    import nbformat
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
     nb = nbformat.read(str(path), as_version=4)
     before = len(nb.cells)
     nb.cells = [c for c in nb.cells if not _is_solution(c)]
-    removed = before - len(nb.cells)
-    if out is None:
-        target = path.parent / "student" / path.name
-    else:
-        target = Path(out)
-        if target.is_dir():
-            target = target / path.name
+    target = path.parent / "student" / path.name if out is None else Path(out)
+    target = target / path.name if target.is_dir() else target
     nbformat.validate(nb)
     text = nbformat.writes(nb) + "\n"
     if not force and target.is_file() and not target.samefile(path) and target.read_text(encoding="utf-8") != text:
         raise FileExistsError(f"{target} differs from the student edition of {path} (edited since it was written?); "
                               f"it was kept")
     atomic_write_text(target, text)
-    return removed
+    return before - len(nb.cells)
 
 
 # ------------------------------------------------------------------------------ HTML export
-def notebook_title(nb, default: str) -> str:
+def _title(nb, default: str) -> str:
     """The text of the first Markdown heading of a notebook (``default`` when there is none)."""
-    for c in nb.cells:
-        if c.cell_type != "markdown":
-            continue
-        for line in c.source.splitlines():
-            m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
-            if m and m.group(1):
-                return m.group(1)
-    return default
+    return next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+                 for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), default)
 
 
 def _is_executed(nb) -> bool:
@@ -139,27 +119,17 @@ def _is_executed(nb) -> bool:
                for c in nb.cells)
 
 
-_NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1.5em;padding:.6em 1em;"
-            "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
-            "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
-
-
 def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
-    parts = ['<a class="midas-contents" href="index.html">Contents</a>']
-    if prev:
-        parts.append(f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>')
-    if nxt:
-        parts.append(f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
-    return f'<nav class="midas-nav {where}">' + "".join(parts) + "</nav>"
+    return (f'<nav class="midas-nav {where}"><a class="midas-contents" href="index.html">Contents</a>'
+            + (f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>' if prev else "")
+            + (f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>' if nxt else "")
+            + "</nav>")
 
 
 def _first_error(nb: Any) -> str:
     """``"<ename>: <evalue>"`` of the first error output of an executed notebook, else ``""``."""
-    for cell in nb.cells:
-        for out in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            if out.get("output_type") == "error":
-                return f"{out.get('ename', 'Error')}: {out.get('evalue', '')}".strip()
-    return ""
+    return next((f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip() for c in nb.cells
+                 if c.get("cell_type") == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"), "")
 
 
 def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
@@ -234,7 +204,6 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     Raises:
         FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
     """
-    import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.preprocessors import TagRemovePreprocessor
 
@@ -256,7 +225,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         if p.name in stale:
             warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
                           f"edition", stacklevel=2)
-        pages.append((p, nb, notebook_title(nb, p.stem), failed))
+        pages.append((p, nb, _title(nb, p.stem), failed))
     if not pages:
         source = input_dir.resolve() == (project_root() / "notebooks").resolve()
         raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; " + (
@@ -273,8 +242,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         if not strip_solutions:
             _collapse_solutions(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
-        prev = links[i - 1] if i > 0 else None
-        nxt = links[i + 1] if i + 1 < len(links) else None
+        prev, nxt = links[i - 1] if i > 0 else None, links[i + 1] if i + 1 < len(links) else None
         banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
                   f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
                   f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'

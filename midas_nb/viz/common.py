@@ -1,5 +1,5 @@
-"""Drawing helpers shared by the figures: arrays and images back to numpy / RGB, kept-patch
-rectangles, non-overlapping point labels."""
+"""Drawing helpers shared by the figures: arrays and images back to numpy / RGB, class names for
+titles, kept-patch rectangles, non-overlapping point labels."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -11,9 +11,6 @@ from matplotlib.patches import Rectangle
 from .output import FONT, Normalization
 
 
-# ---------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------
 def to_numpy(x: Any) -> np.ndarray:
     """A tensor (detached, as float32, on the CPU) or anything ``np.asarray`` takes, as a numpy
     array of the same shape."""
@@ -39,6 +36,12 @@ def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
         x = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
     x = np.clip(x, 0.0, 1.0).transpose(1, 2, 0)
     return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
+
+
+def short_name(name: Any, limit: int = 26) -> str:
+    """A class name for a title: CUB's ``"017.Cardinal"`` → ``"Cardinal"``, cut to ``limit`` characters."""
+    name = str(name).split(".", 1)[-1].replace("_", " ")
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
@@ -67,7 +70,7 @@ def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequen
     to_px = ax.transData.transform
     marker_r = 6.0 * fig.dpi / 72  # half a marker (ms 8) plus a little, in pixels
     markers = [np.r_[to_px(p) - marker_r, to_px(p) + marker_r] for p in points]
-    frame = ax.get_window_extent(renderer)
+    frame = np.array(ax.get_window_extent(renderer).extents)  # [x0, y0, x1, y1]
     offsets = [(dx * r, dy * r) for r in (7, 14, 24) for dx, dy in
                ((1, 0.7), (1, -1.2), (-1, 0.7), (-1, -1.2), (0, 1.3), (0, -1.8), (1.2, 0), (-1.2, 0))]
     placed: list[np.ndarray] = []
@@ -81,7 +84,7 @@ def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequen
             bb = t.get_window_extent(renderer)
             box = np.array([bb.x0 - pad, bb.y0 - pad, bb.x1 + pad, bb.y1 + pad])
             cost = sum(_overlap(box, o) for o in placed + markers)
-            cost += _overlap_outside(box, frame)
+            cost += (box[2] - box[0]) * (box[3] - box[1]) - _overlap(box, frame)   # the part outside the axes
             if best is None or cost < best[0]:
                 if best is not None:
                     best[1].remove()
@@ -101,8 +104,3 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
     h = min(a[3], b[3]) - max(a[1], b[1])
     return float(w * h) if w > 0 and h > 0 else 0.0
 
-
-def _overlap_outside(box: np.ndarray, frame) -> float:
-    """Area of ``box`` outside the axes' frame."""
-    inside = _overlap(box, np.array([frame.x0, frame.y0, frame.x1, frame.y1]))
-    return float((box[2] - box[0]) * (box[3] - box[1])) - inside

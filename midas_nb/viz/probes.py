@@ -11,9 +11,6 @@ from .colors import condition_color
 from .output import finish_figure, FONT
 
 
-# ---------------------------------------------------------------------------------------------
-# probes
-# ---------------------------------------------------------------------------------------------
 def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5", "T3"), *,
                    lo: pd.DataFrame | None = None, hi: pd.DataFrame | None = None,
                    title: str | None = None, save: str | None = None) -> Figure:

@@ -1,32 +1,14 @@
-"""The explorer: which patch tokens two rankings keep, side by side, with their coverage and
-faithfulness on the shown image (ipywidgets, with a static still for batch runs).
+"""The explorer (decision 0056): two rankings (supervision targets of DESIGN.md §4; ``T0`` is the
+training-free reference scorer's) side by side on one test image at one depth ``L`` and budget ``b``:
+the kept top ``k = ceil(b·N)`` patch tokens over the photo (part patches and visible part keypoints
+marked, or the object box on a dataset without parts), the insertion and deletion curves of ``p_c``
+on that image (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421;
+:func:`midas_nb.metrics.insertion_deletion_auc`) and a read-out of part IoU and IDAUC.
 
-:func:`explorer` puts two rankings (supervision targets of DESIGN.md §4; ``T0`` is exactly the
-training-free reference scorer, the others what a perfectly trained supervised scorer would
-imitate) side by side on one test image at the same depth ``L`` and budget ``b``:
-
-- the photo with the kept top ``k = ceil(b·N)`` patch tokens bright and the dropped ones
-  dimmed; part patches outlined and visible part keypoints dotted (datasets without parts:
-  the object box, "box coverage");
-- the insertion and deletion curves of ``p_c`` (the predicted class's softmax probability)
-  along each ranking on that image (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421;
-  token space, :func:`midas_nb.metrics.insertion_deletion_auc`);
-- a text read-out: kept tokens, the image's part IoU (:func:`midas_nb.metrics.part_miou`),
-  insertion / deletion AUC and IDAUC for each ranking, and the part mIoU over the explorer's
-  images at that setting.
-
-In a live Jupyter front-end (JupyterLab) it returns ipywidgets controls (image, left target,
-right target, depth ``L``, budget ``b``) that redraw the figure; when no front-end can show
-widgets (papermill, nbval, scripts, the static HTML edition) it returns one static
-:class:`matplotlib.figure.Figure` for the study's depth and budget, marked as a still of an
-interactive explorer, so executed notebooks always hold a figure.
-
-Headless rule (:func:`is_headless`), first match wins:
-
-1. ``MIDAS_HEADLESS`` is set: truthy (``1``, ``true``, ``yes``) → headless, else interactive
-   (``midas-nb run`` and the tests' nbval kernels set it to ``1``);
-2. no IPython kernel (plain Python, or a terminal IPython) or no ``ipywidgets`` → headless;
-3. otherwise interactive.
+Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets
+(papermill, nbval, scripts, the HTML edition). :func:`is_headless`, first match wins:
+``MIDAS_HEADLESS`` set (``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run``
+sets it to ``1``); no IPython kernel or no ``ipywidgets`` → headless; else interactive.
 """
 from __future__ import annotations
 
@@ -37,20 +19,22 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 from torch import Tensor
 
 from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR, condition_color
-from .common import image_to_rgb, patch_rects, to_numpy
+from .common import image_to_rgb, patch_rects, short_name, to_numpy
 from .output import FONT, finish_figure
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
 from ..backbones.vit import keep_count
 
-__all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer",
-           "static_explorer", "STATIC_NOTE"]
+__all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer", "STATIC_NOTE"]
 
 #: the note a static still carries (the HTML edition and batch runs show it under the figure)
 STATIC_NOTE = ("Static still of a batch run. In JupyterLab this explorer is interactive: "
@@ -67,16 +51,11 @@ def is_headless() -> bool:
         return env.strip().lower() in ("1", "true", "yes", "on")
     try:
         from IPython import get_ipython
-    except ImportError:
-        return True
-    ip = get_ipython()
-    if ip is None or not hasattr(ip, "kernel"):
-        return True
-    try:
         import ipywidgets  # noqa: F401
     except ImportError:
         return True
-    return False
+    ip = get_ipython()
+    return ip is None or not hasattr(ip, "kernel")
 
 
 def kept_mask(scores: Tensor, budget: float) -> Tensor:
@@ -85,26 +64,9 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
     return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
 
 
-def _maps(study, batch, depth: int, ids: Sequence[str]) -> dict[str, Tensor]:
-    """Target maps ``{id: [B,N]}`` of one batch at ``depth`` (class = the backbone's prediction,
-    the test-split rule of DESIGN.md §3)."""
-    model = study.model.to(study.device).eval()
-    images = batch.images.to(study.device)
-    with torch.no_grad():
-        pred = model(images).argmax(-1)
-    maps = compute_targets(model, images, list(ids), depth, pred, labels=batch.labels.to(study.device),
-                           indices=batch.indices)
-    return {k: v.detach().float().cpu() for k, v in maps.items()}
-
-
-def _short(name: str, limit: int = 24) -> str:
-    name = name.split(".", 1)[-1].replace("_", " ")
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
 def _class_name(study, label: int) -> str:
     classes = getattr(study.test_set, "classes", None)
-    return _short(classes[label], 40) if classes else f"class {label}"
+    return short_name(classes[label], 40) if classes else f"class {label}"
 
 
 @dataclass
@@ -112,20 +74,17 @@ class ExplorerView:
     """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
 
     Attributes:
-        position: the image's position in the explorer's image list.
-        index: the image's index in the study's test split.
+        position, index: the image's position in the explorer's image list and its index in the test split.
         class_name: its ground-truth class (display name).
-        depth: ``L`` (1-based; the scorer reads block ``L``'s output).
-        budget: ``b``; ``n_keep = ceil(b·N)`` patch tokens are kept.
+        depth, budget: ``L`` (1-based; the scorer reads block ``L``'s output) and ``b``.
         targets: the two ranking ids, left and right.
         keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major patch grid).
-        n_keep, n_patches: ``k`` and ``N``.
+        n_keep, n_patches: ``k = ceil(b·N)`` and ``N``.
         coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
         iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches;
             ``NaN`` when the image has no part patch.
-        miou: the mean IoU of each ranking over the explorer's images at the same ``(L, b)``
-            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
-        n_images: images in that mean (all of the explorer's images, skipped ones included).
+        miou, n_images: the mean IoU of each ranking over the explorer's ``n_images`` images (skipped ones
+            counted) at the same ``(L, b)`` (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
         insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
     """
 
@@ -151,9 +110,8 @@ class ExplorerView:
 
     def lines(self) -> list[str]:
         """The read-out as plain-text lines (what :func:`explorer` shows under the figure)."""
-        head = (f"image {self.position} (test index {self.index}, {self.class_name}) · depth L={self.depth} · "
-                f"budget b={self.budget:.0%} → k={self.n_keep} of N={self.n_patches} patch tokens")
-        out = [head]
+        out = [f"image {self.position} (test index {self.index}, {self.class_name}) · depth L={self.depth} · "
+               f"budget b={self.budget:.0%} → k={self.n_keep} of N={self.n_patches} patch tokens"]
         for t, iou in zip(self.targets, self.iou):
             r = self.insdel[t]
             iou_s = "n/a (no part patch)" if math.isnan(iou) else f"{iou:.3f}"
@@ -164,27 +122,32 @@ class ExplorerView:
         out.append(f"{self.coverage_kind} over the explorer's {self.n_images} images at this L and b: {means}")
         return out
 
-    def readout(self) -> str:
-        """The read-out as one plain-text string (lines joined by newlines)."""
-        return "\n".join(self.lines())
-
     def readout_html(self) -> str:
         """The read-out as HTML (one ``<div>`` per line, escaped)."""
         return "".join(f"<div>{html.escape(s)}</div>" for s in self.lines())
 
 
 class _ViewCache:
-    """Per-depth target maps and per-(depth, image, target) insertion/deletion curves of one
-    batch, computed on first use (insertion/deletion does not depend on the budget)."""
+    """The explorer's images (``n_images`` test images spread over the split, :meth:`Study.batch`),
+    their target maps per depth and insertion/deletion per (depth, image, target), computed on first
+    use (insertion/deletion does not depend on the budget)."""
 
-    def __init__(self, study, batch, ids: Sequence[str]):
-        self.study, self.batch, self.ids = study, batch, list(ids)
+    def __init__(self, study, n_images: int, ids: Sequence[str]):
+        self.study, self.ids = study, list(ids)
+        self.batch = study.batch(n=max(1, min(int(n_images), len(study.test_set))))
         self.maps: dict[int, dict[str, Tensor]] = {}
         self.insdel: dict[tuple[int, int, str], Any] = {}
 
     def maps_at(self, depth: int) -> dict[str, Tensor]:
+        """Target maps ``{id: [B,N]}`` at ``depth`` (class = the backbone's prediction, DESIGN.md §3)."""
         if depth not in self.maps:
-            self.maps[depth] = _maps(self.study, self.batch, depth, self.ids)
+            st, batch = self.study, self.batch
+            model, images = st.model.to(st.device).eval(), batch.images.to(st.device)
+            with torch.no_grad():
+                pred = model(images).argmax(-1)
+            maps = compute_targets(model, images, self.ids, depth, pred, labels=batch.labels.to(st.device),
+                                   indices=batch.indices)
+            self.maps[depth] = {k: v.detach().float().cpu() for k, v in maps.items()}
         return self.maps[depth]
 
     def insdel_of(self, depth: int, position: int, target: str):
@@ -192,24 +155,27 @@ class _ViewCache:
         if key not in self.insdel:
             st = self.study
             ranking = self.maps_at(depth)[target][position:position + 1]
-            r = insertion_deletion_auc(st.model.to(st.device), self.batch.images[position:position + 1],
-                                       ranking, steps=st.settings.protocol.idauc_steps, device=st.device)
-            self.insdel[key] = r
+            self.insdel[key] = insertion_deletion_auc(st.model.to(st.device), self.batch.images[position:position + 1],
+                                                      ranking, steps=st.settings.protocol.idauc_steps, device=st.device)
         return self.insdel[key]
 
-    def view(self, position: int, targets: Sequence[str], depth: int, budget: float) -> ExplorerView:
-        st, batch = self.study, self.batch
+    def view(self, position: int, targets: Sequence[str], depth: int | None = None,
+             budget: float | None = None) -> ExplorerView:
+        st, batch, targets = self.study, self.batch, tuple(targets)
+        if len(targets) != 2:
+            raise ValueError(f"the explorer compares two rankings, got {len(targets)}: {targets}")
         if not 0 <= position < len(batch.indices):
             raise ValueError(f"image position {position} is outside the explorer's {len(batch.indices)} images")
         unknown = [t for t in targets if t not in self.ids]
         if unknown:
             raise ValueError(f"unknown ranking(s) {unknown}; the explorer offers {self.ids}")
+        depth = int(st.settings.point.depth if depth is None else depth)
+        budget = float(st.settings.point.budget if budget is None else budget)
         n_blocks = len(st.model.blocks)
-        if not 1 <= int(depth) <= n_blocks - 1:
+        if not 1 <= depth <= n_blocks - 1:
             raise ValueError(f"depth L must be in 1..{n_blocks - 1} (the backbone has {n_blocks} blocks), got {depth}")
-        if not 0.0 < float(budget) <= 1.0:
+        if not 0.0 < budget <= 1.0:
             raise ValueError(f"budget b must be in (0, 1], got {budget}")
-        depth, budget = int(depth), float(budget)
         maps = self.maps_at(depth)
         has_parts = bool(getattr(st.test_set, "has_parts", True))
         region = batch.part_mask if has_parts else batch.box_mask
@@ -222,56 +188,23 @@ class _ViewCache:
         return ExplorerView(
             position=position, index=int(batch.indices[position]),
             class_name=_class_name(st, int(batch.labels[position])), depth=depth, budget=budget,
-            targets=(targets[0], targets[1]), keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
+            targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
             coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
 
 
-def _explorer_batch(study, n_images: int):
-    m = max(1, min(int(n_images), len(study.test_set)))
-    return study.batch(n=m)
-
-
 def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                   budget: float | None = None, n_images: int = 12) -> ExplorerView:
-    """The explorer's numbers for one setting, without drawing anything.
-
-    Args:
-        study: a :class:`midas_nb.study.Study`.
-        image: position in the explorer's image list (``n_images`` test images spread evenly
-            over the split, :meth:`midas_nb.study.Study.batch`).
-        targets: two ranking ids (``T0`` = the reference scorer's ranking).
-        depth, budget: ``L`` and ``b``; default the study's.
-        n_images: the explorer's image list.
-
-    Returns:
-        :class:`ExplorerView`.
+    """The explorer's numbers for one setting, without drawing anything: an :class:`ExplorerView` of
+    ``study`` (a :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images
+    spread evenly over the split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` =
+    the reference scorer's), ``depth`` L and ``budget`` b (default the study's).
 
     Raises:
         ValueError: not two targets, an unknown target, an image outside the list, ``L``
             outside ``1..n−1`` or ``b`` outside ``(0, 1]``.
     """
-    targets = tuple(targets)
-    if len(targets) != 2:
-        raise ValueError(f"the explorer compares two rankings, got {len(targets)}: {targets}")
-    cache = _ViewCache(study, _explorer_batch(study, n_images), targets)
-    point = study.settings.point
-    return cache.view(int(image), targets, int(point.depth if depth is None else depth),
-                      float(point.budget if budget is None else budget))
-
-
-def _draw_region(ax, view: ExplorerView, batch, position: int, rows: int, cols: int, H: int, W: int) -> None:
-    """Part patches outlined and visible keypoints dotted, or the object box (no parts)."""
-    from matplotlib.patches import Rectangle
-    if view.region == "part":
-        pm = to_numpy(batch.part_mask[position]).astype(bool)
-        patch_rects(ax, pm, rows, cols, H / rows, W / cols, fill=False, edgecolor=PART_COLOR, lw=1.4, ls="--")
-        parts = to_numpy(batch.parts[position])
-        vis = parts[:, 2] > 0
-        ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.5, zorder=3)
-    else:
-        x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[position]))
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.6))
+    return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
 def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
@@ -289,9 +222,6 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     Returns:
         A :class:`matplotlib.figure.Figure` (not closed, not saved).
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
     rows, cols = (int(g) for g in grid)
     p = view.position
     img = image_to_rgb(batch.images[p], normalization)
@@ -305,7 +235,16 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
         shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
         patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
-        _draw_region(ax, view, batch, p, rows, cols, H, W)
+        if view.region == "part":   # part patches outlined and visible keypoints dotted, else the object box
+            patch_rects(ax, to_numpy(batch.part_mask[p]).astype(bool), rows, cols, H / rows, W / cols, fill=False,
+                        edgecolor=PART_COLOR, lw=1.4, ls="--")
+            parts = to_numpy(batch.parts[p])
+            vis = parts[:, 2] > 0
+            ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.5,
+                       zorder=3)
+        else:
+            x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[p]))
+            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.6))
         ax.set_xlim(0, W)
         ax.set_ylim(H, 0)
         ax.set_xticks([])
@@ -331,14 +270,10 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     ax.tick_params(labelsize=FONT["tick"])
     ax.legend(fontsize=FONT["legend"] - 1, loc="best")
     handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
-               Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")]
-    if view.region == "part":
-        from matplotlib.lines import Line2D
-        handles.append(Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"))
-        handles.append(Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white",
-                              label="visible part keypoint"))
-    else:
-        handles.append(Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box"))
+               Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")] + (
+        [Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"),
+         Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white", label="visible part keypoint")]
+        if view.region == "part" else [Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box")])
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
                  fontsize=FONT["title"])
     # the note on the bottom line, the legend stacked above it, the panels above both (measured,
@@ -355,40 +290,6 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
     fig.tight_layout(rect=(0, bottom, 1, 0.95))
     return fig
-
-
-def static_explorer(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
-                    budget: float | None = None, save: str | None = "explorer", n_images: int = 12):
-    """The explorer's static still: :func:`explorer_figure` of one setting, with
-    :data:`STATIC_NOTE` under it (batch runs, the HTML edition), and its read-out printed below.
-
-    Args:
-        study: a :class:`midas_nb.study.Study`.
-        image: position in the explorer's image list.
-        targets: the two rankings (default ``("T0", "T5")``).
-        depth, budget: default the study's.
-        save: figure name for :func:`midas_nb.viz.save_figure` (``None``: not saved).
-        n_images: the explorer's image list (:func:`explorer_view`).
-
-    Returns:
-        The Figure; ``fig.explorer_view`` holds its :class:`ExplorerView`.
-    """
-    targets = tuple(targets)
-    view = explorer_view(study, image, targets, depth, budget, n_images)
-    batch = _explorer_batch(study, n_images)
-    fig = explorer_figure(view, batch, study.grid, study.normalization, note=STATIC_NOTE)
-    fig.explorer_view = view
-    finish_figure(fig, save)
-    print("\n".join(view.lines()))    # the read-out the interactive explorer shows under the figure
-    return fig
-
-
-def _png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
@@ -413,26 +314,32 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
         ``ipywidgets.Image`` (class ``midas-explorer-figure``), the read-out an
         ``ipywidgets.HTML`` (class ``midas-explorer-readout``). A failing redraw shows its
         error in the read-out (class ``midas-explorer-error``) instead of only in the kernel
-        log. Headless: the static still of :func:`static_explorer` at the study's depth and
-        budget. Notebook cells assign the result (``view = explorer(study)``) so nothing is
-        shown twice.
+        log. Headless: the static still of the first image at the study's depth and budget, a
+        Figure with :data:`STATIC_NOTE` under it whose ``explorer_view`` attribute is its
+        :class:`ExplorerView`, its read-out printed below. Notebook cells assign the result
+        (``view = explorer(study)``) so nothing is shown twice.
     """
     if interactive is None:
         interactive = not is_headless()
     ids = list(rankings or study.settings.protocol.targets)
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:
-        return static_explorer(study, 0, pair, save=save, n_images=n_images)
+        cache = _ViewCache(study, n_images, pair)
+        view = cache.view(0, pair)
+        fig = explorer_figure(view, cache.batch, study.grid, study.normalization, note=STATIC_NOTE)
+        fig.explorer_view = view
+        finish_figure(fig, save)
+        print("\n".join(view.lines()))    # the read-out the interactive explorer shows under the figure
+        return fig
 
     import ipywidgets as W
     from IPython.display import display
 
     n_blocks = len(study.model.blocks)
-    batch = _explorer_batch(study, n_images)
-    cache = _ViewCache(study, batch, ids)
-    m = len(batch.indices)
+    cache = _ViewCache(study, n_images, ids)
+    batch = cache.batch
     options = [(f"{i}: {_class_name(study, int(batch.labels[i]))} (test {int(batch.indices[i])})", i)
-               for i in range(m)]
+               for i in range(len(batch.indices))]
     style = {"description_width": "90px"}
     image_w = W.Dropdown(options=options, value=0, description="image", style=style)
     left_w = W.Dropdown(options=ids, value=pair[0], description="left target", style=style)
@@ -441,19 +348,19 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
                           description="depth L", style=style, continuous_update=False)
     budget_w = W.FloatSlider(value=float(study.settings.point.budget), min=0.05, max=1.0, step=0.05,
                              description="budget b", readout_format=".0%", style=style, continuous_update=False)
-    figure_w = W.Image(format="png")
-    figure_w.add_class("midas-explorer-figure")
-    readout_w = W.HTML()
-    readout_w.add_class("midas-explorer-readout")
-    box = W.VBox([W.HBox([image_w, left_w, right_w]), W.HBox([depth_w, budget_w]), figure_w, readout_w])
-    box.add_class("midas-explorer")
+    figure_w = W.Image(format="png").add_class("midas-explorer-figure")
+    readout_w = W.HTML().add_class("midas-explorer-readout")
+    box = W.VBox([W.HBox([image_w, left_w, right_w]), W.HBox([depth_w, budget_w]), figure_w,
+                  readout_w]).add_class("midas-explorer")
     box.view = None
 
     def draw(*_: Any) -> None:
         try:
             view = cache.view(image_w.value, (left_w.value, right_w.value), depth_w.value, budget_w.value)
-            fig = explorer_figure(view, batch, study.grid, study.normalization)
-            figure_w.value = _png(fig)
+            fig, buf = explorer_figure(view, batch, study.grid, study.normalization), io.BytesIO()
+            fig.savefig(buf, format="png", dpi=90)
+            plt.close(fig)
+            figure_w.value = buf.getvalue()
             readout_w.remove_class("midas-explorer-error")
             readout_w.value = view.readout_html()
             box.view = view

@@ -99,11 +99,7 @@ def expected_answer(name: str, **ctx: Any) -> Any:
     Raises:
         KeyError: for an unknown exercise or a missing context object.
     """
-    ex = _get(name)
-    missing = [k for k in ex.needs if k not in ctx]
-    if missing:
-        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)} "
-                       f"(objects the notebook already built)")
+    ex = _get(name, ctx)
     why_not = not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
@@ -145,20 +141,20 @@ def show_exercise(name: str, **ctx: Any):
         def __repr__(self) -> str:
             return str(self.data)
 
-    ex = _get(name)
-    missing = [k for k in ex.needs if k not in ctx]
-    if missing:
-        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)}")
-    head = f"**Exercise {exercise_label(name)}** (`{name}`)."
+    ex = _get(name, ctx)
     why_not = not_applicable(name, **ctx)
-    if why_not:
-        return _Prompt(f"{head} *Not asked on this run: it {why_not}.*")
-    return _Prompt(f"{head} {ex.prompt}")
+    head = f"**Exercise {exercise_label(name)}** (`{name}`)."
+    return _Prompt(f"{head} *Not asked on this run: it {why_not}.*" if why_not else f"{head} {ex.prompt}")
 
 
-def _get(name: str) -> Exercise:
+def _get(name: str, ctx: dict[str, Any] | None = None) -> Exercise:
+    """The registered exercise ``name``; KeyError for an unknown one or, given ``ctx``, a missing context object."""
     if name not in EXERCISES:
         raise KeyError(f"unknown exercise {name!r}; registered: {sorted(EXERCISES)}")
+    missing = [k for k in EXERCISES[name].needs if ctx is not None and k not in ctx]
+    if missing:
+        raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)} "
+                       f"(objects the notebook already built)")
     return EXERCISES[name]
 
 
@@ -319,13 +315,9 @@ def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     return out
 
 
-def t5_backbones(D) -> list[str]:
-    return sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
-
-
 def two_backbones(D) -> str | None:
     """``None`` where ``D`` has T5 rows of ≥ 2 backbones, else why the exercise is not asked."""
-    bbs = t5_backbones(D)
+    bbs = sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
     if len(bbs) >= 2:
         return None
     return (f"needs ≥ 2 backbones; this run has one ({bbs[0]})" if bbs else
