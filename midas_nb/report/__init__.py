@@ -1,8 +1,6 @@
-"""``midas-nb report``: the run's result store as ``REPORT.md`` plus its CSV tables (:data:`TABLES`), each
-number beside the paper's where the paper has one, and a computed statement of which of the paper's findings
-hold. ``REPORT.md`` and the README's results section are rendered only from the CSV files (docs/architecture.md,
-"report"; row selection: docs/decisions/0009-report-row-selection.md). Rendering imports no torch: the names of
-the build path (the store, :func:`build_tables`) load on first use (decision 0080).
+"""``midas-nb report``: ``REPORT.md`` and its CSV tables (:data:`TABLES`) from a run's result store, the README's
+results section rendered from the CSVs alone (docs/architecture.md, "report"). The build path's names (the store,
+:func:`build_tables`) load on first use, so rendering imports no torch (decision 0080).
 """
 from __future__ import annotations
 

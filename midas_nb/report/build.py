@@ -14,7 +14,7 @@ import pandas as pd
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..study import ReportSettings
-from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
+from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_value
 from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
@@ -206,7 +206,7 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float |
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
     # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
-    tc = paper_table(proto, depth=L0, budget=b0, n_boot=2)
+    tc = paper_table(proto, depth=L0, budget=b0, n_boot=2, any_backbone=True)
     tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
     agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
@@ -221,19 +221,11 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float |
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
         dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
         tc = tc.merge(dr[key + list(vs_map.values())], on=key, how="left")
-    # the paper's numbers were measured on DeiT-S/16 at L = 6, b = 25 %: paper_table puts them
-    # beside DeiT-S/16 rows only; the report also shows them beside another backbone at that
-    # point (the header names the paper's setting), never at another (L, b)
-    if L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"])):
-        for col in ("D_pp", "delta_idauc"):
-            fill = [paper_value(c, ds, col) for c, ds in zip(tc["condition"], tc["dataset"])]
-            tc[f"paper_{col}"] = tc[f"paper_{col}"].where(tc[f"paper_{col}"].notna(),
-                                                             pd.Series(fill, index=tc.index, dtype=float))
-        tc["paper_status"] = [ps if isinstance(ps, str) and ps else paper_status(c, ds) or (
-            "below reference" + ("" if ds in PAPER_D_T1 else " (no value given)") if c == "T1" else "")
-            for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
-    else:
-        tc["paper_status"] = tc["paper_status"].fillna("")
+    # at the paper's point a T1 row without the paper's status says what the paper states
+    on_paper = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
+    tc["paper_status"] = [ps if isinstance(ps, str) and ps else "below reference" + (
+        "" if ds in PAPER_D_T1 else " (no value given)") if c == "T1" and on_paper else ""
+        for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
     rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "condition": {c: i for i, c in enumerate(conds)}}
     tc = tc.sort_values(["dataset", "condition"], key=lambda c: c.map(rank[c.name]).fillna(99), kind="stable")
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",

@@ -33,12 +33,14 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
-                backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
+                backbone_order: Sequence[str] | None = None, n_boot: int = 1000,
+                any_backbone: bool = False) -> pd.DataFrame:
     """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's values
     beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
     :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)`` block
-    without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks. Raises
-    ValueError: rows lacking a needed column."""
+    without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks; the paper's
+    values stand beside DeiT-S/16 rows only, or beside every backbone's (``any_backbone``: the report, whose header
+    names the paper's setting), never at another ``(L, b)``. Raises ValueError: rows lacking a needed column."""
     depth = int(PAPER_SETTING["depth"] if depth is None else depth)
     budget = float(PAPER_SETTING["budget"] if budget is None else budget)
     need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
@@ -61,7 +63,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
         have = pd.concat([have, pd.DataFrame(extra)], ignore_index=True)
     if not len(have):
         return pd.DataFrame(columns=COLUMNS)
-    on_paper = ((have["backbone"] == PAPER_SETTING["backbone"]) & (depth == PAPER_SETTING["depth"])
+    on_paper = (((have["backbone"] == PAPER_SETTING["backbone"]) | any_backbone) & (depth == PAPER_SETTING["depth"])
                 & bool(np.isclose(budget, PAPER_SETTING["budget"])))
     for c in ("D_pp", "delta_idauc"):
         have[f"paper_{c}"] = pd.to_numeric([paper_value(str(k), str(d), c) if ok else None

@@ -101,12 +101,10 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
             save_probes(st, hidden_vs_attention_gradient(st.target_maps(depth=L0, ids=_PROBE_TARGETS),
                                                          bootstrap=n_boot, seed=BOOTSTRAP_SEED))
     pr = load_probes(s.profile)
-    if pr is not None:
-        probe_table = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0) & pr["checkpoint_id"].astype(str).isin(
-            {a["checkpoint_id"] for a in acc})].reset_index(drop=True)
-    else:
-        probe_table = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention",
-                                            "cosine", "lo", "hi"])
+    pr = pd.DataFrame(columns=["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo",
+                               "hi"]) if pr is None else pr
+    probe_table = pr[pr["backbone"].isin(backbones) & (pr["depth"] == L0) & pr["checkpoint_id"].astype(str).isin(
+        {a["checkpoint_id"] for a in acc})].reset_index(drop=True)
 
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)] if len(rows) else rows
     D = decoupling_D(at, n_boot=n_boot, ci_seed=BOOTSTRAP_SEED) if len(at) else pd.DataFrame(

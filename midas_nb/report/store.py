@@ -67,14 +67,10 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                          "cells); run the notebooks first")
     df = pd.DataFrame(rows)
     df["build"] = [cell_ident(r, ["build"])[0] for r in df.to_dict("records")]
-    stale: dict[str, int] = {}
-    keep = []
-    for _, g in df.groupby(["dataset", "backbone", "build"], sort=False):
-        newest = g.loc[g["finished"].idxmax(), "checkpoint_id"]
-        for ck, n in g.loc[g["checkpoint_id"] != newest, "checkpoint_id"].value_counts().items():
-            stale[str(ck)] = int(n)
-        keep.append(g[g["checkpoint_id"] == newest])
-    df = pd.concat(keep, ignore_index=True).sort_values("finished", kind="stable")
+    newest = df.groupby(["dataset", "backbone", "build"], sort=False)["finished"].transform("idxmax")
+    fresh = df["checkpoint_id"].to_numpy() == df.loc[newest, "checkpoint_id"].to_numpy()
+    stale = {str(ck): int(n) for ck, n in df.loc[~fresh, "checkpoint_id"].value_counts().items()}
+    df = df[fresh].sort_values("finished", kind="stable")
     superseded = int(df.duplicated(CELL_IDENTITY, keep="last").sum())
     df = df.drop_duplicates(CELL_IDENTITY, keep="last").reset_index(drop=True)
     left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, other_settings=dict(other),
@@ -216,18 +212,19 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     ident = ["dataset", "backbone", "depth", "hidden", "attention"]
     new = new.drop_duplicates(ident, keep="last")
     path = _probe_path(study.settings.profile, store)
-    if path.is_file():
-        old = pd.read_csv(path)
-        old = old.merge(new[ident], on=ident, how="left", indicator=True)
-        old = old[old["_merge"] == "left_only"].drop(columns="_merge")
-        new = pd.concat([old, new], ignore_index=True)
+    if path.is_file():           # the stored rows, those of the same dataset × backbone × depth × pair replaced
+        new = pd.concat([_read_probes(path), new], ignore_index=True).drop_duplicates(ident, keep="last")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, new.to_csv(index=False))
     return path
 
 
+def _read_probes(path: Path) -> pd.DataFrame:
+    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
+                                "without probes)")
+
+
 def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
     """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
     path = _probe_path(profile, store)
-    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
-                                "without probes)") if path.is_file() else None
+    return _read_probes(path) if path.is_file() else None

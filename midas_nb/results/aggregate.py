@@ -20,22 +20,15 @@ _RANGE = {"miou": (0.0, 1.0), "accuracy": (0.0, 1.0), "idauc": (-1.0, 1.0)}
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
-    """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by``
-    (``None``: the :data:`ID_COLUMNS` present; the checkpoint columns present are always added, or, where the
-    table has a ``build`` column and ``by`` does not name them, left out: a group's builds are pooled, one
-    checkpoint each, else ``ValueError``; decision 0072).
-
-    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is the ``(1−alpha)`` interval of the mean
-    over seeds that ``decoupling_D`` uses (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007;
-    ``n_boot`` resamples, RNG ``seed``) from the stored per-image values (the images every seed measured):
-    several seeds (builds), Student's t over the seeds (build means) plus the image bootstrap; one seed, the
-    percentile bootstrap over images; cut at the metric's range; NaN where a group's rows lack per-image values. Returns one row
-    per group: ``by``, ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``,
-    ``m_n`` (non-NaN values), ``m_lo``, ``m_hi`` and ``ci_method`` (``"t over S seeds (Welch–Satterthwaite
-    df) + images bootstrap"``, ``"images bootstrap (one seed)"`` or ``"unavailable: no per-image values"``);
-    ``ValueError`` for a grouping column the table lacks. A group of one row that carries its own
-    ``m_lo``/``m_hi`` (the percentile bootstrap over its images, :func:`summarise_metrics`) keeps them, so a
-    one-seed condition reads the same interval as its row."""
+    """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by`` (``None``:
+    the :data:`ID_COLUMNS` present). The checkpoint columns present are added to ``by``, or, where the table has a
+    ``build`` column that ``by`` does not name, pooled: one checkpoint per build, else ``ValueError`` (decision 0072).
+    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is ``decoupling_D``'s ``(1−alpha)`` interval of the
+    mean over seeds (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007; ``n_boot`` resamples, RNG
+    ``seed``) on the images every seed measured, cut at the metric's range; NaN without per-image values; a group
+    of one row keeps its own ``m_lo``/``m_hi`` (:func:`summarise_metrics`). Returns one row per group: ``by``,
+    ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values),
+    ``m_lo``, ``m_hi`` and ``ci_method``; ``ValueError`` for a grouping column the table lacks."""
     # seeds of two checkpoints (or of one checkpoint id with other weights) are averaged only as two builds
     pooled, ident = BUILD_COLUMN in table.columns, [c for c in CHECKPOINT_COLUMNS if c in table.columns]
     by = [c for c in ID_COLUMNS if c in table.columns and not (pooled and c in ident)] if by is None else list(by)

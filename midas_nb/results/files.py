@@ -51,19 +51,12 @@ def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def decode_lists(df: pd.DataFrame) -> pd.DataFrame:
-    """Inverse of :func:`encode_lists` for the :data:`PER_IMAGE_COLUMNS`, in place; returns ``df``;
-    ``json.JSONDecodeError`` for a cell that starts with ``[`` but is not JSON."""
-    for c in PER_IMAGE_COLUMNS:
-        if c in df.columns:
-            df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)
-    return df
-
-
 def load_table(name: str, runs_dir: str | Path | None = None,
                format: Literal["auto", "csv", "parquet"] = "auto") -> pd.DataFrame:
     """Read a table written by :func:`save_table`, with the schema's dtypes (``format="auto"``:
-    the parquet file when it exists and pyarrow is importable); ``FileNotFoundError`` when it is absent."""
+    the parquet file when it exists and pyarrow is importable), the :data:`PER_IMAGE_COLUMNS` decoded
+    (:func:`encode_lists`); ``FileNotFoundError`` when it is absent, ``json.JSONDecodeError`` for a per-image
+    cell that starts with ``[`` but is not JSON."""
     csv, parquet = _paths(name, runs_dir)
     use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and _has_pyarrow())
     path = parquet if use_parquet else csv
@@ -85,4 +78,6 @@ def load_table(name: str, runs_dir: str | Path | None = None,
                     df[c] = pd.to_numeric(col)
     if all(c in df.columns for c in SCHEMA_COLUMNS):
         df = cast_columns(df)
-    return decode_lists(df)
+    for c in set(PER_IMAGE_COLUMNS) & set(df.columns):
+        df[c] = df[c].map(lambda v: json.loads(v) if isinstance(v, str) and v.startswith("[") else v)
+    return df

@@ -41,13 +41,10 @@ def _values(table: pd.DataFrame, col: str) -> list:
     return sorted({v for v in table[col].dropna().tolist()}) if col in table.columns else []
 
 
-def _one(table: pd.DataFrame, col: str, fmt=str) -> str | None:
+def _one(table: pd.DataFrame, col: str, fmt: Any = str) -> str | None:
+    """The distinct values of ``col`` as ``fmt`` gives them, joined with ``", "``; ``None`` for none."""
     v = _values(table, col)
-    return None if not v else fmt(v[0]) if len(v) == 1 else ", ".join(fmt(x) for x in v)
-
-
-def _int(x: Any) -> str:
-    return f"{int(x)}"
+    return ", ".join(str(fmt(x)) for x in v) if v else None
 
 
 def _bootstrap(bootstrap: int | None) -> list[str]:
@@ -89,26 +86,26 @@ def sample_note(table: pd.DataFrame) -> str:
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
-    n = _one(table, "n_images", _int)
+    n = _one(table, "n_images", int)
     if n is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""
         parts.append(f"{coverage_name(table)}: {n} test images{sk}")
-    ni, steps = _one(table, "n_idauc_images", _int), _one(table, "idauc_steps", _int)
+    ni, steps = _one(table, "n_idauc_images", int), _one(table, "idauc_steps", int)
     if ni is not None:
         parts.append(f"IDAUC: {ni} images, {steps} steps" if steps else f"IDAUC: {ni} images")
     if _values(table, "seed"):
         parts.append(_seeds_text(table))
     trained = table[table["epochs"].fillna(0) > 0] if "epochs" in table.columns else table.iloc[0:0]
     if len(trained):
-        parts.append(f"{_one(trained, 'scorer') or 'scorer'} scorers trained {_one(trained, 'epochs', _int)} epochs")
+        parts.append(f"{_one(trained, 'scorer') or 'scorer'} scorers trained {_one(trained, 'epochs', int)} epochs")
         sup = trained[trained["lambda_ga"].fillna(0) > 0] if "lambda_ga" in trained.columns else trained.iloc[0:0]
         if len(sup):
             parts.append("λ = " + (_one(sup, "lambda_ga", lambda x: f"{float(x):g}") or "?"))
         rel = [r for r in _values(trained, "relaxation") if r]
         if rel:
             parts.append("relaxation " + "/".join(rel))
-    d, b = _one(table, "depth", _int), _one(table, "budget", lambda x: f"{float(x):.0%}")
+    d, b = _one(table, "depth", int), _one(table, "budget", lambda x: f"{float(x):.0%}")
     if d is not None or b is not None:
         parts.append(", ".join(x for x in (d and f"L = {d}", b and f"b = {b}") if x))
     return "; ".join(parts + _backbone(table))
@@ -116,18 +113,16 @@ def sample_note(table: pd.DataFrame) -> str:
 
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
             digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
-            bounds: Mapping[str, tuple[str, str]] | None = None, skip_missing: bool = False) -> pd.DataFrame:
+            bounds: Mapping[str, tuple[str, str]] | None = None) -> pd.DataFrame:
     """A reader's table indexed by ``index``: one column per metric, each cell ``m [lo, hi]`` (value
     column ``m`` or ``m_mean``, bounds ``m_lo`` / ``m_hi`` or ``bounds[m]``, e.g. ``{"cosine": ("lo", "hi")}``;
     ``signed``: metrics printed with a sign), then the ``keep`` columns (a name the table lacks is skipped;
     NaN shows ``—``, whole-number floats print as integers); columns NaN in every row are dropped.
-    ``ValueError`` for a metric without a value column, unless ``skip_missing`` (then it is left out)."""
+    ``ValueError`` for a metric without a value column."""
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
         col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
-        if col is None and skip_missing:
-            continue
         if col is None:
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
@@ -149,11 +144,11 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
     ``ValueError`` for an empty table."""
     if table.empty:
         raise ValueError("probe_note: the table has no rows")
-    n = _one(table, "n_images", _int)
+    n = _one(table, "n_images", int)
     parts = [] if n is None else [f"{n} test images"]
     mode = _one(table, "mode") or "rank"
     what = f"{mode} cosine (Spearman ρ)" if mode == "rank" else f"{mode} cosine"
-    d = _one(table, "depth", _int) or (None if depth is None else f"{int(depth)}")
+    d = _one(table, "depth", int) or (None if depth is None else f"{int(depth)}")
     parts.append(what + (f" of the targets at block L = {d}" if d else ""))
     return "; ".join(parts + _bootstrap(bootstrap) + _backbone(table))
 
@@ -204,7 +199,7 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
     images, 1000 resamples"`` (several ``n_images`` are listed); ``ValueError`` without rows or ``n_images``."""
     if table.empty or "n_images" not in table.columns:
         raise ValueError("images_note: the table has no rows or no n_images column")
-    parts = [f"{_one(table, 'n_images', _int)} test images", what] + _bootstrap(bootstrap)
+    parts = [f"{_one(table, 'n_images', int)} test images", what] + _bootstrap(bootstrap)
     return "; ".join(p for p in parts if p)
 
 
