@@ -3,22 +3,24 @@ settings read from ``midas_nb/profiles.yaml`` (decision 0064); ``get_profile(nam
 single keys."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PlainValidator, StrictBool,
+                      StrictStr, Tag, ValidationError, ValidationInfo, WrapValidator, field_validator)
+from pydantic_core import PydanticCustomError
 
-from .point import MIN_BUDGET, Budget, Point, is_int, is_number, show_value
+from .point import MIN_BUDGET, Budget, Point, did_you_mean, is_int, is_number, show_value
 
 __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
-           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "check_profile",
-           "check_device", "check_data_roots", "SCHEDULE_CHECKS", "schedule_problems", "is_int", "is_number", "is_path",
-           "setting_of", "ProfileError"]
+           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "RunProfile",
+           "Schedule", "Checked", "DataRoots", "check_weights", "check_lines", "expect", "problem", "problem_lines",
+           "check_device", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -39,8 +41,8 @@ PROFILES: dict[str, dict[str, Any]] = _DATA["profiles"]
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
-    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored) merged in, its ``budget``
-    a :class:`midas_nb.point.Budget` where valid; CUB named by an override clears ``synthetic_default``;
+    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored) merged in, as written
+    (:meth:`RunProfile.of` checks and types it); CUB named by an override clears ``synthetic_default``;
     ``ValueError`` for an unknown profile name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
@@ -53,8 +55,6 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     if isinstance(prof.get("weights"), (str, os.PathLike)):  # a bare path: the study's backbone's file
         prof["weights"] = {str(prof.get("backbone")): str(prof["weights"])}
     prof["profile"] = name
-    with contextlib.suppress(ValueError):  # a bad budget stays as given, for check_profile's line
-        prof["budget"] = Budget(prof.get("budget"))
     return prof
 
 
@@ -167,7 +167,7 @@ class ProfileError(ValueError):
 
 
 def setting_of(line: str) -> str:
-    """The profile key a :func:`check_profile` line is about (``"finetune"`` for ``"finetune.lr: ..."``)."""
+    """The profile key a :meth:`RunProfile.problems` line is about (``"finetune"`` for ``"finetune.lr: ..."``)."""
     return line.split(":", 1)[0].split(".", 1)[0].strip()
 
 
@@ -225,26 +225,9 @@ def dataset_of_label(label: str) -> str:
     return base if base == "aircraft" and level.rstrip(")") in AIRCRAFT_LEVELS else str(label)
 
 
-def _is_budget(v: Any) -> bool:
-    try:
-        Budget(v)
-    except ValueError:
-        return False
-    return True
-
-
 def is_path(v: Any) -> bool:
     """A non-empty path or name, ``str`` or ``os.PathLike``."""
     return isinstance(v, (str, os.PathLike)) and bool(str(v).strip())
-
-
-def check_data_roots(roots: Any) -> list[str]:
-    """``[]`` when ``roots`` is a mapping ``{paper dataset: directory path}``, else one line per problem."""
-    if not isinstance(roots, dict):
-        return [f"data_roots: expected a mapping {{dataset: directory}}, got {show_value(roots)}"]
-    return [f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}" if k not in PAPER_DATASETS
-            else f"data_roots.{k}: expected a directory path, got {show_value(v)}"
-            for k, v in roots.items() if k not in PAPER_DATASETS or not is_path(v)]
 
 
 def check_device(device: Any, *, here: bool = True) -> list[str]:
@@ -268,134 +251,225 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
     return []
 
 
-#: what a schedule setting of ``finetune``, ``synthetic_finetune`` or ``scorer_train`` (or of one of their
-#: ``{dataset or backbone: {...}}`` entries) must be: ``{key: (test, what a problem line expects)}``, in the
-#: order problems are listed; :class:`midas_nb.backbones.TrainingRecipe` checks its schedule with these tests
-SCHEDULE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(("epochs", "batch_size", "throughput_repeats", "throughput_batch"),
-                    (lambda v: is_int(v) and v >= 1, "an integer >= 1")),
-    "lr": (lambda v: is_number(v) and v > 0, "a number > 0"),
-    "warmup_epochs": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
-    "weight_decay": (lambda v: is_number(v) and v >= 0, "a number >= 0"),
-    "label_smoothing": (lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
-}
+# The profile's settings as one validated pydantic model (decision 0081): each field's type and constraints
+# are its check; a problem is one line ``setting: expected WHAT, got VALUE (type)`` (:func:`problem_lines`).
+def problem(text: str, whole: bool = True) -> PydanticCustomError:
+    """A validator's problem: the whole line, or (``whole=False``) the words after the setting's name."""
+    return PydanticCustomError("line" if whole else "expected", "{text}", {"text": text})
 
 
-def schedule_problems(name: str, recipe: Any) -> list[str]:
-    """``[]`` when the schedule ``recipe`` (setting ``name``; ``None``: not given) passes
-    :data:`SCHEDULE_CHECKS`, else one line per problem, those of its entries first."""
-    if recipe is None:
-        return []
-    if not isinstance(recipe, dict):
-        return [f"{name}: expected a mapping such as {{epochs: 3, batch_size: 64, lr: 0.001}}, "
-                f"got {show_value(recipe)}"]
-    # a dataset's or backbone's entry {name: {setting: value}} (finetune_settings)
-    problems = [line for k, v in recipe.items() if isinstance(v, dict) for line in schedule_problems(f"{name}.{k}", v)]
-    return problems + [f"{name}.{k}: expected {what}, got {show_value(recipe[k])}"
-                       for k, (ok, what) in SCHEDULE_CHECKS.items() if k in recipe and not ok(recipe[k])]
+def expect(what: str, test: Callable[[Any], bool] = lambda v: True, hint: Callable[[Any], str] = lambda v: "",
+           nested: bool = False) -> WrapValidator:
+    """A field's type errors, and a value ``test`` refuses, as the one problem ``expected {what}, got
+    {value}{hint}``; ``nested``: a nested model's errors pass through, each with its own place."""
+    def check(v: Any, handler: Callable[[Any], Any]) -> Any:
+        try:
+            if test(v):
+                return handler(v)
+        except ValidationError:
+            if nested:
+                raise
+        raise problem(f"expected {what}, got {show_value(v)}{hint(v)}", whole=False)
+    return WrapValidator(check)
 
 
-def check_profile(profile: dict[str, Any], *, device: bool = True) -> list[str]:
-    """Every problem of a profile's settings (types and ranges, without loading anything; ``device=True``:
-    :func:`check_device`), one line each; ``[]`` when fine."""
-    p = profile
-    problems: list[str] = []
-    _check_names(p, problems)
-    if not isinstance(p.get("other_backbones", True), bool):
-        problems.append(f"other_backbones: expected true or false, got {show_value(p.get('other_backbones'))}")
-    for key, allowed in (("aircraft_level", AIRCRAFT_LEVELS), ("precision", PRECISIONS)):
-        if p.get(key, allowed[0]) not in allowed:
-            problems.append(f"{key}: expected one of {list(allowed)}, got {show_value(p.get(key))}")
-    _check_grid(p, problems)
-    for key in ("finetune", "synthetic_finetune", "scorer_train"):
-        problems += schedule_problems(key, p.get(key))
-    _check_paths(p, problems)
-    if device:
-        problems += check_device(p.get("device"))
-    return problems
+def check_lines(lines: list[str], v: Any) -> Any:
+    """``v`` when ``lines`` is empty, else a validator's problem of those whole lines."""
+    if lines:
+        raise problem("\n".join(lines))
+    return v
 
 
-def _check_names(p: dict[str, Any], problems: list[str]) -> None:
-    """Dataset and backbone names and the lists of names."""
-    if p.get("dataset") not in DATASET_NAMES:
-        problems.append(f"dataset: expected one of {list(DATASET_NAMES)}, got {show_value(p.get('dataset'))}")
-    if not (isinstance(p.get("backbone"), str) and p["backbone"]):
-        problems.append(f"backbone: expected a backbone name, got {show_value(p.get('backbone'))}")
-    for key in ("scale_backbones", "backbones", "datasets"):
-        v = p.get(key)
-        if v is not None and not (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v)):
-            problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
-    if p.get("regime_grid", "cross") not in ("cross", "full", "depth", "budget"):
-        problems.append(f"regime_grid: expected cross, full, depth or budget, got {show_value(p['regime_grid'])}")
-    if isinstance(p.get("datasets"), list) and (bad := [d for d in p["datasets"] if d not in DATASET_NAMES]):
-        problems.append(f"datasets: unknown dataset(s) {bad}; expected names from {list(DATASET_NAMES)}")
+def _int(lo: int | None = None, what: str = "") -> Any:
+    return Annotated[int, Field(ge=lo), expect(what or f"an integer >= {lo}", is_int)]   # NumPy's too
 
 
-def _check_grid(p: dict[str, Any], problems: list[str]) -> None:
-    """Depth, budget, their sweep lists, seeds, conditions and the integer settings."""
-    try:
-        Point(p.get("depth"), p.get("budget"))
-    except ValueError as e:
-        problems.extend(str(e).splitlines())
-    for key, ok, what in (("depths", lambda v: is_int(v) and v >= 1, "integers L >= 1"),
-                          ("budgets", _is_budget, f"kept fractions b in (0, 1], at least {MIN_BUDGET:g}"),
-                          *((k, is_int, "integers") for k in ("seeds", "sweep_seeds", "related_seeds"))):
-        if (v := p.get(key)) is None and key != "seeds":
-            continue
+def _num(what: str, **bounds: float) -> Any:
+    return Annotated[float, Field(**bounds), expect(what, is_number)]
+
+
+def _one_of(*names: str, what: str = "") -> Any:
+    return Annotated[Literal[names], expect(what or f"one of {list(names)}")]   # type: ignore[valid-type]
+
+
+def _list_of(item: Any, what: str) -> Any:
+    """A non-empty list of ``item`` without duplicates; a wrong entry is named with the whole list."""
+    def check(v: Any, handler: Callable[[Any], Any]) -> Any:
         if not isinstance(v, (list, tuple)) or not v:
-            problems.append(f"{key}: expected a non-empty list of {what} (e.g. [0, 1]), got {show_value(v)}")
-        elif not all(ok(x) for x in v):  # the entries that are wrong, then the whole list
-            wrong = ", ".join(show_value(x) for x in v if not ok(x))
-            problems.append(f"{key}: expected a list of {what}; wrong: {wrong} (in {list(v)!r})")
-        elif len(set(v)) != len(v):
-            problems.append(f"{key}: duplicated entries in {list(v)!r}")
-    for key in ("conditions", "sweep_conditions", "targets"):
-        if (v := p.get(key)) is None and key == "sweep_conditions":
-            continue
-        if not (isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v)):
-            problems.append(f"{key}: expected a non-empty list of names, got {show_value(v)}")
-    optional = {"eval_subset_seed": 0, "throughput_batch": 1, "throughput_repeats": 1, "builds": 1, "build": 0}
-    for key, lo in (("idauc_steps", 1), ("bootstrap", 1), ("image_size", 1), ("patch_size", 1), *optional.items()):
-        if not (is_int(v := p.get(key, optional.get(key))) and v >= lo):
-            problems.append(f"{key}: expected an integer >= {lo}, got {show_value(v)}")
-    if is_int(p.get("image_size")) and is_int(p.get("patch_size")) and p["patch_size"] >= 1 \
-            and p["image_size"] % p["patch_size"]:
-        problems.append(f"image_size: {p['image_size']} px is not a multiple of patch_size {p['patch_size']}")
-    for key in ("max_eval_images", "max_idauc_images", "max_images_per_class", "torch_threads"):
-        v = p.get(key)
-        if key == "max_images_per_class" and isinstance(v, dict):   # {dataset: k}; {} caps none
-            if bad := {k: x for k, x in v.items() if k not in DATASET_NAMES or not (is_int(x) and x >= 1)}:
-                problems.append(f"{key}: expected {{dataset: integer >= 1}} with datasets from "
-                                f"{list(DATASET_NAMES)}, got {show_value(bad)}")
-        elif v is not None and not (is_int(v) and v >= 1):
-            problems.append(f"{key}: expected None (all), an integer >= 1 or {{dataset: integer >= 1}}, "
-                            f"got {show_value(v)}")
+            raise problem(f"expected a non-empty list of {what} (e.g. [0, 1]), got {show_value(v)}", whole=False)
+        try:
+            out = handler(list(v))
+        except ValidationError as e:
+            wrong = ", ".join(show_value(v[i]) for i in sorted({err["loc"][0] for err in e.errors()}))
+            raise problem(f"expected a list of {what}; wrong: {wrong} (in {list(v)!r})", whole=False) from None
+        if len(set(out)) != len(out):
+            raise problem(f"duplicated entries in {list(v)!r}", whole=False)
+        return out
+    return Annotated[list[item], WrapValidator(check)]
 
 
-def _check_paths(p: dict[str, Any], problems: list[str]) -> None:
-    """Data roots, weights files, ``pretrained`` and ``backbone_kwargs``."""
-    if p.get("data_root") is not None and not is_path(p["data_root"]):
-        problems.append(f"data_root: expected a directory path, got {show_value(p['data_root'])}")
-    elif p.get("data_root") is not None and p.get("dataset") == "synthetic":
-        problems.append(f"data_root: {str(p['data_root'])!r} was given but the run's dataset is 'synthetic', which "
-                        f"is generated and takes no data root; use --dataset cub --data-root PATH for a CUB directory")
-    roots = p.get("data_roots")
-    problems += check_data_roots(roots)
-    if isinstance(roots, dict):
-        own = p.get("dataset")
-        if isinstance(own, str) and own in roots and is_path(roots[own]) and is_path(p.get("data_root")) and \
-                Path(str(roots[own])).expanduser() != Path(str(p["data_root"])).expanduser():
-            problems.append(f"data_root: {str(p['data_root'])!r} and data_roots.{own} = {str(roots[own])!r} "
-                            f"name two roots for {own!r}; give one")
-    weights = p.get("weights")
-    if not isinstance(weights, dict):
-        problems.append(f"weights: expected a mapping {{backbone: file}} or a file path, got {show_value(weights)}")
-    else:
-        problems += [f"weights.{k}: expected a weights file path, got {show_value(v)}"
-                     for k, v in weights.items() if not is_path(v)]
-    if p.get("pretrained") not in ("hub", None):
-        problems.append(f"pretrained: expected 'hub' or None, got {show_value(p.get('pretrained'))}")
-    kw = p.get("backbone_kwargs")
-    if not isinstance(kw, dict):
-        problems.append(f"backbone_kwargs: expected a mapping of timm VisionTransformer arguments, "
-                        f"got {show_value(kw)}")
+_NAMES = Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1),
+                   expect("a non-empty list of names")]
+_CAPS = "None (all), an integer >= 1 or {dataset: integer >= 1}"
+_CAP = Annotated[Optional[int], expect(_CAPS, lambda v: v is None or (is_int(v) and v >= 1))]
+_BUDGET = Annotated[Budget, PlainValidator(Budget)]
+_SEEDS = Optional[_list_of(_int(), "integers")]
+#: ``{paper dataset: directory}`` (``data_roots``, of a profile or a run file)
+DataRoots = Annotated[dict, expect("a mapping {dataset: directory}"), AfterValidator(lambda v: check_lines([
+    f"data_roots: unknown dataset {k!r}; expected names from {list(PAPER_DATASETS)}" if k not in PAPER_DATASETS
+    else f"data_roots.{k}: expected a directory path, got {show_value(x)}"
+    for k, x in v.items() if k not in PAPER_DATASETS or not is_path(x)], v))]
+
+
+def check_weights(weights: dict) -> dict:
+    """``weights`` (``{backbone: weights file}``, of a profile or a run file) when every entry is one, else
+    a validator's problem naming each wrong entry."""
+    return check_lines([f"weights.{k}: expected a weights file path, got {show_value(x)}" if isinstance(k, str) and k
+                        else f"weights: expected backbone names as keys, got {show_value(k)}"
+                        for k, x in weights.items() if not (isinstance(k, str) and k and is_path(x))], weights)
+
+
+class Checked(BaseModel):
+    """A model whose problems are lines (:func:`problem_lines`; ``UNKNOWN``: the line of a name it lacks)."""
+
+    UNKNOWN: ClassVar[str] = "{name}: unknown setting{hint}; expected a key of the profiles (midas_nb.config.PROFILES)"
+
+    @classmethod
+    def check(cls, values: Mapping[str, Any]) -> tuple[Any, list[str]]:
+        """``(model, [])`` of ``values``, or ``(None, every problem, one line each)``."""
+        try:
+            return cls.model_validate(dict(values)), []
+        except ValidationError as e:
+            return None, problem_lines(e, cls.model_fields, cls.UNKNOWN)
+
+    @classmethod
+    def problems(cls, values: Mapping[str, Any]) -> list[str]:
+        """Every problem of ``values`` (types and ranges, nothing loaded), one line each; ``[]`` when fine."""
+        return cls.check(values)[1]
+
+
+class Schedule(Checked):
+    """A fine-tuning or scorer-training schedule (``finetune``, ``synthetic_finetune``, ``scorer_train``):
+    the settings checked here, others passed on; ``{dataset or backbone: {...}}`` entries are schedules too
+    (:func:`finetune_settings`; their problems are listed after the schedule's own)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, Annotated[Union[Annotated["Schedule", Tag("entry")], Annotated[Any, Tag("value")]],
+                                            Discriminator(lambda v: "entry" if isinstance(v, dict) else "value")]]
+    epochs: _int(1) = None
+    batch_size: _int(1) = None
+    throughput_repeats: _int(1) = None
+    throughput_batch: _int(1) = None
+    lr: _num("a number > 0", gt=0) = None
+    warmup_epochs: _num("a number >= 0", ge=0) = None
+    weight_decay: _num("a number >= 0", ge=0) = None
+    label_smoothing: _num("a number in [0, 1)", ge=0, lt=1) = None
+
+
+_SCHEDULE = Annotated[Optional[Schedule], expect("a mapping such as {epochs: 3, batch_size: 64, lr: 0.001}",
+                                                 lambda v: v is None or isinstance(v, dict), nested=True)]
+
+
+class RunProfile(Checked):
+    """A profile's settings (``midas_nb/profiles.yaml`` with overrides), typed and validated once: the run
+    description's profile part (decision 0081); a setting no profile has is a problem."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, arbitrary_types_allowed=True)
+    profile: Optional[str] = None
+    run_kind: Any = None
+    # data and backbone names; the sweeps' lists of them
+    dataset: _one_of(*DATASET_NAMES) = None
+    backbone: Annotated[StrictStr, Field(min_length=1), expect("a backbone name")] = None
+    scale_backbones: Optional[_NAMES] = None
+    backbones: Optional[_NAMES] = None
+    datasets: Optional[_NAMES] = None
+    regime_grid: _one_of("cross", "full", "depth", "budget", what="cross, full, depth or budget") = "cross"
+    other_backbones: Annotated[StrictBool, expect("true or false")] = True
+    aircraft_level: _one_of(*AIRCRAFT_LEVELS) = AIRCRAFT_LEVELS[0]
+    precision: _one_of(*PRECISIONS) = PRECISIONS[0]
+    # the point and the grids around it
+    depth: _int(1, "an integer L >= 1 (the scorer reads block L)") = None
+    budget: _BUDGET = None
+    depths: Optional[_list_of(_int(1), "integers L >= 1")] = None
+    budgets: Optional[_list_of(_BUDGET, f"kept fractions b in (0, 1], at least {MIN_BUDGET:g}")] = None
+    seeds: _list_of(_int(), "integers") = None
+    sweep_seeds: _SEEDS = None
+    related_seeds: _SEEDS = None
+    conditions: _NAMES = None
+    sweep_conditions: Optional[_NAMES] = None
+    targets: _NAMES = None
+    # evaluation, statistics, images
+    idauc_steps: _int(1) = None
+    bootstrap: _int(1) = None
+    image_size: _int(1) = None
+    patch_size: _int(1) = None
+    eval_subset_seed: _int(0) = 0
+    throughput_batch: _int(1) = 1
+    throughput_repeats: _int(1) = 1
+    builds: _int(1) = 1
+    build: _int(0) = 0
+    max_eval_images: _CAP = None
+    max_idauc_images: _CAP = None
+    max_images_per_class: Annotated[Union[None, int, dict], expect(_CAPS, lambda v: isinstance(v, dict) or (
+        v is None or (is_int(v) and v >= 1)))] = None
+    torch_threads: _CAP = None
+    # training: the backbone's fine-tuning, the scorers'
+    finetune: _SCHEDULE = None
+    synthetic_finetune: _SCHEDULE = None
+    scorer_train: _SCHEDULE = None
+    # paths
+    data_root: Annotated[Any, expect("a directory path", lambda v: v is None or is_path(v))] = None
+    data_roots: DataRoots = None
+    weights: Annotated[dict, expect("a mapping {backbone: file} or a file path"), AfterValidator(check_weights)] = None
+    pretrained: Annotated[Optional[Literal["hub"]], expect("'hub' or None")] = None
+    backbone_kwargs: Annotated[dict, expect("a mapping of timm VisionTransformer arguments")] = None
+    device: Any = None   # a name of this machine: check_device
+    synthetic: Any = None
+    synthetic_default: Any = None
+    relaxation: Any = None
+    lam: Any = None
+    temperature: Any = None
+
+    @field_validator("datasets", "max_images_per_class", "patch_size", "data_root", "data_roots")
+    @classmethod
+    def _across(cls, v: Any, info: ValidationInfo) -> Any:
+        """The checks of a setting that read another setting, or each entry of a mapping."""
+        d, key, bad = info.data, info.field_name, None
+        if key == "datasets" and v and (wrong := [x for x in v if x not in DATASET_NAMES]):
+            bad = f"datasets: unknown dataset(s) {wrong}; expected names from {list(DATASET_NAMES)}"
+        elif key == "max_images_per_class" and isinstance(v, dict) and (
+                wrong := {k: x for k, x in v.items() if k not in DATASET_NAMES or not (is_int(x) and x >= 1)}):
+            bad = (f"max_images_per_class: expected {{dataset: integer >= 1}} with datasets from "
+                   f"{list(DATASET_NAMES)}, got {show_value(wrong)}")
+        elif key == "patch_size" and isinstance(d.get("image_size"), int) and d["image_size"] % v:
+            bad = f"image_size: {d['image_size']} px is not a multiple of patch_size {v}"
+        elif key == "data_root" and v is not None and d.get("dataset") == "synthetic":
+            bad = (f"data_root: {str(v)!r} was given but the run's dataset is 'synthetic', which is generated and "
+                   f"takes no data root; use --dataset cub --data-root PATH for a CUB directory")
+        elif key == "data_roots" and (own := d.get("dataset")) in v and is_path(root := d.get("data_root")) and Path(
+                str(v[own])).expanduser() != Path(str(root)).expanduser():
+            bad = (f"data_root: {str(root)!r} and data_roots.{own} = {str(v[own])!r}"
+                   f" name two roots for {own!r}; give one")
+        return check_lines([bad] if bad else [], v)
+
+    @property
+    def point(self) -> Point:
+        """``Point(depth, budget)``, its budget this model's :class:`Budget` (built once, when validated)."""
+        return Point(self.depth, self.budget)
+
+
+def problem_lines(error: ValidationError, known: Iterable[str] = (), unknown: str = Checked.UNKNOWN) -> list[str]:
+    """A model's errors as the problem lines of decision 0024: a name the model lacks first (``unknown``
+    with ``{name}`` and ``{hint}``, a name of ``known`` close to it), then each problem in the fields' order."""
+    lines: list[str] = []
+    for err in sorted(error.errors(), key=lambda r: r["type"] != "extra_forbidden"):
+        if err["type"] == "extra_forbidden":
+            name = str(err["loc"][-1])
+            text = unknown.format(name=name, hint=did_you_mean([name], known), known=list(known))
+        elif err["type"] == "value_error":   # a typed value's own one-line message (Budget)
+            text = str(err["ctx"]["error"])
+        else:
+            where = ".".join(str(x) for x in err["loc"] if x != "entry")
+            text = err["msg"] if err["type"] == "line" else f"{where}: {err['msg']}"
+        lines += [line for line in text.splitlines() if line not in lines]
+    return lines

@@ -71,7 +71,7 @@ def test_a_budget_from_the_profile_is_checked_once(monkeypatch):
     monkeypatch.setattr(point, "is_number", lambda v: calls.append(v) or real(v))
     from midas_nb.study import RunSettings
 
-    settings = RunSettings.build("smoke", budget=0.1)    # get_profile, check_profile, the typed parts
+    settings = RunSettings.build("smoke", budget=0.1)    # the profile model (RunProfile): the typed parts
     assert calls.count(0.1) == 1 and type(settings.point.budget) is Budget
     b, prof = settings.point.budget, settings.values
     calls.clear()
@@ -84,3 +84,42 @@ def test_a_budget_from_the_profile_is_checked_once(monkeypatch):
     out = prune_tokens(model, hidden, torch.randn(2, n), 2, pruned.budget)
     assert out.keep_mask.sum(1).tolist() == [keep_count(b, n)] * 2 == [math.ceil(0.1 * n)] * 2
     assert [c for c in calls if c == 0.1] == []             # never checked again
+
+
+def test_a_budget_given_as_p_budget_reaches_keep_count_as_one_typed_value(monkeypatch, capsys, tmp_path):
+    """Issue 54 (move 1): ``-p budget 0.1`` is read as the float 0.1 by the command line, made a
+    :class:`Budget` once by the run description's model (:class:`midas_nb.config.RunProfile`), and that
+    very object is the point's and the one ``keep_count`` takes; a bad budget is one line, exit 2."""
+    import midas_nb.pruning as pruning
+    from midas_nb import cli
+    from midas_nb.cli.runspec import spec_from_args
+    from midas_nb.study import RunSettings
+    from midas_nb.backbones import create_backbone
+
+    spec, problems = spec_from_args(cli.build_parser().parse_args(["run", "--profile", "smoke", "-p", "budget", "0.1"]))
+    assert problems == [] and type(spec.params["budget"]) is float and spec.params["budget"] == 0.1
+    made, new = [], Budget.__new__
+    monkeypatch.setattr(Budget, "__new__", staticmethod(lambda cls, v: made.append(v) or new(cls, v)))
+    run, lines = config.RunProfile.check(config.get_profile(spec.profile, **spec.params))
+    assert lines == [] and type(run.budget) is Budget and run.budget == 0.1 and run.point.budget is run.budget
+    made.clear()
+    settings = RunSettings.build(spec.profile, **spec.params)   # what a notebook given these parameters builds
+    b = settings.point.budget
+    assert type(b) is Budget and b == 0.1
+    assert [v for v in made if v == 0.1 and type(v) is not Budget] == [0.1]   # typed once, by the model
+    seen, real = [], pruning.keep_count
+    monkeypatch.setattr(pruning, "keep_count", lambda budget, n: seen.append(budget) or real(budget, n))
+    made.clear()
+    s = settings.data
+    model = create_backbone(settings.backbone.name, num_classes=3, img_size=s.image_size, patch_size=s.patch_size)
+    n = (s.image_size // s.patch_size) ** 2
+    out = pruning.prune_tokens(model.eval(), torch.randn(2, n + 1, model.embed_dim), torch.randn(2, n), 2, b)
+    assert len(seen) == 1 and seen[0] is b and out.keep_mask.sum(1).tolist() == [math.ceil(0.1 * n)] * 2
+    assert [v for v in made if type(v) is not Budget] == []                  # nothing re-parsed on the way
+    monkeypatch.setattr("papermill.execute_notebook", lambda *a, **k: pytest.fail("a notebook was executed"))
+    for text, got in (("1.5", "1.5 (float)"), ("abc", "'abc' (str)")):
+        assert cli.main(["run", "--no-progress", "--profile", "smoke", "--notebooks", "02", "-p", "budget", text,
+                         "--output", str(tmp_path / "o")]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert err == [f"midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {got}",
+                       "midas-nb run: 1 problem(s); no notebook was started"]

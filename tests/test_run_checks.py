@@ -472,10 +472,10 @@ def test_a_budget_below_the_cells_resolution_is_refused_before_any_kernel(tmp_pa
     (line,) = _problems(lines)
     assert rc == 2 and line == ("midas-nb run: budget: 1e-09 is below 1e-06, the resolution at which result cells "
                                 "key b (6 decimals; it would round to 0); expected b in [1e-06, 1]")
-    assert config.check_profile(config.get_profile("smoke", budget=1e-6, budgets=[1e-6, 1.0]), device=False) == []
-    assert config.check_profile(config.get_profile("smoke", budgets=[5e-7, 0.5]), device=False) == [
+    assert config.RunProfile.problems(config.get_profile("smoke", budget=1e-6, budgets=[1e-6, 1.0])) == []
+    assert config.RunProfile.problems(config.get_profile("smoke", budgets=[5e-7, 0.5])) == [
         "budgets: expected a list of kept fractions b in (0, 1], at least 1e-06; wrong: 5e-07 (float) (in [5e-07, 0.5])"]
-    assert config.check_profile(config.get_profile("smoke", depths=[1, 0, 2.5]), device=False) == [  # each wrong entry
+    assert config.RunProfile.problems(config.get_profile("smoke", depths=[1, 0, 2.5])) == [  # each wrong entry
         "depths: expected a list of integers L >= 1; wrong: 0 (int), 2.5 (float) (in [1, 0, 2.5])"]
 
 
@@ -536,16 +536,16 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
 def test_per_backbone_finetune_entries_are_checked_like_the_shared_recipe():
     ok = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1,
                                                    hybrid_lite0_deit=dict(epochs=20)))
-    assert config.check_profile(ok, device=False) == []
+    assert config.RunProfile.problems(ok) == []
     bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, warmup_epochs=1,
                                                     hybrid_lite0_deit=dict(epochs=0, lr=-1)))
-    assert config.check_profile(bad, device=False) == [
+    assert config.RunProfile.problems(bad) == [
         "finetune.hybrid_lite0_deit.epochs: expected an integer >= 1, got 0 (int)",
         "finetune.hybrid_lite0_deit.lr: expected a number > 0, got -1 (int)"]
     # label smoothing and weight decay are profile problems too (before: the recipe's bare ValueError later)
     bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, label_smoothing=1.0,
                                                     weight_decay=-0.1))
-    assert config.check_profile(bad, device=False) == [
+    assert config.RunProfile.problems(bad) == [
         "finetune.weight_decay: expected a number >= 0, got -0.1 (float)",
         "finetune.label_smoothing: expected a number in [0, 1), got 1.0 (float)"]
 
@@ -654,12 +654,12 @@ def test_images_per_class_cap_is_one_integer_or_a_mapping_by_dataset():
     assert config.images_per_class(quick, "aircraft (family)") is None
     assert config.images_per_class(config.get_profile("quick", max_images_per_class=3), "cub") == 3
     assert config.images_per_class(config.get_profile("smoke"), "synthetic") is None
-    assert config.check_profile(quick, device=False) == []
+    assert config.RunProfile.problems(quick) == []
     bad = config.get_profile("quick", max_images_per_class=dict(cars=0, bikes=4))
-    assert config.check_profile(bad, device=False) == [
+    assert config.RunProfile.problems(bad) == [
         "max_images_per_class: expected {dataset: integer >= 1} with datasets from "
         "['cub', 'aircraft', 'cars', 'synthetic'], got {'cars': 0, 'bikes': 4} (dict)"]
-    assert config.check_profile(config.get_profile("quick", max_images_per_class="x"), device=False) == [
+    assert config.RunProfile.problems(config.get_profile("quick", max_images_per_class="x")) == [
         "max_images_per_class: expected None (all), an integer >= 1 or {dataset: integer >= 1}, got 'x' (str)"]
 
 
@@ -677,7 +677,7 @@ def test_a_recipe_entry_of_a_dataset_applies_to_that_dataset_and_a_backbone_entr
     both = config.get_profile("quick", finetune=dict(epochs=15, aircraft=dict(epochs=30), **{bb: dict(epochs=20)}))
     assert config.finetune_settings(both, "aircraft", bb)["epochs"] == 20
     bad = config.get_profile("quick", finetune=dict(epochs=15, batch_size=64, lr=2e-3, aircraft=dict(batch_size=0)))
-    assert config.check_profile(bad, device=False) == [
+    assert config.RunProfile.problems(bad) == [
         "finetune.aircraft.batch_size: expected an integer >= 1, got 0 (int)"]
 
 

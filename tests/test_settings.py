@@ -104,7 +104,7 @@ def test_precision_is_checked_with_the_profile_and_keys_only_the_profiles_that_s
     out keep the keys they had (no ``precision`` among their protocol settings)."""
     from midas_nb.study import protocol_settings
 
-    lines = config.check_profile(dict(config.get_profile("smoke"), precision="fp16"), device=False)
+    lines = config.RunProfile.problems(dict(config.get_profile("smoke"), precision="fp16"))
     assert lines == ["precision: expected one of ['float32', 'bfloat16'], got 'fp16' (str)"]
     assert protocol_settings(config.get_profile("paper"))["precision"] == "bfloat16"
     for name in ("smoke", "quick", "rehearsal"):

@@ -101,7 +101,7 @@ def test_quick_reads_out_other_backbones_only_when_asked():
     """quick's 45-min budget: the scale readout and the side-by-side run the profile's own backbone
     unless other_backbones is on (each other backbone is trained from nothing offline)."""
     from midas_nb.backbones import comparison_backbones
-    from midas_nb.config import check_profile
+    from midas_nb.config import RunProfile
     prof = get_profile("quick")
     assert prof["other_backbones"] is False and get_profile("paper")["other_backbones"] is True
     assert {c.backbone for c in make_grid(prof, "scale")} == {prof["backbone"]}
@@ -111,7 +111,7 @@ def test_quick_reads_out_other_backbones_only_when_asked():
     assert {c.backbone for c in make_grid(on, "scale")} == set(on["scale_backbones"])
     assert comparison_backbones(on) == ["hybrid_lite0_vit", "hybrid_lite0_deit"]
     assert make_grid(on, "regime") == make_grid(prof, "regime")      # the regime sweep is the main backbone's
-    assert check_profile(get_profile("quick", other_backbones="yes"), device=False) == [
+    assert RunProfile.problems(get_profile("quick", other_backbones="yes")) == [
         "other_backbones: expected true or false, got 'yes' (str)"]
 
 
@@ -134,8 +134,8 @@ def test_sweep_seeds_apply_off_the_profiles_point():
     assert len(make_grid(prof, "regime", seeds=[0, 1])) == (5 + prof["builds"] - 1) * (3 * 2 + 1)   # builds at (L, b)
     # explicit conditions are taken as given
     assert {c.condition for c in make_grid(prof, "regime", conditions=["reference", "T5"])} == {"reference", "T5"}
-    from midas_nb.config import check_profile
-    assert check_profile(get_profile("quick", sweep_seeds=[0, 0]), device=False) == [
+    from midas_nb.config import RunProfile
+    assert RunProfile.problems(get_profile("quick", sweep_seeds=[0, 0])) == [
         "sweep_seeds: duplicated entries in [0, 0]"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from ..config import is_int, SCHEDULE_CHECKS
+from ..config import is_int, Schedule, setting_of
 
 #: Bumped when the meaning of a recipe field or the training loop changes (enters checkpoint keys).
 DISTILL_VERSION = 1
@@ -38,10 +38,10 @@ class TrainingRecipe:
     label_smoothing: float = 0.1
     weight_decay: float = 0.05
 
-    def __post_init__(self) -> None:   # the schedule's tests are the profile check's (config.SCHEDULE_CHECKS)
-        ok = dict({k: SCHEDULE_CHECKS[k][0] for k in ("epochs", "batch_size", "lr", "warmup_epochs",
-                                                      "label_smoothing", "weight_decay")}, seed=is_int)
-        bad = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if not ok[f.name](getattr(self, f.name))]
+    def __post_init__(self) -> None:   # the schedule's constraints are the profile's (config.Schedule)
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        wrong = {setting_of(line) for line in Schedule.problems(values)} | (set() if is_int(self.seed) else {"seed"})
+        bad = [f"{k}={v!r}" for k, v in values.items() if k in wrong]
         if bad:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
                              f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")

@@ -13,7 +13,6 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
@@ -94,8 +93,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
     from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
-        spec = RunSpec(profile=profile, params=dict(extra or {}), notebooks=notebooks,
-                       output=None if output is None else str(output), cell_timeout=cell_timeout)
+        spec = RunSpec.model_construct(profile=profile, params=dict(extra or {}), notebooks=notebooks,
+                                       output=None if output is None else str(output), cell_timeout=cell_timeout)
     fold_structured_params(spec)
     if len(run_datasets(spec)) > 1:
         return run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
@@ -149,7 +148,8 @@ def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, 
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
-    subs = [replace(spec, dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)) for d in datasets]
+    subs = [spec.model_copy(update=dict(dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)))
+            for d in datasets]
     paths, accepted_by = checked(spec, subs, problems)   # every dataset's run, once, before any kernel
     t_all, figures = time.time(), config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):

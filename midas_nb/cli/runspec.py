@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Annotated, Any, ClassVar, Iterable, Optional, Sequence
+
+from pydantic import AfterValidator, ConfigDict, Field
 
 from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
@@ -17,7 +18,6 @@ from .args import list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
 from ..study import check_layout, grid_spans, RunSettings, study_overrides
-from ..study.settings import setting_names
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "check_output", "preflight", "fold_structured_params", "spec_from_args"]
@@ -26,23 +26,59 @@ __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "loa
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
 
 
-@dataclass
-class RunSpec:
+def _is_seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _params(v: Any) -> Any:
+    """A run file's ``params`` when it maps names to values, else why not (YAML reads ``{seeds: 0,1}``
+    as the names ``seeds`` and ``1``)."""
+    odd = [x for x in v if not isinstance(x, str)] if isinstance(v, dict) else []
+    if not isinstance(v, dict):
+        why = (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, "
+               f"1]}}), got {show_value(v)}")
+    elif split := [x for x in odd if v[x] is None]:
+        why = (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
+               f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
+               f"(params: then '  seeds: [0, 1]')")
+    else:
+        why = f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}" if odd else ""
+    return config.check_lines([why] if why else [], v)
+
+
+def _one_of(names: Sequence[str], hint: Any = lambda v: "") -> Any:
+    return Annotated[Any, config.expect(f"one of {names}", lambda v: isinstance(v, str) and v in names, hint)]
+
+
+_NAME = Annotated[Any, config.expect("a name (a string)", is_path)]
+_DIR = Annotated[Any, config.expect("a directory path (a non-empty string)", is_path)]
+
+
+class RunSpec(config.Checked):
     """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default.
     ``data_root``: the study's dataset's root; ``data_roots``: ``{dataset: root}``; ``weights``:
-    ``{backbone: file}``; ``params``: further notebook parameters (``-p NAME VALUE``)."""
+    ``{backbone: file}``; ``params``: further notebook parameters (``-p NAME VALUE``). The fields' types
+    are a run file's checks (:meth:`check`; docs/decisions/0029-run-description.md); the command line's
+    values are made into a spec unchecked (``model_construct``) and checked by :func:`preflight`."""
 
-    profile: str = "quick"
-    dataset: str | None = None
-    backbone: str | None = None
-    device: str | None = None
-    notebooks: str | None = None
-    output: str | None = None
-    data_root: str | None = None
-    data_roots: dict[str, str] = field(default_factory=dict)
-    weights: dict[str, str] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)
-    cell_timeout: float | None = None
+    model_config = ConfigDict(extra="forbid")
+    UNKNOWN: ClassVar[str] = "unknown setting {name!r}; expected one of {known}"
+    profile: _one_of(sorted(config.PROFILES), lambda v: did_you_mean([v], config.PROFILES)
+                     if isinstance(v, str) else "") = "quick"
+    dataset: _one_of(list(DATASET_NAMES)) = None
+    backbone: _NAME = None
+    device: _NAME = None
+    notebooks: Annotated[Any, config.expect(
+        "prefixes as a string '00,02' or a list of quoted strings ['00', '02']",
+        lambda v: is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v)),
+        lambda v: " (YAML reads 00 and 02 as the numbers 0 and 2: quote them)" if v else "")] = None
+    data_root: _DIR = None
+    output: _DIR = None
+    data_roots: Optional[config.DataRoots] = Field({})
+    weights: Annotated[Any, config.expect("a file path or a mapping {backbone: file}", lambda v: is_path(v) or isinstance(
+        v, dict)), AfterValidator(lambda v: config.check_weights(v) if isinstance(v, dict) else v)] = Field({})
+    params: Annotated[Any, AfterValidator(_params)] = Field({})
+    cell_timeout: Annotated[Any, config.expect("seconds > 0", _is_seconds)] = None
 
     def notebook_parameters(self) -> dict[str, Any]:
         """The papermill parameters every notebook gets (only those it accepts are injected)."""
@@ -60,7 +96,7 @@ class RunSpec:
 
 
 #: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
-RUN_FILE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(RunSpec))
+RUN_FILE_KEYS: tuple[str, ...] = tuple(RunSpec.model_fields)
 
 
 def _absolute(value: Any, base: Path | None = None) -> Any:
@@ -111,64 +147,6 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
                         "bare paths ({plain!r}, {v!r}); name the backbones: --weights NAME=PATH")
 
 
-def _is_seconds(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-
-
-#: ``key: (accepts, expected)`` of the run-file settings with a one-line type check
-_RUN_FILE_TYPES: dict[str, tuple[Any, str]] = {
-    "profile": (lambda v: isinstance(v, str) and v in config.PROFILES, f"one of {sorted(config.PROFILES)}"),
-    "dataset": (lambda v: isinstance(v, str) and v in DATASET_NAMES, f"one of {list(DATASET_NAMES)}"),
-    "backbone": (is_path, "a name (a string)"), "device": (is_path, "a name (a string)"),
-    "data_root": (is_path, "a directory path (a non-empty string)"),
-    "output": (is_path, "a directory path (a non-empty string)"),
-    "notebooks": (lambda v: is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v)),
-                  "prefixes as a string '00,02' or a list of quoted strings ['00', '02']"),
-    "cell_timeout": (_is_seconds, "seconds > 0"),
-}
-
-
-def _run_file_problems(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(key, problem)`` for every run-file setting of the wrong type (one each)."""
-    out: list[tuple[str, str]] = []
-    for k, v in data.items():
-        accepts, expected = _RUN_FILE_TYPES.get(k, (None, ""))
-        if v is None or (accepts is not None and accepts(v)):
-            continue
-        if accepts is not None:
-            hint = did_you_mean([v], config.PROFILES) if k == "profile" and isinstance(v, str) else ""
-            if k == "notebooks" and isinstance(v, (int, list)) and v:
-                hint = " (YAML reads 00 and 02 as the numbers 0 and 2: quote them)"
-            out.append((k, f"{k}: expected {expected}, got {show_value(v)}{hint}"))
-        elif k == "params" and not (isinstance(v, dict) and all(isinstance(x, str) for x in v)):
-            out.append((k, _params_problem(v)))
-        elif k == "data_roots":
-            out += [(k, line) for line in config.check_data_roots(v)]
-        elif k == "weights" and isinstance(v, dict):
-            out += [(k, f"weights: expected backbone names as keys, got {show_value(name)}")
-                    if not (isinstance(name, str) and name) else
-                    (k, f"weights.{name}: expected a weights file path, got {show_value(file)}")
-                    for name, file in v.items() if not (isinstance(name, str) and name and is_path(file))]
-        elif k == "weights" and not is_path(v):
-            out.append((k, f"weights: expected a file path or a mapping {{backbone: file}}, got {show_value(v)}"))
-    return out
-
-
-def _params_problem(v: Any) -> str:
-    """Why a run file's ``params`` is not a mapping of names to values (YAML reads ``{seeds: 0,1}``
-    as the names ``seeds`` and ``1``)."""
-    if not isinstance(v, dict):
-        return (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, "
-                f"1]}}), got {show_value(v)}")
-    odd = [x for x in v if not isinstance(x, str)]
-    split = [x for x in odd if v[x] is None]
-    if split:
-        return (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
-                f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
-                f"(params: then '  seeds: [0, 1]')")
-    return f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}"
-
-
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """``(settings, problems)`` of a YAML run file with :data:`RUN_FILE_KEYS`
     (docs/decisions/0029-run-description.md): a setting of the wrong type is a problem (lines start
@@ -192,11 +170,10 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(data, dict):
         return {}, [f"{where}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
                     f"got {type(data).__name__}"]
-    problems = [f"{where}: unknown setting {k!r}; expected one of {list(RUN_FILE_KEYS)}"
-                for k in data if k not in RUN_FILE_KEYS]
-    typed = _run_file_problems({k: v for k, v in data.items() if k in RUN_FILE_KEYS})
-    problems += [f"{where}: {line}" for _, line in typed]
-    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in dict(typed) and v is not None}
+    lines = RunSpec.problems({k: v for k, v in data.items() if v is not None})
+    problems = [f"{where}: {line}" for line in lines]
+    bad = {setting_of(line) for line in lines}
+    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
     if isinstance(data.get("notebooks"), list):
         data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
     base = path.expanduser().resolve().parent  # relative paths are the run file's
@@ -287,7 +264,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         return problems + [str(e)]
     # "checked before any kernel" is building what the notebooks build: the study's settings
     # (a refused parameter is reported once, as unknown; the profile's value stands for it)
-    known, injected = setting_names(), spec.notebook_parameters()
+    known, injected = config.RunProfile.model_fields, spec.notebook_parameters()
     given = {k: v for k, v in settings.items() if k in known and k not in unknown}   # no compare_with, output_dir
     lines = _build_lines(spec.profile, {k: v for k, v in given.items() if k in injected and k != "profile"})
     problems += lines
@@ -411,7 +388,7 @@ def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
     plain, roots, root_problems = parse_data_roots(args.data_root or [])
     bare, named, weights_problems = parse_weights(args.weights or [])
     fw, given = file.get("weights"), file.get("params")
-    spec = RunSpec(profile=args.profile or file.get("profile") or "quick",
+    spec = RunSpec.model_construct(profile=args.profile or file.get("profile") or "quick",
                    data_root=plain if plain is not None else file.get("data_root"),
                    data_roots={**(file["data_roots"] if isinstance(file.get("data_roots"), dict) else {}), **roots},
                    weights={**(fw if isinstance(fw, dict) else {}), **named},

@@ -62,7 +62,7 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     slurm = {k: v for k, v in slurm.items() if v is not None}
     try:
         prof = config.get_profile(args.profile, **overrides)
-        problems = (config.check_profile(prof, device=False)
+        problems = (config.RunProfile.problems(prof)
                     or config.check_device(prof.get("device"), here=args.executor != "slurm"))
         if problems:
             raise config.ProfileError(problems)

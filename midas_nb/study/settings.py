@@ -20,10 +20,10 @@ from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparison_backbones, TrainingRecipe,
                          weights_for)
 from ..identity import hash_json
-from ..point import Budget, did_you_mean, Point
+from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "ReportSettings", "check_data", "check_schedule", "setting_names",
+           "SweepSettings", "ReportSettings", "check_data", "check_schedule",
            "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
 
 
@@ -167,15 +167,6 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def setting_names() -> frozenset[str]:
-    """Every name a profile or an override may set."""
-    return frozenset().union(*(config.get_profile(n) for n in config.PROFILES), TOP_LEVEL_PROTOCOL_SETTINGS)
-
-
-def _optional_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """One study's settings, typed (module docstring). Build with :meth:`build`."""
@@ -198,10 +189,8 @@ class RunSettings:
         if profile not in config.PROFILES:
             raise config.ProfileError([f"profile: expected one of {sorted(config.PROFILES)}, got {profile!r}"])
         p = config.get_profile(profile, **overrides)
-        known = setting_names()
-        problems = [f"{k}: unknown setting{did_you_mean([k], known)}; expected a key of the profiles "
-                    "(midas_nb.config.PROFILES)" for k in overrides if k not in known]
-        problems += config.check_profile(p)
+        run, problems = config.RunProfile.check(p)   # the profile's part, typed and checked once (decision 0081)
+        problems += config.check_device(p.get("device"))   # a device of this machine
         recipe = p.get("scorer_train") if isinstance(p.get("scorer_train"), dict) else {}
         problems += [f"{k}: {p[k]!r} at the top level and {recipe[k]!r} in scorer_train; give one (scorer_train's "
                      "would be used)" for k in TOP_LEVEL_PROTOCOL_SETTINGS
@@ -227,28 +216,24 @@ class RunSettings:
         if embedded:
             root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}"
         data = DataSettings(dataset=name, label=label, root=root, loader="cub" if embedded else name, embedded=embedded,
-                            image_size=int(p["image_size"]), patch_size=int(p["patch_size"]),
+                            image_size=run.image_size, patch_size=run.patch_size,
                             max_images_per_class=config.images_per_class(p, label),
-                            aircraft_level=p.get("aircraft_level") or config.AIRCRAFT_LEVELS[0], synthetic=syn)
+                            aircraft_level=run.aircraft_level, synthetic=syn)
         bb = p["backbone"]
         backbone = BackboneSettings(name=bb, weights=weights_for(p, bb),
                                     kwargs=MappingProxyType(backbone_kwargs(p, bb)),
-                                    recipe=TrainingRecipe(seed=int(p["build"]),
-                                                          **config.finetune_settings(p, label, bb)),
-                                    build=int(p["build"]), builds=int(p["builds"]))
+                                    recipe=TrainingRecipe(seed=run.build, **config.finetune_settings(p, label, bb)),
+                                    build=run.build, builds=run.builds)
         keyed = dict(PROTOCOL_DEFAULTS, **protocol_settings(p))
         protocol = ProtocolSettings(
-            conditions=tuple(p["conditions"]), targets=tuple(p["targets"]), seeds=tuple(int(s) for s in p["seeds"]),
-            idauc_steps=int(p["idauc_steps"]), max_eval_images=_optional_int(p.get("max_eval_images")),
-            max_idauc_images=_optional_int(p.get("max_idauc_images")),
+            conditions=tuple(run.conditions), targets=tuple(run.targets), seeds=tuple(run.seeds),
+            idauc_steps=run.idauc_steps, max_eval_images=run.max_eval_images, max_idauc_images=run.max_idauc_images,
             eval_subset_seed=int(keyed["eval_subset_seed"]),
             scorer_train=MappingProxyType(dict(p.get("scorer_train") or {})),
             throughput_batch=int(keyed["throughput_batch"]), throughput_repeats=int(keyed["throughput_repeats"]))
-        return cls(profile=p["profile"], point=Point(p["depth"], p["budget"]), data=data, backbone=backbone,
-                   protocol=protocol, statistics=StatisticsSettings(bootstrap=int(p["bootstrap"])),
-                   sweep=SweepSettings.of(p),
-                   device=str(p["device"]), torch_threads=_optional_int(p.get("torch_threads")),
-                   values=MappingProxyType(p))
+        return cls(profile=p["profile"], point=run.point, data=data, backbone=backbone, protocol=protocol,
+                   statistics=StatisticsSettings(bootstrap=run.bootstrap), sweep=SweepSettings.of(p),
+                   device=run.device, torch_threads=run.torch_threads, values=MappingProxyType(p))
 
 
 @dataclass(frozen=True)
