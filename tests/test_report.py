@@ -576,9 +576,10 @@ def test_readme_results_section_matches_the_committed_tables():
     assert (REPO / "results" / "REPORT.md").read_text(encoding="utf-8") == report.render_report(tables)
 
 
-def test_report_from_tables_renders_without_torch(tmp_path):
-    """`midas-nb report --from-tables DIR --readme README` in a fresh interpreter re-renders the committed
-    tables byte for byte and never imports torch (issue 54; decision 0080)."""
+@pytest.mark.parametrize("where", [["--readme", "README.md"], ["--output", "out"]])
+def test_report_from_tables_renders_without_torch(tmp_path, where):
+    """`midas-nb report --from-tables DIR --readme README` (or `--output DIR`) in a fresh interpreter
+    re-renders the committed tables byte for byte and never imports torch (issue 54; decision 0080)."""
     import shutil
     import subprocess
     import sys
@@ -586,13 +587,15 @@ def test_report_from_tables_renders_without_torch(tmp_path):
     shutil.copytree(REPO / "results", tmp_path / "results")
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
     code = ("import sys\nfrom midas_nb.cli import main\n"
-            "rc = main(['report', '--from-tables', 'results', '--readme', 'README.md'])\n"
+            f"rc = main(['report', '--from-tables', 'results', {', '.join(map(repr, where))}])\n"
             "print(rc, 'torch' in sys.modules)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "0 False"
+    if where[0] == "--output":      # the report as the readme's; its tables as read (the fitness rule applied)
+        assert (tmp_path / "out/REPORT.md").read_bytes() == (REPO / "results/REPORT.md").read_bytes()
     for f in ["README.md", "results/REPORT.md"] + [f"results/{n}.csv" for n in report.TABLES]:
         assert (tmp_path / f).read_bytes() == (REPO / f).read_bytes(), f
 

@@ -195,7 +195,7 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
             problems.append(f"--readme {args.readme!r}: has no results section; expected the markers {markers} "
                             f"around the section to rewrite")
     if args.output is not None and "output" not in blank:
-        from .runspec import check_output
+        from .args import check_output
 
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
     overrides = _report_overrides(args)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
 from .. import config
 
 __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version",
-           "param_value", "check_split_values", "profile_name", "yaml_load"]
+           "param_value", "check_output", "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset([k for p in config.PROFILES.values() for k, v in p.items()
@@ -191,3 +193,25 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
                         "shipped: the last H200 measurement); the store's timed cells come first")
     s.set_defaults(func=func)
     return s
+
+
+def check_output(output: str | os.PathLike) -> list[str]:
+    """``[]`` when the directory ``output`` takes new files or can be created, else why not (one
+    line); the probe leaves nothing behind."""
+    import tempfile
+
+    out = probe_in = Path(output).expanduser()
+    if out.exists() and not out.is_dir():
+        return [f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"]
+    while not probe_in.exists() and probe_in != probe_in.parent:
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        return [f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
+                f"for the executed notebooks"]
+    try:
+        tempfile.TemporaryDirectory(dir=probe_in, prefix=".midas-probe-").cleanup()
+    except OSError as e:
+        what = "is not writable" if probe_in == out else f"cannot be created under {str(probe_in)!r}"
+        return [f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
+                f"directory for the executed notebooks"]
+    return []

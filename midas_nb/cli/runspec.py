@@ -14,13 +14,13 @@ from pydantic import AfterValidator, ConfigDict, Field
 from .. import config
 from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
                          weights_for)
-from .args import list_param, param_value, yaml_load
+from .args import check_output, list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
 from ..study import check_layout, grid_spans, RunSettings, study_overrides
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
-           "notebook_needs", "check_output", "preflight", "fold_structured_params", "spec_from_args"]
+           "notebook_needs", "preflight", "fold_structured_params", "spec_from_args"]
 
 #: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
 GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
@@ -196,28 +196,6 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
         if kind == "scale" and isinstance(settings.get("compare_with"), list):  # 05's side-by-side
             backbones += [b for b in settings["compare_with"] if isinstance(b, str) and b.strip()]
     return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
-
-
-def check_output(output: str | os.PathLike) -> list[str]:
-    """``[]`` when the directory ``output`` takes new files or can be created, else why not (one
-    line); the probe leaves nothing behind."""
-    import tempfile
-
-    out = probe_in = Path(output).expanduser()
-    if out.exists() and not out.is_dir():
-        return [f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"]
-    while not probe_in.exists() and probe_in != probe_in.parent:
-        probe_in = probe_in.parent
-    if not probe_in.is_dir():
-        return [f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
-                f"for the executed notebooks"]
-    try:
-        tempfile.TemporaryDirectory(dir=probe_in, prefix=".midas-probe-").cleanup()
-    except OSError as e:
-        what = "is not writable" if probe_in == out else f"cannot be created under {str(probe_in)!r}"
-        return [f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
-                f"directory for the executed notebooks"]
-    return []
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
