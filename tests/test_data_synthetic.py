@@ -102,3 +102,19 @@ def test_load_dataset_unknown_name(tmp_path):
         load_dataset("imagenet", tmp_path, "train")
     with pytest.raises(DatasetError, match="no data root"):
         load_dataset("cub", None, "train")
+
+
+def test_data_note_names_the_synthetic_set_and_its_caveat(tmp_path):
+    """Notebook 00 prints this line: a quick run without a data root reads the synthetic set, and a reader must
+    learn it there (classes, split sizes, the part evidence built in); a CUB-format root without
+    ``synthetic.json`` (a real set) gets no note."""
+    import shutil
+    from midas_nb.data import data_note
+    root = make_synthetic_cub(tmp_path / "s", num_classes=4, images_per_class=6, image_size=64, seed=2)
+    tr, te = CUBDataset(root, "train", EvalTransform(64, 1.0)), CUBDataset(root, "test", EvalTransform(64, 1.0))
+    note = data_note(tr, te)
+    assert note.startswith("Data: the embedded synthetic CUB-format set (no data root given): 4 cartoon bird classes")
+    assert "12 training / 12 test images" in note and "says nothing about real photos" in note
+    real = shutil.copytree(root, tmp_path / "real")
+    (real / "synthetic.json").unlink()
+    assert data_note(tr, CUBDataset(real, "test", EvalTransform(64, 1.0))) == ""

@@ -480,3 +480,18 @@ def test_finetune_distilled_rejects_initial_weights_and_plain_backbones(tmp_path
         dl.finetune_distilled("vit_smoke_deit", train, test, weights=tmp_path / "w.pt", **_recipe())
     with pytest.raises(ValueError, match="distillation token"):
         dl.finetune_distilled("vit_smoke", train, test, distill=dl.DistillRecipe(), **_recipe())
+
+
+def test_schedule_text_follows_the_recipe_of_the_dataset():
+    """Notebooks 00 and 05 print one schedule: the quick profile trains hybrid_lite0_deit 60 epochs on the
+    embedded synthetic set (``synthetic_finetune``, decision 0003) and 24 on a real CUB root, the first 18 of
+    either on the teacher's grid (``DISTILLED_RECIPES``); the text reads the checkpoint's own ``meta``."""
+    from midas_nb import config
+    quick = config.get_profile("quick")
+    assert config.finetune_settings(quick, "synthetic", "hybrid_lite0_deit")["epochs"] == 60
+    assert config.finetune_settings(quick, "cub", "hybrid_lite0_deit")["epochs"] == 24
+    coarse = bb.distill_recipe("hybrid_lite0_deit").key()["coarse_epochs"]
+    assert bb.schedule_text(dict(epochs=60, distillation=dict(coarse_epochs=coarse))) == \
+        "60 epochs, the first 18 on the teacher's stride-32 grid (coarse tokens)"
+    assert bb.schedule_text(dict(epochs=15)) == "15 epochs"       # a label-trained backbone: no coarse stage
+    assert bb.schedule_text({}) == "epochs unrecorded"

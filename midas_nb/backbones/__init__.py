@@ -53,7 +53,7 @@ from .factory import (backbone_config, backbone_kwargs, check_backbone, create_b
 from .features import (ATTENTION_KERNEL, dataset_fingerprint, evaluate_accuracy, machine_info, stem_features,
                        UNFUSED_ATTENTION_KERNEL)  # noqa: F401
 from .recipes import (comparison_backbones, distill_recipe, DISTILL_VERSION, DISTILLED_RECIPES, DistillRecipe,
-                      is_distilled_name, OFFLINE_PARTNERS, check_epochs, TrainingRecipe)  # noqa: F401
+                      is_distilled_name, OFFLINE_PARTNERS, check_epochs, schedule_text, TrainingRecipe)  # noqa: F401
 from .checkpoint import (checkpoint_key, training_numerics)  # noqa: F401
 from .distilled import (distillation_loss, finetune_distilled, fit_linear_probe, LinearProbe, lite0_teacher_head,
                         mix_tokens, out_of_fold_logits, probe_maps, teacher_features, token_label_loss)  # noqa: F401
@@ -84,6 +84,7 @@ __all__ = [
     "num_blocks",
     "check_backbone",
     "check_epochs",
+    "schedule_text",
     "default_image_size",
     "backbone_kwargs",
     "check_weights_path",

@@ -178,6 +178,20 @@ def check_epochs(name: str, epochs: Any) -> list[str]:
             f"token resolution); expected more than {coarse} epochs, got {epochs}"]
 
 
+def schedule_text(meta: dict[str, Any]) -> str:
+    """A backbone's training schedule in words, from its checkpoint ``meta`` (``epochs``, and for a distilled
+    backbone ``distillation["coarse_epochs"]``, :attr:`DistillRecipe.coarse_epochs`): ``"60 epochs, the first 18
+    on the teacher's stride-32 grid (coarse tokens)"``, or ``"15 epochs"``; ``"epochs unrecorded"``
+    without ``epochs``. The one wording notebooks 00 and 05 print (the recipe differs per dataset: the synthetic
+    set's ``synthetic_finetune``, decision 0003)."""
+    epochs = meta.get("epochs")
+    if not is_int(epochs):
+        return "epochs unrecorded"
+    coarse = int((meta.get("distillation") or {}).get("coarse_epochs") or 0)
+    return f"{epochs} epochs" + (f", the first {coarse} on the teacher's stride-32 grid (coarse tokens)"
+                                 if coarse else "")
+
+
 #: label-trained offline backbone -> its distilled student (notebook 05 and the report put them side by side)
 OFFLINE_PARTNERS: dict[str, str] = {"hybrid_lite0_vit": "hybrid_lite0_deit", "vit_smoke": "vit_smoke_deit"}
 _REVERSE = {v: k for k, v in OFFLINE_PARTNERS.items()}

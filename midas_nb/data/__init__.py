@@ -25,14 +25,14 @@ from .cub import CUB_PART_NAMES, CUBDataset, read_cub_annotations
 from .grid import (box_mask_from_box, grid_shape, num_patches, part_mask_from_keypoints,
                    patch_centres)
 from .sample import Batch, Sample, collate_samples, evaluation_subset
-from .synthetic import ensure_synthetic_cub, make_synthetic_cub, synthetic_class_attributes
+from .synthetic import data_note, ensure_synthetic_cub, make_synthetic_cub, synthetic_class_attributes
 from .transforms import (DEFAULT_MEAN, DEFAULT_STD, EvalTransform, JointTransform, TrainTransform,
                          crop_resize, denormalize, flip_permutation, to_normalised_tensor)
 
 __all__ = [
     "Sample", "Batch", "collate_samples", "evaluation_subset", "DatasetError", "AnnotatedDataset", "KNOWN_BAD_BOXES",
     "CUBDataset", "AircraftDataset", "CarsDataset", "load_dataset", "DATASET_NAMES",
-    "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes",
+    "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note",
     "make_aircraft_from_cub", "make_cars_from_cub",
     "read_cub_annotations", "read_cars_meta", "read_cars_annotations", "CUB_PART_NAMES",
     "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize",
