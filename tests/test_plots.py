@@ -100,7 +100,8 @@ def test_target_heatmaps_rank_normalised(out_dir):
     # rows = images, cols = photo + targets; + one colour bar
     assert len(axes) == B * 3 + 1
     cbar = axes[-1]
-    assert "rank" in cbar.get_ylabel()
+    # issue 52: "kept first" mislabelled maps that prune nothing (06's LaSt Patch Score); the bar says what it is
+    assert cbar.get_ylabel() == "rank percentile within the image (1 = its highest score)"
     heat_t0 = axes[1].images[-1].get_array()
     heat_t5 = axes[2].images[-1].get_array()
     np.testing.assert_allclose(heat_t0.ravel(), np.arange(N) / (N - 1))
@@ -127,7 +128,7 @@ def test_cosine_depth_lines(out_dir):
     fig = viz.cosine_depth_lines(df, save="cosdepth")
     _png(out_dir, "cosdepth")
     ax = fig.axes[0]
-    assert ax.get_xlabel().startswith("depth L") and "cosine" in ax.get_ylabel()
+    assert ax.get_xlabel().startswith("depth L") and ax.get_ylabel() == "mean per-image rank cosine (Spearman ρ)"
     lines = {l.get_label(): l for l in ax.get_lines() if not l.get_label().startswith("_")}
     assert set(lines) == {"T5 vs T3", "T4 vs T3"}
     np.testing.assert_allclose(lines["T5 vs T3"].get_ydata(), [0.1, 0.05, -0.02])
@@ -190,7 +191,12 @@ def test_cosine_heatmap(out_dir):
     assert "cos(T5, T3) = 0.080 [0.070, 0.090]" in ax.get_title()
     assert len(ax.patches) == 2                      # both symmetric cells framed
     assert sorted(t.get_text() for t in ax.texts).count("1.00") == 3
-    assert "cosine" in fig.axes[1].get_ylabel()
+    # issue 52: the colour bar said "cosine similarity" of ranks; it names what cosine_matrix computed
+    assert fig.axes[1].get_ylabel() == "mean per-image rank cosine (Spearman ρ)"
+    assert ax.get_title().startswith("Rank cosine (Spearman ρ) of target maps")
+    from midas_nb.metrics.probes import cosine_matrix
+    raw = cosine_matrix({"a": np.array([[1.0, 2.0, 4.0]]), "b": np.array([[2.0, 1.0, 3.0]])}, mode="raw", bootstrap=0)[0]
+    assert viz.cosine_heatmap(raw, highlight=None).axes[1].get_ylabel() == "mean per-image cosine of raw maps"
     none = viz.cosine_heatmap(m, highlight=("T5", "T9"))
     assert len(none.axes[0].patches) == 0
 

@@ -435,12 +435,29 @@ def test_the_cosine_claim_names_its_pairs_and_the_one_that_decides():
                        for h, a, c in (("T4", "T2", 0.01), ("T4", "T3", -0.02), ("T5", "T2", 0.214),
                                        ("T5", "T3", 0.05))])
     s = cosine_scope(hv, 6)
-    assert "(T4·T2, T4·T3, T5·T2, T5·T3) within ±0.082" in s
+    # why T4's pairs count (a reader took T4·T3's correlation for one by construction): T4 is hidden-gradient
+    assert ("(T4·T2, T4·T3, T5·T2, T5·T3; T4 is hidden-gradient: the hidden-state gradient weighted by CLS "
+            "attention) within ±0.082") in s
     assert "the largest |cos| decides it: T5·T2 = +0.214 [+0.184, +0.244]" in s
     assert s.endswith("; the pair the paper names is one of them: T5·T3 = +0.050 [+0.020, +0.080].")
     claims = probe_claims(hv, 6)       # the box's verdict reads the same pair: beyond the bound, does not hold
     assert claims.iloc[0]["verdict"] == "does not hold" and "T5·T2 = +0.214" in claims.iloc[0]["this run"]
     assert s in box([s], claims)
+
+
+def test_the_cosine_claim_across_depths_is_read_per_depth_by_hand():
+    """03's depth figure was never read: the sentence gives each depth's verdict by the box's rule, the pairs
+    beyond ±0.082 and the reversed ones, computed here by hand from constructed intervals."""
+    from midas_nb.analysis.synthesis import cosine_depths
+    rows = [(3, "T5", "T3", 0.02, 0.00, 0.04), (3, "T5", "T2", 0.091, 0.085, 0.098),      # beyond the bound
+            (6, "T5", "T3", 0.01, -0.02, 0.04), (6, "T5", "T2", 0.05, 0.03, 0.07),        # both within
+            (9, "T5", "T3", -0.05, -0.07, -0.03), (9, "T5", "T2", 0.06, 0.04, 0.09)]      # 0.09 crosses the bound
+    hv = pd.DataFrame([dict(depth=L, hidden=h, attention=a, cosine=c, lo=lo, hi=hi) for L, h, a, c, lo, hi in rows])
+    assert cosine_depths(hv) == (
+        "Across depths, the cosine claim read at each depth as the box reads it: L = 3 does not hold (beyond ±0.082: "
+        "T5·T2 = +0.091 [+0.085, +0.098]); L = 6 holds; L = 9 not resolved. Reversed rankings (the whole interval "
+        "below 0: what one ranks first the other ranks late, a relation, not independence): "
+        "T5·T3 = -0.050 [-0.070, -0.030] at L = 9.")
 
 
 def test_depth_and_budget_rows_read_what_d_does_on_a_run_without_a_decoupling():

@@ -17,8 +17,9 @@ from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from ..metrics.stats import interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
 
-__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "cosine_scope", "headline",
-           "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade", "run_claims"]
+__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "cosine_depths",
+           "cosine_scope", "headline", "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade",
+           "run_claims"]
 
 #: the words of the verdict column, in the order a headline counts them
 CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "not counted",
@@ -265,13 +266,42 @@ def cosine_scope(probes: pd.DataFrame, depth: int, pair: tuple[str, str] = ("T5"
     if probes is None or probes.empty:
         return "Cosine claim: no hidden- × attention-gradient probes in this run."
     top = probes.loc[probes["cosine"].abs().idxmax()]
-    show = lambda r: f"{r['hidden']}·{r['attention']} = {ci_text(r['cosine'], r['lo'], r['hi'], '+.3f')}"  # noqa: E731
     p = probes[(probes["hidden"] == pair[0]) & (probes["attention"] == pair[1])]
     pairs = ", ".join(f"{h}·{a}" for h, a in zip(probes["hidden"], probes["attention"]))
-    return (f"Cosine claim: every hidden- × attention-gradient pair at L = {depth} ({pairs}) within "
-            f"±{PAPER_COSINE_MAX} (the paper, DeiT-S/16), so the largest |cos| decides it: {show(top)}"
-            + (f"; the pair the paper names is one of them: {show(p.iloc[0])}." if len(p)
+    # T4 reads attention too: why its pairs count (DESIGN.md §4: E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂)
+    t4 = ("; T4 is hidden-gradient: the hidden-state gradient weighted by CLS attention"
+          if "T4" in set(probes["hidden"]) else "")
+    return (f"Cosine claim: every hidden- × attention-gradient pair at L = {depth} ({pairs}{t4}) within "
+            f"±{PAPER_COSINE_MAX} (the paper, DeiT-S/16), so the largest |cos| decides it: {_pair(top)}"
+            + (f"; the pair the paper names is one of them: {_pair(p.iloc[0])}." if len(p)
                else "."))
+
+
+def _pair(r: pd.Series) -> str:
+    return f"{r['hidden']}·{r['attention']} = {ci_text(r['cosine'], r['lo'], r['hi'], '+.3f')}"
+
+
+def cosine_depths(probes: pd.DataFrame) -> str:
+    """The cosine claim at each depth of ``probes`` (:func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`
+    over depths), in one computed sentence: the verdict of :func:`~midas_nb.analysis.findings.cosine_verdict`
+    per depth with the pairs whose whole interval lies beyond
+    ±:data:`~midas_nb.analysis.paper_reference.PAPER_COSINE_MAX`, then the pairs whose whole interval lies
+    below 0 (reversed rankings: related, not independent)."""
+    if probes is None or probes.empty or probes["depth"].isna().all():
+        return "Across depths: no probes at several depths."
+    words, parts = {True: "holds", False: "does not hold"}, []
+    for L in sorted(set(probes["depth"].dropna().astype(int))):
+        at = probes[probes["depth"] == L]
+        holds, _ = cosine_verdict(at, L)
+        beyond = at[(at["lo"] > PAPER_COSINE_MAX) | (at["hi"] < -PAPER_COSINE_MAX)]
+        parts.append(f"L = {L} {words.get(holds, holds)}" + (f" (beyond ±{PAPER_COSINE_MAX}: "
+                     + ", ".join(_pair(r) for _, r in beyond.iterrows()) + ")" if len(beyond) else ""))
+    neg = probes[probes["hi"] < 0]
+    return ("Across depths, the cosine claim read at each depth as the box reads it: " + "; ".join(parts) + "."
+            + (" Reversed rankings (the whole interval below 0: what one ranks first the other ranks late, a "
+               "relation, not independence): "
+               + ", ".join(f"{_pair(r)} at L = {int(r['depth'])}" for _, r in neg.iterrows()) + "."
+               if len(neg) else ""))
 
 
 def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:

@@ -11,13 +11,20 @@ from .colors import condition_color
 from .output import finish_figure, FONT
 
 
+#: what :func:`midas_nb.metrics.probes.cosine_matrix` computes per image in each ``mode`` (its docstring)
+MODE_LABELS = {"rank": "rank cosine (Spearman ρ)", "centered": "cosine of centred maps (Pearson r)",
+               "raw": "cosine of raw maps"}
+
+
 def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5", "T3"), *,
                    lo: pd.DataFrame | None = None, hi: pd.DataFrame | None = None,
                    title: str | None = None, save: str | None = None) -> Figure:
-    """Mean per-image cosine similarity between target rankings, as an annotated matrix.
+    """Mean per-image cosine similarity between target rankings, as an annotated matrix; the colour bar and title
+    name what was computed, from ``mean.attrs["mode"]`` (:data:`MODE_LABELS`; the rank cosine by default).
 
     Args:
-        mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``.
+        mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``
+            (:func:`midas_nb.metrics.probes.cosine_matrix`).
         highlight: a pair of ids whose cell is framed and called out in the title
             (default: hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in
             the matrix → nothing highlighted.
@@ -47,7 +54,8 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
     ax.set_xlabel("target", fontsize=FONT["label"])
     ax.set_ylabel("target", fontsize=FONT["label"])
     cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    cb.set_label("mean per-image cosine similarity", fontsize=FONT["annot"])
+    what = MODE_LABELS[mean.attrs.get("mode", "rank")]
+    cb.set_label(f"mean per-image {what}", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
     callout = ""
     if highlight is not None and all(h in ids for h in highlight):
@@ -57,7 +65,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         callout = f"\ncos({highlight[0]}, {highlight[1]}) = {_fmt_cell(M[a, b], 3)}"
         if lo is not None and hi is not None:
             callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
-    ax.set_title((title or "Cosine similarity of target maps") + callout, fontsize=FONT["title"] - 1)
+    ax.set_title((title or f"{what[0].upper()}{what[1:]} of target maps") + callout, fontsize=FONT["title"] - 1)
     fig.tight_layout()
     return finish_figure(fig, save)
 
@@ -87,11 +95,14 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(sorted(table["depth"].dropna().unique()))
     ax.set_xlabel("depth L (targets read at block L)", fontsize=FONT["label"])
-    ax.set_ylabel("mean per-image cosine similarity", fontsize=FONT["label"])
+    modes = set(table["mode"].dropna()) if "mode" in table.columns else {"rank"}
+    what = MODE_LABELS[modes.pop()] if len(modes) == 1 else "cosine"
+    ax.set_ylabel(f"mean per-image {what}", fontsize=FONT["label"])
     ax.tick_params(labelsize=FONT["tick"])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=FONT["legend"], loc="best", framealpha=0.85)
-    ax.set_title(title or "Cosine of target rankings across depths (bands: 95 % CI)", fontsize=FONT["title"] - 1)
+    ax.set_title(title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
+                 fontsize=FONT["title"] - 1)
     fig.tight_layout()
     return finish_figure(fig, save)
 
