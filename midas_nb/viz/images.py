@@ -175,7 +175,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
             ax.set_yticks([])
             if parts is not None and parts[b].any():
                 _part_outline(ax, parts[b], rows, cols, H, W)
-    label = ("rank percentile within the image (1 = highest, kept first)" if normalize == "rank"
+    label = ("rank percentile within the image (1 = its highest score)" if normalize == "rank"
              else "min–max normalised score per image")
     fig.tight_layout(rect=(0, 0, 1 - 0.9 / width, 0.97))
     cb = fig.colorbar(im, cax=fig.add_axes((1 - 0.7 / width, 0.15, 0.015, 0.7)))
