@@ -673,6 +673,39 @@ def test_speed_table_sets_each_row_beside_the_full_models_throughput():
     assert "on 16 test images, 3 calls per round" in other and "from 2 such measurements" in other
 
 
+def test_related_table_pools_builds_and_flags_a_scorer_below_random_top_k():
+    """Issue 52: 06 gave T5 a speed-up of 1.77× where 07 gave 1.27×: the family columns (``throughput_full``,
+    ``speedup``) were build 0's while ``throughput`` pooled every build, so the ratio mixed measurements. Each
+    row's speed-up is now the mean of its runs' own ratios (07's). And Cropr at accuracy below random top-k's
+    was shown without a word: :func:`training_caveats` names it, with the paired difference."""
+    from midas_nb.analysis.related import speed_table, training_caveats
+    ids = [f"i{k}" for k in range(8)]
+    rows = []
+    for build, full, fast in ((0, 20.0, 40.0), (1, 100.0, 110.0)):     # two measurements: 2.0× and 1.1×
+        base = dict(dataset="cub", backbone="b", checkpoint_id=f"ck{build}", build=build, depth=6, budget=0.25,
+                    n_images=8, image_ids=ids, throughput_full=full)
+        for seed in (0, 1):
+            for cond, acc, speed in (("reference", [1] * 6 + [0] * 2, fast), ("T5", [1] * 6 + [0] * 2, fast),
+                                     ("random", [1] * 5 + [0] * 3, fast), ("cropr", [1] * 1 + [0] * 7, fast)):
+                rows.append(dict(base, condition=cond, seed=seed, miou=0.3, idauc=0.2, accuracy=float(np.mean(acc)),
+                                 accuracy_per_image=[float(a) for a in acc], throughput=speed,
+                                 speedup=speed / full))
+    table = related_table(make_table(rows), n_boot=200)
+    t = table.set_index("method")
+    assert t.loc["T5", "throughput"] == pytest.approx(75.0) and t.loc["T5", "throughput_full"] == pytest.approx(60.0)
+    assert speed_table(table).loc["T5", "speed-up"] == "1.55×"           # mean(2.0, 1.1); was 75 / 20 = 3.75×
+    assert t.loc["cropr", "random_accuracy"] == pytest.approx(0.625)
+    assert t.loc["cropr", "accuracy_vs_random"] == pytest.approx(0.125 - 0.625)
+    assert t.loc["T5", "accuracy_vs_random"] == pytest.approx(0.125)
+    lines = training_caveats(table)
+    assert len(lines) == 1 and lines[0].startswith(
+        "cropr: did not train here (pruned accuracy 0.125 vs random top-k 0.625, paired difference -0.500 [")
+    assert training_caveats(table[table["method"] != "cropr"]) == [
+        "no scorer's pruned accuracy lies resolvably below random top-k's"]
+    assert training_caveats(related_table(make_table([r for r in rows if r["condition"] != "random"]), n_boot=50)) == [
+        "no random top-k rows: the scorers' pruned accuracy is not checked against it"]
+
+
 # ------------------------------------------------------------------------------ CUDA
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_related_methods_run_on_cuda(tmp_path):

@@ -373,6 +373,16 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
                              pib_delta_hi=0.13, accuracy=0.508)])
     assert pib_trade(pib) == ["LaSt (K=1): Point-in-Box +0.094 [+0.050, +0.130] over backbone, top-1 accuracy "
                               "0.913 → 0.508 (-0.405) — the localisation gain costs accuracy"]
+    # issue 52: 06 reported a LaSt fine-tune near chance (0.208 of 96, chance 0.125) as a Point-in-Box change; a
+    # fine-tune failing the fitness rule with the backbone as teacher (Wilson bound 0.140: 2 % of the way; 24 % of
+    # 0.865) is said not to have trained; the 0.508 one passes (lower bound 0.409: 32 % of the way; 56 % of 0.913)
+    pib = pib.assign(n_images=96)
+    assert pib_trade(pib, chance=0.125) == pib_trade(pib)
+    failed = pib_trade(pib.assign(accuracy=[0.865, 0.208], pib_delta=[0.0, -0.083]), chance=0.125, majority=0.125)
+    assert failed == ["LaSt (K=1): Point-in-Box -0.083 [+0.050, +0.130] over backbone, top-1 accuracy 0.865 → 0.208 "
+                      "(-0.657) — did not train here (top-1 0.208, chance 0.125: it fails the fitness rule of "
+                      "docs/decisions/0070 with the backbone as teacher), so its Point-in-Box change says nothing "
+                      "about the method"]
 
 
 def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build():

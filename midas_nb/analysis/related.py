@@ -30,16 +30,17 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
-from ..metrics import decoupling_D
+from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, decoupling_D
 from ..metrics.speed import SPEED_ROUNDS
 from .protocol import list_conditions, with_band_check
+from .verdict import paired_gap
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
 from .last import LAST_FINETUNE_K, last_finetune, pib_table
 from ..metrics.perturbation import perturbation_table
 
 __all__ = ["RELATED_CONDITIONS", "PERTURBATION_MAPS", "FAMILY_COLUMNS", "related_table", "RelatedResults",
-           "run_related", "speed_table", "speed_note", "family_table"]
+           "run_related", "speed_table", "speed_note", "family_table", "training_caveats"]
 
 #: conditions of notebook 06 (MIDAS conditions, related targets, related scorer families)
 RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", "tokentm", "rollout",
@@ -77,7 +78,10 @@ def related_table(
     Returns:
         One row per pruning condition (``method`` = condition; metric columns are means over
         seeds, ``*_std`` the seed std, ``*_lo``/``*_hi`` the seeds × images interval; ``D_pp``
-        with its paired interval ``D_pp_lo``/``D_pp_hi``, ``D_status``, ``D_cell``), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
+        with its paired interval ``D_pp_lo``/``D_pp_hi``, ``D_status``, ``D_cell``; with ``random`` rows, their mean
+        ``random_accuracy`` and ``accuracy_vs_random`` (+ ``_lo``/``_hi``: pruned accuracy minus random top-k's,
+        paired over seeds and images, :func:`~midas_nb.analysis.verdict.paired_gap`); the family columns are means
+        over every build's rows, as the metrics), per relevance map (``pos_auc``, ``neg_auc`` with CIs) and per
         backbone variant (``pib``, ``accuracy`` with CIs). ``pib_centre`` and ``pib_box_area`` (the
         Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.
         Columns a row kind does not have are NaN.
@@ -89,9 +93,11 @@ def related_table(
     keys = [c for c in ("dataset", "backbone", "checkpoint_id", "condition", "target", "relaxation", "depth",
                         "budget") if c in agg.columns]
     extra = [c for c in FAMILY_COLUMNS if c in protocol_table.columns]
-    if extra:
-        means = protocol_table.groupby(keys, dropna=False, sort=False)[extra].mean().reset_index()
-        agg = agg.merge(means, on=keys, how="left")
+    if extra:      # over every build, as aggregate_seeds pools the metrics (its checkpoint_id is build 0's)
+        pooled = [c for c in keys if not (BUILD_COLUMN in protocol_table.columns and c in CHECKPOINT_COLUMNS)]
+        means = protocol_table.groupby(pooled, dropna=False, sort=False)[extra].mean().reset_index()
+        agg = agg.merge(means, on=pooled, how="left")
+    agg = _against_random(agg, protocol_table, n_boot)
     D = decoupling_D(protocol_table, band=band, n_boot=n_boot)
     dkeys = [c for c in keys if c in D.columns]
     agg = agg.merge(D[dkeys + ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "delta_idauc", "status", "D_cell"]]
@@ -112,6 +118,38 @@ def related_table(
     return pd.concat(parts, ignore_index=True, sort=False)
 
 
+def _against_random(agg: pd.DataFrame, rows: pd.DataFrame, n_boot: int) -> pd.DataFrame:
+    """``agg`` with each condition's pruned accuracy against the ``random`` top-k of its cell (columns of
+    :func:`related_table`); unchanged without ``random`` rows or per-image accuracy."""
+    if "accuracy_per_image" not in rows.columns or not (rows["condition"] == "random").any():
+        return agg
+    cell = [c for c in ("depth", "budget") if c in rows.columns]
+    out = []
+    for _, r in agg.iterrows():
+        here = rows[(rows[cell] == r[cell]).all(axis=1)] if cell else rows
+        rand = here[here["condition"] == "random"]
+        m, lo, hi, n = paired_gap(here[here["condition"] == r["condition"]], rand, "accuracy", n_boot=n_boot)
+        out.append((rand["accuracy"].mean(), *((m, lo, hi) if n else (float("nan"),) * 3)))
+    cols = ["random_accuracy", "accuracy_vs_random", "accuracy_vs_random_lo", "accuracy_vs_random_hi"]
+    return agg.assign(**dict(zip(cols, map(list, zip(*out)))))
+
+
+def training_caveats(table: pd.DataFrame) -> list[str]:
+    """One line per scorer that did not learn to prune here: a ``"pruning"`` row of :func:`related_table` (not the
+    training-free ``reference``) whose pruned accuracy lies resolvably below the random top-k's of its cell
+    (``accuracy_vs_random_hi < 0``). Its coverage and IDAUC are then a failed run's, not its method's. Without
+    such a row, one line that says so (or that the table has no random top-k to check against)."""
+    if "accuracy_vs_random_hi" not in table.columns:
+        return ["no random top-k rows: the scorers' pruned accuracy is not checked against it"]
+    bad = table[(table["kind"] == "pruning") & ~table["method"].isin(["reference", "random"])
+                & (table["accuracy_vs_random_hi"] < 0)]
+    return [f"{r['method']}: did not train here (pruned accuracy {r['accuracy']:.3f} vs random top-k "
+            f"{r['random_accuracy']:.3f}, paired difference {r['accuracy_vs_random']:+.3f} "
+            f"[{r['accuracy_vs_random_lo']:+.3f}, {r['accuracy_vs_random_hi']:+.3f}]): read its coverage and IDAUC "
+            "as a failed run, not as the method's" for _, r in bad.iterrows()] or [
+        "no scorer's pruned accuracy lies resolvably below random top-k's"]
+
+
 def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     """Accuracy and speed of each pruning row beside the unpruned model's, for a reader.
 
@@ -123,7 +161,9 @@ def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     Returns:
         Index ``method``; ``accuracy`` (top-1, fraction, ``m [lo, hi]``), ``img/s`` (the pruned
         forward's images per second), ``full img/s`` (the unpruned model's, from the same
-        interleaved measurement), ``speed-up`` (their ratio, ``1.87×``) and ``train s`` (scorer
+        interleaved measurement), ``speed-up`` (the mean over the row's runs of each run's ratio to its own
+        unpruned model, ``speedup``, as notebook 07 reads it; without that column the ratio of the means, ``1.87×``)
+        and ``train s`` (scorer
         training, seconds; ``0`` for the untrained ``reference`` / ``random``).
 
     Raises:
@@ -135,7 +175,9 @@ def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     out = compact(table, ["accuracy"], index="method")
     out["img/s"] = [format_ci(v, digits=0) for v in table["throughput"]]
     out["full img/s"] = [format_ci(v, digits=0) for v in table["throughput_full"]]
-    out["speed-up"] = [f"{t / f:.2f}×" for t, f in zip(table["throughput"], table["throughput_full"])]
+    ratio = table.get("speedup", pd.Series(float("nan"), index=table.index)).fillna(
+        table["throughput"] / table["throughput_full"])
+    out["speed-up"] = [f"{r:.2f}×" for r in ratio]
     if "train_seconds" in table.columns:
         out["train s"] = [format_ci(v, digits=2) for v in table["train_seconds"].fillna(0.0)]
     return out
@@ -168,8 +210,9 @@ def speed_note(protocol: pd.DataFrame, settings: Any) -> str:
     L = ", ".join(str(int(x)) for x in sorted(set(protocol["depth"])))
     b = ", ".join(f"{float(x):.0%}" for x in sorted(set(protocol["budget"])))
     full = protocol["throughput_full"].dropna().round(6).nunique() if "throughput_full" in protocol.columns else 1
-    runs = (f"; the rows come from {full} such measurements (rows computed in different notebooks or runs): a row's img/s "
-            f"compares with its own full img/s") if full > 1 else ""
+    runs = (f"; the rows come from {full} such measurements (builds, seeds, or rows computed in other notebooks): a "
+            f"row's speed-up is the mean of each run's pruned over its own unpruned throughput, as notebook 07 "
+            f"gives it") if full > 1 else ""
     return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
             f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "
             f"median of {SPEED_ROUNDS} interleaved "

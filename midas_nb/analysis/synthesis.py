@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import CEILING_FALL, NOTHING_TO_FADE, ci_text, cosine_verdict, is_number, paper_findings
+from .findings import (CEILING_FALL, NOTHING_TO_FADE, backbone_fitness, ci_text, cosine_verdict, is_number,
+                       paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from ..metrics.stats import interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
@@ -367,13 +368,16 @@ def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | 
     return "\n".join(out + [f"• {s}" for s in lines if s])
 
 
-def pib_trade(pib: pd.DataFrame) -> list[str]:
+def pib_trade(pib: pd.DataFrame, chance: float | None = None, majority: float | None = None) -> list[str]:
     """Each fine-tuned backbone's Point-in-Box gain over the backbone *with* its top-1 accuracy beside the
-    backbone's (a localisation gain bought with accuracy is named as such).
+    backbone's (a localisation gain bought with accuracy is named as such). Given the test split's ``chance`` and
+    ``majority`` shares, a fine-tune that fails the fitness rule with the backbone as its teacher
+    (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision 0070: e.g. near chance) is said not to have
+    trained here: its Point-in-Box change is not its method's.
 
     Args:
         pib: :func:`midas_nb.analysis.last.pib_table` (``model``, ``reference``, ``pib_delta`` with CI,
-            ``accuracy``).
+            ``accuracy``, ``n_images``).
     """
     if pib is None or pib.empty:
         return []
@@ -382,10 +386,15 @@ def pib_trade(pib: pd.DataFrame) -> list[str]:
     a0 = float(p.loc[ref, "accuracy"])
     out = []
     for m, r in p.drop(index=ref).iterrows():
-        da = float(r["accuracy"]) - a0
+        da, acc = float(r["accuracy"]) - a0, float(r["accuracy"])
+        failed = chance is not None and not backbone_fitness(acc, int(r["n_images"]), chance,
+                                                             chance if majority is None else majority, a0)[0]
         out.append(f"{m}: Point-in-Box {ci_text(r['pib_delta'], r.get('pib_delta_lo'), r.get('pib_delta_hi'), '+.3f')} "
-                   f"over {ref}, top-1 accuracy {a0:.3f} → {float(r['accuracy']):.3f} ({da:+.3f})"
-                   + (" — the localisation gain costs accuracy" if r["pib_delta"] > 0 and da < -0.01 else ""))
+                   f"over {ref}, top-1 accuracy {a0:.3f} → {acc:.3f} ({da:+.3f})"
+                   + (f" — did not train here (top-1 {acc:.3f}, chance {chance:.3f}: it fails the fitness rule of "
+                      "docs/decisions/0070 with the backbone as teacher), so its Point-in-Box change says nothing "
+                      "about the method" if failed else
+                      " — the localisation gain costs accuracy" if r["pib_delta"] > 0 and da < -0.01 else ""))
     return out
 
 
