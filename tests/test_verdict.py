@@ -383,6 +383,9 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
                       "(-0.657) — did not train here (top-1 0.208, chance 0.125: it fails the fitness rule of "
                       "docs/decisions/0070 with the backbone as teacher), so its Point-in-Box change says nothing "
                       "about the method"]
+    # a backbone near chance itself (0.5 of 12, chance 0.25: 00 says it has not learned) flags no fine-tune of it
+    small = pib.assign(n_images=12, accuracy=[0.5, 0.167])
+    assert "did not train" not in pib_trade(small, chance=0.25)[0]
 
 
 def test_rows_of_one_seed_in_three_builds_stay_apart_and_pair_within_their_build():

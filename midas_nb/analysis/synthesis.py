@@ -371,7 +371,7 @@ def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | 
 def pib_trade(pib: pd.DataFrame, chance: float | None = None, majority: float | None = None) -> list[str]:
     """Each fine-tuned backbone's Point-in-Box gain over the backbone *with* its top-1 accuracy beside the
     backbone's (a localisation gain bought with accuracy is named as such). Given the test split's ``chance`` and
-    ``majority`` shares, a fine-tune that fails the fitness rule with the backbone as its teacher
+    ``majority`` shares, a fine-tune of a fit backbone that fails the fitness rule with the backbone as its teacher
     (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision 0070: e.g. near chance) is said not to have
     trained here: its Point-in-Box change is not its method's.
 
@@ -387,8 +387,9 @@ def pib_trade(pib: pd.DataFrame, chance: float | None = None, majority: float | 
     out = []
     for m, r in p.drop(index=ref).iterrows():
         da, acc = float(r["accuracy"]) - a0, float(r["accuracy"])
-        failed = chance is not None and not backbone_fitness(acc, int(r["n_images"]), chance,
-                                                             chance if majority is None else majority, a0)[0]
+        n, maj = int(r.get("n_images", 0) or 0), chance if majority is None else majority
+        failed = (chance is not None and n > 0 and backbone_fitness(a0, n, chance, maj)[0]
+                  and not backbone_fitness(acc, n, chance, maj, a0)[0])     # the backbone learned, the fine-tune not
         out.append(f"{m}: Point-in-Box {ci_text(r['pib_delta'], r.get('pib_delta_lo'), r.get('pib_delta_hi'), '+.3f')} "
                    f"over {ref}, top-1 accuracy {a0:.3f} → {acc:.3f} ({da:+.3f})"
                    + (f" — did not train here (top-1 {acc:.3f}, chance {chance:.3f}: it fails the fitness rule of "
