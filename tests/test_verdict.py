@@ -546,6 +546,7 @@ def test_a_backbone_is_fit_only_where_every_build_is_and_its_claims_are_otherwis
     dropped = claims_table(findings, fitness=(fit, why))
     assert list(dropped.columns) == ["claim", "paper", "this run", "verdict"]
     assert list(dropped["verdict"]) == ["not counted"]
-    assert dropped["this run"].iloc[0] == f"not counted: {why}; D(T1) = +8.67 pp"
+    assert dropped["this run"].iloc[0] == ("not counted: build 1 of builds 0, 1, 2: the backbone has not learned "
+                                           "the task; D(T1) = +8.67 pp")
     # nothing counted: the headline says neither "shows" nor "does not show" a decoupling
     assert headline(dropped, shown=False) == "1 claim (T1): 1 not counted."

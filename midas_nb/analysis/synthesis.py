@@ -204,7 +204,8 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         backbone: keep only this backbone's findings (and the ``scale`` row).
         keep_undefined: keep the findings these rows cannot test (e.g. the regime findings without a sweep).
         fitness: the backbone's ``(fit, text)`` (:func:`~midas_nb.analysis.findings.fitness_over_builds`): where it
-            is not fit, every verdict is "not counted" and its evidence says why (the report's rule, by
+            is not fit, every verdict is "not counted" and its evidence starts with the reason (the text before its
+            first parenthesis: the numbers are for the box; the report's rule, by
             :func:`~midas_nb.analysis.findings.count_fitness`; decision 0070).
 
     Returns:
@@ -241,7 +242,8 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
     out = pd.DataFrame(rows, columns=["claim", "paper", "this run", "verdict"])
     if fitness is None:
         return out
-    keyed = count_fitness(out.assign(dataset="", backbone=""), {("", ""): fitness}, "verdict", "this run")
+    short = (fitness[0], str(fitness[1]).split(" (")[0])    # the reason; its numbers stand once, in the box
+    keyed = count_fitness(out.assign(dataset="", backbone=""), {("", ""): short}, "verdict", "this run")
     return keyed[list(out.columns)]
 
 
