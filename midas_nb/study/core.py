@@ -30,6 +30,12 @@ def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
                                    f"{found}); one build is one frozen backbone — rebuild the cells with one profile")
 
 
+def with_builds(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with an integer ``build`` column: a row stored without its build (its cell had no build
+    parameter, decision 0072) is build 0, as :mod:`midas_nb.metrics.decoupling` reads it."""
+    return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
+
+
 class Study(StudyBase):
     """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
@@ -53,8 +59,7 @@ class Study(StudyBase):
         table, status = run_cells(self.params, cells, study=self, progress=self.progress)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
-        # a row stored without its build is build 0 (its cell had no build parameter; decision 0072)
-        table = table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
+        table = with_builds(table)
         _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
         conditions = list(conditions or dict.fromkeys(c.condition for c in cells))
         named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
