@@ -425,6 +425,23 @@ def test_notebook_06s_protocol_calls_are_the_catalogues_related_sweep():
                            protocol=lambda **kw: calls.append(kw) or __import__("pandas").DataFrame())
     with pytest.raises(AttributeError):            # past the protocol calls: the fake has no more settings
         related.run_related(fake)
-    asked = [c.key for kw in calls for c in sweep_cells(prof, "protocol", planned=True, **kw)]
+    assert [kw["sweep"] for kw in calls] == ["related"]          # one call, the catalogue's sweep
+    asked = [c.key for kw in calls for c in sweep_cells(prof, kw.pop("sweep"), planned=True, **kw)]
     planned = [c.key for c in profile_sweeps(prof, ["related"], planned=True)["06 related"]]
     assert asked == planned and len(planned) == 32
+
+
+def test_given_related_conditions_are_split_as_the_catalogue_splits_them():
+    """``run_related(study, conditions=[...])`` asks the catalogue's 06 sweep for those conditions: a MIDAS condition
+    of the profile on its seeds and builds (with the random ranking, the band's check), another system on
+    ``related_seeds`` and one build, each cell once (the parts once both took the list: every cell twice)."""
+    from midas_nb.study import sweep_cells
+
+    prof = config.get_profile("quick", builds=2)
+    cells = sweep_cells(prof, "related", planned=True, conditions=["reference", "cropr", "no_such_condition"])
+    assert len({c.key for c in cells}) == len(cells)
+    got = {(c.condition, c.seed, int(c.params.get("build", 0))) for c in cells}
+    seeds, related = list(prof["seeds"]), list(prof["related_seeds"])
+    expect = {("reference", seeds[0], b) for b in (0, 1)} | {("random", s, b) for s in seeds for b in (0, 1)} \
+        | {("cropr", s, 0) for s in related}
+    assert got == expect

@@ -263,12 +263,13 @@ CATALOGUE: dict[str, tuple[dict[str, Any], ...]] = {
 }
 
 
-def catalogue_value(prof: Mapping[str, Any], what: str, value: Any) -> Any:
-    """A catalogue entry's symbolic ``value`` of ``what`` as :func:`make_grid` takes it."""
+def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Sequence[str] | None = None) -> Any:
+    """A catalogue entry's symbolic ``value`` of ``what`` as :func:`make_grid` takes it; a "related" rule splits
+    ``given`` conditions (default :data:`~midas_nb.analysis.related.RELATED_CONDITIONS`; unknown ones dropped)."""
     if not isinstance(value, str):
         return None if value is None else list(value)
     if value.startswith("related") and what == "conditions":
-        known = with_band_check([c for c in RELATED_CONDITIONS if c in list_conditions()], prof["conditions"])
+        known = with_band_check([c for c in given or RELATED_CONDITIONS if c in list_conditions()], prof["conditions"])
         return [c for c in known if (c in prof["conditions"]) == (value == "related")]
     return dict(own=[prof.get("dataset" if what == "datasets" else "backbone")], profile=prof.get(what),
                 first=list(prof["seeds"])[:1], related=list(SweepSettings.of(prof).related_seeds),
@@ -279,13 +280,18 @@ def sweep_cells(profile: RunSettings | Mapping[str, Any], name: str, *, planned:
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
     """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
     ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
-    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's, ``params`` enter every cell's key.
+    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (``conditions`` of a "related" part:
+    split by its rule, a part left empty dropped), ``params`` enter every cell's key.
     ``planned=True`` reads no data: checkpoint and data ids are placeholders (counts and coordinates exact,
     keys not). Raises ``ValueError`` as :func:`make_grid`."""
     prof = profile_values(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
         kw = dict(part, **{k: v for k, v in given.items() if v is not None})
+        if str(part.get("conditions")).startswith("related"):   # 06: the given conditions split as the catalogue's
+            kw["conditions"] = catalogue_value(prof, "conditions", part["conditions"], given.get("conditions"))
+            if not kw["conditions"]:
+                continue
         kind, builds, relaxation = kw.pop("kind"), kw.pop("builds", None), kw.pop("relaxation", None)
         p = dict(prof, builds=int(prof.get("builds", 1) if builds is None else builds))
         if kind == "scale":
