@@ -445,3 +445,26 @@ def test_given_related_conditions_are_split_as_the_catalogue_splits_them():
     expect = {("reference", seeds[0], b) for b in (0, 1)} | {("random", s, b) for s in seeds for b in (0, 1)} \
         | {("cropr", s, 0) for s in related}
     assert got == expect
+
+
+def test_sweep_status_of_a_profile_counts_each_notebook_sweep_of_the_catalogue(tmp_path, monkeypatch, capsys):
+    """``midas-nb sweep status smoke`` ends with ``sweep plan``'s count per notebook sweep (the catalogue's), its done
+    cells matched by coordinates: one done cell of 02 protocol is one done there."""
+    from midas_nb.cli import main
+    from midas_nb.study import sweep_cells
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    prof = config.get_profile("smoke")
+    cell = sweep_cells(prof, "protocol", planned=True)[0]
+    store = ResultStore(name="smoke")
+    store.register([cell])
+    store.record_done(cell, [dict(miou=0.5)], started=0.0)
+    assert main(["sweep", "status", "smoke"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 cells: 1 done")
+    at = out.index("cells per notebook sweep of profile smoke (midas_nb.study.grid.CATALOGUE):")
+    lines = {ln.split()[1]: ln for ln in out[at + 1:]}
+    assert list(lines) == list(config.SWEEPS)
+    n = len(sweep_cells(prof, "protocol", planned=True))
+    assert f"{n:>6,} cells" in lines["protocol"] and lines["protocol"].split("line above,")[1].split()[0] == "1"

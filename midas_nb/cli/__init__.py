@@ -94,8 +94,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                                 "expected one of them (a store is named after its profile)"])
     from ..sweeps import commands  # status / wait / resubmit (midas_nb.sweeps.commands)
 
-    act = dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)
-    return act(args.name or args.profile)
+    name = args.name or args.profile
+    rc = dict(wait=commands.cmd_wait, resubmit=commands.cmd_resubmit).get(args.action, commands.cmd_status)(name)
+    if args.action == "status" and name in config.PROFILES and rc != 2:   # a profile's store: its notebook sweeps
+        from ..study.cluster import catalogue_status
+
+        print(catalogue_status(name))
+    return rc
 
 
 def _cmd_strip(args: argparse.Namespace) -> int:

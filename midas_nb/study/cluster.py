@@ -12,12 +12,12 @@ from ..config import SWEEPS, sweep_names
 from ..progress import PROGRESS_ENV, progress_mode
 from ..runs import scoped_environ
 from ..sweeps import ResultStore, SweepCell
-from ..sweeps.plan import load_cost_table, plan_text
+from ..sweeps.plan import load_cost_table, plan_text, sweep_lines
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
 from .grid import ProtocolCellRunner, run_cells, sweep_cells
 from .settings import profile_values
 
-__all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
+__all__ = ["SWEEPS", "profile_sweeps", "catalogue_status", "cmd_from_args"]
 
 
 def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
@@ -28,6 +28,15 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     prof = profile_values(profile)
     return {f"{SWEEPS[n]} {n}": sweep_cells(prof, n, planned=planned)
             for n in sweep_names(None if names is None else ",".join(names))}
+
+
+def catalogue_status(profile: str) -> str:
+    """``midas-nb sweep status PROFILE``'s count per notebook sweep of the catalogue, as ``sweep plan`` counts: its
+    cells, those shared with a sweep above, those done in ``runs/sweeps/<profile>`` (never created here)."""
+    root = config.runs_dir() / "sweeps" / profile
+    store = ResultStore(root) if (root / "cells").is_dir() else None
+    lines = sweep_lines(profile_sweeps(profile, planned=True), store, by_coordinates=True)[0]
+    return "\n".join([f"cells per notebook sweep of profile {profile} (midas_nb.study.grid.CATALOGUE):", *lines])
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
