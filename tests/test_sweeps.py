@@ -22,7 +22,7 @@ import pytest
 
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
-from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status, run_sweep,
+from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, run_sweep,
                              sweep_status)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -333,10 +333,10 @@ def test_sweep_status_exits_1_with_an_unreadable_cell(tmp_path, capsys):
     store = ResultStore(tmp_path / "store")
     run_sweep(cells, frame_cell_fn, store)
     (store.cells_dir / f".{cells[0].key}.json.abc123.tmp").write_text("{")    # a writer's: no problem
-    assert cmd_status(str(store.root)) == 0 and main_status([str(store.root)]) == 0
+    assert cmd_status(str(store.root)) == 0
     store.path(cells[1].key).write_text(store.path(cells[1].key).read_text()[:40])
     capsys.readouterr()
-    assert cmd_status(str(store.root)) == 1 and main_status([str(store.root)]) == 1
+    assert cmd_status(str(store.root)) == 1
     assert f"ignored {cells[1].key}.json: invalid record ignored: unreadable JSON" in capsys.readouterr().out
 
 
@@ -528,7 +528,9 @@ def test_run_sweep_rejects_duplicates_and_bad_executor(tmp_path):
 # ------------------------------------------------------------------------------ status CLI hook
 
 
-def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, capsys):
+def test_sweep_status_by_name_and_of_every_store(tmp_path, monkeypatch, markers, capsys):
+    from midas_nb.sweeps.commands import cmd_status
+
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     cells = toy_cells(3)
     (markers / f"fail-{cells[2].key}").touch()
@@ -542,9 +544,9 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
     run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
     table = sweep_status("toy")
     assert list(table["status"]) == ["done", "done", "failed"]
-    assert main_status([]) == 1                                         # every store under runs/sweeps
+    assert cmd_status(None) == 1                                        # every store under runs/sweeps
     assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in capsys.readouterr().out
-    assert main_status(["toy"]) == 1
+    assert cmd_status("toy") == 1
     assert "FAILED" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="no sweep store"):
         sweep_status("nope")

@@ -1,5 +1,4 @@
-"""``midas-nb sweep status | wait | resubmit`` and ``python -m midas_nb.sweeps`` (:func:`main_status`): the generic
-sweep commands (no domain import).
+"""``midas-nb sweep status | wait | resubmit``: the generic sweep commands (no domain import).
 
 Each returns an exit status: ``status`` is non-zero while failed, lost or never-submitted cells or
 invalid store files remain (so a script can gate on it), ``wait`` likewise once nothing is queued,
@@ -12,7 +11,7 @@ import sys
 from .slurm import SUBMISSION, SlurmNotFound, cell_states, resubmit, wait
 from .store import all_stores, format_status, n_unusable, open_store
 
-__all__ = ["cmd_status", "cmd_wait", "cmd_resubmit", "main_status"]
+__all__ = ["cmd_status", "cmd_wait", "cmd_resubmit"]
 
 
 def _print_table(table) -> int:
@@ -43,16 +42,11 @@ def _each_store(action: str, names: list[str], fn, none: str = "no sweeps found"
     return rc
 
 
-def main_status(names=None) -> int:
-    """Print done / failed / running / pending cells with their jobs of the named stores (default: the command
-    line's, else every store); 1 while failures, lost jobs or invalid files remain."""
-    return _each_store("status", list(sys.argv[1:] if names is None else names) or all_stores(),
-                       lambda store: _print_table(cell_states(store)))
-
-
 def cmd_status(name: str | None) -> int:
-    """:func:`main_status` of one store (``None``: of every store)."""
-    return main_status([name] if name is not None else [])
+    """Print done / failed / running / pending cells with their jobs of the store (``None``: of every store); 1 while
+    failures, lost jobs or invalid files remain."""
+    return _each_store("status", [name] if name is not None else all_stores(),
+                       lambda store: _print_table(cell_states(store)))
 
 
 def cmd_wait(name: str | None, poll_s: float = 10.0) -> int:
