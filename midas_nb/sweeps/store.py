@@ -278,16 +278,12 @@ class ResultStore:
 @dataclass
 class StoreStatus:
     """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells), the store's
-    ``problems`` (invalid files; default ``table.attrs["problems"]``) and ``executor_errors`` (raised
-    by the executor, e.g. a worker died)."""
+    ``problems`` (invalid files, ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor,
+    e.g. a worker died)."""
 
     table: pd.DataFrame
-    problems: list[dict[str, str]] | None = None
     executor_errors: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.problems is None:
-            self.problems = self.table.attrs.get("problems", [])
+    problems = property(lambda self: self.table.attrs.get("problems", []))
 
     def count(self, state: CellState) -> int:
         return int((self.table["status"] == state).sum()) if len(self.table) else 0
