@@ -523,7 +523,7 @@ def test_the_scorers_following_their_targets_is_read_from_the_order_and_the_span
 
 
 def test_a_backbone_is_fit_only_where_every_build_is_and_its_claims_are_otherwise_not_counted():
-    """Issue 52 (decision 0084): fitness was shown and applied for build 0 alone, and notebooks 02 and 07 counted
+    """Issue 52 (decision 0082): fitness was shown and applied for build 0 alone, and notebooks 02 and 07 counted
     every claim whatever it said; one build that has not learned the task makes every claim "not counted", by the
     report's own count_fitness."""
     from midas_nb.analysis import backbone_fitness, fitness_over_builds

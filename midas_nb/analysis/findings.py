@@ -53,7 +53,7 @@ def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
 
 
 def fitness_over_builds(per_build: Mapping[int, tuple[bool, str]]) -> tuple[bool, str]:
-    """One backbone's :func:`backbone_fitness` over its builds ``{build: (fit, text)}`` (decision 0084): fit only
+    """One backbone's :func:`backbone_fitness` over its builds ``{build: (fit, text)}`` (decision 0082): fit only
     where every build is, since the intervals of the findings span the builds; the text is the one build's, else
     it names the first build that fails (or says that every build passes). ``ValueError`` for no build."""
     if not per_build:

@@ -73,7 +73,7 @@ class Study(StudyBase):
         return table
 
     def fitness(self) -> dict[int, tuple[bool, str]]:
-        """Each backbone build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0084) on the whole
+        """Each backbone build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0082) on the whole
         test split: ``{build: (fit, text)}`` for the profile's builds (each loaded, or fine-tuned, once)."""
         b = self.settings.backbone
         out = {}
