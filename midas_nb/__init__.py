@@ -9,22 +9,9 @@ themselves where they are defined, on the first import of :mod:`midas_nb.scorers
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .point import lazy_names
 
 __all__ = ["Study", "get_profile", "list_profiles", "__version__"]
 __version__ = "0.1.0"
 
-_LAZY = {"Study": ".study", "get_profile": ".config", "list_profiles": ".config"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, {"Study": ".study", "get_profile": ".config", "list_profiles": ".config"})

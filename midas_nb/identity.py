@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 import numpy as np
 
 __all__ = ["RESULT_FORMAT_VERSION", "IDENTITY_VERSION", "canonical_json", "hash_json", "hash_bytes", "jsonable",
-           "file_digest", "file_digest_memo", "add_file_digests", "tensor_digest", "state_dict_digest",
+           "file_digest", "save_file_digests", "load_file_digests", "tensor_digest", "state_dict_digest",
            "DatasetIdentity", "dataset_identity", "annotation_stamp", "atomic_write", "new_file_mode",
            "atomic_write_bytes", "atomic_write_text", "file_lock", "CacheIntegrityError", "CacheIntegrityWarning",
            "save_verified", "load_verified", "load_or_build", "torch_payload", "load_torch_payload", "cache_events",
@@ -92,16 +92,28 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest
 
 
-def file_digest_memo() -> dict[tuple, str]:
-    """A copy of this process's :func:`file_digest` memo."""
-    with _FILE_LOCK:
-        return dict(_FILE_DIGESTS)
+def _read_digests(path: str | os.PathLike) -> dict[str, str]:
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
 
 
-def add_file_digests(entries: dict[tuple, str]) -> None:
-    """Add ``entries`` (as :func:`file_digest_memo` gives them) to this process's :func:`file_digest` memo."""
+def save_file_digests(path: str | os.PathLike) -> Path:
+    """Merge this process's :func:`file_digest` memo into the JSON file ``path`` (atomic), where a sweep's
+    preparation job leaves its dataset's image digests for the cell jobs."""
     with _FILE_LOCK:
-        _FILE_DIGESTS.update(entries)
+        new = {json.dumps(list(k)): v for k, v in _FILE_DIGESTS.items()}
+        return atomic_write_text(path, json.dumps(dict(_read_digests(path), **new)))
+
+
+def load_file_digests(path: str | os.PathLike) -> int:
+    """Add the digests :func:`save_file_digests` wrote to ``path`` to this process's memo; the number read."""
+    entries = _read_digests(path)
+    with _FILE_LOCK:
+        _FILE_DIGESTS.update({tuple(json.loads(k)): v for k, v in entries.items()})
+    return len(entries)
 
 
 def tensor_digest(t: Any, n: int | None = 16) -> str:

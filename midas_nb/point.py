@@ -1,17 +1,20 @@
 """The pruning point ``(L, b)``: depth and budget as typed values, checked once where made
 (``Point(6, 0.25)``; ``Budget(1.5)`` raises ``ValueError``; DESIGN.md §3, docs/decisions/0058-typed-point.md),
 and the value helpers of every settings message; :class:`Registry`, the name table of targets, scorers and
-metrics, sits here, torch-free, so that the report renders its tables without torch (decision 0080)."""
+metrics, and :func:`lazy_names`, the packages' names loaded on first use, sit here, torch-free, so that the report
+renders its tables without torch (decision 0080)."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 import numbers
+import sys
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["MIN_BUDGET", "Budget", "Point", "is_int", "is_number", "show_value", "did_you_mean"]
+__all__ = ["MIN_BUDGET", "Budget", "Point", "is_int", "is_number", "show_value", "did_you_mean", "lazy_names"]
 
 #: the smallest budget b: result cells key b to 6 decimals (:class:`midas_nb.sweeps.SweepCell`)
 MIN_BUDGET = 1e-6
@@ -102,3 +105,16 @@ class Registry(dict):
 
     def __missing__(self, name: str) -> Any:
         raise ValueError(f"unknown {self.kind} {name!r}; expected one of {list(self)}")
+
+
+def lazy_names(package: str, names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """PEP 562 ``(__getattr__, __dir__)`` of ``package``: each of ``names`` (``{name: submodule}``, relative as
+    ``".study"``) imported on first use and kept in the package's namespace; another name: ``AttributeError``."""
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(names[name], package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__, lambda: sorted(set(vars(sys.modules[package])) | set(names))

@@ -24,15 +24,11 @@ LINE_INTERVAL = 10.0
 _LINE_FORMAT = "{desc}, {unit} {n_fmt}/{total_fmt} ({elapsed}, {remaining} left){postfix}"
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() not in ("", "0", "false", "no")
-
-
 def progress_mode() -> Literal["bar", "lines", "off"]:
     """``"lines"`` under ``MIDAS_PROGRESS=lines``, else ``"off"`` under ``TQDM_DISABLE``, else ``"bar"``."""
     if os.environ.get(PROGRESS_ENV, "").strip().lower() == "lines":
         return "lines"
-    return "off" if _truthy(os.environ.get("TQDM_DISABLE")) else "bar"
+    return "off" if os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no") else "bar"
 
 
 def progress_enabled(requested: bool = True) -> bool:

@@ -109,3 +109,25 @@ def test_a_protocol_of_two_builds_fine_tunes_each_and_pools_them(tmp_path, monke
     assert table["checkpoint_id"].nunique() == 2 and study.checkpoint_id in set(table["checkpoint_id"])
     d = study.decoupling(table).set_index("condition").loc["T5"]
     assert d["n_builds"] == 2 and d["D_pp_by_build"].startswith("build 0: ") and "build 1: " in d["D_pp_by_build"]
+
+
+def test_saved_file_digests_spare_another_process_the_hashing(tmp_path, monkeypatch):
+    """A sweep's preparation job saves its image digests (identity.save_file_digests); a cell job that loads them
+    hashes no file again, and a file changed since is hashed anew (its size and times are in the memo's key)."""
+    import hashlib
+
+    from midas_nb import identity
+
+    img = tmp_path / "a.jpg"
+    img.write_bytes(b"pixels")
+    digest = identity.file_digest(img)
+    assert digest == hashlib.sha256(b"pixels").hexdigest()
+    identity.save_file_digests(tmp_path / "memo.json")
+    monkeypatch.setattr(identity, "_FILE_DIGESTS", {})                 # another process: an empty memo
+    identity.reset_cache_events()
+    assert identity.load_file_digests(tmp_path / "memo.json") >= 1
+    assert identity.file_digest(img) == digest and identity.cache_events()["file_hashed"] == 0
+    img.write_bytes(b"other pixels")
+    assert identity.file_digest(img) == hashlib.sha256(b"other pixels").hexdigest()
+    assert identity.cache_events()["file_hashed"] == 1
+    assert identity.load_file_digests(tmp_path / "absent.json") == 0

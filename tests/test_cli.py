@@ -226,11 +226,11 @@ def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     rows = [dict(status="done", label="a", key="k1", attempt=1, error="", job_state="", job_id=""),
             dict(status="failed", label="b", key="k2", attempt=2, error="Traceback\nValueError: boom",
                  job_state="", job_id="17_0")]
-    monkeypatch.setattr("midas_nb.sweeps.commands.open_store", lambda name, must_exist=True: name)
-    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(rows))
+    monkeypatch.setattr("midas_nb.sweeps.store.open_store", lambda name, must_exist=True: name)
+    monkeypatch.setattr("midas_nb.sweeps.slurm.cell_states", lambda store: pd.DataFrame(rows))
     assert cli.main(["sweep", "status", "quick"]) == 1
     assert "FAILED b" in capsys.readouterr().out
-    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(rows[:1]))
+    monkeypatch.setattr("midas_nb.sweeps.slurm.cell_states", lambda store: pd.DataFrame(rows[:1]))
     assert cli.main(["sweep", "status", "quick"]) == 0
 
 
@@ -238,8 +238,8 @@ def test_sweep_status_takes_the_store_from_profile_and_refuses_two_different_nam
     import pandas as pd
 
     opened = []
-    monkeypatch.setattr("midas_nb.sweeps.commands.open_store", lambda name, must_exist=True: opened.append(name))
-    monkeypatch.setattr("midas_nb.sweeps.commands.cell_states", lambda store: pd.DataFrame(
+    monkeypatch.setattr("midas_nb.sweeps.store.open_store", lambda name, must_exist=True: opened.append(name))
+    monkeypatch.setattr("midas_nb.sweeps.slurm.cell_states", lambda store: pd.DataFrame(
         [dict(status="done", label="a", key="k1", attempt=1, error="", job_state="", job_id="")]))
     assert cli.main(["sweep", "status", "--profile", "smoke"]) == 0 and opened == ["smoke"]
     assert cli.main(["sweep", "status", "smoke", "--profile", "smoke"]) == 0 and opened == ["smoke", "smoke"]

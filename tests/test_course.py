@@ -183,6 +183,19 @@ def test_protocol_exercises_on_a_hand_built_table():
     assert not check_exercise("07.coverage_first", "T1", table=table)
 
 
+def test_coverage_first_accepts_every_candidate_the_pick_ties_with():
+    """Issue 52: a "which is best" question accepts every condition tied within noise; 07.coverage_first accepted
+    only the advised condition although the advice names its in-band ties."""
+    from test_verdict import _table as noisy_table
+    from midas_nb.analysis import recommend_deployment
+    # T4 and T5 cover 0.180 and 0.181 at parity (0.01 noise per image): a tie; T1 covers 0.12, resolvably less
+    t = noisy_table({"reference": (0.10, 0.20), "T1": (0.12, 0.20), "T4": (0.180, 0.20), "T5": (0.181, 0.20)})
+    adv = recommend_deployment(t)[0].set_index("goal").loc["coverage-first"]
+    assert adv["status"] == "in band" and {adv["condition"], adv["ties"]} == {"T4", "T5"}
+    assert check_exercise("07.coverage_first", "T4", table=t) and check_exercise("07.coverage_first", "T5", table=t)
+    assert not check_exercise("07.coverage_first", "T1", table=t)
+
+
 def _D(D_pp, lo, hi, delta=(0.0, -0.005, -0.05, 0.005), delta_lo=(0.0, -0.008, -0.07, -0.02)):
     return pd.DataFrame(dict(condition=["reference", "unsupervised", "T1", "T5"], D_pp=D_pp, D_pp_lo=lo, D_pp_hi=hi,
                              delta_idauc=delta, delta_idauc_lo=delta_lo, delta_idauc_hi=[0.0, -0.002, -0.03, 0.03]))

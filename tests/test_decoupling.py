@@ -327,3 +327,12 @@ def test_every_band_verdict_states_what_its_sample_resolves():
     assert band_checks(decoupling_D(rows, n_boot=500)).endswith(f"this sample resolves |ΔIDAUC| ≥ {h:.3f} (T5): "
                                                                "the ΔIDAUC intervals' half-widths, the band verdicts "
                                                                "cannot tell less")
+
+
+def test_a_protocol_row_stored_without_its_build_is_shown_and_grouped_as_build_0():
+    """Issue 52: notebook 02's table carried NaN in ``build`` for build 0's rows (cells of build 0 have no build
+    parameter), so its per-build index was empty there; Study.protocol gives every row an integer build."""
+    from midas_nb.study.core import with_builds
+    t = pd.DataFrame(dict(condition=["T5", "T5", "T5"], build=[np.nan, 1.0, 2.0]))
+    assert with_builds(t)["build"].tolist() == [0, 1, 2] and with_builds(t)["build"].dtype.kind == "i"
+    assert with_builds(t.drop(columns="build"))["build"].tolist() == [0, 0, 0]    # rows from before builds

@@ -65,6 +65,8 @@ def test_sample_note_of_a_target_table_states_its_budget():
                         "coverage_kind": ["part mIoU"] * 2})
     assert sample_note(cov) == "part mIoU: 60 test images; b = 25%"
     assert sample_note(cov.assign(n_skipped=[2, 2])) == "part mIoU: 60 test images, 2 skipped; b = 25%"
+    # issue 52: 01 promises the line counts the skipped images; none is a count too
+    assert sample_note(cov.assign(n_skipped=[0, 0])) == "part mIoU: 60 test images, none skipped; b = 25%"
 
 
 def test_compact_keep_column_with_gaps_prints_a_dash_and_whole_numbers():

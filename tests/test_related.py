@@ -761,10 +761,11 @@ def test_related_rows_band_is_checked_against_the_random_ranking():
     full = _table({"reference": (0.10, 0.05), "T5": (0.18, 0.10)}, random_idauc=0.05)
     asked = []
 
-    def protocol(conditions, seeds=None, **kw):
-        asked.append(list(conditions))
-        return full[full["condition"].isin(conditions)].reset_index(drop=True)
-    from midas_nb.study import RunSettings
+    def protocol(sweep, conditions=None, **kw):      # Study.protocol's cells: the catalogue's sweep
+        cells = sweep_cells(study.settings, sweep, planned=True, conditions=conditions, **kw)
+        asked.append(list(dict.fromkeys(c.condition for c in cells)))
+        return full[full["condition"].isin(asked[-1])].reset_index(drop=True)
+    from midas_nb.study import RunSettings, sweep_cells
 
     settings = RunSettings.build("smoke", conditions=["reference", "T5", "random"], bootstrap=200, max_eval_images=60)
     study = SimpleNamespace(settings=settings, protocol=protocol)

@@ -425,6 +425,46 @@ def test_notebook_06s_protocol_calls_are_the_catalogues_related_sweep():
                            protocol=lambda **kw: calls.append(kw) or __import__("pandas").DataFrame())
     with pytest.raises(AttributeError):            # past the protocol calls: the fake has no more settings
         related.run_related(fake)
-    asked = [c.key for kw in calls for c in sweep_cells(prof, "protocol", planned=True, **kw)]
+    assert [kw["sweep"] for kw in calls] == ["related"]          # one call, the catalogue's sweep
+    asked = [c.key for kw in calls for c in sweep_cells(prof, kw.pop("sweep"), planned=True, **kw)]
     planned = [c.key for c in profile_sweeps(prof, ["related"], planned=True)["06 related"]]
     assert asked == planned and len(planned) == 32
+
+
+def test_given_related_conditions_are_split_as_the_catalogue_splits_them():
+    """``run_related(study, conditions=[...])`` asks the catalogue's 06 sweep for those conditions: a MIDAS condition
+    of the profile on its seeds and builds (with the random ranking, the band's check), another system on
+    ``related_seeds`` and one build, each cell once (the parts once both took the list: every cell twice)."""
+    from midas_nb.study import sweep_cells
+
+    prof = config.get_profile("quick", builds=2)
+    cells = sweep_cells(prof, "related", planned=True, conditions=["reference", "cropr", "no_such_condition"])
+    assert len({c.key for c in cells}) == len(cells)
+    got = {(c.condition, c.seed, int(c.params.get("build", 0))) for c in cells}
+    seeds, related = list(prof["seeds"]), list(prof["related_seeds"])
+    expect = {("reference", seeds[0], b) for b in (0, 1)} | {("random", s, b) for s in seeds for b in (0, 1)} \
+        | {("cropr", s, 0) for s in related}
+    assert got == expect
+
+
+def test_sweep_status_of_a_profile_counts_each_notebook_sweep_of_the_catalogue(tmp_path, monkeypatch, capsys):
+    """``midas-nb sweep status smoke`` ends with ``sweep plan``'s count per notebook sweep (the catalogue's), its done
+    cells matched by coordinates: one done cell of 02 protocol is one done there."""
+    from midas_nb.cli import main
+    from midas_nb.study import sweep_cells
+    from midas_nb.sweeps import ResultStore
+
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
+    prof = config.get_profile("smoke")
+    cell = sweep_cells(prof, "protocol", planned=True)[0]
+    store = ResultStore(name="smoke")
+    store.register([cell])
+    store.record_done(cell, [dict(miou=0.5)], started=0.0)
+    assert main(["sweep", "status", "smoke"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 cells: 1 done")
+    at = out.index("cells per notebook sweep of profile smoke (midas_nb.study.grid.CATALOGUE):")
+    lines = {ln.split()[1]: ln for ln in out[at + 1:]}
+    assert list(lines) == list(config.SWEEPS)
+    n = len(sweep_cells(prof, "protocol", planned=True))
+    assert f"{n:>6,} cells" in lines["protocol"] and lines["protocol"].split("line above,")[1].split()[0] == "1"

@@ -22,7 +22,7 @@ import pytest
 
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
-from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, main_status, run_sweep,
+from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, run_sweep,
                              sweep_status)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -328,15 +328,15 @@ def test_a_record_is_used_only_where_its_key_is_its_cells_hash_and_its_digest_it
 
 def test_sweep_status_exits_1_with_an_unreadable_cell(tmp_path, capsys):
     """Issue 53, case 8: a store whose only problem is an unreadable record is not a clean store."""
-    from midas_nb.sweeps.commands import cmd_status
+    from midas_nb.cli import main
     cells = toy_cells(2)
     store = ResultStore(tmp_path / "store")
     run_sweep(cells, frame_cell_fn, store)
     (store.cells_dir / f".{cells[0].key}.json.abc123.tmp").write_text("{")    # a writer's: no problem
-    assert cmd_status(str(store.root)) == 0 and main_status([str(store.root)]) == 0
+    assert main(["sweep", "status", str(store.root)]) == 0
     store.path(cells[1].key).write_text(store.path(cells[1].key).read_text()[:40])
     capsys.readouterr()
-    assert cmd_status(str(store.root)) == 1 and main_status([str(store.root)]) == 1
+    assert main(["sweep", "status", str(store.root)]) == 1
     assert f"ignored {cells[1].key}.json: invalid record ignored: unreadable JSON" in capsys.readouterr().out
 
 
@@ -528,7 +528,9 @@ def test_run_sweep_rejects_duplicates_and_bad_executor(tmp_path):
 # ------------------------------------------------------------------------------ status CLI hook
 
 
-def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, capsys):
+def test_sweep_status_by_name_and_of_every_store(tmp_path, monkeypatch, markers, capsys):
+    from midas_nb.cli import main
+
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     cells = toy_cells(3)
     (markers / f"fail-{cells[2].key}").touch()
@@ -542,9 +544,9 @@ def test_sweep_status_by_name_and_main_status(tmp_path, monkeypatch, markers, ca
     run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
     table = sweep_status("toy")
     assert list(table["status"]) == ["done", "done", "failed"]
-    assert main_status([]) == 1                                         # every store under runs/sweeps
+    assert main(["sweep", "status"]) == 1                               # every store under runs/sweeps
     assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in capsys.readouterr().out
-    assert main_status(["toy"]) == 1
+    assert main(["sweep", "status", "toy"]) == 1
     assert "FAILED" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="no sweep store"):
         sweep_status("nope")
@@ -769,7 +771,6 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"), wait=False)
     assert not list(markers.iterdir())
     # the refused cells are not "pending" forever: status says so (exit 1), resubmit sends them again
-    from midas_nb.sweeps.commands import cmd_resubmit, cmd_status, cmd_wait
     from midas_nb.sweeps.slurm import cell_states, resubmit
     store = ResultStore(tmp_path / "store")
     assert list(cell_states(store)["job_state"]) == ["unsubmitted", "unsubmitted"]
@@ -777,11 +778,11 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     store.register([later])
     assert cell_states(store).set_index("key").loc[later.key, "job_state"] == ""
     capsys.readouterr()
-    assert cmd_status(str(store.root)) == 1 and cmd_wait(str(store.root), poll_s=0.01) == 1
+    assert cli.main(["sweep", "status", str(store.root)]) == 1 and cli.main(["sweep", "wait", str(store.root)]) == 1
     assert "2 cells never submitted (sbatch refused): midas-nb sweep resubmit" in capsys.readouterr().out
     with pytest.raises(SlurmNotFound, match="sbatch refused the submission"):   # tried again: refused again
         resubmit(store, cell_fn=functools.partial(marker_cell_fn, marker_dir=str(markers)))
-    assert cmd_resubmit(str(store.root)) == 2           # a test's function: no runner to rebuild
+    assert cli.main(["sweep", "resubmit", str(store.root)]) == 2     # a test's function: no runner to rebuild
     assert "submission.json holds no runner" in capsys.readouterr().err
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2

@@ -2,6 +2,8 @@
 halves hold, one where the two winners tie, one where coverage and faithfulness rose together."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -286,6 +288,11 @@ def test_every_target_ties_so_the_gain_is_any_structured_targets():
     assert c["reading"] == "any structured target" and c["own_vs_control"] == "not above"
     assert "not resolvably more than the control" in c["sentence"] and "does not credit T5's content" in c["sentence"]
     assert claims_table(content=c).iloc[-1]["verdict"] == "does not hold"
+    # issue 52: a coverage difference is printed in pp, as D (it was a fraction beside D's pp); 0.157 − 0.058
+    g = [f"{100 * x:+.2f}" for x in c["gain"]]
+    assert f"(gain {g[0]} pp [{g[1]}, {g[2]}])" in c["sentence"] and c["gain"][0] == pytest.approx(0.099, abs=0.01)
+    assert f"scorer − random-map control {g[0]} pp [{g[1]}, {g[2]}]" in claims_table(content=c).iloc[-1]["this run"]
+    assert re.search(r"T5 − T1 [+-]\d+\.\d\d pp \[", c["sentence"])
     # without the control nothing is credited either way
     c2 = _content(t[t["condition"] != "random_map"], _coverage({"T1": 0.10, "T5": 0.059}))
     assert c2["reading"] == "undefined" and "cannot say" in c2["sentence"]
@@ -368,6 +375,13 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
     # the unsupervised scorer's D under st above its D under soft, intervals apart: a leak
     assert "→ a leak" in leak_test(d((5.0, 4.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
     assert "→ not resolved" in leak_test(d((5.0, 1.0, 6.0), (7.0, 6.0, 8.0)), d((1.0, 0.0, 2.0), (7.0, 6.0, 8.0)))
+    # issue 52: 02 compared st over 3 builds × 2 seeds (decoupling_D's n_seeds counts the rows: 6) with soft's one
+    # build and seed; the text says what it compares, and names unlike samples
+    st3, soft1 = d((1.37, -8.8, 11.5), (8.7, 7.4, 10.1)), d((2.71, 2.15, 3.28), (9.3, 8.6, 9.8))
+    unlike = leak_test(st3.assign(n_builds=3, n_seeds=6), soft1.assign(n_builds=1, n_seeds=1))
+    assert "— unlike samples: st on 3 builds × 2 seeds, soft on 1 build × 1 seed" in unlike
+    like = leak_test(st3.assign(n_builds=1, n_seeds=1), soft1.assign(n_builds=1, n_seeds=1))
+    assert "under soft, each on 1 build × 1 seed (D(T5)" in like and "unlike" not in like
     pib = pd.DataFrame([dict(model="backbone", reference="backbone", pib_delta=0.0, accuracy=0.913),
                         dict(model="LaSt (K=1)", reference="backbone", pib_delta=0.094, pib_delta_lo=0.05,
                              pib_delta_hi=0.13, accuracy=0.508)])
@@ -516,3 +530,53 @@ def test_each_box_names_its_claims_and_a_shared_claim_reads_one_verdict():
     assert (shared["verdict"] == shared["verdict_05"]).all() and (shared["this run"] == shared["this run_05"]).all()
     # a backbone that has not learned its task (decision 0070): its claims are counted as such, not left out
     assert headline(c05.assign(verdict="not counted")).startswith("3 claims (T5 parity, T1, depth): 3 not counted.")
+
+
+def test_the_scorers_following_their_targets_is_read_from_the_order_and_the_spans():
+    """Issue 52 (a reader): "the scorers do not follow their targets' differences" was printed whenever the
+    scorers spanned less than half the targets' span, also where they kept the targets' order (a quick CUB run:
+    targets T1-T5 0.094/0.060/0.127/0.092/0.075, scorers 0.157/0.145/0.167/0.165/0.157)."""
+    from midas_nb.analysis.verdict import follows_targets
+    quick = follows_targets([0.094, 0.060, 0.127, 0.092, 0.075], [0.1566, 0.145, 0.167, 0.165, 0.1572])
+    # spans 6.7 and 2.2 pp; discordant pairs by hand: T1-T4 (0.094 > 0.092, 0.1566 < 0.165), T1-T5 (0.094 > 0.075,
+    # 0.1566 < 0.1572): 8 of the 10 pairs ordered alike
+    assert "spans 6.7 pp across 5 targets; the scorers distilled from them span 2.2 pp" in quick
+    assert "order 8 of the 10 pairs" in quick and "the scorers mostly follow their targets' order" in quick
+    assert "compressed to 33% of the targets' span" in quick and "do not follow" not in quick
+    reverse = follows_targets([0.1, 0.2, 0.3], [0.3, 0.2, 0.1])
+    assert "order 0 of the 3 pairs" in reverse and "mostly reverse their targets' order" in reverse
+    assert "compressed" not in reverse and "widened" not in reverse       # the same span
+    mixed = follows_targets([0.1, 0.2, 0.3, 0.4], [0.2, 0.1, 0.4, 0.3])  # 4 of 6 alike: neither
+    assert "order 4 of the 6 pairs" in mixed and "do not follow their targets' order" in mixed
+    assert "widened to 2.5× the targets' span" in follows_targets([0.1, 0.11, 0.12], [0.1, 0.15, 0.15])
+    assert follows_targets([0.1], [0.2]).endswith("span 0.0 pp.")    # one target: no pair to order
+
+
+def test_a_backbone_is_fit_only_where_every_build_is_and_its_claims_are_otherwise_not_counted():
+    """Issue 52 (decision 0082): fitness was shown and applied for build 0 alone, and notebooks 02 and 07 counted
+    every claim whatever it said; one build that has not learned the task makes every claim "not counted", by the
+    report's own count_fitness."""
+    from midas_nb.analysis import backbone_fitness, fitness_over_builds
+    from midas_nb.analysis.synthesis import claims_table, headline
+
+    good, bad = backbone_fitness(0.9, 300, 0.1, 0.12), backbone_fitness(0.13, 300, 0.1, 0.12)
+    assert good[0] and not bad[0]
+    assert fitness_over_builds({0: good}) == good and fitness_over_builds({0: bad}) == bad
+    assert fitness_over_builds({0: good, 1: good, 2: good}) == (True, "each of the 3 backbone builds has learned "
+                                                                      "the task")
+    fit, why = fitness_over_builds({0: good, 1: bad, 2: bad})
+    assert not fit and why == "build 1 of builds 0, 1, 2: " + bad[1]
+    with pytest.raises(ValueError, match="no build"):
+        fitness_over_builds({})
+    findings = pd.DataFrame([dict(finding="t1_below_reference", holds=False, evidence="D(T1) = +8.67 pp",
+                                  dataset="cub", backbone="b")])
+    counted = claims_table(findings, fitness=(True, "fit"))
+    assert list(counted["verdict"]) == ["opposite of the paper"]
+    assert counted.equals(claims_table(findings))
+    dropped = claims_table(findings, fitness=(fit, why))
+    assert list(dropped.columns) == ["claim", "paper", "this run", "verdict"]
+    assert list(dropped["verdict"]) == ["not counted"]
+    assert dropped["this run"].iloc[0] == ("not counted: build 1 of builds 0, 1, 2: the backbone has not learned "
+                                           "the task; D(T1) = +8.67 pp")
+    # nothing counted: the headline says neither "shows" nor "does not show" a decoupling
+    assert headline(dropped, shown=False) == "1 claim (T1): 1 not counted."

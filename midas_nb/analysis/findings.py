@@ -52,6 +52,20 @@ def backbone_fitness(top1: float, n_test: int, chance: float, majority: float,
     return fit, f"the backbone {'has' if fit else 'has not'} learned the task ({why})"
 
 
+def fitness_over_builds(per_build: Mapping[int, tuple[bool, str]]) -> tuple[bool, str]:
+    """One backbone's :func:`backbone_fitness` over its builds ``{build: (fit, text)}`` (decision 0082): fit only
+    where every build is, since the intervals of the findings span the builds; the text is the one build's, else
+    it names the first build that fails (or says that every build passes). ``ValueError`` for no build."""
+    if not per_build:
+        raise ValueError("fitness_over_builds: no build to judge; expected {build: (fit, text)}")
+    bad = [(k, t) for k, (ok, t) in sorted(per_build.items()) if not ok]
+    if len(per_build) == 1:
+        return next(iter(per_build.values()))
+    if bad:
+        return False, f"build {bad[0][0]} of builds {', '.join(map(str, sorted(per_build)))}: {bad[0][1]}"
+    return True, f"each of the {len(per_build)} backbone builds has learned the task"
+
+
 #: the evidence of a depth or budget finding where there is no coverage gain of T5 at parity to fade, and where a fall
 #: in pp is the IoU ceiling's (the per-claim table reads neither as the paper's opposite: decision 0079)
 NOTHING_TO_FADE, CEILING_FALL = "no coverage gain of T5 at parity to fade", "the fall is the ceiling's"

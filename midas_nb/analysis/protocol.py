@@ -206,12 +206,14 @@ def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> 
     return torch.cat(out)
 
 
-def _pruned_eval(backbone, cache: BlockCache, scores: list[Tensor], depth, budget, batch_size, device):
+def _pruned_eval(backbone, cache: BlockCache, scores: list[Tensor], depth, budget, batch_size, device,
+                 progress: bool = False):
     """``(logits [K,n,C], keep masks [K,n,N])`` of the pruned forward with each of ``K`` rankings: per
-    chunk of images one forward of the ``K`` rankings' kept tokens together."""
+    chunk of images one forward of the ``K`` rankings' kept tokens together (``progress``: a bar over them)."""
     logits, masks = [], []
     with torch.no_grad():
-        for i in range(0, len(cache), batch_size):
+        for i in tqdm(range(0, len(cache), batch_size), desc=f"pruned forward, {len(scores)} rankings at L={depth}, "
+                      f"b={budget:g}", unit="image batch", disable=not progress or len(cache) <= batch_size):
             hidden = cache.hidden[i:i + batch_size].to(device, torch.float32)
             out = prune_tokens(backbone, hidden.repeat(len(scores), 1, 1),
                                torch.cat([s[i:i + batch_size] for s in scores]).to(device), depth, budget)
@@ -610,7 +612,7 @@ def _throughputs(run: _Run, ev: _EvalSplit, points: list[tuple[int, Budget]]) ->
     if todo := [pt for pt in points if key + pt not in _SPEED_MEMO]:
         scorers = speed_scorers(kinds, ev.cache.hidden.shape[-1], p["mlp_hidden"], ev.n_classes, device)
         with run.amp():
-            full, pruned = measure_speed(backbone, tp_images, todo, scorers, repeats=reps)
+            full, pruned = measure_speed(backbone, tp_images, todo, scorers, repeats=reps, progress=run.progress)
         _SPEED_MEMO.update({key + pt: dict(pruned[pt], full=full) for pt in todo})
     return {pt: _Speed(full=_SPEED_MEMO[key + pt]["full"], pruned=_SPEED_MEMO[key + pt], images=tp_images)
             for pt in points}           # (pruned: by kind; its "full" is never a row's kind)
@@ -681,7 +683,7 @@ def _evaluate(points: list[tuple[_Run, _EvalSplit, _Speed, dict[tuple[str, int],
     for run, ev, _, trained in points:
         scores = [_scores(t.scorer, ev.cache, run.ebs, run.device) for t in trained.values()]
         evaluated.append((scores, *_pruned_eval(run.backbone, ev.cache, scores, run.depth, run.budget, run.ebs,
-                                                run.device)))
+                                                run.device, run.progress)))
         ranked += [s[ev.ipos] for s in scores]
     run, ev = points[0][:2]
     insdels: list[Any] = [None] * len(ranked)

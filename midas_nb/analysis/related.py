@@ -32,7 +32,6 @@ from torch import nn
 
 from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, decoupling_D
 from ..metrics.speed import SPEED_ROUNDS
-from .protocol import list_conditions, with_band_check
 from .verdict import paired_gap
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
@@ -271,11 +270,11 @@ def run_related(
 ) -> RelatedResults:
     """Every related method of notebook 06 on a :class:`midas_nb.study.Study`, and the table.
 
-    1. the protocol at the study's ``(L, b)`` with ``conditions`` (default
-       :data:`RELATED_CONDITIONS` minus the ones the package does not know) — cached by
-       ``Study.protocol``; Cropr's and IA-RED²'s rows carry their extra columns; the ``random``
-       ranking is run beside them where the profile's protocol has it (each row's ``D_status``
-       tests the reference against it) and left out of the returned rows;
+    1. the protocol at the study's ``(L, b)``: the catalogue's ``"related"`` sweep
+       (:data:`midas_nb.study.grid.CATALOGUE`) with ``conditions`` (default :data:`RELATED_CONDITIONS`;
+       unknown ones dropped), cells of ``Study.protocol``'s store; Cropr's and IA-RED²'s rows carry their
+       extra columns; the ``random`` ranking is run beside them where the profile's protocol has it (each
+       row's ``D_status`` tests the reference against it) and left out of the returned rows;
     2. positive/negative perturbation tests of ``perturbation_maps`` (test-split target maps,
        class = prediction) — skipped with ``None``;
     3. LaSt-ViT: the last ``last_tune_blocks`` block(s) and head fine-tuned for ``last_epochs``
@@ -293,32 +292,16 @@ def run_related(
             ``max_idauc_images`` (else ``max_eval_images``) for the perturbation curves and
             ``max_eval_images`` for Point-in-Box.
         **protocol_kwargs: passed to ``Study.protocol`` (e.g. ``seeds``, ``epochs``). Without
-            ``seeds``, the systems outside the profile's ``conditions`` train with the profile's
-            ``related_seeds`` when it has them.
+            ``seeds``, the systems outside the profile's ``conditions`` train with its ``related_seeds``
+            on one backbone build, the others with its ``seeds`` and builds (rows shared with notebook 02).
 
     Returns:
         :class:`RelatedResults`.
     """
     s = study.settings
-    valid = set(list_conditions())
-    conditions = [c for c in (conditions or RELATED_CONDITIONS) if c in valid]
-    # the random ranking tests the reference's faithfulness (the band's check, decoupling_D): run
-    # where the profile's protocol has it, read only through each row's D_status
-    checked = with_band_check(conditions, list(s.protocol.conditions))
-    band_check, conditions = len(checked) > len(conditions), checked
-    seeds = protocol_kwargs.pop("seeds", None)
-    if seeds is None:
-        # the MIDAS conditions keep the profile's seeds and builds (their rows are shared with notebook 02);
-        # the other systems' scorers train with ``related_seeds`` on one build (decision 0072)
-        shared = [c for c in conditions if c in s.protocol.conditions]
-        other = [c for c in conditions if c not in shared]
-        parts = [study.protocol(conditions=shared, **protocol_kwargs)] if shared else []
-        if other:
-            parts.append(study.protocol(conditions=other, seeds=list(s.sweep.related_seeds), builds=1,
-                                        **protocol_kwargs))
-        protocol = pd.concat(parts, ignore_index=True)
-    else:
-        protocol = study.protocol(conditions=conditions, seeds=seeds, **protocol_kwargs)
+    # the catalogue's 06 sweep (midas_nb.study.grid.CATALOGUE["related"]): the random ranking beside the reference
+    # where the profile's protocol has it (the band's check), read only through each row's D_status
+    protocol = study.protocol(sweep="related", conditions=conditions, **protocol_kwargs)
     n_img = max_images if max_images is not None else s.protocol.max_eval_images
     # the perturbation curves cost S forwards per image, like IDAUC: same image bound
     n_curve = max_images if max_images is not None else (s.protocol.max_idauc_images or n_img)
@@ -339,7 +322,7 @@ def run_related(
         pib = pib_table({"backbone": study.model, **models}, study.test_set, max_images=n_img,
                         device=study.device, n_boot=n_boot, progress=study.progress)
     table = related_table(protocol, perturbation=pert, pib=pib, n_boot=n_boot)
-    if band_check:
+    if "random" not in (conditions or RELATED_CONDITIONS):
         table = table[~((table["kind"] == "pruning") & (table["method"] == "random"))].reset_index(drop=True)
         protocol = protocol[protocol["condition"] != "random"].reset_index(drop=True)
     return RelatedResults(table=table, protocol=protocol, perturbation=pert, pib=pib, models=models)

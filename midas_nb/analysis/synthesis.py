@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import (CEILING_FALL, NOTHING_TO_FADE, backbone_fitness, ci_text, cosine_verdict, is_number,
-                       paper_findings)
+from .findings import (CEILING_FALL, NOTHING_TO_FADE, backbone_fitness, ci_text, cosine_verdict, count_fitness,
+                       is_number, paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from ..metrics.stats import interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
@@ -70,6 +70,11 @@ def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
     return "opposite of the paper" if opposite else "does not hold"
 
 
+def _pp(m_lo_hi: Sequence[float]) -> str:
+    """A difference of mIoU fractions ``(m, lo, hi)`` in percentage points, as ``D`` is printed."""
+    return ci_text(*(100 * float(x) for x in m_lo_hi), unit=" pp")
+
+
 def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",
                       control: str = CONTROL_CONDITION, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Whether ``focus``'s scorer gains coverage from its target's **content** or from being trained on any
@@ -109,8 +114,9 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     out["gain"] = g = (r["gain_over_control"], r["gain_over_control_lo"], r["gain_over_control_hi"])
     own_above = r["target_miou_lo"] > r["control_miou"]
     out["own_vs_control"] = "above" if own_above else "not above"
-    head = (f"Target content against training signal: the {focus} scorer covers {r['scorer_miou']:.3f}, the {control} "
-            f"control {r['control_miou']:.3f} (gain {ci_text(*g, fmt='+.3f')}); {focus}'s own top-k covers "
+    head = (f"Target content against training signal (mIoU as a fraction, differences in pp as D): the {focus} "
+            f"scorer covers {r['scorer_miou']:.3f}, the {control} control {r['control_miou']:.3f} (gain {_pp(g)}); "
+            f"{focus}'s own top-k covers "
             f"{ci_text(r['target_miou'], r['target_miou_lo'], r['target_miou_hi'], '.3f')}, "
             + ("resolvably more than the control" if own_above else "not resolvably more than the control"))
     sign = _sign(g[1], g[2])
@@ -128,7 +134,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     key = ("not resolved" if not out["vs_others"] else "specifically" if not out["ties"] else
            "any structured target" if ties_above else "not resolved")
     out["reading"] = f"{focus} specifically" if key == "specifically" else key
-    said = "; ".join(f"{focus} − {t} {ci_text(*v, fmt='+.3f')}" for t, v in out["vs_others"].items())
+    said = "; ".join(f"{focus} − {t} {_pp(v)}" for t, v in out["vs_others"].items())
     out["sentence"] = head + (f"; against the other targets' scorers: {said}" if said else
                               "; no other target's scorer to compare with") + f" → {out['reading']}" + {
         "specifically": f": {focus}'s content adds coverage that the other targets' do not.",
@@ -186,7 +192,8 @@ def _comovement_row(v: ClaimVerdict) -> list[str]:
 
 def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | None = None,
                  content: Mapping[str, Any] | None = None, *, dataset: str | None = None,
-                 backbone: str | None = None, keep_undefined: bool = False) -> pd.DataFrame:
+                 backbone: str | None = None, keep_undefined: bool = False,
+                 fitness: tuple[bool, str] | None = None) -> pd.DataFrame:
     """One row per claim of the paper: ``claim | paper | this run | verdict``.
 
     Args:
@@ -198,6 +205,10 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         dataset: whose paper values to show (default: the findings' dataset).
         backbone: keep only this backbone's findings (and the ``scale`` row).
         keep_undefined: keep the findings these rows cannot test (e.g. the regime findings without a sweep).
+        fitness: the backbone's ``(fit, text)`` (:func:`~midas_nb.analysis.findings.fitness_over_builds`): where it
+            is not fit, every verdict is "not counted" and its evidence starts with the reason (the text before its
+            first parenthesis: the numbers are for the box; the report's rule, by
+            :func:`~midas_nb.analysis.findings.count_fitness`; decision 0070).
 
     Returns:
         Columns ``claim``, ``paper``, ``this run``, ``verdict`` (one of :data:`CLAIM_VERDICTS`, or
@@ -225,19 +236,25 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
     if content is not None:
         g = content.get("gain", (np.nan,) * 3)
         rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content",
-                     (f"scorer − random-map control {ci_text(*g, fmt='+.3f')}: " if is_number(g[0]) else "")
+                     (f"scorer − random-map control {_pp(g)}: " if is_number(g[0]) else "")
                      + str(content.get("reading", "undefined")),
                      "holds" if str(content.get("reading")).endswith("specifically") else
                      {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),
                                                                                     "does not hold")])
-    return pd.DataFrame(rows, columns=["claim", "paper", "this run", "verdict"])
+    out = pd.DataFrame(rows, columns=["claim", "paper", "this run", "verdict"])
+    if fitness is None:
+        return out
+    short = (fitness[0], str(fitness[1]).split(" (")[0])    # the reason; its numbers stand once, in the box
+    keyed = count_fitness(out.assign(dataset="", backbone=""), {("", ""): short}, "verdict", "this run")
+    return keyed[list(out.columns)]
 
 
 def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content: Mapping[str, Any] | None = None,
-               *, depth: int | None = None, budget: float | None = None, n_boot: int = 1000) -> pd.DataFrame:
+               *, depth: int | None = None, budget: float | None = None, n_boot: int = 1000,
+               fitness: tuple[bool, str] | None = None) -> pd.DataFrame:
     """:func:`claims_table` of :func:`~midas_nb.analysis.findings.paper_findings` on ``rows`` (one dataset ×
     backbone; a protocol table, or a regime sweep for the depth and budget findings) at ``(depth, budget)``
-    (default: the rows' first), with the verdict's and the content rows.
+    (default: the rows' first), with the verdict's and the content rows; ``fitness``: as :func:`claims_table`'s.
 
     Raises:
         ValueError: as :func:`~midas_nb.analysis.findings.paper_findings`.
@@ -247,7 +264,7 @@ def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content:
     f = paper_findings(rows, depth=depth, budget=budget, n_boot=n_boot)
     if len(rows[["depth", "budget"]].drop_duplicates()) < 2:          # one cell: no regime to judge
         f = f[~f["finding"].isin(["fades_deep", "fades_loose"])]
-    return claims_table(f, verdict, content)
+    return claims_table(f, verdict, content, fitness=fitness)
 
 
 def probe_claims(probes: pd.DataFrame, depth: int, dataset: str = "") -> pd.DataFrame:
@@ -305,6 +322,15 @@ def cosine_depths(probes: pd.DataFrame) -> str:
                if len(neg) else ""))
 
 
+def _builds_seeds(r: pd.Series) -> str:
+    """``"1 build × 1 seed"`` of a :func:`~midas_nb.metrics.decoupling_D` row (its ``n_builds`` and ``n_seeds``,
+    the rows over all builds), ``""`` where it lacks them."""
+    if not (is_number(r.get("n_builds")) and is_number(r.get("n_seeds"))):
+        return ""
+    b, k = int(r["n_builds"]), int(r["n_seeds"]) // max(1, int(r["n_builds"]))
+    return f"{b} build{'s' if b != 1 else ''} × {k} seed{'s' if k != 1 else ''}"
+
+
 def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
     """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
     through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
@@ -312,14 +338,18 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
     path leaked that signal into the "unsupervised" condition.
 
     Args:
-        st, soft: :func:`midas_nb.metrics.decoupling_D` of the same seeds under each relaxation.
+        st, soft: :func:`midas_nb.metrics.decoupling_D` of the same builds and seeds under each relaxation; where
+            their ``n_builds`` / ``n_seeds`` say otherwise, the text says that it compares unlike samples.
     """
     s, o = st.set_index("condition"), soft.set_index("condition")
     if falsifier not in s.index or falsifier not in o.index:
         return f"Straight-through leak test: no {falsifier} row under both relaxations — not tested."
     a, b = s.loc[falsifier], o.loc[falsifier]
+    n = [_builds_seeds(r) for r in (a, b)]
     said = (f"D({falsifier}) = {ci_text(a['D_pp'], a['D_pp_lo'], a['D_pp_hi'], unit=' pp')} under st, "
-            f"{ci_text(b['D_pp'], b['D_pp_lo'], b['D_pp_hi'], unit=' pp')} under soft")
+            f"{ci_text(b['D_pp'], b['D_pp_lo'], b['D_pp_hi'], unit=' pp')} under soft"
+            + ("" if not n[0] else f", each on {n[0]}" if n[0] == n[1] else
+               f" — unlike samples: st on {n[0]}, soft on {n[1] or 'an unstated sample'}"))
     if focus in s.index and focus in o.index:
         said += f" (D({focus}): {s.loc[focus, 'D_pp']:+.2f} and {o.loc[focus, 'D_pp']:+.2f} pp)"
     if not all(is_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
@@ -343,6 +373,8 @@ def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     ``None``: not tested here), which claims the table holds (short names: a box over other claims reads so)
     and how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
     from the same rows by the same function in both (decision 0079)."""
+    if len(claims) and claims["verdict"].eq("not counted").all():
+        shown = None            # a backbone that has not learned its task shows nothing either way (decision 0070)
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))

@@ -481,24 +481,45 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
     out = pd.DataFrame(rows)
     if out.empty:
         return out, "no target has a distilled scorer in this table."
-    t_span = out["target_miou"].max() - out["target_miou"].min()
-    s_span = out["scorer_miou"].max() - out["scorer_miou"].min()
-    lines = [f"The targets' own top-k coverage spans {100 * t_span:.1f} pp across {len(out)} targets; the scorers "
-             f"distilled from them span {100 * s_span:.1f} pp" +
-             (" — the scorers do not follow their targets' differences." if s_span < 0.5 * t_span else ".")]
+    lines = [follows_targets(out["target_miou"], out["scorer_miou"])]
     if ctrl is not None:
         groups = {r: list(out.loc[out["reading"] == r, "target"])
                   for r in ("above the control", "not separated from the control", "below the control", "undefined")}
         said = [f"{', '.join(ts)} {'covers' if len(ts) == 1 else 'cover'} more than it (resolved)"
                 if r == "above the control" else f"{', '.join(ts)}: {r}"
                 for r, ts in groups.items() if ts]
-        lines.append(f"Against the {control} control ({out['control_miou'].mean():.3f}): " + "; ".join(said)
+        lines.append(f"Against the {control} control (mIoU {out['control_miou'].mean():.3f}): " + "; ".join(said)
                      + ("." if not groups["not separated from the control"] and not groups["below the control"] else
                         " — for a scorer that does not cover resolvably more than the control, this run cannot "
                         "credit what it gains over the reference to its target's content."))
     else:
         lines.append(f"Without the {control} control the gain cannot be credited to the targets' content.")
     return out, "\n".join(lines)
+
+
+def follows_targets(target: Sequence[float], scorer: Sequence[float]) -> str:
+    """How the scorers' coverage follows their targets' own top-k coverage (mIoU fractions, one value per
+    target, in the same order), in one computed sentence: both spans in pp, the scorers' as a share of the
+    targets', and in how many pairs of targets the scorers are ordered as the targets are (a tie breaks the
+    order). The words follow the numbers: "follow their order" (every pair), "mostly" (≥ 70 % of the pairs),
+    "mostly reverse" (≤ 30 %), "do not follow" (between); "compressed" where the scorers span less than half
+    the targets' span, "widened" where more than twice. Point values only: no interval backs the order."""
+    t, s = np.asarray(target, float), np.asarray(scorer, float)
+    t_span, s_span = float(np.ptp(t)) if len(t) else 0.0, float(np.ptp(s)) if len(s) else 0.0
+    text = (f"The targets' own top-k coverage spans {100 * t_span:.1f} pp across {len(t)} targets; the scorers "
+            f"distilled from them span {100 * s_span:.1f} pp")
+    pairs = [(i, j) for i in range(len(t)) for j in range(i + 1, len(t))]
+    if not pairs or t_span <= 0:
+        return text + "."
+    alike = sum(bool((t[i] - t[j]) * (s[i] - s[j]) > 0) for i, j in pairs)
+    share, ratio = alike / len(pairs), s_span / t_span
+    order = ("follow their targets' order" if alike == len(pairs) else "mostly follow their targets' order"
+             if share >= 0.7 else "mostly reverse their targets' order" if share <= 0.3 else
+             "do not follow their targets' order")
+    size = (f", their differences compressed to {ratio:.0%} of the targets' span" if ratio < 0.5 else
+            f", their differences widened to {ratio:.1f}× the targets' span" if ratio > 2 else "")
+    return (f"{text} and order {alike} of the {len(pairs)} pairs of targets as the targets' own coverage does "
+            f"— the scorers {order}{size} (from the means).")
 
 
 def paired_gap(a: pd.DataFrame, b: pd.DataFrame, metric: str, *, n_boot: int = 1000, alpha: float = 0.05,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..point import lazy_names
 from .stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, register_metric
 from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES,
@@ -47,21 +48,15 @@ _LAZY = {".coverage": ("COVERAGE_KINDS", "INFORMATIVE_BOX_MAX_FRACTION", "PartIo
                     "pruned_accuracy")}
 
 
+_get, __dir__ = lazy_names(__name__, {**{n: m for m, names in _LAZY.items() for n in names},
+                                      "list_metrics": ".registry", "get_metric": ".registry"})
+
+
 def __getattr__(name: str) -> Any:
     if name in ("list_metrics", "get_metric"):
         for module in _LAZY:
             importlib.import_module(module, __name__)
-        module = ".registry"
-    else:
-        module = next((m for m, names in _LAZY.items() if name in names), None)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(module, __name__), name)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | {n for names in _LAZY.values() for n in names} | {"list_metrics", "get_metric"})
+    return _get(name)
 
 
 __all__ = [

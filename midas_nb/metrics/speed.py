@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from ..progress import tqdm
 from ..pruning import TokenScorer, pruned_forward
 from ..scorers import CroprScorer, IARedScorer, cropr_forward, masked_logits, prune_tokens_llf
 from .registry import register_metric
@@ -96,6 +97,7 @@ def measure_throughputs(
     rounds: int = 3,
     *,
     device: torch.device | str | None = None,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Images per second of several forwards measured together, so that they can be compared.
 
@@ -113,6 +115,7 @@ def measure_throughputs(
         warmup: untimed calls of every forward first.
         rounds: interleaved rounds (≥ 1).
         device: device to synchronise; ``None`` → that of ``batch``.
+        progress: a bar over the forwards (minutes on a CPU for a regime sweep's points).
 
     Returns:
         ``{name: images/s}`` (median over rounds of ``B · repeats / seconds``).
@@ -130,10 +133,12 @@ def measure_throughputs(
     n = _num_images(batch)
     names = list(fns)
     rates: dict[str, list[float]] = {k: [] for k in names}
-    with torch.no_grad():
+    with torch.no_grad(), tqdm(total=len(names) * (warmup + rounds), desc=f"throughput of {len(names)} forwards",
+                               unit="forward", disable=not progress) as bar:
         for k in names:
             for _ in range(warmup):
                 fns[k](batch)
+            bar.update(warmup)
         for r in range(rounds):
             for k in names[r % len(names):] + names[:r % len(names)]:
                 _sync(dev)
@@ -142,6 +147,7 @@ def measure_throughputs(
                     fns[k](batch)
                 _sync(dev)
                 rates[k].append(n * repeats / max(time.perf_counter() - t0, 1e-12))
+                bar.update()
     return {k: float(statistics.median(v)) for k, v in rates.items()}
 
 
@@ -150,8 +156,8 @@ SPEED_ROUNDS = 3
 
 
 def measure_speed(backbone: nn.Module, images: Tensor, points: Sequence[tuple[int, float]],
-                  scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS
-                  ) -> tuple[float, dict[tuple[int, float], dict[str, float]]]:
+                  scorers: dict[str, TokenScorer], *, repeats: int = 2, rounds: int = SPEED_ROUNDS,
+                  progress: bool = False) -> tuple[float, dict[tuple[int, float], dict[str, float]]]:
     """Throughput (images/s) of the full model and of the pruned forward with each scorer at each point
     ``(L, b)``, measured together in interleaved rounds (:func:`midas_nb.metrics.measure_throughputs`)
     so that every speed-up is a ratio of two numbers taken under the same load.
@@ -169,7 +175,7 @@ def measure_speed(backbone: nn.Module, images: Tensor, points: Sequence[tuple[in
     fns: dict[Any, Callable[[Any], Any]] = {"full": backbone}
     fns.update({(L, b, k): (lambda x, s=s, L=L, b=b: pruned_forward(backbone, x, s, L, b).logits)
                 for L, b in points for k, s in scorers.items()})
-    rates = measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds)
+    rates = measure_throughputs(fns, images, repeats=repeats, warmup=1, rounds=rounds, progress=progress)
     return rates["full"], {(L, b): {k: rates[(L, b, k)] for k in scorers} for L, b in points}
 
 

@@ -4,9 +4,7 @@ results section rendered from the CSVs alone (docs/architecture.md, "report"). T
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from ..point import lazy_names
 from ..analysis.findings import BOOTSTRAP_SEED, Holds, findings_paragraph, paper_findings  # noqa: F401
 from .tables import (IncompleteReportError, MixedSettingsError, SECTIONS, TABLES, read_tables,  # noqa: F401
                      write_tables)
@@ -23,8 +21,4 @@ __all__ = ["TABLES", "README_BEGIN", "README_END", "Holds", "load_store_rows", "
            "update_readme", "readme_current_section", "make_report"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

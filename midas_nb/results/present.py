@@ -89,7 +89,7 @@ def sample_note(table: pd.DataFrame) -> str:
     n = _one(table, "n_images", int)
     if n is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
-        sk = f", {int(max(skipped))} skipped" if skipped and max(skipped) > 0 else ""
+        sk = "" if not skipped else f", {int(max(skipped))} skipped" if max(skipped) > 0 else ", none skipped"
         parts.append(f"{coverage_name(table)}: {n} test images{sk}")
     ni, steps = _one(table, "n_idauc_images", int), _one(table, "idauc_steps", int)
     if ni is not None:

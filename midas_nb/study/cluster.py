@@ -2,22 +2,21 @@
 notebooks key them) and ``midas-nb sweep plan|submit`` (:func:`cmd_from_args`; decision 0039)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import config
 from ..config import SWEEPS, sweep_names
 from ..progress import PROGRESS_ENV, progress_mode
 from ..runs import scoped_environ
 from ..sweeps import ResultStore, SweepCell
-from ..sweeps.plan import load_cost_table, plan_text
+from ..sweeps.plan import load_cost_table, plan_text, sweep_lines
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
 from .grid import ProtocolCellRunner, run_cells, sweep_cells
 from .settings import profile_values
 
-__all__ = ["SWEEPS", "profile_sweeps", "cmd_from_args"]
+__all__ = ["SWEEPS", "profile_sweeps", "catalogue_status", "cmd_from_args"]
 
 
 def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
@@ -28,6 +27,15 @@ def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None
     prof = profile_values(profile)
     return {f"{SWEEPS[n]} {n}": sweep_cells(prof, n, planned=planned)
             for n in sweep_names(None if names is None else ",".join(names))}
+
+
+def catalogue_status(profile: str) -> str:
+    """``midas-nb sweep status PROFILE``'s count per notebook sweep of the catalogue, as ``sweep plan`` counts: its
+    cells, those shared with a sweep above, those done in ``runs/sweeps/<profile>`` (never created here)."""
+    root = config.runs_dir() / "sweeps" / profile
+    store = ResultStore(root) if (root / "cells").is_dir() else None
+    lines = sweep_lines(profile_sweeps(profile, planned=True), store, by_coordinates=True)[0]
+    return "\n".join([f"cells per notebook sweep of profile {profile} (midas_nb.study.grid.CATALOGUE):", *lines])
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
@@ -69,7 +77,10 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
         sweeps = profile_sweeps(prof, sweep_names(args.sweep))
         cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
         _announce(prof, sweeps, cells, ResultStore(name=prof["profile"]), args)
-        with contextlib.nullcontext() if args.executor == "slurm" else _progress_lines_unless_terminal():
+        # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
+        lines = not (args.executor == "slurm" or PROGRESS_ENV in os.environ or progress_mode() == "off"
+                     or sys.stderr.isatty())
+        with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
             out = run_cells(prof, cells, wait=args.executor != "slurm", executor=args.executor, slurm=slurm,
                             max_workers=args.workers, progress=True, runner=ProtocolCellRunner(prof))
         out = out if args.executor == "slurm" else out[1]
@@ -99,17 +110,6 @@ def _announce(prof: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], cell
     print(f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}", flush=True)
     print(f"  store {store.root}; follow it from another shell with: midas-nb sweep status {prof['profile']}",
           flush=True)
-
-
-@contextlib.contextmanager
-def _progress_lines_unless_terminal() -> Iterator[None]:
-    """The sweep's progress as plain lines (``MIDAS_PROGRESS=lines``) where stderr is no terminal, unless
-    the environment chose a mode (``TQDM_DISABLE``: none); on a terminal, tqdm's bar."""
-    if PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty():
-        yield
-        return
-    with scoped_environ(**{PROGRESS_ENV: "lines"}):
-        yield
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:

@@ -14,7 +14,8 @@ from ..results import save_table
 from ..sweeps import Submission
 from .base import StudyBase
 from ..analysis.control import decoupling_with_controls
-from .grid import CATALOGUE, catalogue_value, run_cells, sweep_cells
+from ..analysis.findings import backbone_fitness
+from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cells
 
 __all__ = ["Study"]
 
@@ -27,6 +28,12 @@ def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
                 found = sorted(g[col].dropna().astype(str).unique())
                 raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
                                    f"{found}); one build is one frozen backbone — rebuild the cells with one profile")
+
+
+def with_builds(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with an integer ``build`` column: a row stored without its build (its cell had no build
+    parameter, decision 0072) is build 0, as :mod:`midas_nb.metrics.decoupling` reads it."""
+    return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
 
 
 class Study(StudyBase):
@@ -52,6 +59,7 @@ class Study(StudyBase):
         table, status = run_cells(self.params, cells, study=self, progress=self.progress)
         if not status.complete:
             raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
+        table = with_builds(table)
         _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
         conditions = list(conditions or dict.fromkeys(c.condition for c in cells))
         named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
@@ -63,6 +71,18 @@ class Study(StudyBase):
         name = f"protocol_{readable}_L{depth}_b{budget:g}_{hash_json(key, 12)}"
         save_table(table, name, config.runs_dir() / "tables")
         return table
+
+    def fitness(self) -> dict[int, tuple[bool, str]]:
+        """Each backbone build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0082) on the whole
+        test split: ``{build: (fit, text)}`` for the profile's builds (each loaded, or fine-tuned, once)."""
+        b = self.settings.backbone
+        out = {}
+        for k in range(b.build, b.build + b.builds):
+            st = self if k == b.build else cached_study(self.params, self.dataset_name, b.name, None, self.progress, k)
+            teacher, ts = (st.meta.get("distillation") or {}).get("teacher_test_accuracy"), st.test_set
+            out[k] = backbone_fitness(st.meta["test_accuracy"], len(ts), ts.chance_accuracy, ts.majority_fraction,
+                                      teacher)
+        return out
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
         """:func:`midas_nb.analysis.control.decoupling_with_controls` with ``controls`` default

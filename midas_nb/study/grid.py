@@ -6,19 +6,16 @@ annotation files change) with the image digests that sweep jobs share; the proto
 that runs and reads cells (:func:`run_cells`)."""
 from __future__ import annotations
 
-import json
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-import pandas as pd
 from torch.utils.data import Subset
 
-from .. import identity
 from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label, PAPER_DATASETS
-from ..identity import annotation_stamp, atomic_write_text, canonical_json, dataset_identity, hash_json
+from ..identity import (annotation_stamp, canonical_json, dataset_identity, hash_json, load_file_digests,
+                        save_file_digests)
 from ..data import evaluation_subset
 from ..analysis.protocol import (condition_target, list_conditions, protocol_cells, SEEDLESS_CONDITIONS,
                                  with_band_check)
@@ -32,7 +29,7 @@ from .settings import profile_values, protocol_settings, RunSettings, sweep_span
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
-           "load_digest_memo", "save_digest_memo", "ProtocolCellRunner", "prefetch_targets", "run_cells",
+           "ProtocolCellRunner", "prefetch_targets", "run_cells",
            "CATALOGUE", "catalogue_value", "sweep_cells"]
 
 
@@ -74,34 +71,6 @@ def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
     """Where the sweep jobs of ``dataset`` share its image digests."""
     root = _data_root_for(profile, dataset)
     return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, root], 12)}.json"
-
-
-_MEMO_LOCK = threading.Lock()
-
-
-def save_digest_memo(path: str | Path) -> Path:
-    """Merge this process's :func:`midas_nb.identity.file_digest` memo into ``path`` (atomic)."""
-    p = Path(path)
-    entries = {json.dumps(list(k)): v for k, v in identity.file_digest_memo().items()}
-    with _MEMO_LOCK:
-        try:
-            old = json.loads(p.read_text(encoding="utf-8"))
-            entries = dict(old if isinstance(old, dict) else {}, **entries)
-        except (FileNotFoundError, ValueError):
-            pass
-        return atomic_write_text(p, json.dumps(entries))
-
-
-def load_digest_memo(path: str | Path) -> int:
-    """Add the digests :func:`save_digest_memo` wrote to this process's memo; the number read."""
-    try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return 0
-    if not isinstance(entries, dict):
-        return 0
-    identity.add_file_digests({tuple(json.loads(k)): v for k, v in entries.items()})
-    return len(entries)
 
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
@@ -263,12 +232,13 @@ CATALOGUE: dict[str, tuple[dict[str, Any], ...]] = {
 }
 
 
-def catalogue_value(prof: Mapping[str, Any], what: str, value: Any) -> Any:
-    """A catalogue entry's symbolic ``value`` of ``what`` as :func:`make_grid` takes it."""
+def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Sequence[str] | None = None) -> Any:
+    """A catalogue entry's symbolic ``value`` of ``what`` as :func:`make_grid` takes it; a "related" rule splits
+    ``given`` conditions (default :data:`~midas_nb.analysis.related.RELATED_CONDITIONS`; unknown ones dropped)."""
     if not isinstance(value, str):
         return None if value is None else list(value)
     if value.startswith("related") and what == "conditions":
-        known = with_band_check([c for c in RELATED_CONDITIONS if c in list_conditions()], prof["conditions"])
+        known = with_band_check([c for c in given or RELATED_CONDITIONS if c in list_conditions()], prof["conditions"])
         return [c for c in known if (c in prof["conditions"]) == (value == "related")]
     return dict(own=[prof.get("dataset" if what == "datasets" else "backbone")], profile=prof.get(what),
                 first=list(prof["seeds"])[:1], related=list(SweepSettings.of(prof).related_seeds),
@@ -279,13 +249,18 @@ def sweep_cells(profile: RunSettings | Mapping[str, Any], name: str, *, planned:
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
     """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
     ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
-    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's, ``params`` enter every cell's key.
+    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (``conditions`` of a "related" part:
+    split by its rule, a part left empty dropped), ``params`` enter every cell's key.
     ``planned=True`` reads no data: checkpoint and data ids are placeholders (counts and coordinates exact,
     keys not). Raises ``ValueError`` as :func:`make_grid`."""
     prof = profile_values(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
         kw = dict(part, **{k: v for k, v in given.items() if v is not None})
+        if str(part.get("conditions")).startswith("related"):   # 06: the given conditions split as the catalogue's
+            kw["conditions"] = catalogue_value(prof, "conditions", part["conditions"], given.get("conditions"))
+            if not kw["conditions"]:
+                continue
         kind, builds, relaxation = kw.pop("kind"), kw.pop("builds", None), kw.pop("relaxation", None)
         p = dict(prof, builds=int(prof.get("builds", 1) if builds is None else builds))
         if kind == "scale":
@@ -348,7 +323,7 @@ class ProtocolCellRunner:
                                "with --device cpu")
         memo = digest_memo_path(self.profile, cell.dataset)
         if memo not in _MEMOS_READ:
-            load_digest_memo(memo)
+            load_file_digests(memo)
             _MEMOS_READ.add(memo)
         return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress, build)
 
@@ -356,7 +331,7 @@ class ProtocolCellRunner:
         """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone, save
         the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
         meta = self.study(cell).meta
-        save_digest_memo(digest_memo_path(self.profile, cell.dataset))
+        save_file_digests(digest_memo_path(self.profile, cell.dataset))
         return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
 
     def __call__(self, cell: SweepCell) -> dict[str, Any]:

@@ -13,9 +13,8 @@ from ..identity import atomic_write_text
 from .cells import CellState, ExecutorKind, SweepCell
 from .executors import run_cell, run_sweep, submit_sweep
 from .slurm import Submission
-from .commands import main_status
 from .store import RECORD_FORMAT, ResultStore, StoreStatus, format_status, open_store, sweep_status
 
 __all__ = ["ExecutorKind", "CellState", "SweepCell", "ResultStore", "StoreStatus", "RECORD_FORMAT",
            "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "run_cell", "sweep_status",
-           "format_status", "main_status", "open_store"]
+           "format_status", "open_store"]

@@ -129,7 +129,8 @@ def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]
     (duplicated cells), :class:`midas_nb.sweeps.slurm.SlurmNotFound` (no Slurm here)."""
     store, cells, todo = _todo(store, cells, retry_failed)
     jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
-    return Submission.of(store, todo, jobs, skipped=len(cells) - len(todo))
+    return Submission(store.root, todo, len(cells) - len(todo), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
+                      sorted({str(i) for j in jobs for i in j.after}))
 
 
 def _visible_gpus() -> list[str]:

@@ -13,7 +13,7 @@ from .cells import SweepCell
 from .slurm import chunk_arrays, plan_jobs
 from .store import ResultStore
 
-__all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "store_costs", "plan_text", "CELL_IDENTITY",
+__all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "plan_text", "sweep_lines", "CELL_IDENTITY",
            "cell_ident"]
 
 #: the cost table of the last GPU measurement, shipped with the package (its card and date inside;
@@ -51,17 +51,6 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
         raise ValueError(f"{p} is not a cost table (expected JSON with cell_s and finetune_s per backbone and "
                          "dataset, as bench/gpu_check.py writes)")
     return dict(table, path=str(p))
-
-
-def store_costs(store: ResultStore) -> dict[tuple[str, str], list[float]]:
-    """``{(backbone, dataset): [duration_s of each done cell]}`` from the store's records."""
-    records, _ = store.scan()
-    out: dict[tuple[str, str], list[float]] = {}
-    for rec in records.values():
-        if rec.get("status") == "done" and isinstance(rec.get("duration_s"), (int, float)):
-            cell = rec.get("cell") or {}
-            out.setdefault((str(cell.get("backbone")), str(cell.get("dataset"))), []).append(float(rec["duration_s"]))
-    return out
 
 
 def _cell_cost(cell: SweepCell, timed: Mapping[tuple[str, str], list[float]],
@@ -103,6 +92,34 @@ def _done_key(cell: Mapping[str, Any], by_coordinates: bool) -> Any:
     return cell_ident(cell), canonical_json({k: v for k, v in (cell.get("params") or {}).items() if k != "build"})
 
 
+def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]], store: ResultStore | None = None,
+                by_coordinates: bool = False) -> tuple[list[str], set[str], list[SweepCell], dict]:
+    """``(one line per sweep: its cells, those shared with a sweep above, those done; distinct keys; the distinct
+    cells not done; {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``)
+    in ``store`` (done matched as :func:`plan_text` says)."""
+    done: set[Any] = set()
+    timed: dict[tuple[str, str], list[float]] = {}
+    if store is not None and (store.root / "cells").is_dir():
+        # done: only records of the current result format (their key is the one their cell gives now)
+        for k, r in store.scan()[0].items():
+            if r["status"] == "done" and isinstance(r.get("duration_s"), (int, float)):
+                timed.setdefault((str(r["cell"]["backbone"]), str(r["cell"]["dataset"])), []).append(r["duration_s"])
+            if r["status"] == "done" and SweepCell.from_dict(r["cell"]).key == k:
+                done.add(_done_key(r["cell"], by_coordinates))
+    lines, seen, todo = [], set(), []
+    for name, cells in sweeps.items():
+        is_done = {c.key: _done_key(c.to_dict(), by_coordinates) in done for c in cells}
+        new = [c for c in cells if c.key not in seen]
+        seen.update(c.key for c in new)
+        todo += [c for c in new if not is_done[c.key]]
+        groups = sorted({f"{c.dataset}/{c.backbone.split('_patch')[0]}" for c in cells})
+        lines.append(f"  {name:<14} {len(cells):>6,} cells, {len(cells) - len(new):>6,} shared with a line above, "
+                     f"{sum(is_done[c.key] for c in cells):>5,} done  "
+                     f"({len(groups)} dataset/backbone: "
+                     f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
+    return lines, seen, todo, timed
+
+
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
               gpus: Sequence[int] = (8, 32), by_coordinates: bool = False) -> str:
@@ -116,25 +133,7 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     Raises:
         ValueError: ``cells_per_job`` or ``max_array`` below 1.
     """
-    done: set[Any] = set()
-    timed: dict[tuple[str, str], list[float]] = {}
-    if store is not None and (store.root / "cells").is_dir():
-        # only records of the current result format: their key is the one their cell gives now
-        done = {_done_key(r["cell"], by_coordinates) for k, r in store.scan()[0].items()
-                if r.get("status") == "done" and isinstance(r.get("cell"), dict)
-                and SweepCell.from_dict(r["cell"]).key == k}
-        timed = store_costs(store)
-    lines, seen, todo = [], set(), []
-    for name, cells in sweeps.items():
-        is_done = {c.key: _done_key(c.to_dict(), by_coordinates) in done for c in cells}
-        new = [c for c in cells if c.key not in seen]
-        seen.update(c.key for c in new)
-        todo += [c for c in new if not is_done[c.key]]
-        groups = sorted({f"{c.dataset}/{c.backbone.split('_patch')[0]}" for c in cells})
-        lines.append(f"  {name:<14} {len(cells):>6,} cells, {len(cells) - len(new):>6,} shared with a line above, "
-                     f"{sum(is_done[c.key] for c in cells):>5,} done  "
-                     f"({len(groups)} dataset/backbone: "
-                     f"{', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''})")
+    lines, seen, todo, timed = sweep_lines(sweeps, store, by_coordinates)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
     out = [f"cells per notebook sweep ({f'store {store.root}' if store is not None else 'no store yet'}):", *lines,

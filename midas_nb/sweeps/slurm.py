@@ -53,12 +53,6 @@ class Submission:
     jobs: dict[str, list[str]] = field(default_factory=dict)
     preparation: list[str] = field(default_factory=list)
 
-    @classmethod
-    def of(cls, store: ResultStore, cells: Sequence[SweepCell], jobs: Sequence[Any], skipped: int) -> "Submission":
-        """From :func:`submit`'s jobs (each with ``.cells`` and ``.after``)."""
-        return cls(store.root, list(cells), int(skipped), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
-                   sorted({str(i) for j in jobs for i in j.after}))
-
     job_ids = property(lambda self: list(self.jobs))
 
     def wait(self, **kw: Any):

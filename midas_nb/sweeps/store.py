@@ -57,12 +57,6 @@ def _with_digest(body: str) -> str:
     return f'{{\n "digest": "{hash_bytes(body.encode())}",\n' + body[2:]
 
 
-def _slurm_job_id() -> str | None:
-    """This process's Slurm job (``123`` or array task ``123_4``); ``None`` outside Slurm."""
-    job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    return f"{job}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if job else os.environ.get("SLURM_JOB_ID")
-
-
 class ResultStore:
     """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
 
@@ -100,12 +94,12 @@ class ResultStore:
             {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
     def _record(self, cell: SweepCell, started: float, **outcome: Any) -> Path:
-        prev = self.read(cell.key)
-        now = time.time()
+        prev, now, array = self.read(cell.key), time.time(), os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID")
         return self.write_record(dict(
             format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
             attempt=int(prev.get("attempt", 0)) + 1 if prev else 1, started=started, finished=now,
-            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=_slurm_job_id(), **outcome))
+            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=job, **outcome))
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
         return self._record(cell, started, status="done", rows=rows, error=None, traceback=None)
@@ -237,15 +231,11 @@ class ResultStore:
     def problems(self) -> list[dict[str, str]]:
         return self.scan()[1]
 
-    def _state(self, key: str, rec: Mapping[str, Any] | None) -> CellState:
-        if rec is not None:
-            return rec["status"]
-        info = self.claim_info(key)
-        return "running" if info is not None and info["live"] else "pending"
-
-    def state(self, key: str) -> CellState:
-        """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending``."""
-        return self._state(key, self.read(key))
+    def state(self, key: str, rec: Any = _MISSING) -> CellState:
+        """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending`` (``rec``: its
+        record, read already)."""
+        rec = self.read(key) if rec is _MISSING else rec
+        return rec["status"] if rec is not None else "running" if (self.claim_info(key) or {}).get("live") else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell (default: the registered ones, then any other with a record): its parameters,
@@ -259,7 +249,7 @@ class ResultStore:
             cells = list(by_key.values()) + extra
         jobs = self.jobs()
         rows = [dict(key=c.key, label=c.label, **{f: getattr(c, f) for f in _CELL_COLUMNS},
-                     status=self._state(c.key, records.get(c.key)), error=r.get("error"), attempt=r.get("attempt", 0),
+                     status=self.state(c.key, records.get(c.key)), error=r.get("error"), attempt=r.get("attempt", 0),
                      duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key))
                 for c in cells for r in [records.get(c.key) or {}]]
         cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
@@ -288,16 +278,12 @@ class ResultStore:
 @dataclass
 class StoreStatus:
     """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells), the store's
-    ``problems`` (invalid files; default ``table.attrs["problems"]``) and ``executor_errors`` (raised
-    by the executor, e.g. a worker died)."""
+    ``problems`` (invalid files, ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor,
+    e.g. a worker died)."""
 
     table: pd.DataFrame
-    problems: list[dict[str, str]] | None = None
     executor_errors: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.problems is None:
-            self.problems = self.table.attrs.get("problems", [])
+    problems = property(lambda self: self.table.attrs.get("problems", []))
 
     def count(self, state: CellState) -> int:
         return int((self.table["status"] == state).sum()) if len(self.table) else 0

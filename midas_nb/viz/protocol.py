@@ -46,8 +46,8 @@ def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
 
 
 def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
-    """One row per condition: mean ``miou`` / ``idauc`` over rows (seeds) and their 95 % intervals
-    (:func:`midas_nb.results.aggregate_seeds`: seeds × images interval from the per-image
+    """One row per condition: mean ``miou`` / ``idauc`` over rows (builds, seeds) and their 95 % intervals
+    (:func:`midas_nb.results.aggregate_seeds`: builds × seeds × images interval from the per-image
     values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
     interval, never the mean of per-seed bounds)."""
     t = table.assign(condition=table["condition"].astype(str))
@@ -141,8 +141,8 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     ax.grid(alpha=0.3)
     ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
               frameon=False)
-    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over seeds)") + note,
-                 fontsize=FONT["title"] - 1)
+    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over builds and seeds)")
+                 + note, fontsize=FONT["title"] - 1)
     fig.tight_layout()
     if len(agg) <= 10:  # beyond that the legend names the markers; labels placed without overlap
         place_point_labels(ax, list(zip(agg["miou"], agg["idauc"])), agg["condition"].tolist())

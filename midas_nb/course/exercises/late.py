@@ -164,7 +164,8 @@ def _ex_patch_score_pib(pib) -> Choice:
            "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
            "or the `random_map` control) whose band `status` is \"in band\" (the whole ΔIDAUC interval at or "
            "above −0.01; the reference is a candidate with D = 0), the one with the largest D; a higher D whose "
-           "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) decide. (`str`)",
+           "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) "
+           "decide. (`str`; every candidate the pick ties with within noise, the advice's `ties`, is accepted)",
            "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", ["table"], choice,
            kind="computation")
 def _ex_cov_first(table) -> set[str]:
@@ -203,6 +204,7 @@ def _ex_decoupling_shown(verdict) -> Choice:
 
 
 def _advised(table, goal: str) -> set[str]:
-    """The condition :func:`midas_nb.analysis.recommend_deployment` advises for ``goal``."""
-    adv = recommend_deployment(table)[0].set_index("goal")
-    return {str(adv.loc[goal, "condition"])}
+    """The condition :func:`midas_nb.analysis.recommend_deployment` advises for ``goal`` and every candidate it ties
+    with within noise (its ``ties``: a choice by the mean is not a lead)."""
+    r = recommend_deployment(table)[0].set_index("goal").loc[goal]
+    return {str(r["condition"]), *(t.strip() for t in str(r["ties"] or "").split(",") if t.strip())}
