@@ -194,7 +194,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
     cb.ax.tick_params(labelsize=FONT["tick"])
-    fig.suptitle((title or f"Decoupling D over {y} × {x}") + note, fontsize=FONT["title"])
+    fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) over {y} × {x}") + note, fontsize=FONT["title"])
     return finish_figure(fig, save)
 
 
@@ -273,7 +273,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=FONT["legend"],
                frameon=False)
     bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
-    fig.suptitle((title or f"Decoupling D against {x}") + note + bars, fontsize=FONT["title"])
+    fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) against {x}") + note + bars, fontsize=FONT["title"])
     fig.tight_layout(rect=(0, 0.09, 1, 0.95))
     return finish_figure(fig, save)
 
@@ -342,6 +342,6 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
               borderaxespad=0, frameon=False)      # beside the axes: never over a bar
     bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
-    ax.set_title((title or f"Decoupling D across {x}s") + note + bars, fontsize=FONT["title"])
+    ax.set_title((title or f"D = mIoU_t − mIoU_ref (pp) across {x}s") + note + bars, fontsize=FONT["title"])
     fig.tight_layout()
     return finish_figure(fig, save)
