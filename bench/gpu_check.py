@@ -56,7 +56,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from midas_nb.backbones import create_backbone  # noqa: E402
-from midas_nb.config import PROFILES  # noqa: E402
+from midas_nb.config import get_profile, PROFILES  # noqa: E402
 from midas_nb.capture import capture  # noqa: E402
 from midas_nb.metrics import insertion_deletion_auc  # noqa: E402
 from midas_nb.scorers import MLPScorer  # noqa: E402
@@ -287,7 +287,7 @@ def profile_projection(per: dict, model, args, calibration: float = 1.0) -> dict
     from midas_nb.study.cluster import profile_sweeps
 
     n_meas = model.patch_embed.num_patches + num_prefix_tokens(model)
-    sweeps = profile_sweeps("paper", planned=True)
+    sweeps = profile_sweeps(get_profile("paper"), planned=True)
     cells = list({c.key: c for v in sweeps.values() for c in v}.values())
     N, depth = 196, 12
     cell_s: dict = {}

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from midas_nb import report
+from midas_nb import config, report
 from midas_nb.report.markdown import datasets_table
 from midas_nb.analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
 
@@ -401,7 +401,7 @@ def _smoke_store(root: Path):
     grid.json, as run_sweep does)."""
     from midas_nb.sweeps import ResultStore, SweepCell
     st, cells, t = ResultStore(root), [], time.time()
-    exp = report.expected_cells("smoke").drop_duplicates(["dataset", "backbone", "depth", "budget", "condition", "seed"])
+    exp = report.expected_cells(config.get_profile("smoke")).drop_duplicates(["dataset", "backbone", "depth", "budget", "condition", "seed"])
     mious = dict(reference=0.30, unsupervised=0.28, T1=0.25, T5=0.33, random_map=0.29, random=0.05)
     for r in exp.to_dict("records"):
         cell = SweepCell(r["dataset"], r["backbone"], r["depth"], r["budget"], r["condition"], r["seed"],
@@ -501,7 +501,7 @@ def test_a_store_of_mixed_settings_is_reported_only_for_the_reports_settings(tmp
     from midas_nb.sweeps import SweepCell
     st, cells = _smoke_store(tmp_path / "sweeps" / "smoke")
     main_point = {(c["dataset"], c["backbone"], c["depth"], c["budget"]) for c in
-                  report.expected_cells("smoke").query("section == 'three_conditions'").to_dict("records")}
+                  report.expected_cells(config.get_profile("smoke")).query("section == 'three_conditions'").to_dict("records")}
     bf16 = [SweepCell.from_dict(dict(c.to_dict(), params=dict(c.params, precision="bfloat16"))) for c in cells
             if (c.dataset, c.backbone, c.depth, c.budget) in main_point]
     for c in bf16:

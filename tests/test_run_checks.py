@@ -138,6 +138,21 @@ def test_missing_or_wrong_weights_files_stop_the_run(tmp_path, capsys, no_kernel
     assert rc == 2 and "--weights vit_smoke_wide: the selected notebooks do not use this backbone" in lines[0]
 
 
+def test_notebook_05s_side_by_side_backbone_is_one_the_run_uses(tmp_path, capsys, recorder):
+    """The backbones preflight checks are the cells' of the sweeps ``config.SWEEPS`` gives the notebooks: 05's
+    side-by-side (the smoke profile's partner ``vit_smoke_deit``) is trained by it, so its weights are checked
+    and passed on (before: refused as a backbone no selected notebook uses)."""
+    path, wide = tmp_path / "deit.pth", tmp_path / "wide.pth"
+    torch.save(create_backbone("vit_smoke_deit", 2).state_dict(), path)
+    torch.save(create_backbone("vit_smoke_wide", 4).state_dict(), wide)
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "05", "--weights", f"vit_smoke_deit={path}",
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 0 and recorder[0][1]["weights"] == {"vit_smoke_deit": str(path.resolve())}, lines
+    rc, lines = _run(["--profile", "smoke", "--notebooks", "05", "--weights", f"vit_smoke_deit={wide}",
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and lines[0].startswith("midas-nb run: --weights vit_smoke_deit: ") and "does not fit" in lines[0]
+
+
 @pytest.mark.real_data
 def test_every_grid_dataset_needs_a_root(shared_data, tmp_path, capsys, no_kernel, monkeypatch):
     """Issue 14, case 2: the paper grid spans cub, aircraft and cars; one --data-root used to leave

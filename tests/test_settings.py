@@ -68,23 +68,12 @@ def test_a_study_settings_cannot_change():
     assert st.params["seeds"] == [0] and st.params["budget"] == 0.25 and st.settings.protocol.seeds == (0,)
 
 
-def test_profile_values_of_a_study_are_a_copy():
-    from midas_nb.study import profile_values
-
-    s = RunSettings.build("smoke")
-    v = profile_values(s)
-    v["seeds"].append(9)
-    v["scorer_train"]["epochs"] = 99
-    assert s.values["seeds"] == [0] and s.values["scorer_train"]["epochs"] == 2 and s.protocol.seeds == (0,)
-    assert profile_values("smoke") == profile_values(s) == config.get_profile("smoke")
-
-
-def test_report_settings_read_the_same_from_a_study_a_name_or_a_mapping():
+def test_report_settings_read_the_same_from_a_study_or_a_mapping():
     from midas_nb.study import ReportSettings
 
     run = RunSettings.build("quick", budget=0.5, depth=3)
     p = config.get_profile("quick", budget=0.5, depth=3)
-    a, b, c = ReportSettings.of(run), ReportSettings.of(p), ReportSettings.of("quick")
+    a, b, c = ReportSettings.of(run.values), ReportSettings.of(p), ReportSettings.of(config.get_profile("quick"))
     assert a == b and ReportSettings.of(a) is a
     assert (a.point.depth, a.point.budget, a.profile) == (3, 0.5, "quick") and (c.point.depth, c.point.budget) == (
         config.get_profile("quick")["depth"], config.get_profile("quick")["budget"])
@@ -109,3 +98,15 @@ def test_precision_is_checked_with_the_profile_and_keys_only_the_profiles_that_s
     assert protocol_settings(config.get_profile("paper"))["precision"] == "bfloat16"
     for name in ("smoke", "quick", "rehearsal"):
         assert "precision" not in protocol_settings(config.get_profile(name)), name
+
+
+def test_no_function_takes_a_profile_name_or_settings_or_a_mapping():
+    """Issue 54, move 1: the sweep layer takes one kind of profile, the mapping the cells are keyed
+    by (a study's ``RunSettings.values``); no signature takes a name, ``RunSettings`` or a mapping (before: 13, one with "quick" as its default)."""
+    import re
+    from pathlib import Path
+
+    union = re.compile(r"RunSettings \| (str \| )?Mapping|\bstr \| Mapping\[str, Any\]")
+    found = [f"{p.name}: {line.strip()}" for p in Path(config.__file__).parent.rglob("*.py")
+             for line in p.read_text(encoding="utf-8").splitlines() if union.search(line)]
+    assert found == [], found

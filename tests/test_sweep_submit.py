@@ -141,9 +141,9 @@ def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake
     from midas_nb.study import make_grid, ProtocolCellRunner
     from midas_nb.sweeps import ResultStore, submit_sweep
 
-    cells = make_grid("smoke", "regime")[:3]
+    cells = make_grid(config.get_profile("smoke"), "regime")[:3]
     store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
-    submit_sweep(cells, ProtocolCellRunner("smoke", cache_dir="/c"), store, slurm=dict(partition="gpu"))
+    submit_sweep(cells, ProtocolCellRunner(config.get_profile("smoke"), cache_dir="/c"), store, slurm=dict(partition="gpu"))
     planted = tmp_path / "planted"
     (store.root / "submitit").mkdir(exist_ok=True)
     (store.root / "submitit" / "runner.pkl").write_bytes(pickle.dumps(_Planted(planted)))
@@ -153,7 +153,7 @@ def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake
     assert not planted.exists()
     runners = [j.args[1] for j in fake_slurm.jobs[sent:]]
     assert runners and all(isinstance(r, ProtocolCellRunner) for r in runners)
-    assert runners[0].cache_dir == "/c" and runners[0].profile == json.loads(json.dumps(ProtocolCellRunner("smoke").profile))
+    assert runners[0].cache_dir == "/c" and runners[0].profile == json.loads(json.dumps(ProtocolCellRunner(config.get_profile("smoke")).profile))
     sub = json.loads((store.root / "submission.json").read_text())
     (store.root / "submission.json").write_text(json.dumps(dict(sub, runner={"class": "os:system", "spec": {}})))
     assert cli.main(["sweep", "resubmit", "smoke"]) == 2 and len(fake_slurm.jobs) == sent + len(runners)
@@ -168,9 +168,9 @@ def test_resubmit_is_submitting_again_every_cell_no_job_holds(fake_slurm, monkey
     from midas_nb.sweeps import ResultStore, submit_sweep
     from midas_nb.sweeps.slurm import resubmit
 
-    cells = make_grid("smoke", "regime")[:5]
+    cells = make_grid(config.get_profile("smoke"), "regime")[:5]
     store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
-    submit_sweep(cells[:4], ProtocolCellRunner("smoke"), store, slurm=dict(partition="gpu", cells_per_job=1))
+    submit_sweep(cells[:4], ProtocolCellRunner(config.get_profile("smoke")), store, slurm=dict(partition="gpu", cells_per_job=1))
     store.register(cells[4:])
     store.record_failed(cells[1], "RuntimeError: boom", started=time.time())
     jobs = store.jobs()
@@ -233,7 +233,7 @@ def test_plan_of_the_paper_profile_counts_every_notebook_and_chunks_arrays(capsy
     from midas_nb.sweeps.plan import SHIPPED_COST_TABLE
 
     shipped = json.loads(SHIPPED_COST_TABLE.read_text())
-    cells = {c.key: c for v in profile_sweeps("paper", planned=True).values() for c in v}.values()
+    cells = {c.key: c for v in profile_sweeps(config.get_profile("paper"), planned=True).values() for c in v}.values()
     hours = (sum(shipped["cell_s"][c.backbone][c.dataset] for c in cells)
              + sum(s for per in shipped["finetune_s"].values() for s in per.values())) / 3600
     assert f"projected: {hours:,.1f} GPU-hours" in out and "wall time on 8 GPUs" in out and "on 32 GPUs" in out
@@ -262,7 +262,7 @@ def test_plan_prefers_the_stores_timed_cells(capsys, monkeypatch, tmp_path):
     from midas_nb.sweeps import ResultStore
 
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
-    cells = profile_sweeps("paper", ["scale"], planned=True)["05 scale"]
+    cells = profile_sweeps(config.get_profile("paper"), ["scale"], planned=True)["05 scale"]
     store = ResultStore(tmp_path / "runs" / "sweeps" / "paper")
     one_each = list({c.backbone: c for c in cells}.values())             # a timed cell of each backbone
     for c in one_each:

@@ -238,14 +238,14 @@ def test_cell_key_depends_on_every_parameter():
     assert {c.params["eval_subset_seed"] for c in top} == {3} and not ({c.key for c in base} & {c.key for c in top})
     assert {c.params["throughput_batch"] for c in top} == {8}
     # a study's typed settings key the cells of its profile
-    assert make_grid(RunSettings.build("smoke"), "scale") == base
+    assert make_grid(RunSettings.build("smoke").values, "scale") == base
 
 
 def test_make_grid_rejects_bad_input():
     with pytest.raises(ValueError, match="grid kind"):
-        make_grid("smoke", "diagonal")
+        make_grid(get_profile("smoke"), "diagonal")
     with pytest.raises(ValueError, match="seeds is empty"):
-        make_grid("smoke", "depth", seeds=[])
+        make_grid(get_profile("smoke"), "depth", seeds=[])
     with pytest.raises(ValueError, match="depths is empty"):                # never the study's depth instead
         make_grid(get_profile("smoke", depths=[]), "depth", checkpoint_ids={("synthetic", "vit_smoke"): "c"},
                   data_ids={("synthetic", "vit_smoke"): "d"})
@@ -608,7 +608,7 @@ def test_protocol_cell_runner_reuses_a_given_study_in_process_only():
 
     bb = SimpleNamespace(name="vit_smoke", build=0)
     fake = SimpleNamespace(dataset_name="synthetic", settings=SimpleNamespace(backbone=bb))
-    runner = ProtocolCellRunner("smoke", study=fake)
+    runner = ProtocolCellRunner(get_profile("smoke"), study=fake)
     assert runner.study(toy_cells(1)[0]) is fake
     clone = pickle.loads(pickle.dumps(runner))
     assert clone._local_study is None and clone.profile == runner.profile

@@ -172,7 +172,6 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
     ``.partial/<run_id>/``, then beside the others; a failure into ``failed/``), record the run,
     print where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
     from ..study import grid_spans
-    from .runspec import GRID_NOTEBOOKS
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +200,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
           f"  results tables:     {config.runs_dir() / 'tables'}\n"
           f"  figures:            {config.figures_dir(spec.profile)}")
     # after a run of the scale readout (05) over several datasets: the paper-shaped table, printed and saved
-    settings = spec.settings() if any(GRID_NOTEBOOKS.get(p.name[:2]) == "scale" for p in paths) else None
+    settings = spec.settings() if any(p.name[:2] == config.SWEEPS["scale"] for p in paths) else None
     if settings is not None and len(grid_spans(settings, "scale")[0]) > 1:
         from ..report.paper_table import format_paper_table, paper_table_for
         from ..results import save_table

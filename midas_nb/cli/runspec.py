@@ -17,14 +17,10 @@ from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weight
 from .args import check_output, list_param, param_value, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
-from ..study import check_layout, grid_spans, RunSettings, study_overrides
+from ..study import check_layout, RunSettings, study_overrides, sweep_cells
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "preflight", "fold_structured_params", "spec_from_args"]
-
-#: notebooks whose sweep spans more than the study's (dataset, backbone): the grid kind they run
-GRID_NOTEBOOKS: dict[str, str] = {"04": "regime", "05": "scale"}
-
 
 def _is_seconds(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
@@ -186,16 +182,16 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
 
 
 def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` the selected notebooks use: the study's, plus the grids of
-    :data:`GRID_NOTEBOOKS`."""
-    datasets, backbones = [settings["dataset"]], [settings["backbone"]]
-    for kind in filter(None, (GRID_NOTEBOOKS.get(Path(nb).name[:2]) for nb in notebooks)):
-        d, b = grid_spans(settings, kind)
-        datasets += d
-        backbones += b
-        if kind == "scale" and isinstance(settings.get("compare_with"), list):  # 05's side-by-side
-            backbones += [b for b in settings["compare_with"] if isinstance(b, str) and b.strip()]
-    return list(dict.fromkeys(datasets)), list(dict.fromkeys(backbones))
+    """``(datasets, backbones)`` the selected notebooks use: the study's, then those of the cells of the sweeps
+    :data:`midas_nb.config.SWEEPS` gives them (:func:`midas_nb.study.sweep_cells`, planned: nothing is read;
+    05's ``compare_with`` is its ``backbones`` sweep's, as the notebook passes it)."""
+    picked = {Path(nb).name[:2] for nb in notebooks}
+    cw = settings.get("compare_with")   # as preflight checks it: its names, each once
+    cw = list(dict.fromkeys(b for b in cw if is_path(b))) or None if isinstance(cw, list) else None
+    cells = [c for name, nb in config.SWEEPS.items() if nb in picked for c in sweep_cells(
+        settings, name, planned=True, **({"backbones": cw} if name == "backbones" else {}))]
+    return (list(dict.fromkeys([settings["dataset"], *(config.dataset_of_label(c.dataset) for c in cells)])),
+            list(dict.fromkeys([settings["backbone"], *(c.backbone for c in cells)])))
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
@@ -249,8 +245,10 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     bad = {setting_of(line) for line in lines}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
-    try:
-        datasets, backbones = notebook_needs(settings, notebooks)
+    safe = {**config.get_profile(spec.profile), **{k: v for k, v in settings.items() if k not in bad}}
+    try:   # the sweeps' cells, a setting reported above at the profile's value
+        datasets, backbones = notebook_needs(safe, notebooks)
+        every = notebook_needs(safe, list(config.SWEEPS.values()))[0]
     except (KeyError, ValueError) as e:
         return problems + [str(e)]
     # ... and the study of every (dataset, backbone) the selected notebooks' sweeps build
@@ -265,7 +263,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         unbuildable |= {bb} if any(line.startswith("backbone:") for line in found) else set()
         problems += [line for line in found if line not in problems]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
-        problems += _layout_problems(settings, datasets)
+        problems += _layout_problems(settings, datasets, every)
     if not bad & {"backbone_kwargs", "weights", "pretrained"}:
         problems += _weights_problems(settings, [bb for bb in backbones if bb not in unbuildable], backbones)
     return problems + (_cache_problems(made["cache"], backbones) if "cache" in made else [])
@@ -298,8 +296,8 @@ def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
     return []
 
 
-def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[str]:
-    """Every root in its dataset's layout; no named root that no notebook of the run reads."""
+def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: Sequence[str]) -> list[str]:
+    """Every root of ``datasets`` in its dataset's layout; no named root that no notebook reads (``every``)."""
     problems: list[str] = []
     roots: dict[str, Path] = {}
     for ds in datasets:
@@ -309,7 +307,6 @@ def _layout_problems(settings: dict[str, Any], datasets: Sequence[str]) -> list[
             continue   # said by the settings' build
         if root is not None and root.is_dir():
             roots[ds] = root
-    every, _ = notebook_needs(settings, [f"{k}_" for k in GRID_NOTEBOOKS])
     for ds, root in dict(config.data_roots_of(settings)).items():
         if ds not in every:
             problems.append(f"--data-root {ds}={root}: no notebook of this run reads dataset {ds!r} (the "

@@ -146,7 +146,7 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
     return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
-def build_tables(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any] = "quick", *,
+def build_tables(rows: pd.DataFrame, profile: ReportSettings | Mapping[str, Any], *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),

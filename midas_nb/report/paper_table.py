@@ -80,7 +80,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     return have[COLUMNS].reset_index(drop=True)
 
 
-def paper_table_for(profile: ReportSettings | str | Mapping[str, Any]) -> pd.DataFrame:
+def paper_table_for(profile: ReportSettings | Mapping[str, Any]) -> pd.DataFrame:
     """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)

@@ -86,13 +86,13 @@ def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: boo
     L0, b0 = s.point.depth, float(s.point.budget)
     n_boot = s.statistics.bootstrap   # the profile's resamples, seed BOOTSTRAP_SEED: the report's intervals
     dataset = s.data.dataset    # the study's only: a grid over several datasets must not mix them in one table
-    cells = sweep_cells(s, "backbones", backbones=backbones)
+    cells = sweep_cells(s.values, "backbones", backbones=backbones)
     backbones = list(dict.fromkeys(c.backbone for c in cells))
-    rows, status = run_cells(s, cells, run=run, executor=executor, max_workers=max_workers, progress=study.progress)
+    rows, status = run_cells(s.values, cells, run=run, executor=executor, max_workers=max_workers, progress=study.progress)
 
     acc = []
     for b in backbones:
-        st = cached_study(s, dataset, b, progress=study.progress)
+        st = cached_study(s.values, dataset, b, progress=study.progress)
         m = st.meta
         acc.append(dict(backbone=b, checkpoint_id=m["checkpoint_id"], test_accuracy=m["test_accuracy"],
                         teacher_test_accuracy=(m.get("distillation") or {}).get("teacher_test_accuracy", np.nan),

@@ -112,7 +112,7 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
     return out
 
 
-def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
+def expected_cells(profile: ReportSettings | Mapping[str, Any],
                    datasets_present: Sequence[str] = ()) -> pd.DataFrame:
     """The cells each section of the report reads, from the profile alone (docs/decisions/0052-incomplete-report.md),
     on the profile's dataset and every other of ``datasets_present``. Returns one row per (section, cell):
@@ -141,7 +141,7 @@ def expected_cells(profile: ReportSettings | str | Mapping[str, Any],
     return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 
-def missing_cells(rows: pd.DataFrame, profile: ReportSettings | str | Mapping[str, Any],
+def missing_cells(rows: pd.DataFrame, profile: ReportSettings | Mapping[str, Any],
                   left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The :func:`expected_cells` without a row in ``rows``, each once: ``sections`` (comma-joined
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""

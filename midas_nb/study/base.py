@@ -1,6 +1,7 @@
 """One study = one (profile, dataset, backbone): its data splits, fine-tuned backbone and target maps."""
 from __future__ import annotations
 
+import copy
 import os
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +19,7 @@ from ..pruning import keep_mask_from_indices, select_top_k
 from ..analysis.last import pib_columns, pib_table
 from ..targets import LAST_VOTES_K, target_cache
 from ..backbones.vit import grid_size, keep_count
-from .settings import profile_values, RunSettings
+from .settings import RunSettings
 
 __all__ = ["StudyBase", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
 
@@ -94,7 +95,7 @@ class StudyBase:
     @property
     def params(self) -> dict[str, Any]:
         """A copy of the profile with its overrides, as sweep cells are keyed."""
-        return profile_values(self._settings)
+        return copy.deepcopy(dict(self._settings.values))
 
     def own_threads(self) -> None:
         """Torch's threads := the profile's ``torch_threads`` (``None``: the count at import; decision 0051)."""

@@ -14,18 +14,16 @@ from ..sweeps import ResultStore, SweepCell
 from ..sweeps.plan import load_cost_table, plan_text, sweep_lines
 from ..sweeps.slurm import DEFAULT_MAX_ARRAY_SIZE, max_array_size
 from .grid import ProtocolCellRunner, run_cells, sweep_cells
-from .settings import profile_values
 
 __all__ = ["SWEEPS", "profile_sweeps", "catalogue_status", "cmd_from_args"]
 
 
-def profile_sweeps(profile: str | Mapping[str, Any], names: Sequence[str] | None = None, *,
+def profile_sweeps(profile: Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
     """The cells of each notebook sweep of a profile (:data:`midas_nb.study.grid.CATALOGUE`), ``{"04 regime": cells,
     ...}``; ``planned=True`` reads no data (checkpoint and data ids are placeholders: counts exact, keys not).
     Raises ``ValueError``: an unknown sweep name; a dataset without a data root (``planned=False``)."""
-    prof = profile_values(profile)
-    return {f"{SWEEPS[n]} {n}": sweep_cells(prof, n, planned=planned)
+    return {f"{SWEEPS[n]} {n}": sweep_cells(profile, n, planned=planned)
             for n in sweep_names(None if names is None else ",".join(names))}
 
 
@@ -34,7 +32,7 @@ def catalogue_status(profile: str) -> str:
     cells, those shared with a sweep above, those done in ``runs/sweeps/<profile>`` (never created here)."""
     root = config.runs_dir() / "sweeps" / profile
     store = ResultStore(root) if (root / "cells").is_dir() else None
-    lines = sweep_lines(profile_sweeps(profile, planned=True), store, by_coordinates=True)[0]
+    lines = sweep_lines(profile_sweeps(config.get_profile(profile), planned=True), store, by_coordinates=True)[0]
     return "\n".join([f"cells per notebook sweep of profile {profile} (midas_nb.study.grid.CATALOGUE):", *lines])
 
 

@@ -25,7 +25,7 @@ from ..scorers import list_scorer_conditions
 from ..point import Point
 from ..sweeps import ExecutorKind, ResultStore, run_sweep, StoreStatus, submit_sweep, SweepCell
 from .base import StudyBase
-from .settings import profile_values, protocol_settings, RunSettings, sweep_spans, SweepSettings
+from .settings import protocol_settings, sweep_spans, SweepSettings
 
 __all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
            "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
@@ -51,11 +51,10 @@ def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> 
 _PROCESS_CACHE: dict[str, Any] = {}
 
 
-def cached_study(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
+def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
                  progress: bool = False, build: int | None = None):
     """The (per-process cached) :class:`StudyBase` for one dataset (name or label), backbone and build
     (``None``: the profile's)."""
-    profile = profile_values(profile) if isinstance(profile, RunSettings) else profile
     overrides = study_overrides(profile, dataset, backbone)
     overrides.update({k: v for k, v in dict(device=device, build=build).items() if v is not None})
     name = str(profile.get("profile", "quick"))
@@ -85,12 +84,12 @@ def placeholder_ids(profile: Mapping[str, Any], datasets: Sequence[str], backbon
     return {(d, b, *k): "-".join(map(str, (value, *k))) for d in datasets for b in backbones for k in builds}
 
 
-def checkpoint_spec_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str,
+def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
                        build: int | None = None) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` and ``build`` (``None``:
     the profile's; decisions 0051, 0072), nothing trained: data read on the CPU, numerics keyed as the profile's
     ``device``'s. Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
-    prof = profile_values(profile)
+    prof = dict(profile)
     study = cached_study(prof, dataset, backbone, device="cpu", build=build)
     device = str(prof.get("device") or "cpu")
     return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
@@ -103,11 +102,11 @@ def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
 
 
-def eval_data_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbone: str,
+def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
                  settings: Mapping[str, Any] | None = None) -> str:
     """:attr:`SweepCell.data_id`: content identity of the test images a cell evaluates (the subset
     of ``settings``, default the profile's protocol settings; :func:`midas_nb.identity.dataset_identity`)."""
-    prof = profile_values(profile)
+    prof = dict(profile)
     return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
                          protocol_settings(prof) if settings is None else settings)
 
@@ -116,11 +115,11 @@ def eval_data_id(profile: RunSettings | Mapping[str, Any], dataset: str, backbon
 DATA_PARAMS = ("image_size", "patch_size")
 
 
-def grid_spans(profile: RunSettings | str | Mapping[str, Any],
+def grid_spans(profile: Mapping[str, Any],
                kind: GridKind = "regime") -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` a sweep of ``kind`` spans: for ``"scale"`` the ``scale_backbones``
     (the study's alone where ``other_backbones`` is false), else the ``backbones``. Nothing is read."""
-    prof = profile_values(profile)
+    prof = dict(profile)
     datasets, backbones, scale_backbones = sweep_spans(prof)
     if kind != "scale":
         return datasets, backbones
@@ -128,7 +127,7 @@ def grid_spans(profile: RunSettings | str | Mapping[str, Any],
 
 
 def make_grid(
-    profile: RunSettings | str | Mapping[str, Any],
+    profile: Mapping[str, Any],
     kind: GridKind = "regime",
     *,
     datasets: Sequence[str] | None = None,
@@ -156,7 +155,7 @@ def make_grid(
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
     """
-    prof = profile_values(profile)
+    prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
     own = Point(prof["depth"], prof["budget"])
@@ -245,7 +244,7 @@ def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Seque
                 compare=comparison_backbones(dict(prof)))[value]
 
 
-def sweep_cells(profile: RunSettings | Mapping[str, Any], name: str, *, planned: bool = False,
+def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
     """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
     ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
@@ -253,7 +252,7 @@ def sweep_cells(profile: RunSettings | Mapping[str, Any], name: str, *, planned:
     split by its rule, a part left empty dropped), ``params`` enter every cell's key.
     ``planned=True`` reads no data: checkpoint and data ids are placeholders (counts and coordinates exact,
     keys not). Raises ``ValueError`` as :func:`make_grid`."""
-    prof = profile_values(profile)
+    prof = dict(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
         kw = dict(part, **{k: v for k, v in given.items() if v is not None})
@@ -288,9 +287,9 @@ class ProtocolCellRunner:
     ``ValueError`` (checkpoint or data id differ from the data here), ``RuntimeError`` (no such device).
     """
 
-    def __init__(self, profile: RunSettings | str | Mapping[str, Any], *, device: str | None = None,
+    def __init__(self, profile: Mapping[str, Any], *, device: str | None = None,
                  cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
-        self.profile = profile_values(profile)
+        self.profile = dict(profile)
         self.device = device
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
         self.progress = progress
@@ -388,7 +387,7 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
     return [t for t in targets if t in swept]
 
 
-def run_cells(profile: RunSettings | Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True,
+def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True,
               wait: bool = True, executor: ExecutorKind = "local", max_workers: int = 2,
               slurm: Mapping[str, Any] | None = None, progress: bool = False, study: Any = None,
               store: ResultStore | None = None, runner: Callable[[SweepCell], Any] | None = None) -> Any:
@@ -396,7 +395,7 @@ def run_cells(profile: RunSettings | Mapping[str, Any], cells: Sequence[SweepCel
     ``cells`` in the profile's store (or ``store``), computed by ``runner`` (default a :class:`ProtocolCellRunner`
     of the profile, reusing ``study``) unless ``run=False``; ``wait=False`` (Slurm, submitit settings in
     ``slurm``) returns the :class:`midas_nb.sweeps.Submission` at once."""
-    prof = profile_values(profile)
+    prof = dict(profile)
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
     if not run:

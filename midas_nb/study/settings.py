@@ -9,7 +9,6 @@ Example::
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -24,7 +23,7 @@ from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
            "SweepSettings", "ReportSettings", "check_data", "check_schedule",
-           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "profile_values", "sweep_spans"]
+           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "sweep_spans"]
 
 
 def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
@@ -252,20 +251,14 @@ class ReportSettings:
     values: Mapping[str, Any]
 
     @classmethod
-    def of(cls, settings: "ReportSettings | RunSettings | str | Mapping[str, Any]") -> "ReportSettings":
-        """The report's part of a study's settings, a profile by name or a profile mapping. Raises
+    def of(cls, settings: "ReportSettings | Mapping[str, Any]") -> "ReportSettings":
+        """The report's part of a profile mapping (a study's: ``RunSettings.values``; no data read). Raises
         ``KeyError`` (a required key missing) or ``ValueError`` (depth or budget out of range)."""
         if isinstance(settings, ReportSettings):
             return settings
-        p = profile_values(settings)
+        p = dict(settings)
         return cls(profile=str(p.get("profile", "default")), dataset=str(p["dataset"]), backbone=str(p["backbone"]),
                    point=Point(p["depth"], p["budget"]), conditions=tuple(p["conditions"]),
                    relaxation=str(p.get("relaxation", "st")), bootstrap=int(p.get("bootstrap", 1000)),
                    sweep=SweepSettings.of(p), values=MappingProxyType(p))
 
-
-def profile_values(settings: RunSettings | str | Mapping[str, Any]) -> dict[str, Any]:
-    """The profile mapping a sweep's cells are keyed by, as a new ``dict`` (a study's values deep-copied)."""
-    if isinstance(settings, RunSettings):
-        return copy.deepcopy(dict(settings.values))
-    return config.get_profile(settings) if isinstance(settings, str) else dict(settings)
