@@ -762,7 +762,7 @@ def test_related_rows_band_is_checked_against_the_random_ranking():
     asked = []
 
     def protocol(sweep, conditions=None, **kw):      # Study.protocol's cells: the catalogue's sweep
-        cells = sweep_cells(study.params, sweep, planned=True, conditions=conditions, **kw)
+        cells = sweep_cells(study.settings.values, sweep, planned=True, conditions=conditions, **kw)
         asked.append(list(dict.fromkeys(c.condition for c in cells)))
         return full[full["condition"].isin(asked[-1])].reset_index(drop=True)
     from midas_nb.study import RunSettings, sweep_cells
