@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 
 from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune
-from ..data import collate_samples, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
+from ..data import collate_samples, data_note, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
 from ..progress import progress_enabled
 from ..metrics import (bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou,
                        point_in_box)
@@ -134,6 +134,11 @@ class StudyBase:
     @cached_property
     def test_set(self):
         return self.dataset("test")
+
+    def data_note(self) -> str:
+        """The data line every notebook prints: :func:`midas_nb.data.data_note`'s caveat on the embedded synthetic
+        set, else the dataset and its root."""
+        return data_note(self.train_set, self.test_set) or f"Data: {self.dataset_name} from {self.data_root}"
 
     # ------------------------------------------------------------------------- backbone
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
