@@ -6,6 +6,7 @@ Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, `
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -368,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)
         return _answer(args.command, e.problems)
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
+        # nbclient's abandoned cell task (its kernel gone too) logs a traceback as it is collected at exit
+        logging.getLogger("asyncio").disabled = True
         return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
                                       "are kept, and the next run resumes from them"], 130)
 
