@@ -13,9 +13,18 @@ from midas_nb.results import (compact, format_ci, full_text, images_note, leader
 def test_format_ci_by_hand():
     assert format_ci(0.1534, 0.1481, 0.1579) == "0.153 [0.148, 0.158]"
     assert format_ci(0.1534) == "0.153" and format_ci(math.nan, 0, 1) == "n/a"
-    assert format_ci(-0.0004, -0.001, 0.0002) == "0.000 [-0.001, 0.000]"      # no negative zero
-    assert format_ci(2.5, 1.0, 4.0, digits=2, signed=True) == "+2.50 [+1.00, +4.00]"
-    assert format_ci(-0.001, digits=2, signed=True) == "+0.00"
+    assert format_ci(-0.0004, -0.001, 0.0002) == "-0.000 [-0.001, 0.000]"      # the sign of a value below zero
+    assert format_ci(2.5, 1.0, 4.0, "+.2f") == "+2.50 [+1.00, +4.00]"
+    assert format_ci(-0.001, fmt="+.2f") == "-0.00"
+    assert format_ci(-1.234, -2.5, 0.4, "+.2f", " pp") == "-1.23 pp [-2.50, +0.40]"
+
+
+def test_findings_ci_text_is_format_ci_signed():
+    """One interval formatter: ``ci_text`` (D in pp) is ``format_ci`` signed with two decimals; both keep the sign
+    of a bound below zero (REPORT.md's ``[-0.000, 0.006]``: an interval that reaches below 0)."""
+    from midas_nb.analysis.findings import ci_text
+    assert ci_text(-0.004, -0.001, 0.0002) == "-0.00 [-0.00, +0.00]" == format_ci(-0.004, -0.001, 0.0002, "+.2f")
+    assert ci_text(1.5, 0.25, 2.75, unit=" pp") == "+1.50 pp [+0.25, +2.75]" and ci_text(math.nan, 0, 1) == "n/a"
 
 
 def test_compact_table_drops_empty_columns_and_uses_seed_means():

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..config import PAPER_BACKBONES
 from ..metrics import band_resolution, decoupling_D, parity_band
+from ..results import format_ci
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
 
@@ -137,14 +138,8 @@ def is_number(x: Any) -> bool:
 
 
 def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") -> str:
-    """``"+1.23pp [+0.40, +2.10]"``: the estimate ``m`` in format ``fmt`` with ``unit``, and its
-    interval when both bounds are numbers; ``"n/a"`` when ``m`` is not a number."""
-    if not is_number(m):
-        return "n/a"
-    s = f"{m:{fmt}}{unit}"
-    if is_number(lo) and is_number(hi):
-        s += f" [{lo:{fmt}}, {hi:{fmt}}]"
-    return s
+    """:func:`~midas_nb.results.format_ci`, signed with two decimals by default: ``"+1.23 pp [+0.40, +2.10]"``."""
+    return format_ci(m, lo, hi, fmt, unit)
 
 
 def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:

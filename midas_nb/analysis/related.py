@@ -172,13 +172,13 @@ def speed_table(table: pd.DataFrame) -> pd.DataFrame:
     if miss or table[["throughput", "throughput_full"]].isna().any().any():
         raise ValueError(f"speed_table: rows without {miss or ['throughput', 'throughput_full']}")
     out = compact(table, ["accuracy"], index="method")
-    out["img/s"] = [format_ci(v, digits=0) for v in table["throughput"]]
-    out["full img/s"] = [format_ci(v, digits=0) for v in table["throughput_full"]]
+    out["img/s"] = [format_ci(v, fmt=".0f") for v in table["throughput"]]
+    out["full img/s"] = [format_ci(v, fmt=".0f") for v in table["throughput_full"]]
     ratio = table.get("speedup", pd.Series(float("nan"), index=table.index)).fillna(
         table["throughput"] / table["throughput_full"])
     out["speed-up"] = [f"{r:.2f}×" for r in ratio]
     if "train_seconds" in table.columns:
-        out["train s"] = [format_ci(v, digits=2) for v in table["train_seconds"].fillna(0.0)]
+        out["train s"] = [format_ci(v, fmt=".2f") for v in table["train_seconds"].fillna(0.0)]
     return out
 
 

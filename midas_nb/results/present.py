@@ -11,14 +11,10 @@ import pandas as pd
 
 from .table import coverage_name
 
-__all__ = ["sample_note", "probe_note", "compact", "format_ci", "wrap_text", "full_text", "FullText", "images_note",
-           "leader_line", "leaders", "band_checks"]
-
-
-def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, signed: bool = False) -> str:
-    """``"0.153 [0.148, 0.158]"``; the bare value without an interval; ``"n/a"`` for NaN; ``-0.0004``
-    prints as ``0.000``; a value that is not a number as ``str``."""
-    fmt = f"{'+' if signed else ''}z.{digits}f"
+def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, fmt: str = ".3f", unit: str = "") -> str:
+    """``"0.153 [0.148, 0.158]"``: ``m`` in format ``fmt`` (``"+.2f"``: signed, two decimals) with ``unit``, then its
+    interval where both bounds are numbers; ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a value that is not a
+    number. A negative value keeps its sign (``-0.0004``: ``-0.000``, a bound below zero), as REPORT.md prints it."""
     try:
         if m is None or math.isnan(float(m)):
             return "n/a"
@@ -28,7 +24,7 @@ def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, digits: int = 3, s
         ci = "" if math.isnan(float(lo)) or math.isnan(float(hi)) else f" [{float(lo):{fmt}}, {float(hi):{fmt}}]"
     except (TypeError, ValueError):
         ci = ""
-    return f"{float(m):{fmt}}{ci}"
+    return f"{float(m):{fmt}}{unit}{ci}"
 
 
 def _plain(v: Any) -> Any:
@@ -129,7 +125,7 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
             continue
         nan = pd.Series(math.nan, index=table.index)
         lo, hi = (table.get(c, nan) for c in (bounds or {}).get(m, (f"{m}_lo", f"{m}_hi")))
-        out[m] = [format_ci(v, a, b, digits, m in signed) for v, a, b in zip(table[col].tolist(), lo, hi)]
+        out[m] = [format_ci(v, a, b, f"{'+' * (m in signed)}.{digits}f") for v, a, b in zip(table[col].tolist(), lo, hi)]
     for k in keep:
         if k in table.columns and k not in out.columns and not table[k].isna().all():
             col = table[k]
@@ -229,7 +225,7 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
     first, *ties = leaders(table, value, name=name, lowest=lowest)
     top = table[table[name].astype(str) == first].iloc[0]
     lo, hi = f"{value}_lo", f"{value}_hi"
-    ci = format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), digits, signed)
+    ci = format_ci(top[value], top.get(lo, math.nan), top.get(hi, math.nan), f"{'+' * signed}.{digits}f")
     head = f"{what}: {first} ({ci})"
     if lo not in table.columns or hi not in table.columns or table[value].notna().sum() == 1:
         return head
