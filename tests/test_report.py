@@ -14,6 +14,7 @@ import pytest
 from midas_nb import config, report
 from midas_nb.report.markdown import datasets_table
 from midas_nb.analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T5, PAPER_FINDINGS
+from midas_nb.study import ReportSettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -265,6 +266,11 @@ def _profile(**kw):
     return config.get_profile("smoke", **dict(_PROFILE, **kw))
 
 
+def _build(rows: pd.DataFrame, profile, **kw) -> dict[str, pd.DataFrame]:
+    """``report.build_tables`` with the report's settings of ``profile`` (a profile mapping)."""
+    return report.build_tables(rows, ReportSettings.of(profile), **kw)
+
+
 def _keyed(profile: str = "smoke") -> dict:
     """The protocol settings a cell of ``profile`` is keyed by (its ``params``)."""
     from midas_nb import config
@@ -284,7 +290,7 @@ def test_store_rows_keep_the_newest_checkpoint_record_and_relaxation(store):
 
 def test_report_tables_and_markdown(store, tmp_path):
     rows, left = report.load_store_rows("smoke", store.root)
-    tables = report.build_tables(rows, _profile(), left_out=left, probes=report.load_probes("demo", store.root))
+    tables = _build(rows, _profile(), left_out=left, probes=report.load_probes("demo", store.root))
     tc = tables["three_conditions"].set_index("condition")
     assert list(tc.index) == ["reference", "unsupervised", "T1", "T5"]
     assert tc.loc["T5", "D_pp"] == pytest.approx(10.05) and tc.loc["T1", "D_pp"] == pytest.approx(-5.05)
@@ -345,7 +351,7 @@ def test_dataset_fingerprints_say_what_they_identify_and_where_they_come_from(st
     rows, left = report.load_store_rows("smoke", store.root)
 
     def prov(r):
-        p = report.build_tables(r, _profile(), left_out=left)["provenance"]
+        p = _build(r, _profile(), left_out=left)["provenance"]
         return dict(zip(p["setting"], p["value"]))
 
     p = prov(rows)                                   # no metadata in this machine's cache
@@ -401,7 +407,7 @@ def _smoke_store(root: Path):
     grid.json, as run_sweep does)."""
     from midas_nb.sweeps import ResultStore, SweepCell
     st, cells, t = ResultStore(root), [], time.time()
-    exp = report.expected_cells(config.get_profile("smoke")).drop_duplicates(["dataset", "backbone", "depth", "budget", "condition", "seed"])
+    exp = report.expected_cells(ReportSettings.of(config.get_profile("smoke"))).drop_duplicates(["dataset", "backbone", "depth", "budget", "condition", "seed"])
     mious = dict(reference=0.30, unsupervised=0.28, T1=0.25, T5=0.33, random_map=0.29, random=0.05)
     for r in exp.to_dict("records"):
         cell = SweepCell(r["dataset"], r["backbone"], r["depth"], r["budget"], r["condition"], r["seed"],
@@ -501,7 +507,7 @@ def test_a_store_of_mixed_settings_is_reported_only_for_the_reports_settings(tmp
     from midas_nb.sweeps import SweepCell
     st, cells = _smoke_store(tmp_path / "sweeps" / "smoke")
     main_point = {(c["dataset"], c["backbone"], c["depth"], c["budget"]) for c in
-                  report.expected_cells(config.get_profile("smoke")).query("section == 'three_conditions'").to_dict("records")}
+                  report.expected_cells(ReportSettings.of(config.get_profile("smoke"))).query("section == 'three_conditions'").to_dict("records")}
     bf16 = [SweepCell.from_dict(dict(c.to_dict(), params=dict(c.params, precision="bfloat16"))) for c in cells
             if (c.dataset, c.backbone, c.depth, c.budget) in main_point]
     for c in bf16:
@@ -628,7 +634,7 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     prof = get_profile("quick")            # backbone hybrid_lite0_deit, partner hybrid_lite0_vit
     rows = pd.DataFrame(_point(backbone="hybrid_lite0_vit", ckpt="ck-old") +
                         _point(backbone="hybrid_lite0_deit", ckpt="ck-new", d_t1=(0.05, 0.051)))
-    tables = report.build_tables(rows, prof)
+    tables = _build(rows, prof)
     bt = tables["backbones"]
     D = bt[bt["kind"] == "D"].set_index(["backbone", "item"])
     assert D.loc[("hybrid_lite0_vit", "T1"), "estimate"] == pytest.approx(-5.05)    # mean of -5 and -5.1 pp
@@ -651,7 +657,7 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     assert "| T5 | +10.05 [+9.41, +10.69], in | +10.05 [+9.41, +10.69], in |" in md and "does not hold" in md
     # a partner without rows is reported, never left out silently: "not run" where the profile does
     # not train it (quick's default), "missing" where it should have rows
-    only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
+    only_new = _build(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
     miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
     assert list(miss["kind"]) == ["not run"] and "-p other_backbones true" in miss["evidence"].iloc[0]
     assert "The same protocol, data, seeds and sample sizes on the label-trained" in backbones_section(back)
@@ -662,13 +668,13 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     assert "This run computed hybrid_lite0_deit; the others are marked \"not run\" below" in md
     assert "No finding's decided verdict differs" not in md
     on = dict(prof, other_backbones=True)
-    only_new = report.build_tables(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), on)["backbones"]
+    only_new = _build(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), on)["backbones"]
     miss = only_new[only_new["backbone"] == "hybrid_lite0_vit"]
     assert list(miss["kind"]) == ["missing"] and "notebook 05" in miss["evidence"].iloc[0]
     # one backbone without a partner (a paper profile's DeiT): no side-by-side table
     paper_like = dict(prof, backbone="deit_small_patch16_224.fb_in1k")
     rows_p = pd.DataFrame(_point(backbone="deit_small_patch16_224.fb_in1k"))
-    assert report.build_tables(rows_p, paper_like)["backbones"].empty
+    assert _build(rows_p, paper_like)["backbones"].empty
 
 
 def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp_path):
@@ -684,7 +690,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     for r in rows:   # 4 Aircraft test images have an uninformative box: coverage on the other 96
         r["n_skipped_parts"] = 4 if r["dataset"] == "aircraft" else 0
     prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
-    tables = report.build_tables(pd.DataFrame(rows), prof)
+    tables = _build(pd.DataFrame(rows), prof)
     report.write_tables(tables, tmp_path)
     tables = report.read_tables(tmp_path)
     md = datasets_table(tables).splitlines()
@@ -694,7 +700,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
     assert md[2].split(" | ")[1] == "part mIoU (100 images)"
     # a capped training split is named beside its D (quick's Cars: decision 0057)
-    capped = report.build_tables(pd.DataFrame(rows), dict(prof, max_images_per_class={"cars": 12}))
+    capped = _build(pd.DataFrame(rows), dict(prof, max_images_per_class={"cars": 12}))
     assert [ln.split(" | ")[0].lstrip("| ") for ln in datasets_table(capped).splitlines()[2:]] == [
         "cub", "aircraft (FGVC-Aircraft variant)", "cars; trained on the first 12 of each class"]
     section = report.readme_section(tables)
@@ -716,7 +722,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     assert set(f["dataset"]) == {"cub", "aircraft", "cars"} and (f["finding"] == "fades_deep").sum() == 3
     # without Aircraft's L = 9 cells the report says they are missing, as it would for CUB
     short = pd.DataFrame([r for r in rows if not (r["dataset"] == "aircraft" and r["depth"] == 9)])
-    miss = report.missing_cells(short, prof)
+    miss = report.missing_cells(short, ReportSettings.of(prof))
     assert sorted(set(miss["dataset"])) == ["aircraft"] and set(miss["depth"]) == {9}
 
 
@@ -749,7 +755,7 @@ def test_the_report_opens_with_the_per_claim_table_naming_reversals(tmp_path):
     10 pp above the reference and D(T5) rising from L = 6 to L = 9 are each "opposite of the paper"."""
     rows = _point(d_t1=(0.05, 0.051)) + _point(9, 0.25, d_t5=(0.20, 0.201))
     prof = _profile(depths=[6, 9], budgets=[0.25], conditions=["reference", "T1", "T5"])
-    report.write_tables(report.build_tables(pd.DataFrame(rows), prof), tmp_path)
+    report.write_tables(_build(pd.DataFrame(rows), prof), tmp_path)
     md = report.render_report(report.read_tables(tmp_path))
     claims = md[md.index("## The paper's claims on this run"):md.index("## Run")]
     assert md.index("## The paper's claims on this run") < md.index("## Which of the paper's findings hold")

@@ -19,7 +19,7 @@ from .paper_table import order_first, paper_table
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells
-from .tables import BACKBONE_COLUMNS, counted, SECTIONS, SKIPPED_ROW
+from .tables import BACKBONE_COLUMNS, counted, number_text, SECTIONS, SKIPPED_ROW
 
 
 def _first(series: pd.Series) -> Any:
@@ -120,9 +120,9 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
         block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
     else:
         teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-        block["backbone test top-1 (whole test split)"] = _f3(meta.get("test_accuracy"))
+        block["backbone test top-1 (whole test split)"] = number_text(meta.get("test_accuracy"), ".3f", "not recorded")
         if teacher is not None:
-            block["teacher test top-1"] = _f3(teacher)
+            block["teacher test top-1"] = number_text(teacher, ".3f", "not recorded")
         split = _test_split(meta, ds)
         block["chance, majority share"] = ("test split not readable on this machine" if split is None else
                                            f"{split.chance_accuracy:.3f} (1 / {split.num_classes_present} classes "
@@ -146,15 +146,14 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
     return f" — INCOMPLETE: {plural(len(m), 'expected cell', 'expected cells')} missing" if len(m) else ""
 
 
-def build_tables(rows: pd.DataFrame, profile: ReportSettings | Mapping[str, Any], *,
+def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
-    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``); ``profile``: a
-    :class:`~midas_nb.study.ReportSettings` or what it is made of. Intervals: the profile's ``bootstrap`` resamples,
+    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
+    settings ``s`` (:meth:`ReportSettings.of <midas_nb.study.ReportSettings.of>` a profile). Intervals: the profile's ``bootstrap`` resamples,
     seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
     ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
-    s = ReportSettings.of(profile)
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
     main = at[at["backbone"] == s.backbone]
@@ -301,10 +300,6 @@ def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
 
 def _aircraft_level(label: str) -> str:
     return label.partition(" (")[2].rstrip(")") or config.AIRCRAFT_LEVELS[0]
-
-
-def _f3(v: Any) -> str:
-    return f"{float(v):.3f}" if v is not None and np.isfinite(float(v)) else "not recorded"
 
 
 def _test_split(meta: Mapping[str, Any], label: str):

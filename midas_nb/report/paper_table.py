@@ -11,11 +11,11 @@ import pandas as pd
 
 from ..config import DATASET_NAMES, dataset_label
 from ..metrics import decoupling_D
-from ..metrics.stats import is_finite_number
 from ..results import coverage_name
 from ..analysis.paper_reference import PAPER_SETTING, paper_status, paper_value
 from ..study import grid_spans, ReportSettings, sweep_cells
 from ..sweeps import ResultStore
+from .tables import number_text
 
 __all__ = ["paper_table", "paper_table_for", "format_paper_table", "CONDITION_ORDER"]
 
@@ -90,10 +90,6 @@ def paper_table_for(profile: ReportSettings | Mapping[str, Any]) -> pd.DataFrame
                        expected=[(dataset_label(prof, d), b) for d in datasets for b in backbones], n_boot=s.bootstrap)
 
 
-def _num(v: Any, fmt: str) -> str:
-    return format(float(v), fmt) if is_finite_number(v) else "—"
-
-
 def format_paper_table(table: pd.DataFrame) -> str:
     """Plain-text rendering: one block per dataset × backbone, a line per condition."""
     if not len(table):
@@ -108,8 +104,8 @@ def format_paper_table(table: pd.DataFrame) -> str:
         lines.append(f"    {'condition':>12} {'cov.':>6} {'IDAUC':>7} {'D (pp)':>8} {'ΔIDAUC':>7}  {'band':<13}"
                      f" {'paper D':>8} {'paper ΔIDAUC':>12}")
         for _, r in g.iterrows():
-            lines.append(f"    {str(r['condition']):>12} {_num(r['miou'], '.3f'):>6} {_num(r['idauc'], '+.3f'):>7} "
-                         f"{_num(r['D_pp'], '+.2f'):>8} {_num(r['delta_idauc'], '+.3f'):>7}  "
-                         f"{str(r['status']):<13} {_num(r['paper_D_pp'], '+.2f'):>8} "
-                         f"{_num(r['paper_delta_idauc'], '+.3f'):>12}")
+            v = {c: number_text(r[c], f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
+                 ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
+            lines.append(f"    {str(r['condition']):>12} {v['miou']:>6} {v['idauc']:>7} {v['D_pp']:>8} {v['delta_idauc']:>7}"
+                         f"  {str(r['status']):<13} {v['paper_D_pp']:>8} {v['paper_delta_idauc']:>12}")
     return "\n".join(lines)

@@ -112,12 +112,10 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
     return out
 
 
-def expected_cells(profile: ReportSettings | Mapping[str, Any],
-                   datasets_present: Sequence[str] = ()) -> pd.DataFrame:
+def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> pd.DataFrame:
     """The cells each section of the report reads, from the profile alone (docs/decisions/0052-incomplete-report.md),
     on the profile's dataset and every other of ``datasets_present``. Returns one row per (section, cell):
     ``section`` and :data:`CELL_IDENTITY`."""
-    s = ReportSettings.of(profile)
     prof = dict(s.values)
     present = set(datasets_present) | {"synthetic"}
 
@@ -141,12 +139,11 @@ def expected_cells(profile: ReportSettings | Mapping[str, Any],
     return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 
-def missing_cells(rows: pd.DataFrame, profile: ReportSettings | Mapping[str, Any],
-                  left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def missing_cells(rows: pd.DataFrame, s: ReportSettings, left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The :func:`expected_cells` without a row in ``rows``, each once: ``sections`` (comma-joined
     :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
     states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
-    exp = expected_cells(profile, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
+    exp = expected_cells(s, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
     have = {cell_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
     out: dict[tuple, list[str]] = {}
     for r in exp.to_dict("records"):
@@ -186,10 +183,6 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
 
 
-def _probe_path(profile: str, store: str | Path | None = None) -> Path:
-    return store_root(profile, store) / "derived" / "cosine_probes.csv"
-
-
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
     """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient`
     ``tables``, NaN ``depth`` = the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the
@@ -210,21 +203,16 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     new.insert(0, "backbone", study.settings.backbone.name)
     new.insert(0, "dataset", str(study.dataset_name))
     ident = ["dataset", "backbone", "depth", "hidden", "attention"]
-    new = new.drop_duplicates(ident, keep="last")
-    path = _probe_path(study.settings.profile, store)
-    if path.is_file():           # the stored rows, those of the same dataset × backbone × depth × pair replaced
-        new = pd.concat([_read_probes(path), new], ignore_index=True).drop_duplicates(ident, keep="last")
+    # the stored rows, those of the same dataset × backbone × depth × pair replaced
+    path = store_root(study.settings.profile, store) / "derived" / "cosine_probes.csv"
+    new = pd.concat([load_probes(study.settings.profile, store), new]).drop_duplicates(ident, keep="last")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, new.to_csv(index=False))
     return path
 
 
-def _read_probes(path: Path) -> pd.DataFrame:
-    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
-                                "without probes)")
-
-
 def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
     """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
-    path = _probe_path(profile, store)
-    return _read_probes(path) if path.is_file() else None
+    path = store_root(profile, store) / "derived" / "cosine_probes.csv"
+    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
+                                "without probes)") if path.is_file() else None

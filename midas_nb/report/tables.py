@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..analysis.findings import backbone_fitness, count_fitness, is_number
+from ..metrics.stats import is_finite_number
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
@@ -74,6 +75,11 @@ def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         m = bt["kind"] == "finding"
         tables["backbones"] = pd.concat([bt[~m], count_fitness(bt[m], fit, verdict="verdict")]).sort_index()
     return tables
+
+
+def number_text(x: Any, fmt: str, empty: str = "") -> str:
+    """``x`` in format ``fmt`` where it reads as a finite number, else ``empty``."""
+    return format(float(x), fmt) if is_finite_number(x) else empty
 
 
 def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
