@@ -26,17 +26,13 @@ def _paths(name: str, runs_dir: str | Path | None) -> tuple[Path, Path]:
     return root / f"{name}.csv", root / f"{name}.parquet"
 
 
-def _has_pyarrow() -> bool:
-    return importlib.util.find_spec("pyarrow") is not None
-
-
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
     """Write ``table`` to ``<runs_dir>/<name>.csv`` (and ``.parquet`` if pyarrow is importable);
     returns the CSV path. Default ``runs_dir``: :func:`midas_nb.config.runs_dir`."""
     csv, parquet = _paths(name, runs_dir)
     enc = encode_lists(table)
     atomic_write_text(csv, enc.to_csv(index=False))
-    if _has_pyarrow():
+    if importlib.util.find_spec("pyarrow"):
         atomic_write(parquet, lambda f: enc.to_parquet(f, index=False))
     return csv
 
@@ -58,7 +54,7 @@ def load_table(name: str, runs_dir: str | Path | None = None,
     (:func:`encode_lists`); ``FileNotFoundError`` when it is absent, ``json.JSONDecodeError`` for a per-image
     cell that starts with ``[`` but is not JSON."""
     csv, parquet = _paths(name, runs_dir)
-    use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and _has_pyarrow())
+    use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and bool(importlib.util.find_spec("pyarrow")))
     path = parquet if use_parquet else csv
     if not path.exists():
         raise FileNotFoundError(f"no results table at {path}")
