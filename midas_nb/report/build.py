@@ -151,8 +151,8 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
     cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
-    settings ``s`` (:meth:`ReportSettings.of <midas_nb.study.ReportSettings.of>` a profile). Intervals: the profile's ``bootstrap`` resamples,
-    seed :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
+    settings ``s`` (``ReportSettings.of(profile)``). Intervals: the profile's ``bootstrap`` resamples, seed
+    :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
     ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]

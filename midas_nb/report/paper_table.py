@@ -80,8 +80,8 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
     return have[COLUMNS].reset_index(drop=True)
 
 
-def paper_table_for(profile: ReportSettings | Mapping[str, Any]) -> pd.DataFrame:
-    """:func:`paper_table` of the scale readout's cells of a profile's result store, each block expected."""
+def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`paper_table` of the scale readout's cells of a profile's result store (a profile), each block expected."""
     s = ReportSettings.of(profile)
     prof = dict(s.values)
     rows = ResultStore(name=s.profile).results(sweep_cells(prof, "scale"))
@@ -106,6 +106,7 @@ def format_paper_table(table: pd.DataFrame) -> str:
         for _, r in g.iterrows():
             v = {c: number_text(r[c], f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
                  ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
-            lines.append(f"    {str(r['condition']):>12} {v['miou']:>6} {v['idauc']:>7} {v['D_pp']:>8} {v['delta_idauc']:>7}"
-                         f"  {str(r['status']):<13} {v['paper_D_pp']:>8} {v['paper_delta_idauc']:>12}")
+            lines.append(f"    {str(r['condition']):>12} {v['miou']:>6} {v['idauc']:>7} {v['D_pp']:>8} "
+                         f"{v['delta_idauc']:>7}  {str(r['status']):<13} {v['paper_D_pp']:>8} "
+                         f"{v['paper_delta_idauc']:>12}")
     return "\n".join(lines)

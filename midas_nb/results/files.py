@@ -54,7 +54,8 @@ def load_table(name: str, runs_dir: str | Path | None = None,
     (:func:`encode_lists`); ``FileNotFoundError`` when it is absent, ``json.JSONDecodeError`` for a per-image
     cell that starts with ``[`` but is not JSON."""
     csv, parquet = _paths(name, runs_dir)
-    use_parquet = format == "parquet" or (format == "auto" and parquet.exists() and bool(importlib.util.find_spec("pyarrow")))
+    use_parquet = format == "parquet" or (format == "auto" and parquet.exists()
+                                          and importlib.util.find_spec("pyarrow") is not None)
     path = parquet if use_parquet else csv
     if not path.exists():
         raise FileNotFoundError(f"no results table at {path}")
