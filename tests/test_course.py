@@ -562,7 +562,9 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     head = index.read_text()
     assert "Run <code>r1</code> of 1970-01-01 00:00 UTC" in head and "cub200_subset" in head
     # the closing box's short headline and its per-claim table, not the verdict's own last line
-    assert "Headline:</strong> This run does not show a decoupling — 2 claims (T1, winners): 1 opposite of the paper, 1 not resolved." in head
+    assert ("Headline:</strong> This run does not show a decoupling — 2 of the paper&#x27;s 9 claims (T1, winners; not "
+            "in this table: T5 parity, cosines, depth, budget, scale, co-movement, T5&#x27;s content): 1 opposite of the "
+            "paper, 1 not resolved.") in head
     assert "| T1 covers less than the reference | D(T1) &lt; 0 | D(T1) = +9.1 pp | opposite of the paper |" in head
     assert "no two resolved winners" not in head and "a sentence" not in head
     assert 'href="../report/REPORT.md"' in head and str(tmp_path) not in head   # no local folder named

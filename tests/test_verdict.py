@@ -69,7 +69,7 @@ def test_winners_that_tie_within_noise_are_not_resolved():
 
 def test_both_rose_together_is_not_called_decoupling():
     t = _table({"reference": (0.10, 0.20), "unsupervised": (0.12, 0.23), "T1": (0.14, 0.26),
-                "T3": (0.16, 0.29), "T5": (0.18, 0.32)})
+                "T3": (0.16, 0.29), "T5": (0.18, 0.32)}, noise=0.005)  # 0.01: T5's lead over T3 prints +0.000
     v = claim_verdict(t, n_boot=400)
     assert v.conditions.set_index("condition").loc["T5", "reading"] == "both rose"
     assert v.comovement["reading"] == "move together" and v.comovement["r_lo"] > 0
@@ -292,7 +292,7 @@ def test_every_target_ties_so_the_gain_is_any_structured_targets():
     g = [f"{100 * x:+.2f}" for x in c["gain"]]
     assert f"(gain {g[0]} pp [{g[1]}, {g[2]}])" in c["sentence"] and c["gain"][0] == pytest.approx(0.099, abs=0.01)
     assert f"scorer − random-map control {g[0]} pp [{g[1]}, {g[2]}]" in claims_table(content=c).iloc[-1]["this run"]
-    assert re.search(r"T5 − T1 [+-]\d+\.\d\d pp \[", c["sentence"])
+    assert re.search(r"T5 − T1 [+-]\d+\.\d pp \[", c["sentence"])    # a lead: at the precision it is decided
     # without the control nothing is credited either way
     c2 = _content(t[t["condition"] != "random_map"], _coverage({"T1": 0.10, "T5": 0.059}))
     assert c2["reading"] == "undefined" and "cannot say" in c2["sentence"]
@@ -523,13 +523,15 @@ def test_each_box_names_its_claims_and_a_shared_claim_reads_one_verdict():
     c05 = claims_table(paper_findings(pd.concat([point, deep], ignore_index=True), depth=6, budget=0.25,
                                       n_boot=300), backbone="b")
     h02, h05 = headline(c02, v.decoupling_shown), headline(c05)
-    assert h02.startswith("This run does not show a decoupling — 4 claims (T5 parity, T1, winners, co-movement): ")
-    assert h05.startswith("3 claims (T5 parity, T1, depth): ")
+    assert h02.startswith("This run does not show a decoupling — 4 of the paper's 9 claims (T5 parity, T1, winners, "
+                          "co-movement; not in this table: cosines, depth, budget, scale, T5's content): ")
+    assert h05.startswith("3 of the paper's 9 claims (T5 parity, T1, depth; not in this table: cosines, budget, scale, "
+                          "winners, co-movement, T5's content): ")
     shared = c02.merge(c05, on="claim", suffixes=("", "_05")).set_index("claim")
     assert list(shared.index) == ["T5 gains coverage at faithfulness parity", "T1 covers less than the reference"]
     assert (shared["verdict"] == shared["verdict_05"]).all() and (shared["this run"] == shared["this run_05"]).all()
     # a backbone that has not learned its task (decision 0070): its claims are counted as such, not left out
-    assert headline(c05.assign(verdict="not counted")).startswith("3 claims (T5 parity, T1, depth): 3 not counted.")
+    assert headline(c05.assign(verdict="not counted")).endswith("T5's content): 3 not counted.")
 
 
 def test_the_scorers_following_their_targets_is_read_from_the_order_and_the_spans():
@@ -579,4 +581,93 @@ def test_a_backbone_is_fit_only_where_every_build_is_and_its_claims_are_otherwis
     assert dropped["this run"].iloc[0] == ("not counted: build 1 of builds 0, 1, 2: the backbone has not learned "
                                            "the task; D(T1) = +8.67 pp")
     # nothing counted: the headline says neither "shows" nor "does not show" a decoupling
-    assert headline(dropped, shown=False) == "1 claim (T1): 1 not counted."
+    assert headline(dropped, shown=False).endswith("T5's content): 1 not counted.")
+
+
+def test_a_lead_that_prints_as_zero_is_a_tie_for_the_winners_the_advice_and_the_content_test():
+    """Issue 52 (decision 0087): 02 called T5's coverage lead over T3 at [+0.000, +0.003] resolved while a reader
+    reads a tie. One rule (analysis.lead_resolved: the lower bound above 0 at the three decimals printed) decides
+    the winners' leads, 07's advice ties and the content test's ties alike."""
+    from midas_nb.analysis import lead_resolved, paired_gap, recommend_deployment
+    assert not lead_resolved(0.0004, 0.003) and lead_resolved(0.0006, 0.003) and not lead_resolved(-0.001, 0.003)
+    assert not lead_resolved(float("nan"), 0.003)
+    # T5 covers 0.15 pp more than T3 on every image, faithfulness equal: a lead of 0.0015 that this sample
+    # bounds below by a positive number that prints as +0.000
+    t = _table({"reference": (0.10, 0.20), "T5": (0.1515, 0.30), "T3": (0.150, 0.30), "random_map": (0.11, 0.3)},
+               noise=0.0035, seeds=(0,), rng_seed=0)
+    _, lo, hi, _ = paired_gap(t[t["condition"] == "T5"], t[t["condition"] == "T3"], "miou", n_boot=300)
+    assert 0 < lo < 0.0005 and f"{lo:+.3f}" == "+0.000"        # the old rule (lo > 0) called it a lead
+    w = claim_verdict(t, n_boot=300).winners
+    assert w["coverage_winner"] == "T5" and w["miou_runner_up"] == "T3" and w["miou_ties"] == ["T3"]
+    cov = recommend_deployment(t, n_boot=300)[0].set_index("goal").loc["coverage-first"]
+    assert cov["condition"] == "T5" and "T3" in cov["ties"].split(", ")
+    c = _content(t, _coverage({"T3": 0.10, "T5": 0.12}))
+    assert c["ties"] == ["T3"] and "T5 − T3 +0.1 pp [+0.0, +0.3]" in c["sentence"]
+    # a pick's pruned accuracy against random top-k: "[+0.000, …]" is not a resolved gain either
+    from midas_nb.analysis.synthesis import advice_lines
+    pick = dict(goal="coverage-first", recommended=True, condition="T5", D_pp=5.0, D_pp_lo=2.0, D_pp_hi=8.0,
+                status="in band", accuracy_vs_random=0.01, accuracy_vs_random_lo=0.0002, accuracy_vs_random_hi=0.02,
+                speedup=1.27, ties="")
+    assert "vs random top-k +0.010 [+0.000, +0.020] (not resolved)" in advice_lines(pd.DataFrame([pick]))[0]
+
+
+def test_a_headline_says_which_of_the_papers_claims_it_counts_and_which_it_leaves_out():
+    """Issue 52: 02, 04, 05 and 07 counted 5, 4, 5 and 7 claims under one kind of headline. Each says how many of
+    the paper's nine claims it counts, names them, and names the ones it leaves to another box (decision 0087)."""
+    from midas_nb.analysis.synthesis import headline
+    rows = [("T5 gains coverage at faithfulness parity", "holds"), ("T1 covers less than the reference", "not resolved"),
+            ("D(T5) falls with depth", "not resolved"),
+            ("D(T5) falls with the budget (pp and share of the IoU ceiling)", "not resolved")]
+    c04 = pd.DataFrame([dict(claim=c, paper="", verdict=v, **{"this run": ""}) for c, v in rows])
+    assert headline(c04) == ("4 of the paper's 9 claims (T5 parity, T1, depth, budget; not in this table: cosines, "
+                             "scale, winners, co-movement, T5's content): 1 holds, 3 not resolved.")
+    every = ["T5 gains coverage at faithfulness parity", "T1 covers less than the reference",
+             "hidden- and attention-gradient rankings unrelated", "D(T5) falls with depth", "D(T5) falls with the budget",
+             "reproduces on DeiT-Ti, reverses on ViT-B", "two different winners", "coverage and faithfulness decouple",
+             "T5's content explains its scorer's gain (from the D intervals, unpaired)"]
+    full = pd.DataFrame([dict(claim=c, paper="", verdict="holds", **{"this run": ""}) for c in every])
+    assert headline(full, True) == ("This run shows the decoupling — all 9 of the paper's claims (T5 parity, T1, "
+                                    "cosines, depth, budget, scale, winners, co-movement, T5's content): 9 hold.")
+    assert headline(full.iloc[:0]) == "none of the paper's claims: none tested."
+
+
+def test_one_wording_of_the_parity_band_matches_the_statuses_of_a_constructed_table():
+    """Issue 52: the band's interval was described four ways across 02, 06 and the report. metrics.band_rule is the
+    one wording; 02 and 06 print it instead of restating it, and each status of a constructed table is the one the
+    wording gives its ΔIDAUC interval (decision 0087)."""
+    import json
+    from pathlib import Path
+    from midas_nb import metrics
+    text = metrics.band_rule()
+    # in band (ΔIDAUC ≈ 0), outside (−0.1), straddling −0.01 (mean −0.01, noisy)
+    t = _table({"reference": (0.10, 0.20), "T5": (0.15, 0.20), "T1": (0.15, 0.10), "T3": (0.15, 0.19)}, noise=0.002)
+    k = t["condition"] == "T3"
+    rng = np.random.default_rng(5)
+    t.loc[k, "idauc_per_image"] = pd.Series([list(np.array(v) + rng.normal(0, 0.08, N_IMG))
+                                            for v in t.loc[k, "idauc_per_image"]], index=t.index[k])
+    d = metrics.decoupling_D(t, n_boot=300).set_index("condition")
+    rule = {"in band": lambda lo, hi: lo >= -0.01, "outside band": lambda lo, hi: hi < -0.01,
+            "not resolved": lambda lo, hi: lo < -0.01 <= hi}
+    assert [d.loc[c, "status"] for c in ("T5", "T1", "T3")] == ["in band", "outside band", "not resolved"]
+    for c in ("T5", "T1", "T3"):
+        status = d.loc[c, "status"]
+        assert rule[status](d.loc[c, "delta_idauc_lo"], d.loc[c, "delta_idauc_hi"]) and f"{status} — " in text
+    assert "≥ −0.01" in text and "≥ −0.02" in metrics.band_rule(0.02) and "resolves |ΔIDAUC| ≥ h" in text
+    for name in ("02_three_condition_protocol", "06_related_methods"):
+        cells = json.loads(Path(f"notebooks/{name}.ipynb").read_text())["cells"]
+        prose = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        code = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        assert "metrics.band_rule()" in code and "straddles" not in prose, name
+
+
+def test_what_a_scale_readout_can_show_follows_from_its_number_of_backbones():
+    """Issue 52: 05 promised a scale readout on a run with one backbone; scale_scope says what the run can show."""
+    from midas_nb.analysis import scale_scope
+    from midas_nb.config import PAPER_BACKBONES
+    one = scale_scope(["hybrid_lite0_deit"])
+    assert one.startswith("This run reads out 1 backbone (hybrid_lite0_deit): it shows D on that backbone only")
+    assert "cannot say whether D depends on scale" in one and "undefined here" in one
+    two = scale_scope(["a", "b", "a"])
+    assert two.startswith("This run reads out 2 backbones (a, b): it can show whether D(T5) changes") and \
+        "undefined here" in two
+    assert scale_scope(PAPER_BACKBONES).endswith("among them it tests the paper's scale finding.")

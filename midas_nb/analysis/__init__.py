@@ -31,9 +31,11 @@ Example::
 """
 from .advice import GOALS, recommend_deployment
 from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, ClaimVerdict, claim_verdict,
-                      condition_reading, paired_gap, per_image_means, per_seed_values, targets_vs_scorers)
-from .findings import backbone_fitness, fitness_over_builds, share_falls
+                      condition_reading, lead_resolved, paired_gap, per_image_means, per_seed_values,
+                      targets_vs_scorers)
+from .findings import backbone_fitness, fitness_over_builds, scale_scope, share_falls
 
 __all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS",
-           "backbone_fitness", "claim_verdict", "condition_reading", "fitness_over_builds", "paired_gap",
-           "per_image_means", "per_seed_values", "recommend_deployment", "share_falls", "targets_vs_scorers"]
+           "backbone_fitness", "claim_verdict", "condition_reading", "fitness_over_builds", "lead_resolved",
+           "paired_gap", "per_image_means", "per_seed_values", "recommend_deployment", "scale_scope", "share_falls",
+           "targets_vs_scorers"]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, decoupling_D, parity_band
 from ..results import aggregate_seeds
-from .verdict import paired_gap
+from .verdict import lead_resolved, paired_gap
 
 
 _NaN = math.nan
@@ -256,7 +256,7 @@ def _cost(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, n_b
         if n:
             out.update(accuracy_vs_random=m, accuracy_vs_random_lo=lo, accuracy_vs_random_hi=hi)
             said.append(f"pruned accuracy vs random top-k {m:+.3f} [{lo:+.3f}, {hi:+.3f}] "
-                        + ("(beats it)" if lo > 0 else "(below it)" if hi < 0 else "(not resolved)"))
+                        + ("(beats it)" if lead_resolved(lo, hi) else "(below it)" if hi < 0 else "(not resolved)"))
     if "speedup" in mine.columns and mine["speedup"].notna().any():
         out["speedup"] = float(mine["speedup"].mean())
         said.append(f"speed-up {out['speedup']:.2f}×")
@@ -281,13 +281,14 @@ def _ties(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, can
           n_boot: int) -> list[str]:
     """The candidates whose paired difference from the pick on ``metric`` is not resolved: the
     pick's paired interval (seeds × images, :func:`~midas_nb.analysis.paired_gap`) of pick − other
-    reaches 0. Rows without per-image values are not compared."""
+    reaches 0 as printed (:func:`~midas_nb.analysis.verdict.lead_resolved`, the winners' rule). Rows without
+    per-image values are not compared."""
     mine, out = _rows_of(table, ident, key, pick), []
     for _, other in cands.iterrows():
         if other.name == pick.name:
             continue
-        _, lo, _, n = paired_gap(mine, _rows_of(table, ident, key, other), metric, n_boot=n_boot)
-        if n and not lo > 0:
+        _, lo, hi, n = paired_gap(mine, _rows_of(table, ident, key, other), metric, n_boot=n_boot)
+        if n and not lead_resolved(lo, hi):
             out.append(str(other["condition"]))
     return out
 

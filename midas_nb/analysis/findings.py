@@ -360,6 +360,20 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
     return holds, "; ".join(parts)
 
 
+def scale_scope(backbones: Sequence[str]) -> str:
+    """What a scale readout over ``backbones`` can show, in one computed sentence (notebook 05; decision 0087): one
+    backbone shows its own ``D`` only; several, whether ``D(T5)`` changes among them; the paper's ``scale`` finding
+    (:func:`paper_findings`) needs DeiT-Ti/16 and AugReg ViT-B/16 (:data:`~midas_nb.config.PAPER_BACKBONES`)."""
+    bb, (tiny, base) = list(dict.fromkeys(map(str, backbones))), (PAPER_BACKBONES[0], PAPER_BACKBONES[2])
+    paper = f"the paper's scale finding needs {tiny} and {base}, so it is undefined here"
+    if len(bb) < 2:
+        return (f"This run reads out {plural(len(bb), 'backbone', 'backbones')} ({', '.join(bb) or 'none'}): it shows D "
+                f"on that backbone only and cannot say whether D depends on scale; {paper}.")
+    return (f"This run reads out {len(bb)} backbones ({', '.join(bb)}): it can show whether D(T5) changes from one to "
+            "another; " + (f"with {tiny} and {base} among them it tests the paper's scale finding."
+                           if tiny in bb and base in bb else f"{paper}."))
+
+
 def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, depth: int | None = None,
                    budget: float | None = None, band: float | None = None, n_boot: int = 1000,
                    scale_backbones: Sequence[str] | None = None) -> pd.DataFrame:

@@ -15,8 +15,8 @@ import pandas as pd
 from .findings import (CEILING_FALL, NOTHING_TO_FADE, backbone_fitness, ci_text, cosine_verdict, count_fitness,
                        is_number, paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
-from ..metrics.stats import interval_sign as _sign
-from .verdict import CONTROL_CONDITION, ClaimVerdict, paired_gap
+from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
+from .verdict import CONTROL_CONDITION, ClaimVerdict, lead_resolved, paired_gap
 
 __all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "cosine_depths",
            "cosine_scope", "headline", "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade",
@@ -70,9 +70,10 @@ def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
     return "opposite of the paper" if opposite else "does not hold"
 
 
-def _pp(m_lo_hi: Sequence[float]) -> str:
-    """A difference of mIoU fractions ``(m, lo, hi)`` in percentage points, as ``D`` is printed."""
-    return ci_text(*(100 * float(x) for x in m_lo_hi), unit=" pp")
+def _pp(m_lo_hi: Sequence[float], fmt: str = "+.2f") -> str:
+    """A difference of mIoU fractions ``(m, lo, hi)`` in percentage points, as ``D`` is printed (a lead between two
+    scorers: ``"+.1f"``, the precision :func:`~midas_nb.analysis.verdict.lead_resolved` decides it at)."""
+    return ci_text(*(100 * float(x) for x in m_lo_hi), fmt, unit=" pp")
 
 
 def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",
@@ -129,12 +130,12 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     for i, other in enumerate(t for t in vs_targets["target"] if t != focus):
         m, lo, hi, _ = paired_gap(mine, table[table["condition"] == other], "miou", n_boot=n_boot, seed=seed + i)
         out["vs_others"][other] = (m, lo, hi)
-        out["ties"] += [other] if not lo > 0 else []
+        out["ties"] += [] if lead_resolved(lo, hi) else [other]
     ties_above = [t for t in out["ties"] if t in above]
     key = ("not resolved" if not out["vs_others"] else "specifically" if not out["ties"] else
            "any structured target" if ties_above else "not resolved")
     out["reading"] = f"{focus} specifically" if key == "specifically" else key
-    said = "; ".join(f"{focus} − {t} {_pp(v)}" for t, v in out["vs_others"].items())
+    said = "; ".join(f"{focus} − {t} {_pp(v, '+.1f')}" for t, v in out["vs_others"].items())
     out["sentence"] = head + (f"; against the other targets' scorers: {said}" if said else
                               "; no other target's scorer to compare with") + f" → {out['reading']}" + {
         "specifically": f": {focus}'s content adds coverage that the other targets' do not.",
@@ -363,15 +364,18 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
                else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
 
 
-#: a claim's short name in a headline (every box, the report and the HTML index say which claims they count)
-_SHORT = {"two different winners": "winners", "coverage and faithfulness decouple": "co-movement",
-          CONTENT_CLAIM: "T5's content", **{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()}}
+#: a claim's short name in a headline (every box, the report and the HTML index say which claims they count), in
+#: the order of the paper's claims: the findings, then the two winners, the co-movement and T5's content
+_SHORT = {**{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()},
+          "two different winners": "winners", "coverage and faithfulness decouple": "co-movement",
+          CONTENT_CLAIM: "T5's content"}
 
 
 def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
-    ``None``: not tested here), which claims the table holds (short names: a box over other claims reads so)
-    and how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
+    ``None``: not tested here), how many of the paper's claims (:data:`_SHORT`) the table holds, named, and which
+    it leaves to another box (a notebook tests some of them: 04 the regime rows, 05 the backbone's; decision 0087),
+    then how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
     from the same rows by the same function in both (decision 0079)."""
     if len(claims) and claims["verdict"].eq("not counted").all():
         shown = None            # a backbone that has not learned its task shows nothing either way (decision 0070)
@@ -379,9 +383,12 @@ def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
     lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
-    names = ", ".join(_SHORT.get(str(c).split(" (")[0], str(c)) for c in claims["claim"])
-    return (f"{lead}{len(claims)} claim{'' if len(claims) == 1 else 's'}" + (f" ({names})" if names else "")
-            + f": {counts or 'none tested'}.")
+    names = [_SHORT.get(str(c).split(" (")[0], str(c)) for c in claims["claim"]]
+    rest = [c for c in dict.fromkeys(_SHORT.values()) if c not in names]
+    scope = ("none of the paper's claims" if not names else f"all {len(names)} of the paper's claims" if not rest
+             else f"{len(names)} of the paper's {len(set(_SHORT.values()))} claims")
+    said = "; ".join(x for x in (", ".join(names), f"not in this table: {', '.join(rest)}" if rest and names else "") if x)
+    return f"{lead}{scope}" + (f" ({said})" if said else "") + f": {counts or 'none tested'}."
 
 
 def claims_markdown(claims: pd.DataFrame) -> str:
@@ -441,7 +448,7 @@ def advice_lines(advice: pd.DataFrame) -> list[str]:
             continue
         bits = [f"D {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, band {r['status']}"]
         if is_number(r.get("accuracy_vs_random")):
-            sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"])
+            sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"], LEAD_DIGITS)   # as printed
             bits.append(f"pruned accuracy vs random top-k {ci_text(r['accuracy_vs_random'], r['accuracy_vs_random_lo'], r['accuracy_vs_random_hi'], '+.3f')}"
                         + {"positive": "", "negative": " (below it)"}.get(sign, " (not resolved)"))
         if is_number(r.get("speedup")):

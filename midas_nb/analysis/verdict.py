@@ -30,13 +30,13 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import band_resolution, bootstrap_ci, decoupling_D
-from ..metrics.stats import interval_sign as _sign, seed_image_interval
+from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign, seed_image_interval
 from ..results import coverage_name
 from .comovement import comovement
 
 __all__ = ["paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
            "condition_reading", "per_image_means", "per_seed_values", "CELL_COLUMNS", "BASELINE_CONDITIONS",
-           "interval_levels"]
+           "interval_levels", "lead_resolved"]
 
 #: columns that identify one comparable cell: a verdict never mixes two of them
 CELL_COLUMNS: tuple[str, ...] = ("dataset", "backbone", "checkpoint_id", "depth", "budget")
@@ -50,6 +50,14 @@ CONTROL_CONDITION = "random_map"
 _LEADS_IN_NOISE = ("the {} lead is within noise", "both leads are within noise")    # paired interval reaches 0
 _METRIC_IDS = {"miou": ("image_ids", "miou_per_image"), "idauc": ("idauc_image_ids", "idauc_per_image"),
                "accuracy": ("image_ids", "accuracy_per_image")}
+
+
+def lead_resolved(lo: float, hi: float) -> bool:
+    """Whether a paired difference ``[lo, hi]`` of two conditions (fractions: mIoU, IDAUC, accuracy) is a resolved
+    lead: its whole interval above 0 as printed, at :data:`~midas_nb.metrics.stats.LEAD_DIGITS` decimals; an interval
+    that reads ``[+0.000, +0.003]`` touches 0, a tie. The one rule of every lead and tie: the winners, the
+    deployment advice and the content test (decision 0087)."""
+    return _sign(lo, hi, LEAD_DIGITS) == "positive"
 
 
 def _as_list(v: Any) -> list | None:
@@ -191,7 +199,7 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
         # runner-up ties with it on that metric within this sample
         open_ = [name for metric, name in (("miou", "coverage"), ("idauc", "faithfulness"))
                  if f"{metric}_runner_up" in out
-                 and _sign(out[f"{metric}_lead_lo"], out[f"{metric}_lead_hi"]) != "positive"]
+                 and not lead_resolved(out[f"{metric}_lead_lo"], out[f"{metric}_lead_hi"])]
         if open_:
             out["reading"] = "highest means on both; " + _LEADS_IN_NOISE[len(open_) == 2].format(*open_)
         return out
@@ -199,7 +207,7 @@ def _winners(miou: Mapping[str, Mapping[str, float]], idauc: Mapping[str, Mappin
     df = _paired_diff(idauc_s[fai], idauc_s.get(cov, {}), n_boot, alpha, rng, 2.0)
     out.update(miou_diff=dm[0], miou_diff_lo=dm[1], miou_diff_hi=dm[2], n_miou_images=dm[3],
                idauc_diff=df[0], idauc_diff_lo=df[1], idauc_diff_hi=df[2], n_idauc_images=df[3])
-    resolved = [_sign(dm[1], dm[2]) == "positive", _sign(df[1], df[2]) == "positive"]
+    resolved = [lead_resolved(dm[1], dm[2]), lead_resolved(df[1], df[2])]
     # each winner's lead over the runner-up on its own metric, and every condition it ties with
     # (from the child generator: the co-movement interval keeps its draws); a lead over the other
     # winner is the difference just drawn, not a second interval of the same quantity
@@ -228,10 +236,10 @@ def _leads(out: dict[str, Any], per_metric, n_boot: int, alpha: float, rng: np.r
         d = memo.get(runner) or _paired_diff(per[win], per[runner], n_boot, alpha, rng, bound)
         out.update({f"{metric}_runner_up": runner, f"{metric}_lead": d[0], f"{metric}_lead_lo": d[1],
                     f"{metric}_lead_hi": d[2]})
-        ties = [runner] if _sign(d[1], d[2]) != "positive" else []
+        ties = [] if lead_resolved(d[1], d[2]) else [runner]
         for c in sorted(others, key=others.get, reverse=True)[1:]:
             e = memo.get(c) or _paired_diff(per[win], per[c], n_boot, alpha, tie_rng, bound)
-            ties += [c] if _sign(e[1], e[2]) != "positive" else []
+            ties += [] if lead_resolved(e[1], e[2]) else [c]
         out[f"{metric}_ties"] = ties
 
 
@@ -279,7 +287,7 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
         if f"{m}_runner_up" not in winners:
             continue
         runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
-        ok = _sign(lo, hi) == "positive"
+        ok = lead_resolved(lo, hi)
         leads.append(f"{name} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
                      + ("" if ok else ", not resolved"))
         if not ok:

@@ -35,7 +35,7 @@ from ..point import lazy_names
 from .stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, register_metric
 from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES,
-                         PARITY_BAND, REFERENCE_CHECKS, band_resolution, decoupling_D, parity_band,
+                         PARITY_BAND, REFERENCE_CHECKS, band_resolution, band_rule, decoupling_D, parity_band,
                          per_image_values)
 
 #: the submodules that import torch, loaded on first use of one of their names (PEP 562), so that the report
@@ -79,6 +79,7 @@ __all__ = [
     "D_STATUSES",
     "PARITY_BAND",
     "band_resolution",
+    "band_rule",
     "parity_band",
     "hierarchical_bootstrap",
     "patch_score",

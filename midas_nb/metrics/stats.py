@@ -19,7 +19,7 @@ if TYPE_CHECKING:                       # no torch at import: the report reads i
     from torch import Tensor
 
 __all__ = ["bootstrap_ci", "hierarchical_bootstrap", "seed_image_interval", "SeedImageInterval", "is_finite_number",
-           "interval_sign"]
+           "interval_sign", "LEAD_DIGITS"]
 
 
 def is_finite_number(v: Any) -> bool:
@@ -30,11 +30,19 @@ def is_finite_number(v: Any) -> bool:
         return False
 
 
-def interval_sign(lo: Any, hi: Any) -> str:
+#: the decimals a difference of two fractions (mIoU, IDAUC, accuracy) is printed with, so the precision at which a
+#: lead of one condition over another is decided: a bound that prints as ±0.000 touches 0 (decision 0087)
+LEAD_DIGITS = 3
+
+
+def interval_sign(lo: Any, hi: Any, digits: int | None = None) -> str:
     """``"positive"`` (whole interval above 0), ``"negative"``, ``"not resolved"`` (it holds 0) or
-    ``"undefined"`` (a bound that is not a finite number)."""
-    return "undefined" if not (is_finite_number(lo) and is_finite_number(hi)) else \
-        "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
+    ``"undefined"`` (a bound that is not a finite number). ``digits``: the bounds as printed with that many
+    decimals, so an interval that reads ``[+0.000, +0.003]`` holds 0 (a lead or a tie: :data:`LEAD_DIGITS`)."""
+    if not (is_finite_number(lo) and is_finite_number(hi)):
+        return "undefined"
+    lo, hi = (float(f"{float(v):.{digits}f}") if digits is not None else v for v in (lo, hi))
+    return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
 def bootstrap_ci(
