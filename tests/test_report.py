@@ -816,3 +816,7 @@ def test_committed_aircraft_findings_are_not_counted():
     assert list(f.loc[~air, "holds"].astype(str)) == list(raw.loc[~air, "holds"].astype(str))
     bt = report.read_tables(REPO / "results")["backbones"]
     assert set(bt.loc[(bt["dataset"] == "aircraft") & (bt["kind"] == "finding"), "verdict"]) == {"not counted"}
+    # the report's claims block too, T5's content row included (it read "not resolved")
+    block = (REPO / "results" / "REPORT.md").read_text().split("aircraft · hybrid_lite0_deit: ")[1].split("\n\n", 2)[1]
+    rows = [r for r in block.splitlines() if r.startswith("| ") and not r.startswith("| claim")]
+    assert len(rows) >= 6 and all(r.endswith("| not counted |") for r in rows), rows

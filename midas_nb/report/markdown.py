@@ -202,9 +202,10 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
            _warning_note(g, blocks),
            _how_read(g)]
     out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
+    fit = fitness(dict(tables))    # a backbone that has not learned its task counts no claim, T5's content included
     for ds, bb in blocks:
         claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
-                              content=content_from_d(_block(tables, "three_conditions", ds, bb)))
+                              content=content_from_d(_block(tables, "three_conditions", ds, bb)), fitness=fit.get((ds, bb)))
         out += [f"{ds} · {bb}: {headline(claims)}\n", claims_markdown(claims) + "\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
