@@ -1,12 +1,12 @@
 """Figures of the MIDAS notebooks (matplotlib only), one function per figure.
 
 Every function returns a :class:`matplotlib.figure.Figure` with labelled axes (units in the labels),
-a legend or colour bar where colours carry meaning, one colour per condition or target in every
-notebook (:func:`condition_color`). With ``save="name"`` the figure is also written to
-``<output dir>/<notebook>_<name>.png`` (DESIGN.md §1), the notebook and directory set once per
-notebook with :func:`set_output` (default: :func:`midas_nb.config.figures_dir`). Figures are made
-with ``pyplot``, so Jupyter's inline backend shows each once (cells assign ``fig = viz.x(...)``);
-under ``Agg`` (scripts, tests, nbval) a figure is closed once drawn and saved.
+a legend or colour bar where colours carry meaning, one colour per meaning in every notebook
+(:mod:`.common`: :func:`condition_color`, the part patches, the box, the swept axes). With
+``save="name"`` the figure is also written to ``<output dir>/<notebook>_<name>.png`` (DESIGN.md §1),
+the notebook and directory set once per notebook with :func:`set_output` (default:
+:func:`midas_nb.config.figures_dir`). In a notebook a figure is shown once, its title as the image's
+alt text (cells assign ``fig = viz.x(...)``); under ``Agg`` (scripts, tests, nbval) it is closed once drawn.
 
 Figures over the photos (:mod:`.images`): part keypoints on the patch grid (DESIGN.md §6), target
 maps (§4). The protocol's (:mod:`.protocol`): part mIoU vs IDAUC with the parity band (§6), the
@@ -17,17 +17,15 @@ scale readout's (:mod:`.regimes`). The taxonomy table is the registered targets'
 """
 from __future__ import annotations
 
-# finish_figure is the closing step a figure made elsewhere shares (not in __all__)
 from .output import figure_path, finish_figure, FONT, save_csv, save_figure, set_output  # noqa: F401
-from .colors import CONDITION_COLORS, condition_color  # noqa: F401
-from .common import image_to_rgb  # noqa: F401
-from .images import show_parts_on_grid, target_heatmaps  # noqa: F401
-from .protocol import coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot  # noqa: F401
-from .probes import cosine_depth_lines, cosine_heatmap  # noqa: F401
-from .regimes import regime_heatmap, regime_lines, scale_plot  # noqa: F401
+from .common import CONDITION_COLORS, condition_color, image_to_rgb  # noqa: F401
+from .images import show_parts_on_grid, target_heatmaps
+from .protocol import coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot
+from .probes import cosine_depth_lines, cosine_heatmap
+from .regimes import regime_heatmap, regime_lines, scale_plot
 from ..targets import taxonomy_table  # noqa: F401 - the taxonomy is metadata of the registered targets
 
 __all__ = ["set_output", "figure_path", "save_figure", "save_csv", "image_to_rgb", "condition_color",
-           "CONDITION_COLORS", "show_parts_on_grid", "target_heatmaps", "taxonomy_table",
-           "coverage_vs_faithfulness", "cosine_heatmap", "cosine_depth_lines", "regime_heatmap", "regime_lines",
-           "scale_plot", "insertion_deletion_curves", "perturbation_plot"]
+           "CONDITION_COLORS", "show_parts_on_grid", "target_heatmaps", "taxonomy_table", "coverage_vs_faithfulness",
+           "cosine_heatmap", "cosine_depth_lines", "regime_heatmap", "regime_lines", "scale_plot",
+           "insertion_deletion_curves", "perturbation_plot"]

@@ -1,14 +1,65 @@
-"""Drawing helpers shared by the figures: arrays and images back to numpy / RGB, class names for
-titles, kept-patch rectangles, non-overlapping point labels."""
+"""What every figure shares: one colour per meaning (per condition / target, the part patches, the
+object box, the keypoints, one colormap per swept axis), arrays and images back to numpy / RGB, class
+names for titles, axis labels, colour bars, panel grids, legends under the panels, point labels
+that do not overlap.
+
+:func:`condition_color` maps each known condition or target id (the protocol's conditions,
+:func:`midas_nb.targets.list_targets`, the related methods of notebook 06) to a fixed colour, so
+that ``T5`` is the same in notebook 02's scatter, 05's bars and 06's curves. An unknown name gets a
+colour of :data:`FALLBACK_PALETTE` chosen by a digest of the name (:mod:`hashlib`, not Python's
+per-process salted ``hash``): the same in every figure, process and machine.
+"""
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import torch
-from matplotlib.patches import Rectangle
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
 from .output import FONT, Normalization
+
+#: part patches (filled or outlined), the object box, the visible part keypoints: in every image figure
+PART_COLOR, BOX_COLOR, KEYPOINT_COLOR = "gold", "cyan", "red"
+#: the colormap of each axis a figure colours lines by: the budget and the depth never share one
+AXIS_CMAPS: dict[str, str] = {"budget": "viridis", "depth": "magma"}
+
+#: fixed colours of the known conditions and targets: the controls in neutrals (the reference, no
+#: pruning, black; the unsupervised scorer grey; random light grey; the random-map control gold),
+#: T1–T5 in tab10's first hues, the related targets and scorer families in other tab10 / tab20
+#: hues; all distinct but T0's, the reference's own ranking, which shares the reference's black
+CONDITION_COLORS: dict[str, str] = {
+    "reference": "#000000", "unsupervised": "#7f7f7f", "random": "#c7c7c7", "random_map": "#e7ba52",
+    "T0": "#000000", "T1": "#ff7f0e", "T2": "#2ca02c", "T3": "#d62728", "T4": "#9467bd", "T5": "#8c564b",
+    "rollout": "#e377c2", "rollout_full": "#f7b6d2", "tokentm": "#17becf", "last_votes": "#bcbd22",
+    "cropr": "#393b79", "iared": "#637939"}
+_FOLDED = {k.lower(): v for k, v in CONDITION_COLORS.items()} | {
+    "last": "#bcbd22", "lastvit": "#bcbd22", "last-vit": "#bcbd22"}   # the LaSt-ViT votes' other spellings
+
+#: colours an unknown name may get (tab20b / tab20c hues that no known name uses)
+FALLBACK_PALETTE: tuple[str, ...] = (
+    "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194", "#6b6ecf", "#b5cf6b", "#e7969c",
+    "#ce6dbd", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede", "#843c39")
+
+
+def condition_color(name: str) -> str:
+    """The colour ``"#rrggbb"`` of a condition or target in every figure.
+
+    Args:
+        name: a condition or target id (``"reference"``, ``"T5"``, ``"cropr"``, …); case and
+            surrounding spaces are ignored for the known names. Any other string gets a colour of
+            :data:`FALLBACK_PALETTE` picked by the MD5 digest of the name (two may share one).
+    """
+    key = str(name).strip()
+    if key.lower() in _FOLDED:
+        return CONDITION_COLORS.get(key, _FOLDED[key.lower()])
+    digest = hashlib.md5(key.encode("utf-8")).digest()
+    return FALLBACK_PALETTE[int.from_bytes(digest[:4], "big") % len(FALLBACK_PALETTE)]
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -44,6 +95,74 @@ def short_name(name: Any, limit: int = 26) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
+def require_columns(table: pd.DataFrame, columns: Sequence[str], what: str = "table", hint: str = "") -> None:
+    """Raises ValueError naming the ``columns`` that ``table`` lacks, the ones it has, and ``hint``."""
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{what} is missing column(s) {missing}; has {list(table.columns)}{hint}")
+
+
+def label_axes(ax, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, *,
+               size: float = FONT["label"], title_size: float = FONT["title"] - 1, grid: str | None = "both",
+               legend: dict | None = None) -> None:
+    """Axis labels (``size`` pt), tick labels, a light grid on ``grid`` ("both", "x", "y" or
+    ``None``), the title and, with ``legend`` (its keywords), a legend: every figure's axes."""
+    if xlabel:
+        ax.set_xlabel(xlabel, fontsize=size)
+    if ylabel:
+        ax.set_ylabel(ylabel, fontsize=size)
+    if title:
+        ax.set_title(title, fontsize=title_size)
+    ax.tick_params(labelsize=FONT["tick"])
+    if grid:
+        ax.grid(axis=grid, alpha=0.3)
+    if legend is not None:
+        ax.legend(**{"fontsize": FONT["legend"], "loc": "best", **legend})
+
+
+def colorbar(fig: Figure, mappable, label: str, **kw):
+    """A colour bar of ``mappable`` labelled ``label`` (``kw``: :meth:`Figure.colorbar`'s)."""
+    cb = fig.colorbar(mappable, **kw)
+    cb.set_label(label, fontsize=FONT["annot"])
+    cb.ax.tick_params(labelsize=FONT["tick"])
+    return cb
+
+
+def panel_grid(n: int, ncols: int, panel: tuple[float, float], extra: tuple[float, float] = (0, 0),
+               **kw) -> tuple[Figure, list]:
+    """A figure of ``n`` panels, at most ``ncols`` a row, each ``panel`` (w, h) inches plus ``extra``
+    inches in all; returns it and its ``n`` axes (the rest of the last row hidden)."""
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, **kw,
+                             figsize=(panel[0] * ncols + extra[0], panel[1] * nrows + extra[1]))
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.ravel()[:n])
+
+
+def legend_below(fig: Figure, handles: list, *, ncol: int, note: str | None = None, x: float = 0.5,
+                 loc: str = "lower center", right: float = 1.0, top: float = 0.95) -> float:
+    """``note`` (italic) on the figure's bottom line, a legend of ``handles`` above it, the panels
+    above both (measured, so they never run into each other; the figure widens to hold the
+    legend). Returns the bottom of the panels' area (figure fraction)."""
+    renderer = fig.canvas.get_renderer()
+    to_fig = fig.transFigure.inverted()
+    y = 0.005
+    if note:
+        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
+                        color="0.25")
+        y = text.get_window_extent(renderer).transformed(to_fig).y1 + 0.008
+    legend = fig.legend(handles=handles, loc=loc, bbox_to_anchor=(x, y), ncol=ncol, fontsize=FONT["legend"],
+                        frameon=False, borderaxespad=0)
+    width_in = legend.get_window_extent(renderer).width / fig.dpi
+    if width_in > 0.96 * fig.get_figwidth():
+        fig.set_figwidth(width_in / 0.96)
+    bottom = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y1 + 0.01
+    fig.tight_layout(rect=(0, bottom, right, top))
+    return bottom
+
+
 def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
                 **style) -> None:
     """Draw one ``Rectangle`` (matplotlib ``style`` keywords) on ``ax`` per true entry of
@@ -51,6 +170,25 @@ def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patc
     for t in np.flatnonzero(mask):
         r, c = divmod(int(t), cols)
         ax.add_patch(Rectangle((c * patch_w, r * patch_h), patch_w, patch_h, **style))
+
+
+def draw_parts_or_box(ax, parts: Any = None, box: Any = None, *, s: float = 22, lw: float = 1.8) -> None:
+    """The visible part keypoints ``parts [K,3]`` (x, y, visible; px) as dots of ``s`` pt², and the
+    object ``box`` ``(x0, y0, x1, y1)`` (px) as a rectangle ``lw`` wide, where given."""
+    parts = np.zeros((0, 3)) if parts is None else to_numpy(parts).reshape(-1, 3)
+    vis = parts[:, 2] > 0
+    if vis.any():
+        ax.scatter(parts[vis, 0], parts[vis, 1], s=s, c=KEYPOINT_COLOR, edgecolors="white",
+                   linewidths=0.7 if s > 16 else 0.5, zorder=3)
+    if box is not None:
+        x0, y0, x1, y1 = (float(v) for v in to_numpy(box))
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=lw))
+
+
+#: legend entries of the image figures' markings: a visible part keypoint, the object box
+KEYPOINT_HANDLE = Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white",
+                         label="visible part keypoint")
+BOX_HANDLE = Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")
 
 
 def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
@@ -103,4 +241,3 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
     w = min(a[2], b[2]) - max(a[0], b[0])
     h = min(a[3], b[3]) - max(a[1], b[1])
     return float(w * h) if w > 0 and h > 0 else 0.0
-

@@ -9,12 +9,11 @@ from typing import Any, Literal, Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.collections import LineCollection
-from matplotlib.lines import Line2D
 
-from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR
-from .common import image_to_rgb, patch_rects, short_name, to_numpy
+from .common import (BOX_HANDLE, KEYPOINT_HANDLE, PART_COLOR, colorbar, draw_parts_or_box, image_to_rgb, panel_grid,
+                     patch_rects, short_name, to_numpy)
 from .output import finish_figure, FONT, Normalization
 
 
@@ -41,41 +40,26 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization:
     boxes_only = parts_all.ndim < 2 or parts_all.shape[1] == 0  # no part keypoints: box coverage
     kind = "box" if boxes_only else "part"
     masks = to_numpy(data.box_mask if boxes_only else data.part_mask)[:B].astype(bool)
-    ncols = min(4, B)
-    fig, grid = plt.subplots(math.ceil(B / ncols), ncols, figsize=(3.0 * ncols, 3.0 * math.ceil(B / ncols) + 0.6),
-                             squeeze=False)
-    for ax in grid.ravel()[B:]:
-        ax.set_visible(False)
-    for i, ax in enumerate(grid.ravel()[:B]):
+    fig, axes = panel_grid(B, 4, (3.0, 3.0), (0, 0.6))
+    for i, ax in enumerate(axes):
         ax.imshow(image_to_rgb(images[i], normalization), extent=(0, W, H, 0))
-        for r in range(1, rows):
-            ax.axhline(r * H / rows, color="white", lw=0.4, alpha=0.6)
-        for c in range(1, cols):
-            ax.axvline(c * W / cols, color="white", lw=0.4, alpha=0.6)
+        ax.hlines(np.arange(1, rows) * H / rows, 0, W, color="white", lw=0.4, alpha=0.6)
+        ax.vlines(np.arange(1, cols) * W / cols, 0, H, color="white", lw=0.4, alpha=0.6)
         patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
                     facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.45, lw=0.8)
-        x0, y0, x1, y1 = to_numpy(data.boxes[i])
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.8))
-        parts = parts_all[i]
-        vis = parts[:, 2] > 0 if parts.size else np.zeros(0, bool)
-        if vis.any():
-            ax.scatter(parts[vis, 0], parts[vis, 1], s=22, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.7,
-                       zorder=3)
-        ax.set_xlim(0, W)
-        ax.set_ylim(H, 0)
+        draw_parts_or_box(ax, parts_all[i], data.boxes[i])
+        ax.set(xlim=(0, W), ylim=(H, 0))
         label = int(data.labels[i])
         name = (short_name(class_names[label]) if class_names is not None and 0 <= label < len(class_names)
                 else f"class {label}")
         ax.set_title(f"{name}\n{kind} patches: {int(masks[i].sum())} of {rows * cols}", fontsize=FONT["annot"])
         ax.tick_params(labelsize=FONT["tick"] - 1)
-        if i % ncols == 0:
+        if ax.get_subplotspec().is_first_col():
             ax.set_xlabel("x (px)", fontsize=FONT["tick"])
             ax.set_ylabel("y (px)", fontsize=FONT["tick"])
-    handles = ([] if boxes_only else
-               [Line2D([], [], marker="o", ls="", color=KEYPOINT_COLOR, mec="white", label="visible part keypoint")])
+    handles = [] if boxes_only else [KEYPOINT_HANDLE]
     handles += [Patch(facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.6,
-                      label=f"{kind} patch ({patch_size}×{patch_size} px)"),
-                Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")]
+                      label=f"{kind} patch ({patch_size}×{patch_size} px)"), BOX_HANDLE]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
@@ -178,9 +162,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     label = ("rank percentile within the image (1 = its highest score)" if normalize == "rank"
              else "min–max normalised score per image")
     fig.tight_layout(rect=(0, 0, 1 - 0.9 / width, 0.97))
-    cb = fig.colorbar(im, cax=fig.add_axes((1 - 0.7 / width, 0.15, 0.015, 0.7)))
-    cb.set_label(label, fontsize=FONT["annot"])
-    cb.ax.tick_params(labelsize=FONT["tick"])
+    colorbar(fig, im, label, cax=fig.add_axes((1 - 0.7 / width, 0.15, 0.015, 0.7)))
     outlined = " (gold outline: part patches)" if parts is not None and parts[:B].any() else ""
     fig.suptitle((title or f"Target maps on the {rows}×{cols} patch grid") + outlined, fontsize=FONT["title"])
     return finish_figure(fig, save)
@@ -189,18 +171,10 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
 def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
     """Outline the region of the ``True`` patches of ``mask [rows*cols]`` (one LineCollection,
     ``gid="part outline"``): the patch edges between a part patch and a non-part patch or the border."""
-    m = np.asarray(mask, dtype=bool).reshape(rows, cols)
+    m = np.pad(np.asarray(mask, dtype=bool).reshape(rows, cols), 1)
     ph, pw = H / rows, W / cols
-    padded = np.pad(m, 1)
-    segs = []
-    for r, c in zip(*np.nonzero(m)):
-        x0, y0, x1, y1 = c * pw, r * ph, (c + 1) * pw, (r + 1) * ph
-        if not padded[r, c + 1]:      # above
-            segs.append([(x0, y0), (x1, y0)])
-        if not padded[r + 2, c + 1]:  # below
-            segs.append([(x0, y1), (x1, y1)])
-        if not padded[r + 1, c]:      # left
-            segs.append([(x0, y0), (x0, y1)])
-        if not padded[r + 1, c + 2]:  # right
-            segs.append([(x1, y0), (x1, y1)])
+    horizontal = np.argwhere(m[1:, 1:-1] != m[:-1, 1:-1])    # (r, c): an edge at y = r·ph from x = c·pw
+    vertical = np.argwhere(m[1:-1, 1:] != m[1:-1, :-1])      # (r, c): an edge at x = c·pw from y = r·ph
+    segs = ([[(c * pw, r * ph), ((c + 1) * pw, r * ph)] for r, c in horizontal]
+            + [[(c * pw, r * ph), (c * pw, (r + 1) * ph)] for r, c in vertical])
     ax.add_collection(LineCollection(segs, colors=PART_COLOR, linewidths=1.1, gid="part outline"))

@@ -1,4 +1,5 @@
-"""Where figures and their tables go (:func:`set_output`, :func:`save_figure`, :func:`save_csv`) and the shared font sizes."""
+"""Where figures and their tables go (:func:`set_output`, :func:`save_figure`, :func:`save_csv`), how a
+figure is shown (:func:`finish_figure`) and the shared font sizes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,17 +17,10 @@ from ..results import encode_lists
 
 #: font sizes used by every figure (points)
 FONT = dict(title=12, label=11, tick=9, annot=9, legend=9)
-
-
 _STATE: dict[str, Any] = {"notebook": None, "directory": None}
-
-
 Normalization = tuple[Sequence[float], Sequence[float]] | None
 
 
-# ---------------------------------------------------------------------------------------------
-# output
-# ---------------------------------------------------------------------------------------------
 def set_output(notebook: str | None, directory: str | Path | None = None, *, profile: str | None = None) -> Path:
     """Name the notebook whose figures follow and where they go; returns the directory.
 
@@ -81,12 +75,6 @@ def save_csv(table: pd.DataFrame, name: str) -> Path:
     return path
 
 
-def _interactive_backend() -> bool:
-    backend = matplotlib.get_backend().lower()
-    return "inline" in backend or "ipympl" in backend or "widget" in backend or backend in {
-        "qtagg", "tkagg", "macosx", "gtk3agg", "gtk4agg", "wxagg", "nbagg", "webagg", "qt5agg"}
-
-
 def figure_title(fig: Figure) -> str:
     """What ``fig`` shows, in words: its suptitle, else its axes' titles joined with ``"; "``, else
     ``"figure"`` (the alt text of its image in the HTML edition)."""
@@ -100,10 +88,10 @@ def finish_figure(fig: Figure, save: str | None) -> Figure:
     ``alt`` (the HTML edition's alt text); close it unless a widget or window shows it. Returns ``fig``."""
     if save:
         save_figure(fig, save)
-    if "inline" in matplotlib.get_backend().lower():
+    backend = matplotlib.get_backend().lower()
+    if "inline" in backend:
         from IPython.display import display
         display(fig, metadata={"image/png": {"alt": figure_title(fig)}})
-        plt.close(fig)          # shown once: the backend does not show it again at the cell's end
-    elif not _interactive_backend():
-        plt.close(fig)          # the Figure object stays usable (savefig, axes) after closing
+    if "inline" in backend or backend in ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template"):
+        plt.close(fig)          # shown once; the Figure object stays usable (savefig, axes) after closing
     return fig

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .colors import condition_color
+from .common import colorbar, condition_color, label_axes, require_columns
 from .output import finish_figure, FONT
 
 
@@ -49,14 +49,10 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
             if np.isfinite(v):
                 ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
                         color="white" if abs(v) > 0.6 else "black")
-    ax.set_xticks(range(n), ids, rotation=45, ha="right", fontsize=FONT["tick"])
-    ax.set_yticks(range(n), ids, fontsize=FONT["tick"])
-    ax.set_xlabel("target", fontsize=FONT["label"])
-    ax.set_ylabel("target", fontsize=FONT["label"])
-    cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(n), ids, rotation=45, ha="right")
+    ax.set_yticks(range(n), ids)
     what = MODE_LABELS[mean.attrs.get("mode", "rank")]
-    cb.set_label(f"mean per-image {what}", fontsize=FONT["annot"])
-    cb.ax.tick_params(labelsize=FONT["tick"])
+    colorbar(fig, im, f"mean per-image {what}", ax=ax, fraction=0.046, pad=0.04)
     callout = ""
     if highlight is not None and all(h in ids for h in highlight):
         a, b = ids.index(highlight[0]), ids.index(highlight[1])
@@ -65,7 +61,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         callout = f"\ncos({highlight[0]}, {highlight[1]}) = {_fmt_cell(M[a, b], 3)}"
         if lo is not None and hi is not None:
             callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
-    ax.set_title((title or f"{what[0].upper()}{what[1:]} of target maps") + callout, fontsize=FONT["title"] - 1)
+    label_axes(ax, "target", "target", (title or f"{what[0].upper()}{what[1:]} of target maps") + callout, grid=None)
     fig.tight_layout()
     return finish_figure(fig, save)
 
@@ -79,9 +75,7 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
         title: figure title. save: figure name for :func:`save_figure`.
     """
     a, b = ("hidden", "attention") if "hidden" in table.columns else ("a", "b")
-    missing = [c for c in ("depth", "cosine", a, b) if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    require_columns(table, ("depth", "cosine", a, b))
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     # a pair in its first target's colour (the colour it has in every figure), one line style per second target
     styles = {v: ("-", "--", ":", "-.")[i % 4] for i, v in enumerate(dict.fromkeys(table[b].astype(str)))}
@@ -94,15 +88,11 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
                             color=condition_color(x), alpha=0.12, lw=0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(sorted(table["depth"].dropna().unique()))
-    ax.set_xlabel("depth L (targets read at block L)", fontsize=FONT["label"])
     modes = set(table["mode"].dropna()) if "mode" in table.columns else {"rank"}
     what = MODE_LABELS[modes.pop()] if len(modes) == 1 else "cosine"
-    ax.set_ylabel(f"mean per-image {what}", fontsize=FONT["label"])
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT["legend"], loc="best", framealpha=0.85)
-    ax.set_title(title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
-                 fontsize=FONT["title"] - 1)
+    label_axes(ax, "depth L (targets read at block L)", f"mean per-image {what}",
+               title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
+               legend=dict(framealpha=0.85))
     fig.tight_layout()
     return finish_figure(fig, save)
 

@@ -1,6 +1,8 @@
-"""Figures of the three-condition protocol: coverage against faithfulness, insertion/deletion and perturbation curves."""
+"""Figures of the three-condition protocol: coverage against faithfulness, insertion/deletion and
+perturbation curves."""
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -10,19 +12,12 @@ from matplotlib.figure import Figure
 
 from ..metrics import parity_band
 from ..results import aggregate_seeds, coverage_name
-from .colors import condition_colors as _condition_colors
-from .common import place_point_labels, to_numpy
+from .common import condition_color, label_axes, place_point_labels, require_columns, to_numpy
 from .output import finish_figure, FONT
 
-
-# ---------------------------------------------------------------------------------------------
-# protocol
-# ---------------------------------------------------------------------------------------------
 #: Axis label of each sweep dimension (budget, depth) and of the backbone axis.
 AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
                "backbone": "backbone"}
-
-
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
 
 
@@ -54,14 +49,11 @@ def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
     agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns],
                           n_boot=n_boot)
     agg = agg.rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
-    for m in ("miou", "idauc"):
-        for b in ("lo", "hi"):
-            col = f"{m}_{b}"
-            if col not in agg.columns:
-                agg[col] = np.nan
-            if col in t.columns:
-                single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
-                agg[col] = agg[col].fillna(agg["condition"].map(single))
+    for col in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi"):
+        agg[col] = agg[col] if col in agg.columns else np.nan
+        if col in t.columns:
+            single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
+            agg[col] = agg[col].fillna(agg["condition"].map(single))
     return agg
 
 
@@ -99,53 +91,56 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
         ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes
             datasets / backbones not named in ``average_over``.
     """
-    missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
     note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
-    if coverage_label is None:
-        coverage_label = coverage_name(table)
+    coverage_label = coverage_name(table) if coverage_label is None else coverage_label
     agg = _condition_summary(table, n_boot)
-    colors = _condition_colors(agg["condition"].tolist())
     fig, ax = plt.subplots(figsize=(8.2, 4.6))
+    ys = agg[["idauc", "idauc_lo", "idauc_hi"]].to_numpy(dtype=float)
+    lo, hi = float(np.nanmin(ys)), float(np.nanmax(ys))
     ref = agg[agg["condition"] == reference]
     if len(ref):
         r_m, r_i = float(ref["miou"].iloc[0]), float(ref["idauc"].iloc[0])
-        ax.axhspan(r_i - band, max(r_i - band, agg["idauc_hi"].max() if "idauc_hi" in agg else agg["idauc"].max()) + 1.0,
-                   color="tab:green", alpha=0.10, lw=0, label=f"parity band: IDAUC ≥ ref − {band:g}")
+        lo = min(lo, r_i - band)
+        ax.axhspan(r_i - band, max(r_i - band, hi) + 1.0, color="tab:green", alpha=0.10, lw=0,
+                   label=f"parity band: IDAUC ≥ ref − {band:g}")
         ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
         ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label=f"reference {coverage_label}")
     for i, row in agg.iterrows():
-        c = row["condition"]
         x, y = row["miou"], row["idauc"]
-        xerr = yerr = None
-        if {"miou_lo", "miou_hi"} <= set(agg.columns) and pd.notna(row["miou_lo"]):
-            xerr = [[max(0.0, x - row["miou_lo"])], [max(0.0, row["miou_hi"] - x)]]
-        if {"idauc_lo", "idauc_hi"} <= set(agg.columns) and pd.notna(row["idauc_lo"]):
-            yerr = [[max(0.0, y - row["idauc_lo"])], [max(0.0, row["idauc_hi"] - y)]]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c], mfc="none",
-                    mew=1.6, ms=8, capsize=3, lw=1.2, label=c, zorder=3)
-    # keep the band from stretching the y range
-    ys = np.concatenate([agg["idauc"].to_numpy(),
-                         agg["idauc_lo"].dropna().to_numpy() if "idauc_lo" in agg else [],
-                         agg["idauc_hi"].dropna().to_numpy() if "idauc_hi" in agg else []])
-    lo, hi = float(np.nanmin(ys)), float(np.nanmax(ys))
-    if len(ref):
-        lo = min(lo, r_i - band)
-    pad = max(0.01, 0.08 * (hi - lo))
+        xerr, yerr = ([[max(0.0, v - row[f"{m}_lo"])], [max(0.0, row[f"{m}_hi"] - v)]]
+                      if pd.notna(row[f"{m}_lo"]) else None for m, v in (("miou", x), ("idauc", y)))
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)],
+                    color=condition_color(row["condition"]), mfc="none", mew=1.6, ms=8, capsize=3, lw=1.2,
+                    label=row["condition"], zorder=3)
+    pad = max(0.01, 0.08 * (hi - lo))      # the band does not stretch the y range
     ax.set_ylim(lo - pad, hi + pad)
-    ax.set_xlabel(f"{coverage_label} (fraction)", fontsize=FONT["label"])
-    ax.set_ylabel("insertion − deletion AUC", fontsize=FONT["label"])
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
-              frameon=False)
-    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over builds and seeds)")
-                 + note, fontsize=FONT["title"] - 1)
+    label_axes(ax, f"{coverage_label} (fraction)", "insertion − deletion AUC", (title or "Coverage vs faithfulness "
+               "(error bars: 95 % interval of the mean over builds and seeds)") + note,
+               legend=dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False))
     fig.tight_layout()
     if len(agg) <= 10:  # beyond that the legend names the markers; labels placed without overlap
         place_point_labels(ax, list(zip(agg["miou"], agg["idauc"])), agg["condition"].tolist())
+    return finish_figure(fig, save)
+
+
+def _curve_pair(curves: list, xlabels: Sequence[str], titles: Sequence[str], ylabel: str, title: str | None,
+                save: str | None) -> Figure:
+    """Two panels side by side (shared y) of ``curves``: ``(label, x %, (y_left, auc_left), (y_right,
+    auc_right))`` each, in the label's :func:`condition_color`, the AUC in the legend."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
+    for label, x, *sides in curves:
+        for ax, (y, auc) in zip(axes, sides):
+            ax.plot(x, y, marker=".", color=condition_color(label),
+                    label=f"{label}" + ("" if auc is None or pd.isna(auc) else f" (AUC {float(auc):.3f})"))
+    for ax, xlabel, panel_title in zip(axes, xlabels, titles):
+        label_axes(ax, xlabel, ylabel if ax is axes[0] else None, panel_title, title_size=FONT["label"] - 1,
+                   legend=dict(fontsize=FONT["legend"] - 1))
+        ax.set_xlim(0, 100)
+    if title:
+        fig.suptitle(title, fontsize=FONT["title"])
+    fig.tight_layout()
     return finish_figure(fig, save)
 
 
@@ -158,34 +153,15 @@ def insertion_deletion_curves(results: Any, *, title: str | None = None, save: s
             ``del_curve [B,S+1]`` and ``ins_auc``/``del_auc [B]`` works.
         title: figure title. save: figure name for :func:`save_figure`.
     """
-    if not isinstance(results, Mapping):
-        results = {"ranking": results}
+    results = results if isinstance(results, Mapping) else {"ranking": results}
     if not results:
         raise ValueError("results is empty")
-    colors = _condition_colors(list(results))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
-    for label, r in results.items():
-        frac = to_numpy(r.fractions) * 100
-        for ax, curve, auc, what in ((axes[0], r.ins_curve, r.ins_auc, "ins"),
-                                     (axes[1], r.del_curve, r.del_auc, "del")):
-            c = to_numpy(curve)
-            c = c[None] if c.ndim == 1 else c
-            ax.plot(frac, c.mean(0), marker=".", color=colors[label],
-                    label=f"{label} (AUC {float(to_numpy(auc).mean()):.3f})")
-    axes[0].set_xlabel("patch tokens inserted, most important first (%)", fontsize=FONT["label"])
-    axes[1].set_xlabel("patch tokens deleted, most important first (%)", fontsize=FONT["label"])
-    axes[0].set_ylabel("p_c (softmax prob. of predicted class)", fontsize=FONT["label"])
-    axes[0].set_title("insertion (higher = more faithful)", fontsize=FONT["label"])
-    axes[1].set_title("deletion (lower = more faithful)", fontsize=FONT["label"])
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=FONT["tick"])
-        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
-        ax.set_xlim(0, 100)
-    if title:
-        fig.suptitle(title, fontsize=FONT["title"])
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    curves = [(label, to_numpy(r.fractions) * 100, *((np.atleast_2d(to_numpy(c)).mean(0), to_numpy(a).mean())
+                                                     for c, a in ((r.ins_curve, r.ins_auc), (r.del_curve, r.del_auc))))
+              for label, r in results.items()]
+    return _curve_pair(curves, [f"patch tokens {w}, most important first (%)" for w in ("inserted", "deleted")],
+                       ["insertion (higher = more faithful)", "deletion (lower = more faithful)"],
+                       "p_c (softmax prob. of predicted class)", title, save)
 
 
 def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -199,33 +175,14 @@ def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: st
             (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV).
         title: figure title. save: figure name for :func:`save_figure`.
     """
-    import json
-
-    missing = [c for c in ("target", "fractions", "pos_curve", "neg_curve") if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    require_columns(table, ("target", "fractions", "pos_curve", "neg_curve"))
 
     def arr(v: Any) -> np.ndarray:
         return np.asarray(json.loads(v) if isinstance(v, str) else v, dtype=float)
 
-    colors = _condition_colors([str(t) for t in table["target"]])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
-    for _, r in table.iterrows():
-        x = arr(r["fractions"]) * 100
-        for ax, col in ((axes[0], "pos"), (axes[1], "neg")):
-            auc = f" (AUC {float(r[f'{col}_auc']):.3f})" if f"{col}_auc" in r and pd.notna(r[f"{col}_auc"]) else ""
-            ax.plot(x, arr(r[f"{col}_curve"]) * 100, marker=".", color=colors[str(r["target"])],
-                    label=f"{r['target']}{auc}")
-    axes[0].set_title("positive: most relevant removed first (lower AUC = better)", fontsize=FONT["label"] - 1)
-    axes[1].set_title("negative: least relevant removed first (higher AUC = better)", fontsize=FONT["label"] - 1)
-    for ax in axes:
-        ax.set_xlabel("patch tokens removed (%)", fontsize=FONT["label"])
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=FONT["tick"])
-        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
-        ax.set_xlim(0, 100)
-    axes[0].set_ylabel("top-1 accuracy (%)", fontsize=FONT["label"])
-    if title:
-        fig.suptitle(title, fontsize=FONT["title"])
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    curves = [(str(r["target"]), arr(r["fractions"]) * 100,
+               *((arr(r[f"{s}_curve"]) * 100, r.get(f"{s}_auc")) for s in ("pos", "neg"))) for _, r in table.iterrows()]
+    return _curve_pair(curves, ["patch tokens removed (%)"] * 2,
+                       ["positive: most relevant removed first (lower AUC = better)",
+                        "negative: least relevant removed first (higher AUC = better)"],
+                       "top-1 accuracy (%)", title, save)

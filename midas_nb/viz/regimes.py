@@ -13,35 +13,39 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.lines import Line2D
 
 from .output import finish_figure, FONT
-from .colors import AXIS_CMAPS, condition_colors as _condition_colors
+from .common import AXIS_CMAPS, colorbar, condition_color, label_axes, legend_below, panel_grid, require_columns
 from .protocol import AXIS_LABELS, mixed_groups
 
+D_LABEL = "D = mIoU − mIoU_ref (pp)"
+#: each parity-band status: its mark, its cell pattern in :func:`regime_heatmap` (a face colour only
+#: where D does not colour the cell), its legend line
+_STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "in band": ("✓", dict(edgecolor="0.4"), "in parity band (coloured by D)"),
+    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."),
+                     "band not resolved: ΔIDAUC CI straddles −band (coloured by D)"),
+    "uninformative": ("○", dict(edgecolor="0.1", hatch="xx"),
+                      "uninformative: the reference is not faithful (coloured by D)"),
+    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
+                     "outside band: ΔIDAUC < −band (D in brackets)")}
+_COLOURED = ("in band", "not resolved", "uninformative")   # the statuses drawn in D's colour
+#: :func:`regime_lines`' marker of each status: (marker, area in pt², hollow, legend label)
+_MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 36, True, "band not resolved"),
+          "outside band": ("x", 60, False, "outside band"),
+          "uninformative": ("D", 30, True, "uninformative (reference not faithful)")}
 
-# ---------------------------------------------------------------------------------------------
-# regimes and scale
-# ---------------------------------------------------------------------------------------------
-def _d_table_check(table: pd.DataFrame, needed: Sequence[str]) -> None:
-    missing = [c for c in needed if c not in table.columns]
-    if missing:
-        raise ValueError(f"D table is missing column(s) {missing}; has {list(table.columns)} "
-                         "(expected the output of midas_nb.metrics.decoupling_D)")
 
-
-#: the statuses drawn in D's colour, with the mark after the value
-_COLOURED = {"in band": "✓", "not resolved": "?", "uninformative": "○"}
-#: each status's cell pattern (facecolor only where the cell is not coloured by D)
-_STATUS_STYLE: dict[str, dict[str, Any]] = {
-    "in band": dict(edgecolor="0.4"),
-    "not resolved": dict(edgecolor="0.35", hatch="...."),
-    "uninformative": dict(edgecolor="0.1", hatch="xx"),
-    "outside band": dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
-}
-_STATUS_LABELS = {
-    "in band": "✓ in parity band (coloured by D)",
-    "not resolved": "? band not resolved: ΔIDAUC CI straddles −band (coloured by D)",
-    "uninformative": "○ uninformative: the reference is not faithful (coloured by D)",
-    "outside band": "✗ outside band: ΔIDAUC < −band (D in brackets)",
-}
+def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: str,
+                  conditions: Sequence[str] | None, reference: str, average_over: Sequence[str]) -> tuple[str, list]:
+    """Check a ``decoupling_D`` table; returns the title's note on what it averages over and the
+    conditions to draw (``conditions``, default every one but ``reference``)."""
+    require_columns(table, ["condition", *axes, value, "in_band"], "D table",
+                    " (expected the output of midas_nb.metrics.decoupling_D)")
+    note = mixed_groups(table, average_over, what, [c for c in ("dataset", "backbone") if c not in axes])
+    conds = list(conditions) if conditions is not None else [
+        c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
+    if not conds:
+        raise ValueError("no condition to plot besides the reference")
+    return note, conds
 
 
 def status_legend_handles() -> list:
@@ -49,12 +53,8 @@ def status_legend_handles() -> list:
     (face colour, hatch, edge colour): coloured statuses show a sample of D's colour map
     under their pattern, "outside band" its grey hatch."""
     sample = plt.get_cmap("RdBu_r")(0.78)
-    handles = []
-    for st, label in _STATUS_LABELS.items():
-        style = dict(_STATUS_STYLE[st])
-        style.setdefault("facecolor", sample)
-        handles.append(Patch(label=label, lw=0.8, **style))
-    return handles
+    return [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": sample, **style})
+            for mark, style, label in _STATUS.values()]
 
 
 def _group_status(g: pd.DataFrame) -> str:
@@ -62,19 +62,13 @@ def _group_status(g: pd.DataFrame) -> str:
     when present, else the point decision ``in_band``): any undefined → "undefined", any
     "uninformative" (the reference is not faithful, so the band says nothing) →
     "uninformative", all in band → "in band", any outside → "outside band", else "not resolved"."""
-    if "status" in g.columns:
-        st = set(g["status"].astype(str))
-    else:
-        st = {"undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
-    if "undefined" in st or "no reference" in st:
+    st = set(g["status"].astype(str)) if "status" in g.columns else {
+        "undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
+    if st & {"undefined", "no reference"}:
         return "undefined"
-    if "uninformative" in st:
-        return "uninformative"
     if st == {"in band"}:
         return "in band"
-    if "outside band" in st:
-        return "outside band"
-    return "not resolved"
+    return next((s for s in ("uninformative", "outside band") if s in st), "not resolved")
 
 
 def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
@@ -93,6 +87,7 @@ def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
 
 
 def _fmt_axis_value(name: str, v: Any) -> str:
+    """A tick label: a budget in %, a number with ``g``, anything else as text."""
     if name == "budget":
         return f"{float(v) * 100:g}%"
     return f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
@@ -122,78 +117,42 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         vmax: half-range of the diverging colour scale (default: largest |D|).
         title: figure title. save: figure name for :func:`save_figure`.
     """
-    _d_table_check(table, ["condition", x, y, value, "in_band"])
-    note = mixed_groups(table, average_over, "regime_heatmap", [c for c in ("dataset", "backbone") if c not in (x, y)])
-    conds = list(conditions) if conditions is not None else [
-        c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
-    if not conds:
-        raise ValueError("no condition to plot besides the reference")
-    xs = sorted(table[x].dropna().unique())
-    ys = sorted(table[y].dropna().unique())
+    note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)
+    xs, ys = sorted(table[x].dropna().unique()), sorted(table[y].dropna().unique())
     vals = table[value].to_numpy(dtype=float)
     lim = vmax or max(1e-6, float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
-    ncols = min(3, len(conds))
-    nrows = math.ceil(len(conds) / ncols)
-    w = max(3.4, 0.95 * len(xs) + 1.6)
-    h = max(2.8, 0.7 * len(ys) + 1.5)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols + 1.2, h * nrows + 0.6), squeeze=False)
-    im = None
-    for k, ax in enumerate(axes.ravel()):
-        if k >= len(conds):
-            ax.set_visible(False)
-            continue
-        cond = conds[k]
-        sub = table[table["condition"].astype(str) == cond]
+    fig, axes = panel_grid(len(conds), 3, (max(3.4, 0.95 * len(xs) + 1.6), max(2.8, 0.7 * len(ys) + 1.5)), (1.2, 0.6))
+    for cond, ax in zip(conds, axes):
         grid = np.full((len(ys), len(xs)), np.nan)
         status = np.full((len(ys), len(xs)), "not run", dtype=object)
-        for (yv, xv), g in sub.groupby([y, x]):
-            i, j = ys.index(yv), xs.index(xv)
-            grid[i, j] = g[value].astype(float).mean()
-            status[i, j] = _group_status(g)
-        shown = np.where(np.isin(status, list(_COLOURED)), grid, np.nan)
-        im = ax.imshow(shown, cmap="RdBu_r", norm=norm, aspect="auto", origin="lower")
-        for i in range(len(ys)):
-            for j in range(len(xs)):
-                if status[i, j] in ("not run", "undefined"):   # not in the grid / NaN values
-                    ax.text(j, i, status[i, j], ha="center", va="center", fontsize=FONT["annot"] - 1,
-                            color="0.55", style="italic")
-                    continue
-                if status[i, j] in _COLOURED:
-                    v = grid[i, j]
-                    if status[i, j] != "in band":  # the status's own pattern over the colour
-                        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=0,
-                                               **_STATUS_STYLE[status[i, j]]))
-                    ax.text(j, i, f"{v:+.1f} {_COLOURED[status[i, j]]}", ha="center", va="center",
-                            fontsize=FONT["annot"],
-                            color="white" if abs(v) > 0.6 * lim and status[i, j] == "in band" else "black",
-                            bbox=None if status[i, j] == "in band" else
-                            dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.7))
-                else:
-                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, lw=0.5, **_STATUS_STYLE["outside band"]))
-                    ax.text(j, i, f"✗ ({grid[i, j]:+.1f})" if np.isfinite(grid[i, j]) else "✗",
-                            ha="center", va="center", fontsize=FONT["annot"], color="0.15",
-                            bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.85))
-        ax.set_xticks(range(len(xs)), [_fmt_axis_value(x, v) for v in xs], fontsize=FONT["tick"])
-        ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys], fontsize=FONT["tick"])
-        ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
-        ax.set_ylabel(AXIS_LABELS.get(y, y), fontsize=FONT["label"] - 1)
-        ax.set_title(cond, fontsize=FONT["label"])
-    # the status legend under the panels, measured: the figure widens to hold it and the
-    # panels end above it
-    legend = fig.legend(handles=status_legend_handles(), loc="lower center", bbox_to_anchor=(0.5, 0.005),
-                        ncol=2 if fig.get_figwidth() >= 9 else 1, fontsize=FONT["legend"], frameon=False,
-                        borderaxespad=0)
-    renderer = fig.canvas.get_renderer()
-    width_in = legend.get_window_extent(renderer).width / fig.dpi
-    if width_in > 0.96 * fig.get_figwidth():
-        fig.set_figwidth(width_in / 0.96)
-    bottom = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y1 + 0.01
-    fig.tight_layout(rect=(0, bottom, 0.9, 0.95))
-    cax = fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom)))
-    cb = fig.colorbar(im, cax=cax)
-    cb.set_label("D = mIoU − mIoU_ref (pp)", fontsize=FONT["annot"])
-    cb.ax.tick_params(labelsize=FONT["tick"])
+        for (yv, xv), g in table[table["condition"].astype(str) == cond].groupby([y, x]):
+            grid[ys.index(yv), xs.index(xv)] = g[value].astype(float).mean()
+            status[ys.index(yv), xs.index(xv)] = _group_status(g)
+        im = ax.imshow(np.where(np.isin(status, _COLOURED), grid, np.nan), cmap="RdBu_r", norm=norm, aspect="auto",
+                       origin="lower")
+        for (i, j), st in np.ndenumerate(status):
+            v = grid[i, j]
+            if st in ("not run", "undefined"):   # not in the grid / NaN values
+                ax.text(j, i, st, ha="center", va="center", fontsize=FONT["annot"] - 1, color="0.55", style="italic")
+                continue
+            if st != "in band":   # the status's own pattern (over D's colour, or grey outside the band)
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, **{"fill": False, "lw": 0, **_STATUS[st][1]}
+                                       if st in _COLOURED else dict(lw=0.5, **_STATUS[st][1])))
+            text = (f"{v:+.1f} {_STATUS[st][0]}" if st in _COLOURED
+                    else f"✗ ({v:+.1f})" if np.isfinite(v) else "✗")
+            ax.text(j, i, text, ha="center", va="center", fontsize=FONT["annot"],
+                    color="white" if abs(v) > 0.6 * lim and st == "in band" else "black" if st in _COLOURED else "0.15",
+                    bbox=None if st == "in band" else dict(boxstyle=f"round,pad={0.15 if st in _COLOURED else 0.2}",
+                                                           facecolor="white", edgecolor="none",
+                                                           alpha=0.7 if st in _COLOURED else 0.85))
+        ax.set_xticks(range(len(xs)), [_fmt_axis_value(x, v) for v in xs])
+        ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys])
+        label_axes(ax, AXIS_LABELS.get(x, x), AXIS_LABELS.get(y, y), cond, size=FONT["label"] - 1,
+                   title_size=FONT["label"], grid=None)
+    # the status legend under the panels, the colour bar right of them
+    bottom = legend_below(fig, status_legend_handles(), ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)
+    colorbar(fig, im, D_LABEL, cax=fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom))))
     fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) over {y} × {x}") + note, fontsize=FONT["title"])
     return finish_figure(fig, save)
 
@@ -217,25 +176,15 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
         title: figure title. save: figure name for :func:`save_figure`.
         average_over: datasets / backbones to average over (default: several are an error).
     """
-    _d_table_check(table, ["condition", x, hue, value, "in_band"])
-    note = mixed_groups(table, average_over, "regime_lines", [c for c in ("dataset", "backbone") if c not in (x, hue)])
+    note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
     kinds: set[str] = set()
-    conds = list(conditions) if conditions is not None else [
-        c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
-    if not conds:
-        raise ValueError("no condition to plot besides the reference")
     hues = sorted(table[hue].dropna().unique())
     cmap = plt.get_cmap(AXIS_CMAPS.get(hue, "viridis"))   # budget and depth: never one colormap for both
     colors = {hv: cmap(i / max(1, len(hues) - 1) * 0.85) for i, hv in enumerate(hues)}
-    ncols = min(3, len(conds))
-    nrows = math.ceil(len(conds) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.3 * nrows + 0.7), squeeze=False,
-                             sharey=True)
-    for k, ax in enumerate(axes.ravel()):
-        if k >= len(conds):
-            ax.set_visible(False)
-            continue
-        sub = table[table["condition"].astype(str) == conds[k]]
+    fig, axes = panel_grid(len(conds), 3, (4.2, 3.3), (0, 0.7), sharey=True)
+    xt = sorted(table[x].dropna().unique())
+    for cond, ax in zip(conds, axes):
+        sub = table[table["condition"].astype(str) == cond]
         for hv in hues:
             groups = sorted(sub[sub[hue] == hv].groupby(x), key=lambda kv: kv[0])
             if not groups:
@@ -248,33 +197,19 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
             ax.errorbar(xv, d, yerr=None if np.isnan(yerr).all() else np.nan_to_num(yerr),
                         color=colors[hv], lw=1.5, capsize=2, label=f"{hue} = {_fmt_axis_value(hue, hv)}")
             st = np.array([_group_status(g) for _, g in groups])
-            ax.scatter(xv[st == "in band"], d[st == "in band"], color=colors[hv], s=36, zorder=3, gid="in band")
-            ax.scatter(xv[st == "not resolved"], d[st == "not resolved"], facecolors="white",
-                       edgecolors=colors[hv], s=36, zorder=3, gid="not resolved")
-            ax.scatter(xv[st == "outside band"], d[st == "outside band"], color=colors[hv], marker="x", s=60,
-                       zorder=3, gid="outside band")
-            ax.scatter(xv[st == "uninformative"], d[st == "uninformative"], facecolors="white", marker="D",
-                       edgecolors=colors[hv], s=30, zorder=3, gid="uninformative")
+            for status, (marker, size, hollow, _) in _MARKS.items():
+                ax.scatter(xv[st == status], d[st == status], marker=marker, s=size, zorder=3, gid=status,
+                           **(dict(facecolors="white", edgecolors=colors[hv]) if hollow else dict(color=colors[hv])))
         ax.axhline(0, color="black", lw=0.8)
-        ax.set_title(conds[k], fontsize=FONT["label"])
-        ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"] - 1)
-        if k % ncols == 0:
-            ax.set_ylabel("D = mIoU − mIoU_ref (pp)", fontsize=FONT["label"] - 1)
-        ax.tick_params(labelsize=FONT["tick"])
-        xt = sorted(table[x].dropna().unique())
         ax.set_xticks(xt, [_fmt_axis_value(x, v) for v in xt])
-        ax.grid(alpha=0.3)
+        label_axes(ax, AXIS_LABELS.get(x, x), D_LABEL if ax.get_subplotspec().is_first_col() else None, cond,
+                   size=FONT["label"] - 1, title_size=FONT["label"])
     handles = [Line2D([], [], color=colors[hv], lw=1.5, label=f"{hue} = {_fmt_axis_value(hue, hv)}") for hv in hues]
-    handles += [Line2D([], [], color="0.3", marker="o", ls="", label="in parity band"),
-                Line2D([], [], color="0.3", marker="o", markerfacecolor="white", ls="", label="band not resolved"),
-                Line2D([], [], color="0.3", marker="x", ls="", ms=8, label="outside band"),
-                Line2D([], [], color="0.3", marker="D", markerfacecolor="white", ls="", ms=5,
-                       label="uninformative (reference not faithful)")]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=FONT["legend"],
-               frameon=False)
+    handles += [Line2D([], [], color="0.3", marker=marker, ls="", ms=math.sqrt(size), mfc="white" if hollow else None,
+                       label=label) for marker, size, hollow, label in _MARKS.values()]
+    legend_below(fig, handles, ncol=min(len(handles), 6))
     bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
     fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) against {x}") + note + bars, fontsize=FONT["title"])
-    fig.tight_layout(rect=(0, 0.09, 1, 0.95))
     return finish_figure(fig, save)
 
 
@@ -297,51 +232,38 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
             appears). conditions: bars (default: all but the reference).
         title: figure title. save: figure name for :func:`save_figure`.
     """
-    _d_table_check(table, ["condition", x, value, "in_band"])
-    note = mixed_groups(table, average_over, "scale_plot", [c for c in ("dataset", "backbone") if c != x])
+    note, conds = _d_conditions(table, "scale_plot", (x,), value, conditions, reference, average_over)
     kinds: set[str] = set()
-    conds = list(conditions) if conditions is not None else [
-        c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
     cats = list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
-    colors = _condition_colors(conds)
     width = 0.8 / max(1, len(conds))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(cats) * max(1, len(conds)) ** 0.5 + 2), 4.2))
     for k, cond in enumerate(conds):
-        sub = table[table["condition"].astype(str) == cond]
+        sub, color = table[table["condition"].astype(str) == cond], condition_color(cond)
         for i, cat in enumerate(cats):
             g = sub[sub[x].astype(str) == cat]
             if g.empty:
                 continue
-            d = float(g[value].mean())
-            st = _group_status(g)
-            pos = i - 0.4 + width * (k + 0.5)
+            d, st, pos = float(g[value].mean()), _group_status(g), i - 0.4 + width * (k + 0.5)
             if st == "undefined" or not np.isfinite(d):
                 ax.text(pos, 0, "undefined", rotation=90, ha="center", va="bottom", fontsize=FONT["annot"] - 1,
                         color="0.4")
                 continue
             inb = st == "in band"
             lo, hi, kind = _d_errors(g, value)
-            if kind:
-                kinds.add(kind)
-            ax.bar(pos, d, width=width * 0.92, color=colors[cond], alpha=1.0 if inb else 0.35,
+            kinds.update([kind] if kind else [])
+            ax.bar(pos, d, width=width * 0.92, color=color, alpha=1.0 if inb else 0.35,
                    hatch=None if inb else {"not resolved": "...", "uninformative": "xx"}.get(st, "///"),
-                   edgecolor="black" if not inb else colors[cond],
-                   yerr=None if not np.isfinite(lo) else [[lo], [hi]], capsize=2,
+                   edgecolor=color if inb else "black", yerr=None if not np.isfinite(lo) else [[lo], [hi]], capsize=2,
                    label=cond if i == 0 or cat == cats[0] else None)
     ax.axhline(0, color="black", lw=0.8)
-    ax.set_xticks(range(len(cats)), cats, rotation=15 if max(map(len, cats)) > 14 else 0,
-                  ha="right" if max(map(len, cats)) > 14 else "center", fontsize=FONT["tick"])
-    ax.set_xlabel(AXIS_LABELS.get(x, x), fontsize=FONT["label"])
-    ax.set_ylabel("D = mIoU − mIoU_ref (pp)", fontsize=FONT["label"])
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.grid(axis="y", alpha=0.3)
-    handles = [Patch(color=colors[c], label=c) for c in conds]
-    handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="...", label="band not resolved"))
-    handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="///", label="outside parity band"))
-    handles.append(Patch(facecolor="0.85", edgecolor="black", hatch="xx", label="uninformative (reference not faithful)"))
-    ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              borderaxespad=0, frameon=False)      # beside the axes: never over a bar
+    long = max(map(len, cats)) > 14
+    ax.set_xticks(range(len(cats)), cats, rotation=15 if long else 0, ha="right" if long else "center")
     bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
-    ax.set_title((title or f"D = mIoU_t − mIoU_ref (pp) across {x}s") + note + bars, fontsize=FONT["title"])
+    handles = [Patch(color=condition_color(c), label=c) for c in conds] + [
+        Patch(facecolor="0.85", edgecolor="black", hatch=h, label=lbl) for h, lbl in (("...", "band not resolved"),
+            ("///", "outside parity band"), ("xx", "uninformative (reference not faithful)"))]
+    label_axes(ax, AXIS_LABELS.get(x, x), D_LABEL, (title or f"D = mIoU_t − mIoU_ref (pp) across {x}s") + note + bars,
+               title_size=FONT["title"], grid="y", legend=dict(     # beside the axes: never over a bar
+                   handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False))
     fig.tight_layout()
     return finish_figure(fig, save)

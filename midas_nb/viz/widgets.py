@@ -22,12 +22,11 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from torch import Tensor
 
-from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR, condition_color
-from .common import image_to_rgb, patch_rects, short_name, to_numpy
+from .common import (BOX_HANDLE, KEYPOINT_HANDLE, PART_COLOR, condition_color, draw_parts_or_box, image_to_rgb,
+                     label_axes, legend_below, patch_rects, short_name, to_numpy)
 from .output import FONT, finish_figure
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
 from ..pruning import keep_mask_from_indices, select_top_k
@@ -227,7 +226,6 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     img = image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
-    colors = {t: condition_color(t) for t in view.targets}  # the colours of every other figure
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
         keep = to_numpy(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))
@@ -238,57 +236,32 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
         if view.region == "part":   # part patches outlined and visible keypoints dotted, else the object box
             patch_rects(ax, to_numpy(batch.part_mask[p]).astype(bool), rows, cols, H / rows, W / cols, fill=False,
                         edgecolor=PART_COLOR, lw=1.4, ls="--")
-            parts = to_numpy(batch.parts[p])
-            vis = parts[:, 2] > 0
-            ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.5,
-                       zorder=3)
-        else:
-            x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[p]))
-            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.6))
-        ax.set_xlim(0, W)
-        ax.set_ylim(H, 0)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        draw_parts_or_box(ax, batch.parts[p] if view.region == "part" else None,
+                          batch.boxes[p] if view.region == "box" else None, s=14, lw=1.6)
+        ax.set(xlim=(0, W), ylim=(H, 0), xticks=[], yticks=[])
         iou = view.iou[j]
         r = view.insdel[t]
         ax.set_title(f"{t}: kept {view.n_keep}/{view.n_patches}\n{view.region} IoU "
                      f"{'n/a' if math.isnan(iou) else f'{iou:.2f}'} · IDAUC {float(r.idauc[0]):+.3f}",
-                     fontsize=FONT["label"], color=colors.get(t, "black"))
+                     fontsize=FONT["label"], color=condition_color(t))
     ax = axes[2]
-    for t in dict.fromkeys(view.targets):
+    for t in dict.fromkeys(view.targets):      # in each ranking's colour in every figure
         r = view.insdel[t]
-        frac = to_numpy(r.fractions) * 100
-        ax.plot(frac, to_numpy(r.ins_curve[0]), "-o", ms=3, color=colors[t],
-                label=f"{t} insertion (AUC {float(r.ins_auc[0]):.3f})")
-        ax.plot(frac, to_numpy(r.del_curve[0]), "--s", ms=3, color=colors[t],
-                label=f"{t} deletion (AUC {float(r.del_auc[0]):.3f})")
-    ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=FONT["tick"])
-    ax.set_ylabel("p_c (predicted class)", fontsize=FONT["tick"])
-    ax.set_title("insertion (solid) and deletion (dashed), this image", fontsize=FONT["label"])
+        for curve, auc, style, what in ((r.ins_curve, r.ins_auc, "-o", "insertion"),
+                                        (r.del_curve, r.del_auc, "--s", "deletion")):
+            ax.plot(to_numpy(r.fractions) * 100, to_numpy(curve[0]), style, ms=3, color=condition_color(t),
+                    label=f"{t} {what} (AUC {float(auc[0]):.3f})")
+    label_axes(ax, "patch tokens inserted / deleted, most important first (%)", "p_c (predicted class)",
+               "insertion (solid) and deletion (dashed), this image", size=FONT["tick"], title_size=FONT["label"],
+               legend=dict(fontsize=FONT["legend"] - 1))
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.legend(fontsize=FONT["legend"] - 1, loc="best")
     handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
                Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")] + (
-        [Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"),
-         Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white", label="visible part keypoint")]
-        if view.region == "part" else [Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box")])
+        [Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"), KEYPOINT_HANDLE]
+        if view.region == "part" else [BOX_HANDLE])
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
                  fontsize=FONT["title"])
-    # the note on the bottom line, the legend stacked above it, the panels above both (measured,
-    # so a four-entry legend never runs into the note)
-    renderer = fig.canvas.get_renderer()
-    to_fig = fig.transFigure.inverted()
-    legend_y = 0.005
-    if note:
-        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
-                        color="0.25")
-        legend_y = text.get_window_extent(renderer).transformed(to_fig).y1 + 0.008
-    legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.005, legend_y), ncol=len(handles),
-                        fontsize=FONT["legend"], frameon=False, borderaxespad=0)
-    bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
-    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    legend_below(fig, handles, ncol=len(handles), note=note, x=0.005, loc="lower left")
     return fig
 
 
