@@ -1,24 +1,21 @@
-"""Figures of the MIDAS notebooks (matplotlib only), one function per figure.
+"""Figures of the MIDAS notebooks (matplotlib only), one function per figure, each returning a
+:class:`matplotlib.figure.Figure` with labelled axes (units in the labels), a legend or colour bar where
+colours carry meaning, one colour per meaning in every notebook (:mod:`.common`). ``save="name"`` also
+writes ``<output dir>/<notebook>_<name>.png`` (DESIGN.md §1; :func:`set_output`). In a notebook a figure
+is shown once, its title as the image's alt text; under ``Agg`` (scripts, tests, nbval) it is closed.
 
-Every function returns a :class:`matplotlib.figure.Figure` with labelled axes (units in the labels),
-a legend or colour bar where colours carry meaning, one colour per meaning in every notebook
-(:mod:`.common`: :func:`condition_color`, the part patches, the box, the swept axes). With
-``save="name"`` the figure is also written to ``<output dir>/<notebook>_<name>.png`` (DESIGN.md §1),
-the notebook and directory set once per notebook with :func:`set_output` (default:
-:func:`midas_nb.config.figures_dir`). In a notebook a figure is shown once, its title as the image's
-alt text (cells assign ``fig = viz.x(...)``); under ``Agg`` (scripts, tests, nbval) it is closed once drawn.
-
-Figures over the photos (:mod:`.images`): part keypoints on the patch grid (DESIGN.md §6), target
-maps (§4). The protocol's (:mod:`.protocol`): part mIoU vs IDAUC with the parity band (§6), the
-insertion/deletion curves behind IDAUC (Petsiuk et al., 2018, RISE,
-https://arxiv.org/abs/1806.07421), TokenTM's perturbation tests (Wu et al., 2024,
-https://arxiv.org/abs/2403.14552). The cosine probes' (:mod:`.probes`), the regime sweeps' and the
-scale readout's (:mod:`.regimes`). The taxonomy table is the registered targets' metadata.
+Over the photos (:mod:`.images`): part keypoints on the patch grid (§6), target maps (§4). The
+protocol's (:mod:`.protocol`): part mIoU vs IDAUC with the parity band (§6), the insertion/deletion
+curves behind IDAUC (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421), TokenTM's
+perturbation tests (Wu et al., 2024, https://arxiv.org/abs/2403.14552). The cosine probes'
+(:mod:`.probes`), the regime sweeps' and the scale readout's (:mod:`.regimes`); the explorer
+(:mod:`.widgets`). The taxonomy table is the registered targets' metadata.
 """
 from __future__ import annotations
 
-from .output import figure_path, finish_figure, FONT, save_csv, save_figure, set_output  # noqa: F401
-from .common import CONDITION_COLORS, condition_color, image_to_rgb  # noqa: F401
+# finish_figure and FONT are shared with figures made elsewhere (not in __all__)
+from .common import (CONDITION_COLORS, condition_color, figure_path, finish_figure, FONT, image_to_rgb,  # noqa: F401
+                     save_csv, save_figure, set_output)
 from .images import show_parts_on_grid, target_heatmaps
 from .protocol import coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot
 from .probes import cosine_depth_lines, cosine_heatmap

@@ -1,19 +1,15 @@
-"""What every figure shares: one colour per meaning (per condition / target, the part patches, the
-object box, the keypoints, one colormap per swept axis), arrays and images back to numpy / RGB, class
-names for titles, axis labels, colour bars, panel grids, legends under the panels, point labels
-that do not overlap.
-
-:func:`condition_color` maps each known condition or target id (the protocol's conditions,
-:func:`midas_nb.targets.list_targets`, the related methods of notebook 06) to a fixed colour, so
-that ``T5`` is the same in notebook 02's scatter, 05's bars and 06's curves. An unknown name gets a
-colour of :data:`FALLBACK_PALETTE` chosen by a digest of the name (:mod:`hashlib`, not Python's
-per-process salted ``hash``): the same in every figure, process and machine.
-"""
+"""What every figure shares: where figures and tables go (:func:`set_output`, :func:`save_figure`,
+:func:`save_csv`), how a figure is shown (:func:`finish_figure`), one colour per meaning (each condition
+or target, :func:`condition_color`; the part patches, the object box, the keypoints; one colormap per
+swept axis), images back to RGB, axis labels, colour bars, panel grids, legends under the panels and
+point labels that do not overlap."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, Sequence
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -22,7 +18,86 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from .output import FONT, Normalization
+from .. import config
+from ..identity import atomic_write_text
+from ..results import encode_lists
+
+#: font sizes used by every figure (points)
+FONT = dict(title=12, label=11, tick=9, annot=9, legend=9)
+_STATE: dict[str, Any] = {"notebook": None, "directory": None}
+Normalization = tuple[Sequence[float], Sequence[float]] | None
+
+
+def set_output(notebook: str | None, directory: str | Path | None = None, *, profile: str | None = None) -> Path:
+    """Name the notebook whose figures follow (its stem prefixes every saved figure and table; ``None``:
+    no prefix) and the ``directory`` they go to (``None``: :func:`midas_nb.config.figures_dir` of
+    ``profile``, ``figures/<profile>/`` or ``MIDAS_FIGURES_DIR``); returns the directory.
+
+    Raises:
+        ValueError: ``directory`` is an empty or blank string (it would be the working directory,
+            e.g. ``notebooks/`` beside the committed notebooks).
+    """
+    if isinstance(directory, str) and not directory.strip():
+        raise ValueError(f"output_dir: expected a directory path or None (figures/<profile>/), got {directory!r}")
+    _STATE["notebook"] = notebook
+    _STATE["directory"] = (Path(directory).expanduser() if directory is not None
+                           else config.figures_dir(profile) if profile else None)
+    return output_dir()
+
+
+def output_dir() -> Path:
+    """The directory :func:`set_output` chose (created), else ``config.figures_dir()``."""
+    d = _STATE["directory"]
+    if d is None:
+        return config.figures_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def figure_path(name: str, suffix: str = ".png") -> Path:
+    """``<output dir>/<notebook>_<name><suffix>`` (no notebook prefix when none is set)."""
+    if not name or any(c in name for c in "/\\"):
+        raise ValueError(f"figure name must be a plain file stem, got {name!r}")
+    stem = f"{_STATE['notebook']}_{name}" if _STATE["notebook"] else name
+    return output_dir() / f"{stem}{suffix}"
+
+
+def save_figure(fig: Figure, name: str, dpi: int = 130) -> Path:
+    """Write ``fig`` as PNG to :func:`figure_path` ``(name)``; returns the path."""
+    path = figure_path(name)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+    return path
+
+
+def save_csv(table: pd.DataFrame, name: str) -> Path:
+    """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``), atomically
+    (:func:`midas_nb.identity.atomic_write_text`); list columns (per-image values) as JSON."""
+    path = figure_path(name, ".csv")
+    atomic_write_text(path, encode_lists(table).to_csv(index=False))
+    return path
+
+
+def figure_title(fig: Figure) -> str:
+    """What ``fig`` shows, in words: its suptitle, else its axes' titles joined with ``"; "``, else
+    ``"figure"`` (the alt text of its image in the HTML edition)."""
+    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    return " ".join((sup or "; ".join(t for ax in fig.axes if (t := ax.get_title())) or "figure").split())
+
+
+def finish_figure(fig: Figure, save: str | None) -> Figure:
+    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`) when a
+    name is given; in a notebook (inline backend) show it now, its :func:`figure_title` as the image's
+    ``alt`` (the HTML edition's alt text); close it unless a widget or window shows it. Returns ``fig``."""
+    if save:
+        save_figure(fig, save)
+    backend = matplotlib.get_backend().lower()
+    if "inline" in backend:
+        from IPython.display import display
+        display(fig, metadata={"image/png": {"alt": figure_title(fig)}})
+    if "inline" in backend or backend in ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template"):
+        plt.close(fig)          # shown once; the Figure object stays usable (savefig, axes) after closing
+    return fig
+
 
 #: part patches (filled or outlined), the object box, the visible part keypoints: in every image figure
 PART_COLOR, BOX_COLOR, KEYPOINT_COLOR = "gold", "cyan", "red"
@@ -48,13 +123,10 @@ FALLBACK_PALETTE: tuple[str, ...] = (
 
 
 def condition_color(name: str) -> str:
-    """The colour ``"#rrggbb"`` of a condition or target in every figure.
-
-    Args:
-        name: a condition or target id (``"reference"``, ``"T5"``, ``"cropr"``, …); case and
-            surrounding spaces are ignored for the known names. Any other string gets a colour of
-            :data:`FALLBACK_PALETTE` picked by the MD5 digest of the name (two may share one).
-    """
+    """The colour ``"#rrggbb"`` of a condition or target id (``"reference"``, ``"T5"``, ``"cropr"``, …;
+    case and surrounding spaces ignored) in every figure, so that ``T5`` is the same in 02's scatter, 05's
+    bars and 06's curves. Any other name gets a colour of :data:`FALLBACK_PALETTE` picked by its MD5 digest
+    (not Python's per-process salted ``hash``): the same in every process and machine (two may share one)."""
     key = str(name).strip()
     if key.lower() in _FOLDED:
         return CONDITION_COLORS.get(key, _FOLDED[key.lower()])
@@ -89,9 +161,12 @@ def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
     return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
 
 
-def short_name(name: Any, limit: int = 26) -> str:
-    """A class name for a title: CUB's ``"017.Cardinal"`` → ``"Cardinal"``, cut to ``limit`` characters."""
-    name = str(name).split(".", 1)[-1].replace("_", " ")
+def class_name(classes: Sequence[str] | None, label: int, limit: int = 26) -> str:
+    """Class ``label``'s name for a title: CUB's ``"017.Cardinal"`` → ``"Cardinal"``, cut to ``limit``
+    characters; ``"class 3"`` where ``classes`` does not name it."""
+    if not classes or not 0 <= label < len(classes):
+        return f"class {label}"
+    name = str(classes[label]).split(".", 1)[-1].replace("_", " ")
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
@@ -194,45 +269,40 @@ BOX_HANDLE = Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")
 def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
                        fontsize: float | None = None, pad: float = 2.0) -> list:
     """Annotate each data point with its label so that no two labels overlap, none covers a
-    marker and each stays inside the axes.
+    marker and each stays inside the axes; returns the annotations.
 
     Greedy: the labels are placed in order; each tries offsets (points) around its marker,
-    nearest first, and takes the first whose box (measured with the figure's renderer) clears
-    the boxes already placed and every marker; when none does, the one with the least overlap.
-    Call it after the axes' limits and the figure's layout are final (offsets are in points,
-    positions in data units). Returns the annotations.
+    nearest first, and takes the first whose box (measured with the figure's renderer, ``pad``
+    pixels around) clears the boxes already placed and every marker; when none does, the one with
+    the least overlap. Call it once the axes' limits and the figure's layout are final.
     """
-    fig = ax.figure
-    renderer = fig.canvas.get_renderer()
-    fontsize = FONT["annot"] if fontsize is None else fontsize
-    to_px = ax.transData.transform
-    marker_r = 6.0 * fig.dpi / 72  # half a marker (ms 8) plus a little, in pixels
-    markers = [np.r_[to_px(p) - marker_r, to_px(p) + marker_r] for p in points]
+    renderer = ax.figure.canvas.get_renderer()
+    r = 6.0 * ax.figure.dpi / 72  # half a marker (ms 8) plus a little, in pixels
+    taken = [np.r_[p - r, p + r] for p in ax.transData.transform(np.asarray(points, dtype=float).reshape(-1, 2))]
     frame = np.array(ax.get_window_extent(renderer).extents)  # [x0, y0, x1, y1]
-    offsets = [(dx * r, dy * r) for r in (7, 14, 24) for dx, dy in
+    offsets = [(dx * k, dy * k) for k in (7, 14, 24) for dx, dy in
                ((1, 0.7), (1, -1.2), (-1, 0.7), (-1, -1.2), (0, 1.3), (0, -1.8), (1.2, 0), (-1.2, 0))]
-    placed: list[np.ndarray] = []
+
+    def note(xy, label: str, dx: float, dy: float):
+        return ax.annotate(label, xy, textcoords="offset points", xytext=(dx, dy),
+                           fontsize=FONT["annot"] if fontsize is None else fontsize,
+                           ha="left" if dx > 0 else "right" if dx < 0 else "center",
+                           va="bottom" if dy > 0 else "top" if dy < 0 else "center")
+
     texts = []
-    for (x, y), label in zip(points, labels):
+    for xy, label in zip(points, labels):
         best = None
         for dx, dy in offsets:
-            t = ax.annotate(label, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=fontsize,
-                            ha="left" if dx > 0 else "right" if dx < 0 else "center",
-                            va="bottom" if dy > 0 else "top" if dy < 0 else "center")
-            bb = t.get_window_extent(renderer)
-            box = np.array([bb.x0 - pad, bb.y0 - pad, bb.x1 + pad, bb.y1 + pad])
-            cost = sum(_overlap(box, o) for o in placed + markers)
-            cost += (box[2] - box[0]) * (box[3] - box[1]) - _overlap(box, frame)   # the part outside the axes
+            t = note(xy, label, dx, dy)
+            box = np.array(t.get_window_extent(renderer).extents) + [-pad, -pad, pad, pad]
+            t.remove()
+            cost = sum(_overlap(box, o) for o in taken) + _overlap(box, box) - _overlap(box, frame)  # + outside
             if best is None or cost < best[0]:
-                if best is not None:
-                    best[1].remove()
-                best = (cost, t, box)
-            else:
-                t.remove()
+                best = (cost, dx, dy, box)
             if cost == 0:
                 break
-        placed.append(best[2])
-        texts.append(best[1])
+        taken.append(best[3])
+        texts.append(note(xy, label, *best[1:3]))
     return texts
 
 

@@ -7,8 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .common import colorbar, condition_color, label_axes, require_columns
-from .output import finish_figure, FONT
+from .common import colorbar, condition_color, finish_figure, FONT, label_axes, require_columns
 
 
 #: what :func:`midas_nb.metrics.probes.cosine_matrix` computes per image in each ``mode`` (its docstring)
@@ -25,12 +24,9 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
     Args:
         mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``
             (:func:`midas_nb.metrics.probes.cosine_matrix`).
-        highlight: a pair of ids whose cell is framed and called out in the title
-            (default: hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in
-            the matrix → nothing highlighted.
-        lo, hi: CI bounds in the same layout, shown in the call-out.
-        title: figure title.
-        save: figure name for :func:`save_figure`.
+        highlight: a pair of ids whose cell is framed and called out in the title (default:
+            hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in the matrix: none.
+        lo, hi: CI bounds in the same layout, shown in the call-out. title, save: title, figure name.
 
     Raises:
         ValueError: when ``mean`` is not square with matching index and columns.
@@ -43,12 +39,10 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
     side = max(4.5, 0.62 * n + 2.2)
     fig, ax = plt.subplots(figsize=(side + 1.0, side))
     im = ax.imshow(M, cmap="RdBu_r", vmin=-1, vmax=1)
-    for i in range(n):
-        for j in range(n):
-            v = M[i, j]
-            if np.isfinite(v):
-                ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
-                        color="white" if abs(v) > 0.6 else "black")
+    for (i, j), v in np.ndenumerate(M):
+        if np.isfinite(v):
+            ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
+                    color="white" if abs(v) > 0.6 else "black")
     ax.set_xticks(range(n), ids, rotation=45, ha="right")
     ax.set_yticks(range(n), ids)
     what = MODE_LABELS[mean.attrs.get("mode", "rank")]

@@ -12,8 +12,7 @@ from matplotlib.figure import Figure
 
 from ..metrics import parity_band
 from ..results import aggregate_seeds, coverage_name
-from .common import condition_color, label_axes, place_point_labels, require_columns, to_numpy
-from .output import finish_figure, FONT
+from .common import condition_color, finish_figure, FONT, label_axes, place_point_labels, require_columns, to_numpy
 
 #: Axis label of each sweep dimension (budget, depth) and of the backbone axis.
 AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
@@ -42,9 +41,8 @@ def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
 
 def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
     """One row per condition: mean ``miou`` / ``idauc`` over rows (builds, seeds) and their 95 % intervals
-    (:func:`midas_nb.results.aggregate_seeds`: builds × seeds × images interval from the per-image
-    values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
-    interval, never the mean of per-seed bounds)."""
+    (:func:`midas_nb.results.aggregate_seeds` from the per-image values; a single row without them keeps
+    its own bootstrap bounds; otherwise none, never the mean of per-seed bounds)."""
     t = table.assign(condition=table["condition"].astype(str))
     agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns],
                           n_boot=n_boot)
@@ -62,30 +60,24 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
                              save: str | None = None, average_over: Sequence[str] = (),
                              n_boot: int = 1000) -> Figure:
     """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, with
-    the parity band; hollow markers and a label per point (up to 10), so conditions at one spot stay visible.
+    the parity band; hollow markers and a label per point (up to 10, placed so that no two overlap).
 
-    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band``
-    (asymmetric: faithfulness gains always count); the dashed vertical line is the reference
-    mIoU, so a point in the band and right of the line has ``D > 0`` at parity.
+    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band`` (asymmetric:
+    faithfulness gains always count); the dashed vertical line is the reference mIoU, so a point in
+    the band and right of the line has ``D > 0`` at parity.
 
     Args:
         table: protocol rows (``midas_nb.analysis.protocol`` schema): ``condition``, ``miou``, ``idauc``
-            and, when present, the per-image values (``miou_per_image``, ``idauc_per_image``
-            with their image ids) or ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi``, and
-            ``coverage_kind``. Several rows per condition (seeds) are averaged; the error bars
-            are 95 % intervals of that mean over seeds and images
-            (:func:`midas_nb.results.aggregate_seeds`), or the row's own bootstrap interval for
-            a single seed.
-        reference: the reference condition.
-        band: the parity band in IDAUC units (``None``: :data:`midas_nb.metrics.PARITY_BAND`).
-        coverage_label: x-axis quantity (default from ``coverage_kind``: part mIoU or box
-            coverage).
-        title: figure title.
-        save: figure name for :func:`save_figure`.
+            and, where present, the per-image values or ``miou_lo/miou_hi``, ``idauc_lo/idauc_hi``, and
+            ``coverage_kind``. Rows of one condition (builds, seeds) are averaged; error bars: the 95 %
+            interval of that mean over seeds and images (:func:`midas_nb.results.aggregate_seeds`), or
+            a single row's own bootstrap interval.
+        reference: the reference condition. band: the parity band in IDAUC units (``None``:
+            :data:`midas_nb.metrics.PARITY_BAND`). coverage_label: x-axis quantity (default from
+            ``coverage_kind``). title: figure title. save: figure name for :func:`save_figure`.
         average_over: ``("dataset",)`` / ``("backbone",)`` to allow rows of several datasets /
             backbones, averaged per condition (the title says so); by default they are an error.
-        n_boot: bootstrap resamples of the error bars (pass the profile's ``bootstrap`` so they
-            are the intervals the tables show; the bootstrap seed is fixed).
+        n_boot: bootstrap resamples of the error bars (the profile's ``bootstrap``; fixed seed).
 
     Raises:
         ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes

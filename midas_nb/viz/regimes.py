@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.lines import Line2D
 
-from .output import finish_figure, FONT
-from .common import AXIS_CMAPS, colorbar, condition_color, label_axes, legend_below, panel_grid, require_columns
+from .common import (AXIS_CMAPS, colorbar, condition_color, finish_figure, FONT, label_axes, legend_below,
+                    panel_grid, require_columns)
 from .protocol import AXIS_LABELS, mixed_groups
 
 D_LABEL = "D = mIoU − mIoU_ref (pp)"
@@ -46,15 +46,6 @@ def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: st
     if not conds:
         raise ValueError("no condition to plot besides the reference")
     return note, conds
-
-
-def status_legend_handles() -> list:
-    """One legend swatch per parity-band status of :func:`regime_heatmap`, each distinct in
-    (face colour, hatch, edge colour): coloured statuses show a sample of D's colour map
-    under their pattern, "outside band" its grey hatch."""
-    sample = plt.get_cmap("RdBu_r")(0.78)
-    return [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": sample, **style})
-            for mark, style, label in _STATUS.values()]
 
 
 def _group_status(g: pd.DataFrame) -> str:
@@ -99,14 +90,12 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                    save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) over a ``y × x`` grid (default depth × budget), one panel per condition.
 
-    In-band cells (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
-    coloured by D and annotated ``+2.1 ✓``; cells whose interval straddles the band edge
-    ("not resolved") are coloured by D under a dotted pattern and annotated ``+2.1 ?``; cells whose
-    band says nothing (``uninformative``: the reference is not faithful) are coloured by D under
-    a cross-hatch and annotated ``○``; cells outside the band are
-    grey, hatched and annotated ``✗`` with their D in brackets (DESIGN.md §6: marked, never
-    dropped); undefined cells (NaN IDAUC or mIoU) say "undefined"; cells the sweep did not run
-    say "not run". Without a ``status`` column the point decision ``in_band`` is used.
+    Cells in the band (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
+    coloured by D and annotated ``+2.1 ✓``; "not resolved" (the interval straddles the band edge)
+    coloured under dots, ``+2.1 ?``; "uninformative" (the reference is not faithful) coloured under a
+    cross-hatch, ``○``; outside the band grey, hatched, ``✗`` with D in brackets (DESIGN.md §6:
+    marked, never dropped); "undefined" (NaN IDAUC or mIoU) and "not run" cells say so. Without a
+    ``status`` column the point decision ``in_band`` is used.
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``, ``y``,
@@ -150,8 +139,11 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys])
         label_axes(ax, AXIS_LABELS.get(x, x), AXIS_LABELS.get(y, y), cond, size=FONT["label"] - 1,
                    title_size=FONT["label"], grid=None)
-    # the status legend under the panels, the colour bar right of them
-    bottom = legend_below(fig, status_legend_handles(), ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)
+    # the status legend under the panels (a swatch per status: D's colour under its pattern, or the grey
+    # hatch outside the band), the colour bar right of them
+    handles = [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": plt.get_cmap("RdBu_r")(0.78), **style})
+               for mark, style, label in _STATUS.values()]
+    bottom = legend_below(fig, handles, ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)
     colorbar(fig, im, D_LABEL, cax=fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom))))
     fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) over {y} × {x}") + note, fontsize=FONT["title"])
     return finish_figure(fig, save)
@@ -163,18 +155,15 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
                  average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) against ``x`` (default depth), one line per ``hue`` value, one panel per condition.
 
-    Filled markers: in the parity band; open circles: band not resolved (the paired ΔIDAUC
-    interval straddles ``−band``); ``×`` markers: outside (D still drawn). Error bars are the
-    95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present (else the seed std); the
-    legend says which.
+    Filled markers: in the parity band; open circles: not resolved (the paired ΔIDAUC interval
+    straddles ``−band``); ``×``: outside (D still drawn); open diamonds: uninformative. Error bars:
+    the 95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says).
 
     Args:
-        table: :func:`midas_nb.metrics.decoupling_D` output (``condition``, ``x``, ``hue``,
-            ``value``, ``in_band``; ``status`` and intervals where present).
-        x: x-axis column. hue: one line per value of this column.
+        table: :func:`midas_nb.metrics.decoupling_D` output (``condition``, ``x``, ``hue``, ``value``,
+            ``in_band``; ``status`` and intervals where present). x: x-axis column. hue: a line per value.
         value: the D column (pp). conditions: panels (default: all but the reference).
-        title: figure title. save: figure name for :func:`save_figure`.
-        average_over: datasets / backbones to average over (default: several are an error).
+        title, save: title, figure name. average_over: datasets / backbones to average over (else an error).
     """
     note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
     kinds: set[str] = set()
@@ -219,11 +208,10 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
                save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) per backbone (or any categorical ``x``), one group of bars per backbone.
 
-    Solid bars are in the parity band; dotted bars: band not resolved (the paired ΔIDAUC
-    interval straddles ``−band``); hatched, pale bars are outside it; undefined values are not
-    drawn and labelled "undefined". Error bars: the 95 % paired interval (``D_pp_lo`` /
-    ``D_pp_hi``) where present, else the seed std; the title says which. Several datasets (or,
-    with another ``x``, backbones) are an error unless named in ``average_over``.
+    Solid bars are in the parity band; pale dotted: not resolved; pale hatched: outside it; pale
+    cross-hatched: uninformative; undefined values are labelled "undefined". Error bars as in
+    :func:`regime_lines`. Several datasets (or, with another ``x``, backbones) are an error unless
+    named in ``average_over``.
 
     Args:
         table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``,

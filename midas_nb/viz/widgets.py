@@ -25,9 +25,8 @@ import torch
 from matplotlib.patches import Patch
 from torch import Tensor
 
-from .common import (BOX_HANDLE, KEYPOINT_HANDLE, PART_COLOR, condition_color, draw_parts_or_box, image_to_rgb,
-                     label_axes, legend_below, patch_rects, short_name, to_numpy)
-from .output import FONT, finish_figure
+from .common import (BOX_HANDLE, class_name, condition_color, draw_parts_or_box, finish_figure, FONT, image_to_rgb,
+                     KEYPOINT_HANDLE, label_axes, legend_below, PART_COLOR, patch_rects, to_numpy)
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
@@ -64,8 +63,7 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
 
 
 def _class_name(study, label: int) -> str:
-    classes = getattr(study.test_set, "classes", None)
-    return short_name(classes[label], 40) if classes else f"class {label}"
+    return class_name(getattr(study.test_set, "classes", None), label, 40)
 
 
 @dataclass
@@ -73,17 +71,14 @@ class ExplorerView:
     """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
 
     Attributes:
-        position, index: the image's position in the explorer's image list and its index in the test split.
-        class_name: its ground-truth class (display name).
-        depth, budget: ``L`` (1-based; the scorer reads block ``L``'s output) and ``b``.
+        position, index: the image's position in the explorer's list and its index in the test split.
+        class_name: its ground-truth class. depth, budget: ``L`` (1-based; the scorer reads block ``L``) and ``b``.
         targets: the two ranking ids, left and right.
-        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major patch grid).
-        n_keep, n_patches: ``k = ceil(b·N)`` and ``N``.
+        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major). n_keep, n_patches: ``ceil(b·N)``, ``N``.
         coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
-        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches;
-            ``NaN`` when the image has no part patch.
-        miou, n_images: the mean IoU of each ranking over the explorer's ``n_images`` images (skipped ones
-            counted) at the same ``(L, b)`` (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
+        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none).
+        miou, n_images: each ranking's mean IoU over the explorer's ``n_images`` images at the same ``(L, b)``
+            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
         insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
     """
 
@@ -208,19 +203,10 @@ def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, 
 
 def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
                     note: str | None = None):
-    """The explorer's figure: two kept-token panels (left, right ranking) and the
-    insertion/deletion curves of ``p_c`` on the shown image.
-
-    Args:
-        view: :class:`ExplorerView` of the setting.
-        batch: the explorer's :class:`midas_nb.data.Batch` (the image is ``batch.images[view.position]``).
-        grid: the patch grid ``(rows, cols)``.
-        normalization: ``(mean, std)`` of the backbone, undone for display.
-        note: a line under the figure (the static still's :data:`STATIC_NOTE`).
-
-    Returns:
-        A :class:`matplotlib.figure.Figure` (not closed, not saved).
-    """
+    """The explorer's figure (not closed, not saved) of ``view``: two kept-token panels (left, right
+    ranking) and the insertion/deletion curves of ``p_c`` on image ``batch.images[view.position]`` (the
+    explorer's :class:`midas_nb.data.Batch`) on the patch ``grid`` ``(rows, cols)``, ``normalization``
+    ``(mean, std)`` undone for display, ``note`` a line under it (the still's :data:`STATIC_NOTE`)."""
     rows, cols = (int(g) for g in grid)
     p = view.position
     img = image_to_rgb(batch.images[p], normalization)
@@ -274,23 +260,18 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
         study: a :class:`midas_nb.study.Study`.
         n_images: test images offered by the image menu (spread evenly over the split).
         rankings: target ids offered by the two target menus (default: the profile's targets).
-        interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not
-            :func:`is_headless`.
+        interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not :func:`is_headless`.
         save: name of the static figure (headless only).
-        targets: the pair shown first (default T0 against T5; a target not offered falls back
-            to the first offered ones).
+        targets: the pair shown first (default T0 against T5; one not offered falls back to the first offered).
 
     Returns:
-        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed,
-        whose ``view`` attribute is the :class:`ExplorerView` shown; controls ``image``,
-        ``left target``, ``right target``, ``depth L``, ``budget b``; the figure is an
-        ``ipywidgets.Image`` (class ``midas-explorer-figure``), the read-out an
-        ``ipywidgets.HTML`` (class ``midas-explorer-readout``). A failing redraw shows its
-        error in the read-out (class ``midas-explorer-error``) instead of only in the kernel
-        log. Headless: the static still of the first image at the study's depth and budget, a
-        Figure with :data:`STATIC_NOTE` under it whose ``explorer_view`` attribute is its
-        :class:`ExplorerView`, its read-out printed below. Notebook cells assign the result
-        (``view = explorer(study)``) so nothing is shown twice.
+        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed, its ``view``
+        the :class:`ExplorerView` shown; controls ``image``, ``left target``, ``right target``, ``depth L``,
+        ``budget b``; the figure an ``ipywidgets.Image`` (``midas-explorer-figure``), the read-out an
+        ``ipywidgets.HTML`` (``midas-explorer-readout``; a failing redraw shows its error there, class
+        ``midas-explorer-error``). Headless: the static still of the first image at the study's depth and
+        budget, with :data:`STATIC_NOTE` under it and its :class:`ExplorerView` as ``explorer_view``, its
+        read-out printed below. Cells assign the result (``view = explorer(study)``): shown once.
     """
     if interactive is None:
         interactive = not is_headless()
