@@ -84,10 +84,13 @@ def figure_title(fig: Figure) -> str:
     return " ".join((sup or "; ".join(t for ax in fig.axes if (t := ax.get_title())) or "figure").split())
 
 
-def finish_figure(fig: Figure, save: str | None) -> Figure:
-    """The last step of every figure function: save ``fig`` as ``save`` (:func:`save_figure`) when a
-    name is given; in a notebook (inline backend) show it now, its :func:`figure_title` as the image's
-    ``alt`` (the HTML edition's alt text); close it unless a widget or window shows it. Returns ``fig``."""
+def finish_figure(fig: Figure, save: str | None, tight: bool = False) -> Figure:
+    """The last step of every figure function: lay ``fig`` out (``tight``: ``tight_layout``), save it as
+    ``save`` (:func:`save_figure`) when a name is given; in a notebook (inline backend) show it now, its
+    :func:`figure_title` as the image's ``alt`` (the HTML edition's alt text); close it unless a widget or
+    window shows it. Returns ``fig``."""
+    if tight:
+        fig.tight_layout()
     if save:
         save_figure(fig, save)
     backend = matplotlib.get_backend().lower()
@@ -135,8 +138,7 @@ def condition_color(name: str) -> str:
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """A tensor (detached, as float32, on the CPU) or anything ``np.asarray`` takes, as a numpy
-    array of the same shape."""
+    """A tensor (detached, as float32, on the CPU) or anything ``np.asarray`` takes, as a numpy array."""
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
     return np.asarray(x)
@@ -153,12 +155,15 @@ def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
         raise ValueError(f"image must be [3,H,W] (or [1,H,W]), got shape {x.shape}")
     if normalization is not None:
         mean, std = (np.asarray(v, dtype=np.float64).reshape(-1, 1, 1) for v in normalization)
-        x = x * std + mean
-    else:
-        lo, hi = x.min(), x.max()
-        x = (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+    x = x * std + mean if normalization is not None else unit_range(x)
     x = np.clip(x, 0.0, 1.0).transpose(1, 2, 0)
     return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
+
+
+def unit_range(x: np.ndarray) -> np.ndarray:
+    """``x`` min–max rescaled to ``[0, 1]`` (NaNs ignored; all zeros where ``x`` is constant)."""
+    lo, hi = np.nanmin(x), np.nanmax(x)
+    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
 
 
 def class_name(classes: Sequence[str] | None, label: int, limit: int = 26) -> str:
@@ -182,12 +187,9 @@ def label_axes(ax, xlabel: str | None = None, ylabel: str | None = None, title: 
                legend: dict | None = None) -> None:
     """Axis labels (``size`` pt), tick labels, a light grid on ``grid`` ("both", "x", "y" or
     ``None``), the title and, with ``legend`` (its keywords), a legend: every figure's axes."""
-    if xlabel:
-        ax.set_xlabel(xlabel, fontsize=size)
-    if ylabel:
-        ax.set_ylabel(ylabel, fontsize=size)
-    if title:
-        ax.set_title(title, fontsize=title_size)
+    ax.set_xlabel(xlabel or "", fontsize=size)
+    ax.set_ylabel(ylabel or "", fontsize=size)
+    ax.set_title(title or "", fontsize=title_size)
     ax.tick_params(labelsize=FONT["tick"])
     if grid:
         ax.grid(axis=grid, alpha=0.3)

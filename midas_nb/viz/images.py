@@ -13,7 +13,8 @@ from matplotlib.patches import Patch
 from matplotlib.collections import LineCollection
 
 from .common import (BOX_HANDLE, class_name, colorbar, draw_parts_or_box, finish_figure, FONT, image_to_rgb,
-                     KEYPOINT_HANDLE, label_axes, Normalization, panel_grid, PART_COLOR, patch_rects, to_numpy)
+                     KEYPOINT_HANDLE, label_axes, Normalization, panel_grid, PART_COLOR, patch_rects, to_numpy,
+                     unit_range)
 
 
 def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization: Normalization = None,
@@ -98,14 +99,12 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
         images = images.images
     imgs = to_numpy(images)
     B, _, H, W = imgs.shape
-    ids = list(maps)
-    arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1]) for k, v in maps.items()}
-    if indices is not None:
-        arrs = {k: a[to_numpy(indices).astype(int).ravel()] for k, a in arrs.items()}
+    rows_of = slice(None) if indices is None else to_numpy(indices).astype(int).ravel()
+    arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1])[rows_of] for k, v in maps.items()}
     for k, a in arrs.items():
         if a.shape[0] < B:
             raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
-    n = arrs[ids[0]].shape[1]
+    ids, n = list(arrs), next(iter(arrs.values())).shape[1]
     rows, cols = (math.isqrt(n),) * 2 if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
     if rows * cols != n:
         raise ValueError(f"grid {rows}x{cols} does not hold N={n} patch tokens; pass grid=(rows, cols)")
@@ -123,20 +122,17 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
         panels = grid_axes[b * per_image:(b + 1) * per_image].ravel()
         for ax in panels[n_panels:]:
             ax.set_visible(False)
-        panels[0].imshow(rgb, extent=(0, W, H, 0))
-        panels[0].set_title("photo", fontsize=FONT["annot"])
         panels[0].set_ylabel(row_labels[b], fontsize=FONT["label"], fontweight="bold")
-        for ax, k in zip(panels[1:], ids):
-            m = arrs[k][b].astype(np.float64)
-            lo, hi = np.nanmin(m), np.nanmax(m)
-            m = (np.argsort(np.argsort(m, kind="stable"), kind="stable") / max(1, m.size - 1) if normalize == "rank"
-                 else (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m))
+        for ax, k in zip(panels, ["photo", *ids]):
             ax.imshow(rgb, extent=(0, W, H, 0))
-            im = ax.imshow(m.reshape(rows, cols), extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1, alpha=0.6,
-                           interpolation="nearest")
-            ax.set_title(k, fontsize=FONT["annot"])
-        for ax in panels[:n_panels]:
             ax.set(xticks=[], yticks=[])
+            ax.set_title(k, fontsize=FONT["annot"])
+            if k != "photo":    # the map in [0, 1] over the photo
+                m = arrs[k][b].astype(np.float64)
+                m = (np.argsort(np.argsort(m, kind="stable"), kind="stable") / max(1, m.size - 1)
+                     if normalize == "rank" else unit_range(m))
+                im = ax.imshow(m.reshape(rows, cols), extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1,
+                               alpha=0.6, interpolation="nearest")
             if parts is not None and parts[b].any():
                 _part_outline(ax, parts[b], rows, cols, H, W)
     label = ("rank percentile within the image (1 = its highest score)" if normalize == "rank"

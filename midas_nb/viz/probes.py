@@ -28,15 +28,12 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
             hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in the matrix: none.
         lo, hi: CI bounds in the same layout, shown in the call-out. title, save: title, figure name.
 
-    Raises:
-        ValueError: when ``mean`` is not square with matching index and columns.
+    Raises ValueError when ``mean`` is not square with matching index and columns.
     """
     if list(mean.index) != list(mean.columns):
         raise ValueError("mean must be a square DataFrame with the same ids as index and columns")
-    ids = [str(i) for i in mean.index]
-    M = mean.to_numpy(dtype=float)
-    n = len(ids)
-    side = max(4.5, 0.62 * n + 2.2)
+    ids, M = [str(i) for i in mean.index], mean.to_numpy(dtype=float)
+    n, side = len(ids), max(4.5, 0.62 * len(ids) + 2.2)
     fig, ax = plt.subplots(figsize=(side + 1.0, side))
     im = ax.imshow(M, cmap="RdBu_r", vmin=-1, vmax=1)
     for (i, j), v in np.ndenumerate(M):
@@ -56,8 +53,7 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         if lo is not None and hi is not None:
             callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
     label_axes(ax, "target", "target", (title or f"{what[0].upper()}{what[1:]} of target maps") + callout, grid=None)
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    return finish_figure(fig, save, tight=True)
 
 
 def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -87,11 +83,9 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
     label_axes(ax, "depth L (targets read at block L)", f"mean per-image {what}",
                title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
                legend=dict(framealpha=0.85))
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    return finish_figure(fig, save, tight=True)
 
 
 def _fmt_cell(v: float, digits: int = 2) -> str:
     """``v`` with ``digits`` decimals and no negative zero (``-0.004`` → ``0.00``)."""
-    text = f"{v:.{digits}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
+    return f"{v:.{digits}f}".replace(f"-{0:.{digits}f}", f"{0:.{digits}f}")

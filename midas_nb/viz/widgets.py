@@ -1,14 +1,13 @@
-"""The explorer (decision 0056): two rankings (supervision targets of DESIGN.md §4; ``T0`` is the
-training-free reference scorer's) side by side on one test image at one depth ``L`` and budget ``b``:
-the kept top ``k = ceil(b·N)`` patch tokens over the photo (part patches and visible part keypoints
-marked, or the object box on a dataset without parts), the insertion and deletion curves of ``p_c``
-on that image (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421;
-:func:`midas_nb.metrics.insertion_deletion_auc`) and a read-out of part IoU and IDAUC.
+"""The explorer (decision 0056): two rankings (targets of DESIGN.md §4; ``T0`` is the reference scorer's)
+side by side on one test image at one depth ``L`` and budget ``b``: the kept top ``k = ceil(b·N)`` patch
+tokens over the photo (part patches and keypoints marked, or the object box without parts), the
+insertion and deletion curves of ``p_c`` on that image (Petsiuk et al., 2018, RISE,
+https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC.
 
-Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets
-(papermill, nbval, scripts, the HTML edition). :func:`is_headless`, first match wins:
-``MIDAS_HEADLESS`` set (``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run``
-sets it to ``1``); no IPython kernel or no ``ipywidgets`` → headless; else interactive.
+Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets (papermill,
+nbval, scripts, the HTML edition). :func:`is_headless`, first match wins: ``MIDAS_HEADLESS`` set
+(``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run`` sets it to ``1``); no
+IPython kernel or no ``ipywidgets`` → headless; else interactive.
 """
 from __future__ import annotations
 
@@ -62,10 +61,6 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
     return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
 
 
-def _class_name(study, label: int) -> str:
-    return class_name(getattr(study.test_set, "classes", None), label, 40)
-
-
 @dataclass
 class ExplorerView:
     """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
@@ -115,10 +110,6 @@ class ExplorerView:
         means = " · ".join(f"{t} {m:.3f}" for t, m in zip(self.targets, self.miou))
         out.append(f"{self.coverage_kind} over the explorer's {self.n_images} images at this L and b: {means}")
         return out
-
-    def readout_html(self) -> str:
-        """The read-out as HTML (one ``<div>`` per line, escaped)."""
-        return "".join(f"<div>{html.escape(s)}</div>" for s in self.lines())
 
 
 class _ViewCache:
@@ -181,7 +172,8 @@ class _ViewCache:
         keep = torch.stack([keep_all[t][position] for t in targets])
         return ExplorerView(
             position=position, index=int(batch.indices[position]),
-            class_name=_class_name(st, int(batch.labels[position])), depth=depth, budget=budget,
+            class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
+            depth=depth, budget=budget,
             targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
             coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
@@ -189,15 +181,11 @@ class _ViewCache:
 
 def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                   budget: float | None = None, n_images: int = 12) -> ExplorerView:
-    """The explorer's numbers for one setting, without drawing anything: an :class:`ExplorerView` of
-    ``study`` (a :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images
-    spread evenly over the split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` =
-    the reference scorer's), ``depth`` L and ``budget`` b (default the study's).
-
-    Raises:
-        ValueError: not two targets, an unknown target, an image outside the list, ``L``
-            outside ``1..n−1`` or ``b`` outside ``(0, 1]``.
-    """
+    """The explorer's numbers for one setting, drawing nothing: the :class:`ExplorerView` of ``study`` (a
+    :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images spread over the
+    split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` = the reference scorer's),
+    ``depth`` L and ``budget`` b (default the study's). Raises ValueError: not two targets, an unknown
+    target, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
     return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
@@ -207,16 +195,14 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     ranking) and the insertion/deletion curves of ``p_c`` on image ``batch.images[view.position]`` (the
     explorer's :class:`midas_nb.data.Batch`) on the patch ``grid`` ``(rows, cols)``, ``normalization``
     ``(mean, std)`` undone for display, ``note`` a line under it (the still's :data:`STATIC_NOTE`)."""
-    rows, cols = (int(g) for g in grid)
-    p = view.position
+    (rows, cols), p = (int(g) for g in grid), view.position
     img = image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
         keep = to_numpy(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))
-        shade = np.zeros((rows, cols, 4))
-        shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
+        shade = np.where(keep.reshape(rows, cols, 1), 0.0, [0.0, 0.0, 0.0, 0.75])   # dropped tokens dimmed
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
         patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         if view.region == "part":   # part patches outlined and visible keypoints dotted, else the object box
@@ -225,8 +211,7 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
         draw_parts_or_box(ax, batch.parts[p] if view.region == "part" else None,
                           batch.boxes[p] if view.region == "box" else None, s=14, lw=1.6)
         ax.set(xlim=(0, W), ylim=(H, 0), xticks=[], yticks=[])
-        iou = view.iou[j]
-        r = view.insdel[t]
+        iou, r = view.iou[j], view.insdel[t]
         ax.set_title(f"{t}: kept {view.n_keep}/{view.n_patches}\n{view.region} IoU "
                      f"{'n/a' if math.isnan(iou) else f'{iou:.2f}'} · IDAUC {float(r.idauc[0]):+.3f}",
                      fontsize=FONT["label"], color=condition_color(t))
@@ -292,7 +277,8 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     n_blocks = len(study.model.blocks)
     cache = _ViewCache(study, n_images, ids)
     batch = cache.batch
-    options = [(f"{i}: {_class_name(study, int(batch.labels[i]))} (test {int(batch.indices[i])})", i)
+    classes = getattr(study.test_set, "classes", None)
+    options = [(f"{i}: {class_name(classes, int(batch.labels[i]), 40)} (test {int(batch.indices[i])})", i)
                for i in range(len(batch.indices))]
     style = {"description_width": "90px"}
     image_w = W.Dropdown(options=options, value=0, description="image", style=style)
@@ -316,7 +302,7 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
             plt.close(fig)
             figure_w.value = buf.getvalue()
             readout_w.remove_class("midas-explorer-error")
-            readout_w.value = view.readout_html()
+            readout_w.value = "".join(f"<div>{html.escape(s)}</div>" for s in view.lines())   # one per line
             box.view = view
         except Exception as e:  # noqa: BLE001 - an observer's exception would only reach the kernel log
             readout_w.add_class("midas-explorer-error")
