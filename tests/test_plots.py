@@ -289,6 +289,12 @@ def test_one_colour_per_meaning():
     outline = [c for a in fig.axes for c in a.collections if c.get_gid() == "part outline"]
     assert outline and to_hex(outline[0].get_colors()[0]) == to_hex(viz.common.PART_COLOR) != to_hex(viz.common.BOX_COLOR)
     assert viz.condition_color("T0") == viz.condition_color("reference")
+    # the parity band was tab:green, T2's colour, in the scatter that shows T2 (02, 06)
+    rows = [dict(condition=c, seed=0, miou=0.3, idauc=0.2) for c in ("reference", "T2", "T5")]
+    ax = viz.coverage_vs_faithfulness(pd.DataFrame(rows)).axes[0]
+    band = [p for p in ax.patches if p.get_label().startswith("parity band")][0]
+    band_rgb = to_hex(band.get_facecolor(), keep_alpha=False)
+    assert band_rgb not in {to_hex(c) for c in viz.CONDITION_COLORS.values()} | set(viz.common.FALLBACK_PALETTE)
 
 
 def test_points_at_one_spot_stay_visible():

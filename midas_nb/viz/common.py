@@ -64,16 +64,14 @@ def figure_path(name: str, suffix: str = ".png") -> Path:
 
 def save_figure(fig: Figure, name: str, dpi: int = 130) -> Path:
     """Write ``fig`` as PNG to :func:`figure_path` ``(name)``; returns the path."""
-    path = figure_path(name)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+    fig.savefig(path := figure_path(name), dpi=dpi, bbox_inches="tight", facecolor="white")
     return path
 
 
 def save_csv(table: pd.DataFrame, name: str) -> Path:
     """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``), atomically
     (:func:`midas_nb.identity.atomic_write_text`); list columns (per-image values) as JSON."""
-    path = figure_path(name, ".csv")
-    atomic_write_text(path, encode_lists(table).to_csv(index=False))
+    atomic_write_text(path := figure_path(name, ".csv"), encode_lists(table).to_csv(index=False))
     return path
 
 
@@ -104,6 +102,8 @@ def finish_figure(fig: Figure, save: str | None, tight: bool = False) -> Figure:
 
 #: part patches (filled or outlined), the object box, the visible part keypoints: in every image figure
 PART_COLOR, BOX_COLOR, KEYPOINT_COLOR = "gold", "cyan", "red"
+#: the parity band (DESIGN.md §6): a blue no condition or target has (tab:green was T2's)
+BAND_COLOR = "#1f77b4"
 #: the colormap of each axis a figure colours lines by: the budget and the depth never share one
 AXIS_CMAPS: dict[str, str] = {"budget": "viridis", "depth": "magma"}
 

@@ -16,8 +16,8 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..metrics import parity_band
 from ..results import aggregate_seeds, coverage_name
-from .common import (AXIS_CMAPS, colorbar, condition_color, finish_figure, FONT, label_axes, legend_below, panel_grid,
-                     place_point_labels, require_columns, to_numpy)
+from .common import (AXIS_CMAPS, BAND_COLOR, colorbar, condition_color, finish_figure, FONT, label_axes, legend_below,
+                     panel_grid, place_point_labels, require_columns, to_numpy)
 
 #: Axis label of each sweep dimension (budget, depth) and of the backbone axis.
 AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
@@ -97,9 +97,9 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     if len(ref):
         r_m, r_i = float(ref["miou"].iloc[0]), float(ref["idauc"].iloc[0])
         lo = min(lo, r_i - band)
-        ax.axhspan(r_i - band, max(r_i - band, hi) + 1.0, color="tab:green", alpha=0.10, lw=0,
+        ax.axhspan(r_i - band, max(r_i - band, hi) + 1.0, color=BAND_COLOR, alpha=0.10, lw=0,
                    label=f"parity band: IDAUC ≥ ref − {band:g}")
-        ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
+        ax.axhline(r_i - band, color=BAND_COLOR, lw=1, ls=":")
         ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label=f"reference {coverage_label}")
     for i, row in agg.iterrows():
         x, y = row["miou"], row["idauc"]
