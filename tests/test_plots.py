@@ -84,7 +84,7 @@ def test_show_parts_on_grid(out_dir):
     # 2 part patches + 1 box on image 0, 1 + 1 on image 1
     assert len(ax0.patches) == 3 and len(ax1.patches) == 2
     # keypoints drawn: image 0 shows exactly its two visible keypoints
-    offsets = ax0.collections[0].get_offsets()
+    offsets = ax0.collections[-1].get_offsets()      # drawn over the patch grid's lines
     np.testing.assert_allclose(np.asarray(offsets), [[3.0, 3.0], [20.0, 28.0]])
     assert "gull" in ax0.get_title() and "part patches: 2 of 16" in ax0.get_title()
 
@@ -281,23 +281,35 @@ def test_one_colour_per_meaning():
     depth = viz.regime_lines(_d_table(), x="budget", hue="depth")
     first = [to_hex(f.axes[0].get_lines()[0].get_color()) for f in (budget, depth)]
     assert first[0] != first[1], first
-    assert viz.colors.AXIS_CMAPS["budget"] != viz.colors.AXIS_CMAPS["depth"]
+    assert viz.common.AXIS_CMAPS["budget"] != viz.common.AXIS_CMAPS["depth"]
     maps = {"T5": torch.rand(1, 16)}
     parts = torch.zeros(1, 16, dtype=torch.bool)
     parts[0, :3] = True
     fig = viz.target_heatmaps(torch.rand(1, 3, 32, 32), maps, grid=(4, 4), part_mask=parts)
     outline = [c for a in fig.axes for c in a.collections if c.get_gid() == "part outline"]
-    assert outline and to_hex(outline[0].get_colors()[0]) == to_hex(viz.colors.PART_COLOR) != to_hex(viz.colors.BOX_COLOR)
+    assert outline and to_hex(outline[0].get_colors()[0]) == to_hex(viz.common.PART_COLOR) != to_hex(viz.common.BOX_COLOR)
     assert viz.condition_color("T0") == viz.condition_color("reference")
+    # the parity band was tab:green, T2's colour, in the scatter that shows T2 (02, 06)
+    rows = [dict(condition=c, seed=0, miou=0.3, idauc=0.2) for c in ("reference", "T2", "T5")]
+    ax = viz.coverage_vs_faithfulness(pd.DataFrame(rows)).axes[0]
+    band = [p for p in ax.patches if p.get_label().startswith("parity band")][0]
+    band_rgb = to_hex(band.get_facecolor(), keep_alpha=False)
+    assert band_rgb not in {to_hex(c) for c in viz.CONDITION_COLORS.values()} | set(viz.common.FALLBACK_PALETTE)
 
 
 def test_points_at_one_spot_stay_visible():
     """Issue 52: the five supervised points of 02's and 06's scatters hid each other (filled markers, no
-    labels beyond six conditions). Markers are hollow and each of up to ten conditions is labelled."""
-    rows = [dict(condition=c, seed=0, miou=0.30 + 0.001 * k, idauc=0.20, coverage_kind="part mIoU")
+    labels beyond six conditions). Markers are hollow and each of up to ten conditions is labelled; T1–T5
+    at one and the same point get five labels whose boxes do not overlap, each pointing at that point."""
+    rows = [dict(condition=c, seed=0, miou=0.30 if c[0] == "T" else 0.1 + 0.05 * k,
+                 idauc=0.20 if c[0] == "T" else 0.1 + 0.02 * k, coverage_kind="part mIoU")
             for k, c in enumerate(["reference", "unsupervised", "T1", "T2", "T3", "T4", "T5", "random_map"])]
-    ax = viz.coverage_vs_faithfulness(pd.DataFrame(rows)).axes[0]
+    fig = viz.coverage_vs_faithfulness(pd.DataFrame(rows))
+    ax, renderer = fig.axes[0], _renderer(fig)
     assert {t.get_text() for t in ax.texts} == {r["condition"] for r in rows}
+    supervised = [t for t in ax.texts if t.get_text()[0] == "T"]
+    assert len(supervised) == 5 and {t.xy for t in supervised} == {(0.30, 0.20)}
+    assert _no_overlaps([t.get_window_extent(renderer) for t in supervised]) == []
     assert all(line.get_markerfacecolor() == "none" for line in ax.get_lines() if line.get_marker() not in (None, "None", ""))
 
 

@@ -3,6 +3,7 @@ computation, its controls, its static still and its error display. The browser s
 tests/test_browser.py."""
 from __future__ import annotations
 
+import html
 import math
 
 import pytest
@@ -132,7 +133,7 @@ def test_interactive_controls_redraw(study, monkeypatch):
         assert (v.targets[1], v.depth, v.budget, v.position) == (
             controls["right target"].value, controls["depth L"].value, controls["budget b"].value,
             controls["image"].value)
-        assert readout.value == v.readout_html()
+        assert readout.value == "".join(f"<div>{html.escape(s)}</div>" for s in v.lines())
     k, iou, idauc = _by_hand(study, box.view.index, "T3", 1, 0.4)
     assert box.view.n_keep == k and box.view.iou[1] == pytest.approx(iou, abs=1e-6)
     assert float(box.view.insdel["T3"].idauc[0]) == pytest.approx(idauc, abs=1e-4)

@@ -9,30 +9,25 @@ from typing import Any, Literal, Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.collections import LineCollection
-from matplotlib.lines import Line2D
 
-from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR
-from .common import image_to_rgb, patch_rects, short_name, to_numpy
-from .output import finish_figure, FONT, Normalization
+from .common import (BOX_HANDLE, class_name, colorbar, draw_parts_or_box, finish_figure, FONT, image_to_rgb,
+                     KEYPOINT_HANDLE, label_axes, Normalization, panel_grid, PART_COLOR, patch_rects, to_numpy,
+                     unit_range)
 
 
 def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization: Normalization = None,
                        class_names: Sequence[str] | None = None, save: str | None = None) -> Figure:
-    """Photos with part keypoints, the part-mask patches and the object box on the patch grid.
-
-    Shows what part mIoU compares kept tokens against (DESIGN.md §6): a patch is "part" when
-    it holds a visible keypoint after the image's resize/crop. Datasets without part keypoints
-    (FGVC-Aircraft, Stanford Cars: ``parts`` is ``[B, 0, 3]``) show the box patches instead,
-    which box coverage compares kept tokens against.
+    """Photos with part keypoints, the part-mask patches and the object box on the patch grid: what
+    part mIoU compares kept tokens against (DESIGN.md §6; a patch is "part" when it holds a visible
+    keypoint after the resize/crop). Datasets without part keypoints (``parts`` ``[B, 0, 3]``) show
+    the box patches, which box coverage compares kept tokens against.
 
     Args:
         data: a :class:`midas_nb.data.Batch` (its first ``n`` images, four panels a row).
-        patch_size: patch side in pixels (``H/p`` rows of patches).
-        normalization: ``(mean, std)`` of the backbone to undo for display.
-        class_names: names indexed by label, for the panel titles.
-        save: figure name for :func:`save_figure`.
+        patch_size: patch side in pixels. normalization: ``(mean, std)`` of the backbone to undo.
+        class_names: names indexed by label, for the panel titles. save: figure name.
     """
     images = to_numpy(data.images)[:n]
     B, _, H, W = images.shape
@@ -41,41 +36,22 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization:
     boxes_only = parts_all.ndim < 2 or parts_all.shape[1] == 0  # no part keypoints: box coverage
     kind = "box" if boxes_only else "part"
     masks = to_numpy(data.box_mask if boxes_only else data.part_mask)[:B].astype(bool)
-    ncols = min(4, B)
-    fig, grid = plt.subplots(math.ceil(B / ncols), ncols, figsize=(3.0 * ncols, 3.0 * math.ceil(B / ncols) + 0.6),
-                             squeeze=False)
-    for ax in grid.ravel()[B:]:
-        ax.set_visible(False)
-    for i, ax in enumerate(grid.ravel()[:B]):
+    fig, axes = panel_grid(B, 4, (3.0, 3.0), (0, 0.6))
+    for i, ax in enumerate(axes):
         ax.imshow(image_to_rgb(images[i], normalization), extent=(0, W, H, 0))
-        for r in range(1, rows):
-            ax.axhline(r * H / rows, color="white", lw=0.4, alpha=0.6)
-        for c in range(1, cols):
-            ax.axvline(c * W / cols, color="white", lw=0.4, alpha=0.6)
+        ax.hlines(np.arange(1, rows) * H / rows, 0, W, color="white", lw=0.4, alpha=0.6)
+        ax.vlines(np.arange(1, cols) * W / cols, 0, H, color="white", lw=0.4, alpha=0.6)
         patch_rects(ax, masks[i], rows, cols, H / rows, W / cols,
                     facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.45, lw=0.8)
-        x0, y0, x1, y1 = to_numpy(data.boxes[i])
-        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.8))
-        parts = parts_all[i]
-        vis = parts[:, 2] > 0 if parts.size else np.zeros(0, bool)
-        if vis.any():
-            ax.scatter(parts[vis, 0], parts[vis, 1], s=22, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.7,
-                       zorder=3)
-        ax.set_xlim(0, W)
-        ax.set_ylim(H, 0)
-        label = int(data.labels[i])
-        name = (short_name(class_names[label]) if class_names is not None and 0 <= label < len(class_names)
-                else f"class {label}")
-        ax.set_title(f"{name}\n{kind} patches: {int(masks[i].sum())} of {rows * cols}", fontsize=FONT["annot"])
-        ax.tick_params(labelsize=FONT["tick"] - 1)
-        if i % ncols == 0:
-            ax.set_xlabel("x (px)", fontsize=FONT["tick"])
-            ax.set_ylabel("y (px)", fontsize=FONT["tick"])
-    handles = ([] if boxes_only else
-               [Line2D([], [], marker="o", ls="", color=KEYPOINT_COLOR, mec="white", label="visible part keypoint")])
+        draw_parts_or_box(ax, parts_all[i], data.boxes[i])
+        ax.set(xlim=(0, W), ylim=(H, 0))
+        first = ax.get_subplotspec().is_first_col()
+        label_axes(ax, "x (px)" if first else None, "y (px)" if first else None, grid=None, size=FONT["tick"],
+                   title=f"{class_name(class_names, int(data.labels[i]))}\n{kind} patches: {int(masks[i].sum())} "
+                         f"of {rows * cols}", title_size=FONT["annot"])
+    handles = [] if boxes_only else [KEYPOINT_HANDLE]
     handles += [Patch(facecolor=PART_COLOR, edgecolor="darkorange", alpha=0.6,
-                      label=f"{kind} patch ({patch_size}×{patch_size} px)"),
-                Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")]
+                      label=f"{kind} patch ({patch_size}×{patch_size} px)"), BOX_HANDLE]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=FONT["legend"], frameon=False,
                bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(f"Object boxes on the {rows}×{cols} patch grid (no part keypoints: box coverage)" if boxes_only
@@ -92,27 +68,21 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     """Target maps over the photos: one block of panels per image (the photo, then one panel per
     target, six panels of 1.9 in to a row), each panel titled with its target id.
 
-    Each map is normalised per image — by rank (``"rank"``, the percentile of each token in
-    that image's ranking: what top-k pruning uses) or min–max — so that targets with
-    different units (probabilities, signed input×gradient, votes) share one colour bar. Where
-    a part mask is known, the part patches are outlined on every panel, so one sees whether a
-    target's hot tokens fall on the parts part mIoU counts.
+    Each map is normalised per image — by rank (``"rank"``: each token's percentile in the image's
+    ranking, what top-k pruning uses) or min–max — so that targets in different units share one
+    colour bar. The part patches are outlined on every panel where a part mask is known.
 
     Args:
         images: ``[B,3,H,W]`` images (normalised for the backbone), or a
             :class:`midas_nb.data.Batch` (its ``images``, ``part_mask`` and ``labels``).
         maps: ``{target id: [B,N]}`` maps on the same images, in panel order; or maps over a
-            whole split (``[M,N]``) with ``indices`` naming the rows of ``images``.
+            whole split (``[M,N]``) with ``indices [B]`` naming the rows of ``images``.
         grid: patch grid ``(rows, cols)``; ``None`` → square from ``N``.
-        normalization: ``(mean, std)`` to undo for display.
-        normalize: ``"rank"`` or ``"minmax"`` (per image and target).
-        indices: ``[B]`` rows of the maps that belong to ``images`` (e.g. ``batch.indices``).
-        title: figure title (default "Target maps on the R×C patch grid").
-        save: figure name for :func:`save_figure`.
+        normalization: ``(mean, std)`` to undo for display. normalize: ``"rank"`` or ``"minmax"``.
+        title: figure title (default "Target maps on the R×C patch grid"). save: figure name.
         part_mask: ``[B,N]`` bool part patches to outline; ``None`` → the batch's, if any.
-            An image without part patches (box-only datasets) gets no outline.
-        class_names: class names indexed by label (e.g. ``study.test_set.class_names``): the
-            rows' labels, wrapped at 20 characters (else ``"image b"``).
+        class_names: class names indexed by label: the rows' labels, wrapped at 20 characters
+            (else ``"image b"``).
 
     Raises:
         ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images
@@ -129,20 +99,17 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
         images = images.images
     imgs = to_numpy(images)
     B, _, H, W = imgs.shape
-    ids = list(maps)
-    arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1]) for k, v in maps.items()}
-    if indices is not None:
-        arrs = {k: a[to_numpy(indices).astype(int).ravel()] for k, a in arrs.items()}
+    rows_of = slice(None) if indices is None else to_numpy(indices).astype(int).ravel()
+    arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1])[rows_of] for k, v in maps.items()}
     for k, a in arrs.items():
         if a.shape[0] < B:
             raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
-    n = arrs[ids[0]].shape[1]
-    side = int(round(math.sqrt(n)))
-    rows, cols = (side, side) if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
+    ids, n = list(arrs), next(iter(arrs.values())).shape[1]
+    rows, cols = (math.isqrt(n),) * 2 if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
     if rows * cols != n:
         raise ValueError(f"grid {rows}x{cols} does not hold N={n} patch tokens; pass grid=(rows, cols)")
     parts = None if part_mask is None else to_numpy(part_mask).astype(bool).reshape(-1, rows * cols)
-    row_labels = ([textwrap.fill(short_name(class_names[lbl], 60), 20) for lbl in labels]
+    row_labels = ([textwrap.fill(class_name(class_names, lbl, 60), 20) for lbl in labels]
                   if class_names is not None and labels else [f"image {b}" for b in range(B)])
     n_panels = len(ids) + 1
     fig_cols = min(6, n_panels)
@@ -150,37 +117,28 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     width = 1.9 * fig_cols + 0.9   # 1.9 in panels and the colour bar: 3 images × 11 targets are 12.3 in wide
     fig, grid_axes = plt.subplots(B * per_image, fig_cols, squeeze=False,
                                   figsize=(width, (1.9 + 0.25) * B * per_image + 0.8))
-    im = None
     for b in range(B):
         rgb = image_to_rgb(imgs[b], normalization)
         panels = grid_axes[b * per_image:(b + 1) * per_image].ravel()
         for ax in panels[n_panels:]:
             ax.set_visible(False)
-        panels[0].imshow(rgb, extent=(0, W, H, 0))
-        panels[0].set_title("photo", fontsize=FONT["annot"])
         panels[0].set_ylabel(row_labels[b], fontsize=FONT["label"], fontweight="bold")
-        for ax, k in zip(panels[1:], ids):
-            m = arrs[k][b].astype(np.float64)
-            if normalize == "rank":
-                m = np.argsort(np.argsort(m, kind="stable"), kind="stable") / max(1, m.size - 1)
-            else:
-                lo, hi = np.nanmin(m), np.nanmax(m)
-                m = (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
+        for ax, k in zip(panels, ["photo", *ids]):
             ax.imshow(rgb, extent=(0, W, H, 0))
-            im = ax.imshow(m.reshape(rows, cols), extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1, alpha=0.6,
-                           interpolation="nearest")
+            ax.set(xticks=[], yticks=[])
             ax.set_title(k, fontsize=FONT["annot"])
-        for ax in panels[:n_panels]:
-            ax.set_xticks([])
-            ax.set_yticks([])
+            if k != "photo":    # the map in [0, 1] over the photo
+                m = arrs[k][b].astype(np.float64)
+                m = (np.argsort(np.argsort(m, kind="stable"), kind="stable") / max(1, m.size - 1)
+                     if normalize == "rank" else unit_range(m))
+                im = ax.imshow(m.reshape(rows, cols), extent=(0, W, H, 0), cmap="inferno", vmin=0, vmax=1,
+                               alpha=0.6, interpolation="nearest")
             if parts is not None and parts[b].any():
                 _part_outline(ax, parts[b], rows, cols, H, W)
     label = ("rank percentile within the image (1 = its highest score)" if normalize == "rank"
              else "min–max normalised score per image")
     fig.tight_layout(rect=(0, 0, 1 - 0.9 / width, 0.97))
-    cb = fig.colorbar(im, cax=fig.add_axes((1 - 0.7 / width, 0.15, 0.015, 0.7)))
-    cb.set_label(label, fontsize=FONT["annot"])
-    cb.ax.tick_params(labelsize=FONT["tick"])
+    colorbar(fig, im, label, cax=fig.add_axes((1 - 0.7 / width, 0.15, 0.015, 0.7)))
     outlined = " (gold outline: part patches)" if parts is not None and parts[:B].any() else ""
     fig.suptitle((title or f"Target maps on the {rows}×{cols} patch grid") + outlined, fontsize=FONT["title"])
     return finish_figure(fig, save)
@@ -189,18 +147,10 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
 def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
     """Outline the region of the ``True`` patches of ``mask [rows*cols]`` (one LineCollection,
     ``gid="part outline"``): the patch edges between a part patch and a non-part patch or the border."""
-    m = np.asarray(mask, dtype=bool).reshape(rows, cols)
+    m = np.pad(np.asarray(mask, dtype=bool).reshape(rows, cols), 1)
     ph, pw = H / rows, W / cols
-    padded = np.pad(m, 1)
-    segs = []
-    for r, c in zip(*np.nonzero(m)):
-        x0, y0, x1, y1 = c * pw, r * ph, (c + 1) * pw, (r + 1) * ph
-        if not padded[r, c + 1]:      # above
-            segs.append([(x0, y0), (x1, y0)])
-        if not padded[r + 2, c + 1]:  # below
-            segs.append([(x0, y1), (x1, y1)])
-        if not padded[r + 1, c]:      # left
-            segs.append([(x0, y0), (x0, y1)])
-        if not padded[r + 1, c + 2]:  # right
-            segs.append([(x1, y0), (x1, y1)])
+    horizontal = np.argwhere(m[1:, 1:-1] != m[:-1, 1:-1])    # (r, c): an edge at y = r·ph from x = c·pw
+    vertical = np.argwhere(m[1:-1, 1:] != m[1:-1, :-1])      # (r, c): an edge at x = c·pw from y = r·ph
+    segs = ([[(c * pw, r * ph), ((c + 1) * pw, r * ph)] for r, c in horizontal]
+            + [[(c * pw, r * ph), (c * pw, (r + 1) * ph)] for r, c in vertical])
     ax.add_collection(LineCollection(segs, colors=PART_COLOR, linewidths=1.1, gid="part outline"))

@@ -7,8 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .colors import condition_color
-from .output import finish_figure, FONT
+from .common import colorbar, condition_color, finish_figure, FONT, label_axes, require_columns
 
 
 #: what :func:`midas_nb.metrics.probes.cosine_matrix` computes per image in each ``mode`` (its docstring)
@@ -25,38 +24,26 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
     Args:
         mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``
             (:func:`midas_nb.metrics.probes.cosine_matrix`).
-        highlight: a pair of ids whose cell is framed and called out in the title
-            (default: hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in
-            the matrix → nothing highlighted.
-        lo, hi: CI bounds in the same layout, shown in the call-out.
-        title: figure title.
-        save: figure name for :func:`save_figure`.
+        highlight: a pair of ids whose cell is framed and called out in the title (default:
+            hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in the matrix: none.
+        lo, hi: CI bounds in the same layout, shown in the call-out. title, save: title, figure name.
 
-    Raises:
-        ValueError: when ``mean`` is not square with matching index and columns.
+    Raises ValueError when ``mean`` is not square with matching index and columns.
     """
     if list(mean.index) != list(mean.columns):
         raise ValueError("mean must be a square DataFrame with the same ids as index and columns")
-    ids = [str(i) for i in mean.index]
-    M = mean.to_numpy(dtype=float)
-    n = len(ids)
-    side = max(4.5, 0.62 * n + 2.2)
+    ids, M = [str(i) for i in mean.index], mean.to_numpy(dtype=float)
+    n, side = len(ids), max(4.5, 0.62 * len(ids) + 2.2)
     fig, ax = plt.subplots(figsize=(side + 1.0, side))
     im = ax.imshow(M, cmap="RdBu_r", vmin=-1, vmax=1)
-    for i in range(n):
-        for j in range(n):
-            v = M[i, j]
-            if np.isfinite(v):
-                ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
-                        color="white" if abs(v) > 0.6 else "black")
-    ax.set_xticks(range(n), ids, rotation=45, ha="right", fontsize=FONT["tick"])
-    ax.set_yticks(range(n), ids, fontsize=FONT["tick"])
-    ax.set_xlabel("target", fontsize=FONT["label"])
-    ax.set_ylabel("target", fontsize=FONT["label"])
-    cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    for (i, j), v in np.ndenumerate(M):
+        if np.isfinite(v):
+            ax.text(j, i, _fmt_cell(v), ha="center", va="center", fontsize=FONT["annot"] - (1 if n > 8 else 0),
+                    color="white" if abs(v) > 0.6 else "black")
+    ax.set_xticks(range(n), ids, rotation=45, ha="right")
+    ax.set_yticks(range(n), ids)
     what = MODE_LABELS[mean.attrs.get("mode", "rank")]
-    cb.set_label(f"mean per-image {what}", fontsize=FONT["annot"])
-    cb.ax.tick_params(labelsize=FONT["tick"])
+    colorbar(fig, im, f"mean per-image {what}", ax=ax, fraction=0.046, pad=0.04)
     callout = ""
     if highlight is not None and all(h in ids for h in highlight):
         a, b = ids.index(highlight[0]), ids.index(highlight[1])
@@ -65,9 +52,8 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
         callout = f"\ncos({highlight[0]}, {highlight[1]}) = {_fmt_cell(M[a, b], 3)}"
         if lo is not None and hi is not None:
             callout += f" [{_fmt_cell(float(lo.iloc[a, b]), 3)}, {_fmt_cell(float(hi.iloc[a, b]), 3)}]"
-    ax.set_title((title or f"{what[0].upper()}{what[1:]} of target maps") + callout, fontsize=FONT["title"] - 1)
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    label_axes(ax, "target", "target", (title or f"{what[0].upper()}{what[1:]} of target maps") + callout, grid=None)
+    return finish_figure(fig, save, tight=True)
 
 
 def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
@@ -79,9 +65,7 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
         title: figure title. save: figure name for :func:`save_figure`.
     """
     a, b = ("hidden", "attention") if "hidden" in table.columns else ("a", "b")
-    missing = [c for c in ("depth", "cosine", a, b) if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    require_columns(table, ("depth", "cosine", a, b))
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     # a pair in its first target's colour (the colour it has in every figure), one line style per second target
     styles = {v: ("-", "--", ":", "-.")[i % 4] for i, v in enumerate(dict.fromkeys(table[b].astype(str)))}
@@ -94,20 +78,14 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
                             color=condition_color(x), alpha=0.12, lw=0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(sorted(table["depth"].dropna().unique()))
-    ax.set_xlabel("depth L (targets read at block L)", fontsize=FONT["label"])
     modes = set(table["mode"].dropna()) if "mode" in table.columns else {"rank"}
     what = MODE_LABELS[modes.pop()] if len(modes) == 1 else "cosine"
-    ax.set_ylabel(f"mean per-image {what}", fontsize=FONT["label"])
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT["legend"], loc="best", framealpha=0.85)
-    ax.set_title(title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
-                 fontsize=FONT["title"] - 1)
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    label_axes(ax, "depth L (targets read at block L)", f"mean per-image {what}",
+               title or f"{what[0].upper()}{what[1:]} of target pairs across depths (bands: 95 % CI)",
+               legend=dict(framealpha=0.85))
+    return finish_figure(fig, save, tight=True)
 
 
 def _fmt_cell(v: float, digits: int = 2) -> str:
     """``v`` with ``digits`` decimals and no negative zero (``-0.004`` → ``0.00``)."""
-    text = f"{v:.{digits}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
+    return f"{v:.{digits}f}".replace(f"-{0:.{digits}f}", f"{0:.{digits}f}")

@@ -1,39 +1,35 @@
-"""Figures of the three-condition protocol: coverage against faithfulness, insertion/deletion and perturbation curves."""
+"""Figures of the three-condition protocol: coverage against faithfulness with the parity band, the
+insertion/deletion and perturbation curves, and D over the regime grid (depth × budget) and backbones."""
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
 from ..metrics import parity_band
 from ..results import aggregate_seeds, coverage_name
-from .colors import condition_colors as _condition_colors
-from .common import place_point_labels, to_numpy
-from .output import finish_figure, FONT
+from .common import (AXIS_CMAPS, BAND_COLOR, colorbar, condition_color, finish_figure, FONT, label_axes, legend_below,
+                     panel_grid, place_point_labels, require_columns, to_numpy)
 
-
-# ---------------------------------------------------------------------------------------------
-# protocol
-# ---------------------------------------------------------------------------------------------
 #: Axis label of each sweep dimension (budget, depth) and of the backbone axis.
 AXIS_LABELS = {"budget": "budget b (kept patch tokens, %)", "depth": "depth L (pruning after block L)",
                "backbone": "backbone"}
-
-
 _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
 
 
 def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
-    """Guard against silent averaging: ``table`` may hold several datasets / backbones only when
-    the caller lists them in ``average_over``; returns the title note that says so.
-
-    Raises:
-        ValueError: several values of a column in ``cols`` that ``average_over`` does not name.
-    """
+    """Guard against silent averaging: ``table`` may hold several datasets / backbones only when the
+    caller lists them in ``average_over``; returns the title note that says so. Raises ValueError:
+    several values of a column in ``cols`` that ``average_over`` does not name."""
     mixed = {c: [str(v) for v in dict.fromkeys(table[c])] for c in cols
              if c in table.columns and table[c].nunique(dropna=False) > 1}
     silent = {c: v for c, v in mixed.items() if c not in set(average_over)}
@@ -47,21 +43,17 @@ def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
 
 def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
     """One row per condition: mean ``miou`` / ``idauc`` over rows (builds, seeds) and their 95 % intervals
-    (:func:`midas_nb.results.aggregate_seeds`: builds × seeds × images interval from the per-image
-    values; a single row without per-image values keeps its own bootstrap bounds; otherwise no
-    interval, never the mean of per-seed bounds)."""
+    (:func:`midas_nb.results.aggregate_seeds` from the per-image values; a single row without them keeps
+    its own bootstrap bounds; otherwise none, never the mean of per-seed bounds)."""
     t = table.assign(condition=table["condition"].astype(str))
     agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns],
                           n_boot=n_boot)
     agg = agg.rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
-    for m in ("miou", "idauc"):
-        for b in ("lo", "hi"):
-            col = f"{m}_{b}"
-            if col not in agg.columns:
-                agg[col] = np.nan
-            if col in t.columns:
-                single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
-                agg[col] = agg[col].fillna(agg["condition"].map(single))
+    for col in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi"):
+        agg[col] = agg[col] if col in agg.columns else np.nan
+        if col in t.columns:
+            single = t.groupby("condition", sort=False)[col].agg(lambda v: v.iloc[0] if len(v) == 1 else np.nan)
+            agg[col] = agg[col].fillna(agg["condition"].map(single))
     return agg
 
 
@@ -70,162 +62,349 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
                              save: str | None = None, average_over: Sequence[str] = (),
                              n_boot: int = 1000) -> Figure:
     """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, with
-    the parity band; hollow markers and a label per point (up to 10), so conditions at one spot stay visible.
+    the parity band; hollow markers and a label per point (up to 10, placed so that no two overlap).
 
-    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band``
-    (asymmetric: faithfulness gains always count); the dashed vertical line is the reference
-    mIoU, so a point in the band and right of the line has ``D > 0`` at parity.
+    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band`` (asymmetric:
+    faithfulness gains always count); the dashed vertical line is the reference mIoU, so a point in
+    the band and right of the line has ``D > 0`` at parity.
 
     Args:
         table: protocol rows (``midas_nb.analysis.protocol`` schema): ``condition``, ``miou``, ``idauc``
-            and, when present, the per-image values (``miou_per_image``, ``idauc_per_image``
-            with their image ids) or ``miou_lo/miou_hi`` and ``idauc_lo/idauc_hi``, and
-            ``coverage_kind``. Several rows per condition (seeds) are averaged; the error bars
-            are 95 % intervals of that mean over seeds and images
-            (:func:`midas_nb.results.aggregate_seeds`), or the row's own bootstrap interval for
-            a single seed.
-        reference: the reference condition.
-        band: the parity band in IDAUC units (``None``: :data:`midas_nb.metrics.PARITY_BAND`).
-        coverage_label: x-axis quantity (default from ``coverage_kind``: part mIoU or box
-            coverage).
-        title: figure title.
-        save: figure name for :func:`save_figure`.
+            and, where present, the per-image values or ``miou_lo/miou_hi``, ``idauc_lo/idauc_hi``, and
+            ``coverage_kind``. Rows of one condition (builds, seeds) are averaged; error bars: the 95 %
+            interval of that mean over seeds and images (:func:`midas_nb.results.aggregate_seeds`), or
+            a single row's own bootstrap interval.
+        reference: the reference condition. band: the parity band in IDAUC units (``None``:
+            :data:`midas_nb.metrics.PARITY_BAND`). coverage_label: x-axis quantity (default from
+            ``coverage_kind``). title: figure title. save: figure name for :func:`save_figure`.
         average_over: ``("dataset",)`` / ``("backbone",)`` to allow rows of several datasets /
             backbones, averaged per condition (the title says so); by default they are an error.
-        n_boot: bootstrap resamples of the error bars (pass the profile's ``bootstrap`` so they
-            are the intervals the tables show; the bootstrap seed is fixed).
+        n_boot: bootstrap resamples of the error bars (the profile's ``bootstrap``; fixed seed).
 
     Raises:
         ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes
             datasets / backbones not named in ``average_over``.
     """
-    missing = [c for c in ("condition", "miou", "idauc") if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
     note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
-    if coverage_label is None:
-        coverage_label = coverage_name(table)
+    coverage_label = coverage_name(table) if coverage_label is None else coverage_label
     agg = _condition_summary(table, n_boot)
-    colors = _condition_colors(agg["condition"].tolist())
     fig, ax = plt.subplots(figsize=(8.2, 4.6))
+    ys = agg[["idauc", "idauc_lo", "idauc_hi"]].to_numpy(dtype=float)
+    lo, hi = float(np.nanmin(ys)), float(np.nanmax(ys))
     ref = agg[agg["condition"] == reference]
     if len(ref):
         r_m, r_i = float(ref["miou"].iloc[0]), float(ref["idauc"].iloc[0])
-        ax.axhspan(r_i - band, max(r_i - band, agg["idauc_hi"].max() if "idauc_hi" in agg else agg["idauc"].max()) + 1.0,
-                   color="tab:green", alpha=0.10, lw=0, label=f"parity band: IDAUC ≥ ref − {band:g}")
-        ax.axhline(r_i - band, color="tab:green", lw=1, ls=":")
+        lo = min(lo, r_i - band)
+        ax.axhspan(r_i - band, max(r_i - band, hi) + 1.0, color=BAND_COLOR, alpha=0.10, lw=0,
+                   label=f"parity band: IDAUC ≥ ref − {band:g}")
+        ax.axhline(r_i - band, color=BAND_COLOR, lw=1, ls=":")
         ax.axvline(r_m, color="black", lw=1, ls="--", alpha=0.6, label=f"reference {coverage_label}")
     for i, row in agg.iterrows():
-        c = row["condition"]
         x, y = row["miou"], row["idauc"]
-        xerr = yerr = None
-        if {"miou_lo", "miou_hi"} <= set(agg.columns) and pd.notna(row["miou_lo"]):
-            xerr = [[max(0.0, x - row["miou_lo"])], [max(0.0, row["miou_hi"] - x)]]
-        if {"idauc_lo", "idauc_hi"} <= set(agg.columns) and pd.notna(row["idauc_lo"]):
-            yerr = [[max(0.0, y - row["idauc_lo"])], [max(0.0, row["idauc_hi"] - y)]]
-        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)], color=colors[c], mfc="none",
-                    mew=1.6, ms=8, capsize=3, lw=1.2, label=c, zorder=3)
-    # keep the band from stretching the y range
-    ys = np.concatenate([agg["idauc"].to_numpy(),
-                         agg["idauc_lo"].dropna().to_numpy() if "idauc_lo" in agg else [],
-                         agg["idauc_hi"].dropna().to_numpy() if "idauc_hi" in agg else []])
-    lo, hi = float(np.nanmin(ys)), float(np.nanmax(ys))
-    if len(ref):
-        lo = min(lo, r_i - band)
-    pad = max(0.01, 0.08 * (hi - lo))
+        xerr, yerr = ([[max(0.0, v - row[f"{m}_lo"])], [max(0.0, row[f"{m}_hi"] - v)]]
+                      if pd.notna(row[f"{m}_lo"]) else None for m, v in (("miou", x), ("idauc", y)))
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=_MARKERS[i % len(_MARKERS)],
+                    color=condition_color(row["condition"]), mfc="none", mew=1.6, ms=8, capsize=3, lw=1.2,
+                    label=row["condition"], zorder=3)
+    pad = max(0.01, 0.08 * (hi - lo))      # the band does not stretch the y range
     ax.set_ylim(lo - pad, hi + pad)
-    ax.set_xlabel(f"{coverage_label} (fraction)", fontsize=FONT["label"])
-    ax.set_ylabel("insertion − deletion AUC", fontsize=FONT["label"])
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
-              frameon=False)
-    ax.set_title((title or "Coverage vs faithfulness (error bars: 95 % interval of the mean over builds and seeds)")
-                 + note, fontsize=FONT["title"] - 1)
+    label_axes(ax, f"{coverage_label} (fraction)", "insertion − deletion AUC", (title or "Coverage vs faithfulness "
+               "(error bars: 95 % interval of the mean over builds and seeds)") + note,
+               legend=dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False))
     fig.tight_layout()
     if len(agg) <= 10:  # beyond that the legend names the markers; labels placed without overlap
         place_point_labels(ax, list(zip(agg["miou"], agg["idauc"])), agg["condition"].tolist())
     return finish_figure(fig, save)
 
 
-def insertion_deletion_curves(results: Any, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Mean insertion and deletion curves of ``p_c`` (the curves behind IDAUC).
-
-    Args:
-        results: one :class:`midas_nb.metrics.InsDel` or ``{label: InsDel}`` (e.g. one per
-            condition); anything with ``fractions [S+1]``, ``ins_curve [B,S+1]``,
-            ``del_curve [B,S+1]`` and ``ins_auc``/``del_auc [B]`` works.
-        title: figure title. save: figure name for :func:`save_figure`.
-    """
-    if not isinstance(results, Mapping):
-        results = {"ranking": results}
-    if not results:
-        raise ValueError("results is empty")
-    colors = _condition_colors(list(results))
+def _curve_pair(curves: list, xlabels: Sequence[str], titles: Sequence[str], ylabel: str, title: str | None,
+                save: str | None) -> Figure:
+    """Two panels side by side (shared y) of ``curves``: ``(label, x %, (y_left, auc_left), (y_right,
+    auc_right))`` each, in the label's :func:`condition_color`, the AUC in the legend."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
-    for label, r in results.items():
-        frac = to_numpy(r.fractions) * 100
-        for ax, curve, auc, what in ((axes[0], r.ins_curve, r.ins_auc, "ins"),
-                                     (axes[1], r.del_curve, r.del_auc, "del")):
-            c = to_numpy(curve)
-            c = c[None] if c.ndim == 1 else c
-            ax.plot(frac, c.mean(0), marker=".", color=colors[label],
-                    label=f"{label} (AUC {float(to_numpy(auc).mean()):.3f})")
-    axes[0].set_xlabel("patch tokens inserted, most important first (%)", fontsize=FONT["label"])
-    axes[1].set_xlabel("patch tokens deleted, most important first (%)", fontsize=FONT["label"])
-    axes[0].set_ylabel("p_c (softmax prob. of predicted class)", fontsize=FONT["label"])
-    axes[0].set_title("insertion (higher = more faithful)", fontsize=FONT["label"])
-    axes[1].set_title("deletion (lower = more faithful)", fontsize=FONT["label"])
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=FONT["tick"])
-        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
+    for label, x, *sides in curves:
+        for ax, (y, auc) in zip(axes, sides):
+            ax.plot(x, y, marker=".", color=condition_color(label),
+                    label=f"{label}" + ("" if auc is None or pd.isna(auc) else f" (AUC {float(auc):.3f})"))
+    for ax, xlabel, panel_title in zip(axes, xlabels, titles):
+        label_axes(ax, xlabel, ylabel if ax is axes[0] else None, panel_title, title_size=FONT["label"] - 1,
+                   legend=dict(fontsize=FONT["legend"] - 1))
         ax.set_xlim(0, 100)
     if title:
         fig.suptitle(title, fontsize=FONT["title"])
-    fig.tight_layout()
-    return finish_figure(fig, save)
+    return finish_figure(fig, save, tight=True)
+
+
+def insertion_deletion_curves(results: Any, *, title: str | None = None, save: str | None = None) -> Figure:
+    """Mean insertion and deletion curves of ``p_c`` (the curves behind IDAUC) of ``results``: one
+    :class:`midas_nb.metrics.InsDel` or ``{label: InsDel}`` (e.g. one per condition); anything with
+    ``fractions [S+1]``, ``ins_curve``/``del_curve [B,S+1]`` and ``ins_auc``/``del_auc [B]`` works."""
+    results = results if isinstance(results, Mapping) else {"ranking": results}
+    if not results:
+        raise ValueError("results is empty")
+    curves = [(label, to_numpy(r.fractions) * 100, *((np.atleast_2d(to_numpy(c)).mean(0), to_numpy(a).mean())
+                                                     for c, a in ((r.ins_curve, r.ins_auc), (r.del_curve, r.del_auc))))
+              for label, r in results.items()]
+    return _curve_pair(curves, [f"patch tokens {w}, most important first (%)" for w in ("inserted", "deleted")],
+                       ["insertion (higher = more faithful)", "deletion (lower = more faithful)"],
+                       "p_c (softmax prob. of predicted class)", title, save)
 
 
 def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Accuracy as tokens are removed: most relevant first (positive) and least relevant first
+    """Accuracy as tokens are removed, most relevant first (positive) and least relevant first
     (negative), one line per relevance map — the evaluation of TokenTM (Wu et al., 2024,
-    https://arxiv.org/abs/2403.14552).
-
-    Args:
-        table: one row per map with ``target``, ``fractions`` (removed fraction, ``[S+1]``),
-            ``pos_curve`` and ``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
-            (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV).
-        title: figure title. save: figure name for :func:`save_figure`.
-    """
-    import json
-
-    missing = [c for c in ("target", "fractions", "pos_curve", "neg_curve") if c not in table.columns]
-    if missing:
-        raise ValueError(f"table is missing column(s) {missing}; has {list(table.columns)}")
+    https://arxiv.org/abs/2403.14552). ``table``: one row per map with ``target``, ``fractions``
+    (removed fraction, ``[S+1]``), ``pos_curve``/``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
+    (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV)."""
+    require_columns(table, ("target", "fractions", "pos_curve", "neg_curve"))
 
     def arr(v: Any) -> np.ndarray:
         return np.asarray(json.loads(v) if isinstance(v, str) else v, dtype=float)
 
-    colors = _condition_colors([str(t) for t in table["target"]])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
-    for _, r in table.iterrows():
-        x = arr(r["fractions"]) * 100
-        for ax, col in ((axes[0], "pos"), (axes[1], "neg")):
-            auc = f" (AUC {float(r[f'{col}_auc']):.3f})" if f"{col}_auc" in r and pd.notna(r[f"{col}_auc"]) else ""
-            ax.plot(x, arr(r[f"{col}_curve"]) * 100, marker=".", color=colors[str(r["target"])],
-                    label=f"{r['target']}{auc}")
-    axes[0].set_title("positive: most relevant removed first (lower AUC = better)", fontsize=FONT["label"] - 1)
-    axes[1].set_title("negative: least relevant removed first (higher AUC = better)", fontsize=FONT["label"] - 1)
-    for ax in axes:
-        ax.set_xlabel("patch tokens removed (%)", fontsize=FONT["label"])
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=FONT["tick"])
-        ax.legend(fontsize=FONT["legend"] - 1, loc="best")
-        ax.set_xlim(0, 100)
-    axes[0].set_ylabel("top-1 accuracy (%)", fontsize=FONT["label"])
-    if title:
-        fig.suptitle(title, fontsize=FONT["title"])
-    fig.tight_layout()
+    curves = [(str(r["target"]), arr(r["fractions"]) * 100,
+               *((arr(r[f"{s}_curve"]) * 100, r.get(f"{s}_auc")) for s in ("pos", "neg"))) for _, r in table.iterrows()]
+    return _curve_pair(curves, ["patch tokens removed (%)"] * 2,
+                       ["positive: most relevant removed first (lower AUC = better)",
+                        "negative: least relevant removed first (higher AUC = better)"],
+                       "top-1 accuracy (%)", title, save)
+
+
+D_LABEL = "D = mIoU − mIoU_ref (pp)"
+#: each parity-band status: its mark, its cell pattern in :func:`regime_heatmap` (a face colour only
+#: where D does not colour the cell), its legend line
+_STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "in band": ("✓", dict(edgecolor="0.4"), "in parity band (coloured by D)"),
+    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."),
+                     "band not resolved: ΔIDAUC CI straddles −band (coloured by D)"),
+    "uninformative": ("○", dict(edgecolor="0.1", hatch="xx"),
+                      "uninformative: the reference is not faithful (coloured by D)"),
+    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
+                     "outside band: ΔIDAUC < −band (D in brackets)")}
+_COLOURED = ("in band", "not resolved", "uninformative")   # the statuses drawn in D's colour
+#: :func:`regime_lines`' marker of each status: (marker, area in pt², hollow, legend label)
+_MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 36, True, "band not resolved"),
+          "outside band": ("x", 60, False, "outside band"),
+          "uninformative": ("D", 30, True, "uninformative (reference not faithful)")}
+
+
+def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: str,
+                  conditions: Sequence[str] | None, reference: str, average_over: Sequence[str]) -> tuple[str, list]:
+    """Check a ``decoupling_D`` table; returns the title's note on what it averages over and the
+    conditions to draw (``conditions``, default every one but ``reference``)."""
+    require_columns(table, ["condition", *axes, value, "in_band"], "D table",
+                    " (expected the output of midas_nb.metrics.decoupling_D)")
+    note = mixed_groups(table, average_over, what, [c for c in ("dataset", "backbone") if c not in axes])
+    conds = list(conditions) if conditions is not None else [
+        c for c in dict.fromkeys(table["condition"].astype(str)) if c != reference]
+    if not conds:
+        raise ValueError("no condition to plot besides the reference")
+    return note, conds
+
+
+def _group_status(g: pd.DataFrame) -> str:
+    """One parity-band status for the rows of a plotted cell (``decoupling_D``'s ``status``
+    when present, else the point decision ``in_band``): any undefined → "undefined", any
+    "uninformative" (the reference is not faithful, so the band says nothing) →
+    "uninformative", all in band → "in band", any outside → "outside band", else "not resolved"."""
+    st = set(g["status"].astype(str)) if "status" in g.columns else {
+        "undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
+    if st & {"undefined", "no reference"}:
+        return "undefined"
+    if st == {"in band"}:
+        return "in band"
+    return next((s for s in ("uninformative", "outside band") if s in st), "not resolved")
+
+
+def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
+    """(lower, upper) error-bar lengths of the mean D of ``g`` and what they are: the paired
+    95 % interval (``D_pp_lo``/``D_pp_hi``) of a single row, else the seed std, else none."""
+    d = float(g[value].mean())
+    if len(g) == 1 and {f"{value}_lo", f"{value}_hi"} <= set(g.columns):
+        lo, hi = float(g[f"{value}_lo"].iloc[0]), float(g[f"{value}_hi"].iloc[0])
+        if np.isfinite(lo) and np.isfinite(hi):
+            return max(0.0, d - lo), max(0.0, hi - d), "95 % paired CI"
+    if f"{value}_std" in g.columns:
+        sd = float(g[f"{value}_std"].mean())
+        if np.isfinite(sd):
+            return sd, sd, "seed std"
+    return math.nan, math.nan, ""
+
+
+def _fmt_axis_value(name: str, v: Any) -> str:
+    """A tick label: a budget in %, a number with ``g``, anything else as text."""
+    if name == "budget":
+        return f"{float(v) * 100:g}%"
+    return f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
+
+
+def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
+                   conditions: Sequence[str] | None = None, reference: str = "reference",
+                   vmax: float | None = None, title: str | None = None,
+                   save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
+    """``D`` (pp) over a ``y × x`` grid (default depth × budget), one panel per condition.
+
+    Cells in the band (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
+    coloured by D and annotated ``+2.1 ✓``; "not resolved" (the interval straddles the band edge)
+    coloured under dots, ``+2.1 ?``; "uninformative" (the reference is not faithful) coloured under a
+    cross-hatch, ``○``; outside the band grey, hatched, ``✗`` with D in brackets (DESIGN.md §6:
+    marked, never dropped); "undefined" (NaN IDAUC or mIoU) and "not run" cells say so. Without a
+    ``status`` column the point decision ``in_band`` is used.
+
+    Args:
+        table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``, ``y``,
+            ``value`` and ``in_band`` (and ``status``) columns. Several datasets or backbones
+            are an error unless named in ``average_over`` (then averaged, and the title says so).
+        x, y: grid columns. value: the D column (percentage points).
+        conditions: panels (default: every condition except the reference).
+        vmax: half-range of the diverging colour scale (default: largest |D|).
+        title: figure title. save: figure name for :func:`save_figure`.
+    """
+    note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)
+    xs, ys = sorted(table[x].dropna().unique()), sorted(table[y].dropna().unique())
+    vals = table[value].to_numpy(dtype=float)
+    lim = vmax or max(1e-6, float(np.nanmax(np.abs(vals))) if np.isfinite(vals).any() else 1.0)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
+    fig, axes = panel_grid(len(conds), 3, (max(3.4, 0.95 * len(xs) + 1.6), max(2.8, 0.7 * len(ys) + 1.5)), (1.2, 0.6))
+    for cond, ax in zip(conds, axes):
+        grid = np.full((len(ys), len(xs)), np.nan)
+        status = np.full((len(ys), len(xs)), "not run", dtype=object)
+        for (yv, xv), g in table[table["condition"].astype(str) == cond].groupby([y, x]):
+            grid[ys.index(yv), xs.index(xv)] = g[value].astype(float).mean()
+            status[ys.index(yv), xs.index(xv)] = _group_status(g)
+        im = ax.imshow(np.where(np.isin(status, _COLOURED), grid, np.nan), cmap="RdBu_r", norm=norm, aspect="auto",
+                       origin="lower")
+        for (i, j), st in np.ndenumerate(status):
+            v, coloured = grid[i, j], st in _COLOURED
+            if st in ("not run", "undefined"):   # not in the grid / NaN values
+                ax.text(j, i, st, ha="center", va="center", fontsize=FONT["annot"] - 1, color="0.55", style="italic")
+                continue
+            if st != "in band":   # the status's own pattern (over D's colour, or grey outside the band)
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, lw=0 if coloured else 0.5, fill=not coloured,
+                                       **_STATUS[st][1]))
+            ax.text(j, i, f"{v:+.1f} {_STATUS[st][0]}" if coloured else f"✗ ({v:+.1f})" if np.isfinite(v) else "✗",
+                    ha="center", va="center", fontsize=FONT["annot"],
+                    color="white" if abs(v) > 0.6 * lim and st == "in band" else "black" if coloured else "0.15",
+                    bbox=None if st == "in band" else dict(boxstyle=f"round,pad={0.15 if coloured else 0.2}",
+                                                           facecolor="white", edgecolor="none",
+                                                           alpha=0.7 if coloured else 0.85))
+        ax.set_xticks(range(len(xs)), [_fmt_axis_value(x, v) for v in xs])
+        ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys])
+        label_axes(ax, AXIS_LABELS.get(x, x), AXIS_LABELS.get(y, y), cond, size=FONT["label"] - 1,
+                   title_size=FONT["label"], grid=None)
+    # the status legend under the panels (a swatch per status: D's colour under its pattern, or the grey
+    # hatch outside the band), the colour bar right of them
+    handles = [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": plt.get_cmap("RdBu_r")(0.78), **style})
+               for mark, style, label in _STATUS.values()]
+    bottom = legend_below(fig, handles, ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)
+    colorbar(fig, im, D_LABEL, cax=fig.add_axes((0.91, bottom + 0.1 * (0.95 - bottom), 0.018, 0.75 * (0.95 - bottom))))
+    fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) over {y} × {x}") + note, fontsize=FONT["title"])
     return finish_figure(fig, save)
+
+
+def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, value: str = "D_pp",
+                 conditions: Sequence[str] | None = None, reference: str = "reference",
+                 title: str | None = None, save: str | None = None,
+                 average_over: Sequence[str] = ()) -> Figure:
+    """``D`` (pp) against ``x`` (default depth), one line per ``hue`` value, one panel per condition.
+
+    Filled markers: in the parity band; open circles: not resolved (the paired ΔIDAUC interval
+    straddles ``−band``); ``×``: outside (D still drawn); open diamonds: uninformative. Error bars:
+    the 95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says).
+
+    Args:
+        table: :func:`midas_nb.metrics.decoupling_D` output (``condition``, ``x``, ``hue``, ``value``,
+            ``in_band``; ``status`` and intervals where present). x: x-axis column. hue: a line per value.
+        value: the D column (pp). conditions: panels (default: all but the reference).
+        title, save: title, figure name. average_over: datasets / backbones to average over (else an error).
+    """
+    note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
+    kinds: set[str] = set()
+    hues = sorted(table[hue].dropna().unique())
+    cmap = plt.get_cmap(AXIS_CMAPS.get(hue, "viridis"))   # budget and depth: never one colormap for both
+    colors = {hv: cmap(i / max(1, len(hues) - 1) * 0.85) for i, hv in enumerate(hues)}
+    fig, axes = panel_grid(len(conds), 3, (4.2, 3.3), (0, 0.7), sharey=True)
+    xt = sorted(table[x].dropna().unique())
+    for cond, ax in zip(conds, axes):
+        sub = table[table["condition"].astype(str) == cond]
+        for hv in hues:
+            groups = sorted(sub[sub[hue] == hv].groupby(x), key=lambda kv: kv[0])
+            if not groups:
+                continue
+            xv = np.array([float(xk) for xk, _ in groups])
+            d = np.array([float(g[value].mean()) for _, g in groups])
+            lo, hi, kind = zip(*(_d_errors(g, value) for _, g in groups))
+            kinds.update(k for k in kind if k)
+            yerr = np.array([lo, hi])
+            ax.errorbar(xv, d, yerr=None if np.isnan(yerr).all() else np.nan_to_num(yerr),
+                        color=colors[hv], lw=1.5, capsize=2, label=f"{hue} = {_fmt_axis_value(hue, hv)}")
+            st = np.array([_group_status(g) for _, g in groups])
+            for status, (marker, size, hollow, _) in _MARKS.items():
+                ax.scatter(xv[st == status], d[st == status], marker=marker, s=size, zorder=3, gid=status,
+                           **(dict(facecolors="white", edgecolors=colors[hv]) if hollow else dict(color=colors[hv])))
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(xt, [_fmt_axis_value(x, v) for v in xt])
+        label_axes(ax, AXIS_LABELS.get(x, x), D_LABEL if ax.get_subplotspec().is_first_col() else None, cond,
+                   size=FONT["label"] - 1, title_size=FONT["label"])
+    handles = [Line2D([], [], color=colors[hv], lw=1.5, label=f"{hue} = {_fmt_axis_value(hue, hv)}") for hv in hues]
+    handles += [Line2D([], [], color="0.3", marker=marker, ls="", ms=math.sqrt(size), mfc="white" if hollow else None,
+                       label=label) for marker, size, hollow, label in _MARKS.values()]
+    legend_below(fig, handles, ncol=min(len(handles), 6))
+    bars = f"; error bars: {' / '.join(sorted(kinds))}" if kinds else ""
+    fig.suptitle((title or f"D = mIoU_t − mIoU_ref (pp) against {x}") + note + bars, fontsize=FONT["title"])
+    return finish_figure(fig, save)
+
+
+def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
+               conditions: Sequence[str] | None = None, reference: str = "reference",
+               order: Sequence[str] | None = None, title: str | None = None,
+               save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
+    """``D`` (pp) per backbone (or any categorical ``x``), one group of bars per backbone.
+
+    Solid bars are in the parity band; pale dotted: not resolved; pale hatched: outside it; pale
+    cross-hatched: uninformative; undefined values are labelled "undefined". Error bars as in
+    :func:`regime_lines`. Several datasets (or, with another ``x``, backbones) are an error unless
+    named in ``average_over``.
+
+    Args:
+        table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``,
+            ``value``, ``in_band``.
+        x: the categorical column (default ``backbone``). order: its order (default: as it
+            appears). conditions: bars (default: all but the reference).
+        title: figure title. save: figure name for :func:`save_figure`.
+    """
+    note, conds = _d_conditions(table, "scale_plot", (x,), value, conditions, reference, average_over)
+    kinds: set[str] = set()
+    cats = list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
+    width = 0.8 / max(1, len(conds))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(cats) * max(1, len(conds)) ** 0.5 + 2), 4.2))
+    for k, cond in enumerate(conds):
+        sub, color = table[table["condition"].astype(str) == cond], condition_color(cond)
+        for i, cat in enumerate(cats):
+            g = sub[sub[x].astype(str) == cat]
+            if g.empty:
+                continue
+            d, st, pos = float(g[value].mean()), _group_status(g), i - 0.4 + width * (k + 0.5)
+            if st == "undefined" or not np.isfinite(d):
+                ax.text(pos, 0, "undefined", rotation=90, ha="center", va="bottom", fontsize=FONT["annot"] - 1,
+                        color="0.4")
+                continue
+            inb = st == "in band"
+            lo, hi, kind = _d_errors(g, value)
+            kinds.update([kind] if kind else [])
+            ax.bar(pos, d, width=width * 0.92, color=color, alpha=1.0 if inb else 0.35,
+                   hatch=None if inb else {"not resolved": "...", "uninformative": "xx"}.get(st, "///"),
+                   edgecolor=color if inb else "black", yerr=None if not np.isfinite(lo) else [[lo], [hi]], capsize=2,
+                   label=cond if i == 0 or cat == cats[0] else None)
+    ax.axhline(0, color="black", lw=0.8)
+    long = max(map(len, cats)) > 14
+    ax.set_xticks(range(len(cats)), cats, rotation=15 if long else 0, ha="right" if long else "center")
+    bars = f" (error bars: {' / '.join(sorted(kinds))})" if kinds else ""
+    handles = [Patch(color=condition_color(c), label=c) for c in conds] + [
+        Patch(facecolor="0.85", edgecolor="black", hatch=h, label=lbl) for h, lbl in (("...", "band not resolved"),
+            ("///", "outside parity band"), ("xx", "uninformative (reference not faithful)"))]
+    label_axes(ax, AXIS_LABELS.get(x, x), D_LABEL, (title or f"D = mIoU_t − mIoU_ref (pp) across {x}s") + note + bars,
+               title_size=FONT["title"], grid="y", legend=dict(     # beside the axes: never over a bar
+                   handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False))
+    return finish_figure(fig, save, tight=True)

@@ -1,14 +1,13 @@
-"""The explorer (decision 0056): two rankings (supervision targets of DESIGN.md §4; ``T0`` is the
-training-free reference scorer's) side by side on one test image at one depth ``L`` and budget ``b``:
-the kept top ``k = ceil(b·N)`` patch tokens over the photo (part patches and visible part keypoints
-marked, or the object box on a dataset without parts), the insertion and deletion curves of ``p_c``
-on that image (Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421;
-:func:`midas_nb.metrics.insertion_deletion_auc`) and a read-out of part IoU and IDAUC.
+"""The explorer (decision 0056): two rankings (targets of DESIGN.md §4; ``T0`` is the reference scorer's)
+side by side on one test image at one depth ``L`` and budget ``b``: the kept top ``k = ceil(b·N)`` patch
+tokens over the photo (part patches and keypoints marked, or the object box without parts), the
+insertion and deletion curves of ``p_c`` on that image (Petsiuk et al., 2018, RISE,
+https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC.
 
-Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets
-(papermill, nbval, scripts, the HTML edition). :func:`is_headless`, first match wins:
-``MIDAS_HEADLESS`` set (``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run``
-sets it to ``1``); no IPython kernel or no ``ipywidgets`` → headless; else interactive.
+Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets (papermill,
+nbval, scripts, the HTML edition). :func:`is_headless`, first match wins: ``MIDAS_HEADLESS`` set
+(``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run`` sets it to ``1``); no
+IPython kernel or no ``ipywidgets`` → headless; else interactive.
 """
 from __future__ import annotations
 
@@ -22,13 +21,11 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from torch import Tensor
 
-from .colors import BOX_COLOR, KEYPOINT_COLOR, PART_COLOR, condition_color
-from .common import image_to_rgb, patch_rects, short_name, to_numpy
-from .output import FONT, finish_figure
+from .common import (BOX_HANDLE, class_name, condition_color, draw_parts_or_box, finish_figure, FONT, image_to_rgb,
+                     KEYPOINT_HANDLE, label_axes, legend_below, PART_COLOR, patch_rects, to_numpy)
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
@@ -64,27 +61,19 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
     return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
 
 
-def _class_name(study, label: int) -> str:
-    classes = getattr(study.test_set, "classes", None)
-    return short_name(classes[label], 40) if classes else f"class {label}"
-
-
 @dataclass
 class ExplorerView:
     """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
 
     Attributes:
-        position, index: the image's position in the explorer's image list and its index in the test split.
-        class_name: its ground-truth class (display name).
-        depth, budget: ``L`` (1-based; the scorer reads block ``L``'s output) and ``b``.
+        position, index: the image's position in the explorer's list and its index in the test split.
+        class_name: its ground-truth class. depth, budget: ``L`` (1-based; the scorer reads block ``L``) and ``b``.
         targets: the two ranking ids, left and right.
-        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major patch grid).
-        n_keep, n_patches: ``k = ceil(b·N)`` and ``N``.
+        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major). n_keep, n_patches: ``ceil(b·N)``, ``N``.
         coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
-        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches;
-            ``NaN`` when the image has no part patch.
-        miou, n_images: the mean IoU of each ranking over the explorer's ``n_images`` images (skipped ones
-            counted) at the same ``(L, b)`` (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
+        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none).
+        miou, n_images: each ranking's mean IoU over the explorer's ``n_images`` images at the same ``(L, b)``
+            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
         insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
     """
 
@@ -121,10 +110,6 @@ class ExplorerView:
         means = " · ".join(f"{t} {m:.3f}" for t, m in zip(self.targets, self.miou))
         out.append(f"{self.coverage_kind} over the explorer's {self.n_images} images at this L and b: {means}")
         return out
-
-    def readout_html(self) -> str:
-        """The read-out as HTML (one ``<div>`` per line, escaped)."""
-        return "".join(f"<div>{html.escape(s)}</div>" for s in self.lines())
 
 
 class _ViewCache:
@@ -187,7 +172,8 @@ class _ViewCache:
         keep = torch.stack([keep_all[t][position] for t in targets])
         return ExplorerView(
             position=position, index=int(batch.indices[position]),
-            class_name=_class_name(st, int(batch.labels[position])), depth=depth, budget=budget,
+            class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
+            depth=depth, budget=budget,
             targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
             coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
@@ -195,100 +181,58 @@ class _ViewCache:
 
 def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                   budget: float | None = None, n_images: int = 12) -> ExplorerView:
-    """The explorer's numbers for one setting, without drawing anything: an :class:`ExplorerView` of
-    ``study`` (a :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images
-    spread evenly over the split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` =
-    the reference scorer's), ``depth`` L and ``budget`` b (default the study's).
-
-    Raises:
-        ValueError: not two targets, an unknown target, an image outside the list, ``L``
-            outside ``1..n−1`` or ``b`` outside ``(0, 1]``.
-    """
+    """The explorer's numbers for one setting, drawing nothing: the :class:`ExplorerView` of ``study`` (a
+    :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images spread over the
+    split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` = the reference scorer's),
+    ``depth`` L and ``budget`` b (default the study's). Raises ValueError: not two targets, an unknown
+    target, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
     return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
 def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
                     note: str | None = None):
-    """The explorer's figure: two kept-token panels (left, right ranking) and the
-    insertion/deletion curves of ``p_c`` on the shown image.
-
-    Args:
-        view: :class:`ExplorerView` of the setting.
-        batch: the explorer's :class:`midas_nb.data.Batch` (the image is ``batch.images[view.position]``).
-        grid: the patch grid ``(rows, cols)``.
-        normalization: ``(mean, std)`` of the backbone, undone for display.
-        note: a line under the figure (the static still's :data:`STATIC_NOTE`).
-
-    Returns:
-        A :class:`matplotlib.figure.Figure` (not closed, not saved).
-    """
-    rows, cols = (int(g) for g in grid)
-    p = view.position
+    """The explorer's figure (not closed, not saved) of ``view``: two kept-token panels (left, right
+    ranking) and the insertion/deletion curves of ``p_c`` on image ``batch.images[view.position]`` (the
+    explorer's :class:`midas_nb.data.Batch`) on the patch ``grid`` ``(rows, cols)``, ``normalization``
+    ``(mean, std)`` undone for display, ``note`` a line under it (the still's :data:`STATIC_NOTE`)."""
+    (rows, cols), p = (int(g) for g in grid), view.position
     img = image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), gridspec_kw=dict(width_ratios=[1, 1, 1.35]))
-    colors = {t: condition_color(t) for t in view.targets}  # the colours of every other figure
     for j, (ax, t) in enumerate(zip(axes[:2], view.targets)):
         keep = to_numpy(view.keep[j]).astype(bool)
         ax.imshow(img, extent=(0, W, H, 0))
-        shade = np.zeros((rows, cols, 4))
-        shade[..., 3] = np.where(keep.reshape(rows, cols), 0.0, 0.75)
+        shade = np.where(keep.reshape(rows, cols, 1), 0.0, [0.0, 0.0, 0.0, 0.75])   # dropped tokens dimmed
         ax.imshow(shade, extent=(0, W, H, 0), interpolation="nearest")
         patch_rects(ax, keep, rows, cols, H / rows, W / cols, fill=False, edgecolor="white", lw=0.6)
         if view.region == "part":   # part patches outlined and visible keypoints dotted, else the object box
             patch_rects(ax, to_numpy(batch.part_mask[p]).astype(bool), rows, cols, H / rows, W / cols, fill=False,
                         edgecolor=PART_COLOR, lw=1.4, ls="--")
-            parts = to_numpy(batch.parts[p])
-            vis = parts[:, 2] > 0
-            ax.scatter(parts[vis, 0], parts[vis, 1], s=14, c=KEYPOINT_COLOR, edgecolors="white", linewidths=0.5,
-                       zorder=3)
-        else:
-            x0, y0, x1, y1 = (float(v) for v in to_numpy(batch.boxes[p]))
-            ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=1.6))
-        ax.set_xlim(0, W)
-        ax.set_ylim(H, 0)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        iou = view.iou[j]
-        r = view.insdel[t]
+        draw_parts_or_box(ax, batch.parts[p] if view.region == "part" else None,
+                          batch.boxes[p] if view.region == "box" else None, s=14, lw=1.6)
+        ax.set(xlim=(0, W), ylim=(H, 0), xticks=[], yticks=[])
+        iou, r = view.iou[j], view.insdel[t]
         ax.set_title(f"{t}: kept {view.n_keep}/{view.n_patches}\n{view.region} IoU "
                      f"{'n/a' if math.isnan(iou) else f'{iou:.2f}'} · IDAUC {float(r.idauc[0]):+.3f}",
-                     fontsize=FONT["label"], color=colors.get(t, "black"))
+                     fontsize=FONT["label"], color=condition_color(t))
     ax = axes[2]
-    for t in dict.fromkeys(view.targets):
+    for t in dict.fromkeys(view.targets):      # in each ranking's colour in every figure
         r = view.insdel[t]
-        frac = to_numpy(r.fractions) * 100
-        ax.plot(frac, to_numpy(r.ins_curve[0]), "-o", ms=3, color=colors[t],
-                label=f"{t} insertion (AUC {float(r.ins_auc[0]):.3f})")
-        ax.plot(frac, to_numpy(r.del_curve[0]), "--s", ms=3, color=colors[t],
-                label=f"{t} deletion (AUC {float(r.del_auc[0]):.3f})")
-    ax.set_xlabel("patch tokens inserted / deleted, most important first (%)", fontsize=FONT["tick"])
-    ax.set_ylabel("p_c (predicted class)", fontsize=FONT["tick"])
-    ax.set_title("insertion (solid) and deletion (dashed), this image", fontsize=FONT["label"])
+        for curve, auc, style, what in ((r.ins_curve, r.ins_auc, "-o", "insertion"),
+                                        (r.del_curve, r.del_auc, "--s", "deletion")):
+            ax.plot(to_numpy(r.fractions) * 100, to_numpy(curve[0]), style, ms=3, color=condition_color(t),
+                    label=f"{t} {what} (AUC {float(auc[0]):.3f})")
+    label_axes(ax, "patch tokens inserted / deleted, most important first (%)", "p_c (predicted class)",
+               "insertion (solid) and deletion (dashed), this image", size=FONT["tick"], title_size=FONT["label"],
+               legend=dict(fontsize=FONT["legend"] - 1))
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.tick_params(labelsize=FONT["tick"])
-    ax.legend(fontsize=FONT["legend"] - 1, loc="best")
     handles = [Patch(facecolor="white", edgecolor="0.3", label="kept patch token"),
                Patch(facecolor=(0, 0, 0, 0.75), label="dropped patch token")] + (
-        [Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"),
-         Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white", label="visible part keypoint")]
-        if view.region == "part" else [Patch(fill=False, edgecolor=BOX_COLOR, lw=1.6, label="object box")])
+        [Patch(fill=False, edgecolor=PART_COLOR, ls="--", lw=1.4, label="part patch"), KEYPOINT_HANDLE]
+        if view.region == "part" else [BOX_HANDLE])
     fig.suptitle(f"{view.class_name} (test image {view.index}) · depth L={view.depth} · budget b={view.budget:.0%}",
                  fontsize=FONT["title"])
-    # the note on the bottom line, the legend stacked above it, the panels above both (measured,
-    # so a four-entry legend never runs into the note)
-    renderer = fig.canvas.get_renderer()
-    to_fig = fig.transFigure.inverted()
-    legend_y = 0.005
-    if note:
-        text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
-                        color="0.25")
-        legend_y = text.get_window_extent(renderer).transformed(to_fig).y1 + 0.008
-    legend = fig.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.005, legend_y), ncol=len(handles),
-                        fontsize=FONT["legend"], frameon=False, borderaxespad=0)
-    bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
-    fig.tight_layout(rect=(0, bottom, 1, 0.95))
+    legend_below(fig, handles, ncol=len(handles), note=note, x=0.005, loc="lower left")
     return fig
 
 
@@ -301,23 +245,18 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
         study: a :class:`midas_nb.study.Study`.
         n_images: test images offered by the image menu (spread evenly over the split).
         rankings: target ids offered by the two target menus (default: the profile's targets).
-        interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not
-            :func:`is_headless`.
+        interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not :func:`is_headless`.
         save: name of the static figure (headless only).
-        targets: the pair shown first (default T0 against T5; a target not offered falls back
-            to the first offered ones).
+        targets: the pair shown first (default T0 against T5; one not offered falls back to the first offered).
 
     Returns:
-        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed,
-        whose ``view`` attribute is the :class:`ExplorerView` shown; controls ``image``,
-        ``left target``, ``right target``, ``depth L``, ``budget b``; the figure is an
-        ``ipywidgets.Image`` (class ``midas-explorer-figure``), the read-out an
-        ``ipywidgets.HTML`` (class ``midas-explorer-readout``). A failing redraw shows its
-        error in the read-out (class ``midas-explorer-error``) instead of only in the kernel
-        log. Headless: the static still of the first image at the study's depth and budget, a
-        Figure with :data:`STATIC_NOTE` under it whose ``explorer_view`` attribute is its
-        :class:`ExplorerView`, its read-out printed below. Notebook cells assign the result
-        (``view = explorer(study)``) so nothing is shown twice.
+        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed, its ``view``
+        the :class:`ExplorerView` shown; controls ``image``, ``left target``, ``right target``, ``depth L``,
+        ``budget b``; the figure an ``ipywidgets.Image`` (``midas-explorer-figure``), the read-out an
+        ``ipywidgets.HTML`` (``midas-explorer-readout``; a failing redraw shows its error there, class
+        ``midas-explorer-error``). Headless: the static still of the first image at the study's depth and
+        budget, with :data:`STATIC_NOTE` under it and its :class:`ExplorerView` as ``explorer_view``, its
+        read-out printed below. Cells assign the result (``view = explorer(study)``): shown once.
     """
     if interactive is None:
         interactive = not is_headless()
@@ -338,7 +277,8 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     n_blocks = len(study.model.blocks)
     cache = _ViewCache(study, n_images, ids)
     batch = cache.batch
-    options = [(f"{i}: {_class_name(study, int(batch.labels[i]))} (test {int(batch.indices[i])})", i)
+    classes = getattr(study.test_set, "classes", None)
+    options = [(f"{i}: {class_name(classes, int(batch.labels[i]), 40)} (test {int(batch.indices[i])})", i)
                for i in range(len(batch.indices))]
     style = {"description_width": "90px"}
     image_w = W.Dropdown(options=options, value=0, description="image", style=style)
@@ -362,7 +302,7 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
             plt.close(fig)
             figure_w.value = buf.getvalue()
             readout_w.remove_class("midas-explorer-error")
-            readout_w.value = view.readout_html()
+            readout_w.value = "".join(f"<div>{html.escape(s)}</div>" for s in view.lines())   # one per line
             box.view = view
         except Exception as e:  # noqa: BLE001 - an observer's exception would only reach the kernel log
             readout_w.add_class("midas-explorer-error")
