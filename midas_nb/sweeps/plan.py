@@ -141,14 +141,11 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     costs = [_cell_cost(c, timed, cost_table) for c in todo]
     known = [s for s, _ in costs if s is not None]
     sources = sorted({src for _, src in costs})
-    if not todo:
-        out.append("projection: nothing to run")
-        return "\n".join(out)
-    if len(known) < len(todo):
-        out.append(f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed cell of "
-                   f"their backbone in the store, none in the cost table {t['path']}); run "
-                   "bench/gpu_check.py --device cuda on a GPU node to measure one")
-        return "\n".join(out)
+    if len(known) < len(todo) or not todo:
+        return "\n".join(out + ["projection: nothing to run" if not todo else
+                                f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed "
+                                f"cell of their backbone in the store, none in the cost table {t['path']}); run "
+                                "bench/gpu_check.py --device cuda on a GPU node to measure one"])
     ft = t.get("finetune_s", {})
     prep_s = [float(ft.get(c.backbone, {}).get(c.dataset.split(" ")[0], 0.0)) for c in prepare]
     cell_s = sum(known)

@@ -54,6 +54,10 @@ class Submission:
 
     job_ids = property(lambda self: list(self.jobs))
 
+    def wait(self, **kw: Any):
+        """:func:`wait` on the store: the status table once nothing of it is queued."""
+        return wait(ResultStore(self.store), **kw)
+
     def __str__(self) -> str:
         return (f"submitted {len(self.cells)} cells ({self.skipped} already done) to {self.store}: "
                 f"{len(self.jobs)} cell jobs in arrays {', '.join(_array_ids(self.jobs)) or '-'} after "
