@@ -359,7 +359,7 @@ def test_submit_local_with_failed_cells_exits_1_and_names_the_status_command(cap
 def test_plan_counts_done_cells_by_coordinates_when_its_ids_are_placeholders(tmp_path):
     """`sweep plan` reads no data, so its cells carry placeholder checkpoint and data ids: a
     store's done cells are matched by dataset, backbone, L, b, condition, seed and settings (else
-    a half-done sweep would be planned as if nothing had run); by key they would not match."""
+    a half-done sweep would be planned as if nothing had run)."""
     import time
 
     from midas_nb.sweeps import ResultStore, SweepCell
@@ -371,14 +371,13 @@ def test_plan_counts_done_cells_by_coordinates_when_its_ids_are_placeholders(tmp
     store = ResultStore(tmp_path / "s")
     store.record_done(real[0], [{"miou": 0.5}], started=time.time())
     kw = dict(cells_per_job=8, max_array=1001, max_array_source="test", store=store)
-    assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": planned}, **kw)
-    assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": planned}, by_coordinates=True, **kw)
+    assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": planned}, **kw)
     assert "2 distinct cells, 1 done, 1 to run" in plan_text({"02 protocol": real}, **kw)
     # a done record of an older result format (its key is not the one its cell gives now) is not done
     old = dict(store.read(real[0].key), key="0123456789abcdef")
     store.path(real[0].key).unlink()
     store.write_record(old)
-    assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": planned}, by_coordinates=True, **kw)
+    assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": planned}, **kw)
     assert "2 distinct cells, 0 done, 2 to run" in plan_text({"02 protocol": real}, **kw)
 
 

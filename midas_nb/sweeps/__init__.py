@@ -10,11 +10,11 @@ docs/decisions/0025-shared-result-store.md)::
 from __future__ import annotations
 
 from ..identity import atomic_write_text
-from .cells import CellState, ExecutorKind, SweepCell
-from .executors import run_cell, run_sweep, submit_sweep
+from .executors import run_sweep, submit_sweep
 from .slurm import Submission
-from .store import RECORD_FORMAT, ResultStore, StoreStatus, format_status, open_store, sweep_status
+from .store import (RECORD_FORMAT, CellState, ExecutorKind, ResultStore, StoreStatus, SweepCell, format_status,
+                    open_store, sweep_status)
 
 __all__ = ["ExecutorKind", "CellState", "SweepCell", "ResultStore", "StoreStatus", "RECORD_FORMAT",
-           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "run_cell", "sweep_status",
+           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "sweep_status",
            "format_status", "open_store"]

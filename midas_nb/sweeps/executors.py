@@ -9,12 +9,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .cells import ExecutorKind, SweepCell
 from .slurm import Submission, submit
-from .store import open_store, ResultStore, StoreStatus
-from .worker import cell_groups, run_cell, run_group
+from .store import ExecutorKind, ResultStore, StoreStatus, SweepCell, open_store
+from .worker import cell_groups, run_chunk, run_group
 
-__all__ = ["run_cell", "run_sweep", "submit_sweep"]
+__all__ = ["run_sweep", "submit_sweep"]
 
 
 #: :func:`run_sweep`'s ``slurm`` settings → submitit ``AutoExecutor`` parameters (others pass as they are)
@@ -37,7 +36,7 @@ def run_sweep(
     gpus: Sequence[str | int] | None = None,
 ) -> StoreStatus:
     """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
-    their status. Workers write their own records (:func:`run_cell`; a failing cell records its error
+    their status. Workers write their own records (:func:`run_group`; a failing cell records its error
     and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
     for a cell another process holds (until it ends), Slurm jobs leave it. A worker or job that dies
     leaves its cells without a record (pending: the next call computes them) and an ``executor_errors`` line.
@@ -65,13 +64,9 @@ def run_sweep(
     root = str(store.root)
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
-    if todo and executor == "local":
-        held = []
-        for group in cell_groups(todo, cell_fn):   # cells that share work computed together (decision 0069)
-            held += [c for c, st in zip(group, run_group(group, cell_fn, root)) if st == "running"]
-            bar.update(len(group))
-        for c in held:   # cells another sweep holds: waited for once the others are done
-            run_cell(c, cell_fn, root, wait=True)
+    if todo and executor == "local":   # grouped cells together (decision 0069), then those another sweep held
+        for c in [c for c, st in zip(todo, run_chunk(todo, cell_fn, root, bar.update)) if st == "running"]:
+            run_group([c], cell_fn, root, wait=True)
     elif todo and executor == "processes":
         ctx = multiprocessing.get_context("spawn")
         gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
@@ -86,13 +81,12 @@ def run_sweep(
                 bar.update(len(futures[fut]))
     elif todo:
         jobs = _submit_slurm(store, todo, cell_fn, slurm)
-        if wait:
-            for j in jobs:
-                try:
-                    j.result()
-                except Exception as e:  # noqa: BLE001 - job killed, timed out, node failure
-                    errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
-                bar.update(len(j.cells))
+        for j in jobs if wait else []:
+            try:
+                j.result()
+            except Exception as e:  # noqa: BLE001 - job killed, timed out, node failure
+                errors.append(f"job {j.job_id} ({len(j.cells)} cells): {type(e).__name__}: {e}")
+            bar.update(len(j.cells))
     bar.close()
     return StoreStatus(store.status(cells), executor_errors=errors)
 

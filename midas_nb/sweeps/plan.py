@@ -9,9 +9,8 @@ from typing import Any, Mapping, Sequence
 
 from .. import config
 from ..identity import canonical_json
-from .cells import SweepCell
 from .slurm import chunk_arrays, plan_jobs
-from .store import ResultStore
+from .store import ResultStore, SweepCell
 
 __all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "plan_text", "sweep_lines", "CELL_IDENTITY",
            "cell_ident"]
@@ -86,29 +85,27 @@ def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tup
     return tuple(_IDENT_TYPES[c](build if c == "build" else d[c]) for c in cols)
 
 
-def _done_key(cell: Mapping[str, Any], by_coordinates: bool) -> Any:
-    if not by_coordinates:
-        return SweepCell.from_dict(cell).key
+def _done_key(cell: Mapping[str, Any]) -> Any:
+    """A cell's coordinates and settings, without its checkpoint and data ids (placeholders in a plan)."""
     return cell_ident(cell), canonical_json({k: v for k, v in (cell.get("params") or {}).items() if k != "build"})
 
 
-def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]], store: ResultStore | None = None,
-                by_coordinates: bool = False) -> tuple[list[str], set[str], list[SweepCell], dict]:
+def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
+                store: ResultStore | None = None) -> tuple[list[str], set[str], list[SweepCell], dict]:
     """``(one line per sweep: its cells, those shared with a sweep above, those done; distinct keys; the distinct
     cells not done; {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``)
     in ``store`` (done matched as :func:`plan_text` says)."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
-    if store is not None and (store.root / "cells").is_dir():
-        # done: only records of the current result format (their key is the one their cell gives now)
-        for k, r in store.scan()[0].items():
-            if r["status"] == "done" and isinstance(r.get("duration_s"), (int, float)):
-                timed.setdefault((str(r["cell"]["backbone"]), str(r["cell"]["dataset"])), []).append(r["duration_s"])
-            if r["status"] == "done" and SweepCell.from_dict(r["cell"]).key == k:
-                done.add(_done_key(r["cell"], by_coordinates))
+    # done: only records of the current result format (their key is the one their cell gives now)
+    for k, r in store.scan()[0].items() if store is not None and store.cells_dir.is_dir() else []:
+        if r["status"] == "done" and isinstance(r.get("duration_s"), (int, float)):
+            timed.setdefault((str(r["cell"]["backbone"]), str(r["cell"]["dataset"])), []).append(r["duration_s"])
+        if r["status"] == "done" and SweepCell.from_dict(r["cell"]).key == k:
+            done.add(_done_key(r["cell"]))
     lines, seen, todo = [], set(), []
     for name, cells in sweeps.items():
-        is_done = {c.key: _done_key(c.to_dict(), by_coordinates) in done for c in cells}
+        is_done = {c.key: _done_key(c.to_dict()) in done for c in cells}
         new = [c for c in cells if c.key not in seen]
         seen.update(c.key for c in new)
         todo += [c for c in new if not is_done[c.key]]
@@ -122,18 +119,17 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]], store: ResultStore | 
 
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
-              gpus: Sequence[int] = (8, 32), by_coordinates: bool = False) -> str:
+              gpus: Sequence[int] = (8, 32)) -> str:
     """The plan of ``sweeps`` (``{name: cells}``, e.g. ``{"04 regime": [...]}``) as text: cells per
     sweep (new ones, done ones), preparation jobs, cell jobs and arrays, the projected GPU-hours
-    (cells + preparation fine-tunes) and the wall time on each number of ``gpus``.
-    ``by_coordinates``: a store's done cells are matched by dataset, backbone, L, b, condition,
-    seed and settings, without the checkpoint and data ids (a plan that read no data has
-    placeholders there); else by key.
+    (cells + preparation fine-tunes) and the wall time on each number of ``gpus``. A store's done cells
+    are matched by dataset, backbone, L, b, condition, seed and settings, without the checkpoint and
+    data ids (a plan that read no data has placeholders there).
 
     Raises:
         ValueError: ``cells_per_job`` or ``max_array`` below 1.
     """
-    lines, seen, todo, timed = sweep_lines(sweeps, store, by_coordinates)
+    lines, seen, todo, timed = sweep_lines(sweeps, store)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
     out = [f"cells per notebook sweep ({f'store {store.root}' if store is not None else 'no store yet'}):", *lines,
@@ -145,14 +141,11 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     costs = [_cell_cost(c, timed, cost_table) for c in todo]
     known = [s for s, _ in costs if s is not None]
     sources = sorted({src for _, src in costs})
-    if not todo:
-        out.append("projection: nothing to run")
-        return "\n".join(out)
-    if len(known) < len(todo):
-        out.append(f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed cell of "
-                   f"their backbone in the store, none in the cost table {t['path']}); run "
-                   "bench/gpu_check.py --device cuda on a GPU node to measure one")
-        return "\n".join(out)
+    if len(known) < len(todo) or not todo:
+        return "\n".join(out + ["projection: nothing to run" if not todo else
+                                f"projection: no cost for {len(todo) - len(known):,} of {len(todo):,} cells (no timed "
+                                f"cell of their backbone in the store, none in the cost table {t['path']}); run "
+                                "bench/gpu_check.py --device cuda on a GPU node to measure one"])
     ft = t.get("finetune_s", {})
     prep_s = [float(ft.get(c.backbone, {}).get(c.dataset.split(" ")[0], 0.0)) for c in prepare]
     cell_s = sum(known)

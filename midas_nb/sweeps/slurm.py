@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..identity import atomic_write_text, jsonable
-from .cells import SweepCell
-from .store import ResultStore
+from .store import ResultStore, SweepCell
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
@@ -67,12 +66,11 @@ class Submission:
 
 def _stdout(*cmd: str) -> str | None:
     """``cmd``'s standard output; ``None`` where it is not on the ``PATH``, fails or runs over a minute."""
-    exe = shutil.which(cmd[0])
     try:
-        out = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=60) if exe else None
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout if out is not None and out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
 
 
 def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
@@ -87,8 +85,7 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
     or array task ``123_4``); jobs that left the queue are absent; ``None`` without Slurm (``squeue`` missing or
     failing). Not submitit's ``Job.state``: that reads ``sacct``, which a cluster without accounting storage
     lacks (the job then reads ``UNKNOWN`` for ever; docs/decisions/0078-slim-sweep-engine.md)."""
-    out = _stdout("squeue", "-h", "-r", "-o", "%i|%T")
-    if out is None:
+    if (out := _stdout("squeue", "-h", "-r", "-o", "%i|%T")) is None:
         return None
     wanted = set(job_ids)
     states = dict(line.strip().partition("|")[::2] for line in out.splitlines())
@@ -96,21 +93,15 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
 
 
 def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[SweepCell], list[list[SweepCell]]]:
-    """``(prepare, chunks)``: one representative cell per group (dataset, backbone, checkpoint)
-    for its preparation job, and the cells cut into jobs of at most ``cells_per_job`` cells that
-    never mix groups (a job loads one backbone).
-
-    Raises:
-        ValueError: ``cells_per_job < 1``.
-    """
-    if int(cells_per_job) < 1:
+    """``(prepare, chunks)``: one representative cell per group (dataset, backbone, checkpoint) for its preparation
+    job, and the cells cut into jobs of at most ``cells_per_job`` cells that never mix groups (a job loads one
+    backbone). Raises ``ValueError``: ``cells_per_job < 1``."""
+    if (n := int(cells_per_job)) < 1:
         raise ValueError(f"cells_per_job must be >= 1, got {cells_per_job!r}")
     groups: dict[tuple[str, str, str], list[SweepCell]] = {}
     for c in cells:
         groups.setdefault((c.dataset, c.backbone, c.checkpoint_id), []).append(c)
-    prepare = [g[0] for g in groups.values()]
-    chunks = [g[i:i + int(cells_per_job)] for g in groups.values() for i in range(0, len(g), int(cells_per_job))]
-    return prepare, chunks
+    return [g[0] for g in groups.values()], [g[i:i + n] for g in groups.values() for i in range(0, len(g), n)]
 
 
 def chunk_arrays(n_jobs: int, max_array: int) -> list[range]:
@@ -122,10 +113,8 @@ def chunk_arrays(n_jobs: int, max_array: int) -> list[range]:
 
 
 def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
-    """The preparation job's body: ``cell_fn.prepare(cell)`` (fine-tune, hash the data) if the
-    cell function has it; ``None`` otherwise."""
-    prep = getattr(cell_fn, "prepare", None)
-    return prep(cell) if callable(prep) else None
+    """The preparation job's body: ``cell_fn.prepare(cell)`` (fine-tune, hash the data)."""
+    return cell_fn.prepare(cell)
 
 
 def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any]):
@@ -154,15 +143,21 @@ def _array_ids(job_ids: Iterable[Any]) -> list[str]:
     return sorted({str(j).split("_")[0] for j in job_ids})
 
 
+def _submit_batches(ex: Any, fn: Any, args: Sequence[tuple], max_array: int) -> list[Any]:
+    """``fn(*a)`` for each of ``args`` as jobs, in arrays of at most ``max_array`` tasks."""
+    jobs: list[Any] = []
+    for idx in chunk_arrays(len(args), max_array):
+        with ex.batch():
+            jobs += [ex.submit(fn, *args[i]) for i in idx]
+    return jobs
+
+
 def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
            params: Mapping[str, Any], cells_per_job: int = 8, max_array: int | None = None) -> list[Any]:
-    """Submit ``cells`` (see the module docstring); returns the cell jobs (submitit ``Job``s,
-    one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it
-    waits for).
-
-    The submission settings and the cell function as plain data (``runner``: a ``midas_nb`` class
-    with ``runner_spec``) are kept in the store's ``submission.json`` for
-    :func:`midas_nb.sweeps.resubmit`; ``jobs.json`` maps every cell to its job id.
+    """Submit ``cells`` (see the module docstring); returns the cell jobs (submitit ``Job``s, one per chunk, each
+    with ``.cells`` and ``.after``: the ids of the preparation jobs it waits for). The settings and the cell
+    function as plain data (``runner``: a ``midas_nb`` class with ``runner_spec``) are kept in the store's
+    ``submission.json`` for :func:`resubmit`; ``jobs.json`` maps every cell to its job id.
 
     Raises:
         SlurmNotFound: no ``sbatch``, or ``sbatch`` refused the submission (its last error line).
@@ -172,8 +167,29 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
     held = io.StringIO()        # submitit prints a refusing sbatch's stderr: said once, below
     try:
         with _SUBMITTING, contextlib.redirect_stderr(held):    # one redirect at a time (threads)
-            jobs = _submit(store, cells, cell_fn, cluster=cluster, params=params, cells_per_job=cells_per_job,
-                           max_array=max_array)
+            ex, cluster = slurm_executor(store.root / "submitit", cluster, params)
+            if max_array is None:
+                max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
+            prepare, chunks = plan_jobs(cells, cells_per_job)
+            (store.root / "submitit").mkdir(parents=True, exist_ok=True)
+            spec = getattr(cell_fn, "runner_spec", None)
+            runner = (dict({"class": f"{type(cell_fn).__module__}:{type(cell_fn).__qualname__}"}, spec=spec())
+                      if callable(spec) and type(cell_fn).__module__.split(".")[0] == "midas_nb" else None)
+            atomic_write_text(store.root / SUBMISSION, json.dumps(dict(
+                cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
+                runner=runner), indent=1, default=jsonable))
+            prep = (_submit_batches(ex, prepare_group, [(c, cell_fn) for c in prepare], max_array)
+                    if callable(getattr(cell_fn, "prepare", None)) else [])
+            for j in prep if cluster != "slurm" else []:    # submitit's stand-ins have no dependencies: prepare first
+                j.exception()
+            if prep and cluster == "slurm":
+                ex.update_parameters(slurm_additional_parameters=dict(
+                    params.get("slurm_additional_parameters") or {},
+                    dependency="afterany:" + ":".join(_array_ids(j.job_id for j in prep))))
+            jobs = _submit_batches(ex, run_chunk, [(c, cell_fn, str(store.root)) for c in chunks], max_array)
+            for j, chunk in zip(jobs, chunks):
+                j.cells, j.after = chunk, [str(p.job_id) for p in prep]  # the dependency names every preparation job
+            store.record_jobs({c.key: str(j.job_id) for j in jobs for c in j.cells})
         sys.stderr.write(held.getvalue())
         return jobs
     except FailedJobError as e:
@@ -186,48 +202,6 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
                             "'processes' in Python)") from None
 
 
-def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
-            params: Mapping[str, Any], cells_per_job: int, max_array: int | None) -> list[Any]:
-    folder = store.root / "submitit"
-    ex, cluster = slurm_executor(folder, cluster, params)
-    if max_array is None:
-        max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
-    prepare, chunks = plan_jobs(cells, cells_per_job)
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(store.root / SUBMISSION, json.dumps(dict(
-        cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
-        runner=_runner_plain(cell_fn)), indent=1, default=jsonable))
-    prep_jobs: list[Any] = []
-    if callable(getattr(cell_fn, "prepare", None)):
-        for idx in chunk_arrays(len(prepare), max_array):
-            with ex.batch():
-                prep_jobs += [ex.submit(prepare_group, prepare[i], cell_fn) for i in idx]
-        if cluster != "slurm":  # submitit's stand-ins have no dependencies: prepare first
-            for j in prep_jobs:
-                j.exception()
-    extra = dict(params.get("slurm_additional_parameters") or {})
-    if prep_jobs and cluster == "slurm":
-        extra["dependency"] = "afterany:" + ":".join(_array_ids(j.job_id for j in prep_jobs))
-        ex.update_parameters(slurm_additional_parameters=extra)
-    jobs: list[Any] = []
-    for idx in chunk_arrays(len(chunks), max_array):
-        with ex.batch():
-            batch = [ex.submit(run_chunk, chunks[i], cell_fn, str(store.root)) for i in idx]
-        for i, j in zip(idx, batch):
-            j.cells = chunks[i]
-            j.after = [str(p.job_id) for p in prep_jobs]  # the dependency names every preparation job
-        jobs += batch
-    store.record_jobs({c.key: str(j.job_id) for j in jobs for c in j.cells})
-    return jobs
-
-
-def _runner_plain(cell_fn: Any) -> dict[str, Any] | None:
-    """An instance of a ``midas_nb`` class with ``runner_spec()`` (its constructor's keywords) as plain data."""
-    cls, spec = type(cell_fn), getattr(cell_fn, "runner_spec", None)
-    return (dict({"class": f"{cls.__module__}:{cls.__qualname__}"}, spec=spec())
-            if callable(spec) and cls.__module__.split(".")[0] == "midas_nb" else None)
-
-
 def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
     """``(cell_fn, settings)`` of the store's last :func:`submit`; ``cell_fn`` is rebuilt from ``settings["runner"]``
     (``None`` without one): nothing is unpickled, and only a ``midas_nb`` class with ``runner_spec`` is built, from
@@ -237,8 +211,7 @@ def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
         FileNotFoundError: the store was never submitted. ValueError: ``submission.json`` is not JSON, or its
             runner names no such class or keywords it does not take.
     """
-    sub = store.root / SUBMISSION
-    if not sub.is_file():
+    if not (sub := store.root / SUBMISSION).is_file():
         raise FileNotFoundError(f"{store.root} holds no submission ({sub.name} missing); submit the sweep first "
                                 "(midas-nb sweep submit)")
     settings = json.loads(sub.read_text(encoding="utf-8"))
@@ -261,14 +234,10 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     submission, ``unknown`` without Slurm; empty for cells with a record or never submitted."""
     table = store.status(cells)
     queued = scheduler_states([j for j in table["job_id"].dropna() if j != _REFUSED])
-
-    def state(status: str, jid: Any) -> str:
-        if status in ("done", "failed") or not isinstance(jid, str):
-            return ""
-        if jid == _REFUSED:
-            return "unsubmitted"
-        return "unknown" if queued is None else queued.get(jid) or queued.get(jid.split("_")[0]) or "lost"
-    table["job_state"] = [state(s, j) for s, j in zip(table["status"], table["job_id"])]
+    table["job_state"] = [
+        "" if s in ("done", "failed") or not isinstance(j, str) else "unsubmitted" if j == _REFUSED else
+        "unknown" if queued is None else queued.get(j) or queued.get(j.split("_")[0]) or "lost"
+        for s, j in zip(table["status"], table["job_id"])]
     return table
 
 
@@ -283,13 +252,11 @@ def resubmit(store: ResultStore, *, cell_fn: Any = None) -> list[Any]:
             no ``cell_fn`` given for a submission whose cell function has no plain form.
     """
     saved, sub = load_submission(store)
-    cell_fn = cell_fn if cell_fn is not None else saved
-    table = cell_states(store, store.registered_cells())
+    table = cell_states(store, cells := store.registered_cells())
     idle = table["status"].isin(["failed", "pending"]) & table["job_state"].isin(["", "lost", "unsubmitted"])
-    cells = [c for c, redo in zip(store.registered_cells(), idle) if redo]
-    if not cells:
+    if not (cells := [c for c, redo in zip(cells, idle) if redo]):
         return []
-    if cell_fn is None:
+    if (cell_fn := cell_fn if cell_fn is not None else saved) is None:
         raise ValueError(f"{store.root}: submission.json holds no runner (a cell function that is not a midas_nb "
                          "runner, or a submission older than decision 0066): submit the sweep again, or resubmit "
                          "from Python with resubmit(store, cell_fn=...)")

@@ -1,33 +1,82 @@
-"""The JSON result store of a sweep (:class:`ResultStore`: one record per finished or failed cell)
-and its status tables (:func:`sweep_status`, :func:`format_status`)."""
+"""The sweep cell (:class:`SweepCell`, keyed by content: docs/decisions/0015-cell-identity.md), the JSON result
+store (:class:`ResultStore`: one record per finished or failed cell) and its status tables (:func:`sweep_status`,
+:func:`format_status`). The grids of a profile: :func:`midas_nb.study.make_grid`."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import math
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import atomic_write_text, file_lock, hash_bytes, jsonable
-from .cells import CellState, SweepCell
+from ..identity import RESULT_FORMAT_VERSION, atomic_write_text, canonical_json, file_lock, hash_bytes, hash_json, jsonable
+from ..point import Budget
 
-__all__ = ["RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status", "sweep_status", "open_store", "all_stores",
-           "n_unusable"]
+__all__ = ["SweepCell", "CellState", "ExecutorKind", "RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status",
+           "sweep_status", "open_store", "all_stores", "n_unusable"]
 
+ExecutorKind = Literal["local", "processes", "slurm"]
+CellState = Literal["done", "failed", "running", "pending"]
 RECORD_FORMAT = "midas_nb.sweep_record/2"
 #: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
 _LEGACY_FORMAT = "midas_nb.sweep_record/1"
-_TMP_SUFFIX = ".tmp"
-_RUNNING_SUFFIX = ".running"
+_TMP_SUFFIX, _RUNNING_SUFFIX = ".tmp", ".running"
 #: the cell's parameters in a status table and in the result rows
 _CELL_COLUMNS = ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``
+    (``"reference"``, ``"unsupervised"`` or a target id), ``seed``; ``checkpoint_id``
+    (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`midas_nb.study.eval_data_id`) and
+    ``params`` (JSON settings that change the result; not in ``hash()``). Every field is in :attr:`key`.
+    Raises ``ValueError``: ``depth < 1``."""
+
+    dataset: str
+    backbone: str
+    depth: int
+    budget: float
+    condition: str
+    seed: int
+    checkpoint_id: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    data_id: str = ""
+
+    def __post_init__(self) -> None:
+        # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
+        for name, value in dict(depth=int(self.depth), seed=int(self.seed), budget=Budget(self.budget).keyed(),
+                                params=json.loads(canonical_json(dict(self.params)))).items():
+            object.__setattr__(self, name, value)
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1 (1-based block index), got {self.depth}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
+        return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
+                   **{k: d.get(k, v) for k, v in dict(checkpoint_id="", params={}, data_id="").items()})
+
+    @functools.cached_property          # (a frozen cell: its key computed once)
+    def key(self) -> str:
+        """16 hex digits of the SHA-256 of every field and ``RESULT_FORMAT_VERSION`` (canonical JSON)."""
+        return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
+
+    @property
+    def label(self) -> str:
+        """Readable short name, e.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
+        return f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} {self.condition} s{self.seed}"
 
 
 def _cell(d: Any) -> SweepCell | None:
@@ -35,9 +84,6 @@ def _cell(d: Any) -> SweepCell | None:
         return SweepCell.from_dict(d)
     except (KeyError, TypeError, ValueError):
         return None
-
-
-_MISSING = object()
 
 
 def _read_json(path: Path, missing: Any) -> tuple[Any, str | None, str]:
@@ -93,19 +139,21 @@ class ResultStore:
         return atomic_write_text(self.path(record["key"]), _with_digest(json.dumps(
             {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
-    def _record(self, cell: SweepCell, started: float, **outcome: Any) -> Path:
+    def _record(self, cell: SweepCell, started: float, status: str, rows: list, error: str | None,
+                tb: str | None) -> Path:
         prev, now, array = self.read(cell.key), time.time(), os.environ.get("SLURM_ARRAY_JOB_ID")
         job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID")
         return self.write_record(dict(
             format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
             attempt=int(prev.get("attempt", 0)) + 1 if prev else 1, started=started, finished=now,
-            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=job, **outcome))
+            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=job, status=status,
+            rows=rows, error=error, traceback=tb))
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
-        return self._record(cell, started, status="done", rows=rows, error=None, traceback=None)
+        return self._record(cell, started, "done", rows, None, None)
 
     def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
-        return self._record(cell, started, status="failed", rows=[], error=error, traceback=tb)
+        return self._record(cell, started, "failed", [], error, tb)
 
     def hold(self, key: str, wait: bool = False) -> int | None:
         """Claim cell ``key``: an open descriptor holding an exclusive ``flock`` on ``<key>.running``, which the
@@ -149,9 +197,7 @@ class ResultStore:
     def _merge(self, path: Path, read: Callable[[], dict], new: Mapping[str, Any]) -> None:
         """``read()`` updated with ``new``, written to ``path`` under ``locks/<stem>.lock`` (no entry lost)."""
         with file_lock(self.root / "locks" / f"{path.stem}.lock"):
-            merged = read()
-            merged.update(new)
-            atomic_write_text(path, json.dumps(merged, default=jsonable, indent=1))
+            atomic_write_text(path, json.dumps({**read(), **new}, default=jsonable, indent=1))
 
     def record_jobs(self, jobs: Mapping[str, str]) -> None:
         """Merge ``{cell key: scheduler job id}`` into ``jobs.json``."""
@@ -159,7 +205,7 @@ class ResultStore:
 
     def jobs(self) -> dict[str, str]:
         """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
-        data, _, _ = _read_json(self.jobs_path, {})
+        data = _read_json(self.jobs_path, {})[0]
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def register(self, cells: Sequence[SweepCell]) -> None:
@@ -183,10 +229,8 @@ class ResultStore:
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
         rec, why, text = _read_json(path, _MISSING)
-        if why or rec is _MISSING:
-            return None, why
-        if not isinstance(rec, dict):
-            return None, "not a JSON object"
+        if why or rec is _MISSING or not isinstance(rec, dict):
+            return None, why or (None if rec is _MISSING else "not a JSON object")
         key, fmt, cell = path.stem, rec.get("format"), _cell(rec.get("cell"))
         checks = [(fmt in (RECORD_FORMAT, _LEGACY_FORMAT), f"format {fmt!r} is not {RECORD_FORMAT!r}"),
                   (rec.get("key") == key, f"key {rec.get('key')!r} does not match the file name {key!r}"),
@@ -221,8 +265,7 @@ class ResultStore:
                 reason = None if ok else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
-        _, why = self._parse_manifest()
-        if why:
+        if why := self._parse_manifest()[1]:
             problems.append(dict(path=str(self.manifest_path),
                                  reason=f"grid.json is {why}; the cells are recovered from their {len(records)} "
                                         "records (cells registered but never finished are not listed)"))
@@ -244,31 +287,26 @@ class ResultStore:
         records, problems = self.scan()
         by_key = {c.key: c for c in self.registered_cells()}
         extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
-        in_store = len(by_key) + len(extra)     # every sweep's cells (a notebook asks for its own grid)
-        if cells is None:
-            cells = list(by_key.values()) + extra
-        jobs = self.jobs()
+        cells, jobs = list(by_key.values()) + extra if cells is None else cells, self.jobs()
         rows = [dict(key=c.key, label=c.label, **{f: getattr(c, f) for f in _CELL_COLUMNS},
                      status=self.state(c.key, records.get(c.key)), error=r.get("error"), attempt=r.get("attempt", 0),
                      duration_s=r.get("duration_s", math.nan), n_rows=len(r.get("rows", [])), job_id=jobs.get(c.key))
                 for c in cells for r in [records.get(c.key) or {}]]
         cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
-        df.attrs.update(problems=problems, root=str(self.root), store_cells=in_store)
+        # store_cells: every sweep's cells (a notebook asks for its own grid)
+        df.attrs.update(problems=problems, root=str(self.root), store_cells=len(by_key) + len(extra))
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """Concatenated result rows of the done cells (all, or only those of ``cells``), each with
         ``cell_key``; the cell's parameters (``dataset`` ... ``checkpoint_id``) fill columns the rows lack."""
         records, _ = self.scan()
-        if cells is None:  # grid order first, then records of cells never registered
-            keys = list(dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
-        else:
-            keys = [c.key for c in cells]
+        keys = ([c.key for c in cells] if cells is not None else   # grid order, then cells never registered
+                dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
         frames = []
         for k in keys:
-            rec = records.get(k)
-            if rec is not None and rec["status"] == "done" and rec["rows"]:
+            if (rec := records.get(k)) is not None and rec["status"] == "done" and rec["rows"]:
                 df = pd.DataFrame(rec["rows"])
                 frames.append(df.assign(**{c: rec["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns},
                                         cell_key=k))
@@ -294,28 +332,22 @@ class StoreStatus:
     complete = property(lambda self: len(self.table) > 0 and self.done == len(self.table))
 
     def __str__(self) -> str:
-        s = format_status(self.table)
-        if self.executor_errors:
-            s += "\nexecutor errors:\n" + "\n".join(f"  {e}" for e in self.executor_errors)
-        return s
+        errors = "".join(f"\n  {e}" for e in self.executor_errors)
+        return format_status(self.table) + (f"\nexecutor errors:{errors}" if errors else "")
 
 
 def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
     """Counts, one line per failed cell with its error, then the store's problems (``table.attrs``)."""
     n = len(table)
     counts = table["status"].value_counts().to_dict() if n else {}
-    head = (f"{n} cells: {counts.get('done', 0)} done, {counts.get('failed', 0)} failed, "
-            f"{counts.get('running', 0)} running, {counts.get('pending', 0)} pending")
+    head = f"{n} cells: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("done", "failed", "running", "pending"))
     if "root" in table.attrs:
         total = table.attrs.get("store_cells", n)
         head += f"  [{table.attrs['root']}" + (f"; {total} cells in the store, `midas-nb sweep status` counts them all]"
                                                if total > n else "]")
-    lines = [head]
     failed = table[table["status"] == "failed"] if n else table
-    for _, r in failed.head(max_errors).iterrows():
-        err = str(r["error"]).strip().splitlines()
-        lines.append(f"  FAILED {r['label']} (key {r['key']}, attempt {r['attempt']}): "
-                     f"{err[-1] if err else ''}")
+    lines = [head] + [f"  FAILED {r['label']} (key {r['key']}, attempt {r['attempt']}): "
+                      f"{(str(r['error']).strip().splitlines() or [''])[-1]}" for _, r in failed.head(max_errors).iterrows()]
     if len(failed) > max_errors:
         lines.append(f"  ... and {len(failed) - max_errors} more failures")
     lines += [f"  ignored {Path(p['path']).name}: {p['reason']}" for p in table.attrs.get("problems", [])]
@@ -332,8 +364,7 @@ def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False
     Raises ``FileNotFoundError`` / ``ValueError`` (``must_exist``): no such directory / not a store."""
     if isinstance(name_or_store, ResultStore):
         return name_or_store
-    p = Path(name_or_store)
-    named = runs_dir() / "sweeps" / str(name_or_store)
+    p, named = Path(name_or_store), runs_dir() / "sweeps" / str(name_or_store)
     if len(p.parts) == 1 and (named.is_dir() or not p.is_dir()):  # a bare name is a sweep name
         p = named
     if must_exist and not p.is_dir():

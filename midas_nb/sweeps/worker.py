@@ -1,6 +1,6 @@
 """The worker body of every executor: claim cells, compute them (together where the cell function can,
-docs/decisions/0069), write their records (:func:`run_group`, :func:`run_cell`; a Slurm job's chunk:
-:func:`run_chunk`). Part of the generic sweep engine."""
+docs/decisions/0069), write their records (:func:`run_group`; a Slurm job's chunk: :func:`run_chunk`).
+Part of the generic sweep engine."""
 from __future__ import annotations
 
 import json
@@ -12,28 +12,23 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 
 from ..identity import jsonable
-from .cells import CellState, SweepCell
-from .store import ResultStore
+from .store import CellState, ResultStore, SweepCell
 
-__all__ = ["cell_groups", "run_cell", "run_chunk", "run_group"]
+__all__ = ["cell_groups", "run_chunk", "run_group"]
 
 
 def _rows_of(out: Any) -> list[dict[str, Any]]:
     """A cell function's output as a list of row dicts."""
     if isinstance(out, pd.DataFrame):
-        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so
-        # a row read back from the store equals the row computed (pandas' to_json rounds to 15
-        # digits); NaN stays NaN
+        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so a row read back
+        # from the store equals the row computed (pandas' to_json rounds to 15 digits); NaN stays NaN
         return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
-    if isinstance(out, Mapping):
-        return [dict(out)]
-    if isinstance(out, Iterable) and not isinstance(out, (str, bytes)):
-        rows = list(out)
-        if not all(isinstance(r, Mapping) for r in rows):
-            raise TypeError("cell_fn must return a DataFrame, a dict or a list of dicts; "
-                            f"got a list with {sorted({type(r).__name__ for r in rows})}")
-        return [dict(r) for r in rows]
-    raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {type(out).__name__}")
+    is_list = isinstance(out, Iterable) and not isinstance(out, (str, bytes, Mapping))
+    rows = [out] if isinstance(out, Mapping) else list(out) if is_list else []
+    if not rows and not is_list or not all(isinstance(r, Mapping) for r in rows):
+        got = f"a list with {sorted({type(r).__name__ for r in rows})}" if is_list else type(out).__name__
+        raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {got}")
+    return [dict(r) for r in rows]
 
 
 def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
@@ -73,12 +68,6 @@ def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[Swee
     return states
 
 
-def _finished(store: ResultStore, cell: SweepCell, before: float | None) -> CellState | None:
-    """The status of ``cell``'s record where it is ``done`` or newer than ``before`` (another worker's), else None."""
-    rec = store.read(cell.key)
-    return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before) else None
-
-
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
     """Claim the cells (:meth:`ResultStore.hold`), compute those without a record (:func:`_compute`) and write
@@ -91,14 +80,18 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     """
     store = ResultStore(store_root)
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
+
+    def finished(c: SweepCell) -> CellState | None:   # a done record, or one another worker wrote meanwhile
+        rec = store.read(c.key)
+        return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before[c]) \
+            else None
     states: dict[SweepCell, CellState] = {}
     held: dict[SweepCell, int] = {}
     try:
         for c in cells:
-            fd = store.hold(c.key)
-            if fd is None:
+            if (fd := store.hold(c.key)) is None:
                 states[c] = "running"
-            elif st := _finished(store, c, before[c]):
+            elif st := finished(c):
                 states[c] = st
                 store.release(c.key, fd)
             else:
@@ -110,22 +103,19 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     for c in [c for c in cells if wait and states[c] == "running"]:
         fd = store.hold(c.key, wait=True)
         try:
-            states[c] = _finished(store, c, before[c]) or _compute(store, [c], cell_fn)[0]
+            states[c] = finished(c) or _compute(store, [c], cell_fn)[0]
         finally:
             store.release(c.key, fd)
     return [states[c] for c in cells]
 
 
-def run_cell(cell: SweepCell, cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
-             wait: bool = False) -> CellState:
-    """:func:`run_group` of one cell."""
-    return run_group([cell], cell_fn, store_root, wait)[0]
-
-
-def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str) -> list[CellState]:
-    """A cell job's body: :func:`run_group` for each of its groups (:func:`cell_groups`; a cell another process
-    holds is left to it: a job must not sit idle on its allocation); the states in the order of ``cells``."""
+def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str,
+              progress: Callable[[int], Any] | None = None) -> list[CellState]:
+    """A cell job's body and the local executor's: :func:`run_group` for each of its groups (:func:`cell_groups`;
+    a cell another process holds is left to it: a job must not sit idle on its allocation), ``progress(n)`` after
+    each group of ``n`` cells; the states in the order of ``cells``."""
     states = {}
     for group in cell_groups(cells, cell_fn):
         states.update(zip(group, run_group(group, cell_fn, store_root)))
+        progress and progress(len(group))
     return [states[c] for c in cells]
