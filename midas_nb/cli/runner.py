@@ -66,16 +66,6 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     return sorted({p for h in hits.values() for p in h})
 
 
-def selected(notebooks: str | Sequence[str] | None, problems: Sequence[str] = ()) -> list[Path]:
-    """:func:`notebook_paths`; a selection of no notebook raises :class:`midas_nb.config.ProfileError`
-    (with ``problems``) before anything else is checked."""
-    try:
-        return notebook_paths(notebooks)
-    except ValueError as e:
-        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it "
-                                               f"names one)"]) from None
-
-
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
@@ -115,8 +105,13 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
 def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
     """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
     passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
-    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
-    paths = selected(spec.notebooks, problems)
+    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem (a
+    selection of no notebook: at once, with ``problems``, the others are not checked)."""
+    try:
+        paths = notebook_paths(spec.notebooks)
+    except ValueError as e:
+        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it names one)"]) \
+            from None
     if not paths:
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     import papermill as pm  # heavy; imported only when a batch run starts

@@ -170,8 +170,6 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     lines = RunSpec.problems({k: v for k, v in data.items() if v is not None})
     bad = {setting_of(line) for line in lines}
     data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
-    if isinstance(data.get("notebooks"), list):
-        data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
     base, paths = path.expanduser().resolve().parent, ("data_root", "data_roots", "weights", "output", "output_dir")
     data = {k: _absolute(v, base) if k in paths else v for k, v in data.items()}   # relative paths are the file's
     if "params" in data:
