@@ -57,15 +57,13 @@ def finished_step(line: str) -> str | None:
 
 
 class _LineWriter:
-    """A file for tqdm that turns its carriage-return refreshes into whole lines."""
+    """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream``."""
 
     def __init__(self, stream: Any):
-        self.stream = stream
-        self.last = ""
+        self.stream, self.last = stream, ""
 
     def write(self, text: str) -> None:
-        for part in ANSI.sub("", text).replace("\n", "\r").split("\r"):
-            line = part.strip()
+        for line in (part.strip() for part in ANSI.sub("", text).replace("\n", "\r").split("\r")):
             if line and line != self.last:
                 self.last = line
                 self.stream.write(line + "\n")
@@ -75,44 +73,28 @@ class _LineWriter:
         self.stream.flush()
 
 
-def _line_tqdm_class():
-    from tqdm.std import tqdm as std_tqdm
-
-    class LineTqdm(std_tqdm):
-        """tqdm printing throttled plain lines; ``set_postfix`` waits for the next line."""
-
-        def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):  # noqa: ARG002 - throttled
-            super().set_postfix(ordered_dict, refresh=False, **kwargs)
-
-        def set_description(self, desc=None, refresh=True):  # noqa: ARG002 - throttled
-            super().set_description(desc, refresh=False)
-
-    return LineTqdm
-
-
 def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
     """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode`.
 
     Takes tqdm's arguments; ``disable=True`` is honoured in every mode. In ``"lines"`` mode
     ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stderr,
-    :data:`LINE_INTERVAL`, the final state always printed); ``unit`` names the step
-    (``"epoch"``, ``"cell"``, ``"batch"``; default ``"step"``).
+    :data:`LINE_INTERVAL`, the final state always printed), and ``set_postfix`` / ``set_description``
+    wait for the next line; ``unit`` names the step (``"epoch"``, ``"cell"``, ``"batch"``; default ``"step"``).
     """
-    mode = progress_mode()
-    if mode == "bar":
+    from tqdm.std import tqdm as std_tqdm
+
+    if (mode := progress_mode()) == "bar":
         from tqdm.auto import tqdm as auto_tqdm
 
         return auto_tqdm(iterable, *args, **kwargs)
-    from tqdm.std import tqdm as std_tqdm
-
-    if mode == "off" or kwargs.get("disable"):
-        kwargs.update(disable=True)
-        return std_tqdm(iterable, *args, **kwargs)
-    kwargs.pop("disable", None)
-    kwargs.setdefault("unit", "step")
-    if kwargs["unit"] == "it":
-        kwargs["unit"] = "step"
+    if mode == "off" or kwargs.pop("disable", False):
+        return std_tqdm(iterable, *args, **dict(kwargs, disable=True))
     interval = float(os.environ.get("MIDAS_PROGRESS_INTERVAL") or LINE_INTERVAL)
-    kwargs.update(file=_LineWriter(sys.stderr), bar_format=_LINE_FORMAT, mininterval=interval,
-                  maxinterval=max(interval, 10.0), leave=True, dynamic_ncols=False, ascii=True)
-    return _line_tqdm_class()(iterable, *args, disable=False, **kwargs)
+    kwargs.update(unit="step" if kwargs.get("unit", "it") == "it" else kwargs["unit"], file=_LineWriter(sys.stderr),
+                  bar_format=_LINE_FORMAT, mininterval=interval, maxinterval=max(interval, 10.0), leave=True,
+                  dynamic_ncols=False, ascii=True)
+    bar = std_tqdm(iterable, *args, disable=False, **kwargs)
+    postfix, describe = bar.set_postfix, bar.set_description   # throttled: shown with the next line
+    bar.set_postfix = lambda ordered_dict=None, refresh=True, **kw: postfix(ordered_dict, refresh=False, **kw)
+    bar.set_description = lambda desc=None, refresh=True: describe(desc, refresh=False)
+    return bar

@@ -5,13 +5,12 @@ executed copy (``metadata.papermill``: parameters, times, exception, ``output_pa
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 from unittest import mock
 
 from .identity import atomic_write_text, file_lock
@@ -45,29 +44,27 @@ class RunManifest:
         self.exists = isinstance(data, dict) and isinstance(data.get("runs"), dict)
         self.data: dict[str, Any] = data if self.exists else {"runs": {}, "latest": None}
 
-    @contextlib.contextmanager
-    def _update(self) -> Iterator[dict[str, Any]]:
+    def _update(self, change: Any) -> None:
+        """``change(data)`` applied to the manifest as it is on disk now, under its lock."""
         with file_lock(self.path.with_name(f".{MANIFEST_NAME}.lock")):
             self._read()
-            yield self.data
+            change(self.data)
             atomic_write_text(self.path, json.dumps(self.data, indent=1, default=str))
 
     def start(self, settings: dict[str, Any], selected: list[str]) -> str:
         """Record a run's start; returns its id, unique and sortable: ``YYYYmmdd-HHMMSS-<6 hex>``."""
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        with self._update() as data:
-            data["runs"][run_id] = dict(run_id=run_id, started=time.time(), status="running", settings=settings,
-                                        selected=list(selected), failed={})
-            data["latest"] = run_id
+        run = dict(run_id=run_id, started=time.time(), status="running", settings=settings, selected=list(selected),
+                   failed={})
+        self._update(lambda data: data.update(latest=run_id, runs={**data["runs"], run_id: run}))
         return run_id
 
     def finish(self, run_id: str, failed: tuple[str, str] | None = None, completed: bool = True) -> None:
         """Record the end of run ``run_id``: ``done``, ``failed`` (``failed``: the notebook and why) or
         ``interrupted`` (not ``completed``)."""
-        with self._update() as data:
-            run = data["runs"][run_id]
-            run["failed"].update([failed] if failed else [])
-            run["status"] = "failed" if failed else "done" if completed else "interrupted"
+        self._update(lambda data: data["runs"][run_id].update(
+            status="failed" if failed else "done" if completed else "interrupted",
+            failed={**data["runs"][run_id]["failed"], **dict([failed] if failed else [])}))
 
 
 class NotebookState(NamedTuple):

@@ -287,6 +287,37 @@ def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
     assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
 
 
+@pytest.mark.slow
+def test_sigterm_mid_cell_is_one_line_and_the_manifest_says_interrupted(tmp_path):
+    """New-user finding (issue 54): ``kill`` (SIGTERM) of a run left a traceback-free but unrecorded end:
+    run.json said "running" for ever. It is now a stop like Ctrl-C: one line, exit 130, "interrupted"."""
+    import json
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    nb = new_notebook(cells=[new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
+                             new_code_cell("import time\nprint('sleeping', flush=True)\ntime.sleep(120)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(src / "00_sleep.ipynb"))
+    code = (f"from pathlib import Path; from midas_nb import cli; cli.runner.notebooks_dir = lambda: Path({str(src)!r}); "
+            f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--output', {str(tmp_path / 'out')!r}]))")
+    env = dict(os.environ, PYTHONPATH=str(Path(runs.__file__).parents[2]))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, start_new_session=True)
+    said = []
+    for line in proc.stdout:
+        said.append(line)
+        if "sleeping" in line:
+            proc.terminate()        # SIGTERM to the run's process only, as `kill PID` sends it
+            break
+    said.append(proc.communicate(timeout=120)[0])
+    text = "".join(said)
+    assert proc.returncode == 130 and "Traceback" not in text, text
+    assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
+    manifest = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert manifest["runs"][manifest["latest"]]["status"] == "interrupted"
+
+
 def test_status_line_text_has_no_terminal_control_sequences():
     from midas_nb.cli.runner import _last_line
     # a nested tqdm bar moves the cursor up ("\x1b[A"): the status line showed "[A"

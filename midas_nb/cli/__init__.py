@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,9 +30,7 @@ def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    try:
-        if args.notebooks is not None:  # a selection of no notebook is answered before torch and papermill load
-            runner.selected(args.notebooks)
+    try:   # nothing heavy is loaded before the checks that need no torch are passed (runspec.preflight)
         from .runspec import spec_from_args
 
         spec, problems = spec_from_args(args)
@@ -197,54 +196,44 @@ def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
 
 def _report_problems(args: argparse.Namespace) -> list[str]:
     """Every problem of ``midas-nb report``'s arguments, one line each (docs/decisions/0024-preflight.md)."""
-    problems: list[str] = []
-    given = [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget", "param")]
+    from ..report import README_BEGIN, README_END, TABLES
+    from .args import check_output
+
+    problems, given = [], [f"--{k}" for k in _given(args, "profile", "store", "backbone", "depth", "budget", "param")]
     if args.from_tables is not None and given:
         one = len(given) == 1
         problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
                         f"select{'s' if one else ''} what is read from a result store and would be ignored: "
                         f"drop {'it' if one else 'them'} or drop --from-tables")
-    blank = [k for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
+    paths = {k: Path(v).expanduser() for k, v in _given(args, "store", "output", "from_tables", "readme").items()}
+    blank = [k for k in ("store", "output", "from_tables") if k in paths and not getattr(args, k).strip()]
     problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
-    tables = Path(args.from_tables).expanduser() if args.from_tables is not None and "from_tables" not in blank \
-        else None
-    # a missing --store is "no results yet", answered by make_report (exit 1) as for the default store
+    tables = paths.get("from_tables") if "from_tables" not in blank else None   # a missing --store: "no results yet"
     if tables is not None and not tables.is_dir():
         state = "is not a directory" if tables.exists() else "does not exist"
         problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
-    elif tables is not None:
-        from ..report import TABLES
-
-        absent = [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]
-        problems += [f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
-                     f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
-                     "(e.g. results)"] if absent else []
-    if args.readme is not None:
-        from ..report import README_BEGIN, README_END
-
-        readme, markers = Path(args.readme).expanduser(), f"{README_BEGIN!r} ... {README_END!r}"
+    elif tables is not None and (absent := [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]):
+        problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
+                        f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
+                        "(e.g. results)")
+    if (readme := paths.get("readme")) is not None:
+        markers = f"{README_BEGIN!r} ... {README_END!r}"
         text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else ""
-        if not readme.is_file():
-            problems.append(f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; "
-                            f"expected a README file with the results section markers {markers}")
-        elif not -1 < text.find(README_BEGIN) <= text.find(README_END):
-            problems.append(f"--readme {args.readme!r}: has no results section; expected the markers {markers} "
-                            f"around the section to rewrite")
-    if args.output is not None and "output" not in blank:
-        from .args import check_output
-
+        problems += [f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; expected "
+                     f"a README file with the results section markers {markers}"] if not readme.is_file() else [
+            f"--readme {args.readme!r}: has no results section; expected the markers {markers} around the section to "
+            "rewrite"] if not -1 < text.find(README_BEGIN) <= text.find(README_END) else []
+    if "output" in paths and "output" not in blank:
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
-    overrides = _report_overrides(args)
-    if not overrides:
-        return problems
-    from ..study import RunSettings
+    if overrides := _report_overrides(args):   # the run's own checks of the settings it overrides (and a backbone's
+        from ..study import RunSettings         # depth)
 
-    try:   # the run's own checks; the report names those of the settings it overrides (a backbone: its depth too)
-        RunSettings.build(args.profile or "quick", **overrides)
-    except config.ProfileError as e:
-        named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
-        problems += [("--" if config.setting_of(line) in ("backbone", "depth", "budget") else "-p ") + line
-                     for line in e.problems if config.setting_of(line) in named]
+        try:
+            RunSettings.build(args.profile or "quick", **overrides)
+        except config.ProfileError as e:
+            named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
+            problems += [("--" if config.setting_of(line) in ("backbone", "depth", "budget") else "-p ") + line
+                         for line in e.problems if config.setting_of(line) in named]
     return problems
 
 
@@ -364,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if split:
         return _answer("run", split)
     args = build_parser().parse_args(argv)
+    if args.command == "run":   # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does, recorded as interrupted
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return int(args.func(args) or 0)
     except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)

@@ -5,7 +5,6 @@ that ``midas-nb --help``, ``--version`` and argument errors answer at once
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import re
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any, Sequence
 from .. import config
 
 __all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version",
-           "param_value", "check_output", "check_split_values", "profile_name", "yaml_load"]
+           "param_value", "check_output", "unwritable", "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
 LIST_PARAMS: frozenset[str] = frozenset([k for p in config.PROFILES.values() for k, v in p.items()
@@ -29,17 +28,10 @@ def yaml_load(text: str) -> Any:
     a dot). Raises ``yaml.YAMLError`` for text that is not YAML."""
     import yaml
 
-    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
-
-
-@functools.lru_cache(maxsize=1)
-def _yaml_loader() -> type:
-    import yaml
-
-    loader = type("_Loader", (yaml.SafeLoader,), {})
+    loader = type("_Loader", (yaml.SafeLoader,), {})   # a subclass: SafeLoader's own resolvers stay as they are
     loader.add_implicit_resolver("tag:yaml.org,2002:float",
                                  re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
-    return loader
+    return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
 
 
 def _scalar(text: str) -> Any:
@@ -195,23 +187,26 @@ def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
     return s
 
 
-def check_output(output: str | os.PathLike) -> list[str]:
-    """``[]`` when the directory ``output`` takes new files or can be created, else why not (one
-    line); the probe leaves nothing behind."""
+def unwritable(directory: Path) -> OSError | None:
+    """Why no file can be made in the existing ``directory`` (the probe leaves nothing behind), else ``None``."""
     import tempfile
 
+    try:
+        tempfile.TemporaryDirectory(dir=directory, prefix=".midas-probe-").cleanup()
+    except OSError as e:
+        return e
+    return None
+
+
+def check_output(output: str | os.PathLike) -> list[str]:
+    """``[]`` when the directory ``output`` takes new files or can be created, else why not (one line)."""
     out = probe_in = Path(output).expanduser()
-    if out.exists() and not out.is_dir():
-        return [f"--output {str(out)!r}: is a file; expected a directory for the executed notebooks"]
     while not probe_in.exists() and probe_in != probe_in.parent:
         probe_in = probe_in.parent
-    if not probe_in.is_dir():
-        return [f"--output {str(out)!r}: cannot be created: {str(probe_in)!r} is a file; expected a directory "
-                f"for the executed notebooks"]
-    try:
-        tempfile.TemporaryDirectory(dir=probe_in, prefix=".midas-probe-").cleanup()
-    except OSError as e:
+    what = ("is a file" if out == probe_in else f"cannot be created: {str(probe_in)!r} is a file") \
+        if not probe_in.is_dir() else None
+    if what is None and (e := unwritable(probe_in)) is not None:
         what = "is not writable" if probe_in == out else f"cannot be created under {str(probe_in)!r}"
-        return [f"--output {str(out)!r}: {what} ({type(e).__name__}: {e.strerror or e}); expected a writable "
-                f"directory for the executed notebooks"]
-    return []
+        what += f" ({type(e).__name__}: {e.strerror or e}); expected a writable directory"
+    return [f"--output {str(out)!r}: {what}" + ("" if "expected" in what else "; expected a directory") +
+            " for the executed notebooks"] if what else []

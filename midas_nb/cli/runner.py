@@ -49,33 +49,21 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
         return paths
     if isinstance(selection, (list, tuple)) and all(isinstance(x, str) for x in selection):
         selection = ",".join(selection)
-    available = [p.stem for p in paths]
     if not isinstance(selection, str):
         raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
                          f"({type(selection).__name__})")
-    words = [s.strip() for s in selection.split(",")]
+    words, available = [s.strip() for s in selection.split(",")], [p.stem for p in paths]
     # a one-digit word would match every notebook of that decade: never a prefix
-    hits = {w: [p for p in paths if p.name.startswith(w)] if not re.fullmatch(r"\d", w) else [] for w in words if w}
-    if not hits:
+    hits = {w: [p for p in paths if p.name.startswith(w) and not re.fullmatch(r"\d", w)] for w in words if w}
+    if not hits or "" in words:
         raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
-                         f"(available: {available})")
-    if "" in words:
-        raise ValueError(f"{selection!r} has an empty entry; expected comma-separated prefixes such as 00,02")
+                         f"(available: {available})" if not hits else f"{selection!r} has an empty entry; expected "
+                         "comma-separated prefixes such as 00,02")
     missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
                           any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
     return sorted({p for h in hits.values() for p in h})
-
-
-def selected(notebooks: str | Sequence[str] | None, problems: Sequence[str] = ()) -> list[Path]:
-    """:func:`notebook_paths`; a selection of no notebook raises :class:`midas_nb.config.ProfileError`
-    (with ``problems``) before anything else is checked."""
-    try:
-        return notebook_paths(notebooks)
-    except ValueError as e:
-        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it "
-                                               f"names one)"]) from None
 
 
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
@@ -117,8 +105,13 @@ def run_datasets(spec: RunSpec) -> list[str | None]:
 def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
     """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
     passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
-    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem."""
-    paths = selected(spec.notebooks, problems)
+    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem (a
+    selection of no notebook: at once, with ``problems``, the others are not checked)."""
+    try:
+        paths = notebook_paths(spec.notebooks)
+    except ValueError as e:
+        raise config.ProfileError([*problems, f"--notebooks: {e} (the other settings are checked once it names one)"]) \
+            from None
     if not paths:
         raise RuntimeError(f"no notebooks found in {notebooks_dir()}")
     import papermill as pm  # heavy; imported only when a batch run starts
@@ -142,15 +135,15 @@ def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, 
     """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
     ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
     (``<output>/report``) and the paper-shaped table."""
-    from ..report import make_report
-    from ..report.markdown import datasets_summary
-    from ..study import protocol_settings
-
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [spec.model_copy(update=dict(dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)))
             for d in datasets]
     paths, accepted_by = checked(spec, subs, problems)   # every dataset's run, once, before any kernel
+    from ..report import make_report
+    from ..report.markdown import datasets_summary
+    from ..study import protocol_settings
+
     t_all, figures = time.time(), config.figures_dir(spec.profile)
     for i, sub in enumerate(subs, 1):
         print(f"\n=== dataset {i}/{len(subs)}: {sub.dataset} ===", flush=True)
@@ -239,32 +232,25 @@ def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: d
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
     print(f"{counter} {nb.name} ...", flush=True)
-    t0 = time.time()
-    partial, failed = partial_dir / nb.name, out_dir / "failed" / nb.name
+    t0, partial, failed = time.time(), partial_dir / nb.name, out_dir / "failed" / nb.name
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
         execute_notebook(nb, partial, parameters=params, cwd=str(nb.parent), progress_bar=progress,
                          kernel_name="python3", execution_timeout=spec.cell_timeout)
     except Exception as e:  # noqa: BLE001 - a failed cell, a dead kernel, a cell timeout, a kernel that never started
-        name = type(e).__name__
+        name, first = type(e).__name__, (str(e).splitlines() or [""])[0]
         failed.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(e, PapermillExecutionError):   # papermill's copy holds the error
             shutil.move(str(partial), str(failed))
             what = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
             return nb.name, what, f"notebook {nb.name} {what}; the executed copy with the error is {failed}"
-        if "Timeout" in name:
-            what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped "
-                    f"({name}: {str(e).splitlines()[0] if str(e) else ''})")
-        elif "DeadKernel" in name:
-            what = f"the kernel died ({name}: {e}); out of memory, a crash in native code or a killed process are " \
-                   f"the usual causes"
-        else:
-            what = f"the kernel stopped ({name}: {e})"
+        what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped ({name}: {first})"
+                if "Timeout" in name else f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
+                "killed process are the usual causes" if "DeadKernel" in name else f"the kernel stopped ({name}: {e})")
         # the executed copy papermill left (or the source) with a first cell saying why it did not finish
         copy = nbformat.read(str(partial if partial.is_file() else nb), as_version=4)
-        note = nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {what}")
-        note.metadata["tags"] = ["midas-run-failure"]
-        copy.cells.insert(0, note)
+        copy.cells.insert(0, nbformat.v4.new_markdown_cell(f"**midas-nb run: this notebook did not finish.** {what}",
+                                                           metadata={"tags": ["midas-run-failure"]}))
         nbformat.write(copy, str(failed))
         partial.unlink(missing_ok=True)
         return nb.name, what, f"notebook {nb.name}: {what}; the executed copy is {failed}"
@@ -274,15 +260,9 @@ def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: d
 
 
 # ---------------------------------------------------------------- the status line
-#: seconds after which a running cell gets a one-time notice that it may run for minutes
-LONG_CELL_S = 60.0
-#: at most this many seconds between two status lines when stdout is not a terminal
-HEARTBEAT_S = 15.0
-#: at least this many seconds between two changed status lines when stdout is not a terminal
-MIN_GAP_S = 3.0
-#: seconds without output after which the status line says how long the cell has been silent
-QUIET_S = 15.0
-_WIDTH = 160
+# a running cell's one-time notice (s); non-terminal output: a line at most every HEARTBEAT_S, at least every
+# MIN_GAP_S apart when it changed; after QUIET_S without output the line says so; at most _WIDTH characters
+LONG_CELL_S, HEARTBEAT_S, MIN_GAP_S, QUIET_S, _WIDTH = 60.0, 15.0, 3.0, 15.0, 160
 _CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
 
 
@@ -300,11 +280,8 @@ def _minutes(seconds: float) -> str:
 
 def _last_line(text: str) -> str:
     """The last non-empty line of ``text`` (after a carriage return: the latest), no control sequences."""
-    for raw in reversed(ANSI.sub("", text).replace("\r\n", "\n").split("\n")):
-        line = raw.split("\r")[-1].strip() if "\r" in raw.rstrip("\r") else raw.strip()
-        if line:
-            return re.sub(r"\s+", " ", line)
-    return ""
+    lines = [ln.rstrip("\r").split("\r")[-1].strip() for ln in ANSI.sub("", text).replace("\r\n", "\n").split("\n")]
+    return re.sub(r"\s+", " ", next((ln for ln in reversed(lines) if ln), ""))
 
 
 class StatusLine(logging.Handler):
@@ -325,48 +302,41 @@ class StatusLine(logging.Handler):
         self.t0 = self.cell_t0 = clock()
         self.cell, self.detail, self.noticed = 0, "starting the kernel", set()
         self.output_t: float | None = None  # when the cell's latest output line came (None: none yet)
-        self._shown, self._shown_at = "", -1e9
-        self._lock = threading.Lock()
+        self._shown, self._shown_at, self._lock = "", -1e9, threading.Lock()
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-        except Exception:  # noqa: BLE001 - a malformed record must not stop the run
-            return
+        text = str(record.msg)   # papermill logs the cells' output as it is (no %-arguments)
         m = _CELL_RE.match(text.strip())
         with self._lock:
             if m and m.group(1) == "Executing":
                 self.cell, self.cell_t0, self.output_t = int(m.group(2)), self.clock(), None
-                self.detail = f"running {self.sources[self.cell]}" if self.sources.get(self.cell) else "running"
+                self.detail = " ".join(["running", self.sources.get(self.cell, "")]).strip()
             elif m is None and self.cell and (line := _last_line(text)):
                 self.detail, self.output_t = line, self.clock()
 
     def render(self) -> str:
         """The status line now (class docstring)."""
         with self._lock:
-            where = f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
-            now = self.clock()
+            now, where = self.clock(), f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
             quiet = now - self.output_t if self.output_t is not None else 0.0
-            note = f" (no output for {_minutes(quiet)})" if quiet >= QUIET_S else ""
             done = finished_step(self.detail) if self.output_t is not None else None
-            what = self.detail if done is None else f"after {done}"
-            line = f"[{self.label}]{where} {_minutes(now - (self.cell_t0 if self.cell else self.t0))}{note}: {what}"
+            line = (f"[{self.label}]{where} {_minutes(now - (self.cell_t0 if self.cell else self.t0))}"
+                    f"{f' (no output for {_minutes(quiet)})' if quiet >= QUIET_S else ''}: "
+                    f"{self.detail if done is None else f'after {done}'}")
         return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
 
     def tick(self, final: bool = False) -> None:
         """Write the status line (and a long-cell notice) if it is due (class docstring); ``final``:
         clear the in-place line on a terminal, else write the last status if not written yet."""
-        now = self.clock()
+        now, clear = self.clock(), "\r\033[K" if self.tty else ""
         if not final and self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
             self.noticed.add(self.cell)
-            self._write(("\r\033[K" if self.tty else "") + f"    [{self.label}] cell {self.cell} has run "
-                        f"{_minutes(now - self.cell_t0)}: a first run trains and caches backbones and scorers, "
-                        "which takes minutes; Ctrl-C stops, and the next run resumes from the caches\n")
+            self._write(f"{clear}    [{self.label}] cell {self.cell} has run {_minutes(now - self.cell_t0)}: a first "
+                        "run trains and caches backbones and scorers, which takes minutes; Ctrl-C stops, and the "
+                        "next run resumes from the caches\n")
         if self.tty:
-            return self._write("\r\033[K" + ("" if final else self.render()))
-        with self._lock:
-            key = f"{self.cell}|{self.detail}"  # the same status at a later time is no change
-        gap = now - self._shown_at
+            return self._write(clear + ("" if final else self.render()))
+        key, gap = f"{self.cell}|{self.detail}", now - self._shown_at   # the same status later is no change
         if (key != self._shown and (final or gap >= MIN_GAP_S)) or (not final and gap >= HEARTBEAT_S):
             self._shown, self._shown_at = key, now
             self._write(self.render() + "\n")
@@ -381,18 +351,13 @@ def drop_progress_outputs(nb: Any) -> int:
     ``nb``, in place (an output left blank goes); returns how many were dropped."""
     dropped = 0
     for cell in nb.cells:
-        kept = []
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream" and out.get("name") == "stderr":
                 lines = str(out.get("text", "")).splitlines(keepends=True)
-                rest = [ln for ln in lines if not PROGRESS_LINE.match(ln.strip())]
-                dropped += len(lines) - len(rest)
-                if not "".join(rest).strip():
-                    continue
-                out["text"] = "".join(rest)
-            kept.append(out)
+                out["text"] = "".join(ln for ln in lines if not PROGRESS_LINE.match(ln.strip()))
+                dropped += len(lines) - len(out["text"].splitlines())
         if "outputs" in cell:
-            cell["outputs"] = kept
+            cell["outputs"] = [o for o in cell["outputs"] if o.get("name") != "stderr" or str(o.get("text")).strip()]
     return dropped
 
 
@@ -417,12 +382,11 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     code = {i: [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
             for i, c in enumerate(cells, 1) if c.cell_type == "code"}
     status = StatusLine(Path(input_path).stem, len(cells), {i: lines[0][:60] for i, lines in code.items() if lines})
-    log = logging.getLogger("papermill")
+    log, stop = logging.getLogger("papermill"), threading.Event()
     saved = (log.level, log.propagate)
     log.addHandler(status)
     log.setLevel(logging.INFO)
     log.propagate = False  # the output goes into the status line only, not to the root logger
-    stop = threading.Event()
     ticker = threading.Thread(target=lambda: [status.tick() for _ in iter(lambda: stop.wait(1.0), True)],
                               daemon=True, name="midas-nb status")
     ticker.start()

@@ -1,6 +1,7 @@
 """One run description for ``midas-nb run`` (:class:`RunSpec`, from the command line, a run file
 or both) and :func:`preflight`, the checks done before any kernel starts
-(docs/decisions/0024-preflight.md, 0029-run-description.md).
+(docs/decisions/0024-preflight.md, 0029-run-description.md). Nothing here imports torch until the
+settings pass the checks that need none (a bad argument is answered at once).
 """
 from __future__ import annotations
 
@@ -12,34 +13,34 @@ from typing import Annotated, Any, ClassVar, Iterable, Optional, Sequence
 from pydantic import AfterValidator, ConfigDict, Field
 
 from .. import config
-from ..backbones import (backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone,
-                         weights_for)
-from .args import check_output, list_param, param_value, yaml_load
+from .args import check_output, list_param, param_value, unwritable, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
-from ..study import check_layout, RunSettings, study_overrides, sweep_cells
 
 __all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "preflight", "fold_structured_params", "spec_from_args"]
 
-def _is_seconds(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-
 
 def _params(v: Any) -> Any:
-    """A run file's ``params`` when it maps names to values, else why not (YAML reads ``{seeds: 0,1}``
-    as the names ``seeds`` and ``1``)."""
-    odd = [x for x in v if not isinstance(x, str)] if isinstance(v, dict) else []
+    """Notebook parameters (a run file's ``params``, ``-p NAME VALUE``): a mapping of names to values
+    (YAML reads ``{seeds: 0,1}`` as the names ``seeds`` and ``1``), without ``profile``; ``output_dir``
+    a directory, notebook 05's ``compare_with`` distinct backbone names."""
     if not isinstance(v, dict):
-        why = (f"params: expected a mapping of notebook parameters {{name: value}} (e.g. params: {{seeds: [0, "
-               f"1]}}), got {show_value(v)}")
-    elif split := [x for x in odd if v[x] is None]:
-        why = (f"params: {show_value(split[0])} is read as a parameter name: YAML splits {{name: a,b}} at the "
-               f"comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
-               f"(params: then '  seeds: [0, 1]')")
-    else:
-        why = f"params: parameter names must be strings, got {', '.join(show_value(x) for x in odd)}" if odd else ""
-    return config.check_lines([why] if why else [], v)
+        return config.check_lines([f"params: expected a mapping of notebook parameters {{name: value}} (e.g. "
+                                   f"params: {{seeds: [0, 1]}}), got {show_value(v)}"], v)
+    odd = [x for x in v if not isinstance(x, str)]
+    split, cw = [x for x in odd if v[x] is None], v.get("compare_with")
+    return config.check_lines([line for bad, line in (
+        (split, f"params: {show_value(split[:1] and split[0])} is read as a parameter name: YAML splits {{name: "
+                f"a,b}} at the comma; write a list in brackets, e.g. {{seeds: [0, 1]}}, or one parameter a line "
+                f"(params: then '  seeds: [0, 1]')"),
+        (odd and not split, f"params: parameter names must be strings, got {', '.join(map(show_value, odd))}"),
+        ("profile" in v, "-p profile: set the profile with --profile (or 'profile:' in the run file)"),
+        (v.get("output_dir") is not None and not is_path(v["output_dir"]),
+         f"output_dir: expected a directory path, got {v.get('output_dir')!r}"),
+        (cw is not None and not (isinstance(cw, list) and cw and all(map(is_path, cw)) and len(set(cw)) == len(cw)),
+         f"compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, hybrid_lite0_vit]), "
+         f"got {show_value(cw)}")) if bad], v)
 
 
 def _one_of(names: Sequence[str], hint: Any = lambda v: "") -> Any:
@@ -54,8 +55,8 @@ class RunSpec(config.Checked):
     """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default.
     ``data_root``: the study's dataset's root; ``data_roots``: ``{dataset: root}``; ``weights``:
     ``{backbone: file}``; ``params``: further notebook parameters (``-p NAME VALUE``). The fields' types
-    are a run file's checks (:meth:`check`; docs/decisions/0029-run-description.md); the command line's
-    values are made into a spec unchecked (``model_construct``) and checked by :func:`preflight`."""
+    are the checks of a run file and of the command line (docs/decisions/0029-run-description.md): the
+    command line's values are made into a spec unchecked (``model_construct``) and checked by :func:`preflight`."""
 
     model_config = ConfigDict(extra="forbid")
     UNKNOWN: ClassVar[str] = "unknown setting {name!r}; expected one of {known}"
@@ -74,7 +75,7 @@ class RunSpec(config.Checked):
     weights: Annotated[Any, config.expect("a file path or a mapping {backbone: file}", lambda v: is_path(v) or isinstance(
         v, dict)), AfterValidator(lambda v: config.check_weights(v) if isinstance(v, dict) else v)] = Field({})
     params: Annotated[Any, AfterValidator(_params)] = Field({})
-    cell_timeout: Annotated[Any, config.expect("seconds > 0", _is_seconds)] = None
+    cell_timeout: Annotated[Any, config.expect("seconds > 0", lambda v: config.is_number(v) and v > 0)] = None
 
     def notebook_parameters(self) -> dict[str, Any]:
         """The papermill parameters every notebook gets (only those it accepts are injected)."""
@@ -167,24 +168,21 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"{where}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
                     f"got {type(data).__name__}"]
     lines = RunSpec.problems({k: v for k, v in data.items() if v is not None})
-    problems = [f"{where}: {line}" for line in lines]
     bad = {setting_of(line) for line in lines}
     data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
-    if isinstance(data.get("notebooks"), list):
-        data["notebooks"] = ",".join(x.strip() for x in data["notebooks"])
-    base = path.expanduser().resolve().parent  # relative paths are the run file's
-    data = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output") else v
-            for k, v in data.items()}
-    if isinstance(data.get("params"), dict):
-        data["params"] = {k: _absolute(v, base) if k in ("data_root", "data_roots", "weights", "output_dir") else v
-                          for k, v in data["params"].items()}
-    return data, problems
+    base, paths = path.expanduser().resolve().parent, ("data_root", "data_roots", "weights", "output", "output_dir")
+    data = {k: _absolute(v, base) if k in paths else v for k, v in data.items()}   # relative paths are the file's
+    if "params" in data:
+        data["params"] = {k: _absolute(v, base) if k in paths else v for k, v in data["params"].items()}
+    return data, [f"{where}: {line}" for line in lines]
 
 
 def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) -> tuple[list[str], list[str]]:
     """``(datasets, backbones)`` the selected notebooks use: the study's, then those of the cells of the sweeps
     :data:`midas_nb.config.SWEEPS` gives them (:func:`midas_nb.study.sweep_cells`, planned: nothing is read;
     05's ``compare_with`` is its ``backbones`` sweep's, as the notebook passes it)."""
+    from ..study import sweep_cells
+
     picked = {Path(nb).name[:2] for nb in notebooks}
     cw = settings.get("compare_with")   # as preflight checks it: its names, each once
     cw = list(dict.fromkeys(b for b in cw if is_path(b))) or None if isinstance(cw, list) else None
@@ -194,55 +192,50 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
             list(dict.fromkeys([settings["backbone"], *(c.backbone for c in cells)])))
 
 
-def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
-    docs/decisions/0024-preflight.md): the settings of the study and of each (dataset, backbone)
-    the sweeps read, the layouts, weights files and hub; a group is skipped where a setting it
-    reads is reported. ``accepted``: the notebooks' parameter names (``None``: not checked)."""
-    problems: list[str] = []
-    unknown: list[str] = []
-    if "profile" in spec.params:
-        problems.append("-p profile: set the profile with --profile (or 'profile:' in the run file)")
-    if accepted is not None:  # every parameter the run would inject must reach a notebook
-        unknown = sorted(set(spec.notebook_parameters()) - set(accepted) - {"profile"})
-        offered = set(accepted) - {"profile"}  # -p refuses it (--profile sets it)
-        problems += [f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
-                     f"the selected notebooks accept {sorted(offered)}"] if unknown else []
-    if spec.params.get("output_dir") is not None and not is_path(spec.params["output_dir"]):
-        problems.append(f"output_dir: expected a directory path, got {spec.params['output_dir']!r}")
-    cw = spec.params.get("compare_with")  # notebook 05's side-by-side backbones (a notebook parameter only)
-    if cw is not None and not (isinstance(cw, list) and cw and all(is_path(b) for b in cw)
-                               and len(set(cw)) == len(cw)):
-        problems.append(f"compare_with: expected a list of distinct backbone names (e.g. [hybrid_lite0_deit, "
-                        f"hybrid_lite0_vit]), got {show_value(cw)}")
-    if spec.cell_timeout is not None and not _is_seconds(spec.cell_timeout):
-        problems.append(f"--cell-timeout: expected seconds > 0, got {spec.cell_timeout!r}")
+def _quick_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
+    """``(problems, overrides, {runs, cache: directory})``: what can be said without torch (the spec's and
+    the settings' types and ranges, the device's name, unknown parameters, where the run writes);
+    ``overrides``: the profile settings the run sets (a refused parameter left out: it is said once)."""
+    values = {k: getattr(spec, k) for k in RunSpec.model_fields}
+    problems = RunSpec.problems({k: v for k, v in values.items() if v is not None})
+    injected = spec.notebook_parameters()
+    unknown = sorted(set(injected) - set(accepted) - {"profile"}) if accepted is not None else []
+    offered = set(accepted or ()) - {"profile"}  # -p refuses it (--profile sets it)
+    problems += [f"unknown notebook parameter(s) {unknown}{did_you_mean(unknown, offered)}; "
+                 f"the selected notebooks accept {sorted(offered)}"] if unknown else []
+    known = isinstance(spec.profile, str) and spec.profile in config.PROFILES
     made = {}   # where every run and kernel writes: MIDAS_RUNS_DIR, MIDAS_CACHE_DIR, MIDAS_FIGURES_DIR
     for name, where in (("runs", config.runs_dir), ("cache", config.cache_dir),
-                        ("figures", lambda: config.figures_dir(str(spec.profile)))):
+                        ("figures", lambda: config.figures_dir(spec.profile if known else None))):
         try:
             made[name] = where()
         except config.ProfileError as e:
             problems += e.problems
-    if spec.output is not None and not is_path(spec.output):
-        problems.append(f"--output: expected a directory path, got {spec.output!r}")
-    elif spec.output is not None or "runs" in made:
+    if is_path(spec.output) or (spec.output is None and "runs" in made):
         problems += check_output(spec.output if spec.output is not None else made["runs"] / str(spec.profile))
-    if not isinstance(spec.profile, str) or spec.profile not in config.PROFILES:  # nothing else can be read
-        hint = did_you_mean([spec.profile], config.PROFILES) if isinstance(spec.profile, str) else ""
-        return problems + [f"--profile: unknown profile {spec.profile!r}{hint}; "
-                           f"expected one of {sorted(config.PROFILES)}"]
-    try:
-        settings = spec.settings()
-    except (TypeError, ValueError) as e:
-        return problems + [str(e)]
-    # "checked before any kernel" is building what the notebooks build: the study's settings
-    # (a refused parameter is reported once, as unknown; the profile's value stands for it)
-    known, injected = config.RunProfile.model_fields, spec.notebook_parameters()
-    given = {k: v for k, v in settings.items() if k in known and k not in unknown}   # no compare_with, output_dir
-    lines = _build_lines(spec.profile, {k: v for k, v in given.items() if k in injected and k != "profile"})
-    problems += lines
-    bad = {setting_of(line) for line in lines}
+    overrides = {k: v for k, v in injected.items() if k in config.RunProfile.model_fields and k not in unknown
+                 and k not in ("profile", "output_dir")}
+    lines = config.RunProfile.problems(config.get_profile(spec.profile if known else "quick", **overrides))
+    lines += config.check_device(overrides["device"], here=False) if "device" in overrides else []
+    problems += [line for line in lines if known or setting_of(line) in overrides]   # else: the stand-in's own
+    return list(dict.fromkeys(problems)), overrides, made
+
+
+def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
+    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
+    docs/decisions/0024-preflight.md): first what needs no torch (:func:`_quick_problems`); once that
+    passes, the settings of the study and of each (dataset, backbone) the sweeps read (a setting said
+    for one backbone is not repeated for the next), the layouts, weights files and hub; a group is
+    skipped where a setting it reads is reported. ``accepted``: the notebooks' parameter names
+    (``None``: not checked)."""
+    problems, overrides, made = _quick_problems(spec, accepted)
+    if problems:
+        return problems
+    from ..study import study_overrides
+
+    settings = spec.settings()
+    lines = _build_lines(spec.profile, overrides)
+    problems, bad = list(lines), {setting_of(line) for line in lines}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
     safe = {**config.get_profile(spec.profile), **{k: v for k, v in settings.items() if k not in bad}}
@@ -252,7 +245,8 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     except (KeyError, ValueError) as e:
         return problems + [str(e)]
     # ... and the study of every (dataset, backbone) the selected notebooks' sweeps build
-    unbuildable = {bb for bb in backbones[:1] if any(line.startswith("backbone:") for line in lines)}
+    unbuildable = {bb for bb in backbones[:1] if "backbone" in bad}
+    given = {k: v for k, v in settings.items() if k in config.RunProfile.model_fields}
     for ds, bb in ((ds, bb) for ds in datasets for bb in backbones):
         if (ds, bb) == (settings["dataset"], settings["backbone"]) or bad & {"data_root", "data_roots"}:
             continue
@@ -260,8 +254,9 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
             found = _build_lines(spec.profile, study_overrides(given, ds, bb))
         except ValueError as e:   # no root for a dataset the run reads
             found = [str(e)]
-        unbuildable |= {bb} if any(line.startswith("backbone:") for line in found) else set()
-        problems += [line for line in found if line not in problems]
+        unbuildable |= {bb} if any(setting_of(line) == "backbone" for line in found) else set()
+        said = {setting_of(line) for line in problems}
+        problems += [line for line in found if setting_of(line) not in said]
     if not bad & {"data_root", "data_roots", "max_images_per_class"}:
         problems += _layout_problems(settings, datasets, every)
     if not bad & {"backbone_kwargs", "weights", "pretrained"}:
@@ -273,22 +268,20 @@ def _cache_problems(cache: Path, backbones: Sequence[str]) -> list[str]:
     """A cache that cannot be written (a lab's prepared, read-only one) serves a run that finds its
     backbones' checkpoints there: one line naming those it holds none of."""
     import re
-    import tempfile
 
-    try:
-        tempfile.TemporaryDirectory(dir=cache, prefix=".midas-probe-").cleanup()
+    if (why := unwritable(cache)) is None:
         return []
-    except OSError as e:
-        why = e.strerror or str(e)
     held = [p.name for p in (cache / "checkpoints").glob("*.pt")]
     lacking = [bb for bb in backbones if not any(n.startswith(re.sub(r"[^A-Za-z0-9_.-]", "_", bb) + "-") for n in held)]
-    return [f"cache {cache} cannot be written ({why}) and holds no checkpoint of {', '.join(lacking)} "
+    return [f"cache {cache} cannot be written ({why.strerror or why}) and holds no checkpoint of {', '.join(lacking)} "
             f"(checkpoints/<backbone>-*.pt), which the run would train and write; expected a writable "
             f"MIDAS_CACHE_DIR, or a cache prepared by a run of these backbones"] if lacking else []
 
 
 def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
     """The lines :meth:`midas_nb.study.RunSettings.build` refuses ``overrides`` with (``[]``: it builds)."""
+    from ..study import RunSettings
+
     try:
         RunSettings.build(profile, **overrides)
     except config.ProfileError as e:
@@ -298,6 +291,8 @@ def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
 
 def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: Sequence[str]) -> list[str]:
     """Every root of ``datasets`` in its dataset's layout; no named root that no notebook reads (``every``)."""
+    from ..study import check_layout
+
     problems: list[str] = []
     roots: dict[str, Path] = {}
     for ds in datasets:
@@ -321,6 +316,8 @@ def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: S
 def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbones: Sequence[str]) -> list[str]:
     """Weights files that load into their architecture, none for an unused backbone; the hub
     reachable where a backbone needs it (probed in parallel)."""
+    from ..backbones import backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone, weights_for
+
     problems = [f"--weights {name}: the selected notebooks do not use this backbone; they use {list(backbones)}"
                 for name in sorted(set(settings.get("weights") or {}) - set(backbones))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
@@ -357,32 +354,29 @@ def fold_structured_params(spec: RunSpec) -> None:
 
 
 def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
-    """``(spec, problems)`` of ``midas-nb run``'s parsed ``args``: the run file (``--config``),
-    overridden by the command line."""
+    """``(spec, problems)`` of ``midas-nb run``'s parsed ``args``: the run file (``--config``; its
+    settings of the wrong type left out), overridden by the command line."""
     file, problems = load_run_file(args.config) if args.config else ({}, [])
     plain, roots, root_problems = parse_data_roots(args.data_root or [])
     bare, named, weights_problems = parse_weights(args.weights or [])
-    fw, given = file.get("weights"), file.get("params")
-    spec = RunSpec.model_construct(profile=args.profile or file.get("profile") or "quick",
-                   data_root=plain if plain is not None else file.get("data_root"),
-                   data_roots={**(file["data_roots"] if isinstance(file.get("data_roots"), dict) else {}), **roots},
-                   weights={**(fw if isinstance(fw, dict) else {}), **named},
-                   params={k: list_param(k, v) for k, v in given.items()} if isinstance(given, dict) else {},
-                   **{k: file.get(k) if getattr(args, k, None) is None else getattr(args, k)
-                      for k in ("dataset", "backbone", "device", "notebooks", "output", "cell_timeout")})
-    # an option and a -p of one setting: the same value, else refused (-p would silently win)
-    options = {k: getattr(args, k) for k in ("dataset", "backbone", "device") if getattr(args, k, None) is not None}
+    options = {k: getattr(args, k) for k in ("profile", "dataset", "backbone", "device", "notebooks", "output",
+                                             "cell_timeout") if getattr(args, k) is not None}
+    fw = file.get("weights", {})
+    spec = RunSpec.model_construct(**{**file, **options, "data_roots": {**file.get("data_roots", {}), **roots},
+                                      "weights": {**(fw if isinstance(fw, dict) else {}), **named},
+                                      "params": {k: list_param(k, v) for k, v in file.get("params", {}).items()},
+                                      **({} if plain is None else {"data_root": plain})})
     if args.weights:
         options["weights"] = bare if bare is not None else named
-    bare = bare if bare is not None else fw if isinstance(fw, str) else None
-    if bare is not None:
+    if (bare := bare if bare is not None else fw if isinstance(fw, str) else None) is not None:
         spec.params.setdefault("weights", bare)
-    given_values: dict[str, list[str]] = {}
-    for name, value in args.param or []:
-        given_values.setdefault(name, []).append(value)
+    given: dict[str, list[str]] = {}
+    for name, value in args.param or []:   # an option and a -p of one setting: one value, else refused
+        given.setdefault(name, []).append(value)
         spec.params[name] = v = param_value(name, value)
-        if name in options and _absolute(v) != _absolute(options[name]):
+        if name in ("dataset", "backbone", "device", "weights") and name in options \
+                and _absolute(v) != _absolute(options[name]):
             problems.append(f"--{name} {options[name]!r} and -p {name} {v!r} differ; give one of them")
     repeated = [f"-p {name}: given {len(v)} times ({', '.join(v)}); expected one value"
-                for name, v in given_values.items() if len(set(v)) > 1]
+                for name, v in given.items() if len(set(v)) > 1]
     return spec, [*problems, *root_problems, *weights_problems, *repeated]
