@@ -585,7 +585,7 @@ def test_a_backbone_is_fit_only_where_every_build_is_and_its_claims_are_otherwis
 
 
 def test_a_lead_that_prints_as_zero_is_a_tie_for_the_winners_the_advice_and_the_content_test():
-    """Issue 52 (decision 0087): 02 called T5's coverage lead over T3 at [+0.000, +0.003] resolved while a reader
+    """Issue 52 (decision 0085): 02 called T5's coverage lead over T3 at [+0.000, +0.003] resolved while a reader
     reads a tie. One rule (analysis.lead_resolved: the lower bound above 0 at the three decimals printed) decides
     the winners' leads, 07's advice ties and the content test's ties alike."""
     from midas_nb.analysis import lead_resolved, paired_gap, recommend_deployment
@@ -613,7 +613,7 @@ def test_a_lead_that_prints_as_zero_is_a_tie_for_the_winners_the_advice_and_the_
 
 def test_a_headline_says_which_of_the_papers_claims_it_counts_and_which_it_leaves_out():
     """Issue 52: 02, 04, 05 and 07 counted 5, 4, 5 and 7 claims under one kind of headline. Each says how many of
-    the paper's nine claims it counts, names them, and names the ones it leaves to another box (decision 0087)."""
+    the paper's nine claims it counts, names them, and names the ones it leaves to another box (decision 0085)."""
     from midas_nb.analysis.synthesis import headline
     rows = [("T5 gains coverage at faithfulness parity", "holds"), ("T1 covers less than the reference", "not resolved"),
             ("D(T5) falls with depth", "not resolved"),
@@ -634,7 +634,7 @@ def test_a_headline_says_which_of_the_papers_claims_it_counts_and_which_it_leave
 def test_one_wording_of_the_parity_band_matches_the_statuses_of_a_constructed_table():
     """Issue 52: the band's interval was described four ways across 02, 06 and the report. metrics.band_rule is the
     one wording; 02 and 06 print it instead of restating it, and each status of a constructed table is the one the
-    wording gives its ΔIDAUC interval (decision 0087)."""
+    wording gives its ΔIDAUC interval (decision 0085)."""
     import json
     from pathlib import Path
     from midas_nb import metrics

@@ -361,7 +361,7 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
 
 
 def scale_scope(backbones: Sequence[str]) -> str:
-    """What a scale readout over ``backbones`` can show, in one computed sentence (notebook 05; decision 0087): one
+    """What a scale readout over ``backbones`` can show, in one computed sentence (notebook 05; decision 0085): one
     backbone shows its own ``D`` only; several, whether ``D(T5)`` changes among them; the paper's ``scale`` finding
     (:func:`paper_findings`) needs DeiT-Ti/16 and AugReg ViT-B/16 (:data:`~midas_nb.config.PAPER_BACKBONES`)."""
     bb, (tiny, base) = list(dict.fromkeys(map(str, backbones))), (PAPER_BACKBONES[0], PAPER_BACKBONES[2])

@@ -374,7 +374,7 @@ _SHORT = {**{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()
 def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
     """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
     ``None``: not tested here), how many of the paper's claims (:data:`_SHORT`) the table holds, named, and which
-    it leaves to another box (a notebook tests some of them: 04 the regime rows, 05 the backbone's; decision 0087),
+    it leaves to another box (a notebook tests some of them: 04 the regime rows, 05 the backbone's; decision 0085),
     then how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
     from the same rows by the same function in both (decision 0079)."""
     if len(claims) and claims["verdict"].eq("not counted").all():

@@ -56,7 +56,7 @@ def lead_resolved(lo: float, hi: float) -> bool:
     """Whether a paired difference ``[lo, hi]`` of two conditions (fractions: mIoU, IDAUC, accuracy) is a resolved
     lead: its whole interval above 0 as printed, at :data:`~midas_nb.metrics.stats.LEAD_DIGITS` decimals; an interval
     that reads ``[+0.000, +0.003]`` touches 0, a tie. The one rule of every lead and tie: the winners, the
-    deployment advice and the content test (decision 0087)."""
+    deployment advice and the content test (decision 0085)."""
     return _sign(lo, hi, LEAD_DIGITS) == "positive"
 
 

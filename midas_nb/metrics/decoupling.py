@@ -477,7 +477,7 @@ def band_resolution(lo: float, hi: float) -> str:
 
 
 def band_rule(band: float | None = None) -> str:
-    """The parity band and how a status reads its interval, in the one wording the notebooks print (decision 0087;
+    """The parity band and how a status reads its interval, in the one wording the notebooks print (decision 0085;
     DESIGN.md §6): the band ``ΔIDAUC ≥ −band`` (``None``: :data:`PARITY_BAND`), the four statuses of
     :func:`decoupling_D` and what :func:`band_resolution`'s "this sample resolves |ΔIDAUC| ≥ h" means."""
     b = f"−{parity_band(band):g}"

@@ -31,7 +31,7 @@ def is_finite_number(v: Any) -> bool:
 
 
 #: the decimals a difference of two fractions (mIoU, IDAUC, accuracy) is printed with, so the precision at which a
-#: lead of one condition over another is decided: a bound that prints as ±0.000 touches 0 (decision 0087)
+#: lead of one condition over another is decided: a bound that prints as ±0.000 touches 0 (decision 0085)
 LEAD_DIGITS = 3
 
 
