@@ -67,10 +67,9 @@ def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone:
     """The dotted profile key a :func:`finetune_settings` value comes from (``"finetune.aircraft.lr"``)."""
     source = finetune_source(profile, dataset_label)
     recipe = profile.get(source) or {}
-    for entry in (backbone, dataset_of_label(dataset_label)):
-        if isinstance(recipe.get(entry), dict) and setting in recipe[entry]:
-            return f"{source}.{entry}.{setting}"
-    return f"{source}.{setting}"
+    entry = next((f"{e}." for e in (backbone, dataset_of_label(dataset_label))
+                  if isinstance(recipe.get(e), dict) and setting in recipe[e]), "")
+    return f"{source}.{entry}{setting}"
 
 
 def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
@@ -89,10 +88,7 @@ def _merged(settings: dict[str, Any] | None, *entries: str | None) -> dict[str, 
     """The non-dict values of ``settings``, updated by its dict values named ``entries``, in order."""
     settings = settings or {}
     out = {k: v for k, v in settings.items() if not isinstance(v, dict)}
-    for entry in entries:
-        if isinstance(settings.get(entry), dict):
-            out.update(settings[entry])
-    return out
+    return out | {k: v for e in entries if isinstance(settings.get(e), dict) for k, v in settings[e].items()}
 
 
 def project_root() -> Path:
@@ -135,7 +131,6 @@ def default_data_root() -> Path:
 
 
 def list_profiles() -> list[str]:
-    """Names of the profiles, sorted."""
     return sorted(PROFILES)
 
 
@@ -151,10 +146,9 @@ def sweep_names(text: str | None) -> list[str]:
         ValueError: an unknown name, with the known ones; a text that names no sweep.
     """
     names = list(SWEEPS) if text in (None, "all") else [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise ValueError(f"{text!r} names no sweep; expected some of {list(SWEEPS)} (or 'all')")
-    if bad := [n for n in names if n not in SWEEPS]:
-        raise ValueError(f"unknown sweep(s) {bad}; expected some of {list(SWEEPS)} (or 'all')")
+    if not names or (bad := [n for n in names if n not in SWEEPS]):
+        why = f"unknown sweep(s) {bad}" if names else f"{text!r} names no sweep"
+        raise ValueError(f"{why}; expected some of {list(SWEEPS)} (or 'all')")
     return names
 
 
@@ -205,8 +199,7 @@ def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
 def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
     """The profile's cap on images per class of ``dataset`` (a name or a :func:`dataset_label`), or ``None``."""
     cap = profile.get("max_images_per_class")
-    if isinstance(cap, dict):
-        cap = cap.get(dataset_of_label(dataset))
+    cap = cap.get(dataset_of_label(dataset)) if isinstance(cap, dict) else cap
     return None if cap is None else int(cap)
 
 

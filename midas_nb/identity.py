@@ -41,7 +41,7 @@ def jsonable(o: Any) -> Any:
     sorted lists, pandas ``NA``/``NaT`` → ``None``); ``TypeError`` for any other type, as ``json.dumps``."""
     if isinstance(o, (np.generic, np.ndarray)):
         return o.tolist()
-    if isinstance(o, Path):
+    if isinstance(o, Path) or type(o).__module__ == "torch" and type(o).__name__ in ("dtype", "device"):
         return str(o)
     if isinstance(o, (set, frozenset)):
         return sorted(o, key=str)
@@ -51,8 +51,6 @@ def jsonable(o: Any) -> Any:
         return o.isoformat()
     if hasattr(o, "detach") and hasattr(o, "tolist"):  # torch.Tensor without importing torch
         return o.detach().cpu().tolist()
-    if type(o).__module__ == "torch" and type(o).__name__ in ("dtype", "device"):
-        return str(o)
     raise TypeError(f"value of type {type(o).__name__} is not JSON-serialisable: {o!r:.80}")
 
 
@@ -79,12 +77,11 @@ _FILE_LOCK = threading.Lock()
 def file_digest(path: str | os.PathLike) -> str:
     """SHA-256 hex digest of a file's bytes, memoised per process by resolved path, size, mtime, ctime, inode;
     ``FileNotFoundError`` where the file does not exist."""
-    p = Path(path)
-    st = os.stat(p)
-    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     if (hit := _FILE_DIGESTS.get(key)) is not None:
         return hit
-    with open(p, "rb") as f:
+    with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     with _FILE_LOCK:
         _FILE_DIGESTS[key] = digest
@@ -118,8 +115,7 @@ def load_file_digests(path: str | os.PathLike) -> int:
 
 def tensor_digest(t: Any, n: int | None = 16) -> str:
     """SHA-256 of a tensor's (or array's) dtype, shape and bytes: equal only for bit-identical tensors."""
-    h = hashlib.sha256()
-    _update_tensor(h, t)
+    _update_tensor(h := hashlib.sha256(), t)
     return h.hexdigest()[:n]
 
 
@@ -173,50 +169,19 @@ class DatasetIdentity:
 
 def _transform_spec(transform: Any) -> dict[str, Any]:
     """Class and public scalar / tuple parameters of a joint transform."""
-    spec: dict[str, Any] = {"class": type(transform).__name__}
-    for k, v in sorted(vars(transform).items()) if hasattr(transform, "__dict__") else []:
-        if k.startswith("_"):
-            continue
-        if isinstance(v, (bool, int, float, str, type(None))):
-            spec[k] = v
-        elif isinstance(v, (tuple, list)) and all(isinstance(x, (bool, int, float, str)) for x in v):
-            spec[k] = list(v)
+    items = [(k, v) for k, v in (vars(transform).items() if hasattr(transform, "__dict__") else []) if k[:1] != "_"]
+    scalar = (bool, int, float, str)
+    spec = {"class": type(transform).__name__, **{k: v for k, v in items if v is None or isinstance(v, scalar)},
+            **{k: list(v) for k, v in items if isinstance(v, (tuple, list)) and all(isinstance(x, scalar) for x in v)}}
     if len(spec) == 1 and not hasattr(transform, "__dict__") and transform is not None:
         spec["repr"] = repr(transform)
     return spec
 
 
-def _items_annotated(ds: Any) -> dict[str, Any]:
-    """Per-item records of an :class:`midas_nb.data.AnnotatedDataset` from its files."""
-    parts = np.ascontiguousarray(np.asarray(ds.raw_parts, dtype=np.float32))
-    boxes = np.ascontiguousarray(np.asarray(ds.raw_boxes, dtype=np.float32))
-    options = ds.identity_options() if hasattr(ds, "identity_options") else {}
-    return dict(ids=[str(i) for i in ds.image_ids], image=[file_digest(p) for p in ds.paths],
-                ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
-                labels=[int(v) for v in ds.labels], transform=dict(_transform_spec(ds.transform), options=options))
-
-
-def _items_generic(ds: Any) -> dict[str, Any]:
-    """Per-item records of any dataset of ``Sample``, read sample by sample (transform implicit in ``image``)."""
-    ids, image, ann, labels = [], [], [], []
-    for i in range(len(ds)):
-        s = ds[i]
-        ids.append(str(getattr(s, "image_id", i)))
-        image.append(tensor_digest(s.image, 32))
-        h = hashlib.sha256()
-        for name in ("parts", "box", "part_mask", "box_mask"):
-            v = getattr(s, name, None)
-            if v is not None:
-                h.update(name.encode())
-                _update_tensor(h, v)
-        ann.append(h.hexdigest()[:32])
-        labels.append(int(s.label))
-    return dict(ids=ids, image=image, ann=ann, labels=labels,
-                transform={"class": "samples (transform implicit in the image tensors)"})
-
-
 def _records(ds: Any) -> dict[str, Any]:
-    """The split's kind, classes and parts, and its per-item records (a ``Subset``: its base's, restricted)."""
+    """The split's kind, classes and parts and its per-item records: an annotated dataset's (:class:`midas_nb.data.
+    AnnotatedDataset`) from its files, another's sample by sample (transform implicit in ``image``), a ``Subset``'s
+    its base's, restricted."""
     from torch.utils.data import Subset
 
     if isinstance(ds, Subset):
@@ -224,12 +189,32 @@ def _records(ds: Any) -> dict[str, Any]:
         idx = [int(i) for i in ds.indices]
         picked = {k: [base[k][i] for i in idx] for k in ("ids", "image", "ann", "labels")}
         return dict(base, **picked, kind=f"Subset({base['kind']})")
-    annotated = all(hasattr(ds, a) for a in ("paths", "image_ids", "raw_parts", "raw_boxes", "transform", "labels"))
-    return dict(kind=type(ds).__name__, split=str(getattr(ds, "split", "")),
-                classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
-                part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
-                patch_size=int(getattr(ds, "patch_size", 0) or 0),
-                **(_items_annotated(ds) if annotated else _items_generic(ds)))
+    out = dict(kind=type(ds).__name__, split=str(getattr(ds, "split", "")),
+               classes=[str(c) for c in (getattr(ds, "classes", None) or [])],
+               part_names=[str(p) for p in (getattr(ds, "part_names", None) or [])],
+               patch_size=int(getattr(ds, "patch_size", 0) or 0))
+    if all(hasattr(ds, a) for a in ("paths", "image_ids", "raw_parts", "raw_boxes", "transform", "labels")):
+        parts = np.ascontiguousarray(np.asarray(ds.raw_parts, dtype=np.float32))
+        boxes = np.ascontiguousarray(np.asarray(ds.raw_boxes, dtype=np.float32))
+        options = ds.identity_options() if hasattr(ds, "identity_options") else {}
+        return dict(out, ids=[str(i) for i in ds.image_ids], image=[file_digest(p) for p in ds.paths],
+                    ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
+                    labels=[int(v) for v in ds.labels],
+                    transform=dict(_transform_spec(ds.transform), options=options))
+    ids, image, ann, labels = [], [], [], []
+    for i in range(len(ds)):
+        s = ds[i]
+        ids.append(str(getattr(s, "image_id", i)))
+        image.append(tensor_digest(s.image, 32))
+        h = hashlib.sha256()
+        for name in ("parts", "box", "part_mask", "box_mask"):
+            if (v := getattr(s, name, None)) is not None:
+                h.update(name.encode())
+                _update_tensor(h, v)
+        ann.append(h.hexdigest()[:32])
+        labels.append(int(s.label))
+    return dict(out, ids=ids, image=image, ann=ann, labels=labels,
+                transform={"class": "samples (transform implicit in the image tensors)"})
 
 
 def dataset_identity(dataset: Any) -> DatasetIdentity:
@@ -314,9 +299,8 @@ atomic_write_bytes = atomic_write_text = atomic_write
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

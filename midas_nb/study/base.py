@@ -46,7 +46,7 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
             problems.append(unlabelled_test_message(dataset, root, ds))
     if not errors:
         return problems
-    (first, text), *rest = errors.items()
+    (_, text), *rest = errors.items()
     tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
     tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
     more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
@@ -151,9 +151,7 @@ class StudyBase:
     @property
     def checkpoint_id(self) -> str:
         """The fine-tuned checkpoint's id: the loaded backbone's, else :meth:`checkpoint_key`'s."""
-        if "_backbone" in self.__dict__:
-            return str(self.meta["checkpoint_id"])
-        return self.checkpoint_key()[0]
+        return str(self.meta["checkpoint_id"]) if "_backbone" in self.__dict__ else self.checkpoint_key()[0]
 
     @cached_property
     def _backbone(self):

@@ -111,8 +111,7 @@ class Study(StudyBase):
         if device is None:
             device = config.get_profile(self.settings.profile)["device"] if executor == "slurm" else None
         params = self.params if device is None else dict(self.params, device=device)
-        problems = config.check_device(params["device"], here=executor != "slurm")
-        if problems:
+        if problems := config.check_device(params["device"], here=executor != "slurm"):
             raise config.ProfileError(problems)
         # another device (and always on Slurm): the study is not reused
         return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor,

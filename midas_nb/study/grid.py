@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from torch.utils.data import Subset
 
-from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label, PAPER_DATASETS
+from ..config import cache_dir, check_device, data_root_for, dataset_label, dataset_of_label
 from ..identity import (annotation_stamp, canonical_json, dataset_identity, hash_json, load_file_digests,
                         save_file_digests)
 from ..data import evaluation_subset
@@ -25,12 +25,11 @@ from ..scorers import list_scorer_conditions
 from ..point import Point
 from ..sweeps import ExecutorKind, ResultStore, run_sweep, StoreStatus, submit_sweep, SweepCell
 from .base import StudyBase
-from .settings import protocol_settings, sweep_spans, SweepSettings
+from .settings import grid_spans, protocol_settings, SweepSettings
 
-__all__ = ["GridKind", "PAPER_DATASETS", "SEEDLESS_CONDITIONS", "make_grid", "grid_spans", "checkpoint_spec_id",
-           "eval_data_id", "protocol_settings", "cached_study", "placeholder_ids", "study_overrides", "digest_memo_path",
-           "ProtocolCellRunner", "prefetch_targets", "run_cells",
-           "CATALOGUE", "catalogue_value", "sweep_cells"]
+__all__ = ["GridKind", "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "cached_study",
+           "study_overrides", "digest_memo_path", "ProtocolCellRunner", "prefetch_targets", "run_cells", "CATALOGUE",
+           "catalogue_value", "sweep_cells"]
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
@@ -59,8 +58,7 @@ def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device
     overrides.update({k: v for k, v in dict(device=device, build=build).items() if v is not None})
     name = str(profile.get("profile", "quick"))
     key = "study:" + canonical_json([name, overrides])
-    cached = _PROCESS_CACHE.get(key)
-    if cached is None or cached[1] != annotation_stamp(cached[0].data_root):
+    if (cached := _PROCESS_CACHE.get(key)) is None or cached[1] != annotation_stamp(cached[0].data_root):
         st = StudyBase(name, progress=progress, **overrides)
         cached = _PROCESS_CACHE[key] = (st, annotation_stamp(st.data_root))
     return cached[0]
@@ -68,20 +66,10 @@ def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device
 
 def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
     """Where the sweep jobs of ``dataset`` share its image digests."""
-    root = _data_root_for(profile, dataset)
-    return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, root], 12)}.json"
+    return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, _data_root_for(profile, dataset)], 12)}.json"
 
 
 GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
-
-
-def placeholder_ids(profile: Mapping[str, Any], datasets: Sequence[str], backbones: Sequence[str],
-                    value: str) -> dict[tuple, str]:
-    """``value`` (``value-k`` for build ``k``) as every checkpoint (and data) id of :func:`make_grid` for
-    ``datasets`` × ``backbones`` and the profile's builds: a grid whose keys are not needed reads no data."""
-    first = int(profile.get("build", 0))
-    builds = [(), *((k,) for k in range(first, first + int(profile.get("builds", 1))))]
-    return {(d, b, *k): "-".join(map(str, (value, *k))) for d in datasets for b in backbones for k in builds}
 
 
 def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
@@ -89,41 +77,17 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` and ``build`` (``None``:
     the profile's; decisions 0051, 0072), nothing trained: data read on the CPU, numerics keyed as the profile's
     ``device``'s. Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
-    prof = dict(profile)
-    study = cached_study(prof, dataset, backbone, device="cpu", build=build)
-    device = str(prof.get("device") or "cpu")
+    study = cached_study(profile, dataset, backbone, device="cpu", build=build)
+    device = str(profile.get("device") or "cpu")
     return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
 
 
-def eval_identity(study: Any, settings: Mapping[str, Any]) -> str:
-    """Content identity of the test images a protocol run with ``settings`` evaluates."""
+def eval_data_id(study: Any, settings: Mapping[str, Any]) -> str:
+    """:attr:`SweepCell.data_id`: the content identity (:func:`midas_nb.identity.dataset_identity`) of the test
+    images a protocol run of ``study`` with ``settings`` (:func:`protocol_settings` and a cell's) evaluates."""
     test = study.test_set
     idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
-
-
-def eval_data_id(profile: Mapping[str, Any], dataset: str, backbone: str,
-                 settings: Mapping[str, Any] | None = None) -> str:
-    """:attr:`SweepCell.data_id`: content identity of the test images a cell evaluates (the subset
-    of ``settings``, default the profile's protocol settings; :func:`midas_nb.identity.dataset_identity`)."""
-    prof = dict(profile)
-    return eval_identity(cached_study(prof, dataset, backbone, device="cpu"),
-                         protocol_settings(prof) if settings is None else settings)
-
-
-#: settings of :func:`protocol_settings` that describe the data: in the cell key, not ``run_protocol`` arguments
-DATA_PARAMS = ("image_size", "patch_size")
-
-
-def grid_spans(profile: Mapping[str, Any],
-               kind: GridKind = "regime") -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` a sweep of ``kind`` spans: for ``"scale"`` the ``scale_backbones``
-    (the study's alone where ``other_backbones`` is false), else the ``backbones``. Nothing is read."""
-    prof = dict(profile)
-    datasets, backbones, scale_backbones = sweep_spans(prof)
-    if kind != "scale":
-        return datasets, backbones
-    return datasets, scale_backbones if prof.get("other_backbones", True) else [prof["backbone"]]
 
 
 def make_grid(
@@ -185,19 +149,17 @@ def make_grid(
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
 
-    if checkpoint_ids == "spec":
-        checkpoint_ids = {}
-    elif not isinstance(checkpoint_ids, Mapping):
-        raise ValueError(f"checkpoint_ids must be 'spec' or a dict, got {checkpoint_ids!r}")
-    if data_ids is not None and not isinstance(data_ids, Mapping):
-        raise ValueError(f"data_ids must be None or a dict {{(dataset, backbone): id}}, got {data_ids!r}")
+    checkpoint_ids, data_ids = {} if checkpoint_ids == "spec" else checkpoint_ids, data_ids or {}
+    if not (isinstance(checkpoint_ids, Mapping) and isinstance(data_ids, Mapping)):
+        raise ValueError(f"checkpoint_ids must be 'spec' or a dict, data_ids None or a dict {{(dataset, backbone): "
+                         f"id}}, got {checkpoint_ids!r} and {data_ids!r}")
     base = dict(protocol_settings(prof), **dict(params or {}))
     cells = []
     own_build = int(prof.get("build", 0))
     for ds in datasets:
         label = dataset_label(dict(prof), ds)
         for bb in backbones:
-            data_id = (data_ids or {}).get((ds, bb)) or eval_data_id(prof, ds, bb, base)
+            data_id = data_ids.get((ds, bb)) or eval_data_id(cached_study(prof, ds, bb, device="cpu"), base)
             for pt in points:
                 at = seeds if pt == Point(L0, b0) else off_seeds
                 main = pt == Point(L0, b0) and bb == prof["backbone"]
@@ -269,7 +231,10 @@ def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
         if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
             spans = grid_spans(p, kind)
             names = kw["datasets"] or spans[0]
-            ids = placeholder_ids(p, names, kw["backbones"] or spans[1], "planned")
+            first = int(p.get("build", 0))   # every build's too (decision 0072): "planned-k"
+            builds = [(), *((k,) for k in range(first, first + int(p.get("builds", 1))))]
+            ids = {(d, b, *k): "-".join(map(str, ("planned", *k))) for d in names for b in kw["backbones"] or spans[1]
+                   for k in builds}
             p.update(data_root=None, data_roots={d: "." for d in {*spans[0], *names, p["dataset"]} if d != "synthetic"})
             kw.update(checkpoint_ids=ids, data_ids=ids)
         cells += make_grid(p, kind, **kw)
@@ -313,8 +278,7 @@ class ProtocolCellRunner:
                 (cell.dataset, cell.backbone, build):
             return st
         device = self.device or str(self.profile.get("device") or "cpu")
-        problems = check_device(device)
-        if problems:
+        if problems := check_device(device):
             job = os.environ.get("SLURM_JOB_ID")
             raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
                                f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
@@ -339,9 +303,8 @@ class ProtocolCellRunner:
     def group_key(self, cell: SweepCell) -> str:
         """Cells with one group key are computed together by :meth:`run_group`: the same data, checkpoint and
         settings, every depth ``L`` (a scorer family's cell, whose row has columns of its own, alone)."""
-        if cell.condition in list_scorer_conditions():
-            return cell.key
-        return canonical_json([cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
+        return cell.key if cell.condition in list_scorer_conditions() else canonical_json(
+            [cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 
     def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
         """The row of each cell (of one :meth:`group_key`), in order: :func:`midas_nb.analysis.protocol.protocol_cells`
@@ -357,11 +320,10 @@ class ProtocolCellRunner:
                              f"recipe and training numerics (precision, CPU threads) here give "
                              f"{study.checkpoint_id!r}; rebuild the grid")
         settings = dict(protocol_settings(self.profile), **cell.params)
-        if cell.data_id and cell.data_id != eval_identity(study, settings):
-            raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the "
-                             f"evaluated test images now are {eval_identity(study, settings)!r} (images, "
-                             "labels, keypoints or boxes changed); rebuild the grid")
-        for k in DATA_PARAMS + ("build",):
+        if cell.data_id and cell.data_id != (now := eval_data_id(study, settings)):
+            raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the evaluated test "
+                             f"images now are {now!r} (images, labels, keypoints or boxes changed); rebuild the grid")
+        for k in ("image_size", "patch_size", "build"):   # in the cell's key (the data, the build), not arguments
             settings.pop(k, None)
         if self.cache_dir is not None:
             settings["cache_dir"] = self.cache_dir

@@ -22,27 +22,7 @@ from ..identity import hash_json
 from ..point import Budget, Point
 
 __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "ReportSettings", "check_data", "check_schedule",
-           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "sweep_spans"]
-
-
-def check_data(params: Mapping[str, Any]) -> tuple[str, Path | None]:
-    """``(dataset name, data root or None for the embedded synthetic set)``, no image read; raises
-    ``ValueError`` (unknown dataset, no root and no synthetic default) or ``FileNotFoundError``."""
-    name = params.get("dataset", "cub")
-    root = config.data_root_for(dict(params), name)
-    if root is not None and not root.is_dir():
-        raise FileNotFoundError(f"data root {str(root)!r} (dataset {name!r}) does not exist or is not a directory")
-    return name, root
-
-
-def check_schedule(params: Mapping[str, Any], dataset_label: str, backbone: str) -> list[str]:
-    """``[]`` when ``backbone`` can train on ``dataset_label`` with the profile's schedule, else one line
-    naming the setting and why (:func:`midas_nb.backbones.check_epochs`)."""
-    params = dict(params)
-    name = config.finetune_setting_name(params, dataset_label, backbone, "epochs")
-    return [f"{name}: on {dataset_label}, {why}"
-            for why in check_epochs(backbone, config.finetune_settings(params, dataset_label, backbone).get("epochs"))]
+           "SweepSettings", "ReportSettings", "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "grid_spans"]
 
 
 @dataclass(frozen=True)
@@ -97,9 +77,7 @@ class ProtocolSettings:
 
 @dataclass(frozen=True)
 class StatisticsSettings:
-    """``bootstrap``: resamples of every percentile interval (>= 1)."""
-
-    bootstrap: int
+    bootstrap: int   # resamples of every percentile interval (>= 1)
 
 
 @dataclass(frozen=True)
@@ -124,7 +102,7 @@ class SweepSettings:
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
         """The sweep lists of a profile mapping, typed, not checked; a list left out is the study's own."""
         seeds = tuple(int(s) for s in p["seeds"])
-        datasets, backbones, scale_backbones = sweep_spans(p)
+        datasets, backbones = grid_spans(p)
         depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
         return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
                    budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),
@@ -132,16 +110,19 @@ class SweepSettings:
                    seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
                    conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
                    related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
-                   datasets=tuple(datasets), backbones=tuple(backbones), scale_backbones=tuple(scale_backbones),
+                   datasets=tuple(datasets), backbones=tuple(backbones),
+                   scale_backbones=tuple(p.get("scale_backbones") or [p["backbone"]]),
                    other_backbones=bool(p.get("other_backbones", True)),
                    compare_backbones=tuple(comparison_backbones(dict(p), planned=True)))
 
 
-def sweep_spans(p: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """``(datasets, backbones, scale_backbones)`` a profile's sweeps span, each defaulting to the study's own."""
+def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], list[str]]:
+    """``(datasets, backbones)`` a sweep of ``kind`` spans, each defaulting to the study's own: for ``"scale"``
+    the ``scale_backbones`` (the study's alone where ``other_backbones`` is false), else the ``backbones``."""
     own = [p["backbone"]]
-    datasets = list(p.get("datasets") or [p["dataset"]])
-    return datasets, list(p.get("backbones") or own), list(p.get("scale_backbones") or own)
+    alone = kind == "scale" and not p.get("other_backbones", True)
+    backbones = own if alone else p.get("scale_backbones" if kind == "scale" else "backbones") or own
+    return list(p.get("datasets") or [p["dataset"]]), list(backbones)
 
 
 #: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
@@ -158,12 +139,10 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``);
     ``scorer_train`` keys win over the top level."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
-    out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile and k not in _ALWAYS_KEYED})
+    out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile})
     out.update(dict(profile.get("scorer_train") or {}))
-    for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap", "image_size", "patch_size"):
-        if k in profile:
-            out[k] = profile[k]
-    return out
+    return out | {k: profile[k] for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap",
+                                          "image_size", "patch_size") if k in profile}
 
 
 @dataclass(frozen=True)
@@ -199,15 +178,19 @@ class RunSettings:
             depths = [] if bad & {"depth", "depths"} else [p["depth"], *(p.get("depths") or [])]
             problems += check_backbone(p["backbone"], backbone_kwargs(p, p["backbone"]), depths,
                                        image_size=p["image_size"], patch_size=p["patch_size"])
-        name = root = label = None
-        if not bad & {"dataset", "data_root", "data_roots", "aircraft_level"}:
+        name, root, label, bb = p.get("dataset", "cub"), None, None, p["backbone"]
+        if not bad & {"dataset", "data_root", "data_roots", "aircraft_level"}:   # the data, no image read
             try:
-                name, root = check_data(p)
+                root = config.data_root_for(p, name)
+                if root is not None and not root.is_dir():
+                    raise FileNotFoundError(f"data root {str(root)!r} (dataset {name!r}) does not exist or is not "
+                                            "a directory")
                 label = "synthetic" if root is None else config.dataset_label(p, name)
             except (ValueError, FileNotFoundError) as e:
                 problems.append(str(e))
-        if label is not None and not bad & {"backbone", "finetune", "synthetic_finetune"}:
-            problems += check_schedule(p, label, p["backbone"])
+        if label is not None and not bad & {"backbone", "finetune", "synthetic_finetune"}:   # bb trains on label
+            problems += [f"{config.finetune_setting_name(p, label, bb, 'epochs')}: on {label}, {why}"
+                         for why in check_epochs(bb, config.finetune_settings(p, label, bb).get("epochs"))]
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
         syn = MappingProxyType(dict(p.get("synthetic") or {}))
@@ -218,7 +201,6 @@ class RunSettings:
                             image_size=run.image_size, patch_size=run.patch_size,
                             max_images_per_class=config.images_per_class(p, label),
                             aircraft_level=run.aircraft_level, synthetic=syn)
-        bb = p["backbone"]
         backbone = BackboneSettings(name=bb, weights=weights_for(p, bb),
                                     kwargs=MappingProxyType(backbone_kwargs(p, bb)),
                                     recipe=TrainingRecipe(seed=run.build, **config.finetune_settings(p, label, bb)),
