@@ -4,8 +4,8 @@ set low. Skipped, with the reason, where the packages are absent (``.ci/run`` in
 
 Checks that only a real Slurm can pass: every record names the Slurm array task that computed it
 (a local fallback has none), arrays never exceed ``MaxArraySize``, one fine-tune per (dataset,
-backbone), a cancelled job's cell resubmitted and finished, two concurrent submissions without
-duplicate work.
+backbone), a cancelled job's cell sent by the same submission again (and nothing else) and finished, two
+concurrent submissions without duplicate work.
 """
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def assert_slurm_records(store, cells, max_array: int, exact: bool = True) -> No
     tasks: dict[str, set[str]] = {}
     for jid in jobs.values():
         array, _, task = jid.partition("_")
-        if task:  # a single job (one cell resubmitted) is no array
+        if task:  # a single job (one cell submitted again) is no array
             tasks.setdefault(array, set()).add(task)
     assert all(len(t) <= max_array and max(int(i) for i in t) < max_array for t in tasks.values()), tasks
 
@@ -152,16 +152,18 @@ def test_smoke_sweep_on_slurm_one_finetune_chunked_arrays(cluster, tmp_path, mon
     capsys.readouterr()
     assert cli.main(["sweep", "status", "smoke"]) == 0
     assert re.search(r"\bdone\b", capsys.readouterr().out)
-    assert cli.main(["sweep", "resubmit", "smoke"]) == 0
-    assert "resubmitted 0 cells in 0 jobs: none needed" in capsys.readouterr().out
+    jobs = runs.jobs()          # the same submit again: nothing is missing, nothing is sent
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random", "--partition", "test",
+                     "--cpus", "1", "--time", "10", "--cells-per-job", "1"]) == 0
+    assert "1 already done, 0 to run" in capsys.readouterr().out and runs.jobs() == jobs
     assert cli.main(["sweep", "plan", "--profile", "smoke", "--sweep", "random", "--max-array-size", "2"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"all +1 distinct cells, 1 done, 0 to run", out) and "projection: nothing to run" in out
 
 
-def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path):
-    from midas_nb.sweeps import ResultStore, run_sweep
-    from midas_nb.sweeps.slurm import cell_states, resubmit, wait
+def test_cancelled_job_submitted_again_and_concurrent_submissions(cluster, tmp_path):
+    from midas_nb.sweeps import ResultStore, run_sweep, submit_sweep
+    from midas_nb.sweeps.slurm import cell_states, wait
 
     markers = tmp_path / "m"
     markers.mkdir()
@@ -183,12 +185,13 @@ def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path)
     assert_slurm_records(store, cells, 2, exact=False)
     assert len({j.split("_")[0] for j in store.jobs().values()}) == 2   # 4 jobs in 2 arrays under MaxArraySize 2
 
-    # a cell whose job is cancelled (scancel) shows as lost, is resubmitted and finishes
+    # a cell whose job is cancelled (scancel) shows as lost; the same submission again sends it alone; it finishes
     cells = toy_cells(2, "cancel")
     store = ResultStore(tmp_path / "cancel")
     (markers / f"block-{cells[0].key}").touch()
-    run_sweep(cells, fn, store, executor="slurm", slurm=slurm, wait=False)
+    assert len(submit_sweep(cells, fn, store, slurm=slurm).cells) == 2
     _until(lambda: n(markers, "start", cells[0]) == 1, "the blocked cell to start")
+    assert submit_sweep(cells, fn, store, slurm=slurm).cells == []   # each cell done, held or in the queue
     cluster.run("scancel", store.jobs()[cells[0].key])
     table = wait(store, poll_s=1, progress=False, timeout_s=120)
     assert table["job_state"].iloc[0] == "lost" and table["status"].iloc[1] == "done"
@@ -197,8 +200,9 @@ def test_cancelled_job_resubmitted_and_concurrent_submissions(cluster, tmp_path)
     assert store.running_path(cells[0].key).exists()
     (markers / f"block-{cells[0].key}").unlink()
     old_job = store.jobs()[cells[0].key]
-    assert len(resubmit(store, cell_fn=fn)) == 1     # a test's function: given (it has no plain form)
-    assert store.jobs()[cells[0].key] != old_job
+    done_job = store.jobs()[cells[1].key]
+    assert [c.key for c in submit_sweep(cells, fn, store, slurm=slurm).cells] == [cells[0].key]
+    assert store.jobs()[cells[0].key] != old_job and store.jobs()[cells[1].key] == done_job
     table = wait(store, poll_s=1, progress=False, timeout_s=120)
     assert list(table["status"]) == ["done", "done"]
     assert [n(markers, "finish", c) for c in cells] == [1, 1]

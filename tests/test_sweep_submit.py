@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import re
 
-import pickle
 import pytest
 import torch
 
@@ -100,18 +99,14 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
     _no_cuda_here()
     from midas_nb import Study
     from midas_nb.backbones import checkpoint_key
-    from midas_nb.sweeps import ResultStore
-    from midas_nb.sweeps.slurm import load_submission
 
     monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")
     with pytest.raises(config.ProfileError, match="no CUDA device"):
         Study("smoke", progress=False)
     study = Study("smoke", device="cpu", progress=False)          # the advice
     sub = study.sweep("regime", executor="slurm", wait=False)
-    runner, _ = load_submission(ResultStore(sub.store))
-    assert runner.profile["device"] == "cuda" and runner.device is None
     sent = [j.args[1] for j in fake_slurm.jobs]                   # (cells, cell_fn, root) / (cell, cell_fn)
-    assert sent and all(fn.profile["device"] == "cuda" for fn in sent)
+    assert sent and all(fn.profile["device"] == "cuda" and fn.device is None for fn in sent)
     # the cells name the checkpoint the GPU node trains (bfloat16 autocast), not this CPU's
     b = study.settings.backbone
     want = checkpoint_key(b.name, study.train_set, study.test_set, b.recipe, weights=b.weights,
@@ -122,64 +117,35 @@ def test_login_node_submission_carries_cuda_unresolved(fake_slurm, monkeypatch):
         study.sweep("regime", executor="local", device="cuda")
 
 
-class _Planted:
-    """A pickle that, once loaded, leaves a file: code run from whoever wrote the store."""
-
-    def __init__(self, path) -> None:
-        self.path = str(path)
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
-def test_resubmit_rebuilds_the_runner_from_plain_data_and_unpickles_nothing(fake_slurm, monkeypatch, tmp_path):
-    """Issue 53, case 7: `sweep resubmit` never loads a pickle from the (possibly group-shared) store; it
-    rebuilds the runner from submission.json and refuses a runner class outside midas_nb."""
-    import json
+def test_the_same_submit_again_sends_only_the_cells_nothing_holds(fake_slurm, monkeypatch, capsys):
+    """Decision 0078: `sweep submit` run again (no resubmit command) sends every cell of the grid that is not done,
+    not held by a process and has no job in the queue: a lost job's cell, a failed cell, a cell never sent."""
+    import time
 
     from midas_nb import cli
     from midas_nb.study import make_grid, ProtocolCellRunner
     from midas_nb.sweeps import ResultStore, submit_sweep
 
-    cells = make_grid(config.get_profile("smoke"), "regime")[:3]
-    store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
-    submit_sweep(cells, ProtocolCellRunner(config.get_profile("smoke"), cache_dir="/c"), store, slurm=dict(partition="gpu"))
-    planted = tmp_path / "planted"
-    (store.root / "submitit").mkdir(exist_ok=True)
-    (store.root / "submitit" / "runner.pkl").write_bytes(pickle.dumps(_Planted(planted)))
-    monkeypatch.setattr("midas_nb.sweeps.slurm.scheduler_states", lambda ids: {})   # every job left the queue
-    sent = len(fake_slurm.jobs)
-    assert cli.main(["sweep", "resubmit", "smoke"]) == 0
-    assert not planted.exists()
-    runners = [j.args[1] for j in fake_slurm.jobs[sent:]]
-    assert runners and all(isinstance(r, ProtocolCellRunner) for r in runners)
-    assert runners[0].cache_dir == "/c" and runners[0].profile == json.loads(json.dumps(ProtocolCellRunner(config.get_profile("smoke")).profile))
-    sub = json.loads((store.root / "submission.json").read_text())
-    (store.root / "submission.json").write_text(json.dumps(dict(sub, runner={"class": "os:system", "spec": {}})))
-    assert cli.main(["sweep", "resubmit", "smoke"]) == 2 and len(fake_slurm.jobs) == sent + len(runners)
-
-
-def test_resubmit_is_submitting_again_every_cell_no_job_holds(fake_slurm, monkeypatch, tmp_path):
-    """Decision 0078: resubmit sends every registered cell that is not done and whose job is not queued: a lost
-    job's cell, a failed cell, and a cell of the grid never sent (registered later); a queued cell stays queued."""
-    import time
-
-    from midas_nb.study import make_grid, ProtocolCellRunner
-    from midas_nb.sweeps import ResultStore, submit_sweep
-    from midas_nb.sweeps.slurm import resubmit
-
-    cells = make_grid(config.get_profile("smoke"), "regime")[:5]
-    store = ResultStore(tmp_path / "runs" / "sweeps" / "smoke")
-    submit_sweep(cells[:4], ProtocolCellRunner(config.get_profile("smoke")), store, slurm=dict(partition="gpu", cells_per_job=1))
-    store.register(cells[4:])
-    store.record_failed(cells[1], "RuntimeError: boom", started=time.time())
-    jobs = store.jobs()
+    cells = make_grid(config.get_profile("smoke"), "regime")
+    assert len(cells) >= 6
+    store = ResultStore(config.runs_dir() / "sweeps" / "smoke")
+    submit_sweep(cells[:-1], ProtocolCellRunner(config.get_profile("smoke")), store, slurm=dict(cells_per_job=1))
+    jobs = store.jobs()          # the last cell was never sent; the others' jobs left the queue (lost) but:
     monkeypatch.setattr("midas_nb.sweeps.slurm.scheduler_states", lambda ids: {jobs[cells[0].key]: "PENDING"})
+    store.record_failed(cells[1], "RuntimeError: boom", started=time.time())
+    store.record_done(cells[2], [dict(metric="m", value=1.0)], started=time.time())
+    fd = store.hold(cells[3].key)                                 # a live worker computes it
     sent = len(fake_slurm.jobs)
-    new = resubmit(store)
-    assert sorted(c.key for j in new for c in j.cells) == sorted(c.key for c in cells[1:])
-    assert all(j.fn.__name__ == "run_chunk" for j in fake_slurm.jobs[sent:] if j in new)
-    assert store.jobs()[cells[0].key] == jobs[cells[0].key] and store.jobs()[cells[4].key] == new[-1].job_id
+    argv = ["sweep", "submit", "--profile", "smoke", "--sweep", "regime", "--cells-per-job", "1"]
+    try:
+        assert cli.main(argv) == 0, capsys.readouterr().err
+    finally:
+        store.release(cells[3].key, fd)
+    new = [j for j in fake_slurm.jobs[sent:] if j.fn.__name__ == "run_chunk"]
+    want = [c.key for c in [cells[1], *cells[4:]]]
+    assert sorted(c.key for j in new for c in j.args[0]) == sorted(want)
+    assert f"submitted {len(want)} cells (3 done or held)" in capsys.readouterr().out
+    assert store.jobs()[cells[0].key] == jobs[cells[0].key] and store.jobs()[cells[-1].key] == new[-1].job_id
 
 
 def test_cuda_numerics_keyed_off_the_gpu_match_a_bfloat16_gpu(monkeypatch):
@@ -294,7 +260,8 @@ def test_submit_through_the_cli_returns_after_submission(fake_slurm, capsys, mon
     out = capsys.readouterr()
     assert rc == 0, out.err
     grid = make_grid(config.get_profile("smoke"), "regime")
-    assert re.search(rf"submitted {len(grid)} cells \(0 already done\)", out.out) and "midas-nb sweep wait smoke" in out.out
+    assert re.search(rf"submitted {len(grid)} cells \(0 done or held\)", out.out)
+    assert "midas-nb sweep wait smoke" in out.out
     assert fake_slurm.params["slurm_partition"] == "gpu" and fake_slurm.params["gpus_per_node"] == 1
     assert fake_slurm.params["timeout_min"] == 30
     store = ResultStore(config.runs_dir() / "sweeps" / "smoke")

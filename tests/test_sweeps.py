@@ -23,7 +23,7 @@ import pytest
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
 from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, run_sweep,
-                             sweep_status)
+                             submit_sweep, sweep_status)
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -770,8 +770,8 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
         run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"), wait=False)
     assert not list(markers.iterdir())
-    # the refused cells are not "pending" forever: status says so (exit 1), resubmit sends them again
-    from midas_nb.sweeps.slurm import cell_states, resubmit
+    # the refused cells are not "pending" forever: status says so (exit 1), the same submission sends them again
+    from midas_nb.sweeps.slurm import cell_states
     store = ResultStore(tmp_path / "store")
     assert list(cell_states(store)["job_state"]) == ["unsubmitted", "unsubmitted"]
     later = toy_cells(3)[2]                 # registered after the refusal, never sent to sbatch: not refused
@@ -779,11 +779,10 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     assert cell_states(store).set_index("key").loc[later.key, "job_state"] == ""
     capsys.readouterr()
     assert cli.main(["sweep", "status", str(store.root)]) == 1 and cli.main(["sweep", "wait", str(store.root)]) == 1
-    assert "2 cells never submitted (sbatch refused): midas-nb sweep resubmit" in capsys.readouterr().out
+    assert "2 cells never submitted (sbatch refused): the same midas-nb sweep submit again" in capsys.readouterr().out
     with pytest.raises(SlurmNotFound, match="sbatch refused the submission"):   # tried again: refused again
-        resubmit(store, cell_fn=functools.partial(marker_cell_fn, marker_dir=str(markers)))
-    assert cli.main(["sweep", "resubmit", str(store.root)]) == 2     # a test's function: no runner to rebuild
-    assert "submission.json holds no runner" in capsys.readouterr().err
+        submit_sweep(toy_cells(3), functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
+    assert list(cell_states(store)["job_state"]) == ["unsubmitted"] * 3       # all three were sent to sbatch
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "random"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -793,8 +792,6 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
     assert cli.main(["sweep", "wait"]) == 0 and capsys.readouterr().out.strip() == "no sweeps found"
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["sweep", "wait"]) == 1 and "never submitted" in capsys.readouterr().out
-    assert cli.main(["sweep", "resubmit"]) == 2
-    assert capsys.readouterr().err.startswith("midas-nb sweep resubmit: sbatch refused the submission")
 
 
 def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():

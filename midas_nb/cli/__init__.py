@@ -1,6 +1,6 @@
 """``midas-nb`` command line: batch reruns of the notebooks and small utilities.
 
-Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``, ``resubmit``),
+Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``),
 ``strip-solutions``, ``export-html``, ``report``; ``midas-nb COMMAND --help`` gives each one's options.
 """
 from __future__ import annotations
@@ -92,24 +92,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.profile and args.name and args.profile != args.name:
         return _answer(f"sweep {args.action}", [f"store {args.name!r} and --profile {args.profile!r} differ; "
                                                 "expected one of them (a store is named after its profile)"])
-    from ..sweeps import slurm, store as stores  # status / wait / resubmit: the generic engine (no torch)
+    from ..sweeps import slurm, store as stores  # status / wait: the generic engine (no torch)
 
     name, rc = args.name or args.profile, 0
-    names = [name] if name is not None else [n for n in stores.all_stores() if args.action != "resubmit"
-                                             or (Path(n) / slurm.SUBMISSION).is_file()]
+    names = [name] if name is not None else stores.all_stores()
     if not names:
-        print(f"no {'submitted ' if args.action == 'resubmit' else ''}sweeps found")
+        print("no sweeps found")
     for n in names:
         try:
-            store = stores.open_store(n, must_exist=True)
-            if args.action == "resubmit":   # with its last submission's settings
-                jobs = slurm.resubmit(store)
-                print(f"{store.root.name}: resubmitted {sum(len(j.cells) for j in jobs)} cells in {len(jobs)} jobs: "
-                      f"{', '.join(str(j.job_id) for j in jobs) or 'none needed'}")
-            else:       # wait: (a progress bar) until nothing of the sweep is queued
-                rc |= _sweep_status(slurm.wait(store, poll_s=10.0) if args.action == "wait" else
-                                    slurm.cell_states(store))
-        except (FileNotFoundError, ValueError, slurm.SlurmNotFound) as e:
+            store = stores.open_store(n, must_exist=True)   # wait: a progress bar until nothing of it is queued
+            rc |= _sweep_status(slurm.wait(store, poll_s=10.0) if args.action == "wait" else slurm.cell_states(store))
+        except (FileNotFoundError, ValueError) as e:
             return _answer(f"sweep {args.action}", [str(e)])
     if args.action == "status" and name in config.PROFILES:   # a profile's store: its notebook sweeps
         from ..study.cluster import catalogue_status
@@ -129,7 +122,7 @@ def _sweep_status(table: Any) -> int:
         if len(rows):
             print(f"  {len(rows)} cells {state.lower()}: jobs {', '.join(sorted(set(rows['job_id'].astype(str))))}")
     if unsent := int(table["job_state"].eq("unsubmitted").sum()):
-        print(f"  {unsent} cells never submitted (sbatch refused): midas-nb sweep resubmit sends them")
+        print(f"  {unsent} cells never submitted (sbatch refused): the same midas-nb sweep submit again sends them")
     return 1 if n_unusable(table) or table["job_state"].isin(["lost", "unsubmitted"]).any() else 0
 
 

@@ -146,21 +146,19 @@ PROFILE_METAVAR = "{" + ",".join(sorted(config.PROFILES)) + "}"
 
 def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
     """The ``midas-nb sweep`` subcommand, calling ``func``."""
-    s = sub.add_parser("sweep", help="sweeps on a cluster: plan, submit, status, wait, resubmit",
+    s = sub.add_parser("sweep", help="sweeps on a cluster: plan, submit, status, wait",
                        description="plan: the jobs, arrays, cells and projected GPU-hours of a profile's sweeps, "
-                                   "nothing submitted; submit: send them (returns after submission); status: cells "
-                                   "done / failed / pending of the result stores under runs/sweeps (one per "
-                                   "profile); wait: until nothing is queued; resubmit: failed, lost and "
-                                   "never-submitted cells")
-    s.add_argument("action", choices=["plan", "submit", "status", "wait", "resubmit"],
-                   help="plan, submit, status (exit 1 while cells failed, were lost or were never submitted), wait, "
-                        "resubmit")
+                                   "nothing submitted; submit: send them (returns after submission; the same submit "
+                                   "again sends the failed, lost and never-submitted cells); status: cells done / "
+                                   "failed / pending of the result stores under runs/sweeps (one per profile); wait: "
+                                   "until nothing is queued")
+    s.add_argument("action", choices=["plan", "submit", "status", "wait"],
+                   help="plan, submit, status (exit 1 while cells failed, were lost or were never submitted), wait")
     s.add_argument("name", nargs="?", default=None,
-                   help="status/wait/resubmit: store name = the profile that wrote it, e.g. quick (default: every "
-                        "store)")
+                   help="status/wait: store name = the profile that wrote it, e.g. quick (default: every store)")
     s.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
                    help="plan/submit: the profile whose sweeps are planned or submitted (default: paper); "
-                        "status/wait/resubmit: that profile's store, as NAME")
+                        "status/wait: that profile's store, as NAME")
     s.add_argument("--sweep", default="all", metavar="NAMES",
                    help="plan/submit: comma-separated sweeps: protocol, soft, random (notebook 02), regime (04), "
                         "scale, backbones (05), related (06), or all (default)")

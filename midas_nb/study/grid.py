@@ -263,10 +263,6 @@ class ProtocolCellRunner:
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, _local_study=None)
 
-    def runner_spec(self) -> dict[str, Any]:
-        """This runner as plain data, its constructor's keywords (a Slurm resubmission rebuilds it from them)."""
-        return dict(profile=self.profile, device=self.device, cache_dir=self.cache_dir, progress=self.progress)
-
     def __repr__(self) -> str:
         return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
                 f"device={self.device or self.profile.get('device')!r})")

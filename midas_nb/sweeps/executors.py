@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .slurm import Submission, submit
+from .slurm import Submission, cell_states, submit
 from .store import ExecutorKind, ResultStore, StoreStatus, SweepCell, open_store
 from .worker import cell_groups, run_chunk, run_group
 
@@ -59,7 +59,7 @@ def run_sweep(
         raise ValueError(f"unknown executor {executor!r}; expected 'local', 'processes' or 'slurm'")
     if max_workers < 1:
         raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-    store, cells, todo = _todo(store, cells, retry_failed)
+    store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")
     errors: list[str] = []
     root = str(store.root)
     from ..progress import tqdm
@@ -91,9 +91,10 @@ def run_sweep(
     return StoreStatus(store.status(cells), executor_errors=errors)
 
 
-def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
-          retry_failed: bool) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
-    """``(store, cells, todo)``: the grid registered in the store and the cells to compute."""
+def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell], retry_failed: bool,
+          slurm: bool = False) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
+    """``(store, cells, todo)``: the grid registered in the store and the cells to compute; ``slurm``: not those a
+    process or a job in the queue holds, so submitting again sends only what is missing (decision 0078)."""
     store = open_store(store)
     cells = list(cells)
     keys = [c.key for c in cells]
@@ -102,7 +103,11 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell],
         raise ValueError(f"run_sweep: duplicated cells {dup[:5]}; every cell must be unique")
     store.register(cells)
     skip = {"done", "failed"} if not retry_failed else {"done"}
-    return store, cells, [c for c in cells if store.state(c.key) not in skip]
+    if not slurm:
+        return store, cells, [c for c in cells if store.state(c.key) not in skip]
+    table = cell_states(store, cells)   # job_state: Slurm's while queued, else "", lost, unsubmitted or unknown
+    free = ~table["status"].isin(skip | {"running"}) & table["job_state"].isin(["", "lost", "unsubmitted", "unknown"])
+    return store, cells, [c for c, f in zip(cells, free) if f]
 
 
 def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any],
@@ -119,9 +124,9 @@ def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callab
 def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
                  slurm: Mapping[str, Any] | None = None, retry_failed: bool = True):
     """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``: the
-    :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done). Raises ``ValueError``
+    :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done or held). Raises ``ValueError``
     (duplicated cells), :class:`midas_nb.sweeps.slurm.SlurmNotFound` (no Slurm here)."""
-    store, cells, todo = _todo(store, cells, retry_failed)
+    store, cells, todo = _todo(store, cells, retry_failed, slurm=True)
     jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
     return Submission(store.root, todo, len(cells) - len(todo), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
                       sorted({str(i) for j in jobs for i in j.after}))

@@ -1,13 +1,11 @@
 """Submitting a sweep to Slurm through submitit: one preparation job per (dataset, backbone,
 checkpoint), then the cells in chunked job arrays under ``MaxArraySize`` that depend on them
-(docs/decisions/0037-slurm-submission.md); the jobs' state from ``squeue``; resubmitting is submitting the
-cells that no job holds again (docs/decisions/0078-slim-sweep-engine.md)."""
+(docs/decisions/0037-slurm-submission.md); the jobs' state from ``squeue``; submitting again sends only the
+cells that no process or queued job holds (docs/decisions/0078-slim-sweep-engine.md)."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
-import json
 import re
 import shutil
 import subprocess
@@ -18,18 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..identity import atomic_write_text, jsonable
 from .store import ResultStore, SweepCell
 from .worker import run_chunk
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "SlurmNotFound", "Submission", "chunk_arrays", "max_array_size", "plan_jobs",
-           "prepare_group", "scheduler_states", "submit", "slurm_executor", "load_submission", "cell_states",
-           "resubmit", "wait", "SUBMISSION"]
+           "prepare_group", "scheduler_states", "submit", "slurm_executor", "cell_states", "wait"]
 
 #: Slurm's default ``MaxArraySize`` (used when ``scontrol show config`` cannot be read)
 DEFAULT_MAX_ARRAY_SIZE = 1001
-SUBMISSION = "submission.json"
-#: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until resubmitted)
+#: the job id ``jobs.json`` gives a cell whose submission sbatch refused (``unsubmitted`` until submitted again)
 _REFUSED = "refused"
 #: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
 _SUBMITTING = threading.Lock()
@@ -43,8 +38,9 @@ class SlurmNotFound(RuntimeError):
 @dataclass
 class Submission:
     """What one submission sent to the scheduler: the ``store``'s directory, the ``cells`` submitted, how many
-    cells of the grid were ``skipped`` (done), the cell ``jobs`` (``{job id: [cell keys]}``, array tasks ``123_4``,
-    in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one per dataset, backbone, checkpoint)."""
+    cells of the grid were ``skipped`` (done, or held by a process or a queued job), the cell ``jobs`` (``{job id:
+    [cell keys]}``, array tasks ``123_4``, in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one
+    per dataset, backbone, checkpoint)."""
 
     store: Path
     cells: list[SweepCell]
@@ -59,7 +55,7 @@ class Submission:
         return wait(ResultStore(self.store), **kw)
 
     def __str__(self) -> str:
-        return (f"submitted {len(self.cells)} cells ({self.skipped} already done) to {self.store}: "
+        return (f"submitted {len(self.cells)} cells ({self.skipped} done or held) to {self.store}: "
                 f"{len(self.jobs)} cell jobs in arrays {', '.join(_array_ids(self.jobs)) or '-'} after "
                 f"{len(self.preparation)} preparation jobs {', '.join(self.preparation) or '-'}")
 
@@ -155,9 +151,8 @@ def _submit_batches(ex: Any, fn: Any, args: Sequence[tuple], max_array: int) -> 
 def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, cluster: str | None,
            params: Mapping[str, Any], cells_per_job: int = 8, max_array: int | None = None) -> list[Any]:
     """Submit ``cells`` (see the module docstring); returns the cell jobs (submitit ``Job``s, one per chunk, each
-    with ``.cells`` and ``.after``: the ids of the preparation jobs it waits for). The settings and the cell
-    function as plain data (``runner``: a ``midas_nb`` class with ``runner_spec``) are kept in the store's
-    ``submission.json`` for :func:`resubmit`; ``jobs.json`` maps every cell to its job id.
+    with ``.cells`` and ``.after``: the ids of the preparation jobs it waits for); ``jobs.json`` maps every cell
+    to its job id.
 
     Raises:
         SlurmNotFound: no ``sbatch``, or ``sbatch`` refused the submission (its last error line).
@@ -172,12 +167,6 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
                 max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
             prepare, chunks = plan_jobs(cells, cells_per_job)
             (store.root / "submitit").mkdir(parents=True, exist_ok=True)
-            spec = getattr(cell_fn, "runner_spec", None)
-            runner = (dict({"class": f"{type(cell_fn).__module__}:{type(cell_fn).__qualname__}"}, spec=spec())
-                      if callable(spec) and type(cell_fn).__module__.split(".")[0] == "midas_nb" else None)
-            atomic_write_text(store.root / SUBMISSION, json.dumps(dict(
-                cluster=cluster, params=dict(params), cells_per_job=int(cells_per_job), max_array=int(max_array),
-                runner=runner), indent=1, default=jsonable))
             prep = (_submit_batches(ex, prepare_group, [(c, cell_fn) for c in prepare], max_array)
                     if callable(getattr(cell_fn, "prepare", None)) else [])
             for j in prep if cluster != "slurm" else []:    # submitit's stand-ins have no dependencies: prepare first
@@ -202,66 +191,19 @@ def submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, *, clus
                             "'processes' in Python)") from None
 
 
-def load_submission(store: ResultStore) -> tuple[Any, dict[str, Any]]:
-    """``(cell_fn, settings)`` of the store's last :func:`submit`; ``cell_fn`` is rebuilt from ``settings["runner"]``
-    (``None`` without one): nothing is unpickled, and only a ``midas_nb`` class with ``runner_spec`` is built, from
-    the JSON keywords (docs/decisions/0066-verified-store-and-report-settings.md).
-
-    Raises:
-        FileNotFoundError: the store was never submitted. ValueError: ``submission.json`` is not JSON, or its
-            runner names no such class or keywords it does not take.
-    """
-    if not (sub := store.root / SUBMISSION).is_file():
-        raise FileNotFoundError(f"{store.root} holds no submission ({sub.name} missing); submit the sweep first "
-                                "(midas-nb sweep submit)")
-    settings = json.loads(sub.read_text(encoding="utf-8"))
-    plain = settings.get("runner") or {}
-    try:
-        module, _, name = str(plain.get("class", "")).partition(":")
-        cls = getattr(importlib.import_module(module), name, None) if module.split(".")[0] == "midas_nb" else None
-        if plain and not callable(getattr(cls, "runner_spec", None)):
-            raise TypeError("not a midas_nb class with runner_spec")
-        return (cls(**plain["spec"]) if plain else None), settings
-    except (ImportError, KeyError, TypeError) as e:
-        raise ValueError(f"{sub}: runner {plain.get('class')!r} cannot be rebuilt ({e}); expected the runner "
-                         "midas-nb sweep submit writes, {'class': 'midas_nb...:Name', 'spec': {keywords}}") from None
-
-
 def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
     """The store's status table (:meth:`ResultStore.status`) with ``job_state`` of each cell without a record:
     Slurm's state of its job while queued or running (``PENDING``, ``RUNNING``, ...), ``lost`` when its job left
-    the queue (cancelled, timed out, node failure: resubmit it), ``unsubmitted`` when sbatch refused its
+    the queue (cancelled, timed out, node failure: submit it again), ``unsubmitted`` when sbatch refused its
     submission, ``unknown`` without Slurm; empty for cells with a record or never submitted."""
     table = store.status(cells)
-    queued = scheduler_states([j for j in table["job_id"].dropna() if j != _REFUSED])
+    ids = [j for j in table["job_id"].dropna() if j != _REFUSED]
+    queued = scheduler_states(ids) if ids else {}       # no job to ask squeue about: a first submission
     table["job_state"] = [
         "" if s in ("done", "failed") or not isinstance(j, str) else "unsubmitted" if j == _REFUSED else
         "unknown" if queued is None else queued.get(j) or queued.get(j.split("_")[0]) or "lost"
         for s, j in zip(table["status"], table["job_id"])]
     return table
-
-
-def resubmit(store: ResultStore, *, cell_fn: Any = None) -> list[Any]:
-    """Submit again, with the settings of the store's last :func:`submit`, every registered cell that is not done
-    and that no process or queued job holds: failed, lost (its job cancelled, timed out) and never submitted. A
-    cell computed twice costs its compute only (the second worker finds the record). ``cell_fn``: by default the
-    one :func:`load_submission` rebuilds. Returns the new jobs (empty when nothing needs it).
-
-    Raises:
-        FileNotFoundError: the store was never submitted. ValueError: as :func:`load_submission`, or
-            no ``cell_fn`` given for a submission whose cell function has no plain form.
-    """
-    saved, sub = load_submission(store)
-    table = cell_states(store, cells := store.registered_cells())
-    idle = table["status"].isin(["failed", "pending"]) & table["job_state"].isin(["", "lost", "unsubmitted"])
-    if not (cells := [c for c, redo in zip(cells, idle) if redo]):
-        return []
-    if (cell_fn := cell_fn if cell_fn is not None else saved) is None:
-        raise ValueError(f"{store.root}: submission.json holds no runner (a cell function that is not a midas_nb "
-                         "runner, or a submission older than decision 0066): submit the sweep again, or resubmit "
-                         "from Python with resubmit(store, cell_fn=...)")
-    return submit(store, cells, cell_fn, cluster=sub["cluster"], params=sub["params"],
-                  cells_per_job=sub["cells_per_job"], max_array=sub["max_array"])
 
 
 def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
