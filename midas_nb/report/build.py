@@ -186,7 +186,7 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
     fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
                        zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
     prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
-    bbt = _backbones_table(rows, probes, s, band, n_boot)
+    bbt = backbones_table(rows, probes, s, band, n_boot)
     return counted(dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
                         backbones=bbt))
 
@@ -318,7 +318,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
         return None
 
 
-def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
+def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
     (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
