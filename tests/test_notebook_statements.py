@@ -81,23 +81,17 @@ def test_the_checks_flag_the_mistakes_they_are_for():
 
 
 def test_backbone_compare_intervals_use_the_profiles_bootstrap():
-    """notebook 05's side-by-side comparison (midas_nb.report.scale) draws its intervals as the
-    report does: every interval call passes the profile's resamples and the report's fixed seed."""
+    """notebook 05's side-by-side comparison (midas_nb.report.scale) is the report's backbones table
+    (one code path, no second table of its own), its probe intervals drawn with the profile's resamples
+    and the report's fixed seed."""
     import midas_nb.report.scale as bc
 
-    source = Path(bc.__file__).read_text()
-    calls = {"decoupling_D": ("n_boot", "ci_seed"), "paper_findings": ("n_boot",),
-             "hidden_vs_attention_gradient": ("bootstrap", "seed"), "aggregate_seeds": ("n_boot", "seed")}
-    seen, bad = set(), []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in calls:
-                seen.add(name)
-                given = {k.arg: ast.unparse(k.value) for k in node.keywords}
-                if any(k not in given for k in calls[name]) or given.get(calls[name][0]) != "n_boot":
-                    bad.append(ast.unparse(node))
-    assert {"decoupling_D", "paper_findings", "hidden_vs_attention_gradient"} <= seen
-    assert not bad, f"intervals without the profile's n_boot and the fixed seed: {bad}"
-    assert 'n_boot = s.statistics.bootstrap' in ast.unparse(ast.parse(source))
-    assert 's = study.settings' in ast.unparse(ast.parse(source))
+    tree = ast.parse(Path(bc.__file__).read_text())
+    calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""): n
+             for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    given = {k.arg: ast.unparse(k.value) for k in calls["hidden_vs_attention_gradient"].keywords}
+    assert given == {"bootstrap": "n_boot", "seed": "BOOTSTRAP_SEED"}
+    assert "backbones_table" in calls and "n_boot = s.statistics.bootstrap" in ast.unparse(tree)
+    assert not any(isinstance(n, ast.ClassDef) for n in tree.body) and bc.__all__ == ["compare_backbones"]
+    src = "".join(c.source for c in nbformat.read(REPO / "notebooks/05_scale_sensitivity.ipynb", 4).cells)
+    assert "backbones_section(bt)" in src and "pair." not in src

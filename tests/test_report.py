@@ -675,6 +675,11 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     paper_like = dict(prof, backbone="deit_small_patch16_224.fb_in1k")
     rows_p = pd.DataFrame(_point(backbone="deit_small_patch16_224.fb_in1k"))
     assert _build(rows_p, paper_like)["backbones"].empty
+    # notebook 05 reads the same table for one backbone: its own D and findings (the box it ends with)
+    from midas_nb.report.build import backbones_table
+    one = backbones_table(rows_p, None, ReportSettings.of(paper_like), None, 100)
+    assert set(one["backbone"]) == {"deit_small_patch16_224.fb_in1k"} and {"D", "finding"} <= set(one["kind"])
+    assert one.loc[(one["kind"] == "D") & (one["item"] == "T5"), "estimate"].item() == pytest.approx(10.05)
 
 
 def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp_path):

@@ -186,7 +186,8 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
     fnd["evidence"] = [ev + _incomplete_note(miss, f, ds, bb) for ev, f, ds, bb in
                        zip(fnd["evidence"], fnd["finding"], fnd["dataset"], fnd["backbone"])]
     prov = _provenance(rows, left_out or {}, s, blocks, probes_used, exp, miss)
-    bbt = _backbones_table(rows, probes, s, band, n_boot)
+    bbt = (backbones_table(rows, probes, s, band, n_boot) if len(s.sweep.compare_backbones) > 1
+           else pd.DataFrame(columns=BACKBONE_COLUMNS))
     return counted(dict(provenance=prov, three_conditions=tc, cosine_probes=pr, regime=rg, scale=sc, findings=fnd,
                         backbones=bbt))
 
@@ -318,15 +319,15 @@ def _test_split(meta: Mapping[str, Any], label: str):
         return None
 
 
-def _backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
+def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
     (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
     ``cosine``, ``finding`` (each paper finding's verdict), or ``missing`` / ``not run`` (no reference
-    rows; ``not run`` where the profile trains no other backbone). Empty for one comparison backbone."""
+    rows; ``not run`` where the profile trains no other backbone); the report leaves out one comparison backbone."""
     L0, b0 = s.point.depth, float(s.point.budget)
     bbs = list(s.sweep.compare_backbones)
-    if len(bbs) < 2 or rows.empty:
+    if rows.empty:
         return pd.DataFrame(columns=BACKBONE_COLUMNS)
     swept = list(s.sweep.conditions)
     out: list[dict[str, Any]] = []
