@@ -654,7 +654,7 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     md = backbones_section(back)
     assert ("Changed with the backbone (hybrid_lite0_vit → hybrid_lite0_deit, both verdicts decided): "
             + PAPER_FINDINGS["t1_below_reference"]) in md
-    assert "| T5 | +10.05 [+9.41, +10.69], in | +10.05 [+9.41, +10.69], in |" in md and "does not hold" in md
+    assert "| T5 | +10.05 [+9.41, +10.69], in band | +10.05 [+9.41, +10.69], in band |" in md and "does not hold" in md
     # a partner without rows is reported, never left out silently: "not run" where the profile does
     # not train it (quick's default), "missing" where it should have rows
     only_new = _build(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
@@ -701,7 +701,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     md = datasets_table(tables).splitlines()
     assert [ln.split(" | ")[0].lstrip("| ") for ln in md[2:]] == ["cub", "aircraft (FGVC-Aircraft variant)", "cars"]
     air = md[3].split(" | ")
-    assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in (resolves ≥ 0.000)"
+    assert air[1] == "box coverage (96 of 100 images)" and air[3] == "+10.05 [+9.41, +10.69], in band (resolves ≥ 0.000)"
     assert air[4] == f"{PAPER_D_T5['aircraft']['D_pp']:+.2f}" and air[6].rstrip(" |") == f"{PAPER_D_T1['aircraft']['D_pp']:+.2f}"
     assert md[2].split(" | ")[1] == "part mIoU (100 images)"
     # a capped training split is named beside its D (quick's Cars: decision 0057)
@@ -825,3 +825,29 @@ def test_committed_aircraft_findings_are_not_counted():
     block = (REPO / "results" / "REPORT.md").read_text().split("aircraft · hybrid_lite0_deit: ")[1].split("\n\n", 2)[1]
     rows = [r for r in block.splitlines() if r.startswith("| ") and not r.startswith("| claim")]
     assert len(rows) >= 6 and all(r.endswith("| not counted |") for r in rows), rows
+
+
+def test_the_report_and_readme_word_the_band_as_band_rule_and_nothing_else_restates_it():
+    """Issue 52 (one notion of "in band"): the report, the README section, results.band_checks, 07's advice and the
+    exercises each said the band's rule in their own words ("in" only where the whole ΔIDAUC interval is ≥ −0.01,
+    "the band's edge", "at or above the band edge"). Now the report and the README print metrics.band_rule (full,
+    short), their band cells are its statuses word for word, and no other module of the package spells the rule."""
+    import re
+    from midas_nb.metrics import D_STATUSES, band_rule
+    tables = report.read_tables(REPO / "results")
+    md, section = report.render_report(tables), report.readme_section(tables)
+    assert band_rule() in md and band_rule(short=True) in section
+    statuses = [s for s in D_STATUSES[:4] if f"{s} — " in band_rule(short=True)]
+    assert statuses == ["in band", "outside band", "not resolved", "uninformative"]
+    # every band cell of the README's table is one of those statuses (with its half-width), word for word
+    cells = re.findall(r"\d\], ([a-z ]+?)(?: \(resolves ≥ \d\.\d{3}\))? \|", section)
+    assert len(cells) == 6 and set(cells) <= set(statuses), cells
+    assert "[-0.73, +2.42], in band (resolves ≥ 0.014) |" in section      # cars T5: "in" before
+    old = ("straddles", "band's edge", "band edge", "whole ΔIDAUC interval", "interval at or above",
+           "cannot tell less")
+    for path in (REPO / "midas_nb").rglob("*.py"):
+        rel = path.relative_to(REPO / "midas_nb").as_posix()
+        if rel == "metrics/decoupling.py" or rel.startswith("viz/"):   # the rule's home; viz: its own legend, left
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not [p for p in old if p in text], (rel, [p for p in old if p in text])

@@ -56,12 +56,11 @@ def recommend_deployment(
     and controls of :data:`NOT_DEPLOYABLE`):
 
     - **coverage-first**: the condition with the highest ``D_pp`` among those **in band** by the band
-      status of :func:`~midas_nb.metrics.decoupling_D` (the paired ΔIDAUC interval at or above
-      ``−band``; the reference, ``D = 0``, is a candidate, so a scorer is only advised over it when it
-      gains coverage at parity). A higher mean ``D`` whose band is ``"not resolved"`` is passed over and
-      named in the reason; only where no candidate is in band does the mean ΔIDAUC decide
-      (``delta_idauc ≥ −band``), and the reason says the band is NOT RESOLVED, with the interval.
-      Ties → higher IDAUC.
+      status of :func:`~midas_nb.metrics.decoupling_D` (read by :func:`~midas_nb.metrics.band_rule`; the
+      reference, ``D = 0``, is a candidate, so a scorer is only advised over it when it gains coverage at
+      parity). A higher mean ``D`` whose band is ``"not resolved"`` is passed over and named in the reason;
+      only where no candidate is in band does the mean ΔIDAUC decide (``delta_idauc ≥ −band``), and the reason
+      says the band is NOT RESOLVED, with the interval. Ties → higher IDAUC.
       Fallback, when the cell has no reference row: the highest mIoU, ``fallback=True``.
     - **faithfulness-first**: the highest mean IDAUC; conditions within ``tie_tol`` of it
       (default 0.001, the precision IDAUC is reported to) are ties, broken by higher mIoU.
@@ -178,7 +177,7 @@ def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: l
     unresolved = ""
     if pick.get("status") == "not resolved":
         unresolved = (f"; band NOT RESOLVED (no candidate's band is): ΔIDAUC 95 % CI "
-                      f"[{pick['delta_idauc_lo']:+.3f}, {pick['delta_idauc_hi']:+.3f}] straddles -{band:g}")
+                      f"[{pick['delta_idauc_lo']:+.3f}, {pick['delta_idauc_hi']:+.3f}]")
     elif pick.get("status") == "uninformative":
         unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
     passed = inside[(inside["D_pp"] > pick["D_pp"]) & (inside["status"] != "in band")]
@@ -187,7 +186,7 @@ def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: l
                           for _, r in passed.iterrows())
     ties = _ties(table, ident, key, pick, cands, "miou", n_boot)
     why = ((f"highest mean D of the {_among(cands)}" if len(cands) > 1 else "the only condition")
-           + (" in band (ΔIDAUC interval at or above the band edge): " if len(resolved) else
+           + (" with status in band (metrics.band_rule()): " if len(resolved) else
               " at parity by the mean ΔIDAUC: ")
            + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
            f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")

@@ -476,16 +476,20 @@ def band_resolution(lo: float, hi: float) -> str:
     return f"this sample resolves |ΔIDAUC| ≥ {(float(hi) - float(lo)) / 2:.3f}"
 
 
-def band_rule(band: float | None = None) -> str:
-    """The parity band and how a status reads its interval, in the one wording the notebooks print (decision 0085;
-    DESIGN.md §6): the band ``ΔIDAUC ≥ −band`` (``None``: :data:`PARITY_BAND`), the four statuses of
-    :func:`decoupling_D` and what :func:`band_resolution`'s "this sample resolves |ΔIDAUC| ≥ h" means."""
+def band_rule(band: float | None = None, short: bool = False) -> str:
+    """The parity band and how a status reads its interval, in the one wording the notebooks, the report and the
+    README print (decision 0085; DESIGN.md §6): the band ``ΔIDAUC ≥ −band`` (``None``: :data:`PARITY_BAND`), the
+    four statuses of :func:`decoupling_D` and what :func:`band_resolution`'s "this sample resolves |ΔIDAUC| ≥ h"
+    means; ``short``: the same statuses and h in one clause, for a table's introduction."""
     b = f"−{parity_band(band):g}"
+    statuses = (f"in band — the whole interval at or above {b}; outside band — the whole interval below {b}; not "
+                f"resolved — the interval straddles {b}; uninformative — the reference ranks tokens no better than "
+                "random, so the band says nothing")
+    h = f"h is the interval's half-width, the smallest distance from {b} this sample can decide"
+    if short:
+        return f"parity band ΔIDAUC ≥ {b}, by its paired 95 % interval: {statuses}; \"resolves ≥ h\": {h}"
     return (f"Parity band: ΔIDAUC = IDAUC − IDAUC(reference) ≥ {b} (a faithfulness gain always counts). The status "
-            f"reads the paired 95 % interval of ΔIDAUC: in band — the whole interval at or above {b}; outside band — "
-            f"the whole interval below {b}; not resolved — the interval straddles {b}; uninformative — the reference "
-            f"ranks tokens no better than random, so the band says nothing. \"This sample resolves |ΔIDAUC| ≥ h\": h is "
-            f"the interval's half-width, the smallest distance from {b} this sample can decide.")
+            f"reads the paired 95 % interval of ΔIDAUC: {statuses}. \"This sample resolves |ΔIDAUC| ≥ h\": {h}.")
 
 
 def _cell_text(d: float, s: str, reason: str, resolves: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..metrics import band_resolution, parity_band
+from ..metrics import band_resolution, band_rule
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
@@ -67,7 +67,7 @@ def _band_text(r: Mapping[str, Any]) -> str:
     miss, status = str(r.get("missing") or ""), str(r["status"])
     if status == "missing":
         return f"⚠ no result ({miss})"
-    band = {"in band": "in", "outside band": "outside", "reference": "—"}.get(status, status)
+    band = "—" if status == "reference" else status     # a status of metrics.band_rule()
     h = band_resolution(r.get("delta_idauc_lo"), r.get("delta_idauc_hi")).rpartition(" ")[2]
     if h and status in ("in band", "outside band", "not resolved"):
         band += f" (resolves ≥ {h})"     # the half-width of the ΔIDAUC interval (decision 0071)
@@ -186,12 +186,9 @@ def _how_read(g: Mapping[str, str]) -> str:
             "interval ([decisions 0007](../docs/decisions/0007-seed-image-interval.md), "
             "[0072](../docs/decisions/0072-backbone-builds.md)); where the profile's point has several builds, the "
             "regime findings' cells of one build borrow the build spread measured there. The parity-band column is "
-            f"the interval's verdict: \"in\" only when the whole ΔIDAUC interval lies at or above −{parity_band():g}, "
-            f"\"not resolved\" when it straddles −{parity_band():g}, \"(resolves ≥ h)\" the interval's half-width, "
-            "the smallest ΔIDAUC this sample can tell from the band's edge; \"uninformative\" when the reference's "
-            "IDAUC is not clearly above the random ranking's in that cell (paired interval of the difference reaching "
-            "0: the band then says nothing about faithfulness parity, and no finding counts it). D = mIoU − "
-            f"mIoU(reference) in percentage points, counted only inside the parity band ΔIDAUC ≥ −{parity_band():g}. "
+            f"each row's status. {band_rule()} Uninformative: the paired interval of the reference's IDAUC minus the "
+            "random ranking's reaches 0 in that cell; no finding counts it. D = mIoU − mIoU(reference) in percentage "
+            "points, counted only inside the parity band. "
             "Paper values: DeiT-S/16, L = 6, b = 25 % (design card §8, `../shared/DESIGN.md`).\n")
 
 
@@ -391,10 +388,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                  "over builds → seeds → images where a cell has several backbone builds, else of one build, not the "
                  "spread between builds ([decisions 0007](docs/decisions/0007-seed-image-interval.md), "
                  "[0072](docs/decisions/0072-backbone-builds.md))")
-    bands = (f"parity band \"in\" only where the whole ΔIDAUC interval is ≥ −{parity_band():g}, \"not resolved\" where it "
-             f"straddles −{parity_band():g} (\"resolves ≥ h\": the interval's half-width, the smallest ΔIDAUC this "
-             "sample can tell from the band's edge), \"uninformative\" where the reference ranks tokens no better "
-             "than random")
+    bands = band_rule(short=True)
     if len({d for d, _ in blocks}) > 1:
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"

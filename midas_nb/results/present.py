@@ -241,7 +241,8 @@ def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     ``band_reason`` and every ``band_reason_vs_<control>`` (:func:`midas_nb.analysis.control.decoupling_with_controls`),
     skipping a baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows; a table of
     several cells (dataset, backbone, ``L``, ``b``) names each cell; then what the decided band verdicts against
-    ``reference`` resolve (their ΔIDAUC half-widths, a range over several cells); ``""`` when there is neither."""
+    ``reference`` resolve: :func:`midas_nb.metrics.band_rule`'s "this sample resolves |ΔIDAUC| ≥ h", h per condition (a
+    range over several cells; notebook 02 prints the rule above it); ``""`` when there is neither."""
     cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
     many = len(D[cell].drop_duplicates()) > 1 if cell else False
     cols = [("band_reason", reference)] + [(c, c[len("band_reason_vs_"):]) for c in D.columns
@@ -263,8 +264,7 @@ def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     decided = D[(D["condition"] != reference) & D.get("status", pd.Series("", index=D.index)).isin(
         ["in band", "outside band", "not resolved"])] if "delta_idauc_lo" in D.columns else D.iloc[:0]
     h = ((decided["delta_idauc_hi"] - decided["delta_idauc_lo"]) / 2).dropna()
-    if len(h):   # the smallest distance from the band's edge each verdict can tell (decision 0071)
+    if len(h):   # decision 0071
         lines.append("this sample resolves |ΔIDAUC| ≥ " + (f"{h.min():.3f}–{h.max():.3f} (by cell)" if many else
-                     ", ".join(f"{v:.3f} ({c})" for c, v in zip(decided.loc[h.index, "condition"], h)))
-                     + ": the ΔIDAUC intervals' half-widths, the band verdicts cannot tell less")
+                     ", ".join(f"{v:.3f} ({c})" for c, v in zip(decided.loc[h.index, "condition"], h))))
     return "\n".join(lines)

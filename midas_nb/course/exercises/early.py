@@ -168,8 +168,8 @@ def _ex_d_leaders(D) -> Choice:
 
 
 @register("02.mean_vs_interval",
-           "**Why the interval, not the mean.** A condition is *in band* only where its whole ΔIDAUC interval "
-           "lies at or above −0.01. Compare, row by row of `D` (the reference, `random` and `random_map` left "
+           "**Why the interval, not the mean.** A condition is *in band* by its ΔIDAUC interval "
+           "(`metrics.band_rule()`). Compare, row by row of `D` (the reference, `random` and `random_map` left "
            "out), the mean `delta_idauc` with the interval's lower end `delta_idauc_lo`. Which is true on this "
            "run? (`'a'`, `'b'` or `'c'`)\n\n"
            "* (a) means and intervals **agree**: every condition whose mean ΔIDAUC is at or above −0.01 has its "

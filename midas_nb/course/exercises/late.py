@@ -10,11 +10,11 @@ from ._core import Choice, choice, choice_of, integer, number, option, register,
 
 # ---------------------------------------------------------------------------- 04 sweeps
 @register("04.T5_cells_in_band",
-           "In how many `(L, b)` cells of the sweep is the **T5** condition inside the parity band — its whole "
-           "95 % ΔIDAUC interval at or above −0.01 (cells whose interval straddles −0.01 are *not resolved* "
-           "and do not count)? (`int`)",
-           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status == 'in band'`).", ["D"],
-           integer, kind="computation")
+           "In how many `(L, b)` cells of the sweep is the **T5** condition in band by its ΔIDAUC interval (the "
+           "band rule: `metrics.band_rule()`)? A *not resolved* cell does not count; an *uninformative* one counts "
+           "by its interval. (`int`)",
+           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
+           ["D"], integer, kind="computation")
 def _ex_t5_cells(D) -> int:
     t5 = D[D["condition"] == "T5"]
     return int(resolved_in_band(t5).sum())
@@ -162,8 +162,8 @@ def _ex_patch_score_pib(pib) -> Choice:
 # ---------------------------------------------------------------------------- 07 deploy
 @register("07.coverage_first",
            "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
-           "or the `random_map` control) whose band `status` is \"in band\" (the whole ΔIDAUC interval at or "
-           "above −0.01; the reference is a candidate with D = 0), the one with the largest D; a higher D whose "
+           "or the `random_map` control) whose band `status` is \"in band\" (`metrics.band_rule()`; the "
+           "reference is a candidate with D = 0), the one with the largest D; a higher D whose "
            "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) "
            "decide. (`str`; every candidate the pick ties with within noise, the advice's `ties`, is accepted)",
            "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", ["table"], choice,
