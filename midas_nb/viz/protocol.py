@@ -175,13 +175,13 @@ D_LABEL = "D = mIoU − mIoU_ref (pp)"
 #: each parity-band status: its mark, its cell pattern in :func:`regime_heatmap` (a face colour only
 #: where D does not colour the cell), its legend line
 _STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
-    "in band": ("✓", dict(edgecolor="0.4"), "in parity band (coloured by D)"),
+    "in band": ("✓", dict(edgecolor="0.4"), "in band (coloured by D)"),
     "not resolved": ("?", dict(edgecolor="0.35", hatch="...."),
-                     "band not resolved: ΔIDAUC CI straddles −band (coloured by D)"),
+                     "not resolved (coloured by D)"),
     "uninformative": ("○", dict(edgecolor="0.1", hatch="xx"),
                       "uninformative: the reference is not faithful (coloured by D)"),
     "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
-                     "outside band: ΔIDAUC < −band (D in brackets)")}
+                     "outside band (D in brackets)")}
 _COLOURED = ("in band", "not resolved", "uninformative")   # the statuses drawn in D's colour
 #: :func:`regime_lines`' marker of each status: (marker, area in pt², hollow, legend label)
 _MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 36, True, "band not resolved"),
@@ -245,9 +245,8 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                    save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) over a ``y × x`` grid (default depth × budget), one panel per condition.
 
-    Cells in the band (``status`` "in band": the paired ΔIDAUC interval lies above ``−band``) are
-    coloured by D and annotated ``+2.1 ✓``; "not resolved" (the interval straddles the band edge)
-    coloured under dots, ``+2.1 ?``; "uninformative" (the reference is not faithful) coloured under a
+    Each cell by its band ``status`` (:func:`~midas_nb.metrics.band_rule`): "in band" coloured by D and
+    annotated ``+2.1 ✓``; "not resolved" coloured under dots, ``+2.1 ?``; "uninformative" (the reference is not faithful) coloured under a
     cross-hatch, ``○``; outside the band grey, hatched, ``✗`` with D in brackets (DESIGN.md §6:
     marked, never dropped); "undefined" (NaN IDAUC or mIoU) and "not run" cells say so. Without a
     ``status`` column the point decision ``in_band`` is used.
@@ -309,8 +308,8 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
                  average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) against ``x`` (default depth), one line per ``hue`` value, one panel per condition.
 
-    Filled markers: in the parity band; open circles: not resolved (the paired ΔIDAUC interval
-    straddles ``−band``); ``×``: outside (D still drawn); open diamonds: uninformative. Error bars:
+    Markers by band status (:func:`~midas_nb.metrics.band_rule`): filled: in band; open circles: not
+    resolved; ``×``: outside (D still drawn); open diamonds: uninformative. Error bars:
     the 95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says).
 
     Args:
