@@ -6,8 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.results import (compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note,
-                              wrap_text)
+from midas_nb.results import compact, format_ci, full_text, images_note, leader_line, probe_note, sample_note
 
 
 def test_format_ci_by_hand():
@@ -103,20 +102,10 @@ def test_probe_and_images_notes():
 def test_full_text_shows_every_character():
     long = "votes of channels for their K (default N//2) tokens of largest x/|lowpass(x)−x| and more text"
     t = pd.DataFrame({"name": ["T0", "last_votes"], "definition": ["E_h A_h[cls, j]", long]}).set_index("name")
-    shown = full_text(t, width=30)
-    assert long in shown._repr_html_() and "..." not in shown._repr_html_()
-    text = repr(shown)
-    assert " ".join(w for line in text.splitlines() for w in line.split()).count("lowpass(x)−x|") == 1
-    assert max(len(line) for line in text.splitlines()) <= len("last_votes") + 2 + 30
-    lines = wrap_text(t, 30).splitlines()
-    assert lines[0].split() == ["name", "definition"] and lines[2].split() == ["T0", "E_h", "A_h[cls,", "j]"]
-    assert lines[3] == "" and lines[4].startswith("last_votes  votes of channels")
-    path = "/data/" + "x" * 40
-    grid = wrap_text(pd.DataFrame({"value": [path, "24", "a b"]}, index=["root", "n", "k"]), 10).splitlines()
-    assert grid[2].split() == ["root", path]                                 # a long word is never cut
-    assert grid[3].split() == ["n", "24"] and grid[4].split() == ["k", "a", "b"]   # one-line rows: no blank
-    with pytest.raises(ValueError, match="width"):
-        wrap_text(t, 4)
+    shown = full_text(t)
+    for text in (shown._repr_html_(), repr(shown)):          # pandas' own display cuts the cell at 50 characters
+        assert long in text and "..." not in text
+    assert repr(shown).splitlines()[-1].split()[:2] == ["last_votes", "votes"]
 
 
 def test_study_summary_prints_fractions_with_three_decimals():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
@@ -149,42 +148,18 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
     return "; ".join(parts + _bootstrap(bootstrap) + _backbone(table))
 
 
-def wrap_text(table: pd.DataFrame, width: int = 40) -> str:
-    """``table`` as plain text, index first, every cell in full: text wraps at spaces within
-    ``width`` characters (a longer word stays whole); a blank line sets off each row of several lines.
-    ``ValueError`` for a ``width`` below 8."""
-    if width < 8:
-        raise ValueError(f"wrap_text: width must be at least 8 characters, got {width}")
-    names = [str(table.index.name or "")] + [str(c) for c in table.columns]
-    body = [[str(i)] + ["" if (not isinstance(v, str) and pd.isna(v)) else str(v) for v in row]
-            for i, row in zip(table.index, table.itertuples(index=False))]
-    cells = [[textwrap.wrap(c, width, break_on_hyphens=False, break_long_words=False) or [""] for c in r]
-             for r in body]
-    widths = [max([len(names[j])] + [len(line) for r in cells for line in r[j]]) for j in range(len(names))]
-    def line(parts):
-        return "  ".join(p.ljust(w) for p, w in zip(parts, widths)).rstrip()
-    out = [line(names), line(["-" * w for w in widths])]
-    tall = [max(len(c) for c in r) > 1 for r in cells]
-    for k, r in enumerate(cells):
-        if k and (tall[k] or tall[k - 1]):
-            out.append("")
-        for i in range(max(len(c) for c in r)):
-            out.append(line([c[i] if i < len(c) else "" for c in r]))
-    return "\n".join(out)
-
-
 class FullText:
-    """``full_text(table, width=40)``: a table a notebook shows whole: HTML (``_repr_html_``) without pandas'
-    50-character cell limit, plain text (``repr``) wrapped at ``width`` characters (:func:`wrap_text`)."""
+    """``full_text(table)``: a table a notebook shows whole, as HTML (``_repr_html_``) and as plain text (``repr``),
+    every cell in full (pandas' own display cuts a cell at 50 characters)."""
 
-    def __init__(self, table: pd.DataFrame, width: int = 40):
-        self.table, self.width = table, width
+    def __init__(self, table: pd.DataFrame):
+        self.table = table
 
     def _repr_html_(self) -> str:
         return self.table.to_html()
 
     def __repr__(self) -> str:
-        return wrap_text(self.table, self.width)
+        return self.table.to_string()
 
 
 full_text = FullText
