@@ -14,8 +14,8 @@ import pandas as pd
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
 from ..study import ReportSettings
-from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_value
-from .paper_table import order_first, paper_table
+from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
+from .paper_table import order_first
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells
@@ -169,8 +169,8 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
     sc = mark_missing(_scale_table(at, s, band, n_boot), exp, miss, "scale", with_reference=False)
     pr = pd.DataFrame(columns=_PROBE_COLUMNS)          # the cosine probes of the reported checkpoints
     if probes is not None and len(probes):
-        pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == s.backbone)]
-        pr = pr.assign(paper_max_abs=PAPER_COSINE_MAX)
+        pr = probes[probes["checkpoint_id"].isin(set(main["checkpoint_id"])) & (probes["backbone"] == s.backbone)
+                    ].assign(paper_max_abs=PAPER_COSINE_MAX)
         pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
                                                                            kind="stable").reset_index(drop=True)
     probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
@@ -200,32 +200,34 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """The three-condition protocol at the profile's point: :func:`paper_table` with the intervals."""
+    """The three-condition protocol at the profile's point: D (:func:`d_by_condition`) and the means
+    (:func:`aggregate_seeds`) with their intervals, the paper's values beside every backbone's rows."""
     L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
     proto = main[main["condition"].isin(conds)]
-    # paper_table's point values and paper columns only: the intervals come from aggregate_seeds and d_by_condition
-    tc = paper_table(proto, depth=L0, budget=b0, n_boot=2, any_backbone=True)
-    tc = tc[tc["condition"].notna()].assign(depth=L0, budget=b0)
     agg = aggregate_seeds(proto, by=key, metrics=("miou", "idauc", "accuracy"), n_boot=n_boot,
                           seed=BOOTSTRAP_SEED).rename(columns={"accuracy_mean": "accuracy"})
     d = d_by_condition(proto, cell, band, n_boot)
     d_cols = ["D_pp", "D_pp_lo", "D_pp_hi", "D_pp_std", "D_pp_by_seed", "n_builds", "D_pp_by_build", "delta_idauc",
               "delta_idauc_lo", "delta_idauc_hi", "status", "band_reason", "reference_check"]
+    on_paper = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
+    kinds = proto.groupby(["dataset", "backbone"])["coverage_kind"].first() if "coverage_kind" in proto else {}
+    tc = d[key + ["miou", "idauc"] + d_cols].assign(
+        coverage_kind=[kinds.get((ds, bb)) for ds, bb in zip(d["dataset"], d["backbone"])],
+        **{f"paper_{c}": pd.to_numeric([paper_value(k, ds, c) if on_paper else None for k, ds in
+                                        zip(d["condition"], d["dataset"])], errors="coerce")
+           for c in ("D_pp", "delta_idauc")},
+        # at the paper's point a T1 row without the paper's status says what the paper states
+        paper_status=[(paper_status(k, ds) or ("below reference" + ("" if ds in PAPER_D_T1 else " (no value given)")
+                       if k == "T1" else "")) if on_paper else "" for k, ds in zip(d["condition"], d["dataset"])])
     vs_map = {"D_pp": "D_vs_random_map_pp", "D_pp_lo": "D_vs_random_map_pp_lo", "D_pp_hi": "D_vs_random_map_pp_hi",
               "status": "status_vs_random_map", "band_reason": "band_reason_vs_random_map"}
-    tc = tc.drop(columns=[c for c in ["n_seeds"] + d_cols if c in tc.columns]).merge(
-        agg[key + ["n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "accuracy",
-                   "accuracy_lo", "accuracy_hi"]], on=key, how="left").merge(d[key + d_cols], on=key, how="left")
+    tc = tc.merge(agg[key + ["n_seeds", "seeds", "n_images", "miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "accuracy",
+                             "accuracy_lo", "accuracy_hi"]], on=key, how="left")
     if (proto["condition"] == "random_map").any():       # D against the random-map control, where run
         dr = d_by_condition(proto, cell, band, n_boot, reference="random_map").rename(columns=vs_map)
         tc = tc.merge(dr[key + list(vs_map.values())], on=key, how="left")
-    # at the paper's point a T1 row without the paper's status says what the paper states
-    on_paper = L0 == int(PAPER_SETTING["depth"]) and math.isclose(b0, float(PAPER_SETTING["budget"]))
-    tc["paper_status"] = [ps if isinstance(ps, str) and ps else "below reference" + (
-        "" if ds in PAPER_D_T1 else " (no value given)") if c == "T1" and on_paper else ""
-        for ps, c, ds in zip(tc["paper_status"], tc["condition"], tc["dataset"])]
     rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "condition": {c: i for i, c in enumerate(conds)}}
     tc = tc.sort_values(["dataset", "condition"], key=lambda c: c.map(rank[c.name]).fillna(99), kind="stable")
     tc_cols = cell + ["condition", "coverage_kind", "n_seeds", "seeds", "n_images", "miou", "miou_lo", "miou_hi",

@@ -47,8 +47,7 @@ def _block(tables: Mapping[str, pd.DataFrame], name: str, ds: str = "", bb: str 
 
 
 def _prov(tables: Mapping[str, pd.DataFrame], ds: str = "", bb: str = "") -> dict[str, str]:
-    g = _block(tables, "provenance", ds, bb)
-    g = g[g["setting"] != "missing cell"]
+    g = _block(tables, "provenance", ds, bb).query("setting != 'missing cell'")
     return dict(zip(g["setting"], g["value"]))
 
 
@@ -137,15 +136,14 @@ def _warning_note(prov: Mapping[str, str], blocks: Sequence[tuple[str, str]]) ->
     every block is of the embedded synthetic set, else none."""
     kind = str(prov.get("run kind", ""))
     head, _, what = kind.partition(" — ")
+    ours = "the reference results come from the `quick` profile on the three real subsets (the committed `results/`)"
     if kind.endswith("not a result"):
         return (f"> **{head[:1].upper() + head[1:]}.** These numbers come from the `{prov.get('profile')}` profile "
-                f"({what or kind}); the reference results come from the `quick` profile on the three real subsets "
-                f"(the committed `results/`).\n\n")
+                f"({what or kind}); {ours}.\n\n")
     if not blocks or not all(str(d).startswith("synthetic") for d, _ in blocks):
         return ""
     return ("> **Synthetic images.** Every number below comes from the embedded synthetic set, not photos: it "
-            "exercises the pipeline and does not test the paper's claims; the reference results come from the "
-            "`quick` profile on the three real subsets (the committed `results/`).\n\n")
+            f"exercises the pipeline and does not test the paper's claims; {ours}.\n\n")
 
 
 def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: Callable[[pd.Series], list],
@@ -196,8 +194,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     """``REPORT.md`` from the tables (as read back by :func:`read_tables`)."""
     g, missing, blocks = _prov(tables), _missing_list(tables), _blocks(tables)
     out = [f"# MIDAS report — `{g.get('profile', '?')}` profile\n", _incomplete_banner(g, len(missing)),
-           _warning_note(g, blocks),
-           _how_read(g)]
+           _warning_note(g, blocks), _how_read(g)]
     out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
     fit = fitness(dict(tables))    # a backbone that has not learned its task counts no claim, T5's content included
     for ds, bb in blocks:
@@ -445,10 +442,9 @@ def readme_current_section(readme: str | Path, detail: str = "") -> str:
 
 def update_readme(readme: str | Path, section: str) -> bool:
     """Replace the README's results section with ``section``; returns whether it changed. ValueError: no markers."""
-    old = readme_current_section(readme, f" ({README_BEGIN!r} ... {README_END!r})")
-    text = Path(readme).read_text(encoding="utf-8")
+    old, path = readme_current_section(readme, f" ({README_BEGIN!r} ... {README_END!r})"), Path(readme)
     if old != section:
-        Path(readme).write_text(text.replace(old, section, 1), encoding="utf-8")
+        path.write_text(path.read_text(encoding="utf-8").replace(old, section, 1), encoding="utf-8")
     return old != section
 
 

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
@@ -33,20 +34,17 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 
 def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float | None = None,
                 expected: Sequence[tuple[str, str]] | None = None,
-                backbone_order: Sequence[str] | None = None, n_boot: int = 1000,
-                any_backbone: bool = False) -> pd.DataFrame:
+                backbone_order: Sequence[str] | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Our rows at ``(depth, budget)`` (default the paper's point) in the paper's layout, the paper's values
     beside them: one row per dataset × backbone × condition (:data:`COLUMNS`), D and its band from
     :func:`midas_nb.metrics.decoupling_D` with ``n_boot`` resamples. An ``expected`` ``(dataset, backbone)`` block
     without rows gets one row with ``status = "no result"``; ``backbone_order`` orders the blocks; the paper's
-    values stand beside DeiT-S/16 rows only, or beside every backbone's (``any_backbone``: the report, whose header
-    names the paper's setting), never at another ``(L, b)``. Raises ValueError: rows lacking a needed column."""
+    values stand beside DeiT-S/16 rows only, never at another ``(L, b)``. ValueError: rows lacking a needed column."""
     depth = int(PAPER_SETTING["depth"] if depth is None else depth)
     budget = float(PAPER_SETTING["budget"] if budget is None else budget)
     need = ["dataset", "backbone", "depth", "budget", "condition", "miou", "idauc"]
     if len(rows):
-        missing = [c for c in need if c not in rows.columns]
-        if missing:
+        if missing := [c for c in need if c not in rows.columns]:
             raise ValueError(f"paper_table: rows lack column(s) {missing}; have {list(rows.columns)}")
         at = rows[(rows["depth"].astype(int) == depth) & np.isclose(rows["budget"].astype(float), budget)]
     else:
@@ -63,7 +61,7 @@ def paper_table(rows: pd.DataFrame, *, depth: int | None = None, budget: float |
         have = pd.concat([have, pd.DataFrame(extra)], ignore_index=True)
     if not len(have):
         return pd.DataFrame(columns=COLUMNS)
-    on_paper = (((have["backbone"] == PAPER_SETTING["backbone"]) | any_backbone) & (depth == PAPER_SETTING["depth"])
+    on_paper = ((have["backbone"] == PAPER_SETTING["backbone"]) & (depth == PAPER_SETTING["depth"])
                 & bool(np.isclose(budget, PAPER_SETTING["budget"])))
     for c in ("D_pp", "delta_idauc"):
         have[f"paper_{c}"] = pd.to_numeric([paper_value(str(k), str(d), c) if ok else None
@@ -91,22 +89,16 @@ def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def format_paper_table(table: pd.DataFrame) -> str:
-    """Plain-text rendering: one block per dataset × backbone, a line per condition."""
+    """Plain text: one block per dataset × backbone (its coverage kind in the heading), a line per condition
+    (pandas' ``to_string``), or the block's status where it has no rows."""
     if not len(table):
         return "paper table: no rows"
-    lines = []
+    fmt = {c: lambda x, f=f: number_text(x, f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
+           ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
+    cols = ["condition", *fmt, "status"]
+    blocks = []
     for (d, b), g in table.groupby(["dataset", "backbone"], sort=False):
-        kind = coverage_name(g)
-        lines.append(f"{d} × {b}  ({kind})")
-        if g["condition"].isna().all():
-            lines.append(f"    {g['status'].iloc[0]}")
-            continue
-        lines.append(f"    {'condition':>12} {'cov.':>6} {'IDAUC':>7} {'D (pp)':>8} {'ΔIDAUC':>7}  {'band':<13}"
-                     f" {'paper D':>8} {'paper ΔIDAUC':>12}")
-        for _, r in g.iterrows():
-            v = {c: number_text(r[c], f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
-                 ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
-            lines.append(f"    {str(r['condition']):>12} {v['miou']:>6} {v['idauc']:>7} {v['D_pp']:>8} "
-                         f"{v['delta_idauc']:>7}  {str(r['status']):<13} {v['paper_D_pp']:>8} "
-                         f"{v['paper_delta_idauc']:>12}")
-    return "\n".join(lines)
+        body = (str(g["status"].iloc[0]) if g["condition"].isna().all()
+                else g[cols].to_string(index=False, formatters=fmt, na_rep="—"))
+        blocks.append(f"{d} × {b}  ({coverage_name(g)})\n" + textwrap.indent(body, "    "))
+    return "\n".join(blocks)

@@ -166,8 +166,7 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
         return out
     where = {cell_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
     n_missing = pd.Series([cell_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
-    expected = pd.Series([cell_ident(r, cols) for r in exp[exp["section"] == section].to_dict("records")])
-    expected = expected.value_counts()
+    expected = pd.Series([cell_ident(r, cols) for r in exp[exp.section == section].to_dict("records")]).value_counts()
     extra = []
     for g, n in expected.items():
         k = n_missing.get(g, 0)
@@ -193,8 +192,7 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
     frames, depth = [], study.settings.point.depth
     for t in tables:
-        missing = need - set(t.columns)
-        if missing:
+        if missing := need - set(t.columns):
             raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
                              "probes.hidden_vs_attention_gradient")
         frames.append(t.assign(depth=t["depth"].fillna(depth).astype(int) if "depth" in t else depth))
