@@ -27,9 +27,6 @@ class Column:
     description: str
 
 
-_NaN = math.nan
-
-
 def _col(description: str, default: Any = MISSING) -> Any:
     """A :class:`ResultRow` field: a schema column (required where it has no default)."""
     return field(default=default, metadata={"description": description})
@@ -54,19 +51,19 @@ class ResultRow:
     n_images: int = _col("evaluation images (all of them, skipped ones included)")
     n_skipped_parts: int = _col("images without a visible part (box), left out of ``miou``", 0)
     coverage_kind: str = _col('``"part mIoU"`` or ``"box coverage"``', "part mIoU")
-    miou: float = _col("mean part IoU (fraction in [0,1])", _NaN)
-    miou_lo: float = _col("bootstrap 95% CI over images of ``miou``, low end", _NaN)
-    miou_hi: float = _col("bootstrap 95% CI over images of ``miou``, high end", _NaN)
-    idauc: float = _col("insertion − deletion AUC of ``p_c``", _NaN)
-    idauc_lo: float = _col("bootstrap 95% CI over images of ``idauc``, low end", _NaN)
-    idauc_hi: float = _col("bootstrap 95% CI over images of ``idauc``, high end", _NaN)
-    ins_auc: float = _col("insertion AUC", _NaN)
-    del_auc: float = _col("deletion AUC (lower is better)", _NaN)
-    accuracy: float = _col("top-1 accuracy of the pruned model (fraction)", _NaN)
-    accuracy_lo: float = _col("bootstrap 95% CI of ``accuracy``, low end", _NaN)
-    accuracy_hi: float = _col("bootstrap 95% CI of ``accuracy``, high end", _NaN)
-    pib: float = _col("Point-in-Box rate (fraction), LaSt-ViT probe", _NaN)
-    throughput: float = _col("pruned forward, images/s (device-synchronised)", _NaN)
+    miou: float = _col("mean part IoU (fraction in [0,1])", math.nan)
+    miou_lo: float = _col("bootstrap 95% CI over images of ``miou``, low end", math.nan)
+    miou_hi: float = _col("bootstrap 95% CI over images of ``miou``, high end", math.nan)
+    idauc: float = _col("insertion − deletion AUC of ``p_c``", math.nan)
+    idauc_lo: float = _col("bootstrap 95% CI over images of ``idauc``, low end", math.nan)
+    idauc_hi: float = _col("bootstrap 95% CI over images of ``idauc``, high end", math.nan)
+    ins_auc: float = _col("insertion AUC", math.nan)
+    del_auc: float = _col("deletion AUC (lower is better)", math.nan)
+    accuracy: float = _col("top-1 accuracy of the pruned model (fraction)", math.nan)
+    accuracy_lo: float = _col("bootstrap 95% CI of ``accuracy``, low end", math.nan)
+    accuracy_hi: float = _col("bootstrap 95% CI of ``accuracy``, high end", math.nan)
+    pib: float = _col("Point-in-Box rate (fraction), LaSt-ViT probe", math.nan)
+    throughput: float = _col("pruned forward, images/s (device-synchronised)", math.nan)
     idauc_steps: int = _col("``S`` of the insertion/deletion curves; 0 when not measured", 0)
     idauc_space: str = _col("token or pixel", "token")
     device: str = _col("where metrics (throughput!) were measured", "")
