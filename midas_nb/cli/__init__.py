@@ -6,6 +6,7 @@ Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, `
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
@@ -15,8 +16,7 @@ from typing import Any, Sequence
 # no torch at import time: --help, --version and argument errors answer at once (commands import the rest)
 from .. import config
 from . import runner
-from .args import (PROFILE_METAVAR, add_examples, add_sweep_parser, check_split_values, package_version,
-                   param_value, profile_name)
+from .args import add_commands, check_split_values, package_version, param_value
 from .runner import notebook_paths, run_notebooks
 
 __all__ = ["main", "notebook_paths", "run_notebooks"]
@@ -76,22 +76,23 @@ def _not_a_notebook(path: Path, e: Exception) -> str:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    say = functools.partial(_answer, f"sweep {args.action}")
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
         args.profile = args.profile or "paper"
         try:   # a bad --sweep is answered before the study (and torch) is imported
             config.sweep_names(args.sweep)
         except ValueError as e:
-            return _answer(f"sweep {args.action}", [str(e)])
+            return say([str(e)])
         from ..study import cluster
         from .runspec import parse_data_roots
 
         root, roots, problems = parse_data_roots(args.data_root or [])
         if problems:
-            return _answer(f"sweep {args.action}", problems)
+            return say(problems)
         return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
     if args.profile and args.name and args.profile != args.name:
-        return _answer(f"sweep {args.action}", [f"store {args.name!r} and --profile {args.profile!r} differ; "
-                                                "expected one of them (a store is named after its profile)"])
+        return say([f"store {args.name!r} and --profile {args.profile!r} differ; expected one of them (a store is "
+                    "named after its profile)"])
     from ..sweeps import slurm, store as stores  # status / wait: the generic engine (no torch)
 
     name, rc = args.name or args.profile, 0
@@ -99,14 +100,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if not names:
         print("no sweeps found")
     for n in names:
-        try:
-            store = stores.open_store(n, must_exist=True)   # wait: a progress bar until nothing of it is queued
+        try:   # wait: a progress bar until nothing of the store is queued
+            store = stores.open_store(n, must_exist=True)
             rc |= _sweep_status(slurm.wait(store, poll_s=10.0) if args.action == "wait" else slurm.cell_states(store))
         except (FileNotFoundError, ValueError) as e:
-            return _answer(f"sweep {args.action}", [str(e)])
+            return say([str(e)])
     if args.action == "status" and name in config.PROFILES:   # a profile's store: its notebook sweeps
         from ..study.cluster import catalogue_status
-
         print(catalogue_status(name))
     return rc
 
@@ -118,8 +118,7 @@ def _sweep_status(table: Any) -> int:
 
     print(format_status(table))
     for state in ("PENDING", "RUNNING", "lost"):
-        rows = table[table["job_state"] == state]
-        if len(rows):
+        if len(rows := table[table["job_state"] == state]):
             print(f"  {len(rows)} cells {state.lower()}: jobs {', '.join(sorted(set(rows['job_id'].astype(str))))}")
     if unsent := int(table["job_state"].eq("unsubmitted").sum()):
         print(f"  {unsent} cells never submitted (sbatch refused): the same midas-nb sweep submit again sends them")
@@ -218,15 +217,12 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
             "rewrite"] if not -1 < text.find(README_BEGIN) <= text.find(README_END) else []
     if "output" in paths and "output" not in blank:
         problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
-    if overrides := _report_overrides(args):   # the run's own checks of the settings it overrides (and a backbone's
-        from ..study import RunSettings         # depth)
+    if overrides := _report_overrides(args):   # the run's own checks of what it overrides (and a backbone's depth)
+        from .runspec import build_lines
 
-        try:
-            RunSettings.build(args.profile or "quick", **overrides)
-        except config.ProfileError as e:
-            named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
-            problems += [("--" if config.setting_of(line) in ("backbone", "depth", "budget") else "-p ") + line
-                         for line in e.problems if config.setting_of(line) in named]
+        named = {*overrides, *(("depth",) if "backbone" in overrides else ())}
+        problems += [("--" if config.setting_of(line) in ("backbone", "depth", "budget") else "-p ") + line
+                     for line in build_lines(args.profile or "quick", overrides) if config.setting_of(line) in named]
     return problems
 
 
@@ -261,82 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
                                              "utilities.\nmidas-nb COMMAND --help shows a command's options.")
     ap.add_argument("--version", action="version", version=f"midas-nb {package_version()}",
                     help="print the package version and exit")
-    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    r = sub.add_parser("run", help="execute the notebooks in order with papermill",
-                       description="Execute the notebooks in order with papermill. Every setting is checked "
-                                   "before any kernel starts; problems are listed one per line (exit status 2).")
-    r.add_argument("--config", metavar="RUN.yaml", help="run file with the same settings (profile, data_roots, "
-                   "weights, device, params, ...); command-line options override it")
-    r.add_argument("--profile", metavar=PROFILE_METAVAR, help="settings profile: smoke (seconds), quick (minutes on a "
-                   "CPU), paper (GPU), rehearsal (the paper run's shape on a CPU, tiny sizes) (default: quick)")
-    r.add_argument("--data-root", action="append", metavar="[DATASET=]PATH",
-                   help="a dataset's directory, repeatable: cub=PATH, aircraft=PATH, cars=PATH; a plain PATH is the "
-                        "run's own dataset (default for quick/smoke without any root: the embedded synthetic set)")
-    r.add_argument("--weights", action="append", metavar="[BACKBONE=]FILE",
-                   help="a backbone's weights file (.pth, .safetensors, AugReg .npz), repeatable; a bare FILE is the "
-                        "run's backbone's (default: timm's pretrained weights from the hub)")
-    r.add_argument("--dataset", metavar="{" + ",".join(config.DATASET_NAMES) + "}",
-                   help="the study's dataset (default: the profile's; synthetic is the generated CUB-format set)")
-    r.add_argument("--backbone", help="backbone name (default: the profile's)")
-    r.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the profile's; cuda without CUDA is an error)")
-    r.add_argument("--notebooks", help="comma-separated prefixes, e.g. 00,02 (default: every notebook)")
-    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
-                        "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)")
-    r.add_argument("--output", help="directory for executed notebooks (default runs/<profile>)")
-    r.add_argument("--cell-timeout", type=float, metavar="SECONDS",
-                   help="stop a cell that runs longer (the notebook goes to failed/)")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar while a notebook runs")
-    r.set_defaults(func=_cmd_run)
-
-    p = sub.add_parser("params", help="list a notebook's parameters")
-    p.add_argument("notebook", help="path or prefix such as 02")
-    p.set_defaults(func=_cmd_params)
-
-    add_sweep_parser(sub, _cmd_sweep)
-
-    st = sub.add_parser("strip-solutions", help="remove cells tagged 'solution' from notebooks")
-    st.add_argument("paths", nargs="*", metavar="NOTEBOOK", help="notebooks to strip (default: every notebook in "
-                    "notebooks/)")
-    st.add_argument("--in-place", action="store_true",
-                    help="overwrite the named notebooks (default: write student/<name> beside each notebook)")
-    st.add_argument("--force", action="store_true", help="replace a student/<name> that differs from the stripped "
-                    "notebook (default: keep it, exit 2)")
-    st.set_defaults(func=_cmd_strip)
-
-    e = sub.add_parser("export-html", help="static HTML edition of executed notebooks")
-    e.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default="quick",
-                   help="export the run of this profile, runs/<profile> (default: quick)")
-    e.add_argument("--input", help="directory of executed notebooks (default runs/<profile>)")
-    e.add_argument("--output", help="output directory (default <input>/html)")
-    e.set_defaults(func=_cmd_export)
-
-    rp = sub.add_parser("report", help="REPORT.md and its CSV tables from a profile's result store",
-                        description="reads runs/sweeps/<profile> (rows, and the cosine probes notebook 03 saved) "
-                                    "and writes REPORT.md plus its CSV tables, with the paper's values beside "
-                                    "ours and which of the paper's findings hold")
-    rp.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR,
-                    help="the profile whose results are reported, runs/sweeps/<profile> (default: quick)")
-    rp.add_argument("--store", help="result store directory (default runs/sweeps/<profile>)")
-    rp.add_argument("--output", help="report directory (default runs/<profile>/report)")
-    rp.add_argument("--readme", help="rewrite this README's results section from the tables")
-    rp.add_argument("--from-tables", help="re-render REPORT.md (and --readme) from the CSV tables in this directory, "
-                    "no store")
-    rp.add_argument("--backbone", help="the run's backbone, when not the profile's")
-    rp.add_argument("--depth", type=int, help="the run's depth L, when not the profile's")
-    rp.add_argument("--budget", type=float, help="the run's budget b, when not the profile's")
-    rp.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                    help="a setting of the run, when not the profile's (as midas-nb run -p), e.g. -p precision "
-                         "bfloat16: the report reads only cells of these settings")
-    rp.add_argument("--allow-mixed-settings", action="store_true",
-                    help="write the report although the store holds rows of other settings (another -p, "
-                         "precision, ...): they are left out and counted (default: refuse, exit 2)")
-    rp.add_argument("--allow-incomplete", action="store_true",
-                    help="write the report although cells the profile expects have no result (failed, pending, "
-                         "unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")
-    rp.set_defaults(func=_cmd_report)
-    add_examples(ap, sub)
+    add_commands(ap, {"run": _cmd_run, "params": _cmd_params, "sweep": _cmd_sweep, "strip-solutions": _cmd_strip,
+                      "export-html": _cmd_export, "report": _cmd_report})
     return ap
 
 

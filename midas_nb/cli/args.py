@@ -5,6 +5,7 @@ that ``midas-nb --help``, ``--version`` and argument errors answer at once
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 
 from .. import config
 
-__all__ = ["EXAMPLES", "LIST_PARAMS", "add_examples", "add_sweep_parser", "list_param", "package_version",
+__all__ = ["COMMANDS", "LIST_PARAMS", "add_commands", "list_param", "package_version",
            "param_value", "check_output", "unwritable", "check_split_values", "profile_name", "yaml_load"]
 
 #: parameters whose value is a list in some profile (``seeds``, ``depths``, ``budgets``, ...)
@@ -93,41 +94,14 @@ def check_split_values(argv: Sequence[str]) -> list[str]:
     return []
 
 
-#: one example per subcommand, shown under its --help (and all of them under midas-nb --help)
-EXAMPLES: dict[str, str] = {
-    "run": "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
-           "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011",
-    "params": "midas-nb params 02",
-    "sweep": "midas-nb sweep plan --profile paper\n"
-             "midas-nb sweep submit --profile paper --data-root cub=/data/CUB_200_2011 --partition gpu --gpus 1 "
-             "--time 120\n"
-             "midas-nb sweep status paper",
-    "strip-solutions": "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb",
-    "export-html": "midas-nb export-html --profile quick",
-    "report": "midas-nb report --profile quick --output runs/quick/report",
-}
-
-
 def package_version() -> str:
     """The installed package's version (importlib.metadata), else the source tree's."""
     from importlib import metadata
 
-    try:
+    from .. import __version__
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version("midas_nb")
-    except metadata.PackageNotFoundError:
-        from .. import __version__
-        return __version__
-
-
-def add_examples(ap: argparse.ArgumentParser, sub: Any) -> None:
-    """Each subcommand's example as its epilog, all of them under the top-level help."""
-    for name, parser in sub.choices.items():
-        if name in EXAMPLES:
-            parser.formatter_class = argparse.RawDescriptionHelpFormatter
-            lines = EXAMPLES[name].splitlines()
-            parser.epilog = f"example{'s' if len(lines) > 1 else ''}:\n" + "\n".join(f"  {line}" for line in lines)
-    ap.epilog = "examples:\n" + "\n".join(f"  {line}" for n in sub.choices if n in EXAMPLES
-                                           for line in EXAMPLES[n].splitlines())
+    return __version__
 
 
 def profile_name(text: str) -> str:
@@ -144,45 +118,116 @@ def profile_name(text: str) -> str:
 PROFILE_METAVAR = "{" + ",".join(sorted(config.PROFILES)) + "}"
 
 
-def add_sweep_parser(sub: Any, func: Any) -> argparse.ArgumentParser:
-    """The ``midas-nb sweep`` subcommand, calling ``func``."""
-    s = sub.add_parser("sweep", help="sweeps on a cluster: plan, submit, status, wait",
-                       description="plan: the jobs, arrays, cells and projected GPU-hours of a profile's sweeps, "
-                                   "nothing submitted; submit: send them (returns after submission; the same submit "
-                                   "again sends the failed, lost and never-submitted cells); status: cells done / "
-                                   "failed / pending of the result stores under runs/sweeps (one per profile); wait: "
-                                   "until nothing is queued")
-    s.add_argument("action", choices=["plan", "submit", "status", "wait"],
-                   help="plan, submit, status (exit 1 while cells failed, were lost or were never submitted), wait")
-    s.add_argument("name", nargs="?", default=None,
-                   help="status/wait: store name = the profile that wrote it, e.g. quick (default: every store)")
-    s.add_argument("--profile", type=profile_name, metavar=PROFILE_METAVAR, default=None,
-                   help="plan/submit: the profile whose sweeps are planned or submitted (default: paper); "
-                        "status/wait: that profile's store, as NAME")
-    s.add_argument("--sweep", default="all", metavar="NAMES",
-                   help="plan/submit: comma-separated sweeps: protocol, soft, random (notebook 02), regime (04), "
-                        "scale, backbones (05), related (06), or all (default)")
-    s.add_argument("--executor", choices=["slurm", "local", "processes"], default="slurm",
-                   help="submit: slurm (default; returns after submission), local or processes (run here)")
-    s.add_argument("--partition", default=None, help="submit: Slurm partition")
-    s.add_argument("--gpus", type=int, default=None, help="submit: GPUs per job (gpus_per_node)")
-    s.add_argument("--cpus", type=int, default=None, help="submit: CPUs per job (cpus_per_task)")
-    s.add_argument("--mem", default=None, help="submit: memory per job, e.g. 32G")
-    s.add_argument("--time", type=int, default=None, metavar="MINUTES", help="submit: time limit per job")
-    s.add_argument("--cells-per-job", type=int, default=8, help="plan/submit: cells per job (default 8)")
-    s.add_argument("--max-array-size", type=int, default=None,
-                   help="plan/submit: array size limit (default: MaxArraySize from scontrol show config, else 1001)")
-    s.add_argument("--device", default=None,
-                   help="submit: device of the cells (default: the profile's); with --executor slurm it is resolved "
-                        "on the compute node, not here")
-    s.add_argument("--data-root", action="append", default=None, metavar="DATASET=PATH",
-                   help="plan/submit: a dataset's directory, repeatable (cub=..., aircraft=..., cars=...)")
-    s.add_argument("--workers", type=int, default=2, help="submit --executor processes: workers (default 2)")
-    s.add_argument("--cost", default=None, metavar="FILE",
-                   help="plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json, else the one "
-                        "shipped: the last H200 measurement); the store's timed cells come first")
-    s.set_defaults(func=func)
-    return s
+_FLAG, _INTEGER, _MANY = dict(action="store_true"), dict(type=int), dict(action="append")
+_PROFILE = dict(type=profile_name, metavar=PROFILE_METAVAR)
+_PAIRS = dict(nargs=2, action="append", metavar=("NAME", "VALUE"))
+
+#: each subcommand: its help, description, examples (one a line, shown under its --help and all of them under
+#: midas-nb --help) and options ``(flags, argparse keywords, help)``
+COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = {
+    "run": ("execute the notebooks in order with papermill", "Execute the notebooks in order with papermill. Every "
+            "setting is checked before any kernel starts; problems are listed one per line (exit status 2).",
+            "midas-nb run --profile quick --notebooks 00,02 -p seeds 0,1\n"
+            "midas-nb run --profile paper --device cuda --data-root cub=/data/CUB_200_2011", [
+        ("--config", dict(metavar="RUN.yaml"), "run file with the same settings (profile, data_roots, weights, device, "
+         "params, ...); command-line options override it"),
+        ("--profile", dict(metavar=PROFILE_METAVAR), "settings profile: smoke (seconds), quick (minutes on a CPU), "
+         "paper (GPU), rehearsal (the paper run's shape on a CPU, tiny sizes) (default: quick)"),
+        ("--data-root", dict(_MANY, metavar="[DATASET=]PATH"), "a dataset's directory, repeatable: cub=PATH, "
+         "aircraft=PATH, cars=PATH; a plain PATH is the run's own dataset (default for quick/smoke without any root: "
+         "the embedded synthetic set)"),
+        ("--weights", dict(_MANY, metavar="[BACKBONE=]FILE"), "a backbone's weights file (.pth, .safetensors, AugReg "
+         ".npz), repeatable; a bare FILE is the run's backbone's (default: timm's pretrained weights from the hub)"),
+        ("--dataset", dict(metavar="{" + ",".join(config.DATASET_NAMES) + "}"), "the study's dataset (default: the "
+         "profile's; synthetic is the generated CUB-format set)"),
+        ("--backbone", {}, "backbone name (default: the profile's)"),
+        ("--device", {}, "cpu, cuda, cuda:1 ... (default: the profile's; cuda without CUDA is an error)"),
+        ("--notebooks", {}, "comma-separated prefixes, e.g. 00,02 (default: every notebook)"),
+        ("-p --param", _PAIRS, "notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
+         "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)"),
+        ("--output", {}, "directory for executed notebooks (default runs/<profile>)"),
+        ("--cell-timeout", dict(type=float, metavar="SECONDS"), "stop a cell that runs longer (the notebook goes to "
+         "failed/)"),
+        ("--no-progress", _FLAG, "no progress bar while a notebook runs")]),
+    "params": ("list a notebook's parameters", None, "midas-nb params 02", [
+        ("notebook", {}, "path or prefix such as 02")]),
+    "sweep": ("sweeps on a cluster: plan, submit, status, wait", "plan: the jobs, arrays, cells and projected "
+              "GPU-hours of a profile's sweeps, nothing submitted; submit: send them (returns after submission; the "
+              "same submit again sends the failed, lost and never-submitted cells); status: cells done / failed / "
+              "pending of the result stores under runs/sweeps (one per profile); wait: until nothing is queued",
+              "midas-nb sweep plan --profile paper\n"
+              "midas-nb sweep submit --profile paper --data-root cub=/data/CUB_200_2011 --partition gpu --gpus 1 "
+              "--time 120\nmidas-nb sweep status paper", [
+        ("action", dict(choices=["plan", "submit", "status", "wait"]), "plan, submit, status (exit 1 while cells "
+         "failed, were lost or were never submitted), wait"),
+        ("name", dict(nargs="?"), "status/wait: store name = the profile that wrote it, e.g. quick (default: every "
+         "store)"),
+        ("--profile", _PROFILE, "plan/submit: the profile whose sweeps are planned or submitted (default: paper); "
+         "status/wait: that profile's store, as NAME"),
+        ("--sweep", dict(default="all", metavar="NAMES"), "plan/submit: comma-separated sweeps: protocol, soft, random "
+         "(notebook 02), regime (04), scale, backbones (05), related (06), or all (default)"),
+        ("--executor", dict(choices=["slurm", "local", "processes"], default="slurm"), "submit: slurm (default; "
+         "returns after submission), local or processes (run here)"),
+        ("--partition", {}, "submit: Slurm partition"),
+        ("--gpus", _INTEGER, "submit: GPUs per job (gpus_per_node)"),
+        ("--cpus", _INTEGER, "submit: CPUs per job (cpus_per_task)"),
+        ("--mem", {}, "submit: memory per job, e.g. 32G"),
+        ("--time", dict(_INTEGER, metavar="MINUTES"), "submit: time limit per job"),
+        ("--cells-per-job", dict(_INTEGER, default=8), "plan/submit: cells per job (default 8)"),
+        ("--max-array-size", _INTEGER, "plan/submit: array size limit (default: MaxArraySize from scontrol show "
+         "config, else 1001)"),
+        ("--device", {}, "submit: device of the cells (default: the profile's); with --executor slurm it is resolved "
+         "on the compute node, not here"),
+        ("--data-root", dict(_MANY, metavar="DATASET=PATH"), "plan/submit: a dataset's directory, repeatable (cub=..., "
+         "aircraft=..., cars=...)"),
+        ("--workers", dict(_INTEGER, default=2), "submit --executor processes: workers (default 2)"),
+        ("--cost", dict(metavar="FILE"), "plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json, "
+         "else the one shipped: the last H200 measurement); the store's timed cells come first")]),
+    "strip-solutions": ("remove cells tagged 'solution' from notebooks", None,
+                        "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb", [
+        ("paths", dict(nargs="*", metavar="NOTEBOOK"), "notebooks to strip (default: every notebook in notebooks/)"),
+        ("--in-place", _FLAG, "overwrite the named notebooks (default: write student/<name> beside each notebook)"),
+        ("--force", _FLAG, "replace a student/<name> that differs from the stripped notebook (default: keep it, "
+         "exit 2)")]),
+    "export-html": ("static HTML edition of executed notebooks", None, "midas-nb export-html --profile quick", [
+        ("--profile", dict(_PROFILE, default="quick"), "export the run of this profile, runs/<profile> (default: "
+         "quick)"),
+        ("--input", {}, "directory of executed notebooks (default runs/<profile>)"),
+        ("--output", {}, "output directory (default <input>/html)")]),
+    "report": ("REPORT.md and its CSV tables from a profile's result store", "reads runs/sweeps/<profile> (rows, and "
+               "the cosine probes notebook 03 saved) and writes REPORT.md plus its CSV tables, with the paper's "
+               "values beside ours and which of the paper's findings hold",
+               "midas-nb report --profile quick --output runs/quick/report", [
+        ("--profile", _PROFILE, "the profile whose results are reported, runs/sweeps/<profile> (default: quick)"),
+        ("--store", {}, "result store directory (default runs/sweeps/<profile>)"),
+        ("--output", {}, "report directory (default runs/<profile>/report)"),
+        ("--readme", {}, "rewrite this README's results section from the tables"),
+        ("--from-tables", {}, "re-render REPORT.md (and --readme) from the CSV tables in this directory, no store"),
+        ("--backbone", {}, "the run's backbone, when not the profile's"),
+        ("--depth", _INTEGER, "the run's depth L, when not the profile's"),
+        ("--budget", dict(type=float), "the run's budget b, when not the profile's"),
+        ("-p --param", _PAIRS, "a setting of the run, when not the profile's (as midas-nb run -p), e.g. -p precision "
+         "bfloat16: the report reads only cells of these settings"),
+        ("--allow-mixed-settings", _FLAG, "write the report although the store holds rows of other settings (another "
+         "-p, precision, ...): they are left out and counted (default: refuse, exit 2)"),
+        ("--allow-incomplete", _FLAG, "write the report although cells the profile expects have no result (failed, "
+         "pending, unreadable); it is then marked INCOMPLETE and lists them (default: refuse, exit 1)")]),
+}
+
+
+def add_commands(ap: argparse.ArgumentParser, funcs: dict[str, Any]) -> None:
+    """The subcommands of :data:`COMMANDS` under ``ap``, each calling ``funcs[name]``, with its examples as its
+    epilog (and all of them as ``ap``'s)."""
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (text, description, examples, options) in COMMANDS.items():
+        lines = examples.splitlines()
+        epilog = f"example{'s' if len(lines) > 1 else ''}:\n  " + "\n  ".join(lines)
+        parser = sub.add_parser(name, help=text, description=description, epilog=epilog,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        for flags, keywords, words in options:
+            parser.add_argument(*flags.split(), help=words, **keywords)
+        parser.set_defaults(func=funcs[name])
+    ap.epilog = "examples:\n  " + "\n  ".join(line for c in COMMANDS.values() for line in c[2].splitlines())
 
 
 def unwritable(directory: Path) -> OSError | None:

@@ -117,14 +117,13 @@ def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None
         if not v.strip() or (is_named and not path.strip()):
             problems.append(f"{option} {v!r}: empty path; expected {expected}{empty}")
         elif is_named:
-            if named.get(name, path) != path:
+            if named.setdefault(name, path) != path:
                 problems.append(f"{option} {name}= given twice ({named[name]!r}, {path!r}); give one")
-            named[name] = path
         elif free:  # a name that is not one of ``known``
             problems.append(f"{option} {v!r}: unknown dataset {name!r}; expected {expected}")
+        elif plain not in (None, v):
+            problems.append(f"{option} given two " + unnamed.format(plain=plain, v=v))
         else:
-            if plain not in (None, v):
-                problems.append(f"{option} given two " + unnamed.format(plain=plain, v=v))
             plain = v
     return plain, named, problems
 
@@ -234,7 +233,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
     from ..study import study_overrides
 
     settings = spec.settings()
-    lines = _build_lines(spec.profile, overrides)
+    lines = build_lines(spec.profile, overrides)
     problems, bad = list(lines), {setting_of(line) for line in lines}
     if bad & {"profile", "dataset", "backbone", "datasets", "backbones", "scale_backbones"}:
         return problems  # which datasets and backbones the notebooks use is not known
@@ -251,7 +250,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
         if (ds, bb) == (settings["dataset"], settings["backbone"]) or bad & {"data_root", "data_roots"}:
             continue
         try:
-            found = _build_lines(spec.profile, study_overrides(given, ds, bb))
+            found = build_lines(spec.profile, study_overrides(given, ds, bb))
         except ValueError as e:   # no root for a dataset the run reads
             found = [str(e)]
         unbuildable |= {bb} if any(setting_of(line) == "backbone" for line in found) else set()
@@ -278,7 +277,7 @@ def _cache_problems(cache: Path, backbones: Sequence[str]) -> list[str]:
             f"MIDAS_CACHE_DIR, or a cache prepared by a run of these backbones"] if lacking else []
 
 
-def _build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
+def build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
     """The lines :meth:`midas_nb.study.RunSettings.build` refuses ``overrides`` with (``[]``: it builds)."""
     from ..study import RunSettings
 

@@ -100,5 +100,5 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan|submit`` from the parsed command line (:func:`midas_nb.cli.args.add_sweep_parser`)."""
+    """``midas-nb sweep plan|submit`` from the parsed command line (:data:`midas_nb.cli.args.COMMANDS`)."""
     return (_plan if args.action == "plan" else _submit)(args, overrides)
