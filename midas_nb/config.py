@@ -42,7 +42,7 @@ PROFILES: dict[str, dict[str, Any]] = _DATA["profiles"]
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     """A copy of profile ``name`` with ``overrides`` (``None`` values ignored) merged in, as written
-    (:meth:`RunProfile.of` checks and types it); CUB named by an override clears ``synthetic_default``;
+    (:meth:`RunProfile.check` checks and types it); CUB named by an override clears ``synthetic_default``;
     ``ValueError`` for an unknown profile name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")

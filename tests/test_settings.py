@@ -30,6 +30,21 @@ def test_parts_hold_the_profile_resolved():
     assert s.sweep.related_seeds == (0,) and s.sweep.other_backbones is False
 
 
+def test_protocol_and_statistics_parts_are_the_profile_model_itself():
+    """One typed description (issue 54): the statistics part is the profile's validated model, the protocol
+    part that model with the protocol settings a run receives (a scorer_train key wins, else the top level,
+    else PROTOCOL_DEFAULTS' 3 repeats); every other setting the model's own."""
+    s = RunSettings.build("smoke", scorer_train=dict(epochs=2, eval_subset_seed=5), throughput_batch=8)
+    run, problems = config.RunProfile.check(s.values)
+    assert problems == [] and s.statistics == run and s.statistics.bootstrap == 100
+    assert (s.protocol.eval_subset_seed, s.protocol.throughput_batch, s.protocol.throughput_repeats) == (5, 8, 3)
+    assert (run.eval_subset_seed, run.throughput_repeats) == (0, 1)          # the model's own defaults
+    assert dict(s.protocol.scorer_train) == {"epochs": 2, "eval_subset_seed": 5} and s.protocol.seeds == (0,)
+    own = {"eval_subset_seed", "throughput_batch", "throughput_repeats", "scorer_train", "conditions", "targets",
+           "seeds"}
+    assert s.protocol.model_dump(exclude=own) == run.model_dump(exclude=own)
+
+
 def test_every_problem_at_once_one_line_each():
     lines = _lines(depth=99, budget=2, dataset="aircraft", budgte=0.5)
     assert len(lines) == 4, lines

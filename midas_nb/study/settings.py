@@ -21,8 +21,8 @@ from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparis
 from ..identity import hash_json
 from ..point import Budget, Point
 
-__all__ = ["RunSettings", "DataSettings", "BackboneSettings", "ProtocolSettings", "StatisticsSettings",
-           "SweepSettings", "ReportSettings", "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "grid_spans"]
+__all__ = ["RunSettings", "DataSettings", "BackboneSettings", "SweepSettings", "ReportSettings",
+           "TOP_LEVEL_PROTOCOL_SETTINGS", "protocol_settings", "grid_spans"]
 
 
 @dataclass(frozen=True)
@@ -55,29 +55,6 @@ class BackboneSettings:
     recipe: TrainingRecipe
     build: int
     builds: int
-
-
-@dataclass(frozen=True)
-class ProtocolSettings:
-    """What the three-condition protocol runs (DESIGN.md §5) and on which images: ``max_eval_images``
-    (``None``: all) and the IDAUC subset, drawn with ``eval_subset_seed``; ``throughput_*``: images and
-    calls per round of the speed measurement (:func:`midas_nb.metrics.measure_speed`)."""
-
-    conditions: tuple[str, ...]
-    targets: tuple[str, ...]
-    seeds: tuple[int, ...]
-    idauc_steps: int
-    max_eval_images: int | None
-    max_idauc_images: int | None
-    eval_subset_seed: int
-    scorer_train: Mapping[str, Any]
-    throughput_batch: int
-    throughput_repeats: int
-
-
-@dataclass(frozen=True)
-class StatisticsSettings:
-    bootstrap: int   # resamples of every percentile interval (>= 1)
 
 
 @dataclass(frozen=True)
@@ -147,14 +124,18 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One study's settings, typed (module docstring). Build with :meth:`build`."""
+    """One study's settings, typed (module docstring). Build with :meth:`build`. ``statistics``: the profile's
+    :class:`midas_nb.config.RunProfile` (``bootstrap``, resamples of every percentile interval); ``protocol``:
+    the same model with what the three-condition protocol runs (DESIGN.md §5) as its runs receive it: the
+    protocol settings of :func:`protocol_settings` (``eval_subset_seed``, ``throughput_*``: a ``scorer_train``
+    key wins), ``conditions``/``targets``/``seeds`` as tuples and ``scorer_train`` a read-only mapping."""
 
     profile: str
     point: Point
     data: DataSettings
     backbone: BackboneSettings
-    protocol: ProtocolSettings
-    statistics: StatisticsSettings
+    protocol: config.RunProfile
+    statistics: config.RunProfile
     sweep: SweepSettings
     device: str
     torch_threads: int | None
@@ -206,14 +187,11 @@ class RunSettings:
                                     recipe=TrainingRecipe(seed=run.build, **config.finetune_settings(p, label, bb)),
                                     build=run.build, builds=run.builds)
         keyed = dict(PROTOCOL_DEFAULTS, **protocol_settings(p))
-        protocol = ProtocolSettings(
-            conditions=tuple(run.conditions), targets=tuple(run.targets), seeds=tuple(run.seeds),
-            idauc_steps=run.idauc_steps, max_eval_images=run.max_eval_images, max_idauc_images=run.max_idauc_images,
-            eval_subset_seed=int(keyed["eval_subset_seed"]),
-            scorer_train=MappingProxyType(dict(p.get("scorer_train") or {})),
-            throughput_batch=int(keyed["throughput_batch"]), throughput_repeats=int(keyed["throughput_repeats"]))
+        protocol = run.model_copy(update={k: tuple(getattr(run, k)) for k in ("conditions", "targets", "seeds")} | {
+            k: int(keyed[k]) for k in ("eval_subset_seed", "throughput_batch", "throughput_repeats")} | {
+            "scorer_train": MappingProxyType(dict(p.get("scorer_train") or {}))})
         return cls(profile=p["profile"], point=run.point, data=data, backbone=backbone, protocol=protocol,
-                   statistics=StatisticsSettings(bootstrap=run.bootstrap), sweep=SweepSettings.of(p),
+                   statistics=run, sweep=SweepSettings.of(p),
                    device=run.device, torch_threads=run.torch_threads, values=MappingProxyType(p))
 
 
