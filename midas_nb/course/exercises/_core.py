@@ -13,13 +13,12 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 
 from ...metrics import decoupling_D, parity_band
 from ...metrics.stats import interval_sign as sign_of
-from ...results import leaders
 
 
 # ------------------------------------------------------------------------------------ exercises
@@ -60,7 +59,8 @@ class Choice:
 
     Attributes:
         accepted: the option letters whose statement is true on this run (several where
-            statements overlap or an interval sits on the edge; any of them is accepted).
+            statements overlap or an interval sits on the edge; any of them is accepted): one
+            letter or several, stored as a frozenset; ValueError where none or one not in ``options``.
         options: every option letter of the question (``"abc"``).
         why: this run's numbers behind the answer, printed with a right answer.
     """
@@ -68,6 +68,11 @@ class Choice:
     accepted: frozenset[str]
     options: str
     why: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "accepted", frozenset(self.accepted))
+        if not self.accepted or not self.accepted <= set(self.options):
+            raise ValueError(f"the accepted options {sorted(self.accepted)} are not among {self.options!r}")
 
 
 EXERCISES: dict[str, Exercise] = {}
@@ -98,8 +103,7 @@ def expected_answer(name: str, **ctx: Any) -> Any:
     Raises:
         KeyError: for an unknown exercise or a missing context object.
     """
-    ex = _get(name, ctx)
-    why_not = not_applicable(name, **ctx)
+    ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
     return ex.expected(**{k: ctx[k] for k in ex.needs})
@@ -109,9 +113,7 @@ def not_applicable(name: str, **ctx: Any) -> str | None:
     """Why exercise ``name`` cannot be asked of this run (``ctx``: the objects it needs), or
     ``None`` when it can (always, for an exercise without an ``applies`` test)."""
     ex = _get(name)
-    if ex.applies is None:
-        return None
-    return ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
+    return None if ex.applies is None else ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
 
 
 def exercise_label(name: str) -> str:
@@ -140,8 +142,7 @@ def show_exercise(name: str, **ctx: Any):
         def __repr__(self) -> str:
             return str(self.data)
 
-    ex = _get(name, ctx)
-    why_not = not_applicable(name, **ctx)
+    ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     head = f"**Exercise {exercise_label(name)}** (`{name}`)."
     return _Prompt(f"{head} *Not asked on this run: it {why_not}.*" if why_not else f"{head} {ex.prompt}")
 
@@ -242,7 +243,8 @@ def integer(answer: Any, expected: int) -> tuple[bool, str]:
     a = _item(answer)
     if isinstance(a, bool) or not isinstance(a, int) and not (isinstance(a, float) and a.is_integer()):
         return False, f"expected a whole number, got {answer!r}."
-    return int(a) == expected, f"({int(a)})" if int(a) == expected else f"{int(a)} is too {'high' if a > expected else 'low'}."
+    a = int(a)
+    return a == expected, f"({a})" if a == expected else f"{a} is too {'high' if a > expected else 'low'}."
 
 
 def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
@@ -274,13 +276,6 @@ def option(answer: Any, expected: Choice) -> tuple[bool, str]:
 
 
 # --------------------------------------------------------------------------------- helpers
-def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
-    acc = frozenset(accepted)
-    if not acc or not acc <= set(options):
-        raise ValueError(f"the accepted options {sorted(acc)} are not among {options!r}")
-    return Choice(acc, options, why)
-
-
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
     the interval's width from 0 (an answer from another bootstrap draw may fall on either side):
@@ -293,12 +288,6 @@ def two_backbones(D) -> str | None:
     """``None`` where ``D`` has T5 rows of ≥ 2 backbones, else why the exercise is not asked."""
     bbs = sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
     return None if len(bbs) >= 2 else f"needs ≥ 2 backbones; this run has {f'one ({bbs[0]})' if bbs else 'no T5 row'}"
-
-
-def tied(table, value: str, name: str) -> set[str]:
-    """The row with the highest ``value`` and every row tied with it within noise (its interval
-    ``<value>_lo``/``_hi`` overlaps the leader's: :func:`midas_nb.results.leaders`)."""
-    return set(leaders(table, value, name=name))
 
 
 def resolved_in_band(D, band: float | None = None) -> Any:

@@ -9,8 +9,8 @@ from ...analysis.paper_reference import PAPER_COSINE_MAX
 from ...backbones.vit import keep_count
 from ...metrics import decoupling_D
 from ...results import leaders
-from ._core import (Choice, choice, choice_of, integer, number, option, pair, register, resolved_in_band, sign_of,
-                    signs_near_edge, tied)
+from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of,
+                    signs_near_edge)
 
 def _ceiling(f: float, b: float) -> float:
     """The best IoU of ``ceil(b·N)`` kept tokens with a share ``f`` of part (or box) patches (notebook 00)."""
@@ -48,7 +48,7 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
     f = float(coverage_mask.float().mean())
     c = {b: _ceiling(f, b) for b in (0.10, 0.50)}
     pick = "a" if c[0.50] > c[0.10] + 1e-12 else "b" if c[0.50] < c[0.10] - 1e-12 else "c"
-    return choice_of(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
+    return Choice(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
                                    f"b = 50 %. Part mIoU and box coverage are read against this ceiling, "
                                    f"not against 1.")
 
@@ -74,7 +74,8 @@ register("01.abs_t5_miou",
          "(`float`; images without a part patch, or with an empty or uninformative box, are left out)",
          "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
          "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
-         "`study.test_set[i].part_mask` (`.box_mask`).", number, lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()),
+         "`study.test_set[i].part_mask` (`.box_mask`).", number,
+         lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()),
          kind="computation")
 
 
@@ -82,7 +83,7 @@ register("01.best_target",
          "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`: part mIoU, or "
          "box coverage on a dataset without parts)? (`str`; every target whose interval overlaps the leader's "
          "ties with it within noise and is accepted)",
-         "sort `coverage` by `miou`.", choice, lambda coverage: tied(coverage, "miou", "target"))
+         "sort `coverage` by `miou`.", choice, lambda coverage: set(leaders(coverage, "miou", name="target")))
 
 
 @register("01.abs_t5_sign",
@@ -112,7 +113,7 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
     signs = signs_near_edge(lo, hi) - {"undefined"}
     if not signs:
         raise ValueError("no image with a part (or informative box) patch: the difference is undefined")
-    return choice_of({letter[x] for x in signs}, "abc",
+    return Choice({letter[x] for x in signs}, "abc",
                       f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
                       f"paired over "
                       f"{int(diff.isfinite().sum())} images.")
@@ -140,7 +141,7 @@ _BASELINES = {"reference", "random", "random_map"}
            "name='condition', what='largest D')` says the same in words.", option)
 def _ex_d_leaders(D) -> Choice:
     first, *ties = leaders(D[~D["condition"].isin(_BASELINES)], "D_pp", name="condition")
-    return choice_of("b" if ties else "a", "ab", f"largest D: {first}; tied with it within noise: "
+    return Choice("b" if ties else "a", "ab", f"largest D: {first}; tied with it within noise: "
                                                   f"{', '.join(ties) or 'none'}.")
 
 
@@ -161,7 +162,7 @@ def _ex_mean_vs_interval(D) -> Choice:
     near = list(d.loc[by_mean, "condition"].astype(str))
     over = list(d.loc[by_mean & ~resolved_in_band(d), "condition"].astype(str))
     pick = "c" if not near else "b" if over else "a"
-    return choice_of(pick, "abc", f"at parity by the mean: {', '.join(near) or 'none'}; of these, not resolved by "
+    return Choice(pick, "abc", f"at parity by the mean: {', '.join(near) or 'none'}; of these, not resolved by "
                                    f"the interval: {', '.join(over) or 'none'}.")
 
 
@@ -186,17 +187,17 @@ def _ex_mean_vs_interval(D) -> Choice:
 def _ex_scorer_vs_control(vs_targets) -> Choice:
     rows = vs_targets[vs_targets["target"] == "T5"] if "target" in getattr(vs_targets, "columns", []) else []
     if len(rows) == 0:
-        return choice_of("e", "abcde", "vs_targets has no T5 scorer.")
+        return Choice("e", "abcde", "vs_targets has no T5 scorer.")
     r = rows.iloc[0]
     g, lo, hi = (float(r.get(c, math.nan)) for c in ("gain_over_control", "gain_over_control_lo",
                                                      "gain_over_control_hi"))
     sign = sign_of(lo, hi)
     if sign == "undefined":
-        return choice_of("e", "abcde", "there is no control to compare with.")
+        return Choice("e", "abcde", "there is no control to compare with.")
     tied = leaders(vs_targets, "scorer_miou", name="target")
     alone = tied == ["T5"] and float(r["target_miou"]) > float(r["control_miou"])
     pick = {"positive": "a" if alone else "b", "not resolved": "c", "negative": "d"}[sign]
-    return choice_of(pick, "abcde", f"T5's own top-k {float(r['target_miou']):.3f}, the T5 scorer "
+    return Choice(pick, "abcde", f"T5's own top-k {float(r['target_miou']):.3f}, the T5 scorer "
                                      f"{float(r['scorer_miou']):.3f}, the control {float(r['control_miou']):.3f}; "
                                      f"scorer − control {g:+.3f} [{lo:+.3f}, {hi:+.3f}]; the best scorers within "
                                      f"noise: {', '.join(tied)}.")
@@ -218,7 +219,7 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
 def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
     m, a, b, c = float(mean.loc["T5", "T3"]), float(lo.loc["T5", "T3"]), float(hi.loc["T5", "T3"]), PAPER_COSINE_MAX
     pick = "a" if -c <= a and b <= c else "b" if a > c or b < -c else "c"
-    return choice_of(pick, "abc", f"cos(T5, T3) = {m:.3f} [{a:.3f}, {b:.3f}] against ±{c}.")
+    return Choice(pick, "abc", f"cos(T5, T3) = {m:.3f} [{a:.3f}, {b:.3f}] against ±{c}.")
 
 
 @register("03.most_similar_pair",
@@ -231,7 +232,7 @@ def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     pairs = pd.DataFrame([dict(pair=f"{a}|{b}", v=float(mean.loc[a, b]), v_lo=float(lo.loc[a, b]),
                                v_hi=float(hi.loc[a, b]))
                           for i, a in enumerate(mean.index) for b in list(mean.columns)[i + 1:] if a != b])
-    return {frozenset(k.split("|")) for k in tied(pairs, "v", "pair")}
+    return {frozenset(k.split("|")) for k in leaders(pairs, "v", name="pair")}
 
 
 @register("03.hidden_vs_attention",
@@ -255,6 +256,6 @@ def _ex_hidden_vs_attention(hv) -> Choice:
     accepted = ({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}
     why = (f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
            f"(of {len(signs)} pairs).")
-    return choice_of(accepted, "abc", why)
+    return Choice(accepted, "abc", why)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 
 from ...analysis import recommend_deployment, share_falls
-from ._core import Choice, choice, choice_of, integer, number, option, register, resolved_in_band, sign_of, \
-    tied, two_backbones
+from ...results import leaders
+from ._core import Choice, choice, integer, number, option, register, resolved_in_band, sign_of, \
+    two_backbones
 
 
 # ---------------------------------------------------------------------------- 04 sweeps
@@ -52,7 +53,7 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
     r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
     falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
     pick = "a" if not falls else "c" if share_falls(r0, r1) else "b"
-    return choice_of(pick, "abc",
+    return Choice(pick, "abc",
                       f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
                       f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
                       f"{float(far['D_pp']):+.2f} [{float(far['D_pp_lo']):+.2f}, {float(far['D_pp_hi']):+.2f}] pp at "
@@ -63,7 +64,8 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
 register("05.best_backbone_T5",
          "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
          "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)",
-         "filter `D` to condition T5.", choice, lambda D: tied(D[D["condition"] == "T5"], "D_pp", "backbone"),
+         "filter `D` to condition T5.", choice,
+         lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")),
          applies=two_backbones)
 
 
@@ -88,7 +90,7 @@ def _ex_own_backbone_t5(D, study) -> Choice:
     lo, hi, status = float(r["D_pp_lo"]), float(r["D_pp_hi"]), str(r["status"])
     pick = ("b" if status == "outside band" or sign_of(lo, hi) == "negative" else
             "a" if sign_of(lo, hi) == "positive" and status == "in band" else "c")
-    return choice_of(pick, "abc", f"{r['backbone']}: D(T5) {float(r['D_pp']):+.2f} [{lo:+.2f}, {hi:+.2f}] pp, "
+    return Choice(pick, "abc", f"{r['backbone']}: D(T5) {float(r['D_pp']):+.2f} [{lo:+.2f}, {hi:+.2f}] pp, "
                                    f"band {status}.")
 
 
@@ -107,7 +109,7 @@ def _ex_spread_resolved(D) -> Choice:
     t5 = D[D["condition"] == "T5"].sort_values("D_pp")
     low, high = t5.iloc[0], t5.iloc[-1]
     apart = float(high["D_pp_lo"]) > float(low["D_pp_hi"])
-    return choice_of("a" if apart else "b", "ab",
+    return Choice("a" if apart else "b", "ab",
                       f"largest {high['backbone']} {float(high['D_pp']):+.2f} [{float(high['D_pp_lo']):+.2f}, "
                       f"{float(high['D_pp_hi']):+.2f}] pp, smallest {low['backbone']} {float(low['D_pp']):+.2f} "
                       f"[{float(low['D_pp_lo']):+.2f}, {float(low['D_pp_hi']):+.2f}] pp.")
@@ -119,7 +121,7 @@ register("06.best_separation",
          "perturbation tests (highest `neg_minus_pos`)? (`str`; every map whose interval overlaps the leader's "
          "ties with it within noise and is accepted)",
          "sort `res.perturbation` by `neg_minus_pos`.", choice,
-         lambda res: tied(res.perturbation, "neg_minus_pos", "target"))
+         lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
 
 register("06.pib_T0",
@@ -147,7 +149,7 @@ def _ex_patch_score_pib(pib) -> Choice:
     r = pib.set_index("ranking").loc["patch_score"]
     lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
     pick = "a" if lo > max(centre, area) else "b" if lo <= centre else "c"
-    return choice_of(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
+    return Choice(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
                                    f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
 
 
@@ -188,4 +190,4 @@ def _ex_decoupling_shown(verdict) -> Choice:
     winners, co = str(verdict.winners.get("reading")), str(verdict.comovement.get("reading"))
     two = winners == "different winners"
     accepted = {x for x, true in zip("abcd", (shown, not two, co == "move together", two and not shown)) if true}
-    return choice_of(accepted, "abcd", f"winners: {winners}; co-movement: {co}; decoupling shown: {shown}.")
+    return Choice(accepted, "abcd", f"winners: {winners}; co-movement: {co}; decoupling shown: {shown}.")
