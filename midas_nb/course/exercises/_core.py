@@ -19,6 +19,7 @@ import torch
 
 from ...metrics import decoupling_D, parity_band
 from ...metrics.stats import interval_sign as sign_of
+from ...results import format_ci
 
 
 # ------------------------------------------------------------------------------------ exercises
@@ -82,12 +83,14 @@ def register(name: str, prompt: str, hint: str, compare: Callable[[Any, Any], tu
              expected: Callable[..., Any] | None = None, applies: Callable[..., str | None] | None = None,
              kind: str = "look-up"):
     """Register exercise ``name`` whose answer ``expected(**needs)`` computes (its parameters name the
-    notebook objects it needs); without ``expected``, a decorator of that function."""
+    notebook objects it needs); without ``expected``, a decorator of that function. ``kind``: "reasoning" for
+    option letters, "computation" for a number, else as given."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} registered twice")
-        EXERCISES[name] = Exercise(name, prompt, hint, tuple(inspect.signature(fn).parameters), fn, compare,
-                                   applies, "reasoning" if compare is option else kind)
+        kinds = {option: "reasoning", number: "computation", integer: "computation"}
+        EXERCISES[name] = Exercise(name, prompt, hint, tuple(inspect.signature(fn).parameters), fn, compare, applies,
+                                   kinds.get(compare, kind))
         return fn
     return deco if expected is None else deco(expected)
 
@@ -123,22 +126,13 @@ def exercise_label(name: str) -> str:
 
 
 def show_exercise(name: str, **ctx: Any):
-    """The prompt of exercise ``name`` as Markdown, for a notebook cell that shows it only where
-    the run can answer it; elsewhere a one-line note says why it is left out (e.g. "needs ≥ 2
-    backbones; this run has one").
-
-    Returns:
-        :class:`IPython.display.Markdown` (the cell's last expression displays it; its plain
-        text, ``repr``, is the Markdown source rather than an object repr).
-
-    Raises:
-        KeyError: an unknown exercise or a missing context object.
-    """
+    """The prompt of exercise ``name`` as :class:`IPython.display.Markdown` (its plain text, ``repr``, is the
+    Markdown source), for a notebook cell that shows it only where the run can answer it; elsewhere a
+    one-line note says why it is left out (e.g. "needs ≥ 2 backbones; this run has one"). KeyError: an
+    unknown exercise or a missing context object."""
     from IPython.display import Markdown
 
-    class _Prompt(Markdown):
-        """Markdown whose plain text (``repr``) is its source, not an object repr."""
-
+    class _Prompt(Markdown):      # its plain text (repr) is the Markdown source, not an object repr
         def __repr__(self) -> str:
             return str(self.data)
 
@@ -163,18 +157,13 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
     Args:
         name: a registered exercise (:func:`list_exercises`), e.g. ``"01.best_target"``.
-        answer: the student's answer; ``None`` means "not answered yet": returns ``False``
-            without printing or raising, so an unanswered notebook runs, and its executed and
-            HTML editions show nothing under the question.
-        **ctx: the notebook objects the checker needs (``study=study``, ``maps=maps``, ...;
-            :attr:`Exercise.needs`).
+        answer: the student's answer; ``None`` ("not answered yet") returns ``False`` silently, so an
+            unanswered notebook runs and its executed and HTML editions show nothing under the question.
+        **ctx: the notebook objects the checker needs (:attr:`Exercise.needs`: ``study=study``, ...).
 
-    Returns:
-        ``True`` when the answer matches the expected one (numbers to the printed
-        :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader).
-
-    Raises:
-        KeyError: for an unknown exercise name (a typo in the notebook, not a wrong answer).
+    Returns ``True`` when the answer matches the expected one (numbers to the printed
+    :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader); KeyError
+    for an unknown exercise name (a typo in the notebook, not a wrong answer).
     """
     ex = _get(name)
     if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
@@ -194,14 +183,10 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
 
 def check_solution(name: str, answer: Any, **ctx: Any) -> None:
-    """Verify a reference solution against the checker of exercise ``name``, silently.
-
-    The cells tagged ``solution`` call this instead of :func:`check_exercise`, so that a run
-    still proves every reference solution right while the executed notebook and its HTML
-    edition do not print the answer under the question.
-
-    An exercise that cannot be asked of this run (:func:`not_applicable`, e.g. one backbone
-    where it needs several) has nothing to verify: the call returns silently, whatever ``answer``.
+    """Verify a reference solution against the checker of exercise ``name``, silently: the cells tagged
+    ``solution`` call this instead of :func:`check_exercise`, so a run proves every reference solution right
+    while the executed notebook and its HTML edition do not print the answer under the question. An exercise
+    not asked of this run (:func:`not_applicable`) has nothing to verify: it returns silently.
 
     Raises:
         AssertionError: the solution disagrees with the checker (the message says how).
@@ -227,10 +212,10 @@ def _item(answer: Any) -> Any:
 
 def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
     answer = _item(answer)
-    if isinstance(answer, torch.Tensor):
-        return False, f"expected one number, got a tensor of shape {tuple(answer.shape)}."
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) and not hasattr(answer, "__float__"):
-        return False, f"expected a number, got {type(answer).__name__}."
+    number_like = isinstance(answer, (int, float)) or hasattr(answer, "__float__")
+    if isinstance(answer, (bool, torch.Tensor)) or not number_like:
+        shape = f" of shape {tuple(answer.shape)}" if isinstance(answer, torch.Tensor) else ""
+        return False, f"expected one number, got {type(answer).__name__}{shape}."
     a = float(answer)
     if math.isnan(expected):
         return (math.isnan(a), "the expected value is undefined (NaN) on this run.")
@@ -282,6 +267,11 @@ def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     the signs of the interval widened and narrowed by that much."""
     w = slack * max(hi - lo, 0.0)
     return {sign_of(lo, hi), sign_of(lo - w, hi + w), sign_of(lo + w, hi - w)}
+
+
+def d_pp(r) -> str:
+    """A row's D with its interval, ``"+1.33 [+0.20, +2.40] pp"`` (:func:`midas_nb.results.format_ci`)."""
+    return format_ci(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], "+.2f") + " pp"
 
 
 def two_backbones(D) -> str | None:

@@ -22,7 +22,7 @@ register("00.keep_count",
          "At budget **b = 10 %**, how many patch tokens does the pruned model keep on this study's "
          "patch grid? (`int`)",
          "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
-         lambda study: keep_count(0.10, math.prod(study.grid)), kind="computation")
+         lambda study: keep_count(0.10, math.prod(study.grid)))
 
 
 register("00.iou_ceiling",
@@ -30,7 +30,7 @@ register("00.iou_ceiling",
          "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above, with `f` the share of "
          "part patches in `batch.part_mask`: 0 on a dataset without part keypoints, and so is the ceiling)",
          "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
-         lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10), kind="computation")
+         lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
 
 
 @register("00.ceiling_what_if",
@@ -49,8 +49,7 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
     c = {b: _ceiling(f, b) for b in (0.10, 0.50)}
     pick = "a" if c[0.50] > c[0.10] + 1e-12 else "b" if c[0.50] < c[0.10] - 1e-12 else "c"
     return Choice(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
-                                   f"b = 50 %. Part mIoU and box coverage are read against this ceiling, "
-                                   f"not against 1.")
+                               f"b = 50 %. Part mIoU and box coverage are read against this ceiling, not against 1.")
 
 
 # --------------------------------------------------------------------------- 01 targets
@@ -75,8 +74,7 @@ register("01.abs_t5_miou",
          "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
          "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
          "`study.test_set[i].part_mask` (`.box_mask`).", number,
-         lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()),
-         kind="computation")
+         lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
 
 
 register("01.best_target",
@@ -114,9 +112,8 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
     if not signs:
         raise ValueError("no image with a part (or informative box) patch: the difference is undefined")
     return Choice({letter[x] for x in signs}, "abc",
-                      f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
-                      f"paired over "
-                      f"{int(diff.isfinite().sum())} images.")
+                  f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
+                  f"paired over {int(diff.isfinite().sum())} images.")
 
 
 # -------------------------------------------------------------------------- 02 protocol
@@ -124,7 +121,7 @@ register("02.D_T5",
          "Compute **D(T5)** yourself from `table`: 100 × (mean mIoU of T5 − mean mIoU of the "
          "reference), in percentage points. (`float`; to the 3 decimals `D` prints, or more)",
          "`table.groupby('condition')['miou'].mean()`.", number,
-         lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]), kind="computation")
+         lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
 
 
 _BASELINES = {"reference", "random", "random_map"}
@@ -142,7 +139,7 @@ _BASELINES = {"reference", "random", "random_map"}
 def _ex_d_leaders(D) -> Choice:
     first, *ties = leaders(D[~D["condition"].isin(_BASELINES)], "D_pp", name="condition")
     return Choice("b" if ties else "a", "ab", f"largest D: {first}; tied with it within noise: "
-                                                  f"{', '.join(ties) or 'none'}.")
+                                              f"{', '.join(ties) or 'none'}.")
 
 
 @register("02.mean_vs_interval",
@@ -163,7 +160,7 @@ def _ex_mean_vs_interval(D) -> Choice:
     over = list(d.loc[by_mean & ~resolved_in_band(d), "condition"].astype(str))
     pick = "c" if not near else "b" if over else "a"
     return Choice(pick, "abc", f"at parity by the mean: {', '.join(near) or 'none'}; of these, not resolved by "
-                                   f"the interval: {', '.join(over) or 'none'}.")
+                               f"the interval: {', '.join(over) or 'none'}.")
 
 
 @register("02.scorer_vs_control",
@@ -189,8 +186,7 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
     if len(rows) == 0:
         return Choice("e", "abcde", "vs_targets has no T5 scorer.")
     r = rows.iloc[0]
-    g, lo, hi = (float(r.get(c, math.nan)) for c in ("gain_over_control", "gain_over_control_lo",
-                                                     "gain_over_control_hi"))
+    g, lo, hi = (float(r.get(f"gain_over_control{x}", math.nan)) for x in ("", "_lo", "_hi"))
     sign = sign_of(lo, hi)
     if sign == "undefined":
         return Choice("e", "abcde", "there is no control to compare with.")
@@ -198,9 +194,9 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
     alone = tied == ["T5"] and float(r["target_miou"]) > float(r["control_miou"])
     pick = {"positive": "a" if alone else "b", "not resolved": "c", "negative": "d"}[sign]
     return Choice(pick, "abcde", f"T5's own top-k {float(r['target_miou']):.3f}, the T5 scorer "
-                                     f"{float(r['scorer_miou']):.3f}, the control {float(r['control_miou']):.3f}; "
-                                     f"scorer − control {g:+.3f} [{lo:+.3f}, {hi:+.3f}]; the best scorers within "
-                                     f"noise: {', '.join(tied)}.")
+                                 f"{float(r['scorer_miou']):.3f}, the control {float(r['control_miou']):.3f}; "
+                                 f"scorer − control {g:+.3f} [{lo:+.3f}, {hi:+.3f}]; the best scorers within "
+                                 f"noise: {', '.join(tied)}.")
 
 
 # ---------------------------------------------------------------------------- 03 probes
@@ -249,13 +245,10 @@ def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
            "related, but reversed, not independent.",
            "compare `lo` and `hi` of each row of `hv` with 0.", option)
 def _ex_hidden_vs_attention(hv) -> Choice:
-    signs = {(str(r["hidden"]), str(r["attention"])): sign_of(float(r["lo"]), float(r["hi"]))
-             for _, r in hv.iterrows()}
-    pos = [f"{a}–{b}" for (a, b), x in signs.items() if x == "positive"]
-    neg = [f"{a}–{b}" for (a, b), x in signs.items() if x == "negative"]
-    accepted = ({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}
-    why = (f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
-           f"(of {len(signs)} pairs).")
-    return Choice(accepted, "abc", why)
+    signs = [(f"{r['hidden']}–{r['attention']}", sign_of(float(r["lo"]), float(r["hi"]))) for _, r in hv.iterrows()]
+    pos, neg = ([name for name, x in signs if x == want] for want in ("positive", "negative"))
+    return Choice(({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}, "abc",
+                  f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
+                  f"(of {len(signs)} pairs).")
 
 

@@ -5,8 +5,8 @@ import math
 
 from ...analysis import recommend_deployment, share_falls
 from ...results import leaders
-from ._core import Choice, choice, integer, number, option, register, resolved_in_band, sign_of, \
-    two_backbones
+from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of,
+                    two_backbones)
 
 
 # ---------------------------------------------------------------------------- 04 sweeps
@@ -15,7 +15,7 @@ register("04.T5_cells_in_band",
          "band rule: `metrics.band_rule()`)? A *not resolved* cell does not count; an *uninformative* one counts "
          "by its interval. (`int`)",
          "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
-         integer, lambda D: int(resolved_in_band(D[D["condition"] == "T5"]).sum()), kind="computation")
+         integer, lambda D: int(resolved_in_band(D[D["condition"] == "T5"]).sum()))
 
 
 def _t5_budget_ends(mine, study):
@@ -53,11 +53,9 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
     r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
     falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
     pick = "a" if not falls else "c" if share_falls(r0, r1) else "b"
-    return Choice(pick, "abc",
-                      f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
-                      f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
-                      f"{float(far['D_pp']):+.2f} [{float(far['D_pp_lo']):+.2f}, {float(far['D_pp_hi']):+.2f}] pp at "
-                      f"b = {float(far['budget']):.0%}; ceiling {c0:.2f} → {c1:.2f}, share of it {r0:+.2f} → {r1:+.2f}.")
+    return Choice(pick, "abc", f"at L = {L0}: D(T5) {d_pp(near)} at b = {float(near['budget']):.0%}, "
+                               f"{d_pp(far)} at b = {float(far['budget']):.0%}; ceiling {c0:.2f} → {c1:.2f}, "
+                               f"share of it {r0:+.2f} → {r1:+.2f}.")
 
 
 # ----------------------------------------------------------------------------- 05 scale
@@ -90,8 +88,7 @@ def _ex_own_backbone_t5(D, study) -> Choice:
     lo, hi, status = float(r["D_pp_lo"]), float(r["D_pp_hi"]), str(r["status"])
     pick = ("b" if status == "outside band" or sign_of(lo, hi) == "negative" else
             "a" if sign_of(lo, hi) == "positive" and status == "in band" else "c")
-    return Choice(pick, "abc", f"{r['backbone']}: D(T5) {float(r['D_pp']):+.2f} [{lo:+.2f}, {hi:+.2f}] pp, "
-                                   f"band {status}.")
+    return Choice(pick, "abc", f"{r['backbone']}: D(T5) {d_pp(r)}, band {status}.")
 
 
 @register("05.spread_resolved",
@@ -109,10 +106,8 @@ def _ex_spread_resolved(D) -> Choice:
     t5 = D[D["condition"] == "T5"].sort_values("D_pp")
     low, high = t5.iloc[0], t5.iloc[-1]
     apart = float(high["D_pp_lo"]) > float(low["D_pp_hi"])
-    return Choice("a" if apart else "b", "ab",
-                      f"largest {high['backbone']} {float(high['D_pp']):+.2f} [{float(high['D_pp_lo']):+.2f}, "
-                      f"{float(high['D_pp_hi']):+.2f}] pp, smallest {low['backbone']} {float(low['D_pp']):+.2f} "
-                      f"[{float(low['D_pp_lo']):+.2f}, {float(low['D_pp_hi']):+.2f}] pp.")
+    return Choice("a" if apart else "b", "ab", f"largest {high['backbone']} {d_pp(high)}, smallest {low['backbone']} "
+                                               f"{d_pp(low)}.")
 
 
 # --------------------------------------------------------------------------- 06 related
@@ -130,7 +125,7 @@ register("06.pib_T0",
          "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
          "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
          "and `study.test_set[i].box_mask`.",
-         number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]), kind="computation")
+         number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
 
 
 @register("06.patch_score_pib",
@@ -150,7 +145,7 @@ def _ex_patch_score_pib(pib) -> Choice:
     lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
     pick = "a" if lo > max(centre, area) else "b" if lo <= centre else "c"
     return Choice(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
-                                   f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
+                               f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
 
 
 # ---------------------------------------------------------------------------- 07 deploy
