@@ -242,7 +242,10 @@ def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
 
 
 def pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
-    a = frozenset(str(x).lower() for x in answer) if not isinstance(answer, str) and hasattr(answer, "__iter__") else ()
+    try:
+        a = frozenset() if isinstance(answer, str) else frozenset(str(x).lower() for x in answer)
+    except TypeError:       # not a collection (a number, a 0-d tensor)
+        a = frozenset()
     if len(a) != 2:
         return False, f"expected two different target names, e.g. ('T0', 'T1'), got {answer!r}."
     ok = a in {frozenset(x.lower() for x in p) for p in accepted}
@@ -281,11 +284,10 @@ def two_backbones(D) -> str | None:
 
 
 def resolved_in_band(D, band: float | None = None) -> Any:
-    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
-    whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
-    row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
-    is never inside. Computed here from the interval columns, independently of
-    ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
+    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the whole paired
+    ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a row has no interval; a row
+    whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined") is never inside. Computed from the interval
+    columns, independently of ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band is inside)."""
     def col(c):
         return D[c].astype(float) if c in D.columns else D["delta_idauc"].astype(float) * math.nan
     lo, point = col("delta_idauc_lo"), col("delta_idauc")

@@ -225,8 +225,7 @@ def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
            "`mean.stack()` lists (row, column, value); skip pairs of a target with itself.", pair)
 def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     import pandas as pd
-    pairs = pd.DataFrame([dict(pair=f"{a}|{b}", v=float(mean.loc[a, b]), v_lo=float(lo.loc[a, b]),
-                               v_hi=float(hi.loc[a, b]))
+    pairs = pd.DataFrame([dict(pair=f"{a}|{b}", v=mean.loc[a, b], v_lo=lo.loc[a, b], v_hi=hi.loc[a, b])
                           for i, a in enumerate(mean.index) for b in list(mean.columns)[i + 1:] if a != b])
     return {frozenset(k.split("|")) for k in leaders(pairs, "v", name="pair")}
 

@@ -24,8 +24,7 @@ def _t5_budget_ends(mine, study):
 
 
 def _two_budgets(mine, ceiling, study) -> str | None:
-    g, L0 = _t5_budget_ends(mine, study)
-    n = g["budget"].nunique()
+    n, L0 = _t5_budget_ends(mine, study)[0]["budget"].nunique(), study.settings.point.depth
     return None if n >= 2 else f"needs T5 at ≥ 2 budgets at the study's depth L = {L0}; this run has {n}"
 
 
