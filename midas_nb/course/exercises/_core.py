@@ -2,7 +2,7 @@
 :mod:`.late` for 04–07), the comparisons and the helpers they share.
 
 Three kinds of exercise (:attr:`Exercise.kind`): a *look-up* (a name the notebook shows), a *computation*
-(a number computed from the notebook's objects) and *reasoning* — why / what-if / predict-then-check
+(a number or name worked out from the objects) and *reasoning* — why / what-if / predict-then-check
 questions answered with an option letter (:class:`Choice`): fixed statements about the science whose
 true one is computed from this run's objects. A number is accepted to the precision the notebooks print
 (:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied with the leader within
