@@ -1,14 +1,11 @@
 """Course edition of the notebooks (decision 0022): exercise checkers (:mod:`.exercises`), solution
 stripping and the static HTML edition (:mod:`.publish`).
 
-Each notebook ends with 2–4 exercises named ``"NN.short_name"``; a student's cell calls
-``check_exercise(name, answer, study=study, ...)`` (silent while ``answer`` is ``None``), whose
-checker computes the expected answer from objects the notebook already built. The reference
-solutions sit in cells tagged ``solution`` that call the silent ``check_solution(...)``;
-``show_exercise(name, ...)`` shows a prompt only where the run can answer it.
-:func:`strip_solutions` (``midas-nb strip-solutions``) removes the solution cells for students;
-:func:`export_html` (``midas-nb export-html``) turns a run's executed notebooks into a static HTML
-edition with a contents page and previous/next links.
+Each notebook ends with 2–4 exercises named ``"NN.short_name"``: a student's cell calls
+``check_exercise(name, answer, study=study, ...)`` (silent while ``answer`` is ``None``); the reference
+solutions, in cells tagged ``solution``, call the silent ``check_solution(...)``; ``show_exercise`` shows
+a prompt only where the run can answer it. :func:`strip_solutions` (``midas-nb strip-solutions``) removes
+the solution cells; :func:`export_html` (``midas-nb export-html``) makes a static HTML edition of a run.
 """
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-html``)."""
 from __future__ import annotations
 
-import contextlib
 import datetime
 import html
 import json
@@ -16,7 +15,7 @@ import nbformat
 
 from ..config import project_root
 from ..identity import atomic_write_text
-from ..runs import notebook_states, scoped_environ
+from ..runs import notebook_states
 
 SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -27,14 +26,6 @@ _NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1
 #: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
 #: edition's contents page shows
 _HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decoupling) — .*(?:\n\|.*)*", re.M)
-
-
-def _collapse_solutions(nb: Any) -> None:
-    """Each solution cell becomes a closed ``<details>`` block (its code, no output), so a page
-    shows the solution only to a reader who opens it, as the notebook's text promises."""
-    nb.cells = [nbformat.v4.new_markdown_cell(f"<details><summary>Reference solution (click to expand)</summary>\n"
-                                              f"<pre><code>{html.escape(c.source)}</code></pre>\n</details>")
-                if _is_solution(c) else c for c in nb.cells]
 
 
 def _run_header(input_dir: Path, pages: list, out: Path) -> str:
@@ -50,14 +41,12 @@ def _run_header(input_dir: Path, pages: list, out: Path) -> str:
                     f"<code>{html.escape(str(st.get('profile', '?')))}</code>; data: {html.escape(str(data))}.")
     except (OSError, ValueError, KeyError, TypeError):
         bits.append("No run manifest (run.json) in this directory: run id and date unknown.")
-    for _, nb, _, _ in pages:
-        texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-        hit = next((m.group(0) for t in texts for m in [_HEADLINE.search(t)] if m), None)
-        if hit:
-            head, _, claims = hit.partition("\n")
-            bits.append(f"<strong>Headline:</strong> {html.escape(head)}"
-                        + (f"</p>\n<pre>{html.escape(claims)}</pre><p>" if claims else ""))
-            break
+    hit = next((m.group(0) for _, nb, _, _ in pages for c in nb.cells if c.cell_type == "code"
+                for o in c.get("outputs", []) for m in [_HEADLINE.search(o.get("text", ""))] if m), None)
+    if hit:
+        head, _, claims = hit.partition("\n")
+        bits.append(f"<strong>Headline:</strong> {html.escape(head)}"
+                    + (f"</p>\n<pre>{html.escape(claims)}</pre><p>" if claims else ""))
     # a run's report: <run>/report; a run over several datasets: <run>/<dataset>/ beside <run>/report
     report = next((r for r in (input_dir / "report" / "REPORT.md", input_dir.parent / "report" / "REPORT.md")
                    if r.is_file()), None)
@@ -83,19 +72,14 @@ def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool
             ``*_student.ipynb`` suffix, so the ``NN_*.ipynb`` list of ``midas-nb run`` never picks it up).
         force: replace another file at ``out`` that differs from what is written (a student's edited copy).
 
-    Returns:
-        The number of removed cells.
-
-    Raises:
-        FileNotFoundError: when ``path`` does not exist.
-        FileExistsError: ``out`` is another file, which differs from the stripped notebook (not ``force``).
+    Returns the number of removed cells. Raises FileNotFoundError where ``path`` does not exist,
+    FileExistsError where ``out`` is another file that differs from the stripped notebook (not ``force``).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
     nb = nbformat.read(str(path), as_version=4)
-    before = len(nb.cells)
-    nb.cells = [c for c in nb.cells if not _is_solution(c)]
+    before, nb.cells = len(nb.cells), [c for c in nb.cells if not _is_solution(c)]
     target = path.parent / "student" / path.name if out is None else Path(out)
     target = target / path.name if target.is_dir() else target
     nbformat.validate(nb)
@@ -114,22 +98,11 @@ def _title(nb, default: str) -> str:
                  for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), default)
 
 
-def _is_executed(nb) -> bool:
-    return any(c.cell_type == "code" and (c.get("execution_count") is not None or c.get("outputs"))
-               for c in nb.cells)
-
-
 def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
     return (f'<nav class="midas-nav {where}"><a class="midas-contents" href="index.html">Contents</a>'
             + (f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>' if prev else "")
             + (f'<a class="midas-next" rel="next" href="{nxt[0]}">{html.escape(nxt[1])} →</a>' if nxt else "")
             + "</nav>")
-
-
-def _first_error(nb: Any) -> str:
-    """``"<ename>: <evalue>"`` of the first error output of an executed notebook, else ``""``."""
-    return next((f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip() for c in nb.cells
-                 if c.get("cell_type") == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"), "")
 
 
 def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
@@ -145,26 +118,21 @@ def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
 
 
 def _lab_exporter(exporter_class: type) -> Any:
-    """nbconvert's HTML exporter with its lab template. Where the Jupyter data paths miss the template
-    (a virtual environment reusing another environment's nbconvert: the paths follow the prefix), the
-    folder nbconvert's own distribution installed it to is added to ``JUPYTER_PATH`` while the exporter
-    is built; FileNotFoundError, naming that folder, when it is not there either."""
+    """nbconvert's HTML exporter with its lab template, also where the Jupyter data paths miss the template (a
+    virtual environment reusing another environment's nbconvert: the paths follow the prefix): the folder
+    nbconvert's own distribution installed it to is one of nbconvert's ``extra_template_basedirs``;
+    FileNotFoundError, naming the folders, when the template is not there either."""
+    found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
+    extra = {"extra_template_basedirs": [str(found / "nbconvert" / "templates")]} if found is not None else {}
     try:
-        return exporter_class(template_name="lab", embed_images=True)
+        return exporter_class(template_name="lab", embed_images=True, **extra)
     except ValueError as e:
         if "No template sub-directory" not in str(e):
             raise
     from jupyter_core.paths import jupyter_path
-
-    found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
-    if found is not None:
-        extra = os.pathsep.join(p for p in (str(found), os.environ.get("JUPYTER_PATH", "")) if p)
-        with scoped_environ(JUPYTER_PATH=extra), contextlib.suppress(ValueError):
-            return exporter_class(template_name="lab", embed_images=True)
-    fix = (f"add {found} to JUPYTER_PATH (export JUPYTER_PATH={found})" if found is not None
-           else "reinstall nbconvert in this environment (pip install --force-reinstall nbconvert)")
     raise FileNotFoundError(f"nbconvert's 'lab' HTML template is not in the Jupyter data paths "
-                            f"({', '.join(jupyter_path())}); {fix}")
+                            f"({', '.join(jupyter_path())}){f' nor in {found}' if found else ''}; reinstall "
+                            f"nbconvert in this environment (pip install --force-reinstall nbconvert)")
 
 
 def _alt_texts(nb: Any, body: str) -> str:
@@ -185,11 +153,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                 strip_solutions: bool = False) -> Path:
     """Static HTML edition of a run's executed notebooks; returns the contents page.
 
-    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's ``HTMLExporter``, lab
-    template; figures are the notebooks' inline PNG outputs and stay embedded as data URIs,
-    Markdown images are embedded too), in file-name order, each with "Contents / previous /
-    next" links at the top and bottom, plus ``index.html`` listing the notebooks in order by
-    title (the first Markdown heading). Notebooks with no executed code cell are skipped
+    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's lab template, figures and
+    Markdown images embedded as data URIs), in file-name order, each with "Contents / previous /
+    next" links at the top and bottom, plus ``index.html`` listing the notebooks by title (the
+    first Markdown heading). Notebooks with no executed code cell are skipped
     with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
     on the contents page, with a warning. A notebook the run manifest (``run.json``,
     :func:`midas_nb.runs.notebook_states`) reports as stale — an older copy the latest run
@@ -205,7 +172,6 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
     """
     from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
 
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
@@ -215,10 +181,12 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     pages: list[tuple[Path, Any, str, str]] = []
     for p in paths:
         nb = nbformat.read(str(p), as_version=4)
-        if not _is_executed(nb):
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        if not any(c.get("execution_count") is not None or c.get("outputs") for c in code):
             warnings.warn(f"{p.name} has no executed code cell; left out of the HTML edition", stacklevel=2)
             continue
-        failed = _first_error(nb)
+        failed = next((f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip() for c in code
+                       for o in c.get("outputs", []) if o.get("output_type") == "error"), "")   # the first error
         if failed:
             warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
                           f"in the HTML edition", stacklevel=2)
@@ -233,14 +201,13 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
             "and export its directory (runs/quick)" if source else f"run `midas-nb run --output {input_dir}` first"))
     out.mkdir(parents=True, exist_ok=True)
     exporter = _lab_exporter(HTMLExporter)
-    if strip_solutions:
-        exporter.register_preprocessor(TagRemovePreprocessor(remove_cell_tags={SOLUTION_TAG}, enabled=True),
-                                       enabled=True)
     links = [(p.stem + ".html", title) for p, _, title, _ in pages]
     header = _run_header(input_dir, pages, out)
     for i, (p, nb, title, _) in enumerate(pages):
-        if not strip_solutions:
-            _collapse_solutions(nb)
+        # each solution left out, or a closed <details> block (its code, no output), as the notebook's text says
+        nb.cells = [nbformat.v4.new_markdown_cell(f"<details><summary>Reference solution (click to expand)</summary>\n"
+                                                  f"<pre><code>{html.escape(c.source)}</code></pre>\n</details>")
+                    if _is_solution(c) else c for c in nb.cells if not (strip_solutions and _is_solution(c))]
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev, nxt = links[i - 1] if i > 0 else None, links[i + 1] if i + 1 < len(links) else None
         banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'

@@ -1,27 +1,25 @@
-"""The registry and checking of the course's exercises (each notebook's 2–4, registered by
-:mod:`.early` for notebooks 00–03 and :mod:`.late` for 04–07), the comparisons and the helpers they share.
+"""The registry and checking of the course's exercises (registered by :mod:`.early` for notebooks 00–03 and
+:mod:`.late` for 04–07), the comparisons and the helpers they share.
 
-Three kinds of exercise (:attr:`Exercise.kind`): a *look-up* (a name or number the notebook shows), a
-*computation* (a number, a list, computed from the notebook's objects) and *reasoning* — why /
-what-if / predict-then-check questions answered with an option letter (:class:`Choice`), whose
-options are fixed statements about the science and whose true statement is computed from this run's
-objects, so the right letter can differ from run to run. A number is accepted to the precision the
-notebooks print it (:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied
-with the leader within noise (:func:`midas_nb.results.leaders`: intervals that overlap the
-leader's). An exercise whose question needs something a run may lack (several backbones, two
-budgets) has an ``applies`` test: where it fails, the notebook shows a note instead of the prompt
-(:func:`show_exercise`) and the checker says why it cannot be checked."""
+Three kinds of exercise (:attr:`Exercise.kind`): a *look-up* (a name the notebook shows), a *computation*
+(a number or name worked out from the objects) and *reasoning* — why / what-if / predict-then-check
+questions answered with an option letter (:class:`Choice`): fixed statements about the science whose
+true one is computed from this run's objects. A number is accepted to the precision the notebooks print
+(:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied with the leader within
+noise (:func:`midas_nb.results.leaders`). An exercise a run may be unable to ask (one backbone, one
+budget) has an ``applies`` test: where it fails, :func:`show_exercise` shows a note instead of the prompt."""
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 
 from ...metrics import decoupling_D, parity_band
 from ...metrics.stats import interval_sign as sign_of
-from ...results import leaders
+from ...results import format_ci
 
 
 # ------------------------------------------------------------------------------------ exercises
@@ -33,8 +31,8 @@ class Exercise:
         name: ``"NN.short_name"``; ``NN`` is the notebook's two-digit number.
         prompt: the question, as shown in the notebook (Markdown).
         hint: shown when an answer is wrong.
-        needs: keyword arguments the checker reads (objects the notebook already built).
-        expected: ``expected(**ctx)`` → the expected answer.
+        needs: keyword arguments the checker reads (objects the notebook already built): the
+            parameters of ``expected``, ``expected(**ctx)`` → the expected answer.
         compare: ``compare(answer, expected)`` → ``(ok, message)``.
         applies: ``applies(**ctx)`` → ``None`` when the exercise can be asked of this run, else
             the reason it cannot (e.g. "needs ≥ 2 backbones; this run has one"); ``None``: always.
@@ -62,7 +60,8 @@ class Choice:
 
     Attributes:
         accepted: the option letters whose statement is true on this run (several where
-            statements overlap or an interval sits on the edge; any of them is accepted).
+            statements overlap or an interval sits on the edge; any of them is accepted): one
+            letter or several, stored as a frozenset; ValueError where none or one not in ``options``.
         options: every option letter of the question (``"abc"``).
         why: this run's numbers behind the answer, printed with a right answer.
     """
@@ -71,21 +70,29 @@ class Choice:
     options: str
     why: str
 
+    def __post_init__(self):
+        object.__setattr__(self, "accepted", frozenset(self.accepted))
+        if not self.accepted or not self.accepted <= set(self.options):
+            raise ValueError(f"the accepted options {sorted(self.accepted)} are not among {self.options!r}")
+
 
 EXERCISES: dict[str, Exercise] = {}
 
 
-def register(name: str, prompt: str, hint: str, needs: Iterable[str],
-              compare: Callable[[Any, Any], tuple[bool, str]],
-              applies: Callable[..., str | None] | None = None, kind: str = "look-up"):
-    kind = "reasoning" if compare is option else kind
-
+def register(name: str, prompt: str, hint: str, compare: Callable[[Any, Any], tuple[bool, str]],
+             expected: Callable[..., Any] | None = None, applies: Callable[..., str | None] | None = None,
+             kind: str = "look-up"):
+    """Register exercise ``name`` whose answer ``expected(**needs)`` computes (its parameters name the
+    notebook objects it needs); without ``expected``, a decorator of that function. ``kind``: "reasoning" for
+    option letters, "computation" for a number, else as given."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} registered twice")
-        EXERCISES[name] = Exercise(name, prompt, hint, tuple(needs), fn, compare, applies, kind)
+        kinds = {option: "reasoning", number: "computation", integer: "computation"}
+        EXERCISES[name] = Exercise(name, prompt, hint, tuple(inspect.signature(fn).parameters), fn, compare, applies,
+                                   kinds.get(compare, kind))
         return fn
-    return deco
+    return deco if expected is None else deco(expected)
 
 
 def list_exercises(notebook: str | None = None) -> list[str]:
@@ -99,8 +106,7 @@ def expected_answer(name: str, **ctx: Any) -> Any:
     Raises:
         KeyError: for an unknown exercise or a missing context object.
     """
-    ex = _get(name, ctx)
-    why_not = not_applicable(name, **ctx)
+    ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
     return ex.expected(**{k: ctx[k] for k in ex.needs})
@@ -110,9 +116,7 @@ def not_applicable(name: str, **ctx: Any) -> str | None:
     """Why exercise ``name`` cannot be asked of this run (``ctx``: the objects it needs), or
     ``None`` when it can (always, for an exercise without an ``applies`` test)."""
     ex = _get(name)
-    if ex.applies is None:
-        return None
-    return ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
+    return None if ex.applies is None else ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
 
 
 def exercise_label(name: str) -> str:
@@ -122,27 +126,17 @@ def exercise_label(name: str) -> str:
 
 
 def show_exercise(name: str, **ctx: Any):
-    """The prompt of exercise ``name`` as Markdown, for a notebook cell that shows it only where
-    the run can answer it; elsewhere a one-line note says why it is left out (e.g. "needs ≥ 2
-    backbones; this run has one").
-
-    Returns:
-        :class:`IPython.display.Markdown` (the cell's last expression displays it; its plain
-        text, ``repr``, is the Markdown source rather than an object repr).
-
-    Raises:
-        KeyError: an unknown exercise or a missing context object.
-    """
+    """The prompt of exercise ``name`` as :class:`IPython.display.Markdown` (its plain text, ``repr``, is the
+    Markdown source), for a notebook cell that shows it only where the run can answer it; elsewhere a
+    one-line note says why it is left out (e.g. "needs ≥ 2 backbones; this run has one"). KeyError: an
+    unknown exercise or a missing context object."""
     from IPython.display import Markdown
 
-    class _Prompt(Markdown):
-        """Markdown whose plain text (``repr``) is its source, not an object repr."""
-
+    class _Prompt(Markdown):      # its plain text (repr) is the Markdown source, not an object repr
         def __repr__(self) -> str:
             return str(self.data)
 
-    ex = _get(name, ctx)
-    why_not = not_applicable(name, **ctx)
+    ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     head = f"**Exercise {exercise_label(name)}** (`{name}`)."
     return _Prompt(f"{head} *Not asked on this run: it {why_not}.*" if why_not else f"{head} {ex.prompt}")
 
@@ -163,61 +157,45 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
     Args:
         name: a registered exercise (:func:`list_exercises`), e.g. ``"01.best_target"``.
-        answer: the student's answer; ``None`` means "not answered yet": returns ``False``
-            without printing or raising, so an unanswered notebook runs, and its executed and
-            HTML editions show nothing under the question.
-        **ctx: the notebook objects the checker needs (``study=study``, ``maps=maps``, ...;
-            :attr:`Exercise.needs`).
+        answer: the student's answer; ``None`` ("not answered yet") returns ``False`` silently, so an
+            unanswered notebook runs and its executed and HTML editions show nothing under the question.
+        **ctx: the notebook objects the checker needs (:attr:`Exercise.needs`: ``study=study``, ...).
 
-    Returns:
-        ``True`` when the answer matches the expected one (numbers to the printed
-        :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader).
-
-    Raises:
-        KeyError: for an unknown exercise name (a typo in the notebook, not a wrong answer).
+    Returns ``True`` when the answer matches the expected one (numbers to the printed
+    :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader); KeyError
+    for an unknown exercise name (a typo in the notebook, not a wrong answer).
     """
     ex = _get(name)
     if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
         return False
     try:
         expected = expected_answer(name, **ctx)
-    except KeyError as e:
-        print(f"✗ {name}: cannot check — {e.args[0]}")
-        return False
-    except NotApplicable as e:
-        print(f"✗ {name}: not asked on this run — it {e.args[0]}; there is nothing to check.")
+    except (KeyError, NotApplicable) as e:
+        print(f"✗ {name}: cannot check — {e.args[0]}" if isinstance(e, KeyError) else
+              f"✗ {name}: not asked on this run — it {e.args[0]}; there is nothing to check.")
         return False
     try:
         ok, why = ex.compare(answer, expected)
     except (TypeError, ValueError, RuntimeError) as e:
         ok, why = False, f"could not compare your answer ({type(e).__name__}: {e})"
-    if ok:
-        print(f"✓ {name}: correct. {why}".rstrip())
-    else:
-        print(f"✗ {name}: {why} Hint: {ex.hint}")
+    print(f"✓ {name}: correct. {why}".rstrip() if ok else f"✗ {name}: {why} Hint: {ex.hint}")
     return bool(ok)
 
 
 def check_solution(name: str, answer: Any, **ctx: Any) -> None:
-    """Verify a reference solution against the checker of exercise ``name``, silently.
-
-    The cells tagged ``solution`` call this instead of :func:`check_exercise`, so that a run
-    still proves every reference solution right while the executed notebook and its HTML
-    edition do not print the answer under the question.
-
-    An exercise that cannot be asked of this run (:func:`not_applicable`, e.g. one backbone
-    where it needs several) has nothing to verify: the call returns silently, whatever ``answer``.
+    """Verify a reference solution against the checker of exercise ``name``, silently: the cells tagged
+    ``solution`` call this instead of :func:`check_exercise`, so a run proves every reference solution right
+    while the executed notebook and its HTML edition do not print the answer under the question. An exercise
+    not asked of this run (:func:`not_applicable`) has nothing to verify: it returns silently.
 
     Raises:
         AssertionError: the solution disagrees with the checker (the message says how).
         KeyError: an unknown exercise or a missing context object.
     """
-    ex = _get(name)
     try:
-        expected = expected_answer(name, **ctx)
+        ok, why = _get(name).compare(answer, expected_answer(name, **ctx))
     except NotApplicable:
         return
-    ok, why = ex.compare(answer, expected)
     if not ok:
         raise AssertionError(f"the reference solution of {name} disagrees with its checker: {why}")
 
@@ -228,13 +206,16 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
 PRINTED_DECIMALS = 3
 
 
+def _item(answer: Any) -> Any:
+    return answer.item() if isinstance(answer, torch.Tensor) and answer.numel() == 1 else answer
+
+
 def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
-    if isinstance(answer, torch.Tensor):
-        if answer.numel() != 1:
-            return False, f"expected one number, got a tensor of shape {tuple(answer.shape)}."
-        answer = answer.item()
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)) and not hasattr(answer, "__float__"):
-        return False, f"expected a number, got {type(answer).__name__}."
+    answer = _item(answer)
+    number_like = isinstance(answer, (int, float)) or hasattr(answer, "__float__")
+    if isinstance(answer, (bool, torch.Tensor)) or not number_like:
+        shape = f" of shape {tuple(answer.shape)}" if isinstance(answer, torch.Tensor) else ""
+        return False, f"expected one number, got {type(answer).__name__}{shape}."
     a = float(answer)
     if math.isnan(expected):
         return (math.isnan(a), "the expected value is undefined (NaN) on this run.")
@@ -244,14 +225,11 @@ def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tu
 
 
 def integer(answer: Any, expected: int) -> tuple[bool, str]:
-    if isinstance(answer, torch.Tensor) and answer.numel() == 1:
-        answer = answer.item()
-    if isinstance(answer, bool) or not isinstance(answer, int) and not (isinstance(answer, float) and answer.is_integer()):
+    a = _item(answer)
+    if isinstance(a, bool) or not isinstance(a, int) and not (isinstance(a, float) and a.is_integer()):
         return False, f"expected a whole number, got {answer!r}."
-    a = int(answer)
-    if a == expected:
-        return True, f"({a})"
-    return False, f"{a} is too {'high' if a > expected else 'low'}."
+    a = int(a)
+    return a == expected, f"({a})" if a == expected else f"{a} is too {'high' if a > expected else 'low'}."
 
 
 def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
@@ -265,92 +243,54 @@ def choice(answer: Any, accepted: set[str]) -> tuple[bool, str]:
 
 def pair(answer: Any, accepted: set[frozenset[str]]) -> tuple[bool, str]:
     try:
-        a = frozenset(str(x).lower() for x in answer)
-    except TypeError:
-        return False, f"expected two target names, e.g. ('T0', 'T1'), got {answer!r}."
+        a = frozenset() if isinstance(answer, str) else frozenset(str(x).lower() for x in answer)
+    except TypeError:       # not a collection (a number, a 0-d tensor)
+        a = frozenset()
     if len(a) != 2:
-        return False, f"expected two different target names, got {answer!r}."
-    if a in {frozenset(x.lower() for x in p) for p in accepted}:
-        return True, f"({tuple(answer)})"
-    return False, f"{tuple(answer)} is not the most similar pair."
+        return False, f"expected two different target names, e.g. ('T0', 'T1'), got {answer!r}."
+    ok = a in {frozenset(x.lower() for x in p) for p in accepted}
+    return ok, f"({tuple(answer)})" if ok else f"{tuple(answer)} is not the most similar pair."
 
 
 def option(answer: Any, expected: Choice) -> tuple[bool, str]:
-    if not isinstance(answer, str):
-        return False, f"expected one option letter such as 'a', got {type(answer).__name__}."
-    a = answer.strip().strip("()").strip().lower()
-    if len(a) != 1 or a not in expected.options:
+    a = answer.strip().strip("()").strip().lower() if isinstance(answer, str) else None
+    if a is None or len(a) != 1 or a not in expected.options:
         return False, (f"expected one of the option letters {', '.join(repr(x) for x in expected.options)}, "
                        f"got {answer!r}.")
     if a in expected.accepted:
-        also = sorted(expected.accepted - {a})
-        more = f" Also true on this run: {', '.join(f'({x})' for x in also)}." if also else ""
-        return True, f"({a}) {expected.why}{more}"
+        also = ", ".join(f"({x})" for x in sorted(expected.accepted - {a}))
+        return True, f"({a}) {expected.why}" + (f" Also true on this run: {also}." if also else "")
     return False, f"({a}) is not what this run shows."
 
 
 # --------------------------------------------------------------------------------- helpers
-def choice_of(accepted: Iterable[str], options: str, why: str) -> Choice:
-    acc = frozenset(accepted)
-    if not acc or not acc <= set(options):
-        raise ValueError(f"the accepted options {sorted(acc)} are not among {options!r}")
-    return Choice(acc, options, why)
-
-
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
-    the interval's width from 0 (an answer from another bootstrap draw may fall on either side)."""
-    s = sign_of(lo, hi)
-    out = {s}
-    width = max(hi - lo, 0.0)
-    if s == "positive" and lo <= slack * width:
-        out.add("not resolved")
-    elif s == "negative" and -hi <= slack * width:
-        out.add("not resolved")
-    elif s == "not resolved":
-        if -lo <= slack * width:
-            out.add("positive")
-        if hi <= slack * width:
-            out.add("negative")
-    return out
+    the interval's width from 0 (an answer from another bootstrap draw may fall on either side):
+    the signs of the interval widened and narrowed by that much."""
+    w = slack * max(hi - lo, 0.0)
+    return {sign_of(lo, hi), sign_of(lo - w, hi + w), sign_of(lo + w, hi - w)}
+
+
+def d_pp(r) -> str:
+    """A row's D with its interval, ``"+1.33 [+0.20, +2.40] pp"`` (:func:`midas_nb.results.format_ci`)."""
+    return format_ci(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], "+.2f") + " pp"
 
 
 def two_backbones(D) -> str | None:
     """``None`` where ``D`` has T5 rows of ≥ 2 backbones, else why the exercise is not asked."""
     bbs = sorted(set(D.loc[D["condition"] == "T5", "backbone"].astype(str)))
-    if len(bbs) >= 2:
-        return None
-    return (f"needs ≥ 2 backbones; this run has one ({bbs[0]})" if bbs else
-            "needs ≥ 2 backbones; this run has no T5 row")
-
-
-def n_patches(study) -> int:
-    r, c = study.grid
-    return int(r * c)
-
-
-def tied(table, value: str, name: str) -> set[str]:
-    """The row with the highest ``value`` and every row tied with it within noise (its interval
-    ``<value>_lo``/``_hi`` overlaps the leader's: :func:`midas_nb.results.leaders`)."""
-    return set(leaders(table, value, name=name))
-
-
-def D_by_condition(table) -> Any:
-    return decoupling_D(table).set_index("condition")
+    return None if len(bbs) >= 2 else f"needs ≥ 2 backbones; this run has {f'one ({bbs[0]})' if bbs else 'no T5 row'}"
 
 
 def resolved_in_band(D, band: float | None = None) -> Any:
-    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the
-    whole paired ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a
-    row has no interval; a row whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined")
-    is never inside. Computed here from the interval columns, independently of
-    ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band counts as inside)."""
-    import pandas as pd
-    band = parity_band(band)
-    lo = D["delta_idauc_lo"] if "delta_idauc_lo" in D.columns else pd.Series(float("nan"), index=D.index)
-    hi = D["delta_idauc_hi"] if "delta_idauc_hi" in D.columns else pd.Series(float("nan"), index=D.index)
-    point = D["delta_idauc"].astype(float)
-    defined = point.notna() & (D["D_pp"].astype(float).notna() if "D_pp" in D.columns else True)
-    has_ci = lo.notna() & hi.notna()
-    inside = (has_ci & (lo.astype(float) >= -band - 1e-12)) | (~has_ci & (point >= -band - 1e-12))
-    return defined & inside
+    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the whole paired
+    ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a row has no interval; a row
+    whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined") is never inside. Computed from the interval
+    columns, independently of ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band is inside)."""
+    def col(c):
+        return D[c].astype(float) if c in D.columns else D["delta_idauc"].astype(float) * math.nan
+    lo, point = col("delta_idauc_lo"), col("delta_idauc")
+    has_ci = lo.notna() & col("delta_idauc_hi").notna()
+    defined = point.notna() & (col("D_pp").notna() | ("D_pp" not in D.columns))
+    return defined & (lo.where(has_ci, point) >= -parity_band(band) - 1e-12)

@@ -5,34 +5,32 @@ import math
 
 import torch
 
-from ...backbones.vit import keep_count
-from ...metrics import INFORMATIVE_BOX_MAX_FRACTION
 from ...analysis.paper_reference import PAPER_COSINE_MAX
+from ...backbones.vit import keep_count
+from ...metrics import decoupling_D
 from ...results import leaders
-from ._core import (Choice, D_by_condition, choice, choice_of, integer, n_patches, number, option, pair,
-                   register, resolved_in_band, sign_of, signs_near_edge, tied)
+from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of,
+                    signs_near_edge)
 
+def _ceiling(f: float, b: float) -> float:
+    """The best IoU of ``ceil(b·N)`` kept tokens with a share ``f`` of part (or box) patches (notebook 00)."""
+    return min(f, b) / max(f, b)
 
 
 # ------------------------------------------------------------------------ 00 quickstart
-@register("00.keep_count",
-           "At budget **b = 10 %**, how many patch tokens does the pruned model keep on this study's "
-           "patch grid? (`int`)",
-           "k = ceil(b·N) with N = rows × cols of `study.grid`.", ["study"], integer,
-           kind="computation")
-def _ex_keep_count(study) -> int:
-    return keep_count(0.10, n_patches(study))
+register("00.keep_count",
+         "At budget **b = 10 %**, how many patch tokens does the pruned model keep on this study's "
+         "patch grid? (`int`)",
+         "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
+         lambda study: keep_count(0.10, math.prod(study.grid)))
 
 
-@register("00.iou_ceiling",
-           "On the four example images (`batch`), what is the best part IoU any ranking could reach "
-           "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above, with `f` the share of "
-           "part patches in `batch.part_mask`: 0 on a dataset without part keypoints, and so is the ceiling)",
-           "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", ["batch"], number,
-           kind="computation")
-def _ex_iou_ceiling(batch) -> float:
-    f = float(batch.part_mask.float().mean())
-    return min(f, 0.10) / max(f, 0.10)
+register("00.iou_ceiling",
+         "On the four example images (`batch`), what is the best part IoU any ranking could reach "
+         "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above, with `f` the share of "
+         "part patches in `batch.part_mask`: 0 on a dataset without part keypoints, and so is the ceiling)",
+         "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
+         lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
 
 
 @register("00.ceiling_what_if",
@@ -45,55 +43,16 @@ def _ex_iou_ceiling(batch) -> float:
            "* (b) it **falls**: 50 % lies further from `f`, so even a perfect ranking must keep many tokens that "
            "are not part (or box) patches, and each of them enlarges the union of the IoU;\n"
            "* (c) it **stays the same**: the ceiling does not depend on the budget.",
-           "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", ["coverage_mask"], option)
+           "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", option)
 def _ex_ceiling_what_if(coverage_mask) -> Choice:
     f = float(coverage_mask.float().mean())
-    c = {b: (min(f, b) / max(f, b)) for b in (0.10, 0.50)}
+    c = {b: _ceiling(f, b) for b in (0.10, 0.50)}
     pick = "a" if c[0.50] > c[0.10] + 1e-12 else "b" if c[0.50] < c[0.10] - 1e-12 else "c"
-    return choice_of(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
-                                   f"b = 50 %. Part mIoU and box coverage are read against this ceiling, "
-                                   f"not against 1.")
+    return Choice(pick, "abc", f"f = {f:.1%}: the ceiling is {c[0.10]:.3f} at b = 10 % and {c[0.50]:.3f} at "
+                               f"b = 50 %. Part mIoU and box coverage are read against this ceiling, not against 1.")
 
 
 # --------------------------------------------------------------------------- 01 targets
-@register("01.abs_t5_miou",
-           "What part mIoU (box coverage on a dataset without part keypoints: FGVC-Aircraft, Stanford Cars) "
-           "do the top `k = ceil(b·N)` tokens of **|T5|** (`maps['T5'].abs()`: T5 without its sign) reach on the "
-           "test split, at the study's budget? "
-           "(`float`; images without a part patch, or with an empty or uninformative box, are left out)",
-           "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
-           "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
-           "`study.test_set[i].part_mask` (`.box_mask`).", ["maps", "study"], number, kind="computation")
-def _ex_abs_t5_miou(maps, study) -> float:
-    # independent of midas_nb.pruning/metrics: per-image sets, stable sort (ties → lower index)
-    import math as _m
-    scores = maps["T5"].abs().float()
-    n = scores.shape[1]
-    k = max(1, min(n, _m.ceil(round(float(study.settings.point.budget) * n, 9))))
-    has_parts = bool(getattr(study.test_set, "has_parts", True))
-    ious = []
-    for i in range(scores.shape[0]):
-        order = torch.sort(scores[i], descending=True, stable=True).indices[:k]
-        kept = set(order.tolist())
-        if has_parts:
-            parts = set(torch.nonzero(study.test_set[i].part_mask).flatten().tolist())
-        else:   # box coverage: an empty box, or one over more of the patches than is informative, is left out
-            parts = set(torch.nonzero(study.test_set[i].box_mask).flatten().tolist())
-            parts = parts if len(parts) / n <= INFORMATIVE_BOX_MAX_FRACTION else set()
-        if parts:
-            ious.append(len(kept & parts) / len(kept | parts))
-    return sum(ious) / len(ious) if ious else float("nan")
-
-
-@register("01.best_target",
-           "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`: part mIoU, or "
-           "box coverage on a dataset without parts)? (`str`; every target whose interval overlaps the leader's "
-           "ties with it within noise and is accepted)",
-           "sort `coverage` by `miou`.", ["coverage"], choice)
-def _ex_best_target(coverage) -> set[str]:
-    return tied(coverage, "miou", "target")
-
-
 def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
     """Per-image part IoU (box coverage where the dataset has no parts) of the top ``k`` tokens of
     ``scores`` at the study's budget, as :meth:`midas_nb.study.Study.target_coverage` measures it."""
@@ -105,6 +64,24 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
     n = scores.shape[1]
     keep = keep_mask_from_indices(select_top_k(scores.float(), keep_count(float(study.settings.point.budget), n)), n)
     return (part_miou if has_parts else box_coverage)(keep, ref).per_image
+
+
+register("01.abs_t5_miou",
+         "What part mIoU (box coverage on a dataset without part keypoints: FGVC-Aircraft, Stanford Cars) "
+         "do the top `k = ceil(b·N)` tokens of **|T5|** (`maps['T5'].abs()`: T5 without its sign) reach on the "
+         "test split, at the study's budget? "
+         "(`float`; images without a part patch, or with an empty or uninformative box, are left out)",
+         "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
+         "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
+         "`study.test_set[i].part_mask` (`.box_mask`).", number,
+         lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
+
+
+register("01.best_target",
+         "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`: part mIoU, or "
+         "box coverage on a dataset without parts)? (`str`; every target whose interval overlaps the leader's "
+         "ties with it within noise and is accepted)",
+         "sort `coverage` by `miou`.", choice, lambda coverage: set(leaders(coverage, "miou", name="target")))
 
 
 @register("01.abs_t5_sign",
@@ -124,7 +101,7 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
            "box_mask)` on a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; "
            "the interval: `midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.settings.statistics.bootstrap)` "
            "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
-           ["maps", "study"], option)
+           option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
     from ...metrics.stats import bootstrap_ci
     t5 = maps["T5"].float()
@@ -134,19 +111,17 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
     signs = signs_near_edge(lo, hi) - {"undefined"}
     if not signs:
         raise ValueError("no image with a part (or informative box) patch: the difference is undefined")
-    return choice_of({letter[x] for x in signs}, "abc",
-                      f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
-                      f"paired over "
-                      f"{int(diff.isfinite().sum())} images.")
+    return Choice({letter[x] for x in signs}, "abc",
+                  f"|T5| − T5: {100 * m:+.2f} pp [{100 * lo:+.2f}, {100 * hi:+.2f}] of part (or box) IoU, "
+                  f"paired over {int(diff.isfinite().sum())} images.")
 
 
 # -------------------------------------------------------------------------- 02 protocol
-@register("02.D_T5",
-           "Compute **D(T5)** yourself from `table`: 100 × (mean mIoU of T5 − mean mIoU of the "
-           "reference), in percentage points. (`float`; to the 3 decimals `D` prints, or more)",
-           "`table.groupby('condition')['miou'].mean()`.", ["table"], number, kind="computation")
-def _ex_d_t5(table) -> float:
-    return float(D_by_condition(table).loc["T5", "D_pp"])
+register("02.D_T5",
+         "Compute **D(T5)** yourself from `table`: 100 × (mean mIoU of T5 − mean mIoU of the "
+         "reference), in percentage points. (`float`; to the 3 decimals `D` prints, or more)",
+         "`table.groupby('condition')['miou'].mean()`.", number,
+         lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
 
 
 _BASELINES = {"reference", "random", "random_map"}
@@ -160,11 +135,11 @@ _BASELINES = {"reference", "random", "random_map"}
            "* (b) **no**: some condition's interval overlaps the leader's — they tie within noise, and ranking "
            "them by their means reads noise as a lead.",
            "the leader's `D_pp_lo` against every other row's `D_pp_hi`; `midas_nb.results.leader_line(D, 'D_pp', "
-           "name='condition', what='largest D')` says the same in words.", ["D"], option)
+           "name='condition', what='largest D')` says the same in words.", option)
 def _ex_d_leaders(D) -> Choice:
     first, *ties = leaders(D[~D["condition"].isin(_BASELINES)], "D_pp", name="condition")
-    return choice_of("b" if ties else "a", "ab", f"largest D: {first}; tied with it within noise: "
-                                                  f"{', '.join(ties) or 'none'}.")
+    return Choice("b" if ties else "a", "ab", f"largest D: {first}; tied with it within noise: "
+                                              f"{', '.join(ties) or 'none'}.")
 
 
 @register("02.mean_vs_interval",
@@ -177,15 +152,15 @@ def _ex_d_leaders(D) -> Choice:
            "* (b) **the mean overstates parity**: some condition's mean ΔIDAUC is at or above −0.01 but its "
            "interval reaches below — by its mean it would be at parity, by its interval it is *not resolved*;\n"
            "* (c) **no condition** has a mean ΔIDAUC at or above −0.01: none is near parity.",
-           "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", ["D"], option)
+           "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", option)
 def _ex_mean_vs_interval(D) -> Choice:
     d = D[~D["condition"].isin(_BASELINES)]
     by_mean = d["delta_idauc"].astype(float) >= -0.01 - 1e-12
     near = list(d.loc[by_mean, "condition"].astype(str))
     over = list(d.loc[by_mean & ~resolved_in_band(d), "condition"].astype(str))
     pick = "c" if not near else "b" if over else "a"
-    return choice_of(pick, "abc", f"at parity by the mean: {', '.join(near) or 'none'}; of these, not resolved by "
-                                   f"the interval: {', '.join(over) or 'none'}.")
+    return Choice(pick, "abc", f"at parity by the mean: {', '.join(near) or 'none'}; of these, not resolved by "
+                               f"the interval: {', '.join(over) or 'none'}.")
 
 
 @register("02.scorer_vs_control",
@@ -205,24 +180,23 @@ def _ex_mean_vs_interval(D) -> Choice:
            "* (d) T5's content **costs** coverage: the scorer covers resolvably less than the control;\n"
            "* (e) this run **cannot say**: it has no `random_map` control (or no T5 scorer).",
            "the T5 row of `vs_targets`: `gain_over_control_lo` / `_hi`, `target_miou` against `control_miou`; "
-           "`scorer_miou_lo` of T5 against the other rows' `scorer_miou_hi`.", ["vs_targets"], option)
+           "`scorer_miou_lo` of T5 against the other rows' `scorer_miou_hi`.", option)
 def _ex_scorer_vs_control(vs_targets) -> Choice:
     rows = vs_targets[vs_targets["target"] == "T5"] if "target" in getattr(vs_targets, "columns", []) else []
     if len(rows) == 0:
-        return choice_of("e", "abcde", "vs_targets has no T5 scorer.")
+        return Choice("e", "abcde", "vs_targets has no T5 scorer.")
     r = rows.iloc[0]
-    g, lo, hi = (float(r.get(c, math.nan)) for c in ("gain_over_control", "gain_over_control_lo",
-                                                     "gain_over_control_hi"))
+    g, lo, hi = (float(r.get(f"gain_over_control{x}", math.nan)) for x in ("", "_lo", "_hi"))
     sign = sign_of(lo, hi)
     if sign == "undefined":
-        return choice_of("e", "abcde", "there is no control to compare with.")
+        return Choice("e", "abcde", "there is no control to compare with.")
     tied = leaders(vs_targets, "scorer_miou", name="target")
     alone = tied == ["T5"] and float(r["target_miou"]) > float(r["control_miou"])
     pick = {"positive": "a" if alone else "b", "not resolved": "c", "negative": "d"}[sign]
-    return choice_of(pick, "abcde", f"T5's own top-k {float(r['target_miou']):.3f}, the T5 scorer "
-                                     f"{float(r['scorer_miou']):.3f}, the control {float(r['control_miou']):.3f}; "
-                                     f"scorer − control {g:+.3f} [{lo:+.3f}, {hi:+.3f}]; the best scorers within "
-                                     f"noise: {', '.join(tied)}.")
+    return Choice(pick, "abcde", f"T5's own top-k {float(r['target_miou']):.3f}, the T5 scorer "
+                                 f"{float(r['scorer_miou']):.3f}, the control {float(r['control_miou']):.3f}; "
+                                 f"scorer − control {g:+.3f} [{lo:+.3f}, {hi:+.3f}]; the best scorers within "
+                                 f"noise: {', '.join(tied)}.")
 
 
 # ---------------------------------------------------------------------------- 03 probes
@@ -237,25 +211,23 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
            f"−{PAPER_COSINE_MAX} — on this backbone the two targets share (or reverse) a ranking;\n"
            f"* (c) **not resolved against the bound**: the interval reaches across ±{PAPER_COSINE_MAX} — this "
            "sample cannot place the cosine on either side of it.",
-           "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", ["mean", "lo", "hi"], option)
+           "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
 def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
     m, a, b, c = float(mean.loc["T5", "T3"]), float(lo.loc["T5", "T3"]), float(hi.loc["T5", "T3"]), PAPER_COSINE_MAX
     pick = "a" if -c <= a and b <= c else "b" if a > c or b < -c else "c"
-    return choice_of(pick, "abc", f"cos(T5, T3) = {m:.3f} [{a:.3f}, {b:.3f}] against ±{c}.")
+    return Choice(pick, "abc", f"cos(T5, T3) = {m:.3f} [{a:.3f}, {b:.3f}] against ±{c}.")
 
 
 @register("03.most_similar_pair",
            "Which **two different targets** rank the tokens most alike (highest mean cosine off the "
            "diagonal)? (a pair of names, in any order; every pair whose interval overlaps the leader's ties "
            "with it within noise and is accepted)",
-           "`mean.stack()` lists (row, column, value); skip pairs of a target with itself.", ["mean", "lo", "hi"],
-           pair)
+           "`mean.stack()` lists (row, column, value); skip pairs of a target with itself.", pair)
 def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     import pandas as pd
-    pairs = pd.DataFrame([dict(pair=f"{a}|{b}", v=float(mean.loc[a, b]), v_lo=float(lo.loc[a, b]),
-                               v_hi=float(hi.loc[a, b]))
+    pairs = pd.DataFrame([dict(pair=f"{a}|{b}", v=mean.loc[a, b], v_lo=lo.loc[a, b], v_hi=hi.loc[a, b])
                           for i, a in enumerate(mean.index) for b in list(mean.columns)[i + 1:] if a != b])
-    return {frozenset(k.split("|")) for k in tied(pairs, "v", "pair")}
+    return {frozenset(k.split("|")) for k in leaders(pairs, "v", name="pair")}
 
 
 @register("03.hidden_vs_attention",
@@ -270,15 +242,12 @@ def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
            "that attention-gradient one;\n"
            "* (c) some pair is resolvably **negative**: what one ranks first the other tends to rank last — "
            "related, but reversed, not independent.",
-           "compare `lo` and `hi` of each row of `hv` with 0.", ["hv"], option)
+           "compare `lo` and `hi` of each row of `hv` with 0.", option)
 def _ex_hidden_vs_attention(hv) -> Choice:
-    signs = {(str(r["hidden"]), str(r["attention"])): sign_of(float(r["lo"]), float(r["hi"]))
-             for _, r in hv.iterrows()}
-    pos = [f"{a}–{b}" for (a, b), x in signs.items() if x == "positive"]
-    neg = [f"{a}–{b}" for (a, b), x in signs.items() if x == "negative"]
-    accepted = ({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}
-    why = (f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
-           f"(of {len(signs)} pairs).")
-    return choice_of(accepted, "abc", why)
+    signs = [(f"{r['hidden']}–{r['attention']}", sign_of(float(r["lo"]), float(r["hi"]))) for _, r in hv.iterrows()]
+    pos, neg = ([name for name, x in signs if x == want] for want in ("positive", "negative"))
+    return Choice(({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}, "abc",
+                  f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
+                  f"(of {len(signs)} pairs).")
 
 

@@ -4,31 +4,27 @@ from __future__ import annotations
 import math
 
 from ...analysis import recommend_deployment, share_falls
-from ._core import Choice, choice, choice_of, integer, number, option, register, resolved_in_band, sign_of, \
-    tied, two_backbones
+from ...results import leaders
+from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of,
+                    two_backbones)
 
 
 # ---------------------------------------------------------------------------- 04 sweeps
-@register("04.T5_cells_in_band",
-           "In how many `(L, b)` cells of the sweep is the **T5** condition in band by its ΔIDAUC interval (the "
-           "band rule: `metrics.band_rule()`)? A *not resolved* cell does not count; an *uninformative* one counts "
-           "by its interval. (`int`)",
-           "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
-           ["D"], integer, kind="computation")
-def _ex_t5_cells(D) -> int:
-    t5 = D[D["condition"] == "T5"]
-    return int(resolved_in_band(t5).sum())
+register("04.T5_cells_in_band",
+         "In how many `(L, b)` cells of the sweep is the **T5** condition in band by its ΔIDAUC interval (the "
+         "band rule: `metrics.band_rule()`)? A *not resolved* cell does not count; an *uninformative* one counts "
+         "by its interval. (`int`)",
+         "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
+         integer, lambda D: int(resolved_in_band(D[D["condition"] == "T5"]).sum()))
 
 
 def _t5_budget_ends(mine, study):
     L0 = study.settings.point.depth
-    g = mine[(mine["condition"] == "T5") & (mine["depth"].astype(int) == L0)]
-    return g.sort_values("budget"), L0
+    return mine[(mine["condition"] == "T5") & (mine["depth"].astype(int) == L0)].sort_values("budget"), L0
 
 
 def _two_budgets(mine, ceiling, study) -> str | None:
-    g, L0 = _t5_budget_ends(mine, study)
-    n = g["budget"].nunique()
+    n, L0 = _t5_budget_ends(mine, study)[0]["budget"].nunique(), study.settings.point.depth
     return None if n >= 2 else f"needs T5 at ≥ 2 budgets at the study's depth L = {L0}; this run has {n}"
 
 
@@ -47,7 +43,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
            "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
            "positive at the tightest budget): more changed than the ceiling.",
            "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-           "`D_pp_hi`.", ["mine", "ceiling", "study"], option, applies=_two_budgets)
+           "`D_pp_hi`.", option, applies=_two_budgets)
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
     g, L0 = _t5_budget_ends(mine, study)
     near, far = g.iloc[0], g.iloc[-1]
@@ -56,20 +52,18 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
     r0, r1 = float(near["D_pp"]) / (100 * c0), float(far["D_pp"]) / (100 * c1)
     falls = float(far["D_pp_hi"]) < float(near["D_pp_lo"])
     pick = "a" if not falls else "c" if share_falls(r0, r1) else "b"
-    return choice_of(pick, "abc",
-                      f"at L = {L0}: D(T5) {float(near['D_pp']):+.2f} [{float(near['D_pp_lo']):+.2f}, "
-                      f"{float(near['D_pp_hi']):+.2f}] pp at b = {float(near['budget']):.0%}, "
-                      f"{float(far['D_pp']):+.2f} [{float(far['D_pp_lo']):+.2f}, {float(far['D_pp_hi']):+.2f}] pp at "
-                      f"b = {float(far['budget']):.0%}; ceiling {c0:.2f} → {c1:.2f}, share of it {r0:+.2f} → {r1:+.2f}.")
+    return Choice(pick, "abc", f"at L = {L0}: D(T5) {d_pp(near)} at b = {float(near['budget']):.0%}, "
+                               f"{d_pp(far)} at b = {float(far['budget']):.0%}; ceiling {c0:.2f} → {c1:.2f}, "
+                               f"share of it {r0:+.2f} → {r1:+.2f}.")
 
 
 # ----------------------------------------------------------------------------- 05 scale
-@register("05.best_backbone_T5",
-           "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
-           "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)",
-           "filter `D` to condition T5.", ["D"], choice, applies=two_backbones)
-def _ex_best_backbone(D) -> set[str]:
-    return tied(D[D["condition"] == "T5"], "D_pp", "backbone")
+register("05.best_backbone_T5",
+         "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
+         "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)",
+         "filter `D` to condition T5.", choice,
+         lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")),
+         applies=two_backbones)
 
 
 @register("05.own_backbone_T5",
@@ -82,7 +76,7 @@ def _ex_best_backbone(D) -> set[str]:
            "* (c) **undecided**: neither — the interval of D contains 0, or the band is *not resolved* or "
            "*uninformative*: this backbone can neither confirm nor contradict the finding.",
            "the row of `D` with `backbone == study.settings.backbone.name` and `condition == 'T5'`: `D_pp_lo`, "
-           "`D_pp_hi`, `status`.", ["D", "study"], option)
+           "`D_pp_hi`, `status`.", option)
 def _ex_own_backbone_t5(D, study) -> Choice:
     g = D[(D["condition"] == "T5") & (D["backbone"].astype(str) == study.settings.backbone.name)]
     if "dataset" in g.columns and getattr(study, "dataset_name", None) in set(g["dataset"]):
@@ -93,8 +87,7 @@ def _ex_own_backbone_t5(D, study) -> Choice:
     lo, hi, status = float(r["D_pp_lo"]), float(r["D_pp_hi"]), str(r["status"])
     pick = ("b" if status == "outside band" or sign_of(lo, hi) == "negative" else
             "a" if sign_of(lo, hi) == "positive" and status == "in band" else "c")
-    return choice_of(pick, "abc", f"{r['backbone']}: D(T5) {float(r['D_pp']):+.2f} [{lo:+.2f}, {hi:+.2f}] pp, "
-                                   f"band {status}.")
+    return Choice(pick, "abc", f"{r['backbone']}: D(T5) {d_pp(r)}, band {status}.")
 
 
 @register("05.spread_resolved",
@@ -107,36 +100,31 @@ def _ex_own_backbone_t5(D, study) -> Choice:
            "* (b) **not resolved**: the intervals overlap — on this sample the backbones cannot be ranked on "
            "D(T5), however large the spread of the means looks.",
            "the T5 rows of `D` with the largest and the smallest `D_pp`: is the largest's `D_pp_lo` above the "
-           "smallest's `D_pp_hi`?", ["D"], option, applies=two_backbones)
+           "smallest's `D_pp_hi`?", option, applies=two_backbones)
 def _ex_spread_resolved(D) -> Choice:
     t5 = D[D["condition"] == "T5"].sort_values("D_pp")
     low, high = t5.iloc[0], t5.iloc[-1]
     apart = float(high["D_pp_lo"]) > float(low["D_pp_hi"])
-    return choice_of("a" if apart else "b", "ab",
-                      f"largest {high['backbone']} {float(high['D_pp']):+.2f} [{float(high['D_pp_lo']):+.2f}, "
-                      f"{float(high['D_pp_hi']):+.2f}] pp, smallest {low['backbone']} {float(low['D_pp']):+.2f} "
-                      f"[{float(low['D_pp_lo']):+.2f}, {float(low['D_pp_hi']):+.2f}] pp.")
+    return Choice("a" if apart else "b", "ab", f"largest {high['backbone']} {d_pp(high)}, smallest {low['backbone']} "
+                                               f"{d_pp(low)}.")
 
 
 # --------------------------------------------------------------------------- 06 related
-@register("06.best_separation",
-           "Which relevance map separates relevant from irrelevant tokens best in TokenTM's "
-           "perturbation tests (highest `neg_minus_pos`)? (`str`; every map whose interval overlaps the leader's "
-           "ties with it within noise and is accepted)",
-           "sort `res.perturbation` by `neg_minus_pos`.", ["res"], choice)
-def _ex_best_sep(res) -> set[str]:
-    return tied(res.perturbation, "neg_minus_pos", "target")
+register("06.best_separation",
+         "Which relevance map separates relevant from irrelevant tokens best in TokenTM's "
+         "perturbation tests (highest `neg_minus_pos`)? (`str`; every map whose interval overlaps the leader's "
+         "ties with it within noise and is accepted)",
+         "sort `res.perturbation` by `neg_minus_pos`.", choice,
+         lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
 
-@register("06.pib_T0",
-           "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
-           "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
-           "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
-           "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
-           "and `study.test_set[i].box_mask`.",
-           ["pib"], number, kind="computation")
-def _ex_pib_t0(pib) -> float:
-    return float(pib.set_index("ranking").loc["T0", "pib"])
+register("06.pib_T0",
+         "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
+         "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
+         "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
+         "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
+         "and `study.test_set[i].box_mask`.",
+         number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
 
 
 @register("06.patch_score_pib",
@@ -150,13 +138,13 @@ def _ex_pib_t0(pib) -> float:
            "a fixed guess does as well, so Point-in-Box cannot credit the ranking;\n"
            "* (c) it beats the centre patch but not a **random patch** (`pib_centre < pib_lo ≤ pib_box_area`): "
            "the box fills so much of the grid that a random patch lands in it about as often.",
-           "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", ["pib"], option)
+           "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
 def _ex_patch_score_pib(pib) -> Choice:
     r = pib.set_index("ranking").loc["patch_score"]
     lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
     pick = "a" if lo > max(centre, area) else "b" if lo <= centre else "c"
-    return choice_of(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
-                                   f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
+    return Choice(pick, "abc", f"Patch Score PiB {float(r['pib']):.2f} [{lo:.2f}, {float(r['pib_hi']):.2f}] "
+                               f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
 
 
 # ---------------------------------------------------------------------------- 07 deploy
@@ -166,10 +154,13 @@ def _ex_patch_score_pib(pib) -> Choice:
            "reference is a candidate with D = 0), the one with the largest D; a higher D whose "
            "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) "
            "decide. (`str`; every candidate the pick ties with within noise, the advice's `ties`, is accepted)",
-           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", ["table"], choice,
+           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
            kind="computation")
 def _ex_cov_first(table) -> set[str]:
-    return _advised(table, "coverage-first")
+    """The condition :func:`midas_nb.analysis.recommend_deployment` advises coverage-first and every candidate it
+    ties with within noise (its ``ties``: a choice by the mean is not a lead)."""
+    r = recommend_deployment(table)[0].set_index("goal").loc["coverage-first"]
+    return {str(r["condition"]), *(t.strip() for t in str(r["ties"] or "").split(",") if t.strip())}
 
 
 @register("07.decoupling_shown",
@@ -187,24 +178,10 @@ def _ex_cov_first(table) -> set[str]:
            "* (d) **only the winners differ**: the two winners are resolved, but T5 does not gain coverage at "
            "parity — half of the claim.",
            "`verdict.decoupling_shown`, `verdict.winners['reading']` and `verdict.comovement['reading']`.",
-           ["verdict"], option)
+           option)
 def _ex_decoupling_shown(verdict) -> Choice:
     shown = bool(verdict.decoupling_shown)
     winners, co = str(verdict.winners.get("reading")), str(verdict.comovement.get("reading"))
-    accepted = set()
-    if shown:
-        accepted.add("a")
-    if winners != "different winners":
-        accepted.add("b")
-    if co == "move together":
-        accepted.add("c")
-    if winners == "different winners" and not shown:
-        accepted.add("d")
-    return choice_of(accepted, "abcd", f"winners: {winners}; co-movement: {co}; decoupling shown: {shown}.")
-
-
-def _advised(table, goal: str) -> set[str]:
-    """The condition :func:`midas_nb.analysis.recommend_deployment` advises for ``goal`` and every candidate it ties
-    with within noise (its ``ties``: a choice by the mean is not a lead)."""
-    r = recommend_deployment(table)[0].set_index("goal").loc[goal]
-    return {str(r["condition"]), *(t.strip() for t in str(r["ties"] or "").split(",") if t.strip())}
+    two = winners == "different winners"
+    accepted = {x for x, true in zip("abcd", (shown, not two, co == "move together", two and not shown)) if true}
+    return Choice(accepted, "abcd", f"winners: {winners}; co-movement: {co}; decoupling shown: {shown}.")
