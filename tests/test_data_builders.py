@@ -116,7 +116,7 @@ def test_builders_refuse_impossible_requests(cub, tmp_path):
 
 
 def test_layout_check_of_the_built_directories(cub, tmp_path):
-    from midas_nb.study import check_layout
+    from midas_nb.data import check_layout
     air = make_aircraft_from_cub(cub, tmp_path / "air", num_classes=2, per_split=(1, 1, 1))
     cars = make_cars_from_cub(cub, tmp_path / "cars", num_classes=2, per_split=(1, 1))
     assert check_layout("aircraft", air) == [] and check_layout("cars", cars) == []

@@ -56,3 +56,24 @@ def test_study_ceiling_is_the_mean_over_evaluated_images_with_parts():
             if p:
                 vals.append(min(p, k) / max(p, k))
         assert r["ceiling"] == pytest.approx(sum(vals) / len(vals)) and r["n_images"] == len(vals)
+
+
+def test_target_coverage_and_ceiling_tables_by_hand_on_boxes():
+    """analysis.target_maps on a set without part keypoints (box coverage): 3 images of N = 4 patch tokens."""
+    from types import SimpleNamespace
+
+    from midas_nb.analysis.target_maps import iou_ceiling_table, target_coverage
+
+    boxes = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 1, 1]], dtype=torch.bool)   # image b: empty box
+    ds = type("Boxes", (), dict(has_parts=False, image_ids=["a", "b", "c"], __len__=lambda self: 3,
+                                __getitem__=lambda self, i: SimpleNamespace(box_mask=boxes[i])))()
+    maps = {"T": torch.tensor([[4.0, 3, 2, 1], [1, 2, 3, 4], [1, 2, 3, 4]])}
+    cov = target_coverage(maps, ds, 0.5, n_boot=10).iloc[0]          # k = 2: keeps {0,1}, -, {2,3}
+    assert cov["miou"] == pytest.approx((1 + 2 / 3) / 2) and (cov["n_images"], cov["n_skipped"]) == (3, 1)
+    assert cov["coverage_kind"] == "box coverage" and cov["image_ids"] == ["a", "b", "c"]
+    assert math.isnan(cov["miou_per_image"][1]) and cov["miou_per_image"][2] == pytest.approx(2 / 3)
+    table = iou_ceiling_table(ds, [0.25, 0.5])                       # k = 1: 1/2, 1/3; k = 2: 1, 2/3
+    assert table["k"].tolist() == [1, 2] and table["n_images"].tolist() == [2, 2]
+    assert table["ceiling"].tolist() == pytest.approx([(1 / 2 + 1 / 3) / 2, (1 + 2 / 3) / 2])
+    with pytest.raises(ValueError, match="budget"):
+        iou_ceiling_table(ds, [0.0])

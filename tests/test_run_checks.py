@@ -635,7 +635,7 @@ def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_
 @pytest.mark.parametrize("dataset", ["cub", "aircraft", "cars"])
 def test_a_root_without_the_annotation_files_is_one_problem_naming_both_splits(tmp_path, dataset):
     """Both splits read the same missing file: one line, not one per split."""
-    from midas_nb.study import check_layout
+    from midas_nb.data import check_layout
 
     problems = check_layout(dataset, tmp_path)
     assert len(problems) == 1, problems

@@ -290,7 +290,7 @@ def build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
 
 def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: Sequence[str]) -> list[str]:
     """Every root of ``datasets`` in its dataset's layout; no named root that no notebook reads (``every``)."""
-    from ..study import check_layout
+    from ..data import check_layout
 
     problems: list[str] = []
     roots: dict[str, Path] = {}

@@ -38,7 +38,7 @@ __all__ = [
     "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize",
     "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD",
     "grid_shape", "num_patches", "patch_centres", "part_mask_from_keypoints", "box_mask_from_box",
-    "default_synthetic_root",
+    "default_synthetic_root", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT",
 ]
 
 _ALIASES = {"cub200": "cub", "cub-200-2011": "cub", "cub_200_2011": "cub", "fgvc_aircraft": "aircraft",
@@ -112,3 +112,40 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, *, image
                            "(or use 'synthetic', generated on demand)")
     cls = {"cub": CUBDataset, "aircraft": AircraftDataset, "cars": CarsDataset}[key]
     return cls(root, split, transform, patch_size=patch_size, **kwargs)
+
+
+def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
+    """Problems (one line each) of reading ``root`` as ``dataset`` (both splits built, no image decoded;
+    Stanford Cars needs test labels); ``[]`` when it has the layout."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
+    extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
+    problems, errors = [], {}  # errors: split -> error; one line for a root that no split can read
+    for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
+        try:
+            ds = load_dataset(dataset, root, split, **extra)
+        except (DatasetError, ValueError, OSError) as e:
+            errors[split] = str(e)
+            continue
+        if not getattr(ds, "has_labels", True):
+            problems.append(unlabelled_test_message(dataset, root, ds))
+    if not errors:
+        return problems
+    (_, text), *rest = errors.items()
+    tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
+    tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
+    more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
+    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(errors)} "
+            f"split{'s' if len(errors) > 1 else ''}): {text[:len(text) - len(tail)] + more + tail}"] + problems
+
+
+def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
+    """The one line refusing a Stanford Cars ``ds`` (:class:`CarsDataset`) whose test annotations have no labels."""
+    return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
+            f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
+            f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
+
+
+#: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol: trainval)
+TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}

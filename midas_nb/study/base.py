@@ -2,66 +2,26 @@
 from __future__ import annotations
 
 import copy
-import os
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
 from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune
-from ..data import collate_samples, data_note, DatasetError, evaluation_subset, load_dataset, make_synthetic_cub
+from ..data import (collate_samples, data_note, DatasetError, load_dataset, make_synthetic_cub, TRAIN_SPLIT,
+                    unlabelled_test_message)
 from ..progress import progress_enabled
-from ..metrics import (bootstrap_ci, box_coverage, insertion_deletion_auc, iou_ceiling, part_miou,
-                       point_in_box)
-from ..pruning import keep_mask_from_indices, select_top_k
-from ..analysis.last import pib_columns, pib_table
-from ..targets import LAST_VOTES_K, target_cache
-from ..backbones.vit import grid_size, keep_count
+from ..analysis.target_maps import iou_ceiling_table, target_coverage, target_insdel, target_pib_table
+from ..targets import target_cache
+from ..backbones.vit import grid_size
 from .settings import RunSettings
 
-__all__ = ["StudyBase", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
+__all__ = ["StudyBase"]
 
 
 #: torch's intra-op thread count of this process before any study set it (``torch_threads: None``)
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
-
-
-def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
-    """Problems (one line each) of reading ``root`` as ``dataset`` (both splits built, no image decoded;
-    Stanford Cars needs test labels); ``[]`` when it has the layout."""
-    root = Path(root).expanduser()
-    if not root.is_dir():
-        return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
-    extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
-    problems, errors = [], {}  # errors: split -> error; one line for a root that no split can read
-    for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
-        try:
-            ds = load_dataset(dataset, root, split, **extra)
-        except (DatasetError, ValueError, OSError) as e:
-            errors[split] = str(e)
-            continue
-        if not getattr(ds, "has_labels", True):
-            problems.append(unlabelled_test_message(dataset, root, ds))
-    if not errors:
-        return problems
-    (_, text), *rest = errors.items()
-    tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
-    tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
-    more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
-    return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(errors)} "
-            f"split{'s' if len(errors) > 1 else ''}): {text[:len(text) - len(tail)] + more + tail}"] + problems
-
-
-def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:
-    return (f"data root {str(root)!r} ({dataset}): the test split {ds.annotation_file} has no class field (labels "
-            f"-1); the protocol's accuracies and the backbone's test accuracy need the labelled test file "
-            f"cars_test_annos_withlabels.mat — put it in {getattr(ds, 'devkit', root)}")
-
-
-#: the split each dataset's backbone and scorers train on (FGVC-Aircraft's standard protocol: trainval)
-TRAIN_SPLIT: dict[str, str] = {"cub": "train", "aircraft": "trainval", "cars": "train"}
 
 
 def _fraction(v: Any) -> str:
@@ -216,66 +176,26 @@ class StudyBase:
                             device=self.device, progress=self.progress)
 
     def target_coverage(self, budget: float | None = None, ids: list[str] | None = None) -> pd.DataFrame:
-        """Part mIoU of each target map's own top ``k = ceil(b·N)`` tokens on the test split.
-
-        Columns ``target``, ``miou``, ``miou_lo``, ``miou_hi`` (bootstrap 95 % CI over images),
-        ``n_images``, ``n_skipped``, ``coverage_kind``, ``budget``, ``image_ids``, ``miou_per_image``.
-        """
-        budget = float(self.settings.point.budget if budget is None else budget)
-        ds = self.test_set
-        ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in range(len(ds))])
-        metric = part_miou if ds.has_parts else box_coverage
-        rows = []
-        for k, v in self.target_maps(ids=ids).items():
-            keep = keep_mask_from_indices(select_top_k(v.float(), keep_count(budget, v.shape[1])), v.shape[1])
-            r = metric(keep, ref)
-            mean, lo, hi = bootstrap_ci(r.per_image, n_boot=self.settings.statistics.bootstrap)
-            rows.append(dict(target=k, miou=mean, miou_lo=lo, miou_hi=hi, n_images=r.n_images,
-                             n_skipped=r.n_skipped, coverage_kind=r.name, budget=budget,
-                             image_ids=list(ds.image_ids), miou_per_image=[float(x) for x in r.per_image]))
-        return pd.DataFrame(rows)
+        """:func:`midas_nb.analysis.target_maps.target_coverage` of the test split at ``budget`` (default the study's)."""
+        b = float(self.settings.point.budget if budget is None else budget)
+        return target_coverage(self.target_maps(ids=ids), self.test_set, b, n_boot=self.settings.statistics.bootstrap)
 
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
-        """The best part mIoU (box coverage) any ranking reaches per budget (default: the sweep's and the
-        study's) on the evaluated test images: ``budget``, ``k``, ``ceiling``, ``n_images``, ``coverage_kind``."""
-        ds = self.test_set
-        pr = self.settings.protocol
-        subset = evaluation_subset(len(ds), pr.max_eval_images, pr.eval_subset_seed)
-        ref = torch.stack([ds[i].part_mask if ds.has_parts else ds[i].box_mask for i in subset])
-        if budgets is None:
-            budgets = sorted({float(b) for b in self.settings.sweep.budgets} | {float(self.settings.point.budget)})
-        rows = []
-        for b in budgets:
-            k = keep_count(b, ref.shape[1])
-            c = iou_ceiling(ref, k, boxes=not ds.has_parts)     # over the images coverage evaluates
-            rows.append(dict(budget=float(b), k=k, ceiling=float(c.nanmean()), n_images=int(c.isfinite().sum()),
-                             coverage_kind="part mIoU" if ds.has_parts else "box coverage"))
-        return pd.DataFrame(rows)
+        """:func:`midas_nb.analysis.target_maps.iou_ceiling_table` on the evaluated test images (default budgets:
+        the sweep's and the study's)."""
+        s = self.settings
+        budgets = sorted({float(b) for b in s.sweep.budgets} | {float(s.point.budget)}) if budgets is None else budgets
+        return iou_ceiling_table(self.test_set, budgets, max_images=s.protocol.max_eval_images,
+                                 subset_seed=s.protocol.eval_subset_seed)
 
     def insertion_deletion(self, ids: list[str] | None = None, n: int = 16) -> dict:
-        """``{id: InsDel}``: insertion/deletion curves of target rankings on the ``n`` images of :meth:`batch`."""
-        ids = list(ids or ["T0", "T5"])
-        b = self.batch(n)
-        maps = self.target_maps(ids=ids)
-        return {k: insertion_deletion_auc(self.model, b.images.to(self.device), maps[k][b.indices].to(self.device),
-                                          steps=self.settings.protocol.idauc_steps, device=self.device)
-                for k in ids}
+        """:func:`midas_nb.analysis.target_maps.target_insdel` of ``ids`` (default T0, T5) on :meth:`batch` ``(n)``."""
+        return target_insdel(self.model, self.batch(n), self.target_maps(ids=list(ids or ["T0", "T5"])),
+                             steps=self.settings.protocol.idauc_steps, device=self.device)
 
-    # ----------------------------------------------------------------------- LaSt-ViT
     def point_in_box(self, ids: list[str] | None = None, n: int | None = None) -> pd.DataFrame:
-        """Point-in-Box rates (DESIGN.md §6) of the patch score and each target map in ``ids`` on ``n``
-        test images (default ``max_eval_images``): ``ranking``, ``pib``, ``pib_lo``, ``pib_hi``,
-        ``pib_centre``, ``pib_box_area``, ``n_images``, ``last_K`` (``last_votes`` only)."""
-        ds, seed, n_boot = self.test_set, self.settings.protocol.eval_subset_seed, self.settings.statistics.bootstrap
-        n = n if n is not None else self.settings.protocol.max_eval_images
-        subset = evaluation_subset(len(ds), n, seed)
-        pib = pib_table({"patch_score": self.model}, ds, max_images=n, subset_seed=seed, device=self.device,
-                        n_boot=n_boot, progress=False)
-        cols = ["pib", "pib_lo", "pib_hi", "pib_centre", "pib_box_area"]
-        rows = [dict(ranking="patch_score", **{c: pib.at[0, c] for c in cols}, n_images=len(subset))]
-        box = torch.stack([ds[i].box_mask for i in subset])
-        for k, v in self.target_maps(ids=ids).items():
-            hits = point_in_box(v[subset].float(), box)
-            rows.append(dict(ranking=k, **pib_columns(hits, box, self.grid, n_boot=n_boot), n_images=len(subset),
-                             **({"last_K": LAST_VOTES_K} if k == "last_votes" else {})))
-        return pd.DataFrame(rows)
+        """:func:`midas_nb.analysis.target_maps.target_pib_table` on ``n`` test images (default ``max_eval_images``)."""
+        pr, maps = self.settings.protocol, self.target_maps(ids=ids)
+        return target_pib_table(self.model, self.test_set, maps, max_images=pr.max_eval_images if n is None else n,
+                                subset_seed=pr.eval_subset_seed, device=self.device,
+                                n_boot=self.settings.statistics.bootstrap)
