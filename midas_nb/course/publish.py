@@ -123,7 +123,8 @@ def _lab_exporter(exporter_class: type) -> Any:
     nbconvert's own distribution installed it to is one of nbconvert's ``extra_template_basedirs``;
     FileNotFoundError, naming the folders, when the template is not there either."""
     found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
-    extra = {"extra_template_basedirs": [str(found / "nbconvert" / "templates")]} if found is not None else {}
+    root = [str(found / "nbconvert" / "templates")] if found is not None else []   # lab's own, and base/ it extends
+    extra = {"extra_template_basedirs": root, "extra_template_paths": root} if root else {}
     try:
         return exporter_class(template_name="lab", embed_images=True, **extra)
     except ValueError as e:
