@@ -671,3 +671,12 @@ def test_what_a_scale_readout_can_show_follows_from_its_number_of_backbones():
     assert two.startswith("This run reads out 2 backbones (a, b): it can show whether D(T5) changes") and \
         "undefined here" in two
     assert scale_scope(PAPER_BACKBONES).endswith("among them it tests the paper's scale finding.")
+
+
+def test_comovement_names_the_random_ranking_it_leaves_out():
+    """(c) counted 8 conditions of a 9-row table without saying which one it left out (a fresh reader)."""
+    means = {"reference": (0.10, 0.20), "T1": (0.15, 0.25), "T3": (0.16, 0.27), "T5": (0.17, 0.29),
+             "unsupervised": (0.12, 0.22), "random": (0.05, 0.01)}
+    v = claim_verdict(_table(means), n_boot=200)
+    assert v.comovement["excluded"] == ["random"] and v.comovement["n_conditions"] == 5
+    assert "(c) across 5 conditions (random left out: a lower bound, not a scorer)" in v.text

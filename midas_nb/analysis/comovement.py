@@ -79,13 +79,15 @@ def comovement(miou: Mapping[str, Mapping[int, Mapping[str, float]]], idauc: Map
         ``"not resolved"``, ``"undefined"``, with ``reason``), ``n_conditions``, ``conditions``,
         ``n_miou_images``, ``n_idauc_images``; ``without_controls``: the same four for the
         conditions other than :data:`CONTROL_POINTS` (``{}`` when fewer than 3 remain or none
-        was left out), and ``rests_on_controls``: resolved with them, not resolved without them.
+        was left out), ``rests_on_controls``: resolved with them, not resolved without them, and
+        ``excluded``: the conditions of ``exclude`` that had values (named beside the count).
     """
     rng = np.random.default_rng(0) if rng is None else rng
     conds = sorted((set(miou) & set(idauc)) - set(exclude))
     out: dict[str, Any] = {"n_conditions": len(conds), "conditions": conds, "r": math.nan, "r_lo": math.nan,
                            "r_hi": math.nan, "n_miou_images": 0, "n_idauc_images": 0, "reading": "undefined",
-                           "without_controls": {}, "rests_on_controls": False}
+                           "without_controls": {}, "rests_on_controls": False,
+                           "excluded": sorted((set(miou) & set(idauc)) & set(exclude))}
     if len(conds) < 3:
         out["reason"] = f"needs ≥ 3 conditions with per-image mIoU and IDAUC, found {len(conds)}"
         return out
