@@ -41,7 +41,7 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 #: a progress line as the line writer prints it, its parts ``desc``, ``unit``, ``n``, ``total``, ``elapsed``
 #: and ``postfix``; ``midas-nb run`` drops these from the executed notebooks once the run has shown them
-PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+) (?P<n>\d+)/(?P<total>\S+) "
+PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+(?: \w+)?) (?P<n>\d+)/(?P<total>\S+) "
                            r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
 
 

@@ -330,12 +330,15 @@ def test_progress_lines_leave_the_executed_notebook_but_warnings_stay():
     from nbformat.v4 import new_output
     line = "train scorer, step 33/57 (00:10, 00:07 left), loss=0.704"
     assert PROGRESS_LINE.match(line) and not PROGRESS_LINE.match("UserWarning: the (left) hand side")
+    # a two-word unit (02's insertion/deletion loop) stayed in the executed copy: a fresh reader saw a dozen
+    two = "insertion/deletion, 17 rankings, image batch 1/2 (04:06, 04:06 left)"
+    assert PROGRESS_LINE.match(two)["unit"] == "image batch"
     cell = new_code_cell("x", outputs=[
-        new_output("stream", name="stderr", text=line + "\nprotocol, step 1/1 (00:28, 00:00 left)\n"),
+        new_output("stream", name="stderr", text=line + "\nprotocol, step 1/1 (00:28, 00:00 left)\n" + two + "\n"),
         new_output("stream", name="stderr", text="UserWarning: something real\n" + line + "\n"),
         new_output("stream", name="stdout", text=line + "\n")])        # stdout is the cell's own print
     nb = new_notebook(cells=[cell])
-    assert runs.drop_progress_outputs(nb) == 3
+    assert runs.drop_progress_outputs(nb) == 4
     assert [o["text"] for o in nb.cells[0].outputs] == ["UserWarning: something real\n", line + "\n"]
 
 
