@@ -287,6 +287,8 @@ def test_every_target_ties_so_the_gain_is_any_structured_targets():
     assert sorted(c["ties"]) == ["T1", "T2"]                  # ... and tied with every other target's scorer
     assert c["reading"] == "any structured target" and c["own_vs_control"] == "not above"
     assert "not resolvably more than the control" in c["sentence"] and "does not credit T5's content" in c["sentence"]
+    # the ties it counts, and why (a reader read "tie with T5 or beat it" where none beat it, and missed T2)
+    assert "(T1, T2: resolvably above the control, not resolvably below T5;" in c["sentence"]
     assert claims_table(content=c).iloc[-1]["verdict"] == "does not hold"
     # issue 52: a coverage difference is printed in pp, as D (it was a fraction beside D's pp); 0.157 − 0.058
     g = [f"{100 * x:+.2f}" for x in c["gain"]]

@@ -139,9 +139,9 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     out["sentence"] = head + (f"; against the other targets' scorers: {said}" if said else
                               "; no other target's scorer to compare with") + f" → {out['reading']}" + {
         "specifically": f": {focus}'s content adds coverage that the other targets' do not.",
-        "any structured target": f": distilling any structured map helps ({', '.join(ties_above)} "
-                                 f"{'ties' if len(ties_above) == 1 else 'tie'} with {focus} or beat it); this run "
-                                 f"does not credit {focus}'s content.",
+        "any structured target": f": distilling any structured map helps ({', '.join(ties_above)}: resolvably above "
+                                 f"the control, not resolvably below {focus}; a tie not above the control does not "
+                                 f"count); this run does not credit {focus}'s content.",
         "not resolved": f": this run cannot tell {focus}'s content from any target's."}[key]
     return out
 
