@@ -260,39 +260,9 @@ def test_execute_notebook_streams_the_cells_output_and_no_progress_streams_nothi
     assert "mode None" in executed.cells[-1].outputs[0]["text"]
 
 
-@pytest.mark.slow
-def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
-    """Ctrl-C (SIGINT to the run's process group) while a cell runs: the kernel, shut down under
-    its running cell, logged a 20-line traceback (a reply on a closed socket) before the run's line."""
-    src = tmp_path / "nbs"
-    src.mkdir()
-    nb = new_notebook(cells=[new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
-                             new_code_cell("import time\nprint('sleeping', flush=True)\ntime.sleep(120)")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(src / "00_sleep.ipynb"))
-    code = (f"from pathlib import Path; from midas_nb import cli; cli.runner.notebooks_dir = lambda: Path({str(src)!r}); "
-            f"raise SystemExit(cli.main(['run', '--profile', 'smoke', '--output', {str(tmp_path / 'out')!r}]))")
-    env = dict(os.environ, PYTHONPATH=str(Path(runs.__file__).parents[2]))
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    said = []
-    for line in proc.stdout:   # the status line shows the cell's output: it is running
-        said.append(line)
-        if "sleeping" in line:
-            os.killpg(proc.pid, signal.SIGINT)
-            break
-    said.append(proc.communicate(timeout=120)[0])
-    text = "".join(said)
-    assert proc.returncode == 130 and "Traceback" not in text and "Exception in message handler" not in text, text
-    assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
-
-
-@pytest.mark.slow
-def test_sigterm_mid_cell_is_one_line_and_the_manifest_says_interrupted(tmp_path):
-    """New-user finding (issue 54): ``kill`` (SIGTERM) of a run left a traceback-free but unrecorded end:
-    run.json said "running" for ever. It is now a stop like Ctrl-C: one line, exit 130, "interrupted"."""
-    import json
-
+def _stop_a_sleeping_run(tmp_path, stop) -> tuple[int, str]:
+    """``midas-nb run`` of a notebook whose cell sleeps 120 s, stopped by ``stop(proc)`` once the status line
+    shows the cell's output (it is running); the exit status and everything the run printed."""
     src = tmp_path / "nbs"
     src.mkdir()
     nb = new_notebook(cells=[new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
@@ -308,11 +278,29 @@ def test_sigterm_mid_cell_is_one_line_and_the_manifest_says_interrupted(tmp_path
     for line in proc.stdout:
         said.append(line)
         if "sleeping" in line:
-            proc.terminate()        # SIGTERM to the run's process only, as `kill PID` sends it
+            stop(proc)
             break
     said.append(proc.communicate(timeout=120)[0])
-    text = "".join(said)
-    assert proc.returncode == 130 and "Traceback" not in text, text
+    return proc.returncode, "".join(said)
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_cell_prints_one_line_and_no_kernel_traceback(tmp_path):
+    """Ctrl-C (SIGINT to the run's process group) while a cell runs: the kernel, shut down under
+    its running cell, logged a 20-line traceback (a reply on a closed socket) before the run's line."""
+    code, text = _stop_a_sleeping_run(tmp_path, lambda proc: os.killpg(proc.pid, signal.SIGINT))
+    assert code == 130 and "Traceback" not in text and "Exception in message handler" not in text, text
+    assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
+
+
+@pytest.mark.slow
+def test_sigterm_mid_cell_is_one_line_and_the_manifest_says_interrupted(tmp_path):
+    """New-user finding (issue 54): ``kill`` (SIGTERM) of a run left a traceback-free but unrecorded end:
+    run.json said "running" for ever. It is now a stop like Ctrl-C: one line, exit 130, "interrupted"."""
+    import json
+
+    code, text = _stop_a_sleeping_run(tmp_path, lambda proc: proc.terminate())   # SIGTERM to the run only, as `kill PID`
+    assert code == 130 and "Traceback" not in text, text
     assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
     manifest = json.loads((tmp_path / "out" / "run.json").read_text())
     assert manifest["runs"][manifest["latest"]]["status"] == "interrupted"
