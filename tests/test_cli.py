@@ -360,3 +360,13 @@ def test_the_report_command_carries_the_runs_cache_and_store(monkeypatch):
     monkeypatch.delenv("MIDAS_CACHE_DIR")
     monkeypatch.delenv("MIDAS_RUNS_DIR")
     assert runner.report_command(spec) == "midas-nb report --profile quick --budget 0.5"
+
+
+def test_run_leaves_the_callers_sigterm_handler_as_it_found_it():
+    """`run` stops on SIGTERM as on Ctrl-C; called in-process (a notebook, a test) it gave the caller's
+    SIGTERM handler back only when the process ended."""
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["run", "--profile", "nope"]) == 2
+    assert signal.getsignal(signal.SIGTERM) is before

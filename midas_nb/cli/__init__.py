@@ -268,8 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if split:
         return _answer("run", split)
     args = build_parser().parse_args(argv)
-    if args.command == "run":   # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does, recorded as interrupted
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does, recorded as interrupted; the caller's handler after it
+    term = signal.signal(signal.SIGTERM, signal.default_int_handler) if args.command == "run" else None
     try:
         return int(args.func(args) or 0)
     except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)
@@ -279,4 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("asyncio").disabled = True
         return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
                                       "are kept, and the next run resumes from them"], 130)
+    finally:
+        if term is not None:
+            signal.signal(signal.SIGTERM, term)
 
