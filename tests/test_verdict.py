@@ -295,6 +295,11 @@ def test_every_target_ties_so_the_gain_is_any_structured_targets():
     assert f"(gain {g[0]} pp [{g[1]}, {g[2]}])" in c["sentence"] and c["gain"][0] == pytest.approx(0.099, abs=0.01)
     assert f"scorer − random-map control {g[0]} pp [{g[1]}, {g[2]}]" in claims_table(content=c).iloc[-1]["this run"]
     assert re.search(r"T5 − T1 [+-]\d+\.\d pp \[", c["sentence"])    # a lead: at the precision it is decided
+    # the row's own cell says why a resolved gain does not hold: the other targets gain too (issue 52: a reader
+    # saw "+5.31 pp" beside "does not hold" with nothing between them)
+    run = claims_table(content=c).iloc[-1]["this run"]
+    assert ", but other targets' scorers gain as well and T5's does not resolvably beat them (T5 − T1 " in run
+    assert "; T5 − T2 " in run and run.endswith("): any structured target")
     # without the control nothing is credited either way
     c2 = _content(t[t["condition"] != "random_map"], _coverage({"T1": 0.10, "T5": 0.059}))
     assert c2["reading"] == "undefined" and "cannot say" in c2["sentence"]
@@ -682,3 +687,28 @@ def test_comovement_names_the_random_ranking_it_leaves_out():
     v = claim_verdict(_table(means), n_boot=200)
     assert v.comovement["excluded"] == ["random"] and v.comovement["n_conditions"] == 5
     assert "(c) across 5 conditions (random left out: a lower bound, not a scorer)" in v.text
+
+
+def test_rule_splits_tell_a_split_of_means_from_a_split_of_the_data():
+    from midas_nb.analysis import rule_splits
+
+    def cell(depth, cov, fai, cov_ties="", fai_ties="", fai_status="in band"):
+        return [dict(goal="coverage-first", depth=depth, budget=0.25, condition=cov, recommended=True,
+                     ties=cov_ties, status="in band"),
+                dict(goal="faithfulness-first", depth=depth, budget=0.25, condition=fai, recommended=True,
+                     ties=fai_ties, status=fai_status)]
+
+    advice = pd.DataFrame(cell(3, "T5", "T5") + cell(6, "T1", "T5", cov_ties="T5")
+                          + cell(9, "T1", "T5", fai_ties="reference") + cell(11, "T1", "T5", fai_status="not resolved"))
+    lines = rule_splits(advice).splitlines()
+    assert lines == [
+        "L = 6, b = 25%: coverage-first T1, faithfulness-first T5 — T5 covers as much as T1 within noise "
+        "(paired mIoU): a split of the means, not of the data",
+        "L = 9, b = 25%: coverage-first T1, faithfulness-first T5 — both leads are resolved: the two goals part here",
+        "L = 11, b = 25%: coverage-first T1, faithfulness-first T5 — T5 is not a coverage-first candidate "
+        "(band not resolved) and T1 is resolvably less faithful: the two goals part here"]
+    same = pd.DataFrame(cell(6, "T5", "T5", cov_ties="T1"))
+    assert rule_splits(same) == "The two rules pick the same condition in every cell."
+    tie_both = pd.DataFrame(cell(6, "T1", "T5", cov_ties="T5", fai_ties="T1, T2"))
+    assert rule_splits(tie_both).endswith("T5 covers as much as T1 within noise (paired mIoU); T1 is as faithful "
+                                          "as T5 within noise (paired IDAUC): a split of the means, not of the data")

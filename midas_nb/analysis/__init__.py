@@ -29,7 +29,7 @@ Example::
     >>> res = related.run_related(study)          # protocol + perturbation + LaSt, one table
     >>> res.table[["kind", "method", "miou", "idauc", "D_pp", "pib", "accuracy", "throughput"]]
 """
-from .advice import GOALS, recommend_deployment
+from .advice import GOALS, recommend_deployment, rule_splits
 from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, ClaimVerdict, claim_verdict,
                       condition_reading, lead_resolved, paired_gap, per_image_means, per_seed_values,
                       targets_vs_scorers)

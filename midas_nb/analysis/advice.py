@@ -163,6 +163,42 @@ def recommend_deployment(
     return advice, "\n".join(advice["reason"])
 
 
+def rule_splits(advice: pd.DataFrame) -> str:
+    """Where the coverage-first and faithfulness-first picks of :func:`recommend_deployment` differ, and
+    whether the run tells them apart: a pick in the other pick's ``ties`` (its paired lead not resolved)
+    serves both goals there; a split is resolved only where neither pick ties with the other.
+
+    Args:
+        advice: the first return of :func:`recommend_deployment` (one row per cell and goal).
+
+    Returns:
+        one line per cell where the two picks differ, or a line saying they agree in every cell.
+    """
+    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in advice.columns]
+    several = [c for c in ("dataset", "backbone") if c in by and advice[c].nunique() > 1]
+    lines = []
+    for ident, cell in advice[advice["recommended"].astype(bool)].groupby(by, sort=False):
+        pick = dict(zip(cell["goal"], cell["condition"].astype(str)))
+        ties = dict(zip(cell["goal"], cell["ties"].fillna("").astype(str).str.split(", ")))
+        cov, fai = pick.get(GOALS[0]), pick.get(GOALS[1])
+        if cov is None or fai is None or cov == fai:
+            continue
+        at = dict(zip(by, ident if isinstance(ident, tuple) else (ident,)))
+        where = ", ".join([str(at[c]) for c in several] + [f"L = {at[c]}" for c in ("depth",) if c in at]
+                          + [f"b = {float(at[c]):.0%}" for c in ("budget",) if c in at])
+        status = dict(zip(cell["goal"], cell["status"].astype(str)))
+        candidate = status[GOALS[1]] == status[GOALS[0]]  # else never compared with the coverage pick on mIoU
+        ties_said = ([f"{fai} covers as much as {cov} within noise (paired mIoU)"]
+                     if candidate and fai in ties[GOALS[0]] else []) + (
+            [f"{cov} is as faithful as {fai} within noise (paired IDAUC)"] if cov in ties[GOALS[1]] else [])
+        reading = ("; ".join(ties_said) + ": a split of the means, not of the data" if ties_said else
+                   "both leads are resolved: the two goals part here" if candidate else
+                   f"{fai} is not a coverage-first candidate (band {status[GOALS[1]]}) and {cov} is resolvably "
+                   "less faithful: the two goals part here")
+        lines.append(f"{where}: coverage-first {cov}, faithfulness-first {fai} — {reading}")
+    return "\n".join(lines) or "The two rules pick the same condition in every cell."
+
+
 def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: list[str], where: str, band: float,
                     n_boot: int) -> dict[str, Any] | None:
     """The coverage-first row of one cell with a reference (``None``: no candidate has a defined band)."""

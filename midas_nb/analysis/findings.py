@@ -329,6 +329,8 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     ev += f"; as a share of the IoU ceiling {sn:.2f} vs {sf:.2f}"
     if holds is True and not share_falls(sn, sf):   # a resolved fall in pp that the share does not repeat
         return False, ev + f" — {CEILING_FALL}, not D(T5)'s own"
+    if holds == "not resolved" and not share_falls(sn, sf):   # say why it cannot come out as "holds" either
+        ev += " — the share does not fall, so even a resolved fall in pp would be the ceiling's (at best: does not hold)"
     return holds, ev
 
 

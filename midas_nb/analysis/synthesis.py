@@ -131,7 +131,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
         m, lo, hi, _ = paired_gap(mine, table[table["condition"] == other], "miou", n_boot=n_boot, seed=seed + i)
         out["vs_others"][other] = (m, lo, hi)
         out["ties"] += [] if lead_resolved(lo, hi) else [other]
-    ties_above = [t for t in out["ties"] if t in above]
+    out["ties_above"] = ties_above = [t for t in out["ties"] if t in above]
     key = ("not resolved" if not out["vs_others"] else "specifically" if not out["ties"] else
            "any structured target" if ties_above else "not resolved")
     out["reading"] = f"{focus} specifically" if key == "specifically" else key
@@ -236,9 +236,11 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         rows += [_winners_row(verdict), _comovement_row(verdict)]
     if content is not None:
         g = content.get("gain", (np.nan,) * 3)
+        shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], '+.1f')}" for t in content.get("ties_above", []))
         rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content",
-                     (f"scorer − random-map control {_pp(g)}: " if is_number(g[0]) else "")
-                     + str(content.get("reading", "undefined")),
+                     (f"scorer − random-map control {_pp(g)}" if is_number(g[0]) else "")
+                     + (f", but other targets' scorers gain as well and T5's does not resolvably beat them ({shared})"
+                        if shared else "") + (": " if is_number(g[0]) else "") + str(content.get("reading", "undefined")),
                      "holds" if str(content.get("reading")).endswith("specifically") else
                      {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),
                                                                                     "does not hold")])
