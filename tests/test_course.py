@@ -577,6 +577,14 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     (tmp_path / "run" / "report").mkdir()
     (tmp_path / "run" / "report" / "REPORT.md").write_text("# report\n")
     assert 'href="../../report/REPORT.md"' in export_html(ds_dir).read_text()
+    # a run on the embedded synthetic set: its caveat heads the contents page too (a reader saw the headline
+    # there without it)
+    assert "embedded synthetic" not in head
+    note = ("Data: the embedded synthetic CUB-format set (no data root given): 8 cartoon bird classes ... "
+            "rising together is expected here and says nothing about real photos.")
+    out.outputs[0]["text"] = note + "\n" + out.outputs[0]["text"]
+    nbformat.write(new_notebook(cells=[out], metadata=made), str(ds_dir / "02_two.ipynb"))
+    assert f"<p><strong>{note}</strong></p>" in export_html(ds_dir).read_text()
 
 
 # ------------------------------------------------------------------ why / what-if exercises

@@ -26,6 +26,8 @@ _NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1
 #: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
 #: edition's contents page shows
 _HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decoupling) — .*(?:\n\|.*)*", re.M)
+#: the embedded synthetic set's caveat every notebook prints (data.data_note): the contents page repeats it
+_SYNTHETIC = re.compile(r"^Data: the embedded synthetic .*$", re.M)
 
 
 def _run_header(input_dir: Path, pages: list, out: Path) -> str:
@@ -41,8 +43,13 @@ def _run_header(input_dir: Path, pages: list, out: Path) -> str:
                     f"<code>{html.escape(str(st.get('profile', '?')))}</code>; data: {html.escape(str(data))}.")
     except (OSError, ValueError, KeyError, TypeError):
         bits.append("No run manifest (run.json) in this directory: run id and date unknown.")
-    hit = next((m.group(0) for _, nb, _, _ in pages for c in nb.cells if c.cell_type == "code"
-                for o in c.get("outputs", []) for m in [_HEADLINE.search(o.get("text", ""))] if m), None)
+    def first(pattern: re.Pattern) -> str | None:
+        return next((m.group(0) for _, nb, _, _ in pages for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []) for m in [pattern.search(o.get("text", ""))] if m), None)
+
+    synthetic, hit = first(_SYNTHETIC), first(_HEADLINE)
+    if synthetic:
+        bits.append(f"<strong>{html.escape(synthetic)}</strong>")
     if hit:
         head, _, claims = hit.partition("\n")
         bits.append(f"<strong>Headline:</strong> {html.escape(head)}"
