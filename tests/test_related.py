@@ -671,6 +671,8 @@ def test_speed_table_sets_each_row_beside_the_full_models_throughput():
     with pytest.raises(TypeError, match=r"speed_note\(rows, study.settings.protocol\)"):
         speed_note(rows, dict(smoke.values))                              # the old call: a profile mapping
     assert "on 16 test images, 3 calls per round" in other and "from 2 such measurements" in other
+    assert ("gives it; img/s of rows from different measurements are not comparable (the machine's load changes "
+            "between them): compare the speed-ups;") in other and "compare the speed-ups" not in note
 
 
 def test_related_table_pools_builds_and_flags_a_scorer_below_random_top_k():

@@ -211,7 +211,8 @@ def speed_note(protocol: pd.DataFrame, settings: Any) -> str:
     full = protocol["throughput_full"].dropna().round(6).nunique() if "throughput_full" in protocol.columns else 1
     runs = (f"; the rows come from {full} such measurements (builds, seeds, or rows computed in other notebooks): a "
             f"row's speed-up is the mean of each run's pruned over its own unpruned throughput, as notebook 07 "
-            f"gives it") if full > 1 else ""
+            f"gives it; img/s of rows from different measurements are not comparable (the machine's load changes "
+            f"between them): compare the speed-ups") if full > 1 else ""
     return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
             f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "
             f"median of {SPEED_ROUNDS} interleaved "
