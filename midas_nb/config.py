@@ -3,10 +3,11 @@ settings read from ``midas_nb/profiles.yaml`` (decision 0064); ``get_profile(nam
 single keys."""
 from __future__ import annotations
 
+import copy
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PlainValidator, StrictBool,
@@ -19,7 +20,7 @@ __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_nam
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
            "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "RunProfile",
-           "Schedule", "Checked", "DataRoots", "check_weights", "check_lines", "expect", "problem", "problem_lines",
+           "Schedule", "Checked", "DataRoots", "check_weights", "check_lines", "expect", "problem",
            "check_device", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order
@@ -46,8 +47,7 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     ``ValueError`` for an unknown profile name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
-    prof = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-            for k, v in dict(_COMMON, **PROFILES[name]).items()}
+    prof = copy.deepcopy(dict(_COMMON, **PROFILES[name]))   # a caller's change never reaches PROFILES
     prof.update({k: v for k, v in overrides.items() if v is not None})
     named = [overrides.get("dataset")] + (overrides["datasets"] if isinstance(overrides.get("datasets"), list) else [])
     if "cub" in named and "synthetic_default" not in overrides:
@@ -245,7 +245,7 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
 
 
 # The profile's settings as one validated pydantic model (decision 0081): each field's type and constraints
-# are its check; a problem is one line ``setting: expected WHAT, got VALUE (type)`` (:func:`problem_lines`).
+# are its check; a problem is one line ``setting: expected WHAT, got VALUE (type)`` (:meth:`Checked.check`).
 def problem(text: str, whole: bool = True) -> PydanticCustomError:
     """A validator's problem: the whole line, or (``whole=False``) the words after the setting's name."""
     return PydanticCustomError("line" if whole else "expected", "{text}", {"text": text})
@@ -323,17 +323,31 @@ def check_weights(weights: dict) -> dict:
 
 
 class Checked(BaseModel):
-    """A model whose problems are lines (:func:`problem_lines`; ``UNKNOWN``: the line of a name it lacks)."""
+    """A model whose problems are lines (:meth:`check`; ``UNKNOWN``: the line of a name it lacks)."""
 
     UNKNOWN: ClassVar[str] = "{name}: unknown setting{hint}; expected a key of the profiles (midas_nb.config.PROFILES)"
 
     @classmethod
     def check(cls, values: Mapping[str, Any]) -> tuple[Any, list[str]]:
-        """``(model, [])`` of ``values``, or ``(None, every problem, one line each)``."""
+        """``(model, [])`` of ``values``, or ``(None, every problem)``: the lines of decision 0024, a name the
+        model lacks first (``UNKNOWN``, with a field's name close to it), then each problem in the fields' order."""
         try:
             return cls.model_validate(dict(values)), []
         except ValidationError as e:
-            return None, problem_lines(e, cls.model_fields, cls.UNKNOWN)
+            errors = sorted(e.errors(), key=lambda r: r["type"] != "extra_forbidden")
+        lines: list[str] = []
+        for err in errors:
+            if err["type"] == "extra_forbidden":
+                name = str(err["loc"][-1])
+                text = cls.UNKNOWN.format(name=name, hint=did_you_mean([name], cls.model_fields),
+                                          known=list(cls.model_fields))
+            elif err["type"] == "value_error":   # a typed value's own one-line message (Budget)
+                text = str(err["ctx"]["error"])
+            else:
+                where = ".".join(str(x) for x in err["loc"] if x != "entry")
+                text = err["msg"] if err["type"] == "line" else f"{where}: {err['msg']}"
+            lines += [line for line in text.splitlines() if line not in lines]
+        return None, lines
 
     @classmethod
     def problems(cls, values: Mapping[str, Any]) -> list[str]:
@@ -450,19 +464,3 @@ class RunProfile(Checked):
         """``Point(depth, budget)``, its budget this model's :class:`Budget` (built once, when validated)."""
         return Point(self.depth, self.budget)
 
-
-def problem_lines(error: ValidationError, known: Iterable[str] = (), unknown: str = Checked.UNKNOWN) -> list[str]:
-    """A model's errors as the problem lines of decision 0024: a name the model lacks first (``unknown``
-    with ``{name}`` and ``{hint}``, a name of ``known`` close to it), then each problem in the fields' order."""
-    lines: list[str] = []
-    for err in sorted(error.errors(), key=lambda r: r["type"] != "extra_forbidden"):
-        if err["type"] == "extra_forbidden":
-            name = str(err["loc"][-1])
-            text = unknown.format(name=name, hint=did_you_mean([name], known), known=list(known))
-        elif err["type"] == "value_error":   # a typed value's own one-line message (Budget)
-            text = str(err["ctx"]["error"])
-        else:
-            where = ".".join(str(x) for x in err["loc"] if x != "entry")
-            text = err["msg"] if err["type"] == "line" else f"{where}: {err['msg']}"
-        lines += [line for line in text.splitlines() if line not in lines]
-    return lines

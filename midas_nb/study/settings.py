@@ -10,9 +10,10 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .. import config
 from ..analysis.protocol import PROTOCOL_DEFAULTS
@@ -195,30 +196,27 @@ class RunSettings:
                    device=run.device, torch_threads=run.torch_threads, values=MappingProxyType(p))
 
 
-@dataclass(frozen=True)
-class ReportSettings:
-    """What the report reads of a run's profile, typed; data roots and weights are not checked (a store
-    is read where they may be absent). ``values``: the profile itself, read-only (cells are keyed by it)."""
+class ReportSettings(config.RunProfile):
+    """What the report reads of a run's profile: its validated model (no root or weights file is opened: a store
+    is read where they may be absent) with ``relaxation`` ``"st"`` where none is given, notebook 05's
+    ``compare_backbones``, its :class:`SweepSettings` and ``values``, the profile, read-only (cells are keyed by it)."""
 
-    profile: str
-    dataset: str
-    backbone: str
-    point: Point
-    conditions: tuple[str, ...]
-    relaxation: str
-    bootstrap: int
-    sweep: SweepSettings
-    values: Mapping[str, Any]
+    profile: str = "default"
+    relaxation: str = "st"
+    compare_backbones: Optional[list[str]] = None
+    values: Any = None
 
     @classmethod
     def of(cls, settings: "ReportSettings | Mapping[str, Any]") -> "ReportSettings":
-        """The report's part of a profile mapping (a study's: ``RunSettings.values``; no data read). Raises
-        ``KeyError`` (a required key missing) or ``ValueError`` (depth or budget out of range)."""
+        """The report's part of a profile mapping (a study's: ``RunSettings.values``; no data read); raises
+        :class:`midas_nb.config.ProfileError` (a ``ValueError``) with every problem, one line each."""
         if isinstance(settings, ReportSettings):
             return settings
-        p = dict(settings)
-        return cls(profile=str(p.get("profile", "default")), dataset=str(p["dataset"]), backbone=str(p["backbone"]),
-                   point=Point(p["depth"], p["budget"]), conditions=tuple(p["conditions"]),
-                   relaxation=str(p.get("relaxation", "st")), bootstrap=int(p.get("bootstrap", 1000)),
-                   sweep=SweepSettings.of(p), values=MappingProxyType(p))
+        s, problems = cls.check(dict(settings, values=MappingProxyType(dict(settings))))
+        if problems:
+            raise config.ProfileError(problems)
+        return s
 
+    @cached_property
+    def sweep(self) -> SweepSettings:
+        return SweepSettings.of(self.values)
