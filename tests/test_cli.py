@@ -370,3 +370,31 @@ def test_run_leaves_the_callers_sigterm_handler_as_it_found_it():
     before = signal.getsignal(signal.SIGTERM)
     assert cli.main(["run", "--profile", "nope"]) == 2
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+
+def test_an_interrupted_run_leaves_the_asyncio_logger_on_and_exits_without_a_task_traceback(monkeypatch, capsys):
+    """After Ctrl-C `main` turned the asyncio logger off (nbclient's abandoned cell task logs a traceback as it is
+    collected at exit) and left it off for an in-process caller (a notebook, a test). The CLI's exit stays quiet:
+    a pending task collected at exit, as nbclient's is, prints nothing."""
+    import logging
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "run_notebooks", interrupted)
+    assert not logging.getLogger("asyncio").disabled
+    assert cli.main(["run", "--profile", "smoke"]) == 130
+    assert "midas-nb run: interrupted" in capsys.readouterr().err
+    assert not logging.getLogger("asyncio").disabled
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import asyncio\nfrom midas_nb import cli\nasync def cell():\n    await asyncio.sleep(3600)\n"
+            "loop = asyncio.new_event_loop()\ntask = loop.create_task(cell())\nloop.run_until_complete(asyncio.sleep(0))\n"
+            "def interrupted(**kwargs):\n    raise KeyboardInterrupt\n"
+            "cli.run_notebooks = interrupted\nraise SystemExit(cli.main(['run', '--profile', 'smoke']))")
+    repo = str(Path(cli.__file__).parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=repo, timeout=120)
+    assert r.returncode == 130 and "Task was destroyed" not in r.stderr, r.stderr

@@ -6,6 +6,7 @@ Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, `
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import logging
 import signal
@@ -275,11 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)
         return _answer(args.command, e.problems)
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
-        # nbclient's abandoned cell task (its kernel gone too) logs a traceback as it is collected at exit
-        logging.getLogger("asyncio").disabled = True
+        # nbclient's abandoned cell task (its kernel gone too) logs a traceback as it is collected at exit: the
+        # asyncio logger goes off then, not now (an in-process caller, a notebook or a test, keeps it)
+        atexit.register(setattr, logging.getLogger("asyncio"), "disabled", True)
         return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
                                       "are kept, and the next run resumes from them"], 130)
     finally:
         if term is not None:
             signal.signal(signal.SIGTERM, term)
-

@@ -84,8 +84,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
         spec = RunSpec.model_construct(profile=profile, params=dict(extra or {}), notebooks=notebooks,
                                        output=None if output is None else str(output), cell_timeout=cell_timeout)
     fold_structured_params(spec)
-    if len(run_datasets(spec)) > 1:
-        return run_each_dataset(spec, run_datasets(spec), progress=progress, problems=problems)
+    if len(datasets := run_datasets(spec)) > 1:
+        return run_each_dataset(spec, datasets, progress=progress, problems=problems)
     out_dir = run_checked(spec, *checked(spec, [spec], problems), progress=progress)
     print(f"  report:             {report_command(spec)}  (REPORT.md from the result store)")
     return out_dir

@@ -17,7 +17,7 @@ from .args import check_output, list_param, param_value, unwritable, yaml_load
 from ..config import DATASET_NAMES, is_path, setting_of, show_value
 from ..point import did_you_mean
 
-__all__ = ["RunSpec", "RUN_FILE_KEYS", "parse_data_roots", "parse_weights", "load_run_file",
+__all__ = ["RunSpec", "parse_data_roots", "parse_weights", "load_run_file",
            "notebook_needs", "preflight", "fold_structured_params", "spec_from_args"]
 
 
@@ -92,10 +92,6 @@ class RunSpec(config.Checked):
         return config.get_profile(self.profile, **p)
 
 
-#: keys a run file may hold (``params`` = notebook parameters, as ``-p NAME VALUE``)
-RUN_FILE_KEYS: tuple[str, ...] = tuple(RunSpec.model_fields)
-
-
 def _absolute(value: Any, base: Path | None = None) -> Any:
     """``value`` as an absolute path string (``~`` expanded, relative to ``base`` or the working
     directory), a mapping's values each; empty or non-path values unchanged (the checks name them)."""
@@ -144,7 +140,7 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
 
 
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
-    """``(settings, problems)`` of a YAML run file with :data:`RUN_FILE_KEYS`
+    """``(settings, problems)`` of a YAML run file with :class:`RunSpec`'s fields as keys
     (docs/decisions/0029-run-description.md): a setting of the wrong type is a problem (lines start
     with ``--config 'PATH':``) and left out; relative paths are taken from the file's directory."""
     import yaml
@@ -164,11 +160,11 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"{where}: cannot be read ({type(e).__name__}: {e.strerror or e})"]
     data = {} if data is None else data
     if not isinstance(data, dict):
-        return {}, [f"{where}: expected a mapping of settings ({', '.join(RUN_FILE_KEYS)}), "
+        return {}, [f"{where}: expected a mapping of settings ({', '.join(RunSpec.model_fields)}), "
                     f"got {type(data).__name__}"]
     lines = RunSpec.problems({k: v for k, v in data.items() if v is not None})
     bad = {setting_of(line) for line in lines}
-    data = {k: v for k, v in data.items() if k in RUN_FILE_KEYS and k not in bad and v is not None}
+    data = {k: v for k, v in data.items() if k in RunSpec.model_fields and k not in bad and v is not None}
     base, paths = path.expanduser().resolve().parent, ("data_root", "data_roots", "weights", "output", "output_dir")
     data = {k: _absolute(v, base) if k in paths else v for k, v in data.items()}   # relative paths are the file's
     if "params" in data:
