@@ -393,9 +393,9 @@ def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tup
     extra = [dict(dataset=d, backbone=b, status="no reference row" if (d, b) in n_at else "no result")
              for d, b in expected if (d, b) not in have]
     tc = pd.concat([tc, pd.DataFrame(extra)], ignore_index=True) if extra else tc
-    rank = {"dataset": {v: i for i, v in enumerate(DATASET_NAMES)}, "backbone": {v: i for i, v in enumerate(backbone_order)}}
-    return tc.sort_values(["dataset", "backbone"], key=lambda c: c.map(rank[c.name]).fillna(99),
-                          kind="stable").reset_index(drop=True)
+    rank = {"dataset": list(DATASET_NAMES), "backbone": list(backbone_order)}
+    return tc.sort_values(["dataset", "backbone"], kind="stable", key=lambda c: c.map(
+        {v: i for i, v in enumerate(rank[c.name])}).fillna(99)).reset_index(drop=True)
 
 
 def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:

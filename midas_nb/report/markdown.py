@@ -339,8 +339,7 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
 
-def datasets_table(tables: Mapping[str, pd.DataFrame], fit: Mapping[tuple[str, str], tuple[bool, str]] | None = None
-                   ) -> str:
+def datasets_table(tables: Mapping[str, pd.DataFrame], fit: Mapping[tuple[str, str], Any] | None = None) -> str:
     """The paper's table on this run's datasets (DESIGN.md §8): one row per dataset × backbone block,
     its coverage, accuracies, and D(T5), D(T1) with their band, each beside the paper's; ``fit``: the blocks'
     :func:`~midas_nb.report.tables.fitness` where the caller has it."""
