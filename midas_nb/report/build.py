@@ -381,9 +381,10 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
     """The paper-shaped table (docs/decisions/0036-paper-shaped-table.md): the three-condition table of every
-    dataset × backbone block of ``rows`` at the point of the report's settings ``s`` (``s.bootstrap`` resamples),
-    blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an ``expected`` ``(dataset,
-    backbone)`` block without D gets one row with ``status`` "no result" (or "no reference row")."""
+    dataset × backbone block of the result-store ``rows`` at the point of the report's settings ``s`` (``s.bootstrap``
+    resamples), blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an ``expected``
+    ``(dataset, backbone)`` block without D gets one row with ``status`` "no result" (or "no reference row").
+    Raises ValueError or KeyError: rows without the result schema's columns (``aggregate_seeds``, ``decoupling_D``)."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()
