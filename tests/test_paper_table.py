@@ -1,4 +1,4 @@
-"""The paper-shaped table (``midas_nb.report.paper_table``): hand-made rows, hand-computed D."""
+"""The paper-shaped table (``midas_nb.report.build.paper_table``): hand-made rows, hand-computed D."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from midas_nb.report.paper_table import format_paper_table, paper_table
+from midas_nb import config
+from midas_nb.report.build import format_paper_table, paper_table
+from midas_nb.study import ReportSettings
 
 DS = "deit_small_patch16_224.fb_in1k"
 TI = "deit_tiny_patch16_224.fb_in1k"
@@ -21,14 +23,18 @@ def _rows():
             ("cub", TI, "reference", 0, 0.10, 0.20), ("cub", TI, "T5", 0, 0.12, 0.21),
             ("cub", DS, "T5", 0, 0.99, 0.99), ("cub", DS, "reference", 0, 0.09, 0.5)]  # L = 3: ignored at L = 6
     for i, (d, b, c, s, m, a) in enumerate(spec):
-        rows.append(dict(dataset=d, backbone=b, condition=c, seed=s, miou=m, idauc=a,
+        rows.append(dict(dataset=d, backbone=b, condition=c, seed=s, miou=m, idauc=a, accuracy=0.5, n_images=10,
                          depth=6 if i < 8 else 3, budget=0.25,
                          coverage_kind="part mIoU" if d == "cub" else "box coverage"))
     return pd.DataFrame(rows)
 
 
+def _settings(**point):
+    return ReportSettings.of(config.get_profile("paper", **point))
+
+
 def test_blocks_values_and_paper_columns():
-    t = paper_table(_rows(), expected=[("cub", DS), ("cub", TI), ("aircraft", DS), ("cars", DS)],
+    t = paper_table(_rows(), _settings(), expected=[("cub", DS), ("cub", TI), ("aircraft", DS), ("cars", DS)],
                     backbone_order=[TI, DS])
     blocks = list(dict.fromkeys(zip(t["dataset"], t["backbone"])))
     assert blocks == [("cub", TI), ("cub", DS), ("aircraft", DS), ("cars", DS)]   # CUB, Aircraft, Cars
@@ -53,6 +59,6 @@ def test_blocks_values_and_paper_columns():
 
 
 def test_other_point_has_no_paper_values():
-    t = paper_table(_rows(), depth=3, budget=0.25).set_index("condition")
+    t = paper_table(_rows(), _settings(depth=3)).set_index("condition")
     assert list(t.index) == ["reference", "T5"] and t.loc["T5", "D_pp"] == pytest.approx(90.0)
     assert t["paper_D_pp"].isna().all()                 # the paper's numbers are for L = 6, b = 25 % only

@@ -685,7 +685,7 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     assert one.loc[(one["kind"] == "D") & (one["item"] == "T5"), "estimate"].item() == pytest.approx(10.05)
 
 
-def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp_path):
+def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp_path, monkeypatch):
     """Three datasets in one store (a run over several data roots): the paper's table has one row
     per dataset with its coverage kind, D(T5) and D(T1) with intervals and band beside the paper's
     value for that dataset; the README section and the findings name each dataset; a dataset's
@@ -713,6 +713,9 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
         "cub", "aircraft (FGVC-Aircraft variant)", "cars; trained on the first 12 of each class"]
     section = report.readme_section(tables)
     assert "3 datasets" in section.splitlines()[1]
+    calls = []          # the blocks' fitness is read from the tables once per rendering, not once per table
+    monkeypatch.setattr(report.markdown, "fitness", lambda t, f=report.markdown.fitness: calls.append(1) or f(t))
+    assert report.render_report(tables) and report.readme_section(tables) == section and len(calls) == 2
     # one column per dataset, one row per finding, each cell the findings table's verdict
     assert "| finding | cub | aircraft | cars |" in section
     f0 = tables["findings"]

@@ -195,7 +195,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
     # after a run of the scale readout (05) over several datasets: the paper-shaped table, printed and saved
     settings = spec.settings() if any(p.name[:2] == config.SWEEPS["scale"] for p in paths) else None
     if settings is not None and len(grid_spans(settings, "scale")[0]) > 1:
-        from ..report.paper_table import format_paper_table, paper_table_for
+        from ..report.build import format_paper_table, paper_table_for
         from ..results import save_table
 
         table = paper_table_for(settings)

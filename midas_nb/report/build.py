@@ -1,21 +1,22 @@
 """The report's CSV tables (provenance, three conditions, cosine probes, regime, scale, findings, backbones) built
-from the result rows (:func:`build_tables`)."""
+from the result rows (:func:`build_tables`), and the paper-shaped table (:func:`paper_table`) ``midas-nb run`` prints."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
-from ..study import ReportSettings
+from ..study import grid_spans, ReportSettings, sweep_cells
+from ..sweeps import ResultStore
 from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
-from .paper_table import order_first
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
 from .store import expected_cells, mark_missing, missing_cells
@@ -24,6 +25,12 @@ from .tables import BACKBONE_COLUMNS, counted, number_text, SECTIONS, SKIPPED_RO
 
 def _first(series: pd.Series) -> Any:
     return next(iter(series.dropna()), "")
+
+
+def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
+    """The distinct ``values``: those in ``first`` in its order, then the others as they come."""
+    values = list(dict.fromkeys(values))
+    return [v for v in first if v in values] + [v for v in values if v not in first]
 
 
 def _shown_path(p: str | Path) -> str:
@@ -369,3 +376,45 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                 out.append(dict(base, kind="finding", item=r.finding, verdict=str(r.holds), evidence=r.evidence))
     return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
 
+
+
+def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
+                backbone_order: Sequence[str] = ()) -> pd.DataFrame:
+    """The paper-shaped table (docs/decisions/0036-paper-shaped-table.md): the three-condition table of every
+    dataset × backbone block of the result-store ``rows`` at the point of the report's settings ``s`` (``s.bootstrap``
+    resamples), blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an ``expected``
+    ``(dataset, backbone)`` block without D gets one row with ``status`` "no result" (or "no reference row").
+    Raises ValueError or KeyError: rows without the result schema's columns (``aggregate_seeds``, ``decoupling_D``)."""
+    at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
+              ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
+    tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()
+          else pd.DataFrame(columns=_CELL + ["condition"]))
+    tc.loc[tc["backbone"] != PAPER_SETTING["backbone"], ["paper_D_pp", "paper_delta_idauc", "paper_status"]] = None
+    have, n_at = set(zip(tc["dataset"], tc["backbone"])), set(zip(at["dataset"], at["backbone"]))
+    extra = [dict(dataset=d, backbone=b, status="no reference row" if (d, b) in n_at else "no result")
+             for d, b in expected if (d, b) not in have]
+    tc = pd.concat([tc, pd.DataFrame(extra)], ignore_index=True) if extra else tc
+    rank = {"dataset": list(DATASET_NAMES), "backbone": list(backbone_order)}
+    return tc.sort_values(["dataset", "backbone"], kind="stable", key=lambda c: c.map(
+        {v: i for i, v in enumerate(rank[c.name])}).fillna(99)).reset_index(drop=True)
+
+
+def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`paper_table` of the scale readout's cells of a profile's result store, each of its blocks expected."""
+    s = ReportSettings.of(profile)
+    datasets, backbones = grid_spans(dict(s.values), "scale")
+    return paper_table(ResultStore(name=s.profile).results(sweep_cells(dict(s.values), "scale")), s,
+                       expected=[(config.dataset_label(dict(s.values), d), b) for d in datasets for b in backbones],
+                       backbone_order=backbones)
+
+
+def format_paper_table(table: pd.DataFrame) -> str:
+    """Plain text: one block per dataset × backbone (its coverage kind in the heading), a line per condition
+    (pandas' ``to_string``), or the block's status where it has no rows."""
+    fmt = {c: lambda x, f=f: number_text(x, f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
+           ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
+    blocks = [f"{d} × {b}  ({coverage_name(g)})\n" + textwrap.indent(
+        str(g["status"].iloc[0]) if g["condition"].isna().all() else
+        g[["condition", *fmt, "status"]].to_string(index=False, formatters=fmt, na_rep="—"), "    ")
+        for (d, b), g in table.groupby(["dataset", "backbone"], sort=False)]
+    return "\n".join(blocks) or "paper table: no rows"

@@ -196,7 +196,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out = [f"# MIDAS report — `{g.get('profile', '?')}` profile\n", _incomplete_banner(g, len(missing)),
            _warning_note(g, blocks), _how_read(g)]
     out.append("## The paper's claims on this run\n")           # where a reader looks first (decision 0073)
-    fit = fitness(dict(tables))    # a backbone that has not learned its task counts no claim, T5's content included
+    fit = fitness(tables)      # a backbone that has not learned its task counts no claim, T5's content included
     for ds, bb in blocks:
         claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
                               content=content_from_d(_block(tables, "three_conditions", ds, bb)), fitness=fit.get((ds, bb)))
@@ -209,7 +209,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     for ds, bb in blocks:
         out += [f"\n### {ds} · {bb}\n", _md_table(["setting", "value"], list(_prov(tables, ds, bb).items())) + "\n"]
     if len({ds for ds, _ in blocks}) > 1:
-        out += ["\n## The paper's table on these datasets\n", datasets_table(tables) + "\n"]
+        out += ["\n## The paper's table on these datasets\n", datasets_table(tables, fit) + "\n"]
     out.append("\n## Which of the paper's findings hold\n")
     out.append("The findings speak of the decoupling as the paper's D does: T5's coverage gain over the reference "
                "inside the parity band, cell by cell. The claim verdict of notebooks 02 and 07 asks more of a run: "
@@ -339,10 +339,11 @@ def _d_cell(t: pd.DataFrame, cond: str) -> tuple[str, str]:
     return f"{ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'])}, {_band_text(r)}", _f(r["paper_D_pp"], "+.2f") or "—"
 
 
-def datasets_table(tables: Mapping[str, pd.DataFrame]) -> str:
+def datasets_table(tables: Mapping[str, pd.DataFrame], fit: Mapping[tuple[str, str], Any] | None = None) -> str:
     """The paper's table on this run's datasets (DESIGN.md §8): one row per dataset × backbone block,
-    its coverage, accuracies, and D(T5), D(T1) with their band, each beside the paper's."""
-    body, fit = [], fitness(tables)
+    its coverage, accuracies, and D(T5), D(T1) with their band, each beside the paper's; ``fit``: the blocks'
+    :func:`~midas_nb.report.tables.fitness` where the caller has it."""
+    body, fit = [], fitness(tables) if fit is None else fit
     for ds, bb in _blocks(tables):
         p, t = _prov(tables, ds, bb), _block(tables, "three_conditions", ds, bb)
         acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
@@ -387,16 +388,17 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                  "[0072](docs/decisions/0072-backbone-builds.md))")
     bands = band_rule(short=True)
     if len({d for d, _ in blocks}) > 1:
+        fit = fitness(tables)
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
         body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
                 f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). {intervals}; {bands}. "
                 "Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
-                datasets_table(tables) + "\n",
+                datasets_table(tables, fit) + "\n",
                 "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
                 _findings_grid(tables["findings"], blocks) + "\n",
                 *[f"{ds} · {bb}: not counted — {why} (fitness rule: decision 0070).\n" for (ds, bb), (ok, why) in
-                  fitness(tables).items() if not ok and (ds, bb) in blocks]]
+                  fit.items() if not ok and (ds, bb) in blocks]]
     else:
         coverage = p.get("coverage", "part mIoU")
         what, full = f"{ds}, {bb}", "the cosine probes, the regime grid and the scale readout"
@@ -471,20 +473,7 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
     the ``REPORT.md`` path. Raises (ValueErrors; nothing written) MixedSettingsError: such rows and not
     ``allow_mixed_settings``; IncompleteReportError: cells missing and not ``allow_incomplete``; FileNotFoundError:
     no store or tables; ValueError: nothing to report, no README markers."""
-    if from_tables is not None:
-        out = Path(output if output is not None else from_tables)
-        tables = read_tables(from_tables)
-        try:                                   # rendered before anything is written
-            missing, text = _missing_list(tables), render_report(tables)
-        except KeyError as e:
-            raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
-                             "by `midas-nb report`; nothing was written") from None
-        if not allow_incomplete and missing:
-            raise IncompleteReportError(_incomplete_message(f"the set of report tables in {from_tables}", missing,
-                                                            profile))
-        if out.resolve() != Path(from_tables).resolve():
-            write_tables(tables, out)
-    else:                  # the store's rows: the study's settings and the build path, with torch (decision 0080)
+    if from_tables is None:   # the store's rows: the study's settings and the build path, with torch (decision 0080)
         from ..study import ReportSettings
         from .build import build_tables
         from .store import CELL_IDENTITY, expected_cells, load_probes, load_store_rows, missing_cells
@@ -503,11 +492,22 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
             raise IncompleteReportError(_incomplete_message(f"the result store {left_out['store']}",
                                                             [f"{r.label}: {r.state}" for r in miss.itertuples()],
                                                             profile, n_expected))
-        tables = build_tables(rows, s, left_out=left_out, probes=load_probes(profile, store), band=band)
-        out = Path(output) if output is not None else config.runs_dir() / profile / "report"
+        from_tables = Path(output) if output is not None else config.runs_dir() / profile / "report"
+        # rendered from what is written, as the README test does
+        write_tables(build_tables(rows, s, left_out=left_out, probes=load_probes(profile, store), band=band),
+                     from_tables)
+    out = Path(output if output is not None else from_tables)
+    tables = read_tables(from_tables)
+    try:                                       # rendered before anything is written
+        missing, text = _missing_list(tables), render_report(tables)
+    except KeyError as e:
+        raise ValueError(f"the report tables in {from_tables} lack the column {e}; expected tables written "
+                         "by `midas-nb report`; nothing was written") from None
+    if not allow_incomplete and missing:
+        raise IncompleteReportError(_incomplete_message(f"the set of report tables in {from_tables}", missing,
+                                                        profile))
+    if out.resolve() != Path(from_tables).resolve():
         write_tables(tables, out)
-        tables = read_tables(out)          # render from what was written, as the README test does
-        text = render_report(tables)
     report = out / "REPORT.md"
     report.write_text(text, encoding="utf-8")
     if readme is not None:
