@@ -522,6 +522,19 @@ def test_html_edition_in_headless_chromium(html_dir, tmp_path):
     assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 1000
 
 
+def test_a_question_has_one_copy():
+    """Issue 54: every prompt was in the registry and, verbatim, in its notebook; the registry now holds only
+    the prompts show_exercise shows (an exercise with an applies test), and refuses any other."""
+    from midas_nb.course.exercises import _core
+    with pytest.raises(ValueError, match="a prompt goes with an applies test"):
+        _core.register("99.copy", "a hint", _core.number, lambda: 1.0, prompt="the notebook's question again")
+    with pytest.raises(ValueError, match="a prompt goes with an applies test"):
+        _core.register("99.silent", "a hint", _core.number, lambda: 1.0, applies=lambda: None)
+    assert not {"99.copy", "99.silent"} & set(EXERCISES)
+    assert [n for n, e in EXERCISES.items() if e.prompt] == [n for n, e in EXERCISES.items() if e.applies] == [
+        "04.budget_fall", "05.best_backbone_T5", "05.spread_resolved"]
+
+
 def test_check_solution_prints_nothing_and_raises_on_a_wrong_solution(capsys):
     s = _study(grid=(14, 14), budgets=(0.1, 0.25, 0.5))      # N = 196
     check_solution("00.keep_count", 20, study=s)               # ceil(0.1 · 196) = 20
