@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...metrics import decoupling_D, parity_band
+from ...metrics import parity_band
 from ...metrics.stats import interval_sign as sign_of
 from ...results import format_ci
 
@@ -27,21 +27,13 @@ from ...results import format_ci
 # ------------------------------------------------------------------------------------ exercises
 @dataclass(frozen=True)
 class Exercise:
-    """One checkable exercise.
-
-    Attributes:
-        name: ``"NN.short_name"``; ``NN`` is the notebook's two-digit number.
-        hint: shown when an answer is wrong.
-        needs: keyword arguments the checker reads (objects the notebook already built): the
-            parameters of ``expected``, ``expected(**ctx)`` → the expected answer.
-        compare: ``compare(answer, expected)`` → ``(ok, message)``.
-        applies: ``applies(**ctx)`` → ``None`` when the exercise can be asked of this run, else
-            the reason it cannot (e.g. "needs ≥ 2 backbones; this run has one"); ``None``: always.
-        kind: ``"look-up"``, ``"computation"`` or ``"reasoning"`` (option letters: why / what-if /
-            predict-then-check).
-        prompt: the question (Markdown) of an exercise with an ``applies`` test, which
-            :func:`show_exercise` shows; every other question is its notebook's Markdown cell, the one copy.
-    """
+    """One checkable exercise ``"NN.short_name"`` (``NN``: its notebook): the ``hint`` shown with a wrong answer;
+    ``needs``, the notebook objects ``expected(**ctx)`` (the expected answer) takes; ``compare(answer,
+    expected)`` → ``(ok, message)``; ``applies(**ctx)`` → ``None`` where it can be asked of this run, else why
+    not (e.g. "needs ≥ 2 backbones; this run has one"; no test: always); ``kind``: ``"look-up"``,
+    ``"computation"`` or ``"reasoning"`` (option letters); ``prompt``: the question (Markdown) of an exercise
+    with an ``applies`` test, which :func:`show_exercise` shows (every other question is its notebook's
+    Markdown cell, the one copy)."""
 
     name: str
     hint: str
@@ -103,11 +95,8 @@ def list_exercises(notebook: str | None = None) -> list[str]:
 
 
 def expected_answer(name: str, **ctx: Any) -> Any:
-    """The answer the checker of exercise ``name`` expects, computed from ``ctx``.
-
-    Raises:
-        KeyError: for an unknown exercise or a missing context object.
-    """
+    """The answer the checker of exercise ``name`` expects, computed from ``ctx``. KeyError: an unknown exercise
+    or a missing context object; :class:`NotApplicable`: not asked of this run."""
     ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
@@ -183,11 +172,8 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
     """Verify a reference solution against the checker of exercise ``name``, silently: the cells tagged
     ``solution`` call this instead of :func:`check_exercise`, so a run proves every reference solution right
     while the executed notebook and its HTML edition do not print the answer under the question. An exercise
-    not asked of this run (:func:`not_applicable`) has nothing to verify: it returns silently.
-
-    Raises:
-        AssertionError: the solution disagrees with the checker (the message says how).
-        KeyError: an unknown exercise or a missing context object.
+    not asked of this run (:func:`not_applicable`) has nothing to verify. AssertionError: the solution
+    disagrees with the checker (the message says how); KeyError: an unknown exercise or a missing object.
     """
     try:
         ok, why = _get(name).compare(answer, expected_answer(name, **ctx))
