@@ -165,12 +165,10 @@ D_LABEL = "D = mIoU − mIoU_ref (pp)"
 #: where D does not colour the cell), its legend line
 _STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
     "in band": ("✓", dict(edgecolor="0.4"), "in band (coloured by D)"),
-    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."),
-                     "not resolved (coloured by D)"),
+    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."), "not resolved (coloured by D)"),
     "uninformative": ("○", dict(edgecolor="0.1", hatch="xx"),
                       "uninformative: the reference is not faithful (coloured by D)"),
-    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
-                     "outside band (D in brackets)")}
+    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"), "outside band (D in brackets)")}
 _COLOURED = ("in band", "not resolved", "uninformative")   # the statuses drawn in D's colour
 #: :func:`regime_lines`' marker of each status: (marker, area in pt², hollow, legend label)
 _MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 36, True, "band not resolved"),

@@ -64,19 +64,13 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
 
 @dataclass
 class ExplorerView:
-    """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
-
-    Attributes:
-        position, index: the image's position in the explorer's list and its index in the test split.
-        class_name: its ground-truth class. depth, budget: ``L`` (1-based; the scorer reads block ``L``) and ``b``.
-        targets: the two ranking ids, left and right.
-        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major). n_keep, n_patches: ``ceil(b·N)``, ``N``.
-        coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
-        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none).
-        miou, n_images: each ranking's mean IoU over the explorer's ``n_images`` images at the same ``(L, b)``
-            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
-        insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
-    """
+    """What the explorer shows for one setting: the image at ``position`` in its list (``index`` in the test
+    split, ground-truth ``class_name``), the two ranking ids ``targets`` (left, right), at ``depth`` L (the scorer
+    reads block L) and ``budget`` b; ``keep``: ``[2,N]`` bool kept patch tokens of each (row-major), ``n_keep`` =
+    ``ceil(b·N)`` of ``n_patches`` = N; ``coverage_kind``: ``"part mIoU"`` or ``"box coverage"``; ``iou``: this
+    image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none); ``miou``: each one's
+    mean over the explorer's ``n_images`` images at the same ``(L, b)`` (:func:`midas_nb.metrics.part_miou`);
+    ``insdel``: ``{id: InsDel}`` of ``p_c`` on this image (``B = 1``)."""
 
     position: int
     index: int
@@ -156,21 +150,18 @@ class _ViewCache:
             raise ValueError(f"unknown ranking(s) {unknown}; the explorer offers {self.ids}")
         depth = check_depth(st.model, st.settings.point.depth if depth is None else depth)
         budget = float(Budget(st.settings.point.budget if budget is None else budget))
-        maps = self.maps_at(depth)
         has_parts = bool(getattr(st.test_set, "has_parts", True))
-        region = batch.part_mask if has_parts else batch.box_mask
-        metric = part_miou if has_parts else box_coverage
-        keep_all = {t: kept_mask(maps[t], budget) for t in targets}
-        ious = tuple(float(metric(keep_all[t][position:position + 1], region[position:position + 1]).per_image[0])
-                     for t in targets)
-        means = tuple(float(metric(keep_all[t], region).mean) for t in targets)
-        keep = torch.stack([keep_all[t][position] for t in targets])
+        keep_all = [kept_mask(self.maps_at(depth)[t], budget) for t in targets]   # each image's IoU is its own
+        scored = [(part_miou if has_parts else box_coverage)(k, batch.part_mask if has_parts else batch.box_mask)
+                  for k in keep_all]
+        keep = torch.stack([k[position] for k in keep_all])
         return ExplorerView(
             position=position, index=int(batch.indices[position]),
             class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
             depth=depth, budget=budget,
             targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
-            coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
+            coverage_kind="part mIoU" if has_parts else "box coverage",
+            iou=tuple(float(r.per_image[position]) for r in scored), miou=tuple(float(r.mean) for r in scored),
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
 
 

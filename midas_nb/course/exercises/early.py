@@ -18,18 +18,15 @@ def _ceiling(f: float, b: float) -> float:
 
 
 # ------------------------------------------------------------------------ 00 quickstart
-register("00.keep_count",
-         "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
+register("00.keep_count", "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
          lambda study: keep_count(0.10, math.prod(study.grid)))
 
 
-register("00.iou_ceiling",
-         "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
+register("00.iou_ceiling", "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
          lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
 
 
-@register("00.ceiling_what_if",
-           "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", option)
+@register("00.ceiling_what_if", "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", option)
 def _ex_ceiling_what_if(coverage_mask) -> Choice:
     f = float(coverage_mask.float().mean())
     c = {b: _ceiling(f, b) for b in (0.10, 0.50)}
@@ -83,8 +80,7 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
 
 
 # -------------------------------------------------------------------------- 02 protocol
-register("02.D_T5",
-         "`table.groupby('condition')['miou'].mean()`.", number,
+register("02.D_T5", "`table.groupby('condition')['miou'].mean()`.", number,
          lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
 
 
@@ -100,8 +96,7 @@ def _ex_d_leaders(D) -> Choice:
                                               f"{', '.join(ties) or 'none'}.")
 
 
-@register("02.mean_vs_interval",
-           "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", option)
+@register("02.mean_vs_interval", "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", option)
 def _ex_mean_vs_interval(D) -> Choice:
     d = D[~D["condition"].isin(_BASELINES)]
     by_mean = d["delta_idauc"].astype(float) >= -0.01 - 1e-12
@@ -134,8 +129,7 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
 
 
 # ---------------------------------------------------------------------------- 03 probes
-@register("03.t5_t3_vs_paper",
-           "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
+@register("03.t5_t3_vs_paper", "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
 def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
     m, a, b, c = float(mean.loc["T5", "T3"]), float(lo.loc["T5", "T3"]), float(hi.loc["T5", "T3"]), PAPER_COSINE_MAX
     pick = "a" if -c <= a and b <= c else "b" if a > c or b < -c else "c"
@@ -151,8 +145,7 @@ def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     return {frozenset(k.split("|")) for k in leaders(pairs, "v", name="pair")}
 
 
-@register("03.hidden_vs_attention",
-           "compare `lo` and `hi` of each row of `hv` with 0.", option)
+@register("03.hidden_vs_attention", "compare `lo` and `hi` of each row of `hv` with 0.", option)
 def _ex_hidden_vs_attention(hv) -> Choice:
     signs = [(f"{r['hidden']}–{r['attention']}", sign_of(float(r["lo"]), float(r["hi"]))) for _, r in hv.iterrows()]
     pos, neg = ([name for name, x in signs if x == want] for want in ("positive", "negative"))

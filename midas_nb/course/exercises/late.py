@@ -56,8 +56,7 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
 
 
 # ----------------------------------------------------------------------------- 05 scale
-register("05.best_backbone_T5",
-         "filter `D` to condition T5.",
+register("05.best_backbone_T5", "filter `D` to condition T5.",
          choice, lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")), applies=two_backbones,
          prompt="On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
                 "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)")
@@ -99,8 +98,7 @@ def _ex_spread_resolved(D) -> Choice:
 
 
 # --------------------------------------------------------------------------- 06 related
-register("06.best_separation",
-         "sort `res.perturbation` by `neg_minus_pos`.", choice,
+register("06.best_separation", "sort `res.perturbation` by `neg_minus_pos`.", choice,
          lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
 
@@ -111,8 +109,7 @@ register("06.pib_T0",
          number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
 
 
-@register("06.patch_score_pib",
-           "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
+@register("06.patch_score_pib", "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
 def _ex_patch_score_pib(pib) -> Choice:
     r = pib.set_index("ranking").loc["patch_score"]
     lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
@@ -122,9 +119,8 @@ def _ex_patch_score_pib(pib) -> Choice:
 
 
 # ---------------------------------------------------------------------------- 07 deploy
-@register("07.coverage_first",
-           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
-           kind="computation")
+@register("07.coverage_first", "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
+          kind="computation")
 def _ex_cov_first(table) -> set[str]:
     """The condition :func:`midas_nb.analysis.recommend_deployment` advises coverage-first and every candidate it
     ties with within noise (its ``ties``: a choice by the mean is not a lead)."""
