@@ -305,7 +305,11 @@ def test_notebook_has_objectives_and_checked_exercises(path):
         head = f"**Exercise {course.exercise_label(name)}** (`{name}`). "
         if EXERCISES[name].applies is None:
             prompt = [c for c in nb.cells if c.cell_type == "markdown" and "exercise" in _tags(c) and head in c.source]
-            assert len(prompt) == 1 and prompt[0].source == head + EXERCISES[name].prompt, name
+            # the question's one copy (the registry holds none: issue 54) and its option letters, as checked
+            assert len(prompt) == 1 and prompt[0].source.startswith(head) and not EXERCISES[name].prompt, name
+            if EXERCISES[name].kind == "reasoning":
+                options = re.findall(r"^\* \((\w)\) ", prompt[0].source, re.M)
+                assert len(options) >= 2 and options == list("abcde"[:len(options)]), name
         else:
             prompt = [c for c in nb.cells if c.cell_type == "code" and "exercise" in _tags(c)
                       and f'show_exercise("{name}"' in c.source]
@@ -516,6 +520,19 @@ def test_html_edition_in_headless_chromium(html_dir, tmp_path):
     r = _chromium([f"--screenshot={shot}", "--window-size=1200,900", (site / "index.html").as_uri()],
                   tmp_path / "profile2")
     assert r.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 1000
+
+
+def test_a_question_has_one_copy():
+    """Issue 54: every prompt was in the registry and, verbatim, in its notebook; the registry now holds only
+    the prompts show_exercise shows (an exercise with an applies test), and refuses any other."""
+    from midas_nb.course.exercises import _core
+    with pytest.raises(ValueError, match="a prompt goes with an applies test"):
+        _core.register("99.copy", "a hint", _core.number, lambda: 1.0, prompt="the notebook's question again")
+    with pytest.raises(ValueError, match="a prompt goes with an applies test"):
+        _core.register("99.silent", "a hint", _core.number, lambda: 1.0, applies=lambda: None)
+    assert not {"99.copy", "99.silent"} & set(EXERCISES)
+    assert [n for n, e in EXERCISES.items() if e.prompt] == [n for n, e in EXERCISES.items() if e.applies] == [
+        "04.budget_fall", "05.best_backbone_T5", "05.spread_resolved"]
 
 
 def test_check_solution_prints_nothing_and_raises_on_a_wrong_solution(capsys):

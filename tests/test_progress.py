@@ -75,7 +75,7 @@ def test_the_throughput_measurement_and_the_pruned_forwards_draw_their_bars(monk
 
     import torch
 
-    from midas_nb.analysis import protocol
+    from midas_nb.analysis import evaluation
     from midas_nb.metrics.speed import measure_throughputs
 
     monkeypatch.setenv("MIDAS_PROGRESS", "lines")
@@ -85,10 +85,10 @@ def test_the_throughput_measurement_and_the_pruned_forwards_draw_their_bars(monk
     assert set(rates) == {"full", "pruned"}
     assert capsys.readouterr().err.splitlines()[-1].startswith("throughput of 2 forwards, forward 8/8")   # 2 x (1 + 3)
     calls = []
-    monkeypatch.setattr(protocol, "prune_tokens", lambda bb, h, s, L, b: calls.append(h.shape[0]) or
+    monkeypatch.setattr(evaluation, "prune_tokens", lambda bb, h, s, L, b: calls.append(h.shape[0]) or
                         SimpleNamespace(logits=torch.zeros(h.shape[0], 5), keep_mask=torch.zeros(h.shape[0], 4)))
     cache = type("C", (), {"hidden": torch.zeros(10, 5, 8), "__len__": lambda self: 10})()
-    logits, masks = protocol._pruned_eval(None, cache, [torch.zeros(10, 4)] * 3, 2, 0.5, 4, "cpu", progress=True)
+    logits, masks = evaluation._pruned_eval(None, cache, [torch.zeros(10, 4)] * 3, 2, 0.5, 4, "cpu", progress=True)
     assert logits.shape == (3, 10, 5) and calls == [12, 12, 6]     # 3 rankings x image batches of 4, 4, 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("pruned forward, 3 rankings at L=2, b=0.5, image batch 3/3")
 

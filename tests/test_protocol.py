@@ -177,12 +177,12 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
     scorer's weights: every call at one (backbone, L, b) shares one interleaved measurement of the
     full model and of every scorer kind, so rows of separate calls compare."""
     import midas_nb.metrics.speed as speed
-    import midas_nb.analysis.protocol as proto
+    import midas_nb.analysis.evaluation as evaluation
     calls = []
     real = speed.measure_throughputs
     monkeypatch.setattr(speed, "measure_throughputs",
                         lambda fns, x, **k: calls.append(set(fns)) or real(fns, x, **k))
-    monkeypatch.setattr(proto, "_SPEED_MEMO", {})
+    monkeypatch.setattr(evaluation, "_SPEED_MEMO", {})
     model = tiny_vit()
     train, test = TinyDataset(12, 8), TinyDataset(6, 9)
     kw = dict(depth=2, seeds=[0], dataset_name="tiny", backbone_name="vit", checkpoint_id="ck",
@@ -224,14 +224,14 @@ def test_run_protocol_box_coverage_and_bad_condition(tmp_path):
 
 def test_the_insertion_deletion_phase_shows_its_progress(tmp_path, monkeypatch):
     """A quick run's IDAUC over 300 images ran 20 minutes without one progress line."""
-    import midas_nb.analysis.protocol as protocol
+    import midas_nb.analysis.evaluation as evaluation
 
-    seen, real = [], protocol.tqdm
+    seen, real = [], evaluation.tqdm
 
     def spy(iterable=None, *args, **kwargs):
         seen.append((kwargs.get("desc"), kwargs.get("disable"), None if iterable is None else len(iterable)))
         return real(iterable, *args, **kwargs)
-    monkeypatch.setattr(protocol, "tqdm", spy)
+    monkeypatch.setattr(evaluation, "tqdm", spy)
     model = tiny_vit()
     run_protocol(_Tiny(8, 6), _Tiny(6, 7), model, depth=1, budget=0.5, conditions=["random", "reference"],
                  seeds=[0], dataset_name="tiny", backbone_name="vit", checkpoint_id="ck", epochs=1,
@@ -337,7 +337,7 @@ def test_bfloat16_protocol_runs_every_condition_keyed_apart_and_agrees_with_floa
 def test_consecutive_calls_read_the_evaluation_split_once_and_give_the_same_rows(tmp_path, monkeypatch):
     """The test split's block-L states and IDAUC images are read once for consecutive calls at one
     (backbone, L) — a sweep worker's cells — and the rows are those of a fresh process."""
-    import midas_nb.analysis.protocol as proto
+    import midas_nb.analysis.evaluation as proto
     reads = []
     real = proto._read_evaluation_split
     monkeypatch.setattr(proto, "_read_evaluation_split", lambda *a: reads.append(1) or real(*a))
@@ -362,7 +362,7 @@ def test_consecutive_calls_read_the_evaluation_split_once_and_give_the_same_rows
 def test_a_ranking_met_before_in_a_split_is_not_measured_again(tmp_path, monkeypatch):
     """The reference ranks tokens the same at every budget of one L: its IDAUC is measured once for two
     budgets (decision 0071), with the rows of a fresh process; a trained scorer's ranking is measured."""
-    import midas_nb.analysis.protocol as proto
+    import midas_nb.analysis.evaluation as proto
     calls = []
     real = proto.insertion_deletion_auc
     monkeypatch.setattr(proto, "insertion_deletion_auc", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -57,9 +57,9 @@ def test_explorer_view_rejects_bad_settings(study):
     n_blocks = len(study.model.blocks)
     with pytest.raises(ValueError, match="two rankings"):
         widgets.explorer_view(study, targets=("T0", "T1", "T5"))
-    with pytest.raises(ValueError, match=f"depth L must be in 1..{n_blocks - 1}"):
+    with pytest.raises(ValueError, match=f"depth L must be in 1..{n_blocks - 1} for a {n_blocks}-block ViT"):
         widgets.explorer_view(study, depth=n_blocks)
-    with pytest.raises(ValueError, match="budget b must be in"):
+    with pytest.raises(ValueError, match=r"expected a kept fraction b in \(0, 1\]"):
         widgets.explorer_view(study, budget=1.5)
     with pytest.raises(ValueError, match="outside the explorer's 3 images"):
         widgets.explorer_view(study, image=3, n_images=3)

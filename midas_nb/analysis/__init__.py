@@ -2,7 +2,8 @@
 
 - :mod:`~midas_nb.analysis.protocol` — the three-condition protocol (DESIGN.md §5): every
   condition's scorer trained and evaluated on the same images; coverage, IDAUC, accuracy,
-  speed and ``D`` with paired intervals.
+  speed and ``D`` with paired intervals; its evaluation on the test split (the evaluated images, the
+  throughput, each row) in :mod:`~midas_nb.analysis.evaluation`.
 - :mod:`~midas_nb.analysis.last` — **LaSt-ViT** (Shi, Yu & Yang, 2026,
   https://arxiv.org/abs/2602.22394): the stability statistic's aggregation, its short fine-tune,
   Patch Score and Point-in-Box before and after.

@@ -1,11 +1,9 @@
 """Course edition of the notebooks (decision 0022): exercise checkers (:mod:`.exercises`), solution
 stripping and the static HTML edition (:mod:`.publish`).
 
-Each notebook ends with 2–4 exercises named ``"NN.short_name"``: a student's cell calls
-``check_exercise(name, answer, study=study, ...)`` (silent while ``answer`` is ``None``); the reference
-solutions, in cells tagged ``solution``, call the silent ``check_solution(...)``; ``show_exercise`` shows
-a prompt only where the run can answer it. :func:`strip_solutions` (``midas-nb strip-solutions``) removes
-the solution cells; :func:`export_html` (``midas-nb export-html``) makes a static HTML edition of a run.
+Each notebook ends with 2–4 exercises ``"NN.short_name"``: a student's cell calls ``check_exercise(name,
+answer, study=study, ...)`` (silent while ``answer`` is ``None``), a solution cell the silent
+``check_solution(...)``; ``midas-nb strip-solutions`` and ``midas-nb export-html`` call the two others.
 """
 from __future__ import annotations
 

@@ -69,18 +69,12 @@ def _is_solution(cell) -> bool:
 
 
 def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool = False) -> int:
-    """Remove the cells tagged ``solution`` from a notebook (the student edition); everything else
-    (the ``parameters`` cell, exercises, student cells, metadata) is kept, the result validated with nbformat.
-
-    Args:
-        path: the notebook.
-        out: a file path (``out == path`` overwrites in place), an existing directory (the same file name
-            inside it), or ``None``: ``<path's folder>/student/<same name>`` (a sibling folder rather than a
-            ``*_student.ipynb`` suffix, so the ``NN_*.ipynb`` list of ``midas-nb run`` never picks it up).
-        force: replace another file at ``out`` that differs from what is written (a student's edited copy).
-
-    Returns the number of removed cells. Raises FileNotFoundError where ``path`` does not exist,
-    FileExistsError where ``out`` is another file that differs from the stripped notebook (not ``force``).
+    """Remove the cells tagged ``solution`` from the notebook ``path`` (the student edition); everything else
+    is kept, the result validated with nbformat. ``out``: a file (``path`` itself: in place), an existing
+    directory (the same name inside it), or ``None``: ``<path's folder>/student/<same name>`` (not a
+    ``*_student.ipynb`` suffix, which ``midas-nb run``'s ``NN_*.ipynb`` list would pick up); ``force``: replace
+    a different file at ``out`` (a student's edited copy). Returns the number of removed cells.
+    FileNotFoundError: no ``path``; FileExistsError: ``out`` differs from the stripped notebook (not ``force``).
     """
     path = Path(path)
     if not path.is_file():
@@ -159,25 +153,16 @@ def _alt_texts(nb: Any, body: str) -> str:
 
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
                 strip_solutions: bool = False) -> Path:
-    """Static HTML edition of a run's executed notebooks; returns the contents page.
+    """Static HTML edition of the executed notebooks in ``input_dir`` (``midas-nb run``'s output,
+    ``runs/<profile>``) in ``output_dir`` (default ``<input_dir>/html``); returns the contents page.
 
-    One page per executed ``NN_*.ipynb`` in ``input_dir`` (nbconvert's lab template, figures and
-    Markdown images embedded as data URIs), in file-name order, each with "Contents / previous /
-    next" links at the top and bottom, plus ``index.html`` listing the notebooks by title (the
-    first Markdown heading). Notebooks with no executed code cell are skipped
-    with a warning; a notebook that stopped with an error is exported, marked "failed: <error>"
-    on the contents page, with a warning. A notebook the run manifest (``run.json``,
-    :func:`midas_nb.runs.notebook_states`) reports as stale — an older copy the latest run
-    failed to replace or did not reach, or one from a run with other settings — is exported
-    marked "stale: <reason>" on the contents page and with a banner on its page, with a warning.
-
-    Args:
-        input_dir: directory of executed notebooks (``midas-nb run`` output, ``runs/<profile>``).
-        output_dir: where the pages go (default ``<input_dir>/html``).
-        strip_solutions: leave the cells tagged ``solution`` out of the pages.
-
-    Raises:
-        FileNotFoundError: when ``input_dir`` holds no executed ``NN_*.ipynb`` notebook.
+    One page per executed ``NN_*.ipynb`` (nbconvert's lab template, images embedded as data URIs), in
+    file-name order, with "Contents / previous / next" links at the top and bottom, and ``index.html`` listing
+    them by title (the first Markdown heading). With a warning each: a notebook without an executed code cell
+    is left out; one that stopped with an error is marked "failed: <error>" on the contents page; one the run
+    manifest (``run.json``, :func:`midas_nb.runs.notebook_states`) reports stale (an older copy the latest run
+    did not replace, or from other settings) is marked "stale: <reason>" there and with a banner on its page.
+    ``strip_solutions``: leave the cells tagged ``solution`` out. FileNotFoundError: no executed notebook.
     """
     from nbconvert import HTMLExporter
 

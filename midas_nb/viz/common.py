@@ -31,11 +31,8 @@ Normalization = tuple[Sequence[float], Sequence[float]] | None
 def set_output(notebook: str | None, directory: str | Path | None = None, *, profile: str | None = None) -> Path:
     """Name the notebook whose figures follow (its stem prefixes every saved figure and table; ``None``:
     no prefix) and the ``directory`` they go to (``None``: :func:`midas_nb.config.figures_dir` of
-    ``profile``, ``figures/<profile>/`` or ``MIDAS_FIGURES_DIR``); returns the directory.
-
-    Raises:
-        ValueError: ``directory`` is an empty or blank string (it would be the working directory,
-            e.g. ``notebooks/`` beside the committed notebooks).
+    ``profile``, ``figures/<profile>/`` or ``MIDAS_FIGURES_DIR``); returns the directory. ValueError: a blank
+    ``directory`` (it would be the working directory, e.g. ``notebooks/`` beside the committed notebooks).
     """
     if isinstance(directory, str) and not directory.strip():
         raise ValueError(f"output_dir: expected a directory path or None (figures/<profile>/), got {directory!r}")
@@ -145,10 +142,8 @@ def to_numpy(x: Any) -> np.ndarray:
 
 
 def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
-    """``[3,H,W]`` (tensor or array) → ``[H,W,3]`` float in ``[0,1]`` for ``imshow``.
-
-    With ``normalization = (mean, std)`` the backbone normalisation is undone
-    (``x·std + mean``); without it each image is min–max rescaled.
+    """``[3,H,W]`` (tensor or array) → ``[H,W,3]`` float in ``[0,1]`` for ``imshow``: the backbone's
+    ``normalization = (mean, std)`` undone (``x·std + mean``), else min–max rescaled. ValueError: another shape.
     """
     x = to_numpy(image).astype(np.float64)
     if x.ndim != 3 or x.shape[0] not in (1, 3):
@@ -270,13 +265,10 @@ BOX_HANDLE = Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")
 
 def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
                        fontsize: float | None = None, pad: float = 2.0) -> list:
-    """Annotate each data point with its label so that no two labels overlap, none covers a
-    marker and each stays inside the axes; returns the annotations.
-
-    Greedy: the labels are placed in order; each tries offsets (points) around its marker,
-    nearest first, and takes the first whose box (measured with the figure's renderer, ``pad``
-    pixels around) clears the boxes already placed and every marker; when none does, the one with
-    the least overlap. Call it once the axes' limits and the figure's layout are final.
+    """Annotate each data point with its label so that no two labels overlap, none covers a marker and each
+    stays inside the axes; returns the annotations. Greedy: in order, each label takes the first offset around
+    its marker (nearest first) whose box (``pad`` pixels around) clears the boxes placed and every marker, else
+    the one of least overlap. Call it once the axes' limits and the figure's layout are final.
     """
     renderer = ax.figure.canvas.get_renderer()
     r = 6.0 * ax.figure.dpi / 72  # half a marker (ms 8) plus a little, in pixels

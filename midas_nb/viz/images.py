@@ -19,15 +19,11 @@ from .common import (BOX_HANDLE, class_name, colorbar, draw_parts_or_box, finish
 
 def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization: Normalization = None,
                        class_names: Sequence[str] | None = None, save: str | None = None) -> Figure:
-    """Photos with part keypoints, the part-mask patches and the object box on the patch grid: what
-    part mIoU compares kept tokens against (DESIGN.md §6; a patch is "part" when it holds a visible
-    keypoint after the resize/crop). Datasets without part keypoints (``parts`` ``[B, 0, 3]``) show
-    the box patches, which box coverage compares kept tokens against.
-
-    Args:
-        data: a :class:`midas_nb.data.Batch` (its first ``n`` images, four panels a row).
-        patch_size: patch side in pixels. normalization: ``(mean, std)`` of the backbone to undo.
-        class_names: names indexed by label, for the panel titles. save: figure name.
+    """The first ``n`` photos of ``data`` (a :class:`midas_nb.data.Batch`; four panels a row) with part
+    keypoints, the part-mask patches and the object box on the grid of ``patch_size``-pixel patches: what part
+    mIoU compares kept tokens against (DESIGN.md §6; a patch is "part" when it holds a visible keypoint after
+    the resize/crop); without part keypoints (``parts`` ``[B, 0, 3]``) the box patches, box coverage's.
+    ``normalization``: the backbone's ``(mean, std)`` to undo; ``class_names``: by label, for the titles.
     """
     images = to_numpy(data.images)[:n]
     B, _, H, W = images.shape
@@ -65,28 +61,21 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
                     indices: Sequence[int] | Any | None = None, title: str | None = None,
                     save: str | None = None, part_mask: Any | None = None,
                     class_names: Sequence[str] | None = None) -> Figure:
-    """Target maps over the photos: one block of panels per image (the photo, then one panel per
-    target, six panels of 1.9 in to a row), each panel titled with its target id.
-
-    Each map is normalised per image — by rank (``"rank"``: each token's percentile in the image's
-    ranking, what top-k pruning uses) or min–max — so that targets in different units share one
-    colour bar. The part patches are outlined on every panel where a part mask is known.
+    """Target maps over the photos: per image a block of panels (the photo, then one per target, six panels
+    of 1.9 in to a row), each titled with its target id, the part patches outlined where a part mask is known.
+    Each map is normalised per image, by rank (``"rank"``: each token's percentile in the image's ranking, what
+    top-k pruning uses) or min–max, so that targets in different units share one colour bar.
 
     Args:
-        images: ``[B,3,H,W]`` images (normalised for the backbone), or a
-            :class:`midas_nb.data.Batch` (its ``images``, ``part_mask`` and ``labels``).
-        maps: ``{target id: [B,N]}`` maps on the same images, in panel order; or maps over a
-            whole split (``[M,N]``) with ``indices [B]`` naming the rows of ``images``.
-        grid: patch grid ``(rows, cols)``; ``None`` → square from ``N``.
-        normalization: ``(mean, std)`` to undo for display. normalize: ``"rank"`` or ``"minmax"``.
-        title: figure title (default "Target maps on the R×C patch grid"). save: figure name.
+        images: ``[B,3,H,W]`` (normalised for the backbone), or a :class:`midas_nb.data.Batch` (its
+            ``images``, ``part_mask`` and ``labels``). normalization: its ``(mean, std)`` to undo.
+        maps: ``{target id: [B,N]}`` on the same images, in panel order; or ``[M,N]`` over a whole split
+            with ``indices [B]`` naming the rows of ``images``. grid: ``(rows, cols)``; ``None``: square.
         part_mask: ``[B,N]`` bool part patches to outline; ``None`` → the batch's, if any.
-        class_names: class names indexed by label: the rows' labels, wrapped at 20 characters
-            (else ``"image b"``).
+        class_names: by label, the rows' labels (wrapped at 20 characters; else ``"image b"``).
 
-    Raises:
-        ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images
-            or a ``grid`` that does not hold ``N`` tokens.
+    Raises ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images or a
+    ``grid`` that does not hold ``N`` tokens.
     """
     if normalize not in ("rank", "minmax"):
         raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")

@@ -18,17 +18,12 @@ MODE_LABELS = {"rank": "rank cosine (Spearman ρ)", "centered": "cosine of centr
 def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5", "T3"), *,
                    lo: pd.DataFrame | None = None, hi: pd.DataFrame | None = None,
                    title: str | None = None, save: str | None = None) -> Figure:
-    """Mean per-image cosine similarity between target rankings, as an annotated matrix; the colour bar and title
-    name what was computed, from ``mean.attrs["mode"]`` (:data:`MODE_LABELS`; the rank cosine by default).
-
-    Args:
-        mean: square DataFrame (index = columns = target ids) of mean cosines in ``[−1, 1]``
-            (:func:`midas_nb.metrics.probes.cosine_matrix`).
-        highlight: a pair of ids whose cell is framed and called out in the title (default:
-            hidden-gradient T5 vs attention-gradient T3); ``None`` or a pair not in the matrix: none.
-        lo, hi: CI bounds in the same layout, shown in the call-out. title, save: title, figure name.
-
-    Raises ValueError when ``mean`` is not square with matching index and columns.
+    """Mean per-image cosine between target rankings, ``mean`` (a square DataFrame, index = columns = target
+    ids, values in ``[−1, 1]``: :func:`midas_nb.metrics.probes.cosine_matrix`), as an annotated matrix; the colour
+    bar and title name what was computed from ``mean.attrs["mode"]`` (:data:`MODE_LABELS`; default rank).
+    ``highlight``: a pair of ids whose cells are framed and called out in the title with the CI bounds ``lo``,
+    ``hi`` (same layout) where given (default T5 vs T3; ``None`` or an absent pair: none). ValueError: ``mean``
+    not square with matching index and columns.
     """
     if list(mean.index) != list(mean.columns):
         raise ValueError("mean must be a square DataFrame with the same ids as index and columns")
@@ -57,13 +52,8 @@ def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5"
 
 
 def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Cosine of target pairs against depth, with CIs (:func:`midas_nb.metrics.probes.cosine_across_depths`).
-
-    Args:
-        table: long table with ``depth``, ``cosine``, ``lo``, ``hi`` and the pair as
-            ``a``/``b`` or ``hidden``/``attention`` columns.
-        title: figure title. save: figure name for :func:`save_figure`.
-    """
+    """Cosine of target pairs against depth, with CIs: ``table`` (:func:`midas_nb.metrics.probes.cosine_across_depths`)
+    has ``depth``, ``cosine``, ``lo``, ``hi`` and the pair as ``a``/``b`` or ``hidden``/``attention`` columns."""
     a, b = ("hidden", "attention") if "hidden" in table.columns else ("a", "b")
     require_columns(table, ("depth", "cosine", a, b))
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

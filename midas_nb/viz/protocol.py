@@ -61,29 +61,18 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
                              coverage_label: str | None = None, title: str | None = None,
                              save: str | None = None, average_over: Sequence[str] = (),
                              n_boot: int = 1000) -> Figure:
-    """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, with
-    the parity band; hollow markers and a label per point (up to 10, placed so that no two overlap).
+    """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, hollow
+    markers, a label per point (up to 10, none overlapping), and the DESIGN.md §6 parity band shaded,
+    ``IDAUC ≥ IDAUC_ref − band`` (``None``: :data:`midas_nb.metrics.PARITY_BAND`); the dashed line is the
+    reference's mIoU, so a point in the band right of it has ``D > 0`` at parity.
 
-    The shaded band is the DESIGN.md §6 parity region ``IDAUC ≥ IDAUC_ref − band`` (asymmetric:
-    faithfulness gains always count); the dashed vertical line is the reference mIoU, so a point in
-    the band and right of the line has ``D > 0`` at parity.
-
-    Args:
-        table: protocol rows (``midas_nb.analysis.protocol`` schema): ``condition``, ``miou``, ``idauc``
-            and, where present, the per-image values or ``miou_lo/miou_hi``, ``idauc_lo/idauc_hi``, and
-            ``coverage_kind``. Rows of one condition (builds, seeds) are averaged; error bars: the 95 %
-            interval of that mean over seeds and images (:func:`midas_nb.results.aggregate_seeds`), or
-            a single row's own bootstrap interval.
-        reference: the reference condition. band: the parity band in IDAUC units (``None``:
-            :data:`midas_nb.metrics.PARITY_BAND`). coverage_label: x-axis quantity (default from
-            ``coverage_kind``). title: figure title. save: figure name for :func:`save_figure`.
-        average_over: ``("dataset",)`` / ``("backbone",)`` to allow rows of several datasets /
-            backbones, averaged per condition (the title says so); by default they are an error.
-        n_boot: bootstrap resamples of the error bars (the profile's ``bootstrap``; fixed seed).
-
-    Raises:
-        ValueError: when ``condition``, ``miou`` or ``idauc`` is missing, or the table mixes
-            datasets / backbones not named in ``average_over``.
+    ``table``: protocol rows (``condition``, ``miou``, ``idauc``; the per-image values or ``*_lo``/``*_hi``
+    and ``coverage_kind`` where present), averaged per condition; error bars: the 95 % interval of that mean
+    over seeds and images (:func:`midas_nb.results.aggregate_seeds`, ``n_boot`` resamples), or a single
+    row's own interval. ``coverage_label``: the x quantity (default from ``coverage_kind``); ``save``: figure
+    name (:func:`save_figure`); ``average_over``: ``("dataset",)`` / ``("backbone",)`` allows rows of several,
+    averaged (the title says so). ValueError: ``condition``, ``miou`` or ``idauc`` missing, or datasets /
+    backbones mixed that ``average_over`` does not name.
     """
     require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
@@ -176,12 +165,10 @@ D_LABEL = "D = mIoU − mIoU_ref (pp)"
 #: where D does not colour the cell), its legend line
 _STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
     "in band": ("✓", dict(edgecolor="0.4"), "in band (coloured by D)"),
-    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."),
-                     "not resolved (coloured by D)"),
+    "not resolved": ("?", dict(edgecolor="0.35", hatch="...."), "not resolved (coloured by D)"),
     "uninformative": ("○", dict(edgecolor="0.1", hatch="xx"),
                       "uninformative: the reference is not faithful (coloured by D)"),
-    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"),
-                     "outside band (D in brackets)")}
+    "outside band": ("✗", dict(facecolor="0.85", edgecolor="0.45", hatch="///"), "outside band (D in brackets)")}
 _COLOURED = ("in band", "not resolved", "uninformative")   # the statuses drawn in D's colour
 #: :func:`regime_lines`' marker of each status: (marker, area in pt², hollow, legend label)
 _MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 36, True, "band not resolved"),
@@ -243,22 +230,16 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
                    conditions: Sequence[str] | None = None, reference: str = "reference",
                    vmax: float | None = None, title: str | None = None,
                    save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp) over a ``y × x`` grid (default depth × budget), one panel per condition.
+    """``D`` (pp, the ``value`` column) over a ``y × x`` grid (default depth × budget), one panel per condition
+    (``conditions``; default every one but ``reference``), on a diverging scale of half-range ``vmax`` (default
+    the largest |D|).
 
-    Each cell by its band ``status`` (:func:`~midas_nb.metrics.band_rule`): "in band" coloured by D and
-    annotated ``+2.1 ✓``; "not resolved" coloured under dots, ``+2.1 ?``; "uninformative" (the reference is not faithful) coloured under a
-    cross-hatch, ``○``; outside the band grey, hatched, ``✗`` with D in brackets (DESIGN.md §6:
-    marked, never dropped); "undefined" (NaN IDAUC or mIoU) and "not run" cells say so. Without a
-    ``status`` column the point decision ``in_band`` is used.
-
-    Args:
-        table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``, ``y``,
-            ``value`` and ``in_band`` (and ``status``) columns. Several datasets or backbones
-            are an error unless named in ``average_over`` (then averaged, and the title says so).
-        x, y: grid columns. value: the D column (percentage points).
-        conditions: panels (default: every condition except the reference).
-        vmax: half-range of the diverging colour scale (default: largest |D|).
-        title: figure title. save: figure name for :func:`save_figure`.
+    Each cell by its band ``status`` (:func:`~midas_nb.metrics.band_rule`; without that column the point
+    decision ``in_band``): "in band" coloured by D, ``+2.1 ✓``; "not resolved" coloured under dots, ``+2.1 ?``;
+    "uninformative" (the reference is not faithful) coloured under a cross-hatch, ``○``; outside the band grey,
+    hatched, ``✗`` with D in brackets (DESIGN.md §6: marked, never dropped); "undefined" (NaN IDAUC or mIoU) and
+    "not run" cells say so. ``table``: :func:`midas_nb.metrics.decoupling_D` output; several datasets or
+    backbones are a ValueError unless named in ``average_over`` (then averaged; the title says so).
     """
     note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)
     xs, ys = sorted(table[x].dropna().unique()), sorted(table[y].dropna().unique())
@@ -306,17 +287,13 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
                  conditions: Sequence[str] | None = None, reference: str = "reference",
                  title: str | None = None, save: str | None = None,
                  average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp) against ``x`` (default depth), one line per ``hue`` value, one panel per condition.
+    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) against ``x`` (default
+    depth), one line per ``hue`` value, one panel per condition (default every one but ``reference``).
 
     Markers by band status (:func:`~midas_nb.metrics.band_rule`): filled: in band; open circles: not
-    resolved; ``×``: outside (D still drawn); open diamonds: uninformative. Error bars:
-    the 95 % paired intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says).
-
-    Args:
-        table: :func:`midas_nb.metrics.decoupling_D` output (``condition``, ``x``, ``hue``, ``value``,
-            ``in_band``; ``status`` and intervals where present). x: x-axis column. hue: a line per value.
-        value: the D column (pp). conditions: panels (default: all but the reference).
-        title, save: title, figure name. average_over: datasets / backbones to average over (else an error).
+    resolved; ``×``: outside (D still drawn); open diamonds: uninformative. Error bars: the 95 % paired
+    intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says). ``average_over`` as
+    :func:`regime_heatmap`.
     """
     note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
     kinds: set[str] = set()
@@ -359,19 +336,13 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
                conditions: Sequence[str] | None = None, reference: str = "reference",
                order: Sequence[str] | None = None, title: str | None = None,
                save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp) per backbone (or any categorical ``x``), one group of bars per backbone.
+    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) per backbone (or any
+    categorical ``x``, in ``order``; default as it appears), a bar per condition (default all but
+    ``reference``).
 
     Solid bars are in the parity band; pale dotted: not resolved; pale hatched: outside it; pale
     cross-hatched: uninformative; undefined values are labelled "undefined". Error bars as in
-    :func:`regime_lines`. Several datasets (or, with another ``x``, backbones) are an error unless
-    named in ``average_over``.
-
-    Args:
-        table: :func:`midas_nb.metrics.decoupling_D` output with ``condition``, ``x``,
-            ``value``, ``in_band``.
-        x: the categorical column (default ``backbone``). order: its order (default: as it
-            appears). conditions: bars (default: all but the reference).
-        title: figure title. save: figure name for :func:`save_figure`.
+    :func:`regime_lines`; ``average_over`` as :func:`regime_heatmap`.
     """
     note, conds = _d_conditions(table, "scale_plot", (x,), value, conditions, reference, average_over)
     kinds: set[str] = set()

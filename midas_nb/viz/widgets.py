@@ -27,7 +27,8 @@ from torch import Tensor
 from .common import (BOX_HANDLE, class_name, condition_color, draw_parts_or_box, finish_figure, FONT, image_to_rgb,
                      KEYPOINT_HANDLE, label_axes, legend_below, PART_COLOR, patch_rects, to_numpy)
 from ..metrics import box_coverage, insertion_deletion_auc, part_miou
-from ..pruning import keep_mask_from_indices, select_top_k
+from ..point import Budget
+from ..pruning import check_depth, keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
 from ..backbones.vit import keep_count
 
@@ -63,19 +64,13 @@ def kept_mask(scores: Tensor, budget: float) -> Tensor:
 
 @dataclass
 class ExplorerView:
-    """What the explorer shows for one setting: one test image, two rankings, one ``(L, b)``.
-
-    Attributes:
-        position, index: the image's position in the explorer's list and its index in the test split.
-        class_name: its ground-truth class. depth, budget: ``L`` (1-based; the scorer reads block ``L``) and ``b``.
-        targets: the two ranking ids, left and right.
-        keep: ``[2,N]`` bool kept patch tokens of each ranking (row-major). n_keep, n_patches: ``ceil(b·N)``, ``N``.
-        coverage_kind: ``"part mIoU"`` (part keypoints) or ``"box coverage"`` (object box).
-        iou: the shown image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none).
-        miou, n_images: each ranking's mean IoU over the explorer's ``n_images`` images at the same ``(L, b)``
-            (images without a part patch left out, :func:`midas_nb.metrics.part_miou`).
-        insdel: ``{id: InsDel}`` insertion/deletion of ``p_c`` on the shown image (``B = 1``).
-    """
+    """What the explorer shows for one setting: the image at ``position`` in its list (``index`` in the test
+    split, ground-truth ``class_name``), the two ranking ids ``targets`` (left, right), at ``depth`` L (the scorer
+    reads block L) and ``budget`` b; ``keep``: ``[2,N]`` bool kept patch tokens of each (row-major), ``n_keep`` =
+    ``ceil(b·N)`` of ``n_patches`` = N; ``coverage_kind``: ``"part mIoU"`` or ``"box coverage"``; ``iou``: this
+    image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none); ``miou``: each one's
+    mean over the explorer's ``n_images`` images at the same ``(L, b)`` (:func:`midas_nb.metrics.part_miou`);
+    ``insdel``: ``{id: InsDel}`` of ``p_c`` on this image (``B = 1``)."""
 
     position: int
     index: int
@@ -151,41 +146,31 @@ class _ViewCache:
             raise ValueError(f"the explorer compares two rankings, got {len(targets)}: {targets}")
         if not 0 <= position < len(batch.indices):
             raise ValueError(f"image position {position} is outside the explorer's {len(batch.indices)} images")
-        unknown = [t for t in targets if t not in self.ids]
-        if unknown:
+        if unknown := [t for t in targets if t not in self.ids]:
             raise ValueError(f"unknown ranking(s) {unknown}; the explorer offers {self.ids}")
-        depth = int(st.settings.point.depth if depth is None else depth)
-        budget = float(st.settings.point.budget if budget is None else budget)
-        n_blocks = len(st.model.blocks)
-        if not 1 <= depth <= n_blocks - 1:
-            raise ValueError(f"depth L must be in 1..{n_blocks - 1} (the backbone has {n_blocks} blocks), got {depth}")
-        if not 0.0 < budget <= 1.0:
-            raise ValueError(f"budget b must be in (0, 1], got {budget}")
-        maps = self.maps_at(depth)
+        depth = check_depth(st.model, st.settings.point.depth if depth is None else depth)
+        budget = float(Budget(st.settings.point.budget if budget is None else budget))
         has_parts = bool(getattr(st.test_set, "has_parts", True))
-        region = batch.part_mask if has_parts else batch.box_mask
-        metric = part_miou if has_parts else box_coverage
-        keep_all = {t: kept_mask(maps[t], budget) for t in targets}
-        ious = tuple(float(metric(keep_all[t][position:position + 1], region[position:position + 1]).per_image[0])
-                     for t in targets)
-        means = tuple(float(metric(keep_all[t], region).mean) for t in targets)
-        keep = torch.stack([keep_all[t][position] for t in targets])
+        keep_all = [kept_mask(self.maps_at(depth)[t], budget) for t in targets]   # each image's IoU is its own
+        scored = [(part_miou if has_parts else box_coverage)(k, batch.part_mask if has_parts else batch.box_mask)
+                  for k in keep_all]
+        keep = torch.stack([k[position] for k in keep_all])
         return ExplorerView(
             position=position, index=int(batch.indices[position]),
             class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
             depth=depth, budget=budget,
             targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
-            coverage_kind="part mIoU" if has_parts else "box coverage", iou=ious, miou=means,
+            coverage_kind="part mIoU" if has_parts else "box coverage",
+            iou=tuple(float(r.per_image[position]) for r in scored), miou=tuple(float(r.mean) for r in scored),
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
 
 
 def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                   budget: float | None = None, n_images: int = 12) -> ExplorerView:
-    """The explorer's numbers for one setting, drawing nothing: the :class:`ExplorerView` of ``study`` (a
-    :class:`midas_nb.study.Study`) for image position ``image`` among ``n_images`` test images spread over the
-    split (:meth:`midas_nb.study.Study.batch`), two ranking ids ``targets`` (``T0`` = the reference scorer's),
-    ``depth`` L and ``budget`` b (default the study's). Raises ValueError: not two targets, an unknown
-    target, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
+    """The :class:`ExplorerView` (drawing nothing) of ``study`` (a :class:`midas_nb.study.Study`) for image
+    position ``image`` among ``n_images`` test images spread over the split, two ranking ids ``targets`` (``T0``
+    = the reference scorer's), ``depth`` L and ``budget`` b (default the study's). ValueError: not two targets,
+    an unknown target, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
     return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
@@ -241,22 +226,17 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
              targets: Sequence[str] = DEFAULT_PAIR):
     """Two rankings side by side on one test image, at one depth ``L`` and budget ``b``.
 
-    Args:
-        study: a :class:`midas_nb.study.Study`.
-        n_images: test images offered by the image menu (spread evenly over the split).
-        rankings: target ids offered by the two target menus (default: the profile's targets).
-        interactive: force (``True``) or forbid (``False``) widgets; ``None`` → not :func:`is_headless`.
-        save: name of the static figure (headless only).
-        targets: the pair shown first (default T0 against T5; one not offered falls back to the first offered).
+    ``study``: a :class:`midas_nb.study.Study`; ``n_images``: test images the image menu offers (spread over the
+    split); ``rankings``: target ids the two target menus offer (default the profile's); ``interactive``: force
+    or forbid widgets (``None``: not :func:`is_headless`); ``save``: the still's figure name; ``targets``: the
+    pair shown first (default T0 against T5; one not offered falls back to the first offered).
 
-    Returns:
-        Interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), already displayed, its ``view``
-        the :class:`ExplorerView` shown; controls ``image``, ``left target``, ``right target``, ``depth L``,
-        ``budget b``; the figure an ``ipywidgets.Image`` (``midas-explorer-figure``), the read-out an
-        ``ipywidgets.HTML`` (``midas-explorer-readout``; a failing redraw shows its error there, class
-        ``midas-explorer-error``). Headless: the static still of the first image at the study's depth and
-        budget, with :data:`STATIC_NOTE` under it and its :class:`ExplorerView` as ``explorer_view``, its
-        read-out printed below. Cells assign the result (``view = explorer(study)``): shown once.
+    Returns, interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), displayed, its ``view`` the
+    :class:`ExplorerView` shown; controls ``image``, ``left target``, ``right target``, ``depth L``, ``budget b``;
+    the figure an ``ipywidgets.Image`` (``midas-explorer-figure``), the read-out an ``ipywidgets.HTML``
+    (``midas-explorer-readout``; a failing redraw shows its error there, class ``midas-explorer-error``).
+    Headless: the still of the first image at the study's depth and budget, :data:`STATIC_NOTE` under it, its
+    view as ``explorer_view``, its read-out printed. Cells assign the result (``view = explorer(study)``).
     """
     if interactive is None:
         interactive = not is_headless()
@@ -274,29 +254,26 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     import ipywidgets as W
     from IPython.display import display
 
-    n_blocks = len(study.model.blocks)
-    cache = _ViewCache(study, n_images, ids)
-    batch = cache.batch
-    classes = getattr(study.test_set, "classes", None)
+    cache, n_blocks, style = _ViewCache(study, n_images, ids), len(study.model.blocks), {"description_width": "90px"}
+    batch, classes = cache.batch, getattr(study.test_set, "classes", None)
     options = [(f"{i}: {class_name(classes, int(batch.labels[i]), 40)} (test {int(batch.indices[i])})", i)
                for i in range(len(batch.indices))]
-    style = {"description_width": "90px"}
-    image_w = W.Dropdown(options=options, value=0, description="image", style=style)
-    left_w = W.Dropdown(options=ids, value=pair[0], description="left target", style=style)
-    right_w = W.Dropdown(options=ids, value=pair[1], description="right target", style=style)
-    depth_w = W.IntSlider(value=min(study.settings.point.depth, n_blocks - 1), min=1, max=n_blocks - 1,
-                          description="depth L", style=style, continuous_update=False)
-    budget_w = W.FloatSlider(value=float(study.settings.point.budget), min=0.05, max=1.0, step=0.05,
-                             description="budget b", readout_format=".0%", style=style, continuous_update=False)
+    controls = [W.Dropdown(options=options, value=0, description="image", style=style),
+                W.Dropdown(options=ids, value=pair[0], description="left target", style=style),
+                W.Dropdown(options=ids, value=pair[1], description="right target", style=style),
+                W.IntSlider(value=min(study.settings.point.depth, n_blocks - 1), min=1, max=n_blocks - 1,
+                            description="depth L", style=style, continuous_update=False),
+                W.FloatSlider(value=float(study.settings.point.budget), min=0.05, max=1.0, step=0.05,
+                              description="budget b", readout_format=".0%", style=style, continuous_update=False)]
     figure_w = W.Image(format="png").add_class("midas-explorer-figure")
     readout_w = W.HTML().add_class("midas-explorer-readout")
-    box = W.VBox([W.HBox([image_w, left_w, right_w]), W.HBox([depth_w, budget_w]), figure_w,
-                  readout_w]).add_class("midas-explorer")
+    box = W.VBox([W.HBox(controls[:3]), W.HBox(controls[3:]), figure_w, readout_w]).add_class("midas-explorer")
     box.view = None
 
     def draw(*_: Any) -> None:
+        image, left, right, depth, budget = (w.value for w in controls)
         try:
-            view = cache.view(image_w.value, (left_w.value, right_w.value), depth_w.value, budget_w.value)
+            view = cache.view(image, (left, right), depth, budget)
             fig, buf = explorer_figure(view, batch, study.grid, study.normalization), io.BytesIO()
             fig.savefig(buf, format="png", dpi=90)
             plt.close(fig)
@@ -310,7 +287,7 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
                                f"{html.escape(type(e).__name__)}: {html.escape(str(e))}</div>")
             raise
 
-    for w in (image_w, left_w, right_w, depth_w, budget_w):
+    for w in controls:
         w.observe(draw, names="value")
     display(box)
     draw()

@@ -7,7 +7,9 @@ questions answered with an option letter (:class:`Choice`): fixed statements abo
 true one is computed from this run's objects. A number is accepted to the precision the notebooks print
 (:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied with the leader within
 noise (:func:`midas_nb.results.leaders`). An exercise a run may be unable to ask (one backbone, one
-budget) has an ``applies`` test: where it fails, :func:`show_exercise` shows a note instead of the prompt."""
+budget) has an ``applies`` test: where it fails, :func:`show_exercise` shows a note instead of the prompt. The
+question of every other exercise is its notebook's Markdown cell (``**Exercise NN.i** (`name`).``), its one copy:
+the registry holds the hint, the checker and the answer."""
 from __future__ import annotations
 
 import inspect
@@ -17,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from ...metrics import decoupling_D, parity_band
+from ...metrics import parity_band
 from ...metrics.stats import interval_sign as sign_of
 from ...results import format_ci
 
@@ -25,29 +27,22 @@ from ...results import format_ci
 # ------------------------------------------------------------------------------------ exercises
 @dataclass(frozen=True)
 class Exercise:
-    """One checkable exercise.
-
-    Attributes:
-        name: ``"NN.short_name"``; ``NN`` is the notebook's two-digit number.
-        prompt: the question, as shown in the notebook (Markdown).
-        hint: shown when an answer is wrong.
-        needs: keyword arguments the checker reads (objects the notebook already built): the
-            parameters of ``expected``, ``expected(**ctx)`` → the expected answer.
-        compare: ``compare(answer, expected)`` → ``(ok, message)``.
-        applies: ``applies(**ctx)`` → ``None`` when the exercise can be asked of this run, else
-            the reason it cannot (e.g. "needs ≥ 2 backbones; this run has one"); ``None``: always.
-        kind: ``"look-up"``, ``"computation"`` or ``"reasoning"`` (option letters: why / what-if /
-            predict-then-check).
-    """
+    """One checkable exercise ``"NN.short_name"`` (``NN``: its notebook): the ``hint`` shown with a wrong answer;
+    ``needs``, the notebook objects ``expected(**ctx)`` (the expected answer) takes; ``compare(answer,
+    expected)`` → ``(ok, message)``; ``applies(**ctx)`` → ``None`` where it can be asked of this run, else why
+    not (e.g. "needs ≥ 2 backbones; this run has one"; no test: always); ``kind``: ``"look-up"``,
+    ``"computation"`` or ``"reasoning"`` (option letters); ``prompt``: the question (Markdown) of an exercise
+    with an ``applies`` test, which :func:`show_exercise` shows (every other question is its notebook's
+    Markdown cell, the one copy)."""
 
     name: str
-    prompt: str
     hint: str
     needs: tuple[str, ...]
     expected: Callable[..., Any]
     compare: Callable[[Any, Any], tuple[bool, str]]
     applies: Callable[..., str | None] | None = None
     kind: str = "look-up"
+    prompt: str = ""
 
 
 class NotApplicable(Exception):
@@ -56,15 +51,11 @@ class NotApplicable(Exception):
 
 @dataclass(frozen=True)
 class Choice:
-    """The expected answer of a multiple-choice exercise.
-
-    Attributes:
-        accepted: the option letters whose statement is true on this run (several where
-            statements overlap or an interval sits on the edge; any of them is accepted): one
-            letter or several, stored as a frozenset; ValueError where none or one not in ``options``.
-        options: every option letter of the question (``"abc"``).
-        why: this run's numbers behind the answer, printed with a right answer.
-    """
+    """The expected answer of a multiple-choice exercise: ``accepted``, the option letters whose statement is
+    true on this run (several where statements overlap or an interval sits on the edge; any is accepted; one
+    letter or several, stored as a frozenset; ValueError where none, or one not in ``options``), ``options``,
+    every option letter of the question (``"abc"``), and ``why``, this run's numbers behind the answer
+    (printed with a right answer)."""
 
     accepted: frozenset[str]
     options: str
@@ -79,18 +70,21 @@ class Choice:
 EXERCISES: dict[str, Exercise] = {}
 
 
-def register(name: str, prompt: str, hint: str, compare: Callable[[Any, Any], tuple[bool, str]],
+def register(name: str, hint: str, compare: Callable[[Any, Any], tuple[bool, str]],
              expected: Callable[..., Any] | None = None, applies: Callable[..., str | None] | None = None,
-             kind: str = "look-up"):
+             kind: str = "look-up", prompt: str = ""):
     """Register exercise ``name`` whose answer ``expected(**needs)`` computes (its parameters name the
     notebook objects it needs); without ``expected``, a decorator of that function. ``kind``: "reasoning" for
-    option letters, "computation" for a number, else as given."""
+    option letters, "computation" for a number, else as given. ValueError: a name registered twice, or an
+    ``applies`` test without the ``prompt`` :func:`show_exercise` shows."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} registered twice")
+        if (applies is not None) != bool(prompt):
+            raise ValueError(f"exercise {name!r}: a prompt goes with an applies test (show_exercise), and only there")
         kinds = {option: "reasoning", number: "computation", integer: "computation"}
-        EXERCISES[name] = Exercise(name, prompt, hint, tuple(inspect.signature(fn).parameters), fn, compare, applies,
-                                   kinds.get(compare, kind))
+        EXERCISES[name] = Exercise(name, hint, tuple(inspect.signature(fn).parameters), fn, compare, applies,
+                                   kinds.get(compare, kind), prompt)
         return fn
     return deco if expected is None else deco(expected)
 
@@ -101,11 +95,8 @@ def list_exercises(notebook: str | None = None) -> list[str]:
 
 
 def expected_answer(name: str, **ctx: Any) -> Any:
-    """The answer the checker of exercise ``name`` expects, computed from ``ctx``.
-
-    Raises:
-        KeyError: for an unknown exercise or a missing context object.
-    """
+    """The answer the checker of exercise ``name`` expects, computed from ``ctx``. KeyError: an unknown exercise
+    or a missing context object; :class:`NotApplicable`: not asked of this run."""
     ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
@@ -126,10 +117,10 @@ def exercise_label(name: str) -> str:
 
 
 def show_exercise(name: str, **ctx: Any):
-    """The prompt of exercise ``name`` as :class:`IPython.display.Markdown` (its plain text, ``repr``, is the
-    Markdown source), for a notebook cell that shows it only where the run can answer it; elsewhere a
-    one-line note says why it is left out (e.g. "needs ≥ 2 backbones; this run has one"). KeyError: an
-    unknown exercise or a missing context object."""
+    """The prompt of exercise ``name`` (one with an ``applies`` test) as :class:`IPython.display.Markdown` (its
+    plain text, ``repr``, is the Markdown source), for a notebook cell that shows it only where the run can
+    answer it; elsewhere a one-line note says why it is left out (e.g. "needs ≥ 2 backbones; this run has
+    one"). KeyError: an unknown exercise or a missing context object."""
     from IPython.display import Markdown
 
     class _Prompt(Markdown):      # its plain text (repr) is the Markdown source, not an object repr
@@ -153,17 +144,12 @@ def _get(name: str, ctx: dict[str, Any] | None = None) -> Exercise:
 
 
 def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
-    """Check a student's ``answer`` to exercise ``name``; prints ``✓``/``✗`` and why.
-
-    Args:
-        name: a registered exercise (:func:`list_exercises`), e.g. ``"01.best_target"``.
-        answer: the student's answer; ``None`` ("not answered yet") returns ``False`` silently, so an
-            unanswered notebook runs and its executed and HTML editions show nothing under the question.
-        **ctx: the notebook objects the checker needs (:attr:`Exercise.needs`: ``study=study``, ...).
-
-    Returns ``True`` when the answer matches the expected one (numbers to the printed
-    :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader); KeyError
-    for an unknown exercise name (a typo in the notebook, not a wrong answer).
+    """Check a student's ``answer`` to exercise ``name`` (:func:`list_exercises`, e.g. ``"01.best_target"``) from
+    the notebook objects ``ctx`` it needs (:attr:`Exercise.needs`: ``study=study``, ...); prints ``✓``/``✗`` and
+    why. ``None`` ("not answered yet") returns ``False`` silently, so an unanswered notebook runs and its
+    executed and HTML editions show nothing under the question. Returns ``True`` when the answer matches (numbers
+    to the printed :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader);
+    KeyError for an unknown exercise name (a typo in the notebook, not a wrong answer).
     """
     ex = _get(name)
     if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
@@ -186,11 +172,8 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
     """Verify a reference solution against the checker of exercise ``name``, silently: the cells tagged
     ``solution`` call this instead of :func:`check_exercise`, so a run proves every reference solution right
     while the executed notebook and its HTML edition do not print the answer under the question. An exercise
-    not asked of this run (:func:`not_applicable`) has nothing to verify: it returns silently.
-
-    Raises:
-        AssertionError: the solution disagrees with the checker (the message says how).
-        KeyError: an unknown exercise or a missing context object.
+    not asked of this run (:func:`not_applicable`) has nothing to verify. AssertionError: the solution
+    disagrees with the checker (the message says how); KeyError: an unknown exercise or a missing object.
     """
     try:
         ok, why = _get(name).compare(answer, expected_answer(name, **ctx))

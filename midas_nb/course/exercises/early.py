@@ -18,32 +18,15 @@ def _ceiling(f: float, b: float) -> float:
 
 
 # ------------------------------------------------------------------------ 00 quickstart
-register("00.keep_count",
-         "At budget **b = 10 %**, how many patch tokens does the pruned model keep on this study's "
-         "patch grid? (`int`)",
-         "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
+register("00.keep_count", "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
          lambda study: keep_count(0.10, math.prod(study.grid)))
 
 
-register("00.iou_ceiling",
-         "On the four example images (`batch`), what is the best part IoU any ranking could reach "
-         "at **b = 10 %**? (`float`, the `min(f, b) / max(f, b)` ceiling above, with `f` the share of "
-         "part patches in `batch.part_mask`: 0 on a dataset without part keypoints, and so is the ceiling)",
-         "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
+register("00.iou_ceiling", "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
          lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
 
 
-@register("00.ceiling_what_if",
-           "**What-if.** Raise the budget of 00.2 from b = 10 % to **b = 50 %**. Compute the ceiling "
-           "`min(f, b) / max(f, b)` at both budgets, with `f` the fraction of the grid that `coverage_mask` "
-           "marks on the example images (part patches, or box patches where the dataset has no parts). "
-           "What happens to the best IoU any ranking can reach, and why? (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) it **rises**: 50 % lies closer to `f` than 10 % does (as a ratio, `b/f` nearer 1), so a perfect "
-           "ranking leaves out fewer part (or box) patches, or keeps fewer surplus tokens, than it had to at 10 %;\n"
-           "* (b) it **falls**: 50 % lies further from `f`, so even a perfect ranking must keep many tokens that "
-           "are not part (or box) patches, and each of them enlarges the union of the IoU;\n"
-           "* (c) it **stays the same**: the ceiling does not depend on the budget.",
-           "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", option)
+@register("00.ceiling_what_if", "`f = float(coverage_mask.float().mean())`; compare the two ceilings.", option)
 def _ex_ceiling_what_if(coverage_mask) -> Choice:
     f = float(coverage_mask.float().mean())
     c = {b: _ceiling(f, b) for b in (0.10, 0.50)}
@@ -67,39 +50,19 @@ def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
 
 
 register("01.abs_t5_miou",
-         "What part mIoU (box coverage on a dataset without part keypoints: FGVC-Aircraft, Stanford Cars) "
-         "do the top `k = ceil(b·N)` tokens of **|T5|** (`maps['T5'].abs()`: T5 without its sign) reach on the "
-         "test split, at the study's budget? "
-         "(`float`; images without a part patch, or with an empty or uninformative box, are left out)",
-         "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` "
-         "(`box_coverage` where `study.test_set.has_parts` is false); the masks are "
-         "`study.test_set[i].part_mask` (`.box_mask`).", number,
-         lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
+         "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` (`box_coverage` "
+         "where `study.test_set.has_parts` is false); the masks are `study.test_set[i].part_mask` (`.box_mask`).",
+         number, lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
 
 
 register("01.best_target",
-         "Which target's own top-k tokens cover the parts best (highest `miou` in `coverage`: part mIoU, or "
-         "box coverage on a dataset without parts)? (`str`; every target whose interval overlaps the leader's "
-         "ties with it within noise and is accepted)",
          "sort `coverage` by `miou`.", choice, lambda coverage: set(leaders(coverage, "miou", name="target")))
 
 
 @register("01.abs_t5_sign",
-           "**Why.** T5 (input × gradient) is **signed**: a large negative value is evidence *against* the "
-           "class, and the top-k of the signed map never keeps such a token. Does the sign matter for part "
-           "coverage on this run? Pair, image by image, the part IoU (the box IoU, on a dataset without parts) "
-           "of **|T5|**'s top-k (as in 01.2) with T5's own, and take a 95 % bootstrap interval of the mean "
-           "difference |T5| − T5. (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) |T5| covers resolvably **more**: strong evidence against the class also sits on the parts (or "
-           "in the box) — they matter to the decision in both directions, and the signed ranking drops the "
-           "negative ones;\n"
-           "* (b) |T5| covers resolvably **less**: the negative-evidence tokens lie mostly off the parts (or "
-           "outside the box), so the sign itself points at them;\n"
-           "* (c) the difference is **not resolved** (the interval contains 0): on these images the sign does not "
-           "change how much of the parts (or the box) is kept.",
-           "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, "
-           "box_mask)` on a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; "
-           "the interval: `midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.settings.statistics.bootstrap)` "
+           "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, box_mask)` on "
+           "a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; the interval: "
+           "`midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.settings.statistics.bootstrap)` "
            "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
            option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
@@ -117,10 +80,7 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
 
 
 # -------------------------------------------------------------------------- 02 protocol
-register("02.D_T5",
-         "Compute **D(T5)** yourself from `table`: 100 × (mean mIoU of T5 − mean mIoU of the "
-         "reference), in percentage points. (`float`; to the 3 decimals `D` prints, or more)",
-         "`table.groupby('condition')['miou'].mean()`.", number,
+register("02.D_T5", "`table.groupby('condition')['miou'].mean()`.", number,
          lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
 
 
@@ -128,12 +88,6 @@ _BASELINES = {"reference", "random", "random_map"}
 
 
 @register("02.D_leaders",
-           "**Ranking by means.** `D` lists each condition's D with its paired 95 % interval. Does this run "
-           "single out one condition with the largest D? (`'a'` or `'b'`)\n\n"
-           "* (a) **yes**: the interval of the largest D lies above the interval of every other condition's D "
-           "(the reference, `random` and `random_map` left out) — that condition leads on coverage, resolved;\n"
-           "* (b) **no**: some condition's interval overlaps the leader's — they tie within noise, and ranking "
-           "them by their means reads noise as a lead.",
            "the leader's `D_pp_lo` against every other row's `D_pp_hi`; `midas_nb.results.leader_line(D, 'D_pp', "
            "name='condition', what='largest D')` says the same in words.", option)
 def _ex_d_leaders(D) -> Choice:
@@ -142,17 +96,7 @@ def _ex_d_leaders(D) -> Choice:
                                               f"{', '.join(ties) or 'none'}.")
 
 
-@register("02.mean_vs_interval",
-           "**Why the interval, not the mean.** A condition is *in band* by its ΔIDAUC interval "
-           "(`metrics.band_rule()`). Compare, row by row of `D` (the reference, `random` and `random_map` left "
-           "out), the mean `delta_idauc` with the interval's lower end `delta_idauc_lo`. Which is true on this "
-           "run? (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) means and intervals **agree**: every condition whose mean ΔIDAUC is at or above −0.01 has its "
-           "whole interval there too;\n"
-           "* (b) **the mean overstates parity**: some condition's mean ΔIDAUC is at or above −0.01 but its "
-           "interval reaches below — by its mean it would be at parity, by its interval it is *not resolved*;\n"
-           "* (c) **no condition** has a mean ΔIDAUC at or above −0.01: none is near parity.",
-           "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", option)
+@register("02.mean_vs_interval", "`D[['condition', 'delta_idauc', 'delta_idauc_lo', 'status']]`.", option)
 def _ex_mean_vs_interval(D) -> Choice:
     d = D[~D["condition"].isin(_BASELINES)]
     by_mean = d["delta_idauc"].astype(float) >= -0.01 - 1e-12
@@ -164,21 +108,6 @@ def _ex_mean_vs_interval(D) -> Choice:
 
 
 @register("02.scorer_vs_control",
-           "**Why.** The scorer distilled from T5 does not simply reproduce T5's own top-k (notebook 01): "
-           "`L_cls` trains it too, and under `st` every supervised target gives *every* token a gradient. "
-           "`vs_targets` puts each target's own top-k coverage beside its scorer's and the `random_map` control's "
-           "(the same scorer, loss and λ distilling a seeded random map: a full ranking without content). Where "
-           "does the T5 scorer's coverage come from on this run? (`'a'`–`'e'`)\n\n"
-           "* (a) from T5's **content**: the T5 scorer covers resolvably more than the control (the interval of "
-           "`gain_over_control` lies above 0) *and* than every other target's scorer (its `scorer_miou` interval "
-           "above theirs), *and* T5's own top-k covers more than the control;\n"
-           "* (b) from **any structured map**: the T5 scorer beats the control resolvably, but not every other "
-           "target's scorer (or T5's own top-k covers no more than the control) — another target's ranking "
-           "gives about as much;\n"
-           "* (c) **not resolved**: the scorer's coverage is not resolvably different from the control's — "
-           "training with a full ranking, whatever its content, explains it as well;\n"
-           "* (d) T5's content **costs** coverage: the scorer covers resolvably less than the control;\n"
-           "* (e) this run **cannot say**: it has no `random_map` control (or no T5 scorer).",
            "the T5 row of `vs_targets`: `gain_over_control_lo` / `_hi`, `target_miou` against `control_miou`; "
            "`scorer_miou_lo` of T5 against the other rows' `scorer_miou_hi`.", option)
 def _ex_scorer_vs_control(vs_targets) -> Choice:
@@ -200,18 +129,7 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
 
 
 # ---------------------------------------------------------------------------- 03 probes
-@register("03.t5_t3_vs_paper",
-           "**Predict, then check.** T5–T3 is one of the four pairs the claim covers (the box decides it on all "
-           "four, by the largest |cos|); it is the paper's example: cos(T5, T3) ≈ 0.05, read with the bound "
-           f"|cos| ≤ {PAPER_COSINE_MAX} as *the two targets rank tokens independently*. Predict first: will they rank tokens more alike on this "
-           "backbone? Then read T5–T3 in `mean` with its 95 % interval in `lo` and `hi`. (`'a'`, `'b'` or `'c'`)"
-           "\n\n"
-           f"* (a) **as in the paper**: the whole interval lies within ±{PAPER_COSINE_MAX};\n"
-           f"* (b) **beyond the paper's bound**: the whole interval lies above {PAPER_COSINE_MAX} or below "
-           f"−{PAPER_COSINE_MAX} — on this backbone the two targets share (or reverse) a ranking;\n"
-           f"* (c) **not resolved against the bound**: the interval reaches across ±{PAPER_COSINE_MAX} — this "
-           "sample cannot place the cosine on either side of it.",
-           "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
+@register("03.t5_t3_vs_paper", "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
 def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
     m, a, b, c = float(mean.loc["T5", "T3"]), float(lo.loc["T5", "T3"]), float(hi.loc["T5", "T3"]), PAPER_COSINE_MAX
     pick = "a" if -c <= a and b <= c else "b" if a > c or b < -c else "c"
@@ -219,9 +137,6 @@ def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
 
 
 @register("03.most_similar_pair",
-           "Which **two different targets** rank the tokens most alike (highest mean cosine off the "
-           "diagonal)? (a pair of names, in any order; every pair whose interval overlaps the leader's ties "
-           "with it within noise and is accepted)",
            "`mean.stack()` lists (row, column, value); skip pairs of a target with itself.", pair)
 def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     import pandas as pd
@@ -230,19 +145,7 @@ def _ex_most_similar(mean, lo, hi) -> set[frozenset[str]]:
     return {frozenset(k.split("|")) for k in leaders(pairs, "v", name="pair")}
 
 
-@register("03.hidden_vs_attention",
-           "**Why.** The paper reports |cos| ≤ 0.082 between hidden-gradient (T4, T5) and attention-gradient "
-           "(T2, T3) rankings and reads it as *the two families rank tokens independently* — so a scorer "
-           "distilled from one inherits nothing of the other's ranking. What do this run's 95 % intervals in "
-           "`hv` allow you to say? (`'a'`, `'b'` or `'c'`; where (b) and (c) are both true, either is "
-           "accepted)\n\n"
-           "* (a) every pair's interval contains 0: no pair is resolvably related — consistent with independent "
-           "rankings (though not a proof that the cosine is 0);\n"
-           "* (b) some pair is resolvably **positive**: that hidden-gradient target ranks tokens partly like "
-           "that attention-gradient one;\n"
-           "* (c) some pair is resolvably **negative**: what one ranks first the other tends to rank last — "
-           "related, but reversed, not independent.",
-           "compare `lo` and `hi` of each row of `hv` with 0.", option)
+@register("03.hidden_vs_attention", "compare `lo` and `hi` of each row of `hv` with 0.", option)
 def _ex_hidden_vs_attention(hv) -> Choice:
     signs = [(f"{r['hidden']}–{r['attention']}", sign_of(float(r["lo"]), float(r["hi"]))) for _, r in hv.iterrows()]
     pos, neg = ([name for name, x in signs if x == want] for want in ("positive", "negative"))

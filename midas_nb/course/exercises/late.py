@@ -11,9 +11,6 @@ from ._core import (Choice, choice, d_pp, integer, number, option, register, res
 
 # ---------------------------------------------------------------------------- 04 sweeps
 register("04.T5_cells_in_band",
-         "In how many `(L, b)` cells of the sweep is the **T5** condition in band by its ΔIDAUC interval (the "
-         "band rule: `metrics.band_rule()`)? A *not resolved* cell does not count; an *uninformative* one counts "
-         "by its interval. (`int`)",
          "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
          integer, lambda D: int(resolved_in_band(D[D["condition"] == "T5"]).sum()))
 
@@ -29,21 +26,22 @@ def _two_budgets(mine, ceiling, study) -> str | None:
 
 
 @register("04.budget_fall",
-           "**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
-           "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
-           "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth `L` "
-           "(`study.settings.point.depth`), and compute its share of the ceiling, `D / (100 · ceiling)`, at both "
-           "ends (`ceiling` holds the ceiling per budget). Is D's change more than the ceiling's? (`'a'`, `'b'` "
-           "or `'c'`)\n\n"
-           "* (a) D(T5) does **not fall** resolvably: the loosest budget's interval of D is not entirely below "
-           "the tightest one's — there is no fall to explain;\n"
-           "* (b) D(T5) falls, but its **share of the ceiling holds** (positive at the tightest budget, at least "
-           "half of it left at the loosest): the fall is mostly the ceiling's — when most kept tokens cannot be "
-           "part (or box) patches, there is less coverage to gain, not a weaker effect;\n"
-           "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
-           "positive at the tightest budget): more changed than the ceiling.",
-           "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-           "`D_pp_hi`.", option, applies=_two_budgets)
+          "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
+          "`D_pp_hi`.",
+          option, applies=_two_budgets,
+          prompt="**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
+                 "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
+                 "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth "
+                 "`L` (`study.settings.point.depth`), and compute its share of the ceiling, `D / (100 · ceiling)`, at "
+                 "both ends (`ceiling` holds the ceiling per budget). Is D's change more than the ceiling's? (`'a'`, "
+                 "`'b'` or `'c'`)\n\n"
+                 "* (a) D(T5) does **not fall** resolvably: the loosest budget's interval of D is not entirely below "
+                 "the tightest one's — there is no fall to explain;\n"
+                 "* (b) D(T5) falls, but its **share of the ceiling holds** (positive at the tightest budget, at "
+                 "least half of it left at the loosest): the fall is mostly the ceiling's — when most kept tokens "
+                 "cannot be part (or box) patches, there is less coverage to gain, not a weaker effect;\n"
+                 "* (c) D(T5) falls and its **share of the ceiling falls too** (less than half of it left, or D not "
+                 "positive at the tightest budget): more changed than the ceiling.")
 def _ex_budget_fall(mine, ceiling, study) -> Choice:
     g, L0 = _t5_budget_ends(mine, study)
     near, far = g.iloc[0], g.iloc[-1]
@@ -58,23 +56,13 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
 
 
 # ----------------------------------------------------------------------------- 05 scale
-register("05.best_backbone_T5",
-         "On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
-         "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)",
-         "filter `D` to condition T5.", choice,
-         lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")),
-         applies=two_backbones)
+register("05.best_backbone_T5", "filter `D` to condition T5.",
+         choice, lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")), applies=two_backbones,
+         prompt="On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
+                "backbone whose interval of D overlaps the leader's ties with it within noise and is accepted)")
 
 
 @register("05.own_backbone_T5",
-           "**What would the paper say?** The paper's scale finding says the T5 gain **reproduces** on DeiT-Ti "
-           "(D(T5) > 0 inside the parity band) and **reverses** on AugReg ViT-B (D < 0, or outside the band). "
-           "Apply that reading to this run's own backbone (`study.settings.backbone.name`: its T5 row of `D`, with "
-           "the paired interval of D and the band `status`). (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) **reproduces**: the whole interval of D(T5) lies above 0 and `status` is *in band*;\n"
-           "* (b) **reverses**: the whole interval of D(T5) lies below 0, or `status` is *outside band*;\n"
-           "* (c) **undecided**: neither — the interval of D contains 0, or the band is *not resolved* or "
-           "*uninformative*: this backbone can neither confirm nor contradict the finding.",
            "the row of `D` with `backbone == study.settings.backbone.name` and `condition == 'T5'`: `D_pp_lo`, "
            "`D_pp_hi`, `status`.", option)
 def _ex_own_backbone_t5(D, study) -> Choice:
@@ -91,16 +79,16 @@ def _ex_own_backbone_t5(D, study) -> Choice:
 
 
 @register("05.spread_resolved",
-           "**Why.** D(T5) differs between the backbones (largest minus smallest: its spread). Is that a property of "
-           "the "
-           "backbones, or could this sample alone produce it? Compare the 95 % intervals of the **largest** and "
-           "the **smallest** D(T5). (`'a'` or `'b'`)\n\n"
-           "* (a) **resolved**: the two intervals do not overlap — this run tells those backbones apart on "
-           "D(T5);\n"
-           "* (b) **not resolved**: the intervals overlap — on this sample the backbones cannot be ranked on "
-           "D(T5), however large the spread of the means looks.",
-           "the T5 rows of `D` with the largest and the smallest `D_pp`: is the largest's `D_pp_lo` above the "
-           "smallest's `D_pp_hi`?", option, applies=two_backbones)
+          "the T5 rows of `D` with the largest and the smallest `D_pp`: is the largest's `D_pp_lo` above the "
+          "smallest's `D_pp_hi`?",
+          option, applies=two_backbones,
+          prompt="**Why.** D(T5) differs between the backbones (largest minus smallest: its spread). Is that a "
+                 "property of the backbones, or could this sample alone produce it? Compare the 95 % intervals of the "
+                 "**largest** and the **smallest** D(T5). (`'a'` or `'b'`)\n\n"
+                 "* (a) **resolved**: the two intervals do not overlap — this run tells those backbones apart on "
+                 "D(T5);\n"
+                 "* (b) **not resolved**: the intervals overlap — on this sample the backbones cannot be ranked on "
+                 "D(T5), however large the spread of the means looks.")
 def _ex_spread_resolved(D) -> Choice:
     t5 = D[D["condition"] == "T5"].sort_values("D_pp")
     low, high = t5.iloc[0], t5.iloc[-1]
@@ -110,35 +98,18 @@ def _ex_spread_resolved(D) -> Choice:
 
 
 # --------------------------------------------------------------------------- 06 related
-register("06.best_separation",
-         "Which relevance map separates relevant from irrelevant tokens best in TokenTM's "
-         "perturbation tests (highest `neg_minus_pos`)? (`str`; every map whose interval overlaps the leader's "
-         "ties with it within noise and is accepted)",
-         "sort `res.perturbation` by `neg_minus_pos`.", choice,
+register("06.best_separation", "sort `res.perturbation` by `neg_minus_pos`.", choice,
          lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
 
 register("06.pib_T0",
-         "Compute the **Point-in-Box rate of T0** yourself: over the `n_images` test images the protocol "
-         "evaluates, the fraction whose highest-scoring T0 patch lies in the object box. (`float`)",
          "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
-         "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` "
-         "and `study.test_set[i].box_mask`.",
+         "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` and "
+         "`study.test_set[i].box_mask`.",
          number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
 
 
-@register("06.patch_score_pib",
-           "**Why.** LaSt-ViT reads the backbone's Patch Score (`cos(CLS, patch)` at the last block) as "
-           "localisation: its top patch should lie on the object. Read the `patch_score` row of `pib` against "
-           "its two baselines — `pib_centre` (always pick the centre patch) and `pib_box_area` (the box's share "
-           "of patches: what a random patch scores). Which describes this run? (`'a'`, `'b'` or `'c'`)\n\n"
-           "* (a) the Patch Score **localises**: the lower end of its 95 % interval (`pib_lo`) lies above "
-           "**both** baselines;\n"
-           "* (b) it does not beat the **centre patch** (`pib_lo ≤ pib_centre`): on these object-centred images "
-           "a fixed guess does as well, so Point-in-Box cannot credit the ranking;\n"
-           "* (c) it beats the centre patch but not a **random patch** (`pib_centre < pib_lo ≤ pib_box_area`): "
-           "the box fills so much of the grid that a random patch lands in it about as often.",
-           "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
+@register("06.patch_score_pib", "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
 def _ex_patch_score_pib(pib) -> Choice:
     r = pib.set_index("ranking").loc["patch_score"]
     lo, centre, area = float(r["pib_lo"]), float(r["pib_centre"]), float(r["pib_box_area"])
@@ -148,14 +119,8 @@ def _ex_patch_score_pib(pib) -> Choice:
 
 
 # ---------------------------------------------------------------------------- 07 deploy
-@register("07.coverage_first",
-           "Apply the **coverage-first** rule yourself to `table`: among the conditions (not the `random` ranking "
-           "or the `random_map` control) whose band `status` is \"in band\" (`metrics.band_rule()`; the "
-           "reference is a candidate with D = 0), the one with the largest D; a higher D whose "
-           "band is \"not resolved\" is passed over; only where none is in band does the mean ΔIDAUC (≥ −0.01) "
-           "decide. (`str`; every candidate the pick ties with within noise, the advice's `ties`, is accepted)",
-           "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
-           kind="computation")
+@register("07.coverage_first", "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
+          kind="computation")
 def _ex_cov_first(table) -> set[str]:
     """The condition :func:`midas_nb.analysis.recommend_deployment` advises coverage-first and every candidate it
     ties with within noise (its ``ties``: a choice by the mean is not a lead)."""
@@ -164,19 +129,6 @@ def _ex_cov_first(table) -> set[str]:
 
 
 @register("07.decoupling_shown",
-           "**Does this run show the decoupling?** `verdict` tested both halves of the claim (notebook 02). "
-           "Pick a statement that is true on this run (where several are, any of them is accepted). (`'a'`–`'d'`)"
-           "\n\n"
-           "* (a) **both halves hold**: T5 gains coverage at faithfulness parity *and* the best-coverage and "
-           "best-faithfulness conditions are different winners, both leads resolved — the run shows the "
-           "decoupling;\n"
-           "* (b) **the winners tie**: one condition leads on both metrics, a lead between the two winners is not "
-           "resolved, a third condition ties with both, or they cannot be compared — there are no two winners to "
-           "decouple, whatever T5 does;\n"
-           "* (c) **both metrics rose together**: across the conditions mean mIoU and mean IDAUC correlate "
-           "resolvably positively — *both rose*, the opposite of a decoupling;\n"
-           "* (d) **only the winners differ**: the two winners are resolved, but T5 does not gain coverage at "
-           "parity — half of the claim.",
            "`verdict.decoupling_shown`, `verdict.winners['reading']` and `verdict.comovement['reading']`.",
            option)
 def _ex_decoupling_shown(verdict) -> Choice:
