@@ -203,6 +203,12 @@ def test_paper_grid_is_the_full_product():
     assert {c.backbone for c in real} == set(prof["scale_backbones"])
     assert len({c.checkpoint_id for c in real}) == 3 * 3      # one checkpoint per dataset × backbone
     assert {c.data_id for c in real} == set(data.values())
+    # planned: the same cells, read from no data root (none exists), the ids placeholders of the build
+    planned = make_grid(get_profile("paper", data_roots=roots, builds=2), "regime", planned=True)
+    ids_out = dict(checkpoint_id=None, data_id=None)
+    assert [c.to_dict() | ids_out for c in planned if "build" not in c.params] == [c.to_dict() | ids_out for c in real]
+    assert {c.data_id for c in planned} == {"planned"}
+    assert {(c.checkpoint_id, c.params.get("build", 0)) for c in planned} == {("planned-0", 0), ("planned-1", 1)}
     with pytest.raises(ValueError, match=r"dataset 'cars' has no data root"):
         make_grid(get_profile("paper", data_roots={k: v for k, v in roots.items() if k != "cars"}), "regime",
                   checkpoint_ids=ids, data_ids=data)

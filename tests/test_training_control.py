@@ -10,7 +10,7 @@ import torch
 from midas_nb.identity import load_torch_payload, load_verified, tensor_digest
 from midas_nb.analysis.protocol import condition_target, list_conditions, run_protocol
 from midas_nb import results
-from midas_nb.study import decoupling_with_controls
+from midas_nb.analysis.control import decoupling_with_controls
 from midas_nb.targets import target_cache
 from midas_nb.backbones.vit import disable_fused_attention
 from test_protocol import TinyDataset, tiny_vit

@@ -49,9 +49,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
         if rec["status"] != "done":
             failed.append(str(rec.get("label", key)))
             continue
-        cell = rec["cell"]
-        diff = _differences(cell, want)
-        if diff:
+        if diff := _differences(cell := rec["cell"], want):
             if list(diff) == ["relaxation"]:
                 other_relax += len(rec["rows"])
             else:
@@ -116,10 +114,9 @@ def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> p
     """The cells each section of the report reads, from the profile alone (docs/decisions/0052-incomplete-report.md),
     on the profile's dataset and every other of ``datasets_present``. Returns one row per (section, cell):
     ``section`` and :data:`CELL_IDENTITY`."""
-    prof = dict(s.values)
-    present = set(datasets_present) | {"synthetic"}
+    prof, present = dict(s.values), set(datasets_present) | {"synthetic"}
 
-    def label(name: str) -> str:
+    def label(name: str) -> str:                        # datasets by label, nothing read
         try:
             return name if name in present else config.dataset_label(prof, name)
         except ValueError:                              # a root the report does not know
@@ -128,14 +125,12 @@ def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> p
     # every dataset the store holds ran the profile's notebooks (a run over several data roots
     # runs them once per dataset): its protocol table and regime grid are expected too
     own = list(dict.fromkeys([s.dataset] + [d for d in datasets_present if d != "synthetic"]))
-    regime = grid_spans(prof, "regime")[0] + own[1:]
-    out = []
-    for section, name, names, backbones in (("three_conditions", "protocol", own, None),
-                                            ("regime", "regime", regime, [s.backbone]),
-                                            ("scale", "scale", grid_spans(prof, "scale")[0], None)):
-        labels = list(dict.fromkeys(label(n) for n in names))    # datasets by label, nothing read
-        out += [dict(zip(["section"] + CELL_IDENTITY, (section, *cell_ident(c.to_dict()))))
-                for c in sweep_cells(prof, name, planned=True, datasets=labels, backbones=backbones)]
+    sections = dict(three_conditions=("protocol", own, None),
+                    regime=("regime", grid_spans(prof, "regime")[0] + own[1:], [s.backbone]),
+                    scale=("scale", grid_spans(prof, "scale")[0], None))
+    out = [(section, *cell_ident(c.to_dict())) for section, (name, names, backbones) in sections.items()
+           for c in sweep_cells(prof, name, planned=True, datasets=list(dict.fromkeys(map(label, names))),
+                                backbones=backbones)]
     return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
 
 

@@ -10,12 +10,11 @@ Example::
 from __future__ import annotations
 
 from .base import StudyBase
-from ..analysis.control import decoupling_with_controls
 from .core import Study
 from .grid import (cached_study, checkpoint_spec_id, eval_data_id, grid_spans, make_grid, ProtocolCellRunner,
                    run_cells, study_overrides, sweep_cells)
 from .settings import protocol_settings, ReportSettings, RunSettings
 
-__all__ = ["Study", "StudyBase", "RunSettings", "ReportSettings", "cached_study", "study_overrides",
-           "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "protocol_settings", "ProtocolCellRunner",
-           "run_cells", "sweep_cells", "decoupling_with_controls"]
+__all__ = ["Study", "StudyBase", "RunSettings", "ReportSettings", "cached_study", "study_overrides", "make_grid",
+           "grid_spans", "checkpoint_spec_id", "eval_data_id", "protocol_settings", "ProtocolCellRunner", "run_cells",
+           "sweep_cells"]

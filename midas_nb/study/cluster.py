@@ -29,8 +29,7 @@ def profile_sweeps(profile: Mapping[str, Any], names: Sequence[str] | None = Non
 
 def _store(profile: str) -> ResultStore | None:
     """The store of ``profile`` (``runs/sweeps/<profile>``) where it exists; never created here."""
-    root = config.runs_dir() / "sweeps" / profile
-    return ResultStore(root) if (root / "cells").is_dir() else None
+    return ResultStore(name=profile) if (config.runs_dir() / "sweeps" / profile / "cells").is_dir() else None
 
 
 def catalogue_status(profile: str) -> str:

@@ -51,25 +51,25 @@ class Study(StudyBase):
         Also written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
-        point = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
-        depth, budget = point.depth, point.budget
+        pt = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
+        depth, budget = pt.depth, pt.budget
         cells = sweep_cells(dict(self.params, depth=depth, budget=budget), sweep, conditions=conditions,
                             seeds=seeds, relaxation=relaxation, builds=builds, params=kwargs,
                             checkpoint_ids={(s.data.dataset, s.backbone.name): self.checkpoint_id})
         table, status = run_cells(self.params, cells, study=self, progress=self.progress)
+        what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
-            raise RuntimeError(f"protocol at L={depth}, b={budget}: not every cell is done\n{status}")
-        table = with_builds(table)
-        _one_checkpoint(table, f"protocol at L={depth}, b={budget}")
-        conditions = list(conditions or dict.fromkeys(c.condition for c in cells))
+            raise RuntimeError(f"{what}: not every cell is done\n{status}")
+        _one_checkpoint(table := with_builds(table), what)
         named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
-        seeds = [int(x) for x in seeds or named or dict.fromkeys(c.seed for c in cells)]
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
-                   conditions=conditions, seeds=seeds, cells=[c.key for c in cells])
+                   conditions=list(conditions or dict.fromkeys(c.condition for c in cells)),
+                   seeds=[int(x) for x in seeds or named or dict.fromkeys(c.seed for c in cells)],
+                   cells=[c.key for c in cells])
         # readable first (dataset, backbone, point), the content hash last (conditions, seeds, cells)
         readable = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{self.dataset_name}_{s.backbone.name}").strip("-")
-        name = f"protocol_{readable}_L{depth}_b{budget:g}_{hash_json(key, 12)}"
-        save_table(table, name, config.runs_dir() / "tables")
+        save_table(table, f"protocol_{readable}_L{depth}_b{budget:g}_{hash_json(key, 12)}",
+                   config.runs_dir() / "tables")
         return table
 
     def fitness(self) -> dict[int, tuple[bool, str]]:

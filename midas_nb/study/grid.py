@@ -1,15 +1,14 @@
-"""The sweep domain of a profile: its cells, dataset × backbone × ``(L, b)`` × condition × seed
-(DESIGN.md §5), keyed by the checkpoint's and the evaluated images' content ids and the protocol settings
-(decision 0015); the per-process cache of the studies they are keyed and run on (renewed when the
-annotation files change) with the image digests that sweep jobs share; the protocol's cell function
-(:class:`ProtocolCellRunner`), every notebook sweep declared once (:data:`CATALOGUE`) and the one sequence
-that runs and reads cells (:func:`run_cells`)."""
+"""A profile's sweep cells, dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5), keyed by the
+checkpoint's and the evaluated images' content ids and the protocol settings (decision 0015); every notebook
+sweep declared once (:data:`CATALOGUE`), the studies cells run on (cached per process), the protocol's cell
+function (:class:`ProtocolCellRunner`) and the one sequence that runs and reads cells (:func:`run_cells`)."""
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from torch.utils.data import Subset
 
@@ -27,7 +26,7 @@ from ..sweeps import ExecutorKind, ResultStore, run_sweep, StoreStatus, submit_s
 from .base import StudyBase
 from .settings import grid_spans, protocol_settings, SweepSettings
 
-__all__ = ["GridKind", "make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "cached_study",
+__all__ = ["make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "cached_study",
            "study_overrides", "digest_memo_path", "ProtocolCellRunner", "prefetch_targets", "run_cells", "CATALOGUE",
            "catalogue_value", "sweep_cells"]
 
@@ -69,9 +68,6 @@ def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
     return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, _data_root_for(profile, dataset)], 12)}.json"
 
 
-GridKind = Literal["depth", "budget", "cross", "full", "regime", "scale"]
-
-
 def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
                        build: int | None = None) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` and ``build`` (``None``:
@@ -92,16 +88,17 @@ def eval_data_id(study: Any, settings: Mapping[str, Any]) -> str:
 
 def make_grid(
     profile: Mapping[str, Any],
-    kind: GridKind = "regime",
+    kind: str = "regime",
     *,
     datasets: Sequence[str] | None = None,
     backbones: Sequence[str] | None = None,
     conditions: Sequence[str] | None = None,
     seeds: Sequence[int] | None = None,
-    checkpoint_ids: Mapping[tuple[str, str], str] | Literal["spec"] = "spec",
+    checkpoint_ids: Mapping[tuple[str, str], str] | None = None,
     params: Mapping[str, Any] | None = None,
     seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
     data_ids: Mapping[tuple[str, str], str] | None = None,
+    planned: bool = False,
 ) -> list[SweepCell]:
     """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
 
@@ -114,7 +111,8 @@ def make_grid(
     ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the profile's (``seeds``: at every point);
     ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone): id}`` (default :func:`checkpoint_spec_id`,
     :func:`eval_data_id`; ``(dataset, backbone, build)`` keys name a build's checkpoint); ``params``: merged
-    into every cell's ``params`` (its key).
+    into every cell's ``params`` (its key). ``planned=True`` reads no data: the ids are placeholders,
+    ``"planned"`` and ``"planned-<build>"`` (counts and coordinates exact, keys not).
 
     Raises:
         ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
@@ -122,8 +120,7 @@ def make_grid(
     prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
-    own = Point(prof["depth"], prof["budget"])
-    L0, b0 = own.depth, own.budget.keyed()
+    L0, b0 = (own := Point(prof["depth"], prof["budget"])).depth, own.budget.keyed()
     depths, budgets = list(sweep.depths), [b.keyed() for b in sweep.budgets]
     shapes = {"depth": [(L, b0) for L in depths], "budget": [(L0, b) for b in budgets],
               "full": [(L, b) for L in depths for b in budgets], "scale": [(L0, b0)]}
@@ -132,16 +129,12 @@ def make_grid(
         raise ValueError(f"unknown grid kind {kind!r}; expected one of "
                          "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
     points = list(dict.fromkeys(Point(L, b) for L, b in shapes[kind]))  # drop the shared point
-
-    span_datasets, span_backbones = grid_spans(prof, kind)
-    datasets = span_datasets if datasets is None else datasets
-    backbones = span_backbones if backbones is None else backbones
-    if conditions is None:  # with the random ranking where the protocol has it (the band's check)
-        conditions = with_band_check(sweep.conditions, prof["conditions"])
-    conditions = list(conditions)
-    off_seeds = list(sweep.seeds) if seeds is None else None
+    spans = grid_spans(prof, kind)
+    datasets, backbones = spans[0] if datasets is None else datasets, spans[1] if backbones is None else backbones
+    # with the random ranking where the protocol has it (the band's check)
+    conditions = list(with_band_check(sweep.conditions, prof["conditions"]) if conditions is None else conditions)
+    off_seeds = list(sweep.seeds) if seeds is None else [int(s) for s in seeds]
     seeds = [int(s) for s in (prof["seeds"] if seeds is None else seeds)]
-    off_seeds = off_seeds or seeds
     for name, values in dict(datasets=datasets, backbones=backbones, conditions=conditions,
                              seeds=seeds, sweep_seeds=off_seeds, depths=depths, budgets=budgets).items():
         if len(values) == 0:
@@ -149,23 +142,19 @@ def make_grid(
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
 
-    checkpoint_ids, data_ids = {} if checkpoint_ids == "spec" else checkpoint_ids, data_ids or {}
-    if not (isinstance(checkpoint_ids, Mapping) and isinstance(data_ids, Mapping)):
-        raise ValueError(f"checkpoint_ids must be 'spec' or a dict, data_ids None or a dict {{(dataset, backbone): "
-                         f"id}}, got {checkpoint_ids!r} and {data_ids!r}")
-    base = dict(protocol_settings(prof), **dict(params or {}))
-    cells = []
-    own_build = int(prof.get("build", 0))
+    checkpoint_ids, data_ids = checkpoint_ids or {}, data_ids or {}
+    base, own_build, cells = dict(protocol_settings(prof), **dict(params or {})), int(prof.get("build", 0)), []
     for ds in datasets:
         label = dataset_label(dict(prof), ds)
         for bb in backbones:
-            data_id = data_ids.get((ds, bb)) or eval_data_id(cached_study(prof, ds, bb, device="cpu"), base)
+            data_id = "planned" if planned else data_ids.get((ds, bb)) or eval_data_id(
+                cached_study(prof, ds, bb, device="cpu"), base)
             for pt in points:
                 at = seeds if pt == Point(L0, b0) else off_seeds
                 main = pt == Point(L0, b0) and bb == prof["backbone"]
                 for k in range(own_build, own_build + int(prof.get("builds", 1))) if main else [own_build]:
-                    ckpt = checkpoint_ids.get((ds, bb, k)) or (checkpoint_ids.get((ds, bb)) if k == own_build
-                                                                else None) or checkpoint_spec_id(prof, ds, bb, k)
+                    ckpt = f"planned-{k}" if planned else checkpoint_ids.get((ds, bb, k)) or (
+                        checkpoint_ids.get((ds, bb)) if k == own_build else None) or checkpoint_spec_id(prof, ds, bb, k)
                     cells += [SweepCell(label, bb, pt.depth, pt.budget, cond, s, checkpoint_id=ckpt,
                                         params=dict(base, build=k) if k else base, data_id=data_id)
                               for cond in conditions for s in (at[:1] if cond in seedless_conditions else at)]
@@ -212,8 +201,7 @@ def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
     ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
     :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (``conditions`` of a "related" part:
     split by its rule, a part left empty dropped), ``params`` enter every cell's key.
-    ``planned=True`` reads no data: checkpoint and data ids are placeholders (counts and coordinates exact,
-    keys not). Raises ``ValueError`` as :func:`make_grid`."""
+    ``planned``: as :func:`make_grid`'s. Raises ``ValueError`` as :func:`make_grid`."""
     prof = dict(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
@@ -228,21 +216,15 @@ def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
             p.update(depths=[p["depth"]], budgets=[p["budget"]])
         kw.update({k: catalogue_value(p, k, kw.get(k)) for k in ("datasets", "backbones", "conditions", "seeds")})
         kw["params"] = dict(params or {}, **({} if relaxation is None else dict(relaxation=relaxation))) or None
-        if planned:  # the same placeholder id for every (dataset, backbone): nothing is read
-            spans = grid_spans(p, kind)
-            names = kw["datasets"] or spans[0]
-            first = int(p.get("build", 0))   # every build's too (decision 0072): "planned-k"
-            builds = [(), *((k,) for k in range(first, first + int(p.get("builds", 1))))]
-            ids = {(d, b, *k): "-".join(map(str, ("planned", *k))) for d in names for b in kw["backbones"] or spans[1]
-                   for k in builds}
-            p.update(data_root=None, data_roots={d: "." for d in {*spans[0], *names, p["dataset"]} if d != "synthetic"})
-            kw.update(checkpoint_ids=ids, data_ids=ids)
-        cells += make_grid(p, kind, **kw)
+        if planned:  # every dataset a root that is never read: labels without data
+            names = {*grid_spans(p, kind)[0], *(kw["datasets"] or ()), p["dataset"]} - {"synthetic"}
+            p.update(data_root=None, data_roots=dict.fromkeys(names, "."))
+        cells += make_grid(p, kind, planned=planned, **kw)
     return cells
 
 
-#: digest memos this process has read (each once)
-_MEMOS_READ: set[Path] = set()
+#: reads a digest memo once per process
+_load_memo = functools.cache(load_file_digests)
 
 
 class ProtocolCellRunner:
@@ -254,18 +236,12 @@ class ProtocolCellRunner:
 
     def __init__(self, profile: Mapping[str, Any], *, device: str | None = None,
                  cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
-        self.profile = dict(profile)
-        self.device = device
+        self.profile, self.device, self.progress = dict(profile), device, progress
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
-        self.progress = progress
         self._local_study = study  # not pickled
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, _local_study=None)
-
-    def __repr__(self) -> str:
-        return (f"ProtocolCellRunner(profile={self.profile.get('profile', '?')!r}, "
-                f"device={self.device or self.profile.get('device')!r})")
 
     def study(self, cell: SweepCell):
         """The study of the cell's data and backbone (image digests from the shared memo, once)."""
@@ -280,10 +256,7 @@ class ProtocolCellRunner:
                                f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
                                "GPU nodes (midas-nb sweep submit --gpus 1 --partition <a GPU partition>) or "
                                "with --device cpu")
-        memo = digest_memo_path(self.profile, cell.dataset)
-        if memo not in _MEMOS_READ:
-            load_file_digests(memo)
-            _MEMOS_READ.add(memo)
+        _load_memo(digest_memo_path(self.profile, cell.dataset))
         return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress, build)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
