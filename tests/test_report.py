@@ -150,7 +150,7 @@ def test_budget_finding_reads_d_as_a_share_of_the_ceiling():
     loose = [r for L, b, d, c in ((6, 0.25, (0.08, 0.082), 0.4), (6, 0.10, (0.08, 0.082), 0.4),
                                   (6, 0.50, (0.01, 0.09), 0.1)) for r in _point(L, b, d_t5=d, iou_ceiling=c)]
     holds, ev = _holds(report.paper_findings(pd.DataFrame(loose), depth=6, budget=0.25), "fades_loose")
-    assert holds == "not resolved" and "their averaged intervals overlap" in ev
+    assert holds == "not resolved" and "(averaged intervals [+6.83, +9.37] vs [-45.82, +55.82] pp: they overlap)" in ev
     # ... and says why more data could not make it hold (a reader saw the share rise beside "not resolved")
     assert ev.endswith("as a share of the IoU ceiling 0.20 vs 0.50 — the share does not fall, so even a resolved "
                        "fall in pp would be the ceiling's (at best: does not hold)")

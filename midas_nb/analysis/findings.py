@@ -312,10 +312,13 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
     hi_n, lo_f = near["D_pp_hi"].mean(), far["D_pp_lo"].mean()
     if is_number(lo_n) and is_number(hi_f):
-        # conservative: the averaged intervals of the two groups must not overlap
+        # conservative: the averaged intervals of the two groups must not overlap; both are said (a reader saw
+        # the cells' own intervals apart beside "overlap": the one-build cells' borrow the build spread)
+        ev += f" (averaged intervals [{lo_n:+.2f}, {hi_n:+.2f}] vs [{lo_f:+.2f}, {hi_f:+.2f}] pp"
         if (holds and lo_n <= hi_f) or (not holds and hi_n >= lo_f):
             holds = "not resolved"
-            ev += " (their averaged intervals overlap)"
+            ev += ": they overlap"
+        ev += ")"
     if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
         holds, ev = "not resolved", ev + f"; T5's coverage gain at {show(v0)} is itself not resolved"
     if axis == "depth":
