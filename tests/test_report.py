@@ -143,8 +143,8 @@ def test_budget_finding_reads_d_as_a_share_of_the_ceiling():
             for r in _point(L, b, d_t5=(d, d + 0.002), iou_ceiling=c)]
     holds, ev = _holds(report.paper_findings(pd.DataFrame(rows), depth=6, budget=0.25), "fades_loose")
     assert holds is False and "as a share of the IoU ceiling 0.20 vs 0.31" in ev and "the fall is the ceiling's" in ev
-    from midas_nb.analysis.synthesis import _finding_verdict   # the ceiling's fall is no rise: not the paper's opposite
-    assert _finding_verdict("fades_loose", holds, ev) == "does not hold"
+    from midas_nb.analysis.findings import finding_verdict   # the ceiling's fall is no rise: not the paper's opposite
+    assert finding_verdict("fades_loose", holds, ev) == "does not hold"
     # a fall in pp that the intervals do not resolve (the far seeds disagree) stays "not resolved", whatever
     # the share does (it was False, which the per-claim table read as the paper's opposite)
     loose = [r for L, b, d, c in ((6, 0.25, (0.08, 0.082), 0.4), (6, 0.10, (0.08, 0.082), 0.4),
@@ -211,15 +211,18 @@ def test_scale_finding_matches_the_paper_backbones_by_exact_name():
 def test_findings_paragraph_is_computed_from_the_table():
     f = report.paper_findings(pd.DataFrame(_point(d_t1=(0.05, 0.051))))
     text = report.findings_paragraph(f, "cub", "bb")
-    assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 6 findings holds, 1 does not, "
-                           "0 are not resolved and 4 are undefined on this run.")
+    # D(T1) resolvably above the reference: the paper's reversal is named, as in the per-claim table (issue 52)
+    assert text.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 6 findings holds, 1 is opposite of the "
+                           "paper, 0 do not, 0 are not resolved and 4 are undefined on this run.")
     assert "This holds: " + PAPER_FINDINGS["t5_gain_in_band"] in text
-    assert "This does not hold: " + PAPER_FINDINGS["t1_below_reference"] in text
+    assert "This is opposite of the paper: " + PAPER_FINDINGS["t1_below_reference"] in text
+    grid = report.markdown._findings_grid(f.assign(n_builds=1), [("cub", "bb")])
+    assert f"| {PAPER_FINDINGS['t1_below_reference']} | opposite of the paper |" in grid
     # without the finding across backbones (notebook 05, one paragraph per backbone) the count says so
     one = report.findings_paragraph(f[f["finding"] != "scale"], "cub", "bb")
     assert one.startswith("On cub with bb at L=6, b=25%, 1 of the paper's 5 findings on one backbone (the one "
-                          "across backbones: the scale readout) holds, 1 does not, 0 are not resolved and 3 are "
-                          "undefined on this run.")
+                          "across backbones: the scale readout) holds, 1 is opposite of the paper, 0 do not, 0 are "
+                          "not resolved and 3 are undefined on this run.")
 
 
 # ------------------------------------------------------------------------ report from a store
@@ -657,7 +660,9 @@ def test_backbones_table_puts_both_offline_backbones_side_by_side(tmp_path):
     md = backbones_section(back)
     assert ("Changed with the backbone (hybrid_lite0_vit → hybrid_lite0_deit, both verdicts decided): "
             + PAPER_FINDINGS["t1_below_reference"]) in md
-    assert "| T5 | +10.05 [+9.41, +10.69], in band | +10.05 [+9.41, +10.69], in band |" in md and "does not hold" in md
+    assert "| T5 | +10.05 [+9.41, +10.69], in band | +10.05 [+9.41, +10.69], in band |" in md
+    # the student's D(T1) resolvably above the reference: the reversal is named, as the per-claim table does
+    assert f"| {PAPER_FINDINGS['t1_below_reference']} | holds | opposite of the paper |" in md
     # a partner without rows is reported, never left out silently: "not run" where the profile does
     # not train it (quick's default), "missing" where it should have rows
     only_new = _build(pd.DataFrame(_point(backbone="hybrid_lite0_deit")), prof)["backbones"]
@@ -722,8 +727,8 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
     for _, r in f0[f0["finding"] == "t5_gain_in_band"].iterrows():
         assert str(r["holds"]).lower() in ("true", "false", "uninformative", "not resolved", "undefined")
     t5_row = next(ln for ln in section.splitlines() if ln.startswith("| T5 raises coverage"))
-    want = [("holds" if str(v).lower() == "true" else "does not hold" if str(v).lower() == "false" else str(v))
-            for v in f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"], "holds"]]
+    t5 = f0.set_index(["finding", "dataset"]).loc["t5_gain_in_band"].loc[["cub", "aircraft", "cars"]]
+    want = [report.markdown._verdict(v, "t5_gain_in_band", ev) for v, ev in zip(t5["holds"], t5["evidence"])]
     assert [c.strip() for c in t5_row.strip("|").split("|")[1:]] == want
     assert "Every cell rests on 1 backbone build." in section     # said once where every cell has as many
     mixed = pd.DataFrame(dict(statement="s", dataset=["a", "b"], backbone="bb", holds=["True", "False"], n_builds=[3, 1]))

@@ -72,6 +72,22 @@ def fitness_over_builds(per_build: Mapping[int, tuple[bool, str]]) -> tuple[bool
 NOTHING_TO_FADE, CEILING_FALL = "no coverage gain of T5 at parity to fade", "the fall is the ceiling's"
 
 
+def finding_verdict(fid: str, holds: Any, evidence: str) -> str:
+    """A finding's verdict in the table's words. ``False`` is the **opposite of the paper** where the run
+    shows the reverse sign: T1 resolvably above the reference; T5 resolvably below it (not merely outside
+    the band); ``D(T5)`` rising along an axis where T5 had a coverage gain at parity to fade (the findings module
+    says :data:`~midas_nb.analysis.findings.NOTHING_TO_FADE` otherwise; a fall in pp that is the IoU ceiling's
+    "does not hold")."""
+    if holds is True or str(holds) == "True":
+        return "holds"
+    if str(holds) != "False":
+        return str(holds)
+    opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
+                or (fid in ("fades_deep", "fades_loose")       # "no decoupling": tables of earlier releases
+                    and not any(s in evidence for s in (NOTHING_TO_FADE, "no decoupling", CEILING_FALL))))
+    return "opposite of the paper" if opposite else "does not hold"
+
+
 def share_falls(near: float, far: float) -> bool:
     """The notebooks' reading of ``D`` as a share of the IoU ceiling along the budget (decision 0041): the share
     falls unless it is positive at the near end (tight budget) and at least half of it is left at the far end.
@@ -470,19 +486,23 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
         f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
     if f.empty:
         return "No finding could be evaluated."
-    groups: dict[str, list[str]] = {"hold": [], "do not hold": [], "are not resolved": [], "are uninformative": [],
-                                    "are not counted": [], "are undefined": []}
+    groups: dict[str, list[str]] = {"hold": [], "are opposite of the paper": [], "do not hold": [],
+                                    "are not resolved": [], "are uninformative": [], "are not counted": [],
+                                    "are undefined": []}
     for _, r in f.iterrows():
-        key = {"True": "hold", "False": "do not hold", "not resolved": "are not resolved",
-               "uninformative": "are uninformative", "not counted": "are not counted"}.get(str(r["holds"]),
-                                                                                           "are undefined")
+        key = {"holds": "hold", "opposite of the paper": "are opposite of the paper", "does not hold": "do not hold",
+               "not resolved": "are not resolved", "uninformative": "are uninformative",
+               "not counted": "are not counted"}.get(finding_verdict(r["finding"], r["holds"], str(r["evidence"])),
+                                                     "are undefined")
         groups[key].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
     scope = "" if (f["finding"] == "scale").any() else " on one backbone (the one across backbones: the scale readout)"
     head = (f"On {first['dataset']} with {backbone or first['backbone']} at L={int(first['depth'])}, "
             f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings{scope} "
-            f"{'holds' if n['hold'] == 1 else 'hold'}, {n['do not hold']} "
+            f"{'holds' if n['hold'] == 1 else 'hold'}, "
+            + (f"{n['are opposite of the paper']} {'is' if n['are opposite of the paper'] == 1 else 'are'} opposite of "
+               "the paper, " if n["are opposite of the paper"] else "") + f"{n['do not hold']} "
             f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
             f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
             + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
@@ -492,7 +512,7 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
-    singular = {"hold": "holds", "do not hold": "does not hold", "are not resolved": "is not resolved",
+    singular = {"hold": "holds", "are opposite of the paper": "is opposite of the paper", "do not hold": "does not hold", "are not resolved": "is not resolved",
                 "are uninformative": "is uninformative", "are not counted": "is not counted",
                 "are undefined": "is undefined"}
     for k, items in groups.items():

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .findings import (CEILING_FALL, NOTHING_TO_FADE, backbone_fitness, ci_text, cosine_verdict, count_fitness,
+from .findings import (finding_verdict, backbone_fitness, ci_text, cosine_verdict, count_fitness,
                        is_number, paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
@@ -52,22 +52,6 @@ def _paper(fid: str, dataset: str) -> str:
     v = paper_value(cond, dataset) if cond else None
     return text if v is None else f"D({cond}) = {v:+.2f} pp" + (f", {paper_status(cond, dataset)}"
                                                               if paper_status(cond, dataset) else "")
-
-
-def _finding_verdict(fid: str, holds: Any, evidence: str) -> str:
-    """A finding's verdict in the table's words. ``False`` is the **opposite of the paper** where the run
-    shows the reverse sign: T1 resolvably above the reference; T5 resolvably below it (not merely outside
-    the band); ``D(T5)`` rising along an axis where T5 had a coverage gain at parity to fade (the findings module
-    says :data:`~midas_nb.analysis.findings.NOTHING_TO_FADE` otherwise; a fall in pp that is the IoU ceiling's
-    "does not hold")."""
-    if holds is True or str(holds) == "True":
-        return "holds"
-    if str(holds) != "False":
-        return str(holds)
-    opposite = (fid == "t1_below_reference" or (fid == "t5_gain_in_band" and "outside band" not in evidence)
-                or (fid in ("fades_deep", "fades_loose")       # "no decoupling": tables of earlier releases
-                    and not any(s in evidence for s in (NOTHING_TO_FADE, "no decoupling", CEILING_FALL))))
-    return "opposite of the paper" if opposite else "does not hold"
 
 
 def _pp(m_lo_hi: Sequence[float], fmt: str = "+.2f") -> str:
@@ -223,7 +207,7 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
     for _, r in f.iterrows():
         if r["finding"] in _FINDING_CLAIMS and (keep_undefined or str(r["holds"]) != "undefined"):
             rows.append([_FINDING_CLAIMS[r["finding"]][0], _paper(r["finding"], ds), str(r["evidence"]),
-                         _finding_verdict(r["finding"], r["holds"], str(r["evidence"]))])
+                         finding_verdict(r["finding"], r["holds"], str(r["evidence"]))])
     if verdict is not None:
         c = verdict.conditions.set_index("condition")
         if "t5_gain_in_band" not in set(f["finding"]) and "T5" in c.index:

@@ -10,7 +10,7 @@ import pandas as pd
 from .. import config
 from ..metrics import band_resolution, band_rule
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
-from ..analysis.findings import ci_text, findings_paragraph, is_number, plural
+from ..analysis.findings import ci_text, finding_verdict, findings_paragraph, is_number, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
 from .tables import (fitness, IncompleteReportError, MixedSettingsError, number_text as _f, read_tables, SECTIONS,
                      SKIPPED_ROW, TABLES, write_tables)
@@ -248,7 +248,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out.append(backbones_section(tables.get("backbones")))
     out += _table_section("\n## The paper's findings, one by one\n", tables["findings"],
                           ["dataset", "backbone", "finding", "holds", "builds", "evidence"],
-                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"]), _builds(r),
+                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"], r["finding"], r["evidence"]), _builds(r),
                                      r["evidence"]])
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
@@ -258,9 +258,10 @@ def _statement(fid: str) -> str:
     return PAPER_FINDINGS.get(fid) or RETIRED_FINDINGS.get(fid, fid)
 
 
-def _verdict(v: Any) -> str:
-    """A finding's verdict in words: ``True`` / ``False`` (any case) as holds / does not hold, else as given."""
-    return {"true": "holds", "false": "does not hold"}.get(str(v).lower(), str(v))
+def _verdict(v: Any, fid: str = "", evidence: Any = "") -> str:
+    """A finding's verdict in words (:func:`~midas_nb.analysis.findings.finding_verdict`: ``False`` is "opposite of
+    the paper" where the run shows the reverse sign, else "does not hold"; ``True`` in any case "holds")."""
+    return finding_verdict(fid, {"true": True, "false": False}.get(str(v).lower(), v), str(evidence))
 
 
 def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[str]]:
@@ -280,7 +281,7 @@ _BACKBONE_ROWS = (
     ("D", "condition", "D (pp) [CI], parity band",
      lambda r: f"{ci_text(r['estimate'], r['lo'], r['hi'])}, {_band_text({**r, 'status': r['verdict']})}"),
     ("cosine", "hidden·attention", "cosine [CI]", lambda r: ci_text(r["estimate"], r["lo"], r["hi"], "+.3f")),
-    ("finding", "paper finding", "verdict", lambda r: _verdict(r["verdict"])),
+    ("finding", "paper finding", "verdict", lambda r: _verdict(r["verdict"], r["item"], r.get("evidence", ""))),
 )
 
 
@@ -423,7 +424,8 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
     """One row per finding, one column per dataset × backbone block: its verdict in words, then the backbone builds
     behind the cells — once where every cell has as many, else in each cell (tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
-    first = {(r["statement"], r["dataset"], r["backbone"]): (_verdict(r["holds"]), _builds(r))
+    first = {(r["statement"], r["dataset"], r["backbone"]): (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")),
+                                                                 _builds(r))
              for r in findings.drop_duplicates(["statement", "dataset", "backbone"]).to_dict("records")}
     ns = {n for _, n in first.values()}
     word = lambda n: f"{n} backbone build{'s' * (n > 1)}"  # noqa: E731
