@@ -8,7 +8,7 @@ import math
 import pytest
 
 from midas_nb.sweeps import ResultStore, run_sweep, SweepCell
-from midas_nb.sweeps.worker import cell_groups
+from midas_nb.sweeps.executors import cell_groups
 
 #: columns that time something: they differ between any two runs
 TIMINGS = {"throughput", "throughput_full", "speedup", "train_seconds"}

@@ -53,8 +53,8 @@ def fake_slurm(monkeypatch, tmp_path):
         ex.update_parameters(**params)
         return ex, "slurm"
 
-    monkeypatch.setattr("midas_nb.sweeps.slurm.slurm_executor", executor)
-    monkeypatch.setattr("midas_nb.sweeps.slurm.max_array_size", lambda default=1001: 3)
+    monkeypatch.setattr("midas_nb.sweeps.executors.slurm_executor", executor)
+    monkeypatch.setattr("midas_nb.sweeps.executors.max_array_size", lambda default=1001: 3)
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     return ex
 

@@ -22,8 +22,8 @@ import pytest
 
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
-from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, run_sweep,
-                             submit_sweep, sweep_status)
+from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, open_store, run_sweep,
+                             submit_sweep)
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -380,7 +380,7 @@ def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path, ma
     assert store.running_path(cells[1].key).exists()
     assert [store.state(c.key) for c in cells] == ["done", "pending", "pending", "pending"]
     assert store.problems() == []
-    assert "1 done" in format_status(sweep_status(root)) and "0 running, 3 pending" in format_status(sweep_status(root))
+    assert "1 done" in format_status(store.status()) and "0 running, 3 pending" in format_status(store.status())
 
     (markers / f"block-{cells[1].key}").unlink()
     status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
@@ -545,17 +545,17 @@ def test_sweep_status_by_name_and_of_every_store(tmp_path, monkeypatch, markers,
     # register the grid, compute only the first two cells: the third shows as pending
     store.register(cells)
     run_sweep(cells[:2], functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
-    table = sweep_status("toy")
+    table = open_store("toy", must_exist=True).status()
     assert list(table["status"]) == ["done", "done", "pending"]
     run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
-    table = sweep_status("toy")
+    table = open_store("toy", must_exist=True).status()
     assert list(table["status"]) == ["done", "done", "failed"]
     assert main(["sweep", "status"]) == 1                               # every store under runs/sweeps
     assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in capsys.readouterr().out
     assert main(["sweep", "status", "toy"]) == 1
     assert "FAILED" in capsys.readouterr().out
     with pytest.raises(FileNotFoundError, match="no sweep store"):
-        sweep_status("nope")
+        open_store("nope", must_exist=True)
 
 
 # ------------------------------------------------------------------------------ the real cell function

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from .aggregate import aggregate_seeds
 from .files import encode_lists, load_table, save_table
-from .present import (FullText, band_checks, compact, format_ci, full_text, images_note, leader_line, leaders,
-                      probe_note, sample_note)
-from .table import (Column, ID_COLUMNS, METRIC_COLUMNS, PER_IMAGE_COLUMNS, REQUIRED_COLUMNS, ResultRow, SCHEMA,
-                    SCHEMA_COLUMNS, coverage_name, current_versions, make_table, side_by_side, summarise_metrics,
-                    validate_table)
+from .present import (band_checks, compact, format_ci, full_text, images_note, leader_line, leaders, probe_note,
+                      sample_note)
+from .table import (METRIC_COLUMNS, PER_IMAGE_COLUMNS, ResultRow, SCHEMA, SCHEMA_COLUMNS, coverage_name, make_table,
+                    side_by_side, summarise_metrics, validate_table)
 
-__all__ = ["side_by_side", "Column", "SCHEMA", "SCHEMA_COLUMNS", "REQUIRED_COLUMNS", "METRIC_COLUMNS", "ID_COLUMNS",
-           "ResultRow", "current_versions", "summarise_metrics", "make_table", "validate_table", "aggregate_seeds",
-           "PER_IMAGE_COLUMNS", "save_table", "load_table", "encode_lists", "compact", "format_ci", "sample_note",
-           "probe_note", "full_text", "FullText", "images_note", "leader_line", "leaders", "band_checks",
-           "coverage_name"]
+__all__ = ["side_by_side", "SCHEMA", "SCHEMA_COLUMNS", "METRIC_COLUMNS", "ResultRow", "summarise_metrics", "make_table",
+           "validate_table", "aggregate_seeds", "PER_IMAGE_COLUMNS", "save_table", "load_table", "encode_lists",
+           "compact", "format_ci", "sample_note", "probe_note", "full_text", "images_note", "leader_line", "leaders",
+           "band_checks", "coverage_name"]

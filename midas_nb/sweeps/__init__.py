@@ -10,11 +10,9 @@ docs/decisions/0025-shared-result-store.md)::
 from __future__ import annotations
 
 from ..identity import atomic_write_text
-from .executors import run_sweep, submit_sweep
-from .slurm import Submission
+from .executors import Submission, run_sweep, submit_sweep
 from .store import (RECORD_FORMAT, CellState, ExecutorKind, ResultStore, StoreStatus, SweepCell, format_status,
-                    open_store, sweep_status)
+                    open_store)
 
 __all__ = ["ExecutorKind", "CellState", "SweepCell", "ResultStore", "StoreStatus", "RECORD_FORMAT",
-           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "sweep_status",
-           "format_status", "open_store"]
+           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "format_status", "open_store"]

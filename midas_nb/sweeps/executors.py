@@ -1,25 +1,146 @@
-"""Sweep executors: compute the cells a store lacks, locally (``local``), in processes
-(``processes``) or on Slurm (``slurm``, :mod:`midas_nb.sweeps.slurm`). The cell function of the
-protocol is :class:`midas_nb.study.ProtocolCellRunner`."""
+"""Sweep executors: compute the cells a store lacks here (``local``), in processes (``processes``) or on Slurm
+(``slurm``: one preparation job per dataset, backbone and checkpoint, then the cells in chunked job arrays under
+``MaxArraySize`` that depend on them; docs/decisions/0037-slurm-submission.md, 0078-slim-sweep-engine.md). Every
+worker claims its cells, computes them (together where the cell function can: docs/decisions/0069) and writes their
+records (:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import io
+import json
 import multiprocessing
 import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .slurm import Submission, cell_states, submit
-from .store import ExecutorKind, ResultStore, StoreStatus, SweepCell, open_store
-from .worker import cell_groups, run_chunk, run_group
+import pandas as pd
 
-__all__ = ["run_sweep", "submit_sweep"]
+from ..identity import jsonable
+from .slurm import (DEFAULT_MAX_ARRAY_SIZE, REFUSED, SlurmNotFound, cell_states, chunk_arrays, max_array_size,
+                    plan_jobs, slurm_executor, wait as wait_for_jobs)
+from .store import CellState, ExecutorKind, ResultStore, StoreStatus, SweepCell, open_store
 
+__all__ = ["run_sweep", "submit_sweep", "Submission", "cell_groups", "run_chunk", "run_group"]
 
 #: :func:`run_sweep`'s ``slurm`` settings → submitit ``AutoExecutor`` parameters (others pass as they are)
 _SLURM_ALIASES = dict(partition="slurm_partition", time="timeout_min", mem="mem_gb", gpus="gpus_per_node",
                       array_parallelism="slurm_array_parallelism", account="slurm_account", qos="slurm_qos",
                       constraint="slurm_constraint")
+#: submissions of this process, one at a time (each holds sys.stderr while sbatch runs)
+_SUBMITTING = threading.Lock()
+
+
+# ------------------------------------------------------------------------------ the worker body
+
+
+def _rows_of(out: Any) -> list[dict[str, Any]]:
+    """A cell function's output as a list of row dicts."""
+    if isinstance(out, pd.DataFrame):
+        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so a row read back
+        # from the store equals the row computed (pandas' to_json rounds to 15 digits); NaN stays NaN
+        return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
+    is_list = isinstance(out, Iterable) and not isinstance(out, (str, bytes, Mapping))
+    rows = [out] if isinstance(out, Mapping) else list(out) if is_list else []
+    if not rows and not is_list or not all(isinstance(r, Mapping) for r in rows):
+        got = f"a list with {sorted({type(r).__name__ for r in rows})}" if is_list else type(out).__name__
+        raise TypeError(f"cell_fn must return a DataFrame, a dict or a list of dicts; got {got}")
+    return [dict(r) for r in rows]
+
+
+def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
+    """``cells`` in the groups :func:`run_group` computes together: by ``cell_fn.group_key(cell)`` where
+    ``cell_fn`` has ``run_group`` (in order of first appearance), else one cell each (docs/decisions/0069)."""
+    if not hasattr(cell_fn, "run_group"):
+        return [[c] for c in cells]
+    groups: dict[Any, list[SweepCell]] = {}
+    for c in cells:
+        groups.setdefault(cell_fn.group_key(c), []).append(c)
+    return list(groups.values())
+
+
+def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[CellState]:
+    """Compute ``cells`` (claimed) and write their records: together by ``cell_fn.run_group`` (each cell's output,
+    in order) where it has one; where that raises, one by one, so each cell records its own error."""
+    if len(cells) > 1 and hasattr(cell_fn, "run_group"):
+        started = time.time()
+        try:
+            rows = [_rows_of(out) for out in cell_fn.run_group(cells)]
+            if len(rows) != len(cells):
+                raise ValueError(f"run_group gave {len(rows)} outputs for {len(cells)} cells")
+            for c, r in zip(cells, rows):
+                store.record_done(c, r, started=started)
+            return ["done"] * len(cells)
+        except Exception:  # noqa: BLE001 - computed again cell by cell below
+            pass
+    states: list[CellState] = []
+    for c in cells:
+        started = time.time()
+        try:    # the record's JSON is written here too: an output that is no JSON is this cell's error
+            store.record_done(c, _rows_of(cell_fn(c)), started=started)
+            states.append("done")
+        except Exception as e:  # noqa: BLE001 - a failing cell must not stop the sweep
+            store.record_failed(c, f"{type(e).__name__}: {e}", traceback.format_exc(), started=started)
+            states.append("failed")
+    return states
+
+
+def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
+              wait: bool = False) -> list[CellState]:
+    """Claim the cells (:meth:`ResultStore.hold`), compute those without a record (:func:`_compute`) and write
+    their records; never raises for a failing cell. A cell with a ``done`` record, or a record another worker wrote
+    meanwhile, is not computed again; a cell another process holds is left to it (``"running"``), or with ``wait``
+    waited for once the others are done (then read, or computed where its holder left no record). Returns each
+    cell's state: ``"done"``, ``"failed"`` (here or by another worker), ``"running"`` (never with ``wait``)."""
+    store = ResultStore(store_root)
+    before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
+
+    def finished(c: SweepCell) -> CellState | None:   # a done record, or one another worker wrote meanwhile
+        rec = store.read(c.key)
+        return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before[c]) \
+            else None
+    states: dict[SweepCell, CellState] = {}
+    held: dict[SweepCell, int] = {}
+    try:
+        for c in cells:
+            if (fd := store.hold(c.key)) is None:
+                states[c] = "running"
+            elif st := finished(c):
+                states[c] = st
+                store.release(c.key, fd)
+            else:
+                held[c] = fd
+        states.update(zip(held, _compute(store, list(held), cell_fn)))
+    finally:
+        for c, fd in held.items():
+            store.release(c.key, fd)
+    for c in [c for c in cells if wait and states[c] == "running"]:
+        fd = store.hold(c.key, wait=True)
+        try:
+            states[c] = finished(c) or _compute(store, [c], cell_fn)[0]
+        finally:
+            store.release(c.key, fd)
+    return [states[c] for c in cells]
+
+
+def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str,
+              progress: Callable[[int], Any] | None = None) -> list[CellState]:
+    """A cell job's body and the local executor's: :func:`run_group` for each of its groups (:func:`cell_groups`;
+    a cell another process holds is left to it: a job must not sit idle on its allocation), ``progress(n)`` after
+    each group of ``n`` cells; the states in the order of ``cells``."""
+    states = {}
+    for group in cell_groups(cells, cell_fn):
+        states.update(zip(group, run_group(group, cell_fn, store_root)))
+        progress and progress(len(group))
+    return [states[c] for c in cells]
+
+
+# ------------------------------------------------------------------------------ the executors
 
 
 def run_sweep(
@@ -80,7 +201,7 @@ def run_sweep(
                     errors += [f"{c.label}: {type(e).__name__}: {e}" for c in futures[fut]]
                 bar.update(len(futures[fut]))
     elif todo:
-        jobs = _submit_slurm(store, todo, cell_fn, slurm)
+        jobs = _submit(store, todo, cell_fn, slurm or {})
         for j in jobs if wait else []:
             try:
                 j.result()
@@ -95,8 +216,7 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell], retry_fai
           slurm: bool = False) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
     """``(store, cells, todo)``: the grid registered in the store and the cells to compute; ``slurm``: not those a
     process or a job in the queue holds, so submitting again sends only what is missing (decision 0078)."""
-    store = open_store(store)
-    cells = list(cells)
+    store, cells = open_store(store), list(cells)
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         dup = sorted({c.label for c in cells if keys.count(c.key) > 1})
@@ -110,24 +230,99 @@ def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell], retry_fai
     return store, cells, [c for c, f in zip(cells, free) if f]
 
 
-def _submit_slurm(store: ResultStore, todo: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any],
-                  slurm: Mapping[str, Any] | None) -> list[Any]:
-    """:func:`midas_nb.sweeps.slurm.submit` with :func:`run_sweep`'s ``slurm`` settings."""
-    slurm = slurm or {}
+def _array_ids(job_ids: Iterable[Any]) -> list[str]:
+    """The arrays (``123``) of job ids (``123`` or array task ``123_4``), sorted."""
+    return sorted({str(j).split("_")[0] for j in job_ids})
+
+
+def _submit_batches(ex: Any, fn: Any, args: Sequence[tuple], max_array: int) -> list[Any]:
+    """``fn(*a)`` for each of ``args`` as jobs, in arrays of at most ``max_array`` tasks."""
+    jobs: list[Any] = []
+    for idx in chunk_arrays(len(args), max_array):
+        with ex.batch():
+            jobs += [ex.submit(fn, *args[i]) for i in idx]
+    return jobs
+
+
+def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
+    """The preparation job's body: ``cell_fn.prepare(cell)`` (fine-tune, hash the data)."""
+    return cell_fn.prepare(cell)
+
+
+def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm: Mapping[str, Any]) -> list[Any]:
+    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings (see the module docstring); returns the cell jobs
+    (submitit ``Job``s, one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it waits
+    for); ``jobs.json`` maps every cell to its job id. Raises :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch``
+    refused the submission (its last error line)."""
+    from submitit.core.utils import FailedJobError
+
     params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
               for k, v in slurm.items() if k != "cluster" and v is not None}
     params.setdefault("name", "midas_sweep")
-    return submit(store, todo, cell_fn, cluster=slurm.get("cluster"), cells_per_job=int(params.pop("cells_per_job", 8)),
-                  max_array=params.pop("max_array_size", None), params=params)
+    cells_per_job, max_array = int(params.pop("cells_per_job", 8)), params.pop("max_array_size", None)
+    held = io.StringIO()        # submitit prints a refusing sbatch's stderr: said once, below
+    try:
+        with _SUBMITTING, contextlib.redirect_stderr(held):    # one redirect at a time (threads)
+            ex, cluster = slurm_executor(store.root / "submitit", slurm.get("cluster"), params)
+            if max_array is None:
+                max_array = max_array_size() if cluster == "slurm" else DEFAULT_MAX_ARRAY_SIZE
+            prepare, chunks = plan_jobs(cells, cells_per_job)
+            (store.root / "submitit").mkdir(parents=True, exist_ok=True)
+            prep = (_submit_batches(ex, prepare_group, [(c, cell_fn) for c in prepare], max_array)
+                    if callable(getattr(cell_fn, "prepare", None)) else [])
+            for j in prep if cluster != "slurm" else []:    # submitit's stand-ins have no dependencies: prepare first
+                j.exception()
+            if prep and cluster == "slurm":
+                ex.update_parameters(slurm_additional_parameters=dict(
+                    params.get("slurm_additional_parameters") or {},
+                    dependency="afterany:" + ":".join(_array_ids(j.job_id for j in prep))))
+            jobs = _submit_batches(ex, run_chunk, [(c, cell_fn, str(store.root)) for c in chunks], max_array)
+            for j, chunk in zip(jobs, chunks):
+                j.cells, j.after = chunk, [str(p.job_id) for p in prep]  # the dependency names every preparation job
+            store.record_jobs({c.key: str(j.job_id) for j in jobs for c in j.cells})
+        sys.stderr.write(held.getvalue())
+        return jobs
+    except FailedJobError as e:
+        known = store.jobs()      # a cell that never had a job is marked refused (a lost job's id stays)
+        store.record_jobs({c.key: REFUSED for c in cells if c.key not in known})
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
+                            "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep "
+                            "here: midas-nb sweep submit --executor local or processes (executor='local' or "
+                            "'processes' in Python)") from None
+
+
+@dataclass
+class Submission:
+    """What one submission sent to the scheduler: the ``store``'s directory, the ``cells`` submitted, how many
+    cells of the grid were ``skipped`` (done, or held by a process or a queued job), the cell ``jobs`` (``{job id:
+    [cell keys]}``, array tasks ``123_4``, in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one
+    per dataset, backbone, checkpoint)."""
+
+    store: Path
+    cells: list[SweepCell]
+    skipped: int = 0
+    jobs: dict[str, list[str]] = field(default_factory=dict)
+    preparation: list[str] = field(default_factory=list)
+
+    job_ids = property(lambda self: list(self.jobs))
+
+    def wait(self, **kw: Any):
+        """:func:`midas_nb.sweeps.slurm.wait` on the store: the status table once nothing of it is queued."""
+        return wait_for_jobs(ResultStore(self.store), **kw)
+
+    def __str__(self) -> str:
+        return (f"submitted {len(self.cells)} cells ({self.skipped} done or held) to {self.store}: "
+                f"{len(self.jobs)} cell jobs in arrays {', '.join(_array_ids(self.jobs)) or '-'} after "
+                f"{len(self.preparation)} preparation jobs {', '.join(self.preparation) or '-'}")
 
 
 def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
-                 slurm: Mapping[str, Any] | None = None, retry_failed: bool = True):
-    """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``: the
-    :class:`midas_nb.sweeps.slurm.Submission` (no jobs when every cell is done or held). Raises ``ValueError``
-    (duplicated cells), :class:`midas_nb.sweeps.slurm.SlurmNotFound` (no Slurm here)."""
+                 slurm: Mapping[str, Any] | None = None, retry_failed: bool = True) -> Submission:
+    """:func:`run_sweep` with ``executor="slurm"``, ``wait=False``: the :class:`Submission` (no jobs when every cell
+    is done or held). Raises ``ValueError`` (duplicated cells), :class:`midas_nb.sweeps.slurm.SlurmNotFound`."""
     store, cells, todo = _todo(store, cells, retry_failed, slurm=True)
-    jobs = _submit_slurm(store, todo, cell_fn, slurm) if todo else []
+    jobs = _submit(store, todo, cell_fn, slurm or {}) if todo else []
     return Submission(store.root, todo, len(cells) - len(todo), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
                       sorted({str(i) for j in jobs for i in j.after}))
 

@@ -97,12 +97,12 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
     in ``store`` (done matched as :func:`plan_text` says)."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
-    # done: only records of the current result format (their key is the one their cell gives now)
-    for k, r in store.scan()[0].items() if store is not None and store.cells_dir.is_dir() else []:
-        if r["status"] == "done" and isinstance(r.get("duration_s"), (int, float)):
-            timed.setdefault((str(r["cell"]["backbone"]), str(r["cell"]["dataset"])), []).append(r["duration_s"])
-        if r["status"] == "done" and SweepCell.from_dict(r["cell"]).key == k:
+    # scan() reads only records whose key their cell gives now: a record of an older result format is not done
+    for r in store.scan()[0].values() if store is not None and store.cells_dir.is_dir() else []:
+        if r["status"] == "done":
             done.add(_done_key(r["cell"]))
+            if isinstance(r.get("duration_s"), (int, float)):
+                timed.setdefault((str(r["cell"]["backbone"]), str(r["cell"]["dataset"])), []).append(r["duration_s"])
     lines, seen, todo = [], set(), []
     for name, cells in sweeps.items():
         is_done = {c.key: _done_key(c.to_dict()) in done for c in cells}

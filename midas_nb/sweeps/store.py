@@ -1,5 +1,5 @@
 """The sweep cell (:class:`SweepCell`, keyed by content: docs/decisions/0015-cell-identity.md), the JSON result
-store (:class:`ResultStore`: one record per finished or failed cell) and its status tables (:func:`sweep_status`,
+store (:class:`ResultStore`: one record per finished or failed cell) and its status (:class:`StoreStatus`,
 :func:`format_status`). The grids of a profile: :func:`midas_nb.study.make_grid`."""
 from __future__ import annotations
 
@@ -21,14 +21,13 @@ from ..identity import RESULT_FORMAT_VERSION, atomic_write_text, canonical_json,
 from ..point import Budget
 
 __all__ = ["SweepCell", "CellState", "ExecutorKind", "RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status",
-           "sweep_status", "open_store", "all_stores", "n_unusable"]
+           "open_store", "all_stores", "n_unusable"]
 
 ExecutorKind = Literal["local", "processes", "slurm"]
 CellState = Literal["done", "failed", "running", "pending"]
 RECORD_FORMAT = "midas_nb.sweep_record/2"
 #: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
 _LEGACY_FORMAT = "midas_nb.sweep_record/1"
-_TMP_SUFFIX, _RUNNING_SUFFIX = ".tmp", ".running"
 #: the cell's parameters in a status table and in the result rows
 _CELL_COLUMNS = ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")
 _MISSING = object()
@@ -66,7 +65,7 @@ class SweepCell:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
         return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
-                   **{k: d.get(k, v) for k, v in dict(checkpoint_id="", params={}, data_id="").items()})
+                   **{k: d[k] for k in ("checkpoint_id", "params", "data_id") if k in d})
 
     @functools.cached_property          # (a frozen cell: its key computed once)
     def key(self) -> str:
@@ -86,13 +85,13 @@ def _cell(d: Any) -> SweepCell | None:
         return None
 
 
-def _read_json(path: Path, missing: Any) -> tuple[Any, str | None, str]:
-    """``(parsed JSON, None, text)``, ``(missing, None, "")`` without the file, ``(None, why, "")`` when unreadable."""
+def _read_json(path: Path) -> tuple[Any, str | None, str]:
+    """``(parsed JSON, None, text)``; ``(None, None, "")`` without the file; ``(None, why, "")`` when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
         return json.loads(text), None, text
     except FileNotFoundError:
-        return missing, None, ""
+        return None, None, ""
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return None, f"unreadable JSON ({e})", ""
 
@@ -132,28 +131,27 @@ class ResultStore:
         return self.cells_dir / f"{key}.json"
 
     def running_path(self, key: str) -> Path:
-        return self.cells_dir / f"{key}{_RUNNING_SUFFIX}"
+        return self.cells_dir / f"{key}.running"
 
     def write_record(self, record: Mapping[str, Any]) -> Path:
         """Write a record atomically, its ``digest`` first (:func:`_with_digest`); returns its path."""
         return atomic_write_text(self.path(record["key"]), _with_digest(json.dumps(
             {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
-    def _record(self, cell: SweepCell, started: float, status: str, rows: list, error: str | None,
-                tb: str | None) -> Path:
+    def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float, error: str | None = None,
+                    tb: str | None = None) -> Path:
+        """Write ``cell``'s record (``started``: Unix s): ``done`` with ``rows``, or ``failed`` where ``error`` is
+        given (:meth:`record_failed`)."""
         prev, now, array = self.read(cell.key), time.time(), os.environ.get("SLURM_ARRAY_JOB_ID")
         job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID")
         return self.write_record(dict(
             format=RECORD_FORMAT, key=cell.key, label=cell.label, cell=cell.to_dict(),
             attempt=int(prev.get("attempt", 0)) + 1 if prev else 1, started=started, finished=now,
-            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=job, status=status,
-            rows=rows, error=error, traceback=tb))
-
-    def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float) -> Path:
-        return self._record(cell, started, "done", rows, None, None)
+            duration_s=now - started, host=socket.gethostname(), pid=os.getpid(), job_id=job,
+            status="done" if error is None else "failed", rows=rows, error=error, traceback=tb))
 
     def record_failed(self, cell: SweepCell, error: str, tb: str = "", *, started: float) -> Path:
-        return self._record(cell, started, "failed", [], error, tb)
+        return self.record_done(cell, [], started=started, error=error, tb=tb)
 
     def hold(self, key: str, wait: bool = False) -> int | None:
         """Claim cell ``key``: an open descriptor holding an exclusive ``flock`` on ``<key>.running``, which the
@@ -205,32 +203,31 @@ class ResultStore:
 
     def jobs(self) -> dict[str, str]:
         """``{cell key: job id}`` of the latest submission of each cell (``jobs.json``)."""
-        data = _read_json(self.jobs_path, {})[0]
+        data = _read_json(self.jobs_path)[0]
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def register(self, cells: Sequence[SweepCell]) -> None:
         """Add ``cells`` to the store's ``grid.json`` (merged with the cells already listed)."""
-        self._merge(self.manifest_path, self._read_manifest, {c.key: c.to_dict() for c in cells})
+        self._merge(self.manifest_path, lambda: self._manifest()[0], {c.key: c.to_dict() for c in cells})
 
-    def _parse_manifest(self) -> tuple[dict[str, dict] | None, str | None]:
-        """``(grid, None)`` (``{}`` without a ``grid.json``) or ``(None, why)`` for an unreadable one."""
-        grid, why, _ = _read_json(self.manifest_path, {})
-        why = why or (None if isinstance(grid, dict) else f"a JSON {type(grid).__name__}, not an object")
-        return (None, why) if why else (grid, None)
-
-    def _read_manifest(self) -> dict[str, dict]:
-        grid, _ = self._parse_manifest()  # unreadable: recovered from the records (scan() reports it)
-        return grid if grid is not None else {k: r["cell"] for k, r in self.scan()[0].items()}
+    def _manifest(self, recover: bool = True) -> tuple[dict[str, dict], str | None]:
+        """``(grid.json's {key: cell}, None)`` (``{}`` without one); for an unreadable one ``(the cells of the
+        records where recover, else {}, why)`` (:meth:`scan` reports it)."""
+        grid, why, text = _read_json(self.manifest_path)
+        why = why or (None if isinstance(grid, dict) or not text else f"a JSON {type(grid).__name__}, not an object")
+        if why or not text:
+            grid = {k: r["cell"] for k, r in self.scan()[0].items()} if why and recover else {}
+        return grid, why
 
     def registered_cells(self) -> list[SweepCell]:
         """The cells listed in ``grid.json`` (empty if none were registered)."""
-        return [c for c in map(_cell, self._read_manifest().values()) if c is not None]
+        return [c for c in map(_cell, self._manifest()[0].values()) if c is not None]
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
-        rec, why, text = _read_json(path, _MISSING)
-        if why or rec is _MISSING or not isinstance(rec, dict):
-            return None, why or (None if rec is _MISSING else "not a JSON object")
+        rec, why, text = _read_json(path)
+        if why or not isinstance(rec, dict):
+            return None, why or ("not a JSON object" if text else None)
         key, fmt, cell = path.stem, rec.get("format"), _cell(rec.get("cell"))
         checks = [(fmt in (RECORD_FORMAT, _LEGACY_FORMAT), f"format {fmt!r} is not {RECORD_FORMAT!r}"),
                   (rec.get("key") == key, f"key {rec.get('key')!r} does not match the file name {key!r}"),
@@ -258,14 +255,14 @@ class ResultStore:
                 if rec is not None:
                     records[p.stem] = rec
                 reason = why and f"invalid record ignored: {why}"
-            elif p.name.endswith(_TMP_SUFFIX):
+            elif p.name.endswith(".tmp"):
                 reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
             else:   # a claim, or NFS's name for a removed claim file that a waiting worker still has open
-                ok = p.name.endswith(_RUNNING_SUFFIX) or p.name.startswith(".nfs")
+                ok = p.name.endswith(".running") or p.name.startswith(".nfs")
                 reason = None if ok else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
-        if why := self._parse_manifest()[1]:
+        if why := self._manifest(recover=False)[1]:
             problems.append(dict(path=str(self.manifest_path),
                                  reason=f"grid.json is {why}; the cells are recovered from their {len(records)} "
                                         "records (cells registered but never finished are not listed)"))
@@ -304,24 +301,19 @@ class ResultStore:
         records, _ = self.scan()
         keys = ([c.key for c in cells] if cells is not None else   # grid order, then cells never registered
                 dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
-        frames = []
-        for k in keys:
-            if (rec := records.get(k)) is not None and rec["status"] == "done" and rec["rows"]:
-                df = pd.DataFrame(rec["rows"])
-                frames.append(df.assign(**{c: rec["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns},
-                                        cell_key=k))
+        done = [(k, r) for k in keys if (r := records.get(k)) is not None and r["status"] == "done" and r["rows"]]
+        frames = [df.assign(**{c: r["cell"].get(c) for c in _CELL_COLUMNS if c not in df.columns}, cell_key=k)
+                  for k, r in done for df in [pd.DataFrame(r["rows"])]]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 @dataclass
 class StoreStatus:
-    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells), the store's
-    ``problems`` (invalid files, ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor,
-    e.g. a worker died)."""
+    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells; the store's invalid files
+    in ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor, e.g. a worker died)."""
 
     table: pd.DataFrame
     executor_errors: list[str] = field(default_factory=list)
-    problems = property(lambda self: self.table.attrs.get("problems", []))
 
     def count(self, state: CellState) -> int:
         return int((self.table["status"] == state).sum()) if len(self.table) else 0
@@ -354,11 +346,6 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
     return "\n".join(lines)
 
 
-def sweep_status(name_or_store: str | Path | ResultStore) -> pd.DataFrame:
-    """:meth:`ResultStore.status` of a store, its directory or a sweep name; raises as :func:`open_store`."""
-    return open_store(name_or_store, must_exist=True).status()
-
-
 def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False) -> ResultStore:
     """A :class:`ResultStore` from a store, its directory or a sweep name under ``runs_dir()/"sweeps"``.
     Raises ``FileNotFoundError`` / ``ValueError`` (``must_exist``): no such directory / not a store."""
@@ -383,5 +370,5 @@ def all_stores() -> list[str]:
 
 def n_unusable(table: pd.DataFrame) -> int:
     """The failed cells of a status table and its store's invalid files (a writer's temporary file is none)."""
-    return int(table["status"].eq("failed").sum()) + sum(not p["path"].endswith(_TMP_SUFFIX)
+    return int(table["status"].eq("failed").sum()) + sum(not p["path"].endswith(".tmp")
                                                          for p in table.attrs.get("problems", []))
