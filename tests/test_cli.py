@@ -382,7 +382,8 @@ def test_an_interrupted_run_leaves_the_asyncio_logger_on_and_exits_without_a_tas
     def interrupted(**kwargs):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli, "run_notebooks", interrupted)
-    assert not logging.getLogger("asyncio").disabled
+    # on, whatever an earlier test left (a library's logging.config call disables existing loggers)
+    monkeypatch.setattr(logging.getLogger("asyncio"), "disabled", False)
     assert cli.main(["run", "--profile", "smoke"]) == 130
     assert "midas-nb run: interrupted" in capsys.readouterr().err
     assert not logging.getLogger("asyncio").disabled
