@@ -389,6 +389,15 @@ def test_leak_test_and_pib_trade_conclude_by_hand():
     assert "— unlike samples: st on 3 builds × 2 seeds, soft on 1 build × 1 seed" in unlike
     like = leak_test(st3.assign(n_builds=1, n_seeds=1), soft1.assign(n_builds=1, n_seeds=1))
     assert "under soft, each on 1 build × 1 seed (D(T5)" in like and "unlike" not in like
+    # a fresh reader: 02 concluded "a leak" on build 0, seed 0 while st's D(unsupervised) over the three builds was
+    # +4.10 / +0.24 / -1.62 pp; the verdict says whose it is and shows the builds it cannot speak for
+    every = d((0.91, -8.0, 9.8), (8.7, 7.4, 10.1)).assign(n_builds=3, n_seeds=6, D_pp_by_build=(
+        "build 0: +4.10, build 1: +0.24, build 2: -1.62"))
+    one = d((4.17, 3.5, 4.8), (9.4, 8.6, 10.2)).assign(n_builds=1, n_seeds=1)
+    scoped = leak_test(one, soft1.assign(n_builds=1, n_seeds=1), builds=every)
+    assert ("→ a leak on 1 build × 1 seed only (D(unsupervised) under st by build: build 0: +4.10, build 1: +0.24, "
+            "build 2: -1.62 pp; the other builds have no soft rows): the straight-through path") in scoped
+    assert "only (" not in leak_test(one, soft1.assign(n_builds=1, n_seeds=1), builds=every.assign(n_builds=1))
     pib = pd.DataFrame([dict(model="backbone", reference="backbone", pib_delta=0.0, accuracy=0.913),
                         dict(model="LaSt (K=1)", reference="backbone", pib_delta=0.094, pib_delta_lo=0.05,
                              pib_delta_hi=0.13, accuracy=0.508)])

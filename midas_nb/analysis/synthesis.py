@@ -318,7 +318,8 @@ def _builds_seeds(r: pd.Series) -> str:
     return f"{b} build{'s' if b != 1 else ''} × {k} seed{'s' if k != 1 else ''}"
 
 
-def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5") -> str:
+def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervised", focus: str = "T5",
+              builds: pd.DataFrame | None = None) -> str:
     """The straight-through leak test of notebook 02, concluded: under ``st`` ``L_cls`` reaches the scorer
     through kept tokens only, an input×gradient (T5-like) signal; if the ``falsifier``'s ``D`` under
     ``st`` lies resolvably above its ``D`` under ``soft`` (their intervals apart), the straight-through
@@ -327,6 +328,9 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
     Args:
         st, soft: :func:`midas_nb.metrics.decoupling_D` of the same builds and seeds under each relaxation; where
             their ``n_builds`` / ``n_seeds`` say otherwise, the text says that it compares unlike samples.
+        builds: ``decoupling_D`` under ``st`` over every build (its ``D_pp_by_build``): a verdict drawn on fewer
+            builds says it is theirs and gives the falsifier's D on each build, since the run cannot say whether the
+            other builds leak (their soft rows were not trained).
     """
     s, o = st.set_index("condition"), soft.set_index("condition")
     if falsifier not in s.index or falsifier not in o.index:
@@ -341,13 +345,22 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
         said += f" (D({focus}): {s.loc[focus, 'D_pp']:+.2f} and {o.loc[focus, 'D_pp']:+.2f} pp)"
     if not all(is_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
         return f"Straight-through leak test: {said} — no intervals, not resolved."
+    whole = builds.set_index("condition").loc[falsifier] if builds is not None and falsifier in set(
+        builds["condition"]) else None
+    scope = ("" if whole is None or not is_number(whole.get("n_builds")) or int(whole["n_builds"]) <= _n(a, "n_builds")
+             else f" on {n[0] or 'these rows'} only (D({falsifier}) under st by build: {whole['D_pp_by_build']} pp; "
+                  "the other builds have no soft rows)")
     if a["D_pp_lo"] > b["D_pp_hi"]:
-        return (f"Straight-through leak test: {said} → a leak: the straight-through path gives the "
+        return (f"Straight-through leak test: {said} → a leak{scope}: the straight-through path gives the "
                 f"{falsifier} scorer a {focus}-like signal, so D({focus}) − D({falsifier}) under st understates "
                 "what supervision adds.")
     return (f"Straight-through leak test: {said} → "
-            + ("no leak: the falsifier covers no more under st than under soft." if a["D_pp_hi"] < b["D_pp_lo"]
+            + (f"no leak{scope}: the falsifier covers no more under st than under soft." if a["D_pp_hi"] < b["D_pp_lo"]
                else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
+
+
+def _n(r: pd.Series, col: str) -> int:
+    return int(r[col]) if is_number(r.get(col)) else 1
 
 
 #: a claim's short name in a headline (every box, the report and the HTML index say which claims they count), in
