@@ -349,7 +349,8 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     if holds is True and not share_falls(sn, sf):   # a resolved fall in pp that the share does not repeat
         return False, ev + f" — {CEILING_FALL}, not D(T5)'s own"
     if holds == "not resolved" and not share_falls(sn, sf):   # say why it cannot come out as "holds" either
-        ev += " — the share does not fall, so even a resolved fall in pp would be the ceiling's (at best: does not hold)"
+        ev += (" — the share does not fall, so even a resolved fall in pp would be the ceiling's "
+               "(at best: does not hold)")
     return holds, ev
 
 
@@ -512,7 +513,8 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
             + f" and {n['are undefined']} "
             f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
     parts = [head]
-    singular = {"hold": "holds", "are opposite of the paper": "is opposite of the paper", "do not hold": "does not hold", "are not resolved": "is not resolved",
+    singular = {"hold": "holds", "are opposite of the paper": "is opposite of the paper", "do not hold": "does not hold",
+                "are not resolved": "is not resolved",
                 "are uninformative": "is uninformative", "are not counted": "is not counted",
                 "are undefined": "is undefined"}
     for k, items in groups.items():

@@ -220,11 +220,13 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         rows += [_winners_row(verdict), _comovement_row(verdict)]
     if content is not None:
         g = content.get("gain", (np.nan,) * 3)
-        shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], '+.1f')}" for t in content.get("ties_above", []))
-        rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content",
-                     (f"scorer − random-map control {_pp(g)}" if is_number(g[0]) else "")
-                     + (f", but other targets' scorers gain as well and T5's does not resolvably beat them ({shared})"
-                        if shared else "") + (": " if is_number(g[0]) else "") + str(content.get("reading", "undefined")),
+        run = str(content.get("reading", "undefined"))
+        if is_number(g[0]):      # the gain, and the other targets' scorers that gain as much (its reading's reason)
+            shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], '+.1f')}" for t in content.get("ties_above", []))
+            run = (f"scorer − random-map control {_pp(g)}" + (f", but other targets' scorers gain as well and T5's "
+                                                             f"does not resolvably beat them ({shared})" if shared else "")
+                   + f": {run}")
+        rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content", run,
                      "holds" if str(content.get("reading")).endswith("specifically") else
                      {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),
                                                                                     "does not hold")])
@@ -347,9 +349,10 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
         return f"Straight-through leak test: {said} — no intervals, not resolved."
     whole = builds.set_index("condition").loc[falsifier] if builds is not None and falsifier in set(
         builds["condition"]) else None
-    scope = ("" if whole is None or not is_number(whole.get("n_builds")) or int(whole["n_builds"]) <= _n(a, "n_builds")
-             else f" on {n[0] or 'these rows'} only (D({falsifier}) under st by build: {whole['D_pp_by_build']} pp; "
-                  "the other builds have no soft rows)")
+    fewer = whole is not None and is_number(whole.get("n_builds")) and int(whole["n_builds"]) > (
+        int(a["n_builds"]) if is_number(a.get("n_builds")) else 1)
+    scope = ("" if not fewer else f" on {n[0] or 'these rows'} only (D({falsifier}) under st by build: "
+             f"{whole['D_pp_by_build']} pp; the other builds have no soft rows)")
     if a["D_pp_lo"] > b["D_pp_hi"]:
         return (f"Straight-through leak test: {said} → a leak{scope}: the straight-through path gives the "
                 f"{falsifier} scorer a {focus}-like signal, so D({focus}) − D({falsifier}) under st understates "
@@ -357,10 +360,6 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
     return (f"Straight-through leak test: {said} → "
             + (f"no leak{scope}: the falsifier covers no more under st than under soft." if a["D_pp_hi"] < b["D_pp_lo"]
                else "not resolved: the intervals overlap, this run cannot say whether st leaks."))
-
-
-def _n(r: pd.Series, col: str) -> int:
-    return int(r[col]) if is_number(r.get(col)) else 1
 
 
 #: a claim's short name in a headline (every box, the report and the HTML index say which claims they count), in

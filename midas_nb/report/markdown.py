@@ -248,8 +248,8 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     out.append(backbones_section(tables.get("backbones")))
     out += _table_section("\n## The paper's findings, one by one\n", tables["findings"],
                           ["dataset", "backbone", "finding", "holds", "builds", "evidence"],
-                          lambda r: [r["dataset"], r["backbone"], r["statement"], _verdict(r["holds"], r["finding"], r["evidence"]), _builds(r),
-                                     r["evidence"]])
+                          lambda r: [r["dataset"], r["backbone"], r["statement"],
+                                     _verdict(r["holds"], r["finding"], r["evidence"]), _builds(r), r["evidence"]])
     return "\n".join(s.rstrip("\n") + "\n" if s else s for s in out)
 
 
@@ -424,8 +424,8 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
     """One row per finding, one column per dataset × backbone block: its verdict in words, then the backbone builds
     behind the cells — once where every cell has as many, else in each cell (tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
-    first = {(r["statement"], r["dataset"], r["backbone"]): (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")),
-                                                                 _builds(r))
+    first = {(r["statement"], r["dataset"], r["backbone"]):
+             (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")), _builds(r))
              for r in findings.drop_duplicates(["statement", "dataset", "backbone"]).to_dict("records")}
     ns = {n for _, n in first.values()}
     word = lambda n: f"{n} backbone build{'s' * (n > 1)}"  # noqa: E731
