@@ -13,8 +13,8 @@ import re
 import sys
 from typing import Any, Literal
 
-__all__ = ["ANSI", "LINE_INTERVAL", "PROGRESS_ENV", "PROGRESS_LINE", "finished_step", "progress_enabled",
-           "progress_mode", "tqdm"]
+__all__ = ["ANSI", "LINE_INTERVAL", "LineWriter", "PROGRESS_ENV", "PROGRESS_LINE", "progress_enabled", "progress_mode",
+           "tqdm"]
 
 #: the environment variable that switches the library's loops to plain lines
 PROGRESS_ENV = "MIDAS_PROGRESS"
@@ -45,19 +45,9 @@ PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+(?: \w+)?) (?P<n>\d+)/(?
                            r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
 
 
-def finished_step(line: str) -> str | None:
-    """``line`` as a finished step when it is a progress line at its total, else ``None``:
-    ``finetune vit_smoke, epoch 12/12 (00:06, 00:00 left), loss=0.5`` ->
-    ``finetune vit_smoke (epoch 12/12 in 00:06, loss=0.5)``."""
-    m = PROGRESS_LINE.match(line.strip())
-    if m is None or m["n"] != m["total"]:
-        return None
-    postfix = f", {m['postfix'].strip()}" if m["postfix"].strip() else ""
-    return f"{m['desc']} ({m['unit']} {m['n']}/{m['total']} in {m['elapsed']}{postfix})"
-
-
-class _LineWriter:
-    """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream``."""
+class LineWriter:
+    """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream`` (a line equal to
+    the one before is not repeated); ``midas-nb run`` writes papermill's cell bar through it."""
 
     def __init__(self, stream: Any):
         self.stream, self.last = stream, ""
@@ -90,7 +80,7 @@ def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
     if mode == "off" or kwargs.pop("disable", False):
         return std_tqdm(iterable, *args, **dict(kwargs, disable=True))
     interval = float(os.environ.get("MIDAS_PROGRESS_INTERVAL") or LINE_INTERVAL)
-    kwargs.update(unit="step" if kwargs.get("unit", "it") == "it" else kwargs["unit"], file=_LineWriter(sys.stderr),
+    kwargs.update(unit="step" if kwargs.get("unit", "it") == "it" else kwargs["unit"], file=LineWriter(sys.stderr),
                   bar_format=_LINE_FORMAT, mininterval=interval, maxinterval=max(interval, 10.0), leave=True,
                   dynamic_ncols=False, ascii=True)
     bar = std_tqdm(iterable, *args, disable=False, **kwargs)

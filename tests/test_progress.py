@@ -1,8 +1,7 @@
-"""Progress of batch runs: the library's loops in plain lines, the runner's status line, the
-kernel's TCP-encryption warning silenced (midas_nb.progress, midas_nb.cli.runner)."""
+"""Progress of batch runs: the library's loops in plain lines, papermill's cell bar and the cells' output
+streamed, the kernel's TCP-encryption warning silenced (midas_nb.progress, midas_nb.cli.runner)."""
 from __future__ import annotations
 
-import io
 import logging
 import os
 import signal
@@ -93,81 +92,6 @@ def test_the_throughput_measurement_and_the_pruned_forwards_draw_their_bars(monk
     assert capsys.readouterr().err.splitlines()[-1].startswith("pruned forward, 3 rankings at L=2, b=0.5, image batch 3/3")
 
 
-class _Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
-def _record(msg: str) -> logging.LogRecord:
-    return logging.LogRecord("papermill", logging.INFO, __file__, 0, msg, None, None)
-
-
-def test_status_line_condenses_the_running_cell_and_its_latest_output():
-    clock, out = _Clock(), io.StringIO()
-    st = runs.StatusLine("00_quickstart", 27, {5: "study = Study(profile)"}, stream=out, tty=False, clock=clock)
-    st.emit(_record("Executing Cell 5---------------------------------------"))
-    assert st.render() == "[00_quickstart] cell 5/27, 0 s: running study = Study(profile)"
-    clock.t += 180
-    st.emit(_record("building hybrid_lite0_deit\r\ndistil hybrid_lite0_deit, epoch 7/24 (02:41, 03:12 left)\n"))
-    assert st.render() == ("[00_quickstart] cell 5/27, 3 min 0 s: "
-                           "distil hybrid_lite0_deit, epoch 7/24 (02:41, 03:12 left)")
-    st.emit(_record("Ending Cell 5------------------------------------------"))  # keeps the last status
-    assert "epoch 7/24" in st.render()
-
-
-def test_status_line_says_a_finished_step_is_over_and_how_long_the_cell_is_silent():
-    clock, out = _Clock(), io.StringIO()
-    st = runs.StatusLine("00_quickstart", 27, {5: "study.finetune()", 6: "x = 1"}, stream=out, tty=False,
-                         clock=clock)
-    st.emit(_record("Executing Cell 5-----"))
-    st.emit(_record("finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)\n"))
-    clock.t += 14
-    assert st.render() == "[00_quickstart] cell 5/27, 14 s: finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)"
-    clock.t += 6                                  # a running step that printed nothing for 20 s stays current
-    assert st.render() == ("[00_quickstart] cell 5/27, 20 s (no output for 20 s): "
-                           "finetune vit_smoke, epoch 11/12 (00:05, 00:01 left)")
-    st.emit(_record("finetune vit_smoke, epoch 12/12 (00:06, 00:00 left), loss=0.25\n"))
-    assert st.render() == "[00_quickstart] cell 5/27, 20 s: after finetune vit_smoke (epoch 12/12 in 00:06, loss=0.25)"
-    clock.t += 100                                # evaluation, figures: no progress line
-    assert st.render() == ("[00_quickstart] cell 5/27, 2 min 0 s (no output for 1 min 40 s): "
-                           "after finetune vit_smoke (epoch 12/12 in 00:06, loss=0.25)")
-    st.emit(_record("Executing Cell 6-----"))     # the next cell: its own code, no silence yet
-    clock.t += 30
-    assert st.render() == "[00_quickstart] cell 6/27, 30 s: running x = 1"
-
-
-def test_finished_step_reads_only_progress_lines_at_their_total():
-    assert progress.finished_step("sweep smoke, cell 18/18 (00:04, 00:00 left)") == "sweep smoke (cell 18/18 in 00:04)"
-    assert progress.finished_step("sweep smoke, cell 3/18 (00:01, 00:04 left)") is None
-    assert progress.finished_step("protocol, step 0/? (00:00, ? left)") is None
-    assert progress.finished_step("accuracy 12/12 images") is None
-
-
-def test_status_line_moves_at_least_every_heartbeat_and_notices_every_long_cell():
-    clock, out = _Clock(), io.StringIO()
-    st = runs.StatusLine("02_protocol", 10, stream=out, tty=False, clock=clock)
-    st.emit(_record("Executing Cell 2-----"))
-    written = []
-    for _ in range(int(3 * runs.LONG_CELL_S)):  # one tick a second, as execute_notebook's thread
-        clock.t += 1
-        st.tick()
-        written.append(out.getvalue().count("\n"))
-    status_lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("[02_protocol] cell 2/10")]
-    gaps = [b - a for a, b in zip(written, written[1:])]
-    assert len(status_lines) >= 3 * runs.LONG_CELL_S / runs.HEARTBEAT_S - 1
-    assert all(any(gaps[i:i + int(runs.HEARTBEAT_S)]) for i in range(0, len(gaps) - int(runs.HEARTBEAT_S)))
-    # a second long cell gets its own notice, not only the first one
-    st.emit(_record("Executing Cell 3-----"))
-    for _ in range(int(runs.LONG_CELL_S) + 1):
-        clock.t += 1
-        st.tick()
-    notices = [ln for ln in out.getvalue().splitlines() if "has run" in ln]
-    assert [n.split("]")[1].split(" has")[0] for n in notices] == [" cell 2", " cell 3"]
-
-
 def test_kernel_config_drops_only_the_tcp_warning_and_the_shutdown_interrupt_line():
     ns: dict = {}
     config = runs.kernel_arguments()[0].removeprefix("--config=")
@@ -234,35 +158,46 @@ def test_kernel_started_with_the_run_arguments_prints_no_tcp_warning(tmp_path):
 def _tiny_notebook(path):
     nb = new_notebook(cells=[new_markdown_cell("# tiny"),
                              new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
-                             new_code_cell("import os, time\nprint('mode', os.environ.get('MIDAS_PROGRESS'))\n"
-                                           "print('building tiny, epoch 1/2')\ntime.sleep(1.5)")])
+                             new_code_cell("import os, time\nfrom midas_nb.progress import tqdm\n"
+                                           "print('mode', os.environ.get('MIDAS_PROGRESS'))\n"
+                                           "for _ in tqdm(range(2), desc='tiny loop', unit='epoch'):\n"
+                                           "    time.sleep(0.5)")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, str(path))
 
 
 @pytest.mark.slow
-def test_execute_notebook_streams_the_cells_output_and_no_progress_streams_nothing(tmp_path, capfd, monkeypatch):
+def test_execute_notebook_streams_the_cell_bar_and_the_loops_and_no_progress_streams_nothing(tmp_path, capfd,
+                                                                                         monkeypatch):
+    """The watcher of a run (a terminal or ``> log.txt 2>&1``) sees papermill's cell bar as whole lines and the
+    cells' output with the library's loop lines as they come; the executed copy keeps the output, not the loop."""
     monkeypatch.delenv("MIDAS_PROGRESS", raising=False)
+    monkeypatch.setenv("TQDM_DISABLE", "1")      # as midas-nb run sets it for the kernels: the cell bar still shows
     src = tmp_path / "07_tiny.ipynb"
     _tiny_notebook(src)
     runs.execute_notebook(src, tmp_path / "out.ipynb", parameters={"n": 3}, kernel_name="python3", cwd=str(tmp_path))
     cap = capfd.readouterr()
-    assert "[07_tiny] cell 4/4" in cap.out and "building tiny, epoch 1/2" in cap.out
+    bar = [ln for ln in cap.err.splitlines() if ln.startswith("07_tiny: ")]
+    assert bar and bar[-1].startswith("07_tiny: 100%") and "4/4 [" in bar[-1], cap.err   # 3 cells + parameters
+    assert "\r" not in cap.err and "mode lines" in cap.out
+    assert "tiny loop, epoch 0/2" in cap.err and "tiny loop, epoch 2/2" in cap.err       # the library's loop lines
     assert "without encryption" not in cap.out + cap.err
     executed = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
-    assert "mode lines" in executed.cells[-1].outputs[0]["text"]
+    kept = "".join(o.get("text", "") for o in executed.cells[-1].outputs)
+    assert "mode lines" in kept and "tiny loop" not in kept
 
     runs.execute_notebook(src, tmp_path / "quiet.ipynb", parameters={"n": 3}, kernel_name="python3",
                           cwd=str(tmp_path), progress_bar=False)
     cap = capfd.readouterr()
-    assert "[07_tiny]" not in cap.out and "without encryption" not in cap.out + cap.err
+    assert "07_tiny" not in cap.err and "mode" not in cap.out and "tiny loop" not in cap.err
+    assert "without encryption" not in cap.out + cap.err
     executed = nbformat.read(str(tmp_path / "quiet.ipynb"), as_version=4)
     assert "mode None" in executed.cells[-1].outputs[0]["text"]
 
 
 def _stop_a_sleeping_run(tmp_path, stop) -> tuple[int, str]:
-    """``midas-nb run`` of a notebook whose cell sleeps 120 s, stopped by ``stop(proc)`` once the status line
-    shows the cell's output (it is running); the exit status and everything the run printed."""
+    """``midas-nb run`` of a notebook whose cell sleeps 120 s, stopped by ``stop(proc)`` once the run streams
+    the cell's output (it is running); the exit status and everything the run printed."""
     src = tmp_path / "nbs"
     src.mkdir()
     nb = new_notebook(cells=[new_code_cell("n = 2", metadata={"tags": ["parameters"]}),
@@ -304,13 +239,6 @@ def test_sigterm_mid_cell_is_one_line_and_the_manifest_says_interrupted(tmp_path
     assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
     manifest = json.loads((tmp_path / "out" / "run.json").read_text())
     assert manifest["runs"][manifest["latest"]]["status"] == "interrupted"
-
-
-def test_status_line_text_has_no_terminal_control_sequences():
-    from midas_nb.cli.runner import _last_line
-    # a nested tqdm bar moves the cursor up ("\x1b[A"): the status line showed "[A"
-    assert _last_line("protocol: 10%\x1b[A\n\x1b[A") == "protocol: 10%"
-    assert _last_line("epoch 3/24\r\x1b[32mepoch 4/24\x1b[0m\n") == "epoch 4/24"
 
 
 def test_progress_lines_leave_the_executed_notebook_but_warnings_stay():

@@ -1,30 +1,28 @@
 """``midas-nb run``: the notebooks executed in order with papermill, every setting checked first
 (:mod:`midas_nb.cli.runspec`), each run recorded in ``<output>/run.json`` (:mod:`midas_nb.runs`) and
-papermill's own log condensed into one status line per notebook
+papermill's own cell bar and the cells' output streamed as they come
 (docs/decisions/0023-batch-run-progress.md, 0032-run-manifest.md, 0076-thin-runner.md).
 """
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
 from .. import config
-from ..progress import ANSI, finished_step, PROGRESS_ENV, PROGRESS_LINE
+from ..progress import LineWriter, PROGRESS_ENV, PROGRESS_LINE
 from ..runs import RunManifest, run_summary, scoped_environ
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
 
-__all__ = ["StatusLine", "execute_notebook", "kernel_arguments", "notebook_paths", "notebooks_dir",
-           "report_command", "run_datasets", "run_notebooks"]
+__all__ = ["execute_notebook", "kernel_arguments", "notebook_paths", "notebooks_dir", "report_command",
+           "run_datasets", "run_notebooks"]
 
 
 def notebooks_dir() -> Path:
@@ -171,7 +169,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
     params, manifest, t_all = spec.notebook_parameters(), RunManifest(out_dir), time.time()
     run_id, failed, completed = manifest.start(params, [nb.name for nb in paths]), None, False
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
-    # residue in the executed notebooks (the status line shows the progress)
+    # residue in the executed notebooks (the run streams papermill's cell bar and the loops as lines)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
                TQDM_DISABLE=os.environ.get("TQDM_DISABLE", "1"))
     try:
@@ -259,91 +257,11 @@ def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: d
     return None
 
 
-# ---------------------------------------------------------------- the status line
-# a running cell's one-time notice (s); non-terminal output: a line at most every HEARTBEAT_S, at least every
-# MIN_GAP_S apart when it changed; after QUIET_S without output the line says so; at most _WIDTH characters
-LONG_CELL_S, HEARTBEAT_S, MIN_GAP_S, QUIET_S, _WIDTH = 60.0, 15.0, 3.0, 15.0, 160
-_CELL_RE = re.compile(r"^(Executing|Ending) Cell (\d+)-*\s*$")
-
-
+# ---------------------------------------------------------------- progress: papermill's cell bar, the cells' output
 def kernel_arguments() -> list[str]:
     """The kernel's extra arguments: ``--config`` of ``midas_nb/kernel/batch_config.py`` (a file of
     the package: nothing is written, so a killed run leaves nothing behind)."""
     return [f"--config={Path(__file__).parents[1] / 'kernel' / 'batch_config.py'}"]
-
-
-def _minutes(seconds: float) -> str:
-    """``42 s``, ``3 min 20 s``, ``12 min`` (seconds dropped from 10 minutes on)."""
-    s = int(seconds)
-    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60} s" if s < 600 else f"{s // 60} min"
-
-
-def _last_line(text: str) -> str:
-    """The last non-empty line of ``text`` (after a carriage return: the latest), no control sequences."""
-    lines = [ln.rstrip("\r").split("\r")[-1].strip() for ln in ANSI.sub("", text).replace("\r\n", "\n").split("\n")]
-    return re.sub(r"\s+", " ", next((ln for ln in reversed(lines) if ln), ""))
-
-
-class StatusLine(logging.Handler):
-    """One notebook's progress from papermill's log (``log_output``: ``Executing Cell N`` and the
-    cells' output): ``[00_quickstart] cell 5/27, 3 min: <latest output>``; a progress line at its
-    total reads ``after <step> (...)``, and output older than :data:`QUIET_S` s says for how long the
-    cell has printed nothing. :meth:`tick` (every second) writes it in place on a terminal, else when
-    it changed (every :data:`MIN_GAP_S` s at most) and every :data:`HEARTBEAT_S` s; a cell running
-    :data:`LONG_CELL_S` s gets a notice. ``sources``: first code line by 1-based cell index.
-    """
-
-    def __init__(self, label: str, total: int, sources: dict[int, str] | None = None, *, stream: Any = None,
-                 tty: bool | None = None, clock: Any = time.monotonic):
-        super().__init__(logging.INFO)
-        self.label, self.total, self.sources, self.clock = label, total, dict(sources or {}), clock
-        self.stream = stream if stream is not None else sys.stdout
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
-        self.t0 = self.cell_t0 = clock()
-        self.cell, self.detail, self.noticed = 0, "starting the kernel", set()
-        self.output_t: float | None = None  # when the cell's latest output line came (None: none yet)
-        self._shown, self._shown_at, self._lock = "", -1e9, threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = str(record.msg)   # papermill logs the cells' output as it is (no %-arguments)
-        m = _CELL_RE.match(text.strip())
-        with self._lock:
-            if m and m.group(1) == "Executing":
-                self.cell, self.cell_t0, self.output_t = int(m.group(2)), self.clock(), None
-                self.detail = " ".join(["running", self.sources.get(self.cell, "")]).strip()
-            elif m is None and self.cell and (line := _last_line(text)):
-                self.detail, self.output_t = line, self.clock()
-
-    def render(self) -> str:
-        """The status line now (class docstring)."""
-        with self._lock:
-            now, where = self.clock(), f" cell {self.cell}/{max(self.total, self.cell)}," if self.cell else ""
-            quiet = now - self.output_t if self.output_t is not None else 0.0
-            done = finished_step(self.detail) if self.output_t is not None else None
-            line = (f"[{self.label}]{where} {_minutes(now - (self.cell_t0 if self.cell else self.t0))}"
-                    f"{f' (no output for {_minutes(quiet)})' if quiet >= QUIET_S else ''}: "
-                    f"{self.detail if done is None else f'after {done}'}")
-        return line if len(line) <= _WIDTH else line[:_WIDTH - 1] + "…"
-
-    def tick(self, final: bool = False) -> None:
-        """Write the status line (and a long-cell notice) if it is due (class docstring); ``final``:
-        clear the in-place line on a terminal, else write the last status if not written yet."""
-        now, clear = self.clock(), "\r\033[K" if self.tty else ""
-        if not final and self.cell and self.cell not in self.noticed and now - self.cell_t0 >= LONG_CELL_S:
-            self.noticed.add(self.cell)
-            self._write(f"{clear}    [{self.label}] cell {self.cell} has run {_minutes(now - self.cell_t0)}: a first "
-                        "run trains and caches backbones and scorers, which takes minutes; Ctrl-C stops, and the "
-                        "next run resumes from the caches\n")
-        if self.tty:
-            return self._write(clear + ("" if final else self.render()))
-        key, gap = f"{self.cell}|{self.detail}", now - self._shown_at   # the same status later is no change
-        if (key != self._shown and (final or gap >= MIN_GAP_S)) or (not final and gap >= HEARTBEAT_S):
-            self._shown, self._shown_at = key, now
-            self._write(self.render() + "\n")
-
-    def _write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
 
 
 def drop_progress_outputs(nb: Any) -> int:
@@ -363,43 +281,25 @@ def drop_progress_outputs(nb: Any) -> int:
 
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, a
-    :class:`StatusLine` fed by papermill's log and ``MIDAS_PROGRESS=lines`` instead of papermill's
-    bar (the progress lines left out of the executed copy). Returns the notebook."""
+    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, papermill's
+    cell bar on stderr (``02_three_condition_protocol: 41%|####1 | 12/29 [03:10<04:06, 15.9s/cell]``,
+    one whole line each time it moves) and the cells' output, the library's loops as
+    ``MIDAS_PROGRESS=lines``, streamed to stdout / stderr as they come (the progress lines left out
+    of the executed copy: :func:`drop_progress_outputs`). Returns the notebook."""
     import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 
     from ..identity import atomic_write_text
 
-    kwargs.update(parameters=parameters, progress_bar=False, extra_arguments=kernel_arguments())
+    kwargs.update(parameters=parameters, extra_arguments=kernel_arguments())
     if not progress_bar:
-        return pm.execute_notebook(str(input_path), str(output_path), **kwargs)
-    # the cells as papermill runs them (its parameters cell after the tagged one): their number, first code lines
-    cells = nbformat.read(str(input_path), as_version=4).cells
-    tagged = [i for i, c in enumerate(cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if parameters and tagged:
-        cells.insert(tagged[0] + 1, nbformat.v4.new_code_cell("# Parameters"))
-    code = {i: [ln.strip() for ln in c.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-            for i, c in enumerate(cells, 1) if c.cell_type == "code"}
-    status = StatusLine(Path(input_path).stem, len(cells), {i: lines[0][:60] for i, lines in code.items() if lines})
-    log, stop = logging.getLogger("papermill"), threading.Event()
-    saved = (log.level, log.propagate)
-    log.addHandler(status)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # the output goes into the status line only, not to the root logger
-    ticker = threading.Thread(target=lambda: [status.tick() for _ in iter(lambda: stop.wait(1.0), True)],
-                              daemon=True, name="midas-nb status")
-    ticker.start()
-    try:
-        with scoped_environ(**{PROGRESS_ENV: "lines"}):
-            nb = pm.execute_notebook(str(input_path), str(output_path), log_output=True, **kwargs)
-        if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
-            atomic_write_text(Path(output_path), nbformat.writes(nb))
-        return nb
-    finally:
-        stop.set()
-        ticker.join(timeout=5)
-        status.tick(final=True)
-        log.removeHandler(status)
-        log.setLevel(saved[0])
-        log.propagate = saved[1]
+        return pm.execute_notebook(str(input_path), str(output_path), progress_bar=False, **kwargs)
+    # the bar in whole lines (a log file gets no carriage returns, a streamed line never joins the bar);
+    # disable=False: the run's TQDM_DISABLE is meant for the kernels' bars, not this one
+    bar = dict(desc=Path(input_path).stem, file=LineWriter(sys.stderr), disable=False, ascii=True)
+    with scoped_environ(**{PROGRESS_ENV: "lines"}):
+        nb = pm.execute_notebook(str(input_path), str(output_path), progress_bar=bar, stdout_file=sys.stdout,
+                                 stderr_file=sys.stderr, **kwargs)
+    if drop_progress_outputs(nb):       # shown live; the executed copy keeps the cells' own output
+        atomic_write_text(Path(output_path), nbformat.writes(nb))
+    return nb
