@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from midas_nb import cli
+from midas_nb import cli, config
 from midas_nb.cli import runner
 from midas_nb.cli.args import param_value
 
@@ -82,7 +82,7 @@ def test_help_version_and_argument_errors_answer_without_torch():
         "import contextlib, io, sys\n"
         "from midas_nb import cli\n"
         "for argv in (['--help'], ['--version'], ['run', '--help'], ['run', '--bogus'],"
-        " ['run', '-p', 'seeds', '[0,', '1]'], ['params'], ['report', '--depth', 'x'],"
+        " ['run', '-p', 'seeds', '[0,', '1]'], ['report', '--depth', 'x'],"
         " ['sweep', 'plan', '--sweep', 'regime,bogus']):\n"
         "    buf = io.StringIO()\n"
         "    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):\n"
@@ -93,14 +93,14 @@ def test_help_version_and_argument_errors_answer_without_torch():
         "    print(argv[0], argv[-1], rc, 'torch' in sys.modules, 'midas_nb.study' in sys.modules)\n")
     assert out == ["--help --help 0 False False", "--version --version 0 False False", "run --help 0 False False",
                    "run --bogus 2 False False", "run 1] 2 False False",
-                   "params params 2 False False", "report x 2 False False", "sweep regime,bogus 2 False False"]
+                   "report x 2 False False", "sweep regime,bogus 2 False False"]
 
 
 def test_a_selection_of_no_notebook_answers_before_torch_and_papermill_load():
     out = _in_fresh_python(
         "import contextlib, io, sys\n"
         "from midas_nb import cli\n"
-        "for argv in (['run', '--profile', 'smoke', '--notebooks', '99'], ['params', '99']):\n"
+        "for argv in (['run', '--profile', 'smoke', '--notebooks', '99'],):\n"
         "    buf = io.StringIO()\n"
         "    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):\n"
         "        rc = cli.main(argv)\n"
@@ -112,9 +112,7 @@ def test_a_selection_of_no_notebook_answers_before_torch_and_papermill_load():
     assert out == ["run 2 False False",
                    f"midas-nb run: --notebooks: no notebook matches '99'; {available} (the other settings are "
                    "checked once it names one)",
-                   "midas-nb run: 1 problem(s); no notebook was started",
-                   "params 2 False False",
-                   f"midas-nb params: no notebook matches '99'; {available}"]
+                   "midas-nb run: 1 problem(s); no notebook was started"]
 
 
 def test_version_is_the_installed_package_version(capsys):
@@ -209,17 +207,6 @@ def test_a_one_digit_notebook_prefix_suggests_only_an_existing_notebook():
         cli.notebook_paths("2")
 
 
-def test_params_names_one_notebook(capsys):
-    """`params` lists one notebook's parameters: a selection of several is refused, never cut to its first."""
-    assert cli.main(["params", "00,02"]) == 2
-    assert "'00,02' names 2 notebooks (00_quickstart, 02_three_condition_protocol); expected one" in \
-        capsys.readouterr().err
-    assert cli.main(["params", "0"]) == 2
-    assert "no notebook matches '0' (prefixes have two digits: '00')" in capsys.readouterr().err
-    assert cli.main(["params", "02"]) == 0 and "parameters of 02_three_condition_protocol.ipynb" in \
-        capsys.readouterr().out
-
-
 def test_sweep_status_exits_non_zero_while_cells_failed(monkeypatch, capsys):
     import pandas as pd
 
@@ -249,16 +236,29 @@ def test_sweep_status_takes_the_store_from_profile_and_refuses_two_different_nam
                                        "one of them (a store is named after its profile)\n")
 
 
-def test_params_lists_what_p_accepts_in_aligned_columns(capsys):
+def test_the_command_named_for_the_parameters_lists_what_p_accepts():
+    """`midas-nb params` went (papermill lists a notebook's parameters): the command that `run --help` and the
+    README name lists every parameter `-p` accepts, with its help."""
+    import re
+    import subprocess
+    import sys
+
     import papermill as pm
 
-    assert cli.main(["params", "02"]) == 0
-    lines = capsys.readouterr().out.splitlines()[1:]
-    info = pm.inspect_notebook(str(cli.notebook_paths("02")[0]))
-    assert [ln.split()[0] for ln in lines] == [n for n in info if n != "profile"]  # -p refuses profile
-    assert "backbone_kwargs" in info
-    assert len({ln.index(" default ") for ln in lines}) == 1                   # the defaults line up
-    assert len({ln.index(info[ln.split()[0]]["help"]) for ln in lines}) == 1   # and so do the help texts
+    from midas_nb.cli.args import COMMANDS
+
+    helped = next(text for flags, _, text in COMMANDS["run"][3] if flags == "-p --param")   # run --help's -p line
+    command = re.search(r"`(papermill --help-notebook \S+)`", helped)[1]
+    assert command.split()[-1] == "notebooks/02_*.ipynb"
+    readme = " ".join((config.project_root() / "README.md").read_text().split())
+    assert "`papermill --help-notebook notebooks/02_three_condition_protocol.ipynb`" in readme
+    nb = cli.notebook_paths("02")[0]
+    listed = subprocess.run([sys.executable, "-m", "papermill", "--help-notebook", str(nb)], capture_output=True,
+                            text=True, timeout=120)
+    info = pm.inspect_notebook(str(nb))
+    assert listed.returncode == 0 and "backbone_kwargs" in info
+    for name, param in info.items():
+        assert f"  {name}: " in listed.stdout and param["help"] in listed.stdout
 
 
 # ---------------------------------------------------------------- issue 27: no silent harm

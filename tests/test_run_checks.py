@@ -418,7 +418,7 @@ def test_run_file_paths_are_relative_to_the_run_file(tmp_path, capsys, recorder,
     assert (here / "executed" / "07_deployment_guide.ipynb").is_file() and not any(elsewhere.iterdir())
 
 
-def test_export_html_and_params_answer_in_one_line(tmp_path, capsys, monkeypatch):
+def test_export_html_answers_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "runs"))
     assert cli.main(["export-html", "--profile", "smoke"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -429,11 +429,6 @@ def test_export_html_and_params_answer_in_one_line(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no executed notebook (NN_*.ipynb with outputs)" in err[0]
     assert "run `midas-nb run --profile smoke` first" in err[0] and "--output" not in err[0]
-    bad = tmp_path / "notes.ipynb"
-    bad.write_text('{"cells": 3')
-    assert cli.main(["params", str(bad)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{bad} is not a Jupyter notebook (NotJSONError" in err[0]
 
 
 def test_strip_solutions_answers_every_bad_path_in_one_line_each(tmp_path, capsys):

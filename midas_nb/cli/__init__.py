@@ -1,6 +1,6 @@
 """``midas-nb`` command line: batch reruns of the notebooks and small utilities.
 
-Subcommands: ``run``, ``params``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``),
+Subcommands: ``run``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``),
 ``strip-solutions``, ``export-html``, ``report``; ``midas-nb COMMAND --help`` gives each one's options.
 """
 from __future__ import annotations
@@ -42,32 +42,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                f"{len(e.problems)} problem(s); no notebook was started"])
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         return _answer("run", [str(e)], 1)
-    return 0
-
-
-def _cmd_params(args: argparse.Namespace) -> int:
-    path = Path(args.notebook)
-    try:
-        found = [path] if path.is_file() else notebook_paths(args.notebook)
-    except ValueError as e:
-        return _answer("params", [str(e)])
-    if len(found) > 1:
-        return _answer("params", [f"{args.notebook!r} names {len(found)} notebooks ({', '.join(p.stem for p in found)}); "
-                                  "expected one, such as 02"])
-    path = found[0]
-    import papermill as pm  # heavy: after the cheap checks
-
-    try:
-        params = pm.inspect_notebook(str(path))
-    except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
-        return _answer("params", [f"{_not_a_notebook(path, e)} or a notebook prefix such as 02"])
-    # profile is set with --profile, and -p refuses it: not listed among the -p parameters
-    rows = [(name, str(info["default"]), str(info["help"])) for name, info in params.items() if name != "profile"]
-    print(f"parameters of {path.name} (set with `midas-nb run -p NAME VALUE`; None = the profile's default; "
-          f"the profile is set with --profile)")
-    wn, wd = (max((len(r[i]) for r in rows), default=0) for i in (0, 1))
-    for name, default, text in rows:
-        print(f"  {name:{wn}s}  default {default:{wd}s}  {text}".rstrip())
     return 0
 
 
@@ -258,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "utilities.\nmidas-nb COMMAND --help shows a command's options.")
     ap.add_argument("--version", action="version", version=f"midas-nb {package_version()}",
                     help="print the package version and exit")
-    add_commands(ap, {"run": _cmd_run, "params": _cmd_params, "sweep": _cmd_sweep, "strip-solutions": _cmd_strip,
+    add_commands(ap, {"run": _cmd_run, "sweep": _cmd_sweep, "strip-solutions": _cmd_strip,
                       "export-html": _cmd_export, "report": _cmd_report})
     return ap
 

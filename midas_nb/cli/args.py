@@ -143,14 +143,13 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--backbone", {}, "backbone name (default: the profile's)"),
         ("--device", {}, "cpu, cuda, cuda:1 ... (default: the profile's; cuda without CUDA is an error)"),
         ("--notebooks", {}, "comma-separated prefixes, e.g. 00,02 (default: every notebook)"),
-        ("-p --param", _PAIRS, "notebook parameter, repeatable (midas-nb params NOTEBOOK lists them): a number, a YAML "
-         "value in quotes ('[0, 1]'), or for lists comma-separated values (-p seeds 0,1)"),
+        ("-p --param", _PAIRS, "notebook parameter, repeatable (`papermill --help-notebook notebooks/02_*.ipynb` "
+         "lists a notebook's): a number, a YAML value in quotes ('[0, 1]'), or for lists comma-separated values "
+         "(-p seeds 0,1)"),
         ("--output", {}, "directory for executed notebooks (default runs/<profile>)"),
         ("--cell-timeout", dict(type=float, metavar="SECONDS"), "stop a cell that runs longer (the notebook goes to "
          "failed/)"),
         ("--no-progress", _FLAG, "no progress bar while a notebook runs")]),
-    "params": ("list a notebook's parameters", None, "midas-nb params 02", [
-        ("notebook", {}, "path or prefix such as 02")]),
     "sweep": ("sweeps on a cluster: plan, submit, status, wait", "plan: the jobs, arrays, cells and projected "
               "GPU-hours of a profile's sweeps, nothing submitted; submit: send them (returns after submission; the "
               "same submit again sends the failed, lost and never-submitted cells); status: cells done / failed / "
