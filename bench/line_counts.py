@@ -7,7 +7,7 @@ one module, all its files together) and prints them grouped as
   targets, scorers, pruning, scorer training, metrics (with probes, perturbation tests and
   statistics) and the analysis (protocol, LaSt-ViT, related methods);
 - **plumbing**: what runs, stores, checks and reports it — the command line, profiles and
-  paths, the typed point, identities and caches, progress, run manifests, the study and sweep
+  paths, the typed point, identities and caches, progress, run summaries, the study and sweep
   engines, result tables and verdicts, the report (with the paper table and the scale readout);
 - **edition**: what readers see and teach with — figures, the explorer and the course;
 

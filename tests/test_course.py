@@ -553,8 +553,6 @@ def test_solution_cells_reveal_nothing():
 
 
 def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
-    import json
-
     import pandas as pd
     from midas_nb.analysis import synthesis
     claims = pd.DataFrame([["T1 covers less than the reference", "D(T1) < 0", "D(T1) = +9.1 pp", "opposite of the paper"],
@@ -565,12 +563,11 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
                                       "winners.\n" + synthesis.box(["a sentence"], claims, False) + "\n")])
     sol = new_code_cell("answer = 42  # solution-code", execution_count=2, metadata={"tags": ["solution"]},
                         outputs=[new_output("stream", name="stdout", text="solution-output\n")])
-    made = {"papermill": {"output_path": str(tmp_path / ".partial" / "r1" / "02_two.ipynb")}}   # a run's copy
+    made = {"papermill": {"output_path": str(tmp_path / ".partial" / "r1" / "02_two.ipynb"),   # a run's copy
+                          "start_time": "1970-01-01T00:00:00+00:00",
+                          "parameters": {"profile": "quick", "data_root": "/x/cub200_subset"}}}
     nbformat.write(new_notebook(cells=[new_markdown_cell("# Two"), out, sol], metadata=made),
                    str(tmp_path / "02_two.ipynb"))
-    (tmp_path / "run.json").write_text(json.dumps({"latest": "r1", "runs": {"r1": {
-        "run_id": "r1", "started": 0.0, "status": "done", "selected": ["02_two.ipynb"],
-        "settings": {"profile": "quick", "data_root": "/x/cub200_subset"}}}}))
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "REPORT.md").write_text("# report\n")
     index = export_html(tmp_path)
@@ -589,8 +586,7 @@ def test_export_collapses_solutions_and_heads_the_index_with_the_run(tmp_path):
     # a run over several datasets: <run>/<dataset>/ beside <run>/report; the link finds it
     ds_dir = tmp_path / "run" / "cub"
     ds_dir.mkdir(parents=True)
-    for f in ("02_two.ipynb", "run.json"):
-        (ds_dir / f).write_bytes((tmp_path / f).read_bytes())
+    (ds_dir / "02_two.ipynb").write_bytes((tmp_path / "02_two.ipynb").read_bytes())
     (tmp_path / "run" / "report").mkdir()
     (tmp_path / "run" / "report" / "REPORT.md").write_text("# report\n")
     assert 'href="../../report/REPORT.md"' in export_html(ds_dir).read_text()

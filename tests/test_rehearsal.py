@@ -20,7 +20,7 @@ import yaml
 
 from midas_nb.data import make_aircraft_from_cub, make_cars_from_cub
 from midas_nb.analysis.paper_reference import PAPER_D_T5
-from midas_nb.runs import notebook_states
+from midas_nb.runs import run_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from weight_files import PAPER_WRITERS, SMALL_KWARGS, paper_arch  # noqa: E402
@@ -56,7 +56,7 @@ def test_rehearsal_of_the_paper_run(shared_data, tmp_path):
     print(f"rehearsal: {took:.0f} s")
 
     out = runs / "rehearsal"
-    states = notebook_states(out)
+    states = run_state(out).notebooks
     assert len(states) == 8 and all(s.state == "current" for s in states), states
     assert len({s.run_id for s in states}) == 1
 

@@ -3,7 +3,6 @@
 marked stale in the run summary and in the HTML edition."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from midas_nb import cli
 from midas_nb.course import export_html
 from midas_nb.cli import runner
-from midas_nb.runs import RunManifest, notebook_states, run_summary
+from midas_nb.runs import run_state, run_summary
 
 KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
 
@@ -40,7 +39,7 @@ def three(tmp_path, monkeypatch):
 
 
 def _states(out):
-    return {s.name: s for s in notebook_states(out)}
+    return {s.name: s for s in run_state(out).notebooks}
 
 
 @pytest.mark.slow
@@ -48,9 +47,9 @@ def _states(out):
 def test_dead_or_timed_out_kernel_goes_to_failed_and_later_copies_turn_stale(three, how, capsys):
     src, out = three
     cli.run_notebooks("smoke", output=out, progress=False)                 # run 1: all good
-    first = {s.name: s.run_id for s in notebook_states(out)}
+    first = {s.name: s.run_id for s in run_state(out).notebooks}
     assert set(first) == {"00_first.ipynb", "01_middle.ipynb", "02_last.ipynb"} and len(set(first.values())) == 1
-    assert all(s.state == "current" for s in notebook_states(out))
+    assert all(s.state == "current" for s in run_state(out).notebooks)
     good_01 = (out / "01_middle.ipynb").read_text()
 
     _write(src, "01_middle.ipynb", "import os\nos._exit(1)" if how == "dies" else "import time\ntime.sleep(60)")
@@ -64,13 +63,17 @@ def test_dead_or_timed_out_kernel_goes_to_failed_and_later_copies_turn_stale(thr
     assert not list((out / ".partial").glob("*.ipynb"))
     assert (out / "01_middle.ipynb").read_text() == good_01                 # the good copy stays
 
-    states = _states(out)
-    assert states["00_first.ipynb"].state == "current" and states["00_first.ipynb"].run_id != first["00_first.ipynb"]
-    assert states["01_middle.ipynb"].state == "stale" and "failed here" in states["01_middle.ipynb"].reason
-    assert states["02_last.ipynb"].state == "stale" and "did not reach it" in states["02_last.ipynb"].reason
+    run, states = run_state(out), _states(out)
+    assert states["00_first.ipynb"].state == "current" and states["00_first.ipynb"].run_id == run.latest
+    assert run.latest != first["00_first.ipynb"]
+    assert states["01_middle.ipynb"].reason.startswith(f"from run {first['01_middle.ipynb']} (")   # the good copy's run
+    assert states["01_middle.ipynb"].state == "stale" and f"the later run {run.latest} failed here: " \
+        + ("the kernel died" if how == "dies" else "a cell ran longer than the cell timeout (3 s)") \
+        in states["01_middle.ipynb"].reason
+    # 02 was not reached: its copy (run 1, the same settings) reads as current; only a manifest knew better
+    assert states["02_last.ipynb"].state == "current" and states["02_last.ipynb"].run_id == first["02_last.ipynb"]
     printed = capsys.readouterr().out
-    assert "STALE    01_middle.ipynb" in printed and "STALE    02_last.ipynb" in printed
-    assert "current  00_first.ipynb" in printed
+    assert "STALE    01_middle.ipynb" in printed and f"current  00_first.ipynb  (run {run.latest})" in printed
 
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
@@ -79,9 +82,9 @@ def test_dead_or_timed_out_kernel_goes_to_failed_and_later_copies_turn_stale(thr
     items = {ln.split('href="')[1].split('.html')[0]: ln for ln in page.splitlines() if "<li>" in ln}
     assert "midas-stale" not in items["00_first"]
     assert "stale:" in items["01_middle"] and "failed here" in items["01_middle"]
-    assert "stale:" in items["02_last"] and "did not reach it" in items["02_last"]
-    assert "this page is not from the latest run" in (index.parent / "02_last.html").read_text()
+    assert "this page is not from the latest run" in (index.parent / "01_middle.html").read_text()
     assert "this page is not from the latest run" not in (index.parent / "00_first.html").read_text()
+    assert f"Run <code>{run.latest}</code> of 20" in page                  # the header: the same run
 
 
 @pytest.mark.slow
@@ -92,8 +95,8 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     cli.run_notebooks("smoke", output=out, notebooks="01", extra={"budget": 0.5}, progress=False)
     # the copy's run and parameters are papermill's own record (its output_path), not a second stamp
     meta = nbformat.read(str(out / "01_middle.ipynb"), as_version=4).metadata
-    latest = json.loads((out / "run.json").read_text())["latest"]
-    assert "midas_nb" not in meta and Path(meta["papermill"]["output_path"]).parent.name == latest
+    latest = run_state(out).latest
+    assert not (out / "run.json").exists() and "midas_nb" not in meta and Path(meta["papermill"]["output_path"]).parent.name == latest
     assert _states(out)["01_middle.ipynb"].run_id == latest and meta["papermill"]["parameters"] == {"budget": 0.5}
     # the report command names the point the run overrode, so it reports that run's cells
     # (a selection of notebooks: the others' cells have no result, which the report would refuse)
@@ -116,29 +119,56 @@ def test_rerun_with_other_settings_marks_the_untouched_notebooks_stale(three, ca
     assert states["01_middle.ipynb"].state == "stale"
 
 
-def test_copies_the_manifest_does_not_account_for_are_stale(tmp_path):
+def _copy(path, params_cell, run_id=None, params=None, cells=()):
+    """A copy as `midas-nb run` leaves it: papermill's metadata, its output_path under `.partial/<run_id>/`."""
+    made = {"papermill": {"output_path": str(path.parent / ".partial" / run_id / path.name), "parameters": params,
+                          "start_time": f"2026-01-0{run_id[-1]}T10:00:00.5+00:00"}} if run_id else {}
+    nb = new_notebook(cells=[*cells, new_code_cell(params_cell, metadata={"tags": ["parameters"]}),
+                             new_code_cell("x = 1", execution_count=1)], metadata={**KERNEL, **made})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+def test_the_runs_are_read_from_the_copies_papermill_metadata(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    nb = new_notebook(cells=[new_code_cell("x = 1", execution_count=1)], metadata=KERNEL)
-    nbformat.write(nb, str(out / "00_a.ipynb"))
-    assert [s.state for s in notebook_states(out)] == ["unrecorded"]      # no manifest: older layout
-    man = RunManifest(out)
-    r1 = man.start({"profile": "smoke"}, ["00_a.ipynb"])
-    man.finish(r1, completed=True)
-    st = notebook_states(out)[0]
-    assert st.state == "stale" and "not produced by a run recorded" in st.reason     # no run id in the copy
-    nb.metadata["papermill"] = {"output_path": str(out / ".partial" / r1 / "00_a.ipynb")}   # as papermill wrote it
-    nbformat.write(nb, str(out / "00_a.ipynb"))
-    assert notebook_states(out)[0].state == "current"
-    data = json.loads((out / "run.json").read_text())
-    assert data["latest"] == r1 and data["runs"][r1]["settings"] == {"profile": "smoke"}
-    assert "current  00_a.ipynb" in run_summary(out)
+    _copy(out / "00_a.ipynb", "budget = None")                     # executed by hand: names no run
+    assert [(s.state, s.run_id) for s in run_state(out).notebooks] == [("unrecorded", None)]
+    assert run_state(out).latest is None and "?        00_a.ipynb" in run_summary(out)
+    _copy(out / "00_a.ipynb", "budget = None", "20260101-100000-aaaaa1", {"budget": 0.5})
+    _copy(out / "01_b.ipynb", "budget = None\nbudgets: list = [0.1]", "20260101-100000-aaaaa1",
+          {"budget": 0.5, "budgets": [0.2]})
+    _copy(out / "02_c.ipynb", "budget = None", "20260101-100000-aaaaa1", {"budget": 0.5})
+    assert all(s.state == "current" for s in run_state(out).notebooks)
+    # run 2: 00 with budget 0.25 (a parameter 00 does not take, `budgets`, plays no part), 01 fails
+    _copy(out / "00_a.ipynb", "budget = None", "20260102-100000-bbbbb2", {"budget": 0.25})
+    fail = new_markdown_cell("**midas-nb run: this notebook did not finish.** the kernel died (DeadKernelError)",
+                             metadata={"tags": ["midas-run-failure"]})
+    _copy(out / "failed" / "01_b.ipynb", "budget = None", "20260102-100000-bbbbb2", {"budget": 0.25}, [fail])
+    _copy(out / "failed" / "03_d.ipynb", "budget = None", "20260102-100000-bbbbb2", {"budget": 0.25}, [fail])
+    run = run_state(out)
+    assert (run.latest, run.started, run.settings) == ("20260102-100000-bbbbb2", "2026-01-02 10:00 UTC", {"budget": 0.25})
+    states = {s.name: s for s in run.notebooks}
+    assert states["00_a.ipynb"].state == "current"
+    assert states["01_b.ipynb"].reason == ("from run 20260101-100000-aaaaa1 (2026-01-01 10:00 UTC); the later run "
+                                           "20260102-100000-bbbbb2 failed here: the kernel died (DeadKernelError)")
+    assert states["02_c.ipynb"].reason == ("from run 20260101-100000-aaaaa1 (2026-01-01 10:00 UTC) with other settings "
+                                           "than the latest run 20260102-100000-bbbbb2: budget 0.5 -> 0.25")
+    assert run.failed == {"03_d.ipynb": "the kernel died (DeadKernelError)"}
+    said = run_summary(out).splitlines()
+    assert said[0] == f"run summary of {out} (latest run 20260102-100000-bbbbb2, 2026-01-02 10:00 UTC)"
+    assert said[1:] == ["  current  00_a.ipynb  (run 20260102-100000-bbbbb2)", "  STALE    01_b.ipynb  " +
+                        states["01_b.ipynb"].reason, "  STALE    02_c.ipynb  " + states["02_c.ipynb"].reason,
+                        "  FAILED   03_d.ipynb  the kernel died (DeadKernelError) (no earlier copy)"]
+    # an earlier failure that a later run made good is history, not a mark
+    _copy(out / "01_b.ipynb", "budget = None\nbudgets: list = [0.1]", "20260103-100000-ccccc3", {"budget": 0.25})
+    assert _states(out)["01_b.ipynb"].state == "current"
 
 
-def test_two_runs_into_one_folder_both_finish_and_the_manifest_keeps_both(three, tmp_path):
+def test_two_runs_into_one_folder_both_finish(three, tmp_path):
     """Two `midas-nb run` processes, one output folder, their notebooks running at once: the first
-    to finish removed `.partial` under the second (both failed, no copy kept), and run.json, read
-    once and rewritten whole, lost the other run's update (one run stayed "running")."""
+    to finish removed `.partial` under the second (both failed, no copy kept). Nothing else is shared
+    (no manifest to lock): the copy in the folder is one run's, whole, and current."""
     src, out = three
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -154,7 +184,8 @@ def test_two_runs_into_one_folder_both_finish_and_the_manifest_keeps_both(three,
     said = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], said
     assert len(list(marks.iterdir())) == 2                                  # the two kernels ran at once
-    runs = json.loads((out / "run.json").read_text())["runs"]
-    assert len(runs) == 2 and [r["status"] for r in runs.values()] == ["done", "done"]
-    assert _states(out)["00_first.ipynb"].run_id in runs and not (out / ".partial").exists()
-    assert _states(out)["00_first.ipynb"].state == "current"   # whichever run wrote it last
+    ids = [line.rsplit("(run ", 1)[1].split(")")[0] for text in said for line in text.splitlines()
+           if " ran in " in line]
+    assert len(set(ids)) == 2 and not (out / "run.json").exists() and not (out / ".partial").exists()
+    assert _states(out)["00_first.ipynb"].run_id in ids   # whichever run wrote it last
+    assert _states(out)["00_first.ipynb"].state == "current" and run_state(out).latest in ids

@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if split:
         return _answer("run", split)
     args = build_parser().parse_args(argv)
-    # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does, recorded as interrupted; the caller's handler after it
+    # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does; the caller's handler after it
     term = signal.signal(signal.SIGTERM, signal.default_int_handler) if args.command == "run" else None
     try:
         return int(args.func(args) or 0)

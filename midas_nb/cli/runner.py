@@ -1,7 +1,7 @@
 """``midas-nb run``: the notebooks executed in order with papermill, every setting checked first
-(:mod:`midas_nb.cli.runspec`), each run recorded in ``<output>/run.json`` (:mod:`midas_nb.runs`) and
-papermill's own cell bar and the cells' output streamed as they come
-(docs/decisions/0023-batch-run-progress.md, 0032-run-manifest.md, 0076-thin-runner.md).
+(:mod:`midas_nb.cli.runspec`), each into ``<output>/.partial/<run_id>/`` so that papermill's metadata names
+its run (read back by :mod:`midas_nb.runs`), with papermill's own cell bar and the cells' output streamed as
+they come (docs/decisions/0023-batch-run-progress.md, 0076-thin-runner.md, 0087-no-run-manifest.md).
 """
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import re
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
 from .. import config
 from ..progress import LineWriter, PROGRESS_ENV, PROGRESS_LINE
-from ..runs import RunManifest, run_summary, scoped_environ
+from ..runs import run_summary, scoped_environ
 
 if TYPE_CHECKING:
     from .runspec import RunSpec
@@ -160,14 +161,14 @@ def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, 
 
 def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
     """The run once ``spec`` passed :func:`checked`: execute ``paths`` (each into
-    ``.partial/<run_id>/``, then beside the others; a failure into ``failed/``), record the run,
-    print where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
+    ``.partial/<run_id>/``, then beside the others; a failure into ``failed/``), print the run summary
+    and where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
     from ..study import grid_spans
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    params, manifest, t_all = spec.notebook_parameters(), RunManifest(out_dir), time.time()
-    run_id, failed, completed = manifest.start(params, [nb.name for nb in paths]), None, False
+    params, t_all = spec.notebook_parameters(), time.time()
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]   # unique, sorts by start
     # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
     # residue in the executed notebooks (the run streams papermill's cell bar and the loops as lines)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
@@ -179,9 +180,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
                                   {k: v for k, v in params.items() if k in accepted_by[nb]}, spec, progress)
                 if failed:
                     raise RuntimeError(failed[2])
-        completed = True
     finally:
-        manifest.finish(run_id, failed[:2] if failed else None, completed)
         for where in (out_dir / ".partial" / run_id, out_dir / ".partial"):
             with contextlib.suppress(OSError):
                 where.rmdir()         # where empty: it holds only notebooks still running

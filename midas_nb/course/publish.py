@@ -2,9 +2,7 @@
 edition of a run's executed notebooks (:func:`export_html`, ``midas-nb export-html``)."""
 from __future__ import annotations
 
-import datetime
 import html
-import json
 import os
 import re
 import warnings
@@ -15,7 +13,7 @@ import nbformat
 
 from ..config import project_root
 from ..identity import atomic_write_text
-from ..runs import notebook_states
+from ..runs import run_state, RunState
 
 SOLUTION_TAG = "solution"
 _NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -30,19 +28,13 @@ _HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decou
 _SYNTHETIC = re.compile(r"^Data: the embedded synthetic .*$", re.M)
 
 
-def _run_header(input_dir: Path, pages: list, out: Path) -> str:
+def _run_header(input_dir: Path, run: RunState, pages: list, out: Path) -> str:
     """Dataset, run id and date, the headline verdict and a link to the report, for the contents page."""
-    bits = []
-    try:
-        man = json.loads((input_dir / "run.json").read_text(encoding="utf-8"))
-        run = man["runs"][man["latest"]]
-        when = datetime.datetime.fromtimestamp(run["started"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        st = run.get("settings", {})
-        data = st.get("dataset") or (Path(str(st["data_root"])).name if st.get("data_root") else "embedded default")
-        bits.append(f"Run <code>{html.escape(run['run_id'])}</code> of {when}; profile "
-                    f"<code>{html.escape(str(st.get('profile', '?')))}</code>; data: {html.escape(str(data))}.")
-    except (OSError, ValueError, KeyError, TypeError):
-        bits.append("No run manifest (run.json) in this directory: run id and date unknown.")
+    st, bits = run.settings, []
+    data = st.get("dataset") or (Path(str(st["data_root"])).name if st.get("data_root") else "embedded default")
+    bits.append(f"Run <code>{html.escape(run.latest)}</code> of {run.started}; profile <code>"
+                f"{html.escape(str(st.get('profile', '?')))}</code>; data: {html.escape(str(data))}." if run.latest
+                else "No copy here names its run (papermill's metadata of a midas-nb run): run id and date unknown.")
     def first(pattern: re.Pattern) -> str | None:
         return next((m.group(0) for _, nb, _, _ in pages for c in nb.cells if c.cell_type == "code"
                      for o in c.get("outputs", []) for m in [pattern.search(o.get("text", ""))] if m), None)
@@ -159,9 +151,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     One page per executed ``NN_*.ipynb`` (nbconvert's lab template, images embedded as data URIs), in
     file-name order, with "Contents / previous / next" links at the top and bottom, and ``index.html`` listing
     them by title (the first Markdown heading). With a warning each: a notebook without an executed code cell
-    is left out; one that stopped with an error is marked "failed: <error>" on the contents page; one the run
-    manifest (``run.json``, :func:`midas_nb.runs.notebook_states`) reports stale (an older copy the latest run
-    did not replace, or from other settings) is marked "stale: <reason>" there and with a banner on its page.
+    is left out; one that stopped with an error is marked "failed: <error>" on the contents page; one its executed
+    copies report stale (:func:`midas_nb.runs.run_state`: an older copy whose rerun failed, or from other
+    settings than the latest run) is marked "stale: <reason>" there and with a banner on its page.
     ``strip_solutions``: leave the cells tagged ``solution`` out. FileNotFoundError: no executed notebook.
     """
     from nbconvert import HTMLExporter
@@ -170,7 +162,8 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
 
-    stale = {st.name: st.reason for st in notebook_states(input_dir) if st.state == "stale"}
+    run = run_state(input_dir)
+    stale = {st.name: st.reason for st in run.notebooks if st.state == "stale"}
     pages: list[tuple[Path, Any, str, str]] = []
     for p in paths:
         nb = nbformat.read(str(p), as_version=4)
@@ -195,7 +188,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     out.mkdir(parents=True, exist_ok=True)
     exporter = _lab_exporter(HTMLExporter)
     links = [(p.stem + ".html", title) for p, _, title, _ in pages]
-    header = _run_header(input_dir, pages, out)
+    header = _run_header(input_dir, run, pages, out)
     for i, (p, nb, title, _) in enumerate(pages):
         # each solution left out, or a closed <details> block (its code, no output), as the notebook's text says
         nb.cells = [nbformat.v4.new_markdown_cell(f"<details><summary>Reference solution (click to expand)</summary>\n"
