@@ -35,8 +35,9 @@ from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, Clai
                       condition_reading, lead_resolved, paired_gap, per_image_means, per_seed_values,
                       targets_vs_scorers)
 from .findings import backbone_fitness, fitness_over_builds, scale_scope, share_falls
+from .synthesis import collapsed_scorers
 
 __all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS",
-           "backbone_fitness", "claim_verdict", "condition_reading", "fitness_over_builds", "lead_resolved",
+           "backbone_fitness", "claim_verdict", "collapsed_scorers", "condition_reading", "fitness_over_builds", "lead_resolved",
            "paired_gap", "per_image_means", "per_seed_values", "recommend_deployment", "scale_scope", "share_falls",
            "targets_vs_scorers"]
