@@ -3,7 +3,7 @@
 Every long loop takes its bar from :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`` in one of three
 modes (:func:`progress_mode`): ``"bar"`` (interactive), ``"off"`` (``TQDM_DISABLE``) or ``"lines"``
 (``MIDAS_PROGRESS=lines``, which wins over ``TQDM_DISABLE``): throttled plain lines such as
-``distil hybrid_lite0_deit, epoch 7/24 (02:41, 3:12 left), loss=1.234``
+``distil hybrid_lite0_deit, build 1, epoch 7/24 (02:41, 3:12 left), loss=1.234``
 (docs/decisions/0023-batch-run-progress.md).
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+(?: \w+)?) (?P<n>\d+)/(?
 
 def finished_step(line: str) -> str | None:
     """``line`` as a finished step when it is a progress line at its total, else ``None``:
-    ``finetune vit_smoke, epoch 12/12 (00:06, 00:00 left), loss=0.5`` ->
-    ``finetune vit_smoke (epoch 12/12 in 00:06, loss=0.5)``."""
+    ``finetune vit_smoke, build 0, epoch 12/12 (00:06, 00:00 left), loss=0.5`` ->
+    ``finetune vit_smoke, build 0 (epoch 12/12 in 00:06, loss=0.5)``."""
     m = PROGRESS_LINE.match(line.strip())
     if m is None or m["n"] != m["total"]:
         return None
