@@ -750,3 +750,27 @@ def test_a_collapsed_scorer_is_counted_and_named_by_build_and_seed():
             for r in rows]
     assert "2 of 6 T5 scorers collapsed: build 0 seed 0 (IDAUC − random's +0.005" in collapsed_scorers(
         pd.DataFrame(near), n_boot=200)
+
+
+def test_comovement_resamples_the_builds_once_for_every_condition_and_says_so():
+    """Builds are crossed with conditions (each build is one backbone every condition is measured on): three builds
+    whose offset is common to every condition (−0.2, 0, +0.2 in mIoU) leave r = 1 in every resample when the builds
+    are drawn once for all conditions; drawn per condition, as seeds (the old interval), the common offset becomes
+    noise ten times the conditions' spread and the exact relation reads "not resolved". The claim's row says what
+    was resampled."""
+    from midas_nb.analysis.comovement import comovement
+    from midas_nb.analysis import per_seed_values
+    from midas_nb.analysis.synthesis import claims_table
+    means = {"reference": (0.09, 0.19), "T1": (0.10, 0.20), "T2": (0.11, 0.21), "T3": (0.12, 0.22),
+             "T4": (0.13, 0.23), "T5": (0.14, 0.24)}
+    t = pd.concat([_table(means, noise=0.0, random_idauc=None).assign(build=b) for b in range(3)], ignore_index=True)
+    t["miou_per_image"] = [list(np.array(v) + 0.2 * (b - 1)) for v, b in zip(t["miou_per_image"], t["build"])]
+    co = comovement(per_seed_values(t, "miou"), per_seed_values(t, "idauc"), n_boot=400)
+    assert co["r"] == pytest.approx(1.0) and co["r_lo"] == pytest.approx(1.0) and co["reading"] == "move together"
+    assert co["n_builds"] == 3 and co["resampled"] == "images, 3 builds and seeds resampled"
+    v = claim_verdict(t, n_boot=200)
+    assert "r = +1.00 [+1.00, +1.00] (images, 3 builds and seeds resampled) → move together" in v.text
+    row = claims_table(verdict=v).set_index("claim").loc["coverage and faithfulness decouple", "this run"]
+    assert row.startswith("r = +1.00 [+1.00, +1.00] over 6 conditions (images, 3 builds and seeds resampled)")
+    one = comovement(per_seed_values(t[t["build"] == 0], "miou"), per_seed_values(t[t["build"] == 0], "idauc"))
+    assert one["resampled"] == "images and seeds resampled"

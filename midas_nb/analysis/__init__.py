@@ -13,7 +13,7 @@
 - :mod:`~midas_nb.analysis.synthesis` — the reader's take-away: the paper's claims beside this run's
   (:func:`~midas_nb.analysis.synthesis.claims_table`), target content against training signal
   (:func:`~midas_nb.analysis.synthesis.content_vs_signal`) and each notebook's closing box;
-  :mod:`~midas_nb.analysis.comovement` — half (c) of the verdict, seeds and images resampled.
+  :mod:`~midas_nb.analysis.comovement` — half (c) of the verdict, images, builds and seeds resampled.
 - :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
   (:func:`recommend_deployment`).
 - :mod:`~midas_nb.analysis.control` — ``D`` against the reference beside ``D`` against the

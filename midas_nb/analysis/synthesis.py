@@ -194,7 +194,8 @@ def _winners_row(v: ClaimVerdict) -> list[str]:
 
 def _comovement_row(v: ClaimVerdict) -> list[str]:
     co, wo = v.comovement, v.comovement.get("without_controls") or {}
-    run = f"r = {ci_text(co['r'], co['r_lo'], co['r_hi'])}" + (
+    run = (f"r = {ci_text(co['r'], co['r_lo'], co['r_hi'])} over {co['n_conditions']} conditions "
+           f"({co.get('resampled', 'images and seeds resampled')})") + (
         f"; without {', '.join(wo['left_out'])}: r = {ci_text(wo['r'], wo['r_lo'], wo['r_hi'])}" if wo else "")
     verdict = {"trade off": "holds", "move together": "opposite of the paper", "not resolved": "not resolved"}.get(
         co["reading"], "undefined")
