@@ -177,8 +177,8 @@ def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | Non
             if is_number(hi) and hi < parity_band(band):
                 bad.append(f"build {b} seed {s} (IDAUC − random's {ci_text(m, lo, hi, '+.3f')} on {n} images)")
         if bad:
-            out.append(f"{len(bad)} of {g.groupby(['build', 'seed']).ngroups} {cond} scorers collapsed: "
-                       + ", ".join(bad))
+            n = g.groupby(["build", "seed"]).ngroups
+            out.append(f"{len(bad)} of {n} {cond} scorer{'s' * (n > 1)} collapsed: " + ", ".join(bad))
     return ("Collapsed scorers (IDAUC resolvably at or below the random keep's on the same images; their rows stay "
             "in every interval): " + ("; ".join(out) if out else
                                       f"none of the {trained.groupby(['condition', 'build', 'seed']).ngroups}") + ".")
