@@ -421,8 +421,14 @@ def test_backbone_training_runs_fused_attention_and_returns_the_model_unfused(tm
         return real(*a, **kw)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", counting)
+    from midas_nb.backbones import features
+    descs, bar = [], features._progress
+    monkeypatch.setattr(features, "_progress", lambda it, total, desc, *a, **kw: descs.append(desc) or bar(
+        it, total, desc, *a, **kw))
     train, test = ImageSet(16, 0), ImageSet(8, 1)
-    model, meta = bb.finetune(name, train, test, **_recipe(epochs=1, cache_dir=tmp_path))
+    model, meta = bb.finetune(name, train, test, **_recipe(epochs=1, cache_dir=tmp_path, seed=3))
+    # a fresh reader saw "distil hybrid_lite0_deit, epoch 7/24" three times, once per build: the bar names it
+    assert f"{'distil' if name.endswith('deit') else 'finetune'} {name}, build 3" in descs, descs
     blocks = len(model.blocks)
     assert calls["train"] == 2 * blocks        # 16 images in batches of 8: 2 steps, one call per block
     assert calls["eval"] == 3 * blocks         # train (2 batches) and test (1 batch) accuracy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -159,6 +160,22 @@ def test_budget_finding_reads_d_as_a_share_of_the_ceiling():
     assert _holds(report.paper_findings(same, depth=6, budget=0.25), "fades_loose")[0] is True
     holds, ev = _holds(report.paper_findings(same.drop(columns="iou_ceiling"), depth=6, budget=0.25), "fades_loose")
     assert holds == "not resolved" and "no IoU ceiling in the rows" in ev
+
+
+def test_d_at_the_point_reads_as_a_share_of_its_ceiling_too():
+    """A fresh reader: 04 reads D in pp and as a share of the IoU ceiling, 02's and 07's boxes (the findings' T5 and
+    T1 rows) in pp only. D(T5) = +10.05 pp and D(T1) = −5.05 pp at a point whose ceiling is 0.25: shares 0.40 and
+    −0.20, with D's interval scaled by the same ceiling; rows without a ceiling keep pp alone."""
+    f = report.paper_findings(pd.DataFrame(_point(iou_ceiling=0.25)))
+    holds, ev = _holds(f, "t5_gain_in_band")
+    d, lo, hi = map(float, re.search(r"D\(T5\) = ([-+.\d]+) pp \[([-+.\d]+), ([-+.\d]+)\]", ev).groups())
+    assert holds is True and d == pytest.approx(10.05)
+    assert f", {d / 25:+.2f} [{lo / 25:+.2f}, {hi / 25:+.2f}] of the IoU ceiling 0.250, ΔIDAUC" in ev
+    ev1 = _holds(f, "t1_below_reference")[1]
+    assert re.fullmatch(r"D\(T1\) = -5\.05 pp \[[-.\d]+, [-.\d]+\], -0\.20 \[[-.\d]+, [-.\d]+\] of the IoU ceiling 0\.250",
+                        ev1), ev1
+    bare = report.paper_findings(pd.DataFrame(_point()).drop(columns="iou_ceiling"))
+    assert "IoU ceiling" not in _holds(bare, "t5_gain_in_band")[1]
 
 
 def test_regime_finding_needs_a_decoupling_to_fade():

@@ -171,10 +171,12 @@ def test_every_grid_dataset_needs_a_root(shared_data, tmp_path, capsys, no_kerne
                       "--output", str(tmp_path)], capsys)
     assert rc == 2 and any("dataset 'cub' has no data root" in ln for ln in lines)
     assert any("data root" in ln and "air" in ln and "does not exist" in ln for ln in lines)
-    # a root that is not in its dataset's layout is named with what is missing
+    # a root that is not in its dataset's layout is named with the layout it has (a root of none: with what is
+    # missing, test_a_plain_root_of_another_dataset_is_named_as_that_datasets)
     rc, lines = _run(["--profile", "smoke", "--dataset", "aircraft", "--data-root", f"aircraft={cub}",
                       "--notebooks", "00", "--output", str(tmp_path)], capsys)
-    assert rc == 2 and "does not have the aircraft layout" in lines[0] and "images_variant_trainval.txt" in lines[0]
+    assert rc == 2 and lines[0].endswith(f"is read as aircraft but has the cub layout; expected --data-root cub={cub.resolve()} "
+                                         "(or --dataset cub)")
 
 
 def test_run_file_and_command_line(tmp_path, capsys, recorder):
@@ -824,3 +826,20 @@ def test_a_depth_outside_every_backbone_is_said_once(tmp_path, capsys, no_kernel
     assert rc == 2 and _problems(lines) == [
         "midas-nb run: depth: L = 99 is outside 1..3 for vit_smoke (4 blocks; the scorer reads block L and blocks "
         "L+1..4 see the kept tokens)"]
+
+
+def test_a_plain_root_of_another_dataset_is_named_as_that_datasets(tmp_path, capsys):
+    """A fresh reader: a plain ``--data-root`` of Stanford Cars was read as CUB (the quick profile's dataset) and
+    refused as 'does not have the cub layout'; the layout its loader does read names the fix in one line."""
+    from midas_nb.data import make_cars_from_cub, make_synthetic_cub
+    cub = make_synthetic_cub(tmp_path / "cub", num_classes=2, images_per_class=2, image_size=64)
+    cars = make_cars_from_cub(cub, tmp_path / "cars", num_classes=2, per_split=(1, 1))
+    rc, lines = _run(["--profile", "quick", "--notebooks", "00", "--data-root", str(cars),
+                      "--output", str(tmp_path / "o")], capsys)
+    assert rc == 2 and _problems(lines) == [f"midas-nb run: data root {str(cars)!r} is read as cub but has the cars "
+                                            f"layout; expected --data-root cars={cars} (or --dataset cars)"]
+    fixed = runspec.RunSpec(profile="quick", dataset="cars", data_root=str(cars))
+    assert not any("layout" in p for p in runspec.preflight(fixed, ["00_quickstart.ipynb"]))
+    # a root of no dataset's layout keeps the loader's own line
+    assert "does not have the cub layout" in runspec.preflight(runspec.RunSpec(profile="quick", data_root=str(
+        tmp_path)), ["00_quickstart.ipynb"])[0]

@@ -125,3 +125,10 @@ def test_no_function_takes_a_profile_name_or_settings_or_a_mapping():
     found = [f"{p.name}: {line.strip()}" for p in Path(config.__file__).parent.rglob("*.py")
              for line in p.read_text(encoding="utf-8").splitlines() if union.search(line)]
     assert found == [], found
+
+
+def test_a_studys_header_names_the_build_its_maps_are_drawn_on():
+    """Notebooks 01 and 03 draw maps and probes on one backbone build while 02 carries every build; their header
+    line (the study's repr) names it, and the profile's builds beside it (a fresh reader of a 3-build run)."""
+    assert "backbone='vit_smoke', build=0 of builds 0–2, depth=" in repr(Study("smoke", builds=3))
+    assert "build=1, depth=" in repr(Study("smoke", build=1))

@@ -721,3 +721,56 @@ def test_rule_splits_tell_a_split_of_means_from_a_split_of_the_data():
     tie_both = pd.DataFrame(cell(6, "T1", "T5", cov_ties="T5", fai_ties="T1, T2"))
     assert rule_splits(tie_both).endswith("T5 covers as much as T1 within noise (paired mIoU); T1 is as faithful "
                                           "as T5 within noise (paired IDAUC): a split of the means, not of the data")
+
+
+# --- a fresh reader of the three-dataset run (issue 51, decision 0089) ----------------------------------------------
+def test_a_collapsed_scorer_is_counted_and_named_by_build_and_seed():
+    """CUB, build 1 seed 1: the unsupervised scorer's IDAUC fell below the random keep's and nothing said so. Three
+    builds × two seeds; that one scorer's per-image IDAUC is random's − 0.05 (± 0.01 noise), the others random's + 0.2:
+    only it is named, with its paired gap, and a scorer resolvably above random by less than the band is named too."""
+    from midas_nb.analysis.synthesis import collapsed_scorers
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.0, 0.1, N_IMG)
+    rows = [dict(_row("random", 0, base, base), build=b) for b in range(3)]
+    for b in range(3):
+        for s in (0, 1):
+            gap = -0.05 if (b, s) == (1, 1) else 0.2
+            rows.append(dict(_row("unsupervised", s, base, base + gap + rng.normal(0, 0.01, N_IMG)), build=b))
+            rows.append(dict(_row("T5", s, base, base + 0.2), build=b))
+    line = collapsed_scorers(pd.DataFrame(rows), n_boot=200)
+    assert line.startswith("Collapsed scorers (IDAUC resolvably at or below the random keep's on the same images")
+    assert re.search(r"1 of 6 unsupervised scorers collapsed: build 1 seed 1 \(IDAUC − random's -0\.05\d "
+                     r"\[-0\.05\d, -0\.04\d\] on 60 images\)\.$", line), line
+    assert "T5" not in line
+    healthy = pd.DataFrame([r for r in rows if not (r["condition"] == "unsupervised" and r["build"] == 1)])
+    assert collapsed_scorers(healthy, n_boot=200).endswith("interval): none of the 10.")
+    # at random's within the band (+0.005, the whole interval below +0.01): collapsed as well
+    near = [dict(r, idauc_per_image=list(base + 0.005)) if r["condition"] == "T5" and r["build"] == 0 else r
+            for r in rows]
+    assert "2 of 6 T5 scorers collapsed: build 0 seed 0 (IDAUC − random's +0.005" in collapsed_scorers(
+        pd.DataFrame(near), n_boot=200)
+
+
+def test_comovement_resamples_the_builds_once_for_every_condition_and_says_so():
+    """Builds are crossed with conditions (each build is one backbone every condition is measured on): three builds
+    whose offset is common to every condition (−0.2, 0, +0.2 in mIoU) leave r = 1 in every resample when the builds
+    are drawn once for all conditions; drawn per condition, as seeds (the old interval), the common offset becomes
+    noise ten times the conditions' spread and the exact relation reads "not resolved". The claim's row says what
+    was resampled."""
+    from midas_nb.analysis.comovement import comovement
+    from midas_nb.analysis import per_seed_values
+    from midas_nb.analysis.synthesis import claims_table
+    means = {"reference": (0.09, 0.19), "T1": (0.10, 0.20), "T2": (0.11, 0.21), "T3": (0.12, 0.22),
+             "T4": (0.13, 0.23), "T5": (0.14, 0.24)}
+    t = pd.concat([_table(means, noise=0.0, random_idauc=None).assign(build=b) for b in range(3)], ignore_index=True)
+    t["miou_per_image"] = [list(np.array(v) + 0.2 * (b - 1)) for v, b in zip(t["miou_per_image"], t["build"])]
+    co = comovement(per_seed_values(t, "miou"), per_seed_values(t, "idauc"), n_boot=400)
+    assert co["r"] == pytest.approx(1.0) and co["r_lo"] == pytest.approx(1.0) and co["reading"] == "move together"
+    assert co["n_builds"] == 3 and co["resampled"] == "images, 3 builds and seeds resampled"
+    v = claim_verdict(t, n_boot=200)
+    assert "r = +1.00 [+1.00, +1.00] (images, 3 builds and seeds resampled) → move together" in v.text
+    row = claims_table(verdict=v).set_index("claim").loc["coverage and faithfulness decouple", "this run"]
+    assert row.startswith("r = +1.00 [+1.00, +1.00] over 6 conditions (images, 3 builds and seeds resampled)")
+    one = comovement(per_seed_values(t[t["build"] == 0], "miou"), per_seed_values(t[t["build"] == 0], "idauc"))
+    assert one["resampled"] == "images and seeds resampled"

@@ -13,7 +13,7 @@
 - :mod:`~midas_nb.analysis.synthesis` — the reader's take-away: the paper's claims beside this run's
   (:func:`~midas_nb.analysis.synthesis.claims_table`), target content against training signal
   (:func:`~midas_nb.analysis.synthesis.content_vs_signal`) and each notebook's closing box;
-  :mod:`~midas_nb.analysis.comovement` — half (c) of the verdict, seeds and images resampled.
+  :mod:`~midas_nb.analysis.comovement` — half (c) of the verdict, images, builds and seeds resampled.
 - :mod:`~midas_nb.analysis.advice` — which condition to deploy for a goal
   (:func:`recommend_deployment`).
 - :mod:`~midas_nb.analysis.control` — ``D`` against the reference beside ``D`` against the
@@ -35,8 +35,9 @@ from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, Clai
                       condition_reading, lead_resolved, paired_gap, per_image_means, per_seed_values,
                       targets_vs_scorers)
 from .findings import backbone_fitness, fitness_over_builds, scale_scope, share_falls
+from .synthesis import collapsed_scorers
 
 __all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS",
-           "backbone_fitness", "claim_verdict", "condition_reading", "fitness_over_builds", "lead_resolved",
+           "backbone_fitness", "claim_verdict", "collapsed_scorers", "condition_reading", "fitness_over_builds", "lead_resolved",
            "paired_gap", "per_image_means", "per_seed_values", "recommend_deployment", "scale_scope", "share_falls",
            "targets_vs_scorers"]

@@ -2,8 +2,9 @@
 
 Pearson ``r`` of the per-condition mean mIoU against mean IDAUC (DESIGN.md §6), with a bootstrap
 interval that resamples the images (one draw shared by every condition, mIoU and IDAUC images
-drawn independently) **and** each condition's seeds (decision 0073): two seeds that disagree widen
-the interval as they widen ``D``'s. ``r`` is computed a second time without the control points
+drawn independently), the backbone builds (one draw shared by every condition: each build is one
+backbone all conditions are measured on; decision 0072) **and** each condition's seeds within a build
+(decision 0073): two seeds that disagree widen the interval as they widen ``D``'s. ``r`` is computed a second time without the control points
 (:data:`CONTROL_POINTS`): a correlation that is resolved with them and not without them rests on
 the controls, not on the targets.
 """
@@ -28,22 +29,37 @@ def _seed_matrix(per_seed: Mapping[int, Mapping[str, float]], ids: Sequence[str]
     return np.array([[v.get(i, math.nan) for i in ids] for _, v in sorted(per_seed.items())], dtype=float)
 
 
-def _boot_means(seeds: Mapping[str, Mapping[int, Mapping[str, float]]], conds: Sequence[str], ids: Sequence[str],
+def _build(key: Any) -> Any:
+    """The backbone build of a seed key (``(build, seed)``, :func:`midas_nb.analysis.per_seed_values`; a plain seed: 0)."""
+    return key[0] if isinstance(key, tuple) else 0
+
+
+def _boot_means(seeds: Mapping[str, Mapping[Any, Mapping[str, float]]], conds: Sequence[str], ids: Sequence[str],
                 n_boot: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``(point [C], boot [B, C])``: each condition's mean over its seeds of its per-seed image mean,
-    and the same with the images (one draw for all conditions) and each condition's seeds resampled."""
+    """``(point [C], boot [B, C])``: each condition's mean over its seeds of its per-seed image mean, and the same
+    with the images and the backbone builds (each one draw for all conditions: every condition is measured on the
+    same images and builds) and each condition's seeds within a build resampled (decisions 0072, 0073)."""
     n = len(ids)
     wm = rng.multinomial(n, np.full(n, 1 / n), size=n_boot).astype(float)          # [B, n]
+    builds = sorted({_build(k) for c in conds for k in seeds[c]})
+    K = len(builds)     # one build: no draw (the intervals of one-build runs are as they were)
+    wb = rng.multinomial(K, np.full(K, 1 / K), size=n_boot).astype(float) if K > 1 else np.ones((n_boot, 1))
     point, boot = [], []
     for c in conds:
+        keys = sorted(seeds[c])
         m = _seed_matrix(seeds[c], ids)                                            # [S, n]
         ok = np.isfinite(m)
         point.append(float(np.mean([np.nanmean(r) for r in m])))
         with np.errstate(invalid="ignore", divide="ignore"):
             per_seed = (wm @ np.where(ok, m, 0.0).T) / (wm @ ok.T.astype(float))    # [B, S]
-        s = m.shape[0]
-        ws = rng.multinomial(s, np.full(s, 1 / s), size=n_boot) / s                 # [B, S]
-        boot.append(np.nansum(per_seed * ws, axis=1))
+        num, den = np.zeros(n_boot), np.zeros(n_boot)
+        for j, b in enumerate(builds):
+            if cols := [i for i, k in enumerate(keys) if _build(k) == b]:
+                s = len(cols)
+                ws = rng.multinomial(s, np.full(s, 1 / s), size=n_boot) / s         # [B, s]
+                num, den = num + wb[:, j] * np.nansum(per_seed[:, cols] * ws, axis=1), den + wb[:, j]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot.append(num / den)
     return np.array(point), np.stack(boot, axis=1)
 
 
@@ -68,14 +84,14 @@ def comovement(miou: Mapping[str, Mapping[int, Mapping[str, float]]], idauc: Map
     """Correlation of coverage and faithfulness across conditions, with and without the control points.
 
     Args:
-        miou, idauc: ``{condition: {seed: {image_id: value}}}``
+        miou, idauc: ``{condition: {(build, seed): {image_id: value}}}`` (a plain seed key: build 0)
             (:func:`midas_nb.analysis.per_seed_values`).
         exclude: conditions never counted (the random ranking: a lower bound, not a condition).
         n_boot, alpha, rng: bootstrap resamples, level, generator.
 
     Returns:
         ``r`` (of the means over seeds of the per-seed image means, on the images every condition
-        measured), ``r_lo`` / ``r_hi``, ``reading`` (``"move together"``, ``"trade off"``,
+        measured), ``r_lo`` / ``r_hi``, ``n_builds`` (the builds resampled), ``resampled`` (what the interval resamples, in words), ``reading`` (``"move together"``, ``"trade off"``,
         ``"not resolved"``, ``"undefined"``, with ``reason``), ``n_conditions``, ``conditions``,
         ``n_miou_images``, ``n_idauc_images``; ``without_controls``: the same four for the
         conditions other than :data:`CONTROL_POINTS` (``{}`` when fewer than 3 remain or none
@@ -87,7 +103,9 @@ def comovement(miou: Mapping[str, Mapping[int, Mapping[str, float]]], idauc: Map
     out: dict[str, Any] = {"n_conditions": len(conds), "conditions": conds, "r": math.nan, "r_lo": math.nan,
                            "r_hi": math.nan, "n_miou_images": 0, "n_idauc_images": 0, "reading": "undefined",
                            "without_controls": {}, "rests_on_controls": False,
-                           "excluded": sorted((set(miou) & set(idauc)) & set(exclude))}
+                           "excluded": sorted((set(miou) & set(idauc)) & set(exclude)),
+                           "n_builds": (B := len({_build(k) for c in conds for k in miou[c]})),
+                           "resampled": f"images{f', {B} builds' if B > 1 else ''} and seeds resampled"}
     if len(conds) < 3:
         out["reason"] = f"needs ≥ 3 conditions with per-image mIoU and IDAUC, found {len(conds)}"
         return out

@@ -230,12 +230,23 @@ def _borrow_builds(dr: pd.DataFrame, d: pd.DataFrame) -> tuple[pd.DataFrame, str
                  f"{int(at['n_builds'].max())} builds {s5:.2f} pp)")
 
 
-def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
+def _d_text(r: pd.Series, ceiling: float) -> str:
+    """``D`` of a condition's row in pp and, where the point's IoU ceiling (a fraction) is known, as a share of it,
+    as notebook 04 reads it (``D_pp / (100·ceiling)``, decision 0041): ``"+6.16 pp [+5.63, +6.69], +0.26 [+0.24,
+    +0.28] of the IoU ceiling 0.237"``."""
+    D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
+    if not (is_number(ceiling) and ceiling > 0):
+        return D
+    return D + f", {ci_text(*(r[k] / (100 * ceiling) for k in ('D_pp', 'D_pp_lo', 'D_pp_hi')))} of the IoU ceiling " \
+               f"{ceiling:.3f}"
+
+
+def _t5_finding(d: pd.DataFrame, band: float, ceiling: float = math.nan) -> tuple[Holds, str]:
     r = _row_of(d, "T5")
     if r is None:
         return "undefined", "no T5 rows at this point"
     status = str(r["status"])
-    D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
+    D = _d_text(r, ceiling)
     dI = ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
     resolves = band_resolution(r["delta_idauc_lo"], r["delta_idauc_hi"])
     ev = f"D(T5) = {D}, ΔIDAUC = {dI}, {status}" + (f" ({resolves})" if resolves else "")
@@ -253,13 +264,13 @@ def _t5_finding(d: pd.DataFrame, band: float) -> tuple[Holds, str]:
     return gain, ev
 
 
-def _t1_finding(d: pd.DataFrame) -> tuple[Holds, str]:
+def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]:
     r = _row_of(d, "T1")
     if r is None:
         return "undefined", "no T1 rows at this point"
     if str(r["status"]) in ("no reference", "undefined"):
         return "undefined", f"D(T1) has no reference ({r['status']})"
-    ev = f"D(T1) = {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}"
+    ev = f"D(T1) = {_d_text(r, ceiling)}"
     return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
 
 
@@ -409,7 +420,8 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
     otherwise). A finding without the rows it needs is ``"undefined"`` (``cosine_small`` without
     ``probes``; ``fades_deep`` / ``fades_loose`` without regime cells on both sides of the point, or
     ``"uninformative"`` where leaving out the cells with an uninformative band empties a side; ``fades_loose``
-    reads D in pp and as a share of the rows' ``iou_ceiling``, ``"not resolved"`` without it).
+    reads D in pp and as a share of the rows' ``iou_ceiling``, ``"not resolved"`` without it; ``t5_gain_in_band`` and
+    ``t1_below_reference`` give D beside its share of the point's ``iou_ceiling`` where the rows have it).
     ``scale`` has one row per dataset, its backbone the backbones joined by ``+`` (``"uninformative"``
     where a verdict needs an uninformative band).
 
@@ -446,7 +458,9 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
         at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
         has_ref = bool((at["condition"] == "reference").any())
         d = d_by_condition(at, cell, band, n_boot) if has_ref else _empty_d()
-        for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band)), ("t1_below_reference", lambda: _t1_finding(d))):
+        c0 = float(at["iou_ceiling"].mean()) if "iou_ceiling" in at.columns else math.nan   # the point's, as 04 reads it
+        for fid, fn in (("t5_gain_in_band", lambda: _t5_finding(d, band, c0)),
+                        ("t1_below_reference", lambda: _t1_finding(d, c0))):
             holds, ev = fn() if has_ref else ("undefined", f"no reference rows at L={L0}, b={b0:.0%}")
             out.append(_finding(ds, bb, fid, holds, ev, L0, b0, _builds(d)))
         pr = None

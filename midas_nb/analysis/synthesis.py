@@ -15,10 +15,12 @@ import pandas as pd
 from .findings import (finding_verdict, backbone_fitness, ci_text, cosine_verdict, count_fitness,
                        is_number, paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
+from ..metrics import parity_band
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, lead_resolved, paired_gap
 
-__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "content_vs_signal", "cosine_depths",
+__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "collapsed_scorers", "content_vs_signal",
+           "cosine_depths",
            "cosine_scope", "headline", "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade",
            "run_claims"]
 
@@ -156,6 +158,32 @@ def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTRO
             "how": " (from the D intervals, unpaired)"}
 
 
+def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | None = None) -> str:
+    """The trained scorers of a protocol table that collapsed, counted and named per condition (decision 0089):
+    a scorer of one build and seed has collapsed where its IDAUC is resolvably at or below the random keep's of
+    the same build on the same images — the upper end of :func:`paired_gap`'s interval of ``IDAUC − IDAUC(random)``
+    below the parity ``band`` (:data:`~midas_nb.metrics.PARITY_BAND`): its ranking carries no more of the
+    classifier's evidence than a random one. Their rows stay in every interval. ``""`` without trained scorers;
+    ``reference`` and ``random`` are not trained and not judged; a table without ``build`` is build 0."""
+    t = table.assign(build=table["build"] if "build" in table.columns else 0)
+    trained, rand = t[~t["condition"].isin(["reference", "random"])], t[t["condition"] == "random"]
+    if rand.empty or trained.empty:
+        return "Collapsed scorers: no random rows to judge them against." if len(trained) else ""
+    out = []
+    for cond, g in trained.groupby("condition", sort=False):
+        bad = []
+        for i, ((b, s), r) in enumerate(g.groupby(["build", "seed"])):
+            m, lo, hi, n = paired_gap(r, rand[rand["build"] == b], "idauc", n_boot=n_boot, seed=i)
+            if is_number(hi) and hi < parity_band(band):
+                bad.append(f"build {b} seed {s} (IDAUC − random's {ci_text(m, lo, hi, '+.3f')} on {n} images)")
+        if bad:
+            n = g.groupby(["build", "seed"]).ngroups
+            out.append(f"{len(bad)} of {n} {cond} scorer{'s' * (n > 1)} collapsed: " + ", ".join(bad))
+    return ("Collapsed scorers (IDAUC resolvably at or below the random keep's on the same images; their rows stay "
+            "in every interval): " + ("; ".join(out) if out else
+                                      f"none of the {trained.groupby(['condition', 'build', 'seed']).ngroups}") + ".")
+
+
 def _winners_row(v: ClaimVerdict) -> list[str]:
     w, r = v.winners, v.winners.get("reading", "undefined")
     verdict = ("holds" if r == "different winners" else "opposite of the paper" if r == "one condition leads both"
@@ -166,7 +194,8 @@ def _winners_row(v: ClaimVerdict) -> list[str]:
 
 def _comovement_row(v: ClaimVerdict) -> list[str]:
     co, wo = v.comovement, v.comovement.get("without_controls") or {}
-    run = f"r = {ci_text(co['r'], co['r_lo'], co['r_hi'])}" + (
+    run = (f"r = {ci_text(co['r'], co['r_lo'], co['r_hi'])} over {co['n_conditions']} conditions "
+           f"({co.get('resampled', 'images and seeds resampled')})") + (
         f"; without {', '.join(wo['left_out'])}: r = {ci_text(wo['r'], wo['r_lo'], wo['r_hi'])}" if wo else "")
     verdict = {"trade off": "holds", "move together": "opposite of the paper", "not resolved": "not resolved"}.get(
         co["reading"], "undefined")

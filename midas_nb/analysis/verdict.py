@@ -313,12 +313,13 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
 
 
 def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
-    """(c) in words: ``r`` with its interval over images and seeds, and ``r`` without the control points."""
+    """(c) in words: ``r`` with its interval over images, builds and seeds, and ``r`` without the control points."""
     if not np.isfinite(co["r"]):
         return f"(c) co-movement: undefined ({co.get('reason', 'no values')})."
     ex = f" ({', '.join(co['excluded'])} left out: a lower bound, not a scorer)" if co.get("excluded") else ""
     text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate "
-            f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} (images and seeds resampled) → {co['reading']}")
+            f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} ({co.get('resampled', 'images and seeds resampled')})"
+            f" → {co['reading']}")
     w = co.get("without_controls") or {}
     if w:
         text += (f"; without {', '.join(w['left_out'])} ({w['n_conditions']} conditions): "

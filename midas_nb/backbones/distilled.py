@@ -348,7 +348,7 @@ def finetune_distilled(
     model.train()
     t0 = time.perf_counter()
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
-        history = run_epochs(epochs, f"distil {model_name}", progress, step.epoch)
+        history = run_epochs(epochs, f"distil {model_name}, build {seed}", progress, step.epoch)
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps

@@ -108,7 +108,7 @@ def finetune(
     # training and evaluation run timm's fused attention (speed only, ATTENTION_KERNEL); the
     # returned model is unfused again, as capture needs
     with fused_attention(model):
-        history = run_epochs(epochs, f"finetune {model_name}", progress, run_epoch)
+        history = run_epochs(epochs, f"finetune {model_name}, build {seed}", progress, run_epoch)
         train_s = time.perf_counter() - t_train
         model.eval()
 

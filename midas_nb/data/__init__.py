@@ -116,28 +116,37 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, *, image
 
 def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class: int | None = None) -> list[str]:
     """Problems (one line each) of reading ``root`` as ``dataset`` (both splits built, no image decoded;
-    Stanford Cars needs test labels); ``[]`` when it has the layout."""
+    Stanford Cars needs test labels); ``[]`` when it has the layout. A root in another dataset's layout (its
+    loader reads both splits) is said to be that dataset's, e.g. a plain ``--data-root`` of Stanford Cars read
+    as CUB, the default dataset."""
     root = Path(root).expanduser()
     if not root.is_dir():
         return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
-    problems, errors = [], {}  # errors: split -> error; one line for a root that no split can read
-    for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
-        try:
-            ds = load_dataset(dataset, root, split, **extra)
-        except (DatasetError, ValueError, OSError) as e:
-            errors[split] = str(e)
-            continue
-        if not getattr(ds, "has_labels", True):
-            problems.append(unlabelled_test_message(dataset, root, ds))
+    errors, sets = _read_splits(dataset, root, extra)   # errors: split -> error; one line for a root no split reads
+    problems = [unlabelled_test_message(dataset, root, ds) for ds in sets if not getattr(ds, "has_labels", True)]
     if not errors:
         return problems
+    if other := next((o for o in TRAIN_SPLIT if o != dataset and not _read_splits(o, root, {})[0]), None):
+        return [f"data root {str(root)!r} is read as {dataset} but has the {other} layout; expected "
+                f"--data-root {other}={root} (or --dataset {other})"]
     (_, text), *rest = errors.items()
     tail = os.path.commonprefix([m[::-1] for m in errors.values()])[::-1]
     tail = tail[tail.find("; "):] if "; " in tail else ""  # the shared "; expected ..." part
     more = "".join(f"; {split} split: {m[:len(m) - len(tail)]}" for split, m in rest if m != text)
     return [f"data root {str(root)!r} does not have the {dataset} layout ({' and '.join(errors)} "
             f"split{'s' if len(errors) > 1 else ''}): {text[:len(text) - len(tail)] + more + tail}"] + problems
+
+
+def _read_splits(dataset: str, root: Path, extra: dict) -> tuple[dict[str, str], list]:
+    """``({split: error}, datasets read)`` of ``dataset``'s train and test splits at ``root``."""
+    errors, sets = {}, []
+    for split in (TRAIN_SPLIT.get(dataset, "train"), "test"):
+        try:
+            sets.append(load_dataset(dataset, root, split, **extra))
+        except (DatasetError, ValueError, OSError) as e:
+            errors[split] = str(e)
+    return errors, sets
 
 
 def unlabelled_test_message(dataset: str, root: str | os.PathLike, ds: Any) -> str:

@@ -63,9 +63,10 @@ class StudyBase:
 
     def __repr__(self) -> str:
         s = self.settings
-        return (f"Study(profile={s.profile!r}, dataset={self.dataset_name!r}, "
-                f"backbone={s.backbone.name!r}, depth={s.point.depth}, budget={s.point.budget}, "
-                f"device={str(self.device)!r})")
+        b = s.backbone      # the build its maps, probes and batches are drawn on (its fine-tuning seed; decision 0072)
+        return (f"Study(profile={s.profile!r}, dataset={self.dataset_name!r}, backbone={b.name!r}, build={b.build}"
+                + (f" of builds {b.build}–{b.build + b.builds - 1}" if b.builds > 1 else "")
+                + f", depth={s.point.depth}, budget={s.point.budget}, device={str(self.device)!r})")
 
     # ----------------------------------------------------------------------------- data
     @cached_property
