@@ -723,7 +723,7 @@ def test_rule_splits_tell_a_split_of_means_from_a_split_of_the_data():
                                           "as T5 within noise (paired IDAUC): a split of the means, not of the data")
 
 
-# --- a fresh reader of the three-dataset run (issue 51, decision 0089) ----------------------------------------------
+# --- a fresh reader of the three-dataset run (issue 51, decision 0088) ----------------------------------------------
 def test_a_collapsed_scorer_is_counted_and_named_by_build_and_seed():
     """CUB, build 1 seed 1: the unsupervised scorer's IDAUC fell below the random keep's and nothing said so. Three
     builds × two seeds; that one scorer's per-image IDAUC is random's − 0.05 (± 0.01 noise), the others random's + 0.2:

@@ -159,7 +159,7 @@ def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTRO
 
 
 def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | None = None) -> str:
-    """The trained scorers of a protocol table that collapsed, counted and named per condition (decision 0089):
+    """The trained scorers of a protocol table that collapsed, counted and named per condition (decision 0088):
     a scorer of one build and seed has collapsed where its IDAUC is resolvably at or below the random keep's of
     the same build on the same images — the upper end of :func:`paired_gap`'s interval of ``IDAUC − IDAUC(random)``
     below the parity ``band`` (:data:`~midas_nb.metrics.PARITY_BAND`): its ranking carries no more of the
