@@ -384,16 +384,16 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
     intervals = (f"95 % intervals of a mean over seeds: {g.get(*_MEAN_INTERVAL)}; D's is paired per image and seed; "
-                 "over builds → seeds → images where a cell has several backbone builds, else of one build, not the "
-                 "spread between builds ([decisions 0007](docs/decisions/0007-seed-image-interval.md), "
+                 "over builds → seeds → images (one build: not the spread between builds; [decisions 0007](docs/decisions/0007-seed-image-interval.md), "
                  "[0072](docs/decisions/0072-backbone-builds.md))")
     bands = band_rule(short=True)
     if len({d for d, _ in blocks}) > 1:
         fit = fitness(tables)
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
-        body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on "
-                f"{p.get('IDAUC images')} images per dataset (S = {p.get('IDAUC steps S')}). {intervals}; {bands}. "
+        idauc = ", ".join(f"{d} {_prov(tables, d, x).get('IDAUC images')}" for d, x in blocks)
+        body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on every evaluated "
+                f"test image ({idauc}; S = {p.get('IDAUC steps S')}). {intervals}; {bands}. "
                 "Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
                 datasets_table(tables, fit) + "\n",
                 "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
@@ -421,18 +421,23 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
-    """One row per finding, one column per dataset × backbone block: its verdict in words, then the backbone builds
-    behind the cells — once where every cell has as many, else in each cell (tables from before builds: 1)."""
+    """One row per finding, one column per dataset × backbone block: its verdict in words; the backbone builds
+    behind the cells once where every cell has as many, else in a column (each cell's own where its row's differ;
+    tables from before builds: 1)."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
     first = {(r["statement"], r["dataset"], r["backbone"]):
              (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")), _builds(r))
              for r in findings.drop_duplicates(["statement", "dataset", "backbone"]).to_dict("records")}
-    ns = {n for _, n in first.values()}
-    word = lambda n: f"{n} backbone build{'s' * (n > 1)}"  # noqa: E731
-    cell = lambda v, n: v if len(ns) == 1 else f"{v} ({word(n)})"  # noqa: E731
-    grid = _md_table(["finding", *cols], [[st] + [cell(*first[(st, ds, bb)]) if (st, ds, bb) in first else "—"
-                                                  for ds, bb in blocks] for st in dict.fromkeys(findings["statement"])])
-    return grid + (f"\n\nEvery cell rests on {word(ns.pop())}." if len(ns) == 1 else "")
+    ns, rows = {n for _, n in first.values()}, []
+    for st in dict.fromkeys(findings["statement"]):
+        cells = [first.get((st, ds, bb)) for ds, bb in blocks]
+        row_ns = {c[1] for c in cells if c}
+        each = len(row_ns) > 1   # the row's cells differ: each says its own
+        rows.append([st, *([] if len(ns) == 1 else ["per cell" if each else str(*row_ns)])]
+                    + ["—" if c is None else f"{c[0]} ({c[1]} build{'s' * (c[1] > 1)})" if each else c[0] for c in cells])
+    grid = _md_table(["finding", *([] if len(ns) == 1 else ["backbone builds"]), *cols], rows)
+    n = ns.pop() if len(ns) == 1 else 0
+    return grid + (f"\n\nEvery cell rests on {n} backbone build{'s' * (n > 1)}." if n else "")
 
 
 def readme_current_section(readme: str | Path, detail: str = "") -> str:
