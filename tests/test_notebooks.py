@@ -27,7 +27,7 @@ from midas_nb.analysis.last import pib_table
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "aircraft_level", "builds", "backbone", "weights",
+PARAMETERS = ["profile", "data_root", "data_roots", "dataset", "aircraft_level", "builds", "build", "backbone", "weights",
               "backbone_kwargs", "depth", "budget", "seeds", "device", "precision", "output_dir"]
 # a notebook's own parameters, just before output_dir
 EXTRA_PARAMETERS = {"04_regime_sweeps": ["depths", "budgets"], "05_scale_sensitivity": ["other_backbones", "compare_with"],
@@ -77,7 +77,7 @@ def test_one_parameters_cell_then_the_study(path):
     nxt = next(c for c in nb.cells[tagged[0] + 1:] if c.cell_type == "code").source
     call = "Study(profile, data_root=data_root, data_roots=data_roots, dataset=dataset, backbone=backbone,"
     assert call in nxt and "weights=weights, backbone_kwargs=backbone_kwargs, depth=depth, budget=budget" in nxt
-    assert "\n              aircraft_level=aircraft_level, builds=builds,\n" in nxt  # -p aircraft_level, builds reach it
+    assert "\n              aircraft_level=aircraft_level, builds=builds, build=build,\n" in nxt  # -p aircraft_level, builds, build
     # profile settings among the parameters go to the study too (05: other_backbones)
     tail = "".join(f", {k}={k}" for k in EXTRA_PARAMETERS.get(path.stem, []) if k != "compare_with")
     assert f"seeds=seeds,\n              device=device, precision=precision{tail})" in nxt

@@ -843,3 +843,24 @@ def test_a_plain_root_of_another_dataset_is_named_as_that_datasets(tmp_path, cap
     # a root of no dataset's layout keeps the loader's own line
     assert "does not have the cub layout" in runspec.preflight(runspec.RunSpec(profile="quick", data_root=str(
         tmp_path)), ["00_quickstart.ipynb"])[0]
+
+
+def test_a_rebuild_on_other_seeds_is_one_notebook_parameter():
+    """Issue 51's rebuild comparison (builds 3-5 against 0-2): `-p build 3` was refused as an unknown notebook
+    parameter. Every notebook now takes `build` and hands it to its Study, and the protocol grid at the point then
+    plans builds 3, 4, 5, each a cell key of its own, none of them a key of builds 0-2."""
+    import json
+
+    import papermill as pm
+
+    from midas_nb.study.grid import sweep_cells
+
+    for nb in cli.notebook_paths():
+        assert "build" in pm.inspect_notebook(str(nb)), nb.name
+        code = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+        assert "build=build," in code, nb.name          # the parameter reaches the study
+    prof = dict(config.get_profile("smoke"), builds=3)
+    first, rebuild = (sweep_cells(dict(prof, build=k), "protocol", planned=True) for k in (0, 3))
+    assert sorted({c.params.get("build", 0) for c in first}) == [0, 1, 2]
+    assert sorted({c.params.get("build", 0) for c in rebuild}) == [3, 4, 5]
+    assert not {c.key for c in first} & {c.key for c in rebuild}
