@@ -739,7 +739,8 @@ def test_a_collapsed_scorer_is_counted_and_named_by_build_and_seed():
             rows.append(dict(_row("unsupervised", s, base, base + gap + rng.normal(0, 0.01, N_IMG)), build=b))
             rows.append(dict(_row("T5", s, base, base + 0.2), build=b))
     line = collapsed_scorers(pd.DataFrame(rows), n_boot=200)
-    assert line.startswith("Collapsed scorers (IDAUC resolvably at or below the random keep's on the same images")
+    assert line.startswith("Collapsed scorers (no more faithful than the random keep: IDAUC − random's on the same "
+                           "images resolvably below +0.01, the parity band")
     assert re.search(r"1 of 6 unsupervised scorers collapsed: build 1 seed 1 \(IDAUC − random's -0\.05\d "
                      r"\[-0\.05\d, -0\.04\d\] on 60 images\)\.$", line), line
     assert "T5" not in line
@@ -750,6 +751,9 @@ def test_a_collapsed_scorer_is_counted_and_named_by_build_and_seed():
             for r in rows]
     assert "2 of 6 T5 scorers collapsed: build 0 seed 0 (IDAUC − random's +0.005" in collapsed_scorers(
         pd.DataFrame(near), n_boot=200)
+    # random_map, the training-signal control, is meant to rank like a random map: never judged
+    ctrl = [dict(r, condition="random_map") for r in near if r["condition"] == "T5"]
+    assert "random_map" not in collapsed_scorers(pd.DataFrame(rows + ctrl), n_boot=200)
 
 
 def test_comovement_resamples_the_builds_once_for_every_condition_and_says_so():

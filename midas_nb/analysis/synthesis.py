@@ -164,9 +164,10 @@ def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | Non
     the same build on the same images — the upper end of :func:`paired_gap`'s interval of ``IDAUC − IDAUC(random)``
     below the parity ``band`` (:data:`~midas_nb.metrics.PARITY_BAND`): its ranking carries no more of the
     classifier's evidence than a random one. Their rows stay in every interval. ``""`` without trained scorers;
-    ``reference`` and ``random`` are not trained and not judged; a table without ``build`` is build 0."""
+    ``reference`` and ``random`` are not trained and ``random_map`` (the training-signal control, trained to rank
+    like a random map) is expected at random's: none is judged; a table without ``build`` is build 0."""
     t = table.assign(build=table["build"] if "build" in table.columns else 0)
-    trained, rand = t[~t["condition"].isin(["reference", "random"])], t[t["condition"] == "random"]
+    trained, rand = t[~t["condition"].isin(["reference", "random", "random_map"])], t[t["condition"] == "random"]
     if rand.empty or trained.empty:
         return "Collapsed scorers: no random rows to judge them against." if len(trained) else ""
     out = []
@@ -179,8 +180,8 @@ def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | Non
         if bad:
             n = g.groupby(["build", "seed"]).ngroups
             out.append(f"{len(bad)} of {n} {cond} scorer{'s' * (n > 1)} collapsed: " + ", ".join(bad))
-    return ("Collapsed scorers (IDAUC resolvably at or below the random keep's on the same images; their rows stay "
-            "in every interval): " + ("; ".join(out) if out else
+    return ("Collapsed scorers (no more faithful than the random keep: IDAUC − random's on the same images "
+            f"resolvably below +{parity_band(band):g}, the parity band; their rows stay in every interval): " + ("; ".join(out) if out else
                                       f"none of the {trained.groupby(['condition', 'build', 'seed']).ngroups}") + ".")
 
 
