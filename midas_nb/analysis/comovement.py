@@ -4,9 +4,9 @@ Pearson ``r`` of the per-condition mean mIoU against mean IDAUC (DESIGN.md §6),
 interval that resamples the images (one draw shared by every condition, mIoU and IDAUC images
 drawn independently), the backbone builds (one draw shared by every condition: each build is one
 backbone all conditions are measured on; decision 0072) **and** each condition's seeds within a build
-(decision 0073): two seeds that disagree widen the interval as they widen ``D``'s. ``r`` is computed a second time without the control points
-(:data:`CONTROL_POINTS`): a correlation that is resolved with them and not without them rests on
-the controls, not on the targets.
+(decision 0073): two seeds that disagree widen the interval as they widen ``D``'s. ``r`` is computed a
+second time without the control points (:data:`CONTROL_POINTS`): a correlation that is resolved with them
+and not without them rests on the controls, not on the targets.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _seed_matrix(per_seed: Mapping[int, Mapping[str, float]], ids: Sequence[str]
 
 
 def _build(key: Any) -> Any:
-    """The backbone build of a seed key (``(build, seed)``, :func:`midas_nb.analysis.per_seed_values`; a plain seed: 0)."""
+    """The backbone build of a seed key (``(build, seed)``, :func:`midas_nb.analysis.per_seed_values`; a plain
+    seed: 0)."""
     return key[0] if isinstance(key, tuple) else 0
 
 
@@ -91,7 +92,8 @@ def comovement(miou: Mapping[str, Mapping[int, Mapping[str, float]]], idauc: Map
 
     Returns:
         ``r`` (of the means over seeds of the per-seed image means, on the images every condition
-        measured), ``r_lo`` / ``r_hi``, ``n_builds`` (the builds resampled), ``resampled`` (what the interval resamples, in words), ``reading`` (``"move together"``, ``"trade off"``,
+        measured), ``r_lo`` / ``r_hi``, ``n_builds`` (the builds resampled), ``resampled`` (what the
+        interval resamples, in words), ``reading`` (``"move together"``, ``"trade off"``,
         ``"not resolved"``, ``"undefined"``, with ``reason``), ``n_conditions``, ``conditions``,
         ``n_miou_images``, ``n_idauc_images``; ``without_controls``: the same four for the
         conditions other than :data:`CONTROL_POINTS` (``{}`` when fewer than 3 remain or none
