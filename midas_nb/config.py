@@ -19,9 +19,9 @@ from .point import MIN_BUDGET, Budget, Point, did_you_mean, is_int, is_number, s
 __all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
            "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
            "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
-           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "RunProfile",
-           "Schedule", "Checked", "DataRoots", "check_weights", "check_lines", "expect", "problem",
-           "check_device", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
+           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "RunProfile", "Schedule",
+           "Checked", "DataRoots", "BackboneName", "DirPath", "DeviceName", "WeightsFiles", "check_lines",
+           "expect", "problem", "check_device", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -303,6 +303,11 @@ def _list_of(item: Any, what: str) -> Any:
 
 _NAMES = Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1),
                    expect("a non-empty list of names")]
+#: a backbone's name, a directory (of a profile or a run file: one check, one line)
+BackboneName = Annotated[StrictStr, Field(min_length=1), expect("a backbone name")]
+DirPath = Annotated[Any, expect("a directory path", lambda v: v is None or is_path(v))]
+#: a device's name, not looked for on this machine (of a profile or a run file; :func:`check_device`)
+DeviceName = Annotated[Any, AfterValidator(lambda v: check_lines(check_device(v, here=False), v))]
 _CAPS = "None (all), an integer >= 1 or {dataset: integer >= 1}"
 _CAP = Annotated[Optional[int], expect(_CAPS, lambda v: v is None or (is_int(v) and v >= 1))]
 _BUDGET = Annotated[Budget, PlainValidator(Budget)]
@@ -314,12 +319,18 @@ DataRoots = Annotated[dict, expect("a mapping {dataset: directory}"), AfterValid
     for k, x in v.items() if k not in PAPER_DATASETS or not is_path(x)], v))]
 
 
-def check_weights(weights: dict) -> dict:
-    """``weights`` (``{backbone: weights file}``, of a profile or a run file) when every entry is one, else
-    a validator's problem naming each wrong entry."""
+def _check_weights(weights: Any) -> Any:
+    """``weights`` (``{backbone: weights file}``, or one file: of a profile or a run file) when every entry is
+    one, else a validator's problem naming each wrong entry."""
     return check_lines([f"weights.{k}: expected a weights file path, got {show_value(x)}" if isinstance(k, str) and k
                         else f"weights: expected backbone names as keys, got {show_value(k)}"
-                        for k, x in weights.items() if not (isinstance(k, str) and k and is_path(x))], weights)
+                        for k, x in weights.items() if not (isinstance(k, str) and k and is_path(x))], weights) \
+        if isinstance(weights, dict) else weights
+
+
+#: ``weights``: a mapping ``{backbone: file}`` or one file (the study's backbone's)
+WeightsFiles = Annotated[Any, expect("a mapping {backbone: file} or a file path", lambda v: is_path(v) or isinstance(
+    v, dict)), AfterValidator(_check_weights)]
 
 
 class Checked(BaseModel):
@@ -386,7 +397,7 @@ class RunProfile(Checked):
     run_kind: Any = None
     # data and backbone names; the sweeps' lists of them
     dataset: _one_of(*DATASET_NAMES) = None
-    backbone: Annotated[StrictStr, Field(min_length=1), expect("a backbone name")] = None
+    backbone: BackboneName = None
     scale_backbones: Optional[_NAMES] = None
     backbones: Optional[_NAMES] = None
     datasets: Optional[_NAMES] = None
@@ -425,9 +436,9 @@ class RunProfile(Checked):
     synthetic_finetune: _SCHEDULE = None
     scorer_train: _SCHEDULE = None
     # paths
-    data_root: Annotated[Any, expect("a directory path", lambda v: v is None or is_path(v))] = None
+    data_root: DirPath = None
     data_roots: DataRoots = None
-    weights: Annotated[dict, expect("a mapping {backbone: file} or a file path"), AfterValidator(check_weights)] = None
+    weights: WeightsFiles = None
     pretrained: Annotated[Optional[Literal["hub"]], expect("'hub' or None")] = None
     backbone_kwargs: Annotated[dict, expect("a mapping of timm VisionTransformer arguments")] = None
     device: Any = None   # a name of this machine: check_device

@@ -66,6 +66,10 @@ def _run(args, capsys):
     pytest.param(["--device", "cuda"], "device: 'cuda' was asked for but this machine has no CUDA device",
                  marks=pytest.mark.skipif(not NO_CUDA, reason="this machine has CUDA")),
     (["--device", "gpu"], "device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got 'gpu' (str)"),
+    # the run description and the profile check a name with one rule: said once, not once by each
+    (["--device", ""], "device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got '' (str)"),
+    (["--backbone", ""], "backbone: expected a backbone name, got '' (str)"),
+    (["-p", "data_root", ""], "data_root: expected a directory path, got '' (str)"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_kernel(args, expected, tmp_path, capsys, no_kernel):
     out = tmp_path / "out"
@@ -382,8 +386,8 @@ def test_the_input_size_follows_the_profile_and_a_224_file_loads(tmp_path):
     ("profile: [smoke]\n", ["profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], got ['smoke'] (list)"]),
     ("profile: smoke\ndataset: [cub]\n", ["dataset: expected one of ['cub', 'aircraft', 'cars', 'synthetic'], "
                                          "got ['cub'] (list)"]),
-    ("data_root: 5\noutput: 5\n", ["data_root: expected a directory path (a non-empty string), got 5 (int)",
-                                   "output: expected a directory path (a non-empty string), got 5 (int)"]),
+    ("data_root: 5\noutput: 5\n", ["data_root: expected a directory path, got 5 (int)",
+                                   "output: expected a directory path, got 5 (int)"]),
     ("profile: smoke\ndata_roots: {cub: }\n", ["data_roots.cub: expected a directory path, got None (NoneType)"]),
     ("profile: smoke\nweights: {vit_smoke: [1]}\n", ["weights.vit_smoke: expected a weights file path, got [1] (list)"]),
     ("profile: smoke\nparams: [1]\ncell_timeout: 0\n", ["params: expected a mapping of notebook parameters",

@@ -22,8 +22,8 @@ import pytest
 
 from midas_nb.config import get_profile
 from midas_nb.study import make_grid, RunSettings
-from midas_nb.sweeps import (ResultStore, SweepCell, atomic_write_text, format_status, open_store, run_sweep,
-                             submit_sweep)
+from midas_nb.identity import atomic_write_text
+from midas_nb.sweeps import ResultStore, SweepCell, format_status, open_store, run_sweep, submit_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -78,7 +78,7 @@ def wait_for(cond, what: str, timeout: float = 90.0) -> None:
 
 def assert_store_clean(store: ResultStore, cells: list[SweepCell]) -> None:
     """Every cell done exactly once, every record a complete valid file, nothing stray."""
-    assert store.problems() == []
+    assert store.scan()[1] == []
     files = sorted(p.name for p in store.cells_dir.iterdir())
     assert files == sorted(f"{c.key}.json" for c in cells)
     for c in cells:
@@ -303,7 +303,7 @@ def test_corrupt_and_leftover_files_are_ignored_reported_and_recomputed(tmp_path
     assert status.complete and status.done == 3
     assert [count(markers, "finish", c) for c in cells] == [1, 2, 2]
     # the temp file is reported, never deleted (its writer may be alive) and never read
-    assert [Path(p["path"]).name for p in store.problems()] == [f".{cells[0].key}.json.abc123.tmp"]
+    assert [Path(p["path"]).name for p in store.scan()[1]] == [f".{cells[0].key}.json.abc123.tmp"]
 
 
 def test_a_record_is_used_only_where_its_key_is_its_cells_hash_and_its_digest_its_content(tmp_path):
@@ -324,7 +324,7 @@ def test_a_record_is_used_only_where_its_key_is_its_cells_hash_and_its_digest_it
     store.path(cells[2].key).write_text(json.dumps(dict(legacy, format="midas_nb.sweep_record/1")))
     undigested = json.loads(store.path(cells[3].key).read_text())
     store.path(cells[3].key).write_text(json.dumps({k: v for k, v in undigested.items() if k != "digest"}))
-    reasons = {Path(p["path"]).stem: p["reason"] for p in store.problems()}
+    reasons = {Path(p["path"]).stem: p["reason"] for p in store.scan()[1]}
     assert f"its cell hashes to {other.key}, not to its key" in reasons[cells[0].key]
     assert "its text does not match its digest" in reasons[cells[1].key] and cells[2].key not in reasons
     assert "its text does not match its digest" in reasons[cells[3].key]          # format 2 without its digest
@@ -379,7 +379,7 @@ def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path, ma
     # the killed sweep's claim on cell 1 is left behind, but its process is gone: nobody computes it
     assert store.running_path(cells[1].key).exists()
     assert [store.state(c.key) for c in cells] == ["done", "pending", "pending", "pending"]
-    assert store.problems() == []
+    assert store.scan()[1] == []
     assert "1 done" in format_status(store.status()) and "0 running, 3 pending" in format_status(store.status())
 
     (markers / f"block-{cells[1].key}").unlink()
@@ -456,11 +456,11 @@ def test_unreadable_grid_json_is_reported_and_its_cells_recovered(tmp_path, mark
     run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store)
     store.manifest_path.write_text("{not json", encoding="utf-8")
     assert {c.key for c in store.registered_cells()} == {c.key for c in cells}
-    (problem,) = [p for p in store.problems() if p["path"].endswith("grid.json")]
+    (problem,) = [p for p in store.scan()[1] if p["path"].endswith("grid.json")]
     assert "unreadable JSON" in problem["reason"] and "recovered from their 3 records" in problem["reason"]
     store.register(cells[:1])
     assert json.loads(store.manifest_path.read_text()).keys() == {c.key for c in cells}
-    assert not store.problems()
+    assert not store.scan()[1]
 
 
 def test_unserialisable_output_is_a_cell_failure(tmp_path):

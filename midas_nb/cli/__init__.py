@@ -45,11 +45,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_a_notebook(path: Path, e: Exception) -> str:
-    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-    return f"{path} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an .ipynb file"
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     say = functools.partial(_answer, f"sweep {args.action}")
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
@@ -59,12 +54,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         except ValueError as e:
             return say([str(e)])
         from ..study import cluster
+        from ..sweeps.slurm import SlurmNotFound
         from .runspec import parse_data_roots
 
         root, roots, problems = parse_data_roots(args.data_root or [])
-        if problems:
-            return say(problems)
-        return cluster.cmd_from_args(args, dict(data_root=root, data_roots=roots or None, device=args.device))
+        try:
+            return say(problems) if problems else cluster.cmd_from_args(
+                args, dict(data_root=root, data_roots=roots or None, device=args.device))
+        except (ValueError, FileNotFoundError, SlurmNotFound) as e:   # bad input: nothing was submitted
+            return say([str(e)])
     if args.profile and args.name and args.profile != args.name:
         return say([f"store {args.name!r} and --profile {args.profile!r} differ; expected one of them (a store is "
                     "named after its profile)"])
@@ -120,7 +118,8 @@ def _cmd_strip(args: argparse.Namespace) -> int:
         try:
             nbformat.read(p, as_version=4)
         except Exception as e:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, a schema error: one line
-            problems.append(_not_a_notebook(p, e))
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            problems.append(f"{p} is not a Jupyter notebook ({type(e).__name__}: {first}); expected an .ipynb file")
     if problems:
         return _answer("strip-solutions", problems)
     for p in paths:

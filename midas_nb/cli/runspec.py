@@ -47,10 +47,6 @@ def _one_of(names: Sequence[str], hint: Any = lambda v: "") -> Any:
     return Annotated[Any, config.expect(f"one of {names}", lambda v: isinstance(v, str) and v in names, hint)]
 
 
-_NAME = Annotated[Any, config.expect("a name (a string)", is_path)]
-_DIR = Annotated[Any, config.expect("a directory path (a non-empty string)", is_path)]
-
-
 class RunSpec(config.Checked):
     """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default.
     ``data_root``: the study's dataset's root; ``data_roots``: ``{dataset: root}``; ``weights``:
@@ -63,17 +59,16 @@ class RunSpec(config.Checked):
     profile: _one_of(sorted(config.PROFILES), lambda v: did_you_mean([v], config.PROFILES)
                      if isinstance(v, str) else "") = "quick"
     dataset: _one_of(list(DATASET_NAMES)) = None
-    backbone: _NAME = None
-    device: _NAME = None
+    backbone: config.BackboneName = None   # the profile's checks (a bad value is said once)
+    device: config.DeviceName = None
     notebooks: Annotated[Any, config.expect(
         "prefixes as a string '00,02' or a list of quoted strings ['00', '02']",
         lambda v: is_path(v) or (isinstance(v, list) and v and all(is_path(x) for x in v)),
         lambda v: " (YAML reads 00 and 02 as the numbers 0 and 2: quote them)" if v else "")] = None
-    data_root: _DIR = None
-    output: _DIR = None
+    data_root: config.DirPath = None
+    output: config.DirPath = None
     data_roots: Optional[config.DataRoots] = Field({})
-    weights: Annotated[Any, config.expect("a file path or a mapping {backbone: file}", lambda v: is_path(v) or isinstance(
-        v, dict)), AfterValidator(lambda v: config.check_weights(v) if isinstance(v, dict) else v)] = Field({})
+    weights: config.WeightsFiles = Field({})
     params: Annotated[Any, AfterValidator(_params)] = Field({})
     cell_timeout: Annotated[Any, config.expect("seconds > 0", lambda v: config.is_number(v) and v > 0)] = None
 

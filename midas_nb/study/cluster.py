@@ -40,18 +40,15 @@ def catalogue_status(profile: str) -> str:
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan``: print the plan; 0, or 2 with one line on bad input."""
-    try:
-        prof = config.get_profile(args.profile, **overrides)
-        sweeps = profile_sweeps(prof, sweep_names(args.sweep), planned=True)
-        max_array = max_array_size() if args.max_array_size is None else args.max_array_size
-        source = ("--max-array-size" if args.max_array_size is not None else "scontrol show config"
-                  if max_array != DEFAULT_MAX_ARRAY_SIZE else "Slurm's default; scontrol gave no other here")
-        text = plan_text(sweeps, cells_per_job=args.cells_per_job, max_array=max_array, max_array_source=source,
-                         store=_store(prof["profile"]), cost_table=load_cost_table(args.cost))
-    except (ValueError, FileNotFoundError) as e:
-        print(f"midas-nb sweep plan: {e}", file=sys.stderr)
-        return 2
+    """``midas-nb sweep plan``: print the plan; 0. Bad input raises ``ValueError`` / ``FileNotFoundError``
+    (the command line answers it: :func:`cmd_from_args`)."""
+    prof = config.get_profile(args.profile, **overrides)
+    sweeps = profile_sweeps(prof, sweep_names(args.sweep), planned=True)
+    max_array = max_array_size() if args.max_array_size is None else args.max_array_size
+    source = ("--max-array-size" if args.max_array_size is not None else "scontrol show config"
+              if max_array != DEFAULT_MAX_ARRAY_SIZE else "Slurm's default; scontrol gave no other here")
+    text = plan_text(sweeps, cells_per_job=args.cells_per_job, max_array=max_array, max_array_source=source,
+                     store=_store(prof["profile"]), cost_table=load_cost_table(args.cost))
     print(f"sweep plan for profile {prof['profile']} (device {prof['device']}; nothing submitted)\n{text}")
     return 0
 
@@ -59,36 +56,30 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     """``midas-nb sweep submit``: say what runs where (the sweeps, their cells, those done, the store), then submit
     (``slurm``: return at once) or run the named sweeps' cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a
-    local run left failed cells, 2 (one line) on bad input."""
-    from ..sweeps.slurm import SlurmNotFound
-
+    local run left failed cells; bad input raises as :func:`cmd_from_args` says."""
     slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
                  time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
     here = args.executor != "slurm"
-    try:
-        prof = config.get_profile(args.profile, **overrides)
-        if problems := config.RunProfile.problems(prof) or config.check_device(prof.get("device"), here=here):
-            raise config.ProfileError(problems)
-        sweeps = profile_sweeps(prof, sweep_names(args.sweep))
-        cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
-        store, name = ResultStore(name=prof["profile"]), prof["profile"]
-        done = int(store.status(cells)["status"].eq("done").sum())   # one scan of the store
-        where = (f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
-                 else "one cell after another") + "; Ctrl-C stops, the same command resumes)") if here else \
-            "submitting them to Slurm (returns once submitted)"
-        print(f"sweep submit: profile {name} (device {prof['device']}): "
-              + ", ".join(f"{n} {len(c)} cells" for n, c in sweeps.items()),
-              f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}",
-              f"  store {store.root}; follow it from another shell with: midas-nb sweep status {name}",
-              sep="\n", flush=True)
-        # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
-        lines = here and not (PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty())
-        with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
-            out = run_cells(prof, cells, wait=here, executor=args.executor, max_workers=args.workers, progress=True,
-                            slurm={k: v for k, v in slurm.items() if v is not None}, runner=ProtocolCellRunner(prof))
-    except (ValueError, FileNotFoundError, SlurmNotFound) as e:
-        print(f"midas-nb sweep submit: {e}", file=sys.stderr)
-        return 2
+    prof = config.get_profile(args.profile, **overrides)
+    if problems := config.RunProfile.problems(prof) or config.check_device(prof.get("device"), here=here):
+        raise config.ProfileError(problems)
+    sweeps = profile_sweeps(prof, sweep_names(args.sweep))
+    cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
+    store, name = ResultStore(name=prof["profile"]), prof["profile"]
+    done = int(store.status(cells)["status"].eq("done").sum())   # one scan of the store
+    where = (f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
+             else "one cell after another") + "; Ctrl-C stops, the same command resumes)") if here else \
+        "submitting them to Slurm (returns once submitted)"
+    print(f"sweep submit: profile {name} (device {prof['device']}): "
+          + ", ".join(f"{n} {len(c)} cells" for n, c in sweeps.items()),
+          f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}",
+          f"  store {store.root}; follow it from another shell with: midas-nb sweep status {name}",
+          sep="\n", flush=True)
+    # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
+    lines = here and not (PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty())
+    with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
+        out = run_cells(prof, cells, wait=here, executor=args.executor, max_workers=args.workers, progress=True,
+                        slurm={k: v for k, v in slurm.items() if v is not None}, runner=ProtocolCellRunner(prof))
     print(out[1] if here else out)
     if not here:
         print(f"follow it with: midas-nb sweep status {name} | midas-nb sweep wait {name}")
@@ -99,5 +90,7 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan|submit`` from the parsed command line (:data:`midas_nb.cli.args.COMMANDS`)."""
+    """``midas-nb sweep plan|submit`` from the parsed command line (:data:`midas_nb.cli.args.COMMANDS`). Raises
+    ``ValueError`` (a :class:`midas_nb.config.ProfileError` too), ``FileNotFoundError`` (``--cost``) or
+    :class:`midas_nb.sweeps.slurm.SlurmNotFound` on bad input, before anything is submitted."""
     return (_plan if args.action == "plan" else _submit)(args, overrides)

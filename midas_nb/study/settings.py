@@ -70,8 +70,6 @@ class SweepSettings:
     seeds: tuple[int, ...]
     conditions: tuple[str, ...]
     related_seeds: tuple[int, ...]
-    datasets: tuple[str, ...]
-    backbones: tuple[str, ...]
     scale_backbones: tuple[str, ...]
     other_backbones: bool
     compare_backbones: tuple[str, ...]
@@ -80,7 +78,6 @@ class SweepSettings:
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
         """The sweep lists of a profile mapping, typed, not checked; a list left out is the study's own."""
         seeds = tuple(int(s) for s in p["seeds"])
-        datasets, backbones = grid_spans(p)
         depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
         return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
                    budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),
@@ -88,7 +85,6 @@ class SweepSettings:
                    seeds=tuple(int(s) for s in p.get("sweep_seeds") or seeds),
                    conditions=tuple(p.get("sweep_conditions") or p["conditions"]),
                    related_seeds=tuple(int(s) for s in p.get("related_seeds") or seeds),
-                   datasets=tuple(datasets), backbones=tuple(backbones),
                    scale_backbones=tuple(p.get("scale_backbones") or [p["backbone"]]),
                    other_backbones=bool(p.get("other_backbones", True)),
                    compare_backbones=tuple(comparison_backbones(dict(p), planned=True)))

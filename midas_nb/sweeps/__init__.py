@@ -9,10 +9,8 @@ docs/decisions/0025-shared-result-store.md)::
 """
 from __future__ import annotations
 
-from ..identity import atomic_write_text
 from .executors import Submission, run_sweep, submit_sweep
-from .store import (RECORD_FORMAT, CellState, ExecutorKind, ResultStore, StoreStatus, SweepCell, format_status,
-                    open_store)
+from .store import ExecutorKind, ResultStore, StoreStatus, SweepCell, format_status, open_store
 
-__all__ = ["ExecutorKind", "CellState", "SweepCell", "ResultStore", "StoreStatus", "RECORD_FORMAT",
-           "atomic_write_text", "run_sweep", "submit_sweep", "Submission", "format_status", "open_store"]
+__all__ = ["ExecutorKind", "SweepCell", "ResultStore", "StoreStatus", "run_sweep", "submit_sweep", "Submission",
+           "format_status", "open_store"]

@@ -111,7 +111,7 @@ class ResultStore:
     s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
     worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's job). Invalid files
     (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
-    are ignored and listed by :meth:`problems`; a cell with an invalid record is pending. A format-1 record (no
+    are ignored and listed by :meth:`scan`; a cell with an invalid record is pending. A format-1 record (no
     digest) has its key checked.
     """
 
@@ -267,9 +267,6 @@ class ResultStore:
                                  reason=f"grid.json is {why}; the cells are recovered from their {len(records)} "
                                         "records (cells registered but never finished are not listed)"))
         return records, problems
-
-    def problems(self) -> list[dict[str, str]]:
-        return self.scan()[1]
 
     def state(self, key: str, rec: Any = _MISSING) -> CellState:
         """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending`` (``rec``: its
