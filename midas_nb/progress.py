@@ -4,7 +4,7 @@ Every long loop takes its bar from :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`
 modes (:func:`progress_mode`): ``"bar"`` (interactive), ``"off"`` (``TQDM_DISABLE``) or ``"lines"``
 (``MIDAS_PROGRESS=lines``, which wins over ``TQDM_DISABLE``): throttled plain lines such as
 ``distil hybrid_lite0_deit, build 1, epoch 7/24 (02:41, 3:12 left), loss=1.234``
-(docs/decisions/0023-batch-run-progress.md).
+(docs/decisions/0023-batch-run-progress.md; a step once: 0091-progress-lines-once-per-step.md).
 """
 from __future__ import annotations
 
