@@ -12,7 +12,8 @@ from midas_nb.results import compact, format_ci, full_text, images_note, leader_
 def test_format_ci_by_hand():
     assert format_ci(0.1534, 0.1481, 0.1579) == "0.153 [0.148, 0.158]"
     assert format_ci(0.1534) == "0.153" and format_ci(math.nan, 0, 1) == "n/a"
-    assert format_ci(-0.0004, -0.001, 0.0002) == "-0.000 [-0.001, 0.000]"      # the sign of a value below zero
+    assert format_ci(-0.0004, -0.001, 0.0002) == "-0.000 [-0.001, 0.0002]"     # a bound shows its side of 0
+    assert format_ci(-0.0004, -0.001, 0.0002, edges=()) == "-0.000 [-0.001, 0.000]"  # the sign of a value below 0
     assert format_ci(2.5, 1.0, 4.0, "+.2f") == "+2.50 [+1.00, +4.00]"
     assert format_ci(-0.001, fmt="+.2f") == "-0.00"
     assert format_ci(-1.234, -2.5, 0.4, "+.2f", " pp") == "-1.23 pp [-2.50, +0.40]"
@@ -20,10 +21,26 @@ def test_format_ci_by_hand():
 
 def test_findings_ci_text_is_format_ci_signed():
     """One interval formatter: ``ci_text`` (D in pp) is ``format_ci`` signed with two decimals; both keep the sign
-    of a bound below zero (REPORT.md's ``[-0.000, 0.006]``: an interval that reaches below 0)."""
+    of a bound below zero, and a bound that would print onto 0 shows its side (decision 0090)."""
     from midas_nb.analysis.findings import ci_text
-    assert ci_text(-0.004, -0.001, 0.0002) == "-0.00 [-0.00, +0.00]" == format_ci(-0.004, -0.001, 0.0002, "+.2f")
+    assert ci_text(-0.004, -0.001, 0.0002) == "-0.00 [-0.001, +0.0002]" == format_ci(-0.004, -0.001, 0.0002, "+.2f")
     assert ci_text(1.5, 0.25, 2.75, unit=" pp") == "+1.50 pp [+0.25, +2.75]" and ci_text(math.nan, 0, 1) == "n/a"
+
+
+def test_a_bound_never_prints_onto_the_edge_its_verdict_compares_it_with():
+    """Issue 51 (a fresh reader): "+0.2 pp [+0.0, +0.3]" did not say whether the lower bound was above 0, and a
+    ΔIDAUC bound of −0.0104 printed "−0.010", the band's edge, beside "not resolved". A bound that rounds onto an edge
+    it is not on gets the decimals that show its side (three more at most, then a strict mark); the mean, a bound far
+    from every edge and a bound on an edge print as before (decision 0090)."""
+    assert format_ci(0.2, 0.04, 0.3, "+.1f", " pp") == "+0.2 pp [+0.04, +0.3]"          # old: [+0.0, +0.3]
+    assert format_ci(0.2, -0.004, 0.3, "+.1f") == "+0.2 [-0.004, +0.3]"                  # old: [-0.0, +0.3]
+    assert format_ci(0.2, 0.0, 0.3, "+.1f") == "+0.2 [+0.0, +0.3]"                        # on the edge: as it is
+    assert format_ci(0.2, 1e-9, 0.3, "+.1f") == "+0.2 [>+0.0000, +0.3]"                   # too close: a strict mark
+    band = (0, -0.01)
+    assert format_ci(-0.005, -0.0104, 0.002, "+.3f", edges=band) == "-0.005 [-0.0104, +0.002]"   # below −0.01
+    assert format_ci(-0.005, -0.0096, 0.002, "+.3f", edges=band) == "-0.005 [-0.0096, +0.002]"   # above it
+    assert format_ci(-0.005, -0.0104, 0.002, "+.3f", edges=(0,)) == "-0.005 [-0.010, +0.002]"    # no band edge given
+    assert format_ci(0.002, 0.0004, 0.003, "+.3f", edges=()) == "+0.002 [+0.000, +0.003]"  # a lead: a tie as printed
 
 
 def test_compact_table_drops_empty_columns_and_uses_seed_means():

@@ -778,3 +778,89 @@ def test_comovement_resamples_the_builds_once_for_every_condition_and_says_so():
     assert row.startswith("r = +1.00 [+1.00, +1.00] over 6 conditions (images, 3 builds and seeds resampled)")
     one = comovement(per_seed_values(t[t["build"] == 0], "miou"), per_seed_values(t[t["build"] == 0], "idauc"))
     assert one["resampled"] == "images and seeds resampled"
+
+
+# --- the take-away of a fresh reader of the README's quick run (issue 51, decision 0090) ----------------------------
+def test_a_split_of_the_two_goals_off_the_main_point_says_it_is_a_regime_the_box_does_not_count():
+    """07 printed "L = 9, b = 25%: … both leads are resolved: the two goals part here" above a box whose winners row,
+    read at the main point L = 6, said "not resolved": two answers to one question. Given the main point, a resolved
+    split elsewhere says it is a regime off it, not counted in the box; at the main point the line is as before."""
+    from midas_nb.analysis import rule_splits
+
+    def cell(depth, fai_status="in band"):
+        return [dict(goal="coverage-first", depth=depth, budget=0.25, condition="T1", recommended=True, ties="",
+                     status="in band"),
+                dict(goal="faithfulness-first", depth=depth, budget=0.25, condition="T5", recommended=True, ties="",
+                     status=fai_status)]
+
+    advice = pd.DataFrame(cell(6) + cell(9) + cell(11, "not resolved"))
+    off = ("the two goals part in this regime, off the main point L = 6, b = 25% where the box reads the paper's two "
+           "winners: not counted there")
+    assert rule_splits(advice, (6, 0.25)).splitlines() == [
+        "L = 6, b = 25%: coverage-first T1, faithfulness-first T5 — both leads are resolved: the two goals part here",
+        f"L = 9, b = 25%: coverage-first T1, faithfulness-first T5 — both leads are resolved: {off}",
+        "L = 11, b = 25%: coverage-first T1, faithfulness-first T5 — T5 is not a coverage-first candidate "
+        f"(band not resolved) and T1 is resolvably less faithful: {off}"]
+    assert "off the main point" not in rule_splits(advice)                  # no main point given: as before
+
+
+def test_verdict_and_advice_text_print_the_side_of_a_bound_that_rounds_onto_its_edge():
+    """A claim said "holds" (D's lower bound 0.004 pp above 0) beside "[+0.00, …]", and a band "not resolved"
+    (ΔIDAUC's lower bound −0.0104 below −0.01) beside "[−0.010, …]": the printed interval read the other way. The
+    verdict text and the advice print the digits that show the side; a lead, decided as printed, keeps its
+    precision (decision 0085)."""
+    from midas_nb.analysis.synthesis import advice_lines
+    from midas_nb.analysis.verdict import _text
+    cond = pd.DataFrame([dict(condition="T5", D_pp=1.0, D_pp_lo=0.004, D_pp_hi=2.0, delta_idauc=-0.004,
+                              delta_idauc_lo=-0.0104, delta_idauc_hi=0.002, status="not resolved",
+                              reading="coverage up, parity not resolved")])
+    winners = dict(reading="undefined", coverage_winner=None, faithfulness_winner=None)
+    text = _text(cond, "T5", winners, dict(r=float("nan"), reason="none", reading="undefined"), False)
+    assert "D(T5) = +1.00 [+0.004, +2.00] pp, ΔIDAUC = -0.004 [-0.0104, +0.002], band: not resolved" in text
+    pick = dict(goal="coverage-first", recommended=True, condition="T5", D_pp=5.0, D_pp_lo=0.004, D_pp_hi=8.0,
+                status="in band", accuracy_vs_random=0.01, accuracy_vs_random_lo=0.0002, accuracy_vs_random_hi=0.02,
+                ties="")
+    line = advice_lines(pd.DataFrame([pick]))[0]
+    assert "D +5.00 pp [+0.004, +8.00], band in band" in line                             # old: [+0.00, +8.00]
+    assert "vs random top-k +0.010 [+0.000, +0.020] (not resolved)" in line                # a lead: as printed
+
+
+def test_the_notebooks_boxes_partition_the_papers_nine_claims_and_07_adds_up_02_and_04():
+    """02, 04, 05 and 07 each printed "k of the paper's 9 claims: …" over overlapping subsets (T5 parity and T1 in
+    all four), so no two tallies could be joined. One map (synthesis.CLAIM_BOXES) gives each claim to one box:
+    02, 03, 04 and 05 partition the nine, 07 counts 02's and 04's, each notebook's box passes its number, and 07's
+    table is 02's rows (from the protocol table) plus 04's (from the sweep), its counts their sums."""
+    import json
+    from pathlib import Path
+    from midas_nb.analysis.synthesis import CLAIM_BOXES, _SHORT, box, run_claims
+    nine = list(dict.fromkeys(_SHORT.values()))
+    owners = [c for nb in ("02", "03", "04", "05") for c in CLAIM_BOXES[nb]]
+    assert len(nine) == 9 and sorted(owners) == sorted(nine)               # each claim in exactly one box
+    assert CLAIM_BOXES["07"] == ("02", "04")
+    for nb in ("02", "03", "04", "05", "07"):
+        path = next((Path(__file__).resolve().parents[1] / "notebooks").glob(f"{nb}_*.ipynb"))
+        code = " ".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        assert f'notebook="{nb}"' in code, nb
+    point = _table({"reference": (0.10, 0.2), "T5": (0.16, 0.2), "T1": (0.08, 0.2), "T3": (0.17, 0.2)})
+    sweep = pd.concat([_table({"reference": (0.10, 0.2), "T5": (0.10 + g, 0.2), "T1": (0.09, 0.2)}, rng_seed=L)
+                       .assign(depth=L) for L, g in ((3, 0.07), (6, 0.05), (9, 0.01))], ignore_index=True)
+    v = claim_verdict(point, n_boot=300)
+    c02, c04 = run_claims(point, v, n_boot=300), run_claims(sweep, depth=6, budget=0.25, n_boot=300)
+    c07 = run_claims(point, v, n_boot=300, sweep=sweep, depth=6, budget=0.25)
+
+    def shown(claims, nb):
+        lines = box([], claims, None, nb).splitlines()
+        return lines[1], [r for r in lines[4:] if r.startswith("|")]
+
+    (h02, r02), (h04, r04), (h07, r07) = shown(c02, "02"), shown(c04, "04"), shown(c07, "07")
+    assert r07 == r02[:2] + r04 + r02[2:]                 # the same rows, each from the box that counts it
+    others = "the others counted in 02 (T5 parity, T1, winners, co-movement, T5's content), 03 (cosines), 05 (scale)"
+    assert h04.startswith(f"1 of the paper's 9 claims (04's: depth; not tested here: budget; {others}): ")
+    assert h07.startswith("5 of the paper's 9 claims (02's: T5 parity, T1, winners, co-movement; 04's: depth; not "
+                          "tested here: T5's content, budget; the others counted in 03 (cosines), 05 (scale)): ")
+    counts = [re.findall(r"(\d+) (hold|holds|not resolved|opposite of the paper|does not hold|do not hold)",
+                         h.rpartition("): ")[2]) for h in (h02, h04, h07)]
+    total = {}
+    for k, v_ in counts[0] + counts[1]:
+        total[v_.replace("holds", "hold")] = total.get(v_.replace("holds", "hold"), 0) + int(k)
+    assert total == {v_.replace("holds", "hold"): int(k) for k, v_ in counts[2]}

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from ..metrics import CHECKPOINT_COLUMNS, decoupling_D, parity_band
-from ..results import aggregate_seeds
+from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
+from ..results import aggregate_seeds, format_ci
 from .verdict import lead_resolved, paired_gap
 
 
@@ -31,13 +33,6 @@ def _label(row: pd.Series) -> str:
     rel = str(row.get("relaxation", "") or "")
     s = cond if not tgt or tgt in ("nan", cond) else f"{cond} ({tgt})"
     return s if not rel or rel == "nan" else f"{s}, {rel}"
-
-
-def _ci(row: pd.Series, m: str) -> str:
-    lo, hi = row.get(f"{m}_lo", _NaN), row.get(f"{m}_hi", _NaN)
-    if pd.isna(lo) or pd.isna(hi):
-        return ""
-    return f" [{lo:.3f}, {hi:.3f}]"
 
 
 def recommend_deployment(
@@ -80,7 +75,8 @@ def recommend_deployment(
     Returns:
         ``(advice, text)``: ``advice`` has one row per (cell, goal) with the evidence —
         ``goal``, cell and condition columns, ``recommended``, ``D_pp``, ``D_pp_lo``,
-        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``status``, ``miou``, ``miou_lo``, ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
+        ``D_pp_hi``, ``delta_idauc``, ``delta_idauc_lo``, ``delta_idauc_hi``, ``status``, ``miou``, ``miou_lo``,
+        ``miou_hi``, ``idauc``, ``idauc_lo``, ``idauc_hi``
         (intervals: :func:`aggregate_seeds`, seeds × images), ``n_seeds``, ``accuracy_vs_random``
         (+ ``_lo`` / ``_hi``: pruned accuracy minus the random top-k's of the cell, paired over seeds and
         images; NaN without ``random`` rows), ``speedup`` (pruned over unpruned throughput), ``fallback``,
@@ -141,7 +137,7 @@ def recommend_deployment(
             if len(ok):
                 pick = ok.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
                 why = (f"FALLBACK (no reference in this cell, D undefined): highest mIoU "
-                       f"{pick['miou']:.3f}{_ci(pick, 'miou')}")
+                       f"{format_ci(pick['miou'], pick.get('miou_lo'), pick.get('miou_hi'))}")
                 rows.append(_advice_row("coverage-first", ident, key, pick, True, where, why))
             else:
                 rows.append(_no_advice("coverage-first", ident, key, where,
@@ -163,19 +159,22 @@ def recommend_deployment(
     return advice, "\n".join(advice["reason"])
 
 
-def rule_splits(advice: pd.DataFrame) -> str:
+def rule_splits(advice: pd.DataFrame, point: tuple[int, float] | None = None) -> str:
     """Where the coverage-first and faithfulness-first picks of :func:`recommend_deployment` differ, and
     whether the run tells them apart: a pick in the other pick's ``ties`` (its paired lead not resolved)
     serves both goals there; a split is resolved only where neither pick ties with the other.
 
     Args:
         advice: the first return of :func:`recommend_deployment` (one row per cell and goal).
+        point: the main point ``(depth, budget)``, where the claims box reads the paper's "two different winners":
+            a resolved split at another cell is said to be a regime off it, not counted there (decision 0090).
 
     Returns:
         one line per cell where the two picks differ, or a line saying they agree in every cell.
     """
     by = [c for c in ("dataset", "backbone", "depth", "budget") if c in advice.columns]
     several = [c for c in ("dataset", "backbone") if c in by and advice[c].nunique() > 1]
+    main = "" if point is None else f"L = {int(point[0])}, b = {float(point[1]):.0%}"
     lines = []
     for ident, cell in advice[advice["recommended"].astype(bool)].groupby(by, sort=False):
         pick = dict(zip(cell["goal"], cell["condition"].astype(str)))
@@ -191,10 +190,14 @@ def rule_splits(advice: pd.DataFrame) -> str:
         ties_said = ([f"{fai} covers as much as {cov} within noise (paired mIoU)"]
                      if candidate and fai in ties[GOALS[0]] else []) + (
             [f"{cov} is as faithful as {fai} within noise (paired IDAUC)"] if cov in ties[GOALS[1]] else [])
+        off = main and not np.isclose([float(at.get("depth", -1)), float(at.get("budget", -1))], point).all()
+        part = ("the two goals part here" if not off else
+                f"the two goals part in this regime, off the main point {main} where the box reads the paper's "
+                "two winners: not counted there")
         reading = ("; ".join(ties_said) + ": a split of the means, not of the data" if ties_said else
-                   "both leads are resolved: the two goals part here" if candidate else
+                   f"both leads are resolved: {part}" if candidate else
                    f"{fai} is not a coverage-first candidate (band {status[GOALS[1]]}) and {cov} is resolvably "
-                   "less faithful: the two goals part here")
+                   f"less faithful: {part}")
         lines.append(f"{where}: coverage-first {cov}, faithfulness-first {fai} — {reading}")
     return "\n".join(lines) or "The two rules pick the same condition in every cell."
 
@@ -212,20 +215,21 @@ def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: l
     pick = cands.sort_values(["D_pp", "idauc"], ascending=False, kind="stable").iloc[0]
     unresolved = ""
     if pick.get("status") == "not resolved":
-        unresolved = (f"; band NOT RESOLVED (no candidate's band is): ΔIDAUC 95 % CI "
-                      f"[{pick['delta_idauc_lo']:+.3f}, {pick['delta_idauc_hi']:+.3f}]")
+        unresolved = (f"; band NOT RESOLVED (no candidate's band is): ΔIDAUC (95 % CI) "
+                      f"{format_ci(*pick[list(_DI)], '+.3f', edges=(0, -band))}")
     elif pick.get("status") == "uninformative":
         unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
     passed = inside[(inside["D_pp"] > pick["D_pp"]) & (inside["status"] != "in band")]
     unresolved += "".join(f"; passed over {_label(r)} (higher mean D {r['D_pp']:+.2f} pp, band {r['status']}: "
-                          f"ΔIDAUC [{r['delta_idauc_lo']:+.3f}, {r['delta_idauc_hi']:+.3f}])"
+                          f"ΔIDAUC {format_ci(*r[list(_DI)], '+.3f', edges=(0, -band))})"
                           for _, r in passed.iterrows())
     ties = _ties(table, ident, key, pick, cands, "miou", n_boot)
     why = ((f"highest mean D of the {_among(cands)}" if len(cands) > 1 else "the only condition")
            + (" with status in band (metrics.band_rule()): " if len(resolved) else
               " at parity by the mean ΔIDAUC: ")
-           + f"D={pick['D_pp']:+.2f} pp{_pp_ci(pick)}, ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}"
-           f"{unresolved}; mIoU {pick['miou']:.3f}{_ci(pick, 'miou')}{_tie_note(ties, 'mIoU')}")
+           + f"D={format_ci(pick['D_pp'], pick['D_pp_lo'], pick['D_pp_hi'], '+.2f', ' pp')}, "
+           f"ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
+           f"mIoU {format_ci(pick['miou'], pick['miou_lo'], pick['miou_hi'])}{_tie_note(ties, 'mIoU')}")
     return _advice_row("coverage-first", ident, key, pick, False, where, why, ties,
                        _cost(table, ident, key, pick, n_boot))
 
@@ -237,14 +241,14 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
     ties = ok[ok["idauc"] >= best - tie_tol]
     pick = ties.sort_values(["miou", "idauc"], ascending=False, kind="stable").iloc[0]
     if len(ties) == 1:
-        return pick, f"highest mean IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')} of the {_among(ok)}"
+        return pick, f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}"
     top = ok.loc[ok["idauc"].idxmax()]
     if pick.name == top.name:           # the highest IDAUC also has the highest mIoU of its ties
-        return pick, (f"highest mean IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')} of the {_among(ok)}; "
+        return pick, (f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}; "
                       f"{len(ties) - 1} other "
                       f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, "
                       f"its mIoU {pick['miou']:.3f} the highest among them")
-    return pick, (f"IDAUC {pick['idauc']:.3f}{_ci(pick, 'idauc')}, within {tie_tol:g} of the highest mean "
+    return pick, (f"IDAUC {format_ci(*pick[list(_IDAUC)])}, within {tie_tol:g} of the highest mean "
                   f"({_label(top)} {best:.3f}) of the {_among(ok)}; {len(ties)} conditions tie there, highest mIoU "
                   f"{pick['miou']:.3f} breaks the tie")
 
@@ -259,12 +263,9 @@ def _by_checkpoint(table: pd.DataFrame, by: list[str]) -> tuple[pd.DataFrame, li
     return table, by
 
 
-_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status", "miou", "miou_lo", "miou_hi", "idauc", "idauc_lo", "idauc_hi", "n_seeds")
-
-
-def _pp_ci(row: pd.Series) -> str:
-    lo, hi = row.get("D_pp_lo", _NaN), row.get("D_pp_hi", _NaN)
-    return "" if pd.isna(lo) or pd.isna(hi) else f" [{lo:+.2f}, {hi:+.2f}]"
+#: a value and its interval's columns, in :func:`~midas_nb.results.format_ci`'s order
+_DI, _IDAUC = ("delta_idauc", "delta_idauc_lo", "delta_idauc_hi"), ("idauc", "idauc_lo", "idauc_hi")
+_EVIDENCE = ("D_pp", "D_pp_lo", "D_pp_hi", *_DI, "status", "miou", "miou_lo", "miou_hi", *_IDAUC, "n_seeds")
 
 
 def _advice_row(goal: str, ident: dict, key: list[str], pick: pd.Series, fallback: bool, where: str,
@@ -290,8 +291,9 @@ def _cost(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, n_b
         m, lo, hi, n = paired_gap(mine, rand, "accuracy", n_boot=n_boot)
         if n:
             out.update(accuracy_vs_random=m, accuracy_vs_random_lo=lo, accuracy_vs_random_hi=hi)
-            said.append(f"pruned accuracy vs random top-k {m:+.3f} [{lo:+.3f}, {hi:+.3f}] "
-                        + ("(beats it)" if lead_resolved(lo, hi) else "(below it)" if hi < 0 else "(not resolved)"))
+            said.append(f"pruned accuracy vs random top-k {format_ci(m, lo, hi, '+.3f', edges=())} "   # as printed
+                        + {"positive": "(beats it)", "negative": "(below it)"}.get(_sign(lo, hi, LEAD_DIGITS),
+                                                                                   "(not resolved)"))
     if "speedup" in mine.columns and mine["speedup"].notna().any():
         out["speedup"] = float(mine["speedup"].mean())
         said.append(f"speed-up {out['speedup']:.2f}×")

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..metrics import decoupling_D
 from ..metrics.stats import interval_sign, is_finite_number
+from ..results import format_ci
 
 __all__ = ["CONTROL_COLUMNS", "decoupling_with_controls", "two_verdicts"]
 
@@ -86,8 +87,7 @@ def two_verdicts(d: pd.DataFrame, focus: str = "T5", control: str = "random_map"
         return ""
     r = d.set_index("condition").loc[focus]
     lo, hi = r[f"D_pp_lo_vs_{control}"], r[f"D_pp_hi_vs_{control}"]
-    num = (f"{r[col]:+.2f} pp [{lo:+.2f}, {hi:+.2f}]" if is_finite_number(lo) and is_finite_number(hi)
-           else f"{r[col]:+.2f} pp")
+    num = format_ci(r[col], lo, hi, "+.2f", " pp")
     gain = {"positive": "resolvably above the control", "negative": "resolvably below the control",
             "not resolved": "not resolved: the interval holds 0"}.get(interval_sign(lo, hi), "undefined")
     return (f"Two verdicts for {focus}: coverage — D vs {control} {num}, {gain}; it answers \"{focus}'s content "

@@ -153,9 +153,9 @@ def is_number(x: Any) -> bool:
         return False
 
 
-def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "") -> str:
+def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "", edges: Sequence[float] = (0.0,)) -> str:
     """:func:`~midas_nb.results.format_ci`, signed with two decimals by default: ``"+1.23 pp [+0.40, +2.10]"``."""
-    return format_ci(m, lo, hi, fmt, unit)
+    return format_ci(m, lo, hi, fmt, unit, edges)
 
 
 def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:

@@ -19,10 +19,9 @@ from ..metrics import parity_band
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, lead_resolved, paired_gap
 
-__all__ = ["CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "collapsed_scorers", "content_vs_signal",
-           "cosine_depths",
-           "cosine_scope", "headline", "leak_test", "probe_claims", "advice_lines", "content_from_d", "pib_trade",
-           "run_claims"]
+__all__ = ["CLAIM_BOXES", "CLAIM_VERDICTS", "box", "claims_markdown", "claims_table", "collapsed_scorers",
+           "content_vs_signal", "cosine_depths", "cosine_scope", "headline", "leak_test", "probe_claims",
+           "advice_lines", "content_from_d", "pib_trade", "run_claims"]
 
 #: the words of the verdict column, in the order a headline counts them
 CLAIM_VERDICTS = ("holds", "opposite of the paper", "does not hold", "not resolved", "uninformative", "not counted",
@@ -39,8 +38,8 @@ _FINDING_CLAIMS = {
     "cosine_small": ("hidden- and attention-gradient rankings unrelated", f"|cos| ≤ {PAPER_COSINE_MAX}", "cosines"),
     # what D(T5) does along an axis, in pp (and as a share of the IoU ceiling along the budget): the paper reads its
     # fall as the decoupling fading, which needs a decoupling to fade (02's verdict; decision 0079)
-    "fades_deep": ("D(T5) falls with depth", "the decoupling fades: D(T5) smaller at L ∈ {9, 11} than at L ∈ {3, 6}",
-                   "depth"),
+    "fades_deep": ("D(T5) falls with depth",
+                   "the decoupling fades: D(T5) smaller at L ∈ {9, 11} than at L ∈ {3, 6}", "depth"),
     "fades_loose": ("D(T5) falls with the budget (pp and share of the IoU ceiling)",
                     "the decoupling fades: D(T5) smaller at b ≥ 50 % than at b ≤ 25 %", "budget"),
     "scale": ("reproduces on DeiT-Ti, reverses on ViT-B", "D(T5) > 0 on DeiT-Ti, lost on ViT-B", "scale"),
@@ -56,10 +55,10 @@ def _paper(fid: str, dataset: str) -> str:
                                                               if paper_status(cond, dataset) else "")
 
 
-def _pp(m_lo_hi: Sequence[float], fmt: str = "+.2f") -> str:
-    """A difference of mIoU fractions ``(m, lo, hi)`` in percentage points, as ``D`` is printed (a lead between two
-    scorers: ``"+.1f"``, the precision :func:`~midas_nb.analysis.verdict.lead_resolved` decides it at)."""
-    return ci_text(*(100 * float(x) for x in m_lo_hi), fmt, unit=" pp")
+def _pp(m_lo_hi: Sequence[float], lead: bool = False) -> str:
+    """A difference of mIoU fractions ``(m, lo, hi)`` in percentage points, as ``D`` is printed (a ``lead`` between two
+    scorers: at 0.1 pp, the precision :func:`~midas_nb.analysis.verdict.lead_resolved` decides it at, as printed)."""
+    return ci_text(*(100 * float(x) for x in m_lo_hi), "+.1f" if lead else "+.2f", " pp", () if lead else (0.0,))
 
 
 def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: str = "T5",
@@ -104,7 +103,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     head = (f"Target content against training signal (mIoU as a fraction, differences in pp as D): the {focus} "
             f"scorer covers {r['scorer_miou']:.3f}, the {control} control {r['control_miou']:.3f} (gain {_pp(g)}); "
             f"{focus}'s own top-k covers "
-            f"{ci_text(r['target_miou'], r['target_miou_lo'], r['target_miou_hi'], '.3f')}, "
+            f"{ci_text(*r[['target_miou', 'target_miou_lo', 'target_miou_hi']], '.3f', edges=(r['control_miou'],))}, "
             + ("resolvably more than the control" if own_above else "not resolvably more than the control"))
     sign = _sign(g[1], g[2])
     if sign != "positive":
@@ -121,7 +120,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     key = ("not resolved" if not out["vs_others"] else "specifically" if not out["ties"] else
            "any structured target" if ties_above else "not resolved")
     out["reading"] = f"{focus} specifically" if key == "specifically" else key
-    said = "; ".join(f"{focus} − {t} {_pp(v, '+.1f')}" for t, v in out["vs_others"].items())
+    said = "; ".join(f"{focus} − {t} {_pp(v, lead=True)}" for t, v in out["vs_others"].items())
     out["sentence"] = head + (f"; against the other targets' scorers: {said}" if said else
                               "; no other target's scorer to compare with") + f" → {out['reading']}" + {
         "specifically": f": {focus}'s content adds coverage that the other targets' do not.",
@@ -176,13 +175,15 @@ def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | Non
         for i, ((b, s), r) in enumerate(g.groupby(["build", "seed"])):
             m, lo, hi, n = paired_gap(r, rand[rand["build"] == b], "idauc", n_boot=n_boot, seed=i)
             if is_number(hi) and hi < parity_band(band):
-                bad.append(f"build {b} seed {s} (IDAUC − random's {ci_text(m, lo, hi, '+.3f')} on {n} images)")
+                gap = ci_text(m, lo, hi, "+.3f", edges=(0, parity_band(band)))
+                bad.append(f"build {b} seed {s} (IDAUC − random's {gap} on {n} images)")
         if bad:
             n = g.groupby(["build", "seed"]).ngroups
             out.append(f"{len(bad)} of {n} {cond} scorer{'s' * (n > 1)} collapsed: " + ", ".join(bad))
     return ("Collapsed scorers (no more faithful than the random keep: IDAUC − random's on the same images "
-            f"resolvably below +{parity_band(band):g}, the parity band; their rows stay in every interval): " + ("; ".join(out) if out else
-                                      f"none of the {trained.groupby(['condition', 'build', 'seed']).ngroups}") + ".")
+            f"resolvably below +{parity_band(band):g}, the parity band; their rows stay in every interval): "
+            + ("; ".join(out) if out else f"none of the {trained.groupby(['condition', 'build', 'seed']).ngroups}")
+            + ".")
 
 
 def _winners_row(v: ClaimVerdict) -> list[str]:
@@ -252,9 +253,11 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
         g = content.get("gain", (np.nan,) * 3)
         run = str(content.get("reading", "undefined"))
         if is_number(g[0]):      # the gain, and the other targets' scorers that gain as much (its reading's reason)
-            shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], '+.1f')}" for t in content.get("ties_above", []))
+            shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], lead=True)}"
+                               for t in content.get("ties_above", []))
             run = (f"scorer − random-map control {_pp(g)}" + (f", but other targets' scorers gain as well and T5's "
-                                                             f"does not resolvably beat them ({shared})" if shared else "")
+                                                             f"does not resolvably beat them ({shared})"
+                                                             if shared else "")
                    + f": {run}")
         rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content", run,
                      "holds" if str(content.get("reading")).endswith("specifically") else
@@ -270,19 +273,25 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
 
 def run_claims(rows: pd.DataFrame, verdict: ClaimVerdict | None = None, content: Mapping[str, Any] | None = None,
                *, depth: int | None = None, budget: float | None = None, n_boot: int = 1000,
-               fitness: tuple[bool, str] | None = None) -> pd.DataFrame:
+               fitness: tuple[bool, str] | None = None, sweep: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`claims_table` of :func:`~midas_nb.analysis.findings.paper_findings` on ``rows`` (one dataset ×
     backbone; a protocol table, or a regime sweep for the depth and budget findings) at ``(depth, budget)``
     (default: the rows' first), with the verdict's and the content rows; ``fitness``: as :func:`claims_table`'s.
+    ``sweep``: the regime sweep the depth and budget findings are read from (07: the point's findings from the
+    protocol table as 02 reads them, the regime's from the sweep as 04 reads them; decision 0090).
 
     Raises:
         ValueError: as :func:`~midas_nb.analysis.findings.paper_findings`.
     """
     depth = int(rows["depth"].iloc[0]) if depth is None else int(depth)
     budget = float(rows["budget"].iloc[0]) if budget is None else float(budget)
+    regime = ["fades_deep", "fades_loose"]
     f = paper_findings(rows, depth=depth, budget=budget, n_boot=n_boot)
+    if sweep is not None and len(sweep):
+        swept = paper_findings(sweep, depth=depth, budget=budget, n_boot=n_boot)
+        f, rows = pd.concat([f[~f["finding"].isin(regime)], swept[swept["finding"].isin(regime)]]), sweep
     if len(rows[["depth", "budget"]].drop_duplicates()) < 2:          # one cell: no regime to judge
-        f = f[~f["finding"].isin(["fades_deep", "fades_loose"])]
+        f = f[~f["finding"].isin(regime)]
     return claims_table(f, verdict, content, fitness=fitness)
 
 
@@ -398,24 +407,53 @@ _SHORT = {**{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()
           "two different winners": "winners", "coverage and faithfulness decouple": "co-movement",
           CONTENT_CLAIM: "T5's content"}
 
+#: which notebook's box counts each of the paper's nine claims (decision 0090): 02, 03, 04 and 05 partition them, and
+#: 07 counts 02's and 04's (the claims its protocol table and regime sweep decide), so its tally is theirs added up
+CLAIM_BOXES = {"02": ("T5 parity", "T1", "winners", "co-movement", "T5's content"), "03": ("cosines",),
+               "04": ("depth", "budget"), "05": ("scale",), "07": ("02", "04")}
 
-def headline(claims: pd.DataFrame, shown: bool | None = None) -> str:
+
+def _short(claim: Any) -> str:
+    return _SHORT.get(str(claim).split(" (")[0], str(claim))
+
+
+def _owned(notebook: str) -> tuple[str, ...]:
+    """The boxes whose claims ``notebook``'s box counts (07: 02's and 04's); ``ValueError`` for another notebook."""
+    if notebook not in CLAIM_BOXES:
+        raise ValueError(f"no claims box for notebook {notebook!r}; expected one of {', '.join(CLAIM_BOXES)}")
+    return CLAIM_BOXES["07"] if notebook == "07" else (notebook,)
+
+
+def headline(claims: pd.DataFrame, shown: bool | None = None, notebook: str | None = None) -> str:
     """One short line: whether the run shows the decoupling (``shown``, :attr:`ClaimVerdict.decoupling_shown`;
     ``None``: not tested here), how many of the paper's claims (:data:`_SHORT`) the table holds, named, and which
-    it leaves to another box (a notebook tests some of them: 04 the regime rows, 05 the backbone's; decision 0085),
-    then how many hold, are the opposite of the paper, are not resolved. A claim two tables share is computed
-    from the same rows by the same function in both (decision 0079)."""
+    it leaves to another box, then how many hold, are the opposite of the paper, are not resolved. A ``notebook``'s
+    headline names its claims by the box that counts them and the others by theirs (:data:`CLAIM_BOXES`), so the
+    tallies of the notebooks add up (decision 0090). A claim two tables share is computed from the same rows by the
+    same function in both (decision 0079)."""
     if len(claims) and claims["verdict"].eq("not counted").all():
         shown = None            # a backbone that has not learned its task shows nothing either way (decision 0070)
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
-    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
-    names = [_SHORT.get(str(c).split(" (")[0], str(c)) for c in claims["claim"]]
+    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ",
+            None: ""}[shown]
+    names = [_short(c) for c in claims["claim"]]
     rest = [c for c in dict.fromkeys(_SHORT.values()) if c not in names]
     scope = ("none of the paper's claims" if not names else f"all {len(names)} of the paper's claims" if not rest
              else f"{len(names)} of the paper's {len(set(_SHORT.values()))} claims")
-    said = "; ".join(x for x in (", ".join(names), f"not in this table: {', '.join(rest)}" if rest and names else "") if x)
+    if notebook is None:
+        said = "; ".join(x for x in (", ".join(names), f"not in this table: {', '.join(rest)}" if rest and names
+                                     else "") if x)
+    else:
+        mine = _owned(notebook)
+        untested = [c for b in mine for c in CLAIM_BOXES[b] if c not in names]
+        said = "; ".join([f"{b}'s: {', '.join(c for c in CLAIM_BOXES[b] if c in names)}" for b in mine
+                          if set(CLAIM_BOXES[b]) & set(names)]
+                         + ([f"not tested here: {', '.join(untested)}"] if untested else [])
+                         + ["the others counted in " + ", ".join(f"{b} ({', '.join(c)})" for b, c in CLAIM_BOXES.items()
+                                                                 if b not in mine and b != "07")])
+        scope = scope.replace("none of the paper's claims", f"0 of the paper's {len(set(_SHORT.values()))} claims")
     return f"{lead}{scope}" + (f" ({said})" if said else "") + f": {counts or 'none tested'}."
 
 
@@ -426,12 +464,17 @@ def claims_markdown(claims: pd.DataFrame) -> str:
     return "\n".join(lines[:1] + ["|" + "---|" * len(claims.columns)] + lines[1:])
 
 
-def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | None = None) -> str:
+def box(lines: Sequence[str], claims: pd.DataFrame | None = None, shown: bool | None = None,
+        notebook: str | None = None) -> str:
     """The "what this run shows" box a notebook ends with: the :func:`headline` and the claims table where
-    ``claims`` is given, then ``lines`` (computed sentences), each on its own line."""
+    ``claims`` is given (a ``notebook``'s: only the rows of the claims its box counts, :data:`CLAIM_BOXES`), then
+    ``lines`` (computed sentences), each on its own line."""
     out = ["═" * 8 + " What this run shows (computed from its results) " + "═" * 8]
     if claims is not None:
-        out += [headline(claims, shown), claims_markdown(claims)]
+        if notebook is not None:
+            mine = {c for b in _owned(notebook) for c in CLAIM_BOXES[b]}
+            claims = claims[claims["claim"].map(_short).isin(mine)]
+        out += [headline(claims, shown, notebook), claims_markdown(claims)]
     return "\n".join(out + [f"• {s}" for s in lines if s])
 
 
@@ -477,9 +520,12 @@ def advice_lines(advice: pd.DataFrame) -> list[str]:
         bits = [f"D {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, band {r['status']}"]
         if is_number(r.get("accuracy_vs_random")):
             sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"], LEAD_DIGITS)   # as printed
-            bits.append(f"pruned accuracy vs random top-k {ci_text(r['accuracy_vs_random'], r['accuracy_vs_random_lo'], r['accuracy_vs_random_hi'], '+.3f')}"
+            acc = ci_text(*r[["accuracy_vs_random", "accuracy_vs_random_lo", "accuracy_vs_random_hi"]], "+.3f",
+                          edges=())
+            bits.append(f"pruned accuracy vs random top-k {acc}"
                         + {"positive": "", "negative": " (below it)"}.get(sign, " (not resolved)"))
         if is_number(r.get("speedup")):
             bits.append(f"speed-up {r['speedup']:.2f}×")
-        out.append(f"{r['goal']}: {r['condition']} — " + "; ".join(bits) + (f"; ties with {r['ties']}" if r["ties"] else ""))
+        out.append(f"{r['goal']}: {r['condition']} — " + "; ".join(bits)
+                   + (f"; ties with {r['ties']}" if r["ties"] else ""))
     return out

@@ -29,9 +29,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import band_resolution, bootstrap_ci, decoupling_D
+from ..metrics import PARITY_BAND, band_resolution, bootstrap_ci, decoupling_D, parity_band
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign, seed_image_interval
-from ..results import coverage_name
+from ..results import coverage_name, format_ci
 from .comovement import comovement
 
 __all__ = ["paired_gap", "ClaimVerdict", "claim_verdict", "targets_vs_scorers", "CONTROL_CONDITION",
@@ -166,9 +166,9 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
     return text + (" (band uninformative)" if status == "uninformative" else "")
 
 
-def _fmt(m: float, lo: float, hi: float, f: str = "+.3f") -> str:
-    return "n/a" if not np.isfinite(m) else f"{m:{f}} [{lo:{f}}, {hi:{f}}]" if np.isfinite(lo) and np.isfinite(hi) \
-        else f"{m:{f}}"
+def _lead(w: Mapping[str, Any], key: str) -> str:
+    """A paired lead ``w[key]`` with its interval, as :func:`lead_resolved` decides it: at three decimals as printed."""
+    return format_ci(w[key], w.get(f"{key}_lo"), w.get(f"{key}_hi"), "+.3f", edges=())
 
 
 def _means(per_image: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -288,7 +288,7 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
             continue
         runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
         ok = lead_resolved(lo, hi)
-        leads.append(f"{name} lead over {runner} {_fmt(winners[f'{m}_lead'], lo, hi)}"
+        leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}"
                      + ("" if ok else ", not resolved"))
         if not ok:
             ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
@@ -308,7 +308,7 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
         if ties:
             out.append(f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
                        f"{winners[f'{m}_runner_up']} "
-                       f"{_fmt(winners[f'{m}_lead'], winners[f'{m}_lead_lo'], winners[f'{m}_lead_hi'])})")
+                       f"{_lead(winners, f'{m}_lead')})")
     return ("; " + "; ".join(out)) if out else ""
 
 
@@ -318,12 +318,13 @@ def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
         return f"(c) co-movement: undefined ({co.get('reason', 'no values')})."
     ex = f" ({', '.join(co['excluded'])} left out: a lower bound, not a scorer)" if co.get("excluded") else ""
     text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate "
-            f"r = {_fmt(co['r'], co['r_lo'], co['r_hi'], '+.2f')} ({co.get('resampled', 'images and seeds resampled')})"
+            f"r = {format_ci(co['r'], co['r_lo'], co['r_hi'], '+.2f')} "
+            f"({co.get('resampled', 'images and seeds resampled')})"
             f" → {co['reading']}")
     w = co.get("without_controls") or {}
     if w:
         text += (f"; without {', '.join(w['left_out'])} ({w['n_conditions']} conditions): "
-                 f"r = {_fmt(w['r'], w['r_lo'], w['r_hi'], '+.2f')} → {w['reading']}")
+                 f"r = {format_ci(w['r'], w['r_lo'], w['r_hi'], '+.2f')} → {w['reading']}")
     return text + (" — the co-movement rests on the control points." if co.get("rests_on_controls") else ".")
 
 
@@ -340,13 +341,15 @@ def interval_levels(table: pd.DataFrame, skip: Sequence[str] = ("reference", *BA
 
 
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
-          shown: bool, coverage: str = "part mIoU", levels: str = "") -> str:
+          shown: bool, coverage: str = "part mIoU", levels: str = "", band: float = PARITY_BAND) -> str:
     lines = []
     if focus in set(cond["condition"]):
         r = cond.set_index("condition").loc[focus]
-        lines.append(f"(a) parity: D({focus}) = {_fmt(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], '+.2f')} pp, "
-                     f"ΔIDAUC = {_fmt(r['delta_idauc'], r['delta_idauc_lo'], r['delta_idauc_hi'])}, "
-                     f"band: {r['status']}{f' ({h})' if (h := band_resolution(r['delta_idauc_lo'], r['delta_idauc_hi'])) else ''} → {r['reading']}.")
+        di, lo, hi = r[["delta_idauc", "delta_idauc_lo", "delta_idauc_hi"]]
+        h = band_resolution(lo, hi)
+        lines.append(f"(a) parity: D({focus}) = {format_ci(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], '+.2f')} pp, "
+                     f"ΔIDAUC = {format_ci(di, lo, hi, '+.3f', edges=(0, -band))}, "
+                     f"band: {r['status']}{f' ({h})' if h else ''} → {r['reading']}.")
     else:
         lines.append(f"(a) parity: {focus} is not in this table.")
     cov, fai = winners.get("coverage_winner"), winners.get("faithfulness_winner")
@@ -354,9 +357,9 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
         lines.append(_one_winner_text(cov, winners))
     elif cov is not None:
         lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: {coverage} "
-                     f"{_fmt(winners['miou_diff'], winners['miou_diff_lo'], winners['miou_diff_hi'])} "
+                     f"{_lead(winners, 'miou_diff')} "
                      f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
-                     f"{_fmt(winners['idauc_diff'], winners['idauc_diff_lo'], winners['idauc_diff_hi'])} "
+                     f"{_lead(winners, 'idauc_diff')} "
                      f"({winners['n_idauc_images']} images) → {winners['reading']}"
                      + _tie_text(cov, fai, winners) + ".")
     else:
@@ -421,7 +424,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
     return ClaimVerdict(cond, winners, co, bool(shown),
                         _text(cond, focus, winners, co, bool(shown), coverage_name(table),
-                              interval_levels(table, (reference, *BASELINE_CONDITIONS))))
+                              interval_levels(table, (reference, *BASELINE_CONDITIONS)), parity_band(band)))
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:

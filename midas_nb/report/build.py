@@ -14,6 +14,7 @@ import pandas as pd
 
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
+from ..metrics import parity_band
 from ..study import grid_spans, ReportSettings, sweep_cells
 from ..sweeps import ResultStore
 from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
@@ -360,8 +361,9 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                         str(_first(at["full_accuracy"])) != "" else np.nan)
             d = d_by_condition(at, _CELL, band, n_boot)
             for r in d[~d["condition"].isin(["reference", "random"])].itertuples():
+                di = ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, "+.3f", edges=(0, -parity_band(band)))
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
-                                verdict=r.status, evidence=f"ΔIDAUC {ci_text(r.delta_idauc, r.delta_idauc_lo, r.delta_idauc_hi, '+.3f')}"
+                                verdict=r.status, evidence=f"ΔIDAUC {di}"
                                 + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
             pr = None
             if probes is not None and len(probes):

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..metrics import band_resolution, band_rule
+from ..metrics import PARITY_BAND, band_resolution, band_rule
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, finding_verdict, findings_paragraph, is_number, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
@@ -103,7 +103,8 @@ def _check_notes(t: pd.DataFrame) -> list[str]:
              zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
                  t["status_vs_random_map"]) if c != "random_map" and is_number(d)] if "D_vs_random_map_pp" in t else []
     # the band against the control rests on the control's own faithfulness check, not the reference's
-    control = parts and _first_check(t, "band_reason_vs_random_map", "status_vs_random_map", ["random_map", "reference"])
+    control = parts and _first_check(t, "band_reason_vs_random_map", "status_vs_random_map",
+                                     ["random_map", "reference"])
     return [f"Reference check: {check}.\n" if check else "", "D vs random_map (pp): " + "; ".join(parts) + ".\n"
             + (f"Control check (the band of this line): {control}.\n" if control else "") if parts else ""]
 
@@ -124,7 +125,8 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
         if compact:
             body.append([r["condition"], miou, idauc, _f(r["accuracy"], ".3f"), D, band, paper])
         else:
-            dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], fmt="+.3f")
+            dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], "+.3f",
+                                         edges=(0, -PARITY_BAND))
             body.append([r["condition"], _builds_seeds(r), miou, idauc,
                          ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
@@ -199,7 +201,8 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
     fit = fitness(tables)      # a backbone that has not learned its task counts no claim, T5's content included
     for ds, bb in blocks:
         claims = claims_table(tables["findings"][tables["findings"]["dataset"] == ds], backbone=bb,
-                              content=content_from_d(_block(tables, "three_conditions", ds, bb)), fitness=fit.get((ds, bb)))
+                              content=content_from_d(_block(tables, "three_conditions", ds, bb)),
+                              fitness=fit.get((ds, bb)))
         out += [f"{ds} · {bb}: {headline(claims)}\n", claims_markdown(claims) + "\n"]
     out += ["## Run\n", _md_table(["setting", "value"], list(g.items())) + "\n"]
     if missing:
@@ -296,7 +299,8 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
             "distilled student (`midas_nb.report.scale`); every verdict is computed from the rows.\n")
            if all(b in ran for b in every) else
            (f"Planned: the same protocol, data, seeds and sample sizes on {', '.join(every)} "
-            f"(`midas_nb.report.scale`). This run computed {', '.join(b for b in every if b in ran) or 'none of them'}; "
+            f"(`midas_nb.report.scale`). This run computed "
+            f"{', '.join(b for b in every if b in ran) or 'none of them'}; "
             "the others are marked \"not run\" below (`-p other_backbones true` adds them).\n")]
     for ds in dict.fromkeys(bt["dataset"]):
         t = bt[bt["dataset"] == ds]
@@ -349,7 +353,8 @@ def datasets_table(tables: Mapping[str, pd.DataFrame], fit: Mapping[tuple[str, s
         p, t = _prov(tables, ds, bb), _block(tables, "three_conditions", ds, bb)
         acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
         teacher, chance = p.get("teacher test top-1"), p.get("chance, majority share", "")
-        acc_text = acc + (f" (teacher {teacher})" if teacher else "") + (f"; chance, majority: {chance}" if chance else "")
+        acc_text = (acc + (f" (teacher {teacher})" if teacher else "")
+                    + (f"; chance, majority: {chance}" if chance else ""))
         if not fit.get((ds, bb), (True,))[0]:
             acc_text += " — has not learned the task: its findings are not counted"
         label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
@@ -384,7 +389,8 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
     p = _prov(tables, ds, bb)
     L, b = p.get("depth L, budget b", "?, ?").split(", ")
     intervals = (f"95 % intervals of a mean over seeds: {g.get(*_MEAN_INTERVAL)}; D's is paired per image and seed; "
-                 "over builds → seeds → images (one build: not the spread between builds; [decisions 0007](docs/decisions/0007-seed-image-interval.md), "
+                 "over builds → seeds → images (one build: not the spread between builds; "
+                 "[decisions 0007](docs/decisions/0007-seed-image-interval.md), "
                  "[0072](docs/decisions/0072-backbone-builds.md))")
     bands = band_rule(short=True)
     if len({d for d, _ in blocks}) > 1:
@@ -434,7 +440,8 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
         row_ns = {c[1] for c in cells if c}
         each = len(row_ns) > 1   # the row's cells differ: each says its own
         rows.append([st, *([] if len(ns) == 1 else ["per cell" if each else str(*row_ns)])]
-                    + ["—" if c is None else f"{c[0]} ({c[1]} build{'s' * (c[1] > 1)})" if each else c[0] for c in cells])
+                    + ["—" if c is None else f"{c[0]} ({c[1]} build{'s' * (c[1] > 1)})" if each else c[0]
+                       for c in cells])
     grid = _md_table(["finding", *([] if len(ns) == 1 else ["backbone builds"]), *cols], rows)
     n = ns.pop() if len(ns) == 1 else 0
     return grid + (f"\n\nEvery cell rests on {n} backbone build{'s' * (n > 1)}." if n else "")

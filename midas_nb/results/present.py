@@ -4,26 +4,45 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
 from .table import coverage_name
 
-def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, fmt: str = ".3f", unit: str = "") -> str:
+def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, fmt: str = ".3f", unit: str = "",
+              edges: Sequence[float] = (0.0,)) -> str:
     """``"0.153 [0.148, 0.158]"``: ``m`` in format ``fmt`` (``"+.2f"``: signed, two decimals) with ``unit``, then its
     interval where both bounds are numbers; ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a value that is not a
-    number. A negative value keeps its sign (``-0.0004``: ``-0.000``, a bound below zero), as REPORT.md prints it."""
+    number. A negative value keeps its sign (``-0.0004``: ``-0.000``), as REPORT.md prints it. A bound that would
+    print onto an edge a verdict compares it with (``edges``: 0; the parity band's −0.01 for ΔIDAUC) without lying
+    on it gets the decimals that show its side, three more at most, then a strict mark: ``[+0.04, +0.30]``, not
+    ``[+0.0, +0.3]`` (decision 0090). ``edges=()`` for a lead decided as printed (``lead_resolved``: ``+0.000`` is
+    a tie)."""
     try:
         if m is None or math.isnan(float(m)):
             return "n/a"
     except (TypeError, ValueError):
         return str(m)
     try:
-        ci = "" if math.isnan(float(lo)) or math.isnan(float(hi)) else f" [{float(lo):{fmt}}, {float(hi):{fmt}}]"
+        ci = "" if math.isnan(float(lo)) or math.isnan(float(hi)) else \
+            f" [{_bound(float(lo), fmt, edges)}, {_bound(float(hi), fmt, edges)}]"
     except (TypeError, ValueError):
         ci = ""
     return f"{float(m):{fmt}}{unit}{ci}"
+
+
+def _bound(v: float, fmt: str, edges: Sequence[float]) -> str:
+    """``v`` in ``fmt``, on the same side of every edge as printed as it is (:func:`format_ci`)."""
+    side = lambda x, e: (x > e) - (x < e)  # noqa: E731
+    p = re.fullmatch(r"(.*\.)(\d+)f", fmt)
+    for extra in range(4 if p else 1):
+        text = f"{v:{p[1]}{int(p[2]) + extra}f}" if p else f"{v:{fmt}}"
+        bad = [e for e in edges if side(float(text), e) != side(v, e)]
+        if not bad:
+            return text
+    return f"{'>' if v > bad[0] else '<'}{text}"
 
 
 def _plain(v: Any) -> Any:
