@@ -69,11 +69,9 @@ def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
 
 
 def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str = "batch"):
-    if not enabled:
-        return iterable
     from ..progress import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit)
+    return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit, disable=not enabled)
 
 
 @torch.no_grad()
@@ -226,10 +224,8 @@ def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[s
     shows each finished epoch's count with its ``loss`` and ``train_acc`` (the running accuracy on
     the training batches, not a test accuracy), set together: a refresh between two epochs (tqdm's
     monitor) pairs them as they belong."""
-    from ..progress import tqdm
-
     history = []
-    with tqdm(total=epochs, desc=desc, unit="epoch", leave=False, disable=not progress) as bar:
+    with _progress(None, epochs, desc, progress, unit="epoch") as bar:
         for epoch in range(epochs):
             history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
