@@ -102,11 +102,12 @@ def _absolute(value: Any, base: Path | None = None) -> Any:
 
 
 def as_typed(spec: RunSpec, line: str) -> str:
-    """``line`` (a problem) with each data root of ``spec`` as typed, its resolved path in parentheses where that
-    differs: the checks see the resolved one (:func:`_absolute`; the notebooks run in ``notebooks/``)."""
+    """``line`` (a problem) with each data root of ``spec`` as typed, quoted ones with the resolved path in parentheses
+    where that differs: the checks see the resolved one (:func:`_absolute`; the notebooks run in ``notebooks/``)."""
     for v in [spec.data_root, *dict(spec.data_roots or {}).values()]:
         if is_path(v) and (a := _absolute(v)) != v:
-            line = re.sub(rf"'{re.escape(a)}'|(?<![\w/]){re.escape(a)}(?![\w/])", lambda _: f"{v!r} ({a})", line)
+            line = re.sub(rf"(?<![\w/']){re.escape(a)}(?![\w/'])", lambda _: v, line)  # in a command: as typed
+            line = re.sub(rf"'{re.escape(a)}'", lambda _: f"{v!r} ({a})", line)
     return line
 
 
