@@ -4,7 +4,7 @@ Every long loop takes its bar from :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`
 modes (:func:`progress_mode`): ``"bar"`` (interactive), ``"off"`` (``TQDM_DISABLE``) or ``"lines"``
 (``MIDAS_PROGRESS=lines``, which wins over ``TQDM_DISABLE``): throttled plain lines such as
 ``distil hybrid_lite0_deit, build 1, epoch 7/24 (02:41, 3:12 left), loss=1.234``
-(docs/decisions/0023-batch-run-progress.md).
+(docs/decisions/0023-batch-run-progress.md; a step once: 0091-progress-lines-once-per-step.md).
 """
 from __future__ import annotations
 
@@ -43,19 +43,22 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 #: and ``postfix``; ``midas-nb run`` drops these from the executed notebooks once the run has shown them
 PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+(?: \w+)?) (?P<n>\d+)/(?P<total>\S+) "
                            r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
+_TIMES = re.compile(r" \([^(),]*, [^()]* left\)")   # a progress line's (elapsed, remaining left)
 
 
 class LineWriter:
     """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream`` (a line equal to
-    the one before is not repeated); ``midas-nb run`` writes papermill's cell bar through it."""
+    the one before, or a :data:`PROGRESS_LINE` that differs from it only in its times, is not repeated: tqdm's
+    monitor and its closing refresh redraw a step already shown); ``midas-nb run`` writes papermill's cell bar
+    through it."""
 
     def __init__(self, stream: Any):
         self.stream, self.last = stream, ""
 
     def write(self, text: str) -> None:
         for line in (part.strip() for part in ANSI.sub("", text).replace("\n", "\r").split("\r")):
-            if line and line != self.last:
-                self.last = line
+            if line and (key := _TIMES.sub("", line)) != self.last:
+                self.last = key
                 self.stream.write(line + "\n")
                 self.stream.flush()
 

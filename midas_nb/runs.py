@@ -6,9 +6,7 @@ Its readers are the run summary and the HTML edition (header, stale marks).
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 from unittest import mock
@@ -48,15 +46,16 @@ def _read(path: Path) -> dict[str, Any] | None:
     """The copy ``path`` as its run recorded it: ``run_id`` (``None``: not from ``midas-nb run``),
     ``params``, ``started``, ``accepted`` (the names its parameters cell assigns) and, for a failed
     copy, ``why``; ``None`` when it cannot be read (being written by a run beside this one)."""
+    import nbformat
+    import papermill   # heavy: imported when copies are read
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
+        nb = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
         pm, cells = nb["metadata"].get("papermill") or {}, nb["cells"]
+        accepted = set(papermill.inspect_notebook(nb))   # as the runner reads the source notebooks
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     where = Path(str(pm.get("output_path") or ""))
     source = [("".join(c.get("source", "")), c) for c in cells]
-    accepted = {n for s, c in source if "parameters" in c.get("metadata", {}).get("tags", [])
-                for n in re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]*)?=(?!=)", s, re.M)}
     why = next((s.removeprefix(_FAILURE) for s, _ in source if s.startswith(_FAILURE)), None) or next(
         (f"failed in cell {c.get('execution_count')} ({o.get('ename')}: {o.get('evalue')})" for _, c in source
          for o in c.get("outputs", []) if o.get("output_type") == "error"), "")

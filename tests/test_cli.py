@@ -28,10 +28,17 @@ def test_bad_data_settings_and_unknown_parameters_stop_before_any_kernel(tmp_pat
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").glob("*.ipynb"))
 
 
-def test_data_root_message_names_the_path(tmp_path, capsys):
-    assert cli.main(["run", "--data-root", str(tmp_path / "nowhere"), "--output", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "nowhere" in err and "does not exist" in err and "Traceback" not in err
+def test_data_root_message_names_the_path_as_typed(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    where = tmp_path.resolve() / "rel" / "nowhere"
+    for typed, shown in ((str(tmp_path.resolve() / "nowhere"), repr(str(tmp_path.resolve() / "nowhere"))),
+                         ("rel/nowhere", f"'rel/nowhere' ({where})"), ("cub=rel/nowhere", f"'rel/nowhere' ({where})")):
+        assert cli.main(["run", "--data-root", typed, "--output", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if "does not exist" in ln]
+        # one line, the path as typed; the resolved one beside it only where they differ
+        assert len(lines) == 1 and lines[0].startswith(f"midas-nb run: data root {shown} "), err
+        assert "Traceback" not in err
 
 
 def test_a_failing_notebook_keeps_the_earlier_good_copy(tmp_path, monkeypatch):

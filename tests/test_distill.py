@@ -501,3 +501,20 @@ def test_schedule_text_follows_the_recipe_of_the_dataset():
         "60 epochs, the first 18 on the teacher's stride-32 grid (coarse tokens)"
     assert bb.schedule_text(dict(epochs=15)) == "15 epochs"       # a label-trained backbone: no coarse stage
     assert bb.schedule_text({}) == "epochs unrecorded"
+
+
+def test_a_distilled_students_summary_gives_its_teacher_and_each_head():
+    """00 printed the student's top-1 at 136-147 % of its teacher's (the embedded synthetic set) with nothing to
+    read it by: the summary now gives the teacher's top-1 and each head's, which 00's paragraph explains (the
+    class-token head learns the labels with trainable blocks; the teacher is frozen ImageNet stages + a probe)."""
+    from midas_nb.study import Study
+
+    d = dict(teacher_test_accuracy=0.625, student_test_accuracy_cls=0.875, student_test_accuracy_dist=0.75)
+    st = Study("smoke", backbone="vit_smoke_deit", progress=False)
+    st.__dict__["_backbone"] = (bb.create_backbone("vit_smoke_deit", 4), dict(test_accuracy=0.8125, distillation=d))
+    value = st.summary()["value"]
+    assert (value["test accuracy"], value["test accuracy, teacher (frozen ImageNet stages + linear probe)"],
+            value["test accuracy, class-token head (learns the labels)"],
+            value["test accuracy, distillation head (learns the teacher's scores)"]) == ("0.812", "0.625", "0.875", "0.750")
+    st.__dict__["_backbone"] = (bb.create_backbone("vit_smoke_deit", 4), dict(test_accuracy=0.8125))  # no teacher
+    assert not any("teacher" in k or "head" in k for k in st.summary().index)

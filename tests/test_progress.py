@@ -45,6 +45,36 @@ def test_lines_mode_prints_whole_lines_with_the_epoch_and_postfix(monkeypatch, c
     assert lines[-1].startswith("distil hybrid_lite0_deit, epoch 3/3") and lines[-1].endswith("loss=0.333")
 
 
+def test_a_training_line_shows_each_epoch_once_with_its_own_labelled_train_accuracy(monkeypatch, capsys):
+    """A quick run's log repeated an epoch with another, unlabelled ``acc=``: tqdm's monitor redraws a bar while a
+    long epoch runs, and the iterated bar still held the count of its last printed line beside a later epoch's
+    values. The redraws are called here as the monitor calls them, twice an epoch; the lines are read back."""
+    from tqdm.std import tqdm as std_tqdm
+
+    from midas_nb.backbones.features import run_epochs
+
+    monkeypatch.setenv(progress.PROGRESS_ENV, "lines")
+    monkeypatch.setenv("MIDAS_PROGRESS_INTERVAL", "1000")   # no line of its own between the first and the last
+    desc = "distil hybrid_lite0_deit, build 2"
+
+    def epoch(e: int) -> dict[str, float]:
+        for _ in range(2):
+            for bar in [b for b in list(std_tqdm._instances) if b.desc == desc]:
+                bar.refresh()
+        return dict(loss=1 / (e + 1), train_running_accuracy=e / 10)
+
+    history = run_epochs(5, desc, True, epoch)
+    lines = [progress.PROGRESS_LINE.match(ln) for ln in capsys.readouterr().err.splitlines()]
+    assert lines and all(lines) and {m["desc"] for m in lines} == {desc}   # every line names the build
+    epochs = [int(m["n"]) for m in lines]
+    assert epochs == sorted(set(epochs)) and epochs[-1] == 5    # each epoch once, in order, up to the last
+    for m in lines[1:]:                                          # each with its own epoch's values, labelled
+        row = history[int(m["n"]) - 1]
+        assert m["postfix"] == f"loss={row['loss']:.3f}, train_acc={row['train_running_accuracy']:.3f}"
+    seconds = [sum(int(x) * 60 ** i for i, x in enumerate(reversed(m["elapsed"].split(":")))) for m in lines]
+    assert seconds == sorted(seconds)
+
+
 def test_off_mode_and_disable_print_nothing(monkeypatch, capsys):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.delenv("MIDAS_PROGRESS", raising=False)

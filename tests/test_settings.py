@@ -56,7 +56,7 @@ def test_every_problem_at_once_one_line_each():
     assert _lines(profile="smook") == ["profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], "
                                        "got 'smook'"]
     assert _lines(dataset="aircraft", data_roots={"aircraft": "/no/such/dir"}) == [
-        "data root '/no/such/dir' (dataset 'aircraft') does not exist or is not a directory"]
+        "data root '/no/such/dir' of dataset 'aircraft' does not exist or is not a directory"]
     # CUB asked for by name is read from a root: the embedded set stands in only where no dataset is named
     assert _lines(dataset="cub") == ["dataset 'cub' has no data root: pass --data-root cub=/path/to/cub (CUB asked "
                                      "for by name is never the embedded synthetic set, dataset 'synthetic' is)"]

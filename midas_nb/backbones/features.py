@@ -69,11 +69,9 @@ def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
 
 
 def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str = "batch"):
-    if not enabled:
-        return iterable
     from ..progress import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit)
+    return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit, disable=not enabled)
 
 
 @torch.no_grad()
@@ -222,13 +220,17 @@ def feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size
 
 def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
     """``epochs`` calls of ``run_epoch(epoch)`` (``epoch`` = 0, 1, …; one epoch each, returning
-    its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history."""
+    its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history. The bar
+    shows each finished epoch's count with its ``loss`` and ``train_acc`` (the running accuracy on
+    the training batches, not a test accuracy), set together: a refresh between two epochs (tqdm's
+    monitor) pairs them as they belong."""
     history = []
-    bar = _progress(range(epochs), epochs, desc, progress, unit="epoch")
-    for epoch in bar:
-        history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
-        if progress and hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", acc=f"{history[-1]['train_running_accuracy']:.3f}")
+    with _progress(None, epochs, desc, progress, unit="epoch") as bar:
+        for epoch in range(epochs):
+            history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
+                            train_acc=f"{history[-1]['train_running_accuracy']:.3f}", refresh=False)
+            bar.update()
     return history
 
 

@@ -118,7 +118,8 @@ def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> 
     from . import runspec
 
     accepted_by = {nb: set(pm.inspect_notebook(str(nb))) for nb in paths}
-    each = [(sub.dataset, runspec.preflight(sub, paths, set().union(*accepted_by.values()))) for sub in subs]
+    accepted = set().union(*accepted_by.values())   # each problem names a data root as typed
+    each = [(sub.dataset, [runspec.as_typed(sub, p) for p in runspec.preflight(sub, paths, accepted)]) for sub in subs]
     common = set.intersection(*(set(lines) for _, lines in each))
     out = spec.output  # --output naming the source notebooks' folder would replace them with executed copies
     source = [f"--output {str(out)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "

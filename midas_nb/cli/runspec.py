@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Iterable, Optional, Sequence
 
@@ -93,6 +94,16 @@ def _absolute(value: Any, base: Path | None = None) -> Any:
     if isinstance(value, dict):
         return {k: _absolute(v, base) for k, v in value.items()}
     return str((Path(base or ".") / Path(value).expanduser()).resolve()) if is_path(value) else value
+
+
+def as_typed(spec: RunSpec, line: str) -> str:
+    """``line`` (a problem) with each data root of ``spec`` as typed, quoted ones with the resolved path in parentheses
+    where that differs: the checks see the resolved one (:func:`_absolute`; the notebooks run in ``notebooks/``)."""
+    for v in [spec.data_root, *dict(spec.data_roots or {}).values()]:
+        if is_path(v) and (a := _absolute(v)) != v:
+            line = re.sub(rf"(?<![\w/']){re.escape(a)}(?![\w/'])", lambda _: v, line)  # in a command: as typed
+            line = re.sub(rf"'{re.escape(a)}'", lambda _: f"{v!r} ({a})", line)
+    return line
 
 
 def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None, expected: str, empty: str,

@@ -121,7 +121,7 @@ def check_layout(dataset: str, root: str | os.PathLike, *, max_images_per_class:
     as CUB, the default dataset."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        return [f"data root {str(root)!r} (dataset {dataset!r}) does not exist or is not a directory"]
+        return [f"data root {str(root)!r} of dataset {dataset!r} does not exist or is not a directory"]
     extra = {} if max_images_per_class is None else dict(max_images_per_class=int(max_images_per_class))
     errors, sets = _read_splits(dataset, root, extra)   # errors: split -> error; one line for a root no split reads
     problems = [unlabelled_test_message(dataset, root, ds) for ds in sets if not getattr(ds, "has_labels", True)]

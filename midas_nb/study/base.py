@@ -159,6 +159,11 @@ class StudyBase:
                 ("fine-tuning epochs", m.get("epochs")),
                 ("train accuracy", _fraction(m.get("train_accuracy"))),
                 ("test accuracy", _fraction(m.get("test_accuracy"))),
+                # a distilled student: its teacher's and each head's (00 says why the student can pass its teacher)
+                *((f"test accuracy, {what}", _fraction(d[k])) for d in [m.get("distillation") or {}] for what, k in (
+                    ("teacher (frozen ImageNet stages + linear probe)", "teacher_test_accuracy"),
+                    ("class-token head (learns the labels)", "student_test_accuracy_cls"),
+                    ("distillation head (learns the teacher's scores)", "student_test_accuracy_dist")) if k in d),
                 ("chance accuracy", _fraction(ds.chance_accuracy)), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 

@@ -161,8 +161,8 @@ class RunSettings:
             try:
                 root = config.data_root_for(p, name)
                 if root is not None and not root.is_dir():
-                    raise FileNotFoundError(f"data root {str(root)!r} (dataset {name!r}) does not exist or is not "
-                                            "a directory")
+                    raise FileNotFoundError(f"data root {str(root)!r} of dataset {name!r} does not exist or is "
+                                            "not a directory")
                 label = "synthetic" if root is None else config.dataset_label(p, name)
             except (ValueError, FileNotFoundError) as e:
                 problems.append(str(e))
