@@ -305,7 +305,8 @@ def test_the_parity_band_is_one_constant(monkeypatch):
             a = fn.args.posonlyargs + fn.args.args
             pairs = [*zip(a[len(a) - len(fn.args.defaults):], fn.args.defaults),
                      *zip(fn.args.kwonlyargs, fn.args.kw_defaults)]
-            assert all(d is None or ast.literal_eval(d) is None for x, d in pairs if "band" in x.arg), \
+            assert all(d is None or isinstance(d, ast.Constant) and d.value is None
+                       for x, d in pairs if "band" in x.arg), \
                 f"{path}: {fn.name}"
 
 

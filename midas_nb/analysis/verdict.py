@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import PARITY_BAND, band_resolution, bootstrap_ci, decoupling_D, parity_band
+from ..metrics import band_resolution, bootstrap_ci, decoupling_D, parity_band
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign, seed_image_interval
 from ..results import coverage_name, format_ci
 from .comovement import comovement
@@ -341,8 +341,8 @@ def interval_levels(table: pd.DataFrame, skip: Sequence[str] = ("reference", *BA
 
 
 def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mapping[str, Any],
-          shown: bool, coverage: str = "part mIoU", levels: str = "", band: float = PARITY_BAND) -> str:
-    lines = []
+          shown: bool, coverage: str = "part mIoU", levels: str = "", band: float | None = None) -> str:
+    lines, band = [], parity_band(band)
     if focus in set(cond["condition"]):
         r = cond.set_index("condition").loc[focus]
         di, lo, hi = r[["delta_idauc", "delta_idauc_lo", "delta_idauc_hi"]]
