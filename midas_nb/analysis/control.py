@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..metrics import decoupling_D
-from ..metrics.stats import interval_sign, is_finite_number
+from ..metrics.stats import interval_sign
 from ..results import format_ci
 
 __all__ = ["CONTROL_COLUMNS", "decoupling_with_controls", "two_verdicts"]

@@ -424,7 +424,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     shown = focus_reading == "coverage up at parity" and winners["reading"] == "different winners"
     return ClaimVerdict(cond, winners, co, bool(shown),
                         _text(cond, focus, winners, co, bool(shown), coverage_name(table),
-                              interval_levels(table, (reference, *BASELINE_CONDITIONS)), parity_band(band)))
+                              interval_levels(table, (reference, *BASELINE_CONDITIONS)), band))
 
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..metrics import PARITY_BAND, band_resolution, band_rule
+from ..metrics import band_resolution, band_rule, parity_band
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
 from ..analysis.findings import ci_text, finding_verdict, findings_paragraph, is_number, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
@@ -126,7 +126,7 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
             body.append([r["condition"], miou, idauc, _f(r["accuracy"], ".3f"), D, band, paper])
         else:
             dI = "" if ref else ci_text(r["delta_idauc"], r["delta_idauc_lo"], r["delta_idauc_hi"], "+.3f",
-                                         edges=(0, -PARITY_BAND))
+                                         edges=(0, -parity_band()))
             body.append([r["condition"], _builds_seeds(r), miou, idauc,
                          ci_text(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"], ".3f"), D, dI, band,
                          paper, _f(r["paper_delta_idauc"], "+.3f")])
