@@ -545,6 +545,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     code = cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(tmp_path / "nb")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 130 and "interrupted" in err[-1] and "Traceback" not in "\n".join(err)
+    assert "a build stopped mid-training starts again" in err[-1]   # only finished builds are cached
     assert not (tmp_path / "nb" / "00_quickstart.ipynb").exists()
 
 

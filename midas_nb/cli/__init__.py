@@ -252,8 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # nbclient's abandoned cell task (its kernel gone too) logs a traceback as it is collected at exit: the
         # asyncio logger goes off then, not now (an in-process caller, a notebook or a test, keeps it)
         atexit.register(setattr, logging.getLogger("asyncio"), "disabled", True)
-        return _answer(args.command, ["interrupted; finished notebooks, cached checkpoints and result-store cells "
-                                      "are kept, and the next run resumes from them"], 130)
+        return _answer(args.command, ["interrupted; finished notebooks, finished backbone builds and result-store "
+                                      "cells are kept; the next run resumes from them (a build stopped mid-training "
+                                      "starts again)"], 130)
     finally:
         if term is not None:
             signal.signal(signal.SIGTERM, term)
