@@ -265,7 +265,7 @@ def test_sigterm_mid_cell_is_one_line_and_keeps_no_unfinished_copy(tmp_path):
     code, text = _stop_a_sleeping_run(tmp_path, lambda proc: proc.terminate())   # SIGTERM to the run only, as `kill PID`
     assert code == 130 and "Traceback" not in text, text
     assert text.rstrip().splitlines()[-1].startswith("midas-nb run: interrupted; finished notebooks")
-    assert not (tmp_path / "out" / "00_sleep.ipynb").exists()
+    assert not (tmp_path / "out" / "00_sleep.ipynb").exists() and not (tmp_path / "out" / ".partial").exists()
 
 
 def test_progress_lines_leave_the_executed_notebook_but_warnings_stay():

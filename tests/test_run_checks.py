@@ -539,7 +539,8 @@ def test_sweep_status_refuses_a_folder_that_is_not_a_store(tmp_path, capsys):
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
-    def interrupted(*a, **k):
+    def interrupted(src, dst, **k):   # papermill stopped mid-notebook: its half copy under .partial/<run_id>/
+        Path(dst).write_text("half")
         raise KeyboardInterrupt
     monkeypatch.setattr("papermill.execute_notebook", interrupted)
     code = cli.main(["run", "--profile", "smoke", "--notebooks", "00", "--output", str(tmp_path / "nb")])
@@ -547,6 +548,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
     assert code == 130 and "interrupted" in err[-1] and "Traceback" not in "\n".join(err)
     assert "a build stopped mid-training starts again" in err[-1]   # only finished builds are cached
     assert not (tmp_path / "nb" / "00_quickstart.ipynb").exists()
+    assert not (tmp_path / "nb" / ".partial").exists()   # the half copy went with this run's folder
 
 
 def test_per_backbone_finetune_entries_are_checked_like_the_shared_recipe():

@@ -182,9 +182,9 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
                 if failed:
                     raise RuntimeError(failed[2])
     finally:
-        for where in (out_dir / ".partial" / run_id, out_dir / ".partial"):
-            with contextlib.suppress(OSError):
-                where.rmdir()         # where empty: it holds only notebooks still running
+        shutil.rmtree(out_dir / ".partial" / run_id, ignore_errors=True)   # its own: a stopped notebook's half copy
+        with contextlib.suppress(OSError):
+            (out_dir / ".partial").rmdir()   # where empty: other runs' folders hold their notebooks still running
         print("\n" + run_summary(out_dir), flush=True)
     which = "The notebook" if len(paths) == 1 else f"All {len(paths)} notebooks"
     print(f"\n{which} ran in {time.time() - t_all:.0f} s (run {run_id}).\n  executed notebooks: {out_dir}\n"
