@@ -99,7 +99,8 @@ def run_state(out_dir: str | os.PathLike) -> RunState:
 def run_summary(out_dir: str | os.PathLike) -> str:
     """The latest run of ``out_dir``, then one line per notebook (current, stale and why, failed)."""
     run = run_state(out_dir)
-    lines = [f"run summary of {out_dir}" + (f" (latest run {run.latest}, {run.started})" if run.latest else "")]
+    lines = [f"run summary of {out_dir}" + (f" (latest run {run.latest}, {run.started})" if run.latest else "")
+             + ("" if run.notebooks or run.failed else ": no notebook has finished yet")]
     shown = {"current": "current  {0.name}  (run {0.run_id})", "stale": "STALE    {0.name}  {0.reason}",
              "unrecorded": "?        {0.name}  (not from midas-nb run: its papermill metadata names no run)"}
     lines += ["  " + shown[st.state].format(st) for st in run.notebooks]

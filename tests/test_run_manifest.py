@@ -132,6 +132,7 @@ def _copy(path, params_cell, run_id=None, params=None, cells=()):
 def test_the_runs_are_read_from_the_copies_papermill_metadata(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
+    assert run_summary(out) == f"run summary of {out}: no notebook has finished yet"   # not a bare heading
     _copy(out / "00_a.ipynb", "budget = None")                     # executed by hand: names no run
     assert [(s.state, s.run_id) for s in run_state(out).notebooks] == [("unrecorded", None)]
     assert run_state(out).latest is None and "?        00_a.ipynb" in run_summary(out)
