@@ -68,7 +68,8 @@ def _run(args, capsys):
     (["--device", "gpu"], "device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got 'gpu' (str)"),
     # the run description and the profile check a name with one rule: said once, not once by each
     (["--device", ""], "device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got '' (str)"),
-    (["--backbone", ""], "backbone: expected a backbone name, got '' (str)"),
+    (["--backbone", ""], "backbone: expected a backbone name, got '' (str); the names: "
+     "midas_nb.backbones.list_backbones() (e.g. 'hybrid_lite0_deit') or a timm ViT name"),
     (["-p", "data_root", ""], "data_root: expected a directory path, got '' (str)"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_kernel(args, expected, tmp_path, capsys, no_kernel):
