@@ -31,8 +31,10 @@ def is_number(v: Any) -> bool:
 
 
 def show_value(v: Any) -> str:
-    """How a problem message shows a bad setting: its ``repr`` and type, ``"'x' (str)"``."""
-    return f"{v!r} ({type(v).__name__})"
+    """How a problem message shows a bad setting: its ``repr``, which says a builtin's type (``'x'``, ``0.5``,
+    ``[1]``); any other type is named beside it (``0.5 (Budget)``)."""
+    builtin = type(v) in (str, int, float, bool, type(None), list, tuple, dict)
+    return repr(v) if builtin else f"{v!r} ({type(v).__name__})"
 
 
 def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:

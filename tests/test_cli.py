@@ -349,7 +349,7 @@ def test_a_run_file_params_split_at_a_comma_is_named_with_how_to_write_it(tmp_pa
     run_file.write_text("profile: smoke\nparams: {seeds: 0,1}\n")
     settings, problems = load_run_file(run_file)
     assert "params" not in settings and len(problems) == 1
-    assert "params: 1 (int) is read as a parameter name: YAML splits {name: a,b} at the comma" in problems[0]
+    assert "params: 1 is read as a parameter name: YAML splits {name: a,b} at the comma" in problems[0]
     assert "{seeds: [0, 1]}" in problems[0]
 
 

@@ -86,7 +86,7 @@ def test_aircraft_levels_agree_between_config_and_reader():
     assert config.get_profile("paper")["aircraft_level"] == "variant"        # the paper's level
     assert config.get_profile("smoke")["aircraft_level"] == "variant"
     bad = config.RunProfile.problems(config.get_profile("quick", aircraft_level="model"))
-    assert bad == ["aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model' (str)"]
+    assert bad == ["aircraft_level: expected one of ['variant', 'family', 'manufacturer'], got 'model'"]
     prof = config.get_profile("quick", data_roots={"aircraft": "/d/air"}, aircraft_level="manufacturer")
     assert config.dataset_label(prof, "aircraft") == "aircraft (manufacturer)"
     assert config.dataset_label(dict(prof, aircraft_level="variant"), "aircraft") == "aircraft"

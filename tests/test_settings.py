@@ -64,8 +64,8 @@ def test_every_problem_at_once_one_line_each():
     assert _lines(datasets=["cub"])[0].startswith("dataset 'cub' has no data root")       # a sweep's datasets too
     # the top-level protocol settings are checked, and one given twice is an error, not a silent choice
     assert _lines(profile="smoke", throughput_batch=0, eval_subset_seed=1.5) == [
-        "eval_subset_seed: expected an integer >= 0, got 1.5 (float)",
-        "throughput_batch: expected an integer >= 1, got 0 (int)",
+        "eval_subset_seed: expected an integer >= 0, got 1.5",
+        "throughput_batch: expected an integer >= 1, got 0",
         "throughput_batch: 0 at the top level and 4 in scorer_train; give one (scorer_train's would be used)"]
     # protocol settings of the profile's top level are known names
     assert RunSettings.build("smoke", relaxation="soft", lam=2.0).values["lam"] == 2.0
@@ -109,7 +109,7 @@ def test_precision_is_checked_with_the_profile_and_keys_only_the_profiles_that_s
     from midas_nb.study import protocol_settings
 
     lines = config.RunProfile.problems(dict(config.get_profile("smoke"), precision="fp16"))
-    assert lines == ["precision: expected one of ['float32', 'bfloat16'], got 'fp16' (str)"]
+    assert lines == ["precision: expected one of ['float32', 'bfloat16'], got 'fp16'"]
     assert protocol_settings(config.get_profile("paper"))["precision"] == "bfloat16"
     for name in ("smoke", "quick", "rehearsal"):
         assert "precision" not in protocol_settings(config.get_profile(name)), name

@@ -112,7 +112,7 @@ def test_quick_reads_out_other_backbones_only_when_asked():
     assert comparison_backbones(on) == ["hybrid_lite0_vit", "hybrid_lite0_deit"]
     assert make_grid(on, "regime") == make_grid(prof, "regime")      # the regime sweep is the main backbone's
     assert RunProfile.problems(get_profile("quick", other_backbones="yes")) == [
-        "other_backbones: expected true or false, got 'yes' (str)"]
+        "other_backbones: expected true or false, got 'yes'"]
 
 
 def test_sweep_seeds_apply_off_the_profiles_point():

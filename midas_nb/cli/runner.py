@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence, TYPE_CHECKING
 
 from .. import config
+from ..point import show_value
 from ..progress import LineWriter, PROGRESS_ENV, PROGRESS_LINE
 from ..runs import run_summary, scoped_environ
 
@@ -49,8 +50,7 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
     if isinstance(selection, (list, tuple)) and all(isinstance(x, str) for x in selection):
         selection = ",".join(selection)
     if not isinstance(selection, str):
-        raise ValueError(f"expected comma-separated prefixes such as '00,02', got {selection!r} "
-                         f"({type(selection).__name__})")
+        raise ValueError(f"expected comma-separated prefixes such as '00,02', got {show_value(selection)}")
     words, available = [s.strip() for s in selection.split(",")], [p.stem for p in paths]
     # a one-digit word would match every notebook of that decade: never a prefix
     hits = {w: [p for p in paths if p.name.startswith(w) and not re.fullmatch(r"\d", w)] for w in words if w}
