@@ -21,6 +21,8 @@ from midas_nb.backbones.vit import keep_count
     (True, "budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got True"),
     ("0.25", "budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got '0.25'"),
     (math.nan, "budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got nan"),
+    # a builtin's repr says its type; another type is named beside its repr
+    (np.float32(2), f"budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {np.float32(2)!r} (float32)"),
     (1e-9, "budget: 1e-09 is below 1e-06, the resolution at which result cells key b (6 decimals; "
            "it would round to 0); expected b in [1e-06, 1]"),
 ])
