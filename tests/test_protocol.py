@@ -174,14 +174,14 @@ def test_prefetched_targets_are_cached_in_the_same_pass_and_change_nothing(tmp_p
 
 def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, monkeypatch):
     """The pruned forward's cost depends on the architecture, L, b and the scorer kind, not on the
-    scorer's weights: every call at one (backbone, L, b) shares one interleaved measurement of the
-    full model and of every scorer kind, so rows of separate calls compare."""
+    scorer's weights: the full model and the scorer kinds of a call's rows are timed in one interleaved
+    measurement (decision 0092), which later calls at that (backbone, L, b) and kind reuse."""
     import midas_nb.metrics.speed as speed
     import midas_nb.analysis.evaluation as evaluation
-    calls = []
+    calls, rates = [], []
     real = speed.measure_throughputs
     monkeypatch.setattr(speed, "measure_throughputs",
-                        lambda fns, x, **k: calls.append(set(fns)) or real(fns, x, **k))
+                        lambda fns, x, **k: calls.append(set(fns)) or rates.append(real(fns, x, **k)) or rates[-1])
     monkeypatch.setattr(evaluation, "_SPEED_MEMO", {})
     model = tiny_vit()
     train, test = TinyDataset(12, 8), TinyDataset(6, 9)
@@ -189,22 +189,28 @@ def test_throughput_is_one_interleaved_measurement_per_backbone_point(tmp_path, 
               epochs=1, batch_size=8, idauc_steps=2, bootstrap=20, progress=False, cache_dir=tmp_path,
               throughput_repeats=1, throughput_batch=2)
     a = run_protocol(train, test, model, budget=0.25, conditions=["reference", "T1"], **kw)
-    kinds = ["reference", "random", "mlp", "cropr", "iared"]
-    assert calls == [{"full"} | {(2, 0.25, k) for k in kinds}]
+    assert calls == [{"full", (2, 0.25, "reference"), (2, 0.25, "mlp")}]     # the kinds of its rows only
     b = run_protocol(train, test, model, budget=0.25, conditions=["T5"], **kw)
-    assert len(calls) == 1
+    assert len(calls) == 1                          # T5 is an MLP scorer too: T1's measurement
     assert b["throughput"].iloc[0] == a.loc[a["condition"] == "T1", "throughput"].iloc[0]
     assert b["throughput_full"].iloc[0] == a["throughput_full"].iloc[0]
     speedup = a.set_index("condition")["speedup"]
     assert speedup["T1"] == pytest.approx(a.set_index("condition").loc["T1", "throughput"] / a["throughput_full"].iloc[0])
     run_protocol(train, test, model, budget=0.5, conditions=["T1"], **kw)
     assert len(calls) == 2                          # another b: another measurement
+    c = run_protocol(train, test, model, budget=0.25, conditions=["random", "T5"], **kw)
+    assert calls[2] == {"full", (2, 0.25, "random")}  # a kind not timed at that point yet: it alone, its own full
+    rows = c.set_index("condition")
+    assert rows.loc["T5", "throughput_full"] == a["throughput_full"].iloc[0] == rates[0]["full"]
+    assert rows.loc["random", "throughput_full"] == rates[2]["full"]
+    assert rows.loc["random", "speedup"] == pytest.approx(rows.loc["random", "throughput"]
+                                                          / rows.loc["random", "throughput_full"])
     # the points of one protocol_cells call (a sweep's group): one measurement, the full model timed once
     from midas_nb.analysis.protocol import protocol_cells
     kw = {k: v for k, v in kw.items() if k not in ("depth", "seeds")}
     protocol_cells(train, test, model, cells=[(1, 0.25, "T1", 0), (1, 0.5, "T1", 0), (2, 0.75, "T5", 0)], **kw)
-    assert calls[2] == {"full"} | {(L, b, k) for L, b in ((1, 0.25), (1, 0.5), (2, 0.75)) for k in kinds}
-    assert len(calls) == 3
+    assert calls[3] == {"full"} | {(L, b, "mlp") for L, b in ((1, 0.25), (1, 0.5), (2, 0.75))}
+    assert len(calls) == 4
 
 
 def test_run_protocol_box_coverage_and_bad_condition(tmp_path):

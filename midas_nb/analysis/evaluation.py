@@ -25,10 +25,10 @@ from ..point import Budget
 from ..progress import tqdm
 from ..pruning import prune_tokens
 from ..results import summarise_metrics
-from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
+from ..scorers import RandomScorer, ReferenceScorer, speed_scorers, TokenScorer
 from ..train import BlockCache, block_caches, key_hash
 
-__all__ = ["ProtocolRun", "TrainedScorer", "EvalSplit", "Speed", "evaluation_splits", "throughputs",
+__all__ = ["ProtocolRun", "TrainedScorer", "EvalSplit", "Speed", "evaluation_splits", "scorer_kind", "throughputs",
            "evaluate_points"]
 
 
@@ -225,44 +225,52 @@ def _idauc_inputs(run: "ProtocolRun", eval_set, ipos: list[int], cls: Tensor) ->
 
 @dataclass
 class Speed:
-    """Throughput (images/s) of the full model and of the pruned forward per scorer kind, and
-    the images it was measured on."""
+    """Throughput (images/s) of the pruned forward per scorer kind at one point, the full model's of the
+    measurement each kind's was taken in, and the images it was measured on."""
 
-    full: float
+    full: dict[str, float]
     pruned: dict[str, float]
     images: Tensor
 
 
-#: throughputs measured in this process, by (weights digest, evaluated images, images timed,
-#: repeats, device, L, b, scorer kinds and width): the pruned forward's cost depends on the
-#: architecture, L and b, not on the scorer's weights, so the cells of one (backbone, L, b) share
-#: one measurement instead of timing the same computation once per cell (and the points of one
-#: protocol_cells call are measured together: decision 0069)
-_SPEED_MEMO: dict[tuple, dict[str, float]] = {}
+#: throughputs measured in this process, by (weights digest, evaluated images, images timed, repeats, device,
+#: scorer width, precision, L, b, scorer kind): the pruned forward's cost depends on the architecture, L, b and
+#: the scorer kind, not on the scorer's weights, so the cells of one (backbone, L, b) share a measurement instead
+#: of timing the same computation once per cell (and the points of one protocol_cells call are measured
+#: together: decision 0069); each entry ``(pruned, full)``: its rate and the full model's of its measurement
+_SPEED_MEMO: dict[tuple, tuple[float, float]] = {}
 
 
-def throughputs(run: ProtocolRun, ev: EvalSplit, points: list[tuple[int, Budget]]) -> dict[tuple[int, Budget], Speed]:
-    """The :class:`Speed` of each point ``(L, b)``: the points not measured yet in this process in one
+def scorer_kind(condition: str, families: Sequence[str]) -> str:
+    """The scorer kind (the ``scorer`` column) of a condition's rows: ``reference``, ``random``, a scorer family,
+    else ``mlp``."""
+    return condition if condition in ("reference", "random") or condition in families else "mlp"
+
+
+def throughputs(run: ProtocolRun, ev: EvalSplit, wanted: dict[tuple[int, Budget], Sequence[str]]
+                ) -> dict[tuple[int, Budget], Speed]:
+    """The :class:`Speed` of each point ``(L, b)`` for the scorer kinds ``wanted`` there (those of the call's
+    rows, decision 0092): the kinds not measured yet in this process, at the points that lack one, in one
     interleaved measurement (the full model timed once for all of them; ``ev``: a split of any depth)."""
     p = run.params
-    backbone, device = run.backbone, run.device
     n_timed = int(p["throughput_batch"])
     if n_timed not in ev.speed_images:
         ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
-    tp_images = ev.speed_images[n_timed].to(device)
+    tp_images = ev.speed_images[n_timed].to(run.device)
     reps = int(p["throughput_repeats"])
-    # every scorer kind, whatever this call evaluates: rows of separate calls (notebook 06's MIDAS
-    # conditions and scorer families) then share one interleaved measurement and compare
-    kinds = ["reference", "random", "mlp"] + list(list_scorer_conditions())
-    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(device), tuple(kinds),
-           p["mlp_hidden"], p["precision"])
-    if todo := [pt for pt in points if key + pt not in _SPEED_MEMO]:
-        scorers = speed_scorers(kinds, ev.cache.hidden.shape[-1], p["mlp_hidden"], ev.n_classes, device)
+    key = (run.weights_digest, ev.fingerprint, tuple(tp_images.shape), reps, str(run.device), p["mlp_hidden"],
+           p["precision"])
+    missing = {pt: [k for k in kinds if key + pt + (k,) not in _SPEED_MEMO] for pt, kinds in wanted.items()}
+    if todo := [pt for pt, kinds in missing.items() if kinds]:
+        kinds = list(dict.fromkeys(k for pt in todo for k in missing[pt]))
+        scorers = speed_scorers(kinds, ev.cache.hidden.shape[-1], p["mlp_hidden"], ev.n_classes, run.device)
         with run.amp():
-            full, pruned = measure_speed(backbone, tp_images, todo, scorers, repeats=reps, progress=run.progress)
-        _SPEED_MEMO.update({key + pt: dict(pruned[pt], full=full) for pt in todo})
-    return {pt: Speed(full=_SPEED_MEMO[key + pt]["full"], pruned=_SPEED_MEMO[key + pt], images=tp_images)
-            for pt in points}           # (pruned: by kind; its "full" is never a row's kind)
+            full, pruned = measure_speed(run.backbone, tp_images, todo, scorers, repeats=reps, progress=run.progress)
+        _SPEED_MEMO.update({key + pt + (k,): (rate, full) for pt in todo for k, rate in pruned[pt].items()})
+    got = {pt: {k: _SPEED_MEMO[key + pt + (k,)] for k in kinds if key + pt + (k,) in _SPEED_MEMO}
+           for pt, kinds in wanted.items()}      # (a family that cannot be built at this width has no rows)
+    return {pt: Speed(full={k: f for k, (_, f) in rates.items()}, pruned={k: r for k, (r, _) in rates.items()},
+                      images=tp_images) for pt, rates in got.items()}
 
 
 def evaluate_points(points: list[tuple[ProtocolRun, EvalSplit, Speed, dict[tuple[str, int], TrainedScorer]]],
@@ -322,7 +330,7 @@ def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t:
     row.update(n_images=len(cache), full_accuracy=ev.full_accuracy,
                iou_ceiling=float(iou_ceiling(ref, int(keep_mask[0].sum()), boxes=not ev.has_parts).nanmean()),
                agreement=float((logits.argmax(-1) == ev.full_pred).float().mean()),
-               throughput_full=speed.full, speedup=speed.pruned[t.kind] / speed.full,
+               throughput_full=speed.full[t.kind], speedup=speed.pruned[t.kind] / speed.full[t.kind],
                n_idauc_images=ev.n_idauc if insdel is not None else 0,
                lambda_ga=float(p["lam"]) if t.target_id and cond != "reference" else 0.0,
                temperature=float(p["temperature"]), distill_form=p["distill_form"],

@@ -77,7 +77,7 @@ from ..results import make_table
 from ..scorers import list_scorer_conditions, RandomScorer, ReferenceScorer
 from ..targets import list_targets, target_caches
 from ..train import BlockCache, block_caches, frozen, load_or_train_scorer, load_or_train_scorers
-from .evaluation import evaluate_points, evaluation_splits, ProtocolRun, throughputs, TrainedScorer
+from .evaluation import evaluate_points, evaluation_splits, ProtocolRun, scorer_kind, throughputs, TrainedScorer
 
 __all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
            "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
@@ -327,7 +327,10 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
                                         full_logits=False, masks=False)
         evs = evaluation_splits(run, test_set, depths)
         points, source = [], {}
-        speeds = throughputs(run, evs[depths[0]], list(dict.fromkeys((L, b) for L, b, _, _ in cells)))
+        wanted: dict[tuple[int, Budget], list[str]] = {}
+        for L, b, c, _ in cells:        # the scorer kinds of each point's rows (decision 0092)
+            wanted.setdefault((L, b), []).append(scorer_kind(c, groups["families"]))
+        speeds = throughputs(run, evs[depths[0]], {pt: list(dict.fromkeys(ks)) for pt, ks in wanted.items()})
         for L, b in speeds:
             at = replace(run, depth=L, budget=b)
             pairs = [(c, s) for LL, bb, c, s in cells if (LL, bb) == (L, b)]
@@ -346,7 +349,7 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
     ev = evs[depths[-1]]
     table.attrs["full_accuracy"] = ev.full_accuracy
     table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"]))
-    table.attrs["throughput_full"] = points[-1][2].full
+    table.attrs["throughput_full"] = next(iter(points[-1][2].full.values()))
     table.attrs["seconds"] = time.perf_counter() - t_start
     return table
 
@@ -410,7 +413,7 @@ def _condition_scorers(run: ProtocolRun, pairs: list[tuple[str, int]], train_cac
     none = dict(train_loss=float("nan"), train_accuracy=float("nan"), train_seconds=0.0, from_cache=False)
     common = dict(depth=run.depth, budget=run.budget, cache_dir=run.cache_dir, device=run.device,
                   progress=run.progress, epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
-                  weight_decay=p["weight_decay"])
+                  weight_decay=p["weight_decay"], weights_digest=run.weights_digest)
     ident = run.ident if p["precision"] == "float32" else dict(run.ident, precision=p["precision"])  # cached apart
     out, mlp = {}, []
     for cond, seed in pairs:

@@ -121,9 +121,13 @@ def math_sdpa(enabled: bool) -> Iterator[None]:
 
 @contextmanager
 def frozen(backbone: nn.Module) -> Iterator[nn.Module]:
-    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit."""
+    """Eval mode and ``requires_grad=False`` on every parameter; both restored on exit (a backbone frozen
+    already, as in a nested call, is left as it is)."""
     was_training = backbone.training
     flags = [(p, p.requires_grad) for p in backbone.parameters()]
+    if not any(f for _, f in flags) and not any(m.training for m in backbone.modules()):
+        yield backbone
+        return
     backbone.eval()
     for p, _ in flags:
         p.requires_grad_(False)

@@ -339,14 +339,14 @@ def load_or_train_scorers(backbone: nn.Module, cache: BlockCache, *, keys: Seque
                           budget: float, targets: Sequence[Tensor | None], seeds: Sequence[int],
                           mlp_hidden: int | None = None, cache_dir: str | Path | None = None,
                           device: str | torch.device = "cpu", progress: bool = True, scorer: str = "mlp",
-                          scorer_kwargs: dict[str, Any] | None = None,
+                          scorer_kwargs: dict[str, Any] | None = None, weights_digest: str | None = None,
                           **train_kwargs) -> list[tuple[TokenScorer, TrainResult, bool]]:
     """:func:`load_or_train_scorer` for several scorers of one family (``keys[i]``, ``targets[i]``,
     ``seeds[i]``: scorer ``i``'s), each cached under its own key; those not cached are trained together
-    (:func:`train_scorers`)."""
+    (:func:`train_scorers`). ``weights_digest``: the backbone's :func:`state_dict_digest`, where the caller has it."""
     dim = cache.hidden.shape[-1]
     family = str(scorer)
-    weights = state_dict_digest(backbone)
+    weights = weights_digest or state_dict_digest(backbone)
     digests = {id(t): tensor_digest(t) for t in targets if t is not None}
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     models, full_keys = [], []
