@@ -41,6 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTEFACTS = REPO / "runs" / "test" / "browser"
+#: the notebook panel: the shell's current widget, or (JupyterLab 4.6 in a headless window, where no widget has
+#: the focus and ``currentWidget`` stays null) the first widget of the main area
+PANEL = "(window.jupyterapp.shell.currentWidget || Array.from(window.jupyterapp.shell.widgets('main'))[0])"
 NOTEBOOK = "00_quickstart.ipynb"
 #: the line of midas_nb/viz/widgets.py that connects the controls to the redraw (removed in break mode)
 BREAK_ANCHOR = 'w.observe(draw, names="value")'
@@ -194,7 +197,7 @@ class Lab:
 
     def kernel_idle(self) -> bool:
         return bool(self.js(
-            "const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+            f"const w = window.jupyterapp && {PANEL};"
             "const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;"
             "const busy = Array.from(document.querySelectorAll('.jp-InputPrompt')).some("
             "  p => p.textContent.includes('*'));"
@@ -241,9 +244,8 @@ def lab(tmp_path_factory):
     try:
         lab.driver.get(lab.url(f"/lab/tree/{NOTEBOOK}"))
         lab.wait("the notebook to open", lambda: lab.js(
-            "return !!(window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-            "window.jupyterapp.shell.currentWidget.content && "
-            "window.jupyterapp.shell.currentWidget.content.widgets.length > 3);"), timeout=120)
+            f"const w = window.jupyterapp && {PANEL}; if (w) window.jupyterapp.shell.activateById(w.id);"
+            "return !!(w && w.content && w.content.widgets.length > 3);"), timeout=120)
         lab.wait("the kernel to start", lab.kernel_idle, timeout=120)
         lab.command("notebook:run-all-cells")
         lab.wait("the explorer's read-out", lambda: lab.js(
@@ -403,13 +405,13 @@ def test_explorer_in_jupyterlab(lab, study):
 
 
 def test_failing_cell_shows_its_error(lab):
-    lab.js("const nb = window.jupyterapp.shell.currentWidget.content;"
+    lab.js(f"const nb = {PANEL}.content;"
            "nb.activeCellIndex = nb.widgets.length - 1;")
     lab.js("window.jupyterapp.commands.execute('notebook:insert-cell-below');")
     lab.wait("the new cell", lambda: lab.js(
-        "const c = window.jupyterapp.shell.currentWidget.content.activeCell;"
+        f"const c = {PANEL}.content.activeCell;"
         "return c && c.model.sharedModel.getSource() === '';"), timeout=30)
-    lab.js("window.jupyterapp.shell.currentWidget.content.activeCell.model.sharedModel.setSource("
+    lab.js(f"{PANEL}.content.activeCell.model.sharedModel.setSource("
            "\"raise ValueError('browser check: this cell fails on purpose')\");")
     lab.command("notebook:run-cell")
     shown = lab.wait("the error in the page", lambda: lab.js(
