@@ -60,24 +60,22 @@ def _finetune_source(profile: dict[str, Any], label: str) -> str:
     return "synthetic_finetune" if label == "synthetic" and profile.get("synthetic_finetune") else "finetune"
 
 
-def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone: str, setting: str) -> str:
+def finetune_setting_name(profile: dict[str, Any], label: str, backbone: str, setting: str) -> str:
     """The dotted profile key a :func:`finetune_settings` value comes from (``"finetune.aircraft.lr"``)."""
-    recipe = profile.get(source := _finetune_source(profile, dataset_label)) or {}
-    entry = next((f"{e}." for e in (backbone, dataset_of_label(dataset_label))
+    recipe = profile.get(source := _finetune_source(profile, label)) or {}
+    entry = next((f"{e}." for e in (backbone, dataset_of_label(label))
                   if isinstance(recipe.get(e), dict) and setting in recipe[e]), "")
     return f"{source}.{entry}{setting}"
 
 
-def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
+def finetune_settings(profile: dict[str, Any], label: str, backbone: str | None = None) -> dict[str, Any]:
     """The fine-tuning recipe (``synthetic_finetune`` for the synthetic set where given, else ``finetune``) of a
     dataset label and backbone: the shared settings, then the dataset's entry, then the backbone's."""
-    recipe = profile.get(_finetune_source(profile, dataset_label))
-    return merged_settings(recipe, dataset_of_label(dataset_label), backbone)
+    return merged_settings(profile.get(_finetune_source(profile, label)), dataset_of_label(label), backbone)
 
 
 def merged_settings(settings: dict[str, Any] | None, *entries: str | None) -> dict[str, Any]:
-    """The non-dict values of ``settings``, updated by its dict values named ``entries``, in order (a recipe;
-    ``backbone_kwargs`` of a backbone)."""
+    """The non-dict values of ``settings``, updated by its dict values named ``entries``, in order."""
     settings = settings or {}
     out = {k: v for k, v in settings.items() if not isinstance(v, dict)}
     return out | {k: v for e in entries if isinstance(settings.get(e), dict) for k, v in settings[e].items()}
@@ -101,8 +99,7 @@ def _env_dir(env: str, default: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    """Cache for checkpoints, features and targets: ``MIDAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/midas_nb`` or
-    ``~/.cache/midas_nb``."""
+    """``MIDAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb`` (checkpoints, features...)."""
     return _env_dir("MIDAS_CACHE_DIR", Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb")
 
 
@@ -131,8 +128,7 @@ SWEEPS: dict[str, str] = {"protocol": "02", "soft": "02", "random": "02", "regim
 
 
 def sweep_names(text: str | None) -> list[str]:
-    """``--sweep``'s comma-separated names (``None``, ``"all"``: all :data:`SWEEPS`); ``ValueError`` for none or
-    an unknown one."""
+    """``--sweep``'s comma-separated names (``None``, ``"all"``: all :data:`SWEEPS`); ``ValueError`` for bad ones."""
     names = list(SWEEPS) if text in (None, "all") else [s.strip() for s in text.split(",") if s.strip()]
     if not names or (bad := [n for n in names if n not in SWEEPS]):
         why = f"unknown sweep(s) {bad}" if names else f"{text!r} names no sweep"
@@ -154,8 +150,7 @@ def setting_of(line: str) -> str:
 
 
 def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
-    """``{dataset: directory}``: ``data_roots`` (without ``None``), and ``data_root`` for the profile's own paper
-    dataset where ``data_roots`` lacks it."""
+    """``{dataset: directory}``: ``data_roots`` without ``None``, then ``data_root`` for the profile's own dataset."""
     roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
     own = profile.get("dataset")
     if profile.get("data_root") is not None and own in PAPER_DATASETS:
@@ -210,8 +205,7 @@ def is_path(v: Any) -> bool:
 
 
 def check_device(device: Any, *, here: bool = True) -> list[str]:
-    """``[]`` when ``device`` (cpu, cuda, cuda:N, mps) exists here, else its one-line problem; ``here=False``:
-    the name only (decision 0038)."""
+    """``[]`` when ``device`` (cpu, cuda[:N], mps) exists here, else its problem; ``here=False``: the name only."""
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         return [f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"]
     if not here:
@@ -239,8 +233,7 @@ def problem(text: str, whole: bool = True) -> PydanticCustomError:
 
 def expect(what: str, test: Callable[[Any], bool] = lambda v: True, hint: Callable[[Any], str] = lambda v: "",
            nested: bool = False) -> WrapValidator:
-    """Type errors and a value ``test`` refuses as one problem ``expected {what}, got {value}{hint}``
-    (``nested``: a nested model's errors pass through)."""
+    """Type errors and values ``test`` refuses as ``expected {what}, got {value}{hint}`` (``nested``: inner pass)."""
     def check(v: Any, handler: Callable[[Any], Any]) -> Any:
         try:
             if test(v):
