@@ -224,8 +224,7 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
     return []
 
 
-# The profile's settings as one validated pydantic model (decision 0081): each field's type and constraints
-# are its check; a problem is one line ``setting: expected WHAT, got VALUE (type)`` (:meth:`Checked.check`).
+# The settings as one pydantic model (decision 0081); a problem is one line ``setting: expected WHAT, got VALUE``.
 def problem(text: str, whole: bool = True) -> PydanticCustomError:
     """A validator's problem: the whole line, or (``whole=False``) the words after the setting's name."""
     return PydanticCustomError("line" if whole else "expected", "{text}", {"text": text})

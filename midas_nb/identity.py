@@ -171,8 +171,7 @@ def _transform_spec(transform: Any) -> dict[str, Any]:
 
 
 def _records(ds: Any) -> dict[str, Any]:
-    """The split's kind, classes, parts and per-item records: from an annotated dataset's files, else sample
-    by sample; a ``Subset``'s its base's, restricted."""
+    """The split's kind, classes, parts and per-item records (an annotated dataset's files, else by sample)."""
     from torch.utils.data import Subset
 
     if isinstance(ds, Subset):
@@ -331,8 +330,7 @@ def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> P
 def load_verified(path: str | os.PathLike, key: Any = None) -> bytes:
     """The payload of a :func:`save_verified` file (``key``: unless ``None``, the key it must hold);
     ``FileNotFoundError``, or :class:`CacheIntegrityError` for a file not one, truncated, corrupt, of another key."""
-    p = Path(path)
-    data = p.read_bytes()
+    data = (p := Path(path)).read_bytes()
     if not data.startswith(_MAGIC):
         raise CacheIntegrityError(f"{p}: not a midas_nb cache file (no {_MAGIC[:-1].decode()} header)")
     nl = data.find(b"\n", len(_MAGIC))
@@ -382,8 +380,7 @@ def load_or_build(path: str | os.PathLike, build: Callable[[], T], *, key: Any,
                   validate: Callable[[T], str | None] | None = None, what: str = "cache file") -> tuple[T, bool]:
     """``(value, loaded_from_cache)``: the verified value at ``path``, or ``build()`` saved there; a file failing its
     check, ``decode`` or ``validate`` (a reason, or ``None``) is reported (:func:`report_corrupt`) and rebuilt."""
-    p = Path(path)
-    if p.exists():
+    if (p := Path(path)).exists():
         try:
             value = decode(load_verified(p, key))
             problem = validate(value) if validate is not None else None
