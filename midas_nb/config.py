@@ -69,8 +69,7 @@ def finetune_setting_name(profile: dict[str, Any], label: str, backbone: str, se
 
 
 def finetune_settings(profile: dict[str, Any], label: str, backbone: str | None = None) -> dict[str, Any]:
-    """The fine-tuning recipe (``synthetic_finetune`` for the synthetic set where given, else ``finetune``) of a
-    dataset label and backbone: the shared settings, then the dataset's entry, then the backbone's."""
+    """The ``finetune`` recipe (``synthetic_finetune`` on synthetic where given): shared, dataset's, backbone's."""
     return merged_settings(profile.get(_finetune_source(profile, label)), dataset_of_label(label), backbone)
 
 

@@ -322,8 +322,7 @@ def reset_cache_events() -> None:
 def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> Path:
     """Write ``payload`` atomically as a verified cache file: ``MIDASNB-CACHE/1\\n``, one JSON line
     ``{"key", "length", "sha256"}``, the payload."""
-    header = json.dumps(dict(key=key, length=len(payload), sha256=hash_bytes(payload)),
-                        sort_keys=True, default=jsonable, allow_nan=True).encode() + b"\n"
+    header = canonical_json(dict(key=key, length=len(payload), sha256=hash_bytes(payload))).encode() + b"\n"
     return atomic_write(path, lambda f: f.writelines((_MAGIC, header, payload)))
 
 
