@@ -37,8 +37,7 @@ T = TypeVar("T")
 
 
 def jsonable(o: Any) -> Any:
-    """``json.dumps`` fallback (``default=jsonable``) for numpy / torch / pandas / path values (sets →
-    sorted lists, pandas ``NA``/``NaT`` → ``None``); ``TypeError`` for any other type, as ``json.dumps``."""
+    """``json.dumps``'s ``default`` for numpy / torch / pandas / path / set values; ``TypeError`` for others."""
     if isinstance(o, (np.generic, np.ndarray)):
         return o.tolist()
     if isinstance(o, Path) or type(o).__module__ == "torch" and type(o).__name__ in ("dtype", "device"):
@@ -127,8 +126,7 @@ def _update_tensor(h: "hashlib._Hash", t: Any) -> None:
 
 
 def state_dict_digest(obj: Any, n: int = 16) -> str:
-    """Digest of the names, dtypes, shapes and bytes of ``obj.state_dict()`` (or a mapping of tensors), by name:
-    the ``weights_digest`` of protocol rows."""
+    """SHA-256 of ``obj.state_dict()``'s (or a mapping's) names, dtypes, shapes, bytes: rows' ``weights_digest``."""
     sd = obj.state_dict() if hasattr(obj, "state_dict") else obj
     h = hashlib.sha256()
     for name in sorted(sd):
@@ -208,8 +206,7 @@ def _records(ds: Any) -> dict[str, Any]:
 
 
 def dataset_identity(dataset: Any) -> DatasetIdentity:
-    """Content identity of a dataset split, path-independent (:func:`_records`); ``ValueError`` for an empty
-    dataset, ``FileNotFoundError`` for a missing image file."""
+    """Content identity of a split, path-free; ``ValueError`` if empty, ``FileNotFoundError`` for a lost image."""
     n = len(dataset)
     if n == 0:
         raise ValueError("dataset is empty; an identity needs at least one image")
@@ -224,8 +221,7 @@ _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".
 
 
 def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
-    """``(relative path, size, st_mtime_ns)`` of every non-image file within ``depth`` levels of ``root``,
-    sorted; ``()`` for ``None`` or a missing root."""
+    """``(relative path, size, st_mtime_ns)`` of non-image files ``depth`` levels into ``root``, sorted, or ``()``."""
     if root is None or not Path(root).is_dir():
         return ()
     out = []
@@ -241,8 +237,7 @@ def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
 
 
 def new_file_mode(directory: bool = False) -> int:
-    """``0o666`` (a file) or ``0o777`` (a folder) less the umask, as ``open``/``mkdir`` give, where
-    ``mkstemp``/``mkdtemp`` give ``0o600``/``0o700``, unreadable to the group sharing a store."""
+    """``0o666`` (``0o777``: ``directory``) less the umask, as ``open`` gives (``mkstemp``: ``0o600``, no group)."""
     try:  # Linux shows the umask without changing it
         mask = int(re.search(r"^Umask:\s*([0-7]+)", Path("/proc/self/status").read_text(), re.M).group(1), 8)
     except (OSError, AttributeError, ValueError):
@@ -320,8 +315,7 @@ def reset_cache_events() -> None:
 
 
 def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> Path:
-    """Write ``payload`` atomically as a verified cache file: ``MIDASNB-CACHE/1\\n``, one JSON line
-    ``{"key", "length", "sha256"}``, the payload."""
+    """Write ``payload`` atomically behind ``MIDASNB-CACHE/1\\n`` and a JSON line ``{"key", "length", "sha256"}``."""
     header = canonical_json(dict(key=key, length=len(payload), sha256=hash_bytes(payload))).encode() + b"\n"
     return atomic_write(path, lambda f: f.writelines((_MAGIC, header, payload)))
 
