@@ -1,13 +1,8 @@
-"""Figures of the MIDAS notebooks (matplotlib only), one function per figure, each returning a
-:class:`matplotlib.figure.Figure` with labelled axes (units in the labels) and one colour per meaning
-in every notebook (:mod:`.common`); ``save="name"`` also writes ``<output dir>/<notebook>_<name>.png``
-(DESIGN.md §1; :func:`set_output`). Over the photos: :mod:`.images`, the explorer :mod:`.widgets`; the
-protocol's (parity band, insertion/deletion, perturbation, regime sweeps, scale readout):
-:mod:`.protocol`; the cosine probes': :mod:`.probes`.
-"""
+"""Figures of the notebooks, one function per figure, each returning a :class:`matplotlib.figure.Figure` with
+labelled axes and one colour per meaning; ``save="name"`` also writes ``<output dir>/<notebook>_<name>.png``
+(:func:`set_output`). Over the photos: :mod:`.images`, :mod:`.widgets`; :mod:`.protocol`; :mod:`.probes`."""
 from __future__ import annotations
 
-# finish_figure and FONT are shared with figures made elsewhere (not in __all__)
 from .common import (CONDITION_COLORS, condition_color, figure_path, finish_figure, FONT, image_to_rgb,  # noqa: F401
                      save_csv, save_figure, set_output)
 from .images import show_parts_on_grid, target_heatmaps

@@ -1,5 +1,4 @@
-"""Figures over the photos: part keypoints on the patch grid, target heatmaps (the kept patch tokens
-over a photo are the explorer's, :mod:`midas_nb.viz.widgets`)."""
+"""Figures over the photos: part keypoints on the patch grid, target heatmaps."""
 from __future__ import annotations
 
 import math
@@ -19,12 +18,9 @@ from .common import (BOX_HANDLE, class_name, colorbar, draw_parts_or_box, finish
 
 def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization: Normalization = None,
                        class_names: Sequence[str] | None = None, save: str | None = None) -> Figure:
-    """The first ``n`` photos of ``data`` (a :class:`midas_nb.data.Batch`; four panels a row) with part
-    keypoints, the part-mask patches and the object box on the grid of ``patch_size``-pixel patches: what part
-    mIoU compares kept tokens against (DESIGN.md §6; a patch is "part" when it holds a visible keypoint after
-    the resize/crop); without part keypoints (``parts`` ``[B, 0, 3]``) the box patches, box coverage's.
-    ``normalization``: the backbone's ``(mean, std)`` to undo; ``class_names``: by label, for the titles.
-    """
+    """The first ``n`` photos of a :class:`midas_nb.data.Batch` with part keypoints, part-mask patches and the
+    object box on the grid of ``patch_size``-pixel patches: what part mIoU compares kept tokens against (DESIGN.md
+    §6); without part keypoints (``parts [B,0,3]``) the box patches. ``normalization``: ``(mean, std)`` to undo."""
     images = to_numpy(data.images)[:n]
     B, _, H, W = images.shape
     parts_all = to_numpy(data.parts)[:B]
@@ -61,21 +57,15 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
                     indices: Sequence[int] | Any | None = None, title: str | None = None,
                     save: str | None = None, part_mask: Any | None = None,
                     class_names: Sequence[str] | None = None) -> Figure:
-    """Target maps over the photos: per image a block of panels (the photo, then one per target, six panels
-    of 1.9 in to a row), each titled with its target id, the part patches outlined where a part mask is known.
-    Each map is normalised per image, by rank (``"rank"``: each token's percentile in the image's ranking, what
-    top-k pruning uses) or min–max, so that targets in different units share one colour bar.
+    """Target maps over the photos: per image the photo then one panel per target (six a row), part patches
+    outlined where known; each map normalised per image by ``"rank"`` (each token's percentile, what top-k pruning
+    uses) or ``"minmax"``, so that targets in different units share one colour bar.
 
-    Args:
-        images: ``[B,3,H,W]`` (normalised for the backbone), or a :class:`midas_nb.data.Batch` (its
-            ``images``, ``part_mask`` and ``labels``). normalization: its ``(mean, std)`` to undo.
-        maps: ``{target id: [B,N]}`` on the same images, in panel order; or ``[M,N]`` over a whole split
-            with ``indices [B]`` naming the rows of ``images``. grid: ``(rows, cols)``; ``None``: square.
-        part_mask: ``[B,N]`` bool part patches to outline; ``None`` → the batch's, if any.
-        class_names: by label, the rows' labels (wrapped at 20 characters; else ``"image b"``).
-
-    Raises ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images or a
-    ``grid`` that does not hold ``N`` tokens.
+    ``images``: ``[B,3,H,W]`` (``normalization`` ``(mean, std)`` to undo) or a :class:`midas_nb.data.Batch`;
+    ``maps``: ``{target id: [B,N]}`` in panel order, or ``[M,N]`` over a split with ``indices [B]``; ``grid``:
+    ``(rows, cols)`` (``None``: square); ``part_mask``: ``[B,N]`` bool (``None``: the batch's); ``class_names``:
+    by label, the rows' labels. ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than
+    images or a ``grid`` that does not hold ``N`` tokens.
     """
     if normalize not in ("rank", "minmax"):
         raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")
@@ -134,8 +124,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
 
 
 def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
-    """Outline the region of the ``True`` patches of ``mask [rows*cols]`` (one LineCollection,
-    ``gid="part outline"``): the patch edges between a part patch and a non-part patch or the border."""
+    """Outline the ``True`` patches of ``mask [rows*cols]`` (one LineCollection, ``gid="part outline"``)."""
     m = np.pad(np.asarray(mask, dtype=bool).reshape(rows, cols), 1)
     ph, pw = H / rows, W / cols
     horizontal = np.argwhere(m[1:, 1:-1] != m[:-1, 1:-1])    # (r, c): an edge at y = r·ph from x = c·pw
