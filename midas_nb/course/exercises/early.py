@@ -21,7 +21,6 @@ def _ceiling(f: float, b: float) -> float:
 register("00.keep_count", "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
          lambda study: keep_count(0.10, math.prod(study.grid)))
 
-
 register("00.iou_ceiling", "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
          lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
 
@@ -54,7 +53,6 @@ register("01.abs_t5_miou",
          "where `study.test_set.has_parts` is false); the masks are `study.test_set[i].part_mask` (`.box_mask`).",
          number, lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
 
-
 register("01.best_target",
          "sort `coverage` by `miou`.", choice, lambda coverage: set(leaders(coverage, "miou", name="target")))
 
@@ -82,7 +80,6 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
 # -------------------------------------------------------------------------- 02 protocol
 register("02.D_T5", "`table.groupby('condition')['miou'].mean()`.", number,
          lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
-
 
 _BASELINES = {"reference", "random", "random_map"}
 
@@ -152,5 +149,3 @@ def _ex_hidden_vs_attention(hv) -> Choice:
     return Choice(({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}, "abc",
                   f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
                   f"(of {len(signs)} pairs).")
-
-

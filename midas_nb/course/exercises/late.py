@@ -101,7 +101,6 @@ def _ex_spread_resolved(D) -> Choice:
 register("06.best_separation", "sort `res.perturbation` by `neg_minus_pos`.", choice,
          lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
-
 register("06.pib_T0",
          "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
          "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` and "
