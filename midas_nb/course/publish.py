@@ -135,8 +135,7 @@ def _alt_texts(nb: Any, body: str) -> str:
     return re.sub(r'<img [^>]*alt="No description has been provided for this image"[^>]*>', alt, body)
 
 
-def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
-                strip_solutions: bool = False) -> Path:
+def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, strip_solutions: bool = False) -> Path:
     """Static HTML edition of the executed notebooks in ``input_dir`` (``midas-nb run``'s output) in
     ``output_dir`` (default ``<input_dir>/html``); returns the contents page, ``index.html``.
 

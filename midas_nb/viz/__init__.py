@@ -4,14 +4,14 @@ labelled axes and one colour per meaning; ``save="name"`` also writes ``<output 
 from __future__ import annotations
 
 from .common import (CONDITION_COLORS, condition_color, figure_path, finish_figure, FONT, image_to_rgb,  # noqa: F401
-                     save_csv, save_figure, set_output)
+                     save_csv, set_output)
 from .images import show_parts_on_grid, target_heatmaps
 from .protocol import (coverage_vs_faithfulness, insertion_deletion_curves, perturbation_plot, regime_heatmap,
                        regime_lines, scale_plot)
 from .probes import cosine_depth_lines, cosine_heatmap
 from ..targets import taxonomy_table  # noqa: F401 - the taxonomy is metadata of the registered targets
 
-__all__ = ["set_output", "figure_path", "save_figure", "save_csv", "image_to_rgb", "condition_color",
+__all__ = ["set_output", "figure_path", "save_csv", "image_to_rgb", "condition_color",
            "CONDITION_COLORS", "show_parts_on_grid", "target_heatmaps", "taxonomy_table", "coverage_vs_faithfulness",
            "cosine_heatmap", "cosine_depth_lines", "regime_heatmap", "regime_lines", "scale_plot",
            "insertion_deletion_curves", "perturbation_plot"]

@@ -52,12 +52,6 @@ def figure_path(name: str, suffix: str = ".png") -> Path:
     return output_dir() / f"{stem}{suffix}"
 
 
-def save_figure(fig: Figure, name: str, dpi: int = 130) -> Path:
-    """Write ``fig`` as PNG to :func:`figure_path` ``(name)``; returns the path."""
-    fig.savefig(path := figure_path(name), dpi=dpi, bbox_inches="tight", facecolor="white")
-    return path
-
-
 def save_csv(table: pd.DataFrame, name: str) -> Path:
     """Write ``table`` atomically as ``<output dir>/<notebook>_<name>.csv``, list columns as JSON."""
     atomic_write_text(path := figure_path(name, ".csv"), encode_lists(table).to_csv(index=False))
@@ -71,7 +65,7 @@ def finish_figure(fig: Figure, save: str | None, tight: bool = False) -> Figure:
     if tight:
         fig.tight_layout()
     if save:
-        save_figure(fig, save)
+        fig.savefig(figure_path(save), dpi=130, bbox_inches="tight", facecolor="white")
     backend = matplotlib.get_backend().lower()
     if "inline" in backend:
         from IPython.display import display
@@ -178,8 +172,7 @@ def panel_grid(n: int, ncols: int, panel: tuple[float, float], extra: tuple[floa
                **kw) -> tuple[Figure, list]:
     """A figure of ``n`` panels, at most ``ncols`` a row, each ``panel`` (w, h) inches plus ``extra``
     inches in all; returns it and its ``n`` axes (the rest of the last row hidden)."""
-    ncols = min(ncols, n)
-    nrows = -(-n // ncols)
+    ncols, nrows = min(ncols, n), -(-n // min(ncols, n))
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, **kw,
                              figsize=(panel[0] * ncols + extra[0], panel[1] * nrows + extra[1]))
     for ax in axes.ravel()[n:]:
@@ -208,8 +201,7 @@ def legend_below(fig: Figure, handles: list, *, ncol: int, note: str | None = No
     return bottom
 
 
-def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
-                **style) -> None:
+def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float, **style) -> None:
     """One ``Rectangle`` (``style``) per true entry of ``mask [rows*cols]`` (row-major), ``patch_w × patch_h`` px."""
     for t in np.flatnonzero(mask):
         r, c = divmod(int(t), cols)

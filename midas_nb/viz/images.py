@@ -54,9 +54,8 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization:
 
 def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | int | None = None, *,
                     normalization: Normalization = None, normalize: Literal["rank", "minmax"] = "rank",
-                    indices: Sequence[int] | Any | None = None, title: str | None = None,
-                    save: str | None = None, part_mask: Any | None = None,
-                    class_names: Sequence[str] | None = None) -> Figure:
+                    indices: Sequence[int] | Any | None = None, title: str | None = None, save: str | None = None,
+                    part_mask: Any | None = None, class_names: Sequence[str] | None = None) -> Figure:
     """Target maps over the photos: per image the photo then one panel per target (six a row), part patches
     outlined where known; each map normalised per image by ``"rank"`` (each token's percentile, what top-k pruning
     uses) or ``"minmax"``, so that targets in different units share one colour bar.
@@ -90,8 +89,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     parts = None if part_mask is None else to_numpy(part_mask).astype(bool).reshape(-1, rows * cols)
     row_labels = ([textwrap.fill(class_name(class_names, lbl, 60), 20) for lbl in labels]
                   if class_names is not None and labels else [f"image {b}" for b in range(B)])
-    n_panels = len(ids) + 1
-    fig_cols = min(6, n_panels)
+    n_panels, fig_cols = len(ids) + 1, min(6, len(ids) + 1)
     per_image = -(-n_panels // fig_cols)
     width = 1.9 * fig_cols + 0.9   # 1.9 in panels and the colour bar: 3 images × 11 targets are 12.3 in wide
     fig, grid_axes = plt.subplots(B * per_image, fig_cols, squeeze=False,

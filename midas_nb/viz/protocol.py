@@ -54,9 +54,8 @@ def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
 
 
 def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float | None = None,
-                             coverage_label: str | None = None, title: str | None = None,
-                             save: str | None = None, average_over: Sequence[str] = (),
-                             n_boot: int = 1000) -> Figure:
+                             coverage_label: str | None = None, title: str | None = None, save: str | None = None,
+                             average_over: Sequence[str] = (), n_boot: int = 1000) -> Figure:
     """Part coverage (mIoU, a fraction) against faithfulness (IDAUC) per condition: hollow markers labelled (up to
     10), the parity band ``IDAUC ≥ IDAUC_ref − band`` shaded (DESIGN.md §6; ``None``: ``metrics.PARITY_BAND``), the
     reference's mIoU dashed: a point in the band right of it has ``D > 0`` at parity.
@@ -134,11 +133,10 @@ def insertion_deletion_curves(results: Any, *, title: str | None = None, save: s
 
 
 def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Accuracy as tokens are removed, most relevant first (positive) and least relevant first
-    (negative), one line per relevance map — the evaluation of TokenTM (Wu et al., 2024,
-    https://arxiv.org/abs/2403.14552). ``table``: one row per map with ``target``, ``fractions``
-    (removed fraction, ``[S+1]``), ``pos_curve``/``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
-    (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV)."""
+    """Accuracy as tokens are removed, most relevant first (positive) and least relevant first (negative), one line
+    per map — TokenTM's evaluation (https://arxiv.org/abs/2403.14552). ``table``: a row per map with ``target``,
+    ``fractions``, ``pos_curve``/``neg_curve`` (``[S+1]``, JSON strings allowed) and ``pos_auc``/``neg_auc``
+    (:func:`midas_nb.metrics.perturbation.perturbation_table`)."""
     require_columns(table, ("target", "fractions", "pos_curve", "neg_curve"))
 
     def arr(v: Any) -> np.ndarray:
@@ -213,9 +211,8 @@ def _fmt_axis_value(name: str, v: Any) -> str:
 
 
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
-                   conditions: Sequence[str] | None = None, reference: str = "reference",
-                   vmax: float | None = None, title: str | None = None,
-                   save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
+                   conditions: Sequence[str] | None = None, reference: str = "reference", vmax: float | None = None,
+                   title: str | None = None, save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) over a ``y × x`` grid,
     one panel per condition (default all but ``reference``), on a diverging scale of half-range ``vmax``
     (default the largest |D|).
@@ -232,8 +229,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
     fig, axes = panel_grid(len(conds), 3, (max(3.4, 0.95 * len(xs) + 1.6), max(2.8, 0.7 * len(ys) + 1.5)), (1.2, 0.6))
     for cond, ax in zip(conds, axes):
-        grid = np.full((len(ys), len(xs)), np.nan)
-        status = np.full((len(ys), len(xs)), "not run", dtype=object)
+        grid, status = np.full((len(ys), len(xs)), np.nan), np.full((len(ys), len(xs)), "not run", dtype=object)
         for (yv, xv), g in table[table["condition"].astype(str) == cond].groupby([y, x]):
             grid[ys.index(yv), xs.index(xv)] = g[value].astype(float).mean()
             status[ys.index(yv), xs.index(xv)] = _group_status(g)
@@ -268,9 +264,8 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
 
 
 def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, value: str = "D_pp",
-                 conditions: Sequence[str] | None = None, reference: str = "reference",
-                 title: str | None = None, save: str | None = None,
-                 average_over: Sequence[str] = ()) -> Figure:
+                 conditions: Sequence[str] | None = None, reference: str = "reference", title: str | None = None,
+                 save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
     """``D`` (pp) against ``x``, one line per ``hue`` value, one panel per condition, as :func:`regime_heatmap`.
     Markers by band status: filled: in band; open circles: not resolved; ``×``: outside; open diamonds:
     uninformative. Error bars: the paired 95 % intervals where present, else the seed std (the title says)."""

@@ -51,8 +51,7 @@ def is_headless() -> bool:
 
 def kept_mask(scores: Tensor, budget: float) -> Tensor:
     """``[B,N]`` bool: the top ``k = ceil(b·N)`` patch tokens of ``scores [B,N]`` (DESIGN.md §3)."""
-    k = keep_count(budget, scores.shape[1])
-    return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
+    return keep_mask_from_indices(select_top_k(scores, keep_count(budget, scores.shape[1])), scores.shape[1])
 
 
 @dataclass
@@ -145,10 +144,9 @@ class _ViewCache:
                   for k in keep_all]
         keep = torch.stack([k[position] for k in keep_all])
         return ExplorerView(
-            position=position, index=int(batch.indices[position]),
+            position=position, index=int(batch.indices[position]), depth=depth, budget=budget, targets=targets,
             class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
-            depth=depth, budget=budget,
-            targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
+            keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
             coverage_kind="part mIoU" if has_parts else "box coverage",
             iou=tuple(float(r.per_image[position]) for r in scored), miou=tuple(float(r.mean) for r in scored),
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
@@ -162,8 +160,7 @@ def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, 
     return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
-def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
-                    note: str | None = None):
+def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None, note: str | None = None):
     """The explorer's figure (not closed, not saved) of ``view``: two kept-token panels and the insertion/deletion
     curves on ``batch.images[view.position]``, patch ``grid`` ``(rows, cols)``, ``note`` a line under it."""
     (rows, cols), p = (int(g) for g in grid), view.position
@@ -207,9 +204,8 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     return fig
 
 
-def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
-             interactive: bool | None = None, save: str | None = "explorer",
-             targets: Sequence[str] = DEFAULT_PAIR):
+def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None, interactive: bool | None = None,
+             save: str | None = "explorer", targets: Sequence[str] = DEFAULT_PAIR):
     """Two rankings side by side on one test image of a :class:`midas_nb.study.Study`, at one depth ``L`` and
     budget ``b``: ``n_images`` test images to pick from, ``rankings`` the target ids offered (default the
     profile's), ``interactive`` (``None``: not :func:`is_headless`), ``save`` the still's name, ``targets`` the pair
@@ -219,8 +215,7 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
     :class:`ExplorerView` shown), the figure an ``Image`` (``midas-explorer-figure``), the read-out an ``HTML``
     (``midas-explorer-readout``; a failing redraw's error there, ``midas-explorer-error``). Headless: the still of
     the first image, :data:`STATIC_NOTE` under it, its ``explorer_view``, its read-out printed."""
-    if interactive is None:
-        interactive = not is_headless()
+    interactive = not is_headless() if interactive is None else interactive
     ids = list(rankings or study.settings.protocol.targets)
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:
