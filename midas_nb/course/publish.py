@@ -59,11 +59,10 @@ def _is_solution(cell) -> bool:
 
 
 def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool = False) -> int:
-    """Write notebook ``path`` without its cells tagged ``solution`` (the student edition) to ``out``: a file,
-    a directory (the same name inside it) or ``None``: ``<path's folder>/student/<same name>`` (a ``*_student``
-    suffix would match ``midas-nb run``'s ``NN_*.ipynb``); ``force``: replace a different file there (a student's
-    edited copy). Returns the number of removed cells. FileNotFoundError: no ``path``; FileExistsError: ``out``
-    differs (without ``force``)."""
+    """Write notebook ``path`` without its cells tagged ``solution`` to ``out``: a file, a directory, or ``None``:
+    ``<path's folder>/student/<same name>`` (a ``*_student`` suffix would match ``midas-nb run``'s ``NN_*.ipynb``);
+    returns the number of removed cells. FileNotFoundError: no ``path``; FileExistsError: ``out`` differs (a
+    student's edited copy) and not ``force``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
@@ -136,15 +135,11 @@ def _alt_texts(nb: Any, body: str) -> str:
 
 
 def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, strip_solutions: bool = False) -> Path:
-    """Static HTML edition of the executed notebooks in ``input_dir`` (``midas-nb run``'s output) in
-    ``output_dir`` (default ``<input_dir>/html``); returns the contents page, ``index.html``.
-
-    One page per executed ``NN_*.ipynb`` (lab template, images embedded), with contents / previous / next links
-    at top and bottom. With a warning each: a notebook without an executed code cell is left out; one that
-    stopped with an error is marked "failed: <error>" on the contents page; a stale one
-    (:func:`midas_nb.runs.run_state`) "stale: <reason>" there and with a banner on its page. ``strip_solutions``:
-    leave the cells tagged ``solution`` out (else each is a closed block). FileNotFoundError: no executed notebook.
-    """
+    """Static HTML edition of the executed notebooks in ``input_dir`` in ``output_dir`` (default
+    ``<input_dir>/html``): a page per executed ``NN_*.ipynb`` with contents / previous / next links; returns
+    ``index.html``. With a warning each: a notebook without an executed cell is left out, a failed or stale
+    (:func:`midas_nb.runs.run_state`) one marked. ``strip_solutions``: leave the cells tagged ``solution`` out (else
+    each is a closed block). FileNotFoundError: no executed notebook."""
     from nbconvert import HTMLExporter
 
     input_dir = Path(input_dir)

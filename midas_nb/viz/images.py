@@ -56,16 +56,11 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
                     normalization: Normalization = None, normalize: Literal["rank", "minmax"] = "rank",
                     indices: Sequence[int] | Any | None = None, title: str | None = None, save: str | None = None,
                     part_mask: Any | None = None, class_names: Sequence[str] | None = None) -> Figure:
-    """Target maps over the photos: per image the photo then one panel per target (six a row), part patches
-    outlined where known; each map normalised per image by ``"rank"`` (each token's percentile, what top-k pruning
-    uses) or ``"minmax"``, so that targets in different units share one colour bar.
-
-    ``images``: ``[B,3,H,W]`` (``normalization`` ``(mean, std)`` to undo) or a :class:`midas_nb.data.Batch`;
-    ``maps``: ``{target id: [B,N]}`` in panel order, or ``[M,N]`` over a split with ``indices [B]``; ``grid``:
-    ``(rows, cols)`` (``None``: square); ``part_mask``: ``[B,N]`` bool (``None``: the batch's); ``class_names``:
-    by label, the rows' labels. ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than
-    images or a ``grid`` that does not hold ``N`` tokens.
-    """
+    """Target maps over the photos (the photo, then a panel per target, six a row), part patches outlined; each
+    map normalised per image by ``"rank"`` (percentile, what top-k uses) or ``"minmax"``: one colour bar for all.
+    ``images``: ``[B,3,H,W]`` or a :class:`midas_nb.data.Batch`; ``maps``: ``{target id: [B,N]}``, or ``[M,N]``
+    with ``indices [B]``; ``grid``: ``(rows, cols)`` (``None``: square); ``part_mask``: ``[B,N]`` bool.
+    ValueError: empty ``maps``, an unknown ``normalize``, a map too short or a ``grid`` not holding ``N`` tokens."""
     if normalize not in ("rank", "minmax"):
         raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")
     if not maps:
@@ -79,9 +74,8 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     B, _, H, W = imgs.shape
     rows_of = slice(None) if indices is None else to_numpy(indices).astype(int).ravel()
     arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1])[rows_of] for k, v in maps.items()}
-    for k, a in arrs.items():
-        if a.shape[0] < B:
-            raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
+    if short := [k for k, a in arrs.items() if a.shape[0] < B]:
+        raise ValueError(f"map {short[0]!r} has {arrs[short[0]].shape[0]} rows for {B} images")
     ids, n = list(arrs), next(iter(arrs.values())).shape[1]
     rows, cols = (math.isqrt(n),) * 2 if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
     if rows * cols != n:

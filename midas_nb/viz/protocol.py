@@ -56,15 +56,11 @@ def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
 def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float | None = None,
                              coverage_label: str | None = None, title: str | None = None, save: str | None = None,
                              average_over: Sequence[str] = (), n_boot: int = 1000) -> Figure:
-    """Part coverage (mIoU, a fraction) against faithfulness (IDAUC) per condition: hollow markers labelled (up to
-    10), the parity band ``IDAUC ≥ IDAUC_ref − band`` shaded (DESIGN.md §6; ``None``: ``metrics.PARITY_BAND``), the
-    reference's mIoU dashed: a point in the band right of it has ``D > 0`` at parity.
-
-    ``table``: protocol rows (``condition``, ``miou``, ``idauc``; per-image values, ``*_lo``/``*_hi``,
-    ``coverage_kind`` where present), averaged per condition; error bars: the 95 % interval over seeds and images
-    (:func:`midas_nb.results.aggregate_seeds`, ``n_boot`` resamples) or a single row's own. ``coverage_label``: the
-    x quantity (default from ``coverage_kind``); ``average_over``: ``("dataset",)`` / ``("backbone",)`` allows rows
-    of several, averaged (the title says so). ValueError: a column missing, or mixed rows ``average_over`` omits.
+    """Part coverage (mIoU, a fraction) against faithfulness (IDAUC) per condition, the parity band ``IDAUC ≥
+    IDAUC_ref − band`` shaded (DESIGN.md §6; ``None``: ``metrics.PARITY_BAND``), the reference's mIoU dashed.
+    ``table``: protocol rows (``condition``, ``miou``, ``idauc``), averaged per condition; error bars: the 95 %
+    interval over seeds and images (``n_boot`` resamples) or a single row's own. ``average_over``: ``("dataset",)``
+    / ``("backbone",)`` averages rows of several. ValueError: a column missing, or mixed rows not in ``average_over``.
     """
     require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
@@ -213,13 +209,10 @@ def _fmt_axis_value(name: str, v: Any) -> str:
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
                    conditions: Sequence[str] | None = None, reference: str = "reference", vmax: float | None = None,
                    title: str | None = None, save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) over a ``y × x`` grid,
-    one panel per condition (default all but ``reference``), on a diverging scale of half-range ``vmax``
-    (default the largest |D|).
-
-    Each cell by its band ``status`` (else ``in_band``): in band: coloured by D, ``+2.1 ✓``; not resolved: under
-    dots, ``?``; uninformative (the reference is not faithful): under a cross-hatch, ``○``; outside the band:
-    grey, hatched, ``✗ (D)`` (DESIGN.md §6: marked, never dropped); "undefined" and "not run" cells say so.
+    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) over a ``y × x`` grid, a
+    panel per condition (default all but ``reference``), diverging scale of half-range ``vmax`` (default max |D|).
+    Cells by band ``status``: in band ``+2.1 ✓``; not resolved ``?`` (dots); uninformative ``○`` (cross-hatch);
+    outside the band grey, hatched, ``✗ (D)`` (DESIGN.md §6: marked, never dropped); "undefined", "not run".
     Several datasets or backbones: ValueError unless named in ``average_over`` (then averaged; the title says so).
     """
     note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)

@@ -206,15 +206,12 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
 
 def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None, interactive: bool | None = None,
              save: str | None = "explorer", targets: Sequence[str] = DEFAULT_PAIR):
-    """Two rankings side by side on one test image of a :class:`midas_nb.study.Study`, at one depth ``L`` and
-    budget ``b``: ``n_images`` test images to pick from, ``rankings`` the target ids offered (default the
-    profile's), ``interactive`` (``None``: not :func:`is_headless`), ``save`` the still's name, ``targets`` the pair
-    shown first (one not offered falls back to the first offered).
-
-    Returns, interactive: a displayed ``ipywidgets.VBox`` (CSS class ``midas-explorer``; ``view``: the
-    :class:`ExplorerView` shown), the figure an ``Image`` (``midas-explorer-figure``), the read-out an ``HTML``
-    (``midas-explorer-readout``; a failing redraw's error there, ``midas-explorer-error``). Headless: the still of
-    the first image, :data:`STATIC_NOTE` under it, its ``explorer_view``, its read-out printed."""
+    """Two rankings side by side on one test image of a :class:`midas_nb.study.Study` at one depth and budget:
+    ``n_images`` images to pick from, ``rankings`` the target ids offered (default the profile's), ``interactive``
+    (``None``: not :func:`is_headless`), ``targets`` the pair shown first. Returns, interactive: a displayed
+    ``ipywidgets.VBox`` (CSS class ``midas-explorer``, ``view`` the :class:`ExplorerView` shown) of the controls, an
+    ``Image`` (``midas-explorer-figure``) and an ``HTML`` read-out (``midas-explorer-readout``, a failing redraw's
+    error there); headless: the still figure (``save``), its read-out printed."""
     interactive = not is_headless() if interactive is None else interactive
     ids = list(rankings or study.settings.protocol.targets)
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]

@@ -94,8 +94,7 @@ def not_applicable(name: str, **ctx: Any) -> str | None:
 
 def exercise_label(name: str) -> str:
     """``"NN.i"``: the exercise's number in its notebook (registry order = notebook order)."""
-    nb = name.split(".")[0]
-    return f"{nb}.{list_exercises(nb).index(_get(name).name) + 1}"
+    return f"{name.split('.')[0]}.{list_exercises(name).index(_get(name).name) + 1}"
 
 
 def show_exercise(name: str, **ctx: Any):
@@ -165,8 +164,7 @@ def _item(answer: Any) -> Any:
 
 def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
     answer = _item(answer)
-    number_like = isinstance(answer, (int, float)) or hasattr(answer, "__float__")
-    if isinstance(answer, (bool, torch.Tensor)) or not number_like:
+    if isinstance(answer, (bool, torch.Tensor)) or not hasattr(answer, "__float__"):   # int and float have it
         shape = f" of shape {tuple(answer.shape)}" if isinstance(answer, torch.Tensor) else ""
         return False, f"expected one number, got {type(answer).__name__}{shape}."
     a = float(answer)

@@ -9,8 +9,7 @@ from ...analysis.paper_reference import PAPER_COSINE_MAX
 from ...backbones.vit import keep_count
 from ...metrics import decoupling_D
 from ...results import leaders
-from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of,
-                    signs_near_edge)
+from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of, signs_near_edge)
 
 def _ceiling(f: float, b: float) -> float:
     """The best IoU of ``ceil(b·N)`` kept tokens with a share ``f`` of part (or box) patches (notebook 00)."""

@@ -5,8 +5,7 @@ import math
 
 from ...analysis import recommend_deployment, share_falls
 from ...results import leaders
-from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of,
-                    two_backbones)
+from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of, two_backbones)
 
 
 # ---------------------------------------------------------------------------- 04 sweeps
