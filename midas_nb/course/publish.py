@@ -53,7 +53,6 @@ def _run_header(input_dir: Path, run: RunState, pages: list, out: Path) -> str:
     return "".join(f"<p>{b}</p>\n" for b in bits)
 
 
-# ----------------------------------------------------------------------------- stripping
 def _is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
 
@@ -79,7 +78,6 @@ def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool
     return before - len(nb.cells)
 
 
-# ------------------------------------------------------------------------------ HTML export
 def _title(nb, default: str) -> str:
     """The notebook's first Markdown heading, else ``default``."""
     return next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
@@ -178,10 +176,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
                     if _is_solution(c) else c for c in nb.cells if not (strip_solutions and _is_solution(c))]
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev, nxt = links[i - 1] if i > 0 else None, links[i + 1] if i + 1 < len(links) else None
-        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
-                  f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
-                  f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'
-                  if p.name in stale else "")
+        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;padding:.6em '
+                  f'1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> this page is not from '
+                  f'the latest run — {html.escape(stale[p.name])}</div>' if p.name in stale else "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
                       count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
@@ -190,8 +187,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
         f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
         + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
         + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
-        + "</li>"
-        for (href, title), (p, _, _, failed) in zip(links, pages))
+        + "</li>" for (href, title), (p, _, _, failed) in zip(links, pages))
     index = out / "index.html"
     index.write_text(
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>midas_nb — contents</title><style>'

@@ -184,9 +184,7 @@ def legend_below(fig: Figure, handles: list, *, ncol: int, note: str | None = No
                  loc: str = "lower center", right: float = 1.0, top: float = 0.95) -> float:
     """``note`` (italic) on the bottom line, a legend of ``handles`` above it, the panels above both (measured; the
     figure widens to hold the legend). Returns the bottom of the panels' area (figure fraction)."""
-    renderer = fig.canvas.get_renderer()
-    to_fig = fig.transFigure.inverted()
-    y = 0.005
+    renderer, to_fig, y = fig.canvas.get_renderer(), fig.transFigure.inverted(), 0.005
     if note:
         text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
                         color="0.25")

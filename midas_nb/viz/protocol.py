@@ -246,8 +246,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys])
         label_axes(ax, AXIS_LABELS.get(x, x), AXIS_LABELS.get(y, y), cond, size=FONT["label"] - 1,
                    title_size=FONT["label"], grid=None)
-    # the status legend under the panels (a swatch per status: D's colour under its pattern, or the grey
-    # hatch outside the band), the colour bar right of them
+    # a swatch per status under the panels (D's colour under its pattern, or the grey hatch), the colour bar right
     handles = [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": plt.get_cmap("RdBu_r")(0.78), **style})
                for mark, style, label in _STATUS.values()]
     bottom = legend_below(fig, handles, ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)

@@ -37,16 +37,14 @@ DEFAULT_PAIR: tuple[str, str] = ("T0", "T5")
 def is_headless() -> bool:
     """No widget front-end expected: ``MIDAS_HEADLESS`` says (``1``/``true``/``yes``/``on``: headless; ``midas-nb
     run`` sets ``1``), else no IPython kernel or no ``ipywidgets``."""
-    env = os.environ.get("MIDAS_HEADLESS")
-    if env is not None:
+    if (env := os.environ.get("MIDAS_HEADLESS")) is not None:
         return env.strip().lower() in ("1", "true", "yes", "on")
     try:
         from IPython import get_ipython
         import ipywidgets  # noqa: F401
     except ImportError:
         return True
-    ip = get_ipython()
-    return ip is None or not hasattr(ip, "kernel")
+    return not hasattr(get_ipython(), "kernel")   # None (no IPython) has none either
 
 
 def kept_mask(scores: Tensor, budget: float) -> Tensor:

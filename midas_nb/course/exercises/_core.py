@@ -15,7 +15,6 @@ from ...metrics.stats import interval_sign as sign_of
 from ...results import format_ci
 
 
-# ------------------------------------------------------------------------------------ exercises
 @dataclass(frozen=True)
 class Exercise:
     """Exercise ``"NN.short_name"`` (``NN``: its notebook): ``hint`` (shown with a wrong answer), ``needs`` (the
@@ -153,7 +152,6 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
         raise AssertionError(f"the reference solution of {name} disagrees with its checker: {why}")
 
 
-# ---------------------------------------------------------------------------------- comparisons
 #: decimals the notebooks print (``results.compact``'s default): a value typed as printed is right
 PRINTED_DECIMALS = 3
 
@@ -214,7 +212,6 @@ def option(answer: Any, expected: Choice) -> tuple[bool, str]:
     return False, f"({a}) is not what this run shows."
 
 
-# --------------------------------------------------------------------------------- helpers
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
     """The interval's sign and those of it widened and narrowed by ``slack`` of its width (another bootstrap
     draw may fall on either side of 0)."""

@@ -35,8 +35,7 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
 
 # --------------------------------------------------------------------------- 01 targets
 def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
-    """Per-image part IoU (box coverage where the dataset has no parts) of the top ``k`` tokens of
-    ``scores`` at the study's budget, as :meth:`midas_nb.study.Study.target_coverage` measures it."""
+    """Per-image part IoU (or box coverage) of the study's top-k of ``scores``, as ``Study.target_coverage``."""
     from ...metrics import box_coverage, part_miou
     from ...pruning import keep_mask_from_indices, select_top_k
     ds = study.test_set
