@@ -154,12 +154,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
             continue
         failed = next((f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip() for c in code
                        for o in c.get("outputs", []) if o.get("output_type") == "error"), "")   # the first error
-        if failed:
-            warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
-                          f"in the HTML edition", stacklevel=2)
-        if p.name in stale:
-            warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
-                          f"edition", stacklevel=2)
+        for mark, why in (("failed", failed and f"stopped with an error ({failed})"),
+                          ("stale", p.name in stale and f"is stale ({stale[p.name]})")):
+            if why:
+                warnings.warn(f"{p.name} {why}; its page is marked as {mark} in the HTML edition", stacklevel=2)
         pages.append((p, nb, _title(nb, p.stem), failed))
     if not pages:
         source = input_dir.resolve() == (project_root() / "notebooks").resolve()

@@ -262,8 +262,7 @@ def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, 
     Markers by band status: filled: in band; open circles: not resolved; ``×``: outside; open diamonds:
     uninformative. Error bars: the paired 95 % intervals where present, else the seed std (the title says)."""
     note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
-    kinds: set[str] = set()
-    hues = sorted(table[hue].dropna().unique())
+    kinds, hues = set(), sorted(table[hue].dropna().unique())
     cmap = plt.get_cmap(AXIS_CMAPS.get(hue, "viridis"))   # budget and depth: never one colormap for both
     colors = {hv: cmap(i / max(1, len(hues) - 1) * 0.85) for i, hv in enumerate(hues)}
     fig, axes = panel_grid(len(conds), 3, (4.2, 3.3), (0, 0.7), sharey=True)
@@ -306,8 +305,7 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
     as :func:`regime_heatmap`. Solid bars: in the parity band; pale dotted: not resolved; pale hatched: outside;
     pale cross-hatched: uninformative; undefined values say so. Error bars as in :func:`regime_lines`."""
     note, conds = _d_conditions(table, "scale_plot", (x,), value, conditions, reference, average_over)
-    kinds: set[str] = set()
-    cats = list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
+    kinds, cats = set(), list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
     width = 0.8 / max(1, len(conds))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(cats) * max(1, len(conds)) ** 0.5 + 2), 4.2))
     for k, cond in enumerate(conds):
