@@ -3,6 +3,7 @@ labelled axes and one colour per meaning; ``save="name"`` also writes ``<output 
 (:func:`set_output`). Over the photos: :mod:`.images`, :mod:`.widgets`; :mod:`.protocol`; :mod:`.probes`."""
 from __future__ import annotations
 
+# finish_figure and FONT are shared with figures made elsewhere (not in __all__)
 from .common import (CONDITION_COLORS, condition_color, figure_path, finish_figure, FONT, image_to_rgb,  # noqa: F401
                      save_csv, set_output)
 from .images import show_parts_on_grid, target_heatmaps
