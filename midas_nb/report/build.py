@@ -1,5 +1,5 @@
-"""The report's CSV tables (provenance, three conditions, cosine probes, regime, scale, findings, backbones) built
-from the result rows (:func:`build_tables`), and the paper-shaped table (:func:`paper_table`) ``midas-nb run`` prints."""
+"""The report's CSV tables built from the result rows (:func:`build_tables`), and the paper-shaped table
+(:func:`paper_table`) ``midas-nb run`` prints."""
 from __future__ import annotations
 
 import json
@@ -35,11 +35,10 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 
 
 def _shown_path(p: str | Path) -> str:
-    """A path as the report prints it, naming no machine (docs/decisions/0021-machine-independent-report-paths.md)."""
+    """A path as the report prints it, naming no machine (decision 0021)."""
     p = Path(p).resolve()
     bases = [("$MIDAS_CACHE_DIR/", config.cache_dir()), ("", config.project_root())]
-    if os.environ.get("MIDAS_RUNS_DIR"):
-        bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
+    bases += [("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"]))] if os.environ.get("MIDAS_RUNS_DIR") else []
     for prefix, base in bases:
         if p.is_relative_to(base.resolve()):
             return prefix + p.relative_to(base.resolve()).as_posix()
@@ -47,11 +46,11 @@ def _shown_path(p: str | Path) -> str:
 
 
 def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
-    """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
+    """The sorted distinct non-empty values ``f(v)`` of ``g[col]`` (``[]``: no such column)."""
     return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
 
-#: how ``aggregate_seeds`` builds a condition's interval (decision 0007); tables made before this row existed
-#: used a percentile bootstrap over seeds × images, which REPORT.md then says
+
+#: how ``aggregate_seeds`` builds a condition's interval (decision 0007)
 MEAN_INTERVAL = ("a t interval over the seeds plus a bootstrap over the images, as for D (one seed: a percentile "
                  "bootstrap over the images), cut at the metric's range")
 
@@ -79,8 +78,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
     out = [("", "", k, str(v)) for k, v in run.items()]
     out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
                                      f"{r['state']}") for r in miss.to_dict("records")]
-    versions = _distinct(rows, "versions")
-    out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
+    out.append(("", "", "versions", " | ".join(_distinct(rows, "versions")) or "not recorded"))
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
         out += [(ds, bb, k, str(v)) for k, v in _block_provenance(g, s, ds, probes_used.get((ds, bb), 0)).items()]
@@ -88,9 +86,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
 
 
 def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
-    """The provenance rows of one dataset × backbone block: its checkpoint and the data behind its rows, each
-    with its source (docs/decisions/0054, 0057), the sample, and what its accuracy is measured against (class
-    labels, whole-test-split top-1 and the teacher's, chance and majority share of the test split's labels)."""
+    """One block's provenance: its checkpoint and data, each with its source (decisions 0054, 0057), the sample, and
+    what its accuracy is measured against (class labels, test top-1, the teacher's, chance and majority share)."""
     at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
     ckpt = str(_first(g["checkpoint_id"]))
     meta, where = _checkpoint_meta(ckpt)
@@ -100,7 +97,7 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
           f"{sets['test'].get('num_images') or 'M (split size: no checkpoint metadata)'} test images")
     n_train, cap = sets["train"].get("num_images"), config.images_per_class(dict(s.values), ds)
     block = {"checkpoint": _first(g["checkpoint_id"]),
-             "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
+             "weights digest": ", ".join(digests) or "not recorded in the result store",
              "evaluated images' fingerprint": (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
                                                "not recorded in the result rows"),
              "training images": str(n_train) if n_train else "not available: no checkpoint metadata"}
@@ -143,8 +140,8 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
-    """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
-    dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
+    """" — INCOMPLETE: …" when cells the finding reads are missing (scale: the dataset's scale cells; T5, T1 and
+    regime findings: the block's three-condition and regime cells)."""
     sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
                 if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
@@ -157,11 +154,10 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
+    """The report's tables (:data:`TABLES`) from result rows and what was ``left_out`` (:func:`load_store_rows`),
     cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
-    settings ``s`` (``ReportSettings.of(profile)``). Intervals: the profile's ``bootstrap`` resamples, seed
-    :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
-    ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
+    settings ``s``; intervals of ``s.bootstrap`` resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked
+    (decision 0052). ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
     main = at[at["backbone"] == s.backbone]
@@ -182,12 +178,11 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
         pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
                                                                            kind="stable").reset_index(drop=True)
     probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
-    # the findings of each block at the profile's point, plus the scale finding of the scale readout's backbones
+    # the findings of each block, plus the scale finding of the scale readout's backbones at the profile's point
     scale_bbs = _scale_display(s)
     fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
     fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
-                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
-                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
+                                  (fnd_rows["backbone"].isin(scale_bbs) & fnd_rows.index.isin(at.index))],
                          pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
                          scale_backbones=scale_bbs)
     fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
@@ -202,8 +197,7 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
 _CELL = ["dataset", "backbone", "depth", "budget"]
 _PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
                   "n_images", "mode", "paper_max_abs"]
-#: control conditions shown beside the profile's conditions where the rows have them: the random
-#: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
+#: controls shown beside the profile's conditions where run: the random ranking (the reference's check) and map
 _CHECK_CONDITIONS = ("random", "random_map")
 
 
@@ -244,9 +238,10 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float |
     return tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
 
 
-def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame | None:
-    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random rows only test the
-    reference, ``band_reason``, unless swept); ``None`` without such rows."""
+def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None,
+             n_boot: int) -> pd.DataFrame | None:
+    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random only as the reference's check,
+    unless swept); ``None`` without such rows."""
     swept = list(s.sweep.conditions)
     rows = rows[rows["condition"].isin(swept + ["random"])]
     rows = rows[rows.groupby(group)["condition"].transform(lambda c: (c == "reference").any())]
@@ -260,8 +255,7 @@ def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float | None, n_b
     """D over the regime grid: the profile's backbone, every point with a reference."""
     rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
                        "status", "band_reason", "n_seeds", "n_builds", "paper_expectation"]
-    rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
-    if rg is None:
+    if (rg := _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)) is None:
         return pd.DataFrame(columns=rg_cols)
     rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
                                "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
@@ -281,8 +275,7 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot
     scale_bbs = _scale_display(s)
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
                "status", "band_reason", "n_seeds", "n_builds", "miou", "idauc", "paper"]
-    sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
-    if sc is None:
+    if (sc := _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)) is None:
         return pd.DataFrame(columns=sc_cols)
     # the paper's statement beside each row (backbones matched by exact timm name)
     sc["paper"] = ["decoupling reproduces (D > 0)" if c == "T5" and bb == PAPER_BACKBONES[0] else
@@ -296,10 +289,8 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot
     return sc[sc_cols].reset_index(drop=True)
 
 
-
 def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
-    """The fine-tuned checkpoint's metadata in this machine's cache and the file it came from;
-    ``(None, <cache>/checkpoints)`` where no readable ``*-<ckpt>.json`` exists."""
+    """``(metadata, its file)`` of a checkpoint in this machine's cache, else ``(None, <cache>/checkpoints)``."""
     cache = config.cache_dir() / "checkpoints"
     for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
         try:
@@ -317,8 +308,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
     """The checkpoint's test split (labels only), or ``None`` where it cannot be read here."""
     from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
     ts = meta.get("test_set") or {}
-    cls = {"CUBDataset": CUBDataset, "AircraftDataset": AircraftDataset, "CarsDataset": CarsDataset}.get(
-        str(ts.get("type")))
+    cls = {c.__name__: c for c in (CUBDataset, AircraftDataset, CarsDataset)}.get(str(ts.get("type")))
     root = Path(str(ts.get("root", "")))
     if cls is None or not root.exists():
         return None
@@ -332,17 +322,11 @@ def _test_split(meta: Mapping[str, Any], label: str):
 def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
-    (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
-    ``cosine``, ``finding`` (each paper finding's verdict), or ``missing`` / ``not run`` (no reference
-    rows; ``not run`` where the profile trains no other backbone); the report leaves out one comparison backbone."""
-    L0, b0 = s.point.depth, float(s.point.budget)
-    bbs = list(s.sweep.compare_backbones)
-    if rows.empty:
-        return pd.DataFrame(columns=BACKBONE_COLUMNS)
-    swept = list(s.sweep.conditions)
-    out: list[dict[str, Any]] = []
-    for ds in order_first(rows["dataset"], DATASET_NAMES):
-        for bb in bbs:
+    (:data:`BACKBONE_COLUMNS`): ``kind`` ``D`` (per swept condition, ``verdict`` its band status), ``cosine``,
+    ``finding``, or ``missing`` / ``not run`` (no reference rows; ``not run``: the profile trains no other backbone)."""
+    L0, b0, swept, out = s.point.depth, float(s.point.budget), list(s.sweep.conditions), []
+    for ds in order_first(rows["dataset"], DATASET_NAMES) if len(rows) else []:
+        for bb in s.sweep.compare_backbones:
             g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
@@ -365,13 +349,12 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
                                 verdict=r.status, evidence=f"ΔIDAUC {di}"
                                 + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
-            pr = None
-            if probes is not None and len(probes):
-                pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
-                            (probes["checkpoint_id"].astype(str) == ck)]
-                for r in pr.sort_values(["hidden", "attention"]).itertuples():
-                    out.append(dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo,
-                                    hi=r.hi, verdict="", evidence=f"{int(r.n_images)} images"))
+            pr = None if probes is None or not len(probes) else probes[
+                (probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
+                (probes["checkpoint_id"].astype(str) == ck)]
+            out += [dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo, hi=r.hi,
+                         verdict="", evidence=f"{int(r.n_images)} images")
+                    for r in ([] if pr is None else pr.sort_values(["hidden", "attention"]).itertuples())]
             f = paper_findings(g, pr if pr is not None and len(pr) else None, depth=L0, budget=b0, band=band,
                                n_boot=n_boot, scale_backbones=[])
             for r in f[(f["backbone"] == bb) & (f["finding"] != "scale")].itertuples():
@@ -379,14 +362,12 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
     return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
 
 
-
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
-    """The paper-shaped table (docs/decisions/0036-paper-shaped-table.md): the three-condition table of every
-    dataset × backbone block of the result-store ``rows`` at the point of the report's settings ``s`` (``s.bootstrap``
-    resamples), blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an ``expected``
-    ``(dataset, backbone)`` block without D gets one row with ``status`` "no result" (or "no reference row").
-    Raises ValueError or KeyError: rows without the result schema's columns (``aggregate_seeds``, ``decoupling_D``)."""
+    """The paper-shaped table (decision 0036): the three-condition table of every block of the store ``rows`` at the
+    point of the settings ``s``, blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an
+    ``expected`` ``(dataset, backbone)`` block without D gets one row of ``status`` "no result" (or "no reference
+    row"). ValueError or KeyError: rows without the result schema's columns."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()
