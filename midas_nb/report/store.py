@@ -1,5 +1,4 @@
-"""Reading a profile's result store for the report: its rows, which cells the profile expects but lack a result,
-and the cosine probes notebook 03 saves beside the store."""
+"""A profile's result store for the report: its rows, the expected cells without a result, the cosine probes."""
 from __future__ import annotations
 
 import json
@@ -25,13 +24,11 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's): cells whose
-    protocol settings (:func:`midas_nb.study.protocol_settings`) are the report's, newest checkpoint per dataset ×
-    backbone × build (rows without a build: 0) and newest record per cell (docs/decisions/0009-report-row-selection.md,
-    0066), with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation`` (rows that differ in the relaxation
-    alone: notebook 02's control), ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``,
-    ``superseded``, ``problems`` and holds ``cell_states`` (why a cell has no row). Raises FileNotFoundError: no
-    store; ValueError: the store has no done cell of these settings."""
+    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's) protocol
+    settings, newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
+    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
+    ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``, ``superseded``, ``problems`` and holds
+    ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no done cell of these settings."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
@@ -42,9 +39,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     s = settings or ReportSettings.of(config.get_profile(profile))
     want = json.loads(canonical_json(protocol_settings(s.values)))     # as a cell holds them
     records, problems = st.scan()
-    rows: list[dict[str, Any]] = []
-    failed: list[str] = []
-    other_relax, other = 0, Counter()
+    rows, failed, other_relax, other = [], [], 0, Counter()
     for key, rec in records.items():
         if rec["status"] != "done":
             failed.append(str(rec.get("label", key)))
@@ -71,16 +66,14 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
     df = df[fresh].sort_values("finished", kind="stable")
     superseded = int(df.duplicated(CELL_IDENTITY, keep="last").sum())
     df = df.drop_duplicates(CELL_IDENTITY, keep="last").reset_index(drop=True)
-    left_out = dict(failed_cells=sorted(failed), other_relaxation=other_relax, other_settings=dict(other),
+    return df, dict(failed_cells=sorted(failed), other_relaxation=other_relax, other_settings=dict(other),
                     stale_checkpoint=stale, superseded=superseded, problems=[p["reason"] for p in problems],
                     relaxation=s.relaxation, store=str(st.root), cell_states=_cell_states(st, records, problems, want))
-    return df, left_out
 
 
 def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
-    """``{setting: the cell's value}`` where a cell's ``params`` differ from the report's ``want`` (a setting a
-    side lacks reads as its :data:`PROTOCOL_DEFAULTS` value), by name; the backbone ``build`` names a cell, it is
-    no setting (decision 0072)."""
+    """``{setting: the cell's value}`` where a cell's ``params`` differ from ``want`` (a setting absent on a side
+    reads as its :data:`PROTOCOL_DEFAULTS` value); ``build`` names a cell, it is no setting (decision 0072)."""
     have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
     return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
             if have.get(k, d.get(k)) != want.get(k, d.get(k))}
@@ -111,9 +104,8 @@ def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str
 
 
 def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> pd.DataFrame:
-    """The cells each section of the report reads, from the profile alone (docs/decisions/0052-incomplete-report.md),
-    on the profile's dataset and every other of ``datasets_present``. Returns one row per (section, cell):
-    ``section`` and :data:`CELL_IDENTITY`."""
+    """The cells each section of the report reads, from the profile alone (decision 0052), on its dataset and every
+    other of ``datasets_present``: one row per (section, cell), ``section`` and :data:`CELL_IDENTITY`."""
     prof, present = dict(s.values), set(datasets_present) | {"synthetic"}
 
     def label(name: str) -> str:                        # datasets by label, nothing read
@@ -122,8 +114,7 @@ def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> p
         except ValueError:                              # a root the report does not know
             return name
 
-    # every dataset the store holds ran the profile's notebooks (a run over several data roots
-    # runs them once per dataset): its protocol table and regime grid are expected too
+    # every dataset the store holds ran the profile's notebooks: its protocol table and regime grid are expected too
     own = list(dict.fromkeys([s.dataset] + [d for d in datasets_present if d != "synthetic"]))
     sections = dict(three_conditions=("protocol", own, None),
                     regime=("regime", grid_spans(prof, "regime")[0] + own[1:], [s.backbone]),
@@ -178,10 +169,9 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
 
 
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
-    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient`
-    ``tables``, NaN ``depth`` = the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the
-    same dataset × backbone × depth × pair; returns its path. Raises ValueError: no table, or one without the
-    probe columns."""
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``, NaN
+    ``depth``: the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the same dataset × backbone ×
+    depth × pair; returns its path. ValueError: no table, or one without the probe columns."""
     if not tables:
         raise ValueError("save_probes needs at least one probe table")
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
@@ -195,10 +185,9 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
     new.insert(0, "backbone", study.settings.backbone.name)
     new.insert(0, "dataset", str(study.dataset_name))
-    ident = ["dataset", "backbone", "depth", "hidden", "attention"]
-    # the stored rows, those of the same dataset × backbone × depth × pair replaced
     path = store_root(study.settings.profile, store) / "derived" / "cosine_probes.csv"
-    new = pd.concat([load_probes(study.settings.profile, store), new]).drop_duplicates(ident, keep="last")
+    new = pd.concat([load_probes(study.settings.profile, store), new]).drop_duplicates(
+        ["dataset", "backbone", "depth", "hidden", "attention"], keep="last")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, new.to_csv(index=False))
     return path
