@@ -20,15 +20,13 @@ _RANGE = {"miou": (0.0, 1.0), "accuracy": (0.0, 1.0), "idauc": (-1.0, 1.0)}
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
-    """Mean, sample std (``ddof=1``) and count over seeds of each metric present, per group of ``by`` (``None``:
-    the :data:`ID_COLUMNS` present). The checkpoint columns present are added to ``by``, or, where the table has a
-    ``build`` column that ``by`` does not name, pooled: one checkpoint per build, else ``ValueError`` (decision 0072).
-    For ``miou``, ``idauc`` and ``accuracy``, ``m_lo`` / ``m_hi`` is ``decoupling_D``'s ``(1−alpha)`` interval of the
-    mean over seeds (:func:`midas_nb.metrics.stats.seed_image_interval`, decision 0007; ``n_boot`` resamples, RNG
-    ``seed``) on the images every seed measured, cut at the metric's range; NaN without per-image values; a group
-    of one row keeps its own ``m_lo``/``m_hi`` (:func:`summarise_metrics`). Returns one row per group: ``by``,
-    ``n_seeds``, ``seeds`` (sorted, as text), ``n_images`` (mean), ``m_mean``, ``m_std``, ``m_n`` (non-NaN values),
-    ``m_lo``, ``m_hi`` and ``ci_method``; ``ValueError`` for a grouping column the table lacks."""
+    """Mean, sample std and count over seeds of each metric present, per group of ``by`` (``None``: the
+    :data:`ID_COLUMNS` present), the checkpoint columns added, or pooled where a ``build`` column is not in ``by``
+    (one checkpoint per build, else ``ValueError``; decision 0072). For ``miou``, ``idauc`` and ``accuracy``,
+    ``m_lo``/``m_hi`` is the ``(1−alpha)`` interval of the mean over seeds (``seed_image_interval``, decision 0007)
+    on the images every seed measured, cut at the metric's range (one row: its own). Returns per group ``by``,
+    ``n_seeds``, ``seeds``, ``n_images``, ``m_mean``, ``m_std``, ``m_n``, ``m_lo``, ``m_hi``, ``ci_method``;
+    ``ValueError`` for a grouping column the table lacks."""
     # seeds of two checkpoints (or of one checkpoint id with other weights) are averaged only as two builds
     pooled, ident = BUILD_COLUMN in table.columns, [c for c in CHECKPOINT_COLUMNS if c in table.columns]
     by = [c for c in ID_COLUMNS if c in table.columns and not (pooled and c in ident)] if by is None else list(by)
@@ -60,8 +58,7 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
         method = "unavailable: no per-image values"
         for m in ci_metrics:
             maps = [per_image_values(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
-            lo = hi = math.nan
-            own = [recs[0].get(f"{m}_lo"), recs[0].get(f"{m}_hi")]
+            lo, hi, own = math.nan, math.nan, [recs[0].get(f"{m}_lo"), recs[0].get(f"{m}_hi")]
             if len(recs) == 1 and maps[0] is not None and all(is_finite_number(v) for v in own):
                 # one seed: the row's own bootstrap over its images (summarise_metrics), so the
                 # condition's interval is the one its row shows, not a second draw of the same bootstrap

@@ -25,16 +25,14 @@ def _path(name: str, runs_dir: str | Path | None) -> Path:
 
 
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
-    """Write ``table`` to ``<runs_dir>/<name>.csv`` and return that path (default ``runs_dir``:
-    :func:`midas_nb.config.runs_dir`); ``ValueError`` for a ``name`` that is not a plain file stem."""
-    csv = _path(name, runs_dir)
-    atomic_write_text(csv, encode_lists(table).to_csv(index=False))
+    """Write ``table`` to ``<runs_dir>/<name>.csv`` (default :func:`midas_nb.config.runs_dir`), return that path;
+    ``ValueError`` for a ``name`` that is not a plain file stem."""
+    atomic_write_text(csv := _path(name, runs_dir), encode_lists(table).to_csv(index=False))
     return csv
 
 
 def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``table`` with its list-valued columns (the per-image values) as JSON text
-    (``[0.5, NaN]``), so CSV keeps them; other columns unchanged."""
+    """A copy of ``table`` with its list-valued columns (per-image values) as JSON text (``[0.5, NaN]``)."""
     out = table.copy()
     for c in out.columns:
         if out[c].dtype == object and out[c].map(lambda v: isinstance(v, (list, tuple))).any():
@@ -43,14 +41,11 @@ def encode_lists(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_table(name: str, runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """Read a table written by :func:`save_table`, with the schema's dtypes, the :data:`PER_IMAGE_COLUMNS`
-    decoded (:func:`encode_lists`); ``FileNotFoundError`` when it is absent, ``json.JSONDecodeError`` for a
-    per-image cell that starts with ``[`` but is not JSON."""
-    path = _path(name, runs_dir)
-    if not path.exists():
+    """A table :func:`save_table` wrote, with the schema's dtypes, the :data:`PER_IMAGE_COLUMNS` decoded;
+    ``FileNotFoundError``: none; ``json.JSONDecodeError``: a per-image cell starting with ``[`` that is not JSON."""
+    if not (path := _path(name, runs_dir)).exists():
         raise FileNotFoundError(f"no results table at {path}")
-    # every cell read as text so that strings such as "None" or "" survive, then the non-text columns
-    # parsed ("" → NaN; "True"/"False" → bool)
+    # every cell read as text so that "None" or "" survive, then the other columns parsed ("" → NaN; "True" → bool)
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     text_cols = {c.name for c in SCHEMA if c.dtype == "str"}
     for c in [c for c in df.columns if c not in text_cols]:

@@ -28,15 +28,13 @@ class Column:
 
 
 def _col(description: str, default: Any = MISSING) -> Any:
-    """A :class:`ResultRow` field: a schema column (required where it has no default)."""
     return field(default=default, metadata={"description": description})
 
 
 @dataclass(kw_only=True)
 class ResultRow:
-    """One row of the results table, in :data:`SCHEMA`'s order (it is made from these fields); ``extras``:
-    additional columns (``lambda_ga``, ``scorer``) written after the schema columns, which ``to_dict()``
-    flattens in."""
+    """One row of the results table, :data:`SCHEMA` made from its fields (required: no default); ``extras``: more
+    columns (``lambda_ga``, ``scorer``) that ``to_dict()`` flattens in after the schema's."""
 
     dataset: str = _col("``cub``, ``aircraft``, ``cars``, ``synthetic``")
     backbone: str = _col("timm name or midas_nb backbone id")
@@ -117,11 +115,10 @@ def current_versions() -> str:
 def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = None,
                       correct: Tensor | np.ndarray | None = None, in_box: Tensor | np.ndarray | None = None, *,
                       n_boot: int = 1000, alpha: float = 0.05, seed: int = 0) -> dict[str, Any]:
-    """The metric columns of a row (a dict) from per-image results, with :func:`~midas_nb.metrics.bootstrap_ci`
-    intervals (``n_boot``, ``alpha``, ``seed``): ``coverage`` (``part_miou`` / ``box_coverage``) → ``miou`` with CI,
-    ``n_skipped_parts``, ``coverage_kind``, ``n_images``; ``insdel`` (``insertion_deletion_auc``) → ``idauc`` with
-    CI, ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``; ``correct`` (``[B]`` per-image correctness of
-    the pruned model) → ``accuracy`` with CI; ``in_box`` (``[B]`` ``point_in_box``) → ``pib``."""
+    """A row's metric columns (a dict) from per-image results, :func:`~midas_nb.metrics.bootstrap_ci` intervals:
+    ``coverage`` (``part_miou`` / ``box_coverage``) → ``miou``, ``n_skipped_parts``, ``coverage_kind``, ``n_images``;
+    ``insdel`` (``insertion_deletion_auc``) → ``idauc``, ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``;
+    ``correct`` (``[B]`` per-image correctness) → ``accuracy``; ``in_box`` (``[B]`` ``point_in_box``) → ``pib``."""
     out: dict[str, Any] = {}
 
     def ci(name: str, values: Any) -> None:
@@ -146,9 +143,8 @@ def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = N
 
 
 def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """Cast every :data:`SCHEMA` column of ``df`` to its dtype (``str``: ``""`` for missing), in place;
-    ``KeyError`` for a missing schema column, ``ValueError`` for a value that is not a number (or a missing
-    one in an ``int`` column)."""
+    """Cast every :data:`SCHEMA` column of ``df`` to its dtype (``str``: ``""`` for missing), in place; ``KeyError``:
+    a schema column missing, ``ValueError``: a non-number (or a missing ``int``)."""
     for c in SCHEMA:
         if c.dtype == "str":
             df[c.name] = df[c.name].fillna("").astype(str)
@@ -158,18 +154,16 @@ def cast_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def coverage_name(table: pd.DataFrame) -> str:
-    """What the ``miou`` column holds: the table's ``coverage_kind`` s (:data:`midas_nb.metrics.COVERAGE_KINDS`:
-    ``"part mIoU"`` on CUB, ``"box coverage"`` on Aircraft and Cars) joined with ``", "``; ``"part mIoU"``
-    where it records none (``""``: not recorded, read back from CSV)."""
+    """What the ``miou`` column holds: the table's ``coverage_kind`` s (``"part mIoU"`` on CUB, ``"box coverage"`` on
+    Aircraft and Cars) joined with ``", "``; ``"part mIoU"`` where it records none."""
     kinds = sorted({str(k) for k in table.get("coverage_kind", pd.Series(dtype=object)).dropna() if str(k).strip()})
     return ", ".join(kinds) or "part mIoU"
 
 
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``table`` checked against the schema, with its dtypes and column order; absent
-    optional columns get their defaults (``versions``: the running environment's). ``ValueError`` for a
-    required column missing or empty, ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or a
-    ``coverage_kind`` not in :data:`midas_nb.metrics.COVERAGE_KINDS`."""
+    """A copy of ``table`` checked against the schema, with its dtypes and column order, absent optional columns at
+    their defaults (``versions``: the running environment's). ``ValueError``: a required column missing or empty,
+    ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or an unknown ``coverage_kind``."""
     from ..metrics import COVERAGE_KINDS
 
     df = table.copy()
@@ -201,10 +195,9 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
-    """The validated results table of :class:`ResultRow` s or dicts; ``ValueError`` for empty ``rows``, a row
-    without a required column, or as :func:`validate_table`."""
-    dicts = [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]
-    if not dicts:
+    """The validated results table of :class:`ResultRow` s or dicts; ``ValueError``: no rows, a row without a
+    required column, or as :func:`validate_table`."""
+    if not (dicts := [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]):
         raise ValueError("make_table: no rows")
     for i, d in enumerate(dicts):
         if missing := [c for c in REQUIRED_COLUMNS if c not in d]:
@@ -214,12 +207,10 @@ def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def side_by_side(rows: Mapping[str, pd.DataFrame], columns: Sequence[str]) -> pd.DataFrame:
-    """Unweighted mean of ``columns`` over each named set of result rows, one output row per name;
-    ``ValueError`` for a set of rows that is empty or lacks one of ``columns``."""
+    """Unweighted mean of ``columns`` per named set of result rows; ``ValueError``: a set empty or lacking one."""
     out = {}
     for name, df in rows.items():
-        missing = [c for c in columns if c not in df.columns]
-        if len(df) == 0 or missing:
+        if (missing := [c for c in columns if c not in df.columns]) or len(df) == 0:
             raise ValueError(f"side_by_side: rows {name!r} are empty or lack columns {missing}; "
                              f"expected at least one row with {list(columns)}")
         out[name] = df[list(columns)].astype(float).mean()
