@@ -121,12 +121,10 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
         block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
     if config.dataset_of_label(ds) == "aircraft":
         block["class labels"] = f"FGVC-Aircraft {_aircraft_level(ds)}"
-    if not meta:
-        block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
-    else:
-        teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-        block["backbone test top-1 (whole test split)"] = number_text(meta.get("test_accuracy"), ".3f", "not recorded")
-        if teacher is not None:
+    block["backbone test top-1 (whole test split)"] = (number_text(meta.get("test_accuracy"), ".3f", "not recorded")
+                                                       if meta else "checkpoint metadata not in this cache")
+    if meta:
+        if (teacher := (meta.get("distillation") or {}).get("teacher_test_accuracy")) is not None:
             block["teacher test top-1"] = number_text(teacher, ".3f", "not recorded")
         split = _test_split(meta, ds)
         block["chance, majority share"] = ("test split not readable on this machine" if split is None else

@@ -144,9 +144,8 @@ def _warning_note(prov: Mapping[str, str], blocks: Sequence[tuple[str, str]]) ->
 
 def _table_section(heading: str, t: pd.DataFrame, headers: Sequence[str], row: Callable[[pd.Series], list],
                    empty: str | None = None) -> list[str]:
-    if t.empty and empty is not None:
-        return [heading, empty]
-    return [heading, _md_table(headers, [row(r) for _, r in t.iterrows()]) + "\n"]
+    return [heading, empty if t.empty and empty is not None else
+            _md_table(headers, [row(r) for _, r in t.iterrows()]) + "\n"]
 
 
 _D_HEADERS = ["D (pp) [CI]", "ΔIDAUC", "parity band", "builds × seeds", "paper"]
@@ -301,15 +300,13 @@ def backbones_section(bt: pd.DataFrame | None) -> str:
         out.append(_md_table(["backbone", "checkpoint", "test top-1", "teacher test top-1",
                               "all-token accuracy (evaluated images)", "note"], acc) + "\n")
         for kind, head, label, cell in _BACKBONE_ROWS:
-            k = t[t["kind"] == kind]
-            if k.empty:
+            if (k := t[t["kind"] == kind]).empty:
                 continue
             cells = {(r["item"], r["backbone"]): cell(r) for _, r in k.drop_duplicates(["item", "backbone"]).iterrows()}
             body = [[_statement(it) if kind == "finding" else it] + [cells.get((it, bb), "—") for bb in bbs]
                     for it in dict.fromkeys(k["item"])]
             out.append(_md_table([head] + [f"{bb}: {label}" for bb in bbs], body) + "\n")
-        changed, undecided = backbone_changes(bt, ds)
-        read = list(dict.fromkeys(t.loc[t["kind"] == "finding", "backbone"]))
+        (changed, undecided), read = backbone_changes(bt, ds), set(t.loc[t["kind"] == "finding", "backbone"])
         if len(bbs) >= 2 and len(read) < 2:
             out.append("No comparison of the findings: " + ", ".join(
                 f"{bb} has no rows ({str(t.loc[t['backbone'] == bb, 'kind'].iloc[0])})" for bb in bbs if bb not in read)

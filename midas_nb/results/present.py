@@ -69,9 +69,7 @@ def _backbone(table: pd.DataFrame) -> list[str]:
 
 def _seeds_text(table: pd.DataFrame) -> str:
     """``seeds 0, 1``, or each seed set with its points (``seeds 0, 1 at (L=6, b=25%); seed 0 at 4 points``)."""
-    def named(seeds: Sequence[int]) -> str:
-        return f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(str(s) for s in seeds)
-
+    named = lambda seeds: f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(str(s) for s in seeds)  # noqa: E731
     if not {"depth", "budget"} <= set(table.columns):
         return named([int(s) for s in _values(table, "seed")])
     groups: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
@@ -91,8 +89,7 @@ def sample_note(table: pd.DataFrame) -> str:
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
-    n = _one(table, "n_images", int)
-    if n is not None:
+    if (n := _one(table, "n_images", int)) is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = "" if not skipped else f", {int(max(skipped))} skipped" if max(skipped) > 0 else ", none skipped"
         parts.append(f"{coverage_name(table)}: {n} test images{sk}")
@@ -107,8 +104,7 @@ def sample_note(table: pd.DataFrame) -> str:
         sup = trained[trained["lambda_ga"].fillna(0) > 0] if "lambda_ga" in trained.columns else trained.iloc[0:0]
         if len(sup):
             parts.append("λ = " + (_one(sup, "lambda_ga", lambda x: f"{float(x):g}") or "?"))
-        rel = [r for r in _values(trained, "relaxation") if r]
-        if rel:
+        if rel := [r for r in _values(trained, "relaxation") if r]:
             parts.append("relaxation " + "/".join(rel))
     d, b = _one(table, "depth", int), _one(table, "budget", lambda x: f"{float(x):.0%}")
     if d is not None or b is not None:
@@ -187,8 +183,7 @@ def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False)
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
-    t = table[table[value].notna()].sort_values(value, ascending=lowest)
-    if t.empty:
+    if (t := table[table[value].notna()].sort_values(value, ascending=lowest)).empty:
         raise ValueError(f"leader_line: no row has a value in {value!r}")
     lo, hi = (f"{value}_lo", f"{value}_hi") if {f"{value}_lo", f"{value}_hi"} <= set(t.columns) else (value, value)
     top = t.iloc[0]
