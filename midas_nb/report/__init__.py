@@ -10,8 +10,8 @@ from .tables import IncompleteReportError, MixedSettingsError, TABLES, read_tabl
 from .markdown import (README_BEGIN, README_END, make_report, readme_current_section, readme_section, render_report,
                        update_readme)
 
-_LAZY = {"build_tables": ".build", **dict.fromkeys(("expected_cells", "load_probes", "load_store_rows", "missing_cells",
-                                                     "save_probes"), ".store")}
+_LAZY = dict.fromkeys(("build_tables", "expected_cells", "load_probes", "load_store_rows", "missing_cells",
+                       "save_probes"), ".build")
 __all__ = ["BOOTSTRAP_SEED", "findings_paragraph", "paper_findings", "IncompleteReportError", "MixedSettingsError",
            "TABLES", "read_tables", "write_tables", "README_BEGIN", "README_END", "make_report",
            "readme_current_section", "readme_section", "render_report", "update_readme", *_LAZY]

@@ -467,8 +467,7 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
     FileNotFoundError: no store or tables; ValueError: nothing to report, no README markers."""
     if from_tables is None:   # the store's rows: the study's settings and the build path, with torch (decision 0080)
         from ..study import ReportSettings
-        from .build import build_tables
-        from .store import CELL_IDENTITY, expected_cells, load_probes, load_store_rows, missing_cells
+        from .build import build_tables, CELL_IDENTITY, expected_cells, load_probes, load_store_rows, missing_cells
 
         s = ReportSettings.of(config.get_profile(profile, **dict(overrides or {})))
         rows, left_out = load_store_rows(profile, store, settings=s)

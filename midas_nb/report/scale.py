@@ -8,8 +8,7 @@ import pandas as pd
 
 from ..metrics.probes import hidden_vs_attention_gradient
 from ..analysis.findings import BOOTSTRAP_SEED, backbone_fitness, count_fitness
-from .build import backbones_table
-from .store import load_probes, save_probes
+from .build import backbones_table, load_probes, save_probes
 from ..study import ReportSettings, cached_study, run_cells, sweep_cells
 
 __all__ = ["compare_backbones"]
