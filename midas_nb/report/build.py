@@ -92,7 +92,7 @@ def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, 
 
 def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
                  want: Mapping[str, Any]) -> dict[tuple, str]:
-    """Why a cell of the report's settings ``want`` has no row, by :func:`_ident` (see :func:`load_store_rows`)."""
+    """Why a cell of the report's settings ``want`` has no row, by cell identity (see :func:`load_store_rows`)."""
     out: dict[tuple, str] = {}
     for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
         if rec["status"] == "failed" and not _differences(rec["cell"], want):
@@ -158,8 +158,7 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
     have no result), plus a ``status = "missing"`` row for each expected condition it lacks."""
     cols = CELL_IDENTITY[:5]
     out = table.assign(missing="")
-    m = miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss
-    if m.empty:
+    if (m := miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss).empty:
         return out
     where = {cell_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
     n_missing = pd.Series([cell_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
@@ -199,9 +198,7 @@ def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -
     path = store_root(study.settings.profile, store) / "derived" / "cosine_probes.csv"
     new = pd.concat([load_probes(study.settings.profile, store), new]).drop_duplicates(
         ["dataset", "backbone", "depth", "hidden", "attention"], keep="last")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, new.to_csv(index=False))
-    return path
+    return atomic_write_text(path, new.to_csv(index=False))
 
 
 def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
@@ -237,11 +234,6 @@ def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
     return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
 
 
-#: how ``aggregate_seeds`` builds a condition's interval (decision 0007)
-MEAN_INTERVAL = ("a t interval over the seeds plus a bootstrap over the images, as for D (one seed: a percentile "
-                 "bootstrap over the images), cut at the metric's range")
-
-
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
                 blocks: list[tuple[str, str]], probes_used: Mapping[tuple[str, str], int],
                 exp: pd.DataFrame, miss: pd.DataFrame) -> pd.DataFrame:
@@ -256,7 +248,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
            "rows superseded by a newer record": left_out.get("superseded", 0),
            "invalid store files ignored": len(left_out.get("problems", [])),
            "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}",
-           "interval of a mean over seeds": MEAN_INTERVAL}
+           "interval of a mean over seeds": "a t interval over the seeds plus a bootstrap over the images, as for D "
+           "(one seed: a percentile bootstrap over the images), cut at the metric's range"}   # aggregate_seeds, 0007
     for sec, name in SECTIONS.items():
         n = int((exp["section"] == sec).sum())
         k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
