@@ -335,10 +335,9 @@ def datasets_table(tables: Mapping[str, pd.DataFrame], fit: Mapping[tuple[str, s
         p, t = _prov(tables, ds, bb), _block(tables, "three_conditions", ds, bb)
         acc = p.get("backbone test top-1 (whole test split)", p.get("backbone test accuracy (all tokens)", "n/a"))
         teacher, chance = p.get("teacher test top-1"), p.get("chance, majority share", "")
+        unfit = "" if fit.get((ds, bb), (True,))[0] else " — has not learned the task: its findings are not counted"
         acc_text = (acc + (f" (teacher {teacher})" if teacher else "")
-                    + (f"; chance, majority: {chance}" if chance else ""))
-        if not fit.get((ds, bb), (True,))[0]:
-            acc_text += " — has not learned the task: its findings are not counted"
+                    + (f"; chance, majority: {chance}" if chance else "") + unfit)
         label = ds + (f" ({p['class labels']})" if p.get("class labels") else "")
         if p.get("training images per class (cap)"):   # a capped training split is said where D is shown
             n = str(p.get("training images", ""))

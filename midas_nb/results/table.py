@@ -109,10 +109,8 @@ PER_IMAGE_COLUMNS: tuple[str, ...] = ("image_ids", "miou_per_image", "accuracy_p
 def current_versions() -> str:
     """``"torch=<v>;timm=<v>;midas_nb=<v>"`` of the running environment."""
     import importlib.metadata as md
-
     import timm
     import torch
-
     try:
         own = md.version("midas_nb")
     except md.PackageNotFoundError:
@@ -128,6 +126,7 @@ def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = N
     ``insdel`` (``insertion_deletion_auc``) → ``idauc``, ``ins_auc``, ``del_auc``, ``idauc_steps``, ``idauc_space``;
     ``correct`` (``[B]`` per-image correctness) → ``accuracy``; ``in_box`` (``[B]`` ``point_in_box``) → ``pib``."""
     out: dict[str, Any] = {}
+    floats = lambda x: x.float() if hasattr(x, "detach") else np.asarray(x, dtype=float)  # noqa: E731 (tensor/array)
 
     def ci(name: str, values: Any) -> None:
         out[name], out[f"{name}_lo"], out[f"{name}_hi"] = bootstrap_ci(values, n_boot=n_boot, alpha=alpha, seed=seed)
@@ -141,12 +140,10 @@ def summarise_metrics(coverage: PartIoU | None = None, insdel: InsDel | None = N
                    idauc_steps=insdel.steps, idauc_space=insdel.space)
         out.setdefault("n_images", int(insdel.idauc.numel()))
     if correct is not None:
-        c = correct.float() if hasattr(correct, "detach") else np.asarray(correct, dtype=float)
-        ci("accuracy", c)
+        ci("accuracy", c := floats(correct))
         out.setdefault("n_images", int(len(c)))
     if in_box is not None:
-        b = in_box.float() if hasattr(in_box, "detach") else np.asarray(in_box, dtype=float)
-        out["pib"] = float(b.mean())
+        out["pib"] = float(floats(in_box).mean())
     return out
 
 
@@ -172,15 +169,13 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``table`` checked against the schema, with its dtypes and column order, absent optional columns at
     their defaults (``versions``: the running environment's). ``ValueError``: a required column missing or empty,
     ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or an unknown ``coverage_kind``."""
-    from ..metrics import COVERAGE_KINDS
+    from ..metrics import COVERAGE_KINDS      # its module imports torch; the report reads tables without it
 
     df = table.copy()
     if missing := [c for c in REQUIRED_COLUMNS if c not in df.columns]:
-        raise ValueError(f"results table is missing required column(s) {missing}; required: "
-                         f"{list(REQUIRED_COLUMNS)}")
+        raise ValueError(f"results table is missing required column(s) {missing}; required: {list(REQUIRED_COLUMNS)}")
     for c in REQUIRED_COLUMNS:
-        empty = df[c].isna() | (df[c].astype(str) == "")
-        if empty.any():
+        if (empty := df[c].isna() | (df[c].astype(str) == "")).any():
             raise ValueError(f"results table: required column {c!r} is empty in row(s) {list(df.index[empty][:5])}")
     for c in SCHEMA:
         if c.name not in df.columns:
@@ -198,8 +193,7 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("n_images and n_skipped_parts must be ≥ 0")
     if kinds := set(df["coverage_kind"]) - set(COVERAGE_KINDS):
         raise ValueError(f"coverage_kind must be one of {list(COVERAGE_KINDS)}, got {sorted(kinds)}")
-    extras = [c for c in df.columns if c not in SCHEMA_COLUMNS]
-    return df[list(SCHEMA_COLUMNS) + extras].reset_index(drop=True)
+    return df[list(SCHEMA_COLUMNS) + [c for c in df.columns if c not in SCHEMA_COLUMNS]].reset_index(drop=True)
 
 
 def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
@@ -274,13 +268,11 @@ def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
             maps = [per_image_values(r, _PER_IMAGE_IDS[m], f"{m}_per_image") for r in recs]
             lo, hi, own = math.nan, math.nan, [recs[0].get(f"{m}_lo"), recs[0].get(f"{m}_hi")]
             if len(recs) == 1 and maps[0] is not None and all(is_finite_number(v) for v in own):
-                # one seed: the row's own bootstrap over its images (summarise_metrics), so the
-                # condition's interval is the one its row shows, not a second draw of the same bootstrap
+                # one seed: its row's own images bootstrap (summarise_metrics), not a second draw of it
                 lo, hi, method = max(float(own[0]), _RANGE[m][0]), min(float(own[1]), _RANGE[m][1]), \
                     "images bootstrap (one seed)"
             elif maps and all(x is not None for x in maps):
-                ids = sorted(set.intersection(*(set(x) for x in maps)))
-                if ids:
+                if ids := sorted(set.intersection(*(set(x) for x in maps))):
                     builds = [int(b) if is_finite_number(b := x.get(BUILD_COLUMN)) else 0 for x in recs]
                     r = seed_image_interval(np.array([[x[i] for i in ids] for x in maps]), n_boot, alpha, seed,
                                             builds if pooled else None)
