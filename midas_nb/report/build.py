@@ -318,8 +318,7 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
-    """" — INCOMPLETE: …" when cells the finding reads are missing (scale: the dataset's scale cells; T5, T1 and
-    regime findings: the block's three-condition and regime cells)."""
+    """" — INCOMPLETE: …" where cells the finding reads (scale: the dataset's; others: the block's) are missing."""
     sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
                 if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
@@ -380,8 +379,7 @@ _CHECK_CONDITIONS = ("random", "random_map")
 
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """The three-condition protocol at the profile's point: D (:func:`d_by_condition`) and the means
-    (:func:`aggregate_seeds`) with their intervals, the paper's values beside every backbone's rows."""
+    """The three-condition table at the profile's point: D and the means with intervals, the paper's values."""
     L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
@@ -418,8 +416,7 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float |
 
 def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None,
              n_boot: int) -> pd.DataFrame | None:
-    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random only as the reference's check,
-    unless swept); ``None`` without such rows."""
+    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random: a check, unless swept)."""
     swept = list(s.sweep.conditions)
     rows = rows[rows["condition"].isin(swept + ["random"])]
     rows = rows[rows.groupby(group)["condition"].transform(lambda c: (c == "reference").any())]
@@ -570,8 +567,7 @@ def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def format_paper_table(table: pd.DataFrame) -> str:
-    """Plain text: one block per dataset × backbone (its coverage kind in the heading), a line per condition
-    (pandas' ``to_string``), or the block's status where it has no rows."""
+    """Plain text: per dataset × backbone its coverage kind, then a line per condition (or the block's status)."""
     fmt = {c: lambda x, f=f: number_text(x, f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
            ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
     blocks = [f"{d} × {b}  ({coverage_name(g)})\n" + textwrap.indent(

@@ -373,14 +373,13 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                  "over builds → seeds → images (one build: not the spread between builds; "
                  "[decisions 0007](docs/decisions/0007-seed-image-interval.md), "
                  "[0072](docs/decisions/0072-backbone-builds.md))")
-    bands = band_rule(short=True)
     if len({d for d, _ in blocks}) > 1:
         fit = fitness(tables)
         what = f"{len(blocks)} datasets, {', '.join(dict.fromkeys(x for _, x in blocks))}"
         full = "the protocol tables, the cosine probes, the regime grid and the scale readout"
         idauc = ", ".join(f"{d} {_prov(tables, d, x).get('IDAUC images')}" for d, x in blocks)
         body = [f"The offline backbone is trained on each dataset; seeds {p.get('seeds')}; IDAUC on every evaluated "
-                f"test image ({idauc}; S = {p.get('IDAUC steps S')}). {intervals}; {bands}. "
+                f"test image ({idauc}; S = {p.get('IDAUC steps S')}). {intervals}; {band_rule(short=True)}. "
                 "Paper values: DeiT-S/16 (design card §8, `../shared/DESIGN.md`).\n",
                 datasets_table(tables, fit) + "\n",
                 "Which of the paper's findings hold on which dataset (the evidence of each: the full report):\n",
@@ -396,7 +395,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
                 f"{p.get('test split fingerprint')}), {p.get('backbone test accuracy (all tokens)', 'n/a')} top-1 "
                 f"with all tokens on the evaluated test images; seeds {p.get('seeds')}; {coverage} and accuracy on "
                 f"{p.get('test images (mIoU, accuracy)')} test images, IDAUC on {p.get('IDAUC images')} "
-                f"(S = {p.get('IDAUC steps S')}). {intervals}; {bands}.\n",
+                f"(S = {p.get('IDAUC steps S')}). {intervals}; {band_rule(short=True)}.\n",
                 _md_table(["condition", f"{coverage} [95 % CI]", "IDAUC [95 % CI]", "pruned accuracy",
                            "D (pp) [95 % CI]", "parity band", "paper D (pp), DeiT-S/16"],
                           _three_rows(_block(tables, "three_conditions", ds, bb), compact=True)) + "\n",

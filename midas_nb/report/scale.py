@@ -1,5 +1,4 @@
-"""Notebook 05's backbones side by side: the report's ``backbones`` table (:func:`~.build.backbones_table`) of a
-study's store rows, so the notebook and ``midas-nb report`` draw it by one code path."""
+"""Notebook 05's backbones side by side: the report's ``backbones`` table of a study's store rows (one code path)."""
 from __future__ import annotations
 
 from typing import Any, Sequence

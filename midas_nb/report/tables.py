@@ -63,8 +63,7 @@ def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[b
 
 
 def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """``tables`` with every finding of a backbone that fails :func:`fitness` marked ``"not counted"``, in
-    ``findings`` and the ``backbones`` table's finding rows (idempotent)."""
+    """``tables``, each finding (also of ``backbones``) of a backbone failing :func:`fitness` ``"not counted"``."""
     fit = fitness(tables)
     tables["findings"] = count_fitness(tables["findings"], fit)
     bt = tables.get("backbones")
@@ -96,8 +95,7 @@ def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables of a report directory (:data:`TABLES`), findings :func:`counted`. FileNotFoundError: a table is
-    missing; ValueError: a table is not a readable CSV."""
+    """A report folder's :data:`TABLES`, findings :func:`counted`; FileNotFoundError / ValueError: one missing / bad."""
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
     if missing:

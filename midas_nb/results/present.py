@@ -152,8 +152,7 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
 
 
 class FullText:
-    """``full_text(table)``: a table a notebook shows whole, as HTML (``_repr_html_``) and as plain text (``repr``),
-    every cell in full (pandas' own display cuts a cell at 50 characters)."""
+    """``full_text(table)``: a table shown whole, as HTML and text (pandas' display cuts a cell at 50 characters)."""
 
     def __init__(self, table: pd.DataFrame):
         self.table = table

@@ -296,8 +296,7 @@ def _path(name: str, runs_dir: str | Path | None) -> Path:
 
 
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
-    """Write ``table`` to ``<runs_dir>/<name>.csv`` (default :func:`midas_nb.config.runs_dir`), return that path;
-    ``ValueError`` for a ``name`` that is not a plain file stem."""
+    """Write ``table`` to ``<runs_dir>/<name>.csv`` (default ``config.runs_dir()``), its path; ValueError: bad name."""
     return atomic_write_text(_path(name, runs_dir), encode_lists(table).to_csv(index=False))
 
 
