@@ -1,7 +1,5 @@
-"""``midas-nb report``: ``REPORT.md`` and its CSV tables (:data:`TABLES`) from a run's result store, the README's
-results section rendered from the CSVs alone (docs/architecture.md, "report"). The build path's names (the store,
-:func:`build_tables`) load on first use, so rendering imports no torch (decision 0080).
-"""
+"""``midas-nb report``: ``REPORT.md``, its CSV tables and the README's results section (docs/architecture.md,
+"report"); the build path's names load on first use, so rendering imports no torch (decision 0080)."""
 from __future__ import annotations
 
 from ..point import lazy_names

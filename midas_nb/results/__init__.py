@@ -1,5 +1,4 @@
-"""The results table, one row per (dataset, backbone, condition, depth, budget, seed), validated
-against :data:`SCHEMA` by :func:`make_table`; the analyses and the figures read it."""
+"""The results table, one row per (dataset, backbone, condition, depth, budget, seed) (:data:`SCHEMA`)."""
 from __future__ import annotations
 
 from .present import (band_checks, compact, format_ci, full_text, images_note, leader_line, leaders, probe_note,

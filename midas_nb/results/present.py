@@ -121,8 +121,7 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
-        col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
-        if col is None:
+        if (col := m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None) is None:
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
             continue
@@ -132,8 +131,7 @@ def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequenc
         out[m] = [format_ci(v, a, b, fmt) for v, a, b in zip(table[col].tolist(), lo, hi)]
     for k in keep:
         if k in table.columns and k not in out.columns and not table[k].isna().all():
-            col = table[k]
-            out[k] = col.to_numpy() if not col.isna().any() else [_plain(v) for v in col.tolist()]
+            out[k] = table[k].to_numpy() if not table[k].isna().any() else [_plain(v) for v in table[k].tolist()]
     return out.set_index(index)
 
 
