@@ -269,8 +269,7 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
     """One block's provenance: its checkpoint and data, each with its source (decisions 0054, 0057), the sample, and
     what its accuracy is measured against (class labels, test top-1, the teacher's, chance and majority share)."""
     at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-    ckpt = str(_first(g["checkpoint_id"]))
-    meta, where = _checkpoint_meta(ckpt)
+    meta, where = _checkpoint_meta(ckpt := str(_first(g["checkpoint_id"])))
     sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
     digests, fps = _distinct(g, "weights_digest"), _distinct(g, "dataset_fingerprint")
     of = (f"{', '.join(map(str, _distinct(g, 'n_images', int))) or '?'} of "

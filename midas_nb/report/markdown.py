@@ -25,10 +25,6 @@ def _md_table(headers: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _int(x: Any) -> str:
-    return str(int(float(x))) if is_number(x) else ""
-
-
 def _builds(r: Mapping[str, Any]) -> int:
     """The backbone builds behind a row (older tables: 1)."""
     return int(float(r["n_builds"])) if is_number(r.get("n_builds")) else 1
@@ -36,7 +32,7 @@ def _builds(r: Mapping[str, Any]) -> int:
 
 def _builds_seeds(r: Mapping[str, Any]) -> str:
     """``"B × S"``: the backbone builds of a row and the seeds of each (decision 0072)."""
-    return f"{_builds(r)} × {_int(float(r['n_seeds']) / _builds(r))}" if is_number(r.get("n_seeds")) else ""
+    return f"{_builds(r)} × {int(float(r['n_seeds']) / _builds(r))}" if is_number(r.get("n_seeds")) else ""
 
 
 def _block(tables: Mapping[str, pd.DataFrame], name: str, ds: str = "", bb: str = "") -> pd.DataFrame:
@@ -209,8 +205,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                                                           for ds, bb in blocks]]
     out.append(f"\n## Three-condition protocol{_section_note(g, 'three_conditions')}\n")
     for ds, bb in blocks:
-        t = _block(tables, "three_conditions", ds, bb)
-        if t.empty:
+        if (t := _block(tables, "three_conditions", ds, bb)).empty:
             continue
         L, b = int(float(t["depth"].iloc[0])), float(t["budget"].iloc[0])
         coverage = _prov(tables, ds, bb).get("coverage", "part mIoU")
@@ -228,7 +223,7 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
                           "store (`report.save_probes`).\n")
     out += _table_section(f"\n## Regime grid (D per depth L × budget b){_section_note(g, 'regime')}\n",
                           tables["regime"], ["dataset", "condition", "L", "b", *_D_HEADERS],
-                          lambda r: [r["dataset"], r["condition"], _int(r["depth"]), f"{float(r['budget']):.0%}",
+                          lambda r: [r["dataset"], r["condition"], _f(r["depth"], ".0f"), f"{float(r['budget']):.0%}",
                                      *_d_columns(r), r["paper_expectation"]],
                           "No regime cells in the store (notebook 04).\n")
     out += _table_section(f"\n## Scale readout (D per backbone at the profile's L and b){_section_note(g, 'scale')}\n",
