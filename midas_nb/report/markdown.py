@@ -421,18 +421,18 @@ def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) ->
     return grid + (f"\n\nEvery cell rests on {n} backbone build{'s' * (n > 1)}." if n else "")
 
 
-def readme_current_section(readme: str | Path, detail: str = "") -> str:
+def readme_current_section(readme: str | Path) -> str:
     """The README's results section as it stands (markers included); ValueError: no markers."""
     text = Path(readme).read_text(encoding="utf-8")
     i, j = text.find(README_BEGIN), text.find(README_END)
     if i < 0 or j < i:
-        raise ValueError(f"{readme} has no results section markers{detail}")
+        raise ValueError(f"{readme} has no results section markers ({README_BEGIN!r} ... {README_END!r})")
     return text[i:j + len(README_END)]
 
 
 def update_readme(readme: str | Path, section: str) -> bool:
     """Replace the README's results section with ``section``; returns whether it changed. ValueError: no markers."""
-    old, path = readme_current_section(readme, f" ({README_BEGIN!r} ... {README_END!r})"), Path(readme)
+    old, path = readme_current_section(readme), Path(readme)
     if changed := old != section:
         path.write_text(path.read_text(encoding="utf-8").replace(old, section, 1), encoding="utf-8")
     return changed

@@ -169,8 +169,7 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
     """``"12 test images; <what>; 95 % CI: ..."``; ``ValueError`` without rows or ``n_images``."""
     if table.empty or "n_images" not in table.columns:
         raise ValueError("images_note: the table has no rows or no n_images column")
-    parts = [f"{_one(table, 'n_images', int)} test images", what] + _bootstrap(bootstrap)
-    return "; ".join(p for p in parts if p)
+    return "; ".join(p for p in [f"{_one(table, 'n_images', int)} test images", what, *_bootstrap(bootstrap)] if p)
 
 
 def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False) -> list[str]:
