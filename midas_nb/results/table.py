@@ -78,11 +78,9 @@ class ResultRow:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        extras = d.pop("extras")
-        if clash := set(extras) & set(d):
+        if clash := set(extras := d.pop("extras")) & set(d):
             raise ValueError(f"ResultRow.extras repeats schema column(s) {sorted(clash)}")
-        d.update(extras)
-        return d
+        return {**d, **extras}
 
 
 #: the columns of the results table: :class:`ResultRow`'s fields, in order
@@ -290,9 +288,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 def _path(name: str, runs_dir: str | Path | None) -> Path:
     if not _NAME_RE.match(name):
         raise ValueError(f"table name must be a plain file stem (letters, digits, . _ -), got {name!r}")
-    root = Path(runs_dir) if runs_dir is not None else config.runs_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    return root / f"{name}.csv"
+    return (Path(runs_dir) if runs_dir is not None else config.runs_dir()) / f"{name}.csv"   # atomic_write makes it
 
 
 def save_table(table: pd.DataFrame, name: str, runs_dir: str | Path | None = None) -> Path:
