@@ -252,8 +252,7 @@ def backbone_changes(bt: pd.DataFrame, dataset: str) -> tuple[list[str], list[st
     """``(changed, undecided)``: findings of ``dataset`` whose decided verdicts differ between the ``backbones``
     table's first two backbones, and those undecided on at least one."""
     f = bt[(bt["dataset"] == dataset) & (bt["kind"] == "finding")]
-    bbs = list(dict.fromkeys(f["backbone"]))
-    if len(bbs) < 2:
+    if len(bbs := list(dict.fromkeys(f["backbone"]))) < 2:
         return [], []
     a, b = (f[f["backbone"] == x].set_index("item")["verdict"] for x in bbs[:2])
     both = [(fid, {str(a[fid]), str(b[fid])}) for fid in a.index.intersection(b.index)]

@@ -66,9 +66,7 @@ def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """``tables``, each finding (also of ``backbones``) of a backbone failing :func:`fitness` ``"not counted"``."""
     fit = fitness(tables)
     tables["findings"] = count_fitness(tables["findings"], fit)
-    bt = tables.get("backbones")
-    if bt is not None and (bt["kind"] == "finding").any():
-        m = bt["kind"] == "finding"
+    if (bt := tables.get("backbones")) is not None and (m := bt["kind"] == "finding").any():
         tables["backbones"] = pd.concat([bt[~m], count_fitness(bt[m], fit, verdict="verdict")]).sort_index()
     return tables
 
@@ -86,12 +84,11 @@ def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
         raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
 
 
-def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:
-    """Write each table to ``<output>/<name>.csv``; returns the paths."""
+def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> None:
+    """Write each table to ``<output>/<name>.csv``."""
     (out := Path(output)).mkdir(parents=True, exist_ok=True)
     for name in TABLES:
         tables[name].to_csv(out / f"{name}.csv", index=False)
-    return [out / f"{name}.csv" for name in TABLES]
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
