@@ -35,8 +35,8 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's) protocol
-    settings, newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
+    """``(rows, left_out)``: the store's done rows whose protocol settings are the report's ``settings`` (default the
+    profile's), newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
     with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
     ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``, ``superseded``, ``problems`` and holds
     ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no done cell of these settings."""
@@ -358,7 +358,8 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
     scale_bbs = _scale_display(s)
     fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
     fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
-                                  (fnd_rows["backbone"].isin(scale_bbs) & fnd_rows.index.isin(at.index))],
+                                  (fnd_rows["backbone"].isin(scale_bbs) & (fnd_rows["depth"] == L0) &
+                                   np.isclose(fnd_rows["budget"].astype(float), b0))],
                          pr if len(pr) else None, depth=L0, budget=b0, band=band, n_boot=n_boot,
                          scale_backbones=scale_bbs)
     fnd = fnd[(fnd["backbone"] == s.backbone) | (fnd["finding"] == "scale")].reset_index(drop=True)
