@@ -539,10 +539,9 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
 
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
-    """The paper-shaped table (decision 0036): the three-condition table of every block of the store ``rows`` at the
-    point of the settings ``s``, blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an
-    ``expected`` ``(dataset, backbone)`` block without D gets one row of ``status`` "no result" (or "no reference
-    row"). ValueError or KeyError: rows without the result schema's columns."""
+    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at the point of
+    ``s``, blocks in ``backbone_order``, paper values beside DeiT-S/16 rows only; an ``expected`` block without D gets
+    one row of ``status`` "no result" (or "no reference row"). ValueError/KeyError: rows without schema columns."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()

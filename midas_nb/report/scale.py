@@ -15,10 +15,9 @@ __all__ = ["compare_backbones"]
 
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
                       executor: str = "local", max_workers: int = 2) -> tuple[pd.DataFrame, Any]:
-    """``(table, status)``: the report's ``backbones`` table of ``backbones`` (default: the profile's comparison
-    backbones) from ``study``'s result store and the cosine probes at the profile's ``L`` (kept with
-    :func:`save_probes`, seed :data:`BOOTSTRAP_SEED`), findings of an unfit backbone ``not counted`` (decision
-    0070), and the cells' :class:`~midas_nb.sweeps.StoreStatus`. ``run=False`` only reads the store; ``executor``,
+    """``(table, status)``: the report's ``backbones`` table of ``backbones`` (default: the profile's) from ``study``'s
+    store and the cosine probes at its ``L`` (kept with :func:`save_probes`), findings of an unfit backbone ``not
+    counted``, and the cells' :class:`~midas_nb.sweeps.StoreStatus`; ``run=False`` only reads the store; ``executor``,
     ``max_workers``: as :func:`midas_nb.sweeps.run_sweep`. ValueError: an empty or duplicated backbone list."""
     s = study.settings
     n_boot = s.statistics.bootstrap

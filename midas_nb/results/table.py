@@ -226,13 +226,12 @@ _RANGE = {"miou": (0.0, 1.0), "accuracy": (0.0, 1.0), "idauc": (-1.0, 1.0)}
 def aggregate_seeds(table: pd.DataFrame, by: Sequence[str] | None = None,
                     metrics: Sequence[str] = METRIC_COLUMNS, *, n_boot: int = 1000,
                     alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
-    """Mean, sample std and count over seeds of each metric present, per group of ``by`` (``None``: the
-    :data:`ID_COLUMNS` present), the checkpoint columns added, or pooled where a ``build`` column is not in ``by``
-    (one checkpoint per build, else ``ValueError``; decision 0072). For ``miou``, ``idauc`` and ``accuracy``,
-    ``m_lo``/``m_hi`` is the ``(1−alpha)`` interval of the mean over seeds (``seed_image_interval``, decision 0007)
-    on the images every seed measured, cut at the metric's range (one row: its own). Returns per group ``by``,
-    ``n_seeds``, ``seeds``, ``n_images``, ``m_mean``, ``m_std``, ``m_n``, ``m_lo``, ``m_hi``, ``ci_method``;
-    ``ValueError`` for a grouping column the table lacks."""
+    """Mean, sample std and count over seeds of each metric present per group of ``by`` (``None``: the
+    :data:`ID_COLUMNS` present), checkpoint columns added, or pooled where a ``build`` column is not in ``by`` (one
+    checkpoint per build, else ``ValueError``; decision 0072); for ``miou``, ``idauc``, ``accuracy``, ``m_lo``/``m_hi``
+    is the ``(1−alpha)`` interval of the mean over seeds (decision 0007) on the images every seed measured, cut at the
+    metric's range. Columns: ``by``, ``n_seeds``, ``seeds``, ``n_images``, ``m_mean``/``_std``/``_n``/``_lo``/``_hi``,
+    ``ci_method``; ``ValueError`` for a grouping column the table lacks."""
     # seeds of two checkpoints (or of one checkpoint id with other weights) are averaged only as two builds
     pooled, ident = BUILD_COLUMN in table.columns, [c for c in CHECKPOINT_COLUMNS if c in table.columns]
     by = [c for c in ID_COLUMNS if c in table.columns and not (pooled and c in ident)] if by is None else list(by)
