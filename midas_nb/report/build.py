@@ -484,8 +484,7 @@ def _test_split(meta: Mapping[str, Any], label: str):
     from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
     ts = meta.get("test_set") or {}
     cls = {c.__name__: c for c in (CUBDataset, AircraftDataset, CarsDataset)}.get(str(ts.get("type")))
-    root = Path(str(ts.get("root", "")))
-    if cls is None or not root.exists():
+    if cls is None or not (root := Path(str(ts.get("root", "")))).exists():
         return None
     kw = {"annotation_level": _aircraft_level(label)} if cls is AircraftDataset else {}
     try:
@@ -512,8 +511,7 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                     "`midas-nb run -p other_backbones true` adds it" if kind == "not run" else
                     f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)")))
                 continue
-            ck = str(_first(at["checkpoint_id"]))
-            meta = _checkpoint_meta(ck)[0] or {}
+            meta = _checkpoint_meta(ck := str(_first(at["checkpoint_id"])))[0] or {}
             base.update(checkpoint_id=ck, test_accuracy=meta.get("test_accuracy", np.nan),
                         teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
                         full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
