@@ -148,8 +148,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
     out_dir.mkdir(parents=True, exist_ok=True)
     params, t_all = spec.notebook_parameters(), time.time()
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]   # unique, sorts by start
-    # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
-    # residue in the executed notebooks (the run streams papermill's cell bar and the loops as lines)
+    # no widget front-end in a batch run, no tqdm residue in the executed copies (the loops stream as lines)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
                TQDM_DISABLE=os.environ.get("TQDM_DISABLE", "1"))
     try:
@@ -173,9 +172,8 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
         from ..results import save_table
 
         table = paper_table_for(settings)
-        save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
-        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-              f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
+        csv = save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
+        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; saved as {csv}):\n"
               f"{format_paper_table(table)}")
     return out_dir
 
@@ -262,8 +260,7 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     kwargs.update(parameters=parameters, extra_arguments=kernel_arguments())
     if not progress_bar:
         return pm.execute_notebook(str(input_path), str(output_path), progress_bar=False, **kwargs)
-    # the bar in whole lines (a log file gets no carriage returns, a streamed line never joins the bar);
-    # disable=False: the run's TQDM_DISABLE is meant for the kernels' bars, not this one
+    # whole lines (none joins a streamed line); disable=False: the run's TQDM_DISABLE is for the kernels' bars
     bar = dict(desc=Path(input_path).stem, file=LineWriter(sys.stderr), disable=False, ascii=True)
     with scoped_environ(**{PROGRESS_ENV: "lines"}):
         nb = pm.execute_notebook(str(input_path), str(output_path), progress_bar=bar, stdout_file=sys.stdout,
