@@ -8,8 +8,7 @@ import re
 import sys
 from typing import Any, Literal
 
-__all__ = ["ANSI", "LINE_INTERVAL", "LineWriter", "PROGRESS_ENV", "PROGRESS_LINE", "progress_enabled", "progress_mode",
-           "tqdm"]
+__all__ = ["LineWriter", "PROGRESS_ENV", "PROGRESS_LINE", "progress_enabled", "progress_mode", "tqdm"]
 
 PROGRESS_ENV = "MIDAS_PROGRESS"
 #: seconds between two lines of one loop in ``"lines"`` mode (``MIDAS_PROGRESS_INTERVAL`` overrides)

@@ -131,9 +131,8 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--output", {}, "directory for executed notebooks (default runs/<profile>)"),
         ("--cell-timeout", dict(type=float, metavar="SECONDS"), "stop a cell that runs longer"),
         ("--no-progress", _FLAG, "no progress bar")]),
-    "sweep": ("sweeps on a cluster: plan, submit, status, wait", "plan: jobs, cells and GPU-hours, nothing submitted; "
-              "submit: send them (again: the failed, lost and unsubmitted cells); status: the result stores under "
-              "runs/sweeps; wait: until nothing is queued",
+    "sweep": ("sweeps on a cluster: plan, submit, status, wait", "plan: jobs, cells, GPU-hours; submit: send them "
+              "(again: what failed or is missing); status: the stores in runs/sweeps; wait: until none is queued",
               "midas-nb sweep plan --profile paper\n"
               "midas-nb sweep submit --profile paper --data-root cub=/data/CUB_200_2011 --partition gpu --gpus 1 "
               "--time 120\nmidas-nb sweep status paper", [

@@ -59,9 +59,8 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
     """Execute the notebooks in order once the run (``spec``, else the arguments; ``extra``: ``-p`` parameters) is
-    checked; returns the output directory. Several named data roots and no ``--dataset``: once per dataset, then
-    the report over them. ``problems``: found already. Raises :class:`midas_nb.config.ProfileError` (the run
-    cannot start, one line per problem) or ``RuntimeError`` (a notebook failed; its copy under ``failed/``)."""
+    checked, once per dataset where several roots are named; returns the output directory. ``problems``: found
+    already. Raises :class:`midas_nb.config.ProfileError` (it cannot start) or ``RuntimeError`` (a notebook failed)."""
     from .runspec import fold_structured_params, RunSpec
 
     if spec is None:

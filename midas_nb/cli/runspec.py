@@ -207,10 +207,9 @@ def _quick_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str]
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start): what needs no
-    torch; once that passes, the settings of the study and of each (dataset, backbone) the sweeps read, the
-    layouts, weights files and hub, each group skipped where a setting it reads is reported. ``accepted``: the
-    notebooks' parameter names (``None``: not checked)."""
+    """Every problem of running ``notebooks`` (accepting the parameters ``accepted``) with ``spec``, one line each:
+    what needs no torch, then the settings of each (dataset, backbone) the sweeps read, the layouts, weights
+    files and hub, each group skipped where a setting it reads is reported."""
     problems, overrides, made = _quick_problems(spec, accepted)
     if problems:
         return problems
