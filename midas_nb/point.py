@@ -1,9 +1,6 @@
-"""The pruning point ``(L, b)``: depth and budget as typed values, checked once where made
-(``Point(6, 0.25)``; ``Budget(1.5)`` raises ``ValueError``; DESIGN.md §3, docs/decisions/0058-typed-point.md),
-and the value helpers of every settings message; :class:`Registry`, the name table of targets, scorers and
-metrics, and :func:`lazy_names`, the packages' names loaded on first use, sit here, torch-free, so that the report
-renders its tables without torch (decision 0080)."""
-
+"""The pruning point ``(L, b)`` as typed values checked where made (``Budget(1.5)`` raises ``ValueError``;
+docs/decisions/0058-typed-point.md), the value helpers of settings messages, :class:`Registry` and
+:func:`lazy_names`: torch-free, so that the report renders its tables without torch (decision 0080)."""
 from __future__ import annotations
 
 import difflib
@@ -31,8 +28,7 @@ def is_number(v: Any) -> bool:
 
 
 def show_value(v: Any) -> str:
-    """How a problem message shows a bad setting: its ``repr``, which says a builtin's type (``'x'``, ``0.5``,
-    ``[1]``); any other type is named beside it (``0.5 (Budget)``)."""
+    """A bad setting in a message: its ``repr``, another than a builtin type named beside it (``0.5 (Budget)``)."""
     builtin = type(v) in (str, int, float, bool, type(None), list, tuple, dict)
     return repr(v) if builtin else f"{v!r} ({type(v).__name__})"
 
@@ -47,8 +43,7 @@ def did_you_mean(names: Iterable[str], known: Iterable[str]) -> str:
 
 
 class Budget(float):
-    """The kept fraction ``b`` of patch tokens, ``MIN_BUDGET ≤ b ≤ 1``: a ``float`` whose construction
-    is the check (a ``Budget`` is returned as is; ``ValueError``, one line, for anything else)."""
+    """The kept fraction ``b`` of patch tokens, ``MIN_BUDGET ≤ b ≤ 1``: a ``float`` checked when made."""
 
     __slots__ = ()
 
@@ -72,8 +67,7 @@ class Budget(float):
 
 @dataclass(frozen=True)
 class Point:
-    """Depth ``L`` (the scorer reads block ``L``, 1-based; ``L < blocks``:
-    :func:`midas_nb.backbones.vit.check_depth`) and budget ``b``; ``ValueError``, one line per problem."""
+    """Depth ``L`` (the scorer reads block ``L``, 1-based) and budget ``b``; ``ValueError``, one line per problem."""
 
     depth: int
     budget: Budget
@@ -93,8 +87,7 @@ class Point:
 
 
 class Registry(dict):
-    """Entries by name in registration order, for targets, scorers and metrics: a name added twice or
-    looked up unknown raises ``ValueError`` (``kind``, what it holds, names it in the message)."""
+    """Targets, scorers or metrics (``kind``) by name: a name added twice or unknown raises ``ValueError``."""
 
     def __init__(self, kind: str):
         super().__init__()

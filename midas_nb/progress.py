@@ -1,11 +1,6 @@
-"""Progress of the library's long loops: tqdm bars in a notebook, plain lines in a streamed batch run.
-
-Every long loop takes its bar from :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm`` in one of three
-modes (:func:`progress_mode`): ``"bar"`` (interactive), ``"off"`` (``TQDM_DISABLE``) or ``"lines"``
-(``MIDAS_PROGRESS=lines``, which wins over ``TQDM_DISABLE``): throttled plain lines such as
-``distil hybrid_lite0_deit, build 1, epoch 7/24 (02:41, 3:12 left), loss=1.234``
-(docs/decisions/0023-batch-run-progress.md; a step once: 0091-progress-lines-once-per-step.md).
-"""
+"""Progress of the library's long loops: :func:`tqdm`, a drop-in for ``tqdm.auto.tqdm``, draws bars in a notebook
+and throttled plain lines in a streamed batch run, e.g. ``distil ..., epoch 7/24 (02:41, 3:12 left), loss=1.234``
+(docs/decisions/0023-batch-run-progress.md, 0091-progress-lines-once-per-step.md)."""
 from __future__ import annotations
 
 import os
@@ -13,10 +8,8 @@ import re
 import sys
 from typing import Any, Literal
 
-__all__ = ["ANSI", "LINE_INTERVAL", "LineWriter", "PROGRESS_ENV", "PROGRESS_LINE", "progress_enabled", "progress_mode",
-           "tqdm"]
+__all__ = ["LineWriter", "PROGRESS_ENV", "PROGRESS_LINE", "progress_enabled", "progress_mode", "tqdm"]
 
-#: the environment variable that switches the library's loops to plain lines
 PROGRESS_ENV = "MIDAS_PROGRESS"
 #: seconds between two lines of one loop in ``"lines"`` mode (``MIDAS_PROGRESS_INTERVAL`` overrides)
 LINE_INTERVAL = 10.0
@@ -32,25 +25,22 @@ def progress_mode() -> Literal["bar", "lines", "off"]:
 
 
 def progress_enabled(requested: bool = True) -> bool:
-    """Whether a loop asked for progress (``requested``) shows any in this process."""
+    """Whether a loop that asked for progress shows any."""
     return requested and progress_mode() != "off"
 
 
-#: terminal control sequences (the cursor moves of nested bars, colours): never written as a line
+#: terminal control sequences (cursor moves, colours): never written as a line
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
-#: a progress line as the line writer prints it, its parts ``desc``, ``unit``, ``n``, ``total``, ``elapsed``
-#: and ``postfix``; ``midas-nb run`` drops these from the executed notebooks once the run has shown them
+#: a progress line as the line writer prints it; ``midas-nb run`` drops these from the executed notebooks
 PROGRESS_LINE = re.compile(r"^(?P<desc>.*), (?P<unit>\w+(?: \w+)?) (?P<n>\d+)/(?P<total>\S+) "
                            r"\((?P<elapsed>[^(),]*), [^()]* left\)(?:, )?(?P<postfix>.*)$")
 _TIMES = re.compile(r" \([^(),]*, [^()]* left\)")   # a progress line's (elapsed, remaining left)
 
 
 class LineWriter:
-    """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream`` (a line equal to
-    the one before, or a :data:`PROGRESS_LINE` that differs from it only in its times, is not repeated: tqdm's
-    monitor and its closing refresh redraw a step already shown); ``midas-nb run`` writes papermill's cell bar
-    through it."""
+    """A file for tqdm that turns its carriage-return refreshes into whole lines on ``stream``; a line that differs
+    from the one before only in its times is not repeated (tqdm's monitor and closing refresh redraw a step)."""
 
     def __init__(self, stream: Any):
         self.stream, self.last = stream, ""
@@ -67,13 +57,10 @@ class LineWriter:
 
 
 def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
-    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode`.
-
-    Takes tqdm's arguments; ``disable=True`` is honoured in every mode. In ``"lines"`` mode
-    ``file``, ``bar_format``, ``mininterval`` and ``leave`` are the line writer's (stderr,
-    :data:`LINE_INTERVAL`, the final state always printed), and ``set_postfix`` / ``set_description``
-    wait for the next line; ``unit`` names the step (``"epoch"``, ``"cell"``, ``"batch"``; default ``"step"``).
-    """
+    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (``disable=True`` honoured in each).
+    In ``"lines"`` mode the line writer on stderr every :data:`LINE_INTERVAL` s sets ``file``, ``bar_format``,
+    ``mininterval`` and ``leave``, ``set_postfix`` / ``set_description`` wait for the next line and ``unit`` names
+    the step (default ``"step"``)."""
     from tqdm.std import tqdm as std_tqdm
 
     if (mode := progress_mode()) == "bar":

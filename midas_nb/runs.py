@@ -1,9 +1,6 @@
-"""What ``midas-nb run`` left in ``<output>``, read back from the executed copies alone: papermill's
-``metadata.papermill`` of each ``NN_*.ipynb`` and ``failed/NN_*.ipynb`` (``parameters``, ``start_time``,
-``output_path`` ``.partial/<run_id>/<name>``, which names the run) gives the latest run, the copies it did
-not replace and those made with other settings (docs/decisions/0032-run-manifest.md, 0087-no-run-manifest.md).
-Its readers are the run summary and the HTML edition (header, stale marks).
-"""
+"""What ``midas-nb run`` left in ``<output>``, read from papermill's metadata of the executed copies alone
+(``NN_*.ipynb``, ``failed/NN_*.ipynb``): the latest run and which copies are stale, for the run summary and the
+HTML edition (docs/decisions/0087-no-run-manifest.md)."""
 from __future__ import annotations
 
 import os
@@ -22,7 +19,7 @@ def scoped_environ(**values: str) -> Any:
 
 
 class NotebookState(NamedTuple):
-    """An executed notebook's ``state`` (:func:`run_state`), its run and why it is ``stale``."""
+    """An executed copy's ``state`` (:func:`run_state`), its run and why it is ``stale``."""
 
     name: str
     state: Literal["current", "stale", "unrecorded"]
@@ -31,9 +28,8 @@ class NotebookState(NamedTuple):
 
 
 class RunState(NamedTuple):
-    """:func:`run_state`: the ``latest`` run (its id, ``started`` as ``YYYY-MM-DD HH:MM UTC``, the
-    ``settings`` papermill injected into its copies), each executed copy's state and ``failed``
-    (``{notebook: why}``: a failure with no earlier copy)."""
+    """The ``latest`` run (id, ``started`` ``YYYY-MM-DD HH:MM UTC``, the ``settings`` papermill injected), each
+    executed copy's state and ``failed`` (``{notebook: why}``: a failure with no earlier copy)."""
 
     latest: str | None
     started: str
@@ -43,9 +39,8 @@ class RunState(NamedTuple):
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """The copy ``path`` as its run recorded it: ``run_id`` (``None``: not from ``midas-nb run``),
-    ``params``, ``started``, ``accepted`` (the names its parameters cell assigns) and, for a failed
-    copy, ``why``; ``None`` when it cannot be read (being written by a run beside this one)."""
+    """The copy's ``run_id`` (``None``: not from ``midas-nb run``), ``params``, ``started``, ``accepted`` (its
+    parameters cell's names) and ``why`` it failed; ``None`` when unreadable (being written by another run)."""
     import nbformat
     import papermill   # heavy: imported when copies are read
     try:
@@ -65,19 +60,12 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def run_state(out_dir: str | os.PathLike) -> RunState:
-    """The runs of ``out_dir`` from its executed copies: the latest run is the newest run id (ids sort
-    by start) among ``NN_*.ipynb`` and ``failed/NN_*.ipynb``. A copy is ``stale`` when its notebook's
-    copy under ``failed/`` is from a later run ("the later run <id> failed here: <why>"), or when a
-    parameter its notebook accepts had another value than in the latest run's copies; ``unrecorded``
-    when papermill's ``output_path`` names no run; else ``current``. One state per copy, name order."""
-    out_dir = Path(out_dir)
-
-    def copies(where: Path) -> dict[str, dict[str, Any]]:
-        return {p.name: c for p in sorted(where.glob("[0-9][0-9]_*.ipynb")) if (c := _read(p)) is not None}
-
-    good, bad = copies(out_dir), copies(out_dir / "failed")
-    ids = [c["run_id"] for c in [*good.values(), *bad.values()] if c["run_id"]]
-    latest = max(ids, default=None)
+    """The runs of ``out_dir``: the latest is the newest run id (ids sort by start). A copy is ``stale`` when its
+    copy under ``failed/`` is from a later run, or when a parameter its notebook accepts had another value than
+    in the latest run; ``unrecorded`` when papermill's ``output_path`` names no run; else ``current``."""
+    good, bad = ({p.name: c for p in sorted(where.glob("[0-9][0-9]_*.ipynb")) if (c := _read(p)) is not None}
+                 for where in (Path(out_dir), Path(out_dir) / "failed"))
+    latest = max((c["run_id"] for c in [*good.values(), *bad.values()] if c["run_id"]), default=None)
     of_latest = [c for c in [*good.values(), *bad.values()] if c["run_id"] == latest]
     settings = {k: v for c in of_latest for k, v in c["params"].items()}
     states = []

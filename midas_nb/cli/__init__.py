@@ -1,8 +1,5 @@
-"""``midas-nb`` command line: batch reruns of the notebooks and small utilities.
-
-Subcommands: ``run``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``),
-``strip-solutions``, ``export-html``, ``report``; ``midas-nb COMMAND --help`` gives each one's options.
-"""
+"""``midas-nb`` command line: ``run``, ``sweep`` (``plan``, ``submit``, ``status``, ``wait``), ``strip-solutions``,
+``export-html``, ``report``; ``midas-nb COMMAND --help`` gives each one's options."""
 from __future__ import annotations
 
 import argparse
@@ -24,18 +21,16 @@ __all__ = ["main", "notebook_paths", "run_notebooks"]
 
 
 def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
-    """Print each line as ``midas-nb COMMAND: line`` on stderr; returns the exit ``status``."""
     for line in lines:
         print(f"midas-nb {command}: {line}", file=sys.stderr)
     return status
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    try:   # nothing heavy is loaded before the checks that need no torch are passed (runspec.preflight)
+    try:
         from .runspec import spec_from_args
 
         spec, problems = spec_from_args(args)
-        # the run file's and command line's problems are listed with every other problem preflight finds
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except config.ProfileError as e:  # one line each, whatever a library's message holds
         return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
@@ -48,17 +43,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     say = functools.partial(_answer, f"sweep {args.action}")
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
-        args.profile = args.profile or "paper"
-        try:   # a bad --sweep is answered before the study (and torch) is imported
-            config.sweep_names(args.sweep)
-        except ValueError as e:
-            return say([str(e)])
-        from ..study import cluster
         from ..sweeps.slurm import SlurmNotFound
         from .runspec import parse_data_roots
 
-        root, roots, problems = parse_data_roots(args.data_root or [])
-        try:
+        args.profile, (root, roots, problems) = args.profile or "paper", parse_data_roots(args.data_root or [])
+        try:   # a bad --sweep is answered before the study (and torch) is imported
+            config.sweep_names(args.sweep)
+            from ..study import cluster
+
             return say(problems) if problems else cluster.cmd_from_args(
                 args, dict(data_root=root, data_roots=roots or None, device=args.device))
         except (ValueError, FileNotFoundError, SlurmNotFound) as e:   # bad input: nothing was submitted
@@ -85,8 +77,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep_status(table: Any) -> int:
-    """Print a store's status table (:func:`midas_nb.sweeps.format_status`) and its cells' jobs; 1 while failed,
-    lost or never-submitted cells or invalid store files remain (a script can gate on it), else 0."""
+    """Print a store's status and its cells' jobs; 1 while failed, lost, unsubmitted or invalid cells remain."""
     from ..sweeps.store import format_status, n_unusable
 
     print(format_status(table))
@@ -100,8 +91,7 @@ def _sweep_status(table: Any) -> int:
 
 def _cmd_strip(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths] or notebook_paths()
-    sources = [p.name for p in paths if args.in_place and runner.is_source_dir(p.parent)]
-    if sources:
+    if sources := [p.name for p in paths if args.in_place and runner.is_source_dir(p.parent)]:
         which = f"the source notebook(s) {', '.join(sources)}" if args.paths else "every source notebook"
         return _answer("strip-solutions", [
             f"--in-place would remove the solutions from {which} in {runner.notebooks_dir()}; expected copies to "
@@ -134,7 +124,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
     how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
     where = "" if args.input else " (or name the run's directory with --input DIR)"
-    if runner.is_source_dir(src):  # the source notebooks hold no outputs, and a run must not write there
+    if runner.is_source_dir(src):
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
@@ -156,7 +146,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
-    """The options among ``names`` that were given (not ``None``)."""
     return {k: getattr(args, k) for k in names if getattr(args, k) is not None}
 
 
@@ -171,26 +160,29 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
         problems.append(f"--from-tables re-renders the saved tables as they are; {', '.join(given)} "
                         f"select{'s' if one else ''} what is read from a result store and would be ignored: "
                         f"drop {'it' if one else 'them'} or drop --from-tables")
-    paths = {k: Path(v).expanduser() for k, v in _given(args, "store", "output", "from_tables", "readme").items()}
-    blank = [k for k in ("store", "output", "from_tables") if k in paths and not getattr(args, k).strip()]
-    problems += [f"--{k.replace('_', '-')} {getattr(args, k)!r}: expected a directory path" for k in blank]
-    tables = paths.get("from_tables") if "from_tables" not in blank else None   # a missing --store: "no results yet"
-    if tables is not None and not tables.is_dir():
+    problems += [f"--{k.replace('_', '-')} {v!r}: expected a directory path"
+                 for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
+    if (args.from_tables or "").strip():
+        tables = Path(args.from_tables).expanduser()
+        absent = [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]
         state = "is not a directory" if tables.exists() else "does not exist"
-        problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's CSV tables")
-    elif tables is not None and (absent := [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]):
-        problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
-                        f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
-                        "(e.g. results)")
-    if (readme := paths.get("readme")) is not None:
-        markers = f"{README_BEGIN!r} ... {README_END!r}"
-        text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else ""
-        problems += [f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; expected "
-                     f"a README file with the results section markers {markers}"] if not readme.is_file() else [
-            f"--readme {args.readme!r}: has no results section; expected the markers {markers} around the section to "
-            "rewrite"] if not -1 < text.find(README_BEGIN) <= text.find(README_END) else []
-    if "output" in paths and "output" not in blank:
-        problems += [why.replace("for the executed notebooks", "for the report") for why in check_output(args.output)]
+        if not tables.is_dir():
+            problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's "
+                            "CSV tables")
+        elif absent:
+            problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
+                            f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
+                            "(e.g. results)")
+    if args.readme is not None:
+        readme, markers = Path(args.readme).expanduser(), f"{README_BEGIN!r} ... {README_END!r}"
+        text = readme.read_text(encoding="utf-8", errors="replace") if readme.is_file() else None
+        if text is None:
+            problems.append(f"--readme {args.readme!r}: {'is a directory' if readme.is_dir() else 'does not exist'}; "
+                            f"expected a README file with the results section markers {markers}")
+        elif not -1 < text.find(README_BEGIN) <= text.find(README_END):
+            problems.append(f"--readme {args.readme!r}: has no results section; expected the markers {markers} "
+                            "around the section to rewrite")
+    problems += check_output(args.output, "the report") if (args.output or "").strip() else []
     if overrides := _report_overrides(args):   # the run's own checks of what it overrides (and a backbone's depth)
         from .runspec import build_lines
 
@@ -201,13 +193,12 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
 
 
 def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The run settings ``midas-nb report`` was given: --backbone, --depth, --budget and each -p NAME VALUE."""
+    """--backbone, --depth, --budget and each -p NAME VALUE of ``midas-nb report``."""
     return {**_given(args, "backbone", "depth", "budget"), **{n: param_value(n, v) for n, v in args.param or []}}
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    problems = _report_problems(args)
-    if problems:
+    if problems := _report_problems(args):
         return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
     from ..report import make_report, MixedSettingsError
 
@@ -238,8 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    split = check_split_values(argv)  # argparse would say "unrecognized arguments: 1]"
-    if split:
+    if split := check_split_values(argv):  # argparse would say "unrecognized arguments: 1]"
         return _answer("run", split)
     args = build_parser().parse_args(argv)
     # SIGTERM (kill, a scheduler) stops a run as Ctrl-C does; the caller's handler after it
@@ -248,9 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except config.ProfileError as e:  # a bad setting no command checked first (a MIDAS_*_DIR that is a file)
         return _answer(args.command, e.problems)
-    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; `run` keeps the last good notebooks
-        # nbclient's abandoned cell task (its kernel gone too) logs a traceback as it is collected at exit: the
-        # asyncio logger goes off then, not now (an in-process caller, a notebook or a test, keeps it)
+    except KeyboardInterrupt:
+        # nbclient's abandoned cell task logs a traceback as it is collected at exit: the asyncio logger goes off
+        # then, not now (an in-process caller keeps it)
         atexit.register(setattr, logging.getLogger("asyncio"), "disabled", True)
         return _answer(args.command, ["interrupted; finished notebooks, finished backbone builds and result-store "
                                       "cells are kept; the next run resumes from them (a build stopped mid-training "

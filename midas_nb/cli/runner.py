@@ -1,13 +1,10 @@
-"""``midas-nb run``: the notebooks executed in order with papermill, every setting checked first
-(:mod:`midas_nb.cli.runspec`), each into ``<output>/.partial/<run_id>/`` so that papermill's metadata names
-its run (read back by :mod:`midas_nb.runs`), with papermill's own cell bar and the cells' output streamed as
-they come (docs/decisions/0023-batch-run-progress.md, 0076-thin-runner.md, 0087-no-run-manifest.md).
-"""
+"""``midas-nb run``: the notebooks executed in order with papermill once every setting is checked, each into
+``<output>/.partial/<run_id>/`` so that papermill's metadata names its run (read back by :mod:`midas_nb.runs`)
+(docs/decisions/0023-batch-run-progress.md, 0076-thin-runner.md, 0087-no-run-manifest.md)."""
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import sys
 import time
@@ -28,22 +25,16 @@ __all__ = ["execute_notebook", "kernel_arguments", "notebook_paths", "notebooks_
 
 
 def notebooks_dir() -> Path:
-    """``notebooks/`` of the project."""
     return config.project_root() / "notebooks"
 
 
 def is_source_dir(path: str | os.PathLike) -> bool:
-    """``path`` is the project's ``notebooks/`` (the source notebooks)."""
     return Path(path).expanduser().resolve() == notebooks_dir().resolve()
 
 
 def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
-    """The ordered notebooks, or those ``selection`` names (prefixes ``"00,02"`` or a list of them).
-
-    Raises:
-        ValueError: a selection that is not a string (or list of strings), names no prefix, or
-            has prefixes that match no notebook (all of them in one message).
-    """
+    """The ordered notebooks, or those ``selection`` names (prefixes ``"00,02"`` or a list of them); ``ValueError``
+    for a selection that is not one or that names no notebook."""
     paths = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
     if selection is None:
         return paths
@@ -53,14 +44,13 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
         raise ValueError(f"expected comma-separated prefixes such as '00,02', got {show_value(selection)}")
     words, available = [s.strip() for s in selection.split(",")], [p.stem for p in paths]
     # a one-digit word would match every notebook of that decade: never a prefix
-    hits = {w: [p for p in paths if p.name.startswith(w) and not re.fullmatch(r"\d", w)] for w in words if w}
+    hits = {w: [p for p in paths if p.name.startswith(w) and len(w) > 1] for w in words if w}
     if not hits or "" in words:
         raise ValueError(f"{selection!r} names no notebook; expected comma-separated prefixes such as 00,02 "
                          f"(available: {available})" if not hits else f"{selection!r} has an empty entry; expected "
                          "comma-separated prefixes such as 00,02")
-    missing = [repr(w) + (f" (prefixes have two digits: '0{w}')" if re.fullmatch(r"\d", w) and
-                          any(p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]
-    if missing:
+    if missing := [repr(w) + (f" (prefixes have two digits: '0{w}')" if len(w) == 1 and any(
+            p.name.startswith(f"0{w}") for p in paths) else "") for w, h in hits.items() if not h]:
         raise ValueError(f"no notebook matches {', '.join(missing)}; available: {available}")
     return sorted({p for h in hits.values() for p in h})
 
@@ -68,15 +58,9 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
-    """Execute the notebooks in order, the run description (``spec``, else the arguments; ``extra``:
-    ``-p`` parameters) checked first; returns the output directory. Several named data roots and no
-    ``--dataset``: once per dataset, then the report over them. Stops at the first failure (its copy
-    under ``<output>/failed/``). ``problems``: found already, listed with the others.
-
-    Raises:
-        midas_nb.config.ProfileError: the run cannot start; one line per problem.
-        RuntimeError: a notebook failed, its kernel died or a cell timed out.
-    """
+    """Execute the notebooks in order once the run (``spec``, else the arguments; ``extra``: ``-p`` parameters) is
+    checked, once per dataset where several roots are named; returns the output directory. ``problems``: found
+    already. Raises :class:`midas_nb.config.ProfileError` (it cannot start) or ``RuntimeError`` (a notebook failed)."""
     from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
@@ -91,21 +75,17 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
-    """The datasets a run executes the notebooks on, one after another: those ``data_roots`` names,
-    in :data:`midas_nb.config.PAPER_DATASETS` order, when several and neither ``spec.dataset`` nor
-    a ``datasets`` grid is set; else ``[None]`` (the profile's own dataset)."""
+    """The datasets named in ``data_roots`` when several and neither ``dataset`` nor a ``datasets`` grid is set,
+    else ``[None]`` (the profile's own dataset)."""
     named = [d for d in config.PAPER_DATASETS if d in (spec.data_roots if isinstance(spec.data_roots, dict) else {})]
-    if spec.dataset is not None or len(named) < 2 or config.PROFILES.get(spec.profile, {}).get("datasets") \
-            or "datasets" in spec.params:
-        return [None]
-    return named
+    grid = config.PROFILES.get(spec.profile, {}).get("datasets") or "datasets" in spec.params
+    return [None] if spec.dataset is not None or len(named) < 2 or grid else named
 
 
 def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
-    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset)
-    passes :func:`midas_nb.cli.runspec.preflight`; a problem of several runs is said once, the others
-    prefixed with their dataset. Raises :class:`midas_nb.config.ProfileError` with every problem (a
-    selection of no notebook: at once, with ``problems``, the others are not checked)."""
+    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset) passes
+    :func:`midas_nb.cli.runspec.preflight`, else :class:`midas_nb.config.ProfileError` with every problem (a
+    problem of only some runs prefixed with their dataset)."""
     try:
         paths = notebook_paths(spec.notebooks)
     except ValueError as e:
@@ -125,16 +105,14 @@ def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> 
     source = [f"--output {str(out)!r}: is the folder of the source notebooks ({notebooks_dir()}); the executed "
               f"copies would replace them; expected another directory (default runs/<profile>)"] \
         if isinstance(out, (str, os.PathLike)) and str(out).strip() and is_source_dir(out) else []
-    found = [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]
-    if found:
+    if found := [*problems, *source, *(p if p in common else f"{ds}: {p}" for ds, lines in each for p in lines)]:
         raise config.ProfileError(list(dict.fromkeys(found)))   # a problem two checks meet is said once
     return paths, accepted_by
 
 
 def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, problems: Sequence[str]) -> Path:
-    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures into
-    ``figures/<profile>/<dataset>/``), every run checked first; then the report over the datasets
-    (``<output>/report``) and the paper-shaped table."""
+    """:func:`run_notebooks` once per dataset into ``<output>/<dataset>/`` (figures in
+    ``figures/<profile>/<dataset>/``), every run checked first; then the report over them (``<output>/report``)."""
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     # each dataset's run keeps only its own root: the others are for the other runs, not unused
     subs = [spec.model_copy(update=dict(dataset=d, data_roots={d: spec.data_roots[d]}, output=str(out_dir / d)))
@@ -161,26 +139,22 @@ def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, 
 
 
 def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
-    """The run once ``spec`` passed :func:`checked`: execute ``paths`` (each into
-    ``.partial/<run_id>/``, then beside the others; a failure into ``failed/``), print the run summary
-    and where its outputs are (and the paper-shaped table after a multi-dataset readout)."""
+    """Execute ``paths`` of the checked ``spec``; print the run summary, where the outputs are and, after a
+    multi-dataset scale readout, the paper-shaped table."""
     from ..study import grid_spans
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
     out_dir.mkdir(parents=True, exist_ok=True)
     params, t_all = spec.notebook_parameters(), time.time()
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]   # unique, sorts by start
-    # batch runs have no widget front-end (the explorer draws its static figure) and leave no tqdm
-    # residue in the executed notebooks (the run streams papermill's cell bar and the loops as lines)
+    # no widget front-end in a batch run, no tqdm residue in the executed copies (the loops stream as lines)
     env = dict(MIDAS_PROFILE=spec.profile, MIDAS_HEADLESS=os.environ.get("MIDAS_HEADLESS", "1"),
                TQDM_DISABLE=os.environ.get("TQDM_DISABLE", "1"))
     try:
         with scoped_environ(**env):
             for i, nb in enumerate(paths, 1):
-                failed = _execute(nb, f"[{i}/{len(paths)}]", out_dir / ".partial" / run_id, out_dir,
-                                  {k: v for k, v in params.items() if k in accepted_by[nb]}, spec, progress)
-                if failed:
-                    raise RuntimeError(failed[2])
+                _execute(nb, f"[{i}/{len(paths)}]", out_dir / ".partial" / run_id, out_dir,
+                         {k: v for k, v in params.items() if k in accepted_by[nb]}, spec, progress)
     finally:
         shutil.rmtree(out_dir / ".partial" / run_id, ignore_errors=True)   # its own: a stopped notebook's half copy
         with contextlib.suppress(OSError):
@@ -197,17 +171,15 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
         from ..results import save_table
 
         table = paper_table_for(settings)
-        save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
-        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; "
-              f"saved as {config.runs_dir() / 'tables' / f'paper_table_{spec.profile}.csv'}):\n"
+        csv = save_table(table, f"paper_table_{spec.profile}", config.runs_dir() / "tables")
+        print(f"\nThe paper-shaped table (L={settings['depth']}, b={settings['budget']:g}; saved as {csv}):\n"
               f"{format_paper_table(table)}")
     return out_dir
 
 
 def report_command(spec: RunSpec) -> str:
-    """The ``midas-nb report`` command over this run's result store, with its overridden point and backbone,
-    preceded by the run's ``MIDAS_CACHE_DIR`` / ``MIDAS_RUNS_DIR`` where set (the report reads the checkpoints'
-    top-1 from the one, the result store from the other)."""
+    """The ``midas-nb report`` command over this run's result store and settings (with its ``MIDAS_CACHE_DIR`` /
+    ``MIDAS_RUNS_DIR`` where set)."""
     import shlex
 
     from ..study import protocol_settings
@@ -222,10 +194,8 @@ def report_command(spec: RunSpec) -> str:
 
 
 def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: dict[str, Any], spec: RunSpec,
-             progress: bool) -> tuple[str, str, str] | None:
-    """Execute ``nb`` into ``partial_dir`` (each run has its own), then move it to ``<out_dir>/<name>``;
-    on failure keep the executed copy under ``failed/``; returns ``None``, or ``(name, what happened,
-    the line naming the copy)``."""
+             progress: bool) -> None:
+    """Execute ``nb`` via ``partial_dir`` into ``out_dir``; a failed copy goes to ``failed/`` (``RuntimeError``)."""
     import nbformat
     from papermill.exceptions import PapermillExecutionError  # heavy; imported only when a batch run starts
 
@@ -241,7 +211,7 @@ def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: d
         if isinstance(e, PapermillExecutionError):   # papermill's copy holds the error
             shutil.move(str(partial), str(failed))
             what = f"failed in cell {e.exec_count} ({e.ename}: {e.evalue})"
-            return nb.name, what, f"notebook {nb.name} {what}; the executed copy with the error is {failed}"
+            raise RuntimeError(f"notebook {nb.name} {what}; the executed copy with the error is {failed}") from None
         what = (f"a cell ran longer than the cell timeout ({spec.cell_timeout} s) and was stopped ({name}: {first})"
                 if "Timeout" in name else f"the kernel died ({name}: {e}); out of memory, a crash in native code or a "
                 "killed process are the usual causes" if "DeadKernel" in name else f"the kernel stopped ({name}: {e})")
@@ -251,22 +221,19 @@ def _execute(nb: Path, counter: str, partial_dir: Path, out_dir: Path, params: d
                                                            metadata={"tags": ["midas-run-failure"]}))
         nbformat.write(copy, str(failed))
         partial.unlink(missing_ok=True)
-        return nb.name, what, f"notebook {nb.name}: {what}; the executed copy is {failed}"
+        raise RuntimeError(f"notebook {nb.name}: {what}; the executed copy is {failed}") from None
     partial.replace(out_dir / nb.name)
     print(f"    done in {time.time() - t0:.0f} s -> {out_dir / nb.name}", flush=True)
-    return None
 
 
 # ---------------------------------------------------------------- progress: papermill's cell bar, the cells' output
 def kernel_arguments() -> list[str]:
-    """The kernel's extra arguments: ``--config`` of ``midas_nb/kernel/batch_config.py`` (a file of
-    the package: nothing is written, so a killed run leaves nothing behind)."""
+    """The kernel's ``--config``: ``midas_nb/kernel/batch_config.py`` (a package file: nothing is written)."""
     return [f"--config={Path(__file__).parents[1] / 'kernel' / 'batch_config.py'}"]
 
 
 def drop_progress_outputs(nb: Any) -> int:
-    """Remove :data:`midas_nb.progress.PROGRESS_LINE` lines (shown live) from the stderr outputs of
-    ``nb``, in place (an output left blank goes); returns how many were dropped."""
+    """Remove :data:`midas_nb.progress.PROGRESS_LINE` lines from ``nb``'s stderr outputs in place; how many went."""
     dropped = 0
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -281,11 +248,9 @@ def drop_progress_outputs(nb: Any) -> int:
 
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, papermill's
-    cell bar on stderr (``02_three_condition_protocol: 41%|####1 | 12/29 [03:10<04:06, 15.9s/cell]``,
-    one whole line each time it moves) and the cells' output, the library's loops as
-    ``MIDAS_PROGRESS=lines``, streamed to stdout / stderr as they come (the progress lines left out
-    of the executed copy: :func:`drop_progress_outputs`). Returns the notebook."""
+    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, papermill's cell bar
+    (one line each time it moves) and the cells' output streamed as they come, the library's loops as
+    ``MIDAS_PROGRESS=lines`` (left out of the executed copy). Returns the notebook."""
     import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 
@@ -294,8 +259,7 @@ def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLi
     kwargs.update(parameters=parameters, extra_arguments=kernel_arguments())
     if not progress_bar:
         return pm.execute_notebook(str(input_path), str(output_path), progress_bar=False, **kwargs)
-    # the bar in whole lines (a log file gets no carriage returns, a streamed line never joins the bar);
-    # disable=False: the run's TQDM_DISABLE is meant for the kernels' bars, not this one
+    # whole lines (none joins a streamed line); disable=False: the run's TQDM_DISABLE is for the kernels' bars
     bar = dict(desc=Path(input_path).stem, file=LineWriter(sys.stderr), disable=False, ascii=True)
     with scoped_environ(**{PROGRESS_ENV: "lines"}):
         nb = pm.execute_notebook(str(input_path), str(output_path), progress_bar=bar, stdout_file=sys.stdout,

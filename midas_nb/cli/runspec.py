@@ -1,8 +1,6 @@
-"""One run description for ``midas-nb run`` (:class:`RunSpec`, from the command line, a run file
-or both) and :func:`preflight`, the checks done before any kernel starts
-(docs/decisions/0024-preflight.md, 0029-run-description.md). Nothing here imports torch until the
-settings pass the checks that need none (a bad argument is answered at once).
-"""
+"""``midas-nb run``'s description (:class:`RunSpec`, from the command line and/or a run file) and
+:func:`preflight`, the checks before any kernel starts; torch is imported only once the checks that need none
+pass (docs/decisions/0024-preflight.md, 0029-run-description.md)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -23,9 +21,7 @@ __all__ = ["RunSpec", "parse_data_roots", "parse_weights", "load_run_file",
 
 
 def _params(v: Any) -> Any:
-    """Notebook parameters (a run file's ``params``, ``-p NAME VALUE``): a mapping of names to values
-    (YAML reads ``{seeds: 0,1}`` as the names ``seeds`` and ``1``), without ``profile``; ``output_dir``
-    a directory, notebook 05's ``compare_with`` distinct backbone names."""
+    """Check of notebook parameters (a run file's ``params``, ``-p NAME VALUE``)."""
     if not isinstance(v, dict):
         return config.check_lines([f"params: expected a mapping of notebook parameters {{name: value}} (e.g. "
                                    f"params: {{seeds: [0, 1]}}), got {show_value(v)}"], v)
@@ -49,11 +45,8 @@ def _one_of(names: Sequence[str], hint: Any = lambda v: "") -> Any:
 
 
 class RunSpec(config.Checked):
-    """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default.
-    ``data_root``: the study's dataset's root; ``data_roots``: ``{dataset: root}``; ``weights``:
-    ``{backbone: file}``; ``params``: further notebook parameters (``-p NAME VALUE``). The fields' types
-    are the checks of a run file and of the command line (docs/decisions/0029-run-description.md): the
-    command line's values are made into a spec unchecked (``model_construct``) and checked by :func:`preflight`."""
+    """Everything ``midas-nb run`` needs, as its options name them; ``None`` = the profile's default. The fields'
+    types are the checks of a run file and of the command line (made unchecked, checked by :func:`preflight`)."""
 
     model_config = ConfigDict(extra="forbid")
     UNKNOWN: ClassVar[str] = "unknown setting {name!r}; expected one of {known}"
@@ -74,7 +67,7 @@ class RunSpec(config.Checked):
     cell_timeout: Annotated[Any, config.expect("seconds > 0", lambda v: config.is_number(v) and v > 0)] = None
 
     def notebook_parameters(self) -> dict[str, Any]:
-        """The papermill parameters every notebook gets (only those it accepts are injected)."""
+        """The papermill parameters (each notebook gets those it accepts)."""
         out = {"profile": self.profile, **{k: getattr(self, k) for k in ("dataset", "backbone", "device")
                                            if getattr(self, k) is not None}}
         if self.data_root is not None:
@@ -89,8 +82,7 @@ class RunSpec(config.Checked):
 
 
 def _absolute(value: Any, base: Path | None = None) -> Any:
-    """``value`` as an absolute path string (``~`` expanded, relative to ``base`` or the working
-    directory), a mapping's values each; empty or non-path values unchanged (the checks name them)."""
+    """``value`` (or a mapping's values) as an absolute path string, from ``base`` or the working directory."""
     if isinstance(value, dict):
         return {k: _absolute(v, base) for k, v in value.items()}
     return str((Path(base or ".") / Path(value).expanduser()).resolve()) if is_path(value) else value
@@ -108,9 +100,7 @@ def as_typed(spec: RunSpec, line: str) -> str:
 
 def _parse_named(values: Iterable[str], option: str, known: Sequence[str] | None, expected: str, empty: str,
                  unnamed: str) -> tuple[str | None, dict[str, str], list[str]]:
-    """``(unnamed value, {name: value}, problems)`` of the repeatable ``option NAME=PATH``, ``NAME``
-    one of ``known`` (``None``: any name that is not a path); ``expected``, ``empty``, ``unnamed``
-    (a format of ``plain`` and ``v``): words of the problems."""
+    """``(unnamed value, {name: value}, problems)`` of ``option NAME=PATH``, ``NAME`` in ``known`` (``None``: any)."""
     plain, named, problems = None, {}, []
     for v in map(str, values):
         name, sep, path = v.partition("=")
@@ -146,9 +136,8 @@ def parse_weights(values: Iterable[str]) -> tuple[str | None, dict[str, str], li
 
 
 def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
-    """``(settings, problems)`` of a YAML run file with :class:`RunSpec`'s fields as keys
-    (docs/decisions/0029-run-description.md): a setting of the wrong type is a problem (lines start
-    with ``--config 'PATH':``) and left out; relative paths are taken from the file's directory."""
+    """``(settings, problems)`` of a YAML run file with :class:`RunSpec`'s fields as keys: a bad setting is a
+    problem and left out; relative paths are the file's directory's."""
     import yaml
 
     path = Path(path)
@@ -179,9 +168,7 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
 
 
 def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` the selected notebooks use: the study's, then those of the cells of the sweeps
-    :data:`midas_nb.config.SWEEPS` gives them (:func:`midas_nb.study.sweep_cells`, planned: nothing is read;
-    05's ``compare_with`` is its ``backbones`` sweep's, as the notebook passes it)."""
+    """``(datasets, backbones)`` the selected notebooks use: the study's, then those of their sweeps' cells."""
     from ..study import sweep_cells
 
     picked = {Path(nb).name[:2] for nb in notebooks}
@@ -194,11 +181,8 @@ def notebook_needs(settings: dict[str, Any], notebooks: Sequence[str | Path]) ->
 
 
 def _quick_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str], dict[str, Any], dict[str, Path]]:
-    """``(problems, overrides, {runs, cache: directory})``: what can be said without torch (the spec's and
-    the settings' types and ranges, the device's name, unknown parameters, where the run writes);
-    ``overrides``: the profile settings the run sets (a refused parameter left out: it is said once)."""
-    values = {k: getattr(spec, k) for k in RunSpec.model_fields}
-    problems = RunSpec.problems({k: v for k, v in values.items() if v is not None})
+    """``(problems, profile settings the run overrides, {runs, cache, figures: directory})`` without torch."""
+    problems = RunSpec.problems({k: v for k in RunSpec.model_fields if (v := getattr(spec, k)) is not None})
     injected = spec.notebook_parameters()
     unknown = sorted(set(injected) - set(accepted) - {"profile"}) if accepted is not None else []
     offered = set(accepted or ()) - {"profile"}  # -p refuses it (--profile sets it)
@@ -223,12 +207,9 @@ def _quick_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str]
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` with ``spec``, one line each (``[]``: it can start;
-    docs/decisions/0024-preflight.md): first what needs no torch (:func:`_quick_problems`); once that
-    passes, the settings of the study and of each (dataset, backbone) the sweeps read (a setting said
-    for one backbone is not repeated for the next), the layouts, weights files and hub; a group is
-    skipped where a setting it reads is reported. ``accepted``: the notebooks' parameter names
-    (``None``: not checked)."""
+    """Every problem of running ``notebooks`` (accepting the parameters ``accepted``) with ``spec``, one line each:
+    what needs no torch, then the settings of each (dataset, backbone) the sweeps read, the layouts, weights
+    files and hub, each group skipped where a setting it reads is reported."""
     problems, overrides, made = _quick_problems(spec, accepted)
     if problems:
         return problems
@@ -266,10 +247,7 @@ def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str]
 
 
 def _cache_problems(cache: Path, backbones: Sequence[str]) -> list[str]:
-    """A cache that cannot be written (a lab's prepared, read-only one) serves a run that finds its
-    backbones' checkpoints there: one line naming those it holds none of."""
-    import re
-
+    """A read-only cache serves a run that finds its backbones' checkpoints there: a line naming those it lacks."""
     if (why := unwritable(cache)) is None:
         return []
     held = [p.name for p in (cache / "checkpoints").glob("*.pt")]
@@ -291,11 +269,10 @@ def build_lines(profile: str, overrides: dict[str, Any]) -> list[str]:
 
 
 def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: Sequence[str]) -> list[str]:
-    """Every root of ``datasets`` in its dataset's layout; no named root that no notebook reads (``every``)."""
+    """Every root of ``datasets`` in its layout; no named root that no notebook reads (``every``)."""
     from ..data import check_layout
 
-    problems: list[str] = []
-    roots: dict[str, Path] = {}
+    problems, roots = [], {}
     for ds in datasets:
         try:
             root = config.data_root_for(settings, ds)
@@ -315,8 +292,7 @@ def _layout_problems(settings: dict[str, Any], datasets: Sequence[str], every: S
 
 
 def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbones: Sequence[str]) -> list[str]:
-    """Weights files that load into their architecture, none for an unused backbone; the hub
-    reachable where a backbone needs it (probed in parallel)."""
+    """Weights files that load, none for an unused backbone; the hub reachable where needed (probed in parallel)."""
     from ..backbones import backbone_kwargs, BackboneError, check_hub, check_weights_path, create_backbone, weights_for
 
     problems = [f"--weights {name}: the selected notebooks do not use this backbone; they use {list(backbones)}"
@@ -333,14 +309,11 @@ def _weights_problems(settings: dict[str, Any], buildable: Sequence[str], backbo
             except BackboneError as e:
                 found.append(f"--weights {bb}: {e}")
             problems += found
-        for fut in hub:
-            problems += fut.result()
-    return problems
+        return problems + [line for fut in hub for line in fut.result()]
 
 
 def fold_structured_params(spec: RunSpec) -> None:
-    """Move ``-p data_root/data_roots/weights`` into the spec's fields (a bare weights path: the
-    study's backbone's file)."""
+    """Move ``-p data_root/data_roots/weights`` into the spec's fields (a bare weights path: the study's backbone's)."""
     p = spec.params
     if isinstance(p.get("data_root"), str):
         spec.data_root = p.pop("data_root")
@@ -355,8 +328,7 @@ def fold_structured_params(spec: RunSpec) -> None:
 
 
 def spec_from_args(args: Any) -> tuple[RunSpec, list[str]]:
-    """``(spec, problems)`` of ``midas-nb run``'s parsed ``args``: the run file (``--config``; its
-    settings of the wrong type left out), overridden by the command line."""
+    """``(spec, problems)`` of ``midas-nb run``'s parsed ``args``: the run file overridden by the command line."""
     file, problems = load_run_file(args.config) if args.config else ({}, [])
     plain, roots, root_problems = parse_data_roots(args.data_root or [])
     bare, named, weights_problems = parse_weights(args.weights or [])
