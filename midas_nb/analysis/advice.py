@@ -35,15 +35,10 @@ def _label(row: pd.Series) -> str:
     return s if not rel or rel == "nan" else f"{s}, {rel}"
 
 
-def recommend_deployment(
-    table: pd.DataFrame,
-    reference: str = "reference",
-    band: float | None = None,
-    by: Sequence[str] | None = None,
-    tie_tol: float = 1e-3,
-    miou_unit: Literal["fraction", "percent"] = "fraction",
-    n_boot: int = 1000,
-) -> tuple[pd.DataFrame, str]:
+def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band: float | None = None,
+                         by: Sequence[str] | None = None, tie_tol: float = 1e-3,
+                         miou_unit: Literal["fraction", "percent"] = "fraction",
+                         n_boot: int = 1000) -> tuple[pd.DataFrame, str]:
     """Which scorer to deploy, per cell, for a coverage-first and a faithfulness-first goal.
 
     Rules (per cell = dataset × backbone × depth × budget; seeds averaged as in

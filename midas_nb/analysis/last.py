@@ -219,25 +219,11 @@ def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor
     return patch_score(x, num_prefix_tokens(model)), model.forward_head(x)
 
 
-def last_finetune(
-    backbone: nn.Module,
-    train_set,
-    *,
-    aggregation: Aggregation = "last",
-    tune_blocks: int = 1,
-    num_tokens: int | None = None,
-    sigma: float | None = None,
-    epochs: int = 3,
-    batch_size: int = 64,
-    lr: float = 5e-4,
-    weight_decay: float = 0.05,
-    label_smoothing: float = 0.1,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    key: Mapping[str, Any] | None = None,
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-) -> LaStViT:
+def last_finetune(backbone: nn.Module, train_set, *, aggregation: Aggregation = "last", tune_blocks: int = 1,
+                  num_tokens: int | None = None, sigma: float | None = None, epochs: int = 3, batch_size: int = 64,
+                  lr: float = 5e-4, weight_decay: float = 0.05, label_smoothing: float = 0.1, seed: int = 0,
+                  device: str | torch.device = "cpu", key: Mapping[str, Any] | None = None,
+                  cache_dir: str | Path | None = None, progress: bool = True) -> LaStViT:
     """Fine-tune a copy of the backbone's last ``t`` blocks and head(s) with LaSt aggregation.
 
     The aggregation is the official one (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``,
@@ -390,18 +376,9 @@ def _grid(model: nn.Module) -> tuple[int, int]:
     return grid_size(model.backbone if isinstance(model, LaStViT) else model)
 
 
-def pib_table(
-    models: Mapping[str, nn.Module],
-    test_set,
-    *,
-    reference: str | None = None,
-    max_images: int | None = None,
-    subset_seed: int = 0,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    n_boot: int = 1000,
-    progress: bool = True,
-) -> pd.DataFrame:
+def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | None = None, max_images: int | None = None,
+              subset_seed: int = 0, batch_size: int = 32, device: str | torch.device = "cpu", n_boot: int = 1000,
+              progress: bool = True) -> pd.DataFrame:
     """Point-in-Box of the Patch Score map, its baselines, and top-1 accuracy of each model.
 
     Patch Score on the last block's tokens after the final norm (official

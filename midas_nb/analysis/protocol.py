@@ -191,33 +191,12 @@ def protocol_autocast(device: torch.device | str, precision: str):
 
 
 
-def run_protocol(
-    train_set,
-    test_set,
-    backbone: nn.Module,
-    *,
-    depth: int,
-    budget: float,
-    conditions: Sequence[str],
-    seeds: Sequence[int],
-    dataset_name: str,
-    backbone_name: str,
-    checkpoint_id: str,
-    relaxation: Literal["st", "soft"] = "st",
-    lam: float = 1.0,
-    temperature: float = 1.0,
-    epochs: int = 4,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    idauc_steps: int = 10,
-    max_eval_images: int | None = None,
-    bootstrap: int = 1000,
-    device: str | torch.device = "cpu",
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-    prefetch_targets: Sequence[str] = (),
-    **settings: Any,
-) -> pd.DataFrame:
+def run_protocol(train_set, test_set, backbone: nn.Module, *, depth: int, budget: float, conditions: Sequence[str],
+                 seeds: Sequence[int], dataset_name: str, backbone_name: str, checkpoint_id: str,
+                 relaxation: Literal["st", "soft"] = "st", lam: float = 1.0, temperature: float = 1.0, epochs: int = 4,
+                 batch_size: int = 64, lr: float = 1e-3, idauc_steps: int = 10, max_eval_images: int | None = None,
+                 bootstrap: int = 1000, device: str | torch.device = "cpu", cache_dir: str | Path | None = None,
+                 progress: bool = True, prefetch_targets: Sequence[str] = (), **settings: Any) -> pd.DataFrame:
     """Train and evaluate every condition × seed at ``(L, b)``; one results row each.
 
     Args:

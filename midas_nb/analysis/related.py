@@ -55,14 +55,8 @@ FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "ful
                                    "threshold_accuracy_hi", "train_seconds")
 
 
-def related_table(
-    protocol_table: pd.DataFrame,
-    *,
-    perturbation: pd.DataFrame | None = None,
-    pib: pd.DataFrame | None = None,
-    band: float | None = None,
-    n_boot: int = 1000,
-) -> pd.DataFrame:
+def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | None = None,
+                  pib: pd.DataFrame | None = None, band: float | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
 
     Args:
@@ -257,18 +251,10 @@ class RelatedResults:
     models: dict[str, nn.Module] = field(default_factory=dict)
 
 
-def run_related(
-    study: Any,
-    *,
-    conditions: Sequence[str] | None = None,
-    perturbation_maps: Sequence[str] | None = PERTURBATION_MAPS,
-    last: bool = True,
-    last_epochs: int = 3,
-    last_tune_blocks: int = 1,
-    last_k: int = LAST_FINETUNE_K,
-    max_images: int | None = None,
-    **protocol_kwargs: Any,
-) -> RelatedResults:
+def run_related(study: Any, *, conditions: Sequence[str] | None = None,
+                perturbation_maps: Sequence[str] | None = PERTURBATION_MAPS, last: bool = True, last_epochs: int = 3,
+                last_tune_blocks: int = 1, last_k: int = LAST_FINETUNE_K, max_images: int | None = None,
+                **protocol_kwargs: Any) -> RelatedResults:
     """Every related method of notebook 06 on a :class:`midas_nb.study.Study`, and the table.
 
     1. the protocol at the study's ``(L, b)``: the catalogue's ``"related"`` sweep
