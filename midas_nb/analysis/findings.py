@@ -129,10 +129,7 @@ def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float | None, n_
     """
     d = decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
                      n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
-    for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
-        if c not in d.columns:
-            d[c] = math.nan
-    return d
+    return d.assign(**{c: d.get(c, math.nan) for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
 
 
 def plural(n: int, one: str, many: str) -> str:
