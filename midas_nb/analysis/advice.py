@@ -101,10 +101,8 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
     bounds = aggregate_seeds(table, by=by + key, metrics=("miou", "idauc"), n_boot=n_boot)
     cis = [c for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi") if c in bounds.columns]
     agg = agg.merge(bounds[by + key + cis], on=by + key, how="left")
-    for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo", "D_pp_hi", "delta_idauc_lo",
-              "delta_idauc_hi"):
-        if c not in agg.columns:
-            agg[c] = _NaN
+    agg = agg.assign(**{c: agg.get(c, _NaN) for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo",
+                                                      "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
 
     rows: list[dict[str, Any]] = []
     agg = agg[~agg["condition"].isin(NOT_DEPLOYABLE)]          # baselines and controls are never advised
@@ -118,15 +116,12 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         # coverage-first
         cell_has_ref = bool((cell["status"] != "no reference").any())
         if cell_has_ref:
-            row = _coverage_first(table, cell, ident, key, where, band, n_boot)
-            if row is not None:
-                rows.append(row)
-            else:
-                undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
-                rows.append(_no_advice("coverage-first", ident, key, where,
-                                       "the parity band is undefined for every condition (D or ΔIDAUC "
-                                       f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
-                                       "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
+            undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
+            rows.append(_coverage_first(table, cell, ident, key, where, band, n_boot)
+                        or _no_advice("coverage-first", ident, key, where,
+                                      "the parity band is undefined for every condition (D or ΔIDAUC "
+                                      f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                      "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
         else:
             ok = cell[cell["miou"].notna()]
             if len(ok):

@@ -161,11 +161,7 @@ def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
     if not is_number(m):
         return "undefined"
     if is_number(lo) and is_number(hi):
-        if lo > 0:
-            return positive
-        if hi < 0:
-            return not positive
-        return "not resolved"
+        return positive if lo > 0 else (not positive) if hi < 0 else "not resolved"
     return bool(m > 0) if positive else bool(m < 0)
 
 
@@ -498,37 +494,29 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
         f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
     if f.empty:
         return "No finding could be evaluated."
-    groups: dict[str, list[str]] = {"hold": [], "are opposite of the paper": [], "do not hold": [],
-                                    "are not resolved": [], "are uninformative": [], "are not counted": [],
-                                    "are undefined": []}
+    groups: dict[str, list[str]] = {k: [] for k in ("hold", "are opposite of the paper", "do not hold",
+                                                   "are not resolved", "are uninformative", "are not counted",
+                                                   "are undefined")}
     for _, r in f.iterrows():
-        key = {"holds": "hold", "opposite of the paper": "are opposite of the paper", "does not hold": "do not hold",
-               "not resolved": "are not resolved", "uninformative": "are uninformative",
-               "not counted": "are not counted"}.get(finding_verdict(r["finding"], r["holds"], str(r["evidence"])),
-                                                     "are undefined")
-        groups[key].append(f"{r['statement']} ({r['evidence']})")
+        v = finding_verdict(r["finding"], r["holds"], str(r["evidence"]))
+        key = {"holds": "hold", "does not hold": "do not hold"}.get(v, f"are {v}")
+        groups[key if key in groups else "are undefined"].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
+    be = lambda k: f"{n[k]} {'is' if n[k] == 1 else 'are'}{k[3:]}"  # noqa: E731  ("are not resolved": "2 are …")
     scope = "" if (f["finding"] == "scale").any() else " on one backbone (the one across backbones: the scale readout)"
     head = (f"On {first['dataset']} with {backbone or first['backbone']} at L={int(first['depth'])}, "
             f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings{scope} "
             f"{'holds' if n['hold'] == 1 else 'hold'}, "
-            + (f"{n['are opposite of the paper']} {'is' if n['are opposite of the paper'] == 1 else 'are'} opposite of "
-               "the paper, " if n["are opposite of the paper"] else "") + f"{n['do not hold']} "
-            f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
-            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
-            + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
-               "reference is not above the random ranking)" if n["are uninformative"] else "")
-            + (f", {n['are not counted']} {'is' if n['are not counted'] == 1 else 'are'} not counted (the backbone "
-               "has not learned the task)" if n["are not counted"] else "")
-            + f" and {n['are undefined']} "
-            f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
+            + (f"{be('are opposite of the paper')}, " if n["are opposite of the paper"] else "")
+            + f"{n['do not hold']} {'does' if n['do not hold'] == 1 else 'do'} not, {be('are not resolved')}"
+            + (f", {be('are uninformative')} (the reference is not above the random ranking)"
+               if n["are uninformative"] else "")
+            + (f", {be('are not counted')} (the backbone has not learned the task)" if n["are not counted"] else "")
+            + f" and {be('are undefined')} on this run.")
     parts = [head]
-    singular = {"hold": "holds", "are opposite of the paper": "is opposite of the paper", "do not hold": "does not hold",
-                "are not resolved": "is not resolved",
-                "are uninformative": "is uninformative", "are not counted": "is not counted",
-                "are undefined": "is undefined"}
     for k, items in groups.items():
         if items:
-            parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")
+            one = {"hold": "holds", "do not hold": "does not hold"}.get(k, f"is{k[3:]}")
+            parts.append((f"This {one}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")
     return " ".join(parts)

@@ -79,10 +79,7 @@ def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | 
         Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.
         Columns a row kind does not have are NaN.
     """
-    parts = []
-    agg = aggregate_seeds(protocol_table, n_boot=n_boot)
-    rename = {f"{m}_mean": m for m in METRIC_COLUMNS}
-    agg = agg.rename(columns=rename)
+    agg = aggregate_seeds(protocol_table, n_boot=n_boot).rename(columns={f"{m}_mean": m for m in METRIC_COLUMNS})
     keys = [c for c in ("dataset", "backbone", "checkpoint_id", "condition", "target", "relaxation", "depth",
                         "budget") if c in agg.columns]
     extra = [c for c in FAMILY_COLUMNS if c in protocol_table.columns]
@@ -97,18 +94,14 @@ def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | 
                     .rename(columns={"status": "D_status"}), on=dkeys, how="left")
     agg.insert(0, "method", agg["condition"])
     agg["last_K"] = agg["condition"].map({"last_votes": LAST_VOTES_K})
-    agg.insert(0, "kind", "pruning")
-    parts.append(agg)
+    parts = {"pruning": agg}
     if perturbation is not None and len(perturbation):
-        pt = perturbation.drop(columns=[c for c in ("pos_curve", "neg_curve", "fractions") if c in perturbation],
-                               errors="ignore").rename(columns={"target": "method"})
-        pt.insert(0, "kind", "relevance map")
-        parts.append(pt)
+        parts["relevance map"] = perturbation.drop(columns=["pos_curve", "neg_curve", "fractions"],
+                                                   errors="ignore").rename(columns={"target": "method"})
     if pib is not None and len(pib):
-        pb = pib.rename(columns={"model": "method"})
-        pb.insert(0, "kind", "backbone")
-        parts.append(pb)
-    return pd.concat(parts, ignore_index=True, sort=False)
+        parts["backbone"] = pib.rename(columns={"model": "method"})
+    return pd.concat([p.reindex(columns=["kind", *p.columns]).assign(kind=k) for k, p in parts.items()],
+                     ignore_index=True, sort=False)
 
 
 def _against_random(agg: pd.DataFrame, rows: pd.DataFrame, n_boot: int) -> pd.DataFrame:
