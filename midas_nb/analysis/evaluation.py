@@ -100,8 +100,7 @@ def evaluation_splits(run: ProtocolRun, test_set, depths: list[int]) -> dict[int
            p["eval_subset_seed"], p["idauc_steps"] > 0, p["precision"])
     if key not in _EVAL_MEMO:
         _EVAL_MEMO.clear()
-        _EVAL_MEMO[key] = {}
-    memo = _EVAL_MEMO[key]
+    memo = _EVAL_MEMO.setdefault(key, {})
     if missing := [L for L in depths if L not in memo]:
         memo.update(_read_evaluation_split(run, test_set, subset, eval_set, missing, next(iter(memo.values()), None)))
     for L in [L for L in memo if L not in depths]:      # the states of other depths are not held

@@ -267,32 +267,26 @@ def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]
     return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
 
 
-def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
-    if pr is None or pr.empty:
+def cosine_verdict(probes: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
+    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
+    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
+    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
+    if probes is None or probes.empty:
         return "undefined", "no cosine probes recorded for this checkpoint (notebook 03 saves them)"
-    at = pr[pr["depth"].astype(int) == int(depth)]
+    at = probes[probes["depth"].astype(int) == int(depth)]
     if at.empty:
-        return "undefined", f"no cosine probes at L={depth} (have L ∈ {sorted(set(pr['depth'].astype(int)))})"
+        return "undefined", f"no cosine probes at L={depth} (have L ∈ {sorted(set(probes['depth'].astype(int)))})"
     bound = PAPER_COSINE_MAX
-    i = at["cosine"].abs().idxmax()
-    top = at.loc[i]
+    top = at.loc[at["cosine"].abs().idxmax()]
     ev = (f"largest |cos|: {top['hidden']}·{top['attention']} = {ci_text(top['cosine'], top['lo'], top['hi'], '+.3f')} "
           f"of {len(at)} hidden×attention pairs at L={depth}")
     if not (at[["lo", "hi"]].notna().all().all()):
         return bool(at["cosine"].abs().max() <= bound), ev + " (no CI)"
-    reach = at[["lo", "hi"]].abs().max(axis=1)
-    if bool((reach <= bound).all()):
+    if bool((at[["lo", "hi"]].abs().max(axis=1) <= bound).all()):
         return True, ev
     if bool(((at["lo"] > bound) | (at["hi"] < -bound)).any()):
         return False, ev
     return "not resolved", ev + f"; an interval crosses ±{bound}"
-
-
-def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
-    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
-    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
-    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
-    return _cosine_finding(probes, depth)
 
 
 def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
@@ -308,9 +302,8 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     t5 = t5[t5["status"] != "uninformative"]        # D at a parity that says nothing: not counted
     near = t5[t5[axis].astype(float) <= float(v0) + 1e-9]
     far = t5[t5[axis].astype(float) > float(v0) + 1e-9]
-    show = (lambda v: f"L ≤ {int(v)}") if axis == "depth" else (lambda v: f"b ≤ {float(v):.0%}")
-    beyond = f"L > {L0}" if axis == "depth" else f"b > {b0:.0%}"
-    fixed = f"b = {b0:.0%}" if axis == "depth" else f"L = {L0}"
+    show, beyond, fixed = (((lambda v: f"L ≤ {int(v)}"), f"L > {L0}", f"b = {b0:.0%}") if axis == "depth" else
+                           ((lambda v: f"b ≤ {float(v):.0%}"), f"b > {b0:.0%}", f"L = {L0}"))
     if near.empty or far.empty:
         why = (f"the regime sweep needs T5 cells at {fixed} with {show(v0)} and with {beyond}; "
                f"have {len(near)} and {len(far)}")
@@ -461,7 +454,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
             pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb)]
             if "checkpoint_id" in probes.columns and "checkpoint_id" in g.columns:
                 pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
-        out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
+        out.append(_finding(ds, bb, "cosine_small", *cosine_verdict(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
         dr, borrowed = _borrow_builds(d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d(), d)
         ceiling = ({round(float(b), 6): float(c) for b, c in reg.groupby("budget")["iou_ceiling"].mean().items()}

@@ -79,10 +79,8 @@ from ..targets import list_targets, target_caches
 from ..train import BlockCache, block_caches, frozen, load_or_train_scorer, load_or_train_scorers
 from .evaluation import evaluate_points, evaluation_splits, ProtocolRun, scorer_kind, throughputs, TrainedScorer
 
-__all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
-           "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
-           "with_band_check",
-           "get_params", "fused_attention", "run_protocol", "protocol_cells"]
+__all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS", "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS",
+           "list_conditions", "protocol_params", "with_band_check", "fused_attention", "run_protocol", "protocol_cells"]
 
 #: conditions that are not a supervision target id
 BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random", "random_map")
@@ -164,9 +162,6 @@ def protocol_params(**overrides: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown protocol setting(s) {unknown}; expected some of {sorted(PROTOCOL_DEFAULTS)}")
     return dict(PROTOCOL_DEFAULTS, **overrides)
-
-
-get_params = protocol_params
 
 
 def protocol_autocast(device: torch.device | str, precision: str):
@@ -313,11 +308,10 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
         for L, b in speeds:
             at = replace(run, depth=L, budget=b)
             pairs = [(c, s) for LL, bb, c, s in cells if (LL, bb) == (L, b)]
-            first = {}                      # a seedless condition: evaluated once, its row repeated per seed
-            for c, s in pairs:
-                first.setdefault(c, s if c in SEEDLESS_CONDITIONS else None)
-            source.update({(L, b, c, s): (L, b, c, first[c] if first[c] is not None else s) for c, s in pairs})
-            todo = list(dict.fromkeys((c, first[c] if first[c] is not None else s) for c, s in pairs))
+            # a seedless condition: evaluated once, its row repeated per seed
+            first = {c: s for c, s in reversed(pairs) if c in SEEDLESS_CONDITIONS}
+            source.update({(L, b, c, s): (L, b, c, first.get(c, s)) for c, s in pairs})
+            todo = list(dict.fromkeys((c, first.get(c, s)) for c, s in pairs))
             trained = _condition_scorers(at, todo, train_caches.get(L), targets.get(L, {}), groups["families"],
                                          evs[L].n_classes)
             points.append((at, evs[L], speeds[(L, b)], trained))
