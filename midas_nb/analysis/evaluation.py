@@ -252,8 +252,7 @@ def throughputs(run: ProtocolRun, ev: EvalSplit, wanted: dict[tuple[int, Budget]
     rows, decision 0092): the kinds not measured yet in this process, at the points that lack one, in one
     interleaved measurement (the full model timed once for all of them; ``ev``: a split of any depth)."""
     p = run.params
-    n_timed = int(p["throughput_batch"])
-    if n_timed not in ev.speed_images:
+    if (n_timed := int(p["throughput_batch"])) not in ev.speed_images:
         ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
     tp_images = ev.speed_images[n_timed].to(run.device)
     reps = int(p["throughput_repeats"])

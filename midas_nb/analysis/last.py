@@ -414,9 +414,7 @@ def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | Non
     device = torch.device(device)
     subset = evaluation_subset(len(test_set), max_images, subset_seed)
     data = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
-    hits: dict[str, list[Tensor]] = {k: [] for k in models}
-    correct: dict[str, list[Tensor]] = {k: [] for k in models}
-    boxes: list[Tensor] = []
+    hits, correct, boxes = {k: [] for k in models}, {k: [] for k in models}, []
     for m in models.values():
         m.to(device).eval()
     with torch.no_grad():

@@ -317,13 +317,10 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
             points.append((at, evs[L], speeds[(L, b)], trained))
             bar.update(len(pairs))
         done = evaluate_points(points, groups["families"])
-    rows = {c: dict(done[source[c]], seed=c[-1]) for c in cells}
-    table = make_table([rows[c] for c in cells])
-    ev = evs[depths[-1]]
-    table.attrs["full_accuracy"] = ev.full_accuracy
-    table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"]))
-    table.attrs["throughput_full"] = next(iter(points[-1][2].full.values()))
-    table.attrs["seconds"] = time.perf_counter() - t_start
+    table, ev = make_table([dict(done[source[c]], seed=c[-1]) for c in cells]), evs[depths[-1]]
+    table.attrs.update(full_accuracy=ev.full_accuracy,
+                       full_accuracy_ci=bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"])),
+                       throughput_full=next(iter(points[-1][2].full.values())), seconds=time.perf_counter() - t_start)
     return table
 
 # ----------------------------------------------------------------------------------------------
