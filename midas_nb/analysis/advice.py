@@ -29,8 +29,7 @@ NOT_DEPLOYABLE: tuple[str, ...] = ("random", "random_map")
 
 def _label(row: pd.Series) -> str:
     cond = str(row["condition"])
-    tgt = str(row.get("target", "") or "")
-    rel = str(row.get("relaxation", "") or "")
+    tgt, rel = (str(row.get(c, "") or "") for c in ("target", "relaxation"))
     s = cond if not tgt or tgt in ("nan", cond) else f"{cond} ({tgt})"
     return s if not rel or rel == "nan" else f"{s}, {rel}"
 
@@ -329,7 +328,5 @@ def _rows_of(table: pd.DataFrame, ident: Mapping[str, Any], key: Sequence[str], 
 
 
 def _tie_note(ties: Sequence[str], metric: str) -> str:
-    if not ties:
-        return ""
     return (f"; ties within noise with {', '.join(ties)} (paired {metric} interval of the difference reaches 0: "
-            "the pick is the highest mean, not a resolved lead)")
+            "the pick is the highest mean, not a resolved lead)") if ties else ""

@@ -304,8 +304,7 @@ def evaluate_points(points: list[tuple[ProtocolRun, EvalSplit, Speed, dict[tuple
 def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t: TrainedScorer, scores: Tensor,
          logits: Tensor, keep_mask: Tensor, insdel: InsDel | None, is_family: bool) -> dict[str, Any]:
     p, backbone, device, cache = run.params, run.backbone, run.device, ev.cache
-    coverage = (part_miou(keep_mask, cache.part_mask) if ev.has_parts
-                else box_coverage(keep_mask, cache.box_mask))
+    coverage = part_miou(keep_mask, cache.part_mask) if ev.has_parts else box_coverage(keep_mask, cache.box_mask)
     correct = (logits.argmax(-1) == cache.labels).float()
     in_box = point_in_box(scores, cache.box_mask)
     id_ = run.ident

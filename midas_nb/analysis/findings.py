@@ -189,8 +189,7 @@ def _row_of(d: pd.DataFrame, cond: str) -> pd.Series | None:
 
 def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any,
              n_builds: int = 1) -> dict:
-    if isinstance(holds, (bool, np.bool_)):
-        holds = bool(holds)
+    holds = bool(holds) if isinstance(holds, (bool, np.bool_)) else holds
     return dict(dataset=dataset, backbone=backbone, depth=int(depth), budget=float(budget), finding=fid,
                 statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence, n_builds=int(n_builds))
 

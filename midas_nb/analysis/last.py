@@ -168,8 +168,7 @@ class LaStViT(nn.Module):
         n = len(backbone.blocks)
         if not 1 <= int(tune_blocks) <= n - 1:
             raise ValueError(f"tune_blocks must be in 1..{n - 1} for a {n}-block ViT, got {tune_blocks}")
-        self.backbone = backbone
-        self.start = n - int(tune_blocks)
+        self.backbone, self.start = backbone, n - int(tune_blocks)
         self.blocks = copy.deepcopy(backbone.blocks[self.start:])
         self.head = LaStHead(copy.deepcopy(backbone.norm), copy.deepcopy(getattr(backbone, "fc_norm", nn.Identity())),
                              copy.deepcopy(backbone.head), num_prefix_tokens(backbone), aggregation,
