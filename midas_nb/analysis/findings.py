@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..config import PAPER_BACKBONES
 from ..metrics import band_resolution, decoupling_D, parity_band
+from ..metrics.stats import is_finite_number as is_number
 from ..results import format_ci
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
@@ -140,14 +141,6 @@ def plural(n: int, one: str, many: str) -> str:
 def _empty_d() -> pd.DataFrame:
     return pd.DataFrame(columns=["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi",
                                  "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status"])
-
-
-def is_number(x: Any) -> bool:
-    """Whether ``x`` converts to a float that is not NaN (``None``, text, NaN: ``False``)."""
-    try:
-        return x is not None and not math.isnan(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "", edges: Sequence[float] = (0.0,)) -> str:
