@@ -371,10 +371,6 @@ def pib_columns(hits: Tensor, box_mask: Tensor, grid: tuple[int, int], *, refere
     return out
 
 
-def _grid(model: nn.Module) -> tuple[int, int]:
-    return grid_size(model.backbone if isinstance(model, LaStViT) else model)
-
-
 def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | None = None, max_images: int | None = None,
               subset_seed: int = 0, batch_size: int = 32, device: str | torch.device = "cpu", n_boot: int = 1000,
               progress: bool = True) -> pd.DataFrame:
@@ -429,11 +425,12 @@ def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | Non
     ref_hits = torch.cat(hits[reference])
     rows = []
     for name, m in models.items():
-        last = isinstance(m, LaStViT) and m.head.aggregation == "last"
+        lv = isinstance(m, LaStViT)
+        last, grid = lv and m.head.aggregation == "last", grid_size(m.backbone if lv else m)
         acc, acc_lo, acc_hi = bootstrap_ci(torch.cat(correct[name]), n_boot=n_boot)
-        rows.append(dict(model=name, aggregation=m.head.aggregation if isinstance(m, LaStViT) else "cls",
+        rows.append(dict(model=name, aggregation=m.head.aggregation if lv else "cls",
                          last_K=m.head.num_tokens if last else float("nan"),
-                         **pib_columns(torch.cat(hits[name]), box, _grid(m), reference_hits=ref_hits, n_boot=n_boot),
+                         **pib_columns(torch.cat(hits[name]), box, grid, reference_hits=ref_hits, n_boot=n_boot),
                          reference=reference, accuracy=acc, accuracy_lo=acc_lo, accuracy_hi=acc_hi,
                          n_images=len(subset)))
     return pd.DataFrame(rows)
