@@ -30,8 +30,7 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
-from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, decoupling_D
-from ..metrics.speed import SPEED_ROUNDS
+from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, SPEED_ROUNDS, decoupling_D
 from .verdict import paired_gap
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
