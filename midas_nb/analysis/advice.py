@@ -29,21 +29,15 @@ NOT_DEPLOYABLE: tuple[str, ...] = ("random", "random_map")
 
 def _label(row: pd.Series) -> str:
     cond = str(row["condition"])
-    tgt = str(row.get("target", "") or "")
-    rel = str(row.get("relaxation", "") or "")
+    tgt, rel = (str(row.get(c, "") or "") for c in ("target", "relaxation"))
     s = cond if not tgt or tgt in ("nan", cond) else f"{cond} ({tgt})"
     return s if not rel or rel == "nan" else f"{s}, {rel}"
 
 
-def recommend_deployment(
-    table: pd.DataFrame,
-    reference: str = "reference",
-    band: float | None = None,
-    by: Sequence[str] | None = None,
-    tie_tol: float = 1e-3,
-    miou_unit: Literal["fraction", "percent"] = "fraction",
-    n_boot: int = 1000,
-) -> tuple[pd.DataFrame, str]:
+def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band: float | None = None,
+                         by: Sequence[str] | None = None, tie_tol: float = 1e-3,
+                         miou_unit: Literal["fraction", "percent"] = "fraction",
+                         n_boot: int = 1000) -> tuple[pd.DataFrame, str]:
     """Which scorer to deploy, per cell, for a coverage-first and a faithfulness-first goal.
 
     Rules (per cell = dataset × backbone × depth × budget; seeds averaged as in
@@ -106,10 +100,8 @@ def recommend_deployment(
     bounds = aggregate_seeds(table, by=by + key, metrics=("miou", "idauc"), n_boot=n_boot)
     cis = [c for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi") if c in bounds.columns]
     agg = agg.merge(bounds[by + key + cis], on=by + key, how="left")
-    for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo", "D_pp_hi", "delta_idauc_lo",
-              "delta_idauc_hi"):
-        if c not in agg.columns:
-            agg[c] = _NaN
+    agg = agg.assign(**{c: agg.get(c, _NaN) for c in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi", "D_pp_lo",
+                                                      "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
 
     rows: list[dict[str, Any]] = []
     agg = agg[~agg["condition"].isin(NOT_DEPLOYABLE)]          # baselines and controls are never advised
@@ -123,15 +115,12 @@ def recommend_deployment(
         # coverage-first
         cell_has_ref = bool((cell["status"] != "no reference").any())
         if cell_has_ref:
-            row = _coverage_first(table, cell, ident, key, where, band, n_boot)
-            if row is not None:
-                rows.append(row)
-            else:
-                undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
-                rows.append(_no_advice("coverage-first", ident, key, where,
-                                       "the parity band is undefined for every condition (D or ΔIDAUC "
-                                       f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
-                                       "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
+            undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
+            rows.append(_coverage_first(table, cell, ident, key, where, band, n_boot)
+                        or _no_advice("coverage-first", ident, key, where,
+                                      "the parity band is undefined for every condition (D or ΔIDAUC "
+                                      f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                      "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
         else:
             ok = cell[cell["miou"].notna()]
             if len(ok):
@@ -339,7 +328,5 @@ def _rows_of(table: pd.DataFrame, ident: Mapping[str, Any], key: Sequence[str], 
 
 
 def _tie_note(ties: Sequence[str], metric: str) -> str:
-    if not ties:
-        return ""
     return (f"; ties within noise with {', '.join(ties)} (paired {metric} interval of the difference reaches 0: "
-            "the pick is the highest mean, not a resolved lead)")
+            "the pick is the highest mean, not a resolved lead)") if ties else ""

@@ -100,8 +100,7 @@ def evaluation_splits(run: ProtocolRun, test_set, depths: list[int]) -> dict[int
            p["eval_subset_seed"], p["idauc_steps"] > 0, p["precision"])
     if key not in _EVAL_MEMO:
         _EVAL_MEMO.clear()
-        _EVAL_MEMO[key] = {}
-    memo = _EVAL_MEMO[key]
+    memo = _EVAL_MEMO.setdefault(key, {})
     if missing := [L for L in depths if L not in memo]:
         memo.update(_read_evaluation_split(run, test_set, subset, eval_set, missing, next(iter(memo.values()), None)))
     for L in [L for L in memo if L not in depths]:      # the states of other depths are not held
@@ -253,8 +252,7 @@ def throughputs(run: ProtocolRun, ev: EvalSplit, wanted: dict[tuple[int, Budget]
     rows, decision 0092): the kinds not measured yet in this process, at the points that lack one, in one
     interleaved measurement (the full model timed once for all of them; ``ev``: a split of any depth)."""
     p = run.params
-    n_timed = int(p["throughput_batch"])
-    if n_timed not in ev.speed_images:
+    if (n_timed := int(p["throughput_batch"])) not in ev.speed_images:
         ev.speed_images[n_timed] = _load_images(ev.eval_set, n_timed, run.ebs)
     tp_images = ev.speed_images[n_timed].to(run.device)
     reps = int(p["throughput_repeats"])
@@ -306,8 +304,7 @@ def evaluate_points(points: list[tuple[ProtocolRun, EvalSplit, Speed, dict[tuple
 def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t: TrainedScorer, scores: Tensor,
          logits: Tensor, keep_mask: Tensor, insdel: InsDel | None, is_family: bool) -> dict[str, Any]:
     p, backbone, device, cache = run.params, run.backbone, run.device, ev.cache
-    coverage = (part_miou(keep_mask, cache.part_mask) if ev.has_parts
-                else box_coverage(keep_mask, cache.box_mask))
+    coverage = part_miou(keep_mask, cache.part_mask) if ev.has_parts else box_coverage(keep_mask, cache.box_mask)
     correct = (logits.argmax(-1) == cache.labels).float()
     in_box = point_in_box(scores, cache.box_mask)
     id_ = run.ident

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..config import PAPER_BACKBONES
 from ..metrics import band_resolution, decoupling_D, parity_band
+from ..metrics.stats import is_finite_number as is_number
 from ..results import format_ci
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
@@ -129,10 +130,7 @@ def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float | None, n_
     """
     d = decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
                      n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
-    for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
-        if c not in d.columns:
-            d[c] = math.nan
-    return d
+    return d.assign(**{c: d.get(c, math.nan) for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
 
 
 def plural(n: int, one: str, many: str) -> str:
@@ -143,14 +141,6 @@ def plural(n: int, one: str, many: str) -> str:
 def _empty_d() -> pd.DataFrame:
     return pd.DataFrame(columns=["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi",
                                  "delta_idauc", "delta_idauc_lo", "delta_idauc_hi", "status"])
-
-
-def is_number(x: Any) -> bool:
-    """Whether ``x`` converts to a float that is not NaN (``None``, text, NaN: ``False``)."""
-    try:
-        return x is not None and not math.isnan(float(x))
-    except (TypeError, ValueError):
-        return False
 
 
 def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "", edges: Sequence[float] = (0.0,)) -> str:
@@ -164,11 +154,7 @@ def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
     if not is_number(m):
         return "undefined"
     if is_number(lo) and is_number(hi):
-        if lo > 0:
-            return positive
-        if hi < 0:
-            return not positive
-        return "not resolved"
+        return positive if lo > 0 else (not positive) if hi < 0 else "not resolved"
     return bool(m > 0) if positive else bool(m < 0)
 
 
@@ -196,8 +182,7 @@ def _row_of(d: pd.DataFrame, cond: str) -> pd.Series | None:
 
 def _finding(dataset: str, backbone: str, fid: str, holds: Holds, evidence: str, depth: Any, budget: Any,
              n_builds: int = 1) -> dict:
-    if isinstance(holds, (bool, np.bool_)):
-        holds = bool(holds)
+    holds = bool(holds) if isinstance(holds, (bool, np.bool_)) else holds
     return dict(dataset=dataset, backbone=backbone, depth=int(depth), budget=float(budget), finding=fid,
                 statement=PAPER_FINDINGS[fid], holds=holds, evidence=evidence, n_builds=int(n_builds))
 
@@ -274,32 +259,26 @@ def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]
     return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
 
 
-def _cosine_finding(pr: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
-    if pr is None or pr.empty:
+def cosine_verdict(probes: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
+    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
+    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
+    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
+    if probes is None or probes.empty:
         return "undefined", "no cosine probes recorded for this checkpoint (notebook 03 saves them)"
-    at = pr[pr["depth"].astype(int) == int(depth)]
+    at = probes[probes["depth"].astype(int) == int(depth)]
     if at.empty:
-        return "undefined", f"no cosine probes at L={depth} (have L ∈ {sorted(set(pr['depth'].astype(int)))})"
+        return "undefined", f"no cosine probes at L={depth} (have L ∈ {sorted(set(probes['depth'].astype(int)))})"
     bound = PAPER_COSINE_MAX
-    i = at["cosine"].abs().idxmax()
-    top = at.loc[i]
+    top = at.loc[at["cosine"].abs().idxmax()]
     ev = (f"largest |cos|: {top['hidden']}·{top['attention']} = {ci_text(top['cosine'], top['lo'], top['hi'], '+.3f')} "
           f"of {len(at)} hidden×attention pairs at L={depth}")
     if not (at[["lo", "hi"]].notna().all().all()):
         return bool(at["cosine"].abs().max() <= bound), ev + " (no CI)"
-    reach = at[["lo", "hi"]].abs().max(axis=1)
-    if bool((reach <= bound).all()):
+    if bool((at[["lo", "hi"]].abs().max(axis=1) <= bound).all()):
         return True, ev
     if bool(((at["lo"] > bound) | (at["hi"] < -bound)).any()):
         return False, ev
     return "not resolved", ev + f"; an interval crosses ±{bound}"
-
-
-def cosine_verdict(probes: pd.DataFrame, depth: int) -> tuple[Holds, str]:
-    """The ``cosine_small`` finding on hidden- × attention-gradient probes (``depth``, ``hidden``,
-    ``attention``, ``cosine``, ``lo``, ``hi``: :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`)
-    at ``depth``: ``(holds, evidence)``, as :func:`paper_findings` decides it (notebook 03 reads it)."""
-    return _cosine_finding(probes, depth)
 
 
 def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
@@ -315,9 +294,8 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     t5 = t5[t5["status"] != "uninformative"]        # D at a parity that says nothing: not counted
     near = t5[t5[axis].astype(float) <= float(v0) + 1e-9]
     far = t5[t5[axis].astype(float) > float(v0) + 1e-9]
-    show = (lambda v: f"L ≤ {int(v)}") if axis == "depth" else (lambda v: f"b ≤ {float(v):.0%}")
-    beyond = f"L > {L0}" if axis == "depth" else f"b > {b0:.0%}"
-    fixed = f"b = {b0:.0%}" if axis == "depth" else f"L = {L0}"
+    show, beyond, fixed = (((lambda v: f"L ≤ {int(v)}"), f"L > {L0}", f"b = {b0:.0%}") if axis == "depth" else
+                           ((lambda v: f"b ≤ {float(v):.0%}"), f"b > {b0:.0%}", f"L = {L0}"))
     if near.empty or far.empty:
         why = (f"the regime sweep needs T5 cells at {fixed} with {show(v0)} and with {beyond}; "
                f"have {len(near)} and {len(far)}")
@@ -468,7 +446,7 @@ def paper_findings(rows: pd.DataFrame, probes: pd.DataFrame | None = None, *, de
             pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb)]
             if "checkpoint_id" in probes.columns and "checkpoint_id" in g.columns:
                 pr = pr[pr["checkpoint_id"].isin(set(g["checkpoint_id"]))]
-        out.append(_finding(ds, bb, "cosine_small", *_cosine_finding(pr, L0), L0, b0))
+        out.append(_finding(ds, bb, "cosine_small", *cosine_verdict(pr, L0), L0, b0))
         reg = g[g.groupby(["depth", "budget"])["condition"].transform(lambda s: (s == "reference").any())]
         dr, borrowed = _borrow_builds(d_by_condition(reg, cell, band, n_boot) if len(reg) else _empty_d(), d)
         ceiling = ({round(float(b), 6): float(c) for b, c in reg.groupby("budget")["iou_ceiling"].mean().items()}
@@ -501,37 +479,29 @@ def findings_paragraph(findings: pd.DataFrame, dataset: str | None = None, backb
         f = f[(f["backbone"] == backbone) | (f["finding"] == "scale")]
     if f.empty:
         return "No finding could be evaluated."
-    groups: dict[str, list[str]] = {"hold": [], "are opposite of the paper": [], "do not hold": [],
-                                    "are not resolved": [], "are uninformative": [], "are not counted": [],
-                                    "are undefined": []}
+    groups: dict[str, list[str]] = {k: [] for k in ("hold", "are opposite of the paper", "do not hold",
+                                                   "are not resolved", "are uninformative", "are not counted",
+                                                   "are undefined")}
     for _, r in f.iterrows():
-        key = {"holds": "hold", "opposite of the paper": "are opposite of the paper", "does not hold": "do not hold",
-               "not resolved": "are not resolved", "uninformative": "are uninformative",
-               "not counted": "are not counted"}.get(finding_verdict(r["finding"], r["holds"], str(r["evidence"])),
-                                                     "are undefined")
-        groups[key].append(f"{r['statement']} ({r['evidence']})")
+        v = finding_verdict(r["finding"], r["holds"], str(r["evidence"]))
+        key = {"holds": "hold", "does not hold": "do not hold"}.get(v, f"are {v}")
+        groups[key if key in groups else "are undefined"].append(f"{r['statement']} ({r['evidence']})")
     first = f.iloc[0]
     n = {k: len(v) for k, v in groups.items()}
+    be = lambda k: f"{n[k]} {'is' if n[k] == 1 else 'are'}{k[3:]}"  # noqa: E731  ("are not resolved": "2 are …")
     scope = "" if (f["finding"] == "scale").any() else " on one backbone (the one across backbones: the scale readout)"
     head = (f"On {first['dataset']} with {backbone or first['backbone']} at L={int(first['depth'])}, "
             f"b={float(first['budget']):.0%}, {n['hold']} of the paper's {len(f)} findings{scope} "
             f"{'holds' if n['hold'] == 1 else 'hold'}, "
-            + (f"{n['are opposite of the paper']} {'is' if n['are opposite of the paper'] == 1 else 'are'} opposite of "
-               "the paper, " if n["are opposite of the paper"] else "") + f"{n['do not hold']} "
-            f"{'does' if n['do not hold'] == 1 else 'do'} not, {n['are not resolved']} "
-            f"{'is' if n['are not resolved'] == 1 else 'are'} not resolved"
-            + (f", {n['are uninformative']} {'is' if n['are uninformative'] == 1 else 'are'} uninformative (the "
-               "reference is not above the random ranking)" if n["are uninformative"] else "")
-            + (f", {n['are not counted']} {'is' if n['are not counted'] == 1 else 'are'} not counted (the backbone "
-               "has not learned the task)" if n["are not counted"] else "")
-            + f" and {n['are undefined']} "
-            f"{'is' if n['are undefined'] == 1 else 'are'} undefined on this run.")
+            + (f"{be('are opposite of the paper')}, " if n["are opposite of the paper"] else "")
+            + f"{n['do not hold']} {'does' if n['do not hold'] == 1 else 'do'} not, {be('are not resolved')}"
+            + (f", {be('are uninformative')} (the reference is not above the random ranking)"
+               if n["are uninformative"] else "")
+            + (f", {be('are not counted')} (the backbone has not learned the task)" if n["are not counted"] else "")
+            + f" and {be('are undefined')} on this run.")
     parts = [head]
-    singular = {"hold": "holds", "are opposite of the paper": "is opposite of the paper", "do not hold": "does not hold",
-                "are not resolved": "is not resolved",
-                "are uninformative": "is uninformative", "are not counted": "is not counted",
-                "are undefined": "is undefined"}
     for k, items in groups.items():
         if items:
-            parts.append((f"This {singular[k]}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")
+            one = {"hold": "holds", "do not hold": "does not hold"}.get(k, f"is{k[3:]}")
+            parts.append((f"This {one}: " if len(items) == 1 else f"These {k}: ") + "; ".join(items) + ".")
     return " ".join(parts)

@@ -168,8 +168,7 @@ class LaStViT(nn.Module):
         n = len(backbone.blocks)
         if not 1 <= int(tune_blocks) <= n - 1:
             raise ValueError(f"tune_blocks must be in 1..{n - 1} for a {n}-block ViT, got {tune_blocks}")
-        self.backbone = backbone
-        self.start = n - int(tune_blocks)
+        self.backbone, self.start = backbone, n - int(tune_blocks)
         self.blocks = copy.deepcopy(backbone.blocks[self.start:])
         self.head = LaStHead(copy.deepcopy(backbone.norm), copy.deepcopy(getattr(backbone, "fc_norm", nn.Identity())),
                              copy.deepcopy(backbone.head), num_prefix_tokens(backbone), aggregation,
@@ -219,25 +218,11 @@ def _scores_and_logits(model: nn.Module, images: Tensor) -> tuple[Tensor, Tensor
     return patch_score(x, num_prefix_tokens(model)), model.forward_head(x)
 
 
-def last_finetune(
-    backbone: nn.Module,
-    train_set,
-    *,
-    aggregation: Aggregation = "last",
-    tune_blocks: int = 1,
-    num_tokens: int | None = None,
-    sigma: float | None = None,
-    epochs: int = 3,
-    batch_size: int = 64,
-    lr: float = 5e-4,
-    weight_decay: float = 0.05,
-    label_smoothing: float = 0.1,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    key: Mapping[str, Any] | None = None,
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-) -> LaStViT:
+def last_finetune(backbone: nn.Module, train_set, *, aggregation: Aggregation = "last", tune_blocks: int = 1,
+                  num_tokens: int | None = None, sigma: float | None = None, epochs: int = 3, batch_size: int = 64,
+                  lr: float = 5e-4, weight_decay: float = 0.05, label_smoothing: float = 0.1, seed: int = 0,
+                  device: str | torch.device = "cpu", key: Mapping[str, Any] | None = None,
+                  cache_dir: str | Path | None = None, progress: bool = True) -> LaStViT:
     """Fine-tune a copy of the backbone's last ``t`` blocks and head(s) with LaSt aggregation.
 
     The aggregation is the official one (github.com/ChengShiest/LAST-ViT, ``cls_pretrain/conf.py``,
@@ -386,22 +371,9 @@ def pib_columns(hits: Tensor, box_mask: Tensor, grid: tuple[int, int], *, refere
     return out
 
 
-def _grid(model: nn.Module) -> tuple[int, int]:
-    return grid_size(model.backbone if isinstance(model, LaStViT) else model)
-
-
-def pib_table(
-    models: Mapping[str, nn.Module],
-    test_set,
-    *,
-    reference: str | None = None,
-    max_images: int | None = None,
-    subset_seed: int = 0,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    n_boot: int = 1000,
-    progress: bool = True,
-) -> pd.DataFrame:
+def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | None = None, max_images: int | None = None,
+              subset_seed: int = 0, batch_size: int = 32, device: str | torch.device = "cpu", n_boot: int = 1000,
+              progress: bool = True) -> pd.DataFrame:
     """Point-in-Box of the Patch Score map, its baselines, and top-1 accuracy of each model.
 
     Patch Score on the last block's tokens after the final norm (official
@@ -437,9 +409,7 @@ def pib_table(
     device = torch.device(device)
     subset = evaluation_subset(len(test_set), max_images, subset_seed)
     data = test_set if len(subset) == len(test_set) else Subset(test_set, subset)
-    hits: dict[str, list[Tensor]] = {k: [] for k in models}
-    correct: dict[str, list[Tensor]] = {k: [] for k in models}
-    boxes: list[Tensor] = []
+    hits, correct, boxes = {k: [] for k in models}, {k: [] for k in models}, []
     for m in models.values():
         m.to(device).eval()
     with torch.no_grad():
@@ -455,11 +425,12 @@ def pib_table(
     ref_hits = torch.cat(hits[reference])
     rows = []
     for name, m in models.items():
-        last = isinstance(m, LaStViT) and m.head.aggregation == "last"
+        lv = isinstance(m, LaStViT)
+        last, grid = lv and m.head.aggregation == "last", grid_size(m.backbone if lv else m)
         acc, acc_lo, acc_hi = bootstrap_ci(torch.cat(correct[name]), n_boot=n_boot)
-        rows.append(dict(model=name, aggregation=m.head.aggregation if isinstance(m, LaStViT) else "cls",
+        rows.append(dict(model=name, aggregation=m.head.aggregation if lv else "cls",
                          last_K=m.head.num_tokens if last else float("nan"),
-                         **pib_columns(torch.cat(hits[name]), box, _grid(m), reference_hits=ref_hits, n_boot=n_boot),
+                         **pib_columns(torch.cat(hits[name]), box, grid, reference_hits=ref_hits, n_boot=n_boot),
                          reference=reference, accuracy=acc, accuracy_lo=acc_lo, accuracy_hi=acc_hi,
                          n_images=len(subset)))
     return pd.DataFrame(rows)

@@ -79,10 +79,8 @@ from ..targets import list_targets, target_caches
 from ..train import BlockCache, block_caches, frozen, load_or_train_scorer, load_or_train_scorers
 from .evaluation import evaluate_points, evaluation_splits, ProtocolRun, scorer_kind, throughputs, TrainedScorer
 
-__all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS",
-           "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS", "list_conditions", "protocol_params",
-           "with_band_check",
-           "get_params", "fused_attention", "run_protocol", "protocol_cells"]
+__all__ = ["BASE_CONDITIONS", "CONTROL_TARGETS", "SEEDLESS_CONDITIONS", "condition_target", "PROTOCOL_DEFAULTS",
+           "list_conditions", "protocol_params", "with_band_check", "fused_attention", "run_protocol", "protocol_cells"]
 
 #: conditions that are not a supervision target id
 BASE_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "random", "random_map")
@@ -166,9 +164,6 @@ def protocol_params(**overrides: Any) -> dict[str, Any]:
     return dict(PROTOCOL_DEFAULTS, **overrides)
 
 
-get_params = protocol_params
-
-
 def protocol_autocast(device: torch.device | str, precision: str):
     """The context factory of a protocol run's numerics on ``device``: ``"float32"``, a null
     context; ``"bfloat16"``, :class:`torch.autocast` for the passes each cell repeats — scorer
@@ -191,33 +186,12 @@ def protocol_autocast(device: torch.device | str, precision: str):
 
 
 
-def run_protocol(
-    train_set,
-    test_set,
-    backbone: nn.Module,
-    *,
-    depth: int,
-    budget: float,
-    conditions: Sequence[str],
-    seeds: Sequence[int],
-    dataset_name: str,
-    backbone_name: str,
-    checkpoint_id: str,
-    relaxation: Literal["st", "soft"] = "st",
-    lam: float = 1.0,
-    temperature: float = 1.0,
-    epochs: int = 4,
-    batch_size: int = 64,
-    lr: float = 1e-3,
-    idauc_steps: int = 10,
-    max_eval_images: int | None = None,
-    bootstrap: int = 1000,
-    device: str | torch.device = "cpu",
-    cache_dir: str | Path | None = None,
-    progress: bool = True,
-    prefetch_targets: Sequence[str] = (),
-    **settings: Any,
-) -> pd.DataFrame:
+def run_protocol(train_set, test_set, backbone: nn.Module, *, depth: int, budget: float, conditions: Sequence[str],
+                 seeds: Sequence[int], dataset_name: str, backbone_name: str, checkpoint_id: str,
+                 relaxation: Literal["st", "soft"] = "st", lam: float = 1.0, temperature: float = 1.0, epochs: int = 4,
+                 batch_size: int = 64, lr: float = 1e-3, idauc_steps: int = 10, max_eval_images: int | None = None,
+                 bootstrap: int = 1000, device: str | torch.device = "cpu", cache_dir: str | Path | None = None,
+                 progress: bool = True, prefetch_targets: Sequence[str] = (), **settings: Any) -> pd.DataFrame:
     """Train and evaluate every condition × seed at ``(L, b)``; one results row each.
 
     Args:
@@ -334,23 +308,19 @@ def protocol_cells(train_set, test_set, backbone: nn.Module, *, cells: Sequence[
         for L, b in speeds:
             at = replace(run, depth=L, budget=b)
             pairs = [(c, s) for LL, bb, c, s in cells if (LL, bb) == (L, b)]
-            first = {}                      # a seedless condition: evaluated once, its row repeated per seed
-            for c, s in pairs:
-                first.setdefault(c, s if c in SEEDLESS_CONDITIONS else None)
-            source.update({(L, b, c, s): (L, b, c, first[c] if first[c] is not None else s) for c, s in pairs})
-            todo = list(dict.fromkeys((c, first[c] if first[c] is not None else s) for c, s in pairs))
+            # a seedless condition: evaluated once, its row repeated per seed
+            first = {c: s for c, s in reversed(pairs) if c in SEEDLESS_CONDITIONS}
+            source.update({(L, b, c, s): (L, b, c, first.get(c, s)) for c, s in pairs})
+            todo = list(dict.fromkeys((c, first.get(c, s)) for c, s in pairs))
             trained = _condition_scorers(at, todo, train_caches.get(L), targets.get(L, {}), groups["families"],
                                          evs[L].n_classes)
             points.append((at, evs[L], speeds[(L, b)], trained))
             bar.update(len(pairs))
         done = evaluate_points(points, groups["families"])
-    rows = {c: dict(done[source[c]], seed=c[-1]) for c in cells}
-    table = make_table([rows[c] for c in cells])
-    ev = evs[depths[-1]]
-    table.attrs["full_accuracy"] = ev.full_accuracy
-    table.attrs["full_accuracy_ci"] = bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"]))
-    table.attrs["throughput_full"] = next(iter(points[-1][2].full.values()))
-    table.attrs["seconds"] = time.perf_counter() - t_start
+    table, ev = make_table([dict(done[source[c]], seed=c[-1]) for c in cells]), evs[depths[-1]]
+    table.attrs.update(full_accuracy=ev.full_accuracy,
+                       full_accuracy_ci=bootstrap_ci(ev.full_correct, n_boot=int(params["bootstrap"])),
+                       throughput_full=next(iter(points[-1][2].full.values())), seconds=time.perf_counter() - t_start)
     return table
 
 # ----------------------------------------------------------------------------------------------

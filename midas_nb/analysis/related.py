@@ -30,8 +30,7 @@ from typing import Any, Sequence
 import pandas as pd
 from torch import nn
 
-from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, decoupling_D
-from ..metrics.speed import SPEED_ROUNDS
+from ..metrics import BUILD_COLUMN, CHECKPOINT_COLUMNS, SPEED_ROUNDS, decoupling_D
 from .verdict import paired_gap
 from ..results import aggregate_seeds, compact, format_ci, METRIC_COLUMNS
 from ..targets import LAST_VOTES_K
@@ -55,14 +54,8 @@ FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "ful
                                    "threshold_accuracy_hi", "train_seconds")
 
 
-def related_table(
-    protocol_table: pd.DataFrame,
-    *,
-    perturbation: pd.DataFrame | None = None,
-    pib: pd.DataFrame | None = None,
-    band: float | None = None,
-    n_boot: int = 1000,
-) -> pd.DataFrame:
+def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | None = None,
+                  pib: pd.DataFrame | None = None, band: float | None = None, n_boot: int = 1000) -> pd.DataFrame:
     """Protocol rows, perturbation AUCs and Point-in-Box rows as one frame (``kind`` column).
 
     Args:
@@ -85,10 +78,7 @@ def related_table(
         Point-in-Box baselines) stand beside every ``pib``; ``last_K`` on the LaSt rows.
         Columns a row kind does not have are NaN.
     """
-    parts = []
-    agg = aggregate_seeds(protocol_table, n_boot=n_boot)
-    rename = {f"{m}_mean": m for m in METRIC_COLUMNS}
-    agg = agg.rename(columns=rename)
+    agg = aggregate_seeds(protocol_table, n_boot=n_boot).rename(columns={f"{m}_mean": m for m in METRIC_COLUMNS})
     keys = [c for c in ("dataset", "backbone", "checkpoint_id", "condition", "target", "relaxation", "depth",
                         "budget") if c in agg.columns]
     extra = [c for c in FAMILY_COLUMNS if c in protocol_table.columns]
@@ -103,18 +93,14 @@ def related_table(
                     .rename(columns={"status": "D_status"}), on=dkeys, how="left")
     agg.insert(0, "method", agg["condition"])
     agg["last_K"] = agg["condition"].map({"last_votes": LAST_VOTES_K})
-    agg.insert(0, "kind", "pruning")
-    parts.append(agg)
+    parts = {"pruning": agg}
     if perturbation is not None and len(perturbation):
-        pt = perturbation.drop(columns=[c for c in ("pos_curve", "neg_curve", "fractions") if c in perturbation],
-                               errors="ignore").rename(columns={"target": "method"})
-        pt.insert(0, "kind", "relevance map")
-        parts.append(pt)
+        parts["relevance map"] = perturbation.drop(columns=["pos_curve", "neg_curve", "fractions"],
+                                                   errors="ignore").rename(columns={"target": "method"})
     if pib is not None and len(pib):
-        pb = pib.rename(columns={"model": "method"})
-        pb.insert(0, "kind", "backbone")
-        parts.append(pb)
-    return pd.concat(parts, ignore_index=True, sort=False)
+        parts["backbone"] = pib.rename(columns={"model": "method"})
+    return pd.concat([p.reindex(columns=["kind", *p.columns]).assign(kind=k) for k, p in parts.items()],
+                     ignore_index=True, sort=False)
 
 
 def _against_random(agg: pd.DataFrame, rows: pd.DataFrame, n_boot: int) -> pd.DataFrame:
@@ -257,18 +243,10 @@ class RelatedResults:
     models: dict[str, nn.Module] = field(default_factory=dict)
 
 
-def run_related(
-    study: Any,
-    *,
-    conditions: Sequence[str] | None = None,
-    perturbation_maps: Sequence[str] | None = PERTURBATION_MAPS,
-    last: bool = True,
-    last_epochs: int = 3,
-    last_tune_blocks: int = 1,
-    last_k: int = LAST_FINETUNE_K,
-    max_images: int | None = None,
-    **protocol_kwargs: Any,
-) -> RelatedResults:
+def run_related(study: Any, *, conditions: Sequence[str] | None = None,
+                perturbation_maps: Sequence[str] | None = PERTURBATION_MAPS, last: bool = True, last_epochs: int = 3,
+                last_tune_blocks: int = 1, last_k: int = LAST_FINETUNE_K, max_images: int | None = None,
+                **protocol_kwargs: Any) -> RelatedResults:
     """Every related method of notebook 06 on a :class:`midas_nb.study.Study`, and the table.
 
     1. the protocol at the study's ``(L, b)``: the catalogue's ``"related"`` sweep

@@ -256,9 +256,7 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
             shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], lead=True)}"
                                for t in content.get("ties_above", []))
             run = (f"scorer − random-map control {_pp(g)}" + (f", but other targets' scorers gain as well and T5's "
-                                                             f"does not resolvably beat them ({shared})"
-                                                             if shared else "")
-                   + f": {run}")
+                   f"does not resolvably beat them ({shared})" if shared else "") + f": {run}")
         rows.append([CONTENT_CLAIM + str(content.get("how", "")), "credited to T5's content", run,
                      "holds" if str(content.get("reading")).endswith("specifically") else
                      {"undefined": "undefined", "not resolved": "not resolved"}.get(content.get("reading"),

@@ -21,7 +21,6 @@ control, :func:`paired_gap`) carries the seed spread as ``decoupling_D`` does
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -29,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..metrics import band_resolution, bootstrap_ci, decoupling_D, parity_band
+from ..metrics import band_resolution, bootstrap_ci, decoupling_D, parity_band, per_image_values
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign, seed_image_interval
 from ..results import coverage_name, format_ci
 from .comovement import comovement
@@ -58,14 +57,6 @@ def lead_resolved(lo: float, hi: float) -> bool:
     that reads ``[+0.000, +0.003]`` touches 0, a tie. The one rule of every lead and tie: the winners, the
     deployment advice and the content test (decision 0085)."""
     return _sign(lo, hi, LEAD_DIGITS) == "positive"
-
-
-def _as_list(v: Any) -> list | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    if isinstance(v, str):
-        v = json.loads(v)
-    return list(v)
 
 
 def per_image_means(table: pd.DataFrame, metric: str) -> dict[str, dict[str, float]]:
@@ -104,12 +95,8 @@ def per_seed_values(table: pd.DataFrame, metric: str) -> dict[str, dict[tuple[in
     ids_col, val_col = _METRIC_IDS[metric]
     out: dict[str, dict[tuple[int, int], dict[str, float]]] = {}
     for _, r in table.iterrows():
-        ids, vals = _as_list(r.get(ids_col)), _as_list(r.get(val_col))
-        if ids is None or vals is None or len(ids) != len(vals):
-            continue
         seed = tuple(int(r[c]) if c in r and pd.notna(r[c]) else 0 for c in ("build", "seed"))
-        got = {str(i): float(v) for i, v in zip(ids, vals) if v is not None and not (isinstance(v, float) and math.isnan(v))}
-        if got:
+        if got := {i: v for i, v in (per_image_values(r, ids_col, val_col) or {}).items() if not math.isnan(v)}:
             out.setdefault(str(r["condition"]), {}).setdefault(seed, {}).update(got)
     return out
 
@@ -406,9 +393,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     D = decoupling_D(table, reference=reference, band=band, condition_cols=("condition",), n_boot=n_boot,
                      alpha=alpha, ci_seed=seed)
     D = D[D["condition"] != reference].copy()
-    for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi"):
-        if c not in D.columns:
-            D[c] = math.nan
+    D = D.assign(**{c: D.get(c, math.nan) for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
     D["reading"] = [condition_reading(r["D_pp_lo"], r["D_pp_hi"], r["delta_idauc_lo"], r["delta_idauc_hi"],
                                       str(r["status"])) for _, r in D.iterrows()]
     keep = [c for c in ("condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",
@@ -474,7 +459,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
         tgt = str(c["target"])
         if tgt not in scorers or tgt == control or tgt in BASELINE_CONDITIONS:
             continue
-        own = dict(zip(map(str, _as_list(c["image_ids"]) or []), map(float, _as_list(c["miou_per_image"]) or [])))
+        own = per_image_values(c, "image_ids", "miou_per_image") or {}
         sc = scorers[tgt]
         ids = [i for i in sc if i in own and np.isfinite(own[i])]
         t_m = _ci_of([own[i] for i in ids], n_boot, alpha, rng)
