@@ -165,8 +165,8 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
          "status/wait: that profile's store, as NAME"),
         ("--sweep", dict(default="all", metavar="NAMES"), "plan/submit: comma-separated sweeps: protocol, soft, random "
          "(notebook 02), regime (04), scale, backbones (05), related (06), or all (default)"),
-        ("--executor", dict(choices=["slurm", "local", "processes"], default="slurm"), "submit: slurm (default; "
-         "returns after submission), local or processes (run here)"),
+        ("--executor", dict(choices=["slurm", "local"], default="slurm"), "submit: slurm (default; "
+         "returns after submission) or local (run here)"),
         ("--partition", {}, "submit: Slurm partition"),
         ("--gpus", _INTEGER, "submit: GPUs per job (gpus_per_node)"),
         ("--cpus", _INTEGER, "submit: CPUs per job (cpus_per_task)"),
@@ -179,7 +179,6 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
          "on the compute node, not here"),
         ("--data-root", dict(_MANY, metavar="DATASET=PATH"), "plan/submit: a dataset's directory, repeatable (cub=..., "
          "aircraft=..., cars=...)"),
-        ("--workers", dict(_INTEGER, default=2), "submit --executor processes: workers (default 2)"),
         ("--cost", dict(metavar="FILE"), "plan: cost table of bench/gpu_check.py (default runs/bench/cell_cost.json, "
          "else the one shipped: the last H200 measurement); the store's timed cells come first")]),
     "strip-solutions": ("remove cells tagged 'solution' from notebooks", None,

@@ -67,9 +67,8 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
     store, name = ResultStore(name=prof["profile"]), prof["profile"]
     done = int(store.status(cells)["status"].eq("done").sum())   # one scan of the store
-    where = (f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
-             else "one cell after another") + "; Ctrl-C stops, the same command resumes)") if here else \
-        "submitting them to Slurm (returns once submitted)"
+    where = ("computing them here (local: one cell after another; Ctrl-C stops, the same command resumes)" if here else
+             "submitting them to Slurm (returns once submitted)")
     print(f"sweep submit: profile {name} (device {prof['device']}): "
           + ", ".join(f"{n} {len(c)} cells" for n, c in sweeps.items()),
           f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}",
@@ -78,7 +77,7 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
     lines = here and not (PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty())
     with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
-        out = run_cells(prof, cells, wait=here, executor=args.executor, max_workers=args.workers, progress=True,
+        out = run_cells(prof, cells, wait=here, executor=args.executor, progress=True,
                         slurm={k: v for k, v in slurm.items() if v is not None}, runner=ProtocolCellRunner(prof))
     print(out[1] if here else out)
     if not here:

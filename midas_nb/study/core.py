@@ -93,7 +93,7 @@ class Study(StudyBase):
         return decoupling_with_controls(table, controls, **kwargs)
 
     # --------------------------------------------------------------------------- sweeps
-    def sweep(self, name: str = "regime", executor: str = "local", max_workers: int = 2, run: bool = True, *,
+    def sweep(self, name: str = "regime", executor: str = "local", run: bool = True, *,
               wait: bool = True, device: str | None = None, **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
         """``(rows of the done cells, StoreStatus)`` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's
         ``"scale"``; another name: the :func:`midas_nb.study.make_grid` kind) through the profile's store, computing
@@ -114,6 +114,5 @@ class Study(StudyBase):
         if problems := config.check_device(params["device"], here=executor != "slurm"):
             raise config.ProfileError(problems)
         # another device (and always on Slurm): the study is not reused
-        return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor,
-                         max_workers=max_workers, slurm=slurm, progress=self.progress,
-                         study=self if device is None else None)
+        return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor, slurm=slurm,
+                         progress=self.progress, study=self if device is None else None)

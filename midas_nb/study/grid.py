@@ -319,7 +319,7 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
 
 
 def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True,
-              wait: bool = True, executor: ExecutorKind = "local", max_workers: int = 2,
+              wait: bool = True, executor: ExecutorKind = "local",
               slurm: Mapping[str, Any] | None = None, progress: bool = False, study: Any = None,
               store: ResultStore | None = None, runner: Callable[[SweepCell], Any] | None = None) -> Any:
     """Grid → store → run → read, the one sequence of every sweep: ``(rows of the done cells, StoreStatus)`` of
@@ -334,8 +334,7 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     elif not wait:
         return submit_sweep(cells, runner, store, slurm=slurm or None)
     else:
-        status = run_sweep(cells, runner, store, executor=executor, max_workers=max_workers, slurm=slurm or None,
-                           progress=progress)
+        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm or None, progress=progress)
     rows = store.results(cells)
     rows.attrs.clear()
     return rows, status

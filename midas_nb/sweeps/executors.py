@@ -1,16 +1,13 @@
-"""Sweep executors: compute the cells a store lacks here (``local``), in processes (``processes``) or on Slurm
+"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm or submitit's local stand-in
 (``slurm``: one preparation job per dataset, backbone and checkpoint, then the cells in chunked job arrays under
-``MaxArraySize`` that depend on them; docs/decisions/0037-slurm-submission.md, 0078-slim-sweep-engine.md). Every
+``MaxArraySize`` that depend on them; docs/decisions/0037-slurm-submission.md, 0078, 0093). Every
 worker claims its cells, computes them (together where the cell function can: docs/decisions/0069) and writes their
 records (:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import io
 import json
-import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -148,38 +145,33 @@ def run_sweep(
     cell_fn: Callable[[SweepCell], Any],
     store: ResultStore | str | Path,
     executor: ExecutorKind = "local",
-    max_workers: int = 2,
     slurm: Mapping[str, Any] | None = None,
     retry_failed: bool = True,
     *,
     wait: bool = True,
     progress: bool = False,
-    gpus: Sequence[str | int] | None = None,
 ) -> StoreStatus:
     """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
     their status. Workers write their own records (:func:`run_group`; a failing cell records its error
-    and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
-    for a cell another process holds (until it ends), Slurm jobs leave it. A worker or job that dies
-    leaves its cells without a record (pending: the next call computes them) and an ``executor_errors`` line.
+    and the others go on), so the same call resumes a stopped sweep; ``local`` waits for a cell another
+    process holds (until it ends), Slurm jobs leave it. A job that dies leaves its cells without a record
+    (pending: the next call computes them) and an ``executor_errors`` line.
 
     Args:
         cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
-            list[dict] | dict``, picklable for ``processes``/``slurm``. store: a store, its directory or name.
-        executor: ``"local"``, ``"processes"`` (``max_workers`` spawned processes; ``gpus``
-            shared out one per worker, default those visible) or ``"slurm"`` (submitit; ``wait=False``
-            returns after submission; no Slurm: ``SlurmNotFound``).
+            list[dict] | dict``, picklable for ``slurm``. store: a store, its directory or name.
+        executor: ``"local"`` (here, one group after another) or ``"slurm"`` (submitit; ``wait=False``
+            returns after submission; no Slurm: ``SlurmNotFound``; in subprocesses here: ``cluster="local"``).
         slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or
             ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default
             ``scontrol show config``), other ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm;
             ``"local"``/``"debug"``: submitit's stand-ins). Job logs: ``<store>/submitit``.
 
     Raises:
-        ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
+        ValueError: duplicated cells, unknown executor.
     """
-    if executor not in ("local", "processes", "slurm"):
-        raise ValueError(f"unknown executor {executor!r}; expected 'local', 'processes' or 'slurm'")
-    if max_workers < 1:
-        raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+    if executor not in ("local", "slurm"):
+        raise ValueError(f"unknown executor {executor!r}; expected 'local' or 'slurm'")
     store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")
     errors: list[str] = []
     root = str(store.root)
@@ -188,18 +180,6 @@ def run_sweep(
     if todo and executor == "local":   # grouped cells together (decision 0069), then those another sweep held
         for c in [c for c, st in zip(todo, run_chunk(todo, cell_fn, root, bar.update)) if st == "running"]:
             run_group([c], cell_fn, root, wait=True)
-    elif todo and executor == "processes":
-        ctx = multiprocessing.get_context("spawn")
-        gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
-        init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
-        with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
-            futures = {pool.submit(run_group, g, cell_fn, root, True): g for g in cell_groups(todo, cell_fn)}
-            for fut in cf.as_completed(futures):
-                try:
-                    fut.result()
-                except Exception as e:  # noqa: BLE001 - the worker died or could not start
-                    errors += [f"{c.label}: {type(e).__name__}: {e}" for c in futures[fut]]
-                bar.update(len(futures[fut]))
     elif todo:
         jobs = _submit(store, todo, cell_fn, slurm or {})
         for j in jobs if wait else []:
@@ -288,8 +268,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
                             "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep "
-                            "here: midas-nb sweep submit --executor local or processes (executor='local' or "
-                            "'processes' in Python)") from None
+                            "here: midas-nb sweep submit --executor local (executor='local' in Python)") from None
 
 
 @dataclass
@@ -326,19 +305,3 @@ def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]
     return Submission(store.root, todo, len(cells) - len(todo), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
                       sorted({str(i) for j in jobs for i in j.after}))
 
-
-def _visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` where set, else those torch sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    import torch
-    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
-def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
-    """Process-pool initialiser, before CUDA starts: the n-th worker sees only ``gpus[n % len(gpus)]``."""
-    with counter.get_lock():
-        n = counter.value
-        counter.value += 1
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[n % len(gpus)]

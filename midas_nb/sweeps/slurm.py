@@ -84,8 +84,7 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
                          "'local' or 'debug' (submitit's stand-ins on this machine)")
     if cluster in (None, "slurm") and shutil.which("sbatch") is None:
         raise SlurmNotFound("executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
-                            "submit from a Slurm login node, or run here with executor='local' (one cell after "
-                            "another) or executor='processes' (one worker per CPU/GPU)")
+                            "submit from a Slurm login node, or run here with executor='local'")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster or "slurm")
     ex.update_parameters(**params)
     return ex, cluster or "slurm"

@@ -23,7 +23,7 @@ from ..point import Budget
 __all__ = ["SweepCell", "CellState", "ExecutorKind", "RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status",
            "open_store", "all_stores", "n_unusable"]
 
-ExecutorKind = Literal["local", "processes", "slurm"]
+ExecutorKind = Literal["local", "slurm"]
 CellState = Literal["done", "failed", "running", "pending"]
 RECORD_FORMAT = "midas_nb.sweep_record/2"
 #: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
