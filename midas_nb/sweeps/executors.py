@@ -1,8 +1,7 @@
-"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm or submitit's local stand-in
-(``slurm``: one preparation job per dataset, backbone and checkpoint, then the cells in chunked job arrays under
-``MaxArraySize`` that depend on them; docs/decisions/0037-slurm-submission.md, 0078, 0093). Every
-worker claims its cells, computes them (together where the cell function can: docs/decisions/0069) and writes their
-records (:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
+"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (``slurm``: one preparation job
+per dataset, backbone and checkpoint, then the cells in job arrays that depend on them; docs/decisions/0037, 0078,
+0093). Every worker claims its cells, computes them (together where it can: 0069) and writes their records
+(:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
 from __future__ import annotations
 
 import contextlib
@@ -33,11 +32,7 @@ _SLURM_ALIASES = dict(partition="slurm_partition", time="timeout_min", mem="mem_
 _SUBMITTING = threading.Lock()
 
 
-# ------------------------------------------------------------------------------ the worker body
-
-
 def _rows_of(out: Any) -> list[dict[str, Any]]:
-    """A cell function's output as a list of row dicts."""
     if isinstance(out, pd.DataFrame):
         # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so a row read back
         # from the store equals the row computed (pandas' to_json rounds to 15 digits); NaN stays NaN
@@ -51,8 +46,8 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
 
 
 def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
-    """``cells`` in the groups :func:`run_group` computes together: by ``cell_fn.group_key(cell)`` where
-    ``cell_fn`` has ``run_group`` (in order of first appearance), else one cell each (docs/decisions/0069)."""
+    """``cells`` by ``cell_fn.group_key`` (in order of first appearance) where ``cell_fn`` has ``run_group``, else one
+    cell each (docs/decisions/0069)."""
     if not hasattr(cell_fn, "run_group"):
         return [[c] for c in cells]
     groups: dict[Any, list[SweepCell]] = {}
@@ -62,8 +57,8 @@ def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any])
 
 
 def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[CellState]:
-    """Compute ``cells`` (claimed) and write their records: together by ``cell_fn.run_group`` (each cell's output,
-    in order) where it has one; where that raises, one by one, so each cell records its own error."""
+    """Compute claimed ``cells`` and write their records: by ``cell_fn.run_group`` where it has one, else (or where
+    that raises) one by one, so that each cell records its own error."""
     if len(cells) > 1 and hasattr(cell_fn, "run_group"):
         started = time.time()
         try:
@@ -89,11 +84,10 @@ def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[Swee
 
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
-    """Claim the cells (:meth:`ResultStore.hold`), compute those without a record (:func:`_compute`) and write
-    their records; never raises for a failing cell. A cell with a ``done`` record, or a record another worker wrote
-    meanwhile, is not computed again; a cell another process holds is left to it (``"running"``), or with ``wait``
-    waited for once the others are done (then read, or computed where its holder left no record). Returns each
-    cell's state: ``"done"``, ``"failed"`` (here or by another worker), ``"running"`` (never with ``wait``)."""
+    """Claim the cells (:meth:`ResultStore.hold`), compute and record those without a ``done`` record or one another
+    worker wrote meanwhile; never raises for a failing cell. A cell another process holds is left to it
+    (``"running"``) or, with ``wait``, waited for at the end (then read, or computed where its holder left no
+    record). Returns each cell's state: ``"done"``, ``"failed"`` or ``"running"`` (never with ``wait``)."""
     store = ResultStore(store_root)
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
 
@@ -127,9 +121,8 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 
 def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str,
               progress: Callable[[int], Any] | None = None) -> list[CellState]:
-    """A cell job's body and the local executor's: :func:`run_group` for each of its groups (:func:`cell_groups`;
-    a cell another process holds is left to it: a job must not sit idle on its allocation), ``progress(n)`` after
-    each group of ``n`` cells; the states in the order of ``cells``."""
+    """A cell job's body and the local executor's: :func:`run_group` (never waiting: a job must not sit idle on its
+    allocation) for each of the :func:`cell_groups`, then ``progress(n)``; the states in the order of ``cells``."""
     states = {}
     for group in cell_groups(cells, cell_fn):
         states.update(zip(group, run_group(group, cell_fn, store_root)))
@@ -137,35 +130,23 @@ def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     return [states[c] for c in cells]
 
 
-# ------------------------------------------------------------------------------ the executors
-
-
-def run_sweep(
-    cells: Sequence[SweepCell],
-    cell_fn: Callable[[SweepCell], Any],
-    store: ResultStore | str | Path,
-    executor: ExecutorKind = "local",
-    slurm: Mapping[str, Any] | None = None,
-    retry_failed: bool = True,
-    *,
-    wait: bool = True,
-    progress: bool = False,
-) -> StoreStatus:
-    """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
-    their status. Workers write their own records (:func:`run_group`; a failing cell records its error
-    and the others go on), so the same call resumes a stopped sweep; ``local`` waits for a cell another
-    process holds (until it ends), Slurm jobs leave it. A job that dies leaves its cells without a record
-    (pending: the next call computes them) and an ``executor_errors`` line.
+def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
+              executor: ExecutorKind = "local", slurm: Mapping[str, Any] | None = None, retry_failed: bool = True, *,
+              wait: bool = True, progress: bool = False) -> StoreStatus:
+    """Compute the cells without a ``done`` record (``retry_failed``: nor a ``failed`` one); returns their status.
+    Workers write their own records (:func:`run_group`), so the same call resumes a stopped sweep; ``local`` waits
+    for a cell another process holds, Slurm jobs leave it. A job that dies leaves its cells pending (no record) and
+    an ``executor_errors`` line.
 
     Args:
-        cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
-            list[dict] | dict``, picklable for ``slurm``. store: a store, its directory or name.
-        executor: ``"local"`` (here, one group after another) or ``"slurm"`` (submitit; ``wait=False``
-            returns after submission; no Slurm: ``SlurmNotFound``; in subprocesses here: ``cluster="local"``).
-        slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or
-            ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default
-            ``scontrol show config``), other ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm;
-            ``"local"``/``"debug"``: submitit's stand-ins). Job logs: ``<store>/submitit``.
+        cells: unique cells (:func:`midas_nb.study.make_grid`). cell_fn: ``cell -> DataFrame | list[dict] |
+            dict``, picklable for ``slurm``. store: a store, its directory or name.
+        executor: ``"local"`` or ``"slurm"`` (submitit; ``wait=False`` returns once submitted; no Slurm:
+            ``SlurmNotFound``).
+        slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or ``"32G"``),
+            ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default ``scontrol show config``),
+            other ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``: submitit's jobs in
+            subprocesses here; ``"debug"``: in this process). Job logs: ``<store>/submitit``.
 
     Raises:
         ValueError: duplicated cells, unknown executor.
@@ -173,8 +154,7 @@ def run_sweep(
     if executor not in ("local", "slurm"):
         raise ValueError(f"unknown executor {executor!r}; expected 'local' or 'slurm'")
     store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")
-    errors: list[str] = []
-    root = str(store.root)
+    errors, root = [], str(store.root)
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":   # grouped cells together (decision 0069), then those another sweep held
@@ -230,10 +210,9 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm: Mapping[str, Any]) -> list[Any]:
-    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings (see the module docstring); returns the cell jobs
-    (submitit ``Job``s, one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it waits
-    for); ``jobs.json`` maps every cell to its job id. Raises :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch``
-    refused the submission (its last error line)."""
+    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings; returns the cell jobs (submitit ``Job``s with
+    ``.cells`` and ``.after``, the preparation jobs' ids) and records them in ``jobs.json``. Raises
+    :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch`` refused the submission (its last error line)."""
     from submitit.core.utils import FailedJobError
 
     params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
@@ -273,10 +252,8 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
 
 @dataclass
 class Submission:
-    """What one submission sent to the scheduler: the ``store``'s directory, the ``cells`` submitted, how many
-    cells of the grid were ``skipped`` (done, or held by a process or a queued job), the cell ``jobs`` (``{job id:
-    [cell keys]}``, array tasks ``123_4``, in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one
-    per dataset, backbone, checkpoint)."""
+    """What one submission sent: the ``cells``, how many of the grid were ``skipped`` (done, or held by a process or
+    a queued job), the cell ``jobs`` (``{job id: [cell keys]}`` in submission order) and the ``preparation`` jobs."""
 
     store: Path
     cells: list[SweepCell]

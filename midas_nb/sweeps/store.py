@@ -51,8 +51,7 @@ class SweepCell:
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
     data_id: str = ""
 
-    def __post_init__(self) -> None:
-        # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
+    def __post_init__(self) -> None:     # equal cells hash equally (numpy ints, 0.25 vs 0.2500000001)
         for name, value in dict(depth=int(self.depth), seed=int(self.seed), budget=Budget(self.budget).keyed(),
                                 params=json.loads(canonical_json(dict(self.params)))).items():
             object.__setattr__(self, name, value)
@@ -67,7 +66,7 @@ class SweepCell:
         return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
                    **{k: d[k] for k in ("checkpoint_id", "params", "data_id") if k in d})
 
-    @functools.cached_property          # (a frozen cell: its key computed once)
+    @functools.cached_property
     def key(self) -> str:
         """16 hex digits of the SHA-256 of every field and ``RESULT_FORMAT_VERSION`` (canonical JSON)."""
         return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
@@ -86,7 +85,7 @@ def _cell(d: Any) -> SweepCell | None:
 
 
 def _read_json(path: Path) -> tuple[Any, str | None, str]:
-    """``(parsed JSON, None, text)``; ``(None, None, "")`` without the file; ``(None, why, "")`` when unreadable."""
+    """``(JSON, None, text)``; ``(None, None, "")`` without the file; ``(None, why, "")`` when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
         return json.loads(text), None, text
@@ -97,22 +96,18 @@ def _read_json(path: Path) -> tuple[Any, str | None, str]:
 
 
 def _with_digest(body: str) -> str:
-    """A record's JSON text ``body`` (``indent=1``) with a first entry ``"digest"``: the SHA-256 of ``body``
-    (the text, so that checking it encodes nothing)."""
+    """A record's JSON text ``body`` (``indent=1``) with a first entry ``"digest"``: the SHA-256 of ``body``."""
     return f'{{\n "digest": "{hash_bytes(body.encode())}",\n' + body[2:]
 
 
 class ResultStore:
     """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
 
-    A record: ``digest`` (first: the SHA-256 of the text after it), ``format``, ``key`` (the cell's
-    :attr:`SweepCell.key`), ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``),
-    ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt`` (1 first), ``started``/``finished`` (Unix
-    s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
-    worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's job). Invalid files
-    (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
-    are ignored and listed by :meth:`scan`; a cell with an invalid record is pending. A format-1 record (no
-    digest) has its key checked.
+    A record: ``digest`` (the SHA-256 of the text after it), ``format``, ``key``, ``label``, ``cell``
+    (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``), ``rows``, ``error``, ``traceback``,
+    ``attempt``, ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm). Beside
+    them: ``<key>.running`` (a claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's
+    job). Invalid files (:meth:`_load`) are ignored and listed by :meth:`scan`; their cells are pending.
     """
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
@@ -124,7 +119,7 @@ class ResultStore:
     def __repr__(self) -> str:
         return f"ResultStore({str(self.root)!r})"
 
-    def __reduce__(self):  # pickle as the path only (workers re-open the store)
+    def __reduce__(self):  # workers re-open the store
         return (ResultStore, (str(self.root),))
 
     def path(self, key: str) -> Path:
@@ -140,8 +135,7 @@ class ResultStore:
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float, error: str | None = None,
                     tb: str | None = None) -> Path:
-        """Write ``cell``'s record (``started``: Unix s): ``done`` with ``rows``, or ``failed`` where ``error`` is
-        given (:meth:`record_failed`)."""
+        """Write ``cell``'s record: ``done`` with ``rows``, or ``failed`` where ``error`` is given."""
         prev, now, array = self.read(cell.key), time.time(), os.environ.get("SLURM_ARRAY_JOB_ID")
         job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID")
         return self.write_record(dict(
@@ -154,9 +148,9 @@ class ResultStore:
         return self.record_done(cell, [], started=started, error=error, tb=tb)
 
     def hold(self, key: str, wait: bool = False) -> int | None:
-        """Claim cell ``key``: an open descriptor holding an exclusive ``flock`` on ``<key>.running``, which the
-        kernel releases however its process ends (no heartbeat, no expiry; docs/decisions/0078). ``None`` while
-        another process holds it; ``wait``: block until it is released. Give it back with :meth:`release`."""
+        """Claim cell ``key``: a descriptor holding an exclusive ``flock`` on ``<key>.running``, which the kernel
+        releases however its process ends (decision 0078); ``None`` while another process holds it (``wait``: block
+        until it is released). Give it back with :meth:`release`."""
         fd = os.open(self.running_path(key), os.O_CREAT | os.O_RDWR, 0o644)
         for _ in range(3):      # a status probe (claim_info) holds it for microseconds: try again before leaving it
             try:
@@ -168,7 +162,7 @@ class ResultStore:
         return None
 
     def release(self, key: str, fd: int) -> None:
-        """Give back :meth:`hold`'s claim; its file is removed while it is still the one this descriptor locks."""
+        """Give back :meth:`hold`'s claim; its file is removed while it is the one this descriptor locks."""
         try:
             if os.stat(self.running_path(key)).st_ino == os.fstat(fd).st_ino:
                 self.running_path(key).unlink()
@@ -178,8 +172,7 @@ class ResultStore:
             os.close(fd)
 
     def claim_info(self, key: str) -> dict[str, Any] | None:
-        """``{"live": whether a process holds cell key's claim}``; ``None`` without a claim file (a file nobody
-        holds is a worker's that was killed)."""
+        """``{"live": whether a process holds cell key's claim}``; ``None`` without a claim file."""
         try:
             fd = os.open(self.running_path(key), os.O_RDONLY)
         except FileNotFoundError:
@@ -211,8 +204,7 @@ class ResultStore:
         self._merge(self.manifest_path, lambda: self._manifest()[0], {c.key: c.to_dict() for c in cells})
 
     def _manifest(self, recover: bool = True) -> tuple[dict[str, dict], str | None]:
-        """``(grid.json's {key: cell}, None)`` (``{}`` without one); for an unreadable one ``(the cells of the
-        records where recover, else {}, why)`` (:meth:`scan` reports it)."""
+        """``(grid.json's {key: cell} or {}, None)``; an unreadable one: ``(the records' cells if recover, why)``."""
         grid, why, text = _read_json(self.manifest_path)
         why = why or (None if isinstance(grid, dict) or not text else f"a JSON {type(grid).__name__}, not an object")
         if why or not text:
@@ -224,7 +216,8 @@ class ResultStore:
         return [c for c in map(_cell, self._manifest()[0].values()) if c is not None]
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
-        """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
+        """``(record, None)``; ``(None, why)`` for a file that is no valid record (unreadable; a key that is not the
+        file name or its cell's hash; a text that does not match its digest, format 2); ``(None, None)``: no file."""
         rec, why, text = _read_json(path)
         if why or not isinstance(rec, dict):
             return None, why or ("not a JSON object" if text else None)
@@ -269,15 +262,14 @@ class ResultStore:
         return records, problems
 
     def state(self, key: str, rec: Any = _MISSING) -> CellState:
-        """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending`` (``rec``: its
-        record, read already)."""
+        """``done``, ``failed``, ``running`` (claimed, no record) or ``pending`` (``rec``: its record, if read)."""
         rec = self.read(key) if rec is _MISSING else rec
         return rec["status"] if rec is not None else "running" if (self.claim_info(key) or {}).get("live") else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell (default: the registered ones, then any other with a record): its parameters,
-        ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (``None``:
-        never submitted); ``attrs``: ``problems``, ``root``, ``store_cells``."""
+        ``status``, ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id``; ``attrs``: ``problems``,
+        ``root``, ``store_cells`` (every sweep's cells)."""
         records, problems = self.scan()
         by_key = {c.key: c for c in self.registered_cells()}
         extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
@@ -288,7 +280,6 @@ class ResultStore:
                 for c in cells for r in [records.get(c.key) or {}]]
         cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
-        # store_cells: every sweep's cells (a notebook asks for its own grid)
         df.attrs.update(problems=problems, root=str(self.root), store_cells=len(by_key) + len(extra))
         return df
 
@@ -306,8 +297,8 @@ class ResultStore:
 
 @dataclass
 class StoreStatus:
-    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells; the store's invalid files
-    in ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor, e.g. a worker died)."""
+    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells) and ``executor_errors``
+    (e.g. a job died)."""
 
     table: pd.DataFrame
     executor_errors: list[str] = field(default_factory=list)
