@@ -20,12 +20,10 @@ from .settings import RunSettings
 __all__ = ["StudyBase"]
 
 
-#: torch's intra-op thread count of this process before any study set it (``torch_threads: None``)
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def _fraction(v: Any) -> str:
-    """``0.417`` for a fraction, ``n/a`` for ``None`` / NaN."""
     try:
         return "n/a" if v is None or v != v else f"{float(v):.3f}"
     except (TypeError, ValueError):
@@ -33,15 +31,14 @@ def _fraction(v: Any) -> str:
 
 
 class StudyBase:
-    """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides``
-    (any profile key; ``None`` ignored); ``progress``: bars for the long stages. Raises
-    :class:`midas_nb.config.ProfileError`: every problem of the settings (:meth:`RunSettings.build`)."""
+    """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides`` (any profile key;
+    ``None`` ignored). Raises :class:`midas_nb.config.ProfileError`: every problem of the settings."""
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self._settings = RunSettings.build(profile, **overrides)
         self.progress = progress_enabled(progress)
         d = self.settings.data
-        if d.embedded and not (d.root / "images.txt").is_file():  # generated once, deterministic by seed
+        if d.embedded and not (d.root / "images.txt").is_file():
             make_synthetic_cub(d.root, **d.synthetic)
         self.loader_name, self.data_root, self.dataset_name = d.loader, d.root, d.label
         self.device = torch.device(self.settings.device)
@@ -63,7 +60,7 @@ class StudyBase:
 
     def __repr__(self) -> str:
         s = self.settings
-        b = s.backbone      # the build its maps, probes and batches are drawn on (its fine-tuning seed; decision 0072)
+        b = s.backbone
         return (f"Study(profile={s.profile!r}, dataset={self.dataset_name!r}, backbone={b.name!r}, build={b.build}"
                 + (f" of builds {b.build}–{b.build + b.builds - 1}" if b.builds > 1 else "")
                 + f", depth={s.point.depth}, budget={s.point.budget}, device={str(self.device)!r})")
@@ -76,11 +73,11 @@ class StudyBase:
     def dataset(self, split: str, train: bool = False):
         """The ``split`` with the backbone's normalisation; ``DatasetError`` for a split without labels."""
         mean, std = self.normalization
-        if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
+        if split == "train":
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         d = self.settings.data
         extra = {} if d.max_images_per_class is None else dict(max_images_per_class=d.max_images_per_class)
-        if d.loader == "aircraft":  # the profile's label level (enters the data identity)
+        if d.loader == "aircraft":
             extra["annotation_level"] = d.aircraft_level
         ds = load_dataset(d.loader, d.root, split, image_size=d.image_size, patch_size=d.patch_size,
                           train=train, mean=mean, std=std, **extra)
@@ -97,8 +94,7 @@ class StudyBase:
         return self.dataset("test")
 
     def data_note(self) -> str:
-        """The data line every notebook prints: :func:`midas_nb.data.data_note`'s caveat on the embedded synthetic
-        set, else the dataset and its root."""
+        """The data line every notebook prints: :func:`midas_nb.data.data_note`, else the dataset and its root."""
         return data_note(self.train_set, self.test_set) or f"Data: {self.dataset_name} from {self.data_root}"
 
     # ------------------------------------------------------------------------- backbone
@@ -121,15 +117,8 @@ class StudyBase:
         return load_or_finetune(b.name, self.train_set, self.test_set, b.recipe, device=self.device, weights=b.weights,
                                 backbone_kwargs=dict(b.kwargs) or None, progress=self.progress)
 
-    @property
-    def model(self) -> torch.nn.Module:
-        """The fine-tuned, frozen backbone (eval mode)."""
-        return self._backbone[0]
-
-    @property
-    def meta(self) -> dict:
-        """Checkpoint metadata (``checkpoint_id``, accuracies, versions, ...)."""
-        return self._backbone[1]
+    model = property(lambda self: self._backbone[0], doc="The fine-tuned, frozen backbone (eval mode).")
+    meta = property(lambda self: self._backbone[1], doc="Checkpoint metadata (``checkpoint_id``, accuracies, ...).")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -175,7 +164,6 @@ class StudyBase:
         ids = list(self.settings.protocol.targets if ids is None else ids)
         ds = self.train_set if split == "train" else self.test_set
         rule = "label" if split == "train" else "prediction"
-        # no data path: target_cache adds the split's content identity and the weights digest
         key = dict(dataset=self.dataset_name, split=split, checkpoint=self.meta["checkpoint_id"],
                    depth=depth, class_rule=rule)
         return target_cache(self.model, ds, ids=ids, depth=depth, class_rule=rule, key=key,

@@ -20,9 +20,8 @@ __all__ = ["SWEEPS", "profile_sweeps", "catalogue_status", "cmd_from_args"]
 
 def profile_sweeps(profile: Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
-    """The cells of each notebook sweep of a profile (:data:`midas_nb.study.grid.CATALOGUE`), ``{"04 regime": cells,
-    ...}``; ``planned=True`` reads no data (checkpoint and data ids are placeholders: counts exact, keys not).
-    Raises ``ValueError``: an unknown sweep name; a dataset without a data root (``planned=False``)."""
+    """``{"04 regime": cells, ...}``: the cells of each notebook sweep of a profile (``planned``: as
+    :func:`~midas_nb.study.make_grid`'s). Raises ``ValueError``: an unknown sweep name; a dataset without a root."""
     return {f"{SWEEPS[n]} {n}": sweep_cells(profile, n, planned=planned)
             for n in sweep_names(None if names is None else ",".join(names))}
 
@@ -33,15 +32,13 @@ def _store(profile: str) -> ResultStore | None:
 
 
 def catalogue_status(profile: str) -> str:
-    """``midas-nb sweep status PROFILE``'s count per notebook sweep of the catalogue, as ``sweep plan`` counts: its
-    cells, those shared with a sweep above, those done in ``runs/sweeps/<profile>`` (never created here)."""
+    """``midas-nb sweep status PROFILE``'s count per notebook sweep, as ``sweep plan`` counts (:func:`sweep_lines`)."""
     lines = sweep_lines(profile_sweeps(config.get_profile(profile), planned=True), _store(profile))[0]
     return "\n".join([f"cells per notebook sweep of profile {profile} (midas_nb.study.grid.CATALOGUE):", *lines])
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan``: print the plan; 0. Bad input raises ``ValueError`` / ``FileNotFoundError``
-    (the command line answers it: :func:`cmd_from_args`)."""
+    """``midas-nb sweep plan``: print the plan; 0."""
     prof = config.get_profile(args.profile, **overrides)
     sweeps = profile_sweeps(prof, sweep_names(args.sweep), planned=True)
     max_array = max_array_size() if args.max_array_size is None else args.max_array_size
@@ -54,9 +51,8 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep submit``: say what runs where (the sweeps, their cells, those done, the store), then submit
-    (``slurm``: return at once) or run the named sweeps' cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a
-    local run left failed cells; bad input raises as :func:`cmd_from_args` says."""
+    """``midas-nb sweep submit``: say what runs where, then submit (``slurm``: return at once) or run the sweeps'
+    cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a local run left failed cells."""
     slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
                  time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
     here = args.executor != "slurm"

@@ -28,9 +28,8 @@ __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "SweepSettings", "
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The data one study reads. ``label``: the name results carry (``"aircraft (family)"``); ``loader``:
-    the reader (CUB's for the embedded set); ``embedded``: ``root`` is the generated synthetic set's;
-    ``image_size``, ``patch_size`` in px; ``max_images_per_class``: ``None`` for all."""
+    """The data one study reads. ``label``: the name results carry (``"aircraft (family)"``); ``loader``: the reader
+    (CUB's for the embedded synthetic set, ``embedded``); sizes in px; ``max_images_per_class``: ``None`` for all."""
 
     dataset: str
     label: str
@@ -47,8 +46,7 @@ class DataSettings:
 @dataclass(frozen=True)
 class BackboneSettings:
     """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None`` (random init);
-    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning schedule, seeded by
-    ``build``; ``builds``: the builds (seeds ``0..builds-1``) at the profile's point (decision 0072)."""
+    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe`` seeded by ``build``; ``builds``: decision 0072."""
 
     name: str
     weights: str | None
@@ -60,9 +58,8 @@ class BackboneSettings:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06):
-    ``regime_grid`` (:func:`midas_nb.study.make_grid`); ``seeds`` at the sweep's other points;
-    ``compare_backbones`` (:func:`midas_nb.backbones.comparison_backbones`, ``planned=True``)."""
+    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06); ``seeds`` at the
+    sweep's other points; ``compare_backbones``: :func:`midas_nb.backbones.comparison_backbones` (``planned``)."""
 
     depths: tuple[int, ...]
     budgets: tuple[Budget, ...]
@@ -91,8 +88,8 @@ class SweepSettings:
 
 
 def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` a sweep of ``kind`` spans, each defaulting to the study's own: for ``"scale"``
-    the ``scale_backbones`` (the study's alone where ``other_backbones`` is false), else the ``backbones``."""
+    """``(datasets, backbones)`` a sweep of ``kind`` spans, each defaulting to the study's own: for ``"scale"`` the
+    ``scale_backbones`` (the study's alone where ``other_backbones`` is false), else the ``backbones``."""
     own = [p["backbone"]]
     alone = kind == "scale" and not p.get("other_backbones", True)
     backbones = own if alone else p.get("scale_backbones" if kind == "scale" else "backbones") or own
@@ -100,19 +97,15 @@ def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], l
 
 
 #: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
-TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
-                                                "throughput_batch", "throughput_repeats", "precision")
-
-
-#: top-level protocol settings in every cell's key, with ``PROTOCOL_DEFAULTS`` where the profile lacks them
-_ALWAYS_KEYED: tuple[str, ...] = ("relaxation", "lam", "temperature")
+TOP_LEVEL_PROTOCOL_SETTINGS = ("relaxation", "lam", "temperature", "eval_subset_seed", "throughput_batch",
+                               "throughput_repeats", "precision")
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings that change a protocol run's result: every cell's key and
-    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``);
-    ``scorer_train`` keys win over the top level."""
-    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
+    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``; the first three
+    top-level ones always, with ``PROTOCOL_DEFAULTS``); ``scorer_train`` keys win over the top level."""
+    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in TOP_LEVEL_PROTOCOL_SETTINGS[:3]}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile})
     out.update(dict(profile.get("scorer_train") or {}))
     return out | {k: profile[k] for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap",
@@ -121,11 +114,9 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One study's settings, typed (module docstring). Build with :meth:`build`. ``statistics``: the profile's
-    :class:`midas_nb.config.RunProfile` (``bootstrap``, resamples of every percentile interval); ``protocol``:
-    the same model with what the three-condition protocol runs (DESIGN.md §5) as its runs receive it: the
-    protocol settings of :func:`protocol_settings` (``eval_subset_seed``, ``throughput_*``: a ``scorer_train``
-    key wins), ``conditions``/``targets``/``seeds`` as tuples and ``scorer_train`` a read-only mapping."""
+    """One study's settings, typed; build with :meth:`build`. ``statistics``: the profile's
+    :class:`midas_nb.config.RunProfile` (``bootstrap``); ``protocol``: the same model as the protocol's runs receive
+    it (:func:`protocol_settings`' ``eval_subset_seed``, ``throughput_*``; tuples; ``scorer_train`` read-only)."""
 
     profile: str
     point: Point

@@ -15,8 +15,7 @@ from .store import ResultStore, SweepCell
 __all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "plan_text", "sweep_lines", "CELL_IDENTITY",
            "cell_ident"]
 
-#: the cost table of the last GPU measurement, shipped with the package (its card and date inside;
-#: how each number comes from the measurement: docs/decisions/0068-shipped-cost-table.md)
+#: the cost table of the last GPU measurement, shipped with the package (docs/decisions/0068)
 SHIPPED_COST_TABLE = Path(__file__).with_name("cell_cost.json")
 
 
@@ -26,15 +25,9 @@ def default_cost_path() -> Path:
 
 
 def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as
-    ``{backbone: {dataset: seconds}}``, and ``path``, where it was read) at ``path``, else the one
-    ``bench/gpu_check.py`` wrote here (:func:`default_cost_path`), else :data:`SHIPPED_COST_TABLE`;
-    ``None`` where there is no file.
-
-    Raises:
-        ValueError: the file is not such a table.
-        FileNotFoundError: a ``path`` given that is not a file (the default path may be absent).
-    """
+    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as ``{backbone: {dataset:
+    seconds}}``, ``path``) at ``path``, else :func:`default_cost_path`'s, else :data:`SHIPPED_COST_TABLE`'s; ``None``
+    without a file. Raises ``ValueError`` (not such a table), ``FileNotFoundError`` (a ``path`` given, no file)."""
     p = Path(path) if path is not None else default_cost_path() if default_cost_path().is_file() else SHIPPED_COST_TABLE
     if not p.is_file():
         if path is not None:
@@ -74,9 +67,8 @@ CELL_IDENTITY = list(_IDENT_TYPES)
 
 
 def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
-    """The one cell key of the plan and the report (docs/decisions/0077-sweep-catalogue.md): the values of ``cols``
-    (of :data:`CELL_IDENTITY`) of a row or a :meth:`SweepCell.to_dict`, typed so that equal cells compare
-    equal; the backbone build is the row's ``build``, else the cell's ``params["build"]``, else 0."""
+    """The one cell key of the plan and the report (decision 0077): the values of ``cols`` (of :data:`CELL_IDENTITY`)
+    of a row or a :meth:`SweepCell.to_dict`, typed; the build is the row's, else ``params["build"]``, else 0."""
     try:
         build = float(d.get("build"))                     # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -97,7 +89,6 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
     in ``store`` (done matched as :func:`plan_text` says)."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
-    # scan() reads only records whose key their cell gives now: a record of an older result format is not done
     for r in store.scan()[0].values() if store is not None and store.cells_dir.is_dir() else []:
         if r["status"] == "done":
             done.add(_done_key(r["cell"]))
@@ -120,15 +111,10 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
               gpus: Sequence[int] = (8, 32)) -> str:
-    """The plan of ``sweeps`` (``{name: cells}``, e.g. ``{"04 regime": [...]}``) as text: cells per
-    sweep (new ones, done ones), preparation jobs, cell jobs and arrays, the projected GPU-hours
-    (cells + preparation fine-tunes) and the wall time on each number of ``gpus``. A store's done cells
-    are matched by dataset, backbone, L, b, condition, seed and settings, without the checkpoint and
-    data ids (a plan that read no data has placeholders there).
-
-    Raises:
-        ValueError: ``cells_per_job`` or ``max_array`` below 1.
-    """
+    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (new, done), preparation
+    jobs, cell jobs and arrays, the projected GPU-hours (cells + fine-tunes) and the wall time on each number of
+    ``gpus``. A store's done cells are matched by their coordinates and settings, without the checkpoint and data
+    ids (placeholders in a plan). Raises ``ValueError``: ``cells_per_job`` or ``max_array`` below 1."""
     lines, seen, todo, timed = sweep_lines(sweeps, store)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
