@@ -65,7 +65,6 @@ class StudyBase:
                 + (f" of builds {b.build}–{b.build + b.builds - 1}" if b.builds > 1 else "")
                 + f", depth={s.point.depth}, budget={s.point.budget}, device={str(self.device)!r})")
 
-    # ----------------------------------------------------------------------------- data
     @cached_property
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return backbone_normalization(self.settings.backbone.name)
@@ -97,7 +96,6 @@ class StudyBase:
         """The data line every notebook prints: :func:`midas_nb.data.data_note`, else the dataset and its root."""
         return data_note(self.train_set, self.test_set) or f"Data: {self.dataset_name} from {self.data_root}"
 
-    # ------------------------------------------------------------------------- backbone
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the fine-tuned backbone, nothing trained (``device``: another's numerics)."""
         self.own_threads()
@@ -156,7 +154,6 @@ class StudyBase:
                 ("chance accuracy", _fraction(ds.chance_accuracy)), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
-    # -------------------------------------------------------------------------- targets
     def target_maps(self, split: str = "test", depth: int | None = None,
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Target maps ``{id: [M, N]}`` over the split's images (cached on disk)."""

@@ -65,8 +65,7 @@ def _digest_memo(profile: Mapping[str, Any], dataset: str) -> Path:
     return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, _data_root_for(profile, dataset)], 12)}.json"
 
 
-def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
-                       build: int | None = None) -> str:
+def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str, build: int | None = None) -> str:
     """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone, build)`` (decisions 0051, 0072),
     nothing trained: data read on the CPU, numerics keyed as the profile's ``device``'s. Raises ``ValueError`` or
     ``FileNotFoundError`` for a dataset without a readable data root."""

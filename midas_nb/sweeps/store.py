@@ -10,7 +10,7 @@ import math
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -63,8 +63,7 @@ class SweepCell:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
-        return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
-                   **{k: d[k] for k in ("checkpoint_id", "params", "data_id") if k in d})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     @functools.cached_property
     def key(self) -> str:
