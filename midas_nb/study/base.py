@@ -167,7 +167,7 @@ class StudyBase:
                             device=self.device, progress=self.progress)
 
     def target_coverage(self, budget: float | None = None, ids: list[str] | None = None) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.target_maps.target_coverage` of the test split at ``budget`` (default the study's)."""
+        """:func:`~midas_nb.analysis.target_maps.target_coverage` of the test split at ``budget`` (default: own)."""
         b = float(self.settings.point.budget if budget is None else budget)
         return target_coverage(self.target_maps(ids=ids), self.test_set, b, n_boot=self.settings.statistics.bootstrap)
 

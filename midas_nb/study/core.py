@@ -20,16 +20,6 @@ from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cel
 __all__ = ["Study"]
 
 
-def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
-    """Raises ``RuntimeError`` where the rows of one build come from more than one checkpoint (decision 0072)."""
-    for col in ("checkpoint_id", "weights_digest"):
-        for b, g in table.groupby(table.get("build", pd.Series(0, index=table.index))):
-            if col in g.columns and g[col].dropna().nunique() > 1:
-                found = sorted(g[col].dropna().astype(str).unique())
-                raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
-                                   f"{found}); one build is one frozen backbone — rebuild the cells with one profile")
-
-
 def with_builds(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` with an integer ``build`` column: a row stored without one is build 0 (decision 0072)."""
     return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
@@ -57,7 +47,14 @@ class Study(StudyBase):
         what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
             raise RuntimeError(f"{what}: not every cell is done\n{status}")
-        _one_checkpoint(table := with_builds(table), what)
+        table = with_builds(table)
+        for col in [c for c in ("checkpoint_id", "weights_digest") if c in table.columns]:   # decision 0072
+            for b, g in table.groupby("build"):
+                if g[col].dropna().nunique() > 1:
+                    found = sorted(g[col].dropna().astype(str).unique())
+                    raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
+                                       f"{found}); one build is one frozen backbone — rebuild the cells with one "
+                                       "profile")
         named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=list(conditions or dict.fromkeys(c.condition for c in cells)),

@@ -73,9 +73,9 @@ class SweepSettings:
 
     @classmethod
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
-        """The sweep lists of a profile mapping, typed, not checked; a list left out is the study's own."""
-        seeds = tuple(int(s) for s in p["seeds"])
-        depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
+        """The sweep lists of a profile mapping, typed, not checked (an empty list stays empty); a list left out is
+        the study's own."""
+        seeds, depths, budgets = tuple(int(s) for s in p["seeds"]), p.get("depths"), p.get("budgets")
         return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
                    budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),
                    regime_grid=str(p.get("regime_grid", "cross")),
@@ -179,14 +179,13 @@ class RunSettings:
             k: int(keyed[k]) for k in ("eval_subset_seed", "throughput_batch", "throughput_repeats")} | {
             "scorer_train": MappingProxyType(dict(p.get("scorer_train") or {}))})
         return cls(profile=p["profile"], point=run.point, data=data, backbone=backbone, protocol=protocol,
-                   statistics=run, sweep=SweepSettings.of(p),
-                   device=run.device, torch_threads=run.torch_threads, values=MappingProxyType(p))
+                   statistics=run, sweep=SweepSettings.of(p), device=run.device, torch_threads=run.torch_threads,
+                   values=MappingProxyType(p))
 
 
 class ReportSettings(config.RunProfile):
-    """What the report reads of a run's profile: its validated model (no root or weights file is opened: a store
-    is read where they may be absent) with ``relaxation`` ``"st"`` where none is given, notebook 05's
-    ``compare_backbones``, its :class:`SweepSettings` and ``values``, the profile, read-only (cells are keyed by it)."""
+    """What the report reads of a run's profile (no root or weights file opened): its validated model with
+    ``relaxation`` ``"st"`` by default, 05's ``compare_backbones``, its :class:`SweepSettings`, ``values`` read-only."""
 
     profile: str = "default"
     relaxation: str = "st"
@@ -195,8 +194,7 @@ class ReportSettings(config.RunProfile):
 
     @classmethod
     def of(cls, settings: "ReportSettings | Mapping[str, Any]") -> "ReportSettings":
-        """The report's part of a profile mapping (a study's: ``RunSettings.values``; no data read); raises
-        :class:`midas_nb.config.ProfileError` (a ``ValueError``) with every problem, one line each."""
+        """The report's part of a profile mapping (no data read); raises :class:`midas_nb.config.ProfileError`."""
         if isinstance(settings, ReportSettings):
             return settings
         s, problems = cls.check(dict(settings, values=MappingProxyType(dict(settings))))

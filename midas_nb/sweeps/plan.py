@@ -48,7 +48,8 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
 def _cell_cost(cell: SweepCell, timed: Mapping[tuple[str, str], list[float]],
                table: Mapping[str, Any] | None) -> tuple[float | None, str]:
     """Seconds for one cell and where the number comes from."""
-    same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone for s in v]
+    same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone
+                                                          for s in v]
     if same:
         return sum(same) / len(same), "store"
     per = (table or {}).get("cell_s", {}).get(cell.backbone, {})
@@ -146,6 +147,6 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     per_job = cell_s / len(chunks)
     for g in gpus:
         wall = max(prep_s or [0.0]) + math.ceil(len(chunks) / g) * per_job
-        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest preparation job, then "
-                   f"{math.ceil(len(chunks) / g)} rounds of cell jobs)")
+        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest "
+                   f"preparation job, then {math.ceil(len(chunks) / g)} rounds of cell jobs)")
     return "\n".join(out)

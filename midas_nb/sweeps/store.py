@@ -17,7 +17,8 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import RESULT_FORMAT_VERSION, atomic_write_text, canonical_json, file_lock, hash_bytes, hash_json, jsonable
+from ..identity import (RESULT_FORMAT_VERSION, atomic_write_text, canonical_json, file_lock, hash_bytes, hash_json,
+                        jsonable)
 from ..point import Budget
 
 __all__ = ["SweepCell", "CellState", "ExecutorKind", "RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status",
@@ -263,7 +264,8 @@ class ResultStore:
     def state(self, key: str, rec: Any = _MISSING) -> CellState:
         """``done``, ``failed``, ``running`` (claimed, no record) or ``pending`` (``rec``: its record, if read)."""
         rec = self.read(key) if rec is _MISSING else rec
-        return rec["status"] if rec is not None else "running" if (self.claim_info(key) or {}).get("live") else "pending"
+        return rec["status"] if rec is not None else \
+            "running" if (self.claim_info(key) or {}).get("live") else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell (default: the registered ones, then any other with a record): its parameters,
@@ -326,7 +328,8 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
                                                if total > n else "]")
     failed = table[table["status"] == "failed"] if n else table
     lines = [head] + [f"  FAILED {r['label']} (key {r['key']}, attempt {r['attempt']}): "
-                      f"{(str(r['error']).strip().splitlines() or [''])[-1]}" for _, r in failed.head(max_errors).iterrows()]
+                      f"{(str(r['error']).strip().splitlines() or [''])[-1]}"
+                      for _, r in failed.head(max_errors).iterrows()]
     if len(failed) > max_errors:
         lines.append(f"  ... and {len(failed) - max_errors} more failures")
     lines += [f"  ignored {Path(p['path']).name}: {p['reason']}" for p in table.attrs.get("problems", [])]
