@@ -269,10 +269,8 @@ class ProtocolCellRunner:
         if cell.data_id and cell.data_id != (now := eval_data_id(study, settings)):
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the evaluated test "
                              f"images now are {now!r} (images, labels, keypoints or boxes changed); rebuild the grid")
-        for k in ("image_size", "patch_size", "build"):   # in the cell's key (the data, the build), not arguments
-            settings.pop(k, None)
-        if self.cache_dir is not None:
-            settings["cache_dir"] = self.cache_dir
+        settings = {k: v for k, v in settings.items() if k not in ("image_size", "patch_size", "build")}  # keyed only
+        settings |= {} if self.cache_dir is None else dict(cache_dir=self.cache_dir)
         table = protocol_cells(
             study.train_set, study.test_set, study.model,
             cells=[(c.depth, c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,

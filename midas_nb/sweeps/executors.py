@@ -33,9 +33,7 @@ _SUBMITTING = threading.Lock()
 
 
 def _rows_of(out: Any) -> list[dict[str, Any]]:
-    if isinstance(out, pd.DataFrame):
-        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so a row read back
-        # from the store equals the row computed (pandas' to_json rounds to 15 digits); NaN stays NaN
+    if isinstance(out, pd.DataFrame):   # Python's JSON keeps every bit of a float (pandas' to_json rounds)
         return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
     is_list = isinstance(out, Iterable) and not isinstance(out, (str, bytes, Mapping))
     rows = [out] if isinstance(out, Mapping) else list(out) if is_list else []

@@ -1,5 +1,5 @@
-"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``):
-:func:`plan_text`; how the cost per cell is found: docs/decisions/0020-sweep-cost-model.md."""
+"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``,
+:func:`plan_text`; the cost per cell: docs/decisions/0020-sweep-cost-model.md)."""
 from __future__ import annotations
 
 import json
@@ -47,7 +47,7 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
 
 def _cell_cost(cell: SweepCell, timed: Mapping[tuple[str, str], list[float]],
                table: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    """Seconds for one cell and where the number comes from."""
+    """Seconds for one cell and where the number comes from (``store``, ``table``, ``none``)."""
     same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone
                                                           for s in v]
     if same:
@@ -79,7 +79,7 @@ def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tup
 
 
 def _done_key(cell: Mapping[str, Any]) -> Any:
-    """A cell's coordinates and settings, without its checkpoint and data ids (placeholders in a plan)."""
+    """A cell's coordinates and settings, without its checkpoint and data ids."""
     return cell_ident(cell), canonical_json({k: v for k, v in (cell.get("params") or {}).items() if k != "build"})
 
 

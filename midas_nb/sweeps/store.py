@@ -36,11 +36,9 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class SweepCell:
-    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``
-    (``"reference"``, ``"unsupervised"`` or a target id), ``seed``; ``checkpoint_id``
-    (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`midas_nb.study.eval_data_id`) and
-    ``params`` (JSON settings that change the result; not in ``hash()``). Every field is in :attr:`key`.
-    Raises ``ValueError``: ``depth < 1``."""
+    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``, ``seed``,
+    ``checkpoint_id`` (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`~midas_nb.study.eval_data_id`)
+    and ``params`` (JSON settings; not in ``hash()``), all in :attr:`key`. Raises ``ValueError``: ``depth < 1``."""
 
     dataset: str
     backbone: str
@@ -73,7 +71,7 @@ class SweepCell:
 
     @property
     def label(self) -> str:
-        """Readable short name, e.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
+        """E.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
         return f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} {self.condition} s{self.seed}"
 
 
@@ -129,7 +127,7 @@ class ResultStore:
         return self.cells_dir / f"{key}.running"
 
     def write_record(self, record: Mapping[str, Any]) -> Path:
-        """Write a record atomically, its ``digest`` first (:func:`_with_digest`); returns its path."""
+        """Write a record atomically, its ``digest`` first; returns its path."""
         return atomic_write_text(self.path(record["key"]), _with_digest(json.dumps(
             {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
@@ -240,8 +238,7 @@ class ResultStore:
 
     def scan(self) -> tuple[dict[str, dict], list[dict[str, str]]]:
         """All valid records by key, and the problems found (``path``, ``reason``)."""
-        records: dict[str, dict] = {}
-        problems: list[dict[str, str]] = []
+        records, problems = {}, []
         for p in sorted(self.cells_dir.iterdir()):
             if p.suffix == ".json":
                 rec, why = self._load(p)
@@ -251,8 +248,7 @@ class ResultStore:
             elif p.name.endswith(".tmp"):
                 reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
             else:   # a claim, or NFS's name for a removed claim file that a waiting worker still has open
-                ok = p.name.endswith(".running") or p.name.startswith(".nfs")
-                reason = None if ok else "unexpected file; ignored"
+                reason = None if p.suffix == ".running" or p.name.startswith(".nfs") else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
         if why := self._manifest(recover=False)[1]:
@@ -285,8 +281,8 @@ class ResultStore:
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """Concatenated result rows of the done cells (all, or only those of ``cells``), each with
-        ``cell_key``; the cell's parameters (``dataset`` ... ``checkpoint_id``) fill columns the rows lack."""
+        """The result rows of the done cells (all, or those of ``cells``) with ``cell_key``; the cell's parameters fill
+        columns the rows lack."""
         records, _ = self.scan()
         keys = ([c.key for c in cells] if cells is not None else   # grid order, then cells never registered
                 dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
