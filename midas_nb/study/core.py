@@ -92,11 +92,8 @@ class Study(StudyBase):
         ``"scale"``; else a :func:`~midas_nb.study.make_grid` kind) in the profile's store, computing missing cells
         unless ``run=False``; ``wait=False`` (Slurm, settings in ``**slurm``) returns the
         :class:`~midas_nb.sweeps.Submission` at once. ``device``: default the study's, on Slurm the profile's (0038).
-
-        Raises:
-            ValueError: ``wait=False`` without ``executor="slurm"`` and ``run=True``.
-            midas_nb.config.ProfileError: a bad ``device``, or one this machine lacks (not ``slurm``).
-        """
+        Raises ``ValueError``: ``wait=False`` without ``executor="slurm"`` and ``run=True``;
+        :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks (not ``slurm``)."""
         if not wait and (executor != "slurm" or not run):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
                              f"run=True, got executor={executor!r}, run={run!r}")

@@ -111,8 +111,7 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
               "full": [(L, b) for L in depths for b in budgets], "scale": [(L0, b0)]}
     shapes["cross"] = shapes["depth"] + shapes["budget"]
     if kind not in shapes:
-        raise ValueError(f"unknown grid kind {kind!r}; expected one of "
-                         "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
+        raise ValueError(f"unknown grid kind {kind!r}; expected one of {[*shapes, 'regime']}")
     points = list(dict.fromkeys(Point(L, b) for L, b in shapes[kind]))  # drop the shared point
     spans = grid_spans(prof, kind)
     datasets, backbones = spans[0] if datasets is None else datasets, spans[1] if backbones is None else backbones
@@ -126,7 +125,6 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
             raise ValueError(f"make_grid: {name} is empty; expected at least one entry")
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
-
     checkpoint_ids, data_ids = checkpoint_ids or {}, data_ids or {}
     base, own_build, cells = dict(protocol_settings(prof), **dict(params or {})), int(prof.get("build", 0)), []
     for ds in datasets:

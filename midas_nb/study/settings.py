@@ -162,10 +162,8 @@ class RunSettings:
                          for why in check_epochs(bb, config.finetune_settings(p, label, bb).get("epochs"))]
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
-        syn = MappingProxyType(dict(p.get("synthetic") or {}))
-        embedded = root is None  # the synthetic set's root is deterministic by its generator settings
-        if embedded:
-            root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}"
+        syn, embedded = MappingProxyType(dict(p.get("synthetic") or {})), root is None   # root: by its generator
+        root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}" if embedded else root
         data = DataSettings(dataset=name, label=label, root=root, loader="cub" if embedded else name, embedded=embedded,
                             image_size=run.image_size, patch_size=run.patch_size,
                             max_images_per_class=config.images_per_class(p, label),
