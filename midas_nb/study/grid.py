@@ -97,11 +97,8 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
     the profile's ``build`` elsewhere. ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the
     profile's (``seeds``: at every point); ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone[, build]): id}``
     (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params``: merged into every cell's. ``planned``
-    reads no data: the ids are placeholders ``"planned"``, ``"planned-<build>"`` (counts exact, keys not).
-
-    Raises:
-        ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
-    """
+    reads no data: the ids are placeholders ``"planned"``, ``"planned-<build>"`` (counts exact, keys not). Raises
+    ``ValueError``: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root."""
     prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
