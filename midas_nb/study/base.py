@@ -143,8 +143,7 @@ class StudyBase:
                 ("image size (px)", self.settings.data.image_size),
                 ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
-                ("fine-tuning epochs", m.get("epochs")),
-                ("train accuracy", _fraction(m.get("train_accuracy"))),
+                ("fine-tuning epochs", m.get("epochs")), ("train accuracy", _fraction(m.get("train_accuracy"))),
                 ("test accuracy", _fraction(m.get("test_accuracy"))),
                 # a distilled student: its teacher's and each head's (00 says why the student can pass its teacher)
                 *((f"test accuracy, {what}", _fraction(d[k])) for d in [m.get("distillation") or {}] for what, k in (

@@ -1,7 +1,6 @@
-"""Slurm as the sweep engine sees it: ``MaxArraySize`` (``scontrol``), the jobs a sweep is cut into
-(:func:`plan_jobs`, :func:`chunk_arrays`), submitit's executor (:func:`slurm_executor`), the jobs' state from
-``squeue`` (:func:`cell_states`, :func:`wait`; docs/decisions/0078-slim-sweep-engine.md). Submission:
-:func:`midas_nb.sweeps.submit_sweep`."""
+"""Slurm as the sweep engine sees it: ``MaxArraySize``, the jobs a sweep is cut into (:func:`plan_jobs`,
+:func:`chunk_arrays`), submitit's executor, the jobs' state from ``squeue`` (:func:`cell_states`, :func:`wait`;
+decision 0078). Submission: :func:`midas_nb.sweeps.submit_sweep`."""
 from __future__ import annotations
 
 import re
