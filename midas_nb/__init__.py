@@ -1,12 +1,6 @@
-"""midas_nb: notebook research companion for the MIDAS analysis of token choice in small ViTs.
-
-See README.md and docs/architecture.md. The notebooks start from :class:`midas_nb.Study`.
-
-The public names are loaded on first use (PEP 562 module ``__getattr__``), so that the command
-line (:mod:`midas_nb.cli`) answers ``--help``, ``--version`` and argument errors without
-importing torch. The scorer families of :mod:`midas_nb.scorers` (cropr, iared) register
-themselves where they are defined, on the first import of :mod:`midas_nb.scorers`.
-"""
+"""midas_nb: notebook research companion for the MIDAS analysis of token choice in small ViTs (README.md,
+docs/architecture.md); the notebooks start from :class:`midas_nb.Study`. Public names load on first use, so the
+command line answers ``--help``, ``--version`` and argument errors without importing torch (decision 0019)."""
 from __future__ import annotations
 
 from .point import lazy_names

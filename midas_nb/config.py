@@ -1,6 +1,5 @@
-"""Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7): a profile is a plain dict of
-settings read from ``midas_nb/profiles.yaml`` (decision 0064); ``get_profile(name, **overrides)`` overrides
-single keys."""
+"""Profiles (smoke / quick / paper / rehearsal) and paths (DESIGN.md §7): plain dicts of settings read from
+``midas_nb/profiles.yaml`` (decision 0064), typed and checked by :class:`RunProfile`."""
 from __future__ import annotations
 
 import copy
@@ -16,12 +15,12 @@ from pydantic_core import PydanticCustomError
 
 from .point import MIN_BUDGET, Budget, Point, did_you_mean, is_int, is_number, show_value
 
-__all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_name", "finetune_source",
-           "cache_dir", "runs_dir", "figures_dir", "project_root", "default_data_root",
-           "DATASET_NAMES", "PAPER_DATASETS", "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class",
-           "dataset_of_label", "AIRCRAFT_LEVELS", "PRECISIONS", "backbone_kwargs_for", "RunProfile", "Schedule",
-           "Checked", "DataRoots", "BackboneName", "DirPath", "DeviceName", "WeightsFiles", "check_lines",
-           "expect", "problem", "check_device", "is_int", "is_number", "is_path", "setting_of", "ProfileError"]
+__all__ = ["PROFILES", "get_profile", "finetune_settings", "finetune_setting_name", "merged_settings", "cache_dir",
+           "runs_dir", "figures_dir", "project_root", "default_data_root", "DATASET_NAMES", "PAPER_DATASETS",
+           "PAPER_BACKBONES", "data_root_for", "dataset_label", "images_per_class", "dataset_of_label",
+           "AIRCRAFT_LEVELS", "PRECISIONS", "RunProfile", "Schedule", "Checked", "DataRoots", "BackboneName", "DirPath",
+           "DeviceName", "WeightsFiles", "check_lines", "expect", "problem", "check_device", "is_int", "is_number",
+           "is_path", "setting_of", "ProfileError"]
 
 #: the paper's three real datasets (DESIGN.md §7), in its order
 PAPER_DATASETS: tuple[str, ...] = ("cub", "aircraft", "cars")
@@ -42,9 +41,8 @@ PROFILES: dict[str, dict[str, Any]] = _DATA["profiles"]
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
-    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored) merged in, as written
-    (:meth:`RunProfile.check` checks and types it); CUB named by an override clears ``synthetic_default``;
-    ``ValueError`` for an unknown profile name."""
+    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored), as written (:meth:`RunProfile.check`
+    checks it); CUB named by an override clears ``synthetic_default``; ``ValueError`` for an unknown name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
     prof = copy.deepcopy(dict(_COMMON, **PROFILES[name]))   # a caller's change never reaches PROFILES
@@ -58,33 +56,24 @@ def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
     return prof
 
 
-def finetune_source(profile: dict[str, Any], dataset_label: str) -> str:
-    """``"synthetic_finetune"`` for the embedded synthetic set when the profile has one, else ``"finetune"``."""
-    return "synthetic_finetune" if dataset_label == "synthetic" and profile.get("synthetic_finetune") else "finetune"
+def _finetune_source(profile: dict[str, Any], label: str) -> str:
+    return "synthetic_finetune" if label == "synthetic" and profile.get("synthetic_finetune") else "finetune"
 
 
-def finetune_setting_name(profile: dict[str, Any], dataset_label: str, backbone: str, setting: str) -> str:
+def finetune_setting_name(profile: dict[str, Any], label: str, backbone: str, setting: str) -> str:
     """The dotted profile key a :func:`finetune_settings` value comes from (``"finetune.aircraft.lr"``)."""
-    source = finetune_source(profile, dataset_label)
-    recipe = profile.get(source) or {}
-    entry = next((f"{e}." for e in (backbone, dataset_of_label(dataset_label))
+    recipe = profile.get(source := _finetune_source(profile, label)) or {}
+    entry = next((f"{e}." for e in (backbone, dataset_of_label(label))
                   if isinstance(recipe.get(e), dict) and setting in recipe[e]), "")
     return f"{source}.{entry}{setting}"
 
 
-def finetune_settings(profile: dict[str, Any], dataset_label: str, backbone: str | None = None) -> dict[str, Any]:
-    """The fine-tuning recipe (:func:`finetune_source`) for a dataset and backbone: the shared settings,
-    overridden by the dataset's entry ``{dataset: {...}}``, then by the backbone's ``{backbone: {...}}``."""
-    return _merged(profile.get(finetune_source(profile, dataset_label)), dataset_of_label(dataset_label), backbone)
+def finetune_settings(profile: dict[str, Any], label: str, backbone: str | None = None) -> dict[str, Any]:
+    """The ``finetune`` recipe (``synthetic_finetune`` on synthetic where given): shared, dataset's, backbone's."""
+    return merged_settings(profile.get(_finetune_source(profile, label)), dataset_of_label(label), backbone)
 
 
-def backbone_kwargs_for(profile: dict[str, Any], backbone: str) -> dict[str, Any]:
-    """The timm ``VisionTransformer`` arguments a profile gives ``backbone``: the non-dict entries of
-    ``backbone_kwargs``, updated by ``backbone_kwargs[backbone]`` (a dict; else an argument of that name)."""
-    return _merged(profile.get("backbone_kwargs"), backbone)
-
-
-def _merged(settings: dict[str, Any] | None, *entries: str | None) -> dict[str, Any]:
+def merged_settings(settings: dict[str, Any] | None, *entries: str | None) -> dict[str, Any]:
     """The non-dict values of ``settings``, updated by its dict values named ``entries``, in order."""
     settings = settings or {}
     out = {k: v for k, v in settings.items() if not isinstance(v, dict)}
@@ -97,8 +86,7 @@ def project_root() -> Path:
 
 
 def _env_dir(env: str, default: Path) -> Path:
-    """The directory environment variable ``env`` names, else ``default``, created where absent;
-    :class:`ProfileError` naming ``env`` where it cannot be (a bad setting, as any other)."""
+    """``$env`` else ``default``, created; :class:`ProfileError` naming ``env`` where it cannot be."""
     path = Path(os.environ.get(env) or default)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -110,18 +98,17 @@ def _env_dir(env: str, default: Path) -> Path:
 
 
 def cache_dir() -> Path:
-    """Cache for checkpoints, stem features and target maps: ``MIDAS_CACHE_DIR`` when set, else
-    ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb``."""
+    """``MIDAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb`` (checkpoints, features...)."""
     return _env_dir("MIDAS_CACHE_DIR", Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb")
 
 
 def runs_dir() -> Path:
-    """``runs/`` (git-ignored) under the project root, or ``MIDAS_RUNS_DIR``."""
+    """``MIDAS_RUNS_DIR``, else ``runs/`` (git-ignored) under the project root."""
     return _env_dir("MIDAS_RUNS_DIR", project_root() / "runs")
 
 
 def figures_dir(profile: str | None = None) -> Path:
-    """``MIDAS_FIGURES_DIR`` when set, else ``figures/<profile>/`` under the project root."""
+    """``MIDAS_FIGURES_DIR``, else ``figures/<profile>/`` under the project root."""
     return _env_dir("MIDAS_FIGURES_DIR", project_root() / "figures" / (profile or ""))
 
 
@@ -140,11 +127,7 @@ SWEEPS: dict[str, str] = {"protocol": "02", "soft": "02", "random": "02", "regim
 
 
 def sweep_names(text: str | None) -> list[str]:
-    """``--sweep``'s comma-separated sweep names (``None`` or ``"all"``: every one of :data:`SWEEPS`).
-
-    Raises:
-        ValueError: an unknown name, with the known ones; a text that names no sweep.
-    """
+    """``--sweep``'s comma-separated names (``None``, ``"all"``: all :data:`SWEEPS`); ``ValueError`` for bad ones."""
     names = list(SWEEPS) if text in (None, "all") else [s.strip() for s in text.split(",") if s.strip()]
     if not names or (bad := [n for n in names if n not in SWEEPS]):
         why = f"unknown sweep(s) {bad}" if names else f"{text!r} names no sweep"
@@ -166,8 +149,7 @@ def setting_of(line: str) -> str:
 
 
 def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
-    """``{dataset: directory}`` as given: ``data_roots`` (without ``None``) and ``data_root`` for the
-    profile's own paper dataset where ``data_roots`` does not name it."""
+    """``{dataset: directory}``: ``data_roots`` without ``None``, then ``data_root`` for the profile's own dataset."""
     roots = {str(k): str(v) for k, v in (profile.get("data_roots") or {}).items() if v is not None}
     own = profile.get("dataset")
     if profile.get("data_root") is not None and own in PAPER_DATASETS:
@@ -176,9 +158,8 @@ def data_roots_of(profile: dict[str, Any]) -> dict[str, str]:
 
 
 def data_root_for(profile: dict[str, Any], dataset: str) -> Path | None:
-    """The directory a profile reads ``dataset`` from (:func:`data_roots_of`), or ``None`` for the embedded
-    synthetic set: dataset ``"synthetic"``, or ``"cub"`` with ``synthetic_default`` and no root at all;
-    ``ValueError`` for an unknown dataset name, or a dataset that needs a root and has none."""
+    """The directory a profile reads ``dataset`` from, or ``None`` for the embedded synthetic set (``"synthetic"``,
+    or ``"cub"`` with ``synthetic_default`` and no root); ``ValueError`` for an unknown dataset or a missing root."""
     if dataset not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASET_NAMES}")
     if dataset == "synthetic":
@@ -204,8 +185,7 @@ def images_per_class(profile: dict[str, Any], dataset: str) -> int | None:
 
 
 def dataset_label(profile: dict[str, Any], dataset: str) -> str:
-    """The name results carry for ``dataset``: ``"synthetic"``, ``"aircraft (family)"`` at a label level
-    other than the paper's, else the name (raises as :func:`data_root_for`)."""
+    """The name results carry: ``"synthetic"``, ``"aircraft (family)"`` at a non-paper label level, else the name."""
     if data_root_for(profile, dataset) is None:
         return "synthetic"
     level = profile.get("aircraft_level") or AIRCRAFT_LEVELS[0]
@@ -224,8 +204,7 @@ def is_path(v: Any) -> bool:
 
 
 def check_device(device: Any, *, here: bool = True) -> list[str]:
-    """``[]`` when ``device`` (cpu, cuda, cuda:N, mps) exists on this machine, else the problem (one line);
-    ``here=False`` checks the name only (decision 0038)."""
+    """``[]`` when ``device`` (cpu, cuda[:N], mps) exists here, else its problem; ``here=False``: the name only."""
     if not isinstance(device, str) or not re.fullmatch(r"cpu|mps|cuda(:\d+)?", device):
         return [f"device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got {show_value(device)}"]
     if not here:
@@ -244,8 +223,7 @@ def check_device(device: Any, *, here: bool = True) -> list[str]:
     return []
 
 
-# The profile's settings as one validated pydantic model (decision 0081): each field's type and constraints
-# are its check; a problem is one line ``setting: expected WHAT, got VALUE (type)`` (:meth:`Checked.check`).
+# The settings as one pydantic model (decision 0081); a problem is one line ``setting: expected WHAT, got VALUE``.
 def problem(text: str, whole: bool = True) -> PydanticCustomError:
     """A validator's problem: the whole line, or (``whole=False``) the words after the setting's name."""
     return PydanticCustomError("line" if whole else "expected", "{text}", {"text": text})
@@ -253,8 +231,7 @@ def problem(text: str, whole: bool = True) -> PydanticCustomError:
 
 def expect(what: str, test: Callable[[Any], bool] = lambda v: True, hint: Callable[[Any], str] = lambda v: "",
            nested: bool = False) -> WrapValidator:
-    """A field's type errors, and a value ``test`` refuses, as the one problem ``expected {what}, got
-    {value}{hint}``; ``nested``: a nested model's errors pass through, each with its own place."""
+    """Type errors and values ``test`` refuses as ``expected {what}, got {value}{hint}`` (``nested``: inner pass)."""
     def check(v: Any, handler: Callable[[Any], Any]) -> Any:
         try:
             if test(v):
@@ -321,8 +298,6 @@ DataRoots = Annotated[dict, expect("a mapping {dataset: directory}"), AfterValid
 
 
 def _check_weights(weights: Any) -> Any:
-    """``weights`` (``{backbone: weights file}``, or one file: of a profile or a run file) when every entry is
-    one, else a validator's problem naming each wrong entry."""
     return check_lines([f"weights.{k}: expected a weights file path, got {show_value(x)}" if isinstance(k, str) and k
                         else f"weights: expected backbone names as keys, got {show_value(k)}"
                         for k, x in weights.items() if not (isinstance(k, str) and k and is_path(x))], weights) \
@@ -341,8 +316,7 @@ class Checked(BaseModel):
 
     @classmethod
     def check(cls, values: Mapping[str, Any]) -> tuple[Any, list[str]]:
-        """``(model, [])`` of ``values``, or ``(None, every problem)``: the lines of decision 0024, a name the
-        model lacks first (``UNKNOWN``, with a field's name close to it), then each problem in the fields' order."""
+        """``(model, [])``, or ``(None, every problem)`` (decision 0024): unknown names first, then the fields'."""
         try:
             return cls.model_validate(dict(values)), []
         except ValidationError as e:
@@ -368,9 +342,8 @@ class Checked(BaseModel):
 
 
 class Schedule(Checked):
-    """A fine-tuning or scorer-training schedule (``finetune``, ``synthetic_finetune``, ``scorer_train``):
-    the settings checked here, others passed on; ``{dataset or backbone: {...}}`` entries are schedules too
-    (:func:`finetune_settings`; their problems are listed after the schedule's own)."""
+    """A ``finetune``, ``synthetic_finetune`` or ``scorer_train`` schedule; other settings pass, and
+    ``{dataset or backbone: {...}}`` entries are schedules too (:func:`finetune_settings`)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     __pydantic_extra__: dict[str, Annotated[Union[Annotated["Schedule", Tag("entry")], Annotated[Any, Tag("value")]],
@@ -390,8 +363,7 @@ _SCHEDULE = Annotated[Optional[Schedule], expect("a mapping such as {epochs: 3, 
 
 
 class RunProfile(Checked):
-    """A profile's settings (``midas_nb/profiles.yaml`` with overrides), typed and validated once: the run
-    description's profile part (decision 0081); a setting no profile has is a problem."""
+    """A profile's settings with overrides, typed and validated once (decision 0081); an unknown key is a problem."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, arbitrary_types_allowed=True)
     profile: Optional[str] = None
@@ -452,7 +424,7 @@ class RunProfile(Checked):
     @field_validator("datasets", "max_images_per_class", "patch_size", "data_root", "data_roots")
     @classmethod
     def _across(cls, v: Any, info: ValidationInfo) -> Any:
-        """The checks of a setting that read another setting, or each entry of a mapping."""
+        """The checks that read another setting or each entry of a mapping."""
         d, key, bad = info.data, info.field_name, None
         if key == "datasets" and v and (wrong := [x for x in v if x not in DATASET_NAMES]):
             bad = f"datasets: unknown dataset(s) {wrong}; expected names from {list(DATASET_NAMES)}"
@@ -473,6 +445,6 @@ class RunProfile(Checked):
 
     @property
     def point(self) -> Point:
-        """``Point(depth, budget)``, its budget this model's :class:`Budget` (built once, when validated)."""
+        """``Point(depth, budget)``."""
         return Point(self.depth, self.budget)
 

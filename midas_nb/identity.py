@@ -37,8 +37,7 @@ T = TypeVar("T")
 
 
 def jsonable(o: Any) -> Any:
-    """``json.dumps`` fallback (``default=jsonable``) for numpy / torch / pandas / path values (sets →
-    sorted lists, pandas ``NA``/``NaT`` → ``None``); ``TypeError`` for any other type, as ``json.dumps``."""
+    """``json.dumps``'s ``default`` for numpy / torch / pandas / path / set values; ``TypeError`` for others."""
     if isinstance(o, (np.generic, np.ndarray)):
         return o.tolist()
     if isinstance(o, Path) or type(o).__module__ == "torch" and type(o).__name__ in ("dtype", "device"):
@@ -55,8 +54,7 @@ def jsonable(o: Any) -> Any:
 
 
 def canonical_json(obj: Any) -> str:
-    """Deterministic JSON (sorted keys, no whitespace, ``NaN`` allowed) used for hashing; ``TypeError``
-    for a value that has no JSON form."""
+    """Deterministic JSON (sorted keys, no whitespace, ``NaN`` allowed) for hashing; ``TypeError`` as json."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=jsonable)
 
 
@@ -75,8 +73,7 @@ _FILE_LOCK = threading.Lock()
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """SHA-256 hex digest of a file's bytes, memoised per process by resolved path, size, mtime, ctime, inode;
-    ``FileNotFoundError`` where the file does not exist."""
+    """SHA-256 hex digest of a file, memoised by resolved path, size, mtime, ctime, inode; ``FileNotFoundError``."""
     st = os.stat(path)
     key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
     if (hit := _FILE_DIGESTS.get(key)) is not None:
@@ -89,25 +86,20 @@ def file_digest(path: str | os.PathLike) -> str:
     return digest
 
 
-def _read_digests(path: str | os.PathLike) -> dict[str, str]:
-    try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return {}
-    return entries if isinstance(entries, dict) else {}
-
-
 def save_file_digests(path: str | os.PathLike) -> Path:
-    """Merge this process's :func:`file_digest` memo into the JSON file ``path`` (atomic), where a sweep's
-    preparation job leaves its dataset's image digests for the cell jobs."""
+    """Merge this process's :func:`file_digest` memo into the JSON file ``path`` (a sweep's preparation job's)."""
+    load_file_digests(path)
     with _FILE_LOCK:
-        new = {json.dumps(list(k)): v for k, v in _FILE_DIGESTS.items()}
-        return atomic_write_text(path, json.dumps(dict(_read_digests(path), **new)))
+        return atomic_write(path, json.dumps({json.dumps(list(k)): v for k, v in _FILE_DIGESTS.items()}))
 
 
 def load_file_digests(path: str | os.PathLike) -> int:
-    """Add the digests :func:`save_file_digests` wrote to ``path`` to this process's memo; the number read."""
-    entries = _read_digests(path)
+    """Add the digests :func:`save_file_digests` wrote to this process's memo; the number read."""
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return 0
+    entries = entries if isinstance(entries, dict) else {}
     with _FILE_LOCK:
         _FILE_DIGESTS.update({tuple(json.loads(k)): v for k, v in entries.items()})
     return len(entries)
@@ -134,8 +126,7 @@ def _update_tensor(h: "hashlib._Hash", t: Any) -> None:
 
 
 def state_dict_digest(obj: Any, n: int = 16) -> str:
-    """Digest of every tensor of ``obj.state_dict()`` (or of a mapping of tensors): name, dtype, shape
-    and bytes, in sorted name order; the ``weights_digest`` of protocol rows."""
+    """SHA-256 of ``obj.state_dict()``'s (or a mapping's) names, dtypes, shapes, bytes: rows' ``weights_digest``."""
     sd = obj.state_dict() if hasattr(obj, "state_dict") else obj
     h = hashlib.sha256()
     for name in sorted(sd):
@@ -168,7 +159,6 @@ class DatasetIdentity:
 
 
 def _transform_spec(transform: Any) -> dict[str, Any]:
-    """Class and public scalar / tuple parameters of a joint transform."""
     items = [(k, v) for k, v in (vars(transform).items() if hasattr(transform, "__dict__") else []) if k[:1] != "_"]
     scalar = (bool, int, float, str)
     spec = {"class": type(transform).__name__, **{k: v for k, v in items if v is None or isinstance(v, scalar)},
@@ -179,9 +169,7 @@ def _transform_spec(transform: Any) -> dict[str, Any]:
 
 
 def _records(ds: Any) -> dict[str, Any]:
-    """The split's kind, classes and parts and its per-item records: an annotated dataset's (:class:`midas_nb.data.
-    AnnotatedDataset`) from its files, another's sample by sample (transform implicit in ``image``), a ``Subset``'s
-    its base's, restricted."""
+    """The split's kind, classes, parts and per-item records (an annotated dataset's files, else by sample)."""
     from torch.utils.data import Subset
 
     if isinstance(ds, Subset):
@@ -218,9 +206,7 @@ def _records(ds: Any) -> dict[str, Any]:
 
 
 def dataset_identity(dataset: Any) -> DatasetIdentity:
-    """Content identity of a dataset split, path-independent: an annotated dataset's image files and parsed
-    annotations; a ``Subset`` as its base restricted to its indices; another dataset sample by sample.
-    ``ValueError`` for an empty dataset, ``FileNotFoundError`` for a missing image file."""
+    """Content identity of a split, path-free; ``ValueError`` if empty, ``FileNotFoundError`` for a lost image."""
     n = len(dataset)
     if n == 0:
         raise ValueError("dataset is empty; an identity needs at least one image")
@@ -235,8 +221,7 @@ _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".
 
 
 def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
-    """``(relative path, size, st_mtime_ns)`` of every non-image file within ``depth`` levels of ``root``,
-    sorted; ``()`` for ``None`` or a missing root."""
+    """``(relative path, size, st_mtime_ns)`` of non-image files ``depth`` levels into ``root``, sorted, or ``()``."""
     if root is None or not Path(root).is_dir():
         return ()
     out = []
@@ -252,8 +237,7 @@ def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
 
 
 def new_file_mode(directory: bool = False) -> int:
-    """``0o666`` (a file) or ``0o777`` (a folder) less the umask, as ``open``/``mkdir`` give, where
-    ``mkstemp``/``mkdtemp`` give ``0o600``/``0o700``, unreadable to the group sharing a store."""
+    """``0o666`` (``0o777``: ``directory``) less the umask, as ``open`` gives (``mkstemp``: ``0o600``, no group)."""
     try:  # Linux shows the umask without changing it
         mask = int(re.search(r"^Umask:\s*([0-7]+)", Path("/proc/self/status").read_text(), re.M).group(1), 8)
     except (OSError, AttributeError, ValueError):
@@ -264,8 +248,7 @@ def new_file_mode(directory: bool = False) -> int:
 
 def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO], None]) -> Path:
     """Write ``path`` atomically: ``data`` (bytes; text as UTF-8) or what ``data(binary_file)`` writes goes to a
-    temporary file ``.<name>.<random>.tmp`` beside it (mode :func:`new_file_mode`), ``fsync``-ed and
-    ``os.replace``-d over it (then the directory ``fsync``-ed); the temporary file is removed on any error."""
+    temporary file beside it (mode :func:`new_file_mode`), ``fsync``-ed and ``os.replace``-d over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -279,7 +262,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | str | Callable[[BinaryIO
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:   # the temporary file goes
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
@@ -321,8 +304,7 @@ _PROBLEMS: list[dict[str, str]] = []
 
 
 def cache_events() -> dict[str, Any]:
-    """Counts of this process's cache events (``loaded``, ``built``, ``corrupt``, ``file_hashed``) and the
-    ``problems`` (path, reason) of every file that failed its check."""
+    """This process's counts of ``loaded``, ``built``, ``corrupt``, ``file_hashed`` and ``problems`` (path, reason)."""
     return {k: _EVENTS[k] for k in ("loaded", "built", "corrupt", "file_hashed")} | {"problems": list(_PROBLEMS)}
 
 
@@ -333,19 +315,15 @@ def reset_cache_events() -> None:
 
 
 def save_verified(path: str | os.PathLike, payload: bytes, key: Any = None) -> Path:
-    """Write ``payload`` atomically as a verified cache file: ``MIDASNB-CACHE/1\\n``, one JSON line
-    ``{"key", "length", "sha256"}``, the payload."""
-    header = json.dumps(dict(key=key, length=len(payload), sha256=hash_bytes(payload)),
-                        sort_keys=True, default=jsonable, allow_nan=True).encode() + b"\n"
+    """Write ``payload`` atomically behind ``MIDASNB-CACHE/1\\n`` and a JSON line ``{"key", "length", "sha256"}``."""
+    header = canonical_json(dict(key=key, length=len(payload), sha256=hash_bytes(payload))).encode() + b"\n"
     return atomic_write(path, lambda f: f.writelines((_MAGIC, header, payload)))
 
 
 def load_verified(path: str | os.PathLike, key: Any = None) -> bytes:
-    """The payload of a :func:`save_verified` file, checked (``key``: unless ``None``, the key it must hold);
-    ``FileNotFoundError``, or :class:`CacheIntegrityError` for a file not a cache file, truncated, corrupt or
-    holding another key."""
-    p = Path(path)
-    data = p.read_bytes()
+    """The payload of a :func:`save_verified` file (``key``: unless ``None``, the key it must hold);
+    ``FileNotFoundError``, or :class:`CacheIntegrityError` for a file not one, truncated, corrupt, of another key."""
+    data = (p := Path(path)).read_bytes()
     if not data.startswith(_MAGIC):
         raise CacheIntegrityError(f"{p}: not a midas_nb cache file (no {_MAGIC[:-1].decode()} header)")
     nl = data.find(b"\n", len(_MAGIC))
@@ -393,11 +371,9 @@ def report_corrupt(path: str | os.PathLike, reason: str, what: str = "cache file
 def load_or_build(path: str | os.PathLike, build: Callable[[], T], *, key: Any,
                   encode: Callable[[T], bytes] = torch_payload, decode: Callable[[bytes], T] = load_torch_payload,
                   validate: Callable[[T], str | None] | None = None, what: str = "cache file") -> tuple[T, bool]:
-    """``(value, loaded_from_cache)``: the verified cached value at ``path``, or ``build()`` saved there; a file
-    that fails its check, cannot be decoded or fails ``validate`` (a reason, or ``None``) is reported
-    (:func:`report_corrupt`) and rebuilt."""
-    p = Path(path)
-    if p.exists():
+    """``(value, loaded_from_cache)``: the verified value at ``path``, or ``build()`` saved there; a file failing its
+    check, ``decode`` or ``validate`` (a reason, or ``None``) is reported (:func:`report_corrupt`) and rebuilt."""
+    if (p := Path(path)).exists():
         try:
             value = decode(load_verified(p, key))
             problem = validate(value) if validate is not None else None

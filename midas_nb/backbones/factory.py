@@ -8,7 +8,7 @@ from typing import Any, Literal, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..config import backbone_kwargs_for, get_profile, PROFILES
+from ..config import get_profile, merged_settings, PROFILES
 from .vit import disable_fused_attention
 from .lite0 import FrozenStemEmbed, is_hybrid, LITE0_STRIDE, lite0_timm_state_dict
 from .registry import BackboneError, default_image_size, LOCAL_ARCHS, LOCAL_NORMALIZATION, timm_pretrained_cfg
@@ -46,14 +46,14 @@ def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
 
 def backbone_kwargs(profile: dict[str, Any], name: str) -> dict[str, Any]:
     """The ``VisionTransformer`` arguments backbone ``name`` is built with in ``profile``:
-    :func:`midas_nb.config.backbone_kwargs_for`, plus ``img_size`` = the profile's
+    ``merged_settings(profile['backbone_kwargs'], name)``, plus ``img_size`` = the profile's
     ``image_size`` where neither names ``img_size`` and the architecture's own input size
     (:func:`default_image_size`) differs. The data decides the input size, as in the rehearsal,
     so DeiT-Ti/16 in a 64 px profile reads a 4×4 grid instead of failing on its first batch
     (timm resamples a 224 px file's position embeddings); nothing is added where the sizes
     agree, so the profiles' own backbones keep their arguments (and checkpoint keys). The patch
     size is the architecture's and is checked, not adapted (:func:`check_backbone`)."""
-    out = backbone_kwargs_for(profile, name)
+    out = merged_settings(profile.get("backbone_kwargs"), name)
     size = profile.get("image_size")
     if "img_size" not in out and isinstance(size, int) and not isinstance(size, bool):
         native = default_image_size(name)

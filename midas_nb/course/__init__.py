@@ -1,10 +1,6 @@
-"""Course edition of the notebooks (decision 0022): exercise checkers (:mod:`.exercises`), solution
-stripping and the static HTML edition (:mod:`.publish`).
-
-Each notebook ends with 2–4 exercises ``"NN.short_name"``: a student's cell calls ``check_exercise(name,
-answer, study=study, ...)`` (silent while ``answer`` is ``None``), a solution cell the silent
-``check_solution(...)``; ``midas-nb strip-solutions`` and ``midas-nb export-html`` call the two others.
-"""
+"""Course edition of the notebooks (decision 0022): exercise checkers (:mod:`.exercises`: a student's cell calls
+``check_exercise(name, answer, study=study, ...)``, a solution cell the silent ``check_solution``), solution
+stripping and the static HTML edition (:mod:`.publish`: ``midas-nb strip-solutions`` and ``export-html``)."""
 from __future__ import annotations
 
 from .exercises import (EXERCISES, Choice, Exercise, NotApplicable, check_exercise, check_solution,  # noqa: F401

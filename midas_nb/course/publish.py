@@ -21,15 +21,13 @@ _NAV_CSS = ("<style>.midas-nav{font:14px system-ui,sans-serif;display:flex;gap:1
             "border-bottom:1px solid #ddd;background:#fafafa}.midas-nav.bottom{border-top:1px solid #ddd;"
             "border-bottom:0}.midas-nav a{text-decoration:none}</style>")
 
-#: the headline and the per-claim table of a notebook's closing box (analysis.synthesis.box) that an HTML
-#: edition's contents page shows
+#: what the contents page repeats: the closing box's headline and claims (analysis.synthesis.box), the data caveat
 _HEADLINE = re.compile(r"^This run (?:shows the decoupling|does not show a decoupling) — .*(?:\n\|.*)*", re.M)
-#: the embedded synthetic set's caveat every notebook prints (data.data_note): the contents page repeats it
 _SYNTHETIC = re.compile(r"^Data: the embedded synthetic .*$", re.M)
 
 
 def _run_header(input_dir: Path, run: RunState, pages: list, out: Path) -> str:
-    """Dataset, run id and date, the headline verdict and a link to the report, for the contents page."""
+    """The contents page's header: dataset, run id and date, the headline verdict, a link to the report."""
     st, bits = run.settings, []
     data = st.get("dataset") or (Path(str(st["data_root"])).name if st.get("data_root") else "embedded default")
     bits.append(f"Run <code>{html.escape(run.latest)}</code> of {run.started}; profile <code>"
@@ -55,19 +53,15 @@ def _run_header(input_dir: Path, run: RunState, pages: list, out: Path) -> str:
     return "".join(f"<p>{b}</p>\n" for b in bits)
 
 
-# ----------------------------------------------------------------------------- stripping
 def _is_solution(cell) -> bool:
     return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool = False) -> int:
-    """Remove the cells tagged ``solution`` from the notebook ``path`` (the student edition); everything else
-    is kept, the result validated with nbformat. ``out``: a file (``path`` itself: in place), an existing
-    directory (the same name inside it), or ``None``: ``<path's folder>/student/<same name>`` (not a
-    ``*_student.ipynb`` suffix, which ``midas-nb run``'s ``NN_*.ipynb`` list would pick up); ``force``: replace
-    a different file at ``out`` (a student's edited copy). Returns the number of removed cells.
-    FileNotFoundError: no ``path``; FileExistsError: ``out`` differs from the stripped notebook (not ``force``).
-    """
+    """Write notebook ``path`` without its cells tagged ``solution`` to ``out``: a file, a directory, or ``None``:
+    ``<path's folder>/student/<same name>`` (a ``*_student`` suffix would match ``midas-nb run``'s ``NN_*.ipynb``);
+    returns the number of removed cells. FileNotFoundError: no ``path``; FileExistsError: ``out`` differs (a
+    student's edited copy) and not ``force``."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"notebook {str(path)!r} does not exist")
@@ -84,9 +78,8 @@ def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool
     return before - len(nb.cells)
 
 
-# ------------------------------------------------------------------------------ HTML export
 def _title(nb, default: str) -> str:
-    """The text of the first Markdown heading of a notebook (``default`` when there is none)."""
+    """The notebook's first Markdown heading, else ``default``."""
     return next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
                  for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), default)
 
@@ -100,9 +93,7 @@ def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) 
 
 def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
     """The Jupyter data folder (``<prefix>/share/jupyter``) where the installed ``distribution`` put the file
-    ``relative`` to it (its record, ``importlib.metadata``), e.g. ``("nbconvert",
-    "nbconvert/templates/lab/conf.json")``; ``None`` where its record lists no such file
-    (docs/decisions/0065-jupyter-data-paths.md)."""
+    ``relative`` to it, by its ``importlib.metadata`` record; ``None``: no such file (decision 0065)."""
     import importlib.metadata
 
     dist, depth = importlib.metadata.distribution(distribution), len(Path(relative).parts)
@@ -111,10 +102,8 @@ def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
 
 
 def _lab_exporter(exporter_class: type) -> Any:
-    """nbconvert's HTML exporter with its lab template, also where the Jupyter data paths miss the template (a
-    virtual environment reusing another environment's nbconvert: the paths follow the prefix): the folder
-    nbconvert's own distribution installed it to is one of nbconvert's ``extra_template_basedirs``;
-    FileNotFoundError, naming the folders, when the template is not there either."""
+    """nbconvert's HTML exporter with its lab template, also found where nbconvert's distribution installed it
+    when the Jupyter data paths miss it (a reused environment); FileNotFoundError, naming the folders: neither."""
     found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
     root = [str(found / "nbconvert" / "templates")] if found is not None else []   # lab's own, and base/ it extends
     extra = {"extra_template_basedirs": root, "extra_template_paths": root} if root else {}
@@ -130,8 +119,8 @@ def _lab_exporter(exporter_class: type) -> Any:
 
 
 def _alt_texts(nb: Any, body: str) -> str:
-    """``body`` with each figure's title (its output's ``alt`` metadata, :func:`midas_nb.viz.finish_figure`)
-    as its alt text instead of nbconvert's "No description ..."; an image is found by its data URI."""
+    """``body`` with each image's ``alt`` metadata (:func:`midas_nb.viz.finish_figure`) as its alt text, by its
+    data URI, instead of nbconvert's "No description ..."."""
     alts = {"".join(o["data"]["image/png"].split()): o["metadata"]["image/png"]["alt"]
             for c in nb.cells for o in c.get("outputs", [])
             if "image/png" in o.get("data", {}) and "alt" in o.get("metadata", {}).get("image/png", {})}
@@ -143,25 +132,17 @@ def _alt_texts(nb: Any, body: str) -> str:
     return re.sub(r'<img [^>]*alt="No description has been provided for this image"[^>]*>', alt, body)
 
 
-def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
-                strip_solutions: bool = False) -> Path:
-    """Static HTML edition of the executed notebooks in ``input_dir`` (``midas-nb run``'s output,
-    ``runs/<profile>``) in ``output_dir`` (default ``<input_dir>/html``); returns the contents page.
-
-    One page per executed ``NN_*.ipynb`` (nbconvert's lab template, images embedded as data URIs), in
-    file-name order, with "Contents / previous / next" links at the top and bottom, and ``index.html`` listing
-    them by title (the first Markdown heading). With a warning each: a notebook without an executed code cell
-    is left out; one that stopped with an error is marked "failed: <error>" on the contents page; one its executed
-    copies report stale (:func:`midas_nb.runs.run_state`: an older copy whose rerun failed, or from other
-    settings than the latest run) is marked "stale: <reason>" there and with a banner on its page.
-    ``strip_solutions``: leave the cells tagged ``solution`` out. FileNotFoundError: no executed notebook.
-    """
+def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, strip_solutions: bool = False) -> Path:
+    """Static HTML edition of the executed notebooks in ``input_dir`` in ``output_dir`` (default
+    ``<input_dir>/html``): a page per executed ``NN_*.ipynb`` with contents / previous / next links; returns
+    ``index.html``. With a warning each: a notebook without an executed cell is left out, a failed or stale
+    (:func:`midas_nb.runs.run_state`) one marked. ``strip_solutions``: leave the cells tagged ``solution`` out (else
+    each is a closed block). FileNotFoundError: no executed notebook."""
     from nbconvert import HTMLExporter
 
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
-
     run = run_state(input_dir)
     stale = {st.name: st.reason for st in run.notebooks if st.state == "stale"}
     pages: list[tuple[Path, Any, str, str]] = []
@@ -173,12 +154,10 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
             continue
         failed = next((f"{o.get('ename', 'Error')}: {o.get('evalue', '')}".strip() for c in code
                        for o in c.get("outputs", []) if o.get("output_type") == "error"), "")   # the first error
-        if failed:
-            warnings.warn(f"{p.name} stopped with an error ({failed}); its page is marked as failed "
-                          f"in the HTML edition", stacklevel=2)
-        if p.name in stale:
-            warnings.warn(f"{p.name} is stale ({stale[p.name]}); its page is marked as stale in the HTML "
-                          f"edition", stacklevel=2)
+        for mark, why in (("failed", failed and f"stopped with an error ({failed})"),
+                          ("stale", p.name in stale and f"is stale ({stale[p.name]})")):
+            if why:
+                warnings.warn(f"{p.name} {why}; its page is marked as {mark} in the HTML edition", stacklevel=2)
         pages.append((p, nb, _title(nb, p.stem), failed))
     if not pages:
         source = input_dir.resolve() == (project_root() / "notebooks").resolve()
@@ -190,16 +169,14 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
     links = [(p.stem + ".html", title) for p, _, title, _ in pages]
     header = _run_header(input_dir, run, pages, out)
     for i, (p, nb, title, _) in enumerate(pages):
-        # each solution left out, or a closed <details> block (its code, no output), as the notebook's text says
         nb.cells = [nbformat.v4.new_markdown_cell(f"<details><summary>Reference solution (click to expand)</summary>\n"
                                                   f"<pre><code>{html.escape(c.source)}</code></pre>\n</details>")
                     if _is_solution(c) else c for c in nb.cells if not (strip_solutions and _is_solution(c))]
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title, "path": str(p.parent)}})
         prev, nxt = links[i - 1] if i > 0 else None, links[i + 1] if i + 1 < len(links) else None
-        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;'
-                  f'padding:.6em 1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> '
-                  f'this page is not from the latest run — {html.escape(stale[p.name])}</div>'
-                  if p.name in stale else "")
+        banner = (f'<div class="midas-stale-banner" style="background:#fff3cd;border:1px solid #e0b252;padding:.6em '
+                  f'1em;margin:.5em 1em;font:14px system-ui,sans-serif"><strong>Stale:</strong> this page is not from '
+                  f'the latest run — {html.escape(stale[p.name])}</div>' if p.name in stale else "")
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + _NAV_CSS + _nav(prev, nxt, "top") + banner, body,
                       count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
@@ -208,15 +185,12 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *,
         f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
         + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
         + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
-        + "</li>"
-        for (href, title), (p, _, _, failed) in zip(links, pages))
+        + "</li>" for (href, title), (p, _, _, failed) in zip(links, pages))
     index = out / "index.html"
     index.write_text(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<title>midas_nb — contents</title>"
-        "<style>body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}"
-        "li{margin:.4em 0}</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness "
-        f"in token-pruning ViTs</h1>\n{header}<p>Read the notebooks in order; each page links to the previous and "
-        "next one.</p>\n"
-        f"<ol class=\"midas-contents\">\n{items}\n</ol>\n</body></html>\n", encoding="utf-8")
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>midas_nb — contents</title><style>'
+        "body{font:16px/1.5 system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}li{margin:.4em 0}"
+        "</style></head>\n<body>\n<h1>midas_nb — part coverage versus faithfulness in token-pruning ViTs</h1>\n"
+        f"{header}<p>Read the notebooks in order; each page links to the previous and next one.</p>\n"
+        f'<ol class="midas-contents">\n{items}\n</ol>\n</body></html>\n', encoding="utf-8")
     return index

@@ -1,7 +1,5 @@
-"""``midas-nb report``: ``REPORT.md`` and its CSV tables (:data:`TABLES`) from a run's result store, the README's
-results section rendered from the CSVs alone (docs/architecture.md, "report"). The build path's names (the store,
-:func:`build_tables`) load on first use, so rendering imports no torch (decision 0080).
-"""
+"""``midas-nb report``: ``REPORT.md``, its CSV tables and the README's results section (docs/architecture.md,
+"report"); the build path's names load on first use, so rendering imports no torch (decision 0080)."""
 from __future__ import annotations
 
 from ..point import lazy_names
@@ -10,8 +8,8 @@ from .tables import IncompleteReportError, MixedSettingsError, TABLES, read_tabl
 from .markdown import (README_BEGIN, README_END, make_report, readme_current_section, readme_section, render_report,
                        update_readme)
 
-_LAZY = {"build_tables": ".build", **dict.fromkeys(("expected_cells", "load_probes", "load_store_rows", "missing_cells",
-                                                     "save_probes"), ".store")}
+_LAZY = dict.fromkeys(("build_tables", "expected_cells", "load_probes", "load_store_rows", "missing_cells",
+                       "save_probes"), ".build")
 __all__ = ["BOOTSTRAP_SEED", "findings_paragraph", "paper_findings", "IncompleteReportError", "MixedSettingsError",
            "TABLES", "read_tables", "write_tables", "README_BEGIN", "README_END", "make_report",
            "readme_current_section", "readme_section", "render_report", "update_readme", *_LAZY]

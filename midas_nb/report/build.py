@@ -1,11 +1,13 @@
-"""The report's CSV tables (provenance, three conditions, cosine probes, regime, scale, findings, backbones) built
-from the result rows (:func:`build_tables`), and the paper-shaped table (:func:`paper_table`) ``midas-nb run`` prints."""
+"""The report's CSV tables from a profile's result store: its rows (:func:`load_store_rows`), the expected cells
+without a result, the cosine probes beside it, the tables (:func:`build_tables`), and the paper-shaped table
+(:func:`paper_table`) ``midas-nb run`` prints."""
 from __future__ import annotations
 
 import json
 import math
 import os
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -14,14 +16,196 @@ import pandas as pd
 
 from .. import config
 from ..config import DATASET_NAMES, PAPER_BACKBONES
+from ..identity import atomic_write_text, canonical_json
 from ..metrics import parity_band
-from ..study import grid_spans, ReportSettings, sweep_cells
+from ..study import grid_spans, protocol_settings, ReportSettings, sweep_cells
 from ..sweeps import ResultStore
+from ..sweeps.plan import CELL_IDENTITY, cell_ident
+from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..analysis.paper_reference import PAPER_COSINE_MAX, PAPER_D_T1, PAPER_SETTING, paper_status, paper_value
 from ..results import aggregate_seeds, coverage_name
 from ..analysis.findings import BOOTSTRAP_SEED, ci_text, d_by_condition, paper_findings, plural
-from .store import expected_cells, mark_missing, missing_cells
-from .tables import BACKBONE_COLUMNS, counted, number_text, SECTIONS, SKIPPED_ROW
+from .tables import BACKBONE_COLUMNS, counted, number_text, read_csv_table, SECTIONS, SKIPPED_ROW
+
+
+def store_root(profile: str, store: str | Path | None = None) -> Path:
+    """The result store's directory: ``store``, or by default ``runs/sweeps/<profile>``."""
+    return config.runs_dir() / "sweeps" / profile if store is None else Path(store)
+
+
+def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
+                    settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``(rows, left_out)``: the store's done rows whose protocol settings are the report's ``settings`` (default the
+    profile's), newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
+    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
+    ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``, ``superseded``, ``problems`` and holds
+    ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no done cell of these settings."""
+    root = store_root(profile, store)
+    if not (root / "cells").is_dir():
+        state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
+        todo = (f"run the notebooks first (`midas-nb run --profile {profile}`) or pass --store" if store is None
+                else "expected the directory holding a result store's cells/ (runs/sweeps/<profile>)")
+        raise FileNotFoundError(f"no result store at {root}: it {state}; {todo}")
+    st = ResultStore(root)
+    s = settings or ReportSettings.of(config.get_profile(profile))
+    want = json.loads(canonical_json(protocol_settings(s.values)))     # as a cell holds them
+    records, problems = st.scan()
+    rows, failed, other_relax, other = [], [], 0, Counter()
+    for key, rec in records.items():
+        if rec["status"] != "done":
+            failed.append(str(rec.get("label", key)))
+            continue
+        if diff := _differences(cell := rec["cell"], want):
+            if list(diff) == ["relaxation"]:
+                other_relax += len(rec["rows"])
+            else:
+                other["; ".join(f"{k} {v!r} (the report's {want.get(k, PROTOCOL_DEFAULTS.get(k))!r})"
+                                for k, v in diff.items())] += len(rec["rows"])
+            continue
+        own = {c: cell.get(c) for c in ("dataset", "backbone", "depth", "budget", "condition", "seed", "checkpoint_id")}
+        rows += [{**r, **{c: v for c, v in own.items() if c not in r}, "cell_key": key,
+                  "finished": float(rec.get("finished") or 0.0)} for r in rec["rows"]]
+    if not rows:
+        raise ValueError(f"the result store {st.root} has no finished rows with the report's settings (relaxation "
+                         f"{s.relaxation!r}; {sum(other.values())} rows of other settings, {len(failed)} failed "
+                         "cells); run the notebooks first")
+    df = pd.DataFrame(rows)
+    df["build"] = [cell_ident(r, ["build"])[0] for r in df.to_dict("records")]
+    newest = df.groupby(["dataset", "backbone", "build"], sort=False)["finished"].transform("idxmax")
+    fresh = df["checkpoint_id"].to_numpy() == df.loc[newest, "checkpoint_id"].to_numpy()
+    stale = {str(ck): int(n) for ck, n in df.loc[~fresh, "checkpoint_id"].value_counts().items()}
+    df = df[fresh].sort_values("finished", kind="stable")
+    superseded = int(df.duplicated(CELL_IDENTITY, keep="last").sum())
+    df = df.drop_duplicates(CELL_IDENTITY, keep="last").reset_index(drop=True)
+    return df, dict(failed_cells=sorted(failed), other_relaxation=other_relax, other_settings=dict(other),
+                    stale_checkpoint=stale, superseded=superseded, problems=[p["reason"] for p in problems],
+                    relaxation=s.relaxation, store=str(st.root), cell_states=_cell_states(st, records, problems, want))
+
+
+def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
+    """``{setting: the cell's value}`` where a cell's ``params`` differ from ``want`` (a setting absent on a side
+    reads as its :data:`PROTOCOL_DEFAULTS` value); ``build`` names a cell, it is no setting (decision 0072)."""
+    have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
+    return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
+            if have.get(k, d.get(k)) != want.get(k, d.get(k))}
+
+
+def _cell_states(st, records: Mapping[str, dict], problems: Sequence[Mapping[str, str]],
+                 want: Mapping[str, Any]) -> dict[tuple, str]:
+    """Why a cell of the report's settings ``want`` has no row, by cell identity (see :func:`load_store_rows`)."""
+    out: dict[tuple, str] = {}
+    for rec in sorted(records.values(), key=lambda r: -float(r.get("finished") or 0.0)):   # newest first
+        if rec["status"] == "failed" and not _differences(rec["cell"], want):
+            err = str(rec.get("error") or "").strip().splitlines()
+            out.setdefault(cell_ident(rec["cell"]), "failed: " + (err[-1] if err else "no error recorded"))
+    bad = {Path(p["path"]).name.split(".")[0]: p["reason"] for p in problems}
+    for c in st.registered_cells():
+        if c.key in records or _differences(c.to_dict(), want):
+            continue
+        claim = st.claim_info(c.key)                    # a live worker's claim, or one whose worker is gone
+        why = (f"unreadable record: {bad[c.key].removeprefix('invalid record ignored: ')}" if c.key in bad else
+               "pending (in the store's grid, never finished)" if claim is None else
+               "running (a live worker's claim, no record yet)" if claim["live"] else
+               "killed (its worker's claim is dead: the process is gone; no record)")
+        out.setdefault(cell_ident(c.to_dict()), why)
+    for rec in records.values():
+        if diff := _differences(rec["cell"], want):
+            out.setdefault(cell_ident(rec["cell"]), f"only records of other settings {diff}")
+    return out
+
+
+def expected_cells(s: ReportSettings, datasets_present: Sequence[str] = ()) -> pd.DataFrame:
+    """The cells each section of the report reads, from the profile alone (decision 0052), on its dataset and every
+    other of ``datasets_present``: one row per (section, cell), ``section`` and :data:`CELL_IDENTITY`."""
+    prof, present = dict(s.values), set(datasets_present) | {"synthetic"}
+
+    def label(name: str) -> str:                        # datasets by label, nothing read
+        try:
+            return name if name in present else config.dataset_label(prof, name)
+        except ValueError:                              # a root the report does not know
+            return name
+
+    # every dataset the store holds ran the profile's notebooks: its protocol table and regime grid are expected too
+    own = list(dict.fromkeys([s.dataset] + [d for d in datasets_present if d != "synthetic"]))
+    sections = dict(three_conditions=("protocol", own, None),
+                    regime=("regime", grid_spans(prof, "regime")[0] + own[1:], [s.backbone]),
+                    scale=("scale", grid_spans(prof, "scale")[0], None))
+    out = [(section, *cell_ident(c.to_dict())) for section, (name, names, backbones) in sections.items()
+           for c in sweep_cells(prof, name, planned=True, datasets=list(dict.fromkeys(map(label, names))),
+                                backbones=backbones)]
+    return pd.DataFrame(out, columns=["section"] + CELL_IDENTITY)
+
+
+def missing_cells(rows: pd.DataFrame, s: ReportSettings, left_out: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The :func:`expected_cells` without a row in ``rows``, each once: ``sections`` (comma-joined
+    :data:`SECTIONS` keys), :data:`CELL_IDENTITY`, ``label`` and ``state`` (why it is missing)."""
+    states: Mapping[tuple, str] = (left_out or {}).get("cell_states", {})
+    exp = expected_cells(s, sorted(set(rows["dataset"].astype(str)) | {k[0] for k in states}))
+    have = {cell_ident(r) for r in rows.reindex(columns=CELL_IDENTITY).to_dict("records")}
+    out: dict[tuple, list[str]] = {}
+    for r in exp.to_dict("records"):
+        if (k := cell_ident(r)) not in have:
+            out.setdefault(k, []).append(r["section"])
+    return pd.DataFrame([dict(sections=",".join(secs), **dict(zip(CELL_IDENTITY, k)),
+                              label=f"{k[0]}/{k[1]} L{k[2]} b{k[3]:g} {k[4]} s{k[5]}" + f" build {k[6]}" * bool(k[6]),
+                              state=states.get(k, "not in the store (never computed)")) for k, secs in out.items()],
+                        columns=["sections"] + CELL_IDENTITY + ["label", "state"])
+
+
+def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, section: str,
+                 with_reference: bool) -> pd.DataFrame:
+    """``table`` with a ``missing`` column (how many of a row's expected cells, and of its reference,
+    have no result), plus a ``status = "missing"`` row for each expected condition it lacks."""
+    cols = CELL_IDENTITY[:5]
+    out = table.assign(missing="")
+    if (m := miss[miss["sections"].str.split(",").apply(lambda s: section in s)] if len(miss) else miss).empty:
+        return out
+    where = {cell_ident(r, cols): i for i, r in zip(out.index, out[cols].to_dict("records"))}
+    n_missing = pd.Series([cell_ident(r, cols) for r in m.to_dict("records")]).value_counts().to_dict()
+    expected = pd.Series([cell_ident(r, cols) for r in exp[exp.section == section].to_dict("records")]).value_counts()
+    extra = []
+    for g, n in expected.items():
+        k = n_missing.get(g, 0)
+        ref = 0 if g[4] == "reference" else n_missing.get(g[:4] + ("reference",), 0)
+        if (g[4] == "reference" and not with_reference) or not (k or ref):
+            continue
+        text = "; ".join(t for t in (f"{k} of {n} cells missing" if k else "",
+                                     "its reference cell is missing" if ref else "") if t)
+        if g in where:
+            out.at[where[g], "missing"] = text
+        else:
+            extra.append(dict(zip(cols, g), status="missing", missing=text))
+    return pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
+
+
+def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``, NaN
+    ``depth``: the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the same dataset × backbone ×
+    depth × pair; returns its path. ValueError: no table, or one without the probe columns."""
+    if not tables:
+        raise ValueError("save_probes needs at least one probe table")
+    need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
+    frames, depth = [], study.settings.point.depth
+    for t in tables:
+        if missing := need - set(t.columns):
+            raise ValueError(f"save_probes: a table lacks {sorted(missing)}; expected the output of "
+                             "probes.hidden_vs_attention_gradient")
+        frames.append(t.assign(depth=t["depth"].fillna(depth).astype(int) if "depth" in t else depth))
+    new = pd.concat(frames, ignore_index=True)
+    new.insert(0, "checkpoint_id", str(study.meta["checkpoint_id"]))
+    new.insert(0, "backbone", study.settings.backbone.name)
+    new.insert(0, "dataset", str(study.dataset_name))
+    path = store_root(study.settings.profile, store) / "derived" / "cosine_probes.csv"
+    new = pd.concat([load_probes(study.settings.profile, store), new]).drop_duplicates(
+        ["dataset", "backbone", "depth", "hidden", "attention"], keep="last")
+    return atomic_write_text(path, new.to_csv(index=False))
+
+
+def load_probes(profile: str = "quick", store: str | Path | None = None) -> pd.DataFrame | None:
+    """The probes :func:`save_probes` kept in the store, or ``None`` when there are none."""
+    path = store_root(profile, store) / "derived" / "cosine_probes.csv"
+    return read_csv_table(path, "the cosine probes notebook 03 saved (rerun it, or delete the file to report "
+                                "without probes)") if path.is_file() else None
 
 
 def _first(series: pd.Series) -> Any:
@@ -35,11 +219,10 @@ def order_first(values: Sequence[str], first: Sequence[str]) -> list[str]:
 
 
 def _shown_path(p: str | Path) -> str:
-    """A path as the report prints it, naming no machine (docs/decisions/0021-machine-independent-report-paths.md)."""
+    """A path as the report prints it, naming no machine (decision 0021)."""
     p = Path(p).resolve()
     bases = [("$MIDAS_CACHE_DIR/", config.cache_dir()), ("", config.project_root())]
-    if os.environ.get("MIDAS_RUNS_DIR"):
-        bases.append(("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"])))
+    bases += [("$MIDAS_RUNS_DIR/", Path(os.environ["MIDAS_RUNS_DIR"]))] if os.environ.get("MIDAS_RUNS_DIR") else []
     for prefix, base in bases:
         if p.is_relative_to(base.resolve()):
             return prefix + p.relative_to(base.resolve()).as_posix()
@@ -47,13 +230,8 @@ def _shown_path(p: str | Path) -> str:
 
 
 def _distinct(g: pd.DataFrame, col: str, f: Any = str) -> list:
-    """The sorted distinct non-empty values ``f(v)`` of ``g[col]``; ``[]`` where ``g`` has no such column."""
+    """The sorted distinct non-empty values ``f(v)`` of ``g[col]`` (``[]``: no such column)."""
     return sorted({f(v) for v in g[col].dropna() if str(v)}) if col in g.columns else []
-
-#: how ``aggregate_seeds`` builds a condition's interval (decision 0007); tables made before this row existed
-#: used a percentile bootstrap over seeds × images, which REPORT.md then says
-MEAN_INTERVAL = ("a t interval over the seeds plus a bootstrap over the images, as for D (one seed: a percentile "
-                 "bootstrap over the images), cut at the metric's range")
 
 
 def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettings,
@@ -70,7 +248,8 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
            "rows superseded by a newer record": left_out.get("superseded", 0),
            "invalid store files ignored": len(left_out.get("problems", [])),
            "bootstrap": f"{s.bootstrap} resamples per interval (the profile's `bootstrap`), seed {BOOTSTRAP_SEED}",
-           "interval of a mean over seeds": MEAN_INTERVAL}
+           "interval of a mean over seeds": "a t interval over the seeds plus a bootstrap over the images, as for D "
+           "(one seed: a percentile bootstrap over the images), cut at the metric's range"}   # aggregate_seeds, 0007
     for sec, name in SECTIONS.items():
         n = int((exp["section"] == sec).sum())
         k = int(miss["sections"].str.split(",").apply(lambda v: sec in v).sum()) if len(miss) else 0
@@ -79,8 +258,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
     out = [("", "", k, str(v)) for k, v in run.items()]
     out += [("", "", "missing cell", f"{r['label']} ({', '.join(SECTIONS[x] for x in r['sections'].split(','))}): "
                                      f"{r['state']}") for r in miss.to_dict("records")]
-    versions = _distinct(rows, "versions")
-    out.append(("", "", "versions", " | ".join(versions) if versions else "not recorded"))
+    out.append(("", "", "versions", " | ".join(_distinct(rows, "versions")) or "not recorded"))
     for ds, bb in blocks:
         g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb)]
         out += [(ds, bb, k, str(v)) for k, v in _block_provenance(g, s, ds, probes_used.get((ds, bb), 0)).items()]
@@ -88,19 +266,17 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
 
 
 def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
-    """The provenance rows of one dataset × backbone block: its checkpoint and the data behind its rows, each
-    with its source (docs/decisions/0054, 0057), the sample, and what its accuracy is measured against (class
-    labels, whole-test-split top-1 and the teacher's, chance and majority share of the test split's labels)."""
+    """One block's provenance: its checkpoint and data, each with its source (decisions 0054, 0057), the sample, and
+    what its accuracy is measured against (class labels, test top-1, the teacher's, chance and majority share)."""
     at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
-    ckpt = str(_first(g["checkpoint_id"]))
-    meta, where = _checkpoint_meta(ckpt)
+    meta, where = _checkpoint_meta(ckpt := str(_first(g["checkpoint_id"])))
     sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
     digests, fps = _distinct(g, "weights_digest"), _distinct(g, "dataset_fingerprint")
     of = (f"{', '.join(map(str, _distinct(g, 'n_images', int))) or '?'} of "
           f"{sets['test'].get('num_images') or 'M (split size: no checkpoint metadata)'} test images")
     n_train, cap = sets["train"].get("num_images"), config.images_per_class(dict(s.values), ds)
     block = {"checkpoint": _first(g["checkpoint_id"]),
-             "weights digest": ", ".join(digests) if digests else "not recorded in the result store",
+             "weights digest": ", ".join(digests) or "not recorded in the result store",
              "evaluated images' fingerprint": (f"{', '.join(fps)} ({of}; from the result rows)" if fps else
                                                "not recorded in the result rows"),
              "training images": str(n_train) if n_train else "not available: no checkpoint metadata"}
@@ -124,12 +300,10 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
         block["backbone test accuracy (all tokens)"] = f"{float(at['full_accuracy'].mean()):.3f}"
     if config.dataset_of_label(ds) == "aircraft":
         block["class labels"] = f"FGVC-Aircraft {_aircraft_level(ds)}"
-    if not meta:
-        block["backbone test top-1 (whole test split)"] = "checkpoint metadata not in this cache"
-    else:
-        teacher = (meta.get("distillation") or {}).get("teacher_test_accuracy")
-        block["backbone test top-1 (whole test split)"] = number_text(meta.get("test_accuracy"), ".3f", "not recorded")
-        if teacher is not None:
+    block["backbone test top-1 (whole test split)"] = (number_text(meta.get("test_accuracy"), ".3f", "not recorded")
+                                                       if meta else "checkpoint metadata not in this cache")
+    if meta:
+        if (teacher := (meta.get("distillation") or {}).get("teacher_test_accuracy")) is not None:
             block["teacher test top-1"] = number_text(teacher, ".3f", "not recorded")
         split = _test_split(meta, ds)
         block["chance, majority share"] = ("test split not readable on this machine" if split is None else
@@ -143,8 +317,7 @@ def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int
 
 
 def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: str) -> str:
-    """" — INCOMPLETE: …" when cells the finding reads are missing (T5/T1/regime findings: the
-    dataset × backbone's three-condition and regime cells; scale: the dataset's scale cells)."""
+    """" — INCOMPLETE: …" where cells the finding reads (scale: the dataset's; others: the block's) are missing."""
     sections = ({"scale"} if finding == "scale" else {"three_conditions", "regime"}
                 if finding in ("t5_gain_in_band", "t1_below_reference", "fades_deep", "fades_loose") else None)
     if not sections or miss.empty:
@@ -157,11 +330,10 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows (:func:`load_store_rows`, with what it ``left_out``),
+    """The report's tables (:data:`TABLES`) from result rows and what was ``left_out`` (:func:`load_store_rows`),
     cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
-    settings ``s`` (``ReportSettings.of(profile)``). Intervals: the profile's ``bootstrap`` resamples, seed
-    :data:`BOOTSTRAP_SEED`; missing cells marked (docs/decisions/0052-incomplete-report.md). Raises
-    ValueError: no rows of the profile's backbone at its ``(L, b)`` with a reference."""
+    settings ``s``; intervals of ``s.bootstrap`` resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked
+    (decision 0052). ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
     main = at[at["backbone"] == s.backbone]
@@ -182,7 +354,7 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
         pr = pr[[c for c in _PROBE_COLUMNS if c in pr.columns]].sort_values(["dataset", "depth", "hidden", "attention"],
                                                                            kind="stable").reset_index(drop=True)
     probes_used = {k: len(g) for k, g in pr.groupby(["dataset", "backbone"])}
-    # the findings of each block at the profile's point, plus the scale finding of the scale readout's backbones
+    # the findings of each block, plus the scale finding of the scale readout's backbones at the profile's point
     scale_bbs = _scale_display(s)
     fnd_rows = rows[rows["condition"].isin(set(s.conditions) | set(s.sweep.conditions) | {"random"})]
     fnd = paper_findings(fnd_rows[(fnd_rows["backbone"] == s.backbone) |
@@ -202,14 +374,12 @@ def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
 _CELL = ["dataset", "backbone", "depth", "budget"]
 _PROBE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "depth", "hidden", "attention", "cosine", "lo", "hi",
                   "n_images", "mode", "paper_max_abs"]
-#: control conditions shown beside the profile's conditions where the rows have them: the random
-#: ranking (it tests the reference's faithfulness, DESIGN.md §6) and the random-map scorer
+#: controls shown beside the profile's conditions where run: the random ranking (the reference's check) and map
 _CHECK_CONDITIONS = ("random", "random_map")
 
 
 def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame:
-    """The three-condition protocol at the profile's point: D (:func:`d_by_condition`) and the means
-    (:func:`aggregate_seeds`) with their intervals, the paper's values beside every backbone's rows."""
+    """The three-condition table at the profile's point: D and the means with intervals, the paper's values."""
     L0, b0, cell, key = s.point.depth, float(s.point.budget), _CELL, _CELL + ["condition"]
     conds = list(s.conditions) + [c for c in _CHECK_CONDITIONS if c not in s.conditions and
                                         (main["condition"] == c).any()]
@@ -244,9 +414,9 @@ def _three_conditions_table(main: pd.DataFrame, s: ReportSettings, band: float |
     return tc[[c for c in tc_cols if c in tc.columns]].reset_index(drop=True)
 
 
-def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None, n_boot: int) -> pd.DataFrame | None:
-    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random rows only test the
-    reference, ``band_reason``, unless swept); ``None`` without such rows."""
+def _swept_d(rows: pd.DataFrame, group: list[str], s: ReportSettings, band: float | None,
+             n_boot: int) -> pd.DataFrame | None:
+    """D of the swept conditions of ``rows`` whose ``group`` has a reference (random: a check, unless swept)."""
     swept = list(s.sweep.conditions)
     rows = rows[rows["condition"].isin(swept + ["random"])]
     rows = rows[rows.groupby(group)["condition"].transform(lambda c: (c == "reference").any())]
@@ -260,8 +430,7 @@ def _regime_table(rows: pd.DataFrame, s: ReportSettings, band: float | None, n_b
     """D over the regime grid: the profile's backbone, every point with a reference."""
     rg_cols = _CELL + ["condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo", "delta_idauc_hi",
                        "status", "band_reason", "n_seeds", "n_builds", "paper_expectation"]
-    rg = _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)
-    if rg is None:
+    if (rg := _swept_d(rows[rows["backbone"] == s.backbone], _CELL, s, band, n_boot)) is None:
         return pd.DataFrame(columns=rg_cols)
     rg["paper_expectation"] = ["strongest (L ≤ 6, b ≤ 25 %)" if (L <= 6 and b <= 0.25 + 1e-9) else
                                "fades or reverses (L ≥ 9 or b ≥ 50 %)" if (L >= 9 or b >= 0.5 - 1e-9) else ""
@@ -281,8 +450,7 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot
     scale_bbs = _scale_display(s)
     sc_cols = ["dataset", "backbone", "depth", "budget", "condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc",
                "status", "band_reason", "n_seeds", "n_builds", "miou", "idauc", "paper"]
-    sc = _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)
-    if sc is None:
+    if (sc := _swept_d(at[at["backbone"].isin(scale_bbs)], ["dataset", "backbone"], s, band, n_boot)) is None:
         return pd.DataFrame(columns=sc_cols)
     # the paper's statement beside each row (backbones matched by exact timm name)
     sc["paper"] = ["decoupling reproduces (D > 0)" if c == "T5" and bb == PAPER_BACKBONES[0] else
@@ -296,10 +464,8 @@ def _scale_table(at: pd.DataFrame, s: ReportSettings, band: float | None, n_boot
     return sc[sc_cols].reset_index(drop=True)
 
 
-
 def _checkpoint_meta(ckpt: str) -> tuple[dict[str, Any] | None, Path]:
-    """The fine-tuned checkpoint's metadata in this machine's cache and the file it came from;
-    ``(None, <cache>/checkpoints)`` where no readable ``*-<ckpt>.json`` exists."""
+    """``(metadata, its file)`` of a checkpoint in this machine's cache, else ``(None, <cache>/checkpoints)``."""
     cache = config.cache_dir() / "checkpoints"
     for path in sorted(cache.glob(f"*-{ckpt}.json")) if ckpt else []:
         try:
@@ -317,10 +483,8 @@ def _test_split(meta: Mapping[str, Any], label: str):
     """The checkpoint's test split (labels only), or ``None`` where it cannot be read here."""
     from ..data import AircraftDataset, CarsDataset, CUBDataset, DatasetError
     ts = meta.get("test_set") or {}
-    cls = {"CUBDataset": CUBDataset, "AircraftDataset": AircraftDataset, "CarsDataset": CarsDataset}.get(
-        str(ts.get("type")))
-    root = Path(str(ts.get("root", "")))
-    if cls is None or not root.exists():
+    cls = {c.__name__: c for c in (CUBDataset, AircraftDataset, CarsDataset)}.get(str(ts.get("type")))
+    if cls is None or not (root := Path(str(ts.get("root", "")))).exists():
         return None
     kw = {"annotation_level": _aircraft_level(label)} if cls is AircraftDataset else {}
     try:
@@ -332,17 +496,11 @@ def _test_split(meta: Mapping[str, Any], label: str):
 def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
     """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
-    (:data:`BACKBONE_COLUMNS`): ``kind`` is ``D`` (per swept condition, ``verdict`` the band status),
-    ``cosine``, ``finding`` (each paper finding's verdict), or ``missing`` / ``not run`` (no reference
-    rows; ``not run`` where the profile trains no other backbone); the report leaves out one comparison backbone."""
-    L0, b0 = s.point.depth, float(s.point.budget)
-    bbs = list(s.sweep.compare_backbones)
-    if rows.empty:
-        return pd.DataFrame(columns=BACKBONE_COLUMNS)
-    swept = list(s.sweep.conditions)
-    out: list[dict[str, Any]] = []
-    for ds in order_first(rows["dataset"], DATASET_NAMES):
-        for bb in bbs:
+    (:data:`BACKBONE_COLUMNS`): ``kind`` ``D`` (per swept condition, ``verdict`` its band status), ``cosine``,
+    ``finding``, or ``missing`` / ``not run`` (no reference rows; ``not run``: the profile trains no other backbone)."""
+    L0, b0, swept, out = s.point.depth, float(s.point.budget), list(s.sweep.conditions), []
+    for ds in order_first(rows["dataset"], DATASET_NAMES) if len(rows) else []:
+        for bb in s.sweep.compare_backbones:
             g = rows[(rows["dataset"] == ds) & (rows["backbone"] == bb) & rows["condition"].isin(swept + ["random"])]
             at = g[(g["depth"] == L0) & np.isclose(g["budget"].astype(float), b0)]
             base = dict(dataset=ds, backbone=bb, depth=L0, budget=b0)
@@ -353,8 +511,7 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                     "`midas-nb run -p other_backbones true` adds it" if kind == "not run" else
                     f"no reference rows at L={L0}, b={b0:g} in the store (notebook 05)")))
                 continue
-            ck = str(_first(at["checkpoint_id"]))
-            meta = _checkpoint_meta(ck)[0] or {}
+            meta = _checkpoint_meta(ck := str(_first(at["checkpoint_id"])))[0] or {}
             base.update(checkpoint_id=ck, test_accuracy=meta.get("test_accuracy", np.nan),
                         teacher_test_accuracy=(meta.get("distillation") or {}).get("teacher_test_accuracy", np.nan),
                         full_accuracy=float(_first(at["full_accuracy"])) if "full_accuracy" in at.columns and
@@ -365,13 +522,12 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
                 out.append(dict(base, kind="D", item=r.condition, estimate=r.D_pp, lo=r.D_pp_lo, hi=r.D_pp_hi,
                                 verdict=r.status, evidence=f"ΔIDAUC {di}"
                                 + (f"; {r.band_reason}" if r.status == "uninformative" else "")))
-            pr = None
-            if probes is not None and len(probes):
-                pr = probes[(probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
-                            (probes["checkpoint_id"].astype(str) == ck)]
-                for r in pr.sort_values(["hidden", "attention"]).itertuples():
-                    out.append(dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo,
-                                    hi=r.hi, verdict="", evidence=f"{int(r.n_images)} images"))
+            pr = None if probes is None or not len(probes) else probes[
+                (probes["dataset"] == ds) & (probes["backbone"] == bb) & (probes["depth"] == L0) &
+                (probes["checkpoint_id"].astype(str) == ck)]
+            out += [dict(base, kind="cosine", item=f"{r.hidden}·{r.attention}", estimate=r.cosine, lo=r.lo, hi=r.hi,
+                         verdict="", evidence=f"{int(r.n_images)} images")
+                    for r in ([] if pr is None else pr.sort_values(["hidden", "attention"]).itertuples())]
             f = paper_findings(g, pr if pr is not None and len(pr) else None, depth=L0, budget=b0, band=band,
                                n_boot=n_boot, scale_backbones=[])
             for r in f[(f["backbone"] == bb) & (f["finding"] != "scale")].itertuples():
@@ -379,14 +535,11 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
     return pd.DataFrame(out, columns=BACKBONE_COLUMNS)
 
 
-
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
-    """The paper-shaped table (docs/decisions/0036-paper-shaped-table.md): the three-condition table of every
-    dataset × backbone block of the result-store ``rows`` at the point of the report's settings ``s`` (``s.bootstrap``
-    resamples), blocks in ``backbone_order``, the paper's values beside DeiT-S/16 rows only; an ``expected``
-    ``(dataset, backbone)`` block without D gets one row with ``status`` "no result" (or "no reference row").
-    Raises ValueError or KeyError: rows without the result schema's columns (``aggregate_seeds``, ``decoupling_D``)."""
+    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at the point of
+    ``s``, blocks in ``backbone_order``, paper values beside DeiT-S/16 rows only; an ``expected`` block without D gets
+    one row of ``status`` "no result" (or "no reference row"). ValueError/KeyError: rows without schema columns."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()
@@ -411,8 +564,7 @@ def paper_table_for(profile: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def format_paper_table(table: pd.DataFrame) -> str:
-    """Plain text: one block per dataset × backbone (its coverage kind in the heading), a line per condition
-    (pandas' ``to_string``), or the block's status where it has no rows."""
+    """Plain text: per dataset × backbone its coverage kind, then a line per condition (or the block's status)."""
     fmt = {c: lambda x, f=f: number_text(x, f, "—") for c, f in (("miou", ".3f"), ("idauc", "+.3f"), ("D_pp", "+.2f"),
            ("delta_idauc", "+.3f"), ("paper_D_pp", "+.2f"), ("paper_delta_idauc", "+.3f"))}
     blocks = [f"{d} × {b}  ({coverage_name(g)})\n" + textwrap.indent(

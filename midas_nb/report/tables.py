@@ -1,6 +1,5 @@
-"""The report's CSV tables (:data:`TABLES`) as files: written, read back, and their findings counted by the
-fitness rule; nothing here imports torch, so ``midas-nb report --from-tables`` renders without it (decision 0080).
-:mod:`midas_nb.report.build` makes them from the result rows."""
+"""The report's CSV tables (:data:`TABLES`) written, read back, their findings counted by the fitness rule; no torch
+here, so ``midas-nb report --from-tables`` renders without it (decision 0080)."""
 from __future__ import annotations
 
 import re
@@ -14,7 +13,6 @@ from ..metrics.stats import is_finite_number
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
 SKIPPED_ROW = "images left out of coverage (no visible part, or an empty or uninformative box)"
-
 
 #: the CSV tables of a report, in the order REPORT.md shows them
 TABLES: tuple[str, ...] = ("provenance", "three_conditions", "cosine_probes", "regime", "scale", "findings",
@@ -30,8 +28,7 @@ class IncompleteReportError(ValueError):
 
 
 class MixedSettingsError(ValueError):
-    """The result store holds rows of settings other than the report's, one line each (``--allow-mixed-settings``
-    writes the report of its own settings anyway)."""
+    """The result store holds rows of other settings than the report's (``--allow-mixed-settings`` writes it anyway)."""
 
 
 #: columns of the ``backbones`` table (one row per dataset × backbone × quantity)
@@ -40,10 +37,9 @@ BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "te
 
 
 def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[bool, str]]:
-    """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision
-    0070) of every backbone whose test top-1 the tables give (the provenance of a block, else the ``backbones``
-    table) on a test split whose size (else the evaluated images'), chance and majority share its dataset's
-    provenance gives; read from the tables alone, so a committed report is judged when it is rendered."""
+    """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision 0070)
+    of every backbone whose test top-1 the tables give (a block's provenance, else the ``backbones`` table) on a test
+    split whose size, chance and majority share its dataset's provenance gives; from the tables alone."""
     prov, out, split = tables["provenance"], {}, {}
     if not {"dataset", "backbone", "setting", "value"} <= set(prov.columns):
         return out                          # not a provenance table: the renderer names what it lacks
@@ -56,7 +52,8 @@ def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[b
             split[ds] = (int(n.group(1)), 1 / int(cm.group(2)), float(cm.group(3)))
             top1, teacher = v.get("backbone test top-1 (whole test split)"), v.get("teacher test top-1")
             if is_number(top1):
-                out[(ds, bb)] = backbone_fitness(float(top1), *split[ds], float(teacher) if is_number(teacher) else None)
+                out[(ds, bb)] = backbone_fitness(float(top1), *split[ds],
+                                                 float(teacher) if is_number(teacher) else None)
     bt = tables.get("backbones", pd.DataFrame(columns=BACKBONE_COLUMNS))
     for r in bt.drop_duplicates(["dataset", "backbone"]).itertuples():
         if r.dataset in split and (r.dataset, r.backbone) not in out and is_number(r.test_accuracy):
@@ -66,13 +63,10 @@ def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[b
 
 
 def counted(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """``tables`` with every finding of a backbone that fails the fitness rule (:func:`fitness`) marked
-    ``"not counted"``, in ``findings`` and in the ``backbones`` table's finding rows (idempotent)."""
+    """``tables``, each finding (also of ``backbones``) of a backbone failing :func:`fitness` ``"not counted"``."""
     fit = fitness(tables)
     tables["findings"] = count_fitness(tables["findings"], fit)
-    bt = tables.get("backbones")
-    if bt is not None and (bt["kind"] == "finding").any():
-        m = bt["kind"] == "finding"
+    if (bt := tables.get("backbones")) is not None and (m := bt["kind"] == "finding").any():
         tables["backbones"] = pd.concat([bt[~m], count_fitness(bt[m], fit, verdict="verdict")]).sort_index()
     return tables
 
@@ -83,26 +77,22 @@ def number_text(x: Any, fmt: str, empty: str = "") -> str:
 
 
 def read_csv_table(path: Path, expected: str, **kwargs: Any) -> pd.DataFrame:
-    """``pd.read_csv(path, **kwargs)``; a file pandas cannot read raises one ``ValueError`` that
-    names it and says what was ``expected`` there."""
+    """``pd.read_csv(path, **kwargs)``; ValueError naming the file and what was ``expected`` where it is unreadable."""
     try:
         return pd.read_csv(path, **kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a readable CSV table ({e}); expected {expected}") from None
 
 
-def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> list[Path]:
-    """Write each table to ``<output>/<name>.csv``; returns the paths."""
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
+def write_tables(tables: Mapping[str, pd.DataFrame], output: str | Path) -> None:
+    """Write each table to ``<output>/<name>.csv``."""
+    (out := Path(output)).mkdir(parents=True, exist_ok=True)
     for name in TABLES:
         tables[name].to_csv(out / f"{name}.csv", index=False)
-    return [out / f"{name}.csv" for name in TABLES]
 
 
 def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
-    """The tables of a report directory (every name in :data:`TABLES`), findings :func:`counted`. Raises FileNotFoundError: a table is
-    missing; ValueError: a table pandas cannot read as CSV (each message names the file)."""
+    """A report folder's :data:`TABLES`, findings :func:`counted`; FileNotFoundError / ValueError: one missing / bad."""
     d = Path(directory)
     missing = [n for n in TABLES if not (d / f"{n}.csv").is_file()]
     if missing:
@@ -117,6 +107,6 @@ def read_tables(directory: str | Path) -> dict[str, pd.DataFrame]:
 
 #: the columns :func:`read_tables` reads as text, an empty cell as ``""``
 _TEXT_COLUMNS = ("dataset", "backbone", "setting", "value", "condition", "status", "band_reason", "reference_check",
-                 "D_pp_by_seed", "D_pp_by_build", "status_vs_random_map", "band_reason_vs_random_map", "seeds", "paper_status",
-                 "evidence", "statement", "paper", "paper_expectation", "hidden", "attention", "checkpoint_id",
-                 "missing", "kind", "item", "verdict")
+                 "D_pp_by_seed", "D_pp_by_build", "status_vs_random_map", "band_reason_vs_random_map", "seeds",
+                 "paper_status", "evidence", "statement", "paper", "paper_expectation", "hidden", "attention",
+                 "checkpoint_id", "missing", "kind", "item", "verdict")

@@ -1,6 +1,5 @@
-"""What a reader sees of a results table: settings lines that state the sample (:func:`sample_note`,
-:func:`probe_note`), cells that read ``0.153 [0.148, 0.158]`` (:func:`compact`), long text shown whole
-(:func:`full_text`). Decision: docs/decisions/0043-reader-tables.md."""
+"""What a reader sees of a results table: lines that state the sample (:func:`sample_note`), cells that read
+``0.153 [0.148, 0.158]`` (:func:`compact`), long text shown whole (:func:`full_text`); decision 0043."""
 from __future__ import annotations
 
 import math
@@ -13,13 +12,10 @@ from .table import coverage_name
 
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, fmt: str = ".3f", unit: str = "",
               edges: Sequence[float] = (0.0,)) -> str:
-    """``"0.153 [0.148, 0.158]"``: ``m`` in format ``fmt`` (``"+.2f"``: signed, two decimals) with ``unit``, then its
-    interval where both bounds are numbers; ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a value that is not a
-    number. A negative value keeps its sign (``-0.0004``: ``-0.000``), as REPORT.md prints it. A bound that would
-    print onto an edge a verdict compares it with (``edges``: 0; the parity band's −0.01 for ΔIDAUC) without lying
-    on it gets the decimals that show its side, three more at most, then a strict mark: ``[+0.04, +0.30]``, not
-    ``[+0.0, +0.3]`` (decision 0090). ``edges=()`` for a lead decided as printed (``lead_resolved``: ``+0.000`` is
-    a tie)."""
+    """``"0.153 [0.148, 0.158]"``: ``m`` in ``fmt`` with ``unit``, then its interval where both bounds are numbers;
+    ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a non-number; a negative value keeps its sign (``-0.000``). A bound
+    that would print onto one of ``edges`` without lying on it gets up to three more decimals, then a strict mark
+    (``[+0.04, +0.30]``, not ``[+0.0, +0.3]``; decision 0090); ``edges=()``: a lead decided as printed."""
     try:
         if m is None or math.isnan(float(m)):
             return "n/a"
@@ -39,8 +35,7 @@ def _bound(v: float, fmt: str, edges: Sequence[float]) -> str:
     p = re.fullmatch(r"(.*\.)(\d+)f", fmt)
     for extra in range(4 if p else 1):
         text = f"{v:{p[1]}{int(p[2]) + extra}f}" if p else f"{v:{fmt}}"
-        bad = [e for e in edges if side(float(text), e) != side(v, e)]
-        if not bad:
+        if not (bad := [e for e in edges if side(float(text), e) != side(v, e)]):
             return text
     return f"{'>' if v > bad[0] else '<'}{text}"
 
@@ -57,8 +52,7 @@ def _values(table: pd.DataFrame, col: str) -> list:
 
 def _one(table: pd.DataFrame, col: str, fmt: Any = str) -> str | None:
     """The distinct values of ``col`` as ``fmt`` gives them, joined with ``", "``; ``None`` for none."""
-    v = _values(table, col)
-    return ", ".join(str(fmt(x)) for x in v) if v else None
+    return ", ".join(str(fmt(x)) for x in v) if (v := _values(table, col)) else None
 
 
 def _bootstrap(bootstrap: int | None) -> list[str]:
@@ -67,19 +61,15 @@ def _bootstrap(bootstrap: int | None) -> list[str]:
 
 def _backbone(table: pd.DataFrame) -> list[str]:
     """``["backbone <name> (<checkpoint id, 12 digits>)"]``; ``[]`` without a backbone column."""
-    bb = _one(table, "backbone")
-    if bb is None:
+    if (bb := _one(table, "backbone")) is None:
         return []
     ck = _one(table, "checkpoint_id", lambda x: str(x)[:12])
     return [f"backbone {bb}" + (f" ({ck})" if ck else "")]
 
 
 def _seeds_text(table: pd.DataFrame) -> str:
-    """``seeds 0, 1``; where the ``(L, b)`` points of a sweep ran different seeds, each seed set
-    with its points (``seeds 0, 1 at (L=6, b=25%); seed 0 at 4 points``)."""
-    def named(seeds: Sequence[int]) -> str:
-        return f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(str(s) for s in seeds)
-
+    """``seeds 0, 1``, or each seed set with its points (``seeds 0, 1 at (L=6, b=25%); seed 0 at 4 points``)."""
+    named = lambda seeds: f"seed{'s' if len(seeds) > 1 else ''} " + ", ".join(str(s) for s in seeds)  # noqa: E731
     if not {"depth", "budget"} <= set(table.columns):
         return named([int(s) for s in _values(table, "seed")])
     groups: dict[tuple[int, ...], list[tuple[Any, Any]]] = {}
@@ -93,15 +83,13 @@ def _seeds_text(table: pd.DataFrame) -> str:
 
 
 def sample_note(table: pd.DataFrame) -> str:
-    """One line stating a protocol table's sample and settings, read from its rows: images for
-    coverage (skipped ones: ``n_skipped_parts`` or ``n_skipped``), images and steps for IDAUC, seeds,
-    the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the backbone and checkpoint;
-    ``ValueError`` for an empty table."""
+    """One line stating a protocol table's sample and settings from its rows: images for coverage (and skipped),
+    images and steps for IDAUC, seeds, the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the
+    backbone and checkpoint; ``ValueError`` for an empty table."""
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
-    n = _one(table, "n_images", int)
-    if n is not None:
+    if (n := _one(table, "n_images", int)) is not None:
         skipped = _values(table, "n_skipped_parts") or _values(table, "n_skipped")
         sk = "" if not skipped else f", {int(max(skipped))} skipped" if max(skipped) > 0 else ", none skipped"
         parts.append(f"{coverage_name(table)}: {n} test images{sk}")
@@ -116,8 +104,7 @@ def sample_note(table: pd.DataFrame) -> str:
         sup = trained[trained["lambda_ga"].fillna(0) > 0] if "lambda_ga" in trained.columns else trained.iloc[0:0]
         if len(sup):
             parts.append("λ = " + (_one(sup, "lambda_ga", lambda x: f"{float(x):g}") or "?"))
-        rel = [r for r in _values(trained, "relaxation") if r]
-        if rel:
+        if rel := [r for r in _values(trained, "relaxation") if r]:
             parts.append("relaxation " + "/".join(rel))
     d, b = _one(table, "depth", int), _one(table, "budget", lambda x: f"{float(x):.0%}")
     if d is not None or b is not None:
@@ -128,34 +115,29 @@ def sample_note(table: pd.DataFrame) -> str:
 def compact(table: pd.DataFrame, metrics: Sequence[str], *, index: str | Sequence[str] = "condition",
             digits: int = 3, signed: Sequence[str] = (), keep: Sequence[str] = (),
             bounds: Mapping[str, tuple[str, str]] | None = None) -> pd.DataFrame:
-    """A reader's table indexed by ``index``: one column per metric, each cell ``m [lo, hi]`` (value
-    column ``m`` or ``m_mean``, bounds ``m_lo`` / ``m_hi`` or ``bounds[m]``, e.g. ``{"cosine": ("lo", "hi")}``;
-    ``signed``: metrics printed with a sign), then the ``keep`` columns (a name the table lacks is skipped;
-    NaN shows ``—``, whole-number floats print as integers); columns NaN in every row are dropped.
-    ``ValueError`` for a metric without a value column."""
+    """A reader's table indexed by ``index``: one column per metric, cells ``m [lo, hi]`` (value column ``m`` or
+    ``m_mean``, bounds ``m_lo``/``m_hi`` or ``bounds[m]``; ``signed``: with a sign), then the ``keep`` columns
+    present (NaN shows ``—``, whole floats as integers); all-NaN columns dropped. ``ValueError``: no value column."""
     index = [index] if isinstance(index, str) else list(index)
     out = table[index].copy()
     for m in metrics:
-        col = m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None
-        if col is None:
+        if (col := m if m in table.columns else f"{m}_mean" if f"{m}_mean" in table.columns else None) is None:
             raise ValueError(f"compact: no column {m!r} or {m + '_mean'!r} in the table")
         if table[col].isna().all():
             continue
         nan = pd.Series(math.nan, index=table.index)
         lo, hi = (table.get(c, nan) for c in (bounds or {}).get(m, (f"{m}_lo", f"{m}_hi")))
-        out[m] = [format_ci(v, a, b, f"{'+' * (m in signed)}.{digits}f") for v, a, b in zip(table[col].tolist(), lo, hi)]
+        fmt = f"{'+' * (m in signed)}.{digits}f"
+        out[m] = [format_ci(v, a, b, fmt) for v, a, b in zip(table[col].tolist(), lo, hi)]
     for k in keep:
         if k in table.columns and k not in out.columns and not table[k].isna().all():
-            col = table[k]
-            out[k] = col.to_numpy() if not col.isna().any() else [_plain(v) for v in col.tolist()]
+            out[k] = table[k].to_numpy() if not table[k].isna().any() else [_plain(v) for v in table[k].tolist()]
     return out.set_index(index)
 
 
 def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int | None = None) -> str:
-    """One line stating the sample and settings of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient`
-    rows, e.g. ``"24 test images; rank cosine (Spearman ρ) of the targets at block L = 2; 95 % CI: bootstrap
-    over images, 1000 resamples"`` (``bootstrap=None``: no interval stated; ``depth``: where the rows lack it);
-    ``ValueError`` for an empty table."""
+    """One line stating the sample of :func:`midas_nb.metrics.probes.hidden_vs_attention_gradient` rows
+    (``bootstrap=None``: no interval stated; ``depth``: where the rows lack it); ``ValueError`` for no rows."""
     if table.empty:
         raise ValueError("probe_note: the table has no rows")
     n = _one(table, "n_images", int)
@@ -168,8 +150,7 @@ def probe_note(table: pd.DataFrame, *, bootstrap: int | None = None, depth: int 
 
 
 class FullText:
-    """``full_text(table)``: a table a notebook shows whole, as HTML (``_repr_html_``) and as plain text (``repr``),
-    every cell in full (pandas' own display cuts a cell at 50 characters)."""
+    """``full_text(table)``: a table shown whole, as HTML and text (pandas' display cuts a cell at 50 characters)."""
 
     def __init__(self, table: pd.DataFrame):
         self.table = table
@@ -185,24 +166,20 @@ full_text = FullText
 
 
 def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None) -> str:
-    """One line stating a per-image table's sample: ``"12 test images; <what>; 95 % CI: bootstrap over
-    images, 1000 resamples"`` (several ``n_images`` are listed); ``ValueError`` without rows or ``n_images``."""
+    """``"12 test images; <what>; 95 % CI: ..."``; ``ValueError`` without rows or ``n_images``."""
     if table.empty or "n_images" not in table.columns:
         raise ValueError("images_note: the table has no rows or no n_images column")
-    parts = [f"{_one(table, 'n_images', int)} test images", what] + _bootstrap(bootstrap)
-    return "; ".join(p for p in parts if p)
+    return "; ".join(p for p in [f"{_one(table, 'n_images', int)} test images", what, *_bootstrap(bootstrap)] if p)
 
 
 def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False) -> list[str]:
-    """The ``name`` of the row with the highest ``value`` (``lowest``: the lowest), then of every row it
-    is not separated from: whose interval ``[<value>_lo, <value>_hi]`` overlaps the leader's (where the
-    table has no interval columns, the rows of the same value). NaN rows are left out. ``ValueError``
-    where ``value`` or ``name`` is not a column, or no row has a value."""
+    """The ``name`` of the row with the highest ``value`` (``lowest``: the lowest), then of every row whose interval
+    ``[<value>_lo, <value>_hi]`` (else value) overlaps the leader's; NaN rows left out. ``ValueError``: ``value`` or
+    ``name`` not a column, or no row has a value."""
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
-    t = table[table[value].notna()].sort_values(value, ascending=lowest)
-    if t.empty:
+    if (t := table[table[value].notna()].sort_values(value, ascending=lowest)).empty:
         raise ValueError(f"leader_line: no row has a value in {value!r}")
     lo, hi = (f"{value}_lo", f"{value}_hi") if {f"{value}_lo", f"{value}_hi"} <= set(t.columns) else (value, value)
     top = t.iloc[0]
@@ -212,10 +189,8 @@ def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False)
 
 def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits: int = 3,
                 signed: bool = False, lowest: bool = False) -> str:
-    """The row with the highest ``value`` (``lowest``: the lowest) and every row it is not separated
-    from (:func:`leaders`): ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their
-    intervals overlap T5's)"``; a leader is named alone only where its interval lies above every other
-    row's; without interval columns only the highest point is named. ``ValueError`` as :func:`leaders`."""
+    """:func:`leaders` in words: ``"<what>: T5 (0.037 [−0.004, 0.088]); not separated from T3; T2 (their intervals
+    overlap T5's)"``; without interval columns only the leader. ``ValueError`` as :func:`leaders`."""
     first, *ties = leaders(table, value, name=name, lowest=lowest)
     top = table[table[name].astype(str) == first].iloc[0]
     lo, hi = f"{value}_lo", f"{value}_hi"
@@ -230,13 +205,10 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
 
 
 def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
-    """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table
-    against ``reference`` and the controls (DESIGN.md §6): ``"band against <baseline>: ..."`` lines from
-    ``band_reason`` and every ``band_reason_vs_<control>`` (:func:`midas_nb.analysis.control.decoupling_with_controls`),
-    skipping a baseline's own row, rows without a check and ``"undefined"`` / ``"no reference"`` rows; a table of
-    several cells (dataset, backbone, ``L``, ``b``) names each cell; then what the decided band verdicts against
-    ``reference`` resolve: :func:`midas_nb.metrics.band_rule`'s "this sample resolves |ΔIDAUC| ≥ h", h per condition (a
-    range over several cells; notebook 02 prints the rule above it); ``""`` when there is neither."""
+    """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table:
+    ``"band against <baseline>: ..."`` lines from ``band_reason`` and every ``band_reason_vs_<control>`` (each cell
+    named where there are several), then "this sample resolves |ΔIDAUC| ≥ h" of the decided verdicts against
+    ``reference`` (decision 0071); ``""`` when there is neither."""
     cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
     many = len(D[cell].drop_duplicates()) > 1 if cell else False
     cols = [("band_reason", reference)] + [(c, c[len("band_reason_vs_"):]) for c in D.columns
@@ -245,8 +217,7 @@ def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
     for col, name in cols:
         if col not in D.columns:
             continue
-        scol = "status" if col == "band_reason" else f"status_vs_{name}"
-        status = D.get(scol, pd.Series("", index=D.index))
+        status = D.get("status" if col == "band_reason" else f"status_vs_{name}", pd.Series("", index=D.index))
         texts: dict[str, None] = {}
         for k, (r, c, st) in enumerate(zip(D[col], D["condition"], status)):
             if c in (name, reference) or st in ("undefined", "no reference") or not (isinstance(r, str) and r):

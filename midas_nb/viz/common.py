@@ -1,8 +1,5 @@
-"""What every figure shares: where figures and tables go (:func:`set_output`, :func:`save_figure`,
-:func:`save_csv`), how a figure is shown (:func:`finish_figure`), one colour per meaning (each condition
-or target, :func:`condition_color`; the part patches, the object box, the keypoints; one colormap per
-swept axis), images back to RGB, axis labels, colour bars, panel grids, legends under the panels and
-point labels that do not overlap."""
+"""What every figure shares: where figures and tables go, how a figure is shown (:func:`finish_figure`), one
+colour per meaning (:func:`condition_color`), axes, colour bars, panel grids, legends and point labels."""
 from __future__ import annotations
 
 import hashlib
@@ -29,11 +26,9 @@ Normalization = tuple[Sequence[float], Sequence[float]] | None
 
 
 def set_output(notebook: str | None, directory: str | Path | None = None, *, profile: str | None = None) -> Path:
-    """Name the notebook whose figures follow (its stem prefixes every saved figure and table; ``None``:
-    no prefix) and the ``directory`` they go to (``None``: :func:`midas_nb.config.figures_dir` of
-    ``profile``, ``figures/<profile>/`` or ``MIDAS_FIGURES_DIR``); returns the directory. ValueError: a blank
-    ``directory`` (it would be the working directory, e.g. ``notebooks/`` beside the committed notebooks).
-    """
+    """Name the notebook whose figures follow (its stem prefixes every saved file; ``None``: no prefix) and the
+    ``directory`` they go to (``None``: :func:`midas_nb.config.figures_dir` of ``profile``); returns the directory.
+    ValueError: a blank ``directory`` (it would be the working directory, beside the committed notebooks)."""
     if isinstance(directory, str) and not directory.strip():
         raise ValueError(f"output_dir: expected a directory path or None (figures/<profile>/), got {directory!r}")
     _STATE["notebook"] = notebook
@@ -44,11 +39,9 @@ def set_output(notebook: str | None, directory: str | Path | None = None, *, pro
 
 def output_dir() -> Path:
     """The directory :func:`set_output` chose (created), else ``config.figures_dir()``."""
-    d = _STATE["directory"]
-    if d is None:
-        return config.figures_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    if (d := _STATE["directory"]) is not None:
+        d.mkdir(parents=True, exist_ok=True)
+    return config.figures_dir() if d is None else d
 
 
 def figure_path(name: str, suffix: str = ".png") -> Path:
@@ -59,55 +52,37 @@ def figure_path(name: str, suffix: str = ".png") -> Path:
     return output_dir() / f"{stem}{suffix}"
 
 
-def save_figure(fig: Figure, name: str, dpi: int = 130) -> Path:
-    """Write ``fig`` as PNG to :func:`figure_path` ``(name)``; returns the path."""
-    fig.savefig(path := figure_path(name), dpi=dpi, bbox_inches="tight", facecolor="white")
-    return path
-
-
 def save_csv(table: pd.DataFrame, name: str) -> Path:
-    """Write ``table`` as CSV beside the figures (``<output dir>/<notebook>_<name>.csv``), atomically
-    (:func:`midas_nb.identity.atomic_write_text`); list columns (per-image values) as JSON."""
+    """Write ``table`` atomically as ``<output dir>/<notebook>_<name>.csv``, list columns as JSON."""
     atomic_write_text(path := figure_path(name, ".csv"), encode_lists(table).to_csv(index=False))
     return path
 
 
-def figure_title(fig: Figure) -> str:
-    """What ``fig`` shows, in words: its suptitle, else its axes' titles joined with ``"; "``, else
-    ``"figure"`` (the alt text of its image in the HTML edition)."""
-    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
-    return " ".join((sup or "; ".join(t for ax in fig.axes if (t := ax.get_title())) or "figure").split())
-
-
 def finish_figure(fig: Figure, save: str | None, tight: bool = False) -> Figure:
-    """The last step of every figure function: lay ``fig`` out (``tight``: ``tight_layout``), save it as
-    ``save`` (:func:`save_figure`) when a name is given; in a notebook (inline backend) show it now, its
-    :func:`figure_title` as the image's ``alt`` (the HTML edition's alt text); close it unless a widget or
-    window shows it. Returns ``fig``."""
+    """The last step of every figure function: lay ``fig`` out (``tight``), save it as ``save`` when given; in a
+    notebook (inline backend) show it now, its suptitle (else its axes' titles) as the image's ``alt`` text (the
+    HTML edition's); close it unless a widget or window shows it. Returns ``fig``."""
     if tight:
         fig.tight_layout()
     if save:
-        save_figure(fig, save)
+        fig.savefig(figure_path(save), dpi=130, bbox_inches="tight", facecolor="white")
     backend = matplotlib.get_backend().lower()
     if "inline" in backend:
         from IPython.display import display
-        display(fig, metadata={"image/png": {"alt": figure_title(fig)}})
+        sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+        alt = " ".join((sup or "; ".join(t for ax in fig.axes if (t := ax.get_title())) or "figure").split())
+        display(fig, metadata={"image/png": {"alt": alt}})
     if "inline" in backend or backend in ("agg", "cairo", "pdf", "pgf", "ps", "svg", "template"):
         plt.close(fig)          # shown once; the Figure object stays usable (savefig, axes) after closing
     return fig
 
 
-#: part patches (filled or outlined), the object box, the visible part keypoints: in every image figure
 PART_COLOR, BOX_COLOR, KEYPOINT_COLOR = "gold", "cyan", "red"
-#: the parity band (DESIGN.md §6): a blue no condition or target has (tab:green was T2's)
-BAND_COLOR = "#1f77b4"
-#: the colormap of each axis a figure colours lines by: the budget and the depth never share one
+BAND_COLOR = "#1f77b4"    # the parity band's: a blue no condition or target has
 AXIS_CMAPS: dict[str, str] = {"budget": "viridis", "depth": "magma"}
 
-#: fixed colours of the known conditions and targets: the controls in neutrals (the reference, no
-#: pruning, black; the unsupervised scorer grey; random light grey; the random-map control gold),
-#: T1–T5 in tab10's first hues, the related targets and scorer families in other tab10 / tab20
-#: hues; all distinct but T0's, the reference's own ranking, which shares the reference's black
+#: fixed colours of the known conditions and targets: controls in neutrals, T1–T5 in tab10's first hues; all
+#: distinct but T0's (the reference's own ranking), which shares the reference's black
 CONDITION_COLORS: dict[str, str] = {
     "reference": "#000000", "unsupervised": "#7f7f7f", "random": "#c7c7c7", "random_map": "#e7ba52",
     "T0": "#000000", "T1": "#ff7f0e", "T2": "#2ca02c", "T3": "#d62728", "T4": "#9467bd", "T5": "#8c564b",
@@ -116,17 +91,15 @@ CONDITION_COLORS: dict[str, str] = {
 _FOLDED = {k.lower(): v for k, v in CONDITION_COLORS.items()} | {
     "last": "#bcbd22", "lastvit": "#bcbd22", "last-vit": "#bcbd22"}   # the LaSt-ViT votes' other spellings
 
-#: colours an unknown name may get (tab20b / tab20c hues that no known name uses)
+#: an unknown name's colours (tab20b / tab20c hues no known name uses)
 FALLBACK_PALETTE: tuple[str, ...] = (
     "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194", "#6b6ecf", "#b5cf6b", "#e7969c",
     "#ce6dbd", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede", "#843c39")
 
 
 def condition_color(name: str) -> str:
-    """The colour ``"#rrggbb"`` of a condition or target id (``"reference"``, ``"T5"``, ``"cropr"``, …;
-    case and surrounding spaces ignored) in every figure, so that ``T5`` is the same in 02's scatter, 05's
-    bars and 06's curves. Any other name gets a colour of :data:`FALLBACK_PALETTE` picked by its MD5 digest
-    (not Python's per-process salted ``hash``): the same in every process and machine (two may share one)."""
+    """The colour ``"#rrggbb"`` of a condition or target id in every figure (case and spaces ignored); any other
+    name gets one of :data:`FALLBACK_PALETTE` by its MD5 digest (the same in every process, unlike ``hash``)."""
     key = str(name).strip()
     if key.lower() in _FOLDED:
         return CONDITION_COLORS.get(key, _FOLDED[key.lower()])
@@ -136,22 +109,18 @@ def condition_color(name: str) -> str:
 
 def to_numpy(x: Any) -> np.ndarray:
     """A tensor (detached, as float32, on the CPU) or anything ``np.asarray`` takes, as a numpy array."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().float().cpu().numpy()
-    return np.asarray(x)
+    return x.detach().float().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def image_to_rgb(image: Any, normalization: Normalization = None) -> np.ndarray:
-    """``[3,H,W]`` (tensor or array) → ``[H,W,3]`` float in ``[0,1]`` for ``imshow``: the backbone's
-    ``normalization = (mean, std)`` undone (``x·std + mean``), else min–max rescaled. ValueError: another shape.
-    """
+    """``[3,H,W]`` (tensor or array) → ``[H,W,3]`` float in ``[0,1]``: the backbone's ``normalization = (mean,
+    std)`` undone (``x·std + mean``), else min–max rescaled. ValueError: another shape."""
     x = to_numpy(image).astype(np.float64)
     if x.ndim != 3 or x.shape[0] not in (1, 3):
         raise ValueError(f"image must be [3,H,W] (or [1,H,W]), got shape {x.shape}")
     if normalization is not None:
         mean, std = (np.asarray(v, dtype=np.float64).reshape(-1, 1, 1) for v in normalization)
-    x = x * std + mean if normalization is not None else unit_range(x)
-    x = np.clip(x, 0.0, 1.0).transpose(1, 2, 0)
+    x = np.clip(x * std + mean if normalization is not None else unit_range(x), 0.0, 1.0).transpose(1, 2, 0)
     return np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
 
 
@@ -180,8 +149,7 @@ def require_columns(table: pd.DataFrame, columns: Sequence[str], what: str = "ta
 def label_axes(ax, xlabel: str | None = None, ylabel: str | None = None, title: str | None = None, *,
                size: float = FONT["label"], title_size: float = FONT["title"] - 1, grid: str | None = "both",
                legend: dict | None = None) -> None:
-    """Axis labels (``size`` pt), tick labels, a light grid on ``grid`` ("both", "x", "y" or
-    ``None``), the title and, with ``legend`` (its keywords), a legend: every figure's axes."""
+    """Every figure's axes: labels (``size`` pt), title, ticks, a light grid on ``grid`` and a ``legend``."""
     ax.set_xlabel(xlabel or "", fontsize=size)
     ax.set_ylabel(ylabel or "", fontsize=size)
     ax.set_title(title or "", fontsize=title_size)
@@ -204,8 +172,7 @@ def panel_grid(n: int, ncols: int, panel: tuple[float, float], extra: tuple[floa
                **kw) -> tuple[Figure, list]:
     """A figure of ``n`` panels, at most ``ncols`` a row, each ``panel`` (w, h) inches plus ``extra``
     inches in all; returns it and its ``n`` axes (the rest of the last row hidden)."""
-    ncols = min(ncols, n)
-    nrows = -(-n // ncols)
+    ncols, nrows = min(ncols, n), -(-n // min(ncols, n))
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, **kw,
                              figsize=(panel[0] * ncols + extra[0], panel[1] * nrows + extra[1]))
     for ax in axes.ravel()[n:]:
@@ -215,12 +182,9 @@ def panel_grid(n: int, ncols: int, panel: tuple[float, float], extra: tuple[floa
 
 def legend_below(fig: Figure, handles: list, *, ncol: int, note: str | None = None, x: float = 0.5,
                  loc: str = "lower center", right: float = 1.0, top: float = 0.95) -> float:
-    """``note`` (italic) on the figure's bottom line, a legend of ``handles`` above it, the panels
-    above both (measured, so they never run into each other; the figure widens to hold the
-    legend). Returns the bottom of the panels' area (figure fraction)."""
-    renderer = fig.canvas.get_renderer()
-    to_fig = fig.transFigure.inverted()
-    y = 0.005
+    """``note`` (italic) on the bottom line, a legend of ``handles`` above it, the panels above both (measured; the
+    figure widens to hold the legend). Returns the bottom of the panels' area (figure fraction)."""
+    renderer, to_fig, y = fig.canvas.get_renderer(), fig.transFigure.inverted(), 0.005
     if note:
         text = fig.text(0.99, 0.012, note, ha="right", va="bottom", fontsize=FONT["annot"], style="italic",
                         color="0.25")
@@ -230,23 +194,20 @@ def legend_below(fig: Figure, handles: list, *, ncol: int, note: str | None = No
     width_in = legend.get_window_extent(renderer).width / fig.dpi
     if width_in > 0.96 * fig.get_figwidth():
         fig.set_figwidth(width_in / 0.96)
-    bottom = legend.get_window_extent(renderer).transformed(fig.transFigure.inverted()).y1 + 0.01
+    bottom = legend.get_window_extent(renderer).transformed(to_fig).y1 + 0.01
     fig.tight_layout(rect=(0, bottom, right, top))
     return bottom
 
 
-def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float,
-                **style) -> None:
-    """Draw one ``Rectangle`` (matplotlib ``style`` keywords) on ``ax`` per true entry of
-    ``mask [rows*cols]`` (row-major patch order), each ``patch_w × patch_h`` in data units (px)."""
+def patch_rects(ax, mask: np.ndarray, rows: int, cols: int, patch_h: float, patch_w: float, **style) -> None:
+    """One ``Rectangle`` (``style``) per true entry of ``mask [rows*cols]`` (row-major), ``patch_w × patch_h`` px."""
     for t in np.flatnonzero(mask):
         r, c = divmod(int(t), cols)
         ax.add_patch(Rectangle((c * patch_w, r * patch_h), patch_w, patch_h, **style))
 
 
 def draw_parts_or_box(ax, parts: Any = None, box: Any = None, *, s: float = 22, lw: float = 1.8) -> None:
-    """The visible part keypoints ``parts [K,3]`` (x, y, visible; px) as dots of ``s`` pt², and the
-    object ``box`` ``(x0, y0, x1, y1)`` (px) as a rectangle ``lw`` wide, where given."""
+    """The visible keypoints of ``parts [K,3]`` (x, y, visible; px) as dots, the ``box (x0, y0, x1, y1)`` (px)."""
     parts = np.zeros((0, 3)) if parts is None else to_numpy(parts).reshape(-1, 3)
     vis = parts[:, 2] > 0
     if vis.any():
@@ -257,7 +218,6 @@ def draw_parts_or_box(ax, parts: Any = None, box: Any = None, *, s: float = 22, 
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, edgecolor=BOX_COLOR, lw=lw))
 
 
-#: legend entries of the image figures' markings: a visible part keypoint, the object box
 KEYPOINT_HANDLE = Line2D([], [], ls="", marker="o", ms=5, mfc=KEYPOINT_COLOR, mec="white",
                          label="visible part keypoint")
 BOX_HANDLE = Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")
@@ -265,11 +225,9 @@ BOX_HANDLE = Patch(fill=False, edgecolor=BOX_COLOR, lw=1.8, label="object box")
 
 def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequence[str], *,
                        fontsize: float | None = None, pad: float = 2.0) -> list:
-    """Annotate each data point with its label so that no two labels overlap, none covers a marker and each
-    stays inside the axes; returns the annotations. Greedy: in order, each label takes the first offset around
-    its marker (nearest first) whose box (``pad`` pixels around) clears the boxes placed and every marker, else
-    the one of least overlap. Call it once the axes' limits and the figure's layout are final.
-    """
+    """Label each point, no two labels overlapping, none over a marker, inside the axes (call it once limits and
+    layout are final); greedy: each label takes the nearest offset whose box clears the others, else the least
+    overlapping one. Returns the annotations."""
     renderer = ax.figure.canvas.get_renderer()
     r = 6.0 * ax.figure.dpi / 72  # half a marker (ms 8) plus a little, in pixels
     taken = [np.r_[p - r, p + r] for p in ax.transData.transform(np.asarray(points, dtype=float).reshape(-1, 2))]
@@ -301,7 +259,6 @@ def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequen
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> float:
-    """Area shared by two boxes ``[x0, y0, x1, y1]`` (pixels)."""
     w = min(a[2], b[2]) - max(a[0], b[0])
     h = min(a[3], b[3]) - max(a[1], b[1])
     return float(w * h) if w > 0 and h > 0 else 0.0

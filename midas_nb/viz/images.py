@@ -1,5 +1,4 @@
-"""Figures over the photos: part keypoints on the patch grid, target heatmaps (the kept patch tokens
-over a photo are the explorer's, :mod:`midas_nb.viz.widgets`)."""
+"""Figures over the photos: part keypoints on the patch grid, target heatmaps."""
 from __future__ import annotations
 
 import math
@@ -19,12 +18,9 @@ from .common import (BOX_HANDLE, class_name, colorbar, draw_parts_or_box, finish
 
 def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization: Normalization = None,
                        class_names: Sequence[str] | None = None, save: str | None = None) -> Figure:
-    """The first ``n`` photos of ``data`` (a :class:`midas_nb.data.Batch`; four panels a row) with part
-    keypoints, the part-mask patches and the object box on the grid of ``patch_size``-pixel patches: what part
-    mIoU compares kept tokens against (DESIGN.md §6; a patch is "part" when it holds a visible keypoint after
-    the resize/crop); without part keypoints (``parts`` ``[B, 0, 3]``) the box patches, box coverage's.
-    ``normalization``: the backbone's ``(mean, std)`` to undo; ``class_names``: by label, for the titles.
-    """
+    """The first ``n`` photos of a :class:`midas_nb.data.Batch` with part keypoints, part-mask patches and the
+    object box on the grid of ``patch_size``-pixel patches: what part mIoU compares kept tokens against (DESIGN.md
+    §6); without part keypoints (``parts [B,0,3]``) the box patches. ``normalization``: ``(mean, std)`` to undo."""
     images = to_numpy(data.images)[:n]
     B, _, H, W = images.shape
     parts_all = to_numpy(data.parts)[:B]
@@ -58,25 +54,13 @@ def show_parts_on_grid(data: Any, patch_size: int, *, n: int = 4, normalization:
 
 def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | int | None = None, *,
                     normalization: Normalization = None, normalize: Literal["rank", "minmax"] = "rank",
-                    indices: Sequence[int] | Any | None = None, title: str | None = None,
-                    save: str | None = None, part_mask: Any | None = None,
-                    class_names: Sequence[str] | None = None) -> Figure:
-    """Target maps over the photos: per image a block of panels (the photo, then one per target, six panels
-    of 1.9 in to a row), each titled with its target id, the part patches outlined where a part mask is known.
-    Each map is normalised per image, by rank (``"rank"``: each token's percentile in the image's ranking, what
-    top-k pruning uses) or min–max, so that targets in different units share one colour bar.
-
-    Args:
-        images: ``[B,3,H,W]`` (normalised for the backbone), or a :class:`midas_nb.data.Batch` (its
-            ``images``, ``part_mask`` and ``labels``). normalization: its ``(mean, std)`` to undo.
-        maps: ``{target id: [B,N]}`` on the same images, in panel order; or ``[M,N]`` over a whole split
-            with ``indices [B]`` naming the rows of ``images``. grid: ``(rows, cols)``; ``None``: square.
-        part_mask: ``[B,N]`` bool part patches to outline; ``None`` → the batch's, if any.
-        class_names: by label, the rows' labels (wrapped at 20 characters; else ``"image b"``).
-
-    Raises ValueError: empty ``maps``, an unknown ``normalize``, a map with fewer rows than images or a
-    ``grid`` that does not hold ``N`` tokens.
-    """
+                    indices: Sequence[int] | Any | None = None, title: str | None = None, save: str | None = None,
+                    part_mask: Any | None = None, class_names: Sequence[str] | None = None) -> Figure:
+    """Target maps over the photos (the photo, then a panel per target, six a row), part patches outlined; each
+    map normalised per image by ``"rank"`` (percentile, what top-k uses) or ``"minmax"``: one colour bar for all.
+    ``images``: ``[B,3,H,W]`` or a :class:`midas_nb.data.Batch`; ``maps``: ``{target id: [B,N]}``, or ``[M,N]``
+    with ``indices [B]``; ``grid``: ``(rows, cols)`` (``None``: square); ``part_mask``: ``[B,N]`` bool.
+    ValueError: empty ``maps``, an unknown ``normalize``, a map too short or a ``grid`` not holding ``N`` tokens."""
     if normalize not in ("rank", "minmax"):
         raise ValueError(f"normalize must be 'rank' or 'minmax', got {normalize!r}")
     if not maps:
@@ -90,9 +74,8 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     B, _, H, W = imgs.shape
     rows_of = slice(None) if indices is None else to_numpy(indices).astype(int).ravel()
     arrs = {k: to_numpy(v).reshape(-1, to_numpy(v).shape[-1])[rows_of] for k, v in maps.items()}
-    for k, a in arrs.items():
-        if a.shape[0] < B:
-            raise ValueError(f"map {k!r} has {a.shape[0]} rows for {B} images")
+    if short := [k for k, a in arrs.items() if a.shape[0] < B]:
+        raise ValueError(f"map {short[0]!r} has {arrs[short[0]].shape[0]} rows for {B} images")
     ids, n = list(arrs), next(iter(arrs.values())).shape[1]
     rows, cols = (math.isqrt(n),) * 2 if grid is None else (grid, grid) if isinstance(grid, int) else map(int, grid)
     if rows * cols != n:
@@ -100,8 +83,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
     parts = None if part_mask is None else to_numpy(part_mask).astype(bool).reshape(-1, rows * cols)
     row_labels = ([textwrap.fill(class_name(class_names, lbl, 60), 20) for lbl in labels]
                   if class_names is not None and labels else [f"image {b}" for b in range(B)])
-    n_panels = len(ids) + 1
-    fig_cols = min(6, n_panels)
+    n_panels, fig_cols = len(ids) + 1, min(6, len(ids) + 1)
     per_image = -(-n_panels // fig_cols)
     width = 1.9 * fig_cols + 0.9   # 1.9 in panels and the colour bar: 3 images × 11 targets are 12.3 in wide
     fig, grid_axes = plt.subplots(B * per_image, fig_cols, squeeze=False,
@@ -134,8 +116,7 @@ def target_heatmaps(images: Any, maps: Mapping[str, Any], grid: Sequence[int] | 
 
 
 def _part_outline(ax, mask: np.ndarray, rows: int, cols: int, H: int, W: int) -> None:
-    """Outline the region of the ``True`` patches of ``mask [rows*cols]`` (one LineCollection,
-    ``gid="part outline"``): the patch edges between a part patch and a non-part patch or the border."""
+    """Outline the ``True`` patches of ``mask [rows*cols]`` (one LineCollection, ``gid="part outline"``)."""
     m = np.pad(np.asarray(mask, dtype=bool).reshape(rows, cols), 1)
     ph, pw = H / rows, W / cols
     horizontal = np.argwhere(m[1:, 1:-1] != m[:-1, 1:-1])    # (r, c): an edge at y = r·ph from x = c·pw

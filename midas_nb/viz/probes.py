@@ -10,7 +10,7 @@ from matplotlib.patches import Rectangle
 from .common import colorbar, condition_color, finish_figure, FONT, label_axes, require_columns
 
 
-#: what :func:`midas_nb.metrics.probes.cosine_matrix` computes per image in each ``mode`` (its docstring)
+#: what :func:`midas_nb.metrics.probes.cosine_matrix` computes per image in each ``mode``
 MODE_LABELS = {"rank": "rank cosine (Spearman ρ)", "centered": "cosine of centred maps (Pearson r)",
                "raw": "cosine of raw maps"}
 
@@ -18,13 +18,10 @@ MODE_LABELS = {"rank": "rank cosine (Spearman ρ)", "centered": "cosine of centr
 def cosine_heatmap(mean: pd.DataFrame, highlight: tuple[str, str] | None = ("T5", "T3"), *,
                    lo: pd.DataFrame | None = None, hi: pd.DataFrame | None = None,
                    title: str | None = None, save: str | None = None) -> Figure:
-    """Mean per-image cosine between target rankings, ``mean`` (a square DataFrame, index = columns = target
-    ids, values in ``[−1, 1]``: :func:`midas_nb.metrics.probes.cosine_matrix`), as an annotated matrix; the colour
-    bar and title name what was computed from ``mean.attrs["mode"]`` (:data:`MODE_LABELS`; default rank).
-    ``highlight``: a pair of ids whose cells are framed and called out in the title with the CI bounds ``lo``,
-    ``hi`` (same layout) where given (default T5 vs T3; ``None`` or an absent pair: none). ValueError: ``mean``
-    not square with matching index and columns.
-    """
+    """Mean per-image cosine between target rankings, ``mean`` (square, index = columns = target ids, in ``[−1,
+    1]``: :func:`midas_nb.metrics.probes.cosine_matrix`; ``attrs["mode"]`` names it), as an annotated matrix;
+    ``highlight``: a pair whose cells are framed and called out in the title, with the CI bounds ``lo``, ``hi``
+    where given. ValueError: ``mean`` not square with matching index and columns."""
     if list(mean.index) != list(mean.columns):
         raise ValueError("mean must be a square DataFrame with the same ids as index and columns")
     ids, M = [str(i) for i in mean.index], mean.to_numpy(dtype=float)
@@ -77,5 +74,5 @@ def cosine_depth_lines(table: pd.DataFrame, *, title: str | None = None, save: s
 
 
 def _fmt_cell(v: float, digits: int = 2) -> str:
-    """``v`` with ``digits`` decimals and no negative zero (``-0.004`` → ``0.00``)."""
+    """No negative zero (``-0.004`` → ``0.00``)."""
     return f"{v:.{digits}f}".replace(f"-{0:.{digits}f}", f"{0:.{digits}f}")

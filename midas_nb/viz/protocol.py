@@ -27,9 +27,8 @@ _MARKERS = ["o", "s", "D", "^", "v", "P", "X", "*", "<", ">", "h", "p"]
 
 def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
                  cols: Sequence[str] = ("dataset", "backbone")) -> str:
-    """Guard against silent averaging: ``table`` may hold several datasets / backbones only when the
-    caller lists them in ``average_over``; returns the title note that says so. Raises ValueError:
-    several values of a column in ``cols`` that ``average_over`` does not name."""
+    """The title note on what ``table`` averages over; ValueError: several values of a column in ``cols`` (datasets,
+    backbones) that ``average_over`` does not name (no silent averaging)."""
     mixed = {c: [str(v) for v in dict.fromkeys(table[c])] for c in cols
              if c in table.columns and table[c].nunique(dropna=False) > 1}
     silent = {c: v for c, v in mixed.items() if c not in set(average_over)}
@@ -42,13 +41,10 @@ def mixed_groups(table: pd.DataFrame, average_over: Sequence[str], what: str,
 
 
 def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
-    """One row per condition: mean ``miou`` / ``idauc`` over rows (builds, seeds) and their 95 % intervals
-    (:func:`midas_nb.results.aggregate_seeds` from the per-image values; a single row without them keeps
-    its own bootstrap bounds; otherwise none, never the mean of per-seed bounds)."""
+    """Per condition: mean ``miou`` / ``idauc`` and 95 % intervals (a single row's own; never mean bounds)."""
     t = table.assign(condition=table["condition"].astype(str))
     agg = aggregate_seeds(t, by=["condition"], metrics=[m for m in ("miou", "idauc") if m in t.columns],
-                          n_boot=n_boot)
-    agg = agg.rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
+                          n_boot=n_boot).rename(columns={"miou_mean": "miou", "idauc_mean": "idauc"})
     for col in ("miou_lo", "miou_hi", "idauc_lo", "idauc_hi"):
         agg[col] = agg[col] if col in agg.columns else np.nan
         if col in t.columns:
@@ -58,21 +54,13 @@ def _condition_summary(table: pd.DataFrame, n_boot: int = 1000) -> pd.DataFrame:
 
 
 def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference", band: float | None = None,
-                             coverage_label: str | None = None, title: str | None = None,
-                             save: str | None = None, average_over: Sequence[str] = (),
-                             n_boot: int = 1000) -> Figure:
-    """Part coverage (mIoU, a fraction as in the tables) against faithfulness (IDAUC) per condition, hollow
-    markers, a label per point (up to 10, none overlapping), and the DESIGN.md §6 parity band shaded,
-    ``IDAUC ≥ IDAUC_ref − band`` (``None``: :data:`midas_nb.metrics.PARITY_BAND`); the dashed line is the
-    reference's mIoU, so a point in the band right of it has ``D > 0`` at parity.
-
-    ``table``: protocol rows (``condition``, ``miou``, ``idauc``; the per-image values or ``*_lo``/``*_hi``
-    and ``coverage_kind`` where present), averaged per condition; error bars: the 95 % interval of that mean
-    over seeds and images (:func:`midas_nb.results.aggregate_seeds`, ``n_boot`` resamples), or a single
-    row's own interval. ``coverage_label``: the x quantity (default from ``coverage_kind``); ``save``: figure
-    name (:func:`save_figure`); ``average_over``: ``("dataset",)`` / ``("backbone",)`` allows rows of several,
-    averaged (the title says so). ValueError: ``condition``, ``miou`` or ``idauc`` missing, or datasets /
-    backbones mixed that ``average_over`` does not name.
+                             coverage_label: str | None = None, title: str | None = None, save: str | None = None,
+                             average_over: Sequence[str] = (), n_boot: int = 1000) -> Figure:
+    """Part coverage (mIoU, a fraction) against faithfulness (IDAUC) per condition, the parity band ``IDAUC ≥
+    IDAUC_ref − band`` shaded (DESIGN.md §6; ``None``: ``metrics.PARITY_BAND``), the reference's mIoU dashed.
+    ``table``: protocol rows (``condition``, ``miou``, ``idauc``), averaged per condition; error bars: the 95 %
+    interval over seeds and images (``n_boot`` resamples) or a single row's own. ``average_over``: ``("dataset",)``
+    / ``("backbone",)`` averages rows of several. ValueError: a column missing, or mixed rows not in ``average_over``.
     """
     require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
@@ -110,8 +98,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
 
 def _curve_pair(curves: list, xlabels: Sequence[str], titles: Sequence[str], ylabel: str, title: str | None,
                 save: str | None) -> Figure:
-    """Two panels side by side (shared y) of ``curves``: ``(label, x %, (y_left, auc_left), (y_right,
-    auc_right))`` each, in the label's :func:`condition_color`, the AUC in the legend."""
+    """Two panels (shared y) of ``curves``: ``(label, x %, (y_left, auc_left), (y_right, auc_right))`` each."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=True)
     for label, x, *sides in curves:
         for ax, (y, auc) in zip(axes, sides):
@@ -142,11 +129,10 @@ def insertion_deletion_curves(results: Any, *, title: str | None = None, save: s
 
 
 def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: str | None = None) -> Figure:
-    """Accuracy as tokens are removed, most relevant first (positive) and least relevant first
-    (negative), one line per relevance map — the evaluation of TokenTM (Wu et al., 2024,
-    https://arxiv.org/abs/2403.14552). ``table``: one row per map with ``target``, ``fractions``
-    (removed fraction, ``[S+1]``), ``pos_curve``/``neg_curve`` (accuracy, ``[S+1]``) and ``pos_auc``/``neg_auc``
-    (:func:`midas_nb.metrics.perturbation.perturbation_table`); list columns may be JSON strings (CSV)."""
+    """Accuracy as tokens are removed, most relevant first (positive) and least relevant first (negative), one line
+    per map — TokenTM's evaluation (https://arxiv.org/abs/2403.14552). ``table``: a row per map with ``target``,
+    ``fractions``, ``pos_curve``/``neg_curve`` (``[S+1]``, JSON strings allowed) and ``pos_auc``/``neg_auc``
+    (:func:`midas_nb.metrics.perturbation.perturbation_table`)."""
     require_columns(table, ("target", "fractions", "pos_curve", "neg_curve"))
 
     def arr(v: Any) -> np.ndarray:
@@ -161,8 +147,7 @@ def perturbation_plot(table: pd.DataFrame, *, title: str | None = None, save: st
 
 
 D_LABEL = "D = mIoU − mIoU_ref (pp)"
-#: each parity-band status: its mark, its cell pattern in :func:`regime_heatmap` (a face colour only
-#: where D does not colour the cell), its legend line
+#: each band status: its mark, its cell pattern in :func:`regime_heatmap`, its legend line
 _STATUS: dict[str, tuple[str, dict[str, Any], str]] = {
     "in band": ("✓", dict(edgecolor="0.4"), "in band (coloured by D)"),
     "not resolved": ("?", dict(edgecolor="0.35", hatch="...."), "not resolved (coloured by D)"),
@@ -178,8 +163,7 @@ _MARKS = {"in band": ("o", 36, False, "in parity band"), "not resolved": ("o", 3
 
 def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: str,
                   conditions: Sequence[str] | None, reference: str, average_over: Sequence[str]) -> tuple[str, list]:
-    """Check a ``decoupling_D`` table; returns the title's note on what it averages over and the
-    conditions to draw (``conditions``, default every one but ``reference``)."""
+    """Check a ``decoupling_D`` table; returns the title's note and the conditions to draw."""
     require_columns(table, ["condition", *axes, value, "in_band"], "D table",
                     " (expected the output of midas_nb.metrics.decoupling_D)")
     note = mixed_groups(table, average_over, what, [c for c in ("dataset", "backbone") if c not in axes])
@@ -191,10 +175,8 @@ def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: st
 
 
 def _group_status(g: pd.DataFrame) -> str:
-    """One parity-band status for the rows of a plotted cell (``decoupling_D``'s ``status``
-    when present, else the point decision ``in_band``): any undefined → "undefined", any
-    "uninformative" (the reference is not faithful, so the band says nothing) →
-    "uninformative", all in band → "in band", any outside → "outside band", else "not resolved"."""
+    """One band status of a cell's rows (``status``, else ``in_band``): any undefined, then any uninformative, all
+    in band, any outside band, else "not resolved"."""
     st = set(g["status"].astype(str)) if "status" in g.columns else {
         "undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
     if st & {"undefined", "no reference"}:
@@ -205,8 +187,7 @@ def _group_status(g: pd.DataFrame) -> str:
 
 
 def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
-    """(lower, upper) error-bar lengths of the mean D of ``g`` and what they are: the paired
-    95 % interval (``D_pp_lo``/``D_pp_hi``) of a single row, else the seed std, else none."""
+    """(lower, upper) error bars of ``g``'s mean D and their kind: a single row's paired CI, else the seed std."""
     d = float(g[value].mean())
     if len(g) == 1 and {f"{value}_lo", f"{value}_hi"} <= set(g.columns):
         lo, hi = float(g[f"{value}_lo"].iloc[0]), float(g[f"{value}_hi"].iloc[0])
@@ -220,26 +201,19 @@ def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
 
 
 def _fmt_axis_value(name: str, v: Any) -> str:
-    """A tick label: a budget in %, a number with ``g``, anything else as text."""
     if name == "budget":
         return f"{float(v) * 100:g}%"
     return f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
-                   conditions: Sequence[str] | None = None, reference: str = "reference",
-                   vmax: float | None = None, title: str | None = None,
-                   save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp, the ``value`` column) over a ``y × x`` grid (default depth × budget), one panel per condition
-    (``conditions``; default every one but ``reference``), on a diverging scale of half-range ``vmax`` (default
-    the largest |D|).
-
-    Each cell by its band ``status`` (:func:`~midas_nb.metrics.band_rule`; without that column the point
-    decision ``in_band``): "in band" coloured by D, ``+2.1 ✓``; "not resolved" coloured under dots, ``+2.1 ?``;
-    "uninformative" (the reference is not faithful) coloured under a cross-hatch, ``○``; outside the band grey,
-    hatched, ``✗`` with D in brackets (DESIGN.md §6: marked, never dropped); "undefined" (NaN IDAUC or mIoU) and
-    "not run" cells say so. ``table``: :func:`midas_nb.metrics.decoupling_D` output; several datasets or
-    backbones are a ValueError unless named in ``average_over`` (then averaged; the title says so).
+                   conditions: Sequence[str] | None = None, reference: str = "reference", vmax: float | None = None,
+                   title: str | None = None, save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
+    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) over a ``y × x`` grid, a
+    panel per condition (default all but ``reference``), diverging scale of half-range ``vmax`` (default max |D|).
+    Cells by band ``status``: in band ``+2.1 ✓``; not resolved ``?`` (dots); uninformative ``○`` (cross-hatch);
+    outside the band grey, hatched, ``✗ (D)`` (DESIGN.md §6: marked, never dropped); "undefined", "not run".
+    Several datasets or backbones: ValueError unless named in ``average_over`` (then averaged; the title says so).
     """
     note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)
     xs, ys = sorted(table[x].dropna().unique()), sorted(table[y].dropna().unique())
@@ -248,8 +222,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-lim, vmax=lim)
     fig, axes = panel_grid(len(conds), 3, (max(3.4, 0.95 * len(xs) + 1.6), max(2.8, 0.7 * len(ys) + 1.5)), (1.2, 0.6))
     for cond, ax in zip(conds, axes):
-        grid = np.full((len(ys), len(xs)), np.nan)
-        status = np.full((len(ys), len(xs)), "not run", dtype=object)
+        grid, status = np.full((len(ys), len(xs)), np.nan), np.full((len(ys), len(xs)), "not run", dtype=object)
         for (yv, xv), g in table[table["condition"].astype(str) == cond].groupby([y, x]):
             grid[ys.index(yv), xs.index(xv)] = g[value].astype(float).mean()
             status[ys.index(yv), xs.index(xv)] = _group_status(g)
@@ -273,8 +246,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
         ax.set_yticks(range(len(ys)), [_fmt_axis_value(y, v) for v in ys])
         label_axes(ax, AXIS_LABELS.get(x, x), AXIS_LABELS.get(y, y), cond, size=FONT["label"] - 1,
                    title_size=FONT["label"], grid=None)
-    # the status legend under the panels (a swatch per status: D's colour under its pattern, or the grey
-    # hatch outside the band), the colour bar right of them
+    # a swatch per status under the panels (D's colour under its pattern, or the grey hatch), the colour bar right
     handles = [Patch(label=f"{mark} {label}", lw=0.8, **{"facecolor": plt.get_cmap("RdBu_r")(0.78), **style})
                for mark, style, label in _STATUS.values()]
     bottom = legend_below(fig, handles, ncol=2 if fig.get_figwidth() >= 9 else 1, right=0.9)
@@ -284,20 +256,13 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
 
 
 def regime_lines(table: pd.DataFrame, x: str = "depth", hue: str = "budget", *, value: str = "D_pp",
-                 conditions: Sequence[str] | None = None, reference: str = "reference",
-                 title: str | None = None, save: str | None = None,
-                 average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) against ``x`` (default
-    depth), one line per ``hue`` value, one panel per condition (default every one but ``reference``).
-
-    Markers by band status (:func:`~midas_nb.metrics.band_rule`): filled: in band; open circles: not
-    resolved; ``×``: outside (D still drawn); open diamonds: uninformative. Error bars: the 95 % paired
-    intervals ``D_pp_lo``/``D_pp_hi`` where present, else the seed std (the title says). ``average_over`` as
-    :func:`regime_heatmap`.
-    """
+                 conditions: Sequence[str] | None = None, reference: str = "reference", title: str | None = None,
+                 save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
+    """``D`` (pp) against ``x``, one line per ``hue`` value, one panel per condition, as :func:`regime_heatmap`.
+    Markers by band status: filled: in band; open circles: not resolved; ``×``: outside; open diamonds:
+    uninformative. Error bars: the paired 95 % intervals where present, else the seed std (the title says)."""
     note, conds = _d_conditions(table, "regime_lines", (x, hue), value, conditions, reference, average_over)
-    kinds: set[str] = set()
-    hues = sorted(table[hue].dropna().unique())
+    kinds, hues = set(), sorted(table[hue].dropna().unique())
     cmap = plt.get_cmap(AXIS_CMAPS.get(hue, "viridis"))   # budget and depth: never one colormap for both
     colors = {hv: cmap(i / max(1, len(hues) - 1) * 0.85) for i, hv in enumerate(hues)}
     fig, axes = panel_grid(len(conds), 3, (4.2, 3.3), (0, 0.7), sharey=True)
@@ -336,17 +301,11 @@ def scale_plot(table: pd.DataFrame, x: str = "backbone", *, value: str = "D_pp",
                conditions: Sequence[str] | None = None, reference: str = "reference",
                order: Sequence[str] | None = None, title: str | None = None,
                save: str | None = None, average_over: Sequence[str] = ()) -> Figure:
-    """``D`` (pp, the ``value`` column of a :func:`midas_nb.metrics.decoupling_D` table) per backbone (or any
-    categorical ``x``, in ``order``; default as it appears), a bar per condition (default all but
-    ``reference``).
-
-    Solid bars are in the parity band; pale dotted: not resolved; pale hatched: outside it; pale
-    cross-hatched: uninformative; undefined values are labelled "undefined". Error bars as in
-    :func:`regime_lines`; ``average_over`` as :func:`regime_heatmap`.
-    """
+    """``D`` (pp) per backbone (or any categorical ``x``, in ``order``; default as it appears), a bar per condition,
+    as :func:`regime_heatmap`. Solid bars: in the parity band; pale dotted: not resolved; pale hatched: outside;
+    pale cross-hatched: uninformative; undefined values say so. Error bars as in :func:`regime_lines`."""
     note, conds = _d_conditions(table, "scale_plot", (x,), value, conditions, reference, average_over)
-    kinds: set[str] = set()
-    cats = list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
+    kinds, cats = set(), list(order) if order is not None else list(dict.fromkeys(table[x].astype(str)))
     width = 0.8 / max(1, len(conds))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(cats) * max(1, len(conds)) ** 0.5 + 2), 4.2))
     for k, cond in enumerate(conds):

@@ -1,13 +1,7 @@
-"""The explorer (decision 0056): two rankings (targets of DESIGN.md §4; ``T0`` is the reference scorer's)
-side by side on one test image at one depth ``L`` and budget ``b``: the kept top ``k = ceil(b·N)`` patch
-tokens over the photo (part patches and keypoints marked, or the object box without parts), the
-insertion and deletion curves of ``p_c`` on that image (Petsiuk et al., 2018, RISE,
-https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC.
-
-Live ipywidgets controls in a Jupyter front-end; a static still where none can show widgets (papermill,
-nbval, scripts, the HTML edition). :func:`is_headless`, first match wins: ``MIDAS_HEADLESS`` set
-(``1``/``true``/``yes``/``on`` → headless, else interactive; ``midas-nb run`` sets it to ``1``); no
-IPython kernel or no ``ipywidgets`` → headless; else interactive.
+"""The explorer (decision 0056): two rankings side by side on one test image at one depth ``L`` and budget ``b``:
+the kept top ``k = ceil(b·N)`` patch tokens over the photo, the insertion and deletion curves of ``p_c`` on that
+image (RISE, https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC. Live ipywidgets controls in
+a Jupyter front-end; a static still where none can show widgets (papermill, scripts, the HTML edition).
 """
 from __future__ import annotations
 
@@ -34,43 +28,37 @@ from ..backbones.vit import keep_count
 
 __all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer", "STATIC_NOTE"]
 
-#: the note a static still carries (the HTML edition and batch runs show it under the figure)
 STATIC_NOTE = ("Static still of a batch run. In JupyterLab this explorer is interactive: "
                "pick the image, the two targets, depth L and budget b.")
 
-#: the pair shown by default: the reference ranking against the hidden-state input×gradient
 DEFAULT_PAIR: tuple[str, str] = ("T0", "T5")
 
 
 def is_headless() -> bool:
-    """True when no widget front-end is expected (see the module docstring)."""
-    env = os.environ.get("MIDAS_HEADLESS")
-    if env is not None:
+    """No widget front-end expected: ``MIDAS_HEADLESS`` says (``1``/``true``/``yes``/``on``: headless; ``midas-nb
+    run`` sets ``1``), else no IPython kernel or no ``ipywidgets``."""
+    if (env := os.environ.get("MIDAS_HEADLESS")) is not None:
         return env.strip().lower() in ("1", "true", "yes", "on")
     try:
         from IPython import get_ipython
         import ipywidgets  # noqa: F401
     except ImportError:
         return True
-    ip = get_ipython()
-    return ip is None or not hasattr(ip, "kernel")
+    return not hasattr(get_ipython(), "kernel")   # None (no IPython) has none either
 
 
 def kept_mask(scores: Tensor, budget: float) -> Tensor:
     """``[B,N]`` bool: the top ``k = ceil(b·N)`` patch tokens of ``scores [B,N]`` (DESIGN.md §3)."""
-    k = keep_count(budget, scores.shape[1])
-    return keep_mask_from_indices(select_top_k(scores, k), scores.shape[1])
+    return keep_mask_from_indices(select_top_k(scores, keep_count(budget, scores.shape[1])), scores.shape[1])
 
 
 @dataclass
 class ExplorerView:
     """What the explorer shows for one setting: the image at ``position`` in its list (``index`` in the test
-    split, ground-truth ``class_name``), the two ranking ids ``targets`` (left, right), at ``depth`` L (the scorer
-    reads block L) and ``budget`` b; ``keep``: ``[2,N]`` bool kept patch tokens of each (row-major), ``n_keep`` =
-    ``ceil(b·N)`` of ``n_patches`` = N; ``coverage_kind``: ``"part mIoU"`` or ``"box coverage"``; ``iou``: this
-    image's IoU of each ranking's kept tokens with its part (box) patches (``NaN``: none); ``miou``: each one's
-    mean over the explorer's ``n_images`` images at the same ``(L, b)`` (:func:`midas_nb.metrics.part_miou`);
-    ``insdel``: ``{id: InsDel}`` of ``p_c`` on this image (``B = 1``)."""
+    split), the two ranking ids ``targets`` at ``depth`` L and ``budget`` b; ``keep``: ``[2,N]`` bool kept patch
+    tokens of each, ``n_keep`` = ``ceil(b·N)``; ``iou``: this image's IoU of each one's kept tokens with its part
+    (box) patches (``NaN``: none); ``miou``: its mean over the ``n_images`` images; ``insdel``: ``{id: InsDel}``
+    of ``p_c`` on this image (``B = 1``)."""
 
     position: int
     index: int
@@ -89,11 +77,10 @@ class ExplorerView:
 
     @property
     def region(self) -> str:
-        """``"part"`` or ``"box"``: what the IoU is taken with."""
         return "part" if self.coverage_kind == "part mIoU" else "box"
 
     def lines(self) -> list[str]:
-        """The read-out as plain-text lines (what :func:`explorer` shows under the figure)."""
+        """The read-out, plain-text lines."""
         out = [f"image {self.position} (test index {self.index}, {self.class_name}) · depth L={self.depth} · "
                f"budget b={self.budget:.0%} → k={self.n_keep} of N={self.n_patches} patch tokens"]
         for t, iou in zip(self.targets, self.iou):
@@ -108,9 +95,8 @@ class ExplorerView:
 
 
 class _ViewCache:
-    """The explorer's images (``n_images`` test images spread over the split, :meth:`Study.batch`),
-    their target maps per depth and insertion/deletion per (depth, image, target), computed on first
-    use (insertion/deletion does not depend on the budget)."""
+    """The explorer's ``n_images`` test images, their target maps per depth and insertion/deletion per (depth,
+    image, target), computed on first use."""
 
     def __init__(self, study, n_images: int, ids: Sequence[str]):
         self.study, self.ids = study, list(ids)
@@ -119,7 +105,7 @@ class _ViewCache:
         self.insdel: dict[tuple[int, int, str], Any] = {}
 
     def maps_at(self, depth: int) -> dict[str, Tensor]:
-        """Target maps ``{id: [B,N]}`` at ``depth`` (class = the backbone's prediction, DESIGN.md §3)."""
+        """Target maps ``{id: [B,N]}`` at ``depth`` for the predicted class."""
         if depth not in self.maps:
             st, batch = self.study, self.batch
             model, images = st.model.to(st.device).eval(), batch.images.to(st.device)
@@ -156,10 +142,9 @@ class _ViewCache:
                   for k in keep_all]
         keep = torch.stack([k[position] for k in keep_all])
         return ExplorerView(
-            position=position, index=int(batch.indices[position]),
+            position=position, index=int(batch.indices[position]), depth=depth, budget=budget, targets=targets,
             class_name=class_name(getattr(st.test_set, "classes", None), int(batch.labels[position]), 40),
-            depth=depth, budget=budget,
-            targets=targets, keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
+            keep=keep, n_keep=int(keep[0].sum()), n_patches=int(keep.shape[1]),
             coverage_kind="part mIoU" if has_parts else "box coverage",
             iou=tuple(float(r.per_image[position]) for r in scored), miou=tuple(float(r.mean) for r in scored),
             n_images=len(batch.indices), insdel={t: self.insdel_of(depth, position, t) for t in targets})
@@ -167,19 +152,15 @@ class _ViewCache:
 
 def explorer_view(study, image: int = 0, targets: Sequence[str] = DEFAULT_PAIR, depth: int | None = None,
                   budget: float | None = None, n_images: int = 12) -> ExplorerView:
-    """The :class:`ExplorerView` (drawing nothing) of ``study`` (a :class:`midas_nb.study.Study`) for image
-    position ``image`` among ``n_images`` test images spread over the split, two ranking ids ``targets`` (``T0``
-    = the reference scorer's), ``depth`` L and ``budget`` b (default the study's). ValueError: not two targets,
-    an unknown target, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
+    """The :class:`ExplorerView` (drawing nothing) of a :class:`midas_nb.study.Study` for image ``image`` of
+    ``n_images``, two ranking ids ``targets``, ``depth`` L and ``budget`` b (default the study's). ValueError: not
+    two targets, an unknown one, an image outside the list, ``L`` outside ``1..n−1`` or ``b`` outside ``(0, 1]``."""
     return _ViewCache(study, n_images, targets).view(int(image), targets, depth, budget)
 
 
-def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None,
-                    note: str | None = None):
-    """The explorer's figure (not closed, not saved) of ``view``: two kept-token panels (left, right
-    ranking) and the insertion/deletion curves of ``p_c`` on image ``batch.images[view.position]`` (the
-    explorer's :class:`midas_nb.data.Batch`) on the patch ``grid`` ``(rows, cols)``, ``normalization``
-    ``(mean, std)`` undone for display, ``note`` a line under it (the still's :data:`STATIC_NOTE`)."""
+def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalization=None, note: str | None = None):
+    """The explorer's figure (not closed, not saved) of ``view``: two kept-token panels and the insertion/deletion
+    curves on ``batch.images[view.position]``, patch ``grid`` ``(rows, cols)``, ``note`` a line under it."""
     (rows, cols), p = (int(g) for g in grid), view.position
     img = image_to_rgb(batch.images[p], normalization)
     H, W = img.shape[:2]
@@ -221,25 +202,15 @@ def explorer_figure(view: ExplorerView, batch, grid: Sequence[int], normalizatio
     return fig
 
 
-def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None,
-             interactive: bool | None = None, save: str | None = "explorer",
-             targets: Sequence[str] = DEFAULT_PAIR):
-    """Two rankings side by side on one test image, at one depth ``L`` and budget ``b``.
-
-    ``study``: a :class:`midas_nb.study.Study`; ``n_images``: test images the image menu offers (spread over the
-    split); ``rankings``: target ids the two target menus offer (default the profile's); ``interactive``: force
-    or forbid widgets (``None``: not :func:`is_headless`); ``save``: the still's figure name; ``targets``: the
-    pair shown first (default T0 against T5; one not offered falls back to the first offered).
-
-    Returns, interactive: an ``ipywidgets.VBox`` (CSS class ``midas-explorer``), displayed, its ``view`` the
-    :class:`ExplorerView` shown; controls ``image``, ``left target``, ``right target``, ``depth L``, ``budget b``;
-    the figure an ``ipywidgets.Image`` (``midas-explorer-figure``), the read-out an ``ipywidgets.HTML``
-    (``midas-explorer-readout``; a failing redraw shows its error there, class ``midas-explorer-error``).
-    Headless: the still of the first image at the study's depth and budget, :data:`STATIC_NOTE` under it, its
-    view as ``explorer_view``, its read-out printed. Cells assign the result (``view = explorer(study)``).
-    """
-    if interactive is None:
-        interactive = not is_headless()
+def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None, interactive: bool | None = None,
+             save: str | None = "explorer", targets: Sequence[str] = DEFAULT_PAIR):
+    """Two rankings side by side on one test image of a :class:`midas_nb.study.Study` at one depth and budget:
+    ``n_images`` images to pick from, ``rankings`` the target ids offered (default the profile's), ``interactive``
+    (``None``: not :func:`is_headless`), ``targets`` the pair shown first. Returns, interactive: a displayed
+    ``ipywidgets.VBox`` (CSS class ``midas-explorer``, ``view`` the :class:`ExplorerView` shown) of the controls, an
+    ``Image`` (``midas-explorer-figure``) and an ``HTML`` read-out (``midas-explorer-readout``, a failing redraw's
+    error there); headless: the still figure (``save``), its read-out printed."""
+    interactive = not is_headless() if interactive is None else interactive
     ids = list(rankings or study.settings.protocol.targets)
     pair = [t if t in ids else ids[min(i, len(ids) - 1)] for i, t in enumerate(tuple(targets)[:2])]
     if not interactive:

@@ -1,15 +1,6 @@
-"""The registry and checking of the course's exercises (registered by :mod:`.early` for notebooks 00–03 and
-:mod:`.late` for 04–07), the comparisons and the helpers they share.
-
-Three kinds of exercise (:attr:`Exercise.kind`): a *look-up* (a name the notebook shows), a *computation*
-(a number or name worked out from the objects) and *reasoning* — why / what-if / predict-then-check
-questions answered with an option letter (:class:`Choice`): fixed statements about the science whose
-true one is computed from this run's objects. A number is accepted to the precision the notebooks print
-(:data:`PRINTED_DECIMALS`); a "which is best" question accepts every name tied with the leader within
-noise (:func:`midas_nb.results.leaders`). An exercise a run may be unable to ask (one backbone, one
-budget) has an ``applies`` test: where it fails, :func:`show_exercise` shows a note instead of the prompt. The
-question of every other exercise is its notebook's Markdown cell (``**Exercise NN.i** (`name`).``), its one copy:
-the registry holds the hint, the checker and the answer."""
+"""The registry and checking of the course's exercises (decisions 0022, 0086), the comparisons and the helpers
+they share. A number is accepted to the printed precision, a "which is best" answer if tied with the leader
+within noise; reasoning questions take an option letter (:class:`Choice`) whose truth this run's objects decide."""
 from __future__ import annotations
 
 import inspect
@@ -24,16 +15,12 @@ from ...metrics.stats import interval_sign as sign_of
 from ...results import format_ci
 
 
-# ------------------------------------------------------------------------------------ exercises
 @dataclass(frozen=True)
 class Exercise:
-    """One checkable exercise ``"NN.short_name"`` (``NN``: its notebook): the ``hint`` shown with a wrong answer;
-    ``needs``, the notebook objects ``expected(**ctx)`` (the expected answer) takes; ``compare(answer,
-    expected)`` → ``(ok, message)``; ``applies(**ctx)`` → ``None`` where it can be asked of this run, else why
-    not (e.g. "needs ≥ 2 backbones; this run has one"; no test: always); ``kind``: ``"look-up"``,
-    ``"computation"`` or ``"reasoning"`` (option letters); ``prompt``: the question (Markdown) of an exercise
-    with an ``applies`` test, which :func:`show_exercise` shows (every other question is its notebook's
-    Markdown cell, the one copy)."""
+    """Exercise ``"NN.short_name"`` (``NN``: its notebook): ``hint`` (shown with a wrong answer), ``needs`` (the
+    notebook objects ``expected(**ctx)`` takes), ``compare(answer, expected)`` → ``(ok, message)``,
+    ``applies(**ctx)`` → ``None`` or why this run cannot ask it, ``kind`` ("look-up", "computation" or
+    "reasoning"), ``prompt``: the question of an exercise with ``applies`` (others: its notebook's Markdown)."""
 
     name: str
     hint: str
@@ -51,11 +38,8 @@ class NotApplicable(Exception):
 
 @dataclass(frozen=True)
 class Choice:
-    """The expected answer of a multiple-choice exercise: ``accepted``, the option letters whose statement is
-    true on this run (several where statements overlap or an interval sits on the edge; any is accepted; one
-    letter or several, stored as a frozenset; ValueError where none, or one not in ``options``), ``options``,
-    every option letter of the question (``"abc"``), and ``why``, this run's numbers behind the answer
-    (printed with a right answer)."""
+    """A multiple-choice answer: ``accepted``, the option letters true on this run (any is accepted; ValueError:
+    none, or one not in ``options``), ``options`` (``"abc"``), ``why``: the numbers behind it (printed if right)."""
 
     accepted: frozenset[str]
     options: str
@@ -73,10 +57,8 @@ EXERCISES: dict[str, Exercise] = {}
 def register(name: str, hint: str, compare: Callable[[Any, Any], tuple[bool, str]],
              expected: Callable[..., Any] | None = None, applies: Callable[..., str | None] | None = None,
              kind: str = "look-up", prompt: str = ""):
-    """Register exercise ``name`` whose answer ``expected(**needs)`` computes (its parameters name the
-    notebook objects it needs); without ``expected``, a decorator of that function. ``kind``: "reasoning" for
-    option letters, "computation" for a number, else as given. ValueError: a name registered twice, or an
-    ``applies`` test without the ``prompt`` :func:`show_exercise` shows."""
+    """Register exercise ``name`` answered by ``expected`` (its parameters: the objects it needs; without it: a
+    decorator). ValueError: a name registered twice, or an ``applies`` test without a ``prompt``."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} registered twice")
@@ -90,13 +72,13 @@ def register(name: str, hint: str, compare: Callable[[Any, Any], tuple[bool, str
 
 
 def list_exercises(notebook: str | None = None) -> list[str]:
-    """Registered exercise names, optionally only those of notebook ``"NN"`` (e.g. ``"02"``)."""
+    """Registered exercise names, or those of notebook ``"NN"``."""
     return [k for k in EXERCISES if notebook is None or k.split(".")[0] == notebook[:2]]
 
 
 def expected_answer(name: str, **ctx: Any) -> Any:
-    """The answer the checker of exercise ``name`` expects, computed from ``ctx``. KeyError: an unknown exercise
-    or a missing context object; :class:`NotApplicable`: not asked of this run."""
+    """The answer exercise ``name`` expects from ``ctx``. KeyError: unknown exercise or missing object;
+    :class:`NotApplicable`: not asked of this run."""
     ex, why_not = _get(name, ctx), not_applicable(name, **ctx)
     if why_not:
         raise NotApplicable(why_not)
@@ -104,23 +86,19 @@ def expected_answer(name: str, **ctx: Any) -> Any:
 
 
 def not_applicable(name: str, **ctx: Any) -> str | None:
-    """Why exercise ``name`` cannot be asked of this run (``ctx``: the objects it needs), or
-    ``None`` when it can (always, for an exercise without an ``applies`` test)."""
+    """Why exercise ``name`` cannot be asked of this run (``ctx``: its objects), or ``None``."""
     ex = _get(name)
     return None if ex.applies is None else ex.applies(**{k: ctx[k] for k in ex.needs if k in ctx})
 
 
 def exercise_label(name: str) -> str:
     """``"NN.i"``: the exercise's number in its notebook (registry order = notebook order)."""
-    nb = name.split(".")[0]
-    return f"{nb}.{list_exercises(nb).index(_get(name).name) + 1}"
+    return f"{name.split('.')[0]}.{list_exercises(name).index(_get(name).name) + 1}"
 
 
 def show_exercise(name: str, **ctx: Any):
     """The prompt of exercise ``name`` (one with an ``applies`` test) as :class:`IPython.display.Markdown` (its
-    plain text, ``repr``, is the Markdown source), for a notebook cell that shows it only where the run can
-    answer it; elsewhere a one-line note says why it is left out (e.g. "needs ≥ 2 backbones; this run has
-    one"). KeyError: an unknown exercise or a missing context object."""
+    ``repr``: the source), or a one-line note why this run does not ask it. KeyError as :func:`expected_answer`."""
     from IPython.display import Markdown
 
     class _Prompt(Markdown):      # its plain text (repr) is the Markdown source, not an object repr
@@ -133,26 +111,20 @@ def show_exercise(name: str, **ctx: Any):
 
 
 def _get(name: str, ctx: dict[str, Any] | None = None) -> Exercise:
-    """The registered exercise ``name``; KeyError for an unknown one or, given ``ctx``, a missing context object."""
     if name not in EXERCISES:
         raise KeyError(f"unknown exercise {name!r}; registered: {sorted(EXERCISES)}")
-    missing = [k for k in EXERCISES[name].needs if ctx is not None and k not in ctx]
-    if missing:
+    if missing := [k for k in EXERCISES[name].needs if ctx is not None and k not in ctx]:
         raise KeyError(f"exercise {name!r} needs {', '.join(f'{k}=' for k in missing)} "
                        f"(objects the notebook already built)")
     return EXERCISES[name]
 
 
 def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
-    """Check a student's ``answer`` to exercise ``name`` (:func:`list_exercises`, e.g. ``"01.best_target"``) from
-    the notebook objects ``ctx`` it needs (:attr:`Exercise.needs`: ``study=study``, ...); prints ``✓``/``✗`` and
-    why. ``None`` ("not answered yet") returns ``False`` silently, so an unanswered notebook runs and its
-    executed and HTML editions show nothing under the question. Returns ``True`` when the answer matches (numbers
-    to the printed :data:`PRINTED_DECIMALS`, names case-insensitively, every name tied with the leader);
-    KeyError for an unknown exercise name (a typo in the notebook, not a wrong answer).
-    """
+    """Check a student's ``answer`` to exercise ``name`` from the notebook objects ``ctx`` it needs
+    (``study=study``, ...); prints ``✓``/``✗`` and why, returns whether it matches. ``None`` (not answered yet):
+    ``False``, silently. KeyError: an unknown exercise name (a typo, not a wrong answer)."""
     ex = _get(name)
-    if answer is None:      # unanswered: silent, so executed and HTML editions carry no noise
+    if answer is None:
         return False
     try:
         expected = expected_answer(name, **ctx)
@@ -169,12 +141,9 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
 
 def check_solution(name: str, answer: Any, **ctx: Any) -> None:
-    """Verify a reference solution against the checker of exercise ``name``, silently: the cells tagged
-    ``solution`` call this instead of :func:`check_exercise`, so a run proves every reference solution right
-    while the executed notebook and its HTML edition do not print the answer under the question. An exercise
-    not asked of this run (:func:`not_applicable`) has nothing to verify. AssertionError: the solution
-    disagrees with the checker (the message says how); KeyError: an unknown exercise or a missing object.
-    """
+    """Verify a reference solution (the cells tagged ``solution``) against the checker of exercise ``name``,
+    silently (an exercise not asked of this run: nothing). AssertionError: they disagree; KeyError as
+    :func:`expected_answer`."""
     try:
         ok, why = _get(name).compare(answer, expected_answer(name, **ctx))
     except NotApplicable:
@@ -183,9 +152,7 @@ def check_solution(name: str, answer: Any, **ctx: Any) -> None:
         raise AssertionError(f"the reference solution of {name} disagrees with its checker: {why}")
 
 
-# ---------------------------------------------------------------------------------- comparisons
-#: decimals the notebooks print a number with (``results.compact``'s default): an answer within half
-#: a unit of the last of them is accepted, so a value typed as printed is right
+#: decimals the notebooks print (``results.compact``'s default): a value typed as printed is right
 PRINTED_DECIMALS = 3
 
 
@@ -195,8 +162,7 @@ def _item(answer: Any) -> Any:
 
 def number(answer: Any, expected: float, decimals: int = PRINTED_DECIMALS) -> tuple[bool, str]:
     answer = _item(answer)
-    number_like = isinstance(answer, (int, float)) or hasattr(answer, "__float__")
-    if isinstance(answer, (bool, torch.Tensor)) or not number_like:
+    if isinstance(answer, (bool, torch.Tensor)) or not hasattr(answer, "__float__"):   # int and float have it
         shape = f" of shape {tuple(answer.shape)}" if isinstance(answer, torch.Tensor) else ""
         return False, f"expected one number, got {type(answer).__name__}{shape}."
     a = float(answer)
@@ -246,11 +212,9 @@ def option(answer: Any, expected: Choice) -> tuple[bool, str]:
     return False, f"({a}) is not what this run shows."
 
 
-# --------------------------------------------------------------------------------- helpers
 def signs_near_edge(lo: float, hi: float, slack: float = 0.1) -> set[str]:
-    """The interval's sign, plus its neighbour where the edge nearer 0 lies within ``slack`` of
-    the interval's width from 0 (an answer from another bootstrap draw may fall on either side):
-    the signs of the interval widened and narrowed by that much."""
+    """The interval's sign and those of it widened and narrowed by ``slack`` of its width (another bootstrap
+    draw may fall on either side of 0)."""
     w = slack * max(hi - lo, 0.0)
     return {sign_of(lo, hi), sign_of(lo - w, hi + w), sign_of(lo + w, hi - w)}
 
@@ -267,10 +231,8 @@ def two_backbones(D) -> str | None:
 
 
 def resolved_in_band(D, band: float | None = None) -> Any:
-    """Per row of a ``decoupling_D`` table: inside the parity band *as its interval says* — the whole paired
-    ΔIDAUC interval ``≥ −band`` (``delta_idauc_lo``); the point value only where a row has no interval; a row
-    whose ΔIDAUC or ``D_pp`` is undefined (``status`` "undefined") is never inside. Computed from the interval
-    columns, independently of ``decoupling_D``'s ``status`` (with its tolerance: ΔIDAUC = −band is inside)."""
+    """Per row of a ``decoupling_D`` table, recomputed apart from its ``status``: the whole paired ΔIDAUC interval
+    ``≥ −band`` (the point value where a row has none); an undefined ΔIDAUC or ``D_pp`` is never inside."""
     def col(c):
         return D[c].astype(float) if c in D.columns else D["delta_idauc"].astype(float) * math.nan
     lo, point = col("delta_idauc_lo"), col("delta_idauc")

@@ -9,8 +9,7 @@ from ...analysis.paper_reference import PAPER_COSINE_MAX
 from ...backbones.vit import keep_count
 from ...metrics import decoupling_D
 from ...results import leaders
-from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of,
-                    signs_near_edge)
+from ._core import (Choice, choice, integer, number, option, pair, register, resolved_in_band, sign_of, signs_near_edge)
 
 def _ceiling(f: float, b: float) -> float:
     """The best IoU of ``ceil(b·N)`` kept tokens with a share ``f`` of part (or box) patches (notebook 00)."""
@@ -20,7 +19,6 @@ def _ceiling(f: float, b: float) -> float:
 # ------------------------------------------------------------------------ 00 quickstart
 register("00.keep_count", "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
          lambda study: keep_count(0.10, math.prod(study.grid)))
-
 
 register("00.iou_ceiling", "f is the fraction of part patches in `batch.part_mask`; b = 0.10.", number,
          lambda batch: _ceiling(float(batch.part_mask.float().mean()), 0.10))
@@ -37,8 +35,7 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
 
 # --------------------------------------------------------------------------- 01 targets
 def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
-    """Per-image part IoU (box coverage where the dataset has no parts) of the top ``k`` tokens of
-    ``scores`` at the study's budget, as :meth:`midas_nb.study.Study.target_coverage` measures it."""
+    """Per-image part IoU (or box coverage) of the study's top-k of ``scores``, as ``Study.target_coverage``."""
     from ...metrics import box_coverage, part_miou
     from ...pruning import keep_mask_from_indices, select_top_k
     ds = study.test_set
@@ -53,7 +50,6 @@ register("01.abs_t5_miou",
          "`midas_nb.pruning.select_top_k`, `keep_mask_from_indices` and `midas_nb.metrics.part_miou` (`box_coverage` "
          "where `study.test_set.has_parts` is false); the masks are `study.test_set[i].part_mask` (`.box_mask`).",
          number, lambda maps, study: float(_per_image_coverage(maps["T5"].abs(), study).nanmean()))
-
 
 register("01.best_target",
          "sort `coverage` by `miou`.", choice, lambda coverage: set(leaders(coverage, "miou", name="target")))
@@ -82,7 +78,6 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
 # -------------------------------------------------------------------------- 02 protocol
 register("02.D_T5", "`table.groupby('condition')['miou'].mean()`.", number,
          lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
-
 
 _BASELINES = {"reference", "random", "random_map"}
 
@@ -152,5 +147,3 @@ def _ex_hidden_vs_attention(hv) -> Choice:
     return Choice(({"b"} if pos else set()) | ({"c"} if neg else set()) or {"a"}, "abc",
                   f"resolvably positive: {', '.join(pos) or 'none'}; resolvably negative: {', '.join(neg) or 'none'} "
                   f"(of {len(signs)} pairs).")
-
-

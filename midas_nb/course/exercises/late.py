@@ -5,8 +5,7 @@ import math
 
 from ...analysis import recommend_deployment, share_falls
 from ...results import leaders
-from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of,
-                    two_backbones)
+from ._core import (Choice, choice, d_pp, integer, number, option, register, resolved_in_band, sign_of, two_backbones)
 
 
 # ---------------------------------------------------------------------------- 04 sweeps
@@ -101,12 +100,9 @@ def _ex_spread_resolved(D) -> Choice:
 register("06.best_separation", "sort `res.perturbation` by `neg_minus_pos`.", choice,
          lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
-
-register("06.pib_T0",
-         "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
+register("06.pib_T0", "the images are `midas_nb.data.evaluation_subset(len(study.test_set), n_images, "
          "study.settings.protocol.eval_subset_seed)`; then `study.target_maps(ids=['T0'])['T0'][i].argmax()` and "
-         "`study.test_set[i].box_mask`.",
-         number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
+         "`study.test_set[i].box_mask`.", number, lambda pib: float(pib.set_index("ranking").loc["T0", "pib"]))
 
 
 @register("06.patch_score_pib", "the `patch_score` row of `pib`: `pib_lo`, `pib_centre`, `pib_box_area`.", option)
@@ -122,8 +118,7 @@ def _ex_patch_score_pib(pib) -> Choice:
 @register("07.coverage_first", "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
           kind="computation")
 def _ex_cov_first(table) -> set[str]:
-    """The condition :func:`midas_nb.analysis.recommend_deployment` advises coverage-first and every candidate it
-    ties with within noise (its ``ties``: a choice by the mean is not a lead)."""
+    """The coverage-first advice of :func:`midas_nb.analysis.recommend_deployment` and its ties within noise."""
     r = recommend_deployment(table)[0].set_index("goal").loc["coverage-first"]
     return {str(r["condition"]), *(t.strip() for t in str(r["ties"] or "").split(",") if t.strip())}
 
