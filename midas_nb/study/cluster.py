@@ -73,8 +73,8 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
     lines = here and not (PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty())
     with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
-        out = run_cells(prof, cells, wait=here, executor=args.executor, progress=True,
-                        slurm={k: v for k, v in slurm.items() if v is not None}, runner=ProtocolCellRunner(prof))
+        out = run_cells(prof, cells, wait=here, executor=args.executor, progress=True, slurm=slurm,
+                        runner=ProtocolCellRunner(prof))
     print(out[1] if here else out)
     if not here:
         print(f"follow it with: midas-nb sweep status {name} | midas-nb sweep wait {name}")

@@ -301,7 +301,7 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     elif not wait:
         return submit_sweep(cells, runner, store, slurm=slurm or None)
     else:
-        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm or None, progress=progress)
+        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress)
     rows = store.results(cells)
     rows.attrs.clear()
     return rows, status

@@ -90,9 +90,8 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
 
     def finished(c: SweepCell) -> CellState | None:   # a done record, or one another worker wrote meanwhile
-        rec = store.read(c.key)
-        return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before[c]) \
-            else None
+        rec = store.read(c.key) or {}
+        return rec.get("status") if rec.get("status") == "done" or rec.get("finished") != before[c] else None
     states: dict[SweepCell, CellState] = {}
     held: dict[SweepCell, int] = {}
     try:
