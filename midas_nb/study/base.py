@@ -171,8 +171,7 @@ class StudyBase:
         return target_coverage(self.target_maps(ids=ids), self.test_set, b, n_boot=self.settings.statistics.bootstrap)
 
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.target_maps.iou_ceiling_table` on the evaluated test images (default budgets:
-        the sweep's and the study's)."""
+        """:func:`~midas_nb.analysis.target_maps.iou_ceiling_table` on the evaluated images (default: every budget)."""
         s = self.settings
         budgets = sorted({float(b) for b in s.sweep.budgets} | {float(s.point.budget)}) if budgets is None else budgets
         return iou_ceiling_table(self.test_set, budgets, max_images=s.protocol.max_eval_images,

@@ -67,8 +67,7 @@ class Study(StudyBase):
         return table
 
     def fitness(self) -> dict[int, tuple[bool, str]]:
-        """``{build: (fit, text)}``: each of the profile's builds' :func:`~midas_nb.analysis.backbone_fitness` on the
-        whole test split (decisions 0070, 0082)."""
+        """``{build: (fit, text)}``: each build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0082)."""
         b = self.settings.backbone
         out = {}
         for k in range(b.build, b.build + b.builds):

@@ -36,8 +36,7 @@ def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
 
 
 def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> dict[str, Any]:
-    """The overrides of one sweep cell's study (``dataset``: a name or a cell's label) with that dataset's root;
-    ``ValueError`` for a dataset without one."""
+    """The overrides of one cell's study (``dataset``: a name or label) with its root; ``ValueError``: no root."""
     dataset = dataset_of_label(dataset)
     overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
     overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset), data_roots={})
@@ -243,8 +242,7 @@ class ProtocolCellRunner:
         return self.run_group([cell])[0]
 
     def group_key(self, cell: SweepCell) -> str:
-        """Cells computed together by :meth:`run_group`: the same data, checkpoint and settings, any depth (a scorer
-        family's cell, whose row has columns of its own, alone)."""
+        """Cells of one key are computed together: same data, checkpoint and settings (a scorer family's: alone)."""
         return cell.key if cell.condition in list_scorer_conditions() else canonical_json(
             [cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 

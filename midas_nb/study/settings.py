@@ -73,8 +73,7 @@ class SweepSettings:
 
     @classmethod
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
-        """The sweep lists of a profile mapping, typed, not checked (an empty list stays empty); a list left out is
-        the study's own."""
+        """The sweep lists of a profile, typed, not checked (empty stays empty); a list left out is the study's."""
         seeds, depths, budgets = tuple(int(s) for s in p["seeds"]), p.get("depths"), p.get("budgets")
         return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
                    budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),

@@ -44,8 +44,7 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
 
 
 def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
-    """``cells`` by ``cell_fn.group_key`` (in order of first appearance) where ``cell_fn`` has ``run_group``, else one
-    cell each (docs/decisions/0069)."""
+    """``cells`` by ``cell_fn.group_key`` where ``cell_fn`` has ``run_group``, else one cell each (decision 0069)."""
     if not hasattr(cell_fn, "run_group"):
         return [[c] for c in cells]
     groups: dict[Any, list[SweepCell]] = {}

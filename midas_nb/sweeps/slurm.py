@@ -99,8 +99,7 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
 
 
 def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
-    """Block until no registered cell has a queued or running job; returns :func:`cell_states` then. Raises
-    ``TimeoutError``: ``timeout_s`` passed first."""
+    """Block until no registered cell's job is queued or running; returns :func:`cell_states` (``TimeoutError``)."""
     from ..progress import tqdm
     cells, start = store.registered_cells(), time.monotonic()
     with tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell", disable=not progress) as bar:

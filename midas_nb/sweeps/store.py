@@ -281,8 +281,7 @@ class ResultStore:
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """The result rows of the done cells (all, or those of ``cells``) with ``cell_key``; the cell's parameters fill
-        columns the rows lack."""
+        """The rows of the done cells (all, or of ``cells``) with ``cell_key``, the cell's parameters where missing."""
         records, _ = self.scan()
         keys = ([c.key for c in cells] if cells is not None else   # grid order, then cells never registered
                 dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
@@ -294,8 +293,7 @@ class ResultStore:
 
 @dataclass
 class StoreStatus:
-    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells) and ``executor_errors``
-    (e.g. a job died)."""
+    """:func:`run_sweep`'s: ``table`` (:meth:`ResultStore.status` of its cells), ``executor_errors`` (a job died)."""
 
     table: pd.DataFrame
     executor_errors: list[str] = field(default_factory=list)
