@@ -78,8 +78,7 @@ class Study(StudyBase):
         return out
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.control.decoupling_with_controls` with ``controls`` default
-        ``["random_map"]`` where the table has it and the profile's ``bootstrap``."""
+        """:func:`~midas_nb.analysis.control.decoupling_with_controls` (``random_map`` where present; own bootstrap)."""
         if controls is None:
             controls = ["random_map"] if (table["condition"] == "random_map").any() else []
         kwargs.setdefault("n_boot", self.settings.statistics.bootstrap)

@@ -74,8 +74,7 @@ def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str, 
 
 
 def eval_data_id(study: Any, settings: Mapping[str, Any]) -> str:
-    """:attr:`SweepCell.data_id`: the content identity of the test images a protocol run of ``study`` with
-    ``settings`` (:func:`protocol_settings` and a cell's) evaluates."""
+    """:attr:`SweepCell.data_id`: the identity of the test images a run of ``study`` with ``settings`` evaluates."""
     test = study.test_set
     idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full

@@ -54,8 +54,7 @@ def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any])
 
 
 def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[CellState]:
-    """Compute claimed ``cells`` and write their records: by ``cell_fn.run_group`` where it has one, else (or where
-    that raises) one by one, so that each cell records its own error."""
+    """Compute and record claimed ``cells``: by ``cell_fn.run_group``, else (or where it raises) each with its error."""
     if len(cells) > 1 and hasattr(cell_fn, "run_group"):
         started = time.time()
         try:
