@@ -85,7 +85,6 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan|submit`` from the parsed command line (:data:`midas_nb.cli.args.COMMANDS`). Raises
-    ``ValueError`` (a :class:`midas_nb.config.ProfileError` too), ``FileNotFoundError`` (``--cost``) or
-    :class:`midas_nb.sweeps.slurm.SlurmNotFound` on bad input, before anything is submitted."""
+    """``midas-nb sweep plan|submit`` from the parsed command line. Raises ``ValueError`` (``ProfileError`` too),
+    ``FileNotFoundError`` (``--cost``) or :class:`~midas_nb.sweeps.slurm.SlurmNotFound` before submitting anything."""
     return (_plan if args.action == "plan" else _submit)(args, overrides)

@@ -65,9 +65,8 @@ def _digest_memo(profile: Mapping[str, Any], dataset: str) -> Path:
 
 
 def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str, build: int | None = None) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone, build)`` (decisions 0051, 0072),
-    nothing trained: data read on the CPU, numerics keyed as the profile's ``device``'s. Raises ``ValueError`` or
-    ``FileNotFoundError`` for a dataset without a readable data root."""
+    """Id of the checkpoint a profile implies for ``(dataset, backbone, build)``, nothing trained (decisions 0051,
+    0072): numerics of the profile's ``device``. Raises ``ValueError``/``FileNotFoundError``: no readable data root."""
     study = cached_study(profile, dataset, backbone, device="cpu", build=build)
     device = str(profile.get("device") or "cpu")
     return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]

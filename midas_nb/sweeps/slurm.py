@@ -85,9 +85,8 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
 
 
 def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
-    """:meth:`ResultStore.status` with ``job_state`` of each cell without a record: its job's Slurm state while
-    queued or running, ``lost`` when the job left the queue (submit it again), ``unsubmitted`` when sbatch refused
-    it, ``unknown`` without Slurm; empty for cells with a record or never submitted."""
+    """:meth:`ResultStore.status` with ``job_state`` of each cell without a record: its job's Slurm state, ``lost``
+    (left the queue), ``unsubmitted`` (sbatch refused it), ``unknown`` (no Slurm); empty: a record, or never sent."""
     table = store.status(cells)
     ids = [j for j in table["job_id"].dropna() if j != REFUSED]
     queued = scheduler_states(ids) if ids else {}       # no job to ask squeue about: a first submission
