@@ -1,5 +1,5 @@
 """Sweeps (midas_nb.sweeps): grids, the atomic per-cell store, resume after a real SIGKILL,
-failure recording and retry, and every executor (local, processes, submitit debug).
+failure recording and retry, and every executor (local, submitit debug and local).
 
 Cell functions here are top-level (picklable) and leave marker files, so the tests count
 how often each cell was started and finished without relying on timing.
@@ -393,7 +393,10 @@ def test_sigkill_mid_sweep_then_resume_runs_every_cell_exactly_once(tmp_path, ma
     assert [count(markers, "start", c) for c in cells] == [1, 2, 1, 1]
 
 
-def test_processes_executor_survives_a_killed_worker_and_resumes(tmp_path, markers):
+@pytest.mark.slow
+def test_submitit_local_executor_survives_a_killed_job_and_resumes(tmp_path, markers, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    local = dict(cluster="local", time=5, cpus_per_task=1)
     cells = toy_cells(4)
     store = ResultStore(tmp_path / "store")
     fn = functools.partial(marker_cell_fn, marker_dir=str(markers))
@@ -406,15 +409,15 @@ def test_processes_executor_survives_a_killed_worker_and_resumes(tmp_path, marke
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    status = run_sweep(cells, fn, store, executor="processes", max_workers=1)
+    status = run_sweep(cells, fn, store, executor="slurm", slurm=local)     # one job of 4 cells
     t.join(timeout=60)
-    # the killed worker's cell has no record (pending: recomputed next time), the executor says what broke
+    # the killed job's cells have no record (pending: recomputed next time), the executor says what broke
     assert status.done == 1 and status.failed == 0 and status.pending == 3
-    assert status.executor_errors and "BrokenProcessPool" in " ".join(status.executor_errors)
+    assert len(status.executor_errors) == 1 and "(4 cells)" in status.executor_errors[0]
     assert store.read(cells[1].key) is None and store.state(cells[1].key) == "pending"
 
     (markers / f"block-{cells[1].key}").unlink()
-    status = run_sweep(cells, fn, store, executor="processes", max_workers=2)
+    status = run_sweep(cells, fn, store, executor="slurm", slurm=dict(local, cells_per_job=2))
     assert status.complete
     assert [count(markers, "finish", c) for c in cells] == [1, 1, 1, 1]
     assert [count(markers, "start", c) for c in cells] == [1, 2, 1, 1]
@@ -508,18 +511,6 @@ def test_submitit_local_executor_pickles_and_runs_in_subprocesses(tmp_path, mark
                        executor="slurm", slurm=dict(cluster="local", time=5, cpus_per_task=1))
     assert status.complete, str(status)
     assert os.getpid() not in {int((markers / f"pid-{c.key}").read_text()) for c in cells}
-    assert_store_clean(store, cells)
-
-
-def test_processes_executor_runs_cells(tmp_path, markers):
-    cells = toy_cells(3)
-    store = ResultStore(tmp_path / "store")
-    status = run_sweep(cells, functools.partial(marker_cell_fn, marker_dir=str(markers)), store,
-                       executor="processes", max_workers=2)
-    assert status.complete
-    pids = {int((markers / f"pid-{c.key}").read_text()) for c in cells}
-    assert os.getpid() not in pids                 # computed in worker processes
-    assert {r["pid"] for r in (store.read(c.key) for c in cells)} == pids   # workers wrote records
     assert_store_clean(store, cells)
 
 
@@ -752,7 +743,7 @@ def test_slurm_executor_without_slurm_is_one_clear_error(tmp_path, monkeypatch, 
     """No silent local fallback: without sbatch, executor='slurm' names the alternatives."""
     from midas_nb.sweeps.slurm import SlurmNotFound
     monkeypatch.setenv("PATH", str(tmp_path))          # no sbatch, no srun
-    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*executor='local'.*executor='processes'"):
+    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*executor='local'"):
         run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"))
     assert not list(markers.iterdir())                  # nothing ran
@@ -772,7 +763,7 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
         (fake / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(SlurmNotFound, match=r"sbatch refused the submission: sbatch: fatal: Could not establish a "
-                                            r"configuration source; .*--executor local or processes"):
+                                            r"configuration source; .*--executor local"):
         run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"), wait=False)
     assert not list(markers.iterdir())
@@ -815,21 +806,6 @@ def test_jobs_never_mix_backbones_and_arrays_fit_max_array_size():
     assert [len(a) for a in arrays] == [1001, 1001, 734] and max(max(a) for a in arrays) == 2735
     with pytest.raises(ValueError, match="cells_per_job must be >= 1"):
         plan_jobs(cells, 0)
-
-
-def gpu_cell_fn(cell: SweepCell) -> list[dict]:
-    return [dict(pid=os.getpid(), gpu=os.environ.get("CUDA_VISIBLE_DEVICES"))]
-
-
-def test_processes_executor_gives_each_worker_its_own_gpu(tmp_path):
-    cells = toy_cells(6)
-    store = ResultStore(tmp_path / "store")
-    status = run_sweep(cells, gpu_cell_fn, store, executor="processes", max_workers=2, gpus=["0", "1"])
-    assert status.complete
-    rows = store.results()
-    by_pid = rows.groupby("pid")["gpu"].unique()
-    assert all(len(g) == 1 and g[0] in ("0", "1") for g in by_pid)      # one GPU per worker
-    assert len(set(g[0] for g in by_pid)) == len(by_pid)                  # no two workers share one
 
 
 def test_the_regime_grid_and_its_spans_come_from_profile_keys_not_the_profile_name():

@@ -142,8 +142,8 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--profile", _PROFILE, "the profile to plan or submit (default: paper); status/wait: its store"),
         ("--sweep", dict(default="all", metavar="NAMES"), "comma-separated sweeps: protocol, soft, random, regime, "
          "scale, backbones, related, or all (default)"),
-        ("--executor", dict(choices=["slurm", "local", "processes"], default="slurm"), "submit: slurm (default), "
-         "local or processes (run here)"),
+        ("--executor", dict(choices=["slurm", "local"], default="slurm"), "submit: slurm (default) or local (run "
+         "here)"),
         ("--partition", {}, "submit: Slurm partition"),
         ("--gpus", _INTEGER, "submit: GPUs per job"),
         ("--cpus", _INTEGER, "submit: CPUs per job"),
@@ -153,7 +153,6 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--max-array-size", _INTEGER, "array size limit (default: Slurm's MaxArraySize, else 1001)"),
         ("--device", {}, "submit: the cells' device (default: the profile's; resolved on the compute node)"),
         ("--data-root", dict(_MANY, metavar="DATASET=PATH"), "a dataset's directory, repeatable"),
-        ("--workers", dict(_INTEGER, default=2), "submit --executor processes: workers (default 2)"),
         ("--cost", dict(metavar="FILE"), "plan: cost table (default runs/bench/cell_cost.json, else the shipped)")]),
     "strip-solutions": ("remove cells tagged 'solution' from notebooks", None,
                         "midas-nb strip-solutions notebooks/02_three_condition_protocol.ipynb", [

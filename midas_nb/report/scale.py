@@ -14,16 +14,15 @@ __all__ = ["compare_backbones"]
 
 
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
-                      executor: str = "local", max_workers: int = 2) -> tuple[pd.DataFrame, Any]:
+                      executor: str = "local") -> tuple[pd.DataFrame, Any]:
     """``(table, status)``: the report's ``backbones`` table of ``backbones`` (default: the profile's) from ``study``'s
     store and the cosine probes at its ``L`` (kept with :func:`save_probes`), findings of an unfit backbone ``not
-    counted``, and the cells' :class:`~midas_nb.sweeps.StoreStatus`; ``run=False`` only reads the store; ``executor``,
-    ``max_workers``: as :func:`midas_nb.sweeps.run_sweep`. ValueError: an empty or duplicated backbone list."""
+    counted``, and the cells' :class:`~midas_nb.sweeps.StoreStatus`; ``run=False`` only reads the store; ``executor``:
+    as :func:`midas_nb.sweeps.run_sweep`. ValueError: an empty or duplicated backbone list."""
     s = study.settings
     n_boot = s.statistics.bootstrap
     cells = sweep_cells(s.values, "backbones", backbones=backbones)
-    rows, status = run_cells(s.values, cells, run=run, executor=executor, max_workers=max_workers,
-                             progress=study.progress)
+    rows, status = run_cells(s.values, cells, run=run, executor=executor, progress=study.progress)
     ts, fit = study.test_set, {}
     for b in dict.fromkeys(c.backbone for c in cells):
         st = cached_study(s.values, s.data.dataset, b, progress=study.progress)

@@ -20,12 +20,10 @@ from .settings import RunSettings
 __all__ = ["StudyBase"]
 
 
-#: torch's intra-op thread count of this process before any study set it (``torch_threads: None``)
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
 
 
 def _fraction(v: Any) -> str:
-    """``0.417`` for a fraction, ``n/a`` for ``None`` / NaN."""
     try:
         return "n/a" if v is None or v != v else f"{float(v):.3f}"
     except (TypeError, ValueError):
@@ -33,15 +31,14 @@ def _fraction(v: Any) -> str:
 
 
 class StudyBase:
-    """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides``
-    (any profile key; ``None`` ignored); ``progress``: bars for the long stages. Raises
-    :class:`midas_nb.config.ProfileError`: every problem of the settings (:meth:`RunSettings.build`)."""
+    """Data, backbone and cached pipeline stages for ``profile`` (DESIGN.md §7) with ``overrides`` (any profile key;
+    ``None`` ignored). Raises :class:`midas_nb.config.ProfileError`: every problem of the settings."""
 
     def __init__(self, profile: str = "quick", progress: bool = True, **overrides: Any):
         self._settings = RunSettings.build(profile, **overrides)
         self.progress = progress_enabled(progress)
         d = self.settings.data
-        if d.embedded and not (d.root / "images.txt").is_file():  # generated once, deterministic by seed
+        if d.embedded and not (d.root / "images.txt").is_file():
             make_synthetic_cub(d.root, **d.synthetic)
         self.loader_name, self.data_root, self.dataset_name = d.loader, d.root, d.label
         self.device = torch.device(self.settings.device)
@@ -63,12 +60,11 @@ class StudyBase:
 
     def __repr__(self) -> str:
         s = self.settings
-        b = s.backbone      # the build its maps, probes and batches are drawn on (its fine-tuning seed; decision 0072)
+        b = s.backbone
         return (f"Study(profile={s.profile!r}, dataset={self.dataset_name!r}, backbone={b.name!r}, build={b.build}"
                 + (f" of builds {b.build}–{b.build + b.builds - 1}" if b.builds > 1 else "")
                 + f", depth={s.point.depth}, budget={s.point.budget}, device={str(self.device)!r})")
 
-    # ----------------------------------------------------------------------------- data
     @cached_property
     def normalization(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return backbone_normalization(self.settings.backbone.name)
@@ -76,11 +72,11 @@ class StudyBase:
     def dataset(self, split: str, train: bool = False):
         """The ``split`` with the backbone's normalisation; ``DatasetError`` for a split without labels."""
         mean, std = self.normalization
-        if split == "train":  # the split the backbone and scorers train on (TRAIN_SPLIT)
+        if split == "train":
             split = TRAIN_SPLIT.get(self.loader_name, "train")
         d = self.settings.data
         extra = {} if d.max_images_per_class is None else dict(max_images_per_class=d.max_images_per_class)
-        if d.loader == "aircraft":  # the profile's label level (enters the data identity)
+        if d.loader == "aircraft":
             extra["annotation_level"] = d.aircraft_level
         ds = load_dataset(d.loader, d.root, split, image_size=d.image_size, patch_size=d.patch_size,
                           train=train, mean=mean, std=std, **extra)
@@ -97,11 +93,9 @@ class StudyBase:
         return self.dataset("test")
 
     def data_note(self) -> str:
-        """The data line every notebook prints: :func:`midas_nb.data.data_note`'s caveat on the embedded synthetic
-        set, else the dataset and its root."""
+        """The data line every notebook prints: :func:`midas_nb.data.data_note`, else the dataset and its root."""
         return data_note(self.train_set, self.test_set) or f"Data: {self.dataset_name} from {self.data_root}"
 
-    # ------------------------------------------------------------------------- backbone
     def checkpoint_key(self, device: str | torch.device | None = None) -> tuple[str, dict[str, Any]]:
         """``(checkpoint_id, key)`` of the fine-tuned backbone, nothing trained (``device``: another's numerics)."""
         self.own_threads()
@@ -121,15 +115,8 @@ class StudyBase:
         return load_or_finetune(b.name, self.train_set, self.test_set, b.recipe, device=self.device, weights=b.weights,
                                 backbone_kwargs=dict(b.kwargs) or None, progress=self.progress)
 
-    @property
-    def model(self) -> torch.nn.Module:
-        """The fine-tuned, frozen backbone (eval mode)."""
-        return self._backbone[0]
-
-    @property
-    def meta(self) -> dict:
-        """Checkpoint metadata (``checkpoint_id``, accuracies, versions, ...)."""
-        return self._backbone[1]
+    model = property(lambda self: self._backbone[0], doc="The fine-tuned, frozen backbone (eval mode).")
+    meta = property(lambda self: self._backbone[1], doc="Checkpoint metadata (``checkpoint_id``, accuracies, ...).")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -156,8 +143,7 @@ class StudyBase:
                 ("image size (px)", self.settings.data.image_size),
                 ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
-                ("fine-tuning epochs", m.get("epochs")),
-                ("train accuracy", _fraction(m.get("train_accuracy"))),
+                ("fine-tuning epochs", m.get("epochs")), ("train accuracy", _fraction(m.get("train_accuracy"))),
                 ("test accuracy", _fraction(m.get("test_accuracy"))),
                 # a distilled student: its teacher's and each head's (00 says why the student can pass its teacher)
                 *((f"test accuracy, {what}", _fraction(d[k])) for d in [m.get("distillation") or {}] for what, k in (
@@ -167,7 +153,6 @@ class StudyBase:
                 ("chance accuracy", _fraction(ds.chance_accuracy)), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
-    # -------------------------------------------------------------------------- targets
     def target_maps(self, split: str = "test", depth: int | None = None,
                     ids: list[str] | None = None) -> dict[str, torch.Tensor]:
         """Target maps ``{id: [M, N]}`` over the split's images (cached on disk)."""
@@ -175,20 +160,18 @@ class StudyBase:
         ids = list(self.settings.protocol.targets if ids is None else ids)
         ds = self.train_set if split == "train" else self.test_set
         rule = "label" if split == "train" else "prediction"
-        # no data path: target_cache adds the split's content identity and the weights digest
         key = dict(dataset=self.dataset_name, split=split, checkpoint=self.meta["checkpoint_id"],
                    depth=depth, class_rule=rule)
         return target_cache(self.model, ds, ids=ids, depth=depth, class_rule=rule, key=key,
                             device=self.device, progress=self.progress)
 
     def target_coverage(self, budget: float | None = None, ids: list[str] | None = None) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.target_maps.target_coverage` of the test split at ``budget`` (default the study's)."""
+        """:func:`~midas_nb.analysis.target_maps.target_coverage` of the test split at ``budget`` (default: own)."""
         b = float(self.settings.point.budget if budget is None else budget)
         return target_coverage(self.target_maps(ids=ids), self.test_set, b, n_boot=self.settings.statistics.bootstrap)
 
     def iou_ceiling(self, budgets: list[float] | None = None) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.target_maps.iou_ceiling_table` on the evaluated test images (default budgets:
-        the sweep's and the study's)."""
+        """:func:`~midas_nb.analysis.target_maps.iou_ceiling_table` on the evaluated images (default: every budget)."""
         s = self.settings
         budgets = sorted({float(b) for b in s.sweep.budgets} | {float(s.point.budget)}) if budgets is None else budgets
         return iou_ceiling_table(self.test_set, budgets, max_images=s.protocol.max_eval_images,

@@ -20,9 +20,8 @@ __all__ = ["SWEEPS", "profile_sweeps", "catalogue_status", "cmd_from_args"]
 
 def profile_sweeps(profile: Mapping[str, Any], names: Sequence[str] | None = None, *,
                    planned: bool = False) -> dict[str, list[SweepCell]]:
-    """The cells of each notebook sweep of a profile (:data:`midas_nb.study.grid.CATALOGUE`), ``{"04 regime": cells,
-    ...}``; ``planned=True`` reads no data (checkpoint and data ids are placeholders: counts exact, keys not).
-    Raises ``ValueError``: an unknown sweep name; a dataset without a data root (``planned=False``)."""
+    """``{"04 regime": cells, ...}``: the cells of each notebook sweep of a profile (``planned``: as
+    :func:`~midas_nb.study.make_grid`'s). Raises ``ValueError``: an unknown sweep name; a dataset without a root."""
     return {f"{SWEEPS[n]} {n}": sweep_cells(profile, n, planned=planned)
             for n in sweep_names(None if names is None else ",".join(names))}
 
@@ -33,15 +32,13 @@ def _store(profile: str) -> ResultStore | None:
 
 
 def catalogue_status(profile: str) -> str:
-    """``midas-nb sweep status PROFILE``'s count per notebook sweep of the catalogue, as ``sweep plan`` counts: its
-    cells, those shared with a sweep above, those done in ``runs/sweeps/<profile>`` (never created here)."""
+    """``midas-nb sweep status PROFILE``'s count per notebook sweep, as ``sweep plan`` counts (:func:`sweep_lines`)."""
     lines = sweep_lines(profile_sweeps(config.get_profile(profile), planned=True), _store(profile))[0]
     return "\n".join([f"cells per notebook sweep of profile {profile} (midas_nb.study.grid.CATALOGUE):", *lines])
 
 
 def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan``: print the plan; 0. Bad input raises ``ValueError`` / ``FileNotFoundError``
-    (the command line answers it: :func:`cmd_from_args`)."""
+    """``midas-nb sweep plan``: print the plan; 0."""
     prof = config.get_profile(args.profile, **overrides)
     sweeps = profile_sweeps(prof, sweep_names(args.sweep), planned=True)
     max_array = max_array_size() if args.max_array_size is None else args.max_array_size
@@ -54,9 +51,8 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep submit``: say what runs where (the sweeps, their cells, those done, the store), then submit
-    (``slurm``: return at once) or run the named sweeps' cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a
-    local run left failed cells; bad input raises as :func:`cmd_from_args` says."""
+    """``midas-nb sweep submit``: say what runs where, then submit (``slurm``: return at once) or run the sweeps'
+    cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a local run left failed cells."""
     slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
                  time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
     here = args.executor != "slurm"
@@ -67,9 +63,8 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     cells = list({c.key: c for cells in sweeps.values() for c in cells}.values())
     store, name = ResultStore(name=prof["profile"]), prof["profile"]
     done = int(store.status(cells)["status"].eq("done").sum())   # one scan of the store
-    where = (f"computing them here ({args.executor}: " + (f"{args.workers} workers" if args.executor == "processes"
-             else "one cell after another") + "; Ctrl-C stops, the same command resumes)") if here else \
-        "submitting them to Slurm (returns once submitted)"
+    where = ("computing them here (local: one cell after another; Ctrl-C stops, the same command resumes)" if here else
+             "submitting them to Slurm (returns once submitted)")
     print(f"sweep submit: profile {name} (device {prof['device']}): "
           + ", ".join(f"{n} {len(c)} cells" for n, c in sweeps.items()),
           f"  {len(cells)} distinct cells, {done} already done, {len(cells) - done} to run; {where}",
@@ -78,8 +73,8 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     # plain progress lines where stderr is no terminal, unless the environment chose a mode (TQDM_DISABLE: none)
     lines = here and not (PROGRESS_ENV in os.environ or progress_mode() == "off" or sys.stderr.isatty())
     with scoped_environ(**({PROGRESS_ENV: "lines"} if lines else {})):
-        out = run_cells(prof, cells, wait=here, executor=args.executor, max_workers=args.workers, progress=True,
-                        slurm={k: v for k, v in slurm.items() if v is not None}, runner=ProtocolCellRunner(prof))
+        out = run_cells(prof, cells, wait=here, executor=args.executor, progress=True, slurm=slurm,
+                        runner=ProtocolCellRunner(prof))
     print(out[1] if here else out)
     if not here:
         print(f"follow it with: midas-nb sweep status {name} | midas-nb sweep wait {name}")
@@ -90,7 +85,6 @@ def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def cmd_from_args(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep plan|submit`` from the parsed command line (:data:`midas_nb.cli.args.COMMANDS`). Raises
-    ``ValueError`` (a :class:`midas_nb.config.ProfileError` too), ``FileNotFoundError`` (``--cost``) or
-    :class:`midas_nb.sweeps.slurm.SlurmNotFound` on bad input, before anything is submitted."""
+    """``midas-nb sweep plan|submit`` from the parsed command line. Raises ``ValueError`` (``ProfileError`` too),
+    ``FileNotFoundError`` (``--cost``) or :class:`~midas_nb.sweeps.slurm.SlurmNotFound` before submitting anything."""
     return (_plan if args.action == "plan" else _submit)(args, overrides)

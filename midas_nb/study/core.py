@@ -20,35 +20,22 @@ from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cel
 __all__ = ["Study"]
 
 
-def _one_checkpoint(table: pd.DataFrame, what: str) -> None:
-    """Raises ``RuntimeError`` where the rows of one build come from more than one checkpoint (decision 0072)."""
-    for col in ("checkpoint_id", "weights_digest"):
-        for b, g in table.groupby(table.get("build", pd.Series(0, index=table.index))):
-            if col in g.columns and g[col].dropna().nunique() > 1:
-                found = sorted(g[col].dropna().astype(str).unique())
-                raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
-                                   f"{found}); one build is one frozen backbone — rebuild the cells with one profile")
-
-
 def with_builds(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with an integer ``build`` column: a row stored without its build (its cell had no build
-    parameter, decision 0072) is build 0, as :mod:`midas_nb.metrics.decoupling` reads it."""
+    """``table`` with an integer ``build`` column: a row stored without one is build 0 (decision 0072)."""
     return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
 
 
 class Study(StudyBase):
     """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
-    # ------------------------------------------------------------------------- protocol
     def protocol(self, sweep: str = "protocol", depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
                  relaxation: str | None = None, builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)`` of the catalogue's ``sweep``
-        (:data:`midas_nb.study.grid.CATALOGUE`: 02's ``"protocol"``, ``"soft"``, ``"random"``, 06's ``"related"``),
-        one row per condition × seed × backbone build (``reference``: the first seed only; decision 0072), each a
-        cell of the profile's result store; ``conditions``, ``seeds``, ``relaxation``, ``builds`` override the
-        catalogue's, ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys.
-        Also written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
+        """The three-condition protocol table at ``(depth, budget)`` of the catalogue's ``sweep`` (02's
+        ``"protocol"``, ``"soft"``, ``"random"``, 06's ``"related"``), one row per condition × seed × build (decision
+        0072), each a cell of the profile's store; ``conditions``, ``seeds``, ``relaxation``, ``builds`` override the
+        catalogue's, ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys. Also
+        written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
         pt = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
@@ -60,7 +47,14 @@ class Study(StudyBase):
         what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
             raise RuntimeError(f"{what}: not every cell is done\n{status}")
-        _one_checkpoint(table := with_builds(table), what)
+        table = with_builds(table)
+        for col in [c for c in ("checkpoint_id", "weights_digest") if c in table.columns]:   # decision 0072
+            for b, g in table.groupby("build"):
+                if g[col].dropna().nunique() > 1:
+                    found = sorted(g[col].dropna().astype(str).unique())
+                    raise RuntimeError(f"{what}: the rows of build {b} come from {len(found)} checkpoints ({col} "
+                                       f"{found}); one build is one frozen backbone — rebuild the cells with one "
+                                       "profile")
         named = catalogue_value(self.params, "seeds", CATALOGUE.get(sweep, ({},))[0].get("seeds"))
         key = dict(dataset=self.dataset_name, depth=depth, budget=budget,
                    conditions=list(conditions or dict.fromkeys(c.condition for c in cells)),
@@ -73,8 +67,7 @@ class Study(StudyBase):
         return table
 
     def fitness(self) -> dict[int, tuple[bool, str]]:
-        """Each backbone build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0082) on the whole
-        test split: ``{build: (fit, text)}`` for the profile's builds (each loaded, or fine-tuned, once)."""
+        """``{build: (fit, text)}``: each build's :func:`~midas_nb.analysis.backbone_fitness` (decisions 0070, 0082)."""
         b = self.settings.backbone
         out = {}
         for k in range(b.build, b.build + b.builds):
@@ -85,26 +78,20 @@ class Study(StudyBase):
         return out
 
     def decoupling(self, table: pd.DataFrame, controls: list[str] | None = None, **kwargs: Any) -> pd.DataFrame:
-        """:func:`midas_nb.analysis.control.decoupling_with_controls` with ``controls`` default
-        ``["random_map"]`` where the table has it and the profile's ``bootstrap``."""
+        """:func:`~midas_nb.analysis.control.decoupling_with_controls` (``random_map`` where present; own bootstrap)."""
         if controls is None:
             controls = ["random_map"] if (table["condition"] == "random_map").any() else []
         kwargs.setdefault("n_boot", self.settings.statistics.bootstrap)
         return decoupling_with_controls(table, controls, **kwargs)
 
-    # --------------------------------------------------------------------------- sweeps
-    def sweep(self, name: str = "regime", executor: str = "local", max_workers: int = 2, run: bool = True, *,
+    def sweep(self, name: str = "regime", executor: str = "local", run: bool = True, *,
               wait: bool = True, device: str | None = None, **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
         """``(rows of the done cells, StoreStatus)`` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's
-        ``"scale"``; another name: the :func:`midas_nb.study.make_grid` kind) through the profile's store, computing
-        missing cells unless ``run=False``. ``wait=False`` (Slurm; submitit settings in ``**slurm``) returns the
-        :class:`midas_nb.sweeps.Submission` at once. ``device``: the cells'; default the study's, for ``slurm`` the
-        profile's (decision 0038).
-
-        Raises:
-            ValueError: ``wait=False`` without ``executor="slurm"`` and ``run=True``.
-            midas_nb.config.ProfileError: a bad ``device``, or one this machine lacks (not ``slurm``).
-        """
+        ``"scale"``; else a :func:`~midas_nb.study.make_grid` kind) in the profile's store, computing missing cells
+        unless ``run=False``; ``wait=False`` (Slurm, settings in ``**slurm``) returns the
+        :class:`~midas_nb.sweeps.Submission` at once. ``device``: default the study's, on Slurm the profile's (0038).
+        Raises ``ValueError``: ``wait=False`` without ``executor="slurm"`` and ``run=True``;
+        :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks (not ``slurm``)."""
         if not wait and (executor != "slurm" or not run):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
                              f"run=True, got executor={executor!r}, run={run!r}")
@@ -113,7 +100,5 @@ class Study(StudyBase):
         params = self.params if device is None else dict(self.params, device=device)
         if problems := config.check_device(params["device"], here=executor != "slurm"):
             raise config.ProfileError(problems)
-        # another device (and always on Slurm): the study is not reused
-        return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor,
-                         max_workers=max_workers, slurm=slurm, progress=self.progress,
-                         study=self if device is None else None)
+        return run_cells(params, sweep_cells(params, name), run=run, wait=wait, executor=executor, slurm=slurm,
+                         progress=self.progress, study=self if device is None else None)

@@ -1,7 +1,6 @@
-"""A profile's sweep cells, dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5), keyed by the
-checkpoint's and the evaluated images' content ids and the protocol settings (decision 0015); every notebook
-sweep declared once (:data:`CATALOGUE`), the studies cells run on (cached per process), the protocol's cell
-function (:class:`ProtocolCellRunner`) and the one sequence that runs and reads cells (:func:`run_cells`)."""
+"""A profile's sweep cells, dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5; keys: decision 0015),
+every notebook sweep declared once (:data:`CATALOGUE`), the protocol's cell function (:class:`ProtocolCellRunner`)
+and the one sequence that runs and reads cells (:func:`run_cells`)."""
 from __future__ import annotations
 
 import functools
@@ -26,20 +25,18 @@ from ..sweeps import ExecutorKind, ResultStore, run_sweep, StoreStatus, submit_s
 from .base import StudyBase
 from .settings import grid_spans, protocol_settings, SweepSettings
 
-__all__ = ["make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "cached_study",
-           "study_overrides", "digest_memo_path", "ProtocolCellRunner", "prefetch_targets", "run_cells", "CATALOGUE",
-           "catalogue_value", "sweep_cells"]
+__all__ = ["make_grid", "grid_spans", "checkpoint_spec_id", "eval_data_id", "cached_study", "study_overrides",
+           "ProtocolCellRunner", "prefetch_targets", "run_cells", "CATALOGUE", "catalogue_value", "sweep_cells"]
 
 
 def _data_root_for(profile: Mapping[str, Any], dataset: str) -> str | None:
-    """:func:`midas_nb.config.data_root_for`, resolved, as a string (``None``: the embedded synthetic set)."""
+    """:func:`midas_nb.config.data_root_for`, resolved, as a string."""
     root = data_root_for(dict(profile), dataset)
     return None if root is None else str(root.resolve())
 
 
 def study_overrides(profile: Mapping[str, Any], dataset: str, backbone: str) -> dict[str, Any]:
-    """The overrides of one sweep cell's study (``dataset``: a name or a cell's label) with that dataset's
-    root; ``ValueError`` for a dataset without a root or synthetic default."""
+    """The overrides of one cell's study (``dataset``: a name or label) with its root; ``ValueError``: no root."""
     dataset = dataset_of_label(dataset)
     overrides = {k: v for k, v in profile.items() if k not in ("profile", "data_root", "data_roots")}
     overrides.update(dataset=dataset, backbone=backbone, data_root=_data_root_for(profile, dataset), data_roots={})
@@ -51,8 +48,7 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device: str | None = None,
                  progress: bool = False, build: int | None = None):
-    """The (per-process cached) :class:`StudyBase` for one dataset (name or label), backbone and build
-    (``None``: the profile's)."""
+    """The (per-process cached) :class:`StudyBase` for one dataset (name or label), backbone and build."""
     overrides = study_overrides(profile, dataset, backbone)
     overrides.update({k: v for k, v in dict(device=device, build=build).items() if v is not None})
     name = str(profile.get("profile", "quick"))
@@ -63,60 +59,43 @@ def cached_study(profile: Mapping[str, Any], dataset: str, backbone: str, device
     return cached[0]
 
 
-def digest_memo_path(profile: Mapping[str, Any], dataset: str) -> Path:
+def _digest_memo(profile: Mapping[str, Any], dataset: str) -> Path:
     """Where the sweep jobs of ``dataset`` share its image digests."""
     return cache_dir() / "file_digests" / f"{dataset}-{hash_json([dataset, _data_root_for(profile, dataset)], 12)}.json"
 
 
-def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str,
-                       build: int | None = None) -> str:
-    """Id of the fine-tuned checkpoint a profile implies for ``(dataset, backbone)`` and ``build`` (``None``:
-    the profile's; decisions 0051, 0072), nothing trained: data read on the CPU, numerics keyed as the profile's
-    ``device``'s. Raises ``ValueError`` or ``FileNotFoundError`` for a dataset without a readable data root."""
+def checkpoint_spec_id(profile: Mapping[str, Any], dataset: str, backbone: str, build: int | None = None) -> str:
+    """Id of the checkpoint a profile implies for ``(dataset, backbone, build)``, nothing trained (decisions 0051,
+    0072): numerics of the profile's ``device``. Raises ``ValueError``/``FileNotFoundError``: no readable data root."""
     study = cached_study(profile, dataset, backbone, device="cpu", build=build)
     device = str(profile.get("device") or "cpu")
     return study.checkpoint_id if device == "cpu" else study.checkpoint_key(device=device)[0]
 
 
 def eval_data_id(study: Any, settings: Mapping[str, Any]) -> str:
-    """:attr:`SweepCell.data_id`: the content identity (:func:`midas_nb.identity.dataset_identity`) of the test
-    images a protocol run of ``study`` with ``settings`` (:func:`protocol_settings` and a cell's) evaluates."""
+    """:attr:`SweepCell.data_id`: the identity of the test images a run of ``study`` with ``settings`` evaluates."""
     test = study.test_set
     idx = evaluation_subset(len(test), settings.get("max_eval_images"), settings.get("eval_subset_seed", 0))
     return dataset_identity(test if len(idx) == len(test) else Subset(test, idx)).full
 
 
-def make_grid(
-    profile: Mapping[str, Any],
-    kind: str = "regime",
-    *,
-    datasets: Sequence[str] | None = None,
-    backbones: Sequence[str] | None = None,
-    conditions: Sequence[str] | None = None,
-    seeds: Sequence[int] | None = None,
-    checkpoint_ids: Mapping[tuple[str, str], str] | None = None,
-    params: Mapping[str, Any] | None = None,
-    seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
-    data_ids: Mapping[tuple[str, str], str] | None = None,
-    planned: bool = False,
-) -> list[SweepCell]:
+def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Sequence[str] | None = None,
+              backbones: Sequence[str] | None = None, conditions: Sequence[str] | None = None,
+              seeds: Sequence[int] | None = None, checkpoint_ids: Mapping[tuple, str] | None = None,
+              params: Mapping[str, Any] | None = None, seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
+              data_ids: Mapping[tuple[str, str], str] | None = None, planned: bool = False) -> list[SweepCell]:
     """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
 
-    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈
-    budgets`` at ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the
-    profile's ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`).
-    Seeds: ``seeds`` at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first.
-    Backbone builds (decision 0072): ``builds`` of the profile's backbone at its point (build ``k`` keyed by
-    its checkpoint and, for ``k > 0``, ``params["build"]``), the profile's ``build`` elsewhere.
-    ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the profile's (``seeds``: at every point);
-    ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone): id}`` (default :func:`checkpoint_spec_id`,
-    :func:`eval_data_id`; ``(dataset, backbone, build)`` keys name a build's checkpoint); ``params``: merged
-    into every cell's ``params`` (its key). ``planned=True`` reads no data: the ids are placeholders,
-    ``"planned"`` and ``"planned-<build>"`` (counts and coordinates exact, keys not).
-
-    Raises:
-        ValueError: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root.
-    """
+    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈ budgets`` at
+    ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the profile's
+    ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`). Seeds: ``seeds``
+    at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first. Builds (decision
+    0072): ``builds`` of the profile's backbone at its point (build ``k > 0`` keyed by ``params["build"]`` too),
+    the profile's ``build`` elsewhere. ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the
+    profile's (``seeds``: at every point); ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone[, build]): id}``
+    (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params``: merged into every cell's. ``planned``
+    reads no data: the ids are placeholders ``"planned"``, ``"planned-<build>"`` (counts exact, keys not). Raises
+    ``ValueError``: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root."""
     prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
@@ -126,8 +105,7 @@ def make_grid(
               "full": [(L, b) for L in depths for b in budgets], "scale": [(L0, b0)]}
     shapes["cross"] = shapes["depth"] + shapes["budget"]
     if kind not in shapes:
-        raise ValueError(f"unknown grid kind {kind!r}; expected one of "
-                         "'depth', 'budget', 'cross', 'full', 'regime', 'scale'")
+        raise ValueError(f"unknown grid kind {kind!r}; expected one of {[*shapes, 'regime']}")
     points = list(dict.fromkeys(Point(L, b) for L, b in shapes[kind]))  # drop the shared point
     spans = grid_spans(prof, kind)
     datasets, backbones = spans[0] if datasets is None else datasets, spans[1] if backbones is None else backbones
@@ -141,7 +119,6 @@ def make_grid(
             raise ValueError(f"make_grid: {name} is empty; expected at least one entry")
         if len(set(values)) != len(values):
             raise ValueError(f"make_grid: {name} has duplicates: {list(values)}")
-
     checkpoint_ids, data_ids = checkpoint_ids or {}, data_ids or {}
     base, own_build, cells = dict(protocol_settings(prof), **dict(params or {})), int(prof.get("build", 0)), []
     for ds in datasets:
@@ -198,10 +175,9 @@ def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Seque
 def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
     """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
-    ``given`` (``conditions``, ``seeds``, ``builds``, ``relaxation``, ``datasets``, ``backbones``, other
-    :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (``conditions`` of a "related" part:
-    split by its rule, a part left empty dropped), ``params`` enter every cell's key.
-    ``planned``: as :func:`make_grid`'s. Raises ``ValueError`` as :func:`make_grid`."""
+    ``given`` (``builds``, ``relaxation``, :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's
+    (a "related" part's ``conditions`` split by its rule, a part left empty dropped); ``params`` enter every cell's
+    key; ``planned`` as :func:`make_grid`'s. Raises ``ValueError`` as :func:`make_grid`."""
     prof = dict(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
@@ -223,22 +199,17 @@ def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
     return cells
 
 
-#: reads a digest memo once per process
 _load_memo = functools.cache(load_file_digests)
 
 
 class ProtocolCellRunner:
-    """The real ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition, seed and
-    ``cell.params`` on the cell's :func:`cached_study` (or ``study``, reused in this process only).
-    ``device`` overrides the profile's where a cell runs (decision 0038). Raises per cell (recorded):
-    ``ValueError`` (checkpoint or data id differ from the data here), ``RuntimeError`` (no such device).
-    """
+    """The protocol's ``cell_fn`` (picklable): ``run_protocol`` at the cell's point, condition, seed and ``params``
+    on the cell's :func:`cached_study` (or ``study``, reused in this process only)."""
 
-    def __init__(self, profile: Mapping[str, Any], *, device: str | None = None,
-                 cache_dir: str | Path | None = None, progress: bool = False, study: Any = None) -> None:
-        self.profile, self.device, self.progress = dict(profile), device, progress
+    def __init__(self, profile: Mapping[str, Any], *, cache_dir: str | Path | None = None, progress: bool = False,
+                 study: Any = None) -> None:
+        self.profile, self.progress, self._local_study = dict(profile), progress, study  # the study is not pickled
         self.cache_dir = str(cache_dir) if cache_dir is not None else None
-        self._local_study = study  # not pickled
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__, _local_study=None)
@@ -249,37 +220,34 @@ class ProtocolCellRunner:
         if st is not None and (st.dataset_name, st.settings.backbone.name, st.settings.backbone.build) == \
                 (cell.dataset, cell.backbone, build):
             return st
-        device = self.device or str(self.profile.get("device") or "cpu")
+        device = str(self.profile.get("device") or "cpu")
         if problems := check_device(device):
             job = os.environ.get("SLURM_JOB_ID")
             raise RuntimeError(f"this worker ({socket.gethostname()}{f', Slurm job {job}' if job else ''}) cannot run "
                                f"the sweep's device {device!r}: {problems[0].split('; use')[0]}; submit the cells to "
                                "GPU nodes (midas-nb sweep submit --gpus 1 --partition <a GPU partition>) or "
                                "with --device cpu")
-        _load_memo(digest_memo_path(self.profile, cell.dataset))
-        return cached_study(self.profile, cell.dataset, cell.backbone, self.device, self.progress, build)
+        _load_memo(_digest_memo(self.profile, cell.dataset))
+        return cached_study(self.profile, cell.dataset, cell.backbone, None, self.progress, build)
 
     def prepare(self, cell: SweepCell) -> dict[str, Any]:
-        """A sweep's preparation job for one (dataset, backbone): fine-tune (or load) the backbone, save
-        the image digests for the cell jobs; ``checkpoint_id`` and ``loaded_from_cache``."""
+        """A preparation job: fine-tune (or load) the backbone, save the image digests for the cell jobs."""
         meta = self.study(cell).meta
-        save_file_digests(digest_memo_path(self.profile, cell.dataset))
+        save_file_digests(_digest_memo(self.profile, cell.dataset))
         return dict(checkpoint_id=meta.get("checkpoint_id"), loaded_from_cache=bool(meta.get("loaded_from_cache")))
 
     def __call__(self, cell: SweepCell) -> dict[str, Any]:
         return self.run_group([cell])[0]
 
     def group_key(self, cell: SweepCell) -> str:
-        """Cells with one group key are computed together by :meth:`run_group`: the same data, checkpoint and
-        settings, every depth ``L`` (a scorer family's cell, whose row has columns of its own, alone)."""
+        """Cells of one key are computed together: same data, checkpoint and settings (a scorer family's: alone)."""
         return cell.key if cell.condition in list_scorer_conditions() else canonical_json(
             [cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 
     def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
-        """The row of each cell (of one :meth:`group_key`), in order: :func:`midas_nb.analysis.protocol.protocol_cells`
-        at the cells' depths, budgets, conditions and seeds (docs/decisions/0069), the rows a cell-by-cell run
-        gives. Raises (for every cell) ``ValueError`` (cells of several groups; a checkpoint or data id that
-        differs from the data here), ``RuntimeError`` (no such device)."""
+        """The row of each cell (of one :meth:`group_key`), in order, from one
+        :func:`midas_nb.analysis.protocol.protocol_cells` call (decision 0069). Raises ``ValueError`` (cells of
+        several groups; a checkpoint or data id that differs from the data here), ``RuntimeError`` (no device)."""
         cell = cells[0]
         if len({self.group_key(c) for c in cells}) > 1:
             raise ValueError(f"run_group: the cells {[c.label for c in cells][:3]}... are not of one group")
@@ -292,11 +260,8 @@ class ProtocolCellRunner:
         if cell.data_id and cell.data_id != (now := eval_data_id(study, settings)):
             raise ValueError(f"cell {cell.label} was keyed by evaluation data {cell.data_id!r} but the evaluated test "
                              f"images now are {now!r} (images, labels, keypoints or boxes changed); rebuild the grid")
-        for k in ("image_size", "patch_size", "build"):   # in the cell's key (the data, the build), not arguments
-            settings.pop(k, None)
-        if self.cache_dir is not None:
-            settings["cache_dir"] = self.cache_dir
-        # the loaded checkpoint's id is the key's (load_or_finetune names and checks it by the key)
+        settings = {k: v for k, v in settings.items() if k not in ("image_size", "patch_size", "build")}  # keyed only
+        settings |= {} if self.cache_dir is None else dict(cache_dir=self.cache_dir)
         table = protocol_cells(
             study.train_set, study.test_set, study.model,
             cells=[(c.depth, c.budget, c.condition, c.seed) for c in cells], dataset_name=study.dataset_name,
@@ -318,14 +283,12 @@ def prefetch_targets(profile: Mapping[str, Any], backbone: str, depth: int) -> l
     return [t for t in targets if t in swept]
 
 
-def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True,
-              wait: bool = True, executor: ExecutorKind = "local", max_workers: int = 2,
-              slurm: Mapping[str, Any] | None = None, progress: bool = False, study: Any = None,
-              store: ResultStore | None = None, runner: Callable[[SweepCell], Any] | None = None) -> Any:
-    """Grid → store → run → read, the one sequence of every sweep: ``(rows of the done cells, StoreStatus)`` of
-    ``cells`` in the profile's store (or ``store``), computed by ``runner`` (default a :class:`ProtocolCellRunner`
-    of the profile, reusing ``study``) unless ``run=False``; ``wait=False`` (Slurm, submitit settings in
-    ``slurm``) returns the :class:`midas_nb.sweeps.Submission` at once."""
+def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bool = True, wait: bool = True,
+              executor: ExecutorKind = "local", slurm: Mapping[str, Any] | None = None, progress: bool = False,
+              study: Any = None, store: ResultStore | None = None, runner: Callable | None = None) -> Any:
+    """The one sequence of every sweep: ``(rows of the done cells, StoreStatus)`` of ``cells`` in the profile's store
+    (or ``store``), computed by ``runner`` (default a :class:`ProtocolCellRunner` reusing ``study``) unless
+    ``run=False``; ``wait=False`` (Slurm) returns the :class:`midas_nb.sweeps.Submission` at once."""
     prof = dict(profile)
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
@@ -334,8 +297,7 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     elif not wait:
         return submit_sweep(cells, runner, store, slurm=slurm or None)
     else:
-        status = run_sweep(cells, runner, store, executor=executor, max_workers=max_workers, slurm=slurm or None,
-                           progress=progress)
+        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress)
     rows = store.results(cells)
     rows.attrs.clear()
     return rows, status

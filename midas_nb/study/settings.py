@@ -28,9 +28,8 @@ __all__ = ["RunSettings", "DataSettings", "BackboneSettings", "SweepSettings", "
 
 @dataclass(frozen=True)
 class DataSettings:
-    """The data one study reads. ``label``: the name results carry (``"aircraft (family)"``); ``loader``:
-    the reader (CUB's for the embedded set); ``embedded``: ``root`` is the generated synthetic set's;
-    ``image_size``, ``patch_size`` in px; ``max_images_per_class``: ``None`` for all."""
+    """The data one study reads. ``label``: the name results carry (``"aircraft (family)"``); ``loader``: the reader
+    (CUB's for the embedded synthetic set, ``embedded``); sizes in px; ``max_images_per_class``: ``None`` for all."""
 
     dataset: str
     label: str
@@ -47,8 +46,7 @@ class DataSettings:
 @dataclass(frozen=True)
 class BackboneSettings:
     """The backbone a study fine-tunes and prunes. ``weights``: a file, ``"hub"`` or ``None`` (random init);
-    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe``: the fine-tuning schedule, seeded by
-    ``build``; ``builds``: the builds (seeds ``0..builds-1``) at the profile's point (decision 0072)."""
+    ``kwargs``: timm ``VisionTransformer`` arguments; ``recipe`` seeded by ``build``; ``builds``: decision 0072."""
 
     name: str
     weights: str | None
@@ -60,9 +58,8 @@ class BackboneSettings:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06):
-    ``regime_grid`` (:func:`midas_nb.study.make_grid`); ``seeds`` at the sweep's other points;
-    ``compare_backbones`` (:func:`midas_nb.backbones.comparison_backbones`, ``planned=True``)."""
+    """The regime sweep (notebook 04), the scale readout (05) and the related methods' seeds (06); ``seeds`` at the
+    sweep's other points; ``compare_backbones``: :func:`midas_nb.backbones.comparison_backbones` (``planned``)."""
 
     depths: tuple[int, ...]
     budgets: tuple[Budget, ...]
@@ -76,9 +73,8 @@ class SweepSettings:
 
     @classmethod
     def of(cls, p: Mapping[str, Any]) -> "SweepSettings":
-        """The sweep lists of a profile mapping, typed, not checked; a list left out is the study's own."""
-        seeds = tuple(int(s) for s in p["seeds"])
-        depths, budgets = p.get("depths"), p.get("budgets")   # an empty list stays empty (make_grid refuses it)
+        """The sweep lists of a profile, typed, not checked (empty stays empty); a list left out is the study's."""
+        seeds, depths, budgets = tuple(int(s) for s in p["seeds"]), p.get("depths"), p.get("budgets")
         return cls(depths=tuple(int(d) for d in ([p["depth"]] if depths is None else depths)),
                    budgets=tuple(Budget(b) for b in ([p["budget"]] if budgets is None else budgets)),
                    regime_grid=str(p.get("regime_grid", "cross")),
@@ -91,8 +87,8 @@ class SweepSettings:
 
 
 def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], list[str]]:
-    """``(datasets, backbones)`` a sweep of ``kind`` spans, each defaulting to the study's own: for ``"scale"``
-    the ``scale_backbones`` (the study's alone where ``other_backbones`` is false), else the ``backbones``."""
+    """``(datasets, backbones)`` a sweep of ``kind`` spans, each defaulting to the study's own: for ``"scale"`` the
+    ``scale_backbones`` (the study's alone where ``other_backbones`` is false), else the ``backbones``."""
     own = [p["backbone"]]
     alone = kind == "scale" and not p.get("other_backbones", True)
     backbones = own if alone else p.get("scale_backbones" if kind == "scale" else "backbones") or own
@@ -100,19 +96,15 @@ def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], l
 
 
 #: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
-TOP_LEVEL_PROTOCOL_SETTINGS: tuple[str, ...] = ("relaxation", "lam", "temperature", "eval_subset_seed",
-                                                "throughput_batch", "throughput_repeats", "precision")
-
-
-#: top-level protocol settings in every cell's key, with ``PROTOCOL_DEFAULTS`` where the profile lacks them
-_ALWAYS_KEYED: tuple[str, ...] = ("relaxation", "lam", "temperature")
+TOP_LEVEL_PROTOCOL_SETTINGS = ("relaxation", "lam", "temperature", "eval_subset_seed", "throughput_batch",
+                               "throughput_repeats", "precision")
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings that change a protocol run's result: every cell's key and
-    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``);
-    ``scorer_train`` keys win over the top level."""
-    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
+    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``; the first three
+    top-level ones always, with ``PROTOCOL_DEFAULTS``); ``scorer_train`` keys win over the top level."""
+    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in TOP_LEVEL_PROTOCOL_SETTINGS[:3]}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile})
     out.update(dict(profile.get("scorer_train") or {}))
     return out | {k: profile[k] for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap",
@@ -121,11 +113,9 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One study's settings, typed (module docstring). Build with :meth:`build`. ``statistics``: the profile's
-    :class:`midas_nb.config.RunProfile` (``bootstrap``, resamples of every percentile interval); ``protocol``:
-    the same model with what the three-condition protocol runs (DESIGN.md §5) as its runs receive it: the
-    protocol settings of :func:`protocol_settings` (``eval_subset_seed``, ``throughput_*``: a ``scorer_train``
-    key wins), ``conditions``/``targets``/``seeds`` as tuples and ``scorer_train`` a read-only mapping."""
+    """One study's settings, typed; build with :meth:`build`. ``statistics``: the profile's
+    :class:`midas_nb.config.RunProfile` (``bootstrap``); ``protocol``: the same model as the protocol's runs receive
+    it (:func:`protocol_settings`' ``eval_subset_seed``, ``throughput_*``; tuples; ``scorer_train`` read-only)."""
 
     profile: str
     point: Point
@@ -171,10 +161,8 @@ class RunSettings:
                          for why in check_epochs(bb, config.finetune_settings(p, label, bb).get("epochs"))]
         if problems:  # nothing is replaced: a bad value is an error, never the profile's default
             raise config.ProfileError(problems)
-        syn = MappingProxyType(dict(p.get("synthetic") or {}))
-        embedded = root is None  # the synthetic set's root is deterministic by its generator settings
-        if embedded:
-            root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}"
+        syn, embedded = MappingProxyType(dict(p.get("synthetic") or {})), root is None   # root: by its generator
+        root = config.cache_dir() / "data" / f"synthetic_{hash_json(dict(syn), 12)}" if embedded else root
         data = DataSettings(dataset=name, label=label, root=root, loader="cub" if embedded else name, embedded=embedded,
                             image_size=run.image_size, patch_size=run.patch_size,
                             max_images_per_class=config.images_per_class(p, label),
@@ -188,14 +176,13 @@ class RunSettings:
             k: int(keyed[k]) for k in ("eval_subset_seed", "throughput_batch", "throughput_repeats")} | {
             "scorer_train": MappingProxyType(dict(p.get("scorer_train") or {}))})
         return cls(profile=p["profile"], point=run.point, data=data, backbone=backbone, protocol=protocol,
-                   statistics=run, sweep=SweepSettings.of(p),
-                   device=run.device, torch_threads=run.torch_threads, values=MappingProxyType(p))
+                   statistics=run, sweep=SweepSettings.of(p), device=run.device, torch_threads=run.torch_threads,
+                   values=MappingProxyType(p))
 
 
 class ReportSettings(config.RunProfile):
-    """What the report reads of a run's profile: its validated model (no root or weights file is opened: a store
-    is read where they may be absent) with ``relaxation`` ``"st"`` where none is given, notebook 05's
-    ``compare_backbones``, its :class:`SweepSettings` and ``values``, the profile, read-only (cells are keyed by it)."""
+    """What the report reads of a run's profile (no root or weights file opened): its validated model with
+    ``relaxation`` ``"st"`` by default, 05's ``compare_backbones``, its :class:`SweepSettings`, ``values`` read-only."""
 
     profile: str = "default"
     relaxation: str = "st"
@@ -204,8 +191,7 @@ class ReportSettings(config.RunProfile):
 
     @classmethod
     def of(cls, settings: "ReportSettings | Mapping[str, Any]") -> "ReportSettings":
-        """The report's part of a profile mapping (a study's: ``RunSettings.values``; no data read); raises
-        :class:`midas_nb.config.ProfileError` (a ``ValueError``) with every problem, one line each."""
+        """The report's part of a profile mapping (no data read); raises :class:`midas_nb.config.ProfileError`."""
         if isinstance(settings, ReportSettings):
             return settings
         s, problems = cls.check(dict(settings, values=MappingProxyType(dict(settings))))

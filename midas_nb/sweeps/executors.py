@@ -1,16 +1,12 @@
-"""Sweep executors: compute the cells a store lacks here (``local``), in processes (``processes``) or on Slurm
-(``slurm``: one preparation job per dataset, backbone and checkpoint, then the cells in chunked job arrays under
-``MaxArraySize`` that depend on them; docs/decisions/0037-slurm-submission.md, 0078-slim-sweep-engine.md). Every
-worker claims its cells, computes them (together where the cell function can: docs/decisions/0069) and writes their
-records (:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
+"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (``slurm``: one preparation job
+per dataset, backbone and checkpoint, then the cells in job arrays that depend on them; docs/decisions/0037, 0078,
+0093). Every worker claims its cells, computes them (together where it can: 0069) and writes their records
+(:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
 from __future__ import annotations
 
-import concurrent.futures as cf
 import contextlib
 import io
 import json
-import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -36,14 +32,8 @@ _SLURM_ALIASES = dict(partition="slurm_partition", time="timeout_min", mem="mem_
 _SUBMITTING = threading.Lock()
 
 
-# ------------------------------------------------------------------------------ the worker body
-
-
 def _rows_of(out: Any) -> list[dict[str, Any]]:
-    """A cell function's output as a list of row dicts."""
-    if isinstance(out, pd.DataFrame):
-        # through Python's own JSON (shortest repr that round-trips): floats keep every bit, so a row read back
-        # from the store equals the row computed (pandas' to_json rounds to 15 digits); NaN stays NaN
+    if isinstance(out, pd.DataFrame):   # Python's JSON keeps every bit of a float (pandas' to_json rounds)
         return json.loads(json.dumps(out.to_dict(orient="records"), default=jsonable, allow_nan=True))
     is_list = isinstance(out, Iterable) and not isinstance(out, (str, bytes, Mapping))
     rows = [out] if isinstance(out, Mapping) else list(out) if is_list else []
@@ -54,8 +44,7 @@ def _rows_of(out: Any) -> list[dict[str, Any]]:
 
 
 def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[list[SweepCell]]:
-    """``cells`` in the groups :func:`run_group` computes together: by ``cell_fn.group_key(cell)`` where
-    ``cell_fn`` has ``run_group`` (in order of first appearance), else one cell each (docs/decisions/0069)."""
+    """``cells`` by ``cell_fn.group_key`` where ``cell_fn`` has ``run_group``, else one cell each (decision 0069)."""
     if not hasattr(cell_fn, "run_group"):
         return [[c] for c in cells]
     groups: dict[Any, list[SweepCell]] = {}
@@ -65,8 +54,7 @@ def cell_groups(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any])
 
 
 def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[SweepCell], Any]) -> list[CellState]:
-    """Compute ``cells`` (claimed) and write their records: together by ``cell_fn.run_group`` (each cell's output,
-    in order) where it has one; where that raises, one by one, so each cell records its own error."""
+    """Compute and record claimed ``cells``: by ``cell_fn.run_group``, else (or where it raises) each with its error."""
     if len(cells) > 1 and hasattr(cell_fn, "run_group"):
         started = time.time()
         try:
@@ -92,18 +80,16 @@ def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[Swee
 
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
-    """Claim the cells (:meth:`ResultStore.hold`), compute those without a record (:func:`_compute`) and write
-    their records; never raises for a failing cell. A cell with a ``done`` record, or a record another worker wrote
-    meanwhile, is not computed again; a cell another process holds is left to it (``"running"``), or with ``wait``
-    waited for once the others are done (then read, or computed where its holder left no record). Returns each
-    cell's state: ``"done"``, ``"failed"`` (here or by another worker), ``"running"`` (never with ``wait``)."""
+    """Claim the cells (:meth:`ResultStore.hold`), compute and record those without a ``done`` record or one another
+    worker wrote meanwhile; never raises for a failing cell. A cell another process holds is left to it
+    (``"running"``) or, with ``wait``, waited for at the end (then read, or computed where its holder left no
+    record). Returns each cell's state: ``"done"``, ``"failed"`` or ``"running"`` (never with ``wait``)."""
     store = ResultStore(store_root)
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
 
     def finished(c: SweepCell) -> CellState | None:   # a done record, or one another worker wrote meanwhile
-        rec = store.read(c.key)
-        return rec["status"] if rec is not None and (rec["status"] == "done" or rec.get("finished") != before[c]) \
-            else None
+        rec = store.read(c.key) or {}
+        return rec.get("status") if rec.get("status") == "done" or rec.get("finished") != before[c] else None
     states: dict[SweepCell, CellState] = {}
     held: dict[SweepCell, int] = {}
     try:
@@ -130,9 +116,8 @@ def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 
 def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str,
               progress: Callable[[int], Any] | None = None) -> list[CellState]:
-    """A cell job's body and the local executor's: :func:`run_group` for each of its groups (:func:`cell_groups`;
-    a cell another process holds is left to it: a job must not sit idle on its allocation), ``progress(n)`` after
-    each group of ``n`` cells; the states in the order of ``cells``."""
+    """A cell job's body and the local executor's: :func:`run_group` (never waiting: a job must not sit idle on its
+    allocation) for each of the :func:`cell_groups`, then ``progress(n)``; the states in the order of ``cells``."""
     states = {}
     for group in cell_groups(cells, cell_fn):
         states.update(zip(group, run_group(group, cell_fn, store_root)))
@@ -140,66 +125,29 @@ def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     return [states[c] for c in cells]
 
 
-# ------------------------------------------------------------------------------ the executors
-
-
-def run_sweep(
-    cells: Sequence[SweepCell],
-    cell_fn: Callable[[SweepCell], Any],
-    store: ResultStore | str | Path,
-    executor: ExecutorKind = "local",
-    max_workers: int = 2,
-    slurm: Mapping[str, Any] | None = None,
-    retry_failed: bool = True,
-    *,
-    wait: bool = True,
-    progress: bool = False,
-    gpus: Sequence[str | int] | None = None,
-) -> StoreStatus:
-    """Compute the cells without a ``done`` record (``retry_failed``: also the failed ones) and return
-    their status. Workers write their own records (:func:`run_group`; a failing cell records its error
-    and the others go on), so the same call resumes a stopped sweep; ``local`` and ``processes`` wait
-    for a cell another process holds (until it ends), Slurm jobs leave it. A worker or job that dies
-    leaves its cells without a record (pending: the next call computes them) and an ``executor_errors`` line.
-
-    Args:
-        cells: the grid (:func:`midas_nb.study.make_grid`), unique keys. cell_fn: ``cell -> DataFrame |
-            list[dict] | dict``, picklable for ``processes``/``slurm``. store: a store, its directory or name.
-        executor: ``"local"``, ``"processes"`` (``max_workers`` spawned processes; ``gpus``
-            shared out one per worker, default those visible) or ``"slurm"`` (submitit; ``wait=False``
-            returns after submission; no Slurm: ``SlurmNotFound``).
-        slurm: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or
-            ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default
-            ``scontrol show config``), other ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm;
-            ``"local"``/``"debug"``: submitit's stand-ins). Job logs: ``<store>/submitit``.
-
-    Raises:
-        ValueError: duplicated cells, unknown executor, ``max_workers < 1``.
-    """
-    if executor not in ("local", "processes", "slurm"):
-        raise ValueError(f"unknown executor {executor!r}; expected 'local', 'processes' or 'slurm'")
-    if max_workers < 1:
-        raise ValueError(f"max_workers must be >= 1, got {max_workers}")
+def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
+              executor: ExecutorKind = "local", slurm: Mapping[str, Any] | None = None, retry_failed: bool = True, *,
+              wait: bool = True, progress: bool = False) -> StoreStatus:
+    """Compute the cells without a ``done`` record (``retry_failed``: nor a ``failed`` one); returns their status.
+    Workers write their own records (:func:`run_group`), so the same call resumes a stopped sweep; ``local`` waits
+    for a cell another process holds, Slurm jobs leave it. A job that dies leaves its cells pending (no record) and
+    an ``executor_errors`` line. ``cells``: unique (:func:`midas_nb.study.make_grid`); ``cell_fn``: ``cell ->
+    DataFrame | list[dict] | dict``, picklable for ``slurm``; ``store``: a store, its directory or name; ``executor``:
+    ``"local"`` or ``"slurm"`` (submitit; ``wait=False`` returns once submitted; no Slurm: ``SlurmNotFound``);
+    ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or ``"32G"``),
+    ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default ``scontrol show config``), other
+    ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``: submitit's jobs in subprocesses here;
+    ``"debug"``: in this process). Job logs: ``<store>/submitit``. Raises ``ValueError``: duplicated cells, unknown
+    executor."""
+    if executor not in ("local", "slurm"):
+        raise ValueError(f"unknown executor {executor!r}; expected 'local' or 'slurm'")
     store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")
-    errors: list[str] = []
-    root = str(store.root)
+    errors, root = [], str(store.root)
     from ..progress import tqdm
     bar = tqdm(total=len(todo), desc=f"sweep {store.root.name}", unit="cell", disable=not (progress and todo))
     if todo and executor == "local":   # grouped cells together (decision 0069), then those another sweep held
         for c in [c for c, st in zip(todo, run_chunk(todo, cell_fn, root, bar.update)) if st == "running"]:
             run_group([c], cell_fn, root, wait=True)
-    elif todo and executor == "processes":
-        ctx = multiprocessing.get_context("spawn")
-        gpus = _visible_gpus() if gpus is None else [str(g) for g in gpus]
-        init = dict(initializer=_worker_init, initargs=(ctx.Value("i", 0), gpus)) if gpus else {}
-        with cf.ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx, **init) as pool:
-            futures = {pool.submit(run_group, g, cell_fn, root, True): g for g in cell_groups(todo, cell_fn)}
-            for fut in cf.as_completed(futures):
-                try:
-                    fut.result()
-                except Exception as e:  # noqa: BLE001 - the worker died or could not start
-                    errors += [f"{c.label}: {type(e).__name__}: {e}" for c in futures[fut]]
-                bar.update(len(futures[fut]))
     elif todo:
         jobs = _submit(store, todo, cell_fn, slurm or {})
         for j in jobs if wait else []:
@@ -250,10 +198,9 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm: Mapping[str, Any]) -> list[Any]:
-    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings (see the module docstring); returns the cell jobs
-    (submitit ``Job``s, one per chunk, each with ``.cells`` and ``.after``: the ids of the preparation jobs it waits
-    for); ``jobs.json`` maps every cell to its job id. Raises :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch``
-    refused the submission (its last error line)."""
+    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings; returns the cell jobs (submitit ``Job``s with
+    ``.cells`` and ``.after``, the preparation jobs' ids) and records them in ``jobs.json``. Raises
+    :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch`` refused the submission (its last error line)."""
     from submitit.core.utils import FailedJobError
 
     params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
@@ -288,16 +235,13 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
                             "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep "
-                            "here: midas-nb sweep submit --executor local or processes (executor='local' or "
-                            "'processes' in Python)") from None
+                            "here: midas-nb sweep submit --executor local (executor='local' in Python)") from None
 
 
 @dataclass
 class Submission:
-    """What one submission sent to the scheduler: the ``store``'s directory, the ``cells`` submitted, how many
-    cells of the grid were ``skipped`` (done, or held by a process or a queued job), the cell ``jobs`` (``{job id:
-    [cell keys]}``, array tasks ``123_4``, in submission order: ``job_ids``) and the ``preparation`` jobs' ids (one
-    per dataset, backbone, checkpoint)."""
+    """What one submission sent: the ``cells``, how many of the grid were ``skipped`` (done, or held by a process or
+    a queued job), the cell ``jobs`` (``{job id: [cell keys]}`` in submission order) and the ``preparation`` jobs."""
 
     store: Path
     cells: list[SweepCell]
@@ -326,19 +270,3 @@ def submit_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any]
     return Submission(store.root, todo, len(cells) - len(todo), {str(j.job_id): [c.key for c in j.cells] for j in jobs},
                       sorted({str(i) for j in jobs for i in j.after}))
 
-
-def _visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` where set, else those torch sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    import torch
-    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
-def _worker_init(counter: Any, gpus: Sequence[str]) -> None:
-    """Process-pool initialiser, before CUDA starts: the n-th worker sees only ``gpus[n % len(gpus)]``."""
-    with counter.get_lock():
-        n = counter.value
-        counter.value += 1
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[n % len(gpus)]

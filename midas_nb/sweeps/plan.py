@@ -1,5 +1,5 @@
-"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``):
-:func:`plan_text`; how the cost per cell is found: docs/decisions/0020-sweep-cost-model.md."""
+"""What a sweep would send to Slurm and what it would cost, without submitting (``midas-nb sweep plan``,
+:func:`plan_text`; the cost per cell: docs/decisions/0020-sweep-cost-model.md)."""
 from __future__ import annotations
 
 import json
@@ -15,8 +15,7 @@ from .store import ResultStore, SweepCell
 __all__ = ["default_cost_path", "SHIPPED_COST_TABLE", "load_cost_table", "plan_text", "sweep_lines", "CELL_IDENTITY",
            "cell_ident"]
 
-#: the cost table of the last GPU measurement, shipped with the package (its card and date inside;
-#: how each number comes from the measurement: docs/decisions/0068-shipped-cost-table.md)
+#: the cost table of the last GPU measurement, shipped with the package (docs/decisions/0068)
 SHIPPED_COST_TABLE = Path(__file__).with_name("cell_cost.json")
 
 
@@ -26,15 +25,9 @@ def default_cost_path() -> Path:
 
 
 def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as
-    ``{backbone: {dataset: seconds}}``, and ``path``, where it was read) at ``path``, else the one
-    ``bench/gpu_check.py`` wrote here (:func:`default_cost_path`), else :data:`SHIPPED_COST_TABLE`;
-    ``None`` where there is no file.
-
-    Raises:
-        ValueError: the file is not such a table.
-        FileNotFoundError: a ``path`` given that is not a file (the default path may be absent).
-    """
+    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as ``{backbone: {dataset:
+    seconds}}``, ``path``) at ``path``, else :func:`default_cost_path`'s, else :data:`SHIPPED_COST_TABLE`'s; ``None``
+    without a file. Raises ``ValueError`` (not such a table), ``FileNotFoundError`` (a ``path`` given, no file)."""
     p = Path(path) if path is not None else default_cost_path() if default_cost_path().is_file() else SHIPPED_COST_TABLE
     if not p.is_file():
         if path is not None:
@@ -54,8 +47,9 @@ def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
 
 def _cell_cost(cell: SweepCell, timed: Mapping[tuple[str, str], list[float]],
                table: Mapping[str, Any] | None) -> tuple[float | None, str]:
-    """Seconds for one cell and where the number comes from."""
-    same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone for s in v]
+    """Seconds for one cell and where the number comes from (``store``, ``table``, ``none``)."""
+    same = timed.get((cell.backbone, cell.dataset)) or [s for (b, _), v in timed.items() if b == cell.backbone
+                                                          for s in v]
     if same:
         return sum(same) / len(same), "store"
     per = (table or {}).get("cell_s", {}).get(cell.backbone, {})
@@ -74,9 +68,8 @@ CELL_IDENTITY = list(_IDENT_TYPES)
 
 
 def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tuple:
-    """The one cell key of the plan and the report (docs/decisions/0077-sweep-catalogue.md): the values of ``cols``
-    (of :data:`CELL_IDENTITY`) of a row or a :meth:`SweepCell.to_dict`, typed so that equal cells compare
-    equal; the backbone build is the row's ``build``, else the cell's ``params["build"]``, else 0."""
+    """The one cell key of the plan and the report (decision 0077): the values of ``cols`` (of :data:`CELL_IDENTITY`)
+    of a row or a :meth:`SweepCell.to_dict`, typed; the build is the row's, else ``params["build"]``, else 0."""
     try:
         build = float(d.get("build"))                     # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -86,7 +79,7 @@ def cell_ident(d: Mapping[str, Any], cols: Sequence[str] = CELL_IDENTITY) -> tup
 
 
 def _done_key(cell: Mapping[str, Any]) -> Any:
-    """A cell's coordinates and settings, without its checkpoint and data ids (placeholders in a plan)."""
+    """A cell's coordinates and settings, without its checkpoint and data ids."""
     return cell_ident(cell), canonical_json({k: v for k, v in (cell.get("params") or {}).items() if k != "build"})
 
 
@@ -97,7 +90,6 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
     in ``store`` (done matched as :func:`plan_text` says)."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
-    # scan() reads only records whose key their cell gives now: a record of an older result format is not done
     for r in store.scan()[0].values() if store is not None and store.cells_dir.is_dir() else []:
         if r["status"] == "done":
             done.add(_done_key(r["cell"]))
@@ -120,15 +112,10 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
               gpus: Sequence[int] = (8, 32)) -> str:
-    """The plan of ``sweeps`` (``{name: cells}``, e.g. ``{"04 regime": [...]}``) as text: cells per
-    sweep (new ones, done ones), preparation jobs, cell jobs and arrays, the projected GPU-hours
-    (cells + preparation fine-tunes) and the wall time on each number of ``gpus``. A store's done cells
-    are matched by dataset, backbone, L, b, condition, seed and settings, without the checkpoint and
-    data ids (a plan that read no data has placeholders there).
-
-    Raises:
-        ValueError: ``cells_per_job`` or ``max_array`` below 1.
-    """
+    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (new, done), preparation
+    jobs, cell jobs and arrays, the projected GPU-hours (cells + fine-tunes) and the wall time on each number of
+    ``gpus``. A store's done cells are matched by their coordinates and settings, without the checkpoint and data
+    ids (placeholders in a plan). Raises ``ValueError``: ``cells_per_job`` or ``max_array`` below 1."""
     lines, seen, todo, timed = sweep_lines(sweeps, store)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
@@ -160,6 +147,6 @@ def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, 
     per_job = cell_s / len(chunks)
     for g in gpus:
         wall = max(prep_s or [0.0]) + math.ceil(len(chunks) / g) * per_job
-        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest preparation job, then "
-                   f"{math.ceil(len(chunks) / g)} rounds of cell jobs)")
+        out.append(f"  wall time on {g} {'such CPU machines' if cpu else 'GPUs'}: ~{_hours(wall)} (longest "
+                   f"preparation job, then {math.ceil(len(chunks) / g)} rounds of cell jobs)")
     return "\n".join(out)

@@ -1,7 +1,6 @@
-"""Slurm as the sweep engine sees it: ``MaxArraySize`` (``scontrol``), the jobs a sweep is cut into
-(:func:`plan_jobs`, :func:`chunk_arrays`), submitit's executor (:func:`slurm_executor`), the jobs' state from
-``squeue`` (:func:`cell_states`, :func:`wait`; docs/decisions/0078-slim-sweep-engine.md). Submission:
-:func:`midas_nb.sweeps.submit_sweep`."""
+"""Slurm as the sweep engine sees it: ``MaxArraySize``, the jobs a sweep is cut into (:func:`plan_jobs`,
+:func:`chunk_arrays`), submitit's executor, the jobs' state from ``squeue`` (:func:`cell_states`, :func:`wait`;
+decision 0078). Submission: :func:`midas_nb.sweeps.submit_sweep`."""
 from __future__ import annotations
 
 import re
@@ -27,7 +26,7 @@ class SlurmNotFound(RuntimeError):
 
 
 def _stdout(*cmd: str) -> str | None:
-    """``cmd``'s standard output; ``None`` where it is not on the ``PATH``, fails or runs over a minute."""
+    """``cmd``'s standard output; ``None`` where it is missing, fails or runs over a minute."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
@@ -36,16 +35,14 @@ def _stdout(*cmd: str) -> str | None:
 
 
 def max_array_size(default: int = DEFAULT_MAX_ARRAY_SIZE) -> int:
-    """The cluster's ``MaxArraySize`` (``scontrol show config``: an array's task indices stay below it);
-    ``default`` when unreadable."""
+    """The cluster's ``MaxArraySize`` (``scontrol show config``); ``default`` when unreadable."""
     m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", _stdout("scontrol", "show", "config") or "", re.MULTILINE)
     return int(m.group(1)) if m and int(m.group(1)) > 0 else default
 
 
 def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
-    """Slurm's state of each queued or running job (``squeue``: ``PENDING``, ``RUNNING``, ...) by job id (``123``
-    or array task ``123_4``); jobs that left the queue are absent; ``None`` without a working ``squeue``. Not
-    submitit's ``Job.state``, which reads ``sacct`` (absent without accounting storage; decision 0078)."""
+    """``squeue``'s state of each queued or running job (``PENDING``, ...) by job id (``123`` or array task
+    ``123_4``); ``None`` without a working ``squeue``. Not submitit's ``Job.state``, which needs ``sacct`` (0078)."""
     if (out := _stdout("squeue", "-h", "-r", "-o", "%i|%T")) is None:
         return None
     wanted = set(job_ids)
@@ -54,9 +51,8 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, str] | None:
 
 
 def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[SweepCell], list[list[SweepCell]]]:
-    """``(prepare, chunks)``: one representative cell per group (dataset, backbone, checkpoint) for its preparation
-    job, and the cells cut into jobs of at most ``cells_per_job`` cells that never mix groups (a job loads one
-    backbone). Raises ``ValueError``: ``cells_per_job < 1``."""
+    """``(prepare, chunks)``: one cell per (dataset, backbone, checkpoint) for its preparation job, and the cells in
+    jobs of at most ``cells_per_job`` that never mix those groups. Raises ``ValueError``: ``cells_per_job < 1``."""
     if (n := int(cells_per_job)) < 1:
         raise ValueError(f"cells_per_job must be >= 1, got {cells_per_job!r}")
     groups: dict[tuple[str, str, str], list[SweepCell]] = {}
@@ -66,17 +62,15 @@ def plan_jobs(cells: Sequence[SweepCell], cells_per_job: int) -> tuple[list[Swee
 
 
 def chunk_arrays(n_jobs: int, max_array: int) -> list[range]:
-    """Job indices ``0..n_jobs-1`` cut into arrays of at most ``max_array`` tasks (task indices
-    ``0..max_array-1``, all below ``MaxArraySize = max_array``)."""
+    """Job indices ``0..n_jobs-1`` cut into arrays of at most ``max_array`` tasks."""
     if max_array < 1:
         raise ValueError(f"MaxArraySize must be >= 1, got {max_array}")
     return [range(i, min(i + max_array, n_jobs)) for i in range(0, n_jobs, max_array)]
 
 
 def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any]):
-    """``(submitit executor, cluster)`` for ``cluster`` (``None``/``"slurm"``: Slurm, which must exist;
-    ``"local"``/``"debug"``: submitit's stand-ins). Raises :class:`SlurmNotFound`: Slurm asked for and no ``sbatch``
-    on the ``PATH``; ``ValueError``: an unknown ``cluster``."""
+    """``(submitit executor, cluster)`` for ``cluster`` (``None``/``"slurm"``, ``"local"``, ``"debug"``). Raises
+    :class:`SlurmNotFound`: Slurm and no ``sbatch`` on the ``PATH``; ``ValueError``: an unknown ``cluster``."""
     import submitit
 
     if cluster not in (None, "slurm", "local", "debug"):
@@ -84,18 +78,15 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
                          "'local' or 'debug' (submitit's stand-ins on this machine)")
     if cluster in (None, "slurm") and shutil.which("sbatch") is None:
         raise SlurmNotFound("executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
-                            "submit from a Slurm login node, or run here with executor='local' (one cell after "
-                            "another) or executor='processes' (one worker per CPU/GPU)")
+                            "submit from a Slurm login node, or run here with executor='local'")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster or "slurm")
     ex.update_parameters(**params)
     return ex, cluster or "slurm"
 
 
 def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
-    """The store's status table (:meth:`ResultStore.status`) with ``job_state`` of each cell without a record:
-    Slurm's state of its job while queued or running (``PENDING``, ``RUNNING``, ...), ``lost`` when its job left
-    the queue (cancelled, timed out, node failure: submit it again), ``unsubmitted`` when sbatch refused its
-    submission, ``unknown`` without Slurm; empty for cells with a record or never submitted."""
+    """:meth:`ResultStore.status` with ``job_state`` of each cell without a record: its job's Slurm state, ``lost``
+    (left the queue), ``unsubmitted`` (sbatch refused it), ``unknown`` (no Slurm); empty: a record, or never sent."""
     table = store.status(cells)
     ids = [j for j in table["job_id"].dropna() if j != REFUSED]
     queued = scheduler_states(ids) if ids else {}       # no job to ask squeue about: a first submission
@@ -107,8 +98,7 @@ def cell_states(store: ResultStore, cells: Sequence[SweepCell] | None = None):
 
 
 def wait(store: ResultStore, *, poll_s: float = 5.0, progress: bool = True, timeout_s: float | None = None):
-    """Block until no registered cell has a queued or running job (a progress bar counts the cells done or
-    failed); returns :func:`cell_states` at the end. Raises ``TimeoutError``: ``timeout_s`` passed first."""
+    """Block until no registered cell's job is queued or running; returns :func:`cell_states` (``TimeoutError``)."""
     from ..progress import tqdm
     cells, start = store.registered_cells(), time.monotonic()
     with tqdm(total=len(cells), desc=f"sweep {store.root.name}", unit="cell", disable=not progress) as bar:

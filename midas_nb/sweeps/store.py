@@ -10,20 +10,21 @@ import math
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import pandas as pd
 
 from ..config import runs_dir
-from ..identity import RESULT_FORMAT_VERSION, atomic_write_text, canonical_json, file_lock, hash_bytes, hash_json, jsonable
+from ..identity import (RESULT_FORMAT_VERSION, atomic_write_text, canonical_json, file_lock, hash_bytes, hash_json,
+                        jsonable)
 from ..point import Budget
 
 __all__ = ["SweepCell", "CellState", "ExecutorKind", "RECORD_FORMAT", "ResultStore", "StoreStatus", "format_status",
            "open_store", "all_stores", "n_unusable"]
 
-ExecutorKind = Literal["local", "processes", "slurm"]
+ExecutorKind = Literal["local", "slurm"]
 CellState = Literal["done", "failed", "running", "pending"]
 RECORD_FORMAT = "midas_nb.sweep_record/2"
 #: records written before the content digest (docs/decisions/0066-verified-store-and-report-settings.md)
@@ -35,11 +36,9 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class SweepCell:
-    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``
-    (``"reference"``, ``"unsupervised"`` or a target id), ``seed``; ``checkpoint_id``
-    (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`midas_nb.study.eval_data_id`) and
-    ``params`` (JSON settings that change the result; not in ``hash()``). Every field is in :attr:`key`.
-    Raises ``ValueError``: ``depth < 1``."""
+    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``, ``seed``,
+    ``checkpoint_id`` (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`~midas_nb.study.eval_data_id`)
+    and ``params`` (JSON settings; not in ``hash()``), all in :attr:`key`. Raises ``ValueError``: ``depth < 1``."""
 
     dataset: str
     backbone: str
@@ -51,8 +50,7 @@ class SweepCell:
     params: Mapping[str, Any] = field(default_factory=dict, hash=False)
     data_id: str = ""
 
-    def __post_init__(self) -> None:
-        # normalise types so that equal cells hash equally (e.g. numpy ints, 0.25 vs 0.2500000001)
+    def __post_init__(self) -> None:     # equal cells hash equally (numpy ints, 0.25 vs 0.2500000001)
         for name, value in dict(depth=int(self.depth), seed=int(self.seed), budget=Budget(self.budget).keyed(),
                                 params=json.loads(canonical_json(dict(self.params)))).items():
             object.__setattr__(self, name, value)
@@ -64,17 +62,16 @@ class SweepCell:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SweepCell":
-        return cls(**{k: d[k] for k in ("dataset", "backbone", "depth", "budget", "condition", "seed")},
-                   **{k: d[k] for k in ("checkpoint_id", "params", "data_id") if k in d})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
-    @functools.cached_property          # (a frozen cell: its key computed once)
+    @functools.cached_property
     def key(self) -> str:
         """16 hex digits of the SHA-256 of every field and ``RESULT_FORMAT_VERSION`` (canonical JSON)."""
         return hash_json(dict(self.to_dict(), result_format=RESULT_FORMAT_VERSION), 16)
 
     @property
     def label(self) -> str:
-        """Readable short name, e.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
+        """E.g. ``cub/hybrid_lite0_vit L6 b0.25 T5 s0``."""
         return f"{self.dataset}/{self.backbone} L{self.depth} b{self.budget:g} {self.condition} s{self.seed}"
 
 
@@ -86,7 +83,7 @@ def _cell(d: Any) -> SweepCell | None:
 
 
 def _read_json(path: Path) -> tuple[Any, str | None, str]:
-    """``(parsed JSON, None, text)``; ``(None, None, "")`` without the file; ``(None, why, "")`` when unreadable."""
+    """``(JSON, None, text)``; ``(None, None, "")`` without the file; ``(None, why, "")`` when unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
         return json.loads(text), None, text
@@ -97,22 +94,18 @@ def _read_json(path: Path) -> tuple[Any, str | None, str]:
 
 
 def _with_digest(body: str) -> str:
-    """A record's JSON text ``body`` (``indent=1``) with a first entry ``"digest"``: the SHA-256 of ``body``
-    (the text, so that checking it encodes nothing)."""
+    """A record's JSON text ``body`` (``indent=1``) with a first entry ``"digest"``: the SHA-256 of ``body``."""
     return f'{{\n "digest": "{hash_bytes(body.encode())}",\n' + body[2:]
 
 
 class ResultStore:
     """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
 
-    A record: ``digest`` (first: the SHA-256 of the text after it), ``format``, ``key`` (the cell's
-    :attr:`SweepCell.key`), ``label``, ``cell`` (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``),
-    ``rows`` (empty for failures), ``error``, ``traceback``, ``attempt`` (1 first), ``started``/``finished`` (Unix
-    s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm, else ``None``). Beside them: ``<key>.running`` (a
-    worker's claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's job). Invalid files
-    (unreadable; a key that is not the file name or not its cell's hash; a text that does not match its digest)
-    are ignored and listed by :meth:`scan`; a cell with an invalid record is pending. A format-1 record (no
-    digest) has its key checked.
+    A record: ``digest`` (the SHA-256 of the text after it), ``format``, ``key``, ``label``, ``cell``
+    (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``), ``rows``, ``error``, ``traceback``,
+    ``attempt``, ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm). Beside
+    them: ``<key>.running`` (a claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's
+    job). Invalid files (:meth:`_load`) are ignored and listed by :meth:`scan`; their cells are pending.
     """
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
@@ -124,7 +117,7 @@ class ResultStore:
     def __repr__(self) -> str:
         return f"ResultStore({str(self.root)!r})"
 
-    def __reduce__(self):  # pickle as the path only (workers re-open the store)
+    def __reduce__(self):  # workers re-open the store
         return (ResultStore, (str(self.root),))
 
     def path(self, key: str) -> Path:
@@ -134,14 +127,13 @@ class ResultStore:
         return self.cells_dir / f"{key}.running"
 
     def write_record(self, record: Mapping[str, Any]) -> Path:
-        """Write a record atomically, its ``digest`` first (:func:`_with_digest`); returns its path."""
+        """Write a record atomically, its ``digest`` first; returns its path."""
         return atomic_write_text(self.path(record["key"]), _with_digest(json.dumps(
             {k: v for k, v in record.items() if k != "digest"}, default=jsonable, allow_nan=True, indent=1)))
 
     def record_done(self, cell: SweepCell, rows: list[dict[str, Any]], *, started: float, error: str | None = None,
                     tb: str | None = None) -> Path:
-        """Write ``cell``'s record (``started``: Unix s): ``done`` with ``rows``, or ``failed`` where ``error`` is
-        given (:meth:`record_failed`)."""
+        """Write ``cell``'s record: ``done`` with ``rows``, or ``failed`` where ``error`` is given."""
         prev, now, array = self.read(cell.key), time.time(), os.environ.get("SLURM_ARRAY_JOB_ID")
         job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID")
         return self.write_record(dict(
@@ -154,9 +146,9 @@ class ResultStore:
         return self.record_done(cell, [], started=started, error=error, tb=tb)
 
     def hold(self, key: str, wait: bool = False) -> int | None:
-        """Claim cell ``key``: an open descriptor holding an exclusive ``flock`` on ``<key>.running``, which the
-        kernel releases however its process ends (no heartbeat, no expiry; docs/decisions/0078). ``None`` while
-        another process holds it; ``wait``: block until it is released. Give it back with :meth:`release`."""
+        """Claim cell ``key``: a descriptor holding an exclusive ``flock`` on ``<key>.running``, which the kernel
+        releases however its process ends (decision 0078); ``None`` while another process holds it (``wait``: block
+        until it is released). Give it back with :meth:`release`."""
         fd = os.open(self.running_path(key), os.O_CREAT | os.O_RDWR, 0o644)
         for _ in range(3):      # a status probe (claim_info) holds it for microseconds: try again before leaving it
             try:
@@ -168,7 +160,7 @@ class ResultStore:
         return None
 
     def release(self, key: str, fd: int) -> None:
-        """Give back :meth:`hold`'s claim; its file is removed while it is still the one this descriptor locks."""
+        """Give back :meth:`hold`'s claim; its file is removed while it is the one this descriptor locks."""
         try:
             if os.stat(self.running_path(key)).st_ino == os.fstat(fd).st_ino:
                 self.running_path(key).unlink()
@@ -178,8 +170,7 @@ class ResultStore:
             os.close(fd)
 
     def claim_info(self, key: str) -> dict[str, Any] | None:
-        """``{"live": whether a process holds cell key's claim}``; ``None`` without a claim file (a file nobody
-        holds is a worker's that was killed)."""
+        """``{"live": whether a process holds cell key's claim}``; ``None`` without a claim file."""
         try:
             fd = os.open(self.running_path(key), os.O_RDONLY)
         except FileNotFoundError:
@@ -211,8 +202,7 @@ class ResultStore:
         self._merge(self.manifest_path, lambda: self._manifest()[0], {c.key: c.to_dict() for c in cells})
 
     def _manifest(self, recover: bool = True) -> tuple[dict[str, dict], str | None]:
-        """``(grid.json's {key: cell}, None)`` (``{}`` without one); for an unreadable one ``(the cells of the
-        records where recover, else {}, why)`` (:meth:`scan` reports it)."""
+        """``(grid.json's {key: cell} or {}, None)``; an unreadable one: ``(the records' cells if recover, why)``."""
         grid, why, text = _read_json(self.manifest_path)
         why = why or (None if isinstance(grid, dict) or not text else f"a JSON {type(grid).__name__}, not an object")
         if why or not text:
@@ -224,7 +214,8 @@ class ResultStore:
         return [c for c in map(_cell, self._manifest()[0].values()) if c is not None]
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
-        """``(record, None)``; ``(None, why)`` for a file that is not a valid record; ``(None, None)`` without one."""
+        """``(record, None)``; ``(None, why)`` for a file that is no valid record (unreadable; a key that is not the
+        file name or its cell's hash; a text that does not match its digest, format 2); ``(None, None)``: no file."""
         rec, why, text = _read_json(path)
         if why or not isinstance(rec, dict):
             return None, why or ("not a JSON object" if text else None)
@@ -247,8 +238,7 @@ class ResultStore:
 
     def scan(self) -> tuple[dict[str, dict], list[dict[str, str]]]:
         """All valid records by key, and the problems found (``path``, ``reason``)."""
-        records: dict[str, dict] = {}
-        problems: list[dict[str, str]] = []
+        records, problems = {}, []
         for p in sorted(self.cells_dir.iterdir()):
             if p.suffix == ".json":
                 rec, why = self._load(p)
@@ -258,8 +248,7 @@ class ResultStore:
             elif p.name.endswith(".tmp"):
                 reason = "leftover temporary file (a writer was interrupted, or one is writing now); ignored"
             else:   # a claim, or NFS's name for a removed claim file that a waiting worker still has open
-                ok = p.name.endswith(".running") or p.name.startswith(".nfs")
-                reason = None if ok else "unexpected file; ignored"
+                reason = None if p.suffix == ".running" or p.name.startswith(".nfs") else "unexpected file; ignored"
             if reason:
                 problems.append(dict(path=str(p), reason=reason))
         if why := self._manifest(recover=False)[1]:
@@ -269,15 +258,15 @@ class ResultStore:
         return records, problems
 
     def state(self, key: str, rec: Any = _MISSING) -> CellState:
-        """``done``, ``failed``, ``running`` (a process holds its claim, no record) or ``pending`` (``rec``: its
-        record, read already)."""
+        """``done``, ``failed``, ``running`` (claimed, no record) or ``pending`` (``rec``: its record, if read)."""
         rec = self.read(key) if rec is _MISSING else rec
-        return rec["status"] if rec is not None else "running" if (self.claim_info(key) or {}).get("live") else "pending"
+        return rec["status"] if rec is not None else \
+            "running" if (self.claim_info(key) or {}).get("live") else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
         """One row per cell (default: the registered ones, then any other with a record): its parameters,
-        ``status`` (:meth:`state`), ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id`` (``None``:
-        never submitted); ``attrs``: ``problems``, ``root``, ``store_cells``."""
+        ``status``, ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id``; ``attrs``: ``problems``,
+        ``root``, ``store_cells`` (every sweep's cells)."""
         records, problems = self.scan()
         by_key = {c.key: c for c in self.registered_cells()}
         extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
@@ -288,13 +277,11 @@ class ResultStore:
                 for c in cells for r in [records.get(c.key) or {}]]
         cols = ["key", "label", *_CELL_COLUMNS, "status", "error", "attempt", "duration_s", "n_rows", "job_id"]
         df = pd.DataFrame(rows, columns=cols)
-        # store_cells: every sweep's cells (a notebook asks for its own grid)
         df.attrs.update(problems=problems, root=str(self.root), store_cells=len(by_key) + len(extra))
         return df
 
     def results(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """Concatenated result rows of the done cells (all, or only those of ``cells``), each with
-        ``cell_key``; the cell's parameters (``dataset`` ... ``checkpoint_id``) fill columns the rows lack."""
+        """The rows of the done cells (all, or of ``cells``) with ``cell_key``, the cell's parameters where missing."""
         records, _ = self.scan()
         keys = ([c.key for c in cells] if cells is not None else   # grid order, then cells never registered
                 dict.fromkeys([c.key for c in self.registered_cells() if c.key in records] + list(records)))
@@ -306,8 +293,7 @@ class ResultStore:
 
 @dataclass
 class StoreStatus:
-    """What :func:`run_sweep` returns: ``table`` (:meth:`ResultStore.status` of its cells; the store's invalid files
-    in ``table.attrs["problems"]``) and ``executor_errors`` (raised by the executor, e.g. a worker died)."""
+    """:func:`run_sweep`'s: ``table`` (:meth:`ResultStore.status` of its cells), ``executor_errors`` (a job died)."""
 
     table: pd.DataFrame
     executor_errors: list[str] = field(default_factory=list)
@@ -336,7 +322,8 @@ def format_status(table: pd.DataFrame, max_errors: int = 20) -> str:
                                                if total > n else "]")
     failed = table[table["status"] == "failed"] if n else table
     lines = [head] + [f"  FAILED {r['label']} (key {r['key']}, attempt {r['attempt']}): "
-                      f"{(str(r['error']).strip().splitlines() or [''])[-1]}" for _, r in failed.head(max_errors).iterrows()]
+                      f"{(str(r['error']).strip().splitlines() or [''])[-1]}"
+                      for _, r in failed.head(max_errors).iterrows()]
     if len(failed) > max_errors:
         lines.append(f"  ... and {len(failed) - max_errors} more failures")
     lines += [f"  ignored {Path(p['path']).name}: {p['reason']}" for p in table.attrs.get("problems", [])]
