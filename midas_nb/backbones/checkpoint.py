@@ -40,17 +40,9 @@ def training_numerics(device: torch.device | str, amp: bool | None) -> dict[str,
                 num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 
 
-def checkpoint_key(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    weights: str | os.PathLike | None = None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    device: torch.device | str = "cpu",
-    amp: bool | None = None,
-) -> tuple[str, dict[str, Any]]:
+def checkpoint_key(model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                   weights: str | os.PathLike | None = None, backbone_kwargs: dict[str, Any] | None = None,
+                   device: torch.device | str = "cpu", amp: bool | None = None) -> tuple[str, dict[str, Any]]:
     """``(checkpoint_id, key)``: what a fine-tuned checkpoint depends on, and its 12-hex-digit
     SHA-256 (:func:`midas_nb.identity.hash_json`).
 

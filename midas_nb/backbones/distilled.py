@@ -280,21 +280,10 @@ def _checked_recipe(model_name: str, recipe: DistillRecipe | None, epochs: int) 
     return recipe
 
 
-def finetune_distilled(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    device: torch.device | str = "cpu",
-    cache_dir=None,
-    num_workers: int = 0,
-    progress: bool = True,
-    weights=None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    amp: bool | None = None,
-    distill: DistillRecipe | None = None,
-) -> tuple[nn.Module, dict[str, Any]]:
+def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                       device: torch.device | str = "cpu", cache_dir=None, num_workers: int = 0, progress: bool = True,
+                       weights=None, backbone_kwargs: dict[str, Any] | None = None, amp: bool | None = None,
+                       distill: DistillRecipe | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Train a distilled hybrid backbone from nothing (distillation token, token labels, MixToken).
 
     Same arguments (``recipe``: the :class:`TrainingRecipe`) and returns as

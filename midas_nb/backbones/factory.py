@@ -149,15 +149,9 @@ def _stem_tensors(num_blocks: int) -> list[Tensor]:
     return [sd[k] for k in keys]
 
 
-def create_backbone(
-    name: str,
-    num_classes: int,
-    weights: str | os.PathLike | None = None,
-    device: torch.device | str = "cpu",
-    *,
-    head: Literal["auto", "replace", "keep"] = "auto",
-    **kwargs: Any,
-) -> nn.Module:
+def create_backbone(name: str, num_classes: int, weights: str | os.PathLike | None = None,
+                    device: torch.device | str = "cpu", *, head: Literal["auto", "replace", "keep"] = "auto",
+                    **kwargs: Any) -> nn.Module:
     """Build a timm Vision Transformer by name, with unfused attention, in eval mode.
 
     Args:

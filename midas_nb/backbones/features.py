@@ -75,17 +75,9 @@ def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str =
 
 
 @torch.no_grad()
-def stem_features(
-    model: nn.Module,
-    dataset,
-    *,
-    flip: bool = False,
-    batch_size: int = 64,
-    device: torch.device | str = "cpu",
-    cache_dir: str | os.PathLike | None = None,
-    num_workers: int = 0,
-    progress: bool = True,
-) -> Tensor:
+def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: int = 64,
+                  device: torch.device | str = "cpu", cache_dir: str | os.PathLike | None = None, num_workers: int = 0,
+                  progress: bool = True) -> Tensor:
     """Frozen-stem features of every image of ``dataset``, cached on disk (float16).
 
     Computed once per (dataset content: images, labels, transform — see
@@ -181,15 +173,8 @@ def mixed_precision(device: torch.device, amp: bool | None):
 
 
 @torch.no_grad()
-def evaluate_accuracy(
-    model: nn.Module,
-    dataset,
-    batch_size: int = 64,
-    device: torch.device | str = "cpu",
-    *,
-    num_workers: int = 0,
-    progress: bool = False,
-) -> float:
+def evaluate_accuracy(model: nn.Module, dataset, batch_size: int = 64, device: torch.device | str = "cpu", *,
+                      num_workers: int = 0, progress: bool = False) -> float:
     """Top-1 accuracy in ``[0, 1]`` of ``model`` (eval mode, float32) on a ``Dataset`` of ``Sample``."""
     was = model.training
     model.eval()

@@ -120,18 +120,9 @@ class FrozenStemEmbed(nn.Module):
     ``stem``: ``[B,3,H,W] → [B,C,H/p,W/p]``; ``project``: ``[B,C,h,w] → [B,h·w,D]``.
     """
 
-    def __init__(
-        self,
-        img_size: int | tuple[int, int] = 224,
-        patch_size: int | tuple[int, int] = LITE0_STRIDE,
-        in_chans: int = 3,
-        embed_dim: int = 192,
-        bias: bool = True,
-        dynamic_img_pad: bool = False,
-        device=None,
-        dtype=None,
-        **unused: Any,
-    ):
+    def __init__(self, img_size: int | tuple[int, int] = 224, patch_size: int | tuple[int, int] = LITE0_STRIDE,
+                 in_chans: int = 3, embed_dim: int = 192, bias: bool = True, dynamic_img_pad: bool = False, device=None,
+                 dtype=None, **unused: Any):
         super().__init__()
         img = (img_size, img_size) if isinstance(img_size, int) else tuple(int(v) for v in img_size)
         patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(int(v) for v in patch_size)

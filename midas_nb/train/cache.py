@@ -111,20 +111,10 @@ def _compute_block_caches(backbone, dataset, depths, batch_size, device, progres
                           image_ids=list(ids)) for L in depths}
 
 
-def block_cache(
-    backbone: nn.Module,
-    dataset,
-    *,
-    depth: int,
-    key: dict[str, Any] | None,
-    cache_dir: str | Path | None = None,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    progress: bool = True,
-    dtype: torch.dtype = torch.float32,
-    full_logits: bool = True,
-    masks: bool = True,
-) -> BlockCache:
+def block_cache(backbone: nn.Module, dataset, *, depth: int, key: dict[str, Any] | None,
+                cache_dir: str | Path | None = None, batch_size: int = 32, device: str | torch.device = "cpu",
+                progress: bool = True, dtype: torch.dtype = torch.float32, full_logits: bool = True,
+                masks: bool = True) -> BlockCache:
     """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
 
     The backbone runs frozen in eval mode. Use a dataset with a deterministic transform: each

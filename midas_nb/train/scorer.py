@@ -33,12 +33,7 @@ def zscore(x: Tensor, dim: int = -1, eps: float = 1e-6) -> Tensor:
     return (x - mu) / (sd + eps)
 
 
-def distill_loss(
-    scores: Tensor,
-    target: Tensor,
-    form: DistillForm = "kl",
-    temperature: float = 1.0,
-) -> Tensor:
+def distill_loss(scores: Tensor, target: Tensor, form: DistillForm = "kl", temperature: float = 1.0) -> Tensor:
     """Attention-guidance loss ``L_ga``: distil a target map into the scores (DESIGN.md §5).
 
     Args:
@@ -77,15 +72,8 @@ def distill_loss(
     raise ValueError(f"unknown distillation form {form!r}; expected 'kl', 'mse_z' or 'rank'")
 
 
-def relaxed_logits(
-    backbone: nn.Module,
-    hidden: Tensor,
-    scores: Tensor,
-    depth: int,
-    budget: float,
-    relaxation: Relaxation = "st",
-    mask_temperature: float = 0.25,
-) -> Tensor:
+def relaxed_logits(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float,
+                   relaxation: Relaxation = "st", mask_temperature: float = 0.25) -> Tensor:
     """Logits of the pruned model with a differentiable path from ``L_cls`` to the scores.
 
     Args:
