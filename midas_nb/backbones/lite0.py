@@ -186,7 +186,4 @@ def tokens_from_stem_features(model: nn.Module, features: Tensor) -> Tensor:
     images (projection, prefix tokens, position embedding, ``norm_pre``), so it can feed
     :func:`midas_nb.capture.capture` (``tokens=``) or :func:`midas_nb.backbones.vit.run_blocks`.
     """
-    x = model.patch_embed.project(features)
-    x = model._pos_embed(x)
-    x = model.patch_drop(x)
-    return model.norm_pre(x)
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed.project(features))))
