@@ -19,9 +19,7 @@ from .lite0 import efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_f
 
 def collate_samples(samples: list) -> tuple[Tensor, Tensor]:
     """``(images [B,3,H,W], labels [B])`` from a list of ``midas_nb.data.Sample``."""
-    images = torch.stack([s.image for s in samples])
-    labels = torch.tensor([int(s.label) for s in samples], dtype=torch.long)
-    return images, labels
+    return torch.stack([s.image for s in samples]), torch.tensor([int(s.label) for s in samples], dtype=torch.long)
 
 
 def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
@@ -31,9 +29,7 @@ def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.Data
 
 def _dataset_labels(dataset) -> list[int]:
     labels = getattr(dataset, "labels", None)
-    if labels is None:
-        labels = [int(dataset[i].label) for i in range(len(dataset))]
-    return [int(v) for v in labels]
+    return [int(v) for v in (labels if labels is not None else (dataset[i].label for i in range(len(dataset))))]
 
 
 def dataset_fingerprint(dataset) -> str:
@@ -63,7 +59,7 @@ def dataset_info(dataset) -> dict[str, Any]:
 
 
 def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
-    p = Path(cache_dir) / "stem_features" if cache_dir is not None else default_cache() / "stem_features"
+    p = (Path(cache_dir) if cache_dir is not None else default_cache()) / "stem_features"
     p.mkdir(parents=True, exist_ok=True)
     return p
 
@@ -124,11 +120,10 @@ def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: 
         stem.to(was_device)
         return torch.cat(out).contiguous()
 
-    feats, _ = load_or_build(
+    return load_or_build(
         path, build, key=key, what="stem-feature cache",
         validate=lambda t: None if isinstance(t, Tensor) and t.shape[0] == len(dataset)
-        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")
-    return feats
+        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")[0]
 
 
 #: How backbone training and its accuracy evaluation compute attention: timm's fused
@@ -157,18 +152,10 @@ def mixed_precision(device: torch.device, amp: bool | None):
     where the GPU supports it, else float16), on CPU only with native bfloat16
     (:func:`machine_info`), off elsewhere; ``False`` forces float32."""
     if amp is None:
-        if device.type == "cuda":
-            amp = True
-        elif device.type == "cpu":
-            amp = _native_bfloat16()
-        else:
-            amp = False
+        amp = device.type == "cuda" or (device.type == "cpu" and _native_bfloat16())
     if not amp:
         return contextlib.nullcontext, "float32"
-    if device.type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    else:
-        dtype = torch.bfloat16
+    dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
     return functools.partial(torch.autocast, device_type=device.type, dtype=dtype), str(dtype).replace("torch.", "")
 
 
