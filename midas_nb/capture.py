@@ -166,20 +166,17 @@ class Capture:
                 return (x.detach().requires_grad_(True),) + tuple(args[1:])
             return None
 
-        self.handles.append(self.model.blocks[0].register_forward_pre_hook(first_block_pre))
+        add = self.handles.append
+        add(self.model.blocks[0].register_forward_pre_hook(first_block_pre))
         for i, blk in enumerate(self.model.blocks):
-            self.handles.append(blk.register_forward_pre_hook(
-                lambda m, a, i=i: self._store("hidden_in", i, a[0])))
-            self.handles.append(blk.register_forward_hook(
-                lambda m, a, o, i=i: self._store("hidden", i, o)))
-            self.handles.append(blk.attn.attn_drop.register_forward_hook(
-                lambda m, a, o, i=i: self._store("attn", i, o)))
-            self.handles.append(blk.attn.register_forward_hook(self._io_hook("attn", i)))
-            self.handles.append(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
+            add(blk.register_forward_pre_hook(lambda m, a, i=i: self._store("hidden_in", i, a[0])))
+            add(blk.register_forward_hook(lambda m, a, o, i=i: self._store("hidden", i, o)))
+            add(blk.attn.attn_drop.register_forward_hook(lambda m, a, o, i=i: self._store("attn", i, o)))
+            add(blk.attn.register_forward_hook(self._io_hook("attn", i)))
+            add(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
             if hasattr(blk, "norm2") and hasattr(blk.attn, "qkv"):     # timm Block / Attention
-                self.handles.append(blk.norm2.register_forward_pre_hook(
-                    lambda m, a, i=i: self._store("hidden_mid", i, a[0])))
-                self.handles.append(blk.attn.qkv.register_forward_hook(self._value_proj_hook(blk.attn, i)))
+                add(blk.norm2.register_forward_pre_hook(lambda m, a, i=i: self._store("hidden_mid", i, a[0])))
+                add(blk.attn.qkv.register_forward_hook(self._value_proj_hook(blk.attn, i)))
         return self
 
     def __exit__(self, *_exc) -> None:

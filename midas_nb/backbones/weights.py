@@ -106,8 +106,7 @@ def check_hub(name: str, timeout: float = _HUB_PROBE_SECONDS) -> list[str]:
     if _hub_cached(cfg):
         return []
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    if offline:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         why = "HF_HUB_OFFLINE is set and they are not in the local hub cache"
     elif cfg.get("hf_hub_id"):
         fname = cfg.get("hf_hub_filename") or "model.safetensors"
