@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json, load_or_build
 from .optim import cosine_lr
-from .vit import classify_tokens
+from .vit import classify_tokens, frozen
 from .lite0 import efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
 
 
@@ -163,15 +163,13 @@ def mixed_precision(device: torch.device, amp: bool | None):
 def evaluate_accuracy(model: nn.Module, dataset, batch_size: int = 64, device: torch.device | str = "cpu", *,
                       num_workers: int = 0, progress: bool = False) -> float:
     """Top-1 accuracy in ``[0, 1]`` of ``model`` (eval mode, float32) on a ``Dataset`` of ``Sample``."""
-    was = model.training
-    model.eval()
     correct = total = 0
     loader = _loader(dataset, batch_size, num_workers)
-    for images, labels in _progress(loader, len(loader), "evaluate", progress):
-        logits = model(images.to(device))
-        correct += int((logits.argmax(-1).cpu() == labels).sum())
-        total += len(labels)
-    model.train(was)
+    with frozen(model):
+        for images, labels in _progress(loader, len(loader), "evaluate", progress):
+            logits = model(images.to(device))
+            correct += int((logits.argmax(-1).cpu() == labels).sum())
+            total += len(labels)
     return correct / max(1, total)
 
 
@@ -179,14 +177,12 @@ def evaluate_accuracy(model: nn.Module, dataset, batch_size: int = 64, device: t
 def feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> float:
     """Top-1 accuracy in ``[0, 1]`` of a hybrid ``model`` (eval mode) from cached stem features
     ``feats [M,C_s,h,w]`` (:func:`stem_features`) and ``labels [M]``."""
-    was = model.training
-    model.eval()
     correct = 0
-    for i in range(0, len(labels), batch_size):
-        f = feats[i:i + batch_size].to(device).float()
-        logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, f)))
-        correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
-    model.train(was)
+    with frozen(model):
+        for i in range(0, len(labels), batch_size):
+            f = feats[i:i + batch_size].to(device).float()
+            logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, f)))
+            correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
     return correct / max(1, len(labels))
 
 

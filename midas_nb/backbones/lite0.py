@@ -133,16 +133,11 @@ class FrozenStemEmbed(nn.Module):
         assert not dynamic_img_pad, "FrozenStemEmbed has no dynamic padding"
         assert img[0] % stride == 0 and img[1] % stride == 0, \
             f"img_size must be a multiple of the stride {stride}, got {img}"
-        self.img_size = img
-        self.patch_size = patch
-        self.grid_size = (img[0] // stride, img[1] // stride)
+        self.img_size, self.patch_size, self.feature_ratio, self.in_chans = img, patch, patch, in_chans
+        self.grid_size = self.feature_size = (img[0] // stride, img[1] // stride)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.feature_size = self.grid_size
-        self.feature_ratio = patch
         self.feature_dim = LITE0_STAGES[stride][1]
-        self.in_chans = in_chans
-        self.flatten = True
-        self.strict_img_size = True
+        self.flatten = self.strict_img_size = True
         self.dynamic_img_pad = False
         self.backbone = lite0_stem(stride).to(memory_format=torch.channels_last)
         self.proj = nn.Conv2d(self.feature_dim, embed_dim, kernel_size=1, bias=bias, device=device, dtype=dtype)
