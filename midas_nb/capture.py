@@ -166,23 +166,20 @@ class Capture:
                 return (x.detach().requires_grad_(True),) + tuple(args[1:])
             return None
 
-        self.handles.append(self.model.blocks[0].register_forward_pre_hook(first_block_pre))
+        add = self.handles.append
+        add(self.model.blocks[0].register_forward_pre_hook(first_block_pre))
         for i, blk in enumerate(self.model.blocks):
-            self.handles.append(blk.register_forward_pre_hook(
-                lambda m, a, i=i: self._store("hidden_in", i, a[0])))
-            self.handles.append(blk.register_forward_hook(
-                lambda m, a, o, i=i: self._store("hidden", i, o)))
-            self.handles.append(blk.attn.attn_drop.register_forward_hook(
-                lambda m, a, o, i=i: self._store("attn", i, o)))
-            self.handles.append(blk.attn.register_forward_hook(self._io_hook("attn", i)))
-            self.handles.append(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
+            add(blk.register_forward_pre_hook(lambda m, a, i=i: self._store("hidden_in", i, a[0])))
+            add(blk.register_forward_hook(lambda m, a, o, i=i: self._store("hidden", i, o)))
+            add(blk.attn.attn_drop.register_forward_hook(lambda m, a, o, i=i: self._store("attn", i, o)))
+            add(blk.attn.register_forward_hook(self._io_hook("attn", i)))
+            add(blk.mlp.register_forward_hook(self._io_hook("mlp", i)))
             if hasattr(blk, "norm2") and hasattr(blk.attn, "qkv"):     # timm Block / Attention
-                self.handles.append(blk.norm2.register_forward_pre_hook(
-                    lambda m, a, i=i: self._store("hidden_mid", i, a[0])))
-                self.handles.append(blk.attn.qkv.register_forward_hook(self._value_proj_hook(blk.attn, i)))
+                add(blk.norm2.register_forward_pre_hook(lambda m, a, i=i: self._store("hidden_mid", i, a[0])))
+                add(blk.attn.qkv.register_forward_hook(self._value_proj_hook(blk.attn, i)))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.remove()
 
     def remove(self) -> None:
@@ -197,17 +194,9 @@ def _grads(scalar: Tensor, tensors: Sequence[Tensor], retain: bool) -> list[Tens
     return [torch.zeros_like(t) if g is None else g for t, g in zip(tensors, gs)]
 
 
-def capture(
-    model: nn.Module,
-    images: Tensor | None,
-    class_index: Tensor | None = None,
-    labels: Tensor | None = None,
-    *,
-    tokens: Tensor | None = None,
-    loss_blocks: Sequence[int] | None = None,
-    forward_fn=None,
-    prob_grad: bool = False,
-) -> CaptureResult:
+def capture(model: nn.Module, images: Tensor | None, class_index: Tensor | None = None, labels: Tensor | None = None, *,
+            tokens: Tensor | None = None, loss_blocks: Sequence[int] | None = None, forward_fn=None,
+            prob_grad: bool = False) -> CaptureResult:
     """One forward and the backward passes on the same graph; returns a :class:`CaptureResult`.
 
     Args:
@@ -240,13 +229,9 @@ def capture(
     try:
         with torch.enable_grad(), Capture(model) as cap:
             x = tokens if tokens is not None else embed_tokens(model, images)
-            if forward_fn is None:
-                logits = classify_tokens(model, model.blocks(x))
-            else:
-                logits = forward_fn(model, x)
+            logits = classify_tokens(model, model.blocks(x)) if forward_fn is None else forward_fn(model, x)
             B = logits.shape[0]
-            if class_index is None:
-                class_index = logits.argmax(-1)
+            class_index = logits.argmax(-1) if class_index is None else class_index
             class_index = torch.as_tensor(class_index, device=logits.device).long().reshape(B)
             rec = cap.records
             depth = len(rec["attn"])
@@ -272,25 +257,10 @@ def capture(
                     attn_grad_loss[b] = g[j].detach()
                     hidden_grad_loss[b] = g[len(blocks) + j].detach()
             return CaptureResult(
-                logits=logits.detach(),
-                class_index=class_index.detach(),
-                labels=None if labels is None else labels.detach(),
-                attn=det(rec["attn"]),
-                attn_grad=det(attn_grad),
-                attn_grad_loss=attn_grad_loss,
-                hidden_in=det(rec["hidden_in"]),
-                hidden=det(rec["hidden"]),
-                hidden_grad=det(hidden_grad),
-                hidden_grad_loss=hidden_grad_loss,
-                attn_in=det(rec["attn_in"]),
-                attn_out=det(rec["attn_out"]),
-                mlp_in=det(rec["mlp_in"]),
-                mlp_out=det(rec["mlp_out"]),
-                num_prefix_tokens=num_prefix_tokens(model),
-                grid_size=grid_size(model),
-                hidden_mid=det(rec["hidden_mid"]),
-                value_proj=det(rec["value_proj"]),
-                attn_grad_prob=attn_grad_prob,
-            )
+                logits=logits.detach(), class_index=class_index.detach(),
+                labels=None if labels is None else labels.detach(), attn_grad=det(attn_grad),
+                attn_grad_loss=attn_grad_loss, hidden_grad=det(hidden_grad), hidden_grad_loss=hidden_grad_loss,
+                num_prefix_tokens=num_prefix_tokens(model), grid_size=grid_size(model),
+                attn_grad_prob=attn_grad_prob, **{k: det(v) for k, v in rec.items()})
     finally:
         model.train(was_training)

@@ -29,28 +29,18 @@ def training_numerics(device: torch.device | str, amp: bool | None) -> dict[str,
     float sums; measured on the smoke backbone). A CUDA device on a machine without CUDA is
     keyed as the bfloat16 GPU it will run on."""
     device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available() and amp is not False:
-        # keyed away from the GPU (a Slurm login node): the compute node trains in bfloat16 where
-        # its GPU supports it (every GPU since Ampere); one without bfloat16 gives another id and
-        # its sweep worker refuses the cells instead of filing float16 rows under this id
-        precision = "bfloat16"
-    else:
-        precision = mixed_precision(device, amp)[1]
+    # keyed away from the GPU (a Slurm login node): the compute node trains in bfloat16 where
+    # its GPU supports it (every GPU since Ampere); one without bfloat16 gives another id and
+    # its sweep worker refuses the cells instead of filing float16 rows under this id
+    precision = ("bfloat16" if device.type == "cuda" and not torch.cuda.is_available() and amp is not False
+                 else mixed_precision(device, amp)[1])
     return dict(device_type=device.type, precision=precision, attention=ATTENTION_KERNEL,
                 num_threads=int(torch.get_num_threads()) if device.type == "cpu" else None)
 
 
-def checkpoint_key(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    weights: str | os.PathLike | None = None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    device: torch.device | str = "cpu",
-    amp: bool | None = None,
-) -> tuple[str, dict[str, Any]]:
+def checkpoint_key(model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                   weights: str | os.PathLike | None = None, backbone_kwargs: dict[str, Any] | None = None,
+                   device: torch.device | str = "cpu", amp: bool | None = None) -> tuple[str, dict[str, Any]]:
     """``(checkpoint_id, key)``: what a fine-tuned checkpoint depends on, and its 12-hex-digit
     SHA-256 (:func:`midas_nb.identity.hash_json`).
 
@@ -71,8 +61,7 @@ def checkpoint_key(
         model_name=model_name, weights=w,
         backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
         train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
-        **recipe.key(), recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp),
-    )
+        **recipe.key(), recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp))
 
     if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.backbones.distilled)
         key["distill"] = distill_recipe(model_name).key()

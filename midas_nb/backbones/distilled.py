@@ -280,21 +280,10 @@ def _checked_recipe(model_name: str, recipe: DistillRecipe | None, epochs: int) 
     return recipe
 
 
-def finetune_distilled(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    device: torch.device | str = "cpu",
-    cache_dir=None,
-    num_workers: int = 0,
-    progress: bool = True,
-    weights=None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    amp: bool | None = None,
-    distill: DistillRecipe | None = None,
-) -> tuple[nn.Module, dict[str, Any]]:
+def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                       device: torch.device | str = "cpu", cache_dir=None, num_workers: int = 0, progress: bool = True,
+                       weights=None, backbone_kwargs: dict[str, Any] | None = None, amp: bool | None = None,
+                       distill: DistillRecipe | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Train a distilled hybrid backbone from nothing (distillation token, token labels, MixToken).
 
     Same arguments (``recipe``: the :class:`TrainingRecipe`) and returns as
@@ -428,12 +417,9 @@ def _teacher_targets(model: nn.Module, recipe: DistillRecipe, train_set, test_se
     teacher_train_acc = float((t_maps[:, 0].float().mean((-1, -2)).argmax(-1) == train_labels).float().mean())
     hint_mean = t_train.float().mean((0, 1, 3, 4))[None, :, None, None].to(device)
     hint_std = t_train.float().std((0, 1, 3, 4))[None, :, None, None].to(device) + 1e-3
-    channels = int(t_train.shape[2])
-    if recipe.hint_weight == 0:
-        del t_train
-        t_train = None
-    return _Teacher(train_feats=train_feats, test_feats=test_feats, train=t_train, maps=t_maps, hint_mean=hint_mean,
-                    hint_std=hint_std, channels=channels, grid=tgrid, test_accuracy=teacher_test_acc,
+    return _Teacher(train_feats=train_feats, test_feats=test_feats, train=t_train if recipe.hint_weight else None,
+                    maps=t_maps, hint_mean=hint_mean, channels=int(t_train.shape[2]),
+                    hint_std=hint_std, grid=tgrid, test_accuracy=teacher_test_acc,
                     train_accuracy=teacher_train_acc, features_s=features_s, teacher_s=time.perf_counter() - t0)
 
 
@@ -492,11 +478,9 @@ class _DistillStep:
         y2, lam, mixed = None, 1.0, 0
         if recipe.mix_prob > 0 and float(torch.rand((), generator=self.gen)) < recipe.mix_prob:
             x, maps, perm, lam = mix_tokens(x, maps, self.gen)
-            y2 = y[perm.to(device)]
-            mixed = 1
-        grid, P = tuple(model.patch_embed.grid_size), 2
+            y2, mixed = y[perm.to(device)], 1
+        grid, P, cells = tuple(model.patch_embed.grid_size), 2, None
         tokens = tokens_from_stem_features(model, x)
-        cells = None
         if coarse:
             tokens, grid = coarse_tokens(tokens, P, grid, t.grid), t.grid
         if recipe.token_keep < 1.0:
@@ -506,12 +490,9 @@ class _DistillStep:
             lc, ld = model.head(z[:, 0]), model.head_dist(z[:, 1])
             loss = distillation_loss(lc, ld, y, maps[0].mean((-1, -2)), recipe, self.label_smoothing,
                                      labels_mixed=y2, lam=lam)
-            if self.tl_head is not None and cells is not None:
-                lt = kept_token_label_loss(z[:, P:], self.tl_head, cells, maps[0])
-                loss = loss + recipe.token_label_weight * lt
-                sums["token_labels"] += float(lt.detach()) * len(y)
-            elif self.tl_head is not None:
-                lt = token_label_loss(_token_maps(z[:, P:], self.tl_head, grid, t.grid), maps[0])
+            if self.tl_head is not None:
+                lt = (kept_token_label_loss(z[:, P:], self.tl_head, cells, maps[0]) if cells is not None
+                      else token_label_loss(_token_maps(z[:, P:], self.tl_head, grid, t.grid), maps[0]))
                 loss = loss + recipe.token_label_weight * lt
                 sums["token_labels"] += float(lt.detach()) * len(y)
             if self.hint is not None:

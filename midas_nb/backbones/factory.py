@@ -29,15 +29,13 @@ def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
     local = name in LOCAL_ARCHS
     if not local:
         timm_pretrained_cfg(name)  # unknown names: BackboneError naming the known ones
+    import timm
+
     try:
         with torch.device("meta"), warnings.catch_warnings():
             # the hybrid's stem reloads its ImageNet tensors: a no-op into meta tensors
             warnings.simplefilter("ignore")
-            if local:
-                return _build_local(name, 2, dict(kwargs))
-            import timm
-
-            return timm.create_model(name, pretrained=False, **kwargs)
+            return _build_local(name, 2, dict(kwargs)) if local else timm.create_model(name, pretrained=False, **kwargs)
     except Exception as e:  # noqa: BLE001 - bad kwargs (TypeError, AssertionError, ...): one line naming them
         who = f"{name!r} (built here from timm's VisionTransformer)" if local else f"timm's {name!r}"
         raise BackboneError(f"{who} cannot be built with backbone_kwargs {kwargs}: "
@@ -129,15 +127,12 @@ def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Modu
     if hybrid:
         # the ViT initialiser must not have touched the stem: reload its ImageNet weights
         stem = model.patch_embed.backbone
-        stem_sd = {k: v for k, v in zip(stem.state_dict(), _stem_tensors(len(stem) - 2))}
-        stem.load_state_dict(stem_sd)
+        stem.load_state_dict(dict(zip(stem.state_dict(), _stem_tensors(len(stem) - 2))))
     mean, std = LOCAL_NORMALIZATION[name]
     img = model.patch_embed.img_size
     model.pretrained_cfg = dict(
         architecture=name, tag="", num_classes=num_classes, input_size=(3, *img), mean=mean, std=std,
-        classifier="head", first_conv="patch_embed.proj", interpolation="bilinear", crop_pct=1.0,
-        fixed_input_size=True,
-    )
+        classifier="head", first_conv="patch_embed.proj", interpolation="bilinear", crop_pct=1.0, fixed_input_size=True)
     return model
 
 
@@ -149,15 +144,9 @@ def _stem_tensors(num_blocks: int) -> list[Tensor]:
     return [sd[k] for k in keys]
 
 
-def create_backbone(
-    name: str,
-    num_classes: int,
-    weights: str | os.PathLike | None = None,
-    device: torch.device | str = "cpu",
-    *,
-    head: Literal["auto", "replace", "keep"] = "auto",
-    **kwargs: Any,
-) -> nn.Module:
+def create_backbone(name: str, num_classes: int, weights: str | os.PathLike | None = None,
+                    device: torch.device | str = "cpu", *, head: Literal["auto", "replace", "keep"] = "auto",
+                    **kwargs: Any) -> nn.Module:
     """Build a timm Vision Transformer by name, with unfused attention, in eval mode.
 
     Args:
@@ -201,8 +190,7 @@ def create_backbone(
     else:
         timm_pretrained_cfg(name)  # raises BackboneError for unknown names
         if hub:  # fail in seconds, naming the local-file alternative, instead of hanging offline
-            problems = check_hub(name)
-            if problems:
+            if problems := check_hub(name):
                 raise BackboneError(problems[0])
         try:
             model = timm.create_model(name, pretrained=hub, num_classes=num_classes, **kwargs)
@@ -214,8 +202,7 @@ def create_backbone(
             raise BackboneError(f"{name!r} is a {type(model).__name__}, not a timm VisionTransformer")
     if weights is not None and not hub:
         path = Path(weights)
-        problems = check_weights_path(path)
-        if problems:
+        if problems := check_weights_path(path):
             raise BackboneError(problems[0])
         load_weights_file(model, path, head, timm_filter=not local)
         model.pretrained_cfg = dict(model.pretrained_cfg, file=str(path))
@@ -227,20 +214,11 @@ def backbone_config(model: nn.Module, name: str | None = None) -> dict[str, Any]
     """Plain-dict description of a backbone for metadata: name, width, depth, heads, grid, …"""
     blk = model.blocks[0]
     cfg = getattr(model, "pretrained_cfg", {}) or {}
+    pe = model.patch_embed
     return dict(
-        name=name or cfg.get("architecture"),
-        cls=type(model).__name__,
-        embed_dim=int(model.embed_dim),
-        depth=len(model.blocks),
-        num_heads=int(blk.attn.num_heads),
-        mlp_hidden=int(blk.mlp.fc1.out_features),
-        num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 1)),
-        img_size=list(model.patch_embed.img_size),
-        patch_size=list(model.patch_embed.patch_size),
-        grid_size=list(model.patch_embed.grid_size),
-        num_classes=int(model.num_classes),
-        mean=list(cfg.get("mean", ())),
-        std=list(cfg.get("std", ())),
-        hybrid=is_hybrid(model),
-        trainable_params=int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
-    )
+        name=name or cfg.get("architecture"), cls=type(model).__name__, embed_dim=int(model.embed_dim),
+        depth=len(model.blocks), num_heads=int(blk.attn.num_heads), mlp_hidden=int(blk.mlp.fc1.out_features),
+        num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 1)), img_size=list(pe.img_size),
+        patch_size=list(pe.patch_size), grid_size=list(pe.grid_size), num_classes=int(model.num_classes),
+        mean=list(cfg.get("mean", ())), std=list(cfg.get("std", ())), hybrid=is_hybrid(model),
+        trainable_params=int(sum(p.numel() for p in model.parameters() if p.requires_grad)))

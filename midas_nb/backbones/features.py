@@ -13,15 +13,13 @@ from torch import Tensor, nn
 from ..config import cache_dir as default_cache
 from ..identity import dataset_identity, file_digest, hash_json, load_or_build
 from .optim import cosine_lr
-from .vit import classify_tokens
+from .vit import classify_tokens, frozen
 from .lite0 import efficientnet_lite0_file, FrozenStemEmbed, is_hybrid, tokens_from_stem_features
 
 
 def collate_samples(samples: list) -> tuple[Tensor, Tensor]:
     """``(images [B,3,H,W], labels [B])`` from a list of ``midas_nb.data.Sample``."""
-    images = torch.stack([s.image for s in samples])
-    labels = torch.tensor([int(s.label) for s in samples], dtype=torch.long)
-    return images, labels
+    return torch.stack([s.image for s in samples]), torch.tensor([int(s.label) for s in samples], dtype=torch.long)
 
 
 def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.DataLoader:
@@ -31,9 +29,7 @@ def _loader(dataset, batch_size: int, num_workers: int) -> torch.utils.data.Data
 
 def _dataset_labels(dataset) -> list[int]:
     labels = getattr(dataset, "labels", None)
-    if labels is None:
-        labels = [int(dataset[i].label) for i in range(len(dataset))]
-    return [int(v) for v in labels]
+    return [int(v) for v in (labels if labels is not None else (dataset[i].label for i in range(len(dataset))))]
 
 
 def dataset_fingerprint(dataset) -> str:
@@ -63,7 +59,7 @@ def dataset_info(dataset) -> dict[str, Any]:
 
 
 def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
-    p = Path(cache_dir) / "stem_features" if cache_dir is not None else default_cache() / "stem_features"
+    p = (Path(cache_dir) if cache_dir is not None else default_cache()) / "stem_features"
     p.mkdir(parents=True, exist_ok=True)
     return p
 
@@ -75,17 +71,9 @@ def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str =
 
 
 @torch.no_grad()
-def stem_features(
-    model: nn.Module,
-    dataset,
-    *,
-    flip: bool = False,
-    batch_size: int = 64,
-    device: torch.device | str = "cpu",
-    cache_dir: str | os.PathLike | None = None,
-    num_workers: int = 0,
-    progress: bool = True,
-) -> Tensor:
+def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: int = 64,
+                  device: torch.device | str = "cpu", cache_dir: str | os.PathLike | None = None, num_workers: int = 0,
+                  progress: bool = True) -> Tensor:
     """Frozen-stem features of every image of ``dataset``, cached on disk (float16).
 
     Computed once per (dataset content: images, labels, transform — see
@@ -132,11 +120,10 @@ def stem_features(
         stem.to(was_device)
         return torch.cat(out).contiguous()
 
-    feats, _ = load_or_build(
+    return load_or_build(
         path, build, key=key, what="stem-feature cache",
         validate=lambda t: None if isinstance(t, Tensor) and t.shape[0] == len(dataset)
-        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")
-    return feats
+        else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")[0]
 
 
 #: How backbone training and its accuracy evaluation compute attention: timm's fused
@@ -165,41 +152,24 @@ def mixed_precision(device: torch.device, amp: bool | None):
     where the GPU supports it, else float16), on CPU only with native bfloat16
     (:func:`machine_info`), off elsewhere; ``False`` forces float32."""
     if amp is None:
-        if device.type == "cuda":
-            amp = True
-        elif device.type == "cpu":
-            amp = _native_bfloat16()
-        else:
-            amp = False
+        amp = device.type == "cuda" or (device.type == "cpu" and _native_bfloat16())
     if not amp:
         return contextlib.nullcontext, "float32"
-    if device.type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    else:
-        dtype = torch.bfloat16
+    dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
     return functools.partial(torch.autocast, device_type=device.type, dtype=dtype), str(dtype).replace("torch.", "")
 
 
 @torch.no_grad()
-def evaluate_accuracy(
-    model: nn.Module,
-    dataset,
-    batch_size: int = 64,
-    device: torch.device | str = "cpu",
-    *,
-    num_workers: int = 0,
-    progress: bool = False,
-) -> float:
+def evaluate_accuracy(model: nn.Module, dataset, batch_size: int = 64, device: torch.device | str = "cpu", *,
+                      num_workers: int = 0, progress: bool = False) -> float:
     """Top-1 accuracy in ``[0, 1]`` of ``model`` (eval mode, float32) on a ``Dataset`` of ``Sample``."""
-    was = model.training
-    model.eval()
     correct = total = 0
     loader = _loader(dataset, batch_size, num_workers)
-    for images, labels in _progress(loader, len(loader), "evaluate", progress):
-        logits = model(images.to(device))
-        correct += int((logits.argmax(-1).cpu() == labels).sum())
-        total += len(labels)
-    model.train(was)
+    with frozen(model):
+        for images, labels in _progress(loader, len(loader), "evaluate", progress):
+            logits = model(images.to(device))
+            correct += int((logits.argmax(-1).cpu() == labels).sum())
+            total += len(labels)
     return correct / max(1, total)
 
 
@@ -207,14 +177,12 @@ def evaluate_accuracy(
 def feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> float:
     """Top-1 accuracy in ``[0, 1]`` of a hybrid ``model`` (eval mode) from cached stem features
     ``feats [M,C_s,h,w]`` (:func:`stem_features`) and ``labels [M]``."""
-    was = model.training
-    model.eval()
     correct = 0
-    for i in range(0, len(labels), batch_size):
-        f = feats[i:i + batch_size].to(device).float()
-        logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, f)))
-        correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
-    model.train(was)
+    with frozen(model):
+        for i in range(0, len(labels), batch_size):
+            f = feats[i:i + batch_size].to(device).float()
+            logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, f)))
+            correct += int((logits.argmax(-1).cpu() == labels[i:i + batch_size]).sum())
     return correct / max(1, len(labels))
 
 

@@ -24,20 +24,10 @@ from .lite0 import is_hybrid, tokens_from_stem_features
 from .recipes import is_distilled_name, TrainingRecipe
 
 
-def finetune(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    device: torch.device | str = "cpu",
-    cache_dir: str | os.PathLike | None = None,
-    num_workers: int = 0,
-    progress: bool = True,
-    weights: str | os.PathLike | None = None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    amp: bool | None = None,
-) -> tuple[nn.Module, dict[str, Any]]:
+def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, device: torch.device | str = "cpu",
+             cache_dir: str | os.PathLike | None = None, num_workers: int = 0, progress: bool = True,
+             weights: str | os.PathLike | None = None, backbone_kwargs: dict[str, Any] | None = None,
+             amp: bool | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Fine-tune (or, for the hybrid and smoke backbones, train from scratch) a backbone.
 
     AdamW (no weight decay on biases, norms, position embedding and prefix tokens), per-step
@@ -174,20 +164,11 @@ def _train_epoch(model: nn.Module, batches, hybrid: bool, autocast, optimizer, s
     return dict(loss=loss_sum / seen, train_running_accuracy=correct / seen, seconds=time.perf_counter() - t_ep)
 
 
-def load_or_finetune(
-    model_name: str,
-    train_set,
-    test_set,
-    recipe: TrainingRecipe,
-    *,
-    device: torch.device | str = "cpu",
-    cache_dir: str | os.PathLike | None = None,
-    num_workers: int = 0,
-    progress: bool = True,
-    weights: str | os.PathLike | None = None,
-    backbone_kwargs: dict[str, Any] | None = None,
-    amp: bool | None = None,
-) -> tuple[nn.Module, dict[str, Any]]:
+def load_or_finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *,
+                     device: torch.device | str = "cpu", cache_dir: str | os.PathLike | None = None,
+                     num_workers: int = 0, progress: bool = True, weights: str | os.PathLike | None = None,
+                     backbone_kwargs: dict[str, Any] | None = None,
+                     amp: bool | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """The cached fine-tuned backbone when its metadata key matches (read without a lock: a read-only
     cache serves), else :func:`finetune` it under the checkpoint's lock (``OSError`` naming the
     checkpoint where that cannot be made).

@@ -120,18 +120,9 @@ class FrozenStemEmbed(nn.Module):
     ``stem``: ``[B,3,H,W] → [B,C,H/p,W/p]``; ``project``: ``[B,C,h,w] → [B,h·w,D]``.
     """
 
-    def __init__(
-        self,
-        img_size: int | tuple[int, int] = 224,
-        patch_size: int | tuple[int, int] = LITE0_STRIDE,
-        in_chans: int = 3,
-        embed_dim: int = 192,
-        bias: bool = True,
-        dynamic_img_pad: bool = False,
-        device=None,
-        dtype=None,
-        **unused: Any,
-    ):
+    def __init__(self, img_size: int | tuple[int, int] = 224, patch_size: int | tuple[int, int] = LITE0_STRIDE,
+                 in_chans: int = 3, embed_dim: int = 192, bias: bool = True, dynamic_img_pad: bool = False, device=None,
+                 dtype=None, **unused: Any):
         super().__init__()
         img = (img_size, img_size) if isinstance(img_size, int) else tuple(int(v) for v in img_size)
         patch = (patch_size, patch_size) if isinstance(patch_size, int) else tuple(int(v) for v in patch_size)
@@ -142,16 +133,11 @@ class FrozenStemEmbed(nn.Module):
         assert not dynamic_img_pad, "FrozenStemEmbed has no dynamic padding"
         assert img[0] % stride == 0 and img[1] % stride == 0, \
             f"img_size must be a multiple of the stride {stride}, got {img}"
-        self.img_size = img
-        self.patch_size = patch
-        self.grid_size = (img[0] // stride, img[1] // stride)
+        self.img_size, self.patch_size, self.feature_ratio, self.in_chans = img, patch, patch, in_chans
+        self.grid_size = self.feature_size = (img[0] // stride, img[1] // stride)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.feature_size = self.grid_size
-        self.feature_ratio = patch
         self.feature_dim = LITE0_STAGES[stride][1]
-        self.in_chans = in_chans
-        self.flatten = True
-        self.strict_img_size = True
+        self.flatten = self.strict_img_size = True
         self.dynamic_img_pad = False
         self.backbone = lite0_stem(stride).to(memory_format=torch.channels_last)
         self.proj = nn.Conv2d(self.feature_dim, embed_dim, kernel_size=1, bias=bias, device=device, dtype=dtype)
@@ -195,7 +181,4 @@ def tokens_from_stem_features(model: nn.Module, features: Tensor) -> Tensor:
     images (projection, prefix tokens, position embedding, ``norm_pre``), so it can feed
     :func:`midas_nb.capture.capture` (``tokens=``) or :func:`midas_nb.backbones.vit.run_blocks`.
     """
-    x = model.patch_embed.project(features)
-    x = model._pos_embed(x)
-    x = model.patch_drop(x)
-    return model.norm_pre(x)
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed.project(features))))

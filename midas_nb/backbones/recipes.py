@@ -125,12 +125,8 @@ class DistillRecipe:
         """The fields and :data:`DISTILL_VERSION`, for checkpoint keys (``token_keep`` only when
         PatchDropout is on, ``coarse_epochs`` only when non-zero, so checkpoints built before
         these fields existed keep their keys)."""
-        fields = asdict(self)
-        if fields["token_keep"] == 1.0:
-            del fields["token_keep"]
-        if fields["coarse_epochs"] == 0:
-            del fields["coarse_epochs"]
-        return dict(fields, version=DISTILL_VERSION)
+        off = (("token_keep", 1.0), ("coarse_epochs", 0))
+        return dict({k: v for k, v in asdict(self).items() if (k, v) not in off}, version=DISTILL_VERSION)
 
 
 #: Distilled backbone names (registered in :mod:`midas_nb.backbones`) and their recipes.
@@ -168,11 +164,8 @@ def check_epochs(name: str, epochs: Any) -> list[str]:
     Backbones without a coarse stage, and non-integer ``epochs`` (reported by the profile
     check), give ``[]``; NumPy integers count as integers.
     """
-    if (not (is_distilled_name(name) and distill_recipe(name).coarse_epochs)
-            or not is_int(epochs)):
-        return []
-    coarse = distill_recipe(name).coarse_epochs
-    if epochs > coarse:
+    coarse = distill_recipe(name).coarse_epochs if is_distilled_name(name) else 0
+    if not coarse or not is_int(epochs) or epochs > coarse:
         return []
     return [f"{name} trains its first {coarse} epochs on coarse tokens (DISTILLED_RECIPES, progressive "
             f"token resolution); expected more than {coarse} epochs, got {epochs}"]
@@ -206,12 +199,7 @@ def comparison_backbones(params: dict[str, Any], *, planned: bool = False) -> li
     others as not run)."""
     if not planned and not params.get("other_backbones", True):
         return [params["backbone"]]
-    given = params.get("compare_backbones")
-    if given:
+    if given := params.get("compare_backbones"):
         return list(dict.fromkeys(given))
     b = params["backbone"]
-    if b in OFFLINE_PARTNERS:
-        return [b, OFFLINE_PARTNERS[b]]
-    if b in _REVERSE:
-        return [_REVERSE[b], b]
-    return [b]
+    return [b, OFFLINE_PARTNERS[b]] if b in OFFLINE_PARTNERS else [_REVERSE[b], b] if b in _REVERSE else [b]

@@ -59,8 +59,7 @@ def timm_pretrained_cfg(name: str) -> dict[str, Any]:
     import timm
 
     if not timm.is_model(name.split(".")[0]):
-        raise BackboneError(
-            f"unknown backbone {name!r}; expected one of {list_backbones()} or a timm ViT name")
+        raise BackboneError(f"unknown backbone {name!r}; expected one of {list_backbones()} or a timm ViT name")
     try:
         cfg = timm.models.get_pretrained_cfg(name)
     except RuntimeError as e:  # an arch with an unknown tag

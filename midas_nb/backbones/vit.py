@@ -21,7 +21,7 @@ register tokens; ``N`` patch tokens, row-major over the patch grid), ``D`` embed
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 import torch
@@ -29,21 +29,9 @@ from torch import Tensor, nn
 
 from ..point import Budget
 
-__all__ = [
-    "num_prefix_tokens",
-    "grid_size",
-    "num_patches",
-    "embed_tokens",
-    "run_blocks",
-    "classify_tokens",
-    "gather_tokens",
-    "forward_kept_tokens",
-    "keep_count",
-    "disable_fused_attention",
-    "fused_attention",
-    "math_sdpa",
-    "frozen",
-]
+__all__ = ["num_prefix_tokens", "grid_size", "num_patches", "embed_tokens", "run_blocks", "classify_tokens",
+           "gather_tokens", "forward_kept_tokens", "keep_count", "disable_fused_attention", "fused_attention",
+           "math_sdpa", "frozen"]
 
 
 def num_prefix_tokens(model: nn.Module) -> int:
@@ -59,8 +47,7 @@ def grid_size(model: nn.Module) -> tuple[int, int]:
 
 def num_patches(model: nn.Module) -> int:
     """Number ``N`` of patch tokens (rows × cols of the patch grid)."""
-    r, c = grid_size(model)
-    return r * c
+    return math.prod(grid_size(model))
 
 
 def keep_count(budget: float, n_patches: int) -> int:
@@ -111,11 +98,8 @@ def fused_attention(model: nn.Module) -> Iterator[nn.Module]:
 @contextmanager
 def math_sdpa(enabled: bool) -> Iterator[None]:
     """Restrict ``F.scaled_dot_product_attention`` to the math kernel when ``enabled``."""
-    if not enabled:
-        yield
-        return
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    with sdpa_kernel([SDPBackend.MATH]):
+    with sdpa_kernel([SDPBackend.MATH]) if enabled else nullcontext():
         yield
 
 
@@ -141,10 +125,7 @@ def frozen(backbone: nn.Module) -> Iterator[nn.Module]:
 
 def embed_tokens(model: nn.Module, images: Tensor) -> Tensor:
     """Patch embedding, prefix tokens and position embedding: ``[B,3,H,W] → [B,P+N,D]``."""
-    x = model.patch_embed(images)
-    x = model._pos_embed(x)
-    x = model.patch_drop(x)
-    return model.norm_pre(x)
+    return model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(images))))
 
 
 def run_blocks(model: nn.Module, x: Tensor, start: int = 0, end: int | None = None) -> Tensor:
@@ -171,8 +152,7 @@ def gather_tokens(x: Tensor, keep_idx: Tensor, num_prefix: int) -> Tensor:
     B, _, D = x.shape
     if keep_idx.dim() != 2 or keep_idx.shape[0] != B:
         raise ValueError(f"keep_idx must be [B,k] with B={B}, got {tuple(keep_idx.shape)}")
-    patches = x[:, num_prefix:]
-    kept = patches.gather(1, keep_idx.long().unsqueeze(-1).expand(-1, -1, D))
+    kept = x[:, num_prefix:].gather(1, keep_idx.long().unsqueeze(-1).expand(-1, -1, D))
     return torch.cat([x[:, :num_prefix], kept], dim=1)
 
 
@@ -182,6 +162,5 @@ def forward_kept_tokens(model: nn.Module, images: Tensor, keep_idx: Tensor) -> T
     Prefix tokens are always present; positions are kept. ``k = 0`` (an empty ``[B,0]``
     index) runs the prefix tokens alone. Returns ``[B,C]``.
     """
-    x = embed_tokens(model, images)
-    x = gather_tokens(x, keep_idx, num_prefix_tokens(model))
+    x = gather_tokens(embed_tokens(model, images), keep_idx, num_prefix_tokens(model))
     return classify_tokens(model, run_blocks(model, x))

@@ -23,9 +23,7 @@ def weights_for(profile: dict[str, Any], name: str) -> str | None:
     w = (profile.get("weights") or {}).get(name)
     if w:
         return str(Path(w).expanduser())
-    if name in LOCAL_ARCHS:
-        return None
-    return profile.get("pretrained", "hub")
+    return None if name in LOCAL_ARCHS else profile.get("pretrained", "hub")
 
 
 def expected_weight_files(name: str) -> list[str]:
@@ -108,8 +106,7 @@ def check_hub(name: str, timeout: float = _HUB_PROBE_SECONDS) -> list[str]:
     if _hub_cached(cfg):
         return []
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    if offline:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         why = "HF_HUB_OFFLINE is set and they are not in the local hub cache"
     elif cfg.get("hf_hub_id"):
         fname = cfg.get("hf_hub_filename") or "model.safetensors"
@@ -218,21 +215,17 @@ def _npz_layout(model: nn.Module) -> dict[str, tuple[int | None, ...]]:
     }
     for i, blk in enumerate(model.blocks):
         b = f"Transformer/encoderblock_{i}/"
-        H = int(blk.attn.num_heads)
+        H, hidden = int(blk.attn.num_heads), int(blk.mlp.fc1.out_features)
         hd = D // H
-        hidden = int(blk.mlp.fc1.out_features)
         for ln in ("LayerNorm_0", "LayerNorm_2"):
-            out[f"{b}{ln}/scale"] = (D,)
-            out[f"{b}{ln}/bias"] = (D,)
+            out[f"{b}{ln}/scale"] = out[f"{b}{ln}/bias"] = (D,)
         for n in ("query", "key", "value"):
             out[f"{b}MultiHeadDotProductAttention_1/{n}/kernel"] = (D, H, hd)
             out[f"{b}MultiHeadDotProductAttention_1/{n}/bias"] = (H, hd)
         out[f"{b}MultiHeadDotProductAttention_1/out/kernel"] = (H, hd, D)
         out[f"{b}MultiHeadDotProductAttention_1/out/bias"] = (D,)
-        out[f"{b}MlpBlock_3/Dense_0/kernel"] = (D, hidden)
-        out[f"{b}MlpBlock_3/Dense_0/bias"] = (hidden,)
-        out[f"{b}MlpBlock_3/Dense_1/kernel"] = (hidden, D)
-        out[f"{b}MlpBlock_3/Dense_1/bias"] = (D,)
+        out.update({f"{b}MlpBlock_3/Dense_0/kernel": (D, hidden), f"{b}MlpBlock_3/Dense_0/bias": (hidden,),
+                    f"{b}MlpBlock_3/Dense_1/kernel": (hidden, D), f"{b}MlpBlock_3/Dense_1/bias": (D,)})
     return out
 
 
@@ -317,9 +310,7 @@ def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool
                             f"({detail or 'classifier keys missing from the file'}); use head='replace'")
     drop = head_keys if head == "replace" else set(head_mismatch)
     sd = {k: v for k, v in sd.items() if k not in drop}
-    missing = sorted(set(own) - set(sd) - drop)
-    unexpected = sorted(set(sd) - set(own))
     shapes = sorted(k for k in set(sd) & set(own) if tuple(sd[k].shape) != tuple(own[k].shape))
-    _raise_if_unfit(path, model, "keys", missing, unexpected,
+    _raise_if_unfit(path, model, "keys", sorted(set(own) - set(sd) - drop), sorted(set(sd) - set(own)),
                     [f"{k} file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes])
     model.load_state_dict(sd, strict=False)  # only the dropped classifier keys stay at their init

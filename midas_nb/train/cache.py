@@ -92,18 +92,13 @@ def _compute_block_caches(backbone, dataset, depths, batch_size, device, progres
             out[L]["hidden"].append(h.to("cpu", dtype))
             out[L]["cls_attn"].append(cls_attention(rec["attn"], P).float().cpu())
             done = L - 1
-        if full_logits:
-            logits = classify_tokens(backbone, run_blocks(backbone, x, done, None))
-        else:
-            logits = x.new_zeros(x.shape[0], 0)
+        logits = (classify_tokens(backbone, run_blocks(backbone, x, done, None)) if full_logits
+                  else x.new_zeros(x.shape[0], 0))
         shared["logits"].append(logits.float().cpu())
         shared["labels"].append(batch.labels.long().cpu())
-        if masks:
-            shared["part_mask"].append(batch.part_mask.bool().cpu())
-            shared["box_mask"].append(batch.box_mask.bool().cpu())
-        else:       # training never reads them; not stored, so the cache needs no annotations
-            shared["part_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
-            shared["box_mask"].append(torch.zeros(x.shape[0], 0, dtype=torch.bool))
+        # masks=False: training never reads them; not stored, so the cache needs no annotations
+        for k in ("part_mask", "box_mask"):
+            shared[k].append(getattr(batch, k).bool().cpu() if masks else torch.zeros(x.shape[0], 0, dtype=torch.bool))
         shared["indices"].append(batch.indices.long().cpu())
         ids.extend(str(i) for i in batch.image_ids)
     common = {k: torch.cat(v) for k, v in shared.items()}
@@ -111,20 +106,10 @@ def _compute_block_caches(backbone, dataset, depths, batch_size, device, progres
                           image_ids=list(ids)) for L in depths}
 
 
-def block_cache(
-    backbone: nn.Module,
-    dataset,
-    *,
-    depth: int,
-    key: dict[str, Any] | None,
-    cache_dir: str | Path | None = None,
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    progress: bool = True,
-    dtype: torch.dtype = torch.float32,
-    full_logits: bool = True,
-    masks: bool = True,
-) -> BlockCache:
+def block_cache(backbone: nn.Module, dataset, *, depth: int, key: dict[str, Any] | None,
+                cache_dir: str | Path | None = None, batch_size: int = 32, device: str | torch.device = "cpu",
+                progress: bool = True, dtype: torch.dtype = torch.float32, full_logits: bool = True,
+                masks: bool = True) -> BlockCache:
     """Block-``L`` hidden states (+ T0, full logits, labels, masks) of ``dataset``, cached on disk.
 
     The backbone runs frozen in eval mode. Use a dataset with a deterministic transform: each

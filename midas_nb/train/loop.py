@@ -20,21 +20,10 @@ from ..backbones.optim import cosine_lr
 __all__ = ["optimise_on_cache"]
 
 
-def optimise_on_cache(
-    params: Iterable[torch.nn.Parameter] | Sequence[Iterable[torch.nn.Parameter]],
-    n: int,
-    step: Callable[[Any], Tensor],
-    *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    weight_decay: float,
-    seed: int | Sequence[int],
-    desc: str,
-    progress: bool = True,
-    end_epoch: Callable[[], None] | None = None,
-    show_loss: bool = False,
-) -> None:
+def optimise_on_cache(params: Iterable[torch.nn.Parameter] | Sequence[Iterable[torch.nn.Parameter]], n: int,
+                      step: Callable[[Any], Tensor], *, epochs: int, batch_size: int, lr: float, weight_decay: float,
+                      seed: int | Sequence[int], desc: str, progress: bool = True,
+                      end_epoch: Callable[[], None] | None = None, show_loss: bool = False) -> None:
     """Minimise ``step(idx)`` over ``epochs`` passes of ``n`` cached rows.
 
     Per epoch the rows are visited in ``torch.randperm(n)`` order (one ``torch.Generator``

@@ -33,12 +33,7 @@ def zscore(x: Tensor, dim: int = -1, eps: float = 1e-6) -> Tensor:
     return (x - mu) / (sd + eps)
 
 
-def distill_loss(
-    scores: Tensor,
-    target: Tensor,
-    form: DistillForm = "kl",
-    temperature: float = 1.0,
-) -> Tensor:
+def distill_loss(scores: Tensor, target: Tensor, form: DistillForm = "kl", temperature: float = 1.0) -> Tensor:
     """Attention-guidance loss ``L_ga``: distil a target map into the scores (DESIGN.md §5).
 
     Args:
@@ -77,15 +72,8 @@ def distill_loss(
     raise ValueError(f"unknown distillation form {form!r}; expected 'kl', 'mse_z' or 'rank'")
 
 
-def relaxed_logits(
-    backbone: nn.Module,
-    hidden: Tensor,
-    scores: Tensor,
-    depth: int,
-    budget: float,
-    relaxation: Relaxation = "st",
-    mask_temperature: float = 0.25,
-) -> Tensor:
+def relaxed_logits(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float,
+                   relaxation: Relaxation = "st", mask_temperature: float = 0.25) -> Tensor:
     """Logits of the pruned model with a differentiable path from ``L_cls`` to the scores.
 
     Args:
@@ -233,8 +221,7 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
     for scorer, own in zip(scorers, params):
         if not own:
             raise ValueError(f"{type(scorer).__name__} has no trainable parameters")
-    n = len(cache)
-    N = cache.hidden.shape[1] - cache.num_prefix
+    n, N = len(cache), cache.hidden.shape[1] - cache.num_prefix
     for t in targets:
         if t is not None and tuple(t.shape) != (n, N):
             raise ValueError(f"targets must be [n,N]=({n},{N}) aligned with the cache, got {tuple(t.shape)}")
@@ -279,11 +266,9 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
         return total
 
     def end_epoch() -> None:
-        for result, row in zip(results, (sums / n).tolist()):
-            result.loss.append(row[0])
-            result.loss_cls.append(row[1])
-            result.loss_ga.append(row[2])
-            result.train_accuracy.append(row[3])
+        for r, row in zip(results, (sums / n).tolist()):
+            for values, v in zip((r.loss, r.loss_cls, r.loss_ga, r.train_accuracy), row):
+                values.append(v)
         sums.zero_()
 
     t0 = time.perf_counter()
