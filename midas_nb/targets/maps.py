@@ -2,7 +2,6 @@
 blocks 1..L and over all blocks, TokenTM, LaSt-ViT votes, random), each ``fn(capture, depth, class_index) -> [B,N]``."""
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
@@ -49,8 +48,7 @@ def attention_magnitude(capture: CaptureResult, depth: int, class_index: Tensor)
 
     Sum over every query token ``i`` (prefix tokens included). Source: DESIGN.md §4.
     """
-    a = capture.attn[_block(capture, depth)]
-    return a.float().sum(2).mean(1)[:, capture.num_prefix_tokens:]
+    return capture.patch(capture.attn[_block(capture, depth)].float().sum(2).mean(1))
 
 
 @register_target("T2", TargetInfo('loss-gradient-modulated attention', 'attention',
@@ -72,8 +70,7 @@ def loss_gradient_attention(capture: CaptureResult, depth: int, class_index: Ten
     if g is None:
         raise ValueError(f"T2 needs ∂ℓ/∂A of block {depth}: capture with labels and loss_blocks=[{b}]")
     P = capture.num_prefix_tokens
-    a = capture.attn[b]
-    return (a[:, :, 0, P:].float() * -g[:, :, 0, P:].float()).clamp_min(0).mean(1)
+    return (capture.attn[b][:, :, 0, P:].float() * -g[:, :, 0, P:].float()).clamp_min(0).mean(1)
 
 
 @register_target("T3", TargetInfo('Chefer attention-gradient product (GAE)', 'attention (all blocks)',
@@ -89,8 +86,7 @@ def chefer_gae(capture: CaptureResult, depth: int, class_index: Tensor) -> Tenso
     """
     _block(capture, depth)
     _check_class(capture, class_index)
-    r = chefer_relevance(capture.attn, capture.attn_grad, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(chefer_relevance(capture.attn, capture.attn_grad, row=0))
 
 
 @register_target("T4", TargetInfo('hidden-state attention-weighted gradient', 'hidden state (+ attention)',
@@ -142,9 +138,7 @@ def rollout(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     §3, as in Chefer's ``compute_rollout_attention`` / ``GradCam.generate_rollout``
     (hila-chefer/Transformer-Explainability, ``baselines/ViT/ViT_explanation_generator.py``); :func:`attention_rollout`.
     """
-    b = _block(capture, depth)
-    r = attention_rollout(capture.attn[: b + 1], row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(attention_rollout(capture.attn[: _block(capture, depth) + 1], row=0))
 
 
 @register_target("rollout_full", TargetInfo('attention rollout, all blocks (Abnar & Zuidema, 2020)',
@@ -161,8 +155,7 @@ def rollout_full(capture: CaptureResult, depth: int, class_index: Tensor) -> Ten
     :func:`attention_rollout`.
     """
     _block(capture, depth)
-    r = attention_rollout(capture.attn, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(attention_rollout(capture.attn, row=0))
 
 
 @register_target("tokentm", TargetInfo('TokenTM (Wu et al., 2024)', 'attention + token transformations (all blocks)',
@@ -190,9 +183,8 @@ def tokentm(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     _check_class(capture, class_index)
     if not capture.attn_grad_prob or any(g is None for g in capture.attn_grad_prob):
         raise ValueError("tokentm needs ∂p_c/∂A of every block: capture with prob_grad=True")
-    r = tokentm_relevance(capture.hidden_in, capture.value_proj, capture.hidden_mid, capture.mlp_out,
-                          capture.attn, capture.attn_grad_prob, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(tokentm_relevance(capture.hidden_in, capture.value_proj, capture.hidden_mid,
+                                           capture.mlp_out, capture.attn, capture.attn_grad_prob, row=0))
 
 
 @register_target("last_votes", TargetInfo('LaSt-ViT stability votes (Shi et al.)', 'hidden state',
@@ -253,8 +245,7 @@ def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
     _block(capture, depth)
     seed = capture.extras.get("seed", DEFAULT_RANDOM_SEED) if seed is None else seed
     seed = DEFAULT_RANDOM_SEED if seed is None else int(seed)
-    B = capture.hidden[0].shape[0]
-    N = capture.hidden[0].shape[1] - capture.num_prefix_tokens
+    B, N = capture.hidden[0].shape[0], capture.hidden[0].shape[1] - capture.num_prefix_tokens
     indices = capture.extras.get("indices")
     indices = list(range(B)) if indices is None else [int(i) for i in torch.as_tensor(indices).reshape(-1)]
     if len(indices) != B:
