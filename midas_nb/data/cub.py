@@ -266,12 +266,7 @@ class CUBDataset(AnnotatedDataset):
         self.classes = [ann.class_names[o] for o in present]
         self.part_names = list(ann.part_names)
 
-        if split == "train":
-            pos = np.nonzero(ann.is_train)[0]
-        elif split == "test":
-            pos = np.nonzero(~ann.is_train)[0]
-        else:
-            pos = np.arange(len(ann.ids))
+        pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
         n_split = len(pos)
         pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, ann.ids.tolist(),
                                     None if ids is None else [int(i) for i in ids], self.root / "images.txt"),
