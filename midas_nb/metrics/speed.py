@@ -36,9 +36,8 @@ def _sync(device: torch.device | None) -> None:
 
 
 def _num_images(batch: Any) -> int:
-    for attr in ("images",):
-        if hasattr(batch, attr):
-            return int(getattr(batch, attr).shape[0])
+    if hasattr(batch, "images"):
+        return int(batch.images.shape[0])
     if isinstance(batch, Tensor):
         return int(batch.shape[0])
     return len(batch)
@@ -70,23 +69,7 @@ def measure_throughput(
     Returns:
         ``B · repeats / seconds`` (images/s).
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be ≥ 1, got {repeats}")
-    if device is None:
-        t = batch.images if hasattr(batch, "images") else batch
-        device = t.device if isinstance(t, Tensor) else None
-    dev = torch.device(device) if device is not None else None
-    n = _num_images(batch)
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(batch)
-        _sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            fn(batch)
-        _sync(dev)
-        elapsed = time.perf_counter() - t0
-    return n * repeats / max(elapsed, 1e-12)
+    return measure_throughputs({"fn": fn}, batch, repeats, warmup, rounds=1, device=device)["fn"]
 
 
 def measure_throughputs(
