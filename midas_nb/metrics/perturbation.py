@@ -90,12 +90,9 @@ def perturbation_curves(
 
     all_idx = torch.arange(N, device=x0.device).expand(B, N)
     full_pred = predict(all_idx, x0)
-    if target == "label":
-        if labels is None:
-            raise ValueError("target='label' needs labels [B]")
-        ref = labels.to(x0.device).long()
-    else:
-        ref = full_pred
+    if target == "label" and labels is None:
+        raise ValueError("target='label' needs labels [B]")
+    ref = labels.to(x0.device).long() if target == "label" else full_pred
     full_ok = full_pred == ref
     empty_ok = predict(all_idx[:, :0], x0) == ref
     x2 = torch.cat([x0, x0])
