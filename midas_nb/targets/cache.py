@@ -112,18 +112,14 @@ TARGET_DEFINITIONS_VERSION = 2
 
 
 def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed: int) -> dict:
-    full = dict(key)
-    full.update(depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
+    return dict(key, depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
                 num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1,
                 last_statistic=LAST_STATISTIC, target_definitions=TARGET_DEFINITIONS_VERSION)
-    return full
 
 
 def target_cache_path(full_key: dict, cache_dir: str | os.PathLike | None = None) -> Path:
     """``<cache_dir>/targets/targets-<sha256(key JSON)[:16]>.safetensors`` for a full cache key."""
-    if cache_dir is None:
-        cache_dir = default_cache_dir()
-    return Path(cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
+    return Path(default_cache_dir() if cache_dir is None else cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
 
 
 def _maps_digest(maps: dict[str, Tensor]) -> str:
@@ -149,10 +145,6 @@ def _read_verified_maps(path: Path, key_text: str, load_bytes) -> dict[str, Tens
     if meta.get("sha256") != _maps_digest(maps):
         raise CacheIntegrityError("the maps' SHA-256 differs from the one recorded when the file was written")
     return maps
-
-
-def _collate():
-    return collate_samples
 
 
 def target_cache(
@@ -229,22 +221,17 @@ def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids
     data_key = dict(key, data=dataset_identity(dataset).model_inputs, weights=state_dict_digest(backbone))
     full_keys = {L: _cache_key(data_key, L, class_rule, backbone, seed) for L in wanted}
     stored = {L: _read_stored(target_cache_path(k, cache_dir), k, len(dataset)) for L, k in full_keys.items()}
-    missing = {L: [i for i in ids if i not in stored[L]] for L, ids in wanted.items()}
-    missing = {L: ids for L, ids in missing.items() if ids}
+    missing = {L: m for L, ids in wanted.items() if (m := [i for i in ids if i not in stored[L]])}
     if missing:
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_collate())
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples)
         backbone.to(device)
         new: dict[int, dict[str, list[Tensor]]] = {L: {i: [] for i in ids} for L, ids in missing.items()}
         for batch in tqdm(loader, desc=f"targets L={sorted(missing)}", disable=not progress):
-            images = batch.images.to(device)
-            labels = batch.labels.to(device)
-            if class_rule == "label":
-                if bool((labels < 0).any()):
-                    raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
-                                     "use class_rule='prediction' on unlabelled splits")
-                class_index = labels
-            else:
-                class_index = None          # capture() takes the argmax of the same forward
+            images, labels = batch.images.to(device), batch.labels.to(device)
+            if class_rule == "label" and bool((labels < 0).any()):
+                raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
+                                 "use class_rule='prediction' on unlabelled splits")
+            class_index = labels if class_rule == "label" else None   # None: capture() takes the argmax
             maps = _capture_and_compute(backbone, images, missing, class_index, labels, None, batch.indices, seed)
             for L, ids in missing.items():
                 for i in ids:
