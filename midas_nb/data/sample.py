@@ -13,7 +13,7 @@ Conventions (see ``docs/architecture.md``):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -88,21 +88,16 @@ class Batch:
         metrics average over)."""
         return self.part_mask.any(dim=1)
 
+    def _map(self, fn: Callable[[Any], Any]) -> "Batch":
+        return Batch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """Return a copy with every tensor moved to ``device``."""
-        values = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            values[f.name] = v.to(device, non_blocking=non_blocking) if isinstance(v, Tensor) else list(v)
-        return Batch(**values)
+        return self._map(lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, Tensor) else list(v))
 
     def pin_memory(self) -> "Batch":
         """Pin every tensor (used by ``DataLoader(pin_memory=True)``)."""
-        values = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            values[f.name] = v.pin_memory() if isinstance(v, Tensor) else v
-        return Batch(**values)
+        return self._map(lambda v: v.pin_memory() if isinstance(v, Tensor) else v)
 
 
 def collate_samples(samples: Sequence[Sample]) -> Batch:
