@@ -87,23 +87,11 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
                  reference="MIDAS (DESIGN.md §6): D(t) = mIoU_t − mIoU_ref where "
                            f"IDAUC_t − IDAUC_ref ≥ −{PARITY_BAND:g}, the reference clearly above a random ranking",
                  summary="part-coverage gain over the reference scorer at faithfulness parity")
-def decoupling_D(
-    table: pd.DataFrame,
-    reference: str = "reference",
-    band: float | None = None,
-    miou_col: str = "miou",
-    idauc_col: str = "idauc",
-    by: Sequence[str] | None = None,
-    *,
-    condition_cols: Sequence[str] = DEFAULT_CONDITION_KEY,
-    seed_col: str = "seed",
-    miou_unit: Literal["fraction", "percent"] = "fraction",
-    per_seed: bool = False,
-    random: str = "random",
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    ci_seed: int = 0,
-) -> pd.DataFrame:
+def decoupling_D(table: pd.DataFrame, reference: str = "reference", band: float | None = None, miou_col: str = "miou",
+                 idauc_col: str = "idauc", by: Sequence[str] | None = None, *,
+                 condition_cols: Sequence[str] = DEFAULT_CONDITION_KEY, seed_col: str = "seed",
+                 miou_unit: Literal["fraction", "percent"] = "fraction", per_seed: bool = False, random: str = "random",
+                 n_boot: int = 1000, alpha: float = 0.05, ci_seed: int = 0) -> pd.DataFrame:
     """Decoupling ``D(t) = mIoU_t − mIoU_ref`` with the IDAUC parity band (MIDAS, DESIGN.md §6).
 
     **Cells.** Within each cell — ``by`` (dataset, backbone, depth, budget) *plus* the backbone's

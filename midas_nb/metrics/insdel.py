@@ -110,21 +110,11 @@ def _probs_of(logits: Tensor, class_index: Tensor) -> Tensor:
                  summary="IDAUC = insertion AUC − deletion AUC of p_c as patches enter / leave in "
                          "rank order",
                  field_directions={"ins_auc": True, "del_auc": False, "idauc": True})
-def insertion_deletion_auc(
-    backbone: nn.Module,
-    images: Tensor,
-    ranking: Tensor,
-    steps: int = 10,
-    class_index: Tensor | None = None,
-    space: Literal["token", "pixel"] = "token",
-    batch_size: int | None = None,
-    *,
-    device: torch.device | str | None = None,
-    blur_sigma: float = 5.0,
-    blur_kernel_size: int = 11,
-    delete_value: float = 0.0,
-    full_probs: Tensor | None = None,
-) -> InsDel:
+def insertion_deletion_auc(backbone: nn.Module, images: Tensor, ranking: Tensor, steps: int = 10,
+                           class_index: Tensor | None = None, space: Literal["token", "pixel"] = "token",
+                           batch_size: int | None = None, *, device: torch.device | str | None = None,
+                           blur_sigma: float = 5.0, blur_kernel_size: int = 11, delete_value: float = 0.0,
+                           full_probs: Tensor | None = None) -> InsDel:
     """Insertion and deletion AUC of ``p_c`` along a patch ranking, and IDAUC = ins − del.
 
     Implementation of the insertion/deletion game of Petsiuk et al., 2018 (RISE,

@@ -46,14 +46,8 @@ def _num_images(batch: Any) -> int:
 @register_metric("throughput", higher_is_better=True, category="efficiency",
                  reference="wall-clock images per second (device-synchronised)",
                  summary="images per second of the pruned forward")
-def measure_throughput(
-    fn: Callable[[Any], Any],
-    batch: Any,
-    repeats: int = 10,
-    warmup: int = 2,
-    *,
-    device: torch.device | str | None = None,
-) -> float:
+def measure_throughput(fn: Callable[[Any], Any], batch: Any, repeats: int = 10, warmup: int = 2, *,
+                       device: torch.device | str | None = None) -> float:
     """Images per second of ``fn(batch)``, timed over ``repeats`` calls after ``warmup`` calls.
 
     Runs under ``torch.no_grad``; on CUDA the device is synchronised before starting and
@@ -72,16 +66,9 @@ def measure_throughput(
     return measure_throughputs({"fn": fn}, batch, repeats, warmup, rounds=1, device=device)["fn"]
 
 
-def measure_throughputs(
-    fns: dict[str, Callable[[Any], Any]],
-    batch: Any,
-    repeats: int = 5,
-    warmup: int = 1,
-    rounds: int = 3,
-    *,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-) -> dict[str, float]:
+def measure_throughputs(fns: dict[str, Callable[[Any], Any]], batch: Any, repeats: int = 5, warmup: int = 1,
+                        rounds: int = 3, *, device: torch.device | str | None = None,
+                        progress: bool = False) -> dict[str, float]:
     """Images per second of several forwards measured together, so that they can be compared.
 
     Timing each forward on its own lets the machine's load drift between them (a pruned

@@ -32,11 +32,9 @@ def _check_ids(ids: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def _capture_and_compute(
-    backbone: nn.Module, images: Tensor | None, wanted: dict[int, list[str]],
-    class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
-    indices: Tensor | None, seed: int | None,
-) -> dict[int, dict[str, Tensor]]:
+def _capture_and_compute(backbone: nn.Module, images: Tensor | None, wanted: dict[int, list[str]],
+                         class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
+                         indices: Tensor | None, seed: int | None) -> dict[int, dict[str, Tensor]]:
     """``{L: {id: map}}`` of the ids ``wanted`` at each depth ``L``, from one capture (the loss gradient
     reaches only the depths that want T2; the same values as one capture per depth)."""
     n_blocks = len(backbone.blocks)
@@ -59,18 +57,9 @@ def _capture_and_compute(
     return {L: {i: get_target(i)(cap, L, cap.class_index) for i in ids} for L, ids in wanted.items()}
 
 
-def compute_targets(
-    backbone: nn.Module,
-    images: Tensor | None,
-    ids: Sequence[str],
-    depth: int,
-    class_index: Tensor,
-    labels: Tensor | None = None,
-    *,
-    tokens: Tensor | None = None,
-    indices: Tensor | None = None,
-    seed: int | None = None,
-) -> dict[str, Tensor]:
+def compute_targets(backbone: nn.Module, images: Tensor | None, ids: Sequence[str], depth: int, class_index: Tensor,
+                    labels: Tensor | None = None, *, tokens: Tensor | None = None, indices: Tensor | None = None,
+                    seed: int | None = None) -> dict[str, Tensor]:
     """Targets ``ids`` of a batch from **one** forward and its backward passes.
 
     One :func:`midas_nb.capture.capture` call: the logit gradient ``∂y_c/∂·``, only when
@@ -147,20 +136,10 @@ def _read_verified_maps(path: Path, key_text: str, load_bytes) -> dict[str, Tens
     return maps
 
 
-def target_cache(
-    backbone: nn.Module,
-    dataset: torch.utils.data.Dataset,
-    *,
-    ids: Sequence[str],
-    depth: int,
-    class_rule: Literal["label", "prediction"],
-    key: dict[str, Any],
-    cache_dir: str | os.PathLike | None = None,
-    batch_size: int = 32,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
-    seed: int | None = None,
-) -> dict[str, Tensor]:
+def target_cache(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids: Sequence[str], depth: int,
+                 class_rule: Literal["label", "prediction"], key: dict[str, Any],
+                 cache_dir: str | os.PathLike | None = None, batch_size: int = 32, device: torch.device | str = "cpu",
+                 progress: bool = True, seed: int | None = None) -> dict[str, Tensor]:
     """Target maps of a whole dataset split, computed once and stored on disk.
 
     The file is one safetensors file per cache key: ``key`` (the caller's dataset name, split,
