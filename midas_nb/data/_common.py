@@ -259,8 +259,7 @@ class AnnotatedDataset(Dataset):
         if parts.shape[0]:
             out = (parts[:, 0] < 0) | (parts[:, 0] >= w) | (parts[:, 1] < 0) | (parts[:, 1] >= h)
             parts[out | (parts[:, 2] <= 0)] = 0.0
-        box = np.array([np.clip(box[0], 0, w), np.clip(box[1], 0, h),
-                        np.clip(box[2], 0, w), np.clip(box[3], 0, h)], np.float32)
+        box = np.clip(box, 0, [w, h, w, h]).astype(np.float32)
         return image, parts, box
 
     def __getitem__(self, index: int) -> Sample:
@@ -275,16 +274,9 @@ class AnnotatedDataset(Dataset):
         box_mask = box_mask_from_box(box_t, hw, self.patch_size)
         if self.image_ids[index] in self.bad_boxes:  # a known-wrong box: no box metric reads it
             box_mask = torch.zeros_like(box_mask)
-        return Sample(
-            image=img_t,
-            label=int(self.labels[index]),
-            parts=parts_t.to(torch.float32),
-            box=box_t.to(torch.float32),
-            part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
-            box_mask=box_mask,
-            image_id=self.image_ids[index],
-            index=index,
-        )
+        return Sample(image=img_t, label=int(self.labels[index]), parts=parts_t.to(torch.float32),
+                      box=box_t.to(torch.float32), part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
+                      box_mask=box_mask, image_id=self.image_ids[index], index=index)
 
     def identity_options(self) -> dict[str, Any]:
         """Settings of the dataset itself (not of its transform) that change what a sample

@@ -116,16 +116,14 @@ def collate_samples(samples: Sequence[Sample]) -> Batch:
     pcount = {int(s.parts.shape[0]) for s in samples}
     if len(pcount) != 1:
         raise ValueError(f"collate_samples: samples have different part counts {sorted(pcount)}")
-    return Batch(
-        images=torch.stack([s.image for s in samples]),
-        labels=torch.tensor([int(s.label) for s in samples], dtype=torch.long),
-        parts=torch.stack([s.parts for s in samples]).float(),
-        boxes=torch.stack([s.box for s in samples]).float(),
-        part_mask=torch.stack([s.part_mask for s in samples]).bool(),
-        box_mask=torch.stack([s.box_mask for s in samples]).bool(),
-        image_ids=[str(s.image_id) for s in samples],
-        indices=torch.tensor([int(s.index) for s in samples], dtype=torch.long),
-    )
+    return Batch(images=torch.stack([s.image for s in samples]),
+                 labels=torch.tensor([int(s.label) for s in samples], dtype=torch.long),
+                 parts=torch.stack([s.parts for s in samples]).float(),
+                 boxes=torch.stack([s.box for s in samples]).float(),
+                 part_mask=torch.stack([s.part_mask for s in samples]).bool(),
+                 box_mask=torch.stack([s.box_mask for s in samples]).bool(),
+                 image_ids=[str(s.image_id) for s in samples],
+                 indices=torch.tensor([int(s.index) for s in samples], dtype=torch.long))
 
 
 def evaluation_subset(n: int, max_images: int | None, seed: int = 0) -> list[int]:
