@@ -16,8 +16,7 @@ from .registry import register_metric
 from .stats import bootstrap_ci
 
 
-@register_metric("pruned_accuracy", higher_is_better=True, category="accuracy",
-                 reference="top-1 accuracy",
+@register_metric("pruned_accuracy", higher_is_better=True, category="accuracy", reference="top-1 accuracy",
                  summary="fraction of images whose pruned-model prediction equals the label")
 def pruned_accuracy(logits: Tensor, labels: Tensor) -> float:
     """Top-1 accuracy of ``logits [B,C]`` against ``labels [B]`` (a fraction in ``[0,1]``).

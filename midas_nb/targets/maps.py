@@ -27,9 +27,7 @@ def _check_class(capture: CaptureResult, class_index: Tensor) -> None:
                          "capture again with this class_index")
 
 
-@register_target("T0", TargetInfo('CLS-attention', 'attention',
-                 'CLS row (raw)', '—',
-                 'E_h A_h[cls, j]', 'taxonomy'))
+@register_target("T0", TargetInfo('CLS-attention', 'attention', 'CLS row (raw)', '—', 'E_h A_h[cls, j]', 'taxonomy'))
 def cls_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T0, CLS attention at block ``L``: ``E_h A_h[cls, j]`` → ``[B,N]``.
 
@@ -40,8 +38,7 @@ def cls_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Te
     return cls_attention_map(capture.attn[_block(capture, depth)].float(), capture.num_prefix_tokens)
 
 
-@register_target("T1", TargetInfo('attention magnitude', 'attention',
-                 'column sum (raw)', '—',
+@register_target("T1", TargetInfo('attention magnitude', 'attention', 'column sum (raw)', '—',
                  'E_h Σ_i A_h[i, j]', 'taxonomy'))
 def attention_magnitude(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T1, attention mass received at block ``L``: ``E_h Σ_i A_h[i, j]`` → ``[B,N]``.
@@ -52,8 +49,7 @@ def attention_magnitude(capture: CaptureResult, depth: int, class_index: Tensor)
 
 
 @register_target("T2", TargetInfo('loss-gradient-modulated attention', 'attention',
-                 'gradient ⊙ attention, positive part', 'loss ℓ',
-                 'E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]', 'taxonomy'))
+                 'gradient ⊙ attention, positive part', 'loss ℓ', 'E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]', 'taxonomy'))
 def loss_gradient_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T2, loss-gradient-modulated attention: ``E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]`` → ``[B,N]``.
 
@@ -90,8 +86,7 @@ def chefer_gae(capture: CaptureResult, depth: int, class_index: Tensor) -> Tenso
 
 
 @register_target("T4", TargetInfo('hidden-state attention-weighted gradient', 'hidden state (+ attention)',
-                 'gradient norm × CLS attention', 'logit y_c',
-                 'E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂', 'taxonomy'))
+                 'gradient norm × CLS attention', 'logit y_c', 'E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂', 'taxonomy'))
 def attention_weighted_gradient(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T4, hidden-state attention-weighted gradient: ``E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂`` → ``[B,N]``.
 
@@ -105,8 +100,7 @@ def attention_weighted_gradient(capture: CaptureResult, depth: int, class_index:
 
 
 @register_target("T5", TargetInfo('hidden-state input × gradient', 'hidden state',
-                 'input × gradient (signed)', 'logit y_c',
-                 'Σ_d h_{j,d} · ∂y_c/∂h_{j,d}', 'taxonomy'))
+                 'input × gradient (signed)', 'logit y_c', 'Σ_d h_{j,d} · ∂y_c/∂h_{j,d}', 'taxonomy'))
 def hidden_input_x_gradient(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T5, input × gradient of the block-``L`` output: ``Σ_d h_{j,d} · ∂y_c/∂h_{j,d}`` → ``[B,N]``.
 
@@ -226,8 +220,7 @@ def _image_seed(seed: int, index: int) -> int:
 
 
 @register_target("random", TargetInfo('random map (lower bound; the random_map control distils it)', '—',
-                 'seeded uniform, fixed per image', '—',
-                 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
+                 'seeded uniform, fixed per image', '—', 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
 def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
                   seed: int | None = None) -> Tensor:
     """Seeded uniform values in ``[0, 1)`` (the random-ranking lower bound) → ``[B,N]``.
