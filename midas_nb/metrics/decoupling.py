@@ -1,6 +1,7 @@
 """Decoupling ``D`` (MIDAS, DESIGN.md §6): part-coverage gain over the reference at faithfulness parity, with paired intervals and the band status."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Literal, Mapping, Sequence
 
@@ -39,7 +40,6 @@ def _as_float_list(v: Any) -> list[float] | None:
     if v is None or isinstance(v, float) and math.isnan(v):
         return None
     if isinstance(v, str):          # a table read back from CSV (results.load_table parses these)
-        import json
         v = json.loads(v)
     try:
         return [math.nan if x is None else float(x) for x in v]
@@ -55,7 +55,6 @@ def per_image_values(row: Mapping[str, Any], ids_col: str, val_col: str) -> dict
     if ids is None or vals is None or (isinstance(ids, float) and math.isnan(ids)):
         return None
     if isinstance(ids, str):
-        import json
         ids = json.loads(ids)
     ids = [str(i) for i in ids]
     if len(ids) != len(vals) or not ids:
