@@ -210,7 +210,8 @@ def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids
             if class_rule == "label" and bool((labels < 0).any()):
                 raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
                                  "use class_rule='prediction' on unlabelled splits")
-            class_index = labels if class_rule == "label" else None   # None: capture() takes the argmax
+            # None: capture() takes the argmax of the same forward
+            class_index = labels if class_rule == "label" else None
             maps = _capture_and_compute(backbone, images, missing, class_index, labels, None, batch.indices, seed)
             for L, ids in missing.items():
                 for i in ids:
