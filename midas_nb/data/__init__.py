@@ -88,15 +88,10 @@ def load_dataset(name: str, root: str | os.PathLike | None, split: str, *, image
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in DATASET_NAMES:
         raise ValueError(f"unknown dataset {name!r}; expected one of {DATASET_NAMES}")
-    if train:
-        tkw = {k: kwargs.pop(k) for k in ("seed", "scale", "flip", "flip_prob", "ratio") if k in kwargs}
-        kwargs.pop("resize_ratio", None)
-        transform: JointTransform = TrainTransform(image_size, mean=mean, std=std, **tkw)
-    else:
-        tkw = {k: kwargs.pop(k) for k in ("resize_ratio",) if k in kwargs}
-        for k in ("seed", "scale", "flip", "flip_prob", "ratio"):
-            kwargs.pop(k, None)
-        transform = EvalTransform(image_size, mean=mean, std=std, **tkw)
+    opts = {k: kwargs.pop(k) for k in ("seed", "scale", "flip", "flip_prob", "ratio", "resize_ratio") if k in kwargs}
+    eval_opts = {k: opts.pop(k) for k in ("resize_ratio",) if k in opts}   # the rest are TrainTransform's
+    transform: JointTransform = (TrainTransform(image_size, mean=mean, std=std, **opts) if train
+                                 else EvalTransform(image_size, mean=mean, std=std, **eval_opts))
 
     if key == "synthetic":
         gen = {k: kwargs.pop(k) for k in _SYNTHETIC_KEYS if k in kwargs}

@@ -18,7 +18,7 @@ from .sample import Sample
 from .transforms import EvalTransform
 
 __all__ = ["DatasetError", "AnnotatedDataset", "read_lines", "require_root", "check_files_exist",
-           "open_rgb", "first_k_per_class", "KNOWN_BAD_BOXES"]
+           "open_rgb", "select_items", "KNOWN_BAD_BOXES"]
 
 PathLike = str | os.PathLike
 
@@ -106,9 +106,20 @@ def open_rgb(path: Path, listing: Path | str | None = None) -> Image.Image:
                            "expected a readable image file (JPEG/PNG)") from None
 
 
-def first_k_per_class(order: Sequence[int], labels: Sequence[int], k: int | None) -> list[int]:
-    """Positions of the first ``k`` items of each label, following ``order``; all
-    positions (in ``order``) when ``k`` is None."""
+def select_items(order: Sequence[int], labels: Sequence[int], k: int | None, keys: Sequence[Any] = (),
+                 ids: Sequence[Any] | None = None, listing: Path | str = "") -> list[int]:
+    """Positions of ``order`` whose key (``keys[i]``) is one of ``ids`` (all when ``ids`` is None; ``ids`` already
+    of the keys' type), then the first ``k`` items of each label, following ``order`` (all when ``k`` is None).
+
+    Raises:
+        DatasetError: an id of ``ids`` that ``keys`` does not hold (``listing`` named).
+    """
+    if ids is not None:
+        wanted = set(ids)
+        unknown = sorted(wanted - set(keys))
+        if unknown:
+            raise DatasetError(f"{listing}: requested image id(s) {unknown[:5]} are not listed")
+        order = [i for i in order if keys[i] in wanted]
     if k is None:
         return list(order)
     if k < 1:
@@ -219,13 +230,15 @@ class AnnotatedDataset(Dataset):
         counts = Counter(int(v) for v in self.labels if int(v) >= 0)
         return max(counts.values()) / sum(counts.values()) if counts else float("nan")
 
-    def _mark_known_bad_boxes(self) -> None:
-        """Fill :attr:`bad_boxes` and ``skipped["known_bad_box"]`` from :data:`KNOWN_BAD_BOXES`
-        (readers call it once their ``image_ids`` are set)."""
+    def _finish(self, check_files: bool) -> None:
+        """Fill :attr:`bad_boxes` and ``skipped["known_bad_box"]`` from :data:`KNOWN_BAD_BOXES`; with
+        ``check_files``, check that every listed image exists (readers call it once their items are set)."""
         table = KNOWN_BAD_BOXES.get(self.dataset_name, {})
         self.bad_boxes = {i: table[i] for i in self.image_ids if i in table}
         if self.bad_boxes:
             self.skipped["known_bad_box"] = len(self.bad_boxes)
+        if check_files:
+            check_files_exist(self.paths, self.listing)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -246,8 +259,7 @@ class AnnotatedDataset(Dataset):
         if parts.shape[0]:
             out = (parts[:, 0] < 0) | (parts[:, 0] >= w) | (parts[:, 1] < 0) | (parts[:, 1] >= h)
             parts[out | (parts[:, 2] <= 0)] = 0.0
-        box = np.array([np.clip(box[0], 0, w), np.clip(box[1], 0, h),
-                        np.clip(box[2], 0, w), np.clip(box[3], 0, h)], np.float32)
+        box = np.clip(box, 0, [w, h, w, h]).astype(np.float32)
         return image, parts, box
 
     def __getitem__(self, index: int) -> Sample:
@@ -262,16 +274,9 @@ class AnnotatedDataset(Dataset):
         box_mask = box_mask_from_box(box_t, hw, self.patch_size)
         if self.image_ids[index] in self.bad_boxes:  # a known-wrong box: no box metric reads it
             box_mask = torch.zeros_like(box_mask)
-        return Sample(
-            image=img_t,
-            label=int(self.labels[index]),
-            parts=parts_t.to(torch.float32),
-            box=box_t.to(torch.float32),
-            part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
-            box_mask=box_mask,
-            image_id=self.image_ids[index],
-            index=index,
-        )
+        return Sample(image=img_t, label=int(self.labels[index]), parts=parts_t.to(torch.float32),
+                      box=box_t.to(torch.float32), part_mask=part_mask_from_keypoints(parts_t, hw, self.patch_size),
+                      box_mask=box_mask, image_id=self.image_ids[index], index=index)
 
     def identity_options(self) -> dict[str, Any]:
         """Settings of the dataset itself (not of its transform) that change what a sample

@@ -29,8 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from ._common import (AnnotatedDataset, DatasetError, PathLike, check_files_exist,
-                      first_k_per_class, read_lines, require_root)
+from ._common import AnnotatedDataset, DatasetError, PathLike, read_lines, require_root, select_items
 
 __all__ = ["AircraftDataset", "AIRCRAFT_LEVELS", "AIRCRAFT_SPLITS"]
 
@@ -143,14 +142,8 @@ class AircraftDataset(AnnotatedDataset):
         if unknown:
             raise DatasetError(f"{label_path}: class name(s) {unknown[:5]} are not listed in {list_path}")
 
-        if ids is not None:
-            wanted = {str(i) for i in ids}
-            missing_ids = sorted(wanted - {i for i, _ in rows})
-            if missing_ids:
-                raise DatasetError(f"{label_path}: requested image id(s) {missing_ids[:5]} are not listed")
-            rows = [r for r in rows if r[0] in wanted]
-        labels_all = [self.label_map[n] for _, n in rows]
-        keep = first_k_per_class(list(range(len(rows))), labels_all, max_images_per_class)
+        keep = select_items(range(len(rows)), [self.label_map[n] for _, n in rows], max_images_per_class,
+                            [i for i, _ in rows], None if ids is None else [str(i) for i in ids], label_path)
         rows = [rows[i] for i in keep]
         if not rows:
             raise DatasetError(f"{label_path}: split {split!r} selects no images; expected at least one "
@@ -168,9 +161,7 @@ class AircraftDataset(AnnotatedDataset):
         self.raw_boxes = np.array([boxes[i] for i in self.image_ids], np.float32).reshape(-1, 4)
         self.raw_parts = np.zeros((len(rows), 0, 3), np.float32)
         self.part_names = []
-        self._mark_known_bad_boxes()
-        if check_files:
-            check_files_exist(self.paths, label_path)
+        self._finish(check_files)
 
     def identity_options(self) -> dict:
         """The banner crop changes every image a sample holds, the label level every label,

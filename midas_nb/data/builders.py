@@ -64,9 +64,13 @@ CARS_NAMES: tuple[str, ...] = (
 _BANNER_PX = 20
 
 
-def _pick(cub_root: PathLike, num_classes: int, per_class: Sequence[int]) -> tuple[list[list[Path]], list[np.ndarray]]:
-    """Image paths and boxes (x0, y0, x1, y1) of the first ``sum(per_class)`` images (id order)
-    of each of the first ``num_classes`` classes of a CUB copy, grouped by class."""
+def _pick(cub_root: PathLike, num_classes: int, per_split: dict[str, int], max_classes: int
+          ) -> list[list[tuple[str, Path, np.ndarray]]]:
+    """Per class, ``(split, image path, box x0 y0 x1 y1)`` of the first ``sum(per_split)`` images (id order)
+    of each of the first ``num_classes`` classes of a CUB copy, ``per_split[s]`` of them in split ``s``."""
+    if num_classes > max_classes:
+        raise ValueError(f"num_classes must be <= {max_classes}, got {num_classes}")
+    per_class = list(per_split.values())
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
     if any(int(k) < 1 for k in per_class):
@@ -77,14 +81,14 @@ def _pick(cub_root: PathLike, num_classes: int, per_class: Sequence[int]) -> tup
     classes = sorted(set(int(c) for c in ann.labels))
     if len(classes) < num_classes:
         raise DatasetError(f"{root}: {len(classes)} classes, {num_classes} requested")
-    paths, boxes = [], []
+    order = [s for s, k in per_split.items() for _ in range(k)]
+    picked = []
     for c in classes[:num_classes]:
         rows = np.nonzero(ann.labels == c)[0][:need]
         if len(rows) < need:
             raise DatasetError(f"{root}: class {c} has {len(rows)} images, {need} requested")
-        paths.append([root / "images" / ann.rel_paths[r] for r in rows])
-        boxes.append(ann.boxes[rows])
-    return paths, boxes
+        picked.append([(s, root / "images" / ann.rel_paths[r], ann.boxes[r]) for s, r in zip(order, rows)])
+    return picked
 
 
 def _inclusive_box(box: np.ndarray, w: int, h: int) -> tuple[int, int, int, int]:
@@ -116,18 +120,15 @@ def make_aircraft_from_cub(cub_root: PathLike, out: PathLike, *, num_classes: in
         ValueError: ``num_classes`` beyond the name list, or a split with no image.
         DatasetError: the CUB copy has too few classes or images.
     """
-    if num_classes > len(AIRCRAFT_NAMES):
-        raise ValueError(f"num_classes must be <= {len(AIRCRAFT_NAMES)}, got {num_classes}")
-    paths, boxes = _pick(cub_root, num_classes, per_split)
+    picked = _pick(cub_root, num_classes, dict(zip(("train", "val", "test"), per_split)), len(AIRCRAFT_NAMES))
     data = Path(out) / "data"
     (data / "images").mkdir(parents=True, exist_ok=True)
     names = AIRCRAFT_NAMES[:num_classes]
     splits: dict[str, list[tuple[str, int]]] = {"train": [], "val": [], "test": []}
     box_lines = []
     serial = 0
-    for c, (cls_paths, cls_boxes) in enumerate(zip(paths, boxes)):
-        order = ["train"] * per_split[0] + ["val"] * per_split[1] + ["test"] * per_split[2]
-        for split, src, box in zip(order, cls_paths, cls_boxes):
+    for c, items in enumerate(picked):
+        for split, src, box in items:
             # 7-digit ids with leading zeros, as in the release (e.g. 0056978), plus some >= 1000000
             image_id = f"{(56978 + 7919 * serial) if serial % 3 else (1025794 + 131 * serial):07d}"
             serial += 1
@@ -145,11 +146,11 @@ def make_aircraft_from_cub(cub_root: PathLike, out: PathLike, *, num_classes: in
             splits[split].append((image_id, c))
     splits["trainval"] = sorted(splits["train"] + splits["val"], key=lambda r: r[0])
     _write_lines(data / "images_box.txt", sorted(box_lines))
-    for level, col in (("variant", 0), ("family", 1), ("manufacturer", 2)):
+    for col, (level, listing) in enumerate((("variant", "variants.txt"), ("family", "families.txt"),
+                                            ("manufacturer", "manufacturers.txt"))):
         for split in ("train", "val", "trainval", "test"):
             _write_lines(data / f"images_{level}_{split}.txt",
                          [f"{i} {names[c][col]}" for i, c in sorted(splits[split])])
-        listing = {"variant": "variants.txt", "family": "families.txt", "manufacturer": "manufacturers.txt"}[level]
         _write_lines(data / listing, list(dict.fromkeys(n[col] for n in names)))
     return Path(out)
 
@@ -188,16 +189,13 @@ def make_cars_from_cub(cub_root: PathLike, out: PathLike, *, num_classes: int = 
     """
     import scipy.io
 
-    if num_classes > len(CARS_NAMES):
-        raise ValueError(f"num_classes must be <= {len(CARS_NAMES)}, got {num_classes}")
-    paths, boxes = _pick(cub_root, num_classes, per_split)
+    picked = _pick(cub_root, num_classes, dict(zip(("train", "test"), per_split)), len(CARS_NAMES))
     out = Path(out)
     devkit = out / "devkit"
     devkit.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list] = {"train": [], "test": []}
-    for c, (cls_paths, cls_boxes) in enumerate(zip(paths, boxes)):
-        order = ["train"] * per_split[0] + ["test"] * per_split[1]
-        for split, src, box in zip(order, cls_paths, cls_boxes):
+    for c, items in enumerate(picked):
+        for split, src, box in items:
             rows[split].append((src, box, c + 1))
     for split in ("train", "test"):
         folder = out / f"cars_{split}"
@@ -212,12 +210,9 @@ def make_cars_from_cub(cub_root: PathLike, out: PathLike, *, num_classes: int = 
                 photo = im.convert("RGB")
             photo.save(folder / fname, format="JPEG", quality=90)
             ann_rows.append((_inclusive_box(box, *photo.size), cls, fname))
-        if split == "train":
-            scipy.io.savemat(devkit / "cars_train_annos.mat", {"annotations": _annotations(ann_rows, True)})
-        else:
-            scipy.io.savemat(devkit / "cars_test_annos.mat", {"annotations": _annotations(ann_rows, False)})
-            scipy.io.savemat(devkit / "cars_test_annos_withlabels.mat",
-                             {"annotations": _annotations(ann_rows, True)})
+        scipy.io.savemat(devkit / f"cars_{split}_annos.mat", {"annotations": _annotations(ann_rows, split == "train")})
+        if split == "test":
+            scipy.io.savemat(devkit / "cars_test_annos_withlabels.mat", {"annotations": _annotations(ann_rows, True)})
     names = np.empty((1, num_classes), dtype=object)
     for c in range(num_classes):
         names[0, c] = np.array([CARS_NAMES[c]])

@@ -24,8 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._common import (AnnotatedDataset, DatasetError, PathLike, check_files_exist,
-                      first_k_per_class, require_root)
+from ._common import AnnotatedDataset, DatasetError, PathLike, require_root, select_items
 
 __all__ = ["CarsDataset", "read_cars_meta", "read_cars_annotations"]
 
@@ -159,14 +158,8 @@ class CarsDataset(AnnotatedDataset):
             labels_all = [-1] * m
         stems = [Path(f).stem for f in ann["fname"]]
 
-        order = list(range(m))
-        if ids is not None:
-            wanted = {str(i) for i in ids}
-            unknown = sorted(wanted - set(stems))
-            if unknown:
-                raise DatasetError(f"{ann_path}: requested image id(s) {unknown[:5]} are not listed")
-            order = [i for i in order if stems[i] in wanted]
-        order = first_k_per_class(order, labels_all, max_images_per_class)
+        order = select_items(range(m), labels_all, max_images_per_class, stems,
+                             None if ids is None else [str(i) for i in ids], ann_path)
         if not order:
             raise DatasetError(f"{ann_path}: split {split!r} selects no images; expected at least one annotation")
 
@@ -178,6 +171,4 @@ class CarsDataset(AnnotatedDataset):
         self.image_ids = [stems[i] for i in order]
         self.labels = [labels_all[i] for i in order]
         self.paths = [self.images_dir / ann["fname"][i] for i in order]
-        self._mark_known_bad_boxes()
-        if check_files:
-            check_files_exist(self.paths, ann_path)
+        self._finish(check_files)

@@ -32,8 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ._common import (AnnotatedDataset, DatasetError, PathLike, check_files_exist,
-                      first_k_per_class, read_lines, require_root)
+from ._common import AnnotatedDataset, DatasetError, PathLike, read_lines, require_root, select_items
 
 __all__ = ["CUBDataset", "CUB_PART_NAMES", "CUB_FILES"]
 
@@ -267,21 +266,11 @@ class CUBDataset(AnnotatedDataset):
         self.classes = [ann.class_names[o] for o in present]
         self.part_names = list(ann.part_names)
 
-        if split == "train":
-            pos = np.nonzero(ann.is_train)[0]
-        elif split == "test":
-            pos = np.nonzero(~ann.is_train)[0]
-        else:
-            pos = np.arange(len(ann.ids))
+        pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
         n_split = len(pos)
-        if ids is not None:
-            wanted = {int(i) for i in ids}
-            unknown = sorted(wanted - set(ann.ids.tolist()))
-            if unknown:
-                raise DatasetError(f"{self.root / 'images.txt'}: requested image id(s) {unknown[:5]} "
-                                   "are not listed")
-            pos = np.array([p for p in pos if int(ann.ids[p]) in wanted], np.int64)
-        pos = np.array(first_k_per_class(pos.tolist(), ann.labels.tolist(), max_images_per_class), np.int64)
+        pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, ann.ids.tolist(),
+                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"),
+                       np.int64)
         if len(pos) == 0:
             n_tr = int(ann.is_train.sum())
             raise DatasetError(
@@ -299,5 +288,4 @@ class CUBDataset(AnnotatedDataset):
         no_vis = int((~(self.raw_parts[:, :, 2] > 0).any(axis=1)).sum())
         if no_vis:
             self.skipped["no_visible_part"] = no_vis
-        if check_files:
-            check_files_exist(self.paths, self.listing)
+        self._finish(check_files)

@@ -13,6 +13,7 @@ are assigned to the last row / column.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -25,10 +26,14 @@ ImageSize = int | Sequence[int]
 
 
 def _hw(image_size: ImageSize) -> tuple[int, int]:
-    if isinstance(image_size, int):
-        return image_size, image_size
-    h, w = (int(v) for v in image_size)
+    h, w = (image_size, image_size) if isinstance(image_size, int) else (int(v) for v in image_size)
     return h, w
+
+
+def _patch_index(x: Tensor, y: Tensor, patch_size: int, gh: int, gw: int) -> Tensor:
+    """Row-major index of the patch holding pixel point ``(x, y)``; the far border goes to the last row/column."""
+    col = torch.clamp(torch.floor(x / patch_size), 0, gw - 1).long()
+    return torch.clamp(torch.floor(y / patch_size), 0, gh - 1).long() * gw + col
 
 
 def grid_shape(image_size: ImageSize, patch_size: int) -> tuple[int, int]:
@@ -38,8 +43,7 @@ def grid_shape(image_size: ImageSize, patch_size: int) -> tuple[int, int]:
         ValueError: ``patch_size < 1`` or ``H``/``W`` not a positive multiple of
             ``patch_size``.
     """
-    h, w = _hw(image_size)
-    p = int(patch_size)
+    (h, w), p = _hw(image_size), int(patch_size)
     if p < 1:
         raise ValueError(f"patch_size must be >= 1, got {patch_size}")
     if h <= 0 or w <= 0 or h % p or w % p:
@@ -86,22 +90,17 @@ def part_mask_from_keypoints(parts: Tensor, image_size: ImageSize, patch_size: i
     if parts.ndim < 2 or parts.shape[-1] != 3:
         raise ValueError(f"parts must be shaped [..., P, 3] (x, y, visible), got {tuple(parts.shape)}")
     lead = parts.shape[:-2]
-    nb = 1
-    for d in lead:
-        nb *= int(d)
-    flat = parts.reshape(nb, parts.shape[-2], 3)
+    flat = parts.reshape(math.prod(lead), parts.shape[-2], 3)
     x, y, v = flat[..., 0], flat[..., 1], flat[..., 2]
     ok = (v > 0) & (x >= 0) & (x <= w) & (y >= 0) & (y <= h) & torch.isfinite(x) & torch.isfinite(y)
-    col = torch.clamp(torch.floor(x / patch_size), 0, gw - 1).long()
-    row = torch.clamp(torch.floor(y / patch_size), 0, gh - 1).long()
-    idx = torch.where(ok, row * gw + col, torch.zeros_like(col))
+    idx = _patch_index(x, y, patch_size, gh, gw)
+    idx = torch.where(ok, idx, torch.zeros_like(idx))
     # scatter with 'amax' so an ignored point (routed to patch 0 with value 0) never
     # clears a visible one
     mask = torch.zeros(flat.shape[0], gh * gw, dtype=torch.int32)
     if flat.shape[1] > 0:
         mask.scatter_reduce_(1, idx, ok.to(torch.int32), reduce="amax")
-    mask = mask.bool()
-    return mask.reshape(*lead, gh * gw)
+    return mask.bool().reshape(*lead, gh * gw)
 
 
 def box_mask_from_box(box: Tensor, image_size: ImageSize, patch_size: int) -> Tensor:
@@ -128,22 +127,15 @@ def box_mask_from_box(box: Tensor, image_size: ImageSize, patch_size: int) -> Te
     if box.ndim < 1 or box.shape[-1] != 4:
         raise ValueError(f"box must be shaped [..., 4] (x0, y0, x1, y1), got {tuple(box.shape)}")
     lead = box.shape[:-1]
-    b = box.reshape(-1, 4)
-    x0 = b[:, 0].clamp(0, w)
-    y0 = b[:, 1].clamp(0, h)
-    x1 = b[:, 2].clamp(0, w)
-    y1 = b[:, 3].clamp(0, h)
+    lim = torch.tensor([w, h, w, h], dtype=torch.float32)
+    x0, y0, x1, y1 = box.reshape(-1, 4).clamp(torch.zeros(4), lim).unbind(1)
     c = patch_centres((h, w), patch_size)  # [N, 2]
     cx, cy = c[None, :, 0], c[None, :, 1]
     mask = (cx >= x0[:, None]) & (cx <= x1[:, None]) & (cy >= y0[:, None]) & (cy <= y1[:, None])
     nonempty = (x1 > x0) & (y1 > y0)
     need = nonempty & ~mask.any(dim=1)
     if bool(need.any()):
-        mx = (x0 + x1) / 2
-        my = (y0 + y1) / 2
-        col = torch.clamp(torch.floor(mx / patch_size), 0, gw - 1).long()
-        row = torch.clamp(torch.floor(my / patch_size), 0, gh - 1).long()
         rows = torch.nonzero(need).flatten()
-        mask[rows, (row * gw + col)[rows]] = True
+        mask[rows, _patch_index((x0 + x1) / 2, (y0 + y1) / 2, patch_size, gh, gw)[rows]] = True
     mask &= nonempty[:, None]
     return mask.reshape(*lead, gh * gw)

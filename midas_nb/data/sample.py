@@ -13,7 +13,7 @@ Conventions (see ``docs/architecture.md``):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -88,21 +88,16 @@ class Batch:
         metrics average over)."""
         return self.part_mask.any(dim=1)
 
+    def _map(self, fn: Callable[[Any], Any]) -> "Batch":
+        return Batch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         """Return a copy with every tensor moved to ``device``."""
-        values = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            values[f.name] = v.to(device, non_blocking=non_blocking) if isinstance(v, Tensor) else list(v)
-        return Batch(**values)
+        return self._map(lambda v: v.to(device, non_blocking=non_blocking) if isinstance(v, Tensor) else list(v))
 
     def pin_memory(self) -> "Batch":
         """Pin every tensor (used by ``DataLoader(pin_memory=True)``)."""
-        values = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            values[f.name] = v.pin_memory() if isinstance(v, Tensor) else v
-        return Batch(**values)
+        return self._map(lambda v: v.pin_memory() if isinstance(v, Tensor) else v)
 
 
 def collate_samples(samples: Sequence[Sample]) -> Batch:
@@ -121,16 +116,14 @@ def collate_samples(samples: Sequence[Sample]) -> Batch:
     pcount = {int(s.parts.shape[0]) for s in samples}
     if len(pcount) != 1:
         raise ValueError(f"collate_samples: samples have different part counts {sorted(pcount)}")
-    return Batch(
-        images=torch.stack([s.image for s in samples]),
-        labels=torch.tensor([int(s.label) for s in samples], dtype=torch.long),
-        parts=torch.stack([s.parts for s in samples]).float(),
-        boxes=torch.stack([s.box for s in samples]).float(),
-        part_mask=torch.stack([s.part_mask for s in samples]).bool(),
-        box_mask=torch.stack([s.box_mask for s in samples]).bool(),
-        image_ids=[str(s.image_id) for s in samples],
-        indices=torch.tensor([int(s.index) for s in samples], dtype=torch.long),
-    )
+    return Batch(images=torch.stack([s.image for s in samples]),
+                 labels=torch.tensor([int(s.label) for s in samples], dtype=torch.long),
+                 parts=torch.stack([s.parts for s in samples]).float(),
+                 boxes=torch.stack([s.box for s in samples]).float(),
+                 part_mask=torch.stack([s.part_mask for s in samples]).bool(),
+                 box_mask=torch.stack([s.box_mask for s in samples]).bool(),
+                 image_ids=[str(s.image_id) for s in samples],
+                 indices=torch.tensor([int(s.index) for s in samples], dtype=torch.long))
 
 
 def evaluation_subset(n: int, max_images: int | None, seed: int = 0) -> list[int]:

@@ -89,12 +89,8 @@ def _class_dir_name(c: int, a: dict[str, str]) -> str:
 
 def _ellipse_poly(cx: float, cy: float, rx: float, ry: float, angle: float, n: int = 28) -> list[tuple[float, float]]:
     ca, sa = math.cos(angle), math.sin(angle)
-    pts = []
-    for k in range(n):
-        t = 2 * math.pi * k / n
-        x, y = rx * math.cos(t), ry * math.sin(t)
-        pts.append((cx + ca * x - sa * y, cy + sa * x + ca * y))
-    return pts
+    xy = [(rx * math.cos(2 * math.pi * k / n), ry * math.sin(2 * math.pi * k / n)) for k in range(n)]
+    return [(cx + ca * x - sa * y, cy + sa * x + ca * y) for x, y in xy]
 
 
 def _draw_background(rng: np.random.Generator, size: int, ss: int) -> Image.Image:
@@ -190,10 +186,8 @@ def _draw_bird(rng: np.random.Generator, attrs: dict[str, str], size: int, ss: i
     pts = np.array(tail + beak + [P(x, y) for x, y in ((-1.0, -0.62), (1.0, 0.62), (0.25, 1.0), (-0.12, 1.0))]
                    + [(hcx - R, hcy - R), (hcx + R, hcy + R)] + ([P(-0.8, -0.97)] if far_wing else []))
     box = np.array([pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()])
-    occ = _occluder(rng, d, box, L, ss)
-    out = _visible_parts(kp, size, occ)
-    box = np.clip(box, 0, size)
-    return img, out, box
+    out = _visible_parts(kp, size, _occluder(rng, d, box, L, ss))
+    return img, out, np.clip(box, 0, size)
 
 
 def _bird_keypoints(P: Callable[[float, float], tuple[float, float]], facing: float, hx: float, hy: float,
@@ -259,10 +253,8 @@ def _visible_parts(kp: dict[str, tuple[float, float, int]], size: int,
 def _render(rng: np.random.Generator, attrs: dict[str, str], size: int) -> tuple[Image.Image, np.ndarray, np.ndarray]:
     ss = 2  # supersampling for anti-aliased edges
     big, parts, box = _draw_bird(rng, attrs, size, ss)
-    img = big.resize((size, size), Image.BOX)
-    arr = np.asarray(img, dtype=np.int16)
-    noise = rng.normal(0.0, 6.0, arr.shape)
-    arr = np.clip(arr + np.round(noise), 0, 255).astype(np.uint8)
+    arr = np.asarray(big.resize((size, size), Image.BOX), dtype=np.int16)
+    arr = np.clip(arr + np.round(rng.normal(0.0, 6.0, arr.shape)), 0, 255).astype(np.uint8)
     return Image.fromarray(arr, "RGB"), parts, box
 
 
@@ -389,9 +381,7 @@ def ensure_synthetic_cub(root: PathLike, *, num_classes: int = 4, images_per_cla
     (a user-provided CUB-format set)."""
     root = Path(root).expanduser()
     params = _params(num_classes, images_per_class, image_size, seed, train_fraction)
-    if _matches(root, params):
-        return root
-    if (root / "images.txt").is_file() and not (root / _FILES_META).is_file():
+    if _matches(root, params) or ((root / "images.txt").is_file() and not (root / _FILES_META).is_file()):
         return root
     return make_synthetic_cub(root, num_classes=num_classes, images_per_class=images_per_class,
                               image_size=image_size, seed=seed, train_fraction=train_fraction)

@@ -50,10 +50,7 @@ Region = tuple[float, float, float, float]
 
 
 def _hw(image_size: int | Sequence[int]) -> tuple[int, int]:
-    if isinstance(image_size, int):
-        h = w = image_size
-    else:
-        h, w = (int(v) for v in image_size)
+    h, w = (image_size, image_size) if isinstance(image_size, int) else (int(v) for v in image_size)
     if h <= 0 or w <= 0:
         raise ValueError(f"image_size must be positive, got {image_size}")
     return h, w
@@ -117,12 +114,10 @@ def crop_resize(image: Image.Image, parts: Tensor, box: Tensor, region: Region,
     if not (rx1 > rx0 and ry1 > ry0):
         raise ValueError(f"crop region must have positive size, got {region}")
     out = image.resize((out_w, out_h), Image.BILINEAR, box=(rx0, ry0, rx1, ry1))
-    sx = out_w / (rx1 - rx0)
-    sy = out_h / (ry1 - ry0)
+    sx, sy = out_w / (rx1 - rx0), out_h / (ry1 - ry0)
 
     p = torch.as_tensor(parts, dtype=torch.float32).reshape(-1, 3).clone()
-    x = (p[:, 0] - rx0) * sx
-    y = (p[:, 1] - ry0) * sy
+    x, y = (p[:, 0] - rx0) * sx, (p[:, 1] - ry0) * sy
     vis = (p[:, 2] > 0) & (x >= 0) & (x < out_w) & (y >= 0) & (y < out_h)
     new_parts = torch.stack([x, y, torch.ones_like(x)], dim=1) * vis[:, None].to(torch.float32)
 
@@ -136,12 +131,10 @@ def crop_resize(image: Image.Image, parts: Tensor, box: Tensor, region: Region,
         out = out.transpose(Image.FLIP_LEFT_RIGHT)
         v = new_parts[:, 2] > 0
         new_parts[:, 0] = torch.where(v, out_w - new_parts[:, 0], new_parts[:, 0])
-        if len(part_names) != new_parts.shape[0]:
-            if len(part_names) != 0:
-                raise ValueError(f"got {len(part_names)} part names for {new_parts.shape[0]} parts")
-        else:
-            perm = flip_permutation(part_names)
-            new_parts = new_parts[perm]
+        if len(part_names) == new_parts.shape[0]:
+            new_parts = new_parts[flip_permutation(part_names)]
+        elif len(part_names):
+            raise ValueError(f"got {len(part_names)} part names for {new_parts.shape[0]} parts")
         new_box = torch.stack([out_w - new_box[2], new_box[1], out_w - new_box[0], new_box[3]])
     return out, new_parts, new_box
 
@@ -209,13 +202,9 @@ class EvalTransform(JointTransform):
 
     def region(self, width: int, height: int) -> tuple[Region, bool]:
         out_h, out_w = self.image_size
-        target_h = round(out_h * self.resize_ratio)
-        target_w = round(out_w * self.resize_ratio)
-        s = max(target_h / height, target_w / width)
-        rw = max(out_w, round(width * s))
-        rh = max(out_h, round(height * s))
-        left = int(round((rw - out_w) / 2.0))
-        top = int(round((rh - out_h) / 2.0))
+        s = max(round(out_h * self.resize_ratio) / height, round(out_w * self.resize_ratio) / width)
+        rw, rh = max(out_w, round(width * s)), max(out_h, round(height * s))
+        left, top = int(round((rw - out_w) / 2.0)), int(round((rh - out_h) / 2.0))
         fx, fy = width / rw, height / rh
         return (left * fx, top * fy, (left + out_w) * fx, (top + out_h) * fy), False
 
@@ -286,8 +275,7 @@ class TrainTransform(JointTransform):
             # in a worker, torch.initial_seed() = DataLoader base seed + worker id: it differs
             # per worker and per epoch and follows the main process's torch.manual_seed
             s = self.seed if wid < 0 else (self.seed * 1_000_003 + torch.initial_seed()) % (2 ** 63)
-            self._gen = torch.Generator().manual_seed(s)
-            self._gen_owner = wid
+            self._gen, self._gen_owner = torch.Generator().manual_seed(s), wid
         return self._gen
 
     def _uniform(self, lo: float, hi: float) -> float:
@@ -308,8 +296,7 @@ class TrainTransform(JointTransform):
             cw = int(round(math.sqrt(target * aspect)))
             ch = int(round(math.sqrt(target / aspect)))
             if 0 < cw <= width and 0 < ch <= height:
-                top = self._randint(0, height - ch)
-                left = self._randint(0, width - cw)
+                top, left = self._randint(0, height - ch), self._randint(0, width - cw)
                 reg = (float(left), float(top), float(left + cw), float(top + ch))
                 break
         if reg is None:  # centre crop with the aspect clamped into the ratio range
@@ -322,8 +309,7 @@ class TrainTransform(JointTransform):
                 cw = int(round(ch * max(self.ratio) * rel))
             else:
                 cw, ch = width, height
-            left = (width - cw) // 2
-            top = (height - ch) // 2
+            left, top = (width - cw) // 2, (height - ch) // 2
             reg = (float(left), float(top), float(left + cw), float(top + ch))
         do_flip = self.flip and float(torch.rand((), generator=self.generator)) < self.flip_prob
         return reg, do_flip

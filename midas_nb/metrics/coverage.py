@@ -61,8 +61,7 @@ def _mask_iou(keep_mask: Tensor, ref_mask: Tensor, name: str, skip: Tensor | Non
         raise ValueError(f"keep_mask and the {name} mask must both be [B,N] of the same shape, got "
                          f"{tuple(keep_mask.shape)} and {tuple(ref_mask.shape)}")
     keep, ref = keep_mask.bool(), ref_mask.bool()
-    inter = (keep & ref).sum(1).double()
-    union = (keep | ref).sum(1).double()
+    inter, union = (keep & ref).sum(1).double(), (keep | ref).sum(1).double()
     has_ref = ref.any(1)
     flagged = has_ref & skip if skip is not None else torch.zeros_like(has_ref)
     used = has_ref & ~flagged
@@ -133,11 +132,8 @@ def box_coverage(keep_mask: Tensor, box_mask: Tensor, *,
                                                   and 0 < float(max_box_fraction) <= 1):
         raise ValueError(f"max_box_fraction must be a fraction of the patch tokens in (0, 1], "
                          f"got {max_box_fraction!r}")
-    if box_mask.dim() == 2 and box_mask.shape[1] > 0:
-        frac = box_mask.bool().sum(1).double() / box_mask.shape[1]
-        skip = frac > float(max_box_fraction)
-    else:
-        skip = None   # the shape error is _mask_iou's
+    skip = (box_mask.bool().sum(1).double() / box_mask.shape[1] > float(max_box_fraction)
+            if box_mask.dim() == 2 and box_mask.shape[1] > 0 else None)   # None: the shape error is _mask_iou's
     return _mask_iou(keep_mask, box_mask, "box coverage", skip,
                      f"{SKIP_UNINFORMATIVE} (> {float(max_box_fraction):.0%} of the patches)")
 

@@ -1,6 +1,7 @@
 """Decoupling ``D`` (MIDAS, DESIGN.md §6): part-coverage gain over the reference at faithfulness parity, with paired intervals and the band status."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Literal, Mapping, Sequence
 
@@ -39,7 +40,6 @@ def _as_float_list(v: Any) -> list[float] | None:
     if v is None or isinstance(v, float) and math.isnan(v):
         return None
     if isinstance(v, str):          # a table read back from CSV (results.load_table parses these)
-        import json
         v = json.loads(v)
     try:
         return [math.nan if x is None else float(x) for x in v]
@@ -55,7 +55,6 @@ def per_image_values(row: Mapping[str, Any], ids_col: str, val_col: str) -> dict
     if ids is None or vals is None or (isinstance(ids, float) and math.isnan(ids)):
         return None
     if isinstance(ids, str):
-        import json
         ids = json.loads(ids)
     ids = [str(i) for i in ids]
     if len(ids) != len(vals) or not ids:
@@ -87,23 +86,11 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
                  reference="MIDAS (DESIGN.md §6): D(t) = mIoU_t − mIoU_ref where "
                            f"IDAUC_t − IDAUC_ref ≥ −{PARITY_BAND:g}, the reference clearly above a random ranking",
                  summary="part-coverage gain over the reference scorer at faithfulness parity")
-def decoupling_D(
-    table: pd.DataFrame,
-    reference: str = "reference",
-    band: float | None = None,
-    miou_col: str = "miou",
-    idauc_col: str = "idauc",
-    by: Sequence[str] | None = None,
-    *,
-    condition_cols: Sequence[str] = DEFAULT_CONDITION_KEY,
-    seed_col: str = "seed",
-    miou_unit: Literal["fraction", "percent"] = "fraction",
-    per_seed: bool = False,
-    random: str = "random",
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    ci_seed: int = 0,
-) -> pd.DataFrame:
+def decoupling_D(table: pd.DataFrame, reference: str = "reference", band: float | None = None, miou_col: str = "miou",
+                 idauc_col: str = "idauc", by: Sequence[str] | None = None, *,
+                 condition_cols: Sequence[str] = DEFAULT_CONDITION_KEY, seed_col: str = "seed",
+                 miou_unit: Literal["fraction", "percent"] = "fraction", per_seed: bool = False, random: str = "random",
+                 n_boot: int = 1000, alpha: float = 0.05, ci_seed: int = 0) -> pd.DataFrame:
     """Decoupling ``D(t) = mIoU_t − mIoU_ref`` with the IDAUC parity band (MIDAS, DESIGN.md §6).
 
     **Cells.** Within each cell — ``by`` (dataset, backbone, depth, budget) *plus* the backbone's

@@ -110,21 +110,11 @@ def _probs_of(logits: Tensor, class_index: Tensor) -> Tensor:
                  summary="IDAUC = insertion AUC − deletion AUC of p_c as patches enter / leave in "
                          "rank order",
                  field_directions={"ins_auc": True, "del_auc": False, "idauc": True})
-def insertion_deletion_auc(
-    backbone: nn.Module,
-    images: Tensor,
-    ranking: Tensor,
-    steps: int = 10,
-    class_index: Tensor | None = None,
-    space: Literal["token", "pixel"] = "token",
-    batch_size: int | None = None,
-    *,
-    device: torch.device | str | None = None,
-    blur_sigma: float = 5.0,
-    blur_kernel_size: int = 11,
-    delete_value: float = 0.0,
-    full_probs: Tensor | None = None,
-) -> InsDel:
+def insertion_deletion_auc(backbone: nn.Module, images: Tensor, ranking: Tensor, steps: int = 10,
+                           class_index: Tensor | None = None, space: Literal["token", "pixel"] = "token",
+                           batch_size: int | None = None, *, device: torch.device | str | None = None,
+                           blur_sigma: float = 5.0, blur_kernel_size: int = 11, delete_value: float = 0.0,
+                           full_probs: Tensor | None = None) -> InsDel:
     """Insertion and deletion AUC of ``p_c`` along a patch ranking, and IDAUC = ins − del.
 
     Implementation of the insertion/deletion game of Petsiuk et al., 2018 (RISE,
@@ -191,8 +181,7 @@ def insertion_deletion_auc(
     if full_probs is not None and (space != "token" or class_index is None):
         raise ValueError("full_probs needs space='token' and the class_index it was computed for")
     dev = torch.device(device) if device is not None else images.device
-    images = images.to(dev)
-    ranking = ranking.to(dev)
+    images, ranking = images.to(dev), ranking.to(dev)
     B = images.shape[0]
     rows, cols = grid_size(backbone)
     N = rows * cols
@@ -206,8 +195,7 @@ def insertion_deletion_auc(
     # descending, stable: equal scores keep index order, so ties go to the lower index
     order = torch.sort(ranking, dim=1, descending=True, stable=True).indices
     # rank_pos[b, j] = position of patch j in the ranking
-    rank_pos = torch.empty_like(order)
-    rank_pos.scatter_(1, order, torch.arange(N, device=dev).expand(B, N))
+    rank_pos = torch.empty_like(order).scatter_(1, order, torch.arange(N, device=dev).expand(B, N))
 
     was_training = backbone.training
     backbone.eval()
@@ -223,14 +211,12 @@ def insertion_deletion_auc(
     finally:
         backbone.train(was_training)
 
-    ins_curve = torch.stack(ins_p, dim=1)
-    del_curve = torch.stack(del_p, dim=1)
+    ins_curve, del_curve = torch.stack(ins_p, dim=1), torch.stack(del_p, dim=1)
     if not (bool(torch.isfinite(ins_curve).all()) and bool(torch.isfinite(del_curve).all())):
         raise ValueError("p_c is not finite at some step; a backbone that pools patch tokens "
                          "(global_pool='avg') has no prediction from prefix tokens alone (k = 0)")
     fractions = torch.tensor(counts, dtype=torch.float32, device=dev) / N
-    ins_auc = curve_auc(ins_curve, fractions)
-    del_auc = curve_auc(del_curve, fractions)
+    ins_auc, del_auc = curve_auc(ins_curve, fractions), curve_auc(del_curve, fractions)
     return InsDel(ins_auc, del_auc, ins_auc - del_auc, fractions, ins_curve, del_curve,
                   class_index, space)
 
@@ -271,9 +257,7 @@ def _insdel_token(backbone: nn.Module, images: Tensor, order: Tensor, counts: li
         p = _probs_of(forward(seqs), class_index.repeat(len(keys)))
         for i, key in enumerate(keys):
             probs[key] = p[i * B:(i + 1) * B]
-    ins = [probs[ins_key(k)] for k in counts]
-    dele = [probs[del_key(k)] for k in counts]
-    return ins, dele, class_index
+    return [probs[ins_key(k)] for k in counts], [probs[del_key(k)] for k in counts], class_index
 
 
 def _insdel_pixel(backbone: nn.Module, images: Tensor, rank_pos: Tensor, counts: list[int], N: int,
@@ -295,8 +279,7 @@ def _insdel_pixel(backbone: nn.Module, images: Tensor, rank_pos: Tensor, counts:
         return m.repeat_interleave(ph, 2).repeat_interleave(pw, 3)
 
     full_logits = forward(images)
-    if class_index is None:
-        class_index = full_logits.argmax(-1)
+    class_index = full_logits.argmax(-1) if class_index is None else class_index
     p_full = _probs_of(full_logits, class_index)
     blurred = gaussian_blur(images, blur_sigma, blur_kernel_size)
     baseline = torch.full_like(images, float(delete_value))

@@ -29,9 +29,7 @@ def patch_score(hidden_last: Tensor, num_prefix: int) -> Tensor:
     if hidden_last.dim() != 3 or hidden_last.shape[1] <= num_prefix:
         raise ValueError(f"hidden_last must be [B,T,D] with T > num_prefix={num_prefix}, got "
                          f"{tuple(hidden_last.shape)}")
-    cls = hidden_last[:, :1]
-    patches = hidden_last[:, num_prefix:]
-    return F.cosine_similarity(patches, cls, dim=-1)
+    return F.cosine_similarity(hidden_last[:, num_prefix:], hidden_last[:, :1], dim=-1)   # patches vs CLS
 
 
 @register_metric("point_in_box", higher_is_better=True, category="localisation",

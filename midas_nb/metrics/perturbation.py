@@ -40,16 +40,9 @@ ReferenceClass = Literal["label", "prediction"]
 
 
 @torch.no_grad()
-def perturbation_curves(
-    backbone: nn.Module,
-    images: Tensor,
-    maps: Mapping[str, Tensor],
-    steps: int = 10,
-    *,
-    labels: Tensor | None = None,
-    target: ReferenceClass = "label",
-    on_map: Callable[[str], Any] | None = None,
-) -> dict[str, tuple[Tensor, Tensor]]:
+def perturbation_curves(backbone: nn.Module, images: Tensor, maps: Mapping[str, Tensor], steps: int = 10, *,
+                        labels: Tensor | None = None, target: ReferenceClass = "label",
+                        on_map: Callable[[str], Any] | None = None) -> dict[str, tuple[Tensor, Tensor]]:
     """Per-image correctness along positive and negative perturbation, for several maps.
 
     The positive/negative perturbation test of Chefer et al. as TokenTM evaluates with it
@@ -90,12 +83,9 @@ def perturbation_curves(
 
     all_idx = torch.arange(N, device=x0.device).expand(B, N)
     full_pred = predict(all_idx, x0)
-    if target == "label":
-        if labels is None:
-            raise ValueError("target='label' needs labels [B]")
-        ref = labels.to(x0.device).long()
-    else:
-        ref = full_pred
+    if target == "label" and labels is None:
+        raise ValueError("target='label' needs labels [B]")
+    ref = labels.to(x0.device).long() if target == "label" else full_pred
     full_ok = full_pred == ref
     empty_ok = predict(all_idx[:, :0], x0) == ref
     x2 = torch.cat([x0, x0])
@@ -169,17 +159,9 @@ def _run(backbone, data, maps: Mapping[str, Tensor], steps: int, target: Referen
     return curves, fractions
 
 
-def perturbation_test(
-    backbone: nn.Module,
-    data: Any,
-    maps: Tensor,
-    steps: int = 10,
-    *,
-    target: ReferenceClass = "label",
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    progress: bool = False,
-) -> dict[str, Any]:
+def perturbation_test(backbone: nn.Module, data: Any, maps: Tensor, steps: int = 10, *,
+                      target: ReferenceClass = "label", batch_size: int = 32, device: str | torch.device = "cpu",
+                      progress: bool = False) -> dict[str, Any]:
     """Positive and negative perturbation test of one relevance map (TokenTM / Chefer et al.;
     hila-chefer/Transformer-Explainability, ``baselines/ViT/pertubation_eval_from_hdf5.py``).
 
@@ -207,20 +189,10 @@ def perturbation_test(
                 steps=int(steps))
 
 
-def perturbation_table(
-    backbone: nn.Module,
-    test_set,
-    target_maps: Mapping[str, Tensor],
-    steps: int = 10,
-    *,
-    max_images: int | None = None,
-    subset_seed: int = 0,
-    target: ReferenceClass = "label",
-    batch_size: int = 32,
-    device: str | torch.device = "cpu",
-    n_boot: int = 1000,
-    progress: bool = True,
-) -> pd.DataFrame:
+def perturbation_table(backbone: nn.Module, test_set, target_maps: Mapping[str, Tensor], steps: int = 10, *,
+                       max_images: int | None = None, subset_seed: int = 0, target: ReferenceClass = "label",
+                       batch_size: int = 32, device: str | torch.device = "cpu", n_boot: int = 1000,
+                       progress: bool = True) -> pd.DataFrame:
     """Positive/negative perturbation AUCs of several relevance maps on a test split.
 
     Compares e.g. TokenTM, the rollout over all blocks (``rollout_full``), T3 and T5 the way

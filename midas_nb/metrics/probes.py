@@ -46,13 +46,8 @@ from torch import Tensor
 from . import bootstrap_ci
 
 __all__ = [
-    "CosineMode",
-    "HIDDEN_GRADIENT_TARGETS",
-    "ATTENTION_GRADIENT_TARGETS",
-    "per_image_cosine",
-    "cosine_matrix",
-    "cosine_across_depths",
-    "hidden_vs_attention_gradient",
+    "CosineMode", "HIDDEN_GRADIENT_TARGETS", "ATTENTION_GRADIENT_TARGETS", "per_image_cosine", "cosine_matrix",
+    "cosine_across_depths", "hidden_vs_attention_gradient"
 ]
 
 CosineMode = Literal["rank", "centered", "raw"]
@@ -134,15 +129,9 @@ def _summary(values: np.ndarray, bootstrap: int, alpha: float, seed: int) -> tup
     return mean, lo, hi, n
 
 
-def cosine_matrix(
-    maps: Mapping[str, Tensor | np.ndarray],
-    *,
-    ids: Sequence[str] | None = None,
-    mode: CosineMode = "rank",
-    bootstrap: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def cosine_matrix(maps: Mapping[str, Tensor | np.ndarray], *, ids: Sequence[str] | None = None,
+                  mode: CosineMode = "rank", bootstrap: int = 1000, alpha: float = 0.05,
+                  seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Mean per-image cosine between every pair of target maps, with bootstrap CIs over images.
 
     Args:
@@ -189,15 +178,9 @@ def cosine_matrix(
     return frames[0], frames[1], frames[2]
 
 
-def cosine_across_depths(
-    maps_by_depth: Mapping[int, Mapping[str, Tensor | np.ndarray]],
-    pairs: Sequence[tuple[str, str]] | None = None,
-    *,
-    mode: CosineMode = "rank",
-    bootstrap: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> pd.DataFrame:
+def cosine_across_depths(maps_by_depth: Mapping[int, Mapping[str, Tensor | np.ndarray]],
+                         pairs: Sequence[tuple[str, str]] | None = None, *, mode: CosineMode = "rank",
+                         bootstrap: int = 1000, alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
     """The pairwise cosine probe at each depth ``L``.
 
     Args:

@@ -57,7 +57,6 @@ def register_metric(
         _METRICS.add(name, MetricSpec(name, fn, higher_is_better, category, reference, summary,
                                       dict(field_directions or {})))
         fn.higher_is_better = higher_is_better  # type: ignore[attr-defined]
-        fn.metric_reference = reference  # type: ignore[attr-defined]
         return fn
 
     return deco

@@ -16,8 +16,7 @@ from .registry import register_metric
 from .stats import bootstrap_ci
 
 
-@register_metric("pruned_accuracy", higher_is_better=True, category="accuracy",
-                 reference="top-1 accuracy",
+@register_metric("pruned_accuracy", higher_is_better=True, category="accuracy", reference="top-1 accuracy",
                  summary="fraction of images whose pruned-model prediction equals the label")
 def pruned_accuracy(logits: Tensor, labels: Tensor) -> float:
     """Top-1 accuracy of ``logits [B,C]`` against ``labels [B]`` (a fraction in ``[0,1]``).
@@ -36,9 +35,8 @@ def _sync(device: torch.device | None) -> None:
 
 
 def _num_images(batch: Any) -> int:
-    for attr in ("images",):
-        if hasattr(batch, attr):
-            return int(getattr(batch, attr).shape[0])
+    if hasattr(batch, "images"):
+        return int(batch.images.shape[0])
     if isinstance(batch, Tensor):
         return int(batch.shape[0])
     return len(batch)
@@ -47,14 +45,8 @@ def _num_images(batch: Any) -> int:
 @register_metric("throughput", higher_is_better=True, category="efficiency",
                  reference="wall-clock images per second (device-synchronised)",
                  summary="images per second of the pruned forward")
-def measure_throughput(
-    fn: Callable[[Any], Any],
-    batch: Any,
-    repeats: int = 10,
-    warmup: int = 2,
-    *,
-    device: torch.device | str | None = None,
-) -> float:
+def measure_throughput(fn: Callable[[Any], Any], batch: Any, repeats: int = 10, warmup: int = 2, *,
+                       device: torch.device | str | None = None) -> float:
     """Images per second of ``fn(batch)``, timed over ``repeats`` calls after ``warmup`` calls.
 
     Runs under ``torch.no_grad``; on CUDA the device is synchronised before starting and
@@ -70,35 +62,12 @@ def measure_throughput(
     Returns:
         ``B · repeats / seconds`` (images/s).
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be ≥ 1, got {repeats}")
-    if device is None:
-        t = batch.images if hasattr(batch, "images") else batch
-        device = t.device if isinstance(t, Tensor) else None
-    dev = torch.device(device) if device is not None else None
-    n = _num_images(batch)
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn(batch)
-        _sync(dev)
-        t0 = time.perf_counter()
-        for _ in range(repeats):
-            fn(batch)
-        _sync(dev)
-        elapsed = time.perf_counter() - t0
-    return n * repeats / max(elapsed, 1e-12)
+    return measure_throughputs({"fn": fn}, batch, repeats, warmup, rounds=1, device=device)["fn"]
 
 
-def measure_throughputs(
-    fns: dict[str, Callable[[Any], Any]],
-    batch: Any,
-    repeats: int = 5,
-    warmup: int = 1,
-    rounds: int = 3,
-    *,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-) -> dict[str, float]:
+def measure_throughputs(fns: dict[str, Callable[[Any], Any]], batch: Any, repeats: int = 5, warmup: int = 1,
+                        rounds: int = 3, *, device: torch.device | str | None = None,
+                        progress: bool = False) -> dict[str, float]:
     """Images per second of several forwards measured together, so that they can be compared.
 
     Timing each forward on its own lets the machine's load drift between them (a pruned

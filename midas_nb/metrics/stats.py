@@ -45,12 +45,8 @@ def interval_sign(lo: Any, hi: Any, digits: int | None = None) -> str:
     return "positive" if lo > 0 else "negative" if hi < 0 else "not resolved"
 
 
-def bootstrap_ci(
-    values: Tensor | np.ndarray | Sequence[float],
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> tuple[float, float, float]:
+def bootstrap_ci(values: Tensor | np.ndarray | Sequence[float], n_boot: int = 1000, alpha: float = 0.05,
+                 seed: int = 0) -> tuple[float, float, float]:
     """Mean and percentile-bootstrap ``(1−alpha)`` CI over images, ignoring NaNs.
 
     Resamples the non-NaN values with replacement ``n_boot`` times (``numpy`` generator seeded
@@ -80,13 +76,8 @@ def bootstrap_ci(
     return mean, float(lo), float(hi)
 
 
-def hierarchical_bootstrap(
-    values: np.ndarray,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-    resample_seeds: bool = True,
-) -> tuple[float, float]:
+def hierarchical_bootstrap(values: np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0,
+                           resample_seeds: bool = True) -> tuple[float, float]:
     """Percentile bootstrap ``(1−alpha)`` interval of ``mean_s nanmean_i values[s, i]``.
 
     Each resample draws the seeds (rows) with replacement — when ``resample_seeds`` and there

@@ -32,11 +32,9 @@ def _check_ids(ids: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-def _capture_and_compute(
-    backbone: nn.Module, images: Tensor | None, wanted: dict[int, list[str]],
-    class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
-    indices: Tensor | None, seed: int | None,
-) -> dict[int, dict[str, Tensor]]:
+def _capture_and_compute(backbone: nn.Module, images: Tensor | None, wanted: dict[int, list[str]],
+                         class_index: Tensor | None, labels: Tensor | None, tokens: Tensor | None,
+                         indices: Tensor | None, seed: int | None) -> dict[int, dict[str, Tensor]]:
     """``{L: {id: map}}`` of the ids ``wanted`` at each depth ``L``, from one capture (the loss gradient
     reaches only the depths that want T2; the same values as one capture per depth)."""
     n_blocks = len(backbone.blocks)
@@ -59,18 +57,9 @@ def _capture_and_compute(
     return {L: {i: get_target(i)(cap, L, cap.class_index) for i in ids} for L, ids in wanted.items()}
 
 
-def compute_targets(
-    backbone: nn.Module,
-    images: Tensor | None,
-    ids: Sequence[str],
-    depth: int,
-    class_index: Tensor,
-    labels: Tensor | None = None,
-    *,
-    tokens: Tensor | None = None,
-    indices: Tensor | None = None,
-    seed: int | None = None,
-) -> dict[str, Tensor]:
+def compute_targets(backbone: nn.Module, images: Tensor | None, ids: Sequence[str], depth: int, class_index: Tensor,
+                    labels: Tensor | None = None, *, tokens: Tensor | None = None, indices: Tensor | None = None,
+                    seed: int | None = None) -> dict[str, Tensor]:
     """Targets ``ids`` of a batch from **one** forward and its backward passes.
 
     One :func:`midas_nb.capture.capture` call: the logit gradient ``∂y_c/∂·``, only when
@@ -112,18 +101,14 @@ TARGET_DEFINITIONS_VERSION = 2
 
 
 def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed: int) -> dict:
-    full = dict(key)
-    full.update(depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
+    return dict(key, depth=int(depth), class_rule=class_rule, grid_size=list(grid_size(backbone)),
                 num_prefix_tokens=num_prefix_tokens(backbone), random_seed=int(seed), format=1,
                 last_statistic=LAST_STATISTIC, target_definitions=TARGET_DEFINITIONS_VERSION)
-    return full
 
 
 def target_cache_path(full_key: dict, cache_dir: str | os.PathLike | None = None) -> Path:
     """``<cache_dir>/targets/targets-<sha256(key JSON)[:16]>.safetensors`` for a full cache key."""
-    if cache_dir is None:
-        cache_dir = default_cache_dir()
-    return Path(cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
+    return Path(default_cache_dir() if cache_dir is None else cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
 
 
 def _maps_digest(maps: dict[str, Tensor]) -> str:
@@ -151,24 +136,10 @@ def _read_verified_maps(path: Path, key_text: str, load_bytes) -> dict[str, Tens
     return maps
 
 
-def _collate():
-    return collate_samples
-
-
-def target_cache(
-    backbone: nn.Module,
-    dataset: torch.utils.data.Dataset,
-    *,
-    ids: Sequence[str],
-    depth: int,
-    class_rule: Literal["label", "prediction"],
-    key: dict[str, Any],
-    cache_dir: str | os.PathLike | None = None,
-    batch_size: int = 32,
-    device: torch.device | str = "cpu",
-    progress: bool = True,
-    seed: int | None = None,
-) -> dict[str, Tensor]:
+def target_cache(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids: Sequence[str], depth: int,
+                 class_rule: Literal["label", "prediction"], key: dict[str, Any],
+                 cache_dir: str | os.PathLike | None = None, batch_size: int = 32, device: torch.device | str = "cpu",
+                 progress: bool = True, seed: int | None = None) -> dict[str, Tensor]:
     """Target maps of a whole dataset split, computed once and stored on disk.
 
     The file is one safetensors file per cache key: ``key`` (the caller's dataset name, split,
@@ -229,22 +200,18 @@ def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids
     data_key = dict(key, data=dataset_identity(dataset).model_inputs, weights=state_dict_digest(backbone))
     full_keys = {L: _cache_key(data_key, L, class_rule, backbone, seed) for L in wanted}
     stored = {L: _read_stored(target_cache_path(k, cache_dir), k, len(dataset)) for L, k in full_keys.items()}
-    missing = {L: [i for i in ids if i not in stored[L]] for L, ids in wanted.items()}
-    missing = {L: ids for L, ids in missing.items() if ids}
+    missing = {L: m for L, ids in wanted.items() if (m := [i for i in ids if i not in stored[L]])}
     if missing:
-        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=_collate())
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples)
         backbone.to(device)
         new: dict[int, dict[str, list[Tensor]]] = {L: {i: [] for i in ids} for L, ids in missing.items()}
         for batch in tqdm(loader, desc=f"targets L={sorted(missing)}", disable=not progress):
-            images = batch.images.to(device)
-            labels = batch.labels.to(device)
-            if class_rule == "label":
-                if bool((labels < 0).any()):
-                    raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
-                                     "use class_rule='prediction' on unlabelled splits")
-                class_index = labels
-            else:
-                class_index = None          # capture() takes the argmax of the same forward
+            images, labels = batch.images.to(device), batch.labels.to(device)
+            if class_rule == "label" and bool((labels < 0).any()):
+                raise ValueError("class_rule='label' needs ground-truth labels ≥ 0; "
+                                 "use class_rule='prediction' on unlabelled splits")
+            # None: capture() takes the argmax of the same forward
+            class_index = labels if class_rule == "label" else None
             maps = _capture_and_compute(backbone, images, missing, class_index, labels, None, batch.indices, seed)
             for L, ids in missing.items():
                 for i in ids:

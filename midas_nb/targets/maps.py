@@ -2,7 +2,6 @@
 blocks 1..L and over all blocks, TokenTM, LaSt-ViT votes, random), each ``fn(capture, depth, class_index) -> [B,N]``."""
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
@@ -28,9 +27,7 @@ def _check_class(capture: CaptureResult, class_index: Tensor) -> None:
                          "capture again with this class_index")
 
 
-@register_target("T0", TargetInfo('CLS-attention', 'attention',
-                 'CLS row (raw)', '—',
-                 'E_h A_h[cls, j]', 'taxonomy'))
+@register_target("T0", TargetInfo('CLS-attention', 'attention', 'CLS row (raw)', '—', 'E_h A_h[cls, j]', 'taxonomy'))
 def cls_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T0, CLS attention at block ``L``: ``E_h A_h[cls, j]`` → ``[B,N]``.
 
@@ -41,21 +38,18 @@ def cls_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Te
     return cls_attention_map(capture.attn[_block(capture, depth)].float(), capture.num_prefix_tokens)
 
 
-@register_target("T1", TargetInfo('attention magnitude', 'attention',
-                 'column sum (raw)', '—',
+@register_target("T1", TargetInfo('attention magnitude', 'attention', 'column sum (raw)', '—',
                  'E_h Σ_i A_h[i, j]', 'taxonomy'))
 def attention_magnitude(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T1, attention mass received at block ``L``: ``E_h Σ_i A_h[i, j]`` → ``[B,N]``.
 
     Sum over every query token ``i`` (prefix tokens included). Source: DESIGN.md §4.
     """
-    a = capture.attn[_block(capture, depth)]
-    return a.float().sum(2).mean(1)[:, capture.num_prefix_tokens:]
+    return capture.patch(capture.attn[_block(capture, depth)].float().sum(2).mean(1))
 
 
 @register_target("T2", TargetInfo('loss-gradient-modulated attention', 'attention',
-                 'gradient ⊙ attention, positive part', 'loss ℓ',
-                 'E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]', 'taxonomy'))
+                 'gradient ⊙ attention, positive part', 'loss ℓ', 'E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]', 'taxonomy'))
 def loss_gradient_attention(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T2, loss-gradient-modulated attention: ``E_h [A_h ⊙ (−∂ℓ/∂A_h)]⁺[cls, j]`` → ``[B,N]``.
 
@@ -72,8 +66,7 @@ def loss_gradient_attention(capture: CaptureResult, depth: int, class_index: Ten
     if g is None:
         raise ValueError(f"T2 needs ∂ℓ/∂A of block {depth}: capture with labels and loss_blocks=[{b}]")
     P = capture.num_prefix_tokens
-    a = capture.attn[b]
-    return (a[:, :, 0, P:].float() * -g[:, :, 0, P:].float()).clamp_min(0).mean(1)
+    return (capture.attn[b][:, :, 0, P:].float() * -g[:, :, 0, P:].float()).clamp_min(0).mean(1)
 
 
 @register_target("T3", TargetInfo('Chefer attention-gradient product (GAE)', 'attention (all blocks)',
@@ -89,13 +82,11 @@ def chefer_gae(capture: CaptureResult, depth: int, class_index: Tensor) -> Tenso
     """
     _block(capture, depth)
     _check_class(capture, class_index)
-    r = chefer_relevance(capture.attn, capture.attn_grad, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(chefer_relevance(capture.attn, capture.attn_grad, row=0))
 
 
 @register_target("T4", TargetInfo('hidden-state attention-weighted gradient', 'hidden state (+ attention)',
-                 'gradient norm × CLS attention', 'logit y_c',
-                 'E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂', 'taxonomy'))
+                 'gradient norm × CLS attention', 'logit y_c', 'E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂', 'taxonomy'))
 def attention_weighted_gradient(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T4, hidden-state attention-weighted gradient: ``E_h A_h[cls, j] · ‖∂y_c/∂h_j‖₂`` → ``[B,N]``.
 
@@ -109,8 +100,7 @@ def attention_weighted_gradient(capture: CaptureResult, depth: int, class_index:
 
 
 @register_target("T5", TargetInfo('hidden-state input × gradient', 'hidden state',
-                 'input × gradient (signed)', 'logit y_c',
-                 'Σ_d h_{j,d} · ∂y_c/∂h_{j,d}', 'taxonomy'))
+                 'input × gradient (signed)', 'logit y_c', 'Σ_d h_{j,d} · ∂y_c/∂h_{j,d}', 'taxonomy'))
 def hidden_input_x_gradient(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     """T5, input × gradient of the block-``L`` output: ``Σ_d h_{j,d} · ∂y_c/∂h_{j,d}`` → ``[B,N]``.
 
@@ -142,9 +132,7 @@ def rollout(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     §3, as in Chefer's ``compute_rollout_attention`` / ``GradCam.generate_rollout``
     (hila-chefer/Transformer-Explainability, ``baselines/ViT/ViT_explanation_generator.py``); :func:`attention_rollout`.
     """
-    b = _block(capture, depth)
-    r = attention_rollout(capture.attn[: b + 1], row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(attention_rollout(capture.attn[: _block(capture, depth) + 1], row=0))
 
 
 @register_target("rollout_full", TargetInfo('attention rollout, all blocks (Abnar & Zuidema, 2020)',
@@ -161,8 +149,7 @@ def rollout_full(capture: CaptureResult, depth: int, class_index: Tensor) -> Ten
     :func:`attention_rollout`.
     """
     _block(capture, depth)
-    r = attention_rollout(capture.attn, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(attention_rollout(capture.attn, row=0))
 
 
 @register_target("tokentm", TargetInfo('TokenTM (Wu et al., 2024)', 'attention + token transformations (all blocks)',
@@ -190,9 +177,8 @@ def tokentm(capture: CaptureResult, depth: int, class_index: Tensor) -> Tensor:
     _check_class(capture, class_index)
     if not capture.attn_grad_prob or any(g is None for g in capture.attn_grad_prob):
         raise ValueError("tokentm needs ∂p_c/∂A of every block: capture with prob_grad=True")
-    r = tokentm_relevance(capture.hidden_in, capture.value_proj, capture.hidden_mid, capture.mlp_out,
-                          capture.attn, capture.attn_grad_prob, row=0)
-    return r[:, capture.num_prefix_tokens:]
+    return capture.patch(tokentm_relevance(capture.hidden_in, capture.value_proj, capture.hidden_mid,
+                                           capture.mlp_out, capture.attn, capture.attn_grad_prob, row=0))
 
 
 @register_target("last_votes", TargetInfo('LaSt-ViT stability votes (Shi et al.)', 'hidden state',
@@ -234,8 +220,7 @@ def _image_seed(seed: int, index: int) -> int:
 
 
 @register_target("random", TargetInfo('random map (lower bound; the random_map control distils it)', '—',
-                 'seeded uniform, fixed per image', '—',
-                 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
+                 'seeded uniform, fixed per image', '—', 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
 def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
                   seed: int | None = None) -> Tensor:
     """Seeded uniform values in ``[0, 1)`` (the random-ranking lower bound) → ``[B,N]``.
@@ -253,8 +238,7 @@ def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
     _block(capture, depth)
     seed = capture.extras.get("seed", DEFAULT_RANDOM_SEED) if seed is None else seed
     seed = DEFAULT_RANDOM_SEED if seed is None else int(seed)
-    B = capture.hidden[0].shape[0]
-    N = capture.hidden[0].shape[1] - capture.num_prefix_tokens
+    B, N = capture.hidden[0].shape[0], capture.hidden[0].shape[1] - capture.num_prefix_tokens
     indices = capture.extras.get("indices")
     indices = list(range(B)) if indices is None else [int(i) for i in torch.as_tensor(indices).reshape(-1)]
     if len(indices) != B:

@@ -8,7 +8,6 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..capture import CaptureResult
 
 def cls_attention_map(attn: Tensor, num_prefix: int) -> Tensor:
     """CLS attention to patch tokens, mean over heads: ``E_h A_h[cls, j]`` (target T0; the
@@ -28,11 +27,6 @@ def cls_attention_map(attn: Tensor, num_prefix: int) -> Tensor:
     if attn.dim() != 4 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"attn must be [B,H,T,T], got {tuple(attn.shape)}")
     return attn[:, :, 0, num_prefix:].mean(dim=1)
-
-
-def _cls_patches(capture: CaptureResult, m: Tensor) -> Tensor:
-    """CLS row, patch columns: ``[B,T,T] → [B,N]`` (float32)."""
-    return m[:, 0, capture.num_prefix_tokens:].float()
 
 
 def _eye_like(m: Tensor) -> Tensor:
