@@ -77,6 +77,7 @@ def test_registry_lists_every_id():
 def test_targets_scorers_and_metrics_share_one_registry():
     """One class (targets.registry.Registry) holds all three: a name added twice and an unknown
     name fail alike, the message naming the kind (and the known names)."""
+    import midas_nb.metrics.coverage  # noqa: F401 - registers part_miou (metrics load their modules lazily)
     from midas_nb.metrics.registry import _METRICS
     from midas_nb.scorers.base import _SCORERS
     from midas_nb.targets.registry import _REGISTRY, Registry
