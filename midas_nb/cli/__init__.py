@@ -20,8 +20,10 @@ from .runner import notebook_paths, run_notebooks
 __all__ = ["main", "notebook_paths", "run_notebooks"]
 
 
-def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
-    for line in lines:
+def _answer(command: str, lines: Sequence[str], status: int = 2, outcome: str = "") -> int:
+    """Each line as ``midas-nb COMMAND: line`` on stderr; with ``outcome``, then ``N problems; outcome``."""
+    n = len(lines)
+    for line in [*lines, *([f"{n} problem{'s' * (n != 1)}; {outcome}"] if outcome else [])]:
         print(f"midas-nb {command}: {line}", file=sys.stderr)
     return status
 
@@ -33,8 +35,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec, problems = spec_from_args(args)
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except config.ProfileError as e:  # one line each, whatever a library's message holds
-        return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
-                               f"{len(e.problems)} problem(s); no notebook was started"])
+        return _answer("run", [" ".join(str(line).split()) for line in e.problems], outcome="no notebook was started")
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         return _answer("run", [str(e)], 1)
     return 0
@@ -199,7 +200,7 @@ def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     if problems := _report_problems(args):
-        return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
+        return _answer("report", problems, outcome="nothing was written")
     from ..report import make_report, MixedSettingsError
 
     try:
