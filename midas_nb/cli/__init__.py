@@ -123,15 +123,14 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
-    how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
-    where = "" if args.input else " (or name the run's directory with --input DIR)"
+    then = f"; run `midas-nb run --output {src}` first" if args.input else \
+        f"; run `midas-nb run --profile {args.profile}` first (or name the run's directory with --input DIR)"
     if runner.is_source_dir(src):
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
     if not src.is_dir():
-        return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory; "
-                                       f"run `{how}` first{where}"])
+        return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory{then}"])
     from ..course import export_html
 
     try:
@@ -139,8 +138,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         if not str(e).startswith("no executed notebook"):
             return _answer("export-html", [str(e)], 1)
-        return _answer("export-html", [f"no executed notebook (NN_*.ipynb with outputs) in {src}; run `{how}` "
-                                       f"first{where}"])
+        return _answer("export-html", [f"no executed notebook (NN_*.ipynb with outputs) in {src}{then}"])
     except OSError as e:  # an output directory that cannot be written
         return _answer("export-html", [f"cannot write the HTML edition ({type(e).__name__}: {e})"], 1)
     return 0
