@@ -57,9 +57,8 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
-    """Execute the notebooks in order once the run (``spec``, else the arguments; ``extra``: ``-p`` parameters) is
-    checked, once per dataset where several roots are named; returns the output directory. ``problems``: found
-    already. Raises :class:`midas_nb.config.ProfileError` (it cannot start) or ``RuntimeError`` (a notebook failed)."""
+    """Execute the notebooks once ``spec`` (else the arguments; ``extra``: ``-p``) and ``problems`` found are checked,
+    per dataset where several roots are named; returns the output dir; raises ProfileError, RuntimeError (failed)."""
     from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
@@ -243,9 +242,8 @@ def drop_progress_outputs(nb: Any) -> int:
 
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, papermill's cell bar
-    (one line each time it moves) and the cells' output streamed as they come, the library's loops as
-    ``MIDAS_PROGRESS=lines`` (left out of the executed copy). Returns the notebook."""
+    """``papermill.execute_notebook`` with :func:`kernel_arguments`; ``progress_bar``: its cell bar as lines, the cells'
+    output streamed, the library's loops as ``MIDAS_PROGRESS=lines`` (not kept in the copy). Returns the notebook."""
     import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 
