@@ -41,8 +41,8 @@ PROFILES: dict[str, dict[str, Any]] = _DATA["profiles"]
 
 
 def get_profile(name: str = "quick", **overrides: Any) -> dict[str, Any]:
-    """A copy of profile ``name`` with ``overrides`` (``None`` values ignored), as written (:meth:`RunProfile.check`
-    checks it); CUB named by an override clears ``synthetic_default``; ``ValueError`` for an unknown name."""
+    """A copy of profile ``name`` with ``overrides`` (``None`` ignored; CUB named clears ``synthetic_default``), as
+    written (:meth:`RunProfile.check` checks it); ``ValueError`` for an unknown name."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}")
     prof = copy.deepcopy(dict(_COMMON, **PROFILES[name]))   # a caller's change never reaches PROFILES
@@ -342,8 +342,7 @@ class Checked(BaseModel):
 
 
 class Schedule(Checked):
-    """A ``finetune``, ``synthetic_finetune`` or ``scorer_train`` schedule; other settings pass, and
-    ``{dataset or backbone: {...}}`` entries are schedules too (:func:`finetune_settings`)."""
+    """A ``finetune``, ``synthetic_finetune`` or ``scorer_train`` schedule; its ``{dataset or backbone: {...}}`` too."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     __pydantic_extra__: dict[str, Annotated[Union[Annotated["Schedule", Tag("entry")], Annotated[Any, Tag("value")]],

@@ -220,15 +220,14 @@ def dataset_identity(dataset: Any) -> DatasetIdentity:
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm"})
 
 
-def annotation_stamp(root: str | os.PathLike | None, depth: int = 2) -> tuple:
-    """``(relative path, size, st_mtime_ns)`` of non-image files ``depth`` levels into ``root``, sorted, or ``()``."""
+def annotation_stamp(root: str | os.PathLike | None) -> tuple:
+    """``(relative path, size, st_mtime_ns)`` of the non-image files in ``root`` and its folders, sorted, or ``()``."""
     if root is None or not Path(root).is_dir():
         return ()
     out = []
     for d, dirs, files in os.walk(root, followlinks=True):
-        rel = os.path.relpath(d, root)
-        if (0 if rel == os.curdir else rel.count(os.sep) + 1) + 1 >= depth:
-            dirs.clear()   # ``depth`` levels of folders are listed, the root being the first
+        if d != os.fspath(root):
+            dirs.clear()   # two levels: the root's folders are listed, not theirs
         for path in (os.path.join(d, f) for f in files if Path(f).suffix.lower() not in _IMAGE_SUFFIXES):
             with contextlib.suppress(OSError):   # a file gone since the listing
                 st = os.stat(path)

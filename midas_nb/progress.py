@@ -57,10 +57,9 @@ class LineWriter:
 
 
 def tqdm(iterable: Any = None, *args: Any, **kwargs: Any):
-    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (``disable=True`` honoured in each).
-    In ``"lines"`` mode the line writer on stderr every :data:`LINE_INTERVAL` s sets ``file``, ``bar_format``,
-    ``mininterval`` and ``leave``, ``set_postfix`` / ``set_description`` wait for the next line and ``unit`` names
-    the step (default ``"step"``)."""
+    """``tqdm.auto.tqdm(iterable, ...)`` in the mode of :func:`progress_mode` (``disable=True`` honoured in each). In
+    ``"lines"`` mode: a line on stderr every :data:`LINE_INTERVAL` s (it sets ``file``, ``bar_format``, ``mininterval``,
+    ``leave``), ``set_postfix`` / ``set_description`` shown with the next line, ``unit`` default ``"step"``."""
     from tqdm.std import tqdm as std_tqdm
 
     if (mode := progress_mode()) == "bar":

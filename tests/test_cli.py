@@ -119,7 +119,7 @@ def test_a_selection_of_no_notebook_answers_before_torch_and_papermill_load():
     assert out == ["run 2 False False",
                    f"midas-nb run: --notebooks: no notebook matches '99'; {available} (the other settings are "
                    "checked once it names one)",
-                   "midas-nb run: 1 problem(s); no notebook was started"]
+                   "midas-nb run: 1 problem; no notebook was started"]
 
 
 def test_version_is_the_installed_package_version(capsys):

@@ -124,4 +124,4 @@ def test_a_budget_given_as_p_budget_reaches_keep_count_as_one_typed_value(monkey
                          "--output", str(tmp_path / "o")]) == 2
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
         assert err == [f"midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got {got}",
-                       "midas-nb run: 1 problem(s); no notebook was started"]
+                       "midas-nb run: 1 problem; no notebook was started"]

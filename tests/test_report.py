@@ -784,7 +784,7 @@ def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys,
     assert "README.md is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in capsys.readouterr().err
     assert main(["report", "--depth", "99", "--budget", "1.5", "--output", ""]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-1] == "midas-nb report: 3 problem(s); nothing was written", err
+    assert err[-1] == "midas-nb report: 3 problems; nothing was written", err
     assert [line.split(":")[1].split()[0] for line in err[:-1]] == ["--output", "--budget", "--depth"]
 
 

@@ -6,6 +6,7 @@ directory changes; ``0`` is a value like any other, never "the profile's default
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def test_a_bad_argument_is_one_line_and_exit_2_before_any_kernel(args, expected,
     problems = [ln for ln in lines if "no notebook was started" not in ln]
     assert len(problems) == 1 and all(ln.startswith("midas-nb run: ") for ln in lines), lines
     assert expected in problems[0]
-    assert lines[-1] == "midas-nb run: 1 problem(s); no notebook was started"
+    assert lines[-1] == "midas-nb run: 1 problem; no notebook was started"
     assert not out.exists()                                            # nothing written, no manifest
 
 
@@ -91,7 +92,7 @@ def test_every_problem_is_listed_and_a_good_copy_is_not_touched(tmp_path, capsys
             "--output", str(out)]
     rc, lines = _run(args, capsys)
     assert rc == 2
-    assert lines[-1] == "midas-nb run: 3 problem(s); no notebook was started"
+    assert lines[-1] == "midas-nb run: 3 problems; no notebook was started"
     text = "\n".join(lines)
     assert "budget: expected" in text and "depth: expected" in text and "seeds: duplicated entries in [0, 0]" in text
     assert (out / "00_quickstart.ipynb").read_text() == "the last good copy"
@@ -216,7 +217,8 @@ def test_data_root_and_weights_forms():
 # ------------------------------------------------------------------------------------------
 
 def _problems(lines):
-    assert lines and lines[-1].endswith("problem(s); no notebook was started"), lines
+    m = re.fullmatch(r"midas-nb run: (\d+) (problems?); no notebook was started", lines[-1] if lines else "")
+    assert m and (m[1] == "1") == (m[2] == "problem"), lines   # the singular for one
     assert not any("Traceback" in ln for ln in lines)
     return lines[:-1]
 
@@ -459,7 +461,7 @@ def test_report_arguments_are_checked(tmp_path, capsys):
                       "select what is read from a result store and would be ignored: drop them or drop --from-tables")
     assert err[1:] == ["midas-nb report: --depth: expected an integer L >= 1 (the scorer reads block L), got 0",
                        "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 7.0",
-                       "midas-nb report: 3 problem(s); nothing was written"]   # all of them at once
+                       "midas-nb report: 3 problems; nothing was written"]   # all of them at once
     assert cli.main(["report", "--profile", "smoke", "--depth", "0", "--budget", "7", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[:2] == ["midas-nb report: --depth: expected an integer L >= 1 (the scorer reads block L), got 0",
@@ -471,7 +473,7 @@ def test_report_arguments_are_checked(tmp_path, capsys):
     assert cli.main(["report", "--profile", "quick", "--backbone", "vit_smoke", "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["midas-nb report: --depth: L = 6, 9 is outside 1..3 for vit_smoke (4 blocks; the scorer reads "
-                   "block L and blocks L+1..4 see the kept tokens)", "midas-nb report: 1 problem(s); nothing was written"]
+                   "block L and blocks L+1..4 see the kept tokens)", "midas-nb report: 1 problem; nothing was written"]
     assert not out.exists()
 
 
@@ -510,7 +512,7 @@ def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
                      f"of a report's CSV tables"
     assert err[1].startswith(f"midas-nb report: --readme '{tmp_path / 'missing.md'}': does not exist; expected a "
                              f"README file with the results section markers")
-    assert err[2:] == ["midas-nb report: 2 problem(s); nothing was written"]
+    assert err[2:] == ["midas-nb report: 2 problems; nothing was written"]
     assert cli.main(["report", "--profile", "smoke", "--readme", str(no_markers),
                      "--budget", "0", "--output", str(blocker / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -521,7 +523,7 @@ def test_report_paths_are_checked_before_anything_is_written(tmp_path, capsys):
         f"midas-nb report: --output '{blocker / 'out'}': cannot be created: '{blocker}' is a file; expected a "
         f"directory for the report",
         "midas-nb report: --budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 0.0",
-        "midas-nb report: 3 problem(s); nothing was written"]
+        "midas-nb report: 3 problems; nothing was written"]
     assert not out.exists() and no_markers.read_text() == "# a README without a results section\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "a_file"]
 
@@ -576,7 +578,7 @@ def test_a_run_file_problem_does_not_hide_the_other_problems(tmp_path, capsys, n
     lines = capsys.readouterr().err.strip().splitlines()
     assert any("unknown setting 'foo'" in ln for ln in lines)
     assert any("does not exist" in ln and "nope" in ln for ln in lines)
-    assert lines[-1] == "midas-nb run: 2 problem(s); no notebook was started"
+    assert lines[-1] == "midas-nb run: 2 problems; no notebook was started"
     assert not (tmp_path / "nb").exists()
 
 
@@ -585,7 +587,7 @@ def test_report_from_a_folder_without_the_tables_is_one_line_exit_2(tmp_path, ca
     assert cli.main(["report", "--from-tables", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "6 of the report's 7 tables missing" in err[0] and "findings.csv" not in err[0]
-    assert err[-1] == "midas-nb report: 1 problem(s); nothing was written"
+    assert err[-1] == "midas-nb report: 1 problem; nothing was written"
     # the tables are rendered as they are: a profile would be ignored, so it is refused (it was, silently)
     assert cli.main(["report", "--profile", "smoke", "--from-tables", "results", "--output", str(tmp_path / "o")]) == 2
     assert "--profile selects what is read from a result store" in capsys.readouterr().err
@@ -596,7 +598,7 @@ def test_a_refused_parameter_is_reported_once_not_also_value_checked(tmp_path, c
                      "-p", "finetune", '{"epochs": 0}']) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2 and "unknown notebook parameter(s) ['finetune']" in lines[0]
-    assert lines[1] == "midas-nb run: 1 problem(s); no notebook was started"
+    assert lines[1] == "midas-nb run: 1 problem; no notebook was started"
 
 
 def test_a_distilled_schedule_no_longer_than_its_coarse_epochs_fails_before_any_kernel(tmp_path, capsys, no_kernel):
@@ -824,7 +826,7 @@ def test_a_bad_setting_is_answered_before_torch_loads_with_every_problem_at_once
         "2 False False",
         "midas-nb run: profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], got 'nope'",
         "midas-nb run: budget: expected a kept fraction b in (0, 1] (e.g. 0.25), got 'abc'",
-        "midas-nb run: 2 problem(s); no notebook was started"], r.stderr
+        "midas-nb run: 2 problems; no notebook was started"], r.stderr
 
 
 def test_a_depth_outside_every_backbone_is_said_once(tmp_path, capsys, no_kernel):

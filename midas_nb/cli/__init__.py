@@ -20,8 +20,10 @@ from .runner import notebook_paths, run_notebooks
 __all__ = ["main", "notebook_paths", "run_notebooks"]
 
 
-def _answer(command: str, lines: Sequence[str], status: int = 2) -> int:
-    for line in lines:
+def _answer(command: str, lines: Sequence[str], status: int = 2, outcome: str = "") -> int:
+    """Each line as ``midas-nb COMMAND: line`` on stderr; with ``outcome``, then ``N problems; outcome``."""
+    n = len(lines)
+    for line in [*lines, *([f"{n} problem{'s' * (n != 1)}; {outcome}"] if outcome else [])]:
         print(f"midas-nb {command}: {line}", file=sys.stderr)
     return status
 
@@ -33,8 +35,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         spec, problems = spec_from_args(args)
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
     except config.ProfileError as e:  # one line each, whatever a library's message holds
-        return _answer("run", [*(" ".join(str(line).split()) for line in e.problems),
-                               f"{len(e.problems)} problem(s); no notebook was started"])
+        return _answer("run", [" ".join(str(line).split()) for line in e.problems], outcome="no notebook was started")
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         return _answer("run", [str(e)], 1)
     return 0
@@ -122,15 +123,14 @@ def _cmd_strip(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     src = Path(args.input) if args.input else config.runs_dir() / args.profile
-    how = f"midas-nb run --output {src}" if args.input else f"midas-nb run --profile {args.profile}"
-    where = "" if args.input else " (or name the run's directory with --input DIR)"
+    then = f"; run `midas-nb run --output {src}` first" if args.input else \
+        f"; run `midas-nb run --profile {args.profile}` first (or name the run's directory with --input DIR)"
     if runner.is_source_dir(src):
         return _answer("export-html", [f"--input {args.input!r} is the folder of the source notebooks, which hold "
                                        f"no outputs; expected a run's directory: `midas-nb run --profile "
                                        f"{args.profile}`, then `midas-nb export-html --profile {args.profile}`"])
     if not src.is_dir():
-        return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory; "
-                                       f"run `{how}` first{where}"])
+        return _answer("export-html", [f"no executed notebooks: {src} does not exist or is not a directory{then}"])
     from ..course import export_html
 
     try:
@@ -138,8 +138,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     except FileNotFoundError as e:
         if not str(e).startswith("no executed notebook"):
             return _answer("export-html", [str(e)], 1)
-        return _answer("export-html", [f"no executed notebook (NN_*.ipynb with outputs) in {src}; run `{how}` "
-                                       f"first{where}"])
+        return _answer("export-html", [f"no executed notebook (NN_*.ipynb with outputs) in {src}{then}"])
     except OSError as e:  # an output directory that cannot be written
         return _answer("export-html", [f"cannot write the HTML edition ({type(e).__name__}: {e})"], 1)
     return 0
@@ -199,7 +198,7 @@ def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     if problems := _report_problems(args):
-        return _answer("report", [*problems, f"{len(problems)} problem(s); nothing was written"])
+        return _answer("report", problems, outcome="nothing was written")
     from ..report import make_report, MixedSettingsError
 
     try:

@@ -33,8 +33,7 @@ def is_source_dir(path: str | os.PathLike) -> bool:
 
 
 def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
-    """The ordered notebooks, or those ``selection`` names (prefixes ``"00,02"`` or a list of them); ``ValueError``
-    for a selection that is not one or that names no notebook."""
+    """The ordered notebooks, or those ``selection`` names (``"00,02"`` or a list); ``ValueError`` if it names none."""
     paths = sorted(notebooks_dir().glob("[0-9][0-9]_*.ipynb"))
     if selection is None:
         return paths
@@ -58,9 +57,8 @@ def notebook_paths(selection: str | Sequence[str] | None = None) -> list[Path]:
 def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra: dict[str, Any] | None = None,
                   output: str | Path | None = None, cell_timeout: float | None = None, progress: bool = True,
                   spec: RunSpec | None = None, problems: Sequence[str] = ()) -> Path:
-    """Execute the notebooks in order once the run (``spec``, else the arguments; ``extra``: ``-p`` parameters) is
-    checked, once per dataset where several roots are named; returns the output directory. ``problems``: found
-    already. Raises :class:`midas_nb.config.ProfileError` (it cannot start) or ``RuntimeError`` (a notebook failed)."""
+    """Execute the notebooks once ``spec`` (else the arguments; ``extra``: ``-p``) and ``problems`` found are checked,
+    per dataset where several roots are named; returns the output dir; raises ProfileError, RuntimeError (failed)."""
     from .runspec import fold_structured_params, RunSpec
 
     if spec is None:
@@ -75,17 +73,15 @@ def run_notebooks(profile: str = "quick", *, notebooks: str | None = None, extra
 
 
 def run_datasets(spec: RunSpec) -> list[str | None]:
-    """The datasets named in ``data_roots`` when several and neither ``dataset`` nor a ``datasets`` grid is set,
-    else ``[None]`` (the profile's own dataset)."""
+    """The datasets ``data_roots`` names when several, no ``dataset`` or ``datasets`` grid set, else ``[None]``."""
     named = [d for d in config.PAPER_DATASETS if d in (spec.data_roots if isinstance(spec.data_roots, dict) else {})]
     grid = config.PROFILES.get(spec.profile, {}).get("datasets") or "datasets" in spec.params
     return [None] if spec.dataset is not None or len(named) < 2 or grid else named
 
 
 def checked(spec: RunSpec, subs: Sequence[RunSpec], problems: Sequence[str]) -> tuple[list[Path], dict]:
-    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` (one per dataset) passes
-    :func:`midas_nb.cli.runspec.preflight`, else :class:`midas_nb.config.ProfileError` with every problem (a
-    problem of only some runs prefixed with their dataset)."""
+    """``(notebooks, {notebook: parameters it accepts})`` once each run of ``subs`` passes :func:`runspec.preflight`,
+    else :class:`midas_nb.config.ProfileError` with every problem (one of only some datasets' runs prefixed by it)."""
     try:
         paths = notebook_paths(spec.notebooks)
     except ValueError as e:
@@ -139,8 +135,7 @@ def run_each_dataset(spec: RunSpec, datasets: Sequence[str], *, progress: bool, 
 
 
 def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, progress: bool) -> Path:
-    """Execute ``paths`` of the checked ``spec``; print the run summary, where the outputs are and, after a
-    multi-dataset scale readout, the paper-shaped table."""
+    """Execute ``paths`` of the checked ``spec``; print the summary, the outputs' places, a scale run's paper table."""
     from ..study import grid_spans
 
     out_dir = Path(spec.output) if spec.output else config.runs_dir() / spec.profile
@@ -178,8 +173,7 @@ def run_checked(spec: RunSpec, paths: Sequence[Path], accepted_by: dict, *, prog
 
 
 def report_command(spec: RunSpec) -> str:
-    """The ``midas-nb report`` command over this run's result store and settings (with its ``MIDAS_CACHE_DIR`` /
-    ``MIDAS_RUNS_DIR`` where set)."""
+    """``midas-nb report`` over this run's store and settings (``MIDAS_CACHE_DIR`` / ``MIDAS_RUNS_DIR`` where set)."""
     import shlex
 
     from ..study import protocol_settings
@@ -248,9 +242,8 @@ def drop_progress_outputs(nb: Any) -> int:
 
 def execute_notebook(input_path: str | os.PathLike, output_path: str | os.PathLike, *,
                      parameters: dict[str, Any] | None = None, progress_bar: bool = True, **kwargs: Any) -> Any:
-    """``papermill.execute_notebook`` with :func:`kernel_arguments`; with ``progress_bar``, papermill's cell bar
-    (one line each time it moves) and the cells' output streamed as they come, the library's loops as
-    ``MIDAS_PROGRESS=lines`` (left out of the executed copy). Returns the notebook."""
+    """``papermill.execute_notebook`` with :func:`kernel_arguments`; ``progress_bar``: its cell bar as lines, the cells'
+    output streamed, the library's loops as ``MIDAS_PROGRESS=lines`` (not kept in the copy). Returns the notebook."""
     import nbformat
     import papermill as pm  # heavy; imported only when a batch run starts
 

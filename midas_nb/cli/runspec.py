@@ -140,8 +140,7 @@ def load_run_file(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     problem and left out; relative paths are the file's directory's."""
     import yaml
 
-    path = Path(path)
-    where = f"--config {str(path)!r}"
+    where = f"--config {str(path := Path(path))!r}"
     if path.is_dir():
         return {}, [f"{where}: is a directory; expected a YAML run file (e.g. run.yaml with profile:, data_roots:, "
                     f"weights:, params:)"]
@@ -207,9 +206,8 @@ def _quick_problems(spec: RunSpec, accepted: set[str] | None) -> tuple[list[str]
 
 
 def preflight(spec: RunSpec, notebooks: Sequence[str | Path], accepted: set[str] | None = None) -> list[str]:
-    """Every problem of running ``notebooks`` (accepting the parameters ``accepted``) with ``spec``, one line each:
-    what needs no torch, then the settings of each (dataset, backbone) the sweeps read, the layouts, weights
-    files and hub, each group skipped where a setting it reads is reported."""
+    """Every problem of running ``notebooks`` with ``spec``, one line each: what needs no torch,
+    then each (dataset, backbone) the sweeps read, layouts, weights, hub; each skipped where a setting it reads is."""
     problems, overrides, made = _quick_problems(spec, accepted)
     if problems:
         return problems
