@@ -35,11 +35,9 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows whose protocol settings are the report's ``settings`` (default the
-    profile's), newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
-    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
-    ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``, ``superseded``, ``problems`` and holds
-    ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no done cell of these settings."""
+    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's), newest
+    checkpoint per dataset × backbone × build and record per cell (decisions 0009, 0066); ``left_out``: what was not
+    kept, by reason, and ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no row."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"

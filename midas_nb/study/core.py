@@ -31,11 +31,10 @@ class Study(StudyBase):
     def protocol(self, sweep: str = "protocol", depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
                  relaxation: str | None = None, builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)`` of the catalogue's ``sweep`` (02's
-        ``"protocol"``, ``"soft"``, ``"random"``, 06's ``"related"``), one row per condition × seed × build (decision
-        0072), each a cell of the profile's store; ``conditions``, ``seeds``, ``relaxation``, ``builds`` override the
-        catalogue's, ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys. Also
-        written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
+        """The protocol table at ``(depth, budget)`` of the catalogue's ``sweep`` (02's ``"protocol"``, ``"soft"``,
+        ``"random"``, 06's ``"related"``), a row per condition × seed × build (0072), cells of the profile's store
+        (given lists override the catalogue's; ``**kwargs`` of :func:`~midas_nb.analysis.protocol.run_protocol`
+        enter their keys); also ``runs/tables/protocol_<name>.csv``. ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
         pt = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
@@ -86,12 +85,10 @@ class Study(StudyBase):
 
     def sweep(self, name: str = "regime", executor: str = "local", run: bool = True, *,
               wait: bool = True, device: str | None = None, **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
-        """``(rows of the done cells, StoreStatus)`` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's
-        ``"scale"``; else a :func:`~midas_nb.study.make_grid` kind) in the profile's store, computing missing cells
-        unless ``run=False``; ``wait=False`` (Slurm, settings in ``**slurm``) returns the
-        :class:`~midas_nb.sweeps.Submission` at once. ``device``: default the study's, on Slurm the profile's (0038).
-        Raises ``ValueError``: ``wait=False`` without ``executor="slurm"`` and ``run=True``;
-        :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks (not ``slurm``)."""
+        """:func:`~midas_nb.study.run_cells` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's ``"scale"``;
+        else a :func:`~midas_nb.study.make_grid` kind); Slurm settings in ``**slurm``; ``device``: default the
+        study's, on Slurm the profile's (0038). ``ValueError``: ``wait=False`` without ``executor="slurm"`` and
+        ``run=True``; :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks."""
         if not wait and (executor != "slurm" or not run):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
                              f"run=True, got executor={executor!r}, run={run!r}")

@@ -84,18 +84,14 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
               seeds: Sequence[int] | None = None, checkpoint_ids: Mapping[tuple, str] | None = None,
               params: Mapping[str, Any] | None = None, seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
               data_ids: Mapping[tuple[str, str], str] | None = None, planned: bool = False) -> list[SweepCell]:
-    """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
-
-    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈ budgets`` at
-    ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the profile's
-    ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`). Seeds: ``seeds``
-    at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first. Builds (decision
-    0072): ``builds`` of the profile's backbone at its point (build ``k > 0`` keyed by ``params["build"]`` too),
-    the profile's ``build`` elsewhere. ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the
-    profile's (``seeds``: at every point); ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone[, build]): id}``
-    (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params``: merged into every cell's. ``planned``
-    reads no data: the ids are placeholders ``"planned"``, ``"planned-<build>"`` (counts exact, keys not). Raises
-    ``ValueError``: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root."""
+    """A sweep's cells, ordered dataset, backbone, point, condition, seed. Points by ``kind``: ``"depth"``
+    (``depths`` at ``budget``), ``"budget"``, ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"``
+    (the profile's ``regime_grid``), ``"scale"`` (its point, :func:`grid_spans`' backbones). ``seeds`` at the
+    profile's point, ``sweep_seeds`` elsewhere (``seedless_conditions``: the first); ``builds`` of its backbone at
+    its point (decision 0072). Given lists override the profile's; ``checkpoint_ids``/``data_ids``: ``{(dataset,
+    backbone[, build]): id}`` (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params`` enter every
+    cell's; ``planned``: no data read, placeholder ids. ``ValueError``: unknown ``kind``, an empty or duplicated
+    list, a dataset without a data root."""
     prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
@@ -292,12 +288,10 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     prof = dict(profile)
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
-    if not run:
-        status = StoreStatus(store.status(cells))
-    elif not wait:
+    if run and not wait:
         return submit_sweep(cells, runner, store, slurm=slurm or None)
-    else:
-        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress)
+    status = (run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress) if run
+              else StoreStatus(store.status(cells)))
     rows = store.results(cells)
     rows.attrs.clear()
     return rows, status

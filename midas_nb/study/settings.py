@@ -1,12 +1,5 @@
-"""The run description: one frozen, typed settings object per study, built and checked once
-(decision 0060). :class:`ReportSettings` is what the report reads of a finished run's profile.
-
-Example::
-
-    >>> s = RunSettings.build("smoke", budget=0.5)
-    >>> s.point, s.data.label, s.backbone.recipe.epochs, s.statistics.bootstrap
-    (Point(depth=2, budget=0.5), 'synthetic', 12, 100)
-"""
+"""The run description: one frozen, typed settings object per study, built and checked once (decision 0060), e.g.
+``RunSettings.build("smoke", budget=0.5).point``; :class:`ReportSettings`: what the report reads of a run's profile."""
 from __future__ import annotations
 
 from dataclasses import dataclass

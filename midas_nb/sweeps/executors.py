@@ -128,17 +128,13 @@ def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
               executor: ExecutorKind = "local", slurm: Mapping[str, Any] | None = None, retry_failed: bool = True, *,
               wait: bool = True, progress: bool = False) -> StoreStatus:
-    """Compute the cells without a ``done`` record (``retry_failed``: nor a ``failed`` one); returns their status.
-    Workers write their own records (:func:`run_group`), so the same call resumes a stopped sweep; ``local`` waits
-    for a cell another process holds, Slurm jobs leave it. A job that dies leaves its cells pending (no record) and
-    an ``executor_errors`` line. ``cells``: unique (:func:`midas_nb.study.make_grid`); ``cell_fn``: ``cell ->
-    DataFrame | list[dict] | dict``, picklable for ``slurm``; ``store``: a store, its directory or name; ``executor``:
-    ``"local"`` or ``"slurm"`` (submitit; ``wait=False`` returns once submitted; no Slurm: ``SlurmNotFound``);
-    ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or ``"32G"``),
-    ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default ``scontrol show config``), other
-    ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``: submitit's jobs in subprocesses here;
-    ``"debug"``: in this process). Job logs: ``<store>/submitit``. Raises ``ValueError``: duplicated cells, unknown
-    executor."""
+    """Compute the cells without a ``done`` record (``retry_failed=False``: nor a ``failed`` one), resuming a stopped
+    sweep; returns their status (a dead job: its cells pending, an ``executor_errors`` line). ``cell_fn``: ``cell ->
+    DataFrame | list[dict] | dict``, picklable for ``slurm`` (submitit; ``wait=False`` returns once submitted; no
+    Slurm: ``SlurmNotFound``); ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``,
+    ``mem`` (GB or ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size``, other
+    ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``/``"debug"``: submitit's stand-ins here);
+    job logs in ``<store>/submitit``. ``ValueError``: duplicated cells, an unknown executor."""
     if executor not in ("local", "slurm"):
         raise ValueError(f"unknown executor {executor!r}; expected 'local' or 'slurm'")
     store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")

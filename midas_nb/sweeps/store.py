@@ -99,14 +99,9 @@ def _with_digest(body: str) -> str:
 
 
 class ResultStore:
-    """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
-
-    A record: ``digest`` (the SHA-256 of the text after it), ``format``, ``key``, ``label``, ``cell``
-    (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``), ``rows``, ``error``, ``traceback``,
-    ``attempt``, ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm). Beside
-    them: ``<key>.running`` (a claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's
-    job). Invalid files (:meth:`_load`) are ignored and listed by :meth:`scan`; their cells are pending.
-    """
+    """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``; fields:
+    :meth:`record_done`, its ``digest`` first), ``<key>.running`` claims (:meth:`hold`), ``grid.json`` (registered
+    cells), ``jobs.json``. Invalid files (:meth:`_load`) are ignored, listed by :meth:`scan`; their cells pending."""
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
         self.root = Path(root) if root is not None else runs_dir() / "sweeps" / name
