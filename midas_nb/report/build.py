@@ -328,10 +328,9 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows and what was ``left_out`` (:func:`load_store_rows`),
-    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
-    settings ``s``; intervals of ``s.bootstrap`` resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked
-    (decision 0052). ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
+    """The report's tables (:data:`TABLES`) from :func:`load_store_rows`' rows and ``left_out``, :func:`load_probes`'
+    ``probes`` and the parity ``band`` (``None``: ``PARITY_BAND``), missing cells marked (decision 0052); intervals
+    of ``s.bootstrap`` resamples. ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
     main = at[at["backbone"] == s.backbone]

@@ -170,10 +170,9 @@ def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Seque
 
 def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
-    """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
-    ``given`` (``builds``, ``relaxation``, :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's
-    (a "related" part's ``conditions`` split by its rule, a part left empty dropped); ``params`` enter every cell's
-    key; ``planned`` as :func:`make_grid`'s. Raises ``ValueError`` as :func:`make_grid`."""
+    """The cells of the :data:`CATALOGUE`'s sweep ``name`` (else the :func:`make_grid` kind) of a profile; ``given``
+    (``builds``, ``relaxation``, :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (a "related"
+    part's ``conditions`` split by its rule; an empty part dropped). ``ValueError`` as :func:`make_grid`."""
     prof = dict(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):

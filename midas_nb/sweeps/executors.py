@@ -1,7 +1,6 @@
-"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (``slurm``: one preparation job
-per dataset, backbone and checkpoint, then the cells in job arrays that depend on them; docs/decisions/0037, 0078,
-0093). Every worker claims its cells, computes them (together where it can: 0069) and writes their records
-(:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
+"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (preparation jobs, then job arrays
+that depend on them; decisions 0037, 0078, 0093); every worker claims its cells, computes them (together where it
+can: 0069) and writes their records (:func:`run_group`)."""
 from __future__ import annotations
 
 import contextlib
@@ -81,9 +80,8 @@ def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[Swee
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
     """Claim the cells (:meth:`ResultStore.hold`), compute and record those without a ``done`` record or one another
-    worker wrote meanwhile; never raises for a failing cell. A cell another process holds is left to it
-    (``"running"``) or, with ``wait``, waited for at the end (then read, or computed where its holder left no
-    record). Returns each cell's state: ``"done"``, ``"failed"`` or ``"running"`` (never with ``wait``)."""
+    worker wrote meanwhile (a failing cell: its record, no raise); a cell another process holds is left to it
+    (``"running"``) or, with ``wait``, waited for, then read or computed. Returns each cell's state."""
     store = ResultStore(store_root)
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
 

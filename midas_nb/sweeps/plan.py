@@ -112,10 +112,9 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
               gpus: Sequence[int] = (8, 32)) -> str:
-    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (new, done), preparation
-    jobs, cell jobs and arrays, the projected GPU-hours (cells + fine-tunes) and the wall time on each number of
-    ``gpus``. A store's done cells are matched by their coordinates and settings, without the checkpoint and data
-    ids (placeholders in a plan). Raises ``ValueError``: ``cells_per_job`` or ``max_array`` below 1."""
+    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (:func:`sweep_lines`), jobs
+    and arrays, projected GPU-hours and the wall time on each number of ``gpus``. A store's done cells match by
+    coordinates and settings (a plan's ids are placeholders). ``ValueError``: ``cells_per_job``/``max_array`` < 1."""
     lines, seen, todo, timed = sweep_lines(sweeps, store)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)
