@@ -1,6 +1,5 @@
-"""The report's CSV tables from a profile's result store: its rows (:func:`load_store_rows`), the expected cells
-without a result, the cosine probes beside it, the tables (:func:`build_tables`), and the paper-shaped table
-(:func:`paper_table`) ``midas-nb run`` prints."""
+"""The report's CSV tables (:func:`build_tables`) from a profile's result store (:func:`load_store_rows`), its missing
+cells and cosine probes; the paper-shaped table (:func:`paper_table`) ``midas-nb run`` prints."""
 from __future__ import annotations
 
 import json
@@ -81,8 +80,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
 
 
 def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
-    """``{setting: the cell's value}`` where a cell's ``params`` differ from ``want`` (a setting absent on a side
-    reads as its :data:`PROTOCOL_DEFAULTS` value); ``build`` names a cell, it is no setting (decision 0072)."""
+    """``{setting: the cell's value}`` where its ``params`` differ from ``want`` (absent: its default; no ``build``)."""
     have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
     return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
             if have.get(k, d.get(k)) != want.get(k, d.get(k))}
@@ -177,9 +175,8 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
 
 
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
-    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``, NaN
-    ``depth``: the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the same dataset × backbone ×
-    depth × pair; returns its path. ValueError: no table, or one without the probe columns."""
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``) in
+    ``<store>/derived/cosine_probes.csv``, its path; rows of the same cell and pair replaced. ValueError: bad input."""
     if not tables:
         raise ValueError("save_probes needs at least one probe table")
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
@@ -264,8 +261,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
 
 
 def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
-    """One block's provenance: its checkpoint and data, each with its source (decisions 0054, 0057), the sample, and
-    what its accuracy is measured against (class labels, test top-1, the teacher's, chance and majority share)."""
+    """One block's provenance: checkpoint, data and sample with their sources (decisions 0054, 0057), accuracy bases."""
     at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
     meta, where = _checkpoint_meta(ckpt := str(_first(g["checkpoint_id"])))
     sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
@@ -492,9 +488,8 @@ def _test_split(meta: Mapping[str, Any], label: str):
 
 def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
-    """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
-    (:data:`BACKBONE_COLUMNS`): ``kind`` ``D`` (per swept condition, ``verdict`` its band status), ``cosine``,
-    ``finding``, or ``missing`` / ``not run`` (no reference rows; ``not run``: the profile trains no other backbone)."""
+    """Notebook 05's comparison backbones side by side at the profile's ``(L, b)`` (:data:`BACKBONE_COLUMNS`), rows of
+    ``kind`` ``D`` (per swept condition), ``cosine``, ``finding``, or ``missing`` / ``not run`` (no reference rows)."""
     L0, b0, swept, out = s.point.depth, float(s.point.budget), list(s.sweep.conditions), []
     for ds in order_first(rows["dataset"], DATASET_NAMES) if len(rows) else []:
         for bb in s.sweep.compare_backbones:
@@ -534,9 +529,8 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
 
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
-    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at the point of
-    ``s``, blocks in ``backbone_order``, paper values beside DeiT-S/16 rows only; an ``expected`` block without D gets
-    one row of ``status`` "no result" (or "no reference row"). ValueError/KeyError: rows without schema columns."""
+    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at ``s``'s point,
+    paper values beside DeiT-S/16 rows only; an ``expected`` block without D: a "no result" row. ValueError/KeyError."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()

@@ -401,8 +401,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
-    """One row per finding, one column per block: its verdict in words; the backbone builds behind the cells said
-    once where all are equal, else in a column (each cell's own where its row's differ)."""
+    """A row per finding, a column per block: its verdict in words; the builds behind the cells said once or per row."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
     first = {(r["statement"], r["dataset"], r["backbone"]):
              (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")), _builds(r))

@@ -164,9 +164,8 @@ def coverage_name(table: pd.DataFrame) -> str:
 
 
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``table`` checked against the schema, with its dtypes and column order, absent optional columns at
-    their defaults (``versions``: the running environment's). ``ValueError``: a required column missing or empty,
-    ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or an unknown ``coverage_kind``."""
+    """A copy of ``table`` checked against the schema, in its dtypes and order, absent optional columns at their
+    defaults (``versions``: this environment's). ``ValueError``: a required column missing or empty, a bad value."""
     from ..metrics import COVERAGE_KINDS      # its module imports torch; the report reads tables without it
 
     df = table.copy()

@@ -20,11 +20,6 @@ from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cel
 __all__ = ["Study"]
 
 
-def with_builds(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with an integer ``build`` column: a row stored without one is build 0 (decision 0072)."""
-    return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
-
-
 class Study(StudyBase):
     """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
@@ -46,7 +41,7 @@ class Study(StudyBase):
         what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
             raise RuntimeError(f"{what}: not every cell is done\n{status}")
-        table = with_builds(table)
+        table = table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))  # none: 0 (0072)
         for col in [c for c in ("checkpoint_id", "weights_digest") if c in table.columns]:   # decision 0072
             for b, g in table.groupby("build"):
                 if g[col].dropna().nunique() > 1:

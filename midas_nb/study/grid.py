@@ -1,6 +1,5 @@
-"""A profile's sweep cells, dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5; keys: decision 0015),
-every notebook sweep declared once (:data:`CATALOGUE`), the protocol's cell function (:class:`ProtocolCellRunner`)
-and the one sequence that runs and reads cells (:func:`run_cells`)."""
+"""A profile's sweep cells (DESIGN.md §5; decision 0015), every notebook sweep declared once (:data:`CATALOGUE`), the
+protocol's cell function (:class:`ProtocolCellRunner`) and the one sequence running them (:func:`run_cells`)."""
 from __future__ import annotations
 
 import functools
@@ -136,12 +135,9 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
 
 _POINT = dict(kind="scale", datasets="own", backbones="own", conditions="profile", seeds="profile", relaxation="st")
 
-#: Every notebook sweep, declared once (docs/decisions/0077-sweep-catalogue.md; notebooks in
-#: :data:`midas_nb.config.SWEEPS`): its parts, each a :func:`make_grid` ``kind`` on ``datasets`` and ``backbones``
-#: ("own": the study's; "compare": :func:`~midas_nb.backbones.comparison_backbones`; absent: the grid's spans),
-#: ``conditions`` ("profile": its protocol's; "related"/"related others": 06's systems the protocol has / lacks),
-#: ``seeds`` ("profile", "first", "related": ``related_seeds``), ``builds`` (absent: the profile's, decision 0072)
-#: and ``relaxation`` (absent: the profile's). Absent conditions and seeds: :func:`make_grid`'s.
+#: Every notebook sweep, declared once (decision 0077; notebooks: :data:`midas_nb.config.SWEEPS`): its parts, each a
+#: :func:`make_grid` ``kind`` with symbolic lists (:func:`catalogue_value`; "related others": 06's systems the
+#: protocol lacks), ``builds`` and ``relaxation``; absent: the grid's, :func:`make_grid`'s or the profile's.
 CATALOGUE: dict[str, tuple[dict[str, Any], ...]] = {
     "protocol": (_POINT,),
     "soft": (dict(_POINT, conditions=("reference", "unsupervised", "T5", "random"), seeds="first", builds=1,

@@ -156,8 +156,7 @@ def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 
 def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell], retry_failed: bool,
           slurm: bool = False) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
-    """``(store, cells, todo)``: the grid registered in the store and the cells to compute; ``slurm``: not those a
-    process or a job in the queue holds, so submitting again sends only what is missing (decision 0078)."""
+    """``(store, cells, todo)``: the grid registered, the cells to compute (``slurm``: none held or queued; 0078)."""
     store, cells = open_store(store), list(cells)
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
@@ -192,9 +191,8 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm: Mapping[str, Any]) -> list[Any]:
-    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings; returns the cell jobs (submitit ``Job``s with
-    ``.cells`` and ``.after``, the preparation jobs' ids) and records them in ``jobs.json``. Raises
-    :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch`` refused the submission (its last error line)."""
+    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings, recorded in ``jobs.json``; the cell jobs (with
+    ``.cells`` and ``.after``: the preparation jobs' ids). :class:`SlurmNotFound`: no ``sbatch``, or it refused."""
     from submitit.core.utils import FailedJobError
 
     params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"

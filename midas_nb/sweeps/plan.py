@@ -25,9 +25,8 @@ def default_cost_path() -> Path:
 
 
 def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as ``{backbone: {dataset:
-    seconds}}``, ``path``) at ``path``, else :func:`default_cost_path`'s, else :data:`SHIPPED_COST_TABLE`'s; ``None``
-    without a file. Raises ``ValueError`` (not such a table), ``FileNotFoundError`` (a ``path`` given, no file)."""
+    """The cost table (``cell_s``, ``finetune_s``: ``{backbone: {dataset: s}}``, ``device``, ``date``, ``path``) at
+    ``path``, :func:`default_cost_path` or :data:`SHIPPED_COST_TABLE`; ``None``: none. ValueError, FileNotFoundError."""
     p = Path(path) if path is not None else default_cost_path() if default_cost_path().is_file() else SHIPPED_COST_TABLE
     if not p.is_file():
         if path is not None:
@@ -85,9 +84,8 @@ def _done_key(cell: Mapping[str, Any]) -> Any:
 
 def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
                 store: ResultStore | None = None) -> tuple[list[str], set[str], list[SweepCell], dict]:
-    """``(one line per sweep: its cells, those shared with a sweep above, those done; distinct keys; the distinct
-    cells not done; {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``)
-    in ``store`` (done matched as :func:`plan_text` says)."""
+    """``(a line per sweep: its cells, shared with a sweep above, done; distinct keys; distinct cells not done;
+    {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``) in ``store``."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
     for r in store.scan()[0].values() if store is not None and store.cells_dir.is_dir() else []:
