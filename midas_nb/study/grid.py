@@ -236,9 +236,8 @@ class ProtocolCellRunner:
             [cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 
     def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
-        """The row of each cell (of one :meth:`group_key`), in order, from one
-        :func:`midas_nb.analysis.protocol.protocol_cells` call (decision 0069). Raises ``ValueError`` (cells of
-        several groups; a checkpoint or data id that differs from the data here), ``RuntimeError`` (no device)."""
+        """The row of each cell (of one :meth:`group_key`) from one ``protocol_cells`` call (decision 0069); ValueError
+        (several groups; a checkpoint or data id other than the data's here), RuntimeError (no device)."""
         cell = cells[0]
         if len({self.group_key(c) for c in cells}) > 1:
             raise ValueError(f"run_group: the cells {[c.label for c in cells][:3]}... are not of one group")
