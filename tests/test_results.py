@@ -37,8 +37,10 @@ def test_make_table_fills_defaults_and_orders_columns():
 def test_schema_validation_errors():
     bad = _row()
     del bad["seed"]
-    with pytest.raises(ValueError, match=r"row 0 is missing required column\(s\) \['seed'\]"):
+    with pytest.raises(ValueError, match=r"missing required column\(s\) \['seed'\]"):
         R.make_table([bad])
+    with pytest.raises(ValueError, match=r"required column 'seed' is empty in row\(s\) \[1\]"):
+        R.make_table([_row(), bad])
     with pytest.raises(ValueError, match=r"missing required column\(s\) \['checkpoint_id'\]"):
         R.validate_table(pd.DataFrame([_row()]).drop(columns="checkpoint_id"))
     with pytest.raises(ValueError, match="budget must be in"):

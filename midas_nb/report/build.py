@@ -1,6 +1,5 @@
-"""The report's CSV tables from a profile's result store: its rows (:func:`load_store_rows`), the expected cells
-without a result, the cosine probes beside it, the tables (:func:`build_tables`), and the paper-shaped table
-(:func:`paper_table`) ``midas-nb run`` prints."""
+"""The report's CSV tables (:func:`build_tables`) from a profile's result store (:func:`load_store_rows`), its missing
+cells and cosine probes; the paper-shaped table (:func:`paper_table`) ``midas-nb run`` prints."""
 from __future__ import annotations
 
 import json
@@ -35,11 +34,9 @@ def store_root(profile: str, store: str | Path | None = None) -> Path:
 
 def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
                     settings: ReportSettings | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``(rows, left_out)``: the store's done rows whose protocol settings are the report's ``settings`` (default the
-    profile's), newest checkpoint per dataset × backbone × build and newest record per cell (decisions 0009, 0066),
-    with ``cell_key`` and ``finished``; ``left_out`` counts ``failed_cells``, ``other_relaxation``,
-    ``other_settings`` (``{difference: rows}``), ``stale_checkpoint``, ``superseded``, ``problems`` and holds
-    ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no done cell of these settings."""
+    """``(rows, left_out)``: the store's done rows of the report's ``settings`` (default the profile's), newest
+    checkpoint per dataset × backbone × build and record per cell (decisions 0009, 0066); ``left_out``: what was not
+    kept, by reason, and ``cell_states`` (why a cell has no row). FileNotFoundError: no store; ValueError: no row."""
     root = store_root(profile, store)
     if not (root / "cells").is_dir():
         state = "is a file" if root.is_file() else "has no cells/ folder" if root.is_dir() else "does not exist"
@@ -83,8 +80,7 @@ def load_store_rows(profile: str = "quick", store: str | Path | None = None, *,
 
 
 def _differences(cell: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
-    """``{setting: the cell's value}`` where a cell's ``params`` differ from ``want`` (a setting absent on a side
-    reads as its :data:`PROTOCOL_DEFAULTS` value); ``build`` names a cell, it is no setting (decision 0072)."""
+    """``{setting: the cell's value}`` where its ``params`` differ from ``want`` (absent: its default; no ``build``)."""
     have, d = cell.get("params") or {}, PROTOCOL_DEFAULTS
     return {k: have.get(k, d.get(k)) for k in sorted((set(have) | set(want)) - {"build"})
             if have.get(k, d.get(k)) != want.get(k, d.get(k))}
@@ -179,9 +175,8 @@ def mark_missing(table: pd.DataFrame, exp: pd.DataFrame, miss: pd.DataFrame, sec
 
 
 def save_probes(study, *tables: pd.DataFrame, store: str | Path | None = None) -> Path:
-    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``, NaN
-    ``depth``: the study's) in ``<store>/derived/cosine_probes.csv``, replacing rows of the same dataset × backbone ×
-    depth × pair; returns its path. ValueError: no table, or one without the probe columns."""
+    """Keep ``study``'s cosine probes (:func:`~midas_nb.metrics.probes.hidden_vs_attention_gradient` ``tables``) in
+    ``<store>/derived/cosine_probes.csv``, its path; rows of the same cell and pair replaced. ValueError: bad input."""
     if not tables:
         raise ValueError("save_probes needs at least one probe table")
     need = {"hidden", "attention", "cosine", "lo", "hi", "n_images"}
@@ -266,8 +261,7 @@ def _provenance(rows: pd.DataFrame, left_out: Mapping[str, Any], s: ReportSettin
 
 
 def _block_provenance(g: pd.DataFrame, s: ReportSettings, ds: str, n_probes: int) -> dict[str, Any]:
-    """One block's provenance: its checkpoint and data, each with its source (decisions 0054, 0057), the sample, and
-    what its accuracy is measured against (class labels, test top-1, the teacher's, chance and majority share)."""
+    """One block's provenance: checkpoint, data and sample with their sources (decisions 0054, 0057), accuracy bases."""
     at = g[(g["depth"] == s.point.depth) & np.isclose(g["budget"].astype(float), float(s.point.budget))]
     meta, where = _checkpoint_meta(ckpt := str(_first(g["checkpoint_id"])))
     sets = {split: (meta or {}).get(f"{split}_set") or {} for split in ("test", "train")}
@@ -330,10 +324,9 @@ def _incomplete_note(miss: pd.DataFrame, finding: str, dataset: str, backbone: s
 def build_tables(rows: pd.DataFrame, s: ReportSettings, *,
                  left_out: Mapping[str, Any] | None = None, probes: pd.DataFrame | None = None,
                  band: float | None = None) -> dict[str, pd.DataFrame]:
-    """The report's tables (:data:`TABLES`) from result rows and what was ``left_out`` (:func:`load_store_rows`),
-    cosine ``probes`` (:func:`load_probes`) and the parity ``band`` (``None``: ``PARITY_BAND``) with the report's
-    settings ``s``; intervals of ``s.bootstrap`` resamples, seed :data:`BOOTSTRAP_SEED`; missing cells marked
-    (decision 0052). ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
+    """The report's tables (:data:`TABLES`) from :func:`load_store_rows`' rows and ``left_out``, :func:`load_probes`'
+    ``probes`` and the parity ``band`` (``None``: ``PARITY_BAND``), missing cells marked (decision 0052); intervals
+    of ``s.bootstrap`` resamples. ValueError: no reference rows of the profile's backbone at its ``(L, b)``."""
     L0, b0, n_boot = s.point.depth, float(s.point.budget), s.bootstrap
     at = rows[(rows["depth"] == L0) & np.isclose(rows["budget"].astype(float), b0)]
     main = at[at["backbone"] == s.backbone]
@@ -495,9 +488,8 @@ def _test_split(meta: Mapping[str, Any], label: str):
 
 def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSettings, band: float | None,
                      n_boot: int) -> pd.DataFrame:
-    """Notebook 05's side-by-side readout of the comparison backbones at the profile's ``(L, b)``
-    (:data:`BACKBONE_COLUMNS`): ``kind`` ``D`` (per swept condition, ``verdict`` its band status), ``cosine``,
-    ``finding``, or ``missing`` / ``not run`` (no reference rows; ``not run``: the profile trains no other backbone)."""
+    """Notebook 05's comparison backbones side by side at the profile's ``(L, b)`` (:data:`BACKBONE_COLUMNS`), rows of
+    ``kind`` ``D`` (per swept condition), ``cosine``, ``finding``, or ``missing`` / ``not run`` (no reference rows)."""
     L0, b0, swept, out = s.point.depth, float(s.point.budget), list(s.sweep.conditions), []
     for ds in order_first(rows["dataset"], DATASET_NAMES) if len(rows) else []:
         for bb in s.sweep.compare_backbones:
@@ -537,9 +529,8 @@ def backbones_table(rows: pd.DataFrame, probes: pd.DataFrame | None, s: ReportSe
 
 def paper_table(rows: pd.DataFrame, s: ReportSettings, *, expected: Sequence[tuple[str, str]] = (),
                 backbone_order: Sequence[str] = ()) -> pd.DataFrame:
-    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at the point of
-    ``s``, blocks in ``backbone_order``, paper values beside DeiT-S/16 rows only; an ``expected`` block without D gets
-    one row of ``status`` "no result" (or "no reference row"). ValueError/KeyError: rows without schema columns."""
+    """The paper-shaped table (decision 0036): the three-condition table of every block of ``rows`` at ``s``'s point,
+    paper values beside DeiT-S/16 rows only; an ``expected`` block without D: a "no result" row. ValueError/KeyError."""
     at = rows[(rows["depth"] == s.point.depth) & np.isclose(rows["budget"].astype(float), float(s.point.budget))
               ] if len(rows) else pd.DataFrame(columns=_CELL + ["condition"])
     tc = (_three_conditions_table(at, s, None, s.bootstrap) if (at["condition"] == "reference").any()

@@ -401,8 +401,7 @@ def readme_section(tables: Mapping[str, pd.DataFrame], report_link: str = "resul
 
 
 def _findings_grid(findings: pd.DataFrame, blocks: Sequence[tuple[str, str]]) -> str:
-    """One row per finding, one column per block: its verdict in words; the backbone builds behind the cells said
-    once where all are equal, else in a column (each cell's own where its row's differ)."""
+    """A row per finding, a column per block: its verdict in words; the builds behind the cells said once or per row."""
     cols = [ds if sum(d == ds for d, _ in blocks) == 1 else f"{ds} · {bb}" for ds, bb in blocks]
     first = {(r["statement"], r["dataset"], r["backbone"]):
              (_verdict(r["holds"], r.get("finding", ""), r.get("evidence", "")), _builds(r))
@@ -452,11 +451,10 @@ def make_report(profile: str = "quick", *, store: str | Path | None = None, outp
                 readme: str | Path | None = None, from_tables: str | Path | None = None,
                 band: float | None = None, overrides: Mapping[str, Any] | None = None,
                 allow_incomplete: bool = False, allow_mixed_settings: bool = False) -> Path:
-    """Build ``REPORT.md`` and its CSVs from ``profile``'s store (default ``runs/sweeps/<profile>``; ``overrides``: the
-    run's profile keys) into ``output`` (default ``runs/<profile>/report``), or re-render them ``from_tables``; rewrite
-    ``readme``'s results section; returns the ``REPORT.md`` path. Raises, writing nothing, MixedSettingsError,
-    IncompleteReportError (unless ``allow_...``), FileNotFoundError (no store or tables), ValueError (nothing to
-    report, no README markers)."""
+    """``REPORT.md`` (its path) and its CSVs in ``output`` (default ``runs/<profile>/report``) from ``profile``'s
+    ``store`` (``overrides``: the run's profile keys) or re-rendered ``from_tables``; ``readme``'s results section
+    rewritten. Raises, writing nothing, MixedSettingsError, IncompleteReportError (unless ``allow_...``),
+    FileNotFoundError (no store or tables), ValueError (nothing to report, no README markers)."""
     if from_tables is None:   # the store's rows: the study's settings and the build path, with torch (decision 0080)
         from ..study import ReportSettings
         from .build import build_tables, CELL_IDENTITY, expected_cells, load_probes, load_store_rows, missing_cells

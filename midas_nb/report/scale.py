@@ -16,9 +16,8 @@ __all__ = ["compare_backbones"]
 def compare_backbones(study, backbones: Sequence[str] | None = None, *, run: bool = True,
                       executor: str = "local") -> tuple[pd.DataFrame, Any]:
     """``(table, status)``: the report's ``backbones`` table of ``backbones`` (default: the profile's) from ``study``'s
-    store and the cosine probes at its ``L`` (kept with :func:`save_probes`), findings of an unfit backbone ``not
-    counted``, and the cells' :class:`~midas_nb.sweeps.StoreStatus`; ``run=False`` only reads the store; ``executor``:
-    as :func:`midas_nb.sweeps.run_sweep`. ValueError: an empty or duplicated backbone list."""
+    store and cosine probes at its ``L`` (kept: :func:`save_probes`; an unfit backbone's findings ``not counted``),
+    and the cells' StoreStatus; ``run=False`` only reads the store. ValueError: an empty or duplicated list."""
     s = study.settings
     n_boot = s.statistics.bootstrap
     cells = sweep_cells(s.values, "backbones", backbones=backbones)

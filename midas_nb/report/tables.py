@@ -37,9 +37,8 @@ BACKBONE_COLUMNS = ["dataset", "backbone", "checkpoint_id", "test_accuracy", "te
 
 
 def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[bool, str]]:
-    """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision 0070)
-    of every backbone whose test top-1 the tables give (a block's provenance, else the ``backbones`` table) on a test
-    split whose size, chance and majority share its dataset's provenance gives; from the tables alone."""
+    """``{(dataset, backbone): (fit, text)}`` (:func:`~midas_nb.analysis.findings.backbone_fitness`, decision 0070),
+    from the tables alone: test top-1 of the provenance (else ``backbones``), test split of the dataset's provenance."""
     prov, out, split = tables["provenance"], {}, {}
     if not {"dataset", "backbone", "setting", "value"} <= set(prov.columns):
         return out                          # not a provenance table: the renderer names what it lacks

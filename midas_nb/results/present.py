@@ -13,9 +13,8 @@ from .table import coverage_name
 def format_ci(m: Any, lo: Any = math.nan, hi: Any = math.nan, fmt: str = ".3f", unit: str = "",
               edges: Sequence[float] = (0.0,)) -> str:
     """``"0.153 [0.148, 0.158]"``: ``m`` in ``fmt`` with ``unit``, then its interval where both bounds are numbers;
-    ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a non-number; a negative value keeps its sign (``-0.000``). A bound
-    that would print onto one of ``edges`` without lying on it gets up to three more decimals, then a strict mark
-    (``[+0.04, +0.30]``, not ``[+0.0, +0.3]``; decision 0090); ``edges=()``: a lead decided as printed."""
+    ``"n/a"`` for ``None`` or NaN, ``str(m)`` for a non-number. A bound that would print onto one of ``edges``
+    without lying on it gets up to three more decimals, then a strict mark (``>0.0``; decision 0090)."""
     try:
         if m is None or math.isnan(float(m)):
             return "n/a"
@@ -83,9 +82,8 @@ def _seeds_text(table: pd.DataFrame) -> str:
 
 
 def sample_note(table: pd.DataFrame) -> str:
-    """One line stating a protocol table's sample and settings from its rows: images for coverage (and skipped),
-    images and steps for IDAUC, seeds, the trained scorers' kind, epochs and λ, the relaxation, ``(L, b)``, the
-    backbone and checkpoint; ``ValueError`` for an empty table."""
+    """One line stating a protocol table's sample and settings from its rows (images, IDAUC, seeds, scorers' training,
+    relaxation, ``(L, b)``, backbone and checkpoint); ``ValueError`` for an empty table."""
     if table.empty:
         raise ValueError("sample_note: the table has no rows")
     parts = []
@@ -174,8 +172,7 @@ def images_note(table: pd.DataFrame, what: str, *, bootstrap: int | None = None)
 
 def leaders(table: pd.DataFrame, value: str, *, name: str, lowest: bool = False) -> list[str]:
     """The ``name`` of the row with the highest ``value`` (``lowest``: the lowest), then of every row whose interval
-    ``[<value>_lo, <value>_hi]`` (else value) overlaps the leader's; NaN rows left out. ``ValueError``: ``value`` or
-    ``name`` not a column, or no row has a value."""
+    ``[<value>_lo, <value>_hi]`` overlaps the leader's. ``ValueError``: no such columns, or no row has a value."""
     for c in (value, name):
         if c not in table.columns:
             raise ValueError(f"leader_line: no column {c!r}; expected one of {list(table.columns)}")
@@ -205,10 +202,9 @@ def leader_line(table: pd.DataFrame, value: str, *, name: str, what: str, digits
 
 
 def band_checks(D: pd.DataFrame, reference: str = "reference") -> str:
-    """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table:
-    ``"band against <baseline>: ..."`` lines from ``band_reason`` and every ``band_reason_vs_<control>`` (each cell
-    named where there are several), then "this sample resolves |ΔIDAUC| ≥ h" of the decided verdicts against
-    ``reference`` (decision 0071); ``""`` when there is neither."""
+    """The faithfulness check behind each parity band of a :func:`midas_nb.metrics.decoupling_D` table: a ``"band
+    against <baseline>: ..."`` line per ``band_reason``/``band_reason_vs_<control>`` column, then "this sample
+    resolves |ΔIDAUC| ≥ h" of the decided verdicts against ``reference`` (decision 0071); ``""``: neither."""
     cell = [c for c in ("dataset", "backbone", "depth", "budget") if c in D.columns]
     many = len(D[cell].drop_duplicates()) > 1 if cell else False
     cols = [("band_reason", reference)] + [(c, c[len("band_reason_vs_"):]) for c in D.columns

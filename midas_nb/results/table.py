@@ -164,9 +164,8 @@ def coverage_name(table: pd.DataFrame) -> str:
 
 
 def validate_table(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``table`` checked against the schema, with its dtypes and column order, absent optional columns at
-    their defaults (``versions``: the running environment's). ``ValueError``: a required column missing or empty,
-    ``budget`` outside ``(0,1]``, ``depth < 1``, ``n_images < 0`` or an unknown ``coverage_kind``."""
+    """A copy of ``table`` checked against the schema, in its dtypes and order, absent optional columns at their
+    defaults (``versions``: this environment's). ``ValueError``: a required column missing or empty, a bad value."""
     from ..metrics import COVERAGE_KINDS      # its module imports torch; the report reads tables without it
 
     df = table.copy()
@@ -195,14 +194,10 @@ def validate_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def make_table(rows: Iterable[ResultRow | Mapping[str, Any]]) -> pd.DataFrame:
-    """The validated results table of :class:`ResultRow` s or dicts; ``ValueError``: no rows, a row without a
-    required column, or as :func:`validate_table`."""
+    """The validated results table of :class:`ResultRow` s or dicts; ``ValueError``: no rows, or as
+    :func:`validate_table` (a row without a required column: that column empty in that row)."""
     if not (dicts := [r.to_dict() if isinstance(r, ResultRow) else dict(r) for r in rows]):
         raise ValueError("make_table: no rows")
-    for i, d in enumerate(dicts):
-        if missing := [c for c in REQUIRED_COLUMNS if c not in d]:
-            raise ValueError(f"results row {i} is missing required column(s) {missing}; "
-                             f"required: {list(REQUIRED_COLUMNS)}")
     return validate_table(pd.DataFrame(dicts))
 
 

@@ -1,12 +1,5 @@
-"""One study = one (profile, dataset, backbone): the object every notebook starts from, with a
-cached call for each stage of the pipeline (DESIGN.md §2).
-
-Example::
-
-    >>> study = Study("smoke")                 # embedded synthetic data, tiny ViT
-    >>> table = study.protocol()               # one row per condition x seed
-    >>> maps = study.target_maps()             # {"T0": [M, N], ...} on the test split
-"""
+"""One study = one (profile, dataset, backbone): the object every notebook starts from, with a cached call for each
+stage of the pipeline (DESIGN.md §2): ``Study("smoke").protocol()``, a row per condition × seed of synthetic data."""
 from __future__ import annotations
 
 from .base import StudyBase

@@ -12,6 +12,7 @@ from ..backbones import backbone_normalization, checkpoint_key, load_or_finetune
 from ..data import (collate_samples, data_note, DatasetError, load_dataset, make_synthetic_cub, TRAIN_SPLIT,
                     unlabelled_test_message)
 from ..progress import progress_enabled
+from ..results import format_ci
 from ..analysis.target_maps import iou_ceiling_table, target_coverage, target_insdel, target_pib_table
 from ..targets import target_cache
 from ..backbones.vit import grid_size
@@ -21,13 +22,6 @@ __all__ = ["StudyBase"]
 
 
 _TORCH_DEFAULT_THREADS = torch.get_num_threads()
-
-
-def _fraction(v: Any) -> str:
-    try:
-        return "n/a" if v is None or v != v else f"{float(v):.3f}"
-    except (TypeError, ValueError):
-        return str(v)
 
 
 class StudyBase:
@@ -143,14 +137,14 @@ class StudyBase:
                 ("image size (px)", self.settings.data.image_size),
                 ("patch grid", "{}x{} = {} patch tokens".format(*self.grid, self.grid[0] * self.grid[1])),
                 ("blocks", len(self.model.blocks)), ("embedding width", self.model.embed_dim),
-                ("fine-tuning epochs", m.get("epochs")), ("train accuracy", _fraction(m.get("train_accuracy"))),
-                ("test accuracy", _fraction(m.get("test_accuracy"))),
+                ("fine-tuning epochs", m.get("epochs")), ("train accuracy", format_ci(m.get("train_accuracy"))),
+                ("test accuracy", format_ci(m.get("test_accuracy"))),
                 # a distilled student: its teacher's and each head's (00 says why the student can pass its teacher)
-                *((f"test accuracy, {what}", _fraction(d[k])) for d in [m.get("distillation") or {}] for what, k in (
+                *((f"test accuracy, {what}", format_ci(d[k])) for d in [m.get("distillation") or {}] for what, k in (
                     ("teacher (frozen ImageNet stages + linear probe)", "teacher_test_accuracy"),
                     ("class-token head (learns the labels)", "student_test_accuracy_cls"),
                     ("distillation head (learns the teacher's scores)", "student_test_accuracy_dist")) if k in d),
-                ("chance accuracy", _fraction(ds.chance_accuracy)), ("device", str(self.device))]
+                ("chance accuracy", format_ci(ds.chance_accuracy)), ("device", str(self.device))]
         return pd.DataFrame(rows, columns=["setting", "value"]).set_index("setting")
 
     def target_maps(self, split: str = "test", depth: int | None = None,

@@ -51,8 +51,7 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 
 
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
-    """``midas-nb sweep submit``: say what runs where, then submit (``slurm``: return at once) or run the sweeps'
-    cells into ``runs/sweeps/<profile>``; 0 on success, 1 when a local run left failed cells."""
+    """``midas-nb sweep submit``: say what runs where, then submit or run the cells; 1 where a local run failed one."""
     slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
                  time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
     here = args.executor != "slurm"

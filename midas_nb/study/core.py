@@ -20,22 +20,16 @@ from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cel
 __all__ = ["Study"]
 
 
-def with_builds(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with an integer ``build`` column: a row stored without one is build 0 (decision 0072)."""
-    return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
-
-
 class Study(StudyBase):
     """A :class:`StudyBase` with the three-condition protocol, the regime sweeps and the scale readout."""
 
     def protocol(self, sweep: str = "protocol", depth: int | None = None, budget: float | None = None,
                  conditions: list[str] | None = None, seeds: list[int] | None = None,
                  relaxation: str | None = None, builds: int | None = None, **kwargs: Any) -> pd.DataFrame:
-        """The three-condition protocol table at ``(depth, budget)`` of the catalogue's ``sweep`` (02's
-        ``"protocol"``, ``"soft"``, ``"random"``, 06's ``"related"``), one row per condition × seed × build (decision
-        0072), each a cell of the profile's store; ``conditions``, ``seeds``, ``relaxation``, ``builds`` override the
-        catalogue's, ``**kwargs`` (of :func:`midas_nb.analysis.protocol.run_protocol`) enter the cells' keys. Also
-        written to ``runs/tables/protocol_<name>.csv``. Raises ``RuntimeError``: a cell failed."""
+        """The protocol table at ``(depth, budget)`` of the catalogue's ``sweep`` (02's ``"protocol"``, ``"soft"``,
+        ``"random"``, 06's ``"related"``), a row per condition × seed × build (0072), cells of the profile's store
+        (given lists override the catalogue's; ``**kwargs`` of :func:`~midas_nb.analysis.protocol.run_protocol`
+        enter their keys); also ``runs/tables/protocol_<name>.csv``. ``RuntimeError``: a cell failed."""
         s = self.settings
         self.own_threads()
         pt = Point(s.point.depth if depth is None else depth, s.point.budget if budget is None else budget)
@@ -47,7 +41,7 @@ class Study(StudyBase):
         what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
             raise RuntimeError(f"{what}: not every cell is done\n{status}")
-        table = with_builds(table)
+        table = table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))  # none: 0 (0072)
         for col in [c for c in ("checkpoint_id", "weights_digest") if c in table.columns]:   # decision 0072
             for b, g in table.groupby("build"):
                 if g[col].dropna().nunique() > 1:
@@ -86,12 +80,10 @@ class Study(StudyBase):
 
     def sweep(self, name: str = "regime", executor: str = "local", run: bool = True, *,
               wait: bool = True, device: str | None = None, **slurm: Any) -> tuple[pd.DataFrame, Any] | Submission:
-        """``(rows of the done cells, StoreStatus)`` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's
-        ``"scale"``; else a :func:`~midas_nb.study.make_grid` kind) in the profile's store, computing missing cells
-        unless ``run=False``; ``wait=False`` (Slurm, settings in ``**slurm``) returns the
-        :class:`~midas_nb.sweeps.Submission` at once. ``device``: default the study's, on Slurm the profile's (0038).
-        Raises ``ValueError``: ``wait=False`` without ``executor="slurm"`` and ``run=True``;
-        :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks (not ``slurm``)."""
+        """:func:`~midas_nb.study.run_cells` of the catalogue's sweep ``name`` (04's ``"regime"``, 05's ``"scale"``;
+        else a :func:`~midas_nb.study.make_grid` kind); Slurm settings in ``**slurm``; ``device``: default the
+        study's, on Slurm the profile's (0038). ``ValueError``: ``wait=False`` without ``executor="slurm"`` and
+        ``run=True``; :class:`midas_nb.config.ProfileError`: a bad ``device``, or one this machine lacks."""
         if not wait and (executor != "slurm" or not run):
             raise ValueError(f"sweep(wait=False) submits to Slurm and returns; it needs executor='slurm' and "
                              f"run=True, got executor={executor!r}, run={run!r}")

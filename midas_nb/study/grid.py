@@ -1,6 +1,5 @@
-"""A profile's sweep cells, dataset × backbone × ``(L, b)`` × condition × seed (DESIGN.md §5; keys: decision 0015),
-every notebook sweep declared once (:data:`CATALOGUE`), the protocol's cell function (:class:`ProtocolCellRunner`)
-and the one sequence that runs and reads cells (:func:`run_cells`)."""
+"""A profile's sweep cells (DESIGN.md §5; decision 0015), every notebook sweep declared once (:data:`CATALOGUE`), the
+protocol's cell function (:class:`ProtocolCellRunner`) and the one sequence running them (:func:`run_cells`)."""
 from __future__ import annotations
 
 import functools
@@ -84,18 +83,14 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
               seeds: Sequence[int] | None = None, checkpoint_ids: Mapping[tuple, str] | None = None,
               params: Mapping[str, Any] | None = None, seedless_conditions: Sequence[str] = SEEDLESS_CONDITIONS,
               data_ids: Mapping[tuple[str, str], str] | None = None, planned: bool = False) -> list[SweepCell]:
-    """The cells of a sweep for a profile, ordered dataset, backbone, point, condition, seed.
-
-    Points ``(L, b)`` by ``kind``: ``"depth"`` (``L ∈ depths`` at ``budget``), ``"budget"`` (``b ∈ budgets`` at
-    ``depth``), ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"`` (the profile's
-    ``regime_grid``), ``"scale"`` (``(depth, budget)`` for every backbone of :func:`grid_spans`). Seeds: ``seeds``
-    at the profile's point, ``sweep_seeds`` elsewhere; ``seedless_conditions`` get the first. Builds (decision
-    0072): ``builds`` of the profile's backbone at its point (build ``k > 0`` keyed by ``params["build"]`` too),
-    the profile's ``build`` elsewhere. ``datasets``, ``backbones``, ``conditions``, ``seeds`` override the
-    profile's (``seeds``: at every point); ``checkpoint_ids``/``data_ids``: ``{(dataset, backbone[, build]): id}``
-    (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params``: merged into every cell's. ``planned``
-    reads no data: the ids are placeholders ``"planned"``, ``"planned-<build>"`` (counts exact, keys not). Raises
-    ``ValueError``: unknown ``kind``; empty lists; duplicated entries; a dataset without a data root."""
+    """A sweep's cells, ordered dataset, backbone, point, condition, seed. Points by ``kind``: ``"depth"``
+    (``depths`` at ``budget``), ``"budget"``, ``"cross"`` (both), ``"full"`` (``depths × budgets``), ``"regime"``
+    (the profile's ``regime_grid``), ``"scale"`` (its point, :func:`grid_spans`' backbones). ``seeds`` at the
+    profile's point, ``sweep_seeds`` elsewhere (``seedless_conditions``: the first); ``builds`` of its backbone at
+    its point (decision 0072). Given lists override the profile's; ``checkpoint_ids``/``data_ids``: ``{(dataset,
+    backbone[, build]): id}`` (default :func:`checkpoint_spec_id`, :func:`eval_data_id`); ``params`` enter every
+    cell's; ``planned``: no data read, placeholder ids. ``ValueError``: unknown ``kind``, an empty or duplicated
+    list, a dataset without a data root."""
     prof = dict(profile)
     sweep = SweepSettings.of(prof)
     kind = sweep.regime_grid if kind == "regime" else kind
@@ -140,12 +135,9 @@ def make_grid(profile: Mapping[str, Any], kind: str = "regime", *, datasets: Seq
 
 _POINT = dict(kind="scale", datasets="own", backbones="own", conditions="profile", seeds="profile", relaxation="st")
 
-#: Every notebook sweep, declared once (docs/decisions/0077-sweep-catalogue.md; notebooks in
-#: :data:`midas_nb.config.SWEEPS`): its parts, each a :func:`make_grid` ``kind`` on ``datasets`` and ``backbones``
-#: ("own": the study's; "compare": :func:`~midas_nb.backbones.comparison_backbones`; absent: the grid's spans),
-#: ``conditions`` ("profile": its protocol's; "related"/"related others": 06's systems the protocol has / lacks),
-#: ``seeds`` ("profile", "first", "related": ``related_seeds``), ``builds`` (absent: the profile's, decision 0072)
-#: and ``relaxation`` (absent: the profile's). Absent conditions and seeds: :func:`make_grid`'s.
+#: Every notebook sweep, declared once (decision 0077; notebooks: :data:`midas_nb.config.SWEEPS`): its parts, each a
+#: :func:`make_grid` ``kind`` with symbolic lists (:func:`catalogue_value`; "related others": 06's systems the
+#: protocol lacks), ``builds`` and ``relaxation``; absent: the grid's, :func:`make_grid`'s or the profile's.
 CATALOGUE: dict[str, tuple[dict[str, Any], ...]] = {
     "protocol": (_POINT,),
     "soft": (dict(_POINT, conditions=("reference", "unsupervised", "T5", "random"), seeds="first", builds=1,
@@ -174,10 +166,9 @@ def catalogue_value(prof: Mapping[str, Any], what: str, value: Any, given: Seque
 
 def sweep_cells(profile: Mapping[str, Any], name: str, *, planned: bool = False,
                 params: Mapping[str, Any] | None = None, **given: Any) -> list[SweepCell]:
-    """The cells of the :data:`CATALOGUE`'s sweep ``name`` (another name: the :func:`make_grid` kind) of a profile;
-    ``given`` (``builds``, ``relaxation``, :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's
-    (a "related" part's ``conditions`` split by its rule, a part left empty dropped); ``params`` enter every cell's
-    key; ``planned`` as :func:`make_grid`'s. Raises ``ValueError`` as :func:`make_grid`."""
+    """The cells of the :data:`CATALOGUE`'s sweep ``name`` (else the :func:`make_grid` kind) of a profile; ``given``
+    (``builds``, ``relaxation``, :func:`make_grid` keywords; ``None`` ignored) overrides the catalogue's (a "related"
+    part's ``conditions`` split by its rule; an empty part dropped). ``ValueError`` as :func:`make_grid`."""
     prof = dict(profile)
     cells: list[SweepCell] = []
     for part in CATALOGUE.get(name, (dict(kind=name),)):
@@ -245,9 +236,8 @@ class ProtocolCellRunner:
             [cell.dataset, cell.backbone, cell.checkpoint_id, cell.data_id, cell.params])
 
     def run_group(self, cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
-        """The row of each cell (of one :meth:`group_key`), in order, from one
-        :func:`midas_nb.analysis.protocol.protocol_cells` call (decision 0069). Raises ``ValueError`` (cells of
-        several groups; a checkpoint or data id that differs from the data here), ``RuntimeError`` (no device)."""
+        """The row of each cell (of one :meth:`group_key`) from one ``protocol_cells`` call (decision 0069); ValueError
+        (several groups; a checkpoint or data id other than the data's here), RuntimeError (no device)."""
         cell = cells[0]
         if len({self.group_key(c) for c in cells}) > 1:
             raise ValueError(f"run_group: the cells {[c.label for c in cells][:3]}... are not of one group")
@@ -292,12 +282,10 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     prof = dict(profile)
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
-    if not run:
-        status = StoreStatus(store.status(cells))
-    elif not wait:
+    if run and not wait:
         return submit_sweep(cells, runner, store, slurm=slurm or None)
-    else:
-        status = run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress)
+    status = (run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress) if run
+              else StoreStatus(store.status(cells)))
     rows = store.results(cells)
     rows.attrs.clear()
     return rows, status

@@ -1,12 +1,5 @@
-"""The run description: one frozen, typed settings object per study, built and checked once
-(decision 0060). :class:`ReportSettings` is what the report reads of a finished run's profile.
-
-Example::
-
-    >>> s = RunSettings.build("smoke", budget=0.5)
-    >>> s.point, s.data.label, s.backbone.recipe.epochs, s.statistics.bootstrap
-    (Point(depth=2, budget=0.5), 'synthetic', 12, 100)
-"""
+"""The run description: one frozen, typed settings object per study, built and checked once (decision 0060), e.g.
+``RunSettings.build("smoke", budget=0.5).point``; :class:`ReportSettings`: what the report reads of a run's profile."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -101,9 +94,8 @@ TOP_LEVEL_PROTOCOL_SETTINGS = ("relaxation", "lam", "temperature", "eval_subset_
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
-    """The profile's settings that change a protocol run's result: every cell's key and
-    :func:`midas_nb.analysis.protocol.run_protocol`'s arguments (less ``image_size``/``patch_size``; the first three
-    top-level ones always, with ``PROTOCOL_DEFAULTS``); ``scorer_train`` keys win over the top level."""
+    """The profile's settings that change a protocol run's result (every cell's key; ``run_protocol``'s arguments less
+    ``image_size``/``patch_size``); the first three top-level ones always; ``scorer_train`` keys win over the top."""
     out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in TOP_LEVEL_PROTOCOL_SETTINGS[:3]}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile})
     out.update(dict(profile.get("scorer_train") or {}))
@@ -113,9 +105,8 @@ def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One study's settings, typed; build with :meth:`build`. ``statistics``: the profile's
-    :class:`midas_nb.config.RunProfile` (``bootstrap``); ``protocol``: the same model as the protocol's runs receive
-    it (:func:`protocol_settings`' ``eval_subset_seed``, ``throughput_*``; tuples; ``scorer_train`` read-only)."""
+    """One study's settings, typed; build with :meth:`build`. ``statistics``: the profile's ``RunProfile``;
+    ``protocol``: that model as the protocol's runs receive it (:func:`protocol_settings`' values, tuples)."""
 
     profile: str
     point: Point

@@ -1,12 +1,5 @@
-"""The generic sweep engine (imports no domain module): :func:`run_sweep` computes the
-:class:`SweepCell` s its :class:`ResultStore` lacks (DESIGN.md §5, §7–8;
-docs/decisions/0025-shared-result-store.md)::
-
-    >>> from midas_nb.study import ProtocolCellRunner, make_grid
-    >>> prof = get_profile("quick")
-    >>> status = run_sweep(make_grid(prof, "regime"), ProtocolCellRunner(prof), ResultStore(name="quick"))
-    >>> table = ResultStore(name="quick").results()  # one row per condition × seed × cell
-"""
+"""The generic sweep engine (imports no domain module): :func:`run_sweep` computes the :class:`SweepCell` s its
+:class:`ResultStore` lacks (DESIGN.md §5, §7–8; decision 0025); the protocol's: :func:`midas_nb.study.run_cells`."""
 from __future__ import annotations
 
 from .executors import Submission, run_sweep, submit_sweep

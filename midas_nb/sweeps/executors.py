@@ -1,7 +1,6 @@
-"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (``slurm``: one preparation job
-per dataset, backbone and checkpoint, then the cells in job arrays that depend on them; docs/decisions/0037, 0078,
-0093). Every worker claims its cells, computes them (together where it can: 0069) and writes their records
-(:func:`run_group`). The protocol's cell function: :class:`midas_nb.study.ProtocolCellRunner`."""
+"""Sweep executors: compute the cells a store lacks here (``local``) or on Slurm (preparation jobs, then job arrays
+that depend on them; decisions 0037, 0078, 0093); every worker claims its cells, computes them (together where it
+can: 0069) and writes their records (:func:`run_group`)."""
 from __future__ import annotations
 
 import contextlib
@@ -81,9 +80,8 @@ def _compute(store: ResultStore, cells: list[SweepCell], cell_fn: Callable[[Swee
 def run_group(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store_root: str | Path,
               wait: bool = False) -> list[CellState]:
     """Claim the cells (:meth:`ResultStore.hold`), compute and record those without a ``done`` record or one another
-    worker wrote meanwhile; never raises for a failing cell. A cell another process holds is left to it
-    (``"running"``) or, with ``wait``, waited for at the end (then read, or computed where its holder left no
-    record). Returns each cell's state: ``"done"``, ``"failed"`` or ``"running"`` (never with ``wait``)."""
+    worker wrote meanwhile (a failing cell: its record, no raise); a cell another process holds is left to it
+    (``"running"``) or, with ``wait``, waited for, then read or computed. Returns each cell's state."""
     store = ResultStore(store_root)
     before = {c: (store.read(c.key) or {}).get("finished") for c in cells}
 
@@ -128,17 +126,13 @@ def run_chunk(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], store: ResultStore | str | Path,
               executor: ExecutorKind = "local", slurm: Mapping[str, Any] | None = None, retry_failed: bool = True, *,
               wait: bool = True, progress: bool = False) -> StoreStatus:
-    """Compute the cells without a ``done`` record (``retry_failed``: nor a ``failed`` one); returns their status.
-    Workers write their own records (:func:`run_group`), so the same call resumes a stopped sweep; ``local`` waits
-    for a cell another process holds, Slurm jobs leave it. A job that dies leaves its cells pending (no record) and
-    an ``executor_errors`` line. ``cells``: unique (:func:`midas_nb.study.make_grid`); ``cell_fn``: ``cell ->
-    DataFrame | list[dict] | dict``, picklable for ``slurm``; ``store``: a store, its directory or name; ``executor``:
-    ``"local"`` or ``"slurm"`` (submitit; ``wait=False`` returns once submitted; no Slurm: ``SlurmNotFound``);
-    ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``, ``mem`` (GB, or ``"32G"``),
-    ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size`` (default ``scontrol show config``), other
-    ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``: submitit's jobs in subprocesses here;
-    ``"debug"``: in this process). Job logs: ``<store>/submitit``. Raises ``ValueError``: duplicated cells, unknown
-    executor."""
+    """Compute the cells without a ``done`` record (``retry_failed=False``: nor a ``failed`` one), resuming a stopped
+    sweep; returns their status (a dead job: its cells pending, an ``executor_errors`` line). ``cell_fn``: ``cell ->
+    DataFrame | list[dict] | dict``, picklable for ``slurm`` (submitit; ``wait=False`` returns once submitted; no
+    Slurm: ``SlurmNotFound``); ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``,
+    ``mem`` (GB or ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size``, other
+    ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``/``"debug"``: submitit's stand-ins here);
+    job logs in ``<store>/submitit``. ``ValueError``: duplicated cells, an unknown executor."""
     if executor not in ("local", "slurm"):
         raise ValueError(f"unknown executor {executor!r}; expected 'local' or 'slurm'")
     store, cells, todo = _todo(store, cells, retry_failed, slurm=executor == "slurm")
@@ -162,8 +156,7 @@ def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
 
 def _todo(store: ResultStore | str | Path, cells: Sequence[SweepCell], retry_failed: bool,
           slurm: bool = False) -> tuple[ResultStore, list[SweepCell], list[SweepCell]]:
-    """``(store, cells, todo)``: the grid registered in the store and the cells to compute; ``slurm``: not those a
-    process or a job in the queue holds, so submitting again sends only what is missing (decision 0078)."""
+    """``(store, cells, todo)``: the grid registered, the cells to compute (``slurm``: none held or queued; 0078)."""
     store, cells = open_store(store), list(cells)
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
@@ -198,9 +191,8 @@ def prepare_group(cell: SweepCell, cell_fn: Any) -> Any:
 
 
 def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm: Mapping[str, Any]) -> list[Any]:
-    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings; returns the cell jobs (submitit ``Job``s with
-    ``.cells`` and ``.after``, the preparation jobs' ids) and records them in ``jobs.json``. Raises
-    :class:`SlurmNotFound`: no ``sbatch``, or ``sbatch`` refused the submission (its last error line)."""
+    """Submit ``cells`` with :func:`run_sweep`'s ``slurm`` settings, recorded in ``jobs.json``; the cell jobs (with
+    ``.cells`` and ``.after``: the preparation jobs' ids). :class:`SlurmNotFound`: no ``sbatch``, or it refused."""
     from submitit.core.utils import FailedJobError
 
     params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"

@@ -25,9 +25,8 @@ def default_cost_path() -> Path:
 
 
 def load_cost_table(path: str | Path | None = None) -> dict[str, Any] | None:
-    """The cost table (``device``, ``date``, ``note``, ``cell_s`` and ``finetune_s`` as ``{backbone: {dataset:
-    seconds}}``, ``path``) at ``path``, else :func:`default_cost_path`'s, else :data:`SHIPPED_COST_TABLE`'s; ``None``
-    without a file. Raises ``ValueError`` (not such a table), ``FileNotFoundError`` (a ``path`` given, no file)."""
+    """The cost table (``cell_s``, ``finetune_s``: ``{backbone: {dataset: s}}``, ``device``, ``date``, ``path``) at
+    ``path``, :func:`default_cost_path` or :data:`SHIPPED_COST_TABLE`; ``None``: none. ValueError, FileNotFoundError."""
     p = Path(path) if path is not None else default_cost_path() if default_cost_path().is_file() else SHIPPED_COST_TABLE
     if not p.is_file():
         if path is not None:
@@ -85,9 +84,8 @@ def _done_key(cell: Mapping[str, Any]) -> Any:
 
 def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
                 store: ResultStore | None = None) -> tuple[list[str], set[str], list[SweepCell], dict]:
-    """``(one line per sweep: its cells, those shared with a sweep above, those done; distinct keys; the distinct
-    cells not done; {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``)
-    in ``store`` (done matched as :func:`plan_text` says)."""
+    """``(a line per sweep: its cells, shared with a sweep above, done; distinct keys; distinct cells not done;
+    {(backbone, dataset): [duration_s of each done cell]})`` of ``sweeps`` (``{name: cells}``) in ``store``."""
     done: set[Any] = set()
     timed: dict[tuple[str, str], list[float]] = {}
     for r in store.scan()[0].values() if store is not None and store.cells_dir.is_dir() else []:
@@ -112,10 +110,9 @@ def sweep_lines(sweeps: Mapping[str, Sequence[SweepCell]],
 def plan_text(sweeps: Mapping[str, Sequence[SweepCell]], *, cells_per_job: int, max_array: int,
               max_array_source: str, store: ResultStore | None = None, cost_table: Mapping[str, Any] | None = None,
               gpus: Sequence[int] = (8, 32)) -> str:
-    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (new, done), preparation
-    jobs, cell jobs and arrays, the projected GPU-hours (cells + fine-tunes) and the wall time on each number of
-    ``gpus``. A store's done cells are matched by their coordinates and settings, without the checkpoint and data
-    ids (placeholders in a plan). Raises ``ValueError``: ``cells_per_job`` or ``max_array`` below 1."""
+    """The plan of ``sweeps`` (``{"04 regime": cells, ...}``) as text: cells per sweep (:func:`sweep_lines`), jobs
+    and arrays, projected GPU-hours and the wall time on each number of ``gpus``. A store's done cells match by
+    coordinates and settings (a plan's ids are placeholders). ``ValueError``: ``cells_per_job``/``max_array`` < 1."""
     lines, seen, todo, timed = sweep_lines(sweeps, store)
     prepare, chunks = plan_jobs(todo, cells_per_job)
     arrays = chunk_arrays(len(chunks), max_array)

@@ -1,6 +1,5 @@
-"""Slurm as the sweep engine sees it: ``MaxArraySize``, the jobs a sweep is cut into (:func:`plan_jobs`,
-:func:`chunk_arrays`), submitit's executor, the jobs' state from ``squeue`` (:func:`cell_states`, :func:`wait`;
-decision 0078). Submission: :func:`midas_nb.sweeps.submit_sweep`."""
+"""Slurm as the sweep engine sees it: ``MaxArraySize``, the jobs a sweep is cut into (:func:`plan_jobs`), submitit's
+executor, the jobs' state from ``squeue`` (:func:`cell_states`, :func:`wait`; decision 0078)."""
 from __future__ import annotations
 
 import re

@@ -1,6 +1,5 @@
-"""The sweep cell (:class:`SweepCell`, keyed by content: docs/decisions/0015-cell-identity.md), the JSON result
-store (:class:`ResultStore`: one record per finished or failed cell) and its status (:class:`StoreStatus`,
-:func:`format_status`). The grids of a profile: :func:`midas_nb.study.make_grid`."""
+"""The sweep cell (:class:`SweepCell`, keyed by content: decision 0015), the JSON result store (:class:`ResultStore`:
+one record per finished or failed cell) and its status (:class:`StoreStatus`, :func:`format_status`)."""
 from __future__ import annotations
 
 import fcntl
@@ -36,9 +35,8 @@ _MISSING = object()
 
 @dataclass(frozen=True)
 class SweepCell:
-    """One protocol run: scorer depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``, ``seed``,
-    ``checkpoint_id`` (:func:`midas_nb.study.checkpoint_spec_id`), ``data_id`` (:func:`~midas_nb.study.eval_data_id`)
-    and ``params`` (JSON settings; not in ``hash()``), all in :attr:`key`. Raises ``ValueError``: ``depth < 1``."""
+    """One protocol run: depth ``L`` (1-based block), kept fraction ``b ∈ (0, 1]``, ``condition``, ``seed``, ids of
+    its checkpoint and evaluated data, ``params`` (JSON; not in ``hash()``), all in :attr:`key`. ValueError: L < 1."""
 
     dataset: str
     backbone: str
@@ -99,14 +97,9 @@ def _with_digest(body: str) -> str:
 
 
 class ResultStore:
-    """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``).
-
-    A record: ``digest`` (the SHA-256 of the text after it), ``format``, ``key``, ``label``, ``cell``
-    (:meth:`SweepCell.to_dict`), ``status`` (``"done"``/``"failed"``), ``rows``, ``error``, ``traceback``,
-    ``attempt``, ``started``/``finished`` (Unix s), ``duration_s``, ``host``, ``pid``, ``job_id`` (Slurm). Beside
-    them: ``<key>.running`` (a claim, :meth:`hold`), ``grid.json`` (registered cells), ``jobs.json`` (each cell's
-    job). Invalid files (:meth:`_load`) are ignored and listed by :meth:`scan`; their cells are pending.
-    """
+    """Per-cell JSON records ``<root>/cells/<key>.json`` (default root ``runs_dir()/"sweeps"/name``; fields:
+    :meth:`record_done`, its ``digest`` first), ``<key>.running`` claims (:meth:`hold`), ``grid.json`` (registered
+    cells), ``jobs.json``. Invalid files (:meth:`_load`) are ignored, listed by :meth:`scan`; their cells pending."""
 
     def __init__(self, root: str | Path | None = None, *, name: str = "default") -> None:
         self.root = Path(root) if root is not None else runs_dir() / "sweeps" / name
@@ -146,9 +139,8 @@ class ResultStore:
         return self.record_done(cell, [], started=started, error=error, tb=tb)
 
     def hold(self, key: str, wait: bool = False) -> int | None:
-        """Claim cell ``key``: a descriptor holding an exclusive ``flock`` on ``<key>.running``, which the kernel
-        releases however its process ends (decision 0078); ``None`` while another process holds it (``wait``: block
-        until it is released). Give it back with :meth:`release`."""
+        """Claim cell ``key``: a descriptor holding an exclusive ``flock`` on ``<key>.running`` (the kernel releases it
+        however its process ends: 0078); ``None`` while another holds it (``wait``: block). :meth:`release` it."""
         fd = os.open(self.running_path(key), os.O_CREAT | os.O_RDWR, 0o644)
         for _ in range(3):      # a status probe (claim_info) holds it for microseconds: try again before leaving it
             try:
@@ -214,8 +206,7 @@ class ResultStore:
         return [c for c in map(_cell, self._manifest()[0].values()) if c is not None]
 
     def _load(self, path: Path) -> tuple[dict | None, str | None]:
-        """``(record, None)``; ``(None, why)`` for a file that is no valid record (unreadable; a key that is not the
-        file name or its cell's hash; a text that does not match its digest, format 2); ``(None, None)``: no file."""
+        """``(record, None)``; ``(None, why)`` for a file that is no valid record; ``(None, None)``: no file."""
         rec, why, text = _read_json(path)
         if why or not isinstance(rec, dict):
             return None, why or ("not a JSON object" if text else None)
@@ -264,9 +255,8 @@ class ResultStore:
             "running" if (self.claim_info(key) or {}).get("live") else "pending"
 
     def status(self, cells: Sequence[SweepCell] | None = None) -> pd.DataFrame:
-        """One row per cell (default: the registered ones, then any other with a record): its parameters,
-        ``status``, ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id``; ``attrs``: ``problems``,
-        ``root``, ``store_cells`` (every sweep's cells)."""
+        """One row per cell (default: the registered ones, then any other with a record): its parameters, ``status``,
+        ``error``, ``attempt``, ``duration_s``, ``n_rows``, ``job_id``; ``attrs``: problems, root, store_cells."""
         records, problems = self.scan()
         by_key = {c.key: c for c in self.registered_cells()}
         extra = [c for c in (_cell(rec["cell"]) for k, rec in records.items() if k not in by_key) if c is not None]
