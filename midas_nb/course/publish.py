@@ -78,12 +78,6 @@ def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool
     return before - len(nb.cells)
 
 
-def _title(nb, default: str) -> str:
-    """The notebook's first Markdown heading, else ``default``."""
-    return next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
-                 for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), default)
-
-
 def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
     return (f'<nav class="midas-nav {where}"><a class="midas-contents" href="index.html">Contents</a>'
             + (f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>' if prev else "")
@@ -158,7 +152,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
                           ("stale", p.name in stale and f"is stale ({stale[p.name]})")):
             if why:
                 warnings.warn(f"{p.name} {why}; its page is marked as {mark} in the HTML edition", stacklevel=2)
-        pages.append((p, nb, _title(nb, p.stem), failed))
+        title = next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+                      for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), p.stem)
+        pages.append((p, nb, title, failed))   # title: the first Markdown heading
     if not pages:
         source = input_dir.resolve() == (project_root() / "notebooks").resolve()
         raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; " + (

@@ -1,8 +1,7 @@
 """The explorer (decision 0056): two rankings side by side on one test image at one depth ``L`` and budget ``b``:
 the kept top ``k = ceil(b·N)`` patch tokens over the photo, the insertion and deletion curves of ``p_c`` on that
 image (RISE, https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC. Live ipywidgets controls in
-a Jupyter front-end; a static still where none can show widgets (papermill, scripts, the HTML edition).
-"""
+a Jupyter front-end; a static still where none can show widgets (papermill, scripts, the HTML edition)."""
 from __future__ import annotations
 
 import html
