@@ -61,8 +61,7 @@ def coverage_vs_faithfulness(table: pd.DataFrame, *, reference: str = "reference
     IDAUC_ref − band`` shaded (DESIGN.md §6; ``None``: ``metrics.PARITY_BAND``), the reference's mIoU dashed.
     ``table``: protocol rows (``condition``, ``miou``, ``idauc``), averaged per condition; error bars: the 95 %
     interval over seeds and images (``n_boot`` resamples) or a single row's own. ``average_over``: ``("dataset",)``
-    / ``("backbone",)`` averages rows of several. ValueError: a column missing, or mixed rows not in ``average_over``.
-    """
+    / ``("backbone",)`` averages rows of several. ValueError: missing column, or mixed rows not in ``average_over``."""
     require_columns(table, ("condition", "miou", "idauc"))
     band = parity_band(band)
     note = mixed_groups(table, average_over, "coverage_vs_faithfulness")
@@ -214,8 +213,7 @@ def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, 
     panel per condition (default all but ``reference``), diverging scale of half-range ``vmax`` (default max |D|).
     Cells by band ``status``: in band ``+2.1 ✓``; not resolved ``?`` (dots); uninformative ``○`` (cross-hatch);
     outside the band grey, hatched, ``✗ (D)`` (DESIGN.md §6: marked, never dropped); "undefined", "not run".
-    Several datasets or backbones: ValueError unless named in ``average_over`` (then averaged; the title says so).
-    """
+    Several datasets or backbones: ValueError unless named in ``average_over`` (then averaged; the title says so)."""
     note, conds = _d_conditions(table, "regime_heatmap", (x, y), value, conditions, reference, average_over)
     xs, ys = sorted(table[x].dropna().unique()), sorted(table[y].dropna().unique())
     vals = table[value].to_numpy(dtype=float)

@@ -25,8 +25,6 @@ from ..pruning import check_depth, keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
 from ..backbones.vit import keep_count
 
-__all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer", "STATIC_NOTE"]
-
 STATIC_NOTE = ("Static still of a batch run. In JupyterLab this explorer is interactive: "
                "pick the image, the two targets, depth L and budget b.")
 

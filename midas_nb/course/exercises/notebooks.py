@@ -19,7 +19,6 @@ def _ceiling(f: float, b: float) -> float:
     return min(f, b) / max(f, b)
 
 
-# ------------------------------------------------------------------------ 00 quickstart
 register("00.keep_count", "k = ceil(b·N) with N = rows × cols of `study.grid`.", integer,
          lambda study: keep_count(0.10, math.prod(study.grid)))
 
@@ -36,7 +35,6 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
                                f"b = 50 %. Part mIoU and box coverage are read against this ceiling, not against 1.")
 
 
-# --------------------------------------------------------------------------- 01 targets
 def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
     """Per-image part IoU (or box coverage) of the study's top-k of ``scores``, as ``Study.target_coverage``."""
     from ...metrics import box_coverage, part_miou
@@ -78,7 +76,6 @@ def _ex_abs_t5_sign(maps, study) -> Choice:
                   f"paired over {int(diff.isfinite().sum())} images.")
 
 
-# -------------------------------------------------------------------------- 02 protocol
 register("02.D_T5", "`table.groupby('condition')['miou'].mean()`.", number,
          lambda table: float(decoupling_D(table).set_index("condition").loc["T5", "D_pp"]))
 
@@ -126,7 +123,6 @@ def _ex_scorer_vs_control(vs_targets) -> Choice:
                                  f"noise: {', '.join(tied)}.")
 
 
-# ---------------------------------------------------------------------------- 03 probes
 @register("03.t5_t3_vs_paper", "`lo.loc['T5', 'T3']` and `hi.loc['T5', 'T3']`.", option)
 def _ex_t5_t3_vs_paper(mean, lo, hi) -> Choice:
     m, a, b, c = float(mean.loc["T5", "T3"]), float(lo.loc["T5", "T3"]), float(hi.loc["T5", "T3"]), PAPER_COSINE_MAX
@@ -152,7 +148,6 @@ def _ex_hidden_vs_attention(hv) -> Choice:
                   f"(of {len(signs)} pairs).")
 
 
-# ---------------------------------------------------------------------------- 04 sweeps
 register("04.T5_cells_in_band",
          "filter `D` to condition T5 and count `delta_idauc_lo ≥ −0.01` (`status` hides it where uninformative).",
          integer, lambda D: int(resolved_in_band(D[D["condition"] == "T5"]).sum()))
@@ -198,7 +193,6 @@ def _ex_budget_fall(mine, ceiling, study) -> Choice:
                                f"share of it {r0:+.2f} → {r1:+.2f}.")
 
 
-# ----------------------------------------------------------------------------- 05 scale
 register("05.best_backbone_T5", "filter `D` to condition T5.",
          choice, lambda D: set(leaders(D[D["condition"] == "T5"], "D_pp", name="backbone")), applies=two_backbones,
          prompt="On which backbone does **T5** gain the most coverage over the reference (largest D)? (`str`; every "
@@ -240,7 +234,6 @@ def _ex_spread_resolved(D) -> Choice:
                                                f"{d_pp(low)}.")
 
 
-# --------------------------------------------------------------------------- 06 related
 register("06.best_separation", "sort `res.perturbation` by `neg_minus_pos`.", choice,
          lambda res: set(leaders(res.perturbation, "neg_minus_pos", name="target")))
 
@@ -258,7 +251,6 @@ def _ex_patch_score_pib(pib) -> Choice:
                                f"against the centre patch {centre:.2f} and the box area {area:.2f}.")
 
 
-# ---------------------------------------------------------------------------- 07 deploy
 @register("07.coverage_first", "`midas_nb.metrics.decoupling_D(table)` has `D_pp` and `status`.", choice,
           kind="computation")
 def _ex_cov_first(table) -> set[str]:
