@@ -89,7 +89,6 @@ def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
     """The Jupyter data folder (``<prefix>/share/jupyter``) where the installed ``distribution`` put the file
     ``relative`` to it, by its ``importlib.metadata`` record; ``None``: no such file (decision 0065)."""
     import importlib.metadata
-
     dist, depth = importlib.metadata.distribution(distribution), len(Path(relative).parts)
     return next((dist.locate_file(f).resolve().parents[depth - 1] for f in dist.files or ()
                  if str(f).endswith(relative)), None)
@@ -133,7 +132,6 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
     (:func:`midas_nb.runs.run_state`) one marked. ``strip_solutions``: leave the cells tagged ``solution`` out (else
     each is a closed block). FileNotFoundError: no executed notebook."""
     from nbconvert import HTMLExporter
-
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []

@@ -221,7 +221,6 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None, i
 
     import ipywidgets as W
     from IPython.display import display
-
     cache, n_blocks, style = _ViewCache(study, n_images, ids), len(study.model.blocks), {"description_width": "90px"}
     batch, classes = cache.batch, getattr(study.test_set, "classes", None)
     options = [(f"{i}: {class_name(classes, int(batch.labels[i]), 40)} (test {int(batch.indices[i])})", i)
