@@ -95,8 +95,7 @@ def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
 
 
 def _lab_exporter(exporter_class: type) -> Any:
-    """nbconvert's HTML exporter with its lab template, also found where nbconvert's distribution installed it
-    when the Jupyter data paths miss it (a reused environment); FileNotFoundError, naming the folders: neither."""
+    """nbconvert's lab HTML exporter, its template also sought where nbconvert is installed; FileNotFoundError: none."""
     found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
     root = [str(found / "nbconvert" / "templates")] if found is not None else []   # lab's own, and base/ it extends
     extra = {"extra_template_basedirs": root, "extra_template_paths": root} if root else {}
@@ -112,8 +111,7 @@ def _lab_exporter(exporter_class: type) -> Any:
 
 
 def _alt_texts(nb: Any, body: str) -> str:
-    """``body`` with each image's ``alt`` metadata (:func:`midas_nb.viz.finish_figure`) as its alt text, by its
-    data URI, instead of nbconvert's "No description ..."."""
+    """``body`` with each image's ``alt`` metadata (:func:`midas_nb.viz.finish_figure`) as its alt text."""
     alts = {"".join(o["data"]["image/png"].split()): o["metadata"]["image/png"]["alt"]
             for c in nb.cells for o in c.get("outputs", [])
             if "image/png" in o.get("data", {}) and "alt" in o.get("metadata", {}).get("image/png", {})}

@@ -175,8 +175,7 @@ def _d_conditions(table: pd.DataFrame, what: str, axes: Sequence[str], value: st
 
 
 def _group_status(g: pd.DataFrame) -> str:
-    """One band status of a cell's rows (``status``, else ``in_band``): any undefined, then any uninformative, all
-    in band, any outside band, else "not resolved"."""
+    """A cell's band status: any undefined, any uninformative, all in band, any outside band, else "not resolved"."""
     st = set(g["status"].astype(str)) if "status" in g.columns else {
         "undefined" if pd.isna(v) else "in band" if bool(v) else "outside band" for v in g["in_band"]}
     if st & {"undefined", "no reference"}:

@@ -92,8 +92,7 @@ class ExplorerView:
 
 
 class _ViewCache:
-    """The explorer's ``n_images`` test images, their target maps per depth and insertion/deletion per (depth,
-    image, target), computed on first use."""
+    """The explorer's images, their target maps per depth and insertion/deletion per (depth, image, target), lazily."""
 
     def __init__(self, study, n_images: int, ids: Sequence[str]):
         self.study, self.ids = study, list(ids)
