@@ -9,7 +9,8 @@ import torch
 from ...analysis import recommend_deployment, share_falls
 from ...analysis.paper_reference import PAPER_COSINE_MAX
 from ...backbones.vit import keep_count
-from ...metrics import decoupling_D
+from ...metrics import box_coverage, decoupling_D, part_miou
+from ...pruning import keep_mask_from_indices, select_top_k
 from ...results import leaders
 from ._core import (Choice, choice, d_pp, integer, number, option, pair, register, resolved_in_band, sign_of,
                     signs_near_edge, two_backbones)
@@ -37,8 +38,6 @@ def _ex_ceiling_what_if(coverage_mask) -> Choice:
 
 def _per_image_coverage(scores: torch.Tensor, study) -> torch.Tensor:
     """Per-image part IoU (or box coverage) of the study's top-k of ``scores``, as ``Study.target_coverage``."""
-    from ...metrics import box_coverage, part_miou
-    from ...pruning import keep_mask_from_indices, select_top_k
     ds = study.test_set
     has_parts = bool(getattr(ds, "has_parts", True))
     ref = torch.stack([ds[i].part_mask if has_parts else ds[i].box_mask for i in range(len(ds))])
