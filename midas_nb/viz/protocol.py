@@ -200,9 +200,8 @@ def _d_errors(g: pd.DataFrame, value: str) -> tuple[float, float, str]:
 
 
 def _fmt_axis_value(name: str, v: Any) -> str:
-    if name == "budget":
-        return f"{float(v) * 100:g}%"
-    return f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
+    return (f"{float(v) * 100:g}%" if name == "budget" else
+            f"{v:g}" if isinstance(v, (int, float, np.integer, np.floating)) else str(v))
 
 
 def regime_heatmap(table: pd.DataFrame, x: str = "budget", y: str = "depth", *, value: str = "D_pp",
