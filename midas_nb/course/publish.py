@@ -78,12 +78,6 @@ def strip_solutions(path: str | Path, out: str | Path | None = None, force: bool
     return before - len(nb.cells)
 
 
-def _title(nb, default: str) -> str:
-    """The notebook's first Markdown heading, else ``default``."""
-    return next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
-                 for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), default)
-
-
 def _nav(prev: tuple[str, str] | None, nxt: tuple[str, str] | None, where: str) -> str:
     return (f'<nav class="midas-nav {where}"><a class="midas-contents" href="index.html">Contents</a>'
             + (f'<a class="midas-prev" rel="prev" href="{prev[0]}">← {html.escape(prev[1])}</a>' if prev else "")
@@ -95,15 +89,13 @@ def jupyter_data_dir(distribution: str, relative: str) -> Path | None:
     """The Jupyter data folder (``<prefix>/share/jupyter``) where the installed ``distribution`` put the file
     ``relative`` to it, by its ``importlib.metadata`` record; ``None``: no such file (decision 0065)."""
     import importlib.metadata
-
     dist, depth = importlib.metadata.distribution(distribution), len(Path(relative).parts)
     return next((dist.locate_file(f).resolve().parents[depth - 1] for f in dist.files or ()
                  if str(f).endswith(relative)), None)
 
 
 def _lab_exporter(exporter_class: type) -> Any:
-    """nbconvert's HTML exporter with its lab template, also found where nbconvert's distribution installed it
-    when the Jupyter data paths miss it (a reused environment); FileNotFoundError, naming the folders: neither."""
+    """nbconvert's lab HTML exporter, its template also sought where nbconvert is installed; FileNotFoundError: none."""
     found = jupyter_data_dir("nbconvert", "nbconvert/templates/lab/conf.json")
     root = [str(found / "nbconvert" / "templates")] if found is not None else []   # lab's own, and base/ it extends
     extra = {"extra_template_basedirs": root, "extra_template_paths": root} if root else {}
@@ -119,8 +111,7 @@ def _lab_exporter(exporter_class: type) -> Any:
 
 
 def _alt_texts(nb: Any, body: str) -> str:
-    """``body`` with each image's ``alt`` metadata (:func:`midas_nb.viz.finish_figure`) as its alt text, by its
-    data URI, instead of nbconvert's "No description ..."."""
+    """``body`` with each image's ``alt`` metadata (:func:`midas_nb.viz.finish_figure`) as its alt text."""
     alts = {"".join(o["data"]["image/png"].split()): o["metadata"]["image/png"]["alt"]
             for c in nb.cells for o in c.get("outputs", [])
             if "image/png" in o.get("data", {}) and "alt" in o.get("metadata", {}).get("image/png", {})}
@@ -139,7 +130,6 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
     (:func:`midas_nb.runs.run_state`) one marked. ``strip_solutions``: leave the cells tagged ``solution`` out (else
     each is a closed block). FileNotFoundError: no executed notebook."""
     from nbconvert import HTMLExporter
-
     input_dir = Path(input_dir)
     out = Path(output_dir) if output_dir is not None else input_dir / "html"
     paths = sorted(input_dir.glob(_NOTEBOOK_GLOB)) if input_dir.is_dir() else []
@@ -158,7 +148,9 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
                           ("stale", p.name in stale and f"is stale ({stale[p.name]})")):
             if why:
                 warnings.warn(f"{p.name} {why}; its page is marked as {mark} in the HTML edition", stacklevel=2)
-        pages.append((p, nb, _title(nb, p.stem), failed))
+        title = next((m.group(1) for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+                      for m in [re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)] if m and m.group(1)), p.stem)
+        pages.append((p, nb, title, failed))   # title: the first Markdown heading
     if not pages:
         source = input_dir.resolve() == (project_root() / "notebooks").resolve()
         raise FileNotFoundError(f"no executed notebook ({_NOTEBOOK_GLOB}) in {str(input_dir)!r}; " + (

@@ -259,6 +259,5 @@ def place_point_labels(ax, points: Sequence[tuple[float, float]], labels: Sequen
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
+    w, h = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
     return float(w * h) if w > 0 and h > 0 else 0.0

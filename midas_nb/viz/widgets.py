@@ -1,8 +1,7 @@
 """The explorer (decision 0056): two rankings side by side on one test image at one depth ``L`` and budget ``b``:
 the kept top ``k = ceil(b·N)`` patch tokens over the photo, the insertion and deletion curves of ``p_c`` on that
 image (RISE, https://arxiv.org/abs/1806.07421) and a read-out of part IoU and IDAUC. Live ipywidgets controls in
-a Jupyter front-end; a static still where none can show widgets (papermill, scripts, the HTML edition).
-"""
+a Jupyter front-end; a static still where none can show widgets (papermill, scripts, the HTML edition)."""
 from __future__ import annotations
 
 import html
@@ -25,8 +24,6 @@ from ..point import Budget
 from ..pruning import check_depth, keep_mask_from_indices, select_top_k
 from ..targets import compute_targets
 from ..backbones.vit import keep_count
-
-__all__ = ["is_headless", "kept_mask", "ExplorerView", "explorer_view", "explorer_figure", "explorer", "STATIC_NOTE"]
 
 STATIC_NOTE = ("Static still of a batch run. In JupyterLab this explorer is interactive: "
                "pick the image, the two targets, depth L and budget b.")
@@ -95,8 +92,7 @@ class ExplorerView:
 
 
 class _ViewCache:
-    """The explorer's ``n_images`` test images, their target maps per depth and insertion/deletion per (depth,
-    image, target), computed on first use."""
+    """The explorer's images, their target maps per depth and insertion/deletion per (depth, image, target), lazily."""
 
     def __init__(self, study, n_images: int, ids: Sequence[str]):
         self.study, self.ids = study, list(ids)
@@ -224,7 +220,6 @@ def explorer(study, n_images: int = 12, rankings: Sequence[str] | None = None, i
 
     import ipywidgets as W
     from IPython.display import display
-
     cache, n_blocks, style = _ViewCache(study, n_images, ids), len(study.model.blocks), {"description_width": "90px"}
     batch, classes = cache.batch, getattr(study.test_set, "classes", None)
     options = [(f"{i}: {class_name(classes, int(batch.labels[i]), 40)} (test {int(batch.indices[i])})", i)

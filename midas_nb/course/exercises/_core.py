@@ -141,9 +141,8 @@ def check_exercise(name: str, answer: Any, **ctx: Any) -> bool:
 
 
 def check_solution(name: str, answer: Any, **ctx: Any) -> None:
-    """Verify a reference solution (the cells tagged ``solution``) against the checker of exercise ``name``,
-    silently (an exercise not asked of this run: nothing). AssertionError: they disagree; KeyError as
-    :func:`expected_answer`."""
+    """Verify a reference solution (the cells tagged ``solution``) against the checker of exercise ``name``, silently
+    (an exercise not asked of this run: nothing). AssertionError: they disagree; KeyError as :func:`expected_answer`."""
     try:
         ok, why = _get(name).compare(answer, expected_answer(name, **ctx))
     except NotApplicable:
