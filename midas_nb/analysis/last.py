@@ -366,8 +366,7 @@ def pib_columns(hits: Tensor, box_mask: Tensor, grid: tuple[int, int], *, refere
     if reference_hits is not None:
         ref = reference_hits.reshape(-1).float()
         d, d_lo, d_hi = bootstrap_ci(hits - ref, n_boot=n_boot)
-        out.update(pib_delta=d, pib_delta_lo=d_lo, pib_delta_hi=d_hi,
-                   pib_agreement=float((hits == ref).float().mean()))
+        out.update(pib_delta=d, pib_delta_lo=d_lo, pib_delta_hi=d_hi, pib_agreement=float((hits == ref).float().mean()))
     return out
 
 

@@ -19,9 +19,7 @@ PAPER_D_T5: dict[str, dict[str, Any]] = {
 }
 
 #: dataset -> D(T1) in pp where the paper gives a value (it states T1 < reference everywhere)
-PAPER_D_T1: dict[str, dict[str, Any]] = {
-    "aircraft": dict(D_pp=-9.15),
-}
+PAPER_D_T1: dict[str, dict[str, Any]] = {"aircraft": dict(D_pp=-9.15)}
 
 #: the paper's bound on the cosine between hidden-gradient and attention-gradient rankings
 PAPER_COSINE_MAX: float = 0.082

@@ -345,8 +345,7 @@ def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
         raise ValueError("seeds must hold at least one seed")
     conditions = list(dict.fromkeys(conditions))
     families = [c for c in conditions if c in set(list_scorer_conditions())]
-    supervised = [c for c in conditions
-                  if (c not in BASE_CONDITIONS or c in CONTROL_TARGETS) and c not in families]
+    supervised = [c for c in conditions if (c not in BASE_CONDITIONS or c in CONTROL_TARGETS) and c not in families]
     trainable = [c for c in conditions if c == "unsupervised" or c in supervised or c in families]
     return conditions, seeds, dict(families=families, supervised=supervised, trainable=trainable)
 

@@ -275,8 +275,7 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
             continue
         runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
         ok = lead_resolved(lo, hi)
-        leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}"
-                     + ("" if ok else ", not resolved"))
+        leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}" + ("" if ok else ", not resolved"))
         if not ok:
             ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
                         "within this sample")
@@ -414,8 +413,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
     """:func:`midas_nb.metrics.stats.bootstrap_ci` of ``values`` with a seed drawn from ``rng``."""
-    return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha,
-                        seed=int(rng.integers(2 ** 32)))
+    return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
 
 
 def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: str = CONTROL_CONDITION,

@@ -40,15 +40,8 @@ from ..targets import cls_attention_map
 from ..targets.registry import Registry
 
 __all__ = [
-    "TokenScorer",
-    "ReferenceScorer",
-    "MLPScorer",
-    "RandomScorer",
-    "register_scorer",
-    "list_scorers",
-    "list_scorer_conditions",
-    "build_scorer",
-    "cls_attention",
+    "TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
+    "list_scorer_conditions", "build_scorer", "cls_attention",
 ]
 
 
@@ -93,8 +86,7 @@ class MLPScorer(TokenScorer):
         hidden = max(1, dim // 2) if hidden is None else int(hidden)
         assert hidden > 0, f"hidden must be positive, got {hidden}"
         self.dim, self.hidden = int(dim), hidden
-        self.mlp = nn.Sequential(
-            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         return self.mlp(tokens[:, num_prefix:]).squeeze(-1)

@@ -134,8 +134,7 @@ class CroprScorer(TokenScorer):
         return loss, pruned, scores
 
 
-def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int,
-                     budget: float) -> PrunedOutput:
+def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float) -> PrunedOutput:
     """Top-``k`` pruning at block ``L`` with Cropr's last-layer fusion.
 
     Blocks ``L+1..n−1`` run on the prefix and the top ``k = ceil(b·N)`` patch tokens; before
