@@ -167,19 +167,9 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     return _SCORERS[name](dim, **kwargs)
 
 
-@register_scorer("reference")
-def _reference(dim: int) -> TokenScorer:
-    return ReferenceScorer()
-
-
-@register_scorer("mlp")
-def _mlp(dim: int, hidden: int | None = None) -> TokenScorer:
-    return MLPScorer(dim, hidden=hidden)
-
-
-@register_scorer("random")
-def _random(dim: int, seed: int = 0) -> TokenScorer:
-    return RandomScorer(seed=seed)
+register_scorer("reference")(lambda dim: ReferenceScorer())
+register_scorer("mlp")(MLPScorer)
+register_scorer("random")(lambda dim, seed=0: RandomScorer(seed=seed))
 
 
 def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,

@@ -176,6 +176,4 @@ def cropr_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, dept
     return prune_tokens(backbone, hidden, scores, depth, budget)
 
 
-@register_scorer("cropr", condition=True)
-def _cropr(dim: int, num_classes: int, num_heads: int = 1, mlp_ratio: float = 4.0) -> TokenScorer:
-    return CroprScorer(dim, num_classes, num_heads=num_heads, mlp_ratio=mlp_ratio)
+register_scorer("cropr", condition=True)(CroprScorer)
