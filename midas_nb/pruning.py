@@ -35,8 +35,7 @@ from .backbones.vit import classify_tokens, embed_tokens, gather_tokens, keep_co
 
 __all__ = [
     "TokenScorer", "PrunedOutput", "PrunedViT", "check_depth", "select_top_k", "keep_mask_from_indices",
-    "kept_token_indices", "record_attention", "score_tokens", "prune_tokens", "pruned_forward",
-]
+    "kept_token_indices", "record_attention", "score_tokens", "prune_tokens", "pruned_forward"]
 
 
 class TokenScorer(nn.Module):
@@ -246,8 +245,7 @@ def prune_tokens(
     x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, None)
     return PrunedOutput(
         logits=classify_tokens(backbone, x), keep_idx=keep_idx, keep_mask=keep_mask_from_indices(keep_idx, N),
-        scores=scores, tokens=x if return_tokens else None,
-    )
+        scores=scores, tokens=x if return_tokens else None)
 
 
 def pruned_forward(

@@ -15,8 +15,7 @@ PAPER_SETTING: dict[str, Any] = dict(backbone="deit_small_patch16_224.fb_in1k", 
 PAPER_D_T5: dict[str, dict[str, Any]] = {
     "aircraft": dict(D_pp=6.22, delta_idauc=0.003, status="in band"),
     "cub": dict(D_pp=2.11, delta_idauc=0.002, status="in band"),
-    "cars": dict(D_pp=1.49, delta_idauc=-0.011, status="outside band"),
-}
+    "cars": dict(D_pp=1.49, delta_idauc=-0.011, status="outside band")}
 
 #: dataset -> D(T1) in pp where the paper gives a value (it states T1 < reference everywhere)
 PAPER_D_T1: dict[str, dict[str, Any]] = {"aircraft": dict(D_pp=-9.15)}

@@ -41,8 +41,7 @@ from ..targets.registry import Registry
 
 __all__ = [
     "TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
-    "list_scorer_conditions", "build_scorer", "cls_attention",
-]
+    "list_scorer_conditions", "build_scorer", "cls_attention"]
 
 
 #: the T0 operator on one block's attention (:func:`midas_nb.targets.cls_attention_map`)
@@ -121,8 +120,7 @@ class RandomScorer(TokenScorer):
 _SCORERS = Registry("scorer")
 _CONDITIONS: list[str] = []
 def register_scorer(
-    name: str, *, condition: bool = False,
-) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
+        name: str, *, condition: bool = False) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
     """Decorator registering a scorer factory ``f(dim: int, **kwargs) -> TokenScorer`` by name.
 
     Args:
