@@ -277,8 +277,7 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
         ok = lead_resolved(lo, hi)
         leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}" + ("" if ok else ", not resolved"))
         if not ok:
-            ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
-                        "within this sample")
+            ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} within this sample")
     if not ties:
         return (f"(b) winners: {cov} leads on both coverage and faithfulness — no different winners"
                 + (f" ({'; '.join(leads)})" if leads else "") + ".")

@@ -60,8 +60,7 @@ class ReferenceScorer(TokenScorer):
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         if attn.shape[-1] != tokens.shape[1]:
-            raise ValueError(f"attention is over T={attn.shape[-1]} tokens but tokens has "
-                             f"T={tokens.shape[1]}")
+            raise ValueError(f"attention is over T={attn.shape[-1]} tokens but tokens has T={tokens.shape[1]}")
         return cls_attention(attn, num_prefix).to(tokens.dtype)
 
 

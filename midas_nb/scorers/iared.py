@@ -93,8 +93,7 @@ def reinforce_loss(log_prob: Tensor, reward: Tensor) -> Tensor:
         scalar loss.
     """
     if log_prob.shape != reward.shape or log_prob.dim() != 1:
-        raise ValueError(f"log_prob and reward must both be [B], got {tuple(log_prob.shape)} and "
-                         f"{tuple(reward.shape)}")
+        raise ValueError(f"log_prob and reward must both be [B], got {tuple(log_prob.shape)} and {tuple(reward.shape)}")
     advantage = (reward - reward.mean()).detach().to(log_prob.dtype)
     return -(advantage * log_prob).mean()
 
