@@ -231,10 +231,9 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
         return pick, f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}"
     top = ok.loc[ok["idauc"].idxmax()]
     if pick.name == top.name:           # the highest IDAUC also has the highest mIoU of its ties
-        return pick, (f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}; "
-                      f"{len(ties) - 1} other "
-                      f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, "
-                      f"its mIoU {pick['miou']:.3f} the highest among them")
+        return pick, (f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}; {len(ties) - 1} other "
+                      f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, its mIoU "
+                      f"{pick['miou']:.3f} the highest among them")
     return pick, (f"IDAUC {format_ci(*pick[list(_IDAUC)])}, within {tie_tol:g} of the highest mean "
                   f"({_label(top)} {best:.3f}) of the {_among(ok)}; {len(ties)} conditions tie there, highest mIoU "
                   f"{pick['miou']:.3f} breaks the tie")

@@ -199,10 +199,9 @@ def speed_note(protocol: pd.DataFrame, settings: Any) -> str:
             f"row's speed-up is the mean of each run's pruned over its own unpruned throughput, as notebook 07 "
             f"gives it; img/s of rows from different measurements are not comparable (the machine's load changes "
             f"between them): compare the speed-ups") if full > 1 else ""
-    return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
-            f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "
-            f"median of {SPEED_ROUNDS} interleaved "
-            f"rounds, on {dev}{runs}; L = {L}, b = {b}")
+    return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed together on "
+            f"{batch} test images, {reps} call{'s' if reps != 1 else ''} per round, median of {SPEED_ROUNDS} "
+            f"interleaved rounds, on {dev}{runs}; L = {L}, b = {b}")
 
 
 def family_table(table: pd.DataFrame) -> pd.DataFrame:

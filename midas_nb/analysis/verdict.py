@@ -292,8 +292,7 @@ def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
         ties = winners.get(f"{m}_ties") or []
         if ties:
             out.append(f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
-                       f"{winners[f'{m}_runner_up']} "
-                       f"{_lead(winners, f'{m}_lead')})")
+                       f"{winners[f'{m}_runner_up']} {_lead(winners, f'{m}_lead')})")
     return ("; " + "; ".join(out)) if out else ""
 
 
@@ -302,10 +301,9 @@ def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
     if not np.isfinite(co["r"]):
         return f"(c) co-movement: undefined ({co.get('reason', 'no values')})."
     ex = f" ({', '.join(co['excluded'])} left out: a lower bound, not a scorer)" if co.get("excluded") else ""
-    text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate "
-            f"r = {format_ci(co['r'], co['r_lo'], co['r_hi'], '+.2f')} "
-            f"({co.get('resampled', 'images and seeds resampled')})"
-            f" → {co['reading']}")
+    text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate r = "
+            f"{format_ci(co['r'], co['r_lo'], co['r_hi'], '+.2f')} "
+            f"({co.get('resampled', 'images and seeds resampled')}) → {co['reading']}")
     w = co.get("without_controls") or {}
     if w:
         text += (f"; without {', '.join(w['left_out'])} ({w['n_conditions']} conditions): "
@@ -342,10 +340,8 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
         lines.append(_one_winner_text(cov, winners))
     elif cov is not None:
         lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: {coverage} "
-                     f"{_lead(winners, 'miou_diff')} "
-                     f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
-                     f"{_lead(winners, 'idauc_diff')} "
-                     f"({winners['n_idauc_images']} images) → {winners['reading']}"
+                     f"{_lead(winners, 'miou_diff')} ({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
+                     f"{_lead(winners, 'idauc_diff')} ({winners['n_idauc_images']} images) → {winners['reading']}"
                      + _tie_text(cov, fai, winners) + ".")
     else:
         lines.append("(b) winners: undefined (no per-image values).")
