@@ -33,9 +33,8 @@ from torch import Tensor, nn
 from .point import Budget
 from .backbones.vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
 
-__all__ = [
-    "TokenScorer", "PrunedOutput", "PrunedViT", "check_depth", "select_top_k", "keep_mask_from_indices",
-    "kept_token_indices", "record_attention", "score_tokens", "prune_tokens", "pruned_forward"]
+__all__ = ["TokenScorer", "PrunedOutput", "PrunedViT", "check_depth", "select_top_k", "keep_mask_from_indices",
+           "kept_token_indices", "record_attention", "score_tokens", "prune_tokens", "pruned_forward"]
 
 
 class TokenScorer(nn.Module):

@@ -47,8 +47,8 @@ from ..train import block_cache, optimise_on_cache
 from ..backbones import ATTENTION_KERNEL, machine_info, UNFUSED_ATTENTION_KERNEL
 from ..backbones.vit import embed_tokens, frozen, grid_size, num_prefix_tokens, run_blocks
 
-__all__ = ["Aggregation", "LAST_FINETUNE_K", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
-           "patch_score_maps", "pib_table", "pib_columns"]
+__all__ = ["Aggregation", "LAST_FINETUNE_K", "token_stability", "last_aggregate", "LaStHead", "LaStViT",
+           "last_finetune", "patch_score_maps", "pib_table", "pib_columns"]
 
 Aggregation = Literal["last", "cls"]
 

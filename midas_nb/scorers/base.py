@@ -39,9 +39,8 @@ from ..pruning import TokenScorer
 from ..targets import cls_attention_map
 from ..targets.registry import Registry
 
-__all__ = [
-    "TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
-    "list_scorer_conditions", "build_scorer", "cls_attention"]
+__all__ = ["TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
+           "list_scorer_conditions", "build_scorer", "cls_attention"]
 
 
 #: the T0 operator on one block's attention (:func:`midas_nb.targets.cls_attention_map`)
