@@ -80,8 +80,7 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         ValueError: for missing columns or an unknown ``miou_unit``.
     """
     band = parity_band(band)
-    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] \
-        if by is None else list(by)
+    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] if by is None else list(by)
     key = [c for c in ("condition", "target", "relaxation") if c in table.columns]
     missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
     if missing:

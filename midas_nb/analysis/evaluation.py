@@ -148,12 +148,9 @@ def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> 
         return cache.cls_attn.clone()
     if isinstance(scorer, RandomScorer):
         scorer.reset()
-    out = []
     with torch.no_grad():
-        for i in range(0, len(cache), batch_size):
-            h = cache.hidden[i:i + batch_size].to(device, torch.float32)
-            out.append(scorer(h, cache.num_prefix).float().cpu())
-    return torch.cat(out)
+        return torch.cat([scorer(cache.hidden[i:i + batch_size].to(device, torch.float32), cache.num_prefix).float()
+                          for i in range(0, len(cache), batch_size)]).cpu()
 
 
 def _pruned_eval(backbone, cache: BlockCache, scores: list[Tensor], depth, budget, batch_size, device,

@@ -136,13 +136,9 @@ def condition_target(condition: str) -> str:
     for the conditions without a distillation target (``unsupervised``, ``random``, scorer
     families), :data:`CONTROL_TARGETS` for the controls, the condition itself for
     ``supervised(Tk)``."""
-    if condition == "reference":
-        return "T0"
-    if condition in CONTROL_TARGETS:
-        return CONTROL_TARGETS[condition]
-    if condition in BASE_CONDITIONS or condition in set(list_scorer_conditions()):
-        return ""
-    return condition
+    if condition == "reference" or condition in CONTROL_TARGETS:
+        return CONTROL_TARGETS.get(condition, "T0")
+    return "" if condition in BASE_CONDITIONS or condition in list_scorer_conditions() else condition
 
 
 def protocol_params(**overrides: Any) -> dict[str, Any]:

@@ -218,9 +218,7 @@ def family_table(table: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in ("accuracy_llf", "llf_speed_ratio", "threshold_keep_rate", "threshold_accuracy")
             if c in table.columns]
     rows = table[table[cols].notna().any(axis=1)] if cols else table.iloc[0:0]
-    if not len(rows):
-        return pd.DataFrame(index=pd.Index([], name="method"))
-    return compact(rows, cols, index="method")
+    return compact(rows, cols, index="method") if len(rows) else pd.DataFrame(index=pd.Index([], name="method"))
 
 
 @dataclass

@@ -287,12 +287,10 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
 
 def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
     """Where two winners differ, each one that ties with other conditions on its own metric."""
-    out = []
-    for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai)):
-        ties = winners.get(f"{m}_ties") or []
-        if ties:
-            out.append(f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
-                       f"{winners[f'{m}_runner_up']} {_lead(winners, f'{m}_lead')})")
+    out = [f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
+           f"{winners[f'{m}_runner_up']} {_lead(winners, f'{m}_lead')})"
+           for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai))
+           if (ties := winners.get(f"{m}_ties"))]
     return ("; " + "; ".join(out)) if out else ""
 
 

@@ -171,9 +171,7 @@ def cropr_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, dept
     :class:`~midas_nb.pruning.PrunedOutput` with ``logits [B,C]``.
     """
     hidden, scores = score_tokens(backbone, images, scorer, depth)
-    if fusion:
-        return prune_tokens_llf(backbone, hidden, scores, depth, budget)
-    return prune_tokens(backbone, hidden, scores, depth, budget)
+    return (prune_tokens_llf if fusion else prune_tokens)(backbone, hidden, scores, depth, budget)
 
 
 register_scorer("cropr", condition=True)(CroprScorer)
