@@ -73,9 +73,8 @@ class TokenScorer(nn.Module):
         """
         raise NotImplementedError
 
-    def training_loss(
-        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float, num_prefix: int,
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
+    def training_loss(self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
+                      num_prefix: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
 
         ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorers`
@@ -219,9 +218,8 @@ def kept_token_indices(backbone: nn.Module, hidden: Tensor, scores: Tensor, dept
     return depth, P, select_top_k(scores, keep_count(budget, N))
 
 
-def prune_tokens(
-    backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float, *, return_tokens: bool = False,
-) -> PrunedOutput:
+def prune_tokens(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float, *,
+                 return_tokens: bool = False) -> PrunedOutput:
     """Keep the top ``k = ceil(b·N)`` patch tokens of block ``L``'s output and finish the forward.
 
     Args:
@@ -247,9 +245,8 @@ def prune_tokens(
         scores=scores, tokens=x if return_tokens else None)
 
 
-def pruned_forward(
-    backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int, budget: float, *, return_tokens: bool = False,
-) -> PrunedOutput:
+def pruned_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int, budget: float, *,
+                   return_tokens: bool = False) -> PrunedOutput:
     """Pruned forward of a timm ViT: all tokens up to block ``L``, prefix + top-``k`` after.
 
     Args:

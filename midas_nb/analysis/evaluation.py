@@ -328,7 +328,6 @@ def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t:
                temperature=float(p["temperature"]), distill_form=p["distill_form"],
                epochs=int(p["epochs"]) if t.kind not in ("reference", "random") else 0, **t.info)
     if is_family:
-        row.update(family_readout(
-            t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
-            num_prefix=cache.num_prefix, images=speed.images))
+        row.update(family_readout(t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth,
+                                  budget=run.budget, num_prefix=cache.num_prefix, images=speed.images))
     return row
