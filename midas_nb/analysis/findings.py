@@ -255,8 +255,7 @@ def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]
         return "undefined", "no T1 rows at this point"
     if str(r["status"]) in ("no reference", "undefined"):
         return "undefined", f"D(T1) has no reference ({r['status']})"
-    ev = f"D(T1) = {_d_text(r, ceiling)}"
-    return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
+    return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), f"D(T1) = {_d_text(r, ceiling)}"
 
 
 def cosine_verdict(probes: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
