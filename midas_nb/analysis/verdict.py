@@ -143,13 +143,10 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
         band to decide.
     """
     d, f = _sign(D_lo, D_hi), _sign(d_idauc_lo, d_idauc_hi)
-    if d != "positive":
-        text = {"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
-    elif f == "positive":
-        text = "both rose"
-    else:
-        text = {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
-            status, "coverage up, parity not resolved")
+    text = ({"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
+            if d != "positive" else "both rose" if f == "positive" else
+            {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
+                status, "coverage up, parity not resolved"))
     return text + (" (band uninformative)" if status == "uninformative" else "")
 
 
