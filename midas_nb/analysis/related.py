@@ -48,10 +48,10 @@ RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", 
 #: ``rollout``; T5 is the block-L map of the MIDAS taxonomy
 PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout_full", "T3", "T5")
 #: per-row columns that only some scorer families fill; averaged over seeds when present
-FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full", "accuracy_llf",
-                                   "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf", "llf_speed_ratio", "aux_accuracy",
-                                   "threshold_keep_rate", "threshold_accuracy", "threshold_accuracy_lo",
-                                   "threshold_accuracy_hi", "train_seconds")
+FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full",
+                                   "accuracy_llf", "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf",
+                                   "llf_speed_ratio", "aux_accuracy", "threshold_keep_rate", "threshold_accuracy",
+                                   "threshold_accuracy_lo", "threshold_accuracy_hi", "train_seconds")
 
 
 def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | None = None,
