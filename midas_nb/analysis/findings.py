@@ -359,12 +359,9 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
             sign = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False)
             # a decided D < 0 reverses whatever the band says; anything else needs the band
             verdicts.append(True if not positive and sign is True else "uninformative")
-        elif positive:
-            verdicts.append(False if r["status"] == "outside band" else
-                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True))
-        else:  # reverses: D < 0, or the gain is lost outside the band
-            verdicts.append(True if r["status"] == "outside band" else
-                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False))
+        else:  # DeiT-Ti: D > 0 in the band; ViT-B reverses: D < 0, or the gain is lost outside the band
+            verdicts.append((not positive) if r["status"] == "outside band" else
+                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=positive))
     holds: Holds = ("uninformative" if "uninformative" in verdicts else
                     "not resolved" if "not resolved" in verdicts else all(v is True for v in verdicts))
     return holds, "; ".join(parts)
