@@ -244,9 +244,7 @@ def _t5_finding(d: pd.DataFrame, band: float, ceiling: float = math.nan) -> tupl
         return False, ev + f" (ΔIDAUC < −{band:g})"
     if gain is False:                 # no coverage gain, whatever the band says
         return False, ev
-    if status == "not resolved" or gain == "not resolved":
-        return "not resolved", ev
-    return gain, ev
+    return ("not resolved" if status == "not resolved" else gain), ev      # gain itself may be "not resolved"
 
 
 def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]:
