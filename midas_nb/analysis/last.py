@@ -420,8 +420,7 @@ def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | Non
                 scores, logits = _scores_and_logits(m, images)
                 hits[name].append(point_in_box(scores.float().cpu(), batch.box_mask))
                 correct[name].append((logits.argmax(-1).cpu() == batch.labels).float())
-    box = torch.cat(boxes)
-    ref_hits = torch.cat(hits[reference])
+    box, ref_hits = torch.cat(boxes), torch.cat(hits[reference])
     rows = []
     for name, m in models.items():
         lv = isinstance(m, LaStViT)
