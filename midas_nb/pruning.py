@@ -33,19 +33,8 @@ from torch import Tensor, nn
 from .point import Budget
 from .backbones.vit import classify_tokens, embed_tokens, gather_tokens, keep_count, num_prefix_tokens, run_blocks
 
-__all__ = [
-    "TokenScorer",
-    "PrunedOutput",
-    "PrunedViT",
-    "check_depth",
-    "select_top_k",
-    "keep_mask_from_indices",
-    "kept_token_indices",
-    "record_attention",
-    "score_tokens",
-    "prune_tokens",
-    "pruned_forward",
-]
+__all__ = ["TokenScorer", "PrunedOutput", "PrunedViT", "check_depth", "select_top_k", "keep_mask_from_indices",
+           "kept_token_indices", "record_attention", "score_tokens", "prune_tokens", "pruned_forward"]
 
 
 class TokenScorer(nn.Module):
@@ -84,10 +73,8 @@ class TokenScorer(nn.Module):
         """
         raise NotImplementedError
 
-    def training_loss(
-        self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
-        num_prefix: int,
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
+    def training_loss(self, backbone: nn.Module, hidden: Tensor, labels: Tensor, *, depth: int, budget: float,
+                      num_prefix: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """The scorer's own task loss on a batch of block-``L`` states, or ``None`` (default).
 
         ``None`` means: train with the default ``L_cls`` of :func:`midas_nb.train.train_scorers`
@@ -195,9 +182,7 @@ def record_attention(block: nn.Module) -> Iterator[dict]:
             attn.fused_attn = fused
 
 
-def score_tokens(
-    backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int
-) -> tuple[Tensor, Tensor]:
+def score_tokens(backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int) -> tuple[Tensor, Tensor]:
     """Blocks ``1..L`` on all tokens, then the scorer: returns ``(hidden [B,P+N,D], scores [B,N])``.
 
     ``hidden`` is the output of block ``L``. Scorers with ``needs_attention`` get block ``L``'s
@@ -233,15 +218,8 @@ def kept_token_indices(backbone: nn.Module, hidden: Tensor, scores: Tensor, dept
     return depth, P, select_top_k(scores, keep_count(budget, N))
 
 
-def prune_tokens(
-    backbone: nn.Module,
-    hidden: Tensor,
-    scores: Tensor,
-    depth: int,
-    budget: float,
-    *,
-    return_tokens: bool = False,
-) -> PrunedOutput:
+def prune_tokens(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float, *,
+                 return_tokens: bool = False) -> PrunedOutput:
     """Keep the top ``k = ceil(b·N)`` patch tokens of block ``L``'s output and finish the forward.
 
     Args:
@@ -263,23 +241,12 @@ def prune_tokens(
     N = hidden.shape[1] - P
     x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, None)
     return PrunedOutput(
-        logits=classify_tokens(backbone, x),
-        keep_idx=keep_idx,
-        keep_mask=keep_mask_from_indices(keep_idx, N),
-        scores=scores,
-        tokens=x if return_tokens else None,
-    )
+        logits=classify_tokens(backbone, x), keep_idx=keep_idx, keep_mask=keep_mask_from_indices(keep_idx, N),
+        scores=scores, tokens=x if return_tokens else None)
 
 
-def pruned_forward(
-    backbone: nn.Module,
-    images: Tensor,
-    scorer: TokenScorer,
-    depth: int,
-    budget: float,
-    *,
-    return_tokens: bool = False,
-) -> PrunedOutput:
+def pruned_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int, budget: float, *,
+                   return_tokens: bool = False) -> PrunedOutput:
     """Pruned forward of a timm ViT: all tokens up to block ``L``, prefix + top-``k`` after.
 
     Args:

@@ -37,7 +37,7 @@ from .verdict import (BASELINE_CONDITIONS, CELL_COLUMNS, CONTROL_CONDITION, Clai
 from .findings import backbone_fitness, fitness_over_builds, scale_scope, share_falls
 from .synthesis import collapsed_scorers
 
-__all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS",
-           "backbone_fitness", "claim_verdict", "collapsed_scorers", "condition_reading", "fitness_over_builds", "lead_resolved",
+__all__ = ["BASELINE_CONDITIONS", "CELL_COLUMNS", "CONTROL_CONDITION", "ClaimVerdict", "GOALS", "backbone_fitness",
+           "claim_verdict", "collapsed_scorers", "condition_reading", "fitness_over_builds", "lead_resolved",
            "paired_gap", "per_image_means", "per_seed_values", "recommend_deployment", "scale_scope", "share_falls",
            "targets_vs_scorers"]

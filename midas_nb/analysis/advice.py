@@ -80,8 +80,7 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         ValueError: for missing columns or an unknown ``miou_unit``.
     """
     band = parity_band(band)
-    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] \
-        if by is None else list(by)
+    by = [c for c in ("dataset", "backbone", "depth", "budget") if c in table.columns] if by is None else list(by)
     key = [c for c in ("condition", "target", "relaxation") if c in table.columns]
     missing = [c for c in ["condition", "miou", "idauc"] + by if c not in table.columns]
     if missing:
@@ -129,8 +128,7 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
                        f"{format_ci(pick['miou'], pick.get('miou_lo'), pick.get('miou_hi'))}")
                 rows.append(_advice_row("coverage-first", ident, key, pick, True, where, why))
             else:
-                rows.append(_no_advice("coverage-first", ident, key, where,
-                                       "no reference and every mIoU is NaN"))
+                rows.append(_no_advice("coverage-first", ident, key, where, "no reference and every mIoU is NaN"))
         # faithfulness-first
         ok = cell[cell["idauc"].notna()]
         if len(ok):
@@ -214,8 +212,7 @@ def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: l
                           for _, r in passed.iterrows())
     ties = _ties(table, ident, key, pick, cands, "miou", n_boot)
     why = ((f"highest mean D of the {_among(cands)}" if len(cands) > 1 else "the only condition")
-           + (" with status in band (metrics.band_rule()): " if len(resolved) else
-              " at parity by the mean ΔIDAUC: ")
+           + (" with status in band (metrics.band_rule()): " if len(resolved) else " at parity by the mean ΔIDAUC: ")
            + f"D={format_ci(pick['D_pp'], pick['D_pp_lo'], pick['D_pp_hi'], '+.2f', ' pp')}, "
            f"ΔIDAUC={pick['delta_idauc']:+.3f} >= -{band:g}{unresolved}; "
            f"mIoU {format_ci(pick['miou'], pick['miou_lo'], pick['miou_hi'])}{_tie_note(ties, 'mIoU')}")
@@ -233,10 +230,9 @@ def _most_faithful(ok: pd.DataFrame, tie_tol: float) -> tuple[pd.Series, str]:
         return pick, f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}"
     top = ok.loc[ok["idauc"].idxmax()]
     if pick.name == top.name:           # the highest IDAUC also has the highest mIoU of its ties
-        return pick, (f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}; "
-                      f"{len(ties) - 1} other "
-                      f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, "
-                      f"its mIoU {pick['miou']:.3f} the highest among them")
+        return pick, (f"highest mean IDAUC {format_ci(*pick[list(_IDAUC)])} of the {_among(ok)}; {len(ties) - 1} other "
+                      f"{'condition ties' if len(ties) == 2 else 'conditions tie'} within {tie_tol:g} of it, its mIoU "
+                      f"{pick['miou']:.3f} the highest among them")
     return pick, (f"IDAUC {format_ci(*pick[list(_IDAUC)])}, within {tie_tol:g} of the highest mean "
                   f"({_label(top)} {best:.3f}) of the {_among(ok)}; {len(ties)} conditions tie there, highest mIoU "
                   f"{pick['miou']:.3f} breaks the tie")
@@ -291,9 +287,8 @@ def _cost(table: pd.DataFrame, ident: dict, key: list[str], pick: pd.Series, n_b
 
 
 def _no_advice(goal: str, ident: dict, key: list[str], where: str, why: str) -> dict[str, Any]:
-    return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False,
-                **{c: _NaN for c in _EVIDENCE + _COST}, ties="", fallback=False,
-                reason=f"{goal}{where}: no recommendation — {why}")
+    return dict(goal=goal, **ident, **{k: "" for k in key}, recommended=False, **{c: _NaN for c in _EVIDENCE + _COST},
+                ties="", fallback=False, reason=f"{goal}{where}: no recommendation — {why}")
 
 
 def _among(cands: pd.DataFrame) -> str:

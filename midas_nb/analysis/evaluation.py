@@ -148,12 +148,9 @@ def _scores(scorer: TokenScorer, cache: BlockCache, batch_size: int, device) -> 
         return cache.cls_attn.clone()
     if isinstance(scorer, RandomScorer):
         scorer.reset()
-    out = []
     with torch.no_grad():
-        for i in range(0, len(cache), batch_size):
-            h = cache.hidden[i:i + batch_size].to(device, torch.float32)
-            out.append(scorer(h, cache.num_prefix).float().cpu())
-    return torch.cat(out)
+        return torch.cat([scorer(cache.hidden[i:i + batch_size].to(device, torch.float32), cache.num_prefix).float()
+                          for i in range(0, len(cache), batch_size)]).cpu()
 
 
 def _pruned_eval(backbone, cache: BlockCache, scores: list[Tensor], depth, budget, batch_size, device,
@@ -308,19 +305,17 @@ def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t:
     correct = (logits.argmax(-1) == cache.labels).float()
     in_box = point_in_box(scores, cache.box_mask)
     id_ = run.ident
-    row = dict(dataset=id_["dataset"], backbone=id_["backbone"], checkpoint_id=id_["checkpoint_id"],
-               condition=cond, target=t.target_id, relaxation=t.relaxation, depth=run.depth,
-               budget=run.budget, seed=seed, device=str(device), precision=p["precision"],
-               throughput=speed.pruned[t.kind], scorer=t.kind)
+    row = dict(dataset=id_["dataset"], backbone=id_["backbone"], checkpoint_id=id_["checkpoint_id"], condition=cond,
+               target=t.target_id, relaxation=t.relaxation, depth=run.depth, budget=run.budget, seed=seed,
+               device=str(device), precision=p["precision"], throughput=speed.pruned[t.kind], scorer=t.kind)
     row.update(summarise_metrics(coverage, insdel, correct, in_box, n_boot=int(p["bootstrap"])))
     # per-image values with the image ids, for paired intervals (decoupling_D) and the
     # seed × image bootstrap (aggregate_seeds); NaN where an image has no visible part
-    row.update(image_ids=list(cache.image_ids),
-               miou_per_image=[float(v) for v in coverage.per_image.tolist()],
+    row.update(image_ids=list(cache.image_ids), miou_per_image=[float(v) for v in coverage.per_image.tolist()],
                idauc_image_ids=[cache.image_ids[i] for i in ev.ipos] if insdel is not None else [],
                idauc_per_image=[float(v) for v in insdel.idauc.tolist()] if insdel is not None else [],
-               accuracy_per_image=[float(v) for v in correct.tolist()],
-               weights_digest=run.weights_digest, dataset_fingerprint=ev.fingerprint)
+               accuracy_per_image=[float(v) for v in correct.tolist()], weights_digest=run.weights_digest,
+               dataset_fingerprint=ev.fingerprint)
     row.update(pib_centre=float(centre_in_box(cache.box_mask, grid_size(backbone)).float().mean()),
                pib_box_area=float(box_share(cache.box_mask).mean()))
     ref = cache.part_mask if ev.has_parts else cache.box_mask     # the best IoU any ranking reaches (decision 0041)
@@ -333,7 +328,6 @@ def _row(run: ProtocolRun, ev: EvalSplit, speed: Speed, cond: str, seed: int, t:
                temperature=float(p["temperature"]), distill_form=p["distill_form"],
                epochs=int(p["epochs"]) if t.kind not in ("reference", "random") else 0, **t.info)
     if is_family:
-        row.update(family_readout(
-            t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth, budget=run.budget,
-            num_prefix=cache.num_prefix, images=speed.images))
+        row.update(family_readout(t.scorer, backbone, cache.hidden, cache.labels, scores, depth=run.depth,
+                                  budget=run.budget, num_prefix=cache.num_prefix, images=speed.images))
     return row

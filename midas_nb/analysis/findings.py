@@ -244,9 +244,7 @@ def _t5_finding(d: pd.DataFrame, band: float, ceiling: float = math.nan) -> tupl
         return False, ev + f" (ΔIDAUC < −{band:g})"
     if gain is False:                 # no coverage gain, whatever the band says
         return False, ev
-    if status == "not resolved" or gain == "not resolved":
-        return "not resolved", ev
-    return gain, ev
+    return ("not resolved" if status == "not resolved" else gain), ev      # gain itself may be "not resolved"
 
 
 def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]:
@@ -255,8 +253,7 @@ def _t1_finding(d: pd.DataFrame, ceiling: float = math.nan) -> tuple[Holds, str]
         return "undefined", "no T1 rows at this point"
     if str(r["status"]) in ("no reference", "undefined"):
         return "undefined", f"D(T1) has no reference ({r['status']})"
-    ev = f"D(T1) = {_d_text(r, ceiling)}"
-    return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), ev
+    return _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False), f"D(T1) = {_d_text(r, ceiling)}"
 
 
 def cosine_verdict(probes: pd.DataFrame | None, depth: int) -> tuple[Holds, str]:
@@ -360,12 +357,9 @@ def _scale_finding(d: pd.DataFrame) -> tuple[Holds, str]:
             sign = _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False)
             # a decided D < 0 reverses whatever the band says; anything else needs the band
             verdicts.append(True if not positive and sign is True else "uninformative")
-        elif positive:
-            verdicts.append(False if r["status"] == "outside band" else
-                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=True))
-        else:  # reverses: D < 0, or the gain is lost outside the band
-            verdicts.append(True if r["status"] == "outside band" else
-                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=False))
+        else:  # DeiT-Ti: D > 0 in the band; ViT-B reverses: D < 0, or the gain is lost outside the band
+            verdicts.append((not positive) if r["status"] == "outside band" else
+                            _sign_holds(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], positive=positive))
     holds: Holds = ("uninformative" if "uninformative" in verdicts else
                     "not resolved" if "not resolved" in verdicts else all(v is True for v in verdicts))
     return holds, "; ".join(parts)

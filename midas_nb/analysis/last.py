@@ -47,8 +47,8 @@ from ..train import block_cache, optimise_on_cache
 from ..backbones import ATTENTION_KERNEL, machine_info, UNFUSED_ATTENTION_KERNEL
 from ..backbones.vit import embed_tokens, frozen, grid_size, num_prefix_tokens, run_blocks
 
-__all__ = ["Aggregation", "LAST_FINETUNE_K", "token_stability", "last_aggregate", "LaStHead", "LaStViT", "last_finetune",
-           "patch_score_maps", "pib_table", "pib_columns"]
+__all__ = ["Aggregation", "LAST_FINETUNE_K", "token_stability", "last_aggregate", "LaStHead", "LaStViT",
+           "last_finetune", "patch_score_maps", "pib_table", "pib_columns"]
 
 Aggregation = Literal["last", "cls"]
 
@@ -366,8 +366,7 @@ def pib_columns(hits: Tensor, box_mask: Tensor, grid: tuple[int, int], *, refere
     if reference_hits is not None:
         ref = reference_hits.reshape(-1).float()
         d, d_lo, d_hi = bootstrap_ci(hits - ref, n_boot=n_boot)
-        out.update(pib_delta=d, pib_delta_lo=d_lo, pib_delta_hi=d_hi,
-                   pib_agreement=float((hits == ref).float().mean()))
+        out.update(pib_delta=d, pib_delta_lo=d_lo, pib_delta_hi=d_hi, pib_agreement=float((hits == ref).float().mean()))
     return out
 
 
@@ -421,8 +420,7 @@ def pib_table(models: Mapping[str, nn.Module], test_set, *, reference: str | Non
                 scores, logits = _scores_and_logits(m, images)
                 hits[name].append(point_in_box(scores.float().cpu(), batch.box_mask))
                 correct[name].append((logits.argmax(-1).cpu() == batch.labels).float())
-    box = torch.cat(boxes)
-    ref_hits = torch.cat(hits[reference])
+    box, ref_hits = torch.cat(boxes), torch.cat(hits[reference])
     rows = []
     for name, m in models.items():
         lv = isinstance(m, LaStViT)

@@ -12,16 +12,12 @@ __all__ = ["PAPER_SETTING", "PAPER_D_T5", "PAPER_D_T1", "PAPER_COSINE_MAX", "PAP
 PAPER_SETTING: dict[str, Any] = dict(backbone="deit_small_patch16_224.fb_in1k", depth=6, budget=0.25)
 
 #: dataset -> D(T5) in pp, ΔIDAUC (T5 − reference), parity-band status
-PAPER_D_T5: dict[str, dict[str, Any]] = {
-    "aircraft": dict(D_pp=6.22, delta_idauc=0.003, status="in band"),
-    "cub": dict(D_pp=2.11, delta_idauc=0.002, status="in band"),
-    "cars": dict(D_pp=1.49, delta_idauc=-0.011, status="outside band"),
-}
+PAPER_D_T5: dict[str, dict[str, Any]] = {"aircraft": dict(D_pp=6.22, delta_idauc=0.003, status="in band"),
+                                         "cub": dict(D_pp=2.11, delta_idauc=0.002, status="in band"),
+                                         "cars": dict(D_pp=1.49, delta_idauc=-0.011, status="outside band")}
 
 #: dataset -> D(T1) in pp where the paper gives a value (it states T1 < reference everywhere)
-PAPER_D_T1: dict[str, dict[str, Any]] = {
-    "aircraft": dict(D_pp=-9.15),
-}
+PAPER_D_T1: dict[str, dict[str, Any]] = {"aircraft": dict(D_pp=-9.15)}
 
 #: the paper's bound on the cosine between hidden-gradient and attention-gradient rankings
 PAPER_COSINE_MAX: float = 0.082

@@ -101,19 +101,12 @@ PROTOCOL_DEFAULTS: dict[str, Any] = dict(
     temperature=1.0,          # τ of the distillation softmax
     distill_form="kl",        # "kl" | "mse_z" | "rank"
     mask_temperature=0.25,    # τ_m of the "soft" relaxation, in units of the score std
-    epochs=4,
-    batch_size=64,
-    lr=1e-3,
-    weight_decay=0.01,
+    epochs=4, batch_size=64, lr=1e-3, weight_decay=0.01,
     mlp_hidden=None,          # None: D // 2
     idauc_steps=10,
     max_eval_images=None,     # None: the whole test split; else a seeded random subset
     max_idauc_images=None,    # None: every evaluated image
-    eval_subset_seed=0,
-    bootstrap=1000,
-    eval_batch_size=64,
-    throughput_batch=16,
-    throughput_repeats=3,
+    eval_subset_seed=0, bootstrap=1000, eval_batch_size=64, throughput_batch=16, throughput_repeats=3,
     precision="float32",      # "float32" | "bfloat16": autocast of training and IDAUC (protocol_autocast)
 )
 
@@ -143,13 +136,9 @@ def condition_target(condition: str) -> str:
     for the conditions without a distillation target (``unsupervised``, ``random``, scorer
     families), :data:`CONTROL_TARGETS` for the controls, the condition itself for
     ``supervised(Tk)``."""
-    if condition == "reference":
-        return "T0"
-    if condition in CONTROL_TARGETS:
-        return CONTROL_TARGETS[condition]
-    if condition in BASE_CONDITIONS or condition in set(list_scorer_conditions()):
-        return ""
-    return condition
+    if condition == "reference" or condition in CONTROL_TARGETS:
+        return CONTROL_TARGETS.get(condition, "T0")
+    return "" if condition in BASE_CONDITIONS or condition in list_scorer_conditions() else condition
 
 
 def protocol_params(**overrides: Any) -> dict[str, Any]:
@@ -183,7 +172,6 @@ def protocol_autocast(device: torch.device | str, precision: str):
         raise ValueError(f"precision 'bfloat16': {torch.cuda.get_device_name(device)} does not compute bfloat16; "
                          "use a GPU that does or precision 'float32' (get_profile('paper', precision='float32'))")
     return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
-
 
 
 def run_protocol(train_set, test_set, backbone: nn.Module, *, depth: int, budget: float, conditions: Sequence[str],
@@ -345,8 +333,7 @@ def _check_conditions(conditions: Sequence[str], seeds: Sequence[int]
         raise ValueError("seeds must hold at least one seed")
     conditions = list(dict.fromkeys(conditions))
     families = [c for c in conditions if c in set(list_scorer_conditions())]
-    supervised = [c for c in conditions
-                  if (c not in BASE_CONDITIONS or c in CONTROL_TARGETS) and c not in families]
+    supervised = [c for c in conditions if (c not in BASE_CONDITIONS or c in CONTROL_TARGETS) and c not in families]
     trainable = [c for c in conditions if c == "unsupervised" or c in supervised or c in families]
     return conditions, seeds, dict(families=families, supervised=supervised, trainable=trainable)
 

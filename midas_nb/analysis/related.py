@@ -48,10 +48,10 @@ RELATED_CONDITIONS: tuple[str, ...] = ("reference", "unsupervised", "T3", "T5", 
 #: ``rollout``; T5 is the block-L map of the MIDAS taxonomy
 PERTURBATION_MAPS: tuple[str, ...] = ("tokentm", "rollout_full", "T3", "T5")
 #: per-row columns that only some scorer families fill; averaged over seeds when present
-FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full", "accuracy_llf",
-                                   "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf", "llf_speed_ratio", "aux_accuracy",
-                                   "threshold_keep_rate", "threshold_accuracy", "threshold_accuracy_lo",
-                                   "threshold_accuracy_hi", "train_seconds")
+FAMILY_COLUMNS: tuple[str, ...] = ("pib_centre", "pib_box_area", "speedup", "full_accuracy", "throughput_full",
+                                   "accuracy_llf", "accuracy_llf_lo", "accuracy_llf_hi", "throughput_llf",
+                                   "llf_speed_ratio", "aux_accuracy", "threshold_keep_rate", "threshold_accuracy",
+                                   "threshold_accuracy_lo", "threshold_accuracy_hi", "train_seconds")
 
 
 def related_table(protocol_table: pd.DataFrame, *, perturbation: pd.DataFrame | None = None,
@@ -199,10 +199,9 @@ def speed_note(protocol: pd.DataFrame, settings: Any) -> str:
             f"row's speed-up is the mean of each run's pruned over its own unpruned throughput, as notebook 07 "
             f"gives it; img/s of rows from different measurements are not comparable (the machine's load changes "
             f"between them): compare the speed-ups") if full > 1 else ""
-    return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed "
-            f"together on {batch} test images, {reps} call{'s' if reps != 1 else ''} per round, "
-            f"median of {SPEED_ROUNDS} interleaved "
-            f"rounds, on {dev}{runs}; L = {L}, b = {b}")
+    return (f"accuracy: {n_acc} test images; throughput: the unpruned model and every pruned forward timed together on "
+            f"{batch} test images, {reps} call{'s' if reps != 1 else ''} per round, median of {SPEED_ROUNDS} "
+            f"interleaved rounds, on {dev}{runs}; L = {L}, b = {b}")
 
 
 def family_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -219,9 +218,7 @@ def family_table(table: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in ("accuracy_llf", "llf_speed_ratio", "threshold_keep_rate", "threshold_accuracy")
             if c in table.columns]
     rows = table[table[cols].notna().any(axis=1)] if cols else table.iloc[0:0]
-    if not len(rows):
-        return pd.DataFrame(index=pd.Index([], name="method"))
-    return compact(rows, cols, index="method")
+    return compact(rows, cols, index="method") if len(rows) else pd.DataFrame(index=pd.Index([], name="method"))
 
 
 @dataclass

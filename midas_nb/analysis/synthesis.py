@@ -207,9 +207,8 @@ def _comovement_row(v: ClaimVerdict) -> list[str]:
 
 
 def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | None = None,
-                 content: Mapping[str, Any] | None = None, *, dataset: str | None = None,
-                 backbone: str | None = None, keep_undefined: bool = False,
-                 fitness: tuple[bool, str] | None = None) -> pd.DataFrame:
+                 content: Mapping[str, Any] | None = None, *, dataset: str | None = None, backbone: str | None = None,
+                 keep_undefined: bool = False, fitness: tuple[bool, str] | None = None) -> pd.DataFrame:
     """One row per claim of the paper: ``claim | paper | this run | verdict``.
 
     Args:
@@ -317,8 +316,7 @@ def cosine_scope(probes: pd.DataFrame, depth: int, pair: tuple[str, str] = ("T5"
           if "T4" in set(probes["hidden"]) else "")
     return (f"Cosine claim: every hidden- × attention-gradient pair at L = {depth} ({pairs}{t4}) within "
             f"±{PAPER_COSINE_MAX} (the paper, DeiT-S/16), so the largest |cos| decides it: {_pair(top)}"
-            + (f"; the pair the paper names is one of them: {_pair(p.iloc[0])}." if len(p)
-               else "."))
+            + (f"; the pair the paper names is one of them: {_pair(p.iloc[0])}." if len(p) else "."))
 
 
 def _pair(r: pd.Series) -> str:
@@ -401,9 +399,8 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
 
 #: a claim's short name in a headline (every box, the report and the HTML index say which claims they count), in
 #: the order of the paper's claims: the findings, then the two winners, the co-movement and T5's content
-_SHORT = {**{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()},
-          "two different winners": "winners", "coverage and faithfulness decouple": "co-movement",
-          CONTENT_CLAIM: "T5's content"}
+_SHORT = {**{c.split(" (")[0]: short for c, _, short in _FINDING_CLAIMS.values()}, "two different winners": "winners",
+          "coverage and faithfulness decouple": "co-movement", CONTENT_CLAIM: "T5's content"}
 
 #: which notebook's box counts each of the paper's nine claims (decision 0090): 02, 03, 04 and 05 partition them, and
 #: 07 counts 02's and 04's (the claims its protocol table and regime sweep decide), so its tally is theirs added up
@@ -434,8 +431,7 @@ def headline(claims: pd.DataFrame, shown: bool | None = None, notebook: str | No
     n = claims["verdict"].map(lambda v: "not resolved" if str(v).startswith("not resolved") else v).value_counts()
     plural = {"holds": "hold", "does not hold": "do not hold"}
     counts = ", ".join(f"{n[v]} {v if n[v] == 1 else plural.get(v, v)}" for v in CLAIM_VERDICTS if n.get(v, 0))
-    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ",
-            None: ""}[shown]
+    lead = {True: "This run shows the decoupling — ", False: "This run does not show a decoupling — ", None: ""}[shown]
     names = [_short(c) for c in claims["claim"]]
     rest = [c for c in dict.fromkeys(_SHORT.values()) if c not in names]
     scope = ("none of the paper's claims" if not names else f"all {len(names)} of the paper's claims" if not rest

@@ -11,8 +11,7 @@ from torch import Tensor, nn
 
 from ..backbones.vit import grid_size, keep_count
 from ..data import Batch, evaluation_subset
-from ..metrics import (bootstrap_ci, box_coverage, InsDel, insertion_deletion_auc, iou_ceiling, part_miou,
-                       point_in_box)
+from ..metrics import (bootstrap_ci, box_coverage, InsDel, insertion_deletion_auc, iou_ceiling, part_miou, point_in_box)
 from ..pruning import keep_mask_from_indices, select_top_k
 from ..targets import LAST_VOTES_K
 from .last import pib_columns, pib_table

@@ -143,13 +143,10 @@ def condition_reading(D_lo: float, D_hi: float, d_idauc_lo: float, d_idauc_hi: f
         band to decide.
     """
     d, f = _sign(D_lo, D_hi), _sign(d_idauc_lo, d_idauc_hi)
-    if d != "positive":
-        text = {"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
-    elif f == "positive":
-        text = "both rose"
-    else:
-        text = {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
-            status, "coverage up, parity not resolved")
+    text = ({"undefined": "undefined", "negative": "coverage down"}.get(d, "coverage change not resolved")
+            if d != "positive" else "both rose" if f == "positive" else
+            {"in band": "coverage up at parity", "outside band": "coverage up, faithfulness down"}.get(
+                status, "coverage up, parity not resolved"))
     return text + (" (band uninformative)" if status == "uninformative" else "")
 
 
@@ -275,11 +272,9 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
             continue
         runner, lo, hi = winners[f"{m}_runner_up"], winners[f"{m}_lead_lo"], winners[f"{m}_lead_hi"]
         ok = lead_resolved(lo, hi)
-        leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}"
-                     + ("" if ok else ", not resolved"))
+        leads.append(f"{name} lead over {runner} {_lead(winners, f'{m}_lead')}" + ("" if ok else ", not resolved"))
         if not ok:
-            ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} "
-                        "within this sample")
+            ties.append(f"{cov} and {', '.join(winners.get(f'{m}_ties') or [runner])} tie on {name} within this sample")
     if not ties:
         return (f"(b) winners: {cov} leads on both coverage and faithfulness — no different winners"
                 + (f" ({'; '.join(leads)})" if leads else "") + ".")
@@ -289,13 +284,10 @@ def _one_winner_text(cov: str, winners: Mapping[str, Any]) -> str:
 
 def _tie_text(cov: str, fai: str, winners: Mapping[str, Any]) -> str:
     """Where two winners differ, each one that ties with other conditions on its own metric."""
-    out = []
-    for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai)):
-        ties = winners.get(f"{m}_ties") or []
-        if ties:
-            out.append(f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
-                       f"{winners[f'{m}_runner_up']} "
-                       f"{_lead(winners, f'{m}_lead')})")
+    out = [f"{win} ties with {', '.join(ties)} on {name} within this sample (lead over "
+           f"{winners[f'{m}_runner_up']} {_lead(winners, f'{m}_lead')})"
+           for m, name, win in (("miou", "coverage", cov), ("idauc", "faithfulness", fai))
+           if (ties := winners.get(f"{m}_ties"))]
     return ("; " + "; ".join(out)) if out else ""
 
 
@@ -304,10 +296,9 @@ def _comovement_text(co: Mapping[str, Any], coverage: str) -> str:
     if not np.isfinite(co["r"]):
         return f"(c) co-movement: undefined ({co.get('reason', 'no values')})."
     ex = f" ({', '.join(co['excluded'])} left out: a lower bound, not a scorer)" if co.get("excluded") else ""
-    text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate "
-            f"r = {format_ci(co['r'], co['r_lo'], co['r_hi'], '+.2f')} "
-            f"({co.get('resampled', 'images and seeds resampled')})"
-            f" → {co['reading']}")
+    text = (f"(c) across {co['n_conditions']} conditions{ex}, mean {coverage} and mean IDAUC correlate r = "
+            f"{format_ci(co['r'], co['r_lo'], co['r_hi'], '+.2f')} "
+            f"({co.get('resampled', 'images and seeds resampled')}) → {co['reading']}")
     w = co.get("without_controls") or {}
     if w:
         text += (f"; without {', '.join(w['left_out'])} ({w['n_conditions']} conditions): "
@@ -344,10 +335,8 @@ def _text(cond: pd.DataFrame, focus: str, winners: Mapping[str, Any], co: Mappin
         lines.append(_one_winner_text(cov, winners))
     elif cov is not None:
         lines.append(f"(b) winners: best coverage {cov}, best faithfulness {fai}; {cov} − {fai}: {coverage} "
-                     f"{_lead(winners, 'miou_diff')} "
-                     f"({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
-                     f"{_lead(winners, 'idauc_diff')} "
-                     f"({winners['n_idauc_images']} images) → {winners['reading']}"
+                     f"{_lead(winners, 'miou_diff')} ({winners['n_miou_images']} images), {fai} − {cov}: IDAUC "
+                     f"{_lead(winners, 'idauc_diff')} ({winners['n_idauc_images']} images) → {winners['reading']}"
                      + _tie_text(cov, fai, winners) + ".")
     else:
         lines.append("(b) winners: undefined (no per-image values).")
@@ -414,8 +403,7 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
 
 def _ci_of(values: Sequence[float], n_boot: int, alpha: float, rng: np.random.Generator) -> tuple[float, float, float]:
     """:func:`midas_nb.metrics.stats.bootstrap_ci` of ``values`` with a seed drawn from ``rng``."""
-    return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha,
-                        seed=int(rng.integers(2 ** 32)))
+    return bootstrap_ci(np.asarray(values, dtype=float), n_boot=n_boot, alpha=alpha, seed=int(rng.integers(2 ** 32)))
 
 
 def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: str = CONTROL_CONDITION,

@@ -25,9 +25,6 @@ from .base import (MLPScorer, RandomScorer, ReferenceScorer, TokenScorer, build_
 from .cropr import CroprScorer, cropr_forward, prune_tokens_llf
 from .iared import IARedScorer, bernoulli_log_prob, iared_reward, masked_logits, reinforce_loss
 
-__all__ = [
-    "TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
-    "list_scorer_conditions", "build_scorer", "cls_attention", "speed_scorers",
-    "CroprScorer", "cropr_forward", "prune_tokens_llf",
-    "IARedScorer", "iared_reward", "bernoulli_log_prob", "reinforce_loss", "masked_logits",
-]
+__all__ = ["TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
+           "list_scorer_conditions", "build_scorer", "cls_attention", "speed_scorers", "CroprScorer", "cropr_forward",
+           "prune_tokens_llf", "IARedScorer", "iared_reward", "bernoulli_log_prob", "reinforce_loss", "masked_logits"]

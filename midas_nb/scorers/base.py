@@ -39,17 +39,8 @@ from ..pruning import TokenScorer
 from ..targets import cls_attention_map
 from ..targets.registry import Registry
 
-__all__ = [
-    "TokenScorer",
-    "ReferenceScorer",
-    "MLPScorer",
-    "RandomScorer",
-    "register_scorer",
-    "list_scorers",
-    "list_scorer_conditions",
-    "build_scorer",
-    "cls_attention",
-]
+__all__ = ["TokenScorer", "ReferenceScorer", "MLPScorer", "RandomScorer", "register_scorer", "list_scorers",
+           "list_scorer_conditions", "build_scorer", "cls_attention"]
 
 
 #: the T0 operator on one block's attention (:func:`midas_nb.targets.cls_attention_map`)
@@ -68,8 +59,7 @@ class ReferenceScorer(TokenScorer):
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         if attn.shape[-1] != tokens.shape[1]:
-            raise ValueError(f"attention is over T={attn.shape[-1]} tokens but tokens has "
-                             f"T={tokens.shape[1]}")
+            raise ValueError(f"attention is over T={attn.shape[-1]} tokens but tokens has T={tokens.shape[1]}")
         return cls_attention(attn, num_prefix).to(tokens.dtype)
 
 
@@ -93,8 +83,7 @@ class MLPScorer(TokenScorer):
         hidden = max(1, dim // 2) if hidden is None else int(hidden)
         assert hidden > 0, f"hidden must be positive, got {hidden}"
         self.dim, self.hidden = int(dim), hidden
-        self.mlp = nn.Sequential(
-            nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def score(self, tokens: Tensor, num_prefix: int, attn: Tensor | None = None) -> Tensor:
         return self.mlp(tokens[:, num_prefix:]).squeeze(-1)
@@ -129,8 +118,7 @@ class RandomScorer(TokenScorer):
 _SCORERS = Registry("scorer")
 _CONDITIONS: list[str] = []
 def register_scorer(
-    name: str, *, condition: bool = False,
-) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
+        name: str, *, condition: bool = False) -> Callable[[Callable[..., TokenScorer]], Callable[..., TokenScorer]]:
     """Decorator registering a scorer factory ``f(dim: int, **kwargs) -> TokenScorer`` by name.
 
     Args:
@@ -175,19 +163,9 @@ def build_scorer(name: str, dim: int, **kwargs) -> TokenScorer:
     return _SCORERS[name](dim, **kwargs)
 
 
-@register_scorer("reference")
-def _reference(dim: int) -> TokenScorer:
-    return ReferenceScorer()
-
-
-@register_scorer("mlp")
-def _mlp(dim: int, hidden: int | None = None) -> TokenScorer:
-    return MLPScorer(dim, hidden=hidden)
-
-
-@register_scorer("random")
-def _random(dim: int, seed: int = 0) -> TokenScorer:
-    return RandomScorer(seed=seed)
+register_scorer("reference")(lambda dim: ReferenceScorer())
+register_scorer("mlp")(MLPScorer)
+register_scorer("random")(lambda dim, seed=0: RandomScorer(seed=seed))
 
 
 def speed_scorers(kinds: Sequence[str], dim: int, mlp_hidden: int, num_classes: int,

@@ -134,8 +134,7 @@ class CroprScorer(TokenScorer):
         return loss, pruned, scores
 
 
-def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int,
-                     budget: float) -> PrunedOutput:
+def prune_tokens_llf(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int, budget: float) -> PrunedOutput:
     """Top-``k`` pruning at block ``L`` with Cropr's last-layer fusion.
 
     Blocks ``L+1..n−1`` run on the prefix and the top ``k = ceil(b·N)`` patch tokens; before
@@ -172,11 +171,7 @@ def cropr_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, dept
     :class:`~midas_nb.pruning.PrunedOutput` with ``logits [B,C]``.
     """
     hidden, scores = score_tokens(backbone, images, scorer, depth)
-    if fusion:
-        return prune_tokens_llf(backbone, hidden, scores, depth, budget)
-    return prune_tokens(backbone, hidden, scores, depth, budget)
+    return (prune_tokens_llf if fusion else prune_tokens)(backbone, hidden, scores, depth, budget)
 
 
-@register_scorer("cropr", condition=True)
-def _cropr(dim: int, num_classes: int, num_heads: int = 1, mlp_ratio: float = 4.0) -> TokenScorer:
-    return CroprScorer(dim, num_classes, num_heads=num_heads, mlp_ratio=mlp_ratio)
+register_scorer("cropr", condition=True)(CroprScorer)

@@ -93,8 +93,7 @@ def reinforce_loss(log_prob: Tensor, reward: Tensor) -> Tensor:
         scalar loss.
     """
     if log_prob.shape != reward.shape or log_prob.dim() != 1:
-        raise ValueError(f"log_prob and reward must both be [B], got {tuple(log_prob.shape)} and "
-                         f"{tuple(reward.shape)}")
+        raise ValueError(f"log_prob and reward must both be [B], got {tuple(log_prob.shape)} and {tuple(reward.shape)}")
     advantage = (reward - reward.mean()).detach().to(log_prob.dtype)
     return -(advantage * log_prob).mean()
 
@@ -224,9 +223,5 @@ def default_heads(dim: int) -> int:
     return DEFAULT_HEADS if dim % DEFAULT_HEADS == 0 else CLASS_DEFAULT_HEADS if dim % CLASS_DEFAULT_HEADS == 0 else 1
 
 
-@register_scorer("iared", condition=True)
-def _iared(dim: int, num_classes: int | None = None, num_heads: int | None = None, qkv_bias: bool = True,
-           penalty: float = 1.0, exponent: float = 2.0, threshold: float = 0.5,
-           seed: int | None = None) -> TokenScorer:
-    return IARedScorer(dim, num_heads=default_heads(dim) if num_heads is None else num_heads, qkv_bias=qkv_bias,
-                       penalty=penalty, exponent=exponent, threshold=threshold, seed=seed)
+register_scorer("iared", condition=True)(     # IARedScorer's own arguments; num_heads=None: the width's default
+    lambda dim, num_heads=None, **kw: IARedScorer(dim, default_heads(dim) if num_heads is None else num_heads, **kw))
