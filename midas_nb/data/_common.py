@@ -43,8 +43,7 @@ def require_root(root: PathLike, what: str) -> Path:
     directory."""
     p = Path(root).expanduser()
     if not p.is_dir():
-        raise DatasetError(f"dataset root {p} does not exist or is not a directory; "
-                           f"expected {what}")
+        raise DatasetError(f"dataset root {p} does not exist or is not a directory; expected {what}")
     return p
 
 

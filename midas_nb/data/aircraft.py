@@ -36,8 +36,7 @@ __all__ = ["AircraftDataset", "AIRCRAFT_LEVELS", "AIRCRAFT_SPLITS"]
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
 AIRCRAFT_SPLITS: tuple[str, ...] = ("train", "val", "trainval", "test")
 _CLASS_LIST = {"variant": "variants.txt", "family": "families.txt", "manufacturer": "manufacturers.txt"}
-_LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, "
-           "images_<level>_<split>.txt and images/<id>.jpg")
+_LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, images_<level>_<split>.txt and images/<id>.jpg")
 
 
 def _read_labels(path: Path) -> list[tuple[str, str]]:

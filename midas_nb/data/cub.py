@@ -87,8 +87,7 @@ def _id_table(path: Path, fields: Sequence[str], what: str) -> dict[int, list[st
     for lineno, line in read_lines(path, what):
         toks = line.split(maxsplit=n)
         if len(toks) != n + 1:
-            raise DatasetError(f"{path}:{lineno}: expected {n + 1} fields "
-                               f"(id {' '.join(fields)}), got {line!r}")
+            raise DatasetError(f"{path}:{lineno}: expected {n + 1} fields (id {' '.join(fields)}), got {line!r}")
         key = _int(toks[0], f"{path}:{lineno}", "id")
         if key in out:
             raise DatasetError(f"{path}:{lineno}: id {key} listed twice")
@@ -171,8 +170,7 @@ def _read_cub(root: Path) -> _CubAnnotations:
     lab_path = root / "image_class_labels.txt"
     lab = _id_table(lab_path, ["class_id"], _LAYOUT)
     _missing(lab_path, ids, lab)
-    labels = np.array([_int(lab[int(i)][0], f"{lab_path}: image {int(i)}", "class_id") for i in ids],
-                      np.int64)
+    labels = np.array([_int(lab[int(i)][0], f"{lab_path}: image {int(i)}", "class_id") for i in ids], np.int64)
 
     split_path = root / "train_test_split.txt"
     spl = _id_table(split_path, ["is_training_image"], _LAYOUT)

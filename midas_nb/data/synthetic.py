@@ -40,8 +40,7 @@ from ..identity import new_file_mode
 from ._common import DatasetError, PathLike
 from .cub import CUB_PART_NAMES
 
-__all__ = ["make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note",
-           "SYNTHETIC_VERSION"]
+__all__ = ["make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note", "SYNTHETIC_VERSION"]
 
 #: Bumped whenever the drawing changes (a cached set with another version is redrawn).
 SYNTHETIC_VERSION = 1
@@ -59,8 +58,7 @@ _ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "wing_colour": ("white", "black", "blue"),
     "tail_colour": ("red", "blue", "green", "yellow"),
 }
-_BODY_COLOURS = ((150, 120, 90), (120, 110, 100), (170, 150, 120), (100, 90, 80), (140, 135, 125),
-                 (160, 130, 110))
+_BODY_COLOURS = ((150, 120, 90), (120, 110, 100), (170, 150, 120), (100, 90, 80), (140, 135, 125), (160, 130, 110))
 _FILES_META = "synthetic.json"
 
 
@@ -266,8 +264,7 @@ def _params(num_classes: int, images_per_class: int, image_size: int, seed: int,
 
 
 def _write(root: Path, p: dict[str, Any]) -> None:
-    C, n, size, seed, frac = (p["num_classes"], p["images_per_class"], p["image_size"], p["seed"],
-                              p["train_fraction"])
+    C, n, size, seed, frac = p["num_classes"], p["images_per_class"], p["image_size"], p["seed"], p["train_fraction"]
     attrs = synthetic_class_attributes(C, seed)
     (root / "parts").mkdir(parents=True, exist_ok=True)
     n_train = n if frac >= 1 else (0 if frac <= 0 else min(max(1, round(frac * n)), max(n - 1, 1)))

@@ -92,8 +92,7 @@ def to_normalised_tensor(image: Image.Image, mean: Sequence[float], std: Sequenc
     return t.sub_(m).div_(s)
 
 
-def denormalize(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN,
-                std: Sequence[float] = DEFAULT_STD) -> Tensor:
+def denormalize(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD) -> Tensor:
     """Invert the normalisation of ``[..., 3, H, W]`` images, clamped to ``[0, 1]``."""
     m = torch.tensor(mean, dtype=images.dtype, device=images.device).view(3, 1, 1)
     s = torch.tensor(std, dtype=images.dtype, device=images.device).view(3, 1, 1)

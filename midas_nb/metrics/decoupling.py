@@ -218,8 +218,7 @@ def _check_columns(table: pd.DataFrame, reference: str, miou_col: str, idauc_col
     else:
         missing += [c for c in by if c not in table.columns]
     if missing:
-        raise ValueError(f"decoupling_D: table is missing column(s) {missing}; has "
-                         f"{list(table.columns)}")
+        raise ValueError(f"decoupling_D: table is missing column(s) {missing}; has {list(table.columns)}")
     if not (table[cond_col] == reference).any():
         raise ValueError(f"decoupling_D: no reference row ({cond_col} == {reference!r}); "
                          f"conditions present: {sorted(table[cond_col].astype(str).unique())}")
@@ -417,8 +416,7 @@ class _Pairing:
                 f"{' | '.join(fmt(o) for o in others)} (never compared across checkpoints)")
 
 
-def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]],
-                 pairing: _Pairing) -> None:
+def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]], pairing: _Pairing) -> None:
     """Add ``in_band``, ``band_resolved``, ``status``, ``band_reason``, the reference check and
     ``D_cell`` to ``out`` (in place)."""
     has_d = out["D_pp"].notna() & out["delta_idauc"].notna()
