@@ -37,16 +37,12 @@ from ._common import AnnotatedDataset, DatasetError, PathLike, read_lines, requi
 __all__ = ["CUBDataset", "CUB_PART_NAMES", "CUB_FILES"]
 
 #: The 15 CUB part names in CUB's order (``parts/parts.txt``).
-CUB_PART_NAMES: tuple[str, ...] = (
-    "back", "beak", "belly", "breast", "crown", "forehead", "left eye", "left leg",
-    "left wing", "nape", "right eye", "right leg", "right wing", "tail", "throat",
-)
+CUB_PART_NAMES: tuple[str, ...] = ("back", "beak", "belly", "breast", "crown", "forehead", "left eye", "left leg",
+                                   "left wing", "nape", "right eye", "right leg", "right wing", "tail", "throat")
 
 #: Annotation files of the CUB layout, relative to the root.
-CUB_FILES: tuple[str, ...] = (
-    "images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt",
-    "bounding_boxes.txt", "parts/parts.txt", "parts/part_locs.txt",
-)
+CUB_FILES: tuple[str, ...] = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt",
+                              "bounding_boxes.txt", "parts/parts.txt", "parts/part_locs.txt")
 
 _LAYOUT = ("a CUB-200-2011 directory with " + ", ".join(CUB_FILES) + " and images/")
 
@@ -267,14 +263,12 @@ class CUBDataset(AnnotatedDataset):
         pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
         n_split = len(pos)
         pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, ann.ids.tolist(),
-                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"),
-                       np.int64)
+                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"), np.int64)
         if len(pos) == 0:
             n_tr = int(ann.is_train.sum())
-            raise DatasetError(
-                f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "
-                f"({n_tr} train / {len(ann.ids) - n_tr} test listed; {n_split} in the split before "
-                f"the ids/max_images_per_class filters); expected at least one image")
+            raise DatasetError(f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "
+                               f"({n_tr} train / {len(ann.ids) - n_tr} test listed; {n_split} in the split before "
+                               f"the ids/max_images_per_class filters); expected at least one image")
 
         self.listing = self.root / "images.txt"
         self.paths = [self.root / "images" / ann.rel_paths[p] for p in pos]

@@ -50,14 +50,12 @@ _COLOURS: dict[str, tuple[int, int, int]] = {
     "orange": (255, 130, 0), "black": (15, 15, 20), "white": (250, 250, 250), "magenta": (225, 40, 210),
     "cyan": (20, 215, 230),
 }
-_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "beak_colour": ("orange", "black", "red", "cyan"),
-    "beak_length": ("short", "long"),
-    "crown_colour": ("red", "blue", "yellow", "black"),
-    "wing_pattern": ("solid", "bars", "spots"),
-    "wing_colour": ("white", "black", "blue"),
-    "tail_colour": ("red", "blue", "green", "yellow"),
-}
+_ATTRIBUTES: dict[str, tuple[str, ...]] = {"beak_colour": ("orange", "black", "red", "cyan"),
+                                           "beak_length": ("short", "long"),
+                                           "crown_colour": ("red", "blue", "yellow", "black"),
+                                           "wing_pattern": ("solid", "bars", "spots"),
+                                           "wing_colour": ("white", "black", "blue"),
+                                           "tail_colour": ("red", "blue", "green", "yellow")}
 _BODY_COLOURS = ((150, 120, 90), (120, 110, 100), (170, 150, 120), (100, 90, 80), (140, 135, 125), (160, 130, 110))
 _FILES_META = "synthetic.json"
 

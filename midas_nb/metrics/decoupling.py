@@ -243,8 +243,7 @@ class _Pairing:
     paired point and interval of a group of rows (one condition of one cell, or one row)."""
 
     def __init__(self, table: pd.DataFrame, cell: list[str], pool: list[str], key: list[str], cond_col: str,
-                 reference: str,
-                 seed_col: str | None, metric_cols: tuple[str, str], scale: float,
+                 reference: str, seed_col: str | None, metric_cols: tuple[str, str], scale: float,
                  boot: tuple[int, float, int], per_seed: bool = False) -> None:
         src = table.reset_index(drop=True).copy()
         for c in CHECKPOINT_COLUMNS:                 # a missing digest is a key of its own, not NaN ≠ NaN
@@ -313,8 +312,7 @@ class _Pairing:
         # range (mIoU in [0, 1] or [0, 100] %, IDAUC in [−1, 1])
         bound = 100.0 / self.scale if tag == "m" else 2.0
         return dict(point=si.mean, per=list(si.per_seed), by_build=list(si.per_build), lo=max(si.lo, -bound),
-                    hi=min(si.hi, bound),
-                    n=si.n_images, method=si.method, why=why)
+                    hi=min(si.hi, bound), n=si.n_images, method=si.method, why=why)
 
     def group(self, idx: list[int], band: float) -> dict[str, Any]:
         """One output row for the results rows ``idx`` (internal columns start with ``_``)."""

@@ -180,8 +180,7 @@ def target_cache(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids:
         ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``.
     """
     return target_caches(backbone, dataset, ids_by_depth={depth: ids}, class_rule=class_rule, key=key,
-                         cache_dir=cache_dir, batch_size=batch_size, device=device, progress=progress,
-                         seed=seed)[depth]
+                         cache_dir=cache_dir, batch_size=batch_size, device=device, progress=progress, seed=seed)[depth]
 
 
 def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids_by_depth: dict[int, Sequence[str]],
