@@ -137,8 +137,7 @@ class AircraftDataset(AnnotatedDataset):
             names = sorted(union)
         self.classes = list(dict.fromkeys(names))
         self.label_map = {n: k for k, n in enumerate(self.classes)}
-        unknown = sorted({n for _, n in rows} - set(self.label_map))
-        if unknown:
+        if unknown := sorted({n for _, n in rows} - set(self.label_map)):
             raise DatasetError(f"{label_path}: class name(s) {unknown[:5]} are not listed in {list_path}")
 
         keep = select_items(range(len(rows)), [self.label_map[n] for _, n in rows], max_images_per_class,

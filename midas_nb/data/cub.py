@@ -181,8 +181,7 @@ def _read_cub(root: Path) -> _CubAnnotations:
     cls_path = root / "classes.txt"
     cls = _id_table(cls_path, ["name"], _LAYOUT)
     class_names = {k: v[0] for k, v in cls.items()}
-    unknown = sorted(set(labels.tolist()) - set(class_names))
-    if unknown:
+    if unknown := sorted(set(labels.tolist()) - set(class_names)):
         raise DatasetError(f"{lab_path}: class id(s) {unknown[:5]} are not listed in {cls_path}; "
                            "expected every label to have a name")
 
@@ -277,7 +276,6 @@ class CUBDataset(AnnotatedDataset):
         self.labels = [self.label_map[o] for o in self.original_labels]
         self.raw_boxes = ann.boxes[pos].copy()
         self.raw_parts = ann.parts[pos].copy()
-        no_vis = int((~(self.raw_parts[:, :, 2] > 0).any(axis=1)).sum())
-        if no_vis:
+        if no_vis := int((~(self.raw_parts[:, :, 2] > 0).any(axis=1)).sum()):
             self.skipped["no_visible_part"] = no_vis
         self._finish(check_files)

@@ -75,10 +75,7 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
         return None, "no per-image values"
     if any(c is None for c in cond) or any(rf is None and g for rf, g in zip(ref, given)):
         return None, f"{val_col} is stored for only some of the rows and their reference: cannot pair"
-    common = set(cond[0])
-    for d in cond[1:] + [rf for rf in ref if rf is not None]:
-        common &= set(d)
-    ids = sorted(common)
+    ids = sorted(set(cond[0]).intersection(*cond[1:], *(rf for rf in ref if rf is not None)))
     if not ids:
         return None, f"no image of {ids_col} in common with the reference"
     return np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)]), ""
