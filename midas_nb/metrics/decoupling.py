@@ -425,21 +425,20 @@ def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[
     status, reason = [], []
     for k in range(len(out)):
         chk = checks[out["_pool"].iat[k]]
+        text = chk["text"]
         if not out["has_reference"].iat[k]:
-            status.append("no reference")
-            reason.append(pairing.no_reference_text(out["_cell"].iat[k]))
+            st, text = "no reference", pairing.no_reference_text(out["_cell"].iat[k])
         elif not has_d.iat[k]:
-            status.append("undefined")
             what = " and ".join(n for n, c in (("mIoU", "D_pp"), ("IDAUC", "delta_idauc"))
                                 if not np.isfinite(out[c].iat[k]))
-            reason.append(out["_why"].iat[k] or f"{what} is NaN")
+            st, text = "undefined", out["_why"].iat[k] or f"{what} is NaN"
         elif chk["reference_check"] == "not above random":
-            status.append("uninformative")
-            reason.append(chk["text"])
+            st = "uninformative"
         else:
-            status.append(("in band" if inside.iat[k] else "outside band" if outside.iat[k] else "not resolved")
-                          if has_ci.iat[k] else ("in band" if point.iat[k] else "outside band"))
-            reason.append(chk["text"])
+            st = (("in band" if inside.iat[k] else "outside band" if outside.iat[k] else "not resolved")
+                  if has_ci.iat[k] else ("in band" if point.iat[k] else "outside band"))
+        status.append(st)
+        reason.append(text)
     out["status"], out["band_reason"] = status, reason
     for c in ("reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi"):
         out[c] = [checks[cell][c] for cell in out["_pool"]]

@@ -282,8 +282,7 @@ def _insdel_pixel(backbone: nn.Module, images: Tensor, rank_pos: Tensor, counts:
     p_full = _probs_of(full_logits, class_index)
     blurred = gaussian_blur(images, blur_sigma, blur_kernel_size)
     baseline = torch.full_like(images, float(delete_value))
-    ins: list[Tensor] = []
-    dele: list[Tensor] = []
+    ins, dele = [], []
     for k in counts:
         parts, kinds = [], []
         if k < N:
