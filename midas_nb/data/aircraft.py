@@ -40,17 +40,15 @@ _LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, images_<level
 
 
 def _read_labels(path: Path) -> list[tuple[str, str]]:
-    out = []
-    seen = set()
+    out: dict[str, str] = {}
     for lineno, line in read_lines(path, _LAYOUT):
         toks = line.split(maxsplit=1)
         if len(toks) != 2:
             raise DatasetError(f"{path}:{lineno}: expected '<image id> <class name>', got {line!r}")
-        if toks[0] in seen:
+        if toks[0] in out:
             raise DatasetError(f"{path}:{lineno}: image id {toks[0]} listed twice")
-        seen.add(toks[0])
-        out.append((toks[0], toks[1].strip()))
-    return out
+        out[toks[0]] = toks[1].strip()
+    return list(out.items())
 
 
 def _read_boxes(path: Path) -> dict[str, tuple[float, float, float, float]]:
