@@ -24,8 +24,7 @@ from .rules import LAST_STATISTIC
 
 
 def _check_ids(ids: Sequence[str]) -> list[str]:
-    ids = list(ids)
-    known = set(list_targets())
+    ids, known = list(ids), set(list_targets())
     unknown = [i for i in ids if i not in known]
     if unknown or not ids:
         raise ValueError(f"unknown or no target ids {unknown or ids}; expected some of {list_targets()}")
