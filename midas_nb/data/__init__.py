@@ -22,8 +22,7 @@ from .aircraft import AircraftDataset
 from .builders import make_aircraft_from_cub, make_cars_from_cub
 from .cars import CarsDataset, read_cars_annotations, read_cars_meta
 from .cub import CUB_PART_NAMES, CUBDataset, read_cub_annotations
-from .grid import (box_mask_from_box, grid_shape, num_patches, part_mask_from_keypoints,
-                   patch_centres)
+from .grid import box_mask_from_box, grid_shape, num_patches, part_mask_from_keypoints, patch_centres
 from .sample import Batch, Sample, collate_samples, evaluation_subset
 from .synthetic import data_note, ensure_synthetic_cub, make_synthetic_cub, synthetic_class_attributes
 from .transforms import (DEFAULT_MEAN, DEFAULT_STD, EvalTransform, JointTransform, TrainTransform,

@@ -43,8 +43,7 @@ def require_root(root: PathLike, what: str) -> Path:
     directory."""
     p = Path(root).expanduser()
     if not p.is_dir():
-        raise DatasetError(f"dataset root {p} does not exist or is not a directory; "
-                           f"expected {what}")
+        raise DatasetError(f"dataset root {p} does not exist or is not a directory; expected {what}")
     return p
 
 
@@ -69,16 +68,12 @@ def check_files_exist(paths: Sequence[Path], listing: Path | str, show: int = 5)
     One ``os.listdir`` per directory, so checking thousands of files is cheap.
     """
     by_dir: dict[Path, set[str]] = {}
-    missing: list[Path] = []
-    for p in paths:
-        d = p.parent
-        if d not in by_dir:
-            try:
-                by_dir[d] = set(os.listdir(d))
-            except OSError:
-                by_dir[d] = set()
-        if p.name not in by_dir[d]:
-            missing.append(p)
+    for d in dict.fromkeys(p.parent for p in paths):
+        try:
+            by_dir[d] = set(os.listdir(d))
+        except OSError:
+            by_dir[d] = set()
+    missing = [p for p in paths if p.name not in by_dir[p.parent]]
     if missing:
         shown = ", ".join(str(m) for m in missing[:show])
         more = f" (and {len(missing) - show} more)" if len(missing) > show else ""
@@ -116,8 +111,7 @@ def select_items(order: Sequence[int], labels: Sequence[int], k: int | None, key
     """
     if ids is not None:
         wanted = set(ids)
-        unknown = sorted(wanted - set(keys))
-        if unknown:
+        if unknown := sorted(wanted - set(keys)):
             raise DatasetError(f"{listing}: requested image id(s) {unknown[:5]} are not listed")
         order = [i for i in order if keys[i] in wanted]
     if k is None:
@@ -252,8 +246,7 @@ class AnnotatedDataset(Dataset):
         """Raw RGB image, parts ``[P, 3]`` and box ``[4]`` in the image's pixels, after
         ``_preprocess``; visible keypoints outside the frame are made invisible."""
         image = open_rgb(self.paths[index], self.listing)
-        parts = self.raw_parts[index].copy()
-        box = self.raw_boxes[index].copy()
+        parts, box = self.raw_parts[index].copy(), self.raw_boxes[index].copy()
         image, parts, box = self._preprocess(index, image, parts, box)
         w, h = image.size
         if parts.shape[0]:

@@ -36,22 +36,19 @@ __all__ = ["AircraftDataset", "AIRCRAFT_LEVELS", "AIRCRAFT_SPLITS"]
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
 AIRCRAFT_SPLITS: tuple[str, ...] = ("train", "val", "trainval", "test")
 _CLASS_LIST = {"variant": "variants.txt", "family": "families.txt", "manufacturer": "manufacturers.txt"}
-_LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, "
-           "images_<level>_<split>.txt and images/<id>.jpg")
+_LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, images_<level>_<split>.txt and images/<id>.jpg")
 
 
 def _read_labels(path: Path) -> list[tuple[str, str]]:
-    out = []
-    seen = set()
+    out: dict[str, str] = {}
     for lineno, line in read_lines(path, _LAYOUT):
         toks = line.split(maxsplit=1)
         if len(toks) != 2:
             raise DatasetError(f"{path}:{lineno}: expected '<image id> <class name>', got {line!r}")
-        if toks[0] in seen:
+        if toks[0] in out:
             raise DatasetError(f"{path}:{lineno}: image id {toks[0]} listed twice")
-        seen.add(toks[0])
-        out.append((toks[0], toks[1].strip()))
-    return out
+        out[toks[0]] = toks[1].strip()
+    return list(out.items())
 
 
 def _read_boxes(path: Path) -> dict[str, tuple[float, float, float, float]]:
@@ -138,8 +135,7 @@ class AircraftDataset(AnnotatedDataset):
             names = sorted(union)
         self.classes = list(dict.fromkeys(names))
         self.label_map = {n: k for k, n in enumerate(self.classes)}
-        unknown = sorted({n for _, n in rows} - set(self.label_map))
-        if unknown:
+        if unknown := sorted({n for _, n in rows} - set(self.label_map)):
             raise DatasetError(f"{label_path}: class name(s) {unknown[:5]} are not listed in {list_path}")
 
         keep = select_items(range(len(rows)), [self.label_map[n] for _, n in rows], max_images_per_class,

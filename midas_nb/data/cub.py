@@ -37,16 +37,12 @@ from ._common import AnnotatedDataset, DatasetError, PathLike, read_lines, requi
 __all__ = ["CUBDataset", "CUB_PART_NAMES", "CUB_FILES"]
 
 #: The 15 CUB part names in CUB's order (``parts/parts.txt``).
-CUB_PART_NAMES: tuple[str, ...] = (
-    "back", "beak", "belly", "breast", "crown", "forehead", "left eye", "left leg",
-    "left wing", "nape", "right eye", "right leg", "right wing", "tail", "throat",
-)
+CUB_PART_NAMES: tuple[str, ...] = ("back", "beak", "belly", "breast", "crown", "forehead", "left eye", "left leg",
+                                   "left wing", "nape", "right eye", "right leg", "right wing", "tail", "throat")
 
 #: Annotation files of the CUB layout, relative to the root.
-CUB_FILES: tuple[str, ...] = (
-    "images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt",
-    "bounding_boxes.txt", "parts/parts.txt", "parts/part_locs.txt",
-)
+CUB_FILES: tuple[str, ...] = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt",
+                              "bounding_boxes.txt", "parts/parts.txt", "parts/part_locs.txt")
 
 _LAYOUT = ("a CUB-200-2011 directory with " + ", ".join(CUB_FILES) + " and images/")
 
@@ -87,8 +83,7 @@ def _id_table(path: Path, fields: Sequence[str], what: str) -> dict[int, list[st
     for lineno, line in read_lines(path, what):
         toks = line.split(maxsplit=n)
         if len(toks) != n + 1:
-            raise DatasetError(f"{path}:{lineno}: expected {n + 1} fields "
-                               f"(id {' '.join(fields)}), got {line!r}")
+            raise DatasetError(f"{path}:{lineno}: expected {n + 1} fields (id {' '.join(fields)}), got {line!r}")
         key = _int(toks[0], f"{path}:{lineno}", "id")
         if key in out:
             raise DatasetError(f"{path}:{lineno}: id {key} listed twice")
@@ -171,8 +166,7 @@ def _read_cub(root: Path) -> _CubAnnotations:
     lab_path = root / "image_class_labels.txt"
     lab = _id_table(lab_path, ["class_id"], _LAYOUT)
     _missing(lab_path, ids, lab)
-    labels = np.array([_int(lab[int(i)][0], f"{lab_path}: image {int(i)}", "class_id") for i in ids],
-                      np.int64)
+    labels = np.array([_int(lab[int(i)][0], f"{lab_path}: image {int(i)}", "class_id") for i in ids], np.int64)
 
     split_path = root / "train_test_split.txt"
     spl = _id_table(split_path, ["is_training_image"], _LAYOUT)
@@ -187,8 +181,7 @@ def _read_cub(root: Path) -> _CubAnnotations:
     cls_path = root / "classes.txt"
     cls = _id_table(cls_path, ["name"], _LAYOUT)
     class_names = {k: v[0] for k, v in cls.items()}
-    unknown = sorted(set(labels.tolist()) - set(class_names))
-    if unknown:
+    if unknown := sorted(set(labels.tolist()) - set(class_names)):
         raise DatasetError(f"{lab_path}: class id(s) {unknown[:5]} are not listed in {cls_path}; "
                            "expected every label to have a name")
 
@@ -269,14 +262,12 @@ class CUBDataset(AnnotatedDataset):
         pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
         n_split = len(pos)
         pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, ann.ids.tolist(),
-                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"),
-                       np.int64)
+                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"), np.int64)
         if len(pos) == 0:
             n_tr = int(ann.is_train.sum())
-            raise DatasetError(
-                f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "
-                f"({n_tr} train / {len(ann.ids) - n_tr} test listed; {n_split} in the split before "
-                f"the ids/max_images_per_class filters); expected at least one image")
+            raise DatasetError(f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "
+                               f"({n_tr} train / {len(ann.ids) - n_tr} test listed; {n_split} in the split before "
+                               f"the ids/max_images_per_class filters); expected at least one image")
 
         self.listing = self.root / "images.txt"
         self.paths = [self.root / "images" / ann.rel_paths[p] for p in pos]
@@ -285,7 +276,6 @@ class CUBDataset(AnnotatedDataset):
         self.labels = [self.label_map[o] for o in self.original_labels]
         self.raw_boxes = ann.boxes[pos].copy()
         self.raw_parts = ann.parts[pos].copy()
-        no_vis = int((~(self.raw_parts[:, :, 2] > 0).any(axis=1)).sum())
-        if no_vis:
+        if no_vis := int((~(self.raw_parts[:, :, 2] > 0).any(axis=1)).sum()):
             self.skipped["no_visible_part"] = no_vis
         self._finish(check_files)

@@ -19,8 +19,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["grid_shape", "num_patches", "part_mask_from_keypoints", "box_mask_from_box",
-           "patch_centres"]
+__all__ = ["grid_shape", "num_patches", "part_mask_from_keypoints", "box_mask_from_box", "patch_centres"]
 
 ImageSize = int | Sequence[int]
 
@@ -47,8 +46,7 @@ def grid_shape(image_size: ImageSize, patch_size: int) -> tuple[int, int]:
     if p < 1:
         raise ValueError(f"patch_size must be >= 1, got {patch_size}")
     if h <= 0 or w <= 0 or h % p or w % p:
-        raise ValueError(f"image size (H={h}, W={w}) must be positive multiples of "
-                         f"patch_size={p}")
+        raise ValueError(f"image size (H={h}, W={w}) must be positive multiples of patch_size={p}")
     return h // p, w // p
 
 

@@ -40,8 +40,7 @@ from ..identity import new_file_mode
 from ._common import DatasetError, PathLike
 from .cub import CUB_PART_NAMES
 
-__all__ = ["make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note",
-           "SYNTHETIC_VERSION"]
+__all__ = ["make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note", "SYNTHETIC_VERSION"]
 
 #: Bumped whenever the drawing changes (a cached set with another version is redrawn).
 SYNTHETIC_VERSION = 1
@@ -51,16 +50,13 @@ _COLOURS: dict[str, tuple[int, int, int]] = {
     "orange": (255, 130, 0), "black": (15, 15, 20), "white": (250, 250, 250), "magenta": (225, 40, 210),
     "cyan": (20, 215, 230),
 }
-_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "beak_colour": ("orange", "black", "red", "cyan"),
-    "beak_length": ("short", "long"),
-    "crown_colour": ("red", "blue", "yellow", "black"),
-    "wing_pattern": ("solid", "bars", "spots"),
-    "wing_colour": ("white", "black", "blue"),
-    "tail_colour": ("red", "blue", "green", "yellow"),
-}
-_BODY_COLOURS = ((150, 120, 90), (120, 110, 100), (170, 150, 120), (100, 90, 80), (140, 135, 125),
-                 (160, 130, 110))
+_ATTRIBUTES: dict[str, tuple[str, ...]] = {"beak_colour": ("orange", "black", "red", "cyan"),
+                                           "beak_length": ("short", "long"),
+                                           "crown_colour": ("red", "blue", "yellow", "black"),
+                                           "wing_pattern": ("solid", "bars", "spots"),
+                                           "wing_colour": ("white", "black", "blue"),
+                                           "tail_colour": ("red", "blue", "green", "yellow")}
+_BODY_COLOURS = ((150, 120, 90), (120, 110, 100), (170, 150, 120), (100, 90, 80), (140, 135, 125), (160, 130, 110))
 _FILES_META = "synthetic.json"
 
 
@@ -161,9 +157,8 @@ def _draw_bird(rng: np.random.Generator, attrs: dict[str, str], size: int, ss: i
     d.polygon(S(_ellipse_poly(*wc, 0.70 * L, 0.34 * L, wang)), fill=col["wing_colour"])
     if attrs["wing_pattern"] == "bars":
         for t in (-0.35, 0.0, 0.35):
-            a = P(-0.15 + t, -0.32)
-            b = P(-0.15 + t - 0.12, 0.24)
-            d.line(S([a, b]), fill=wing_alt, width=max(1, int(round(0.12 * L * ss))))
+            d.line(S([P(-0.15 + t, -0.32), P(-0.15 + t - 0.12, 0.24)]), fill=wing_alt,
+                   width=max(1, int(round(0.12 * L * ss))))
     elif attrs["wing_pattern"] == "spots":
         for t, u in ((-0.45, -0.05), (-0.1, -0.15), (0.25, -0.02), (-0.2, 0.15), (0.1, 0.17)):
             x, y = P(-0.15 + t, u)
@@ -197,27 +192,13 @@ def _bird_keypoints(P: Callable[[float, float], tuple[float, float]], facing: fl
     (``P``: local bird coordinates in units of the half-length ``L`` px → final pixels;
     ``beak_len`` in px; the far eye is hidden, the far wing visible when drawn)."""
     near, far = ("right", "left") if facing > 0 else ("left", "right")
-    kp: dict[str, tuple[float, float, int]] = {}
-
-    def put(name: str, xy: tuple[float, float], vis: bool = True) -> None:
-        kp[name] = (xy[0], xy[1], int(vis))
-
-    put("back", P(-0.25, -0.58))
-    put("beak", P(hx + 0.30 + 0.5 * beak_len / L, hy + 0.02))
-    put("belly", P(0.0, 0.52))
-    put("breast", P(0.62, 0.30))
-    put("crown", P(hx, hy - 0.28))
-    put("forehead", P(hx + 0.27, hy - 0.24))
-    put(f"{near} eye", eye)
-    put(f"{far} eye", eye, vis=False)
-    put(f"{near} leg", P(0.25, 0.98))
-    put(f"{far} leg", P(-0.05, 0.98))
-    put(f"{near} wing", wing)
-    put(f"{far} wing", P(-0.25, -0.82), vis=far_wing)
-    put("nape", P(hx - 0.33, hy + 0.12))
-    put("tail", P(-1.45, 0.0))
-    put("throat", P(hx + 0.12, hy + 0.36))
-    return kp
+    xy = {"back": P(-0.25, -0.58), "beak": P(hx + 0.30 + 0.5 * beak_len / L, hy + 0.02), "belly": P(0.0, 0.52),
+          "breast": P(0.62, 0.30), "crown": P(hx, hy - 0.28), "forehead": P(hx + 0.27, hy - 0.24),
+          f"{near} eye": eye, f"{far} eye": eye, f"{near} leg": P(0.25, 0.98), f"{far} leg": P(-0.05, 0.98),
+          f"{near} wing": wing, f"{far} wing": P(-0.25, -0.82), "nape": P(hx - 0.33, hy + 0.12),
+          "tail": P(-1.45, 0.0), "throat": P(hx + 0.12, hy + 0.36)}
+    hidden = {f"{far} eye": True, f"{far} wing": not far_wing}
+    return {k: (x, y, int(not hidden.get(k, False))) for k, (x, y) in xy.items()}
 
 
 def _occluder(rng: np.random.Generator, d: ImageDraw.ImageDraw, box: np.ndarray, L: float, ss: int
@@ -242,11 +223,8 @@ def _visible_parts(kp: dict[str, tuple[float, float, int]], size: int,
     out = np.zeros((len(CUB_PART_NAMES), 3), np.float32)
     for k, name in enumerate(CUB_PART_NAMES):
         x, y, v = kp[name]
-        if v and not (0 <= x < size and 0 <= y < size):
-            v = 0
-        if v and occ is not None and occ[0] <= x <= occ[2] and occ[1] <= y <= occ[3]:
-            v = 0
-        out[k] = (x, y, 1) if v else (0, 0, 0)
+        hidden = occ is not None and occ[0] <= x <= occ[2] and occ[1] <= y <= occ[3]
+        out[k] = (x, y, 1) if v and 0 <= x < size and 0 <= y < size and not hidden else (0, 0, 0)
     return out
 
 
@@ -266,8 +244,7 @@ def _params(num_classes: int, images_per_class: int, image_size: int, seed: int,
 
 
 def _write(root: Path, p: dict[str, Any]) -> None:
-    C, n, size, seed, frac = (p["num_classes"], p["images_per_class"], p["image_size"], p["seed"],
-                              p["train_fraction"])
+    C, n, size, seed, frac = p["num_classes"], p["images_per_class"], p["image_size"], p["seed"], p["train_fraction"]
     attrs = synthetic_class_attributes(C, seed)
     (root / "parts").mkdir(parents=True, exist_ok=True)
     n_train = n if frac >= 1 else (0 if frac <= 0 else min(max(1, round(frac * n)), max(n - 1, 1)))
@@ -288,19 +265,14 @@ def _write(root: Path, p: dict[str, Any]) -> None:
             boxes.append(f"{img_id} {box[0]:.1f} {box[1]:.1f} {box[2] - box[0]:.1f} {box[3] - box[1]:.1f}")
             for k, (x, y, v) in enumerate(parts):
                 locs.append(f"{img_id} {k + 1} {x:.1f} {y:.1f} {int(v)}")
-
-    def w(name: str, rows: list[str]) -> None:
+    files = {"images.txt": images, "image_class_labels.txt": labels, "train_test_split.txt": split,
+             "classes.txt": [f"{c + 1} {_class_dir_name(c, attrs[c])}" for c in range(C)], "bounding_boxes.txt": boxes,
+             "parts/parts.txt": [f"{k + 1} {name}" for k, name in enumerate(CUB_PART_NAMES)],
+             "parts/part_locs.txt": locs}
+    for name, rows in files.items():
         (root / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
-
-    w("images.txt", images)
-    w("image_class_labels.txt", labels)
-    w("train_test_split.txt", split)
-    w("classes.txt", [f"{c + 1} {_class_dir_name(c, attrs[c])}" for c in range(C)])
-    w("bounding_boxes.txt", boxes)
-    w("parts/parts.txt", [f"{k + 1} {name}" for k, name in enumerate(CUB_PART_NAMES)])
-    w("parts/part_locs.txt", locs)
-    meta = dict(p, class_attributes=attrs)
-    (root / _FILES_META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    meta = json.dumps(dict(p, class_attributes=attrs), indent=1, sort_keys=True)
+    (root / _FILES_META).write_text(meta + "\n", encoding="utf-8")
 
 
 def make_synthetic_cub(root: PathLike, *, num_classes: int = 4, images_per_class: int = 8,

@@ -37,10 +37,8 @@ import torch.utils.data
 from PIL import Image
 from torch import Tensor
 
-__all__ = [
-    "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation",
-    "crop_resize", "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD",
-]
+__all__ = ["EvalTransform", "TrainTransform", "JointTransform", "flip_permutation",
+           "crop_resize", "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD"]
 
 #: Default normalisation: the offline hybrid backbone's ``(0.5, 0.5, 0.5)``.
 DEFAULT_MEAN: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -92,8 +90,7 @@ def to_normalised_tensor(image: Image.Image, mean: Sequence[float], std: Sequenc
     return t.sub_(m).div_(s)
 
 
-def denormalize(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN,
-                std: Sequence[float] = DEFAULT_STD) -> Tensor:
+def denormalize(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD) -> Tensor:
     """Invert the normalisation of ``[..., 3, H, W]`` images, clamped to ``[0, 1]``."""
     m = torch.tensor(mean, dtype=images.dtype, device=images.device).view(3, 1, 1)
     s = torch.tensor(std, dtype=images.dtype, device=images.device).view(3, 1, 1)
@@ -122,10 +119,8 @@ def crop_resize(image: Image.Image, parts: Tensor, box: Tensor, region: Region,
     new_parts = torch.stack([x, y, torch.ones_like(x)], dim=1) * vis[:, None].to(torch.float32)
 
     b = torch.as_tensor(box, dtype=torch.float32).reshape(4)
-    new_box = torch.stack([
-        ((b[0] - rx0) * sx).clamp(0, out_w), ((b[1] - ry0) * sy).clamp(0, out_h),
-        ((b[2] - rx0) * sx).clamp(0, out_w), ((b[3] - ry0) * sy).clamp(0, out_h),
-    ])
+    new_box = torch.stack([((b[0] - rx0) * sx).clamp(0, out_w), ((b[1] - ry0) * sy).clamp(0, out_h),
+                           ((b[2] - rx0) * sx).clamp(0, out_w), ((b[3] - ry0) * sy).clamp(0, out_h)])
 
     if flip:
         out = out.transpose(Image.FLIP_LEFT_RIGHT)
@@ -237,8 +232,7 @@ class TrainTransform(JointTransform):
         seed, generator: randomness, see above.
     """
 
-    def __init__(self, image_size: int | Sequence[int] = 224,
-                 scale: tuple[float, float] = (0.35, 1.0),
+    def __init__(self, image_size: int | Sequence[int] = 224, scale: tuple[float, float] = (0.35, 1.0),
                  ratio: tuple[float, float] = (3 / 4, 4 / 3), flip: bool = True,
                  flip_prob: float = 0.5, mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
                  seed: int | None = None, generator: torch.Generator | None = None) -> None:

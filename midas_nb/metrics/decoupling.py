@@ -75,10 +75,7 @@ def _paired_matrix(rows: list[Mapping[str, Any]], refs: list[Mapping[str, Any] |
         return None, "no per-image values"
     if any(c is None for c in cond) or any(rf is None and g for rf, g in zip(ref, given)):
         return None, f"{val_col} is stored for only some of the rows and their reference: cannot pair"
-    common = set(cond[0])
-    for d in cond[1:] + [rf for rf in ref if rf is not None]:
-        common &= set(d)
-    ids = sorted(common)
+    ids = sorted(set(cond[0]).intersection(*cond[1:], *(rf for rf in ref if rf is not None)))
     if not ids:
         return None, f"no image of {ids_col} in common with the reference"
     return np.array([[c[i] - (rf[i] if rf is not None else 0.0) for i in ids] for c, rf in zip(cond, ref)]), ""
@@ -218,8 +215,7 @@ def _check_columns(table: pd.DataFrame, reference: str, miou_col: str, idauc_col
     else:
         missing += [c for c in by if c not in table.columns]
     if missing:
-        raise ValueError(f"decoupling_D: table is missing column(s) {missing}; has "
-                         f"{list(table.columns)}")
+        raise ValueError(f"decoupling_D: table is missing column(s) {missing}; has {list(table.columns)}")
     if not (table[cond_col] == reference).any():
         raise ValueError(f"decoupling_D: no reference row ({cond_col} == {reference!r}); "
                          f"conditions present: {sorted(table[cond_col].astype(str).unique())}")
@@ -244,8 +240,7 @@ class _Pairing:
     paired point and interval of a group of rows (one condition of one cell, or one row)."""
 
     def __init__(self, table: pd.DataFrame, cell: list[str], pool: list[str], key: list[str], cond_col: str,
-                 reference: str,
-                 seed_col: str | None, metric_cols: tuple[str, str], scale: float,
+                 reference: str, seed_col: str | None, metric_cols: tuple[str, str], scale: float,
                  boot: tuple[int, float, int], per_seed: bool = False) -> None:
         src = table.reset_index(drop=True).copy()
         for c in CHECKPOINT_COLUMNS:                 # a missing digest is a key of its own, not NaN ≠ NaN
@@ -314,8 +309,7 @@ class _Pairing:
         # range (mIoU in [0, 1] or [0, 100] %, IDAUC in [−1, 1])
         bound = 100.0 / self.scale if tag == "m" else 2.0
         return dict(point=si.mean, per=list(si.per_seed), by_build=list(si.per_build), lo=max(si.lo, -bound),
-                    hi=min(si.hi, bound),
-                    n=si.n_images, method=si.method, why=why)
+                    hi=min(si.hi, bound), n=si.n_images, method=si.method, why=why)
 
     def group(self, idx: list[int], band: float) -> dict[str, Any]:
         """One output row for the results rows ``idx`` (internal columns start with ``_``)."""
@@ -417,8 +411,7 @@ class _Pairing:
                 f"{' | '.join(fmt(o) for o in others)} (never compared across checkpoints)")
 
 
-def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]],
-                 pairing: _Pairing) -> None:
+def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[str, Any]], pairing: _Pairing) -> None:
     """Add ``in_band``, ``band_resolved``, ``status``, ``band_reason``, the reference check and
     ``D_cell`` to ``out`` (in place)."""
     has_d = out["D_pp"].notna() & out["delta_idauc"].notna()
@@ -432,21 +425,20 @@ def _band_status(out: pd.DataFrame, band: float, checks: Mapping[tuple, Mapping[
     status, reason = [], []
     for k in range(len(out)):
         chk = checks[out["_pool"].iat[k]]
+        text = chk["text"]
         if not out["has_reference"].iat[k]:
-            status.append("no reference")
-            reason.append(pairing.no_reference_text(out["_cell"].iat[k]))
+            st, text = "no reference", pairing.no_reference_text(out["_cell"].iat[k])
         elif not has_d.iat[k]:
-            status.append("undefined")
             what = " and ".join(n for n, c in (("mIoU", "D_pp"), ("IDAUC", "delta_idauc"))
                                 if not np.isfinite(out[c].iat[k]))
-            reason.append(out["_why"].iat[k] or f"{what} is NaN")
+            st, text = "undefined", out["_why"].iat[k] or f"{what} is NaN"
         elif chk["reference_check"] == "not above random":
-            status.append("uninformative")
-            reason.append(chk["text"])
+            st = "uninformative"
         else:
-            status.append(("in band" if inside.iat[k] else "outside band" if outside.iat[k] else "not resolved")
-                          if has_ci.iat[k] else ("in band" if point.iat[k] else "outside band"))
-            reason.append(chk["text"])
+            st = (("in band" if inside.iat[k] else "outside band" if outside.iat[k] else "not resolved")
+                  if has_ci.iat[k] else ("in band" if point.iat[k] else "outside band"))
+        status.append(st)
+        reason.append(text)
     out["status"], out["band_reason"] = status, reason
     for c in ("reference_check", "ref_minus_random", "ref_minus_random_lo", "ref_minus_random_hi"):
         out[c] = [checks[cell][c] for cell in out["_pool"]]

@@ -217,8 +217,7 @@ def insertion_deletion_auc(backbone: nn.Module, images: Tensor, ranking: Tensor,
                          "(global_pool='avg') has no prediction from prefix tokens alone (k = 0)")
     fractions = torch.tensor(counts, dtype=torch.float32, device=dev) / N
     ins_auc, del_auc = curve_auc(ins_curve, fractions), curve_auc(del_curve, fractions)
-    return InsDel(ins_auc, del_auc, ins_auc - del_auc, fractions, ins_curve, del_curve,
-                  class_index, space)
+    return InsDel(ins_auc, del_auc, ins_auc - del_auc, fractions, ins_curve, del_curve, class_index, space)
 
 
 def _insdel_token(backbone: nn.Module, images: Tensor, order: Tensor, counts: list[int], N: int,
@@ -283,8 +282,7 @@ def _insdel_pixel(backbone: nn.Module, images: Tensor, rank_pos: Tensor, counts:
     p_full = _probs_of(full_logits, class_index)
     blurred = gaussian_blur(images, blur_sigma, blur_kernel_size)
     baseline = torch.full_like(images, float(delete_value))
-    ins: list[Tensor] = []
-    dele: list[Tensor] = []
+    ins, dele = [], []
     for k in counts:
         parts, kinds = [], []
         if k < N:

@@ -185,8 +185,7 @@ def perturbation_test(backbone: nn.Module, data: Any, maps: Tensor, steps: int =
     pos_img, neg_img = curve_auc(pos.double(), fractions), curve_auc(neg.double(), fractions)
     return dict(pos_auc=float(pos_img.mean()), neg_auc=float(neg_img.mean()),
                 pos_curve=pos.double().mean(0), neg_curve=neg.double().mean(0), fractions=fractions,
-                pos_auc_per_image=pos_img, neg_auc_per_image=neg_img, n_images=int(pos.shape[0]),
-                steps=int(steps))
+                pos_auc_per_image=pos_img, neg_auc_per_image=neg_img, n_images=int(pos.shape[0]), steps=int(steps))
 
 
 def perturbation_table(backbone: nn.Module, test_set, target_maps: Mapping[str, Tensor], steps: int = 10, *,

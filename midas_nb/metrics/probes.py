@@ -45,10 +45,8 @@ from torch import Tensor
 
 from . import bootstrap_ci
 
-__all__ = [
-    "CosineMode", "HIDDEN_GRADIENT_TARGETS", "ATTENTION_GRADIENT_TARGETS", "per_image_cosine", "cosine_matrix",
-    "cosine_across_depths", "hidden_vs_attention_gradient"
-]
+__all__ = ["CosineMode", "HIDDEN_GRADIENT_TARGETS", "ATTENTION_GRADIENT_TARGETS", "per_image_cosine", "cosine_matrix",
+           "cosine_across_depths", "hidden_vs_attention_gradient"]
 
 CosineMode = Literal["rank", "centered", "raw"]
 

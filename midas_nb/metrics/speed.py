@@ -177,11 +177,9 @@ def _iared_readout(scorer: IARedScorer, backbone: nn.Module, hidden: Tensor, lab
                    depth: int, budget: float, num_prefix: int, images: Tensor | None) -> dict[str, Any]:
     device = next(backbone.parameters()).device
     keep = scores > scorer.threshold
-    preds = []
     with torch.no_grad():
-        for i in range(0, hidden.shape[0], 64):
-            preds.append(masked_logits(backbone, hidden[i:i + 64].to(device, torch.float32),
-                                       keep[i:i + 64].to(device), depth).argmax(-1).cpu())
+        preds = [masked_logits(backbone, hidden[i:i + 64].to(device, torch.float32), keep[i:i + 64].to(device),
+                               depth).argmax(-1).cpu() for i in range(0, hidden.shape[0], 64)]
     mean, lo, hi = bootstrap_ci((torch.cat(preds) == labels.cpu()).float())
     return dict(threshold_keep_rate=float(keep.float().mean()), threshold_accuracy=mean,
                 threshold_accuracy_lo=lo, threshold_accuracy_hi=hi, threshold=scorer.threshold)

@@ -24,8 +24,7 @@ from .rules import LAST_STATISTIC
 
 
 def _check_ids(ids: Sequence[str]) -> list[str]:
-    ids = list(ids)
-    known = set(list_targets())
+    ids, known = list(ids), set(list_targets())
     unknown = [i for i in ids if i not in known]
     if unknown or not ids:
         raise ValueError(f"unknown or no target ids {unknown or ids}; expected some of {list_targets()}")
@@ -180,8 +179,7 @@ def target_cache(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids:
         ValueError: bad ``class_rule``, unknown ids, missing labels for ``"label"``/``"T2"``.
     """
     return target_caches(backbone, dataset, ids_by_depth={depth: ids}, class_rule=class_rule, key=key,
-                         cache_dir=cache_dir, batch_size=batch_size, device=device, progress=progress,
-                         seed=seed)[depth]
+                         cache_dir=cache_dir, batch_size=batch_size, device=device, progress=progress, seed=seed)[depth]
 
 
 def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids_by_depth: dict[int, Sequence[str]],

@@ -7,8 +7,7 @@ from torch import Tensor
 
 from ..capture import CaptureResult
 from .registry import DEFAULT_RANDOM_SEED, TargetInfo, register_target
-from .rules import (attention_rollout, chefer_relevance, cls_attention_map, stability_votes,
-                    tokentm_relevance)
+from .rules import attention_rollout, chefer_relevance, cls_attention_map, stability_votes, tokentm_relevance
 
 
 def _block(capture: CaptureResult, depth: int) -> int:
@@ -221,8 +220,7 @@ def _image_seed(seed: int, index: int) -> int:
 
 @register_target("random", TargetInfo('random map (lower bound; the random_map control distils it)', '—',
                  'seeded uniform, fixed per image', '—', 'u_j ~ U(0, 1), seeded by (seed, image index)', 'related'))
-def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *,
-                  seed: int | None = None) -> Tensor:
+def random_target(capture: CaptureResult, depth: int, class_index: Tensor, *, seed: int | None = None) -> Tensor:
     """Seeded uniform values in ``[0, 1)`` (the random-ranking lower bound) → ``[B,N]``.
 
     As a supervision target it is the protocol's ``random_map`` control

@@ -77,8 +77,7 @@ def taxonomy_table(related: bool = False) -> pd.DataFrame:
     groups = ("taxonomy", "related") if related else ("taxonomy",)
     rows = [(tid, i.name, i.source, i.operator, i.gradient_of, i.definition)
             for g in groups for tid, i in _INFO.items() if i.group == g]
-    df = pd.DataFrame(rows, columns=["id", "name", "source", "operator", "gradient of",
-                                     "definition (patch token j)"])
+    df = pd.DataFrame(rows, columns=["id", "name", "source", "operator", "gradient of", "definition (patch token j)"])
     return df.set_index("id")
 
 

@@ -60,9 +60,7 @@ def gae_attention(attn: Tensor, attn_grad: Tensor) -> Tensor:
     return (attn_grad.float() * attn.float()).clamp_min(0).mean(1)
 
 
-def chefer_relevance(
-    attn: Sequence[Tensor], attn_grad: Sequence[Tensor], *, row: int | None = None
-) -> Tensor:
+def chefer_relevance(attn: Sequence[Tensor], attn_grad: Sequence[Tensor], *, row: int | None = None) -> Tensor:
     """Chefer et al. (2021, https://arxiv.org/abs/2103.15679, eqs. 5–6) relevance ``R``.
 
     ``R⁰ = I``; for every block ``b = 1, 2, …`` in forward order:
