@@ -17,7 +17,12 @@ from ..analysis.control import decoupling_with_controls
 from ..analysis.findings import backbone_fitness
 from .grid import CATALOGUE, cached_study, catalogue_value, run_cells, sweep_cells
 
-__all__ = ["Study"]
+__all__ = ["Study", "with_builds"]
+
+
+def with_builds(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with an integer ``build`` column: a row stored without one is build 0 (decision 0072)."""
+    return table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))
 
 
 class Study(StudyBase):
@@ -41,7 +46,7 @@ class Study(StudyBase):
         what = f"protocol at L={depth}, b={budget}"
         if not status.complete:
             raise RuntimeError(f"{what}: not every cell is done\n{status}")
-        table = table.assign(build=table.reindex(columns=["build"])["build"].fillna(0).astype(int))  # none: 0 (0072)
+        table = with_builds(table)
         for col in [c for c in ("checkpoint_id", "weights_digest") if c in table.columns]:   # decision 0072
             for b, g in table.groupby("build"):
                 if g[col].dropna().nunique() > 1:
