@@ -20,8 +20,7 @@ def weights_for(profile: dict[str, Any], name: str) -> str | None:
     the paper starts from; ``None``: random init); ``None`` for the local hybrid and smoke
     architectures (trained here, no hub weights).
     """
-    w = (profile.get("weights") or {}).get(name)
-    if w:
+    if w := (profile.get("weights") or {}).get(name):
         return str(Path(w).expanduser())
     return None if name in LOCAL_ARCHS else profile.get("pretrained", "hub")
 
@@ -47,12 +46,8 @@ def expected_weight_files(name: str) -> list[str]:
 
 
 _HUB_PROBE_SECONDS = 5.0
-
-
 #: suffixes of the weights files :func:`create_backbone` reads
 _WEIGHT_SUFFIXES: tuple[str, ...] = (".pth", ".pt", ".bin", ".safetensors", ".npz")
-
-
 _WEIGHT_FORMATS = ("a PyTorch state dict (.pth/.pt/.bin; the DeiT release's {'model': state_dict} too), "
                    "timm's model.safetensors, or an AugReg/big_vision .npz")
 
@@ -177,9 +172,7 @@ def _classifier_names(model: nn.Module) -> tuple[str, ...]:
 
 
 def _fmt_keys(keys: Sequence[str], limit: int = 8) -> str:
-    keys = list(keys)
-    more = f" … (+{len(keys) - limit} more)" if len(keys) > limit else ""
-    return ", ".join(keys[:limit]) + more
+    return ", ".join(keys[:limit]) + (f" … (+{len(keys) - limit} more)" if len(keys) > limit else "")
 
 
 def _raise_if_unfit(path: Path, model: nn.Module, noun: str, missing: Sequence[str],
@@ -187,13 +180,8 @@ def _raise_if_unfit(path: Path, model: nn.Module, noun: str, missing: Sequence[s
     """One :class:`BackboneError` naming the ``missing`` / ``unexpected`` entries (``noun``:
     "arrays" of an .npz file, "keys" of a state dict) and the shape ``mismatches`` (already
     formatted "KEY file SHAPE vs model SHAPE"); nothing when all three are empty."""
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing {noun}: {_fmt_keys(missing)}")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected {noun}: {_fmt_keys(unexpected)}")
-    if mismatches:
-        parts.append(f"{len(mismatches)} shape mismatches: " + _fmt_keys(mismatches))
+    parts = [f"{len(v)} {what}: {_fmt_keys(v)}" for what, v in
+             ((f"missing {noun}", missing), (f"unexpected {noun}", unexpected), ("shape mismatches", mismatches)) if v]
     if parts:
         raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
                             f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
