@@ -75,9 +75,7 @@ def lite0_teacher_head(stride: Literal[8, 16] = 16) -> nn.Sequential:
     if stride not in LITE0_STAGES:
         raise ValueError(f"Lite0 stem stride must be one of {sorted(LITE0_STAGES)}, got {stride}")
     full = lite0_classifier()
-    head = nn.Sequential(*full.blocks[LITE0_STAGES[stride][0]:], full.conv_head, full.bn2)
-    head.requires_grad_(False)
-    return head.eval()
+    return nn.Sequential(*full.blocks[LITE0_STAGES[stride][0]:], full.conv_head, full.bn2).requires_grad_(False).eval()
 
 
 @torch.no_grad()
