@@ -28,9 +28,7 @@ DistillForm = Literal["kl", "mse_z", "rank"]
 
 def zscore(x: Tensor, dim: int = -1, eps: float = 1e-6) -> Tensor:
     """Per-row z-score ``(x − mean) / (std + eps)`` along ``dim`` (population std)."""
-    mu = x.mean(dim=dim, keepdim=True)
-    sd = x.std(dim=dim, keepdim=True, unbiased=False)
-    return (x - mu) / (sd + eps)
+    return (x - x.mean(dim=dim, keepdim=True)) / (x.std(dim=dim, keepdim=True, unbiased=False) + eps)
 
 
 def distill_loss(scores: Tensor, target: Tensor, form: DistillForm = "kl", temperature: float = 1.0) -> Tensor:
