@@ -334,7 +334,6 @@ def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRec
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps
-
         t0 = time.perf_counter()
         train_acc = feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
         head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)

@@ -215,7 +215,6 @@ def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size:
 def package_versions() -> dict[str, str]:
     """``{"torch", "timm", "python"}`` versions, recorded in a checkpoint's metadata."""
     import platform
-
     import timm
 
     return dict(torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
@@ -256,8 +255,7 @@ def check_training_args(train_set, test_set, *, weights: Any = None,
         raise ValueError("train_set and test_set must not be empty")
     if from_nothing is not None and weights is not None:
         raise ValueError(f"{from_nothing} is trained from nothing by distillation; weights must be None, got {weights!r}")
-    train_labels = torch.tensor(_dataset_labels(train_set), dtype=torch.long)
-    test_labels = torch.tensor(_dataset_labels(test_set), dtype=torch.long)
+    train_labels, test_labels = (torch.tensor(_dataset_labels(s), dtype=torch.long) for s in (train_set, test_set))
     num_classes = int(getattr(train_set, "num_classes", 0) or int(train_labels.max()) + 1)
     if int(train_labels.min()) < 0 or int(train_labels.max()) >= num_classes:
         raise ValueError(f"train labels must lie in [0, {num_classes}), got "

@@ -74,12 +74,9 @@ def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, de
     autocast, precision = mixed_precision(device, amp)
     gen = torch.Generator().manual_seed(seed)
     t_feat = time.perf_counter()
-    train_feats = test_feats = None
-    if hybrid:
-        train_feats = stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
-                                    cache_dir=cache_dir, num_workers=num_workers, progress=progress)
-        test_feats = stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
-                                   cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    train_feats, test_feats = ([stem_features(model, s, flip=flip, batch_size=batch_size, device=device,
+                                              cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+                                for s, flip in ((train_set, True), (test_set, False))] if hybrid else (None, None))
     features_s = time.perf_counter() - t_feat
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=recipe.weight_decay,
