@@ -60,7 +60,6 @@ def dataset_info(dataset) -> dict[str, Any]:
 
 def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str = "batch"):
     from ..progress import tqdm
-
     return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit, disable=not enabled)
 
 

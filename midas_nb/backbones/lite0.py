@@ -51,7 +51,6 @@ def lite0_timm_state_dict() -> dict[str, Tensor]:
         BackboneError: when the file's tensors do not map onto timm's (count or shape).
     """
     import timm
-
     path = efficientnet_lite0_file()
     src = torch.load(path, map_location="cpu", weights_only=True)
     # a throw-away model for the key names: its random init must not consume the caller's
@@ -73,7 +72,6 @@ def lite0_classifier() -> nn.Module:
     """The full ImageNet-1k EfficientNet-Lite0 (timm ``tf_efficientnet_lite0``, eval mode) with the
     package's weights. Inputs ``[B,3,H,W]`` normalised with mean = std = 0.5; returns ``[B,1000]``."""
     import timm
-
     # the random init is overwritten by the weights below; it must not consume the global RNG,
     # or a seeded ViT built around this stem would depend on what the process built before
     with torch.random.fork_rng(devices=[]):

@@ -53,8 +53,7 @@ _WEIGHT_FORMATS = ("a PyTorch state dict (.pth/.pt/.bin; the DeiT release's {'mo
 
 
 def _hub_cached(cfg: dict[str, Any]) -> bool:
-    repo = cfg.get("hf_hub_id")
-    if not repo:
+    if not (repo := cfg.get("hf_hub_id")):
         return False
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -147,7 +146,6 @@ def _load_file_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         if suffix == ".safetensors":
             from safetensors.torch import load_file
-
             sd: Any = load_file(str(path), device="cpu")
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -264,7 +262,6 @@ def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool
                        if isinstance(getattr(model, n, None), nn.Module)}
         if head == "keep":
             import numpy as np
-
             with np.load(path) as npz:
                 kernel = [npz[k].shape for k in npz.files if k.endswith("head/kernel")]
             if not kernel or kernel[0][-1] != getattr(model, "num_classes", None):
@@ -283,7 +280,6 @@ def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool
     sd = _load_file_state_dict(path)
     if timm_filter:
         from timm.models.vision_transformer import checkpoint_filter_fn
-
         try:
             sd = checkpoint_filter_fn(sd, model)
         except Exception as e:  # noqa: BLE001
