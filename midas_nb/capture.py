@@ -99,11 +99,7 @@ class CaptureResult:
     def to(self, device: torch.device | str) -> "CaptureResult":
         """Move every tensor to ``device`` (returns a new result)."""
         def mv(v):
-            if isinstance(v, Tensor):
-                return v.to(device)
-            if isinstance(v, list):
-                return [mv(t) for t in v]
-            return v
+            return v.to(device) if isinstance(v, Tensor) else [mv(t) for t in v] if isinstance(v, list) else v
         return CaptureResult(**{k: mv(getattr(self, k)) for k in self.__dataclass_fields__})
 
 

@@ -15,7 +15,6 @@ from .factory import backbone_config
 from .features import ATTENTION_KERNEL, dataset_info, machine_info, mixed_precision, package_versions
 from .recipes import distill_recipe, is_distilled_name, TrainingRecipe
 
-
 #: Version of the training recipe in :func:`checkpoint_key`; bump it when the recipe changes in
 #: a way that invalidates cached checkpoints.
 RECIPE_VERSION = 1
@@ -62,7 +61,6 @@ def checkpoint_key(model_name: str, train_set, test_set, recipe: TrainingRecipe,
         backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
         train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
         **recipe.key(), recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp))
-
     if is_distilled_name(model_name):  # teacher, losses and their version (midas_nb.backbones.distilled)
         key["distill"] = distill_recipe(model_name).key()
     key = json.loads(json.dumps(key, default=str))

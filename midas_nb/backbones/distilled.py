@@ -75,9 +75,7 @@ def lite0_teacher_head(stride: Literal[8, 16] = 16) -> nn.Sequential:
     if stride not in LITE0_STAGES:
         raise ValueError(f"Lite0 stem stride must be one of {sorted(LITE0_STAGES)}, got {stride}")
     full = lite0_classifier()
-    head = nn.Sequential(*full.blocks[LITE0_STAGES[stride][0]:], full.conv_head, full.bn2)
-    head.requires_grad_(False)
-    return head.eval()
+    return nn.Sequential(*full.blocks[LITE0_STAGES[stride][0]:], full.conv_head, full.bn2).requires_grad_(False).eval()
 
 
 @torch.no_grad()
@@ -90,8 +88,8 @@ def teacher_features(head: nn.Module, stem_feats: Tensor, batch_size: int = 64,
     """
     flat = stem_feats.flatten(0, 1) if stem_feats.dim() == 5 else stem_feats
     head = head.to(device)
-    out = [head(flat[i:i + batch_size].to(device).float()).half().cpu() for i in range(0, len(flat), batch_size)]
-    feats = torch.cat(out)
+    feats = torch.cat([head(flat[i:i + batch_size].to(device).float()).half().cpu()
+                       for i in range(0, len(flat), batch_size)])
     return feats.view(*stem_feats.shape[:2], *feats.shape[1:]) if stem_feats.dim() == 5 else feats
 
 
@@ -216,18 +214,15 @@ def distillation_loss(logits_cls: Tensor, logits_dist: Tensor, labels: Tensor, t
 def _token_maps(tokens: Tensor, head: nn.Linear, grid: tuple[int, int], size: tuple[int, int]) -> Tensor:
     """A linear map of patch tokens ``[B,N,D]`` on the patch grid, average-pooled to ``size``:
     ``[B,C,size]`` (float32)."""
-    B = tokens.shape[0]
-    s = head(tokens).float().transpose(1, 2).reshape(B, -1, *grid)
-    return F.adaptive_avg_pool2d(s, size)
+    return F.adaptive_avg_pool2d(head(tokens).float().transpose(1, 2).reshape(tokens.shape[0], -1, *grid), size)
 
 
 def token_label_loss(student_maps: Tensor, teacher_maps: Tensor) -> Tensor:
     """Token labeling (Jiang et al., 2021, https://arxiv.org/abs/2104.10858): ``KL(softmax(t) ‖
     softmax(s))`` over classes at every location, mean over locations and images.
     ``[B,K,h,w]`` both; returns a scalar."""
-    kl = F.kl_div(F.log_softmax(student_maps.float(), 1), F.log_softmax(teacher_maps.float(), 1),
-                  reduction="none", log_target=True)
-    return kl.sum(1).mean()
+    return F.kl_div(F.log_softmax(student_maps.float(), 1), F.log_softmax(teacher_maps.float(), 1),
+                    reduction="none", log_target=True).sum(1).mean()
 
 
 def mix_tokens(stem: Tensor, targets: Sequence[Tensor], generator: torch.Generator) -> tuple[Tensor, list[Tensor], Tensor, float]:
@@ -251,8 +246,7 @@ def mix_tokens(stem: Tensor, targets: Sequence[Tensor], generator: torch.Generat
     h, w = targets[0].shape[-2:]
     assert H % h == 0 and W % w == 0, f"stem grid {(H, W)} must be a multiple of the target grid {(h, w)}"
     lam = float(torch.rand((), generator=generator))
-    bh = min(h, max(1, round(h * math.sqrt(1.0 - lam))))
-    bw = min(w, max(1, round(w * math.sqrt(1.0 - lam))))
+    bh, bw = (min(n, max(1, round(n * math.sqrt(1.0 - lam)))) for n in (h, w))
     r0 = int(torch.randint(0, h - bh + 1, (), generator=generator))
     c0 = int(torch.randint(0, w - bw + 1, (), generator=generator))
     perm = torch.randperm(B, generator=generator)
@@ -304,7 +298,6 @@ def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRec
             distilled hybrid backbone, a ``distill`` recipe other than the registry's (the checkpoint key
             reads :data:`DISTILLED_RECIPES`), or ``coarse_epochs >= epochs``.
     """
-
     epochs, batch_size, lr, seed = recipe.epochs, recipe.batch_size, recipe.lr, recipe.seed
     distill = _checked_recipe(model_name, distill, epochs)
     train_labels, test_labels, num_classes = check_training_args(train_set, test_set,
@@ -341,7 +334,6 @@ def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRec
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps
-
         t0 = time.perf_counter()
         train_acc = feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
         head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
@@ -415,11 +407,10 @@ def _teacher_targets(model: nn.Module, recipe: DistillRecipe, train_set, test_se
                          f"(probe settings {probe_kw})")
     t_maps = t_maps.half()                                                       # [M,2,K,h',w']
     teacher_train_acc = float((t_maps[:, 0].float().mean((-1, -2)).argmax(-1) == train_labels).float().mean())
-    hint_mean = t_train.float().mean((0, 1, 3, 4))[None, :, None, None].to(device)
-    hint_std = t_train.float().std((0, 1, 3, 4))[None, :, None, None].to(device) + 1e-3
     return _Teacher(train_feats=train_feats, test_feats=test_feats, train=t_train if recipe.hint_weight else None,
-                    maps=t_maps, hint_mean=hint_mean, channels=int(t_train.shape[2]),
-                    hint_std=hint_std, grid=tgrid, test_accuracy=teacher_test_acc,
+                    maps=t_maps, hint_mean=t_train.float().mean((0, 1, 3, 4))[None, :, None, None].to(device),
+                    hint_std=t_train.float().std((0, 1, 3, 4))[None, :, None, None].to(device) + 1e-3,
+                    channels=int(t_train.shape[2]), grid=tgrid, test_accuracy=teacher_test_acc,
                     train_accuracy=teacher_train_acc, features_s=features_s, teacher_s=time.perf_counter() - t0)
 
 

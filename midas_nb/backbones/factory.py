@@ -53,10 +53,9 @@ def backbone_kwargs(profile: dict[str, Any], name: str) -> dict[str, Any]:
     size is the architecture's and is checked, not adapted (:func:`check_backbone`)."""
     out = merged_settings(profile.get("backbone_kwargs"), name)
     size = profile.get("image_size")
-    if "img_size" not in out and isinstance(size, int) and not isinstance(size, bool):
-        native = default_image_size(name)
-        if native is not None and native != size:
-            out["img_size"] = size
+    if ("img_size" not in out and isinstance(size, int) and not isinstance(size, bool)
+            and default_image_size(name) not in (None, size)):
+        out["img_size"] = size
     return out
 
 
@@ -91,8 +90,7 @@ def check_backbone(name: str, kwargs: dict[str, Any] | None = None, depths: Sequ
         return [f"backbone: {e}"]
     blocks = len(model.blocks)
     problems = []
-    bad = sorted({int(L) for L in depths if not 1 <= int(L) <= blocks - 1})
-    if bad:
+    if bad := sorted({int(L) for L in depths if not 1 <= int(L) <= blocks - 1}):
         problems.append(f"depth: L = {', '.join(map(str, bad))} is outside 1..{blocks - 1} for {name} "
                         f"({blocks} blocks; the scorer reads block L and blocks L+1..{blocks} see the kept tokens)")
     pe = model.patch_embed
@@ -114,7 +112,6 @@ def check_backbone(name: str, kwargs: dict[str, Any] | None = None, depths: Sequ
 
 def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Module:
     from timm.models.vision_transformer import VisionTransformer
-
     from timm.models.deit import VisionTransformerDistilled
 
     args = dict(LOCAL_ARCHS[name], **kwargs)
@@ -139,9 +136,8 @@ def _build_local(name: str, num_classes: int, kwargs: dict[str, Any]) -> nn.Modu
 def _stem_tensors(num_blocks: int) -> list[Tensor]:
     """Stem tensors of :func:`lite0_timm_state_dict` in ``lite0_stem()`` state-dict order."""
     sd = lite0_timm_state_dict()
-    keys = [k for k in sd if k.startswith(("conv_stem.", "bn1.")) or
+    return [sd[k] for k in sd if k.startswith(("conv_stem.", "bn1.")) or
             (k.startswith("blocks.") and int(k.split(".")[1]) < num_blocks)]
-    return [sd[k] for k in keys]
 
 
 def create_backbone(name: str, num_classes: int, weights: str | os.PathLike | None = None,
@@ -189,9 +185,8 @@ def create_backbone(name: str, num_classes: int, weights: str | os.PathLike | No
         model = _build_local(name, num_classes, kwargs)
     else:
         timm_pretrained_cfg(name)  # raises BackboneError for unknown names
-        if hub:  # fail in seconds, naming the local-file alternative, instead of hanging offline
-            if problems := check_hub(name):
-                raise BackboneError(problems[0])
+        if hub and (problems := check_hub(name)):  # fail in seconds, naming the local file, not hang offline
+            raise BackboneError(problems[0])
         try:
             model = timm.create_model(name, pretrained=hub, num_classes=num_classes, **kwargs)
         except Exception as e:  # noqa: BLE001 - offline hub, bad kwargs: re-raised with the name

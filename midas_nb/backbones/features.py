@@ -58,15 +58,8 @@ def dataset_info(dataset) -> dict[str, Any]:
                 fingerprint=dataset_fingerprint(dataset))
 
 
-def _feature_cache_dir(cache_dir: str | os.PathLike | None) -> Path:
-    p = (Path(cache_dir) if cache_dir is not None else default_cache()) / "stem_features"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 def _progress(iterable, total: int | None, desc: str, enabled: bool, unit: str = "batch"):
     from ..progress import tqdm
-
     return tqdm(iterable, total=total, desc=desc, leave=False, unit=unit, disable=not enabled)
 
 
@@ -98,12 +91,13 @@ def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: 
     """
     if not is_hybrid(model):
         raise ValueError("stem_features needs the hybrid backbone (patch_embed is a FrozenStemEmbed)")
-
     embed: FrozenStemEmbed = model.patch_embed
     key = dict(kind="lite0_stem_features", data=dataset_identity(dataset).model_inputs,
                stem_sha256=file_digest(efficientnet_lite0_file()), stride=list(embed.patch_size),
                channels=embed.feature_dim, img_size=list(embed.img_size), flip=bool(flip), dtype="float16")
-    path = _feature_cache_dir(cache_dir) / f"lite0_{hash_json(key)}.pt"
+    folder = (Path(cache_dir) if cache_dir is not None else default_cache()) / "stem_features"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"lite0_{hash_json(key)}.pt"
 
     def build() -> Tensor:
         stem = embed.backbone
@@ -220,7 +214,6 @@ def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size:
 def package_versions() -> dict[str, str]:
     """``{"torch", "timm", "python"}`` versions, recorded in a checkpoint's metadata."""
     import platform
-
     import timm
 
     return dict(torch=torch.__version__, timm=timm.__version__, python=platform.python_version())
@@ -237,10 +230,8 @@ def machine_info(device: torch.device | str | None = None) -> dict[str, Any]:
 
     model = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), model)
     except OSError:
         pass
     info = dict(cpu=model, logical_cpus=os.cpu_count(), cpu_capability=torch.backends.cpu.get_cpu_capability(),
@@ -263,8 +254,7 @@ def check_training_args(train_set, test_set, *, weights: Any = None,
         raise ValueError("train_set and test_set must not be empty")
     if from_nothing is not None and weights is not None:
         raise ValueError(f"{from_nothing} is trained from nothing by distillation; weights must be None, got {weights!r}")
-    train_labels = torch.tensor(_dataset_labels(train_set), dtype=torch.long)
-    test_labels = torch.tensor(_dataset_labels(test_set), dtype=torch.long)
+    train_labels, test_labels = (torch.tensor(_dataset_labels(s), dtype=torch.long) for s in (train_set, test_set))
     num_classes = int(getattr(train_set, "num_classes", 0) or int(train_labels.max()) + 1)
     if int(train_labels.min()) < 0 or int(train_labels.max()) >= num_classes:
         raise ValueError(f"train labels must lie in [0, {num_classes}), got "
@@ -282,8 +272,7 @@ def adamw_cosine(model: nn.Module, extras: Sequence[nn.Module | None], *, lr: fl
     skip = set(getattr(model, "no_weight_decay", lambda: set())())
     params = param_groups_weight_decay(model, weight_decay, no_weight_decay_list=skip)
     params = [dict(g, params=[p for p in g["params"] if p.requires_grad]) for g in params]
-    for extra in extras:
-        if extra is not None:
-            params.append(dict(params=list(extra.parameters()), weight_decay=weight_decay))
+    params += [dict(params=list(extra.parameters()), weight_decay=weight_decay)
+               for extra in extras if extra is not None]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999))
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, cosine_lr(total, warmup))

@@ -64,7 +64,6 @@ def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, de
                                   num_workers=num_workers, progress=progress, weights=weights,
                                   backbone_kwargs=backbone_kwargs, amp=amp)
     epochs, batch_size, lr, seed = recipe.epochs, recipe.batch_size, recipe.lr, recipe.seed
-
     train_labels, test_labels, num_classes = check_training_args(train_set, test_set)
     device = torch.device(device)
     backbone_kwargs = dict(backbone_kwargs or {})
@@ -75,19 +74,15 @@ def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, de
     autocast, precision = mixed_precision(device, amp)
     gen = torch.Generator().manual_seed(seed)
     t_feat = time.perf_counter()
-    train_feats = test_feats = None
-    if hybrid:
-        train_feats = stem_features(model, train_set, flip=True, batch_size=batch_size, device=device,
-                                    cache_dir=cache_dir, num_workers=num_workers, progress=progress)
-        test_feats = stem_features(model, test_set, flip=False, batch_size=batch_size, device=device,
-                                   cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+    train_feats, test_feats = ([stem_features(model, s, flip=flip, batch_size=batch_size, device=device,
+                                              cache_dir=cache_dir, num_workers=num_workers, progress=progress)
+                                for s, flip in ((train_set, True), (test_set, False))] if hybrid else (None, None))
     features_s = time.perf_counter() - t_feat
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizer, scheduler = adamw_cosine(model, (), lr=lr, weight_decay=recipe.weight_decay,
                                         total=epochs * steps_per_epoch,
                                         warmup=max(1, round(recipe.warmup_epochs * steps_per_epoch)))
     scaler = torch.amp.GradScaler("cuda", enabled=device.type == "cuda" and precision == "float16")
-
     model.train()
     t_train = time.perf_counter()
 
@@ -101,7 +96,6 @@ def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, de
         history = run_epochs(epochs, f"finetune {model_name}, build {seed}", progress, run_epoch)
         train_s = time.perf_counter() - t_train
         model.eval()
-
         t_eval = time.perf_counter()
         if hybrid:
             train_acc = feature_accuracy(model, train_feats[:, 0], train_labels, batch_size, device)
@@ -110,7 +104,6 @@ def finetune(model_name: str, train_set, test_set, recipe: TrainingRecipe, *, de
             train_acc = evaluate_accuracy(model, train_set, batch_size, device, num_workers=num_workers)
             test_acc = evaluate_accuracy(model, test_set, batch_size, device, num_workers=num_workers)
         eval_s = time.perf_counter() - t_eval
-
     meta = checkpoint_meta(model, model_name, train_set, test_set, recipe, num_classes=num_classes, weights=weights,
                            backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision,
                            train_accuracy=train_acc, test_accuracy=test_acc, history=history,
@@ -135,8 +128,7 @@ def _batches(train_set, train_labels: Tensor, train_feats: Tensor | None, gen: t
                                          num_workers=num_workers, collate_fn=collate_samples,
                                          pin_memory=device.type == "cuda")
     for i, (images, labels) in zip(range(0, len(order), batch_size), loader):
-        flip = flips[order[i:i + batch_size]][:, None, None, None]
-        images = torch.where(flip, images.flip(-1), images)
+        images = torch.where(flips[order[i:i + batch_size]][:, None, None, None], images.flip(-1), images)
         yield images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
 
 
@@ -148,10 +140,7 @@ def _train_epoch(model: nn.Module, batches, hybrid: bool, autocast, optimizer, s
     loss_sum, correct, seen = 0.0, 0, 0
     for x, y in batches:
         with autocast():
-            if hybrid:
-                logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, x)))
-            else:
-                logits = model(x)
+            logits = classify_tokens(model, model.blocks(tokens_from_stem_features(model, x))) if hybrid else model(x)
             loss = F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
@@ -229,11 +218,10 @@ def _load_or_train(model_name: str, train_set, test_set, ckpt_id: str, key: dict
         report_corrupt(pt, cached, "checkpoint")
     model, meta = finetune(model_name, train_set, test_set, **args)
     assert meta["checkpoint_id"] == ckpt_id, "checkpoint key changed during training"
-    meta = dict(meta, checkpoint_path=str(pt))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     atomic_write(pt, lambda f: torch.save(state, f))
     # the metadata is written second and records the weights file's digest: a checkpoint is
     # used only when both exist and agree (a crash between the two writes means a rebuild)
-    meta["weights_sha256"] = file_digest(pt)
+    meta = dict(meta, checkpoint_path=str(pt), weights_sha256=file_digest(pt))
     atomic_write_text(js, json.dumps(dict(meta, loaded_from_cache=False), indent=1, default=str))
     return model, meta

@@ -13,11 +13,7 @@ from .registry import BackboneError, LOCAL_ARCHS
 
 # stride (px) -> (number of timm ``blocks`` kept, output channels) of EfficientNet-Lite0
 LITE0_STAGES: dict[int, tuple[int, int]] = {8: (3, 40), 16: (5, 112)}
-
-
 LITE0_STRIDE = 16
-
-
 LITE0_CHANNELS = LITE0_STAGES[LITE0_STRIDE][1]
 
 
@@ -55,7 +51,6 @@ def lite0_timm_state_dict() -> dict[str, Tensor]:
         BackboneError: when the file's tensors do not map onto timm's (count or shape).
     """
     import timm
-
     path = efficientnet_lite0_file()
     src = torch.load(path, map_location="cpu", weights_only=True)
     # a throw-away model for the key names: its random init must not consume the caller's
@@ -77,7 +72,6 @@ def lite0_classifier() -> nn.Module:
     """The full ImageNet-1k EfficientNet-Lite0 (timm ``tf_efficientnet_lite0``, eval mode) with the
     package's weights. Inputs ``[B,3,H,W]`` normalised with mean = std = 0.5; returns ``[B,1000]``."""
     import timm
-
     # the random init is overwritten by the weights below; it must not consume the global RNG,
     # or a seeded ViT built around this stem would depend on what the process built before
     with torch.random.fork_rng(devices=[]):
@@ -98,9 +92,7 @@ def lite0_stem(stride: Literal[8, 16] = 16) -> nn.Sequential:
     if stride not in LITE0_STAGES:
         raise ValueError(f"Lite0 stem stride must be one of {sorted(LITE0_STAGES)}, got {stride}")
     full = lite0_classifier()
-    stem = nn.Sequential(full.conv_stem, full.bn1, *full.blocks[:LITE0_STAGES[stride][0]])
-    stem.requires_grad_(False)
-    return stem.eval()
+    return nn.Sequential(full.conv_stem, full.bn1, *full.blocks[:LITE0_STAGES[stride][0]]).requires_grad_(False).eval()
 
 
 class FrozenStemEmbed(nn.Module):
@@ -167,8 +159,7 @@ class FrozenStemEmbed(nn.Module):
         if features.shape[1:] != (self.feature_dim, *self.grid_size):
             raise ValueError(f"stem features must be [B,{self.feature_dim},{self.grid_size[0]},{self.grid_size[1]}], "
                              f"got {tuple(features.shape)}")
-        w = self.proj.weight
-        return self.proj(features.to(w.dtype)).flatten(2).transpose(1, 2)
+        return self.proj(features.to(self.proj.weight.dtype)).flatten(2).transpose(1, 2)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.project(self.stem(x))

@@ -41,8 +41,7 @@ class TrainingRecipe:
     def __post_init__(self) -> None:   # the schedule's constraints are the profile's (config.Schedule)
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         wrong = {setting_of(line) for line in Schedule.problems(values)} | (set() if is_int(self.seed) else {"seed"})
-        bad = [f"{k}={v!r}" for k, v in values.items() if k in wrong]
-        if bad:
+        if bad := [f"{k}={v!r}" for k, v in values.items() if k in wrong]:
             raise ValueError(f"training recipe: expected epochs >= 1, batch_size >= 1, lr > 0, warmup_epochs >= 0, "
                              f"an integer seed, label_smoothing in [0, 1), weight_decay >= 0; got {', '.join(bad)}")
 

@@ -9,7 +9,6 @@ from ..config import PAPER_BACKBONES
 
 _TIMM_EXTRA: tuple[str, ...] = ("deit_tiny_distilled_patch16_224.fb_in1k",)
 
-
 #: The local backbones (hybrid, smoke, distilled students): ``{name: timm VisionTransformer
 #: arguments}`` plus ``lite0_stem`` (and ``distilled``) flags; callers' kwargs override them.
 LOCAL_ARCHS: dict[str, dict[str, Any]] = {
@@ -28,10 +27,7 @@ LOCAL_ARCHS: dict[str, dict[str, Any]] = {
                            num_heads=3, mlp_ratio=4.0),
 }
 
-
 _HALF = (0.5, 0.5, 0.5)
-
-
 #: ``{local backbone name: (mean, std)}``: EfficientNet-Lite0 (TF port) expects inputs scaled to
 #: [-1, 1], so mean = std = 0.5 per RGB channel.
 LOCAL_NORMALIZATION = {name: (_HALF, _HALF) for name in LOCAL_ARCHS}

@@ -41,8 +41,7 @@ def num_prefix_tokens(model: nn.Module) -> int:
 
 def grid_size(model: nn.Module) -> tuple[int, int]:
     """Patch grid ``(rows, cols)`` of the model's patch embedding (``patch_embed.grid_size``)."""
-    g = model.patch_embed.grid_size
-    return int(g[0]), int(g[1])
+    return int(model.patch_embed.grid_size[0]), int(model.patch_embed.grid_size[1])
 
 
 def num_patches(model: nn.Module) -> int:
@@ -58,9 +57,8 @@ def keep_count(budget: float, n_patches: int) -> int:
     Raises:
         ValueError: if ``budget`` is not a budget (:class:`midas_nb.point.Budget`).
     """
-    b = float(Budget(budget))
     # round before ceil so that e.g. 0.29 * 100 = 28.999999999999996 keeps 29 tokens, not 30
-    return max(1, min(n_patches, math.ceil(round(b * n_patches, 9))))
+    return max(1, min(n_patches, math.ceil(round(float(Budget(budget)) * n_patches, 9))))
 
 
 def disable_fused_attention(model: nn.Module) -> nn.Module:

@@ -20,8 +20,7 @@ def weights_for(profile: dict[str, Any], name: str) -> str | None:
     the paper starts from; ``None``: random init); ``None`` for the local hybrid and smoke
     architectures (trained here, no hub weights).
     """
-    w = (profile.get("weights") or {}).get(name)
-    if w:
+    if w := (profile.get("weights") or {}).get(name):
         return str(Path(w).expanduser())
     return None if name in LOCAL_ARCHS else profile.get("pretrained", "hub")
 
@@ -47,19 +46,14 @@ def expected_weight_files(name: str) -> list[str]:
 
 
 _HUB_PROBE_SECONDS = 5.0
-
-
 #: suffixes of the weights files :func:`create_backbone` reads
 _WEIGHT_SUFFIXES: tuple[str, ...] = (".pth", ".pt", ".bin", ".safetensors", ".npz")
-
-
 _WEIGHT_FORMATS = ("a PyTorch state dict (.pth/.pt/.bin; the DeiT release's {'model': state_dict} too), "
                    "timm's model.safetensors, or an AugReg/big_vision .npz")
 
 
 def _hub_cached(cfg: dict[str, Any]) -> bool:
-    repo = cfg.get("hf_hub_id")
-    if not repo:
+    if not (repo := cfg.get("hf_hub_id")):
         return False
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -152,7 +146,6 @@ def _load_file_state_dict(path: Path) -> dict[str, Tensor]:
     try:
         if suffix == ".safetensors":
             from safetensors.torch import load_file
-
             sd: Any = load_file(str(path), device="cpu")
         else:
             sd = torch.load(path, map_location="cpu", weights_only=True)
@@ -177,9 +170,7 @@ def _classifier_names(model: nn.Module) -> tuple[str, ...]:
 
 
 def _fmt_keys(keys: Sequence[str], limit: int = 8) -> str:
-    keys = list(keys)
-    more = f" … (+{len(keys) - limit} more)" if len(keys) > limit else ""
-    return ", ".join(keys[:limit]) + more
+    return ", ".join(keys[:limit]) + (f" … (+{len(keys) - limit} more)" if len(keys) > limit else "")
 
 
 def _raise_if_unfit(path: Path, model: nn.Module, noun: str, missing: Sequence[str],
@@ -187,13 +178,8 @@ def _raise_if_unfit(path: Path, model: nn.Module, noun: str, missing: Sequence[s
     """One :class:`BackboneError` naming the ``missing`` / ``unexpected`` entries (``noun``:
     "arrays" of an .npz file, "keys" of a state dict) and the shape ``mismatches`` (already
     formatted "KEY file SHAPE vs model SHAPE"); nothing when all three are empty."""
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing {noun}: {_fmt_keys(missing)}")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected {noun}: {_fmt_keys(unexpected)}")
-    if mismatches:
-        parts.append(f"{len(mismatches)} shape mismatches: " + _fmt_keys(mismatches))
+    parts = [f"{len(v)} {what}: {_fmt_keys(v)}" for what, v in
+             ((f"missing {noun}", missing), (f"unexpected {noun}", unexpected), ("shape mismatches", mismatches)) if v]
     if parts:
         raise BackboneError(f"weights file {path} does not fit {type(model).__name__} "
                             f"({getattr(model, 'embed_dim', '?')} wide, {len(getattr(model, 'blocks', []))} blocks): "
@@ -276,7 +262,6 @@ def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool
                        if isinstance(getattr(model, n, None), nn.Module)}
         if head == "keep":
             import numpy as np
-
             with np.load(path) as npz:
                 kernel = [npz[k].shape for k in npz.files if k.endswith("head/kernel")]
             if not kernel or kernel[0][-1] != getattr(model, "num_classes", None):
@@ -295,7 +280,6 @@ def load_weights_file(model: nn.Module, path: Path, head: str, timm_filter: bool
     sd = _load_file_state_dict(path)
     if timm_filter:
         from timm.models.vision_transformer import checkpoint_filter_fn
-
         try:
             sd = checkpoint_filter_fn(sd, model)
         except Exception as e:  # noqa: BLE001

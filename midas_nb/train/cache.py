@@ -66,10 +66,6 @@ class BlockCache:
         return int(self.hidden.shape[0])
 
 
-def _loader(dataset, batch_size: int):
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples)
-
-
 @torch.no_grad()
 def _compute_block_caches(backbone, dataset, depths, batch_size, device, progress, dtype,
                           full_logits, masks: bool = True) -> dict[int, BlockCache]:
@@ -82,8 +78,8 @@ def _compute_block_caches(backbone, dataset, depths, batch_size, device, progres
     out: dict[int, dict[str, list]] = {L: {k: [] for k in ("hidden", "cls_attn")} for L in depths}
     shared: dict[str, list] = {k: [] for k in ("logits", "labels", "part_mask", "box_mask", "indices")}
     ids: list[str] = []
-    for batch in tqdm(_loader(dataset, batch_size), desc=f"block-{depths} cache", disable=not progress,
-                      leave=False):
+    for batch in tqdm(DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_samples),
+                      desc=f"block-{depths} cache", disable=not progress, leave=False):
         x, done = embed_tokens(backbone, batch.images.to(device)), 0
         for L in depths:
             x = run_blocks(backbone, x, done, L - 1)

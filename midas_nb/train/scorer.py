@@ -28,9 +28,7 @@ DistillForm = Literal["kl", "mse_z", "rank"]
 
 def zscore(x: Tensor, dim: int = -1, eps: float = 1e-6) -> Tensor:
     """Per-row z-score ``(x − mean) / (std + eps)`` along ``dim`` (population std)."""
-    mu = x.mean(dim=dim, keepdim=True)
-    sd = x.std(dim=dim, keepdim=True, unbiased=False)
-    return (x - mu) / (sd + eps)
+    return (x - x.mean(dim=dim, keepdim=True)) / (x.std(dim=dim, keepdim=True, unbiased=False) + eps)
 
 
 def distill_loss(scores: Tensor, target: Tensor, form: DistillForm = "kl", temperature: float = 1.0) -> Tensor:
@@ -114,8 +112,7 @@ def _relaxed_inputs(backbone, hidden, scores, depth, budget, relaxation, mask_te
         x = gather_tokens(hidden, keep_idx, P)
         return torch.cat([x[:, :P], x[:, P:] * multiplier.unsqueeze(-1).to(x.dtype)], dim=1), None
     if relaxation == "soft":
-        pool = getattr(backbone, "global_pool", "token")
-        if pool != "token":
+        if (pool := getattr(backbone, "global_pool", "token")) != "token":
             raise ValueError(f"relaxation='soft' needs CLS pooling (global_pool='token'); the "
                              f"backbone pools with {pool!r} and would average soft-dropped tokens")
         s_sorted = scores.detach().sort(dim=1, descending=True).values
