@@ -247,13 +247,11 @@ def capture(model: nn.Module, images: Tensor | None, class_index: Tensor | None 
                 labels = torch.as_tensor(labels, device=logits.device).long().reshape(B)
                 blocks = list(range(depth)) if loss_blocks is None else sorted(set(loss_blocks))
                 loss = F.cross_entropy(logits, labels, reduction="sum")
-                g = _grads(loss, [rec["attn"][b] for b in blocks] + [rec["hidden"][b] for b in blocks],
-                           retain=False)
+                g = _grads(loss, [rec["attn"][b] for b in blocks] + [rec["hidden"][b] for b in blocks], retain=False)
                 for j, b in enumerate(blocks):
                     attn_grad_loss[b] = g[j].detach()
                     hidden_grad_loss[b] = g[len(blocks) + j].detach()
-            return CaptureResult(
-                logits=logits.detach(), class_index=class_index.detach(),
+            return CaptureResult(logits=logits.detach(), class_index=class_index.detach(),
                 labels=None if labels is None else labels.detach(), attn_grad=det(attn_grad),
                 attn_grad_loss=attn_grad_loss, hidden_grad=det(hidden_grad), hidden_grad_loss=hidden_grad_loss,
                 num_prefix_tokens=num_prefix_tokens(model), grid_size=grid_size(model),

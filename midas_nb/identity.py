@@ -187,8 +187,7 @@ def _records(ds: Any) -> dict[str, Any]:
         options = ds.identity_options() if hasattr(ds, "identity_options") else {}
         return dict(out, ids=[str(i) for i in ds.image_ids], image=[file_digest(p) for p in ds.paths],
                     ann=[hash_bytes(parts[i].tobytes() + boxes[i].tobytes(), 32) for i in range(len(ds.paths))],
-                    labels=[int(v) for v in ds.labels],
-                    transform=dict(_transform_spec(ds.transform), options=options))
+                    labels=[int(v) for v in ds.labels], transform=dict(_transform_spec(ds.transform), options=options))
     ids, image, ann, labels = [], [], [], []
     for i in range(len(ds)):
         s = ds[i]

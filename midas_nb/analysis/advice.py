@@ -91,8 +91,7 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit, n_boot=n_boot)
     else:  # no reference anywhere: means only, D undefined (coverage-first falls back)
         agg = (table.groupby(by + key, dropna=False, sort=False)
-               .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size"))
-               .reset_index())
+               .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size")) .reset_index())
         agg["D_pp"], agg["delta_idauc"] = _NaN, _NaN
         agg["in_band"] = pd.array([pd.NA] * len(agg), dtype="boolean")
         agg["status"] = "no reference"
@@ -208,8 +207,7 @@ def _coverage_first(table: pd.DataFrame, cell: pd.DataFrame, ident: dict, key: l
         unresolved = f"; band UNINFORMATIVE: {pick.get('band_reason', 'reference not above random')}"
     passed = inside[(inside["D_pp"] > pick["D_pp"]) & (inside["status"] != "in band")]
     unresolved += "".join(f"; passed over {_label(r)} (higher mean D {r['D_pp']:+.2f} pp, band {r['status']}: "
-                          f"ΔIDAUC {format_ci(*r[list(_DI)], '+.3f', edges=(0, -band))})"
-                          for _, r in passed.iterrows())
+                          f"ΔIDAUC {format_ci(*r[list(_DI)], '+.3f', edges=(0, -band))})" for _, r in passed.iterrows())
     ties = _ties(table, ident, key, pick, cands, "miou", n_boot)
     why = ((f"highest mean D of the {_among(cands)}" if len(cands) > 1 else "the only condition")
            + (" with status in band (metrics.band_rule()): " if len(resolved) else " at parity by the mean ΔIDAUC: ")

@@ -44,8 +44,7 @@ PAPER_FINDINGS: dict[str, str] = {
 #: their statements (``fades_deep_loose`` judged both axes together; now one finding per axis)
 RETIRED_FINDINGS: dict[str, str] = {
     "fades_deep_loose": "the decoupling is strongest at L ∈ {3, 6}, b ≤ 25 % and fades or reverses at "
-                        "L ∈ {9, 11}, b ≥ 50 % (both axes averaged together; retired)",
-}
+                        "L ∈ {9, 11}, b ≥ 50 % (both axes averaged together; retired)"}
 
 
 def _entry(condition: str, dataset: str) -> dict[str, Any]:

@@ -472,8 +472,7 @@ def targets_vs_scorers(coverage: pd.DataFrame, table: pd.DataFrame, *, control: 
         groups = {r: list(out.loc[out["reading"] == r, "target"])
                   for r in ("above the control", "not separated from the control", "below the control", "undefined")}
         said = [f"{', '.join(ts)} {'covers' if len(ts) == 1 else 'cover'} more than it (resolved)"
-                if r == "above the control" else f"{', '.join(ts)}: {r}"
-                for r, ts in groups.items() if ts]
+                if r == "above the control" else f"{', '.join(ts)}: {r}" for r, ts in groups.items() if ts]
         lines.append(f"Against the {control} control (mIoU {out['control_miou'].mean():.3f}): " + "; ".join(said)
                      + ("." if not groups["not separated from the control"] and not groups["below the control"] else
                         " — for a scorer that does not cover resolvably more than the control, this run cannot "

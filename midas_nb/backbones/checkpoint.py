@@ -56,8 +56,7 @@ def checkpoint_key(model_name: str, train_set, test_set, recipe: TrainingRecipe,
         w = dict(file_sha256=file_digest(weights), suffix=Path(weights).suffix.lower())
     else:
         w = str(weights)     # create_backbone reports the missing file
-    key = dict(
-        model_name=model_name, weights=w,
+    key = dict(model_name=model_name, weights=w,
         backbone_kwargs={k: backbone_kwargs[k] for k in sorted(backbone_kwargs or {})},
         train=dataset_identity(train_set).model_inputs, test=dataset_identity(test_set).model_inputs,
         **recipe.key(), recipe_version=RECIPE_VERSION, numerics=training_numerics(device, amp))
@@ -77,12 +76,10 @@ def checkpoint_meta(model: nn.Module, model_name: str, train_set, test_set, reci
     the numerics, package versions, machine and ``weights_digest``."""
     ckpt_id, key = checkpoint_key(model_name, train_set, test_set, recipe, weights=weights,
                                   backbone_kwargs=backbone_kwargs, device=device, amp=amp)
-    return dict(
-        checkpoint_id=ckpt_id, key=key, backbone=backbone_config(model, model_name),
+    return dict(checkpoint_id=ckpt_id, key=key, backbone=backbone_config(model, model_name),
         weights=None if weights is None else str(weights), backbone_kwargs=backbone_kwargs,
         train_set=dataset_info(train_set), test_set=dataset_info(test_set),
-        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))],
-        num_classes=num_classes,
+        classes=[str(c) for c in (getattr(train_set, "classes", None) or range(num_classes))], num_classes=num_classes,
         recipe=dict(recipe.key(), optimizer="AdamW", schedule="linear warm-up + cosine (per step)",
                     augmentation="random horizontal flip p=0.5", recipe_version=RECIPE_VERSION),
         seed=int(recipe.seed), epochs=int(recipe.epochs), **results,

@@ -338,10 +338,8 @@ def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRec
         train_acc = feature_accuracy(model, teacher.train_feats[:, 0], train_labels, batch_size, device)
         head_acc = head_accuracies(model, teacher.test_feats, test_labels, batch_size, device)
         eval_s = time.perf_counter() - t0
-    meta = checkpoint_meta(
-        model, model_name, train_set, test_set, recipe, num_classes=num_classes, weights=None,
-        backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision,
-        distillation=dict(
+    meta = checkpoint_meta(model, model_name, train_set, test_set, recipe, num_classes=num_classes, weights=None,
+        backbone_kwargs=backbone_kwargs, device=device, amp=amp, precision=precision, distillation=dict(
             distill.key(), teacher="EfficientNet-Lite0 (ImageNet-1k) stages above the stem + linear probe",
             teacher_test_accuracy=teacher.test_accuracy, teacher_train_accuracy_out_of_fold=teacher.train_accuracy,
             student_test_accuracy_cls=head_acc["cls"], student_test_accuracy_dist=head_acc["dist"],

@@ -38,8 +38,7 @@ def _architecture(name: str, kwargs: dict[str, Any]) -> nn.Module:
             return _build_local(name, 2, dict(kwargs)) if local else timm.create_model(name, pretrained=False, **kwargs)
     except Exception as e:  # noqa: BLE001 - bad kwargs (TypeError, AssertionError, ...): one line naming them
         who = f"{name!r} (built here from timm's VisionTransformer)" if local else f"timm's {name!r}"
-        raise BackboneError(f"{who} cannot be built with backbone_kwargs {kwargs}: "
-                            f"{type(e).__name__}: {e}") from e
+        raise BackboneError(f"{who} cannot be built with backbone_kwargs {kwargs}: {type(e).__name__}: {e}") from e
 
 
 def backbone_kwargs(profile: dict[str, Any], name: str) -> dict[str, Any]:
@@ -210,8 +209,7 @@ def backbone_config(model: nn.Module, name: str | None = None) -> dict[str, Any]
     blk = model.blocks[0]
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     pe = model.patch_embed
-    return dict(
-        name=name or cfg.get("architecture"), cls=type(model).__name__, embed_dim=int(model.embed_dim),
+    return dict(name=name or cfg.get("architecture"), cls=type(model).__name__, embed_dim=int(model.embed_dim),
         depth=len(model.blocks), num_heads=int(blk.attn.num_heads), mlp_hidden=int(blk.mlp.fc1.out_features),
         num_prefix_tokens=int(getattr(model, "num_prefix_tokens", 1)), img_size=list(pe.img_size),
         patch_size=list(pe.patch_size), grid_size=list(pe.grid_size), num_classes=int(model.num_classes),

@@ -114,8 +114,7 @@ def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: 
         stem.to(was_device)
         return torch.cat(out).contiguous()
 
-    return load_or_build(
-        path, build, key=key, what="stem-feature cache",
+    return load_or_build(path, build, key=key, what="stem-feature cache",
         validate=lambda t: None if isinstance(t, Tensor) and t.shape[0] == len(dataset)
         else f"holds {getattr(t, 'shape', type(t).__name__)}, expected {len(dataset)} rows")[0]
 
@@ -197,8 +196,7 @@ def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[s
 
 
 @torch.no_grad()
-def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int,
-                    device) -> dict[str, float]:
+def head_accuracies(model: nn.Module, feats: Tensor, labels: Tensor, batch_size: int, device) -> dict[str, float]:
     """Test accuracies of a distilled backbone's class-token head, its distillation-token head
     and their mean (the model's own logits), from cached stem features ``feats [M,C_s,h,w]``."""
     hits = dict(cls=0, dist=0, mean=0)

@@ -194,11 +194,9 @@ def _npz_layout(model: nn.Module) -> dict[str, tuple[int | None, ...]]:
     D = int(model.embed_dim)
     out: dict[str, tuple[int | None, ...]] = {
         "embedding/kernel": (None, None, int(model.patch_embed.proj.weight.shape[1]), D),
-        "embedding/bias": (D,), "cls": (1, 1, D),
-        "Transformer/posembed_input/pos_embedding": (1, None, D),
+        "embedding/bias": (D,), "cls": (1, 1, D), "Transformer/posembed_input/pos_embedding": (1, None, D),
         "Transformer/encoder_norm/scale": (D,), "Transformer/encoder_norm/bias": (D,),
-        "head/kernel": (D, None), "head/bias": (None,),
-    }
+        "head/kernel": (D, None), "head/bias": (None,)}
     for i, blk in enumerate(model.blocks):
         b = f"Transformer/encoderblock_{i}/"
         H, hidden = int(blk.attn.num_heads), int(blk.mlp.fc1.out_features)
@@ -233,8 +231,7 @@ def _check_npz(model: nn.Module, path: Path) -> None:
     missing = sorted(set(layout) - set(shapes))
     # pre_logits: the representation layer of old in21k files, which timm deliberately ignores
     unexpected = sorted(k for k in set(shapes) - set(layout) if not k.startswith("pre_logits/"))
-    wrong = sorted(k for k in set(layout) & set(shapes)
-                   if len(layout[k]) != len(shapes[k])
+    wrong = sorted(k for k in set(layout) & set(shapes) if len(layout[k]) != len(shapes[k])
                    or any(e is not None and e != g for e, g in zip(layout[k], shapes[k])))
     _raise_if_unfit(path, model, "arrays", missing, unexpected,
                     [f"{k} file {shapes[k]} vs model {tuple('*' if e is None else e for e in layout[k])}"

@@ -173,8 +173,7 @@ def export_html(input_dir: str | Path, output_dir: str | Path | None = None, *, 
                       count=1)
         body = body.replace("</body>", _nav(prev, nxt, "bottom") + "</body>", 1)
         (out / links[i][0]).write_text(_alt_texts(nb, body), encoding="utf-8")
-    items = "\n".join(
-        f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
+    items = "\n".join(f'  <li><a href="{href}">{html.escape(title)}</a> <small>({href[:-5]})</small>'
         + (f' <strong class="midas-failed">failed: {html.escape(failed)}</strong>' if failed else "")
         + (f' <strong class="midas-stale">stale: {html.escape(stale[p.name])}</strong>' if p.name in stale else "")
         + "</li>" for (href, title), (p, _, _, failed) in zip(links, pages))

@@ -37,12 +37,10 @@ __all__ = [
     "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize",
     "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD",
     "grid_shape", "num_patches", "patch_centres", "part_mask_from_keypoints", "box_mask_from_box",
-    "default_synthetic_root", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT",
-]
+    "default_synthetic_root", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
 
 _ALIASES = {"cub200": "cub", "cub-200-2011": "cub", "cub_200_2011": "cub", "fgvc_aircraft": "aircraft",
-            "fgvc-aircraft": "aircraft", "stanford_cars": "cars", "stanford-cars": "cars",
-            "synthetic_cub": "synthetic"}
+            "fgvc-aircraft": "aircraft", "stanford_cars": "cars", "stanford-cars": "cars", "synthetic_cub": "synthetic"}
 _SYNTHETIC_KEYS = ("num_classes", "images_per_class", "train_fraction")
 
 

@@ -38,28 +38,19 @@ from .cub import read_cub_annotations
 __all__ = ["make_aircraft_from_cub", "make_cars_from_cub", "AIRCRAFT_NAMES", "CARS_NAMES"]
 
 #: (variant, family, manufacturer) of real FGVC-Aircraft classes, multi-word names first
-AIRCRAFT_NAMES: tuple[tuple[str, str, str], ...] = (
-    ("Cessna 172", "Cessna 172", "Cessna"),
-    ("Falcon 2000", "Falcon 2000", "Dassault Aviation"),
-    ("Gulfstream IV", "Gulfstream", "Gulfstream Aerospace"),
-    ("Boeing 717", "Boeing 717", "Boeing"),
-    ("707-320", "Boeing 707", "Boeing"),
-    ("A320", "A320", "Airbus"),
-    ("Saab 340", "Saab 340", "Saab"),
-    ("Model B200", "King Air", "Beechcraft"),
-    ("DC-9-30", "DC-9", "McDonnell Douglas"),
-    ("Global Express", "Global Express", "Bombardier Aerospace"),
-    ("Hawk T1", "Hawk T1", "British Aerospace"),
-    ("Yak-42", "Yak-42", "Yakovlev"),
-)
+AIRCRAFT_NAMES: tuple[tuple[str, str, str], ...] = (("Cessna 172", "Cessna 172", "Cessna"),
+    ("Falcon 2000", "Falcon 2000", "Dassault Aviation"), ("Gulfstream IV", "Gulfstream", "Gulfstream Aerospace"),
+    ("Boeing 717", "Boeing 717", "Boeing"), ("707-320", "Boeing 707", "Boeing"), ("A320", "A320", "Airbus"),
+    ("Saab 340", "Saab 340", "Saab"), ("Model B200", "King Air", "Beechcraft"),
+    ("DC-9-30", "DC-9", "McDonnell Douglas"), ("Global Express", "Global Express", "Bombardier Aerospace"),
+    ("Hawk T1", "Hawk T1", "British Aerospace"), ("Yak-42", "Yak-42", "Yakovlev"))
 
 #: real Stanford Cars class names (cars_meta.mat order)
 CARS_NAMES: tuple[str, ...] = (
     "AM General Hummer SUV 2000", "Acura RL Sedan 2012", "Acura TL Sedan 2012", "Acura TL Type-S 2008",
     "Acura TSX Sedan 2012", "Acura Integra Type R 2001", "Acura ZDX Hatchback 2012",
     "Aston Martin V8 Vantage Convertible 2012", "Aston Martin V8 Vantage Coupe 2012",
-    "Aston Martin Virage Convertible 2012", "Aston Martin Virage Coupe 2012", "Audi RS 4 Convertible 2008",
-)
+    "Aston Martin Virage Convertible 2012", "Aston Martin Virage Coupe 2012", "Audi RS 4 Convertible 2008")
 
 _BANNER_PX = 20
 

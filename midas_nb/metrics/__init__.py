@@ -59,11 +59,9 @@ def __getattr__(name: str) -> Any:
     return _get(name)
 
 
-__all__ = [
-    "MetricSpec", "register_metric", "list_metrics", "get_metric", "PartIoU", "part_miou", "box_coverage",
+__all__ = ["MetricSpec", "register_metric", "list_metrics", "get_metric", "PartIoU", "part_miou", "box_coverage",
     "informative_box", "INFORMATIVE_BOX_MAX_FRACTION", "iou_ceiling", "InsDel", "insertion_deletion_auc",
     "insertion_counts", "curve_auc", "gaussian_blur", "decoupling_D", "D_STATUSES", "PARITY_BAND", "band_resolution",
     "band_rule", "parity_band", "hierarchical_bootstrap", "patch_score", "point_in_box", "centre_patch",
     "centre_in_box", "box_share", "pruned_accuracy", "measure_throughput", "measure_throughputs", "measure_speed",
-    "family_readout", "SPEED_ROUNDS", "bootstrap_ci", "COVERAGE_KINDS"
-]
+    "family_readout", "SPEED_ROUNDS", "bootstrap_ci", "COVERAGE_KINDS"]

@@ -101,8 +101,7 @@ def part_miou(keep_mask: Tensor, part_mask: Tensor) -> PartIoU:
 
 
 @register_metric("box_coverage", higher_is_better=True, category="localisation",
-                 reference="MIDAS (DESIGN.md §6): part mIoU with the object box for datasets "
-                           "without parts",
+                 reference="MIDAS (DESIGN.md §6): part mIoU with the object box for datasets without parts",
                  summary="IoU of the kept patch tokens with the object-box patches")
 def box_coverage(keep_mask: Tensor, box_mask: Tensor, *,
                  max_box_fraction: float = INFORMATIVE_BOX_MAX_FRACTION) -> PartIoU:

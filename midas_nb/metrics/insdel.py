@@ -107,8 +107,7 @@ def _probs_of(logits: Tensor, class_index: Tensor) -> Tensor:
 @register_metric("insertion_deletion_auc", higher_is_better=True, category="faithfulness",
                  reference="Petsiuk et al., 2018, RISE, https://arxiv.org/abs/1806.07421 "
                            "(token-space variant: DESIGN.md §6)",
-                 summary="IDAUC = insertion AUC − deletion AUC of p_c as patches enter / leave in "
-                         "rank order",
+                 summary="IDAUC = insertion AUC − deletion AUC of p_c as patches enter / leave in rank order",
                  field_directions={"ins_auc": True, "del_auc": False, "idauc": True})
 def insertion_deletion_auc(backbone: nn.Module, images: Tensor, ranking: Tensor, steps: int = 10,
                            class_index: Tensor | None = None, space: Literal["token", "pixel"] = "token",

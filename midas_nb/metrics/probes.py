@@ -214,15 +214,9 @@ def cosine_across_depths(maps_by_depth: Mapping[int, Mapping[str, Tensor | np.nd
 
 
 def hidden_vs_attention_gradient(
-    maps: Mapping[str, Tensor | np.ndarray] | Mapping[int, Mapping[str, Tensor | np.ndarray]],
-    *,
-    hidden: Sequence[str] = HIDDEN_GRADIENT_TARGETS,
-    attention: Sequence[str] = ATTENTION_GRADIENT_TARGETS,
-    mode: CosineMode = "rank",
-    bootstrap: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-) -> pd.DataFrame:
+    maps: Mapping[str, Tensor | np.ndarray] | Mapping[int, Mapping[str, Tensor | np.ndarray]], *,
+    hidden: Sequence[str] = HIDDEN_GRADIENT_TARGETS, attention: Sequence[str] = ATTENTION_GRADIENT_TARGETS,
+    mode: CosineMode = "rank", bootstrap: int = 1000, alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
     """Cosine between hidden-gradient and attention-gradient target rankings (MIDAS: ≤ 0.082).
 
     Every ``hidden × attention`` pair — by default T5·T3 (input×gradient vs Chefer GAE, the pair

@@ -42,15 +42,8 @@ class MetricSpec:
 _METRICS = Registry("metric")
 
 
-def register_metric(
-    name: str,
-    *,
-    higher_is_better: bool,
-    category: MetricCategory,
-    reference: str,
-    summary: str,
-    field_directions: Mapping[str, bool] | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register_metric(name: str, *, higher_is_better: bool, category: MetricCategory, reference: str, summary: str,
+    field_directions: Mapping[str, bool] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn`` under ``name``; also sets ``fn.higher_is_better``."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:

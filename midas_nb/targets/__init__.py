@@ -60,5 +60,4 @@ __all__ = [
     "get_target", "compute_targets", "target_cache", "target_caches", "target_cache_path", "gae_attention",
     "chefer_relevance", "rollout_factor", "attention_rollout", "necc", "transformation_weight", "tokentm_mhsa_update",
     "tokentm_ffn_update", "tokentm_relevance", "channel_lowpass", "stability_votes", "stability_ratio", "last_window",
-    "resolve_last_k", "LAST_STATISTIC", "LAST_VOTES_K", "DEFAULT_RANDOM_SEED"
-]
+    "resolve_last_k", "LAST_STATISTIC", "LAST_VOTES_K", "DEFAULT_RANDOM_SEED"]

@@ -180,8 +180,7 @@ def block_caches(backbone: nn.Module, dataset, *, depths, key: dict[str, Any] | 
             c.data_id = base["data"]
             return c
 
-        out[L], _ = load_or_build(
-            paths[L], build_keyed, key=dict(base, depth=L), what="block-state cache",
+        out[L], _ = load_or_build(paths[L], build_keyed, key=dict(base, depth=L), what="block-state cache",
             encode=lambda c: torch_payload({k: getattr(c, k) for k in fields}),
             decode=lambda b: BlockCache(**load_torch_payload(b)),
             validate=lambda c: None if len(c) == len(dataset) else f"{len(c)} rows for {len(dataset)} images")

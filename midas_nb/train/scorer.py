@@ -273,8 +273,7 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
         scorer.train()
     with frozen(backbone):
         optimise_on_cache(params, n, step, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                          seed=list(seeds), desc="train scorer", progress=progress, end_epoch=end_epoch,
-                          show_loss=True)
+                          seed=list(seeds), desc="train scorer", progress=progress, end_epoch=end_epoch, show_loss=True)
     for scorer, result in zip(scorers, results):
         scorer.eval()
         result.seconds = (time.perf_counter() - t0) / len(scorers)

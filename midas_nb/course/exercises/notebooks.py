@@ -59,8 +59,7 @@ register("01.best_target",
            "per-image IoUs: `metrics.part_miou(keep, part_mask).per_image` (`metrics.box_coverage(keep, box_mask)` on "
            "a dataset without parts) for the top-k of `maps['T5']` and of `maps['T5'].abs()`; the interval: "
            "`midas_nb.metrics.stats.bootstrap_ci(abs_iou - t5_iou, n_boot=study.settings.statistics.bootstrap)` "
-           "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).",
-           option)
+           "(skipped images — no part or box patch, or a box covering nearly the whole image — are NaN).", option)
 def _ex_abs_t5_sign(maps, study) -> Choice:
     from ...metrics.stats import bootstrap_ci
     t5 = maps["T5"].float()
@@ -164,8 +163,7 @@ def _two_budgets(mine, ceiling, study) -> str | None:
 
 @register("04.budget_fall",
           "the T5 rows of `mine` at depth `study.settings.point.depth`, sorted by budget: the ends' `D_pp_lo` / "
-          "`D_pp_hi`.",
-          option, applies=_two_budgets,
+          "`D_pp_hi`.", option, applies=_two_budgets,
           prompt="**Why.** A looser budget keeps more tokens, and the IoU ceiling of notebook 00 — the best part (or "
                  "box) IoU any ranking can reach — changes with it; `D` is a difference of two IoUs under that "
                  "ceiling. Follow **D(T5)** from the tightest to the loosest budget of the sweep at the study's depth "
@@ -216,8 +214,7 @@ def _ex_own_backbone_t5(D, study) -> Choice:
 
 @register("05.spread_resolved",
           "the T5 rows of `D` with the largest and the smallest `D_pp`: is the largest's `D_pp_lo` above the "
-          "smallest's `D_pp_hi`?",
-          option, applies=two_backbones,
+          "smallest's `D_pp_hi`?", option, applies=two_backbones,
           prompt="**Why.** D(T5) differs between the backbones (largest minus smallest: its spread). Is that a "
                  "property of the backbones, or could this sample alone produce it? Compare the 95 % intervals of the "
                  "**largest** and the **smallest** D(T5). (`'a'` or `'b'`)\n\n"
@@ -259,8 +256,7 @@ def _ex_cov_first(table) -> set[str]:
 
 
 @register("07.decoupling_shown",
-           "`verdict.decoupling_shown`, `verdict.winners['reading']` and `verdict.comovement['reading']`.",
-           option)
+           "`verdict.decoupling_shown`, `verdict.winners['reading']` and `verdict.comovement['reading']`.", option)
 def _ex_decoupling_shown(verdict) -> Choice:
     shown = bool(verdict.decoupling_shown)
     winners, co = str(verdict.winners.get("reading")), str(verdict.comovement.get("reading"))
