@@ -150,9 +150,8 @@ class Capture:
     def __enter__(self) -> "Capture":
         disable_fused_attention(self.model)
         n = len(self.model.blocks)
-        self.records = {k: [None] * n for k in
-                        ("attn", "hidden_in", "hidden", "attn_in", "attn_out", "mlp_in", "mlp_out",
-                         "hidden_mid", "value_proj")}
+        self.records = {k: [None] * n for k in ("attn", "hidden_in", "hidden", "attn_in", "attn_out", "mlp_in",
+                        "mlp_out", "hidden_mid", "value_proj")}
 
         def first_block_pre(module, args):
             # Frozen backbones give tokens without grad: make block 1's input a leaf that needs

@@ -240,9 +240,8 @@ def prune_tokens(backbone: nn.Module, hidden: Tensor, scores: Tensor, depth: int
     depth, P, keep_idx = kept_token_indices(backbone, hidden, scores, depth, budget)
     N = hidden.shape[1] - P
     x = run_blocks(backbone, gather_tokens(hidden, keep_idx, P), depth, None)
-    return PrunedOutput(
-        logits=classify_tokens(backbone, x), keep_idx=keep_idx, keep_mask=keep_mask_from_indices(keep_idx, N),
-        scores=scores, tokens=x if return_tokens else None)
+    return PrunedOutput(logits=classify_tokens(backbone, x), keep_idx=keep_idx,
+        keep_mask=keep_mask_from_indices(keep_idx, N), scores=scores, tokens=x if return_tokens else None)
 
 
 def pruned_forward(backbone: nn.Module, images: Tensor, scorer: TokenScorer, depth: int, budget: float, *,

@@ -28,16 +28,14 @@ from .synthetic import data_note, ensure_synthetic_cub, make_synthetic_cub, synt
 from .transforms import (DEFAULT_MEAN, DEFAULT_STD, EvalTransform, JointTransform, TrainTransform,
                          crop_resize, denormalize, flip_permutation, to_normalised_tensor)
 
-__all__ = [
-    "Sample", "Batch", "collate_samples", "evaluation_subset", "DatasetError", "AnnotatedDataset", "KNOWN_BAD_BOXES",
-    "CUBDataset", "AircraftDataset", "CarsDataset", "load_dataset", "DATASET_NAMES",
-    "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note",
-    "make_aircraft_from_cub", "make_cars_from_cub",
-    "read_cub_annotations", "read_cars_meta", "read_cars_annotations", "CUB_PART_NAMES",
-    "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize",
-    "to_normalised_tensor", "denormalize", "DEFAULT_MEAN", "DEFAULT_STD",
-    "grid_shape", "num_patches", "patch_centres", "part_mask_from_keypoints", "box_mask_from_box",
-    "default_synthetic_root", "check_layout", "unlabelled_test_message", "TRAIN_SPLIT"]
+__all__ = ["Sample", "Batch", "collate_samples", "evaluation_subset", "DatasetError", "AnnotatedDataset",
+    "KNOWN_BAD_BOXES", "CUBDataset", "AircraftDataset", "CarsDataset", "load_dataset", "DATASET_NAMES",
+    "make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attributes", "data_note", "make_aircraft_from_cub",
+    "make_cars_from_cub", "read_cub_annotations", "read_cars_meta", "read_cars_annotations", "CUB_PART_NAMES",
+    "EvalTransform", "TrainTransform", "JointTransform", "flip_permutation", "crop_resize", "to_normalised_tensor",
+    "denormalize", "DEFAULT_MEAN", "DEFAULT_STD", "grid_shape", "num_patches", "patch_centres",
+    "part_mask_from_keypoints", "box_mask_from_box", "default_synthetic_root", "check_layout",
+    "unlabelled_test_message", "TRAIN_SPLIT"]
 
 _ALIASES = {"cub200": "cub", "cub-200-2011": "cub", "cub_200_2011": "cub", "fgvc_aircraft": "aircraft",
             "fgvc-aircraft": "aircraft", "stanford_cars": "cars", "stanford-cars": "cars", "synthetic_cub": "synthetic"}
@@ -53,9 +51,8 @@ def default_synthetic_root(num_classes: int = 4, images_per_class: int = 8, imag
 
 
 def load_dataset(name: str, root: str | os.PathLike | None, split: str, *, image_size: int | Sequence[int] = 224,
-                 patch_size: int = 16, train: bool = False,
-                 mean: Sequence[float] = DEFAULT_MEAN, std: Sequence[float] = DEFAULT_STD,
-                 **kwargs: Any) -> AnnotatedDataset:
+                 patch_size: int = 16, train: bool = False, mean: Sequence[float] = DEFAULT_MEAN,
+                 std: Sequence[float] = DEFAULT_STD, **kwargs: Any) -> AnnotatedDataset:
     """Build a dataset with the transform for ``train`` (random resized crop + flip)
     or evaluation (resize shorter side + centre crop).
 

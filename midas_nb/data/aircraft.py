@@ -101,9 +101,8 @@ class AircraftDataset(AnnotatedDataset):
 
     def __init__(self, root: PathLike, split: str = "trainval", transform: Callable | None = None, *,
                  annotation_level: str = "variant", crop_banner: bool = True, banner_height: int = 20,
-                 patch_size: int = 16, images_dir: PathLike | None = None,
-                 max_images_per_class: int | None = None, ids: Sequence[str] | None = None,
-                 check_files: bool = True) -> None:
+                 patch_size: int = 16, images_dir: PathLike | None = None, max_images_per_class: int | None = None,
+                 ids: Sequence[str] | None = None, check_files: bool = True) -> None:
         super().__init__(transform, patch_size)
         if split not in AIRCRAFT_SPLITS:
             raise ValueError(f"split must be one of {AIRCRAFT_SPLITS}, got {split!r}")

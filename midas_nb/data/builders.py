@@ -46,9 +46,8 @@ AIRCRAFT_NAMES: tuple[tuple[str, str, str], ...] = (("Cessna 172", "Cessna 172",
     ("Hawk T1", "Hawk T1", "British Aerospace"), ("Yak-42", "Yak-42", "Yakovlev"))
 
 #: real Stanford Cars class names (cars_meta.mat order)
-CARS_NAMES: tuple[str, ...] = (
-    "AM General Hummer SUV 2000", "Acura RL Sedan 2012", "Acura TL Sedan 2012", "Acura TL Type-S 2008",
-    "Acura TSX Sedan 2012", "Acura Integra Type R 2001", "Acura ZDX Hatchback 2012",
+CARS_NAMES: tuple[str, ...] = ("AM General Hummer SUV 2000", "Acura RL Sedan 2012", "Acura TL Sedan 2012",
+    "Acura TL Type-S 2008", "Acura TSX Sedan 2012", "Acura Integra Type R 2001", "Acura ZDX Hatchback 2012",
     "Aston Martin V8 Vantage Convertible 2012", "Aston Martin V8 Vantage Coupe 2012",
     "Aston Martin Virage Convertible 2012", "Aston Martin Virage Coupe 2012", "Audi RS 4 Convertible 2008")
 

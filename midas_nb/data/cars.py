@@ -115,11 +115,10 @@ class CarsDataset(AnnotatedDataset):
 
     dataset_name = "cars"
 
-    def __init__(self, root: PathLike, split: str = "train", transform: Callable | None = None, *,
-                 patch_size: int = 16, devkit: PathLike | None = None,
-                 images_dir: PathLike | None = None, test_annotations: PathLike | None = None,
-                 max_images_per_class: int | None = None, ids: Sequence[str] | None = None,
-                 check_files: bool = True) -> None:
+    def __init__(self, root: PathLike, split: str = "train", transform: Callable | None = None, *, patch_size: int = 16,
+                 devkit: PathLike | None = None, images_dir: PathLike | None = None,
+                 test_annotations: PathLike | None = None, max_images_per_class: int | None = None,
+                 ids: Sequence[str] | None = None, check_files: bool = True) -> None:
         super().__init__(transform, patch_size)
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")

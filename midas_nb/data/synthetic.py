@@ -45,10 +45,9 @@ __all__ = ["make_synthetic_cub", "ensure_synthetic_cub", "synthetic_class_attrib
 #: Bumped whenever the drawing changes (a cached set with another version is redrawn).
 SYNTHETIC_VERSION = 1
 
-_COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (225, 30, 35), "yellow": (250, 215, 20), "blue": (30, 80, 235), "green": (25, 185, 60),
-    "orange": (255, 130, 0), "black": (15, 15, 20), "white": (250, 250, 250), "magenta": (225, 40, 210),
-    "cyan": (20, 215, 230)}
+_COLOURS: dict[str, tuple[int, int, int]] = {"red": (225, 30, 35), "yellow": (250, 215, 20), "blue": (30, 80, 235),
+    "green": (25, 185, 60), "orange": (255, 130, 0), "black": (15, 15, 20), "white": (250, 250, 250),
+    "magenta": (225, 40, 210), "cyan": (20, 215, 230)}
 _ATTRIBUTES: dict[str, tuple[str, ...]] = {"beak_colour": ("orange", "black", "red", "cyan"),
                                            "beak_length": ("short", "long"),
                                            "crown_colour": ("red", "blue", "yellow", "black"),

@@ -97,9 +97,8 @@ def denormalize(images: Tensor, mean: Sequence[float] = DEFAULT_MEAN, std: Seque
     return (images * s + m).clamp(0, 1)
 
 
-def crop_resize(image: Image.Image, parts: Tensor, box: Tensor, region: Region,
-                out_hw: tuple[int, int], flip: bool = False,
-                part_names: Sequence[str] = ()) -> tuple[Image.Image, Tensor, Tensor]:
+def crop_resize(image: Image.Image, parts: Tensor, box: Tensor, region: Region, out_hw: tuple[int, int],
+                flip: bool = False, part_names: Sequence[str] = ()) -> tuple[Image.Image, Tensor, Tensor]:
     """Resample ``region`` (source pixels, ``(x0, y0, x1, y1)``) to ``out_hw`` and
     map keypoints and box accordingly; optionally flip horizontally afterwards.
 

@@ -34,9 +34,8 @@ from typing import Any
 from ..point import lazy_names
 from .stats import bootstrap_ci, hierarchical_bootstrap
 from .registry import MetricCategory, MetricSpec, register_metric
-from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES,
-                         PARITY_BAND, REFERENCE_CHECKS, band_resolution, band_rule, decoupling_D, parity_band,
-                         per_image_values)
+from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, PARITY_BAND,
+                         REFERENCE_CHECKS, band_resolution, band_rule, decoupling_D, parity_band, per_image_values)
 
 #: the submodules that import torch, loaded on first use of one of their names (PEP 562), so that the report
 #: renders its tables without torch (decision 0080); ``list_metrics`` and ``get_metric`` load them all first

@@ -259,9 +259,8 @@ def _insdel_token(backbone: nn.Module, images: Tensor, order: Tensor, counts: li
 
 
 def _insdel_pixel(backbone: nn.Module, images: Tensor, rank_pos: Tensor, counts: list[int], N: int,
-                  grid: tuple[int, int], class_index: Tensor | None, batch_size: int | None,
-                  blur_sigma: float, blur_kernel_size: int, delete_value: float
-                  ) -> tuple[list[Tensor], list[Tensor], Tensor]:
+                  grid: tuple[int, int], class_index: Tensor | None, batch_size: int | None, blur_sigma: float,
+                  blur_kernel_size: int, delete_value: float) -> tuple[list[Tensor], list[Tensor], Tensor]:
     B, _, H, W = images.shape
     rows, cols = grid
     if H % rows or W % cols:

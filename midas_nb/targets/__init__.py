@@ -55,9 +55,8 @@ from .rules import (LAST_STATISTIC, LAST_VOTES_K, attention_rollout, channel_low
 from . import maps  # noqa: F401 - registers T0–T5 and the related maps, in that order
 from .cache import compute_targets, target_cache, target_caches, target_cache_path
 
-__all__ = [
-    "TargetFn", "TargetInfo", "register_target", "target_info", "taxonomy_table", "cls_attention_map", "list_targets",
-    "get_target", "compute_targets", "target_cache", "target_caches", "target_cache_path", "gae_attention",
-    "chefer_relevance", "rollout_factor", "attention_rollout", "necc", "transformation_weight", "tokentm_mhsa_update",
-    "tokentm_ffn_update", "tokentm_relevance", "channel_lowpass", "stability_votes", "stability_ratio", "last_window",
-    "resolve_last_k", "LAST_STATISTIC", "LAST_VOTES_K", "DEFAULT_RANDOM_SEED"]
+__all__ = ["TargetFn", "TargetInfo", "register_target", "target_info", "taxonomy_table", "cls_attention_map",
+    "list_targets", "get_target", "compute_targets", "target_cache", "target_caches", "target_cache_path",
+    "gae_attention", "chefer_relevance", "rollout_factor", "attention_rollout", "necc", "transformation_weight",
+    "tokentm_mhsa_update", "tokentm_ffn_update", "tokentm_relevance", "channel_lowpass", "stability_votes",
+    "stability_ratio", "last_window", "resolve_last_k", "LAST_STATISTIC", "LAST_VOTES_K", "DEFAULT_RANDOM_SEED"]

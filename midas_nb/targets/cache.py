@@ -184,9 +184,8 @@ def target_cache(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids:
 
 def target_caches(backbone: nn.Module, dataset: torch.utils.data.Dataset, *, ids_by_depth: dict[int, Sequence[str]],
                   class_rule: Literal["label", "prediction"], key: dict[str, Any],
-                  cache_dir: str | os.PathLike | None = None, batch_size: int = 32,
-                  device: torch.device | str = "cpu", progress: bool = True,
-                  seed: int | None = None) -> dict[int, dict[str, Tensor]]:
+                  cache_dir: str | os.PathLike | None = None, batch_size: int = 32, device: torch.device | str = "cpu",
+                  progress: bool = True, seed: int | None = None) -> dict[int, dict[str, Tensor]]:
     """:func:`target_cache` at several depths, ``{L: {id: [len(dataset), N]}}`` for ``ids_by_depth``
     ``{L: ids}``: one file per depth as :func:`target_cache` keys it; the maps missing at any depth come
     from one pass over ``dataset`` (one capture per batch for every depth; docs/decisions/0069). Arguments

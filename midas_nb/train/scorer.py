@@ -223,9 +223,8 @@ def train_scorers(backbone: nn.Module, scorers: Sequence[TokenScorer], cache: Bl
         if t is not None and tuple(t.shape) != (n, N):
             raise ValueError(f"targets must be [n,N]=({n},{N}) aligned with the cache, got {tuple(t.shape)}")
     settings = dict(depth=depth, budget=float(budget), relaxation=relaxation, lam=float(lam),
-                    temperature=float(temperature), distill_form=distill_form,
-                    mask_temperature=float(mask_temperature), epochs=int(epochs),
-                    batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay))
+                    temperature=float(temperature), distill_form=distill_form, mask_temperature=float(mask_temperature),
+                    epochs=int(epochs), batch_size=int(batch_size), lr=float(lr), weight_decay=float(weight_decay))
     results = [TrainResult(params=dict(settings, seed=int(seed), supervised=t is not None))
                for seed, t in zip(seeds, targets)]
     sums = torch.zeros(len(scorers), 4, dtype=torch.float64)

@@ -83,18 +83,16 @@ AXIS_CMAPS: dict[str, str] = {"budget": "viridis", "depth": "magma"}
 
 #: fixed colours of the known conditions and targets: controls in neutrals, T1–T5 in tab10's first hues; all
 #: distinct but T0's (the reference's own ranking), which shares the reference's black
-CONDITION_COLORS: dict[str, str] = {
-    "reference": "#000000", "unsupervised": "#7f7f7f", "random": "#c7c7c7", "random_map": "#e7ba52",
-    "T0": "#000000", "T1": "#ff7f0e", "T2": "#2ca02c", "T3": "#d62728", "T4": "#9467bd", "T5": "#8c564b",
-    "rollout": "#e377c2", "rollout_full": "#f7b6d2", "tokentm": "#17becf", "last_votes": "#bcbd22",
+CONDITION_COLORS: dict[str, str] = {"reference": "#000000", "unsupervised": "#7f7f7f", "random": "#c7c7c7",
+    "random_map": "#e7ba52", "T0": "#000000", "T1": "#ff7f0e", "T2": "#2ca02c", "T3": "#d62728", "T4": "#9467bd",
+    "T5": "#8c564b", "rollout": "#e377c2", "rollout_full": "#f7b6d2", "tokentm": "#17becf", "last_votes": "#bcbd22",
     "cropr": "#393b79", "iared": "#637939"}
 _FOLDED = {k.lower(): v for k, v in CONDITION_COLORS.items()} | {
     "last": "#bcbd22", "lastvit": "#bcbd22", "last-vit": "#bcbd22"}   # the LaSt-ViT votes' other spellings
 
 #: an unknown name's colours (tab20b / tab20c hues no known name uses)
-FALLBACK_PALETTE: tuple[str, ...] = (
-    "#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194", "#6b6ecf", "#b5cf6b", "#e7969c",
-    "#ce6dbd", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede", "#843c39")
+FALLBACK_PALETTE: tuple[str, ...] = ("#5254a3", "#8ca252", "#bd9e39", "#ad494a", "#a55194", "#6b6ecf", "#b5cf6b",
+    "#e7969c", "#ce6dbd", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede", "#843c39")
 
 
 def condition_color(name: str) -> str:
