@@ -176,10 +176,8 @@ def out_of_fold_logits(pooled: Tensor, labels: Tensor, num_classes: int, folds: 
         keep[held] = False
         probe = fit_linear_probe(pooled[keep].flatten(0, 1), labels[keep].repeat_interleave(V), num_classes,
                                  seed=seed + f, **probe_kw)
-        if maps is None:
-            out[held] = probe(pooled[held].flatten(0, 1)).view(len(held), V, num_classes)
-        else:
-            out[held] = probe_maps(probe, maps[held].flatten(0, 1)).view(len(held), V, *out.shape[2:])
+        out[held] = (probe(pooled[held].flatten(0, 1)).view(len(held), V, num_classes) if maps is None
+                     else probe_maps(probe, maps[held].flatten(0, 1)).view(len(held), V, *out.shape[2:]))
     return out
 
 
@@ -395,11 +393,9 @@ def _teacher_targets(model: nn.Module, recipe: DistillRecipe, train_set, test_se
     del t_test
     # the teacher's class scores on the training images: per location (token labels; their mean
     # is the pooled logit), out of fold unless oof_folds = 0
-    if recipe.oof_folds:
-        t_maps = out_of_fold_logits(pooled, train_labels, num_classes, recipe.oof_folds, seed=seed, maps=t_train,
-                                    **probe_kw)
-    else:
-        t_maps = probe_maps(probe, t_train.flatten(0, 1)).view(M, 2, num_classes, *tgrid)
+    t_maps = (out_of_fold_logits(pooled, train_labels, num_classes, recipe.oof_folds, seed=seed, maps=t_train,
+                                 **probe_kw) if recipe.oof_folds
+              else probe_maps(probe, t_train.flatten(0, 1)).view(M, 2, num_classes, *tgrid))
     if not torch.isfinite(t_maps).all():
         raise ValueError("the teacher's class score maps are not finite; the probe diverged "
                          f"(probe settings {probe_kw})")
