@@ -126,10 +126,10 @@ def test_full_text_shows_every_character():
 
 
 def test_study_summary_prints_fractions_with_three_decimals():
-    from midas_nb.study.base import _fraction
+    from midas_nb.results import format_ci      # Study.summary's train/test accuracy: a lone value
 
-    assert _fraction(0.791667) == "0.792" and _fraction(0.25) == "0.250"
-    assert _fraction(None) == "n/a" and _fraction(math.nan) == "n/a"
+    assert format_ci(0.791667) == "0.792" and format_ci(0.25) == "0.250"
+    assert format_ci(None) == "n/a" and format_ci(math.nan) == "n/a"
 
 
 def test_leader_line_names_the_rows_a_leader_is_not_separated_from():
