@@ -545,7 +545,10 @@ def test_sweep_status_by_name_and_of_every_store(tmp_path, monkeypatch, markers,
     assert "3 cells: 2 done, 1 failed, 0 running, 0 pending" in capsys.readouterr().out
     assert main(["sweep", "status", "toy"]) == 1
     assert "FAILED" in capsys.readouterr().out
-    with pytest.raises(FileNotFoundError, match="no sweep store"):
+    with pytest.raises(FileNotFoundError, match="no sweep store .*; known sweeps: toy$"):
+        open_store("nope", must_exist=True)
+    monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "empty"))      # no store yet: no empty list shown
+    with pytest.raises(FileNotFoundError, match=r"none exists yet \(a run or `midas-nb sweep submit` makes one\)"):
         open_store("nope", must_exist=True)
 
 

@@ -170,7 +170,8 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--store", {}, "result store directory (default runs/sweeps/<profile>)"),
         ("--output", {}, "report directory (default runs/<profile>/report)"),
         ("--readme", {}, "rewrite this README's results section from the tables"),
-        ("--from-tables", {}, "re-render REPORT.md (and --readme) from the CSV tables in this directory, no store"),
+        ("--from-tables", dict(metavar="DIR"), "re-render REPORT.md (and --readme) from the CSV tables in DIR, no "
+         "store"),
         ("--backbone", {}, "the run's backbone, when not the profile's"),
         ("--depth", _INTEGER, "the run's depth L, when not the profile's"),
         ("--budget", dict(type=float), "the run's budget b, when not the profile's"),
