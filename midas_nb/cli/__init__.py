@@ -44,14 +44,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     say = functools.partial(_answer, f"sweep {args.action}")
     if args.action in ("plan", "submit"):  # a profile's sweeps (midas_nb.study.cluster)
+        args.profile = args.profile or "paper"
+        try:   # a bad --sweep is answered before anything (the study, torch, pandas) is imported
+            config.sweep_names(args.sweep)
+        except ValueError as e:
+            return say([str(e)])
+        from ..study import cluster
         from ..sweeps.slurm import SlurmNotFound
         from .runspec import parse_data_roots
 
-        args.profile, (root, roots, problems) = args.profile or "paper", parse_data_roots(args.data_root or [])
-        try:   # a bad --sweep is answered before the study (and torch) is imported
-            config.sweep_names(args.sweep)
-            from ..study import cluster
-
+        root, roots, problems = parse_data_roots(args.data_root or [])
+        try:
             return say(problems) if problems else cluster.cmd_from_args(
                 args, dict(data_root=root, data_roots=roots or None, device=args.device))
         except (ValueError, FileNotFoundError, SlurmNotFound) as e:   # bad input: nothing was submitted
@@ -163,12 +166,11 @@ def _report_problems(args: argparse.Namespace) -> list[str]:
                  for k, v in _given(args, "store", "output", "from_tables").items() if not v.strip()]
     if (args.from_tables or "").strip():
         tables = Path(args.from_tables).expanduser()
-        absent = [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]
-        state = "is not a directory" if tables.exists() else "does not exist"
         if not tables.is_dir():
+            state = "is not a directory" if tables.exists() else "does not exist"
             problems.append(f"--from-tables {args.from_tables!r}: {state}; expected the directory of a report's "
                             "CSV tables")
-        elif absent:
+        elif absent := [f"{n}.csv" for n in TABLES if not (tables / f"{n}.csv").is_file()]:
             problems.append(f"--from-tables {args.from_tables!r}: {len(absent)} of the report's {len(TABLES)} tables "
                             f"missing ({', '.join(absent)}); expected a directory written by `midas-nb report` "
                             "(e.g. results)")

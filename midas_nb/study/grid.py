@@ -283,7 +283,7 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
     if run and not wait:
-        return submit_sweep(cells, runner, store, slurm=slurm or None)
+        return submit_sweep(cells, runner, store, slurm=slurm)
     status = (run_sweep(cells, runner, store, executor=executor, slurm=slurm, progress=progress) if run
               else StoreStatus(store.status(cells)))
     rows = store.results(cells)

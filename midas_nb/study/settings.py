@@ -91,12 +91,14 @@ def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], l
 #: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
 TOP_LEVEL_PROTOCOL_SETTINGS = ("relaxation", "lam", "temperature", "eval_subset_seed", "throughput_batch",
                                "throughput_repeats", "precision")
+#: the settings in every cell's key, given or not (their defaults: PROTOCOL_DEFAULTS)
+_ALWAYS_KEYED = ("relaxation", "lam", "temperature")
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings that change a protocol run's result (every cell's key; ``run_protocol``'s arguments less
-    ``image_size``/``patch_size``); the first three top-level ones always; ``scorer_train`` keys win over the top."""
-    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in TOP_LEVEL_PROTOCOL_SETTINGS[:3]}
+    ``image_size``/``patch_size``); relaxation, lam, temperature always; ``scorer_train`` keys win over the top."""
+    out = {k: profile.get(k, PROTOCOL_DEFAULTS[k]) for k in _ALWAYS_KEYED}
     out.update({k: profile[k] for k in TOP_LEVEL_PROTOCOL_SETTINGS if k in profile})
     out.update(dict(profile.get("scorer_train") or {}))
     return out | {k: profile[k] for k in ("idauc_steps", "max_eval_images", "max_idauc_images", "bootstrap",
