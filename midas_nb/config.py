@@ -97,9 +97,10 @@ def _env_dir(env: str, default: Path) -> Path:
     return path
 
 
-def cache_dir() -> Path:
-    """``MIDAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb`` (checkpoints, features...)."""
-    return _env_dir("MIDAS_CACHE_DIR", Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb")
+def cache_dir(given: str | os.PathLike | None = None) -> Path:
+    """``given``, else ``MIDAS_CACHE_DIR``, else ``$XDG_CACHE_HOME/midas_nb`` or ``~/.cache/midas_nb`` (checkpoints...)."""
+    return Path(given) if given is not None else _env_dir(
+        "MIDAS_CACHE_DIR", Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midas_nb")
 
 
 def runs_dir() -> Path:

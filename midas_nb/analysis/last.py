@@ -312,7 +312,7 @@ def last_finetune(backbone: nn.Module, train_set, *, aggregation: Aggregation = 
     if key is None:
         blob, loaded = build(), False
     else:
-        root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        root = default_cache_dir(cache_dir)
         full_key = dict(key, kind="last_finetune", data=dataset_identity(train_set).model_inputs,
                         weights=state_dict_digest(backbone), **settings)
         blob, loaded = load_or_build(root / "last" / f"{hash_json(full_key)}.pt", build, key=full_key,

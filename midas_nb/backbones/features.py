@@ -95,7 +95,7 @@ def stem_features(model: nn.Module, dataset, *, flip: bool = False, batch_size: 
     key = dict(kind="lite0_stem_features", data=dataset_identity(dataset).model_inputs,
                stem_sha256=file_digest(efficientnet_lite0_file()), stride=list(embed.patch_size),
                channels=embed.feature_dim, img_size=list(embed.img_size), flip=bool(flip), dtype="float16")
-    folder = (Path(cache_dir) if cache_dir is not None else default_cache()) / "stem_features"
+    folder = default_cache(cache_dir) / "stem_features"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"lite0_{hash_json(key)}.pt"
 

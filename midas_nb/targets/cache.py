@@ -107,8 +107,7 @@ def _cache_key(key: dict, depth: int, class_rule: str, backbone: nn.Module, seed
 
 def target_cache_path(full_key: dict, cache_dir: str | os.PathLike | None = None) -> Path:
     """``<cache_dir>/targets/targets-<sha256(key JSON)[:16]>.safetensors`` for a full cache key."""
-    root = Path(default_cache_dir() if cache_dir is None else cache_dir)
-    return root / "targets" / f"targets-{hash_json(full_key)}.safetensors"
+    return default_cache_dir(cache_dir) / "targets" / f"targets-{hash_json(full_key)}.safetensors"
 
 
 def _maps_digest(maps: dict[str, Tensor]) -> str:

@@ -165,7 +165,7 @@ def block_caches(backbone: nn.Module, dataset, *, depths, key: dict[str, Any] | 
     base = dict(key, n=len(dataset), dtype=str(dtype), full_logits=bool(full_logits), masks=bool(masks),
                 data=ident.full if masks else ident.model_inputs, weights=state_dict_digest(backbone),
                 kind="block_cache", states="fused chain")      # states: decision 0069's pass (older files differ)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = default_cache_dir(cache_dir)
     paths = {L: root / "blocks" / f"{key_hash(dict(base, depth=L))}.pt" for L in depths}
     fields = list(BlockCache.__dataclass_fields__)
     out = {}

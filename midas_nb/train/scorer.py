@@ -328,7 +328,7 @@ def load_or_train_scorers(backbone: nn.Module, cache: BlockCache, *, keys: Seque
     family = str(scorer)
     weights = weights_digest or state_dict_digest(backbone)
     digests = {id(t): tensor_digest(t) for t in targets if t is not None}
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = default_cache_dir(cache_dir)
     models, full_keys = [], []
     for key, seed, t in zip(keys, seeds, targets, strict=True):
         with torch.random.fork_rng(devices=[]):
