@@ -58,3 +58,11 @@ def test_bad_arguments():
         measure_throughputs({"a": lambda x: x}, torch.zeros(1), rounds=0)
     with pytest.raises(ValueError, match="at least one forward"):
         measure_throughputs({}, torch.zeros(1))
+
+
+def test_measure_throughput_names_only_the_repeats_it_was_given():
+    from midas_nb.metrics import measure_throughput
+
+    with pytest.raises(ValueError, match=r"^repeats must be ≥ 1, got 0$"):
+        measure_throughput(lambda b: b, torch.zeros(2, 3), repeats=0)
+    assert measure_throughput(lambda b: b, torch.zeros(2, 3), repeats=1) > 0

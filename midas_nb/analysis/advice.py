@@ -91,7 +91,7 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         agg = decoupling_D(table, reference=reference, band=band, by=by, miou_unit=miou_unit, n_boot=n_boot)
     else:  # no reference anywhere: means only, D undefined (coverage-first falls back)
         agg = (table.groupby(by + key, dropna=False, sort=False)
-               .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size")) .reset_index())
+               .agg(miou=("miou", "mean"), idauc=("idauc", "mean"), n_seeds=("miou", "size")).reset_index())
         agg["D_pp"], agg["delta_idauc"] = _NaN, _NaN
         agg["in_band"] = pd.array([pd.NA] * len(agg), dtype="boolean")
         agg["status"] = "no reference"
@@ -112,13 +112,14 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         ident = dict(zip(by, cell_key))
         # coverage-first
         cell_has_ref = bool((cell["status"] != "no reference").any())
-        if cell_has_ref:
+        if cell_has_ref and (row := _coverage_first(table, cell, ident, key, where, band, n_boot)) is not None:
+            rows.append(row)
+        elif cell_has_ref:
             undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
-            rows.append(_coverage_first(table, cell, ident, key, where, band, n_boot)
-                        or _no_advice("coverage-first", ident, key, where,
-                                      "the parity band is undefined for every condition (D or ΔIDAUC "
-                                      f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
-                                      "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
+            rows.append(_no_advice("coverage-first", ident, key, where,
+                                   "the parity band is undefined for every condition (D or ΔIDAUC "
+                                   f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                   "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
         else:
             ok = cell[cell["miou"].notna()]
             if len(ok):

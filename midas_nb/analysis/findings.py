@@ -128,9 +128,8 @@ def d_by_condition(rows: pd.DataFrame, by: Sequence[str], band: float | None, n_
     Raises:
         ValueError: as :func:`~midas_nb.metrics.decoupling_D` (missing columns, no reference row).
     """
-    d = decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
-                     n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
-    return d.assign(**{c: d.get(c, math.nan) for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
+    return decoupling_D(rows, reference=reference, band=band, by=list(by), condition_cols=("condition",),
+                        n_boot=int(n_boot), ci_seed=BOOTSTRAP_SEED)
 
 
 def plural(n: int, one: str, many: str) -> str:

@@ -382,7 +382,6 @@ def claim_verdict(table: pd.DataFrame, *, focus: str = "T5", reference: str = "r
     D = decoupling_D(table, reference=reference, band=band, condition_cols=("condition",), n_boot=n_boot,
                      alpha=alpha, ci_seed=seed)
     D = D[D["condition"] != reference].copy()
-    D = D.assign(**{c: D.get(c, math.nan) for c in ("D_pp_lo", "D_pp_hi", "delta_idauc_lo", "delta_idauc_hi")})
     D["reading"] = [condition_reading(r["D_pp_lo"], r["D_pp_hi"], r["delta_idauc_lo"], r["delta_idauc_hi"],
                                       str(r["status"])) for _, r in D.iterrows()]
     keep = [c for c in ("condition", "D_pp", "D_pp_lo", "D_pp_hi", "delta_idauc", "delta_idauc_lo",

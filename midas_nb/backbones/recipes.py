@@ -134,7 +134,7 @@ class DistillRecipe:
 #: docs/benchmarks.md). An absolute count, not a fraction of the schedule (the same decision
 #: record says why). A schedule must have more epochs than that (the run's preflight and the build check it).
 DISTILLED_RECIPES: dict[str, DistillRecipe] = {"hybrid_lite0_deit": DistillRecipe(coarse_epochs=18),
-    "vit_smoke_deit": DistillRecipe()}
+                                               "vit_smoke_deit": DistillRecipe()}
 
 
 def is_distilled_name(name: str) -> bool:

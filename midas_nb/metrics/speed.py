@@ -62,6 +62,8 @@ def measure_throughput(fn: Callable[[Any], Any], batch: Any, repeats: int = 10, 
     Returns:
         ``B · repeats / seconds`` (images/s).
     """
+    if repeats < 1:     # its own message: measure_throughputs' would name rounds and forwards it was not given
+        raise ValueError(f"repeats must be ≥ 1, got {repeats}")
     return measure_throughputs({"fn": fn}, batch, repeats, warmup, rounds=1, device=device)["fn"]
 
 

@@ -91,8 +91,7 @@ def grid_spans(p: Mapping[str, Any], kind: str = "regime") -> tuple[list[str], l
 #: protocol settings a profile may also set at its top level (:func:`protocol_settings`)
 TOP_LEVEL_PROTOCOL_SETTINGS = ("relaxation", "lam", "temperature", "eval_subset_seed", "throughput_batch",
                                "throughput_repeats", "precision")
-#: the settings in every cell's key, given or not (their defaults: PROTOCOL_DEFAULTS)
-_ALWAYS_KEYED = ("relaxation", "lam", "temperature")
+_ALWAYS_KEYED = ("relaxation", "lam", "temperature")     # in every cell's key, given or not (PROTOCOL_DEFAULTS)
 
 
 def protocol_settings(profile: Mapping[str, Any]) -> dict[str, Any]:
