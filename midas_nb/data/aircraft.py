@@ -138,7 +138,7 @@ class AircraftDataset(AnnotatedDataset):
             raise DatasetError(f"{label_path}: class name(s) {unknown[:5]} are not listed in {list_path}")
 
         keep = select_items(range(len(rows)), [self.label_map[n] for _, n in rows], max_images_per_class,
-                            [i for i, _ in rows], None if ids is None else [str(i) for i in ids], label_path)
+                            keys=[i for i, _ in rows], ids=ids, listing=label_path)
         rows = [rows[i] for i in keep]
         if not rows:
             raise DatasetError(f"{label_path}: split {split!r} selects no images; expected at least one "
