@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import PAPER_BACKBONES
-from ..metrics import band_resolution, decoupling_D, parity_band
-from ..metrics.stats import is_finite_number as is_number
+from ..metrics import band_resolution, decoupling_D, is_finite_number, parity_band
 from ..results import format_ci
 from .paper_reference import PAPER_COSINE_MAX, PAPER_FINDINGS, PAPER_SETTING
 
@@ -150,9 +149,9 @@ def ci_text(m: float, lo: float, hi: float, fmt: str = "+.2f", unit: str = "", e
 def _sign_holds(m: float, lo: float, hi: float, positive: bool) -> Holds:
     """``m > 0`` (``positive``) or ``m < 0``: decided by the interval when there is one, else by
     the point value; ``"not resolved"`` when the interval contains 0."""
-    if not is_number(m):
+    if not is_finite_number(m):
         return "undefined"
-    if is_number(lo) and is_number(hi):
+    if is_finite_number(lo) and is_finite_number(hi):
         return positive if lo > 0 else (not positive) if hi < 0 else "not resolved"
     return bool(m > 0) if positive else bool(m < 0)
 
@@ -219,7 +218,7 @@ def _d_text(r: pd.Series, ceiling: float) -> str:
     as notebook 04 reads it (``D_pp / (100·ceiling)``, decision 0041): ``"+6.16 pp [+5.63, +6.69], +0.26 [+0.24,
     +0.28] of the IoU ceiling 0.237"``."""
     D = ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"], unit=" pp")
-    if not (is_number(ceiling) and ceiling > 0):
+    if not (is_finite_number(ceiling) and ceiling > 0):
         return D
     return D + f", {ci_text(*(r[k] / (100 * ceiling) for k in ('D_pp', 'D_pp_lo', 'D_pp_hi')))} of the IoU ceiling " \
                f"{ceiling:.3f}"
@@ -312,7 +311,7 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
     holds: Holds = bool(mn > mf)
     lo_n, hi_f = near["D_pp_lo"].mean(), far["D_pp_hi"].mean()
     hi_n, lo_f = near["D_pp_hi"].mean(), far["D_pp_lo"].mean()
-    if is_number(lo_n) and is_number(hi_f):
+    if is_finite_number(lo_n) and is_finite_number(hi_f):
         # conservative: the averaged intervals of the two groups must not overlap; both are said (a reader saw
         # the cells' own intervals apart beside "overlap": the one-build cells' borrow the build spread)
         ev += f" (averaged intervals [{lo_n:+.2f}, {hi_n:+.2f}] vs [{lo_f:+.2f}, {hi_f:+.2f}] pp"
@@ -320,12 +319,12 @@ def _axis_finding(d: pd.DataFrame, axis: str, L0: int, b0: float,
             holds = "not resolved"
             ev += ": they overlap"
         ev += ")"
-    if holds is not False and ((near["status"] == "not resolved").any() or (is_number(lo_n) and lo_n <= 0)):
+    if holds is not False and ((near["status"] == "not resolved").any() or (is_finite_number(lo_n) and lo_n <= 0)):
         holds, ev = "not resolved", ev + f"; T5's coverage gain at {show(v0)} is itself not resolved"
     if axis == "depth":
         return holds, ev
     c = [(ceiling or {}).get(round(float(b), 6), math.nan) for b in t5["budget"]]
-    if not all(is_number(x) and x > 0 for x in c):
+    if not all(is_finite_number(x) and x > 0 for x in c):
         return (holds if holds is False else "not resolved"), ev + ("; no IoU ceiling in the rows: a fall with the "
                                                                     "budget cannot be told from the ceiling's")
     share = t5["D_pp"].astype(float) / (100 * pd.Series(c, index=t5.index))

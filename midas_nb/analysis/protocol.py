@@ -374,18 +374,18 @@ def _condition_scorers(run: ProtocolRun, pairs: list[tuple[str, int]], train_cac
     ident = run.ident if p["precision"] == "float32" else dict(run.ident, precision=p["precision"])  # cached apart
     out, mlp = {}, []
     for cond, seed in pairs:
-        if cond == "reference":
-            out[(cond, seed)] = TrainedScorer(ReferenceScorer(), "reference", "T0", "", none)
-        elif cond == "random":
-            out[(cond, seed)] = TrainedScorer(RandomScorer(seed), "random", "", "", none)
-        elif cond in families:      # a scorer family with its own objective
+        if (kind := scorer_kind(cond, families)) == "reference":
+            out[(cond, seed)] = TrainedScorer(ReferenceScorer(), kind, "T0", "", none)
+        elif kind == "random":
+            out[(cond, seed)] = TrainedScorer(RandomScorer(seed), kind, "", "", none)
+        elif kind == "mlp":
+            mlp.append((cond, seed))
+        else:      # a scorer family with its own objective
             with run.amp():
                 scorer, result, loaded = load_or_train_scorer(
                     run.backbone, train_cache, key=dict(ident, condition=cond, target=""), targets=None,
                     scorer=cond, scorer_kwargs=dict(num_classes=n_classes), seed=seed, **common)
-            out[(cond, seed)] = TrainedScorer(scorer, cond, "", "", _train_info(result, loaded))
-        else:
-            mlp.append((cond, seed))
+            out[(cond, seed)] = TrainedScorer(scorer, kind, "", "", _train_info(result, loaded))
     if mlp:   # target id: "" (unsupervised), Tk, or a control's target
         with run.amp():
             got = load_or_train_scorers(

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from .findings import (finding_verdict, backbone_fitness, ci_text, cosine_verdict, count_fitness,
-                       is_number, paper_findings)
+                       paper_findings)
 from .paper_reference import PAPER_COSINE_MAX, paper_status, paper_value
-from ..metrics import parity_band
+from ..metrics import is_finite_number, parity_band
 from ..metrics.stats import LEAD_DIGITS, interval_sign as _sign
 from .verdict import CONTROL_CONDITION, ClaimVerdict, lead_resolved, paired_gap
 
@@ -92,7 +92,7 @@ def content_vs_signal(vs_targets: pd.DataFrame, table: pd.DataFrame, *, focus: s
     row = vs_targets[vs_targets["target"] == focus] if len(vs_targets) else vs_targets
     out: dict[str, Any] = {"reading": "undefined", "gain": (np.nan,) * 3, "vs_others": {}, "ties": [],
                            "own_vs_control": "undefined"}
-    if row.empty or not is_number(row["gain_over_control_lo"].iloc[0]):
+    if row.empty or not is_finite_number(row["gain_over_control_lo"].iloc[0]):
         out["sentence"] = (f"Target content against training signal: this run has no {control} control or no "
                            f"{focus} scorer, so it cannot say whether {focus}'s content explains its scorer's gain.")
         return out
@@ -143,10 +143,10 @@ def content_from_d(three: pd.DataFrame, focus: str = "T5", control: str = CONTRO
     target's ``D`` interval, itself above the control, overlaps it."""
     col = f"D_vs_{control}_pp"
     t = three.set_index("condition") if col in three.columns else pd.DataFrame()
-    if focus not in t.index or not is_number(t.loc[focus, f"{col}_lo"]):
+    if focus not in t.index or not is_finite_number(t.loc[focus, f"{col}_lo"]):
         return {"reading": "undefined"}
     g = _sign(t.loc[focus, f"{col}_lo"], t.loc[focus, f"{col}_hi"])
-    above = [c for c in t.index if c not in _NOT_TARGETS and c != focus and is_number(t.loc[c, f"{col}_lo"])
+    above = [c for c in t.index if c not in _NOT_TARGETS and c != focus and is_finite_number(t.loc[c, f"{col}_lo"])
              and t.loc[c, f"{col}_lo"] > 0]
     ties = [c for c in above if t.loc[c, "D_pp_hi"] >= t.loc[focus, "D_pp_lo"]]
     others = [c for c in t.index if c not in _NOT_TARGETS and c != focus]
@@ -174,7 +174,7 @@ def collapsed_scorers(table: pd.DataFrame, n_boot: int = 1000, band: float | Non
         bad = []
         for i, ((b, s), r) in enumerate(g.groupby(["build", "seed"])):
             m, lo, hi, n = paired_gap(r, rand[rand["build"] == b], "idauc", n_boot=n_boot, seed=i)
-            if is_number(hi) and hi < parity_band(band):
+            if is_finite_number(hi) and hi < parity_band(band):
                 gap = ci_text(m, lo, hi, "+.3f", edges=(0, parity_band(band)))
                 bad.append(f"build {b} seed {s} (IDAUC − random's {gap} on {n} images)")
         if bad:
@@ -251,7 +251,7 @@ def claims_table(findings: pd.DataFrame | None = None, verdict: ClaimVerdict | N
     if content is not None:
         g = content.get("gain", (np.nan,) * 3)
         run = str(content.get("reading", "undefined"))
-        if is_number(g[0]):      # the gain, and the other targets' scorers that gain as much (its reading's reason)
+        if is_finite_number(g[0]):  # the gain, and the other targets' scorers that gain as much (its reading's reason)
             shared = "; ".join(f"T5 − {t} {_pp(content['vs_others'][t], lead=True)}"
                                for t in content.get("ties_above", []))
             run = (f"scorer − random-map control {_pp(g)}" + (f", but other targets' scorers gain as well and T5's "
@@ -349,7 +349,7 @@ def cosine_depths(probes: pd.DataFrame) -> str:
 def _builds_seeds(r: pd.Series) -> str:
     """``"1 build × 1 seed"`` of a :func:`~midas_nb.metrics.decoupling_D` row (its ``n_builds`` and ``n_seeds``,
     the rows over all builds), ``""`` where it lacks them."""
-    if not (is_number(r.get("n_builds")) and is_number(r.get("n_seeds"))):
+    if not (is_finite_number(r.get("n_builds")) and is_finite_number(r.get("n_seeds"))):
         return ""
     b, k = int(r["n_builds"]), int(r["n_seeds"]) // max(1, int(r["n_builds"]))
     return f"{b} build{'s' if b != 1 else ''} × {k} seed{'s' if k != 1 else ''}"
@@ -380,12 +380,12 @@ def leak_test(st: pd.DataFrame, soft: pd.DataFrame, falsifier: str = "unsupervis
                f" — unlike samples: st on {n[0]}, soft on {n[1] or 'an unstated sample'}"))
     if focus in s.index and focus in o.index:
         said += f" (D({focus}): {s.loc[focus, 'D_pp']:+.2f} and {o.loc[focus, 'D_pp']:+.2f} pp)"
-    if not all(is_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
+    if not all(is_finite_number(x) for x in (a["D_pp_lo"], a["D_pp_hi"], b["D_pp_lo"], b["D_pp_hi"])):
         return f"Straight-through leak test: {said} — no intervals, not resolved."
     whole = builds.set_index("condition").loc[falsifier] if builds is not None and falsifier in set(
         builds["condition"]) else None
-    fewer = whole is not None and is_number(whole.get("n_builds")) and int(whole["n_builds"]) > (
-        int(a["n_builds"]) if is_number(a.get("n_builds")) else 1)
+    fewer = whole is not None and is_finite_number(whole.get("n_builds")) and int(whole["n_builds"]) > (
+        int(a["n_builds"]) if is_finite_number(a.get("n_builds")) else 1)
     scope = ("" if not fewer else f" on {n[0] or 'these rows'} only (D({falsifier}) under st by build: "
              f"{whole['D_pp_by_build']} pp; the other builds have no soft rows)")
     if a["D_pp_lo"] > b["D_pp_hi"]:
@@ -512,13 +512,13 @@ def advice_lines(advice: pd.DataFrame) -> list[str]:
             out.append(f"{r['goal']}: no recommendation")
             continue
         bits = [f"D {ci_text(r['D_pp'], r['D_pp_lo'], r['D_pp_hi'], unit=' pp')}, band {r['status']}"]
-        if is_number(r.get("accuracy_vs_random")):
+        if is_finite_number(r.get("accuracy_vs_random")):
             sign = _sign(r["accuracy_vs_random_lo"], r["accuracy_vs_random_hi"], LEAD_DIGITS)   # as printed
             acc = ci_text(*r[["accuracy_vs_random", "accuracy_vs_random_lo", "accuracy_vs_random_hi"]], "+.3f",
                           edges=())
             bits.append(f"pruned accuracy vs random top-k {acc}"
                         + {"positive": "", "negative": " (below it)"}.get(sign, " (not resolved)"))
-        if is_number(r.get("speedup")):
+        if is_finite_number(r.get("speedup")):
             bits.append(f"speed-up {r['speedup']:.2f}×")
         out.append(f"{r['goal']}: {r['condition']} — " + "; ".join(bits)
                    + (f"; ties with {r['ties']}" if r["ties"] else ""))

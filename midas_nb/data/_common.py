@@ -103,14 +103,14 @@ def open_rgb(path: Path, listing: Path | str | None = None) -> Image.Image:
 
 def select_items(order: Sequence[int], labels: Sequence[int], k: int | None, keys: Sequence[Any] = (),
                  ids: Sequence[Any] | None = None, listing: Path | str = "") -> list[int]:
-    """Positions of ``order`` whose key (``keys[i]``) is one of ``ids`` (all when ``ids`` is None; ``ids`` already
-    of the keys' type), then the first ``k`` items of each label, following ``order`` (all when ``k`` is None).
+    """Positions of ``order`` whose key (``keys[i]``) is one of ``ids`` (all when ``ids`` is None; each id converted
+    to the keys' type), then the first ``k`` items of each label, following ``order`` (all when ``k`` is None).
 
     Raises:
         DatasetError: an id of ``ids`` that ``keys`` does not hold (``listing`` named).
     """
     if ids is not None:
-        wanted = set(ids)
+        wanted = {type(keys[0])(i) for i in ids} if len(keys) else set(ids)
         if unknown := sorted(wanted - set(keys)):
             raise DatasetError(f"{listing}: requested image id(s) {unknown[:5]} are not listed")
         order = [i for i in order if keys[i] in wanted]

@@ -31,11 +31,11 @@ from PIL import Image
 
 from ._common import AnnotatedDataset, DatasetError, PathLike, read_lines, require_root, select_items
 
-__all__ = ["AircraftDataset", "AIRCRAFT_LEVELS", "AIRCRAFT_SPLITS"]
+__all__ = ["AircraftDataset", "AIRCRAFT_LEVELS", "AIRCRAFT_SPLITS", "AIRCRAFT_CLASS_LISTS"]
 
 AIRCRAFT_LEVELS: tuple[str, ...] = ("variant", "family", "manufacturer")
 AIRCRAFT_SPLITS: tuple[str, ...] = ("train", "val", "trainval", "test")
-_CLASS_LIST = {"variant": "variants.txt", "family": "families.txt", "manufacturer": "manufacturers.txt"}
+AIRCRAFT_CLASS_LISTS = {"variant": "variants.txt", "family": "families.txt", "manufacturer": "manufacturers.txt"}
 _LAYOUT = ("an FGVC-Aircraft 'data' directory with images_box.txt, images_<level>_<split>.txt and images/<id>.jpg")
 
 
@@ -122,7 +122,7 @@ class AircraftDataset(AnnotatedDataset):
         rows = _read_labels(label_path)
         boxes = _read_boxes(root_p / "images_box.txt")
 
-        list_path = root_p / _CLASS_LIST[annotation_level]
+        list_path = root_p / AIRCRAFT_CLASS_LISTS[annotation_level]
         if list_path.is_file():
             names = [ln for _, ln in read_lines(list_path, _LAYOUT)]
         else:
@@ -138,7 +138,7 @@ class AircraftDataset(AnnotatedDataset):
             raise DatasetError(f"{label_path}: class name(s) {unknown[:5]} are not listed in {list_path}")
 
         keep = select_items(range(len(rows)), [self.label_map[n] for _, n in rows], max_images_per_class,
-                            [i for i, _ in rows], None if ids is None else [str(i) for i in ids], label_path)
+                            keys=[i for i, _ in rows], ids=ids, listing=label_path)
         rows = [rows[i] for i in keep]
         if not rows:
             raise DatasetError(f"{label_path}: split {split!r} selects no images; expected at least one "

@@ -33,6 +33,7 @@ import numpy as np
 from PIL import Image
 
 from ._common import DatasetError, PathLike
+from .aircraft import AIRCRAFT_CLASS_LISTS, AIRCRAFT_SPLITS
 from .cub import read_cub_annotations
 
 __all__ = ["make_aircraft_from_cub", "make_cars_from_cub", "AIRCRAFT_NAMES", "CARS_NAMES"]
@@ -136,9 +137,8 @@ def make_aircraft_from_cub(cub_root: PathLike, out: PathLike, *, num_classes: in
             splits[split].append((image_id, c))
     splits["trainval"] = sorted(splits["train"] + splits["val"], key=lambda r: r[0])
     _write_lines(data / "images_box.txt", sorted(box_lines))
-    for col, (level, listing) in enumerate((("variant", "variants.txt"), ("family", "families.txt"),
-                                            ("manufacturer", "manufacturers.txt"))):
-        for split in ("train", "val", "trainval", "test"):
+    for col, (level, listing) in enumerate(AIRCRAFT_CLASS_LISTS.items()):
+        for split in AIRCRAFT_SPLITS:
             _write_lines(data / f"images_{level}_{split}.txt",
                          [f"{i} {names[c][col]}" for i, c in sorted(splits[split])])
         _write_lines(data / listing, list(dict.fromkeys(n[col] for n in names)))

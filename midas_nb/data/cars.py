@@ -157,8 +157,7 @@ class CarsDataset(AnnotatedDataset):
             labels_all = [-1] * m
         stems = [Path(f).stem for f in ann["fname"]]
 
-        order = select_items(range(m), labels_all, max_images_per_class, stems,
-                             None if ids is None else [str(i) for i in ids], ann_path)
+        order = select_items(range(m), labels_all, max_images_per_class, keys=stems, ids=ids, listing=ann_path)
         if not order:
             raise DatasetError(f"{ann_path}: split {split!r} selects no images; expected at least one annotation")
 

@@ -261,8 +261,8 @@ class CUBDataset(AnnotatedDataset):
 
         pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
         n_split = len(pos)
-        pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, ann.ids.tolist(),
-                                    None if ids is None else [int(i) for i in ids], self.root / "images.txt"), np.int64)
+        pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, keys=ann.ids.tolist(),
+                                    ids=ids, listing=self.root / "images.txt"), np.int64)
         if len(pos) == 0:
             n_tr = int(ann.is_train.sum())
             raise DatasetError(f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "

@@ -32,7 +32,7 @@ import importlib
 from typing import Any
 
 from ..point import lazy_names
-from .stats import bootstrap_ci, hierarchical_bootstrap
+from .stats import bootstrap_ci, hierarchical_bootstrap, is_finite_number
 from .registry import MetricCategory, MetricSpec, register_metric
 from .decoupling import (BUILD_COLUMN, CHECKPOINT_COLUMNS, DEFAULT_CELL, DEFAULT_CONDITION_KEY, D_STATUSES, PARITY_BAND,
                          REFERENCE_CHECKS, band_resolution, band_rule, decoupling_D, parity_band, per_image_values)
@@ -63,4 +63,4 @@ __all__ = ["MetricSpec", "register_metric", "list_metrics", "get_metric", "PartI
     "insertion_counts", "curve_auc", "gaussian_blur", "decoupling_D", "D_STATUSES", "PARITY_BAND", "band_resolution",
     "band_rule", "parity_band", "hierarchical_bootstrap", "patch_score", "point_in_box", "centre_patch",
     "centre_in_box", "box_share", "pruned_accuracy", "measure_throughput", "measure_throughputs", "measure_speed",
-    "family_readout", "SPEED_ROUNDS", "bootstrap_ci", "COVERAGE_KINDS"]
+    "family_readout", "SPEED_ROUNDS", "bootstrap_ci", "COVERAGE_KINDS", "is_finite_number"]

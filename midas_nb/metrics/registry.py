@@ -43,9 +43,8 @@ _METRICS = Registry("metric")
 
 
 def register_metric(name: str, *, higher_is_better: bool, category: MetricCategory, reference: str, summary: str,
-    field_directions: Mapping[str, bool] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        field_directions: Mapping[str, bool] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn`` under ``name``; also sets ``fn.higher_is_better``."""
-
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         _METRICS.add(name, MetricSpec(name, fn, higher_is_better, category, reference, summary,
                                       dict(field_directions or {})))

@@ -8,9 +8,9 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .. import config
-from ..metrics import band_resolution, band_rule, parity_band
+from ..metrics import band_resolution, band_rule, is_finite_number, parity_band
 from ..analysis.paper_reference import PAPER_FINDINGS, RETIRED_FINDINGS
-from ..analysis.findings import ci_text, finding_verdict, findings_paragraph, is_number, plural
+from ..analysis.findings import ci_text, finding_verdict, findings_paragraph, plural
 from ..analysis.synthesis import claims_markdown, claims_table, content_from_d, headline
 from .tables import (fitness, IncompleteReportError, MixedSettingsError, number_text as _f, read_tables, SECTIONS,
                      SKIPPED_ROW, TABLES, write_tables)
@@ -27,12 +27,12 @@ def _md_table(headers: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
 
 def _builds(r: Mapping[str, Any]) -> int:
     """The backbone builds behind a row (older tables: 1)."""
-    return int(float(r["n_builds"])) if is_number(r.get("n_builds")) else 1
+    return int(float(r["n_builds"])) if is_finite_number(r.get("n_builds")) else 1
 
 
 def _builds_seeds(r: Mapping[str, Any]) -> str:
     """``"B × S"``: the backbone builds of a row and the seeds of each (decision 0072)."""
-    return f"{_builds(r)} × {int(float(r['n_seeds']) / _builds(r))}" if is_number(r.get("n_seeds")) else ""
+    return f"{_builds(r)} × {int(float(r['n_seeds']) / _builds(r))}" if is_finite_number(r.get("n_seeds")) else ""
 
 
 def _block(tables: Mapping[str, pd.DataFrame], name: str, ds: str = "", bb: str = "") -> pd.DataFrame:
@@ -91,9 +91,9 @@ def _first_check(t: pd.DataFrame, col: str, status: str, skip: Sequence[str]) ->
 def _check_notes(t: pd.DataFrame) -> list[str]:
     """The reference's faithfulness check, then D against the random-map control (where run) with its own check."""
     check = _first_check(t, "band_reason", "status", ["reference"])
-    parts = [f"{c} {ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in
-             zip(t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
-                 t["status_vs_random_map"]) if c != "random_map" and is_number(d)] if "D_vs_random_map_pp" in t else []
+    parts = [f"{c} {ci_text(d, lo, hi)} ({st})" for c, d, lo, hi, st in zip(
+        t["condition"], t["D_vs_random_map_pp"], t["D_vs_random_map_pp_lo"], t["D_vs_random_map_pp_hi"],
+        t["status_vs_random_map"]) if c != "random_map" and is_finite_number(d)] if "D_vs_random_map_pp" in t else []
     control = parts and _first_check(t, "band_reason_vs_random_map", "status_vs_random_map",
                                      ["random_map", "reference"])
     return [f"Reference check: {check}.\n" if check else "", "D vs random_map (pp): " + "; ".join(parts) + ".\n"
@@ -105,7 +105,7 @@ def _three_rows(tc: pd.DataFrame, compact: bool = False) -> list[list[str]]:
     for _, r in tc.iterrows():
         ref = r["condition"] == "reference"
         D = "0 (reference)" if ref else ci_text(r["D_pp"], r["D_pp_lo"], r["D_pp_hi"])
-        cut = any(is_number(v) and abs(float(v)) >= 100 - 1e-9 for v in (r["D_pp_lo"], r["D_pp_hi"]))
+        cut = any(is_finite_number(v) and abs(float(v)) >= 100 - 1e-9 for v in (r["D_pp_lo"], r["D_pp_hi"]))
         if not ref and _builds(r) > 1:
             D += f" ({r['D_pp_by_build']})"  # each build's D beside the interval over builds
         elif not ref and cut and r.get("D_pp_by_seed"):

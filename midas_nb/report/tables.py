@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from ..analysis.findings import backbone_fitness, count_fitness, is_number
+from ..analysis.findings import backbone_fitness, count_fitness
 from ..metrics.stats import is_finite_number
 
 #: the provenance row of the test images coverage leaves out ("images without a visible part" in older tables)
@@ -50,13 +50,13 @@ def fitness(tables: Mapping[str, pd.DataFrame]) -> dict[tuple[str, str], tuple[b
         if cm and n:
             split[ds] = (int(n.group(1)), 1 / int(cm.group(2)), float(cm.group(3)))
             top1, teacher = v.get("backbone test top-1 (whole test split)"), v.get("teacher test top-1")
-            if is_number(top1):
+            if is_finite_number(top1):
                 out[(ds, bb)] = backbone_fitness(float(top1), *split[ds],
-                                                 float(teacher) if is_number(teacher) else None)
+                                                 float(teacher) if is_finite_number(teacher) else None)
     bt = tables.get("backbones", pd.DataFrame(columns=BACKBONE_COLUMNS))
     for r in bt.drop_duplicates(["dataset", "backbone"]).itertuples():
-        if r.dataset in split and (r.dataset, r.backbone) not in out and is_number(r.test_accuracy):
-            t = float(r.teacher_test_accuracy) if is_number(r.teacher_test_accuracy) else None
+        if r.dataset in split and (r.dataset, r.backbone) not in out and is_finite_number(r.test_accuracy):
+            t = float(r.teacher_test_accuracy) if is_finite_number(r.teacher_test_accuracy) else None
             out[(r.dataset, r.backbone)] = backbone_fitness(float(r.test_accuracy), *split[r.dataset], t)
     return out
 

@@ -246,7 +246,7 @@ def last_window(d: int, sigma: float | None = None, device: torch.device | None 
 
 
 def tokentm_relevance(hidden_in: Sequence[Tensor], value_proj: Sequence[Tensor], hidden_mid: Sequence[Tensor],
-    mlp_out: Sequence[Tensor], attn: Sequence[Tensor], attn_grad_prob: Sequence[Tensor], *, row: int = 0) -> Tensor:
+        mlp_out: Sequence[Tensor], attn: Sequence[Tensor], attn_grad_prob: Sequence[Tensor], *, row: int = 0) -> Tensor:
     """TokenTM contribution ``C = U_n^ffn U_n^mhsa ⋯ U_1^ffn U_1^mhsa · C⁰``, row ``row``
     (Wu et al., CVPR 2024, https://arxiv.org/abs/2403.14552, §3; DESIGN.md §4).
 

@@ -39,9 +39,10 @@ def set_output(notebook: str | None, directory: str | Path | None = None, *, pro
 
 def output_dir() -> Path:
     """The directory :func:`set_output` chose (created), else ``config.figures_dir()``."""
-    if (d := _STATE["directory"]) is not None:
-        d.mkdir(parents=True, exist_ok=True)
-    return config.figures_dir() if d is None else d
+    if (d := _STATE["directory"]) is None:
+        return config.figures_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def figure_path(name: str, suffix: str = ".png") -> Path:
