@@ -36,3 +36,20 @@ def test_an_unclassified_module_is_an_error(monkeypatch, capsys):
     monkeypatch.setattr(line_counts, "EDITION", ("viz",))                # course in no group
     assert line_counts.main([]) == 2
     assert "unclassified modules: course" in capsys.readouterr().err
+
+
+def test_code_mode_leaves_out_blanks_comments_and_docstrings(tmp_path, capsys):
+    src = tmp_path / "m.py"
+    src.write_text('"""Module\ndocstring."""\n# a comment\n\nX = 1  # code with a comment\n\n\n'
+                   'class A:\n    """Class doc."""\n\n    def f(self):\n        """Method\n        doc."""\n'
+                   '        return "not a docstring"\n', encoding="utf-8")
+    assert line_counts.count(src, False) == 14
+    assert line_counts.count(src, True) == 4          # by hand: X = 1, class A:, def f, return
+    assert line_counts.main([]) == 0
+    out = capsys.readouterr().out
+    nums = {g: int(n) for g, n in re.findall(r"^(science|plumbing|edition): (\d+) lines", out, re.M)}
+    goal = re.search(r"issue 54's goal: package <= 21000 lines \(now (\d+)\), all plumbing <= 5000 \(now (\d+)\)"
+                     r", science >= 60 % \(now ([\d.]+) %\): (met|not met)", out)
+    total = sum(nums.values())
+    assert goal and int(goal[1]) == total and int(goal[2]) == nums["plumbing"]
+    assert goal[4] == ("met" if total <= 21000 and nums["plumbing"] <= 5000 and float(goal[3]) >= 60 else "not met")
