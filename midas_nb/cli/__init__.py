@@ -34,8 +34,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         spec, problems = spec_from_args(args)
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
-    except config.ProfileError as e:  # one line each, whatever a library's message holds
-        return _answer("run", [" ".join(str(line).split()) for line in e.problems], outcome="no notebook was started")
+    except config.ProfileError as e:  # one line each (whatever a message holds); the run's own settings as options
+        lines = [" ".join(str(line).split()) for line in e.problems]
+        return _answer("run", [f"--{s.replace('_', '-')}{ln[len(s):]}" if (s := config.setting_of(ln)) in
+                               ("cell_timeout", "output") else ln for ln in lines], outcome="no notebook was started")
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         return _answer("run", [str(e)], 1)
     return 0
