@@ -203,7 +203,7 @@ def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_report(args: argparse.Namespace) -> int:
     if problems := _report_problems(args):
         return _answer("report", problems, outcome="nothing was written")
-    from ..report import make_report, MixedSettingsError
+    from ..report import make_report
 
     try:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
@@ -211,9 +211,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
                            allow_incomplete=args.allow_incomplete, allow_mixed_settings=args.allow_mixed_settings)
     except config.ProfileError as e:       # a MIDAS_*_DIR that is not a directory
         return _answer("report", e.problems)
-    except MixedSettingsError as e:        # the store holds rows of other settings: refused, nothing written
-        return _answer("report", str(e).splitlines())
-    except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
+    except (FileNotFoundError, ValueError) as e:   # nothing to report (no store, no row, missing cells, other
+        return _answer("report", str(e).splitlines())   # settings, tables not a report's): refused as bad input
+    except OSError as e:                   # a directory not writable: a failure
         return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
     return 0
