@@ -209,10 +209,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=_report_overrides(args),
                            allow_incomplete=args.allow_incomplete, allow_mixed_settings=args.allow_mixed_settings)
-    except config.ProfileError as e:       # a MIDAS_*_DIR that is not a directory
-        return _answer("report", e.problems)
-    except (FileNotFoundError, ValueError) as e:   # nothing to report (no store, no row, missing cells, other
-        return _answer("report", str(e).splitlines())   # settings, tables not a report's): refused as bad input
+    except (FileNotFoundError, ValueError) as e:   # bad input: no store, no row, missing cells, rows of other
+        return _answer("report", str(e).splitlines())   # settings, tables not a report's, a MIDAS_*_DIR (ProfileError)
     except OSError as e:                   # a directory not writable: a failure
         return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
