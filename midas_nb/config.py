@@ -283,7 +283,7 @@ _NAMES = Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_le
                    expect("a non-empty list of names")]
 #: a backbone's name, a directory (of a profile or a run file: one check, one line)
 BackboneName = Annotated[StrictStr, Field(min_length=1), expect("a backbone name", hint=lambda v: "; the names: "
-                         "midas_nb.backbones.list_backbones() (e.g. 'hybrid_lite0_deit') or a timm ViT name")]
+                         "python -c 'import midas_nb.backbones as b; print(b.list_backbones())' or a timm ViT name")]
 DirPath = Annotated[Any, expect("a directory path", lambda v: v is None or is_path(v))]
 #: a device's name, not looked for on this machine (of a profile or a run file; :func:`check_device`)
 DeviceName = Annotated[Any, AfterValidator(lambda v: check_lines(check_device(v, here=False), v))]

@@ -508,7 +508,7 @@ def test_cli_report(tmp_path, capsys):
     st.path(wide_t5.key).write_text(st.path(wide_t5.key).read_text()[:300])
     assert (st.status()["status"] == "pending").sum() == 1                       # what `sweep status` says
     out2 = tmp_path / "cli2"
-    assert main(args[:-1] + [str(out2)]) == 1
+    assert main(args[:-1] + [str(out2)]) == 2                                  # refused, as bad input
     err = capsys.readouterr().err
     assert "is incomplete: 1 of the" in err and "synthetic/vit_smoke_wide L2 b0.25 T5 s0: unreadable record" in err
     assert not out2.exists()
@@ -516,9 +516,9 @@ def test_cli_report(tmp_path, capsys):
     sc = report.read_tables(out2)["scale"]
     row = sc[(sc["backbone"] == "vit_smoke_wide") & (sc["condition"] == "T5")]
     assert row["status"].tolist() == ["missing"] and row["missing"].tolist() == ["1 of 1 cells missing"]
-    assert main(["report", "--profile", "smoke", "--store", str(tmp_path / "nowhere")]) == 1
+    assert main(["report", "--profile", "smoke", "--store", str(tmp_path / "nowhere")]) == 2   # nothing to report
     assert "no result store at" in capsys.readouterr().err
-    assert main(args + ["--budget", "0.75", "--allow-incomplete"]) == 1
+    assert main(args + ["--budget", "0.75", "--allow-incomplete"]) == 2
     assert "no reference rows of backbone 'vit_smoke' at L=2, b=0.75" in capsys.readouterr().err
 
 
@@ -766,7 +766,7 @@ def test_a_report_over_three_datasets_has_one_block_each_beside_the_papers_d(tmp
 
 def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys, monkeypatch):
     """Tables that are not what `midas-nb report` wrote, a runs directory that is a file, and
-    several bad options at once: one clear line each, exit status 1 or 2, no traceback."""
+    several bad options at once: one clear line each, exit status 2 (1: a failure to write), no traceback."""
     import shutil
 
     from midas_nb.cli import main
@@ -774,11 +774,16 @@ def test_bad_report_inputs_get_one_line_each_and_write_nothing(tmp_path, capsys,
     tables, out = tmp_path / "tables", tmp_path / "out"
     shutil.copytree(REPO / "results", tables)
     (tables / "provenance.csv").write_text("a,b\n1,2\n")                        # a column missing
-    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1
+    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 2
     assert "lack the column 'setting'" in capsys.readouterr().err and not out.exists()
     (tables / "provenance.csv").write_text('a,"b\n')                            # not a CSV pandas reads
-    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1
+    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 2
     assert f"{tables / 'provenance.csv'}: not a readable CSV table" in capsys.readouterr().err and not out.exists()
+    shutil.copy(REPO / "results" / "provenance.csv", tables)                  # good tables, an output not writable
+    monkeypatch.setattr("midas_nb.report.markdown.write_tables", lambda *a: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied", str(out))))
+    assert main(["report", "--from-tables", str(tables), "--output", str(out)]) == 1   # a failure, not bad input
+    assert capsys.readouterr().err.strip() == f"midas-nb report: [Errno 13] Permission denied: '{out}'"
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(REPO / "README.md"))
     assert main(["report", "--profile", "smoke"]) == 2                        # a bad setting, as any other
     assert "README.md is a file; expected a writable directory (MIDAS_RUNS_DIR names it)" in capsys.readouterr().err

@@ -70,7 +70,9 @@ def _run(args, capsys):
     # the run description and the profile check a name with one rule: said once, not once by each
     (["--device", ""], "device: expected 'cpu', 'cuda', 'cuda:N' or 'mps', got ''"),
     (["--backbone", ""], "backbone: expected a backbone name, got ''; the names: "
-     "midas_nb.backbones.list_backbones() (e.g. 'hybrid_lite0_deit') or a timm ViT name"),
+     "python -c 'import midas_nb.backbones as b; print(b.list_backbones())' or a timm ViT name"),
+    # a setting of the run alone (not a profile's) is named by its option
+    (["--cell-timeout", "-5"], "midas-nb run: --cell-timeout: expected seconds > 0, got -5.0"),
     (["-p", "data_root", ""], "data_root: expected a directory path, got ''"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_kernel(args, expected, tmp_path, capsys, no_kernel):
@@ -82,6 +84,13 @@ def test_a_bad_argument_is_one_line_and_exit_2_before_any_kernel(args, expected,
     assert expected in problems[0]
     assert lines[-1] == "midas-nb run: 1 problem; no notebook was started"
     assert not out.exists()                                            # nothing written, no manifest
+
+
+def test_the_command_an_empty_backbone_name_points_to_prints_the_names(capsys):
+    line, = config.RunProfile.problems(config.get_profile("smoke", backbone=""))
+    exec(line.split("python -c '")[1].split("'")[0], {})   # the code the shell hands python -c
+    from midas_nb.backbones import list_backbones
+    assert capsys.readouterr().out.strip() == str(list_backbones()) and "hybrid_lite0_deit" in list_backbones()
 
 
 def test_every_problem_is_listed_and_a_good_copy_is_not_touched(tmp_path, capsys, no_kernel):
@@ -714,7 +723,7 @@ def test_profile_and_dataset_names_are_checked_with_the_other_settings(tmp_path,
                       str(tmp_path / "o")], capsys)
     assert rc == 2 and _problems(lines) == [
         "midas-nb run: profile: expected one of ['paper', 'quick', 'rehearsal', 'smoke'], got 'smook' "
-        "(did you mean 'smoke'?)", "midas-nb run: cell_timeout: expected seconds > 0, got -1.0"]
+        "(did you mean 'smoke'?)", "midas-nb run: --cell-timeout: expected seconds > 0, got -1.0"]
     run_file = tmp_path / "run.yaml"
     run_file.write_text("profile: smook\n")
     rc, lines = _run(["--config", str(run_file), "--notebooks", "02", "--output", str(tmp_path / "o")], capsys)

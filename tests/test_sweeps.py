@@ -746,7 +746,7 @@ def test_slurm_executor_without_slurm_is_one_clear_error(tmp_path, monkeypatch, 
     """No silent local fallback: without sbatch, executor='slurm' names the alternatives."""
     from midas_nb.sweeps.slurm import SlurmNotFound
     monkeypatch.setenv("PATH", str(tmp_path))          # no sbatch, no srun
-    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*executor='local'"):
+    with pytest.raises(SlurmNotFound, match=r"no 'sbatch'.*run here \(--executor local, or executor='local'\)$"):
         run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"))
     assert not list(markers.iterdir())                  # nothing ran
@@ -766,7 +766,8 @@ def test_an_sbatch_that_refuses_is_one_clear_error_on_the_command_line(tmp_path,
         (fake / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(SlurmNotFound, match=r"sbatch refused the submission: sbatch: fatal: Could not establish a "
-                                            r"configuration source; .*--executor local"):
+                                            r"configuration source; .*run the sweep here "
+                                            r"\(--executor local, or executor='local'\)$"):
         run_sweep(toy_cells(2), functools.partial(marker_cell_fn, marker_dir=str(markers)),
                   ResultStore(tmp_path / "store"), executor="slurm", slurm=dict(partition="gpu"), wait=False)
     assert not list(markers.iterdir())

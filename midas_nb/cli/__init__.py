@@ -34,8 +34,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         spec, problems = spec_from_args(args)
         run_notebooks(spec=spec, progress=not args.no_progress, problems=problems)
-    except config.ProfileError as e:  # one line each, whatever a library's message holds
-        return _answer("run", [" ".join(str(line).split()) for line in e.problems], outcome="no notebook was started")
+    except config.ProfileError as e:  # one line each (whatever a message holds); the run's own settings as options
+        lines = [" ".join(str(line).split()) for line in e.problems]
+        return _answer("run", [f"--{s.replace('_', '-')}{ln[len(s):]}" if (s := config.setting_of(ln)) in
+                               ("cell_timeout", "output") else ln for ln in lines], outcome="no notebook was started")
     except (RuntimeError, ValueError, FileNotFoundError) as e:
         return _answer("run", [str(e)], 1)
     return 0
@@ -201,17 +203,15 @@ def _report_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_report(args: argparse.Namespace) -> int:
     if problems := _report_problems(args):
         return _answer("report", problems, outcome="nothing was written")
-    from ..report import make_report, MixedSettingsError
+    from ..report import make_report
 
     try:
         path = make_report(args.profile or "quick", store=args.store, output=args.output, readme=args.readme,
                            from_tables=args.from_tables, overrides=_report_overrides(args),
                            allow_incomplete=args.allow_incomplete, allow_mixed_settings=args.allow_mixed_settings)
-    except config.ProfileError as e:       # a MIDAS_*_DIR that is not a directory
-        return _answer("report", e.problems)
-    except MixedSettingsError as e:        # the store holds rows of other settings: refused, nothing written
-        return _answer("report", str(e).splitlines())
-    except (OSError, ValueError) as e:     # no store or tables, unreadable tables, a directory not writable
+    except (FileNotFoundError, ValueError) as e:   # bad input: no store, no row, missing cells, rows of other
+        return _answer("report", str(e).splitlines())   # settings, tables not a report's, a MIDAS_*_DIR (ProfileError)
+    except OSError as e:                   # a directory not writable: a failure
         return _answer("report", [str(e)], 1)
     print(f"report: {path}" + (f"\nREADME results section: {args.readme}" if args.readme else ""))
     return 0

@@ -129,7 +129,7 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("-p --param", _PAIRS, "notebook parameter, repeatable (`papermill --help-notebook notebooks/02_*.ipynb` "
          "lists them): a number, a quoted YAML value ('[0, 1]') or a list as 0,1"),
         ("--output", {}, "directory for executed notebooks (default runs/<profile>)"),
-        ("--cell-timeout", dict(type=float, metavar="SECONDS"), "stop a cell that runs longer"),
+        ("--cell-timeout", dict(type=float, metavar="SECONDS"), "stop a cell that runs longer (default: none)"),
         ("--no-progress", _FLAG, "no progress bar")]),
     "sweep": ("sweeps on a cluster: plan, submit, status, wait", "plan: jobs, cells, GPU-hours; submit: send them "
               "(again: what failed or is missing); status: the stores in runs/sweeps; wait: until none is queued",
@@ -173,13 +173,13 @@ COMMANDS: dict[str, tuple[str, str | None, str, list[tuple[str, dict, str]]]] = 
         ("--from-tables", dict(metavar="DIR"), "re-render REPORT.md (and --readme) from the CSV tables in DIR, no "
          "store"),
         ("--backbone", {}, "the run's backbone, when not the profile's"),
-        ("--depth", _INTEGER, "the run's depth L, when not the profile's"),
-        ("--budget", dict(type=float), "the run's budget b, when not the profile's"),
+        ("--depth", _INTEGER, "depth L, a 1-based block index, when not the profile's"),
+        ("--budget", dict(type=float), "budget b in (0, 1], the kept fraction of patch tokens, when not the profile's"),
         ("-p --param", _PAIRS, "a setting of the run, when not the profile's (as run -p): only its cells are read"),
         ("--allow-mixed-settings", _FLAG, "report although the store holds rows of other settings (left out, "
          "counted; default: refuse, exit 2)"),
         ("--allow-incomplete", _FLAG, "report although expected cells have no result; marked INCOMPLETE "
-         "(default: refuse, exit 1)")]),
+         "(default: refuse, exit 2)")]),
 }
 
 

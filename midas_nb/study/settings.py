@@ -12,6 +12,7 @@ from .. import config
 from ..analysis.protocol import PROTOCOL_DEFAULTS
 from ..backbones import (backbone_kwargs, check_backbone, check_epochs, comparison_backbones, TrainingRecipe,
                          weights_for)
+from ..data import check_layout
 from ..identity import hash_json
 from ..point import Budget, Point
 
@@ -142,12 +143,10 @@ class RunSettings:
         if not bad & {"dataset", "data_root", "data_roots", "aircraft_level"}:   # the data, no image read
             try:
                 root = config.data_root_for(p, name)
-                if root is not None and not root.is_dir():
-                    raise FileNotFoundError(f"data root {str(root)!r} of dataset {name!r} does not exist or is "
-                                            "not a directory")
                 label = "synthetic" if root is None else config.dataset_label(p, name)
-            except (ValueError, FileNotFoundError) as e:
+            except ValueError as e:
                 problems.append(str(e))
+            problems += check_layout(name, root) if root is not None and not root.is_dir() else []
         if label is not None and not bad & {"backbone", "finetune", "synthetic_finetune"}:   # bb trains on label
             problems += [f"{config.finetune_setting_name(p, label, bb, 'epochs')}: on {label}, {why}"
                          for why in check_epochs(bb, config.finetune_settings(p, label, bb).get("epochs"))]

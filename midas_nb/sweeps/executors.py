@@ -227,7 +227,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         raise SlurmNotFound(f"sbatch refused the submission: {lines[-1] if lines else e}; check that this machine "
                             "reaches a Slurm controller (scontrol ping) and the partition exists, or run the sweep "
-                            "here: midas-nb sweep submit --executor local (executor='local' in Python)") from None
+                            "here (--executor local, or executor='local')") from None
 
 
 @dataclass

@@ -76,8 +76,8 @@ def slurm_executor(folder: Path, cluster: str | None, params: Mapping[str, Any])
         raise ValueError(f"slurm cluster {cluster!r} is not known; expected None or 'slurm' (a Slurm cluster), "
                          "'local' or 'debug' (submitit's stand-ins on this machine)")
     if cluster in (None, "slurm") and shutil.which("sbatch") is None:
-        raise SlurmNotFound("executor='slurm' needs a Slurm cluster, but no 'sbatch' is on the PATH of this machine; "
-                            "submit from a Slurm login node, or run here with executor='local'")
+        raise SlurmNotFound("the Slurm executor needs a Slurm cluster, but no 'sbatch' is on this machine's PATH; "
+                            "submit from a Slurm login node or run here (--executor local, or executor='local')")
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster or "slurm")
     ex.update_parameters(**params)
     return ex, cluster or "slurm"
