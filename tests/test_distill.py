@@ -327,6 +327,10 @@ def test_coarse_epochs_train_on_the_teacher_grid_first(tmp_path, monkeypatch):
         return orig(self, x, *a, **kw)
 
     monkeypatch.setattr(Block, "forward", spy)
+    from midas_nb.backbones import features
+    descs, bar = [], features._progress     # the bar says the first epochs are faster (its ETA rises after them)
+    monkeypatch.setattr(features, "_progress", lambda it, total, desc, *a, **kw: descs.append(desc) or bar(
+        it, total, desc, *a, **kw))
     train, test = ImageSet(20, 0), ImageSet(8, 1)
     model, meta = bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe())
     assert [h["coarse"] for h in meta["history"]] == [True, False]
@@ -340,6 +344,8 @@ def test_coarse_epochs_train_on_the_teacher_grid_first(tmp_path, monkeypatch):
     monkeypatch.setitem(bb.DISTILLED_RECIPES, "vit_smoke_deit", dl.DistillRecipe())
     _, plain = bb.load_or_finetune("vit_smoke_deit", train, test, cache_dir=tmp_path, **_recipe(epochs=1))
     assert plain["loaded_from_cache"] is False and "coarse_epochs" not in plain["key"]["distill"]
+    assert [d for d in descs if d.startswith("distil")] == [
+        "distil vit_smoke_deit, build 0 (coarse tokens to epoch 1: the ETA rises after)", "distil vit_smoke_deit, build 0"]
     # the registry's recipe is the only one a build takes (the key reads it); coarse < epochs
     with pytest.raises(ValueError, match="differs from DISTILLED_RECIPES"):
         dl.finetune_distilled("vit_smoke_deit", train, test, distill=recipe, **_recipe())

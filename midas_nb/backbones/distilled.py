@@ -328,7 +328,9 @@ def finetune_distilled(model_name: str, train_set, test_set, recipe: TrainingRec
     model.train()
     t0 = time.perf_counter()
     with fused_attention(model):  # speed only (ATTENTION_KERNEL); the returned model is unfused again
-        history = run_epochs(epochs, f"distil {model_name}, build {seed}", progress, step.epoch)
+        history = run_epochs(epochs, f"distil {model_name}, build {seed}" + (
+            f" (coarse tokens to epoch {distill.coarse_epochs}: the ETA rises after)" if distill.coarse_epochs else ""),
+            progress, step.epoch)
         train_s = time.perf_counter() - t0
         model.eval()
         del step, teacher.train, teacher.maps
