@@ -434,3 +434,17 @@ def test_sweep_status_of_a_profile_counts_each_notebook_sweep_of_the_catalogue(t
     assert list(lines) == list(config.SWEEPS)
     n = len(sweep_cells(prof, "protocol", planned=True))
     assert f"{n:>6,} cells" in lines["protocol"] and lines["protocol"].split("line above,")[1].split()[0] == "1"
+
+
+def test_submit_defaults_ask_for_a_gpu_and_two_hours(fake_slurm, capsys, monkeypatch):
+    """Without --gpus and --time a job of a cuda profile asks for one GPU and 120 minutes (submitit's own defaults,
+    no GPU and 5 minutes, would run every cell without its device, and kill a ViT-B job of 8 cells on an H200)."""
+    from midas_nb import cli
+
+    monkeypatch.setitem(config.PROFILES["smoke"], "device", "cuda")
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "regime"]) == 0, capsys.readouterr().err
+    assert fake_slurm.params["gpus_per_node"] == 1 and fake_slurm.params["timeout_min"] == 120
+    monkeypatch.setitem(config.PROFILES["smoke"], "device", "cpu")      # a CPU profile asks for no GPU
+    fake_slurm.params.clear()
+    assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "protocol"]) == 0, capsys.readouterr().err
+    assert "gpus_per_node" not in fake_slurm.params and fake_slurm.params["timeout_min"] == 120

@@ -129,7 +129,7 @@ def run_sweep(cells: Sequence[SweepCell], cell_fn: Callable[[SweepCell], Any], s
     """Compute the cells without a ``done`` record (``retry_failed=False``: nor a ``failed`` one), resuming a stopped
     sweep; returns their status (a dead job: its cells pending, an ``executor_errors`` line). ``cell_fn``: ``cell ->
     DataFrame | list[dict] | dict``, picklable for ``slurm`` (submitit; ``wait=False`` returns once submitted; no
-    Slurm: ``SlurmNotFound``); ``slurm``: ``partition``, ``time`` (min), ``gpus_per_node``, ``cpus_per_task``,
+    Slurm: ``SlurmNotFound``); ``slurm``: ``partition``, ``time`` (min; 120), ``gpus_per_node``, ``cpus_per_task``,
     ``mem`` (GB or ``"32G"``), ``array_parallelism``, ``cells_per_job`` (8), ``max_array_size``, other
     ``AutoExecutor`` parameters, ``cluster`` (``None``: Slurm; ``"local"``/``"debug"``: submitit's stand-ins here);
     job logs in ``<store>/submitit``. ``ValueError``: duplicated cells, an unknown executor."""
@@ -195,9 +195,9 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
     ``.cells`` and ``.after``: the preparation jobs' ids). :class:`SlurmNotFound`: no ``sbatch``, or it refused."""
     from submitit.core.utils import FailedJobError
 
-    params = {"slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
-              for k, v in slurm.items() if k != "cluster" and v is not None}
-    params.setdefault("name", "midas_sweep")
+    params = {"name": "midas_sweep", "timeout_min": 120} | {   # not submitit's 5 min: a ViT-B job takes 20 on an H200
+        "slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
+        for k, v in slurm.items() if k != "cluster" and v is not None}
     cells_per_job, max_array = int(params.pop("cells_per_job", 8)), params.pop("max_array_size", None)
     held = io.StringIO()        # submitit prints a refusing sbatch's stderr: said once, below
     try:
