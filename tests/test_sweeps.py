@@ -548,7 +548,8 @@ def test_sweep_status_by_name_and_of_every_store(tmp_path, monkeypatch, markers,
     with pytest.raises(FileNotFoundError, match="no sweep store .*; known sweeps: toy$"):
         open_store("nope", must_exist=True)
     monkeypatch.setenv("MIDAS_RUNS_DIR", str(tmp_path / "empty"))      # no store yet: no empty list shown
-    with pytest.raises(FileNotFoundError, match=r"none exists yet \(a run or `midas-nb sweep submit` makes one\)"):
+    with pytest.raises(FileNotFoundError, match=r"\(a profile's store has its name\); none exists yet "
+                                                r"\(a run or `midas-nb sweep submit` makes one\)"):
         open_store("nope", must_exist=True)
 
 

@@ -330,8 +330,8 @@ def open_store(name_or_store: str | Path | ResultStore, must_exist: bool = False
         p = named
     if must_exist and not p.is_dir():
         known = sorted(q.name for q in (runs_dir() / "sweeps").glob("*") if q.is_dir())
-        raise FileNotFoundError(f"no sweep store at {p}; " + (f"known sweeps: {', '.join(known)}" if known else
-                                "none exists yet (a run or `midas-nb sweep submit` makes one)"))
+        raise FileNotFoundError(f"no sweep store at {p} (a profile's store has its name); " + (f"known sweeps: "
+            f"{', '.join(known)}" if known else "none exists yet (a run or `midas-nb sweep submit` makes one)"))
     if must_exist and not ((p / "cells").is_dir() or (p / "grid.json").is_file()):
         raise ValueError(f"{p} is not a sweep store (it has neither cells/ nor grid.json); expected a sweep "
                          f"name under {runs_dir() / 'sweeps'} or a store directory written by midas_nb")
