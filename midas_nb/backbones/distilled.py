@@ -438,7 +438,7 @@ class _DistillStep:
         order = torch.randperm(M, generator=self.gen)
         flips = (torch.rand(M, generator=self.gen) < 0.5).long()
         sums = dict(loss=0.0, hint=0.0, token_labels=0.0)
-        correct = seen = mixed = 0
+        correct = seen = mixed = clean = 0
         for i in range(0, M, self.batch_size):
             idx = order[i:i + self.batch_size]
             loss, lc, ld, y, was_mixed = self._batch(idx, flips[idx], sums, coarse)
@@ -448,12 +448,12 @@ class _DistillStep:
             self.scaler.update()
             self.scheduler.step()
             sums["loss"] += float(loss.detach()) * len(y)
-            correct += int(((lc + ld).argmax(-1) == y).sum())
-            seen += len(y)
-            mixed += was_mixed
-        return dict(loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen,
-                    token_label_loss=sums["token_labels"] / seen, mixed_batches=mixed,
-                    train_running_accuracy=correct / seen, coarse=coarse, seconds=time.perf_counter() - t_ep)
+            seen, mixed = seen + len(y), mixed + was_mixed
+            if not was_mixed:   # a MixToken batch has two labels: the accuracy counts the unmixed batches
+                correct, clean = correct + int(((lc + ld).argmax(-1) == y).sum()), clean + len(y)
+        return dict(loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen, mixed_batches=mixed, coarse=coarse,
+                    token_label_loss=sums["token_labels"] / seen, seconds=time.perf_counter() - t_ep,
+                    train_running_accuracy=correct / clean if clean else math.nan)
 
     def _batch(self, idx: Tensor, fl: Tensor, sums: dict[str, float], coarse: bool = False):
         t, recipe, model, device = self.teacher, self.recipe, self.model, self.device

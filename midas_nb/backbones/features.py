@@ -182,9 +182,9 @@ def feature_accuracy(model: nn.Module, feats: Tensor, labels: Tensor, batch_size
 def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[str, Any]]:
     """``epochs`` calls of ``run_epoch(epoch)`` (``epoch`` = 0, 1, …; one epoch each, returning
     its losses and ``train_running_accuracy``) under a progress bar; the per-epoch history. The bar
-    shows each finished epoch's count with its ``loss`` and ``train_acc`` (the running accuracy on
-    the training batches, not a test accuracy), set together: a refresh between two epochs (tqdm's
-    monitor) pairs them as they belong."""
+    shows each finished epoch's count with its ``loss`` and ``train_acc`` (the running accuracy on the training
+    batches, MixToken's mixed ones left out; not a test accuracy), set together: a refresh between two epochs
+    (tqdm's monitor) pairs them as they belong."""
     history = []
     with _progress(None, epochs, desc, progress, unit="epoch") as bar:
         for epoch in range(epochs):
