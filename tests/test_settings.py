@@ -57,6 +57,11 @@ def test_every_problem_at_once_one_line_each():
                                        "got 'smook'"]
     assert _lines(dataset="aircraft", data_roots={"aircraft": "/no/such/dir"}) == [
         "data root '/no/such/dir' of dataset 'aircraft' does not exist or is not a directory"]
+    # a missing root does not hold back the schedule's problem on that dataset: both at once
+    assert _lines(dataset="cub", data_root="/no/such/dir", finetune={"epochs": 5}) == [
+        "data root '/no/such/dir' of dataset 'cub' does not exist or is not a directory",
+        "finetune.epochs: on cub, hybrid_lite0_deit trains its first 18 epochs on coarse tokens (DISTILLED_RECIPES, "
+        "progressive token resolution); expected more than 18 epochs, got 5"]
     # CUB asked for by name is read from a root: the embedded set stands in only where no dataset is named
     assert _lines(dataset="cub") == ["dataset 'cub' has no data root: pass --data-root cub=/path/to/cub (CUB asked "
                                      "for by name is never the embedded synthetic set, dataset 'synthetic' is)"]

@@ -53,10 +53,8 @@ def _plan(args: Any, overrides: Mapping[str, Any]) -> int:
 def _submit(args: Any, overrides: Mapping[str, Any]) -> int:
     """``midas-nb sweep submit``: say what runs where, then submit or run the cells; 1 where a local run failed one."""
     here, prof = args.executor != "slurm", config.get_profile(args.profile, **overrides)
-    cuda = str(prof["device"]).startswith("cuda")     # a cell on cuda asks for one GPU unless --gpus says
-    slurm = dict(partition=args.partition, cpus_per_task=args.cpus, mem=args.mem, time=args.time,
-                 gpus_per_node=args.gpus if args.gpus is not None else 1 if cuda else None,
-                 cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
+    slurm = dict(partition=args.partition, gpus_per_node=args.gpus, cpus_per_task=args.cpus, mem=args.mem,
+                 time=args.time, cells_per_job=args.cells_per_job, max_array_size=args.max_array_size)
     if problems := config.RunProfile.problems(prof) or config.check_device(prof.get("device"), here=here):
         raise config.ProfileError(problems)
     sweeps = profile_sweeps(prof, sweep_names(args.sweep))

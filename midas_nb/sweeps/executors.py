@@ -195,7 +195,7 @@ def _submit(store: ResultStore, cells: Sequence[SweepCell], cell_fn: Any, slurm:
     ``.cells`` and ``.after``: the preparation jobs' ids). :class:`SlurmNotFound`: no ``sbatch``, or it refused."""
     from submitit.core.utils import FailedJobError
 
-    params = {"name": "midas_sweep", "timeout_min": 120} | {   # not submitit's 5 min: a ViT-B job takes 20 on an H200
+    params = {"name": "midas_sweep", "timeout_min": 120} | {   # not submitit's 5 min: a ViT-B job takes 17 on an H200
         "slurm_mem" if k == "mem" and isinstance(v, str) else _SLURM_ALIASES.get(k, k): v  # mem "32G"
         for k, v in slurm.items() if k != "cluster" and v is not None}
     cells_per_job, max_array = int(params.pop("cells_per_job", 8)), params.pop("max_array_size", None)
