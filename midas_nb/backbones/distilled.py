@@ -453,7 +453,7 @@ class _DistillStep:
                 correct, clean = correct + int(((lc + ld).argmax(-1) == y).sum()), clean + len(y)
         return dict(loss=sums["loss"] / seen, hint_loss=sums["hint"] / seen, mixed_batches=mixed, coarse=coarse,
                     token_label_loss=sums["token_labels"] / seen, seconds=time.perf_counter() - t_ep,
-                    train_running_accuracy=correct / clean if clean else math.nan)
+                    train_running_accuracy=correct / clean if clean else None)
 
     def _batch(self, idx: Tensor, fl: Tensor, sums: dict[str, float], coarse: bool = False):
         t, recipe, model, device = self.teacher, self.recipe, self.model, self.device

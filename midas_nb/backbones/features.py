@@ -188,9 +188,9 @@ def run_epochs(epochs: int, desc: str, progress: bool, run_epoch) -> list[dict[s
     history = []
     with _progress(None, epochs, desc, progress, unit="epoch") as bar:
         for epoch in range(epochs):
-            history.append(dict(epoch=epoch + 1, **run_epoch(epoch)))
-            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}",
-                            train_acc=f"{history[-1]['train_running_accuracy']:.3f}", refresh=False)
+            history.append(h := dict(epoch=epoch + 1, **run_epoch(epoch)))
+            acc = "all mixed" if (a := h["train_running_accuracy"]) is None else f"{a:.3f}"   # None: mixed batches only
+            bar.set_postfix(loss=f"{h['loss']:.3f}", train_acc=acc, refresh=False)
             bar.update()
     return history
 
