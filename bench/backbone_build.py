@@ -77,8 +77,8 @@ def main() -> None:
     model, meta = load_or_finetune(args.backbone, train, test, **kw)
     first, first_cpu = time.perf_counter() - t1, time.process_time() - c1
     for h in meta.get("history", []):
-        print(f"epoch {h['epoch']:2d}: loss {h['loss']:.3f}  running train acc {h['train_running_accuracy']:.3f}"
-              f"  {h['seconds']:.1f}s", flush=True)
+        acc = "all mixed" if (a := h["train_running_accuracy"]) is None else f"{a:.3f}"   # None: MixToken's only
+        print(f"epoch {h['epoch']:2d}: loss {h['loss']:.3f}  running train acc {acc}  {h['seconds']:.1f}s", flush=True)
     t2 = time.perf_counter()
     model2, meta2 = load_or_finetune(args.backbone, train, test, **kw)
     second = time.perf_counter() - t2
