@@ -448,3 +448,12 @@ def test_submit_defaults_ask_for_a_gpu_and_two_hours(fake_slurm, capsys, monkeyp
     fake_slurm.params.clear()
     assert cli.main(["sweep", "submit", "--profile", "smoke", "--sweep", "protocol"]) == 0, capsys.readouterr().err
     assert "gpus_per_node" not in fake_slurm.params and fake_slurm.params["timeout_min"] == 120
+    # a GPU count given under submitit's alias (`gpus`) or as gres is the caller's: no default on top of it
+    from midas_nb.study import run_cells, sweep_cells
+
+    prof = dict(config.get_profile("smoke"), device="cuda")
+    for given, param, value in ((dict(gpus=2), "gpus_per_node", 2), (dict(slurm_gres="gpu:2"), "slurm_gres", "gpu:2")):
+        fake_slurm.params.clear()
+        run_cells(prof, sweep_cells(prof, "random", planned=False), wait=False, executor="slurm", slurm=given)
+        assert fake_slurm.params[param] == value
+        assert param == "gpus_per_node" or "gpus_per_node" not in fake_slurm.params

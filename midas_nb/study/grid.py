@@ -280,7 +280,8 @@ def run_cells(profile: Mapping[str, Any], cells: Sequence[SweepCell], *, run: bo
     (or ``store``), computed by ``runner`` (default a :class:`ProtocolCellRunner` reusing ``study``) unless
     ``run=False``; ``wait=False`` (Slurm) returns the :class:`midas_nb.sweeps.Submission` at once."""
     prof = dict(profile)
-    if (slurm := dict(slurm or {})).get("gpus_per_node") is None and str(prof.get("device")).startswith("cuda"):
+    slurm = {k: v for k, v in (slurm or {}).items() if v is not None}    # None: a setting not given
+    if str(prof.get("device")).startswith("cuda") and not {"gpus", "gpus_per_node", "slurm_gres"} & set(slurm):
         slurm["gpus_per_node"] = 1      # a Slurm job of cuda cells asks for one GPU unless told otherwise
     store = store or ResultStore(name=prof["profile"])
     runner = runner or ProtocolCellRunner(prof, study=study, progress=progress)
