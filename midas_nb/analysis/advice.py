@@ -112,14 +112,14 @@ def recommend_deployment(table: pd.DataFrame, reference: str = "reference", band
         ident = dict(zip(by, cell_key))
         # coverage-first
         cell_has_ref = bool((cell["status"] != "no reference").any())
-        if cell_has_ref and (row := _coverage_first(table, cell, ident, key, where, band, n_boot)) is not None:
+        if cell_has_ref:
+            if (row := _coverage_first(table, cell, ident, key, where, band, n_boot)) is None:
+                undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
+                row = _no_advice("coverage-first", ident, key, where,
+                                 "the parity band is undefined for every condition (D or ΔIDAUC "
+                                 f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
+                                 "(idauc_steps ≥ 1) and part mIoU on images with visible parts")
             rows.append(row)
-        elif cell_has_ref:
-            undefined = sorted(set(cell.loc[cell["status"] == "undefined", key[0]].astype(str)))
-            rows.append(_no_advice("coverage-first", ident, key, where,
-                                   "the parity band is undefined for every condition (D or ΔIDAUC "
-                                   f"is NaN: {', '.join(undefined) or 'all'}); measure IDAUC "
-                                   "(idauc_steps ≥ 1) and part mIoU on images with visible parts"))
         else:
             ok = cell[cell["miou"].notna()]
             if len(ok):

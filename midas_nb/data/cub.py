@@ -260,16 +260,15 @@ class CUBDataset(AnnotatedDataset):
         self.part_names = list(ann.part_names)
 
         pos = np.arange(len(ann.ids)) if split == "all" else np.nonzero(ann.is_train == (split == "train"))[0]
-        n_split = len(pos)
+        n_split, self.listing = len(pos), self.root / "images.txt"
         pos = np.array(select_items(pos.tolist(), ann.labels.tolist(), max_images_per_class, keys=ann.ids.tolist(),
-                                    ids=ids, listing=self.root / "images.txt"), np.int64)
+                                    ids=ids, listing=self.listing), np.int64)
         if len(pos) == 0:
             n_tr = int(ann.is_train.sum())
             raise DatasetError(f"{self.root / 'train_test_split.txt'}: split {split!r} selects no images "
                                f"({n_tr} train / {len(ann.ids) - n_tr} test listed; {n_split} in the split before "
                                f"the ids/max_images_per_class filters); expected at least one image")
 
-        self.listing = self.root / "images.txt"
         self.paths = [self.root / "images" / ann.rel_paths[p] for p in pos]
         self.image_ids = [str(int(ann.ids[p])) for p in pos]
         self.original_labels = [int(ann.labels[p]) for p in pos]

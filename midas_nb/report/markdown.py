@@ -201,8 +201,8 @@ def render_report(tables: Mapping[str, pd.DataFrame]) -> str:
             "does: T5's coverage gain over the reference inside the parity band, cell by cell. The claim verdict of "
             "notebooks 02 and 07 asks more of a run: that gain *and* two different winners, both leads resolved, "
             "without coverage and faithfulness rising together across the conditions. A finding can hold here on a "
-            "run whose verdict shows no decoupling.\n", *[findings_paragraph(tables["findings"], ds, bb) + "\n"
-                                                          for ds, bb in blocks]]
+            "run whose verdict shows no decoupling.\n"]
+    out += [findings_paragraph(tables["findings"], ds, bb) + "\n" for ds, bb in blocks]
     out.append(f"\n## Three-condition protocol{_section_note(g, 'three_conditions')}\n")
     for ds, bb in blocks:
         if (t := _block(tables, "three_conditions", ds, bb)).empty:
